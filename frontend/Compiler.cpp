@@ -1,0 +1,105 @@
+// One compilation from files to the IR graph; see Compiler.h.
+#include "frontend/Compiler.h"
+
+#include "frontend/Lower.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+namespace tally {
+
+namespace {
+const char kStdlib[] =
+#include "StdLib.inc"
+    ;
+} // namespace
+
+Compilation::Compilation() : diags(sm), sema(diags) {
+  auto buffer = llvm::MemoryBuffer::getMemBuffer(kStdlib, "std.tally");
+  unsigned id = sm.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+  parse(id);
+}
+
+bool Compilation::parse(unsigned bufferID) {
+  auto module = parseBuffer(bufferID, diags);
+  if (!module)
+    return false;
+  unsigned before = diags.errorCount();
+  sema.addModule(std::move(module), program);
+  return diags.errorCount() == before;
+}
+
+bool Compilation::addFile(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
+  if (!buffer) {
+    diags.report(DiagKind::IoError, llvm::SMLoc(),
+                 "cannot read '" + path.str() + "': " + buffer.getError().message());
+    return false;
+  }
+  if ((*buffer)->getBufferSize() > kMaxSourceBytes) {
+    diags.report(DiagKind::IoError, llvm::SMLoc(),
+                 "'" + path.str() + "' is larger than " + std::to_string(kMaxSourceBytes >> 20) +
+                     " MiB; is it really a tally file?");
+    return false;
+  }
+  unsigned id = sm.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+  return parse(id);
+}
+
+bool Compilation::addSource(llvm::StringRef name, llvm::StringRef text) {
+  unsigned id = sm.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(text, name),
+                                      llvm::SMLoc());
+  return parse(id);
+}
+
+const PlanDecl *Compilation::pickPlan(llvm::StringRef name) {
+  if (!name.empty()) {
+    auto it = program.plans.find(name);
+    if (it != program.plans.end())
+      return it->second;
+    std::vector<std::string> names;
+    for (const PlanDecl *p : program.planOrder)
+      names.push_back(p->name);
+    std::string close = closestName(name, names);
+    std::string list;
+    for (const std::string &n : names)
+      list += (list.empty() ? "" : ", ") + n;
+    diags.report(DiagKind::UnknownPlan, llvm::SMLoc(),
+                 "no plan named '" + name.str() + "'" +
+                     (close.empty() ? "" : "; did you mean '" + close + "'?") +
+                     (list.empty() ? "" : " (plans: " + list + ")"));
+    return nullptr;
+  }
+  if (program.planOrder.empty()) {
+    diags.report(DiagKind::NoPlan, llvm::SMLoc(),
+                 "no train or infer plan to analyze; declare one, such as "
+                 "`train run { model = M() batch = 8 target = H100_SXM }`");
+    return nullptr;
+  }
+  return program.planOrder.front();
+}
+
+bool Compilation::lower(const PlanDecl &decl, const PlanOverrides &overrides) {
+  plan = sema.resolvePlan(program, decl, overrides);
+  if (!plan)
+    return false;
+  graph = lowerPlan(sema, program, decl, *plan);
+  return graph.has_value();
+}
+
+Relower Compilation::relowerer(const PlanDecl &decl) {
+  return [this, &decl](const Plan &p) -> std::optional<Graph> {
+    DiagnosticEngine quiet(sm);
+    quiet.setOutput(nullptr);
+    Sema s(quiet);
+    return lowerPlan(s, program, decl, p);
+  };
+}
+
+std::optional<Analysis> Compilation::analyzePlan(const PlanDecl &decl,
+                                                 const PlanOverrides &overrides) {
+  if (!lower(decl, overrides))
+    return std::nullopt;
+  return analyze(*graph, *plan, diags, relowerer(decl));
+}
+
+} // namespace tally

@@ -1,0 +1,53 @@
+// One compilation: the standard library and the user's files in one SourceMgr, parsed and
+// named by Sema, then one plan resolved and lowered to the IR graph. The CLI and the tests
+// both go through this, so they see the same pipeline.
+#pragma once
+
+#include "frontend/Diagnostics.h"
+#include "frontend/Parser.h"
+#include "frontend/Sema.h"
+#include "ir/Graph.h"
+#include "ir/Plan.h"
+#include "passes/Passes.h"
+
+#include "llvm/Support/SourceMgr.h"
+
+#include <optional>
+#include <string>
+
+namespace tally {
+
+/// Files larger than this are refused (a configuration is a few kilobytes).
+constexpr size_t kMaxSourceBytes = 64u << 20;
+
+class Compilation {
+public:
+  Compilation();
+
+  /// Reads and parses a file ("-" is standard input). False on I/O or syntax errors.
+  bool addFile(llvm::StringRef path);
+  /// Parses text held in memory under the given buffer name.
+  bool addSource(llvm::StringRef name, llvm::StringRef text);
+
+  /// The plan to analyze: by name, or the only/first one when `name` is empty. Reports
+  /// unknown-plan / no-plan.
+  const PlanDecl *pickPlan(llvm::StringRef name);
+  /// Resolves and lowers a plan; fills `plan` and `graph`. False on errors.
+  bool lower(const PlanDecl &decl, const PlanOverrides &overrides = {});
+  /// Re-lowers `decl` for another plan with diagnostics muted (for budgets and solvers).
+  Relower relowerer(const PlanDecl &decl);
+  /// Lowers the plan and runs every pass; null on errors.
+  std::optional<Analysis> analyzePlan(const PlanDecl &decl, const PlanOverrides &overrides = {});
+
+  llvm::SourceMgr sm;
+  DiagnosticEngine diags;
+  Sema sema;
+  Program program;
+  std::optional<Plan> plan;
+  std::optional<Graph> graph;
+
+private:
+  bool parse(unsigned bufferID);
+};
+
+} // namespace tally

@@ -1,0 +1,22 @@
+// Lowering: a model instantiated for one plan becomes the IR graph.
+#pragma once
+
+#include "frontend/Sema.h"
+#include "ir/Graph.h"
+
+#include <optional>
+
+namespace tally {
+
+/// Instantiates the plan's model (block arguments, parameters, submodules, repeats) and
+/// evaluates its forward function with the plan's symbols bound (`batch` = micro-batch,
+/// `seq`), producing a graph of primitive ops. Reports errors and returns nullopt on failure.
+std::optional<Graph> lowerPlan(Sema &sema, const Program &program, const PlanDecl &decl,
+                               const Plan &plan);
+
+/// Deepest nesting of block instances (a guard against runaway instantiation).
+constexpr unsigned kMaxInstanceDepth = 64;
+/// Most ops one graph may hold; a model past this is reported rather than counted slowly.
+constexpr size_t kMaxOps = 20'000'000;
+
+} // namespace tally

@@ -1,0 +1,1045 @@
+// Semantic analysis: declarations by name, constant evaluation with units, and plan
+// resolution.
+//
+// 1. addModule records each block, plan and target by name (duplicates are errors).
+// 2. eval folds a constant expression: integers stay exact int64 (checked for overflow),
+//    anything else is a double; units combine by dimension (+/- need equal dimensions,
+//    * and / need one side plain); a wrong combination is a unit-mismatch.
+// 3. resolvePlan evaluates each setting of a train/infer declaration, checks its kind and
+//    unit, applies command-line overrides, and fills a Plan (precision policy, optimizer,
+//    devices and parallel degrees, budgets).
+#include "frontend/Sema.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+
+namespace tally {
+
+ConstValue ConstValue::integer(int64_t v, llvm::SMRange r) {
+  ConstValue c;
+  c.kind = Number;
+  c.number = static_cast<double>(v);
+  c.isInteger = true;
+  c.intValue = v;
+  c.range = r;
+  return c;
+}
+
+ConstValue ConstValue::real(double v, UnitDim d, llvm::SMRange r) {
+  ConstValue c;
+  c.kind = Number;
+  c.number = v;
+  c.dim = d;
+  c.range = r;
+  if (d == UnitDim::None && std::isfinite(v) && std::floor(v) == v && std::fabs(v) < 9.2e18) {
+    c.isInteger = true;
+    c.intValue = static_cast<int64_t>(v);
+  }
+  return c;
+}
+
+std::string ConstValue::describe() const {
+  switch (kind) {
+  case Invalid: return "an invalid value";
+  case Number: return dim == UnitDim::None ? "a number" : tally::describe(dim).str();
+  case Bool: return "a boolean";
+  case Word: return "'" + text + "'";
+  case String: return "a string";
+  case Tuple: return "a tuple";
+  case Record: return "a record";
+  case Call: return "a call of '" + text + "'";
+  case Device: return "a device count";
+  }
+  return "a value";
+}
+
+std::string closestName(llvm::StringRef name, const std::vector<std::string> &candidates) {
+  std::string best;
+  unsigned bestDist = ~0u;
+  unsigned limit = std::max<unsigned>(1, name.size() / 3);
+  for (const std::string &c : candidates) {
+    if (c == name)
+      continue;
+    unsigned d = name.edit_distance(c, true, limit + 1);
+    if (llvm::StringRef(c).equals_insensitive(name))
+      d = 0;
+    if (d <= limit && d < bestDist) {
+      bestDist = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+void Sema::unknownName(llvm::SMRange r, llvm::StringRef what, llvm::StringRef name,
+                       const std::vector<std::string> &candidates) {
+  std::string close = closestName(name, candidates);
+  std::string msg = "unknown " + what.str() + " '" + name.str() + "'";
+  if (!close.empty())
+    msg += "; did you mean '" + close + "'?";
+  auto b = diags.report(DiagKind::UnknownName, r.Start, msg);
+  b.range(r);
+  if (!close.empty())
+    b.fixit(r, close);
+}
+
+void Sema::addModule(std::unique_ptr<Module> m, Program &p) {
+  bool isStd = p.modules.empty();
+  for (auto &b : m->blocks) {
+    b->fromStdlib = isStd;
+    auto it = p.blocks.find(b->name);
+    if (it != p.blocks.end() && !it->second->fromStdlib) {
+      diags.report(DiagKind::DuplicateName, b->nameRange.Start,
+                   "block '" + b->name + "' is defined twice")
+          .range(b->nameRange)
+          .note(it->second->nameRange.Start, "first defined here");
+      continue;
+    }
+    p.blocks[b->name] = b.get();
+  }
+  for (auto &pl : m->plans) {
+    auto it = p.plans.find(pl->name);
+    if (it != p.plans.end()) {
+      diags.report(DiagKind::DuplicateName, pl->nameRange.Start,
+                   "plan '" + pl->name + "' is defined twice")
+          .range(pl->nameRange)
+          .note(it->second->nameRange.Start, "first defined here");
+      continue;
+    }
+    p.plans[pl->name] = pl.get();
+    p.planOrder.push_back(pl.get());
+  }
+  for (auto &t : m->targets) {
+    auto it = p.targets.find(t->name);
+    if (it != p.targets.end() || findTarget(t->name)) {
+      auto b = diags.report(DiagKind::DuplicateName, t->nameRange.Start,
+                            "target '" + t->name + "' is already defined" +
+                                (it == p.targets.end() ? " in the built-in catalogue" : ""));
+      b.range(t->nameRange);
+      if (it != p.targets.end())
+        b.note(it->second->nameRange.Start, "first defined here");
+      continue;
+    }
+    p.targets[t->name] = t.get();
+  }
+  p.modules.push_back(std::move(m));
+}
+
+// ---- constant evaluation ------------------------------------------------------------------
+
+ConstValue Sema::number(const Expr &e) {
+  UnitInfo info{UnitDim::None, 1.0};
+  if (!e.suffix.empty() && !e.unit.empty()) {
+    diags.report(DiagKind::UnknownUnit, e.unitRange.Start,
+                 "a number can carry one unit, not '" + e.suffix + "' and '" + e.unit + "'")
+        .range(e.unitRange);
+    return {};
+  }
+  if (!e.suffix.empty() || !e.unit.empty()) {
+    bool glued = !e.suffix.empty();
+    llvm::StringRef word = glued ? e.suffix : e.unit;
+    auto found = glued ? lookupSuffix(word) : lookupUnit(word);
+    if (!found) {
+      std::string close = closestUnit(word);
+      std::string msg = "unknown unit '" + word.str() + "'";
+      if (!close.empty())
+        msg += "; did you mean '" + close + "'?";
+      auto b = diags.report(DiagKind::UnknownUnit, e.unitRange.Start, msg);
+      b.range(e.unitRange);
+      if (!close.empty())
+        b.fixit(e.unitRange, close);
+      return {};
+    }
+    info = *found;
+  }
+  double v = e.number * info.scale;
+  if (!std::isfinite(v)) {
+    diags.report(DiagKind::Overflow, e.range.Start, "number is too large").range(e.range);
+    return {};
+  }
+  if (e.isInteger && info.dim == UnitDim::None && info.scale == 1.0) {
+    if (e.number > 9.2e18) {
+      diags.report(DiagKind::Overflow, e.range.Start, "integer does not fit in 64 bits")
+          .range(e.range);
+      return {};
+    }
+  }
+  return ConstValue::real(v, info.dim, e.range);
+}
+
+ConstValue Sema::arith(const Expr &e, const ConstValue &a, const ConstValue &b) {
+  const std::string &op = e.text;
+  if (a.kind != ConstValue::Number || b.kind != ConstValue::Number) {
+    const ConstValue &bad = a.kind != ConstValue::Number ? a : b;
+    diags.report(DiagKind::TypeMismatch, e.opLoc,
+                 "operator '" + op + "' needs numbers, not " + bad.describe())
+        .range(bad.range);
+    return {};
+  }
+  UnitDim dim = UnitDim::None;
+  if (op == "+" || op == "-") {
+    if (a.dim != b.dim) {
+      diags.report(DiagKind::UnitMismatch, e.opLoc,
+                   "cannot " + std::string(op == "+" ? "add " : "subtract ") +
+                       describe(b.dim).str() + (op == "+" ? " to " : " from ") +
+                       describe(a.dim).str())
+          .range(a.range)
+          .range(b.range);
+      return {};
+    }
+    dim = a.dim;
+  } else if (op == "*") {
+    if (a.dim != UnitDim::None && b.dim != UnitDim::None && a.dim != UnitDim::Ratio &&
+        b.dim != UnitDim::Ratio) {
+      diags.report(DiagKind::UnitMismatch, e.opLoc,
+                   "cannot multiply " + describe(a.dim).str() + " by " + describe(b.dim).str())
+          .range(a.range)
+          .range(b.range);
+      return {};
+    }
+    dim = a.dim == UnitDim::None || a.dim == UnitDim::Ratio ? b.dim : a.dim;
+    if (a.dim == UnitDim::Ratio && b.dim == UnitDim::Ratio)
+      dim = UnitDim::Ratio;
+  } else if (op == "/") {
+    if (b.number == 0) {
+      diags.report(DiagKind::DivisionByZero, e.opLoc, "division by zero").range(b.range);
+      return {};
+    }
+    if (a.dim == b.dim)
+      dim = UnitDim::None;
+    else if (b.dim == UnitDim::None)
+      dim = a.dim;
+    else {
+      diags.report(DiagKind::UnitMismatch, e.opLoc,
+                   "cannot divide " + describe(a.dim).str() + " by " + describe(b.dim).str())
+          .range(a.range)
+          .range(b.range);
+      return {};
+    }
+  } else {
+    diags.report(DiagKind::TypeMismatch, e.opLoc,
+                 "operator '" + op + "' is for tensors, not constants")
+        .range(e.range);
+    return {};
+  }
+  llvm::SMRange r = e.range;
+  if (a.isInteger && b.isInteger && dim == UnitDim::None) {
+    int64_t out = 0;
+    bool overflow = false;
+    if (op == "+")
+      overflow = __builtin_add_overflow(a.intValue, b.intValue, &out);
+    else if (op == "-")
+      overflow = __builtin_sub_overflow(a.intValue, b.intValue, &out);
+    else if (op == "*")
+      overflow = __builtin_mul_overflow(a.intValue, b.intValue, &out);
+    else if (a.intValue % b.intValue == 0)
+      out = a.intValue / b.intValue;
+    else
+      return ConstValue::real(a.number / b.number, dim, r);
+    if (overflow) {
+      diags.report(DiagKind::Overflow, e.opLoc,
+                   "integer overflow: " + std::to_string(a.intValue) + " " + op + " " +
+                       std::to_string(b.intValue) + " does not fit in 64 bits")
+          .range(r);
+      return {};
+    }
+    return ConstValue::integer(out, r);
+  }
+  double v = op == "+" ? a.number + b.number
+             : op == "-" ? a.number - b.number
+             : op == "*" ? a.number * b.number
+                         : a.number / b.number;
+  if (!std::isfinite(v)) {
+    diags.report(DiagKind::Overflow, e.opLoc, "result is too large").range(r);
+    return {};
+  }
+  return ConstValue::real(v, dim, r);
+}
+
+ConstValue Sema::eval(const Expr &e, const ConstEnv &env) {
+  switch (e.kind) {
+  case ExprKind::Number:
+    return number(e);
+  case ExprKind::Name: {
+    auto it = env.find(e.text);
+    if (it != env.end()) {
+      ConstValue v = it->second;
+      v.range = e.range;
+      return v;
+    }
+    ConstValue v;
+    v.range = e.range;
+    if (e.text == "true" || e.text == "false") {
+      v.kind = ConstValue::Bool;
+      v.boolean = e.text == "true";
+    } else {
+      v.kind = ConstValue::Word;
+      v.text = e.text;
+    }
+    return v;
+  }
+  case ExprKind::String: {
+    ConstValue v;
+    v.kind = ConstValue::String;
+    v.text = e.text;
+    v.range = e.range;
+    return v;
+  }
+  case ExprKind::Neg: {
+    ConstValue v = eval(*e.args[0], env);
+    if (v.kind == ConstValue::Invalid)
+      return v;
+    if (v.kind != ConstValue::Number) {
+      diags.report(DiagKind::TypeMismatch, e.opLoc, "cannot negate " + v.describe())
+          .range(e.range);
+      return {};
+    }
+    if (v.isInteger && v.intValue != INT64_MIN)
+      return ConstValue::integer(-v.intValue, e.range);
+    return ConstValue::real(-v.number, v.dim, e.range);
+  }
+  case ExprKind::Binary: {
+    ConstValue a = eval(*e.args[0], env);
+    ConstValue b = eval(*e.args[1], env);
+    if (a.kind == ConstValue::Invalid || b.kind == ConstValue::Invalid)
+      return {};
+    return arith(e, a, b);
+  }
+  case ExprKind::Tuple:
+  case ExprKind::List:
+  case ExprKind::Record:
+  case ExprKind::Call: {
+    ConstValue v;
+    v.kind = e.kind == ExprKind::Record ? ConstValue::Record
+             : e.kind == ExprKind::Call ? ConstValue::Call
+                                        : ConstValue::Tuple;
+    v.range = e.range;
+    if (e.kind == ExprKind::Call) {
+      if (e.lhs->kind != ExprKind::Name) {
+        diags.report(DiagKind::TypeMismatch, e.range.Start, "expected the name of what is called")
+            .range(e.lhs->range);
+        return {};
+      }
+      v.text = e.lhs->text;
+    }
+    for (size_t i = 0; i < e.args.size(); ++i) {
+      ConstValue a = eval(*e.args[i], env);
+      if (a.kind == ConstValue::Invalid)
+        return {};
+      v.elems.push_back(std::move(a));
+      v.ranges.push_back(e.args[i]->range);
+      if (i < e.argNames.size())
+        v.names.push_back(e.argNames[i]);
+      if (i < e.placements.size())
+        v.placements.push_back(e.placements[i]);
+    }
+    for (size_t i = 0; e.kind == ExprKind::Record && i < v.placements.size(); ++i)
+      if (!v.placements[i].empty() && v.placements[i] != "host" && v.placements[i] != "device") {
+        diags.report(DiagKind::InvalidValue, v.ranges[i].Start,
+                     "a tensor class lives 'on host' or 'on device', not on '" +
+                         v.placements[i] + "'")
+            .range(v.ranges[i]);
+        return {};
+      }
+    return v;
+  }
+  case ExprKind::Device: {
+    ConstValue v;
+    v.kind = ConstValue::Device;
+    v.range = e.range;
+    v.text = e.text;
+    v.number = e.number;
+    v.isInteger = e.isInteger && e.suffix.empty();
+    v.intValue = static_cast<int64_t>(e.number);
+    if (e.lhs) {
+      ConstValue rec = eval(*e.lhs, env);
+      if (rec.kind == ConstValue::Invalid)
+        return {};
+      v.elems.push_back(std::move(rec));
+    }
+    return v;
+  }
+  case ExprKind::Member:
+  case ExprKind::Index:
+  case ExprKind::Repeat:
+    diags.report(DiagKind::TypeMismatch, e.range.Start, "expected a constant here")
+        .range(e.range);
+    return {};
+  }
+  return {};
+}
+
+std::optional<int64_t> Sema::positiveInt(const ConstValue &v, const char *what) {
+  if (v.kind != ConstValue::Number || v.dim != UnitDim::None) {
+    diags.report(DiagKind::TypeMismatch, v.range.Start,
+                 std::string(what) + " must be a plain number, not " + v.describe())
+        .range(v.range);
+    return std::nullopt;
+  }
+  if (!v.isInteger) {
+    diags.report(DiagKind::NotInteger, v.range.Start,
+                 std::string(what) + " must be a whole number, but it is " +
+                     llvm::formatv("{0}", v.number).str())
+        .range(v.range);
+    return std::nullopt;
+  }
+  if (v.intValue <= 0) {
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 std::string(what) + " must be positive, but it is " +
+                     std::to_string(v.intValue))
+        .range(v.range);
+    return std::nullopt;
+  }
+  return v.intValue;
+}
+
+// ---- targets ------------------------------------------------------------------------------
+
+std::optional<Target> Sema::userTarget(const TargetDecl &d) {
+  Target t;
+  t.name = d.name;
+  t.description = "user-defined target " + d.name;
+  t.source = "declared in the input file";
+  ConstEnv env;
+  bool ok = true;
+  auto need = [&](const ConstValue &v, UnitDim dim, const std::string &key) -> double {
+    if (v.kind != ConstValue::Number || v.dim != dim) {
+      diags.report(DiagKind::UnitMismatch, v.range.Start,
+                   "'" + key + "' must be " + describe(dim).str() + ", not " + v.describe())
+          .range(v.range);
+      ok = false;
+      return 0;
+    }
+    if (v.number <= 0) {
+      diags.report(DiagKind::InvalidValue, v.range.Start, "'" + key + "' must be positive")
+          .range(v.range);
+      ok = false;
+    }
+    return v.number;
+  };
+  for (const SettingAST &s : d.settings) {
+    ConstValue v = eval(*s.value, env);
+    if (v.kind == ConstValue::Invalid) {
+      ok = false;
+      continue;
+    }
+    if (s.key == "memory")
+      t.memoryBytes = need(v, UnitDim::Bytes, s.key);
+    else if (s.key == "bandwidth")
+      t.bandwidth = need(v, UnitDim::ByteRate, s.key);
+    else if (s.key == "host_link")
+      t.hostLink = need(v, UnitDim::ByteRate, s.key);
+    else if (s.key == "interconnect")
+      t.interconnect = need(v, UnitDim::ByteRate, s.key);
+    else if (s.key == "host_memory")
+      t.hostMemoryBytes = need(v, UnitDim::Bytes, s.key);
+    else if (s.key == "peak" && v.kind == ConstValue::Record) {
+      for (size_t i = 0; i < v.elems.size(); ++i) {
+        auto dt = parseDtype(v.names[i]);
+        double rate = need(v.elems[i], UnitDim::FlopRate, "peak " + v.names[i]);
+        if (!dt) {
+          diags.report(DiagKind::UnknownDtype, v.ranges[i].Start,
+                       "unknown dtype '" + v.names[i] + "' in peak rates")
+              .range(v.ranges[i]);
+          ok = false;
+          continue;
+        }
+        switch (*dt) {
+        case Dtype::F64: t.peakF64 = rate; break;
+        case Dtype::F32: t.peakF32 = rate; break;
+        case Dtype::TF32: t.peakTF32 = rate; break;
+        case Dtype::F16: t.peakF16 = rate; break;
+        case Dtype::BF16: t.peakBF16 = rate; break;
+        case Dtype::FP8E4M3: case Dtype::FP8E5M2: t.peakFP8 = rate; break;
+        case Dtype::I8: t.peakINT8 = rate; break;
+        default: break;
+        }
+      }
+    } else if (s.key == "efficiency" && v.kind == ConstValue::Record) {
+      for (size_t i = 0; i < v.elems.size(); ++i) {
+        const ConstValue &e = v.elems[i];
+        double f = e.number;
+        if (e.kind != ConstValue::Number || (e.dim != UnitDim::None && e.dim != UnitDim::Ratio) ||
+            f <= 0 || f > 1) {
+          diags.report(DiagKind::InvalidValue, v.ranges[i].Start,
+                       "an efficiency is a fraction in (0, 1], such as 0.7 or 70%")
+              .range(v.ranges[i]);
+          ok = false;
+          continue;
+        }
+        const std::string &k = v.names[i];
+        if (k == "matmul") t.efficiency.matmul = f;
+        else if (k == "attention") t.efficiency.attention = f;
+        else if (k == "elementwise") t.efficiency.elementwise = f;
+        else if (k == "communication") t.efficiency.communication = f;
+        else if (k == "host_link") t.efficiency.hostLink = f;
+        else {
+          unknownName(v.ranges[i], "efficiency class", k,
+                      {"matmul", "attention", "elementwise", "communication", "host_link"});
+          ok = false;
+        }
+      }
+    } else {
+      std::vector<std::string> keys = {"memory", "bandwidth", "peak", "host_link",
+                                        "interconnect", "host_memory", "efficiency"};
+      std::string close = closestName(s.key, keys);
+      diags.report(DiagKind::UnknownSetting, s.keyRange.Start,
+                   "unknown target setting '" + s.key + "'" +
+                       (close.empty() ? "" : "; did you mean '" + close + "'?"))
+          .range(s.keyRange);
+      ok = false;
+    }
+  }
+  if (!ok)
+    return std::nullopt;
+  const char *missing = t.memoryBytes == 0 ? "memory" : t.bandwidth == 0 ? "bandwidth" : nullptr;
+  if (!missing && t.peakF32 == 0 && t.peakBF16 == 0 && t.peakF16 == 0)
+    missing = "peak";
+  if (missing) {
+    diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+                 "target '" + d.name + "' does not say its " + missing)
+        .range(d.nameRange);
+    return std::nullopt;
+  }
+  return t;
+}
+
+std::optional<Target> Sema::resolveTarget(const Program &p, llvm::StringRef name,
+                                          llvm::SMRange r) {
+  auto it = p.targets.find(name);
+  if (it != p.targets.end())
+    return userTarget(*it->second);
+  if (const Target *t = findTarget(name))
+    return *t;
+  std::vector<std::string> names;
+  for (const Target &t : targetCatalogue())
+    names.push_back(t.name);
+  for (const auto &kv : p.targets)
+    names.push_back(kv.getKey().str());
+  std::string close = closestName(name, names);
+  auto b = diags.report(DiagKind::UnknownTarget, r.Start,
+                        "unknown target '" + name.str() + "'" +
+                            (close.empty() ? "" : "; did you mean '" + close + "'?"));
+  b.range(r);
+  if (!close.empty())
+    b.fixit(r, close);
+  b.note(llvm::SMLoc(), "`tally targets` lists the built-in catalogue");
+  return std::nullopt;
+}
+
+// ---- plans ----------------------------------------------------------------------------------
+
+std::optional<Dtype> Sema::dtypeSetting(const ConstValue &v, const char *what) {
+  if (v.kind == ConstValue::Word) {
+    if (auto d = parseDtype(v.text))
+      return d;
+  }
+  diags.report(DiagKind::UnknownDtype, v.range.Start,
+               std::string(what) + " must be a dtype such as fp32, bf16 or fp16, not " +
+                   v.describe())
+      .range(v.range);
+  return std::nullopt;
+}
+
+bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
+  out.range = v.range;
+  if (v.kind == ConstValue::Word) {
+    const std::string &n = v.text;
+    out.preset = n;
+    auto set = [&](Dtype params, Dtype master, Dtype opt) {
+      out.params = out.grads = out.activations = params;
+      out.master = master;
+      out.optimizer = opt;
+    };
+    if (n == "fp32" || n == "f32")
+      set(Dtype::F32, Dtype::Invalid, Dtype::F32);
+    else if (n == "tf32")
+      set(Dtype::F32, Dtype::Invalid, Dtype::F32), out.activations = Dtype::F32;
+    else if (n == "bf16")
+      set(Dtype::BF16, Dtype::Invalid, Dtype::F32);
+    else if (n == "fp16" || n == "f16")
+      set(Dtype::F16, Dtype::Invalid, Dtype::F32);
+    else if (n == "mixed_bf16")
+      set(Dtype::BF16, Dtype::F32, Dtype::F32);
+    else if (n == "mixed_fp16")
+      set(Dtype::F16, Dtype::F32, Dtype::F32), out.lossScaling = true;
+    else {
+      unknownName(v.range, "precision", n,
+                  {"fp32", "tf32", "bf16", "fp16", "mixed_bf16", "mixed_fp16"});
+      return false;
+    }
+    return true;
+  }
+  if (v.kind != ConstValue::Record) {
+    diags.report(DiagKind::TypeMismatch, v.range.Start,
+                 "precision is a preset (fp32, bf16, mixed_bf16, ...) or a record such as "
+                 "{ params = bf16, optimizer = fp32 }, not " + v.describe())
+        .range(v.range);
+    return false;
+  }
+  out.preset = "custom";
+  out.master = Dtype::Invalid;
+  bool ok = true, sawActivations = false, sawGrads = false;
+  for (size_t i = 0; i < v.elems.size(); ++i) {
+    const std::string &k = v.names[i];
+    const ConstValue &e = v.elems[i];
+    bool host = v.placements[i] == "host";
+    if (k == "loss_scaling") {
+      if (e.kind != ConstValue::Bool) {
+        diags.report(DiagKind::TypeMismatch, e.range.Start, "loss_scaling is true or false")
+            .range(e.range);
+        ok = false;
+      }
+      out.lossScaling = e.boolean;
+      continue;
+    }
+    if (k == "master" && e.kind == ConstValue::Word && e.text == "none") {
+      out.master = Dtype::Invalid;
+      continue;
+    }
+    Dtype *slot = k == "params" ? &out.params
+                  : k == "grads" ? &out.grads
+                  : k == "activations" ? &out.activations
+                  : k == "master" ? &out.master
+                  : k == "optimizer" ? &out.optimizer
+                                     : nullptr;
+    if (!slot) {
+      unknownName(v.ranges[i], "tensor class", k,
+                  {"params", "grads", "activations", "master", "optimizer", "loss_scaling"});
+      ok = false;
+      continue;
+    }
+    auto d = dtypeSetting(e, ("'" + k + "'").c_str());
+    if (!d) {
+      ok = false;
+      continue;
+    }
+    *slot = *d;
+    sawActivations |= k == "activations";
+    sawGrads |= k == "grads";
+    if (k == "params") out.paramsOnHost = host;
+    if (k == "grads") out.gradsOnHost = host;
+    if (k == "master") out.masterOnHost = host;
+    if (k == "optimizer") out.optimizerOnHost = host;
+    if (k == "activations" && host) {
+      diags.report(DiagKind::InvalidValue, v.ranges[i].Start,
+                   "activations cannot live on the host in this version")
+          .range(v.ranges[i]);
+      ok = false;
+    }
+  }
+  if (!sawActivations)
+    out.activations = out.params;
+  if (!sawGrads)
+    out.grads = out.params;
+  return ok;
+}
+
+bool Sema::optimizer(const ConstValue &v, OptimizerSpec &out) {
+  out.range = v.range;
+  std::string name = v.kind == ConstValue::Call || v.kind == ConstValue::Word ? v.text : "";
+  static const std::vector<std::string> known = {"SGD", "AdaGrad", "RMSprop", "Adam", "AdamW",
+                                                 "Lion"};
+  std::string canonical;
+  for (const std::string &k : known)
+    if (llvm::StringRef(k).equals_insensitive(name))
+      canonical = k;
+  if (canonical.empty()) {
+    if (name.empty())
+      diags.report(DiagKind::TypeMismatch, v.range.Start,
+                   "optimizer must be SGD, AdaGrad, RMSprop, Adam, AdamW or Lion, not " +
+                       v.describe())
+          .range(v.range);
+    else
+      unknownName(v.range, "optimizer", name, known);
+    return false;
+  }
+  out.name = canonical;
+  if (canonical == "Adam" || canonical == "AdamW") {
+    out.beta1 = 0.9, out.beta2 = 0.999, out.eps = 1e-8;
+  }
+  if (canonical == "Lion")
+    out.beta1 = 0.9, out.beta2 = 0.99;
+  if (canonical == "AdaGrad" || canonical == "RMSprop")
+    out.eps = 1e-10;
+  bool ok = true;
+  for (size_t i = 0; i < v.elems.size(); ++i) {
+    const std::string &k = i < v.names.size() ? v.names[i] : "";
+    const ConstValue &e = v.elems[i];
+    llvm::SMRange r = v.ranges[i];
+    std::string key = k.empty() && i == 0 ? "lr" : k;
+    if (key == "betas") {
+      if (e.kind != ConstValue::Tuple || e.elems.size() != 2 ||
+          e.elems[0].kind != ConstValue::Number || e.elems[1].kind != ConstValue::Number) {
+        diags.report(DiagKind::TypeMismatch, r.Start, "betas is a pair such as (0.9, 0.95)")
+            .range(r);
+        ok = false;
+        continue;
+      }
+      out.beta1 = e.elems[0].number;
+      out.beta2 = e.elems[1].number;
+      continue;
+    }
+    double *slot = key == "lr" ? &out.lr
+                   : key == "momentum" ? &out.momentum
+                   : key == "eps" ? &out.eps
+                   : key == "weight_decay" ? &out.weightDecay
+                                           : nullptr;
+    if (!slot) {
+      std::string close = closestName(key, {"lr", "momentum", "betas", "eps", "weight_decay"});
+      diags.report(DiagKind::UnknownArgument, r.Start,
+                   key.empty() ? "only the learning rate may be given without a name"
+                               : "unknown optimizer argument '" + key + "'" +
+                                     (close.empty() ? "" : "; did you mean '" + close + "'?"))
+          .range(r);
+      ok = false;
+      continue;
+    }
+    if (e.kind != ConstValue::Number || e.dim != UnitDim::None) {
+      diags.report(DiagKind::TypeMismatch, r.Start,
+                   "'" + key + "' must be a plain number, not " + e.describe())
+          .range(r);
+      ok = false;
+      continue;
+    }
+    *slot = e.number;
+    if (key == "eps")
+      out.epsRange = r;
+  }
+  if (canonical == "SGD")
+    out.states = out.momentum > 0 ? 1 : 0;
+  else if (canonical == "Adam" || canonical == "AdamW")
+    out.states = 2;
+  else
+    out.states = 1;
+  return ok;
+}
+
+bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
+  plan.parallel.range = v.range;
+  std::string targetName;
+  int64_t devices = 1;
+  if (v.kind == ConstValue::Word || v.kind == ConstValue::String) {
+    targetName = v.text;
+  } else if (v.kind == ConstValue::Device) {
+    targetName = v.text;
+    if (!v.isInteger || v.number < 1) {
+      diags.report(DiagKind::NotInteger, v.range.Start,
+                   "the device count must be a positive whole number")
+          .range(v.range);
+      return false;
+    }
+    devices = v.intValue;
+  } else {
+    diags.report(DiagKind::TypeMismatch, v.range.Start,
+                 "target is a target name such as H100_SXM, or N x NAME { data = N }, not " +
+                     v.describe())
+        .range(v.range);
+    return false;
+  }
+  auto t = resolveTarget(p, targetName, v.range);
+  if (!t)
+    return false;
+  plan.target = *t;
+  Parallelism &par = plan.parallel;
+  par.devices = devices;
+  bool dataGiven = false;
+  if (v.kind == ConstValue::Device && !v.elems.empty()) {
+    const ConstValue &rec = v.elems[0];
+    for (size_t i = 0; i < rec.elems.size(); ++i) {
+      const std::string &k = rec.names[i];
+      const ConstValue &e = rec.elems[i];
+      if (k == "zero") {
+        if (e.kind != ConstValue::Number || !e.isInteger || e.intValue < 0 || e.intValue > 3) {
+          diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                       "zero is a ZeRO stage: 0, 1, 2 or 3")
+              .range(rec.ranges[i]);
+          return false;
+        }
+        par.zero = static_cast<int>(e.intValue);
+        continue;
+      }
+      int64_t *slot = k == "data" ? &par.data
+                      : k == "tensor" ? &par.tensor
+                      : k == "pipeline" ? &par.pipeline
+                                        : nullptr;
+      if (!slot) {
+        unknownName(rec.ranges[i], "parallelism setting", k,
+                    {"data", "tensor", "pipeline", "zero"});
+        return false;
+      }
+      auto n = positiveInt(e, ("'" + k + "'").c_str());
+      if (!n)
+        return false;
+      *slot = *n;
+      dataGiven |= k == "data";
+    }
+  }
+  int64_t modelParallel = par.tensor * par.pipeline;
+  if (!dataGiven) {
+    if (devices % modelParallel != 0) {
+      diags.report(DiagKind::InvalidValue, v.range.Start,
+                   std::to_string(devices) + " devices cannot be split into tensor × pipeline = " +
+                       std::to_string(modelParallel))
+          .range(v.range);
+      return false;
+    }
+    par.data = devices / modelParallel;
+  }
+  if (par.data * modelParallel != devices) {
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "data × tensor × pipeline = " + std::to_string(par.data) + " × " +
+                     std::to_string(par.tensor) + " × " + std::to_string(par.pipeline) + " = " +
+                     std::to_string(par.data * modelParallel) + ", but there are " +
+                     std::to_string(devices) + " devices")
+        .range(v.range);
+    return false;
+  }
+  return true;
+}
+
+const BlockDecl *Sema::planModel(const Program &p, const PlanDecl &d, ConstValue &call) {
+  for (const SettingAST &s : d.settings) {
+    if (s.key != "model")
+      continue;
+    ConstEnv env;
+    call = eval(*s.value, env);
+    if (call.kind == ConstValue::Invalid)
+      return nullptr;
+    if (call.kind != ConstValue::Call && call.kind != ConstValue::Word) {
+      diags.report(DiagKind::TypeMismatch, call.range.Start,
+                   "model is a model name, optionally with arguments: GPT2(layers = 24)")
+          .range(call.range);
+      return nullptr;
+    }
+    auto it = p.blocks.find(call.text);
+    if (it == p.blocks.end()) {
+      std::vector<std::string> names;
+      for (const auto &kv : p.blocks)
+        names.push_back(kv.getKey().str());
+      unknownName(s.value->range, "model", call.text, names);
+      return nullptr;
+    }
+    return it->second;
+  }
+  diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+               "plan '" + d.name + "' does not say which model it runs")
+      .range(d.nameRange)
+      .fixit(llvm::SMRange(d.range.End, d.range.End), "");
+  return nullptr;
+}
+
+std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
+                                      const PlanOverrides &o) {
+  Plan plan;
+  plan.isTrain = d.isTrain;
+  plan.name = d.name;
+  plan.range = d.range;
+  bool ok = true;
+  bool sawTarget = false, sawPrecision = false, sawBatch = false;
+  static const std::vector<std::string> trainKeys = {
+      "model", "batch", "seq", "micro_batch", "tokens", "optimizer", "precision", "checkpoint",
+      "target"};
+  static const std::vector<std::string> inferKeys = {"model", "batch", "prompt", "generate",
+                                                     "precision", "target"};
+  const auto &keys = d.isTrain ? trainKeys : inferKeys;
+  ConstEnv env;
+  for (const SettingAST &s : d.settings) {
+    if (plan.settingRanges.count(s.key)) {
+      diags.report(DiagKind::DuplicateName, s.keyRange.Start,
+                   "setting '" + s.key + "' is given twice")
+          .range(s.keyRange)
+          .note(plan.settingRanges[s.key].Start, "first given here");
+      ok = false;
+      continue;
+    }
+    plan.settingRanges[s.key] = s.range;
+    if (std::find(keys.begin(), keys.end(), s.key) == keys.end()) {
+      std::string close = closestName(s.key, keys);
+      auto b = diags.report(DiagKind::UnknownSetting, s.keyRange.Start,
+                            "unknown setting '" + s.key + "' in " +
+                                (d.isTrain ? "a train" : "an infer") + " plan" +
+                                (close.empty() ? "" : "; did you mean '" + close + "'?"));
+      b.range(s.keyRange);
+      if (!close.empty())
+        b.fixit(s.keyRange, close);
+      ok = false;
+      continue;
+    }
+    if (s.key == "model") {
+      ConstValue call;
+      const BlockDecl *b = planModel(p, d, call);
+      if (!b)
+        ok = false;
+      else
+        plan.modelName = b->name;
+      continue;
+    }
+    ConstValue v = eval(*s.value, env);
+    if (v.kind == ConstValue::Invalid) {
+      ok = false;
+      continue;
+    }
+    if (s.key == "batch" || s.key == "seq" || s.key == "micro_batch" || s.key == "prompt" ||
+        s.key == "generate") {
+      auto n = positiveInt(v, ("'" + s.key + "'").c_str());
+      if (!n) {
+        ok = false;
+        continue;
+      }
+      if (s.key == "batch") plan.batch = *n, sawBatch = true;
+      if (s.key == "seq") plan.seq = *n;
+      if (s.key == "micro_batch") plan.microBatch = *n, plan.microBatchGiven = true;
+      if (s.key == "prompt") plan.prompt = *n;
+      if (s.key == "generate") plan.generate = *n;
+    } else if (s.key == "tokens") {
+      if (v.kind != ConstValue::Number || v.dim != UnitDim::None || v.number <= 0) {
+        diags.report(DiagKind::UnitMismatch, v.range.Start,
+                     "tokens is a positive count such as 10B, not " + v.describe())
+            .range(v.range);
+        ok = false;
+        continue;
+      }
+      plan.tokens = v.number;
+    } else if (s.key == "optimizer") {
+      ok &= optimizer(v, plan.optimizer);
+    } else if (s.key == "precision") {
+      if (o.precision.empty())
+        ok &= precision(v, plan.precision);
+      sawPrecision = true;
+    } else if (s.key == "checkpoint") {
+      static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt"};
+      if (v.kind != ConstValue::Word ||
+          std::find(policies.begin(), policies.end(), v.text) == policies.end()) {
+        if (v.kind == ConstValue::Word)
+          unknownName(v.range, "checkpoint policy", v.text, policies);
+        else
+          diags.report(DiagKind::TypeMismatch, v.range.Start,
+                       "checkpoint is none, full, sqrt or auto")
+              .range(v.range);
+        ok = false;
+        continue;
+      }
+      plan.checkpoint = v.text;
+    } else if (s.key == "target") {
+      sawTarget = true;
+      if (o.target.empty())
+        ok &= parallel(p, v, plan);
+    }
+  }
+  for (const BudgetItemAST &b : d.budgets) {
+    BudgetSpec spec;
+    spec.range = b.range;
+    spec.atMost = b.op[0] == '<';
+    UnitDim want;
+    if (b.metric == "memory per device" || b.metric == "memory") {
+      spec.metric = BudgetMetric::MemoryPerDevice;
+      want = UnitDim::Bytes;
+    } else if (b.metric == "step time") {
+      spec.metric = BudgetMetric::StepTime;
+      want = UnitDim::Time;
+    } else if (b.metric == "mfu") {
+      spec.metric = BudgetMetric::Mfu;
+      want = UnitDim::Ratio;
+    } else if (b.metric == "run time") {
+      spec.metric = BudgetMetric::RunTime;
+      want = UnitDim::Time;
+    } else {
+      std::string close =
+          closestName(b.metric, {"memory per device", "step time", "mfu", "run time"});
+      diags.report(DiagKind::UnknownSetting, b.range.Start,
+                   "unknown budget '" + b.metric + "'" +
+                       (close.empty() ? "" : "; did you mean '" + close + "'?"))
+          .range(b.range);
+      ok = false;
+      continue;
+    }
+    ConstValue v = eval(*b.value, env);
+    if (v.kind == ConstValue::Invalid) {
+      ok = false;
+      continue;
+    }
+    bool fits = v.kind == ConstValue::Number &&
+                (v.dim == want || (want == UnitDim::Ratio && v.dim == UnitDim::None &&
+                                   v.number > 0 && v.number <= 1));
+    if (!fits) {
+      diags.report(DiagKind::UnitMismatch, v.range.Start,
+                   "budget '" + b.metric + "' is " + describe(want).str() + ", not " +
+                       v.describe())
+          .range(v.range);
+      ok = false;
+      continue;
+    }
+    spec.value = v.number;
+    plan.budgets.push_back(spec);
+  }
+  // Command-line overrides replace what the file says.
+  if (!o.precision.empty()) {
+    ConstValue v;
+    v.kind = ConstValue::Word;
+    v.text = o.precision;
+    ok &= precision(v, plan.precision);
+    sawPrecision = true;
+  }
+  if (!o.target.empty()) {
+    ConstValue v;
+    llvm::StringRef spec(o.target);
+    auto x = spec.find('x');
+    int64_t n = 0;
+    if (x != llvm::StringRef::npos && !spec.substr(0, x).trim().getAsInteger(10, n)) {
+      v.kind = ConstValue::Device;
+      v.number = static_cast<double>(n);
+      v.intValue = n;
+      v.isInteger = true;
+      v.text = spec.substr(x + 1).trim().str();
+    } else {
+      v.kind = ConstValue::Word;
+      v.text = o.target;
+    }
+    ok &= parallel(p, v, plan);
+    sawTarget = true;
+  }
+  if (o.batch > 0)
+    plan.batch = o.batch, sawBatch = true;
+  if (o.microBatch > 0)
+    plan.microBatch = o.microBatch, plan.microBatchGiven = true;
+  if (!o.checkpoint.empty())
+    plan.checkpoint = o.checkpoint;
+  if (!ok)
+    return std::nullopt;
+  if (plan.modelName.empty()) {
+    ConstValue call;
+    planModel(p, d, call);
+    return std::nullopt;
+  }
+  if (!sawTarget) {
+    diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+                 "plan '" + d.name + "' does not say its target (for example target = H100_SXM)")
+        .range(d.nameRange);
+    return std::nullopt;
+  }
+  if (!sawPrecision)
+    plan.precision.preset = "fp32";
+  if (!sawBatch && d.isTrain) {
+    diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+                 "plan '" + d.name + "' does not say its batch size")
+        .range(d.nameRange);
+    return std::nullopt;
+  }
+  if (!d.isTrain && plan.prompt == 0) {
+    diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+                 "infer plan '" + d.name + "' does not say its prompt length")
+        .range(d.nameRange);
+    return std::nullopt;
+  }
+  if (!d.isTrain)
+    plan.seq = plan.prompt;
+  if (!plan.microBatchGiven)
+    plan.microBatch = d.isTrain ? std::max<int64_t>(1, plan.batch / plan.parallel.data)
+                                : plan.batch;
+  return plan;
+}
+
+} // namespace tally

@@ -1,0 +1,106 @@
+// Semantic analysis: the program's names (blocks of the standard library and of the user's
+// files, targets, plans), constant arithmetic with units, and the resolution of a `train` or
+// `infer` declaration into a checked Plan. Lowering (frontend/Lower.h) uses the same constant
+// evaluator for block arguments and dimensions.
+#pragma once
+
+#include "frontend/AST.h"
+#include "frontend/Diagnostics.h"
+#include "ir/Plan.h"
+#include "ir/Units.h"
+
+#include "llvm/ADT/StringMap.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tally {
+
+/// A compile-time value: numbers with their unit dimension, booleans, bare words (`fp32`,
+/// `auto`), strings, tuples and records, calls of blocks or optimizers with constant
+/// arguments (`GPT2(layers = 48)`, `AdamW(lr = 3e-4)`) and device specs (`8 x H100_SXM {...}`).
+struct ConstValue {
+  enum Kind { Invalid, Number, Bool, Word, String, Tuple, Record, Call, Device } kind = Invalid;
+  double number = 0;
+  bool isInteger = false;           ///< an exact integer that fits int64 (`intValue`)
+  int64_t intValue = 0;
+  UnitDim dim = UnitDim::None;
+  bool boolean = false;
+  std::string text;                 ///< Word, String, Call callee, Device target
+  std::vector<ConstValue> elems;    ///< Tuple elements, Record values, Call arguments
+  std::vector<std::string> names;   ///< Record keys, Call argument names ("" positional)
+  std::vector<std::string> placements; ///< Record: "" or "host"
+  std::vector<llvm::SMRange> ranges;   ///< where each element was written
+  llvm::SMRange range;
+
+  static ConstValue integer(int64_t v, llvm::SMRange r);
+  static ConstValue real(double v, UnitDim d, llvm::SMRange r);
+  std::string describe() const;     ///< "a number", "bytes", "a tuple", ... for messages
+};
+
+/// Names visible while evaluating constants (block parameters, constant members).
+using ConstEnv = llvm::StringMap<ConstValue>;
+
+/// Every declaration of the compilation, by name.
+struct Program {
+  std::vector<std::unique_ptr<Module>> modules; ///< the standard library first
+  llvm::StringMap<const BlockDecl *> blocks;
+  llvm::StringMap<const PlanDecl *> plans;
+  llvm::StringMap<const TargetDecl *> targets;
+  std::vector<const PlanDecl *> planOrder;      ///< in source order
+};
+
+/// Settings given on the command line; they replace what the file says.
+struct PlanOverrides {
+  std::string target, precision, checkpoint;
+  int64_t batch = 0, microBatch = 0;
+};
+
+class Sema {
+public:
+  explicit Sema(DiagnosticEngine &diags) : diags(diags) {}
+
+  /// Adds a parsed module; reports names declared twice. Later user modules may shadow the
+  /// standard library, not each other.
+  void addModule(std::unique_ptr<Module> m, Program &p);
+
+  /// Evaluates a constant expression; reports and returns Invalid on error. Names resolve in
+  /// `env`, then to bare words (fp32, auto, true/false become Bool).
+  ConstValue eval(const Expr &e, const ConstEnv &env);
+
+  /// Checks that `v` is a positive integer usable as a dimension or count.
+  std::optional<int64_t> positiveInt(const ConstValue &v, const char *what);
+
+  /// Resolves a target by name: the user's `target` declarations first, then the catalogue.
+  std::optional<Target> resolveTarget(const Program &p, llvm::StringRef name, llvm::SMRange r);
+
+  /// Resolves a train/infer declaration into a Plan.
+  std::optional<Plan> resolvePlan(const Program &p, const PlanDecl &d, const PlanOverrides &o);
+
+  /// The model call of a plan (`GPT2(layers = 48)`): the block and its constant arguments.
+  const BlockDecl *planModel(const Program &p, const PlanDecl &d, ConstValue &call);
+
+  /// Reports `name` as unknown, suggesting the closest of `candidates`.
+  void unknownName(llvm::SMRange r, llvm::StringRef what, llvm::StringRef name,
+                   const std::vector<std::string> &candidates);
+
+  /// Folds `a op b` for the binary expression `e` (units, exact integers, overflow).
+  ConstValue arith(const Expr &e, const ConstValue &a, const ConstValue &b);
+
+  DiagnosticEngine &diags;
+
+private:
+  std::optional<Dtype> dtypeSetting(const ConstValue &v, const char *what);
+  bool precision(const ConstValue &v, PrecisionPolicy &out);
+  bool optimizer(const ConstValue &v, OptimizerSpec &out);
+  bool parallel(const Program &p, const ConstValue &v, Plan &plan);
+  std::optional<Target> userTarget(const TargetDecl &d);
+  ConstValue number(const Expr &e);
+};
+
+/// The closest string to `name` among `candidates` by edit distance, or "" when none is close.
+std::string closestName(llvm::StringRef name, const std::vector<std::string> &candidates);
+
+} // namespace tally

@@ -1,0 +1,84 @@
+//===- ir/Dtype.h - Element types and their numeric limits ---------------===//
+//
+// The element types a tensor can hold, how many bytes each takes, the names a
+// .tally file may spell them with, and an exact model of each float format
+// (range, precision, rounding). Memory accounting uses bytesOf; the precision
+// lints (underflow, overflow, lost increments) use limitsOf and roundTo.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TALLY_IR_DTYPE_H
+#define TALLY_IR_DTYPE_H
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+
+namespace tally {
+
+/// An element type. Invalid marks "not yet known" or a parse failure.
+enum class Dtype : uint8_t {
+  Invalid,
+  F64,
+  F32,
+  TF32, ///< Tensor-core input format: f32 storage, 10 mantissa bits computed.
+  F16,
+  BF16,
+  FP8E4M3, ///< OCP FP8 E4M3 ("fn"): no infinities, max 448.
+  FP8E5M2, ///< OCP FP8 E5M2: IEEE-like, max 57344, has infinities.
+  I64,
+  I32,
+  I8,
+  U8,
+  Bool
+};
+
+/// Storage size of one element in bytes, for memory accounting. TF32 is stored
+/// as a 4-byte f32; fp8 and Bool take one byte; Invalid takes 0.
+unsigned bytesOf(Dtype d);
+
+/// The canonical spelling used in diagnostics and reports: "f64", "f32",
+/// "tf32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i64", "i32", "i8", "u8",
+/// "bool"; "invalid" for Invalid.
+llvm::StringRef nameOf(Dtype d);
+
+/// Parses a dtype name as a user may write it: the canonical names plus the
+/// aliases fp64/float64/double, fp32/float32/float, fp16/half/float16,
+/// bfloat16, e4m3/float8_e4m3fn, e5m2/float8_e5m2, int64, int32, int8, uint8,
+/// boolean. Case-sensitive (lower case). nullopt if unknown.
+std::optional<Dtype> parseDtype(llvm::StringRef s);
+
+/// True for the floating-point formats (F64 … FP8E5M2).
+bool isFloat(Dtype d);
+
+/// True for the integer formats (I64, I32, I8, U8); Bool is not an integer.
+bool isInteger(Dtype d);
+
+/// The numeric envelope of a float format. All values are positive magnitudes.
+struct FloatLimits {
+  double max;          ///< Largest finite value.
+  double minNormal;    ///< Smallest positive normal value.
+  double minSubnormal; ///< Smallest positive (subnormal) value.
+  double epsilon;      ///< Gap between 1 and the next value: 2^-mantissaBits.
+  int mantissaBits;    ///< Stored fraction bits (excluding the implicit 1).
+  int exponentBits;
+};
+
+/// Limits of a float dtype. TF32 has f32's range with 10 mantissa bits.
+/// For integer dtypes, max is the largest value and epsilon is 1 (the other
+/// fields are 0); Bool has max 1; Invalid gives all zeros.
+FloatLimits limitsOf(Dtype d);
+
+/// The value v takes after conversion to d: rounded to the nearest
+/// representable value, ties to even, with gradual underflow (subnormals) and
+/// signed zero. Overflow gives +-inf, except in FP8E4M3, which has no infinity:
+/// there a value that rounds above 448 becomes NaN (the OCP spec's
+/// non-saturating conversion), so an analysis sees it as unrepresentable rather
+/// than silently clamped. NaN stays NaN; F64 returns v unchanged. Integer
+/// dtypes round to the nearest integer (ties to even) and saturate at their
+/// range; Bool gives 1 for any nonzero v; Invalid gives NaN.
+double roundTo(Dtype d, double v);
+
+} // namespace tally
+
+#endif // TALLY_IR_DTYPE_H

@@ -1,0 +1,198 @@
+// The IR graph's small helpers: op names and classes, building, shape formatting, verification.
+#include "ir/Graph.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <unordered_set>
+
+namespace tally {
+
+namespace {
+struct OpEntry {
+  const char *name;
+  OpClass cls;
+};
+const OpEntry kOps[] = {
+#define OP(ID, NAME, CLASS) {NAME, OpClass::CLASS},
+#include "ir/Ops.def"
+};
+} // namespace
+
+double numel(const Shape &s) {
+  double n = 1;
+  for (const Dim &d : s)
+    n *= static_cast<double>(d.size);
+  return n;
+}
+
+std::optional<int64_t> checkedNumel(const Shape &s) {
+  int64_t n = 1;
+  for (const Dim &d : s) {
+    if (d.size < 0 || __builtin_mul_overflow(n, d.size, &n))
+      return std::nullopt;
+  }
+  return n;
+}
+
+llvm::StringRef opName(OpKind k) { return kOps[static_cast<unsigned>(k)].name; }
+OpClass opClass(OpKind k) { return kOps[static_cast<unsigned>(k)].cls; }
+
+llvm::StringRef opClassName(OpClass c) {
+  switch (c) {
+  case OpClass::Matmul: return "matmul";
+  case OpClass::Attention: return "attention";
+  case OpClass::Elementwise: return "elementwise";
+  case OpClass::Reduction: return "reduction";
+  case OpClass::Normalization: return "normalization";
+  case OpClass::Loss: return "loss";
+  case OpClass::Data: return "data";
+  case OpClass::View: return "view";
+  }
+  return "?";
+}
+
+std::optional<OpKind> opFromName(llvm::StringRef name) {
+  for (unsigned i = 0; i < sizeof(kOps) / sizeof(kOps[0]); ++i)
+    if (name == kOps[i].name)
+      return static_cast<OpKind>(i);
+  return std::nullopt;
+}
+
+TensorId Graph::addTensor(Tensor t) {
+  tensors.push_back(std::move(t));
+  return static_cast<TensorId>(tensors.size() - 1);
+}
+
+OpId Graph::addOp(Op op) {
+  OpId id = static_cast<OpId>(ops.size());
+  for (TensorId t : op.outputs)
+    tensors[t].producer = id;
+  ops.push_back(std::move(op));
+  return id;
+}
+
+uint32_t Graph::symbol(llvm::StringRef name) {
+  if (name.empty())
+    return 0;
+  for (uint32_t i = 1; i < symbols.size(); ++i)
+    if (symbols[i] == name)
+      return i;
+  symbols.push_back(name.str());
+  return static_cast<uint32_t>(symbols.size() - 1);
+}
+
+std::string Graph::formatShape(const Shape &s) const {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i)
+      out += ", ";
+    out += s[i].sym ? symbols[s[i].sym] : std::to_string(s[i].size);
+  }
+  return out + "]";
+}
+
+std::string Graph::formatSizes(const Shape &s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i)
+      out += ", ";
+    out += std::to_string(s[i].size);
+  }
+  return out + "]";
+}
+
+double Graph::bytes(TensorId t) const {
+  return numel(tensors[t].shape) * bytesOf(tensors[t].dtype);
+}
+
+std::string verifyGraph(const Graph &g) {
+  std::vector<bool> defined(g.tensors.size(), false);
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    const Tensor &x = g.tensors[t];
+    if (x.role != TensorRole::Activation)
+      defined[t] = true;
+    if (x.dtype == Dtype::Invalid)
+      return "tensor %" + std::to_string(t) + " has no dtype";
+    if (!checkedNumel(x.shape))
+      return "tensor %" + std::to_string(t) + " has an overflowing or negative shape";
+    if (x.role == TensorRole::Param && (x.param >= g.params.size() || g.params[x.param].tensor != t))
+      return "parameter tensor %" + std::to_string(t) + " is not listed in params";
+  }
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const Op &op = g.ops[o];
+    for (TensorId t : op.inputs)
+      if (t >= g.tensors.size() || !defined[t])
+        return "op " + op.path + " reads a tensor before it is defined";
+    for (TensorId t : op.outputs) {
+      if (t >= g.tensors.size() || defined[t])
+        return "op " + op.path + " writes a tensor that is already defined";
+      if (g.tensors[t].producer != o)
+        return "op " + op.path + " is not recorded as its output's producer";
+      defined[t] = true;
+    }
+    if (op.instance >= g.instances.size())
+      return "op " + op.path + " names no block instance";
+  }
+  std::unordered_set<TensorId> seen;
+  for (const ParamInfo &p : g.params)
+    if (!seen.insert(p.tensor).second)
+      return "parameter " + p.path + " is listed twice";
+  return "";
+}
+
+void printGraph(const Graph &g, llvm::raw_ostream &os) {
+  auto type = [&](TensorId t) {
+    const Tensor &x = g.tensors[t];
+    return nameOf(x.dtype).str() + g.formatShape(x.shape);
+  };
+  os << "graph @" << g.model << " {\n";
+  for (TensorId t : g.inputs)
+    os << "  input %" << t << " " << g.tensors[t].name << ": " << type(t) << "\n";
+  for (const ParamInfo &p : g.params)
+    os << "  param %" << p.tensor << " " << p.path << ": " << type(p.tensor)
+       << (p.trainable ? "" : " frozen") << "\n";
+  for (const Op &op : g.ops) {
+    os << "  ";
+    for (size_t i = 0; i < op.outputs.size(); ++i)
+      os << (i ? ", " : "") << "%" << op.outputs[i];
+    os << " = " << opName(op.kind) << "(";
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      os << (i ? ", " : "") << "%" << op.inputs[i];
+    const OpAttrs &a = op.attrs;
+    if (a.hasScalar)
+      os << (op.inputs.empty() ? "" : ", ") << a.scalar;
+    os << ")";
+    switch (op.kind) {
+    case OpKind::Attention:
+      os << " {heads = " << a.heads << ", kv_heads = " << a.kvHeads
+         << ", causal = " << (a.causal ? "true" : "false")
+         << ", fused = " << (a.fused ? "true" : "false");
+      if (a.p > 0)
+        os << ", dropout = " << a.p;
+      os << "}";
+      break;
+    case OpKind::Split:
+      os << " {parts = " << a.parts << ", dim = " << a.dim << "}";
+      break;
+    case OpKind::Dropout:
+      os << " {p = " << a.p << "}";
+      break;
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm:
+      os << " {eps = " << a.eps << "}";
+      break;
+    default:
+      break;
+    }
+    os << " : ";
+    for (size_t i = 0; i < op.outputs.size(); ++i)
+      os << (i ? ", " : "") << type(op.outputs[i]);
+    os << "  // " << op.path << "\n";
+  }
+  os << "  return";
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    os << (i ? ", " : " ") << "%" << g.outputs[i];
+  os << "\n}\n";
+}
+
+} // namespace tally

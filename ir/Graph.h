@@ -1,0 +1,150 @@
+// The tally IR: a flat graph of primitive ops over tensors, in topological order.
+//
+// Lowering (frontend/Lower.cpp) instantiates a model for one plan and evaluates its forward
+// function into this graph: every tensor has a concrete shape (plan symbols such as `batch` and
+// `seq` are bound, but their names are kept for messages), every op has its dotted path
+// ("h[3].attn.qkv.matmul") and source location. Parameters are tensors too, listed once each
+// (tied weights are one tensor used twice). The module instance tree is kept for per-block
+// reports. Passes never change the graph; they annotate an Analysis (passes/Analysis.h).
+#pragma once
+
+#include "ir/Dtype.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/SMLoc.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace tally {
+
+using TensorId = uint32_t;
+using OpId = uint32_t;
+constexpr uint32_t kNone = UINT32_MAX;
+
+/// One dimension: its extent and, when it was written as a name (`batch`, `seq`, `d`), the
+/// index of that name in Graph::symbols (0 = no name) so messages can say `[batch, seq, 768]`.
+struct Dim {
+  int64_t size = 0;
+  uint32_t sym = 0;
+};
+using Shape = llvm::SmallVector<Dim, 4>;
+
+/// Number of elements as a double (exact below 2^53; lowering rejects any shape whose element
+/// count overflows int64, so this never sees an overflowed product).
+double numel(const Shape &s);
+/// Element count with overflow checking; nullopt when the product exceeds int64.
+std::optional<int64_t> checkedNumel(const Shape &s);
+
+enum class OpKind : uint8_t {
+#define OP(ID, NAME, CLASS) ID,
+#include "ir/Ops.def"
+};
+enum class OpClass : uint8_t { Matmul, Attention, Elementwise, Reduction, Normalization, Loss, Data, View };
+
+llvm::StringRef opName(OpKind k);
+OpClass opClass(OpKind k);
+llvm::StringRef opClassName(OpClass c);
+/// The op kind a language-level primitive name denotes (`gelu`, `layer_norm`, ...).
+std::optional<OpKind> opFromName(llvm::StringRef name);
+
+enum class TensorRole : uint8_t {
+  Input,      ///< data fed by the plan (tokens, x): needs no gradient
+  Param,      ///< a learned parameter (trainable unless frozen)
+  Activation, ///< produced by an op
+};
+
+struct Tensor {
+  Shape shape;
+  Dtype dtype = Dtype::Invalid;
+  TensorRole role = TensorRole::Activation;
+  bool requiresGrad = false;  ///< a gradient flows to it (depends on a trainable parameter)
+  OpId producer = kNone;      ///< the op that produces it (activations only)
+  uint32_t param = kNone;     ///< index into Graph::params for parameters
+  TensorId viewOf = kNone;    ///< for outputs of view ops: the tensor whose storage it shares
+  std::string name;           ///< inputs and parameters: their name; activations: ""
+};
+
+/// Attributes of an op; which ones matter depends on the kind (see ir/OpRules.cpp).
+struct OpAttrs {
+  int64_t dim = -1;           ///< split/concat/softmax/sum/mean axis (negative counts from the end)
+  int64_t parts = 0;          ///< split: number of equal parts
+  int64_t heads = 0;          ///< attention: query heads
+  int64_t kvHeads = 0;        ///< attention: key/value heads (grouped-query attention)
+  bool causal = false;        ///< attention: causal mask
+  bool fused = true;          ///< attention: flash (true) or materialised scores (false)
+  bool keepDim = false;       ///< sum/mean over one axis: keep it with size 1
+  bool reduceAll = true;      ///< sum/mean: over every element (no dim given)
+  double p = 0;               ///< dropout probability (dropout, or attention's dropout =)
+  double eps = 0;             ///< layer_norm / rms_norm epsilon
+  bool hasScalar = false;     ///< add/sub/mul/div with one tensor and a constant
+  double scalar = 0;          ///< that constant
+  bool scalarOnLeft = false;  ///< `2 - x` rather than `x - 2`
+  int64_t transposeA = -1, transposeB = -1; ///< transpose: the two axes swapped
+  Shape newShape;             ///< reshape: the target shape
+};
+
+struct Op {
+  OpKind kind;
+  llvm::SmallVector<TensorId, 3> inputs;
+  llvm::SmallVector<TensorId, 3> outputs;
+  OpAttrs attrs;
+  std::string path;           ///< "h[3].attn.qkv.matmul": instance path, then the op's own name
+  uint32_t instance = 0;      ///< index into Graph::instances of the block it was written in
+  llvm::SMRange range;        ///< the expression that created it
+};
+
+/// A learned parameter, declared once by `param` in some block instance.
+struct ParamInfo {
+  std::string path;           ///< "h[0].attn.qkv.weight"
+  TensorId tensor = kNone;
+  bool trainable = true;
+  uint32_t instance = 0;
+  llvm::SMRange range;        ///< the `param` declaration
+};
+
+/// A block instance: the model itself (path ""), its members, and each repeat copy.
+struct Instance {
+  std::string path;           ///< "", "h", "h[3]", "h[3].attn"
+  std::string block;          ///< the block's name, or "repeat" for a repeat list
+  uint32_t parent = kNone;
+  int64_t depth = 0;          ///< 0 for the model itself
+};
+
+struct Graph {
+  std::string model;          ///< the model's block name
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;        ///< topological order: inputs of an op are defined before it
+  std::vector<ParamInfo> params;
+  std::vector<Instance> instances;
+  std::vector<TensorId> inputs;
+  TensorId loss = kNone;      ///< the scalar the forward function returns (when training)
+  std::vector<TensorId> outputs; ///< everything the forward function returns
+  std::vector<std::string> symbols{""}; ///< dimension names; index 0 is "no name"
+  Dtype activationDtype = Dtype::F32; ///< dtype of floating-point activations
+
+  TensorId addTensor(Tensor t);
+  OpId addOp(Op op);          ///< also sets the producer of each output
+  uint32_t symbol(llvm::StringRef name);
+  /// `[batch, seq, 768]`: names where a dimension has one, numbers otherwise.
+  std::string formatShape(const Shape &s) const;
+  /// `[16, 1024, 768]`: numbers only.
+  static std::string formatSizes(const Shape &s);
+  double bytes(TensorId t) const; ///< numel × bytes per element
+};
+
+/// Checks the graph's invariants (topological order, shapes present, ids in range, params
+/// listed once). Returns an empty string when valid, or a description of the first problem.
+std::string verifyGraph(const Graph &g);
+
+/// Prints the graph for `--emit=ir`: one line per tensor declaration and per op.
+void printGraph(const Graph &g, llvm::raw_ostream &os);
+
+} // namespace tally

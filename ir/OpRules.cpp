@@ -1,0 +1,886 @@
+// The per-op table: for every op kind in ir/Ops.def, how its output shapes follow from its
+// inputs, what its forward pass costs (FLOPs, bytes), what each input's gradient costs, and what
+// the backward keeps from the forward. docs/counting.md states the same rules as formulas; keep
+// the two in step.
+//
+// Layout: shared helpers first, then one group of small static functions per op family
+// (matmul, binary elementwise, unary elementwise, normalisation, attention, data, reductions,
+// views), then the table itself, built from ir/Ops.def so a kind without a rule does not compile.
+// The functions assume the op was built by lowering: the right number of inputs for `forward`,
+// `gradFlops` and `saved`, and outputs already created from `infer`'s results. `infer` checks
+// everything itself and reports bad shapes as a ShapeError.
+#include "ir/OpRules.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tally {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers.
+
+const Tensor &in(const Graph &g, const Op &op, unsigned i) { return g.tensors[op.inputs[i]]; }
+const Tensor &out0(const Graph &g, const Op &op) { return g.tensors[op.outputs[0]]; }
+double outNumel(const Graph &g, const Op &op) { return numel(out0(g, op).shape); }
+
+bool need(llvm::ArrayRef<bool> needGrad, unsigned i) { return i < needGrad.size() && needGrad[i]; }
+bool anyNeed(llvm::ArrayRef<bool> needGrad) {
+  return std::any_of(needGrad.begin(), needGrad.end(), [](bool b) { return b; });
+}
+
+bool fail(ShapeError &err, ShapeErrorKind kind, std::string message) {
+  err.kind = kind;
+  err.message = std::move(message);
+  return false;
+}
+
+bool expectInputs(const Op &op, size_t lo, size_t hi, ShapeError &err) {
+  size_t n = op.inputs.size();
+  if (n >= lo && n <= hi)
+    return true;
+  std::string want = lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi);
+  return fail(err, ShapeErrorKind::Invalid,
+              opName(op.kind).str() + " expects " + want + " inputs, got " + std::to_string(n));
+}
+
+/// Float results are stored at the plan's activation dtype; integer-only arithmetic keeps its type.
+Dtype resultDtype(const Graph &g, Dtype operand) {
+  return isFloat(operand) ? g.activationDtype : operand;
+}
+
+/// Sum of the inputs' bytes and of the outputs' bytes: what a kernel that reads each input once
+/// and writes each output once moves. `extraWritten` adds buffers the kernel also writes.
+ForwardCost defaultBytes(const Graph &g, const Op &op, double extraWritten = 0) {
+  ForwardCost c;
+  for (TensorId t : op.inputs)
+    c.bytesRead += g.bytes(t);
+  for (TensorId t : op.outputs)
+    c.bytesWritten += g.bytes(t);
+  c.bytesWritten += extraWritten;
+  return c;
+}
+
+ForwardCost withFlops(ForwardCost c, double flops, double matmulFlops = 0) {
+  c.flops = c.executedFlops = flops;
+  c.matmulFlops = matmulFlops;
+  return c;
+}
+
+/// Keeps `t` (an input or output of the op) unless it is already kept by this op (x * x).
+void keep(const Graph &g, std::vector<SavedTensor> &out, TensorId t, const char *what) {
+  for (const SavedTensor &s : out)
+    if (s.tensor == t)
+      return;
+  out.push_back({t, g.bytes(t), what});
+}
+void keepBuffer(std::vector<SavedTensor> &out, double bytes, const char *what) {
+  out.push_back({kNone, bytes, what});
+}
+
+/// Rows of a tensor reduced along its last dimension (normalisations, softmax over the vocab).
+double rowsOf(const Shape &s) {
+  return s.empty() || s.back().size == 0 ? 0 : numel(s) / static_cast<double>(s.back().size);
+}
+
+double executedDefault(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad) {
+  double f = 0;
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    if (need(needGrad, i))
+      f += ruleFor(op.kind).gradFlops(g, op, i);
+  return f;
+}
+
+double noGrad(const Graph &, const Op &, unsigned) { return 0; }
+void savesNothing(const Graph &, const Op &, llvm::ArrayRef<bool>, std::vector<SavedTensor> &) {}
+
+using InferFn = bool (*)(const Graph &, const Op &, llvm::SmallVectorImpl<TensorType> &,
+                         ShapeError &);
+
+/// Runs an op's shape rule, then rejects any result whose element count overflows int64, so no
+/// pass downstream ever sees an overflowed shape.
+template <InferFn F>
+bool inferChecked(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                  ShapeError &err) {
+  outs.clear();
+  err = ShapeError();
+  for (TensorId t : op.inputs)
+    if (t >= g.tensors.size())
+      return fail(err, ShapeErrorKind::Invalid, opName(op.kind).str() + " reads an unknown tensor");
+  if (!F(g, op, outs, err))
+    return false;
+  for (const TensorType &t : outs)
+    if (!checkedNumel(t.shape))
+      return fail(err, ShapeErrorKind::Overflow,
+                  "the result of " + opName(op.kind).str() + ", " + Graph::formatSizes(t.shape) +
+                      ", has more elements than fit in a 64-bit integer");
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matmul: A [..., M, K] @ B [..., K, N] (batch dims broadcast); a 1-D A is [K] (no M), a 1-D B
+// is [K] (no N), as in numpy.
+
+bool inferMatmul(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                 ShapeError &err) {
+  if (!expectInputs(op, 2, 2, err))
+    return false;
+  const Shape &a = in(g, op, 0).shape, &b = in(g, op, 1).shape;
+  std::string both = g.formatShape(a) + " @ " + g.formatShape(b);
+  if (a.empty() || b.empty())
+    return fail(err, ShapeErrorKind::Matmul, "matmul needs operands of rank 1 or more: " + both);
+  const Dim &ka = a.back();
+  const Dim &kb = b.size() == 1 ? b[0] : b[b.size() - 2];
+  if (ka.size != kb.size)
+    return fail(err, ShapeErrorKind::Matmul, "matmul inner dimensions differ: " + both);
+  Shape batchA(a.begin(), a.end() - std::min<size_t>(a.size(), 2));
+  Shape batchB(b.begin(), b.end() - std::min<size_t>(b.size(), 2));
+  Shape shape;
+  if (!broadcastShapes(batchA, batchB, shape))
+    return fail(err, ShapeErrorKind::Matmul, "matmul batch dimensions cannot be broadcast: " + both);
+  if (a.size() >= 2)
+    shape.push_back(a[a.size() - 2]);
+  if (b.size() >= 2)
+    shape.push_back(b.back());
+  outs.push_back({shape, g.activationDtype});
+  return true;
+}
+
+/// 2·M·N·K·batch, written as 2·numel(out)·K (numel(out) = batch·M·N).
+double matmulFlops(const Graph &g, const Op &op) {
+  return 2 * outNumel(g, op) * static_cast<double>(in(g, op, 0).shape.back().size);
+}
+
+ForwardCost forwardMatmul(const Graph &g, const Op &op) {
+  double f = matmulFlops(g, op);
+  return withFlops(defaultBytes(g, op), f, f);
+}
+
+/// dA = dC·Bᵀ and dB = Aᵀ·dC are each a matmul of the same size as the forward.
+double gradMatmul(const Graph &g, const Op &op, unsigned) { return matmulFlops(g, op); }
+
+void savedMatmul(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                 std::vector<SavedTensor> &out) {
+  if (need(needGrad, 1))
+    keep(g, out, op.inputs[0], "input");
+  if (need(needGrad, 0))
+    keep(g, out, op.inputs[1], "input");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binary elementwise: add, sub, mul, div with numpy broadcasting, or one tensor and a constant.
+
+bool inferBinary(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                 ShapeError &err) {
+  if (op.attrs.hasScalar) {
+    if (!expectInputs(op, 1, 1, err))
+      return false;
+    const Tensor &a = in(g, op, 0);
+    outs.push_back({a.shape, resultDtype(g, a.dtype)});
+    return true;
+  }
+  if (!expectInputs(op, 2, 2, err))
+    return false;
+  const Tensor &a = in(g, op, 0), &b = in(g, op, 1);
+  Shape shape;
+  if (!broadcastShapes(a.shape, b.shape, shape))
+    return fail(err, ShapeErrorKind::Broadcast,
+                "cannot broadcast " + g.formatShape(a.shape) + " and " + g.formatShape(b.shape) +
+                    " for " + opName(op.kind).str());
+  bool floating = isFloat(a.dtype) || isFloat(b.dtype);
+  outs.push_back({shape, floating ? g.activationDtype : a.dtype});
+  return true;
+}
+
+ForwardCost forwardBinary(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), outNumel(g, op));
+}
+
+double gradBinary(const Graph &g, const Op &op, unsigned i) {
+  double n = outNumel(g, op);
+  bool sub = op.kind == OpKind::Sub, mul = op.kind == OpKind::Mul, div = op.kind == OpKind::Div;
+  if (op.attrs.hasScalar) {
+    if (mul)
+      return n;                                   // g·c
+    if (div)
+      return op.attrs.scalarOnLeft ? 3 * n : n;   // c/x: -g·y²/c (y = c/x); x/c: g/c
+    return sub && op.attrs.scalarOnLeft ? n : 0;  // c - x: -g; x ± c: g itself
+  }
+  double local = 0;
+  if (sub)
+    local = i == 1 ? n : 0;                       // -g
+  else if (mul)
+    local = n;                                    // g·other
+  else if (div)
+    local = i == 0 ? n : 3 * n;                   // g/b; -g·a/b²
+  // An input smaller than the output was broadcast: its gradient sums the output gradient over
+  // the broadcast dimensions, one add per output element.
+  bool broadcast = numel(in(g, op, i).shape) != n;
+  return local + (broadcast ? n : 0);
+}
+
+void savedBinary(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                 std::vector<SavedTensor> &out) {
+  if (op.attrs.hasScalar) {
+    if (op.kind == OpKind::Div && op.attrs.scalarOnLeft && need(needGrad, 0))
+      keep(g, out, op.outputs[0], "output");
+    return;
+  }
+  if (op.kind == OpKind::Mul) {
+    if (need(needGrad, 0))
+      keep(g, out, op.inputs[1], "input");
+    if (need(needGrad, 1))
+      keep(g, out, op.inputs[0], "input");
+  } else if (op.kind == OpKind::Div) {
+    if (need(needGrad, 0) || need(needGrad, 1))
+      keep(g, out, op.inputs[1], "input");
+    if (need(needGrad, 1))
+      keep(g, out, op.inputs[0], "input");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unary elementwise: neg, relu, gelu, silu, tanh, sigmoid, exp, dropout, rope.
+
+enum class Keeps { Nothing, Input, Output };
+struct UnaryCost {
+  double fwd, grad; ///< FLOPs per element
+  Keeps keeps;
+};
+
+UnaryCost unaryCost(OpKind k) {
+  switch (k) {
+  case OpKind::Neg: return {1, 1, Keeps::Nothing};
+  case OpKind::Relu: return {1, 1, Keeps::Output};
+  case OpKind::Gelu: return {8, 12, Keeps::Input};
+  case OpKind::Silu: return {4, 6, Keeps::Input};
+  case OpKind::Tanh: return {4, 3, Keeps::Output};
+  case OpKind::Sigmoid: return {4, 3, Keeps::Output};
+  case OpKind::Exp: return {1, 1, Keeps::Output};
+  case OpKind::Dropout: return {1, 1, Keeps::Nothing}; // keeps its mask: see savedDropout
+  case OpKind::Rope: return {3, 3, Keeps::Nothing};
+  default: return {0, 0, Keeps::Nothing};
+  }
+}
+
+bool inferUnary(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  outs.push_back({x.shape, resultDtype(g, x.dtype)});
+  return true;
+}
+
+bool inferRope(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+               ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Shape &x = in(g, op, 0).shape;
+  if (x.empty() || x.back().size % 2 != 0)
+    return fail(err, ShapeErrorKind::Invalid,
+                "rope needs an even last dimension: " + g.formatShape(x));
+  return inferUnary(g, op, outs, err);
+}
+
+bool inferDropout(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                  ShapeError &err) {
+  if (!(op.attrs.p >= 0 && op.attrs.p < 1))
+    return fail(err, ShapeErrorKind::Invalid,
+                "dropout probability must be in [0, 1), got " + std::to_string(op.attrs.p));
+  return inferUnary(g, op, outs, err);
+}
+
+ForwardCost forwardUnary(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op));
+}
+
+/// Dropout also writes its mask, one byte per element.
+ForwardCost forwardDropout(const Graph &g, const Op &op) {
+  double n = outNumel(g, op);
+  return withFlops(defaultBytes(g, op, n), unaryCost(op.kind).fwd * n);
+}
+
+double gradUnary(const Graph &g, const Op &op, unsigned) {
+  return unaryCost(op.kind).grad * outNumel(g, op);
+}
+
+void savedUnary(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                std::vector<SavedTensor> &out) {
+  if (!need(needGrad, 0))
+    return;
+  switch (unaryCost(op.kind).keeps) {
+  case Keeps::Input: keep(g, out, op.inputs[0], "input"); break;
+  case Keeps::Output: keep(g, out, op.outputs[0], "output"); break;
+  case Keeps::Nothing: break;
+  }
+}
+
+void savedDropout(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                  std::vector<SavedTensor> &out) {
+  if (need(needGrad, 0))
+    keepBuffer(out, outNumel(g, op), "dropout mask");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax over one axis; layer norm and RMS norm over the last axis.
+
+bool inferSoftmax(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                  ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  size_t axis;
+  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+    return fail(err, ShapeErrorKind::Invalid,
+                "softmax dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                    g.formatShape(x.shape));
+  outs.push_back({x.shape, g.activationDtype});
+  return true;
+}
+
+ForwardCost forwardSoftmax(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), 5 * outNumel(g, op)); // max, sub, exp, sum, div
+}
+double gradSoftmax(const Graph &g, const Op &op, unsigned) { return 4 * outNumel(g, op); }
+void savedSoftmax(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                  std::vector<SavedTensor> &out) {
+  if (need(needGrad, 0))
+    keep(g, out, op.outputs[0], "output");
+}
+
+bool isLayerNorm(const Op &op) { return op.kind == OpKind::LayerNorm; }
+
+bool inferNorm(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+               ShapeError &err) {
+  if (!expectInputs(op, 2, isLayerNorm(op) ? 3 : 2, err))
+    return false;
+  const Shape &x = in(g, op, 0).shape;
+  if (x.empty())
+    return fail(err, ShapeErrorKind::Invalid, opName(op.kind).str() + " needs a tensor of rank 1 or more, got []");
+  for (unsigned i = 1; i < op.inputs.size(); ++i) {
+    const Shape &w = in(g, op, i).shape;
+    if (w.size() != 1 || w[0].size != x.back().size)
+      return fail(err, ShapeErrorKind::Mismatch,
+                  opName(op.kind).str() + (i == 1 ? " weight " : " bias ") + g.formatShape(w) +
+                      " does not match the last dimension of " + g.formatShape(x));
+  }
+  outs.push_back({x, g.activationDtype});
+  return true;
+}
+
+/// Mean and rstd per row in fp32 for layer norm (8 bytes), rstd alone for RMS norm (4 bytes).
+double statsBytes(const Graph &g, const Op &op) {
+  return rowsOf(in(g, op, 0).shape) * (isLayerNorm(op) ? 8 : 4);
+}
+
+ForwardCost forwardNorm(const Graph &g, const Op &op) {
+  double perElement = isLayerNorm(op) ? 8 : 5;
+  return withFlops(defaultBytes(g, op, statsBytes(g, op)), perElement * outNumel(g, op));
+}
+
+double gradNorm(const Graph &g, const Op &op, unsigned i) {
+  double n = outNumel(g, op);
+  if (i == 0)
+    return (isLayerNorm(op) ? 12 : 8) * n;
+  return n; // weight: sum of g·x̂ over rows; bias: sum of g over rows
+}
+
+void savedNorm(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+               std::vector<SavedTensor> &out) {
+  if (!anyNeed(needGrad))
+    return;
+  keep(g, out, op.inputs[0], "input");
+  keepBuffer(out, statsBytes(g, op), "row statistics");
+  if (need(needGrad, 0))
+    keep(g, out, op.inputs[1], "weight"); // dx scales by the weight (a parameter, already resident)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention: q [b, s, d], k and v [b, s_kv, d_kv], h query heads of size dh = d/h, kvHeads
+// key/value heads (d_kv = kvHeads·dh). S = b·h·s·s_kv is the number of attention scores.
+
+struct AttnDims {
+  double b, s, skv, h, dh;
+  double scores() const { return b * h * s * skv; }
+};
+
+AttnDims attnDims(const Graph &g, const Op &op) {
+  const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape;
+  double h = static_cast<double>(op.attrs.heads);
+  return {static_cast<double>(q[0].size), static_cast<double>(q[1].size),
+          static_cast<double>(k[1].size), h, static_cast<double>(q[2].size) / h};
+}
+
+/// The share of the score matrix a causal flash kernel computes: the lower triangle with its
+/// diagonal, (s+1)/(2s). Unfused attention computes the dense matrix and then masks it.
+double causalFraction(const Graph &g, const Op &op) {
+  AttnDims d = attnDims(g, op);
+  if (!op.attrs.causal || !op.attrs.fused || d.s != d.skv || d.s == 0)
+    return 1;
+  return (d.s + 1) / (2 * d.s);
+}
+
+bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                    ShapeError &err) {
+  if (!expectInputs(op, 3, 3, err))
+    return false;
+  const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape, &v = in(g, op, 2).shape;
+  std::string all = g.formatShape(q) + ", " + g.formatShape(k) + ", " + g.formatShape(v);
+  if (q.size() != 3 || k.size() != 3 || v.size() != 3)
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention expects q [batch, seq, d] and k, v [batch, seq_kv, d_kv], got " + all);
+  if (k[0].size != q[0].size || v[0].size != q[0].size || k[1].size != v[1].size ||
+      k[2].size != v[2].size)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention q, k and v disagree: " + all +
+                    " (batch must match, and k and v must have the same shape)");
+  int64_t h = op.attrs.heads, kvh = op.attrs.kvHeads ? op.attrs.kvHeads : op.attrs.heads;
+  if (h <= 0 || kvh <= 0)
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention needs heads > 0 and kv_heads > 0, got heads = " + std::to_string(h) +
+                    ", kv_heads = " + std::to_string(kvh));
+  if (q[2].size % h != 0)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention width " + std::to_string(q[2].size) + " of " + g.formatShape(q) +
+                    " is not divisible by heads = " + std::to_string(h));
+  if (h % kvh != 0)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention heads = " + std::to_string(h) + " is not a multiple of kv_heads = " +
+                    std::to_string(kvh));
+  int64_t dh = q[2].size / h;
+  if (k[2].size != kvh * dh)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention key/value width " + std::to_string(k[2].size) + " of " +
+                    g.formatShape(k) + " should be kv_heads × head size = " + std::to_string(kvh) +
+                    " × " + std::to_string(dh) + " = " + std::to_string(kvh * dh));
+  if (!(op.attrs.p >= 0 && op.attrs.p < 1))
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention dropout must be in [0, 1), got " + std::to_string(op.attrs.p));
+  outs.push_back({q, g.activationDtype});
+  return true;
+}
+
+/// Per-score FLOPs outside the matmuls: scale and softmax (5), and dropout (1) when p > 0.
+double attnPerScore(const Op &op) { return 5 + (op.attrs.p > 0 ? 1 : 0); }
+
+ForwardCost forwardAttention(const Graph &g, const Op &op) {
+  AttnDims d = attnDims(g, op);
+  double S = d.scores();
+  double act = bytesOf(g.activationDtype);
+  ForwardCost c;
+  c.matmulFlops = 4 * S * d.dh; // QKᵀ and P·V
+  c.flops = c.matmulFlops + attnPerScore(op) * S;
+  c.executedFlops = c.flops * causalFraction(g, op);
+  for (TensorId t : op.inputs)
+    c.bytesRead += g.bytes(t);
+  c.bytesWritten = g.bytes(op.outputs[0]);
+  if (op.attrs.fused) {
+    c.bytesWritten += d.b * d.h * d.s * 4; // logsumexp per query row, fp32
+  } else {
+    // Scores and probabilities are each written by one kernel and read by the next.
+    double matrices = op.attrs.p > 0 ? 3 : 2; // + dropped probabilities
+    c.bytesWritten += matrices * S * act + (op.attrs.p > 0 ? S : 0); // + the 1-byte mask
+    c.bytesRead += matrices * S * act;
+  }
+  return c;
+}
+
+/// dQ: dP = dO·Vᵀ (2·S·dh), dropout backward (S when p > 0), softmax backward (4·S), dS·K
+/// (2·S·dh). dK = dSᵀ·Q and dV = Pᵀ·dO (2·S·dh each) reuse dS from dQ's count.
+double gradAttention(const Graph &g, const Op &op, unsigned i) {
+  AttnDims d = attnDims(g, op);
+  double S = d.scores();
+  if (i == 0)
+    return 4 * S * d.dh + (attnPerScore(op) - 1) * S;
+  return 2 * S * d.dh;
+}
+
+double executedBackwardAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad) {
+  if (!anyNeed(needGrad))
+    return 0;
+  AttnDims d = attnDims(g, op);
+  double S = d.scores();
+  double f = 0;
+  for (unsigned i = 0; i < 3; ++i)
+    if (need(needGrad, i))
+      f += gradAttention(g, op, i);
+  // dK needs dS even when q needs no gradient: count dP and the softmax backward once there.
+  if (!need(needGrad, 0) && need(needGrad, 1))
+    f += 2 * S * d.dh + (attnPerScore(op) - 1) * S;
+  // Flash attention recomputes the scores, the softmax and the dropout mask from q, k and the
+  // saved logsumexp.
+  if (op.attrs.fused)
+    f += 2 * S * d.dh + attnPerScore(op) * S;
+  return f * causalFraction(g, op);
+}
+
+void savedAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                    std::vector<SavedTensor> &out) {
+  if (!anyNeed(needGrad))
+    return;
+  AttnDims d = attnDims(g, op);
+  double S = d.scores();
+  keep(g, out, op.inputs[0], "query");
+  keep(g, out, op.inputs[1], "key");
+  keep(g, out, op.inputs[2], "value");
+  if (op.attrs.fused) {
+    keep(g, out, op.outputs[0], "output");
+    keepBuffer(out, d.b * d.h * d.s * 4, "logsumexp");
+    return;
+  }
+  double act = bytesOf(g.activationDtype);
+  keepBuffer(out, S * act, "attention probabilities");
+  if (op.attrs.p > 0) {
+    keepBuffer(out, S, "attention dropout mask");
+    keepBuffer(out, S * act, "dropped probabilities");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding: ids [...] (integers) gather rows of weight [V, d].
+
+bool inferEmbedding(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                    ShapeError &err) {
+  if (!expectInputs(op, 2, 2, err))
+    return false;
+  const Tensor &ids = in(g, op, 0), &w = in(g, op, 1);
+  if (!isInteger(ids.dtype))
+    return fail(err, ShapeErrorKind::Invalid,
+                "embedding ids must be integers, got " + nameOf(ids.dtype).str() +
+                    g.formatShape(ids.shape));
+  if (w.shape.size() != 2)
+    return fail(err, ShapeErrorKind::Invalid,
+                "embedding weight must be [vocab, d], got " + g.formatShape(w.shape));
+  Shape shape = ids.shape;
+  shape.push_back(w.shape[1]);
+  outs.push_back({shape, g.activationDtype});
+  return true;
+}
+
+ForwardCost forwardEmbedding(const Graph &g, const Op &op) {
+  ForwardCost c;
+  c.bytesRead = g.bytes(op.inputs[0]) + outNumel(g, op) * bytesOf(in(g, op, 1).dtype);
+  c.bytesWritten = g.bytes(op.outputs[0]);
+  return c;
+}
+
+double gradEmbedding(const Graph &g, const Op &op, unsigned i) {
+  return i == 1 ? outNumel(g, op) : 0; // scatter-add of the output gradient into the rows
+}
+
+void savedEmbedding(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                    std::vector<SavedTensor> &out) {
+  if (need(needGrad, 1))
+    keep(g, out, op.inputs[0], "ids");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions: sum and mean, over everything or one axis.
+
+bool inferReduce(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                 ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  Dtype dt = op.kind == OpKind::Mean ? g.activationDtype : resultDtype(g, x.dtype);
+  if (op.attrs.reduceAll) {
+    outs.push_back({Shape(), dt});
+    return true;
+  }
+  size_t axis;
+  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+    return fail(err, ShapeErrorKind::Invalid,
+                opName(op.kind).str() + " dim " + std::to_string(op.attrs.dim) +
+                    " is out of range for " + g.formatShape(x.shape));
+  Shape shape = x.shape;
+  if (op.attrs.keepDim)
+    shape[axis] = Dim{1, 0};
+  else
+    shape.erase(shape.begin() + axis);
+  outs.push_back({shape, dt});
+  return true;
+}
+
+ForwardCost forwardReduce(const Graph &g, const Op &op) {
+  double f = numel(in(g, op, 0).shape);
+  if (op.kind == OpKind::Mean)
+    f += outNumel(g, op); // the division by the count
+  return withFlops(defaultBytes(g, op), f);
+}
+
+double gradReduce(const Graph &g, const Op &op, unsigned) {
+  // sum: the gradient is broadcast, no arithmetic; mean: broadcast and divide by the count.
+  return op.kind == OpKind::Mean ? numel(in(g, op, 0).shape) : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross entropy: logits [..., V] and integer labels [...] → the mean loss, a fp32 scalar.
+
+bool inferCrossEntropy(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                       ShapeError &err) {
+  if (!expectInputs(op, 2, 2, err))
+    return false;
+  const Tensor &logits = in(g, op, 0), &labels = in(g, op, 1);
+  if (logits.shape.empty())
+    return fail(err, ShapeErrorKind::Invalid, "cross_entropy logits must have a class dimension, got []");
+  if (!isInteger(labels.dtype))
+    return fail(err, ShapeErrorKind::Invalid,
+                "cross_entropy labels must be integers, got " + nameOf(labels.dtype).str() +
+                    g.formatShape(labels.shape));
+  bool same = labels.shape.size() + 1 == logits.shape.size();
+  for (size_t i = 0; same && i < labels.shape.size(); ++i)
+    same = labels.shape[i].size == logits.shape[i].size;
+  if (!same)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "cross_entropy labels " + g.formatShape(labels.shape) +
+                    " must have the shape of the logits " + g.formatShape(logits.shape) +
+                    " without the last dimension");
+  outs.push_back({Shape(), Dtype::F32});
+  return true;
+}
+
+ForwardCost forwardCrossEntropy(const Graph &g, const Op &op) {
+  const Shape &logits = in(g, op, 0).shape;
+  double rows = rowsOf(logits), nv = numel(logits);
+  // max, subtract, exp, sum, log per logit; one add per row into the mean.
+  return withFlops(defaultBytes(g, op, rows * 4), 5 * nv + rows);
+}
+
+double gradCrossEntropy(const Graph &g, const Op &op, unsigned i) {
+  return i == 0 ? 3 * numel(in(g, op, 0).shape) : 0; // exp(x - lse), minus one-hot, / N
+}
+
+void savedCrossEntropy(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                       std::vector<SavedTensor> &out) {
+  if (!need(needGrad, 0))
+    return;
+  keep(g, out, op.inputs[0], "logits");
+  keepBuffer(out, rowsOf(in(g, op, 0).shape) * 4, "logsumexp");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Index generation and concatenation: no arithmetic, only data movement.
+
+bool inferPositions(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                    ShapeError &err) {
+  if (!expectInputs(op, 0, 0, err))
+    return false;
+  const Shape &s = op.attrs.newShape;
+  if (s.size() != 1 || s[0].size < 0)
+    return fail(err, ShapeErrorKind::Invalid,
+                "positions needs a length, got shape " + g.formatShape(s));
+  outs.push_back({s, Dtype::I32});
+  return true;
+}
+
+bool inferNextTokens(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                     ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &t = in(g, op, 0);
+  if (!isInteger(t.dtype))
+    return fail(err, ShapeErrorKind::Invalid,
+                "next_tokens needs integer tokens, got " + nameOf(t.dtype).str() +
+                    g.formatShape(t.shape));
+  outs.push_back({t.shape, Dtype::I32});
+  return true;
+}
+
+bool inferConcat(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                 ShapeError &err) {
+  if (!expectInputs(op, 1, SIZE_MAX, err))
+    return false;
+  const Tensor &first = in(g, op, 0);
+  size_t axis;
+  if (!normalizeAxis(op.attrs.dim, first.shape.size(), axis))
+    return fail(err, ShapeErrorKind::Invalid,
+                "concat dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                    g.formatShape(first.shape));
+  Shape shape = first.shape;
+  bool floating = false;
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    const Tensor &t = in(g, op, i);
+    floating |= isFloat(t.dtype);
+    bool same = t.shape.size() == shape.size();
+    for (size_t j = 0; same && j < shape.size(); ++j)
+      same = j == axis || t.shape[j].size == shape[j].size;
+    if (!same)
+      return fail(err, ShapeErrorKind::Mismatch,
+                  "concat along dim " + std::to_string(op.attrs.dim) + " needs equal other dimensions: " +
+                      g.formatShape(first.shape) + " and " + g.formatShape(t.shape));
+    if (i > 0) {
+      if (__builtin_add_overflow(shape[axis].size, t.shape[axis].size, &shape[axis].size))
+        return fail(err, ShapeErrorKind::Overflow, "concat result is too large along dim " +
+                                                       std::to_string(op.attrs.dim));
+      shape[axis].sym = 0;
+    }
+  }
+  outs.push_back({shape, floating ? g.activationDtype : first.dtype});
+  return true;
+}
+
+ForwardCost forwardData(const Graph &g, const Op &op) { return defaultBytes(g, op); }
+
+// ---------------------------------------------------------------------------------------------
+// Views: split, reshape, transpose share their input's storage. They keep its dtype.
+
+bool inferSplit(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  size_t axis;
+  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+    return fail(err, ShapeErrorKind::Invalid,
+                "split dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                    g.formatShape(x.shape));
+  int64_t parts = op.attrs.parts;
+  if (parts <= 0 || x.shape[axis].size % parts != 0)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "cannot split dimension " + std::to_string(x.shape[axis].size) + " of " +
+                    g.formatShape(x.shape) + " into " + std::to_string(parts) + " equal parts");
+  Shape shape = x.shape;
+  if (parts != 1)
+    shape[axis] = Dim{x.shape[axis].size / parts, 0};
+  for (int64_t i = 0; i < parts; ++i)
+    outs.push_back({shape, x.dtype});
+  return true;
+}
+
+bool inferReshape(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                  ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  Shape shape = op.attrs.newShape;
+  std::string both = g.formatShape(x.shape) + " to " + g.formatShape(shape);
+  int64_t known = 1;
+  int inferred = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i].size == -1 && inferred < 0) {
+      inferred = static_cast<int>(i);
+      continue;
+    }
+    if (shape[i].size < 0)
+      return fail(err, ShapeErrorKind::Invalid,
+                  "cannot reshape " + both + ": only one dimension may be -1, and none negative");
+    if (__builtin_mul_overflow(known, shape[i].size, &known))
+      return fail(err, ShapeErrorKind::Overflow, "cannot reshape " + both + ": too many elements");
+  }
+  std::optional<int64_t> total = checkedNumel(x.shape);
+  if (!total)
+    return fail(err, ShapeErrorKind::Overflow, "cannot reshape " + both + ": too many elements");
+  if (inferred >= 0) {
+    if (known == 0 || *total % known != 0)
+      return fail(err, ShapeErrorKind::Mismatch,
+                  "cannot reshape " + both + ": " + std::to_string(*total) +
+                      " elements do not divide into the other dimensions");
+    shape[inferred] = Dim{*total / known, 0};
+  } else if (known != *total) {
+    return fail(err, ShapeErrorKind::Mismatch,
+                "cannot reshape " + both + ": " + std::to_string(*total) + " elements, not " +
+                    std::to_string(known));
+  }
+  outs.push_back({shape, x.dtype});
+  return true;
+}
+
+bool inferTranspose(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                    ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  size_t a, b;
+  if (!normalizeAxis(op.attrs.transposeA, x.shape.size(), a) ||
+      !normalizeAxis(op.attrs.transposeB, x.shape.size(), b))
+    return fail(err, ShapeErrorKind::Invalid,
+                "transpose axes " + std::to_string(op.attrs.transposeA) + " and " +
+                    std::to_string(op.attrs.transposeB) + " are out of range for " +
+                    g.formatShape(x.shape));
+  Shape shape = x.shape;
+  std::swap(shape[a], shape[b]);
+  outs.push_back({shape, x.dtype});
+  return true;
+}
+
+ForwardCost forwardView(const Graph &, const Op &) { return ForwardCost(); }
+
+// ---------------------------------------------------------------------------------------------
+// The table: one entry per kind, named rule<ID> so that ir/Ops.def can index them below.
+
+#define RULE(ID, INFER, FORWARD, GRAD, EXEC, SAVED)                                              \
+  const OpRule rule##ID = {&inferChecked<INFER>, FORWARD, GRAD, EXEC, SAVED};
+
+RULE(Matmul, inferMatmul, forwardMatmul, gradMatmul, executedDefault, savedMatmul)
+RULE(Add, inferBinary, forwardBinary, gradBinary, executedDefault, savedBinary)
+RULE(Sub, inferBinary, forwardBinary, gradBinary, executedDefault, savedBinary)
+RULE(Mul, inferBinary, forwardBinary, gradBinary, executedDefault, savedBinary)
+RULE(Div, inferBinary, forwardBinary, gradBinary, executedDefault, savedBinary)
+RULE(Neg, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Relu, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Gelu, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Silu, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Tanh, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Sigmoid, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Exp, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Dropout, inferDropout, forwardDropout, gradUnary, executedDefault, savedDropout)
+RULE(Rope, inferRope, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Softmax, inferSoftmax, forwardSoftmax, gradSoftmax, executedDefault, savedSoftmax)
+RULE(LayerNorm, inferNorm, forwardNorm, gradNorm, executedDefault, savedNorm)
+RULE(RmsNorm, inferNorm, forwardNorm, gradNorm, executedDefault, savedNorm)
+RULE(Attention, inferAttention, forwardAttention, gradAttention, executedBackwardAttention, savedAttention)
+RULE(Embedding, inferEmbedding, forwardEmbedding, gradEmbedding, executedDefault, savedEmbedding)
+RULE(Sum, inferReduce, forwardReduce, gradReduce, executedDefault, savesNothing)
+RULE(Mean, inferReduce, forwardReduce, gradReduce, executedDefault, savesNothing)
+RULE(CrossEntropy, inferCrossEntropy, forwardCrossEntropy, gradCrossEntropy, executedDefault, savedCrossEntropy)
+RULE(Positions, inferPositions, forwardData, noGrad, executedDefault, savesNothing)
+RULE(NextTokens, inferNextTokens, forwardData, noGrad, executedDefault, savesNothing)
+RULE(Concat, inferConcat, forwardData, noGrad, executedDefault, savesNothing)
+RULE(Split, inferSplit, forwardView, noGrad, executedDefault, savesNothing)
+RULE(Reshape, inferReshape, forwardView, noGrad, executedDefault, savesNothing)
+RULE(Transpose, inferTranspose, forwardView, noGrad, executedDefault, savesNothing)
+#undef RULE
+
+const OpRule *const kRules[] = {
+#define OP(ID, NAME, CLASS) &rule##ID,
+#include "ir/Ops.def"
+};
+
+} // namespace
+
+const OpRule &ruleFor(OpKind k) { return *kRules[static_cast<unsigned>(k)]; }
+
+bool broadcastShapes(const Shape &a, const Shape &b, Shape &out) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    // Align from the right: a missing leading dim behaves as size 1.
+    Dim da = i < a.size() ? a[a.size() - 1 - i] : Dim{1, 0};
+    Dim db = i < b.size() ? b[b.size() - 1 - i] : Dim{1, 0};
+    Dim &r = result[rank - 1 - i];
+    if (da.size == db.size)
+      r = Dim{da.size, da.sym ? da.sym : db.sym};
+    else if (da.size == 1)
+      r = db;
+    else if (db.size == 1)
+      r = da;
+    else
+      return false;
+  }
+  out = std::move(result);
+  return true;
+}
+
+bool normalizeAxis(int64_t axis, size_t rank, size_t &out) {
+  int64_t r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r)
+    return false;
+  out = static_cast<size_t>(axis < 0 ? axis + r : axis);
+  return true;
+}
+
+} // namespace tally

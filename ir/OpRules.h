@@ -1,0 +1,72 @@
+// Per-op knowledge, one table entry per op kind: output shapes, forward FLOPs and bytes, the
+// FLOPs of each input's gradient, and the tensors the backward keeps. Every pass asks this
+// table, so adding an op touches ir/Ops.def and one entry in ir/OpRules.cpp, and all passes
+// agree. The counting convention is written down in docs/counting.md.
+//
+// All FLOP and byte counts are doubles: whole-run totals reach 1e25, past int64 and exact
+// double integers; per-op counts stay exact below 2^53.
+#pragma once
+
+#include "ir/Graph.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <string>
+#include <vector>
+
+namespace tally {
+
+enum class ShapeErrorKind : uint8_t { None, Matmul, Broadcast, Mismatch, Overflow, Invalid };
+
+struct ShapeError {
+  ShapeErrorKind kind = ShapeErrorKind::None;
+  std::string message; ///< user-facing, names both shapes, e.g. "matmul inner dimensions differ: [batch, seq, 768] @ [512, 2304]"
+};
+
+struct TensorType {
+  Shape shape;
+  Dtype dtype = Dtype::Invalid;
+};
+
+/// Forward cost of one op, at the dtypes of its tensors.
+struct ForwardCost {
+  double flops = 0;         ///< model FLOPs: attention counted dense (s²), as Narayanan et al.
+  double executedFlops = 0; ///< what kernels run: causal attention computes only the lower triangle
+  double matmulFlops = 0;   ///< the part of `flops` done as matrix products (tensor-core rate)
+  double bytesRead = 0;     ///< from device memory, at the inputs' dtypes (views: 0)
+  double bytesWritten = 0;  ///< to device memory, at the outputs' dtypes (views: 0)
+};
+
+/// Something the backward pass of an op keeps from its forward pass.
+struct SavedTensor {
+  TensorId tensor = kNone;  ///< an input or output of the op, or kNone for an extra buffer
+  double bytes = 0;         ///< bytes of that tensor, or of the extra buffer (mask, statistics)
+  const char *what = "";    ///< "input", "output", "dropout mask", "row statistics", "logsumexp", "scores"
+};
+
+struct OpRule {
+  /// Output types from the input types and attributes; false with `err` set on bad shapes.
+  bool (*infer)(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                ShapeError &err);
+  ForwardCost (*forward)(const Graph &g, const Op &op);
+  /// FLOPs to compute the gradient with respect to input `i` (given the output gradients).
+  double (*gradFlops)(const Graph &g, const Op &op, unsigned i);
+  /// Backward FLOPs the kernels execute, given which inputs need a gradient: the per-input
+  /// gradients (causal attention only computes the lower triangle) plus what the backward
+  /// recomputes (flash attention recomputes its scores and softmax).
+  double (*executedBackwardFlops)(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad);
+  /// What the backward needs kept from the forward, given which inputs need a gradient.
+  void (*saved)(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                std::vector<SavedTensor> &out);
+};
+
+const OpRule &ruleFor(OpKind k);
+
+/// Helpers used by the rules and the passes.
+/// Numpy broadcasting of two shapes; false when a pair of trailing dims differ and neither is 1.
+bool broadcastShapes(const Shape &a, const Shape &b, Shape &out);
+/// Normalises a possibly negative axis; false when out of range.
+bool normalizeAxis(int64_t axis, size_t rank, size_t &out);
+
+} // namespace tally

@@ -1,0 +1,80 @@
+// How a model is run: a `train` or `infer` declaration after semantic analysis, with every
+// setting a checked constant in base units (bytes, seconds, FLOP/s, counts), the precision
+// policy, the optimizer, the parallel layout and the budgets. Source ranges are kept so that
+// passes can point their diagnostics at the line the user wrote.
+#pragma once
+
+#include "ir/Dtype.h"
+#include "ir/Target.h"
+
+#include "llvm/Support/SMLoc.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tally {
+
+/// Which dtype each class of tensor is stored in, and where it lives.
+struct PrecisionPolicy {
+  std::string preset;              ///< "fp32", "mixed_bf16", ... or "custom" for a record
+  Dtype params = Dtype::F32;
+  Dtype grads = Dtype::F32;
+  Dtype activations = Dtype::F32;
+  Dtype master = Dtype::Invalid;   ///< Invalid: no separate master copy of the weights
+  Dtype optimizer = Dtype::F32;    ///< dtype of optimizer state (moments)
+  bool lossScaling = false;        ///< mixed_fp16 scales the loss to keep gradients representable
+  bool paramsOnHost = false, gradsOnHost = false, masterOnHost = false, optimizerOnHost = false;
+  llvm::SMRange range;
+};
+
+/// The optimizer and its hyper-parameters; `states` is the number of per-parameter state
+/// tensors it keeps (SGD 0, SGD with momentum 1, AdaGrad 1, RMSprop 1, Adam/AdamW 2, Lion 1).
+struct OptimizerSpec {
+  std::string name = "SGD";
+  unsigned states = 0;
+  double lr = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0;
+  llvm::SMRange range, epsRange;
+};
+
+/// The devices and how the work is split over them.
+struct Parallelism {
+  int64_t devices = 1;
+  int64_t data = 1;
+  int64_t tensor = 1;
+  int64_t pipeline = 1;
+  int zero = 0;                    ///< ZeRO stage 0..3 over the data-parallel group
+  llvm::SMRange range;
+};
+
+enum class BudgetMetric : uint8_t { MemoryPerDevice, StepTime, Mfu, RunTime };
+
+struct BudgetSpec {
+  BudgetMetric metric;
+  bool atMost = true;              ///< `<=` / `<` (true) or `>=` / `>` (false)
+  double value = 0;                ///< bytes, seconds, or a fraction for MFU
+  llvm::SMRange range;
+};
+
+struct Plan {
+  bool isTrain = true;
+  std::string name;
+  llvm::SMRange range;
+  std::string modelName;
+  int64_t batch = 1;               ///< sequences per optimizer step, all devices together
+  int64_t seq = 1;                 ///< sequence length (training), prompt length (inference)
+  int64_t microBatch = 1;          ///< sequences per device per forward/backward pass
+  bool microBatchGiven = false;
+  double tokens = 0;               ///< training tokens for the whole run (0: not given)
+  int64_t prompt = 0, generate = 0; ///< inference
+  OptimizerSpec optimizer;
+  PrecisionPolicy precision;
+  std::string checkpoint = "none"; ///< none | full | auto | sqrt
+  Target target;
+  Parallelism parallel;
+  std::vector<BudgetSpec> budgets;
+  std::map<std::string, llvm::SMRange> settingRanges; ///< where each setting was written
+};
+
+} // namespace tally

@@ -1,0 +1,187 @@
+//===- ir/Target.cpp - The built-in hardware catalogue --------------------===//
+//
+// Datasheet numbers for the built-in targets. Every rate is dense: where a
+// datasheet prints only the 2:4-sparse figure, the dense one is half of it.
+// docs/targets.md lists the source of each number and the assumptions (host
+// RAM per device, links) that are not on a datasheet.
+//
+//===----------------------------------------------------------------------===//
+#include "ir/Target.h"
+
+namespace tally {
+
+double Target::peakFor(Dtype d) const {
+  switch (d) {
+  case Dtype::F64: return peakF64;
+  case Dtype::F32: return peakF32;
+  case Dtype::TF32: return peakTF32;
+  case Dtype::F16: return peakF16;
+  case Dtype::BF16: return peakBF16;
+  case Dtype::FP8E4M3:
+  case Dtype::FP8E5M2: return peakFP8;
+  case Dtype::I8:
+  case Dtype::U8: return peakINT8;
+  default: return 0;
+  }
+}
+
+double Target::ridge(Dtype d) const {
+  double peak = peakFor(d);
+  if (peak <= 0 || bandwidth <= 0)
+    return 0;
+  return peak / bandwidth;
+}
+
+namespace {
+
+// Numbers are written as literals (989.5e12, not 989.5 * 1e12) so each one is
+// the double nearest the datasheet figure and compares equal to it.
+
+/// PCIe x16 per direction: Gen4 32 GB/s (64 GB/s both ways), Gen5 64 GB/s.
+constexpr double PCIeGen4 = 32e9;
+constexpr double PCIeGen5 = 64e9;
+
+std::vector<Target> buildCatalogue() {
+  std::vector<Target> c;
+
+  Target h100;
+  h100.name = "H100_SXM";
+  h100.description = "NVIDIA H100 SXM5 80GB";
+  h100.memoryBytes = 80e9;
+  h100.bandwidth = 3.35e12;
+  h100.peakF64 = 66.9e12; // FP64 Tensor Core (vector FP64: 33.5)
+  h100.peakF32 = 66.9e12;
+  h100.peakTF32 = 494.7e12;
+  h100.peakF16 = 989.5e12;
+  h100.peakBF16 = 989.5e12;
+  h100.peakFP8 = 1979e12;
+  h100.peakINT8 = 1979e12;
+  h100.hostLink = PCIeGen5;
+  h100.interconnect = 450e9; // NVLink 4: 900 GB/s total
+  h100.hostMemoryBytes = 256e9; // DGX H100: 2 TB for 8 GPUs
+  h100.source = "NVIDIA H100 Tensor Core GPU datasheet (SXM column); "
+                "NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 3";
+  c.push_back(h100);
+
+  Target h100p;
+  h100p.name = "H100_PCIe";
+  h100p.description = "NVIDIA H100 PCIe 80GB";
+  h100p.memoryBytes = 80e9;
+  h100p.bandwidth = 2.0e12;
+  h100p.peakF64 = 51e12; // FP64 Tensor Core (vector FP64: 26)
+  h100p.peakF32 = 51e12;
+  h100p.peakTF32 = 378e12;   // 756 sparse / 2
+  h100p.peakF16 = 756.5e12;  // 1513 sparse / 2
+  h100p.peakBF16 = 756.5e12; // 1513 sparse / 2
+  h100p.peakFP8 = 1513e12;   // 3026 sparse / 2
+  h100p.peakINT8 = 1513e12;  // 3026 sparse / 2
+  h100p.hostLink = PCIeGen5;
+  h100p.interconnect = 300e9; // NVLink bridge: 600 GB/s total
+  h100p.hostMemoryBytes = 256e9; // assumed: 2 TB server with 8 cards
+  h100p.source = "NVIDIA H100 Tensor Core GPU datasheet (PCIe column); "
+                 "NVIDIA H100 PCIe product brief PB-11133-001";
+  c.push_back(h100p);
+
+  Target h200;
+  h200.name = "H200";
+  h200.description = "NVIDIA H200 SXM 141GB";
+  h200.memoryBytes = 141e9;
+  h200.bandwidth = 4.8e12;
+  // Same GH100 compute as H100 SXM; the H200 datasheet rounds the same rates
+  // (67 / 67 / 989* / 1979* / 3958*, * = sparse).
+  h200.peakF64 = 66.9e12;
+  h200.peakF32 = 66.9e12;
+  h200.peakTF32 = 494.7e12;
+  h200.peakF16 = 989.5e12;
+  h200.peakBF16 = 989.5e12;
+  h200.peakFP8 = 1979e12;
+  h200.peakINT8 = 1979e12;
+  h200.hostLink = PCIeGen5;
+  h200.interconnect = 450e9; // NVLink 4: 900 GB/s total
+  h200.hostMemoryBytes = 256e9; // DGX H200: 2 TB for 8 GPUs
+  h200.source = "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)";
+  c.push_back(h200);
+
+  Target a100;
+  a100.name = "A100_80GB";
+  a100.description = "NVIDIA A100 SXM4 80GB";
+  a100.memoryBytes = 80e9;
+  a100.bandwidth = 2.039e12;
+  a100.peakF64 = 19.5e12; // FP64 Tensor Core (vector FP64: 9.7)
+  a100.peakF32 = 19.5e12;
+  a100.peakTF32 = 156e12;
+  a100.peakF16 = 312e12;
+  a100.peakBF16 = 312e12;
+  a100.peakFP8 = 0; // Ampere has no FP8 tensor cores
+  a100.peakINT8 = 624e12;
+  a100.hostLink = PCIeGen4;
+  a100.interconnect = 300e9; // NVLink 3: 600 GB/s total
+  a100.hostMemoryBytes = 256e9; // DGX A100 640GB: 2 TB for 8 GPUs
+  a100.source = "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)";
+  c.push_back(a100);
+
+  Target a100s = a100;
+  a100s.name = "A100_40GB";
+  a100s.description = "NVIDIA A100 SXM4 40GB";
+  a100s.memoryBytes = 40e9;
+  a100s.bandwidth = 1.555e12;
+  a100s.hostMemoryBytes = 128e9; // DGX A100 320GB: 1 TB for 8 GPUs
+  a100s.source = "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM column)";
+  c.push_back(a100s);
+
+  Target b200;
+  b200.name = "B200";
+  b200.description = "NVIDIA B200 (HGX B200, 1000 W) 180GB";
+  b200.memoryBytes = 180e9;
+  b200.bandwidth = 7.7e12; // earlier NVIDIA material: 8 TB/s
+  b200.peakF64 = 37e12; // FP64 and FP64 Tensor Core are equal
+  b200.peakF32 = 75e12;
+  b200.peakTF32 = 1100e12;  // 2.2 PFLOPS sparse / 2
+  b200.peakF16 = 2250e12;   // 4.5 PFLOPS sparse / 2
+  b200.peakBF16 = 2250e12;  // 4.5 PFLOPS sparse / 2
+  b200.peakFP8 = 4500e12;   // 9 PFLOPS sparse / 2
+  b200.peakINT8 = 4500e12;  // 9 POPS sparse / 2
+  b200.hostLink = PCIeGen5;
+  b200.interconnect = 900e9; // NVLink 5: 1.8 TB/s total
+  b200.hostMemoryBytes = 256e9; // DGX B200: 2 TB for 8 GPUs
+  b200.source = "NVIDIA GB200 NVL72 / HGX B200 specifications table "
+                "(HGX B200 column, per GPU); DGX B200 user guide";
+  c.push_back(b200);
+
+  Target rtx;
+  rtx.name = "RTX_4090";
+  rtx.description = "NVIDIA GeForce RTX 4090 24GB";
+  rtx.memoryBytes = 24e9;
+  rtx.bandwidth = 1.008e12;
+  rtx.peakF64 = 1.29e12; // 1/64 of FP32: no FP64 tensor cores
+  rtx.peakF32 = 82.6e12;
+  rtx.peakTF32 = 82.6e12;
+  rtx.peakF16 = 165.2e12;  // FP32 accumulate (FP16 accumulate: 330.3)
+  rtx.peakBF16 = 165.2e12; // FP32 accumulate
+  rtx.peakFP8 = 330.3e12;  // FP32 accumulate (FP16 accumulate: 660.6)
+  rtx.peakINT8 = 660.6e12;
+  rtx.hostLink = PCIeGen4;
+  rtx.interconnect = PCIeGen4; // no NVLink: GPU-to-GPU traffic crosses PCIe
+  rtx.hostMemoryBytes = 128e9; // assumed: a workstation with 128 GB
+  rtx.source = "NVIDIA Ada GPU Architecture whitepaper v2.02, Appendix A, "
+               "Table 2 (GeForce RTX 4090)";
+  c.push_back(rtx);
+
+  return c;
+}
+
+} // namespace
+
+const std::vector<Target> &targetCatalogue() {
+  static const std::vector<Target> catalogue = buildCatalogue();
+  return catalogue;
+}
+
+const Target *findTarget(llvm::StringRef name) {
+  for (const Target &t : targetCatalogue())
+    if (name == t.name)
+      return &t;
+  return nullptr;
+}
+
+} // namespace tally

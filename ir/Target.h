@@ -1,0 +1,78 @@
+//===- ir/Target.h - Hardware a plan runs on, and the built-in catalogue -===//
+//
+// A Target is one device: memory, bandwidth, dense peak FLOP/s per dtype,
+// links to the host and to other devices, and the efficiency factors the time
+// model applies. The built-in catalogue holds datasheet numbers for common
+// NVIDIA GPUs; docs/targets.md gives the source of every number. A .tally file
+// can declare its own `target` block, which Sema turns into the same struct.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TALLY_IR_TARGET_H
+#define TALLY_IR_TARGET_H
+
+#include "ir/Dtype.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+#include <vector>
+
+namespace tally {
+
+/// Efficiency factors: achieved fraction of peak by op class, used by the time
+/// model (time = max(flops/peak, bytes/bw) / efficiency). Defaults are typical
+/// measured fractions on current NVIDIA GPUs; docs/targets.md explains each.
+struct Efficiency {
+  double matmul = 0.7;        ///< Large GEMMs (cuBLAS) vs. dense tensor peak.
+  double attention = 0.6;     ///< Fused (flash) attention vs. dense peak.
+  double elementwise = 0.8;   ///< Bandwidth-bound kernels vs. memory bandwidth.
+  double communication = 0.8; ///< Collective bus bandwidth vs. interconnect.
+  double hostLink = 0.8;      ///< Pinned host<->device copies vs. PCIe peak.
+};
+
+/// One device. Rates are per device, dense (no 2:4 sparsity), in base units.
+struct Target {
+  std::string name;         ///< Catalogue key, e.g. "H100_SXM".
+  std::string description;  ///< e.g. "NVIDIA H100 SXM5 80GB".
+  double memoryBytes = 0;   ///< Device memory in decimal bytes as the vendor
+                            ///< states it (H100_SXM: 80e9).
+  double bandwidth = 0;     ///< Device memory bandwidth, B/s.
+  double peakF64 = 0;       ///< FP64 Tensor Core rate where the GPU has one
+                            ///< (what DGEMM reaches), else the vector rate.
+  double peakF32 = 0;       ///< Non-tensor FP32 (CUDA cores).
+  double peakTF32 = 0;      ///< TF32 Tensor Core.
+  double peakF16 = 0;       ///< FP16 Tensor Core, FP32 accumulate.
+  double peakBF16 = 0;      ///< BF16 Tensor Core, FP32 accumulate.
+  double peakFP8 = 0;       ///< FP8 Tensor Core, FP32 accumulate; 0 if none.
+  double peakINT8 = 0;      ///< INT8 Tensor Core, OP/s.
+  double hostLink = 0;      ///< Host<->device B/s per direction (PCIe).
+  double interconnect = 0;  ///< Device<->device B/s per direction (NVLink, or
+                            ///< PCIe where the GPU has no NVLink).
+  double hostMemoryBytes = 0; ///< Host RAM per device assumed available for
+                              ///< offload (e.g. 2 TB per 8-GPU node -> 256e9).
+  Efficiency efficiency;
+  std::string source;       ///< Short citation of the datasheet.
+
+  /// Peak FLOP/s for ops computed in dtype d (F64 -> peakF64, F32 -> peakF32,
+  /// TF32 -> peakTF32, F16/BF16, FP8 both kinds, I8/U8 -> peakINT8). 0 if
+  /// unsupported (other integer types, Bool, Invalid, or a zero field), so a
+  /// caller can diagnose "this target cannot compute in d".
+  double peakFor(Dtype d) const;
+
+  /// Ridge point (FLOP/byte) = peakFor(d) / bandwidth: ops with a lower
+  /// arithmetic intensity are memory-bound. 0 if either number is 0.
+  double ridge(Dtype d) const;
+};
+
+/// The built-in catalogue: H100_SXM, H100_PCIe, H200, A100_80GB, A100_40GB,
+/// B200, RTX_4090, in that order.
+const std::vector<Target> &targetCatalogue();
+
+/// The catalogue entry whose name matches exactly (case-sensitive), or nullptr
+/// if unknown. Callers can suggest a name with closest-match over the
+/// catalogue.
+const Target *findTarget(llvm::StringRef name);
+
+} // namespace tally
+
+#endif // TALLY_IR_TARGET_H

@@ -1,0 +1,118 @@
+// The Analysis: everything the passes compute about one plan, and the only thing reports
+// read. Passes run in order (passes/Pipeline.cpp) and each fills its own part; a report
+// never computes a number, it formats one from here.
+//
+// Units: FLOPs and bytes are doubles (a whole run reaches 1e25 FLOPs: past int64, and doubles
+// are exact integers below 2^53, which covers every per-op count); times are seconds.
+// "Per step" means per optimizer step of the whole plan (all devices, all accumulation
+// micro-steps); "per device" means one device's share.
+#pragma once
+
+#include "ir/Graph.h"
+#include "ir/OpRules.h"
+#include "ir/Plan.h"
+
+#include <string>
+#include <vector>
+
+namespace tally {
+
+/// Per-op results, indexed like Graph::ops. FLOPs and bytes are for one micro-batch on the
+/// whole (unsharded) graph, as lowered.
+struct OpAnalysis {
+  ForwardCost forward;
+  double inputGradFlops = 0;     ///< backward FLOPs for gradients of activations
+  double weightGradFlops = 0;    ///< backward FLOPs for gradients of parameters
+  double executedBackwardFlops = 0;
+  double backwardBytes = 0;      ///< bytes the backward reads and writes (2× forward, a documented estimate)
+  Dtype computeDtype = Dtype::F32; ///< the rate the op runs at (peakFor)
+  double intensity = 0;          ///< forward FLOPs / forward bytes (0 for views)
+  bool computeBound = false;     ///< intensity ≥ the target's ridge for computeDtype
+  double forwardTime = 0;        ///< seconds per micro-batch on one device (after parallel split)
+  double backwardTime = 0;
+  std::vector<SavedTensor> saved; ///< what the backward keeps (from the op rule)
+};
+
+/// One step of the training schedule: the forward of op `op`, its backward, or its recompute.
+struct ScheduleStep {
+  enum Kind : uint8_t { Forward, Backward, Recompute } kind;
+  OpId op;
+};
+
+/// A live buffer of the memory plan: an activation (or extra saved buffer) from the step that
+/// creates it to the last step that needs it, at an offset in one arena.
+struct Buffer {
+  TensorId tensor = kNone;       ///< kNone for extra saved buffers (masks, statistics)
+  OpId op = kNone;               ///< the op that created it
+  double bytes = 0;
+  uint32_t first = 0, last = 0;  ///< schedule step indexes, inclusive
+  double offset = 0;             ///< arena offset in bytes (filled by the memory planner)
+  const char *what = "";
+};
+
+struct Analysis {
+  const Graph *graph = nullptr;
+  const Plan *plan = nullptr;
+
+  // ---- parameters ----
+  struct BlockCount {
+    std::string path;            ///< instance path ("" is the model)
+    std::string block;
+    double count = 0;            ///< parameters declared in this instance and below it
+    int64_t depth = 0;
+  };
+  struct {
+    double total = 0, trainable = 0;
+    std::vector<BlockCount> byBlock; ///< every instance, in instance order
+  } params;
+
+  std::vector<OpAnalysis> ops;
+
+  // ---- FLOPs per optimizer step (model FLOPs unless named executed) ----
+  struct {
+    double forward = 0, backward = 0;
+    double backwardInputGrad = 0, backwardWeightGrad = 0;
+    double forwardMatmul = 0;    ///< the matmul part of forward (incl. attention's products)
+    double recompute = 0;        ///< re-executed forward FLOPs of activation checkpointing
+    double optimizer = 0;        ///< the update itself (a few FLOPs per parameter)
+    double step = 0;             ///< forward + backward + optimizer (model FLOPs)
+    double executed = 0;         ///< what kernels run: causal skipping, recompute
+    double sixND = 0;            ///< 6 × trainable params × tokens per step
+    double ratioToSixND = 0;     ///< step / sixND
+    double tokensPerStep = 0;    ///< batch × seq
+  } flops;
+
+  // ---- memory per device, bytes ----
+  struct {
+    double params = 0, grads = 0, master = 0, optimizer = 0;
+    double activations = 0;      ///< activation bytes live at the peak of the schedule
+    double workspace = 0;        ///< transient buffers (the largest op's outputs in flight)
+    double peak = 0;             ///< everything resident at the worst moment
+    double hostTotal = 0;        ///< host memory per device for tensor classes placed on the host
+    double bytesPerParam = 0;    ///< (params + grads + master + optimizer) / params per device
+  } memory;
+
+  // ---- time ----
+  struct {
+    double forward = 0, backward = 0, recompute = 0, optimizer = 0; ///< seconds per step, one device
+    double communication = 0, hostTransfer = 0, bubble = 0;
+    double step = 0, run = 0, runDays = 0;
+    double mfu = 0, hfu = 0;
+    double steps = 0;            ///< optimizer steps for `tokens`
+    int64_t accumulationSteps = 1;
+  } time;
+
+  struct {
+    std::string policy = "none";
+    std::vector<std::string> saved; ///< op or block paths whose outputs are kept
+    double recomputeFlops = 0;
+  } checkpoint;
+
+  double ridge = 0;              ///< the target's ridge intensity at the activation dtype
+
+  // ---- the forward/backward schedule and the memory plan (filled by later passes) ----
+  std::vector<ScheduleStep> schedule;
+  std::vector<Buffer> buffers;
+};
+
+} // namespace tally

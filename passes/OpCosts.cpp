@@ -1,0 +1,40 @@
+// Forward cost of every op.
+//
+// 1. Ask each op's rule (ir/OpRules.cpp) for its forward FLOPs and bytes on the lowered graph,
+//    which holds one micro-batch on one data-parallel replica.
+// 2. Note the dtype it computes in (its output's; integer and view ops have no rate) and its
+//    arithmetic intensity, FLOPs per byte moved.
+// 3. Scale the sums to one optimizer step: batch / micro_batch micro-batches of the graph
+//    (accumulation steps × data-parallel replicas).
+#include "passes/Passes.h"
+
+namespace tally {
+
+void costOps(Analysis &a) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  a.ops.assign(g.ops.size(), OpAnalysis());
+  double forward = 0, matmul = 0, executed = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    OpAnalysis &oa = a.ops[i];
+    oa.forward = ruleFor(op.kind).forward(g, op);
+    oa.computeDtype = op.outputs.empty() ? g.activationDtype : g.tensors[op.outputs[0]].dtype;
+    if (!isFloat(oa.computeDtype))
+      oa.computeDtype = g.activationDtype;
+    double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
+    oa.intensity = bytes > 0 ? oa.forward.flops / bytes : 0;
+    forward += oa.forward.flops;
+    matmul += oa.forward.matmulFlops;
+    executed += oa.forward.executedFlops;
+  }
+  double microSteps = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);
+  if (!plan.isTrain)
+    microSteps = 1;
+  a.flops.forward = forward * microSteps;
+  a.flops.forwardMatmul = matmul * microSteps;
+  a.flops.executed = executed * microSteps;
+  a.flops.tokensPerStep = static_cast<double>(plan.batch) * static_cast<double>(plan.seq);
+}
+
+} // namespace tally

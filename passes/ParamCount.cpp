@@ -1,0 +1,30 @@
+// Parameter counts.
+//
+// 1. Sum every parameter tensor's element count once (a tied weight is one tensor, however
+//    often it is used), split into trainable and frozen.
+// 2. Attribute each parameter to the instance that declared it, then add each instance's count
+//    to its parent, walking instances backwards (children come after their parents).
+#include "passes/Passes.h"
+
+namespace tally {
+
+void countParams(Analysis &a) {
+  const Graph &g = *a.graph;
+  std::vector<double> own(g.instances.size(), 0);
+  for (const ParamInfo &p : g.params) {
+    double n = numel(g.tensors[p.tensor].shape);
+    a.params.total += n;
+    if (p.trainable)
+      a.params.trainable += n;
+    own[p.instance] += n;
+  }
+  for (size_t i = g.instances.size(); i-- > 1;)
+    own[g.instances[i].parent] += own[i];
+  a.params.byBlock.clear();
+  a.params.byBlock.reserve(g.instances.size());
+  for (size_t i = 0; i < g.instances.size(); ++i)
+    a.params.byBlock.push_back(
+        {g.instances[i].path, g.instances[i].block, own[i], g.instances[i].depth});
+}
+
+} // namespace tally

@@ -1,0 +1,51 @@
+// The analysis passes, one per file, each filling its part of the Analysis. They run in the
+// order listed here (passes/Pipeline.cpp); each may read what earlier ones computed.
+#pragma once
+
+#include "passes/Analysis.h"
+
+#include <functional>
+#include <optional>
+
+namespace tally {
+
+class DiagnosticEngine;
+
+/// Lowers the same model again for a changed plan (another micro-batch, say), so budgets and
+/// solvers can try alternatives; diagnostics of the attempt are not shown. Empty when no
+/// re-lowering is possible (unit tests on hand-built graphs).
+using Relower = std::function<std::optional<Graph>(const Plan &)>;
+
+/// ParamCount.cpp: total and trainable parameters, and the count under every block instance.
+void countParams(Analysis &a);
+/// OpCosts.cpp: each op's forward FLOPs and bytes from its rule; forward totals per step.
+void costOps(Analysis &a);
+/// Autodiff.cpp: the backward of every op — gradient FLOPs split into weight and input
+/// gradients, none for tensors that need no gradient — the optimizer's FLOPs, the step's
+/// model and executed FLOPs and the 6ND comparison.
+void differentiate(Analysis &a);
+/// StaticMemory.cpp: bytes per device of params, grads, master weights and optimizer state,
+/// from the precision policy, the optimizer and the parallel layout (ZeRO sharding).
+void staticMemory(Analysis &a);
+/// Activations.cpp: the forward-then-backward schedule, the checkpoint policy (which block
+/// outputs are kept, what is recomputed), the liveness walk over saved tensors, the memory
+/// plan (buffers with offsets), activation bytes at the peak and the peak per device.
+void planActivations(Analysis &a);
+/// Roofline.cpp: each op's compute rate, the target's ridge, and compute- or memory-bound.
+void roofline(Analysis &a);
+/// StepTime.cpp: per-op times, communication (data/tensor/pipeline parallel), host
+/// transfers, accumulation, step time, MFU, HFU and run time.
+void stepTime(Analysis &a);
+/// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s.
+void inference(Analysis &a);
+/// PrecisionLints.cpp: literals that underflow or overflow the dtype they are used in, fp16
+/// without loss scaling, optimizer state below fp32.
+void precisionLints(Analysis &a, DiagnosticEngine &diags);
+/// Budgets.cpp: the plan's budgets against the analysis, with fixes computed by the solvers.
+void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower);
+
+/// Runs every pass in order on a lowered graph and its plan.
+Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
+                 const Relower &relower = {});
+
+} // namespace tally

@@ -1,0 +1,45 @@
+// Memory per device that does not depend on the schedule: the model's states.
+//
+// 1. Element counts: all parameters N, trainable ones T (frozen ones have no gradient,
+//    master copy or optimizer state).
+// 2. Bytes per class: params N·b(params), grads T·b(grads), master T·b(master) when the policy
+//    keeps a separate master copy, optimizer state T·states·b(optimizer).
+// 3. Model parallelism splits every class over tensor × pipeline devices; ZeRO shards over the
+//    data-parallel group: stage 1 the optimizer state and master weights, stage 2 also the
+//    gradients, stage 3 also the parameters.
+// 4. A class placed on the host counts toward host memory instead of the device.
+#include "passes/Passes.h"
+
+namespace tally {
+
+void staticMemory(Analysis &a) {
+  const Plan &plan = *a.plan;
+  const PrecisionPolicy &p = plan.precision;
+  const Parallelism &par = plan.parallel;
+  double modelSplit = static_cast<double>(par.tensor * par.pipeline);
+  double dp = static_cast<double>(par.data);
+  double n = a.params.total / modelSplit;
+  double t = plan.isTrain ? a.params.trainable / modelSplit : 0;
+  auto shard = [&](int stage) { return par.zero >= stage ? dp : 1.0; };
+
+  double params = n * bytesOf(p.params) / shard(3);
+  double grads = t * bytesOf(p.grads) / shard(2);
+  double master = p.master == Dtype::Invalid ? 0 : t * bytesOf(p.master) / shard(1);
+  double optimizer = t * plan.optimizer.states * bytesOf(p.optimizer) / shard(1);
+
+  auto place = [&](double bytes, bool onHost, double &device) {
+    if (onHost)
+      a.memory.hostTotal += bytes;
+    else
+      device = bytes;
+  };
+  place(params, p.paramsOnHost, a.memory.params);
+  place(grads, p.gradsOnHost, a.memory.grads);
+  place(master, p.masterOnHost, a.memory.master);
+  place(optimizer, p.optimizerOnHost, a.memory.optimizer);
+  double states = params + grads + master + optimizer;
+  a.memory.bytesPerParam = n > 0 ? states / n : 0;
+  a.memory.peak = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer;
+}
+
+} // namespace tally

@@ -1,0 +1,137 @@
+// The JSON report: one object with the keys of language.md §4. Counts are numbers, bytes in
+// bytes, times in seconds, FLOPs as doubles.
+#include "report/Report.h"
+
+#include "llvm/Support/JSON.h"
+
+namespace tally {
+
+namespace {
+
+llvm::json::Array diagnosticsJson(const DiagnosticEngine &diags) {
+  llvm::json::Array out;
+  for (const Diagnostic &d : diags.diagnostics())
+    out.push_back(llvm::json::Object{{"severity", severityName(d.severity).str()},
+                                     {"code", codeOf(d.kind).str()},
+                                     {"message", d.message},
+                                     {"file", d.file},
+                                     {"line", static_cast<int64_t>(d.line)},
+                                     {"column", static_cast<int64_t>(d.column)}});
+  return out;
+}
+
+} // namespace
+
+void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
+  const Graph &g = *a.graph;
+  const Plan &p = *a.plan;
+  using llvm::json::Array;
+  using llvm::json::Object;
+
+  Array byBlock;
+  for (const Analysis::BlockCount &b : a.params.byBlock)
+    byBlock.push_back(Object{{"path", b.path}, {"block", b.block}, {"count", b.count}});
+
+  Array ops;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    const OpAnalysis &oa = a.ops[i];
+    const Tensor &out = g.tensors[op.outputs.empty() ? op.inputs[0] : op.outputs[0]];
+    Array shape;
+    for (const Dim &d : out.shape)
+      shape.push_back(d.size);
+    ops.push_back(Object{
+        {"path", op.path},
+        {"kind", opName(op.kind).str()},
+        {"class", opClassName(opClass(op.kind)).str()},
+        {"shape", std::move(shape)},
+        {"dtype", nameOf(out.dtype).str()},
+        {"flops", oa.forward.flops},
+        {"executed_flops", oa.forward.executedFlops},
+        {"backward_flops", oa.inputGradFlops + oa.weightGradFlops},
+        {"bytes", oa.forward.bytesRead + oa.forward.bytesWritten},
+        {"intensity", oa.intensity},
+        {"bound", oa.computeBound ? "compute" : "memory"},
+        {"time_s", oa.forwardTime},
+        {"backward_time_s", oa.backwardTime},
+    });
+  }
+
+  Array saved;
+  for (const std::string &s : a.checkpoint.saved)
+    saved.push_back(s);
+
+  Object root{
+      {"model", g.model},
+      {"plan", p.name},
+      {"kind", p.isTrain ? "train" : "infer"},
+      {"target", p.target.name},
+      {"devices", p.parallel.devices},
+      {"parallel", Object{{"data", p.parallel.data},
+                          {"tensor", p.parallel.tensor},
+                          {"pipeline", p.parallel.pipeline},
+                          {"zero", p.parallel.zero}}},
+      {"batch", p.batch},
+      {"seq", p.seq},
+      {"micro_batch", p.microBatch},
+      {"precision", Object{{"preset", p.precision.preset},
+                           {"params", nameOf(p.precision.params).str()},
+                           {"grads", nameOf(p.precision.grads).str()},
+                           {"activations", nameOf(p.precision.activations).str()},
+                           {"master", p.precision.master == Dtype::Invalid
+                                          ? llvm::json::Value(nullptr)
+                                          : llvm::json::Value(nameOf(p.precision.master).str())},
+                           {"optimizer", nameOf(p.precision.optimizer).str()}}},
+      {"optimizer", Object{{"name", p.optimizer.name}, {"states", p.optimizer.states}}},
+      {"params", Object{{"total", a.params.total},
+                        {"trainable", a.params.trainable},
+                        {"by_block", std::move(byBlock)}}},
+      {"flops", Object{{"forward", a.flops.forward},
+                       {"forward_matmul", a.flops.forwardMatmul},
+                       {"backward", a.flops.backward},
+                       {"backward_input_grad", a.flops.backwardInputGrad},
+                       {"backward_weight_grad", a.flops.backwardWeightGrad},
+                       {"recompute", a.flops.recompute},
+                       {"optimizer", a.flops.optimizer},
+                       {"step", a.flops.step},
+                       {"six_nd", a.flops.sixND},
+                       {"ratio_to_six_nd", a.flops.ratioToSixND},
+                       {"executed", a.flops.executed},
+                       {"tokens_per_step", a.flops.tokensPerStep}}},
+      {"memory", Object{{"per_device", Object{{"params", a.memory.params},
+                                              {"grads", a.memory.grads},
+                                              {"master", a.memory.master},
+                                              {"optimizer", a.memory.optimizer},
+                                              {"activations", a.memory.activations},
+                                              {"workspace", a.memory.workspace},
+                                              {"peak", a.memory.peak},
+                                              {"capacity", p.target.memoryBytes}}},
+                        {"host", Object{{"total", a.memory.hostTotal}}},
+                        {"bytes_per_param", a.memory.bytesPerParam}}},
+      {"time", Object{{"step_s", a.time.step},
+                      {"forward_s", a.time.forward},
+                      {"backward_s", a.time.backward},
+                      {"recompute_s", a.time.recompute},
+                      {"optimizer_s", a.time.optimizer},
+                      {"communication_s", a.time.communication},
+                      {"host_transfer_s", a.time.hostTransfer},
+                      {"bubble_s", a.time.bubble},
+                      {"run_s", a.time.run},
+                      {"run_days", a.time.runDays},
+                      {"steps", a.time.steps},
+                      {"mfu", a.time.mfu},
+                      {"hfu", a.time.hfu},
+                      {"accumulation_steps", a.time.accumulationSteps}}},
+      {"checkpoint", Object{{"policy", a.checkpoint.policy},
+                            {"saved", std::move(saved)},
+                            {"recompute_flops", a.checkpoint.recomputeFlops}}},
+      {"ops", std::move(ops)},
+      {"roofline", Object{{"ridge_intensity", a.ridge},
+                          {"peak_flops", p.target.peakFor(p.precision.activations)},
+                          {"bandwidth", p.target.bandwidth}}},
+      {"diagnostics", diagnosticsJson(diags)},
+  };
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+}
+
+} // namespace tally

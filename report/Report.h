@@ -1,0 +1,18 @@
+// Renderers of an Analysis. They format numbers the passes computed; none computes one.
+#pragma once
+
+#include "frontend/Diagnostics.h"
+#include "passes/Analysis.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+namespace tally {
+
+/// A terminal report that reads like a budget statement.
+void renderText(const Analysis &a, llvm::raw_ostream &os);
+/// One JSON object with the keys of language.md §4 (and more).
+void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostream &os);
+/// The text report's content as Markdown tables, for people and pull requests.
+void renderMarkdown(const Analysis &a, llvm::raw_ostream &os);
+
+} // namespace tally

@@ -1,0 +1,95 @@
+// Unit tests for ir/Target: the built-in catalogue and roofline helpers.
+#include "ir/Target.h"
+
+#include <catch.hpp>
+
+using namespace tally;
+
+TEST_CASE("target: catalogue holds the required targets", "[target]") {
+  const char *names[] = {"H100_SXM",  "H100_PCIe", "H200",    "A100_80GB",
+                         "A100_40GB", "B200",      "RTX_4090"};
+  for (const char *name : names) {
+    INFO(name);
+    const Target *t = findTarget(name);
+    REQUIRE(t != nullptr);
+    CHECK(t->name == name);
+    CHECK_FALSE(t->description.empty());
+    CHECK_FALSE(t->source.empty());
+    CHECK(t->memoryBytes > 0);
+    CHECK(t->bandwidth > 0);
+    CHECK(t->peakF64 > 0);
+    CHECK(t->peakF32 > 0);
+    CHECK(t->peakTF32 > 0);
+    CHECK(t->peakF16 > 0);
+    CHECK(t->peakBF16 > 0);
+    CHECK(t->peakINT8 > 0);
+    CHECK(t->hostLink > 0);
+    CHECK(t->interconnect > 0);
+    CHECK(t->hostMemoryBytes > 0);
+    // Tensor rates are ordered as on every NVIDIA part since Ampere.
+    CHECK(t->peakBF16 >= t->peakTF32);
+    CHECK(t->peakTF32 >= t->peakF32);
+    CHECK(t->efficiency.matmul > 0);
+    CHECK(t->efficiency.matmul <= 1);
+  }
+  CHECK(targetCatalogue().size() >= 7);
+}
+
+TEST_CASE("target: names are unique", "[target]") {
+  const auto &c = targetCatalogue();
+  for (size_t i = 0; i < c.size(); ++i)
+    for (size_t j = i + 1; j < c.size(); ++j)
+      CHECK(c[i].name != c[j].name);
+}
+
+TEST_CASE("target: H100_SXM datasheet numbers", "[target]") {
+  const Target *t = findTarget("H100_SXM");
+  REQUIRE(t != nullptr);
+  CHECK(t->memoryBytes == 80e9);
+  CHECK(t->bandwidth == 3.35e12);
+  CHECK(t->peakBF16 == 989.5e12);
+  CHECK(t->peakF16 == 989.5e12);
+  CHECK(t->peakTF32 == 494.7e12);
+  CHECK(t->peakF32 == 66.9e12);
+  CHECK(t->peakFP8 == 1979e12);
+  CHECK(t->interconnect == 450e9);
+  CHECK(t->hostLink == 64e9);
+  CHECK(t->ridge(Dtype::BF16) == Approx(295.37).margin(0.01));
+}
+
+TEST_CASE("target: other anchor numbers", "[target]") {
+  CHECK(findTarget("H200")->memoryBytes == 141e9);
+  CHECK(findTarget("H200")->bandwidth == 4.8e12);
+  CHECK(findTarget("A100_80GB")->bandwidth == 2.039e12);
+  CHECK(findTarget("A100_40GB")->bandwidth == 1.555e12);
+  CHECK(findTarget("A100_80GB")->peakBF16 == 312e12);
+  CHECK(findTarget("RTX_4090")->peakF32 == 82.6e12);
+}
+
+TEST_CASE("target: peakFor maps dtypes to rates", "[target]") {
+  const Target *t = findTarget("H100_SXM");
+  REQUIRE(t != nullptr);
+  CHECK(t->peakFor(Dtype::F64) == t->peakF64);
+  CHECK(t->peakFor(Dtype::F32) == t->peakF32);
+  CHECK(t->peakFor(Dtype::TF32) == t->peakTF32);
+  CHECK(t->peakFor(Dtype::F16) == t->peakF16);
+  CHECK(t->peakFor(Dtype::BF16) == t->peakBF16);
+  CHECK(t->peakFor(Dtype::FP8E4M3) == t->peakFP8);
+  CHECK(t->peakFor(Dtype::FP8E5M2) == t->peakFP8);
+  CHECK(t->peakFor(Dtype::I8) == t->peakINT8);
+  CHECK(t->peakFor(Dtype::I32) == 0);
+  CHECK(t->peakFor(Dtype::Bool) == 0);
+  CHECK(t->peakFor(Dtype::Invalid) == 0);
+  // A100 has no FP8: 0 peak and 0 ridge rather than a division by zero.
+  const Target *a = findTarget("A100_80GB");
+  CHECK(a->peakFor(Dtype::FP8E4M3) == 0);
+  CHECK(a->ridge(Dtype::FP8E4M3) == 0);
+  Target empty;
+  CHECK(empty.ridge(Dtype::BF16) == 0);
+}
+
+TEST_CASE("target: unknown names", "[target]") {
+  CHECK(findTarget("nope") == nullptr);
+  CHECK(findTarget("h100_sxm") == nullptr);
+  CHECK(findTarget("") == nullptr);
+}

@@ -1,0 +1,12 @@
+// Subcommands that live in their own files (solve, explain, ...). Each file declares its
+// llvm::cl::SubCommand and options and a run function; runExtraCommand dispatches to the one
+// the user named.
+#pragma once
+
+namespace tally {
+
+/// Runs the subcommand given on the command line if it is one of the extra ones; returns its
+/// exit code, or -1 when none of them was given.
+int runExtraCommand();
+
+} // namespace tally

@@ -1,0 +1,223 @@
+// The tally command line: parses flags (llvm::cl subcommands), runs the pipeline, and picks a
+// renderer. Exit codes: 0 success, 1 an error diagnostic or a broken budget, 2 bad usage.
+#include "frontend/AST.h"
+#include "frontend/Compiler.h"
+#include "ir/Graph.h"
+#include "ir/Units.h"
+#include "passes/Passes.h"
+#include "report/Report.h"
+#include "tools/tally/Commands.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+
+namespace tally {
+namespace opts {
+
+cl::SubCommand Check("check", "Lint files: diagnostics only; exit 1 on an error or a broken budget");
+cl::SubCommand Report("report", "Report parameters, FLOPs, memory, time and MFU for a plan");
+cl::SubCommand Targets("targets", "List the built-in hardware catalogue");
+
+cl::OptionCategory Cat("tally options");
+
+cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file>..."), cl::OneOrMore,
+                                 cl::sub(Check), cl::cat(Cat));
+cl::opt<std::string> ReportFile(cl::Positional, cl::desc("<file>"), cl::Required,
+                                cl::sub(Report), cl::cat(Cat));
+
+cl::opt<std::string> PlanName("plan", cl::desc("The train or infer plan to analyze (default: the first)"),
+                              cl::value_desc("name"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+enum class Format { Text, Json, Markdown };
+cl::opt<Format> OutFormat("format", cl::desc("Report format"),
+                          cl::values(clEnumValN(Format::Text, "text", "a budget statement (default)"),
+                                     clEnumValN(Format::Json, "json", "one JSON object")),
+                          cl::init(Format::Text), cl::sub(Report), cl::sub(Targets), cl::cat(Cat));
+cl::opt<std::string> Output("o", cl::desc("Write the report to this file"), cl::value_desc("file"),
+                            cl::init("-"), cl::sub(Report), cl::cat(Cat));
+enum class Emit { None, Ast, Ir, Analysis };
+cl::opt<Emit> EmitStage("emit", cl::desc("Print one stage of the pipeline instead of the report"),
+                        cl::values(clEnumValN(Emit::Ast, "ast", "the parsed AST"),
+                                   clEnumValN(Emit::Ir, "ir", "the lowered IR graph"),
+                                   clEnumValN(Emit::Analysis, "analysis", "the analysis as JSON")),
+                        cl::init(Emit::None), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+
+// Overrides of the file's settings.
+cl::opt<std::string> TargetOverride("target", cl::desc("Override the target, e.g. H100_SXM or '8 x H100_SXM'"),
+                                    cl::value_desc("target"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<std::string> PrecisionOverride("precision", cl::desc("Override the precision preset"),
+                                       cl::value_desc("preset"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<std::string> CheckpointOverride("checkpoint", cl::desc("Override the checkpoint policy (none, full, sqrt, auto)"),
+                                        cl::value_desc("policy"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<int64_t> BatchOverride("batch", cl::desc("Override the batch size"), cl::init(0),
+                               cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<int64_t> MicroBatchOverride("micro-batch", cl::desc("Override the micro-batch size"),
+                                    cl::init(0), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+
+cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("Warning control: -Werror, -Wno-NAME, -Werror=NAME"),
+                               cl::value_desc("option"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<bool> NoWarnings("w", cl::desc("Silence all warnings"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<bool> NoColor("no-color", cl::desc("Do not color diagnostics"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+
+} // namespace opts
+
+namespace {
+
+bool applyWarnings(DiagnosticEngine &diags) {
+  for (const std::string &w : opts::Warnings)
+    if (!diags.applyWarningOption("-W" + w)) {
+      errs() << "tally: error: unknown warning option '-W" << w << "'\n";
+      return false;
+    }
+  if (opts::NoWarnings)
+    diags.applyWarningOption("-w");
+  if (opts::NoColor)
+    diags.setShowColors(false);
+  return true;
+}
+
+PlanOverrides overrides() {
+  PlanOverrides o;
+  o.target = opts::TargetOverride;
+  o.precision = opts::PrecisionOverride;
+  o.checkpoint = opts::CheckpointOverride;
+  o.batch = opts::BatchOverride;
+  o.microBatch = opts::MicroBatchOverride;
+  return o;
+}
+
+int usageError(const std::string &msg) {
+  errs() << "tally: error: " << msg << "\n";
+  return 2;
+}
+
+/// Checks one file: parse, then lower and analyze every plan (or the one named).
+int runCheck() {
+  int status = 0;
+  for (const std::string &file : opts::CheckFiles) {
+    Compilation c;
+    if (!applyWarnings(c.diags))
+      return 2;
+    if (c.addFile(file) && opts::EmitStage == opts::Emit::Ast)
+      printAST(*c.program.modules.back(), outs());
+    std::vector<const PlanDecl *> plans;
+    if (!c.diags.hasErrors()) {
+      if (!opts::PlanName.empty()) {
+        if (const PlanDecl *p = c.pickPlan(opts::PlanName))
+          plans.push_back(p);
+      } else {
+        plans = c.program.planOrder;
+      }
+    }
+    for (const PlanDecl *p : plans) {
+      if (!c.lower(*p, overrides()))
+        continue;
+      if (opts::EmitStage == opts::Emit::Ir)
+        printGraph(*c.graph, outs());
+      analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p));
+    }
+    if (c.diags.hasErrors())
+      status = 1;
+  }
+  return status;
+}
+
+int runReport() {
+  Compilation c;
+  if (!applyWarnings(c.diags))
+    return 2;
+  if (!c.addFile(opts::ReportFile))
+    return 1;
+  if (opts::EmitStage == opts::Emit::Ast) {
+    printAST(*c.program.modules.back(), outs());
+    return c.diags.hasErrors() ? 1 : 0;
+  }
+  const PlanDecl *decl = c.pickPlan(opts::PlanName);
+  if (!decl || !c.lower(*decl, overrides()))
+    return 1;
+  if (opts::EmitStage == opts::Emit::Ir) {
+    printGraph(*c.graph, outs());
+    return c.diags.hasErrors() ? 1 : 0;
+  }
+  Analysis a = analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl));
+  std::error_code ec;
+  ToolOutputFile out(opts::Output, ec, sys::fs::OF_Text);
+  if (ec)
+    return usageError("cannot write '" + opts::Output + "': " + ec.message());
+  if (opts::EmitStage == opts::Emit::Analysis || opts::OutFormat == opts::Format::Json)
+    renderJson(a, c.diags, out.os());
+  else
+    renderText(a, out.os());
+  out.keep();
+  return c.diags.hasErrors() ? 1 : 0;
+}
+
+int runTargets() {
+  if (opts::OutFormat == opts::Format::Json) {
+    outs() << "[\n";
+    const auto &cat = targetCatalogue();
+    for (size_t i = 0; i < cat.size(); ++i) {
+      const Target &t = cat[i];
+      outs() << formatv("  {{\"name\": \"{0}\", \"memory\": {1}, \"bandwidth\": {2}, "
+                        "\"peak_fp32\": {3}, \"peak_tf32\": {4}, \"peak_bf16\": {5}, "
+                        "\"peak_fp16\": {6}, \"peak_fp8\": {7}, \"host_link\": {8}, "
+                        "\"interconnect\": {9}}",
+                        t.name, t.memoryBytes, t.bandwidth, t.peakF32, t.peakTF32, t.peakBF16,
+                        t.peakF16, t.peakFP8, t.hostLink, t.interconnect)
+             << (i + 1 < cat.size() ? ",\n" : "\n");
+    }
+    outs() << "]\n";
+    return 0;
+  }
+  outs() << formatv("{0,-10} {1,-28} {2,10} {3,10} {4,14} {5,14} {6,14} {7,10}\n", "name",
+                    "device", "memory", "bandwidth", "bf16 dense", "tf32 dense", "fp32",
+                    "ridge bf16");
+  for (const Target &t : targetCatalogue())
+    outs() << formatv("{0,-10} {1,-28} {2,10} {3,10} {4,14} {5,14} {6,14} {7,10:f1}\n", t.name,
+                      t.description, formatValue(t.memoryBytes, UnitDim::Bytes),
+                      formatRate(t.bandwidth, UnitDim::ByteRate),
+                      formatRate(t.peakBF16, UnitDim::FlopRate),
+                      formatRate(t.peakTF32, UnitDim::FlopRate),
+                      formatRate(t.peakF32, UnitDim::FlopRate), t.ridge(Dtype::BF16));
+  outs() << "\nDense (not sparse) datasheet rates; sources in docs/targets.md.\n";
+  return 0;
+}
+
+} // namespace
+} // namespace tally
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  using namespace tally;
+  cl::HideUnrelatedOptions({&opts::Cat, &cl::getGeneralCategory()});
+  cl::SetVersionPrinter([](raw_ostream &os) { os << "tally 0.1\n"; });
+  std::string errors;
+  raw_string_ostream errStream(errors);
+  if (!cl::ParseCommandLineOptions(
+          argc, argv,
+          "tally: a compiler and static analyzer for model configurations\n\n"
+          "  tally check FILE...        diagnostics only\n"
+          "  tally report FILE          parameters, FLOPs, memory, time, MFU\n"
+          "  tally targets              the hardware catalogue\n",
+          &errStream)) {
+    errStream.flush();
+    errs() << errors;
+    return 2;
+  }
+  if (opts::Check)
+    return runCheck();
+  if (opts::Report)
+    return runReport();
+  if (opts::Targets)
+    return runTargets();
+  if (int rc = runExtraCommand(); rc >= 0)
+    return rc;
+  errs() << "tally: error: no command given; try `tally --help`\n";
+  return 2;
+}
