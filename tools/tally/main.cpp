@@ -37,7 +37,8 @@ cl::opt<std::string> PlanName("plan", cl::desc("The train or infer plan to analy
 enum class Format { Text, Json, Markdown };
 cl::opt<Format> OutFormat("format", cl::desc("Report format"),
                           cl::values(clEnumValN(Format::Text, "text", "a budget statement (default)"),
-                                     clEnumValN(Format::Json, "json", "one JSON object")),
+                                     clEnumValN(Format::Json, "json", "one JSON object"),
+                                     clEnumValN(Format::Markdown, "markdown", "Markdown tables")),
                           cl::init(Format::Text), cl::sub(Report), cl::sub(Targets), cl::cat(Cat));
 cl::opt<std::string> Output("o", cl::desc("Write the report to this file"), cl::value_desc("file"),
                             cl::init("-"), cl::sub(Report), cl::cat(Cat));
@@ -152,6 +153,8 @@ int runReport() {
     return usageError("cannot write '" + opts::Output + "': " + ec.message());
   if (opts::EmitStage == opts::Emit::Analysis || opts::OutFormat == opts::Format::Json)
     renderJson(a, c.diags, out.os());
+  else if (opts::OutFormat == opts::Format::Markdown)
+    renderMarkdown(a, out.os());
   else
     renderText(a, out.os());
   out.keep();

@@ -1,0 +1,154 @@
+// What-if solvers: the questions `tally solve` answers and the fixes that budget diagnostics
+// propose. Each solver returns its answer with a unit, the inputs it used and the derivation
+// as lines of text with the values substituted, so a user can check the arithmetic by hand.
+//
+// Two kinds of solver live here:
+//  - closed forms on a handful of numbers (run time from 6·N·D, the largest parameter count
+//    whose training states fit): pure functions of their arguments;
+//  - searches over a plan (the largest micro-batch that fits, the fewest devices): each
+//    candidate plan is lowered again when its graph changes (the Relower callback) and the
+//    whole analysis is run on it, so the answer uses exactly the numbers `tally report` would
+//    show for that plan.
+#pragma once
+
+#include "ir/Dtype.h"
+#include "ir/Plan.h"
+#include "ir/Target.h"
+#include "ir/Units.h"
+#include "passes/Analysis.h"
+#include "passes/Passes.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tally {
+
+/// One input of a solver as the user gave it (or as the plan says): a number, or a word such
+/// as a target name or a precision preset.
+struct SolverInput {
+  std::string name;
+  double number = 0;
+  std::string text;            ///< non-empty: the input is this word and `number` is unused
+};
+
+/// The answer to one what-if question.
+struct SolverAnswer {
+  std::string question;        ///< "run-time", "max-params", "micro-batch", "devices"
+  double answer = 0;           ///< in `unit`
+  std::string unit;            ///< "days", "parameters", "sequences", "devices"
+  std::vector<SolverInput> inputs;
+  std::vector<std::string> derivation; ///< lines with the values substituted
+  std::string error;           ///< non-empty: there is no answer, and this says why
+  bool ok() const { return error.empty(); }
+};
+
+// ---- closed forms ----------------------------------------------------------------------------
+
+/// Training time of N parameters on D tokens: FLOPs = 6·N·D (forward 2ND + backward 4ND), run
+/// at `mfu` of the dense peak of `devices` × `target` in `dtype`. Answer in days. The lecture's
+/// example: 70e9 params, 15e12 tokens, 1024 H100_SXM at bf16 and MFU 0.5 → 143.93 days.
+SolverAnswer solveRunTime(double params, double tokens, int64_t devices, const Target &target,
+                          double mfu, Dtype dtype = Dtype::BF16);
+
+/// The precision policy of a preset (fp32, tf32, bf16, fp16, mixed_bf16, mixed_fp16), exactly
+/// as Sema resolves `precision = NAME`; nullopt for an unknown name.
+std::optional<PrecisionPolicy> precisionPreset(llvm::StringRef name);
+
+/// The optimizer of a name (SGD, SGDM = SGD with momentum, AdaGrad, RMSprop, Adam, AdamW,
+/// Lion; any letter case) with its canonical name and number of per-parameter states;
+/// nullopt for an unknown name.
+std::optional<OptimizerSpec> optimizerByName(llvm::StringRef name);
+
+/// Bytes one parameter takes in training states: params + grads + master + optimizer state,
+/// from the precision policy and the optimizer's state count (activations not included).
+struct StateBytes {
+  double params = 0, grads = 0, master = 0, optimizer = 0;
+  double total() const { return params + grads + master + optimizer; }
+};
+StateBytes stateBytesPerParam(const PrecisionPolicy &precision, unsigned optimizerStates);
+
+/// The largest parameter count whose params, grads, master weights and optimizer state fit in
+/// the memory of `devices` × `target`. The answer is the lecture's: the devices' total memory
+/// divided by the bytes per parameter, which is what ZeRO-3 (every state sharded over all
+/// devices) achieves; the derivation also gives the answer for one unsharded device and for
+/// ZeRO stages 1 and 2. Activations are not counted (a caveat line says so). The lecture:
+/// 8 × H100_SXM, AdamW, bf16 (2+2+8 = 12 bytes) → 53.3e9; fp32 (4+4+8 = 16 bytes) → 40e9.
+SolverAnswer solveMaxParams(int64_t devices, const Target &target, const OptimizerSpec &optimizer,
+                            const PrecisionPolicy &precision);
+
+// ---- searches over a plan ----------------------------------------------------------------
+
+/// The numbers of one candidate plan, from a full analysis of it.
+struct Trial {
+  double peak = 0;             ///< memory per device at peak, bytes
+  double activations = 0;      ///< activation bytes at the peak
+  double stepFlops = 0;        ///< model FLOPs per step
+  double executedFlops = 0;    ///< executed FLOPs per step (recompute included)
+  double stepTime = 0, runTime = 0, mfu = 0; ///< seconds, seconds, fraction
+};
+
+/// Analyzes `candidate`, a changed copy of `base`'s plan: re-lowers the model when the graph
+/// depends on what changed (micro-batch, sequence length) and reuses `base`'s graph otherwise.
+/// Diagnostics of the attempt are not shown and its budgets are not checked. Nullopt when the
+/// graph must be re-lowered and `relower` is empty or fails.
+std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const Relower &relower);
+
+/// True while tryPlan is analyzing a candidate: checkBudgets does nothing then (a candidate
+/// answers a what-if; checking its budgets would search again, without end).
+bool inSolverTrial();
+
+/// A candidate plan that meets a goal, with its numbers.
+struct Candidate {
+  Plan plan;
+  Trial trial;
+};
+
+/// Accumulation steps = batch / (micro_batch × data-parallel degree) (may be fractional: the
+/// caller says so).
+double accumulationSteps(const Plan &plan);
+
+/// Micro-batches to try for a plan: the divisors of batch / data, or the powers of two up to
+/// it when data does not divide batch; ascending.
+std::vector<int64_t> microBatchCandidates(const Plan &plan);
+
+/// The largest micro-batch (among microBatchCandidates, at most `atMost` when positive) whose
+/// peak memory per device is at most `memoryLimit`; nullopt when none fits or none can be
+/// lowered. `tried` (optional) receives each candidate's peak, largest first.
+std::optional<Candidate> largestMicroBatch(const Analysis &a, const Relower &relower,
+                                           double memoryLimit, int64_t atMost = 0,
+                                           std::vector<std::pair<int64_t, double>> *tried = nullptr);
+
+/// The fewest data-parallel devices (tensor and pipeline degrees kept; ZeRO stage `zero`)
+/// whose analysis meets `goal`. Candidates are data degrees dividing batch / micro_batch (a
+/// given micro-batch is kept; one derived from the batch is re-derived as batch / data).
+/// Nullopt when no candidate meets the goal.
+std::optional<Candidate> fewestDevices(const Analysis &a, const Relower &relower, int zero,
+                                       const std::function<bool(const Trial &)> &goal);
+
+/// `tally solve micro-batch`: the largest micro-batch whose peak memory per device fits in
+/// `memoryLimit` (bytes), and the accumulation steps it implies.
+SolverAnswer solveMicroBatch(const Analysis &a, const Relower &relower, double memoryLimit);
+
+/// `tally solve devices`: the fewest devices (data parallel, the plan's tensor and pipeline
+/// degrees and ZeRO stage) whose peak memory per device fits in `memoryLimit`; the derivation
+/// also says what ZeRO-3 would need.
+SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memoryLimit);
+
+// ---- budgets on the command line -----------------------------------------------------------
+
+/// Parses a quantity as written on the command line: a number with an optional unit, glued
+/// or after a space ("80GiB", "80 GiB", "60s", "40%", "90days", "70B", "15T", "0.5"), and
+/// checks that its dimension is `want` (for a Ratio a plain number in (0, 1] is accepted).
+/// Returns the value in base units, or nullopt with `error` set.
+std::optional<double> parseQuantity(llvm::StringRef text, UnitDim want, std::string &error);
+
+/// Replaces the plan's budgets of each metric in `flags` by the one in `flags` (command-line
+/// budgets win over the file's); budgets of other metrics stay.
+void overrideBudgets(Plan &plan, const std::vector<BudgetSpec> &flags);
+
+} // namespace tally

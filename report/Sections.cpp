@@ -1,0 +1,231 @@
+// Builds the people-facing report content from an Analysis: every cell is a number a pass
+// computed, formatted here; nothing is derived beyond percentages of a whole.
+#include "report/Sections.h"
+
+#include "ir/Units.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+
+namespace tally {
+
+namespace {
+
+std::string sci(double v) { return llvm::formatv("{0:e4}", v).str(); }
+
+std::string share(double part, double whole) {
+  return whole > 0 ? llvm::formatv("{0:f1}%", 100.0 * part / whole).str() : "-";
+}
+
+ReportTable paramsTable(const Analysis &a) {
+  ReportTable t;
+  t.title = "Parameters";
+  t.header = {"block", "kind", "parameters", "share"};
+  t.rows.push_back({"(total)", a.graph->model, groupDigits(a.params.total), "100.0%"});
+  if (a.params.trainable != a.params.total)
+    t.rows.push_back({"(trainable)", "", groupDigits(a.params.trainable),
+                      share(a.params.trainable, a.params.total)});
+  for (const Analysis::BlockCount &b : a.params.byBlock)
+    if (b.depth == 1 && b.count > 0)
+      t.rows.push_back({b.path, b.block, groupDigits(b.count), share(b.count, a.params.total)});
+  t.notes.push_back(formatCount(a.params.total) + " parameters; a tied weight is counted once.");
+  return t;
+}
+
+ReportTable flopsTable(const Analysis &a) {
+  const Plan &p = *a.plan;
+  ReportTable t;
+  t.title = p.isTrain ? "FLOPs per optimizer step" : "FLOPs of the prefill";
+  t.header = {"part", "FLOPs", "note"};
+  t.rows.push_back({"forward", sci(a.flops.forward),
+                    "matmul " + sci(a.flops.forwardMatmul)});
+  if (p.isTrain) {
+    t.rows.push_back({"backward", sci(a.flops.backward),
+                      "weight grads " + sci(a.flops.backwardWeightGrad) + ", input grads " +
+                          sci(a.flops.backwardInputGrad)});
+    t.rows.push_back({"recompute", sci(a.flops.recompute), "checkpoint = " + a.checkpoint.policy});
+    t.rows.push_back({"optimizer", sci(a.flops.optimizer), p.optimizer.name + " update"});
+    t.rows.push_back({"step (model FLOPs)", sci(a.flops.step), "used for MFU"});
+    t.rows.push_back({"executed", sci(a.flops.executed), "what kernels run; used for HFU"});
+    t.rows.push_back({"6·N·D", sci(a.flops.sixND),
+                      llvm::formatv("N = {0}, D = {1} tokens", formatCount(a.params.trainable),
+                                    formatCount(a.flops.tokensPerStep))
+                          .str()});
+    t.notes.push_back(llvm::formatv("(forward + backward) / 6ND = {0:f4}", a.flops.ratioToSixND)
+                          .str());
+    t.notes.push_back("Model FLOPs count attention densely (s²), as Narayanan et al. and PaLM "
+                      "do; executed FLOPs skip the masked half of causal attention and add "
+                      "recompute.");
+  }
+  return t;
+}
+
+ReportTable memoryTable(const Analysis &a) {
+  const Plan &p = *a.plan;
+  ReportTable t;
+  t.title = "Memory per device";
+  t.header = {"kind", "bytes", "share of peak"};
+  auto row = [&](const char *kind, double v) {
+    t.rows.push_back({kind, formatBytes(v), share(v, a.memory.peak)});
+  };
+  row("params", a.memory.params);
+  if (p.isTrain) {
+    row("grads", a.memory.grads);
+    row("master weights", a.memory.master);
+    row("optimizer state", a.memory.optimizer);
+  }
+  row("activations", a.memory.activations);
+  row("workspace", a.memory.workspace);
+  t.rows.push_back({"peak", formatBytes(a.memory.peak),
+                    share(a.memory.peak, p.target.memoryBytes) + " of " +
+                        formatBytes(p.target.memoryBytes)});
+  if (a.memory.hostTotal > 0)
+    t.rows.push_back({"host memory", formatBytes(a.memory.hostTotal), ""});
+  if (p.isTrain)
+    t.notes.push_back(llvm::formatv("params + grads + master + optimizer state: {0:f2} bytes "
+                                    "per parameter on this device",
+                                    a.memory.bytesPerParam)
+                          .str());
+  return t;
+}
+
+/// "h[3].attn.qkv.matmul" → "h[*].attn.qkv.matmul": the copies of a repeated block are
+/// listed as one row.
+std::string repeatPattern(const std::string &path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '[') {
+      size_t j = i + 1;
+      while (j < path.size() && std::isdigit(static_cast<unsigned char>(path[j])))
+        ++j;
+      if (j < path.size() && path[j] == ']' && j > i + 1) {
+        out += "[*]";
+        i = j;
+        continue;
+      }
+    }
+    out += path[i];
+  }
+  return out;
+}
+
+ReportTable opsTable(const Analysis &a) {
+  const Graph &g = *a.graph;
+  ReportTable t;
+  t.title = "Most expensive ops";
+  t.header = {"op", "kind", "count", "FLOPs", "intensity", "bound", "time"};
+  struct Group {
+    std::string pattern;
+    OpId first;
+    unsigned count = 0;
+    double flops = 0, time = 0;
+  };
+  std::vector<Group> groups;
+  llvm::StringMap<size_t> index;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    std::string pattern = repeatPattern(g.ops[i].path);
+    auto [it, inserted] = index.try_emplace(pattern, groups.size());
+    if (inserted)
+      groups.push_back({pattern, i});
+    Group &gr = groups[it->second];
+    ++gr.count;
+    gr.flops += a.ops[i].forward.flops;
+    gr.time += a.ops[i].forwardTime + a.ops[i].backwardTime;
+  }
+  std::stable_sort(groups.begin(), groups.end(), [](const Group &x, const Group &y) {
+    double cx = x.time > 0 ? x.time : x.flops, cy = y.time > 0 ? y.time : y.flops;
+    return cx > cy;
+  });
+  for (size_t k = 0; k < groups.size() && k < 10; ++k) {
+    const Group &gr = groups[k];
+    const OpAnalysis &o = a.ops[gr.first];
+    t.rows.push_back({gr.pattern, opName(g.ops[gr.first].kind).str(), std::to_string(gr.count),
+                      llvm::formatv("{0:e2}", gr.flops), llvm::formatv("{0:f1}", o.intensity),
+                      o.computeBound ? "compute" : "memory", formatDuration(gr.time)});
+  }
+  t.notes.push_back(llvm::formatv("ridge point {0:f2} FLOP/byte on {1}: ops below it are "
+                                  "memory-bound. FLOPs are forward, per micro-batch; time is "
+                                  "forward + backward per micro-batch; [*] sums the copies "
+                                  "of a repeated block.",
+                                  a.ridge, a.plan->target.name)
+                        .str());
+  return t;
+}
+
+ReportTable timeTable(const Analysis &a) {
+  const Plan &p = *a.plan;
+  ReportTable t;
+  t.title = "Time";
+  t.header = {"part", "time", "note"};
+  t.rows.push_back({"forward", formatDuration(a.time.forward), ""});
+  if (p.isTrain) {
+    t.rows.push_back({"backward", formatDuration(a.time.backward), ""});
+    t.rows.push_back({"recompute", formatDuration(a.time.recompute), ""});
+    t.rows.push_back({"optimizer", formatDuration(a.time.optimizer), ""});
+    t.rows.push_back({"communication", formatDuration(a.time.communication), ""});
+    t.rows.push_back({"host transfers", formatDuration(a.time.hostTransfer), ""});
+    t.rows.push_back({"pipeline bubble", formatDuration(a.time.bubble), ""});
+    t.rows.push_back({"step", formatDuration(a.time.step),
+                      std::to_string(a.time.accumulationSteps) + " accumulation step" +
+                          (a.time.accumulationSteps == 1 ? "" : "s")});
+    t.rows.push_back({"MFU", formatPercent(a.time.mfu), "HFU " + formatPercent(a.time.hfu)});
+    if (a.time.run > 0)
+      t.rows.push_back({"run", formatDuration(a.time.run),
+                        llvm::formatv("{0:f0} steps for {1} tokens", a.time.steps,
+                                      formatCount(p.tokens))
+                            .str()});
+  } else {
+    t.rows.push_back({"step", formatDuration(a.time.step), ""});
+  }
+  return t;
+}
+
+} // namespace
+
+std::string groupDigits(double v) {
+  if (v >= 9007199254740992.0 || v <= -9007199254740992.0 ||
+      v != static_cast<double>(static_cast<int64_t>(v)))
+    return llvm::formatv("{0:e3}", v).str();
+  std::string digits = std::to_string(static_cast<int64_t>(v));
+  std::string out;
+  size_t start = digits[0] == '-' ? 1 : 0;
+  out = digits.substr(0, start);
+  for (size_t i = start; i < digits.size(); ++i) {
+    if (i > start && (digits.size() - i) % 3 == 0)
+      out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+ReportContent buildReport(const Analysis &a) {
+  const Plan &p = *a.plan;
+  const Parallelism &par = p.parallel;
+  ReportContent c;
+  c.headline = std::string(p.isTrain ? "train " : "infer ") + p.name + ": model " +
+               a.graph->model + " on " + std::to_string(par.devices) + " × " + p.target.name;
+  if (par.devices > 1)
+    c.headline += " (data " + std::to_string(par.data) + ", tensor " +
+                  std::to_string(par.tensor) + ", pipeline " + std::to_string(par.pipeline) +
+                  ", ZeRO " + std::to_string(par.zero) + ")";
+  if (p.isTrain)
+    c.settings.push_back("batch " + std::to_string(p.batch) + ", seq " + std::to_string(p.seq) +
+                         ", micro-batch " + std::to_string(p.microBatch) + " per device");
+  else
+    c.settings.push_back("batch " + std::to_string(p.batch) + ", prompt " +
+                         std::to_string(p.prompt) + ", generate " + std::to_string(p.generate));
+  c.settings.push_back("precision " + p.precision.preset + " (params " +
+                       nameOf(p.precision.params).str() + ", activations " +
+                       nameOf(p.precision.activations).str() + ")" +
+                       (p.isTrain ? ", optimizer " + p.optimizer.name : ""));
+  c.tables.push_back(paramsTable(a));
+  c.tables.push_back(flopsTable(a));
+  c.tables.push_back(memoryTable(a));
+  c.tables.push_back(opsTable(a));
+  c.tables.push_back(timeTable(a));
+  return c;
+}
+
+} // namespace tally
