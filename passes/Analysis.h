@@ -48,6 +48,9 @@ struct Buffer {
   uint32_t first = 0, last = 0;  ///< schedule step indexes, inclusive
   double offset = 0;             ///< arena offset in bytes (filled by the memory planner)
   const char *what = "";
+  /// Saved: kept for the backward (counts as activations); Transient: a forward output or
+  /// recomputed value that no backward keeps; Gradient: an activation's gradient (both workspace).
+  enum Kind : uint8_t { Saved, Transient, Gradient } kind = Saved;
 };
 
 struct Analysis {
@@ -60,6 +63,10 @@ struct Analysis {
     std::string block;
     double count = 0;            ///< parameters declared in this instance and below it
     int64_t depth = 0;
+    double forwardFlops = 0;     ///< model FLOPs per step of the ops in and below it (BlockTotals)
+    double backwardFlops = 0;
+    double time = 0;             ///< forward + backward seconds per step on one device
+    double selfForwardFlops = 0, selfBackwardFlops = 0, selfTime = 0; ///< ops written in this block itself
   };
   struct {
     double total = 0, trainable = 0;
@@ -106,6 +113,21 @@ struct Analysis {
     std::string policy = "none";
     std::vector<std::string> saved; ///< op or block paths whose outputs are kept
     double recomputeFlops = 0;
+    // Activations.cpp: what the policy decided (recomputeFlops is per optimizer step).
+    std::string requested = "none"; ///< the plan's setting; `policy` is what was applied
+    std::string note;            ///< why a requested policy changed nothing (no repeat blocks)
+    int64_t blocks = 0;          ///< repeat-block copies that could be checkpointed
+    int64_t checkpointed = 0;    ///< of those, how many are recomputed in the backward
+    int64_t segment = 0;         ///< copies per recomputed segment (1 full, ⌈√L⌉ sqrt)
+    double limitBytes = 0;       ///< auto: activations + workspace per device had to fit in this
+    /// One point of the trade-off curve: a policy, its recompute FLOPs per step and the
+    /// activations + workspace per device it needs.
+    struct Option {
+      std::string policy;
+      int64_t checkpointed = 0;
+      double recomputeFlops = 0, bytes = 0;
+    };
+    std::vector<Option> options; ///< none, the first 1..L blocks checkpointed, sqrt
   } checkpoint;
 
   double ridge = 0;              ///< the target's ridge intensity at the activation dtype
@@ -113,6 +135,17 @@ struct Analysis {
   // ---- the forward/backward schedule and the memory plan (filled by later passes) ----
   std::vector<ScheduleStep> schedule;
   std::vector<Buffer> buffers;
+  // Activations.cpp: one micro-batch on one device's tensor-parallel share.
+  double arenaBytes = 0;         ///< size of the arena the buffers are placed in (≥ livePeakBytes)
+  double livePeakBytes = 0;      ///< the most bytes live at once in the schedule
+  uint32_t peakStep = 0;         ///< the schedule step where that peak is reached
+  /// What each repeat-block copy's backward keeps with no checkpointing (each tensor once,
+  /// charged to the first op that saves it; parameters and input data left out).
+  struct BlockActivations {
+    std::string path;            ///< "h[3]"
+    double savedBytes = 0, inputBytes = 0, forwardFlops = 0;
+  };
+  std::vector<BlockActivations> blockActivations;
 };
 
 } // namespace tally

@@ -44,6 +44,10 @@ void precisionLints(Analysis &a, DiagnosticEngine &diags);
 /// Budgets.cpp: the plan's budgets against the analysis, with fixes computed by the solvers.
 void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower);
 
+/// BlockTotals.cpp: per block instance, the FLOPs and time of the ops written in it and in
+/// the blocks below it (the "FLOPs by block" of the report).
+void blockTotals(Analysis &a);
+
 /// Runs every pass in order on a lowered graph and its plan.
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
                  const Relower &relower = {});

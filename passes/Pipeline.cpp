@@ -12,7 +12,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   a.checkpoint.policy = plan.checkpoint;
   countParams(a);
   costOps(a);
-  // [autodiff] differentiate(a);
+  differentiate(a); // [autodiff]
   staticMemory(a);
   // [activations] planActivations(a);
   // [roofline] roofline(a);
@@ -20,6 +20,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   // [inference] inference(a);
   // [lints] precisionLints(a, diags);
   // [budgets] checkBudgets(a, diags, relower);
+  blockTotals(a);
   return a;
 }
 

@@ -62,6 +62,31 @@ ReportTable flopsTable(const Analysis &a) {
   return t;
 }
 
+ReportTable blocksTable(const Analysis &a) {
+  ReportTable t;
+  t.title = "FLOPs by block (per optimizer step)";
+  t.header = {"block", "kind", "forward", "backward", "share", "time"};
+  const Analysis::BlockCount &model = a.params.byBlock.front();
+  double whole = model.forwardFlops + model.backwardFlops;
+  auto add = [&](const Analysis::BlockCount &b, const std::string &label) {
+    t.rows.push_back({label, b.block, llvm::formatv("{0:e3}", b.forwardFlops).str(),
+                      llvm::formatv("{0:e3}", b.backwardFlops).str(),
+                      share(b.forwardFlops + b.backwardFlops, whole), formatDuration(b.time)});
+  };
+  for (const Analysis::BlockCount &b : a.params.byBlock)
+    if (b.depth == 1)
+      add(b, b.path);
+  Analysis::BlockCount own = model;
+  own.block = "ops";
+  own.forwardFlops = model.selfForwardFlops;
+  own.backwardFlops = model.selfBackwardFlops;
+  own.time = model.selfTime;
+  if (own.forwardFlops + own.backwardFlops > 0)
+    add(own, "(model's own ops)");
+  add(model, "(total)");
+  return t;
+}
+
 ReportTable memoryTable(const Analysis &a) {
   const Plan &p = *a.plan;
   ReportTable t;
@@ -222,6 +247,7 @@ ReportContent buildReport(const Analysis &a) {
                        (p.isTrain ? ", optimizer " + p.optimizer.name : ""));
   c.tables.push_back(paramsTable(a));
   c.tables.push_back(flopsTable(a));
+  c.tables.push_back(blocksTable(a));
   c.tables.push_back(memoryTable(a));
   c.tables.push_back(opsTable(a));
   c.tables.push_back(timeTable(a));

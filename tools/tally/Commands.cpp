@@ -1,8 +1,16 @@
-// Dispatch to the subcommands defined outside main.cpp.
+// Dispatch to the subcommands defined outside main.cpp: each file defines its llvm::cl
+// SubCommand and options, a `...Selected()` test and a `run...()` function declared here.
 #include "tools/tally/Commands.h"
 
 namespace tally {
 
-int runExtraCommand() { return -1; }
+bool solveSelected(); // tools/tally/Solve.cpp
+int runSolve();
+
+int runExtraCommand() {
+  if (solveSelected())
+    return runSolve();
+  return -1;
+}
 
 } // namespace tally

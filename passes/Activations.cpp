@@ -1,0 +1,563 @@
+// Activation memory: the forward-then-backward schedule, the checkpoint policy, the liveness
+// walk over saved tensors, transients and gradients, and the memory plan (buffers placed in one
+// arena). docs/memory.md explains every rule with a worked GPT-2 example.
+//
+// 1. Facts about the graph, computed once: each tensor's storage (a view counts as the tensor
+//    it views), which ops have a backward (some input needs a gradient), who reads and who
+//    saves each stored tensor, which tensors tensor parallelism splits (Megatron: a weight
+//    matmul on a full input is column-parallel and splits its output, one on a split input is
+//    row-parallel and all-reduces; elementwise ops, views and attention keep their input's
+//    split; reductions and embeddings give full tensors), and the repeat-block copies (the
+//    instances whose parent is a `repeat` list; an op belongs to the outermost copy above it).
+// 2. A policy checkpoints the first m copies in segments of k consecutive copies: none is
+//    m = 0, full is m = L, k = 1, sqrt is m = L, k = ⌈√L⌉, and auto tries m = 0, 1, ..., L with
+//    k = 1 (recompute grows with m) and takes the first whose activations and workspace per
+//    device fit the target's memory (or a smaller memory budget) minus the model states.
+// 3. The schedule: the forward of every op in order, then the backward of every op that has
+//    one in reverse order; just before the first backward step of a checkpointed segment, the
+//    forward of all its ops runs again (Recompute steps).
+// 4. Liveness, over schedule steps, per stored activation (parameters and input data are not
+//    activations): from its forward to its last use (forward readers, recompute readers in other
+//    segments, backward of the ops that saved it). An activation produced inside a checkpointed
+//    segment lives from its forward to its last forward reader only (ops in the segment keep
+//    nothing), and again from its recompute to the last use inside the segment. Extra saved
+//    buffers (masks, statistics) live from their op's forward (or recompute) to its backward.
+//    An activation's gradient lives from the backward of its last reader (which starts it) to
+//    the backward of its producer (which consumes it). Each buffer is Saved (some backward keeps
+//    it) or workspace (Transient, Gradient).
+// 5. The peak: sweep the buffers over the steps; the step with the most bytes live is the peak;
+//    memory.activations is the Saved bytes live there, memory.workspace the rest. Pipeline
+//    parallelism (1F1B) holds 1/pp of the layers but min(pp, micro-batches) micro-batches in
+//    flight on its first stage, so the Saved bytes are scaled by that over pp.
+// 6. The memory plan: buffers sorted by size, largest first, each placed at the lowest offset
+//    where it overlaps no placed buffer whose lifetime overlaps its own (greedy by size,
+//    first fit); the arena is the highest end.
+// 7. Totals: recompute FLOPs per step (model FLOPs of the re-run forward; executed FLOPs add the
+//    executed count to flops.executed), and memory.peak = model states + activations +
+//    workspace.
+//
+// Infer plans have no backward: the walk covers the forward only, nothing is saved, and the
+// transients at the peak are the workspace.
+#include "passes/Passes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+namespace tally {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Step 1: facts about the graph.
+
+/// A copy of a repeated block ("h[3]") and the ops written in it or below it.
+struct Copy {
+  std::string path;
+  std::vector<OpId> ops;
+};
+
+struct Facts {
+  const Graph &g;
+  bool train;
+  double tensorDegree;
+  std::vector<TensorId> base;                 ///< per tensor: its storage
+  std::vector<bool> hasBackward;              ///< per op
+  std::vector<std::vector<OpId>> readers;     ///< per stored tensor: ops reading it (or a view)
+  std::vector<std::vector<OpId>> savers;      ///< per stored tensor: ops whose backward keeps it
+  std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
+  std::vector<Copy> copies;                   ///< in the order of their first op
+  std::vector<uint32_t> copyOfOp;             ///< per op: index into copies, or kNone
+
+  Facts(const Graph &g, const Analysis &a)
+      : g(g), train(a.plan->isTrain),
+        tensorDegree(static_cast<double>(std::max<int64_t>(1, a.plan->parallel.tensor))) {}
+
+  bool isActivation(TensorId t) const { return g.tensors[t].role == TensorRole::Activation; }
+  /// Bytes of a stored tensor on one device (its tensor-parallel share).
+  double bytes(TensorId t) const { return g.bytes(t) / (split[t] ? tensorDegree : 1); }
+  /// Whether an op's extra saved buffers (masks, statistics) are split: when its output is.
+  bool opSplit(const Op &op) const { return !op.outputs.empty() && split[base[op.outputs[0]]]; }
+};
+
+void addOnce(std::vector<OpId> &v, OpId o) {
+  if (v.empty() || v.back() != o)
+    v.push_back(o);
+}
+
+bool isParamStorage(const Facts &f, TensorId t) {
+  return f.g.tensors[f.base[t]].role == TensorRole::Param;
+}
+
+/// Megatron's split, propagated in topological order (see step 1 above).
+void markSplit(Facts &f) {
+  const Graph &g = f.g;
+  f.split.assign(g.tensors.size(), false);
+  if (f.tensorDegree <= 1)
+    return;
+  for (const Op &op : g.ops) {
+    bool out = false;
+    if (op.kind == OpKind::Matmul && op.inputs.size() == 2 &&
+        isParamStorage(f, op.inputs[0]) != isParamStorage(f, op.inputs[1])) {
+      TensorId x = isParamStorage(f, op.inputs[0]) ? op.inputs[1] : op.inputs[0];
+      out = !f.split[f.base[x]];
+    } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
+               op.kind != OpKind::Embedding) {
+      for (TensorId t : op.inputs)
+        out = out || f.split[f.base[t]];
+    }
+    for (TensorId t : op.outputs)
+      f.split[f.base[t]] = out;
+  }
+}
+
+/// Repeat copies: an instance whose parent is a `repeat` list; ops belong to the outermost one.
+void findCopies(Facts &f) {
+  const Graph &g = f.g;
+  std::vector<uint32_t> copyOfInstance(g.instances.size(), kNone);
+  std::vector<uint32_t> copyIndex(g.instances.size(), kNone);
+  for (uint32_t i = 0; i < g.instances.size(); ++i) {
+    uint32_t parent = g.instances[i].parent;
+    if (parent == kNone || parent >= i)
+      continue; // the model itself (parents are created before their children)
+    if (copyOfInstance[parent] != kNone)
+      copyOfInstance[i] = copyOfInstance[parent];
+    else if (g.instances[parent].block == "repeat")
+      copyOfInstance[i] = i;
+  }
+  f.copyOfOp.assign(g.ops.size(), kNone);
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    uint32_t inst = g.ops[o].instance;
+    uint32_t c = inst < copyOfInstance.size() ? copyOfInstance[inst] : kNone;
+    if (c == kNone)
+      continue;
+    if (copyIndex[c] == kNone) {
+      copyIndex[c] = static_cast<uint32_t>(f.copies.size());
+      f.copies.push_back({g.instances[c].path, {}});
+    }
+    f.copyOfOp[o] = copyIndex[c];
+    f.copies[copyIndex[c]].ops.push_back(o);
+  }
+}
+
+Facts gatherFacts(const Analysis &a) {
+  const Graph &g = *a.graph;
+  Facts f(g, a);
+  f.base.resize(g.tensors.size());
+  for (TensorId t = 0; t < g.tensors.size(); ++t)
+    f.base[t] = g.tensors[t].viewOf == kNone ? t : g.tensors[t].viewOf;
+  f.hasBackward.assign(g.ops.size(), false);
+  f.readers.assign(g.tensors.size(), {});
+  f.savers.assign(g.tensors.size(), {});
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const Op &op = g.ops[o];
+    for (TensorId t : op.inputs) {
+      f.hasBackward[o] = f.hasBackward[o] || (f.train && g.tensors[t].requiresGrad);
+      if (f.isActivation(f.base[t]))
+        addOnce(f.readers[f.base[t]], o);
+    }
+    for (const SavedTensor &s : a.ops[o].saved)
+      if (s.tensor != kNone && f.isActivation(f.base[s.tensor]))
+        addOnce(f.savers[f.base[s.tensor]], o);
+  }
+  markSplit(f);
+  findCopies(f);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps 2-5: one policy's schedule, buffers and peak.
+
+struct Policy {
+  std::string name = "none";
+  size_t checkpointed = 0; ///< the first `checkpointed` copies are recomputed
+  size_t segment = 1;      ///< in segments of this many consecutive copies
+};
+
+struct Walk {
+  std::vector<ScheduleStep> schedule;
+  std::vector<Buffer> buffers;
+  double recomputeFlops = 0, recomputeExecuted = 0; ///< per micro-batch
+  double peakSaved = 0, peakOther = 0;
+  uint32_t peakStep = 0;
+};
+
+/// Builds the schedule (step 3) and records each op's forward, recompute and backward step.
+struct Steps {
+  std::vector<uint32_t> fwd, rec, bwd;
+  std::vector<int> segmentOfOp; ///< the op's recomputed segment, or -1
+};
+
+Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w) {
+  const Graph &g = f.g;
+  size_t n = g.ops.size();
+  Steps s;
+  s.fwd.resize(n);
+  s.rec.assign(n, kNone);
+  s.bwd.assign(n, kNone);
+  s.segmentOfOp.assign(n, -1);
+  std::vector<std::vector<OpId>> segments;
+  for (size_t c = 0; c < p.checkpointed && c < f.copies.size(); ++c) {
+    if (c % p.segment == 0)
+      segments.emplace_back();
+    for (OpId o : f.copies[c].ops)
+      segments.back().push_back(o);
+  }
+  for (std::vector<OpId> &seg : segments) {
+    std::sort(seg.begin(), seg.end());
+    for (OpId o : seg)
+      s.segmentOfOp[o] = static_cast<int>(&seg - segments.data());
+  }
+  for (OpId o = 0; o < n; ++o) {
+    s.fwd[o] = static_cast<uint32_t>(w.schedule.size());
+    w.schedule.push_back({ScheduleStep::Forward, o});
+  }
+  std::vector<bool> recomputed(segments.size(), false);
+  for (OpId o = static_cast<OpId>(n); o-- > 0;) {
+    if (!f.hasBackward[o])
+      continue;
+    int seg = s.segmentOfOp[o];
+    if (seg >= 0 && !recomputed[seg]) {
+      recomputed[seg] = true;
+      for (OpId r : segments[seg]) {
+        s.rec[r] = static_cast<uint32_t>(w.schedule.size());
+        w.schedule.push_back({ScheduleStep::Recompute, r});
+        w.recomputeFlops += a.ops[r].forward.flops;
+        w.recomputeExecuted += a.ops[r].forward.executedFlops;
+      }
+    }
+    s.bwd[o] = static_cast<uint32_t>(w.schedule.size());
+    w.schedule.push_back({ScheduleStep::Backward, o});
+  }
+  // A segment that is never re-run (none of its ops has a backward) keeps nothing either way.
+  for (OpId o = 0; o < n; ++o)
+    if (s.segmentOfOp[o] >= 0 && !recomputed[s.segmentOfOp[o]])
+      s.segmentOfOp[o] = -1;
+  return s;
+}
+
+void addBuffer(Walk &w, TensorId t, OpId op, double bytes, uint32_t first, uint32_t last,
+               const char *what, Buffer::Kind kind) {
+  if (bytes <= 0)
+    return;
+  Buffer b;
+  b.tensor = t;
+  b.op = op;
+  b.bytes = bytes;
+  b.first = first;
+  b.last = std::max(first, last);
+  b.what = what;
+  b.kind = kind;
+  w.buffers.push_back(b);
+}
+
+/// Step 4 for one stored activation: its original lifetime and, when its producer is
+/// recomputed, the second one.
+void tensorBuffers(const Facts &f, const Steps &s, TensorId t, Walk &w) {
+  const Tensor &tensor = f.g.tensors[t];
+  OpId p = tensor.producer;
+  int segP = p == kNone ? -1 : s.segmentOfOp[p];
+  uint32_t first1 = p == kNone ? 0 : s.fwd[p], last1 = first1;
+  uint32_t first2 = segP >= 0 ? s.rec[p] : 0, last2 = first2;
+  bool saved1 = false, saved2 = false;
+  for (OpId o : f.readers[t]) {
+    last1 = std::max(last1, s.fwd[o]);
+    if (s.rec[o] == kNone)
+      continue;
+    if (segP >= 0 && s.segmentOfOp[o] == segP)
+      last2 = std::max(last2, s.rec[o]);
+    else
+      last1 = std::max(last1, s.rec[o]);
+  }
+  for (OpId o : f.savers[t]) {
+    if (s.bwd[o] == kNone)
+      continue;
+    if (segP >= 0 && s.segmentOfOp[o] == segP) {
+      last2 = std::max(last2, s.bwd[o]);
+      saved2 = true;
+    } else {
+      last1 = std::max(last1, s.bwd[o]);
+      saved1 = true;
+    }
+  }
+  double bytes = f.bytes(t);
+  addBuffer(w, t, p, bytes, first1, last1, saved1 ? "saved" : "transient",
+            saved1 ? Buffer::Saved : Buffer::Transient);
+  if (segP >= 0)
+    addBuffer(w, t, p, bytes, first2, last2, saved2 ? "recomputed, saved" : "recomputed",
+              saved2 ? Buffer::Saved : Buffer::Transient);
+  // The gradient: started by the backward of the last reader, consumed by the producer's.
+  if (!f.train || !tensor.requiresGrad || p == kNone || s.bwd[p] == kNone)
+    return;
+  uint32_t start = kNone;
+  for (OpId o : f.readers[t])
+    if (s.bwd[o] != kNone)
+      start = std::min(start, s.bwd[o]);
+  if (start != kNone)
+    addBuffer(w, t, p, bytes, start, s.bwd[p], "gradient", Buffer::Gradient);
+}
+
+/// Step 4 for an op's extra saved buffers (masks, statistics, logsumexp, score matrices).
+void extraBuffers(const Facts &f, const Analysis &a, const Steps &s, OpId o, Walk &w) {
+  if (s.bwd[o] == kNone)
+    return;
+  double divisor = f.opSplit(f.g.ops[o]) ? f.tensorDegree : 1;
+  for (const SavedTensor &st : a.ops[o].saved) {
+    if (st.tensor != kNone)
+      continue;
+    double bytes = st.bytes / divisor;
+    if (s.segmentOfOp[o] >= 0) {
+      addBuffer(w, kNone, o, bytes, s.fwd[o], s.fwd[o], st.what, Buffer::Transient);
+      addBuffer(w, kNone, o, bytes, s.rec[o], s.bwd[o], st.what, Buffer::Saved);
+    } else {
+      addBuffer(w, kNone, o, bytes, s.fwd[o], s.bwd[o], st.what, Buffer::Saved);
+    }
+  }
+}
+
+/// Step 5: the step with the most bytes live, and the Saved bytes and the rest there.
+void findPeak(Walk &w) {
+  size_t n = w.schedule.size() + 1;
+  std::vector<double> saved(n, 0), other(n, 0);
+  for (const Buffer &b : w.buffers) {
+    std::vector<double> &d = b.kind == Buffer::Saved ? saved : other;
+    d[b.first] += b.bytes;
+    d[b.last + 1] -= b.bytes;
+  }
+  double liveSaved = 0, liveOther = 0, best = -1;
+  for (uint32_t i = 0; i + 1 < n; ++i) {
+    liveSaved += saved[i];
+    liveOther += other[i];
+    if (liveSaved + liveOther > best) {
+      best = liveSaved + liveOther;
+      w.peakSaved = liveSaved;
+      w.peakOther = liveOther;
+      w.peakStep = i;
+    }
+  }
+}
+
+Walk walk(const Facts &f, const Analysis &a, const Policy &p) {
+  Walk w;
+  Steps s = buildSchedule(f, a, p, w);
+  const Graph &g = f.g;
+  for (TensorId t = 0; t < g.tensors.size(); ++t)
+    if (f.base[t] == t && f.isActivation(t))
+      tensorBuffers(f, s, t, w);
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    extraBuffers(f, a, s, o, w);
+  findPeak(w);
+  return w;
+}
+
+/// Pipeline parallelism (step 5): the first stage holds 1/pp of the layers for
+/// min(pp, micro-batches per step) micro-batches in flight.
+double pipelineFactor(const Plan &plan) {
+  double pp = static_cast<double>(std::max<int64_t>(1, plan.parallel.pipeline));
+  if (pp <= 1)
+    return 1;
+  double micro = static_cast<double>(plan.batch) /
+                 (static_cast<double>(plan.microBatch) *
+                  static_cast<double>(std::max<int64_t>(1, plan.parallel.data)));
+  return std::min(pp, std::max(1.0, std::floor(micro))) / pp;
+}
+
+/// Activations and workspace per device for one walk.
+double deviceActivations(const Walk &w, const Plan &plan) { return w.peakSaved * pipelineFactor(plan); }
+double deviceBytes(const Walk &w, const Plan &plan) { return deviceActivations(w, plan) + w.peakOther; }
+
+// ---------------------------------------------------------------------------------------------
+// Step 2: choosing the policy.
+
+double staticBytes(const Analysis &a) {
+  return a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer;
+}
+
+/// The memory per device that activations and workspace may use: the target's memory, or a
+/// smaller `memory per device <=` budget, minus the model states.
+double activationLimit(const Analysis &a) {
+  const Plan &plan = *a.plan;
+  double capacity = plan.target.memoryBytes;
+  for (const BudgetSpec &b : plan.budgets)
+    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost && b.value > 0)
+      capacity = capacity > 0 ? std::min(capacity, b.value) : b.value;
+  return capacity - staticBytes(a);
+}
+
+Policy sqrtPolicy(size_t copies) {
+  Policy p;
+  p.name = "sqrt";
+  p.checkpointed = copies;
+  p.segment = std::max<size_t>(1, static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(copies)))));
+  return p;
+}
+
+Policy partialPolicy(size_t m, size_t copies) {
+  Policy p;
+  p.name = m == 0 ? "none" : m == copies ? "full" : "partial";
+  p.checkpointed = m;
+  return p;
+}
+
+/// `auto`: the least recompute that fits; when nothing fits, the smallest footprint. Fills the
+/// trade-off curve on the way.
+Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
+  const Plan &plan = *a.plan;
+  size_t L = f.copies.size();
+  a.checkpoint.limitBytes = activationLimit(a);
+  auto option = [&](const Policy &p, const Walk &w) {
+    a.checkpoint.options.push_back({p.name, static_cast<int64_t>(p.checkpointed),
+                                    w.recomputeFlops * microSteps, deviceBytes(w, plan)});
+    return deviceBytes(w, plan);
+  };
+  std::optional<Policy> chosen;
+  Policy smallest;
+  double smallestBytes = -1;
+  for (size_t m = 0; m <= L; ++m) {
+    Policy p = partialPolicy(m, L);
+    double bytes = option(p, walk(f, a, p));
+    if (!chosen && bytes <= a.checkpoint.limitBytes)
+      chosen = p;
+    if (smallestBytes < 0 || bytes < smallestBytes)
+      smallest = p, smallestBytes = bytes;
+  }
+  if (L > 0) {
+    Policy p = sqrtPolicy(L);
+    double bytes = option(p, walk(f, a, p));
+    if (bytes < smallestBytes)
+      smallest = p, smallestBytes = bytes;
+  }
+  return chosen ? *chosen : smallest;
+}
+
+Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
+  const std::string &req = a.plan->checkpoint;
+  size_t L = f.copies.size();
+  if (a.plan->isTrain && req == "auto")
+    return choosePolicy(f, a, microSteps);
+  if (!a.plan->isTrain || req == "none")
+    return Policy();
+  if (L == 0) {
+    a.checkpoint.note = "checkpoint = " + req +
+                        " has nothing to checkpoint: the model has no repeat blocks, so every "
+                        "activation is kept";
+    return Policy();
+  }
+  return req == "sqrt" ? sqrtPolicy(L) : partialPolicy(L, L);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step 6: the memory plan.
+
+void placeBuffers(std::vector<Buffer> &buffers, double &arena) {
+  std::vector<size_t> order(buffers.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return buffers[x].bytes > buffers[y].bytes; });
+  std::vector<size_t> placed;
+  std::vector<const Buffer *> conflicts;
+  arena = 0;
+  for (size_t i : order) {
+    Buffer &b = buffers[i];
+    conflicts.clear();
+    for (size_t j : placed)
+      if (buffers[j].first <= b.last && b.first <= buffers[j].last)
+        conflicts.push_back(&buffers[j]);
+    std::sort(conflicts.begin(), conflicts.end(),
+              [](const Buffer *x, const Buffer *y) { return x->offset < y->offset; });
+    double offset = 0;
+    for (const Buffer *c : conflicts) {
+      if (offset + b.bytes <= c->offset)
+        break;
+      offset = std::max(offset, c->offset + c->bytes);
+    }
+    b.offset = offset;
+    arena = std::max(arena, offset + b.bytes);
+    placed.push_back(i);
+  }
+}
+
+/// What each copy keeps with no checkpointing, for the per-block report and the checks.
+void blockActivations(const Facts &f, Analysis &a) {
+  const Graph &g = f.g;
+  a.blockActivations.assign(f.copies.size(), {});
+  std::vector<bool> counted(g.tensors.size(), false);
+  for (size_t c = 0; c < f.copies.size(); ++c)
+    a.blockActivations[c].path = f.copies[c].path;
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    uint32_t c = f.copyOfOp[o];
+    if (c != kNone)
+      a.blockActivations[c].forwardFlops += a.ops[o].forward.flops;
+    for (const SavedTensor &s : a.ops[o].saved) {
+      double bytes = 0;
+      if (s.tensor == kNone) {
+        bytes = s.bytes / (f.opSplit(g.ops[o]) ? f.tensorDegree : 1);
+      } else {
+        TensorId t = f.base[s.tensor];
+        if (!f.isActivation(t) || counted[t])
+          continue;
+        counted[t] = true;
+        bytes = f.bytes(t);
+      }
+      if (c != kNone)
+        a.blockActivations[c].savedBytes += bytes;
+    }
+  }
+  // A copy's input: stored tensors its ops read that were produced before it.
+  for (size_t c = 0; c < f.copies.size(); ++c) {
+    std::vector<bool> seen(g.tensors.size(), false);
+    for (OpId o : f.copies[c].ops)
+      for (TensorId t : g.ops[o].inputs) {
+        TensorId b = f.base[t];
+        OpId p = g.tensors[b].producer;
+        if (!f.isActivation(b) || seen[b] || (p != kNone && f.copyOfOp[p] == c))
+          continue;
+        seen[b] = true;
+        a.blockActivations[c].inputBytes += f.bytes(b);
+      }
+  }
+}
+
+/// The paths whose inputs a policy keeps: the first copy of each recomputed segment.
+std::vector<std::string> keptPaths(const Facts &f, const Policy &p) {
+  std::vector<std::string> out;
+  for (size_t c = 0; c < p.checkpointed && c < f.copies.size(); c += p.segment)
+    out.push_back(f.copies[c].path);
+  return out;
+}
+
+} // namespace
+
+void planActivations(Analysis &a) {
+  const Plan &plan = *a.plan;
+  Facts f = gatherFacts(a);
+  double microSteps = plan.isTrain ? static_cast<double>(plan.batch) /
+                                         static_cast<double>(plan.microBatch)
+                                   : 1;
+  a.checkpoint.requested = plan.checkpoint;
+  a.checkpoint.blocks = static_cast<int64_t>(f.copies.size());
+  Policy p = requestedPolicy(f, a, microSteps);
+  Walk w = walk(f, a, p);
+
+  a.checkpoint.policy = p.name;
+  a.checkpoint.checkpointed = static_cast<int64_t>(std::min(p.checkpointed, f.copies.size()));
+  a.checkpoint.segment = p.checkpointed > 0 ? static_cast<int64_t>(p.segment) : 0;
+  a.checkpoint.saved = keptPaths(f, p);
+  a.checkpoint.recomputeFlops = w.recomputeFlops * microSteps;
+  a.flops.recompute = a.checkpoint.recomputeFlops;
+  a.flops.executed += w.recomputeExecuted * microSteps;
+
+  a.memory.activations = deviceActivations(w, plan);
+  a.memory.workspace = w.peakOther;
+  a.memory.peak = staticBytes(a) + a.memory.activations + a.memory.workspace;
+
+  a.livePeakBytes = w.peakSaved + w.peakOther;
+  a.peakStep = w.peakStep;
+  placeBuffers(w.buffers, a.arenaBytes);
+  a.schedule = std::move(w.schedule);
+  a.buffers = std::move(w.buffers);
+  blockActivations(f, a);
+}
+
+} // namespace tally

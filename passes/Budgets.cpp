@@ -1,0 +1,315 @@
+// Budgets: the plan's `budget` block (and the --budget-* flags) against the analysis. A broken
+// budget is an error at its line, followed by notes that propose fixes, each one computed by
+// analysing a changed plan with the solvers (passes/Solvers.h) rather than guessed.
+//
+// 1. For each budget read the analysed number: memory per device = memory.peak, step time =
+//    time.step, MFU = time.mfu, run time = time.run (seconds; it needs the plan's `tokens`).
+// 2. Compare with the limit (`<=`/`<` an upper bound, `>=`/`>` a lower bound); a kept budget
+//    says nothing.
+// 3. A broken upper bound on memory proposes: the cheapest checkpoint policy that fits (and
+//    its extra FLOPs), the largest smaller micro-batch that fits, the lowest higher ZeRO
+//    stage that fits, and the fewest data-parallel devices that fit.
+// 4. A broken upper bound on step time or run time proposes the fewest data-parallel devices
+//    that meet it (and still fit in memory).
+// 5. A broken lower bound on MFU proposes the smallest larger micro-batch that reaches it and
+//    fits in memory, and dropping recompute (checkpoint = none) when that fits.
+// Inside a solver's trial (a candidate plan being analysed) budgets are not checked.
+#include "passes/Passes.h"
+#include "passes/Solvers.h"
+
+#include "frontend/Diagnostics.h"
+#include "ir/Units.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace tally {
+
+namespace {
+
+/// "80.00 GiB" → "80 GiB": a budget prints as the user wrote it.
+std::string trimZeros(std::string s) {
+  auto sp = s.find(' ');
+  std::string numPart = s.substr(0, sp), rest = sp == std::string::npos ? "" : s.substr(sp);
+  if (numPart.find('.') != std::string::npos) {
+    while (!numPart.empty() && numPart.back() == '0')
+      numPart.pop_back();
+    if (!numPart.empty() && numPart.back() == '.')
+      numPart.pop_back();
+  }
+  return numPart + rest;
+}
+
+std::string percent(double ratio) { return formatPercent(ratio); }
+
+/// The command-line flag that sets a budget of this metric.
+const char *flagOf(BudgetMetric m) {
+  switch (m) {
+  case BudgetMetric::MemoryPerDevice: return "--budget-memory";
+  case BudgetMetric::StepTime: return "--budget-step-time";
+  case BudgetMetric::Mfu: return "--budget-mfu";
+  case BudgetMetric::RunTime: return "--budget-run-time";
+  }
+  return "";
+}
+
+DiagKind kindOf(BudgetMetric m) {
+  switch (m) {
+  case BudgetMetric::MemoryPerDevice: return DiagKind::BudgetMemory;
+  case BudgetMetric::StepTime: return DiagKind::BudgetStepTime;
+  case BudgetMetric::Mfu: return DiagKind::BudgetMfu;
+  case BudgetMetric::RunTime: return DiagKind::BudgetRunTime;
+  }
+  return DiagKind::BudgetMemory;
+}
+
+/// The memory a fix must stay within: the memory budget if the plan has one, and never more
+/// than the device's memory.
+double memoryLimit(const Analysis &a) {
+  double limit = a.plan->target.memoryBytes;
+  for (const BudgetSpec &b : a.plan->budgets)
+    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost && (limit <= 0 || b.value < limit))
+      limit = b.value;
+  return limit > 0 ? limit : INFINITY;
+}
+
+std::string layout(const Plan &p) {
+  return std::to_string(p.parallel.devices) + " × " + p.target.name + " (data = " +
+         std::to_string(p.parallel.data) + ", zero = " + std::to_string(p.parallel.zero) + ")";
+}
+
+std::string accumulationText(const Plan &p) {
+  double acc = accumulationSteps(p);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", acc);
+  return std::string("accumulation steps ") + buf;
+}
+
+// ---- fixes -------------------------------------------------------------------------------
+
+/// Step 3: fixes for a peak memory per device above `limit`.
+std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, double limit) {
+  std::vector<std::string> notes;
+  const Plan &plan = *a.plan;
+  auto fits = [&](const Trial &t) { return t.peak <= limit; };
+
+  // Checkpoint policies: the same graph, another plan.checkpoint.
+  if (plan.isTrain && a.memory.activations > 0) {
+    std::string best, leanest;
+    Trial bestT, leanestT;
+    for (const char *policy : {"sqrt", "full", "auto", "none"}) {
+      if (plan.checkpoint == policy)
+        continue;
+      Plan p = plan;
+      p.checkpoint = policy;
+      std::optional<Trial> t = tryPlan(a, p, relower);
+      if (!t)
+        continue;
+      if (fits(*t) && (best.empty() || t->executedFlops < bestT.executedFlops))
+        best = policy, bestT = *t;
+      if (leanest.empty() || t->peak < leanestT.peak)
+        leanest = policy, leanestT = *t;
+    }
+    std::string head = "activations are " + formatBytes(a.memory.activations) + "; ";
+    if (!best.empty()) {
+      std::string cost;
+      if (a.flops.executed > 0) {
+        double extra = bestT.executedFlops / a.flops.executed - 1;
+        cost = std::string(" for ") + (extra >= 0 ? "+" : "") + percent(extra) + " FLOPs";
+      }
+      notes.push_back(head + "checkpoint = " + best + " fits in " + formatBytes(bestT.peak) + cost);
+    } else if (!leanest.empty() && leanestT.peak < a.memory.peak) {
+      notes.push_back(head + "even checkpoint = " + leanest + " needs " +
+                      formatBytes(leanestT.peak));
+    }
+  }
+
+  // A smaller micro-batch (more accumulation steps).
+  if (plan.isTrain && plan.microBatch > 1) {
+    std::vector<std::pair<int64_t, double>> tried;
+    if (auto c = largestMicroBatch(a, relower, limit, plan.microBatch - 1, &tried))
+      notes.push_back("micro_batch = " + std::to_string(c->plan.microBatch) + " fits in " +
+                      formatBytes(c->trial.peak) + " (" + accumulationText(c->plan) + ")");
+    else if (!tried.empty())
+      notes.push_back("even micro_batch = " + std::to_string(tried.back().first) + " needs " +
+                      formatBytes(tried.back().second));
+  }
+
+  // A higher ZeRO stage over the same data-parallel group.
+  if (plan.isTrain && plan.parallel.data > 1 && plan.parallel.zero < 3) {
+    std::optional<Trial> last;
+    int stage = plan.parallel.zero + 1;
+    for (; stage <= 3; ++stage) {
+      Plan p = plan;
+      p.parallel.zero = stage;
+      last = tryPlan(a, p, relower);
+      if (last && fits(*last))
+        break;
+    }
+    if (last && stage <= 3)
+      notes.push_back("zero = " + std::to_string(stage) + " fits in " + formatBytes(last->peak));
+    else if (last)
+      notes.push_back("even zero = 3 needs " + formatBytes(last->peak));
+  }
+
+  // More data-parallel devices (which help memory through ZeRO sharding or a smaller
+  // derived micro-batch).
+  if (plan.isTrain) {
+    if (auto c = fewestDevices(a, relower, plan.parallel.zero, fits))
+      notes.push_back(layout(c->plan) + " fits in " + formatBytes(c->trial.peak));
+    else if (plan.parallel.zero < 3)
+      if (auto c3 = fewestDevices(a, relower, 3, fits))
+        notes.push_back(layout(c3->plan) + " fits in " + formatBytes(c3->trial.peak));
+  }
+  return notes;
+}
+
+/// Step 4: the fewest devices whose step time (or run time) meets `limit`, still in memory.
+std::vector<std::string> timeFixes(const Analysis &a, const Relower &relower, double limit,
+                                   bool runTime) {
+  std::vector<std::string> notes;
+  const Plan &plan = *a.plan;
+  if (!plan.isTrain)
+    return notes;
+  double mem = memoryLimit(a);
+  auto meets = [&](const Trial &t) {
+    double v = runTime ? t.runTime : t.stepTime;
+    return v > 0 && v <= limit && t.peak <= mem;
+  };
+  if (auto c = fewestDevices(a, relower, plan.parallel.zero, meets)) {
+    double v = runTime ? c->trial.runTime : c->trial.stepTime;
+    notes.push_back(layout(c->plan) + " gives a " + (runTime ? "run time" : "step time") +
+                    " of " + formatDuration(v) + " in " + formatBytes(c->trial.peak) +
+                    " per device");
+  } else {
+    notes.push_back(std::string("no data-parallel layout of ") + plan.target.name +
+                    " up to batch / micro_batch devices meets it within " + formatBytes(mem) +
+                    " per device");
+  }
+  return notes;
+}
+
+/// Step 5: a larger micro-batch, or less recompute, that raises MFU to `target`.
+std::vector<std::string> mfuFixes(const Analysis &a, const Relower &relower, double target) {
+  std::vector<std::string> notes;
+  const Plan &plan = *a.plan;
+  if (!plan.isTrain)
+    return notes;
+  double mem = memoryLimit(a);
+  std::optional<Candidate> reach, bestUnder;
+  for (int64_t mb : microBatchCandidates(plan)) {
+    if (mb <= plan.microBatch)
+      continue;
+    Plan p = plan;
+    p.microBatch = mb;
+    p.microBatchGiven = true;
+    std::optional<Trial> t = tryPlan(a, p, relower);
+    if (!t || t->peak > mem)
+      continue;
+    if (t->mfu >= target) {
+      reach = Candidate{p, *t};
+      break;
+    }
+    if (t->mfu > a.time.mfu && (!bestUnder || t->mfu > bestUnder->trial.mfu))
+      bestUnder = Candidate{p, *t};
+  }
+  auto describeMb = [](const Candidate &c) {
+    return "micro_batch = " + std::to_string(c.plan.microBatch) + " " + "(" +
+           accumulationText(c.plan) + ", " + formatBytes(c.trial.peak) + " per device)";
+  };
+  if (reach)
+    notes.push_back(describeMb(*reach) + " reaches MFU " + percent(reach->trial.mfu));
+  else if (bestUnder)
+    notes.push_back(describeMb(*bestUnder) + " raises MFU to " + percent(bestUnder->trial.mfu) +
+                    ", the most a micro-batch that fits gives");
+  if (plan.checkpoint != "none") {
+    Plan p = plan;
+    p.checkpoint = "none";
+    std::optional<Trial> t = tryPlan(a, p, relower);
+    if (t && t->peak <= mem && t->mfu > a.time.mfu)
+      notes.push_back("checkpoint = none (no recompute) " +
+                      std::string(t->mfu >= target ? "reaches" : "raises") + " MFU to " +
+                      percent(t->mfu) + " in " + formatBytes(t->peak) + " per device");
+  }
+  return notes;
+}
+
+// ---- checking ------------------------------------------------------------------------------
+
+/// Emits one broken budget: the error at its line (or from its flag) with the fix notes.
+void report(DiagnosticEngine &diags, const BudgetSpec &b, std::string message,
+            const std::vector<std::string> &notes) {
+  bool fromFlag = !b.range.isValid();
+  if (fromFlag)
+    message += std::string(" (") + flagOf(b.metric) + ")";
+  auto d = diags.report(kindOf(b.metric), b.range.Start, std::move(message));
+  d.range(b.range);
+  for (const std::string &n : notes)
+    d.note(b.range.Start, n);
+}
+
+/// "exceeds the budget of" or "is below the budget of", as the comparison says.
+std::string breaks(const BudgetSpec &b) {
+  return b.atMost ? " exceeds the budget of " : " is below the budget of ";
+}
+
+bool broken(const BudgetSpec &b, double actual) {
+  return b.atMost ? actual > b.value : actual < b.value;
+}
+
+} // namespace
+
+void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) {
+  if (inSolverTrial())
+    return;
+  const Plan &plan = *a.plan;
+  for (const BudgetSpec &b : plan.budgets) {
+    switch (b.metric) {
+    case BudgetMetric::MemoryPerDevice: {
+      double peak = a.memory.peak;
+      if (!broken(b, peak))
+        break;
+      report(diags, b,
+             "peak memory per device " + formatBytes(peak) + breaks(b) +
+                 trimZeros(formatBytes(b.value)),
+             b.atMost ? memoryFixes(a, relower, b.value) : std::vector<std::string>{});
+      break;
+    }
+    case BudgetMetric::StepTime: {
+      double step = a.time.step;
+      if (!broken(b, step))
+        break;
+      report(diags, b,
+             "step time " + formatDuration(step) + breaks(b) + formatDuration(b.value),
+             b.atMost ? timeFixes(a, relower, b.value, false) : std::vector<std::string>{});
+      break;
+    }
+    case BudgetMetric::Mfu: {
+      double mfu = a.time.mfu;
+      if (!broken(b, mfu))
+        break;
+      report(diags, b, "MFU " + percent(mfu) + breaks(b) + percent(b.value),
+             b.atMost ? std::vector<std::string>{} : mfuFixes(a, relower, b.value));
+      break;
+    }
+    case BudgetMetric::RunTime: {
+      if (plan.tokens <= 0) {
+        report(diags, b,
+               "run time cannot be checked against the budget of " + formatDuration(b.value) +
+                   ": plan '" + plan.name + "' does not say its training tokens",
+               {"add a setting such as `tokens = 2T`"});
+        break;
+      }
+      double run = a.time.run;
+      if (!broken(b, run))
+        break;
+      report(diags, b, "run time " + formatDuration(run) + breaks(b) + formatDuration(b.value),
+             b.atMost ? timeFixes(a, relower, b.value, true) : std::vector<std::string>{});
+      break;
+    }
+    }
+  }
+}
+
+} // namespace tally

@@ -1,0 +1,492 @@
+// What-if solvers (see Solvers.h): closed forms for run time and the largest model that fits,
+// and searches over candidate plans for the largest micro-batch and the fewest devices.
+//
+// Algorithm of the searches:
+// 1. List the candidates: micro-batches dividing batch / data (largest first), or data-parallel
+//    degrees dividing batch / micro_batch (smallest first).
+// 2. For each, copy the plan and change the one setting; re-lower the model when the graph
+//    depends on it (the micro-batch is a dimension of every activation), else reuse the graph.
+// 3. Run the whole analysis on the candidate with diagnostics muted and budgets not checked,
+//    and stop at the first candidate that meets the goal: scanning in order makes the answer
+//    the largest (or fewest) that fits without assuming memory is monotone in the setting.
+#include "passes/Solvers.h"
+
+#include "frontend/Diagnostics.h"
+
+#include "llvm/Support/SourceMgr.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tally {
+
+namespace {
+
+/// A number for a derivation line: integers below 1e6 as they are, others with four
+/// significant digits in C's %g with the exponent written "e24" rather than "e+24".
+std::string num(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e6)
+    return std::to_string(static_cast<long long>(v));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  std::string s = buf;
+  auto e = s.find('e');
+  if (e == std::string::npos)
+    return s;
+  // "6.3e+24" → "6.3e24", "1.244e+07" → "1.244e7", "1e-05" → "1e-5".
+  std::string mant = s.substr(0, e), exp = s.substr(e + 1);
+  bool negative = exp[0] == '-';
+  exp = exp.substr(exp[0] == '+' || exp[0] == '-' ? 1 : 0);
+  while (exp.size() > 1 && exp[0] == '0')
+    exp.erase(0, 1);
+  return mant + "e" + (negative ? "-" : "") + exp;
+}
+
+std::string dtypeWord(Dtype d) { return d == Dtype::Invalid ? "none" : nameOf(d).str(); }
+
+SolverInput numberInput(std::string name, double v) { return {std::move(name), v, ""}; }
+SolverInput wordInput(std::string name, std::string text) { return {std::move(name), 0, std::move(text)}; }
+
+/// Do `a` and `b` lower to the same graph? Lowering binds `batch` to the micro-batch and
+/// `seq` to the sequence (or prompt) length, and gives tensors the policy's dtypes.
+bool sameGraph(const Plan &a, const Plan &b) {
+  return a.microBatch == b.microBatch && a.seq == b.seq && a.batch == b.batch &&
+         a.prompt == b.prompt && a.generate == b.generate &&
+         a.precision.params == b.precision.params &&
+         a.precision.activations == b.precision.activations;
+}
+
+int trialDepth = 0;
+
+struct TrialGuard {
+  TrialGuard() { ++trialDepth; }
+  ~TrialGuard() { --trialDepth; }
+};
+
+/// The positive divisors of n, ascending.
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> low, high;
+  for (int64_t d = 1; d * d <= n; ++d)
+    if (n % d == 0) {
+      low.push_back(d);
+      if (d != n / d)
+        high.push_back(n / d);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+/// Powers of two from 1 up to n, ascending.
+std::vector<int64_t> powersOfTwo(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t p = 1; p <= n && p > 0; p *= 2)
+    out.push_back(p);
+  return out;
+}
+
+std::string fitsWord(double peak, double limit) {
+  return peak <= limit ? "fits" : "does not fit";
+}
+
+} // namespace
+
+// ---- closed forms ----------------------------------------------------------------------------
+
+SolverAnswer solveRunTime(double params, double tokens, int64_t devices, const Target &target,
+                          double mfu, Dtype dtype) {
+  SolverAnswer r;
+  r.question = "run-time";
+  r.unit = "days";
+  double peak = target.peakFor(dtype);
+  r.inputs = {numberInput("params", params),   numberInput("tokens", tokens),
+              numberInput("devices", static_cast<double>(devices)),
+              wordInput("target", target.name), numberInput("mfu", mfu),
+              wordInput("dtype", dtypeWord(dtype)), numberInput("peak_flops", peak)};
+  if (!(params > 0) || !(tokens > 0))
+    r.error = "params and tokens must be positive";
+  else if (devices < 1)
+    r.error = "devices must be at least 1";
+  else if (!(mfu > 0) || mfu > 1)
+    r.error = "mfu must be a fraction in (0, 1], such as 0.5 or 50%";
+  else if (!(peak > 0))
+    r.error = target.name + " has no " + dtypeWord(dtype) + " peak rate";
+  if (!r.ok())
+    return r;
+
+  double flops = 6 * params * tokens;
+  double throughput = static_cast<double>(devices) * peak * mfu;
+  double seconds = flops / throughput;
+  r.answer = seconds / 86400.0;
+  r.derivation = {
+      "FLOPs = 6 · N · D = 6 × " + num(params) + " × " + num(tokens) + " = " + num(flops) +
+          " (forward 2ND + backward 4ND)",
+      "peak = " + target.name + " dense " + dtypeWord(dtype) + " = " +
+          formatRate(peak, UnitDim::FlopRate) + " per device",
+      "throughput = devices × peak × MFU = " + std::to_string(devices) + " × " + num(peak) +
+          " × " + num(mfu) + " = " + num(throughput) + " FLOP/s",
+      "time = FLOPs / throughput = " + num(flops) + " / " + num(throughput) + " = " +
+          num(seconds) + " s",
+      "days = " + num(seconds) + " s / 86400 s = " + formatDuration(seconds)};
+  return r;
+}
+
+std::optional<PrecisionPolicy> precisionPreset(llvm::StringRef n) {
+  // Mirrors Sema::precision (frontend/Sema.cpp); a unit test pins that the two agree.
+  PrecisionPolicy p;
+  p.preset = n.str();
+  auto set = [&](Dtype params, Dtype master, Dtype opt) {
+    p.params = p.grads = p.activations = params;
+    p.master = master;
+    p.optimizer = opt;
+  };
+  if (n == "fp32" || n == "f32" || n == "tf32")
+    set(Dtype::F32, Dtype::Invalid, Dtype::F32);
+  else if (n == "bf16")
+    set(Dtype::BF16, Dtype::Invalid, Dtype::F32);
+  else if (n == "fp16" || n == "f16")
+    set(Dtype::F16, Dtype::Invalid, Dtype::F32);
+  else if (n == "mixed_bf16")
+    set(Dtype::BF16, Dtype::F32, Dtype::F32);
+  else if (n == "mixed_fp16")
+    set(Dtype::F16, Dtype::F32, Dtype::F32), p.lossScaling = true;
+  else
+    return std::nullopt;
+  return p;
+}
+
+std::optional<OptimizerSpec> optimizerByName(llvm::StringRef name) {
+  struct Known {
+    const char *spelling, *canonical;
+    unsigned states;
+    double momentum;
+  };
+  static const Known known[] = {{"SGD", "SGD", 0, 0},         {"SGDM", "SGD", 1, 0.9},
+                                {"AdaGrad", "AdaGrad", 1, 0}, {"RMSprop", "RMSprop", 1, 0},
+                                {"Adam", "Adam", 2, 0},       {"AdamW", "AdamW", 2, 0},
+                                {"Lion", "Lion", 1, 0}};
+  for (const Known &k : known)
+    if (name.equals_insensitive(k.spelling)) {
+      OptimizerSpec o;
+      o.name = k.canonical;
+      o.states = k.states;
+      o.momentum = k.momentum;
+      return o;
+    }
+  return std::nullopt;
+}
+
+StateBytes stateBytesPerParam(const PrecisionPolicy &p, unsigned optimizerStates) {
+  StateBytes b;
+  b.params = bytesOf(p.params);
+  b.grads = bytesOf(p.grads);
+  b.master = p.master == Dtype::Invalid ? 0 : bytesOf(p.master);
+  b.optimizer = static_cast<double>(optimizerStates) * bytesOf(p.optimizer);
+  return b;
+}
+
+SolverAnswer solveMaxParams(int64_t devices, const Target &target, const OptimizerSpec &opt,
+                            const PrecisionPolicy &precision) {
+  SolverAnswer r;
+  r.question = "max-params";
+  r.unit = "parameters";
+  StateBytes b = stateBytesPerParam(precision, opt.states);
+  double mem = target.memoryBytes;
+  r.inputs = {numberInput("devices", static_cast<double>(devices)),
+              wordInput("target", target.name),
+              wordInput("optimizer", opt.name + (opt.name == "SGD" && opt.states ? " (momentum)" : "")),
+              wordInput("precision", precision.preset),
+              numberInput("memory_per_device", mem),
+              numberInput("bytes_per_param", b.total())};
+  if (devices < 1)
+    r.error = "devices must be at least 1";
+  else if (!(mem > 0))
+    r.error = target.name + " states no memory size";
+  if (!r.ok())
+    return r;
+
+  // The same question per device for each ZeRO stage: the unsharded classes take their full
+  // bytes on every device, the sharded ones 1/devices of them. Stage 3 shards everything, so
+  // it is the devices' total memory over the bytes per parameter: the headline answer.
+  double n = static_cast<double>(devices);
+  double perDevice[3] = {b.total(), b.params + b.grads + (b.master + b.optimizer) / n,
+                         b.params + (b.grads + b.master + b.optimizer) / n};
+  double total = n * mem;
+  r.answer = std::floor(total / b.total());
+  std::string optStates = std::to_string(opt.states) + " × " +
+                          std::to_string(bytesOf(precision.optimizer)) + " (" +
+                          std::to_string(opt.states) + " " + opt.name + " state" +
+                          (opt.states == 1 ? "" : "s") + " in " + dtypeWord(precision.optimizer) +
+                          ")";
+  r.derivation.push_back("one device without sharding (ZeRO-0): " + num(mem) + " B / " +
+                         num(perDevice[0]) + " B = " +
+                         formatCount(std::floor(mem / perDevice[0])) + " parameters");
+  r.derivation.push_back(
+      "bytes per parameter = params " + num(b.params) + " (" + dtypeWord(precision.params) +
+      ") + grads " + num(b.grads) + " (" + dtypeWord(precision.grads) + ") + master " +
+      num(b.master) + " (" + dtypeWord(precision.master) + ") + optimizer " + optStates + " = " +
+      num(b.total()) + " bytes");
+  r.derivation.push_back("total memory = devices × memory = " + std::to_string(devices) + " × " +
+                         num(mem) + " B = " + num(total) + " B");
+  r.derivation.push_back("N = total memory / bytes per parameter = " + num(total) + " / " +
+                         num(b.total()) + " = " + num(r.answer) + " = " + formatCount(r.answer) +
+                         " parameters (every state sharded over the " + std::to_string(devices) +
+                         " devices: ZeRO-3)");
+  for (int zero = 1; zero <= 2; ++zero)
+    r.derivation.push_back("ZeRO-" + std::to_string(zero) + " over " + std::to_string(devices) +
+                           " devices: " + num(mem) + " B / " + num(perDevice[zero]) +
+                           " B per parameter per device = " +
+                           formatCount(std::floor(mem / perDevice[zero])) + " parameters");
+  r.derivation.push_back("caveat: activations, workspace and fragmentation are not counted; a "
+                         "trainable model must be smaller");
+  return r;
+}
+
+// ---- searches over a plan ----------------------------------------------------------------
+
+bool inSolverTrial() { return trialDepth > 0; }
+
+std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const Relower &relower) {
+  std::optional<Graph> lowered;
+  const Graph *graph = base.graph;
+  if (!sameGraph(*base.plan, candidate)) {
+    if (!relower)
+      return std::nullopt;
+    lowered = relower(candidate);
+    if (!lowered)
+      return std::nullopt;
+    graph = &*lowered;
+  }
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  TrialGuard guard;
+  Analysis t = analyze(*graph, candidate, quiet);
+  Trial out;
+  out.peak = t.memory.peak;
+  out.activations = t.memory.activations;
+  out.stepFlops = t.flops.step;
+  out.executedFlops = t.flops.executed;
+  out.stepTime = t.time.step;
+  out.runTime = t.time.run;
+  out.mfu = t.time.mfu;
+  return out;
+}
+
+double accumulationSteps(const Plan &plan) {
+  return static_cast<double>(plan.batch) /
+         (static_cast<double>(plan.microBatch) * static_cast<double>(plan.parallel.data));
+}
+
+std::vector<int64_t> microBatchCandidates(const Plan &plan) {
+  int64_t data = std::max<int64_t>(1, plan.parallel.data);
+  if (plan.batch % data == 0)
+    return divisors(plan.batch / data);
+  return powersOfTwo(std::max<int64_t>(1, plan.batch / data));
+}
+
+std::optional<Candidate> largestMicroBatch(const Analysis &a, const Relower &relower,
+                                           double memoryLimit, int64_t atMost,
+                                           std::vector<std::pair<int64_t, double>> *tried) {
+  std::vector<int64_t> cands = microBatchCandidates(*a.plan);
+  for (auto it = cands.rbegin(); it != cands.rend(); ++it) {
+    if (atMost > 0 && *it > atMost)
+      continue;
+    Plan p = *a.plan;
+    p.microBatch = *it;
+    p.microBatchGiven = true;
+    std::optional<Trial> t = tryPlan(a, p, relower);
+    if (!t)
+      continue;
+    if (tried)
+      tried->push_back({*it, t->peak});
+    if (t->peak <= memoryLimit)
+      return Candidate{std::move(p), *t};
+  }
+  return std::nullopt;
+}
+
+std::optional<Candidate> fewestDevices(const Analysis &a, const Relower &relower, int zero,
+                                       const std::function<bool(const Trial &)> &goal) {
+  const Plan &base = *a.plan;
+  int64_t modelParallel = base.parallel.tensor * base.parallel.pipeline;
+  bool keepMicro = base.microBatchGiven;
+  int64_t span = keepMicro ? base.batch / std::max<int64_t>(1, base.microBatch) : base.batch;
+  std::vector<int64_t> cands;
+  if (span < 1)
+    return std::nullopt;
+  if (!keepMicro || base.batch % base.microBatch == 0)
+    cands = divisors(span);
+  else
+    cands = powersOfTwo(span);
+  for (int64_t data : cands) {
+    Plan p = base;
+    p.parallel.data = data;
+    p.parallel.devices = data * modelParallel;
+    p.parallel.zero = zero;
+    if (!keepMicro)
+      p.microBatch = base.batch / data;
+    std::optional<Trial> t = tryPlan(a, p, relower);
+    if (t && goal(*t))
+      return Candidate{std::move(p), *t};
+  }
+  return std::nullopt;
+}
+
+SolverAnswer solveMicroBatch(const Analysis &a, const Relower &relower, double memoryLimit) {
+  const Plan &plan = *a.plan;
+  SolverAnswer r;
+  r.question = "micro-batch";
+  r.unit = "sequences";
+  r.inputs = {wordInput("plan", plan.name),
+              numberInput("batch", static_cast<double>(plan.batch)),
+              numberInput("data_parallel", static_cast<double>(plan.parallel.data)),
+              numberInput("seq", static_cast<double>(plan.seq)),
+              wordInput("target", plan.target.name),
+              wordInput("checkpoint", plan.checkpoint),
+              numberInput("memory_limit", memoryLimit)};
+  if (!plan.isTrain) {
+    r.error = "plan '" + plan.name + "' is an infer plan; micro-batches are for training";
+    return r;
+  }
+  std::vector<int64_t> cands = microBatchCandidates(plan);
+  int64_t data = plan.parallel.data;
+  r.derivation.push_back(
+      "per-device batch = batch / data = " + std::to_string(plan.batch) + " / " +
+      std::to_string(data) + (plan.batch % data == 0
+                                  ? " = " + std::to_string(plan.batch / data) +
+                                        "; candidates: its divisors, largest first"
+                                  : " is not whole; candidates: powers of two, largest first"));
+  r.derivation.push_back("memory limit per device = " + formatBytes(memoryLimit));
+  std::vector<std::pair<int64_t, double>> tried;
+  std::optional<Candidate> best = largestMicroBatch(a, relower, memoryLimit, 0, &tried);
+  for (const auto &[mb, peak] : tried)
+    r.derivation.push_back("micro_batch = " + std::to_string(mb) + ": peak " + formatBytes(peak) +
+                           " per device, " + fitsWord(peak, memoryLimit));
+  if (!best) {
+    if (tried.empty())
+      r.error = "could not lower plan '" + plan.name + "' with another micro-batch";
+    else
+      r.error = "even micro_batch = " + std::to_string(tried.back().first) + " needs " +
+                formatBytes(tried.back().second) + " per device, more than " +
+                formatBytes(memoryLimit) +
+                "; try checkpointing, a higher ZeRO stage or more devices";
+    return r;
+  }
+  r.answer = static_cast<double>(best->plan.microBatch);
+  double acc = accumulationSteps(best->plan);
+  r.derivation.push_back(
+      "accumulation steps = batch / (micro_batch × data) = " + std::to_string(plan.batch) +
+      " / (" + std::to_string(best->plan.microBatch) + " × " + std::to_string(data) + ") = " +
+      num(acc) + (acc == std::floor(acc) ? "" : " (not whole: some micro-steps are partial)"));
+  return r;
+}
+
+SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memoryLimit) {
+  const Plan &plan = *a.plan;
+  SolverAnswer r;
+  r.question = "devices";
+  r.unit = "devices";
+  const Parallelism &par = plan.parallel;
+  r.inputs = {wordInput("plan", plan.name),
+              numberInput("batch", static_cast<double>(plan.batch)),
+              numberInput("micro_batch", static_cast<double>(plan.microBatch)),
+              numberInput("tensor_parallel", static_cast<double>(par.tensor)),
+              numberInput("pipeline_parallel", static_cast<double>(par.pipeline)),
+              numberInput("zero", par.zero),
+              wordInput("target", plan.target.name),
+              numberInput("memory_limit", memoryLimit)};
+  auto fits = [&](const Trial &t) { return t.peak <= memoryLimit; };
+  std::optional<Candidate> found = fewestDevices(a, relower, par.zero, fits);
+  std::optional<Candidate> zero3 =
+      par.zero >= 3 ? found : fewestDevices(a, relower, 3, fits);
+
+  r.derivation.push_back("kept: tensor × pipeline = " + std::to_string(par.tensor) + " × " +
+                         std::to_string(par.pipeline) + ", zero = " + std::to_string(par.zero) +
+                         (plan.microBatchGiven
+                              ? ", micro_batch = " + std::to_string(plan.microBatch)
+                              : "; micro_batch = batch / data for each data degree"));
+  r.derivation.push_back("memory limit per device = " + formatBytes(memoryLimit));
+  r.derivation.push_back("now: " + std::to_string(par.devices) + " devices (data = " +
+                         std::to_string(par.data) + "), peak " + formatBytes(a.memory.peak) +
+                         " per device, " + fitsWord(a.memory.peak, memoryLimit));
+  auto show = [&](const Candidate &c) {
+    return std::to_string(c.plan.parallel.devices) + " devices (data = " +
+           std::to_string(c.plan.parallel.data) + ", zero = " +
+           std::to_string(c.plan.parallel.zero) + "): peak " + formatBytes(c.trial.peak) +
+           " per device";
+  };
+  if (zero3 && par.zero < 3)
+    r.derivation.push_back("with zero = 3: " + show(*zero3));
+  else if (par.zero < 3)
+    r.derivation.push_back("with zero = 3: no data degree fits either");
+  if (!found) {
+    r.error = "no data-parallel degree fits " + formatBytes(memoryLimit) + " per device with zero = " +
+              std::to_string(par.zero) +
+              (zero3 && par.zero < 3
+                   ? "; with zero = 3, " + std::to_string(zero3->plan.parallel.devices) +
+                         " devices fit (try --zero 3)"
+                   : "; try checkpointing, a smaller micro-batch or tensor parallelism");
+    return r;
+  }
+  r.answer = static_cast<double>(found->plan.parallel.devices);
+  r.derivation.push_back("fewest: " + show(*found) + ", accumulation steps " +
+                         num(accumulationSteps(found->plan)));
+  return r;
+}
+
+// ---- budgets on the command line -----------------------------------------------------------
+
+std::optional<double> parseQuantity(llvm::StringRef text, UnitDim want, std::string &error) {
+  std::string s = text.trim().str();
+  if (s.empty()) {
+    error = "expected a number, such as 80GiB";
+    return std::nullopt;
+  }
+  char *end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !std::isfinite(v)) {
+    error = "'" + s + "' is not a number";
+    return std::nullopt;
+  }
+  llvm::StringRef unit = llvm::StringRef(end).trim();
+  UnitInfo info{UnitDim::None, 1};
+  if (!unit.empty()) {
+    // For bytes "B" is a byte, not a billion: try the unit words first unless a count is wanted.
+    std::optional<UnitInfo> u = want == UnitDim::None ? lookupSuffix(unit) : lookupUnit(unit);
+    if (!u)
+      u = lookupSuffix(unit);
+    if (!u) {
+      std::string close = closestUnit(unit);
+      error = "unknown unit '" + unit.str() + "'" +
+              (close.empty() ? "" : "; did you mean '" + close + "'?");
+      return std::nullopt;
+    }
+    info = *u;
+  }
+  double value = v * info.scale;
+  bool fits = info.dim == want ||
+              (want == UnitDim::Ratio && info.dim == UnitDim::None && value > 0 && value <= 1);
+  if (!fits) {
+    error = "'" + s + "' is " + describe(info.dim).str() + ", not " + describe(want).str();
+    return std::nullopt;
+  }
+  if (!(value > 0)) {
+    error = "'" + s + "' must be positive";
+    return std::nullopt;
+  }
+  return value;
+}
+
+void overrideBudgets(Plan &plan, const std::vector<BudgetSpec> &flags) {
+  for (const BudgetSpec &f : flags) {
+    auto &b = plan.budgets;
+    b.erase(std::remove_if(b.begin(), b.end(),
+                           [&](const BudgetSpec &x) { return x.metric == f.metric; }),
+            b.end());
+    b.push_back(f);
+  }
+}
+
+} // namespace tally

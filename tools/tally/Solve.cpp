@@ -1,0 +1,345 @@
+// `tally solve QUESTION [FLAGS]`: what-if questions answered by the solvers (passes/Solvers.h).
+//
+//   run-time    --params --tokens --devices --target --mfu [--dtype]     days for 6·N·D FLOPs
+//   max-params  --devices --target --optimizer --precision               largest N whose states fit
+//   micro-batch FILE [--plan] [--memory] [--zero] [--target] [--precision]  largest micro-batch
+//   devices     FILE [--plan] [--memory] [--zero] [--target] [--precision]  fewest devices
+//
+// Prints the answer and its derivation, or with --format json one object
+// {"question", "answer", "unit", "inputs", "derivation"}. Exit codes: 0 an answer, 1 an input
+// error (the file, or no answer exists), 2 bad usage (unknown question, missing or bad flag).
+#include "frontend/Compiler.h"
+#include "frontend/Sema.h"
+#include "ir/Target.h"
+#include "ir/Units.h"
+#include "passes/Passes.h"
+#include "passes/Solvers.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace llvm;
+
+namespace tally {
+namespace solveopts {
+
+cl::SubCommand Solve("solve",
+                     "What-if questions: run-time, max-params, micro-batch FILE, devices FILE");
+cl::OptionCategory Cat("tally solve options");
+
+cl::opt<std::string> Question(cl::Positional, cl::Required,
+                              cl::desc("<run-time|max-params|micro-batch|devices>"),
+                              cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> File(cl::Positional, cl::desc("[file] (micro-batch and devices)"),
+                          cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> PlanName("plan", cl::desc("The train plan to solve for (default: the first)"),
+                              cl::value_desc("name"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> Params("params", cl::desc("Parameter count, e.g. 70B or 7e10"),
+                            cl::value_desc("count"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> Tokens("tokens", cl::desc("Training tokens, e.g. 15T"), cl::value_desc("count"),
+                            cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> Devices("devices", cl::desc("Number of devices"), cl::value_desc("n"),
+                             cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> TargetName("target",
+                                cl::desc("Device from the catalogue, e.g. H100_SXM (for a FILE: "
+                                         "overrides the plan's target, e.g. '8 x H100_SXM')"),
+                                cl::value_desc("target"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> Mfu("mfu", cl::desc("Model FLOPs utilization, e.g. 0.5 or 50%"),
+                         cl::value_desc("fraction"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> Optimizer("optimizer",
+                               cl::desc("SGD, SGDM (with momentum), AdaGrad, RMSprop, Adam, AdamW, "
+                                        "Lion (any case)"),
+                               cl::value_desc("name"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> Precision("precision",
+                               cl::desc("Precision preset: fp32, tf32, bf16, fp16, mixed_bf16, "
+                                        "mixed_fp16 (for a FILE: overrides the plan's)"),
+                               cl::value_desc("preset"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> DtypeName("dtype", cl::desc("Compute dtype whose peak run-time uses (default bf16)"),
+                               cl::value_desc("dtype"), cl::init("bf16"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> Memory("memory",
+                            cl::desc("Memory limit per device, e.g. 80GiB (default: the plan's "
+                                     "memory budget, else the device's memory)"),
+                            cl::value_desc("bytes"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<int> Zero("zero", cl::desc("ZeRO stage 0-3 to solve with (default: the plan's)"),
+                  cl::value_desc("stage"), cl::init(-1), cl::sub(Solve), cl::cat(Cat));
+enum class Format { Text, Json };
+cl::opt<Format> OutFormat("format", cl::desc("Output format"),
+                          cl::values(clEnumValN(Format::Text, "text", "the answer and its derivation"),
+                                     clEnumValN(Format::Json, "json", "one JSON object")),
+                          cl::init(Format::Text), cl::sub(Solve), cl::cat(Cat));
+
+} // namespace solveopts
+
+namespace {
+
+using namespace solveopts;
+
+int usage(const std::string &msg) {
+  errs() << "tally solve: error: " << msg << "\n";
+  return 2;
+}
+
+int inputError(const std::string &msg) {
+  errs() << "tally solve: error: " << msg << "\n";
+  return 1;
+}
+
+/// Refuses flags the question does not use, so a typo in the question is not silently
+/// answered with half the flags ignored.
+bool onlyFlags(const std::vector<cl::Option *> &allowed, std::string &bad) {
+  cl::Option *all[] = {&File, &PlanName, &Params, &Tokens, &Devices, &TargetName, &Mfu,
+                       &Optimizer, &Precision, &DtypeName, &Memory, &Zero};
+  for (cl::Option *o : all) {
+    if (o->getNumOccurrences() == 0 || std::find(allowed.begin(), allowed.end(), o) != allowed.end())
+      continue;
+    bad = o == &File ? "a file" : "--" + o->ArgStr.str();
+    return false;
+  }
+  return true;
+}
+
+/// A required flag's value, parsed as a quantity of dimension `want`; prints the usage error.
+std::optional<double> quantity(const cl::opt<std::string> &flag, UnitDim want) {
+  if (flag.getNumOccurrences() == 0) {
+    usage("missing --" + flag.ArgStr.str());
+    return std::nullopt;
+  }
+  std::string err;
+  auto v = parseQuantity(flag, want, err);
+  if (!v)
+    usage("--" + flag.ArgStr.str() + ": " + err);
+  return v;
+}
+
+std::optional<int64_t> deviceCount() {
+  auto v = quantity(Devices, UnitDim::None);
+  if (!v)
+    return std::nullopt;
+  if (*v != std::floor(*v) || *v < 1 || *v > 1e9) {
+    usage("--devices must be a whole number of devices, not " + Devices);
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(*v);
+}
+
+const Target *catalogueTarget() {
+  if (TargetName.getNumOccurrences() == 0) {
+    usage("missing --target (`tally targets` lists them)");
+    return nullptr;
+  }
+  if (const Target *t = findTarget(TargetName))
+    return t;
+  std::vector<std::string> names;
+  for (const Target &t : targetCatalogue())
+    names.push_back(t.name);
+  std::string close = closestName(TargetName, names);
+  usage("unknown target '" + TargetName + "'" +
+        (close.empty() ? "" : "; did you mean '" + close + "'?") +
+        " (`tally targets` lists them)");
+  return nullptr;
+}
+
+std::optional<PrecisionPolicy> precisionFlag() {
+  if (Precision.getNumOccurrences() == 0) {
+    usage("missing --precision (fp32, bf16, mixed_bf16, ...)");
+    return std::nullopt;
+  }
+  if (auto p = precisionPreset(Precision))
+    return p;
+  std::string close =
+      closestName(Precision, {"fp32", "tf32", "bf16", "fp16", "mixed_bf16", "mixed_fp16"});
+  usage("unknown precision '" + Precision + "'" +
+        (close.empty() ? "" : "; did you mean '" + close + "'?"));
+  return std::nullopt;
+}
+
+std::optional<OptimizerSpec> optimizerFlag() {
+  if (Optimizer.getNumOccurrences() == 0) {
+    usage("missing --optimizer (SGD, AdaGrad, Adam, AdamW, ...)");
+    return std::nullopt;
+  }
+  if (auto o = optimizerByName(Optimizer))
+    return o;
+  std::string close =
+      closestName(Optimizer, {"SGD", "SGDM", "AdaGrad", "RMSprop", "Adam", "AdamW", "Lion"});
+  usage("unknown optimizer '" + Optimizer + "'" +
+        (close.empty() ? "" : "; did you mean '" + close + "'?"));
+  return std::nullopt;
+}
+
+// ---- output ----------------------------------------------------------------------------------
+
+/// The headline: the answer in the unit's own words.
+std::string headline(const SolverAnswer &r) {
+  if (r.unit == "days")
+    return formatDuration(r.answer * 86400.0);
+  if (r.unit == "parameters") {
+    std::string out = formatCount(r.answer) + " parameters";
+    for (const SolverInput &in : r.inputs)
+      if (in.name == "bytes_per_param")
+        out += " at " + formatCount(in.number) + " bytes each";
+    return out;
+  }
+  return formatCount(r.answer) + " " + r.unit;
+}
+
+void printText(const SolverAnswer &r, raw_ostream &os) {
+  os << r.question << ": " << headline(r) << "\n";
+  for (const std::string &line : r.derivation)
+    os << "  " << line << "\n";
+}
+
+void printJson(const SolverAnswer &r, raw_ostream &os) {
+  json::OStream j(os, 2);
+  j.object([&] {
+    j.attribute("question", r.question);
+    j.attribute("answer", r.answer);
+    j.attribute("unit", r.unit);
+    j.attributeObject("inputs", [&] {
+      for (const SolverInput &in : r.inputs) {
+        if (in.text.empty())
+          j.attribute(in.name, in.number);
+        else
+          j.attribute(in.name, in.text);
+      }
+    });
+    j.attributeArray("derivation", [&] {
+      for (const std::string &line : r.derivation)
+        j.value(line);
+    });
+  });
+  os << "\n";
+}
+
+int finish(const SolverAnswer &r) {
+  if (!r.ok())
+    return inputError(r.question + ": " + r.error);
+  if (OutFormat == Format::Json)
+    printJson(r, outs());
+  else
+    printText(r, outs());
+  return 0;
+}
+
+// ---- the questions -----------------------------------------------------------------------
+
+int runTimeQuestion() {
+  std::string bad;
+  if (!onlyFlags({&Params, &Tokens, &Devices, &TargetName, &Mfu, &DtypeName}, bad))
+    return usage(bad + " does not apply to run-time");
+  auto params = quantity(Params, UnitDim::None);
+  if (!params)
+    return 2;
+  auto tokens = quantity(Tokens, UnitDim::None);
+  if (!tokens)
+    return 2;
+  auto devices = deviceCount();
+  if (!devices)
+    return 2;
+  const Target *t = catalogueTarget();
+  if (!t)
+    return 2;
+  auto mfu = quantity(Mfu, UnitDim::Ratio);
+  if (!mfu)
+    return 2;
+  auto dtype = parseDtype(StringRef(DtypeName).lower());
+  if (!dtype)
+    return usage("unknown dtype '" + DtypeName + "' (bf16, fp16, tf32, fp32, fp8_e4m3, ...)");
+  return finish(solveRunTime(*params, *tokens, *devices, *t, *mfu, *dtype));
+}
+
+int maxParamsQuestion() {
+  std::string bad;
+  if (!onlyFlags({&Devices, &TargetName, &Optimizer, &Precision}, bad))
+    return usage(bad + " does not apply to max-params");
+  auto devices = deviceCount();
+  if (!devices)
+    return 2;
+  const Target *t = catalogueTarget();
+  if (!t)
+    return 2;
+  auto opt = optimizerFlag();
+  if (!opt)
+    return 2;
+  auto precision = precisionFlag();
+  if (!precision)
+    return 2;
+  return finish(solveMaxParams(*devices, *t, *opt, *precision));
+}
+
+/// micro-batch and devices: compile FILE, pick and lower the plan, analyze it, and search.
+int planQuestion(bool devices) {
+  std::string bad;
+  if (!onlyFlags({&File, &PlanName, &Memory, &Zero, &TargetName, &Precision}, bad))
+    return usage(bad + " does not apply to " + Question);
+  if (File.empty())
+    return usage(Question + " needs a FILE: tally solve " + Question + " FILE [--plan NAME]");
+  if (Zero.getNumOccurrences() && (Zero < 0 || Zero > 3))
+    return usage("--zero is a ZeRO stage: 0, 1, 2 or 3");
+  std::optional<double> memoryFlag;
+  if (Memory.getNumOccurrences()) {
+    std::string err;
+    memoryFlag = parseQuantity(Memory, UnitDim::Bytes, err);
+    if (!memoryFlag)
+      return usage("--memory: " + err);
+  }
+
+  Compilation c;
+  if (!c.addFile(File))
+    return 1;
+  const PlanDecl *decl = c.pickPlan(PlanName);
+  if (!decl)
+    return 1;
+  PlanOverrides o;
+  o.target = TargetName;
+  o.precision = Precision;
+  if (!c.lower(*decl, o))
+    return 1;
+  Plan &plan = *c.plan;
+  if (!plan.isTrain)
+    return inputError("plan '" + plan.name + "' is an infer plan; " + Question +
+                      " is a training question");
+  if (Zero.getNumOccurrences())
+    plan.parallel.zero = Zero;
+  // The memory limit: the flag, else the plan's memory budget, else the device's memory. The
+  // budgets themselves are not checked here: this is a what-if, not a lint.
+  double limit = plan.target.memoryBytes;
+  for (const BudgetSpec &b : plan.budgets)
+    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost)
+      limit = b.value;
+  if (memoryFlag)
+    limit = *memoryFlag;
+  plan.budgets.clear();
+  Relower relower = c.relowerer(*decl);
+  Analysis a = analyze(*c.graph, plan, c.diags, relower);
+  if (c.diags.hasErrors())
+    return 1;
+  return finish(devices ? solveDevices(a, relower, limit) : solveMicroBatch(a, relower, limit));
+}
+
+} // namespace
+
+/// True when the command line names `tally solve`.
+bool solveSelected() { return static_cast<bool>(Solve); }
+
+/// Runs `tally solve`; returns the exit code.
+int runSolve() {
+  if (Question == "run-time")
+    return runTimeQuestion();
+  if (Question == "max-params")
+    return maxParamsQuestion();
+  if (Question == "micro-batch")
+    return planQuestion(false);
+  if (Question == "devices")
+    return planQuestion(true);
+  std::string close =
+      closestName(Question, {"run-time", "max-params", "micro-batch", "devices"});
+  return usage("unknown question '" + Question + "'" +
+               (close.empty() ? "" : "; did you mean '" + close + "'?") +
+               " (questions: run-time, max-params, micro-batch, devices)");
+}
+
+} // namespace tally
