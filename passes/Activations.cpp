@@ -229,7 +229,7 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
     s.bwd[o] = static_cast<uint32_t>(w.schedule.size());
     w.schedule.push_back({ScheduleStep::Backward, o});
   }
-  // A segment that is never re-run (none of its ops has a backward) keeps nothing either way.
+  // A segment none of whose ops has a backward saved nothing, so it is never re-run.
   for (OpId o = 0; o < n; ++o)
     if (s.segmentOfOp[o] >= 0 && !recomputed[s.segmentOfOp[o]])
       s.segmentOfOp[o] = -1;
@@ -362,9 +362,13 @@ double pipelineFactor(const Plan &plan) {
   return std::min(pp, std::max(1.0, std::floor(micro))) / pp;
 }
 
-/// Activations and workspace per device for one walk.
-double deviceActivations(const Walk &w, const Plan &plan) { return w.peakSaved * pipelineFactor(plan); }
-double deviceBytes(const Walk &w, const Plan &plan) { return deviceActivations(w, plan) + w.peakOther; }
+/// The Saved bytes at the peak per device, and with the workspace.
+double deviceActivations(const Walk &w, const Plan &plan) {
+  return w.peakSaved * pipelineFactor(plan);
+}
+double deviceBytes(const Walk &w, const Plan &plan) {
+  return deviceActivations(w, plan) + w.peakOther;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Step 2: choosing the policy.
@@ -388,7 +392,8 @@ Policy sqrtPolicy(size_t copies) {
   Policy p;
   p.name = "sqrt";
   p.checkpointed = copies;
-  p.segment = std::max<size_t>(1, static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(copies)))));
+  double root = std::ceil(std::sqrt(static_cast<double>(copies)));
+  p.segment = std::max<size_t>(1, static_cast<size_t>(root));
   return p;
 }
 
@@ -399,8 +404,8 @@ Policy partialPolicy(size_t m, size_t copies) {
   return p;
 }
 
-/// `auto`: the least recompute that fits; when nothing fits, the smallest footprint. Fills the
-/// trade-off curve on the way.
+/// `auto`: the least recompute that fits (none, then the first 1, 2, ... L blocks, then sqrt);
+/// when nothing fits, the smallest footprint. Fills the trade-off curve on the way.
 Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
@@ -421,9 +426,12 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
     if (smallestBytes < 0 || bytes < smallestBytes)
       smallest = p, smallestBytes = bytes;
   }
+  // sqrt recomputes as much as full (every block once), so it comes after full.
   if (L > 0) {
     Policy p = sqrtPolicy(L);
     double bytes = option(p, walk(f, a, p));
+    if (!chosen && bytes <= a.checkpoint.limitBytes)
+      chosen = p;
     if (bytes < smallestBytes)
       smallest = p, smallestBytes = bytes;
   }

@@ -31,6 +31,7 @@ struct OpAnalysis {
   double forwardTime = 0;        ///< seconds per micro-batch on one device (after parallel split)
   double backwardTime = 0;
   std::vector<SavedTensor> saved; ///< what the backward keeps (from the op rule)
+  double tensorSplit = 1;        ///< StepTime: tensor-parallel degree dividing this op's work (1: runs whole)
 };
 
 /// One step of the training schedule: the forward of op `op`, its backward, or its recompute.
@@ -85,7 +86,7 @@ struct Analysis {
     double step = 0;             ///< forward + backward + optimizer (model FLOPs)
     double executed = 0;         ///< what kernels run: causal skipping, recompute
     double sixND = 0;            ///< 6 × trainable params × tokens per step
-    double ratioToSixND = 0;     ///< step / sixND
+    double ratioToSixND = 0;     ///< (forward + backward) / sixND
     double tokensPerStep = 0;    ///< batch × seq
   } flops;
 
@@ -93,7 +94,7 @@ struct Analysis {
   struct {
     double params = 0, grads = 0, master = 0, optimizer = 0;
     double activations = 0;      ///< activation bytes live at the peak of the schedule
-    double workspace = 0;        ///< transient buffers (the largest op's outputs in flight)
+    double workspace = 0;        ///< everything else live at the activation peak: unsaved forward outputs, recompute leftovers, activation gradients
     double peak = 0;             ///< everything resident at the worst moment
     double hostTotal = 0;        ///< host memory per device for tensor classes placed on the host
     double bytesPerParam = 0;    ///< (params + grads + master + optimizer) / params per device
@@ -107,6 +108,8 @@ struct Analysis {
     double mfu = 0, hfu = 0;
     double steps = 0;            ///< optimizer steps for `tokens`
     int64_t accumulationSteps = 1;
+    // StepTime.cpp: the parts of `communication`, seconds per step on one device.
+    double dataParallelComm = 0, tensorParallelComm = 0, pipelineComm = 0;
   } time;
 
   struct {
@@ -131,8 +134,36 @@ struct Analysis {
   } checkpoint;
 
   double ridge = 0;              ///< the target's ridge intensity at the activation dtype
+  double peakFlops = 0;          ///< Roofline: FLOP/s matrix products run at (MFU's peak per device)
 
-  // ---- the forward/backward schedule and the memory plan (filled by later passes) ----
+  // ---- inference (Inference.cpp, infer plans only): FLOPs and bytes of the whole model,
+  // cache bytes per device, times on one model replica (its tensor × pipeline devices) ----
+  /// One op of a decode step (one new token for each sequence) at the mean context.
+  struct DecodeOp {
+    OpId op = kNone;
+    double flops = 0, bytes = 0, intensity = 0, time = 0;
+    bool computeBound = false;
+  };
+  struct {
+    bool active = false;         ///< an infer plan was analyzed
+    int64_t layers = 0;          ///< attention ops with a growing KV cache (self-attention)
+    double kvBytesPerToken = 0;  ///< K and V of one token of one sequence, all layers, per device
+    double kvCacheBytes = 0;     ///< the cache for prompt + generate tokens of every sequence, per device
+    double prefillFlops = 0, prefillTime = 0; ///< the graph's forward over the prompt
+    double decodeSteps = 0;      ///< generate − 1: the prefill already yields the first token
+    double meanContext = 0;      ///< prompt + generate / 2: the mean context of the decode steps
+    double decodeFlops = 0, decodeBytes = 0; ///< per decode step at the mean context
+    double decodeIntensity = 0;
+    bool decodeMemoryBound = true; ///< decodeIntensity below the ridge
+    double decodeTime = 0;       ///< mean seconds per decode step
+    double firstDecodeTime = 0, lastDecodeTime = 0;
+    double tokensPerSecond = 0;  ///< generated tokens per second, all sequences of the batch
+    double totalTime = 0;        ///< prefill + every decode step
+    double twoNFlops = 0;        ///< 2 × params × batch: the usual estimate of decodeFlops
+    std::vector<DecodeOp> ops;   ///< every op a decode step runs (views and the loss left out)
+  } inference;
+
+  // ---- the forward/backward schedule and the memory plan (Activations.cpp) ----
   std::vector<ScheduleStep> schedule;
   std::vector<Buffer> buffers;
   // Activations.cpp: one micro-batch on one device's tensor-parallel share.

@@ -3,16 +3,21 @@
 // analysing a changed plan with the solvers (passes/Solvers.h) rather than guessed.
 //
 // 1. For each budget read the analysed number: memory per device = memory.peak, step time =
-//    time.step, MFU = time.mfu, run time = time.run (seconds; it needs the plan's `tokens`).
+//    time.step, MFU = time.mfu, run time = time.run (seconds; a train plan needs `tokens`).
+//    For an infer plan the inference pass puts one decode step, the decode MFU and the whole
+//    generation there; its budgets are checked, and the fixes below are for training only.
 // 2. Compare with the limit (`<=`/`<` an upper bound, `>=`/`>` a lower bound); a kept budget
 //    says nothing.
 // 3. A broken upper bound on memory proposes: the cheapest checkpoint policy that fits (and
 //    its extra FLOPs), the largest smaller micro-batch that fits, the lowest higher ZeRO
-//    stage that fits, and the fewest data-parallel devices that fit.
+//    stage that fits, and the fewest data-parallel devices that fit (ZeRO-3 when the plan's
+//    stage never fits; not named when it is today's count, which the ZeRO note covers).
 // 4. A broken upper bound on step time or run time proposes the fewest data-parallel devices
-//    that meet it (and still fit in memory).
+//    that meet it and still fit in memory (the memory budget when the plan keeps it, else the
+//    device's memory).
 // 5. A broken lower bound on MFU proposes the smallest larger micro-batch that reaches it and
-//    fits in memory, and dropping recompute (checkpoint = none) when that fits.
+//    fits in memory (or the best that fits, when it raises MFU by 1% of itself or more), and
+//    dropping recompute (checkpoint = none) when that fits.
 // Inside a solver's trial (a candidate plan being analysed) budgets are not checked.
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
@@ -20,7 +25,9 @@
 #include "frontend/Diagnostics.h"
 #include "ir/Units.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -64,14 +71,15 @@ DiagKind kindOf(BudgetMetric m) {
   return DiagKind::BudgetMemory;
 }
 
-/// The memory a fix must stay within: the memory budget if the plan has one, and never more
-/// than the device's memory.
+/// The memory a time or MFU fix must stay within: the memory budget when the plan keeps it (a
+/// fix should not break it), else the device's memory (the memory budget's own error
+/// proposes its fixes).
 double memoryLimit(const Analysis &a) {
-  double limit = a.plan->target.memoryBytes;
+  double limit = a.plan->target.memoryBytes > 0 ? a.plan->target.memoryBytes : INFINITY;
   for (const BudgetSpec &b : a.plan->budgets)
-    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost && (limit <= 0 || b.value < limit))
-      limit = b.value;
-  return limit > 0 ? limit : INFINITY;
+    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost && a.memory.peak <= b.value)
+      limit = std::min(limit, b.value);
+  return limit;
 }
 
 std::string layout(const Plan &p) {
@@ -155,12 +163,13 @@ std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, 
 
   // More data-parallel devices (which help memory through ZeRO sharding or a smaller
   // derived micro-batch).
+  // A layout on as many devices as now is the ZeRO note again: only other counts are named.
   if (plan.isTrain) {
-    if (auto c = fewestDevices(a, relower, plan.parallel.zero, fits))
+    std::optional<Candidate> c = fewestDevices(a, relower, plan.parallel.zero, fits);
+    if (!c && plan.parallel.zero < 3)
+      c = fewestDevices(a, relower, 3, fits);
+    if (c && c->plan.parallel.devices != plan.parallel.devices)
       notes.push_back(layout(c->plan) + " fits in " + formatBytes(c->trial.peak));
-    else if (plan.parallel.zero < 3)
-      if (auto c3 = fewestDevices(a, relower, 3, fits))
-        notes.push_back(layout(c3->plan) + " fits in " + formatBytes(c3->trial.peak));
   }
   return notes;
 }
@@ -183,9 +192,11 @@ std::vector<std::string> timeFixes(const Analysis &a, const Relower &relower, do
                     " of " + formatDuration(v) + " in " + formatBytes(c->trial.peak) +
                     " per device");
   } else {
-    notes.push_back(std::string("no data-parallel layout of ") + plan.target.name +
-                    " up to batch / micro_batch devices meets it within " + formatBytes(mem) +
-                    " per device");
+    int64_t span = plan.microBatchGiven ? plan.batch / std::max<int64_t>(1, plan.microBatch)
+                                        : plan.batch;
+    int64_t most = span * plan.parallel.tensor * plan.parallel.pipeline;
+    notes.push_back("no data-parallel layout of up to " + std::to_string(most) + " × " +
+                    plan.target.name + " meets it within " + formatBytes(mem) + " per device");
   }
   return notes;
 }
@@ -211,7 +222,8 @@ std::vector<std::string> mfuFixes(const Analysis &a, const Relower &relower, dou
       reach = Candidate{p, *t};
       break;
     }
-    if (t->mfu > a.time.mfu && (!bestUnder || t->mfu > bestUnder->trial.mfu))
+    // A raise under 1% of the current MFU is noise, not a fix.
+    if (t->mfu > a.time.mfu * 1.01 && (!bestUnder || t->mfu > bestUnder->trial.mfu))
       bestUnder = Candidate{p, *t};
   }
   auto describeMb = [](const Candidate &c) {
@@ -223,13 +235,16 @@ std::vector<std::string> mfuFixes(const Analysis &a, const Relower &relower, dou
   else if (bestUnder)
     notes.push_back(describeMb(*bestUnder) + " raises MFU to " + percent(bestUnder->trial.mfu) +
                     ", the most a micro-batch that fits gives");
+  else if (plan.microBatch < microBatchCandidates(plan).back())
+    notes.push_back("no larger micro-batch that fits in " + formatBytes(mem) +
+                    " raises MFU by 1% or more");
   if (plan.checkpoint != "none") {
     Plan p = plan;
     p.checkpoint = "none";
     std::optional<Trial> t = tryPlan(a, p, relower);
-    if (t && t->peak <= mem && t->mfu > a.time.mfu)
+    if (t && t->peak <= mem && t->mfu > a.time.mfu * 1.01)
       notes.push_back("checkpoint = none (no recompute) " +
-                      std::string(t->mfu >= target ? "reaches" : "raises") + " MFU to " +
+                      std::string(t->mfu >= target ? "reaches MFU " : "raises MFU to ") +
                       percent(t->mfu) + " in " + formatBytes(t->peak) + " per device");
   }
   return notes;
@@ -294,7 +309,7 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
       break;
     }
     case BudgetMetric::RunTime: {
-      if (plan.tokens <= 0) {
+      if (plan.isTrain && plan.tokens <= 0) {
         report(diags, b,
                "run time cannot be checked against the budget of " + formatDuration(b.value) +
                    ": plan '" + plan.name + "' does not say its training tokens",

@@ -36,6 +36,13 @@ void roofline(Analysis &a);
 /// StepTime.cpp: per-op times, communication (data/tensor/pipeline parallel), host
 /// transfers, accumulation, step time, MFU, HFU and run time.
 void stepTime(Analysis &a);
+/// StepTime.cpp: an error when batch is not a multiple of micro_batch × data-parallel devices
+/// (the gradient accumulation steps would not be a whole number). Runs right after stepTime.
+void checkAccumulation(Analysis &a, DiagnosticEngine &diags);
+/// StepTime.cpp: seconds one kernel takes on `t`: max(flops / peakFor(computeDtype), bytes /
+/// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
+/// the rest). Shared by the training step and inference so both price ops the same way.
+double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes);
 /// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s.
 void inference(Analysis &a);
 /// PrecisionLints.cpp: literals that underflow or overflow the dtype they are used in, fp16

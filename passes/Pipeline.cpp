@@ -14,12 +14,13 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   costOps(a);
   differentiate(a); // [autodiff]
   staticMemory(a);
-  // [activations] planActivations(a);
-  // [roofline] roofline(a);
-  // [steptime] stepTime(a);
-  // [inference] inference(a);
-  // [lints] precisionLints(a, diags);
-  // [budgets] checkBudgets(a, diags, relower);
+  planActivations(a); // [activations]
+  roofline(a); // [roofline]
+  stepTime(a); // [steptime]
+  checkAccumulation(a, diags); // [steptime]
+  inference(a); // [inference]
+  precisionLints(a, diags); // [lints]
+  checkBudgets(a, diags, relower); // [budgets]
   blockTotals(a);
   return a;
 }

@@ -65,8 +65,13 @@ struct TrialGuard {
   ~TrialGuard() { --trialDepth; }
 };
 
-/// The positive divisors of n, ascending.
+std::vector<int64_t> powersOfTwo(int64_t n);
+
+/// The positive divisors of n, ascending; past 2^40 (a trial division would take seconds)
+/// the powers of two up to n instead.
 std::vector<int64_t> divisors(int64_t n) {
+  if (n > (int64_t(1) << 40))
+    return powersOfTwo(n);
   std::vector<int64_t> low, high;
   for (int64_t d = 1; d * d <= n; ++d)
     if (n % d == 0) {
@@ -88,6 +93,14 @@ std::vector<int64_t> powersOfTwo(int64_t n) {
 
 std::string fitsWord(double peak, double limit) {
   return peak <= limit ? "fits" : "does not fit";
+}
+
+/// "memory limit per device = 74.51 GiB (80e9 B, the H100_SXM's memory)".
+std::string limitLine(const Plan &plan, double limit) {
+  std::string line = "memory limit per device = " + formatBytes(limit) + " (" + num(limit) + " B";
+  if (limit == plan.target.memoryBytes)
+    line += ", the " + plan.target.name + "'s memory";
+  return line + ")";
 }
 
 } // namespace
@@ -308,7 +321,8 @@ std::optional<Candidate> largestMicroBatch(const Analysis &a, const Relower &rel
 }
 
 std::optional<Candidate> fewestDevices(const Analysis &a, const Relower &relower, int zero,
-                                       const std::function<bool(const Trial &)> &goal) {
+                                       const std::function<bool(const Trial &)> &goal,
+                                       std::vector<Candidate> *tried) {
   const Plan &base = *a.plan;
   int64_t modelParallel = base.parallel.tensor * base.parallel.pipeline;
   bool keepMicro = base.microBatchGiven;
@@ -328,6 +342,8 @@ std::optional<Candidate> fewestDevices(const Analysis &a, const Relower &relower
     if (!keepMicro)
       p.microBatch = base.batch / data;
     std::optional<Trial> t = tryPlan(a, p, relower);
+    if (t && tried)
+      tried->push_back({p, *t});
     if (t && goal(*t))
       return Candidate{std::move(p), *t};
   }
@@ -358,7 +374,7 @@ SolverAnswer solveMicroBatch(const Analysis &a, const Relower &relower, double m
                                   ? " = " + std::to_string(plan.batch / data) +
                                         "; candidates: its divisors, largest first"
                                   : " is not whole; candidates: powers of two, largest first"));
-  r.derivation.push_back("memory limit per device = " + formatBytes(memoryLimit));
+  r.derivation.push_back(limitLine(plan, memoryLimit));
   std::vector<std::pair<int64_t, double>> tried;
   std::optional<Candidate> best = largestMicroBatch(a, relower, memoryLimit, 0, &tried);
   for (const auto &[mb, peak] : tried)
@@ -398,7 +414,8 @@ SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memo
               wordInput("target", plan.target.name),
               numberInput("memory_limit", memoryLimit)};
   auto fits = [&](const Trial &t) { return t.peak <= memoryLimit; };
-  std::optional<Candidate> found = fewestDevices(a, relower, par.zero, fits);
+  std::vector<Candidate> tried;
+  std::optional<Candidate> found = fewestDevices(a, relower, par.zero, fits, &tried);
   std::optional<Candidate> zero3 =
       par.zero >= 3 ? found : fewestDevices(a, relower, 3, fits);
 
@@ -407,16 +424,20 @@ SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memo
                          (plan.microBatchGiven
                               ? ", micro_batch = " + std::to_string(plan.microBatch)
                               : "; micro_batch = batch / data for each data degree"));
-  r.derivation.push_back("memory limit per device = " + formatBytes(memoryLimit));
-  r.derivation.push_back("now: " + std::to_string(par.devices) + " devices (data = " +
+  r.derivation.push_back(limitLine(plan, memoryLimit));
+  r.derivation.push_back("now: " + std::to_string(par.devices) +
+                         (par.devices == 1 ? " device" : " devices") + " (data = " +
                          std::to_string(par.data) + "), peak " + formatBytes(a.memory.peak) +
                          " per device, " + fitsWord(a.memory.peak, memoryLimit));
   auto show = [&](const Candidate &c) {
-    return std::to_string(c.plan.parallel.devices) + " devices (data = " +
+    return std::to_string(c.plan.parallel.devices) +
+           (c.plan.parallel.devices == 1 ? " device" : " devices") + " (data = " +
            std::to_string(c.plan.parallel.data) + ", zero = " +
            std::to_string(c.plan.parallel.zero) + "): peak " + formatBytes(c.trial.peak) +
            " per device";
   };
+  for (const Candidate &c : tried)
+    r.derivation.push_back(show(c) + ", " + fitsWord(c.trial.peak, memoryLimit));
   if (zero3 && par.zero < 3)
     r.derivation.push_back("with zero = 3: " + show(*zero3));
   else if (par.zero < 3)

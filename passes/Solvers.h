@@ -126,9 +126,11 @@ std::optional<Candidate> largestMicroBatch(const Analysis &a, const Relower &rel
 /// The fewest data-parallel devices (tensor and pipeline degrees kept; ZeRO stage `zero`)
 /// whose analysis meets `goal`. Candidates are data degrees dividing batch / micro_batch (a
 /// given micro-batch is kept; one derived from the batch is re-derived as batch / data).
-/// Nullopt when no candidate meets the goal.
+/// Nullopt when no candidate meets the goal. `tried` (optional) receives every candidate
+/// analysed, in order.
 std::optional<Candidate> fewestDevices(const Analysis &a, const Relower &relower, int zero,
-                                       const std::function<bool(const Trial &)> &goal);
+                                       const std::function<bool(const Trial &)> &goal,
+                                       std::vector<Candidate> *tried = nullptr);
 
 /// `tally solve micro-batch`: the largest micro-batch whose peak memory per device fits in
 /// `memoryLimit` (bytes), and the accumulation steps it implies.

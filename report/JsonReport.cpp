@@ -20,6 +20,41 @@ llvm::json::Array diagnosticsJson(const DiagnosticEngine &diags) {
   return out;
 }
 
+/// The inference section (passes/Inference.cpp): null for train plans.
+llvm::json::Value inferenceJson(const Analysis &a) {
+  const auto &inf = a.inference;
+  if (!inf.active)
+    return nullptr;
+  llvm::json::Array ops;
+  for (const Analysis::DecodeOp &d : inf.ops)
+    ops.push_back(llvm::json::Object{{"path", a.graph->ops[d.op].path},
+                                     {"kind", opName(a.graph->ops[d.op].kind).str()},
+                                     {"flops", d.flops},
+                                     {"bytes", d.bytes},
+                                     {"intensity", d.intensity},
+                                     {"bound", d.computeBound ? "compute" : "memory"},
+                                     {"time_s", d.time}});
+  return llvm::json::Object{
+      {"prefill_flops", inf.prefillFlops},
+      {"prefill_s", inf.prefillTime},
+      {"layers", inf.layers},
+      {"kv_bytes_per_token", inf.kvBytesPerToken},
+      {"kv_cache_bytes", inf.kvCacheBytes},
+      {"decode_steps", inf.decodeSteps},
+      {"mean_context", inf.meanContext},
+      {"decode_flops_per_step", inf.decodeFlops},
+      {"decode_bytes_per_step", inf.decodeBytes},
+      {"decode_intensity", inf.decodeIntensity},
+      {"decode_bound", inf.decodeMemoryBound ? "memory" : "compute"},
+      {"decode_s_per_step", inf.decodeTime},
+      {"first_decode_s", inf.firstDecodeTime},
+      {"last_decode_s", inf.lastDecodeTime},
+      {"tokens_per_s", inf.tokensPerSecond},
+      {"total_s", inf.totalTime},
+      {"two_n_flops", inf.twoNFlops},
+      {"decode_ops", std::move(ops)}};
+}
+
 } // namespace
 
 void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
@@ -121,14 +156,18 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                       {"steps", a.time.steps},
                       {"mfu", a.time.mfu},
                       {"hfu", a.time.hfu},
-                      {"accumulation_steps", a.time.accumulationSteps}}},
+                      {"accumulation_steps", a.time.accumulationSteps},
+                      {"data_parallel_comm_s", a.time.dataParallelComm},
+                      {"tensor_parallel_comm_s", a.time.tensorParallelComm},
+                      {"pipeline_comm_s", a.time.pipelineComm}}},
       {"checkpoint", Object{{"policy", a.checkpoint.policy},
                             {"saved", std::move(saved)},
                             {"recompute_flops", a.checkpoint.recomputeFlops}}},
       {"ops", std::move(ops)},
       {"roofline", Object{{"ridge_intensity", a.ridge},
-                          {"peak_flops", p.target.peakFor(p.precision.activations)},
+                          {"peak_flops", a.peakFlops},
                           {"bandwidth", p.target.bandwidth}}},
+      {"inference", inferenceJson(a)},
       {"diagnostics", diagnosticsJson(diags)},
   };
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";

@@ -207,6 +207,36 @@ ReportTable timeTable(const Analysis &a) {
   return t;
 }
 
+ReportTable inferenceTable(const Analysis &a) {
+  const auto &inf = a.inference;
+  const Plan &p = *a.plan;
+  ReportTable t;
+  t.title = "Inference";
+  t.header = {"part", "value", "note"};
+  t.rows.push_back({"prefill", formatDuration(inf.prefillTime),
+                    llvm::formatv("{0:e3} FLOPs over {1} prompt tokens", inf.prefillFlops,
+                                  p.prompt)
+                        .str()});
+  t.rows.push_back({"decode step", formatDuration(inf.decodeTime),
+                    llvm::formatv("mean over {0:f0} steps; first {1}, last {2}",
+                                  inf.decodeSteps, formatDuration(inf.firstDecodeTime),
+                                  formatDuration(inf.lastDecodeTime))
+                        .str()});
+  t.rows.push_back({"decode FLOPs", llvm::formatv("{0:e3}", inf.decodeFlops).str(),
+                    llvm::formatv("2·N·batch = {0:e3}", inf.twoNFlops).str()});
+  t.rows.push_back({"decode bytes", formatBytes(inf.decodeBytes),
+                    llvm::formatv("intensity {0:f2} FLOP/byte: {1}", inf.decodeIntensity,
+                                  inf.decodeMemoryBound ? "memory-bound" : "compute-bound")
+                        .str()});
+  t.rows.push_back({"KV cache", formatBytes(inf.kvCacheBytes),
+                    formatBytes(inf.kvBytesPerToken) + " per token, " +
+                        std::to_string(inf.layers) + " layers"});
+  t.rows.push_back({"tokens/s", llvm::formatv("{0:f1}", inf.tokensPerSecond).str(),
+                    "generated tokens, all sequences"});
+  t.rows.push_back({"request", formatDuration(inf.totalTime), "prefill + every decode step"});
+  return t;
+}
+
 } // namespace
 
 std::string groupDigits(double v) {
@@ -250,7 +280,10 @@ ReportContent buildReport(const Analysis &a) {
   c.tables.push_back(blocksTable(a));
   c.tables.push_back(memoryTable(a));
   c.tables.push_back(opsTable(a));
-  c.tables.push_back(timeTable(a));
+  if (a.inference.active)
+    c.tables.push_back(inferenceTable(a));
+  else
+    c.tables.push_back(timeTable(a));
   return c;
 }
 

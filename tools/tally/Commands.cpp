@@ -8,6 +8,8 @@ bool solveSelected(); // tools/tally/Solve.cpp
 int runSolve();
 
 int runExtraCommand() {
+  if (int rc = runExplain(); rc >= 0)
+    return rc;
   if (solveSelected())
     return runSolve();
   return -1;

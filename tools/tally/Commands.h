@@ -9,4 +9,7 @@ namespace tally {
 /// exit code, or -1 when none of them was given.
 int runExtraCommand();
 
+/// tools/tally/Explain.cpp: `tally explain`; its exit code, or -1 when it was not the command.
+int runExplain();
+
 } // namespace tally

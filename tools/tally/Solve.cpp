@@ -33,7 +33,7 @@ cl::OptionCategory Cat("tally solve options");
 cl::opt<std::string> Question(cl::Positional, cl::Required,
                               cl::desc("<run-time|max-params|micro-batch|devices>"),
                               cl::sub(Solve), cl::cat(Cat));
-cl::opt<std::string> File(cl::Positional, cl::desc("[file] (micro-batch and devices)"),
+cl::opt<std::string> File(cl::Positional, cl::desc("[file]"),
                           cl::sub(Solve), cl::cat(Cat));
 cl::opt<std::string> PlanName("plan", cl::desc("The train plan to solve for (default: the first)"),
                               cl::value_desc("name"), cl::sub(Solve), cl::cat(Cat));
@@ -110,7 +110,8 @@ std::optional<double> quantity(const cl::opt<std::string> &flag, UnitDim want) {
   std::string err;
   auto v = parseQuantity(flag, want, err);
   if (!v)
-    usage("--" + flag.ArgStr.str() + ": " + err);
+    usage("--" + flag.ArgStr.str() + ": " + err +
+          (want == UnitDim::Ratio ? " (write a fraction such as 0.5 or 50%)" : ""));
   return v;
 }
 
@@ -163,8 +164,11 @@ std::optional<OptimizerSpec> optimizerFlag() {
   }
   if (auto o = optimizerByName(Optimizer))
     return o;
-  std::string close =
-      closestName(Optimizer, {"SGD", "SGDM", "AdaGrad", "RMSprop", "Adam", "AdamW", "Lion"});
+  // Compare in lower case: the names are case-insensitive.
+  std::string close = closestName(StringRef(Optimizer).lower(),
+                                  {"sgd", "sgdm", "adagrad", "rmsprop", "adam", "adamw", "lion"});
+  if (auto o = optimizerByName(close))
+    close = o->states == 1 && o->name == "SGD" ? "SGDM" : o->name;
   usage("unknown optimizer '" + Optimizer + "'" +
         (close.empty() ? "" : "; did you mean '" + close + "'?"));
   return std::nullopt;

@@ -5,6 +5,7 @@
 #include "ir/Graph.h"
 #include "ir/Units.h"
 #include "passes/Passes.h"
+#include "passes/Solvers.h"
 #include "report/Report.h"
 #include "tools/tally/Commands.h"
 
@@ -61,6 +62,16 @@ cl::opt<int64_t> BatchOverride("batch", cl::desc("Override the batch size"), cl:
 cl::opt<int64_t> MicroBatchOverride("micro-batch", cl::desc("Override the micro-batch size"),
                                     cl::init(0), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
 
+// Budgets on the command line: each replaces the file's budget of the same metric.
+cl::opt<std::string> BudgetMemory("budget-memory", cl::desc("Budget: peak memory per device at most, e.g. 80GiB"),
+                                  cl::value_desc("bytes"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<std::string> BudgetStepTime("budget-step-time", cl::desc("Budget: step time at most, e.g. 60s"),
+                                    cl::value_desc("duration"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<std::string> BudgetMfu("budget-mfu", cl::desc("Budget: MFU at least, e.g. 40%"),
+                               cl::value_desc("ratio"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+cl::opt<std::string> BudgetRunTime("budget-run-time", cl::desc("Budget: run time at most, e.g. 90days"),
+                                   cl::value_desc("duration"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+
 cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("Warning control: -Werror, -Wno-NAME, -Werror=NAME"),
                                cl::value_desc("option"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
 cl::opt<bool> NoWarnings("w", cl::desc("Silence all warnings"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
@@ -98,9 +109,44 @@ int usageError(const std::string &msg) {
   return 2;
 }
 
+/// The --budget-* flags as budgets without a source location (so their diagnostics print as
+/// "tally: error: ..."); nullopt, after a usage error, when one does not parse.
+std::optional<std::vector<BudgetSpec>> budgetFlags() {
+  struct Flag {
+    const cl::opt<std::string> *opt;
+    BudgetMetric metric;
+    UnitDim dim;
+    bool atMost;
+  };
+  const Flag flags[] = {{&opts::BudgetMemory, BudgetMetric::MemoryPerDevice, UnitDim::Bytes, true},
+                        {&opts::BudgetStepTime, BudgetMetric::StepTime, UnitDim::Time, true},
+                        {&opts::BudgetMfu, BudgetMetric::Mfu, UnitDim::Ratio, false},
+                        {&opts::BudgetRunTime, BudgetMetric::RunTime, UnitDim::Time, true}};
+  std::vector<BudgetSpec> out;
+  for (const Flag &f : flags) {
+    if (f.opt->getNumOccurrences() == 0)
+      continue;
+    std::string err;
+    std::optional<double> v = parseQuantity(*f.opt, f.dim, err);
+    if (!v) {
+      usageError("--" + f.opt->ArgStr.str() + ": " + err);
+      return std::nullopt;
+    }
+    BudgetSpec b;
+    b.metric = f.metric;
+    b.atMost = f.atMost;
+    b.value = *v;
+    out.push_back(b);
+  }
+  return out;
+}
+
 /// Checks one file: parse, then lower and analyze every plan (or the one named).
 int runCheck() {
   int status = 0;
+  std::optional<std::vector<BudgetSpec>> budgets = budgetFlags();
+  if (!budgets)
+    return 2;
   for (const std::string &file : opts::CheckFiles) {
     Compilation c;
     if (!applyWarnings(c.diags))
@@ -119,6 +165,7 @@ int runCheck() {
     for (const PlanDecl *p : plans) {
       if (!c.lower(*p, overrides()))
         continue;
+      overrideBudgets(*c.plan, *budgets);
       if (opts::EmitStage == opts::Emit::Ir)
         printGraph(*c.graph, outs());
       analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p));
@@ -133,6 +180,9 @@ int runReport() {
   Compilation c;
   if (!applyWarnings(c.diags))
     return 2;
+  std::optional<std::vector<BudgetSpec>> budgets = budgetFlags();
+  if (!budgets)
+    return 2;
   if (!c.addFile(opts::ReportFile))
     return 1;
   if (opts::EmitStage == opts::Emit::Ast) {
@@ -142,6 +192,7 @@ int runReport() {
   const PlanDecl *decl = c.pickPlan(opts::PlanName);
   if (!decl || !c.lower(*decl, overrides()))
     return 1;
+  overrideBudgets(*c.plan, *budgets);
   if (opts::EmitStage == opts::Emit::Ir) {
     printGraph(*c.graph, outs());
     return c.diags.hasErrors() ? 1 : 0;
@@ -205,9 +256,11 @@ int main(int argc, char **argv) {
   if (!cl::ParseCommandLineOptions(
           argc, argv,
           "tally: a compiler and static analyzer for model configurations\n\n"
-          "  tally check FILE...        diagnostics only\n"
-          "  tally report FILE          parameters, FLOPs, memory, time, MFU\n"
-          "  tally targets              the hardware catalogue\n",
+          "  tally check FILE...            diagnostics only; exit 1 on an error or a broken budget\n"
+          "  tally report FILE              parameters, FLOPs, memory, time, MFU\n"
+          "  tally explain FILE --op PATH   how one op's or block's numbers were derived\n"
+          "  tally solve QUESTION [FLAGS]   run-time, max-params, micro-batch, devices\n"
+          "  tally targets                  the hardware catalogue\n",
           &errStream)) {
     errStream.flush();
     errs() << errors;

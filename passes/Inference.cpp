@@ -1,0 +1,222 @@
+// Inference: the prefill, the per-token decode, the KV cache and tokens per second of an infer
+// plan. The graph is lowered with seq = prompt and batch = the plan's batch, so its forward is
+// the prefill; a decode step (one new token for each of the b sequences) is derived from the
+// same ops. docs/time.md works the formulas through on GPT-2.
+//
+// 1. Prefill = the graph's forward as lowered (it includes the loss when the model's forward
+//    returns one): flops.forward model FLOPs; its time is time.forward + time.communication +
+//    time.hostTransfer (passes/StepTime.cpp: kernels, tensor-parallel all-reduces, pipeline
+//    sends, the prompt's upload).
+// 2. The KV cache, from the Attention ops, not from names: a self-attention op (k as long as
+//    q) keeps K and V of every token, 2 × d_kv × b(activations) bytes per token and sequence,
+//    with d_kv the width of its k input; its count is the number of layers. A cross-attention
+//    op (k of another length s_kv) keeps its fixed K and V, 2 × s_kv × d_kv per sequence. The
+//    cache is sized for prompt + generate tokens; tensor parallelism splits it with the heads.
+// 3. A decode step at context c (the tokens attended to, the new one included), per op:
+//    - self-attention: FLOPs (4·dh + 5)·b·h·c = 4·b·d·c + 5·b·h·c (QKᵀ and P·V over the
+//      cache, scale and softmax); bytes: q and the output (2·b·d), the cache read
+//      (2·b·c·d_kv) and the new K and V appended (2·b·d_kv), at the activation dtype.
+//      Cross-attention is the same with c = s_kv and nothing appended.
+//    - every other op works token by token: its FLOPs are its prefill FLOPs / prompt; it reads
+//      its weights whole (the bytes of inputs stored as parameters; an embedding gathers
+//      rows, which scale with tokens) and the rest of its bytes / prompt.
+//    - views move nothing; the loss and next_tokens are left out: decoding produces logits.
+//    Each op's time is kernelTime (passes/StepTime.cpp) of its FLOPs and bytes divided by its
+//    tensor-parallel split, so decode mat-vecs, at about one FLOP per weight byte, are
+//    memory-bound. Without attention the sum is the familiar 2 × params FLOPs per token and
+//    the weight bytes; twoNFlops shows that estimate beside the exact count. The all-reduces,
+//    pipeline sends and uploads of a step are the prefill's / prompt: they carry one token;
+//    parameters kept on the host cross the host link whole at every step.
+// 4. Decode steps: the prefill yields the first generated token, so generate − 1 steps follow,
+//    step j at context c = prompt + j. FLOPs and bytes grow linearly in c, so their mean over
+//    the steps is their value at the mean context prompt + generate / 2; the time of each
+//    attention op is summed step by step (max(compute, memory) is not linear), the other ops
+//    cost the same at every step. decodeTime is the mean step; tokens/s = b / decodeTime;
+//    total = prefill + every step. A plan with generate ≤ 1 reports one step at prompt + 1.
+// 5. Analysis fields: time.step = the mean decode step, time.steps = decode steps, time.run
+//    = total; MFU (= HFU: a decode step skips and recomputes nothing) = decode FLOPs / (mean
+//    step × peak × the replica's tensor × pipeline devices); memory.peak adds the device's
+//    share of the KV cache to the parameters and
+//    the prefill's working set (an upper bound: the prefill's transients and the full cache
+//    are not live at once).
+// Pipeline parallelism does not shorten a token's latency: a token passes every stage in
+// turn, so the times are sums over all ops; each stage holds 1/p of the cache.
+#include "passes/Passes.h"
+
+#include <algorithm>
+
+namespace tally {
+
+namespace {
+
+double degree(int64_t x) { return static_cast<double>(std::max<int64_t>(1, x)); }
+
+/// The host link after efficiency, priced as passes/StepTime.cpp does (PCIe 4.0 x16 when a
+/// user target states none).
+double hostBandwidth(const Target &t) {
+  return (t.hostLink > 0 ? t.hostLink : 32e9) * t.efficiency.hostLink;
+}
+
+bool isParamStorage(const Graph &g, TensorId t) {
+  TensorId v = g.tensors[t].viewOf;
+  return g.tensors[v == kNone ? t : v].role == TensorRole::Param;
+}
+
+/// Step 2-3: one attention op of the graph, as a decode step sees it.
+struct AttentionOp {
+  OpId op;
+  bool self;            ///< k as long as q: the cache grows with the context
+  double b, h, d, dkv, skv;
+};
+
+AttentionOp attentionOf(const Graph &g, OpId i) {
+  const Op &op = g.ops[i];
+  const Shape &q = g.tensors[op.inputs[0]].shape, &k = g.tensors[op.inputs[1]].shape;
+  AttentionOp at;
+  at.op = i;
+  at.self = k[1].size == q[1].size;
+  at.b = static_cast<double>(q[0].size);
+  at.h = static_cast<double>(op.attrs.heads);
+  at.d = static_cast<double>(q[2].size);
+  at.dkv = static_cast<double>(k[2].size);
+  at.skv = static_cast<double>(k[1].size);
+  return at;
+}
+
+/// Step 3: FLOPs and bytes of one attention op in a decode step at context c.
+void attentionDecode(const AttentionOp &at, double act, double c, double &flops, double &bytes) {
+  double ctx = at.self ? c : at.skv;
+  flops = 4 * at.b * at.d * ctx + 5 * at.b * at.h * ctx;
+  bytes = (2 * at.b * at.d + 2 * at.b * ctx * at.dkv + (at.self ? 2 * at.b * at.dkv : 0)) * act;
+}
+
+/// Step 3: FLOPs and bytes of a token-wise op in a decode step.
+void tokenwiseDecode(const Graph &g, const Op &op, const OpAnalysis &o, double prompt,
+                     double &flops, double &bytes) {
+  double weights = 0;
+  if (op.kind != OpKind::Embedding)
+    for (TensorId x : op.inputs)
+      if (isParamStorage(g, x))
+        weights += g.bytes(x);
+  double total = o.forward.bytesRead + o.forward.bytesWritten;
+  flops = o.forward.executedFlops / prompt;
+  bytes = weights + std::max(0.0, total - weights) / prompt;
+}
+
+bool skippedInDecode(const Op &op) {
+  return opClass(op.kind) == OpClass::View || opClass(op.kind) == OpClass::Loss ||
+         op.kind == OpKind::NextTokens;
+}
+
+} // namespace
+
+void inference(Analysis &a) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  if (plan.isTrain)
+    return;
+  auto &inf = a.inference;
+  const Target &target = plan.target;
+  const Parallelism &par = plan.parallel;
+  double act = bytesOf(g.activationDtype);
+  double prompt = static_cast<double>(std::max<int64_t>(1, plan.seq));
+  double generate = static_cast<double>(std::max<int64_t>(0, plan.generate));
+  double batch = static_cast<double>(plan.batch);
+  inf.active = true;
+
+  // Step 1.
+  inf.prefillFlops = a.flops.forward;
+  inf.prefillTime = a.time.forward + a.time.communication + a.time.hostTransfer;
+
+  // Steps 2-3: the decode step's ops; attention ops are priced per context in step 4.
+  std::vector<AttentionOp> attention;
+  double stream = plan.precision.paramsOnHost ? a.memory.hostTotal / hostBandwidth(target) : 0;
+  double fixedTime = (a.time.communication + a.time.hostTransfer - stream) / prompt + stream;
+  double fixedFlops = 0, fixedBytes = 0;
+  double kvPerToken = 0, kvFixed = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    const OpAnalysis &o = a.ops[i];
+    if (skippedInDecode(op))
+      continue;
+    Analysis::DecodeOp d;
+    d.op = i;
+    if (op.kind == OpKind::Attention && op.inputs.size() == 3) {
+      AttentionOp at = attentionOf(g, i);
+      attention.push_back(at);
+      if (at.self) {
+        ++inf.layers;
+        kvPerToken += 2 * at.dkv * act / o.tensorSplit;
+      } else {
+        kvFixed += 2 * at.skv * at.dkv * act / o.tensorSplit;
+      }
+      inf.ops.push_back(d); // priced at the mean context below
+      continue;
+    }
+    tokenwiseDecode(g, op, o, prompt, d.flops, d.bytes);
+    d.time = kernelTime(target, opClass(op.kind), o.computeDtype, d.flops / o.tensorSplit,
+                        d.bytes / o.tensorSplit);
+    fixedTime += d.time;
+    fixedFlops += d.flops;
+    fixedBytes += d.bytes;
+    inf.ops.push_back(d);
+  }
+  double p = degree(par.pipeline), replica = degree(par.tensor) * p;
+  inf.kvBytesPerToken = kvPerToken / p;
+  inf.kvCacheBytes = batch * ((prompt + generate) * kvPerToken + kvFixed) / p;
+
+  // Step 4: the decode steps.
+  auto attentionAt = [&](const AttentionOp &at, double c, double &flops, double &bytes) {
+    double split = a.ops[at.op].tensorSplit;
+    attentionDecode(at, act, c, flops, bytes);
+    return kernelTime(target, OpClass::Attention, a.ops[at.op].computeDtype, flops / split,
+                      bytes / split);
+  };
+  auto stepTimeAt = [&](double c) {
+    double t = fixedTime, f, b;
+    for (const AttentionOp &at : attention)
+      t += attentionAt(at, c, f, b);
+    return t;
+  };
+  inf.decodeSteps = std::max(0.0, generate - 1);
+  inf.meanContext = inf.decodeSteps > 0 ? prompt + generate / 2 : prompt + 1;
+  double decodeTotal = 0;
+  for (double j = 1; j <= inf.decodeSteps; ++j)
+    decodeTotal += stepTimeAt(prompt + j);
+  inf.firstDecodeTime = stepTimeAt(prompt + 1);
+  inf.lastDecodeTime = stepTimeAt(prompt + std::max(1.0, inf.decodeSteps));
+  inf.decodeTime = inf.decodeSteps > 0 ? decodeTotal / inf.decodeSteps : inf.firstDecodeTime;
+
+  // The mean step's ops, FLOPs and bytes (exact means: both are linear in the context).
+  inf.decodeFlops = fixedFlops;
+  inf.decodeBytes = fixedBytes;
+  size_t next = 0;
+  for (Analysis::DecodeOp &d : inf.ops) {
+    if (g.ops[d.op].kind != OpKind::Attention)
+      continue;
+    d.time = attentionAt(attention[next++], inf.meanContext, d.flops, d.bytes);
+    inf.decodeFlops += d.flops;
+    inf.decodeBytes += d.bytes;
+  }
+  for (Analysis::DecodeOp &d : inf.ops) {
+    d.intensity = d.bytes > 0 ? d.flops / d.bytes : 0;
+    double ridge = target.ridge(a.ops[d.op].computeDtype);
+    d.computeBound = d.bytes > 0 && ridge > 0 && d.intensity >= ridge;
+  }
+  inf.decodeIntensity = inf.decodeBytes > 0 ? inf.decodeFlops / inf.decodeBytes : 0;
+  inf.decodeMemoryBound = inf.decodeIntensity < a.ridge;
+  inf.tokensPerSecond = inf.decodeTime > 0 ? batch / inf.decodeTime : 0;
+  inf.totalTime = inf.prefillTime + decodeTotal;
+  inf.twoNFlops = 2 * a.params.total * batch;
+
+  // Step 5.
+  a.time.step = inf.decodeTime;
+  a.time.steps = inf.decodeSteps;
+  a.time.run = inf.totalTime;
+  a.time.runDays = inf.totalTime / 86400;
+  double capacity = inf.decodeTime * a.peakFlops * replica;
+  a.time.mfu = a.time.hfu = capacity > 0 ? inf.decodeFlops / capacity : 0;
+  a.memory.peak += inf.kvCacheBytes;
+}
+
+} // namespace tally

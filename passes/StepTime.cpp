@@ -1,0 +1,435 @@
+// Step time: how long one optimizer step takes on one device, and from it MFU, HFU and the
+// run's length. docs/time.md states every formula below with worked GPT-2 numbers.
+//
+// Notation: t, p, d are the tensor, pipeline and data-parallel degrees; m = batch /
+// (micro_batch × d) is the number of micro-batches each pipeline runs per optimizer step (the
+// gradient accumulation steps); "bw(x)" is a link's bandwidth times its efficiency.
+//
+// 1. Tensor parallelism (Megatron): a matmul of an activation by a weight is column-parallel
+//    when its activation input is whole (it splits its output over the t devices) and
+//    row-parallel when that input is split (it all-reduces its output); elementwise ops,
+//    views, attention and losses on a split tensor work on their share; reductions, losses and
+//    embeddings return whole tensors. This is the rule of passes/Activations.cpp. Every op
+//    whose work is split (a weight matmul, or an op reading a split tensor) has its FLOPs and
+//    bytes divided by t (OpAnalysis::tensorSplit). In a transformer block that splits qkv,
+//    attention, proj, fc, the activation and the MLP proj; a tied or separate output head is
+//    split over the vocabulary (Megatron's vocab-parallel head and cross entropy).
+// 2. Per op and micro-batch: forward time = kernelTime(executed forward FLOPs / split, forward
+//    bytes / split); backward time, for ops with a backward (an input needs a gradient), the
+//    same with the executed backward FLOPs and backward bytes. kernelTime = max(FLOPs /
+//    peak(computeDtype), bytes / bandwidth) / efficiency of the op's class (matmul, attention,
+//    elementwise for the rest). Executed FLOPs, not model FLOPs: time is what kernels run.
+// 3. Per micro-batch totals F (forward), B (backward), R (recompute): R is the forward time of
+//    every Recompute step of the schedule (passes/Activations.cpp); without a schedule,
+//    F × flops.recompute / flops.forward.
+// 4. Compute per step on one device, with p balanced pipeline stages: forward = m·F/p,
+//    backward = m·B/p, recompute = m·R/p; the pipeline bubble (1F1B or GPipe) is
+//    (p − 1)/m of that compute, (p − 1)·(F + B + R)/p.
+// 5. Optimizer update, memory-bound: the device updates the trainable parameters it owns,
+//    T/(t·p), divided by d under ZeRO ≥ 1. It reads and writes each owned element's
+//    param, grad, master copy and optimizer states once: 2 × owned × (b_param + b_grad +
+//    b_master + states × b_state) bytes; its FLOPs are flops.optimizer × owned / T at the fp32
+//    rate; time = kernelTime of those, at the elementwise efficiency. With the optimizer state
+//    on the host the update runs on the host CPU (ZeRO-Offload): the device time is 0, the
+//    transfers are counted in step 8, and the CPU update is taken to overlap the next step
+//    (ZeRO-Offload's one-step delayed parameter update).
+// 6. Data-parallel communication over d devices, ring collectives of (d−1)/d × bytes each way
+//    per reduce-scatter or all-gather (an all-reduce is both: 2·(d−1)/d × bytes), with G the
+//    device's gradient bytes T/(t·p)·b_grad, P_T its trainable parameter bytes and P its
+//    parameter bytes N/(t·p)·b_param:
+//      ZeRO 0: all-reduce of G once per step               2·(d−1)/d · G
+//      ZeRO 1: reduce-scatter G, all-gather updated P_T    (d−1)/d · (G + P_T)
+//      ZeRO 2: reduce-scatter G every micro-batch (the gradients are sharded, so they cannot
+//              be accumulated whole), all-gather P_T once  (d−1)/d · (m·G + P_T)
+//      ZeRO 3: also all-gather P before each micro-batch's forward and backward
+//                                                          (d−1)/d · (m·G + 2·m·P)
+// 7. Tensor-parallel communication per micro-batch: each row-parallel matmul all-reduces its
+//    output in the forward (and again when it is recomputed); each whole tensor read by
+//    column-parallel matmuls has its gradient all-reduced in the backward (once per tensor:
+//    q, k and v share their input). A transformer layer has two of each, of [b, s, d] bytes.
+//    Time = 2·(t−1)/t × bytes / bw(interconnect), times m/p per step. Pipeline parallelism
+//    sends the activation at a stage boundary (the input of a repeat-block copy, [b, s, d])
+//    forward and its gradient backward every micro-batch: m × 2 × bytes / bw(interconnect).
+//    All devices are taken to share one interconnect (target.interconnect, per direction).
+// 8. Host transfers over bw(host link), both directions added: every micro-batch the input
+//    batch (the graph's inputs) goes host → device; a tensor class placed on the host crosses
+//    as often as the step needs it: params on the host go up for each micro-batch's forward
+//    and backward (2·m) and, when the device updates, down once; grads on the host go down
+//    every micro-batch and, when the device updates, up once; a master copy on the host goes
+//    up and down once when the device updates (an infer plan's forward: params on the host go up
+//    once); optimizer state on the host moves the update
+//    to the host, so the owned grads go down and the updated params come up once per step
+//    (classes already on the host do not move, a master copy left on the device goes down and
+//    up).
+// 9. No communication overlaps compute (a documented upper bound): step = forward + backward +
+//    recompute + bubble + optimizer + communication + host transfers. MFU = model FLOPs
+//    (flops.forward + flops.backward, attention dense, as Narayanan et al. and PaLM count them)
+//    / (step × peak × devices), with peak the rate matrix products run at (Analysis::peakFlops);
+//    HFU = executed FLOPs without the optimizer (flops.executed − flops.optimizer: causal
+//    skipping, flash recompute, checkpoint recompute) / the same. Run: steps = tokens / (batch ×
+//    seq) (not rounded), run = steps × step, days = run / 86400.
+// Infer plans get the forward of the prompt here (the prefill): per-op times, the forward
+// all-reduces of row-parallel matmuls (2·(t−1)/t × bytes), p − 1 pipeline boundary sends and the
+// input's upload; passes/Inference.cpp does the rest.
+#include "frontend/Diagnostics.h"
+#include "passes/Passes.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tally {
+
+double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes) {
+  if (flops <= 0 && bytes <= 0)
+    return 0;
+  double peak = t.peakFor(computeDtype);
+  double compute = peak > 0 ? flops / peak : 0;
+  double memory = t.bandwidth > 0 ? bytes / t.bandwidth : 0;
+  double efficiency = c == OpClass::Matmul      ? t.efficiency.matmul
+                      : c == OpClass::Attention ? t.efficiency.attention
+                                                : t.efficiency.elementwise;
+  return std::max(compute, memory) / efficiency;
+}
+
+namespace {
+
+/// PCIe 4.0 x16, per direction: the host link assumed when a user target states none.
+constexpr double kDefaultHostLink = 32e9;
+
+double degree(int64_t x) { return static_cast<double>(std::max<int64_t>(1, x)); }
+
+/// The tensor whose storage `t` shares.
+TensorId storageOf(const Graph &g, TensorId t) {
+  TensorId v = g.tensors[t].viewOf;
+  return v == kNone ? t : v;
+}
+
+bool isParamStorage(const Graph &g, TensorId t) {
+  return g.tensors[storageOf(g, t)].role == TensorRole::Param;
+}
+
+/// The activation operand of a matmul by a weight, or kNone when `op` is not one.
+TensorId weightMatmulInput(const Graph &g, const Op &op) {
+  if (op.kind != OpKind::Matmul || op.inputs.size() != 2)
+    return kNone;
+  bool w0 = isParamStorage(g, op.inputs[0]), w1 = isParamStorage(g, op.inputs[1]);
+  if (w0 == w1)
+    return kNone;
+  return w0 ? op.inputs[1] : op.inputs[0];
+}
+
+/// Step 1 and the tensor-parallel traffic of step 7, per micro-batch on the whole graph.
+struct TensorParallel {
+  std::vector<double> split;       ///< per op: the divisor of its work (1 or t)
+  std::vector<bool> rowParallel;   ///< per op: all-reduces its output in the forward
+  double forwardBytes = 0;         ///< all-reduced in one forward
+  double backwardBytes = 0;        ///< all-reduced in one backward
+};
+
+TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
+  TensorParallel tp;
+  double t = degree(plan.parallel.tensor);
+  tp.split.assign(g.ops.size(), 1);
+  tp.rowParallel.assign(g.ops.size(), false);
+  if (t <= 1)
+    return tp;
+  std::vector<bool> split(g.tensors.size(), false); // per storage
+  std::set<TensorId> columnInputs;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    bool anySplit = false;
+    for (TensorId x : op.inputs)
+      anySplit = anySplit || split[storageOf(g, x)];
+    bool out = false;
+    TensorId x = weightMatmulInput(g, op);
+    if (x != kNone) {
+      bool inputSplit = split[storageOf(g, x)];
+      out = !inputSplit;
+      tp.rowParallel[i] = inputSplit;
+      if (inputSplit)
+        for (TensorId o : op.outputs)
+          tp.forwardBytes += g.bytes(o);
+      else if (plan.isTrain && g.tensors[x].requiresGrad)
+        columnInputs.insert(storageOf(g, x));
+    } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
+               op.kind != OpKind::Embedding) {
+      out = anySplit;
+    }
+    tp.split[i] = x != kNone || anySplit ? t : 1;
+    for (TensorId o : op.outputs)
+      split[storageOf(g, o)] = out;
+  }
+  for (TensorId s : columnInputs)
+    tp.backwardBytes += g.bytes(s);
+  return tp;
+}
+
+bool hasBackward(const Graph &g, const Plan &plan, const Op &op) {
+  if (!plan.isTrain)
+    return false;
+  for (TensorId x : op.inputs)
+    if (g.tensors[x].requiresGrad)
+      return true;
+  return false;
+}
+
+/// The outermost instance at or above `inst` whose parent is a `repeat` list, or kNone.
+uint32_t repeatCopy(const Graph &g, uint32_t inst) {
+  uint32_t copy = kNone;
+  for (uint32_t i = inst; i < g.instances.size();) {
+    uint32_t parent = g.instances[i].parent;
+    if (parent == kNone || parent >= i)
+      break;
+    if (g.instances[parent].block == "repeat")
+      copy = i;
+    i = parent;
+  }
+  return copy;
+}
+
+/// Step 7: bytes sent across a pipeline stage boundary: the activations the first repeat-block
+/// copy reads from outside itself (0 without repeat blocks: nothing to cut between).
+double stageBoundaryBytes(const Graph &g) {
+  uint32_t first = kNone;
+  std::vector<uint32_t> copyOfOp(g.ops.size(), kNone);
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    copyOfOp[i] = repeatCopy(g, g.ops[i].instance);
+    if (first == kNone)
+      first = copyOfOp[i];
+  }
+  if (first == kNone)
+    return 0;
+  std::set<TensorId> seen;
+  double bytes = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    if (copyOfOp[i] != first)
+      continue;
+    for (TensorId x : g.ops[i].inputs) {
+      TensorId s = storageOf(g, x);
+      const Tensor &st = g.tensors[s];
+      if (st.role != TensorRole::Activation || !isFloat(st.dtype) || st.producer == kNone ||
+          copyOfOp[st.producer] == first || !seen.insert(s).second)
+        continue;
+      bytes += g.bytes(s);
+    }
+  }
+  return bytes;
+}
+
+/// Step 2: per-op forward and backward times per micro-batch.
+void opTimes(Analysis &a, const TensorParallel &tp) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    OpAnalysis &o = a.ops[i];
+    OpClass c = opClass(g.ops[i].kind);
+    double s = tp.split[i];
+    o.tensorSplit = s;
+    double bytes = o.forward.bytesRead + o.forward.bytesWritten;
+    o.forwardTime = kernelTime(plan.target, c, o.computeDtype, o.forward.executedFlops / s, bytes / s);
+    o.backwardTime = hasBackward(g, plan, g.ops[i])
+                         ? kernelTime(plan.target, c, o.computeDtype, o.executedBackwardFlops / s,
+                                      o.backwardBytes / s)
+                         : 0;
+  }
+}
+
+/// Step 5: the device's optimizer update per step.
+double optimizerTime(const Analysis &a) {
+  const Plan &plan = *a.plan;
+  const PrecisionPolicy &pp = plan.precision;
+  const Parallelism &par = plan.parallel;
+  if (pp.optimizerOnHost || a.params.trainable <= 0)
+    return 0;
+  double owned = a.params.trainable / (degree(par.tensor) * degree(par.pipeline)) /
+                 (par.zero >= 1 ? degree(par.data) : 1);
+  double perElement = bytesOf(pp.params) + bytesOf(pp.grads) +
+                      (pp.master == Dtype::Invalid ? 0 : bytesOf(pp.master)) +
+                      plan.optimizer.states * bytesOf(pp.optimizer);
+  double flops = a.flops.optimizer * owned / a.params.trainable;
+  Dtype fp32 = plan.target.peakF32 > 0 ? Dtype::F32 : Dtype::TF32;
+  return kernelTime(plan.target, OpClass::Elementwise, fp32, flops, 2 * owned * perElement);
+}
+
+/// The device-to-device bandwidth after efficiency: the interconnect, or the host link when a
+/// user target states no interconnect (traffic then crosses PCIe).
+double commBandwidth(const Target &t) {
+  double link = t.interconnect > 0 ? t.interconnect : t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
+  return link * t.efficiency.communication;
+}
+
+/// Step 6: data-parallel gradient and parameter traffic per step, bytes sent per device.
+double dataParallelBytes(const Analysis &a, double m) {
+  const Plan &plan = *a.plan;
+  const Parallelism &par = plan.parallel;
+  double d = degree(par.data);
+  if (d <= 1 || !plan.isTrain)
+    return 0;
+  double model = degree(par.tensor) * degree(par.pipeline);
+  double G = a.params.trainable / model * bytesOf(plan.precision.grads);
+  double PT = a.params.trainable / model * bytesOf(plan.precision.params);
+  double P = a.params.total / model * bytesOf(plan.precision.params);
+  double ring = (d - 1) / d;
+  switch (par.zero) {
+  case 0: return 2 * ring * G;
+  case 1: return ring * (G + PT);
+  case 2: return ring * (m * G + PT);
+  default: return ring * (m * G + 2 * m * P);
+  }
+}
+
+/// Step 8: bytes over the host link per step on one device.
+double hostBytes(const Analysis &a, double m) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  const PrecisionPolicy &pp = plan.precision;
+  const Parallelism &par = plan.parallel;
+  double input = 0;
+  for (TensorId x : g.inputs)
+    input += g.bytes(x);
+  double bytes = m * input;
+  double model = degree(par.tensor) * degree(par.pipeline);
+  double dp = degree(par.data);
+  auto shard = [&](int stage) { return par.zero >= stage ? dp : 1.0; };
+  double params = a.params.total / model * bytesOf(pp.params) / shard(3);
+  if (!plan.isTrain) // the forward reads parameters kept on the host once
+    return bytes + (pp.paramsOnHost ? params : 0);
+  double grads = a.params.trainable / model * bytesOf(pp.grads) / shard(2);
+  double owned = a.params.trainable / model / shard(1);
+  bool deviceUpdates = !pp.optimizerOnHost;
+  if (pp.paramsOnHost)
+    bytes += 2 * m * params + (deviceUpdates ? owned * bytesOf(pp.params) : 0);
+  if (pp.gradsOnHost)
+    bytes += m * grads + (deviceUpdates ? owned * bytesOf(pp.grads) : 0);
+  if (pp.master != Dtype::Invalid && pp.masterOnHost != pp.optimizerOnHost)
+    bytes += 2 * owned * bytesOf(pp.master);
+  if (pp.optimizerOnHost) {
+    if (!pp.gradsOnHost)
+      bytes += owned * bytesOf(pp.grads);
+    if (!pp.paramsOnHost)
+      bytes += owned * bytesOf(pp.params);
+  }
+  return bytes;
+}
+
+double hostBandwidth(const Target &t) {
+  return (t.hostLink > 0 ? t.hostLink : kDefaultHostLink) * t.efficiency.hostLink;
+}
+
+/// Infer plans: the forward over the prompt with its tensor-parallel all-reduces, pipeline
+/// sends (p − 1 boundaries, passed in turn) and the input batch's upload.
+void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
+  const Plan &plan = *a.plan;
+  double t = degree(plan.parallel.tensor), p = degree(plan.parallel.pipeline);
+  double link = commBandwidth(plan.target);
+  a.time.forward = F;
+  a.time.tensorParallelComm = t > 1 ? 2 * (t - 1) / t * tp.forwardBytes / link : 0;
+  a.time.pipelineComm = p > 1 ? (p - 1) * stageBoundaryBytes(*a.graph) / link : 0;
+  a.time.communication = a.time.tensorParallelComm + a.time.pipelineComm;
+  a.time.hostTransfer = hostBytes(a, 1) / hostBandwidth(plan.target);
+}
+
+} // namespace
+
+void stepTime(Analysis &a) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  const Parallelism &par = plan.parallel;
+  const Target &target = plan.target;
+  TensorParallel tp = tensorParallel(g, plan);
+  opTimes(a, tp);
+
+  // Step 3: per micro-batch totals.
+  double F = 0, B = 0, R = 0, recomputeAllReduce = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    F += a.ops[i].forwardTime;
+    B += a.ops[i].backwardTime;
+  }
+  if (!plan.isTrain) {
+    inferenceForward(a, tp, F);
+    return;
+  }
+  bool recomputeSteps = false;
+  for (const ScheduleStep &s : a.schedule) {
+    if (s.kind != ScheduleStep::Recompute || s.op >= g.ops.size())
+      continue;
+    recomputeSteps = true;
+    R += a.ops[s.op].forwardTime;
+    if (tp.rowParallel[s.op])
+      for (TensorId o : g.ops[s.op].outputs)
+        recomputeAllReduce += g.bytes(o);
+  }
+  if (!recomputeSteps && a.flops.recompute > 0 && a.flops.forward > 0)
+    R = F * a.flops.recompute / a.flops.forward;
+
+  // Step 4: accumulation and compute per step on one device.
+  double d = degree(par.data), t = degree(par.tensor), p = degree(par.pipeline);
+  double m = static_cast<double>(plan.batch) / (static_cast<double>(plan.microBatch) * d);
+  a.time.accumulationSteps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(m - 1e-9)));
+  a.time.forward = m * F / p;
+  a.time.backward = m * B / p;
+  a.time.recompute = m * R / p;
+  a.time.bubble = (p - 1) * (F + B + R) / p;
+
+  // Steps 5-8.
+  a.time.optimizer = optimizerTime(a);
+  double link = commBandwidth(target);
+  a.time.dataParallelComm = dataParallelBytes(a, m) / link;
+  double tpBytes = tp.forwardBytes + tp.backwardBytes + recomputeAllReduce;
+  a.time.tensorParallelComm = t > 1 ? m / p * 2 * (t - 1) / t * tpBytes / link : 0;
+  a.time.pipelineComm = p > 1 ? m * 2 * stageBoundaryBytes(g) / link : 0;
+  a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm + a.time.pipelineComm;
+  a.time.hostTransfer = hostBytes(a, m) / hostBandwidth(target);
+
+  // Step 9.
+  a.time.step = a.time.forward + a.time.backward + a.time.recompute + a.time.bubble +
+                a.time.optimizer + a.time.communication + a.time.hostTransfer;
+  double capacity = a.time.step * a.peakFlops * degree(par.devices);
+  a.time.mfu = capacity > 0 ? (a.flops.forward + a.flops.backward) / capacity : 0;
+  a.time.hfu = capacity > 0 ? (a.flops.executed - a.flops.optimizer) / capacity : 0;
+  a.time.steps = plan.tokens > 0 && a.flops.tokensPerStep > 0 ? plan.tokens / a.flops.tokensPerStep : 0;
+  a.time.run = a.time.steps * a.time.step;
+  a.time.runDays = a.time.run / 86400;
+}
+
+void checkAccumulation(Analysis &a, DiagnosticEngine &diags) {
+  const Plan &plan = *a.plan;
+  if (!plan.isTrain)
+    return;
+  int64_t perStep = plan.microBatch * std::max<int64_t>(1, plan.parallel.data);
+  if (perStep <= 0 || plan.batch % perStep == 0)
+    return;
+  auto rangeOf = [&](const char *key) -> llvm::SMRange {
+    auto it = plan.settingRanges.find(key);
+    return it == plan.settingRanges.end() ? llvm::SMRange() : it->second;
+  };
+  llvm::SMRange at = rangeOf("batch");
+  if (!at.isValid())
+    at = rangeOf("micro_batch");
+  if (!at.isValid())
+    at = plan.range;
+  double steps = static_cast<double>(plan.batch) / static_cast<double>(perStep);
+  int64_t nearest = std::max<int64_t>(1, static_cast<int64_t>(std::llround(steps))) * perStep;
+  std::string msg = llvm::formatv("batch {0} is not a multiple of micro_batch × data-parallel "
+                                  "devices = {1} × {2} = {3}: {4:f2} gradient accumulation steps",
+                                  plan.batch, plan.microBatch, plan.parallel.data, perStep, steps)
+                        .str();
+  auto diag = diags.report(DiagKind::AccumulationNotInteger, at.Start, msg);
+  diag.range(at);
+  llvm::SMRange mb = rangeOf("micro_batch");
+  if (mb.isValid() && mb.Start != at.Start)
+    diag.note(mb.Start, "micro_batch is set here", mb);
+  else if (!plan.microBatchGiven)
+    diag.note(llvm::SMLoc(), llvm::formatv("micro_batch defaults to batch / data = {0}",
+                                           plan.microBatch)
+                                 .str());
+  int64_t fixed = nearest / perStep;
+  diag.note(at.Start, llvm::formatv("batch = {0} gives {1} accumulation step{2}", nearest, fixed,
+                                    fixed == 1 ? "" : "s")
+                          .str());
+}
+
+} // namespace tally

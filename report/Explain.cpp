@@ -1,0 +1,587 @@
+// `tally explain`: one op's derivation, or one block's ops, as text or JSON. See Explain.h.
+//
+// Everything printed is either a number a pass stored (OpAnalysis: FLOPs, bytes, intensity,
+// bound, times, gradient split, saved tensors; Analysis::params.byBlock: per-step block totals),
+// a formula from ir/OpFormulas.h with the op's sizes substituted (its value is tested against
+// ir/OpRules.cpp), or a target datasheet number (peak, bandwidth, efficiency) shown as the input
+// of a formula whose result comes from a pass. The only arithmetic here is the block subtotal:
+// the sum of the per-op values listed above it, labelled as such.
+#include "report/Explain.h"
+
+#include "frontend/Sema.h"
+#include "ir/OpFormulas.h"
+#include "ir/Units.h"
+#include "report/Sections.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <cctype>
+#include <cstdio>
+#include <set>
+
+namespace tally {
+
+namespace {
+
+// ---- selection ------------------------------------------------------------------------------
+
+/// True when instance `i` is `root` or lies below it.
+bool under(const Graph &g, uint32_t i, uint32_t root) {
+  for (uint32_t steps = 0; i < g.instances.size() && steps <= g.instances.size(); ++steps) {
+    if (i == root)
+      return true;
+    i = g.instances[i].parent;
+  }
+  return false;
+}
+
+// ---- small formatting helpers ---------------------------------------------------------------
+
+std::string exact(double v) { return formatFormulaNumber(v); }
+
+/// printf formatting of one double ("%.2f", "%.3e", "%g").
+std::string printf1(const char *spec, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, spec, v);
+  return buf;
+}
+
+std::string where(const Op &op, const DiagnosticEngine &diags) {
+  std::string file;
+  unsigned line = 0, column = 0;
+  diags.position(op.range.Start, file, line, column);
+  if (file.empty())
+    return "an unknown location";
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+/// "in0", "out1", or "" when `t` is neither an input nor an output of `op`.
+std::string labelOf(const Op &op, TensorId t) {
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    if (op.inputs[i] == t)
+      return "in" + std::to_string(i);
+  for (unsigned i = 0; i < op.outputs.size(); ++i)
+    if (op.outputs[i] == t)
+      return "out" + std::to_string(i);
+  return "";
+}
+
+std::string tensorName(const Graph &g, TensorId t) {
+  const Tensor &x = g.tensors[t];
+  return x.name.empty() ? "%" + std::to_string(t) : x.name;
+}
+
+/// "bf16[batch, seq, 768] = [16, 1024, 768]", the sizes only when some dimension has a name.
+std::string typeOf(const Graph &g, TensorId t) {
+  const Tensor &x = g.tensors[t];
+  std::string named = g.formatShape(x.shape), sizes = Graph::formatSizes(x.shape);
+  return nameOf(x.dtype).str() + named + (named == sizes ? "" : " = " + sizes);
+}
+
+bool isParamStorage(const Graph &g, TensorId t) {
+  TensorId base = g.tensors[t].viewOf == kNone ? t : g.tensors[t].viewOf;
+  return g.tensors[base].role == TensorRole::Param;
+}
+
+/// Where an input comes from and whether it needs a gradient.
+std::string origin(const Graph &g, TensorId t) {
+  const Tensor &x = g.tensors[t];
+  std::string from;
+  if (x.role == TensorRole::Param)
+    from = "a parameter";
+  else if (x.role == TensorRole::Input)
+    from = "plan input data";
+  else if (x.producer != kNone)
+    from = "from " + g.ops[x.producer].path;
+  if (x.viewOf != kNone)
+    from += " (a view of " + tensorName(g, x.viewOf) + ")";
+  return from;
+}
+
+std::string gradRole(const Graph &g, TensorId t) {
+  const Tensor &x = g.tensors[t];
+  if (!x.requiresGrad)
+    return x.role == TensorRole::Input ? "data: needs no gradient"
+           : !isFloat(x.dtype)         ? "integers: no gradient"
+           : x.role == TensorRole::Param ? "frozen: no gradient"
+                                         : "depends on no trainable parameter: no gradient";
+  return isParamStorage(g, t) ? "weight gradient" : "input gradient";
+}
+
+/// The op's attributes that change its counts, as the user wrote them.
+std::string attributes(const Graph &g, const Op &op) {
+  const OpAttrs &at = op.attrs;
+  switch (op.kind) {
+  case OpKind::Attention:
+    return llvm::formatv("heads = {0}, kv_heads = {1}, {2}, {3}{4}", std::to_string(at.heads),
+                         std::to_string(at.kvHeads ? at.kvHeads : at.heads),
+                         at.causal ? "causal" : "not causal",
+                         at.fused ? "fused (flash)" : "unfused (scores materialised)",
+                         at.p > 0 ? ", dropout = " + exact(at.p) : std::string())
+        .str();
+  case OpKind::Dropout:
+    return "p = " + exact(at.p);
+  case OpKind::LayerNorm:
+  case OpKind::RmsNorm:
+    return "eps = " + printf1("%g", at.eps);
+  case OpKind::Softmax:
+  case OpKind::Concat:
+    return "dim = " + std::to_string(at.dim);
+  case OpKind::Split:
+    return "parts = " + std::to_string(at.parts) + ", dim = " + std::to_string(at.dim);
+  case OpKind::Sum:
+  case OpKind::Mean:
+    return at.reduceAll ? "over every element"
+                        : "dim = " + std::to_string(at.dim) + (at.keepDim ? ", keepdim" : "");
+  case OpKind::Reshape:
+    return "shape = " + g.formatShape(at.newShape);
+  case OpKind::Transpose:
+    return "axes " + std::to_string(at.transposeA) + " and " + std::to_string(at.transposeB);
+  default:
+    break;
+  }
+  if (at.hasScalar)
+    return "constant " + printf1("%g", at.scalar) + (at.scalarOnLeft ? " on the left" : " on the right");
+  return "";
+}
+
+double efficiencyOf(const Target &t, OpKind k) {
+  OpClass c = opClass(k);
+  return c == OpClass::Matmul ? t.efficiency.matmul
+         : c == OpClass::Attention ? t.efficiency.attention
+                                   : t.efficiency.elementwise;
+}
+
+const char *efficiencyName(OpKind k) {
+  OpClass c = opClass(k);
+  return c == OpClass::Matmul ? "matmul" : c == OpClass::Attention ? "attention" : "elementwise";
+}
+
+// ---- text -----------------------------------------------------------------------------------
+
+bool hasLetter(llvm::StringRef s) {
+  return llvm::any_of(s, [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
+}
+
+void printQuantity(llvm::raw_ostream &os, const FormulaQuantity &q) {
+  std::string value = exact(q.value);
+  os << q.name;
+  // A symbolic form made only of numbers says nothing the substituted form does not.
+  bool numeric = !hasLetter(q.symbolic) && !q.substituted.empty();
+  if (!q.symbolic.empty() && !numeric && q.symbolic != q.name && q.symbolic != value)
+    os << " = " << q.symbolic;
+  if (!q.substituted.empty() && q.substituted != q.symbolic && q.substituted != value)
+    os << " = " << q.substituted;
+  os << " = " << value;
+}
+
+/// "<title> = symbolic = substituted = value (human)", then the quantities it names and its
+/// note on indented lines.
+void printFormula(llvm::raw_ostream &os, llvm::StringRef title, const Formula &f,
+                  const std::string &human, std::set<std::string> *shown = nullptr) {
+  os << "  " << title << " = " << f.symbolic;
+  if (f.substituted != f.symbolic && f.substituted != exact(f.value))
+    os << " = " << f.substituted;
+  if (f.symbolic != exact(f.value))
+    os << " = " << exact(f.value);
+  if (!human.empty())
+    os << " (" << human << ")";
+  os << "\n";
+  bool first = true;
+  for (const FormulaQuantity &q : f.where) {
+    std::string text;
+    llvm::raw_string_ostream qs(text);
+    printQuantity(qs, q);
+    qs.flush();
+    if (shown && !shown->insert(text).second)
+      continue;
+    os << (first ? "      where " : ", ") << text;
+    first = false;
+  }
+  if (!first)
+    os << "\n";
+  if (!f.note.empty())
+    os << "      " << f.note << "\n";
+}
+
+void printTensors(const Graph &g, const Op &op, llvm::raw_ostream &os) {
+  os << "tensors\n";
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    TensorId t = op.inputs[i];
+    os << llvm::formatv("  in{0,-3} {1,-24} {2}", std::to_string(i), tensorName(g, t), typeOf(g, t));
+    std::string from = origin(g, t);
+    os << (from.empty() ? "" : ", " + from) << "\n";
+  }
+  for (unsigned i = 0; i < op.outputs.size(); ++i) {
+    TensorId t = op.outputs[i];
+    os << llvm::formatv("  out{0,-2} {1,-24} {2}", std::to_string(i), tensorName(g, t), typeOf(g, t));
+    if (g.tensors[t].viewOf != kNone)
+      os << ", a view of " << tensorName(g, g.tensors[t].viewOf);
+    os << "\n";
+  }
+}
+
+void printRoofline(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::raw_ostream &os) {
+  const Target &t = a.plan->target;
+  double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
+  os << "roofline\n";
+  if (bytes <= 0) {
+    os << "  moves no bytes: no intensity, no bound, no time\n";
+    return;
+  }
+  os << "  intensity = FLOPs / (read + written) = " << exact(oa.forward.flops) << " / ("
+     << exact(oa.forward.bytesRead) << " + " << exact(oa.forward.bytesWritten) << ") = "
+     << printf1("%.2f", oa.intensity) << " FLOP/byte\n";
+  std::string dt = nameOf(oa.computeDtype).str();
+  os << "  ridge     = peak(" << dt << ") / bandwidth = "
+     << formatRate(t.peakFor(oa.computeDtype), UnitDim::FlopRate) << " / "
+     << formatRate(t.bandwidth, UnitDim::ByteRate) << " = "
+     << printf1("%.2f", t.ridge(oa.computeDtype)) << " FLOP/byte on " << t.name << "\n";
+  os << "  bound     = " << (oa.computeBound ? "compute (intensity >= ridge)" : "memory (intensity < ridge)")
+     << "\n";
+}
+
+void printTime(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::raw_ostream &os) {
+  const Target &t = a.plan->target;
+  std::string split = oa.tensorSplit > 1 ? " / " + exact(oa.tensorSplit) : "";
+  std::string peak = formatRate(t.peakFor(oa.computeDtype), UnitDim::FlopRate);
+  std::string bw = formatRate(t.bandwidth, UnitDim::ByteRate);
+  std::string eff = printf1("%.2f", efficiencyOf(t, op.kind)) + " (" + efficiencyName(op.kind) + " efficiency)";
+  os << "time per micro-batch on one device (passes/StepTime.cpp)\n";
+  os << "  forward  = max(executed FLOPs" << split << " / peak, bytes" << split
+     << " / bandwidth) / efficiency\n";
+  os << "           = max(" << exact(oa.forward.executedFlops) << split << " / " << peak << ", "
+     << exact(oa.forward.bytesRead + oa.forward.bytesWritten) << split << " / " << bw << ") / "
+     << eff << "\n";
+  os << "           = " << formatDuration(oa.forwardTime) << "\n";
+  if (!a.plan->isTrain)
+    return;
+  os << "  backward = max(executed backward FLOPs" << split << " / peak, backward bytes" << split
+     << " / bandwidth) / efficiency\n";
+  os << "           = max(" << exact(oa.executedBackwardFlops) << split << " / " << peak << ", "
+     << exact(oa.backwardBytes) << split << " / " << bw << ") / " << eff << "\n";
+  os << "           = " << formatDuration(oa.backwardTime) << "\n";
+  os << "           (backward bytes: 2 × forward bytes, the estimate of passes/Autodiff.cpp)\n";
+}
+
+void printBackward(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::raw_ostream &os) {
+  const Graph &g = *a.graph;
+  std::set<std::string> shown;
+  os << "backward per micro-batch\n";
+  if (!a.plan->isTrain) {
+    os << "  none: an infer plan runs no backward\n";
+    return;
+  }
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    TensorId t = op.inputs[i];
+    std::string role = gradRole(g, t);
+    std::string title = "grad in" + std::to_string(i) + " (" + role + ")";
+    if (!g.tensors[t].requiresGrad) {
+      os << "  " << title << ": none\n";
+      continue;
+    }
+    printFormula(os, title, describeGrad(g, op, i), "", &shown);
+  }
+  os << "  input-grad FLOPs  = " << exact(oa.inputGradFlops) << "\n";
+  os << "  weight-grad FLOPs = " << exact(oa.weightGradFlops) << "\n";
+  os << "  executed          = " << exact(oa.executedBackwardFlops);
+  if (op.kind == OpKind::Attention && op.attrs.fused)
+    os << " (flash attention recomputes its scores in the backward"
+       << (op.attrs.causal ? "; the causal kernel skips the upper triangle)" : ")");
+  os << "\n";
+  if (oa.saved.empty()) {
+    os << "  saves nothing for the backward\n";
+    return;
+  }
+  os << "  saves for the backward:\n";
+  for (const SavedTensor &s : oa.saved) {
+    std::string who = s.tensor == kNone ? "an extra buffer"
+                                        : labelOf(op, s.tensor) + " " + tensorName(g, s.tensor);
+    os << llvm::formatv("    {0,-26} {1,-28} {2} bytes ({3})", s.what, who, exact(s.bytes),
+                        formatBytes(s.bytes));
+    if (s.tensor != kNone && isParamStorage(g, s.tensor))
+      os << ", a parameter: already resident, not activation memory";
+    os << "\n";
+  }
+}
+
+// ---- JSON -----------------------------------------------------------------------------------
+
+llvm::json::Value formulaJson(const Formula &f) {
+  llvm::json::Array where;
+  for (const FormulaQuantity &q : f.where)
+    where.push_back(llvm::json::Object{{"name", q.name},
+                                       {"symbolic", q.symbolic},
+                                       {"substituted", q.substituted},
+                                       {"value", q.value}});
+  return llvm::json::Object{{"formula", f.symbolic},
+                            {"substituted", f.substituted},
+                            {"value", f.value},
+                            {"where", std::move(where)},
+                            {"note", f.note}};
+}
+
+llvm::json::Value tensorJson(const Graph &g, const Op &op, TensorId t) {
+  llvm::json::Array sizes;
+  for (const Dim &d : g.tensors[t].shape)
+    sizes.push_back(d.size);
+  return llvm::json::Object{{"label", labelOf(op, t)},
+                            {"name", tensorName(g, t)},
+                            {"shape", g.formatShape(g.tensors[t].shape)},
+                            {"sizes", std::move(sizes)},
+                            {"dtype", nameOf(g.tensors[t].dtype).str()},
+                            {"origin", labelOf(op, t).rfind("in", 0) == 0 ? origin(g, t) : ""},
+                            {"bytes", g.bytes(t)}};
+}
+
+} // namespace
+
+ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
+  ExplainSelection sel;
+  for (OpId i = 0; i < g.ops.size(); ++i)
+    if (g.ops[i].path == path) {
+      sel.kind = ExplainSelection::Op;
+      sel.op = i;
+      return sel;
+    }
+  for (uint32_t i = 0; i < g.instances.size(); ++i)
+    if (!path.empty() && g.instances[i].path == path) {
+      sel.kind = ExplainSelection::Block;
+      sel.instance = i;
+      for (OpId o = 0; o < g.ops.size(); ++o)
+        if (under(g, g.ops[o].instance, i))
+          sel.ops.push_back(o);
+      return sel;
+    }
+  std::vector<std::string> names;
+  for (const Op &op : g.ops)
+    names.push_back(op.path);
+  for (const Instance &in : g.instances)
+    if (!in.path.empty())
+      names.push_back(in.path);
+  sel.suggestion = closestName(path, names);
+  return sel;
+}
+
+void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
+  const Graph &g = *a.graph;
+  const Plan &p = *a.plan;
+  const Op &op = g.ops[id];
+  const OpAnalysis &oa = a.ops[id];
+  const Instance &inst = g.instances[op.instance];
+  os << op.path << ": " << opName(op.kind);
+  if (opClassName(opClass(op.kind)) != opName(op.kind))
+    os << " (" << opClassName(opClass(op.kind)) << ")";
+  os << "\n";
+  os << "  written at " << where(op, diags) << ", in "
+     << (inst.path.empty() ? "the model " + g.model : "block " + inst.path + " (" + inst.block + ")")
+     << "\n";
+  std::string attrs = attributes(g, op);
+  if (!attrs.empty())
+    os << "  " << attrs << "\n";
+  os << "  " << (p.isTrain ? "train" : "infer") << " plan " << p.name << " on " << p.target.name;
+  if (p.isTrain)
+    os << "; counts are per micro-batch (" << p.microBatch
+       << (p.microBatch == 1 ? " sequence" : " sequences") << ") unless marked per step\n\n";
+  else
+    os << "; counts are for the prefill, one forward over the " << p.prompt << "-token prompt\n\n";
+
+  printTensors(g, op, os);
+  os << "\nFLOPs\n";
+  printFormula(os, "forward", describeForward(g, op), formatFlops(oa.forward.flops));
+  os << "  matmul part " << exact(oa.forward.matmulFlops) << "; executed "
+     << exact(oa.forward.executedFlops) << " (what the kernel runs)\n";
+
+  os << "\nbytes (forward, at the tensors' dtypes)\n";
+  std::set<std::string> shown;
+  printFormula(os, "read", describeBytesRead(g, op), formatBytes(oa.forward.bytesRead), &shown);
+  printFormula(os, "written", describeBytesWritten(g, op), formatBytes(oa.forward.bytesWritten), &shown);
+
+  os << "\n";
+  printRoofline(a, op, oa, os);
+  os << "\n";
+  printTime(a, op, oa, os);
+  os << "\n";
+  printBackward(a, op, oa, os);
+}
+
+void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
+  const Graph &g = *a.graph;
+  const Plan &p = *a.plan;
+  const Op &op = g.ops[id];
+  const OpAnalysis &oa = a.ops[id];
+  const Target &t = p.target;
+  using llvm::json::Array;
+  using llvm::json::Object;
+  std::string file;
+  unsigned line = 0, column = 0;
+  diags.position(op.range.Start, file, line, column);
+
+  Array inputs, outputs, grads, saved;
+  for (TensorId x : op.inputs)
+    inputs.push_back(tensorJson(g, op, x));
+  for (TensorId x : op.outputs)
+    outputs.push_back(tensorJson(g, op, x));
+  if (p.isTrain)
+    for (unsigned i = 0; i < op.inputs.size(); ++i) {
+      bool needs = g.tensors[op.inputs[i]].requiresGrad;
+      grads.push_back(Object{{"input", "in" + std::to_string(i)},
+                             {"role", gradRole(g, op.inputs[i])},
+                             {"needs_grad", needs},
+                             {"flops", needs ? formulaJson(describeGrad(g, op, i))
+                                             : llvm::json::Value(nullptr)}});
+    }
+  for (const SavedTensor &s : oa.saved)
+    saved.push_back(Object{{"what", s.what},
+                           {"tensor", s.tensor == kNone ? llvm::json::Value(nullptr)
+                                                        : llvm::json::Value(labelOf(op, s.tensor))},
+                           {"bytes", s.bytes}});
+  double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
+  Object root{
+      {"path", op.path},
+      {"kind", opName(op.kind).str()},
+      {"class", opClassName(opClass(op.kind)).str()},
+      {"block", g.instances[op.instance].path},
+      {"location", Object{{"file", file},
+                          {"line", static_cast<int64_t>(line)},
+                          {"column", static_cast<int64_t>(column)}}},
+      {"attributes", attributes(g, op)},
+      {"plan", p.name},
+      {"micro_batch", p.microBatch},
+      {"inputs", std::move(inputs)},
+      {"outputs", std::move(outputs)},
+      {"forward", Object{{"flops", formulaJson(describeForward(g, op))},
+                         {"model_flops", oa.forward.flops},
+                         {"matmul_flops", oa.forward.matmulFlops},
+                         {"executed_flops", oa.forward.executedFlops}}},
+      {"bytes", Object{{"read", formulaJson(describeBytesRead(g, op))},
+                       {"written", formulaJson(describeBytesWritten(g, op))},
+                       {"total", bytes}}},
+      {"intensity", oa.intensity},
+      {"compute_dtype", nameOf(oa.computeDtype).str()},
+      {"peak_flops", t.peakFor(oa.computeDtype)},
+      {"bandwidth", t.bandwidth},
+      {"ridge", t.ridge(oa.computeDtype)},
+      {"bound", bytes <= 0 ? llvm::json::Value(nullptr)
+                           : llvm::json::Value(oa.computeBound ? "compute" : "memory")},
+      {"efficiency", efficiencyOf(t, op.kind)},
+      {"tensor_split", oa.tensorSplit},
+      {"time", Object{{"forward_s", oa.forwardTime}, {"backward_s", oa.backwardTime}}},
+      {"backward", p.isTrain ? llvm::json::Value(Object{{"input_grad_flops", oa.inputGradFlops},
+                                                        {"weight_grad_flops", oa.weightGradFlops},
+                                                        {"executed_flops", oa.executedBackwardFlops},
+                                                        {"bytes", oa.backwardBytes},
+                                                        {"grads", std::move(grads)},
+                                                        {"saved", std::move(saved)}})
+                             : llvm::json::Value(nullptr)},
+  };
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+}
+
+namespace {
+
+/// The block subtotal: sums of per-op values the passes computed (per micro-batch).
+struct Subtotal {
+  double forward = 0, backward = 0, bytes = 0, forwardTime = 0, backwardTime = 0;
+};
+
+Subtotal subtotal(const Analysis &a, const std::vector<OpId> &ops) {
+  Subtotal s;
+  for (OpId i : ops) {
+    const OpAnalysis &o = a.ops[i];
+    s.forward += o.forward.flops;
+    s.backward += o.inputGradFlops + o.weightGradFlops;
+    s.bytes += o.forward.bytesRead + o.forward.bytesWritten;
+    s.forwardTime += o.forwardTime;
+    s.backwardTime += o.backwardTime;
+  }
+  return s;
+}
+
+std::string padRight(const std::string &s, size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+std::string boundOf(const OpAnalysis &o) {
+  return o.forward.bytesRead + o.forward.bytesWritten <= 0 ? "-" : o.computeBound ? "compute" : "memory";
+}
+
+} // namespace
+
+void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_ostream &os) {
+  const Graph &g = *a.graph;
+  const Instance &inst = g.instances[sel.instance];
+  const Analysis::BlockCount &bc = a.params.byBlock[sel.instance];
+  os << inst.path << ": " << inst.block << ", " << sel.ops.size()
+     << " ops written in it and in the blocks below it, " << groupDigits(bc.count)
+     << " parameters\n";
+  os << "  per micro-batch (" << a.plan->microBatch
+     << (a.plan->microBatch == 1 ? " sequence" : " sequences") << "); `tally explain --op PATH` "
+     << "derives any line\n\n";
+  size_t width = 4;
+  for (OpId i : sel.ops)
+    width = std::max(width, g.ops[i].path.size());
+  os << llvm::formatv("  {0} {1,-13} {2,12} {3,12} {4,12} {5,9} {6,-7} {7,10} {8,10}\n",
+                      padRight("op", width), "kind", "fwd FLOPs", "bwd FLOPs", "bytes",
+                      "intensity", "bound", "fwd time", "bwd time");
+  for (OpId i : sel.ops) {
+    const Op &op = g.ops[i];
+    const OpAnalysis &o = a.ops[i];
+    os << llvm::formatv("  {0} {1,-13} {2,12} {3,12} {4,12} {5,9} {6,-7} {7,10} {8,10}\n",
+                        padRight(op.path, width), opName(op.kind), printf1("%.3e", o.forward.flops),
+                        printf1("%.3e", o.inputGradFlops + o.weightGradFlops),
+                        printf1("%.3e", o.forward.bytesRead + o.forward.bytesWritten),
+                        printf1("%.1f", o.intensity), boundOf(o), formatDuration(o.forwardTime),
+                        formatDuration(o.backwardTime));
+  }
+  Subtotal s = subtotal(a, sel.ops);
+  os << "\n  sum of the ops above, per micro-batch: forward " << exact(s.forward)
+     << " FLOPs, backward " << exact(s.backward) << " FLOPs, " << exact(s.bytes)
+     << " bytes (" << formatBytes(s.bytes) << "), forward " << formatDuration(s.forwardTime)
+     << ", backward " << formatDuration(s.backwardTime) << "\n";
+  os << "  per optimizer step on one device (passes/BlockTotals.cpp): forward "
+     << exact(bc.forwardFlops) << " FLOPs, backward " << exact(bc.backwardFlops) << " FLOPs, time "
+     << formatDuration(bc.time) << "\n";
+}
+
+void explainBlockJson(const Analysis &a, const ExplainSelection &sel, llvm::raw_ostream &os) {
+  const Graph &g = *a.graph;
+  const Instance &inst = g.instances[sel.instance];
+  const Analysis::BlockCount &bc = a.params.byBlock[sel.instance];
+  using llvm::json::Array;
+  using llvm::json::Object;
+  Array ops;
+  for (OpId i : sel.ops) {
+    const OpAnalysis &o = a.ops[i];
+    ops.push_back(Object{{"path", g.ops[i].path},
+                         {"kind", opName(g.ops[i].kind).str()},
+                         {"flops", o.forward.flops},
+                         {"backward_flops", o.inputGradFlops + o.weightGradFlops},
+                         {"bytes", o.forward.bytesRead + o.forward.bytesWritten},
+                         {"intensity", o.intensity},
+                         {"bound", o.forward.bytesRead + o.forward.bytesWritten <= 0
+                                       ? llvm::json::Value(nullptr)
+                                       : llvm::json::Value(boundOf(o))},
+                         {"forward_s", o.forwardTime},
+                         {"backward_s", o.backwardTime}});
+  }
+  Subtotal s = subtotal(a, sel.ops);
+  Object root{{"path", inst.path},
+              {"block", inst.block},
+              {"params", bc.count},
+              {"micro_batch", a.plan->microBatch},
+              {"ops", std::move(ops)},
+              {"sum_per_micro_batch", Object{{"flops", s.forward},
+                                             {"backward_flops", s.backward},
+                                             {"bytes", s.bytes},
+                                             {"forward_s", s.forwardTime},
+                                             {"backward_s", s.backwardTime}}},
+              {"per_step", Object{{"forward_flops", bc.forwardFlops},
+                                  {"backward_flops", bc.backwardFlops},
+                                  {"time_s", bc.time}}}};
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+}
+
+} // namespace tally

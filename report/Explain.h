@@ -1,0 +1,46 @@
+// The renderer behind `tally explain --op PATH`: how one op's shape, FLOPs, bytes, bound and
+// time were derived, or the ops of one block with their subtotals. Like every report it only
+// formats: the numbers come from the passes (OpAnalysis, Analysis::params.byBlock) and the
+// formulas from ir/OpFormulas.h, whose values the unit tests tie to ir/OpRules.cpp.
+#pragma once
+
+#include "frontend/Diagnostics.h"
+#include "passes/Analysis.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace tally {
+
+/// What an explain path names: an op (exact path, "h[3].attn.qkv.matmul"), a block instance
+/// ("h[3]", "h[3].attn", "h"), or nothing, with the closest path as a suggestion.
+struct ExplainSelection {
+  enum Kind { None, Op, Block } kind = None;
+  OpId op = kNone;           ///< Op: the op
+  uint32_t instance = kNone; ///< Block: index into Graph::instances and Analysis::params.byBlock
+  std::vector<OpId> ops;     ///< Block: the ops written in it and in the blocks below it, in order
+  std::string suggestion;    ///< None: the closest op or block path, "" when none is close
+};
+
+/// Looks `path` up among the graph's op paths, then its block instance paths.
+ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path);
+
+/// One op's derivation as text: where it was written, its tensors, the forward FLOP formula
+/// with values substituted, bytes read and written, intensity against the target's ridge, the
+/// bound, forward and backward time, the backward split into input and weight gradients with
+/// each input's formula, and what the backward keeps. `diags` resolves source locations.
+void explainOpText(const Analysis &a, OpId op, const DiagnosticEngine &diags, llvm::raw_ostream &os);
+/// The same as one JSON object.
+void explainOpJson(const Analysis &a, OpId op, const DiagnosticEngine &diags, llvm::raw_ostream &os);
+
+/// A block's ops, one line each (FLOPs, bytes, intensity, bound, time per micro-batch), the sum
+/// of those per-op values (a subtotal the renderer adds up from numbers the passes computed,
+/// nothing else), and the block's per-step totals from passes/BlockTotals.cpp.
+void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_ostream &os);
+/// The same as one JSON object.
+void explainBlockJson(const Analysis &a, const ExplainSelection &sel, llvm::raw_ostream &os);
+
+} // namespace tally

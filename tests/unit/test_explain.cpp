@@ -1,0 +1,326 @@
+// test_explain.cpp — unit tests for the derivations `tally explain` prints: the formulas of
+// ir/OpFormulas.cpp (for every op kind, the substituted text evaluates to the printed value,
+// and that value equals ir/OpRules.cpp's forward FLOPs, bytes read and written, and each
+// input's gradient FLOPs) and the renderer of report/Explain.cpp (an op's derivation, a block's
+// subtotal, unknown paths).
+#include <catch.hpp>
+
+#include "frontend/Compiler.h"
+#include "ir/OpFormulas.h"
+#include "ir/OpRules.h"
+#include "ir/Units.h"
+#include "report/Explain.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <cctype>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+using namespace tally;
+
+namespace {
+
+/// Evaluates a substituted formula: numbers, `·` (U+00B7), `+`, `-`, `/` and parentheses. Throws
+/// on anything else, so a formula that prints something unevaluable fails the test.
+class Evaluator {
+public:
+  explicit Evaluator(const std::string &text) : s(text) {}
+  double run() {
+    double v = sum();
+    skip();
+    if (pos != s.size())
+      throw std::runtime_error("unexpected text at " + std::to_string(pos) + " in '" + s + "'");
+    return v;
+  }
+
+private:
+  void skip() {
+    while (pos < s.size() && s[pos] == ' ')
+      ++pos;
+  }
+  bool eat(const char *tok) {
+    skip();
+    size_t n = std::char_traits<char>::length(tok);
+    if (s.compare(pos, n, tok) != 0)
+      return false;
+    pos += n;
+    return true;
+  }
+  double sum() {
+    double v = product();
+    for (;;) {
+      if (eat("+"))
+        v += product();
+      else if (eat("-"))
+        v -= product();
+      else
+        return v;
+    }
+  }
+  double product() {
+    double v = factor();
+    for (;;) {
+      if (eat("\xc2\xb7"))
+        v *= factor();
+      else if (eat("/"))
+        v /= factor();
+      else
+        return v;
+    }
+  }
+  double factor() {
+    if (eat("(")) {
+      double v = sum();
+      if (!eat(")"))
+        throw std::runtime_error("missing ) in '" + s + "'");
+      return v;
+    }
+    skip();
+    size_t start = pos;
+    while (pos < s.size() && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.' ||
+                              s[pos] == 'e' ||
+                              ((s[pos] == '+' || s[pos] == '-') && pos > start && s[pos - 1] == 'e')))
+      ++pos;
+    if (start == pos)
+      throw std::runtime_error("expected a number at " + std::to_string(pos) + " in '" + s + "'");
+    return std::stod(s.substr(start, pos - start));
+  }
+
+  std::string s;
+  size_t pos = 0;
+};
+
+/// The formula's printed text evaluates to its value, its named quantities too, and the value
+/// equals what the rule computes.
+void checkFormula(const Formula &f, double fromRule, const std::string &what) {
+  INFO(what << ": " << f.symbolic << " = " << f.substituted << " = " << f.value);
+  CHECK_FALSE(f.symbolic.empty());
+  CHECK_FALSE(f.substituted.empty());
+  double evaluated = Evaluator(f.substituted).run();
+  CHECK(evaluated == Approx(f.value).epsilon(1e-12));
+  CHECK(f.value == Approx(fromRule).epsilon(1e-12).margin(0));
+  if (fromRule == 0)
+    CHECK(f.value == 0);
+  for (const FormulaQuantity &q : f.where) {
+    INFO("quantity " << q.name << " = " << q.substituted << " = " << q.value);
+    CHECK_FALSE(q.name.empty());
+    if (!q.substituted.empty())
+      CHECK(Evaluator(q.substituted).run() == Approx(q.value).epsilon(1e-12));
+  }
+}
+
+/// Compiles `text` and analyzes its first plan; fails the test on errors.
+struct Compiled {
+  Compilation c;
+  std::optional<Analysis> a;
+  std::string errors;
+  llvm::raw_string_ostream errStream{errors};
+
+  explicit Compiled(const std::string &text) {
+    c.diags.setOutput(&errStream);
+    c.diags.setShowColors(false);
+    REQUIRE(c.addSource("t.tally", text));
+    const PlanDecl *d = c.pickPlan("");
+    REQUIRE(d);
+    a = c.analyzePlan(*d);
+    INFO(errStream.str());
+    REQUIRE(a);
+  }
+  const Graph &g() const { return *a->graph; }
+};
+
+/// Every primitive, in the variants whose rules differ: scalar operands on either side,
+/// broadcasting on either side, 1-D matmul operands, fused and unfused attention with and
+/// without dropout, grouped-query attention, reductions over everything and one axis.
+const char *kAllOps = R"(
+model AllOps(d = 64, heads = 4, vocab = 100) {
+  param w3: [d, 3 * d]
+  param wkv: [d, d / 2]
+  param lw: [d]
+  param lb: [d]
+  param emb: [vocab, d]
+  param v1: [d]
+  forward(tokens: i32[batch, seq]) {
+    x = embedding(tokens, emb) + embedding(positions(seq), emb)
+    a = layer_norm(x, lw, lb)
+    r = rms_norm(a, lw, eps = 1e-5)
+    q, k, v = split(r @ w3, 3, dim = -1)
+    y1 = attention(rope(q), rope(k), v, heads = heads, causal = true)
+    y2 = attention(q, k, v, heads = heads, causal = true, fused = false, dropout = 0.1)
+    y3 = attention(q, k, v, heads = heads, fused = false)
+    kv = r @ wkv
+    y4 = attention(q, kv, kv, heads = heads, kv_heads = 2, dropout = 0.1)
+    z = concat(y1, y2, dim = -1)
+    t = transpose(reshape(z, [batch, seq, 2, d]), 1, 2)
+    e1 = gelu(y3) - silu(y4) * tanh(y1) / sigmoid(y2)
+    e2 = relu(exp(-e1)) + dropout(e1, 0.1)
+    e3 = softmax(e2 * 2 + 1, dim = -1) - 3
+    e4 = 2 - e3 / 4
+    e5 = 1 / e4 + e4 * v1 - v1 / e4
+    s1 = sum(e5 @ v1)
+    s2 = mean(t, dim = 1)
+    s3 = mean(s2) + sum(e5, dim = -1, keepdim = true)
+    logits = e5 @ transpose(emb)
+    return cross_entropy(logits, next_tokens(tokens)) + s1 + mean(s3)
+  }
+}
+train all_ops {
+  model = AllOps()
+  batch = 2
+  seq = 8
+  precision = fp32
+  target = H100_SXM
+}
+)";
+
+} // namespace
+
+TEST_CASE("explain formulas: every op kind's formulas equal its rule", "[explain]") {
+  Compiled c(kAllOps);
+  const Graph &g = c.g();
+  std::set<OpKind> seen;
+  for (const Op &op : g.ops) {
+    seen.insert(op.kind);
+    const OpRule &rule = ruleFor(op.kind);
+    ForwardCost cost = rule.forward(g, op);
+    std::string where = op.path + " (" + opName(op.kind).str() + ")";
+    checkFormula(describeForward(g, op), cost.flops, where + " forward FLOPs");
+    checkFormula(describeBytesRead(g, op), cost.bytesRead, where + " bytes read");
+    checkFormula(describeBytesWritten(g, op), cost.bytesWritten, where + " bytes written");
+    for (unsigned i = 0; i < op.inputs.size(); ++i)
+      checkFormula(describeGrad(g, op, i), rule.gradFlops(g, op, i),
+                   where + " grad of in" + std::to_string(i));
+  }
+  // The model above must exercise every kind, so a new kind without a formula fails here.
+  for (unsigned k = 0; k <= static_cast<unsigned>(OpKind::Transpose); ++k) {
+    INFO("op kind " << opName(static_cast<OpKind>(k)).str() << " is not in the test model");
+    CHECK(seen.count(static_cast<OpKind>(k)) == 1);
+  }
+}
+
+TEST_CASE("explain formulas: the lecture's first matmul is 2·M·N·K", "[explain]") {
+  Compiled c(R"(
+model DeepLinear(D = 1024, K = 64) {
+  param w1: [D, D]
+  param w2: [D, K]
+  forward(x: f32[batch, D]) {
+    h1 = x @ w1
+    h2 = h1 @ w2
+    return mean(h2 * h2)
+  }
+}
+train lecture { model = DeepLinear() batch = 1024 precision = fp32 target = H100_SXM }
+)");
+  const Op &mm = c.g().ops[0];
+  REQUIRE(mm.path == "matmul");
+  Formula f = describeForward(c.g(), mm);
+  CHECK(f.symbolic == "2·M·N·K");
+  CHECK(f.substituted == "2 · 1024 · 1024 · 1024");
+  CHECK(f.value == 2147483648.0);
+  REQUIRE(f.where.size() == 3);
+  CHECK(f.where[0].name == "M");
+  CHECK(f.where[0].symbolic == "batch");
+  Formula r = describeBytesRead(c.g(), mm);
+  CHECK(r.symbolic == "bytes(in0) + bytes(in1)");
+  CHECK(r.substituted == "1024 · 1024 · 4 + 1024 · 1024 · 4");
+}
+
+namespace {
+
+const char *kBlocks = R"(
+block Inner(d) {
+  fc = Linear(d, d)
+  forward(x) { return gelu(fc(x)) }
+}
+block Outer(d) {
+  a = Inner(d)
+  b = Inner(d)
+  forward(x) { return b(a(x)) }
+}
+model M(d = 32) {
+  h = repeat(2) Outer(d)
+  forward(x: f32[batch, d]) { return mean(h(x)) }
+}
+train t { model = M() batch = 8 micro_batch = 2 precision = fp32 target = H100_SXM }
+)";
+
+} // namespace
+
+TEST_CASE("explain: paths select an op, a block or nothing", "[explain]") {
+  Compiled c(kBlocks);
+  const Graph &g = c.g();
+  ExplainSelection op = selectForExplain(g, "h[1].a.fc.matmul");
+  REQUIRE(op.kind == ExplainSelection::Op);
+  CHECK(g.ops[op.op].path == "h[1].a.fc.matmul");
+
+  ExplainSelection block = selectForExplain(g, "h[1]");
+  REQUIRE(block.kind == ExplainSelection::Block);
+  CHECK(g.instances[block.instance].path == "h[1]");
+  REQUIRE(block.ops.size() == 6); // two Inners: matmul, add, gelu each
+  for (OpId i : block.ops)
+    CHECK(llvm::StringRef(g.ops[i].path).startswith("h[1]."));
+
+  ExplainSelection all = selectForExplain(g, "h");
+  REQUIRE(all.kind == ExplainSelection::Block);
+  CHECK(all.ops.size() == 12);
+
+  ExplainSelection typo = selectForExplain(g, "h[1].a.fc.matmal");
+  CHECK(typo.kind == ExplainSelection::None);
+  CHECK(typo.suggestion == "h[1].a.fc.matmul");
+  CHECK(selectForExplain(g, "zzzzzzzz").suggestion.empty());
+  CHECK(selectForExplain(g, "").kind == ExplainSelection::None);
+}
+
+TEST_CASE("explain: an op's text shows its formula, bytes, bound, time and backward",
+          "[explain]") {
+  Compiled c(R"(
+model DeepLinear(D = 1024, K = 64) {
+  param w1: [D, D]
+  param w2: [D, K]
+  forward(x: f32[batch, D]) {
+    h1 = x @ w1
+    h2 = h1 @ w2
+    return mean(h2 * h2)
+  }
+}
+train lecture { model = DeepLinear() batch = 1024 precision = fp32 target = H100_SXM }
+)");
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  explainOpText(*c.a, 0, c.c.diags, os);
+  os.flush();
+  INFO(text);
+  CHECK(text.find("forward = 2·M·N·K = 2 · 1024 · 1024 · 1024 = 2147483648") != std::string::npos);
+  CHECK(text.find("written at t.tally:6:10") != std::string::npos);
+  CHECK(text.find("bound     = compute") != std::string::npos);
+  CHECK(text.find("grad in0 (data: needs no gradient): none") != std::string::npos);
+  CHECK(text.find("weight-grad FLOPs = 2147483648") != std::string::npos);
+  CHECK(text.find("input-grad FLOPs  = 0") != std::string::npos);
+  // The time printed is the pass's, formatted.
+  CHECK(c.a->ops[0].forwardTime > 0);
+  CHECK(text.find("= " + formatDuration(c.a->ops[0].forwardTime)) != std::string::npos);
+}
+
+TEST_CASE("explain: a block's subtotal is the sum of its ops and matches BlockTotals",
+          "[explain]") {
+  Compiled c(kBlocks);
+  const Analysis &a = *c.a;
+  ExplainSelection sel = selectForExplain(c.g(), "h[0]");
+  REQUIRE(sel.kind == ExplainSelection::Block);
+  double fwd = 0;
+  for (OpId i : sel.ops)
+    fwd += a.ops[i].forward.flops;
+  // batch 8 / micro-batch 2: four micro-batches per step.
+  CHECK(a.params.byBlock[sel.instance].forwardFlops == Approx(4 * fwd));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  explainBlockText(a, sel, os);
+  os.flush();
+  INFO(text);
+  CHECK(text.find("sum of the ops above, per micro-batch: forward " + formatFormulaNumber(fwd) +
+                  " FLOPs") != std::string::npos);
+  CHECK(text.find("forward " + formatFormulaNumber(4 * fwd) + " FLOPs") != std::string::npos);
+}

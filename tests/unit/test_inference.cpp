@@ -1,0 +1,176 @@
+// test_inference.cpp — unit tests for passes/Inference.cpp on examples/gpt2.tally's
+// gpt2_decode (a 512-token prompt, 256 generated tokens, bf16 on H100_SXM) and a small
+// grouped-query Llama: the KV cache from the attention ops' k/v shapes, the decode step's FLOPs
+// and bytes worked out by hand, memory-bound decode mat-vecs, tokens per second, the total,
+// and tensor parallelism splitting the cache and the step.
+#include <catch.hpp>
+
+#include "frontend/Compiler.h"
+
+#include <cstdlib>
+#include <string>
+
+using namespace tally;
+
+namespace {
+
+struct Compiled {
+  Compilation c;
+  std::optional<Analysis> a;
+
+  Compiled(const std::string &text, const char *plan, bool isFile = false) {
+    c.diags.setOutput(nullptr);
+    REQUIRE((isFile ? c.addFile(text) : c.addSource("t.tally", text)));
+    const PlanDecl *d = c.pickPlan(plan);
+    REQUIRE(d);
+    a = c.analyzePlan(*d);
+    REQUIRE(a);
+  }
+};
+
+std::string example(const char *name) {
+  const char *dir = std::getenv("TALLY_SOURCE_DIR");
+  INFO("TALLY_SOURCE_DIR must name the repository (ctest sets it)");
+  REQUIRE(dir);
+  return std::string(dir) + "/examples/" + name;
+}
+
+/// Llama blocks with grouped-query attention: 8 heads, 2 key/value heads of 64, so d_kv = 128.
+const char *kLlama = R"(
+block SwiGLU(d, hidden) {
+  gate = Linear(d, hidden, bias = false)
+  up   = Linear(d, hidden, bias = false)
+  down = Linear(hidden, d, bias = false)
+  forward(x) { return down(silu(gate(x)) * up(x)) }
+}
+block LlamaAttention(d, heads, kv_heads) {
+  q = Linear(d, d, bias = false)
+  k = Linear(d, d / heads * kv_heads, bias = false)
+  v = Linear(d, d / heads * kv_heads, bias = false)
+  o = Linear(d, d, bias = false)
+  forward(x) {
+    y = attention(rope(q(x)), rope(k(x)), v(x), heads = heads, kv_heads = kv_heads, causal = true)
+    return o(y)
+  }
+}
+block LlamaBlock(d, heads, kv_heads, hidden) {
+  attn_norm = RMSNorm(d)
+  attn      = LlamaAttention(d, heads, kv_heads)
+  mlp_norm  = RMSNorm(d)
+  mlp       = SwiGLU(d, hidden)
+  forward(x) {
+    x = x + attn(attn_norm(x))
+    return x + mlp(mlp_norm(x))
+  }
+}
+model Llama(vocab = 1000, d = 512, heads = 8, kv_heads = 2, hidden = 1024, layers = 2) {
+  embed  = Embedding(vocab, d)
+  blocks = repeat(layers) LlamaBlock(d, heads, kv_heads, hidden)
+  norm   = RMSNorm(d)
+  head   = Linear(d, vocab, bias = false)
+  forward(tokens: i32[batch, seq]) {
+    return head(norm(blocks(embed(tokens))))
+  }
+}
+infer one { model = Llama() batch = 4 prompt = 100 generate = 50 precision = bf16 target = H100_SXM }
+infer two {
+  model = Llama() batch = 4 prompt = 100 generate = 50 precision = bf16
+  target = 2 x H100_SXM { tensor = 2 }
+}
+)";
+
+} // namespace
+
+TEST_CASE("inference: GPT-2 decode, by hand", "[inference]") {
+  Compiled t(example("gpt2.tally"), "gpt2_decode", true);
+  const Analysis &a = *t.a;
+  const auto &inf = a.inference;
+  REQUIRE(inf.active);
+  const double L = 12, d = 768, V = 50257, prompt = 512, generate = 256;
+
+  // The cache: K and V of 768 values per layer in bf16, for 512 + 256 tokens.
+  CHECK(inf.layers == 12);
+  CHECK(inf.kvBytesPerToken == 2 * L * d * 2);
+  CHECK(inf.kvCacheBytes == (prompt + generate) * 2 * L * d * 2);
+  CHECK(a.memory.peak ==
+        Approx(a.memory.params + a.memory.activations + a.memory.workspace + inf.kvCacheBytes));
+
+  // The prefill yields the first token; 255 decode steps follow at contexts 513 … 767.
+  CHECK(inf.decodeSteps == 255);
+  CHECK(inf.meanContext == 640);
+  CHECK(inf.prefillFlops == a.flops.forward);
+
+  // A decode step at the mean context: weight mat-vecs 2 FLOPs per weight (the tied head
+  // included), attention 4·d·c + 5·heads·c per layer, and the elementwise ops per token.
+  double weights = L * (d * 3 * d + d * d + 2 * d * 4 * d) + V * d;
+  double attention = L * (4 * d * 640 + 5 * 12 * 640);
+  double perLayer = 3 * d + d + d + 2 * 8 * d + 4 * d + 8 * 4 * d + d + d; // biases, norms, gelu, adds
+  double elementwise = L * perLayer + d + 8 * d;                        // + embeddings' add, lnf
+  CHECK(inf.decodeFlops == Approx(2 * weights + attention + elementwise));
+  CHECK(inf.twoNFlops == 2 * a.params.total);
+
+  // Bytes: every weight read once per step (wpe only gathers one row), the cache read, plus a
+  // little activation traffic.
+  double weightBytes = (a.params.total - 1024 * d) * 2;
+  double cacheRead = L * 2 * 640 * d * 2;
+  CHECK(inf.decodeBytes > weightBytes + cacheRead);
+  CHECK(inf.decodeBytes < (weightBytes + cacheRead) * 1.01);
+  CHECK(inf.decodeMemoryBound);
+  CHECK(inf.decodeIntensity == Approx(inf.decodeFlops / inf.decodeBytes));
+  CHECK(inf.decodeIntensity < 1.01);
+
+  // Every decode mat-vec is memory-bound.
+  int matmuls = 0;
+  double opTime = 0;
+  for (const Analysis::DecodeOp &o : inf.ops) {
+    opTime += o.time;
+    if (a.graph->ops[o.op].kind != OpKind::Matmul)
+      continue;
+    ++matmuls;
+    CHECK_FALSE(o.computeBound);
+  }
+  CHECK(matmuls == 12 * 4 + 1);
+
+  // Memory-bound steps cost linearly in the context: the mean step is the step at the mean
+  // context (its ops plus its share of the prompt's upload).
+  double perToken = (a.time.communication + a.time.hostTransfer) / prompt;
+  CHECK(inf.decodeTime == Approx(opTime + perToken));
+  CHECK(inf.firstDecodeTime < inf.decodeTime);
+  CHECK(inf.lastDecodeTime > inf.decodeTime);
+  CHECK(inf.tokensPerSecond == Approx(1 / inf.decodeTime));
+  CHECK(inf.totalTime == Approx(inf.prefillTime + 255 * inf.decodeTime));
+  CHECK(a.time.step == inf.decodeTime);
+  CHECK(a.time.run == inf.totalTime);
+  // The bandwidth bound: at most 3.35 TB/s × 0.8 of bytes per second.
+  CHECK(inf.decodeTime >= inf.decodeBytes / (3.35e12 * 0.8));
+}
+
+TEST_CASE("inference: the KV cache of grouped-query attention", "[inference]") {
+  std::string src = kLlama;
+  SECTION("one device") {
+    Compiled t(src, "one");
+    const auto &inf = t.a->inference;
+    // 2 layers × K and V × d_kv 128 × 2 bytes; 4 sequences of 100 + 50 tokens.
+    CHECK(inf.layers == 2);
+    CHECK(inf.kvBytesPerToken == 2 * 2 * 128 * 2);
+    CHECK(inf.kvCacheBytes == 4 * 150 * 1024);
+    CHECK(inf.decodeSteps == 49);
+    CHECK(inf.meanContext == 125);
+    CHECK(inf.decodeMemoryBound);
+  }
+  SECTION("tensor parallel: the heads, the cache and the step split over 2 devices") {
+    Compiled one(src, "one"), two(src, "two");
+    const auto &a = one.a->inference, &b = two.a->inference;
+    CHECK(b.kvCacheBytes == a.kvCacheBytes / 2);
+    CHECK(b.decodeFlops == a.decodeFlops); // the whole model's FLOPs
+    CHECK(two.a->time.tensorParallelComm > 0);
+    CHECK(b.decodeTime < a.decodeTime);
+    CHECK(b.decodeTime > a.decodeTime / 2);
+  }
+}
+
+TEST_CASE("inference: train plans have no inference section", "[inference]") {
+  Compiled t(example("gpt2.tally"), "gpt2_124M", true);
+  CHECK_FALSE(t.a->inference.active);
+  CHECK(t.a->inference.ops.empty());
+}

@@ -1,0 +1,373 @@
+// Unit tests for passes/Solvers and passes/Budgets: the lecture's two what-if answers, state
+// bytes per optimizer and precision, command-line quantities, the plan searches and the
+// budget diagnostics with their computed fixes.
+#include "frontend/Compiler.h"
+#include "passes/Passes.h"
+#include "passes/Solvers.h"
+
+#include <catch.hpp>
+
+#include <cmath>
+
+using namespace tally;
+
+namespace {
+
+/// Compiles `src` and returns the diagnostics-muted compilation with its plan lowered.
+std::unique_ptr<Compilation> compile(const std::string &src, const std::string &plan = "") {
+  auto c = std::make_unique<Compilation>();
+  c->diags.setOutput(nullptr);
+  REQUIRE(c->addSource("test.tally", src));
+  const PlanDecl *d = c->pickPlan(plan);
+  REQUIRE(d);
+  REQUIRE(c->lower(*d));
+  return c;
+}
+
+/// A 4096×4096 fp32 matrix trained with AdamW: 16 bytes per parameter, 256 MiB of states.
+std::string wideModel(const std::string &target, const std::string &budget = "") {
+  return "model Wide(D = 4096) {\n"
+         "  param w: [D, D]\n"
+         "  forward(x: f32[batch, D]) { return mean(x @ w) }\n"
+         "}\n"
+         "train wide {\n"
+         "  model = Wide()\n  batch = 64\n  micro_batch = 1\n  tokens = 1B\n"
+         "  optimizer = AdamW(lr = 1e-3)\n  precision = fp32\n"
+         "  target = " + target + "\n" + budget + "}\n";
+}
+
+bool contains(const std::vector<std::string> &lines, const std::string &needle) {
+  for (const std::string &l : lines)
+    if (l.find(needle) != std::string::npos)
+      return true;
+  return false;
+}
+
+} // namespace
+
+// ---- closed forms ----------------------------------------------------------------------------
+
+TEST_CASE("solvers: run time of the lecture's 70B model on 15T tokens", "[solvers]") {
+  const Target *h100 = findTarget("H100_SXM");
+  REQUIRE(h100);
+  SolverAnswer r = solveRunTime(70e9, 15e12, 1024, *h100, 0.5);
+  REQUIRE(r.ok());
+  CHECK(r.question == "run-time");
+  CHECK(r.unit == "days");
+  // 6·70e9·15e12 / (1024 · 989.5e12 · 0.5) s = 143.93 days.
+  CHECK(r.answer == Approx(6 * 70e9 * 15e12 / (1024 * 989.5e12 * 0.5) / 86400).epsilon(1e-12));
+  CHECK(std::round(r.answer * 100) / 100 == 143.93);
+  CHECK(contains(r.derivation, "6 × 7e10 × 1.5e13 = 6.3e24"));
+  CHECK(contains(r.derivation, "143.93 days"));
+  // fp32 runs at the CUDA-core rate: 989.5 / 66.9 times longer.
+  SolverAnswer f = solveRunTime(70e9, 15e12, 1024, *h100, 0.5, Dtype::F32);
+  CHECK(f.answer == Approx(r.answer * 989.5 / 66.9));
+}
+
+TEST_CASE("solvers: run time refuses impossible inputs", "[solvers]") {
+  const Target *h100 = findTarget("H100_SXM");
+  CHECK_FALSE(solveRunTime(0, 1e12, 8, *h100, 0.5).ok());
+  CHECK_FALSE(solveRunTime(1e9, 1e12, 0, *h100, 0.5).ok());
+  CHECK_FALSE(solveRunTime(1e9, 1e12, 8, *h100, 1.5).ok());
+  CHECK_FALSE(solveRunTime(1e9, 1e12, 8, *h100, 0.5, Dtype::I32).ok());
+}
+
+TEST_CASE("solvers: bytes per parameter by precision and optimizer", "[solvers]") {
+  auto bytes = [](const char *precision, const char *optimizer) {
+    auto p = precisionPreset(precision);
+    auto o = optimizerByName(optimizer);
+    REQUIRE(p);
+    REQUIRE(o);
+    return stateBytesPerParam(*p, o->states).total();
+  };
+  CHECK(bytes("fp32", "AdamW") == 16);      // 4 + 4 + 0 + 2·4
+  CHECK(bytes("bf16", "AdamW") == 12);      // 2 + 2 + 0 + 2·4
+  CHECK(bytes("mixed_bf16", "AdamW") == 16); // 2 + 2 + 4 + 2·4
+  CHECK(bytes("mixed_fp16", "Adam") == 16);
+  CHECK(bytes("fp32", "SGD") == 8);          // no state
+  CHECK(bytes("fp32", "SGDM") == 12);        // momentum
+  CHECK(bytes("fp32", "AdaGrad") == 12);     // one accumulator
+  CHECK(bytes("fp32", "RMSprop") == 12);
+  CHECK(bytes("fp32", "Adam") == 16);        // two moments
+  CHECK(bytes("fp32", "Lion") == 12);
+  CHECK(optimizerByName("adamw")->name == "AdamW");
+  CHECK(optimizerByName("ADAGRAD")->name == "AdaGrad");
+  CHECK_FALSE(optimizerByName("adamx"));
+  CHECK_FALSE(precisionPreset("fp64"));
+}
+
+TEST_CASE("solvers: presets and optimizers agree with Sema", "[solvers]") {
+  for (const char *preset : {"fp32", "tf32", "bf16", "fp16", "mixed_bf16", "mixed_fp16"}) {
+    for (const char *opt : {"SGD", "AdaGrad", "RMSprop", "Adam", "AdamW", "Lion"}) {
+      INFO(preset << " " << opt);
+      auto c = compile("model M() {\n  param w: [4, 4]\n"
+                       "  forward(x: f32[batch, 4]) { return mean(x @ w) }\n}\n"
+                       "train t {\n  model = M()\n  batch = 2\n  optimizer = " +
+                       std::string(opt) + "(lr = 0.1)\n  precision = " + preset +
+                       "\n  target = H100_SXM\n}\n");
+      auto p = precisionPreset(preset);
+      auto o = optimizerByName(opt);
+      REQUIRE(p);
+      REQUIRE(o);
+      const PrecisionPolicy &s = c->plan->precision;
+      CHECK(p->params == s.params);
+      CHECK(p->grads == s.grads);
+      CHECK(p->activations == s.activations);
+      CHECK(p->master == s.master);
+      CHECK(p->optimizer == s.optimizer);
+      CHECK(p->lossScaling == s.lossScaling);
+      CHECK(o->states == c->plan->optimizer.states);
+    }
+  }
+}
+
+TEST_CASE("solvers: the lecture's largest model on 8 H100s", "[solvers]") {
+  const Target *h100 = findTarget("H100_SXM");
+  auto adamw = optimizerByName("adamw");
+  SolverAnswer bf16 = solveMaxParams(8, *h100, *adamw, *precisionPreset("bf16"));
+  REQUIRE(bf16.ok());
+  CHECK(bf16.unit == "parameters");
+  CHECK(bf16.answer == std::floor(8 * 80e9 / 12)); // 53.3e9 at 12 bytes each
+  CHECK(contains(bf16.derivation, "6.67B parameters")); // one unsharded device: 80e9 / 12
+  CHECK(contains(bf16.derivation, "caveat: activations"));
+  SolverAnswer fp32 = solveMaxParams(8, *h100, *adamw, *precisionPreset("fp32"));
+  CHECK(fp32.answer == 40e9);
+  CHECK(contains(fp32.derivation, "= 16 bytes"));
+  // ZeRO-1 keeps params and grads whole (4 + 4) and shards 8 bytes of state over 8 devices.
+  CHECK(contains(fp32.derivation, "ZeRO-1 over 8 devices: 8e10 B / 9 B"));
+}
+
+// ---- command-line quantities and budget flags ---------------------------------------------
+
+TEST_CASE("solvers: quantities as written on the command line", "[solvers]") {
+  std::string err;
+  CHECK(*parseQuantity("70B", UnitDim::None, err) == 70e9);
+  CHECK(*parseQuantity("7e10", UnitDim::None, err) == 70e9);
+  CHECK(*parseQuantity("15T", UnitDim::None, err) == 15e12);
+  CHECK(*parseQuantity("1024", UnitDim::None, err) == 1024);
+  CHECK(*parseQuantity("80GiB", UnitDim::Bytes, err) == 80.0 * (1ull << 30));
+  CHECK(*parseQuantity("80 GB", UnitDim::Bytes, err) == 80e9);
+  CHECK(*parseQuantity("100B", UnitDim::Bytes, err) == 100); // B is a byte where bytes are meant
+  CHECK(*parseQuantity("60s", UnitDim::Time, err) == 60);
+  CHECK(*parseQuantity("90days", UnitDim::Time, err) == 90 * 86400.0);
+  CHECK(*parseQuantity("500 ms", UnitDim::Time, err) == Approx(0.5));
+  CHECK(*parseQuantity("40%", UnitDim::Ratio, err) == Approx(0.4));
+  CHECK(*parseQuantity("0.5", UnitDim::Ratio, err) == 0.5);
+  CHECK_FALSE(parseQuantity("50", UnitDim::Ratio, err));
+  CHECK_FALSE(parseQuantity("80GiB", UnitDim::Time, err));
+  CHECK(err.find("bytes") != std::string::npos);
+  CHECK_FALSE(parseQuantity("abc", UnitDim::None, err));
+  CHECK_FALSE(parseQuantity("-5", UnitDim::None, err));
+  CHECK_FALSE(parseQuantity("10 gib", UnitDim::Bytes, err));
+  CHECK(err.find("did you mean 'GiB'") != std::string::npos);
+}
+
+TEST_CASE("solvers: command-line budgets replace the file's of the same metric", "[solvers]") {
+  Plan plan;
+  plan.budgets.push_back({BudgetMetric::MemoryPerDevice, true, 80e9, {}});
+  plan.budgets.push_back({BudgetMetric::StepTime, true, 60, {}});
+  overrideBudgets(plan, {{BudgetMetric::MemoryPerDevice, true, 40e9, {}},
+                         {BudgetMetric::Mfu, false, 0.4, {}}});
+  REQUIRE(plan.budgets.size() == 3);
+  int memory = 0;
+  for (const BudgetSpec &b : plan.budgets)
+    if (b.metric == BudgetMetric::MemoryPerDevice) {
+      ++memory;
+      CHECK(b.value == 40e9);
+    }
+  CHECK(memory == 1);
+}
+
+// ---- searches over a plan ----------------------------------------------------------------
+
+TEST_CASE("solvers: micro-batch candidates", "[solvers]") {
+  Plan p;
+  p.batch = 1024;
+  p.parallel.data = 8;
+  CHECK(microBatchCandidates(p) == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128});
+  p.batch = 96;
+  p.parallel.data = 8;
+  CHECK(microBatchCandidates(p) == std::vector<int64_t>{1, 2, 3, 4, 6, 12});
+  p.batch = 100;
+  CHECK(microBatchCandidates(p) == std::vector<int64_t>{1, 2, 4, 8}); // 100/8 is not whole
+  p.batch = 1024, p.microBatch = 4;
+  CHECK(accumulationSteps(p) == 32);
+}
+
+TEST_CASE("solvers: largest micro-batch is the largest candidate that fits", "[solvers]") {
+  auto c = compile(wideModel("8 x H100_SXM { data = 8 }"));
+  Relower relower = c->relowerer(*c->pickPlan(""));
+  Analysis a = analyze(*c->graph, *c->plan, c->diags, relower);
+  // Everything fits in 80 GB: the whole per-device batch (64 / 8).
+  SolverAnswer all = solveMicroBatch(a, relower, 80e9);
+  REQUIRE(all.ok());
+  CHECK(all.answer == 8);
+  CHECK(contains(all.derivation, "accumulation steps = batch / (micro_batch × data) = 64 / (8 × 8) = 1"));
+  // Below the model states nothing fits: an error, not a number.
+  SolverAnswer none = solveMicroBatch(a, relower, 100e6);
+  CHECK_FALSE(none.ok());
+  CHECK(none.error.find("even micro_batch = 1") != std::string::npos);
+  // For a limit between micro-batches 1 and 8, the answer fits and the next candidate does not.
+  std::optional<Trial> one = tryPlan(a, [&] { Plan p = *c->plan; p.microBatch = 1; return p; }(), relower);
+  std::optional<Trial> eight = tryPlan(a, [&] { Plan p = *c->plan; p.microBatch = 8; return p; }(), relower);
+  REQUIRE(one);
+  REQUIRE(eight);
+  CHECK(one->peak <= eight->peak);
+  if (eight->peak > one->peak) {
+    double limit = (one->peak + eight->peak) / 2;
+    SolverAnswer mid = solveMicroBatch(a, relower, limit);
+    REQUIRE(mid.ok());
+    CHECK(mid.answer < 8);
+    Plan p = *c->plan;
+    p.microBatch = static_cast<int64_t>(mid.answer);
+    CHECK(tryPlan(a, p, relower)->peak <= limit);
+    p.microBatch *= 2;
+    CHECK(tryPlan(a, p, relower)->peak > limit);
+  }
+}
+
+TEST_CASE("solvers: fewest devices with ZeRO sharding", "[solvers]") {
+  // zero = 0: every device holds all 256 MiB of states; more devices never fit 100 MiB.
+  auto c0 = compile(wideModel("8 x H100_SXM { data = 8, zero = 0 }"));
+  Relower r0 = c0->relowerer(*c0->pickPlan(""));
+  Analysis a0 = analyze(*c0->graph, *c0->plan, c0->diags, r0);
+  SolverAnswer no = solveDevices(a0, r0, 100.0 * (1 << 20));
+  CHECK_FALSE(no.ok());
+  CHECK(no.error.find("with zero = 3, 4 devices fit") != std::string::npos);
+  // zero = 3: 256 MiB / data ≤ 100 MiB from data = 4 on (64 MiB plus the workspace).
+  auto c3 = compile(wideModel("8 x H100_SXM { data = 8, zero = 3 }"));
+  Relower r3 = c3->relowerer(*c3->pickPlan(""));
+  Analysis a3 = analyze(*c3->graph, *c3->plan, c3->diags, r3);
+  SolverAnswer yes = solveDevices(a3, r3, 100.0 * (1 << 20));
+  REQUIRE(yes.ok());
+  CHECK(yes.answer == 4);
+  CHECK(contains(yes.derivation, "fewest: 4 devices (data = 4, zero = 3)"));
+  CHECK_FALSE(inSolverTrial());
+}
+
+// ---- budgets -------------------------------------------------------------------------------
+
+TEST_CASE("budgets: a broken memory budget is an error with computed fixes", "[solvers][budgets]") {
+  auto c = compile(wideModel("8 x H100_SXM { data = 8, zero = 0 }",
+                             "  budget {\n    memory per device <= 100 MiB\n  }\n"));
+  analyze(*c->graph, *c->plan, c->diags, c->relowerer(*c->pickPlan("")));
+  const Diagnostic *d = nullptr;
+  for (const Diagnostic &x : c->diags.diagnostics())
+    if (x.kind == DiagKind::BudgetMemory)
+      d = &x;
+  REQUIRE(d);
+  CHECK(d->severity == Severity::Error);
+  CHECK(d->line == 14);
+  CHECK(d->message.find("peak memory per device 256.") == 0);
+  CHECK(d->message.find("MiB exceeds the budget of 100 MiB") != std::string::npos);
+  std::vector<std::string> notes;
+  for (const DiagNote &n : d->notes)
+    notes.push_back(n.message);
+  // ZeRO-2 leaves 4 bytes of params whole and shards 12 over 8: 5.5 B × 16.8M = 88 MiB.
+  CHECK(contains(notes, "zero = 2 fits in 88."));
+  CHECK(contains(notes, "4 × H100_SXM (data = 4, zero = 3) fits in 64."));
+}
+
+TEST_CASE("budgets: kept budgets say nothing; run time needs tokens", "[solvers][budgets]") {
+  auto c = compile(wideModel("8 x H100_SXM { data = 8, zero = 3 }",
+                             "  budget {\n    memory per device <= 80 GiB\n  }\n"));
+  analyze(*c->graph, *c->plan, c->diags, c->relowerer(*c->pickPlan("")));
+  CHECK(c->diags.errorCount() == 0);
+
+  std::string src = wideModel("H100_SXM", "  budget {\n    run time <= 1 day\n  }\n");
+  src.replace(src.find("  tokens = 1B\n"), 13, "");
+  auto t = compile(src);
+  analyze(*t->graph, *t->plan, t->diags, t->relowerer(*t->pickPlan("")));
+  REQUIRE(t->diags.errorCount() == 1);
+  CHECK(t->diags.diagnostics()[0].kind == DiagKind::BudgetRunTime);
+  CHECK(t->diags.diagnostics()[0].message.find("does not say its training tokens") !=
+        std::string::npos);
+}
+
+namespace {
+
+/// Eight Linear–GELU–Linear blocks on 2048-token sequences: activations dominate memory.
+std::string stackModel(const std::string &extra, const std::string &budget) {
+  return "block Layer(d) {\n"
+         "  fc   = Linear(d, 4 * d)\n  proj = Linear(4 * d, d)\n"
+         "  forward(x) { return x + proj(gelu(fc(x))) }\n}\n"
+         "model Stack(d = 1024, layers = 8) {\n  h = repeat(layers) Layer(d)\n"
+         "  forward(x: bf16[batch, seq, d]) { return mean(h(x)) }\n}\n"
+         "train stack {\n  model = Stack()\n  batch = 256\n  seq = 2048\n  micro_batch = 8\n"
+         "  tokens = 10B\n  optimizer = AdamW(lr = 1e-3)\n  precision = mixed_bf16\n" +
+         extra + "  target = 2 x H100_SXM { data = 2 }\n  budget {\n    " + budget + "\n  }\n}\n";
+}
+
+std::vector<std::string> notesOf(const Compilation &c, DiagKind kind) {
+  std::vector<std::string> out;
+  for (const Diagnostic &d : c.diags.diagnostics())
+    if (d.kind == kind)
+      for (const DiagNote &n : d.notes)
+        out.push_back(n.message);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("budgets: memory fixes are true of the plans they name", "[solvers][budgets]") {
+  auto c = compile(stackModel("  checkpoint = none\n", "memory per device <= 3 GiB"));
+  Relower relower = c->relowerer(*c->pickPlan(""));
+  Analysis a = analyze(*c->graph, *c->plan, c->diags, relower);
+  REQUIRE(a.memory.peak > 3.0 * (1ull << 30));
+  std::vector<std::string> notes = notesOf(*c, DiagKind::BudgetMemory);
+  REQUIRE_FALSE(notes.empty());
+  const double limit = 3.0 * (1ull << 30);
+  bool sawCheckpoint = false, sawMicro = false;
+  for (const std::string &n : notes) {
+    INFO(n);
+    Plan p = *c->plan;
+    auto at = n.find("checkpoint = ");
+    if (at != std::string::npos && n.find(" fits in ") != std::string::npos) {
+      p.checkpoint = n.substr(at + 13, n.find(' ', at + 13) - (at + 13));
+      sawCheckpoint = true;
+    } else if (n.rfind("micro_batch = ", 0) == 0) {
+      p.microBatch = std::stoll(n.substr(14));
+      sawMicro = true;
+      CHECK(p.microBatch < 8);
+    } else if (n.rfind("zero = ", 0) == 0) {
+      p.parallel.zero = std::stoi(n.substr(7));
+    } else {
+      continue;
+    }
+    std::optional<Trial> t = tryPlan(a, p, relower);
+    REQUIRE(t);
+    CHECK(t->peak <= limit);
+  }
+  CHECK(sawCheckpoint);
+  CHECK(sawMicro);
+}
+
+TEST_CASE("budgets: step time and run time propose more devices", "[solvers][budgets]") {
+  auto c = compile(stackModel("", "step time <= 200 ms\n    run time <= 1 h"));
+  Relower relower = c->relowerer(*c->pickPlan(""));
+  Analysis a = analyze(*c->graph, *c->plan, c->diags, relower);
+  REQUIRE(a.time.step > 0.2);
+  std::vector<std::string> step = notesOf(*c, DiagKind::BudgetStepTime);
+  std::vector<std::string> run = notesOf(*c, DiagKind::BudgetRunTime);
+  REQUIRE(step.size() == 1);
+  REQUIRE(run.size() == 1);
+  // The fewest devices that meet the budget: the named layout meets it, the next smaller
+  // data degree (2, today's) does not.
+  CHECK(step[0].rfind("4 × H100_SXM (data = 4, zero = 0) gives a step time of", 0) == 0);
+  CHECK(run[0].rfind("4 × H100_SXM (data = 4, zero = 0) gives a run time of", 0) == 0);
+  Plan p = *c->plan;
+  p.parallel.data = p.parallel.devices = 4;
+  std::optional<Trial> t = tryPlan(a, p, relower);
+  REQUIRE(t);
+  CHECK(t->stepTime <= 0.2);
+  CHECK(t->runTime <= 3600);
+}
+
+TEST_CASE("budgets: MFU lost to recompute is found again without it", "[solvers][budgets]") {
+  auto c = compile(stackModel("  checkpoint = full\n", "mfu >= 35%"));
+  Relower relower = c->relowerer(*c->pickPlan(""));
+  Analysis a = analyze(*c->graph, *c->plan, c->diags, relower);
+  REQUIRE(a.time.mfu < 0.35);
+  CHECK(contains(notesOf(*c, DiagKind::BudgetMfu), "checkpoint = none (no recompute) reaches MFU"));
+  CHECK_FALSE(inSolverTrial());
+}

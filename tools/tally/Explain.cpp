@@ -1,0 +1,123 @@
+// `tally explain FILE --op PATH [--plan NAME] [--format text|json]`: how one op's shape,
+// FLOPs, bytes, bound and time were derived, or the ops of one block with their totals. The
+// plan is analyzed exactly as `tally report` analyzes it (Compilation::analyzePlan), and
+// report/Explain.cpp formats what the passes computed.
+//
+// Exit codes: 0 explained, 1 an error in the file or a PATH that names no op or block (with a
+// did-you-mean), 2 bad usage.
+#include "frontend/Compiler.h"
+#include "report/Explain.h"
+#include "tools/tally/Commands.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+
+namespace tally {
+namespace explainopts {
+
+cl::SubCommand Explain("explain", "How one op's (or one block's) FLOPs, bytes, bound and time were derived");
+cl::OptionCategory Cat("tally explain options");
+
+cl::opt<std::string> File(cl::Positional, cl::desc("<file>"), cl::Required, cl::sub(Explain),
+                          cl::cat(Cat));
+cl::opt<std::string> OpPath("op",
+                            cl::desc("An op path such as h[3].attn.qkv.matmul, or a block such as "
+                                     "h[3] or h[3].attn (`tally report --emit=ir` lists op paths)"),
+                            cl::value_desc("path"), cl::Required, cl::sub(Explain), cl::cat(Cat));
+cl::opt<std::string> PlanName("plan", cl::desc("The train or infer plan (default: the first)"),
+                              cl::value_desc("name"), cl::sub(Explain), cl::cat(Cat));
+enum class Format { Text, Json };
+cl::opt<Format> OutFormat("format", cl::desc("Output format"),
+                          cl::values(clEnumValN(Format::Text, "text", "the derivation (default)"),
+                                     clEnumValN(Format::Json, "json", "one JSON object")),
+                          cl::init(Format::Text), cl::sub(Explain), cl::cat(Cat));
+cl::opt<std::string> TargetOverride("target", cl::desc("Override the target, e.g. H100_SXM or '8 x H100_SXM'"),
+                                    cl::value_desc("target"), cl::sub(Explain), cl::cat(Cat));
+cl::opt<std::string> PrecisionOverride("precision", cl::desc("Override the precision preset"),
+                                       cl::value_desc("preset"), cl::sub(Explain), cl::cat(Cat));
+cl::opt<std::string> CheckpointOverride("checkpoint", cl::desc("Override the checkpoint policy"),
+                                        cl::value_desc("policy"), cl::sub(Explain), cl::cat(Cat));
+cl::opt<int64_t> BatchOverride("batch", cl::desc("Override the batch size"), cl::init(0),
+                               cl::sub(Explain), cl::cat(Cat));
+cl::opt<int64_t> MicroBatchOverride("micro-batch", cl::desc("Override the micro-batch size"),
+                                    cl::init(0), cl::sub(Explain), cl::cat(Cat));
+cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("Warning control: -Werror, -Wno-NAME, -Werror=NAME"),
+                               cl::value_desc("option"), cl::sub(Explain), cl::cat(Cat));
+cl::opt<bool> NoWarnings("w", cl::desc("Silence all warnings"), cl::sub(Explain), cl::cat(Cat));
+cl::opt<bool> NoColor("no-color", cl::desc("Do not color diagnostics"), cl::sub(Explain), cl::cat(Cat));
+
+} // namespace explainopts
+
+namespace {
+
+using namespace explainopts;
+
+bool applyWarnings(DiagnosticEngine &diags) {
+  for (const std::string &w : Warnings)
+    if (!diags.applyWarningOption("-W" + w)) {
+      errs() << "tally: error: unknown warning option '-W" << w << "'\n";
+      return false;
+    }
+  if (NoWarnings)
+    diags.applyWarningOption("-w");
+  if (NoColor)
+    diags.setShowColors(false);
+  return true;
+}
+
+PlanOverrides overrides() {
+  PlanOverrides o;
+  o.target = TargetOverride;
+  o.precision = PrecisionOverride;
+  o.checkpoint = CheckpointOverride;
+  o.batch = BatchOverride;
+  o.microBatch = MicroBatchOverride;
+  return o;
+}
+
+int explain() {
+  Compilation c;
+  if (!applyWarnings(c.diags))
+    return 2;
+  if (!c.addFile(File))
+    return 1;
+  const PlanDecl *decl = c.pickPlan(PlanName);
+  if (!decl)
+    return 1;
+  std::optional<Analysis> a = c.analyzePlan(*decl, overrides());
+  if (!a)
+    return 1;
+  ExplainSelection sel = selectForExplain(*a->graph, OpPath);
+  if (sel.kind == ExplainSelection::None) {
+    c.diags.report(DiagKind::UnknownName, SMLoc(),
+                   "no op or block '" + OpPath + "' in plan " + a->plan->name +
+                       (sel.suggestion.empty() ? "" : "; did you mean '" + sel.suggestion + "'?"))
+        .note(SMLoc(), "`tally report " + File + " --emit=ir` lists every op path");
+    return 1;
+  }
+  bool json = OutFormat == Format::Json;
+  if (sel.kind == ExplainSelection::Op) {
+    if (json)
+      explainOpJson(*a, sel.op, c.diags, outs());
+    else
+      explainOpText(*a, sel.op, c.diags, outs());
+  } else {
+    if (json)
+      explainBlockJson(*a, sel, outs());
+    else
+      explainBlockText(*a, sel, outs());
+  }
+  return c.diags.hasErrors() ? 1 : 0;
+}
+
+} // namespace
+
+int runExplain() {
+  if (!Explain)
+    return -1;
+  return explain();
+}
+
+} // namespace tally
