@@ -40,6 +40,8 @@
 // transients at the peak are the workspace.
 #include "passes/Passes.h"
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -410,31 +412,61 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
   a.checkpoint.limitBytes = activationLimit(a);
-  auto option = [&](const Policy &p, const Walk &w) {
-    a.checkpoint.options.push_back({p.name, static_cast<int64_t>(p.checkpointed),
-                                    w.recomputeFlops * microSteps, deviceBytes(w, plan)});
-    return deviceBytes(w, plan);
-  };
-  std::optional<Policy> chosen;
-  Policy smallest;
-  double smallestBytes = -1;
-  for (size_t m = 0; m <= L; ++m) {
+  // Walks are O(ops) each; memoize them so the curve and the search share work.
+  std::map<size_t, double> bytesAt;
+  auto measure = [&](size_t m) {
+    auto it = bytesAt.find(m);
+    if (it != bytesAt.end())
+      return it->second;
     Policy p = partialPolicy(m, L);
-    double bytes = option(p, walk(f, a, p));
-    if (!chosen && bytes <= a.checkpoint.limitBytes)
-      chosen = p;
-    if (smallestBytes < 0 || bytes < smallestBytes)
-      smallest = p, smallestBytes = bytes;
+    Walk w = walk(f, a, p);
+    double bytes = deviceBytes(w, plan);
+    a.checkpoint.options.push_back(
+        {p.name, static_cast<int64_t>(p.checkpointed), w.recomputeFlops * microSteps, bytes});
+    bytesAt[m] = bytes;
+    return bytes;
+  };
+  // 1. The trade-off curve: store-all, full, and evenly spaced counts in between (at most
+  //    kCurvePoints walks, so the curve costs O(ops), not O(L · ops)).
+  constexpr size_t kCurvePoints = 16;
+  size_t stride = std::max<size_t>(1, (L + kCurvePoints - 1) / kCurvePoints);
+  for (size_t m = 0; m < L; m += stride)
+    measure(m);
+  measure(L);
+  // 2. The least checkpointed count that fits, by binary search: checkpointing one more
+  //    block never adds memory (its saved tensors become one kept input), so the bytes do
+  //    not grow with m. The least m recomputes the least.
+  std::optional<Policy> chosen;
+  if (measure(L) <= a.checkpoint.limitBytes) {
+    size_t lo = 0, hi = L; // bytes(hi) fits; find the least such m
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (measure(mid) <= a.checkpoint.limitBytes)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    chosen = partialPolicy(hi, L);
   }
-  // sqrt recomputes as much as full (every block once), so it comes after full.
+  Policy smallest = partialPolicy(L, L);
+  double smallestBytes = measure(L);
+  for (const auto &kv : bytesAt)
+    if (kv.second < smallestBytes)
+      smallest = partialPolicy(kv.first, L), smallestBytes = kv.second;
+  // 3. sqrt recomputes as much as full (every block once), so it comes after full.
   if (L > 0) {
     Policy p = sqrtPolicy(L);
-    double bytes = option(p, walk(f, a, p));
+    Walk w = walk(f, a, p);
+    double bytes = deviceBytes(w, plan);
+    a.checkpoint.options.push_back(
+        {p.name, static_cast<int64_t>(p.checkpointed), w.recomputeFlops * microSteps, bytes});
     if (!chosen && bytes <= a.checkpoint.limitBytes)
       chosen = p;
     if (bytes < smallestBytes)
       smallest = p, smallestBytes = bytes;
   }
+  std::stable_sort(a.checkpoint.options.begin(), a.checkpoint.options.end(),
+                   [](const auto &x, const auto &y) { return x.recomputeFlops < y.recomputeFlops; });
   return chosen ? *chosen : smallest;
 }
 
@@ -457,32 +489,69 @@ Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
 // ---------------------------------------------------------------------------------------------
 // Step 6: the memory plan.
 
+/// Places buffers in one arena as a caching allocator would: walk the buffers in the order
+/// they are created, return to a free list every buffer whose last use is before the new
+/// one's first, and put the new one in the first free block that holds it (or at the top).
+/// Lifetimes that overlap never share bytes; the arena may exceed the live peak by
+/// fragmentation. O(n log n + n · free blocks).
 void placeBuffers(std::vector<Buffer> &buffers, double &arena) {
-  std::vector<size_t> order(buffers.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t x, size_t y) { return buffers[x].bytes > buffers[y].bytes; });
-  std::vector<size_t> placed;
-  std::vector<const Buffer *> conflicts;
-  arena = 0;
-  for (size_t i : order) {
-    Buffer &b = buffers[i];
-    conflicts.clear();
-    for (size_t j : placed)
-      if (buffers[j].first <= b.last && b.first <= buffers[j].last)
-        conflicts.push_back(&buffers[j]);
-    std::sort(conflicts.begin(), conflicts.end(),
-              [](const Buffer *x, const Buffer *y) { return x->offset < y->offset; });
-    double offset = 0;
-    for (const Buffer *c : conflicts) {
-      if (offset + b.bytes <= c->offset)
-        break;
-      offset = std::max(offset, c->offset + c->bytes);
+  size_t n = buffers.size();
+  std::vector<size_t> byFirst(n), byLast(n);
+  for (size_t i = 0; i < n; ++i)
+    byFirst[i] = byLast[i] = i;
+  std::stable_sort(byFirst.begin(), byFirst.end(), [&](size_t x, size_t y) {
+    return buffers[x].first != buffers[y].first ? buffers[x].first < buffers[y].first
+                                                : buffers[x].bytes > buffers[y].bytes;
+  });
+  std::stable_sort(byLast.begin(), byLast.end(),
+                   [&](size_t x, size_t y) { return buffers[x].last < buffers[y].last; });
+  std::map<double, double> freeList; // offset → size, coalesced
+  double top = 0;
+  auto release = [&](const Buffer &b) {
+    if (b.bytes <= 0)
+      return;
+    auto [it, inserted] = freeList.emplace(b.offset, b.bytes);
+    if (it != freeList.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        freeList.erase(it);
+        it = prev;
+      }
     }
-    b.offset = offset;
-    arena = std::max(arena, offset + b.bytes);
-    placed.push_back(i);
+    auto next = std::next(it);
+    if (next != freeList.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      freeList.erase(next);
+    }
+    if (it->first + it->second == top) { // a free block at the top shrinks the top
+      top = it->first;
+      freeList.erase(it);
+    }
+  };
+  size_t freed = 0;
+  arena = 0;
+  for (size_t i : byFirst) {
+    Buffer &b = buffers[i];
+    while (freed < n && buffers[byLast[freed]].last < b.first)
+      release(buffers[byLast[freed++]]);
+    if (b.bytes <= 0) {
+      b.offset = 0;
+      continue;
+    }
+    auto fit = std::find_if(freeList.begin(), freeList.end(),
+                            [&](const auto &blk) { return blk.second >= b.bytes; });
+    if (fit != freeList.end()) {
+      b.offset = fit->first;
+      double rest = fit->second - b.bytes;
+      freeList.erase(fit);
+      if (rest > 0)
+        freeList.emplace(b.offset + b.bytes, rest);
+    } else {
+      b.offset = top;
+      top += b.bytes;
+    }
+    arena = std::max(arena, top);
   }
 }
 
@@ -513,15 +582,15 @@ void blockActivations(const Facts &f, Analysis &a) {
     }
   }
   // A copy's input: stored tensors its ops read that were produced before it.
+  std::vector<uint32_t> seenIn(g.tensors.size(), kNone); // the copy that last counted it
   for (size_t c = 0; c < f.copies.size(); ++c) {
-    std::vector<bool> seen(g.tensors.size(), false);
     for (OpId o : f.copies[c].ops)
       for (TensorId t : g.ops[o].inputs) {
         TensorId b = f.base[t];
         OpId p = g.tensors[b].producer;
-        if (!f.isActivation(b) || seen[b] || (p != kNone && f.copyOfOp[p] == c))
+        if (!f.isActivation(b) || seenIn[b] == c || (p != kNone && f.copyOfOp[p] == c))
           continue;
-        seen[b] = true;
+        seenIn[b] = static_cast<uint32_t>(c);
         a.blockActivations[c].inputBytes += f.bytes(b);
       }
   }
