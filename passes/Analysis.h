@@ -130,7 +130,7 @@ struct Analysis {
       int64_t checkpointed = 0;
       double recomputeFlops = 0, bytes = 0;
     };
-    std::vector<Option> options; ///< none, the first 1..L blocks checkpointed, sqrt
+    std::vector<Option> options; ///< auto: store-all, evenly spaced partial counts, full, sqrt (by recompute)
   } checkpoint;
 
   double ridge = 0;              ///< the target's ridge intensity at the activation dtype

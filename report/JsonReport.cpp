@@ -92,6 +92,13 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
     });
   }
 
+  Array options;
+  for (const auto &o : a.checkpoint.options)
+    options.push_back(Object{{"policy", o.policy},
+                             {"checkpointed", o.checkpointed},
+                             {"recompute_flops", o.recomputeFlops},
+                             {"bytes", o.bytes}});
+
   Array saved;
   for (const std::string &s : a.checkpoint.saved)
     saved.push_back(s);
@@ -161,6 +168,13 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                       {"tensor_parallel_comm_s", a.time.tensorParallelComm},
                       {"pipeline_comm_s", a.time.pipelineComm}}},
       {"checkpoint", Object{{"policy", a.checkpoint.policy},
+                            {"requested", a.checkpoint.requested},
+                            {"note", a.checkpoint.note},
+                            {"blocks", a.checkpoint.blocks},
+                            {"checkpointed", a.checkpoint.checkpointed},
+                            {"segment", a.checkpoint.segment},
+                            {"limit_bytes", a.checkpoint.limitBytes},
+                            {"options", std::move(options)},
                             {"saved", std::move(saved)},
                             {"recompute_flops", a.checkpoint.recomputeFlops}}},
       {"ops", std::move(ops)},

@@ -207,6 +207,25 @@ ReportTable timeTable(const Analysis &a) {
   return t;
 }
 
+ReportTable checkpointTable(const Analysis &a) {
+  const auto &c = a.checkpoint;
+  ReportTable t;
+  t.title = "Activation checkpointing";
+  t.header = {"policy", "blocks recomputed", "recompute FLOPs", "activations + workspace"};
+  for (const auto &o : c.options)
+    t.rows.push_back({o.policy, std::to_string(o.checkpointed),
+                      llvm::formatv("{0:e3}", o.recomputeFlops).str(), formatBytes(o.bytes)});
+  std::string chosen = "checkpoint = " + c.requested + ": " + c.policy + ", " +
+                       std::to_string(c.checkpointed) + " of " + std::to_string(c.blocks) +
+                       " blocks recomputed";
+  if (c.requested == "auto")
+    chosen += ", the least recompute that fits " + formatBytes(c.limitBytes);
+  t.notes.push_back(chosen + ".");
+  if (!c.note.empty())
+    t.notes.push_back(c.note);
+  return t;
+}
+
 ReportTable inferenceTable(const Analysis &a) {
   const auto &inf = a.inference;
   const Plan &p = *a.plan;
@@ -279,6 +298,8 @@ ReportContent buildReport(const Analysis &a) {
   c.tables.push_back(flopsTable(a));
   c.tables.push_back(blocksTable(a));
   c.tables.push_back(memoryTable(a));
+  if (p.isTrain && (a.checkpoint.requested != "none" || a.checkpoint.policy != "none"))
+    c.tables.push_back(checkpointTable(a));
   c.tables.push_back(opsTable(a));
   if (a.inference.active)
     c.tables.push_back(inferenceTable(a));
