@@ -6,30 +6,16 @@
 // through tally::Compilation, as the CLI does.
 #include <catch.hpp>
 
-#include "frontend/Compiler.h"
+#include "tests/unit/Support.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 using namespace tally;
+using namespace tally::test;
 
 namespace {
-
-struct Compiled {
-  Compilation c;
-  std::optional<Analysis> a;
-
-  Compiled(const std::string &text, const char *plan = "", PlanOverrides o = {}) {
-    c.diags.setOutput(nullptr);
-    REQUIRE(c.addSource("t.tally", text));
-    const PlanDecl *d = c.pickPlan(plan);
-    REQUIRE(d);
-    a = c.analyzePlan(*d, o);
-    REQUIRE(a);
-  }
-};
 
 /// Replaces every `{NAME}` in `text`.
 std::string fill(std::string text, const std::vector<std::pair<std::string, std::string>> &vars) {

@@ -4,70 +4,15 @@
 // Plans are compiled from source through tally::Compilation, as the CLI does.
 #include <catch.hpp>
 
-#include "frontend/Compiler.h"
+#include "tests/unit/Support.h"
 
-#include <cstdlib>
 #include <string>
 
 using namespace tally;
-
-namespace {
-
-/// Compiles `text` (or a file) and analyzes one plan; fails the test on errors.
-struct Compiled {
-  Compilation c;
-  std::optional<Analysis> a;
-
-  Compiled(const std::string &text, const char *plan = "") {
-    c.diags.setOutput(nullptr);
-    REQUIRE(c.addSource("t.tally", text));
-    analyze(plan);
-  }
-  explicit Compiled(const char *file, const char *plan, bool) {
-    c.diags.setOutput(nullptr);
-    REQUIRE(c.addFile(file));
-    analyze(plan);
-  }
-  void analyze(const char *plan) {
-    const PlanDecl *d = c.pickPlan(plan);
-    REQUIRE(d);
-    a = c.analyzePlan(*d);
-    REQUIRE(a);
-  }
-  const Graph &g() const { return *a->graph; }
-  OpId op(const std::string &path) const {
-    for (OpId i = 0; i < g().ops.size(); ++i)
-      if (g().ops[i].path == path)
-        return i;
-    FAIL("no op " << path);
-    return kNone;
-  }
-  const OpAnalysis &at(const std::string &path) const { return a->ops[op(path)]; }
-};
-
-std::string sourceDir() {
-  const char *dir = std::getenv("TALLY_SOURCE_DIR");
-  INFO("TALLY_SOURCE_DIR must name the repository (ctest sets it)");
-  REQUIRE(dir);
-  return dir;
-}
-
-const char *kDeepLinear = R"(
-model DeepLinear(D = 1024, K = 64) {
-  param w1: [D, D]
-  param w2: [D, K]
-  forward(x: f32[batch, D]) {
-    h1 = x @ w1
-    h2 = h1 @ w2
-    return mean(h2 * h2)
-  }
-}
-)";
-
-} // namespace
+using namespace tally::test;
 
 TEST_CASE("autodiff: the lecture's DeepLinear backward skips the data gradient", "[autodiff]") {
-  Compiled t((sourceDir() + "/examples/lecture.tally").c_str(), "lecture", true);
+  Compiled t(fromFile, example("lecture.tally"), "lecture");
   const Analysis &a = *t.a;
   const double B = 1024, D = 1024, K = 64;
   // Forward matmul FLOPs exactly 2·B·(D·D + D·K).

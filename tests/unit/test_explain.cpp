@@ -5,11 +5,11 @@
 // subtotal, unknown paths).
 #include <catch.hpp>
 
-#include "frontend/Compiler.h"
 #include "ir/OpFormulas.h"
 #include "ir/OpRules.h"
 #include "ir/Units.h"
 #include "report/Explain.h"
+#include "tests/unit/Support.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -20,6 +20,7 @@
 #include <string>
 
 using namespace tally;
+using namespace tally::test;
 
 namespace {
 
@@ -112,25 +113,11 @@ void checkFormula(const Formula &f, double fromRule, const std::string &what) {
   }
 }
 
-/// Compiles `text` and analyzes its first plan; fails the test on errors.
-struct Compiled {
-  Compilation c;
-  std::optional<Analysis> a;
-  std::string errors;
-  llvm::raw_string_ostream errStream{errors};
-
-  explicit Compiled(const std::string &text) {
-    c.diags.setOutput(&errStream);
-    c.diags.setShowColors(false);
-    REQUIRE(c.addSource("t.tally", text));
-    const PlanDecl *d = c.pickPlan("");
-    REQUIRE(d);
-    a = c.analyzePlan(*d);
-    INFO(errStream.str());
-    REQUIRE(a);
-  }
-  const Graph &g() const { return *a->graph; }
-};
+/// The lecture's DeepLinear trained on 1024 rows in fp32 on one H100.
+std::string lectureSource() {
+  return std::string(kDeepLinear) +
+         "train lecture { model = DeepLinear() batch = 1024 precision = fp32 target = H100_SXM }\n";
+}
 
 /// Every primitive, in the variants whose rules differ: scalar operands on either side,
 /// broadcasting on either side, 1-D matmul operands, fused and unfused attention with and
@@ -202,18 +189,7 @@ TEST_CASE("explain formulas: every op kind's formulas equal its rule", "[explain
 }
 
 TEST_CASE("explain formulas: the lecture's first matmul is 2·M·N·K", "[explain]") {
-  Compiled c(R"(
-model DeepLinear(D = 1024, K = 64) {
-  param w1: [D, D]
-  param w2: [D, K]
-  forward(x: f32[batch, D]) {
-    h1 = x @ w1
-    h2 = h1 @ w2
-    return mean(h2 * h2)
-  }
-}
-train lecture { model = DeepLinear() batch = 1024 precision = fp32 target = H100_SXM }
-)");
+  Compiled c(lectureSource());
   const Op &mm = c.g().ops[0];
   REQUIRE(mm.path == "matmul");
   Formula f = describeForward(c.g(), mm);
@@ -276,18 +252,7 @@ TEST_CASE("explain: paths select an op, a block or nothing", "[explain]") {
 
 TEST_CASE("explain: an op's text shows its formula, bytes, bound, time and backward",
           "[explain]") {
-  Compiled c(R"(
-model DeepLinear(D = 1024, K = 64) {
-  param w1: [D, D]
-  param w2: [D, K]
-  forward(x: f32[batch, D]) {
-    h1 = x @ w1
-    h2 = h1 @ w2
-    return mean(h2 * h2)
-  }
-}
-train lecture { model = DeepLinear() batch = 1024 precision = fp32 target = H100_SXM }
-)");
+  Compiled c(lectureSource());
   std::string text;
   llvm::raw_string_ostream os(text);
   explainOpText(*c.a, 0, c.c.diags, os);

@@ -5,35 +5,14 @@
 // and tensor parallelism splitting the cache and the step.
 #include <catch.hpp>
 
-#include "frontend/Compiler.h"
+#include "tests/unit/Support.h"
 
-#include <cstdlib>
 #include <string>
 
 using namespace tally;
+using namespace tally::test;
 
 namespace {
-
-struct Compiled {
-  Compilation c;
-  std::optional<Analysis> a;
-
-  Compiled(const std::string &text, const char *plan, bool isFile = false) {
-    c.diags.setOutput(nullptr);
-    REQUIRE((isFile ? c.addFile(text) : c.addSource("t.tally", text)));
-    const PlanDecl *d = c.pickPlan(plan);
-    REQUIRE(d);
-    a = c.analyzePlan(*d);
-    REQUIRE(a);
-  }
-};
-
-std::string example(const char *name) {
-  const char *dir = std::getenv("TALLY_SOURCE_DIR");
-  INFO("TALLY_SOURCE_DIR must name the repository (ctest sets it)");
-  REQUIRE(dir);
-  return std::string(dir) + "/examples/" + name;
-}
 
 /// Llama blocks with grouped-query attention: 8 heads, 2 key/value heads of 64, so d_kv = 128.
 const char *kLlama = R"(
@@ -82,7 +61,7 @@ infer two {
 } // namespace
 
 TEST_CASE("inference: GPT-2 decode, by hand", "[inference]") {
-  Compiled t(example("gpt2.tally"), "gpt2_decode", true);
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_decode");
   const Analysis &a = *t.a;
   const auto &inf = a.inference;
   REQUIRE(inf.active);
@@ -170,7 +149,7 @@ TEST_CASE("inference: the KV cache of grouped-query attention", "[inference]") {
 }
 
 TEST_CASE("inference: train plans have no inference section", "[inference]") {
-  Compiled t(example("gpt2.tally"), "gpt2_124M", true);
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
   CHECK_FALSE(t.a->inference.active);
   CHECK(t.a->inference.ops.empty());
 }

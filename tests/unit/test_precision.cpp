@@ -4,14 +4,15 @@
 // Plans are compiled from source through tally::Compilation, as the CLI does.
 #include <catch.hpp>
 
-#include "frontend/Compiler.h"
 #include "ir/Dtype.h"
+#include "tests/unit/Support.h"
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
 using namespace tally;
+using namespace tally::test;
 
 namespace {
 
@@ -43,29 +44,6 @@ train t {
 }
 )";
 }
-
-/// Compiles and analyzes; collects diagnostics without printing them.
-struct Linted {
-  Compilation c;
-  std::optional<Analysis> a;
-
-  explicit Linted(const std::string &text) {
-    c.diags.setOutput(nullptr);
-    REQUIRE(c.addSource("t.tally", text));
-    const PlanDecl *d = c.pickPlan("");
-    REQUIRE(d);
-    a = c.analyzePlan(*d);
-    REQUIRE(a);
-  }
-  std::vector<const Diagnostic *> of(DiagKind k) const {
-    std::vector<const Diagnostic *> out;
-    for (const Diagnostic &d : c.diags.diagnostics())
-      if (d.kind == k)
-        out.push_back(&d);
-    return out;
-  }
-  size_t count(DiagKind k) const { return of(k).size(); }
-};
 
 } // namespace
 
@@ -105,7 +83,7 @@ TEST_CASE("precision: the dtypes of issue 3 exist, with their sizes", "[precisio
 }
 
 TEST_CASE("precision: records accept fp8 for params and activations", "[precision]") {
-  Linted l(source("SGD(lr = 0.01)", "{ params = fp8_e4m3, grads = bf16, activations = e5m2, "
+  Compiled l(source("SGD(lr = 0.01)", "{ params = fp8_e4m3, grads = bf16, activations = e5m2, "
                                     "master = fp32, optimizer = fp32 }"));
   const PrecisionPolicy &p = l.a->plan->precision;
   CHECK(p.preset == "custom");
@@ -117,7 +95,7 @@ TEST_CASE("precision: records accept fp8 for params and activations", "[precisio
 }
 
 TEST_CASE("precision-underflow: AdamW eps in an fp16 optimizer state", "[precision]") {
-  Linted l(source("AdamW(lr = 3e-4, eps = 1e-8)",
+  Compiled l(source("AdamW(lr = 3e-4, eps = 1e-8)",
                   "{ params = bf16, master = fp32, optimizer = fp16 }"));
   auto u = l.of(DiagKind::PrecisionUnderflow);
   REQUIRE(u.size() == 1);
@@ -128,39 +106,39 @@ TEST_CASE("precision-underflow: AdamW eps in an fp16 optimizer state", "[precisi
 }
 
 TEST_CASE("precision-underflow: eps in an fp32 or bf16 optimizer state is fine", "[precision]") {
-  CHECK(Linted(source("AdamW(lr = 3e-4, eps = 1e-8)", "mixed_fp16", "1e-4"))
+  CHECK(Compiled(source("AdamW(lr = 3e-4, eps = 1e-8)", "mixed_fp16", "1e-4"))
             .count(DiagKind::PrecisionUnderflow) == 0);
-  CHECK(Linted(source("AdamW(lr = 3e-4, eps = 1e-8)", "{ params = bf16, optimizer = bf16 }"))
+  CHECK(Compiled(source("AdamW(lr = 3e-4, eps = 1e-8)", "{ params = bf16, optimizer = bf16 }"))
             .count(DiagKind::PrecisionUnderflow) == 0);
 }
 
 TEST_CASE("precision-underflow: layer norm eps in fp16 activations, not in bf16", "[precision]") {
-  Linted fp16(source("SGD(lr = 0.01)", "mixed_fp16", "1e-8"));
+  Compiled fp16(source("SGD(lr = 0.01)", "mixed_fp16", "1e-8"));
   auto u = fp16.of(DiagKind::PrecisionUnderflow);
   REQUIRE(u.size() == 1);
   CHECK(u[0]->message.rfind("eps = 1e-08 underflows to 0 in f16", 0) == 0);
-  Linted bf16(source("SGD(lr = 0.01)", "mixed_bf16", "1e-8"));
+  Compiled bf16(source("SGD(lr = 0.01)", "mixed_bf16", "1e-8"));
   CHECK(bf16.count(DiagKind::PrecisionUnderflow) == 0);
   // The default 1e-5 is subnormal in fp16: still a warning, with the stored value.
-  Linted sub(source("SGD(lr = 0.01)", "mixed_fp16"));
+  Compiled sub(source("SGD(lr = 0.01)", "mixed_fp16"));
   auto s = sub.of(DiagKind::PrecisionUnderflow);
   REQUIRE(s.size() == 1);
   CHECK(s[0]->message.find("is subnormal in f16 and is stored as 1.0014e-05") != std::string::npos);
-  CHECK(Linted(source("SGD(lr = 0.01)", "fp32", "1e-8")).count(DiagKind::PrecisionUnderflow) == 0);
+  CHECK(Compiled(source("SGD(lr = 0.01)", "fp32", "1e-8")).count(DiagKind::PrecisionUnderflow) == 0);
 }
 
 TEST_CASE("precision-underflow: the learning rate in fp16 parameters without a master copy",
           "[precision]") {
-  Linted pure(source("SGD(lr = 1e-8)", "fp16", "1e-4"));
+  Compiled pure(source("SGD(lr = 1e-8)", "fp16", "1e-4"));
   auto u = pure.of(DiagKind::PrecisionUnderflow);
   REQUIRE(u.size() == 1);
   CHECK(u[0]->message.rfind("lr = 1e-08 underflows to 0 in f16", 0) == 0);
   // With an fp32 master copy the update happens in fp32.
-  CHECK(Linted(source("SGD(lr = 1e-8)", "mixed_fp16", "1e-4")).count(DiagKind::PrecisionUnderflow) == 0);
+  CHECK(Compiled(source("SGD(lr = 1e-8)", "mixed_fp16", "1e-4")).count(DiagKind::PrecisionUnderflow) == 0);
 }
 
 TEST_CASE("precision-underflow: one warning for a literal used by many ops", "[precision]") {
-  Linted l(R"(
+  Compiled l(R"(
 block B(d) {
   ln = LayerNorm(d, eps = 1e-9)
   forward(x) { return ln(x) }
@@ -178,32 +156,32 @@ train t { model = M() batch = 8 precision = mixed_fp16 target = H100_SXM }
 }
 
 TEST_CASE("precision-overflow: a constant past fp16's max", "[precision]") {
-  Linted l(source("SGD(lr = 0.01)", "mixed_fp16", "1e-5", "1e5"));
+  Compiled l(source("SGD(lr = 0.01)", "mixed_fp16", "1e-5", "1e5"));
   auto o = l.of(DiagKind::PrecisionOverflow);
   REQUIRE(o.size() == 1);
   CHECK(o[0]->message == "the constant 1e+05 is past the largest finite f16 value, 65504, and "
                          "becomes inf");
-  CHECK(Linted(source("SGD(lr = 0.01)", "mixed_fp16", "1e-5", "65504")).count(DiagKind::PrecisionOverflow) == 0);
-  CHECK(Linted(source("SGD(lr = 0.01)", "mixed_bf16", "1e-5", "1e5")).count(DiagKind::PrecisionOverflow) == 0);
+  CHECK(Compiled(source("SGD(lr = 0.01)", "mixed_fp16", "1e-5", "65504")).count(DiagKind::PrecisionOverflow) == 0);
+  CHECK(Compiled(source("SGD(lr = 0.01)", "mixed_bf16", "1e-5", "1e5")).count(DiagKind::PrecisionOverflow) == 0);
 }
 
 TEST_CASE("fp16-no-loss-scaling: fp16 gradients need loss scaling", "[precision]") {
-  Linted pure(source("SGD(lr = 0.01)", "fp16"));
+  Compiled pure(source("SGD(lr = 0.01)", "fp16"));
   auto w = pure.of(DiagKind::Fp16NoLossScaling);
   REQUIRE(w.size() == 1);
   CHECK(w[0]->message.rfind("f16 gradients without loss scaling", 0) == 0);
   REQUIRE(w[0]->fixits.size() == 1);
   CHECK(w[0]->fixits[0].getText() == "mixed_fp16");
-  CHECK(Linted(source("SGD(lr = 0.01)", "mixed_fp16")).count(DiagKind::Fp16NoLossScaling) == 0);
-  CHECK(Linted(source("SGD(lr = 0.01)", "bf16")).count(DiagKind::Fp16NoLossScaling) == 0);
-  CHECK(Linted(source("SGD(lr = 0.01)", "{ params = fp16, loss_scaling = true }"))
+  CHECK(Compiled(source("SGD(lr = 0.01)", "mixed_fp16")).count(DiagKind::Fp16NoLossScaling) == 0);
+  CHECK(Compiled(source("SGD(lr = 0.01)", "bf16")).count(DiagKind::Fp16NoLossScaling) == 0);
+  CHECK(Compiled(source("SGD(lr = 0.01)", "{ params = fp16, loss_scaling = true }"))
             .count(DiagKind::Fp16NoLossScaling) == 0);
-  CHECK(Linted(source("SGD(lr = 0.01)", "{ params = fp32, grads = fp16 }"))
+  CHECK(Compiled(source("SGD(lr = 0.01)", "{ params = fp32, grads = fp16 }"))
             .count(DiagKind::Fp16NoLossScaling) == 1);
 }
 
 TEST_CASE("low-precision-optimizer-state: moments below fp32", "[precision]") {
-  Linted bf16(source("AdamW(lr = 3e-4)", "{ params = bf16, optimizer = bf16 }"));
+  Compiled bf16(source("AdamW(lr = 3e-4)", "{ params = bf16, optimizer = bf16 }"));
   auto w = bf16.of(DiagKind::LowPrecisionOptimizerState);
   REQUIRE(w.size() == 1);
   CHECK(w[0]->message == "AdamW keeps its optimizer state in bf16, below fp32: 8 significant "
@@ -215,17 +193,17 @@ TEST_CASE("low-precision-optimizer-state: moments below fp32", "[precision]") {
   CHECK(decays);
   CHECK(roundTo(Dtype::BF16, 0.999) == 1);
   // Optimizers without state, and fp32 state, are fine.
-  CHECK(Linted(source("SGD(lr = 0.01)", "{ params = bf16, optimizer = bf16 }"))
+  CHECK(Compiled(source("SGD(lr = 0.01)", "{ params = bf16, optimizer = bf16 }"))
             .count(DiagKind::LowPrecisionOptimizerState) == 0);
-  CHECK(Linted(source("AdamW(lr = 3e-4)", "mixed_bf16")).count(DiagKind::LowPrecisionOptimizerState) == 0);
-  CHECK(Linted(source("SGD(lr = 0.01, momentum = 0.9)", "{ params = fp16, optimizer = fp8_e4m3 }"))
+  CHECK(Compiled(source("AdamW(lr = 3e-4)", "mixed_bf16")).count(DiagKind::LowPrecisionOptimizerState) == 0);
+  CHECK(Compiled(source("SGD(lr = 0.01, momentum = 0.9)", "{ params = fp16, optimizer = fp8_e4m3 }"))
             .count(DiagKind::LowPrecisionOptimizerState) == 1);
 }
 
 TEST_CASE("precision lints: the presets used by the examples are clean", "[precision]") {
   for (const char *preset : {"fp32", "bf16", "mixed_bf16", "mixed_fp16"}) {
     INFO(preset);
-    Linted l(source("AdamW(lr = 3e-4, eps = 1e-8)", preset, "1e-4"));
+    Compiled l(source("AdamW(lr = 3e-4, eps = 1e-8)", preset, "1e-4"));
     CHECK(l.c.diags.warningCount() == 0);
   }
 }

@@ -5,36 +5,14 @@
 // Plans are compiled from source through tally::Compilation, as the CLI does.
 #include <catch.hpp>
 
-#include "frontend/Compiler.h"
+#include "tests/unit/Support.h"
 
 #include <string>
 
 using namespace tally;
+using namespace tally::test;
 
 namespace {
-
-/// Compiles `text` and analyzes one plan; fails the test on errors.
-struct Compiled {
-  Compilation c;
-  std::optional<Analysis> a;
-
-  Compiled(const std::string &text, const char *plan) {
-    c.diags.setOutput(nullptr);
-    REQUIRE(c.addSource("t.tally", text));
-    const PlanDecl *d = c.pickPlan(plan);
-    REQUIRE(d);
-    a = c.analyzePlan(*d);
-    REQUIRE(a);
-  }
-  const OpAnalysis &at(const std::string &path) const {
-    const Graph &g = *a->graph;
-    for (OpId i = 0; i < g.ops.size(); ++i)
-      if (g.ops[i].path == path)
-        return a->ops[i];
-    FAIL("no op " << path);
-    return a->ops[0];
-  }
-};
 
 /// The lecture's table: one model per row, each run as a bf16 infer plan on H100_SXM.
 const char *kTable = R"(

@@ -1,28 +1,18 @@
 // Unit tests for passes/Solvers and passes/Budgets: the lecture's two what-if answers, state
 // bytes per optimizer and precision, command-line quantities, the plan searches and the
 // budget diagnostics with their computed fixes.
-#include "frontend/Compiler.h"
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
+#include "tests/unit/Support.h"
 
 #include <catch.hpp>
 
 #include <cmath>
 
 using namespace tally;
+using namespace tally::test;
 
 namespace {
-
-/// Compiles `src` and returns the diagnostics-muted compilation with its plan lowered.
-std::unique_ptr<Compilation> compile(const std::string &src, const std::string &plan = "") {
-  auto c = std::make_unique<Compilation>();
-  c->diags.setOutput(nullptr);
-  REQUIRE(c->addSource("test.tally", src));
-  const PlanDecl *d = c->pickPlan(plan);
-  REQUIRE(d);
-  REQUIRE(c->lower(*d));
-  return c;
-}
 
 /// A 4096×4096 fp32 matrix trained with AdamW: 16 bytes per parameter, 256 MiB of states.
 std::string wideModel(const std::string &target, const std::string &budget = "") {
@@ -100,23 +90,23 @@ TEST_CASE("solvers: presets and optimizers agree with Sema", "[solvers]") {
   for (const char *preset : {"fp32", "tf32", "bf16", "fp16", "mixed_bf16", "mixed_fp16"}) {
     for (const char *opt : {"SGD", "AdaGrad", "RMSprop", "Adam", "AdamW", "Lion"}) {
       INFO(preset << " " << opt);
-      auto c = compile("model M() {\n  param w: [4, 4]\n"
-                       "  forward(x: f32[batch, 4]) { return mean(x @ w) }\n}\n"
-                       "train t {\n  model = M()\n  batch = 2\n  optimizer = " +
-                       std::string(opt) + "(lr = 0.1)\n  precision = " + preset +
-                       "\n  target = H100_SXM\n}\n");
+      Compiled m("model M() {\n  param w: [4, 4]\n"
+                 "  forward(x: f32[batch, 4]) { return mean(x @ w) }\n}\n"
+                 "train t {\n  model = M()\n  batch = 2\n  optimizer = " +
+                 std::string(opt) + "(lr = 0.1)\n  precision = " + preset +
+                 "\n  target = H100_SXM\n}\n");
       auto p = precisionPreset(preset);
       auto o = optimizerByName(opt);
       REQUIRE(p);
       REQUIRE(o);
-      const PrecisionPolicy &s = c->plan->precision;
+      const PrecisionPolicy &s = m.c.plan->precision;
       CHECK(p->params == s.params);
       CHECK(p->grads == s.grads);
       CHECK(p->activations == s.activations);
       CHECK(p->master == s.master);
       CHECK(p->optimizer == s.optimizer);
       CHECK(p->lossScaling == s.lossScaling);
-      CHECK(o->states == c->plan->optimizer.states);
+      CHECK(o->states == m.c.plan->optimizer.states);
     }
   }
 }
@@ -195,9 +185,9 @@ TEST_CASE("solvers: micro-batch candidates", "[solvers]") {
 }
 
 TEST_CASE("solvers: largest micro-batch is the largest candidate that fits", "[solvers]") {
-  auto c = compile(wideModel("8 x H100_SXM { data = 8 }"));
-  Relower relower = c->relowerer(*c->pickPlan(""));
-  Analysis a = analyze(*c->graph, *c->plan, c->diags, relower);
+  Compiled wide(wideModel("8 x H100_SXM { data = 8 }"));
+  Relower relower = wide.relower();
+  const Analysis &a = *wide.a;
   // Everything fits in 80 GB: the whole per-device batch (64 / 8).
   SolverAnswer all = solveMicroBatch(a, relower, 80e9);
   REQUIRE(all.ok());
@@ -208,8 +198,8 @@ TEST_CASE("solvers: largest micro-batch is the largest candidate that fits", "[s
   CHECK_FALSE(none.ok());
   CHECK(none.error.find("even micro_batch = 1") != std::string::npos);
   // For a limit between micro-batches 1 and 8, the answer fits and the next candidate does not.
-  std::optional<Trial> one = tryPlan(a, [&] { Plan p = *c->plan; p.microBatch = 1; return p; }(), relower);
-  std::optional<Trial> eight = tryPlan(a, [&] { Plan p = *c->plan; p.microBatch = 8; return p; }(), relower);
+  std::optional<Trial> one = tryPlan(a, [&] { Plan p = *wide.c.plan; p.microBatch = 1; return p; }(), relower);
+  std::optional<Trial> eight = tryPlan(a, [&] { Plan p = *wide.c.plan; p.microBatch = 8; return p; }(), relower);
   REQUIRE(one);
   REQUIRE(eight);
   CHECK(one->peak <= eight->peak);
@@ -218,7 +208,7 @@ TEST_CASE("solvers: largest micro-batch is the largest candidate that fits", "[s
     SolverAnswer mid = solveMicroBatch(a, relower, limit);
     REQUIRE(mid.ok());
     CHECK(mid.answer < 8);
-    Plan p = *c->plan;
+    Plan p = *wide.c.plan;
     p.microBatch = static_cast<int64_t>(mid.answer);
     CHECK(tryPlan(a, p, relower)->peak <= limit);
     p.microBatch *= 2;
@@ -228,16 +218,16 @@ TEST_CASE("solvers: largest micro-batch is the largest candidate that fits", "[s
 
 TEST_CASE("solvers: fewest devices with ZeRO sharding", "[solvers]") {
   // zero = 0: every device holds all 256 MiB of states; more devices never fit 100 MiB.
-  auto c0 = compile(wideModel("8 x H100_SXM { data = 8, zero = 0 }"));
-  Relower r0 = c0->relowerer(*c0->pickPlan(""));
-  Analysis a0 = analyze(*c0->graph, *c0->plan, c0->diags, r0);
+  Compiled t0(wideModel("8 x H100_SXM { data = 8, zero = 0 }"));
+  Relower r0 = t0.relower();
+  const Analysis &a0 = *t0.a;
   SolverAnswer no = solveDevices(a0, r0, 100.0 * (1 << 20));
   CHECK_FALSE(no.ok());
   CHECK(no.error.find("with zero = 3, 4 devices fit") != std::string::npos);
   // zero = 3: 256 MiB / data ≤ 100 MiB from data = 4 on (64 MiB plus the workspace).
-  auto c3 = compile(wideModel("8 x H100_SXM { data = 8, zero = 3 }"));
-  Relower r3 = c3->relowerer(*c3->pickPlan(""));
-  Analysis a3 = analyze(*c3->graph, *c3->plan, c3->diags, r3);
+  Compiled t3(wideModel("8 x H100_SXM { data = 8, zero = 3 }"));
+  Relower r3 = t3.relower();
+  const Analysis &a3 = *t3.a;
   SolverAnswer yes = solveDevices(a3, r3, 100.0 * (1 << 20));
   REQUIRE(yes.ok());
   CHECK(yes.answer == 4);
@@ -248,13 +238,10 @@ TEST_CASE("solvers: fewest devices with ZeRO sharding", "[solvers]") {
 // ---- budgets -------------------------------------------------------------------------------
 
 TEST_CASE("budgets: a broken memory budget is an error with computed fixes", "[solvers][budgets]") {
-  auto c = compile(wideModel("8 x H100_SXM { data = 8, zero = 0 }",
-                             "  budget {\n    memory per device <= 100 MiB\n  }\n"));
-  analyze(*c->graph, *c->plan, c->diags, c->relowerer(*c->pickPlan("")));
-  const Diagnostic *d = nullptr;
-  for (const Diagnostic &x : c->diags.diagnostics())
-    if (x.kind == DiagKind::BudgetMemory)
-      d = &x;
+  Compiled wide(wideModel("8 x H100_SXM { data = 8, zero = 0 }",
+                          "  budget {\n    memory per device <= 100 MiB\n  }\n"));
+  std::vector<const Diagnostic *> memory = wide.of(DiagKind::BudgetMemory);
+  const Diagnostic *d = memory.empty() ? nullptr : memory.back();
   REQUIRE(d);
   CHECK(d->severity == Severity::Error);
   CHECK(d->line == 14);
@@ -269,18 +256,16 @@ TEST_CASE("budgets: a broken memory budget is an error with computed fixes", "[s
 }
 
 TEST_CASE("budgets: kept budgets say nothing; run time needs tokens", "[solvers][budgets]") {
-  auto c = compile(wideModel("8 x H100_SXM { data = 8, zero = 3 }",
-                             "  budget {\n    memory per device <= 80 GiB\n  }\n"));
-  analyze(*c->graph, *c->plan, c->diags, c->relowerer(*c->pickPlan("")));
-  CHECK(c->diags.errorCount() == 0);
+  Compiled kept(wideModel("8 x H100_SXM { data = 8, zero = 3 }",
+                          "  budget {\n    memory per device <= 80 GiB\n  }\n"));
+  CHECK(kept.c.diags.errorCount() == 0);
 
   std::string src = wideModel("H100_SXM", "  budget {\n    run time <= 1 day\n  }\n");
   src.replace(src.find("  tokens = 1B\n"), 13, "");
-  auto t = compile(src);
-  analyze(*t->graph, *t->plan, t->diags, t->relowerer(*t->pickPlan("")));
-  REQUIRE(t->diags.errorCount() == 1);
-  CHECK(t->diags.diagnostics()[0].kind == DiagKind::BudgetRunTime);
-  CHECK(t->diags.diagnostics()[0].message.find("does not say its training tokens") !=
+  Compiled tokenless(src);
+  REQUIRE(tokenless.c.diags.errorCount() == 1);
+  CHECK(tokenless.c.diags.diagnostics()[0].kind == DiagKind::BudgetRunTime);
+  CHECK(tokenless.c.diags.diagnostics()[0].message.find("does not say its training tokens") !=
         std::string::npos);
 }
 
@@ -298,29 +283,29 @@ std::string stackModel(const std::string &extra, const std::string &budget) {
          extra + "  target = 2 x H100_SXM { data = 2 }\n  budget {\n    " + budget + "\n  }\n}\n";
 }
 
-std::vector<std::string> notesOf(const Compilation &c, DiagKind kind) {
+/// The messages of the notes on every diagnostic of `kind`.
+std::vector<std::string> notesOf(const Compiled &compiled, DiagKind kind) {
   std::vector<std::string> out;
-  for (const Diagnostic &d : c.diags.diagnostics())
-    if (d.kind == kind)
-      for (const DiagNote &n : d.notes)
-        out.push_back(n.message);
+  for (const Diagnostic *d : compiled.of(kind))
+    for (const DiagNote &n : d->notes)
+      out.push_back(n.message);
   return out;
 }
 
 } // namespace
 
 TEST_CASE("budgets: memory fixes are true of the plans they name", "[solvers][budgets]") {
-  auto c = compile(stackModel("  checkpoint = none\n", "memory per device <= 3 GiB"));
-  Relower relower = c->relowerer(*c->pickPlan(""));
-  Analysis a = analyze(*c->graph, *c->plan, c->diags, relower);
+  Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 3 GiB"));
+  Relower relower = stack.relower();
+  const Analysis &a = *stack.a;
   REQUIRE(a.memory.peak > 3.0 * (1ull << 30));
-  std::vector<std::string> notes = notesOf(*c, DiagKind::BudgetMemory);
+  std::vector<std::string> notes = notesOf(stack, DiagKind::BudgetMemory);
   REQUIRE_FALSE(notes.empty());
   const double limit = 3.0 * (1ull << 30);
   bool sawCheckpoint = false, sawMicro = false;
   for (const std::string &n : notes) {
     INFO(n);
-    Plan p = *c->plan;
+    Plan p = *stack.c.plan;
     auto at = n.find("checkpoint = ");
     if (at != std::string::npos && n.find(" fits in ") != std::string::npos) {
       p.checkpoint = n.substr(at + 13, n.find(' ', at + 13) - (at + 13));
@@ -343,19 +328,19 @@ TEST_CASE("budgets: memory fixes are true of the plans they name", "[solvers][bu
 }
 
 TEST_CASE("budgets: step time and run time propose more devices", "[solvers][budgets]") {
-  auto c = compile(stackModel("", "step time <= 200 ms\n    run time <= 1 h"));
-  Relower relower = c->relowerer(*c->pickPlan(""));
-  Analysis a = analyze(*c->graph, *c->plan, c->diags, relower);
+  Compiled stack(stackModel("", "step time <= 200 ms\n    run time <= 1 h"));
+  Relower relower = stack.relower();
+  const Analysis &a = *stack.a;
   REQUIRE(a.time.step > 0.2);
-  std::vector<std::string> step = notesOf(*c, DiagKind::BudgetStepTime);
-  std::vector<std::string> run = notesOf(*c, DiagKind::BudgetRunTime);
+  std::vector<std::string> step = notesOf(stack, DiagKind::BudgetStepTime);
+  std::vector<std::string> run = notesOf(stack, DiagKind::BudgetRunTime);
   REQUIRE(step.size() == 1);
   REQUIRE(run.size() == 1);
   // The fewest devices that meet the budget: the named layout meets it, the next smaller
   // data degree (2, today's) does not.
   CHECK(step[0].rfind("4 × H100_SXM (data = 4, zero = 0) gives a step time of", 0) == 0);
   CHECK(run[0].rfind("4 × H100_SXM (data = 4, zero = 0) gives a run time of", 0) == 0);
-  Plan p = *c->plan;
+  Plan p = *stack.c.plan;
   p.parallel.data = p.parallel.devices = 4;
   std::optional<Trial> t = tryPlan(a, p, relower);
   REQUIRE(t);
@@ -364,10 +349,10 @@ TEST_CASE("budgets: step time and run time propose more devices", "[solvers][bud
 }
 
 TEST_CASE("budgets: MFU lost to recompute is found again without it", "[solvers][budgets]") {
-  auto c = compile(stackModel("  checkpoint = full\n", "mfu >= 35%"));
-  Relower relower = c->relowerer(*c->pickPlan(""));
-  Analysis a = analyze(*c->graph, *c->plan, c->diags, relower);
+  Compiled stack(stackModel("  checkpoint = full\n", "mfu >= 35%"));
+  Relower relower = stack.relower();
+  const Analysis &a = *stack.a;
   REQUIRE(a.time.mfu < 0.35);
-  CHECK(contains(notesOf(*c, DiagKind::BudgetMfu), "checkpoint = none (no recompute) reaches MFU"));
+  CHECK(contains(notesOf(stack, DiagKind::BudgetMfu), "checkpoint = none (no recompute) reaches MFU"));
   CHECK_FALSE(inSolverTrial());
 }

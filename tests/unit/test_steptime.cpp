@@ -5,52 +5,15 @@
 // error, and Narayanan et al.'s closed form for training FLOPs on GPT-2 and Llama shapes.
 #include <catch.hpp>
 
-#include "frontend/Compiler.h"
+#include "tests/unit/Support.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 using namespace tally;
+using namespace tally::test;
 
 namespace {
-
-struct Compiled {
-  Compilation c;
-  std::optional<Analysis> a;
-
-  Compiled(const std::string &text, const char *plan) {
-    c.diags.setOutput(nullptr);
-    REQUIRE(c.addSource("t.tally", text));
-    analyze(plan);
-  }
-  Compiled(const std::string &file, const char *plan, bool) {
-    c.diags.setOutput(nullptr);
-    REQUIRE(c.addFile(file));
-    analyze(plan);
-  }
-  void analyze(const char *plan) {
-    const PlanDecl *d = c.pickPlan(plan);
-    REQUIRE(d);
-    a = c.analyzePlan(*d);
-    REQUIRE(a);
-  }
-  const OpAnalysis &at(const std::string &path) const {
-    const Graph &g = *a->graph;
-    for (OpId i = 0; i < g.ops.size(); ++i)
-      if (g.ops[i].path == path)
-        return a->ops[i];
-    FAIL("no op " << path);
-    return a->ops[0];
-  }
-};
-
-std::string example(const char *name) {
-  const char *dir = std::getenv("TALLY_SOURCE_DIR");
-  INFO("TALLY_SOURCE_DIR must name the repository (ctest sets it)");
-  REQUIRE(dir);
-  return std::string(dir) + "/examples/" + name;
-}
 
 // H100_SXM numbers and the default efficiencies (ir/Target.h).
 constexpr double kF32 = 66.9e12, kBw = 3.35e12, kLink = 450e9 * 0.8, kHost = 64e9 * 0.8;
@@ -229,7 +192,7 @@ TEST_CASE("steptime: recompute is the forward time of the recomputed ops", "[ste
 TEST_CASE("steptime: an optimizer on the host moves grads down and params up", "[steptime]") {
   // examples/targets.tally: 4 × MyGPU, Adam with fp32 state on the host, bf16 params and
   // grads, an fp32 master copy left on the device, a [256, 256] weight (65536 parameters).
-  Compiled t(example("targets.tally"), "on_my_gpu", true);
+  Compiled t(fromFile, example("targets.tally"), "on_my_gpu");
   const Analysis &a = *t.a;
   CHECK(a.memory.hostTotal == 65536 * 2 * 4);
   CHECK(a.time.optimizer == 0); // the update runs on the host CPU
@@ -240,7 +203,7 @@ TEST_CASE("steptime: an optimizer on the host moves grads down and params up", "
 }
 
 TEST_CASE("steptime: GPT-2's run time from step time and steps", "[steptime]") {
-  Compiled t(example("gpt2.tally"), "gpt2_124M", true);
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
   const Analysis &a = *t.a;
   CHECK(a.time.accumulationSteps == 4); // 512 / (16 · 8)
   CHECK(a.time.steps == Approx(10e9 / (512.0 * 1024)));
@@ -261,13 +224,13 @@ TEST_CASE("steptime: Narayanan et al.'s training FLOPs agree within 2%", "[stept
     return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
   };
   SECTION("GPT-2 124M") {
-    Compiled t(example("gpt2.tally"), "gpt2_124M", true);
+    Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
     double exact = t.a->flops.forward + t.a->flops.backward;
     REQUIRE(exact > 0);
     CHECK(std::abs(exact / narayanan(512, 1024, 12, 768, 50257) - 1) < 0.02);
   }
   SECTION("Llama-2-7B") {
-    Compiled t(example("llama2_7b.tally"), "llama2_7b", true);
+    Compiled t(fromFile, example("llama2_7b.tally"), "llama2_7b");
     double exact = t.a->flops.forward + t.a->flops.backward;
     REQUIRE(exact > 0);
     CHECK(std::abs(exact / narayanan(1024, 4096, 32, 4096, 32000) - 1) < 0.02);
@@ -286,13 +249,11 @@ train odd {
 )",
              "odd");
   bool found = false;
-  for (const Diagnostic &d : t.c.diags.diagnostics()) {
-    if (d.kind != DiagKind::AccumulationNotInteger)
-      continue;
+  for (const Diagnostic *d : t.of(DiagKind::AccumulationNotInteger)) {
     found = true;
-    CHECK(d.severity == Severity::Error);
-    CHECK(d.line == 13); // `batch = 100`
-    CHECK(d.message.find("16 × 8 = 128") != std::string::npos);
+    CHECK(d->severity == Severity::Error);
+    CHECK(d->line == 13); // `batch = 100`
+    CHECK(d->message.find("16 × 8 = 128") != std::string::npos);
   }
   CHECK(found);
   CHECK(t.c.diags.hasErrors());

@@ -1,0 +1,133 @@
+// Support.h — what the unit tests share: compiling a tally source text or file through
+// tally::Compilation exactly as the CLI does and analyzing one plan (Compiled), finding an op's
+// analysis by its path, picking diagnostics of one kind, locating the repository's examples
+// through $TALLY_SOURCE_DIR (ctest sets it), and the lecture's DeepLinear model that several
+// tests compile. Header-only; every failure is a Catch2 REQUIRE or FAIL in the calling test.
+#pragma once
+
+#include <catch.hpp>
+
+#include "frontend/Compiler.h"
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tally::test {
+
+/// The repository root, from $TALLY_SOURCE_DIR; fails the test when it is not set, so a test
+/// that reads examples never passes by reading nothing.
+inline std::string sourceDir() {
+  const char *dir = std::getenv("TALLY_SOURCE_DIR");
+  INFO("TALLY_SOURCE_DIR must name the repository (ctest sets it)");
+  REQUIRE(dir);
+  return dir;
+}
+
+/// The path of `name` in the repository's examples/ folder.
+inline std::string example(const std::string &name) { return sourceDir() + "/examples/" + name; }
+
+/// Tag for the Compiled constructor that reads a file instead of source text.
+struct FromFile {};
+/// The FromFile tag value: `Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M")`.
+inline constexpr FromFile fromFile{};
+
+/// The lecture's DeepLinear model (as in examples/lecture.tally) without a plan: two matmuls,
+/// x @ w1 of [batch, 1024] × [1024, 1024] and h1 @ w2 of [batch, 1024] × [1024, 64]. The text
+/// starts with a newline, so `h1 = x @ w1` is line 6 of a source that begins with it.
+inline constexpr const char *kDeepLinear = R"(
+model DeepLinear(D = 1024, K = 64) {
+  param w1: [D, D]
+  param w2: [D, K]
+  forward(x: f32[batch, D]) {
+    h1 = x @ w1
+    h2 = h1 @ w2
+    return mean(h2 * h2)
+  }
+}
+)";
+
+/// One compilation with one plan lowered and analyzed by every pass. Diagnostics are collected,
+/// not printed (read them with of() or count()); a step that fails fails the test, showing the
+/// diagnostics collected so far.
+struct Compiled {
+  Compilation c;
+  std::optional<Analysis> a;
+  const PlanDecl *decl = nullptr; ///< the plan analyzed
+
+  /// Compiles `text` as the buffer "t.tally" and analyzes `plan` ("": the first plan).
+  explicit Compiled(const std::string &text, const std::string &plan = "",
+                    const PlanOverrides &overrides = {}) {
+    c.diags.setOutput(nullptr);
+    require(c.addSource("t.tally", text), "parsing t.tally");
+    analyze(plan, overrides);
+  }
+  /// Compiles the file at `path` and analyzes `plan` ("": the first plan).
+  Compiled(FromFile, const std::string &path, const std::string &plan = "",
+           const PlanOverrides &overrides = {}) {
+    c.diags.setOutput(nullptr);
+    require(c.addFile(path), "reading and parsing " + path);
+    analyze(plan, overrides);
+  }
+  Compiled(const Compiled &) = delete;
+  Compiled &operator=(const Compiled &) = delete;
+
+  /// The lowered graph the analysis ran on.
+  const Graph &g() const { return *a->graph; }
+
+  /// The op whose path is `path`; fails the test when there is none.
+  OpId op(const std::string &path) const {
+    for (OpId i = 0; i < g().ops.size(); ++i)
+      if (g().ops[i].path == path)
+        return i;
+    FAIL("no op " << path);
+    return kNone;
+  }
+  /// The analysis of the op whose path is `path`; fails the test when there is none.
+  const OpAnalysis &at(const std::string &path) const { return a->ops[op(path)]; }
+
+  /// The diagnostics of `kind`, in emission order.
+  std::vector<const Diagnostic *> of(DiagKind kind) const {
+    std::vector<const Diagnostic *> out;
+    for (const Diagnostic &d : c.diags.diagnostics())
+      if (d.kind == kind)
+        out.push_back(&d);
+    return out;
+  }
+  /// How many diagnostics of `kind` were emitted.
+  size_t count(DiagKind kind) const { return of(kind).size(); }
+
+  /// Re-lowers the analyzed plan's model for another plan, as the budgets and solvers do.
+  Relower relower() { return c.relowerer(*decl); }
+
+  /// Every diagnostic so far, one a line: "file:line:column: severity: message [code]", or
+  /// "tally: severity: ..." for one without a location, as the engine prints them.
+  std::string diagnosticsText() const {
+    std::string text;
+    for (const Diagnostic &d : c.diags.diagnostics()) {
+      text += d.file.empty() ? std::string("tally")
+                             : d.file + ":" + std::to_string(d.line) + ":" +
+                                   std::to_string(d.column);
+      text += ": " + severityName(d.severity).str() + ": " + d.message + " [" +
+              codeOf(d.kind).str() + "]\n";
+    }
+    return text;
+  }
+
+private:
+  /// Picks, lowers and analyzes the plan.
+  void analyze(const std::string &plan, const PlanOverrides &overrides) {
+    decl = c.pickPlan(plan);
+    require(decl != nullptr, "picking the plan");
+    a = c.analyzePlan(*decl, overrides);
+    require(a.has_value(), "lowering the plan");
+  }
+  /// One REQUIRE; on failure it shows `step` and the diagnostics collected.
+  void require(bool ok, const std::string &step) const {
+    INFO(step << (ok ? std::string() : " failed:\n" + diagnosticsText()));
+    REQUIRE(ok);
+  }
+};
+
+} // namespace tally::test
