@@ -48,6 +48,8 @@ void inference(Analysis &a);
 /// PrecisionLints.cpp: literals that underflow or overflow the dtype they are used in, fp16
 /// without loss scaling, optimizer state below fp32.
 void precisionLints(Analysis &a, DiagnosticEngine &diags);
+/// UnusedParams.cpp: parameters that no op reads (the unused-value warning).
+void unusedParams(Analysis &a, DiagnosticEngine &diags);
 /// Budgets.cpp: the plan's budgets against the analysis, with fixes computed by the solvers.
 void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower);
 

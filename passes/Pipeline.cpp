@@ -20,6 +20,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   checkAccumulation(a, diags); // [steptime]
   inference(a); // [inference]
   precisionLints(a, diags); // [lints]
+  unusedParams(a, diags);
   checkBudgets(a, diags, relower); // [budgets]
   blockTotals(a);
   return a;
