@@ -18,6 +18,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cstdio>
 #include <deque>
 
 namespace tally {
@@ -76,6 +77,17 @@ struct Scope {
   ModuleObj *module;
   llvm::StringMap<Value> locals;
 };
+
+/// Most block instances one model may have (a 10,000-layer GPT has 90,000): a bound on the
+/// memory that instantiation may take, checked before a repeat makes its copies.
+constexpr size_t kMaxInstances = 1'000'000;
+
+/// A number for a message, as a person writes it: 1.5, 0.333333 (not "1.50").
+std::string plainNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
 
 std::string join(const std::string &path, llvm::StringRef name) {
   return path.empty() ? name.str() : path + "." + name.str();
@@ -170,7 +182,32 @@ private:
   bool failed = false;
   unsigned callDepth = 0;
 
+  /// A block being instantiated or called, innermost last: errors inside a block (often one
+  /// of the standard library's) get notes that lead back to the user's code.
+  struct Site {
+    llvm::SMRange where;
+    const BlockDecl *block;
+    std::string path;
+    bool call; ///< a forward call rather than an instantiation
+  };
+  std::vector<Site> sites;
+
   void fail() { failed = true; }
+
+  /// Adds "in 'Linear' called here as h[3].mlp.fc" notes, innermost first (at most four;
+  /// the model itself, path "", needs none).
+  void context(DiagBuilder &d) {
+    size_t shown = 0;
+    for (auto it = sites.rbegin(); it != sites.rend() && shown < 4; ++it) {
+      if (it->path.empty())
+        continue;
+      d.note(it->where.Start, "in '" + it->block->name + "' " +
+                                  (it->call ? "called" : "instantiated") + " here as " +
+                                  it->path,
+             it->where);
+      ++shown;
+    }
+  }
 
   // ---- instantiation ------------------------------------------------------------------
 
@@ -181,6 +218,7 @@ private:
     for (size_t i = 0; i < call.elems.size(); ++i) {
       const std::string &name = i < call.names.size() ? call.names[i] : "";
       llvm::SMRange r = i < call.ranges.size() ? call.ranges[i] : where;
+      llvm::SMRange nameAt = i < call.nameRanges.size() ? call.nameRanges[i] : r;
       size_t slot = b.params.size();
       if (name.empty()) {
         slot = positional++;
@@ -202,19 +240,21 @@ private:
           for (const auto &p : b.params)
             names.push_back(p.name);
           std::string close = closestName(name, names);
-          diags.report(DiagKind::UnknownArgument, r.Start,
-                       "'" + b.name + "' has no parameter '" + name + "'" +
-                           (close.empty() ? "" : "; did you mean '" + close + "'?"))
-              .range(r)
-              .note(b.nameRange.Start, "'" + b.name + "' is declared here");
+          auto d = diags.report(DiagKind::UnknownArgument, nameAt.Start,
+                                "'" + b.name + "' has no parameter '" + name + "'" +
+                                    (close.empty() ? "" : "; did you mean '" + close + "'?"));
+          d.range(nameAt);
+          if (!close.empty())
+            d.fixit(nameAt, close);
+          d.note(b.nameRange.Start, "'" + b.name + "' is declared here");
           return false;
         }
       }
       if (bound[slot]) {
-        diags.report(DiagKind::DuplicateName, r.Start,
+        diags.report(DiagKind::DuplicateName, nameAt.Start,
                      "parameter '" + b.params[slot].name + "' of '" + b.name +
                          "' is given twice")
-            .range(r);
+            .range(nameAt);
         return false;
       }
       bound[slot] = true;
@@ -246,18 +286,29 @@ private:
     if (!type.dtype.empty()) {
       auto d = parseDtype(type.dtype);
       if (!d) {
-        diags.report(DiagKind::UnknownDtype, type.dtypeRange.Start,
-                     "unknown dtype '" + type.dtype + "'")
-            .range(type.dtypeRange);
+        static const std::vector<std::string> known = {
+            "f64", "f32", "tf32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i64", "i32", "i8",
+            "u8", "bool", "fp64", "fp32", "fp16"};
+        std::string close = closestName(type.dtype, known);
+        auto d = diags.report(DiagKind::UnknownDtype, type.dtypeRange.Start,
+                              "unknown dtype '" + type.dtype + "'" +
+                                  (close.empty() ? "" : "; did you mean '" + close + "'?"));
+        d.range(type.dtypeRange);
+        if (!close.empty())
+          d.fixit(type.dtypeRange, close);
         return false;
       }
       dtype = *d;
     }
-    ConstEnv env = consts;
+    // The plan's `batch` and `seq` are visible unless the block has constants of those names
+    // (as in the forward function's lookup); only then is the environment copied.
+    ConstEnv withSymbols;
     if (withPlan) {
-      env["batch"] = ConstValue::integer(plan.microBatch, {});
-      env["seq"] = ConstValue::integer(plan.seq, {});
+      withSymbols = consts;
+      withSymbols.try_emplace("batch", ConstValue::integer(plan.microBatch, {}));
+      withSymbols.try_emplace("seq", ConstValue::integer(plan.seq, {}));
     }
+    const ConstEnv &env = withPlan ? withSymbols : consts;
     for (const ExprPtr &e : type.dims) {
       ConstValue v = sema.eval(*e, env);
       if (v.kind == ConstValue::Invalid)
@@ -313,6 +364,14 @@ private:
       fail();
       return nullptr;
     }
+    if (g.instances.size() > kMaxInstances) {
+      diags.report(DiagKind::Overflow, where.Start,
+                   "the model has more than " + std::to_string(kMaxInstances) +
+                       " block instances; tally stops counting here")
+          .range(where);
+      fail();
+      return nullptr;
+    }
     modules.emplace_back();
     ModuleObj &m = modules.back();
     m.decl = &b;
@@ -323,7 +382,9 @@ private:
       return nullptr;
     }
     stack.push_back(&b);
+    sites.push_back({where, &b, path, false});
     bool ok = items(b.items, m, frozen);
+    sites.pop_back();
     stack.pop_back();
     if (!ok) {
       fail();
@@ -339,9 +400,12 @@ private:
 
   bool declared(ModuleObj &m, const std::string &name, llvm::SMRange r) {
     if (m.members.count(name) || m.consts.count(name)) {
-      diags.report(DiagKind::DuplicateName, r.Start,
-                   "'" + name + "' is already declared in block '" + m.decl->name + "'")
-          .range(r);
+      auto d = diags.report(DiagKind::DuplicateName, r.Start,
+                            "'" + name + "' is already declared in block '" + m.decl->name +
+                                "'");
+      d.range(r);
+      if (auto it = m.members.find(name); it != m.members.end())
+        d.note(it->second.range.Start, "first declared here");
       return true;
     }
     return false;
@@ -400,9 +464,10 @@ private:
     if (v.kind == ConstValue::Invalid)
       return std::nullopt;
     if (v.kind != ConstValue::Bool) {
-      diags.report(DiagKind::TypeMismatch, e.range.Start,
-                   "a condition must be true or false, not " + v.describe())
-          .range(e.range);
+      auto d = diags.report(DiagKind::TypeMismatch, e.range.Start,
+                            "a condition must be true or false, not " + v.describe());
+      d.range(e.range);
+      context(d);
       return std::nullopt;
     }
     return v.boolean;
@@ -436,6 +501,14 @@ private:
       ConstValue call = sema.eval(*e.lhs, m.consts);
       if (call.kind == ConstValue::Invalid)
         return false;
+      if (static_cast<uint64_t>(*n) > kMaxInstances - std::min(kMaxInstances, g.instances.size())) {
+        diags.report(DiagKind::Overflow, e.args[0]->range.Start,
+                     "repeat(" + std::to_string(*n) + ") makes more than " +
+                         std::to_string(kMaxInstances) +
+                         " block instances; tally stops counting here")
+            .range(e.args[0]->range);
+        return false;
+      }
       uint32_t listInstance = newInstance(path, "repeat", m.instance);
       Value list;
       list.kind = Value::List;
@@ -521,7 +594,9 @@ private:
       }
       scope.locals[f.params[i].name] = args[i];
     }
+    sites.push_back({where, m.decl, m.path, true});
     std::optional<Value> result = statements(f.body, scope);
+    sites.pop_back();
     --callDepth;
     if (failed)
       return {};
@@ -721,8 +796,14 @@ private:
         names.push_back(kv.getKey().str());
       for (const auto &kv : m.consts)
         names.push_back(kv.getKey().str());
-      sema.unknownName(llvm::SMRange(e.opLoc, e.range.End),
-                       "member of '" + m.decl->name + "'", e.text, names);
+      llvm::SMRange at(e.opLoc, e.range.End);
+      std::string close = closestName(e.text, names);
+      auto d = diags.report(DiagKind::UnknownName, at.Start,
+                            "'" + m.decl->name + "' has no member '" + e.text + "'" +
+                                (close.empty() ? "" : "; did you mean '" + close + "'?"));
+      d.range(at);
+      if (!close.empty())
+        d.fixit(at, close);
       return {};
     }
     case ExprKind::Index: {
@@ -934,9 +1015,10 @@ private:
         slot = static_cast<size_t>(it - params.begin());
       }
       if (b.exprs[slot]) {
-        diags.report(DiagKind::DuplicateName, e.args[i]->range.Start,
+        llvm::SMRange at = e.argNames[i].empty() ? e.args[i]->range : e.argNameRanges[i];
+        diags.report(DiagKind::DuplicateName, at.Start,
                      "argument '" + params[slot] + "' of '" + name + "' is given twice")
-            .range(e.args[i]->range);
+            .range(at);
         return std::nullopt;
       }
       Value v = eval(*e.args[i], scope);
@@ -990,8 +1072,11 @@ private:
     const Value &v = b.values[i];
     if (v.kind != Value::Const || v.c.kind != ConstValue::Number || !v.c.isInteger ||
         v.c.dim != UnitDim::None) {
+      bool plain = v.kind == Value::Const && v.c.kind == ConstValue::Number &&
+                   v.c.dim == UnitDim::None;
       diags.report(DiagKind::NotInteger, v.range.Start,
-                   "'" + what + "' must be a whole number, not " + v.describe())
+                   "'" + what + "' must be a whole number, " +
+                       (plain ? "but it is " + plainNumber(v.c.number) : "not " + v.describe()))
           .range(v.range);
       return std::nullopt;
     }
@@ -1016,7 +1101,7 @@ private:
     if (p && (*p < 0 || *p >= 1)) {
       diags.report(DiagKind::InvalidValue, b.values[i].range.Start,
                    "'" + what + "' is a probability in [0, 1), not " +
-                       llvm::formatv("{0}", *p).str())
+                       plainNumber(*p))
           .range(b.values[i].range);
       return std::nullopt;
     }
@@ -1260,7 +1345,9 @@ private:
                     : err.kind == ShapeErrorKind::Invalid   ? DiagKind::InvalidValue
                                                             : DiagKind::ShapeMismatch;
       llvm::SMLoc at = e.kind == ExprKind::Binary ? e.opLoc : e.range.Start;
-      diags.report(dk, at, err.message).range(e.range);
+      auto d = diags.report(dk, at, err.message);
+      d.range(e.range);
+      context(d);
       fail();
       return {};
     }

@@ -72,7 +72,8 @@ private:
 /// count misses lexer errors).
 class ErrorListener : public BaseErrorListener {
 public:
-  ErrorListener(DiagnosticEngine &diags, const Locator &loc) : diags(diags), loc(loc) {}
+  ErrorListener(DiagnosticEngine &diags, const Locator &loc, unsigned bufferID)
+      : diags(diags), loc(loc), bufferID(bufferID) {}
   unsigned errors = 0;
 
   void syntaxError(Recognizer *, Token *bad, size_t line, size_t column, const std::string &msg,
@@ -95,10 +96,10 @@ public:
 private:
   DiagnosticEngine &diags;
   const Locator &loc;
+  unsigned bufferID; ///< the buffer being parsed (not the main file: that is std.tally)
 
   llvm::SMLoc lineColumn(size_t line, size_t column) {
-    auto &sm = diags.sourceMgr();
-    return sm.FindLocForLineAndColumn(sm.getMainFileID(), line, column + 1);
+    return diags.sourceMgr().FindLocForLineAndColumn(bufferID, line, column + 1);
   }
   /// ANTLR's messages name every token it could accept; long lists help nobody.
   static std::string tidy(const std::string &msg, const std::string &text) {
@@ -454,6 +455,8 @@ private:
     if (auto *d = dynamic_cast<TallyParser::DeviceExprContext *>(ctx)) {
       auto e = std::make_unique<Expr>(ExprKind::Device, range);
       number(d->NUMBER()->getText(), *e);
+      if (e->suffix == "x") // `8x H100_SXM`: the x is glued to the count
+        e->suffix.clear();
       e->unitRange = r(d->NUMBER());
       e->text = d->device->getText();
       e->opLoc = r(d->device).Start;
@@ -472,6 +475,10 @@ private:
         for (auto *id : u->ID())
           e->unit += (e->unit.empty() ? "" : "/") + id->getText();
         e->unitRange = r(u);
+      }
+      if (auto *g = n->gluedRate()) { // `3.35TB/s`: the glued suffix goes on to "/s"
+        e->suffix += "/" + g->ID()->getText();
+        e->unitRange.End = r(g).End;
       }
       return e;
     }
@@ -527,7 +534,7 @@ std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) 
     return nullptr;
 
   Locator loc(text);
-  ErrorListener listener(diags, loc);
+  ErrorListener listener(diags, loc, bufferID);
   try {
     ANTLRInputStream input(text.data(), text.size());
     TallyLexer lexer(&input);
@@ -538,9 +545,10 @@ std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) 
     if (!checkNesting(tokens.getTokens(), loc, diags))
       return nullptr;
     TallyParser parser(&tokens);
+    // SLL prediction first (fast), silent and bailing out at the first problem; then full LL
+    // with recovery, reporting every error. The first stage has no listener: it may fail where
+    // LL succeeds, and an error it saw is seen (and reported once) again by the second.
     parser.removeErrorListeners();
-    parser.addErrorListener(&listener);
-    // SLL prediction first (fast); fall back to full LL only if SLL reports an error.
     parser.getInterpreter<atn::ParserATNSimulator>()->setPredictionMode(atn::PredictionMode::SLL);
     parser.setErrorHandler(std::make_shared<BailErrorStrategy>());
     TallyParser::FileContext *tree = nullptr;
@@ -549,6 +557,7 @@ std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) 
     } catch (ParseCancellationException &) {
       tokens.seek(0);
       parser.reset();
+      parser.addErrorListener(&listener);
       parser.setErrorHandler(std::make_shared<DefaultErrorStrategy>());
       parser.getInterpreter<atn::ParserATNSimulator>()->setPredictionMode(
           atn::PredictionMode::LL);

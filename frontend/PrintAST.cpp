@@ -1,8 +1,12 @@
-// `--emit=ast`: the AST as an indented tree, one node per line, with line:column of each node.
+// `--emit=ast`: the AST as an indented tree, one node per line. Numbers print as written
+// (integers whole, others with up to 15 significant digits), with their suffix or unit.
 #include "frontend/AST.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cstdio>
 
 namespace tally {
 
@@ -49,6 +53,30 @@ private:
     return "?";
   }
 
+  /// A literal's value: `1024`, `0.0006`, `3.35` (never rounded to two decimals).
+  static std::string number(const Expr &e) {
+    if (e.isInteger && e.number >= 0x1p53 && e.range.isValid()) {
+      // Past 2^53 the double is not exact: print the digits as written (without `_`).
+      llvm::StringRef text(e.range.Start.getPointer(),
+                           e.range.End.getPointer() - e.range.Start.getPointer());
+      std::string digits;
+      for (char c : text.substr(std::min(text.size(), text.find_first_of("0123456789")))) {
+        if (c == '_')
+          continue;
+        if (c < '0' || c > '9')
+          break;
+        digits += c;
+      }
+      if (!digits.empty())
+        return digits;
+    }
+    if (e.isInteger && e.number < 9.2e18)
+      return std::to_string(static_cast<int64_t>(e.number));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.15g", e.number);
+    return buf;
+  }
+
   void expr(const Expr &e, llvm::StringRef label = "") {
     auto &o = line();
     if (!label.empty())
@@ -56,7 +84,7 @@ private:
     o << kindName(e.kind);
     switch (e.kind) {
     case ExprKind::Number:
-      o << " " << llvm::formatv("{0}", e.number);
+      o << " " << number(e);
       if (!e.suffix.empty())
         o << " suffix=" << e.suffix;
       if (!e.unit.empty())
@@ -71,13 +99,19 @@ private:
       o << " \"" << e.text << "\"";
       break;
     case ExprKind::Device:
-      o << " " << llvm::formatv("{0}", e.number) << " x " << e.text;
+      o << " " << number(e) << " x " << e.text;
       break;
     default:
       break;
     }
     o << "\n";
     ++depth;
+    if (e.kind == ExprKind::Repeat) { // `repeat(count) block`: the count first, both labelled
+      expr(*e.args[0], "count");
+      expr(*e.lhs, "block");
+      --depth;
+      return;
+    }
     if (e.lhs)
       expr(*e.lhs, e.kind == ExprKind::Call ? "callee" : "");
     for (size_t i = 0; i < e.args.size(); ++i) {

@@ -14,6 +14,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <cstdio>
 
 namespace tally {
 
@@ -55,6 +56,24 @@ std::string ConstValue::describe() const {
   return "a value";
 }
 
+/// A number for a message, as a person writes it: 2.5, 0.333333, 1e+20 (not "2.50").
+static std::string plainNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+/// True when `a` becomes `b` by swapping two adjacent characters ("GTP2" and "GPT2").
+static bool isTransposition(llvm::StringRef a, llvm::StringRef b) {
+  if (a.size() != b.size() || a.size() < 2)
+    return false;
+  size_t i = 0;
+  while (i < a.size() && a[i] == b[i])
+    ++i;
+  return i + 1 < a.size() && a[i] == b[i + 1] && a[i + 1] == b[i] &&
+         a.substr(i + 2) == b.substr(i + 2);
+}
+
 std::string closestName(llvm::StringRef name, const std::vector<std::string> &candidates) {
   std::string best;
   unsigned bestDist = ~0u;
@@ -63,6 +82,8 @@ std::string closestName(llvm::StringRef name, const std::vector<std::string> &ca
     if (c == name)
       continue;
     unsigned d = name.edit_distance(c, true, limit + 1);
+    if (isTransposition(name, c))
+      d = 1; // a swap is one typo, not two replacements
     if (llvm::StringRef(c).equals_insensitive(name))
       d = 0;
     if (d <= limit && d < bestDist) {
@@ -129,6 +150,28 @@ void Sema::addModule(std::unique_ptr<Module> m, Program &p) {
 
 // ---- constant evaluation ------------------------------------------------------------------
 
+/// The exact value of a plain integer literal, read from its source text (the AST keeps a
+/// double, exact only below 2^53); nullopt when it does not fit in int64.
+static std::optional<int64_t> exactInteger(const Expr &e) {
+  llvm::StringRef text(e.range.Start.getPointer(),
+                       e.range.End.getPointer() - e.range.Start.getPointer());
+  size_t first = text.find_first_of("0123456789"); // skips the '(' of a parenthesised literal
+  if (first == llvm::StringRef::npos)
+    return std::nullopt;
+  std::string digits;
+  for (char c : text.substr(first)) {
+    if (c == '_')
+      continue;
+    if (c < '0' || c > '9')
+      break;
+    digits += c;
+  }
+  uint64_t u = 0;
+  if (llvm::StringRef(digits).getAsInteger(10, u) || u > static_cast<uint64_t>(INT64_MAX))
+    return std::nullopt;
+  return static_cast<int64_t>(u);
+}
+
 ConstValue Sema::number(const Expr &e) {
   UnitInfo info{UnitDim::None, 1.0};
   if (!e.suffix.empty() && !e.unit.empty()) {
@@ -159,12 +202,15 @@ ConstValue Sema::number(const Expr &e) {
     diags.report(DiagKind::Overflow, e.range.Start, "number is too large").range(e.range);
     return {};
   }
-  if (e.isInteger && info.dim == UnitDim::None && info.scale == 1.0) {
-    if (e.number > 9.2e18) {
+  if (e.isInteger && info.dim == UnitDim::None && info.scale == 1.0 && e.number >= 0x1p53) {
+    // Past 2^53 a double is not exact: read the digits again from the source as int64.
+    auto exact = exactInteger(e);
+    if (!exact) {
       diags.report(DiagKind::Overflow, e.range.Start, "integer does not fit in 64 bits")
           .range(e.range);
       return {};
     }
+    return ConstValue::integer(*exact, e.range);
   }
   return ConstValue::real(v, info.dim, e.range);
 }
@@ -204,7 +250,11 @@ ConstValue Sema::arith(const Expr &e, const ConstValue &a, const ConstValue &b) 
       dim = UnitDim::Ratio;
   } else if (op == "/") {
     if (b.number == 0) {
-      diags.report(DiagKind::DivisionByZero, e.opLoc, "division by zero").range(b.range);
+      const Expr *divisor = e.args.size() == 2 ? e.args[1].get() : nullptr;
+      std::string what =
+          divisor && divisor->kind == ExprKind::Name ? ": '" + divisor->text + "' is 0" : "";
+      diags.report(DiagKind::DivisionByZero, e.opLoc, "division by zero" + what)
+          .range(b.range);
       return {};
     }
     if (a.dim == b.dim)
@@ -323,6 +373,7 @@ ConstValue Sema::eval(const Expr &e, const ConstEnv &env) {
         return {};
       }
       v.text = e.lhs->text;
+      v.nameRange = e.lhs->range;
     }
     for (size_t i = 0; i < e.args.size(); ++i) {
       ConstValue a = eval(*e.args[i], env);
@@ -330,6 +381,8 @@ ConstValue Sema::eval(const Expr &e, const ConstEnv &env) {
         return {};
       v.elems.push_back(std::move(a));
       v.ranges.push_back(e.args[i]->range);
+      bool named = i < e.argNames.size() && !e.argNames[i].empty() && i < e.argNameRanges.size();
+      v.nameRanges.push_back(named ? e.argNameRanges[i] : e.args[i]->range);
       if (i < e.argNames.size())
         v.names.push_back(e.argNames[i]);
       if (i < e.placements.size())
@@ -353,6 +406,7 @@ ConstValue Sema::eval(const Expr &e, const ConstEnv &env) {
     v.number = e.number;
     v.isInteger = e.isInteger && e.suffix.empty();
     v.intValue = static_cast<int64_t>(e.number);
+    v.nameRange = {e.opLoc, llvm::SMLoc::getFromPointer(e.opLoc.getPointer() + e.text.size())};
     if (e.lhs) {
       ConstValue rec = eval(*e.lhs, env);
       if (rec.kind == ConstValue::Invalid)
@@ -381,7 +435,7 @@ std::optional<int64_t> Sema::positiveInt(const ConstValue &v, const char *what) 
   if (!v.isInteger) {
     diags.report(DiagKind::NotInteger, v.range.Start,
                  std::string(what) + " must be a whole number, but it is " +
-                     llvm::formatv("{0}", v.number).str())
+                     plainNumber(v.number))
         .range(v.range);
     return std::nullopt;
   }
@@ -440,9 +494,9 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
         auto dt = parseDtype(v.names[i]);
         double rate = need(v.elems[i], UnitDim::FlopRate, "peak " + v.names[i]);
         if (!dt) {
-          diags.report(DiagKind::UnknownDtype, v.ranges[i].Start,
+          diags.report(DiagKind::UnknownDtype, v.nameRanges[i].Start,
                        "unknown dtype '" + v.names[i] + "' in peak rates")
-              .range(v.ranges[i]);
+              .range(v.nameRanges[i]);
           ok = false;
           continue;
         }
@@ -476,7 +530,7 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
         else if (k == "communication") t.efficiency.communication = f;
         else if (k == "host_link") t.efficiency.hostLink = f;
         else {
-          unknownName(v.ranges[i], "efficiency class", k,
+          unknownName(v.nameRanges[i], "efficiency class", k,
                       {"matmul", "attention", "elementwise", "communication", "host_link"});
           ok = false;
         }
@@ -485,10 +539,12 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       std::vector<std::string> keys = {"memory", "bandwidth", "peak", "host_link",
                                         "interconnect", "host_memory", "efficiency"};
       std::string close = closestName(s.key, keys);
-      diags.report(DiagKind::UnknownSetting, s.keyRange.Start,
-                   "unknown target setting '" + s.key + "'" +
-                       (close.empty() ? "" : "; did you mean '" + close + "'?"))
-          .range(s.keyRange);
+      auto b = diags.report(DiagKind::UnknownSetting, s.keyRange.Start,
+                            "unknown target setting '" + s.key + "'" +
+                                (close.empty() ? "" : "; did you mean '" + close + "'?"));
+      b.range(s.keyRange);
+      if (!close.empty())
+        b.fixit(s.keyRange, close);
       ok = false;
     }
   }
@@ -606,13 +662,21 @@ bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
                   : k == "optimizer" ? &out.optimizer
                                      : nullptr;
     if (!slot) {
-      unknownName(v.ranges[i], "tensor class", k,
+      unknownName(v.nameRanges[i], "tensor class", k,
                   {"params", "grads", "activations", "master", "optimizer", "loss_scaling"});
       ok = false;
       continue;
     }
     auto d = dtypeSetting(e, ("'" + k + "'").c_str());
     if (!d) {
+      ok = false;
+      continue;
+    }
+    if (!isFloat(*d)) {
+      diags.report(DiagKind::UnknownDtype, e.range.Start,
+                   "'" + k + "' must be a floating-point dtype (fp32, tf32, bf16, fp16, fp8_e4m3, "
+                   "fp8_e5m2), not " + nameOf(*d).str())
+          .range(e.range);
       ok = false;
       continue;
     }
@@ -653,7 +717,7 @@ bool Sema::optimizer(const ConstValue &v, OptimizerSpec &out) {
                        v.describe())
           .range(v.range);
     else
-      unknownName(v.range, "optimizer", name, known);
+      unknownName(v.nameRange.isValid() ? v.nameRange : v.range, "optimizer", name, known);
     return false;
   }
   out.name = canonical;
@@ -689,11 +753,14 @@ bool Sema::optimizer(const ConstValue &v, OptimizerSpec &out) {
                                            : nullptr;
     if (!slot) {
       std::string close = closestName(key, {"lr", "momentum", "betas", "eps", "weight_decay"});
-      diags.report(DiagKind::UnknownArgument, r.Start,
-                   key.empty() ? "only the learning rate may be given without a name"
-                               : "unknown optimizer argument '" + key + "'" +
-                                     (close.empty() ? "" : "; did you mean '" + close + "'?"))
-          .range(r);
+      llvm::SMRange at = i < v.nameRanges.size() ? v.nameRanges[i] : r;
+      auto d = diags.report(DiagKind::UnknownArgument, at.Start,
+                            key.empty() ? "only the learning rate may be given without a name"
+                                        : "unknown optimizer argument '" + key + "'" +
+                                              (close.empty() ? "" : "; did you mean '" + close + "'?"));
+      d.range(at);
+      if (!key.empty() && !close.empty())
+        d.fixit(at, close);
       ok = false;
       continue;
     }
@@ -727,7 +794,8 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
     targetName = v.text;
     if (!v.isInteger || v.number < 1) {
       diags.report(DiagKind::NotInteger, v.range.Start,
-                   "the device count must be a positive whole number")
+                   "the device count must be a positive whole number, but it is " +
+                       plainNumber(v.number))
           .range(v.range);
       return false;
     }
@@ -739,7 +807,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         .range(v.range);
     return false;
   }
-  auto t = resolveTarget(p, targetName, v.range);
+  auto t = resolveTarget(p, targetName, v.nameRange.isValid() ? v.nameRange : v.range);
   if (!t)
     return false;
   plan.target = *t;
@@ -766,7 +834,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
                       : k == "pipeline" ? &par.pipeline
                                         : nullptr;
       if (!slot) {
-        unknownName(rec.ranges[i], "parallelism setting", k,
+        unknownName(rec.nameRanges[i], "parallelism setting", k,
                     {"data", "tensor", "pipeline", "zero"});
         return false;
       }
@@ -819,15 +887,16 @@ const BlockDecl *Sema::planModel(const Program &p, const PlanDecl &d, ConstValue
       std::vector<std::string> names;
       for (const auto &kv : p.blocks)
         names.push_back(kv.getKey().str());
-      unknownName(s.value->range, "model", call.text, names);
+      unknownName(call.nameRange.isValid() ? call.nameRange : call.range, "model", call.text,
+                  names);
       return nullptr;
     }
     return it->second;
   }
   diags.report(DiagKind::MissingSetting, d.nameRange.Start,
-               "plan '" + d.name + "' does not say which model it runs")
-      .range(d.nameRange)
-      .fixit(llvm::SMRange(d.range.End, d.range.End), "");
+               "plan '" + d.name + "' does not say which model it runs (for example "
+               "model = GPT2())")
+      .range(d.nameRange);
   return nullptr;
 }
 

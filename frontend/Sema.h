@@ -33,6 +33,8 @@ struct ConstValue {
   std::vector<std::string> names;   ///< Record keys, Call argument names ("" positional)
   std::vector<std::string> placements; ///< Record: "" or "host"
   std::vector<llvm::SMRange> ranges;   ///< where each element was written
+  std::vector<llvm::SMRange> nameRanges; ///< Record keys, Call argument names (positional: the value)
+  llvm::SMRange nameRange;             ///< Device: the target name; Call: the callee
   llvm::SMRange range;
 
   static ConstValue integer(int64_t v, llvm::SMRange r);

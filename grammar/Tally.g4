@@ -14,6 +14,28 @@ grammar Tally;
     return prev && next && prev->getLine() == next->getLine() && next->getText() != "x";
   }
   bool timesAhead() { return _input->LT(2)->getText() == "x"; }
+  /// `3.35TB/s`: a number with a glued unit, then `/s` written without spaces, is one rate;
+  /// `10B / s` or `10B/seq` stay divisions.
+  bool gluedRateAhead() {
+    antlr4::Token *num = _input->LT(-1), *slash = _input->LT(1), *s = _input->LT(2);
+    if (!num || slash->getText() != "/" || s->getText() != "s")
+      return false;
+    std::string t = num->getText();
+    char last = t.empty() ? '0' : t.back();
+    bool letter = (last >= 'a' && last <= 'z') || (last >= 'A' && last <= 'Z');
+    return letter && slash->getStartIndex() == num->getStopIndex() + 1 &&
+           s->getStartIndex() == slash->getStopIndex() + 1;
+  }
+  /// `8x H100_SXM`: a whole number with the `x` glued to it, then the device name.
+  bool gluedTimesAhead() {
+    std::string t = _input->LT(1)->getText();
+    if (t.size() < 2 || t.back() != 'x' || _input->LT(2)->getType() != ID)
+      return false;
+    for (size_t i = 0; i + 1 < t.size(); ++i)
+      if (t[i] < '0' || t[i] > '9')
+        return false;
+    return true;
+  }
 }
 
 file : decl* EOF ;
@@ -66,7 +88,8 @@ expr
   | expr op=('+' | '-') expr                                    # addExpr
   | REPEAT '(' expr ')' expr                                    # repeatExpr
   | {timesAhead()}? NUMBER ID device=ID record?                 # deviceExpr
-  | NUMBER ({unitAhead()}? unit)?                               # numberExpr
+  | {gluedTimesAhead()}? NUMBER device=ID record?               # deviceExpr
+  | NUMBER ({unitAhead()}? unit | {gluedRateAhead()}? gluedRate)?  # numberExpr
   | ID                                                          # nameExpr
   | STRING                                                      # stringExpr
   | '(' expr ')'                                                # parenExpr
@@ -77,6 +100,7 @@ expr
 
 arg : (name=ID '=')? expr ;
 unit : ID ('/' ID)? ;
+gluedRate : '/' ID ;
 record : '{' (field ','?)* '}' ;
 field : key=ID '=' expr (ON where=ID)? ;
 
@@ -97,6 +121,7 @@ ELSE : 'else' ;
 ON : 'on' ;
 
 // A number may carry a glued suffix: a count (10B, 2T, 512K), a percentage (40%) or a unit (80GiB).
+// A glued rate (3.35TB/s) is NUMBER '/' 's' with nothing between; see gluedRateAhead().
 NUMBER : DIGITS ('.' DIGITS?)? ([eE] [+-]? DIGITS)? [a-zA-Z_%]* ;
 fragment DIGITS : [0-9] ('_'? [0-9])* ;
 ID : [a-zA-Z_] [a-zA-Z_0-9]* ;

@@ -3,6 +3,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
 #include <unordered_set>
 
 namespace tally {
@@ -140,6 +141,15 @@ std::string verifyGraph(const Graph &g) {
   return "";
 }
 
+namespace {
+/// A constant attribute as a person writes it: 0.5, 1e-05, 3 (raw_ostream prints 5.000000e-01).
+std::string attrNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+} // namespace
+
 void printGraph(const Graph &g, llvm::raw_ostream &os) {
   auto type = [&](TensorId t) {
     const Tensor &x = g.tensors[t];
@@ -156,11 +166,13 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     for (size_t i = 0; i < op.outputs.size(); ++i)
       os << (i ? ", " : "") << "%" << op.outputs[i];
     os << " = " << opName(op.kind) << "(";
+    const OpAttrs &a = op.attrs;
+    if (a.hasScalar && a.scalarOnLeft) // `2 - x` is sub(2, %x), not sub(%x, 2)
+      os << attrNumber(a.scalar) << (op.inputs.empty() ? "" : ", ");
     for (size_t i = 0; i < op.inputs.size(); ++i)
       os << (i ? ", " : "") << "%" << op.inputs[i];
-    const OpAttrs &a = op.attrs;
-    if (a.hasScalar)
-      os << (op.inputs.empty() ? "" : ", ") << a.scalar;
+    if (a.hasScalar && !a.scalarOnLeft)
+      os << (op.inputs.empty() ? "" : ", ") << attrNumber(a.scalar);
     os << ")";
     switch (op.kind) {
     case OpKind::Attention:
@@ -168,18 +180,33 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
          << ", causal = " << (a.causal ? "true" : "false")
          << ", fused = " << (a.fused ? "true" : "false");
       if (a.p > 0)
-        os << ", dropout = " << a.p;
+        os << ", dropout = " << attrNumber(a.p);
       os << "}";
       break;
     case OpKind::Split:
       os << " {parts = " << a.parts << ", dim = " << a.dim << "}";
       break;
     case OpKind::Dropout:
-      os << " {p = " << a.p << "}";
+      os << " {p = " << attrNumber(a.p) << "}";
       break;
     case OpKind::LayerNorm:
     case OpKind::RmsNorm:
-      os << " {eps = " << a.eps << "}";
+      os << " {eps = " << attrNumber(a.eps) << "}";
+      break;
+    case OpKind::Softmax:
+    case OpKind::Concat:
+      os << " {dim = " << a.dim << "}";
+      break;
+    case OpKind::Sum:
+    case OpKind::Mean:
+      if (!a.reduceAll)
+        os << " {dim = " << a.dim << ", keepdim = " << (a.keepDim ? "true" : "false") << "}";
+      break;
+    case OpKind::Transpose:
+      os << " {dims = (" << a.transposeA << ", " << a.transposeB << ")}";
+      break;
+    case OpKind::Reshape:
+      os << " {shape = " << Graph::formatSizes(a.newShape) << "}";
       break;
     default:
       break;
