@@ -602,30 +602,13 @@ std::optional<Dtype> Sema::dtypeSetting(const ConstValue &v, const char *what) {
 bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
   out.range = v.range;
   if (v.kind == ConstValue::Word) {
-    const std::string &n = v.text;
-    out.preset = n;
-    auto set = [&](Dtype params, Dtype master, Dtype opt) {
-      out.params = out.grads = out.activations = params;
-      out.master = master;
-      out.optimizer = opt;
-    };
-    if (n == "fp32" || n == "f32")
-      set(Dtype::F32, Dtype::Invalid, Dtype::F32);
-    else if (n == "tf32")
-      set(Dtype::F32, Dtype::Invalid, Dtype::F32), out.activations = Dtype::F32;
-    else if (n == "bf16")
-      set(Dtype::BF16, Dtype::Invalid, Dtype::F32);
-    else if (n == "fp16" || n == "f16")
-      set(Dtype::F16, Dtype::Invalid, Dtype::F32);
-    else if (n == "mixed_bf16")
-      set(Dtype::BF16, Dtype::F32, Dtype::F32);
-    else if (n == "mixed_fp16")
-      set(Dtype::F16, Dtype::F32, Dtype::F32), out.lossScaling = true;
-    else {
-      unknownName(v.range, "precision", n,
-                  {"fp32", "tf32", "bf16", "fp16", "mixed_bf16", "mixed_fp16"});
+    auto preset = precisionPreset(v.text);
+    if (!preset) {
+      unknownName(v.range, "precision", v.text, precisionPresetNames());
       return false;
     }
+    out = *preset;
+    out.range = v.range;
     return true;
   }
   if (v.kind != ConstValue::Record) {
@@ -702,32 +685,21 @@ bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
 }
 
 bool Sema::optimizer(const ConstValue &v, OptimizerSpec &out) {
-  out.range = v.range;
   std::string name = v.kind == ConstValue::Call || v.kind == ConstValue::Word ? v.text : "";
-  static const std::vector<std::string> known = {"SGD", "AdaGrad", "RMSprop", "Adam", "AdamW",
-                                                 "Lion"};
-  std::string canonical;
-  for (const std::string &k : known)
-    if (llvm::StringRef(k).equals_insensitive(name))
-      canonical = k;
-  if (canonical.empty()) {
+  auto preset = optimizerPreset(name);
+  if (!preset) {
     if (name.empty())
       diags.report(DiagKind::TypeMismatch, v.range.Start,
                    "optimizer must be SGD, AdaGrad, RMSprop, Adam, AdamW or Lion, not " +
                        v.describe())
           .range(v.range);
     else
-      unknownName(v.nameRange.isValid() ? v.nameRange : v.range, "optimizer", name, known);
+      unknownName(v.nameRange.isValid() ? v.nameRange : v.range, "optimizer", name,
+                  optimizerNames());
     return false;
   }
-  out.name = canonical;
-  if (canonical == "Adam" || canonical == "AdamW") {
-    out.beta1 = 0.9, out.beta2 = 0.999, out.eps = 1e-8;
-  }
-  if (canonical == "Lion")
-    out.beta1 = 0.9, out.beta2 = 0.99;
-  if (canonical == "AdaGrad" || canonical == "RMSprop")
-    out.eps = 1e-10;
+  out = *preset;
+  out.range = v.range;
   bool ok = true;
   for (size_t i = 0; i < v.elems.size(); ++i) {
     const std::string &k = i < v.names.size() ? v.names[i] : "";
@@ -775,12 +747,7 @@ bool Sema::optimizer(const ConstValue &v, OptimizerSpec &out) {
     if (key == "eps")
       out.epsRange = r;
   }
-  if (canonical == "SGD")
-    out.states = out.momentum > 0 ? 1 : 0;
-  else if (canonical == "Adam" || canonical == "AdamW")
-    out.states = 2;
-  else
-    out.states = 1;
+  out.states = optimizerStates(out);
   return ok;
 }
 

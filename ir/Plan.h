@@ -7,10 +7,12 @@
 #include "ir/Dtype.h"
 #include "ir/Target.h"
 
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SMLoc.h"
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,5 +78,19 @@ struct Plan {
   std::vector<BudgetSpec> budgets;
   std::map<std::string, llvm::SMRange> settingRanges; ///< where each setting was written
 };
+
+/// The precision presets a plan may name (fp32, tf32, bf16, fp16, mixed_bf16, mixed_fp16).
+const std::vector<std::string> &precisionPresetNames();
+/// The policy of a preset: bf16 and fp16 keep every class in 16 bits but the optimizer state
+/// in fp32 with no master copy; mixed_* add an fp32 master copy (mixed_fp16 also loss
+/// scaling). nullopt for any other name.
+std::optional<PrecisionPolicy> precisionPreset(llvm::StringRef name);
+/// Optimizer names accepted (case-insensitive); SGDM is SGD with momentum 0.9.
+const std::vector<std::string> &optimizerNames();
+/// An optimizer with its canonical name, default hyper-parameters and state count.
+std::optional<OptimizerSpec> optimizerPreset(llvm::StringRef name);
+/// Per-parameter state tensors: SGD 0 (1 with momentum), Adam/AdamW 2, AdaGrad, RMSprop and
+/// Lion 1.
+unsigned optimizerStates(const OptimizerSpec &o);
 
 } // namespace tally

@@ -145,51 +145,6 @@ SolverAnswer solveRunTime(double params, double tokens, int64_t devices, const T
   return r;
 }
 
-std::optional<PrecisionPolicy> precisionPreset(llvm::StringRef n) {
-  // Mirrors Sema::precision (frontend/Sema.cpp); a unit test pins that the two agree.
-  PrecisionPolicy p;
-  p.preset = n.str();
-  auto set = [&](Dtype params, Dtype master, Dtype opt) {
-    p.params = p.grads = p.activations = params;
-    p.master = master;
-    p.optimizer = opt;
-  };
-  if (n == "fp32" || n == "f32" || n == "tf32")
-    set(Dtype::F32, Dtype::Invalid, Dtype::F32);
-  else if (n == "bf16")
-    set(Dtype::BF16, Dtype::Invalid, Dtype::F32);
-  else if (n == "fp16" || n == "f16")
-    set(Dtype::F16, Dtype::Invalid, Dtype::F32);
-  else if (n == "mixed_bf16")
-    set(Dtype::BF16, Dtype::F32, Dtype::F32);
-  else if (n == "mixed_fp16")
-    set(Dtype::F16, Dtype::F32, Dtype::F32), p.lossScaling = true;
-  else
-    return std::nullopt;
-  return p;
-}
-
-std::optional<OptimizerSpec> optimizerByName(llvm::StringRef name) {
-  struct Known {
-    const char *spelling, *canonical;
-    unsigned states;
-    double momentum;
-  };
-  static const Known known[] = {{"SGD", "SGD", 0, 0},         {"SGDM", "SGD", 1, 0.9},
-                                {"AdaGrad", "AdaGrad", 1, 0}, {"RMSprop", "RMSprop", 1, 0},
-                                {"Adam", "Adam", 2, 0},       {"AdamW", "AdamW", 2, 0},
-                                {"Lion", "Lion", 1, 0}};
-  for (const Known &k : known)
-    if (name.equals_insensitive(k.spelling)) {
-      OptimizerSpec o;
-      o.name = k.canonical;
-      o.states = k.states;
-      o.momentum = k.momentum;
-      return o;
-    }
-  return std::nullopt;
-}
-
 StateBytes stateBytesPerParam(const PrecisionPolicy &p, unsigned optimizerStates) {
   StateBytes b;
   b.params = bytesOf(p.params);

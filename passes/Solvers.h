@@ -55,14 +55,7 @@ struct SolverAnswer {
 SolverAnswer solveRunTime(double params, double tokens, int64_t devices, const Target &target,
                           double mfu, Dtype dtype = Dtype::BF16);
 
-/// The precision policy of a preset (fp32, tf32, bf16, fp16, mixed_bf16, mixed_fp16), exactly
-/// as Sema resolves `precision = NAME`; nullopt for an unknown name.
-std::optional<PrecisionPolicy> precisionPreset(llvm::StringRef name);
-
-/// The optimizer of a name (SGD, SGDM = SGD with momentum, AdaGrad, RMSprop, Adam, AdamW,
-/// Lion; any letter case) with its canonical name and number of per-parameter states;
-/// nullopt for an unknown name.
-std::optional<OptimizerSpec> optimizerByName(llvm::StringRef name);
+// precisionPreset and optimizerPreset (ir/Plan.h) give the presets and optimizers by name.
 
 /// Bytes one parameter takes in training states: params + grads + master + optimizer state,
 /// from the precision policy and the optimizer's state count (activations not included).

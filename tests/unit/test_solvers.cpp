@@ -65,7 +65,7 @@ TEST_CASE("solvers: run time refuses impossible inputs", "[solvers]") {
 TEST_CASE("solvers: bytes per parameter by precision and optimizer", "[solvers]") {
   auto bytes = [](const char *precision, const char *optimizer) {
     auto p = precisionPreset(precision);
-    auto o = optimizerByName(optimizer);
+    auto o = optimizerPreset(optimizer);
     REQUIRE(p);
     REQUIRE(o);
     return stateBytesPerParam(*p, o->states).total();
@@ -80,9 +80,9 @@ TEST_CASE("solvers: bytes per parameter by precision and optimizer", "[solvers]"
   CHECK(bytes("fp32", "RMSprop") == 12);
   CHECK(bytes("fp32", "Adam") == 16);        // two moments
   CHECK(bytes("fp32", "Lion") == 12);
-  CHECK(optimizerByName("adamw")->name == "AdamW");
-  CHECK(optimizerByName("ADAGRAD")->name == "AdaGrad");
-  CHECK_FALSE(optimizerByName("adamx"));
+  CHECK(optimizerPreset("adamw")->name == "AdamW");
+  CHECK(optimizerPreset("ADAGRAD")->name == "AdaGrad");
+  CHECK_FALSE(optimizerPreset("adamx"));
   CHECK_FALSE(precisionPreset("fp64"));
 }
 
@@ -96,7 +96,7 @@ TEST_CASE("solvers: presets and optimizers agree with Sema", "[solvers]") {
                  std::string(opt) + "(lr = 0.1)\n  precision = " + preset +
                  "\n  target = H100_SXM\n}\n");
       auto p = precisionPreset(preset);
-      auto o = optimizerByName(opt);
+      auto o = optimizerPreset(opt);
       REQUIRE(p);
       REQUIRE(o);
       const PrecisionPolicy &s = m.c.plan->precision;
@@ -113,7 +113,7 @@ TEST_CASE("solvers: presets and optimizers agree with Sema", "[solvers]") {
 
 TEST_CASE("solvers: the lecture's largest model on 8 H100s", "[solvers]") {
   const Target *h100 = findTarget("H100_SXM");
-  auto adamw = optimizerByName("adamw");
+  auto adamw = optimizerPreset("adamw");
   SolverAnswer bf16 = solveMaxParams(8, *h100, *adamw, *precisionPreset("bf16"));
   REQUIRE(bf16.ok());
   CHECK(bf16.unit == "parameters");

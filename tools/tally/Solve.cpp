@@ -150,8 +150,7 @@ std::optional<PrecisionPolicy> precisionFlag() {
   }
   if (auto p = precisionPreset(Precision))
     return p;
-  std::string close =
-      closestName(Precision, {"fp32", "tf32", "bf16", "fp16", "mixed_bf16", "mixed_fp16"});
+  std::string close = closestName(Precision, precisionPresetNames());
   usage("unknown precision '" + Precision + "'" +
         (close.empty() ? "" : "; did you mean '" + close + "'?"));
   return std::nullopt;
@@ -162,13 +161,16 @@ std::optional<OptimizerSpec> optimizerFlag() {
     usage("missing --optimizer (SGD, AdaGrad, Adam, AdamW, ...)");
     return std::nullopt;
   }
-  if (auto o = optimizerByName(Optimizer))
+  if (auto o = optimizerPreset(Optimizer))
     return o;
-  // Compare in lower case: the names are case-insensitive.
-  std::string close = closestName(StringRef(Optimizer).lower(),
-                                  {"sgd", "sgdm", "adagrad", "rmsprop", "adam", "adamw", "lion"});
-  if (auto o = optimizerByName(close))
-    close = o->states == 1 && o->name == "SGD" ? "SGDM" : o->name;
+  // Compare in lower case (the names are case-insensitive), then answer in the usual case.
+  std::vector<std::string> lower;
+  for (const std::string &n : optimizerNames())
+    lower.push_back(StringRef(n).lower());
+  std::string close = closestName(StringRef(Optimizer).lower(), lower);
+  for (const std::string &n : optimizerNames())
+    if (StringRef(n).equals_insensitive(close))
+      close = n;
   usage("unknown optimizer '" + Optimizer + "'" +
         (close.empty() ? "" : "; did you mean '" + close + "'?"));
   return std::nullopt;

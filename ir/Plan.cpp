@@ -1,0 +1,75 @@
+// The precision presets and the optimizers by name: the one table Sema (a plan's settings)
+// and the solvers (`tally solve --precision --optimizer`) both read.
+#include "ir/Plan.h"
+
+namespace tally {
+
+const std::vector<std::string> &precisionPresetNames() {
+  static const std::vector<std::string> names = {"fp32", "tf32", "bf16", "fp16", "mixed_bf16",
+                                                 "mixed_fp16"};
+  return names;
+}
+
+std::optional<PrecisionPolicy> precisionPreset(llvm::StringRef n) {
+  PrecisionPolicy p;
+  p.preset = n.str();
+  auto set = [&](Dtype params, Dtype master, Dtype opt) {
+    p.params = p.grads = p.activations = params;
+    p.master = master;
+    p.optimizer = opt;
+  };
+  if (n == "fp32" || n == "f32" || n == "tf32") // tf32: fp32 storage, matmuls at the tf32 rate
+    set(Dtype::F32, Dtype::Invalid, Dtype::F32);
+  else if (n == "bf16")
+    set(Dtype::BF16, Dtype::Invalid, Dtype::F32);
+  else if (n == "fp16" || n == "f16")
+    set(Dtype::F16, Dtype::Invalid, Dtype::F32);
+  else if (n == "mixed_bf16")
+    set(Dtype::BF16, Dtype::F32, Dtype::F32);
+  else if (n == "mixed_fp16")
+    set(Dtype::F16, Dtype::F32, Dtype::F32), p.lossScaling = true;
+  else
+    return std::nullopt;
+  return p;
+}
+
+const std::vector<std::string> &optimizerNames() {
+  static const std::vector<std::string> names = {"SGD", "SGDM", "AdaGrad", "RMSprop",
+                                                 "Adam", "AdamW", "Lion"};
+  return names;
+}
+
+std::optional<OptimizerSpec> optimizerPreset(llvm::StringRef name) {
+  struct Known {
+    const char *spelling, *canonical;
+    unsigned states;
+    double momentum, beta1, beta2, eps;
+  };
+  static const Known known[] = {
+      {"SGD", "SGD", 0, 0, 0, 0, 0},           {"SGDM", "SGD", 1, 0.9, 0, 0, 0},
+      {"AdaGrad", "AdaGrad", 1, 0, 0, 0, 1e-10}, {"RMSprop", "RMSprop", 1, 0, 0, 0, 1e-10},
+      {"Adam", "Adam", 2, 0, 0.9, 0.999, 1e-8},  {"AdamW", "AdamW", 2, 0, 0.9, 0.999, 1e-8},
+      {"Lion", "Lion", 1, 0, 0.9, 0.99, 0}};
+  for (const Known &k : known)
+    if (name.equals_insensitive(k.spelling)) {
+      OptimizerSpec o;
+      o.name = k.canonical;
+      o.states = k.states;
+      o.momentum = k.momentum;
+      o.beta1 = k.beta1;
+      o.beta2 = k.beta2;
+      o.eps = k.eps;
+      return o;
+    }
+  return std::nullopt;
+}
+
+unsigned optimizerStates(const OptimizerSpec &o) {
+  if (o.name == "SGD")
+    return o.momentum > 0 ? 1 : 0;
+  if (o.name == "Adam" || o.name == "AdamW")
+    return 2;
+  return 1; // AdaGrad and RMSprop: a sum of squares; Lion: momentum
+}
+
+} // namespace tally
