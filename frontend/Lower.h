@@ -16,7 +16,7 @@ std::optional<Graph> lowerPlan(Sema &sema, const Program &program, const PlanDec
 
 /// Deepest nesting of block instances (a guard against runaway instantiation).
 constexpr unsigned kMaxInstanceDepth = 64;
-/// Most ops one graph may hold (a 10,000-layer GPT has 200,000); a model past this is reported
+/// Most ops one graph may hold (a 10,000-layer GPT has 150,000); a model past this is reported
 /// rather than counted slowly or out of memory (lowering takes about 2 KB per op).
 constexpr size_t kMaxOps = 2'000'000;
 

@@ -13,6 +13,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -214,19 +215,24 @@ int runReport() {
 
 int runTargets() {
   if (opts::OutFormat == opts::Format::Json) {
-    outs() << "[\n";
-    const auto &cat = targetCatalogue();
-    for (size_t i = 0; i < cat.size(); ++i) {
-      const Target &t = cat[i];
-      outs() << formatv("  {{\"name\": \"{0}\", \"memory\": {1}, \"bandwidth\": {2}, "
-                        "\"peak_fp32\": {3}, \"peak_tf32\": {4}, \"peak_bf16\": {5}, "
-                        "\"peak_fp16\": {6}, \"peak_fp8\": {7}, \"host_link\": {8}, "
-                        "\"interconnect\": {9}}",
-                        t.name, t.memoryBytes, t.bandwidth, t.peakF32, t.peakTF32, t.peakBF16,
-                        t.peakF16, t.peakFP8, t.hostLink, t.interconnect)
-             << (i + 1 < cat.size() ? ",\n" : "\n");
-    }
-    outs() << "]\n";
+    json::Array list;
+    for (const Target &t : targetCatalogue())
+      list.push_back(json::Object{{"name", t.name},
+                                  {"description", t.description},
+                                  {"memory", t.memoryBytes},
+                                  {"bandwidth", t.bandwidth},
+                                  {"peak_fp64", t.peakF64},
+                                  {"peak_fp32", t.peakF32},
+                                  {"peak_tf32", t.peakTF32},
+                                  {"peak_bf16", t.peakBF16},
+                                  {"peak_fp16", t.peakF16},
+                                  {"peak_fp8", t.peakFP8},
+                                  {"peak_int8", t.peakINT8},
+                                  {"host_link", t.hostLink},
+                                  {"interconnect", t.interconnect},
+                                  {"ridge_bf16", t.ridge(Dtype::BF16)},
+                                  {"source", t.source}});
+    outs() << formatv("{0:2}", json::Value(std::move(list))) << "\n";
     return 0;
   }
   outs() << formatv("{0,-10} {1,-28} {2,10} {3,10} {4,14} {5,14} {6,14} {7,10}\n", "name",
