@@ -65,7 +65,7 @@ const PlanDecl *Compilation::pickPlan(llvm::StringRef name) {
       list += (list.empty() ? "" : ", ") + n;
     diags.report(DiagKind::UnknownPlan, llvm::SMLoc(),
                  "no plan named '" + name.str() + "'" +
-                     (close.empty() ? "" : "; did you mean '" + close + "'?") +
+                     didYouMean(close) +
                      (list.empty() ? "" : " (plans: " + list + ")"));
     return nullptr;
   }

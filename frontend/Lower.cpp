@@ -242,7 +242,7 @@ private:
           std::string close = closestName(name, names);
           auto d = diags.report(DiagKind::UnknownArgument, nameAt.Start,
                                 "'" + b.name + "' has no parameter '" + name + "'" +
-                                    (close.empty() ? "" : "; did you mean '" + close + "'?"));
+                                    didYouMean(close));
           d.range(nameAt);
           if (!close.empty())
             d.fixit(nameAt, close);
@@ -292,7 +292,7 @@ private:
         std::string close = closestName(type.dtype, known);
         auto d = diags.report(DiagKind::UnknownDtype, type.dtypeRange.Start,
                               "unknown dtype '" + type.dtype + "'" +
-                                  (close.empty() ? "" : "; did you mean '" + close + "'?"));
+                                  didYouMean(close));
         d.range(type.dtypeRange);
         if (!close.empty())
           d.fixit(type.dtypeRange, close);
@@ -800,7 +800,7 @@ private:
       std::string close = closestName(e.text, names);
       auto d = diags.report(DiagKind::UnknownName, at.Start,
                             "'" + m.decl->name + "' has no member '" + e.text + "'" +
-                                (close.empty() ? "" : "; did you mean '" + close + "'?"));
+                                didYouMean(close));
       d.range(at);
       if (!close.empty())
         d.fixit(at, close);
@@ -1006,7 +1006,7 @@ private:
           std::string close = closestName(e.argNames[i], params);
           auto d = diags.report(DiagKind::UnknownArgument, e.argNameRanges[i].Start,
                                 "'" + name + "' has no argument '" + e.argNames[i] + "'" +
-                                    (close.empty() ? "" : "; did you mean '" + close + "'?"));
+                                    didYouMean(close));
           d.range(e.argNameRanges[i]);
           if (!close.empty())
             d.fixit(e.argNameRanges[i], close);

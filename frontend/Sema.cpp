@@ -94,13 +94,15 @@ std::string closestName(llvm::StringRef name, const std::vector<std::string> &ca
   return best;
 }
 
+std::string didYouMean(const std::string &close) {
+  return close.empty() ? "" : "; did you mean '" + close + "'?";
+}
+
 void Sema::unknownName(llvm::SMRange r, llvm::StringRef what, llvm::StringRef name,
                        const std::vector<std::string> &candidates) {
   std::string close = closestName(name, candidates);
-  std::string msg = "unknown " + what.str() + " '" + name.str() + "'";
-  if (!close.empty())
-    msg += "; did you mean '" + close + "'?";
-  auto b = diags.report(DiagKind::UnknownName, r.Start, msg);
+  auto b = diags.report(DiagKind::UnknownName, r.Start,
+                        "unknown " + what.str() + " '" + name.str() + "'" + didYouMean(close));
   b.range(r);
   if (!close.empty())
     b.fixit(r, close);
@@ -186,10 +188,8 @@ ConstValue Sema::number(const Expr &e) {
     auto found = glued ? lookupSuffix(word) : lookupUnit(word);
     if (!found) {
       std::string close = closestUnit(word);
-      std::string msg = "unknown unit '" + word.str() + "'";
-      if (!close.empty())
-        msg += "; did you mean '" + close + "'?";
-      auto b = diags.report(DiagKind::UnknownUnit, e.unitRange.Start, msg);
+      auto b = diags.report(DiagKind::UnknownUnit, e.unitRange.Start,
+                            "unknown unit '" + word.str() + "'" + didYouMean(close));
       b.range(e.unitRange);
       if (!close.empty())
         b.fixit(e.unitRange, close);
@@ -541,7 +541,7 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       std::string close = closestName(s.key, keys);
       auto b = diags.report(DiagKind::UnknownSetting, s.keyRange.Start,
                             "unknown target setting '" + s.key + "'" +
-                                (close.empty() ? "" : "; did you mean '" + close + "'?"));
+                                didYouMean(close));
       b.range(s.keyRange);
       if (!close.empty())
         b.fixit(s.keyRange, close);
@@ -577,7 +577,7 @@ std::optional<Target> Sema::resolveTarget(const Program &p, llvm::StringRef name
   std::string close = closestName(name, names);
   auto b = diags.report(DiagKind::UnknownTarget, r.Start,
                         "unknown target '" + name.str() + "'" +
-                            (close.empty() ? "" : "; did you mean '" + close + "'?"));
+                            didYouMean(close));
   b.range(r);
   if (!close.empty())
     b.fixit(r, close);
@@ -729,7 +729,7 @@ bool Sema::optimizer(const ConstValue &v, OptimizerSpec &out) {
       auto d = diags.report(DiagKind::UnknownArgument, at.Start,
                             key.empty() ? "only the learning rate may be given without a name"
                                         : "unknown optimizer argument '" + key + "'" +
-                                              (close.empty() ? "" : "; did you mean '" + close + "'?"));
+                                              didYouMean(close));
       d.range(at);
       if (!key.empty() && !close.empty())
         d.fixit(at, close);
@@ -897,7 +897,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
       auto b = diags.report(DiagKind::UnknownSetting, s.keyRange.Start,
                             "unknown setting '" + s.key + "' in " +
                                 (d.isTrain ? "a train" : "an infer") + " plan" +
-                                (close.empty() ? "" : "; did you mean '" + close + "'?"));
+                                didYouMean(close));
       b.range(s.keyRange);
       if (!close.empty())
         b.fixit(s.keyRange, close);
@@ -987,7 +987,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
           closestName(b.metric, {"memory per device", "step time", "mfu", "run time"});
       diags.report(DiagKind::UnknownSetting, b.range.Start,
                    "unknown budget '" + b.metric + "'" +
-                       (close.empty() ? "" : "; did you mean '" + close + "'?"))
+                       didYouMean(close))
           .range(b.range);
       ok = false;
       continue;

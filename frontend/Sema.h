@@ -104,5 +104,7 @@ private:
 
 /// The closest string to `name` among `candidates` by edit distance, or "" when none is close.
 std::string closestName(llvm::StringRef name, const std::vector<std::string> &candidates);
+/// The tail of an "unknown ..." message: "; did you mean 'close'?", or "" when `close` is "".
+std::string didYouMean(const std::string &close);
 
 } // namespace tally

@@ -93,7 +93,7 @@ int explain() {
   if (sel.kind == ExplainSelection::None) {
     c.diags.report(DiagKind::UnknownName, SMLoc(),
                    "no op or block '" + OpPath + "' in plan " + a->plan->name +
-                       (sel.suggestion.empty() ? "" : "; did you mean '" + sel.suggestion + "'?"))
+                       didYouMean(sel.suggestion))
         .note(SMLoc(), "`tally report " + File + " --emit=ir` lists every op path");
     return 1;
   }

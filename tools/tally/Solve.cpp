@@ -138,7 +138,7 @@ const Target *catalogueTarget() {
     names.push_back(t.name);
   std::string close = closestName(TargetName, names);
   usage("unknown target '" + TargetName + "'" +
-        (close.empty() ? "" : "; did you mean '" + close + "'?") +
+        didYouMean(close) +
         " (`tally targets` lists them)");
   return nullptr;
 }
@@ -152,7 +152,7 @@ std::optional<PrecisionPolicy> precisionFlag() {
     return p;
   std::string close = closestName(Precision, precisionPresetNames());
   usage("unknown precision '" + Precision + "'" +
-        (close.empty() ? "" : "; did you mean '" + close + "'?"));
+        didYouMean(close));
   return std::nullopt;
 }
 
@@ -172,7 +172,7 @@ std::optional<OptimizerSpec> optimizerFlag() {
     if (StringRef(n).equals_insensitive(close))
       close = n;
   usage("unknown optimizer '" + Optimizer + "'" +
-        (close.empty() ? "" : "; did you mean '" + close + "'?"));
+        didYouMean(close));
   return std::nullopt;
 }
 
@@ -344,7 +344,7 @@ int runSolve() {
   std::string close =
       closestName(Question, {"run-time", "max-params", "micro-batch", "devices"});
   return usage("unknown question '" + Question + "'" +
-               (close.empty() ? "" : "; did you mean '" + close + "'?") +
+               didYouMean(close) +
                " (questions: run-time, max-params, micro-batch, devices)");
 }
 
