@@ -5,6 +5,9 @@
 // " [code]" to errors and warnings and prints location-less messages as "tally: ...".
 #include "frontend/Diagnostics.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/WithColor.h"
+
 #include <utility>
 
 namespace tally {
@@ -257,7 +260,40 @@ void DiagnosticEngine::printOne(llvm::SMLoc loc, llvm::SourceMgr::DiagKind kind,
     return;
   }
   llvm::SMDiagnostic d = sm_.GetMessage(loc, kind, text, ranges, fixits);
-  sm_.PrintMessage(*out_, d, showColors_);
+  llvm::StringRef line = d.getLineContents();
+  if (llvm::all_of(line, [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+    sm_.PrintMessage(*out_, d, showColors_);
+    return;
+  }
+  // LLVM prints no caret under a line with non-ASCII text (its columns are bytes). Print the
+  // header through LLVM (no source line), then the line and a caret line whose columns count
+  // code points, so `// 2·B·D·K` in a comment does not cost the user the caret.
+  std::string where = (d.getFilename() == "-" ? std::string("<stdin>") : d.getFilename().str()) +
+                      ":" + std::to_string(d.getLineNo()) + ":" +
+                      std::to_string(d.getColumnNo() + 1);
+  llvm::SMDiagnostic header(sm_, llvm::SMLoc(), where, -1, -1, kind, d.getMessage(),
+                            llvm::StringRef(), {});
+  header.print(nullptr, *out_, showColors_);
+  std::vector<unsigned> column(line.size() + 1, 0); // byte offset → display column
+  unsigned c = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    column[i] = c;
+    if ((static_cast<unsigned char>(line[i]) & 0xC0) != 0x80)
+      ++c;
+  }
+  column[line.size()] = c;
+  std::string caret(c + 1, ' ');
+  for (const auto &r : d.getRanges())
+    for (unsigned x = column[std::min<size_t>(r.first, line.size())];
+         x < column[std::min<size_t>(r.second, line.size())]; ++x)
+      caret[x] = '~';
+  caret[column[std::min<size_t>(d.getColumnNo(), line.size())]] = '^';
+  caret.erase(caret.find_last_not_of(' ') + 1);
+  *out_ << line << "\n";
+  llvm::WithColor(*out_, llvm::raw_ostream::GREEN, true, false,
+                  showColors_ ? llvm::ColorMode::Auto : llvm::ColorMode::Disable)
+      << caret;
+  *out_ << "\n";
 }
 
 } // namespace tally
