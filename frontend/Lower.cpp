@@ -239,14 +239,9 @@ private:
           std::vector<std::string> names;
           for (const auto &p : b.params)
             names.push_back(p.name);
-          std::string close = closestName(name, names);
-          auto d = diags.report(DiagKind::UnknownArgument, nameAt.Start,
-                                "'" + b.name + "' has no parameter '" + name + "'" +
-                                    didYouMean(close));
-          d.range(nameAt);
-          if (!close.empty())
-            d.fixit(nameAt, close);
-          d.note(b.nameRange.Start, "'" + b.name + "' is declared here");
+          sema.suggest(DiagKind::UnknownArgument, nameAt,
+                       "'" + b.name + "' has no parameter '" + name + "'", name, names)
+              .note(b.nameRange.Start, "'" + b.name + "' is declared here");
           return false;
         }
       }
@@ -289,13 +284,8 @@ private:
         static const std::vector<std::string> known = {
             "f64", "f32", "tf32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i64", "i32", "i8",
             "u8", "bool", "fp64", "fp32", "fp16"};
-        std::string close = closestName(type.dtype, known);
-        auto d = diags.report(DiagKind::UnknownDtype, type.dtypeRange.Start,
-                              "unknown dtype '" + type.dtype + "'" +
-                                  didYouMean(close));
-        d.range(type.dtypeRange);
-        if (!close.empty())
-          d.fixit(type.dtypeRange, close);
+        sema.suggest(DiagKind::UnknownDtype, type.dtypeRange,
+                     "unknown dtype '" + type.dtype + "'", type.dtype, known);
         return false;
       }
       dtype = *d;
@@ -797,13 +787,8 @@ private:
       for (const auto &kv : m.consts)
         names.push_back(kv.getKey().str());
       llvm::SMRange at(e.opLoc, e.range.End);
-      std::string close = closestName(e.text, names);
-      auto d = diags.report(DiagKind::UnknownName, at.Start,
-                            "'" + m.decl->name + "' has no member '" + e.text + "'" +
-                                didYouMean(close));
-      d.range(at);
-      if (!close.empty())
-        d.fixit(at, close);
+      sema.suggest(DiagKind::UnknownName, at,
+                   "'" + m.decl->name + "' has no member '" + e.text + "'", e.text, names);
       return {};
     }
     case ExprKind::Index: {
@@ -1003,13 +988,9 @@ private:
       } else {
         auto it = std::find(params.begin(), params.end(), e.argNames[i]);
         if (it == params.end()) {
-          std::string close = closestName(e.argNames[i], params);
-          auto d = diags.report(DiagKind::UnknownArgument, e.argNameRanges[i].Start,
-                                "'" + name + "' has no argument '" + e.argNames[i] + "'" +
-                                    didYouMean(close));
-          d.range(e.argNameRanges[i]);
-          if (!close.empty())
-            d.fixit(e.argNameRanges[i], close);
+          sema.suggest(DiagKind::UnknownArgument, e.argNameRanges[i],
+                       "'" + name + "' has no argument '" + e.argNames[i] + "'", e.argNames[i],
+                       params);
           return std::nullopt;
         }
         slot = static_cast<size_t>(it - params.begin());

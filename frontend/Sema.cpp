@@ -98,14 +98,20 @@ std::string didYouMean(const std::string &close) {
   return close.empty() ? "" : "; did you mean '" + close + "'?";
 }
 
+DiagBuilder Sema::suggest(DiagKind kind, llvm::SMRange at, std::string message,
+                          llvm::StringRef name, const std::vector<std::string> &candidates) {
+  std::string close = closestName(name, candidates);
+  auto b = diags.report(kind, at.Start, message + didYouMean(close));
+  b.range(at);
+  if (!close.empty())
+    b.fixit(at, close);
+  return b;
+}
+
 void Sema::unknownName(llvm::SMRange r, llvm::StringRef what, llvm::StringRef name,
                        const std::vector<std::string> &candidates) {
-  std::string close = closestName(name, candidates);
-  auto b = diags.report(DiagKind::UnknownName, r.Start,
-                        "unknown " + what.str() + " '" + name.str() + "'" + didYouMean(close));
-  b.range(r);
-  if (!close.empty())
-    b.fixit(r, close);
+  suggest(DiagKind::UnknownName, r, "unknown " + what.str() + " '" + name.str() + "'", name,
+          candidates);
 }
 
 void Sema::addModule(std::unique_ptr<Module> m, Program &p) {
@@ -536,15 +542,10 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
         }
       }
     } else {
-      std::vector<std::string> keys = {"memory", "bandwidth", "peak", "host_link",
-                                        "interconnect", "host_memory", "efficiency"};
-      std::string close = closestName(s.key, keys);
-      auto b = diags.report(DiagKind::UnknownSetting, s.keyRange.Start,
-                            "unknown target setting '" + s.key + "'" +
-                                didYouMean(close));
-      b.range(s.keyRange);
-      if (!close.empty())
-        b.fixit(s.keyRange, close);
+      suggest(DiagKind::UnknownSetting, s.keyRange, "unknown target setting '" + s.key + "'",
+              s.key,
+              {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
+               "efficiency"});
       ok = false;
     }
   }
@@ -574,14 +575,8 @@ std::optional<Target> Sema::resolveTarget(const Program &p, llvm::StringRef name
     names.push_back(t.name);
   for (const auto &kv : p.targets)
     names.push_back(kv.getKey().str());
-  std::string close = closestName(name, names);
-  auto b = diags.report(DiagKind::UnknownTarget, r.Start,
-                        "unknown target '" + name.str() + "'" +
-                            didYouMean(close));
-  b.range(r);
-  if (!close.empty())
-    b.fixit(r, close);
-  b.note(llvm::SMLoc(), "`tally targets` lists the built-in catalogue");
+  suggest(DiagKind::UnknownTarget, r, "unknown target '" + name.str() + "'", name, names)
+      .note(llvm::SMLoc(), "`tally targets` lists the built-in catalogue");
   return std::nullopt;
 }
 
@@ -893,14 +888,10 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
     }
     plan.settingRanges[s.key] = s.range;
     if (std::find(keys.begin(), keys.end(), s.key) == keys.end()) {
-      std::string close = closestName(s.key, keys);
-      auto b = diags.report(DiagKind::UnknownSetting, s.keyRange.Start,
-                            "unknown setting '" + s.key + "' in " +
-                                (d.isTrain ? "a train" : "an infer") + " plan" +
-                                didYouMean(close));
-      b.range(s.keyRange);
-      if (!close.empty())
-        b.fixit(s.keyRange, close);
+      suggest(DiagKind::UnknownSetting, s.keyRange,
+              "unknown setting '" + s.key + "' in " + (d.isTrain ? "a train" : "an infer") +
+                  " plan",
+              s.key, keys);
       ok = false;
       continue;
     }

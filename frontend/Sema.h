@@ -88,6 +88,12 @@ public:
   void unknownName(llvm::SMRange r, llvm::StringRef what, llvm::StringRef name,
                    const std::vector<std::string> &candidates);
 
+  /// Reports `message` at `at`, adding "; did you mean 'X'?" and a fix-it that replaces `at`
+  /// with X when X, the closest of `candidates` to `name`, is close enough. Every "unknown
+  /// something" diagnostic goes through here; the returned builder takes notes.
+  DiagBuilder suggest(DiagKind kind, llvm::SMRange at, std::string message, llvm::StringRef name,
+                      const std::vector<std::string> &candidates);
+
   /// Folds `a op b` for the binary expression `e` (units, exact integers, overflow).
   ConstValue arith(const Expr &e, const ConstValue &a, const ConstValue &b);
 
