@@ -18,6 +18,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
 #include <cstdio>
 #include <deque>
 
@@ -1300,6 +1301,44 @@ private:
     return op1(OpKind::Transpose, {x}, attrs, e, scope);
   }
 
+  /// The strides and offset of a view op's outputs over the storage of its input (step 3 of
+  /// the layout rules in docs/ir.md): split offsets each part along its axis, transpose swaps
+  /// two strides, reshape re-strides a dense input (a reshape of a non-dense view is made
+  /// dense later by passes/Contiguous.cpp, which gives it a copy to view).
+  void setViewLayouts(Op &op) {
+    const Tensor &x = g.tensors[op.inputs[0]];
+    for (size_t i = 0; i < op.outputs.size(); ++i) {
+      Tensor &t = g.tensors[op.outputs[i]];
+      Layout l = x.layout;
+      if (op.kind == OpKind::Split) {
+        size_t axis = 0;
+        normalizeAxis(op.attrs.dim, x.shape.size(), axis);
+        l.offset += static_cast<int64_t>(i) * t.shape[axis].size * x.layout.strides[axis];
+      } else if (op.kind == OpKind::Transpose) {
+        size_t a0 = 0, a1 = 0;
+        normalizeAxis(op.attrs.transposeA, x.shape.size(), a0);
+        normalizeAxis(op.attrs.transposeB, x.shape.size(), a1);
+        std::swap(l.strides[a0], l.strides[a1]);
+      } else {
+        l.strides = viewStrides(x.shape, x.layout.strides, t.shape)
+                        .value_or(denseStrides(t.shape));
+      }
+      t.layout = std::move(l);
+    }
+  }
+
+  /// A dense copy of `t` (a `contiguous` op), for a kernel that cannot read its layout.
+  struct DenseCopy {
+    TensorId id = kNone;
+    bool valid = false;
+  };
+  DenseCopy dense(TensorId t, const Expr &e, Scope &scope) {
+    Value v = op1(OpKind::Contiguous, {t}, OpAttrs(), e, scope);
+    if (v.kind != Value::Tensor)
+      return {};
+    return {v.tensor, true};
+  }
+
   /// Appends one op; returns its output (or a tuple of outputs for split).
   Value op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpAttrs &attrs,
             const Expr &e, Scope &scope) {
@@ -1317,9 +1356,29 @@ private:
     op.attrs = attrs;
     op.instance = scope.module->instance;
     op.range = e.range;
+    // A kernel that cannot read an input's layout (an elementwise op on a transposed view,
+    // say) reads a dense copy of it instead: the copy is an op of its own, priced like any.
+    for (unsigned i = 0; i < op.inputs.size(); ++i) {
+      if (acceptsLayout(g, op, i))
+        continue;
+      DenseCopy copy = dense(op.inputs[i], e, scope);
+      if (!copy.valid)
+        return {};
+      op.inputs[i] = copy.id;
+    }
     llvm::SmallVector<TensorType, 3> outs;
     ShapeError err;
-    if (!ruleFor(kind).infer(g, op, outs, err)) {
+    bool inferred = ruleFor(kind).infer(g, op, outs, err);
+    if (inferred && kind == OpKind::Reshape && !outs.empty()) {
+      const Tensor &x = g.tensors[op.inputs[0]];
+      if (!viewStrides(x.shape, x.layout.strides, outs[0].shape)) {
+        auto copy = dense(op.inputs[0], e, scope);
+        if (!copy.valid)
+          return {};
+        op.inputs[0] = copy.id;
+      }
+    }
+    if (!inferred) {
       DiagKind dk = err.kind == ShapeErrorKind::Matmul      ? DiagKind::MatmulShape
                     : err.kind == ShapeErrorKind::Broadcast ? DiagKind::BroadcastShape
                     : err.kind == ShapeErrorKind::Overflow  ? DiagKind::Overflow
@@ -1349,18 +1408,28 @@ private:
     Value result;
     result.kind = Value::Tuple;
     result.range = e.range;
+    // Split returns all its parts; every other op returns its first output, the rest being
+    // what its backward reads (statistics, logsumexp, masks), which carry no gradient.
+    bool tuple = kind == OpKind::Split;
     for (TensorType &tt : outs) {
       Tensor t;
       t.shape = std::move(tt.shape);
       t.dtype = tt.dtype;
-      t.requiresGrad = grad && isFloat(tt.dtype);
+      t.requiresGrad = grad && isFloat(tt.dtype) && (tuple || op.outputs.empty());
       t.viewOf = base;
       TensorId id = g.addTensor(std::move(t));
       op.outputs.push_back(id);
       result.elems.push_back(Value::ofTensor(id, e.range));
     }
+    if (!op.inputs.empty() && opClass(kind) == OpClass::View)
+      setViewLayouts(op);
+    if (op.kind == OpKind::Dropout || (op.kind == OpKind::Attention && op.attrs.p > 0))
+      op.attrs.stream = g.randomStreams++;
+    if (op.kind == OpKind::Attention && op.attrs.scale == 0)
+      op.attrs.scale = 1 / std::sqrt(static_cast<double>(g.tensors[op.inputs[0]].shape[2].size) /
+                                     static_cast<double>(op.attrs.heads));
     g.addOp(std::move(op));
-    if (result.elems.size() == 1 && kind != OpKind::Split)
+    if (!tuple)
       return result.elems[0];
     return result;
   }

@@ -3,6 +3,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_set>
 
@@ -53,13 +54,81 @@ llvm::StringRef opClassName(OpClass c) {
 }
 
 std::optional<OpKind> opFromName(llvm::StringRef name) {
-  for (unsigned i = 0; i < sizeof(kOps) / sizeof(kOps[0]); ++i)
+  for (unsigned i = 0; i < static_cast<unsigned>(kFirstInternalOp); ++i)
     if (name == kOps[i].name)
       return static_cast<OpKind>(i);
   return std::nullopt;
 }
 
+llvm::StringRef phaseName(Phase p) {
+  switch (p) {
+  case Phase::Forward: return "forward";
+  case Phase::Backward: return "backward";
+  case Phase::Optimizer: return "optimizer";
+  }
+  return "forward";
+}
+
+llvm::SmallVector<int64_t, 4> denseStrides(const Shape &s) {
+  llvm::SmallVector<int64_t, 4> st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;)
+    st[i - 1] = st[i] * std::max<int64_t>(1, s[i].size);
+  return st;
+}
+
+bool isDense(const Shape &s, const Layout &l) {
+  llvm::SmallVector<int64_t, 4> d = denseStrides(s);
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i].size > 1 && l.strides[i] != d[i])
+      return false;
+  return true;
+}
+
+std::optional<llvm::SmallVector<int64_t, 4>>
+viewStrides(const Shape &oldShape, llvm::ArrayRef<int64_t> oldStrides, const Shape &newShape) {
+  // PyTorch's view rule: walk the old dimensions from the back in chunks whose strides are
+  // contiguous with each other (stride[d-1] = stride[d]·size[d]); each chunk must be covered
+  // exactly by a run of new dimensions, which get row-major strides inside the chunk.
+  llvm::SmallVector<int64_t, 4> out(newShape.size(), 1);
+  int64_t total = 1;
+  for (const Dim &d : oldShape)
+    total *= d.size;
+  if (total == 0)
+    return denseStrides(newShape);
+  if (oldShape.empty()) {
+    for (const Dim &d : newShape)
+      if (d.size != 1)
+        return std::nullopt;
+    return out;
+  }
+  int64_t view = static_cast<int64_t>(newShape.size()) - 1;
+  int64_t base = oldStrides.back(), tensorNumel = 1, viewNumel = 1;
+  for (int64_t d = static_cast<int64_t>(oldShape.size()) - 1; d >= 0; --d) {
+    tensorNumel *= oldShape[d].size;
+    bool chunkEnds = d == 0 || (oldShape[d - 1].size != 1 &&
+                                oldStrides[d - 1] != tensorNumel * base);
+    if (!chunkEnds)
+      continue;
+    while (view >= 0 && (viewNumel < tensorNumel || newShape[view].size == 1)) {
+      out[view] = viewNumel * base;
+      viewNumel *= newShape[view].size;
+      --view;
+    }
+    if (viewNumel != tensorNumel)
+      return std::nullopt;
+    if (d > 0) {
+      base = oldStrides[d - 1];
+      tensorNumel = viewNumel = 1;
+    }
+  }
+  if (view != -1)
+    return std::nullopt;
+  return out;
+}
+
 TensorId Graph::addTensor(Tensor t) {
+  if (t.layout.strides.size() != t.shape.size())
+    t.layout.strides = denseStrides(t.shape);
   tensors.push_back(std::move(t));
   return static_cast<TensorId>(tensors.size() - 1);
 }

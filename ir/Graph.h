@@ -10,6 +10,7 @@
 
 #include "ir/Dtype.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SMLoc.h"
@@ -47,6 +48,13 @@ enum class OpKind : uint8_t {
 #define OP(ID, NAME, CLASS) ID,
 #include "ir/Ops.def"
 };
+/// How many op kinds there are, and the first kind the language cannot name (the ops that
+/// autodiff and step assembly add); tests iterate with these, never a hard-coded last kind.
+constexpr unsigned kOpKinds = 0
+#define OP(ID, NAME, CLASS) +1
+#include "ir/Ops.def"
+    ;
+constexpr OpKind kFirstInternalOp = OpKind::Contiguous;
 enum class OpClass : uint8_t { Matmul, Attention, Elementwise, Reduction, Normalization, Loss, Data, View };
 
 llvm::StringRef opName(OpKind k);
@@ -58,8 +66,31 @@ std::optional<OpKind> opFromName(llvm::StringRef name);
 enum class TensorRole : uint8_t {
   Input,      ///< data fed by the plan (tokens, x): needs no gradient
   Param,      ///< a learned parameter (trainable unless frozen)
-  Activation, ///< produced by an op
+  Activation, ///< produced by a forward op
+  Gradient,   ///< the gradient of an activation or of a parameter, produced by backward ops
 };
+
+/// When an op runs in the training step: the forward, the backward (gradients), or the
+/// step's bookkeeping and update (zero-grad, loss scaling, clipping, the optimizer).
+enum class Phase : uint8_t { Forward, Backward, Optimizer };
+llvm::StringRef phaseName(Phase p);
+
+/// Where a tensor's elements are: `storage` is the tensor that owns the bytes (itself unless it
+/// is a view), `offset` the element offset of element [0, ...] in that storage, `strides` the
+/// element step of each dimension. A dense tensor has row-major strides and offset 0.
+struct Layout {
+  llvm::SmallVector<int64_t, 4> strides;
+  int64_t offset = 0;
+};
+/// Row-major strides of a dense tensor of shape `s`.
+llvm::SmallVector<int64_t, 4> denseStrides(const Shape &s);
+/// Whether a tensor of shape `s` with layout `l` is dense row-major (size-1 dimensions may
+/// have any stride; the offset may be anything).
+bool isDense(const Shape &s, const Layout &l);
+/// The strides a view of shape `newShape` over a tensor of `oldShape` with `oldStrides` would
+/// have (reshape without a copy), or nullopt when no strides express it.
+std::optional<llvm::SmallVector<int64_t, 4>>
+viewStrides(const Shape &oldShape, llvm::ArrayRef<int64_t> oldStrides, const Shape &newShape);
 
 struct Tensor {
   Shape shape;
@@ -69,6 +100,8 @@ struct Tensor {
   OpId producer = kNone;      ///< the op that produces it (activations only)
   uint32_t param = kNone;     ///< index into Graph::params for parameters
   TensorId viewOf = kNone;    ///< for outputs of view ops: the tensor whose storage it shares
+  Layout layout;              ///< strides and offset in the storage of viewOf (or its own)
+  TensorId gradOf = kNone;    ///< Gradient tensors: the tensor whose gradient this is
   std::string name;           ///< inputs and parameters: their name; activations: ""
 };
 
@@ -89,6 +122,13 @@ struct OpAttrs {
   bool scalarOnLeft = false;  ///< `2 - x` rather than `x - 2`
   int64_t transposeA = -1, transposeB = -1; ///< transpose: the two axes swapped
   Shape newShape;             ///< reshape: the target shape
+  double scale = 0;           ///< attention: the score scale (1/√head_dim unless written)
+  int64_t headDim = 0;        ///< rope: the head size (the last dimension when no attention reads it)
+  double theta = 10000;       ///< rope: the base of the angles
+  uint32_t stream = kNone;    ///< dropout, attention with dropout: the random stream (Philox)
+  OpKind of = OpKind::Matmul; ///< unary_backward: the forward op it differentiates
+  uint32_t gradMask = 0;      ///< multi-output backward ops: bit i set when input i's gradient is an output
+  std::string optimizer;      ///< optimizer_update: the optimizer's name ("AdamW")
 };
 
 struct Op {
@@ -99,6 +139,11 @@ struct Op {
   std::string path;           ///< "h[3].attn.qkv.matmul": instance path, then the op's own name
   uint32_t instance = 0;      ///< index into Graph::instances of the block it was written in
   llvm::SMRange range;        ///< the expression that created it
+  Phase phase = Phase::Forward;
+  OpId forwardOp = kNone;     ///< backward ops: the forward op whose gradient they compute
+  /// Backward ops: which outputs add into a gradient another op already wrote (a tensor read
+  /// twice gets one gradient, summed in place: bit i for output i).
+  uint32_t accumulate = 0;
 };
 
 /// A learned parameter, declared once by `param` in some block instance.
@@ -129,6 +174,11 @@ struct Graph {
   std::vector<TensorId> outputs; ///< everything the forward function returns
   std::vector<std::string> symbols{""}; ///< dimension names; index 0 is "no name"
   Dtype activationDtype = Dtype::F32; ///< dtype of floating-point activations
+  /// After autodiff (passes/Backward.cpp): per tensor, its gradient tensor (kNone when none);
+  /// the ops of each phase are contiguous, forward first.
+  std::vector<TensorId> gradient;
+  bool differentiated = false;
+  uint32_t randomStreams = 0; ///< streams handed out to random ops (dropout), 0..n-1
 
   TensorId addTensor(Tensor t);
   OpId addOp(Op op);          ///< also sets the producer of each output

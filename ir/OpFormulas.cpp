@@ -351,21 +351,18 @@ Formula describeBytesWritten(const Graph &g, const Op &op) {
   Term t = sumBytes(b, op.outputs, "out");
   switch (op.kind) {
   case OpKind::Dropout:
-    return b.done(t + b.n(), "the output, and the mask: one byte per element");
+    return b.done(t, "the output, and the mask (out1): one byte per element");
   case OpKind::LayerNorm:
-    return b.done(t + b.rows(input(g, op, 0).shape) * lit(8),
-                  "the output, and the row statistics: mean and rstd in fp32, 8 bytes per row");
+    return b.done(t, "the output, and the row statistics: mean and rstd in fp32 (out1, out2)");
   case OpKind::RmsNorm:
-    return b.done(t + b.rows(input(g, op, 0).shape) * lit(4),
-                  "the output, and the row statistics: rstd in fp32, 4 bytes per row");
+    return b.done(t, "the output, and the row statistics: rstd in fp32 (out1)");
   case OpKind::Attention: {
-    AttentionTerms a = attentionTerms(b);
     if (op.attrs.fused)
-      return b.done(t + a.b * a.h * a.s * lit(4),
-                    "the output, and the logsumexp per query row in fp32 (4 bytes)");
+      return b.done(t, "the output, and the logsumexp per query row in fp32 (out1)");
+    AttentionTerms a = attentionTerms(b);
     double m = op.attrs.p > 0 ? 3 : 2;
     Term act = lit(static_cast<double>(bytesOf(g.activationDtype)));
-    Term w = t + lit(m) * a.S * act;
+    Term w = b.bytesOf(op.outputs[0], "out0") + lit(m) * a.S * act;
     if (op.attrs.p > 0)
       w = w + a.S;
     return b.done(w, "unfused: the output, the scores, the probabilities" +
@@ -374,8 +371,7 @@ Formula describeBytesWritten(const Graph &g, const Op &op) {
                                          : ""));
   }
   case OpKind::CrossEntropy:
-    return b.done(t + b.rows(input(g, op, 0).shape) * lit(4),
-                  "the fp32 loss, and the logsumexp per row in fp32 (4 bytes)");
+    return b.done(t, "the fp32 loss, and the logsumexp per row in fp32 (out1)");
   default:
     return b.done(t, "each output written once");
   }

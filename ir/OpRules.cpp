@@ -286,22 +286,25 @@ bool inferRope(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
   return inferUnary(g, op, outs, err);
 }
 
+/// Dropout returns (y, mask): the mask, one byte per element, is what the backward reads.
 bool inferDropout(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                   ShapeError &err) {
   if (!(op.attrs.p >= 0 && op.attrs.p < 1))
     return fail(err, ShapeErrorKind::Invalid,
                 "dropout probability must be in [0, 1), got " + std::to_string(op.attrs.p));
-  return inferUnary(g, op, outs, err);
+  if (!inferUnary(g, op, outs, err))
+    return false;
+  outs.push_back({outs[0].shape, Dtype::U8});
+  return true;
 }
 
 ForwardCost forwardUnary(const Graph &g, const Op &op) {
   return withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op));
 }
 
-/// Dropout also writes its mask, one byte per element.
+/// Dropout also writes its mask (its second output), one byte per element.
 ForwardCost forwardDropout(const Graph &g, const Op &op) {
-  double n = outNumel(g, op);
-  return withFlops(defaultBytes(g, op, n), unaryCost(op.kind).fwd * n);
+  return withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op));
 }
 
 double gradUnary(const Graph &g, const Op &op, unsigned) {
@@ -322,7 +325,7 @@ void savedUnary(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
 void savedDropout(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                   std::vector<SavedTensor> &out) {
   if (need(needGrad, 0))
-    keepBuffer(out, outNumel(g, op), "dropout mask");
+    keep(g, out, op.outputs[1], "dropout mask");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -368,18 +371,19 @@ bool inferNorm(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
                   opName(op.kind).str() + (i == 1 ? " weight " : " bias ") + g.formatShape(w) +
                       " does not match the last dimension of " + g.formatShape(x));
   }
+  // The row statistics the backward reads, fp32 per row: (y, mean, rstd) for layer norm,
+  // (y, rstd) for RMS norm.
+  Shape rows(x.begin(), x.end() - 1);
   outs.push_back({x, g.activationDtype});
+  if (isLayerNorm(op))
+    outs.push_back({rows, Dtype::F32});
+  outs.push_back({rows, Dtype::F32});
   return true;
-}
-
-/// Mean and rstd per row in fp32 for layer norm (8 bytes), rstd alone for RMS norm (4 bytes).
-double statsBytes(const Graph &g, const Op &op) {
-  return rowsOf(in(g, op, 0).shape) * (isLayerNorm(op) ? 8 : 4);
 }
 
 ForwardCost forwardNorm(const Graph &g, const Op &op) {
   double perElement = isLayerNorm(op) ? 8 : 5;
-  return withFlops(defaultBytes(g, op, statsBytes(g, op)), perElement * outNumel(g, op));
+  return withFlops(defaultBytes(g, op), perElement * outNumel(g, op));
 }
 
 double gradNorm(const Graph &g, const Op &op, unsigned i) {
@@ -394,7 +398,8 @@ void savedNorm(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
   if (!anyNeed(needGrad))
     return;
   keep(g, out, op.inputs[0], "input");
-  keepBuffer(out, statsBytes(g, op), "row statistics");
+  for (size_t i = 1; i < op.outputs.size(); ++i)
+    keep(g, out, op.outputs[i], "row statistics");
   if (need(needGrad, 0))
     keep(g, out, op.inputs[1], "weight"); // dx scales by the weight (a parameter, already resident)
 }
@@ -460,7 +465,24 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   if (!(op.attrs.p >= 0 && op.attrs.p < 1))
     return fail(err, ShapeErrorKind::Invalid,
                 "attention dropout must be in [0, 1), got " + std::to_string(op.attrs.p));
+  // What the backward reads besides q, k, v and o: the logsumexp of each query row (fp32
+  // [b, h, s]) when fused; the probabilities [b, h, s, s_kv] when materialised, with the
+  // dropout mask and the dropped probabilities when p > 0.
   outs.push_back({q, g.activationDtype});
+  if (op.attrs.fused) {
+    outs.push_back({Shape{q[0], Dim{h, 0}, q[1]}, Dtype::F32});
+  } else {
+    Shape scores{q[0], Dim{h, 0}, q[1], k[1]};
+    if (!checkedNumel(scores))
+      return fail(err, ShapeErrorKind::Overflow, "the attention score matrix " +
+                                                     Graph::formatSizes(scores) +
+                                                     " has more elements than fit in a 64-bit integer");
+    outs.push_back({scores, g.activationDtype});
+    if (op.attrs.p > 0) {
+      outs.push_back({scores, Dtype::U8});
+      outs.push_back({scores, g.activationDtype});
+    }
+  }
   return true;
 }
 
@@ -522,21 +544,18 @@ void savedAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                     std::vector<SavedTensor> &out) {
   if (!anyNeed(needGrad))
     return;
-  AttnDims d = attnDims(g, op);
-  double S = d.scores();
   keep(g, out, op.inputs[0], "query");
   keep(g, out, op.inputs[1], "key");
   keep(g, out, op.inputs[2], "value");
   if (op.attrs.fused) {
     keep(g, out, op.outputs[0], "output");
-    keepBuffer(out, d.b * d.h * d.s * 4, "logsumexp");
+    keep(g, out, op.outputs[1], "logsumexp");
     return;
   }
-  double act = bytesOf(g.activationDtype);
-  keepBuffer(out, S * act, "attention probabilities");
+  keep(g, out, op.outputs[1], "attention probabilities");
   if (op.attrs.p > 0) {
-    keepBuffer(out, S, "attention dropout mask");
-    keepBuffer(out, S * act, "dropped probabilities");
+    keep(g, out, op.outputs[2], "attention dropout mask");
+    keep(g, out, op.outputs[3], "dropped probabilities");
   }
 }
 
@@ -639,7 +658,9 @@ bool inferCrossEntropy(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tenso
                 "cross_entropy labels " + g.formatShape(labels.shape) +
                     " must have the shape of the logits " + g.formatShape(logits.shape) +
                     " without the last dimension");
+  // (loss, logsumexp per row in fp32, which the backward reads).
   outs.push_back({Shape(), Dtype::F32});
+  outs.push_back({labels.shape, Dtype::F32});
   return true;
 }
 
@@ -647,7 +668,7 @@ ForwardCost forwardCrossEntropy(const Graph &g, const Op &op) {
   const Shape &logits = in(g, op, 0).shape;
   double rows = rowsOf(logits), nv = numel(logits);
   // max, subtract, exp, sum, log per logit; one add per row into the mean.
-  return withFlops(defaultBytes(g, op, rows * 4), 5 * nv + rows);
+  return withFlops(defaultBytes(g, op), 5 * nv + rows);
 }
 
 double gradCrossEntropy(const Graph &g, const Op &op, unsigned i) {
@@ -659,7 +680,7 @@ void savedCrossEntropy(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGr
   if (!need(needGrad, 0))
     return;
   keep(g, out, op.inputs[0], "logits");
-  keepBuffer(out, rowsOf(in(g, op, 0).shape) * 4, "logsumexp");
+  keep(g, out, op.outputs[1], "logsumexp");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -810,6 +831,164 @@ bool inferTranspose(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
 ForwardCost forwardView(const Graph &, const Op &) { return ForwardCost(); }
 
 // ---------------------------------------------------------------------------------------------
+// Ops that autodiff and step assembly add (passes/Backward.cpp). Their outputs are created by
+// the builder (gradients are written in place, summed when a tensor has several readers), so
+// `infer` returns the types the outputs must have and the verifier compares them. Their FLOPs
+// are the gradient FLOPs of the forward op they differentiate (docs/counting.md), so the sum
+// over backward ops equals the per-input gradient formulas above exactly.
+
+/// The types of the ops' existing outputs: for ops whose results are given, not derived.
+bool inferGiven(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                ShapeError &) {
+  for (TensorId t : op.outputs)
+    outs.push_back({g.tensors[t].shape, g.tensors[t].dtype});
+  return true;
+}
+
+bool inferContiguous(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                     ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  outs.push_back({in(g, op, 0).shape, in(g, op, 0).dtype});
+  return true;
+}
+
+/// reduce_to and expand: the target shape is an attribute (the shape of the gradient's tensor).
+bool inferToShape(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                  ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  outs.push_back({op.attrs.newShape, in(g, op, 0).dtype});
+  return true;
+}
+
+ForwardCost forwardCopy(const Graph &g, const Op &op) { return defaultBytes(g, op); }
+
+/// Summing the output gradient over broadcast dimensions: one add per element read.
+ForwardCost forwardReduceTo(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), numel(in(g, op, 0).shape));
+}
+
+/// The gradient of sum/mean: a broadcast, and for mean one multiply per element.
+ForwardCost forwardExpand(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), op.attrs.hasScalar ? outNumel(g, op) : 0);
+}
+
+/// The gradient of the last input, the output gradient being the last input.
+bool inferLikeLast(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                   ShapeError &err) {
+  if (!expectInputs(op, 1, 6, err))
+    return false;
+  const Tensor &dy = in(g, op, static_cast<unsigned>(op.inputs.size() - 1));
+  outs.push_back({dy.shape, dy.dtype});
+  return true;
+}
+
+ForwardCost forwardUnaryBackward(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), unaryCost(op.attrs.of).grad * outNumel(g, op));
+}
+ForwardCost forwardDivBackward(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), 3 * outNumel(g, op));
+}
+ForwardCost forwardSoftmaxBackward(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), 4 * outNumel(g, op));
+}
+
+bool gradWanted(const Op &op, unsigned i) { return (op.attrs.gradMask >> i) & 1; }
+
+/// layer_norm_backward(x, w, mean, rstd, dy) and rms_norm_backward(x, w, rstd, dy): the
+/// gradients of x, the weight and the bias that gradMask asks for, in that order.
+bool inferNormBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                       ShapeError &err) {
+  bool ln = op.kind == OpKind::LayerNormBackward;
+  if (!expectInputs(op, ln ? 5 : 4, ln ? 5 : 4, err))
+    return false;
+  const Tensor &x = in(g, op, 0), &w = in(g, op, 1);
+  if (gradWanted(op, 0))
+    outs.push_back({x.shape, in(g, op, ln ? 4 : 3).dtype});
+  for (unsigned i = 1; i <= (ln ? 2u : 1u); ++i)
+    if (gradWanted(op, i))
+      outs.push_back({w.shape, w.dtype});
+  return true;
+}
+
+ForwardCost forwardNormBackward(const Graph &g, const Op &op) {
+  double n = numel(in(g, op, 0).shape);
+  double f = (gradWanted(op, 0) ? (op.kind == OpKind::LayerNormBackward ? 12 : 8) * n : 0) +
+             (gradWanted(op, 1) ? n : 0) + (gradWanted(op, 2) ? n : 0);
+  return withFlops(defaultBytes(g, op), f);
+}
+
+/// attention_backward(q, k, v, o, lse, dO) when fused, (q, k, v, P[, mask, dropped], dO)
+/// when not: dq, dk, dv as gradMask asks.
+bool inferAttentionBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                            ShapeError &err) {
+  if (!expectInputs(op, 5, 7, err))
+    return false;
+  for (unsigned i = 0; i < 3; ++i)
+    if (gradWanted(op, i))
+      outs.push_back({in(g, op, i).shape, g.tensors[op.inputs.back()].dtype});
+  return true;
+}
+
+llvm::SmallVector<bool, 3> maskBits(const Op &op, unsigned n) {
+  llvm::SmallVector<bool, 3> v;
+  for (unsigned i = 0; i < n; ++i)
+    v.push_back(gradWanted(op, i));
+  return v;
+}
+
+ForwardCost forwardAttentionBackward(const Graph &g, const Op &op) {
+  ForwardCost c = defaultBytes(g, op);
+  llvm::SmallVector<bool, 3> need = maskBits(op, 3);
+  for (unsigned i = 0; i < 3; ++i)
+    if (need[i])
+      c.flops += gradAttention(g, op, i);
+  c.executedFlops = executedBackwardAttention(g, op, need);
+  AttnDims d = attnDims(g, op);
+  c.matmulFlops = 0;
+  for (unsigned i = 0; i < 3; ++i) // the products of each gradient: 4·S·dh for dq, 2·S·dh else
+    if (need[i])
+      c.matmulFlops += (i == 0 ? 4 : 2) * d.scores() * d.dh;
+  return c;
+}
+
+/// embedding_backward(ids, dy): the weight's gradient [vocab, d] (newShape), a scatter-add.
+ForwardCost forwardEmbeddingBackward(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), numel(in(g, op, 1).shape));
+}
+
+/// cross_entropy_backward(logits, labels, lse, dloss): dlogits.
+bool inferCrossEntropyBackward(const Graph &g, const Op &op,
+                               llvm::SmallVectorImpl<TensorType> &outs, ShapeError &err) {
+  if (!expectInputs(op, 4, 4, err))
+    return false;
+  outs.push_back({in(g, op, 0).shape, in(g, op, 0).dtype});
+  return true;
+}
+ForwardCost forwardCrossEntropyBackward(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), 3 * numel(in(g, op, 0).shape));
+}
+
+/// sum_squares(g...): Σ g² in fp32 over the gradients (the overflow check of loss scaling).
+bool inferSumSquares(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                     ShapeError &) {
+  outs.push_back({Shape(), Dtype::F32});
+  return true;
+}
+ForwardCost forwardSumSquares(const Graph &g, const Op &op) {
+  ForwardCost c = defaultBytes(g, op);
+  for (TensorId t : op.inputs)
+    c.flops += 2 * numel(g.tensors[t].shape);
+  c.executedFlops = c.flops;
+  return c;
+}
+
+/// zero_grad, scale, optimizer_update work in place on the flat regions: their costs are
+/// set by step assembly (passes/Backward.cpp), which knows the optimizer and the dtypes.
+ForwardCost forwardSetByBuilder(const Graph &, const Op &) { return ForwardCost(); }
+
+// ---------------------------------------------------------------------------------------------
 // The table: one entry per kind, named rule<ID> so that ir/Ops.def can index them below.
 
 #define RULE(ID, INFER, FORWARD, GRAD, EXEC, SAVED)                                              \
@@ -843,6 +1022,22 @@ RULE(Concat, inferConcat, forwardData, noGrad, executedDefault, savesNothing)
 RULE(Split, inferSplit, forwardView, noGrad, executedDefault, savesNothing)
 RULE(Reshape, inferReshape, forwardView, noGrad, executedDefault, savesNothing)
 RULE(Transpose, inferTranspose, forwardView, noGrad, executedDefault, savesNothing)
+RULE(Contiguous, inferContiguous, forwardCopy, noGrad, executedDefault, savesNothing)
+RULE(ReduceTo, inferToShape, forwardReduceTo, noGrad, executedDefault, savesNothing)
+RULE(Expand, inferToShape, forwardExpand, noGrad, executedDefault, savesNothing)
+RULE(Fill, inferGiven, forwardCopy, noGrad, executedDefault, savesNothing)
+RULE(UnaryBackward, inferLikeLast, forwardUnaryBackward, noGrad, executedDefault, savesNothing)
+RULE(DivBackward, inferLikeLast, forwardDivBackward, noGrad, executedDefault, savesNothing)
+RULE(SoftmaxBackward, inferLikeLast, forwardSoftmaxBackward, noGrad, executedDefault, savesNothing)
+RULE(LayerNormBackward, inferNormBackward, forwardNormBackward, noGrad, executedDefault, savesNothing)
+RULE(RmsNormBackward, inferNormBackward, forwardNormBackward, noGrad, executedDefault, savesNothing)
+RULE(AttentionBackward, inferAttentionBackward, forwardAttentionBackward, noGrad, executedDefault, savesNothing)
+RULE(EmbeddingBackward, inferToShape, forwardEmbeddingBackward, noGrad, executedDefault, savesNothing)
+RULE(CrossEntropyBackward, inferCrossEntropyBackward, forwardCrossEntropyBackward, noGrad, executedDefault, savesNothing)
+RULE(ZeroGrad, inferGiven, forwardSetByBuilder, noGrad, executedDefault, savesNothing)
+RULE(SumSquares, inferSumSquares, forwardSumSquares, noGrad, executedDefault, savesNothing)
+RULE(Scale, inferGiven, forwardSetByBuilder, noGrad, executedDefault, savesNothing)
+RULE(OptimizerUpdate, inferGiven, forwardSetByBuilder, noGrad, executedDefault, savesNothing)
 #undef RULE
 
 const OpRule *const kRules[] = {
@@ -873,6 +1068,30 @@ bool broadcastShapes(const Shape &a, const Shape &b, Shape &out) {
   }
   out = std::move(result);
   return true;
+}
+
+bool acceptsLayout(const Graph &g, const Op &op, unsigned i) {
+  const Tensor &t = g.tensors[op.inputs[i]];
+  const Shape &s = t.shape;
+  const auto &st = t.layout.strides;
+  size_t r = s.size();
+  if (opClass(op.kind) == OpClass::View || op.kind == OpKind::Contiguous || r == 0)
+    return true;
+  if (op.kind == OpKind::Matmul) {
+    if (r == 1)
+      return st[0] == 1 || s[0].size == 1;
+    // One of the last two dimensions has unit stride (a transposed operand is fine), and
+    // the batch dimensions collapse into one batch stride.
+    bool rowOrCol = st[r - 1] == 1 || s[r - 1].size == 1 || st[r - 2] == 1 || s[r - 2].size == 1;
+    for (size_t k = 0; k + 3 < r; ++k)
+      if (s[k].size > 1 && st[k] != st[k + 1] * s[k + 1].size)
+        return false;
+    return rowOrCol;
+  }
+  if ((op.kind == OpKind::Attention || op.kind == OpKind::AttentionBackward) && i < 3 && r == 3)
+    // Rows of q, k and v may be strided (the parts of a fused qkv projection); each row dense.
+    return (st[2] == 1 || s[2].size == 1) && (s[0].size == 1 || st[0] == st[1] * s[1].size);
+  return isDense(s, t.layout);
 }
 
 bool normalizeAxis(int64_t axis, size_t rank, size_t &out) {

@@ -66,6 +66,10 @@ const OpRule &ruleFor(OpKind k);
 /// Helpers used by the rules and the passes.
 /// Numpy broadcasting of two shapes; false when a pair of trailing dims differ and neither is 1.
 bool broadcastShapes(const Shape &a, const Shape &b, Shape &out);
+/// Whether the kernel of `op` can read input `i` in its present layout (strides, offset):
+/// matmuls read transposed operands, attention reads row-strided q, k, v; every other kernel
+/// reads dense tensors. Lowering gives any other input a `contiguous` copy.
+bool acceptsLayout(const Graph &g, const Op &op, unsigned i);
 /// Normalises a possibly negative axis; false when out of range.
 bool normalizeAxis(int64_t axis, size_t rank, size_t &out);
 

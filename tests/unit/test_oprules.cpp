@@ -338,7 +338,10 @@ TEST_CASE("oprules: dropout keeps a one-byte mask", "[oprules]") {
   CHECK(b.grad(d, 0) == n);
   auto s = b.saved(d);
   REQUIRE(s.size() == 1);
-  CHECK(s[0].tensor == kNone);
+  // The mask is the op's second output: a u8 tensor of the input's shape.
+  REQUIRE(b.g.ops[d].outputs.size() == 2);
+  CHECK(s[0].tensor == b.g.ops[d].outputs[1]);
+  CHECK(b.g.tensors[s[0].tensor].dtype == Dtype::U8);
   CHECK(s[0].bytes == n);
   CHECK(std::string(s[0].what) == "dropout mask");
 }
@@ -365,7 +368,8 @@ TEST_CASE("oprules: softmax and normalisations keep row statistics", "[oprules]"
   CHECK(b.executedBackward(ln) == 14 * n);
   double statBytes = 0, activationBytes = 0;
   for (const SavedTensor &s : b.saved(ln)) {
-    if (s.tensor == kNone) {
+    if (std::string(s.what) == "row statistics") { // mean and rstd: fp32 outputs [batch, seq]
+      CHECK(b.g.tensors[s.tensor].dtype == Dtype::F32);
       CHECK(std::string(s.what) == "row statistics");
       statBytes += s.bytes;
     } else if (b.g.tensors[s.tensor].role != TensorRole::Param) {
@@ -382,7 +386,7 @@ TEST_CASE("oprules: softmax and normalisations keep row statistics", "[oprules]"
   CHECK(b.grad(rms, 1) == n);
   statBytes = 0;
   for (const SavedTensor &s : b.saved(rms))
-    if (s.tensor == kNone)
+    if (std::string(s.what) == "row statistics")
       statBytes += s.bytes;
   CHECK(statBytes == rows * 4);
 
@@ -640,12 +644,8 @@ TEST_CASE("oprules: a GPT-3 block saves s*b*h*(34 + 5as/h) bytes", "[oprules]") 
   std::set<TensorId> counted;
   for (OpId o = 0; o < b.g.ops.size(); ++o)
     for (const SavedTensor &st : b.saved(o)) {
-      if (st.tensor == kNone) {
-        bytes += st.bytes;
-        if (std::string(st.what) == "row statistics")
-          stats += st.bytes;
-        continue;
-      }
+      if (std::string(st.what) == "row statistics")
+        stats += st.bytes;
       TensorId base = b.g.tensors[st.tensor].viewOf != kNone ? b.g.tensors[st.tensor].viewOf : st.tensor;
       TensorRole role = b.g.tensors[base].role;
       if (role == TensorRole::Param || role == TensorRole::Input || !counted.insert(base).second)
