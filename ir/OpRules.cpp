@@ -984,9 +984,36 @@ ForwardCost forwardSumSquares(const Graph &g, const Op &op) {
   return c;
 }
 
-/// zero_grad, scale, optimizer_update work in place on the flat regions: their costs are
-/// set by step assembly (passes/Backward.cpp), which knows the optimizer and the dtypes.
-ForwardCost forwardSetByBuilder(const Graph &, const Op &) { return ForwardCost(); }
+double numelOf(const Graph &g, llvm::ArrayRef<TensorId> ts) {
+  double n = 0;
+  for (TensorId t : ts)
+    n += numel(g.tensors[t].shape);
+  return n;
+}
+
+/// zero_grad writes every gradient once.
+ForwardCost forwardZeroGrad(const Graph &g, const Op &op) {
+  ForwardCost c;
+  for (TensorId t : op.outputs)
+    c.bytesWritten += g.bytes(t);
+  return c;
+}
+
+/// optimizer_update(grads…) → params, in place: attrs.scalar FLOPs per parameter (the
+/// optimizer's count, passes/Backward.cpp). Bytes: the gradients and parameters read, the
+/// parameters written; the fp32 master copy and state traffic are priced by StepTime's
+/// optimizer time from the precision policy.
+ForwardCost forwardOptimizerUpdate(const Graph &g, const Op &op) {
+  ForwardCost c;
+  c.flops = c.executedFlops = op.attrs.scalar * numelOf(g, op.outputs);
+  for (TensorId t : op.inputs)
+    c.bytesRead += g.bytes(t);
+  for (TensorId t : op.outputs) {
+    c.bytesRead += g.bytes(t);
+    c.bytesWritten += g.bytes(t);
+  }
+  return c;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The table: one entry per kind, named rule<ID> so that ir/Ops.def can index them below.
@@ -1034,10 +1061,10 @@ RULE(RmsNormBackward, inferNormBackward, forwardNormBackward, noGrad, executedDe
 RULE(AttentionBackward, inferAttentionBackward, forwardAttentionBackward, noGrad, executedDefault, savesNothing)
 RULE(EmbeddingBackward, inferToShape, forwardEmbeddingBackward, noGrad, executedDefault, savesNothing)
 RULE(CrossEntropyBackward, inferCrossEntropyBackward, forwardCrossEntropyBackward, noGrad, executedDefault, savesNothing)
-RULE(ZeroGrad, inferGiven, forwardSetByBuilder, noGrad, executedDefault, savesNothing)
+RULE(ZeroGrad, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothing)
 RULE(SumSquares, inferSumSquares, forwardSumSquares, noGrad, executedDefault, savesNothing)
-RULE(Scale, inferGiven, forwardSetByBuilder, noGrad, executedDefault, savesNothing)
-RULE(OptimizerUpdate, inferGiven, forwardSetByBuilder, noGrad, executedDefault, savesNothing)
+RULE(Scale, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothing)
+RULE(OptimizerUpdate, inferGiven, forwardOptimizerUpdate, noGrad, executedDefault, savesNothing)
 #undef RULE
 
 const OpRule *const kRules[] = {

@@ -12,6 +12,7 @@
 #include "ir/OpRules.h"
 #include "ir/Plan.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct Buffer {
 struct Analysis {
   const Graph *graph = nullptr;
   const Plan *plan = nullptr;
+  /// The whole training step (passes/Backward.cpp): graph's forward ops with the same ids,
+  /// then backward and optimizer ops. For infer plans, a copy of the forward graph.
+  std::shared_ptr<const Graph> step;
 
   // ---- parameters ----
   struct BlockCount {

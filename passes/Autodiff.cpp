@@ -1,24 +1,18 @@
-// The backward pass of a train plan, derived op by op from the forward IR, and the FLOP totals
-// of one optimizer step: backward split into weight and input gradients, the optimizer update,
-// model and executed FLOPs, and the 6·N·D comparison.
+// The backward FLOPs and bytes of a train plan, read from the backward ops of the training
+// step (passes/Backward.cpp), and the FLOP totals of one optimizer step: backward split into
+// weight and input gradients, the optimizer update, model and executed FLOPs, and 6·N·D.
 //
-// 1. Walk the ops in reverse topological order (the order the backward runs them). An input
-//    needs a gradient iff its tensor requires one (lowering sets requiresGrad on trainable
-//    parameters and on every float tensor computed from one): data inputs, integer tensors and
-//    frozen parameters need none, so no FLOPs are spent on them.
-// 2. For each input that needs a gradient, ask the op's rule for its gradient FLOPs. An input
-//    whose storage is a parameter (the parameter itself or a view of it, such as the tied
-//    head's transpose(wte.weight)) is a weight gradient; anything else an input gradient.
-// 3. The op's executed backward FLOPs (causal skipping, flash attention's internal recompute)
-//    come from its rule; its backward bytes are estimated as 2× its forward bytes (the backward
-//    reads the output gradient and what was saved, and writes one gradient per input needing
-//    one: about twice the forward's traffic for matmuls and elementwise ops); what its backward
-//    keeps from the forward comes from the rule's `saved`.
-// 4. Totals per optimizer step = per-micro-batch sums × batch / micro_batch, the same scaling
-//    as the forward (passes/OpCosts.cpp).
-// 5. The optimizer runs once per step over the trainable parameters: optimizerFlopsPerParam()
-//    documents the per-element count for each optimizer.
-// 6. step = forward + backward + optimizer (model FLOPs); executed = executed forward +
+// 1. Build the training step: the forward graph with its backward and optimizer ops.
+// 2. Each backward op adds its FLOPs, executed FLOPs and bytes to the forward op it
+//    differentiates (bytes: what it reads, what it writes, and the old value of a gradient it
+//    adds into). FLOPs that write a parameter's gradient (or a temporary for one) are weight
+//    gradients, the rest input gradients; a norm's backward splits hers: n per weight or bias
+//    gradient, the rest for the input. What the op's backward keeps from the forward comes
+//    from the op's rule (`saved`). The per-input formulas of the rules (gradFlops) are a test
+//    oracle now: tests/unit/test_backward.cpp checks the ops agree with them exactly.
+// 3. Totals per optimizer step = per-micro-batch sums × batch / micro_batch, the same scaling
+//    as the forward (passes/OpCosts.cpp); the optimizer-phase ops run once per step.
+// 4. step = forward + backward + optimizer (model FLOPs); executed = executed forward +
 //    executed backward + optimizer (recompute is added by passes/Activations.cpp, which decides
 //    it); sixND = 6 × trainable params × tokens per step; ratioToSixND = (forward + backward) /
 //    sixND: the optimizer is left out of the comparison because 6·N·D counts only the forward
@@ -31,47 +25,23 @@ namespace tally {
 
 namespace {
 
-/// The tensor whose storage `t` shares (itself unless it is the output of a view op).
-TensorId baseOf(const Graph &g, TensorId t) {
-  TensorId v = g.tensors[t].viewOf;
-  return v == kNone ? t : v;
+/// Whether a backward op's output is (a local part of) a parameter's gradient.
+bool writesWeightGrad(const Graph &g, TensorId t) {
+  TensorId of = g.tensors[t].gradOf;
+  if (of == kNone)
+    return false;
+  TensorId base = g.tensors[of].viewOf == kNone ? of : g.tensors[of].viewOf;
+  return g.tensors[base].role == TensorRole::Param;
 }
 
-bool isWeight(const Graph &g, TensorId t) {
-  return g.tensors[baseOf(g, t)].role == TensorRole::Param;
-}
-
-/// FLOPs per trainable parameter of one optimizer update, with every per-step scalar (the
-/// learning rate, bias corrections, 1 − β) computed once per step and not counted:
-///   SGD        p -= lr·g                                              2
-///              + momentum b = μ·b + g (then p -= lr·b)               +2
-///   AdaGrad    s += g·g; p -= lr·g / (√s + ε)                         7
-///   RMSprop    s = α·s + (1−α)·g²; p -= lr·g / (√s + ε)               9
-///              + momentum                                            +2
-///   Adam       m = β1·m + (1−β1)·g (3); v = β2·v + (1−β2)·g² (4);
-///              d = √v / √bc2 + ε (3); p -= step·m / d (3)            13
-///   AdamW      Adam, and the decoupled decay p ·= (1 − lr·wd)        +1
-///   Lion       c = β1·m + (1−β1)·g (3); sign(c) (1); p -= lr·sign (2);
-///              m = β2·m + (1−β2)·g (3)                                9
-///              + decoupled decay p ·= (1 − lr·wd)                    +1
-/// SGD, AdaGrad, RMSprop and Adam apply weight decay as L2, g += wd·p: +2 when wd > 0.
-double optimizerFlopsPerParam(const OptimizerSpec &o) {
-  bool decay = o.weightDecay > 0;
-  const std::string &n = o.name;
-  if (n == "AdamW")
-    return 13 + (decay ? 1 : 0);
-  if (n == "Lion")
-    return 9 + (decay ? 1 : 0);
-  double f = 0;
-  if (n == "Adam")
-    f = 13;
-  else if (n == "AdaGrad")
-    f = 7;
-  else if (n == "RMSprop")
-    f = 9 + (o.momentum > 0 ? 2 : 0);
-  else // SGD
-    f = 2 + (o.momentum > 0 ? 2 : 0);
-  return f + (decay ? 2 : 0);
+/// Bytes a backward op moves: its inputs and outputs, and the old value of every gradient it
+/// adds into.
+double backwardOpBytes(const Graph &g, const Op &op, const ForwardCost &c) {
+  double b = c.bytesRead + c.bytesWritten;
+  for (size_t i = 0; i < op.outputs.size(); ++i)
+    if ((op.accumulate >> i) & 1)
+      b += g.bytes(op.outputs[i]);
+  return b;
 }
 
 } // namespace
@@ -79,47 +49,65 @@ double optimizerFlopsPerParam(const OptimizerSpec &o) {
 void differentiate(Analysis &a) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
+  // Step 1.
+  a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan));
   if (!plan.isTrain) {
     a.flops.step = a.flops.forward;
     return;
   }
+  const Graph &s = *a.step;
 
-  // Steps 1-3: each op's backward, in the order the backward runs.
-  double inputGrad = 0, weightGrad = 0, executedBackward = 0;
-  for (OpId i = static_cast<OpId>(g.ops.size()); i-- > 0;) {
-    const Op &op = g.ops[i];
-    OpAnalysis &oa = a.ops[i];
-    const OpRule &rule = ruleFor(op.kind);
-    llvm::SmallVector<bool, 3> needGrad;
-    for (TensorId t : op.inputs)
-      needGrad.push_back(g.tensors[t].requiresGrad);
-    bool any = false;
-    for (unsigned k = 0; k < op.inputs.size(); ++k) {
-      if (!needGrad[k])
-        continue;
-      any = true;
-      double f = rule.gradFlops(g, op, k);
-      (isWeight(g, op.inputs[k]) ? oa.weightGradFlops : oa.inputGradFlops) += f;
-    }
-    oa.saved.clear();
-    if (!any)
+  // Step 2: each backward op's cost, charged to its forward op.
+  double inputGrad = 0, weightGrad = 0, executedBackward = 0, optimizer = 0;
+  for (OpId i = static_cast<OpId>(g.ops.size()); i < s.ops.size(); ++i) {
+    const Op &op = s.ops[i];
+    ForwardCost c = ruleFor(op.kind).forward(s, op);
+    if (op.phase == Phase::Optimizer) {
+      optimizer += c.flops;
       continue;
-    oa.executedBackwardFlops = rule.executedBackwardFlops(g, op, needGrad);
-    oa.backwardBytes = 2 * (oa.forward.bytesRead + oa.forward.bytesWritten);
-    rule.saved(g, op, needGrad, oa.saved);
+    }
+    if (op.forwardOp == kNone || op.forwardOp >= a.ops.size())
+      continue; // the loss gradient's fill: no FLOPs
+    OpAnalysis &oa = a.ops[op.forwardOp];
+    double weight = 0;
+    if (op.kind == OpKind::LayerNormBackward || op.kind == OpKind::RmsNormBackward) {
+      double n = numel(s.tensors[op.inputs[0]].shape);
+      for (TensorId t : op.outputs)
+        if (writesWeightGrad(s, t))
+          weight += n;
+    } else if (!op.outputs.empty() && writesWeightGrad(s, op.outputs[0])) {
+      weight = c.flops;
+    }
+    oa.weightGradFlops += weight;
+    oa.inputGradFlops += c.flops - weight;
+    oa.executedBackwardFlops += c.executedFlops;
+    oa.backwardBytes += backwardOpBytes(s, op, c);
+  }
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    OpAnalysis &oa = a.ops[i];
+    oa.saved.clear();
+    const Op &op = g.ops[i];
+    llvm::SmallVector<bool, 3> needGrad;
+    bool any = false;
+    for (TensorId t : op.inputs) {
+      needGrad.push_back(g.tensors[t].requiresGrad);
+      any = any || g.tensors[t].requiresGrad;
+    }
+    if (any)
+      ruleFor(op.kind).saved(g, op, needGrad, oa.saved);
     inputGrad += oa.inputGradFlops;
     weightGrad += oa.weightGradFlops;
     executedBackward += oa.executedBackwardFlops;
   }
 
-  // Step 4: per optimizer step.
+  // Step 3: per optimizer step.
   double microSteps = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);
   a.flops.backwardInputGrad = inputGrad * microSteps;
   a.flops.backwardWeightGrad = weightGrad * microSteps;
   a.flops.backward = a.flops.backwardInputGrad + a.flops.backwardWeightGrad;
 
-  // Steps 5-6: the update, the step, and the 6ND comparison.
-  a.flops.optimizer = optimizerFlopsPerParam(plan.optimizer) * a.params.trainable;
+  // Step 4: the update, the step, and the 6ND comparison.
+  a.flops.optimizer = optimizer;
   a.flops.step = a.flops.forward + a.flops.backward + a.flops.optimizer;
   a.flops.executed += executedBackward * microSteps + a.flops.optimizer;
   a.flops.sixND = 6 * a.params.trainable * a.flops.tokensPerStep;

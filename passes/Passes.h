@@ -16,6 +16,17 @@ class DiagnosticEngine;
 /// re-lowering is possible (unit tests on hand-built graphs).
 using Relower = std::function<std::optional<Graph>(const Plan &)>;
 
+/// The static loss scale of fp16 loss scaling (PyTorch's GradScaler starts at 2^16).
+constexpr double kLossScale = 65536;
+
+/// Backward.cpp, a transform: the whole training step of a train plan — the forward ops
+/// (same ids), the backward ops (phase Backward, each naming its forward op), then the
+/// optimizer phase. An infer plan's graph comes back unchanged. Verified by verifyStep.
+Graph buildTrainingStep(const Graph &forward, const Plan &plan);
+/// FLOPs per trainable parameter of the optimizer_update op (the update, and unscaling the
+/// gradient under loss scaling).
+double optimizerFlopsPerParam(const OptimizerSpec &o, bool lossScaling);
+
 /// ParamCount.cpp: total and trainable parameters, and the count under every block instance.
 void countParams(Analysis &a);
 /// OpCosts.cpp: each op's forward FLOPs and bytes from its rule; forward totals per step.

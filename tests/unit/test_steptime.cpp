@@ -98,15 +98,25 @@ TEST_CASE("steptime: a four-op graph, by hand", "[steptime]") {
   CHECK(t.at("relu").forwardTime == Approx(relu));
   CHECK(t.at("mul").forwardTime == Approx(mul));
   CHECK(t.at("mean").forwardTime == Approx(mean));
-  // The backward moves twice the forward's bytes (passes/Autodiff.cpp).
-  CHECK(t.at("matmul").backwardTime == Approx(2 * mm));
-  CHECK(t.at("mean").backwardTime == Approx(2 * mean));
-  double F = mm + relu + mul + mean;
+  // The backward ops' bytes (passes/Backward.cpp), with 16·256·4 = 16384 bytes per [16, 256]:
+  //   mean:   expand dloss → da² [16, 256]: 4 + 16384 = 16388
+  //   mul:    a·a, both inputs a: two muls of (dy, a) → da, the second adding into the first:
+  //           2·(16384 + 16384 + 16384) + 16384 (the old value it adds to) = 114688
+  //   relu:   relu_backward(y, dy) → dh: 3·16384 = 49152
+  //   matmul: dw = xᵀ·dh, added into the fp32 gradient region: x 65536 + dh 16384 + dw
+  //           1048576 written + 1048576 read = 2179072 (x is data: no dx)
+  double bmm = 2179072 / kBw / kMatmul, bmul = 114688 / kBw / kElementwise,
+         brelu = 49152 / kBw / kElementwise, bmean = 16388 / kBw / kElementwise;
+  CHECK(t.at("matmul").backwardTime == Approx(bmm));
+  CHECK(t.at("mul").backwardTime == Approx(bmul));
+  CHECK(t.at("relu").backwardTime == Approx(brelu));
+  CHECK(t.at("mean").backwardTime == Approx(bmean));
+  double F = mm + relu + mul + mean, B = bmm + bmul + brelu + bmean;
 
   // batch 64 = micro_batch 16 × 2 devices × 2 accumulation steps.
   CHECK(a.time.accumulationSteps == 2);
   CHECK(a.time.forward == Approx(2 * F));
-  CHECK(a.time.backward == Approx(4 * F));
+  CHECK(a.time.backward == Approx(2 * B));
   CHECK(a.time.recompute == 0);
   CHECK(a.time.bubble == 0);
   // SGD: read and write 262144 fp32 params and grads once, 2·262144·8 bytes.
@@ -116,7 +126,7 @@ TEST_CASE("steptime: a four-op graph, by hand", "[steptime]") {
   CHECK(a.time.communication == Approx(a.time.dataParallelComm));
   // The input x [16, 1024] f32 goes up for each of the 2 micro-batches.
   CHECK(a.time.hostTransfer == Approx(2 * 16 * 1024 * 4 / kHost));
-  double step = 6 * F + a.time.optimizer + a.time.communication + a.time.hostTransfer;
+  double step = 2 * F + 2 * B + a.time.optimizer + a.time.communication + a.time.hostTransfer;
   CHECK(a.time.step == Approx(step));
   CHECK(a.time.mfu == Approx((a.flops.forward + a.flops.backward) / (step * kF32 * 2)));
   CHECK(a.time.hfu == Approx((a.flops.executed - a.flops.optimizer) / (step * kF32 * 2)));
