@@ -175,31 +175,87 @@ double Graph::bytes(TensorId t) const {
   return numel(tensors[t].shape) * bytesOf(tensors[t].dtype);
 }
 
+namespace {
+/// Whether every element a view can address lies inside its storage.
+bool viewInBounds(const Graph &g, const Tensor &t) {
+  const Tensor &base = g.tensors[t.viewOf];
+  int64_t lo = t.layout.offset, hi = t.layout.offset;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (t.shape[i].size == 0)
+      return true;
+    int64_t span = (t.shape[i].size - 1) * t.layout.strides[i];
+    (span < 0 ? lo : hi) += span;
+  }
+  auto n = checkedNumel(base.shape);
+  return n && lo >= 0 && hi < std::max<int64_t>(*n, 1);
+}
+} // namespace
+
 std::string verifyGraph(const Graph &g) {
   std::vector<bool> defined(g.tensors.size(), false);
+  auto name = [](TensorId t) { return "tensor %" + std::to_string(t); };
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
     const Tensor &x = g.tensors[t];
-    if (x.role != TensorRole::Activation)
+    // Inputs and parameters exist before the step; so do parameters' gradients, which the
+    // gradient region holds (zeroed by the previous step's zero_grad, or at allocation).
+    if (x.role == TensorRole::Input || x.role == TensorRole::Param)
+      defined[t] = true;
+    if (x.role == TensorRole::Gradient && x.gradOf != kNone && x.viewOf == kNone &&
+        g.tensors[x.gradOf].role == TensorRole::Param)
       defined[t] = true;
     if (x.dtype == Dtype::Invalid)
-      return "tensor %" + std::to_string(t) + " has no dtype";
+      return name(t) + " has no dtype";
     if (!checkedNumel(x.shape))
-      return "tensor %" + std::to_string(t) + " has an overflowing or negative shape";
+      return name(t) + " has an overflowing or negative shape";
     if (x.role == TensorRole::Param && (x.param >= g.params.size() || g.params[x.param].tensor != t))
-      return "parameter tensor %" + std::to_string(t) + " is not listed in params";
+      return "parameter " + name(t) + " is not listed in params";
+    if (x.layout.strides.size() != x.shape.size())
+      return name(t) + " has " + std::to_string(x.layout.strides.size()) + " strides for rank " +
+             std::to_string(x.shape.size());
+    if (x.viewOf != kNone) {
+      if (x.viewOf >= t || g.tensors[x.viewOf].viewOf != kNone)
+        return name(t) + " views a tensor that is not an earlier base tensor";
+      if (!viewInBounds(g, x))
+        return name(t) + " addresses elements outside its storage %" + std::to_string(x.viewOf);
+    } else if (x.layout.offset != 0 || !isDense(x.shape, x.layout)) {
+      return name(t) + " owns its storage but is not dense";
+    }
   }
+  // A view is defined once its storage is: views made by autodiff have no op of their own.
+  auto isDefined = [&](TensorId t) {
+    return defined[t] || (g.tensors[t].viewOf != kNone && defined[g.tensors[t].viewOf]);
+  };
+  Phase phase = Phase::Forward;
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const Op &op = g.ops[o];
+    if (op.phase < phase)
+      return "op " + op.path + " is " + phaseName(op.phase).str() + " after a " +
+             phaseName(phase).str() + " op";
+    phase = op.phase;
     for (TensorId t : op.inputs)
-      if (t >= g.tensors.size() || !defined[t])
-        return "op " + op.path + " reads a tensor before it is defined";
-    for (TensorId t : op.outputs) {
-      if (t >= g.tensors.size() || defined[t])
-        return "op " + op.path + " writes a tensor that is already defined";
-      if (g.tensors[t].producer != o)
+      if (t >= g.tensors.size() || !isDefined(t))
+        return "op " + op.path + " reads " + name(t) + " before it is written";
+    bool inPlace = op.phase == Phase::Optimizer;
+    for (size_t i = 0; i < op.outputs.size(); ++i) {
+      TensorId t = op.outputs[i];
+      if (t >= g.tensors.size())
+        return "op " + op.path + " writes an unknown tensor";
+      bool acc = (op.accumulate >> i) & 1;
+      // A gradient is written once unless later writes add to it; a view of a gradient is
+      // written into its storage, which must exist when the write adds.
+      if (acc && !isDefined(t))
+        return "op " + op.path + " adds into " + name(t) + " before anything wrote it";
+      if (!acc && !inPlace && defined[t] && g.tensors[t].role != TensorRole::Gradient)
+        return "op " + op.path + " writes " + name(t) + ", which is already defined";
+      if (op.phase == Phase::Forward && g.tensors[t].producer != o)
         return "op " + op.path + " is not recorded as its output's producer";
       defined[t] = true;
+      if (g.tensors[t].viewOf != kNone && !acc && g.tensors[g.tensors[t].viewOf].role == TensorRole::Gradient)
+        defined[g.tensors[t].viewOf] = defined[g.tensors[t].viewOf] || true;
     }
+    if (op.phase == Phase::Backward && op.forwardOp != kNone &&
+        (op.forwardOp >= o || g.ops[op.forwardOp].phase != Phase::Forward))
+      return "backward op " + op.path + " names no earlier forward op";
     if (op.instance >= g.instances.size())
       return "op " + op.path + " names no block instance";
   }
@@ -230,11 +286,37 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
   for (const ParamInfo &p : g.params)
     os << "  param %" << p.tensor << " " << p.path << ": " << type(p.tensor)
        << (p.trainable ? "" : " frozen") << "\n";
+  // Views that no op produces (made by autodiff over gradients or saved tensors) are declared
+  // just before their first use; non-dense layouts print their strides and offset.
+  std::vector<bool> declared(g.tensors.size(), false);
+  for (const Op &op : g.ops)
+    for (TensorId t : op.outputs)
+      declared[t] = true;
+  auto layout = [&](TensorId t) -> std::string {
+    const Tensor &x = g.tensors[t];
+    if (x.viewOf == kNone && isDense(x.shape, x.layout) && x.layout.offset == 0)
+      return "";
+    std::string s = " {strides = [";
+    for (size_t i = 0; i < x.layout.strides.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(x.layout.strides[i]);
+    return s + "], offset = " + std::to_string(x.layout.offset) + "}";
+  };
+  Phase phase = Phase::Forward;
   for (const Op &op : g.ops) {
+    if (op.phase != phase) {
+      phase = op.phase;
+      os << "  // " << phaseName(phase) << "\n";
+    }
+    for (TensorId t : op.inputs)
+      if (!declared[t] && g.tensors[t].viewOf != kNone) {
+        declared[t] = true;
+        os << "  %" << t << " = view(%" << g.tensors[t].viewOf << ") : " << type(t) << layout(t)
+           << "\n";
+      }
     os << "  ";
     for (size_t i = 0; i < op.outputs.size(); ++i)
       os << (i ? ", " : "") << "%" << op.outputs[i];
-    os << " = " << opName(op.kind) << "(";
+    os << (op.accumulate ? " += " : " = ") << opName(op.kind) << "(";
     const OpAttrs &a = op.attrs;
     if (a.hasScalar && a.scalarOnLeft) // `2 - x` is sub(2, %x), not sub(%x, 2)
       os << attrNumber(a.scalar) << (op.inputs.empty() ? "" : ", ");
@@ -280,9 +362,15 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     default:
       break;
     }
+    if (op.kind == OpKind::UnaryBackward)
+      os << " {of = " << opName(op.attrs.of) << "}";
+    if (op.kind == OpKind::OptimizerUpdate)
+      os << " {optimizer = " << op.attrs.optimizer << "}";
+    if (op.kind == OpKind::Fill)
+      os << " {value = " << attrNumber(op.attrs.scalar) << "}";
     os << " : ";
     for (size_t i = 0; i < op.outputs.size(); ++i)
-      os << (i ? ", " : "") << type(op.outputs[i]);
+      os << (i ? ", " : "") << type(op.outputs[i]) << layout(op.outputs[i]);
     os << "  // " << op.path << "\n";
   }
   os << "  return";

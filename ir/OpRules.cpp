@@ -953,6 +953,14 @@ ForwardCost forwardAttentionBackward(const Graph &g, const Op &op) {
   return c;
 }
 
+bool inferEmbeddingBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                            ShapeError &err) {
+  if (!expectInputs(op, 2, 2, err))
+    return false;
+  outs.push_back({op.attrs.newShape, in(g, op, 1).dtype});
+  return true;
+}
+
 /// embedding_backward(ids, dy): the weight's gradient [vocab, d] (newShape), a scatter-add.
 ForwardCost forwardEmbeddingBackward(const Graph &g, const Op &op) {
   return withFlops(defaultBytes(g, op), numel(in(g, op, 1).shape));
@@ -1059,7 +1067,7 @@ RULE(SoftmaxBackward, inferLikeLast, forwardSoftmaxBackward, noGrad, executedDef
 RULE(LayerNormBackward, inferNormBackward, forwardNormBackward, noGrad, executedDefault, savesNothing)
 RULE(RmsNormBackward, inferNormBackward, forwardNormBackward, noGrad, executedDefault, savesNothing)
 RULE(AttentionBackward, inferAttentionBackward, forwardAttentionBackward, noGrad, executedDefault, savesNothing)
-RULE(EmbeddingBackward, inferToShape, forwardEmbeddingBackward, noGrad, executedDefault, savesNothing)
+RULE(EmbeddingBackward, inferEmbeddingBackward, forwardEmbeddingBackward, noGrad, executedDefault, savesNothing)
 RULE(CrossEntropyBackward, inferCrossEntropyBackward, forwardCrossEntropyBackward, noGrad, executedDefault, savesNothing)
 RULE(ZeroGrad, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothing)
 RULE(SumSquares, inferSumSquares, forwardSumSquares, noGrad, executedDefault, savesNothing)
@@ -1127,6 +1135,34 @@ bool normalizeAxis(int64_t axis, size_t rank, size_t &out) {
     return false;
   out = static_cast<size_t>(axis < 0 ? axis + r : axis);
   return true;
+}
+
+} // namespace tally
+
+namespace tally {
+
+std::string verifyOpTypes(const Graph &g) {
+  for (const Op &op : g.ops) {
+    llvm::SmallVector<TensorType, 3> outs;
+    ShapeError err;
+    if (!ruleFor(op.kind).infer(g, op, outs, err))
+      return "op " + op.path + ": " + err.message;
+    if (outs.size() != op.outputs.size())
+      return "op " + op.path + " has " + std::to_string(op.outputs.size()) + " outputs, its rule " +
+             std::to_string(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const Tensor &t = g.tensors[op.outputs[i]];
+      // A gradient may be written at another shape with the same elements (a [1, d] bias
+      // summed from [d]); the dtype of a gradient is the gradient's (bf16 into an fp32 region).
+      if (numel(t.shape) != numel(outs[i].shape))
+        return "op " + op.path + " output " + std::to_string(i) + " is " +
+               Graph::formatSizes(t.shape) + ", its rule gives " + Graph::formatSizes(outs[i].shape);
+      if (t.role != TensorRole::Gradient && op.phase == Phase::Forward && t.dtype != outs[i].dtype)
+        return "op " + op.path + " output " + std::to_string(i) + " has dtype " +
+               nameOf(t.dtype).str() + ", its rule gives " + nameOf(outs[i].dtype).str();
+    }
+  }
+  return "";
 }
 
 } // namespace tally

@@ -29,9 +29,7 @@
 //    memory.activations is the Saved bytes live there, memory.workspace the rest. Pipeline
 //    parallelism (1F1B) holds 1/pp of the layers but min(pp, micro-batches) micro-batches in
 //    flight on its first stage, so the Saved bytes are scaled by that over pp.
-// 6. The memory plan: buffers sorted by size, largest first, each placed at the lowest offset
-//    where it overlaps no placed buffer whose lifetime overlaps its own (greedy by size,
-//    first fit); the arena is the highest end.
+// 6. The buffers are placed in the arena by passes/MemoryPlan.cpp (integer, aligned offsets).
 // 7. Totals: recompute FLOPs per step (model FLOPs of the re-run forward; executed FLOPs add the
 //    executed count to flops.executed), and memory.peak = model states + activations +
 //    workspace.
@@ -238,8 +236,9 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
   return s;
 }
 
-void addBuffer(Walk &w, TensorId t, OpId op, double bytes, uint32_t first, uint32_t last,
+void addBuffer(Walk &w, TensorId t, OpId op, double size, uint32_t first, uint32_t last,
                const char *what, Buffer::Kind kind) {
+  int64_t bytes = static_cast<int64_t>(std::ceil(size));
   if (bytes <= 0)
     return;
   Buffer b;
@@ -489,72 +488,6 @@ Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
 // ---------------------------------------------------------------------------------------------
 // Step 6: the memory plan.
 
-/// Places buffers in one arena as a caching allocator would: walk the buffers in the order
-/// they are created, return to a free list every buffer whose last use is before the new
-/// one's first, and put the new one in the first free block that holds it (or at the top).
-/// Lifetimes that overlap never share bytes; the arena may exceed the live peak by
-/// fragmentation. O(n log n + n · free blocks).
-void placeBuffers(std::vector<Buffer> &buffers, double &arena) {
-  size_t n = buffers.size();
-  std::vector<size_t> byFirst(n), byLast(n);
-  for (size_t i = 0; i < n; ++i)
-    byFirst[i] = byLast[i] = i;
-  std::stable_sort(byFirst.begin(), byFirst.end(), [&](size_t x, size_t y) {
-    return buffers[x].first != buffers[y].first ? buffers[x].first < buffers[y].first
-                                                : buffers[x].bytes > buffers[y].bytes;
-  });
-  std::stable_sort(byLast.begin(), byLast.end(),
-                   [&](size_t x, size_t y) { return buffers[x].last < buffers[y].last; });
-  std::map<double, double> freeList; // offset → size, coalesced
-  double top = 0;
-  auto release = [&](const Buffer &b) {
-    if (b.bytes <= 0)
-      return;
-    auto [it, inserted] = freeList.emplace(b.offset, b.bytes);
-    if (it != freeList.begin()) {
-      auto prev = std::prev(it);
-      if (prev->first + prev->second == it->first) {
-        prev->second += it->second;
-        freeList.erase(it);
-        it = prev;
-      }
-    }
-    auto next = std::next(it);
-    if (next != freeList.end() && it->first + it->second == next->first) {
-      it->second += next->second;
-      freeList.erase(next);
-    }
-    if (it->first + it->second == top) { // a free block at the top shrinks the top
-      top = it->first;
-      freeList.erase(it);
-    }
-  };
-  size_t freed = 0;
-  arena = 0;
-  for (size_t i : byFirst) {
-    Buffer &b = buffers[i];
-    while (freed < n && buffers[byLast[freed]].last < b.first)
-      release(buffers[byLast[freed++]]);
-    if (b.bytes <= 0) {
-      b.offset = 0;
-      continue;
-    }
-    auto fit = std::find_if(freeList.begin(), freeList.end(),
-                            [&](const auto &blk) { return blk.second >= b.bytes; });
-    if (fit != freeList.end()) {
-      b.offset = fit->first;
-      double rest = fit->second - b.bytes;
-      freeList.erase(fit);
-      if (rest > 0)
-        freeList.emplace(b.offset + b.bytes, rest);
-    } else {
-      b.offset = top;
-      top += b.bytes;
-    }
-    arena = std::max(arena, top);
-  }
-}
-
 /// What each copy keeps with no checkpointing, for the per-block report and the checks.
 void blockActivations(const Facts &f, Analysis &a) {
   const Graph &g = f.g;
@@ -631,7 +564,6 @@ void planActivations(Analysis &a) {
 
   a.livePeakBytes = w.peakSaved + w.peakOther;
   a.peakStep = w.peakStep;
-  placeBuffers(w.buffers, a.arenaBytes);
   a.schedule = std::move(w.schedule);
   a.buffers = std::move(w.buffers);
   blockActivations(f, a);

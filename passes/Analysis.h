@@ -46,13 +46,36 @@ struct ScheduleStep {
 struct Buffer {
   TensorId tensor = kNone;       ///< kNone for extra saved buffers (masks, statistics)
   OpId op = kNone;               ///< the op that created it
-  double bytes = 0;
+  int64_t bytes = 0;             ///< exact bytes of the tensor on one device
   uint32_t first = 0, last = 0;  ///< schedule step indexes, inclusive
-  double offset = 0;             ///< arena offset in bytes (filled by the memory planner)
+  int64_t offset = 0;            ///< arena offset in bytes, a multiple of kAlignment
   const char *what = "";
   /// Saved: kept for the backward (counts as activations); Transient: a forward output or
   /// recomputed value that no backward keeps; Gradient: an activation's gradient (both workspace).
   enum Kind : uint8_t { Saved, Transient, Gradient } kind = Saved;
+};
+
+/// Every buffer of the memory plan, and every tensor in a flat region, starts at a multiple
+/// of this many bytes and takes a multiple of it (cudaMalloc aligns to 256 too).
+constexpr int64_t kAlignment = 256;
+inline int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+/// One flat region of the memory plan (llm.c style): each tensor at an aligned offset.
+struct Region {
+  struct Entry {
+    TensorId tensor = kNone;       ///< a parameter (its gradient, master copy or state for those regions)
+    int64_t offset = 0, bytes = 0;
+    unsigned state = 0;            ///< optimizer region: which state (0: first moment, 1: second)
+  };
+  Dtype dtype = Dtype::Invalid;
+  int64_t bytes = 0;               ///< the region's size, aligned
+  std::vector<Entry> tensors;
+};
+
+/// One step of the training step as codegen runs it, over ops of Analysis::step.
+struct StepEntry {
+  enum Kind : uint8_t { Forward, Backward, Recompute, Optimizer } kind;
+  OpId op;                         ///< an op of Analysis::step
 };
 
 struct Analysis {
@@ -170,8 +193,17 @@ struct Analysis {
   // ---- the forward/backward schedule and the memory plan (Activations.cpp) ----
   std::vector<ScheduleStep> schedule;
   std::vector<Buffer> buffers;
+  // MemoryPlan.cpp: the schedule over the step's ops (each backward step expanded into its
+  // backward ops; optimizer ops last), where each schedule step starts in it, and the flat
+  // regions of parameters, gradients, master weights and optimizer state (one replica,
+  // unsharded: what the generated step of one device allocates).
+  std::vector<StepEntry> stepSchedule;
+  std::vector<uint32_t> stepIndexOf;   ///< per schedule step: its first index in stepSchedule
+  struct {
+    Region params, grads, master, optimizer;
+  } regions;
   // Activations.cpp: one micro-batch on one device's tensor-parallel share.
-  double arenaBytes = 0;         ///< size of the arena the buffers are placed in (≥ livePeakBytes)
+  int64_t arenaBytes = 0;        ///< size of the arena the buffers are placed in (≥ livePeakBytes)
   double livePeakBytes = 0;      ///< the most bytes live at once in the schedule
   uint32_t peakStep = 0;         ///< the schedule step where that peak is reached
   /// What each repeat-block copy's backward keeps with no checkpointing (each tensor once,

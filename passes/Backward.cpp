@@ -339,6 +339,11 @@ struct Builder {
       TensorId x = op.inputs[i];
       if (!needs(x))
         continue;
+      bool identity = op.kind == OpKind::Add || (op.kind == OpKind::Sub && i == 0);
+      if (identity && numel(ds) != numel(g.tensors[x].shape)) {
+        writeGrad(x, dy); // a broadcast bias: sum dy straight into its gradient
+        continue;
+      }
       Target t = target(x, ds);
       switch (op.kind) {
       case OpKind::Add:

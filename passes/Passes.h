@@ -42,6 +42,9 @@ void staticMemory(Analysis &a);
 /// outputs are kept, what is recomputed), the liveness walk over saved tensors, the memory
 /// plan (buffers with offsets), activation bytes at the peak and the peak per device.
 void planActivations(Analysis &a);
+/// MemoryPlan.cpp: the schedule over the step graph's ops and the flat regions (params,
+/// grads, master weights, optimizer state) with an aligned offset per tensor.
+void planMemory(Analysis &a);
 /// Roofline.cpp: each op's compute rate, the target's ridge, and compute- or memory-bound.
 void roofline(Analysis &a);
 /// StepTime.cpp: per-op times, communication (data/tensor/pipeline parallel), host

@@ -15,6 +15,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   differentiate(a); // [autodiff]
   staticMemory(a);
   planActivations(a); // [activations]
+  planMemory(a);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   checkAccumulation(a, diags); // [steptime]

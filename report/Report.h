@@ -14,5 +14,10 @@ void renderText(const Analysis &a, llvm::raw_ostream &os);
 void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostream &os);
 /// The text report's content as Markdown tables, for people and pull requests.
 void renderMarkdown(const Analysis &a, llvm::raw_ostream &os);
+/// `--emit=ir --format json`: tensors with layouts, ops with phases, FLOPs and bytes.
+void renderIrJson(const Graph &g, llvm::raw_ostream &os);
+/// `--emit=memory-plan`: the schedule, the arena's buffers and the flat regions, as text or
+/// JSON (docs/ir.md).
+void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json);
 
 } // namespace tally

@@ -118,13 +118,14 @@ double sumBlockFlops(const Analysis &a) {
 void checkMemoryPlan(const Analysis &a) {
   const std::vector<Buffer> &bs = a.buffers;
   REQUIRE(!bs.empty());
-  double end = 0;
+  int64_t end = 0;
   for (const Buffer &b : bs) {
     CHECK(b.bytes > 0);
     CHECK(b.first <= b.last);
     CHECK(b.last < a.schedule.size());
     CHECK(b.offset >= 0);
-    end = std::max(end, b.offset + b.bytes);
+    CHECK(b.offset % 256 == 0); // every buffer starts aligned, and takes a multiple of 256
+    end = std::max<int64_t>(end, b.offset + (b.bytes + 255) / 256 * 256);
   }
   CHECK(a.arenaBytes == end);
   size_t overlaps = 0;

@@ -44,10 +44,11 @@ cl::opt<Format> OutFormat("format", cl::desc("Report format"),
                           cl::init(Format::Text), cl::sub(Report), cl::sub(Targets), cl::cat(Cat));
 cl::opt<std::string> Output("o", cl::desc("Write the report to this file"), cl::value_desc("file"),
                             cl::init("-"), cl::sub(Report), cl::cat(Cat));
-enum class Emit { None, Ast, Ir, Analysis };
+enum class Emit { None, Ast, Ir, MemoryPlan, Analysis };
 cl::opt<Emit> EmitStage("emit", cl::desc("Print one stage of the pipeline instead of the report"),
                         cl::values(clEnumValN(Emit::Ast, "ast", "the parsed AST"),
-                                   clEnumValN(Emit::Ir, "ir", "the lowered IR graph"),
+                                   clEnumValN(Emit::Ir, "ir", "the IR graph: the training step for train plans"),
+                                   clEnumValN(Emit::MemoryPlan, "memory-plan", "the schedule and the memory plan"),
                                    clEnumValN(Emit::Analysis, "analysis", "the analysis as JSON")),
                         cl::init(Emit::None), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
 
@@ -167,9 +168,11 @@ int runCheck() {
       if (!c.lower(*p, overrides()))
         continue;
       overrideBudgets(*c.plan, *budgets);
+      Analysis a = analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p));
       if (opts::EmitStage == opts::Emit::Ir)
-        printGraph(*c.graph, outs());
-      analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p));
+        printGraph(*a.step, outs());
+      if (opts::EmitStage == opts::Emit::MemoryPlan)
+        renderMemoryPlan(a, outs(), false);
     }
     if (c.diags.hasErrors())
       status = 1;
@@ -194,11 +197,17 @@ int runReport() {
   if (!decl || !c.lower(*decl, overrides()))
     return 1;
   overrideBudgets(*c.plan, *budgets);
-  if (opts::EmitStage == opts::Emit::Ir) {
-    printGraph(*c.graph, outs());
+  Analysis a = analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl));
+  if (opts::EmitStage == opts::Emit::Ir || opts::EmitStage == opts::Emit::MemoryPlan) {
+    bool json = opts::OutFormat == opts::Format::Json;
+    if (opts::EmitStage == opts::Emit::MemoryPlan)
+      renderMemoryPlan(a, outs(), json);
+    else if (json)
+      renderIrJson(*a.step, outs());
+    else
+      printGraph(*a.step, outs());
     return c.diags.hasErrors() ? 1 : 0;
   }
-  Analysis a = analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl));
   std::error_code ec;
   ToolOutputFile out(opts::Output, ec, sys::fs::OF_Text);
   if (ec)

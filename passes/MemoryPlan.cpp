@@ -1,0 +1,211 @@
+// The memory plan as the generated step uses it: the schedule over the training step's ops,
+// and the flat regions of parameters, gradients, master weights and optimizer state.
+//
+// 1. The schedule: each step of Activations' schedule becomes the step graph's ops — a
+//    forward or recompute step its forward op, a backward step the backward ops of that
+//    forward op in the order autodiff emitted them (the loss gradient's fill goes with the
+//    first backward step) — then the optimizer ops. stepIndexOf maps a schedule step (the
+//    buffers' first/last) to its first entry here.
+// 2. The regions, one replica, unsharded, each tensor at an offset aligned to kAlignment:
+//    params (every parameter, at the params dtype), grads (trainable parameters, grads
+//    dtype), master (trainable parameters, master dtype, when the policy keeps a master copy),
+//    optimizer (for each state of the optimizer, each trainable parameter, optimizer dtype).
+//    One allocation per region serves the step; the optimizer walks a region as one array.
+// 3. The arena: the step's tensors that Activations' liveness does not cover — the loss
+//    gradient and the local gradients autodiff computes before summing them into a broadcast
+//    input's gradient — live within the one schedule step whose backward ops write and read
+//    them, and join the buffers. Then every buffer is placed in integer bytes: walking the
+//    buffers in the order they are created, each takes the first free block that holds its size
+//    rounded up to kAlignment (buffers whose last use is before its first step are freed first,
+//    coalescing neighbours), else goes on top: a caching allocator's first fit. The arena is the
+//    highest end.
+#include "passes/Passes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace tally {
+
+namespace {
+
+/// Places buffers in one arena as a caching allocator would: walk the buffers in the order
+/// they are created, return to a free list every buffer whose last use is before the new
+/// one's first, and put the new one in the first free block that holds it (or at the top).
+/// Lifetimes that overlap never share bytes; the arena may exceed the live peak by
+/// fragmentation. O(n log n + n · free blocks).
+void placeBuffers(std::vector<Buffer> &buffers, int64_t &arena) {
+  size_t n = buffers.size();
+  std::vector<size_t> byFirst(n), byLast(n);
+  for (size_t i = 0; i < n; ++i)
+    byFirst[i] = byLast[i] = i;
+  std::stable_sort(byFirst.begin(), byFirst.end(), [&](size_t x, size_t y) {
+    return buffers[x].first != buffers[y].first ? buffers[x].first < buffers[y].first
+                                                : buffers[x].bytes > buffers[y].bytes;
+  });
+  std::stable_sort(byLast.begin(), byLast.end(),
+                   [&](size_t x, size_t y) { return buffers[x].last < buffers[y].last; });
+  std::map<int64_t, int64_t> freeList; // offset → size, coalesced
+  int64_t top = 0;
+  auto release = [&](const Buffer &b) {
+    if (b.bytes <= 0)
+      return;
+    auto [it, inserted] = freeList.emplace(b.offset, alignUp(b.bytes));
+    if (it != freeList.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        freeList.erase(it);
+        it = prev;
+      }
+    }
+    auto next = std::next(it);
+    if (next != freeList.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      freeList.erase(next);
+    }
+    if (it->first + it->second == top) { // a free block at the top shrinks the top
+      top = it->first;
+      freeList.erase(it);
+    }
+  };
+  size_t freed = 0;
+  arena = 0;
+  for (size_t i : byFirst) {
+    Buffer &b = buffers[i];
+    while (freed < n && buffers[byLast[freed]].last < b.first)
+      release(buffers[byLast[freed++]]);
+    if (b.bytes <= 0) {
+      b.offset = 0;
+      continue;
+    }
+    int64_t size = alignUp(b.bytes);
+    auto fit = std::find_if(freeList.begin(), freeList.end(),
+                            [&](const auto &blk) { return blk.second >= size; });
+    if (fit != freeList.end()) {
+      b.offset = fit->first;
+      int64_t rest = fit->second - size;
+      freeList.erase(fit);
+      if (rest > 0)
+        freeList.emplace(b.offset + size, rest);
+    } else {
+      b.offset = top;
+      top += size;
+    }
+    arena = std::max(arena, top);
+  }
+}
+
+
+void lay(Region &r, Dtype dtype, const Graph &g, const std::vector<TensorId> &ts, unsigned states) {
+  r.dtype = dtype;
+  for (unsigned s = 0; s < states; ++s)
+    for (TensorId t : ts) {
+      auto n = checkedNumel(g.tensors[t].shape);
+      int64_t bytes = n.value_or(0) * static_cast<int64_t>(bytesOf(dtype));
+      r.tensors.push_back({t, r.bytes, bytes, s});
+      r.bytes += alignUp(bytes);
+    }
+}
+
+} // namespace
+
+void planMemory(Analysis &a) {
+  const Graph &g = *a.graph;
+  const Graph &s = *a.step;
+  const Plan &plan = *a.plan;
+
+  // Step 1.
+  std::vector<std::vector<OpId>> backwardOf(g.ops.size());
+  std::vector<OpId> lossFill, optimizer;
+  for (OpId i = static_cast<OpId>(g.ops.size()); i < s.ops.size(); ++i) {
+    const Op &op = s.ops[i];
+    if (op.phase == Phase::Optimizer)
+      optimizer.push_back(i);
+    else if (op.forwardOp == kNone)
+      lossFill.push_back(i);
+    else
+      backwardOf[op.forwardOp].push_back(i);
+  }
+  a.stepSchedule.clear();
+  a.stepIndexOf.assign(a.schedule.size() + 1, 0);
+  bool filled = false;
+  for (size_t k = 0; k < a.schedule.size(); ++k) {
+    const ScheduleStep &st = a.schedule[k];
+    a.stepIndexOf[k] = static_cast<uint32_t>(a.stepSchedule.size());
+    switch (st.kind) {
+    case ScheduleStep::Forward:
+      a.stepSchedule.push_back({StepEntry::Forward, st.op});
+      break;
+    case ScheduleStep::Recompute:
+      a.stepSchedule.push_back({StepEntry::Recompute, st.op});
+      break;
+    case ScheduleStep::Backward:
+      if (!filled) {
+        for (OpId f : lossFill)
+          a.stepSchedule.push_back({StepEntry::Backward, f});
+        filled = true;
+      }
+      for (OpId b : backwardOf[st.op])
+        a.stepSchedule.push_back({StepEntry::Backward, b});
+      break;
+    }
+  }
+  a.stepIndexOf[a.schedule.size()] = static_cast<uint32_t>(a.stepSchedule.size());
+  if (plan.isTrain)
+    for (OpId o : optimizer)
+      a.stepSchedule.push_back({StepEntry::Optimizer, o});
+
+  // Step 3.
+  if (plan.isTrain) {
+    std::vector<uint32_t> stepOfEntry(a.stepSchedule.size(), 0);
+    for (size_t k = 0; k + 1 < a.stepIndexOf.size(); ++k)
+      for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1]; ++e)
+        stepOfEntry[e] = static_cast<uint32_t>(k);
+    std::vector<bool> covered(s.tensors.size(), false);
+    for (const Buffer &b : a.buffers)
+      if (b.kind == Buffer::Gradient && b.tensor != kNone && s.gradient[b.tensor] != kNone)
+        covered[s.gradient[b.tensor]] = true;
+    for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
+      if (a.stepSchedule[e].kind != StepEntry::Backward)
+        continue;
+      const Op &op = s.ops[a.stepSchedule[e].op];
+      for (TensorId t : op.outputs) {
+        const Tensor &x = s.tensors[t];
+        if (x.role != TensorRole::Gradient || x.viewOf != kNone || covered[t])
+          continue;
+        covered[t] = true;
+        Buffer b;
+        b.tensor = t;
+        b.op = a.stepSchedule[e].op;
+        b.bytes = checkedNumel(x.shape).value_or(0) * static_cast<int64_t>(bytesOf(x.dtype));
+        b.first = b.last = stepOfEntry[e];
+        b.what = "local gradient";
+        b.kind = Buffer::Gradient;
+        a.buffers.push_back(b);
+      }
+    }
+  }
+  placeBuffers(a.buffers, a.arenaBytes);
+
+  // Step 2.
+  std::vector<TensorId> all, trainable;
+  for (const ParamInfo &p : g.params) {
+    all.push_back(p.tensor);
+    if (p.trainable)
+      trainable.push_back(p.tensor);
+  }
+  a.regions.params = Region();
+  a.regions.grads = Region();
+  a.regions.master = Region();
+  a.regions.optimizer = Region();
+  lay(a.regions.params, plan.precision.params, g, all, 1);
+  if (!plan.isTrain)
+    return;
+  lay(a.regions.grads, plan.precision.grads, g, trainable, 1);
+  if (plan.precision.master != Dtype::Invalid)
+    lay(a.regions.master, plan.precision.master, g, trainable, 1);
+  lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer));
+}
+
+} // namespace tally

@@ -1,0 +1,180 @@
+// test_backward.cpp — the training step that autodiff and step assembly build
+// (passes/Backward.cpp): the verifier on every example and test model, the per-op FLOP oracle
+// (the backward ops' FLOPs equal the per-input gradient formulas of ir/OpRules.cpp exactly),
+// the FLOP-sum identity of the report, and the shape of a few derivatives written by hand.
+#include "Support.h"
+
+#include "passes/Passes.h"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+using namespace tally;
+using namespace tally::test;
+
+namespace {
+
+/// Every example plan and the models of the unit tests with a train plan.
+std::vector<std::pair<std::string, std::string>> examplePlans() {
+  return {{"lecture.tally", "lecture"},    {"gpt2.tally", "gpt2_124M"},
+          {"gpt2.tally", "gpt2_decode"},   {"llama2_7b.tally", ""},
+          {"targets.tally", ""}};
+}
+
+/// The oracle: Σ over needed inputs of rule.gradFlops, per forward op.
+double oracleFlops(const Graph &g, const Op &op) {
+  double f = 0;
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    const Tensor &t = g.tensors[op.inputs[i]];
+    if (t.requiresGrad && isFloat(t.dtype))
+      f += ruleFor(op.kind).gradFlops(g, op, i);
+  }
+  return f;
+}
+
+void checkStep(const Analysis &a) {
+  const Graph &s = *a.step;
+  CHECK(verifyGraph(s) == "");
+  CHECK(verifyOpTypes(s) == "");
+  if (!a.plan->isTrain)
+    return;
+  const Graph &g = *a.graph;
+  // Forward ops keep their ids.
+  REQUIRE(s.ops.size() >= g.ops.size());
+  for (OpId i = 0; i < g.ops.size(); ++i)
+    CHECK(s.ops[i].path == g.ops[i].path);
+  // The oracle, per forward op.
+  std::vector<double> fromOps(g.ops.size(), 0);
+  double optimizer = 0;
+  for (OpId i = static_cast<OpId>(g.ops.size()); i < s.ops.size(); ++i) {
+    const Op &op = s.ops[i];
+    double f = ruleFor(op.kind).forward(s, op).flops;
+    if (op.phase == Phase::Optimizer)
+      optimizer += f;
+    else if (op.forwardOp != kNone)
+      fromOps[op.forwardOp] += f;
+  }
+  double micro = static_cast<double>(a.plan->batch) / static_cast<double>(a.plan->microBatch);
+  double forward = 0, backward = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    INFO(g.ops[i].path);
+    bool runs = a.ops[i].inputGradFlops + a.ops[i].weightGradFlops > 0 || fromOps[i] > 0;
+    if (runs)
+      CHECK(fromOps[i] == oracleFlops(g, g.ops[i]));
+    forward += ruleFor(g.ops[i].kind).forward(g, g.ops[i]).flops;
+    backward += fromOps[i];
+  }
+  // The report's totals are the per-op FLOPs of one micro-batch × micro-steps (forward,
+  // backward) and the optimizer ops once per step.
+  CHECK(forward * micro == a.flops.forward);
+  CHECK(backward * micro == a.flops.backward);
+  CHECK(optimizer == a.flops.optimizer);
+  // The regions: aligned offsets, in order, no overlap.
+  for (const Region *r : {&a.regions.params, &a.regions.grads, &a.regions.master,
+                          &a.regions.optimizer}) {
+    int64_t end = 0;
+    for (const Region::Entry &e : r->tensors) {
+      CHECK(e.offset % kAlignment == 0);
+      CHECK(e.offset >= end);
+      end = e.offset + e.bytes;
+    }
+    CHECK(r->bytes >= end);
+  }
+}
+
+} // namespace
+
+TEST_CASE("backward: every example's training step verifies and matches the FLOP oracle",
+          "[backward]") {
+  for (const auto &[file, plan] : examplePlans()) {
+    INFO(file << " " << plan);
+    Compiled t(fromFile, example(file), plan);
+    checkStep(*t.a);
+  }
+}
+
+TEST_CASE("backward: checkpointed and dropout models verify too", "[backward]") {
+  Compiled t(R"(
+block Layer(d) {
+  ln = LayerNorm(d)
+  fc = Linear(d, 2 * d)
+  forward(x) { return x + dropout(gelu(fc(ln(x))), 0.1) @ transpose(fc.weight) }
+}
+model M(d = 16, layers = 3) {
+  h = repeat(layers) Layer(d)
+  w = RMSNorm(d)
+  forward(x: f32[batch, seq, d]) {
+    y = softmax(w(h(x)), dim = -1)
+    return mean(y * y - 2 / (y + 3))
+  }
+}
+train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1e-3)
+          precision = mixed_fp16 checkpoint = full target = H100_SXM }
+)");
+  checkStep(*t.a);
+  const Graph &s = *t.a->step;
+  // Loss scaling: the loss gradient is the scale over 2 micro-steps; the overflow check runs.
+  bool fill = false, check = false;
+  for (const Op &op : s.ops) {
+    if (op.kind == OpKind::Fill && op.forwardOp == kNone)
+      fill = op.attrs.scalar == kLossScale / 2;
+    check = check || op.kind == OpKind::SumSquares;
+  }
+  CHECK(fill);
+  CHECK(check);
+  // Random streams: each dropout has its own.
+  std::set<uint32_t> streams;
+  for (const Op &op : t.g().ops)
+    if (op.kind == OpKind::Dropout)
+      CHECK(streams.insert(op.attrs.stream).second);
+  CHECK(streams.size() == 3);
+}
+
+TEST_CASE("backward: the tied head writes one gradient into the embedding's", "[backward]") {
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
+  const Graph &s = *t.a->step;
+  TensorId wte = kNone;
+  for (const ParamInfo &p : s.params)
+    if (p.path == "wte.weight")
+      wte = p.tensor;
+  REQUIRE(wte != kNone);
+  TensorId grad = s.gradient[wte];
+  REQUIRE(grad != kNone);
+  // Two writers: the head's matmul through a transposed view, and the embedding's scatter;
+  // both add (parameter gradients accumulate over micro-batches).
+  unsigned writers = 0;
+  for (const Op &op : s.ops)
+    for (size_t i = 0; i < op.outputs.size(); ++i) {
+      TensorId o = op.outputs[i];
+      if (op.phase == Phase::Backward && (o == grad || s.tensors[o].viewOf == grad)) {
+        ++writers;
+        CHECK(((op.accumulate >> i) & 1) == 1);
+      }
+    }
+  CHECK(writers == 2);
+}
+
+TEST_CASE("backward: split parts write their own slices of one gradient", "[backward]") {
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
+  const Graph &s = *t.a->step;
+  OpId attnBwd = kNone;
+  for (OpId i = 0; i < s.ops.size(); ++i)
+    if (s.ops[i].kind == OpKind::AttentionBackward && attnBwd == kNone)
+      attnBwd = i;
+  REQUIRE(attnBwd != kNone);
+  const Op &op = s.ops[attnBwd];
+  REQUIRE(op.outputs.size() == 3);
+  CHECK(op.accumulate == 0); // q, k and v each overwrite their third of d(qkv)
+  TensorId base = s.tensors[op.outputs[0]].viewOf;
+  REQUIRE(base != kNone);
+  // d = 768: the parts start at element offsets 0, 768 and 1536 of rows of 2304.
+  for (unsigned i = 0; i < 3; ++i) {
+    const Tensor &part = s.tensors[op.outputs[i]];
+    CHECK(part.viewOf == base);
+    CHECK(part.layout.offset == 768 * i);
+    CHECK(part.layout.strides[1] == 2304);
+    CHECK(part.layout.strides[2] == 1);
+  }
+}
