@@ -120,12 +120,12 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
   detail::require(w != nullptr && mean != nullptr && rstd != nullptr, "layer_norm_bwd",
                   "w, mean and rstd must not be null");
   const int nt = ctx.nthreads();
-  std::vector<std::vector<A>> pw(nt), pb(nt);
+  // Per-thread partial sums of dw and db (sized for nt threads even when the region runs on fewer).
+  std::vector<std::vector<A>> pw(nt, std::vector<A>(static_cast<size_t>(dw ? cols : 0), A(0)));
+  std::vector<std::vector<A>> pb(nt, std::vector<A>(static_cast<size_t>(db ? cols : 0), A(0)));
 #pragma omp parallel num_threads(nt) if (rows * cols > 4096)
   {
     const int t = omp_get_thread_num();
-    pw[t].assign(static_cast<size_t>(dw ? cols : 0), A(0));
-    pb[t].assign(static_cast<size_t>(db ? cols : 0), A(0));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* px = x + r * cols;
@@ -176,11 +176,10 @@ void rms_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* rstd, const T* 
   detail::require_sizes("rms_norm_bwd", {rows, cols});
   detail::require(w != nullptr && rstd != nullptr, "rms_norm_bwd", "w and rstd must not be null");
   const int nt = ctx.nthreads();
-  std::vector<std::vector<A>> pw(nt);
+  std::vector<std::vector<A>> pw(nt, std::vector<A>(static_cast<size_t>(dw ? cols : 0), A(0)));
 #pragma omp parallel num_threads(nt) if (rows * cols > 4096)
   {
     const int t = omp_get_thread_num();
-    pw[t].assign(static_cast<size_t>(dw ? cols : 0), A(0));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* px = x + r * cols;
