@@ -271,12 +271,13 @@ TEST_CASE("matmul in bf16 and fp16: fp32 blocks, one rounding of C", "[matmul]")
   // Large enough for several row blocks (256) and depth blocks (512), with transposes and beta.
   const int64_t M = 300, N = 70, K = 600;
   Vec A = uniform(M * K, 301), B = uniform(K * N, 302), C0 = uniform(M * N, 303);
-  for (bool tA : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool tA = variant & 1, tB = variant & 2;
     auto Ab = to<rt::bf16>(A), Bb = to<rt::bf16>(B), Cb = to<rt::bf16>(C0);
     auto Ah = to<rt::f16>(A), Bh = to<rt::f16>(B), Ch = to<rt::f16>(C0);
-    const int64_t lda = tA ? M : K;
-    rt::matmul<rt::bf16>(ctx, tA, false, M, N, K, 0.5f, Ab.data(), lda, 0, Bb.data(), N, 0, 2.0f, Cb.data(), N, 0, 1);
-    rt::matmul<rt::f16>(ctx, tA, false, M, N, K, 0.5f, Ah.data(), lda, 0, Bh.data(), N, 0, 2.0f, Ch.data(), N, 0, 1);
+    const int64_t lda = tA ? M : K, ldb = tB ? K : N;
+    rt::matmul<rt::bf16>(ctx, tA, tB, M, N, K, 0.5f, Ab.data(), lda, 0, Bb.data(), ldb, 0, 2.0f, Cb.data(), N, 0, 1);
+    rt::matmul<rt::f16>(ctx, tA, tB, M, N, K, 0.5f, Ah.data(), lda, 0, Bh.data(), ldb, 0, 2.0f, Ch.data(), N, 0, 1);
     // Reference in double from the same rounded inputs; the only extra error is fp32
     // accumulation (~K·2^-24 relative to Σ|a·b|) plus the final rounding (2^-9 bf16, 2^-12 fp16).
     Vec Ar = from(Ab), Br = from(Bb), Cr = from(to<rt::bf16>(C0));
@@ -286,17 +287,17 @@ TEST_CASE("matmul in bf16 and fp16: fp32 blocks, one rounding of C", "[matmul]")
       for (int64_t j = 0; j < N; ++j) {
         double sb = 0, sh = 0, mag = 0;
         for (int64_t k = 0; k < K; ++k) {
-          int64_t ai = tA ? k * M + i : i * K + k;
-          sb += Ar[ai] * Br[k * N + j];
-          sh += Ahr[ai] * Bhr[k * N + j];
-          mag += std::fabs(Ar[ai] * Br[k * N + j]);
+          int64_t ai = tA ? k * M + i : i * K + k, bi = tB ? j * K + k : k * N + j;
+          sb += Ar[ai] * Br[bi];
+          sh += Ahr[ai] * Bhr[bi];
+          mag += std::fabs(Ar[ai] * Br[bi]);
         }
         double wb = 0.5 * sb + 2.0 * Cr[i * N + j], wh = 0.5 * sh + 2.0 * Chr[i * N + j];
         double gotB = float(Cb[i * N + j]), gotH = float(Ch[i * N + j]);
         if (std::fabs(gotB - wb) > std::fabs(wb) * 0.0039 + mag * 1e-6) ++badB;
         if (std::fabs(gotH - wh) > std::fabs(wh) * 0.00049 + mag * 1e-6) ++badH;
       }
-    INFO("transA " << tA);
+    INFO("transA " << tA << " transB " << tB);
     CHECK(badB == 0);
     CHECK(badH == 0);
   }

@@ -41,17 +41,32 @@ void stage_head(const T* x, int64_t b, int64_t Sx, int64_t nheads, int64_t head,
   }
 }
 
+/// Like stage_head, transposed: out[d·Sx + j] (so that scores of consecutive keys are one
+/// contiguous, vectorisable loop).
+template <class T>
+void stage_head_t(const T* x, int64_t b, int64_t Sx, int64_t nheads, int64_t head, int64_t hd, acc_t<T>* out) {
+  const int64_t width = nheads * hd;
+  for (int64_t j = 0; j < Sx; ++j) {
+    const T* src = x + (b * Sx + j) * width + head * hd;
+    for (int64_t d = 0; d < hd; ++d) out[d * Sx + j] = load(src[d]);
+  }
+}
+
+/// s[j − j0] = Σ_d qs[d] · Kt[d·Skv + j] for j in [j0, j1) (qs already scaled).
+template <class A>
+inline void scores_block(const A* qs, const A* Kt, int64_t Skv, int64_t hd, int64_t j0, int64_t j1, A* s) {
+  for (int64_t j = j0; j < j1; ++j) s[j - j0] = 0;
+  for (int64_t d = 0; d < hd; ++d) {
+    const A qd = qs[d];
+    const A* kt = Kt + d * Skv;
+#pragma omp simd
+    for (int64_t j = j0; j < j1; ++j) s[j - j0] += qd * kt[j];
+  }
+}
+
 /// fp64 (the finite-difference tests) recomputes each row's log-sum-exp in double in the
 /// backward instead of reading the fp32 one the forward saved.
 template <class T> constexpr bool kExactStatsAttn = std::is_same<T, double>::value;
-
-/// Σ a[d]·b[d].
-template <class A> inline A dot(const A* a, const A* b, int64_t n) {
-  A s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
-  return s;
-}
 
 } // namespace detail
 
@@ -77,12 +92,12 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
       A* qp = detail::scratch(qi, hd);
       A* ap = detail::scratch(acc, hd);
       A* sp = detail::scratch(s, std::max<int64_t>(Skv, KB));
-      detail::stage_head(k, b, Skv, Hkv, kvh, hd, Kp);
+      detail::stage_head_t(k, b, Skv, Hkv, kvh, hd, Kp);
       detail::stage_head(v, b, Skv, Hkv, kvh, hd, Vp);
       detail::KeepStream keep(seed, stream, p);
       for (int64_t i = 0; i < S; ++i) {
         const T* qrow = q + (b * S + i) * qw + h * hd;
-        for (int64_t d = 0; d < hd; ++d) qp[d] = load(qrow[d]);
+        for (int64_t d = 0; d < hd; ++d) qp[d] = sc * load(qrow[d]);
         for (int64_t d = 0; d < hd; ++d) ap[d] = 0;
         const int64_t jmax = detail::visible_keys(causal, i, S, Skv);
         const uint64_t ebase = static_cast<uint64_t>(((b * H + h) * S + i) * Skv);
@@ -92,10 +107,8 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
           for (int64_t j0 = 0; j0 < jmax; j0 += KB) {
             const int64_t j1 = std::min(jmax, j0 + KB);
             A bm = m;
-            for (int64_t j = j0; j < j1; ++j) {
-              sp[j - j0] = sc * detail::dot(qp, Kp + j * hd, hd);
-              bm = sp[j - j0] > bm ? sp[j - j0] : bm;
-            }
+            detail::scores_block(qp, Kp, Skv, hd, j0, j1, sp);
+            for (int64_t j = j0; j < j1; ++j) bm = sp[j - j0] > bm ? sp[j - j0] : bm;
             const A corr = m_exp(m - bm);   // m = −inf on the first block: 0
             l *= corr;
             for (int64_t d = 0; d < hd; ++d) ap[d] *= corr;
@@ -111,10 +124,8 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
           }
         } else {
           // Materialised: the whole row of scores, then P written in the storage type.
-          for (int64_t j = 0; j < jmax; ++j) {
-            sp[j] = sc * detail::dot(qp, Kp + j * hd, hd);
-            m = sp[j] > m ? sp[j] : m;
-          }
+          detail::scores_block(qp, Kp, Skv, hd, 0, jmax, sp);
+          for (int64_t j = 0; j < jmax; ++j) m = sp[j] > m ? sp[j] : m;
           for (int64_t j = 0; j < jmax; ++j) l += m_exp(sp[j] - m);
           T* prow = scores + ((b * H + h) * S + i) * Skv;
           for (int64_t j = 0; j < Skv; ++j) {
@@ -158,28 +169,36 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   for (auto& lk : locks) omp_init_lock(&lk);
 #pragma omp parallel num_threads(ctx.nthreads()) if (B * H * S * Skv * hd > 65536)
   {
-    std::vector<A> K, Vh, tdK, tdV, qi, gi, dqi, P, dP;
+    std::vector<A> K, Kt, Vt, tdK, tdV, qi, qsi, gi, dqi, P, dP;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H, kvh = h / group;
       A* Kp = detail::scratch(K, Skv * hd);
-      A* Vp = detail::scratch(Vh, Skv * hd);
+      A* Ktp = detail::scratch(Kt, Skv * hd);
+      A* Vtp = detail::scratch(Vt, Skv * hd);
       A* dKp = detail::scratch(tdK, Skv * hd);
       A* dVp = detail::scratch(tdV, Skv * hd);
       A* qp = detail::scratch(qi, hd);
+      A* qsp = detail::scratch(qsi, hd);
       A* gp = detail::scratch(gi, hd);
       A* dqp = detail::scratch(dqi, hd);
       A* Pp = detail::scratch(P, Skv);
       A* dPp = detail::scratch(dP, Skv);
       detail::stage_head(k, b, Skv, Hkv, kvh, hd, Kp);
-      detail::stage_head(v, b, Skv, Hkv, kvh, hd, Vp);
+      detail::stage_head_t(k, b, Skv, Hkv, kvh, hd, Ktp);
+      detail::stage_head_t(v, b, Skv, Hkv, kvh, hd, Vtp);
       std::fill(dKp, dKp + Skv * hd, A(0));
       std::fill(dVp, dVp + Skv * hd, A(0));
       detail::KeepStream keep(seed, stream, p);
       for (int64_t i = 0; i < S; ++i) {
         const T* qrow = q + (b * S + i) * qw + h * hd;
         const T* grow = dO + (b * S + i) * qw + h * hd;
-        for (int64_t d = 0; d < hd; ++d) { qp[d] = load(qrow[d]); gp[d] = load(grow[d]); dqp[d] = 0; }
+        for (int64_t d = 0; d < hd; ++d) {
+          qp[d] = load(qrow[d]);
+          qsp[d] = sc * qp[d];
+          gp[d] = load(grow[d]);
+          dqp[d] = 0;
+        }
         const int64_t jmax = detail::visible_keys(causal, i, S, Skv);
         const uint64_t ebase = static_cast<uint64_t>(((b * H + h) * S + i) * Skv);
         // P of the row.
@@ -187,7 +206,7 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
           const T* prow = scores + ((b * H + h) * S + i) * Skv;
           for (int64_t j = 0; j < jmax; ++j) Pp[j] = load(prow[j]);
         } else {
-          for (int64_t j = 0; j < jmax; ++j) Pp[j] = sc * detail::dot(qp, Kp + j * hd, hd);
+          detail::scores_block(qsp, Ktp, Skv, hd, 0, jmax, Pp);
           A l;
           if (detail::kExactStatsAttn<T> || lse == nullptr) {
             OnlineSoftmax<A> os = online_softmax_init<A>();
@@ -200,8 +219,9 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
         }
         // dP (through the dropout), dV, and D = Σ P·dP.
         A D = 0;
+        detail::scores_block(gp, Vtp, Skv, hd, 0, jmax, dPp);   // dO_i · v_j, before dropout
         for (int64_t j = 0; j < jmax; ++j) {
-          A dpd = detail::dot(gp, Vp + j * hd, hd);
+          A dpd = dPp[j];
           A f = A(1);
           if (p > 0.0f) f = keep.keep(ebase + j) ? keepScale : A(0);
           dPp[j] = dpd * f;
