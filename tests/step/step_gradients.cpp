@@ -295,6 +295,8 @@ TEST_CASE("fd: attention (fused and materialised, causal, GQA, S != Skv, dropout
       {1, 4, 70, 2, 1, 2, false, 0.0f, false},  // more keys than one online-softmax block (64)
       {1, 3, 4, 2, 2, 2, true, 0.25f, false},
       {1, 3, 4, 2, 2, 2, true, 0.25f, true},
+      {1, 70, 70, 2, 1, 2, true, 0.1f, false},  // several query and key blocks (64)
+      {1, 70, 67, 2, 1, 2, true, 0.1f, true},
   };
   for (const Case& c : cases) {
     const int64_t nq = c.B * c.S * c.H * c.hd, nk = c.B * c.Skv * c.Hkv * c.hd;
