@@ -28,8 +28,12 @@ void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b,
     T* o = out + off[0];
     const T* pa = a + off[1];
     const T* pb = b + off[2];
-    for (int64_t i = 0; i < inner; ++i)
-      detail::put(o[i * so], binop(op, load(pa[i * sa]), load(pb[i * sb])), accumulate);
+    if (so == 1 && sa == 1 && sb == 1) {   // the common dense case: a loop the compiler vectorises
+      for (int64_t i = 0; i < inner; ++i) detail::put(o[i], binop(op, load(pa[i]), load(pb[i])), accumulate);
+    } else {
+      for (int64_t i = 0; i < inner; ++i)
+        detail::put(o[i * so], binop(op, load(pa[i * sa]), load(pb[i * sb])), accumulate);
+    }
   }
 }
 
