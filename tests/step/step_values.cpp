@@ -322,6 +322,14 @@ TEST_CASE("attention: fused and materialised agree in fp32; bf16 close to fp32",
   expect_close("dq fused vs materialised", from(dq1), from(dq2), {1e-4, 1e-6});
   expect_close("dk fused vs materialised", from(dk1), from(dk2), {1e-4, 1e-6});
   expect_close("dv fused vs materialised", from(dv1), from(dv2), {1e-4, 1e-6});
+  // accumulate = true adds the same gradients again.
+  std::vector<float> dq3 = dq1, dk3 = dk1, dv3 = dv1;
+  rt::attention_bwd<float>(ctx, qf.data(), kf.data(), vf.data(), o1.data(), lse1.data(), nullptr, gf.data(), dq3.data(),
+                           dk3.data(), dv3.data(), B, S, S, H, Hkv, hd, 0.0f, true, 0.1f, 5, 6, true);
+  auto twice = [](const std::vector<float>& v) { Vec r = from(v); for (auto& x : r) x *= 2; return r; };
+  expect_close("dq accumulated", from(dq3), twice(dq1), {1e-6, 1e-7});
+  expect_close("dk accumulated", from(dk3), twice(dk1), {1e-6, 1e-7});
+  expect_close("dv accumulated", from(dv3), twice(dv1), {1e-6, 1e-7});
   // bf16 storage: inputs rounded (2^-9), arithmetic fp32, output rounded once.
   auto qb = to<rt::bf16>(q), kb = to<rt::bf16>(k), vb = to<rt::bf16>(v);
   std::vector<rt::bf16> ob(nq);

@@ -189,9 +189,18 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   const int64_t group = H / Hkv, qw = H * hd, kw = Hkv * hd;
   const A keepScale = A(1) / (A(1) - static_cast<A>(p));
   constexpr int64_t QB = detail::kAttnQB, KB = detail::kAttnKB;
-  // dK and dV of every kv head in the arithmetic type; query heads of one group add into the same
-  // kv head under that head's lock.
-  std::vector<A> dK(static_cast<size_t>(B * Skv * kw), A(0)), dV(static_cast<size_t>(B * Skv * kw), A(0));
+  // Query heads of one group add into the same kv head's dK/dV under that head's lock. When T is
+  // the arithmetic type (fp32, fp64) they add straight into dk/dv (zeroed first unless
+  // accumulating); 16-bit types sum in fp32 buffers the size of k and v and round once at the end.
+  const int64_t n = B * Skv * kw;
+  constexpr bool direct = std::is_same<T, A>::value;
+  std::vector<A> dK(direct ? 0 : static_cast<size_t>(n), A(0)), dV(direct ? 0 : static_cast<size_t>(n), A(0));
+  A* dKacc = direct ? reinterpret_cast<A*>(dk) : dK.data();
+  A* dVacc = direct ? reinterpret_cast<A*>(dv) : dV.data();
+  if (direct && !accumulate) {
+    std::fill(dKacc, dKacc + n, A(0));
+    std::fill(dVacc, dVacc + n, A(0));
+  }
   std::vector<omp_lock_t> locks(static_cast<size_t>(B * Hkv));
   for (auto& lk : locks) omp_init_lock(&lk);
 #pragma omp parallel num_threads(ctx.nthreads()) if (B * H * S * Skv * hd > 65536)
@@ -280,15 +289,15 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       omp_lock_t& lk = locks[static_cast<size_t>(b * Hkv + kvh)];
       omp_set_lock(&lk);
       for (int64_t j = 0; j < Skv; ++j) {
-        A* gk = dK.data() + (b * Skv + j) * kw + kvh * hd;
-        A* gv = dV.data() + (b * Skv + j) * kw + kvh * hd;
+        A* gk = dKacc + (b * Skv + j) * kw + kvh * hd;
+        A* gv = dVacc + (b * Skv + j) * kw + kvh * hd;
         for (int64_t d = 0; d < hd; ++d) { gk[d] += dKh[j * hd + d]; gv[d] += dVh[j * hd + d]; }
       }
       omp_unset_lock(&lk);
     }
   }
   for (auto& lk : locks) omp_destroy_lock(&lk);
-  const int64_t n = B * Skv * kw;
+  if (direct) return;
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
   for (int64_t e = 0; e < n; ++e) {
     detail::put(dk[e], dK[e], accumulate);
