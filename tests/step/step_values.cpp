@@ -445,3 +445,18 @@ TEST_CASE("kernels give the same results on 1 and 4 threads at parallel sizes", 
   CHECK(a[0][5 * cols + 3] == x[5 * cols + 3] * w[3]);
   CHECK(a.back().size() == static_cast<size_t>(n));
 }
+
+TEST_CASE("fp32 erf (common/tally_math.h) is within 2e-7 of erf; gelu's tanh within 3e-7", "[math]") {
+  double worst = 0, worstT = 0;
+  for (int i = -700000; i <= 700000; ++i) {
+    const float x = static_cast<float>(i) * 1e-5f;   // [-7, 7], every 1e-5
+    worst = std::max(worst, std::fabs(static_cast<double>(rt::m_erf(x)) - std::erf(static_cast<double>(x))));
+    worstT = std::max(worstT, std::fabs(static_cast<double>(rt::m_tanh_abs(x)) - std::tanh(static_cast<double>(x))));
+  }
+  CHECK(worst < 2e-7);
+  CHECK(worstT < 3e-7);
+  CHECK(std::isnan(rt::m_erf(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(rt::m_erf(std::numeric_limits<float>::infinity()) == 1.0f);
+  CHECK(rt::m_erf(-100.0f) == -1.0f);
+  CHECK(rt::m_erf(0.0f) == 0.0f);
+}
