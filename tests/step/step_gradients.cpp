@@ -420,7 +420,7 @@ namespace {
 std::map<std::string, bool> apiKernels(bool& found) {
   std::map<std::string, bool> names;   // name -> in the "Kernels" section (differentiable pairs)
   const char* src = std::getenv("TALLY_SOURCE_DIR");
-  std::string path = std::string(src ? src : ".") + "/codegen/runtime/API.md";
+  std::string path = std::string(src ? src : TALLY_DEFAULT_SOURCE_DIR) + "/codegen/runtime/API.md";
   std::ifstream in(path);
   found = static_cast<bool>(in);
   std::string line;
@@ -439,7 +439,7 @@ std::map<std::string, bool> apiKernels(bool& found) {
 TEST_CASE("every API.md kernel has a test; every differentiable one a gradient test", "[coverage]") {
   bool found = false;
   auto names = apiKernels(found);
-  INFO("reading codegen/runtime/API.md under $TALLY_SOURCE_DIR");
+  INFO("reading codegen/runtime/API.md under $TALLY_SOURCE_DIR (default: the configured source folder)");
   REQUIRE(found);
   REQUIRE(names.size() >= 30);
   // Kernels of the "Kernels" section that have no gradient: index data and initialisation.
