@@ -257,3 +257,22 @@ TEST_CASE("torch: torch.optim SGD, Adagrad, RMSprop, Adam, AdamW over three step
     }
   }
 }
+
+TEST_CASE("torch: float -> bf16 and fp16 rounding, bit for bit (ties, subnormals, overflow)", "[torch]") {
+  OPEN_REF(ref);
+  auto x = ref.f32("round.x");
+  auto bb = ref.i("round.bf16"), hb = ref.i("round.f16");
+  REQUIRE(x.size() == bb.size());
+  int badB = 0, badH = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (rt::bf16(x[i]).bits != static_cast<uint16_t>(bb[i])) {
+      if (badB++ < 3) WARN("bf16 of " << x[i] << ": ours " << rt::bf16(x[i]).bits << ", torch " << bb[i]);
+    }
+    if (rt::f16(x[i]).bits != static_cast<uint16_t>(hb[i])) {
+      if (badH++ < 3) WARN("fp16 of " << x[i] << ": ours " << rt::f16(x[i]).bits << ", torch " << hb[i]);
+    }
+  }
+  INFO(x.size() << " values, including 512 exact bf16 ties and 512 exact fp16 ties");
+  CHECK(badB == 0);
+  CHECK(badH == 0);
+}

@@ -182,6 +182,19 @@ def main():
             opt.step()
             put("optim.%s.p%d" % (name, t + 1), p)
 
+    # ---- 16-bit rounding: torch's float -> bf16 / fp16 bits ---------------------------------------
+    base = torch.randn(4096) * torch.pow(10.0, torch.randint(-9, 6, (4096,)).float())
+    bits = base.view(torch.int32)
+    # Exact ties for bf16 (low 16 bits 0x8000) and fp16 (low 13 bits 0x1000), both parities.
+    ties_bf16 = (bits[:512] & ~0xFFFF) | 0x8000
+    ties_f16 = (bits[512:1024] & ~0x1FFF) | 0x1000
+    special = torch.tensor([0.0, -0.0, 1e-8, -1e-8, 5.96e-8, 2.98e-8, 6.1e-5, 65504.0, 65519.0, 65520.0,
+                            1e6, 3.4e38, float("inf"), float("-inf")])
+    xs = torch.cat([base, ties_bf16.view(torch.float32), ties_f16.view(torch.float32), special])
+    put("round.x", xs)
+    put("round.bf16", xs.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF)
+    put("round.f16", xs.to(torch.float16).view(torch.int16).to(torch.int32) & 0xFFFF)
+
     with open(os.path.join(out, "index.txt"), "w") as f:
         f.write("\n".join(index) + "\n")
     print("wrote %d tensors to %s (torch %s)" % (len(index), out, torch.__version__))
