@@ -7,6 +7,7 @@
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
 #include "report/Report.h"
+#include "report/Sarif.h"
 #include "tools/tally/Commands.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -36,12 +37,14 @@ cl::opt<std::string> ReportFile(cl::Positional, cl::desc("<file>"), cl::Required
 
 cl::opt<std::string> PlanName("plan", cl::desc("The train or infer plan to analyze (default: the first)"),
                               cl::value_desc("name"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-enum class Format { Text, Json, Markdown };
+enum class Format { Text, Json, Markdown, Html, Sarif };
 cl::opt<Format> OutFormat("format", cl::desc("Report format"),
                           cl::values(clEnumValN(Format::Text, "text", "a budget statement (default)"),
                                      clEnumValN(Format::Json, "json", "one JSON object"),
-                                     clEnumValN(Format::Markdown, "markdown", "Markdown tables")),
-                          cl::init(Format::Text), cl::sub(Report), cl::sub(Targets), cl::cat(Cat));
+                                     clEnumValN(Format::Markdown, "markdown", "Markdown tables"),
+                                     clEnumValN(Format::Html, "html", "report: one HTML page with SVG charts"),
+                                     clEnumValN(Format::Sarif, "sarif", "check: diagnostics as SARIF 2.1.0")),
+                          cl::init(Format::Text), cl::sub(Check), cl::sub(Report), cl::sub(Targets), cl::cat(Cat));
 cl::opt<std::string> Output("o", cl::desc("Write the report to this file"), cl::value_desc("file"),
                             cl::init("-"), cl::sub(Report), cl::cat(Cat));
 enum class Emit { None, Ast, Ir, Analysis };
@@ -148,10 +151,18 @@ int runCheck() {
   std::optional<std::vector<BudgetSpec>> budgets = budgetFlags();
   if (!budgets)
     return 2;
+  // --format sarif (report/Sarif.h): diagnostics are collected, not printed, and written as
+  // one SARIF log at the end.
+  bool sarif = opts::OutFormat == opts::Format::Sarif;
+  if (opts::OutFormat != opts::Format::Text && !sarif)
+    return usageError("tally check --format takes text or sarif");
+  json::Array sarifResults;
   for (const std::string &file : opts::CheckFiles) {
     Compilation c;
     if (!applyWarnings(c.diags))
       return 2;
+    if (sarif)
+      c.diags.setOutput(nullptr);
     if (c.addFile(file) && opts::EmitStage == opts::Emit::Ast)
       printAST(*c.program.modules.back(), outs());
     std::vector<const PlanDecl *> plans;
@@ -173,11 +184,17 @@ int runCheck() {
     }
     if (c.diags.hasErrors())
       status = 1;
+    if (sarif)
+      appendSarifResults(c.diags, c.sm, sarifResults);
   }
+  if (sarif)
+    renderSarif(std::move(sarifResults), outs());
   return status;
 }
 
 int runReport() {
+  if (opts::OutFormat == opts::Format::Sarif)
+    return usageError("--format sarif is for `tally check`");
   Compilation c;
   if (!applyWarnings(c.diags))
     return 2;
@@ -214,6 +231,8 @@ int runReport() {
 }
 
 int runTargets() {
+  if (opts::OutFormat == opts::Format::Html || opts::OutFormat == opts::Format::Sarif)
+    return usageError("tally targets --format takes text or json");
   if (opts::OutFormat == opts::Format::Json) {
     json::Array list;
     for (const Target &t : targetCatalogue())
