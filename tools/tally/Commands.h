@@ -12,4 +12,7 @@ int runExtraCommand();
 /// tools/tally/Explain.cpp: `tally explain`; its exit code, or -1 when it was not the command.
 int runExplain();
 
+/// tools/tally/ImportHF.cpp: `tally import-hf`; its exit code, or -1 when it was not the command.
+int runImportHF();
+
 } // namespace tally
