@@ -6,6 +6,7 @@
 #include "ir/Units.h"
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
+#include "report/Html.h"
 #include "report/Report.h"
 #include "report/Sarif.h"
 #include "tools/tally/Commands.h"
@@ -224,6 +225,8 @@ int runReport() {
     renderJson(a, c.diags, out.os());
   else if (opts::OutFormat == opts::Format::Markdown)
     renderMarkdown(a, out.os());
+  else if (opts::OutFormat == opts::Format::Html)
+    renderHtml(a, c.diags, out.os());
   else
     renderText(a, out.os());
   out.keep();
