@@ -289,7 +289,8 @@ int main(int argc, char **argv) {
           "  tally explain FILE --op PATH   how one op's or block's numbers were derived\n"
           "  tally solve QUESTION [FLAGS]   run-time, max-params, micro-batch, devices\n"
           "  tally targets                  the hardware catalogue\n"
-          "  tally import-hf CONFIG.json    a .tally model from a Hugging Face config.json\n",
+          "  tally import-hf CONFIG.json    a .tally model from a Hugging Face config.json\n"
+          "  tally lsp                      a Language Server for editors, on stdio\n",
           &errStream)) {
     errStream.flush();
     errs() << errors;
