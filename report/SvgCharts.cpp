@@ -183,8 +183,12 @@ std::string memoryChart(const Analysis &a) {
       budget = b.value;
   double capacity = p.target.memoryBytes;
 
-  const double H = 214, left = 90, right = kWidth - 30, barTop = 58, barH = 40;
+  const double left = 90, right = kWidth - 30, barTop = 58, barH = 40;
   LinearScale xs = LinearScale::upTo(std::max({a.memory.peak, capacity, budget}) / kGiB, left, right);
+  // A peak under a tenth of the axis would be a sliver: a second bar shows it zoomed.
+  bool zoom = a.memory.peak > 0 && a.memory.peak < 0.1 * xs.max * kGiB;
+  const double zoomTop = barTop + barH + 44;
+  const double H = zoom ? 290 : 214;
   std::vector<std::string> colors;
   for (const Part &part : parts)
     colors.push_back(part.color);
@@ -213,6 +217,20 @@ std::string memoryChart(const Analysis &a) {
     s.line(xs(budget / kGiB), barTop - 28, xs(budget / kGiB), barTop + barH + 10, "#c00", 2, "6 3",
            "budget");
     s.text(xs(budget / kGiB), barTop - 32, "budget " + formatBytes(budget), "end", 11, "#c00");
+  }
+  if (zoom) {
+    s.text(left - 8, zoomTop + barH / 2 - 2, "zoomed", "end", 12);
+    s.text(left - 8, zoomTop + barH / 2 + 12, "to the peak", "end", 11);
+    double z = 0;
+    for (const Part &part : parts) {
+      if (part.bytes > 0)
+        s.rect(left + z / a.memory.peak * (right - left), zoomTop,
+               part.bytes / a.memory.peak * (right - left), barH, part.color,
+               std::string(part.kind) + ": " + formatBytes(part.bytes), "segment");
+      z += part.bytes;
+    }
+    s.text(left, zoomTop + barH + 14, "0", "middle", 11);
+    s.text(right, zoomTop + barH + 14, formatBytes(a.memory.peak), "middle", 11);
   }
   double lx = left, ly = H - 44;
   for (size_t i = 0; i < parts.size(); ++i) {
