@@ -216,6 +216,48 @@ void appendSarifResults(const DiagnosticEngine &diags, const llvm::SourceMgr &sm
   }
 }
 
+/// A SARIF region as the JSON format's {start: {line, column}, end: {line, column}}.
+llvm::json::Object plainRange(const llvm::json::Object &region) {
+  auto num = [&](llvm::StringRef k) { return region.getInteger(k).getValueOr(0); };
+  return llvm::json::Object{
+      {"start", llvm::json::Object{{"line", num("startLine")}, {"column", num("startColumn")}}},
+      {"end", llvm::json::Object{{"line", num("endLine")}, {"column", num("endColumn")}}}};
+}
+
+void appendDiagnosticsJson(const DiagnosticEngine &diags, const llvm::SourceMgr &sm,
+                           llvm::json::Array &out) {
+  for (const Diagnostic &d : diags.diagnostics()) {
+    llvm::json::Object o{{"severity", severityName(d.severity).str()},
+                         {"code", codeOf(d.kind).str()},
+                         {"message", d.message}};
+    std::string file;
+    if (std::optional<llvm::json::Object> reg = diagRegion(sm, d.loc, d.ranges, file)) {
+      o["file"] = file;
+      o["range"] = plainRange(*reg);
+    }
+    llvm::json::Array fixits;
+    for (const llvm::SMFixIt &f : d.fixits) {
+      std::string fixFile;
+      if (std::optional<llvm::json::Object> reg = rangeRegion(sm, f.getRange(), fixFile))
+        fixits.push_back(llvm::json::Object{
+            {"file", fixFile}, {"range", plainRange(*reg)}, {"text", f.getText().str()}});
+    }
+    o["fixits"] = std::move(fixits);
+    llvm::json::Array notes;
+    for (const DiagNote &n : d.notes) {
+      llvm::json::Object note{{"message", n.message}};
+      std::string noteFile;
+      if (std::optional<llvm::json::Object> reg = diagRegion(sm, n.loc, n.ranges, noteFile)) {
+        note["file"] = noteFile;
+        note["range"] = plainRange(*reg);
+      }
+      notes.push_back(std::move(note));
+    }
+    o["notes"] = std::move(notes);
+    out.push_back(std::move(o));
+  }
+}
+
 llvm::json::Value sarifLog(llvm::json::Array results) {
   llvm::json::Object driver{{"name", "tally"},
                             {"version", "0.1"},

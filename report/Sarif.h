@@ -41,6 +41,13 @@ llvm::json::Value sarifLog(llvm::json::Array results);
 /// Writes sarifLog(results) pretty-printed, followed by a newline.
 void renderSarif(llvm::json::Array results, llvm::raw_ostream &os);
 
+/// Appends one object per recorded diagnostic for `tally check --format json` (editors and
+/// scripts): severity, code, message, file, and a range {start, end} of 1-based line and
+/// code-point column (end exclusive; absent without a location), its fix-its (range and
+/// text) and notes (message, and file and range when located). Same regions as SARIF.
+void appendDiagnosticsJson(const DiagnosticEngine &diags, const llvm::SourceMgr &sm,
+                           llvm::json::Array &out);
+
 /// A file path as a SARIF artifact URI: an absolute path becomes file:///..., a relative one
 /// stays a relative reference; characters outside RFC 3986's unreserved set and '/' are
 /// percent-encoded ("<stdin>" → "%3Cstdin%3E").

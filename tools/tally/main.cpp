@@ -152,17 +152,18 @@ int runCheck() {
   std::optional<std::vector<BudgetSpec>> budgets = budgetFlags();
   if (!budgets)
     return 2;
-  // --format sarif (report/Sarif.h): diagnostics are collected, not printed, and written as
-  // one SARIF log at the end.
+  // --format sarif|json (report/Sarif.h): diagnostics are collected, not printed, and written
+  // as one SARIF log or one JSON object at the end.
   bool sarif = opts::OutFormat == opts::Format::Sarif;
-  if (opts::OutFormat != opts::Format::Text && !sarif)
-    return usageError("tally check --format takes text or sarif");
+  bool jsonDiags = opts::OutFormat == opts::Format::Json;
+  if (opts::OutFormat != opts::Format::Text && !sarif && !jsonDiags)
+    return usageError("tally check --format takes text, json or sarif");
   json::Array sarifResults;
   for (const std::string &file : opts::CheckFiles) {
     Compilation c;
     if (!applyWarnings(c.diags))
       return 2;
-    if (sarif)
+    if (sarif || jsonDiags)
       c.diags.setOutput(nullptr);
     if (c.addFile(file) && opts::EmitStage == opts::Emit::Ast)
       printAST(*c.program.modules.back(), outs());
@@ -187,9 +188,14 @@ int runCheck() {
       status = 1;
     if (sarif)
       appendSarifResults(c.diags, c.sm, sarifResults);
+    if (jsonDiags)
+      appendDiagnosticsJson(c.diags, c.sm, sarifResults);
   }
   if (sarif)
     renderSarif(std::move(sarifResults), outs());
+  if (jsonDiags)
+    outs() << formatv("{0:2}", json::Value(json::Object{{"diagnostics", std::move(sarifResults)}}))
+           << "\n";
   return status;
 }
 
