@@ -4,8 +4,8 @@
 Usage: session.py TALLY
 
 Starts `TALLY lsp`, plays one editing session (initialize; open a document with an error;
-hover; fix it with a change; hover on blocks and on a non-block; an unknown request; shutdown;
-exit) and prints every message the server sends as one line of JSON with sorted keys, each
+hover; fix it with a change; hover on blocks and on a non-block; go to a definition;
+completion; an unknown request; shutdown; exit) and prints every message the server sends as one line of JSON with sorted keys, each
 after a "<<" marker, then "exit N" with the server's exit code. tests/lit/lsp-session.tally
 FileChecks the transcript. Every read has a timeout, so a server that hangs fails the test.
 """
@@ -94,7 +94,14 @@ def main():
     s.read()
     s.send("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 1, "character": 10}})
     s.read()
-    s.send("textDocument/definition", {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 8}})
+    # 'Layer' where Net uses it: its declaration; the keyword 'param': nothing.
+    s.send("textDocument/definition", {"textDocument": {"uri": URI}, "position": {"line": 5, "character": 23}})
+    s.read()
+    s.send("textDocument/definition", {"textDocument": {"uri": URI}, "position": {"line": 1, "character": 3}})
+    s.read()
+    s.send("textDocument/completion", {"textDocument": {"uri": URI}, "position": {"line": 8, "character": 0}})
+    s.read()
+    s.send("textDocument/formatting", {"textDocument": {"uri": URI}, "options": {}})
     s.read()
     s.send("shutdown")
     s.read()

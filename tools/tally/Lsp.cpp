@@ -13,7 +13,12 @@
 // 4. textDocument/hover on the name of a block or model: its instances in the first plan with
 //    their parameters and forward FLOPs per step (from the analysis); a name the plan does not
 //    instantiate, or a file without a plan, says so.
+// 5. textDocument/definition on a block or model name: its declaration in the document.
+// 6. textDocument/completion: block and model names, plan settings, targets, precision
+//    presets and optimizers (not filtered by context; editors filter by prefix).
 #include "frontend/Compiler.h"
+#include "ir/Plan.h"
+#include "ir/Target.h"
 #include "ir/Units.h"
 #include "report/Sections.h"
 #include "tools/tally/Commands.h"
@@ -23,6 +28,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -47,6 +54,7 @@ struct Document {
   std::map<std::string, std::string> hover; ///< block or model name → Markdown
   std::string noHover;                      ///< what hover says for a block with no entry
   std::vector<std::string> blockNames;      ///< every block and model the program knows
+  std::map<std::string, std::pair<size_t, size_t>> definitions; ///< block → its name's bytes in the text
 };
 
 /// Reads one framed message; false at end of input or on a malformed header.
@@ -220,8 +228,18 @@ void compileAndPublish(const std::string &uri, Document &doc) {
   unsigned buffer = c.sm.getNumBuffers(); // the document is the last buffer added
   doc.hover.clear();
   doc.blockNames.clear();
-  for (const auto &entry : c.program.blocks)
+  doc.definitions.clear();
+  const char *bufStart = c.sm.getMemoryBuffer(buffer)->getBufferStart();
+  const char *bufEnd = c.sm.getMemoryBuffer(buffer)->getBufferEnd();
+  for (const auto &entry : c.program.blocks) {
     doc.blockNames.push_back(entry.getKey().str());
+    SMRange r = entry.getValue()->nameRange;
+    if (!entry.getValue()->fromStdlib && r.isValid() && r.Start.getPointer() >= bufStart &&
+        r.End.getPointer() <= bufEnd)
+      doc.definitions[entry.getKey().str()] = {static_cast<size_t>(r.Start.getPointer() - bufStart),
+                                               static_cast<size_t>(r.End.getPointer() - bufStart)};
+  }
+  std::sort(doc.blockNames.begin(), doc.blockNames.end());
   bool analyzed = false;
   if (parsed && !c.diags.hasErrors()) {
     bool first = true;
@@ -245,9 +263,8 @@ void compileAndPublish(const std::string &uri, Document &doc) {
                                             {"diagnostics", lspDiagnostics(c, buffer, doc.text)}}}});
 }
 
-/// Step 4: the hover of the identifier under the position, or null.
-json::Value hover(const Document &doc, int64_t line, int64_t character) {
-  StringRef text = doc.text;
+/// The identifier around an LSP position: its bytes [b, e) in the text (b == e: none).
+std::pair<size_t, size_t> wordAt(StringRef text, int64_t line, int64_t character) {
   size_t at = offsetOf(text, line, character);
   auto isIdent = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   size_t b = at, e = at;
@@ -255,6 +272,13 @@ json::Value hover(const Document &doc, int64_t line, int64_t character) {
     --b;
   while (e < text.size() && isIdent(text[e]))
     ++e;
+  return {b, e};
+}
+
+/// Step 4: the hover of the identifier under the position, or null.
+json::Value hover(const Document &doc, int64_t line, int64_t character) {
+  StringRef text = doc.text;
+  auto [b, e] = wordAt(text, line, character);
   if (b == e)
     return nullptr;
   std::string word = text.substr(b, e - b).str();
@@ -268,6 +292,42 @@ json::Value hover(const Document &doc, int64_t line, int64_t character) {
   return json::Object{
       {"contents", json::Object{{"kind", "markdown"}, {"value", value}}},
       {"range", json::Object{{"start", positionOf(text, b)}, {"end", positionOf(text, e)}}}};
+}
+
+/// Step 5: where the block or model named under the position is declared in this document
+/// (blocks of the standard library have no file to go to), or null.
+json::Value definition(const std::string &uri, const Document &doc, int64_t line, int64_t character) {
+  StringRef text = doc.text;
+  auto [b, e] = wordAt(text, line, character);
+  auto it = doc.definitions.find(text.substr(b, e - b).str());
+  if (b == e || it == doc.definitions.end())
+    return nullptr;
+  return json::Object{{"uri", uri},
+                      {"range", json::Object{{"start", positionOf(text, it->second.first)},
+                                             {"end", positionOf(text, it->second.second)}}}};
+}
+
+/// Step 6: completion items: the program's blocks and models, the plan settings (as
+/// frontend/Sema.cpp accepts them), the targets of the catalogue, the precision presets and
+/// the optimizers.
+json::Value completion(const Document &doc) {
+  json::Array items;
+  auto add = [&](const std::string &label, int64_t kind, const std::string &detail) {
+    items.push_back(json::Object{{"label", label}, {"kind", kind}, {"detail", detail}});
+  };
+  // LSP CompletionItemKind: Class 7, Property 10, Constant 21, Function 3.
+  for (const std::string &b : doc.blockNames)
+    add(b, 7, "block");
+  for (const char *key : {"model", "batch", "seq", "micro_batch", "tokens", "optimizer",
+                          "precision", "checkpoint", "target", "prompt", "generate"})
+    add(key, 10, "plan setting");
+  for (const Target &t : targetCatalogue())
+    add(t.name, 21, "target: " + t.description);
+  for (const std::string &p : precisionPresetNames())
+    add(p, 21, "precision preset");
+  for (const std::string &o : optimizerNames())
+    add(o, 3, "optimizer");
+  return json::Object{{"isIncomplete", false}, {"items", std::move(items)}};
 }
 
 int serve() {
@@ -291,7 +351,9 @@ int serve() {
     const json::Object *params = o->getObject("params");
     if (method == "initialize" && id) {
       reply(*id, json::Object{{"capabilities", json::Object{{"textDocumentSync", 1},
-                                                            {"hoverProvider", true}}},
+                                                            {"hoverProvider", true},
+                                                            {"definitionProvider", true},
+                                                            {"completionProvider", json::Object{}}}},
                               {"serverInfo", json::Object{{"name", "tally"}, {"version", "0.1"}}}});
     } else if (method == "shutdown" && id) {
       shutdown = true;
@@ -332,6 +394,18 @@ int serve() {
       }
       reply(*id, hover(it->second, pos->getInteger("line").getValueOr(0),
                        pos->getInteger("character").getValueOr(0)));
+    } else if ((method == "textDocument/definition" || method == "textDocument/completion") && id) {
+      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
+      const json::Object *pos = params ? params->getObject("position") : nullptr;
+      auto uri = td ? td->getString("uri") : None;
+      auto it = uri ? docs.find(uri->str()) : docs.end();
+      if (it == docs.end() || !pos)
+        reply(*id, nullptr);
+      else if (method == "textDocument/completion")
+        reply(*id, completion(it->second));
+      else
+        reply(*id, definition(uri->str(), it->second, pos->getInteger("line").getValueOr(0),
+                              pos->getInteger("character").getValueOr(0)));
     } else if (id) {
       replyError(*id, -32601, "method not found: " + method);
     }
