@@ -103,6 +103,9 @@ def main():
     s.read()
     s.send("textDocument/formatting", {"textDocument": {"uri": URI}, "options": {}})
     s.read()
+    # The member 'layers' of Net: the repeat list it creates.
+    s.send("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": 5, "character": 4}})
+    s.read()
     s.send("shutdown")
     s.read()
     s.send("exit", request=False)

@@ -12,7 +12,8 @@
 //    without a location go on the first line). The first plan's analysis is kept for hover.
 // 4. textDocument/hover on the name of a block or model: its instances in the first plan with
 //    their parameters and forward FLOPs per step (from the analysis); a name the plan does not
-//    instantiate, or a file without a plan, says so.
+//    instantiate, or a file without a plan, says so. On a member name (`attn = ...`, `h`), the
+//    same for the instances that member creates.
 // 5. textDocument/definition on a block or model name: its declaration in the document.
 // 6. textDocument/completion: block and model names, plan settings, targets, precision
 //    presets and optimizers (not filtered by context; editors filter by prefix).
@@ -52,6 +53,7 @@ namespace {
 struct Document {
   std::string text;
   std::map<std::string, std::string> hover; ///< block or model name → Markdown
+  std::map<std::string, std::string> memberHover; ///< member name ("attn", "h") → Markdown
   std::string noHover;                      ///< what hover says for a block with no entry
   std::vector<std::string> blockNames;      ///< every block and model the program knows
   std::map<std::string, std::pair<size_t, size_t>> definitions; ///< block → its name's bytes in the text
@@ -189,15 +191,42 @@ json::Array lspDiagnostics(const Compilation &c, unsigned docBuffer, StringRef t
   return out;
 }
 
-/// Hover texts for the blocks the analysis instantiates.
+void describe(const Analysis &a,
+              const std::map<std::string, std::vector<const Analysis::BlockCount *>> &groups,
+              std::map<std::string, std::string> &out, const std::string &what);
+
+/// The member name an instance path ends with: "h[3].attn" → "attn", "h" → "h"; "" for a
+/// repeat copy ("h[3]") or the model itself.
+std::string memberName(StringRef path) {
+  StringRef last = path.rsplit('.').second.empty() ? path : path.rsplit('.').second;
+  if (last.empty() || last.endswith("]"))
+    return "";
+  return last.str();
+}
+
+/// Hover texts for the blocks the analysis instantiates, by block name and by member name.
 void collectHover(const Analysis &a, Document &doc) {
-  std::map<std::string, std::vector<const Analysis::BlockCount *>> byName;
-  for (const Analysis::BlockCount &b : a.params.byBlock)
+  std::map<std::string, std::vector<const Analysis::BlockCount *>> byName, byMember;
+  for (const Analysis::BlockCount &b : a.params.byBlock) {
     if (b.block != "repeat")
       byName[b.block].push_back(&b);
-  for (const auto &[name, list] : byName) {
+    std::string member = memberName(b.path);
+    if (!member.empty())
+      byMember[member].push_back(&b);
+  }
+  describe(a, byName, doc.hover, "");
+  describe(a, byMember, doc.memberHover, "member ");
+}
+
+/// One hover text per name: its instances' parameters and forward FLOPs per step.
+void describe(const Analysis &a,
+              const std::map<std::string, std::vector<const Analysis::BlockCount *>> &groups,
+              std::map<std::string, std::string> &out, const std::string &what) {
+  for (const auto &[name, list] : groups) {
     const Analysis::BlockCount &first = *list.front();
-    std::string text = "**" + name + "** in plan `" + a.plan->name + "`: ";
+    std::string text = what + "**" + name + "**" +
+                       (what.empty() ? "" : " (" + first.block + ")") + " in plan `" +
+                       a.plan->name + "`: ";
     if (list.size() == 1) {
       text += groupDigits(first.count) + " parameters";
       if (!first.path.empty())
@@ -215,7 +244,7 @@ void collectHover(const Analysis &a, Document &doc) {
     }
     text += "; forward " + formatFlops(first.forwardFlops) + " per step" +
             (list.size() > 1 ? " each" : "");
-    doc.hover[name] = text;
+    out[name] = text;
   }
 }
 
@@ -227,6 +256,7 @@ void compileAndPublish(const std::string &uri, Document &doc) {
   bool parsed = c.addSource(path, doc.text);
   unsigned buffer = c.sm.getNumBuffers(); // the document is the last buffer added
   doc.hover.clear();
+  doc.memberHover.clear();
   doc.blockNames.clear();
   doc.definitions.clear();
   const char *bufStart = c.sm.getMemoryBuffer(buffer)->getBufferStart();
@@ -287,6 +317,8 @@ json::Value hover(const Document &doc, int64_t line, int64_t character) {
     value = it->second;
   else if (std::find(doc.blockNames.begin(), doc.blockNames.end(), word) != doc.blockNames.end())
     value = "**" + word + "**: " + doc.noHover;
+  else if (auto m = doc.memberHover.find(word); m != doc.memberHover.end())
+    value = m->second;
   else
     return nullptr;
   return json::Object{
