@@ -158,7 +158,7 @@ int runCheck() {
   bool jsonDiags = opts::OutFormat == opts::Format::Json;
   if (opts::OutFormat != opts::Format::Text && !sarif && !jsonDiags)
     return usageError("tally check --format takes text, json or sarif");
-  json::Array sarifResults;
+  json::Array collected;
   for (const std::string &file : opts::CheckFiles) {
     Compilation c;
     if (!applyWarnings(c.diags))
@@ -187,14 +187,14 @@ int runCheck() {
     if (c.diags.hasErrors())
       status = 1;
     if (sarif)
-      appendSarifResults(c.diags, c.sm, sarifResults);
+      appendSarifResults(c.diags, c.sm, collected);
     if (jsonDiags)
-      appendDiagnosticsJson(c.diags, c.sm, sarifResults);
+      appendDiagnosticsJson(c.diags, c.sm, collected);
   }
   if (sarif)
-    renderSarif(std::move(sarifResults), outs());
+    renderSarif(std::move(collected), outs());
   if (jsonDiags)
-    outs() << formatv("{0:2}", json::Value(json::Object{{"diagnostics", std::move(sarifResults)}}))
+    outs() << formatv("{0:2}", json::Value(json::Object{{"diagnostics", std::move(collected)}}))
            << "\n";
   return status;
 }
