@@ -10,6 +10,10 @@ int runSolve();
 int runExtraCommand() {
   if (int rc = runExplain(); rc >= 0)
     return rc;
+  if (int rc = runImportHF(); rc >= 0)
+    return rc;
+  if (int rc = runLsp(); rc >= 0)
+    return rc;
   if (solveSelected())
     return runSolve();
   return -1;

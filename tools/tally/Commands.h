@@ -12,4 +12,10 @@ int runExtraCommand();
 /// tools/tally/Explain.cpp: `tally explain`; its exit code, or -1 when it was not the command.
 int runExplain();
 
+/// tools/tally/ImportHF.cpp: `tally import-hf`; its exit code, or -1 when it was not the command.
+int runImportHF();
+
+/// tools/tally/Lsp.cpp: `tally lsp`; its exit code, or -1 when it was not the command.
+int runLsp();
+
 } // namespace tally

@@ -6,7 +6,9 @@
 #include "ir/Units.h"
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
+#include "report/Html.h"
 #include "report/Report.h"
+#include "report/Sarif.h"
 #include "tools/tally/Commands.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -36,12 +38,14 @@ cl::opt<std::string> ReportFile(cl::Positional, cl::desc("<file>"), cl::Required
 
 cl::opt<std::string> PlanName("plan", cl::desc("The train or infer plan to analyze (default: the first)"),
                               cl::value_desc("name"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-enum class Format { Text, Json, Markdown };
+enum class Format { Text, Json, Markdown, Html, Sarif };
 cl::opt<Format> OutFormat("format", cl::desc("Report format"),
                           cl::values(clEnumValN(Format::Text, "text", "a budget statement (default)"),
                                      clEnumValN(Format::Json, "json", "one JSON object"),
-                                     clEnumValN(Format::Markdown, "markdown", "Markdown tables")),
-                          cl::init(Format::Text), cl::sub(Report), cl::sub(Targets), cl::cat(Cat));
+                                     clEnumValN(Format::Markdown, "markdown", "Markdown tables"),
+                                     clEnumValN(Format::Html, "html", "report: one HTML page with SVG charts"),
+                                     clEnumValN(Format::Sarif, "sarif", "check: diagnostics as SARIF 2.1.0")),
+                          cl::init(Format::Text), cl::sub(Check), cl::sub(Report), cl::sub(Targets), cl::cat(Cat));
 cl::opt<std::string> Output("o", cl::desc("Write the report to this file"), cl::value_desc("file"),
                             cl::init("-"), cl::sub(Report), cl::cat(Cat));
 enum class Emit { None, Ast, Ir, MemoryPlan, Analysis };
@@ -149,10 +153,19 @@ int runCheck() {
   std::optional<std::vector<BudgetSpec>> budgets = budgetFlags();
   if (!budgets)
     return 2;
+  // --format sarif|json (report/Sarif.h): diagnostics are collected, not printed, and written
+  // as one SARIF log or one JSON object at the end.
+  bool sarif = opts::OutFormat == opts::Format::Sarif;
+  bool jsonDiags = opts::OutFormat == opts::Format::Json;
+  if (opts::OutFormat != opts::Format::Text && !sarif && !jsonDiags)
+    return usageError("tally check --format takes text, json or sarif");
+  json::Array collected;
   for (const std::string &file : opts::CheckFiles) {
     Compilation c;
     if (!applyWarnings(c.diags))
       return 2;
+    if (sarif || jsonDiags)
+      c.diags.setOutput(nullptr);
     if (c.addFile(file) && opts::EmitStage == opts::Emit::Ast)
       printAST(*c.program.modules.back(), outs());
     std::vector<const PlanDecl *> plans;
@@ -176,11 +189,22 @@ int runCheck() {
     }
     if (c.diags.hasErrors())
       status = 1;
+    if (sarif)
+      appendSarifResults(c.diags, c.sm, collected);
+    if (jsonDiags)
+      appendDiagnosticsJson(c.diags, c.sm, collected);
   }
+  if (sarif)
+    renderSarif(std::move(collected), outs());
+  if (jsonDiags)
+    outs() << formatv("{0:2}", json::Value(json::Object{{"diagnostics", std::move(collected)}}))
+           << "\n";
   return status;
 }
 
 int runReport() {
+  if (opts::OutFormat == opts::Format::Sarif)
+    return usageError("--format sarif is for `tally check`");
   Compilation c;
   if (!applyWarnings(c.diags))
     return 2;
@@ -216,6 +240,8 @@ int runReport() {
     renderJson(a, c.diags, out.os());
   else if (opts::OutFormat == opts::Format::Markdown)
     renderMarkdown(a, out.os());
+  else if (opts::OutFormat == opts::Format::Html)
+    renderHtml(a, c.diags, out.os());
   else
     renderText(a, out.os());
   out.keep();
@@ -223,6 +249,8 @@ int runReport() {
 }
 
 int runTargets() {
+  if (opts::OutFormat == opts::Format::Html || opts::OutFormat == opts::Format::Sarif)
+    return usageError("tally targets --format takes text or json");
   if (opts::OutFormat == opts::Format::Json) {
     json::Array list;
     for (const Target &t : targetCatalogue())
@@ -275,7 +303,9 @@ int main(int argc, char **argv) {
           "  tally report FILE              parameters, FLOPs, memory, time, MFU\n"
           "  tally explain FILE --op PATH   how one op's or block's numbers were derived\n"
           "  tally solve QUESTION [FLAGS]   run-time, max-params, micro-batch, devices\n"
-          "  tally targets                  the hardware catalogue\n",
+          "  tally targets                  the hardware catalogue\n"
+          "  tally import-hf CONFIG.json    a .tally model from a Hugging Face config.json\n"
+          "  tally lsp                      a Language Server for editors, on stdio\n",
           &errStream)) {
     errStream.flush();
     errs() << errors;

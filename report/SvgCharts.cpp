@@ -1,0 +1,368 @@
+// SvgCharts.cpp — the four charts of the HTML report (see SvgCharts.h).
+//
+// Each chart is a fixed-size SVG: a plot area with axes, the data marks with hover titles, and
+// labels. Sizes are in pixels; the page lays the charts out one under another.
+#include "report/SvgCharts.h"
+
+#include "report/Svg.h"
+
+#include "ir/Units.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+namespace tally {
+
+namespace {
+
+constexpr double kWidth = 760;
+constexpr const char *kGrid = "#e3e3e3";
+constexpr const char *kAxis = "#555";
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// "h[3].attn.q" → "h[*].attn.q": the copies of a repeated block share one point.
+std::string repeatPattern(const std::string &path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '[') {
+      size_t j = i + 1;
+      while (j < path.size() && std::isdigit(static_cast<unsigned char>(path[j])))
+        ++j;
+      if (j < path.size() && path[j] == ']' && j > i + 1) {
+        out += "[*]";
+        i = j;
+        continue;
+      }
+    }
+    out += path[i];
+  }
+  return out;
+}
+
+/// A tick label: at most four significant digits, no trailing zeros ("0.01", "20", "1e+06").
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+/// 10^k as a short number: 0.01, 1, 1000, 1e+06.
+std::string decade(int k) { return num(std::pow(10.0, k)); }
+
+/// A legend entry: a coloured square and its text.
+void legend(Svg &s, double x, double y, llvm::StringRef color, llvm::StringRef label) {
+  s.rect(x, y - 9, 10, 10, color, "", "legend");
+  s.text(x + 14, y, label, "start", 11);
+}
+
+} // namespace
+
+std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
+  const Graph &g = *a.graph;
+  const Target &t = a.plan->target;
+  double bw = t.bandwidth, peak = a.peakFlops;
+  if (!(bw > 0) || !(peak > 0))
+    return "";
+
+  // One point per op pattern: the first copy stands for all (the copies are identical).
+  struct Point {
+    OpId op;
+    unsigned copies = 0;
+    double rate = 0;
+  };
+  std::vector<Point> points;
+  llvm::StringMap<size_t> index;
+  double xmin = a.ridge > 0 ? a.ridge : peak / bw, xmax = xmin, ymin = peak, ymax = peak;
+  for (OpId i = 0; i < g.ops.size() && i < a.ops.size(); ++i) {
+    const OpAnalysis &o = a.ops[i];
+    if (!(o.forwardTime > 0) || !(o.intensity > 0) || !(o.forward.executedFlops > 0))
+      continue;
+    auto [it, inserted] = index.try_emplace(repeatPattern(g.ops[i].path), points.size());
+    if (inserted) {
+      double split = o.tensorSplit > 0 ? o.tensorSplit : 1;
+      points.push_back({i, 0, o.forward.executedFlops / split / o.forwardTime});
+      xmin = std::min(xmin, o.intensity);
+      xmax = std::max(xmax, o.intensity);
+      ymin = std::min(ymin, points.back().rate);
+    }
+    ++points[it->second].copies;
+  }
+  if (points.empty())
+    return "";
+
+  const double H = 460, left = 100, right = kWidth - 30, top = 30, bottom = H - 60;
+  LogScale xs = LogScale::covering(xmin / 2, xmax * 2, left, right);
+  LogScale ys = LogScale::covering(ymin / 2, ymax * 2, bottom, top);
+  Svg s(kWidth, H, "roofline", "Roofline of " + t.name,
+        {chartcolor::ComputeBound, chartcolor::MemoryBound});
+
+  // Grid and axes: one line per decade.
+  for (int k = xs.lo; k <= xs.hi; ++k) {
+    s.line(xs(std::pow(10.0, k)), top, xs(std::pow(10.0, k)), bottom, kGrid);
+    s.text(xs(std::pow(10.0, k)), bottom + 16, decade(k), "middle", 11);
+  }
+  int ystep = ys.hi - ys.lo > 8 ? 2 : 1;
+  for (int k = ys.lo; k <= ys.hi; ++k) {
+    s.line(left, ys(std::pow(10.0, k)), right, ys(std::pow(10.0, k)), kGrid);
+    if ((k - ys.lo) % ystep == 0)
+      s.text(left - 6, ys(std::pow(10.0, k)) + 4, formatRate(std::pow(10.0, k), UnitDim::FlopRate),
+             "end", 11);
+  }
+  s.line(left, bottom, right, bottom, kAxis);
+  s.line(left, top, left, bottom, kAxis);
+  s.text((left + right) / 2, H - 18, "arithmetic intensity (FLOP/byte, forward)", "middle", 12);
+  s.text(18, (top + bottom) / 2, "attained FLOP/s", "middle", 12, "#222", -90);
+
+  // The ceilings: bandwidth × intensity up to the ridge, then the compute rate.
+  double knee = peak / bw;
+  double x0 = std::max(std::pow(10.0, xs.lo), std::pow(10.0, ys.lo) / bw);
+  double xEnd = std::pow(10.0, xs.hi);
+  if (x0 < knee)
+    s.line(xs(x0), ys(bw * x0), xs(std::min(knee, xEnd)), ys(bw * std::min(knee, xEnd)), "#333", 2.5,
+           "", "ceiling memory-ceiling");
+  if (knee < xEnd)
+    s.line(xs(std::max(knee, std::pow(10.0, xs.lo))), ys(peak), xs(xEnd), ys(peak), "#333", 2.5, "",
+           "ceiling compute-ceiling");
+  s.text(xs(x0) + 8, ys(bw * x0) - 8, "memory " + formatRate(bw, UnitDim::ByteRate), "start", 11);
+  s.text(right - 4, ys(peak) - 6, "compute " + formatRate(peak, UnitDim::FlopRate), "end", 11);
+  if (a.ridge > 0) {
+    s.line(xs(a.ridge), top, xs(a.ridge), bottom, "#999", 1, "5 4", "ridge");
+    s.text(xs(a.ridge) + 4, bottom - 8, llvm::formatv("ridge {0:f1} FLOP/byte", a.ridge).str(),
+           "start", 11, "#666");
+  }
+
+  // The ops.
+  for (const Point &p : points) {
+    const Op &op = g.ops[p.op];
+    const OpAnalysis &o = a.ops[p.op];
+    std::string file;
+    unsigned line = 0, column = 0;
+    diags.position(op.range.Start, file, line, column);
+    // The file too: an op written in the standard library (Linear's matmul) points there.
+    std::string where = line ? ", " + llvm::sys::path::filename(file).str() + " line " +
+                                   std::to_string(line)
+                             : "";
+    std::string tip = repeatPattern(op.path) + (p.copies > 1 ? " ×" + std::to_string(p.copies) : "") +
+                      " (" + opName(op.kind).str() + where + "): " +
+                      llvm::formatv("{0:f1} FLOP/byte, ", o.intensity).str() +
+                      formatRate(p.rate, UnitDim::FlopRate) + ", " +
+                      (o.computeBound ? "compute-bound" : "memory-bound") + ", forward " +
+                      formatDuration(o.forwardTime);
+    s.circle(xs(o.intensity), ys(p.rate), 4.5,
+             o.computeBound ? chartcolor::ComputeBound : chartcolor::MemoryBound, tip, "op");
+  }
+  legend(s, left + 12, top + 16, chartcolor::ComputeBound, "compute-bound op");
+  legend(s, left + 12, top + 32, chartcolor::MemoryBound, "memory-bound op");
+  return s.str();
+}
+
+std::string memoryChart(const Analysis &a) {
+  const Plan &p = *a.plan;
+  struct Part {
+    const char *kind;
+    double bytes;
+    const char *color;
+  };
+  std::vector<Part> parts = {{"params", a.memory.params, "#4c72b0"}};
+  if (p.isTrain) {
+    parts.push_back({"grads", a.memory.grads, "#dd8452"});
+    parts.push_back({"master weights", a.memory.master, "#937860"});
+    parts.push_back({"optimizer state", a.memory.optimizer, "#8172b3"});
+  }
+  parts.push_back({"activations", a.memory.activations, "#55a868"});
+  parts.push_back({"workspace", a.memory.workspace, "#da8bc3"});
+  double budget = 0;
+  for (const BudgetSpec &b : p.budgets)
+    if (b.metric == BudgetMetric::MemoryPerDevice)
+      budget = b.value;
+  double capacity = p.target.memoryBytes;
+
+  const double left = 90, right = kWidth - 30, barTop = 58, barH = 40;
+  LinearScale xs = LinearScale::upTo(std::max({a.memory.peak, capacity, budget}) / kGiB, left, right);
+  // A peak under a tenth of the axis would be a sliver: a second bar shows it zoomed.
+  bool zoom = a.memory.peak > 0 && a.memory.peak < 0.1 * xs.max * kGiB;
+  const double zoomTop = barTop + barH + 44;
+  const double H = zoom ? 290 : 214;
+  std::vector<std::string> colors;
+  for (const Part &part : parts)
+    colors.push_back(part.color);
+  Svg s(kWidth, H, "memory", "Memory per device on " + p.target.name, colors);
+
+  for (double v = 0; v <= xs.max + xs.step / 2; v += xs.step) {
+    s.line(xs(v), barTop - 8, xs(v), barTop + barH + 8, kGrid);
+    s.text(xs(v), barTop + barH + 22, num(v) + " GiB", "middle", 11);
+  }
+  s.text(left - 8, barTop + barH / 2 + 4, "per device", "end", 12);
+  double x = 0;
+  for (const Part &part : parts) {
+    if (part.bytes > 0)
+      s.rect(xs(x / kGiB), barTop, xs((x + part.bytes) / kGiB) - xs(x / kGiB), barH, part.color,
+             std::string(part.kind) + ": " + formatBytes(part.bytes), "segment");
+    x += part.bytes;
+  }
+  s.line(xs(a.memory.peak / kGiB), barTop - 4, xs(a.memory.peak / kGiB), barTop + barH + 4, "#222", 1.5);
+  s.text(xs(a.memory.peak / kGiB), barTop - 8, "peak " + formatBytes(a.memory.peak), "middle", 11);
+  if (capacity > 0) {
+    s.line(xs(capacity / kGiB), barTop - 14, xs(capacity / kGiB), barTop + barH + 10, "#000", 2.5,
+           "", "capacity");
+    s.text(xs(capacity / kGiB), barTop - 18, "capacity " + formatBytes(capacity), "end", 11);
+  }
+  if (budget > 0) {
+    s.line(xs(budget / kGiB), barTop - 28, xs(budget / kGiB), barTop + barH + 10, "#c00", 2, "6 3",
+           "budget");
+    s.text(xs(budget / kGiB), barTop - 32, "budget " + formatBytes(budget), "end", 11, "#c00");
+  }
+  if (zoom) {
+    s.text(left - 8, zoomTop + barH / 2 - 2, "zoomed", "end", 12);
+    s.text(left - 8, zoomTop + barH / 2 + 12, "to the peak", "end", 11);
+    double z = 0;
+    for (const Part &part : parts) {
+      if (part.bytes > 0)
+        s.rect(left + z / a.memory.peak * (right - left), zoomTop,
+               part.bytes / a.memory.peak * (right - left), barH, part.color,
+               std::string(part.kind) + ": " + formatBytes(part.bytes), "segment");
+      z += part.bytes;
+    }
+    s.text(left, zoomTop + barH + 14, "0", "middle", 11);
+    s.text(right, zoomTop + barH + 14, formatBytes(a.memory.peak), "middle", 11);
+  }
+  double lx = left, ly = H - 44;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i == 3) {
+      lx = left;
+      ly += 18;
+    }
+    legend(s, lx, ly, parts[i].color, std::string(parts[i].kind) + " " + formatBytes(parts[i].bytes));
+    lx += 210;
+  }
+  return s.str();
+}
+
+std::string blocksChart(const Analysis &a) {
+  if (a.params.byBlock.empty())
+    return "";
+  struct Row {
+    std::string label;
+    double forward, backward, time;
+  };
+  std::vector<Row> rows;
+  const Analysis::BlockCount &model = a.params.byBlock.front();
+  for (const Analysis::BlockCount &b : a.params.byBlock)
+    if (b.depth == 1)
+      rows.push_back({b.path + " (" + b.block + ")", b.forwardFlops, b.backwardFlops, b.time});
+  if (model.selfForwardFlops + model.selfBackwardFlops > 0)
+    rows.push_back({"(model's own ops)", model.selfForwardFlops, model.selfBackwardFlops,
+                    model.selfTime});
+  if (rows.empty())
+    return "";
+  double fmax = 0, tmax = 0;
+  for (const Row &r : rows) {
+    fmax = std::max(fmax, r.forward + r.backward);
+    tmax = std::max(tmax, r.time);
+  }
+  const double rowH = 24, top = 44, labelW = 190, gap = 70;
+  const double H = top + rows.size() * rowH + 40;
+  const double f0 = labelW, f1 = f0 + 250, t0 = f1 + gap, t1 = kWidth - 30;
+  LinearScale fs = LinearScale::upTo(fmax, f0, f1), ts = LinearScale::upTo(tmax, t0, t1);
+  Svg s(kWidth, H, "blocks", "FLOPs and time by block",
+        {chartcolor::Forward, chartcolor::Backward, chartcolor::Time});
+  s.text(f0, 16, a.plan->isTrain ? "FLOPs per step" : "FLOPs", "start", 12);
+  legend(s, f0 + 100, 16, chartcolor::Forward, "forward");
+  legend(s, f0 + 170, 16, chartcolor::Backward, "backward");
+  s.text(t0, 16, "time per step, one device", "start", 12);
+  double bottom = top + rows.size() * rowH;
+  for (const auto &[scale, lo, hi, isTime] :
+       {std::tuple<LinearScale, double, double, bool>{fs, f0, f1, false},
+        std::tuple<LinearScale, double, double, bool>{ts, t0, t1, true}}) {
+    for (double v = 0; v <= scale.max + scale.step / 2; v += scale.step * 2) {
+      s.line(scale(v), top - 6, scale(v), bottom, kGrid);
+      s.text(scale(v), bottom + 16, isTime ? formatDuration(v) : formatFlops(v), "middle", 10);
+    }
+    s.line(lo, bottom, hi, bottom, kAxis);
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row &r = rows[i];
+    double y = top + i * rowH + 3, h = rowH - 8;
+    std::string label = r.label.size() > 30 ? r.label.substr(0, 29) + "…" : r.label;
+    s.text(f0 - 8, y + h - 4, label, "end", 11);
+    s.rect(fs(0), y, fs(r.forward) - fs(0), h, chartcolor::Forward,
+           r.label + ": forward " + formatFlops(r.forward), "bar");
+    s.rect(fs(r.forward), y, fs(r.forward + r.backward) - fs(r.forward), h, chartcolor::Backward,
+           r.label + ": backward " + formatFlops(r.backward), "bar");
+    s.rect(ts(0), y, ts(r.time) - ts(0), h, chartcolor::Time,
+           r.label + ": " + formatDuration(r.time), "bar");
+  }
+  return s.str();
+}
+
+std::string checkpointChart(const Analysis &a) {
+  const auto &c = a.checkpoint;
+  if (c.options.empty())
+    return "";
+  double fmax = 0, bmax = c.limitBytes;
+  for (const auto &o : c.options) {
+    fmax = std::max(fmax, o.recomputeFlops);
+    bmax = std::max(bmax, o.bytes);
+  }
+  const double H = 380, left = 90, right = kWidth - 30, top = 30, bottom = H - 60;
+  LinearScale xs = LinearScale::upTo(fmax, left, right);
+  LinearScale ys = LinearScale::upTo(bmax / kGiB, bottom, top);
+  Svg s(kWidth, H, "checkpoint", "Activation checkpointing trade-off",
+        {chartcolor::Curve, chartcolor::Chosen});
+  for (double v = 0; v <= xs.max + xs.step / 2; v += xs.step) {
+    s.line(xs(v), top, xs(v), bottom, kGrid);
+    s.text(xs(v), bottom + 16, formatFlops(v), "middle", 11);
+  }
+  for (double v = 0; v <= ys.max + ys.step / 2; v += ys.step) {
+    s.line(left, ys(v), right, ys(v), kGrid);
+    s.text(left - 6, ys(v) + 4, num(v) + " GiB", "end", 11);
+  }
+  s.line(left, bottom, right, bottom, kAxis);
+  s.line(left, top, left, bottom, kAxis);
+  s.text((left + right) / 2, H - 18, "recompute FLOPs per step", "middle", 12);
+  s.text(18, (top + bottom) / 2, "activations + workspace per device", "middle", 12, "#222", -90);
+  if (c.limitBytes > 0) {
+    s.line(left, ys(c.limitBytes / kGiB), right, ys(c.limitBytes / kGiB), "#c00", 1.5, "6 3", "limit");
+    s.text(right - 4, ys(c.limitBytes / kGiB) - 6, "memory left for activations " + formatBytes(c.limitBytes),
+           "end", 11, "#c00");
+  }
+  // The curve: store-all, partial counts and full, in order of blocks recomputed; sqrt apart.
+  std::vector<std::pair<double, double>> curve;
+  for (const auto &o : c.options)
+    if (o.policy != "sqrt")
+      curve.push_back({xs(o.recomputeFlops), ys(o.bytes / kGiB)});
+  std::sort(curve.begin(), curve.end());
+  s.polyline(curve, chartcolor::Curve, 2, "curve");
+  for (const auto &o : c.options) {
+    bool chosen = o.policy == c.policy && o.checkpointed == c.checkpointed;
+    std::string tip = o.policy + ": " + std::to_string(o.checkpointed) + " of " +
+                      std::to_string(c.blocks) + " blocks recomputed, " +
+                      formatFlops(o.recomputeFlops) + " recompute, " + formatBytes(o.bytes) +
+                      (chosen ? " (chosen)" : "");
+    if (chosen)
+      continue;
+    s.circle(xs(o.recomputeFlops), ys(o.bytes / kGiB), o.policy == "sqrt" ? 5 : 3.5,
+             o.policy == "sqrt" ? "#999" : chartcolor::Curve, tip, "option");
+  }
+  for (const auto &o : c.options)
+    if (o.policy == c.policy && o.checkpointed == c.checkpointed) {
+      std::string tip = "chosen: " + o.policy + ", " + std::to_string(o.checkpointed) + " of " +
+                        std::to_string(c.blocks) + " blocks recomputed, " +
+                        formatFlops(o.recomputeFlops) + " recompute, " + formatBytes(o.bytes);
+      s.circle(xs(o.recomputeFlops), ys(o.bytes / kGiB), 7, chartcolor::Chosen, tip, "chosen");
+      double lx = xs(o.recomputeFlops) + 10;
+      bool nearRight = lx > right - 120;
+      s.text(nearRight ? lx - 20 : lx, ys(o.bytes / kGiB) - 10, "chosen: " + o.policy,
+             nearRight ? "end" : "start", 12, chartcolor::Chosen);
+      break;
+    }
+  return s.str();
+}
+
+} // namespace tally

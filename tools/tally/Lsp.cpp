@@ -1,0 +1,456 @@
+// `tally lsp`: a minimal Language Server Protocol server over standard input and output, so an
+// editor shows tally's diagnostics as you type and a block's parameters on hover.
+//
+// 1. Messages are JSON-RPC 2.0 framed by a "Content-Length: N" header and a blank line, read
+//    from stdin and written to stdout (llvm::json).
+// 2. initialize answers the capabilities: full-text sync, hover. shutdown answers null; exit
+//    ends the process (0 after shutdown, 1 without). Other requests get MethodNotFound;
+//    unknown notifications are ignored.
+// 3. textDocument/didOpen and didChange (full text) recompile the document exactly as
+//    `tally check` does — parse, then lower and analyze every plan — and publish every
+//    diagnostic located in it (0-based lines, UTF-16 columns as LSP counts them; diagnostics
+//    without a location go on the first line). The first plan's analysis is kept for hover.
+// 4. textDocument/hover on the name of a block or model: its instances in the first plan with
+//    their parameters and forward FLOPs per step (from the analysis); a name the plan does not
+//    instantiate, or a file without a plan, says so. On a member name (`attn = ...`, `h`), the
+//    same for the instances that member creates.
+// 5. textDocument/definition on a block or model name: its declaration in the document.
+// 6. textDocument/completion: block and model names, plan settings, targets, precision
+//    presets and optimizers (not filtered by context; editors filter by prefix).
+#include "frontend/Compiler.h"
+#include "ir/Plan.h"
+#include "ir/Target.h"
+#include "ir/Units.h"
+#include "report/Sections.h"
+#include "tools/tally/Commands.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+using namespace llvm;
+
+namespace tally {
+namespace lspopts {
+
+cl::SubCommand Lsp("lsp", "A Language Server over stdio: diagnostics as you type, hover on blocks");
+
+} // namespace lspopts
+
+namespace {
+
+/// One open document: its text and, after the last change, the hover text of each block
+/// name the first plan instantiates.
+struct Document {
+  std::string text;
+  std::map<std::string, std::string> hover; ///< block or model name → Markdown
+  std::map<std::string, std::string> memberHover; ///< member name ("attn", "h") → Markdown
+  std::string noHover;                      ///< what hover says for a block with no entry
+  std::vector<std::string> blockNames;      ///< every block and model the program knows
+  std::map<std::string, std::pair<size_t, size_t>> definitions; ///< block → its name's bytes in the text
+};
+
+/// Reads one framed message; false at end of input or on a malformed header.
+bool readMessage(std::string &body) {
+  size_t length = 0;
+  bool sawLength = false;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    if (line.empty()) {
+      if (!sawLength)
+        continue; // stray blank line between messages
+      break;
+    }
+    StringRef l(line);
+    if (l.consume_front_insensitive("Content-Length:")) {
+      unsigned long long n = 0;
+      if (l.trim().getAsInteger(10, n) || n > (64u << 20))
+        return false;
+      length = static_cast<size_t>(n);
+      sawLength = true;
+    }
+  }
+  if (!sawLength)
+    return false;
+  body.assign(length, '\0');
+  std::cin.read(&body[0], static_cast<std::streamsize>(length));
+  return static_cast<size_t>(std::cin.gcount()) == length;
+}
+
+void send(json::Value message) {
+  std::string body;
+  raw_string_ostream os(body);
+  os << message;
+  os.flush();
+  std::printf("Content-Length: %zu\r\n\r\n%s", body.size(), body.c_str());
+  std::fflush(stdout);
+}
+
+void reply(const json::Value &id, json::Value result) {
+  send(json::Object{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
+}
+
+void replyError(const json::Value &id, int64_t code, const std::string &message) {
+  send(json::Object{{"jsonrpc", "2.0"},
+                    {"id", id},
+                    {"error", json::Object{{"code", code}, {"message", message}}}});
+}
+
+/// "file:///a/b%20c.tally" → "/a/b c.tally"; other URIs are kept as they are.
+std::string uriToPath(StringRef uri) {
+  if (!uri.consume_front("file://"))
+    return uri.str();
+  std::string out;
+  for (size_t i = 0; i < uri.size(); ++i) {
+    unsigned v = 0;
+    if (uri[i] == '%' && i + 2 < uri.size() && !uri.substr(i + 1, 2).getAsInteger(16, v)) {
+      out += static_cast<char>(v);
+      i += 2;
+    } else {
+      out += uri[i];
+    }
+  }
+  return out;
+}
+
+/// The LSP position (0-based line, UTF-16 column) of a byte offset in `text`.
+json::Object positionOf(StringRef text, size_t offset) {
+  offset = std::min(offset, text.size());
+  int64_t line = 0, column = 0;
+  for (size_t i = 0; i < offset; ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      ++line;
+      column = 0;
+    } else if ((c & 0xC0) != 0x80) {
+      column += c >= 0xF0 ? 2 : 1; // a 4-byte UTF-8 sequence is a surrogate pair in UTF-16
+    }
+  }
+  return json::Object{{"line", line}, {"character", column}};
+}
+
+/// The byte offset of an LSP position in `text` (clamped to the line's end).
+size_t offsetOf(StringRef text, int64_t line, int64_t character) {
+  size_t i = 0;
+  for (int64_t l = 0; l < line && i < text.size(); ++i)
+    if (text[i] == '\n')
+      ++l;
+  int64_t column = 0;
+  while (i < text.size() && text[i] != '\n' && column < character) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    column += c >= 0xF0 ? 2 : 1;
+    ++i;
+    while (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80)
+      ++i;
+  }
+  return i;
+}
+
+/// The LSP diagnostics of one compilation that lie in the document's buffer.
+json::Array lspDiagnostics(const Compilation &c, unsigned docBuffer, StringRef text) {
+  json::Array out;
+  const char *start = c.sm.getMemoryBuffer(docBuffer)->getBufferStart();
+  const char *end = c.sm.getMemoryBuffer(docBuffer)->getBufferEnd();
+  auto inDoc = [&](SMLoc l) { return l.isValid() && l.getPointer() >= start && l.getPointer() <= end; };
+  for (const Diagnostic &d : c.diags.diagnostics()) {
+    size_t from = 0, to = 0;
+    if (inDoc(d.loc)) {
+      from = to = static_cast<size_t>(d.loc.getPointer() - start);
+      to = from + 1;
+      for (const SMRange &r : d.ranges)
+        if (inDoc(r.Start) && inDoc(r.End) && r.Start.getPointer() <= d.loc.getPointer() &&
+            d.loc.getPointer() < r.End.getPointer()) {
+          from = static_cast<size_t>(r.Start.getPointer() - start);
+          to = static_cast<size_t>(r.End.getPointer() - start);
+          break;
+        }
+    } else if (d.loc.isValid()) {
+      continue; // in the standard library: not this document's
+    }
+    std::string message = d.message;
+    for (const DiagNote &n : d.notes)
+      message += "\nnote: " + n.message;
+    out.push_back(json::Object{
+        {"range", json::Object{{"start", positionOf(text, from)}, {"end", positionOf(text, to)}}},
+        {"severity", d.severity == Severity::Error ? 1 : 2},
+        {"code", codeOf(d.kind).str()},
+        {"source", "tally"},
+        {"message", message}});
+  }
+  return out;
+}
+
+void describe(const Analysis &a,
+              const std::map<std::string, std::vector<const Analysis::BlockCount *>> &groups,
+              std::map<std::string, std::string> &out, const std::string &what);
+
+/// The member name an instance path ends with: "h[3].attn" → "attn", "h" → "h"; "" for a
+/// repeat copy ("h[3]") or the model itself.
+std::string memberName(StringRef path) {
+  StringRef last = path.rsplit('.').second.empty() ? path : path.rsplit('.').second;
+  if (last.empty() || last.endswith("]"))
+    return "";
+  return last.str();
+}
+
+/// Hover texts for the blocks the analysis instantiates, by block name and by member name.
+void collectHover(const Analysis &a, Document &doc) {
+  std::map<std::string, std::vector<const Analysis::BlockCount *>> byName, byMember;
+  for (const Analysis::BlockCount &b : a.params.byBlock) {
+    if (b.block != "repeat")
+      byName[b.block].push_back(&b);
+    std::string member = memberName(b.path);
+    if (!member.empty())
+      byMember[member].push_back(&b);
+  }
+  describe(a, byName, doc.hover, "");
+  describe(a, byMember, doc.memberHover, "member ");
+}
+
+/// One hover text per name: its instances' parameters and forward FLOPs per step.
+void describe(const Analysis &a,
+              const std::map<std::string, std::vector<const Analysis::BlockCount *>> &groups,
+              std::map<std::string, std::string> &out, const std::string &what) {
+  for (const auto &[name, list] : groups) {
+    const Analysis::BlockCount &first = *list.front();
+    std::string text = what + "**" + name + "**" +
+                       (what.empty() ? "" : " (" + first.block + ")") + " in plan `" +
+                       a.plan->name + "`: ";
+    if (list.size() == 1) {
+      text += groupDigits(first.count) + " parameters";
+      if (!first.path.empty())
+        text += " (`" + first.path + "`)";
+    } else {
+      double total = 0;
+      bool same = true;
+      for (const auto *b : list) {
+        total += b->count;
+        same = same && b->count == first.count;
+      }
+      text += std::to_string(list.size()) + " instances, " +
+              (same ? groupDigits(first.count) + " parameters each, " : "") +
+              groupDigits(total) + " in all (first `" + first.path + "`)";
+    }
+    text += "; forward " + formatFlops(first.forwardFlops) + " per step" +
+            (list.size() > 1 ? " each" : "");
+    out[name] = text;
+  }
+}
+
+/// Step 3: compiles the document like `tally check` and publishes its diagnostics.
+void compileAndPublish(const std::string &uri, Document &doc) {
+  Compilation c;
+  c.diags.setOutput(nullptr);
+  std::string path = uriToPath(uri);
+  bool parsed = c.addSource(path, doc.text);
+  unsigned buffer = c.sm.getNumBuffers(); // the document is the last buffer added
+  doc.hover.clear();
+  doc.memberHover.clear();
+  doc.blockNames.clear();
+  doc.definitions.clear();
+  const char *bufStart = c.sm.getMemoryBuffer(buffer)->getBufferStart();
+  const char *bufEnd = c.sm.getMemoryBuffer(buffer)->getBufferEnd();
+  for (const auto &entry : c.program.blocks) {
+    doc.blockNames.push_back(entry.getKey().str());
+    SMRange r = entry.getValue()->nameRange;
+    if (!entry.getValue()->fromStdlib && r.isValid() && r.Start.getPointer() >= bufStart &&
+        r.End.getPointer() <= bufEnd)
+      doc.definitions[entry.getKey().str()] = {static_cast<size_t>(r.Start.getPointer() - bufStart),
+                                               static_cast<size_t>(r.End.getPointer() - bufStart)};
+  }
+  std::sort(doc.blockNames.begin(), doc.blockNames.end());
+  bool analyzed = false;
+  if (parsed && !c.diags.hasErrors()) {
+    bool first = true;
+    for (const PlanDecl *p : c.program.planOrder) {
+      std::optional<Analysis> a = c.analyzePlan(*p);
+      if (a && first) {
+        collectHover(*a, doc);
+        doc.noHover = "not instantiated by plan `" + a->plan->name + "`";
+        analyzed = true;
+      }
+      first = false;
+    }
+  }
+  if (!analyzed)
+    doc.noHover = c.program.planOrder.empty() && !c.diags.hasErrors()
+                      ? "no train or infer plan instantiates it"
+                      : "the file has errors; its parameters show once they are fixed";
+  send(json::Object{{"jsonrpc", "2.0"},
+                    {"method", "textDocument/publishDiagnostics"},
+                    {"params", json::Object{{"uri", uri},
+                                            {"diagnostics", lspDiagnostics(c, buffer, doc.text)}}}});
+}
+
+/// The identifier around an LSP position: its bytes [b, e) in the text (b == e: none).
+std::pair<size_t, size_t> wordAt(StringRef text, int64_t line, int64_t character) {
+  size_t at = offsetOf(text, line, character);
+  auto isIdent = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  size_t b = at, e = at;
+  while (b > 0 && isIdent(text[b - 1]))
+    --b;
+  while (e < text.size() && isIdent(text[e]))
+    ++e;
+  return {b, e};
+}
+
+/// Step 4: the hover of the identifier under the position, or null.
+json::Value hover(const Document &doc, int64_t line, int64_t character) {
+  StringRef text = doc.text;
+  auto [b, e] = wordAt(text, line, character);
+  if (b == e)
+    return nullptr;
+  std::string word = text.substr(b, e - b).str();
+  std::string value;
+  if (auto it = doc.hover.find(word); it != doc.hover.end())
+    value = it->second;
+  else if (std::find(doc.blockNames.begin(), doc.blockNames.end(), word) != doc.blockNames.end())
+    value = "**" + word + "**: " + doc.noHover;
+  else if (auto m = doc.memberHover.find(word); m != doc.memberHover.end())
+    value = m->second;
+  else
+    return nullptr;
+  return json::Object{
+      {"contents", json::Object{{"kind", "markdown"}, {"value", value}}},
+      {"range", json::Object{{"start", positionOf(text, b)}, {"end", positionOf(text, e)}}}};
+}
+
+/// Step 5: where the block or model named under the position is declared in this document
+/// (blocks of the standard library have no file to go to), or null.
+json::Value definition(const std::string &uri, const Document &doc, int64_t line, int64_t character) {
+  StringRef text = doc.text;
+  auto [b, e] = wordAt(text, line, character);
+  auto it = doc.definitions.find(text.substr(b, e - b).str());
+  if (b == e || it == doc.definitions.end())
+    return nullptr;
+  return json::Object{{"uri", uri},
+                      {"range", json::Object{{"start", positionOf(text, it->second.first)},
+                                             {"end", positionOf(text, it->second.second)}}}};
+}
+
+/// Step 6: completion items: the program's blocks and models, the plan settings (as
+/// frontend/Sema.cpp accepts them), the targets of the catalogue, the precision presets and
+/// the optimizers.
+json::Value completion(const Document &doc) {
+  json::Array items;
+  auto add = [&](const std::string &label, int64_t kind, const std::string &detail) {
+    items.push_back(json::Object{{"label", label}, {"kind", kind}, {"detail", detail}});
+  };
+  // LSP CompletionItemKind: Class 7, Property 10, Constant 21, Function 3.
+  for (const std::string &b : doc.blockNames)
+    add(b, 7, "block");
+  for (const char *key : {"model", "batch", "seq", "micro_batch", "tokens", "optimizer",
+                          "precision", "checkpoint", "target", "prompt", "generate"})
+    add(key, 10, "plan setting");
+  for (const Target &t : targetCatalogue())
+    add(t.name, 21, "target: " + t.description);
+  for (const std::string &p : precisionPresetNames())
+    add(p, 21, "precision preset");
+  for (const std::string &o : optimizerNames())
+    add(o, 3, "optimizer");
+  return json::Object{{"isIncomplete", false}, {"items", std::move(items)}};
+}
+
+int serve() {
+  std::map<std::string, Document> docs;
+  bool shutdown = false;
+  std::string body;
+  while (readMessage(body)) {
+    Expected<json::Value> msg = json::parse(body);
+    if (!msg) {
+      consumeError(msg.takeError());
+      send(json::Object{{"jsonrpc", "2.0"},
+                        {"id", nullptr},
+                        {"error", json::Object{{"code", -32700}, {"message", "parse error"}}}});
+      continue;
+    }
+    const json::Object *o = msg->getAsObject();
+    if (!o)
+      continue;
+    std::string method = o->getString("method").getValueOr("").str();
+    const json::Value *id = o->get("id");
+    const json::Object *params = o->getObject("params");
+    if (method == "initialize" && id) {
+      reply(*id, json::Object{{"capabilities", json::Object{{"textDocumentSync", 1},
+                                                            {"hoverProvider", true},
+                                                            {"definitionProvider", true},
+                                                            {"completionProvider", json::Object{}}}},
+                              {"serverInfo", json::Object{{"name", "tally"}, {"version", "0.1"}}}});
+    } else if (method == "shutdown" && id) {
+      shutdown = true;
+      reply(*id, nullptr);
+    } else if (method == "exit") {
+      return shutdown ? 0 : 1;
+    } else if (method == "textDocument/didOpen" || method == "textDocument/didChange") {
+      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
+      if (!td || !td->getString("uri"))
+        continue;
+      std::string uri = td->getString("uri")->str();
+      Document &doc = docs[uri];
+      if (method == "textDocument/didOpen") {
+        doc.text = td->getString("text").getValueOr("").str();
+      } else if (const json::Array *changes = params->getArray("contentChanges")) {
+        for (const json::Value &ch : *changes)
+          if (const json::Object *co = ch.getAsObject())
+            if (auto t = co->getString("text"))
+              doc.text = t->str(); // full sync: each change is the whole text
+      }
+      compileAndPublish(uri, doc);
+    } else if (method == "textDocument/didClose") {
+      if (const json::Object *td = params ? params->getObject("textDocument") : nullptr)
+        if (auto uri = td->getString("uri")) {
+          docs.erase(uri->str());
+          send(json::Object{{"jsonrpc", "2.0"},
+                            {"method", "textDocument/publishDiagnostics"},
+                            {"params", json::Object{{"uri", *uri}, {"diagnostics", json::Array{}}}}});
+        }
+    } else if (method == "textDocument/hover" && id) {
+      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
+      const json::Object *pos = params ? params->getObject("position") : nullptr;
+      auto uri = td ? td->getString("uri") : None;
+      auto it = uri ? docs.find(uri->str()) : docs.end();
+      if (it == docs.end() || !pos) {
+        reply(*id, nullptr);
+        continue;
+      }
+      reply(*id, hover(it->second, pos->getInteger("line").getValueOr(0),
+                       pos->getInteger("character").getValueOr(0)));
+    } else if ((method == "textDocument/definition" || method == "textDocument/completion") && id) {
+      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
+      const json::Object *pos = params ? params->getObject("position") : nullptr;
+      auto uri = td ? td->getString("uri") : None;
+      auto it = uri ? docs.find(uri->str()) : docs.end();
+      if (it == docs.end() || !pos)
+        reply(*id, nullptr);
+      else if (method == "textDocument/completion")
+        reply(*id, completion(it->second));
+      else
+        reply(*id, definition(uri->str(), it->second, pos->getInteger("line").getValueOr(0),
+                              pos->getInteger("character").getValueOr(0)));
+    } else if (id) {
+      replyError(*id, -32601, "method not found: " + method);
+    }
+  }
+  return shutdown ? 0 : 1;
+}
+
+} // namespace
+
+int runLsp() {
+  if (!lspopts::Lsp)
+    return -1;
+  return serve();
+}
+
+} // namespace tally
