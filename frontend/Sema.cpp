@@ -13,6 +13,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -495,6 +496,17 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       t.interconnect = need(v, UnitDim::ByteRate, s.key);
     else if (s.key == "host_memory")
       t.hostMemoryBytes = need(v, UnitDim::Bytes, s.key);
+    else if (s.key == "network")
+      t.network = need(v, UnitDim::ByteRate, s.key);
+    else if (s.key == "gpus_per_node") {
+      if (auto n = positiveInt(v, "'gpus_per_node'"))
+        t.gpusPerNode = *n;
+      else
+        ok = false;
+    } else if (s.key == "link_latency")
+      t.linkLatency = need(v, UnitDim::Time, s.key);
+    else if (s.key == "network_latency")
+      t.networkLatency = need(v, UnitDim::Time, s.key);
     else if (s.key == "peak" && v.kind == ConstValue::Record) {
       for (size_t i = 0; i < v.elems.size(); ++i) {
         auto dt = parseDtype(v.names[i]);
@@ -545,7 +557,7 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       suggest(DiagKind::UnknownSetting, s.keyRange, "unknown target setting '" + s.key + "'",
               s.key,
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
-               "efficiency"});
+               "efficiency", "network", "gpus_per_node", "link_latency", "network_latency"});
       ok = false;
     }
   }
@@ -791,13 +803,63 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         par.zero = static_cast<int>(e.intValue);
         continue;
       }
+      // Topology and layout settings (docs/time.md §4, "Nodes and collectives").
+      if (k == "sequence_parallel" || k == "overlap") {
+        if (e.kind != ConstValue::Bool) {
+          diags.report(DiagKind::TypeMismatch, rec.ranges[i].Start, k + " is true or false")
+              .range(rec.ranges[i]);
+          return false;
+        }
+        (k == "overlap" ? par.overlap : par.sequenceParallel) = e.boolean;
+        continue;
+      }
+      if (k == "network" || k == "link" || k == "link_latency" || k == "network_latency") {
+        bool time = k == "link_latency" || k == "network_latency";
+        UnitDim want = time ? UnitDim::Time : UnitDim::ByteRate;
+        if (e.kind != ConstValue::Number || e.dim != want || e.number <= 0) {
+          diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                       k + " must be a positive " +
+                           (time ? std::string("time such as 5 us")
+                                 : std::string("bandwidth such as 400 Gb/s or 25 GB/s")))
+              .range(rec.ranges[i]);
+          return false;
+        }
+        (k == "network" ? plan.target.network
+         : k == "link" ? plan.target.interconnect
+         : k == "link_latency" ? plan.target.linkLatency
+                               : plan.target.networkLatency) = e.number;
+        continue;
+      }
+      if (k == "order") {
+        std::string o = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
+        std::string sorted = o;
+        std::sort(sorted.begin(), sorted.end());
+        if (sorted != "dpt") {
+          diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                       "order places ranks innermost first: the letters t (tensor), p "
+                       "(pipeline) and d (data) once each, such as tpd")
+              .range(rec.ranges[i]);
+          return false;
+        }
+        par.order = o;
+        continue;
+      }
+      if (k == "gpus_per_node" || k == "interleave") {
+        auto n = positiveInt(e, ("'" + k + "'").c_str());
+        if (!n)
+          return false;
+        (k == "interleave" ? par.interleave : plan.target.gpusPerNode) = *n;
+        continue;
+      }
       int64_t *slot = k == "data" ? &par.data
                       : k == "tensor" ? &par.tensor
                       : k == "pipeline" ? &par.pipeline
                                         : nullptr;
       if (!slot) {
         unknownName(rec.nameRanges[i], "parallelism setting", k,
-                    {"data", "tensor", "pipeline", "zero"});
+                    {"data", "tensor", "pipeline", "zero", "interleave", "sequence_parallel",
+                     "overlap", "order", "gpus_per_node", "link", "network", "link_latency",
+                     "network_latency"});
         return false;
       }
       auto n = positiveInt(e, ("'" + k + "'").c_str());
@@ -806,6 +868,13 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
       *slot = *n;
       dataGiven |= k == "data";
     }
+  }
+  if (par.interleave > 1 && par.pipeline <= 1) {
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "interleave = " + std::to_string(par.interleave) +
+                     " splits each pipeline stage into virtual stages, but pipeline = 1")
+        .range(v.range);
+    return false;
   }
   int64_t modelParallel = par.tensor * par.pipeline;
   if (!dataGiven) {

@@ -127,6 +127,7 @@ struct TensorParallel {
   std::vector<bool> rowParallel;   ///< per op: all-reduces its output in the forward
   double forwardBytes = 0;         ///< all-reduced in one forward
   double backwardBytes = 0;        ///< all-reduced in one backward
+  std::vector<double> forwardMessages, backwardMessages; ///< each all-reduce's bytes
 };
 
 TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
@@ -150,20 +151,26 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
       out = !inputSplit;
       tp.rowParallel[i] = inputSplit;
       if (inputSplit)
-        for (TensorId o : op.outputs)
+        for (TensorId o : op.outputs) {
           tp.forwardBytes += g.bytes(o);
+          tp.forwardMessages.push_back(g.bytes(o));
+        }
       else if (plan.isTrain && g.tensors[x].requiresGrad)
         columnInputs.insert(storageOf(g, x));
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
       out = anySplit;
     }
-    tp.split[i] = x != kNone || anySplit ? t : 1;
+    // Under sequence parallelism the ops outside the tensor-parallel regions (norms, residual
+    // adds, dropout, embeddings) work on their 1/t share of the tokens: every op is split.
+    tp.split[i] = x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1;
     for (TensorId o : op.outputs)
       split[storageOf(g, o)] = out;
   }
-  for (TensorId s : columnInputs)
+  for (TensorId s : columnInputs) {
     tp.backwardBytes += g.bytes(s);
+    tp.backwardMessages.push_back(g.bytes(s));
+  }
   return tp;
 }
 
@@ -219,6 +226,17 @@ double stageBoundaryBytes(const Graph &g) {
   return bytes;
 }
 
+/// The number of repeat-block copies (a transformer's layers); 1 without repeat blocks.
+double repeatCopies(const Graph &g) {
+  std::set<uint32_t> copies;
+  for (const Op &op : g.ops) {
+    uint32_t c = repeatCopy(g, op.instance);
+    if (c != kNone)
+      copies.insert(c);
+  }
+  return std::max<double>(1, static_cast<double>(copies.size()));
+}
+
 /// Step 2: per-op forward and backward times per micro-batch.
 void opTimes(Analysis &a, const TensorParallel &tp) {
   const Graph &g = *a.graph;
@@ -261,24 +279,138 @@ double commBandwidth(const Target &t) {
   return link * t.efficiency.communication;
 }
 
-/// Step 6: data-parallel gradient and parameter traffic per step, bytes sent per device.
-double dataParallelBytes(const Analysis &a, double m) {
+/// The inter-node bandwidth per device after efficiency: the network, or the host link when
+/// the target states no network.
+double networkBandwidth(const Target &t) {
+  double link = t.network > 0 ? t.network : t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
+  return link * t.efficiency.communication;
+}
+
+/// Step 10: how one parallel group sits on the nodes: `n` members, `k` of them in one node,
+/// spread over `r` nodes.
+struct Placement {
+  double n = 1, k = 1, r = 1;
+};
+
+/// The group of dimension `dim` ('t' tensor, 'p' pipeline, 'd' data): ranks are numbered with
+/// the first letter of `order` innermost, so the group's members are `stride` ranks apart,
+/// stride = the product of the degrees placed inside it. A node holds gpusPerNode consecutive
+/// ranks; a target without a network is one node of any size.
+Placement place(const Plan &plan, char dim) {
+  const Parallelism &par = plan.parallel;
+  auto deg = [&](char c) {
+    return degree(c == 't' ? par.tensor : c == 'p' ? par.pipeline : par.data);
+  };
+  double stride = 1;
+  for (char c : par.order) {
+    if (c == dim)
+      break;
+    stride *= deg(c);
+  }
+  Placement g;
+  g.n = deg(dim);
+  g.k = g.n;
+  if (plan.target.network <= 0)
+    return g;
+  double node = static_cast<double>(std::max<int64_t>(1, plan.target.gpusPerNode));
+  g.k = stride < node ? std::min(g.n, std::floor((node - 1) / stride) + 1) : 1;
+  g.r = std::ceil(g.n / g.k);
+  return g;
+}
+
+enum class Collective { AllReduce, ReduceScatter, AllGather };
+
+/// Step 10: one ring collective over group `g` of a buffer of `bytes` (an all-reduce's buffer,
+/// a reduce-scatter's input, an all-gather's output). A ring of n takes 2(n−1) steps for an
+/// all-reduce and n−1 for the others, each device sending bytes/n per step. Inside one node
+/// the ring runs on the link; across nodes its slowest hop is the node's way out: k members
+/// send through k NICs (k × network) while each still sends the whole volume over its link,
+/// so bw = min(link, k × network), and each step waits the network's latency.
+double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes) {
+  if (g.n <= 1 || bytes <= 0)
+    return 0;
+  double steps = (c == Collective::AllReduce ? 2 : 1) * (g.n - 1);
+  double bw = commBandwidth(t), latency = t.linkLatency;
+  if (g.r > 1) {
+    double out = g.k * networkBandwidth(t);
+    bw = g.k > 1 ? std::min(bw, out) : out;
+    latency = t.networkLatency;
+  }
+  return steps * latency + steps / g.n * bytes / bw;
+}
+
+/// A point-to-point send of `bytes` over the link or the network.
+double sendTime(const Target &t, bool network, double bytes) {
+  if (bytes <= 0)
+    return 0;
+  return network ? t.networkLatency + bytes / networkBandwidth(t)
+                 : t.linkLatency + bytes / commBandwidth(t);
+}
+
+/// PyTorch DDP's default gradient bucket (bucket_cap_mb = 25): collectives are issued per
+/// bucket, and the last bucket cannot overlap anything.
+constexpr double kBucketBytes = 25.0 * 1024 * 1024;
+
+/// `bytes` reduced in buckets of kBucketBytes: the sum of the buckets' collectives, and the
+/// time of the last bucket alone.
+std::pair<double, double> bucketed(const Target &t, const Placement &g, Collective c,
+                                   double bytes) {
+  if (bytes <= 0 || g.n <= 1)
+    return {0, 0};
+  double buckets = std::ceil(bytes / kBucketBytes);
+  double one = collectiveTime(t, g, c, bytes / buckets);
+  return {buckets * one, one};
+}
+
+/// Step 6: data-parallel gradient and parameter traffic per step on one device, its exposed
+/// time after overlap. `window` is the compute the gradient reduction may hide behind: the
+/// last micro-batch's backward (ZeRO 0/1), every micro-batch's backward (ZeRO 2), every
+/// forward and backward (ZeRO 3); `layers` the per-layer gathers of ZeRO 3 per pass.
+double dataParallelTime(const Analysis &a, double m, double backwardOne, double computeOne,
+                        double layers) {
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
+  const Target &t = plan.target;
   double d = degree(par.data);
   if (d <= 1 || !plan.isTrain)
     return 0;
+  Placement g = place(plan, 'd');
   double model = degree(par.tensor) * degree(par.pipeline);
   double G = a.params.trainable / model * bytesOf(plan.precision.grads);
   double PT = a.params.trainable / model * bytesOf(plan.precision.params);
   double P = a.params.total / model * bytesOf(plan.precision.params);
-  double ring = (d - 1) / d;
+  std::pair<double, double> grads; // (all buckets, last bucket)
+  double gather = 0, window = 0;
   switch (par.zero) {
-  case 0: return 2 * ring * G;
-  case 1: return ring * (G + PT);
-  case 2: return ring * (m * G + PT);
-  default: return ring * (m * G + 2 * m * P);
+  case 0:
+    grads = bucketed(t, g, Collective::AllReduce, G);
+    window = backwardOne;
+    break;
+  case 1:
+    grads = bucketed(t, g, Collective::ReduceScatter, G);
+    gather = collectiveTime(t, g, Collective::AllGather, PT);
+    window = backwardOne;
+    break;
+  case 2: {
+    auto one = bucketed(t, g, Collective::ReduceScatter, G);
+    grads = {m * one.first, one.second};
+    gather = collectiveTime(t, g, Collective::AllGather, PT);
+    window = m * backwardOne;
+    break;
   }
+  default: {
+    // ZeRO 3: each layer's parameters are gathered before its forward and again before its
+    // backward, every micro-batch, and prefetched under the previous layer's compute.
+    auto one = bucketed(t, g, Collective::ReduceScatter, G);
+    double n = std::max(1.0, layers);
+    double perLayer = collectiveTime(t, g, Collective::AllGather, P / n);
+    grads = {m * one.first + 2 * m * n * perLayer, std::max(one.second, perLayer)};
+    window = m * computeOne;
+    break;
+  }
+  }
+  double exposed = par.overlap ? std::max(grads.second, grads.first - window) : grads.first;
+  return exposed + gather;
 }
 
 /// Step 8: bytes over the host link per step on one device.
@@ -319,15 +451,38 @@ double hostBandwidth(const Target &t) {
   return (t.hostLink > 0 ? t.hostLink : kDefaultHostLink) * t.efficiency.hostLink;
 }
 
+/// Step 7: the tensor group's all-reduces of `messages` (each its own collective).
+double allReduces(const Plan &plan, const std::vector<double> &messages) {
+  Placement g = place(plan, 't');
+  double time = 0;
+  for (double bytes : messages)
+    time += collectiveTime(plan.target, g, Collective::AllReduce, bytes);
+  return time;
+}
+
+/// Step 7: one stage-boundary send of a boundary tensor of `bytes`. With t > 1 a stage sends
+/// its 1/t share (Megatron's scatter/gather; under sequence parallelism the tensor is already
+/// split) and, without sequence parallelism, the receiver all-gathers it over the tensor
+/// group. The send crosses the network when any two neighbouring stages sit in different nodes.
+double boundarySend(const Plan &plan, double bytes) {
+  const Parallelism &par = plan.parallel;
+  double t = degree(par.tensor);
+  Placement stages = place(plan, 'p');
+  bool network = stages.r > 1;
+  double time = sendTime(plan.target, network, bytes / t);
+  if (t > 1 && !par.sequenceParallel)
+    time += collectiveTime(plan.target, place(plan, 't'), Collective::AllGather, bytes);
+  return time;
+}
+
 /// Infer plans: the forward over the prompt with its tensor-parallel all-reduces, pipeline
 /// sends (p − 1 boundaries, passed in turn) and the input batch's upload.
 void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
   const Plan &plan = *a.plan;
   double t = degree(plan.parallel.tensor), p = degree(plan.parallel.pipeline);
-  double link = commBandwidth(plan.target);
   a.time.forward = F;
-  a.time.tensorParallelComm = t > 1 ? 2 * (t - 1) / t * tp.forwardBytes / link : 0;
-  a.time.pipelineComm = p > 1 ? (p - 1) * stageBoundaryBytes(*a.graph) / link : 0;
+  a.time.tensorParallelComm = t > 1 ? allReduces(plan, tp.forwardMessages) : 0;
+  a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph)) : 0;
   a.time.communication = a.time.tensorParallelComm + a.time.pipelineComm;
   a.time.hostTransfer = hostBytes(a, 1) / hostBandwidth(plan.target);
 }
@@ -343,7 +498,8 @@ void stepTime(Analysis &a) {
   opTimes(a, tp);
 
   // Step 3: per micro-batch totals.
-  double F = 0, B = 0, R = 0, recomputeAllReduce = 0;
+  double F = 0, B = 0, R = 0;
+  std::vector<double> recomputeMessages;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     F += a.ops[i].forwardTime;
     B += a.ops[i].backwardTime;
@@ -360,7 +516,7 @@ void stepTime(Analysis &a) {
     R += a.ops[s.op].forwardTime;
     if (tp.rowParallel[s.op])
       for (TensorId o : g.ops[s.op].outputs)
-        recomputeAllReduce += g.bytes(o);
+        recomputeMessages.push_back(g.bytes(o));
   }
   if (!recomputeSteps && a.flops.recompute > 0 && a.flops.forward > 0)
     R = F * a.flops.recompute / a.flops.forward;
@@ -372,15 +528,22 @@ void stepTime(Analysis &a) {
   a.time.forward = m * F / p;
   a.time.backward = m * B / p;
   a.time.recompute = m * R / p;
-  a.time.bubble = (p - 1) * (F + B + R) / p;
+  double v = degree(par.interleave);
+  a.time.bubble = (p - 1) * (F + B + R) / (p * v);
 
-  // Steps 5-8.
+  // Steps 5-8 and 10.
   a.time.optimizer = optimizerTime(a);
-  double link = commBandwidth(target);
-  a.time.dataParallelComm = dataParallelBytes(a, m) / link;
-  double tpBytes = tp.forwardBytes + tp.backwardBytes + recomputeAllReduce;
-  a.time.tensorParallelComm = t > 1 ? m / p * 2 * (t - 1) / t * tpBytes / link : 0;
-  a.time.pipelineComm = p > 1 ? m * 2 * stageBoundaryBytes(g) / link : 0;
+  a.time.dataParallelComm =
+      dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(g) / p);
+  if (t > 1) {
+    double perMicroBatch = allReduces(plan, tp.forwardMessages) +
+                           allReduces(plan, tp.backwardMessages) +
+                           allReduces(plan, recomputeMessages);
+    a.time.tensorParallelComm = m / p * perMicroBatch;
+  } else {
+    a.time.tensorParallelComm = 0;
+  }
+  a.time.pipelineComm = p > 1 ? m * 2 * v * boundarySend(plan, stageBoundaryBytes(g)) : 0;
   a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm + a.time.pipelineComm;
   a.time.hostTransfer = hostBytes(a, m) / hostBandwidth(target);
 
