@@ -163,6 +163,11 @@ Facts gatherFacts(const Analysis &a) {
         addOnce(f.savers[f.base[s.tensor]], o);
   }
   markSplit(f);
+  // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
+  // the tensor-parallel regions are split over the sequence, so every activation is split.
+  if (a.plan->parallel.sequenceParallel)
+    for (TensorId t = 0; t < g.tensors.size(); ++t)
+      f.split[t] = f.split[t] || f.isActivation(t);
   findCopies(f);
   return f;
 }

@@ -239,6 +239,10 @@ TEST_CASE("steptime: interleaved stages and sequence parallelism", "[steptime]")
         Approx(base.at("h[0].ln1.layer_norm").forwardTime / 2));
   // An all-gather plus a reduce-scatter moves what the all-reduce did, in as many steps.
   CHECK(sp.a->time.tensorParallelComm == Approx(base.a->time.tensorParallelComm));
+  // Activation memory (passes/Activations.cpp): the norms' and adds' tensors are split too, so
+  // less is live at the peak, but never less than half (t = 2 splits each tensor at most once).
+  CHECK(sp.a->memory.activations < base.a->memory.activations);
+  CHECK(sp.a->memory.activations >= base.a->memory.activations / 2);
   // The boundary is already split over the sequence: the 1/t send without the all-gather.
   const double X = 4 * 128 * 256 * 2;
   CHECK(sp.a->time.pipelineComm == Approx(4 * 2 * (kStep + X / 2 / kLink)));
