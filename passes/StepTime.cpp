@@ -13,7 +13,8 @@
 //    whose work is split (a weight matmul, or an op reading a split tensor) has its FLOPs and
 //    bytes divided by t (OpAnalysis::tensorSplit). In a transformer block that splits qkv,
 //    attention, proj, fc, the activation and the MLP proj; a tied or separate output head is
-//    split over the vocabulary (Megatron's vocab-parallel head and cross entropy).
+//    split over the vocabulary (Megatron's vocab-parallel head and cross entropy). With
+//    sequence_parallel every op is split (the rest works on 1/t of the tokens).
 // 2. Per op and micro-batch: forward time = kernelTime(executed forward FLOPs / split, forward
 //    bytes / split); backward time, for ops with a backward (an input needs a gradient), the
 //    same with the executed backward FLOPs and backward bytes. kernelTime = max(FLOPs /
@@ -24,7 +25,7 @@
 //    F × flops.recompute / flops.forward.
 // 4. Compute per step on one device, with p balanced pipeline stages: forward = m·F/p,
 //    backward = m·B/p, recompute = m·R/p; the pipeline bubble (1F1B or GPipe) is
-//    (p − 1)/m of that compute, (p − 1)·(F + B + R)/p.
+//    (p − 1)/(v·m) of that compute, (p − 1)·(F + B + R)/(v·p), v = interleave.
 // 5. Optimizer update, memory-bound: the device updates the trainable parameters it owns,
 //    T/(t·p), divided by d under ZeRO ≥ 1. It reads and writes each owned element's
 //    param, grad, master copy and optimizer states once: 2 × owned × (b_param + b_grad +
@@ -33,24 +34,27 @@
 //    on the host the update runs on the host CPU (ZeRO-Offload): the device time is 0, the
 //    transfers are counted in step 8, and the CPU update is taken to overlap the next step
 //    (ZeRO-Offload's one-step delayed parameter update).
-// 6. Data-parallel communication over d devices, ring collectives of (d−1)/d × bytes each way
-//    per reduce-scatter or all-gather (an all-reduce is both: 2·(d−1)/d × bytes), with G the
-//    device's gradient bytes T/(t·p)·b_grad, P_T its trainable parameter bytes and P its
-//    parameter bytes N/(t·p)·b_param:
-//      ZeRO 0: all-reduce of G once per step               2·(d−1)/d · G
-//      ZeRO 1: reduce-scatter G, all-gather updated P_T    (d−1)/d · (G + P_T)
+// 6. Data-parallel communication over the data group (step 10), with G = T/(t·p)·b_grad the
+//    device's gradient bytes, P_T its trainable and P all its parameter bytes:
+//      ZeRO 0: all-reduce G once per step
+//      ZeRO 1: reduce-scatter G, all-gather the updated P_T
 //      ZeRO 2: reduce-scatter G every micro-batch (the gradients are sharded, so they cannot
-//              be accumulated whole), all-gather P_T once  (d−1)/d · (m·G + P_T)
-//      ZeRO 3: also all-gather P before each micro-batch's forward and backward
-//                                                          (d−1)/d · (m·G + 2·m·P)
+//              be accumulated whole), all-gather P_T once
+//      ZeRO 3: reduce-scatter G every micro-batch, all-gather each layer's P/L before its
+//              forward and its backward, every micro-batch
+//    Gradients go in 25 MiB buckets. With overlap (the default) they hide behind the backward
+//    of the last micro-batch (ZeRO 0/1), of every micro-batch (ZeRO 2), or behind all compute
+//    (ZeRO 3, gathers prefetched): exposed = max(last bucket or one layer's gather, total −
+//    window). The all-gather of P_T after the update (ZeRO 1/2) is always exposed.
 // 7. Tensor-parallel communication per micro-batch: each row-parallel matmul all-reduces its
 //    output in the forward (and again when it is recomputed); each whole tensor read by
 //    column-parallel matmuls has its gradient all-reduced in the backward (once per tensor:
-//    q, k and v share their input). A transformer layer has two of each, of [b, s, d] bytes.
-//    Time = 2·(t−1)/t × bytes / bw(interconnect), times m/p per step. Pipeline parallelism
-//    sends the activation at a stage boundary (the input of a repeat-block copy, [b, s, d])
-//    forward and its gradient backward every micro-batch: m × 2 × bytes / bw(interconnect).
-//    All devices are taken to share one interconnect (target.interconnect, per direction).
+//    q, k and v share their input). A transformer layer has two of each, of [b, s, d] bytes,
+//    each its own collective over the tensor group, times m/p per step. Pipeline parallelism
+//    sends the activation at a stage boundary forward and its gradient backward every
+//    micro-batch, v times with interleaving: 1/t of it (Megatron's scatter/gather) over the
+//    link, or the network when neighbouring stages sit in different nodes, then an all-gather
+//    over the tensor group (none under sequence parallelism: the boundary is already split).
 // 8. Host transfers over bw(host link), both directions added: every micro-batch the input
 //    batch (the graph's inputs) goes host → device; a tensor class placed on the host crosses
 //    as often as the step needs it: params on the host go up for each micro-batch's forward
@@ -61,13 +65,20 @@
 //    to the host, so the owned grads go down and the updated params come up once per step
 //    (classes already on the host do not move, a master copy left on the device goes down and
 //    up).
-// 9. No communication overlaps compute (a documented upper bound): step = forward + backward +
+// 9. Only the data-parallel reduction overlaps compute (step 6): step = forward + backward +
 //    recompute + bubble + optimizer + communication + host transfers. MFU = model FLOPs
 //    (flops.forward + flops.backward, attention dense, as Narayanan et al. and PaLM count them)
 //    / (step × peak × devices), with peak the rate matrix products run at (Analysis::peakFlops);
 //    HFU = executed FLOPs without the optimizer (flops.executed − flops.optimizer: causal
 //    skipping, flash recompute, checkpoint recompute) / the same. Run: steps = tokens / (batch ×
 //    seq) (not rounded), run = steps × step, days = run / 86400.
+// 10. Topology: ranks are numbered with the first letter of `order` innermost (tensor, then
+//    pipeline, then data by default); a node holds gpusPerNode consecutive ranks. A group whose
+//    members are `stride` ranks apart has k = min(n, ⌊(G−1)/stride⌋ + 1) members per node over
+//    r = ⌈n/k⌉ nodes. A ring all-reduce takes 2(n−1) steps, a reduce-scatter or all-gather
+//    n−1, each sending bytes/n: time = steps × latency + steps/n × bytes / bw, with bw the
+//    link inside one node and min(link, k × network) across nodes (the node's k members leave
+//    it through k NICs), and the latency of the slowest tier crossed.
 // Infer plans get the forward of the prompt here (the prefill): per-op times, the forward
 // all-reduces of row-parallel matmuls (2·(t−1)/t × bytes), p − 1 pipeline boundary sends and the
 // input's upload; passes/Inference.cpp does the rest.
