@@ -366,7 +366,13 @@ double pipelineFactor(const Plan &plan) {
   double micro = static_cast<double>(plan.batch) /
                  (static_cast<double>(plan.microBatch) *
                   static_cast<double>(std::max<int64_t>(1, plan.parallel.data)));
-  return std::min(pp, std::max(1.0, std::floor(micro))) / pp;
+  double inFlight = std::min(pp, std::max(1.0, std::floor(micro)));
+  // Interleaved 1F1B (interleave = v): the first stage warms up with (p − 1)/v more chunks,
+  // 1 + (p − 1)/(p·v) times the activations (Korthikanti et al. 2022, §4.2.3).
+  double v = static_cast<double>(std::max<int64_t>(1, plan.parallel.interleave));
+  if (v > 1)
+    inFlight *= 1 + (pp - 1) / (pp * v);
+  return inFlight / pp;
 }
 
 /// The Saved bytes at the peak per device, and with the workspace.

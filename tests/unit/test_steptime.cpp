@@ -227,6 +227,8 @@ TEST_CASE("steptime: interleaved stages and sequence parallelism", "[steptime]")
   CHECK(v2.a->time.bubble == Approx(base.a->time.bubble / 2));
   CHECK(v2.a->time.pipelineComm == Approx(2 * base.a->time.pipelineComm));
   CHECK(v2.a->time.forward == Approx(base.a->time.forward));
+  // The first stage keeps 1 + (p − 1)/(p·v) = 1.25 times the activations in flight.
+  CHECK(v2.a->memory.activations == Approx(1.25 * base.a->memory.activations));
 
   Compiled sp(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1, "
                      "sequence_parallel = true }"),
