@@ -76,9 +76,10 @@
 //    pipeline, then data by default); a node holds gpusPerNode consecutive ranks. A group whose
 //    members are `stride` ranks apart has k = min(n, ⌊(G−1)/stride⌋ + 1) members per node over
 //    r = ⌈n/k⌉ nodes. A ring all-reduce takes 2(n−1) steps, a reduce-scatter or all-gather
-//    n−1, each sending bytes/n: time = steps × latency + steps/n × bytes / bw, with bw the
-//    link inside one node and min(link, k × network) across nodes (the node's k members leave
-//    it through k NICs), and the latency of the slowest tier crossed.
+//    n−1, each sending bytes/n: time = latency + steps/n × bytes / bw, with bw the link inside
+//    one node and min(link, k × network) across nodes (the node's k members leave it through k
+//    NICs); each phase's latency is (n − r) link steps and (r − 1) network steps, or for an
+//    all-reduce over r > 2 nodes a tree's 2·((k − 1) links + ⌈log2 r⌉ network hops) when less.
 // Infer plans get the forward of the prompt here (the prefill): per-op times, the forward
 // all-reduces of row-parallel matmuls (2·(t−1)/t × bytes), p − 1 pipeline boundary sends and the
 // input's upload; passes/Inference.cpp does the rest.
@@ -331,23 +332,33 @@ Placement place(const Plan &plan, char dim) {
 
 enum class Collective { AllReduce, ReduceScatter, AllGather };
 
-/// Step 10: one ring collective over group `g` of a buffer of `bytes` (an all-reduce's buffer,
-/// a reduce-scatter's input, an all-gather's output). A ring of n takes 2(n−1) steps for an
-/// all-reduce and n−1 for the others, each device sending bytes/n per step. Inside one node
-/// the ring runs on the link; across nodes its slowest hop is the node's way out: k members
-/// send through k NICs (k × network) while each still sends the whole volume over its link,
-/// so bw = min(link, k × network), and each step waits the network's latency.
+/// Step 10: one collective over group `g` of a buffer of `bytes` (an all-reduce's buffer, a
+/// reduce-scatter's input, an all-gather's output). A ring of n takes n−1 steps per phase (two
+/// phases for an all-reduce, one for the others), each device sending bytes/n per step. Inside
+/// one node the ring runs on the link; across nodes its slowest hop is the node's way out: k
+/// members send through k NICs (k × network) while each still sends the whole volume over its
+/// link, so bw = min(link, k × network). A chunk passing once round the ring crosses n − r
+/// links and r − 1 networks: that is each phase's latency (NCCL's model). An all-reduce over
+/// more than two nodes may instead run as a tree (NCCL's double binary tree): the same
+/// bandwidth term, a chain of k − 1 links and ⌈log2 r⌉ network hops up and down; the faster of
+/// the two is taken, as NCCL picks.
 double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes) {
   if (g.n <= 1 || bytes <= 0)
     return 0;
-  double steps = (c == Collective::AllReduce ? 2 : 1) * (g.n - 1);
-  double bw = commBandwidth(t), latency = t.linkLatency;
+  double phases = c == Collective::AllReduce ? 2 : 1;
+  double bw = commBandwidth(t);
   if (g.r > 1) {
     double out = g.k * networkBandwidth(t);
     bw = g.k > 1 ? std::min(bw, out) : out;
-    latency = t.networkLatency;
   }
-  return steps * latency + steps / g.n * bytes / bw;
+  double transfer = phases * (g.n - 1) / g.n * bytes / bw;
+  double ring = phases * ((g.n - g.r) * t.linkLatency + (g.r - 1) * t.networkLatency);
+  double latency = ring;
+  if (c == Collective::AllReduce && g.r > 2) {
+    double tree = 2 * ((g.k - 1) * t.linkLatency + std::ceil(std::log2(g.r)) * t.networkLatency);
+    latency = std::min(ring, tree);
+  }
+  return latency + transfer;
 }
 
 /// A point-to-point send of `bytes` over the link or the network.

@@ -196,11 +196,13 @@ static std::string tinyOn(const std::string &target) {
 
 TEST_CASE("steptime: collectives priced by the tiers they cross", "[steptime]") {
   // 16 A100s in two DGX nodes, data parallel: the ring leaves each node through its 8 NICs,
-  // bw = min(NVLink 240e9, 8 × 20e9) = 160e9, 2·15 steps at the network's latency.
+  // bw = min(NVLink 240e9, 8 × 20e9) = 160e9; each of the 2 phases passes 14 NVLink hops and
+  // 1 network hop.
   Compiled two(tinyOn("16 x A100_80GB { data = 16, overlap = false }"), "par");
   double G = two.a->params.trainable * 2; // bf16 gradients, one 25 MiB bucket
   REQUIRE(G < 25.0 * 1024 * 1024);
-  CHECK(two.a->time.dataParallelComm == Approx(30 * kNetStep + 2 * 15.0 / 16 * G / 160e9));
+  const double twoNodes = 2 * (14 * kStep + kNetStep);
+  CHECK(two.a->time.dataParallelComm == Approx(twoNodes + 2 * 15.0 / 16 * G / 160e9));
   // The same 16 in one node (a plan override): NVLink only.
   Compiled one(tinyOn("16 x A100_80GB { data = 16, overlap = false, gpus_per_node = 16 }"),
                "par");
@@ -208,7 +210,14 @@ TEST_CASE("steptime: collectives priced by the tiers they cross", "[steptime]") 
   // A faster network (400 Gb/s = 50e9 B/s per GPU): 8 × 40e9 = 320e9 > NVLink, so NVLink bounds.
   Compiled fast(tinyOn("16 x A100_80GB { data = 16, overlap = false, network = 400 Gb/s }"),
                 "par");
-  CHECK(fast.a->time.dataParallelComm == Approx(30 * kNetStep + 2 * 15.0 / 16 * G / kA100Link));
+  CHECK(fast.a->time.dataParallelComm == Approx(twoNodes + 2 * 15.0 / 16 * G / kA100Link));
+  // 64 GPUs in 8 nodes: the ring's latency, 2 × (56 link + 7 network steps) = 372.4 us, loses to
+  // a tree's 2 × (7 link + log2 8 = 3 network hops) = 74.6 us; the bandwidth term is the same.
+  std::string wide = tinyOn("64 x A100_80GB { data = 64, overlap = false }");
+  wide.replace(wide.find("batch = 32"), 10, "batch = 256");
+  Compiled eight(wide, "par");
+  CHECK(eight.a->time.dataParallelComm ==
+        Approx(2 * (7 * kStep + 3 * kNetStep) + 2 * 63.0 / 64 * G / 160e9));
   // Data innermost: each tensor pair is 8 ranks apart, one member in each node, so every
   // tensor all-reduce crosses the network at one NIC's 20e9 B/s.
   Compiled spread(tinyOn("16 x A100_80GB { tensor = 2, data = 8, order = dpt }"), "par");
