@@ -12,6 +12,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 #include <cmath>
@@ -834,13 +835,16 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         std::string o = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
         std::string sorted = o;
         std::sort(sorted.begin(), sorted.end());
-        if (sorted != "dpt") {
+        if (sorted != "dpt" && sorted != "cdpt") {
           diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
                        "order places ranks innermost first: the letters t (tensor), p "
-                       "(pipeline) and d (data) once each, such as tpd")
+                       "(pipeline) and d (data) once each, and c (context) if you place it, "
+                       "such as tpd or tcpd")
               .range(rec.ranges[i]);
           return false;
         }
+        if (sorted == "dpt") // the context ranks go right outside the tensor group
+          o.insert(o.find('t') + 1, "c");
         par.order = o;
         continue;
       }
@@ -854,10 +858,12 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
       int64_t *slot = k == "data" ? &par.data
                       : k == "tensor" ? &par.tensor
                       : k == "pipeline" ? &par.pipeline
+                      : k == "context" ? &par.context
                                         : nullptr;
       if (!slot) {
         unknownName(rec.nameRanges[i], "parallelism setting", k,
-                    {"data", "tensor", "pipeline", "zero", "interleave", "sequence_parallel",
+                    {"data", "tensor", "pipeline", "context", "zero", "interleave",
+                     "sequence_parallel",
                      "overlap", "order", "gpus_per_node", "link", "network", "link_latency",
                      "network_latency"});
         return false;
@@ -876,22 +882,31 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         .range(v.range);
     return false;
   }
-  int64_t modelParallel = par.tensor * par.pipeline;
+  // Degrees are positive and at most the device count's magnitude each; a product past int64
+  // cannot match the device count, so it is reported as a mismatch rather than computed.
+  int64_t modelParallel = 0;
+  bool fits = !llvm::MulOverflow(par.tensor, par.pipeline, modelParallel) &&
+              !llvm::MulOverflow(modelParallel, par.context, modelParallel);
+  std::string cp = par.context > 1 ? " × context" : "";
+  std::string cpValue = par.context > 1 ? " × " + std::to_string(par.context) : "";
   if (!dataGiven) {
-    if (devices % modelParallel != 0) {
+    if (!fits || devices % modelParallel != 0) {
       diags.report(DiagKind::InvalidValue, v.range.Start,
-                   std::to_string(devices) + " devices cannot be split into tensor × pipeline = " +
-                       std::to_string(modelParallel))
+                   std::to_string(devices) + " devices cannot be split into tensor × pipeline" +
+                       cp + " = " + (fits ? std::to_string(modelParallel) : "more than that"))
           .range(v.range);
       return false;
     }
     par.data = devices / modelParallel;
   }
-  if (par.data * modelParallel != devices) {
+  int64_t product = 0;
+  bool over = !fits || llvm::MulOverflow(par.data, modelParallel, product);
+  if (over || product != devices) {
     diags.report(DiagKind::InvalidValue, v.range.Start,
-                 "data × tensor × pipeline = " + std::to_string(par.data) + " × " +
-                     std::to_string(par.tensor) + " × " + std::to_string(par.pipeline) + " = " +
-                     std::to_string(par.data * modelParallel) + ", but there are " +
+                 "data × tensor × pipeline" + cp + " = " + std::to_string(par.data) + " × " +
+                     std::to_string(par.tensor) + " × " + std::to_string(par.pipeline) +
+                     cpValue + " = " +
+                     (over ? std::string("more") : std::to_string(product)) + ", but there are " +
                      std::to_string(devices) + " devices")
         .range(v.range);
     return false;

@@ -375,12 +375,17 @@ double pipelineFactor(const Plan &plan) {
   return inFlight / pp;
 }
 
+/// Context parallelism (passes/StepTime.cpp): a rank holds s/c of every activation.
+double contextShare(const Plan &plan) {
+  return static_cast<double>(std::max<int64_t>(1, plan.parallel.context));
+}
+
 /// The Saved bytes at the peak per device, and with the workspace.
 double deviceActivations(const Walk &w, const Plan &plan) {
-  return w.peakSaved * pipelineFactor(plan);
+  return w.peakSaved * pipelineFactor(plan) / contextShare(plan);
 }
 double deviceBytes(const Walk &w, const Plan &plan) {
-  return deviceActivations(w, plan) + w.peakOther;
+  return deviceActivations(w, plan) + w.peakOther / contextShare(plan);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -637,7 +642,7 @@ void planActivations(Analysis &a) {
   a.flops.executed += w.recomputeExecuted * microSteps;
 
   a.memory.activations = deviceActivations(w, plan);
-  a.memory.workspace = w.peakOther;
+  a.memory.workspace = w.peakOther / contextShare(plan);
   a.memory.peak = staticBytes(a) + a.memory.activations + a.memory.workspace;
 
   a.livePeakBytes = w.peakSaved + w.peakOther;

@@ -73,13 +73,17 @@
 //    skipping, flash recompute, checkpoint recompute) / the same. Run: steps = tokens / (batch ×
 //    seq) (not rounded), run = steps × step, days = run / 86400.
 // 10. Topology: ranks are numbered with the first letter of `order` innermost (tensor, then
-//    pipeline, then data by default); a node holds gpusPerNode consecutive ranks. A group whose
+//    context, pipeline, data by default); a node holds gpusPerNode consecutive ranks. A group whose
 //    members are `stride` ranks apart has k = min(n, ⌊(G−1)/stride⌋ + 1) members per node over
 //    r = ⌈n/k⌉ nodes. A ring all-reduce takes 2(n−1) steps, a reduce-scatter or all-gather
 //    n−1, each sending bytes/n: time = latency + steps/n × bytes / bw, with bw the link inside
 //    one node and min(link, k × network) across nodes (the node's k members leave it through k
 //    NICs); each phase's latency is (n − r) link steps and (r − 1) network steps, or for an
 //    all-reduce over r > 2 nodes a tree's 2·((k − 1) links + ⌈log2 r⌉ network hops) when less.
+// 11. Context parallelism (context = c): every op works on s/c tokens (its split is × c), the
+//    tensor all-reduces and stage sends carry 1/c; attention passes its local K/V round the
+//    ring of c ranks, c − 1 sends forward and 2(c − 1) backward, each hidden behind the
+//    attention computed meanwhile; gradients are all-reduced over the context group as well.
 // Infer plans get the forward of the prompt here (the prefill): per-op times, the forward
 // all-reduces of row-parallel matmuls (2·(t−1)/t × bytes), p − 1 pipeline boundary sends and the
 // input's upload; passes/Inference.cpp does the rest.
@@ -145,7 +149,9 @@ struct TensorParallel {
 TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
   TensorParallel tp;
   double t = degree(plan.parallel.tensor);
-  tp.split.assign(g.ops.size(), 1);
+  // Context parallelism: every op works on s/c tokens.
+  double c = degree(plan.parallel.context);
+  tp.split.assign(g.ops.size(), c);
   tp.rowParallel.assign(g.ops.size(), false);
   if (t <= 1)
     return tp;
@@ -175,7 +181,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
     }
     // Under sequence parallelism the ops outside the tensor-parallel regions (norms, residual
     // adds, dropout, embeddings) work on their 1/t share of the tokens: every op is split.
-    tp.split[i] = x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1;
+    tp.split[i] = (x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1) * c;
     for (TensorId o : op.outputs)
       split[storageOf(g, o)] = out;
   }
@@ -311,7 +317,10 @@ struct Placement {
 Placement place(const Plan &plan, char dim) {
   const Parallelism &par = plan.parallel;
   auto deg = [&](char c) {
-    return degree(c == 't' ? par.tensor : c == 'p' ? par.pipeline : par.data);
+    return degree(c == 't'   ? par.tensor
+                  : c == 'p' ? par.pipeline
+                  : c == 'c' ? par.context
+                             : par.data);
   };
   double stride = 1;
   for (char c : par.order) {
@@ -393,8 +402,8 @@ double dataParallelTime(const Analysis &a, double m, double backwardOne, double 
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
   const Target &t = plan.target;
-  double d = degree(par.data);
-  if (d <= 1 || !plan.isTrain)
+  double d = degree(par.data), c = degree(par.context);
+  if ((d <= 1 && c <= 1) || !plan.isTrain)
     return 0;
   Placement g = place(plan, 'd');
   double model = degree(par.tensor) * degree(par.pipeline);
@@ -430,6 +439,12 @@ double dataParallelTime(const Analysis &a, double m, double backwardOne, double 
     window = m * computeOne;
     break;
   }
+  }
+  // Context ranks hold the same parameters: their gradients are all-reduced over the context
+  // group too (before the data-parallel step, in the same buckets and window).
+  if (c > 1) {
+    auto ctx = bucketed(t, place(plan, 'c'), Collective::AllReduce, G);
+    grads = {grads.first + (par.zero >= 2 ? m : 1) * ctx.first, std::max(grads.second, ctx.second)};
   }
   double exposed = par.overlap ? std::max(grads.second, grads.first - window) : grads.first;
   return exposed + gather;
@@ -476,9 +491,10 @@ double hostBandwidth(const Target &t) {
 /// Step 7: the tensor group's all-reduces of `messages` (each its own collective).
 double allReduces(const Plan &plan, const std::vector<double> &messages) {
   Placement g = place(plan, 't');
+  double c = degree(plan.parallel.context); // a context rank holds s/c of every message
   double time = 0;
   for (double bytes : messages)
-    time += collectiveTime(plan.target, g, Collective::AllReduce, bytes);
+    time += collectiveTime(plan.target, g, Collective::AllReduce, bytes / c);
   return time;
 }
 
@@ -489,11 +505,37 @@ double allReduces(const Plan &plan, const std::vector<double> &messages) {
 double boundarySend(const Plan &plan, double bytes) {
   const Parallelism &par = plan.parallel;
   double t = degree(par.tensor);
+  bytes /= degree(par.context); // a context rank sends its s/c tokens
   Placement stages = place(plan, 'p');
   bool network = stages.r > 1;
   double time = sendTime(plan.target, network, bytes / t);
   if (t > 1 && !par.sequenceParallel)
     time += collectiveTime(plan.target, place(plan, 't'), Collective::AllGather, bytes);
+  return time;
+}
+
+/// Context parallelism per micro-batch (ring attention): each attention op passes its local
+/// K and V, (k + v bytes) / (its split), round the ring of c ranks: c − 1 sends forward, and
+/// 2·(c − 1) backward (K and V again, and their gradients). Each send overlaps the block of
+/// attention computed meanwhile, so what shows is the sends' time beyond the op's own.
+double ringAttention(const Analysis &a, const TensorParallel &tp) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  double c = degree(plan.parallel.context);
+  if (c <= 1)
+    return 0;
+  bool network = place(plan, 'c').r > 1;
+  double time = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    if (op.kind != OpKind::Attention || op.inputs.size() < 3)
+      continue;
+    double kv = (g.bytes(op.inputs[1]) + g.bytes(op.inputs[2])) / tp.split[i];
+    double send = sendTime(plan.target, network, kv);
+    time += std::max(0.0, (c - 1) * send - a.ops[i].forwardTime);
+    if (plan.isTrain && a.ops[i].backwardTime > 0)
+      time += std::max(0.0, 2 * (c - 1) * send - a.ops[i].backwardTime);
+  }
   return time;
 }
 
@@ -505,7 +547,9 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
   a.time.forward = F;
   a.time.tensorParallelComm = t > 1 ? allReduces(plan, tp.forwardMessages) : 0;
   a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph)) : 0;
-  a.time.communication = a.time.tensorParallelComm + a.time.pipelineComm;
+  a.time.contextParallelComm = ringAttention(a, tp);
+  a.time.communication =
+      a.time.tensorParallelComm + a.time.pipelineComm + a.time.contextParallelComm;
   a.time.hostTransfer = hostBytes(a, 1) / hostBandwidth(plan.target);
 }
 
@@ -566,7 +610,9 @@ void stepTime(Analysis &a) {
     a.time.tensorParallelComm = 0;
   }
   a.time.pipelineComm = p > 1 ? m * 2 * v * boundarySend(plan, stageBoundaryBytes(g)) : 0;
-  a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm + a.time.pipelineComm;
+  a.time.contextParallelComm = m / p * ringAttention(a, tp);
+  a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm +
+                         a.time.pipelineComm + a.time.contextParallelComm;
   a.time.hostTransfer = hostBytes(a, m) / hostBandwidth(target);
 
   // Step 9.

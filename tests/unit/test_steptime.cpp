@@ -259,6 +259,35 @@ TEST_CASE("steptime: interleaved stages and sequence parallelism", "[steptime]")
   CHECK(sp.a->time.pipelineComm == Approx(4 * 2 * (kStep + X / 2 / kLink)));
 }
 
+TEST_CASE("steptime: context parallelism splits the sequence and passes K/V round a ring",
+          "[steptime]") {
+  // 8 devices as 4 data replicas of 2 context ranks; m = 32 / (4 × 4) = 2 micro-batches.
+  Compiled ctx(tinyOn("8 x H100_SXM { data = 4, context = 2, overlap = false }"), "par");
+  Compiled flat(tinyOn("8 x H100_SXM { data = 8 }"), "par"); // the same micro-batch of 4
+  const Analysis &a = *ctx.a;
+  // Every op works on half the tokens.
+  CHECK(ctx.at("h[0].ln1.layer_norm").tensorSplit == 2);
+  CHECK(ctx.at("h[0].ln1.layer_norm").forwardTime ==
+        Approx(flat.at("h[0].ln1.layer_norm").forwardTime / 2));
+  CHECK(a.memory.activations == Approx(flat.a->memory.activations / 2));
+  // Ring attention: each layer's local K and V, 2 × [4, 128, 256] bf16 / 2 = 262144 bytes, go
+  // once round the pair forward and twice backward, hidden behind the attention's own time.
+  const double send = kStep + 262144 / kLink;
+  double ring = 0;
+  for (int i = 0; i < 4; ++i) {
+    const OpAnalysis &att = ctx.at("h[" + std::to_string(i) + "].attn.attention");
+    ring += std::max(0.0, send - att.forwardTime) + std::max(0.0, 2 * send - att.backwardTime);
+  }
+  REQUIRE(ring > 0);
+  CHECK(a.time.contextParallelComm == Approx(2 * ring));
+  // Gradients: an all-reduce over the 4 replicas (6 steps) and one over the context pair (2).
+  double G = a.params.trainable * 2;
+  CHECK(a.time.dataParallelComm ==
+        Approx((6 * kStep + 1.5 * G / kLink) + (2 * kStep + G / kLink)));
+  CHECK(a.time.communication == Approx(a.time.dataParallelComm + a.time.tensorParallelComm +
+                                       a.time.pipelineComm + a.time.contextParallelComm));
+}
+
 TEST_CASE("steptime: recompute is the forward time of the recomputed ops", "[steptime]") {
   std::string src = kTinyGPT;
   src.replace(src.find("micro_batch = 4"), 15, "micro_batch = 4 checkpoint = full");
