@@ -12,7 +12,9 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -495,6 +497,17 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       t.interconnect = need(v, UnitDim::ByteRate, s.key);
     else if (s.key == "host_memory")
       t.hostMemoryBytes = need(v, UnitDim::Bytes, s.key);
+    else if (s.key == "network")
+      t.network = need(v, UnitDim::ByteRate, s.key);
+    else if (s.key == "gpus_per_node") {
+      if (auto n = positiveInt(v, "'gpus_per_node'"))
+        t.gpusPerNode = *n;
+      else
+        ok = false;
+    } else if (s.key == "link_latency")
+      t.linkLatency = need(v, UnitDim::Time, s.key);
+    else if (s.key == "network_latency")
+      t.networkLatency = need(v, UnitDim::Time, s.key);
     else if (s.key == "peak" && v.kind == ConstValue::Record) {
       for (size_t i = 0; i < v.elems.size(); ++i) {
         auto dt = parseDtype(v.names[i]);
@@ -545,7 +558,7 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       suggest(DiagKind::UnknownSetting, s.keyRange, "unknown target setting '" + s.key + "'",
               s.key,
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
-               "efficiency"});
+               "efficiency", "network", "gpus_per_node", "link_latency", "network_latency"});
       ok = false;
     }
   }
@@ -791,13 +804,68 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         par.zero = static_cast<int>(e.intValue);
         continue;
       }
+      // Topology and layout settings (docs/time.md §4, "Nodes and collectives").
+      if (k == "sequence_parallel" || k == "overlap") {
+        if (e.kind != ConstValue::Bool) {
+          diags.report(DiagKind::TypeMismatch, rec.ranges[i].Start, k + " is true or false")
+              .range(rec.ranges[i]);
+          return false;
+        }
+        (k == "overlap" ? par.overlap : par.sequenceParallel) = e.boolean;
+        continue;
+      }
+      if (k == "network" || k == "link" || k == "link_latency" || k == "network_latency") {
+        bool time = k == "link_latency" || k == "network_latency";
+        UnitDim want = time ? UnitDim::Time : UnitDim::ByteRate;
+        if (e.kind != ConstValue::Number || e.dim != want || e.number <= 0) {
+          diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                       k + " must be a positive " +
+                           (time ? std::string("time such as 5 us")
+                                 : std::string("bandwidth such as 400 Gb/s or 25 GB/s")))
+              .range(rec.ranges[i]);
+          return false;
+        }
+        (k == "network" ? plan.target.network
+         : k == "link" ? plan.target.interconnect
+         : k == "link_latency" ? plan.target.linkLatency
+                               : plan.target.networkLatency) = e.number;
+        continue;
+      }
+      if (k == "order") {
+        std::string o = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
+        std::string sorted = o;
+        std::sort(sorted.begin(), sorted.end());
+        if (sorted != "dpt" && sorted != "cdpt") {
+          diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                       "order places ranks innermost first: the letters t (tensor), p "
+                       "(pipeline) and d (data) once each, and c (context) if you place it, "
+                       "such as tpd or tcpd")
+              .range(rec.ranges[i]);
+          return false;
+        }
+        if (sorted == "dpt") // the context ranks go right outside the tensor group
+          o.insert(o.find('t') + 1, "c");
+        par.order = o;
+        continue;
+      }
+      if (k == "gpus_per_node" || k == "interleave") {
+        auto n = positiveInt(e, ("'" + k + "'").c_str());
+        if (!n)
+          return false;
+        (k == "interleave" ? par.interleave : plan.target.gpusPerNode) = *n;
+        continue;
+      }
       int64_t *slot = k == "data" ? &par.data
                       : k == "tensor" ? &par.tensor
                       : k == "pipeline" ? &par.pipeline
+                      : k == "context" ? &par.context
                                         : nullptr;
       if (!slot) {
         unknownName(rec.nameRanges[i], "parallelism setting", k,
-                    {"data", "tensor", "pipeline", "zero"});
+                    {"data", "tensor", "pipeline", "context", "zero", "interleave",
+                     "sequence_parallel",
+                     "overlap", "order", "gpus_per_node", "link", "network", "link_latency",
+                     "network_latency"});
         return false;
       }
       auto n = positiveInt(e, ("'" + k + "'").c_str());
@@ -807,22 +875,38 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
       dataGiven |= k == "data";
     }
   }
-  int64_t modelParallel = par.tensor * par.pipeline;
+  if (par.interleave > 1 && par.pipeline <= 1) {
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "interleave = " + std::to_string(par.interleave) +
+                     " splits each pipeline stage into virtual stages, but pipeline = 1")
+        .range(v.range);
+    return false;
+  }
+  // Degrees are positive and at most the device count's magnitude each; a product past int64
+  // cannot match the device count, so it is reported as a mismatch rather than computed.
+  int64_t modelParallel = 0;
+  bool fits = !llvm::MulOverflow(par.tensor, par.pipeline, modelParallel) &&
+              !llvm::MulOverflow(modelParallel, par.context, modelParallel);
+  std::string cp = par.context > 1 ? " × context" : "";
+  std::string cpValue = par.context > 1 ? " × " + std::to_string(par.context) : "";
   if (!dataGiven) {
-    if (devices % modelParallel != 0) {
+    if (!fits || devices % modelParallel != 0) {
       diags.report(DiagKind::InvalidValue, v.range.Start,
-                   std::to_string(devices) + " devices cannot be split into tensor × pipeline = " +
-                       std::to_string(modelParallel))
+                   std::to_string(devices) + " devices cannot be split into tensor × pipeline" +
+                       cp + " = " + (fits ? std::to_string(modelParallel) : "more than that"))
           .range(v.range);
       return false;
     }
     par.data = devices / modelParallel;
   }
-  if (par.data * modelParallel != devices) {
+  int64_t product = 0;
+  bool over = !fits || llvm::MulOverflow(par.data, modelParallel, product);
+  if (over || product != devices) {
     diags.report(DiagKind::InvalidValue, v.range.Start,
-                 "data × tensor × pipeline = " + std::to_string(par.data) + " × " +
-                     std::to_string(par.tensor) + " × " + std::to_string(par.pipeline) + " = " +
-                     std::to_string(par.data * modelParallel) + ", but there are " +
+                 "data × tensor × pipeline" + cp + " = " + std::to_string(par.data) + " × " +
+                     std::to_string(par.tensor) + " × " + std::to_string(par.pipeline) +
+                     cpValue + " = " +
+                     (over ? std::string("more") : std::to_string(product)) + ", but there are " +
                      std::to_string(devices) + " devices")
         .range(v.range);
     return false;

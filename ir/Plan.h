@@ -46,7 +46,19 @@ struct Parallelism {
   int64_t data = 1;
   int64_t tensor = 1;
   int64_t pipeline = 1;
+  int64_t context = 1;             ///< context parallelism: the sequence split over c ranks
+                                   ///< (ring attention); devices = data × tensor × pipeline × c
   int zero = 0;                    ///< ZeRO stage 0..3 over the data-parallel group
+  int64_t interleave = 1;          ///< virtual pipeline stages per device (Megatron's
+                                   ///< interleaved 1F1B); 1: plain 1F1B
+  bool sequenceParallel = false;   ///< Korthikanti et al.: the ops outside the tensor-parallel
+                                   ///< regions split their tokens over the tensor group
+  bool overlap = true;             ///< the data-parallel gradient reduction (and ZeRO-3 gathers)
+                                   ///< overlap the backward (forward), bucketed
+  /// Rank placement, innermost first: 't' tensor, 'c' context, 'p' pipeline, 'd' data. "tcpd"
+  /// puts a tensor group inside a node, then the context ranks, the pipeline stages and the
+  /// data replicas.
+  std::string order = "tcpd";
   llvm::SMRange range;
 };
 

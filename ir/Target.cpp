@@ -41,6 +41,25 @@ namespace {
 constexpr double PCIeGen4 = 32e9;
 constexpr double PCIeGen5 = 64e9;
 
+/// InfiniBand per port and direction: HDR 200 Gb/s, NDR 400 Gb/s (bits / 8).
+constexpr double HDR = 200e9 / 8;
+constexpr double NDR = 400e9 / 8;
+
+/// Per-step latencies of a ring collective, from NCCL's tuning model
+/// (src/graph/tuning.cc, hwLat): 2.5 us per step over NVLink (LL128 ring) and
+/// 6.6 us over the network (Simple ring); PCIe hops are taken as 5.7 us.
+constexpr double NVLinkStep = 2.5e-6;
+constexpr double PCIeStep = 5.7e-6;
+constexpr double NetworkStep = 6.6e-6;
+
+/// Fills the node fields of a target.
+void node(Target &t, int64_t gpus, double network, double link) {
+  t.gpusPerNode = gpus;
+  t.network = network;
+  t.linkLatency = link;
+  t.networkLatency = NetworkStep;
+}
+
 std::vector<Target> buildCatalogue() {
   std::vector<Target> c;
 
@@ -61,6 +80,7 @@ std::vector<Target> buildCatalogue() {
   h100.hostMemoryBytes = 256e9; // DGX H100: 2 TB for 8 GPUs
   h100.source = "NVIDIA H100 Tensor Core GPU datasheet (SXM column); "
                 "NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 3";
+  node(h100, 8, NDR, NVLinkStep); // DGX H100: 8 x ConnectX-7 NDR, one per GPU
   c.push_back(h100);
 
   Target h100p;
@@ -80,6 +100,7 @@ std::vector<Target> buildCatalogue() {
   h100p.hostMemoryBytes = 256e9; // assumed: 2 TB server with 8 cards
   h100p.source = "NVIDIA H100 Tensor Core GPU datasheet (PCIe column); "
                  "NVIDIA H100 PCIe product brief PB-11133-001";
+  node(h100p, 2, NDR / 4, NVLinkStep); // assumed: bridged pairs, 2 NDR NICs per 8 cards
   c.push_back(h100p);
 
   Target h200;
@@ -100,6 +121,7 @@ std::vector<Target> buildCatalogue() {
   h200.interconnect = 450e9; // NVLink 4: 900 GB/s total
   h200.hostMemoryBytes = 256e9; // DGX H200: 2 TB for 8 GPUs
   h200.source = "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)";
+  node(h200, 8, NDR, NVLinkStep); // DGX H200: 8 x ConnectX-7 NDR, one per GPU
   c.push_back(h200);
 
   Target a100;
@@ -118,6 +140,7 @@ std::vector<Target> buildCatalogue() {
   a100.interconnect = 300e9; // NVLink 3: 600 GB/s total
   a100.hostMemoryBytes = 256e9; // DGX A100 640GB: 2 TB for 8 GPUs
   a100.source = "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)";
+  node(a100, 8, HDR, NVLinkStep); // DGX A100: 8 x ConnectX-6 HDR, one per GPU
   c.push_back(a100);
 
   Target a100s = a100;
@@ -146,6 +169,7 @@ std::vector<Target> buildCatalogue() {
   b200.hostMemoryBytes = 256e9; // DGX B200: 2 TB for 8 GPUs
   b200.source = "NVIDIA GB200 NVL72 / HGX B200 specifications table "
                 "(HGX B200 column, per GPU); DGX B200 user guide";
+  node(b200, 8, NDR, NVLinkStep); // DGX B200: 8 x ConnectX-7 NDR, one per GPU
   c.push_back(b200);
 
   Target rtx;
@@ -165,6 +189,7 @@ std::vector<Target> buildCatalogue() {
   rtx.hostMemoryBytes = 128e9; // assumed: a workstation with 128 GB
   rtx.source = "NVIDIA Ada GPU Architecture whitepaper v2.02, Appendix A, "
                "Table 2 (GeForce RTX 4090)";
+  node(rtx, 4, 100e9 / 8 / 4, PCIeStep); // assumed: 4 cards, one 100 Gb/s NIC
   c.push_back(rtx);
 
   return c;

@@ -50,6 +50,14 @@ struct Target {
                             ///< PCIe where the GPU has no NVLink).
   double hostMemoryBytes = 0; ///< Host RAM per device assumed available for
                               ///< offload (e.g. 2 TB per 8-GPU node -> 256e9).
+  /// The node the device sits in (docs/targets.md, "Nodes"): devices that share
+  /// `interconnect` (one NVLink domain); traffic between nodes crosses `network`.
+  int64_t gpusPerNode = 1;
+  double network = 0;       ///< Inter-node B/s per device per direction (the
+                            ///< node's NICs divided by its devices); 0: the
+                            ///< host link.
+  double linkLatency = 0;   ///< Seconds per step of a collective inside a node.
+  double networkLatency = 0; ///< Seconds per step of a collective across nodes.
   Efficiency efficiency;
   std::string source;       ///< Short citation of the datasheet.
 

@@ -112,6 +112,10 @@ const std::vector<UnitWord> &unitTable() {
       {"MiB/s", UnitDim::ByteRate, MiB},
       {"GiB/s", UnitDim::ByteRate, GiB},
       {"TiB/s", UnitDim::ByteRate, TiB},
+      // Network rates in bits per second (InfiniBand, Ethernet): 8 bits a byte.
+      {"Mb/s", UnitDim::ByteRate, 1e6 / 8},
+      {"Gb/s", UnitDim::ByteRate, 1e9 / 8},
+      {"Tb/s", UnitDim::ByteRate, 1e12 / 8},
       // Ratios.
       {"%", UnitDim::Ratio, 0.01},
   };

@@ -46,7 +46,8 @@ struct UnitInfo {
 ///    (a year is 365 days).
 ///  - FLOP rates: "FLOP/s" with prefixes K,M,G,T,P,E ("TFLOP/s"); the
 ///    datasheet spelling with a capital S ("TFLOPS", "FLOPS") is also a rate.
-///  - bandwidth: "B/s" with decimal or binary prefixes ("GB/s", "GiB/s").
+///  - bandwidth: "B/s" with decimal or binary prefixes ("GB/s", "GiB/s"), and
+///    network rates in bits ("Mb/s", "Gb/s", "Tb/s": 8 bits a byte).
 ///  - FLOP amounts: "FLOP", "FLOPs" with prefixes K,M,G,T,P,E,Z,Y
 ///    ("PFLOP", "EFLOPs"); the lower-case s marks a count, not a rate.
 ///  - "%": a ratio, 0.01.

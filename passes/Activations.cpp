@@ -161,6 +161,11 @@ Facts gatherFacts(const Analysis &a) {
         addOnce(f.savers[f.base[s.tensor]], o);
   }
   markSplit(f);
+  // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
+  // the tensor-parallel regions are split over the sequence, so every activation is split.
+  if (a.plan->parallel.sequenceParallel)
+    for (TensorId t = 0; t < g.tensors.size(); ++t)
+      f.split[t] = f.split[t] || f.isActivation(t);
   findCopies(f);
   return f;
 }
@@ -360,15 +365,26 @@ double pipelineFactor(const Plan &plan) {
   double micro = static_cast<double>(plan.batch) /
                  (static_cast<double>(plan.microBatch) *
                   static_cast<double>(std::max<int64_t>(1, plan.parallel.data)));
-  return std::min(pp, std::max(1.0, std::floor(micro))) / pp;
+  double inFlight = std::min(pp, std::max(1.0, std::floor(micro)));
+  // Interleaved 1F1B (interleave = v): the first stage warms up with (p − 1)/v more chunks,
+  // 1 + (p − 1)/(p·v) times the activations (Korthikanti et al. 2022, §4.2.3).
+  double v = static_cast<double>(std::max<int64_t>(1, plan.parallel.interleave));
+  if (v > 1)
+    inFlight *= 1 + (pp - 1) / (pp * v);
+  return inFlight / pp;
+}
+
+/// Context parallelism (passes/StepTime.cpp): a rank holds s/c of every activation.
+double contextShare(const Plan &plan) {
+  return static_cast<double>(std::max<int64_t>(1, plan.parallel.context));
 }
 
 /// The Saved bytes at the peak per device, and with the workspace.
 double deviceActivations(const Walk &w, const Plan &plan) {
-  return w.peakSaved * pipelineFactor(plan);
+  return w.peakSaved * pipelineFactor(plan) / contextShare(plan);
 }
 double deviceBytes(const Walk &w, const Plan &plan) {
-  return deviceActivations(w, plan) + w.peakOther;
+  return deviceActivations(w, plan) + w.peakOther / contextShare(plan);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -559,7 +575,7 @@ void planActivations(Analysis &a) {
   a.flops.executed += w.recomputeExecuted * microSteps;
 
   a.memory.activations = deviceActivations(w, plan);
-  a.memory.workspace = w.peakOther;
+  a.memory.workspace = w.peakOther / contextShare(plan);
   a.memory.peak = staticBytes(a) + a.memory.activations + a.memory.workspace;
 
   a.livePeakBytes = w.peakSaved + w.peakOther;

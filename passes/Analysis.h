@@ -137,6 +137,7 @@ struct Analysis {
     int64_t accumulationSteps = 1;
     // StepTime.cpp: the parts of `communication`, seconds per step on one device.
     double dataParallelComm = 0, tensorParallelComm = 0, pipelineComm = 0;
+    double contextParallelComm = 0; ///< ring attention's K/V passes not hidden by attention
   } time;
 
   struct {

@@ -194,7 +194,8 @@ std::vector<std::string> timeFixes(const Analysis &a, const Relower &relower, do
   } else {
     int64_t span = plan.microBatchGiven ? plan.batch / std::max<int64_t>(1, plan.microBatch)
                                         : plan.batch;
-    int64_t most = span * plan.parallel.tensor * plan.parallel.pipeline;
+    int64_t most = span * plan.parallel.tensor * plan.parallel.pipeline *
+                   std::max<int64_t>(1, plan.parallel.context);
     notes.push_back("no data-parallel layout of up to " + std::to_string(most) + " × " +
                     plan.target.name + " meets it within " + formatBytes(mem) + " per device");
   }

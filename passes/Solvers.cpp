@@ -279,7 +279,8 @@ std::optional<Candidate> fewestDevices(const Analysis &a, const Relower &relower
                                        const std::function<bool(const Trial &)> &goal,
                                        std::vector<Candidate> *tried) {
   const Plan &base = *a.plan;
-  int64_t modelParallel = base.parallel.tensor * base.parallel.pipeline;
+  int64_t modelParallel =
+      base.parallel.tensor * base.parallel.pipeline * std::max<int64_t>(1, base.parallel.context);
   bool keepMicro = base.microBatchGiven;
   int64_t span = keepMicro ? base.batch / std::max<int64_t>(1, base.microBatch) : base.batch;
   std::vector<int64_t> cands;

@@ -13,7 +13,8 @@
 //    whose work is split (a weight matmul, or an op reading a split tensor) has its FLOPs and
 //    bytes divided by t (OpAnalysis::tensorSplit). In a transformer block that splits qkv,
 //    attention, proj, fc, the activation and the MLP proj; a tied or separate output head is
-//    split over the vocabulary (Megatron's vocab-parallel head and cross entropy).
+//    split over the vocabulary (Megatron's vocab-parallel head and cross entropy). With
+//    sequence_parallel every op is split (the rest works on 1/t of the tokens).
 // 2. Per op and micro-batch: forward time = kernelTime(executed forward FLOPs / split, forward
 //    bytes / split); backward time, for ops with a backward (an input needs a gradient), the
 //    same with the executed backward FLOPs and backward bytes. kernelTime = max(FLOPs /
@@ -24,7 +25,7 @@
 //    F × flops.recompute / flops.forward.
 // 4. Compute per step on one device, with p balanced pipeline stages: forward = m·F/p,
 //    backward = m·B/p, recompute = m·R/p; the pipeline bubble (1F1B or GPipe) is
-//    (p − 1)/m of that compute, (p − 1)·(F + B + R)/p.
+//    (p − 1)/(v·m) of that compute, (p − 1)·(F + B + R)/(v·p), v = interleave.
 // 5. Optimizer update, memory-bound: the device updates the trainable parameters it owns,
 //    T/(t·p), divided by d under ZeRO ≥ 1. It reads and writes each owned element's
 //    param, grad, master copy and optimizer states once: 2 × owned × (b_param + b_grad +
@@ -33,24 +34,27 @@
 //    on the host the update runs on the host CPU (ZeRO-Offload): the device time is 0, the
 //    transfers are counted in step 8, and the CPU update is taken to overlap the next step
 //    (ZeRO-Offload's one-step delayed parameter update).
-// 6. Data-parallel communication over d devices, ring collectives of (d−1)/d × bytes each way
-//    per reduce-scatter or all-gather (an all-reduce is both: 2·(d−1)/d × bytes), with G the
-//    device's gradient bytes T/(t·p)·b_grad, P_T its trainable parameter bytes and P its
-//    parameter bytes N/(t·p)·b_param:
-//      ZeRO 0: all-reduce of G once per step               2·(d−1)/d · G
-//      ZeRO 1: reduce-scatter G, all-gather updated P_T    (d−1)/d · (G + P_T)
+// 6. Data-parallel communication over the data group (step 10), with G = T/(t·p)·b_grad the
+//    device's gradient bytes, P_T its trainable and P all its parameter bytes:
+//      ZeRO 0: all-reduce G once per step
+//      ZeRO 1: reduce-scatter G, all-gather the updated P_T
 //      ZeRO 2: reduce-scatter G every micro-batch (the gradients are sharded, so they cannot
-//              be accumulated whole), all-gather P_T once  (d−1)/d · (m·G + P_T)
-//      ZeRO 3: also all-gather P before each micro-batch's forward and backward
-//                                                          (d−1)/d · (m·G + 2·m·P)
+//              be accumulated whole), all-gather P_T once
+//      ZeRO 3: reduce-scatter G every micro-batch, all-gather each layer's P/L before its
+//              forward and its backward, every micro-batch
+//    Gradients go in 25 MiB buckets. With overlap (the default) they hide behind the backward
+//    of the last micro-batch (ZeRO 0/1), of every micro-batch (ZeRO 2), or behind all compute
+//    (ZeRO 3, gathers prefetched): exposed = max(last bucket or one layer's gather, total −
+//    window). The all-gather of P_T after the update (ZeRO 1/2) is always exposed.
 // 7. Tensor-parallel communication per micro-batch: each row-parallel matmul all-reduces its
 //    output in the forward (and again when it is recomputed); each whole tensor read by
 //    column-parallel matmuls has its gradient all-reduced in the backward (once per tensor:
-//    q, k and v share their input). A transformer layer has two of each, of [b, s, d] bytes.
-//    Time = 2·(t−1)/t × bytes / bw(interconnect), times m/p per step. Pipeline parallelism
-//    sends the activation at a stage boundary (the input of a repeat-block copy, [b, s, d])
-//    forward and its gradient backward every micro-batch: m × 2 × bytes / bw(interconnect).
-//    All devices are taken to share one interconnect (target.interconnect, per direction).
+//    q, k and v share their input). A transformer layer has two of each, of [b, s, d] bytes,
+//    each its own collective over the tensor group, times m/p per step. Pipeline parallelism
+//    sends the activation at a stage boundary forward and its gradient backward every
+//    micro-batch, v times with interleaving: 1/t of it (Megatron's scatter/gather) over the
+//    link, or the network when neighbouring stages sit in different nodes, then an all-gather
+//    over the tensor group (none under sequence parallelism: the boundary is already split).
 // 8. Host transfers over bw(host link), both directions added: every micro-batch the input
 //    batch (the graph's inputs) goes host → device; a tensor class placed on the host crosses
 //    as often as the step needs it: params on the host go up for each micro-batch's forward
@@ -61,13 +65,25 @@
 //    to the host, so the owned grads go down and the updated params come up once per step
 //    (classes already on the host do not move, a master copy left on the device goes down and
 //    up).
-// 9. No communication overlaps compute (a documented upper bound): step = forward + backward +
+// 9. Only the data-parallel reduction overlaps compute (step 6): step = forward + backward +
 //    recompute + bubble + optimizer + communication + host transfers. MFU = model FLOPs
 //    (flops.forward + flops.backward, attention dense, as Narayanan et al. and PaLM count them)
 //    / (step × peak × devices), with peak the rate matrix products run at (Analysis::peakFlops);
 //    HFU = executed FLOPs without the optimizer (flops.executed − flops.optimizer: causal
 //    skipping, flash recompute, checkpoint recompute) / the same. Run: steps = tokens / (batch ×
 //    seq) (not rounded), run = steps × step, days = run / 86400.
+// 10. Topology: ranks are numbered with the first letter of `order` innermost (tensor, then
+//    context, pipeline, data by default); a node holds gpusPerNode consecutive ranks. A group whose
+//    members are `stride` ranks apart has k = min(n, ⌊(G−1)/stride⌋ + 1) members per node over
+//    r = ⌈n/k⌉ nodes. A ring all-reduce takes 2(n−1) steps, a reduce-scatter or all-gather
+//    n−1, each sending bytes/n: time = latency + steps/n × bytes / bw, with bw the link inside
+//    one node and min(link, k × network) across nodes (the node's k members leave it through k
+//    NICs); each phase's latency is (n − r) link steps and (r − 1) network steps, or for an
+//    all-reduce over r > 2 nodes a tree's 2·((k − 1) links + ⌈log2 r⌉ network hops) when less.
+// 11. Context parallelism (context = c): every op works on s/c tokens (its split is × c), the
+//    tensor all-reduces and stage sends carry 1/c; attention passes its local K/V round the
+//    ring of c ranks, c − 1 sends forward and 2(c − 1) backward, each hidden behind the
+//    attention computed meanwhile; gradients are all-reduced over the context group as well.
 // Infer plans get the forward of the prompt here (the prefill): per-op times, the forward
 // all-reduces of row-parallel matmuls (2·(t−1)/t × bytes), p − 1 pipeline boundary sends and the
 // input's upload; passes/Inference.cpp does the rest.
@@ -127,12 +143,15 @@ struct TensorParallel {
   std::vector<bool> rowParallel;   ///< per op: all-reduces its output in the forward
   double forwardBytes = 0;         ///< all-reduced in one forward
   double backwardBytes = 0;        ///< all-reduced in one backward
+  std::vector<double> forwardMessages, backwardMessages; ///< each all-reduce's bytes
 };
 
 TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
   TensorParallel tp;
   double t = degree(plan.parallel.tensor);
-  tp.split.assign(g.ops.size(), 1);
+  // Context parallelism: every op works on s/c tokens.
+  double c = degree(plan.parallel.context);
+  tp.split.assign(g.ops.size(), c);
   tp.rowParallel.assign(g.ops.size(), false);
   if (t <= 1)
     return tp;
@@ -150,20 +169,26 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
       out = !inputSplit;
       tp.rowParallel[i] = inputSplit;
       if (inputSplit)
-        for (TensorId o : op.outputs)
+        for (TensorId o : op.outputs) {
           tp.forwardBytes += g.bytes(o);
+          tp.forwardMessages.push_back(g.bytes(o));
+        }
       else if (plan.isTrain && g.tensors[x].requiresGrad)
         columnInputs.insert(storageOf(g, x));
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
       out = anySplit;
     }
-    tp.split[i] = x != kNone || anySplit ? t : 1;
+    // Under sequence parallelism the ops outside the tensor-parallel regions (norms, residual
+    // adds, dropout, embeddings) work on their 1/t share of the tokens: every op is split.
+    tp.split[i] = (x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1) * c;
     for (TensorId o : op.outputs)
       split[storageOf(g, o)] = out;
   }
-  for (TensorId s : columnInputs)
+  for (TensorId s : columnInputs) {
     tp.backwardBytes += g.bytes(s);
+    tp.backwardMessages.push_back(g.bytes(s));
+  }
   return tp;
 }
 
@@ -219,6 +244,17 @@ double stageBoundaryBytes(const Graph &g) {
   return bytes;
 }
 
+/// The number of repeat-block copies (a transformer's layers); 1 without repeat blocks.
+double repeatCopies(const Graph &g) {
+  std::set<uint32_t> copies;
+  for (const Op &op : g.ops) {
+    uint32_t c = repeatCopy(g, op.instance);
+    if (c != kNone)
+      copies.insert(c);
+  }
+  return std::max<double>(1, static_cast<double>(copies.size()));
+}
+
 /// Step 2: per-op forward and backward times per micro-batch.
 void opTimes(Analysis &a, const TensorParallel &tp) {
   const Graph &g = *a.graph;
@@ -261,24 +297,157 @@ double commBandwidth(const Target &t) {
   return link * t.efficiency.communication;
 }
 
-/// Step 6: data-parallel gradient and parameter traffic per step, bytes sent per device.
-double dataParallelBytes(const Analysis &a, double m) {
+/// The inter-node bandwidth per device after efficiency: the network, or the host link when
+/// the target states no network.
+double networkBandwidth(const Target &t) {
+  double link = t.network > 0 ? t.network : t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
+  return link * t.efficiency.communication;
+}
+
+/// Step 10: how one parallel group sits on the nodes: `n` members, `k` of them in one node,
+/// spread over `r` nodes.
+struct Placement {
+  double n = 1, k = 1, r = 1;
+};
+
+/// The group of dimension `dim` ('t' tensor, 'p' pipeline, 'd' data): ranks are numbered with
+/// the first letter of `order` innermost, so the group's members are `stride` ranks apart,
+/// stride = the product of the degrees placed inside it. A node holds gpusPerNode consecutive
+/// ranks; a target without a network is one node of any size.
+Placement place(const Plan &plan, char dim) {
+  const Parallelism &par = plan.parallel;
+  auto deg = [&](char c) {
+    return degree(c == 't'   ? par.tensor
+                  : c == 'p' ? par.pipeline
+                  : c == 'c' ? par.context
+                             : par.data);
+  };
+  double stride = 1;
+  for (char c : par.order) {
+    if (c == dim)
+      break;
+    stride *= deg(c);
+  }
+  Placement g;
+  g.n = deg(dim);
+  g.k = g.n;
+  if (plan.target.network <= 0)
+    return g;
+  double node = static_cast<double>(std::max<int64_t>(1, plan.target.gpusPerNode));
+  g.k = stride < node ? std::min(g.n, std::floor((node - 1) / stride) + 1) : 1;
+  g.r = std::ceil(g.n / g.k);
+  return g;
+}
+
+enum class Collective { AllReduce, ReduceScatter, AllGather };
+
+/// Step 10: one collective over group `g` of a buffer of `bytes` (an all-reduce's buffer, a
+/// reduce-scatter's input, an all-gather's output). A ring of n takes n−1 steps per phase (two
+/// phases for an all-reduce, one for the others), each device sending bytes/n per step. Inside
+/// one node the ring runs on the link; across nodes its slowest hop is the node's way out: k
+/// members send through k NICs (k × network) while each still sends the whole volume over its
+/// link, so bw = min(link, k × network). A chunk passing once round the ring crosses n − r
+/// links and r − 1 networks: that is each phase's latency (NCCL's model). An all-reduce over
+/// more than two nodes may instead run as a tree (NCCL's double binary tree): the same
+/// bandwidth term, a chain of k − 1 links and ⌈log2 r⌉ network hops up and down; the faster of
+/// the two is taken, as NCCL picks.
+double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes) {
+  if (g.n <= 1 || bytes <= 0)
+    return 0;
+  double phases = c == Collective::AllReduce ? 2 : 1;
+  double bw = commBandwidth(t);
+  if (g.r > 1) {
+    double out = g.k * networkBandwidth(t);
+    bw = g.k > 1 ? std::min(bw, out) : out;
+  }
+  double transfer = phases * (g.n - 1) / g.n * bytes / bw;
+  double ring = phases * ((g.n - g.r) * t.linkLatency + (g.r - 1) * t.networkLatency);
+  double latency = ring;
+  if (c == Collective::AllReduce && g.r > 2) {
+    double tree = 2 * ((g.k - 1) * t.linkLatency + std::ceil(std::log2(g.r)) * t.networkLatency);
+    latency = std::min(ring, tree);
+  }
+  return latency + transfer;
+}
+
+/// A point-to-point send of `bytes` over the link or the network.
+double sendTime(const Target &t, bool network, double bytes) {
+  if (bytes <= 0)
+    return 0;
+  return network ? t.networkLatency + bytes / networkBandwidth(t)
+                 : t.linkLatency + bytes / commBandwidth(t);
+}
+
+/// PyTorch DDP's default gradient bucket (bucket_cap_mb = 25): collectives are issued per
+/// bucket, and the last bucket cannot overlap anything.
+constexpr double kBucketBytes = 25.0 * 1024 * 1024;
+
+/// `bytes` reduced in buckets of kBucketBytes: the sum of the buckets' collectives, and the
+/// time of the last bucket alone.
+std::pair<double, double> bucketed(const Target &t, const Placement &g, Collective c,
+                                   double bytes) {
+  if (bytes <= 0 || g.n <= 1)
+    return {0, 0};
+  double buckets = std::ceil(bytes / kBucketBytes);
+  double one = collectiveTime(t, g, c, bytes / buckets);
+  return {buckets * one, one};
+}
+
+/// Step 6: data-parallel gradient and parameter traffic per step on one device, its exposed
+/// time after overlap. `window` is the compute the gradient reduction may hide behind: the
+/// last micro-batch's backward (ZeRO 0/1), every micro-batch's backward (ZeRO 2), every
+/// forward and backward (ZeRO 3); `layers` the per-layer gathers of ZeRO 3 per pass.
+double dataParallelTime(const Analysis &a, double m, double backwardOne, double computeOne,
+                        double layers) {
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
-  double d = degree(par.data);
-  if (d <= 1 || !plan.isTrain)
+  const Target &t = plan.target;
+  double d = degree(par.data), c = degree(par.context);
+  if ((d <= 1 && c <= 1) || !plan.isTrain)
     return 0;
+  Placement g = place(plan, 'd');
   double model = degree(par.tensor) * degree(par.pipeline);
   double G = a.params.trainable / model * bytesOf(plan.precision.grads);
   double PT = a.params.trainable / model * bytesOf(plan.precision.params);
   double P = a.params.total / model * bytesOf(plan.precision.params);
-  double ring = (d - 1) / d;
+  std::pair<double, double> grads; // (all buckets, last bucket)
+  double gather = 0, window = 0;
   switch (par.zero) {
-  case 0: return 2 * ring * G;
-  case 1: return ring * (G + PT);
-  case 2: return ring * (m * G + PT);
-  default: return ring * (m * G + 2 * m * P);
+  case 0:
+    grads = bucketed(t, g, Collective::AllReduce, G);
+    window = backwardOne;
+    break;
+  case 1:
+    grads = bucketed(t, g, Collective::ReduceScatter, G);
+    gather = collectiveTime(t, g, Collective::AllGather, PT);
+    window = backwardOne;
+    break;
+  case 2: {
+    auto one = bucketed(t, g, Collective::ReduceScatter, G);
+    grads = {m * one.first, one.second};
+    gather = collectiveTime(t, g, Collective::AllGather, PT);
+    window = m * backwardOne;
+    break;
   }
+  default: {
+    // ZeRO 3: each layer's parameters are gathered before its forward and again before its
+    // backward, every micro-batch, and prefetched under the previous layer's compute.
+    auto one = bucketed(t, g, Collective::ReduceScatter, G);
+    double n = std::max(1.0, layers);
+    double perLayer = collectiveTime(t, g, Collective::AllGather, P / n);
+    grads = {m * one.first + 2 * m * n * perLayer, std::max(one.second, perLayer)};
+    window = m * computeOne;
+    break;
+  }
+  }
+  // Context ranks hold the same parameters: their gradients are all-reduced over the context
+  // group too (before the data-parallel step, in the same buckets and window).
+  if (c > 1) {
+    auto ctx = bucketed(t, place(plan, 'c'), Collective::AllReduce, G);
+    grads = {grads.first + (par.zero >= 2 ? m : 1) * ctx.first, std::max(grads.second, ctx.second)};
+  }
+  double exposed = par.overlap ? std::max(grads.second, grads.first - window) : grads.first;
+  return exposed + gather;
 }
 
 /// Step 8: bytes over the host link per step on one device.
@@ -319,16 +488,68 @@ double hostBandwidth(const Target &t) {
   return (t.hostLink > 0 ? t.hostLink : kDefaultHostLink) * t.efficiency.hostLink;
 }
 
+/// Step 7: the tensor group's all-reduces of `messages` (each its own collective).
+double allReduces(const Plan &plan, const std::vector<double> &messages) {
+  Placement g = place(plan, 't');
+  double c = degree(plan.parallel.context); // a context rank holds s/c of every message
+  double time = 0;
+  for (double bytes : messages)
+    time += collectiveTime(plan.target, g, Collective::AllReduce, bytes / c);
+  return time;
+}
+
+/// Step 7: one stage-boundary send of a boundary tensor of `bytes`. With t > 1 a stage sends
+/// its 1/t share (Megatron's scatter/gather; under sequence parallelism the tensor is already
+/// split) and, without sequence parallelism, the receiver all-gathers it over the tensor
+/// group. The send crosses the network when any two neighbouring stages sit in different nodes.
+double boundarySend(const Plan &plan, double bytes) {
+  const Parallelism &par = plan.parallel;
+  double t = degree(par.tensor);
+  bytes /= degree(par.context); // a context rank sends its s/c tokens
+  Placement stages = place(plan, 'p');
+  bool network = stages.r > 1;
+  double time = sendTime(plan.target, network, bytes / t);
+  if (t > 1 && !par.sequenceParallel)
+    time += collectiveTime(plan.target, place(plan, 't'), Collective::AllGather, bytes);
+  return time;
+}
+
+/// Context parallelism per micro-batch (ring attention): each attention op passes its local
+/// K and V, (k + v bytes) / (its split), round the ring of c ranks: c − 1 sends forward, and
+/// 2·(c − 1) backward (K and V again, and their gradients). Each send overlaps the block of
+/// attention computed meanwhile, so what shows is the sends' time beyond the op's own.
+double ringAttention(const Analysis &a, const TensorParallel &tp) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  double c = degree(plan.parallel.context);
+  if (c <= 1)
+    return 0;
+  bool network = place(plan, 'c').r > 1;
+  double time = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    if (op.kind != OpKind::Attention || op.inputs.size() < 3)
+      continue;
+    double kv = (g.bytes(op.inputs[1]) + g.bytes(op.inputs[2])) / tp.split[i];
+    double send = sendTime(plan.target, network, kv);
+    time += std::max(0.0, (c - 1) * send - a.ops[i].forwardTime);
+    if (plan.isTrain && a.ops[i].backwardTime > 0)
+      time += std::max(0.0, 2 * (c - 1) * send - a.ops[i].backwardTime);
+  }
+  return time;
+}
+
 /// Infer plans: the forward over the prompt with its tensor-parallel all-reduces, pipeline
 /// sends (p − 1 boundaries, passed in turn) and the input batch's upload.
 void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
   const Plan &plan = *a.plan;
   double t = degree(plan.parallel.tensor), p = degree(plan.parallel.pipeline);
-  double link = commBandwidth(plan.target);
   a.time.forward = F;
-  a.time.tensorParallelComm = t > 1 ? 2 * (t - 1) / t * tp.forwardBytes / link : 0;
-  a.time.pipelineComm = p > 1 ? (p - 1) * stageBoundaryBytes(*a.graph) / link : 0;
-  a.time.communication = a.time.tensorParallelComm + a.time.pipelineComm;
+  a.time.tensorParallelComm = t > 1 ? allReduces(plan, tp.forwardMessages) : 0;
+  a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph)) : 0;
+  a.time.contextParallelComm = ringAttention(a, tp);
+  a.time.communication =
+      a.time.tensorParallelComm + a.time.pipelineComm + a.time.contextParallelComm;
   a.time.hostTransfer = hostBytes(a, 1) / hostBandwidth(plan.target);
 }
 
@@ -343,7 +564,8 @@ void stepTime(Analysis &a) {
   opTimes(a, tp);
 
   // Step 3: per micro-batch totals.
-  double F = 0, B = 0, R = 0, recomputeAllReduce = 0;
+  double F = 0, B = 0, R = 0;
+  std::vector<double> recomputeMessages;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     F += a.ops[i].forwardTime;
     B += a.ops[i].backwardTime;
@@ -360,7 +582,7 @@ void stepTime(Analysis &a) {
     R += a.ops[s.op].forwardTime;
     if (tp.rowParallel[s.op])
       for (TensorId o : g.ops[s.op].outputs)
-        recomputeAllReduce += g.bytes(o);
+        recomputeMessages.push_back(g.bytes(o));
   }
   if (!recomputeSteps && a.flops.recompute > 0 && a.flops.forward > 0)
     R = F * a.flops.recompute / a.flops.forward;
@@ -372,16 +594,25 @@ void stepTime(Analysis &a) {
   a.time.forward = m * F / p;
   a.time.backward = m * B / p;
   a.time.recompute = m * R / p;
-  a.time.bubble = (p - 1) * (F + B + R) / p;
+  double v = degree(par.interleave);
+  a.time.bubble = (p - 1) * (F + B + R) / (p * v);
 
-  // Steps 5-8.
+  // Steps 5-8 and 10.
   a.time.optimizer = optimizerTime(a);
-  double link = commBandwidth(target);
-  a.time.dataParallelComm = dataParallelBytes(a, m) / link;
-  double tpBytes = tp.forwardBytes + tp.backwardBytes + recomputeAllReduce;
-  a.time.tensorParallelComm = t > 1 ? m / p * 2 * (t - 1) / t * tpBytes / link : 0;
-  a.time.pipelineComm = p > 1 ? m * 2 * stageBoundaryBytes(g) / link : 0;
-  a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm + a.time.pipelineComm;
+  a.time.dataParallelComm =
+      dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(g) / p);
+  if (t > 1) {
+    double perMicroBatch = allReduces(plan, tp.forwardMessages) +
+                           allReduces(plan, tp.backwardMessages) +
+                           allReduces(plan, recomputeMessages);
+    a.time.tensorParallelComm = m / p * perMicroBatch;
+  } else {
+    a.time.tensorParallelComm = 0;
+  }
+  a.time.pipelineComm = p > 1 ? m * 2 * v * boundarySend(plan, stageBoundaryBytes(g)) : 0;
+  a.time.contextParallelComm = m / p * ringAttention(a, tp);
+  a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm +
+                         a.time.pipelineComm + a.time.contextParallelComm;
   a.time.hostTransfer = hostBytes(a, m) / hostBandwidth(target);
 
   // Step 9.

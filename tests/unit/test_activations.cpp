@@ -402,3 +402,19 @@ infer i { model = M()  batch = 4  prompt = 8  generate = 2  target = H100_SXM }
   for (const Buffer &b : a.buffers)
     CHECK(b.kind == Buffer::Transient);
 }
+
+TEST_CASE("activations: sequence parallelism splits the rest over the tensor group (Korthikanti §4.2.2)",
+          "[activations]") {
+  Compiled t(fill(kGpt3, {{"TARGET", "2 x H100_SXM { tensor = 2, sequence_parallel = true }"},
+                          {"ARGS", ""}}));
+  const Analysis &a = *t.a;
+  const double s = 256, b = 2, h = 512, heads = 8, tp = 2;
+  // The layer norms, their inputs and outputs and the dropouts now work on s/t tokens, so the
+  // whole layer is split: sbh·(34 + 5·a·s/h)/t, and the norms' statistics (8 bytes a token
+  // each) with it.
+  double expected = s * b * h * (34 + 5 * heads * s / h) / tp + 2 * 8 * s * b / tp;
+  for (const Analysis::BlockActivations &blk : a.blockActivations) {
+    INFO(blk.path);
+    CHECK(blk.savedBytes == expected);
+  }
+}

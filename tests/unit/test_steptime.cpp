@@ -7,6 +7,7 @@
 
 #include "tests/unit/Support.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -18,6 +19,10 @@ namespace {
 // H100_SXM numbers and the default efficiencies (ir/Target.h).
 constexpr double kF32 = 66.9e12, kBw = 3.35e12, kLink = 450e9 * 0.8, kHost = 64e9 * 0.8;
 constexpr double kMatmul = 0.7, kElementwise = 0.8;
+// A ring step's latency inside a node (NVLink) and across nodes (ir/Target.cpp); the A100
+// network: one HDR 200 Gb/s NIC per GPU.
+constexpr double kStep = 2.5e-6, kNetStep = 6.6e-6, kA100Link = 300e9 * 0.8,
+                 kA100Net = 25e9 * 0.8;
 
 /// Four ops: matmul, relu, mul, mean. x is data, so the matmul's backward is the weight
 /// gradient alone.
@@ -32,11 +37,11 @@ model Toy(D = 1024, K = 256) {
 }
 )";
 
-std::string toyPlan(int batch, int devices, int zero) {
+std::string toyPlan(int batch, int devices, int zero, const std::string &extra = "") {
   return std::string(kToy) + "train toy { model = Toy() batch = " + std::to_string(batch) +
          " micro_batch = 16 tokens = 1M optimizer = SGD(lr = 0.1) precision = fp32 target = " +
          std::to_string(devices) + " x H100_SXM { data = " + std::to_string(devices) +
-         ", zero = " + std::to_string(zero) + " } }\n";
+         ", zero = " + std::to_string(zero) + extra + " } }\n";
 }
 
 /// A small GPT (GPT-2's blocks) for the parallel layouts.
@@ -121,8 +126,9 @@ TEST_CASE("steptime: a four-op graph, by hand", "[steptime]") {
   CHECK(a.time.bubble == 0);
   // SGD: read and write 262144 fp32 params and grads once, 2·262144·8 bytes.
   CHECK(a.time.optimizer == Approx(2 * 262144 * 8 / kBw / kElementwise));
-  // Ring all-reduce of the fp32 gradients over 2 devices: 2·(1/2)·262144·4 bytes.
-  CHECK(a.time.dataParallelComm == Approx(262144 * 4 / kLink));
+  // Ring all-reduce of the fp32 gradients over 2 devices, 2 steps: 2·(1/2)·262144·4 bytes.
+  // One bucket (1 MiB < 25 MiB), and the last bucket never hides behind the backward.
+  CHECK(a.time.dataParallelComm == Approx(2 * kStep + 262144 * 4 / kLink));
   CHECK(a.time.communication == Approx(a.time.dataParallelComm));
   // The input x [16, 1024] f32 goes up for each of the 2 micro-batches.
   CHECK(a.time.hostTransfer == Approx(2 * 16 * 1024 * 4 / kHost));
@@ -135,19 +141,26 @@ TEST_CASE("steptime: a four-op graph, by hand", "[steptime]") {
 }
 
 TEST_CASE("steptime: data-parallel traffic for each ZeRO stage", "[steptime]") {
-  // 4 devices, 2 accumulation steps; G = P = 262144 fp32 = 1 MiB; ring fraction 3/4.
-  const double G = 262144 * 4, ring = 0.75;
-  const double expected[4] = {2 * ring * G, ring * (G + G), ring * (2 * G + G),
-                              ring * (2 * G + 2 * 2 * G)};
+  // 4 devices, 2 accumulation steps; G = P = 262144 fp32 = 1 MiB; ring fraction 3/4, and
+  // 3 ring steps per reduce-scatter or all-gather (6 per all-reduce). Overlap off: every
+  // collective is exposed.
+  const double G = 262144 * 4, half = 3 * kStep + 0.75 * G / kLink; // one RS or AG of G
+  const double expected[4] = {2 * half, half + half, 2 * half + half, 2 * half + 2 * 2 * half};
   for (int zero = 0; zero <= 3; ++zero) {
     INFO("zero = " << zero);
-    Compiled t(toyPlan(128, 4, zero), "toy");
+    Compiled t(toyPlan(128, 4, zero, ", overlap = false"), "toy");
     CHECK(t.a->time.accumulationSteps == 2);
-    CHECK(t.a->time.dataParallelComm == Approx(expected[zero] / kLink));
+    CHECK(t.a->time.dataParallelComm == Approx(expected[zero]));
     // The update touches the owned shard: all of it without ZeRO, a quarter with it.
     double owned = zero >= 1 ? 262144 / 4.0 : 262144;
     CHECK(t.a->time.optimizer == Approx(2 * owned * 8 / kBw / kElementwise));
   }
+  // With overlap (the default) ZeRO 2's first micro-batch reduce-scatter hides behind the
+  // second micro-batch's backward when that is longer; here the backward (2 × ~0.9 us) is
+  // shorter than one reduce-scatter, so only that much is hidden.
+  Compiled on(toyPlan(128, 4, 2), "toy");
+  double backward = on.a->time.backward + on.a->time.recompute; // m = 2 micro-batches
+  CHECK(on.a->time.dataParallelComm == Approx(std::max(half, 2 * half - backward) + half));
 }
 
 TEST_CASE("steptime: tensor and pipeline parallelism", "[steptime]") {
@@ -169,15 +182,120 @@ TEST_CASE("steptime: tensor and pipeline parallelism", "[steptime]") {
   CHECK(a.time.accumulationSteps == 4);
   // Two all-reduces per layer forward (attn.proj, mlp.proj outputs) and two backward (the
   // gradients of ln1's and ln2's outputs, read by qkv and fc), plus the head's input gradient.
-  double perMicro = 4 * 2 * X + 4 * 2 * X + X;
-  CHECK(a.time.tensorParallelComm == Approx(m / p * 2 * (tp - 1) / tp * perMicro / kLink));
-  // The stage boundary [b, s, d] goes forward and its gradient back every micro-batch.
-  CHECK(a.time.pipelineComm == Approx(m * 2 * X / kLink));
+  // 17 all-reduces of X, each a 2-step ring inside the node.
+  double oneAllReduce = 2 * kStep + 2 * (tp - 1) / tp * X / kLink;
+  CHECK(a.time.tensorParallelComm == Approx(m / p * 17 * oneAllReduce));
+  // The stage boundary [b, s, d] goes forward and its gradient back every micro-batch: a stage
+  // sends its 1/t share, the next all-gathers it over the tensor pair (1 step, X/2 each).
+  double send = (kStep + X / tp / kLink) + (kStep + X / tp / kLink);
+  CHECK(a.time.pipelineComm == Approx(m * 2 * send));
   // Bubble: (p − 1)/m of the pipeline's compute.
   double compute = a.time.forward + a.time.backward + a.time.recompute;
   CHECK(a.time.bubble == Approx((p - 1) / m * compute));
   CHECK(a.time.communication ==
         Approx(a.time.dataParallelComm + a.time.tensorParallelComm + a.time.pipelineComm));
+}
+
+/// kTinyGPT with its target line replaced.
+static std::string tinyOn(const std::string &target) {
+  std::string src = kTinyGPT;
+  std::string old = "8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1 }";
+  src.replace(src.find(old), old.size(), target);
+  return src;
+}
+
+TEST_CASE("steptime: collectives priced by the tiers they cross", "[steptime]") {
+  // 16 A100s in two DGX nodes, data parallel: the ring leaves each node through its 8 NICs,
+  // bw = min(NVLink 240e9, 8 × 20e9) = 160e9; each of the 2 phases passes 14 NVLink hops and
+  // 1 network hop.
+  Compiled two(tinyOn("16 x A100_80GB { data = 16, overlap = false }"), "par");
+  double G = two.a->params.trainable * 2; // bf16 gradients, one 25 MiB bucket
+  REQUIRE(G < 25.0 * 1024 * 1024);
+  const double twoNodes = 2 * (14 * kStep + kNetStep);
+  CHECK(two.a->time.dataParallelComm == Approx(twoNodes + 2 * 15.0 / 16 * G / 160e9));
+  // The same 16 in one node (a plan override): NVLink only.
+  Compiled one(tinyOn("16 x A100_80GB { data = 16, overlap = false, gpus_per_node = 16 }"),
+               "par");
+  CHECK(one.a->time.dataParallelComm == Approx(30 * kStep + 2 * 15.0 / 16 * G / kA100Link));
+  // A faster network (400 Gb/s = 50e9 B/s per GPU): 8 × 40e9 = 320e9 > NVLink, so NVLink bounds.
+  Compiled fast(tinyOn("16 x A100_80GB { data = 16, overlap = false, network = 400 Gb/s }"),
+                "par");
+  CHECK(fast.a->time.dataParallelComm == Approx(twoNodes + 2 * 15.0 / 16 * G / kA100Link));
+  // 64 GPUs in 8 nodes: the ring's latency, 2 × (56 link + 7 network steps) = 372.4 us, loses to
+  // a tree's 2 × (7 link + log2 8 = 3 network hops) = 74.6 us; the bandwidth term is the same.
+  std::string wide = tinyOn("64 x A100_80GB { data = 64, overlap = false }");
+  wide.replace(wide.find("batch = 32"), 10, "batch = 256");
+  Compiled eight(wide, "par");
+  CHECK(eight.a->time.dataParallelComm ==
+        Approx(2 * (7 * kStep + 3 * kNetStep) + 2 * 63.0 / 64 * G / 160e9));
+  // Data innermost: each tensor pair is 8 ranks apart, one member in each node, so every
+  // tensor all-reduce crosses the network at one NIC's 20e9 B/s.
+  Compiled spread(tinyOn("16 x A100_80GB { tensor = 2, data = 8, order = dpt }"), "par");
+  const double X = 4 * 128 * 256 * 2, m = 32 / (4.0 * 8);
+  CHECK(spread.a->time.tensorParallelComm == Approx(m * 17 * (2 * kNetStep + X / kA100Net)));
+  Compiled packed(tinyOn("16 x A100_80GB { tensor = 2, data = 8 }"), "par");
+  CHECK(packed.a->time.tensorParallelComm == Approx(m * 17 * (2 * kStep + X / kA100Link)));
+}
+
+TEST_CASE("steptime: interleaved stages and sequence parallelism", "[steptime]") {
+  Compiled base(kTinyGPT, "par");
+  Compiled v2(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1, "
+                     "interleave = 2 }"),
+              "par");
+  // Bubble (p − 1)/(v·m): half of the plain 1F1B's; twice the stage-boundary sends.
+  CHECK(v2.a->time.bubble == Approx(base.a->time.bubble / 2));
+  CHECK(v2.a->time.pipelineComm == Approx(2 * base.a->time.pipelineComm));
+  CHECK(v2.a->time.forward == Approx(base.a->time.forward));
+  // The first stage keeps 1 + (p − 1)/(p·v) = 1.25 times the activations in flight.
+  CHECK(v2.a->memory.activations == Approx(1.25 * base.a->memory.activations));
+
+  Compiled sp(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1, "
+                     "sequence_parallel = true }"),
+              "par");
+  // Norms, residual adds and the embedding work on 1/t of the tokens.
+  CHECK(sp.at("h[0].ln1.layer_norm").tensorSplit == 2);
+  CHECK(sp.at("h[0].add").tensorSplit == 2);
+  CHECK(sp.at("wte.embedding").tensorSplit == 2);
+  CHECK(sp.at("h[0].ln1.layer_norm").forwardTime ==
+        Approx(base.at("h[0].ln1.layer_norm").forwardTime / 2));
+  // An all-gather plus a reduce-scatter moves what the all-reduce did, in as many steps.
+  CHECK(sp.a->time.tensorParallelComm == Approx(base.a->time.tensorParallelComm));
+  // Activation memory (passes/Activations.cpp): the norms' and adds' tensors are split too, so
+  // less is live at the peak, but never less than half (t = 2 splits each tensor at most once).
+  CHECK(sp.a->memory.activations < base.a->memory.activations);
+  CHECK(sp.a->memory.activations >= base.a->memory.activations / 2);
+  // The boundary is already split over the sequence: the 1/t send without the all-gather.
+  const double X = 4 * 128 * 256 * 2;
+  CHECK(sp.a->time.pipelineComm == Approx(4 * 2 * (kStep + X / 2 / kLink)));
+}
+
+TEST_CASE("steptime: context parallelism splits the sequence and passes K/V round a ring",
+          "[steptime]") {
+  // 8 devices as 4 data replicas of 2 context ranks; m = 32 / (4 × 4) = 2 micro-batches.
+  Compiled ctx(tinyOn("8 x H100_SXM { data = 4, context = 2, overlap = false }"), "par");
+  Compiled flat(tinyOn("8 x H100_SXM { data = 8 }"), "par"); // the same micro-batch of 4
+  const Analysis &a = *ctx.a;
+  // Every op works on half the tokens.
+  CHECK(ctx.at("h[0].ln1.layer_norm").tensorSplit == 2);
+  CHECK(ctx.at("h[0].ln1.layer_norm").forwardTime ==
+        Approx(flat.at("h[0].ln1.layer_norm").forwardTime / 2));
+  CHECK(a.memory.activations == Approx(flat.a->memory.activations / 2));
+  // Ring attention: each layer's local K and V, 2 × [4, 128, 256] bf16 / 2 = 262144 bytes, go
+  // once round the pair forward and twice backward, hidden behind the attention's own time.
+  const double send = kStep + 262144 / kLink;
+  double ring = 0;
+  for (int i = 0; i < 4; ++i) {
+    const OpAnalysis &att = ctx.at("h[" + std::to_string(i) + "].attn.attention");
+    ring += std::max(0.0, send - att.forwardTime) + std::max(0.0, 2 * send - att.backwardTime);
+  }
+  REQUIRE(ring > 0);
+  CHECK(a.time.contextParallelComm == Approx(2 * ring));
+  // Gradients: an all-reduce over the 4 replicas (6 steps) and one over the context pair (2).
+  double G = a.params.trainable * 2;
+  CHECK(a.time.dataParallelComm ==
+        Approx((6 * kStep + 1.5 * G / kLink) + (2 * kStep + G / kLink)));
+  CHECK(a.time.communication == Approx(a.time.dataParallelComm + a.time.tensorParallelComm +
+                                       a.time.pipelineComm + a.time.contextParallelComm));
 }
 
 TEST_CASE("steptime: recompute is the forward time of the recomputed ops", "[steptime]") {
@@ -224,8 +342,11 @@ TEST_CASE("steptime: GPT-2's run time from step time and steps", "[steptime]") {
   CHECK(a.time.step == Approx(parts));
   CHECK(a.time.mfu == Approx((a.flops.forward + a.flops.backward) /
                              (a.time.step * 989.5e12 * 8)));
-  // ZeRO-1 over 8 devices: reduce-scatter bf16 grads, all-gather bf16 params.
-  CHECK(a.time.dataParallelComm == Approx(7.0 / 8 * 2 * 124439808 * 2 / kLink));
+  // ZeRO-1 over 8 devices: reduce-scatter bf16 grads in ten 25 MiB buckets, of which only
+  // the last is exposed (the rest hide behind the last backward), then all-gather bf16 params.
+  double G = 124439808 * 2.0;
+  CHECK(a.time.dataParallelComm == Approx((7 * kStep + 7.0 / 8 * G / 10 / kLink) +
+                                          (7 * kStep + 7.0 / 8 * G / kLink)));
 }
 
 TEST_CASE("steptime: Narayanan et al.'s training FLOPs agree within 2%", "[steptime]") {

@@ -93,3 +93,24 @@ TEST_CASE("target: unknown names", "[target]") {
   CHECK(findTarget("h100_sxm") == nullptr);
   CHECK(findTarget("") == nullptr);
 }
+
+TEST_CASE("target: every catalogue GPU sits in a node", "[target]") {
+  // DGX A100: 8 GPUs, one 200 Gb/s HDR NIC each (25e9 B/s); DGX H100/H200/B200: 400 Gb/s NDR.
+  const Target *a = findTarget("A100_80GB"), *a40 = findTarget("A100_40GB");
+  CHECK(a->gpusPerNode == 8);
+  CHECK(a->network == 25e9);
+  CHECK(a40->network == 25e9);
+  for (const char *n : {"H100_SXM", "H200", "B200"}) {
+    INFO(n);
+    CHECK(findTarget(n)->gpusPerNode == 8);
+    CHECK(findTarget(n)->network == 50e9);
+  }
+  for (const Target &t : targetCatalogue()) {
+    INFO(t.name);
+    CHECK(t.gpusPerNode >= 1);
+    CHECK(t.network > 0);
+    CHECK(t.network < t.interconnect); // the node's own link is the faster tier
+    CHECK(t.linkLatency > 0);
+    CHECK(t.networkLatency >= t.linkLatency);
+  }
+}

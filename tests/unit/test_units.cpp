@@ -38,6 +38,10 @@ TEST_CASE("units: rates", "[units]") {
   CHECK(valueOf(3.35, "TB/s") == Approx(3.35e12));
   CHECK(dimOf("TB/s") == UnitDim::ByteRate);
   CHECK(valueOf(64, "GB/s") == Approx(64e9));
+  // Network rates are in bits: 400 Gb/s is 50 GB/s, 200 Gb/s (InfiniBand HDR) 25 GB/s.
+  CHECK(valueOf(400, "Gb/s") == Approx(50e9));
+  CHECK(valueOf(200, "Gb/s") == Approx(25e9));
+  CHECK(valueOf(100, "Mb/s") == Approx(12.5e6));
   CHECK(valueOf(1, "GiB/s") == 1024.0 * 1024 * 1024);
   CHECK(valueOf(1, "PFLOP/s") == 1e15);
   CHECK(dimOf("TFLOPS") == UnitDim::FlopRate);
