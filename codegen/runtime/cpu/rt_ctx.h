@@ -1,0 +1,169 @@
+// tally CPU runtime: the context every kernel takes (threads, the per-kernel timer hook), the
+// runtime's error type, and the small helpers the kernels share (thread count, scratch, shape
+// collapsing for strided loops).
+#pragma once
+
+#include "../common/tally_common.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace rt {
+
+/// Called once after every kernel call with the kernel's name (its function name, e.g.
+/// "matmul", "attention_bwd") and its wall-clock seconds; `user` is Ctx::timer_user.
+using KernelTimerFn = void (*)(void* user, const char* kernel, double seconds);
+
+/// The CPU context: how many OpenMP threads the kernels use, and an optional timer hook.
+struct Ctx {
+  /// OpenMP threads for the kernels' parallel loops; 0 = omp_get_max_threads().
+  /// (OpenBLAS keeps its own thread count: OPENBLAS_NUM_THREADS or openblas_set_num_threads.)
+  int threads = 0;
+  /// Per-kernel timing: null = no timing (no clock reads at all).
+  KernelTimerFn timer = nullptr;
+  /// Passed back to `timer` unchanged.
+  void* timer_user = nullptr;
+
+  /// The thread count the kernels use.
+  int nthreads() const { return threads > 0 ? threads : omp_get_max_threads(); }
+};
+
+/// A ready-made timer sink: total seconds and calls by kernel name. Use as
+/// `rt::KernelTimes t; ctx.timer = rt::KernelTimes::record; ctx.timer_user = &t;`.
+struct KernelTimes {
+  /// Calls and total seconds of one kernel name.
+  struct Entry {
+    int64_t calls = 0;
+    double seconds = 0.0;
+  };
+  std::map<std::string, Entry> by_kernel;
+  /// The KernelTimerFn that adds one call to the KernelTimes at `user`.
+  static void record(void* user, const char* kernel, double seconds) {
+    Entry& e = static_cast<KernelTimes*>(user)->by_kernel[kernel];
+    e.calls += 1;
+    e.seconds += seconds;
+  }
+};
+
+/// A kernel rejected its arguments (a negative size, an index out of range, …). The message
+/// names the kernel and the bad value.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+
+/// Throws rt::Error("rt::<kernel>: <what>") unless ok.
+inline void require(bool ok, const char* kernel, const std::string& what) {
+  if (!ok) throw Error(std::string("rt::") + kernel + ": " + what);
+}
+
+/// Checks that every size is >= 0.
+inline void require_sizes(const char* kernel, std::initializer_list<int64_t> sizes) {
+  for (int64_t s : sizes) require(s >= 0, kernel, "negative size " + std::to_string(s));
+}
+
+/// Times one kernel call when ctx.timer is set (RAII: reports on scope exit).
+class KernelScope {
+ public:
+  KernelScope(Ctx& ctx, const char* name) : ctx_(ctx), name_(name) {
+    if (ctx_.timer) t0_ = std::chrono::steady_clock::now();
+  }
+  ~KernelScope() {
+    if (ctx_.timer) {
+      std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0_;
+      ctx_.timer(ctx_.timer_user, name_, d.count());
+    }
+  }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  Ctx& ctx_;
+  const char* name_;
+  std::chrono::steady_clock::time_point t0_{};
+};
+
+/// Most dimensions a strided kernel takes.
+constexpr int kMaxRank = 8;
+
+/// A shape with up to three stride vectors, after dropping size-1 dimensions and merging
+/// neighbours that are contiguous in every operand (so the innermost loop is as long as possible).
+struct Collapsed {
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  int64_t st[3][kMaxRank];
+  int64_t count = 1;   // elements in the shape
+};
+
+/// Collapse `shape` with `nops` stride vectors (strides[k] may be null = dense row-major).
+inline Collapsed collapse(const char* kernel, const int64_t* shape, int rank, int nops,
+                          const int64_t* const* strides) {
+  require(rank >= 0 && rank <= kMaxRank, kernel, "rank " + std::to_string(rank) + " is not in 0..8");
+  require(rank == 0 || shape != nullptr, kernel, "shape is null");
+  int64_t dense[kMaxRank];
+  int64_t acc = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    require(shape[d] >= 0, kernel, "negative dimension " + std::to_string(shape[d]));
+    dense[d] = acc;
+    acc = shape[d] == 0 ? acc : acc * shape[d];
+  }
+  Collapsed c;
+  for (int d = 0; d < rank; ++d) c.count *= shape[d];
+  if (c.count == 0) return c;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 1) continue;
+    int r = c.rank;
+    if (r > 0) {
+      bool merge = true;
+      for (int k = 0; k < nops; ++k) {
+        int64_t s = strides[k] ? strides[k][d] : dense[d];
+        if (c.st[k][r - 1] != s * shape[d]) merge = false;
+      }
+      if (merge) {
+        c.shape[r - 1] *= shape[d];
+        for (int k = 0; k < nops; ++k) c.st[k][r - 1] = strides[k] ? strides[k][d] : dense[d];
+        continue;
+      }
+    }
+    c.shape[r] = shape[d];
+    for (int k = 0; k < nops; ++k) c.st[k][r] = strides[k] ? strides[k][d] : dense[d];
+    c.rank = r + 1;
+  }
+  if (c.rank == 0) {   // every dimension was 1: one element
+    c.rank = 1;
+    c.shape[0] = 1;
+    for (int k = 0; k < nops; ++k) c.st[k][0] = 0;
+  }
+  return c;
+}
+
+/// Offsets of operand k for the `row`-th combination of all but the last collapsed dimension.
+inline void row_offsets(const Collapsed& c, int nops, int64_t row, int64_t* off) {
+  for (int k = 0; k < nops; ++k) off[k] = 0;
+  for (int d = c.rank - 2; d >= 0; --d) {
+    int64_t i = row % c.shape[d];
+    row /= c.shape[d];
+    for (int k = 0; k < nops; ++k) off[k] += i * c.st[k][d];
+  }
+}
+
+/// A per-thread scratch vector of at least n elements (reused across calls).
+template <class A> inline A* scratch(std::vector<A>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+/// out = v, or out += v when accumulate.
+template <class T> inline void put(T& out, acc_t<T> v, bool accumulate) {
+  out = accumulate ? store<T>(load(out) + v) : store<T>(v);
+}
+
+} // namespace detail
+} // namespace rt

@@ -1,0 +1,359 @@
+// tally CPU runtime: per-row kernels — softmax, layer norm, RMS norm, rotary embedding,
+// embedding lookup and cross-entropy. Rows run in parallel (OpenMP); the arithmetic of each
+// element is common/tally_rows.h. Gradients of norm and embedding weights accumulate.
+#pragma once
+
+#include "rt_ctx.h"
+
+#include <type_traits>
+
+namespace rt {
+namespace detail {
+
+/// Adds per-thread partial column sums into dst (dst[j] (+)= Σ_t part[t][j]); always accumulates.
+template <class T, class A>
+void add_partials(Ctx& ctx, const std::vector<std::vector<A>>& part, T* dst, int64_t cols) {
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (cols > 4096)
+  for (int64_t j = 0; j < cols; ++j) {
+    A s = 0;
+    for (const auto& p : part) s += p[j];
+    dst[j] = store<T>(load(dst[j]) + s);
+  }
+}
+
+/// Mean and rstd of one row in the arithmetic type (two passes: mean, then Σ (x − mean)²).
+template <class T>
+void row_mean_rstd(const T* x, int64_t cols, acc_t<T> eps, acc_t<T>& mean, acc_t<T>& rstd) {
+  using A = acc_t<T>;
+  A s = 0;
+  for (int64_t j = 0; j < cols; ++j) s += load(x[j]);
+  mean = s / static_cast<A>(cols);
+  A v = 0;
+  for (int64_t j = 0; j < cols; ++j) {
+    A d = load(x[j]) - mean;
+    v += d * d;
+  }
+  rstd = norm_rstd(v / static_cast<A>(cols), eps);
+}
+
+/// rstd of one row for RMS norm: 1/√(mean(x²) + eps).
+template <class T> acc_t<T> row_rms_rstd(const T* x, int64_t cols, acc_t<T> eps) {
+  using A = acc_t<T>;
+  A s = 0;
+  for (int64_t j = 0; j < cols; ++j) {
+    A v = load(x[j]);
+    s += v * v;
+  }
+  return norm_rstd(s / static_cast<A>(cols), eps);
+}
+
+/// True for the fp64 test instantiation: backward kernels that can recompute a saved fp32
+/// log-sum-exp from their inputs alone (cross-entropy, attention) do so in double, so that
+/// finite differences can be tight.
+template <class T> constexpr bool kExactStats = std::is_same<T, double>::value;
+
+} // namespace detail
+
+/// y = softmax(x) over the last dimension (rows × cols).
+template <class T> void softmax_fwd(Ctx& ctx, const T* x, T* y, int64_t rows, int64_t cols) {
+  using A = acc_t<T>;
+  detail::KernelScope ks(ctx, "softmax_fwd");
+  detail::require_sizes("softmax_fwd", {rows, cols});
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* px = x + r * cols;
+    T* py = y + r * cols;
+    A m = -m_inf<A>();
+    for (int64_t j = 0; j < cols; ++j) m = load(px[j]) > m ? load(px[j]) : m;
+    A s = 0;
+    for (int64_t j = 0; j < cols; ++j) s += m_exp(load(px[j]) - m);
+    const A inv = A(1) / s;
+    for (int64_t j = 0; j < cols; ++j) py[j] = store<T>(m_exp(load(px[j]) - m) * inv);
+  }
+}
+
+/// dx (+)= y · (dy − Σ y·dy) per row.
+template <class T>
+void softmax_bwd(Ctx& ctx, const T* y, const T* dy, T* dx, int64_t rows, int64_t cols, bool accumulate) {
+  using A = acc_t<T>;
+  detail::KernelScope ks(ctx, "softmax_bwd");
+  detail::require_sizes("softmax_bwd", {rows, cols});
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* py = y + r * cols;
+    const T* pd = dy + r * cols;
+    A dot = 0;
+    for (int64_t j = 0; j < cols; ++j) dot += load(py[j]) * load(pd[j]);
+    for (int64_t j = 0; j < cols; ++j)
+      detail::put(dx[r * cols + j], softmax_grad(load(py[j]), load(pd[j]), dot), accumulate);
+  }
+}
+
+/// y = (x − mean) · rstd · w + b per row (biased variance, eps inside the root); saves mean, rstd.
+template <class T>
+void layer_norm_fwd(Ctx& ctx, const T* x, const T* w, const T* b, T* y, float* mean, float* rstd,
+                    int64_t rows, int64_t cols, float eps) {
+  using A = acc_t<T>;
+  detail::KernelScope ks(ctx, "layer_norm_fwd");
+  detail::require_sizes("layer_norm_fwd", {rows, cols});
+  detail::require(w != nullptr, "layer_norm_fwd", "w must not be null");
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* px = x + r * cols;
+    A mu, rs;
+    detail::row_mean_rstd(px, cols, static_cast<A>(eps), mu, rs);
+    if (mean) mean[r] = static_cast<float>(mu);
+    if (rstd) rstd[r] = static_cast<float>(rs);
+    for (int64_t j = 0; j < cols; ++j)
+      y[r * cols + j] = store<T>(layer_norm_y(load(px[j]), mu, rs, load(w[j]), b ? load(b[j]) : A(0)));
+  }
+}
+
+/// dx (+)= rstd · (g − mean(g) − x̂ · mean(g·x̂)), g = w·dy; dw += Σ_rows dy·x̂; db += Σ_rows dy.
+/// Uses the fp32 mean/rstd the forward saved (for every storage type, fp64 included).
+template <class T>
+void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const float* rstd,
+                    const T* dy, T* dx, T* dw, T* db, int64_t rows, int64_t cols, bool accumulate) {
+  using A = acc_t<T>;
+  detail::KernelScope ks(ctx, "layer_norm_bwd");
+  detail::require_sizes("layer_norm_bwd", {rows, cols});
+  detail::require(w != nullptr && mean != nullptr && rstd != nullptr, "layer_norm_bwd",
+                  "w, mean and rstd must not be null");
+  const int nt = ctx.nthreads();
+  std::vector<std::vector<A>> pw(nt), pb(nt);
+#pragma omp parallel num_threads(nt) if (rows * cols > 4096)
+  {
+    const int t = omp_get_thread_num();
+    pw[t].assign(static_cast<size_t>(dw ? cols : 0), A(0));
+    pb[t].assign(static_cast<size_t>(db ? cols : 0), A(0));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* px = x + r * cols;
+      const T* pd = dy + r * cols;
+      A mu = static_cast<A>(mean[r]), rs = static_cast<A>(rstd[r]);
+      A mg = 0, mgx = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        A xh = (load(px[j]) - mu) * rs, g = load(w[j]) * load(pd[j]);
+        mg += g;
+        mgx += g * xh;
+      }
+      mg /= static_cast<A>(cols);
+      mgx /= static_cast<A>(cols);
+      for (int64_t j = 0; j < cols; ++j) {
+        A d = load(pd[j]), xh = (load(px[j]) - mu) * rs;
+        if (dx) detail::put(dx[r * cols + j], layer_norm_dx(xh, load(w[j]) * d, mg, mgx, rs), accumulate);
+        if (dw) pw[t][j] += d * xh;
+        if (db) pb[t][j] += d;
+      }
+    }
+  }
+  if (dw) detail::add_partials(ctx, pw, dw, cols);
+  if (db) detail::add_partials(ctx, pb, db, cols);
+}
+
+/// y = x · rstd · w, rstd = 1/√(mean(x²) + eps) per row; saves rstd.
+template <class T>
+void rms_norm_fwd(Ctx& ctx, const T* x, const T* w, T* y, float* rstd, int64_t rows, int64_t cols, float eps) {
+  using A = acc_t<T>;
+  detail::KernelScope ks(ctx, "rms_norm_fwd");
+  detail::require_sizes("rms_norm_fwd", {rows, cols});
+  detail::require(w != nullptr, "rms_norm_fwd", "w must not be null");
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* px = x + r * cols;
+    A rs = detail::row_rms_rstd(px, cols, static_cast<A>(eps));
+    if (rstd) rstd[r] = static_cast<float>(rs);
+    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = store<T>(rms_norm_y(load(px[j]), rs, load(w[j])));
+  }
+}
+
+/// dx (+)= rstd · (g − x̂ · mean(g·x̂)), g = w·dy, x̂ = x·rstd; dw += Σ_rows dy·x̂.
+template <class T>
+void rms_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* rstd, const T* dy, T* dx, T* dw,
+                  int64_t rows, int64_t cols, bool accumulate) {
+  using A = acc_t<T>;
+  detail::KernelScope ks(ctx, "rms_norm_bwd");
+  detail::require_sizes("rms_norm_bwd", {rows, cols});
+  detail::require(w != nullptr && rstd != nullptr, "rms_norm_bwd", "w and rstd must not be null");
+  const int nt = ctx.nthreads();
+  std::vector<std::vector<A>> pw(nt);
+#pragma omp parallel num_threads(nt) if (rows * cols > 4096)
+  {
+    const int t = omp_get_thread_num();
+    pw[t].assign(static_cast<size_t>(dw ? cols : 0), A(0));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* px = x + r * cols;
+      const T* pd = dy + r * cols;
+      A rs = static_cast<A>(rstd[r]);
+      A mgx = 0;
+      for (int64_t j = 0; j < cols; ++j) mgx += load(w[j]) * load(pd[j]) * load(px[j]) * rs;
+      mgx /= static_cast<A>(cols);
+      for (int64_t j = 0; j < cols; ++j) {
+        A d = load(pd[j]), xh = load(px[j]) * rs;
+        if (dx) detail::put(dx[r * cols + j], rms_norm_dx(xh, load(w[j]) * d, mgx, rs), accumulate);
+        if (dw) pw[t][j] += d * xh;
+      }
+    }
+  }
+  if (dw) detail::add_partials(ctx, pw, dw, cols);
+}
+
+namespace detail {
+/// Rotates every head of every row of x [B, S, H·hd] by angle pos·inv_freq(i), or by its
+/// negative (sgn = −1, the backward); out (+)= the result.
+template <class T>
+void rope_apply(Ctx& ctx, const char* name, const T* x, T* out, const int32_t* positions, int64_t B,
+                int64_t S, int64_t H, int64_t hd, float theta, acc_t<T> sgn, bool accumulate) {
+  using A = acc_t<T>;
+  require_sizes(name, {B, S, H, hd});
+  require(hd % 2 == 0, name, "head size " + std::to_string(hd) + " is odd");
+  require(theta > 0.0f, name, "theta must be positive");
+  const int64_t half = hd / 2, width = H * hd;
+  std::vector<A> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv[i] = rope_inv_freq<A>(i, hd, static_cast<A>(theta));
+#pragma omp parallel num_threads(ctx.nthreads()) if (B * S * width > 4096)
+  {
+    std::vector<A> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < B * S; ++row) {
+      const int64_t s = row % S;
+      const A pos = static_cast<A>(positions ? positions[s] : s);
+      for (int64_t i = 0; i < half; ++i) {
+        A ang = pos * inv[i];
+        cs[i] = m_cos(ang);
+        sn[i] = sgn * m_sin(ang);
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        const T* px = x + row * width + h * hd;
+        T* po = out + row * width + h * hd;
+        for (int64_t i = 0; i < half; ++i) {
+          A y1, y2;
+          rope_rotate(load(px[i]), load(px[i + half]), cs[i], sn[i], y1, y2);
+          put(po[i], y1, accumulate);
+          put(po[i + half], y2, accumulate);
+        }
+      }
+    }
+  }
+}
+} // namespace detail
+
+/// Rotary embedding (rotate-half pairing: i with i + hd/2 in each head), angle pos · theta^(−2i/hd).
+template <class T>
+void rope_fwd(Ctx& ctx, const T* x, T* y, const int32_t* positions, int64_t B, int64_t S, int64_t H,
+              int64_t hd, float theta) {
+  detail::KernelScope ks(ctx, "rope_fwd");
+  detail::rope_apply(ctx, "rope_fwd", x, y, positions, B, S, H, hd, theta, acc_t<T>(1), false);
+}
+
+/// dx (+)= the rotation of dy by the negative angle.
+template <class T>
+void rope_bwd(Ctx& ctx, const T* dy, T* dx, const int32_t* positions, int64_t B, int64_t S, int64_t H,
+              int64_t hd, float theta, bool accumulate) {
+  detail::KernelScope ks(ctx, "rope_bwd");
+  detail::rope_apply(ctx, "rope_bwd", dy, dx, positions, B, S, H, hd, theta, acc_t<T>(-1), accumulate);
+}
+
+namespace detail {
+/// Throws unless every id is in [lo, vocab) (lo = −1 for labels).
+inline void check_ids(Ctx& ctx, const char* name, const int32_t* ids, int64_t rows, int64_t lo, int64_t vocab) {
+  int64_t bad = -1;
+#pragma omp parallel for num_threads(ctx.nthreads()) reduction(max : bad) if (rows > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    if (ids[r] < lo || ids[r] >= vocab) bad = r > bad ? r : bad;
+  if (bad >= 0)
+    throw Error(std::string("rt::") + name + ": index " + std::to_string(ids[bad]) + " at row " +
+                std::to_string(bad) + " is outside [" + std::to_string(lo) + ", " + std::to_string(vocab) + ")");
+}
+} // namespace detail
+
+/// out[r] = w[ids[r]] (rows × d); ids must be in [0, vocab).
+template <class T>
+void embedding_fwd(Ctx& ctx, const int32_t* ids, const T* w, T* out, int64_t rows, int64_t d, int64_t vocab) {
+  detail::KernelScope ks(ctx, "embedding_fwd");
+  detail::require_sizes("embedding_fwd", {rows, d, vocab});
+  detail::check_ids(ctx, "embedding_fwd", ids, rows, 0, vocab);
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * d > 4096)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j) out[r * d + j] = w[static_cast<int64_t>(ids[r]) * d + j];
+}
+
+/// dw[ids[r]] += dy[r] (scatter-add; threads own disjoint column ranges, so repeats never race).
+template <class T>
+void embedding_bwd(Ctx& ctx, const int32_t* ids, const T* dy, T* dw, int64_t rows, int64_t d, int64_t vocab) {
+  detail::KernelScope ks(ctx, "embedding_bwd");
+  detail::require_sizes("embedding_bwd", {rows, d, vocab});
+  detail::check_ids(ctx, "embedding_bwd", ids, rows, 0, vocab);
+#pragma omp parallel num_threads(ctx.nthreads()) if (rows * d > 4096)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t c0 = d * t / nt, c1 = d * (t + 1) / nt;
+    for (int64_t r = 0; r < rows; ++r) {
+      T* pw = dw + static_cast<int64_t>(ids[r]) * d;
+      const T* pd = dy + r * d;
+      for (int64_t j = c0; j < c1; ++j) pw[j] = store<T>(load(pw[j]) + load(pd[j]));
+    }
+  }
+}
+
+/// loss = mean over rows with label != −1 of (lse − logit[label]); saves lse per row (fp32).
+/// No counted row gives 0/0 = NaN, as PyTorch.
+template <class T>
+void cross_entropy_fwd(Ctx& ctx, const T* logits, const int32_t* labels, float* loss, float* lse,
+                       int64_t rows, int64_t V) {
+  using A = acc_t<T>;
+  detail::KernelScope ks(ctx, "cross_entropy_fwd");
+  detail::require_sizes("cross_entropy_fwd", {rows, V});
+  detail::check_ids(ctx, "cross_entropy_fwd", labels, rows, kIgnoreLabel, V);
+  double total = 0.0;
+  int64_t count = 0;
+#pragma omp parallel for num_threads(ctx.nthreads()) reduction(+ : total, count) schedule(static) if (rows * V > 4096)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* px = logits + r * V;
+    OnlineSoftmax<A> os = online_softmax_init<A>();
+    for (int64_t j = 0; j < V; ++j) online_softmax_add(os, load(px[j]));
+    A l = online_softmax_lse(os);
+    if (lse) lse[r] = static_cast<float>(l);
+    if (labels[r] != kIgnoreLabel) {
+      total += static_cast<double>(cross_entropy_row_loss(l, load(px[labels[r]])));
+      count += 1;
+    }
+  }
+  *loss = static_cast<float>(total / static_cast<double>(count));
+}
+
+/// dlogits (+)= dloss/count · (softmax(logits) − onehot(label)); 0 on ignored rows.
+template <class T>
+void cross_entropy_bwd(Ctx& ctx, const T* logits, const int32_t* labels, const float* lse,
+                       const float* dloss, T* dlogits, int64_t rows, int64_t V, bool accumulate) {
+  using A = acc_t<T>;
+  detail::KernelScope ks(ctx, "cross_entropy_bwd");
+  detail::require_sizes("cross_entropy_bwd", {rows, V});
+  detail::require(dloss != nullptr && lse != nullptr, "cross_entropy_bwd", "lse and dloss must not be null");
+  detail::check_ids(ctx, "cross_entropy_bwd", labels, rows, kIgnoreLabel, V);
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) count += labels[r] != kIgnoreLabel ? 1 : 0;
+  const A g = static_cast<A>(*dloss) / static_cast<A>(count);
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * V > 4096)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* px = logits + r * V;
+    T* pd = dlogits + r * V;
+    const int32_t lab = labels[r];
+    if (lab == kIgnoreLabel) {
+      if (!accumulate)
+        for (int64_t j = 0; j < V; ++j) pd[j] = store<T>(A(0));
+      continue;
+    }
+    A l = static_cast<A>(lse[r]);
+    if (detail::kExactStats<T>) {
+      OnlineSoftmax<A> os = online_softmax_init<A>();
+      for (int64_t j = 0; j < V; ++j) online_softmax_add(os, load(px[j]));
+      l = online_softmax_lse(os);
+    }
+    for (int64_t j = 0; j < V; ++j)
+      detail::put(pd[j], cross_entropy_dlogit(load(px[j]), l, j == lab, g), accumulate);
+  }
+}
+
+} // namespace rt

@@ -1,0 +1,12 @@
+# tally CPU runtime: defines the header-only interface target `tally_rt_cpu` (include path,
+# OpenMP, OpenBLAS from Debian's libopenblas-dev via pkg-config). Included by tests/step and by
+# the CMakeLists.txt of generated training steps; safe to include twice.
+if(NOT TARGET tally_rt_cpu)
+  find_package(OpenMP REQUIRED COMPONENTS CXX)
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(TALLY_OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+  add_library(tally_rt_cpu INTERFACE)
+  target_include_directories(tally_rt_cpu INTERFACE ${CMAKE_CURRENT_LIST_DIR})
+  target_link_libraries(tally_rt_cpu INTERFACE OpenMP::OpenMP_CXX PkgConfig::TALLY_OPENBLAS)
+  target_compile_features(tally_rt_cpu INTERFACE cxx_std_17)
+endif()
