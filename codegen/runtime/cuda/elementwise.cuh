@@ -456,9 +456,10 @@ template <class TS, class TD>
 void copy(Ctx& ctx, const TS* src, const int64_t* srcStrides, TD* dst, const int64_t* dstStrides,
           const int64_t* shape, int rank, bool accumulate) {
   const int64_t n = cu::checkedCount("copy", ctx.where, shape, rank);
+  if (!srcStrides) cu::fail("copy", ctx.where, "srcStrides must not be null");
   const cu::Dims8 dense = cu::denseStrides(shape, rank);
   cu::launch(ctx, "copy", cu::copyKernel<TS, TD>, cu::grid1(n), cu::kThreads, 0, src,
-             srcStrides ? cu::dims8(srcStrides, rank) : dense, dst,
+             cu::dims8(srcStrides, rank), dst,
              dstStrides ? cu::dims8(dstStrides, rank) : dense, cu::dims8(shape, rank, 1), rank, n, accumulate);
 }
 
