@@ -5,12 +5,14 @@
 // prints achieved TFLOP/s. --json FILE writes everything as JSON (scripts/gpu-validate reads it).
 //
 // Build (one command, from the repository root; scripts/gpu-validate runs exactly this):
-//   nvcc -std=c++17 -O2 -arch=sm_90 -I. tests/step/cuda_check.cu tests/step/cuda_instantiate.cu \
-//        tests/step/cuda_check_cpu.cpp \
-//        -Xcompiler -fopenmp $(pkg-config --cflags --libs openblas) -lcublasLt -o build/cuda_check
+//   nvcc -std=c++17 -O2 -arch=sm_90 -I. -Xcompiler -fopenmp $(pkg-config --cflags --libs openblas) \
+//        tests/step/cuda_check*.cu tests/step/cuda_instantiate.cu tests/step/cuda_check_cpu.cpp \
+//        -lcublasLt -o build/cuda_check
+// (scripts/gpu-validate compiles the same files as separate objects in parallel, then links.)
+// Translation units: cuda_check.cu (this: comparison, table, JSON), cuda_check_f32.cu and
+// cuda_check_bf16.cu (the cases on the GPU; bf16 also the timings), cuda_instantiate.cu (fp16
+// and every copy pair, compiled only), cuda_check_cpu.cpp (the cases on the CPU runtime).
 // Usage: build/cuda_check [--dtype f32|bf16|all] [--iters N] [--no-bench] [--json FILE]
-#include "codegen/runtime/cuda/tally_rt.cuh"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,42 +21,7 @@
 #include <memory>
 #include <sstream>
 
-namespace cuda_check {
-/// Device memory for the cases: freed with the Mem; download waits for the context's stream.
-class Mem {
- public:
-  explicit Mem(cudaStream_t s) : stream_(s) {}
-  Mem(const Mem&) = delete;
-  ~Mem() {
-    for (void* p : blocks_) cudaFree(p);
-  }
-  template <class T> T* upload(const std::vector<T>& v) {
-    T* p = zeros<T>(static_cast<int64_t>(v.size()));
-    rt::cu::check(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy", "upload", "");
-    return p;
-  }
-  template <class T> T* zeros(int64_t n) {
-    void* p = nullptr;
-    rt::cu::check(cudaMalloc(&p, static_cast<size_t>(n) * sizeof(T) + 1), "cudaMalloc", "zeros", "");
-    rt::cu::check(cudaMemset(p, 0, static_cast<size_t>(n) * sizeof(T) + 1), "cudaMemset", "zeros", "");
-    blocks_.push_back(p);
-    return static_cast<T*>(p);
-  }
-  template <class T> std::vector<T> download(const T* p, int64_t n) {
-    rt::cu::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", "download", "");
-    std::vector<T> v(static_cast<size_t>(n));
-    rt::cu::check(cudaMemcpy(v.data(), p, v.size() * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy", "download", "");
-    return v;
-  }
-
- private:
-  cudaStream_t stream_;
-  std::vector<void*> blocks_;
-};
-}  // namespace cuda_check
-
-#define TALLY_CHECK_NS cuda_check
-#include "tests/step/cuda_check_cases.h"
+#include "tests/step/cuda_check_gpu.cuh"
 
 namespace cpu_check {
 std::vector<tally_check::CaseResult> runAll(const std::string& dtype);  // cuda_check_cpu.cpp
@@ -109,90 +76,6 @@ Row compare(const std::string& kernel, const std::string& dtype, const std::stri
   }
   r.pass = ok;
   return r;
-}
-
-struct Bench {
-  std::string name;
-  double medianMs = 0, tflops = 0, flops = 0;
-};
-
-/// Median time of `iters` runs of f (after 2 warm-up runs), CUDA events on the context's stream.
-template <class F> double medianMs(rt::Ctx& ctx, int iters, F&& f) {
-  f();
-  f();
-  std::vector<float> t;
-  cudaEvent_t a, b;
-  rt::cu::check(cudaEventCreate(&a), "cudaEventCreate", "bench", "");
-  rt::cu::check(cudaEventCreate(&b), "cudaEventCreate", "bench", "");
-  for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(a, ctx.stream);
-    f();
-    cudaEventRecord(b, ctx.stream);
-    rt::cu::check(cudaEventSynchronize(b), "cudaEventSynchronize", "bench", "");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-std::vector<Bench> runBenchmarks(rt::Ctx& ctx, int iters) {
-  using T = rt::bf16;
-  std::vector<Bench> out;
-  cuda_check::Mem m(ctx.stream);
-  struct MM { const char* name; int64_t M, N, K; };
-  const MM mms[] = {{"matmul bf16 16384x2304x768 (qkv)", 16384, 2304, 768},
-                    {"matmul bf16 16384x3072x768 (fc)", 16384, 3072, 768},
-                    {"matmul bf16 16384x768x3072 (proj)", 16384, 768, 3072},
-                    {"matmul bf16 16384x50257x768 (lm head)", 16384, 50257, 768}};
-  for (const MM& c : mms) {
-    T* A = m.zeros<T>(c.M * c.K);
-    T* B = m.zeros<T>(c.K * c.N);
-    T* C = m.zeros<T>(c.M * c.N);
-    rt::fill<T>(ctx, A, 0.01f, c.M * c.K);
-    rt::fill<T>(ctx, B, 0.02f, c.K * c.N);
-    const double ms = medianMs(ctx, iters, [&] {
-      rt::matmul<T>(ctx, false, false, c.M, c.N, c.K, 1.f, A, c.K, 0, B, c.N, 0, 0.f, C, c.N, 0, 1);
-    });
-    const double fl = 2.0 * c.M * c.N * c.K;
-    out.push_back({c.name, ms, fl / (ms * 1e-3) / 1e12, fl});
-  }
-  struct AT { const char* name; int64_t B, S, H, hd; };
-  const AT ats[] = {{"attention bf16 causal B16 S1024 H12 hd64 (GPT-2 124M)", 16, 1024, 12, 64},
-                    {"attention bf16 causal B16 S1024 H16 hd64 (350M)", 16, 1024, 16, 64},
-                    {"attention bf16 causal B4 S2048 H16 hd128", 4, 2048, 16, 128}};
-  for (const AT& c : ats) {
-    const int64_t n = c.B * c.S * c.H * c.hd;
-    T* q = m.zeros<T>(n);
-    T* k = m.zeros<T>(n);
-    T* v = m.zeros<T>(n);
-    T* o = m.zeros<T>(n);
-    T* dO = m.zeros<T>(n);
-    T* dq = m.zeros<T>(n);
-    T* dk = m.zeros<T>(n);
-    T* dv = m.zeros<T>(n);
-    float* lse = m.zeros<float>(c.B * c.H * c.S);
-    rt::fill<T>(ctx, q, 0.1f, n);
-    rt::fill<T>(ctx, k, 0.2f, n);
-    rt::fill<T>(ctx, v, 0.3f, n);
-    rt::fill<T>(ctx, dO, 0.01f, n);
-    // Causal attention forward: 2 matmuls of B·H·S²·hd, half of them masked: 2·B·H·S²·hd FLOPs.
-    const double fwd = 2.0 * c.B * c.H * double(c.S) * c.S * c.hd;
-    const double msF = medianMs(ctx, iters, [&] {
-      rt::attention_fwd<T>(ctx, q, k, v, o, lse, nullptr, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f, true, 0.f, 0, 0);
-    });
-    out.push_back({std::string(c.name) + " fwd", msF, fwd / (msF * 1e-3) / 1e12, fwd});
-    // Backward counted as 2.5 × forward (5 matmuls against 2; FlashAttention's convention).
-    const double msB = medianMs(ctx, iters, [&] {
-      rt::attention_bwd<T>(ctx, q, k, v, o, lse, nullptr, dO, dq, dk, dv, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f, true,
-                           0.f, 0, 0, false);
-    });
-    out.push_back({std::string(c.name) + " bwd", msB, 2.5 * fwd / (msB * 1e-3) / 1e12, 2.5 * fwd});
-  }
-  return out;
 }
 
 std::string jsonEscape(const std::string& s) {
@@ -251,9 +134,8 @@ int main(int argc, char** argv) {
     ctx.init();
     ctx.syncEach = true;  // a failing kernel is named at its launch
     for (const std::string& dt : dtypes) {
-      cuda_check::Mem m(ctx.stream);
       std::vector<tally_check::CaseResult> gpu =
-          dt == "bf16" ? cuda_check::runCases<rt::bf16>(ctx, m, dt) : cuda_check::runCases<float>(ctx, m, dt);
+          dt == "bf16" ? cuda_check::runGpuBf16(ctx) : cuda_check::runGpuF32(ctx);
       std::vector<tally_check::CaseResult> cpu = cpu_check::runAll(dt);
       for (size_t c = 0; c < gpu.size() && c < cpu.size(); ++c)
         for (const auto& kv : cpu[c].out) {
@@ -277,14 +159,14 @@ int main(int argc, char** argv) {
   if (!error.empty()) std::printf("error: %s\n", error.c_str());
   std::printf("%s: %zu outputs compared\n", allPass ? "all passed" : "FAILURES", rows.size());
 
-  std::vector<Bench> benches;
+  std::vector<cuda_check::Bench> benches;
   if (bench && error.empty()) {
     try {
       rt::Ctx ctx;
       ctx.init();
-      benches = runBenchmarks(ctx, iters);
+      benches = cuda_check::runBenchmarks(ctx, iters);
       std::printf("\n%-60s %10s %10s   (median of %d runs)\n", "timed kernel", "ms", "TFLOP/s", iters);
-      for (const Bench& b : benches) std::printf("%-60s %10.3f %10.1f\n", b.name.c_str(), b.medianMs, b.tflops);
+      for (const cuda_check::Bench& b : benches) std::printf("%-60s %10.3f %10.1f\n", b.name.c_str(), b.medianMs, b.tflops);
     } catch (const std::exception& e) {
       std::printf("benchmark error: %s\n", e.what());
       error = error.empty() ? std::string("benchmark: ") + e.what() : error;
@@ -304,7 +186,7 @@ int main(int argc, char** argv) {
     }
     f << " ],\n \"timings\": [\n";
     for (size_t i = 0; i < benches.size(); ++i) {
-      const Bench& b = benches[i];
+      const cuda_check::Bench& b = benches[i];
       f << "  {\"name\": \"" << jsonEscape(b.name) << "\", \"median_ms\": " << num(b.medianMs)
         << ", \"flops\": " << num(b.flops) << ", \"tflops\": " << num(b.tflops) << "}"
         << (i + 1 < benches.size() ? ",\n" : "\n");

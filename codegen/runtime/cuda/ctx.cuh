@@ -104,7 +104,8 @@ inline void checkLt(cublasStatus_t s, const char* what, const char* kernel, cons
 
 inline void Ctx::init(size_t bytes) {
   destroy();
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate", "Ctx::init", where);
+  // A blocking stream: it stays ordered with cudaMemcpy/cudaMemset on the legacy default stream.
+  check(cudaStreamCreate(&stream), "cudaStreamCreate", "Ctx::init", where);
   checkLt(cublasLtCreate(&lt), "cublasLtCreate", "Ctx::init", where);
   if (bytes) check(cudaMalloc(&workspace, bytes), "cudaMalloc(workspace)", "Ctx::init", where);
   workspaceBytes = bytes;

@@ -408,6 +408,7 @@ template <class T>
 void rope_fwd(Ctx& ctx, const T* x, T* y, const int32_t* positions, int64_t B, int64_t S, int64_t H,
               int64_t hd, float theta) {
   if (hd % 2 != 0) cu::fail("rope_fwd", ctx.where, "head size " + std::to_string(hd) + " is odd");
+  if (!(theta > 0.f)) cu::fail("rope_fwd", ctx.where, "theta must be positive");
   const int64_t pairs = B * S * H * (hd / 2);
   cu::launch(ctx, "rope_fwd", cu::ropeKernel<T>, cu::grid1(pairs), cu::kThreads, 0, x, y, positions, S, H,
              hd, theta, 1.f, pairs, false);
@@ -417,6 +418,7 @@ template <class T>
 void rope_bwd(Ctx& ctx, const T* dy, T* dx, const int32_t* positions, int64_t B, int64_t S, int64_t H,
               int64_t hd, float theta, bool accumulate) {
   if (hd % 2 != 0) cu::fail("rope_bwd", ctx.where, "head size " + std::to_string(hd) + " is odd");
+  if (!(theta > 0.f)) cu::fail("rope_bwd", ctx.where, "theta must be positive");
   const int64_t pairs = B * S * H * (hd / 2);
   cu::launch(ctx, "rope_bwd", cu::ropeKernel<T>, cu::grid1(pairs), cu::kThreads, 0, dy, dx, positions, S,
              H, hd, theta, -1.f, pairs, accumulate);
