@@ -6,6 +6,7 @@
 #                         reason printed) where nvcc is absent. Label "cuda": slow (minutes).
 #   gpu-plans             the 1-GPU plans of scripts/gpu-validate analyse, with hand-derived checks.
 #   gpu-torch-baseline-smoke  scripts/gpu_torch_baseline.py --smoke on the CPU (system python3).
+#   gpu-validate-degrades     scripts/gpu-validate's quick parts on a machine without a GPU.
 #   gpu-validate-syntax   bash -n on scripts/gpu-validate and the build script.
 include(CheckLanguage)
 check_language(CUDA)
@@ -36,6 +37,13 @@ else()
   add_test(NAME gpu-torch-baseline-smoke
            COMMAND bash -c "echo 'skipped: /usr/bin/python3 cannot import torch (apt install python3-torch)'; exit 77")
   set_tests_properties(gpu-torch-baseline-smoke PROPERTIES SKIP_RETURN_CODE 77)
+endif()
+
+# gpu-validate without a GPU: failures reported, the table still printed last.
+if(TALLY_SYSTEM_PYTHON AND TALLY_TORCH_OK EQUAL 0)
+  add_test(NAME gpu-validate-degrades
+           COMMAND ${TALLY_SYSTEM_PYTHON} ${CMAKE_SOURCE_DIR}/tests/gpu/check_validate_cpu.py ${CMAKE_SOURCE_DIR}
+                   $<TARGET_FILE:tally> ${TALLY_SYSTEM_PYTHON} ${CMAKE_BINARY_DIR}/gpu-validate-cpu)
 endif()
 
 add_test(NAME gpu-validate-syntax
