@@ -7,7 +7,19 @@ namespace cuda_check {
 
 std::vector<tally_check::CaseResult> runGpuBf16(rt::Ctx& ctx) {
   Mem m(ctx.stream);
-  return runCases<rt::bf16>(ctx, m, "bf16");
+  std::vector<tally_check::CaseResult> r = runCases<rt::bf16>(ctx, m, "bf16");
+  // Again with the tensor-core attention forward; its attention results are compared with the
+  // same CPU cases under the name "<case> [tc]" (head sizes other than 64/128 stay scalar).
+  ctx.attentionTensorCores = true;
+  std::vector<tally_check::CaseResult> tc = runCases<rt::bf16>(ctx, m, "bf16");
+  ctx.attentionTensorCores = false;
+  for (tally_check::CaseResult& c : tc)
+    if (c.kernel.rfind("attention", 0) == 0 &&
+        (c.kernel.find("hd64") != std::string::npos || c.kernel.find("hd128") != std::string::npos)) {
+      c.kernel += " [tc]";
+      r.push_back(std::move(c));
+    }
+  return r;
 }
 
 /// Median time of `iters` runs of f (after 2 warm-up runs), CUDA events on the context's stream.
@@ -79,6 +91,12 @@ std::vector<Bench> runBenchmarks(rt::Ctx& ctx, int iters) {
       rt::attention_fwd<T>(ctx, q, k, v, o, lse, nullptr, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f, true, 0.f, 0, 0);
     });
     out.push_back({std::string(c.name) + " fwd", msF, fwd / (msF * 1e-3) / 1e12, fwd});
+    ctx.attentionTensorCores = true;
+    const double msT = medianMs(ctx, iters, [&] {
+      rt::attention_fwd<T>(ctx, q, k, v, o, lse, nullptr, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f, true, 0.f, 0, 0);
+    });
+    ctx.attentionTensorCores = false;
+    out.push_back({std::string(c.name) + " fwd [tc]", msT, fwd / (msT * 1e-3) / 1e12, fwd});
     // Backward counted as 2.5 × forward (5 matmuls against 2; FlashAttention's convention).
     const double msB = medianMs(ctx, iters, [&] {
       rt::attention_bwd<T>(ctx, q, k, v, o, lse, nullptr, dO, dq, dk, dv, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f, true,

@@ -94,6 +94,14 @@ TEST_CASE("cuda plan: attention tiles for head sizes 64, 128, 256", "[cuda]") {
   CHECK_FALSE(attentionTiles(128, 48 * 1024).ok);  // a device with 48 KiB cannot run hd 128
 }
 
+TEST_CASE("cuda plan: tensor-core attention shared memory", "[cuda]") {
+  // hd 64: Q, K, V 3·64·72·2 = 27648; S 4·16·68·4 = 17408; P 4·16·72·2 = 9216; O 4·16·68·4 = 17408.
+  CHECK(attentionTcShared(64) == 27648 + 17408 + 9216 + 17408);
+  // hd 128: 3·64·136·2 = 52224; O 4·16·132·4 = 33792: 112640 bytes, two blocks fit in 227 KiB.
+  CHECK(attentionTcShared(128) == 52224 + 17408 + 9216 + 33792);
+  CHECK(2 * attentionTcShared(128) <= kMaxSharedBytesSm90);
+}
+
 TEST_CASE("cuda plan: argument checks name what is wrong", "[cuda]") {
   CHECK(checkMatmul(false, false, 2, 3, 4, 4, 3, 3, 1).empty());
   CHECK(checkMatmul(true, true, 2, 3, 4, 2, 4, 3, 1).empty());  // A stored [K, M], B stored [N, K]

@@ -12,6 +12,8 @@
 // kv head (so grouped-query gradients are summed without atomics).
 // Materialised mode (scores != null): the forward also writes P = softmax (undropped) to scores,
 // and the backward reads P from scores instead of recomputing it.
+// With Ctx::attentionTensorCores, bf16/fp16 forwards of head size 64 or 128 run on tensor cores
+// instead (attention_tc.cuh).
 #pragma once
 
 #include "rows.cuh"
@@ -337,6 +339,11 @@ inline AttnShape attnShape(const char* kernel, const char* where, int64_t B, int
 }
 
 }  // namespace cu
+}  // namespace rt
+
+#include "attention_tc.cuh"
+
+namespace rt {
 
 template <class T>
 void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* lse, T* scores, int64_t B, int64_t S,
@@ -345,6 +352,7 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
   const char* kn = "attention_fwd";
   const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream);
   const cuda_plan::AttentionTiles t = cuda_plan::attentionTiles(hd);
+  if (!cu::attentionFwdTensorCores(ctx, q, k, v, o, lse, a))
   cu::dispatchChunks(t.chunks, [&](auto nc) {
     constexpr int NC = decltype(nc)::value, RPW = NC <= 4 ? 8 : 4;
     auto* kernel = cu::attnFwdKernel<T, NC, RPW>;

@@ -62,6 +62,9 @@ struct Ctx {
   const char* where = "";              ///< op path of the current call (the generated code sets it)
   bool timing = false;                 ///< record CUDA events around every kernel
   bool syncEach = false;               ///< synchronise after every launch (debugging: exact error site)
+  /// Attention forward on tensor cores (WMMA) for bf16/fp16 and head sizes 64 and 128. Off by
+  /// default until tests/step/cuda_check has compared it with the CPU on a GPU.
+  bool attentionTensorCores = false;
   std::vector<cudaEvent_t> events;     ///< event pool, reused across steps
   std::vector<TimedKernel> timed;      ///< kernels recorded since resetTimes()
   std::map<std::string, LtPlan> plans; ///< cuBLASLt plans by shape

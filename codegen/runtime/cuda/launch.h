@@ -78,6 +78,9 @@ int64_t attentionFwdShared(int64_t headDim, int warps, int rowsPerWarp);
 int64_t attentionDqShared(int64_t headDim, int warps, int rowsPerWarp);
 /// Shared memory of the dK/dV kernel for a tile shape.
 int64_t attentionKvShared(int64_t headDim, int kvWarps, int qTile);
+/// Shared memory of the tensor-core attention forward (head size 64 or 128): Q, K, V tiles of
+/// 64 rows × (hd + 8) 16-bit values; per warp S [16][68] fp32, P [16][72] 16-bit, O [16][hd + 4] fp32.
+int64_t attentionTcShared(int64_t headDim);
 /// Scratch of the attention backward: D = rowsum(dO ∘ O) in fp32 [B, H, S].
 int64_t attentionScratchBytes(int64_t B, int64_t H, int64_t S);
 
@@ -189,6 +192,10 @@ inline AttentionTiles attentionTiles(int64_t headDim, int64_t sharedLimit) {
   }
   t.ok = true;
   return t;
+}
+
+inline int64_t attentionTcShared(int64_t headDim) {
+  return 3 * 64 * (headDim + 8) * 2 + 4 * 16 * 68 * 4 + 4 * 16 * 72 * 2 + 4 * 16 * (headDim + 4) * 4;
 }
 
 inline int64_t attentionScratchBytes(int64_t B, int64_t H, int64_t S) {
