@@ -1,13 +1,16 @@
 // tally CPU runtime: scaled dot-product attention, forward and backward, causal or not,
 // grouped-query (query head h reads kv head h / (H / Hkv)), with optional dropout on the
-// probabilities. Fused mode (scores == null) is flash-style: an online softmax over blocks of
-// keys, storing only o and lse; materialised mode writes the probabilities P [B, H, S, Skv].
-// Work is split over (batch, head) pairs; each pair stages its K and V head in the arithmetic
-// type once.
+// probabilities. Work is split over (batch, head) pairs; each pair stages its q, k, v (and dO)
+// head in the arithmetic type and walks blocks of 64 queries × 64 keys whose products are
+// single-threaded OpenBLAS calls (sgemm, or dgemm for the fp64 tests).
+// Fused mode (scores == null) is flash-style: an online softmax over the key blocks, storing only
+// o and lse; the backward recomputes P = exp(s − lse). Materialised mode writes the
+// probabilities P [B, H, S, Skv] (rounded to T) and the backward reads them.
 #pragma once
 
 #include "rt_ctx.h"
 #include "rt_elementwise.h"   // detail::KeepStream
+#include "rt_matmul.h"        // detail::gemm, detail::blas_single_threaded
 
 #include <algorithm>
 #include <type_traits>
@@ -31,13 +34,15 @@ inline int64_t visible_keys(bool causal, int64_t i, int64_t S, int64_t Skv) {
   return std::max<int64_t>(0, std::min<int64_t>(Skv, i + (Skv - S) + 1));
 }
 
-/// Copies head `head` of a [Sx, nheads·hd] row block (batch entry b) into a dense acc buffer.
+/// Copies head `head` of a [Sx, nheads·hd] row block (batch entry b) into a dense [Sx, hd]
+/// buffer in the arithmetic type, multiplied by `mul`.
 template <class T>
-void stage_head(const T* x, int64_t b, int64_t Sx, int64_t nheads, int64_t head, int64_t hd, acc_t<T>* out) {
+void stage_head(const T* x, int64_t b, int64_t Sx, int64_t nheads, int64_t head, int64_t hd, acc_t<T> mul,
+                acc_t<T>* out) {
   const int64_t width = nheads * hd;
   for (int64_t j = 0; j < Sx; ++j) {
     const T* src = x + (b * Sx + j) * width + head * hd;
-    for (int64_t d = 0; d < hd; ++d) out[j * hd + d] = load(src[d]);
+    for (int64_t d = 0; d < hd; ++d) out[j * hd + d] = mul * load(src[d]);
   }
 }
 
@@ -45,12 +50,26 @@ void stage_head(const T* x, int64_t b, int64_t Sx, int64_t nheads, int64_t head,
 /// backward instead of reading the fp32 one the forward saved.
 template <class T> constexpr bool kExactStatsAttn = std::is_same<T, double>::value;
 
-/// Σ a[d]·b[d].
-template <class A> inline A dot(const A* a, const A* b, int64_t n) {
-  A s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
-  return s;
+/// Blocks of queries and keys.
+constexpr int64_t kAttnQB = 64, kAttnKB = 64;
+
+/// The log-sum-exp of the (masked) scores of queries [i0, i1) of one head: Qs scaled q [S, hd],
+/// K [Skv, hd]; Sb scratch of kAttnQB × kAttnKB.
+template <class A>
+void attention_rows_lse(const A* Qs, const A* K, int64_t i0, int64_t i1, int64_t S, int64_t Skv, int64_t hd,
+                        bool causal, A* Sb, A* lse) {
+  const int64_t qb = i1 - i0;
+  std::vector<OnlineSoftmax<A>> os(static_cast<size_t>(qb), online_softmax_init<A>());
+  const int64_t jend = visible_keys(causal, i1 - 1, S, Skv);
+  for (int64_t j0 = 0; j0 < jend; j0 += kAttnKB) {
+    const int64_t kb = std::min(kAttnKB, jend - j0);
+    gemm(false, true, qb, kb, hd, 1.0f, Qs + i0 * hd, hd, K + j0 * hd, hd, 0.0f, Sb, kb);
+    for (int64_t r = 0; r < qb; ++r) {
+      const int64_t jm = visible_keys(causal, i0 + r, S, Skv);
+      for (int64_t j = j0; j < std::min(j0 + kb, jm); ++j) online_softmax_add(os[r], Sb[r * kb + (j - j0)]);
+    }
+  }
+  for (int64_t r = 0; r < qb; ++r) lse[r] = online_softmax_lse(os[r]);
 }
 
 } // namespace detail
@@ -63,180 +82,222 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "attention_fwd");
   const A sc = static_cast<A>(detail::check_attention("attention_fwd", B, S, Skv, H, Hkv, hd, scale, p));
+  detail::blas_single_threaded();
   const int64_t group = H / Hkv, qw = H * hd;
-  const A pd = static_cast<A>(p), keepScale = A(1) / (A(1) - pd);
-  constexpr int64_t KB = 64;   // keys per online-softmax block
+  const A keepScale = A(1) / (A(1) - static_cast<A>(p));
+  const bool materialised = scores != nullptr;
+  constexpr int64_t QB = detail::kAttnQB, KB = detail::kAttnKB;
 #pragma omp parallel num_threads(ctx.nthreads()) if (B * H * S * Skv * hd > 65536)
   {
-    std::vector<A> K, Vh, qi, acc, s;
+    std::vector<A> Qv, Kv, Vv, Ov, Sv, mv, lv, lsv;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H, kvh = h / group;
-      A* Kp = detail::scratch(K, Skv * hd);
-      A* Vp = detail::scratch(Vh, Skv * hd);
-      A* qp = detail::scratch(qi, hd);
-      A* ap = detail::scratch(acc, hd);
-      A* sp = detail::scratch(s, std::max<int64_t>(Skv, KB));
-      detail::stage_head(k, b, Skv, Hkv, kvh, hd, Kp);
-      detail::stage_head(v, b, Skv, Hkv, kvh, hd, Vp);
+      A* Q = detail::scratch(Qv, S * hd);
+      A* K = detail::scratch(Kv, Skv * hd);
+      A* V = detail::scratch(Vv, Skv * hd);
+      A* O = detail::scratch(Ov, QB * hd);
+      A* Sb = detail::scratch(Sv, QB * (materialised ? std::max<int64_t>(Skv, 1) : KB));
+      A* m = detail::scratch(mv, QB);
+      A* l = detail::scratch(lv, QB);
+      A* ls = detail::scratch(lsv, QB);   // materialised: each row's lse, known once its P is
+      detail::stage_head(q, b, S, H, h, hd, sc, Q);   // scaled: Q·Kᵀ are the scores
+      detail::stage_head(k, b, Skv, Hkv, kvh, hd, A(1), K);
+      detail::stage_head(v, b, Skv, Hkv, kvh, hd, A(1), V);
       detail::KeepStream keep(seed, stream, p);
-      for (int64_t i = 0; i < S; ++i) {
-        const T* qrow = q + (b * S + i) * qw + h * hd;
-        for (int64_t d = 0; d < hd; ++d) qp[d] = load(qrow[d]);
-        for (int64_t d = 0; d < hd; ++d) ap[d] = 0;
-        const int64_t jmax = detail::visible_keys(causal, i, S, Skv);
-        const uint64_t ebase = static_cast<uint64_t>(((b * H + h) * S + i) * Skv);
-        A m = -m_inf<A>(), l = 0;
-        if (scores == nullptr) {
-          // Fused: blocks of keys, rescaling the running output when the maximum grows.
-          for (int64_t j0 = 0; j0 < jmax; j0 += KB) {
-            const int64_t j1 = std::min(jmax, j0 + KB);
-            A bm = m;
-            for (int64_t j = j0; j < j1; ++j) {
-              sp[j - j0] = sc * detail::dot(qp, Kp + j * hd, hd);
-              bm = sp[j - j0] > bm ? sp[j - j0] : bm;
+      for (int64_t i0 = 0; i0 < S; i0 += QB) {
+        const int64_t qb = std::min(QB, S - i0);
+        const int64_t jend = detail::visible_keys(causal, i0 + qb - 1, S, Skv);   // keys any row sees
+        std::fill(O, O + qb * hd, A(0));
+        for (int64_t r = 0; r < qb; ++r) { m[r] = -m_inf<A>(); l[r] = 0; }
+        const int64_t blk = materialised ? std::max<int64_t>(jend, 1) : KB;
+        for (int64_t j0 = 0; j0 < jend; j0 += blk) {
+          const int64_t kb = std::min(blk, jend - j0);
+          detail::gemm(false, true, qb, kb, hd, 1.0f, Q + i0 * hd, hd, K + j0 * hd, hd, 0.0f, Sb, kb);
+          for (int64_t r = 0; r < qb; ++r) {
+            const int64_t i = i0 + r, jm = std::min(j0 + kb, detail::visible_keys(causal, i, S, Skv));
+            A* srow = Sb + r * kb;
+            A bm = m[r];
+            for (int64_t j = j0; j < jm; ++j) bm = srow[j - j0] > bm ? srow[j - j0] : bm;
+            if (jm <= j0) {   // this row sees none of the block
+              for (int64_t j = j0; j < j0 + kb; ++j) srow[j - j0] = 0;
+              continue;
             }
-            const A corr = m_exp(m - bm);   // m = −inf on the first block: 0
-            l *= corr;
-            for (int64_t d = 0; d < hd; ++d) ap[d] *= corr;
-            m = bm;
-            for (int64_t j = j0; j < j1; ++j) {
-              A e = m_exp(sp[j - j0] - m);
-              l += e;
-              if (p > 0.0f) e = keep.keep(ebase + j) ? e * keepScale : A(0);
-              const A* vr = Vp + j * hd;
-#pragma omp simd
-              for (int64_t d = 0; d < hd; ++d) ap[d] += e * vr[d];
+            const A corr = m_exp(m[r] - bm);   // m = −inf on the row's first block: 0
+            l[r] *= corr;
+            for (int64_t d = 0; d < hd; ++d) O[r * hd + d] *= corr;
+            m[r] = bm;
+            A sum = 0;
+            for (int64_t j = j0; j < jm; ++j) {
+              srow[j - j0] = m_exp(srow[j - j0] - bm);
+              sum += srow[j - j0];
+            }
+            l[r] += sum;
+            for (int64_t j = jm; j < j0 + kb; ++j) srow[j - j0] = 0;
+            if (materialised) {
+              // The row's only block: P rounded to T is written for the backward, and o uses the
+              // same rounded values (so O comes out normalised: l = 1 below).
+              T* prow = scores + ((b * H + h) * S + i) * Skv;
+              const A inv = A(1) / l[r];
+              for (int64_t j = 0; j < Skv; ++j) prow[j] = store<T>(j < jm ? srow[j] * inv : A(0));
+              for (int64_t j = 0; j < jm; ++j) srow[j] = load(prow[j]);
+              ls[r] = m[r] + m_log(l[r]);
+              l[r] = A(1);
+            }
+            if (p > 0.0f) {
+              const uint64_t ebase = static_cast<uint64_t>(((b * H + h) * S + i) * Skv);
+              for (int64_t j = j0; j < jm; ++j)
+                srow[j - j0] = keep.keep(ebase + j) ? srow[j - j0] * keepScale : A(0);
             }
           }
-        } else {
-          // Materialised: the whole row of scores, then P written in the storage type.
-          for (int64_t j = 0; j < jmax; ++j) {
-            sp[j] = sc * detail::dot(qp, Kp + j * hd, hd);
-            m = sp[j] > m ? sp[j] : m;
+          detail::gemm(false, false, qb, hd, kb, 1.0f, Sb, kb, V + j0 * hd, hd, 1.0f, O, hd);
+        }
+        for (int64_t r = 0; r < qb; ++r) {
+          const int64_t i = i0 + r;
+          const bool none = detail::visible_keys(causal, i, S, Skv) == 0;   // o = 0, lse = −inf
+          if (materialised && none) {
+            T* prow = scores + ((b * H + h) * S + i) * Skv;
+            for (int64_t j = 0; j < Skv; ++j) prow[j] = store<T>(A(0));
           }
-          for (int64_t j = 0; j < jmax; ++j) l += m_exp(sp[j] - m);
-          T* prow = scores + ((b * H + h) * S + i) * Skv;
-          for (int64_t j = 0; j < Skv; ++j) {
-            if (j >= jmax) { prow[j] = store<T>(A(0)); continue; }
-            prow[j] = store<T>(m_exp(sp[j] - m) / l);
-            A e = load(prow[j]);
-            if (p > 0.0f) e = keep.keep(ebase + j) ? e * keepScale : A(0);
-            const A* vr = Vp + j * hd;
-#pragma omp simd
-            for (int64_t d = 0; d < hd; ++d) ap[d] += e * vr[d];
+          const A norm = none ? A(0) : A(1) / l[r];
+          T* orow = o + (b * S + i) * qw + h * hd;
+          for (int64_t d = 0; d < hd; ++d) orow[d] = store<T>(O[r * hd + d] * norm);
+          if (lse) {
+            const A lv2 = none ? -m_inf<A>() : (materialised ? ls[r] : m[r] + m_log(l[r]));
+            lse[(b * H + h) * S + i] = static_cast<float>(lv2);
           }
         }
-        const A norm = (scores == nullptr && l > A(0)) ? A(1) / l : A(1);
-        T* orow = o + (b * S + i) * qw + h * hd;
-        for (int64_t d = 0; d < hd; ++d) orow[d] = store<T>(ap[d] * norm);
-        if (lse) lse[(b * H + h) * S + i] = static_cast<float>(l > A(0) ? m + m_log(l) : -m_inf<A>());
       }
     }
   }
 }
 
 /// dq, dk, dv (+)= the gradients of attention_fwd. Uses P from `scores` when materialised, else
-/// exp(scale · q·k − lse) (fp64 recomputes the lse in double).
+/// exp(scale · q·k − lse) (fp64 recomputes the lse in double). D_i = Σ_j P_ij dP_ij = dO_i · o_i.
 template <class T>
 void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, const float* lse,
                    const T* scores, const T* dO, T* dq, T* dk, T* dv, int64_t B, int64_t S, int64_t Skv,
                    int64_t H, int64_t Hkv, int64_t hd, float scale, bool causal, float p, uint64_t seed,
                    uint64_t stream, bool accumulate) {
   using A = acc_t<T>;
-  (void)o;   // D_i = Σ_j P_ij dP_ij is computed from P directly (equal to dO_i · o_i)
   detail::KernelScope ks(ctx, "attention_bwd");
   const A sc = static_cast<A>(detail::check_attention("attention_bwd", B, S, Skv, H, Hkv, hd, scale, p));
+  detail::require(o != nullptr, "attention_bwd", "o must not be null");
   detail::require(scores != nullptr || lse != nullptr || detail::kExactStatsAttn<T>, "attention_bwd",
                   "fused mode needs the lse the forward saved");
+  detail::blas_single_threaded();
   const int64_t group = H / Hkv, qw = H * hd, kw = Hkv * hd;
-  const A pd = static_cast<A>(p), keepScale = A(1) / (A(1) - pd);
-  // dK and dV of every kv head in the arithmetic type; query heads of one group add into the same
-  // kv head under that head's lock.
-  std::vector<A> dK(static_cast<size_t>(B * Skv * kw), A(0)), dV(static_cast<size_t>(B * Skv * kw), A(0));
+  const A keepScale = A(1) / (A(1) - static_cast<A>(p));
+  constexpr int64_t QB = detail::kAttnQB, KB = detail::kAttnKB;
+  // Query heads of one group add into the same kv head's dK/dV under that head's lock. When T is
+  // the arithmetic type (fp32, fp64) they add straight into dk/dv (zeroed first unless
+  // accumulating); 16-bit types sum in fp32 buffers the size of k and v and round once at the end.
+  const int64_t n = B * Skv * kw;
+  constexpr bool direct = std::is_same<T, A>::value;
+  std::vector<A> dK(direct ? 0 : static_cast<size_t>(n), A(0)), dV(direct ? 0 : static_cast<size_t>(n), A(0));
+  A* dKacc = direct ? reinterpret_cast<A*>(dk) : dK.data();
+  A* dVacc = direct ? reinterpret_cast<A*>(dv) : dV.data();
+  if (direct && !accumulate) {
+    std::fill(dKacc, dKacc + n, A(0));
+    std::fill(dVacc, dVacc + n, A(0));
+  }
   std::vector<omp_lock_t> locks(static_cast<size_t>(B * Hkv));
   for (auto& lk : locks) omp_init_lock(&lk);
 #pragma omp parallel num_threads(ctx.nthreads()) if (B * H * S * Skv * hd > 65536)
   {
-    std::vector<A> K, Vh, tdK, tdV, qi, gi, dqi, P, dP;
+    std::vector<A> Qv, Qsv, Kv, Vv, Gv, dQv, dKv, dVv, Pv, Pdv, dPv, Lv, Dv;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H, kvh = h / group;
-      A* Kp = detail::scratch(K, Skv * hd);
-      A* Vp = detail::scratch(Vh, Skv * hd);
-      A* dKp = detail::scratch(tdK, Skv * hd);
-      A* dVp = detail::scratch(tdV, Skv * hd);
-      A* qp = detail::scratch(qi, hd);
-      A* gp = detail::scratch(gi, hd);
-      A* dqp = detail::scratch(dqi, hd);
-      A* Pp = detail::scratch(P, Skv);
-      A* dPp = detail::scratch(dP, Skv);
-      detail::stage_head(k, b, Skv, Hkv, kvh, hd, Kp);
-      detail::stage_head(v, b, Skv, Hkv, kvh, hd, Vp);
-      std::fill(dKp, dKp + Skv * hd, A(0));
-      std::fill(dVp, dVp + Skv * hd, A(0));
+      A* Q = detail::scratch(Qv, S * hd);
+      A* Qs = detail::scratch(Qsv, S * hd);
+      A* K = detail::scratch(Kv, Skv * hd);
+      A* V = detail::scratch(Vv, Skv * hd);
+      A* G = detail::scratch(Gv, S * hd);
+      A* dQ = detail::scratch(dQv, QB * hd);
+      A* dKh = detail::scratch(dKv, Skv * hd);
+      A* dVh = detail::scratch(dVv, Skv * hd);
+      A* P = detail::scratch(Pv, QB * KB);
+      A* dP = detail::scratch(dPv, QB * KB);
+      A* Pd = detail::scratch(Pdv, QB * KB);
+      A* L = detail::scratch(Lv, QB);
+      A* D = detail::scratch(Dv, QB);
+      detail::stage_head(q, b, S, H, h, hd, A(1), Q);
+      detail::stage_head(q, b, S, H, h, hd, sc, Qs);
+      detail::stage_head(k, b, Skv, Hkv, kvh, hd, A(1), K);
+      detail::stage_head(v, b, Skv, Hkv, kvh, hd, A(1), V);
+      detail::stage_head(dO, b, S, H, h, hd, A(1), G);
+      std::fill(dKh, dKh + Skv * hd, A(0));
+      std::fill(dVh, dVh + Skv * hd, A(0));
       detail::KeepStream keep(seed, stream, p);
-      for (int64_t i = 0; i < S; ++i) {
-        const T* qrow = q + (b * S + i) * qw + h * hd;
-        const T* grow = dO + (b * S + i) * qw + h * hd;
-        for (int64_t d = 0; d < hd; ++d) { qp[d] = load(qrow[d]); gp[d] = load(grow[d]); dqp[d] = 0; }
-        const int64_t jmax = detail::visible_keys(causal, i, S, Skv);
-        const uint64_t ebase = static_cast<uint64_t>(((b * H + h) * S + i) * Skv);
-        // P of the row.
-        if (scores != nullptr) {
-          const T* prow = scores + ((b * H + h) * S + i) * Skv;
-          for (int64_t j = 0; j < jmax; ++j) Pp[j] = load(prow[j]);
-        } else {
-          for (int64_t j = 0; j < jmax; ++j) Pp[j] = sc * detail::dot(qp, Kp + j * hd, hd);
-          A l;
-          if (detail::kExactStatsAttn<T> || lse == nullptr) {
-            OnlineSoftmax<A> os = online_softmax_init<A>();
-            for (int64_t j = 0; j < jmax; ++j) online_softmax_add(os, Pp[j]);
-            l = online_softmax_lse(os);
-          } else {
-            l = static_cast<A>(lse[(b * H + h) * S + i]);
+      for (int64_t i0 = 0; i0 < S; i0 += QB) {
+        const int64_t qb = std::min(QB, S - i0);
+        const int64_t jend = detail::visible_keys(causal, i0 + qb - 1, S, Skv);
+        std::fill(dQ, dQ + qb * hd, A(0));
+        for (int64_t r = 0; r < qb; ++r) {
+          const T* orow = o + (b * S + i0 + r) * qw + h * hd;
+          A s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += G[(i0 + r) * hd + d] * load(orow[d]);
+          D[r] = s;
+          L[r] = (scores == nullptr && lse != nullptr) ? static_cast<A>(lse[(b * H + h) * S + i0 + r]) : A(0);
+        }
+        if (scores == nullptr && (detail::kExactStatsAttn<T> || lse == nullptr))
+          detail::attention_rows_lse(Qs, K, i0, i0 + qb, S, Skv, hd, causal, P, L);
+        for (int64_t j0 = 0; j0 < jend; j0 += KB) {
+          const int64_t kb = std::min(KB, jend - j0);
+          // P of the block (0 where masked).
+          if (scores == nullptr)
+            detail::gemm(false, true, qb, kb, hd, 1.0f, Qs + i0 * hd, hd, K + j0 * hd, hd, 0.0f, P, kb);
+          for (int64_t r = 0; r < qb; ++r) {
+            const int64_t i = i0 + r, jm = std::min(j0 + kb, detail::visible_keys(causal, i, S, Skv));
+            A* prow = P + r * kb;
+            if (scores != nullptr) {
+              const T* srow = scores + ((b * H + h) * S + i) * Skv;
+              for (int64_t j = j0; j < jm; ++j) prow[j - j0] = load(srow[j]);
+            } else {
+              for (int64_t j = j0; j < jm; ++j) prow[j - j0] = m_exp(prow[j - j0] - L[r]);
+            }
+            for (int64_t j = std::max(jm, j0); j < j0 + kb; ++j) prow[j - j0] = 0;
           }
-          for (int64_t j = 0; j < jmax; ++j) Pp[j] = m_exp(Pp[j] - l);
-        }
-        // dP (through the dropout), dV, and D = Σ P·dP.
-        A D = 0;
-        for (int64_t j = 0; j < jmax; ++j) {
-          A dpd = detail::dot(gp, Vp + j * hd, hd);
-          A f = A(1);
-          if (p > 0.0f) f = keep.keep(ebase + j) ? keepScale : A(0);
-          dPp[j] = dpd * f;
-          const A pdrop = Pp[j] * f;
-          A* dvr = dVp + j * hd;
-#pragma omp simd
-          for (int64_t d = 0; d < hd; ++d) dvr[d] += pdrop * gp[d];
-          D += Pp[j] * dPp[j];
-        }
-        // dS = P (dP − D); dq = scale Σ dS k; dK += scale dS q.
-        for (int64_t j = 0; j < jmax; ++j) {
-          const A ds = sc * softmax_grad(Pp[j], dPp[j], D);
-          const A* kr = Kp + j * hd;
-          A* dkr = dKp + j * hd;
-#pragma omp simd
-          for (int64_t d = 0; d < hd; ++d) {
-            dqp[d] += ds * kr[d];
-            dkr[d] += ds * qp[d];
+          // dP' = dO Vᵀ; through the dropout (factor f = keep/(1−p)): dP = dP'·f, Pdrop = P·f.
+          detail::gemm(false, true, qb, kb, hd, 1.0f, G + i0 * hd, hd, V + j0 * hd, hd, 0.0f, dP, kb);
+          const A* Pdrop = P;
+          if (p > 0.0f) {
+            for (int64_t r = 0; r < qb; ++r) {
+              const uint64_t ebase = static_cast<uint64_t>(((b * H + h) * S + i0 + r) * Skv);
+              for (int64_t j = j0; j < j0 + kb; ++j) {
+                const A f = keep.keep(ebase + j) ? keepScale : A(0);
+                dP[r * kb + (j - j0)] *= f;
+                Pd[r * kb + (j - j0)] = P[r * kb + (j - j0)] * f;
+              }
+            }
+            Pdrop = Pd;
           }
+          // dV += Pdropᵀ dO.
+          detail::gemm(true, false, kb, hd, qb, 1.0f, Pdrop, kb, G + i0 * hd, hd, 1.0f, dVh + j0 * hd, hd);
+          // dS = scale · P (dP − D), into dP.
+          for (int64_t r = 0; r < qb; ++r)
+            for (int64_t j = 0; j < kb; ++j) dP[r * kb + j] = sc * softmax_grad(P[r * kb + j], dP[r * kb + j], D[r]);
+          detail::gemm(false, false, qb, hd, kb, 1.0f, dP, kb, K + j0 * hd, hd, 1.0f, dQ, hd);
+          detail::gemm(true, false, kb, hd, qb, 1.0f, dP, kb, Q + i0 * hd, hd, 1.0f, dKh + j0 * hd, hd);
         }
-        T* dqrow = dq + (b * S + i) * qw + h * hd;
-        for (int64_t d = 0; d < hd; ++d) detail::put(dqrow[d], dqp[d], accumulate);
+        for (int64_t r = 0; r < qb; ++r) {
+          T* dqrow = dq + (b * S + i0 + r) * qw + h * hd;
+          for (int64_t d = 0; d < hd; ++d) detail::put(dqrow[d], dQ[r * hd + d], accumulate);
+        }
       }
       omp_lock_t& lk = locks[static_cast<size_t>(b * Hkv + kvh)];
       omp_set_lock(&lk);
       for (int64_t j = 0; j < Skv; ++j) {
-        A* gk = dK.data() + (b * Skv + j) * kw + kvh * hd;
-        A* gv = dV.data() + (b * Skv + j) * kw + kvh * hd;
-        for (int64_t d = 0; d < hd; ++d) { gk[d] += dKp[j * hd + d]; gv[d] += dVp[j * hd + d]; }
+        A* gk = dKacc + (b * Skv + j) * kw + kvh * hd;
+        A* gv = dVacc + (b * Skv + j) * kw + kvh * hd;
+        for (int64_t d = 0; d < hd; ++d) { gk[d] += dKh[j * hd + d]; gv[d] += dVh[j * hd + d]; }
       }
       omp_unset_lock(&lk);
     }
   }
   for (auto& lk : locks) omp_destroy_lock(&lk);
-  const int64_t n = B * Skv * kw;
+  if (direct) return;
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
   for (int64_t e = 0; e < n; ++e) {
     detail::put(dk[e], dK[e], accumulate);

@@ -28,8 +28,12 @@ void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b,
     T* o = out + off[0];
     const T* pa = a + off[1];
     const T* pb = b + off[2];
-    for (int64_t i = 0; i < inner; ++i)
-      detail::put(o[i * so], binop(op, load(pa[i * sa]), load(pb[i * sb])), accumulate);
+    if (so == 1 && sa == 1 && sb == 1) {   // the common dense case: a loop the compiler vectorises
+      for (int64_t i = 0; i < inner; ++i) detail::put(o[i], binop(op, load(pa[i]), load(pb[i])), accumulate);
+    } else {
+      for (int64_t i = 0; i < inner; ++i)
+        detail::put(o[i * so], binop(op, load(pa[i * sa]), load(pb[i * sb])), accumulate);
+    }
   }
 }
 
@@ -177,12 +181,14 @@ void dropout_fwd(Ctx& ctx, const T* x, T* y, uint8_t* mask, int64_t n, float p, 
   detail::KernelScope ks(ctx, "dropout_fwd");
   detail::require_sizes("dropout_fwd", {n});
   detail::require(p >= 0.0f && p <= 1.0f, "dropout_fwd", "p = " + std::to_string(p) + " is not in [0, 1]");
-#pragma omp parallel num_threads(ctx.nthreads()) if (n > 4096)
-  {
-    detail::KeepStream ks2(seed, stream, p);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      bool k = ks2.keep(static_cast<uint64_t>(i));
+  // One Philox block gives the uniforms of elements 4q .. 4q+3.
+  const int64_t nq = (n + 3) / 4;
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  for (int64_t qi = 0; qi < nq; ++qi) {
+    const u32x4 blk = philox_block(seed, stream, static_cast<uint64_t>(qi));
+    for (int64_t w = 0; w < 4 && 4 * qi + w < n; ++w) {
+      const int64_t i = 4 * qi + w;
+      const bool k = philox_word_uniform(blk.w[w]) >= p;
       if (mask) mask[i] = k ? 1 : 0;
       y[i] = store<T>(dropout_apply(load(x[i]), k, static_cast<A>(p)));
     }
@@ -197,12 +203,14 @@ void dropout_bwd(Ctx& ctx, const T* dy, const uint8_t* mask, T* dx, int64_t n, f
   detail::KernelScope ks(ctx, "dropout_bwd");
   detail::require_sizes("dropout_bwd", {n});
   detail::require(p >= 0.0f && p <= 1.0f, "dropout_bwd", "p = " + std::to_string(p) + " is not in [0, 1]");
-#pragma omp parallel num_threads(ctx.nthreads()) if (n > 4096)
-  {
-    detail::KeepStream ks2(seed, stream, p);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      bool k = mask ? mask[i] != 0 : ks2.keep(static_cast<uint64_t>(i));
+  const int64_t nq = (n + 3) / 4;
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  for (int64_t qi = 0; qi < nq; ++qi) {
+    u32x4 blk{};
+    if (!mask) blk = philox_block(seed, stream, static_cast<uint64_t>(qi));
+    for (int64_t w = 0; w < 4 && 4 * qi + w < n; ++w) {
+      const int64_t i = 4 * qi + w;
+      const bool k = mask ? mask[i] != 0 : philox_word_uniform(blk.w[w]) >= p;
       detail::put(dx[i], dropout_apply(load(dy[i]), k, static_cast<A>(p)), accumulate);
     }
   }

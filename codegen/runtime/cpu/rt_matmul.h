@@ -1,7 +1,7 @@
-// tally CPU runtime: batched matmul through OpenBLAS. fp32 and fp64 go straight to
-// cblas_sgemm / cblas_dgemm; bf16 and fp16 operands are converted to fp32 in blocks (256 rows of
-// C × 512 of K at a time), multiplied by sgemm with fp32 accumulation over all of K, and C is
-// rounded to the storage type once at the end.
+// tally CPU runtime: batched matmul through OpenBLAS. C is split into tiles run on the OpenMP
+// threads, each tile one single-threaded cblas_sgemm / cblas_dgemm call (fp32, fp64); for bf16
+// and fp16 each tile converts its operands to fp32 in blocks of 512 along K, accumulates in fp32
+// over all of K, and rounds C to the storage type once at the end.
 #pragma once
 
 #include "rt_ctx.h"
@@ -9,6 +9,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace rt {
 namespace detail {
@@ -41,43 +42,57 @@ inline void gemm(bool tA, bool tB, int64_t M, int64_t N, int64_t K, float alpha,
               static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }
 
-/// One 16-bit matmul (a single batch entry) through fp32 blocks.
+/// OpenBLAS runs single-threaded under this runtime: matmul splits C into tiles and runs them on
+/// the OpenMP threads (one thread pool for every kernel; OpenBLAS's own pthreads pool competing
+/// with spinning OpenMP threads made 16-bit matmuls several times slower).
+inline void blas_single_threaded() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+/// One C tile [m0, m0+mb) × [n0, n0+nb) of one batch entry.
+/// fp32/fp64: sgemm/dgemm on the sub-matrices. bf16/fp16: K in blocks of 512, each block of op(A)
+/// and op(B) converted to fp32 in its memory order (keeping its transpose), accumulated in an fp32
+/// tile, rounded to T once at the end.
 template <class T>
-void gemm16(Ctx& ctx, bool tA, bool tB, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
-            int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc) {
-  constexpr int64_t MB = 256, KB = 512;
-  static thread_local std::vector<float> af, bf, cf;
-  const int nt = ctx.nthreads();
-  for (int64_t m0 = 0; m0 < M; m0 += MB) {
-    const int64_t mb = std::min(MB, M - m0);
-    float* Cf = scratch(cf, mb * N);
-    if (beta != 0.0f || K == 0) {
-#pragma omp parallel for num_threads(nt) schedule(static) if (mb * N > 16384)
-      for (int64_t i = 0; i < mb; ++i)
-        for (int64_t j = 0; j < N; ++j)
-          Cf[i * N + j] = beta == 0.0f ? 0.0f : beta * load(C[(m0 + i) * ldc + j]);
-    }
+void gemm_tile(bool tA, bool tB, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t K, float alpha,
+               const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc) {
+  const T* At = tA ? A + m0 : A + m0 * lda;
+  const T* Bt = tB ? B + n0 * ldb : B + n0;
+  T* Ct = C + m0 * ldc + n0;
+  if constexpr (std::is_same<T, float>::value || std::is_same<T, double>::value) {
+    gemm(tA, tB, mb, nb, K, alpha, At, lda, Bt, ldb, beta, Ct, ldc);
+  } else {
+    constexpr int64_t KB = 512;
+    static thread_local std::vector<float> af, bf, cf;
+    float* Cf = scratch(cf, mb * nb);
+    for (int64_t i = 0; i < mb; ++i)
+      for (int64_t j = 0; j < nb; ++j) Cf[i * nb + j] = beta == 0.0f ? 0.0f : beta * load(Ct[i * ldc + j]);
     for (int64_t k0 = 0; k0 < K; k0 += KB) {
       const int64_t kb = std::min(KB, K - k0);
       float* Af = scratch(af, mb * kb);
-      float* Bf = scratch(bf, kb * N);
-#pragma omp parallel num_threads(nt) if (mb * kb + kb * N > 16384)
-      {
-#pragma omp for schedule(static) nowait
+      float* Bf = scratch(bf, kb * nb);
+      if (!tA) {
         for (int64_t i = 0; i < mb; ++i)
-          for (int64_t k = 0; k < kb; ++k)
-            Af[i * kb + k] = load(tA ? A[(k0 + k) * lda + (m0 + i)] : A[(m0 + i) * lda + (k0 + k)]);
-#pragma omp for schedule(static)
+          for (int64_t k = 0; k < kb; ++k) Af[i * kb + k] = load(At[i * lda + (k0 + k)]);
+      } else {
         for (int64_t k = 0; k < kb; ++k)
-          for (int64_t j = 0; j < N; ++j)
-            Bf[k * N + j] = load(tB ? B[j * ldb + (k0 + k)] : B[(k0 + k) * ldb + j]);
+          for (int64_t i = 0; i < mb; ++i) Af[k * mb + i] = load(At[(k0 + k) * lda + i]);
       }
-      float b = (k0 == 0) ? (beta == 0.0f ? 0.0f : 1.0f) : 1.0f;   // beta already applied to Cf
-      gemm(false, false, mb, N, kb, alpha, Af, kb, Bf, N, b, Cf, N);
+      if (!tB) {
+        for (int64_t k = 0; k < kb; ++k)
+          for (int64_t j = 0; j < nb; ++j) Bf[k * nb + j] = load(Bt[(k0 + k) * ldb + j]);
+      } else {
+        for (int64_t j = 0; j < nb; ++j)
+          for (int64_t k = 0; k < kb; ++k) Bf[j * kb + k] = load(Bt[j * ldb + (k0 + k)]);
+      }
+      gemm(tA, tB, mb, nb, kb, alpha, Af, tA ? mb : kb, Bf, tB ? kb : nb, 1.0f, Cf, nb);
     }
-#pragma omp parallel for num_threads(nt) schedule(static) if (mb * N > 16384)
     for (int64_t i = 0; i < mb; ++i)
-      for (int64_t j = 0; j < N; ++j) C[(m0 + i) * ldc + j] = store<T>(Cf[i * N + j]);
+      for (int64_t j = 0; j < nb; ++j) Ct[i * ldc + j] = store<T>(Cf[i * nb + j]);
   }
 }
 
@@ -91,16 +106,24 @@ void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
             T* C, int64_t ldc, int64_t sC, int64_t batch) {
   detail::KernelScope ks(ctx, "matmul");
   detail::check_matmul(transA, transB, M, N, K, lda, sA, ldb, sB, ldc, sC, batch);
-  if (M == 0 || N == 0) return;
-  for (int64_t b = 0; b < batch; ++b) {
-    const T* Ab = A + b * sA;
-    const T* Bb = B + b * sB;
-    T* Cb = C + b * sC;
-    if constexpr (std::is_same<T, float>::value || std::is_same<T, double>::value) {
-      detail::gemm(transA, transB, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
-    } else {
-      detail::gemm16(ctx, transA, transB, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
-    }
+  if (M == 0 || N == 0 || batch == 0) return;
+  detail::blas_single_threaded();
+  // Tiles of C: start at 256 × 1024 and halve the larger side until there are at least two
+  // tiles per thread (or the tiles reach 32 × 64).
+  const int nt = ctx.nthreads();
+  int64_t tm = std::min<int64_t>(M, 256), tn = std::min<int64_t>(N, 1024);
+  auto tiles = [&]() { return batch * ((M + tm - 1) / tm) * ((N + tn - 1) / tn); };
+  while (tiles() < 2 * nt && (tm > 32 || tn > 64)) {
+    if (tn > 64 && (tn >= 2 * tm || tm <= 32)) tn = (tn + 1) / 2;
+    else tm = (tm + 1) / 2;
+  }
+  const int64_t gm = (M + tm - 1) / tm, gn = (N + tn - 1) / tn, total = tiles();
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (total > 1)
+  for (int64_t t = 0; t < total; ++t) {
+    const int64_t b = t / (gm * gn), i = (t / gn) % gm, j = t % gn;
+    const int64_t m0 = i * tm, n0 = j * tn;
+    detail::gemm_tile<T>(transA, transB, m0, std::min(tm, M - m0), n0, std::min(tn, N - n0), K, alpha, A + b * sA,
+                         lda, B + b * sB, ldb, beta, C + b * sC, ldc);
   }
 }
 

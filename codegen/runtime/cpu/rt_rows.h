@@ -26,9 +26,11 @@ template <class T>
 void row_mean_rstd(const T* x, int64_t cols, acc_t<T> eps, acc_t<T>& mean, acc_t<T>& rstd) {
   using A = acc_t<T>;
   A s = 0;
+#pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < cols; ++j) s += load(x[j]);
   mean = s / static_cast<A>(cols);
   A v = 0;
+#pragma omp simd reduction(+ : v)
   for (int64_t j = 0; j < cols; ++j) {
     A d = load(x[j]) - mean;
     v += d * d;
@@ -40,6 +42,7 @@ void row_mean_rstd(const T* x, int64_t cols, acc_t<T> eps, acc_t<T>& mean, acc_t
 template <class T> acc_t<T> row_rms_rstd(const T* x, int64_t cols, acc_t<T> eps) {
   using A = acc_t<T>;
   A s = 0;
+#pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < cols; ++j) {
     A v = load(x[j]);
     s += v * v;
@@ -64,8 +67,10 @@ template <class T> void softmax_fwd(Ctx& ctx, const T* x, T* y, int64_t rows, in
     const T* px = x + r * cols;
     T* py = y + r * cols;
     A m = -m_inf<A>();
+#pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < cols; ++j) m = load(px[j]) > m ? load(px[j]) : m;
     A s = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < cols; ++j) s += m_exp(load(px[j]) - m);
     const A inv = A(1) / s;
     for (int64_t j = 0; j < cols; ++j) py[j] = store<T>(m_exp(load(px[j]) - m) * inv);
@@ -83,6 +88,7 @@ void softmax_bwd(Ctx& ctx, const T* y, const T* dy, T* dx, int64_t rows, int64_t
     const T* py = y + r * cols;
     const T* pd = dy + r * cols;
     A dot = 0;
+#pragma omp simd reduction(+ : dot)
     for (int64_t j = 0; j < cols; ++j) dot += load(py[j]) * load(pd[j]);
     for (int64_t j = 0; j < cols; ++j)
       detail::put(dx[r * cols + j], softmax_grad(load(py[j]), load(pd[j]), dot), accumulate);
@@ -120,18 +126,19 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
   detail::require(w != nullptr && mean != nullptr && rstd != nullptr, "layer_norm_bwd",
                   "w, mean and rstd must not be null");
   const int nt = ctx.nthreads();
-  std::vector<std::vector<A>> pw(nt), pb(nt);
+  // Per-thread partial sums of dw and db (sized for nt threads even when the region runs on fewer).
+  std::vector<std::vector<A>> pw(nt, std::vector<A>(static_cast<size_t>(dw ? cols : 0), A(0)));
+  std::vector<std::vector<A>> pb(nt, std::vector<A>(static_cast<size_t>(db ? cols : 0), A(0)));
 #pragma omp parallel num_threads(nt) if (rows * cols > 4096)
   {
     const int t = omp_get_thread_num();
-    pw[t].assign(static_cast<size_t>(dw ? cols : 0), A(0));
-    pb[t].assign(static_cast<size_t>(db ? cols : 0), A(0));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* px = x + r * cols;
       const T* pd = dy + r * cols;
       A mu = static_cast<A>(mean[r]), rs = static_cast<A>(rstd[r]);
       A mg = 0, mgx = 0;
+#pragma omp simd reduction(+ : mg, mgx)
       for (int64_t j = 0; j < cols; ++j) {
         A xh = (load(px[j]) - mu) * rs, g = load(w[j]) * load(pd[j]);
         mg += g;
@@ -176,17 +183,17 @@ void rms_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* rstd, const T* 
   detail::require_sizes("rms_norm_bwd", {rows, cols});
   detail::require(w != nullptr && rstd != nullptr, "rms_norm_bwd", "w and rstd must not be null");
   const int nt = ctx.nthreads();
-  std::vector<std::vector<A>> pw(nt);
+  std::vector<std::vector<A>> pw(nt, std::vector<A>(static_cast<size_t>(dw ? cols : 0), A(0)));
 #pragma omp parallel num_threads(nt) if (rows * cols > 4096)
   {
     const int t = omp_get_thread_num();
-    pw[t].assign(static_cast<size_t>(dw ? cols : 0), A(0));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* px = x + r * cols;
       const T* pd = dy + r * cols;
       A rs = static_cast<A>(rstd[r]);
       A mgx = 0;
+#pragma omp simd reduction(+ : mgx)
       for (int64_t j = 0; j < cols; ++j) mgx += load(w[j]) * load(pd[j]) * load(px[j]) * rs;
       mgx /= static_cast<A>(cols);
       for (int64_t j = 0; j < cols; ++j) {

@@ -1,6 +1,9 @@
 # tally CPU runtime: defines the header-only interface target `tally_rt_cpu` (include path,
 # OpenMP, OpenBLAS from Debian's libopenblas-dev via pkg-config). Included by tests/step and by
 # the CMakeLists.txt of generated training steps; safe to include twice.
+# TALLY_RT_NATIVE (default ON): compile the kernels for this machine's vector units
+# (-march=native); turn it off for binaries that must run on another CPU.
+option(TALLY_RT_NATIVE "Compile the tally CPU runtime with -march=native" ON)
 if(NOT TARGET tally_rt_cpu)
   find_package(OpenMP REQUIRED COMPONENTS CXX)
   find_package(PkgConfig REQUIRED)
@@ -9,4 +12,7 @@ if(NOT TARGET tally_rt_cpu)
   target_include_directories(tally_rt_cpu INTERFACE ${CMAKE_CURRENT_LIST_DIR})
   target_link_libraries(tally_rt_cpu INTERFACE OpenMP::OpenMP_CXX PkgConfig::TALLY_OPENBLAS)
   target_compile_features(tally_rt_cpu INTERFACE cxx_std_17)
+  if(TALLY_RT_NATIVE)
+    target_compile_options(tally_rt_cpu INTERFACE -march=native)
+  endif()
 endif()
