@@ -1,4 +1,4 @@
-# CUDA runtime tests, included from the top-level CMakeLists.txt. CUDA is never enabled for the
+# CUDA runtime tests, included by tests/step/CMakeLists.txt (its hook for tests/step/cuda*). CUDA is never enabled for the
 # build itself (a machine without nvcc configures and builds as before): check_language(CUDA)
 # only looks for nvcc, and the tests compile with it at test time.
 #   cuda-check-compiles   builds tests/step/cuda_check (every CUDA kernel for float, bf16, fp16,
@@ -8,6 +8,8 @@
 #   gpu-torch-baseline-smoke  scripts/gpu_torch_baseline.py --smoke on the CPU (system python3).
 #   gpu-validate-degrades     scripts/gpu-validate's quick parts on a machine without a GPU.
 #   gpu-validate-syntax   bash -n on scripts/gpu-validate and the build script.
+include_guard(GLOBAL)
+find_package(Python3 REQUIRED COMPONENTS Interpreter)  # the top level finds it after tests/step
 include(CheckLanguage)
 check_language(CUDA)
 set(TALLY_NVCC "${CMAKE_CUDA_COMPILER}")
