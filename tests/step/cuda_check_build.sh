@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds tests/step/cuda_check (the CUDA runtime against the CPU runtime) with nvcc: five
+# translation units compiled in parallel, then linked. Used by ctest (cuda-check-compiles, on
+# machines without a GPU too) and by scripts/gpu-validate.
+#   tests/step/cuda_check_build.sh OUT_DIR [NVCC]     (from anywhere; writes OUT_DIR/cuda_check)
+# Environment: CUDA_ARCH (default sm_90), CUDA_CHECK_JOBS (parallel compiles, default: all at once).
+# Exit 77 (ctest's skip code) with a printed reason when nvcc or OpenBLAS is missing.
+set -u
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="${1:?usage: cuda_check_build.sh OUT_DIR [NVCC]}"
+nvcc="${2:-}"
+if [[ -z "$nvcc" ]]; then
+  nvcc="$(command -v nvcc || true)"
+  [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
+fi
+if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
+  echo "skipped: nvcc not found (install the CUDA toolkit to build the CUDA runtime)"
+  exit 77
+fi
+if ! pkg-config --exists openblas; then
+  echo "skipped: OpenBLAS (pkg-config openblas) not found; the CPU reference needs it"
+  exit 77
+fi
+arch="${CUDA_ARCH:-sm_90}"
+mkdir -p "$out"
+blas_cflags="$(pkg-config --cflags openblas)"
+blas_libs="$(pkg-config --libs openblas)"
+common=(-std=c++17 -O2 "-arch=$arch" -I"$root" -Xcompiler -fopenmp)
+srcs=(cuda_check.cu cuda_check_f32.cu cuda_check_bf16.cu cuda_instantiate.cu cuda_check_cpu.cpp)
+jobs="${CUDA_CHECK_JOBS:-${#srcs[@]}}"
+pids=()
+fail=0
+start=$(date +%s)
+for s in "${srcs[@]}"; do
+  while (( $(jobs -rp | wc -l) >= jobs )); do sleep 1; done
+  # shellcheck disable=SC2086
+  "$nvcc" "${common[@]}" $blas_cflags -c "$root/tests/step/$s" -o "$out/${s%.*}.o" > "$out/${s%.*}.log" 2>&1 &
+  pids+=("$!:$s")
+done
+for p in "${pids[@]}"; do
+  if ! wait "${p%%:*}"; then
+    echo "cuda_check_build: compiling ${p#*:} failed:"
+    cat "$out/$(basename "${p#*:}" | sed 's/\.[^.]*$//').log"
+    fail=1
+  fi
+done
+(( fail )) && exit 1
+# shellcheck disable=SC2086
+"$nvcc" "-arch=$arch" "$out"/cuda_check.o "$out"/cuda_check_f32.o "$out"/cuda_check_bf16.o \
+  "$out"/cuda_instantiate.o "$out"/cuda_check_cpu.o -Xcompiler -fopenmp $blas_libs -lcublasLt \
+  -o "$out/cuda_check" || exit 1
+echo "built $out/cuda_check with $nvcc for $arch in $(( $(date +%s) - start )) s"
