@@ -938,8 +938,24 @@ llvm::SmallVector<bool, 3> maskBits(const Op &op, unsigned n) {
   return v;
 }
 
+/// Bytes: q, k, v, o, dO and what the forward saved, read once, and dq, dk, dv written —
+/// all a flash kernel moves. A materialised backward also moves the score-sized matrices
+/// between its kernels (the forward's counting convention): dP = dO·Vᵀ written (1), the
+/// softmax backward reading P and dP and writing dS (3), dS read for dQ and dK (2) and P read
+/// for dV (1); with dropout, dP read and rewritten through the mask (2, + the mask's S bytes)
+/// and the dropped probabilities read for dV instead of P.
 ForwardCost forwardAttentionBackward(const Graph &g, const Op &op) {
   ForwardCost c = defaultBytes(g, op);
+  if (!op.attrs.fused) {
+    AttnDims d = attnDims(g, op);
+    double act = bytesOf(g.activationDtype), S = d.scores();
+    // defaultBytes read the saved matrices once (P, and the mask and dropped P with dropout).
+    for (size_t i = 3; i + 1 < op.inputs.size(); ++i)
+      c.bytesRead -= g.bytes(op.inputs[i]);
+    double matrices = 7 + (op.attrs.p > 0 ? 2 : 0);
+    c.bytesRead += (matrices - 2 - (op.attrs.p > 0 ? 1 : 0)) * S * act + (op.attrs.p > 0 ? S : 0);
+    c.bytesWritten += (2 + (op.attrs.p > 0 ? 1 : 0)) * S * act;
+  }
   llvm::SmallVector<bool, 3> need = maskBits(op, 3);
   for (unsigned i = 0; i < 3; ++i)
     if (need[i])
