@@ -3,8 +3,11 @@
 # translation units compiled in parallel, then linked. Used by ctest (cuda-check-compiles, on
 # machines without a GPU too) and by scripts/gpu-validate.
 #   tests/step/cuda_check_build.sh OUT_DIR [NVCC]     (from anywhere; writes OUT_DIR/cuda_check)
-# Environment: CUDA_ARCH (default sm_90), CUDA_CHECK_JOBS (parallel compiles, default: all at once).
-# Exit 77 (ctest's skip code) with a printed reason when nvcc or OpenBLAS is missing.
+# Environment: CUDA_ARCH (default sm_90), CUDA_CHECK_JOBS (parallel compiles, default: all at once),
+# CUDA_CHECK_NAIVE_BLAS=1 (use the reference GEMM even where OpenBLAS is installed).
+# Without OpenBLAS (pkg-config openblas) the CPU runtime's GEMM calls go to the plain reference
+# GEMM of cuda_check_blas.cpp (tests/step/cuda_blas_shim/cblas.h), so a GPU machine needs only
+# the CUDA toolkit. Exit 77 (ctest's skip code) with a printed reason when nvcc is missing.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -18,16 +21,19 @@ if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
   echo "skipped: nvcc not found (install the CUDA toolkit to build the CUDA runtime)"
   exit 77
 fi
-if ! pkg-config --exists openblas; then
-  echo "skipped: OpenBLAS (pkg-config openblas) not found; the CPU reference needs it"
-  exit 77
-fi
 arch="${CUDA_ARCH:-sm_90}"
 mkdir -p "$out"
-blas_cflags="$(pkg-config --cflags openblas)"
-blas_libs="$(pkg-config --libs openblas)"
-common=(-std=c++17 -O2 "-arch=$arch" -I"$root" -Xcompiler -fopenmp)
 srcs=(cuda_check.cu cuda_check_f32.cu cuda_check_bf16.cu cuda_instantiate.cu cuda_check_cpu.cpp)
+if [[ "${CUDA_CHECK_NAIVE_BLAS:-0}" != 1 ]] && pkg-config --exists openblas 2>/dev/null; then
+  blas_cflags="$(pkg-config --cflags openblas)"
+  blas_libs="$(pkg-config --libs openblas)"
+else
+  echo "OpenBLAS not used: the CPU reference's GEMM is tests/step/cuda_check_blas.cpp"
+  blas_cflags="-I$root/tests/step/cuda_blas_shim"
+  blas_libs=""
+  srcs+=(cuda_check_blas.cpp)
+fi
+common=(-std=c++17 -O2 "-arch=$arch" -I"$root" -Xcompiler -fopenmp)
 jobs="${CUDA_CHECK_JOBS:-${#srcs[@]}}"
 pids=()
 fail=0
@@ -47,7 +53,7 @@ for p in "${pids[@]}"; do
 done
 (( fail )) && exit 1
 # shellcheck disable=SC2086
-"$nvcc" "-arch=$arch" "$out"/cuda_check.o "$out"/cuda_check_f32.o "$out"/cuda_check_bf16.o \
-  "$out"/cuda_instantiate.o "$out"/cuda_check_cpu.o -Xcompiler -fopenmp $blas_libs -lcublasLt \
-  -o "$out/cuda_check" || exit 1
+objs=()
+for s in "${srcs[@]}"; do objs+=("$out/${s%.*}.o"); done
+"$nvcc" "-arch=$arch" "${objs[@]}" -Xcompiler -fopenmp $blas_libs -lcublasLt -o "$out/cuda_check" || exit 1
 echo "built $out/cuda_check with $nvcc for $arch in $(( $(date +%s) - start )) s"

@@ -192,8 +192,11 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     T* db = bias ? m.upload(randomT<T>(27, cols)) : nullptr;
     rt::layer_norm_fwd<T>(ctx, x, w, b, y, mean, rstd, rows, cols, 1e-5f);
     rt::layer_norm_bwd<T>(ctx, x, w, mean, rstd, dy, dx, dw, db, rows, cols, false);
+    T* dxOnly = m.template zeros<T>(rows * cols);  // dw, db null: only the input gradient
+    rt::layer_norm_bwd<T>(ctx, x, w, mean, rstd, dy, dxOnly, static_cast<T*>(nullptr), static_cast<T*>(nullptr),
+                          rows, cols, false);
     Outputs o{{"y", get(m, y, rows * cols)}, {"mean", get(m, mean, rows)}, {"rstd", get(m, rstd, rows)},
-              {"dx", get(m, dx, rows * cols)}, {"dw", get(m, dw, cols)}};
+              {"dx", get(m, dx, rows * cols)}, {"dw", get(m, dw, cols)}, {"dx_only", get(m, dxOnly, rows * cols)}};
     if (bias) o["db"] = get(m, db, cols);
     add(bias ? "layer_norm" : "layer_norm_nobias", o);
   }
@@ -217,14 +220,16 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     bool causal;
     float p;
     bool materialised;
+    bool noLse;  // materialised without an lse buffer (allowed by API.md)
   };
   const AttnCase attn[] = {
-      {"attention_causal_hd64", 2, 70, 70, 4, 4, 64, true, 0.f, false},
-      {"attention_gqa_hd128", 1, 45, 45, 8, 2, 128, true, 0.f, false},
-      {"attention_noncausal_kv_longer_hd80", 2, 20, 52, 3, 1, 80, false, 0.f, false},
-      {"attention_causal_kv_longer_hd32", 1, 19, 40, 2, 2, 32, true, 0.f, false},
-      {"attention_dropout_hd64", 1, 33, 33, 2, 1, 64, true, 0.1f, false},
-      {"attention_materialised_hd64", 2, 40, 40, 4, 2, 64, true, 0.1f, true},
+      {"attention_causal_hd64", 2, 70, 70, 4, 4, 64, true, 0.f, false, false},
+      {"attention_gqa_hd128", 1, 45, 45, 8, 2, 128, true, 0.f, false, false},
+      {"attention_noncausal_kv_longer_hd80", 2, 20, 52, 3, 1, 80, false, 0.f, false, false},
+      {"attention_causal_kv_longer_hd32", 1, 19, 40, 2, 2, 32, true, 0.f, false, false},
+      {"attention_dropout_hd64", 1, 33, 33, 2, 1, 64, true, 0.1f, false, false},
+      {"attention_materialised_hd64", 2, 40, 40, 4, 2, 64, true, 0.1f, true, false},
+      {"attention_materialised_nolse_hd64", 1, 24, 24, 2, 2, 64, false, 0.f, true, true},
   };
   for (const AttnCase& c : attn) {
     const int64_t nq = c.B * c.S * c.H * c.hd, nkv = c.B * c.Skv * c.Hkv * c.hd;
@@ -233,7 +238,7 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     const T* v = m.upload(randomT<T>(34, nkv));
     const T* dO = m.upload(randomT<T>(35, nq));
     T* o = m.template zeros<T>(nq);
-    float* lse = m.template zeros<float>(c.B * c.H * c.S);
+    float* lse = c.noLse ? nullptr : m.template zeros<float>(c.B * c.H * c.S);
     const int64_t np = c.B * c.H * c.S * c.Skv;
     T* P = c.materialised ? m.template zeros<T>(np) : nullptr;
     T* dq = m.template zeros<T>(nq);
@@ -242,8 +247,8 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     rt::attention_fwd<T>(ctx, q, k, v, o, lse, P, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal, c.p, 42, 3);
     rt::attention_bwd<T>(ctx, q, k, v, o, lse, P, dO, dq, dk, dv, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal,
                          c.p, 42, 3, false);
-    Outputs out{{"o", get(m, o, nq)}, {"lse", get(m, lse, c.B * c.H * c.S)}, {"dq", get(m, dq, nq)},
-                {"dk", get(m, dk, nkv)}, {"dv", get(m, dv, nkv)}};
+    Outputs out{{"o", get(m, o, nq)}, {"dq", get(m, dq, nq)}, {"dk", get(m, dk, nkv)}, {"dv", get(m, dv, nkv)}};
+    if (lse) out["lse"] = get(m, lse, c.B * c.H * c.S);
     if (P) out["P"] = get(m, P, np);
     add(c.name, out);
   }

@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(128) attnDqKernel(const T* q, const T* k, cons
 #pragma unroll
   for (int rr = 0; rr < RPW; ++rr) {
     const int64_t i = q0 + warp * RPW + rr;
-    li[rr] = i < a.S ? lse[(b * a.H + h) * a.S + i] : 0.f;
+    li[rr] = (!HAS_P && i < a.S) ? lse[(b * a.H + h) * a.S + i] : 0.f;  // lse may be null with P
     Di[rr] = i < a.S ? D[(b * a.H + h) * a.S + i] : 0.f;
 #pragma unroll
     for (int t = 0; t < NC; ++t) acc[rr][t] = 0.f;
@@ -274,7 +274,7 @@ __global__ void attnDkvKernel(const T* q, const T* k, const T* v, const float* l
       stageRows(dOs, hd, dO, b, a.S, a.H, h, a.hd, it, qTile, 1.f);
       for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
         const int64_t i = it + r;
-        Ls[r] = i < a.S ? lse[(b * a.H + h) * a.S + i] : 0.f;
+        Ls[r] = (!HAS_P && i < a.S) ? lse[(b * a.H + h) * a.S + i] : 0.f;  // lse may be null with P
         Ds[r] = i < a.S ? D[(b * a.H + h) * a.S + i] : 0.f;
       }
       __syncthreads();
@@ -352,6 +352,10 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
   const char* kn = "attention_fwd";
   const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream);
   const cuda_plan::AttentionTiles t = cuda_plan::attentionTiles(hd);
+  if (!lse) {  // allowed in materialised mode: P needs the lse, kept in the workspace meanwhile
+    if (!scores) cu::fail(kn, ctx.where, "lse may be null only when scores are materialised");
+    lse = static_cast<float*>(cu::scratch(ctx, kn, cuda_plan::attentionScratchBytes(B, H, S)));
+  }
   if (!cu::attentionFwdTensorCores(ctx, q, k, v, o, lse, a))
   cu::dispatchChunks(t.chunks, [&](auto nc) {
     constexpr int NC = decltype(nc)::value, RPW = NC <= 4 ? 8 : 4;
@@ -374,6 +378,7 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   const char* kn = "attention_bwd";
   const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream);
   const cuda_plan::AttentionTiles t = cuda_plan::attentionTiles(hd);
+  if (!lse && !scores) cu::fail(kn, ctx.where, "lse may be null only when scores are materialised");
   float* D = static_cast<float*>(cu::scratch(ctx, kn, cuda_plan::attentionScratchBytes(B, H, S)));
   const int64_t rows = B * H * S;
   cu::launch(ctx, kn, cu::attnDotKernel<T>, dim3(static_cast<unsigned>((rows * 32 + 255) / 256)), 256, 0, o, dO, D, a);

@@ -304,9 +304,12 @@ namespace cu {
 template <class T, bool LAYER>
 void normBwd(Ctx& ctx, const char* k, const T* x, const T* w, const float* mean, const float* rstd, const T* dy,
              T* dx, T* dw, T* db, int64_t rows, int64_t cols, bool accumulate) {
-  launch(ctx, k, normBwdDxKernel<T, LAYER>, dim3(rowsGrid(k, ctx.where, rows)), cuda_plan::rowThreads(cols), 0, x,
-         w, mean, rstd, dy, dx, cols, accumulate);
+  if (dx)
+    launch(ctx, k, normBwdDxKernel<T, LAYER>, dim3(rowsGrid(k, ctx.where, rows)), cuda_plan::rowThreads(cols), 0,
+           x, w, mean, rstd, dy, dx, cols, accumulate);
+  // dw and db may each be null (API.md): that gradient is not needed.
   const bool withDb = LAYER && db != nullptr;
+  if (!dw && !withDb) return;
   const cuda_plan::ColumnReducePlan plan =
       cuda_plan::columnReduce(rows, cols, withDb ? 2 : 1, static_cast<int64_t>(ctx.workspaceBytes));
   if (!plan.ok) fail(k, ctx.where, "workspace too small for the weight gradient of " + std::to_string(cols) + " columns");
@@ -315,7 +318,7 @@ void normBwd(Ctx& ctx, const char* k, const T* x, const T* w, const float* mean,
   const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(plan.chunks));
   launch(ctx, k, normBwdDwKernel<T, LAYER>, grid, 256, 0, x, mean, rstd, dy, part, rows, cols, plan.rowsPerChunk,
          plan.chunks, withDb);
-  launch(ctx, k, columnFinishKernel<T>, grid1(cols), kThreads, 0, part, plan.chunks, cols, dw);
+  if (dw) launch(ctx, k, columnFinishKernel<T>, grid1(cols), kThreads, 0, part, plan.chunks, cols, dw);
   if (withDb)
     launch(ctx, k, columnFinishKernel<T>, grid1(cols), kThreads, 0, part + plan.chunks * cols, plan.chunks, cols, db);
 }
