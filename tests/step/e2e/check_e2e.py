@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""check_e2e.py — tally's CPU training step end to end against PyTorch (issue 7, "How it is checked").
+"""check_e2e.py — tally's CPU training step end to end against PyTorch (issue 7, its checks).
 
 For each model of this folder (mlp.tally, gpt.tally, llama.tally; the same models in torch in
 models.py) it writes initial weights and one batch (safetensors), computes the step's loss and
@@ -99,15 +99,22 @@ def run_tally(tally, spec, args, env=None):
     if p.returncode != 0:
         tail = (p.stdout + p.stderr)[-2000:]
         return None, "exit %d: %s\n%s" % (p.returncode, " ".join(cmd), tail)
-    text = p.stdout
-    try:
-        return json.loads(text), None
-    except ValueError:
-        start = text.find("{")
+    return parse_report(p.stdout)
+
+
+def parse_report(text):
+    """The JSON object on stdout: the whole text, or else the last line-initial '{' to the end
+    (in case build messages precede it). Returns (json, None) or (None, why)."""
+    starts = [0] + [i + 1 for i in range(len(text) - 1)
+                    if text[i] == "\n" and text[i + 1] == "{"]
+    for start in reversed(starts):
         try:
-            return json.loads(text[start:]), None
+            report = json.loads(text[start:])
         except ValueError:
-            return None, "stdout is not JSON: %r" % text[-500:]
+            continue
+        if isinstance(report, dict):
+            return report, None
+    return None, "stdout is not a JSON object: %r" % text[-500:]
 
 
 def losses_of(report, want, name, res):

@@ -96,6 +96,8 @@ def main(argv):
         st.save(a.save, {k: v.astype(np.float32) for k, v in final.items()})
     if perturb == "loss":
         losses[0] *= 1 + 1e-4
+    # A line before the JSON, as a build message might be: the checks must still find the JSON.
+    print("fake_tally: {%s} stepped %d times" % (spec.key, steps))
     print(json.dumps({"loss": losses, "measured": {"step_s": elapsed / steps}}))
     return 0
 

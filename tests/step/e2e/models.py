@@ -184,7 +184,8 @@ def _gpt():
     for i in range(L):
         p = "h.%d." % i
         params += [(p + "ln1.weight", (d,), "norm"), (p + "ln1.b", (d,), "bias"),
-                   (p + "attn.qkv.weight", (d, 3 * d), "matrix"), (p + "attn.qkv.b", (3 * d,), "bias"),
+                   (p + "attn.qkv.weight", (d, 3 * d), "matrix"),
+                   (p + "attn.qkv.b", (3 * d,), "bias"),
                    (p + "attn.proj.weight", (d, d), "matrix"), (p + "attn.proj.b", (d,), "bias"),
                    (p + "ln2.weight", (d,), "norm"), (p + "ln2.b", (d,), "bias"),
                    (p + "mlp.fc.weight", (d, 4 * d), "matrix"), (p + "mlp.fc.b", (4 * d,), "bias"),
