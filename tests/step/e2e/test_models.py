@@ -4,8 +4,9 @@
 For mlp.tally, gpt.tally and llama.tally: `TALLY report FILE --plan P --emit=ir` lists every
 parameter (`param %N h[0].attn.qkv.weight: f32[64, 192]`) and input; the test compares them
 with models.py's parameter names (`[i]` written `.i`), shapes and inputs, so that check_e2e.py
-feeds tally the tensors it expects. Also pins what the plans must say for the torch side
-(read_plan) and that the torch default init starts within 0.1 of ln V.
+feeds tally the tensors it expects. Also: models.py's rope, grouped-query causal attention and
+next-token loss against docs/runtime.md's formulas written out in numpy; what the plans say for
+the torch side (read_plan); the torch default init starts within 0.1 of ln V.
 Usage: /usr/bin/python3 test_models.py TALLY
 """
 import math
@@ -39,6 +40,56 @@ def ir_of(spec):
         if m:
             inputs[m.group(1)] = (m.group(2), [d.strip() for d in m.group(3).split(",")])
     return params, inputs
+
+
+class Formulas(unittest.TestCase):
+    """models.py's rope, attention and next-token loss against docs/runtime.md's formulas written
+    out element by element in numpy float64."""
+
+    def test_rope(self):
+        rng = np.random.default_rng(3)
+        B, S, H, hd = 2, 5, 2, 8
+        x = rng.standard_normal((B, S, H * hd))
+        got = M.rope(torch.from_numpy(x), H).numpy()
+        want = np.empty_like(x)
+        for b in range(B):
+            for p in range(S):
+                for h in range(H):
+                    for i in range(hd // 2):
+                        a = p * 10000.0 ** (-2 * i / hd)
+                        x1, x2 = x[b, p, h * hd + i], x[b, p, h * hd + i + hd // 2]
+                        want[b, p, h * hd + i] = x1 * math.cos(a) - x2 * math.sin(a)
+                        want[b, p, h * hd + i + hd // 2] = x2 * math.cos(a) + x1 * math.sin(a)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+    def test_grouped_query_causal_attention(self):
+        rng = np.random.default_rng(4)
+        B, S, H, Hkv, hd = 2, 6, 4, 2, 3
+        q = rng.standard_normal((B, S, H * hd))
+        k = rng.standard_normal((B, S, Hkv * hd))
+        v = rng.standard_normal((B, S, Hkv * hd))
+        got = M.attention(*(torch.from_numpy(t) for t in (q, k, v)), H, Hkv, True).numpy()
+        want = np.zeros_like(q)
+        for b in range(B):
+            for h in range(H):
+                g = h // (H // Hkv)
+                qs, ks = slice(h * hd, (h + 1) * hd), slice(g * hd, (g + 1) * hd)
+                for i in range(S):
+                    s = np.array([q[b, i, qs] @ k[b, j, ks] / math.sqrt(hd) for j in range(i + 1)])
+                    p = np.exp(s - s.max())
+                    p /= p.sum()
+                    want[b, i, qs] = sum(p[j] * v[b, j, ks] for j in range(i + 1))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+    def test_next_token_loss(self):
+        rng = np.random.default_rng(5)
+        B, S, V = 2, 4, 7
+        logits = rng.standard_normal((B, S, V))
+        tokens = rng.integers(0, V, size=(B, S)).astype(np.int32)
+        got = M.next_token_loss(torch.from_numpy(logits), torch.from_numpy(tokens)).item()
+        terms = [np.log(np.exp(logits[b, i]).sum()) - logits[b, i, tokens[b, i + 1]]
+                 for b in range(B) for i in range(S - 1)]      # the last position has no label
+        self.assertAlmostEqual(got, sum(terms) / len(terms), places=12)
 
 
 class Models(unittest.TestCase):
