@@ -77,9 +77,6 @@ void keep(const Graph &g, std::vector<SavedTensor> &out, TensorId t, const char 
       return;
   out.push_back({t, g.bytes(t), what});
 }
-void keepBuffer(std::vector<SavedTensor> &out, double bytes, const char *what) {
-  out.push_back({kNone, bytes, what});
-}
 
 /// Rows of a tensor reduced along its last dimension (normalisations, softmax over the vocab).
 double rowsOf(const Shape &s) {

@@ -40,7 +40,7 @@ struct ForwardCost {
 
 /// Something the backward pass of an op keeps from its forward pass.
 struct SavedTensor {
-  TensorId tensor = kNone;  ///< an input or output of the op, or kNone for an extra buffer
+  TensorId tensor = kNone;  ///< an input or output of the op (extras such as statistics and masks are outputs)
   double bytes = 0;         ///< bytes of that tensor, or of the extra buffer (mask, statistics)
   const char *what = "";    ///< "input", "output", "dropout mask", "row statistics", "logsumexp", "scores"
 };
