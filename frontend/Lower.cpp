@@ -1428,10 +1428,38 @@ private:
     if (op.kind == OpKind::Attention && op.attrs.scale == 0)
       op.attrs.scale = 1 / std::sqrt(static_cast<double>(g.tensors[op.inputs[0]].shape[2].size) /
                                      static_cast<double>(op.attrs.heads));
+    if (op.kind == OpKind::Attention)
+      setRopeHeadDims(op);
     g.addOp(std::move(op));
     if (!tuple)
       return result.elems[0];
     return result;
+  }
+
+  /// Rope rotates pairs within each head, so it needs the head size of the attention that
+  /// reads it: q's (and k's) rope, reached through views and copies, gets d / heads unless the
+  /// head size was already set.
+  void setRopeHeadDims(const Op &attention) {
+    if (attention.attrs.heads <= 0)
+      return;
+    int64_t hd = g.tensors[attention.inputs[0]].shape.back().size / attention.attrs.heads;
+    for (unsigned i = 0; i < 2 && i < attention.inputs.size(); ++i) {
+      TensorId t = attention.inputs[i];
+      while (t != kNone) {
+        OpId p = g.tensors[t].producer;
+        if (p == kNone)
+          break;
+        Op &op = g.ops[p];
+        if (op.kind == OpKind::Rope) {
+          if (op.attrs.headDim == 0)
+            op.attrs.headDim = hd;
+          break;
+        }
+        if (opClass(op.kind) != OpClass::View && op.kind != OpKind::Contiguous)
+          break;
+        t = op.inputs.empty() ? kNone : op.inputs[0];
+      }
+    }
   }
 
   void collectOutputs(const Value &v) {

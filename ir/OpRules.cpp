@@ -677,6 +677,7 @@ void savedCrossEntropy(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGr
   if (!need(needGrad, 0))
     return;
   keep(g, out, op.inputs[0], "logits");
+  keep(g, out, op.inputs[1], "labels");
   keep(g, out, op.outputs[1], "logsumexp");
 }
 

@@ -69,7 +69,9 @@ unsigned optimizerStates(const OptimizerSpec &o) {
     return o.momentum > 0 ? 1 : 0;
   if (o.name == "Adam" || o.name == "AdamW")
     return 2;
-  return 1; // AdaGrad and RMSprop: a sum of squares; Lion: momentum
+  if (o.name == "RMSprop")
+    return o.momentum > 0 ? 2 : 1; // the running mean of g², and PyTorch's momentum buffer
+  return 1; // AdaGrad: a sum of squares; Lion: momentum
 }
 
 } // namespace tally

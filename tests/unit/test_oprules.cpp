@@ -563,9 +563,10 @@ TEST_CASE("oprules: embedding, positions, next tokens, cross entropy, reductions
   CHECK(b.grad(ce, 1) == 0);
   CHECK(b.executedBackward(ce) == 3 * N * V);
   auto s = b.saved(ce);
-  REQUIRE(s.size() == 2);
+  REQUIRE(s.size() == 3);
   CHECK(s[0].tensor == logits);
-  CHECK(s[1].bytes == N * 4);
+  CHECK(s[1].tensor == b.out(next)); // the labels: the backward reads them
+  CHECK(s[2].bytes == N * 4);
   ShapeError e = b.error(OpKind::CrossEntropy, {logits, b.input(Builder::sizes({4, 15}), Dtype::I32)});
   CHECK(e.kind == ShapeErrorKind::Mismatch);
 

@@ -12,6 +12,8 @@ int runExtraCommand() {
     return rc;
   if (int rc = runImportHF(); rc >= 0)
     return rc;
+  if (int rc = runBuild(); rc >= 0)
+    return rc;
   if (int rc = runLsp(); rc >= 0)
     return rc;
   if (solveSelected())

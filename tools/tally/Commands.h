@@ -15,6 +15,9 @@ int runExplain();
 /// tools/tally/ImportHF.cpp: `tally import-hf`; its exit code, or -1 when it was not the command.
 int runImportHF();
 
+/// tools/tally/Build.cpp: `tally build` and `tally run`; the exit code, or -1 when neither was the command.
+int runBuild();
+
 /// tools/tally/Lsp.cpp: `tally lsp`; its exit code, or -1 when it was not the command.
 int runLsp();
 

@@ -304,6 +304,8 @@ int main(int argc, char **argv) {
           "  tally explain FILE --op PATH   how one op's or block's numbers were derived\n"
           "  tally solve QUESTION [FLAGS]   run-time, max-params, micro-batch, devices\n"
           "  tally targets                  the hardware catalogue\n"
+          "  tally build FILE -o DIR        the generated training step (C++ for the CPU)\n"
+          "  tally run FILE                 build and run it: estimated beside measured\n"
           "  tally import-hf CONFIG.json    a .tally model from a Hugging Face config.json\n"
           "  tally lsp                      a Language Server for editors, on stdio\n",
           &errStream)) {

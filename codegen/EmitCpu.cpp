@@ -1,0 +1,1154 @@
+// The CPU training step: walks Analysis::stepSchedule and prints one runtime call per op of the
+// step graph, every operand an offset into one of the memory plan's regions.
+//
+// 1. Where a tensor lives. A view is its base tensor's storage at the view's element offset.
+//    Parameters are in the params region, gradients of parameters in the grads region, input
+//    data in the data region (one micro-batch, laid out here). Everything else is an arena
+//    buffer of the memory plan: the buffer of that tensor live at the schedule step that runs
+//    the op (a recomputed tensor has two buffers; the one started last is the live one). A
+//    tensor with no live buffer is a disagreement between the step and the memory plan and
+//    stops the emitter with an internal error rather than printing a call that reads freed
+//    bytes.
+// 2. One call per op, by kind: the runtime's signatures (codegen/runtime/API.md) over the
+//    tensors' shapes and strides. Matmul operands may be transposed views and carry batch
+//    strides; a transposed output computes Cᵀ = Bᵀ·Aᵀ instead. Elementwise kernels take
+//    broadcast strides. Accumulate bits become the kernels' `+=`.
+// 3. The step: micro_step() runs the forward and backward entries of the schedule for one
+//    micro-batch (the recompute entries are the forward calls again, into their own buffers),
+//    update() runs the optimizer entries over the flat regions one parameter at a time (the
+//    regions pad each tensor to 256 bytes, which is a different element count per dtype, so
+//    a single flat loop over params and master would not line up), and train_step() loops the
+//    micro-batches, updates and zeroes the gradients.
+// The layout (regions, parameter and input tables) goes into kLayout for the driver
+// (codegen/driver/driver_cpu.cpp), which allocates exactly those bytes.
+#include "codegen/Emit.h"
+
+#include "ir/OpRules.h"
+#include "passes/Passes.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <unordered_map>
+
+namespace tally::codegen {
+
+namespace {
+
+/// The C++ storage type of a dtype in the runtime, or "" when the runtime has none.
+std::string ctype(Dtype d) {
+  switch (d) {
+  case Dtype::F32: return "float";
+  case Dtype::BF16: return "rt::bf16";
+  case Dtype::F16: return "rt::f16";
+  case Dtype::I32: return "int32_t";
+  case Dtype::U8: return "uint8_t";
+  default: return "";
+  }
+}
+
+/// The safetensors name of a dtype.
+const char *stName(Dtype d) {
+  switch (d) {
+  case Dtype::F32: return "F32";
+  case Dtype::BF16: return "BF16";
+  case Dtype::F16: return "F16";
+  case Dtype::I32: return "I32";
+  case Dtype::U8: return "U8";
+  default: return "";
+  }
+}
+
+/// "h[0].attn.qkv.weight" → "h.0.attn.qkv.weight": the names safetensors files use.
+std::string tensorName(llvm::StringRef path) {
+  std::string out;
+  for (char c : path) {
+    if (c == '[')
+      out += '.';
+    else if (c != ']')
+      out += c;
+  }
+  return out;
+}
+
+/// A string literal for C++ (paths and names come from the user's file).
+std::string literal(llvm::StringRef s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20 || c >= 0x7f)
+      out += llvm::formatv("\\{0:o3}", static_cast<unsigned>(c)).str();
+    else
+      out += static_cast<char>(c);
+  }
+  return out + "\"";
+}
+
+/// A comment-safe copy: no newlines, no "*/", printable ASCII.
+std::string commentSafe(llvm::StringRef s) {
+  std::string out;
+  for (unsigned char c : s)
+    out += (c < 0x20 || c >= 0x7f) ? '?' : static_cast<char>(c);
+  return out;
+}
+
+std::string list(llvm::ArrayRef<int64_t> v) {
+  std::string out = "{";
+  for (size_t i = 0; i < v.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "}";
+}
+
+std::string number(double v) {
+  if (v == 0)
+    return "0.0f";
+  return llvm::formatv("{0:e9}f", v).str();
+}
+
+const char *className(OpKind k) {
+  switch (opClass(k)) {
+  case OpClass::Matmul: return "Matmul";
+  case OpClass::Attention: return "Attention";
+  case OpClass::Elementwise: return "Elementwise";
+  case OpClass::Reduction: return "Reduction";
+  case OpClass::Normalization: return "Normalization";
+  case OpClass::Loss: return "Loss";
+  case OpClass::Data: return "Data";
+  case OpClass::View: return "View";
+  }
+  return "";
+}
+
+struct Emitter {
+  const Analysis &a;
+  const Graph &s;
+  const Plan &plan;
+  const EmitOptions &opt;
+  std::string error;
+  std::string body;            ///< the function being written
+  uint32_t step = 0;           ///< the schedule step of the entry being written
+  const Op *op = nullptr;      ///< the op being written (for messages)
+
+  std::unordered_map<TensorId, std::vector<const Buffer *>> buffersOf;
+  std::unordered_map<TensorId, int64_t> paramOffset, gradOffset, masterOffset, dataOffset;
+  std::map<std::pair<TensorId, unsigned>, int64_t> stateOffset;
+  int64_t dataBytes = 0;
+
+  Emitter(const Analysis &a, const EmitOptions &o) : a(a), s(*a.step), plan(*a.plan), opt(o) {}
+
+  bool fail(const std::string &why) {
+    if (error.empty())
+      error = op ? "op " + op->path + ": " + why : why;
+    return false;
+  }
+
+  // ---- 1. where tensors live ----------------------------------------------------------------
+
+  void index() {
+    for (const Buffer &b : a.buffers) {
+      if (b.tensor == kNone)
+        continue;
+      TensorId key = b.tensor;
+      // Activations' gradient buffers name the forward tensor; the memory plan's local
+      // gradients name the gradient tensor itself.
+      if (b.kind == Buffer::Gradient && s.tensors[key].role != TensorRole::Gradient)
+        key = s.gradient[key];
+      if (key != kNone)
+        buffersOf[key].push_back(&b);
+    }
+    for (const Region::Entry &e : a.regions.params.tensors)
+      paramOffset[e.tensor] = e.offset;
+    for (const Region::Entry &e : a.regions.grads.tensors)
+      gradOffset[e.tensor] = e.offset;
+    for (const Region::Entry &e : a.regions.master.tensors)
+      masterOffset[e.tensor] = e.offset;
+    for (const Region::Entry &e : a.regions.optimizer.tensors)
+      stateOffset[{e.tensor, e.state}] = e.offset;
+    for (TensorId t : s.inputs) {
+      dataOffset[t] = dataBytes;
+      dataBytes += alignUp(checkedNumel(s.tensors[t].shape).value_or(0) *
+                           static_cast<int64_t>(bytesOf(s.tensors[t].dtype)));
+    }
+  }
+
+  TensorId base(TensorId t) const { return s.tensors[t].viewOf == kNone ? t : s.tensors[t].viewOf; }
+
+  /// `A<float>(8192)`: a pointer to tensor t's first element at the current step.
+  std::string ptr(TensorId t) {
+    const Tensor &x = s.tensors[t];
+    TensorId b = base(t);
+    const Tensor &bt = s.tensors[b];
+    int64_t elem = b == t ? 0 : x.layout.offset;
+    std::string ty = ctype(x.dtype);
+    if (ty.empty()) {
+      fail("tensor %" + std::to_string(t) + " has dtype " + nameOf(x.dtype).str() +
+           ", which the CPU runtime does not store");
+      return "nullptr";
+    }
+    int64_t scale = static_cast<int64_t>(bytesOf(x.dtype));
+    auto at = [&](const char *region, int64_t off) {
+      return llvm::formatv("{0}<{1}>({2})", region, ty, off + elem * scale).str();
+    };
+    if (bt.role == TensorRole::Param)
+      return at("P", paramOffset.at(b));
+    if (bt.role == TensorRole::Gradient && bt.gradOf != kNone &&
+        s.tensors[bt.gradOf].role == TensorRole::Param) {
+      auto it = gradOffset.find(bt.gradOf);
+      if (it == gradOffset.end()) {
+        fail("the gradient of frozen parameter " + s.tensors[bt.gradOf].name + " has no place");
+        return "nullptr";
+      }
+      return at("G", it->second);
+    }
+    if (bt.role == TensorRole::Input)
+      return at("D", dataOffset.at(b));
+    const Buffer *live = nullptr;
+    auto it = buffersOf.find(b);
+    if (it != buffersOf.end())
+      for (const Buffer *buf : it->second)
+        if (buf->first <= step && step <= buf->last && (!live || buf->first > live->first))
+          live = buf;
+    if (!live) {
+      fail("internal error: tensor %" + std::to_string(b) + " has no arena buffer live at schedule step " +
+           std::to_string(step) + " (the step and the memory plan disagree)");
+      return "nullptr";
+    }
+    return at("A", live->offset);
+  }
+
+  int64_t n(TensorId t) const { return checkedNumel(s.tensors[t].shape).value_or(0); }
+  const Shape &shape(TensorId t) const { return s.tensors[t].shape; }
+  int64_t last(TensorId t) const { return shape(t).empty() ? 1 : shape(t).back().size; }
+  std::string T(TensorId t) const { return ctype(s.tensors[t].dtype); }
+  bool dense(TensorId t) const { return isDense(shape(t), s.tensors[t].layout); }
+  std::vector<int64_t> strides(TensorId t) const {
+    const Tensor &x = s.tensors[t];
+    if (x.layout.strides.size() == x.shape.size())
+      return std::vector<int64_t>(x.layout.strides.begin(), x.layout.strides.end());
+    auto d = denseStrides(x.shape);
+    return std::vector<int64_t>(d.begin(), d.end());
+  }
+  std::vector<int64_t> sizes(TensorId t) const {
+    std::vector<int64_t> v;
+    for (const Dim &d : shape(t))
+      v.push_back(d.size);
+    return v;
+  }
+  bool needDense(TensorId t, const char *what) {
+    if (dense(t))
+      return true;
+    return fail(std::string(what) + " is a strided view, which this kernel does not read; "
+                "the CPU backend needs a contiguous copy here");
+  }
+  bool sameType(std::initializer_list<TensorId> ts) {
+    std::string t0;
+    for (TensorId t : ts) {
+      if (t == kNone)
+        continue;
+      std::string ty = T(t);
+      if (t0.empty())
+        t0 = ty;
+      else if (ty != t0)
+        return fail("mixes " + t0 + " and " + ty + " operands; the CPU runtime's kernels take one storage type");
+    }
+    return true;
+  }
+
+  // ---- 2. one call per op -------------------------------------------------------------------
+
+  void line(const std::string &text) { body += "  " + text + "\n"; }
+
+  bool acc(unsigned i = 0) const { return op->accumulate & (1u << i); }
+  const char *boolean(bool b) const { return b ? "true" : "false"; }
+
+  /// The broadcast strides of operand t over an output of shape `out`.
+  std::vector<int64_t> broadcastStrides(TensorId t, const std::vector<int64_t> &out) {
+    std::vector<int64_t> st = strides(t), sz = sizes(t), res(out.size(), 0);
+    size_t off = out.size() - sz.size();
+    for (size_t i = 0; i < sz.size(); ++i)
+      res[off + i] = (sz[i] == 1 && out[off + i] != 1) ? 0 : st[i];
+    return res;
+  }
+
+  struct MatOperand {
+    bool trans = false;
+    int64_t rows = 1, cols = 1, ld = 1, batch = 1, batchStride = 0;
+    std::string p;
+  };
+  /// A matmul operand: its last two dimensions as a (possibly transposed) row-major matrix,
+  /// the others as one batch with one stride. `vectorAs`: how a rank-1 tensor stands as a
+  /// matrix ('r' one row, 'c' one column).
+  bool operand(TensorId t, char vectorAs, MatOperand &m) {
+    std::vector<int64_t> sz = sizes(t), st = strides(t);
+    if (sz.size() == 1) {
+      if (vectorAs == 'r') {
+        sz = {1, sz[0]};
+        st = {sz[1], st[0]};
+      } else {
+        sz = {sz[0], 1};
+        st = {st[0], 1};
+      }
+    } else if (sz.empty()) {
+      sz = {1, 1};
+      st = {1, 1};
+    }
+    size_t r = sz.size();
+    m.rows = sz[r - 2];
+    m.cols = sz[r - 1];
+    if (st[r - 1] == 1 || m.cols == 1) {
+      m.trans = false;
+      m.ld = std::max<int64_t>({st[r - 2], m.cols, 1});
+      if (m.rows == 1)
+        m.ld = std::max<int64_t>(m.cols, 1);
+    } else if (st[r - 2] == 1 || m.rows == 1) {
+      m.trans = true;
+      m.ld = std::max<int64_t>({st[r - 1], m.rows, 1});
+      if (m.cols == 1)
+        m.ld = std::max<int64_t>(m.rows, 1);
+    } else {
+      return fail("a matmul operand has neither unit row nor unit column stride");
+    }
+    m.batch = 1;
+    m.batchStride = 0;
+    for (size_t i = 0; i + 2 < r; ++i) {
+      m.batch *= sz[i];
+      if (sz[i] > 1)
+        m.batchStride = st[i]; // acceptsLayout: the batch dimensions collapse to the innermost
+    }
+    m.p = ptr(t);
+    return true;
+  }
+
+  bool matmul() {
+    TensorId ta = op->inputs[0], tb = op->inputs[1], tc = op->outputs[0];
+    if (!sameType({ta, tb, tc}))
+      return false;
+    MatOperand A, B, C;
+    char cv = shape(ta).size() == 1 ? 'r' : 'c';
+    if (!operand(ta, 'r', A) || !operand(tb, 'c', B) || !operand(tc, cv, C))
+      return false;
+    if (C.trans) { // Cᵀ = Bᵀ·Aᵀ: swap the operands and flip every transposition
+      std::swap(A, B);
+      A.trans = !A.trans;
+      B.trans = !B.trans;
+      std::swap(A.rows, A.cols);
+      std::swap(B.rows, B.cols);
+      std::swap(C.rows, C.cols);
+      C.trans = false;
+    }
+    // rows and cols are the logical op(A), op(B), C dimensions; `trans` only says how the
+    // storage holds them.
+    int64_t M = C.rows, N = C.cols, K = A.cols;
+    if (A.rows != M || B.rows != K || B.cols != N)
+      return fail("matmul operands of " + std::to_string(A.rows) + "x" + std::to_string(A.cols) + " and " +
+                  std::to_string(B.rows) + "x" + std::to_string(B.cols) + " do not give " +
+                  std::to_string(M) + "x" + std::to_string(N));
+    int64_t batch = C.batch;
+    if ((A.batch != batch && A.batch != 1) || (B.batch != batch && B.batch != 1))
+      return fail("matmul batch dimensions broadcast partially, which the CPU backend does not run");
+    int64_t sA = A.batch == 1 ? 0 : A.batchStride, sB = B.batch == 1 ? 0 : B.batchStride;
+    int64_t sC = batch == 1 ? 0 : C.batchStride;
+    // A batch against one weight with rows that run on across the batch is one big product.
+    if (batch > 1 && sB == 0 && !A.trans && sA == M * A.ld && sC == M * C.ld) {
+      M *= batch;
+      batch = 1;
+      sA = sC = 0;
+    }
+    line(llvm::formatv("rt::matmul<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, 1.0f, {6}, {7}, {8}, {9}, {10}, {11}, "
+                       "{12}, {13}, {14}, {15}, {16});",
+                       T(tc), boolean(A.trans), boolean(B.trans), M, N, K, A.p, A.ld, sA, B.p, B.ld, sB,
+                       acc() ? "1.0f" : "0.0f", C.p, C.ld, sC, batch)
+             .str());
+    return true;
+  }
+
+  static const char *binOp(OpKind k) {
+    switch (k) {
+    case OpKind::Add: return "rt::BinOp::Add";
+    case OpKind::Sub: return "rt::BinOp::Sub";
+    case OpKind::Mul: return "rt::BinOp::Mul";
+    default: return "rt::BinOp::Div";
+    }
+  }
+  static const char *unOp(OpKind k) {
+    switch (k) {
+    case OpKind::Neg: return "rt::UnOp::Neg";
+    case OpKind::Relu: return "rt::UnOp::Relu";
+    case OpKind::Gelu: return "rt::UnOp::Gelu";
+    case OpKind::Silu: return "rt::UnOp::Silu";
+    case OpKind::Tanh: return "rt::UnOp::Tanh";
+    case OpKind::Sigmoid: return "rt::UnOp::Sigmoid";
+    default: return "rt::UnOp::Exp";
+    }
+  }
+
+  bool binary() {
+    TensorId y = op->outputs[0];
+    if (!needDense(y, "the output"))
+      return false;
+    if (op->attrs.hasScalar) {
+      TensorId x = op->inputs[0];
+      if (!needDense(x, "the input") || !sameType({x, y}))
+        return false;
+      line(llvm::formatv("rt::binary_scalar<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(y),
+                         binOp(op->kind), ptr(x), number(op->attrs.scalar),
+                         boolean(op->attrs.scalarOnLeft), ptr(y), n(y), boolean(acc()))
+               .str());
+      return true;
+    }
+    TensorId ta = op->inputs[0], tb = op->inputs[1];
+    if (!sameType({ta, tb, y}))
+      return false;
+    std::vector<int64_t> out = sizes(y);
+    if (out.size() > 8)
+      return fail("rank above 8");
+    if (out.empty())
+      out = {1};
+    auto sa = shape(ta).empty() ? std::vector<int64_t>(out.size(), 0) : broadcastStrides(ta, out);
+    auto sb = shape(tb).empty() ? std::vector<int64_t>(out.size(), 0) : broadcastStrides(tb, out);
+    line(llvm::formatv("rt::binary<{0}>(ctx, {1}, {2}, dims{{{3}}, {4}, dims{{{5}}, {6}, dims{{{7}}, {8}, {9});",
+                       T(y), binOp(op->kind), ptr(ta), list(sa), ptr(tb), list(sb), ptr(y), list(out),
+                       out.size(), boolean(acc()))
+             .str());
+    return true;
+  }
+
+  bool unary() {
+    TensorId x = op->inputs[0], y = op->outputs[0];
+    if (!needDense(x, "the input") || !needDense(y, "the output") || !sameType({x, y}))
+      return false;
+    if (acc() || op->phase == Phase::Backward) // a negated gradient, possibly added in place
+      line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, nullptr, nullptr, {2}, {3}, {4}, {5});", T(y),
+                         unOp(op->kind), ptr(x), ptr(y), n(y), boolean(acc()))
+               .str());
+    else
+      line(llvm::formatv("rt::unary_fwd<{0}>(ctx, {1}, {2}, {3}, {4});", T(y), unOp(op->kind), ptr(x),
+                         ptr(y), n(y))
+               .str());
+    return true;
+  }
+
+  /// B, S, H, hd of a rope over x [..., S, H·hd].
+  bool ropeDims(TensorId x, const OpAttrs &at, int64_t &B, int64_t &S, int64_t &H, int64_t &hd) {
+    int64_t w = last(x);
+    hd = at.headDim > 0 ? at.headDim : w;
+    if (hd <= 0 || w % hd != 0 || hd % 2 != 0)
+      return fail("rope head size " + std::to_string(hd) + " does not divide the width " +
+                  std::to_string(w) + " into even heads");
+    H = w / hd;
+    S = shape(x).size() >= 2 ? shape(x)[shape(x).size() - 2].size : 1;
+    B = n(x) / std::max<int64_t>(1, S * w);
+    return true;
+  }
+
+  std::string seedExpr() const { return "seed"; }
+
+  bool attentionDims(const Op &fwd, int64_t &B, int64_t &S, int64_t &Skv, int64_t &H, int64_t &Hkv,
+                     int64_t &hd, std::string &rows) {
+    TensorId q = fwd.inputs[0], k = fwd.inputs[1], v = fwd.inputs[2];
+    if (shape(q).size() != 3)
+      return fail("attention over rank " + std::to_string(shape(q).size()) + " q; the CPU backend runs [batch, seq, heads·head]");
+    B = shape(q)[0].size;
+    S = shape(q)[1].size;
+    Skv = shape(k)[1].size;
+    H = fwd.attrs.heads;
+    Hkv = fwd.attrs.kvHeads ? fwd.attrs.kvHeads : H;
+    hd = shape(q)[2].size / H;
+    int64_t rq = strides(q)[1], rk = strides(k)[1], rv = strides(v)[1];
+    bool strided = rq != H * hd || rk != Hkv * hd || rv != Hkv * hd;
+    rows = strided ? llvm::formatv(", rt::AttnRows{{{0}, {1}, {2}}", rq, rk, rv).str() : "";
+    return true;
+  }
+
+  bool attentionForward() {
+    const OpAttrs &at = op->attrs;
+    int64_t B, S, Skv, H, Hkv, hd;
+    std::string rows;
+    if (!attentionDims(*op, B, S, Skv, H, Hkv, hd, rows))
+      return false;
+    TensorId q = op->inputs[0], k = op->inputs[1], v = op->inputs[2], o = op->outputs[0];
+    if (!sameType({q, k, v, o}))
+      return false;
+    std::string lse = at.fused ? ptr(op->outputs[1]) : "nullptr";
+    std::string scores = at.fused ? "nullptr" : ptr(op->outputs[1]);
+    line(llvm::formatv("rt::attention_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, "
+                       "{13}, {14}, {15}, {16}, {17}{18});",
+                       T(o), ptr(q), ptr(k), ptr(v), ptr(o), lse, scores, B, S, Skv, H, Hkv, hd,
+                       number(at.scale), boolean(at.causal), number(at.p), seedExpr(),
+                       at.stream == kNone ? 0 : at.stream, rows)
+             .str());
+    return true;
+  }
+
+  bool attentionBackward() {
+    const Op &fwd = s.ops[op->forwardOp];
+    const OpAttrs &at = fwd.attrs;
+    if (!at.fused)
+      return fail("the backward of materialised attention (fused = false) reads o, which the plan "
+                  "does not keep; the CPU backend runs fused attention only");
+    int64_t B, S, Skv, H, Hkv, hd;
+    std::string rows;
+    if (!attentionDims(fwd, B, S, Skv, H, Hkv, hd, rows))
+      return false;
+    // inputs: q, k, v, o, lse, dO; outputs: the gradients in gradMask order.
+    std::string d[3] = {"nullptr", "nullptr", "nullptr"};
+    unsigned out = 0;
+    int accs = -1;
+    for (unsigned i = 0; i < 3; ++i)
+      if (op->attrs.gradMask & (1u << i)) {
+        d[i] = ptr(op->outputs[out]);
+        int ai = acc(out) ? 1 : 0;
+        if (accs >= 0 && ai != accs)
+          return fail("attention gradients written partly in place and partly overwritten; the "
+                      "runtime takes one accumulate flag");
+        accs = ai;
+        ++out;
+      }
+    const auto &in = op->inputs;
+    line(llvm::formatv("rt::attention_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, nullptr, {6}, {7}, {8}, {9}, {10}, "
+                       "{11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}{22});",
+                       T(in[0]), ptr(in[0]), ptr(in[1]), ptr(in[2]), ptr(in[3]), ptr(in[4]), ptr(in[5]),
+                       d[0], d[1], d[2], B, S, Skv, H, Hkv, hd, number(at.scale), boolean(at.causal),
+                       number(at.p), seedExpr(), at.stream == kNone ? 0 : at.stream,
+                       boolean(accs == 1), rows)
+             .str());
+    return true;
+  }
+
+  /// outer × axis × inner of a reduction over `dim` of shape `x` (or everything).
+  void reduceDims(TensorId x, const OpAttrs &at, int64_t &outer, int64_t &axis, int64_t &inner) {
+    outer = 1, axis = n(x), inner = 1;
+    if (at.reduceAll)
+      return;
+    size_t d = 0;
+    normalizeAxis(at.dim, shape(x).size(), d);
+    outer = axis = inner = 1;
+    for (size_t i = 0; i < shape(x).size(); ++i)
+      (i < d ? outer : i == d ? axis : inner) *= shape(x)[i].size;
+  }
+
+  bool copy(TensorId src, TensorId dst, bool accumulate) {
+    std::vector<int64_t> sz = sizes(dst);
+    if (sz.empty())
+      sz = {1};
+    if (sz.size() > 8)
+      return fail("rank above 8");
+    // The source is read at the destination's shape (a gradient may be written at another
+    // shape with the same elements, [1, d] from [d]): dense sources reshape freely.
+    std::string srcStrides;
+    if (sizes(src) == sizes(dst) || (shape(dst).empty() && n(src) == 1))
+      srcStrides = "dims{" + list(shape(src).empty() ? std::vector<int64_t>{0} : strides(src)) + "}";
+    else if (dense(src))
+      srcStrides = "dims{" + list(std::vector<int64_t>(denseStrides(shape(dst)).begin(), denseStrides(shape(dst)).end())) + "}";
+    else
+      return fail("a strided copy between different shapes");
+    if (shape(dst).empty())
+      srcStrides = "dims{{0}}";
+    std::string dstStrides = dense(dst) ? "nullptr" : "dims{" + list(strides(dst)) + "}";
+    line(llvm::formatv("rt::copy<{0}, {1}>(ctx, {2}, {3}, {4}, {5}, dims{{{6}}, {7}, {8});", T(src), T(dst),
+                       ptr(src), srcStrides, ptr(dst), dstStrides, list(sz), sz.size(), boolean(accumulate))
+             .str());
+    return true;
+  }
+
+  bool emitOp() {
+    const auto &in = op->inputs;
+    const auto &out = op->outputs;
+    const OpAttrs &at = op->attrs;
+    switch (op->kind) {
+    case OpKind::Split:
+    case OpKind::Reshape:
+    case OpKind::Transpose:
+      return true; // views: no code
+    case OpKind::Matmul:
+      return matmul();
+    case OpKind::Add:
+    case OpKind::Sub:
+    case OpKind::Mul:
+    case OpKind::Div:
+      return binary();
+    case OpKind::Neg:
+    case OpKind::Relu:
+    case OpKind::Gelu:
+    case OpKind::Silu:
+    case OpKind::Tanh:
+    case OpKind::Sigmoid:
+    case OpKind::Exp:
+      return unary();
+    case OpKind::Dropout:
+      if (!needDense(in[0], "the input") || !sameType({in[0], out[0]}))
+        return false;
+      line(llvm::formatv("rt::dropout_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(out[0]), ptr(in[0]),
+                         ptr(out[0]), out.size() > 1 ? ptr(out[1]) : "nullptr", n(out[0]), number(at.p),
+                         seedExpr(), at.stream)
+               .str());
+      return true;
+    case OpKind::Rope: {
+      int64_t B, S, H, hd;
+      if (!needDense(in[0], "the input") || !sameType({in[0], out[0]}) || !ropeDims(in[0], at, B, S, H, hd))
+        return false;
+      line(llvm::formatv("rt::rope_fwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6}, {7});", T(out[0]),
+                         ptr(in[0]), ptr(out[0]), B, S, H, hd, number(at.theta))
+               .str());
+      return true;
+    }
+    case OpKind::Softmax: {
+      size_t d = 0;
+      normalizeAxis(at.dim, shape(in[0]).size(), d);
+      if (d + 1 != shape(in[0]).size())
+        return fail("softmax over a dimension other than the last");
+      if (!needDense(in[0], "the input") || !sameType({in[0], out[0]}))
+        return false;
+      line(llvm::formatv("rt::softmax_fwd<{0}>(ctx, {1}, {2}, {3}, {4});", T(out[0]), ptr(in[0]), ptr(out[0]),
+                         n(in[0]) / std::max<int64_t>(1, last(in[0])), last(in[0]))
+               .str());
+      return true;
+    }
+    case OpKind::LayerNorm: {
+      if (!needDense(in[0], "the input") || !sameType({in[0], in[1], out[0]}))
+        return false;
+      int64_t cols = last(in[0]);
+      line(llvm::formatv("rt::layer_norm_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9});", T(out[0]),
+                         ptr(in[0]), ptr(in[1]), in.size() > 2 ? ptr(in[2]) : "nullptr", ptr(out[0]),
+                         ptr(out[1]), ptr(out[2]), n(in[0]) / std::max<int64_t>(1, cols), cols, number(at.eps))
+               .str());
+      return true;
+    }
+    case OpKind::RmsNorm: {
+      if (!needDense(in[0], "the input") || !sameType({in[0], in[1], out[0]}))
+        return false;
+      int64_t cols = last(in[0]);
+      line(llvm::formatv("rt::rms_norm_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(out[0]), ptr(in[0]),
+                         ptr(in[1]), ptr(out[0]), ptr(out[1]), n(in[0]) / std::max<int64_t>(1, cols), cols,
+                         number(at.eps))
+               .str());
+      return true;
+    }
+    case OpKind::Attention:
+      return attentionForward();
+    case OpKind::Embedding: {
+      TensorId w = in[1];
+      if (!needDense(in[0], "the ids") || !sameType({w, out[0]}))
+        return false;
+      line(llvm::formatv("rt::embedding_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(out[0]), ptr(in[0]),
+                         ptr(w), ptr(out[0]), n(in[0]), last(w), shape(w)[0].size)
+               .str());
+      return true;
+    }
+    case OpKind::Sum:
+    case OpKind::Mean: {
+      int64_t outer, axis, inner;
+      reduceDims(in[0], at, outer, axis, inner);
+      if (!needDense(in[0], "the input") || !sameType({in[0], out[0]}))
+        return false;
+      line(llvm::formatv("rt::sum_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(out[0]), ptr(in[0]),
+                         ptr(out[0]), outer, axis, inner, boolean(op->kind == OpKind::Mean))
+               .str());
+      return true;
+    }
+    case OpKind::CrossEntropy:
+      if (!needDense(in[0], "the logits") || !needDense(in[1], "the labels"))
+        return false;
+      line(llvm::formatv("rt::cross_entropy_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(in[0]), ptr(in[0]),
+                         ptr(in[1]), ptr(out[0]), ptr(out[1]), n(in[1]), last(in[0]))
+               .str());
+      return true;
+    case OpKind::Positions:
+      line(llvm::formatv("rt::positions(ctx, {0}, {1});", ptr(out[0]), n(out[0])).str());
+      return true;
+    case OpKind::NextTokens: {
+      int64_t S = last(in[0]);
+      line(llvm::formatv("rt::next_tokens(ctx, {0}, {1}, {2}, {3});", ptr(in[0]), ptr(out[0]),
+                         n(in[0]) / std::max<int64_t>(1, S), S)
+               .str());
+      return true;
+    }
+    case OpKind::Concat: {
+      size_t axis = 0;
+      normalizeAxis(at.dim, shape(out[0]).size(), axis);
+      std::vector<int64_t> ost = strides(out[0]);
+      int64_t at0 = 0;
+      for (TensorId x : in) {
+        std::vector<int64_t> sz = sizes(x);
+        // The part of the output this input fills: a view at offset at0 along the axis.
+        std::string dst = ptr(out[0]);
+        int64_t off = at0 * ost[axis] * static_cast<int64_t>(bytesOf(s.tensors[out[0]].dtype));
+        std::string partPtr = "reinterpret_cast<" + T(out[0]) + "*>(reinterpret_cast<uint8_t*>(" + dst +
+                              ") + " + std::to_string(off) + ")";
+        line(llvm::formatv("rt::copy<{0}, {1}>(ctx, {2}, dims{{{3}}, {4}, dims{{{5}}, dims{{{6}}, {7}, false);",
+                           T(x), T(out[0]), ptr(x), list(strides(x)), partPtr, list(ost), list(sz), sz.size())
+                 .str());
+        at0 += sz[axis];
+      }
+      return true;
+    }
+    case OpKind::Contiguous:
+      return copy(in[0], out[0], acc());
+    case OpKind::ReduceTo: {
+      TensorId x = in[0], y = out[0];
+      if (!needDense(x, "the local gradient") || !sameType({x, y}))
+        return false;
+      std::vector<int64_t> xs = sizes(x);
+      std::vector<int64_t> ys = sizes(y), yst = strides(y), ost(xs.size(), 0);
+      size_t off = xs.size() - ys.size();
+      for (size_t i = 0; i < ys.size(); ++i)
+        ost[off + i] = ys[i] == 1 && xs[off + i] != 1 ? 0 : yst[i];
+      line(llvm::formatv("rt::reduce_to<{0}>(ctx, {1}, dims{{{2}}, {3}, {4}, dims{{{5}}, 1.0f, {6});", T(y), ptr(x),
+                         list(xs), xs.size(), ptr(y), list(ost), boolean(acc()))
+               .str());
+      return true;
+    }
+    case OpKind::Expand: { // the backward of sum/mean: dy spread over x's shape
+      TensorId dy = in[0], dx = out[0];
+      if (!needDense(dx, "the gradient") || !sameType({dy, dx}))
+        return false;
+      int64_t outer = 1, axis = n(dx), inner = 1;
+      if (!at.reduceAll) {
+        size_t d = 0;
+        normalizeAxis(at.dim, at.newShape.size(), d);
+        outer = axis = inner = 1;
+        for (size_t i = 0; i < at.newShape.size(); ++i)
+          (i < d ? outer : i == d ? axis : inner) *= at.newShape[i].size;
+      }
+      line(llvm::formatv("rt::sum_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(dx), ptr(dy), ptr(dx),
+                         outer, axis, inner, boolean(at.hasScalar), boolean(acc()))
+               .str());
+      return true;
+    }
+    case OpKind::Fill:
+      if (!needDense(out[0], "the filled tensor"))
+        return false;
+      line(llvm::formatv("rt::fill<{0}>(ctx, {1}, {2}, {3});", T(out[0]), ptr(out[0]), number(at.scalar),
+                         n(out[0]))
+               .str());
+      return true;
+    case OpKind::UnaryBackward:
+      return unaryBackward();
+    case OpKind::DivBackward:
+      return fail("the gradient of a division by a tensor has no CPU kernel yet");
+    case OpKind::SoftmaxBackward: {
+      TensorId y = in[0], dy = in[1], dx = out[0];
+      if (!needDense(dx, "the gradient") || !needDense(dy, "the output gradient") || !sameType({y, dy, dx}))
+        return false;
+      line(llvm::formatv("rt::softmax_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(dx), ptr(y), ptr(dy),
+                         ptr(dx), n(y) / std::max<int64_t>(1, last(y)), last(y), boolean(acc()))
+               .str());
+      return true;
+    }
+    case OpKind::LayerNormBackward:
+    case OpKind::RmsNormBackward:
+      return normBackward();
+    case OpKind::AttentionBackward:
+      return attentionBackward();
+    case OpKind::EmbeddingBackward: {
+      TensorId ids = in[0], dy = in[1], dw = out[0];
+      if (!needDense(dy, "the output gradient") || !sameType({dy, dw}))
+        return false;
+      if (!acc()) // the kernel scatter-adds: a first write starts from zero
+        line(llvm::formatv("rt::fill<{0}>(ctx, {1}, 0.0f, {2});", T(dw), ptr(dw), n(dw)).str());
+      line(llvm::formatv("rt::embedding_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(dw), ptr(ids), ptr(dy),
+                         ptr(dw), n(ids), last(dw), shape(dw)[0].size)
+               .str());
+      return true;
+    }
+    case OpKind::CrossEntropyBackward: {
+      TensorId x = in[0], labels = in[1], lse = in[2], dloss = in[3], dx = out[0];
+      if (!needDense(dx, "the gradient") || !sameType({x, dx}))
+        return false;
+      line(llvm::formatv("rt::cross_entropy_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(x),
+                         ptr(labels), ptr(lse), ptr(dloss), ptr(dx), n(labels), last(x), boolean(acc()))
+               .str());
+      return true;
+    }
+    case OpKind::ZeroGrad:
+    case OpKind::SumSquares:
+    case OpKind::OptimizerUpdate:
+    case OpKind::Scale:
+      return fail("internal error: an optimizer-phase op in the micro-batch");
+    }
+    return fail("no CPU code for op kind " + opName(op->kind).str());
+  }
+
+  bool unaryBackward() {
+    const OpAttrs &at = op->attrs;
+    TensorId dx = op->outputs[0];
+    TensorId dy = op->inputs.back();
+    if (!needDense(dx, "the gradient") || !needDense(dy, "the output gradient"))
+      return false;
+    switch (at.of) {
+    case OpKind::Gelu:
+    case OpKind::Silu:
+      if (!sameType({op->inputs[0], dy, dx}))
+        return false;
+      line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6});", T(dx), unOp(at.of),
+                         ptr(op->inputs[0]), ptr(dy), ptr(dx), n(dx), boolean(acc()))
+               .str());
+      return true;
+    case OpKind::Relu:
+    case OpKind::Tanh:
+    case OpKind::Sigmoid:
+    case OpKind::Exp:
+      if (!sameType({op->inputs[0], dy, dx}))
+        return false;
+      line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, nullptr, {2}, {3}, {4}, {5}, {6});", T(dx), unOp(at.of),
+                         ptr(op->inputs[0]), ptr(dy), ptr(dx), n(dx), boolean(acc()))
+               .str());
+      return true;
+    case OpKind::Neg:
+      line(llvm::formatv("rt::unary_bwd<{0}>(ctx, rt::UnOp::Neg, nullptr, nullptr, {1}, {2}, {3}, {4});", T(dx),
+                         ptr(dy), ptr(dx), n(dx), boolean(acc()))
+               .str());
+      return true;
+    case OpKind::Dropout:
+      line(llvm::formatv("rt::dropout_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(dy),
+                         ptr(op->inputs[0]), ptr(dx), n(dx), number(at.p), seedExpr(), at.stream, boolean(acc()))
+               .str());
+      return true;
+    case OpKind::Rope: {
+      int64_t B, S, H, hd;
+      if (!ropeDims(dx, at, B, S, H, hd))
+        return false;
+      line(llvm::formatv("rt::rope_bwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(dy),
+                         ptr(dx), B, S, H, hd, number(at.theta), boolean(acc()))
+               .str());
+      return true;
+    }
+    default:
+      return fail("no CPU backward for " + opName(at.of).str());
+    }
+  }
+
+  bool normBackward() {
+    bool layer = op->kind == OpKind::LayerNormBackward;
+    const auto &in = op->inputs;
+    // inputs: x, w, (mean,) rstd, dy; outputs: dx, dw, db as gradMask says.
+    TensorId x = in[0], w = in[1], dy = in.back();
+    std::string d[3] = {"nullptr", "nullptr", "nullptr"};
+    unsigned out = 0;
+    bool accDx = false;
+    for (unsigned i = 0; i < 3; ++i)
+      if (op->attrs.gradMask & (1u << i)) {
+        TensorId t = op->outputs[out];
+        if (!needDense(t, "a norm gradient"))
+          return false;
+        d[i] = ptr(t);
+        if (i == 0)
+          accDx = acc(out);
+        else if (!acc(out)) // weight and bias gradients: the kernel always adds
+          line(llvm::formatv("rt::fill<{0}>(ctx, {1}, 0.0f, {2});", T(t), d[i], n(t)).str());
+        ++out;
+      }
+    if (!needDense(x, "the input") || !needDense(dy, "the output gradient") || !sameType({x, w, dy}))
+      return false;
+    int64_t cols = last(x), rows = n(x) / std::max<int64_t>(1, cols);
+    if (layer)
+      line(llvm::formatv("rt::layer_norm_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11});",
+                         T(x), ptr(x), ptr(w), ptr(in[2]), ptr(in[3]), ptr(dy), d[0], d[1], d[2], rows, cols,
+                         boolean(accDx))
+               .str());
+    else
+      line(llvm::formatv("rt::rms_norm_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9});", T(x), ptr(x),
+                         ptr(w), ptr(in[2]), ptr(dy), d[0], d[1], rows, cols, boolean(accDx))
+               .str());
+    return true;
+  }
+
+  // ---- 3. the step --------------------------------------------------------------------------
+
+  std::string where(const Op &o) const {
+    std::string w = opt.where ? opt.where(o.range.Start) : "";
+    return w.empty() ? "" : " — " + commentSafe(w);
+  }
+
+  /// micro_step(): the forward, recompute and backward entries.
+  bool microStep(std::string &outText) {
+    std::vector<uint32_t> stepOfEntry(a.stepSchedule.size(), static_cast<uint32_t>(a.schedule.size()));
+    for (size_t k = 0; k + 1 < a.stepIndexOf.size(); ++k)
+      for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1]; ++e)
+        stepOfEntry[e] = static_cast<uint32_t>(k);
+    body.clear();
+    const char *kinds[] = {"forward", "backward", "recompute", "optimizer"};
+    for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
+      const StepEntry &se = a.stepSchedule[e];
+      if (se.kind == StepEntry::Optimizer)
+        continue;
+      op = &s.ops[se.op];
+      step = stepOfEntry[e];
+      if (opClass(op->kind) == OpClass::View)
+        continue;
+      body += "\n  // " + commentSafe(op->path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
+      line(std::string("op_class = \"") + className(op->kind) + "\";");
+      if (!emitOp() || !error.empty())
+        return false;
+      if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
+        line("loss = rt::load(*" + ptr(s.loss) + ");");
+    }
+    op = nullptr;
+    outText = "/// The forward and backward of one micro-batch (the data region holds it); its loss.\n"
+              "static double micro_step(rt::Ctx &ctx, uint64_t seed) {\n  double loss = 0;\n" +
+              body + "  return loss;\n}\n";
+    return true;
+  }
+
+  /// update(): the optimizer entries; zero_grad(): the last one.
+  bool update(std::string &updateText, std::string &zeroText) {
+    Dtype gd = plan.precision.grads, pd = plan.precision.params, md = plan.precision.master;
+    std::string G = ctype(gd);
+    if (G.empty() || !isFloat(gd))
+      return fail("gradients in " + nameOf(gd).str() + " are not supported by the CPU runtime");
+    bool hasMaster = md != Dtype::Invalid;
+    if (hasMaster && md != Dtype::F32)
+      return fail("a " + nameOf(md).str() + " master copy: the CPU optimizers keep fp32 master weights");
+    if (!hasMaster && pd != Dtype::F32)
+      return fail("parameters in " + nameOf(pd).str() + " without an fp32 master copy: the CPU optimizers "
+                  "update fp32 weights");
+    if (hasMaster && pd != gd)
+      return fail("parameters in " + nameOf(pd).str() + " with gradients in " + nameOf(gd).str() +
+                  ": the CPU optimizers refresh the model copy in the gradients' type");
+    if (plan.precision.optimizer != Dtype::F32)
+      return fail("optimizer state in " + nameOf(plan.precision.optimizer).str() + ": the CPU optimizers keep fp32 state");
+    const OptimizerSpec &o = plan.optimizer;
+    unsigned states = optimizerStates(o);
+    // The table: per trainable parameter, its element count and its offsets.
+    std::string table = "/// Per trainable parameter: elements, then byte offsets of the fp32 weights (master, or the\n"
+                        "/// params region), the model copy (-1: none), the gradient and each optimizer state.\n"
+                        "struct UpdateEntry { int64_t n, p, pm, g, s0, s1; };\n"
+                        "static const UpdateEntry kUpdate[] = {\n";
+    size_t count = 0;
+    for (const ParamInfo &pi : s.params) {
+      if (!pi.trainable)
+        continue;
+      TensorId t = pi.tensor;
+      int64_t p = hasMaster ? masterOffset.at(t) : paramOffset.at(t);
+      int64_t pm = hasMaster ? paramOffset.at(t) : -1;
+      int64_t s0 = states > 0 ? stateOffset.at({t, 0}) : -1, s1 = states > 1 ? stateOffset.at({t, 1}) : -1;
+      table += llvm::formatv("    {{{0}, {1}, {2}, {3}, {4}, {5}}, // {6}\n", n(t), p, pm, gradOffset.at(t), s0, s1,
+                             commentSafe(pi.path))
+                   .str();
+      ++count;
+    }
+    if (count == 0)
+      table += "    {0, 0, -1, 0, -1, -1},\n";
+    table += "};\n\n";
+    std::string gscale = "gscale";
+    std::string call;
+    float lr = static_cast<float>(o.lr), wd = static_cast<float>(o.weightDecay);
+    std::string P = hasMaster ? "M<float>(e.p)" : "P<float>(e.p)";
+    std::string PM = hasMaster ? "e.pm < 0 ? nullptr : P<" + G + ">(e.pm)" : "static_cast<" + G + "*>(nullptr)";
+    std::string g = "G<" + G + ">(e.g)", s0 = "O<float>(e.s0)", s1 = "O<float>(e.s1)";
+    if (o.name == "AdamW" || o.name == "Adam")
+      call = llvm::formatv("rt::adam_update<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, e.n, {6}, {7}, {8}, {9}, {10}, {11}, step, gscale);",
+                           G, P, PM, g, s0, s1, number(lr), number(o.beta1), number(o.beta2), number(o.eps),
+                           number(wd), o.name == "AdamW" ? "true" : "false")
+                 .str();
+    else if (o.name == "SGD")
+      call = llvm::formatv("rt::sgd_update<{0}>(ctx, {1}, {2}, {3}, {4}, e.n, {5}, {6}, {7}, gscale);", G, P, PM, g,
+                           states > 0 ? s0 : "nullptr", number(lr), number(o.momentum), number(wd))
+                 .str();
+    else if (o.name == "AdaGrad")
+      call = llvm::formatv("rt::adagrad_update<{0}>(ctx, {1}, {2}, {3}, {4}, e.n, {5}, {6}, {7}, gscale);", G, P, PM,
+                           g, s0, number(lr), number(o.eps), number(wd))
+                 .str();
+    else if (o.name == "RMSprop")
+      call = llvm::formatv("rt::rmsprop_update<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, e.n, {6}, {7}, {8}, {9}, {10}, gscale);",
+                           G, P, PM, g, s0, states > 1 ? s1 : "nullptr", number(lr),
+                           number(o.beta2 > 0 ? o.beta2 : 0.99), number(o.eps), number(wd), number(o.momentum))
+                 .str();
+    else if (o.name == "Lion")
+      call = llvm::formatv("rt::lion_update<{0}>(ctx, {1}, {2}, {3}, {4}, e.n, {5}, {6}, {7}, {8}, gscale);", G, P, PM,
+                           g, s0, number(lr), number(o.beta1), number(o.beta2), number(wd))
+                 .str();
+    else
+      return fail("optimizer " + o.name + " has no CPU update");
+    int64_t gradElems = a.regions.grads.bytes / static_cast<int64_t>(bytesOf(gd));
+    body.clear();
+    bool scaled = plan.precision.lossScaling;
+    for (const StepEntry &se : a.stepSchedule) {
+      if (se.kind != StepEntry::Optimizer)
+        continue;
+      op = &s.ops[se.op];
+      switch (op->kind) {
+      case OpKind::SumSquares:
+        body += "\n  // " + commentSafe(op->path) + ": the overflow check of fp16 loss scaling\n";
+        line("op_class = \"Reduction\";");
+        line("float sumsq = 0;");
+        line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, &sumsq);", G, gradElems).str());
+        line("if (!std::isfinite(sumsq))");
+        line("  return false; // skip the step: a gradient overflowed");
+        break;
+      case OpKind::OptimizerUpdate:
+        body += "\n  // " + commentSafe(op->path) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
+        line("op_class = \"Elementwise\";");
+        line("const float gscale = " + std::string(scaled ? "1.0f / kLossScale" : "1.0f") + ";");
+        line("for (const UpdateEntry &e : kUpdate)");
+        line("  if (e.n > 0)");
+        line("    " + call);
+        break;
+      case OpKind::ZeroGrad:
+        break; // zero_grad() below
+      default:
+        return fail("no CPU code for optimizer-phase op " + opName(op->kind).str());
+      }
+    }
+    op = nullptr;
+    updateText = table + "/// The optimizer phase: false when the step was skipped (fp16 overflow).\n"
+                         "static bool update(rt::Ctx &ctx, int64_t step) {\n" +
+                 body + "  return true;\n}\n";
+    zeroText = llvm::formatv("/// zero_grad: the whole gradient region (padding included) back to zero.\n"
+                             "static void zero_grad(rt::Ctx &ctx) {{\n  op_class = \"Data\";\n"
+                             "  rt::fill<{0}>(ctx, G<{0}>(0), 0.0f, {1});\n}\n",
+                             G, gradElems)
+                   .str();
+    if (count == 0)
+      zeroText = "static void zero_grad(rt::Ctx &) {}\n";
+    return true;
+  }
+
+  /// kLayout's tables: parameters and inputs.
+  std::string tables() {
+    std::string out = "static const ParamInfo kParams[] = {\n";
+    for (const ParamInfo &pi : s.params) {
+      const Tensor &t = s.tensors[pi.tensor];
+      std::vector<int64_t> sz = sizes(pi.tensor);
+      llvm::StringRef leaf = llvm::StringRef(pi.path).rsplit('.').second;
+      if (leaf.empty())
+        leaf = pi.path;
+      const char *init = sz.size() >= 2 ? "Init::Normal002" : leaf == "weight" ? "Init::Ones" : "Init::Zeros";
+      auto g = gradOffset.find(pi.tensor);
+      auto m = masterOffset.find(pi.tensor);
+      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}, {8}, {9}},\n", literal(tensorName(pi.path)),
+                           stName(t.dtype), sz.size(), list(sz), n(pi.tensor), paramOffset.at(pi.tensor),
+                           boolean(pi.trainable), g == gradOffset.end() ? -1 : g->second,
+                           m == masterOffset.end() ? -1 : m->second, init)
+                 .str();
+    }
+    if (s.params.empty())
+      out += "    {{\"\", \"F32\", 0, {}, 0}, 0, false, -1, -1, Init::Zeros},\n";
+    out += "};\n\nstatic const InputInfo kInputs[] = {\n";
+    for (TensorId t : s.inputs) {
+      const Tensor &x = s.tensors[t];
+      std::vector<int64_t> sz = sizes(t);
+      bool batched = !x.shape.empty() && x.shape[0].sym != 0 && s.symbols[x.shape[0].sym] == "batch";
+      int64_t vocab = 2;
+      for (const Op &o : s.ops)
+        if (o.kind == OpKind::Embedding && base(o.inputs[0]) == t)
+          vocab = shape(o.inputs[1])[0].size;
+      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}},\n", literal(x.name), stName(x.dtype),
+                           sz.size(), list(sz), n(t), dataOffset.at(t), boolean(batched), vocab)
+                 .str();
+    }
+    if (s.inputs.empty())
+      out += "    {{\"\", \"F32\", 0, {}, 0}, 0, false, 0},\n";
+    return out + "};\n";
+  }
+
+  bool checkPlan() {
+    const Parallelism &par = plan.parallel;
+    if (!plan.isTrain)
+      return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
+    if (s.loss == kNone)
+      return fail("the model returns no loss to train on");
+    if (par.devices != 1 || par.tensor != 1 || par.pipeline != 1 || par.context != 1)
+      return fail("the CPU backend runs one device (data parallel over MPI is not built yet); this plan "
+                  "uses " + std::to_string(par.devices) + " devices");
+    for (TensorId t : s.inputs)
+      if (ctype(s.tensors[t].dtype).empty())
+        return fail("input " + s.tensors[t].name + " has dtype " + nameOf(s.tensors[t].dtype).str());
+    if (plan.microBatch <= 0 || plan.batch % plan.microBatch != 0)
+      return fail("the batch is not a whole number of micro-batches");
+    return true;
+  }
+
+  bool run(std::vector<File> &files) {
+    index();
+    if (!checkPlan())
+      return false;
+    std::string micro, upd, zero;
+    if (!microStep(micro) || !update(upd, zero))
+      return false;
+    const Graph &g = *a.graph;
+    double lossScale = plan.precision.lossScaling ? kLossScale : 1.0;
+    std::string src;
+    llvm::raw_string_ostream os(src);
+    os << "// Generated by `tally build` from " << commentSafe(opt.source) << ", plan " << commentSafe(plan.name)
+       << ": the training step of " << commentSafe(g.model) << " on the CPU.\n"
+       << "// One call per op of the step graph (`tally report --emit=ir`), in the order of the schedule\n"
+       << "// (`tally report --emit=memory-plan`); every operand is a byte offset into one region:\n"
+       << "//   A arena " << a.arenaBytes << " B, P params " << a.regions.params.bytes << " B, G grads "
+       << a.regions.grads.bytes << " B, M master " << a.regions.master.bytes << " B,\n"
+       << "//   O optimizer state " << a.regions.optimizer.bytes << " B, D data " << dataBytes << " B.\n"
+       << "// Kernels: runtime/cpu/tally_rt.h (codegen/runtime/API.md). Rewritten by every `tally build`.\n"
+       << "#include \"cpu/tally_rt.h\"\n#include \"driver/tally_step.h\"\n\n#include <cmath>\n\n"
+       << "namespace tally_step {\n\nMemory mem;\nconst char *op_class = \"\";\n\nnamespace {\n\n"
+       << "template <class T> T *A(int64_t off) { return reinterpret_cast<T *>(mem.arena + off); }\n"
+       << "template <class T> T *P(int64_t off) { return reinterpret_cast<T *>(mem.params + off); }\n"
+       << "template <class T> T *G(int64_t off) { return reinterpret_cast<T *>(mem.grads + off); }\n"
+       << "template <class T> T *M(int64_t off) { return reinterpret_cast<T *>(mem.master + off); }\n"
+       << "template <class T> T *O(int64_t off) { return reinterpret_cast<T *>(mem.optimizer + off); }\n"
+       << "template <class T> T *D(int64_t off) { return reinterpret_cast<T *>(mem.data + off); }\n"
+       << "/// Shapes and strides passed inline: dims{{16, 64}} converts to const int64_t *.\n"
+       << "struct dims {\n  int64_t v[8];\n  operator const int64_t *() const { return v; }\n};\n"
+       << "constexpr float kLossScale = " << number(lossScale) << ";\n\n"
+       << tables() << "\n"
+       << micro << "\n" << upd << "\n" << zero << "\n"
+       << "} // namespace\n\n"
+       << "const Layout kLayout = {" << literal(g.model) << ", " << literal(plan.name) << ", "
+       << literal(opt.source) << ", \"cpu\", " << a.arenaBytes << ", " << a.regions.params.bytes << ", "
+       << a.regions.grads.bytes << ", " << a.regions.master.bytes << ", " << a.regions.optimizer.bytes << ", "
+       << dataBytes << ", \"" << stName(plan.precision.grads) << "\", \""
+       << (plan.precision.master == Dtype::Invalid ? "" : stName(plan.precision.master)) << "\", "
+       << plan.batch << ", " << plan.microBatch << ", " << plan.batch / plan.microBatch << ", "
+       << number(lossScale) << ", " << llvm::formatv("{0:e6}", a.flops.step).str() << ", "
+       << (s.params.empty() ? 0 : s.params.size()) << ", " << s.inputs.size() << ", kParams, kInputs};\n\n"
+       << "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
+       << "                  void (*before_zero)(), bool *updated) {\n"
+       << "  double loss = 0;\n"
+       << "  for (int64_t m = 0; m < kLayout.microSteps; ++m) {\n"
+       << "    load_micro_batch(m);\n"
+       << "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n"
+       << "  }\n"
+       << "  *updated = update(ctx, step);\n"
+       << "  if (before_zero)\n    before_zero();\n"
+       << "  zero_grad(ctx);\n"
+       << "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n"
+       << "} // namespace tally_step\n";
+    os.flush();
+    files.push_back({"step.cpp", src});
+    files.push_back({"CMakeLists.txt",
+                     "# Generated by `tally build`: the training step and its driver, linked with the CPU\n"
+                     "# runtime (OpenBLAS, OpenMP). cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build\n"
+                     "cmake_minimum_required(VERSION 3.16)\n"
+                     "project(tally_step CXX)\n"
+                     "set(CMAKE_CXX_STANDARD 17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n"
+                     "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n"
+                     "include(${CMAKE_CURRENT_LIST_DIR}/runtime/cpu/tally_rt_cpu.cmake)\n"
+                     "add_executable(tally_step step.cpp runtime/driver/driver_cpu.cpp)\n"
+                     "target_include_directories(tally_step PRIVATE ${CMAKE_CURRENT_LIST_DIR}/runtime)\n"
+                     "target_link_libraries(tally_step PRIVATE tally_rt_cpu)\n"});
+    for (const RuntimeFile &f : runtimeFiles()) {
+      llvm::StringRef p(f.path);
+      if (p.startswith("cuda/"))
+        continue;
+      files.push_back({"runtime/" + p.str(), f.text});
+    }
+    return true;
+  }
+};
+
+} // namespace
+
+std::string emitCpuStep(const Analysis &a, const EmitOptions &options, std::vector<File> &out) {
+  if (!a.step || !a.plan || !a.graph)
+    return "nothing to generate: the plan was not analyzed";
+  Emitter e(a, options);
+  if (!e.run(out))
+    return e.error.empty() ? "the step could not be generated" : e.error;
+  return "";
+}
+
+} // namespace tally::codegen

@@ -1,0 +1,77 @@
+// tally generated steps: the interface between a generated training step (step.cpp, written by
+// `tally build`) and the driver that runs it (driver_cpu.cpp, the same for every model). The
+// step describes its memory plan in kLayout; the driver allocates exactly those regions, fills
+// the parameters and the data, runs train_step and prints what it measured as JSON.
+#pragma once
+
+#include <cstdint>
+
+namespace rt {
+struct Ctx;
+}
+
+namespace tally_step {
+
+constexpr int kMaxRank = 8;
+
+/// A tensor the driver reads or writes by name: parameters and input data.
+struct TensorInfo {
+  const char *name;      ///< "h.0.attn.qkv.weight" (safetensors naming: `h[0]` is `h.0`)
+  const char *dtype;     ///< "F32", "BF16", "F16", "I32"
+  int rank;
+  int64_t shape[kMaxRank];
+  int64_t numel;
+};
+
+/// How the driver initialises a parameter when no --init file is given.
+enum class Init : int { Normal002, Ones, Zeros };
+
+struct ParamInfo {
+  TensorInfo t;
+  int64_t offset;        ///< byte offset in the params region
+  bool trainable;
+  int64_t grad;          ///< byte offset in the grads region (-1: frozen)
+  int64_t master;        ///< byte offset in the master region (-1: no master copy)
+  Init init;
+};
+
+struct InputInfo {
+  TensorInfo t;          ///< the shape of one micro-batch
+  int64_t offset;        ///< byte offset in the data region
+  bool batched;          ///< the first dimension is the batch: micro-batch m reads rows m·mb..
+  int64_t vocab;         ///< integer inputs without --data: drawn uniformly in [0, vocab)
+};
+
+/// The memory plan in bytes, the step's shape and the tables above.
+struct Layout {
+  const char *model, *plan, *source, *backend;
+  int64_t arenaBytes, paramsBytes, gradsBytes, masterBytes, optimizerBytes, dataBytes;
+  const char *gradsDtype, *masterDtype; ///< masterDtype "" when there is no master copy
+  int64_t batch, microBatch, microSteps;
+  double lossScale;      ///< 1 unless fp16 loss scaling
+  double modelFlops;     ///< model FLOPs of one optimizer step (forward + backward + update)
+  int nparams, ninputs;
+  const ParamInfo *params;
+  const InputInfo *inputs;
+};
+extern const Layout kLayout;
+
+/// The regions, allocated by the driver (aligned to 256 bytes, zero-filled) before any call.
+struct Memory {
+  uint8_t *arena, *params, *grads, *master, *optimizer, *data;
+};
+extern Memory mem;
+
+/// The op class of the kernel running now ("Matmul", "Attention", ...): the driver's kernel
+/// timer files each kernel's time under it.
+extern const char *op_class;
+
+/// One optimizer step: for each micro-batch, load_micro_batch(m) fills the data region and
+/// the forward and backward run; then the update (skipped when fp16 gradients overflowed) and,
+/// after before_zero (may be null), zero-grad. Returns the mean loss of the micro-batches;
+/// *updated says whether the update ran. `step` is 1-based (Adam's bias correction); `seed`
+/// keys the random streams (dropout), micro-batch m using seed + m.
+double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),
+                  void (*before_zero)(), bool *updated);
+
+} // namespace tally_step

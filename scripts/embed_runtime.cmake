@@ -1,0 +1,16 @@
+# Embeds the kernel runtime and the generated steps' driver into tally (codegen/RuntimeFiles.cpp
+# includes the result), so `tally build` writes a folder that builds on its own.
+# -DROOT=<repo>/codegen -DOUT=<file.inc> -DFILES=<list of absolute paths under ROOT>
+set(TEXT "")
+foreach(F ${FILES})
+  file(RELATIVE_PATH REL ${ROOT} ${F})
+  string(REGEX REPLACE "^runtime/" "" REL ${REL})
+  file(READ ${F} CONTENT)
+  string(FIND "${CONTENT}" ")tally_rt\"" BAD)
+  if(NOT BAD EQUAL -1)
+    message(FATAL_ERROR "${F} contains the raw-string delimiter )tally_rt\"")
+  endif()
+  string(APPEND TEXT "{\"${REL}\", R\"tally_rt(${CONTENT})tally_rt\"},\n")
+endforeach()
+file(WRITE ${OUT}.tmp "${TEXT}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different ${OUT}.tmp ${OUT})

@@ -1,0 +1,427 @@
+// `tally build FILE --backend cpu -o DIR`: writes the generated training step of a train plan
+// (codegen/EmitCpu.cpp) with its runtime, driver and CMakeLists.txt into DIR.
+// `tally run FILE --backend cpu [--steps N] [--format json]`: builds that folder once (cached
+// by a hash of every generated file, under $TALLY_CACHE_DIR or ~/.cache/tally), runs it, and
+// prints the estimates beside what the run measured: step time, time per op class, the top
+// kernels, arena and peak memory, MFU and the loss of every step.
+//
+// Exit codes: 0 success; 1 an error in the file, a plan the backend cannot generate, a failed
+// build or a failed run; 2 bad usage.
+#include "codegen/Emit.h"
+#include "frontend/Compiler.h"
+#include "ir/Units.h"
+#include "tools/tally/Commands.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SHA1.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <thread>
+
+using namespace llvm;
+
+namespace tally {
+namespace buildopts {
+
+cl::SubCommand Build("build", "Write the generated training step of a train plan (C++ for the CPU) into a folder");
+cl::SubCommand Run("run", "Build and run the generated training step; print estimates beside measurements");
+cl::OptionCategory Cat("tally build/run options");
+
+cl::opt<std::string> File(cl::Positional, cl::desc("<file>"), cl::Required, cl::sub(Build), cl::sub(Run),
+                          cl::cat(Cat));
+cl::opt<std::string> PlanName("plan", cl::desc("The train plan (default: the first)"), cl::value_desc("name"),
+                              cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> Backend("backend", cl::desc("Where the step runs: cpu (the only backend built so far)"),
+                             cl::value_desc("cpu"), cl::init("cpu"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> Output("o", cl::desc("build: the folder to write"), cl::value_desc("dir"), cl::sub(Build),
+                            cl::cat(Cat));
+cl::opt<int64_t> Steps("steps", cl::desc("run: timed steps (default 10)"), cl::init(10), cl::sub(Run), cl::cat(Cat));
+cl::opt<int64_t> Warmup("warmup", cl::desc("run: training steps before the timed ones (default 2)"), cl::init(2),
+                        cl::sub(Run), cl::cat(Cat));
+cl::opt<int64_t> Threads("threads", cl::desc("run: OpenMP threads (default: all)"), cl::init(0), cl::sub(Run),
+                         cl::cat(Cat));
+cl::opt<int64_t> Seed("seed", cl::desc("run: seed of the initialisation, the random data and dropout"), cl::init(1),
+                      cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> Init("init", cl::desc("run: initial weights (safetensors, names like h.0.attn.qkv.weight)"),
+                          cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> Data("data", cl::desc("run: the batch (safetensors: one tensor per model input, [batch, ...])"),
+                          cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> Save("save", cl::desc("run: write the weights after the last step (safetensors, F32)"),
+                          cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> DumpGrads("dump-grads", cl::desc("run: write the last step's gradients (safetensors, F32)"),
+                               cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
+enum class Format { Text, Json };
+cl::opt<Format> OutFormat("format", cl::desc("run: output format"),
+                          cl::values(clEnumValN(Format::Text, "text", "a table (default)"),
+                                     clEnumValN(Format::Json, "json", "one JSON object")),
+                          cl::init(Format::Text), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> TargetOverride("target", cl::desc("Override the target of the estimates"),
+                                    cl::value_desc("target"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> PrecisionOverride("precision", cl::desc("Override the precision preset"),
+                                       cl::value_desc("preset"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> CheckpointOverride("checkpoint", cl::desc("Override the checkpoint policy"),
+                                        cl::value_desc("policy"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+cl::opt<int64_t> BatchOverride("batch", cl::desc("Override the batch size"), cl::init(0), cl::sub(Build),
+                               cl::sub(Run), cl::cat(Cat));
+cl::opt<int64_t> MicroBatchOverride("micro-batch", cl::desc("Override the micro-batch size"), cl::init(0),
+                                    cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+cl::opt<bool> NoColor("no-color", cl::desc("Do not color diagnostics"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+
+} // namespace buildopts
+
+namespace {
+
+using namespace buildopts;
+
+int usageError(const std::string &msg) {
+  errs() << "tally: error: " << msg << "\n";
+  return 2;
+}
+int failure(const std::string &msg) {
+  errs() << "tally: error: " << msg << "\n";
+  return 1;
+}
+
+PlanOverrides overrides() {
+  PlanOverrides o;
+  o.target = TargetOverride;
+  o.precision = PrecisionOverride;
+  o.checkpoint = CheckpointOverride;
+  o.batch = BatchOverride;
+  o.microBatch = MicroBatchOverride;
+  return o;
+}
+
+/// Writes the files under dir (created as needed); "" or the first I/O error.
+std::string writeFiles(StringRef dir, const std::vector<codegen::File> &files) {
+  for (const codegen::File &f : files) {
+    SmallString<256> path(dir);
+    sys::path::append(path, f.path);
+    if (std::error_code ec = sys::fs::create_directories(sys::path::parent_path(path)))
+      return "cannot create " + sys::path::parent_path(path).str() + ": " + ec.message();
+    std::error_code ec;
+    raw_fd_ostream os(path, ec, sys::fs::OF_None);
+    if (ec)
+      return "cannot write " + path.str().str() + ": " + ec.message();
+    os << f.text;
+    os.close();
+    if (os.has_error())
+      return "cannot write " + path.str().str() + ": " + os.error().message();
+  }
+  return "";
+}
+
+/// Runs a program; its stdout and stderr go to `log` (appended). True when it exits 0.
+bool execute(StringRef program, ArrayRef<StringRef> args, StringRef log, std::string &why) {
+  Optional<StringRef> redirects[] = {StringRef(""), log, log};
+  std::string err;
+  int rc = sys::ExecuteAndWait(program, args, None, redirects, 0, 0, &err);
+  if (rc != 0) {
+    why = err.empty() ? program.str() + " exited with " + std::to_string(rc) : err;
+    return false;
+  }
+  return true;
+}
+
+std::string tail(StringRef path, size_t lines) {
+  auto buf = MemoryBuffer::getFile(path);
+  if (!buf)
+    return "";
+  SmallVector<StringRef, 64> all;
+  (*buf)->getBuffer().split(all, '\n');
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
+    out += all[i].str() + "\n";
+  return out;
+}
+
+/// The folder the step is built in: the cache entry for these files, built when missing.
+/// Returns "" and sets `binary`, or why the build failed.
+std::string buildCached(const std::vector<codegen::File> &files, std::string &binary) {
+  SHA1 sha;
+  for (const codegen::File &f : files) {
+    sha.update(f.path);
+    sha.update(StringRef("\0", 1));
+    sha.update(f.text);
+    sha.update(StringRef("\0", 1));
+  }
+  std::string hash = toHex(sha.final()).substr(0, 20);
+  SmallString<256> cache;
+  if (Optional<std::string> env = sys::Process::GetEnv("TALLY_CACHE_DIR")) {
+    cache = *env;
+  } else if (Optional<std::string> xdg = sys::Process::GetEnv("XDG_CACHE_HOME")) {
+    cache = *xdg;
+    sys::path::append(cache, "tally");
+  } else if (!sys::path::home_directory(cache)) {
+    return "no cache folder: set TALLY_CACHE_DIR";
+  } else {
+    sys::path::append(cache, ".cache", "tally");
+  }
+  SmallString<256> dir(cache);
+  sys::path::append(dir, "step-" + hash);
+  SmallString<256> bin(dir);
+  sys::path::append(bin, "build", "tally_step");
+  binary = bin.str().str();
+  if (sys::fs::can_execute(binary))
+    return "";
+  // Build in a private folder and rename it into place, so concurrent runs never see half a build.
+  SmallString<256> tmp(dir);
+  tmp += ".tmp-" + std::to_string(sys::Process::getProcessId());
+  sys::fs::remove_directories(tmp);
+  if (std::string err = writeFiles(tmp, files); !err.empty())
+    return err;
+  auto cmake = sys::findProgramByName("cmake");
+  if (!cmake)
+    return "cmake is not on PATH; it builds the generated step (scripts/setup.sh installs it)";
+  SmallString<256> log(tmp), buildDir(tmp);
+  sys::path::append(log, "build.log");
+  sys::path::append(buildDir, "build");
+  std::string why;
+  std::string jobs = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+  errs() << "tally: building the generated step in " << dir << "\n";
+  if (!execute(*cmake, {*cmake, "-S", tmp, "-B", buildDir, "-DCMAKE_BUILD_TYPE=Release"}, log, why) ||
+      !execute(*cmake, {*cmake, "--build", buildDir, "-j", jobs}, log, why))
+    return "building the generated step failed (" + why + "); the end of " + log.str().str() + ":\n" +
+           tail(log, 30);
+  if (std::error_code ec = sys::fs::rename(tmp, dir)) {
+    sys::fs::remove_directories(tmp); // another run finished the same build first
+    if (!sys::fs::can_execute(binary))
+      return "cannot move the build into " + dir.str().str() + ": " + ec.message();
+  }
+  return "";
+}
+
+/// Compiles and analyzes the plan; null after printing diagnostics.
+std::optional<Analysis> analyzeFile(Compilation &c) {
+  if (NoColor)
+    c.diags.setShowColors(false);
+  if (!c.addFile(File))
+    return std::nullopt;
+  const PlanDecl *decl = c.pickPlan(PlanName);
+  if (!decl)
+    return std::nullopt;
+  std::optional<Analysis> a = c.analyzePlan(*decl, overrides());
+  if (!a || c.diags.hasErrors())
+    return std::nullopt;
+  return a;
+}
+
+std::string generate(Compilation &c, const Analysis &a, std::vector<codegen::File> &files) {
+  codegen::EmitOptions o;
+  o.source = sys::path::filename(File).str();
+  o.where = [&c](SMLoc loc) -> std::string {
+    if (!loc.isValid())
+      return "";
+    unsigned id = c.sm.FindBufferContainingLoc(loc);
+    if (!id)
+      return "";
+    return sys::path::filename(c.sm.getMemoryBuffer(id)->getBufferIdentifier()).str() + ":" +
+           std::to_string(c.sm.getLineAndColumn(loc, id).first);
+  };
+  return codegen::emitCpuStep(a, o, files);
+}
+
+int build() {
+  if (Backend != "cpu")
+    return usageError("--backend " + Backend + ": only the cpu backend generates code so far (the CUDA "
+                                               "runtime exists, its emitter does not)");
+  if (Output.empty())
+    return usageError("tally build needs -o DIR, the folder to write");
+  Compilation c;
+  std::optional<Analysis> a = analyzeFile(c);
+  if (!a)
+    return 1;
+  std::vector<codegen::File> files;
+  if (std::string err = generate(c, *a, files); !err.empty())
+    return failure("cannot generate plan " + a->plan->name + " for the cpu backend: " + err);
+  if (std::string err = writeFiles(Output, files); !err.empty())
+    return failure(err);
+  outs() << "wrote " << files.size() << " files to " << Output << " (build: cmake -S " << Output << " -B "
+         << Output << "/build && cmake --build " << Output << "/build)\n";
+  return 0;
+}
+
+double num(const json::Object *o, StringRef key) {
+  if (!o)
+    return 0;
+  if (auto v = o->getNumber(key))
+    return *v;
+  if (auto v = o->getInteger(key))
+    return static_cast<double>(*v);
+  return 0;
+}
+
+/// The estimate's seconds per optimizer step by op class (forward + backward of every op).
+std::map<std::string, double> estimatedByClass(const Analysis &a) {
+  std::map<std::string, double> out;
+  double steps = static_cast<double>(a.time.accumulationSteps);
+  for (size_t i = 0; i < a.ops.size() && i < a.graph->ops.size(); ++i) {
+    OpClass c = opClass(a.graph->ops[i].kind);
+    if (c == OpClass::View)
+      continue;
+    out[opClassName(c).str()] += (a.ops[i].forwardTime + a.ops[i].backwardTime) * steps;
+  }
+  out["optimizer"] += a.time.optimizer;
+  return out;
+}
+
+int run() {
+  if (Backend != "cpu")
+    return usageError("--backend " + Backend + ": only the cpu backend runs so far");
+  if (Steps < 1 || Warmup < 0 || Threads < 0)
+    return usageError("--steps must be at least 1, --warmup and --threads at least 0");
+  Compilation c;
+  std::optional<Analysis> a = analyzeFile(c);
+  if (!a)
+    return 1;
+  std::vector<codegen::File> files;
+  if (std::string err = generate(c, *a, files); !err.empty())
+    return failure("cannot generate plan " + a->plan->name + " for the cpu backend: " + err);
+  std::string binary;
+  if (std::string err = buildCached(files, binary); !err.empty())
+    return failure(err);
+
+  // Run it; its JSON goes to a temporary file, its errors straight to ours.
+  SmallString<128> outPath;
+  if (std::error_code ec = sys::fs::createTemporaryFile("tally-run", "json", outPath))
+    return failure("cannot create a temporary file: " + ec.message());
+  std::vector<std::string> args = {binary, "--steps", std::to_string(Steps), "--warmup", std::to_string(Warmup),
+                                   "--threads", std::to_string(Threads), "--seed", std::to_string(Seed)};
+  auto flag = [&](const char *name, const std::string &v) {
+    if (!v.empty()) {
+      args.push_back(name);
+      args.push_back(v);
+    }
+  };
+  flag("--init", Init);
+  flag("--data", Data);
+  flag("--save", Save);
+  flag("--dump-grads", DumpGrads);
+  std::vector<StringRef> argv(args.begin(), args.end());
+  Optional<StringRef> redirects[] = {StringRef(""), StringRef(outPath), None};
+  std::string err;
+  int rc = sys::ExecuteAndWait(binary, argv, None, redirects, 0, 0, &err);
+  auto text = MemoryBuffer::getFile(outPath);
+  sys::fs::remove(outPath);
+  if (rc != 0)
+    return failure("the generated step failed" + (err.empty() ? " (exit " + std::to_string(rc) + ")" : ": " + err));
+  if (!text)
+    return failure("the generated step wrote no report");
+  Expected<json::Value> parsed = json::parse((*text)->getBuffer());
+  if (!parsed)
+    return failure("the generated step's report is not JSON: " + toString(parsed.takeError()));
+  const json::Object *m = parsed->getAsObject();
+  if (!m)
+    return failure("the generated step's report is not a JSON object");
+
+  const Analysis &an = *a;
+  double stepS = num(m, "step_s");
+  double peakFlops = an.peakFlops;
+  double measuredMfu = stepS > 0 && peakFlops > 0 ? an.flops.step / stepS / peakFlops : 0;
+  double states = an.memory.params + an.memory.grads + an.memory.master + an.memory.optimizer;
+  const json::Object *regions = m->getObject("regions");
+  double allocated = num(m, "arena_bytes") + num(regions, "params") + num(regions, "grads") +
+                     num(regions, "master") + num(regions, "optimizer");
+  std::map<std::string, double> estClass = estimatedByClass(an), measClass;
+  struct Kernel {
+    std::string name, cls;
+    int64_t calls;
+    double total;
+  };
+  std::vector<Kernel> kernels;
+  double steps = static_cast<double>(Steps);
+  if (const json::Array *ks = m->getArray("kernels"))
+    for (const json::Value &k : *ks)
+      if (const json::Object *ko = k.getAsObject()) {
+        Kernel x{ko->getString("name").getValueOr("").str(), ko->getString("op_class").getValueOr("").str(),
+                 static_cast<int64_t>(num(ko, "calls")), num(ko, "total_s")};
+        std::string cls = x.name.find("_update") != std::string::npos ? "optimizer" : x.cls;
+        measClass[cls] += x.total / steps;
+        kernels.push_back(x);
+      }
+  std::sort(kernels.begin(), kernels.end(), [](const Kernel &x, const Kernel &y) { return x.total > y.total; });
+  const json::Array *loss = m->getArray("loss");
+
+  if (OutFormat == Format::Json) {
+    json::Object est{{"step_s", an.time.step},
+                     {"arena_bytes", an.arenaBytes},
+                     {"peak_bytes", an.memory.peak},
+                     {"model_states_bytes", states},
+                     {"mfu", an.time.mfu},
+                     {"target", an.plan->target.name}};
+    json::Object estBy, measBy;
+    for (auto &[k, v] : estClass)
+      estBy[k] = v;
+    for (auto &[k, v] : measClass)
+      measBy[k] = v;
+    est["by_class_s"] = std::move(estBy);
+    json::Object meas = *m;
+    meas.erase("loss");
+    meas["allocated_bytes"] = allocated;
+    meas["mfu"] = measuredMfu;
+    meas["by_class_s"] = std::move(measBy);
+    json::Object out{{"model", an.graph->model},
+                     {"plan", an.plan->name},
+                     {"backend", "cpu"},
+                     {"estimated", std::move(est)},
+                     {"measured", std::move(meas)},
+                     {"loss", loss ? json::Value(json::Array(*loss)) : json::Value(json::Array())}};
+    outs() << formatv("{0:2}", json::Value(std::move(out))) << "\n";
+    return 0;
+  }
+
+  raw_ostream &os = outs();
+  os << formatv("tally run: {0}, plan {1}, on the CPU ({2} threads): {3} timed steps after {4} warm-up\n",
+                an.graph->model, an.plan->name, static_cast<int64_t>(num(m, "threads")), Steps, Warmup);
+  os << formatv("estimates are for the plan's target, {0}\n\n", an.plan->target.name);
+  os << formatv("{0,-24} {1,14} {2,14}\n", "", "estimated", "measured");
+  os << formatv("{0,-24} {1,14} {2,14}\n", "step time (median)", formatDuration(an.time.step), formatDuration(stepS));
+  os << formatv("{0,-24} {1,14} {2,14}\n", "MFU", formatPercent(an.time.mfu), formatPercent(measuredMfu));
+  os << formatv("{0,-24} {1,14} {2,14}\n", "arena", formatBytes(static_cast<double>(an.arenaBytes)),
+                formatBytes(num(m, "arena_bytes")));
+  os << formatv("{0,-24} {1,14} {2,14}\n", "allocated (arena+states)",
+                formatBytes(static_cast<double>(an.arenaBytes) + states), formatBytes(allocated));
+  os << formatv("{0,-24} {1,14} {2,14}\n", "peak memory", formatBytes(an.memory.peak),
+                formatBytes(num(m, "peak_bytes")) + "*");
+  os << "  * resident set of the process: the regions, the batch, the program and its libraries\n\n";
+  os << formatv("{0,-24} {1,14} {2,14}\n", "time per step by class", "estimated", "measured");
+  std::map<std::string, bool> classes;
+  for (auto &[k, v] : estClass)
+    classes[k] = true;
+  for (auto &[k, v] : measClass)
+    classes[k] = true;
+  for (auto &[k, v] : classes)
+    os << formatv("  {0,-22} {1,14} {2,14}\n", k, formatDuration(estClass[k]), formatDuration(measClass[k]));
+  os << "\ntop kernels (measured)        calls/step   time/step\n";
+  for (size_t i = 0; i < kernels.size() && i < 8; ++i)
+    os << formatv("  {0,-28} {1,10} {2,11}\n", kernels[i].cls + " " + kernels[i].name,
+                  formatv("{0:f0}", static_cast<double>(kernels[i].calls) / steps).str(),
+                  formatDuration(kernels[i].total / steps));
+  os << "\nloss per step:";
+  if (loss)
+    for (const json::Value &v : *loss)
+      os << formatv(" {0:f4}", v.getAsNumber().getValueOr(NAN));
+  os << "\n";
+  return 0;
+}
+
+} // namespace
+
+int runBuild() {
+  if (Build)
+    return build();
+  if (Run)
+    return run();
+  return -1;
+}
+
+} // namespace tally
