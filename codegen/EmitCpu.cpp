@@ -172,11 +172,20 @@ struct Emitter {
     for (TensorId t : s.inputs) {
       dataOffset[t] = dataBytes;
       dataBytes += alignUp(checkedNumel(s.tensors[t].shape).value_or(0) *
-                           static_cast<int64_t>(bytesOf(s.tensors[t].dtype)));
+                           static_cast<int64_t>(bytesOf(stored(t))));
     }
   }
 
   TensorId base(TensorId t) const { return s.tensors[t].viewOf == kNone ? t : s.tensors[t].viewOf; }
+
+  /// The dtype a tensor is stored in: its own, except float input data, which the driver
+  /// stores in the activations' dtype (the first op reads it as mixed precision would cast it).
+  Dtype stored(TensorId t) const {
+    const Tensor &x = s.tensors[t];
+    if (s.tensors[base(t)].role == TensorRole::Input && isFloat(x.dtype))
+      return s.activationDtype;
+    return x.dtype;
+  }
 
   /// `A<float>(8192)`: a pointer to tensor t's first element at the current step.
   std::string ptr(TensorId t) {
@@ -184,13 +193,13 @@ struct Emitter {
     TensorId b = base(t);
     const Tensor &bt = s.tensors[b];
     int64_t elem = b == t ? 0 : x.layout.offset;
-    std::string ty = ctype(x.dtype);
+    std::string ty = ctype(stored(t));
     if (ty.empty()) {
       fail("tensor %" + std::to_string(t) + " has dtype " + nameOf(x.dtype).str() +
            ", which the CPU runtime does not store");
       return "nullptr";
     }
-    int64_t scale = static_cast<int64_t>(bytesOf(x.dtype));
+    int64_t scale = static_cast<int64_t>(bytesOf(stored(t)));
     auto at = [&](const char *region, int64_t off) {
       return llvm::formatv("{0}<{1}>({2})", region, ty, off + elem * scale).str();
     };
@@ -224,7 +233,7 @@ struct Emitter {
   int64_t n(TensorId t) const { return checkedNumel(s.tensors[t].shape).value_or(0); }
   const Shape &shape(TensorId t) const { return s.tensors[t].shape; }
   int64_t last(TensorId t) const { return shape(t).empty() ? 1 : shape(t).back().size; }
-  std::string T(TensorId t) const { return ctype(s.tensors[t].dtype); }
+  std::string T(TensorId t) const { return ctype(stored(t)); }
   bool dense(TensorId t) const { return isDense(shape(t), s.tensors[t].layout); }
   std::vector<int64_t> strides(TensorId t) const {
     const Tensor &x = s.tensors[t];
@@ -1038,7 +1047,7 @@ struct Emitter {
       for (const Op &o : s.ops)
         if (o.kind == OpKind::Embedding && base(o.inputs[0]) == t)
           vocab = shape(o.inputs[1])[0].size;
-      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}},\n", literal(x.name), stName(x.dtype),
+      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}},\n", literal(x.name), stName(stored(t)),
                            sz.size(), list(sz), n(t), dataOffset.at(t), boolean(batched), vocab)
                  .str();
     }
@@ -1057,7 +1066,7 @@ struct Emitter {
       return fail("the CPU backend runs one device (data parallel over MPI is not built yet); this plan "
                   "uses " + std::to_string(par.devices) + " devices");
     for (TensorId t : s.inputs)
-      if (ctype(s.tensors[t].dtype).empty())
+      if (ctype(stored(t)).empty())
         return fail("input " + s.tensors[t].name + " has dtype " + nameOf(s.tensors[t].dtype).str());
     if (plan.microBatch <= 0 || plan.batch % plan.microBatch != 0)
       return fail("the batch is not a whole number of micro-batches");
