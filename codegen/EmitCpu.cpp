@@ -142,8 +142,10 @@ struct Emitter {
   Emitter(const Analysis &a, const EmitOptions &o) : a(a), s(*a.step), plan(*a.plan), opt(o) {}
 
   bool fail(const std::string &why) {
-    if (error.empty())
-      error = op ? "op " + op->path + ": " + why : why;
+    if (error.empty()) {
+      std::string at = op && opt.where ? opt.where(op->range.Start) : "";
+      error = op ? "op " + op->path + (at.empty() ? "" : " (" + at + ")") + ": " + why : why;
+    }
     return false;
   }
 

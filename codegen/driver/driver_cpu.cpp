@@ -207,32 +207,48 @@ void initParams(const Args &a) {
     }
 }
 
-/// The whole batch of each input, as stored in the data region's dtype.
+/// Every batch of each input (one unless --data holds several), in the data region's dtype.
 std::vector<std::vector<uint8_t>> batchData;
+int64_t batches = 1;   ///< batches in batchData; step i trains on batch i mod batches
+int64_t currentBatch = 0;
 
 void loadData(const Args &a) {
   rt::st::File file;
   if (!a.data.empty())
     file = rt::st::File::read(a.data);
   batchData.resize(static_cast<size_t>(kLayout.ninputs));
+  bool batchesSet = false;
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
     int64_t copies = in.batched ? kLayout.microSteps : 1;
     std::vector<int64_t> want(in.t.shape, in.t.shape + in.t.rank);
     if (in.batched)
       want[0] = kLayout.batch;
-    int64_t total = in.t.numel * copies;
     size_t eb = dtypeBytes(in.t.dtype);
     std::vector<uint8_t> &out = batchData[i];
-    out.assign(static_cast<size_t>(total) * eb, 0);
     bool isInt = std::string(in.t.dtype) == "I32";
     if (!a.data.empty()) {
       const rt::st::Entry *e = file.find(in.t.name);
       if (!e)
         die(a.data + " has no tensor " + in.t.name);
-      if (e->shape != want)
+      // [k × batch, ...]: k batches, step i reading batch i mod k.
+      std::vector<int64_t> got = e->shape;
+      if (in.batched && !batchesSet && !got.empty() && got[0] > 0 && got[0] % kLayout.batch == 0) {
+        batches = got[0] / kLayout.batch;
+        batchesSet = true;
+      }
+      if (in.batched && !got.empty() && got[0] == batches * kLayout.batch)
+        got[0] = kLayout.batch;
+      if (got != want)
         die(a.data + ": " + in.t.name + " is " + shapeText(e->shape.data(), static_cast<int>(e->shape.size())) +
-            ", the plan's batch is " + shapeText(want.data(), static_cast<int>(want.size())));
+            ", the plan's batch is " + shapeText(want.data(), static_cast<int>(want.size())) +
+            (in.batched ? " (or a whole number of batches, the same number for every input)" : ""));
+      copies *= in.batched ? batches : 1;
+    }
+    int64_t total = in.t.numel * copies;
+    out.assign(static_cast<size_t>(total) * eb, 0);
+    if (!a.data.empty()) {
+      const rt::st::Entry *e = file.find(in.t.name);
       bool fileInt = e->dtype == "I32" || e->dtype == "I64";
       if (fileInt != isInt)
         die(a.data + ": " + in.t.name + " has dtype " + e->dtype + ", the model's input is " + in.t.dtype);
@@ -258,7 +274,7 @@ void loadMicroBatch(int64_t m) {
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
     size_t bytes = static_cast<size_t>(in.t.numel) * dtypeBytes(in.t.dtype);
-    size_t from = in.batched ? static_cast<size_t>(m) * bytes : 0;
+    size_t from = in.batched ? static_cast<size_t>(currentBatch * kLayout.microSteps + m) * bytes : 0;
     std::memcpy(mem.data + in.offset, batchData[i].data() + from, bytes);
   }
 }
@@ -351,6 +367,7 @@ int main(int argc, char **argv) {
     int64_t skipped = 0, total = args.warmup + args.steps;
     for (int64_t i = 0; i < total; ++i) {
       prof.timing = i >= args.warmup;
+      currentBatch = i % batches;
       bool last = i + 1 == total, updated = true;
       uint64_t seed = (args.seed << 32) + static_cast<uint64_t>(i * kLayout.microSteps);
       double t0 = rt::now_seconds();

@@ -44,6 +44,8 @@ cl::opt<std::string> Backend("backend", cl::desc("Where the step runs: cpu (the 
                              cl::value_desc("cpu"), cl::init("cpu"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
 cl::opt<std::string> Output("o", cl::desc("build: the folder to write"), cl::value_desc("dir"), cl::sub(Build),
                             cl::cat(Cat));
+cl::opt<bool> Force("force", cl::desc("build: write into a non-empty folder that tally build did not create"),
+                    cl::sub(Build), cl::cat(Cat));
 cl::opt<int64_t> Steps("steps", cl::desc("run: timed steps (default 10)"), cl::init(10), cl::sub(Run), cl::cat(Cat));
 cl::opt<int64_t> Warmup("warmup", cl::desc("run: training steps before the timed ones (default 2)"), cl::init(2),
                         cl::sub(Run), cl::cat(Cat));
@@ -243,6 +245,16 @@ int build() {
   std::vector<codegen::File> files;
   if (std::string err = generate(c, *a, files); !err.empty())
     return failure("cannot generate plan " + a->plan->name + " for the cpu backend: " + err);
+  // A folder with files in it is only overwritten when an earlier `tally build` made it.
+  SmallString<256> marker(Output);
+  sys::path::append(marker, ".tally-build");
+  std::error_code ec;
+  sys::fs::directory_iterator it(Output, ec);
+  bool nonEmpty = !ec && it != sys::fs::directory_iterator();
+  if (nonEmpty && !sys::fs::exists(marker) && !Force)
+    return usageError(Output + " is not empty and was not written by tally build; pick another folder or "
+                      "pass --force");
+  files.push_back({".tally-build", "written by tally build from " + File + "\n"});
   if (std::string err = writeFiles(Output, files); !err.empty())
     return failure(err);
   outs() << "wrote " << files.size() << " files to " << Output << " (build: cmake -S " << Output << " -B "
