@@ -110,19 +110,8 @@ std::string number(double v) {
   return llvm::formatv("{0:e9}f", v).str();
 }
 
-const char *className(OpKind k) {
-  switch (opClass(k)) {
-  case OpClass::Matmul: return "Matmul";
-  case OpClass::Attention: return "Attention";
-  case OpClass::Elementwise: return "Elementwise";
-  case OpClass::Reduction: return "Reduction";
-  case OpClass::Normalization: return "Normalization";
-  case OpClass::Loss: return "Loss";
-  case OpClass::Data: return "Data";
-  case OpClass::View: return "View";
-  }
-  return "";
-}
+/// The op class reports use ("matmul", "elementwise", ...): the profile files kernels under it.
+std::string className(OpKind k) { return opClassName(opClass(k)).str(); }
 
 struct Emitter {
   const Analysis &a;
@@ -893,7 +882,7 @@ struct Emitter {
       if (opClass(op->kind) == OpClass::View)
         continue;
       body += "\n  // " + commentSafe(op->path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
-      line(std::string("op_class = \"") + className(op->kind) + "\";");
+      line("op_class = \"" + className(op->kind) + "\";");
       if (!emitOp() || !error.empty())
         return false;
       if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
@@ -986,7 +975,7 @@ struct Emitter {
       switch (op->kind) {
       case OpKind::SumSquares:
         body += "\n  // " + commentSafe(op->path) + ": the overflow check of fp16 loss scaling\n";
-        line("op_class = \"Reduction\";");
+        line("op_class = \"reduction\";");
         line("float sumsq = 0;");
         line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, &sumsq);", G, gradElems).str());
         line("if (!std::isfinite(sumsq))");
@@ -994,7 +983,7 @@ struct Emitter {
         break;
       case OpKind::OptimizerUpdate:
         body += "\n  // " + commentSafe(op->path) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
-        line("op_class = \"Elementwise\";");
+        line("op_class = \"optimizer\";");
         line("const float gscale = " + std::string(scaled ? "1.0f / kLossScale" : "1.0f") + ";");
         line("for (const UpdateEntry &e : kUpdate)");
         line("  if (e.n > 0)");
@@ -1011,7 +1000,7 @@ struct Emitter {
                          "static bool update(rt::Ctx &ctx, int64_t step) {\n" +
                  body + "  return true;\n}\n";
     zeroText = llvm::formatv("/// zero_grad: the whole gradient region (padding included) back to zero.\n"
-                             "static void zero_grad(rt::Ctx &ctx) {{\n  op_class = \"Data\";\n"
+                             "static void zero_grad(rt::Ctx &ctx) {{\n  op_class = \"optimizer\";\n"
                              "  rt::fill<{0}>(ctx, G<{0}>(0), 0.0f, {1});\n}\n",
                              G, gradElems)
                    .str();

@@ -62,7 +62,7 @@ struct Memory {
 };
 extern Memory mem;
 
-/// The op class of the kernel running now ("Matmul", "Attention", ...): the driver's kernel
+/// The op class of the kernel running now ("matmul", "attention", ..., "optimizer"): the kernel
 /// timer files each kernel's time under it.
 extern const char *op_class;
 

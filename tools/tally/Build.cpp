@@ -217,6 +217,33 @@ std::optional<Analysis> analyzeFile(Compilation &c) {
   return a;
 }
 
+/// $TALLY_RUNTIME_DIR (a checkout's codegen/ folder): the runtime and driver sources are read
+/// from there instead of the copies embedded in tally, for working on the runtime without
+/// rebuilding tally. "" or why a file could not be read.
+std::string runtimeFromDisk(std::vector<codegen::File> &files) {
+  Optional<std::string> dir = sys::Process::GetEnv("TALLY_RUNTIME_DIR");
+  if (!dir || dir->empty())
+    return "";
+  files.erase(std::remove_if(files.begin(), files.end(),
+                             [](const codegen::File &f) { return StringRef(f.path).startswith("runtime/"); }),
+              files.end());
+  for (const char *sub : {"runtime/common", "runtime/cpu", "driver"}) {
+    SmallString<256> folder(*dir);
+    sys::path::append(folder, sub);
+    std::error_code ec;
+    for (sys::fs::directory_iterator it(folder, ec), end; it != end && !ec; it.increment(ec)) {
+      auto text = MemoryBuffer::getFile(it->path());
+      if (!text)
+        return "TALLY_RUNTIME_DIR: cannot read " + it->path();
+      std::string rel = StringRef(sub).startswith("runtime/") ? StringRef(sub).drop_front(8).str() : sub;
+      files.push_back({"runtime/" + rel + "/" + sys::path::filename(it->path()).str(), (*text)->getBuffer().str()});
+    }
+    if (ec)
+      return "TALLY_RUNTIME_DIR: cannot list " + folder.str().str() + ": " + ec.message();
+  }
+  return "";
+}
+
 std::string generate(Compilation &c, const Analysis &a, std::vector<codegen::File> &files) {
   codegen::EmitOptions o;
   o.source = sys::path::filename(File).str();
@@ -229,7 +256,9 @@ std::string generate(Compilation &c, const Analysis &a, std::vector<codegen::Fil
     return sys::path::filename(c.sm.getMemoryBuffer(id)->getBufferIdentifier()).str() + ":" +
            std::to_string(c.sm.getLineAndColumn(loc, id).first);
   };
-  return codegen::emitCpuStep(a, o, files);
+  if (std::string err = codegen::emitCpuStep(a, o, files); !err.empty())
+    return err;
+  return runtimeFromDisk(files);
 }
 
 int build() {
@@ -356,7 +385,7 @@ int run() {
       if (const json::Object *ko = k.getAsObject()) {
         Kernel x{ko->getString("name").getValueOr("").str(), ko->getString("op_class").getValueOr("").str(),
                  static_cast<int64_t>(num(ko, "calls")), num(ko, "total_s")};
-        std::string cls = x.name.find("_update") != std::string::npos ? "optimizer" : x.cls;
+        const std::string &cls = x.cls;
         measClass[cls] += x.total / steps;
         kernels.push_back(x);
       }
