@@ -41,7 +41,7 @@ static llvm::Expected<std::string> readBounded(llvm::StringRef path, size_t limi
     fd = fs::getStdinHandle();
   } else {
     if (fs::is_directory(path))
-      return llvm::createStringError(std::errc::is_a_directory, "it is a directory");
+      return llvm::createStringError(std::errc::is_a_directory, "Is a directory");
     auto opened = fs::openNativeFileForRead(path);
     if (!opened)
       return opened.takeError();
