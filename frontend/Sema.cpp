@@ -292,6 +292,8 @@ ConstValue Sema::arith(const Expr &e, const ConstValue &a, const ConstValue &b) 
       overflow = __builtin_sub_overflow(a.intValue, b.intValue, &out);
     else if (op == "*")
       overflow = __builtin_mul_overflow(a.intValue, b.intValue, &out);
+    else if (b.intValue == -1) // INT64_MIN / -1 traps: negate with a check instead
+      overflow = __builtin_sub_overflow(int64_t(0), a.intValue, &out);
     else if (a.intValue % b.intValue == 0)
       out = a.intValue / b.intValue;
     else
@@ -961,8 +963,36 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
                                                      "precision", "target"};
   const auto &keys = d.isTrain ? trainKeys : inferKeys;
   ConstEnv env;
-  for (const SettingAST &s : d.settings) {
-    if (plan.settingRanges.count(s.key)) {
+  // Command-line overrides of plain settings become settings of their own, read after the
+  // file's: the same code validates both (so --checkpoint=foo and --batch 0 are errors, as in a
+  // file). They have no source location, so their diagnostics print as "tally: error: ...".
+  std::vector<SettingAST> cli;
+  auto addCli = [&](const char *key, ExprKind k, const std::string &text, double number) {
+    SettingAST s;
+    s.key = key;
+    s.value = std::make_unique<Expr>(k, llvm::SMRange());
+    s.value->text = text;
+    s.value->number = number;
+    s.value->isInteger = k == ExprKind::Number;
+    cli.push_back(std::move(s));
+  };
+  if (!o.checkpoint.empty())
+    addCli("checkpoint", ExprKind::Name, o.checkpoint, 0);
+  if (o.batch)
+    addCli("batch", ExprKind::Number, std::to_string(*o.batch), double(*o.batch));
+  if (o.microBatch)
+    addCli("micro_batch", ExprKind::Number, std::to_string(*o.microBatch), double(*o.microBatch));
+  std::vector<const SettingAST *> settings;
+  for (const SettingAST &s : d.settings)
+    settings.push_back(&s);
+  for (const SettingAST &s : cli)
+    settings.push_back(&s);
+  for (const SettingAST *sp : settings) {
+    const SettingAST &s = *sp;
+    bool fromCli = sp >= cli.data() && sp < cli.data() + cli.size();
+    if (fromCli && std::find(keys.begin(), keys.end(), s.key) == keys.end())
+      continue; // e.g. --checkpoint on an infer plan: nothing to override
+    if (!fromCli && plan.settingRanges.count(s.key)) {
       diags.report(DiagKind::DuplicateName, s.keyRange.Start,
                    "setting '" + s.key + "' is given twice")
           .range(s.keyRange)
@@ -970,7 +1000,8 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
       ok = false;
       continue;
     }
-    plan.settingRanges[s.key] = s.range;
+    if (!fromCli)
+      plan.settingRanges[s.key] = s.range;
     if (std::find(keys.begin(), keys.end(), s.key) == keys.end()) {
       suggest(DiagKind::UnknownSetting, s.keyRange,
               "unknown setting '" + s.key + "' in " + (d.isTrain ? "a train" : "an infer") +
@@ -1112,12 +1143,6 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
     ok &= parallel(p, v, plan);
     sawTarget = true;
   }
-  if (o.batch > 0)
-    plan.batch = o.batch, sawBatch = true;
-  if (o.microBatch > 0)
-    plan.microBatch = o.microBatch, plan.microBatchGiven = true;
-  if (!o.checkpoint.empty())
-    plan.checkpoint = o.checkpoint;
   if (!ok)
     return std::nullopt;
   if (plan.modelName.empty()) {

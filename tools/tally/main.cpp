@@ -105,8 +105,10 @@ PlanOverrides overrides() {
   o.target = opts::TargetOverride;
   o.precision = opts::PrecisionOverride;
   o.checkpoint = opts::CheckpointOverride;
-  o.batch = opts::BatchOverride;
-  o.microBatch = opts::MicroBatchOverride;
+  if (opts::BatchOverride.getNumOccurrences()) // given at all: 0 and -5 are errors, not "unset"
+    o.batch = opts::BatchOverride;
+  if (opts::MicroBatchOverride.getNumOccurrences())
+    o.microBatch = opts::MicroBatchOverride;
   return o;
 }
 
