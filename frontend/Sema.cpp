@@ -461,6 +461,50 @@ std::optional<int64_t> Sema::positiveInt(const ConstValue &v, const char *what) 
 
 // ---- targets ------------------------------------------------------------------------------
 
+/// `matmul_curve { fp32 = [(FLOPs, efficiency), ...], bf16 = [...] }` (written by `tally
+/// calibrate`): per dtype, points with strictly increasing FLOPs per call and efficiencies in
+/// (0, 1].
+bool Sema::matmulCurves(const ConstValue &rec, Target &t) {
+  bool ok = true;
+  for (size_t i = 0; i < rec.elems.size(); ++i) {
+    std::optional<Dtype> dt = parseDtype(rec.names[i]);
+    if (!dt) {
+      diags.report(DiagKind::UnknownDtype, rec.nameRanges[i].Start,
+                   "unknown dtype '" + rec.names[i] + "' in matmul_curve")
+          .range(rec.nameRanges[i]);
+      ok = false;
+      continue;
+    }
+    const ConstValue &list = rec.elems[i];
+    MatmulCurve curve;
+    curve.dtype = *dt;
+    bool good = list.kind == ConstValue::Tuple && !list.elems.empty();
+    for (size_t j = 0; good && j < list.elems.size(); ++j) {
+      const ConstValue &p = list.elems[j];
+      good = p.kind == ConstValue::Tuple && p.elems.size() == 2 &&
+             p.elems[0].kind == ConstValue::Number && p.elems[1].kind == ConstValue::Number &&
+             (p.elems[0].dim == UnitDim::None || p.elems[0].dim == UnitDim::Flops) &&
+             (p.elems[1].dim == UnitDim::None || p.elems[1].dim == UnitDim::Ratio);
+      if (!good)
+        break;
+      CurvePoint pt{p.elems[0].number, p.elems[1].number};
+      good = pt.flops > 0 && pt.efficiency > 0 && pt.efficiency <= 1 &&
+             (curve.points.empty() || pt.flops > curve.points.back().flops);
+      curve.points.push_back(pt);
+    }
+    if (!good) {
+      diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                   "a matmul curve is a list of (FLOPs per call, efficiency) pairs with the "
+                   "FLOPs increasing and each efficiency in (0, 1]")
+          .range(rec.ranges[i]);
+      ok = false;
+      continue;
+    }
+    t.matmulCurves.push_back(std::move(curve));
+  }
+  return ok;
+}
+
 std::optional<Target> Sema::userTarget(const TargetDecl &d) {
   Target t;
   t.name = d.name;
@@ -556,11 +600,14 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
           ok = false;
         }
       }
+    } else if (s.key == "matmul_curve" && v.kind == ConstValue::Record) {
+      ok &= matmulCurves(v, t);
     } else {
       suggest(DiagKind::UnknownSetting, s.keyRange, "unknown target setting '" + s.key + "'",
               s.key,
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
-               "efficiency", "network", "gpus_per_node", "link_latency", "network_latency"});
+               "efficiency", "network", "gpus_per_node", "link_latency", "network_latency",
+               "matmul_curve"});
       ok = false;
     }
   }
@@ -585,6 +632,17 @@ std::optional<Target> Sema::resolveTarget(const Program &p, llvm::StringRef name
     return userTarget(*it->second);
   if (const Target *t = findTarget(name))
     return *t;
+  // `host` (this machine, from `tally calibrate`) and target files come from the loader that
+  // the tally binary installs (ir/Target.h).
+  if (isExternalTargetName(name)) {
+    std::string error;
+    if (std::optional<Target> t = loadExternalTarget(name, error))
+      return t;
+    diags.report(DiagKind::UnknownTarget, r.Start,
+                 "cannot load target '" + name.str() + "': " + error)
+        .range(r);
+    return std::nullopt;
+  }
   std::vector<std::string> names;
   for (const Target &t : targetCatalogue())
     names.push_back(t.name);

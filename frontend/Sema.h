@@ -105,6 +105,7 @@ private:
   bool optimizer(const ConstValue &v, OptimizerSpec &out);
   bool parallel(const Program &p, const ConstValue &v, Plan &plan);
   std::optional<Target> userTarget(const TargetDecl &d);
+  bool matmulCurves(const ConstValue &rec, Target &t);
   ConstValue number(const Expr &e);
 };
 

@@ -15,6 +15,12 @@ int runExplain();
 /// tools/tally/ImportHF.cpp: `tally import-hf`; its exit code, or -1 when it was not the command.
 int runImportHF();
 
+/// tools/tally/Calibrate.cpp: `tally calibrate`; its exit code, or -1 when it was not the command.
+int runCalibrate();
+
+/// tools/tally/Calibrate.cpp: lets Sema load `host` (the cached calibration) and target files.
+void installTargetLoader();
+
 /// tools/tally/Lsp.cpp: `tally lsp`; its exit code, or -1 when it was not the command.
 int runLsp();
 

@@ -306,6 +306,7 @@ int main(int argc, char **argv) {
           "  tally explain FILE --op PATH   how one op's or block's numbers were derived\n"
           "  tally solve QUESTION [FLAGS]   run-time, max-params, micro-batch, devices\n"
           "  tally targets                  the hardware catalogue\n"
+          "  tally calibrate [-o FILE]      measure this machine as the `host` target\n"
           "  tally import-hf CONFIG.json    a .tally model from a Hugging Face config.json\n"
           "  tally lsp                      a Language Server for editors, on stdio\n",
           &errStream)) {
@@ -313,6 +314,7 @@ int main(int argc, char **argv) {
     errs() << errors;
     return 2;
   }
+  installTargetLoader(); // `target = host` and target files (tools/tally/Calibrate.cpp)
   if (opts::Check)
     return runCheck();
   if (opts::Report)
