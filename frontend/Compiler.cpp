@@ -3,6 +3,7 @@
 
 #include "frontend/Lower.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 namespace tally {
@@ -28,21 +29,63 @@ bool Compilation::parse(unsigned bufferID) {
   return diags.errorCount() == before;
 }
 
+/// Reads `path` ("-" is stdin) but never more than `limit` + 1 bytes, so an endless input
+/// (/dev/zero, a pipe that never closes its end early) is refused as soon as it is too large
+/// instead of after it has filled memory. Directories are refused up front; other non-regular
+/// files (pipes, character devices) are read the same bounded way.
+static llvm::Expected<std::string> readBounded(llvm::StringRef path, size_t limit) {
+  namespace fs = llvm::sys::fs;
+  fs::file_t fd;
+  bool isStdin = path == "-";
+  if (isStdin) {
+    fd = fs::getStdinHandle();
+  } else {
+    if (fs::is_directory(path))
+      return llvm::createStringError(std::errc::is_a_directory, "Is a directory");
+    auto opened = fs::openNativeFileForRead(path);
+    if (!opened)
+      return opened.takeError();
+    fd = *opened;
+  }
+  std::string text;
+  char chunk[1 << 16];
+  llvm::Error err = llvm::Error::success();
+  while (text.size() <= limit) {
+    auto n = fs::readNativeFile(fd, llvm::MutableArrayRef<char>(chunk, sizeof chunk));
+    if (!n) {
+      err = n.takeError();
+      break;
+    }
+    if (*n == 0)
+      break;
+    text.append(chunk, *n);
+  }
+  if (!isStdin)
+    fs::closeFile(fd);
+  if (err)
+    return std::move(err);
+  return text;
+}
+
 bool Compilation::addFile(llvm::StringRef path) {
-  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
-  if (!buffer) {
+  auto text = readBounded(path, kMaxSourceBytes);
+  if (!text) {
     diags.report(DiagKind::IoError, llvm::SMLoc(),
-                 "cannot read '" + path.str() + "': " + buffer.getError().message());
+                 "cannot read '" + path.str() + "': " + llvm::toString(text.takeError()));
     return false;
   }
-  if ((*buffer)->getBufferSize() > kMaxSourceBytes) {
+  if (text->size() > kMaxSourceBytes) {
     diags.report(DiagKind::IoError, llvm::SMLoc(),
                  "'" + path.str() + "' is larger than " + std::to_string(kMaxSourceBytes >> 20) +
                      " MiB; is it really a tally file?");
     return false;
   }
-  unsigned id = sm.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
-  return parse(id);
+  // Old Mac line endings: a lone CR ends a line too. Replaced in place (same length, so every
+  // column stays put), so diagnostics count lines as the editor shows them.
+  for (size_t i = 0; i < text->size(); ++i)
+    if ((*text)[i] == '\r' && (i + 1 == text->size() || (*text)[i + 1] != '\n'))
+      (*text)[i] = '\n';
+  return addSource(path, *text);
 }
 
 bool Compilation::addSource(llvm::StringRef name, llvm::StringRef text) {

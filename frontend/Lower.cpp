@@ -104,10 +104,13 @@ const std::vector<std::string> &primitiveNames() {
 
 class Lowerer {
 public:
+  const PlanDecl *planDecl = nullptr;
+  bool seqReported = false;
   Lowerer(Sema &sema, const Program &program, const Plan &plan)
       : sema(sema), diags(sema.diags), program(program), plan(plan) {}
 
   std::optional<Graph> run(const PlanDecl &decl) {
+    planDecl = &decl;
     ConstValue call;
     const BlockDecl *model = sema.planModel(program, decl, call);
     if (!model)
@@ -276,6 +279,25 @@ private:
     return true;
   }
 
+  /// False, after an error, when a train plan's model uses `seq` but the plan does not set it:
+  /// the default of 1 would silently give a one-token model (MFU of a few percent for GPT-2).
+  bool seqGiven(llvm::SMRange use) {
+    if (!plan.isTrain || plan.settingRanges.count("seq"))
+      return true;
+    if (!seqReported && planDecl) {
+      seqReported = true;
+      auto b = diags.report(DiagKind::MissingSetting, planDecl->nameRange.Start,
+                            "plan '" + planDecl->name +
+                                "' does not say its sequence length, which its model uses");
+      b.range(planDecl->nameRange);
+      if (auto it = plan.settingRanges.find("batch"); it != plan.settingRanges.end())
+        b.fixit(llvm::SMRange(it->second.End, it->second.End), "\n  seq = 1024");
+      if (use.isValid())
+        b.note(use.Start, "'seq' is used here", use);
+    }
+    return false;
+  }
+
   /// A tensor type's shape and dtype; `withPlan` also binds batch and seq.
   bool shapeOf(const TensorTypeAST &type, const ConstEnv &consts, bool withPlan, Shape &shape,
                Dtype &dtype) {
@@ -301,6 +323,9 @@ private:
     }
     const ConstEnv &env = withPlan ? withSymbols : consts;
     for (const ExprPtr &e : type.dims) {
+      if (withPlan && e->kind == ExprKind::Name && e->text == "seq" && !consts.count("seq") &&
+          !seqGiven(e->range))
+        return false;
       ConstValue v = sema.eval(*e, env);
       if (v.kind == ConstValue::Invalid)
         return false;
@@ -701,6 +726,10 @@ private:
       return set(Value::ofConst(it->second));
     if (n == "batch")
       return set(Value::ofConst(ConstValue::integer(plan.microBatch, e.range)));
+    if (n == "seq" && !seqGiven(e.range)) {
+      failed = true;
+      return set(Value());
+    }
     if (n == "seq")
       return set(Value::ofConst(ConstValue::integer(plan.seq, e.range)));
     if (n == "true" || n == "false") {

@@ -292,6 +292,8 @@ ConstValue Sema::arith(const Expr &e, const ConstValue &a, const ConstValue &b) 
       overflow = __builtin_sub_overflow(a.intValue, b.intValue, &out);
     else if (op == "*")
       overflow = __builtin_mul_overflow(a.intValue, b.intValue, &out);
+    else if (b.intValue == -1) // INT64_MIN / -1 traps: negate with a check instead
+      overflow = __builtin_sub_overflow(int64_t(0), a.intValue, &out);
     else if (a.intValue % b.intValue == 0)
       out = a.intValue / b.intValue;
     else
@@ -459,6 +461,50 @@ std::optional<int64_t> Sema::positiveInt(const ConstValue &v, const char *what) 
 
 // ---- targets ------------------------------------------------------------------------------
 
+/// `matmul_curve { fp32 = [(FLOPs, efficiency), ...], bf16 = [...] }` (written by `tally
+/// calibrate`): per dtype, points with strictly increasing FLOPs per call and efficiencies in
+/// (0, 1].
+bool Sema::matmulCurves(const ConstValue &rec, Target &t) {
+  bool ok = true;
+  for (size_t i = 0; i < rec.elems.size(); ++i) {
+    std::optional<Dtype> dt = parseDtype(rec.names[i]);
+    if (!dt) {
+      diags.report(DiagKind::UnknownDtype, rec.nameRanges[i].Start,
+                   "unknown dtype '" + rec.names[i] + "' in matmul_curve")
+          .range(rec.nameRanges[i]);
+      ok = false;
+      continue;
+    }
+    const ConstValue &list = rec.elems[i];
+    MatmulCurve curve;
+    curve.dtype = *dt;
+    bool good = list.kind == ConstValue::Tuple && !list.elems.empty();
+    for (size_t j = 0; good && j < list.elems.size(); ++j) {
+      const ConstValue &p = list.elems[j];
+      good = p.kind == ConstValue::Tuple && p.elems.size() == 2 &&
+             p.elems[0].kind == ConstValue::Number && p.elems[1].kind == ConstValue::Number &&
+             (p.elems[0].dim == UnitDim::None || p.elems[0].dim == UnitDim::Flops) &&
+             (p.elems[1].dim == UnitDim::None || p.elems[1].dim == UnitDim::Ratio);
+      if (!good)
+        break;
+      CurvePoint pt{p.elems[0].number, p.elems[1].number};
+      good = pt.flops > 0 && pt.efficiency > 0 && pt.efficiency <= 1 &&
+             (curve.points.empty() || pt.flops > curve.points.back().flops);
+      curve.points.push_back(pt);
+    }
+    if (!good) {
+      diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                   "a matmul curve is a list of (FLOPs per call, efficiency) pairs with the "
+                   "FLOPs increasing and each efficiency in (0, 1]")
+          .range(rec.ranges[i]);
+      ok = false;
+      continue;
+    }
+    t.matmulCurves.push_back(std::move(curve));
+  }
+  return ok;
+}
+
 std::optional<Target> Sema::userTarget(const TargetDecl &d) {
   Target t;
   t.name = d.name;
@@ -554,11 +600,14 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
           ok = false;
         }
       }
+    } else if (s.key == "matmul_curve" && v.kind == ConstValue::Record) {
+      ok &= matmulCurves(v, t);
     } else {
       suggest(DiagKind::UnknownSetting, s.keyRange, "unknown target setting '" + s.key + "'",
               s.key,
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
-               "efficiency", "network", "gpus_per_node", "link_latency", "network_latency"});
+               "efficiency", "network", "gpus_per_node", "link_latency", "network_latency",
+               "matmul_curve"});
       ok = false;
     }
   }
@@ -583,6 +632,17 @@ std::optional<Target> Sema::resolveTarget(const Program &p, llvm::StringRef name
     return userTarget(*it->second);
   if (const Target *t = findTarget(name))
     return *t;
+  // `host` (this machine, from `tally calibrate`) and target files come from the loader that
+  // the tally binary installs (ir/Target.h).
+  if (isExternalTargetName(name)) {
+    std::string error;
+    if (std::optional<Target> t = loadExternalTarget(name, error))
+      return t;
+    diags.report(DiagKind::UnknownTarget, r.Start,
+                 "cannot load target '" + name.str() + "': " + error)
+        .range(r);
+    return std::nullopt;
+  }
   std::vector<std::string> names;
   for (const Target &t : targetCatalogue())
     names.push_back(t.name);
@@ -961,8 +1021,36 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
                                                      "precision", "target"};
   const auto &keys = d.isTrain ? trainKeys : inferKeys;
   ConstEnv env;
-  for (const SettingAST &s : d.settings) {
-    if (plan.settingRanges.count(s.key)) {
+  // Command-line overrides of plain settings become settings of their own, read after the
+  // file's: the same code validates both (so --checkpoint=foo and --batch 0 are errors, as in a
+  // file). They have no source location, so their diagnostics print as "tally: error: ...".
+  std::vector<SettingAST> cli;
+  auto addCli = [&](const char *key, ExprKind k, const std::string &text, double number) {
+    SettingAST s;
+    s.key = key;
+    s.value = std::make_unique<Expr>(k, llvm::SMRange());
+    s.value->text = text;
+    s.value->number = number;
+    s.value->isInteger = k == ExprKind::Number;
+    cli.push_back(std::move(s));
+  };
+  if (!o.checkpoint.empty())
+    addCli("checkpoint", ExprKind::Name, o.checkpoint, 0);
+  if (o.batch)
+    addCli("batch", ExprKind::Number, std::to_string(*o.batch), double(*o.batch));
+  if (o.microBatch)
+    addCli("micro_batch", ExprKind::Number, std::to_string(*o.microBatch), double(*o.microBatch));
+  std::vector<const SettingAST *> settings;
+  for (const SettingAST &s : d.settings)
+    settings.push_back(&s);
+  for (const SettingAST &s : cli)
+    settings.push_back(&s);
+  for (const SettingAST *sp : settings) {
+    const SettingAST &s = *sp;
+    bool fromCli = sp >= cli.data() && sp < cli.data() + cli.size();
+    if (fromCli && std::find(keys.begin(), keys.end(), s.key) == keys.end())
+      continue; // e.g. --checkpoint on an infer plan: nothing to override
+    if (!fromCli && plan.settingRanges.count(s.key)) {
       diags.report(DiagKind::DuplicateName, s.keyRange.Start,
                    "setting '" + s.key + "' is given twice")
           .range(s.keyRange)
@@ -970,7 +1058,8 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
       ok = false;
       continue;
     }
-    plan.settingRanges[s.key] = s.range;
+    if (!fromCli)
+      plan.settingRanges[s.key] = s.range;
     if (std::find(keys.begin(), keys.end(), s.key) == keys.end()) {
       suggest(DiagKind::UnknownSetting, s.keyRange,
               "unknown setting '" + s.key + "' in " + (d.isTrain ? "a train" : "an infer") +
@@ -1112,12 +1201,6 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
     ok &= parallel(p, v, plan);
     sawTarget = true;
   }
-  if (o.batch > 0)
-    plan.batch = o.batch, sawBatch = true;
-  if (o.microBatch > 0)
-    plan.microBatch = o.microBatch, plan.microBatchGiven = true;
-  if (!o.checkpoint.empty())
-    plan.checkpoint = o.checkpoint;
   if (!ok)
     return std::nullopt;
   if (plan.modelName.empty()) {

@@ -57,7 +57,7 @@ struct Program {
 /// Settings given on the command line; they replace what the file says.
 struct PlanOverrides {
   std::string target, precision, checkpoint;
-  int64_t batch = 0, microBatch = 0;
+  std::optional<int64_t> batch, microBatch; ///< validated like the file's settings (0 is an error)
 };
 
 class Sema {
@@ -105,6 +105,7 @@ private:
   bool optimizer(const ConstValue &v, OptimizerSpec &out);
   bool parallel(const Program &p, const ConstValue &v, Plan &plan);
   std::optional<Target> userTarget(const TargetDecl &d);
+  bool matmulCurves(const ConstValue &rec, Target &t);
   ConstValue number(const Expr &e);
 };
 

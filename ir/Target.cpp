@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "ir/Target.h"
 
+#include <cmath>
+
 namespace tally {
 
 double Target::peakFor(Dtype d) const {
@@ -30,6 +32,55 @@ double Target::ridge(Dtype d) const {
   if (peak <= 0 || bandwidth <= 0)
     return 0;
   return peak / bandwidth;
+}
+
+double interpolateCurve(const std::vector<CurvePoint> &points, double flops) {
+  if (points.empty())
+    return 0;
+  if (!(flops > points.front().flops))
+    return points.front().efficiency;
+  if (flops >= points.back().flops)
+    return points.back().efficiency;
+  size_t hi = 1;
+  while (points[hi].flops < flops)
+    ++hi;
+  const CurvePoint &a = points[hi - 1], &b = points[hi];
+  double f = (std::log(flops) - std::log(a.flops)) / (std::log(b.flops) - std::log(a.flops));
+  return a.efficiency + f * (b.efficiency - a.efficiency);
+}
+
+double Target::matmulEfficiency(Dtype d, double flops) const {
+  for (const MatmulCurve &c : matmulCurves)
+    if (c.dtype == d && !c.points.empty())
+      return interpolateCurve(c.points, flops);
+  return efficiency.matmul;
+}
+
+namespace {
+
+ExternalTargetLoader &externalLoader() {
+  static ExternalTargetLoader loader;
+  return loader;
+}
+
+} // namespace
+
+void setExternalTargetLoader(ExternalTargetLoader loader) {
+  externalLoader() = std::move(loader);
+}
+
+bool isExternalTargetName(llvm::StringRef name) {
+  return name == "host" || name.endswith(".tally");
+}
+
+std::optional<Target> loadExternalTarget(llvm::StringRef name, std::string &error) {
+  if (!externalLoader()) {
+    error = name == "host" ? "the host target is measured by `tally calibrate`, which this "
+                             "program cannot run"
+                           : "this program cannot load target files such as '" + name.str() + "'";
+    return std::nullopt;
+  }
+  return externalLoader()(name, error);
 }
 
 namespace {

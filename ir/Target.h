@@ -14,6 +14,8 @@
 
 #include "llvm/ADT/StringRef.h"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,24 @@ struct Efficiency {
   double communication = 0.8; ///< Collective bus bandwidth vs. interconnect.
   double hostLink = 0.8;      ///< Pinned host<->device copies vs. PCIe peak.
 };
+
+/// One measured point of a matmul efficiency curve: a call of `flops` FLOPs ran at
+/// `efficiency` of the target's peak for its dtype (as kernelTime defines it).
+struct CurvePoint {
+  double flops = 0;      ///< FLOPs of one matmul call (2·M·N·K·batch), > 0.
+  double efficiency = 0; ///< In (0, 1].
+};
+
+/// The measured efficiency of matmuls in one dtype by size (`tally calibrate`): points in
+/// strictly increasing `flops`. Used instead of Efficiency::matmul when present.
+struct MatmulCurve {
+  Dtype dtype = Dtype::F32;
+  std::vector<CurvePoint> points;
+};
+
+/// The efficiency at `flops` FLOPs per call: linear in log(flops) between neighbouring
+/// points, the end point's value outside the measured range. 0 when `points` is empty.
+double interpolateCurve(const std::vector<CurvePoint> &points, double flops);
 
 /// One device. Rates are per device, dense (no 2:4 sparsity), in base units.
 struct Target {
@@ -59,7 +79,14 @@ struct Target {
   double linkLatency = 0;   ///< Seconds per step of a collective inside a node.
   double networkLatency = 0; ///< Seconds per step of a collective across nodes.
   Efficiency efficiency;
+  /// Measured matmul efficiency by size and dtype (only the calibrated `host` target has
+  /// them); a dtype without a curve uses efficiency.matmul.
+  std::vector<MatmulCurve> matmulCurves;
   std::string source;       ///< Short citation of the datasheet.
+
+  /// The efficiency of a matmul of `flops` FLOPs per call computed in dtype d: the
+  /// dtype's measured curve when there is one, else efficiency.matmul.
+  double matmulEfficiency(Dtype d, double flops) const;
 
   /// Peak FLOP/s for ops computed in dtype d (F64 -> peakF64, F32 -> peakF32,
   /// TF32 -> peakTF32, F16/BF16, FP8 both kinds, I8/U8 -> peakINT8). 0 if
@@ -80,6 +107,22 @@ const std::vector<Target> &targetCatalogue();
 /// if unknown. Callers can suggest a name with closest-match over the
 /// catalogue.
 const Target *findTarget(llvm::StringRef name);
+
+/// Loads a target that is not declared in the input or the catalogue: `host` (this
+/// machine, calibrated) or a path ending in `.tally` whose file declares one target. The
+/// core library cannot measure the machine (that needs OpenBLAS), so the tally binary
+/// installs the loader (tools/tally/Calibrate.cpp); it returns nullopt with `error` set.
+using ExternalTargetLoader =
+    std::function<std::optional<Target>(llvm::StringRef name, std::string &error)>;
+
+/// Installs the loader that loadExternalTarget calls (null to remove it).
+void setExternalTargetLoader(ExternalTargetLoader loader);
+
+/// True for the names loadExternalTarget handles: "host" and paths ending in ".tally".
+bool isExternalTargetName(llvm::StringRef name);
+
+/// Loads `name` through the installed loader; without one, nullopt and an error saying so.
+std::optional<Target> loadExternalTarget(llvm::StringRef name, std::string &error);
 
 } // namespace tally
 

@@ -326,6 +326,21 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
     }
     }
   }
+  // Device memory is always a limit: a peak above the target's memory is an error even with
+  // no memory budget (a broken memory budget at or below it has already said so).
+  double device = plan.target.memoryBytes;
+  bool budgetSaid = false;
+  for (const BudgetSpec &b : plan.budgets)
+    budgetSaid = budgetSaid || (b.metric == BudgetMetric::MemoryPerDevice && b.atMost &&
+                                b.value <= device && broken(b, a.memory.peak));
+  if (device > 0 && a.memory.peak > device && !budgetSaid) {
+    auto d = diags.report(DiagKind::DeviceMemory, llvm::SMLoc(),
+                          "peak memory per device " + formatBytes(a.memory.peak) +
+                              " exceeds the " + formatBytes(device) + " of one " +
+                              plan.target.name);
+    for (const std::string &n : memoryFixes(a, relower, device))
+      d.note(llvm::SMLoc(), n);
+  }
 }
 
 } // namespace tally

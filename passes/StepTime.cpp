@@ -20,6 +20,8 @@
 //    same with the executed backward FLOPs and backward bytes. kernelTime = max(FLOPs /
 //    peak(computeDtype), bytes / bandwidth) / efficiency of the op's class (matmul, attention,
 //    elementwise for the rest). Executed FLOPs, not model FLOPs: time is what kernels run.
+//    A target with a measured matmul curve (the calibrated `host`) takes a matmul's efficiency
+//    from the curve of its compute dtype at its FLOPs per call (Target::matmulEfficiency).
 // 3. Per micro-batch totals F (forward), B (backward), R (recompute): R is the forward time of
 //    every Recompute step of the schedule (passes/Activations.cpp); without a schedule,
 //    F × flops.recompute / flops.forward.
@@ -104,7 +106,8 @@ double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, 
   double peak = t.peakFor(computeDtype);
   double compute = peak > 0 ? flops / peak : 0;
   double memory = t.bandwidth > 0 ? bytes / t.bandwidth : 0;
-  double efficiency = c == OpClass::Matmul      ? t.efficiency.matmul
+  // A calibrated target (`host`) carries measured matmul efficiency by FLOPs per call.
+  double efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, flops)
                       : c == OpClass::Attention ? t.efficiency.attention
                                                 : t.efficiency.elementwise;
   return std::max(compute, memory) / efficiency;

@@ -111,6 +111,12 @@ const SarifRuleText kRules[] = {
      "workspace) is above the memory budget.",
      "Shard more (ZeRO, tensor or pipeline parallelism), checkpoint activations or reduce the "
      "micro-batch."},
+    {"device-memory", "Peak memory per device exceeds the device's memory.",
+     "The memory plan's peak per device (parameters, gradients, optimizer state, activations, "
+     "workspace) is above the memory of one device of the target, with or without a memory "
+     "budget: the plan cannot run as written.",
+     "Shard more (ZeRO, tensor or pipeline parallelism), checkpoint activations, reduce the "
+     "micro-batch or pick a target with more memory."},
     {"budget-step-time", "The estimated step time exceeds the budget.",
      "The roofline estimate of one optimizer step is above the step-time budget.",
      "Use more devices or a faster target, or lower the batch."},

@@ -219,7 +219,8 @@ ReportTable checkpointTable(const Analysis &a) {
                        std::to_string(c.checkpointed) + " of " + std::to_string(c.blocks) +
                        " blocks recomputed";
   if (c.requested == "auto")
-    chosen += ", the least recompute that fits " + formatBytes(c.limitBytes);
+    chosen += c.limitBytes > 0 ? ", the least recompute that fits " + formatBytes(c.limitBytes)
+                               : ", nothing fits: the model states alone exceed the limit";
   t.notes.push_back(chosen + ".");
   if (!c.note.empty())
     t.notes.push_back(c.note);

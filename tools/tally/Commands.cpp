@@ -16,6 +16,8 @@ int runExtraCommand() {
     return rc;
   if (int rc = runLsp(); rc >= 0)
     return rc;
+  if (int rc = runCalibrate(); rc >= 0)
+    return rc;
   if (solveSelected())
     return runSolve();
   return -1;

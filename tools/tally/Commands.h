@@ -18,6 +18,12 @@ int runImportHF();
 /// tools/tally/Build.cpp: `tally build` and `tally run`; the exit code, or -1 when neither was the command.
 int runBuild();
 
+/// tools/tally/Calibrate.cpp: `tally calibrate`; its exit code, or -1 when it was not the command.
+int runCalibrate();
+
+/// tools/tally/Calibrate.cpp: lets Sema load `host` (the cached calibration) and target files.
+void installTargetLoader();
+
 /// tools/tally/Lsp.cpp: `tally lsp`; its exit code, or -1 when it was not the command.
 int runLsp();
 

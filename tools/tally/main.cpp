@@ -105,8 +105,10 @@ PlanOverrides overrides() {
   o.target = opts::TargetOverride;
   o.precision = opts::PrecisionOverride;
   o.checkpoint = opts::CheckpointOverride;
-  o.batch = opts::BatchOverride;
-  o.microBatch = opts::MicroBatchOverride;
+  if (opts::BatchOverride.getNumOccurrences()) // given at all: 0 and -5 are errors, not "unset"
+    o.batch = opts::BatchOverride;
+  if (opts::MicroBatchOverride.getNumOccurrences())
+    o.microBatch = opts::MicroBatchOverride;
   return o;
 }
 
@@ -306,6 +308,7 @@ int main(int argc, char **argv) {
           "  tally targets                  the hardware catalogue\n"
           "  tally build FILE -o DIR        the generated training step (C++ for the CPU)\n"
           "  tally run FILE                 build and run it: estimated beside measured\n"
+          "  tally calibrate [-o FILE]      measure this machine as the `host` target\n"
           "  tally import-hf CONFIG.json    a .tally model from a Hugging Face config.json\n"
           "  tally lsp                      a Language Server for editors, on stdio\n",
           &errStream)) {
@@ -313,6 +316,7 @@ int main(int argc, char **argv) {
     errs() << errors;
     return 2;
   }
+  installTargetLoader(); // `target = host` and target files (tools/tally/Calibrate.cpp)
   if (opts::Check)
     return runCheck();
   if (opts::Report)

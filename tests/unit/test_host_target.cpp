@@ -1,0 +1,165 @@
+// Unit tests for the calibrated host target: the matmul efficiency curve (ir/Target.h: log-space
+// interpolation, per-dtype lookup, kernelTime's use of it), the parsing of a calibration file as
+// `tally calibrate` writes it (frontend/Sema.cpp: matmul_curve), and `target = host` without the
+// tally binary's loader.
+#include "frontend/Compiler.h"
+#include "ir/Target.h"
+#include "passes/Passes.h"
+
+#include <catch.hpp>
+
+using namespace tally;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// Points at 1e6, 1e8 and 1e10 FLOPs: half-way in log space between two of them is 1e7 and 1e9.
+std::vector<CurvePoint> threePoints() { return {{1e6, 0.2}, {1e8, 0.6}, {1e10, 0.8}}; }
+
+/// A calibration file in the form `tally calibrate` writes (numbers chosen by hand).
+constexpr const char *kCalibration = R"(
+// The host target: a hand-written calibration.
+target host {
+  memory = 16 GiB
+  bandwidth = 10 GB/s
+  host_link = 10 GB/s
+  peak { fp32 = 100 GFLOP/s, bf16 = 50 GFLOP/s }
+  efficiency { matmul = 0.75, elementwise = 0.4 }
+  matmul_curve {
+    fp32 = [(524288, 0.05), (4.1943e+06, 0.5), (1.71799e+10, 0.75)]
+    bf16 = [(1e6, 0.3), (1e9, 0.9)]
+  }
+}
+)";
+
+/// Parses `text` and resolves its target `host`; diagnostics are collected, not printed.
+std::optional<Target> parseHost(Compilation &c, const std::string &text) {
+  c.diags.setOutput(nullptr);
+  REQUIRE(c.addSource("host.tally", text));
+  return c.sema.resolveTarget(c.program, "host", llvm::SMRange());
+}
+
+} // namespace
+
+TEST_CASE("host: the curve interpolates linearly in log(FLOPs)", "[host]") {
+  std::vector<CurvePoint> p = threePoints();
+  CHECK(interpolateCurve(p, 1e7) == Approx(0.4));  // log-midpoint of 0.2 and 0.6
+  CHECK(interpolateCurve(p, 1e9) == Approx(0.7));  // log-midpoint of 0.6 and 0.8
+  // A quarter of the way from 1e6 to 1e8 in log space is 10^6.5: 0.2 + 0.25·0.4.
+  CHECK(interpolateCurve(p, std::pow(10.0, 6.5)) == Approx(0.3));
+  CHECK(interpolateCurve(p, 1e8) == Approx(0.6));  // a measured point
+  CHECK(interpolateCurve(p, 10) == 0.2);           // below the range: the first point
+  CHECK(interpolateCurve(p, 1e15) == 0.8);         // above: the last
+  CHECK(interpolateCurve({}, 1e9) == 0);
+  CHECK(interpolateCurve({{5e6, 0.9}}, 1e3) == 0.9);
+}
+
+TEST_CASE("host: a dtype without a curve keeps efficiency.matmul", "[host]") {
+  Target t;
+  t.efficiency.matmul = 0.7;
+  CHECK(t.matmulEfficiency(Dtype::F32, 1e7) == 0.7);
+  t.matmulCurves.push_back({Dtype::F32, threePoints()});
+  CHECK(t.matmulEfficiency(Dtype::F32, 1e7) == Approx(0.4));
+  CHECK(t.matmulEfficiency(Dtype::BF16, 1e7) == 0.7);
+}
+
+TEST_CASE("host: kernelTime divides matmuls by the curve's efficiency", "[host]") {
+  Target t;
+  t.peakF32 = 100e9;
+  t.bandwidth = 10e9;
+  t.efficiency.matmul = 0.7;
+  t.efficiency.elementwise = 0.5;
+  t.matmulCurves.push_back({Dtype::F32, threePoints()});
+  // 1e7 FLOPs at 100 GFLOP/s = 1e-4 s compute (bytes 1e4 / 10 GB/s = 1e-6 s), / 0.4.
+  CHECK(kernelTime(t, OpClass::Matmul, Dtype::F32, 1e7, 1e4) == Approx(2.5e-4));
+  // 1e10 FLOPs = 0.1 s, / 0.8 (the last point).
+  CHECK(kernelTime(t, OpClass::Matmul, Dtype::F32, 1e10, 0) == Approx(0.125));
+  // Elementwise ops keep their constant: 1e6 bytes / 10 GB/s = 1e-4 s, / 0.5.
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, 0, 1e6) == Approx(2e-4));
+}
+
+TEST_CASE("host: a calibration file parses into the target", "[host]") {
+  Compilation c;
+  std::optional<Target> t = parseHost(c, kCalibration);
+  REQUIRE(t);
+  CHECK(t->name == "host");
+  CHECK(t->memoryBytes == 16.0 * 1024 * 1024 * 1024);
+  CHECK(t->bandwidth == Approx(10e9));
+  CHECK(t->hostLink == Approx(10e9));
+  CHECK(t->peakF32 == Approx(100e9));
+  CHECK(t->peakBF16 == Approx(50e9));
+  CHECK(t->efficiency.matmul == Approx(0.75));
+  CHECK(t->efficiency.elementwise == Approx(0.4));
+  REQUIRE(t->matmulCurves.size() == 2);
+  const MatmulCurve &f32 = t->matmulCurves[0];
+  CHECK(f32.dtype == Dtype::F32);
+  REQUIRE(f32.points.size() == 3);
+  CHECK(f32.points[0].flops == 524288);
+  CHECK(f32.points[1].flops == Approx(4.1943e6));
+  CHECK(f32.points[2].efficiency == Approx(0.75));
+  CHECK(t->matmulCurves[1].dtype == Dtype::BF16);
+  // 10^7.5 is half-way from 1e6 to 1e9 in log space: (0.3 + 0.9) / 2.
+  CHECK(t->matmulEfficiency(Dtype::BF16, std::pow(10.0, 7.5)) == Approx(0.6));
+}
+
+TEST_CASE("host: a bad matmul_curve is a diagnostic", "[host]") {
+  const char *bad[] = {
+      "fp32 = [(1e6, 0.5), (1e5, 0.6)]", // FLOPs not increasing
+      "fp32 = [(1e6, 1.5)]",             // efficiency above 1
+      "fp32 = [(1e6, 0)]",               // efficiency 0
+      "fp32 = [(1e6, 0.5, 3)]",          // not a pair
+      "fp32 = []",                       // no points
+      "fp32 = [(-1e6, 0.5)]",            // negative FLOPs
+  };
+  for (const char *curve : bad) {
+    INFO(curve);
+    Compilation c;
+    std::string text = "target host {\n memory = 1 GiB\n bandwidth = 1 GB/s\n"
+                       " peak { fp32 = 1 GFLOP/s }\n matmul_curve { " +
+                       std::string(curve) + " }\n}\n";
+    CHECK_FALSE(parseHost(c, text));
+    REQUIRE(c.diags.diagnostics().size() == 1);
+    CHECK(c.diags.diagnostics()[0].kind == DiagKind::InvalidValue);
+    CHECK_THAT(c.diags.diagnostics()[0].message, Contains("(FLOPs per call, efficiency)"));
+  }
+  Compilation c;
+  CHECK_FALSE(parseHost(c, "target host {\n memory = 1 GiB\n bandwidth = 1 GB/s\n peak { fp32 = "
+                           "1 GFLOP/s }\n matmul_curve { fp99 = [(1e6, 0.5)] }\n}\n"));
+  REQUIRE(c.diags.diagnostics().size() == 1);
+  CHECK(c.diags.diagnostics()[0].kind == DiagKind::UnknownDtype);
+}
+
+TEST_CASE("host: without the tally binary's loader, `host` is a diagnostic", "[host]") {
+  setExternalTargetLoader(nullptr);
+  Compilation c;
+  c.diags.setOutput(nullptr);
+  REQUIRE(c.addSource("t.tally", "model M(d = 4) {\n param w: [d, d]\n"
+                                 " forward(x: f32[batch, d]) { return mean(x @ w) }\n}\n"
+                                 "train p {\n model = M()\n batch = 2\n optimizer = SGD(lr = 0.1)\n"
+                                 " precision = fp32\n target = host\n}\n"));
+  const PlanDecl *p = c.pickPlan("");
+  REQUIRE(p);
+  CHECK_FALSE(c.lower(*p));
+  REQUIRE(c.diags.diagnostics().size() == 1);
+  CHECK(c.diags.diagnostics()[0].kind == DiagKind::UnknownTarget);
+  CHECK_THAT(c.diags.diagnostics()[0].message, Contains("tally calibrate"));
+  CHECK(isExternalTargetName("host"));
+  CHECK(isExternalTargetName("calib/host.tally"));
+  CHECK_FALSE(isExternalTargetName("H100_SXM"));
+}
+
+TEST_CASE("host: the installed loader answers `host`", "[host]") {
+  int calls = 0;
+  setExternalTargetLoader([&](llvm::StringRef name, std::string &) -> std::optional<Target> {
+    ++calls;
+    Target t;
+    t.name = name.str();
+    return t;
+  });
+  std::string err;
+  std::optional<Target> t = loadExternalTarget("host", err);
+  setExternalTargetLoader(nullptr);
+  REQUIRE(t);
+  CHECK(t->name == "host");
+  CHECK(calls == 1);
+}

@@ -1,0 +1,72 @@
+// tally calibrate, the measurement library: times this machine's matmuls (fp32 and bf16, through
+// the CPU runtime's own rt::matmul: OpenBLAS single-threaded per tile, tiles on OpenMP threads),
+// a STREAM-style triad and an elementwise kernel, and writes the result as a `.tally` target
+// declaration (`target host { ... }`) that Sema loads like any user target. It links OpenBLAS
+// and OpenMP, so it lives apart from the core analyzer; only the tally binary links it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tally {
+namespace calibrate {
+
+/// How much to measure.
+struct Options {
+  /// Small sizes and short timings (well under 5 s): for tests, not for estimates.
+  bool quick = false;
+};
+
+/// One timed matmul shape: C[M×N] = A[M×K] · B[K×N], one rt::matmul call.
+struct MatmulSample {
+  std::string dtype; ///< "fp32" or "bf16" (tally's dtype names)
+  int64_t M = 0, N = 0, K = 0;
+  double seconds = 0; ///< The fastest of the timed calls.
+  /// 2·M·N·K.
+  double flops() const { return 2.0 * double(M) * double(N) * double(K); }
+  /// (M·K + K·N + M·N) × element bytes: what the time model counts for a matmul.
+  double bytes() const;
+};
+
+/// Everything one calibration measured.
+struct Result {
+  std::string cpuModel;       ///< /proc/cpuinfo "model name", or "unknown CPU"
+  int cores = 0;              ///< Processors online.
+  int threads = 0;            ///< OpenMP threads the runtime's kernels use.
+  double memoryBytes = 0;     ///< Physical RAM.
+  double triadBandwidth = 0;  ///< a[i] = b[i] + s·c[i], B/s counting 3 × 4 bytes per element.
+  double elementwiseBandwidth = 0; ///< rt::unary_fwd (gelu, fp32): B/s counting read + write.
+  std::vector<MatmulSample> matmuls;
+  bool quick = false;
+  double seconds = 0;         ///< Wall time of the whole calibration.
+  double loadAverage = -1;    ///< /proc/loadavg's 1-minute figure before measuring; -1 unknown.
+  /// Other processes were running: the load average exceeded half the cores.
+  bool busy() const { return loadAverage > 0.5 * cores; }
+};
+
+/// Runs the measurements (a few seconds; Options::quick well under that).
+Result measure(const Options &options);
+
+/// One point of an efficiency curve (FLOPs per call, efficiency).
+struct Point {
+  double flops = 0, efficiency = 0;
+};
+
+/// The best achieved FLOP/s over the samples of `dtype`: the peak the host target states.
+double peakOf(const Result &r, const std::string &dtype);
+
+/// The efficiency curve of `dtype`: per sample max(flops / peak, bytes / bandwidth) / seconds
+/// (so the time model's kernelTime reproduces the measured time), clamped to (0, 1], sorted by
+/// FLOPs; samples within 2% of each other's FLOPs are merged (their mean).
+std::vector<Point> curveOf(const Result &r, const std::string &dtype);
+
+/// The `target host { ... }` declaration, with the measurements as comments. `when` is the
+/// date printed in the banner.
+std::string renderTarget(const Result &r, const std::string &when);
+
+/// "host-<hostname>-<8 hex digits of a hash of the CPU model and core count>.tally".
+std::string cacheFileName();
+
+} // namespace calibrate
+} // namespace tally

@@ -1,0 +1,174 @@
+// `tally calibrate [-o FILE] [--quick]`: measures this machine (tools/calibrate) and writes it as a
+// `target host { ... }` declaration; without -o, into the per-machine cache
+// ($XDG_CACHE_HOME/tally, else ~/.cache/tally, file host-<hostname>-<CPU hash>.tally).
+// Also the loader of external targets (ir/Target.h) that Sema calls: `host` reads the cached
+// calibration, running it first when there is none (with a note on stderr); a name ending in
+// `.tally` reads that file, which must declare exactly one target.
+//
+// Exit codes: 0 written, 1 the file could not be written.
+#include "frontend/Compiler.h"
+#include "tools/calibrate/Calibrate.h"
+#include "tools/tally/Commands.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <ctime>
+#include <map>
+
+using namespace llvm;
+
+namespace tally {
+namespace calibrateopts {
+
+cl::SubCommand Calibrate("calibrate", "Measure this machine as the `host` target (matmul FLOP/s, "
+                                      "bandwidth, elementwise throughput)");
+cl::OptionCategory Cat("tally calibrate options");
+cl::opt<std::string> Output("o", cl::desc("Write the target here (default: the per-machine cache)"),
+                            cl::value_desc("file"), cl::sub(Calibrate), cl::cat(Cat));
+cl::opt<bool> Quick("quick", cl::desc("Small sizes and short timings (under 5 s): for tests"),
+                    cl::sub(Calibrate), cl::cat(Cat));
+
+} // namespace calibrateopts
+
+namespace {
+
+/// The per-machine cache file of the host target.
+std::string cachePath() {
+  SmallString<256> dir;
+  if (Optional<std::string> x = sys::Process::GetEnv("XDG_CACHE_HOME"); x && !x->empty())
+    dir = *x;
+  else if (Optional<std::string> h = sys::Process::GetEnv("HOME"); h && !h->empty())
+    sys::path::append(dir, *h, ".cache");
+  else
+    sys::path::system_temp_directory(true, dir);
+  sys::path::append(dir, "tally", calibrate::cacheFileName());
+  return std::string(dir);
+}
+
+std::string utcNow() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+/// Measures and writes the target to `path` (creating its folder); false with `error` set.
+bool calibrateInto(const std::string &path, bool quick, std::string &error,
+                   calibrate::Result *out = nullptr) {
+  calibrate::Options o;
+  o.quick = quick;
+  calibrate::Result r = calibrate::measure(o);
+  StringRef parent = sys::path::parent_path(path);
+  if (!parent.empty())
+    if (std::error_code ec = sys::fs::create_directories(parent)) {
+      error = "cannot create '" + parent.str() + "': " + ec.message();
+      return false;
+    }
+  std::error_code ec;
+  raw_fd_ostream os(path, ec, sys::fs::OF_Text);
+  if (ec) {
+    error = "cannot write '" + path + "': " + ec.message();
+    return false;
+  }
+  os << calibrate::renderTarget(r, utcNow());
+  os.close();
+  if (os.has_error()) {
+    error = "cannot write '" + path + "': " + os.error().message();
+    os.clear_error();
+    return false;
+  }
+  if (out)
+    *out = std::move(r);
+  return true;
+}
+
+/// Reads the one target a .tally file declares. Its diagnostics print with their locations.
+std::optional<Target> readTargetFile(const std::string &path, std::string &error) {
+  Compilation c;
+  if (!c.addFile(path) || c.diags.hasErrors()) {
+    error = "'" + path + "' has errors (above) or cannot be read";
+    return std::nullopt;
+  }
+  if (c.program.targets.size() != 1) {
+    error = "'" + path + "' declares " + std::to_string(c.program.targets.size()) +
+            " targets; a target file declares exactly one";
+    return std::nullopt;
+  }
+  const TargetDecl *d = c.program.targets.begin()->second;
+  std::optional<Target> t = c.sema.resolveTarget(c.program, d->name, d->nameRange);
+  if (!t) {
+    error = "the target in '" + path + "' is not valid (see above)";
+    return std::nullopt;
+  }
+  t->source = "measured by `tally calibrate`: " + path;
+  return t;
+}
+
+/// The loader Sema calls for `host` and for target files; each is read once per process
+/// (solvers and budgets lower a plan many times).
+std::optional<Target> loadTarget(StringRef name, std::string &error) {
+  static std::map<std::string, std::optional<Target>> loaded;
+  static std::map<std::string, std::string> errors;
+  std::string key = name.str();
+  if (auto it = loaded.find(key); it != loaded.end()) {
+    error = errors[key];
+    return it->second;
+  }
+  std::string path = key;
+  if (name == "host") {
+    path = cachePath();
+    if (!sys::fs::exists(path)) {
+      errs() << "tally: note: this machine has no calibration yet (" << path
+             << "); running `tally calibrate` (a few seconds)\n";
+      if (!calibrateInto(path, false, error)) {
+        loaded[key] = std::nullopt;
+        errors[key] = error;
+        return std::nullopt;
+      }
+    }
+  }
+  std::optional<Target> t = readTargetFile(path, error);
+  loaded[key] = t;
+  errors[key] = error;
+  return t;
+}
+
+int calibrateCommand() {
+  std::string path = calibrateopts::Output.empty() ? cachePath() : calibrateopts::Output.getValue();
+  std::string error;
+  calibrate::Result r;
+  if (!calibrateInto(path, calibrateopts::Quick, error, &r)) {
+    errs() << "tally: error: " << error << "\n";
+    return 1;
+  }
+  if (r.busy())
+    errs() << "tally: warning: the load average was " << format("%.2f", r.loadAverage) << " on "
+           << r.cores << " cores: other processes shared them, so the numbers are low; "
+           << "calibrate again when the machine is idle\n";
+  outs() << "host: " << r.cpuModel << ", " << r.cores << " cores, " << r.threads
+         << " OpenMP threads\n";
+  outs() << format("  STREAM triad       %10.2f GB/s\n", r.triadBandwidth / 1e9);
+  outs() << format("  elementwise        %10.2f GB/s\n", r.elementwiseBandwidth / 1e9);
+  for (const char *d : {"fp32", "bf16"})
+    outs() << format("  matmul %-4s peak   %10.2f GFLOP/s\n", d, calibrate::peakOf(r, d) / 1e9);
+  outs() << format("measured in %.2f s; written to %s\n", r.seconds, path.c_str());
+  return 0;
+}
+
+} // namespace
+
+void installTargetLoader() { setExternalTargetLoader(loadTarget); }
+
+int runCalibrate() {
+  if (!calibrateopts::Calibrate)
+    return -1;
+  return calibrateCommand();
+}
+
+} // namespace tally
