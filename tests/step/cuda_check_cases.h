@@ -252,6 +252,28 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     if (P) out["P"] = get(m, P, np);
     add(c.name, out);
   }
+  {  // q, k, v as row-strided parts of one fused [B, S, (H + 2·Hkv)·hd + pad] buffer (AttnRows),
+     // grouped-query, hd 64 (bf16 also runs it on the tensor-core forward); the gradients add into
+     // the same parts of a gradient buffer whose padding columns hold a sentinel (7) that must
+     // come back unchanged: "dqkv" is the whole buffer.
+    const int64_t B = 2, S = 37, H = 4, Hkv = 2, hd = 64, pad = 8;
+    const int64_t W = (H + 2 * Hkv) * hd + pad, nf = B * S * W, nq = B * S * H * hd;
+    const T* f = m.upload(randomT<T>(42, nf, -2.f, 2.f));
+    const T* dO = m.upload(randomT<T>(43, nq));
+    std::vector<T> g0 = randomT<T>(44, nf);
+    for (int64_t r = 0; r < B * S; ++r)
+      for (int64_t c = W - pad; c < W; ++c) g0[static_cast<size_t>(r * W + c)] = rt::store<T>(7.f);
+    T* g = m.upload(g0);
+    T* o = m.template zeros<T>(nq);
+    float* lse = m.template zeros<float>(B * H * S);
+    const rt::AttnRows rows{W, W, W};
+    const int64_t kc = H * hd, vc = (H + Hkv) * hd;   // where k and v start in a row
+    rt::attention_fwd<T>(ctx, f, f + kc, f + vc, o, lse, nullptr, B, S, S, H, Hkv, hd, 0.f, true, 0.f, 42, 3, rows);
+    rt::attention_bwd<T>(ctx, f, f + kc, f + vc, o, lse, nullptr, dO, g, g + kc, g + vc, B, S, S, H, Hkv, hd, 0.f,
+                         true, 0.f, 42, 3, true, rows);
+    add("attention_strided_qkv_gqa_hd64",
+        {{"o", get(m, o, nq)}, {"lse", get(m, lse, B * H * S)}, {"dqkv", get(m, g, nf)}});
+  }
   {  // embedding, with repeated ids (the scatter-add)
     const int64_t rows = 300, d = 96, vocab = 37;
     std::vector<int32_t> ids(rows);

@@ -31,10 +31,11 @@
                                     int64_t, bool);                                                        \
   template void rt::attention_fwd<T>(rt::Ctx&, const T*, const T*, const T*, T*, float*, T*, int64_t,      \
                                      int64_t, int64_t, int64_t, int64_t, int64_t, float, bool, float,      \
-                                     uint64_t, uint64_t);                                                  \
+                                     uint64_t, uint64_t, rt::AttnRows);                                    \
   template void rt::attention_bwd<T>(rt::Ctx&, const T*, const T*, const T*, const T*, const float*,       \
                                      const T*, const T*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t,   \
-                                     int64_t, int64_t, float, bool, float, uint64_t, uint64_t, bool);      \
+                                     int64_t, int64_t, float, bool, float, uint64_t, uint64_t, bool,       \
+                                     rt::AttnRows);                                                        \
   template void rt::embedding_fwd<T>(rt::Ctx&, const int32_t*, const T*, T*, int64_t, int64_t, int64_t);  \
   template void rt::embedding_bwd<T>(rt::Ctx&, const int32_t*, const T*, T*, int64_t, int64_t, int64_t);  \
   template void rt::cross_entropy_fwd<T>(rt::Ctx&, const T*, const int32_t*, float*, float*, int64_t,     \

@@ -10,3 +10,4 @@
 #include "tally_math.h"
 #include "tally_rows.h"
 #include "tally_optim.h"
+#include "tally_attn.h"

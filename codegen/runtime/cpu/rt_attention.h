@@ -28,20 +28,33 @@ inline float check_attention(const char* name, int64_t B, int64_t S, int64_t Skv
   return scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(hd));
 }
 
+/// The row strides of q, k and v: `rows` with 0 replaced by the dense width (H·hd, Hkv·hd).
+/// Throws rt::Error for a stride smaller than its width. Call after check_attention.
+inline AttnRows attention_rows(const char* name, AttnRows rows, int64_t H, int64_t Hkv, int64_t hd) {
+  require(H <= INT64_MAX / hd, name, "H·hd overflows int64");   // hd > 0, H >= Hkv > 0 here
+  const int64_t qw = H * hd, kw = Hkv * hd;
+  auto one = [&](const char* what, int64_t s, int64_t width) {
+    if (s == 0) return width;
+    require(s >= width, name, std::string(what) + " row stride " + std::to_string(s) +
+                                  " is smaller than its width " + std::to_string(width));
+    return s;
+  };
+  return AttnRows{one("q", rows.q, qw), one("k", rows.k, kw), one("v", rows.v, kw)};
+}
+
 /// Keys query i may see: j < visible_keys(i) (all Skv unless causal: j <= i + Skv − S).
 inline int64_t visible_keys(bool causal, int64_t i, int64_t S, int64_t Skv) {
   if (!causal) return Skv;
   return std::max<int64_t>(0, std::min<int64_t>(Skv, i + (Skv - S) + 1));
 }
 
-/// Copies head `head` of a [Sx, nheads·hd] row block (batch entry b) into a dense [Sx, hd]
-/// buffer in the arithmetic type, multiplied by `mul`.
+/// Copies head `head` of batch entry b of a [B, Sx, ·] tensor whose rows are `rowStride` apart
+/// into a dense [Sx, hd] buffer in the arithmetic type, multiplied by `mul`.
 template <class T>
-void stage_head(const T* x, int64_t b, int64_t Sx, int64_t nheads, int64_t head, int64_t hd, acc_t<T> mul,
+void stage_head(const T* x, int64_t b, int64_t Sx, int64_t rowStride, int64_t head, int64_t hd, acc_t<T> mul,
                 acc_t<T>* out) {
-  const int64_t width = nheads * hd;
   for (int64_t j = 0; j < Sx; ++j) {
-    const T* src = x + (b * Sx + j) * width + head * hd;
+    const T* src = x + (b * Sx + j) * rowStride + head * hd;
     for (int64_t d = 0; d < hd; ++d) out[j * hd + d] = mul * load(src[d]);
   }
 }
@@ -78,10 +91,11 @@ void attention_rows_lse(const A* Qs, const A* K, int64_t i0, int64_t i1, int64_t
 template <class T>
 void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* lse, T* scores,
                    int64_t B, int64_t S, int64_t Skv, int64_t H, int64_t Hkv, int64_t hd, float scale,
-                   bool causal, float p, uint64_t seed, uint64_t stream) {
+                   bool causal, float p, uint64_t seed, uint64_t stream, AttnRows rows = {}) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "attention_fwd");
   const A sc = static_cast<A>(detail::check_attention("attention_fwd", B, S, Skv, H, Hkv, hd, scale, p));
+  const AttnRows rs = detail::attention_rows("attention_fwd", rows, H, Hkv, hd);
   detail::blas_single_threaded();
   const int64_t group = H / Hkv, qw = H * hd;
   const A keepScale = A(1) / (A(1) - static_cast<A>(p));
@@ -101,9 +115,9 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
       A* m = detail::scratch(mv, QB);
       A* l = detail::scratch(lv, QB);
       A* ls = detail::scratch(lsv, QB);   // materialised: each row's lse, known once its P is
-      detail::stage_head(q, b, S, H, h, hd, sc, Q);   // scaled: Q·Kᵀ are the scores
-      detail::stage_head(k, b, Skv, Hkv, kvh, hd, A(1), K);
-      detail::stage_head(v, b, Skv, Hkv, kvh, hd, A(1), V);
+      detail::stage_head(q, b, S, rs.q, h, hd, sc, Q);   // scaled: Q·Kᵀ are the scores
+      detail::stage_head(k, b, Skv, rs.k, kvh, hd, A(1), K);
+      detail::stage_head(v, b, Skv, rs.v, kvh, hd, A(1), V);
       detail::KeepStream keep(seed, stream, p);
       for (int64_t i0 = 0; i0 < S; i0 += QB) {
         const int64_t qb = std::min(QB, S - i0);
@@ -178,10 +192,11 @@ template <class T>
 void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, const float* lse,
                    const T* scores, const T* dO, T* dq, T* dk, T* dv, int64_t B, int64_t S, int64_t Skv,
                    int64_t H, int64_t Hkv, int64_t hd, float scale, bool causal, float p, uint64_t seed,
-                   uint64_t stream, bool accumulate) {
+                   uint64_t stream, bool accumulate, AttnRows rows = {}) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "attention_bwd");
   const A sc = static_cast<A>(detail::check_attention("attention_bwd", B, S, Skv, H, Hkv, hd, scale, p));
+  const AttnRows rs = detail::attention_rows("attention_bwd", rows, H, Hkv, hd);
   detail::require(o != nullptr, "attention_bwd", "o must not be null");
   detail::require(scores != nullptr || lse != nullptr || detail::kExactStatsAttn<T>, "attention_bwd",
                   "fused mode needs the lse the forward saved");
@@ -191,15 +206,19 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   constexpr int64_t QB = detail::kAttnQB, KB = detail::kAttnKB;
   // Query heads of one group add into the same kv head's dK/dV under that head's lock. When T is
   // the arithmetic type (fp32, fp64) they add straight into dk/dv (zeroed first unless
-  // accumulating); 16-bit types sum in fp32 buffers the size of k and v and round once at the end.
-  const int64_t n = B * Skv * kw;
+  // accumulating); 16-bit types sum in dense fp32 buffers [B, Skv, Hkv·hd] and round once at the
+  // end. With row strides (AttnRows) only the kw columns of each row of dk/dv are touched.
+  const int64_t n = B * Skv * kw, kvRows = B * Skv;
   constexpr bool direct = std::is_same<T, A>::value;
   std::vector<A> dK(direct ? 0 : static_cast<size_t>(n), A(0)), dV(direct ? 0 : static_cast<size_t>(n), A(0));
   A* dKacc = direct ? reinterpret_cast<A*>(dk) : dK.data();
   A* dVacc = direct ? reinterpret_cast<A*>(dv) : dV.data();
+  const int64_t ldK = direct ? rs.k : kw, ldV = direct ? rs.v : kw;   // row strides of dKacc, dVacc
   if (direct && !accumulate) {
-    std::fill(dKacc, dKacc + n, A(0));
-    std::fill(dVacc, dVacc + n, A(0));
+    for (int64_t r = 0; r < kvRows; ++r) {
+      std::fill(dKacc + r * ldK, dKacc + r * ldK + kw, A(0));
+      std::fill(dVacc + r * ldV, dVacc + r * ldV + kw, A(0));
+    }
   }
   std::vector<omp_lock_t> locks(static_cast<size_t>(B * Hkv));
   for (auto& lk : locks) omp_init_lock(&lk);
@@ -222,11 +241,11 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       A* Pd = detail::scratch(Pdv, QB * KB);
       A* L = detail::scratch(Lv, QB);
       A* D = detail::scratch(Dv, QB);
-      detail::stage_head(q, b, S, H, h, hd, A(1), Q);
-      detail::stage_head(q, b, S, H, h, hd, sc, Qs);
-      detail::stage_head(k, b, Skv, Hkv, kvh, hd, A(1), K);
-      detail::stage_head(v, b, Skv, Hkv, kvh, hd, A(1), V);
-      detail::stage_head(dO, b, S, H, h, hd, A(1), G);
+      detail::stage_head(q, b, S, rs.q, h, hd, A(1), Q);
+      detail::stage_head(q, b, S, rs.q, h, hd, sc, Qs);
+      detail::stage_head(k, b, Skv, rs.k, kvh, hd, A(1), K);
+      detail::stage_head(v, b, Skv, rs.v, kvh, hd, A(1), V);
+      detail::stage_head(dO, b, S, qw, h, hd, A(1), G);
       std::fill(dKh, dKh + Skv * hd, A(0));
       std::fill(dVh, dVh + Skv * hd, A(0));
       detail::KeepStream keep(seed, stream, p);
@@ -282,15 +301,15 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
           detail::gemm(true, false, kb, hd, qb, 1.0f, dP, kb, Q + i0 * hd, hd, 1.0f, dKh + j0 * hd, hd);
         }
         for (int64_t r = 0; r < qb; ++r) {
-          T* dqrow = dq + (b * S + i0 + r) * qw + h * hd;
+          T* dqrow = dq + (b * S + i0 + r) * rs.q + h * hd;
           for (int64_t d = 0; d < hd; ++d) detail::put(dqrow[d], dQ[r * hd + d], accumulate);
         }
       }
       omp_lock_t& lk = locks[static_cast<size_t>(b * Hkv + kvh)];
       omp_set_lock(&lk);
       for (int64_t j = 0; j < Skv; ++j) {
-        A* gk = dKacc + (b * Skv + j) * kw + kvh * hd;
-        A* gv = dVacc + (b * Skv + j) * kw + kvh * hd;
+        A* gk = dKacc + (b * Skv + j) * ldK + kvh * hd;
+        A* gv = dVacc + (b * Skv + j) * ldV + kvh * hd;
         for (int64_t d = 0; d < hd; ++d) { gk[d] += dKh[j * hd + d]; gv[d] += dVh[j * hd + d]; }
       }
       omp_unset_lock(&lk);
@@ -299,9 +318,11 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   for (auto& lk : locks) omp_destroy_lock(&lk);
   if (direct) return;
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
-  for (int64_t e = 0; e < n; ++e) {
-    detail::put(dk[e], dK[e], accumulate);
-    detail::put(dv[e], dV[e], accumulate);
+  for (int64_t r = 0; r < kvRows; ++r) {
+    for (int64_t c = 0; c < kw; ++c) {
+      detail::put(dk[r * rs.k + c], dK[r * kw + c], accumulate);
+      detail::put(dv[r * rs.v + c], dV[r * kw + c], accumulate);
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "../common/tally_common.h"
+#include "../common/tally_error.h"   // rt::Error
 
 #include <omp.h>
 
@@ -49,12 +50,6 @@ struct KernelTimes {
     e.calls += 1;
     e.seconds += seconds;
   }
-};
-
-/// A kernel rejected its arguments (a negative size, an index out of range, …). The message
-/// names the kernel and the bad value.
-struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
 namespace detail {

@@ -21,13 +21,15 @@
 namespace rt {
 namespace cu {
 
-/// Shapes shared by the attention kernels.
+/// Shapes shared by the attention kernels. qRow, kRow, vRow: the row strides of q/dq, k/dk,
+/// v/dv in elements (AttnRows resolved: H·hd and Hkv·hd when dense); o, dO, lse, P are dense.
 struct AttnShape {
   int64_t B, S, Skv, H, Hkv, hd;
   float scale;
   bool causal;
   float p;
   uint64_t seed, stream;
+  int64_t qRow, kRow, vRow;
 };
 
 /// Whether query i sees key j.
@@ -42,12 +44,11 @@ __device__ inline float attnDropScale(const AttnShape& a, int64_t b, int64_t h, 
   return dropout_keep(a.seed, a.stream, e, a.p) ? 1.f / (1.f - a.p) : 0.f;
 }
 
-/// Stages rows [r0, r0 + n) of a [B, rows, heads·hd] tensor's head `head` into sh[n][ld] (fp32,
-/// zero beyond the end), times `mul`.
+/// Stages rows [r0, r0 + n) of head `head` of a [B, rows, ·] tensor whose rows are `rowStride`
+/// elements apart into sh[n][ld] (fp32, zero beyond the end), times `mul`.
 template <class T>
-__device__ inline void stageRows(float* sh, int ld, const T* src, int64_t b, int64_t rows, int64_t heads,
+__device__ inline void stageRows(float* sh, int ld, const T* src, int64_t b, int64_t rows, int64_t rowStride,
                                  int64_t head, int64_t hd, int64_t r0, int n, float mul) {
-  const int64_t rowStride = heads * hd;
   for (int64_t idx = threadIdx.x; idx < int64_t(n) * hd; idx += blockDim.x) {
     const int64_t r = idx / hd, d = idx % hd, row = r0 + r;
     sh[r * ld + d] = row < rows ? load(src[(b * rows + row) * rowStride + head * hd + d]) * mul : 0.f;
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(128) attnFwdKernel(const T* q, const T* k, con
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t b = blockIdx.y / a.H, h = blockIdx.y % a.H, kh = h / (a.H / a.Hkv);
   const int64_t q0 = int64_t(blockIdx.x) * R;
-  stageRows(Qs, hd, q, b, a.S, a.H, h, a.hd, q0, R, a.scale);
+  stageRows(Qs, hd, q, b, a.S, a.qRow, h, a.hd, q0, R, a.scale);
   float m[RPW], l[RPW], acc[RPW][NC];
 #pragma unroll
   for (int r = 0; r < RPW; ++r) {
@@ -80,8 +81,8 @@ __global__ void __launch_bounds__(128) attnFwdKernel(const T* q, const T* k, con
   const int64_t kEnd = a.causal ? min(a.Skv, lastQ + (a.Skv - a.S) + 1) : a.Skv;
   for (int64_t kt = 0; kt < kEnd; kt += 32) {
     __syncthreads();
-    stageRows(Ks, hd + 1, k, b, a.Skv, a.Hkv, kh, a.hd, kt, 32, 1.f);
-    stageRows(Vs, hd, v, b, a.Skv, a.Hkv, kh, a.hd, kt, 32, 1.f);
+    stageRows(Ks, hd + 1, k, b, a.Skv, a.kRow, kh, a.hd, kt, 32, 1.f);
+    stageRows(Vs, hd, v, b, a.Skv, a.vRow, kh, a.hd, kt, 32, 1.f);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < RPW; ++rr) {
@@ -138,8 +139,8 @@ __global__ void attnWritePKernel(const T* q, const T* k, const float* lse, T* P,
     const int64_t b = bh / a.H, h = bh % a.H, kh = h / (a.H / a.Hkv);
     float pv = 0.f;
     if (attnVisible(a, i, j)) {
-      const T* qr = q + (b * a.S + i) * a.H * a.hd + h * a.hd;
-      const T* kr = k + (b * a.Skv + j) * a.Hkv * a.hd + kh * a.hd;
+      const T* qr = q + (b * a.S + i) * a.qRow + h * a.hd;
+      const T* kr = k + (b * a.Skv + j) * a.kRow + kh * a.hd;
       float s = 0.f;
       for (int64_t d = 0; d < a.hd; ++d) s += load(qr[d]) * load(kr[d]);
       pv = m_exp(s * a.scale - lse[bh * a.S + i]);
@@ -177,8 +178,8 @@ __global__ void __launch_bounds__(128) attnDqKernel(const T* q, const T* k, cons
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t b = blockIdx.y / a.H, h = blockIdx.y % a.H, kh = h / (a.H / a.Hkv);
   const int64_t q0 = int64_t(blockIdx.x) * R;
-  if (!HAS_P) stageRows(Qs, hd, q, b, a.S, a.H, h, a.hd, q0, R, a.scale);
-  stageRows(dOs, hd, dO, b, a.S, a.H, h, a.hd, q0, R, 1.f);
+  if (!HAS_P) stageRows(Qs, hd, q, b, a.S, a.qRow, h, a.hd, q0, R, a.scale);
+  stageRows(dOs, hd, dO, b, a.S, a.H * a.hd, h, a.hd, q0, R, 1.f);
   float acc[RPW][NC], li[RPW], Di[RPW];
 #pragma unroll
   for (int rr = 0; rr < RPW; ++rr) {
@@ -192,8 +193,8 @@ __global__ void __launch_bounds__(128) attnDqKernel(const T* q, const T* k, cons
   const int64_t kEnd = a.causal ? min(a.Skv, lastQ + (a.Skv - a.S) + 1) : a.Skv;
   for (int64_t kt = 0; kt < kEnd; kt += 32) {
     __syncthreads();
-    stageRows(Ks, hd + 1, k, b, a.Skv, a.Hkv, kh, a.hd, kt, 32, 1.f);
-    stageRows(Vs, hd + 1, v, b, a.Skv, a.Hkv, kh, a.hd, kt, 32, 1.f);
+    stageRows(Ks, hd + 1, k, b, a.Skv, a.kRow, kh, a.hd, kt, 32, 1.f);
+    stageRows(Vs, hd + 1, v, b, a.Skv, a.vRow, kh, a.hd, kt, 32, 1.f);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < RPW; ++rr) {
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(128) attnDqKernel(const T* q, const T* k, cons
   for (int rr = 0; rr < RPW; ++rr) {
     const int64_t i = q0 + warp * RPW + rr;
     if (i >= a.S) continue;
-    T* row = dq + (b * a.S + i) * a.H * a.hd + h * a.hd;
+    T* row = dq + (b * a.S + i) * a.qRow + h * a.hd;
 #pragma unroll
     for (int t = 0; t < NC; ++t) {
       const int d = lane + 32 * t;
@@ -257,8 +258,8 @@ __global__ void attnDkvKernel(const T* q, const T* k, const T* v, const float* l
   float* Ds = Ls + qTile;           // [qTile]
   const int64_t b = blockIdx.y / a.Hkv, kh = blockIdx.y % a.Hkv, G = a.H / a.Hkv;
   const int64_t k0 = int64_t(blockIdx.x) * keys, j = k0 + threadIdx.x;
-  stageRows(Ks, ld, k, b, a.Skv, a.Hkv, kh, a.hd, k0, keys, 1.f);
-  stageRows(Vs, ld, v, b, a.Skv, a.Hkv, kh, a.hd, k0, keys, 1.f);
+  stageRows(Ks, ld, k, b, a.Skv, a.kRow, kh, a.hd, k0, keys, 1.f);
+  stageRows(Vs, ld, v, b, a.Skv, a.vRow, kh, a.hd, k0, keys, 1.f);
   for (int64_t idx = threadIdx.x; idx < int64_t(keys) * ld; idx += blockDim.x) dKs[idx] = dVs[idx] = 0.f;
   float* kr = Ks + threadIdx.x * ld;
   float* vr = Vs + threadIdx.x * ld;
@@ -270,8 +271,8 @@ __global__ void attnDkvKernel(const T* q, const T* k, const T* v, const float* l
     const int64_t h = kh * G + g;
     for (int64_t it = iStart; it < a.S; it += qTile) {
       __syncthreads();
-      stageRows(Qs, hd, q, b, a.S, a.H, h, a.hd, it, qTile, 1.f);
-      stageRows(dOs, hd, dO, b, a.S, a.H, h, a.hd, it, qTile, 1.f);
+      stageRows(Qs, hd, q, b, a.S, a.qRow, h, a.hd, it, qTile, 1.f);
+      stageRows(dOs, hd, dO, b, a.S, a.H * a.hd, h, a.hd, it, qTile, 1.f);
       for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
         const int64_t i = it + r;
         Ls[r] = (!HAS_P && i < a.S) ? lse[(b * a.H + h) * a.S + i] : 0.f;  // lse may be null with P
@@ -307,9 +308,9 @@ __global__ void attnDkvKernel(const T* q, const T* k, const T* v, const float* l
   for (int64_t idx = threadIdx.x; idx < int64_t(keys) * hd; idx += blockDim.x) {
     const int64_t r = idx / hd, d = idx % hd, row = k0 + r;
     if (row >= a.Skv) continue;
-    const int64_t off = (b * a.Skv + row) * a.Hkv * a.hd + kh * a.hd + d;
-    put(dk + off, dKs[r * ld + d], accumulate);
-    put(dv + off, dVs[r * ld + d], accumulate);
+    const int64_t col = kh * a.hd + d;
+    put(dk + (b * a.Skv + row) * a.kRow + col, dKs[r * ld + d], accumulate);
+    put(dv + (b * a.Skv + row) * a.vRow + col, dVs[r * ld + d], accumulate);
   }
 }
 
@@ -327,13 +328,17 @@ template <class F> inline void dispatchChunks(int nc, F&& f) {
   }
 }
 
+/// Checks attention's arguments and resolves the row strides (0 = dense); throws cu::Error.
 inline AttnShape attnShape(const char* kernel, const char* where, int64_t B, int64_t S, int64_t Skv, int64_t H,
                            int64_t Hkv, int64_t hd, float scale, bool causal, float p, uint64_t seed,
-                           uint64_t stream) {
+                           uint64_t stream, AttnRows rows) {
   const std::string bad = cuda_plan::checkAttention(B, S, Skv, H, Hkv, hd);
   if (!bad.empty()) fail(kernel, where, bad);
   if (!(p >= 0.f && p < 1.f)) fail(kernel, where, "dropout probability must be in [0, 1)");
-  AttnShape a{B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream};
+  const std::string badRows = cuda_plan::checkAttentionRows(H, Hkv, hd, rows.q, rows.k, rows.v);
+  if (!badRows.empty()) fail(kernel, where, badRows);
+  AttnShape a{B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream,
+              rows.q ? rows.q : H * hd, rows.k ? rows.k : Hkv * hd, rows.v ? rows.v : Hkv * hd};
   if (!(scale > 0.f)) a.scale = 1.f / m_sqrt(static_cast<float>(hd));  // not given: 1/sqrt(hd)
   return a;
 }
@@ -348,9 +353,9 @@ namespace rt {
 template <class T>
 void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* lse, T* scores, int64_t B, int64_t S,
                    int64_t Skv, int64_t H, int64_t Hkv, int64_t hd, float scale, bool causal, float p, uint64_t seed,
-                   uint64_t stream) {
+                   uint64_t stream, AttnRows rows = {}) {
   const char* kn = "attention_fwd";
-  const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream);
+  const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream, rows);
   const cuda_plan::AttentionTiles t = cuda_plan::attentionTiles(hd);
   if (!lse) {  // allowed in materialised mode: P needs the lse, kept in the workspace meanwhile
     if (!scores) cu::fail(kn, ctx.where, "lse may be null only when scores are materialised");
@@ -374,14 +379,15 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
 template <class T>
 void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, const float* lse, const T* scores,
                    const T* dO, T* dq, T* dk, T* dv, int64_t B, int64_t S, int64_t Skv, int64_t H, int64_t Hkv,
-                   int64_t hd, float scale, bool causal, float p, uint64_t seed, uint64_t stream, bool accumulate) {
+                   int64_t hd, float scale, bool causal, float p, uint64_t seed, uint64_t stream, bool accumulate,
+                   AttnRows rows = {}) {
   const char* kn = "attention_bwd";
-  const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream);
+  const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream, rows);
   const cuda_plan::AttentionTiles t = cuda_plan::attentionTiles(hd);
   if (!lse && !scores) cu::fail(kn, ctx.where, "lse may be null only when scores are materialised");
   float* D = static_cast<float*>(cu::scratch(ctx, kn, cuda_plan::attentionScratchBytes(B, H, S)));
-  const int64_t rows = B * H * S;
-  cu::launch(ctx, kn, cu::attnDotKernel<T>, dim3(static_cast<unsigned>((rows * 32 + 255) / 256)), 256, 0, o, dO, D, a);
+  const int64_t nrows = B * H * S;
+  cu::launch(ctx, kn, cu::attnDotKernel<T>, dim3(static_cast<unsigned>((nrows * 32 + 255) / 256)), 256, 0, o, dO, D, a);
   auto run = [&](auto hasP) {
     constexpr bool HP = decltype(hasP)::value;
     cu::dispatchChunks(t.chunks, [&](auto nc) {

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(128) attnFwdTcKernel(const T* q, const T* k, c
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t b = blockIdx.y / a.H, h = blockIdx.y % a.H, kh = h / (a.H / a.Hkv);
   const int64_t q0 = int64_t(blockIdx.x) * BR, off = a.Skv - a.S;
-  const int64_t ldq = a.H * HD, ldk = a.Hkv * HD;
+  const int64_t ldq = a.qRow, ldk = a.kRow, ldv = a.vRow, ldo = a.H * HD;  // o is dense
   const uint16_t* q16 = reinterpret_cast<const uint16_t*>(q);
   const uint16_t* k16 = reinterpret_cast<const uint16_t*>(k);
   const uint16_t* v16 = reinterpret_cast<const uint16_t*>(v);
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(128) attnFwdTcKernel(const T* q, const T* k, c
       const int64_t j = kt + r;
       const bool in = j < a.Skv;
       Ks[r * LDH + d] = in ? k16[(b * a.Skv + j) * ldk + kh * HD + d] : uint16_t(0);
-      Vs[r * LDH + d] = in ? v16[(b * a.Skv + j) * ldk + kh * HD + d] : uint16_t(0);
+      Vs[r * LDH + d] = in ? v16[(b * a.Skv + j) * ldv + kh * HD + d] : uint16_t(0);
     }
     __syncthreads();
     if (w0 >= a.S) continue;                                         // the warp has no rows
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(128) attnFwdTcKernel(const T* q, const T* k, c
   __syncwarp();
   if (i < a.S) {
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    T* orow = o + (b * a.S + i) * ldq + h * HD;
+    T* orow = o + (b * a.S + i) * ldo + h * HD;
     for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); ++d) orow[d] = store<T>(Ow[rr * LDO + d] * inv);
     if (half == 0) lse[(b * a.H + h) * a.S + i] = l > 0.f ? m + m_log(l) : -m_inf<float>();
   }

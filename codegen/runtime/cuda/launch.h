@@ -92,6 +92,10 @@ std::string checkMatmul(bool transA, bool transB, int64_t M, int64_t N, int64_t 
 /// Checks attention's shape arguments; "" when valid.
 std::string checkAttention(int64_t B, int64_t S, int64_t Skv, int64_t H, int64_t Hkv, int64_t hd);
 
+/// Checks attention's row strides (rt::AttnRows: 0 = dense, else at least the width H·hd for q,
+/// Hkv·hd for k and v); "" when valid. Call after checkAttention.
+std::string checkAttentionRows(int64_t H, int64_t Hkv, int64_t hd, int64_t qRow, int64_t kRow, int64_t vRow);
+
 /// The column-major problem cuBLASLt solves for a row-major C = op(A)·op(B): C^T = op(B)^T·op(A)^T.
 /// `aRows/aCols` etc. are the column-major layouts of the matrices passed as Lt's A (our B) and
 /// Lt's B (our A).
@@ -228,6 +232,17 @@ inline std::string checkAttention(int64_t B, int64_t S, int64_t Skv, int64_t H, 
     return "B·H exceeds the grid's y dimension";
   AttentionTiles t = attentionTiles(hd);
   if (!t.ok) return t.why;
+  return "";
+}
+
+inline std::string checkAttentionRows(int64_t H, int64_t Hkv, int64_t hd, int64_t qRow, int64_t kRow, int64_t vRow) {
+  if (hd <= 0 || H > INT64_MAX / hd) return "H·hd overflows int64";
+  const int64_t qw = H * hd, kw = Hkv * hd;
+  const struct { const char* name; int64_t row, width; } all[] = {{"q", qRow, qw}, {"k", kRow, kw}, {"v", vRow, kw}};
+  for (const auto& x : all)
+    if (x.row != 0 && x.row < x.width)
+      return std::string(x.name) + " row stride " + std::to_string(x.row) + " is smaller than its width " +
+             std::to_string(x.width);
   return "";
 }
 

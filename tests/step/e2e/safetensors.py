@@ -5,7 +5,7 @@ and saved weights in this format. The format (Hugging Face's): an 8-byte little-
 header length N, N bytes of a UTF-8 JSON object, then the raw data buffer. The header maps each
 tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets into the buffer, which
 the tensors must cover exactly, without overlap); an optional "__metadata__" maps strings to
-strings. Data is little-endian and row-major. Supported dtypes: F32, F64, I32, I64, F16, BF16.
+strings. Data is little-endian and row-major. Supported dtypes: F32, F64, I32, I64, F16, BF16, U8.
 
 BF16 has no numpy type: read() returns BF16 tensors as float32 (exact: the 16 bits shifted left),
 and write() rounds float32 to bf16 to nearest, ties to even (NaN kept NaN), as PyTorch does.
@@ -24,6 +24,7 @@ _DTYPES = {
     "BF16": np.dtype("<u2"),
     "I32": np.dtype("<i4"),
     "I64": np.dtype("<i8"),
+    "U8": np.dtype("u1"),
 }
 # The largest header accepted (the reference implementation's limit is 100 MB).
 _MAX_HEADER = 100 * 1000 * 1000
@@ -138,12 +139,13 @@ def serialize(tensors, dtypes=None, metadata=None):
     """Serializes name -> array into safetensors bytes.
 
     The stored dtype follows the array (float32 → F32, float64 → F64, float16 → F16, int32 → I32,
-    int64 → I64) unless `dtypes` names it; "BF16" rounds the values to bf16 (nearest even).
+    int64 → I64, uint8 → U8) unless `dtypes` names it; "BF16" rounds the values to bf16 (nearest even).
     Tensors are written in name order; the header is padded with spaces to a multiple of 8 bytes.
     """
     dtypes = dict(dtypes or {})
     by_numpy = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64",
-                np.dtype(np.float16): "F16", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}
+                np.dtype(np.float16): "F16", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64",
+                np.dtype(np.uint8): "U8"}
     header, chunks, pos = {}, [], 0
     for name in sorted(tensors):
         if not isinstance(name, str) or name == "__metadata__":

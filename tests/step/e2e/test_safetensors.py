@@ -39,6 +39,7 @@ class RoundTrip(unittest.TestCase):
             "half": rng.standard_normal((2, 2)).astype(np.float16),
             "tokens": rng.integers(-5, 100, size=(4, 16)).astype(np.int32),
             "i64": np.array([2 ** 40, -3], dtype=np.int64),
+            "bytes": np.array([[0, 128, 255]], dtype=np.uint8),
             "scalar": np.array(3.25, dtype=np.float32),
             "empty": np.zeros((0, 3), dtype=np.float32),
         }
@@ -144,7 +145,7 @@ class Malformed(unittest.TestCase):
 
     def test_writer_errors(self):
         with self.assertRaises(st.SafetensorsError):
-            st.serialize({"a": np.array([1], dtype=np.uint8)})
+            st.serialize({"a": np.array([1], dtype=np.uint16)})
         with self.assertRaises(st.SafetensorsError):
             st.serialize({"a": np.zeros(1, np.float32)}, dtypes={"zz": "F32"})
 

@@ -1,0 +1,18 @@
+// tally runtime, common: the row strides attention's q, k and v may have (AttnRows), shared by
+// the CPU and CUDA runtimes so generated steps pass the same value to either.
+#pragma once
+
+#include <cstdint>
+
+namespace rt {
+
+/// Row strides, in elements, of attention's q, k and v (and of dq, dk, dv in the backward, which
+/// are the same views of the gradient buffer). 0 = dense: H·hd for q, Hkv·hd for k and v. A
+/// larger stride reads a column slice of a wider buffer, e.g. q, k, v as the three parts of one
+/// fused projection [B, S, (H + 2·Hkv)·hd]; the backward writes (or adds to) only the slice's
+/// columns. A stride smaller than the width is an error.
+struct AttnRows {
+  int64_t q = 0, k = 0, v = 0;
+};
+
+}  // namespace rt
