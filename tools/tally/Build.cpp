@@ -98,8 +98,10 @@ PlanOverrides overrides() {
   o.target = TargetOverride;
   o.precision = PrecisionOverride;
   o.checkpoint = CheckpointOverride;
-  o.batch = BatchOverride;
-  o.microBatch = MicroBatchOverride;
+  if (BatchOverride.getNumOccurrences()) // given at all: 0 and -5 are errors, not "unset"
+    o.batch = BatchOverride;
+  if (MicroBatchOverride.getNumOccurrences())
+    o.microBatch = MicroBatchOverride;
   return o;
 }
 
