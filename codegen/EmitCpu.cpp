@@ -389,11 +389,9 @@ struct Emitter {
 
   bool binary() {
     TensorId y = op->outputs[0];
-    if (!needDense(y, "the output"))
-      return false;
     if (op->attrs.hasScalar) {
       TensorId x = op->inputs[0];
-      if (!needDense(x, "the input") || !sameType({x, y}))
+      if (!needDense(y, "the output") || !needDense(x, "the input") || !sameType({x, y}))
         return false;
       line(llvm::formatv("rt::binary_scalar<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(y),
                          binOp(op->kind), ptr(x), number(op->attrs.scalar),
@@ -411,9 +409,46 @@ struct Emitter {
       out = {1};
     auto sa = shape(ta).empty() ? std::vector<int64_t>(out.size(), 0) : broadcastStrides(ta, out);
     auto sb = shape(tb).empty() ? std::vector<int64_t>(out.size(), 0) : broadcastStrides(tb, out);
-    line(llvm::formatv("rt::binary<{0}>(ctx, {1}, {2}, dims{{{3}}, {4}, dims{{{5}}, {6}, dims{{{7}}, {8}, {9});",
+    // A gradient written into a view (a split part) passes the view's strides.
+    std::string os = dense(y) ? "" : ", dims{" + list(shape(y).empty() ? std::vector<int64_t>{0} : strides(y)) + "}";
+    line(llvm::formatv("rt::binary<{0}>(ctx, {1}, {2}, dims{{{3}}, {4}, dims{{{5}}, {6}, dims{{{7}}, {8}, {9}{10});",
                        T(y), binOp(op->kind), ptr(ta), list(sa), ptr(tb), list(sb), ptr(y), list(out),
-                       out.size(), boolean(acc()))
+                       out.size(), boolean(acc()), os)
+             .str());
+    return true;
+  }
+
+  /// The gradient of a division by a tensor: d(a/b)/db (inputs a, b, dy), or of c / x from its
+  /// output (inputs y, dy; the constant in attrs.scalar).
+  bool divBackward() {
+    TensorId out = op->outputs[0];
+    if (op->attrs.hasScalar) {
+      TensorId y = op->inputs[0], dy = op->inputs[1];
+      if (!needDense(y, "the output") || !needDense(dy, "the output gradient") || !needDense(out, "the gradient") ||
+          !sameType({y, dy, out}))
+        return false;
+      line(llvm::formatv("rt::div_scalar_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(out), ptr(y), ptr(dy),
+                         number(op->attrs.scalar), ptr(out), n(out), boolean(acc()))
+               .str());
+      return true;
+    }
+    TensorId a = op->inputs[0], b = op->inputs[1], dy = op->inputs[2];
+    if (!sameType({a, b, dy, out}))
+      return false;
+    std::vector<int64_t> sz = sizes(dy);
+    if (sz.empty())
+      sz = {1};
+    if (sz.size() > 8)
+      return fail("rank above 8");
+    auto sa = shape(a).empty() ? std::vector<int64_t>(sz.size(), 0) : broadcastStrides(a, sz);
+    auto sb = shape(b).empty() ? std::vector<int64_t>(sz.size(), 0) : broadcastStrides(b, sz);
+    std::string ds = dense(dy) ? "nullptr" : "dims{" + list(strides(dy)) + "}";
+    std::string os = dense(out) ? "nullptr" : "dims{" + list(strides(out)) + "}";
+    if (n(out) != n(dy))
+      return fail("the gradient of a division written at another shape");
+    line(llvm::formatv("rt::div_bwd<{0}>(ctx, {1}, dims{{{2}}, {3}, dims{{{4}}, {5}, {6}, {7}, {8}, dims{{{9}}, {10}, {11});",
+                       T(out), ptr(a), list(sa), ptr(b), list(sb), ptr(dy), ds, ptr(out), os, list(sz), sz.size(),
+                       boolean(acc()))
              .str());
     return true;
   }
@@ -730,7 +765,7 @@ struct Emitter {
     case OpKind::UnaryBackward:
       return unaryBackward();
     case OpKind::DivBackward:
-      return fail("the gradient of a division by a tensor has no CPU kernel yet");
+      return divBackward();
     case OpKind::SoftmaxBackward: {
       TensorId y = in[0], dy = in[1], dx = out[0];
       if (!needDense(dx, "the gradient") || !needDense(dy, "the output gradient") || !sameType({y, dy, dx}))

@@ -160,6 +160,57 @@ TEST_CASE("fd: binary_scalar (both sides)", "[fd]") {
     }
 }
 
+// ---- div_bwd and div_scalar_bwd: the gradients of a / b (b a tensor) and of c / x ---------------
+static Covers covDivBwd(true, {"div_bwd", "div_scalar_bwd"});
+TEST_CASE("fd: division's gradients (div_bwd broadcast and strided, div_scalar_bwd)", "[fd]") {
+  // y [2,3,4] = a [2,1,4] / b [3,1]: db = reduce_to(div_bwd(a, b, w)) against differences in b.
+  const int64_t shape[3] = {2, 3, 4};
+  const int64_t aS[3] = {4, 0, 1}, bS[3] = {0, 1, 0};
+  const int64_t n = 24;
+  Vec a = uniform(8, 61), b = uniform(3, 62, 0.5, 1.5), W = uniform(n, 63);
+  auto loss = [&]() {
+    Vec y(n);
+    rt::binary<double>(ctx, rt::BinOp::Div, a.data(), aS, b.data(), bS, y.data(), shape, 3, false);
+    return dotv(y, W);
+  };
+  Vec local(n, 0.0), db(3, 0.0);
+  rt::div_bwd<double>(ctx, a.data(), aS, b.data(), bS, W.data(), nullptr, local.data(), nullptr, shape, 3, false);
+  rt::reduce_to<double>(ctx, local.data(), shape, 3, db.data(), bS, 1.0f, false);
+  expect_close("div_bwd db", db, numgrad(b, loss), tol("binary"));
+  // Written through a view: out is the second half of each row of a [2,3,8] buffer (stride 8,
+  // offset 4), accumulate adds, the other half keeps its sentinel.
+  Vec wide(2 * 3 * 8, 7.0);
+  const int64_t oS[3] = {24, 8, 1};
+  rt::div_bwd<double>(ctx, a.data(), aS, b.data(), bS, W.data(), nullptr, wide.data() + 4, oS, shape, 3, true);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t k = 0; k < 8; ++k) {
+        double v = wide[i * 24 + j * 8 + k];
+        if (k < 4) CHECK(v == 7.0);
+        else CHECK(v == Approx(7.0 + local[i * 12 + j * 4 + (k - 4)]).epsilon(1e-15));
+      }
+  // binary writes through a view the same way (a gradient into a split part).
+  Vec wide2(2 * 3 * 8, 7.0), dense(n, 0.0);
+  rt::binary<double>(ctx, rt::BinOp::Mul, a.data(), aS, b.data(), bS, dense.data(), shape, 3, false);
+  rt::binary<double>(ctx, rt::BinOp::Mul, a.data(), aS, b.data(), bS, wide2.data() + 4, shape, 3, false, oS);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t k = 0; k < 8; ++k)
+        CHECK(wide2[i * 24 + j * 8 + k] == (k < 4 ? 7.0 : dense[i * 12 + j * 4 + (k - 4)]));
+  // c / x: the gradient from the output y = c / x.
+  const float c = 2.5f;
+  Vec x = uniform(10, 64, 0.5, 2.0), W2 = uniform(10, 65);
+  auto loss2 = [&]() {
+    Vec y(10);
+    rt::binary_scalar<double>(ctx, rt::BinOp::Div, x.data(), c, true, y.data(), 10, false);
+    return dotv(y, W2);
+  };
+  Vec y(10), dx(10, 0.0);
+  rt::binary_scalar<double>(ctx, rt::BinOp::Div, x.data(), c, true, y.data(), 10, false);
+  rt::div_scalar_bwd<double>(ctx, y.data(), W2.data(), c, dx.data(), 10, false);
+  expect_close("div_scalar_bwd dx", dx, numgrad(x, loss2), tol("binary"));
+}
+
 // ---- unary ---------------------------------------------------------------------------------------
 static Covers covUnary(true, {"unary_fwd", "unary_bwd"});
 TEST_CASE("fd: unary ops", "[fd]") {

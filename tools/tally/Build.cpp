@@ -93,9 +93,11 @@ int failure(const std::string &msg) {
   return 1;
 }
 
+/// `tally run` estimates for this machine: the `host` target (calibrated by `tally calibrate`,
+/// run on first use) unless --target names another.
 PlanOverrides overrides() {
   PlanOverrides o;
-  o.target = TargetOverride;
+  o.target = TargetOverride.empty() && Run ? std::string("host") : TargetOverride;
   o.precision = PrecisionOverride;
   o.checkpoint = CheckpointOverride;
   if (BatchOverride.getNumOccurrences()) // given at all: 0 and -5 are errors, not "unset"
@@ -425,7 +427,8 @@ int run() {
   raw_ostream &os = outs();
   os << formatv("tally run: {0}, plan {1}, on the CPU ({2} threads): {3} timed steps after {4} warm-up\n",
                 an.graph->model, an.plan->name, static_cast<int64_t>(num(m, "threads")), Steps, Warmup);
-  os << formatv("estimates are for the plan's target, {0}\n\n", an.plan->target.name);
+  os << formatv("estimates are for the target {0}{1}\n\n", an.plan->target.name,
+                TargetOverride.empty() ? " (this machine, as `tally calibrate` measured it; --target to change)" : "");
   os << formatv("{0,-24} {1,14} {2,14}\n", "", "estimated", "measured");
   os << formatv("{0,-24} {1,14} {2,14}\n", "step time (median)", formatDuration(an.time.step), formatDuration(stepS));
   os << formatv("{0,-24} {1,14} {2,14}\n", "MFU", formatPercent(an.time.mfu), formatPercent(measuredMfu));

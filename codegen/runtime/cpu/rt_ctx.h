@@ -90,10 +90,11 @@ constexpr int kMaxRank = 8;
 
 /// A shape with up to three stride vectors, after dropping size-1 dimensions and merging
 /// neighbours that are contiguous in every operand (so the innermost loop is as long as possible).
+constexpr int kMaxOperands = 4;   ///< operands collapse() walks together (div_bwd has four)
 struct Collapsed {
   int rank = 0;
   int64_t shape[kMaxRank];
-  int64_t st[3][kMaxRank];
+  int64_t st[kMaxOperands][kMaxRank];
   int64_t count = 1;   // elements in the shape
 };
 
@@ -101,6 +102,7 @@ struct Collapsed {
 inline Collapsed collapse(const char* kernel, const int64_t* shape, int rank, int nops,
                           const int64_t* const* strides) {
   require(rank >= 0 && rank <= kMaxRank, kernel, "rank " + std::to_string(rank) + " is not in 0..8");
+  require(nops >= 1 && nops <= kMaxOperands, kernel, "too many operands");
   require(rank == 0 || shape != nullptr, kernel, "shape is null");
   int64_t dense[kMaxRank];
   int64_t acc = 1;

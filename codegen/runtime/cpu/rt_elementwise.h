@@ -9,12 +9,14 @@
 
 namespace rt {
 
-/// out[i] (+)= a[ia] op b[ib] over `shape` (rank <= 8); strides in elements, 0 on broadcast dims.
+/// out[io] (+)= a[ia] op b[ib] over `shape` (rank <= 8); strides in elements, 0 on broadcast dims;
+/// outStrides null = out dense (a gradient written into a view passes the view's strides).
 template <class T>
 void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b,
-            const int64_t* bStrides, T* out, const int64_t* shape, int rank, bool accumulate) {
+            const int64_t* bStrides, T* out, const int64_t* shape, int rank, bool accumulate,
+            const int64_t* outStrides = nullptr) {
   detail::KernelScope ks(ctx, "binary");
-  const int64_t* st[3] = {nullptr, aStrides, bStrides};
+  const int64_t* st[3] = {outStrides, aStrides, bStrides};
   detail::require(aStrides && bStrides, "binary", "stride vectors must not be null");
   detail::Collapsed c = detail::collapse("binary", shape, rank, 3, st);
   if (c.count == 0) return;
@@ -34,6 +36,47 @@ void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b,
       for (int64_t i = 0; i < inner; ++i)
         detail::put(o[i * so], binop(op, load(pa[i * sa]), load(pb[i * sb])), accumulate);
     }
+  }
+}
+
+/// The gradient of a / b with respect to b: out (+)= −dy · a / b² over `shape` (rank <= 8); a and b
+/// strided like binary's operands (0 on broadcast dims), dy and out dense unless their strides
+/// are given (null = dense).
+template <class T>
+void div_bwd(Ctx& ctx, const T* a, const int64_t* aStrides, const T* b, const int64_t* bStrides,
+             const T* dy, const int64_t* dyStrides, T* out, const int64_t* outStrides,
+             const int64_t* shape, int rank, bool accumulate) {
+  detail::KernelScope ks(ctx, "div_bwd");
+  detail::require(aStrides && bStrides, "div_bwd", "a and b need stride vectors");
+  const int64_t* st[4] = {outStrides, aStrides, bStrides, dyStrides};
+  detail::Collapsed c = detail::collapse("div_bwd", shape, rank, 4, st);
+  if (c.count == 0) return;
+  const int64_t inner = c.shape[c.rank - 1];
+  const int64_t rows = c.count / inner;
+  const int64_t so = c.st[0][c.rank - 1], sa = c.st[1][c.rank - 1], sb = c.st[2][c.rank - 1],
+                sd = c.st[3][c.rank - 1];
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (c.count > 4096)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t off[4];
+    detail::row_offsets(c, 4, r, off);
+    for (int64_t i = 0; i < inner; ++i) {
+      const acc_t<T> bv = load(b[off[2] + i * sb]);
+      detail::put(out[off[0] + i * so], -load(dy[off[3] + i * sd]) * load(a[off[1] + i * sa]) / (bv * bv),
+                  accumulate);
+    }
+  }
+}
+
+/// The gradient of c / x from its output y = c / x: out (+)= −dy · y² / c (n elements, dense).
+template <class T>
+void div_scalar_bwd(Ctx& ctx, const T* y, const T* dy, float c, T* out, int64_t n, bool accumulate) {
+  detail::KernelScope ks(ctx, "div_scalar_bwd");
+  detail::require_sizes("div_scalar_bwd", {n});
+  const acc_t<T> cv = static_cast<acc_t<T>>(c);
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  for (int64_t i = 0; i < n; ++i) {
+    const acc_t<T> yv = load(y[i]);
+    detail::put(out[i], -load(dy[i]) * yv * yv / cv, accumulate);
   }
 }
 

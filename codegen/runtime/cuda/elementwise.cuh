@@ -114,12 +114,34 @@ template <class T> __global__ void scaleKernel(T* x, float s, int64_t n) {
 }
 
 template <class T>
-__global__ void binaryKernel(BinOp op, const T* a, Dims8 as, const T* b, Dims8 bs, T* out,
-                             Dims8 shape, int rank, int64_t n, bool accumulate) {
+__global__ void binaryKernel(BinOp op, const T* a, Dims8 as, const T* b, Dims8 bs, T* out, Dims8 os,
+                             bool outStrided, Dims8 shape, int rank, int64_t n, bool accumulate) {
   TALLY_GRID_STRIDE(e, n) {
     const float x = load(a[offsetOf(e, shape, as, rank)]);
     const float y = load(b[offsetOf(e, shape, bs, rank)]);
-    put(out + e, binop(op, x, y), accumulate);
+    put(out + (outStrided ? offsetOf(e, shape, os, rank) : e), binop(op, x, y), accumulate);
+  }
+}
+
+/// out (+)= −dy · a / b² (the gradient of a / b with respect to b); dy and out dense unless strided.
+template <class T>
+__global__ void divBwdKernel(const T* a, Dims8 as, const T* b, Dims8 bs, const T* dy, Dims8 ds,
+                             bool dyStrided, T* out, Dims8 os, bool outStrided, Dims8 shape, int rank,
+                             int64_t n, bool accumulate) {
+  TALLY_GRID_STRIDE(e, n) {
+    const float bv = load(b[offsetOf(e, shape, bs, rank)]);
+    const float g = load(dy[dyStrided ? offsetOf(e, shape, ds, rank) : e]);
+    put(out + (outStrided ? offsetOf(e, shape, os, rank) : e),
+        -g * load(a[offsetOf(e, shape, as, rank)]) / (bv * bv), accumulate);
+  }
+}
+
+/// out (+)= −dy · y² / c (the gradient of c / x from its output y).
+template <class T>
+__global__ void divScalarBwdKernel(const T* y, const T* dy, float c, T* out, int64_t n, bool accumulate) {
+  TALLY_GRID_STRIDE(i, n) {
+    const float yv = load(y[i]);
+    put(out + i, -load(dy[i]) * yv * yv / c, accumulate);
   }
 }
 
@@ -336,11 +358,29 @@ template <class T> void scale(Ctx& ctx, T* x, float s, int64_t n) {
 
 template <class T>
 void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b, const int64_t* bStrides,
-            T* out, const int64_t* shape, int rank, bool accumulate) {
+            T* out, const int64_t* shape, int rank, bool accumulate, const int64_t* outStrides = nullptr) {
   const int64_t n = cu::checkedCount("binary", ctx.where, shape, rank);
   cu::launch(ctx, "binary", cu::binaryKernel<T>, cu::grid1(n), cu::kThreads, 0, op, a,
-             cu::dims8(aStrides, rank), b, cu::dims8(bStrides, rank), out, cu::dims8(shape, rank, 1),
-             rank, n, accumulate);
+             cu::dims8(aStrides, rank), b, cu::dims8(bStrides, rank), out,
+             outStrides ? cu::dims8(outStrides, rank) : cu::Dims8{}, outStrides != nullptr,
+             cu::dims8(shape, rank, 1), rank, n, accumulate);
+}
+
+template <class T>
+void div_bwd(Ctx& ctx, const T* a, const int64_t* aStrides, const T* b, const int64_t* bStrides, const T* dy,
+             const int64_t* dyStrides, T* out, const int64_t* outStrides, const int64_t* shape, int rank,
+             bool accumulate) {
+  const int64_t n = cu::checkedCount("div_bwd", ctx.where, shape, rank);
+  cu::launch(ctx, "div_bwd", cu::divBwdKernel<T>, cu::grid1(n), cu::kThreads, 0, a, cu::dims8(aStrides, rank), b,
+             cu::dims8(bStrides, rank), dy, dyStrides ? cu::dims8(dyStrides, rank) : cu::Dims8{},
+             dyStrides != nullptr, out, outStrides ? cu::dims8(outStrides, rank) : cu::Dims8{},
+             outStrides != nullptr, cu::dims8(shape, rank, 1), rank, n, accumulate);
+}
+
+template <class T>
+void div_scalar_bwd(Ctx& ctx, const T* y, const T* dy, float c, T* out, int64_t n, bool accumulate) {
+  cu::launch(ctx, "div_scalar_bwd", cu::divScalarBwdKernel<T>, cu::grid1(n), cu::kThreads, 0, y, dy, c, out, n,
+             accumulate);
 }
 
 template <class T>
