@@ -3,6 +3,7 @@
 // output that cannot be written (report/Output.h).
 #include "frontend/AST.h"
 #include "frontend/Compiler.h"
+#include "frontend/Stack.h"
 #include "ir/Graph.h"
 #include "ir/Units.h"
 #include "passes/Passes.h"
@@ -342,5 +343,6 @@ int main(int argc, char **argv) {
   }
   installTargetLoader(); // `target = host` and target files (tools/tally/Calibrate.cpp)
   ignoreBrokenPipes();    // a closed stdout is an io-error (exit 2), not SIGPIPE's code 74
-  return finishStandardStreams(runCommand());
+  // frontend/Stack.h: deep expressions within the documented limits never overflow the stack.
+  return finishStandardStreams(runOnFrontendStack(runCommand));
 }
