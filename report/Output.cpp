@@ -68,10 +68,17 @@ std::unique_ptr<OutputFile> OutputFile::open(const std::string &path,
     return out;
   }
 
-  // A regular or new file: a temporary file beside it, renamed over it at commit().
-  llvm::StringRef parent = llvm::sys::path::parent_path(path);
+  // A regular or new file: a temporary file beside it, renamed over it at commit(). A symbolic
+  // link is written through (its target is replaced, the link stays).
+  llvm::SmallString<256> real;
+  if (exists && !fs::real_path(path, real))
+    out->renameTo = std::string(real.str());
+  else
+    out->renameTo = path;
+  llvm::StringRef parent = llvm::sys::path::parent_path(out->renameTo);
   llvm::SmallString<256> model(parent.empty() ? llvm::StringRef(".") : parent);
-  llvm::sys::path::append(model, "." + llvm::sys::path::filename(path).str() + ".tmp-%%%%%%%%");
+  llvm::sys::path::append(model,
+                          "." + llvm::sys::path::filename(out->renameTo).str() + ".tmp-%%%%%%%%");
   int fd = -1;
   llvm::SmallString<256> temp;
   if ((ec = fs::createUniqueFile(model, fd, temp, fs::OF_Text))) {
@@ -113,7 +120,7 @@ bool OutputFile::commit(std::string &error) {
     return false; // the destructor removes the temporary file
   }
   if (!temp.empty()) {
-    if (std::error_code ec = fs::rename(temp, target)) {
+    if (std::error_code ec = fs::rename(temp, renameTo)) {
       error = cannotWrite(target, ec.message());
       return false;
     }

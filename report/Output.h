@@ -43,6 +43,7 @@ public:
 private:
   OutputFile() = default;
   std::string target;                       ///< the path the user named
+  std::string renameTo;                     ///< the file replaced: the target, links resolved
   std::string temp;                         ///< the temporary file; empty when written in place
   std::unique_ptr<llvm::raw_fd_ostream> own; ///< the stream of a file (null for stdout)
   llvm::raw_ostream *stream = nullptr;      ///< own.get() or llvm::outs()
