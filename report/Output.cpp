@@ -70,6 +70,12 @@ std::unique_ptr<OutputFile> OutputFile::open(const std::string &path,
 
   // A regular or new file: a temporary file beside it, renamed over it at commit(). A symbolic
   // link is written through (its target is replaced, the link stays).
+  // A file the user may not write stays unwritten, although its folder would allow a rename.
+  if (exists)
+    if (std::error_code denied = fs::access(path, fs::AccessMode::Write)) {
+      error = cannotWrite(path, denied.message());
+      return nullptr;
+    }
   llvm::SmallString<256> real;
   if (exists && !fs::real_path(path, real))
     out->renameTo = std::string(real.str());
