@@ -217,6 +217,12 @@ void DiagnosticEngine::emit(Diagnostic diag) {
   if (!severity)
     return; // silenced warning: not counted, not recorded
   diag.severity = *severity;
+  // The same diagnostic at the same place said again (`check` lowers one model for each plan
+  // that uses it) is said once.
+  if (diag.loc.isValid() &&
+      !emitted_.insert({static_cast<unsigned>(diag.kind), diag.loc.getPointer(), diag.message})
+           .second)
+    return;
   position(diag.loc, diag.file, diag.line, diag.column);
 
   if (diag.severity == Severity::Error)

@@ -18,7 +18,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <llvm/ADT/StringRef.h>
@@ -184,6 +186,9 @@ private:
   std::vector<bool> disabled_;             ///< per kind: silenced by -Wno-NAME
   std::vector<ErrorMapping> errorMapping_; ///< per kind: -Werror=NAME / -Wno-error=NAME
   std::vector<Diagnostic> diags_;
+  /// (kind, location, message) of every diagnostic with a location emitted so far: a repeat
+  /// is dropped (not printed, counted or recorded).
+  std::set<std::tuple<unsigned, const char *, std::string>> emitted_;
 };
 
 } // namespace tally

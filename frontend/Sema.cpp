@@ -415,7 +415,19 @@ ConstValue Sema::eval(const Expr &e, const ConstEnv &env) {
     v.text = e.text;
     v.number = e.number;
     v.isInteger = e.isInteger && e.suffix.empty();
-    v.intValue = static_cast<int64_t>(e.number);
+    if (v.isInteger && e.number >= 0x1p53) {
+      // Past 2^53 the double is not exact (and 2^63 does not convert to int64 at all): the
+      // count is read again from its digits, and one past INT64_MAX is an overflow.
+      std::optional<int64_t> exact = exactInteger(e);
+      if (!exact) {
+        diags.report(DiagKind::Overflow, e.range.Start, "the device count does not fit in 64 bits")
+            .range(e.range);
+        return {};
+      }
+      v.intValue = *exact;
+    } else if (v.isInteger) {
+      v.intValue = static_cast<int64_t>(e.number); // exact: below 2^53
+    }
     v.nameRange = {e.opLoc, llvm::SMLoc::getFromPointer(e.opLoc.getPointer() + e.text.size())};
     if (e.lhs) {
       ConstValue rec = eval(*e.lhs, env);
@@ -1233,6 +1245,19 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
   if (!plan.microBatchGiven)
     plan.microBatch = d.isTrain ? std::max<int64_t>(1, plan.batch / plan.parallel.data)
                                 : plan.batch;
+  // Sequences per accumulation step, micro_batch × data-parallel devices, is int64 arithmetic
+  // downstream (the accumulation check); a device count near 2^63 must not wrap it.
+  int64_t perStep = 0;
+  if (d.isTrain && __builtin_mul_overflow(plan.microBatch,
+                                          std::max<int64_t>(1, plan.parallel.data), &perStep)) {
+    auto at = plan.settingRanges.find("target");
+    llvm::SMRange r = at != plan.settingRanges.end() ? at->second : d.nameRange;
+    diags.report(DiagKind::Overflow, r.Start,
+                 "micro_batch × data-parallel devices = " + std::to_string(plan.microBatch) +
+                     " × " + std::to_string(plan.parallel.data) + " does not fit in 64 bits")
+        .range(r);
+    return std::nullopt;
+  }
   return plan;
 }
 

@@ -137,6 +137,23 @@ double roundedAt(double x, int decimals) {
 
 /// Prints x with `decimals` places, optionally dropping trailing zeros.
 std::string fixed(double x, int decimals, bool trim) {
+  // From 1e15 up a fixed-point number has more digits than a double holds (and from 1e62 more
+  // than the buffer): scientific, three significant digits, as formatCount prints large counts.
+  if (std::isfinite(x) && std::fabs(x) >= 1e15) {
+    char sci[32];
+    std::snprintf(sci, sizeof sci, "%.2e", x);
+    std::string m = sci, e;
+    size_t at = m.find('e');
+    e = m.substr(at + 1);
+    m = m.substr(0, at);
+    while (m.back() == '0')
+      m.pop_back();
+    if (m.back() == '.')
+      m.pop_back();
+    if (!e.empty() && e[0] == '+')
+      e = e.substr(1);
+    return m + "e" + e;
+  }
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
   std::string s = buf;
@@ -365,6 +382,12 @@ std::string formatPercent(double ratio) {
     return "nan%";
   if (std::isinf(ratio))
     return ratio < 0 ? "-inf%" : "inf%";
+  // A ratio that is not zero but rounds to 0.00% keeps two significant digits (0.00099%).
+  if (ratio != 0 && std::fabs(ratio * 100.0) < 0.005) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2g%%", ratio * 100.0);
+    return buf;
+  }
   return fixed(ratio * 100.0, 2, true) + "%";
 }
 

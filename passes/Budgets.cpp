@@ -334,10 +334,14 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
     budgetSaid = budgetSaid || (b.metric == BudgetMetric::MemoryPerDevice && b.atMost &&
                                 b.value <= device && broken(b, a.memory.peak));
   if (device > 0 && a.memory.peak > device && !budgetSaid) {
-    auto d = diags.report(DiagKind::DeviceMemory, llvm::SMLoc(),
+    // At the plan's `target` setting, so that `check` with several plans says which one.
+    auto where = plan.settingRanges.find("target");
+    llvm::SMRange range = where != plan.settingRanges.end() ? where->second : llvm::SMRange();
+    auto d = diags.report(DiagKind::DeviceMemory, range.Start,
                           "peak memory per device " + formatBytes(a.memory.peak) +
                               " exceeds the " + formatBytes(device) + " of one " +
                               plan.target.name);
+    d.range(range);
     for (const std::string &n : memoryFixes(a, relower, device))
       d.note(llvm::SMLoc(), n);
   }

@@ -4,6 +4,10 @@
 
 #include "llvm/Support/JSON.h"
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 namespace tally {
 
 namespace {
@@ -18,6 +22,24 @@ llvm::json::Array diagnosticsJson(const DiagnosticEngine &diags) {
                                      {"line", static_cast<int64_t>(d.line)},
                                      {"column", static_cast<int64_t>(d.column)}});
   return out;
+}
+
+/// Replaces every inf or nan number under `v` by null (JSON has neither: llvm::json would write
+/// `inf`) and collects the dotted paths of the numbers it replaced.
+void nullNonFinite(llvm::json::Value &v, const std::string &path, std::vector<std::string> &out) {
+  if (llvm::json::Object *o = v.getAsObject()) {
+    for (auto &kv : *o)
+      nullNonFinite(kv.second, path.empty() ? kv.first.str() : path + "." + kv.first.str(), out);
+  } else if (llvm::json::Array *a = v.getAsArray()) {
+    for (size_t i = 0; i < a->size(); ++i)
+      nullNonFinite((*a)[i], path + "[" + std::to_string(i) + "]", out);
+  } else if (v.kind() == llvm::json::Value::Number) {
+    llvm::Optional<double> d = v.getAsNumber();
+    if (d && !std::isfinite(*d)) {
+      out.push_back(path);
+      v = nullptr;
+    }
+  }
 }
 
 /// The inference section (passes/Inference.cpp): null for train plans.
@@ -186,7 +208,20 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
       {"inference", inferenceJson(a)},
       {"diagnostics", diagnosticsJson(diags)},
   };
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+  // Numbers past a double (a run time of 1e308 tokens) are null, and the report says which.
+  llvm::json::Value value(std::move(root));
+  std::vector<std::string> bad;
+  nullNonFinite(value, "", bad);
+  if (!bad.empty()) {
+    std::string message = "not a finite number (past the range of a double), written as null: ";
+    for (size_t i = 0; i < bad.size(); ++i)
+      message += (i ? ", " : "") + bad[i];
+    value.getAsObject()->getArray("diagnostics")->push_back(
+        Object{{"severity", "warning"}, {"code", "overflow"}, {"message", message},
+               {"file", ""}, {"line", 0}, {"column", 0}});
+    llvm::errs() << "tally: warning: " << message << "\n";
+  }
+  os << llvm::formatv("{0:2}", value) << "\n";
 }
 
 } // namespace tally

@@ -198,9 +198,10 @@ ReportTable timeTable(const Analysis &a) {
     t.rows.push_back({"MFU", formatPercent(a.time.mfu), "HFU " + formatPercent(a.time.hfu)});
     if (a.time.run > 0)
       t.rows.push_back({"run", formatDuration(a.time.run),
-                        llvm::formatv("{0:f0} steps for {1} tokens", a.time.steps,
-                                      formatCount(p.tokens))
-                            .str()});
+                        // Past 1e15 steps a whole number has more digits than the double.
+                        (a.time.steps < 1e15 ? llvm::formatv("{0:f0}", a.time.steps).str()
+                                             : formatCount(a.time.steps)) +
+                            " steps for " + formatCount(p.tokens) + " tokens"});
   } else {
     t.rows.push_back({"step", formatDuration(a.time.step), ""});
   }

@@ -283,8 +283,9 @@ TEST_CASE("unknown warning options are rejected and change nothing", "[diagnosti
 TEST_CASE("the error limit prints one note, then counts without printing", "[diagnostics]") {
   Fixture f(kSource);
   f.diags.setErrorLimit(3);
+  // Distinct messages: the same diagnostic at the same place is emitted once.
   for (int i = 0; i < 6; ++i)
-    f.diags.report(DiagKind::SyntaxError, f.at(0), "garbage");
+    f.diags.report(DiagKind::SyntaxError, f.at(0), "garbage " + std::to_string(i));
   f.diags.report(DiagKind::UnusedValue, f.at(0), "unused");
   std::string out = f.printed();
   CHECK(countOf(out, "[syntax-error]") == 3);
@@ -299,14 +300,14 @@ TEST_CASE("the error limit prints one note, then counts without printing", "[dia
 TEST_CASE("the default error limit is 50; 0 removes it", "[diagnostics]") {
   Fixture f(kSource);
   for (int i = 0; i < 60; ++i)
-    f.diags.report(DiagKind::SyntaxError, f.at(0), "garbage");
+    f.diags.report(DiagKind::SyntaxError, f.at(0), "garbage " + std::to_string(i));
   CHECK(countOf(f.printed(), "[syntax-error]") == 50);
   CHECK(f.diags.errorCount() == 60);
 
   Fixture g(kSource);
   g.diags.setErrorLimit(0);
   for (int i = 0; i < 60; ++i)
-    g.diags.report(DiagKind::SyntaxError, g.at(0), "garbage");
+    g.diags.report(DiagKind::SyntaxError, g.at(0), "garbage " + std::to_string(i));
   CHECK(countOf(g.printed(), "[syntax-error]") == 60);
   CHECK(countOf(g.printed(), "too many errors") == 0);
 }

@@ -7,6 +7,7 @@
 //
 // Exit codes: 0 written, 1 the file could not be written.
 #include "frontend/Compiler.h"
+#include "report/Output.h"
 #include "tools/calibrate/Calibrate.h"
 #include "tools/tally/Commands.h"
 
@@ -70,19 +71,13 @@ bool calibrateInto(const std::string &path, bool quick, std::string &error,
       error = "cannot create '" + parent.str() + "': " + ec.message();
       return false;
     }
-  std::error_code ec;
-  raw_fd_ostream os(path, ec, sys::fs::OF_Text);
-  if (ec) {
-    error = "cannot write '" + path + "': " + ec.message();
+  // report/Output.h: written beside and renamed, so a concurrent run never reads half a file.
+  std::unique_ptr<OutputFile> file = OutputFile::open(path, {}, error);
+  if (!file)
     return false;
-  }
-  os << calibrate::renderTarget(r, utcNow());
-  os.close();
-  if (os.has_error()) {
-    error = "cannot write '" + path + "': " + os.error().message();
-    os.clear_error();
+  file->os() << calibrate::renderTarget(r, utcNow());
+  if (!file->commit(error))
     return false;
-  }
   if (out)
     *out = std::move(r);
   return true;
@@ -144,8 +139,8 @@ int calibrateCommand() {
   std::string error;
   calibrate::Result r;
   if (!calibrateInto(path, calibrateopts::Quick, error, &r)) {
-    errs() << "tally: error: " << error << "\n";
-    return 1;
+    errs() << "tally: error: " << error << " [io-error]\n";
+    return kOutputErrorExit;
   }
   if (r.busy())
     errs() << "tally: warning: the load average was " << format("%.2f", r.loadAverage) << " on "

@@ -17,9 +17,10 @@
 //    published counts); what the language cannot express yet (partial rotary, the pooler's
 //    first-token slice) is said in a comment where it applies.
 //
-// Exit codes: 0 written; 1 an error in the config (or a file that cannot be read/written);
-// 2 bad usage.
+// Exit codes: 0 written; 1 an error in the config (or a file that cannot be read); 2 bad
+// usage or an output that cannot be written.
 #include "frontend/Diagnostics.h"
+#include "report/Output.h"
 #include "tools/tally/Commands.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -29,7 +30,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cctype>
@@ -664,13 +664,14 @@ int importHF() {
     return 1;
 
   // Step 4: write.
-  std::error_code ec;
-  ToolOutputFile out(Output, ec, sys::fs::OF_Text);
-  if (ec) {
-    diags.report(DiagKind::IoError, SMLoc(), "cannot write '" + Output + "': " + ec.message());
-    return 1;
+  // report/Output.h: a temporary file renamed into place; never over the config it reads.
+  std::string error;
+  std::unique_ptr<OutputFile> out = OutputFile::open(Output, {File}, error);
+  if (!out) {
+    diags.report(DiagKind::IoError, SMLoc(), error);
+    return kOutputErrorExit;
   }
-  raw_ostream &os = out.os();
+  raw_ostream &os = out->os();
   os << "// Imported by `tally import-hf` from " << sys::path::filename(File) << ": model_type '"
      << family << "'" << (arch.empty() ? "" : ", " + arch) << ".\n";
   os << g->header;
@@ -692,7 +693,10 @@ train pretrain {
 }
 )",
                 g->modelCall, g->seq);
-  out.keep();
+  if (!out->commit(error)) {
+    diags.report(DiagKind::IoError, SMLoc(), error);
+    return kOutputErrorExit;
+  }
   return 0;
 }
 

@@ -223,6 +223,15 @@ void printJson(const SolverAnswer &r, raw_ostream &os) {
 int finish(const SolverAnswer &r) {
   if (!r.ok())
     return inputError(r.question + ": " + r.error);
+  // JSON has no inf or nan, and neither is an answer: inputs so large (or an MFU so small)
+  // that the arithmetic leaves the doubles are an error in both formats.
+  bool finite = std::isfinite(r.answer);
+  for (const SolverInput &in : r.inputs)
+    finite = finite && (!in.text.empty() || std::isfinite(in.number));
+  if (!finite)
+    return inputError(r.question + ": the answer is not a finite number (" +
+                      (std::isnan(r.answer) ? std::string("undefined") : "it overflows a double") +
+                      "); the inputs are out of range");
   if (OutFormat == Format::Json)
     printJson(r, outs());
   else

@@ -1,12 +1,15 @@
 // The tally command line: parses flags (llvm::cl subcommands), runs the pipeline, and picks a
-// renderer. Exit codes: 0 success, 1 an error diagnostic or a broken budget, 2 bad usage.
+// renderer. Exit codes: 0 success, 1 an error diagnostic or a broken budget, 2 bad usage or an
+// output that cannot be written (report/Output.h).
 #include "frontend/AST.h"
 #include "frontend/Compiler.h"
+#include "frontend/Stack.h"
 #include "ir/Graph.h"
 #include "ir/Units.h"
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
 #include "report/Html.h"
+#include "report/Output.h"
 #include "report/Report.h"
 #include "report/Sarif.h"
 #include "tools/tally/Commands.h"
@@ -17,7 +20,6 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Process.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace llvm;
@@ -115,6 +117,12 @@ PlanOverrides overrides() {
 int usageError(const std::string &msg) {
   errs() << "tally: error: " << msg << "\n";
   return 2;
+}
+
+/// An output that cannot be written (report/Output.h): an io-error, exit 2.
+int outputError(const std::string &msg) {
+  errs() << "tally: error: " << msg << " [io-error]\n";
+  return kOutputErrorExit;
 }
 
 /// The --budget-* flags as budgets without a source location (so their diagnostics print as
@@ -234,19 +242,24 @@ int runReport() {
       printGraph(*a.step, outs());
     return c.diags.hasErrors() ? 1 : 0;
   }
-  std::error_code ec;
-  ToolOutputFile out(opts::Output, ec, sys::fs::OF_Text);
-  if (ec)
-    return usageError("cannot write '" + opts::Output + "': " + ec.message());
+  // report/Output.h: a temporary file renamed into place; the inputs are never written over.
+  std::vector<std::string> inputs;
+  for (unsigned i = 1; i <= c.sm.getNumBuffers(); ++i)
+    inputs.push_back(c.sm.getMemoryBuffer(i)->getBufferIdentifier().str());
+  std::string err;
+  std::unique_ptr<OutputFile> out = OutputFile::open(opts::Output, inputs, err);
+  if (!out)
+    return outputError(err);
   if (opts::EmitStage == opts::Emit::Analysis || opts::OutFormat == opts::Format::Json)
-    renderJson(a, c.diags, out.os());
+    renderJson(a, c.diags, out->os());
   else if (opts::OutFormat == opts::Format::Markdown)
-    renderMarkdown(a, out.os());
+    renderMarkdown(a, out->os());
   else if (opts::OutFormat == opts::Format::Html)
-    renderHtml(a, c.diags, out.os());
+    renderHtml(a, c.diags, out->os());
   else
-    renderText(a, out.os());
-  out.keep();
+    renderText(a, out->os());
+  if (!out->commit(err))
+    return outputError(err);
   return c.diags.hasErrors() ? 1 : 0;
 }
 
@@ -288,6 +301,20 @@ int runTargets() {
   return 0;
 }
 
+/// Runs the command that the command line chose; its exit code.
+int runCommand() {
+  if (opts::Check)
+    return runCheck();
+  if (opts::Report)
+    return runReport();
+  if (opts::Targets)
+    return runTargets();
+  if (int rc = runExtraCommand(); rc >= 0)
+    return rc;
+  errs() << "tally: error: no command given; try `tally --help`\n";
+  return 2;
+}
+
 } // namespace
 } // namespace tally
 
@@ -317,14 +344,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   installTargetLoader(); // `target = host` and target files (tools/tally/Calibrate.cpp)
-  if (opts::Check)
-    return runCheck();
-  if (opts::Report)
-    return runReport();
-  if (opts::Targets)
-    return runTargets();
-  if (int rc = runExtraCommand(); rc >= 0)
-    return rc;
-  errs() << "tally: error: no command given; try `tally --help`\n";
-  return 2;
+  ignoreBrokenPipes();    // a closed stdout is an io-error (exit 2), not SIGPIPE's code 74
+  // frontend/Stack.h: deep expressions within the documented limits never overflow the stack.
+  return finishStandardStreams(runOnFrontendStack(runCommand));
 }
