@@ -8,7 +8,10 @@
   template void rt::matmul<T>(rt::Ctx&, bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t,   \
                               int64_t, const T*, int64_t, int64_t, float, T*, int64_t, int64_t, int64_t);  \
   template void rt::binary<T>(rt::Ctx&, rt::BinOp, const T*, const int64_t*, const T*, const int64_t*, T*, \
-                              const int64_t*, int, bool);                                                  \
+                              const int64_t*, int, bool, const int64_t*);                                 \
+  template void rt::div_bwd<T>(rt::Ctx&, const T*, const int64_t*, const T*, const int64_t*, const T*,       \
+                               const int64_t*, T*, const int64_t*, const int64_t*, int, bool);             \
+  template void rt::div_scalar_bwd<T>(rt::Ctx&, const T*, const T*, float, T*, int64_t, bool);              \
   template void rt::binary_scalar<T>(rt::Ctx&, rt::BinOp, const T*, float, bool, T*, int64_t, bool);      \
   template void rt::reduce_to<T>(rt::Ctx&, const T*, const int64_t*, int, T*, const int64_t*, float, bool); \
   template void rt::unary_fwd<T>(rt::Ctx&, rt::UnOp, const T*, T*, int64_t);                              \
