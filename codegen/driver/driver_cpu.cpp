@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 using namespace tally_step;
 
 namespace {
@@ -346,6 +348,12 @@ void dumpGradients() {
 } // namespace
 
 int main(int argc, char **argv) {
+  // OpenBLAS's pthread build starts its own worker pool when the library loads, before the
+  // runtime can turn it off; on a machine with few cores those workers then time-share a core
+  // with the step's thread, and a whole run came out up to 60x slower (1 run in 8 on 2 cores).
+  // The runtime tiles matmuls over OpenMP itself, so start again with OpenBLAS single-threaded.
+  if (!std::getenv("OPENBLAS_NUM_THREADS") && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
+    execv("/proc/self/exe", argv); // returns only on failure: then run as we are
   args = parse(argc, argv);
   try {
     mem.arena = region(kLayout.arenaBytes);
