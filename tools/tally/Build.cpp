@@ -265,6 +265,16 @@ std::string generate(Compilation &c, const Analysis &a, std::vector<codegen::Fil
   return runtimeFromDisk(files);
 }
 
+/// Compiles and analyzes the plan and generates its step; 0, or the exit code after saying why.
+int compileStep(Compilation &c, std::optional<Analysis> &a, std::vector<codegen::File> &files) {
+  a = analyzeFile(c);
+  if (!a)
+    return 1;
+  if (std::string err = generate(c, *a, files); !err.empty())
+    return failure("cannot generate plan " + a->plan->name + " for the cpu backend: " + err);
+  return 0;
+}
+
 int build() {
   if (Backend != "cpu")
     return usageError("--backend " + Backend + ": only the cpu backend generates code so far (the CUDA "
@@ -272,12 +282,10 @@ int build() {
   if (Output.empty())
     return usageError("tally build needs -o DIR, the folder to write");
   Compilation c;
-  std::optional<Analysis> a = analyzeFile(c);
-  if (!a)
-    return 1;
+  std::optional<Analysis> a;
   std::vector<codegen::File> files;
-  if (std::string err = generate(c, *a, files); !err.empty())
-    return failure("cannot generate plan " + a->plan->name + " for the cpu backend: " + err);
+  if (int rc = compileStep(c, a, files))
+    return rc;
   // A folder with files in it is only overwritten when an earlier `tally build` made it.
   SmallString<256> marker(Output);
   sys::path::append(marker, ".tally-build");
@@ -325,12 +333,10 @@ int run() {
   if (Steps < 1 || Warmup < 0 || Threads < 0)
     return usageError("--steps must be at least 1, --warmup and --threads at least 0");
   Compilation c;
-  std::optional<Analysis> a = analyzeFile(c);
-  if (!a)
-    return 1;
+  std::optional<Analysis> a;
   std::vector<codegen::File> files;
-  if (std::string err = generate(c, *a, files); !err.empty())
-    return failure("cannot generate plan " + a->plan->name + " for the cpu backend: " + err);
+  if (int rc = compileStep(c, a, files))
+    return rc;
   std::string binary;
   if (std::string err = buildCached(files, binary); !err.empty())
     return failure(err);
