@@ -9,10 +9,14 @@
 //    row-parallel and all-reduces; elementwise ops, views and attention keep their input's
 //    split; reductions and embeddings give full tensors), and the repeat-block copies (the
 //    instances whose parent is a `repeat` list; an op belongs to the outermost copy above it).
-// 2. A policy checkpoints the first m copies in segments of k consecutive copies: none is
-//    m = 0, full is m = L, k = 1, sqrt is m = L, k = ⌈√L⌉, and auto tries m = 0, 1, ..., L with
-//    k = 1 (recompute grows with m) and takes the first whose activations and workspace per
-//    device fit the target's memory (or a smaller memory budget) minus the model states.
+// 2. A policy recomputes segments of consecutive copies (each keeps only its input): none is
+//    no segment; full is every copy alone; every(k) is all L copies in segments of k; sqrt is
+//    all copies in segments of the length k in 1..L whose walk (steps 3-5) needs the least
+//    memory (Chen et al.'s minimum, measured rather than ⌈√L⌉); auto takes the least
+//    recompute time (roofline seconds of the re-run ops) whose activations and workspace per
+//    device fit the target's memory (or a smaller memory budget) minus the model states,
+//    among the first m copies (graph order) and the m copies that save the most bytes per
+//    second of recompute, m found by bisection in each.
 // 3. The schedule: the forward of every op in order, then the backward of every op that has
 //    one in reverse order; just before the first backward step of a checkpointed segment, the
 //    forward of all its ops runs again (Recompute steps).
@@ -68,6 +72,9 @@ struct Facts {
   std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
   std::vector<Copy> copies;                   ///< in the order of their first op
   std::vector<uint32_t> copyOfOp;             ///< per op: index into copies, or kNone
+  /// per op: roofline seconds of its forward on the target (executed FLOPs and bytes at the
+  /// op's compute dtype, before any parallel split): what recomputing it costs.
+  std::vector<double> opTime;
 
   Facts(const Graph &g, const Analysis &a)
       : g(g), train(a.plan->isTrain),
@@ -167,22 +174,45 @@ Facts gatherFacts(const Analysis &a) {
     for (TensorId t = 0; t < g.tensors.size(); ++t)
       f.split[t] = f.split[t] || f.isActivation(t);
   findCopies(f);
+  f.opTime.assign(g.ops.size(), 0);
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const OpAnalysis &oa = a.ops[o];
+    f.opTime[o] = kernelTime(a.plan->target, opClass(g.ops[o].kind), oa.computeDtype,
+                             oa.forward.executedFlops,
+                             oa.forward.bytesRead + oa.forward.bytesWritten);
+  }
   return f;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Steps 2-5: one policy's schedule, buffers and peak.
 
+/// A policy: which copies are recomputed, grouped in segments of consecutive copies (each
+/// segment keeps only its input and is re-run as a whole before its first backward step).
 struct Policy {
   std::string name = "none";
-  size_t checkpointed = 0; ///< the first `checkpointed` copies are recomputed
-  size_t segment = 1;      ///< in segments of this many consecutive copies
+  std::vector<std::pair<size_t, size_t>> segments; ///< [first copy, end copy), in order
+  /// The copies recomputed.
+  size_t checkpointed() const {
+    size_t n = 0;
+    for (const auto &sg : segments)
+      n += sg.second - sg.first;
+    return n;
+  }
+  /// The longest segment (copies), 0 when nothing is checkpointed.
+  size_t segment() const {
+    size_t k = 0;
+    for (const auto &sg : segments)
+      k = std::max(k, sg.second - sg.first);
+    return k;
+  }
 };
 
 struct Walk {
   std::vector<ScheduleStep> schedule;
   std::vector<Buffer> buffers;
   double recomputeFlops = 0, recomputeExecuted = 0; ///< per micro-batch
+  double recomputeTime = 0; ///< roofline seconds of the re-run ops, per micro-batch
   double peakSaved = 0, peakOther = 0;
   uint32_t peakStep = 0;
 };
@@ -202,11 +232,11 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
   s.bwd.assign(n, kNone);
   s.segmentOfOp.assign(n, -1);
   std::vector<std::vector<OpId>> segments;
-  for (size_t c = 0; c < p.checkpointed && c < f.copies.size(); ++c) {
-    if (c % p.segment == 0)
-      segments.emplace_back();
-    for (OpId o : f.copies[c].ops)
-      segments.back().push_back(o);
+  for (const auto &sg : p.segments) {
+    segments.emplace_back();
+    for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
+      for (OpId o : f.copies[c].ops)
+        segments.back().push_back(o);
   }
   for (std::vector<OpId> &seg : segments) {
     std::sort(seg.begin(), seg.end());
@@ -229,6 +259,7 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
         w.schedule.push_back({ScheduleStep::Recompute, r});
         w.recomputeFlops += a.ops[r].forward.flops;
         w.recomputeExecuted += a.ops[r].forward.executedFlops;
+        w.recomputeTime += f.opTime[r];
       }
     }
     s.bwd[o] = static_cast<uint32_t>(w.schedule.size());
@@ -405,84 +436,167 @@ double activationLimit(const Analysis &a) {
   return capacity - staticBytes(a);
 }
 
-Policy sqrtPolicy(size_t copies) {
+void blockActivations(const Facts &f, Analysis &a); // step 6, below
+
+/// Segments of `k` consecutive copies over the first `m` copies (the last may be shorter).
+Policy segmentedPolicy(std::string name, size_t m, size_t k) {
   Policy p;
-  p.name = "sqrt";
-  p.checkpointed = copies;
-  double root = std::ceil(std::sqrt(static_cast<double>(copies)));
-  p.segment = std::max<size_t>(1, static_cast<size_t>(root));
+  p.name = std::move(name);
+  k = std::max<size_t>(1, k);
+  for (size_t c = 0; c < m; c += k)
+    p.segments.push_back({c, std::min(m, c + k)});
   return p;
 }
 
+/// The first m copies, one per segment: none (m = 0), partial, full (m = L).
 Policy partialPolicy(size_t m, size_t copies) {
+  return segmentedPolicy(m == 0 ? "none" : m == copies ? "full" : "partial", m, 1);
+}
+
+/// The given copies (ascending), one per segment.
+Policy chosenPolicy(std::string name, const std::vector<size_t> &chosen, size_t copies) {
   Policy p;
-  p.name = m == 0 ? "none" : m == copies ? "full" : "partial";
-  p.checkpointed = m;
+  p.name = chosen.empty() ? "none" : chosen.size() == copies ? "full" : std::move(name);
+  for (size_t c : chosen)
+    p.segments.push_back({c, c + 1});
   return p;
 }
 
-/// `auto`: the least recompute that fits (none, then the first 1, 2, ... L blocks, then sqrt);
-/// when nothing fits, the smallest footprint. Fills the trade-off curve on the way.
+/// `every(k)`: all L copies in segments of k (k ≥ L: one segment of all of them).
+Policy everyPolicy(const std::string &name, size_t copies, size_t k) {
+  return segmentedPolicy(name, copies, std::min(std::max<size_t>(1, k), copies));
+}
+
+/// The segment length of "every(k)" (0 when the text is not that form; Sema checked it).
+size_t everyLength(const std::string &req) {
+  if (req.rfind("every(", 0) != 0 || req.size() < 8 || req.back() != ')')
+    return 0;
+  std::string digits = req.substr(6, req.size() - 7);
+  if (digits.empty() || digits.size() > 12 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return 0;
+  return static_cast<size_t>(std::stoll(digits));
+}
+
+/// `sqrt`: every copy checkpointed, in segments of the length k in 1..L whose walk needs the
+/// least activations + workspace per device (ties: less recompute time, then the shorter
+/// segment). Chen et al. (2016) choose k ≈ √(L·x/A) for blocks keeping A bytes on an input of
+/// x bytes; measuring every k with the real buffers finds that minimum without the model.
+Policy sqrtPolicy(const Facts &f, const Analysis &a) {
+  size_t L = f.copies.size();
+  Policy best;
+  double bestBytes = 0, bestTime = 0;
+  for (size_t k = 1; k <= L; ++k) {
+    Policy p = segmentedPolicy("sqrt", L, k);
+    Walk w = walk(f, a, p);
+    double bytes = deviceBytes(w, *a.plan);
+    if (k == 1 || bytes < bestBytes || (bytes == bestBytes && w.recomputeTime < bestTime))
+      best = p, bestBytes = bytes, bestTime = w.recomputeTime;
+  }
+  return best;
+}
+
+/// `auto`: the least recompute time whose activations + workspace per device fit the limit,
+/// over two families of single-copy segments: the first m copies (graph order), and the m
+/// copies that save the most bytes per second of recompute (ranked: a copy's saved bytes
+/// less the input it keeps, over the roofline time of its forward). Each family is searched
+/// for its least fitting m by bisection (checkpointing one more copy never adds memory); the
+/// fitting candidate with less recompute time wins. When neither fits, sqrt (all copies, the
+/// segment length with the least memory) and then the smallest footprint seen. Fills the
+/// trade-off curve on the way.
 Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
   a.checkpoint.limitBytes = activationLimit(a);
-  // Walks are O(ops) each; memoize them so the curve and the search share work.
-  std::map<size_t, double> bytesAt;
-  auto measure = [&](size_t m) {
-    auto it = bytesAt.find(m);
-    if (it != bytesAt.end())
-      return it->second;
-    Policy p = partialPolicy(m, L);
+  // The ranking: saved bytes net of the kept input, per second of recompute.
+  std::vector<double> gain(L, 0), seconds(L, 0);
+  for (size_t c = 0; c < L; ++c) {
+    gain[c] = a.blockActivations[c].savedBytes - a.blockActivations[c].inputBytes;
+    for (OpId o : f.copies[c].ops)
+      seconds[c] += f.opTime[o];
+  }
+  std::vector<size_t> ranked(L);
+  for (size_t c = 0; c < L; ++c)
+    ranked[c] = c;
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) {
+    // gain[x] / seconds[x] > gain[y] / seconds[y], without dividing by a zero time.
+    return gain[x] * seconds[y] > gain[y] * seconds[x];
+  });
+  bool sameOrder = true;
+  for (size_t c = 0; c < L; ++c)
+    sameOrder = sameOrder && ranked[c] == c;
+
+  struct Measured {
+    Policy policy;
+    double bytes = 0, time = 0;
+  };
+  auto record = [&](const Policy &p) {
     Walk w = walk(f, a, p);
-    double bytes = deviceBytes(w, plan);
-    a.checkpoint.options.push_back(
-        {p.name, static_cast<int64_t>(p.checkpointed), w.recomputeFlops * microSteps, bytes});
-    bytesAt[m] = bytes;
-    return bytes;
+    Measured m{p, deviceBytes(w, plan), w.recomputeTime};
+    a.checkpoint.options.push_back({p.name, static_cast<int64_t>(p.checkpointed()),
+                                    w.recomputeFlops * microSteps, m.bytes});
+    return m;
+  };
+  // Walks are O(ops) each; memoize per family so the curve and the search share work.
+  std::map<size_t, Measured> firstAt, rankedAt;
+  auto measure = [&](bool byRank, size_t m) -> const Measured & {
+    std::map<size_t, Measured> &memo = byRank ? rankedAt : firstAt;
+    auto it = memo.find(m);
+    if (it != memo.end())
+      return it->second;
+    Policy p;
+    if (byRank) {
+      std::vector<size_t> chosen(ranked.begin(), ranked.begin() + static_cast<long>(m));
+      std::sort(chosen.begin(), chosen.end());
+      p = chosenPolicy("ranked", chosen, L);
+    } else {
+      p = partialPolicy(m, L);
+    }
+    return memo.emplace(m, record(p)).first->second;
   };
   // 1. The trade-off curve: store-all, full, and evenly spaced counts in between (at most
   //    kCurvePoints walks, so the curve costs O(ops), not O(L · ops)).
   constexpr size_t kCurvePoints = 16;
   size_t stride = std::max<size_t>(1, (L + kCurvePoints - 1) / kCurvePoints);
   for (size_t m = 0; m < L; m += stride)
-    measure(m);
-  measure(L);
-  // 2. The least checkpointed count that fits, by binary search: checkpointing one more
-  //    block never adds memory (its saved tensors become one kept input), so the bytes do
-  //    not grow with m. The least m recomputes the least.
-  std::optional<Policy> chosen;
-  if (measure(L) <= a.checkpoint.limitBytes) {
+    measure(false, m);
+  const Measured full = measure(false, L);
+  // 2. Per family, the least m that fits, by bisection.
+  std::optional<Measured> chosen;
+  auto search = [&](bool byRank) {
+    if (full.bytes > a.checkpoint.limitBytes)
+      return;
     size_t lo = 0, hi = L; // bytes(hi) fits; find the least such m
     while (lo < hi) {
       size_t mid = lo + (hi - lo) / 2;
-      if (measure(mid) <= a.checkpoint.limitBytes)
+      if (measure(byRank, mid).bytes <= a.checkpoint.limitBytes)
         hi = mid;
       else
         lo = mid + 1;
     }
-    chosen = partialPolicy(hi, L);
-  }
-  Policy smallest = partialPolicy(L, L);
-  double smallestBytes = measure(L);
-  for (const auto &kv : bytesAt)
-    if (kv.second < smallestBytes)
-      smallest = partialPolicy(kv.first, L), smallestBytes = kv.second;
+    const Measured &m = measure(byRank, hi);
+    if (!chosen || m.time < chosen->time)
+      chosen = m;
+  };
+  search(false);
+  if (!sameOrder)
+    search(true);
+  Measured smallest = full;
+  for (const auto *memo : {&firstAt, &rankedAt})
+    for (const auto &kv : *memo)
+      if (kv.second.bytes < smallest.bytes)
+        smallest = kv.second;
   // 3. sqrt recomputes as much as full (every block once), so it comes after full.
-  if (L > 0) {
-    Policy p = sqrtPolicy(L);
-    Walk w = walk(f, a, p);
-    double bytes = deviceBytes(w, plan);
-    a.checkpoint.options.push_back(
-        {p.name, static_cast<int64_t>(p.checkpointed), w.recomputeFlops * microSteps, bytes});
-    if (!chosen && bytes <= a.checkpoint.limitBytes)
-      chosen = p;
-    if (bytes < smallestBytes)
-      smallest = p, smallestBytes = bytes;
+  if (L > 0 && !chosen) {
+    Measured m = record(sqrtPolicy(f, a));
+    if (m.bytes <= a.checkpoint.limitBytes)
+      chosen = m;
+    if (m.bytes < smallest.bytes)
+      smallest = m;
   }
   std::stable_sort(a.checkpoint.options.begin(), a.checkpoint.options.end(),
                    [](const auto &x, const auto &y) { return x.recomputeFlops < y.recomputeFlops; });
-  return chosen ? *chosen : smallest;
+  return chosen ? chosen->policy : smallest.policy;
 }
 
 Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
@@ -498,7 +612,9 @@ Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
                         "activation is kept";
     return Policy();
   }
-  return req == "sqrt" ? sqrtPolicy(L) : partialPolicy(L, L);
+  if (size_t k = everyLength(req))
+    return everyPolicy(req, L, k);
+  return req == "sqrt" ? sqrtPolicy(f, a) : partialPolicy(L, L);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -548,8 +664,9 @@ void blockActivations(const Facts &f, Analysis &a) {
 /// The paths whose inputs a policy keeps: the first copy of each recomputed segment.
 std::vector<std::string> keptPaths(const Facts &f, const Policy &p) {
   std::vector<std::string> out;
-  for (size_t c = 0; c < p.checkpointed && c < f.copies.size(); c += p.segment)
-    out.push_back(f.copies[c].path);
+  for (const auto &sg : p.segments)
+    if (sg.first < f.copies.size())
+      out.push_back(f.copies[sg.first].path);
   return out;
 }
 
@@ -563,12 +680,13 @@ void planActivations(Analysis &a) {
                                    : 1;
   a.checkpoint.requested = plan.checkpoint;
   a.checkpoint.blocks = static_cast<int64_t>(f.copies.size());
+  blockActivations(f, a); // auto ranks the copies by what they keep
   Policy p = requestedPolicy(f, a, microSteps);
   Walk w = walk(f, a, p);
 
   a.checkpoint.policy = p.name;
-  a.checkpoint.checkpointed = static_cast<int64_t>(std::min(p.checkpointed, f.copies.size()));
-  a.checkpoint.segment = p.checkpointed > 0 ? static_cast<int64_t>(p.segment) : 0;
+  a.checkpoint.checkpointed = static_cast<int64_t>(p.checkpointed());
+  a.checkpoint.segment = static_cast<int64_t>(p.segment());
   a.checkpoint.saved = keptPaths(f, p);
   a.checkpoint.recomputeFlops = w.recomputeFlops * microSteps;
   a.flops.recompute = a.checkpoint.recomputeFlops;
@@ -582,7 +700,6 @@ void planActivations(Analysis &a) {
   a.peakStep = w.peakStep;
   a.schedule = std::move(w.schedule);
   a.buffers = std::move(w.buffers);
-  blockActivations(f, a);
 }
 
 } // namespace tally
