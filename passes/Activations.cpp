@@ -482,11 +482,17 @@ size_t everyLength(const std::string &req) {
 /// least activations + workspace per device (ties: less recompute time, then the shorter
 /// segment). Chen et al. (2016) choose k ≈ √(L·x/A) for blocks keeping A bytes on an input of
 /// x bytes; measuring every k with the real buffers finds that minimum without the model.
+/// Up to kSqrtAllLengths copies every k is walked; beyond, only the least k of each segment
+/// count ⌈L/k⌉ (about 2√L walks instead of L: the same inputs kept, the shortest segments).
+constexpr size_t kSqrtAllLengths = 1024;
+
 Policy sqrtPolicy(const Facts &f, const Analysis &a) {
   size_t L = f.copies.size();
   Policy best;
   double bestBytes = 0, bestTime = 0;
   for (size_t k = 1; k <= L; ++k) {
+    if (L > kSqrtAllLengths && k > 1 && (L + k - 2) / (k - 1) == (L + k - 1) / k)
+      continue; // k − 1 makes as many segments, each no longer
     Policy p = segmentedPolicy("sqrt", L, k);
     Walk w = walk(f, a, p);
     double bytes = deviceBytes(w, *a.plan);
