@@ -1161,7 +1161,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
         continue;
       }
       static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt",
-                                                        "every"};
+                                                        "every", "recompute_all"};
       if (v.kind != ConstValue::Word ||
           std::find(policies.begin(), policies.end(), v.text) == policies.end() ||
           v.text == "every") {
@@ -1173,7 +1173,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
           unknownName(v.range, "checkpoint policy", v.text, policies);
         else
           diags.report(DiagKind::TypeMismatch, v.range.Start,
-                       "checkpoint is none, full, every(k), sqrt or auto")
+                       "checkpoint is none, full, every(k), sqrt, recompute_all or auto")
               .range(v.range);
         ok = false;
         continue;

@@ -192,6 +192,9 @@ Facts gatherFacts(const Analysis &a) {
 struct Policy {
   std::string name = "none";
   std::vector<std::pair<size_t, size_t>> segments; ///< [first copy, end copy), in order
+  /// recompute_all: one segment of all copies, re-run from copy 0 before each copy's backward
+  /// (walkFromInput) instead of once.
+  bool fromInput = false;
   /// The copies recomputed.
   size_t checkpointed() const {
     size_t n = 0;
@@ -374,7 +377,140 @@ void findPeak(Walk &w) {
   }
 }
 
+/// Whether `recompute_all` can schedule this graph: the copies' ops follow one another in op
+/// order (copy c's before copy c + 1's) with no other op between the first and the last.
+bool copiesContiguous(const Facts &f) {
+  if (f.copies.empty())
+    return false;
+  OpId next = f.copies.front().ops.front();
+  for (const Copy &c : f.copies)
+    for (OpId o : c.ops)
+      if (o != next++)
+        return false;
+  return true;
+}
+
+/// `recompute_all` (steps 3-4 for it): the forward keeps nothing made inside the repeat
+/// copies; just before the first backward step of copy c, the forward of copies 0..c runs
+/// again from copy 0's kept input (an episode), and only copy c's re-run keeps what its
+/// backward needs: copies before it are transit, each output freed after its last reader in
+/// the episode. O(1) copies live, L(L+1)/2 copy forwards re-run. Needs copiesContiguous.
+Walk walkFromInput(const Facts &f, const Analysis &a) {
+  const Graph &g = f.g;
+  size_t n = g.ops.size(), L = f.copies.size();
+  Walk w;
+  OpId firstCopyOp = f.copies.front().ops.front();
+  // Episode e re-runs ops firstCopyOp .. firstCopyOp + count[e] − 1 from step start[e]: op o's
+  // re-run in episode e is at step start[e] + (o − firstCopyOp).
+  std::vector<size_t> count(L, 0);
+  for (size_t c = 0; c < L; ++c)
+    count[c] = (c ? count[c - 1] : 0) + f.copies[c].ops.size();
+  std::vector<uint32_t> fwd(n), bwd(n, kNone), start(L, kNone);
+  for (OpId o = 0; o < n; ++o) {
+    fwd[o] = static_cast<uint32_t>(w.schedule.size());
+    w.schedule.push_back({ScheduleStep::Forward, o});
+  }
+  for (OpId o = static_cast<OpId>(n); o-- > 0;) {
+    if (!f.hasBackward[o])
+      continue;
+    uint32_t c = f.copyOfOp[o];
+    if (c != kNone && start[c] == kNone) {
+      start[c] = static_cast<uint32_t>(w.schedule.size());
+      for (size_t i = 0; i < count[c]; ++i) {
+        OpId r = static_cast<OpId>(firstCopyOp + i);
+        w.schedule.push_back({ScheduleStep::Recompute, r});
+        w.recomputeFlops += a.ops[r].forward.flops;
+        w.recomputeExecuted += a.ops[r].forward.executedFlops;
+        w.recomputeTime += f.opTime[r];
+      }
+    }
+    bwd[o] = static_cast<uint32_t>(w.schedule.size());
+    w.schedule.push_back({ScheduleStep::Backward, o});
+  }
+  auto rec = [&](size_t e, OpId o) { return static_cast<uint32_t>(start[e] + (o - firstCopyOp)); };
+  // latest[c]: the last episode in time that re-runs copy c (the one of the least e ≥ c).
+  std::vector<uint32_t> latest(L + 1, kNone);
+  for (size_t c = L; c-- > 0;)
+    latest[c] = start[c] != kNone ? static_cast<uint32_t>(c) : latest[c + 1];
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    if (f.base[t] != t || !f.isActivation(t))
+      continue;
+    const Tensor &tensor = g.tensors[t];
+    OpId p = tensor.producer;
+    uint32_t cp = p == kNone ? kNone : f.copyOfOp[p];
+    uint32_t first1 = p == kNone ? 0 : fwd[p], last1 = first1;
+    bool saved1 = false;
+    for (OpId r : f.readers[t]) {
+      last1 = std::max(last1, fwd[r]);
+      uint32_t cr = f.copyOfOp[r];
+      if (cp == kNone && cr != kNone && latest[cr] != kNone)
+        last1 = std::max(last1, rec(latest[cr], r)); // kept for every episode that reads it
+    }
+    for (OpId s : f.savers[t]) {
+      if (bwd[s] == kNone || (cp != kNone && f.copyOfOp[s] != kNone))
+        continue; // a copy's saver reads the tensor its episode re-made
+      last1 = std::max(last1, bwd[s]);
+      saved1 = true;
+    }
+    double bytes = f.bytes(t);
+    addBuffer(w, t, p, bytes, first1, last1, saved1 ? "saved" : "transient",
+              saved1 ? Buffer::Saved : Buffer::Transient);
+    for (size_t e = cp; cp != kNone && e < L; ++e) {
+      if (start[e] == kNone)
+        continue;
+      uint32_t first2 = rec(e, p), last2 = first2;
+      bool saved2 = false;
+      for (OpId r : f.readers[t])
+        if (f.copyOfOp[r] != kNone && f.copyOfOp[r] <= e)
+          last2 = std::max(last2, rec(e, r));
+      for (OpId s : f.savers[t])
+        if (bwd[s] != kNone && f.copyOfOp[s] == e)
+          last2 = std::max(last2, bwd[s]), saved2 = true;
+      addBuffer(w, t, p, bytes, first2, last2, saved2 ? "recomputed, saved" : "recomputed",
+                saved2 ? Buffer::Saved : Buffer::Transient);
+    }
+    if (!f.train || !tensor.requiresGrad || p == kNone || bwd[p] == kNone)
+      continue;
+    uint32_t gradStart = kNone;
+    for (OpId r : f.readers[t])
+      if (bwd[r] != kNone)
+        gradStart = std::min(gradStart, bwd[r]);
+    if (gradStart != kNone)
+      addBuffer(w, t, p, bytes, gradStart, bwd[p], "gradient", Buffer::Gradient);
+  }
+  // Extra saved buffers: made and dropped in the forward and in other copies' episodes, kept
+  // from the op's own episode to its backward.
+  for (OpId o = 0; o < n; ++o) {
+    if (bwd[o] == kNone)
+      continue;
+    double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
+    uint32_t co = f.copyOfOp[o];
+    for (const SavedTensor &st : a.ops[o].saved) {
+      if (st.tensor != kNone)
+        continue;
+      double bytes = st.bytes / divisor;
+      if (co == kNone) {
+        addBuffer(w, kNone, o, bytes, fwd[o], bwd[o], st.what, Buffer::Saved);
+        continue;
+      }
+      addBuffer(w, kNone, o, bytes, fwd[o], fwd[o], st.what, Buffer::Transient);
+      for (size_t e = co; e < L; ++e) {
+        if (start[e] == kNone)
+          continue;
+        if (e == co)
+          addBuffer(w, kNone, o, bytes, rec(e, o), bwd[o], st.what, Buffer::Saved);
+        else
+          addBuffer(w, kNone, o, bytes, rec(e, o), rec(e, o), st.what, Buffer::Transient);
+      }
+    }
+  }
+  findPeak(w);
+  return w;
+}
+
 Walk walk(const Facts &f, const Analysis &a, const Policy &p) {
+  if (p.fromInput)
+    return walkFromInput(f, a);
   Walk w;
   Steps s = buildSchedule(f, a, p, w);
   const Graph &g = f.g;
@@ -620,6 +756,17 @@ Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
   }
   if (size_t k = everyLength(req))
     return everyPolicy(req, L, k);
+  if (req == "recompute_all") {
+    if (!copiesContiguous(f)) {
+      a.checkpoint.note = "checkpoint = recompute_all needs the repeat copies to run one after "
+                          "another with no other op between them; full checkpointing is "
+                          "applied instead";
+      return partialPolicy(L, L);
+    }
+    Policy p = segmentedPolicy("recompute_all", L, L);
+    p.fromInput = true;
+    return p;
+  }
   return req == "sqrt" ? sqrtPolicy(f, a) : partialPolicy(L, L);
 }
 

@@ -603,3 +603,38 @@ target Small {
   CHECK(a.memory.activations + a.memory.workspace <= a.checkpoint.limitBytes);
   CHECK(seconds < 5); // a debug-free build answers in well under one (docs/memory.md)
 }
+
+TEST_CASE("activations: recompute_all keeps O(1) blocks and re-runs L(L+1)/2 block forwards",
+          "[activations]") {
+  Compiled r16(stack(16, "recompute_all")), r64(stack(64, "recompute_all"));
+  Compiled f16(stack(16, "full")), n16(stack(16, "none"));
+  for (const Compiled *r : {&r16, &r64}) {
+    const Analysis &a = *r->a;
+    double L = static_cast<double>(a.blockActivations.size());
+    INFO("L = " << L);
+    CHECK(a.checkpoint.policy == "recompute_all");
+    CHECK(a.checkpoint.saved == std::vector<std::string>{"h[0]"});
+    // Before copy c's backward, copies 0..c run again: Σ (c + 1) = L(L + 1)/2 block forwards
+    // (every block of the stack has the same FLOPs).
+    double block = a.blockActivations[1].forwardFlops;
+    CHECK(a.flops.recompute == Approx(L * (L + 1) / 2 * block).epsilon(1e-12));
+    checkMemoryPlan(a);
+  }
+  // O(1): the same activations at 16 and 64 blocks, below full's L kept inputs.
+  CHECK(r64.a->memory.activations == r16.a->memory.activations);
+  CHECK(r16.a->memory.activations < f16.a->memory.activations);
+  CHECK(r16.a->memory.activations < n16.a->memory.activations / 4);
+  // Every op of copy c is re-run L − c times.
+  const Graph &g = *r16.a->graph;
+  std::vector<size_t> runs(g.ops.size(), 0);
+  for (const ScheduleStep &s : r16.a->schedule)
+    runs[s.op] += s.kind == ScheduleStep::Recompute;
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const std::string &path = g.ops[o].path;
+    if (path.rfind("h[", 0) != 0)
+      continue;
+    INFO(path);
+    size_t c = std::stoul(path.substr(2));
+    CHECK(runs[o] == 16 - c);
+  }
+}
