@@ -1161,7 +1161,8 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
         continue;
       }
       static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt",
-                                                        "every", "recompute_all"};
+                                                        "every", "recompute_all",
+                                                        "selective"};
       if (v.kind != ConstValue::Word ||
           std::find(policies.begin(), policies.end(), v.text) == policies.end() ||
           v.text == "every") {
@@ -1173,7 +1174,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
           unknownName(v.range, "checkpoint policy", v.text, policies);
         else
           diags.report(DiagKind::TypeMismatch, v.range.Start,
-                       "checkpoint is none, full, every(k), sqrt, recompute_all or auto")
+                       "checkpoint is none, full, every(k), sqrt, recompute_all, selective or auto")
               .range(v.range);
         ok = false;
         continue;

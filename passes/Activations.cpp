@@ -195,6 +195,9 @@ struct Policy {
   /// recompute_all: one segment of all copies, re-run from copy 0 before each copy's backward
   /// (walkFromInput) instead of once.
   bool fromInput = false;
+  /// selective: ops re-run alone, just before the first backward step that needs their
+  /// outputs (their outputs are dropped after the forward; selectiveOps below).
+  std::vector<OpId> selectiveOps;
   /// The copies recomputed.
   size_t checkpointed() const {
     size_t n = 0;
@@ -224,6 +227,9 @@ struct Walk {
 struct Steps {
   std::vector<uint32_t> fwd, rec, bwd;
   std::vector<int> segmentOfOp; ///< the op's recomputed segment, or -1
+  /// per segment: re-run for its outputs (selective: every backward that keeps an output
+  /// reads the re-run copy), not only for its own ops' backward (blocks)
+  std::vector<bool> forOutputs;
 };
 
 Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w) {
@@ -237,9 +243,14 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
   std::vector<std::vector<OpId>> segments;
   for (const auto &sg : p.segments) {
     segments.emplace_back();
+    s.forOutputs.push_back(false);
     for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
       for (OpId o : f.copies[c].ops)
         segments.back().push_back(o);
+  }
+  for (OpId o : p.selectiveOps) {
+    segments.push_back({o});
+    s.forOutputs.push_back(true);
   }
   for (std::vector<OpId> &seg : segments) {
     std::sort(seg.begin(), seg.end());
@@ -250,12 +261,30 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
     s.fwd[o] = static_cast<uint32_t>(w.schedule.size());
     w.schedule.push_back({ScheduleStep::Forward, o});
   }
+  // Each segment is re-run just before the first backward step (the highest op) among its
+  // ops' and, for a selective op, those of the ops that keep its outputs.
+  std::vector<std::vector<size_t>> triggered(n);
+  for (size_t seg = 0; seg < segments.size(); ++seg) {
+    OpId trigger = kNone;
+    auto consider = [&](OpId o) {
+      if (f.hasBackward[o] && (trigger == kNone || o > trigger))
+        trigger = o;
+    };
+    for (OpId o : segments[seg]) {
+      consider(o);
+      if (s.forOutputs[seg])
+        for (TensorId t : g.ops[o].outputs)
+          for (OpId saver : f.savers[f.base[t]])
+            consider(saver);
+    }
+    if (trigger != kNone)
+      triggered[trigger].push_back(seg);
+  }
   std::vector<bool> recomputed(segments.size(), false);
   for (OpId o = static_cast<OpId>(n); o-- > 0;) {
     if (!f.hasBackward[o])
       continue;
-    int seg = s.segmentOfOp[o];
-    if (seg >= 0 && !recomputed[seg]) {
+    for (size_t seg : triggered[o]) {
       recomputed[seg] = true;
       for (OpId r : segments[seg]) {
         s.rec[r] = static_cast<uint32_t>(w.schedule.size());
@@ -312,7 +341,7 @@ void tensorBuffers(const Facts &f, const Steps &s, TensorId t, Walk &w) {
   for (OpId o : f.savers[t]) {
     if (s.bwd[o] == kNone)
       continue;
-    if (segP >= 0 && s.segmentOfOp[o] == segP) {
+    if (segP >= 0 && (s.segmentOfOp[o] == segP || s.forOutputs[segP])) {
       last2 = std::max(last2, s.bwd[o]);
       saved2 = true;
     } else {
@@ -375,6 +404,39 @@ void findPeak(Walk &w) {
       w.peakStep = i;
     }
   }
+}
+
+/// `selective` (Korthikanti et al. 2022; llm.c): an op is re-run alone when it is cheap and
+/// its output is large and kept by another op's backward — GELU/SiLU (the next matmul keeps
+/// their output), layer/RMS norms (the next matmul keeps theirs) and unfused attention (its
+/// score, softmax and dropout buffers) — and only when every activation it reads is kept for
+/// some backward anyway, so re-running it holds nothing longer.
+bool selectable(const Facts &f, OpId o) {
+  const Op &op = f.g.ops[o];
+  bool kind = op.kind == OpKind::Gelu || op.kind == OpKind::Silu ||
+              op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm ||
+              (op.kind == OpKind::Attention && !op.attrs.fused);
+  if (!kind || !f.hasBackward[o] || op.outputs.empty())
+    return false;
+  bool keptByOther = false;
+  for (TensorId t : op.outputs)
+    for (OpId s : f.savers[f.base[t]])
+      keptByOther = keptByOther || s != o;
+  if (!keptByOther)
+    return false;
+  for (TensorId t : op.inputs)
+    if (f.isActivation(f.base[t]) && f.savers[f.base[t]].empty())
+      return false;
+  return true;
+}
+
+Policy selectivePolicy(const Facts &f) {
+  Policy p;
+  p.name = "selective";
+  for (OpId o = 0; o < f.g.ops.size(); ++o)
+    if (selectable(f, o))
+      p.selectiveOps.push_back(o);
+  return p;
 }
 
 /// Whether `recompute_all` can schedule this graph: the copies' ops follow one another in op
@@ -748,6 +810,8 @@ Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
     return choosePolicy(f, a, microSteps);
   if (!a.plan->isTrain || req == "none")
     return Policy();
+  if (req == "selective")
+    return selectivePolicy(f); // per op: needs no repeat blocks
   if (L == 0) {
     a.checkpoint.note = "checkpoint = " + req +
                         " has nothing to checkpoint: the model has no repeat blocks, so every "
@@ -838,6 +902,20 @@ void planActivations(Analysis &a) {
   Walk w = walk(f, a, p);
 
   a.checkpoint.policy = p.name;
+  if (!p.selectiveOps.empty()) {
+    // Which ops selective re-runs, by kind: "selective re-runs 8 ops: 4 gelu, 4 layer_norm".
+    std::map<std::string, int64_t> kinds;
+    for (OpId o : p.selectiveOps)
+      ++kinds[opName(f.g.ops[o].kind).str()];
+    std::string list;
+    for (const auto &kv : kinds)
+      list += (list.empty() ? "" : ", ") + std::to_string(kv.second) + " " + kv.first;
+    a.checkpoint.note = "selective re-runs " + std::to_string(p.selectiveOps.size()) +
+                        " ops alone before the backward that needs their outputs: " + list;
+  } else if (p.name == "selective") {
+    a.checkpoint.note = "selective found no op to re-run (no GELU, SiLU, norm or unfused "
+                        "attention whose output another op keeps)";
+  }
   a.checkpoint.checkpointed = static_cast<int64_t>(p.checkpointed());
   a.checkpoint.segment = static_cast<int64_t>(p.segment());
   a.checkpoint.saved = keptPaths(f, p);

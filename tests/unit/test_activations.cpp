@@ -638,3 +638,68 @@ TEST_CASE("activations: recompute_all keeps O(1) blocks and re-runs L(L+1)/2 blo
     CHECK(runs[o] == 16 - c);
   }
 }
+
+TEST_CASE("activations: selective re-runs norms, GELU and unfused attention before the backward "
+          "that needs them", "[activations]") {
+  Compiled none(fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}}));
+  std::string src = fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}});
+  src.replace(src.find("  precision   = bf16"), 0, "  checkpoint  = selective\n");
+  Compiled sel(src);
+  const Analysis &a = *sel.a, &n = *none.a;
+  const Graph &g = *a.graph;
+  CHECK(a.checkpoint.policy == "selective");
+  CHECK(a.checkpoint.checkpointed == 0);
+  // The ops re-run: per layer two layer norms, a GELU and the unfused attention; and lnf.
+  double flops = 0;
+  size_t expected = 0;
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    OpKind k = g.ops[o].kind;
+    if (k == OpKind::LayerNorm || k == OpKind::Gelu || k == OpKind::Attention)
+      ++expected, flops += a.ops[o].forward.flops;
+  }
+  CHECK(expected == 3 * 4 + 1);
+  CHECK(a.checkpoint.note.find("selective re-runs 13 ops") != std::string::npos);
+  CHECK(a.flops.recompute == Approx(flops * 4)); // 4 micro-batches a step
+  // Each is re-run once, before the backward of every op that keeps its output.
+  std::vector<size_t> rec(g.ops.size(), SIZE_MAX), bwd(g.ops.size(), SIZE_MAX);
+  size_t recomputes = 0;
+  for (size_t i = 0; i < a.schedule.size(); ++i) {
+    const ScheduleStep &st = a.schedule[i];
+    if (st.kind == ScheduleStep::Recompute)
+      ++recomputes, rec[st.op] = i;
+    if (st.kind == ScheduleStep::Backward)
+      bwd[st.op] = i;
+  }
+  CHECK(recomputes == expected);
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    if (rec[o] == SIZE_MAX)
+      continue;
+    INFO(g.ops[o].path);
+    CHECK(rec[o] < bwd[o]);
+    for (OpId r = 0; r < g.ops.size(); ++r)
+      for (TensorId t : g.ops[r].inputs)
+        if (t == g.ops[o].outputs[0] && bwd[r] != SIZE_MAX && r != o)
+          CHECK(rec[o] < bwd[r]);
+  }
+  // At the first backward step (nothing re-run yet) each layer no longer holds the
+  // two norms' outputs (2sbh bytes each in bf16), GELU's output (8sbh), attention's output
+  // (2sbh), its scores, softmax and dropout mask (5as²b) and the norms' statistics (8 bytes a
+  // row each): 34sbh + 5as²b + stats become 20sbh. lnf's output and statistics go too.
+  const double s = 256, b = 2, h = 512, heads = 8, L = 3;
+  double perLayer = 14 * s * b * h + 5 * heads * s * s * b + 2 * 8 * s * b;
+  double head = 2 * s * b * h + 8 * s * b;
+  auto savedAtFirstBackward = [](const Analysis &x) {
+    size_t step = 0;
+    while (x.schedule[step].kind != ScheduleStep::Backward)
+      ++step;
+    double bytes = 0;
+    for (const Buffer &buf : x.buffers)
+      if (buf.kind == Buffer::Saved && buf.first <= step && step <= buf.last)
+        bytes += buf.bytes;
+    return bytes;
+  };
+  CHECK(savedAtFirstBackward(n) - savedAtFirstBackward(a) == L * perLayer + head);
+  CHECK(a.livePeakBytes < n.livePeakBytes);
+  CHECK(a.memory.activations < n.memory.activations);
+  checkMemoryPlan(a);
+}
