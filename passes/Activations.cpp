@@ -705,9 +705,10 @@ Policy sqrtPolicy(const Facts &f, const Analysis &a) {
 /// copies that save the most bytes per second of recompute (ranked: a copy's saved bytes
 /// less the input it keeps, over the roofline time of its forward). Each family is searched
 /// for its least fitting m by bisection (checkpointing one more copy never adds memory); the
-/// fitting candidate with less recompute time wins. When neither fits, sqrt (all copies, the
-/// segment length with the least memory) and then the smallest footprint seen. Fills the
-/// trade-off curve on the way.
+/// fitting candidate with less recompute time wins, against selective (single cheap ops).
+/// When none fits, sqrt (all copies, the segment length with the least memory), then
+/// recompute_all (up to 256 copies), then the smallest footprint seen. Fills the trade-off
+/// curve on the way.
 Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
@@ -790,13 +791,29 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
     for (const auto &kv : *memo)
       if (kv.second.bytes < smallest.bytes)
         smallest = kv.second;
-  // 3. sqrt recomputes as much as full (every block once), so it comes after full.
-  if (L > 0 && !chosen) {
-    Measured m = record(sqrtPolicy(f, a));
-    if (m.bytes <= a.checkpoint.limitBytes)
+  auto consider = [&](const Policy &p) {
+    Measured m = record(p);
+    if (m.bytes <= a.checkpoint.limitBytes && (!chosen || m.time < chosen->time))
       chosen = m;
     if (m.bytes < smallest.bytes)
       smallest = m;
+  };
+  // 3. selective re-runs single cheap ops: when it fits it often costs less than any block.
+  if (!chosen || chosen->time > 0) {
+    Policy sel = selectivePolicy(f);
+    if (!sel.selectiveOps.empty())
+      consider(sel);
+  }
+  // 4. sqrt recomputes as much as full (every block once), so it comes after full; then
+  //    recompute_all, O(1) blocks for L(L+1)/2 block forwards (up to kAutoRecomputeAll
+  //    copies: its schedule grows as L²).
+  constexpr size_t kAutoRecomputeAll = 256;
+  if (L > 0 && !chosen)
+    consider(sqrtPolicy(f, a));
+  if (L > 0 && !chosen && L <= kAutoRecomputeAll && copiesContiguous(f)) {
+    Policy all = segmentedPolicy("recompute_all", L, L);
+    all.fromInput = true;
+    consider(all);
   }
   std::stable_sort(a.checkpoint.options.begin(), a.checkpoint.options.end(),
                    [](const auto &x, const auto &y) { return x.recomputeFlops < y.recomputeFlops; });

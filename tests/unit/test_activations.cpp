@@ -331,31 +331,42 @@ target Small {
 )";
   Compiled t(src);
   const Analysis &a = *t.a;
-  // none, 1..16 blocks (sqrt is walked only when full does not fit; the ranking is graph
-  // order here, so no ranked candidates).
-  REQUIRE(a.checkpoint.options.size() == 16 + 1);
+  // none, 1..16 blocks and selective (sqrt is walked only when full does not fit; the
+  // ranking is graph order here, so no ranked candidates).
+  REQUIRE(a.checkpoint.options.size() == 16 + 2);
   CHECK(a.checkpoint.requested == "auto");
   double states = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer;
   CHECK(a.checkpoint.limitBytes == 64.0 * 1024 * 1024 - states);
+  // Selective drops the GELU outputs (4 of a block's 9 units) but does not fit 64 MiB.
+  auto blocks = a.checkpoint.options; // the block options, in order of recompute
+  blocks.clear();
+  for (const auto &o : a.checkpoint.options)
+    if (o.policy == "selective") {
+      CHECK(o.bytes < a.checkpoint.options[0].bytes);
+      CHECK(o.bytes > a.checkpoint.limitBytes);
+    } else {
+      blocks.push_back(o);
+    }
+  REQUIRE(blocks.size() == 17);
   // The options' recompute grows with the blocks checkpointed; memory does not grow.
-  for (size_t i = 1; i < a.checkpoint.options.size(); ++i) {
-    CHECK(a.checkpoint.options[i].recomputeFlops > a.checkpoint.options[i - 1].recomputeFlops);
-    CHECK(a.checkpoint.options[i].bytes <= a.checkpoint.options[i - 1].bytes);
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    CHECK(blocks[i].recomputeFlops > blocks[i - 1].recomputeFlops);
+    CHECK(blocks[i].bytes <= blocks[i - 1].bytes);
   }
-  CHECK(a.checkpoint.options[16].policy == "full");
-  CHECK(a.checkpoint.options[16].bytes < a.checkpoint.options[0].bytes / 4);
+  CHECK(blocks[16].policy == "full");
+  CHECK(blocks[16].bytes < blocks[0].bytes / 4);
   // The choice is the first option that fits, and it fits.
   size_t first = 0;
-  while (first < a.checkpoint.options.size() &&
-         a.checkpoint.options[first].bytes > a.checkpoint.limitBytes)
+  while (first < blocks.size() &&
+         blocks[first].bytes > a.checkpoint.limitBytes)
     ++first;
   REQUIRE(first > 0);
   REQUIRE(first < 16);
   CHECK(a.checkpoint.policy == "partial");
   CHECK(a.checkpoint.checkpointed == static_cast<int64_t>(first));
   CHECK(a.checkpoint.saved.size() == first);
-  CHECK(a.flops.recompute == a.checkpoint.options[first].recomputeFlops);
-  CHECK(a.memory.activations + a.memory.workspace == Approx(a.checkpoint.options[first].bytes));
+  CHECK(a.flops.recompute == blocks[first].recomputeFlops);
+  CHECK(a.memory.activations + a.memory.workspace == Approx(blocks[first].bytes));
   CHECK(a.memory.peak <= 64.0 * 1024 * 1024);
   // Plenty of memory: auto keeps everything.
   Compiled roomy(stack(16, "auto"));
