@@ -714,3 +714,26 @@ TEST_CASE("activations: selective re-runs norms, GELU and unfused attention befo
   CHECK(a.memory.activations < n.memory.activations);
   checkMemoryPlan(a);
 }
+
+TEST_CASE("activations: auto falls back to recompute_all when nothing else fits",
+          "[activations]") {
+  auto compile = [](const char *policy, const std::string &memory) {
+    return std::make_unique<Compiled>(stack(16, policy, "Small", 4096, 4096, 64) +
+                                      "target Small {\n  memory = " + memory +
+                                      "\n  bandwidth = 1 TB/s\n  peak { fp32 = 10 TFLOP/s }\n}\n");
+  };
+  auto all = compile("recompute_all", "80 GiB"), sqrt = compile("sqrt", "80 GiB");
+  const Analysis &r = *all->a, &q = *sqrt->a;
+  double states = r.memory.params + r.memory.grads + r.memory.master + r.memory.optimizer;
+  double needAll = r.memory.activations + r.memory.workspace;
+  double needSqrt = q.memory.activations + q.memory.workspace;
+  REQUIRE(needAll < needSqrt);
+  // A device between the two: sqrt (the least of the one-recompute plans) does not fit.
+  auto tight = compile("auto", std::to_string(static_cast<int64_t>(states + (needAll + needSqrt) / 2)) + " B");
+  CHECK(tight->a->checkpoint.policy == "recompute_all");
+  CHECK(tight->a->flops.recompute == r.flops.recompute);
+  CHECK(tight->a->memory.activations + tight->a->memory.workspace == needAll);
+  // Below recompute_all nothing fits: the smallest footprint is applied.
+  auto none = compile("auto", std::to_string(static_cast<int64_t>(states + needAll / 2)) + " B");
+  CHECK(none->a->checkpoint.policy == "recompute_all");
+}
