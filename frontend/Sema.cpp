@@ -1145,7 +1145,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
         bool closed = !digits.empty() && digits.back() == ')';
         if (closed)
           digits.pop_back();
-        bool allDigits = !digits.empty() && digits.size() <= 12 &&
+        bool allDigits = !digits.empty() && digits.size() <= 18 &&
                          std::all_of(digits.begin(), digits.end(),
                                      [](char c) { return c >= '0' && c <= '9'; });
         int64_t k = allDigits ? std::stoll(digits) : 0;

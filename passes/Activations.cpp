@@ -670,10 +670,10 @@ size_t everyLength(const std::string &req) {
   if (req.rfind("every(", 0) != 0 || req.size() < 8 || req.back() != ')')
     return 0;
   std::string digits = req.substr(6, req.size() - 7);
-  if (digits.empty() || digits.size() > 12 ||
+  if (digits.empty() || digits.size() > 19 ||
       !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return 0;
-  return static_cast<size_t>(std::stoll(digits));
+  return static_cast<size_t>(std::stoull(digits));
 }
 
 /// `sqrt`: every copy checkpointed, in segments of the length k in 1..L whose walk needs the
