@@ -1122,14 +1122,59 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
         ok &= precision(v, plan.precision);
       sawPrecision = true;
     } else if (s.key == "checkpoint") {
-      static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt"};
+      // `every(k)`: a call in a file, the word "every(k)" on the command line (--checkpoint
+      // values are read as one name). Stored as "every(k)" with k a positive integer.
+      if (v.kind == ConstValue::Call && v.text == "every") {
+        if (v.elems.size() != 1 || (!v.names.empty() && !v.names[0].empty())) {
+          diags.report(DiagKind::InvalidValue, v.range.Start,
+                       "every(k) takes one positional argument: the copies per segment")
+              .range(v.range);
+          ok = false;
+          continue;
+        }
+        auto k = positiveInt(v.elems[0], "the segment length of every(k)");
+        if (!k) {
+          ok = false;
+          continue;
+        }
+        plan.checkpoint = "every(" + std::to_string(*k) + ")";
+        continue;
+      }
+      if (v.kind == ConstValue::Word && v.text.rfind("every(", 0) == 0) {
+        std::string digits = v.text.substr(6);
+        bool closed = !digits.empty() && digits.back() == ')';
+        if (closed)
+          digits.pop_back();
+        bool allDigits = !digits.empty() && digits.size() <= 18 &&
+                         std::all_of(digits.begin(), digits.end(),
+                                     [](char c) { return c >= '0' && c <= '9'; });
+        int64_t k = allDigits ? std::stoll(digits) : 0;
+        if (!closed || !allDigits || k <= 0) {
+          diags.report(DiagKind::InvalidValue, v.range.Start,
+                       "checkpoint every(k) needs a positive whole number k of copies per "
+                       "segment, not '" + v.text + "'")
+              .range(v.range);
+          ok = false;
+          continue;
+        }
+        plan.checkpoint = "every(" + std::to_string(k) + ")";
+        continue;
+      }
+      static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt",
+                                                        "every", "recompute_all",
+                                                        "selective"};
       if (v.kind != ConstValue::Word ||
-          std::find(policies.begin(), policies.end(), v.text) == policies.end()) {
-        if (v.kind == ConstValue::Word)
+          std::find(policies.begin(), policies.end(), v.text) == policies.end() ||
+          v.text == "every") {
+        if (v.kind == ConstValue::Word && v.text == "every")
+          diags.report(DiagKind::InvalidValue, v.range.Start,
+                       "checkpoint every needs its segment length: every(k)")
+              .range(v.range);
+        else if (v.kind == ConstValue::Word)
           unknownName(v.range, "checkpoint policy", v.text, policies);
         else
           diags.report(DiagKind::TypeMismatch, v.range.Start,
-                       "checkpoint is none, full, sqrt or auto")
+                       "checkpoint is none, full, every(k), sqrt, recompute_all, selective or auto")
               .range(v.range);
         ok = false;
         continue;

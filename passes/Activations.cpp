@@ -9,10 +9,14 @@
 //    row-parallel and all-reduces; elementwise ops, views and attention keep their input's
 //    split; reductions and embeddings give full tensors), and the repeat-block copies (the
 //    instances whose parent is a `repeat` list; an op belongs to the outermost copy above it).
-// 2. A policy checkpoints the first m copies in segments of k consecutive copies: none is
-//    m = 0, full is m = L, k = 1, sqrt is m = L, k = ⌈√L⌉, and auto tries m = 0, 1, ..., L with
-//    k = 1 (recompute grows with m) and takes the first whose activations and workspace per
-//    device fit the target's memory (or a smaller memory budget) minus the model states.
+// 2. A policy recomputes segments of consecutive copies (each keeps only its input): none is
+//    no segment; full is every copy alone; every(k) is all L copies in segments of k; sqrt is
+//    all copies in segments of the length k in 1..L whose walk (steps 3-5) needs the least
+//    memory (Chen et al.'s minimum, measured rather than ⌈√L⌉); auto takes the least
+//    recompute time (roofline seconds of the re-run ops) whose activations and workspace per
+//    device fit the target's memory (or a smaller memory budget) minus the model states,
+//    among the first m copies (graph order) and the m copies that save the most bytes per
+//    second of recompute, m found by bisection in each.
 // 3. The schedule: the forward of every op in order, then the backward of every op that has
 //    one in reverse order; just before the first backward step of a checkpointed segment, the
 //    forward of all its ops runs again (Recompute steps).
@@ -68,6 +72,9 @@ struct Facts {
   std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
   std::vector<Copy> copies;                   ///< in the order of their first op
   std::vector<uint32_t> copyOfOp;             ///< per op: index into copies, or kNone
+  /// per op: roofline seconds of its forward on the target (executed FLOPs and bytes at the
+  /// op's compute dtype, before any parallel split): what recomputing it costs.
+  std::vector<double> opTime;
 
   Facts(const Graph &g, const Analysis &a)
       : g(g), train(a.plan->isTrain),
@@ -167,22 +174,51 @@ Facts gatherFacts(const Analysis &a) {
     for (TensorId t = 0; t < g.tensors.size(); ++t)
       f.split[t] = f.split[t] || f.isActivation(t);
   findCopies(f);
+  f.opTime.assign(g.ops.size(), 0);
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const OpAnalysis &oa = a.ops[o];
+    f.opTime[o] = kernelTime(a.plan->target, opClass(g.ops[o].kind), oa.computeDtype,
+                             oa.forward.executedFlops,
+                             oa.forward.bytesRead + oa.forward.bytesWritten);
+  }
   return f;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Steps 2-5: one policy's schedule, buffers and peak.
 
+/// A policy: which copies are recomputed, grouped in segments of consecutive copies (each
+/// segment keeps only its input and is re-run as a whole before its first backward step).
 struct Policy {
   std::string name = "none";
-  size_t checkpointed = 0; ///< the first `checkpointed` copies are recomputed
-  size_t segment = 1;      ///< in segments of this many consecutive copies
+  std::vector<std::pair<size_t, size_t>> segments; ///< [first copy, end copy), in order
+  /// recompute_all: one segment of all copies, re-run from copy 0 before each copy's backward
+  /// (walkFromInput) instead of once.
+  bool fromInput = false;
+  /// selective: ops re-run alone, just before the first backward step that needs their
+  /// outputs (their outputs are dropped after the forward; selectiveOps below).
+  std::vector<OpId> selectiveOps;
+  /// The copies recomputed.
+  size_t checkpointed() const {
+    size_t n = 0;
+    for (const auto &sg : segments)
+      n += sg.second - sg.first;
+    return n;
+  }
+  /// The longest segment (copies), 0 when nothing is checkpointed.
+  size_t segment() const {
+    size_t k = 0;
+    for (const auto &sg : segments)
+      k = std::max(k, sg.second - sg.first);
+    return k;
+  }
 };
 
 struct Walk {
   std::vector<ScheduleStep> schedule;
   std::vector<Buffer> buffers;
   double recomputeFlops = 0, recomputeExecuted = 0; ///< per micro-batch
+  double recomputeTime = 0; ///< roofline seconds of the re-run ops, per micro-batch
   double peakSaved = 0, peakOther = 0;
   uint32_t peakStep = 0;
 };
@@ -191,6 +227,9 @@ struct Walk {
 struct Steps {
   std::vector<uint32_t> fwd, rec, bwd;
   std::vector<int> segmentOfOp; ///< the op's recomputed segment, or -1
+  /// per segment: re-run for its outputs (selective: every backward that keeps an output
+  /// reads the re-run copy), not only for its own ops' backward (blocks)
+  std::vector<bool> forOutputs;
 };
 
 Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w) {
@@ -202,11 +241,16 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
   s.bwd.assign(n, kNone);
   s.segmentOfOp.assign(n, -1);
   std::vector<std::vector<OpId>> segments;
-  for (size_t c = 0; c < p.checkpointed && c < f.copies.size(); ++c) {
-    if (c % p.segment == 0)
-      segments.emplace_back();
-    for (OpId o : f.copies[c].ops)
-      segments.back().push_back(o);
+  for (const auto &sg : p.segments) {
+    segments.emplace_back();
+    s.forOutputs.push_back(false);
+    for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
+      for (OpId o : f.copies[c].ops)
+        segments.back().push_back(o);
+  }
+  for (OpId o : p.selectiveOps) {
+    segments.push_back({o});
+    s.forOutputs.push_back(true);
   }
   for (std::vector<OpId> &seg : segments) {
     std::sort(seg.begin(), seg.end());
@@ -217,18 +261,37 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
     s.fwd[o] = static_cast<uint32_t>(w.schedule.size());
     w.schedule.push_back({ScheduleStep::Forward, o});
   }
+  // Each segment is re-run just before the first backward step (the highest op) among its
+  // ops' and, for a selective op, those of the ops that keep its outputs.
+  std::vector<std::vector<size_t>> triggered(n);
+  for (size_t seg = 0; seg < segments.size(); ++seg) {
+    OpId trigger = kNone;
+    auto consider = [&](OpId o) {
+      if (f.hasBackward[o] && (trigger == kNone || o > trigger))
+        trigger = o;
+    };
+    for (OpId o : segments[seg]) {
+      consider(o);
+      if (s.forOutputs[seg])
+        for (TensorId t : g.ops[o].outputs)
+          for (OpId saver : f.savers[f.base[t]])
+            consider(saver);
+    }
+    if (trigger != kNone)
+      triggered[trigger].push_back(seg);
+  }
   std::vector<bool> recomputed(segments.size(), false);
   for (OpId o = static_cast<OpId>(n); o-- > 0;) {
     if (!f.hasBackward[o])
       continue;
-    int seg = s.segmentOfOp[o];
-    if (seg >= 0 && !recomputed[seg]) {
+    for (size_t seg : triggered[o]) {
       recomputed[seg] = true;
       for (OpId r : segments[seg]) {
         s.rec[r] = static_cast<uint32_t>(w.schedule.size());
         w.schedule.push_back({ScheduleStep::Recompute, r});
         w.recomputeFlops += a.ops[r].forward.flops;
         w.recomputeExecuted += a.ops[r].forward.executedFlops;
+        w.recomputeTime += f.opTime[r];
       }
     }
     s.bwd[o] = static_cast<uint32_t>(w.schedule.size());
@@ -278,7 +341,7 @@ void tensorBuffers(const Facts &f, const Steps &s, TensorId t, Walk &w) {
   for (OpId o : f.savers[t]) {
     if (s.bwd[o] == kNone)
       continue;
-    if (segP >= 0 && s.segmentOfOp[o] == segP) {
+    if (segP >= 0 && (s.segmentOfOp[o] == segP || s.forOutputs[segP])) {
       last2 = std::max(last2, s.bwd[o]);
       saved2 = true;
     } else {
@@ -343,7 +406,173 @@ void findPeak(Walk &w) {
   }
 }
 
+/// `selective` (Korthikanti et al. 2022; llm.c): an op is re-run alone when it is cheap and
+/// its output is large and kept by another op's backward — GELU/SiLU (the next matmul keeps
+/// their output), layer/RMS norms (the next matmul keeps theirs) and unfused attention (its
+/// score, softmax and dropout buffers) — and only when every activation it reads is kept for
+/// some backward anyway, so re-running it holds nothing longer.
+bool selectable(const Facts &f, OpId o) {
+  const Op &op = f.g.ops[o];
+  bool kind = op.kind == OpKind::Gelu || op.kind == OpKind::Silu ||
+              op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm ||
+              (op.kind == OpKind::Attention && !op.attrs.fused);
+  if (!kind || !f.hasBackward[o] || op.outputs.empty())
+    return false;
+  bool keptByOther = false;
+  for (TensorId t : op.outputs)
+    for (OpId s : f.savers[f.base[t]])
+      keptByOther = keptByOther || s != o;
+  if (!keptByOther)
+    return false;
+  for (TensorId t : op.inputs)
+    if (f.isActivation(f.base[t]) && f.savers[f.base[t]].empty())
+      return false;
+  return true;
+}
+
+Policy selectivePolicy(const Facts &f) {
+  Policy p;
+  p.name = "selective";
+  for (OpId o = 0; o < f.g.ops.size(); ++o)
+    if (selectable(f, o))
+      p.selectiveOps.push_back(o);
+  return p;
+}
+
+/// Whether `recompute_all` can schedule this graph: the copies' ops follow one another in op
+/// order (copy c's before copy c + 1's) with no other op between the first and the last.
+bool copiesContiguous(const Facts &f) {
+  if (f.copies.empty())
+    return false;
+  OpId next = f.copies.front().ops.front();
+  for (const Copy &c : f.copies)
+    for (OpId o : c.ops)
+      if (o != next++)
+        return false;
+  return true;
+}
+
+/// `recompute_all` (steps 3-4 for it): the forward keeps nothing made inside the repeat
+/// copies; just before the first backward step of copy c, the forward of copies 0..c runs
+/// again from copy 0's kept input (an episode), and only copy c's re-run keeps what its
+/// backward needs: copies before it are transit, each output freed after its last reader in
+/// the episode. O(1) copies live, L(L+1)/2 copy forwards re-run. Needs copiesContiguous.
+Walk walkFromInput(const Facts &f, const Analysis &a) {
+  const Graph &g = f.g;
+  size_t n = g.ops.size(), L = f.copies.size();
+  Walk w;
+  OpId firstCopyOp = f.copies.front().ops.front();
+  // Episode e re-runs ops firstCopyOp .. firstCopyOp + count[e] − 1 from step start[e]: op o's
+  // re-run in episode e is at step start[e] + (o − firstCopyOp).
+  std::vector<size_t> count(L, 0);
+  for (size_t c = 0; c < L; ++c)
+    count[c] = (c ? count[c - 1] : 0) + f.copies[c].ops.size();
+  std::vector<uint32_t> fwd(n), bwd(n, kNone), start(L, kNone);
+  for (OpId o = 0; o < n; ++o) {
+    fwd[o] = static_cast<uint32_t>(w.schedule.size());
+    w.schedule.push_back({ScheduleStep::Forward, o});
+  }
+  for (OpId o = static_cast<OpId>(n); o-- > 0;) {
+    if (!f.hasBackward[o])
+      continue;
+    uint32_t c = f.copyOfOp[o];
+    if (c != kNone && start[c] == kNone) {
+      start[c] = static_cast<uint32_t>(w.schedule.size());
+      for (size_t i = 0; i < count[c]; ++i) {
+        OpId r = static_cast<OpId>(firstCopyOp + i);
+        w.schedule.push_back({ScheduleStep::Recompute, r});
+        w.recomputeFlops += a.ops[r].forward.flops;
+        w.recomputeExecuted += a.ops[r].forward.executedFlops;
+        w.recomputeTime += f.opTime[r];
+      }
+    }
+    bwd[o] = static_cast<uint32_t>(w.schedule.size());
+    w.schedule.push_back({ScheduleStep::Backward, o});
+  }
+  auto rec = [&](size_t e, OpId o) { return static_cast<uint32_t>(start[e] + (o - firstCopyOp)); };
+  // latest[c]: the last episode in time that re-runs copy c (the one of the least e ≥ c).
+  std::vector<uint32_t> latest(L + 1, kNone);
+  for (size_t c = L; c-- > 0;)
+    latest[c] = start[c] != kNone ? static_cast<uint32_t>(c) : latest[c + 1];
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    if (f.base[t] != t || !f.isActivation(t))
+      continue;
+    const Tensor &tensor = g.tensors[t];
+    OpId p = tensor.producer;
+    uint32_t cp = p == kNone ? kNone : f.copyOfOp[p];
+    uint32_t first1 = p == kNone ? 0 : fwd[p], last1 = first1;
+    bool saved1 = false;
+    for (OpId r : f.readers[t]) {
+      last1 = std::max(last1, fwd[r]);
+      uint32_t cr = f.copyOfOp[r];
+      if (cp == kNone && cr != kNone && latest[cr] != kNone)
+        last1 = std::max(last1, rec(latest[cr], r)); // kept for every episode that reads it
+    }
+    for (OpId s : f.savers[t]) {
+      if (bwd[s] == kNone || (cp != kNone && f.copyOfOp[s] != kNone))
+        continue; // a copy's saver reads the tensor its episode re-made
+      last1 = std::max(last1, bwd[s]);
+      saved1 = true;
+    }
+    double bytes = f.bytes(t);
+    addBuffer(w, t, p, bytes, first1, last1, saved1 ? "saved" : "transient",
+              saved1 ? Buffer::Saved : Buffer::Transient);
+    for (size_t e = cp; cp != kNone && e < L; ++e) {
+      if (start[e] == kNone)
+        continue;
+      uint32_t first2 = rec(e, p), last2 = first2;
+      bool saved2 = false;
+      for (OpId r : f.readers[t])
+        if (f.copyOfOp[r] != kNone && f.copyOfOp[r] <= e)
+          last2 = std::max(last2, rec(e, r));
+      for (OpId s : f.savers[t])
+        if (bwd[s] != kNone && f.copyOfOp[s] == e)
+          last2 = std::max(last2, bwd[s]), saved2 = true;
+      addBuffer(w, t, p, bytes, first2, last2, saved2 ? "recomputed, saved" : "recomputed",
+                saved2 ? Buffer::Saved : Buffer::Transient);
+    }
+    if (!f.train || !tensor.requiresGrad || p == kNone || bwd[p] == kNone)
+      continue;
+    uint32_t gradStart = kNone;
+    for (OpId r : f.readers[t])
+      if (bwd[r] != kNone)
+        gradStart = std::min(gradStart, bwd[r]);
+    if (gradStart != kNone)
+      addBuffer(w, t, p, bytes, gradStart, bwd[p], "gradient", Buffer::Gradient);
+  }
+  // Extra saved buffers: made and dropped in the forward and in other copies' episodes, kept
+  // from the op's own episode to its backward.
+  for (OpId o = 0; o < n; ++o) {
+    if (bwd[o] == kNone)
+      continue;
+    double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
+    uint32_t co = f.copyOfOp[o];
+    for (const SavedTensor &st : a.ops[o].saved) {
+      if (st.tensor != kNone)
+        continue;
+      double bytes = st.bytes / divisor;
+      if (co == kNone) {
+        addBuffer(w, kNone, o, bytes, fwd[o], bwd[o], st.what, Buffer::Saved);
+        continue;
+      }
+      addBuffer(w, kNone, o, bytes, fwd[o], fwd[o], st.what, Buffer::Transient);
+      for (size_t e = co; e < L; ++e) {
+        if (start[e] == kNone)
+          continue;
+        if (e == co)
+          addBuffer(w, kNone, o, bytes, rec(e, o), bwd[o], st.what, Buffer::Saved);
+        else
+          addBuffer(w, kNone, o, bytes, rec(e, o), rec(e, o), st.what, Buffer::Transient);
+      }
+    }
+  }
+  findPeak(w);
+  return w;
+}
+
 Walk walk(const Facts &f, const Analysis &a, const Policy &p) {
+  if (p.fromInput)
+    return walkFromInput(f, a);
   Walk w;
   Steps s = buildSchedule(f, a, p, w);
   const Graph &g = f.g;
@@ -405,84 +634,190 @@ double activationLimit(const Analysis &a) {
   return capacity - staticBytes(a);
 }
 
-Policy sqrtPolicy(size_t copies) {
+void blockActivations(const Facts &f, Analysis &a); // step 6, below
+
+/// Segments of `k` consecutive copies over the first `m` copies (the last may be shorter).
+Policy segmentedPolicy(std::string name, size_t m, size_t k) {
   Policy p;
-  p.name = "sqrt";
-  p.checkpointed = copies;
-  double root = std::ceil(std::sqrt(static_cast<double>(copies)));
-  p.segment = std::max<size_t>(1, static_cast<size_t>(root));
+  p.name = std::move(name);
+  k = std::max<size_t>(1, k);
+  for (size_t c = 0; c < m; c += k)
+    p.segments.push_back({c, std::min(m, c + k)});
   return p;
 }
 
+/// The first m copies, one per segment: none (m = 0), partial, full (m = L).
 Policy partialPolicy(size_t m, size_t copies) {
+  return segmentedPolicy(m == 0 ? "none" : m == copies ? "full" : "partial", m, 1);
+}
+
+/// The given copies (ascending), one per segment.
+Policy chosenPolicy(std::string name, const std::vector<size_t> &chosen, size_t copies) {
   Policy p;
-  p.name = m == 0 ? "none" : m == copies ? "full" : "partial";
-  p.checkpointed = m;
+  p.name = chosen.empty() ? "none" : chosen.size() == copies ? "full" : std::move(name);
+  for (size_t c : chosen)
+    p.segments.push_back({c, c + 1});
   return p;
 }
 
-/// `auto`: the least recompute that fits (none, then the first 1, 2, ... L blocks, then sqrt);
-/// when nothing fits, the smallest footprint. Fills the trade-off curve on the way.
+/// `every(k)`: all L copies in segments of k (k ≥ L: one segment of all of them).
+Policy everyPolicy(const std::string &name, size_t copies, size_t k) {
+  return segmentedPolicy(name, copies, std::min(std::max<size_t>(1, k), copies));
+}
+
+/// The segment length of "every(k)" (0 when the text is not that form; Sema checked it).
+size_t everyLength(const std::string &req) {
+  if (req.rfind("every(", 0) != 0 || req.size() < 8 || req.back() != ')')
+    return 0;
+  std::string digits = req.substr(6, req.size() - 7);
+  if (digits.empty() || digits.size() > 19 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return 0;
+  return static_cast<size_t>(std::stoull(digits));
+}
+
+/// `sqrt`: every copy checkpointed, in segments of the length k in 1..L whose walk needs the
+/// least activations + workspace per device (ties: less recompute time, then the shorter
+/// segment). Chen et al. (2016) choose k ≈ √(L·x/A) for blocks keeping A bytes on an input of
+/// x bytes; measuring every k with the real buffers finds that minimum without the model.
+/// Up to kSqrtAllLengths copies every k is walked; beyond, only the least k of each segment
+/// count ⌈L/k⌉ (about 2√L walks instead of L: the same inputs kept, the shortest segments).
+constexpr size_t kSqrtAllLengths = 1024;
+
+Policy sqrtPolicy(const Facts &f, const Analysis &a) {
+  size_t L = f.copies.size();
+  Policy best;
+  double bestBytes = 0, bestTime = 0;
+  for (size_t k = 1; k <= L; ++k) {
+    if (L > kSqrtAllLengths && k > 1 && (L + k - 2) / (k - 1) == (L + k - 1) / k)
+      continue; // k − 1 makes as many segments, each no longer
+    Policy p = segmentedPolicy("sqrt", L, k);
+    Walk w = walk(f, a, p);
+    double bytes = deviceBytes(w, *a.plan);
+    if (k == 1 || bytes < bestBytes || (bytes == bestBytes && w.recomputeTime < bestTime))
+      best = p, bestBytes = bytes, bestTime = w.recomputeTime;
+  }
+  return best;
+}
+
+/// `auto`: the least recompute time whose activations + workspace per device fit the limit,
+/// over two families of single-copy segments: the first m copies (graph order), and the m
+/// copies that save the most bytes per second of recompute (ranked: a copy's saved bytes
+/// less the input it keeps, over the roofline time of its forward). Each family is searched
+/// for its least fitting m by bisection (checkpointing one more copy never adds memory); the
+/// fitting candidate with less recompute time wins, against selective (single cheap ops).
+/// When none fits, sqrt (all copies, the segment length with the least memory), then
+/// recompute_all (up to 256 copies), then the smallest footprint seen. Fills the trade-off
+/// curve on the way.
 Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
   a.checkpoint.limitBytes = activationLimit(a);
-  // Walks are O(ops) each; memoize them so the curve and the search share work.
-  std::map<size_t, double> bytesAt;
-  auto measure = [&](size_t m) {
-    auto it = bytesAt.find(m);
-    if (it != bytesAt.end())
-      return it->second;
-    Policy p = partialPolicy(m, L);
+  // The ranking: saved bytes net of the kept input, per second of recompute.
+  std::vector<double> gain(L, 0), seconds(L, 0);
+  for (size_t c = 0; c < L; ++c) {
+    gain[c] = a.blockActivations[c].savedBytes - a.blockActivations[c].inputBytes;
+    for (OpId o : f.copies[c].ops)
+      seconds[c] += f.opTime[o];
+  }
+  std::vector<size_t> ranked(L);
+  for (size_t c = 0; c < L; ++c)
+    ranked[c] = c;
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) {
+    // gain[x] / seconds[x] > gain[y] / seconds[y], without dividing by a zero time.
+    return gain[x] * seconds[y] > gain[y] * seconds[x];
+  });
+  bool sameOrder = true;
+  for (size_t c = 0; c < L; ++c)
+    sameOrder = sameOrder && ranked[c] == c;
+
+  struct Measured {
+    Policy policy;
+    double bytes = 0, time = 0;
+  };
+  auto record = [&](const Policy &p) {
     Walk w = walk(f, a, p);
-    double bytes = deviceBytes(w, plan);
-    a.checkpoint.options.push_back(
-        {p.name, static_cast<int64_t>(p.checkpointed), w.recomputeFlops * microSteps, bytes});
-    bytesAt[m] = bytes;
-    return bytes;
+    Measured m{p, deviceBytes(w, plan), w.recomputeTime};
+    a.checkpoint.options.push_back({p.name, static_cast<int64_t>(p.checkpointed()),
+                                    w.recomputeFlops * microSteps, m.bytes});
+    return m;
+  };
+  // Walks are O(ops) each; memoize per family so the curve and the search share work.
+  std::map<size_t, Measured> firstAt, rankedAt;
+  auto measure = [&](bool byRank, size_t m) -> const Measured & {
+    std::map<size_t, Measured> &memo = byRank ? rankedAt : firstAt;
+    auto it = memo.find(m);
+    if (it != memo.end())
+      return it->second;
+    Policy p;
+    if (byRank) {
+      std::vector<size_t> chosen(ranked.begin(), ranked.begin() + static_cast<long>(m));
+      std::sort(chosen.begin(), chosen.end());
+      p = chosenPolicy("ranked", chosen, L);
+    } else {
+      p = partialPolicy(m, L);
+    }
+    return memo.emplace(m, record(p)).first->second;
   };
   // 1. The trade-off curve: store-all, full, and evenly spaced counts in between (at most
   //    kCurvePoints walks, so the curve costs O(ops), not O(L · ops)).
   constexpr size_t kCurvePoints = 16;
   size_t stride = std::max<size_t>(1, (L + kCurvePoints - 1) / kCurvePoints);
   for (size_t m = 0; m < L; m += stride)
-    measure(m);
-  measure(L);
-  // 2. The least checkpointed count that fits, by binary search: checkpointing one more
-  //    block never adds memory (its saved tensors become one kept input), so the bytes do
-  //    not grow with m. The least m recomputes the least.
-  std::optional<Policy> chosen;
-  if (measure(L) <= a.checkpoint.limitBytes) {
+    measure(false, m);
+  const Measured full = measure(false, L);
+  // 2. Per family, the least m that fits, by bisection.
+  std::optional<Measured> chosen;
+  auto search = [&](bool byRank) {
+    if (full.bytes > a.checkpoint.limitBytes)
+      return;
     size_t lo = 0, hi = L; // bytes(hi) fits; find the least such m
     while (lo < hi) {
       size_t mid = lo + (hi - lo) / 2;
-      if (measure(mid) <= a.checkpoint.limitBytes)
+      if (measure(byRank, mid).bytes <= a.checkpoint.limitBytes)
         hi = mid;
       else
         lo = mid + 1;
     }
-    chosen = partialPolicy(hi, L);
+    const Measured &m = measure(byRank, hi);
+    if (!chosen || m.time < chosen->time)
+      chosen = m;
+  };
+  search(false);
+  if (!sameOrder)
+    search(true);
+  Measured smallest = full;
+  for (const auto *memo : {&firstAt, &rankedAt})
+    for (const auto &kv : *memo)
+      if (kv.second.bytes < smallest.bytes)
+        smallest = kv.second;
+  auto consider = [&](const Policy &p) {
+    Measured m = record(p);
+    if (m.bytes <= a.checkpoint.limitBytes && (!chosen || m.time < chosen->time))
+      chosen = m;
+    if (m.bytes < smallest.bytes)
+      smallest = m;
+  };
+  // 3. selective re-runs single cheap ops: when it fits it often costs less than any block.
+  if (!chosen || chosen->time > 0) {
+    Policy sel = selectivePolicy(f);
+    if (!sel.selectiveOps.empty())
+      consider(sel);
   }
-  Policy smallest = partialPolicy(L, L);
-  double smallestBytes = measure(L);
-  for (const auto &kv : bytesAt)
-    if (kv.second < smallestBytes)
-      smallest = partialPolicy(kv.first, L), smallestBytes = kv.second;
-  // 3. sqrt recomputes as much as full (every block once), so it comes after full.
-  if (L > 0) {
-    Policy p = sqrtPolicy(L);
-    Walk w = walk(f, a, p);
-    double bytes = deviceBytes(w, plan);
-    a.checkpoint.options.push_back(
-        {p.name, static_cast<int64_t>(p.checkpointed), w.recomputeFlops * microSteps, bytes});
-    if (!chosen && bytes <= a.checkpoint.limitBytes)
-      chosen = p;
-    if (bytes < smallestBytes)
-      smallest = p, smallestBytes = bytes;
+  // 4. sqrt recomputes as much as full (every block once), so it comes after full; then
+  //    recompute_all, O(1) blocks for L(L+1)/2 block forwards (up to kAutoRecomputeAll
+  //    copies: its schedule grows as L²).
+  constexpr size_t kAutoRecomputeAll = 256;
+  if (L > 0 && !chosen)
+    consider(sqrtPolicy(f, a));
+  if (L > 0 && !chosen && L <= kAutoRecomputeAll && copiesContiguous(f)) {
+    Policy all = segmentedPolicy("recompute_all", L, L);
+    all.fromInput = true;
+    consider(all);
   }
   std::stable_sort(a.checkpoint.options.begin(), a.checkpoint.options.end(),
                    [](const auto &x, const auto &y) { return x.recomputeFlops < y.recomputeFlops; });
-  return chosen ? *chosen : smallest;
+  return chosen ? chosen->policy : smallest.policy;
 }
 
 Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
@@ -492,13 +827,28 @@ Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
     return choosePolicy(f, a, microSteps);
   if (!a.plan->isTrain || req == "none")
     return Policy();
+  if (req == "selective")
+    return selectivePolicy(f); // per op: needs no repeat blocks
   if (L == 0) {
     a.checkpoint.note = "checkpoint = " + req +
                         " has nothing to checkpoint: the model has no repeat blocks, so every "
                         "activation is kept";
     return Policy();
   }
-  return req == "sqrt" ? sqrtPolicy(L) : partialPolicy(L, L);
+  if (size_t k = everyLength(req))
+    return everyPolicy(req, L, k);
+  if (req == "recompute_all") {
+    if (!copiesContiguous(f)) {
+      a.checkpoint.note = "checkpoint = recompute_all needs the repeat copies to run one after "
+                          "another with no other op between them; full checkpointing is "
+                          "applied instead";
+      return partialPolicy(L, L);
+    }
+    Policy p = segmentedPolicy("recompute_all", L, L);
+    p.fromInput = true;
+    return p;
+  }
+  return req == "sqrt" ? sqrtPolicy(f, a) : partialPolicy(L, L);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -548,8 +898,9 @@ void blockActivations(const Facts &f, Analysis &a) {
 /// The paths whose inputs a policy keeps: the first copy of each recomputed segment.
 std::vector<std::string> keptPaths(const Facts &f, const Policy &p) {
   std::vector<std::string> out;
-  for (size_t c = 0; c < p.checkpointed && c < f.copies.size(); c += p.segment)
-    out.push_back(f.copies[c].path);
+  for (const auto &sg : p.segments)
+    if (sg.first < f.copies.size())
+      out.push_back(f.copies[sg.first].path);
   return out;
 }
 
@@ -563,12 +914,27 @@ void planActivations(Analysis &a) {
                                    : 1;
   a.checkpoint.requested = plan.checkpoint;
   a.checkpoint.blocks = static_cast<int64_t>(f.copies.size());
+  blockActivations(f, a); // auto ranks the copies by what they keep
   Policy p = requestedPolicy(f, a, microSteps);
   Walk w = walk(f, a, p);
 
   a.checkpoint.policy = p.name;
-  a.checkpoint.checkpointed = static_cast<int64_t>(std::min(p.checkpointed, f.copies.size()));
-  a.checkpoint.segment = p.checkpointed > 0 ? static_cast<int64_t>(p.segment) : 0;
+  if (!p.selectiveOps.empty()) {
+    // Which ops selective re-runs, by kind: "selective re-runs 8 ops: 4 gelu, 4 layer_norm".
+    std::map<std::string, int64_t> kinds;
+    for (OpId o : p.selectiveOps)
+      ++kinds[opName(f.g.ops[o].kind).str()];
+    std::string list;
+    for (const auto &kv : kinds)
+      list += (list.empty() ? "" : ", ") + std::to_string(kv.second) + " " + kv.first;
+    a.checkpoint.note = "selective re-runs " + std::to_string(p.selectiveOps.size()) +
+                        " ops alone before the backward that needs their outputs: " + list;
+  } else if (p.name == "selective") {
+    a.checkpoint.note = "selective found no op to re-run (no GELU, SiLU, norm or unfused "
+                        "attention whose output another op keeps)";
+  }
+  a.checkpoint.checkpointed = static_cast<int64_t>(p.checkpointed());
+  a.checkpoint.segment = static_cast<int64_t>(p.segment());
   a.checkpoint.saved = keptPaths(f, p);
   a.checkpoint.recomputeFlops = w.recomputeFlops * microSteps;
   a.flops.recompute = a.checkpoint.recomputeFlops;
@@ -582,7 +948,6 @@ void planActivations(Analysis &a) {
   a.peakStep = w.peakStep;
   a.schedule = std::move(w.schedule);
   a.buffers = std::move(w.buffers);
-  blockActivations(f, a);
 }
 
 } // namespace tally

@@ -9,6 +9,8 @@
 #include "tests/unit/Support.h"
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <cmath>
 #include <string>
 
@@ -224,11 +226,15 @@ TEST_CASE("activations: sqrt keeps O(√L) blocks and recomputes about one forwa
   Compiled s16(stack(16, "sqrt")), s64(stack(64, "sqrt")), n64(stack(64, "none"));
   const Analysis &a16 = *s16.a, &a64 = *s64.a;
   CHECK(a16.checkpoint.policy == "sqrt");
-  CHECK(a16.checkpoint.segment == 4);
-  CHECK(a16.checkpoint.saved == std::vector<std::string>{"h[0]", "h[4]", "h[8]", "h[12]"});
-  CHECK(a64.checkpoint.segment == 8);
-  CHECK(a64.checkpoint.saved.size() == 8);
-  // Kept inputs plus one segment's activations: doubling √L about doubles the memory.
+  // A block keeps 9 units (fc's input, gelu's and proj's at 4·d) on a 1-unit input: Chen et
+  // al.'s segment √(L·x/A) is √(16/9) ≈ 1.3 blocks for L = 16 and √(64/9) ≈ 2.7 for L = 64;
+  // the measured minimum is at 1 and 3 (not ⌈√L⌉ = 4 and 8, which tally used before).
+  CHECK(a16.checkpoint.segment == 1);
+  CHECK(a16.checkpoint.saved.size() == 16);
+  CHECK(a64.checkpoint.segment == 3);
+  CHECK(a64.checkpoint.saved.size() == 22); // ⌈64 / 3⌉
+  CHECK(a64.checkpoint.saved[1] == "h[3]");
+  // Kept inputs plus one segment's activations: 4× the depth about doubles the memory.
   double ratio = a64.memory.activations / a16.memory.activations;
   CHECK(ratio > 1.5);
   CHECK(ratio < 2.5);
@@ -325,29 +331,42 @@ target Small {
 )";
   Compiled t(src);
   const Analysis &a = *t.a;
-  REQUIRE(a.checkpoint.options.size() == 16 + 2); // none, 1..16 blocks, sqrt
+  // none, 1..16 blocks and selective (sqrt is walked only when full does not fit; the
+  // ranking is graph order here, so no ranked candidates).
+  REQUIRE(a.checkpoint.options.size() == 16 + 2);
   CHECK(a.checkpoint.requested == "auto");
   double states = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer;
   CHECK(a.checkpoint.limitBytes == 64.0 * 1024 * 1024 - states);
+  // Selective drops the GELU outputs (4 of a block's 9 units) but does not fit 64 MiB.
+  auto blocks = a.checkpoint.options; // the block options, in order of recompute
+  blocks.clear();
+  for (const auto &o : a.checkpoint.options)
+    if (o.policy == "selective") {
+      CHECK(o.bytes < a.checkpoint.options[0].bytes);
+      CHECK(o.bytes > a.checkpoint.limitBytes);
+    } else {
+      blocks.push_back(o);
+    }
+  REQUIRE(blocks.size() == 17);
   // The options' recompute grows with the blocks checkpointed; memory does not grow.
-  for (size_t i = 1; i + 1 < a.checkpoint.options.size(); ++i) {
-    CHECK(a.checkpoint.options[i].recomputeFlops > a.checkpoint.options[i - 1].recomputeFlops);
-    CHECK(a.checkpoint.options[i].bytes <= a.checkpoint.options[i - 1].bytes);
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    CHECK(blocks[i].recomputeFlops > blocks[i - 1].recomputeFlops);
+    CHECK(blocks[i].bytes <= blocks[i - 1].bytes);
   }
-  CHECK(a.checkpoint.options[16].policy == "full");
-  CHECK(a.checkpoint.options[16].bytes < a.checkpoint.options[0].bytes / 4);
+  CHECK(blocks[16].policy == "full");
+  CHECK(blocks[16].bytes < blocks[0].bytes / 4);
   // The choice is the first option that fits, and it fits.
   size_t first = 0;
-  while (first < a.checkpoint.options.size() &&
-         a.checkpoint.options[first].bytes > a.checkpoint.limitBytes)
+  while (first < blocks.size() &&
+         blocks[first].bytes > a.checkpoint.limitBytes)
     ++first;
   REQUIRE(first > 0);
   REQUIRE(first < 16);
   CHECK(a.checkpoint.policy == "partial");
   CHECK(a.checkpoint.checkpointed == static_cast<int64_t>(first));
   CHECK(a.checkpoint.saved.size() == first);
-  CHECK(a.flops.recompute == a.checkpoint.options[first].recomputeFlops);
-  CHECK(a.memory.activations + a.memory.workspace == Approx(a.checkpoint.options[first].bytes));
+  CHECK(a.flops.recompute == blocks[first].recomputeFlops);
+  CHECK(a.memory.activations + a.memory.workspace == Approx(blocks[first].bytes));
   CHECK(a.memory.peak <= 64.0 * 1024 * 1024);
   // Plenty of memory: auto keeps everything.
   Compiled roomy(stack(16, "auto"));
@@ -417,4 +436,304 @@ TEST_CASE("activations: sequence parallelism splits the rest over the tensor gro
     INFO(blk.path);
     CHECK(blk.savedBytes == expected);
   }
+}
+
+TEST_CASE("activations: every(k) keeps every k-th block's input and recomputes each block once",
+          "[activations]") {
+  Compiled e3(stack(12, "every(3)")), e5(stack(12, "every(5)")), e1(stack(12, "every(1)"));
+  Compiled full(stack(12, "full")), none(stack(12, "none")), e99(stack(12, "every(99)"));
+  const Analysis &a3 = *e3.a, &a5 = *e5.a;
+  CHECK(a3.checkpoint.requested == "every(3)");
+  CHECK(a3.checkpoint.policy == "every(3)");
+  CHECK(a3.checkpoint.segment == 3);
+  CHECK(a3.checkpoint.checkpointed == 12);
+  CHECK(a3.checkpoint.saved == std::vector<std::string>{"h[0]", "h[3]", "h[6]", "h[9]"});
+  // 12 = 5 + 5 + 2: the last segment is shorter.
+  CHECK(a5.checkpoint.saved == std::vector<std::string>{"h[0]", "h[5]", "h[10]"});
+  CHECK(a5.checkpoint.segment == 5);
+  for (const Analysis *a : {&a3, &a5}) {
+    CHECK(a->flops.recompute == sumBlockFlops(*a));
+    CHECK(a->flops.executed - none.a->flops.executed == Approx(a->flops.recompute));
+    checkMemoryPlan(*a);
+  }
+  // Every op of a block is recomputed exactly once.
+  size_t blockOps = 0, recompute = 0;
+  for (const Op &op : e3.g().ops)
+    blockOps += op.path.rfind("h[", 0) == 0;
+  for (const ScheduleStep &s : a3.schedule)
+    recompute += s.kind == ScheduleStep::Recompute;
+  CHECK(recompute == blockOps);
+  // every(1) is full; every(k ≥ L) is one segment of all L blocks.
+  CHECK(e1.a->memory.activations == full.a->memory.activations);
+  CHECK(e1.a->livePeakBytes == full.a->livePeakBytes);
+  CHECK(e99.a->checkpoint.segment == 12);
+  CHECK(e99.a->checkpoint.saved == std::vector<std::string>{"h[0]"});
+  // A segment of k blocks holds k blocks' saved tensors during its backward: longer segments
+  // keep fewer inputs but more at once. Here a block keeps 9 units on a 1-unit input, so every
+  // longer segment needs more than the one before (the peak is in the first segment's
+  // backward, with all the kept inputs live).
+  CHECK(a3.livePeakBytes > full.a->livePeakBytes);
+  CHECK(a5.livePeakBytes > a3.livePeakBytes);
+  CHECK(a5.livePeakBytes < none.a->livePeakBytes);
+}
+
+TEST_CASE("activations: sqrt takes the segment length with the least memory (Chen et al.)",
+          "[activations]") {
+  for (int L : {16, 64}) {
+    INFO("L = " << L);
+    Compiled s(stack(L, "sqrt"));
+    const Analysis &a = *s.a;
+    CHECK(a.checkpoint.policy == "sqrt");
+    CHECK(a.checkpoint.checkpointed == L);
+    // No every(k) needs less than sqrt's segment length, which is one of them.
+    double bytes = a.memory.activations + a.memory.workspace;
+    double least = 1e300;
+    int64_t argmin = 0;
+    for (int k = 1; k <= L; ++k) {
+      Compiled e(stack(L, ("every(" + std::to_string(k) + ")").c_str()));
+      double b = e.a->memory.activations + e.a->memory.workspace;
+      CHECK(bytes <= b);
+      if (b < least)
+        least = b, argmin = k;
+    }
+    CHECK(bytes == least);
+    CHECK(a.checkpoint.segment == argmin);
+    CHECK(a.flops.recompute == sumBlockFlops(a));
+    checkMemoryPlan(a);
+  }
+}
+
+TEST_CASE("activations: sqrt memory grows O(√L) for blocks that keep 16 times their input",
+          "[activations]") {
+  // A block whose saved tensors are 16 × its input (fc's input, gelu's and proj's inputs at
+  // width 8·d: 1 + 8 + 8 = 17 units on a 1-unit input): Chen et al.'s segment √(L·x/A) is
+  // √(L/16) blocks, so ⌈√L⌉ would be 4× too long. Memory per L: kept inputs + one segment.
+  const char *deep = R"(
+block Wide(d) {
+  fc   = Linear(d, 8 * d)
+  proj = Linear(8 * d, d)
+  forward(x) { return x + proj(gelu(fc(x))) }
+}
+model Deep(d = 64, layers = 16) {
+  h = repeat(layers) Wide(d)
+  forward(x: f32[batch, d]) { return mean(h(x)) }
+}
+train t { model = Deep(layers = {L})  batch = 64  optimizer = SGD(lr = 0.1)  precision = fp32
+          checkpoint = {POLICY}  target = H100_SXM }
+)";
+  auto run = [&](int L, const char *p) {
+    return std::make_unique<Compiled>(fill(deep, {{"L", std::to_string(L)}, {"POLICY", p}}));
+  };
+  auto s64 = run(64, "sqrt"), s256 = run(256, "sqrt"), f256 = run(256, "full");
+  auto n256 = run(256, "none");
+  double m64 = s64->a->memory.activations, m256 = s256->a->memory.activations;
+  // 4× the depth: about 2× the memory (√4), far from the 4× of store-all or full.
+  CHECK(m256 / m64 > 1.5);
+  CHECK(m256 / m64 < 2.6);
+  CHECK(m256 < f256->a->memory.activations);
+  CHECK(m256 < n256->a->memory.activations / 8);
+  // The segment is about √(L·x/A) = √(256/17) ≈ 4, not ⌈√256⌉ = 16.
+  CHECK(s256->a->checkpoint.segment >= 2);
+  CHECK(s256->a->checkpoint.segment <= 8);
+  CHECK(s256->a->flops.recompute == sumBlockFlops(*s256->a));
+}
+
+TEST_CASE("activations: auto checkpoints the blocks that save the most bytes per recompute second",
+          "[activations]") {
+  // Four matmul blocks (costly to recompute, 4 units net saved each) then four elementwise
+  // blocks (four GELUs: 3 units net saved, next to no time). In graph order auto would
+  // checkpoint matmul blocks first; ranked, it takes the GELU blocks first.
+  const char *src = R"(
+block Mm(d) {
+  fc   = Linear(d, 4 * d)
+  proj = Linear(4 * d, d)
+  forward(x) { return x + proj(fc(x)) }
+}
+block Ew(d) {
+  forward(x) { return x + gelu(gelu(gelu(gelu(x)))) }
+}
+model Mixed(d = 256) {
+  a = repeat(4) Mm(d)
+  b = repeat(4) Ew(d)
+  forward(x: f32[batch, d]) { return mean(b(a(x))) }
+}
+train t { model = Mixed()  batch = 2048  optimizer = SGD(lr = 0.1)  precision = fp32
+          checkpoint = {POLICY}  target = {TARGET} }
+target Small {
+  memory    = {MEM}
+  bandwidth = 1 TB/s
+  peak { fp32 = 10 TFLOP/s }
+}
+)";
+  auto compile = [&](const char *policy, const std::string &mem) {
+    return std::make_unique<Compiled>(
+        fill(src, {{"POLICY", policy}, {"TARGET", "Small"}, {"MEM", mem}}));
+  };
+  auto none = compile("none", "80 GiB"), full = compile("full", "80 GiB");
+  double states = none->a->memory.params + none->a->memory.grads;
+  double storeAll = none->a->memory.activations + none->a->memory.workspace;
+  double least = full->a->memory.activations + full->a->memory.workspace;
+  REQUIRE(least < storeAll);
+  // A limit 6 units below store-all (a unit: one [2048, 256] fp32 tensor, 2 MiB): in graph
+  // order two matmul blocks must go (each saves fc's and proj's inputs, 4 + 1 units, and
+  // keeps its 1-unit input: 4 net); ranked, GELU blocks suffice (each saves 4 units on its
+  // 1-unit input: 3 net, less one block's back during its recompute).
+  double unit = 2048.0 * 256 * 4;
+  double limit = states + storeAll - 6 * unit;
+  auto a = compile("auto", std::to_string(static_cast<int64_t>(limit)) + " B");
+  const auto &c = a->a->checkpoint;
+  CHECK(c.policy == "ranked");
+  REQUIRE(!c.saved.empty());
+  for (const std::string &p : c.saved)
+    CHECK(p.rfind("b[", 0) == 0); // only the cheap GELU blocks
+  CHECK(a->a->memory.activations + a->a->memory.workspace <= c.limitBytes);
+  // The graph-order candidate that fits recomputes more (the matmul blocks' FLOPs).
+  double firstFits = -1;
+  for (const auto &o : c.options)
+    if (o.policy == "partial" && o.bytes <= c.limitBytes && firstFits < 0)
+      firstFits = o.recomputeFlops;
+  CHECK(firstFits > a->a->flops.recompute);
+  checkMemoryPlan(*a->a);
+}
+
+TEST_CASE("activations: auto picks among 1000 blocks in well under a second", "[activations]") {
+  std::string src = stack(1000, "auto", "Small", 4096, 4096, 64) + R"(
+target Small {
+  memory    = 2 GiB
+  bandwidth = 1 TB/s
+  peak { fp32 = 10 TFLOP/s }
+}
+)";
+  auto start = std::chrono::steady_clock::now();
+  Compiled t(src);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO("compile + analyze 1000 blocks: " << seconds << " s");
+  const Analysis &a = *t.a;
+  CHECK(a.checkpoint.policy == "partial");
+  CHECK(a.memory.activations + a.memory.workspace <= a.checkpoint.limitBytes);
+  CHECK(seconds < 5); // a debug-free build answers in well under one (docs/memory.md)
+}
+
+TEST_CASE("activations: recompute_all keeps O(1) blocks and re-runs L(L+1)/2 block forwards",
+          "[activations]") {
+  Compiled r16(stack(16, "recompute_all")), r64(stack(64, "recompute_all"));
+  Compiled f16(stack(16, "full")), n16(stack(16, "none"));
+  for (const Compiled *r : {&r16, &r64}) {
+    const Analysis &a = *r->a;
+    double L = static_cast<double>(a.blockActivations.size());
+    INFO("L = " << L);
+    CHECK(a.checkpoint.policy == "recompute_all");
+    CHECK(a.checkpoint.saved == std::vector<std::string>{"h[0]"});
+    // Before copy c's backward, copies 0..c run again: Σ (c + 1) = L(L + 1)/2 block forwards
+    // (every block of the stack has the same FLOPs).
+    double block = a.blockActivations[1].forwardFlops;
+    CHECK(a.flops.recompute == Approx(L * (L + 1) / 2 * block).epsilon(1e-12));
+    checkMemoryPlan(a);
+  }
+  // O(1): the same activations at 16 and 64 blocks, below full's L kept inputs.
+  CHECK(r64.a->memory.activations == r16.a->memory.activations);
+  CHECK(r16.a->memory.activations < f16.a->memory.activations);
+  CHECK(r16.a->memory.activations < n16.a->memory.activations / 4);
+  // Every op of copy c is re-run L − c times.
+  const Graph &g = *r16.a->graph;
+  std::vector<size_t> runs(g.ops.size(), 0);
+  for (const ScheduleStep &s : r16.a->schedule)
+    runs[s.op] += s.kind == ScheduleStep::Recompute;
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const std::string &path = g.ops[o].path;
+    if (path.rfind("h[", 0) != 0)
+      continue;
+    INFO(path);
+    size_t c = std::stoul(path.substr(2));
+    CHECK(runs[o] == 16 - c);
+  }
+}
+
+TEST_CASE("activations: selective re-runs norms, GELU and unfused attention before the backward "
+          "that needs them", "[activations]") {
+  Compiled none(fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}}));
+  std::string src = fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}});
+  src.replace(src.find("  precision   = bf16"), 0, "  checkpoint  = selective\n");
+  Compiled sel(src);
+  const Analysis &a = *sel.a, &n = *none.a;
+  const Graph &g = *a.graph;
+  CHECK(a.checkpoint.policy == "selective");
+  CHECK(a.checkpoint.checkpointed == 0);
+  // The ops re-run: per layer two layer norms, a GELU and the unfused attention; and lnf.
+  double flops = 0;
+  size_t expected = 0;
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    OpKind k = g.ops[o].kind;
+    if (k == OpKind::LayerNorm || k == OpKind::Gelu || k == OpKind::Attention)
+      ++expected, flops += a.ops[o].forward.flops;
+  }
+  CHECK(expected == 3 * 4 + 1);
+  CHECK(a.checkpoint.note.find("selective re-runs 13 ops") != std::string::npos);
+  CHECK(a.flops.recompute == Approx(flops * 4)); // 4 micro-batches a step
+  // Each is re-run once, before the backward of every op that keeps its output.
+  std::vector<size_t> rec(g.ops.size(), SIZE_MAX), bwd(g.ops.size(), SIZE_MAX);
+  size_t recomputes = 0;
+  for (size_t i = 0; i < a.schedule.size(); ++i) {
+    const ScheduleStep &st = a.schedule[i];
+    if (st.kind == ScheduleStep::Recompute)
+      ++recomputes, rec[st.op] = i;
+    if (st.kind == ScheduleStep::Backward)
+      bwd[st.op] = i;
+  }
+  CHECK(recomputes == expected);
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    if (rec[o] == SIZE_MAX)
+      continue;
+    INFO(g.ops[o].path);
+    CHECK(rec[o] < bwd[o]);
+    for (OpId r = 0; r < g.ops.size(); ++r)
+      for (TensorId t : g.ops[r].inputs)
+        if (t == g.ops[o].outputs[0] && bwd[r] != SIZE_MAX && r != o)
+          CHECK(rec[o] < bwd[r]);
+  }
+  // At the first backward step (nothing re-run yet) each layer no longer holds the
+  // two norms' outputs (2sbh bytes each in bf16), GELU's output (8sbh), attention's output
+  // (2sbh), its scores, softmax and dropout mask (5as²b) and the norms' statistics (8 bytes a
+  // row each): 34sbh + 5as²b + stats become 20sbh. lnf's output and statistics go too.
+  const double s = 256, b = 2, h = 512, heads = 8, L = 3;
+  double perLayer = 14 * s * b * h + 5 * heads * s * s * b + 2 * 8 * s * b;
+  double head = 2 * s * b * h + 8 * s * b;
+  auto savedAtFirstBackward = [](const Analysis &x) {
+    size_t step = 0;
+    while (x.schedule[step].kind != ScheduleStep::Backward)
+      ++step;
+    double bytes = 0;
+    for (const Buffer &buf : x.buffers)
+      if (buf.kind == Buffer::Saved && buf.first <= step && step <= buf.last)
+        bytes += buf.bytes;
+    return bytes;
+  };
+  CHECK(savedAtFirstBackward(n) - savedAtFirstBackward(a) == L * perLayer + head);
+  CHECK(a.livePeakBytes < n.livePeakBytes);
+  CHECK(a.memory.activations < n.memory.activations);
+  checkMemoryPlan(a);
+}
+
+TEST_CASE("activations: auto falls back to recompute_all when nothing else fits",
+          "[activations]") {
+  auto compile = [](const char *policy, const std::string &memory) {
+    return std::make_unique<Compiled>(stack(16, policy, "Small", 4096, 4096, 64) +
+                                      "target Small {\n  memory = " + memory +
+                                      "\n  bandwidth = 1 TB/s\n  peak { fp32 = 10 TFLOP/s }\n}\n");
+  };
+  auto all = compile("recompute_all", "80 GiB"), sqrt = compile("sqrt", "80 GiB");
+  const Analysis &r = *all->a, &q = *sqrt->a;
+  double states = r.memory.params + r.memory.grads + r.memory.master + r.memory.optimizer;
+  double needAll = r.memory.activations + r.memory.workspace;
+  double needSqrt = q.memory.activations + q.memory.workspace;
+  REQUIRE(needAll < needSqrt);
+  // A device between the two: sqrt (the least of the one-recompute plans) does not fit.
+  auto tight = compile("auto", std::to_string(static_cast<int64_t>(states + (needAll + needSqrt) / 2)) + " B");
+  CHECK(tight->a->checkpoint.policy == "recompute_all");
+  CHECK(tight->a->flops.recompute == r.flops.recompute);
+  CHECK(tight->a->memory.activations + tight->a->memory.workspace == needAll);
+  // Below recompute_all nothing fits: the smallest footprint is applied.
+  auto none = compile("auto", std::to_string(static_cast<int64_t>(states + needAll / 2)) + " B");
+  CHECK(none->a->checkpoint.policy == "recompute_all");
 }

@@ -2,7 +2,8 @@
 """check_checkpoint.py — the generated CPU step under every checkpoint policy (issue 7).
 
 Runs `TALLY run ckpt.tally --checkpoint P --steps 3 --warmup 0 --format json --dump-grads G`
-for P in none, full, sqrt and auto, and checks for each:
+for P in none, full, every(2), every(3), sqrt, recompute_all, selective and auto, and checks for
+each:
   - the arena the step allocated is exactly the estimate's (measured.arena_bytes ==
     estimated.arena_bytes), and a checkpointing policy plans a smaller arena than none;
   - the loss of every step and every gradient of the last step equal those of `none` to within
@@ -25,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import safetensors as st  # noqa: E402
 
-POLICIES = ["none", "full", "sqrt", "auto"]
+POLICIES = ["none", "full", "every(2)", "every(3)", "sqrt", "recompute_all", "selective", "auto"]
 RTOL = 1e-6
 
 
