@@ -63,7 +63,7 @@ cl::opt<std::string> TargetOverride("target", cl::desc("Override the target, e.g
                                     cl::value_desc("target"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
 cl::opt<std::string> PrecisionOverride("precision", cl::desc("Override the precision preset"),
                                        cl::value_desc("preset"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-cl::opt<std::string> CheckpointOverride("checkpoint", cl::desc("Override the checkpoint policy (none, full, sqrt, auto)"),
+cl::opt<std::string> CheckpointOverride("checkpoint", cl::desc("Override the checkpoint policy (none, full, every(k), sqrt, selective, recompute_all, auto)"),
                                         cl::value_desc("policy"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
 cl::opt<int64_t> BatchOverride("batch", cl::desc("Override the batch size"), cl::init(0),
                                cl::sub(Check), cl::sub(Report), cl::cat(Cat));
