@@ -24,6 +24,7 @@
 #include "llvm/Support/SHA1.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <csignal>
 #include <map>
 #include <thread>
 
@@ -126,11 +127,22 @@ std::string writeFiles(StringRef dir, const std::vector<codegen::File> &files) {
   return "";
 }
 
+/// Runs a child with SIGPIPE at its default action: tally ignores SIGPIPE (its own writes report
+/// errors instead), and an ignored signal would otherwise be inherited by cmake, the compiler
+/// and the step.
+int spawn(StringRef program, ArrayRef<StringRef> args, ArrayRef<Optional<StringRef>> redirects,
+          std::string *err) {
+  void (*previous)(int) = std::signal(SIGPIPE, SIG_DFL);
+  int rc = sys::ExecuteAndWait(program, args, None, redirects, 0, 0, err);
+  std::signal(SIGPIPE, previous);
+  return rc;
+}
+
 /// Runs a program; its stdout and stderr go to `log` (appended). True when it exits 0.
 bool execute(StringRef program, ArrayRef<StringRef> args, StringRef log, std::string &why) {
   Optional<StringRef> redirects[] = {StringRef(""), log, log};
   std::string err;
-  int rc = sys::ExecuteAndWait(program, args, None, redirects, 0, 0, &err);
+  int rc = spawn(program, args, redirects, &err);
   if (rc != 0) {
     why = err.empty() ? program.str() + " exited with " + std::to_string(rc) : err;
     return false;
@@ -360,7 +372,7 @@ int run() {
   std::vector<StringRef> argv(args.begin(), args.end());
   Optional<StringRef> redirects[] = {StringRef(""), StringRef(outPath), None};
   std::string err;
-  int rc = sys::ExecuteAndWait(binary, argv, None, redirects, 0, 0, &err);
+  int rc = spawn(binary, argv, redirects, &err);
   auto text = MemoryBuffer::getFile(outPath);
   sys::fs::remove(outPath);
   if (rc != 0)
