@@ -576,14 +576,16 @@ struct Emitter {
     // The source is read at the destination's shape (a gradient may be written at another
     // shape with the same elements, [1, d] from [d]): dense sources reshape freely.
     std::string srcStrides;
-    if (sizes(src) == sizes(dst) || (shape(dst).empty() && n(src) == 1))
-      srcStrides = "dims{" + list(shape(src).empty() ? std::vector<int64_t>{0} : strides(src)) + "}";
-    else if (dense(src))
-      srcStrides = "dims{" + list(std::vector<int64_t>(denseStrides(shape(dst)).begin(), denseStrides(shape(dst)).end())) + "}";
-    else
-      return fail("a strided copy between different shapes");
-    if (shape(dst).empty())
+    if (shape(dst).empty()) { // one element
       srcStrides = "dims{{0}}";
+    } else if (sizes(src) == sizes(dst)) {
+      srcStrides = "dims{" + list(strides(src)) + "}";
+    } else if (dense(src)) {
+      auto st = denseStrides(shape(dst));
+      srcStrides = "dims{" + list(std::vector<int64_t>(st.begin(), st.end())) + "}";
+    } else {
+      return fail("a strided copy between different shapes");
+    }
     std::string dstStrides = dense(dst) ? "nullptr" : "dims{" + list(strides(dst)) + "}";
     line(llvm::formatv("rt::copy<{0}, {1}>(ctx, {2}, {3}, {4}, {5}, dims{{{6}}, {7}, {8});", T(src), T(dst),
                        ptr(src), srcStrides, ptr(dst), dstStrides, list(sz), sz.size(), boolean(accumulate))
