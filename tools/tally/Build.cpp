@@ -11,6 +11,7 @@
 #include "frontend/Compiler.h"
 #include "ir/Units.h"
 #include "tools/tally/Commands.h"
+#include "tools/tally/PlanFlags.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -67,16 +68,7 @@ cl::opt<Format> OutFormat("format", cl::desc("run: output format"),
                           cl::values(clEnumValN(Format::Text, "text", "a table (default)"),
                                      clEnumValN(Format::Json, "json", "one JSON object")),
                           cl::init(Format::Text), cl::sub(Run), cl::cat(Cat));
-cl::opt<std::string> TargetOverride("target", cl::desc("Override the target of the estimates"),
-                                    cl::value_desc("target"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
-cl::opt<std::string> PrecisionOverride("precision", cl::desc("Override the precision preset"),
-                                       cl::value_desc("preset"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
-cl::opt<std::string> CheckpointOverride("checkpoint", cl::desc("Override the checkpoint policy"),
-                                        cl::value_desc("policy"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
-cl::opt<int64_t> BatchOverride("batch", cl::desc("Override the batch size"), cl::init(0), cl::sub(Build),
-                               cl::sub(Run), cl::cat(Cat));
-cl::opt<int64_t> MicroBatchOverride("micro-batch", cl::desc("Override the micro-batch size"), cl::init(0),
-                                    cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+PlanFlags Overrides(Cat, Build, Run);
 cl::opt<bool> NoColor("no-color", cl::desc("Do not color diagnostics"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
 
 } // namespace buildopts
@@ -97,14 +89,9 @@ int failure(const std::string &msg) {
 /// `tally run` estimates for this machine: the `host` target (calibrated by `tally calibrate`,
 /// run on first use) unless --target names another.
 PlanOverrides overrides() {
-  PlanOverrides o;
-  o.target = TargetOverride.empty() && Run ? std::string("host") : TargetOverride;
-  o.precision = PrecisionOverride;
-  o.checkpoint = CheckpointOverride;
-  if (BatchOverride.getNumOccurrences()) // given at all: 0 and -5 are errors, not "unset"
-    o.batch = BatchOverride;
-  if (MicroBatchOverride.getNumOccurrences())
-    o.microBatch = MicroBatchOverride;
+  PlanOverrides o = Overrides.overrides();
+  if (o.target.empty() && Run)
+    o.target = "host";
   return o;
 }
 
@@ -446,7 +433,7 @@ int run() {
   os << formatv("tally run: {0}, plan {1}, on the CPU ({2} threads): {3} timed steps after {4} warm-up\n",
                 an.graph->model, an.plan->name, static_cast<int64_t>(num(m, "threads")), Steps, Warmup);
   os << formatv("estimates are for the target {0}{1}\n\n", an.plan->target.name,
-                TargetOverride.empty() ? " (this machine, as `tally calibrate` measured it; --target to change)" : "");
+                Overrides.target.empty() ? " (this machine, as `tally calibrate` measured it; --target to change)" : "");
   os << formatv("{0,-24} {1,14} {2,14}\n", "", "estimated", "measured");
   os << formatv("{0,-24} {1,14} {2,14}\n", "step time (median)", formatDuration(an.time.step), formatDuration(stepS));
   os << formatv("{0,-24} {1,14} {2,14}\n", "MFU", formatPercent(an.time.mfu), formatPercent(measuredMfu));

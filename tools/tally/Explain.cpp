@@ -8,6 +8,7 @@
 #include "frontend/Compiler.h"
 #include "report/Explain.h"
 #include "tools/tally/Commands.h"
+#include "tools/tally/PlanFlags.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
@@ -33,16 +34,7 @@ cl::opt<Format> OutFormat("format", cl::desc("Output format"),
                           cl::values(clEnumValN(Format::Text, "text", "the derivation (default)"),
                                      clEnumValN(Format::Json, "json", "one JSON object")),
                           cl::init(Format::Text), cl::sub(Explain), cl::cat(Cat));
-cl::opt<std::string> TargetOverride("target", cl::desc("Override the target, e.g. H100_SXM or '8 x H100_SXM'"),
-                                    cl::value_desc("target"), cl::sub(Explain), cl::cat(Cat));
-cl::opt<std::string> PrecisionOverride("precision", cl::desc("Override the precision preset"),
-                                       cl::value_desc("preset"), cl::sub(Explain), cl::cat(Cat));
-cl::opt<std::string> CheckpointOverride("checkpoint", cl::desc("Override the checkpoint policy"),
-                                        cl::value_desc("policy"), cl::sub(Explain), cl::cat(Cat));
-cl::opt<int64_t> BatchOverride("batch", cl::desc("Override the batch size"), cl::init(0),
-                               cl::sub(Explain), cl::cat(Cat));
-cl::opt<int64_t> MicroBatchOverride("micro-batch", cl::desc("Override the micro-batch size"),
-                                    cl::init(0), cl::sub(Explain), cl::cat(Cat));
+PlanFlags Overrides(Cat, Explain);
 cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("Warning control: -Werror, -Wno-NAME, -Werror=NAME"),
                                cl::value_desc("option"), cl::sub(Explain), cl::cat(Cat));
 cl::opt<bool> NoWarnings("w", cl::desc("Silence all warnings"), cl::sub(Explain), cl::cat(Cat));
@@ -67,17 +59,7 @@ bool applyWarnings(DiagnosticEngine &diags) {
   return true;
 }
 
-PlanOverrides overrides() {
-  PlanOverrides o;
-  o.target = TargetOverride;
-  o.precision = PrecisionOverride;
-  o.checkpoint = CheckpointOverride;
-  if (BatchOverride.getNumOccurrences()) // given at all: 0 and -5 are errors, not "unset"
-    o.batch = BatchOverride;
-  if (MicroBatchOverride.getNumOccurrences())
-    o.microBatch = MicroBatchOverride;
-  return o;
-}
+PlanOverrides overrides() { return Overrides.overrides(); }
 
 int explain() {
   Compilation c;

@@ -13,6 +13,7 @@
 #include "report/Report.h"
 #include "report/Sarif.h"
 #include "tools/tally/Commands.h"
+#include "tools/tally/PlanFlags.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -59,16 +60,7 @@ cl::opt<Emit> EmitStage("emit", cl::desc("Print one stage of the pipeline instea
                         cl::init(Emit::None), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
 
 // Overrides of the file's settings.
-cl::opt<std::string> TargetOverride("target", cl::desc("Override the target, e.g. H100_SXM or '8 x H100_SXM'"),
-                                    cl::value_desc("target"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-cl::opt<std::string> PrecisionOverride("precision", cl::desc("Override the precision preset"),
-                                       cl::value_desc("preset"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-cl::opt<std::string> CheckpointOverride("checkpoint", cl::desc("Override the checkpoint policy (none, full, every(k), sqrt, selective, recompute_all, auto)"),
-                                        cl::value_desc("policy"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-cl::opt<int64_t> BatchOverride("batch", cl::desc("Override the batch size"), cl::init(0),
-                               cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-cl::opt<int64_t> MicroBatchOverride("micro-batch", cl::desc("Override the micro-batch size"),
-                                    cl::init(0), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+PlanFlags Overrides(Cat, Check, Report);
 
 // Budgets on the command line: each replaces the file's budget of the same metric.
 cl::opt<std::string> BudgetMemory("budget-memory", cl::desc("Budget: peak memory per device at most, e.g. 80GiB"),
@@ -102,17 +94,7 @@ bool applyWarnings(DiagnosticEngine &diags) {
   return true;
 }
 
-PlanOverrides overrides() {
-  PlanOverrides o;
-  o.target = opts::TargetOverride;
-  o.precision = opts::PrecisionOverride;
-  o.checkpoint = opts::CheckpointOverride;
-  if (opts::BatchOverride.getNumOccurrences()) // given at all: 0 and -5 are errors, not "unset"
-    o.batch = opts::BatchOverride;
-  if (opts::MicroBatchOverride.getNumOccurrences())
-    o.microBatch = opts::MicroBatchOverride;
-  return o;
-}
+PlanOverrides overrides() { return opts::Overrides.overrides(); }
 
 int usageError(const std::string &msg) {
   errs() << "tally: error: " << msg << "\n";

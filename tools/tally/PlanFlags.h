@@ -1,0 +1,48 @@
+// The command-line overrides of a plan's settings (--target, --precision, --checkpoint, --batch,
+// --micro-batch), declared once for every subcommand that analyzes a plan: each command file
+// defines one PlanFlags for its subcommands and reads overrides() from it.
+#pragma once
+
+#include "frontend/Sema.h"
+
+#include "llvm/Support/CommandLine.h"
+
+namespace tally {
+
+struct PlanFlags {
+  llvm::cl::opt<std::string> target, precision, checkpoint;
+  llvm::cl::opt<int64_t> batch, microBatch;
+
+  /// The five options, registered for each of `subs` under `cat`. Define a PlanFlags after
+  /// its subcommands in the same file (static construction runs in definition order there).
+  template <class... Subs>
+  explicit PlanFlags(llvm::cl::OptionCategory &cat, Subs &...subs)
+      : target("target", llvm::cl::desc("Override the target, e.g. H100_SXM or '8 x H100_SXM'"),
+               llvm::cl::value_desc("target"), llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
+        precision("precision", llvm::cl::desc("Override the precision preset"), llvm::cl::value_desc("preset"),
+                  llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
+        checkpoint("checkpoint",
+                   llvm::cl::desc("Override the checkpoint policy (none, full, every(k), sqrt, selective, "
+                                  "recompute_all, auto)"),
+                   llvm::cl::value_desc("policy"), llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
+        batch("batch", llvm::cl::desc("Override the batch size"), llvm::cl::init(0), llvm::cl::sub(subs)...,
+              llvm::cl::cat(cat)),
+        microBatch("micro-batch", llvm::cl::desc("Override the micro-batch size"), llvm::cl::init(0),
+                   llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
+
+  /// What was given: a batch or micro-batch given at all is passed on (0 and -5 are errors
+  /// that Sema reports, not "unset").
+  PlanOverrides overrides() const {
+    PlanOverrides o;
+    o.target = target;
+    o.precision = precision;
+    o.checkpoint = checkpoint;
+    if (batch.getNumOccurrences())
+      o.batch = batch;
+    if (microBatch.getNumOccurrences())
+      o.microBatch = microBatch;
+    return o;
+  }
+};
+
+} // namespace tally
