@@ -140,6 +140,25 @@ struct Analysis {
     double contextParallelComm = 0; ///< ring attention's K/V passes not hidden by attention
   } time;
 
+  /// The pipeline schedule of one optimizer step (PipelineTimeline.cpp), train plans with
+  /// pipeline > 1 only: every forward and backward (recompute included) of every micro-batch
+  /// on every stage, at the start and end the schedule's order and dependencies give.
+  struct PipelineSlot {
+    int32_t stage = 0;       ///< device of the pipeline, 0 first
+    int32_t chunk = 0;       ///< virtual stage on that device (interleave), 0 first
+    int32_t microBatch = 0;
+    bool backward = false;
+    double start = 0, end = 0; ///< seconds from the step's start
+  };
+  struct {
+    std::vector<PipelineSlot> slots;
+    int64_t stages = 0, interleave = 1;
+    int64_t microBatches = 0;      ///< what the step runs
+    int64_t shownMicroBatches = 0; ///< what `slots` holds (at most a few rounds; the middle repeats)
+    double makespan = 0;           ///< end of the last slot
+    double bubble = 0;             ///< makespan − compute per stage, for the shown micro-batches
+  } pipeline;
+
   struct {
     std::string policy = "none";
     std::vector<std::string> saved; ///< op or block paths whose outputs are kept

@@ -50,6 +50,9 @@ void roofline(Analysis &a);
 /// StepTime.cpp: per-op times, communication (data/tensor/pipeline parallel), host
 /// transfers, accumulation, step time, MFU, HFU and run time.
 void stepTime(Analysis &a);
+/// PipelineTimeline.cpp: the 1F1B (or interleaved 1F1B) schedule of the pipeline stages as
+/// timed slots, for the report's timeline; the step time keeps StepTime's closed-form bubble.
+void pipelineTimeline(Analysis &a);
 /// StepTime.cpp: an error when batch is not a multiple of micro_batch × data-parallel devices
 /// (the gradient accumulation steps would not be a whole number). Runs right after stepTime.
 void checkAccumulation(Analysis &a, DiagnosticEngine &diags);

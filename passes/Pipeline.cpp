@@ -18,6 +18,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   planMemory(a);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
+  pipelineTimeline(a);
   checkAccumulation(a, diags); // [steptime]
   inference(a); // [inference]
   precisionLints(a, diags); // [lints]

@@ -7,6 +7,8 @@
 #include "report/Svg.h"
 #include "report/SvgCharts.h"
 
+#include "ir/Units.h"
+
 namespace tally {
 
 namespace {
@@ -103,6 +105,20 @@ void renderHtml(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
         "checkpoint = " + a.checkpoint.requested +
             ": only checkpoint = auto weighs the trade-off, so there is no curve to draw.",
         os);
+
+  if (a.plan->isTrain && a.plan->parallel.pipeline > 1)
+    chart("Pipeline schedule", pipelineChart(a),
+          "Each row is a pipeline stage; boxes are the forward and backward of one micro-batch "
+          "(numbered), gaps are the bubble: " +
+              formatDuration(a.pipeline.bubble) + " idle per stage in the " +
+              std::to_string(a.pipeline.shownMicroBatches) + " micro-batches drawn.",
+          a.plan->parallel.interleave > 1 && a.plan->parallel.pipeline > 1 &&
+                  a.time.accumulationSteps % a.plan->parallel.pipeline != 0
+              ? "The interleaved schedule runs micro-batches in rounds of the pipeline's size; "
+                "this plan's micro-batch count is not a multiple of it, so there is no schedule "
+                "to draw."
+              : "Pipelines of more than 512 stages or 64 chunks per stage are not drawn.",
+          os);
 
   for (const ReportTable &t : c.tables)
     table(t, os);

@@ -365,4 +365,47 @@ std::string checkpointChart(const Analysis &a) {
   return s.str();
 }
 
+std::string pipelineChart(const Analysis &a) {
+  const auto &pl = a.pipeline;
+  if (pl.slots.empty() || pl.makespan <= 0)
+    return "";
+  const double left = 80, right = kWidth - 20, top = 40;
+  const double rowH = std::clamp(360.0 / static_cast<double>(pl.stages), 6.0, 26.0);
+  const double bottom = top + rowH * static_cast<double>(pl.stages);
+  const double H = bottom + 50;
+  LinearScale xs = LinearScale::upTo(pl.makespan, left, right);
+  Svg s(kWidth, H, "pipeline", "Pipeline schedule", {chartcolor::Forward, chartcolor::Backward});
+  legend(s, left, 16, chartcolor::Forward, "forward");
+  legend(s, left + 80, 16, chartcolor::Backward, "backward (with recompute)");
+  std::string shown = std::to_string(pl.shownMicroBatches) + " of " +
+                      std::to_string(pl.microBatches) + " micro-batches";
+  s.text(right, 16, pl.shownMicroBatches < pl.microBatches ? shown + " shown" : shown, "end", 11);
+  for (double v = 0; v <= xs.max + xs.step / 2; v += xs.step) {
+    s.line(xs(v), top - 4, xs(v), bottom, kGrid);
+    s.text(xs(v), bottom + 16, formatDuration(v), "middle", 10);
+  }
+  s.line(left, bottom, right, bottom, kAxis);
+  s.text((left + right) / 2, H - 8, "time from the start of the step", "middle", 12);
+  // Stage labels: every row when they fit, else every k-th.
+  int64_t every = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(12.0 / rowH)));
+  for (int64_t st = 0; st < pl.stages; st += every)
+    s.text(left - 6, top + rowH * (static_cast<double>(st) + 0.5) + 4, "stage " + std::to_string(st),
+           "end", std::min(11.0, rowH));
+  for (const Analysis::PipelineSlot &slot : pl.slots) {
+    double x = xs(slot.start), w = std::max(0.5, xs(slot.end) - xs(slot.start));
+    double y = top + rowH * slot.stage + 1, h = rowH - 2;
+    std::string what = std::string(slot.backward ? "backward" : "forward") + " of micro-batch " +
+                       std::to_string(slot.microBatch) +
+                       (pl.interleave > 1 ? ", chunk " + std::to_string(slot.chunk) : "");
+    s.rect(x, y, w, h, slot.backward ? chartcolor::Backward : chartcolor::Forward,
+           "stage " + std::to_string(slot.stage) + ": " + what + ", " + formatDuration(slot.start) +
+               " to " + formatDuration(slot.end),
+           "slot");
+    if (w >= 14 && h >= 10)
+      s.text(x + w / 2, y + h / 2 + 4, std::to_string(slot.microBatch), "middle",
+             std::min(10.0, h - 2), "#fff");
+  }
+  return s.str();
+}
+
 } // namespace tally

@@ -39,4 +39,9 @@ std::string blocksChart(const Analysis &a);
 /// `checkpoint = auto` does).
 std::string checkpointChart(const Analysis &a);
 
+/// The pipeline schedule as a timeline: one row per stage, a box per forward and backward of
+/// each micro-batch (and chunk, when interleaved), idle time left blank; empty without a
+/// pipeline.
+std::string pipelineChart(const Analysis &a);
+
 } // namespace tally

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_html.py — tests `tally report --format html`: the page's structure, then its pixels.
 
-Usage: check_html.py TALLY FILE.tally WORKDIR [--budget]
+Usage: check_html.py TALLY FILE.tally WORKDIR [--budget] [--pipeline]
 
 1. Runs `TALLY report FILE --format html -o WORKDIR/report.html` (exit 0, or 1 for a broken
    budget, are both fine: the page is written either way).
@@ -10,7 +10,8 @@ Usage: check_html.py TALLY FILE.tally WORKDIR [--budget]
    checkpoint, each with its data marks — the roofline two ceilings, a ridge and op points
    whose hover <title> names the op path and its source line; the memory bar's segments and
    the capacity line (and the budget line with --budget); one bar per block; the checkpoint
-   curve and its chosen point — and the report's tables.
+   curve and its chosen point; with --pipeline a fifth chart, the pipeline schedule, whose
+   slots each carry a hover title — and the report's tables.
 3. When Debian's chromium is installed, renders (a) the whole page and (b) a page holding only
    the four charts stacked at known offsets, each to PNG with `chromium --headless
    --no-sandbox --disable-gpu --screenshot`, and fails when a chart's region has too few pixels
@@ -116,6 +117,14 @@ def check_structure(text, budget):
     ck = page.svgs["checkpoint"]
     need(len(marks(ck, "polyline", "curve")) == 1, "checkpoint: no curve")
     need(len(marks(ck, "circle", "chosen")) == 1, "checkpoint: no chosen point")
+    if "pipeline" in CHARTS:
+        pl = page.svgs["pipeline"]
+        slots = marks(pl, "rect", "slot")
+        need(len(slots) >= 4, "pipeline: %d slots" % len(slots))
+        slot_titles = [text for tag, attrs, text in pl["titles"] if tag == "rect"]
+        need(len(slot_titles) == len(slots) and
+             all(re.match(r"stage [0-9]+: (forward|backward) of micro-batch [0-9]+", t) for t in slot_titles),
+             "pipeline: a slot lacks its hover title")
     tables = [a for t, a in page.tags if t == "table"]
     need(len(tables) >= 5, "only %d tables" % len(tables))
     return page
@@ -232,7 +241,9 @@ def check_pixels(chromium, page, text, workdir):
 def main():
     args = sys.argv[1:]
     budget = "--budget" in args
-    args = [a for a in args if a != "--budget"]
+    if "--pipeline" in args:  # the plan has pipeline stages: a fifth chart, the schedule
+        CHARTS.append("pipeline")
+    args = [a for a in args if a not in ("--budget", "--pipeline")]
     tally, source, workdir = args
     os.makedirs(workdir, exist_ok=True)
     out = os.path.join(workdir, "report.html")

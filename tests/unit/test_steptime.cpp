@@ -416,3 +416,55 @@ train p { model = M() batch = 1024 optimizer = SGD(lr = 0.1) precision = bf16 ta
   CHECK(s.at("relu").forwardTime == Approx(f.at("relu").forwardTime));
   CHECK(f.a->peakFlops == 900e12);
 }
+
+TEST_CASE("steptime: the simulated pipeline schedule has the closed form's bubble",
+          "[steptime][pipeline]") {
+  // passes/PipelineTimeline.cpp runs the 1F1B order slot by slot; its idle time per stage must
+  // be StepTime's (p − 1)·(F + B + R)/(p·v) whatever the stage count, micro-batch count and
+  // interleave, as long as the micro-batches fill whole rounds when interleaved.
+  struct Case {
+    int pipeline, interleave, batch, microBatch;
+  };
+  for (Case c : {Case{2, 1, 32, 4}, Case{4, 1, 32, 4}, Case{4, 1, 8, 4}, Case{4, 2, 32, 4},
+                 Case{2, 2, 32, 4}, Case{4, 4, 64, 4}}) {
+    int data = 8 / c.pipeline;
+    std::string target = std::to_string(8) + " x H100_SXM { data = " + std::to_string(data) +
+                         ", pipeline = " + std::to_string(c.pipeline) +
+                         (c.interleave > 1 ? ", interleave = " + std::to_string(c.interleave) : "") +
+                         " }";
+    std::string src = tinyOn(target);
+    auto replace = [&](const std::string &from, const std::string &to) {
+      src.replace(src.find(from), from.size(), to);
+    };
+    replace("batch = 32", "batch = " + std::to_string(c.batch));
+    replace("micro_batch = 4", "micro_batch = " + std::to_string(c.microBatch));
+    Compiled run(src, "par");
+    const auto &pl = run.a->pipeline;
+    INFO("pipeline " << c.pipeline << ", interleave " << c.interleave << ", batch " << c.batch);
+    int64_t m = c.batch / (c.microBatch * data);
+    REQUIRE(pl.stages == c.pipeline);
+    CHECK(pl.microBatches == m);
+    // Every stage runs a forward and a backward of every shown micro-batch on every chunk.
+    CHECK(pl.slots.size() == static_cast<size_t>(2 * c.pipeline * c.interleave * pl.shownMicroBatches));
+    CHECK(pl.bubble == Approx(run.a->time.bubble).epsilon(1e-9));
+    // Each stage's slots never overlap.
+    for (int s = 0; s < c.pipeline; ++s) {
+      double free = 0;
+      for (const auto &slot : pl.slots)
+        if (slot.stage == s) {
+          CHECK(slot.start >= free - 1e-15);
+          free = slot.end;
+        }
+    }
+  }
+  // No pipeline, no schedule; an interleaved plan whose micro-batches do not fill a round of p
+  // has no schedule Megatron would run.
+  Compiled flat(kTinyGPT, "par");
+  CHECK(!flat.a->pipeline.slots.empty());
+  Compiled none(tinyOn("8 x H100_SXM { data = 8 }"), "par");
+  CHECK(none.a->pipeline.slots.empty());
+  std::string odd = tinyOn("8 x H100_SXM { data = 2, pipeline = 4, interleave = 2 }");
+  odd.replace(odd.find("batch = 32"), 10, "batch = 24");
+  Compiled partial(odd, "par");
+  CHECK(partial.a->pipeline.slots.empty());
+}
