@@ -34,7 +34,7 @@ size_t count(const std::string &text, const std::string &what) {
 TEST_CASE("codegen: every example's plan generates on one device", "[codegen]") {
   PlanOverrides one;
   one.target = "H100_SXM";
-  for (const char *file : {"gpt2.tally", "lecture.tally", "llama2_7b.tally"}) {
+  for (const char *file : {"gpt2.tally", "lecture.tally", "llama2_7b.tally", "tour.tally"}) {
     INFO(file);
     Compiled t(fromFile, example(file), "", one);
     std::string text;
