@@ -1018,6 +1018,125 @@ const BlockDecl *Sema::planModel(const Program &p, const PlanDecl &d, ConstValue
   return nullptr;
 }
 
+/// One policy word or call: none, full, auto, sqrt, recompute_all, selective, every(k) (a call
+/// in a file, the word "every(k)" on the command line). Stored as written, every(k) with k a
+/// positive integer.
+std::optional<std::string> Sema::singleCheckpointPolicy(const ConstValue &v) {
+  if (v.kind == ConstValue::Call && v.text == "every") {
+    if (v.elems.size() != 1 || (!v.names.empty() && !v.names[0].empty())) {
+      diags.report(DiagKind::InvalidValue, v.range.Start,
+                   "every(k) takes one positional argument: the copies per segment")
+          .range(v.range);
+      return std::nullopt;
+    }
+    auto k = positiveInt(v.elems[0], "the segment length of every(k)");
+    if (!k)
+      return std::nullopt;
+    return "every(" + std::to_string(*k) + ")";
+  }
+  if (v.kind == ConstValue::Word && v.text.rfind("every(", 0) == 0) {
+    std::string digits = v.text.substr(6);
+    bool closed = !digits.empty() && digits.back() == ')';
+    if (closed)
+      digits.pop_back();
+    bool allDigits = !digits.empty() && digits.size() <= 18 &&
+                     std::all_of(digits.begin(), digits.end(),
+                                 [](char c) { return c >= '0' && c <= '9'; });
+    int64_t k = allDigits ? std::stoll(digits) : 0;
+    if (!closed || !allDigits || k <= 0) {
+      diags.report(DiagKind::InvalidValue, v.range.Start,
+                   "checkpoint every(k) needs a positive whole number k of copies per "
+                   "segment, not '" + v.text + "'")
+          .range(v.range);
+      return std::nullopt;
+    }
+    return "every(" + std::to_string(k) + ")";
+  }
+  static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt", "every",
+                                                    "recompute_all", "selective"};
+  if (v.kind != ConstValue::Word ||
+      std::find(policies.begin(), policies.end(), v.text) == policies.end() || v.text == "every") {
+    if (v.kind == ConstValue::Word && v.text == "every")
+      diags.report(DiagKind::InvalidValue, v.range.Start,
+                   "checkpoint every needs its segment length: every(k)")
+          .range(v.range);
+    else if (v.kind == ConstValue::Word)
+      unknownName(v.range, "checkpoint policy", v.text, policies);
+    else
+      diags.report(DiagKind::TypeMismatch, v.range.Start,
+                   "checkpoint is none, full, every(k), sqrt, recompute_all, selective, a block "
+                   "policy + selective, or auto")
+          .range(v.range);
+    return std::nullopt;
+  }
+  return v.text;
+}
+
+/// Two policies joined by `+`: a block policy (full, every(k), sqrt) with selective, stored
+/// as "full + selective" whichever order they were written in; none + selective is selective.
+std::optional<std::string> Sema::combinedCheckpointPolicy(const std::string &a,
+                                                          const std::string &b,
+                                                          llvm::SMRange r) {
+  bool aSel = a == "selective", bSel = b == "selective";
+  const std::string &other = aSel ? b : a;
+  if (aSel == bSel || other == "auto" || other == "recompute_all") {
+    std::string why =
+        aSel && bSel ? "selective is given twice"
+        : !aSel && !bSel
+            ? "two block policies cannot be combined ('" + a + "' and '" + b + "')"
+        : other == "auto"
+            ? "auto already weighs selective recompute against the block policies"
+            : "recompute_all keeps nothing inside the blocks, so selective has nothing to add";
+    diags.report(DiagKind::InvalidValue, r.Start,
+                 "checkpoint combines a block policy (full, every(k), sqrt) with selective, "
+                 "as in full + selective: " + why)
+        .range(r);
+    return std::nullopt;
+  }
+  return other == "none" ? std::string("selective") : other + " + selective";
+}
+
+std::optional<std::string> Sema::checkpointPolicy(const Expr &e, ConstEnv &env) {
+  if (e.kind == ExprKind::Binary && e.text == "+" && e.args.size() == 2) {
+    auto a = checkpointPolicy(*e.args[0], env);
+    auto b = checkpointPolicy(*e.args[1], env);
+    if (!a || !b)
+      return std::nullopt;
+    if (a->find('+') != std::string::npos || b->find('+') != std::string::npos) {
+      diags.report(DiagKind::InvalidValue, e.range.Start,
+                   "checkpoint combines at most one block policy with selective")
+          .range(e.range);
+      return std::nullopt;
+    }
+    return combinedCheckpointPolicy(*a, *b, e.range);
+  }
+  ConstValue v = eval(e, env);
+  if (v.kind == ConstValue::Invalid)
+    return std::nullopt;
+  // The command line gives one word: "full+selective" or "full + selective".
+  if (v.kind == ConstValue::Word && v.text.find('+') != std::string::npos) {
+    size_t plus = v.text.find('+');
+    auto trimmed = [&](std::string w) {
+      ConstValue part = v;
+      part.text = llvm::StringRef(w).trim().str();
+      return part;
+    };
+    ConstValue left = trimmed(v.text.substr(0, plus)), right = trimmed(v.text.substr(plus + 1));
+    if (right.text.find('+') != std::string::npos) {
+      diags.report(DiagKind::InvalidValue, v.range.Start,
+                   "checkpoint combines at most one block policy with selective, not '" +
+                       v.text + "'")
+          .range(v.range);
+      return std::nullopt;
+    }
+    auto a = singleCheckpointPolicy(left), b = singleCheckpointPolicy(right);
+    if (!a || !b)
+      return std::nullopt;
+    return combinedCheckpointPolicy(*a, *b, v.range);
+  }
+  return singleCheckpointPolicy(v);
+}
+
 std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
                                       const PlanOverrides &o) {
   Plan plan;
@@ -1089,6 +1208,13 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
         plan.modelName = b->name;
       continue;
     }
+    if (s.key == "checkpoint") {
+      if (auto policy = checkpointPolicy(*s.value, env))
+        plan.checkpoint = *policy;
+      else
+        ok = false;
+      continue;
+    }
     ConstValue v = eval(*s.value, env);
     if (v.kind == ConstValue::Invalid) {
       ok = false;
@@ -1121,65 +1247,6 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
       if (o.precision.empty())
         ok &= precision(v, plan.precision);
       sawPrecision = true;
-    } else if (s.key == "checkpoint") {
-      // `every(k)`: a call in a file, the word "every(k)" on the command line (--checkpoint
-      // values are read as one name). Stored as "every(k)" with k a positive integer.
-      if (v.kind == ConstValue::Call && v.text == "every") {
-        if (v.elems.size() != 1 || (!v.names.empty() && !v.names[0].empty())) {
-          diags.report(DiagKind::InvalidValue, v.range.Start,
-                       "every(k) takes one positional argument: the copies per segment")
-              .range(v.range);
-          ok = false;
-          continue;
-        }
-        auto k = positiveInt(v.elems[0], "the segment length of every(k)");
-        if (!k) {
-          ok = false;
-          continue;
-        }
-        plan.checkpoint = "every(" + std::to_string(*k) + ")";
-        continue;
-      }
-      if (v.kind == ConstValue::Word && v.text.rfind("every(", 0) == 0) {
-        std::string digits = v.text.substr(6);
-        bool closed = !digits.empty() && digits.back() == ')';
-        if (closed)
-          digits.pop_back();
-        bool allDigits = !digits.empty() && digits.size() <= 18 &&
-                         std::all_of(digits.begin(), digits.end(),
-                                     [](char c) { return c >= '0' && c <= '9'; });
-        int64_t k = allDigits ? std::stoll(digits) : 0;
-        if (!closed || !allDigits || k <= 0) {
-          diags.report(DiagKind::InvalidValue, v.range.Start,
-                       "checkpoint every(k) needs a positive whole number k of copies per "
-                       "segment, not '" + v.text + "'")
-              .range(v.range);
-          ok = false;
-          continue;
-        }
-        plan.checkpoint = "every(" + std::to_string(k) + ")";
-        continue;
-      }
-      static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt",
-                                                        "every", "recompute_all",
-                                                        "selective"};
-      if (v.kind != ConstValue::Word ||
-          std::find(policies.begin(), policies.end(), v.text) == policies.end() ||
-          v.text == "every") {
-        if (v.kind == ConstValue::Word && v.text == "every")
-          diags.report(DiagKind::InvalidValue, v.range.Start,
-                       "checkpoint every needs its segment length: every(k)")
-              .range(v.range);
-        else if (v.kind == ConstValue::Word)
-          unknownName(v.range, "checkpoint policy", v.text, policies);
-        else
-          diags.report(DiagKind::TypeMismatch, v.range.Start,
-                       "checkpoint is none, full, every(k), sqrt, recompute_all, selective or auto")
-              .range(v.range);
-        ok = false;
-        continue;
-      }
-      plan.checkpoint = v.text;
     } else if (s.key == "target") {
       sawTarget = true;
       if (o.target.empty())

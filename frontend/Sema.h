@@ -74,6 +74,11 @@ public:
 
   /// Checks that `v` is a positive integer usable as a dimension or count.
   std::optional<int64_t> positiveInt(const ConstValue &v, const char *what);
+  /// The `checkpoint` setting: one policy, or a block policy + selective (see docs/memory.md).
+  std::optional<std::string> checkpointPolicy(const Expr &e, ConstEnv &env);
+  std::optional<std::string> singleCheckpointPolicy(const ConstValue &v);
+  std::optional<std::string> combinedCheckpointPolicy(const std::string &a, const std::string &b,
+                                                      llvm::SMRange r);
 
   /// Resolves a target by name: the user's `target` declarations first, then the catalogue.
   std::optional<Target> resolveTarget(const Program &p, llvm::StringRef name, llvm::SMRange r);

@@ -822,8 +822,28 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
   return chosen ? chosen->policy : smallest.policy;
 }
 
-Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps) {
-  const std::string &req = a.plan->checkpoint;
+/// A block policy combined with selective (`full + selective`): the block policy's segments,
+/// and selective's ops outside them (inside a recomputed copy nothing is kept, so there is
+/// nothing left to re-run alone): the copies left stored and the ops outside the copies.
+Policy withSelective(const Facts &f, Policy blocks) {
+  std::vector<bool> inSegment(f.g.ops.size(), false);
+  for (const auto &sg : blocks.segments)
+    for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
+      for (OpId o : f.copies[c].ops)
+        inSegment[o] = true;
+  for (OpId o : selectivePolicy(f).selectiveOps)
+    if (!inSegment[o])
+      blocks.selectiveOps.push_back(o);
+  blocks.name += " + selective";
+  return blocks;
+}
+
+Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps, std::string req) {
+  constexpr llvm::StringLiteral kWithSelective = " + selective";
+  if (llvm::StringRef(req).endswith(kWithSelective)) {
+    req.resize(req.size() - kWithSelective.size());
+    return withSelective(f, requestedPolicy(f, a, microSteps, req));
+  }
   size_t L = f.copies.size();
   if (a.plan->isTrain && req == "auto")
     return choosePolicy(f, a, microSteps);
@@ -917,7 +937,7 @@ void planActivations(Analysis &a) {
   a.checkpoint.requested = plan.checkpoint;
   a.checkpoint.blocks = static_cast<int64_t>(f.copies.size());
   blockActivations(f, a); // auto ranks the copies by what they keep
-  Policy p = requestedPolicy(f, a, microSteps);
+  Policy p = requestedPolicy(f, a, microSteps, plan.checkpoint);
   Walk w = walk(f, a, p);
 
   a.checkpoint.policy = p.name;
