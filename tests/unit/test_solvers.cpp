@@ -356,3 +356,82 @@ TEST_CASE("budgets: MFU lost to recompute is found again without it", "[solvers]
   CHECK(contains(notesOf(stack, DiagKind::BudgetMfu), "checkpoint = none (no recompute) reaches MFU"));
   CHECK_FALSE(inSolverTrial());
 }
+
+TEST_CASE("layout: analyzeLayout prices a layout exactly as analyze does", "[solvers][layout]") {
+  // The search prices candidates by running only the layout-dependent passes on a copy of the
+  // graph-only passes; every number it ranks on must equal the full pipeline's.
+  Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 80 GiB"));
+  const Analysis &a = *stack.a;
+  Analysis graphPart = analyzeGraph(*a.graph, *a.plan);
+  struct Case { int64_t t, p, v, d; int zero; const char *ckpt; };
+  for (Case c : {Case{1, 1, 1, 2, 0, "none"}, Case{2, 1, 1, 1, 0, "full"},
+                 Case{1, 2, 2, 1, 0, "selective"}, Case{1, 1, 1, 2, 3, "none"},
+                 Case{2, 2, 4, 2, 1, "full"}}) {
+    Plan p = *a.plan;
+    p.parallel.tensor = c.t, p.parallel.pipeline = c.p, p.parallel.interleave = c.v;
+    p.parallel.data = c.d, p.parallel.zero = c.zero;
+    p.parallel.devices = c.t * c.p * c.d;
+    p.checkpoint = c.ckpt;
+    p.budgets.clear();
+    INFO("t " << c.t << " p " << c.p << " v " << c.v << " d " << c.d << " zero " << c.zero
+              << " " << c.ckpt);
+    llvm::SourceMgr sm;
+    DiagnosticEngine quiet(sm);
+    quiet.setOutput(nullptr);
+    Analysis full = analyze(*a.graph, p, quiet);
+    Analysis part = analyzeLayout(graphPart, p, quiet);
+    CHECK(part.memory.peak == full.memory.peak);
+    CHECK(part.memory.activations == full.memory.activations);
+    CHECK(part.memory.allocatorReserve == full.memory.allocatorReserve);
+    CHECK(part.time.step == full.time.step);
+    CHECK(part.time.mfu == full.time.mfu);
+    CHECK(part.flops.executed == full.flops.executed);
+    CHECK(part.checkpoint.policy == full.checkpoint.policy);
+  }
+}
+
+TEST_CASE("layout: the search's layouts satisfy the constraints and fit", "[solvers][layout]") {
+  Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 80 GiB"));
+  const Analysis &a = *stack.a;
+  Relower relower = stack.relower();
+  const double limit = 20.0 * (1ull << 30);
+  LayoutSearch s = searchLayouts(a, relower, 8, limit);
+  REQUIRE(s.error.empty());
+  REQUIRE(s.best.size() == 10);
+  CHECK(s.layers == 8);
+  CHECK(s.heads == 0); // no attention: tensor is bounded by the node only
+  for (size_t i = 0; i < s.best.size(); ++i) {
+    const ParallelLayout &l = s.best[i];
+    INFO("rank " << i + 1);
+    CHECK(l.tensor * l.pipeline * l.data == 8);
+    CHECK(l.tensor <= a.plan->target.gpusPerNode);
+    CHECK(8 % l.pipeline == 0);
+    CHECK((8 / l.pipeline) % l.interleave == 0);
+    CHECK(a.plan->batch % (l.microBatch * l.data) == 0);
+    CHECK(l.trial.peak <= limit);
+    if (i > 0)
+      CHECK(s.best[i - 1].trial.stepTime <= l.trial.stepTime);
+    // The numbers are the full analysis of that plan.
+    Plan p = *a.plan;
+    p.parallel.tensor = l.tensor, p.parallel.pipeline = l.pipeline;
+    p.parallel.interleave = l.interleave, p.parallel.data = l.data, p.parallel.zero = l.zero;
+    p.parallel.devices = 8;
+    p.microBatch = l.microBatch;
+    p.checkpoint = l.checkpoint;
+    p.budgets.clear();
+    std::optional<Trial> t = tryPlan(a, p, relower);
+    REQUIRE(t);
+    CHECK(t->peak == Approx(l.trial.peak));
+    CHECK(t->stepTime == Approx(l.trial.stepTime));
+  }
+  // Nothing fits a limit below the model states: an error, no layouts.
+  LayoutSearch none = searchLayouts(a, relower, 8, 1e6);
+  CHECK(none.best.empty());
+  CHECK(none.error.find("no layout of 8") != std::string::npos);
+  CHECK(none.analysed == 0);
+  // 9 devices: tensor 1 or 3 (9 is past the node of 8), pipeline 1 (3 and 9 do not divide 8
+  // layers), so data = 9 or 3, and neither divides the batch of 256.
+  LayoutSearch nine = searchLayouts(a, relower, 9, limit);
+  CHECK(nine.best.empty());
+  CHECK(nine.error.find("do not factor") != std::string::npos);
+}
