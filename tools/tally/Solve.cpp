@@ -476,11 +476,12 @@ int layoutQuestion() {
   std::vector<BudgetSpec> budgets = std::move(plan.budgets);
   plan.budgets.clear();
   // Its own layout may not fit (or not divide the batch): that is what the search is for, so
-  // the analysis's diagnostics are not shown; the file's own errors were reported above.
+  // it is priced without budgets, device-memory fixes or diagnostics (the file's own errors
+  // were reported above); the search needs its graph, parameters and repeat blocks.
   Relower relower = c.relowerer(*decl);
   DiagnosticEngine quiet(c.sm);
   quiet.setOutput(nullptr);
-  Analysis a = analyze(*c.graph, plan, quiet, relower);
+  Analysis a = analyzeLayout(analyzeGraph(*c.graph, plan), plan, quiet);
   plan.budgets = std::move(budgets);
   SolverAnswer r = solveLayout(a, relower, *devices, limit);
   if (!modelLine.empty())
