@@ -1041,7 +1041,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
   plan.range = d.range;
   bool ok = true;
   bool sawTarget = false, sawPrecision = false, sawBatch = false;
-  std::optional<Dtype> gradDtype; // `grad_dtype`, checked against the final precision below
+  Dtype gradDtype = Dtype::Invalid; // `grad_dtype`, checked against the final precision below
   llvm::SMRange gradDtypeRange;
   static const std::vector<std::string> trainKeys = {
       "model", "batch", "seq", "micro_batch", "tokens", "optimizer", "precision", "checkpoint",
@@ -1198,15 +1198,16 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
       }
       plan.checkpoint = v.text;
     } else if (s.key == "grad_dtype") {
-      gradDtype = dtypeSetting(v, "'grad_dtype'");
+      std::optional<Dtype> d = dtypeSetting(v, "'grad_dtype'");
       gradDtypeRange = v.range;
-      if (gradDtype && !isFloat(*gradDtype)) {
+      if (d && !isFloat(*d)) {
         diags.report(DiagKind::UnknownDtype, v.range.Start,
                      "'grad_dtype' must be a floating-point dtype such as fp32")
             .range(v.range);
-        gradDtype.reset();
+        d.reset();
       }
-      ok &= gradDtype.has_value();
+      ok &= d.has_value();
+      gradDtype = d.value_or(Dtype::Invalid);
     } else if (s.key == "target") {
       sawTarget = true;
       if (o.target.empty())
@@ -1300,16 +1301,15 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
   }
   if (!sawPrecision)
     plan.precision.preset = "fp32";
-  if (gradDtype && bytesOf(*gradDtype) < bytesOf(plan.precision.grads)) {
+  if (gradDtype != Dtype::Invalid && bytesOf(gradDtype) < bytesOf(plan.precision.grads)) {
     diags.report(DiagKind::InvalidValue, gradDtypeRange.Start,
-                 "grad_dtype " + nameOf(*gradDtype).str() +
+                 "grad_dtype " + nameOf(gradDtype).str() +
                      " is narrower than the gradients (" + nameOf(plan.precision.grads).str() +
                      "): an accumulation buffer must hold at least their precision")
         .range(gradDtypeRange);
     return std::nullopt;
   }
-  if (gradDtype)
-    plan.precision.gradAccum = *gradDtype;
+  plan.precision.gradAccum = gradDtype;
   if (!sawBatch && d.isTrain) {
     diags.report(DiagKind::MissingSetting, d.nameRange.Start,
                  "plan '" + d.name + "' does not say its batch size")
