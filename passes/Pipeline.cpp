@@ -19,7 +19,7 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan) {
 namespace {
 
 /// The layout-dependent passes that price a plan: memory and time.
-void priceLayout(Analysis &a, DiagnosticEngine &diags) {
+void priceLayout(Analysis &a) {
   const Plan &plan = *a.plan;
   a.ridge = plan.target.ridge(plan.precision.activations);
   a.checkpoint.policy = plan.checkpoint;
@@ -32,7 +32,7 @@ void priceLayout(Analysis &a, DiagnosticEngine &diags) {
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags) {
   Analysis a = graphPart;
   a.plan = &plan;
-  priceLayout(a, diags);
+  priceLayout(a);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   checkAccumulation(a, diags); // [steptime]
@@ -44,7 +44,7 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
                  const Relower &relower) {
   Analysis a = analyzeGraph(g, plan);
-  priceLayout(a, diags);
+  priceLayout(a);
   planMemory(a);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
