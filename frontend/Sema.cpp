@@ -557,7 +557,22 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       t.hostMemoryBytes = need(v, UnitDim::Bytes, s.key);
     else if (s.key == "network")
       t.network = need(v, UnitDim::ByteRate, s.key);
-    else if (s.key == "gpus_per_node") {
+    else if (s.key == "cuda_context")
+      t.contextBytes = need(v, UnitDim::Bytes, s.key);
+    else if (s.key == "comm_buffer")
+      t.commBufferBytes = need(v, UnitDim::Bytes, s.key);
+    else if (s.key == "allocator_reserve") {
+      bool fraction = v.kind == ConstValue::Number &&
+                      (v.dim == UnitDim::None || v.dim == UnitDim::Ratio) && v.number >= 0 &&
+                      v.number < 1;
+      if (!fraction) {
+        diags.report(DiagKind::InvalidValue, v.range.Start,
+                     "'allocator_reserve' is a fraction in [0, 1), such as 0.05 or 5%")
+            .range(v.range);
+        ok = false;
+      }
+      t.allocatorReserve = v.number;
+    } else if (s.key == "gpus_per_node") {
       if (auto n = positiveInt(v, "'gpus_per_node'"))
         t.gpusPerNode = *n;
       else
@@ -619,7 +634,7 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
               s.key,
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
                "efficiency", "network", "gpus_per_node", "link_latency", "network_latency",
-               "matmul_curve"});
+               "matmul_curve", "cuda_context", "comm_buffer", "allocator_reserve"});
       ok = false;
     }
   }
@@ -1145,9 +1160,11 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
   plan.range = d.range;
   bool ok = true;
   bool sawTarget = false, sawPrecision = false, sawBatch = false;
+  Dtype gradDtype = Dtype::Invalid; // `grad_dtype`, checked against the final precision below
+  llvm::SMRange gradDtypeRange;
   static const std::vector<std::string> trainKeys = {
       "model", "batch", "seq", "micro_batch", "tokens", "optimizer", "precision", "checkpoint",
-      "target"};
+      "target", "grad_dtype"};
   static const std::vector<std::string> inferKeys = {"model", "batch", "prompt", "generate",
                                                      "precision", "target"};
   const auto &keys = d.isTrain ? trainKeys : inferKeys;
@@ -1247,6 +1264,17 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
       if (o.precision.empty())
         ok &= precision(v, plan.precision);
       sawPrecision = true;
+    } else if (s.key == "grad_dtype") {
+      std::optional<Dtype> d = dtypeSetting(v, "'grad_dtype'");
+      gradDtypeRange = v.range;
+      if (d && !isFloat(*d)) {
+        diags.report(DiagKind::UnknownDtype, v.range.Start,
+                     "'grad_dtype' must be a floating-point dtype such as fp32")
+            .range(v.range);
+        d.reset();
+      }
+      ok &= d.has_value();
+      gradDtype = d.value_or(Dtype::Invalid);
     } else if (s.key == "target") {
       sawTarget = true;
       if (o.target.empty())
@@ -1340,6 +1368,15 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
   }
   if (!sawPrecision)
     plan.precision.preset = "fp32";
+  if (gradDtype != Dtype::Invalid && bytesOf(gradDtype) < bytesOf(plan.precision.grads)) {
+    diags.report(DiagKind::InvalidValue, gradDtypeRange.Start,
+                 "grad_dtype " + nameOf(gradDtype).str() +
+                     " is narrower than the gradients (" + nameOf(plan.precision.grads).str() +
+                     "): an accumulation buffer must hold at least their precision")
+        .range(gradDtypeRange);
+    return std::nullopt;
+  }
+  plan.precision.gradAccum = gradDtype;
   if (!sawBatch && d.isTrain) {
     diags.report(DiagKind::MissingSetting, d.nameRange.Start,
                  "plan '" + d.name + "' does not say its batch size")

@@ -27,6 +27,7 @@ struct PrecisionPolicy {
   Dtype master = Dtype::Invalid;   ///< Invalid: no separate master copy of the weights
   Dtype optimizer = Dtype::F32;    ///< dtype of optimizer state (moments)
   bool lossScaling = false;        ///< mixed_fp16 scales the loss to keep gradients representable
+  Dtype gradAccum = Dtype::Invalid; ///< `grad_dtype`: gradients accumulated in this dtype (Invalid: in `grads`)
   bool paramsOnHost = false, gradsOnHost = false, masterOnHost = false, optimizerOnHost = false;
   llvm::SMRange range;
 };

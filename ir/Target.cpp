@@ -103,8 +103,20 @@ constexpr double NVLinkStep = 2.5e-6;
 constexpr double PCIeStep = 5.7e-6;
 constexpr double NetworkStep = 6.6e-6;
 
-/// Fills the node fields of a target.
+/// Framework memory of a catalogue GPU (docs/targets.md, "Framework memory"): a CUDA context
+/// as PyTorch creates it with lazy module loading (an assumption from reported measurements
+/// on A100 and H100: 300-600 MiB), NCCL's default NCCL_BUFFSIZE (4 MiB) on each of an
+/// assumed 16 channels per communicator, and 5% of the allocator's bytes for fragmentation.
+constexpr double CudaContext = 512.0 * 1024 * 1024;
+constexpr double NcclBuffSize = 4.0 * 1024 * 1024;
+constexpr double NcclChannels = 16;
+constexpr double AllocatorReserve = 0.05;
+
+/// Fills the node fields of a target, and its framework memory.
 void node(Target &t, int64_t gpus, double network, double link) {
+  t.contextBytes = CudaContext;
+  t.commBufferBytes = NcclChannels * NcclBuffSize;
+  t.allocatorReserve = AllocatorReserve;
   t.gpusPerNode = gpus;
   t.network = network;
   t.linkLatency = link;

@@ -78,6 +78,12 @@ struct Target {
                             ///< host link.
   double linkLatency = 0;   ///< Seconds per step of a collective inside a node.
   double networkLatency = 0; ///< Seconds per step of a collective across nodes.
+  /// Framework memory per device (docs/memory.md §9): the CUDA context, the communication
+  /// buffers of one communicator (NCCL_BUFFSIZE × channels), and the caching allocator's
+  /// reserve as a fraction of what it hands out. Catalogue GPUs have documented defaults;
+  /// a declared target has none unless it says so (`cuda_context`, `comm_buffer`,
+  /// `allocator_reserve`); the host target has none (no CUDA, no NCCL).
+  double contextBytes = 0, commBufferBytes = 0, allocatorReserve = 0;
   Efficiency efficiency;
   /// Measured matmul efficiency by size and dtype (only the calibrated `host` target has
   /// them); a dtype without a curve uses efficiency.matmul.

@@ -619,19 +619,24 @@ double deviceBytes(const Walk &w, const Plan &plan) {
 // ---------------------------------------------------------------------------------------------
 // Step 2: choosing the policy.
 
+/// Everything per device that does not depend on the schedule: the model states, the
+/// gradient-accumulation buffer, the CUDA context and the communication buffers.
 double staticBytes(const Analysis &a) {
-  return a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer;
+  return a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
+         a.memory.gradAccum + a.memory.context + a.memory.commBuffers;
 }
 
 /// The memory per device that activations and workspace may use: the target's memory, or a
-/// smaller `memory per device <=` budget, minus the model states.
+/// smaller `memory per device <=` budget, minus the model states and the framework memory:
+/// (capacity − context − comm buffers) / (1 + allocator reserve) − the allocated states.
 double activationLimit(const Analysis &a) {
   const Plan &plan = *a.plan;
   double capacity = plan.target.memoryBytes;
   for (const BudgetSpec &b : plan.budgets)
     if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost && b.value > 0)
       capacity = capacity > 0 ? std::min(capacity, b.value) : b.value;
-  return capacity - staticBytes(a);
+  double fixed = a.memory.context + a.memory.commBuffers;
+  return (capacity - fixed) / (1 + plan.target.allocatorReserve) - (staticBytes(a) - fixed);
 }
 
 void blockActivations(const Facts &f, Analysis &a); // step 6, below

@@ -125,6 +125,9 @@ struct Analysis {
     double peak = 0;             ///< everything resident at the worst moment
     double hostTotal = 0;        ///< host memory per device for tensor classes placed on the host
     double bytesPerParam = 0;    ///< (params + grads + master + optimizer) / params per device
+    /// Framework memory (StaticMemory.cpp): the f32 gradient-accumulation buffer, the CUDA
+    /// context, the communicators' buffers and the caching allocator's reserve; all in `peak`.
+    double gradAccum = 0, context = 0, commBuffers = 0, allocatorReserve = 0;
   } memory;
 
   // ---- time ----

@@ -38,6 +38,9 @@ void differentiate(Analysis &a);
 /// StaticMemory.cpp: bytes per device of params, grads, master weights and optimizer state,
 /// from the precision policy, the optimizer and the parallel layout (ZeRO sharding).
 void staticMemory(Analysis &a);
+/// StaticMemory.cpp: the caching allocator's reserve (the target's fraction of the peak less
+/// the CUDA context and communication buffers), added to the peak; after the KV cache.
+void allocatorReserve(Analysis &a);
 /// Activations.cpp: the forward-then-backward schedule, the checkpoint policy (which block
 /// outputs are kept, what is recomputed), the liveness walk over saved tensors, the memory
 /// plan (buffers with offsets), activation bytes at the peak and the peak per device.
@@ -74,6 +77,15 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower);
 /// the blocks below it (the "FLOPs by block" of the report).
 void blockTotals(Analysis &a);
 
+/// The passes that depend only on the graph, the precision and the optimizer (parameters,
+/// op costs, the backward): the part of an analysis every layout of the same graph shares.
+Analysis analyzeGraph(const Graph &g, const Plan &plan);
+/// The passes that price a layout (static memory, activations, roofline, step time, the
+/// allocator reserve) on a copy of `graphPart` (analyzeGraph of the same graph) for `plan`,
+/// which may differ from its plan in the target, the parallel layout and the checkpoint
+/// policy only. Its memory and time equal analyze's; the memory plan, lints, budgets and
+/// block totals are not computed.
+Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags);
 /// Runs every pass in order on a lowered graph and its plan.
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
                  const Relower &relower = {});

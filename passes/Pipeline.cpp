@@ -1,26 +1,57 @@
-// The pass pipeline: every pass in order on one lowered plan.
+// The pass pipeline: every pass in order on one lowered plan. The first three passes depend
+// only on the graph, the precision and the optimizer; the rest also on the layout (parallel
+// degrees, ZeRO, checkpoint, target), so the layout search runs them alone on a copy
+// (analyzeLayout).
 #include "passes/Passes.h"
 
 namespace tally {
 
-Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower) {
+Analysis analyzeGraph(const Graph &g, const Plan &plan) {
   Analysis a;
   a.graph = &g;
   a.plan = &plan;
-  a.ridge = plan.target.ridge(plan.precision.activations);
-  a.checkpoint.policy = plan.checkpoint;
   countParams(a);
   costOps(a);
   differentiate(a); // [autodiff]
+  return a;
+}
+
+namespace {
+
+/// The layout-dependent passes that price a plan: memory and time.
+void priceLayout(Analysis &a) {
+  const Plan &plan = *a.plan;
+  a.ridge = plan.target.ridge(plan.precision.activations);
+  a.checkpoint.policy = plan.checkpoint;
   staticMemory(a);
   planActivations(a); // [activations]
+}
+
+} // namespace
+
+Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags) {
+  Analysis a = graphPart;
+  a.plan = &plan;
+  priceLayout(a);
+  roofline(a); // [roofline]
+  stepTime(a); // [steptime]
+  checkAccumulation(a, diags); // [steptime]
+  inference(a); // [inference]
+  allocatorReserve(a);
+  return a;
+}
+
+Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
+                 const Relower &relower) {
+  Analysis a = analyzeGraph(g, plan);
+  priceLayout(a);
   planMemory(a);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   pipelineTimeline(a);
   checkAccumulation(a, diags); // [steptime]
   inference(a); // [inference]
+  allocatorReserve(a);
   precisionLints(a, diags); // [lints]
   unusedParams(a, diags);
   checkBudgets(a, diags, relower); // [budgets]

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 namespace tally {
 
@@ -464,6 +465,244 @@ void overrideBudgets(Plan &plan, const std::vector<BudgetSpec> &flags) {
             b.end());
     b.push_back(f);
   }
+}
+
+// ---- the layout search -----------------------------------------------------------------
+
+namespace {
+
+/// The most query heads and key/value heads of any attention op (0 when there is none).
+void attentionHeads(const Graph &g, int64_t &heads, int64_t &kvHeads) {
+  for (const Op &op : g.ops) {
+    if (opClass(op.kind) != OpClass::Attention)
+      continue;
+    heads = std::max(heads, op.attrs.heads);
+    kvHeads = std::max(kvHeads, op.attrs.kvHeads > 0 ? op.attrs.kvHeads : op.attrs.heads);
+  }
+}
+
+/// Does `t` meet the plan's step-time, MFU and run-time budgets? (Memory is the limit.)
+bool meetsBudgets(const Plan &plan, const Trial &t) {
+  for (const BudgetSpec &b : plan.budgets) {
+    double v = b.metric == BudgetMetric::StepTime ? t.stepTime
+               : b.metric == BudgetMetric::Mfu    ? t.mfu
+               : b.metric == BudgetMetric::RunTime ? t.runTime
+                                                   : -1;
+    if (v < 0 || (b.metric == BudgetMetric::RunTime && plan.tokens <= 0))
+      continue;
+    if (b.atMost ? v > b.value : v < b.value)
+      return false;
+  }
+  return true;
+}
+
+/// Orders layouts: the least step time; ties (the time model is flat in some settings) go to
+/// fewer model-parallel ranks, a larger micro-batch, a lower ZeRO stage, less recompute.
+bool betterLayout(const ParallelLayout &x, const ParallelLayout &y) {
+  auto rank = [](const std::string &c) { return c == "none" ? 0 : c == "selective" ? 1 : 2; };
+  if (x.trial.stepTime != y.trial.stepTime)
+    return x.trial.stepTime < y.trial.stepTime;
+  int64_t mx = x.tensor * x.pipeline, my = y.tensor * y.pipeline;
+  if (mx != my)
+    return mx < my;
+  if (x.tensor != y.tensor)
+    return x.tensor < y.tensor;
+  if (x.interleave != y.interleave)
+    return x.interleave < y.interleave;
+  if (x.microBatch != y.microBatch)
+    return x.microBatch > y.microBatch;
+  if (x.zero != y.zero)
+    return x.zero < y.zero;
+  return rank(x.checkpoint) < rank(y.checkpoint);
+}
+
+} // namespace
+
+LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t devices,
+                           double memoryLimit, size_t keep) {
+  const Plan &base = *a.plan;
+  LayoutSearch out;
+  attentionHeads(*a.graph, out.heads, out.kvHeads);
+  out.layers = a.checkpoint.blocks;
+  int64_t context = std::max<int64_t>(1, base.parallel.context);
+  int64_t perNode = std::max<int64_t>(1, base.target.gpusPerNode);
+  if (devices < 1 || devices % context != 0) {
+    out.error = std::to_string(devices) + " devices do not split into context groups of " +
+                std::to_string(context);
+    return out;
+  }
+  // Graphs by micro-batch, lowered once each, with the passes that depend on the graph alone
+  // (parameters, op costs, the backward) run once each: a layout changes neither.
+  std::map<int64_t, std::optional<Graph>> graphs;
+  std::map<int64_t, std::optional<Analysis>> graphParts;
+  auto graphPartFor = [&](int64_t m) -> const Analysis * {
+    auto it = graphParts.find(m);
+    if (it != graphParts.end())
+      return it->second ? &*it->second : nullptr;
+    const Graph *g = a.graph;
+    Plan p = base;
+    p.microBatch = m;
+    p.microBatchGiven = true;
+    if (m != base.microBatch) {
+      std::optional<Graph> lowered = relower ? relower(p) : std::nullopt;
+      out.lowered += lowered.has_value();
+      g = lowered ? &*graphs.emplace(m, std::move(lowered)).first->second : nullptr;
+    }
+    std::optional<Analysis> part;
+    if (g) {
+      part = analyzeGraph(*g, p);
+      part->plan = nullptr; // `p` ends here; analyzeLayout sets each candidate's plan
+    }
+    it = graphParts.emplace(m, std::move(part)).first;
+    return it->second ? &*it->second : nullptr;
+  };
+  std::vector<ParallelLayout> fits;
+  const char *policies[] = {"none", "selective", "full"};
+  int64_t perContext = devices / context;
+  for (int64_t t : divisors(perContext)) {
+    if (t > perNode || (out.heads > 0 && (out.heads % t || out.kvHeads % t)))
+      continue;
+    for (int64_t p : divisors(perContext / t)) {
+      if (p > 1 && (out.layers < p || out.layers % p))
+        continue;
+      int64_t d = perContext / t / p;
+      if (base.batch % d)
+        continue;
+      std::vector<int64_t> interleaves = p > 1 ? divisors(out.layers / p) : std::vector<int64_t>{1};
+      for (int64_t v : interleaves) {
+        ++out.shapes;
+        for (int zero = 0; zero <= (d > 1 ? 3 : 0); ++zero) {
+          Plan cand = base;
+          Parallelism &par = cand.parallel;
+          par.tensor = t, par.pipeline = p, par.interleave = v, par.data = d, par.zero = zero;
+          par.devices = devices;
+          // The model states and framework memory (StaticMemory's pass on the base counts),
+          // with the allocator's reserve: when they alone exceed the limit, nothing fits.
+          Analysis states;
+          states.plan = &cand;
+          states.params.total = a.params.total;
+          states.params.trainable = a.params.trainable;
+          staticMemory(states);
+          double fixed = states.memory.context + states.memory.commBuffers;
+          double floor = fixed + (states.memory.peak - fixed) * (1 + cand.target.allocatorReserve);
+          if (floor > memoryLimit) {
+            ++out.prunedStatic;
+            continue;
+          }
+          for (int64_t m : divisors(base.batch / d)) {
+            cand.microBatch = m;
+            cand.microBatchGiven = true;
+            const Analysis *part = graphPartFor(m);
+            if (!part)
+              continue;
+            bool fitted = false;
+            for (const char *policy : policies) {
+              cand.checkpoint = policy;
+              llvm::SourceMgr sm;
+              DiagnosticEngine quiet(sm);
+              quiet.setOutput(nullptr);
+              TrialGuard guard;
+              Analysis r = analyzeLayout(*part, cand, quiet);
+              ++out.analysed;
+              if (r.memory.peak > memoryLimit)
+                continue; // more recompute may fit
+              fitted = true;
+              Trial tr;
+              tr.peak = r.memory.peak;
+              tr.activations = r.memory.activations;
+              tr.stepFlops = r.flops.step;
+              tr.executedFlops = r.flops.executed;
+              tr.stepTime = r.time.step;
+              tr.runTime = r.time.run;
+              tr.mfu = r.time.mfu;
+              if (meetsBudgets(base, tr)) {
+                ++out.fitted;
+                fits.push_back({t, p, v, d, m, zero, r.checkpoint.policy, tr});
+              }
+              break; // recomputing more only adds time
+            }
+            if (!fitted)
+              break; // a larger micro-batch needs more memory still
+          }
+        }
+      }
+    }
+  }
+  if (out.shapes == 0) {
+    out.error = std::to_string(devices) + " devices do not factor into tensor × pipeline × data" +
+                (context > 1 ? " × context " + std::to_string(context) : std::string()) +
+                " with tensor dividing the " + std::to_string(out.heads) +
+                " heads and at most " + std::to_string(perNode) +
+                " (gpus_per_node), pipeline dividing the " + std::to_string(out.layers) +
+                " layers and data dividing the batch of " + std::to_string(base.batch);
+    return out;
+  }
+  std::sort(fits.begin(), fits.end(), betterLayout);
+  if (fits.size() > keep)
+    fits.resize(keep);
+  out.best = std::move(fits);
+  if (out.best.empty())
+    out.error = "no layout of " + std::to_string(devices) + " × " + base.target.name +
+                " fits " + formatBytes(memoryLimit) + " per device" +
+                (std::any_of(base.budgets.begin(), base.budgets.end(),
+                             [](const BudgetSpec &b) {
+                               return b.metric != BudgetMetric::MemoryPerDevice;
+                             })
+                     ? std::string(" and meets the plan's budgets")
+                     : std::string()) +
+                " (" + std::to_string(out.shapes) + " shapes searched, " +
+                std::to_string(out.prunedStatic) + " pruned on model states alone, " +
+                std::to_string(out.analysed) + " analysed)";
+  return out;
+}
+
+SolverAnswer solveLayout(const Analysis &a, const Relower &relower, int64_t devices,
+                         double memoryLimit) {
+  const Plan &plan = *a.plan;
+  SolverAnswer r;
+  r.question = "layout";
+  r.unit = "s";
+  r.inputs = {numberInput("devices", static_cast<double>(devices)),
+              wordInput("target", plan.target.name), numberInput("params", a.params.total),
+              numberInput("batch", static_cast<double>(plan.batch)),
+              numberInput("seq", static_cast<double>(plan.seq)),
+              numberInput("memory_limit", memoryLimit)};
+  LayoutSearch s = searchLayouts(a, relower, devices, memoryLimit);
+  r.inputs.push_back(numberInput("heads", static_cast<double>(s.heads)));
+  r.inputs.push_back(numberInput("layers", static_cast<double>(s.layers)));
+  r.inputs.push_back(numberInput("gpus_per_node", static_cast<double>(plan.target.gpusPerNode)));
+  r.derivation.push_back(
+      "constraints: tensor divides " + std::to_string(s.heads) + " heads and ≤ " +
+      std::to_string(plan.target.gpusPerNode) + " (gpus_per_node); pipeline divides " +
+      std::to_string(s.layers) + " layers; interleave divides layers / pipeline; tensor × "
+      "pipeline × data = " + std::to_string(devices) + "; micro_batch × accumulation × data = "
+      "batch " + std::to_string(plan.batch));
+  r.derivation.push_back(limitLine(plan, memoryLimit));
+  r.derivation.push_back("searched " + std::to_string(s.shapes) +
+                         " (tensor, pipeline, interleave, data) shapes × ZeRO 0-3: " +
+                         std::to_string(s.prunedStatic) +
+                         " pruned on model states alone, " + std::to_string(s.analysed) +
+                         " analysed (" + std::to_string(s.lowered) + " graphs lowered), " +
+                         std::to_string(s.fitted) + " fit");
+  if (!s.error.empty()) {
+    r.error = s.error;
+    return r;
+  }
+  r.answer = s.best.front().trial.stepTime;
+  for (const ParallelLayout &l : s.best) {
+    double accumulation = static_cast<double>(plan.batch) /
+                          static_cast<double>(l.microBatch * l.data);
+    r.rows.push_back({numberInput("tensor", static_cast<double>(l.tensor)),
+                      numberInput("pipeline", static_cast<double>(l.pipeline)),
+                      numberInput("interleave", static_cast<double>(l.interleave)),
+                      numberInput("data", static_cast<double>(l.data)),
+                      numberInput("micro_batch", static_cast<double>(l.microBatch)),
+                      numberInput("accumulation_steps", accumulation),
+                      numberInput("zero", l.zero), wordInput("checkpoint", l.checkpoint),
+                      numberInput("step_s", l.trial.stepTime), numberInput("mfu", l.trial.mfu),
+                      numberInput("memory_per_device", l.trial.peak)});
+  }
+  return r;
 }
 
 } // namespace tally

@@ -44,6 +44,8 @@ struct SolverAnswer {
   std::vector<SolverInput> inputs;
   std::vector<std::string> derivation; ///< lines with the values substituted
   std::string error;           ///< non-empty: there is no answer, and this says why
+  /// `layout`: the layouts found, best first, as JSON-ready rows (name → number or word).
+  std::vector<std::vector<SolverInput>> rows;
   bool ok() const { return error.empty(); }
 };
 
@@ -133,6 +135,44 @@ SolverAnswer solveMicroBatch(const Analysis &a, const Relower &relower, double m
 /// degrees and ZeRO stage) whose peak memory per device fits in `memoryLimit`; the derivation
 /// also says what ZeRO-3 would need.
 SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memoryLimit);
+
+/// One parallel layout of a plan, priced by the whole analysis.
+struct ParallelLayout {
+  int64_t tensor = 1, pipeline = 1, interleave = 1, data = 1, microBatch = 1;
+  int zero = 0;
+  std::string checkpoint = "none";
+  Trial trial;
+};
+
+/// What `searchLayouts` found and how much work it did.
+struct LayoutSearch {
+  std::vector<ParallelLayout> best;    ///< at most `keep`, by step time (ties: fewer model-parallel ranks, …)
+  int64_t heads = 0, kvHeads = 0, layers = 0; ///< the model's constraints on tensor and pipeline
+  int64_t shapes = 0;          ///< (tensor, pipeline, interleave, data) that satisfy the constraints
+  int64_t prunedStatic = 0;    ///< candidates whose model states alone do not fit: never analysed
+  int64_t analysed = 0;        ///< full analyses run
+  int64_t fitted = 0;          ///< of those, how many fit memory and the budgets
+  int64_t lowered = 0;         ///< graphs lowered (one per micro-batch)
+  std::string error;           ///< non-empty: no layout (the devices do not factor, or nothing fits)
+};
+
+/// Searches tensor t, pipeline p, interleave v, data d, micro-batch m, ZeRO stage and
+/// checkpoint policy (none, selective, full) for `devices` devices: t divides the attention
+/// heads (and key/value heads) and is at most gpus_per_node, p divides the repeat-block copies,
+/// v divides copies / p, t·p·d·context = devices, d divides the batch and m divides batch / d
+/// (the plan's batch is kept). Each candidate is priced by the whole analysis (one graph per
+/// micro-batch, lowered once); one whose model states and framework memory alone exceed
+/// `memoryLimit` is pruned before any analysis, the micro-batches of a layout are tried
+/// smallest first up to the first that fits under no policy, and a policy that recomputes
+/// more is tried only when the previous one does not fit. A candidate fits when its peak is at
+/// most `memoryLimit` and it meets the plan's step-time, MFU and run-time budgets.
+LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t devices,
+                           double memoryLimit, size_t keep = 10);
+
+/// `tally solve layout`: the search above as an answer (the best step time in seconds), with
+/// the top layouts as rows and the search's counts in the derivation.
+SolverAnswer solveLayout(const Analysis &a, const Relower &relower, int64_t devices,
+                         double memoryLimit);
 
 // ---- budgets on the command line -----------------------------------------------------------
 

@@ -8,7 +8,15 @@
 //    data-parallel group: stage 1 the optimizer state and master weights, stage 2 also the
 //    gradients, stage 3 also the parameters.
 // 4. A class placed on the host counts toward host memory instead of the device.
+// 5. Framework memory (docs/memory.md §9): with `grad_dtype` wider than the gradients, an
+//    accumulation buffer of T·b(grad_dtype) (sharded like the gradients) replaces them (the
+//    backward adds each weight gradient into it and frees it: Megatron's main_grad); the
+//    target's CUDA context; one communication buffer per communicator of more than one rank
+//    (tensor, context, pipeline, data). allocatorReserve (after the activations and the KV
+//    cache) adds the target's fraction of everything the caching allocator hands out.
 #include "passes/Passes.h"
+
+#include <algorithm>
 
 namespace tally {
 
@@ -24,6 +32,10 @@ void staticMemory(Analysis &a) {
 
   double params = n * bytesOf(p.params) / shard(3);
   double grads = t * bytesOf(p.grads) / shard(2);
+  bool accumulate = p.gradAccum != Dtype::Invalid && bytesOf(p.gradAccum) > bytesOf(p.grads);
+  double gradAccum = accumulate ? t * bytesOf(p.gradAccum) / shard(2) : 0;
+  if (accumulate)
+    grads = 0;
   double master = p.master == Dtype::Invalid ? 0 : t * bytesOf(p.master) / shard(1);
   double optimizer = t * plan.optimizer.states * bytesOf(p.optimizer) / shard(1);
 
@@ -37,9 +49,22 @@ void staticMemory(Analysis &a) {
   place(grads, p.gradsOnHost, a.memory.grads);
   place(master, p.masterOnHost, a.memory.master);
   place(optimizer, p.optimizerOnHost, a.memory.optimizer);
-  double states = params + grads + master + optimizer;
+  place(gradAccum, p.gradsOnHost, a.memory.gradAccum);
+  double states = params + grads + master + optimizer + gradAccum;
   a.memory.bytesPerParam = n > 0 ? states / n : 0;
-  a.memory.peak = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer;
+
+  const Target &tg = plan.target;
+  a.memory.context = tg.contextBytes;
+  int communicators = (par.tensor > 1) + (par.context > 1) + (par.pipeline > 1) + (par.data > 1);
+  a.memory.commBuffers = communicators * tg.commBufferBytes;
+  a.memory.peak = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
+                  a.memory.gradAccum + a.memory.context + a.memory.commBuffers;
+}
+
+void allocatorReserve(Analysis &a) {
+  double allocated = a.memory.peak - a.memory.context - a.memory.commBuffers;
+  a.memory.allocatorReserve = a.plan->target.allocatorReserve * std::max(0.0, allocated);
+  a.memory.peak += a.memory.allocatorReserve;
 }
 
 } // namespace tally

@@ -98,19 +98,30 @@ ReportTable memoryTable(const Analysis &a) {
   row("params", a.memory.params);
   if (p.isTrain) {
     row("grads", a.memory.grads);
+    if (a.memory.gradAccum > 0)
+      row(p.precision.gradAccum == Dtype::F32 ? "grad accumulation (f32)" : "grad accumulation",
+          a.memory.gradAccum);
     row("master weights", a.memory.master);
     row("optimizer state", a.memory.optimizer);
   }
   row("activations", a.memory.activations);
   row("workspace", a.memory.workspace);
+  // Framework memory (docs/memory.md §9): only where the target has it (not the host).
+  if (a.memory.context > 0)
+    row("CUDA context", a.memory.context);
+  if (a.memory.commBuffers > 0)
+    row("comm buffers", a.memory.commBuffers);
+  if (a.memory.allocatorReserve > 0)
+    row("allocator reserve", a.memory.allocatorReserve);
   t.rows.push_back({"peak", formatBytes(a.memory.peak),
                     share(a.memory.peak, p.target.memoryBytes) + " of " +
                         formatBytes(p.target.memoryBytes)});
   if (a.memory.hostTotal > 0)
     t.rows.push_back({"host memory", formatBytes(a.memory.hostTotal), ""});
   if (p.isTrain)
-    t.notes.push_back(llvm::formatv("params + grads + master + optimizer state: {0:f2} bytes "
+    t.notes.push_back(llvm::formatv("params + grads + {0}master + optimizer state: {1:f2} bytes "
                                     "per parameter on this device",
+                                    a.memory.gradAccum > 0 ? "grad accumulation + " : "",
                                     a.memory.bytesPerParam)
                           .str());
   return t;

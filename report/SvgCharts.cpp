@@ -171,12 +171,15 @@ std::string memoryChart(const Analysis &a) {
   };
   std::vector<Part> parts = {{"params", a.memory.params, "#4c72b0"}};
   if (p.isTrain) {
-    parts.push_back({"grads", a.memory.grads, "#dd8452"});
+    parts.push_back({"grads", a.memory.grads + a.memory.gradAccum, "#dd8452"});
     parts.push_back({"master weights", a.memory.master, "#937860"});
     parts.push_back({"optimizer state", a.memory.optimizer, "#8172b3"});
   }
   parts.push_back({"activations", a.memory.activations, "#55a868"});
   parts.push_back({"workspace", a.memory.workspace, "#da8bc3"});
+  double framework = a.memory.context + a.memory.commBuffers + a.memory.allocatorReserve;
+  if (framework > 0)
+    parts.push_back({"framework", framework, "#8c8c8c"});
   double budget = 0;
   for (const BudgetSpec &b : p.budgets)
     if (b.metric == BudgetMetric::MemoryPerDevice)

@@ -315,8 +315,11 @@ TEST_CASE("activations: the memory plan never overlaps two live buffers", "[acti
   CHECK(kinds[Buffer::Gradient] > 0);
   CHECK(a.memory.activations == Approx(saved));
   CHECK(a.memory.workspace == Approx(other));
-  CHECK(a.memory.peak == Approx(a.memory.params + a.memory.grads + a.memory.master +
-                                a.memory.optimizer + a.memory.activations + a.memory.workspace));
+  // Plus the H100_SXM's framework memory (docs/memory.md §9): the allocator's 5% of the rest,
+  // the CUDA context and the communicators' buffers.
+  double allocated = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
+                     a.memory.activations + a.memory.workspace;
+  CHECK(a.memory.peak == Approx(allocated * 1.05 + a.memory.context + a.memory.commBuffers));
 }
 
 TEST_CASE("activations: auto takes the least recompute that fits", "[activations]") {

@@ -217,18 +217,22 @@ TEST_CASE("solvers: largest micro-batch is the largest candidate that fits", "[s
 }
 
 TEST_CASE("solvers: fewest devices with ZeRO sharding", "[solvers]") {
-  // zero = 0: every device holds all 256 MiB of states; more devices never fit 100 MiB.
+  // zero = 0: every device holds all 256 MiB of states; more devices never fit. The limit is
+  // 100 MiB of states, activations and workspace moved by an H100's framework memory
+  // (docs/memory.md §9): 100 × 1.05 + 512 (context) + 64 (one communicator) = 681 MiB.
+  const double limit = 681.0 * (1 << 20);
   Compiled t0(wideModel("8 x H100_SXM { data = 8, zero = 0 }"));
   Relower r0 = t0.relower();
   const Analysis &a0 = *t0.a;
-  SolverAnswer no = solveDevices(a0, r0, 100.0 * (1 << 20));
+  SolverAnswer no = solveDevices(a0, r0, limit);
   CHECK_FALSE(no.ok());
   CHECK(no.error.find("with zero = 3, 4 devices fit") != std::string::npos);
-  // zero = 3: 256 MiB / data ≤ 100 MiB from data = 4 on (64 MiB plus the workspace).
+  // zero = 3: 256 MiB / data from data = 4 on (64 MiB plus the workspace: 64.02 × 1.05 + 576
+  // = 643.2 MiB; 2 devices 710.4, one device 256.02 × 1.05 + 512 = 780.8, no communicator).
   Compiled t3(wideModel("8 x H100_SXM { data = 8, zero = 3 }"));
   Relower r3 = t3.relower();
   const Analysis &a3 = *t3.a;
-  SolverAnswer yes = solveDevices(a3, r3, 100.0 * (1 << 20));
+  SolverAnswer yes = solveDevices(a3, r3, limit);
   REQUIRE(yes.ok());
   CHECK(yes.answer == 4);
   CHECK(contains(yes.derivation, "fewest: 4 devices (data = 4, zero = 3)"));
@@ -238,21 +242,23 @@ TEST_CASE("solvers: fewest devices with ZeRO sharding", "[solvers]") {
 // ---- budgets -------------------------------------------------------------------------------
 
 TEST_CASE("budgets: a broken memory budget is an error with computed fixes", "[solvers][budgets]") {
+  // The budget is 100 MiB moved by the framework memory (100 × 1.05 + 576 = 681 MiB): the
+  // peak is 256.02 × 1.05 + 576 = 844.8 MiB; ZeRO-2 88.02 → 668.4; 4 devices at ZeRO-3 643.2.
   Compiled wide(wideModel("8 x H100_SXM { data = 8, zero = 0 }",
-                          "  budget {\n    memory per device <= 100 MiB\n  }\n"));
+                          "  budget {\n    memory per device <= 681 MiB\n  }\n"));
   std::vector<const Diagnostic *> memory = wide.of(DiagKind::BudgetMemory);
   const Diagnostic *d = memory.empty() ? nullptr : memory.back();
   REQUIRE(d);
   CHECK(d->severity == Severity::Error);
   CHECK(d->line == 14);
-  CHECK(d->message.find("peak memory per device 256.") == 0);
-  CHECK(d->message.find("MiB exceeds the budget of 100 MiB") != std::string::npos);
+  CHECK(d->message.find("peak memory per device 844.8") == 0);
+  CHECK(d->message.find("MiB exceeds the budget of 681 MiB") != std::string::npos);
   std::vector<std::string> notes;
   for (const DiagNote &n : d->notes)
     notes.push_back(n.message);
   // ZeRO-2 leaves 4 bytes of params whole and shards 12 over 8: 5.5 B × 16.8M = 88 MiB.
-  CHECK(contains(notes, "zero = 2 fits in 88."));
-  CHECK(contains(notes, "4 × H100_SXM (data = 4, zero = 3) fits in 64."));
+  CHECK(contains(notes, "zero = 2 fits in 668.4"));
+  CHECK(contains(notes, "4 × H100_SXM (data = 4, zero = 3) fits in 643.2"));
 }
 
 TEST_CASE("budgets: kept budgets say nothing; run time needs tokens", "[solvers][budgets]") {
@@ -355,4 +361,83 @@ TEST_CASE("budgets: MFU lost to recompute is found again without it", "[solvers]
   REQUIRE(a.time.mfu < 0.35);
   CHECK(contains(notesOf(stack, DiagKind::BudgetMfu), "checkpoint = none (no recompute) reaches MFU"));
   CHECK_FALSE(inSolverTrial());
+}
+
+TEST_CASE("layout: analyzeLayout prices a layout exactly as analyze does", "[solvers][layout]") {
+  // The search prices candidates by running only the layout-dependent passes on a copy of the
+  // graph-only passes; every number it ranks on must equal the full pipeline's.
+  Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 80 GiB"));
+  const Analysis &a = *stack.a;
+  Analysis graphPart = analyzeGraph(*a.graph, *a.plan);
+  struct Case { int64_t t, p, v, d; int zero; const char *ckpt; };
+  for (Case c : {Case{1, 1, 1, 2, 0, "none"}, Case{2, 1, 1, 1, 0, "full"},
+                 Case{1, 2, 2, 1, 0, "selective"}, Case{1, 1, 1, 2, 3, "none"},
+                 Case{2, 2, 4, 2, 1, "full"}}) {
+    Plan p = *a.plan;
+    p.parallel.tensor = c.t, p.parallel.pipeline = c.p, p.parallel.interleave = c.v;
+    p.parallel.data = c.d, p.parallel.zero = c.zero;
+    p.parallel.devices = c.t * c.p * c.d;
+    p.checkpoint = c.ckpt;
+    p.budgets.clear();
+    INFO("t " << c.t << " p " << c.p << " v " << c.v << " d " << c.d << " zero " << c.zero
+              << " " << c.ckpt);
+    llvm::SourceMgr sm;
+    DiagnosticEngine quiet(sm);
+    quiet.setOutput(nullptr);
+    Analysis full = analyze(*a.graph, p, quiet);
+    Analysis part = analyzeLayout(graphPart, p, quiet);
+    CHECK(part.memory.peak == full.memory.peak);
+    CHECK(part.memory.activations == full.memory.activations);
+    CHECK(part.memory.allocatorReserve == full.memory.allocatorReserve);
+    CHECK(part.time.step == full.time.step);
+    CHECK(part.time.mfu == full.time.mfu);
+    CHECK(part.flops.executed == full.flops.executed);
+    CHECK(part.checkpoint.policy == full.checkpoint.policy);
+  }
+}
+
+TEST_CASE("layout: the search's layouts satisfy the constraints and fit", "[solvers][layout]") {
+  Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 80 GiB"));
+  const Analysis &a = *stack.a;
+  Relower relower = stack.relower();
+  const double limit = 20.0 * (1ull << 30);
+  LayoutSearch s = searchLayouts(a, relower, 8, limit);
+  REQUIRE(s.error.empty());
+  REQUIRE(s.best.size() == 10);
+  CHECK(s.layers == 8);
+  CHECK(s.heads == 0); // no attention: tensor is bounded by the node only
+  for (size_t i = 0; i < s.best.size(); ++i) {
+    const ParallelLayout &l = s.best[i];
+    INFO("rank " << i + 1);
+    CHECK(l.tensor * l.pipeline * l.data == 8);
+    CHECK(l.tensor <= a.plan->target.gpusPerNode);
+    CHECK(8 % l.pipeline == 0);
+    CHECK((8 / l.pipeline) % l.interleave == 0);
+    CHECK(a.plan->batch % (l.microBatch * l.data) == 0);
+    CHECK(l.trial.peak <= limit);
+    if (i > 0)
+      CHECK(s.best[i - 1].trial.stepTime <= l.trial.stepTime);
+    // The numbers are the full analysis of that plan.
+    Plan p = *a.plan;
+    p.parallel.tensor = l.tensor, p.parallel.pipeline = l.pipeline;
+    p.parallel.interleave = l.interleave, p.parallel.data = l.data, p.parallel.zero = l.zero;
+    p.parallel.devices = 8;
+    p.microBatch = l.microBatch;
+    p.checkpoint = l.checkpoint;
+    p.budgets.clear();
+    std::optional<Trial> t = tryPlan(a, p, relower);
+    REQUIRE(t);
+    CHECK(t->peak == Approx(l.trial.peak));
+    CHECK(t->stepTime == Approx(l.trial.stepTime));
+  }
+  // Nothing fits a limit below the model states: an error, no layouts.
+  LayoutSearch none = searchLayouts(a, relower, 8, 1e6);
+  CHECK(none.best.empty());
+  CHECK(none.error.find("no layout of 8") != std::string::npos);
+  CHECK(none.analysed == 0);
+  // 9 devices: tensor 1 or 3 (9 is past the node of 8), pipeline 1 (3 and 9 do not divide 8
+  // layers), so data = 9 or 3, and neither divides the batch of 256.
+  LayoutSearch nine = searchLayouts(a, relower, 9, limit);
+  CHECK(nine.best.empty());
+  CHECK(nine.error.find("do not factor") != std::string::npos);
 }

@@ -4,6 +4,9 @@
 //   max-params  --devices --target --optimizer --precision               largest N whose states fit
 //   micro-batch FILE [--plan] [--memory] [--zero] [--target] [--precision]  largest micro-batch
 //   devices     FILE [--plan] [--memory] [--zero] [--target] [--precision]  fewest devices
+//   layout      --params N | FILE [--plan] --devices N [--target] [--memory] [--precision]
+//               the 10 fastest (tensor, pipeline, interleave, data, micro-batch, ZeRO,
+//               checkpoint) layouts that fit
 //
 // Prints the answer and its derivation, or with --format json one object
 // {"question", "answer", "unit", "inputs", "derivation"}. Exit codes: 0 an answer, 1 an input
@@ -20,6 +23,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <cstdio>
 
 using namespace llvm;
 
@@ -27,11 +31,11 @@ namespace tally {
 namespace solveopts {
 
 cl::SubCommand Solve("solve",
-                     "What-if questions: run-time, max-params, micro-batch FILE, devices FILE");
+                     "What-if questions: run-time, max-params, micro-batch FILE, devices FILE, layout");
 cl::OptionCategory Cat("tally solve options");
 
 cl::opt<std::string> Question(cl::Positional, cl::Required,
-                              cl::desc("<run-time|max-params|micro-batch|devices>"),
+                              cl::desc("<run-time|max-params|micro-batch|devices|layout>"),
                               cl::sub(Solve), cl::cat(Cat));
 cl::opt<std::string> File(cl::Positional, cl::desc("[file]"),
                           cl::sub(Solve), cl::cat(Cat));
@@ -193,7 +197,27 @@ std::string headline(const SolverAnswer &r) {
 }
 
 void printText(const SolverAnswer &r, raw_ostream &os) {
-  os << r.question << ": " << headline(r) << "\n";
+  if (r.question == "layout") {
+    // The table of layouts, best first, then the search's derivation.
+    os << "layout: " << r.rows.size() << " fastest layouts that fit, best first\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "  %4s %6s %8s %10s %5s %5s %5s %4s %-10s %10s %6s %11s\n",
+                  "rank", "tensor", "pipeline", "interleave", "data", "micro", "accum", "zero",
+                  "checkpoint", "step time", "MFU", "memory");
+    os << line;
+    for (size_t i = 0; i < r.rows.size(); ++i) {
+      const auto &row = r.rows[i];
+      auto n = [&](size_t k) { return static_cast<long long>(row[k].number); };
+      std::snprintf(line, sizeof line,
+                    "  %4zu %6lld %8lld %10lld %5lld %5lld %5lld %4lld %-10s %10s %5.1f%% %11s\n",
+                    i + 1, n(0), n(1), n(2), n(3), n(4), n(5), n(6), row[7].text.c_str(),
+                    formatDuration(row[8].number).c_str(), row[9].number * 100,
+                    formatBytes(row[10].number).c_str());
+      os << line;
+    }
+  } else {
+    os << r.question << ": " << headline(r) << "\n";
+  }
   for (const std::string &line : r.derivation)
     os << "  " << line << "\n";
 }
@@ -216,6 +240,18 @@ void printJson(const SolverAnswer &r, raw_ostream &os) {
       for (const std::string &line : r.derivation)
         j.value(line);
     });
+    if (r.question == "layout")
+      j.attributeArray("layouts", [&] {
+        for (const auto &row : r.rows)
+          j.object([&] {
+            for (const SolverInput &in : row) {
+              if (in.text.empty())
+                j.attribute(in.name, in.number);
+              else
+                j.attribute(in.name, in.text);
+            }
+          });
+      });
   });
   os << "\n";
 }
@@ -335,6 +371,124 @@ int planQuestion(bool devices) {
   return finish(devices ? solveDevices(a, relower, limit) : solveMicroBatch(a, relower, limit));
 }
 
+/// The model `layout --params N` searches for: Megatron's GPT written in the language (pre-norm
+/// blocks, GeLU MLP of 4d, fused causal attention, tied head; vocabulary 51,200, sequence
+/// 2,048), shaped like GPT-3 (Brown et al. 2020, Table 2.1: 128 per head, d / layers ≈ 128),
+/// with GPT-3 175B's batch of 1,536 sequences, AdamW, mixed_bf16 with f32 gradient
+/// accumulation (Megatron's defaults).
+std::string gptSource(double params, const std::string &target, int64_t &layers) {
+  // 12·L·d² parameters in the blocks with d = 128·L: L = ∛(N / (12·128²)), a multiple of 8
+  // from 8 layers on.
+  double l = std::cbrt(params / (12.0 * 128 * 128));
+  layers = std::max<int64_t>(1, std::llround(l));
+  if (layers >= 8)
+    layers = std::max<int64_t>(8, std::llround(l / 8) * 8);
+  int64_t d = 128 * layers;
+  std::string L = std::to_string(layers), D = std::to_string(d);
+  return "block MLP(d) {\n"
+         "  fc = Linear(d, 4 * d)\n  proj = Linear(4 * d, d)\n"
+         "  forward(x) { return proj(gelu(fc(x))) }\n}\n"
+         "block SelfAttention(d, heads) {\n"
+         "  qkv = Linear(d, 3 * d)\n  proj = Linear(d, d)\n"
+         "  forward(x) {\n    q, k, v = split(qkv(x), 3, dim = -1)\n"
+         "    return proj(attention(q, k, v, heads = heads, causal = true))\n  }\n}\n"
+         "block Block(d, heads) {\n"
+         "  ln1 = LayerNorm(d)\n  attn = SelfAttention(d, heads)\n"
+         "  ln2 = LayerNorm(d)\n  mlp = MLP(d)\n"
+         "  forward(x) {\n    x = x + attn(ln1(x))\n    return x + mlp(ln2(x))\n  }\n}\n"
+         "model GPT(vocab = 51200, ctx = 2048, d, heads, layers) {\n"
+         "  wte = Embedding(vocab, d)\n  wpe = Embedding(ctx, d)\n"
+         "  h = repeat(layers) Block(d, heads)\n  lnf = LayerNorm(d)\n"
+         "  forward(tokens: i32[batch, seq]) {\n"
+         "    x = h(wte(tokens) + wpe(positions(seq)))\n"
+         "    return cross_entropy(lnf(x) @ transpose(wte.weight), next_tokens(tokens))\n"
+         "  }\n}\n"
+         "train gpt {\n  model = GPT(d = " + D + ", heads = " + L + ", layers = " + L + ")\n"
+         "  batch = 1536\n  seq = 2048\n  micro_batch = 1\n  optimizer = AdamW(lr = 1e-4)\n"
+         "  precision = mixed_bf16\n  grad_dtype = f32\n"
+         "  target = " + target + "\n}\n";
+}
+
+/// layout: the model from FILE (its plan's batch, sequence, precision, budgets and layout
+/// settings such as sequence_parallel are kept) or a GPT-3-shaped model of --params.
+int layoutQuestion() {
+  std::string bad;
+  if (!onlyFlags({&File, &PlanName, &Params, &Devices, &TargetName, &Memory, &Precision}, bad))
+    return usage(bad + " does not apply to layout");
+  if (File.empty() == (Params.getNumOccurrences() == 0))
+    return usage("layout needs a FILE or --params N (one of them): tally solve layout "
+                 "--params 175B --devices 4096");
+  if (Params.getNumOccurrences() && PlanName.getNumOccurrences())
+    return usage("--plan names a plan of a FILE; --params builds its own");
+  auto devices = deviceCount();
+  if (!devices)
+    return 2;
+  std::optional<double> memoryFlag;
+  if (Memory.getNumOccurrences()) {
+    std::string err;
+    memoryFlag = parseQuantity(Memory, UnitDim::Bytes, err);
+    if (!memoryFlag)
+      return usage("--memory: " + err);
+  }
+  Compilation c;
+  std::string modelLine;
+  if (Params.getNumOccurrences()) {
+    auto params = quantity(Params, UnitDim::None);
+    if (!params)
+      return 2;
+    if (*params < 1e6 || *params > 1e14)
+      return usage("--params is between 1M and 100T parameters, not " + Params);
+    std::string target = TargetName.getNumOccurrences() ? std::string(TargetName) : "H100_SXM";
+    if (!findTarget(target)) {
+      catalogueTarget(); // says which names exist
+      return 2;
+    }
+    int64_t layers = 0;
+    if (!c.addSource("<layout --params>", gptSource(*params, target, layers)))
+      return 1;
+    modelLine = "model: GPT-3-shaped, " + std::to_string(layers) + " layers, d = " +
+                std::to_string(128 * layers) + ", " + std::to_string(layers) +
+                " heads (128 each), batch 1536 × seq 2048, AdamW, mixed_bf16, grad_dtype f32, " +
+                target;
+  } else if (!c.addFile(File)) {
+    return 1;
+  }
+  const PlanDecl *decl = c.pickPlan(PlanName);
+  if (!decl)
+    return 1;
+  PlanOverrides o;
+  if (!File.empty())
+    o.target = TargetName;
+  o.precision = Precision;
+  if (!c.lower(*decl, o))
+    return 1;
+  Plan &plan = *c.plan;
+  if (!plan.isTrain)
+    return inputError("plan '" + plan.name + "' is an infer plan; layout is a training question");
+  double limit = plan.target.memoryBytes;
+  for (const BudgetSpec &b : plan.budgets)
+    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost)
+      limit = std::min(limit, b.value);
+  if (memoryFlag)
+    limit = *memoryFlag;
+  // The base plan is analysed without its budgets (this is a search, not a lint); the search
+  // then checks every candidate against them.
+  std::vector<BudgetSpec> budgets = std::move(plan.budgets);
+  plan.budgets.clear();
+  // Its own layout may not fit (or not divide the batch): that is what the search is for, so
+  // it is priced without budgets, device-memory fixes or diagnostics (the file's own errors
+  // were reported above); the search needs its graph, parameters and repeat blocks.
+  Relower relower = c.relowerer(*decl);
+  DiagnosticEngine quiet(c.sm);
+  quiet.setOutput(nullptr);
+  Analysis a = analyzeLayout(analyzeGraph(*c.graph, plan), plan, quiet);
+  plan.budgets = std::move(budgets);
+  SolverAnswer r = solveLayout(a, relower, *devices, limit);
+  if (!modelLine.empty())
+    r.derivation.insert(r.derivation.begin(), modelLine);
+  return finish(r);
+}
+
 } // namespace
 
 /// True when the command line names `tally solve`.
@@ -350,11 +504,13 @@ int runSolve() {
     return planQuestion(false);
   if (Question == "devices")
     return planQuestion(true);
+  if (Question == "layout")
+    return layoutQuestion();
   std::string close =
-      closestName(Question, {"run-time", "max-params", "micro-batch", "devices"});
+      closestName(Question, {"run-time", "max-params", "micro-batch", "devices", "layout"});
   return usage("unknown question '" + Question + "'" +
                didYouMean(close) +
-               " (questions: run-time, max-params, micro-batch, devices)");
+               " (questions: run-time, max-params, micro-batch, devices, layout)");
 }
 
 } // namespace tally
