@@ -19,6 +19,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   checkAccumulation(a, diags); // [steptime]
+  checkExperts(a, diags);
   inference(a); // [inference]
   precisionLints(a, diags); // [lints]
   unusedParams(a, diags);

@@ -8,7 +8,13 @@
 //    data-parallel group: stage 1 the optimizer state and master weights, stage 2 also the
 //    gradients, stage 3 also the parameters.
 // 4. A class placed on the host counts toward host memory instead of the device.
+// 5. Expert parallelism (expert = e): the MoE experts' weights X (a.params.expert) are split
+//    over the e ranks of the expert group besides tensor × pipeline, and ZeRO shards them over
+//    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
+//    + X/(t·p·e)/shard(d/e).
 #include "passes/Passes.h"
+
+#include <algorithm>
 
 namespace tally {
 
@@ -18,14 +24,21 @@ void staticMemory(Analysis &a) {
   const Parallelism &par = plan.parallel;
   double modelSplit = static_cast<double>(par.tensor * par.pipeline);
   double dp = static_cast<double>(par.data);
+  double ep = static_cast<double>(std::max<int64_t>(1, par.expert));
   double n = a.params.total / modelSplit;
   double t = plan.isTrain ? a.params.trainable / modelSplit : 0;
+  double nx = a.params.expert / modelSplit;
+  double tx = plan.isTrain ? a.params.expertTrainable / modelSplit : 0;
   auto shard = [&](int stage) { return par.zero >= stage ? dp : 1.0; };
+  // Element counts per device of all parameters (`all`) and of the experts among them (`x`).
+  auto owned = [&](double all, double x, int stage) {
+    return (all - x) / shard(stage) + x / ep / (par.zero >= stage ? dp / ep : 1.0);
+  };
 
-  double params = n * bytesOf(p.params) / shard(3);
-  double grads = t * bytesOf(p.grads) / shard(2);
-  double master = p.master == Dtype::Invalid ? 0 : t * bytesOf(p.master) / shard(1);
-  double optimizer = t * plan.optimizer.states * bytesOf(p.optimizer) / shard(1);
+  double params = owned(n, nx, 3) * bytesOf(p.params);
+  double grads = owned(t, tx, 2) * bytesOf(p.grads);
+  double master = p.master == Dtype::Invalid ? 0 : owned(t, tx, 1) * bytesOf(p.master);
+  double optimizer = owned(t, tx, 1) * plan.optimizer.states * bytesOf(p.optimizer);
 
   auto place = [&](double bytes, bool onHost, double &device) {
     if (onHost)
