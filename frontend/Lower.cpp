@@ -98,7 +98,8 @@ const std::vector<std::string> &primitiveNames() {
   static const std::vector<std::string> names = {
       "matmul", "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "dropout", "rope", "softmax",
       "layer_norm", "rms_norm", "attention", "embedding", "sum", "mean", "cross_entropy",
-      "positions", "next_tokens", "concat", "split", "reshape", "transpose"};
+      "positions", "next_tokens", "concat", "split", "reshape", "transpose", "topk", "gather",
+      "moe"};
   return names;
 }
 
@@ -1311,6 +1312,51 @@ private:
       attrs.dim = *dim;
       return op1(OpKind::Split, {x}, attrs, e, scope);
     }
+    if (name == "topk") {
+      auto b = bind(name, {"x", "k", "dim"}, 2, false, e, scope);
+      if (!b || !tensorArg(*b, 0, name, "x", x))
+        return {};
+      auto k = intArg(*b, 1, "k", 1);
+      auto dim = intArg(*b, 2, "dim", -1);
+      if (!k || !dim)
+        return {};
+      attrs.k = *k;
+      attrs.dim = *dim;
+      return op1(OpKind::TopK, {x}, attrs, e, scope);
+    }
+    if (name == "gather") {
+      auto b = bind(name, {"x", "indices", "dim"}, 2, false, e, scope);
+      if (!b || !tensorArg(*b, 0, name, "x", x) || !tensorArg(*b, 1, name, "indices", y))
+        return {};
+      auto dim = intArg(*b, 2, "dim", -1);
+      if (!dim)
+        return {};
+      attrs.dim = *dim;
+      return op1(OpKind::Gather, {x, y}, attrs, e, scope);
+    }
+    if (name == "moe") {
+      auto b = bind(name, {"x", "gates", "indices", "w_gate", "w_up", "w_down", "capacity_factor"},
+                    6, false, e, scope);
+      llvm::SmallVector<TensorId, 3> ins(6, kNone);
+      static const char *const names[] = {"x", "gates", "indices", "w_gate", "w_up", "w_down"};
+      if (!b)
+        return {};
+      for (unsigned i = 0; i < 6; ++i)
+        if (!tensorArg(*b, i, name, names[i], ins[i]))
+          return {};
+      auto cf = numberArg(*b, 6, "capacity_factor", 0);
+      if (!cf)
+        return {};
+      if (*cf < 0 || *cf > 1e6) {
+        diags.report(DiagKind::InvalidValue, b->values[6].range.Start,
+                     "capacity_factor is 0 (no cap) or a positive factor such as 1.25, not " +
+                         plainNumber(*cf))
+            .range(b->values[6].range);
+        return {};
+      }
+      attrs.capacity = *cf;
+      return op1(OpKind::Moe, ins, attrs, e, scope);
+    }
     if (name == "reshape") {
       auto b = bind(name, {"x", "shape"}, 2, false, e, scope);
       if (!b || !tensorArg(*b, 0, name, "x", x) || !shapeArg(b->values[1], attrs.newShape))
@@ -1437,9 +1483,10 @@ private:
     Value result;
     result.kind = Value::Tuple;
     result.range = e.range;
-    // Split returns all its parts; every other op returns its first output, the rest being
+    // Split returns all its parts, topk (values, indices); every other op returns its first
+    // output, the rest being
     // what its backward reads (statistics, logsumexp, masks), which carry no gradient.
-    bool tuple = kind == OpKind::Split;
+    bool tuple = kind == OpKind::Split || kind == OpKind::TopK;
     for (TensorType &tt : outs) {
       Tensor t;
       t.shape = std::move(tt.shape);

@@ -876,6 +876,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
   Parallelism &par = plan.parallel;
   par.devices = devices;
   bool dataGiven = false;
+  llvm::SMRange expertRange = v.range;
   if (v.kind == ConstValue::Device && !v.elems.empty()) {
     const ConstValue &rec = v.elems[0];
     for (size_t i = 0; i < rec.elems.size(); ++i) {
@@ -946,10 +947,11 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
                       : k == "tensor" ? &par.tensor
                       : k == "pipeline" ? &par.pipeline
                       : k == "context" ? &par.context
+                      : k == "expert" ? &par.expert
                                         : nullptr;
       if (!slot) {
         unknownName(rec.nameRanges[i], "parallelism setting", k,
-                    {"data", "tensor", "pipeline", "context", "zero", "interleave",
+                    {"data", "tensor", "pipeline", "context", "expert", "zero", "interleave",
                      "sequence_parallel",
                      "overlap", "order", "gpus_per_node", "link", "network", "link_latency",
                      "network_latency"});
@@ -960,6 +962,8 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         return false;
       *slot = *n;
       dataGiven |= k == "data";
+      if (k == "expert")
+        expertRange = rec.ranges[i];
     }
   }
   if (par.interleave > 1 && par.pipeline <= 1) {
@@ -996,6 +1000,16 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
                      (over ? std::string("more") : std::to_string(product)) + ", but there are " +
                      std::to_string(devices) + " devices")
         .range(v.range);
+    return false;
+  }
+  // Expert parallelism (Megatron, DeepSpeed-MoE): the expert group is carved out of the
+  // data-parallel ranks, so it adds no devices and must divide the data degree.
+  if (par.data % par.expert != 0) {
+    diags.report(DiagKind::InvalidValue, expertRange.Start,
+                 "expert = " + std::to_string(par.expert) + " must divide data = " +
+                     std::to_string(par.data) +
+                     ": the expert-parallel group is carved out of the data-parallel ranks")
+        .range(expertRange);
     return false;
   }
   return true;

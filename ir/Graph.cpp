@@ -359,6 +359,18 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     case OpKind::Reshape:
       os << " {shape = " << Graph::formatSizes(a.newShape) << "}";
       break;
+    case OpKind::TopK:
+      os << " {k = " << a.k << ", dim = " << a.dim << "}";
+      break;
+    case OpKind::Gather:
+    case OpKind::ScatterAdd:
+      os << " {dim = " << a.dim << "}";
+      break;
+    case OpKind::Moe:
+    case OpKind::MoeBackward:
+      if (a.capacity > 0)
+        os << " {capacity_factor = " << attrNumber(a.capacity) << "}";
+      break;
     default:
       break;
     }

@@ -109,6 +109,8 @@ struct Tensor {
 struct OpAttrs {
   int64_t dim = -1;           ///< split/concat/softmax/sum/mean axis (negative counts from the end)
   int64_t parts = 0;          ///< split: number of equal parts
+  int64_t k = 0;              ///< topk: how many largest values to keep
+  double capacity = 0;        ///< moe: capacity factor (0: no cap, no token dropped)
   int64_t heads = 0;          ///< attention: query heads
   int64_t kvHeads = 0;        ///< attention: key/value heads (grouped-query attention)
   bool causal = false;        ///< attention: causal mask

@@ -9,6 +9,7 @@
 // (forward FLOPs, bytes read, bytes written, gradient FLOPs), each a switch over the op kinds.
 #include "ir/OpFormulas.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -253,6 +254,33 @@ Term sumBytes(Builder &b, const llvm::SmallVector<TensorId, 3> &ts, const char *
 
 bool isView(OpKind k) { return opClass(k) == OpClass::View; }
 
+// ---------------------------------------------------------------------------------------------
+// MoE: T tokens of width d, k experts each of E, hidden width H; R routed rows.
+
+struct MoeTerms {
+  Term R, d, H;
+};
+
+MoeTerms moeTerms(Builder &b) {
+  const Shape &x = input(b.g, b.op, 0).shape, &w = input(b.g, b.op, 3).shape;
+  MoeTerms m;
+  m.d = b.dim("d", x.back());
+  m.H = b.dim("H", w[2]);
+  Term T = b.rows(x, "T");
+  Term k = b.dim("k", input(b.g, b.op, 1).shape.back());
+  Term slots = T * k;
+  if (b.op.attrs.capacity <= 0) {
+    m.R = b.quantity("R", slots);
+    return m;
+  }
+  double E = static_cast<double>(w[0].size);
+  double C = std::ceil(b.op.attrs.capacity * slots.val / E);
+  m.R = b.quantity("R", Term{"min(T·k, E·⌈cf·T·k / E⌉) with E = " + formatFormulaNumber(E) +
+                                 ", cf = " + formatFormulaNumber(b.op.attrs.capacity),
+                             "", std::min(slots.val, E * C)});
+  return m;
+}
+
 } // namespace
 
 Formula describeForward(const Graph &g, const Op &op) {
@@ -309,6 +337,19 @@ Formula describeForward(const Graph &g, const Op &op) {
   case OpKind::Reshape:
   case OpKind::Transpose:
     return b.zero("a view: no arithmetic, no data moves");
+  case OpKind::TopK:
+    return b.done(b.numelIn(0), "one comparison per element (a running top-k list)");
+  case OpKind::Gather:
+    return b.zero("a gather: no arithmetic");
+  case OpKind::Moe: {
+    MoeTerms m = moeTerms(b);
+    return b.done(lit(6) * m.R * m.d * m.H + lit(5) * m.R * m.H + lit(2) * m.R * m.d,
+                  "per routed row: gate, up and down matmuls (2·d·H each), silu and the product "
+                  "(5 per hidden element), the gate weight and the sum into y (2 per output "
+                  "element); the router is its own matmul");
+  }
+  default:
+    break;
   }
   return b.zero("");
 }
@@ -322,6 +363,11 @@ Formula describeBytesRead(const Graph &g, const Op &op) {
     Term ids = b.bytesOf(op.inputs[0], "in0");
     Term rowsRead = b.n() * lit(static_cast<double>(bytesOf(input(g, op, 1).dtype)));
     return b.done(ids + rowsRead, "the ids, and only the gathered rows of the table: n elements");
+  }
+  case OpKind::Gather: {
+    Term ids = b.bytesOf(op.inputs[1], "in1");
+    Term read = b.n() * lit(static_cast<double>(bytesOf(input(g, op, 0).dtype)));
+    return b.done(ids + read, "the indices, and only the gathered elements: n of them");
   }
   case OpKind::Attention: {
     Term t = sumBytes(b, op.inputs, "in");
@@ -463,6 +509,27 @@ Formula describeGrad(const Graph &g, const Op &op, unsigned i) {
   case OpKind::Reshape:
   case OpKind::Transpose:
     return b.zero("the gradient is a view of the output gradient");
+  case OpKind::TopK:
+    return b.done(b.n(), "the values' gradient scattered into a zeroed gradient: one add each");
+  case OpKind::Gather:
+    if (i == 0)
+      return b.done(b.n(), "a scatter-add of the output gradient at the indices");
+    return b.zero("integer indices have no gradient");
+  case OpKind::Moe: {
+    if (i == 2)
+      return b.zero("integer expert indices have no gradient");
+    MoeTerms m = moeTerms(b);
+    if (i == 0)
+      return b.done(lit(6) * m.R * m.d * m.H + lit(12) * m.R * m.H + lit(2) * m.R * m.d,
+                    "gate × dy per row, dh = d(out)·w_downᵀ, the SwiGLU backward (12 per hidden "
+                    "element), dx = dg·w_gateᵀ + du·w_upᵀ, the sum of each token's k rows");
+    if (i == 1)
+      return b.done(lit(2) * m.R * m.d, "a dot product of dy with each expert output");
+    return b.done(lit(2) * m.R * m.d * m.H, "the weight's gradient: one matmul per expert, "
+                                            "over its routed rows");
+  }
+  default:
+    break;
   }
   return b.zero("");
 }

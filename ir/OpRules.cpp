@@ -12,6 +12,7 @@
 #include "ir/OpRules.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -1038,6 +1039,295 @@ ForwardCost forwardOptimizerUpdate(const Graph &g, const Op &op) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Mixture of experts: topk, gather, moe and their backward ops (scatter_add, moe_backward).
+//
+// moe(x [..., d], gates [..., k], indices [..., k], w_gate [E, d, H], w_up [E, d, H],
+// w_down [E, H, d]) runs each token's k chosen experts, bias-free SwiGLU
+// down(silu(x·gate) * x·up), and sums their outputs weighted by the gates. T = numel(x) / d
+// tokens give T·k routed slots. With a capacity factor cf > 0 each expert takes at most
+// C = ⌈cf·T·k / E⌉ tokens and its buffers hold C rows: the kernels run E·C rows (padded),
+// the model FLOPs count R = min(T·k, E·C) rows (balanced routing; the rest are dropped).
+// Outputs: y [..., d], then what the backward reads, [Rb, H] ×3 and [Rb, d] with Rb the rows
+// the buffers hold: the gate and up pre-activations, the hidden silu(g)·u, the expert outputs
+// before the gate weight (for the gates' gradient).
+
+struct MoeDims {
+  double T = 0, d = 0, H = 0, E = 0, k = 0;
+  double R = 0;  ///< routed rows the model counts: min(T·k, E·C)
+  double Rb = 0; ///< rows the kernels run and the buffers hold: T·k, or E·C with a capacity
+};
+
+/// Rows of the expert buffers from the tokens, top-k, experts and capacity factor; nullopt when
+/// past int64.
+std::optional<int64_t> moeBufferRows(int64_t T, int64_t k, int64_t E, double capacity) {
+  int64_t slots;
+  if (__builtin_mul_overflow(T, k, &slots))
+    return std::nullopt;
+  if (capacity <= 0)
+    return slots;
+  double c = std::ceil(capacity * static_cast<double>(slots) / static_cast<double>(E));
+  int64_t rows;
+  if (!(c < 9.0e18) || __builtin_mul_overflow(static_cast<int64_t>(c), E, &rows))
+    return std::nullopt;
+  return rows;
+}
+
+MoeDims moeDims(const Graph &g, const Op &op) {
+  MoeDims m;
+  const Shape &x = in(g, op, 0).shape, &wg = in(g, op, 3).shape;
+  m.d = static_cast<double>(x.back().size);
+  m.T = m.d > 0 ? numel(x) / m.d : 0;
+  m.k = static_cast<double>(in(g, op, 1).shape.back().size);
+  m.E = static_cast<double>(wg[0].size);
+  m.H = static_cast<double>(wg[2].size);
+  m.Rb = m.T * m.k;
+  if (op.attrs.capacity > 0)
+    m.Rb = m.E * std::ceil(op.attrs.capacity * m.T * m.k / m.E);
+  m.R = std::min(m.T * m.k, m.Rb);
+  return m;
+}
+
+bool inferMoe(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+              ShapeError &err) {
+  if (!expectInputs(op, 6, 6, err))
+    return false;
+  const Tensor &x = in(g, op, 0), &gates = in(g, op, 1), &idx = in(g, op, 2);
+  const Shape &wg = in(g, op, 3).shape, &wu = in(g, op, 4).shape, &wd = in(g, op, 5).shape;
+  if (x.shape.empty() || !isFloat(x.dtype))
+    return fail(err, ShapeErrorKind::Invalid,
+                "moe needs float tokens [..., d], got " + g.formatShape(x.shape));
+  if (!isInteger(idx.dtype))
+    return fail(err, ShapeErrorKind::Invalid,
+                "moe indices must be integers (the experts topk chose), got " +
+                    nameOf(idx.dtype).str() + g.formatShape(idx.shape));
+  bool same = gates.shape.size() == x.shape.size() && idx.shape.size() == x.shape.size();
+  for (size_t i = 0; same && i + 1 < x.shape.size(); ++i)
+    same = gates.shape[i].size == x.shape[i].size && idx.shape[i].size == x.shape[i].size;
+  same = same && gates.shape.back().size == idx.shape.back().size && gates.shape.back().size > 0;
+  if (!same)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "moe gates " + g.formatShape(gates.shape) + " and indices " +
+                    g.formatShape(idx.shape) + " must be [..., top_k] over the tokens of " +
+                    g.formatShape(x.shape));
+  int64_t d = x.shape.back().size;
+  bool weights = wg.size() == 3 && wu.size() == 3 && wd.size() == 3 && wg[1].size == d &&
+                 wu[0].size == wg[0].size && wu[1].size == d && wu[2].size == wg[2].size &&
+                 wd[0].size == wg[0].size && wd[1].size == wg[2].size && wd[2].size == d;
+  if (!weights)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "moe expert weights must be w_gate, w_up [experts, d, hidden] and w_down "
+                "[experts, hidden, d] with d = " + std::to_string(d) + ", got " +
+                    g.formatShape(wg) + ", " + g.formatShape(wu) + ", " + g.formatShape(wd));
+  int64_t E = wg[0].size, k = gates.shape.back().size;
+  if (E <= 0 || k > E)
+    return fail(err, ShapeErrorKind::Invalid,
+                "moe routes each token to top_k = " + std::to_string(k) + " of " +
+                    std::to_string(E) + " experts: top_k must be at most the experts");
+  if (!(op.attrs.capacity >= 0))
+    return fail(err, ShapeErrorKind::Invalid, "moe capacity_factor must be 0 (no cap) or positive");
+  std::optional<int64_t> tokens = checkedNumel(x.shape);
+  std::optional<int64_t> rows = tokens ? moeBufferRows(*tokens / d, k, E, op.attrs.capacity)
+                                       : std::nullopt;
+  if (!rows)
+    return fail(err, ShapeErrorKind::Overflow,
+                "the routed tokens of moe are more than fit in a 64-bit integer");
+  Dim R{*rows, 0};
+  outs.push_back({x.shape, g.activationDtype});
+  for (int i = 0; i < 3; ++i)
+    outs.push_back({Shape{R, wg[2]}, g.activationDtype});
+  outs.push_back({Shape{R, x.shape.back()}, g.activationDtype});
+  return true;
+}
+
+/// 3 matmuls of 2·d·H per routed row, silu (4) and the product (1) per hidden element, and the
+/// gate weight and the sum into y (2) per output element of each row.
+double moeForwardFlops(const MoeDims &m, double rows) {
+  return 6 * rows * m.d * m.H + 5 * rows * m.H + 2 * rows * m.d;
+}
+
+ForwardCost forwardMoe(const Graph &g, const Op &op) {
+  MoeDims m = moeDims(g, op);
+  ForwardCost c = defaultBytes(g, op);
+  c.flops = moeForwardFlops(m, m.R);
+  c.executedFlops = moeForwardFlops(m, m.Rb);
+  c.matmulFlops = 6 * m.R * m.d * m.H;
+  return c;
+}
+
+/// dx: the gate times dy per row (R·d), dh = d(out)·w_downᵀ (2·R·H·d), the SwiGLU backward
+/// (12 per hidden element: silu and its derivative, two products), dx_r = dg·w_gateᵀ +
+/// du·w_upᵀ (4·R·d·H) and the sum of each token's k rows (R·d). gates: a dot product of dy
+/// with each expert output (2·R·d). Each weight: one matmul of 2·R·d·H.
+double moeGrad(const MoeDims &m, double rows, unsigned i) {
+  switch (i) {
+  case 0: return 6 * rows * m.d * m.H + 12 * rows * m.H + 2 * rows * m.d;
+  case 1: return 2 * rows * m.d;
+  case 3:
+  case 4:
+  case 5: return 2 * rows * m.d * m.H;
+  default: return 0;
+  }
+}
+
+double gradMoe(const Graph &g, const Op &op, unsigned i) {
+  MoeDims m = moeDims(g, op);
+  return moeGrad(m, m.R, i);
+}
+
+/// The executed count runs the buffers' rows; without dx the weights' gradients still need
+/// d(out) (and dg, du for w_gate and w_up), which dx's count otherwise holds.
+double executedBackwardMoe(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad) {
+  MoeDims m = moeDims(g, op);
+  double f = 0;
+  for (unsigned i = 0; i < 6; ++i)
+    if (need(needGrad, i))
+      f += moeGrad(m, m.Rb, i);
+  if (!need(needGrad, 0) && (need(needGrad, 3) || need(needGrad, 4)))
+    f += m.Rb * m.d + 2 * m.Rb * m.d * m.H + 12 * m.Rb * m.H;
+  else if (!need(needGrad, 0) && need(needGrad, 5))
+    f += m.Rb * m.d;
+  return f;
+}
+
+void savedMoe(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+              std::vector<SavedTensor> &out) {
+  if (!anyNeed(needGrad))
+    return;
+  bool chain = need(needGrad, 0) || need(needGrad, 3) || need(needGrad, 4);
+  if (need(needGrad, 3) || need(needGrad, 4))
+    keep(g, out, op.inputs[0], "input");
+  keep(g, out, op.inputs[1], "gates");
+  keep(g, out, op.inputs[2], "expert indices");
+  if (chain) {
+    keep(g, out, op.outputs[1], "expert gate pre-activations");
+    keep(g, out, op.outputs[2], "expert up pre-activations");
+  }
+  if (need(needGrad, 5))
+    keep(g, out, op.outputs[3], "expert hidden");
+  if (need(needGrad, 1))
+    keep(g, out, op.outputs[4], "expert outputs");
+}
+
+/// moe_backward(x, gates, indices, w_gate, w_up, w_down, g, u, h, out_e, dy): the gradients
+/// of x, gates, w_gate, w_up and w_down that gradMask asks for, in that order.
+bool inferMoeBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                      ShapeError &err) {
+  if (!expectInputs(op, 11, 11, err))
+    return false;
+  for (unsigned i : {0u, 1u, 3u, 4u, 5u})
+    if (gradWanted(op, i))
+      outs.push_back({in(g, op, i).shape, i < 3 ? in(g, op, 10).dtype : in(g, op, i).dtype});
+  return true;
+}
+
+ForwardCost forwardMoeBackward(const Graph &g, const Op &op) {
+  MoeDims m = moeDims(g, op);
+  auto need = maskBits(op, 6);
+  ForwardCost c = defaultBytes(g, op);
+  for (unsigned i = 0; i < 6; ++i)
+    if (need[i]) {
+      c.flops += moeGrad(m, m.R, i);
+      c.matmulFlops += i == 0 ? 6 * m.R * m.d * m.H : i >= 3 ? 2 * m.R * m.d * m.H : 0;
+    }
+  c.executedFlops = executedBackwardMoe(g, op, need);
+  return c;
+}
+
+/// topk(x, k, dim): (the k largest values along dim, their i32 indices). One comparison per
+/// element (a running top-k list, as softmax's max counts one per element).
+bool inferTopK(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+               ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  size_t axis;
+  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+    return fail(err, ShapeErrorKind::Invalid,
+                "topk dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                    g.formatShape(x.shape));
+  if (op.attrs.k <= 0 || op.attrs.k > x.shape[axis].size)
+    return fail(err, ShapeErrorKind::Invalid,
+                "topk k = " + std::to_string(op.attrs.k) + " must be between 1 and " +
+                    std::to_string(x.shape[axis].size) + ", the size of dim " +
+                    std::to_string(op.attrs.dim) + " of " + g.formatShape(x.shape));
+  Shape shape = x.shape;
+  shape[axis] = Dim{op.attrs.k, 0};
+  outs.push_back({shape, resultDtype(g, x.dtype)});
+  outs.push_back({shape, Dtype::I32});
+  return true;
+}
+
+ForwardCost forwardTopK(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), numel(in(g, op, 0).shape));
+}
+
+/// The values' gradient scattered into a zeroed gradient of x: one add per value.
+double gradTopK(const Graph &g, const Op &op, unsigned) { return outNumel(g, op); }
+
+void savedTopK(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+               std::vector<SavedTensor> &out) {
+  if (need(needGrad, 0))
+    keep(g, out, op.outputs[1], "indices");
+}
+
+/// gather(x, indices, dim): out[i][j] = x[i][indices[i][j]] along dim (torch.gather); indices
+/// have x's rank and at most its size in every other dimension.
+bool inferGather(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                 ShapeError &err) {
+  if (!expectInputs(op, 2, 2, err))
+    return false;
+  const Tensor &x = in(g, op, 0), &idx = in(g, op, 1);
+  if (!isInteger(idx.dtype))
+    return fail(err, ShapeErrorKind::Invalid,
+                "gather indices must be integers, got " + nameOf(idx.dtype).str() +
+                    g.formatShape(idx.shape));
+  size_t axis;
+  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+    return fail(err, ShapeErrorKind::Invalid,
+                "gather dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                    g.formatShape(x.shape));
+  bool fits = idx.shape.size() == x.shape.size();
+  for (size_t i = 0; fits && i < x.shape.size(); ++i)
+    fits = i == axis || idx.shape[i].size <= x.shape[i].size;
+  if (!fits)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "gather indices " + g.formatShape(idx.shape) + " must have the rank of " +
+                    g.formatShape(x.shape) + " and be no larger outside dim " +
+                    std::to_string(op.attrs.dim));
+  outs.push_back({idx.shape, x.dtype});
+  return true;
+}
+
+/// The indices, and only the gathered elements of x.
+ForwardCost forwardGather(const Graph &g, const Op &op) {
+  ForwardCost c;
+  c.bytesRead = g.bytes(op.inputs[1]) + outNumel(g, op) * bytesOf(in(g, op, 0).dtype);
+  c.bytesWritten = g.bytes(op.outputs[0]);
+  return c;
+}
+
+double gradGather(const Graph &g, const Op &op, unsigned i) { return i == 0 ? outNumel(g, op) : 0; }
+
+void savedGather(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                 std::vector<SavedTensor> &out) {
+  if (need(needGrad, 0))
+    keep(g, out, op.inputs[1], "indices");
+}
+
+/// scatter_add(indices, dy): a gradient of shape newShape, dy added at the indices along dim
+/// (zero elsewhere unless it accumulates): the backward of topk and gather, one add per element.
+bool inferScatterAdd(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                     ShapeError &err) {
+  if (!expectInputs(op, 2, 2, err))
+    return false;
+  outs.push_back({op.attrs.newShape, in(g, op, 1).dtype});
+  return true;
+}
+ForwardCost forwardScatterAdd(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), numel(in(g, op, 1).shape));
+}
+
+// ---------------------------------------------------------------------------------------------
 // The table: one entry per kind, named rule<ID> so that ir/Ops.def can index them below.
 
 #define RULE(ID, INFER, FORWARD, GRAD, EXEC, SAVED)                                              \
@@ -1071,6 +1361,9 @@ RULE(Concat, inferConcat, forwardData, noGrad, executedDefault, savesNothing)
 RULE(Split, inferSplit, forwardView, noGrad, executedDefault, savesNothing)
 RULE(Reshape, inferReshape, forwardView, noGrad, executedDefault, savesNothing)
 RULE(Transpose, inferTranspose, forwardView, noGrad, executedDefault, savesNothing)
+RULE(TopK, inferTopK, forwardTopK, gradTopK, executedDefault, savedTopK)
+RULE(Gather, inferGather, forwardGather, gradGather, executedDefault, savedGather)
+RULE(Moe, inferMoe, forwardMoe, gradMoe, executedBackwardMoe, savedMoe)
 RULE(Contiguous, inferContiguous, forwardCopy, noGrad, executedDefault, savesNothing)
 RULE(ReduceTo, inferToShape, forwardReduceTo, noGrad, executedDefault, savesNothing)
 RULE(Expand, inferToShape, forwardExpand, noGrad, executedDefault, savesNothing)
@@ -1087,6 +1380,8 @@ RULE(ZeroGrad, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothin
 RULE(SumSquares, inferSumSquares, forwardSumSquares, noGrad, executedDefault, savesNothing)
 RULE(Scale, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothing)
 RULE(OptimizerUpdate, inferGiven, forwardOptimizerUpdate, noGrad, executedDefault, savesNothing)
+RULE(ScatterAdd, inferScatterAdd, forwardScatterAdd, noGrad, executedDefault, savesNothing)
+RULE(MoeBackward, inferMoeBackward, forwardMoeBackward, noGrad, executedDefault, savesNothing)
 #undef RULE
 
 const OpRule *const kRules[] = {

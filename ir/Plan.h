@@ -49,6 +49,8 @@ struct Parallelism {
   int64_t pipeline = 1;
   int64_t context = 1;             ///< context parallelism: the sequence split over c ranks
                                    ///< (ring attention); devices = data × tensor × pipeline × c
+  int64_t expert = 1;              ///< expert parallelism: the MoE experts split over e ranks
+                                   ///< carved out of the data group (data % e == 0)
   int zero = 0;                    ///< ZeRO stage 0..3 over the data-parallel group
   int64_t interleave = 1;          ///< virtual pipeline stages per device (Megatron's
                                    ///< interleaved 1F1B); 1: plain 1F1B

@@ -113,8 +113,9 @@ void markSplit(Facts &f) {
       for (TensorId t : op.inputs)
         out = out || f.split[f.base[t]];
     }
-    for (TensorId t : op.outputs)
-      f.split[f.base[t]] = out;
+    // moe's saved expert buffers (outputs 1-4) are split like an MLP's hidden; y is whole.
+    for (size_t i = 0; i < op.outputs.size(); ++i)
+      f.split[f.base[op.outputs[i]]] = op.kind == OpKind::Moe ? i > 0 : out;
   }
 }
 

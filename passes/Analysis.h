@@ -98,6 +98,7 @@ struct Analysis {
   };
   struct {
     double total = 0, trainable = 0;
+    double expert = 0, expertTrainable = 0; ///< of those, the MoE experts' weights (moe inputs 3-5)
     std::vector<BlockCount> byBlock; ///< every instance, in instance order
   } params;
 
@@ -141,6 +142,7 @@ struct Analysis {
     // StepTime.cpp: the parts of `communication`, seconds per step on one device.
     double dataParallelComm = 0, tensorParallelComm = 0, pipelineComm = 0;
     double contextParallelComm = 0; ///< ring attention's K/V passes not hidden by attention
+    double expertParallelComm = 0;  ///< the all-to-alls of routed tokens (expert parallelism)
   } time;
 
   /// The pipeline schedule of one optimizer step (PipelineTimeline.cpp), train plans with

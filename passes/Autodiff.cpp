@@ -7,9 +7,10 @@
 //    differentiates (bytes: what it reads, what it writes, and the old value of a gradient it
 //    adds into). FLOPs that write a parameter's gradient (or a temporary for one) are weight
 //    gradients, the rest input gradients; a norm's backward splits hers: n per weight or bias
-//    gradient, the rest for the input. What the op's backward keeps from the forward comes
-//    from the op's rule (`saved`). The per-input formulas of the rules (gradFlops) are a test
-//    oracle now: tests/unit/test_backward.cpp checks the ops agree with them exactly.
+//    gradient, the rest for the input; moe_backward counts its experts' weight matmuls as
+//    weight gradients. What the op's backward keeps from the forward comes from the op's rule
+//    (`saved`). The per-input formulas of the rules (gradFlops) are a test oracle now:
+//    tests/unit/test_backward.cpp checks the ops agree with them exactly.
 // 3. Totals per optimizer step = per-micro-batch sums × batch / micro_batch, the same scaling
 //    as the forward (passes/OpCosts.cpp); the optimizer-phase ops run once per step.
 // 4. step = forward + backward + optimizer (model FLOPs); executed = executed forward +
@@ -75,6 +76,10 @@ void differentiate(Analysis &a) {
       for (TensorId t : op.outputs)
         if (writesWeightGrad(s, t))
           weight += n;
+    } else if (op.kind == OpKind::MoeBackward) { // the experts' weights: inputs 3, 4, 5
+      for (unsigned w = 3; w < 6; ++w)
+        if ((op.attrs.gradMask >> w) & 1)
+          weight += ruleFor(OpKind::Moe).gradFlops(g, g.ops[op.forwardOp], w);
     } else if (!op.outputs.empty() && writesWeightGrad(s, op.outputs[0])) {
       weight = c.flops;
     }

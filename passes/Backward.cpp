@@ -19,9 +19,9 @@
 // 3. The backward of each op, one builder per kind (PyTorch's derivatives.yaml, written once
 //    here): matmul as two matmuls over transposed views (flattening the batch when the other
 //    operand is a weight), elementwise ops as elementwise ops, and a backward kind per fused op
-//    (norms, softmax, attention, cross entropy, embedding). A gradient computed at a broadcast
-//    shape is summed back with reduce_to. The loss gradient is a fill of 1 / micro-steps
-//    (× the loss scale under fp16 loss scaling).
+//    (norms, softmax, attention, cross entropy, embedding, moe; topk and gather scatter_add).
+//    A gradient computed at a broadcast shape is summed back with reduce_to. The loss gradient
+//    is a fill of 1 / micro-steps (× the loss scale under fp16 loss scaling).
 // 4. The optimizer phase: under loss scaling a sum_squares over the gradients (the overflow
 //    check that skips the step), the optimizer_update over the flat parameter region, and
 //    zero_grad of the gradient region for the next step.
@@ -514,6 +514,26 @@ struct Builder {
         emit(OpKind::CrossEntropyBackward, {x, op.inputs[1], op.outputs[1], dy}, {gradOf(x)},
              OpAttrs(), acc ? 1 : 0);
       }
+      break;
+    }
+    case OpKind::TopK:   // the values' gradient scattered back at the chosen indices
+    case OpKind::Gather: { // the output gradient scatter-added at the gathered indices
+      TensorId x = op.inputs[0];
+      if (needs(x)) {
+        OpAttrs a;
+        a.newShape = g.tensors[x].shape;
+        a.dim = op.attrs.dim;
+        TensorId idx = op.kind == OpKind::TopK ? op.outputs[1] : op.inputs[1];
+        bool acc = accumulateNext(x);
+        emit(OpKind::ScatterAdd, {idx, dy}, {gradOf(x)}, a, acc ? 1 : 0);
+      }
+      break;
+    }
+    case OpKind::Moe: {
+      llvm::SmallVector<TensorId, 3> in(op.inputs.begin(), op.inputs.end());
+      in.append(op.outputs.begin() + 1, op.outputs.end());
+      in.push_back(dy);
+      multiBackward(op, OpKind::MoeBackward, in, {0u, 1u, 3u, 4u, 5u});
       break;
     }
     case OpKind::Sum:

@@ -59,6 +59,8 @@ void pipelineTimeline(Analysis &a);
 /// StepTime.cpp: an error when batch is not a multiple of micro_batch × data-parallel devices
 /// (the gradient accumulation steps would not be a whole number). Runs right after stepTime.
 void checkAccumulation(Analysis &a, DiagnosticEngine &diags);
+/// StepTime.cpp: an error when expert = e does not divide the experts of some moe op.
+void checkExperts(Analysis &a, DiagnosticEngine &diags);
 /// StepTime.cpp: seconds one kernel takes on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
 /// the rest). Shared by the training step and inference so both price ops the same way.

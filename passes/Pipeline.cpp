@@ -36,6 +36,7 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   checkAccumulation(a, diags); // [steptime]
+  checkExperts(a, diags);
   inference(a); // [inference]
   allocatorReserve(a);
   return a;

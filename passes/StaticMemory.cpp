@@ -12,8 +12,12 @@
 //    accumulation buffer of T·b(grad_dtype) (sharded like the gradients) replaces them (the
 //    backward adds each weight gradient into it and frees it: Megatron's main_grad); the
 //    target's CUDA context; one communication buffer per communicator of more than one rank
-//    (tensor, context, pipeline, data). allocatorReserve (after the activations and the KV
+//    (tensor, context, pipeline, data, expert). allocatorReserve (after the activations and the KV
 //    cache) adds the target's fraction of everything the caching allocator hands out.
+// 6. Expert parallelism (expert = e): the MoE experts' weights X (a.params.expert) are split
+//    over the e ranks of the expert group besides tensor × pipeline, and ZeRO shards them over
+//    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
+//    + X/(t·p·e)/shard(d/e).
 #include "passes/Passes.h"
 
 #include <algorithm>
@@ -26,18 +30,25 @@ void staticMemory(Analysis &a) {
   const Parallelism &par = plan.parallel;
   double modelSplit = static_cast<double>(par.tensor * par.pipeline);
   double dp = static_cast<double>(par.data);
+  double ep = static_cast<double>(std::max<int64_t>(1, par.expert));
   double n = a.params.total / modelSplit;
   double t = plan.isTrain ? a.params.trainable / modelSplit : 0;
+  double nx = a.params.expert / modelSplit;
+  double tx = plan.isTrain ? a.params.expertTrainable / modelSplit : 0;
   auto shard = [&](int stage) { return par.zero >= stage ? dp : 1.0; };
+  // Element counts per device of all parameters (`all`) and of the experts among them (`x`).
+  auto owned = [&](double all, double x, int stage) {
+    return (all - x) / shard(stage) + x / ep / (par.zero >= stage ? dp / ep : 1.0);
+  };
 
-  double params = n * bytesOf(p.params) / shard(3);
-  double grads = t * bytesOf(p.grads) / shard(2);
+  double params = owned(n, nx, 3) * bytesOf(p.params);
+  double grads = owned(t, tx, 2) * bytesOf(p.grads);
   bool accumulate = p.gradAccum != Dtype::Invalid && bytesOf(p.gradAccum) > bytesOf(p.grads);
-  double gradAccum = accumulate ? t * bytesOf(p.gradAccum) / shard(2) : 0;
+  double gradAccum = accumulate ? owned(t, tx, 2) * bytesOf(p.gradAccum) : 0;
   if (accumulate)
     grads = 0;
-  double master = p.master == Dtype::Invalid ? 0 : t * bytesOf(p.master) / shard(1);
-  double optimizer = t * plan.optimizer.states * bytesOf(p.optimizer) / shard(1);
+  double master = p.master == Dtype::Invalid ? 0 : owned(t, tx, 1) * bytesOf(p.master);
+  double optimizer = owned(t, tx, 1) * plan.optimizer.states * bytesOf(p.optimizer);
 
   auto place = [&](double bytes, bool onHost, double &device) {
     if (onHost)
@@ -55,7 +66,8 @@ void staticMemory(Analysis &a) {
 
   const Target &tg = plan.target;
   a.memory.context = tg.contextBytes;
-  int communicators = (par.tensor > 1) + (par.context > 1) + (par.pipeline > 1) + (par.data > 1);
+  int communicators = (par.tensor > 1) + (par.context > 1) + (par.pipeline > 1) + (par.data > 1) +
+                      (par.expert > 1);
   a.memory.commBuffers = communicators * tg.commBufferBytes;
   a.memory.peak = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
                   a.memory.gradAccum + a.memory.context + a.memory.commBuffers;

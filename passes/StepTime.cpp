@@ -86,6 +86,12 @@
 //    tensor all-reduces and stage sends carry 1/c; attention passes its local K/V round the
 //    ring of c ranks, c − 1 sends forward and 2(c − 1) backward, each hidden behind the
 //    attention computed meanwhile; gradients are all-reduced over the context group as well.
+// 12. Expert parallelism (expert = e, carved out of the data ranks: the innermost e of them
+//    form an expert group): a moe op is split over the tensor group like an MLP (step 7: y
+//    all-reduced forward, x's gradient backward); its routed rows go to the ranks holding their
+//    experts and back, an all-to-all each way over the expert group, forward, backward and on
+//    recompute. Expert weights are split over e (steps 5, 6, 8): their gradients reduce over
+//    the data/e ranks holding the same experts, the rest over all d.
 // Infer plans get the forward of the prompt here (the prefill): per-op times, the forward
 // all-reduces of row-parallel matmuls (2·(t−1)/t × bytes), p − 1 pipeline boundary sends and the
 // input's upload; passes/Inference.cpp does the rest.
@@ -167,6 +173,19 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
       anySplit = anySplit || split[storageOf(g, x)];
     bool out = false;
     TensorId x = weightMatmulInput(g, op);
+    if (op.kind == OpKind::Moe) {
+      // The experts are split like a Megatron MLP: gate and up column-parallel, down
+      // row-parallel; y is all-reduced forward, the gradient of x backward.
+      tp.rowParallel[i] = true;
+      tp.forwardBytes += g.bytes(op.outputs[0]);
+      tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
+      if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
+        columnInputs.insert(storageOf(g, op.inputs[0]));
+      tp.split[i] = t * c;
+      for (TensorId o : op.outputs)
+        split[storageOf(g, o)] = false;
+      continue;
+    }
     if (x != kNone) {
       bool inputSplit = split[storageOf(g, x)];
       out = !inputSplit;
@@ -276,15 +295,25 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
   }
 }
 
+/// Parameters one device holds of `all` (of which `experts` are MoE experts' weights), when
+/// ZeRO at `stage` or above shards them: (all − experts)/(t·p)/d + experts/(t·p·e)/(d/e), the
+/// experts split over the expert group and sharded over the replicas that hold the same ones.
+double perDevice(const Plan &plan, double all, double experts, int stage) {
+  const Parallelism &par = plan.parallel;
+  double model = degree(par.tensor) * degree(par.pipeline), d = degree(par.data);
+  double e = degree(par.expert);
+  bool sharded = par.zero >= stage;
+  return (all - experts) / model / (sharded ? d : 1) +
+         experts / (model * e) / (sharded ? std::max(1.0, d / e) : 1);
+}
+
 /// Step 5: the device's optimizer update per step.
 double optimizerTime(const Analysis &a) {
   const Plan &plan = *a.plan;
   const PrecisionPolicy &pp = plan.precision;
-  const Parallelism &par = plan.parallel;
   if (pp.optimizerOnHost || a.params.trainable <= 0)
     return 0;
-  double owned = a.params.trainable / (degree(par.tensor) * degree(par.pipeline)) /
-                 (par.zero >= 1 ? degree(par.data) : 1);
+  double owned = perDevice(plan, a.params.trainable, a.params.expertTrainable, 1);
   double perElement = bytesOf(pp.params) + bytesOf(pp.grads) +
                       (pp.master == Dtype::Invalid ? 0 : bytesOf(pp.master)) +
                       plan.optimizer.states * bytesOf(pp.optimizer);
@@ -325,14 +354,21 @@ Placement place(const Plan &plan, char dim) {
                   : c == 'c' ? par.context
                              : par.data);
   };
+  // The expert group ('e') is the innermost e of the data ranks, the expert-data group ('x')
+  // the data ranks that hold the same experts, e apart.
+  double e = degree(par.expert);
   double stride = 1;
   for (char c : par.order) {
-    if (c == dim)
+    if (c == (dim == 'e' || dim == 'x' ? 'd' : dim))
       break;
     stride *= deg(c);
   }
   Placement g;
   g.n = deg(dim);
+  if (dim == 'e' || dim == 'x') {
+    g.n = dim == 'e' ? e : std::max(1.0, deg('d') / e);
+    stride *= dim == 'x' ? e : 1;
+  }
   g.k = g.n;
   if (plan.target.network <= 0)
     return g;
@@ -342,7 +378,7 @@ Placement place(const Plan &plan, char dim) {
   return g;
 }
 
-enum class Collective { AllReduce, ReduceScatter, AllGather };
+enum class Collective { AllReduce, ReduceScatter, AllGather, AllToAll };
 
 /// Step 10: one collective over group `g` of a buffer of `bytes` (an all-reduce's buffer, a
 /// reduce-scatter's input, an all-gather's output). A ring of n takes n−1 steps per phase (two
@@ -357,6 +393,14 @@ enum class Collective { AllReduce, ReduceScatter, AllGather };
 double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes) {
   if (g.n <= 1 || bytes <= 0)
     return 0;
+  if (c == Collective::AllToAll) {
+    // Each member sends 1/n of its buffer to every other member, all sends at once (NCCL
+    // groups them): k − 1 parts to its node over the link, n − k parts out through its share
+    // of the network, the two in parallel; one latency of the slowest tier crossed.
+    double inside = (g.k - 1) / g.n * bytes / commBandwidth(t);
+    double outside = g.r > 1 ? (g.n - g.k) / g.n * bytes / networkBandwidth(t) : 0;
+    return (g.r > 1 ? t.networkLatency : t.linkLatency) + std::max(inside, outside);
+  }
   double phases = c == Collective::AllReduce ? 2 : 1;
   double bw = commBandwidth(t);
   if (g.r > 1) {
@@ -408,40 +452,51 @@ double dataParallelTime(const Analysis &a, double m, double backwardOne, double 
   double d = degree(par.data), c = degree(par.context);
   if ((d <= 1 && c <= 1) || !plan.isTrain)
     return 0;
-  Placement g = place(plan, 'd');
   double model = degree(par.tensor) * degree(par.pipeline);
-  double G = a.params.trainable / model * bytesOf(plan.precision.grads);
-  double PT = a.params.trainable / model * bytesOf(plan.precision.params);
-  double P = a.params.total / model * bytesOf(plan.precision.params);
-  std::pair<double, double> grads; // (all buckets, last bucket)
-  double gather = 0, window = 0;
-  switch (par.zero) {
-  case 0:
-    grads = bucketed(t, g, Collective::AllReduce, G);
-    window = backwardOne;
-    break;
-  case 1:
-    grads = bucketed(t, g, Collective::ReduceScatter, G);
-    gather = collectiveTime(t, g, Collective::AllGather, PT);
-    window = backwardOne;
-    break;
-  case 2: {
-    auto one = bucketed(t, g, Collective::ReduceScatter, G);
-    grads = {m * one.first, one.second};
-    gather = collectiveTime(t, g, Collective::AllGather, PT);
-    window = m * backwardOne;
-    break;
-  }
-  default: {
-    // ZeRO 3: each layer's parameters are gathered before its forward and again before its
-    // backward, every micro-batch, and prefetched under the previous layer's compute.
-    auto one = bucketed(t, g, Collective::ReduceScatter, G);
-    double n = std::max(1.0, layers);
-    double perLayer = collectiveTime(t, g, Collective::AllGather, P / n);
-    grads = {m * one.first + 2 * m * n * perLayer, std::max(one.second, perLayer)};
-    window = m * computeOne;
-    break;
-  }
+  double bg = bytesOf(plan.precision.grads), bp = bytesOf(plan.precision.params);
+  // Expert parallelism: the experts' weights (X trainable, XA in all, per model-parallel rank)
+  // are split over the e ranks of the expert group and reduced over the data/e ranks that hold
+  // the same experts ('x'); the other parameters over the whole data group ('d').
+  double e = degree(par.expert);
+  double T = a.params.trainable / model, N = a.params.total / model;
+  double X = e > 1 ? a.params.expertTrainable / model : 0, XA = e > 1 ? a.params.expert / model : 0;
+  struct Group {
+    Placement g;
+    double G, PT, P; ///< gradient, trainable-parameter and parameter bytes of the device
+  };
+  const Group groups[2] = {{place(plan, 'd'), (T - X) * bg, (T - X) * bp, (N - XA) * bp},
+                           {place(plan, 'x'), X / e * bg, X / e * bp, XA / e * bp}};
+  std::pair<double, double> grads{0, 0}; // (all buckets, last bucket)
+  double gather = 0, G = 0;
+  double window = par.zero <= 1 ? backwardOne : par.zero == 2 ? m * backwardOne : m * computeOne;
+  for (const Group &gr : groups) {
+    const Placement &g = gr.g;
+    G += gr.G;
+    std::pair<double, double> one;
+    switch (par.zero) {
+    case 0:
+      one = bucketed(t, g, Collective::AllReduce, gr.G);
+      break;
+    case 1:
+      one = bucketed(t, g, Collective::ReduceScatter, gr.G);
+      gather += collectiveTime(t, g, Collective::AllGather, gr.PT);
+      break;
+    case 2:
+      one = bucketed(t, g, Collective::ReduceScatter, gr.G);
+      one.first *= m;
+      gather += collectiveTime(t, g, Collective::AllGather, gr.PT);
+      break;
+    default: {
+      // ZeRO 3: each layer's parameters are gathered before its forward and again before its
+      // backward, every micro-batch, and prefetched under the previous layer's compute.
+      one = bucketed(t, g, Collective::ReduceScatter, gr.G);
+      double n = std::max(1.0, layers);
+      double perLayer = collectiveTime(t, g, Collective::AllGather, gr.P / n);
+      one = {m * one.first + 2 * m * n * perLayer, std::max(one.second, perLayer)};
+      break;
+    }
+    }
+    grads = {grads.first + one.first, std::max(grads.second, one.second)};
   }
   // Context ranks hold the same parameters: their gradients are all-reduced over the context
   // group too (before the data-parallel step, in the same buckets and window).
@@ -458,19 +513,15 @@ double hostBytes(const Analysis &a, double m) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
   const PrecisionPolicy &pp = plan.precision;
-  const Parallelism &par = plan.parallel;
   double input = 0;
   for (TensorId x : g.inputs)
     input += g.bytes(x);
   double bytes = m * input;
-  double model = degree(par.tensor) * degree(par.pipeline);
-  double dp = degree(par.data);
-  auto shard = [&](int stage) { return par.zero >= stage ? dp : 1.0; };
-  double params = a.params.total / model * bytesOf(pp.params) / shard(3);
+  double params = perDevice(plan, a.params.total, a.params.expert, 3) * bytesOf(pp.params);
   if (!plan.isTrain) // the forward reads parameters kept on the host once
     return bytes + (pp.paramsOnHost ? params : 0);
-  double grads = a.params.trainable / model * bytesOf(pp.grads) / shard(2);
-  double owned = a.params.trainable / model / shard(1);
+  double grads = perDevice(plan, a.params.trainable, a.params.expertTrainable, 2) * bytesOf(pp.grads);
+  double owned = perDevice(plan, a.params.trainable, a.params.expertTrainable, 1);
   bool deviceUpdates = !pp.optimizerOnHost;
   if (pp.paramsOnHost)
     bytes += 2 * m * params + (deviceUpdates ? owned * bytesOf(pp.params) : 0);
@@ -542,6 +593,33 @@ double ringAttention(const Analysis &a, const TensorParallel &tp) {
   return time;
 }
 
+/// Expert parallelism per micro-batch: each moe op sends its routed rows to the ranks that hold
+/// their experts and brings the outputs back, an all-to-all each way over the expert group of
+/// the rows' bytes (R_b·d at the activation dtype, the op's expert_out buffer) over its split
+/// (a tensor or context rank sends its share): 2 in the forward, 2 in the backward (the
+/// gradients back the same ways), and 2 more for each recompute of the op. 0 when e = 1.
+double expertAllToAll(const Analysis &a, const TensorParallel &tp) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  if (degree(plan.parallel.expert) <= 1)
+    return 0;
+  Placement group = place(plan, 'e');
+  std::vector<double> times(g.ops.size(), 0);
+  double time = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    if (op.kind != OpKind::Moe || op.outputs.size() < 5)
+      continue;
+    times[i] = collectiveTime(plan.target, group, Collective::AllToAll,
+                              g.bytes(op.outputs[4]) / tp.split[i]);
+    time += 2 * times[i] + (plan.isTrain && a.ops[i].backwardTime > 0 ? 2 * times[i] : 0);
+  }
+  for (const ScheduleStep &s : a.schedule)
+    if (s.kind == ScheduleStep::Recompute && s.op < g.ops.size())
+      time += 2 * times[s.op];
+  return time;
+}
+
 /// Infer plans: the forward over the prompt with its tensor-parallel all-reduces, pipeline
 /// sends (p − 1 boundaries, passed in turn) and the input batch's upload.
 void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
@@ -551,8 +629,9 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
   a.time.tensorParallelComm = t > 1 ? allReduces(plan, tp.forwardMessages) : 0;
   a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph)) : 0;
   a.time.contextParallelComm = ringAttention(a, tp);
-  a.time.communication =
-      a.time.tensorParallelComm + a.time.pipelineComm + a.time.contextParallelComm;
+  a.time.expertParallelComm = expertAllToAll(a, tp);
+  a.time.communication = a.time.tensorParallelComm + a.time.pipelineComm +
+                         a.time.contextParallelComm + a.time.expertParallelComm;
   a.time.hostTransfer = hostBytes(a, 1) / hostBandwidth(plan.target);
 }
 
@@ -614,8 +693,10 @@ void stepTime(Analysis &a) {
   }
   a.time.pipelineComm = p > 1 ? m * 2 * v * boundarySend(plan, stageBoundaryBytes(g)) : 0;
   a.time.contextParallelComm = m / p * ringAttention(a, tp);
+  a.time.expertParallelComm = m / p * expertAllToAll(a, tp);
   a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm +
-                         a.time.pipelineComm + a.time.contextParallelComm;
+                         a.time.pipelineComm + a.time.contextParallelComm +
+                         a.time.expertParallelComm;
   a.time.hostTransfer = hostBytes(a, m) / hostBandwidth(target);
 
   // Step 9.
@@ -664,6 +745,29 @@ void checkAccumulation(Analysis &a, DiagnosticEngine &diags) {
   diag.note(at.Start, llvm::formatv("batch = {0} gives {1} accumulation step{2}", nearest, fixed,
                                     fixed == 1 ? "" : "s")
                           .str());
+}
+
+void checkExperts(Analysis &a, DiagnosticEngine &diags) {
+  const Graph &g = *a.graph;
+  int64_t e = a.plan->parallel.expert;
+  if (e <= 1)
+    return;
+  for (const Op &op : g.ops) {
+    if (op.kind != OpKind::Moe || op.inputs.size() < 4)
+      continue;
+    int64_t experts = g.tensors[op.inputs[3]].shape[0].size;
+    if (experts % e == 0)
+      continue;
+    auto it = a.plan->settingRanges.find("target");
+    llvm::SMRange at = it == a.plan->settingRanges.end() ? a.plan->range : it->second;
+    diags.report(DiagKind::InvalidValue, at.Start,
+                 llvm::formatv("expert = {0} does not divide the {1} experts of {2}: each rank of "
+                               "the expert group holds experts / expert of them",
+                               e, experts, op.path)
+                     .str())
+        .range(at);
+    return;
+  }
 }
 
 } // namespace tally

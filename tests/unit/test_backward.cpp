@@ -20,7 +20,7 @@ namespace {
 std::vector<std::pair<std::string, std::string>> examplePlans() {
   return {{"lecture.tally", "lecture"},    {"gpt2.tally", "gpt2_124M"},
           {"gpt2.tally", "gpt2_decode"},   {"llama2_7b.tally", ""},
-          {"targets.tally", ""}};
+          {"targets.tally", ""},         {"mixtral_8x7b.tally", ""}};
 }
 
 /// The oracle: Σ over needed inputs of rule.gradFlops, per forward op.

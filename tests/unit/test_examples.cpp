@@ -52,7 +52,8 @@ struct Example {
 } // namespace
 
 TEST_CASE("every example parses and lowers without errors", "[examples]") {
-  for (const char *file : {"lecture.tally", "gpt2.tally", "llama2_7b.tally", "targets.tally", "tour.tally"}) {
+  for (const char *file : {"lecture.tally", "gpt2.tally", "llama2_7b.tally", "targets.tally",
+                           "tour.tally", "mixtral_8x7b.tally"}) {
     INFO(file);
     Example e(file);
     REQUIRE_FALSE(e.c.program.planOrder.empty());

@@ -188,6 +188,41 @@ TEST_CASE("explain formulas: every op kind's formulas equal its rule", "[explain
   }
 }
 
+TEST_CASE("explain formulas: topk, gather and moe (with and without a capacity) equal their rules",
+          "[explain]") {
+  Compiled c(R"(
+model Routed(d = 32, hidden = 48, experts = 4) {
+  param router: [d, experts]
+  param wg: [experts, d, hidden]
+  param wu: [experts, d, hidden]
+  param wd: [experts, hidden, d]
+  forward(x: f32[batch, seq, d]) {
+    v, i = topk(x @ router, 2)
+    y = moe(x, softmax(v), i, wg, wu, wd) + moe(x, v, i, wg, wu, wd, capacity_factor = 0.75)
+    return mean(y) + mean(gather(x, i, dim = -1))
+  }
+}
+train routed { model = Routed() batch = 2 seq = 5 precision = fp32 target = H100_SXM }
+)");
+  const Graph &g = c.g();
+  std::set<OpKind> seen;
+  for (const Op &op : g.ops) {
+    if (op.kind != OpKind::TopK && op.kind != OpKind::Gather && op.kind != OpKind::Moe)
+      continue;
+    seen.insert(op.kind);
+    const OpRule &rule = ruleFor(op.kind);
+    ForwardCost cost = rule.forward(g, op);
+    std::string where = op.path + " (" + opName(op.kind).str() + ")";
+    checkFormula(describeForward(g, op), cost.flops, where + " forward FLOPs");
+    checkFormula(describeBytesRead(g, op), cost.bytesRead, where + " bytes read");
+    checkFormula(describeBytesWritten(g, op), cost.bytesWritten, where + " bytes written");
+    for (unsigned i = 0; i < op.inputs.size(); ++i)
+      checkFormula(describeGrad(g, op, i), rule.gradFlops(g, op, i),
+                   where + " grad of in" + std::to_string(i));
+  }
+  CHECK(seen.size() == 3);
+}
+
 TEST_CASE("explain formulas: the lecture's first matmul is 2·M·N·K", "[explain]") {
   Compiled c(lectureSource());
   const Op &mm = c.g().ops[0];

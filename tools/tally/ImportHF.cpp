@@ -5,8 +5,9 @@
 //
 // 1. Read and parse the JSON (io-error, syntax-error with llvm::json's line:column).
 // 2. Pick the family from `model_type`, else from `architectures[0]`: llama, mistral, qwen2,
-//    gemma (one decoder template with per-family defaults), gpt2, gpt_neox, bert. Mixtral and
-//    other mixtures of experts are refused until tally has an MoE block (top-k routing).
+//    gemma, mixtral (one decoder template with per-family defaults; mixtral's MLP is the
+//    standard MoE block), gpt2, gpt_neox, bert. Other mixtures of experts (qwen2_moe's shared
+//    experts, deepseek's) are refused.
 // 3. Read each key the family needs: a required key that is missing is `missing-setting`
 //    naming the key and the file; a key of the wrong type, a non-positive size or sizes that do
 //    not divide (hidden_size by num_attention_heads, heads by key-value heads) is
@@ -81,16 +82,16 @@ public:
     }
     return positive(key, *v);
   }
-  /// An optional positive number.
-  double number(StringRef key, double fallback) {
+  /// An optional positive number (or, with `zeroOk`, a number >= 0).
+  double number(StringRef key, double fallback, bool zeroOk = false) {
     const json::Value *v = obj_.get(key);
     if (!v || v->kind() == json::Value::Null) {
       noteDefault(key, fmt(fallback), "");
       return fallback;
     }
     auto d = v->getAsNumber();
-    if (!d || !(*d > 0) || !std::isfinite(*d)) {
-      invalid(key, "a positive number");
+    if (!d || !(*d > 0 || (zeroOk && *d == 0)) || !std::isfinite(*d)) {
+      invalid(key, zeroOk ? "a number >= 0" : "a positive number");
       return fallback;
     }
     return *d;
@@ -130,6 +131,11 @@ public:
                     formatv("{0}: {1} = {2} is not a multiple of {3} = {4}", file_, aKey, a, bKey, b)
                         .str());
   }
+  /// Reports that `key` must be `what` (a value outside what tally can express).
+  void invalid(StringRef key, StringRef what) {
+    diags_.report(DiagKind::InvalidValue, SMLoc(),
+                  (file_ + ": key '" + key + "' must be " + what).str());
+  }
   /// The "// key: not given, default" lines the generated file starts with.
   const std::vector<std::string> &defaults() const { return defaults_; }
 
@@ -153,10 +159,6 @@ private:
     diags_.report(DiagKind::MissingSetting, SMLoc(),
                   (file_ + ": missing key '" + key + "' (needed for model_type '" + family_ + "')")
                       .str());
-  }
-  void invalid(StringRef key, StringRef what) {
-    diags_.report(DiagKind::InvalidValue, SMLoc(),
-                  (file_ + ": key '" + key + "' must be " + what).str());
   }
   int64_t positive(StringRef key, const json::Value &v) {
     auto i = v.getAsInteger();
@@ -200,6 +202,7 @@ struct Generated {
   std::string model;           ///< the model declaration
   std::string modelCall;       ///< "Llama()"
   int64_t seq = 2048;          ///< the plan's sequence length
+  std::string target = "8 x H100_SXM { data = 8, zero = 3 }"; ///< the plan's target
 };
 
 /// Fills a template of tally text: "{N}" becomes the N-th argument; every other brace is
@@ -228,11 +231,24 @@ template <typename... Args> std::string fill(StringRef tpl, const Args &...args)
 
 std::string boolText(bool b) { return b ? "true" : "false"; }
 
-/// llama, mistral, qwen2, gemma: pre-norm decoder with RMSNorm, rotary attention with
-/// grouped key-value heads, and a gated MLP.
+/// llama, mistral, qwen2, gemma, mixtral: pre-norm decoder with RMSNorm, rotary attention with
+/// grouped key-value heads, and a gated MLP (mixtral: a mixture of gated-MLP experts).
 std::optional<Generated> decoderFamily(Config &c, StringRef family) {
   bool gemma = family == "gemma";
   bool qwen2 = family == "qwen2";
+  bool mixtral = family == "mixtral";
+  // Mixtral's sparse MoE: num_local_experts experts, num_experts_per_tok of them per token
+  // (MixtralConfig's defaults 8 and 2). The router's settings change no count: its auxiliary
+  // load-balancing loss and jitter noise are noted, not modelled.
+  int64_t experts = 0, topK = 0;
+  if (mixtral) {
+    experts = c.size("num_local_experts", 8, "MixtralConfig's default");
+    topK = c.size("num_experts_per_tok", 2, "MixtralConfig's default");
+    if (experts > 0 && topK > experts) {
+      c.invalid("num_experts_per_tok", "at most num_local_experts = " + std::to_string(experts));
+      return std::nullopt;
+    }
+  }
   int64_t vocab = c.size("vocab_size");
   int64_t d = c.size("hidden_size");
   int64_t hidden = c.size("intermediate_size");
@@ -259,22 +275,38 @@ std::optional<Generated> decoderFamily(Config &c, StringRef family) {
   if (op.empty()) {
     return std::nullopt; // reported by the caller, which knows the key
   }
+  if (mixtral && op != "silu") {
+    c.invalid("hidden_act", "silu for mixtral: the MoE block's experts are SwiGLU, not '" + act + "'");
+    return std::nullopt;
+  }
   if (vocab == 0 || d == 0 || hidden == 0 || layers == 0 || heads == 0 || kv == 0 || headDim == 0)
     return std::nullopt;
 
   std::string name = family == "llama" ? "Llama" : family == "mistral" ? "Mistral"
-                     : qwen2           ? "Qwen2" : "Gemma";
+                     : qwen2 ? "Qwen2" : mixtral ? "Mixtral" : "Gemma";
   Generated g;
   g.modelCall = name + "()";
   g.seq = std::min<int64_t>(positions, 2048);
+  // A mixture of experts holds every expert: twice the devices, the experts spread over up to
+  // 8 ranks (a divisor of the expert count).
+  if (mixtral) {
+    int64_t e = experts % 8 == 0 ? 8 : experts % 4 == 0 ? 4 : experts % 2 == 0 ? 2 : 1;
+    g.target = fill("16 x H100_SXM { data = 16, expert = {0}, zero = 3 }", e);
+  }
   g.header = formatv("// rotary embeddings with theta = {0}; max_position_embeddings = {1}; "
                      "activation {2} (tally's `{3}`)\n",
                      Config::fmt(theta), positions, act, op)
                  .str();
   if (qwen2)
     g.header += "// Qwen2 has biases on q, k and v (not on o)\n";
-  if (family == "mistral")
+  if (family == "mistral" || mixtral)
     g.header += "// sliding-window attention is modelled as full causal attention\n";
+  if (mixtral)
+    g.header += fill("// {0} experts, {1} per token: the standard MoE block (Hugging Face's "
+                     "MixtralSparseMoeBlock); the router's aux loss coefficient {2} and jitter "
+                     "{3} change no count\n",
+                     experts, topK, Config::fmt(c.number("router_aux_loss_coef", 0.001, true)),
+                     Config::fmt(c.number("router_jitter_noise", 0, true)));
   if (gemma)
     g.header += "// Gemma scales the embedding by sqrt(d) and its norms by (1 + weight): neither "
                 "changes a count\n";
@@ -305,14 +337,19 @@ block DecoderLayer(d, heads, kv_heads, head_dim, hidden, eps) {
   attn_norm = RMSNorm(d, eps = eps)
   attn      = Attention(d, heads, kv_heads, head_dim)
   mlp_norm  = RMSNorm(d, eps = eps)
-  mlp       = GatedMLP(d, hidden)
+  mlp       = {6}
   forward(x) {
     x = x + attn(attn_norm(x))
     return x + mlp(mlp_norm(x))
   }
 }
 )",
-                     kv, heads, qkvBias, oBias, op, boolText(mlpBias));
+                     kv, heads, qkvBias, oBias, op, boolText(mlpBias),
+                     mixtral ? fill("MoE(d, hidden, experts = {0}, top_k = {1})", experts, topK)
+                             : std::string("GatedMLP(d, hidden)"));
+  if (mixtral) // the experts are the MoE block's own SwiGLU: no GatedMLP block
+    g.blocks.erase(g.blocks.find("// The gated MLP"), g.blocks.find("// One pre-norm") -
+                                                          g.blocks.find("// The gated MLP"));
   std::string head = tie ? "" : "  head   = Linear(d, vocab, bias = false)\n";
   std::string logits = tie ? "norm(layers(embed(tokens))) @ transpose(embed.weight)  // tied head"
                            : "head(norm(layers(embed(tokens))))";
@@ -558,7 +595,7 @@ block BertLayer(d, heads, hidden, eps) {
 }
 
 /// The families tally imports, for messages.
-constexpr const char *kFamilies = "llama, mistral, qwen2, gemma, gpt2, gpt_neox, bert";
+constexpr const char *kFamilies = "llama, mistral, qwen2, gemma, mixtral, gpt2, gpt_neox, bert";
 
 /// model_type for an architectures[0] name, for configs without model_type.
 std::string familyOfArchitecture(StringRef arch) {
@@ -616,11 +653,11 @@ int importHF() {
                  File + ": missing key 'model_type' (and no known 'architectures' entry to infer it from)");
     return 1;
   }
-  if (family == "mixtral" || family == "qwen2_moe" || family == "deepseek_v2") {
+  if (family == "qwen2_moe" || family == "deepseek_v2") {
     diags.report(DiagKind::InvalidValue, SMLoc(),
                  File + ": model_type '" + family +
-                     "' is a mixture of experts, which tally cannot express yet (it has no MoE "
-                     "block with top-k routing); import the dense families: " + kFamilies);
+                     "' is a mixture of experts with shared experts, which the MoE block does "
+                     "not express yet; tally imports " + kFamilies);
     return 1;
   }
 
@@ -628,7 +665,8 @@ int importHF() {
   Config c(*obj, File, family, diags);
   std::optional<Generated> g;
   std::string actKey = "hidden_act";
-  if (family == "llama" || family == "mistral" || family == "qwen2" || family == "gemma") {
+  if (family == "llama" || family == "mistral" || family == "qwen2" || family == "gemma" ||
+      family == "mixtral") {
     g = decoderFamily(c, family);
     if (family == "gemma")
       actKey = "hidden_activation";
@@ -689,10 +727,10 @@ train pretrain {
   optimizer   = AdamW(lr = 3e-4, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)
   precision   = mixed_bf16
   checkpoint  = full
-  target      = 8 x H100_SXM { data = 8, zero = 3 }
+  target      = {2}
 }
 )",
-                g->modelCall, g->seq);
+                g->modelCall, g->seq, g->target);
   if (!out->commit(error)) {
     diags.report(DiagKind::IoError, SMLoc(), error);
     return kOutputErrorExit;
