@@ -470,6 +470,8 @@ struct Emitter {
 
   /// B, S, H, hd of a rope over x [..., S, H·hd].
   bool ropeDims(TensorId x, const OpAttrs &at, int64_t &B, int64_t &S, int64_t &H, int64_t &hd) {
+    if (at.fraction < 1)
+      return fail("partial rotary (rope fraction < 1) has no CPU kernel yet");
     int64_t w = last(x);
     hd = at.headDim > 0 ? at.headDim : w;
     if (hd <= 0 || w % hd != 0 || hd % 2 != 0)
@@ -504,6 +506,9 @@ struct Emitter {
     const OpAttrs &at = op->attrs;
     int64_t B, S, Skv, H, Hkv, hd;
     std::string rows;
+    if (at.alibi || at.hasMask)
+      return fail(std::string(at.alibi ? "ALiBi (alibi = true)" : "a padding mask (mask =)") +
+                  " in attention has no CPU kernel yet");
     if (!attentionDims(*op, B, S, Skv, H, Hkv, hd, rows))
       return false;
     TensorId q = op->inputs[0], k = op->inputs[1], v = op->inputs[2], o = op->outputs[0];
@@ -601,6 +606,7 @@ struct Emitter {
     case OpKind::Split:
     case OpKind::Reshape:
     case OpKind::Transpose:
+    case OpKind::Slice:
       return true; // views: no code
     case OpKind::Matmul:
       return matmul();
