@@ -730,6 +730,19 @@ struct Emitter {
       }
       return true;
     }
+    case OpKind::BroadcastTo: { // a copy whose source has stride 0 along the broadcast dims
+      std::vector<int64_t> sz = sizes(out[0]), xz = sizes(in[0]), xs = strides(in[0]);
+      if (sz.empty() || sz.size() > 8 || !needDense(out[0], "the output"))
+        return fail("broadcast_to needs an output of rank 1 to 8");
+      std::vector<int64_t> st(sz.size(), 0);
+      size_t lead = sz.size() - xz.size();
+      for (size_t j = 0; j < xz.size(); ++j)
+        st[lead + j] = xz[j] == 1 ? 0 : xs[j];
+      line(llvm::formatv("rt::copy<{0}, {1}>(ctx, {2}, dims{{{3}}, {4}, nullptr, dims{{{5}}, {6}, false);",
+                         T(in[0]), T(out[0]), ptr(in[0]), list(st), ptr(out[0]), list(sz), sz.size())
+               .str());
+      return true;
+    }
     case OpKind::Contiguous:
       return copy(in[0], out[0], acc());
     case OpKind::ReduceTo: {

@@ -99,7 +99,7 @@ const std::vector<std::string> &primitiveNames() {
       "matmul", "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "dropout", "rope", "softmax",
       "layer_norm", "rms_norm", "attention", "embedding", "sum", "mean", "cross_entropy",
       "positions", "next_tokens", "concat", "split", "reshape", "transpose", "conv2d",
-      "max_pool2d", "avg_pool2d"};
+      "max_pool2d", "avg_pool2d", "broadcast_to"};
   return names;
 }
 
@@ -964,7 +964,7 @@ private:
       };
       d.start = clamp(lo, 0);
       int64_t stop = clamp(hi, n);
-      d.step = step.value_or(1);
+      d.step = std::min(step.value_or(1), n); // a longer step takes one element all the same
       if (stop <= d.start) {
         diags.report(DiagKind::InvalidValue, sub.range.Start,
                      "slice " + std::to_string(d.start) + ":" + std::to_string(stop) +
@@ -973,7 +973,7 @@ private:
             .range(sub.range);
         return {};
       }
-      d.count = (stop - d.start + d.step - 1) / d.step;
+      d.count = 1 + (stop - d.start - 1) / d.step;
       attrs.slices.push_back(d);
     }
     return op1(OpKind::Slice, {base.tensor}, attrs, e, scope);
@@ -1342,6 +1342,12 @@ private:
         attrs.strides[1] = attrs.window[1];
       return op1(name == "max_pool2d" ? OpKind::MaxPool2d : OpKind::AvgPool2d, {x}, attrs, e,
                  scope);
+    }
+    if (name == "broadcast_to") {
+      auto b = bind(name, {"x", "shape"}, 2, false, e, scope);
+      if (!b || !tensorArg(*b, 0, name, "x", x) || !shapeArg(b->values[1], attrs.newShape))
+        return {};
+      return op1(OpKind::BroadcastTo, {x}, attrs, e, scope);
     }
     if (name == "matmul") {
       auto b = bind(name, {"a", "b"}, 2, false, e, scope);

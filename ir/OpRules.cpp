@@ -798,6 +798,38 @@ bool inferConcat(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
 
 ForwardCost forwardData(const Graph &g, const Op &op) { return defaultBytes(g, op); }
 
+/// broadcast_to(x, shape): numpy's rule, x's dims aligned from the right, each equal to the
+/// target's or 1; a copy (a class token [1, 1, d] brought to [batch, 1, d] for concat).
+bool inferBroadcastTo(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                      ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  Shape shape = op.attrs.newShape;
+  bool ok = shape.size() >= x.shape.size();
+  size_t lead = ok ? shape.size() - x.shape.size() : 0;
+  for (size_t i = 0; ok && i < shape.size(); ++i) {
+    ok = shape[i].size >= 1;
+    if (ok && i >= lead) {
+      const Dim &d = x.shape[i - lead];
+      ok = d.size == shape[i].size || d.size == 1;
+      if (d.size == shape[i].size)
+        shape[i] = d; // keeps its name
+    }
+  }
+  if (!ok)
+    return fail(err, ShapeErrorKind::Broadcast,
+                "cannot broadcast " + g.formatShape(x.shape) + " to " + g.formatShape(op.attrs.newShape));
+  outs.push_back({shape, resultDtype(g, x.dtype)});
+  return true;
+}
+
+/// The gradient sums the output gradient over the broadcast dims: one add per output element.
+double gradBroadcastTo(const Graph &g, const Op &op, unsigned) {
+  double n = outNumel(g, op);
+  return n != numel(in(g, op, 0).shape) ? n : 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Views: split, reshape, transpose share their input's storage. They keep its dtype.
 
@@ -1331,6 +1363,7 @@ RULE(Slice, inferSlice, forwardView, noGrad, executedDefault, savesNothing)
 RULE(Conv2d, inferConv2d, forwardConv2d, gradConv2d, executedDefault, savedConv2d)
 RULE(MaxPool2d, inferPool, forwardPool, gradPool, executedDefault, savedPool)
 RULE(AvgPool2d, inferPool, forwardPool, gradPool, executedDefault, savedPool)
+RULE(BroadcastTo, inferBroadcastTo, forwardData, gradBroadcastTo, executedDefault, savesNothing)
 RULE(Contiguous, inferContiguous, forwardCopy, noGrad, executedDefault, savesNothing)
 RULE(ReduceTo, inferToShape, forwardReduceTo, noGrad, executedDefault, savesNothing)
 RULE(Expand, inferToShape, forwardExpand, noGrad, executedDefault, savesNothing)

@@ -537,6 +537,10 @@ struct Builder {
       }
       break;
     }
+    case OpKind::BroadcastTo: // summed back to x's shape (reduce_to), or copied when no dim grew
+      if (needs(op.inputs[0]))
+        writeGrad(op.inputs[0], dy);
+      break;
     case OpKind::Sum:
     case OpKind::Mean: reduceBackward(op, dy); break;
     case OpKind::Concat: concatBackward(op, dy); break;

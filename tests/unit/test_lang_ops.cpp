@@ -185,3 +185,22 @@ TEST_CASE("lang ops: partial rotary, ALiBi and padding masks", "[oprules][lang]"
   CHECK(err.message == "attention mask must be integers or booleans of shape [batch, seq_kv] = "
                        "[2, 8], got i32[2, 7]");
 }
+
+TEST_CASE("lang ops: broadcast_to copies, and its gradient sums back", "[oprules][lang]") {
+  Mini m;
+  TensorId cls = m.tensor(sizes({1, 1, 768}));
+  OpAttrs a;
+  a.newShape = sizes({8, 1, 768});
+  OpId b = m.add(OpKind::BroadcastTo, {cls}, a);
+  CHECK(m.shape(b) == "[8, 1, 768]");
+  CHECK(m.fwd(b).flops == 0);
+  CHECK(m.fwd(b).bytesRead == 768 * 4);
+  CHECK(m.fwd(b).bytesWritten == 8 * 768 * 4);
+  CHECK(m.grad(b, 0) == 8 * 768); // one add per output element into the [1, 1, 768] gradient
+  a.newShape = sizes({8, 2, 768}); // a leading dim may be added too; 768 must stay 768
+  CHECK(m.shape(m.add(OpKind::BroadcastTo, {cls}, a)) == "[8, 2, 768]");
+  a.newShape = sizes({8, 1, 767});
+  ShapeError err;
+  CHECK(m.add(OpKind::BroadcastTo, {cls}, a, err) == kNone);
+  CHECK(err.message == "cannot broadcast [1, 1, 768] to [8, 1, 767]");
+}
