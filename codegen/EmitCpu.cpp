@@ -470,6 +470,8 @@ struct Emitter {
 
   /// B, S, H, hd of a rope over x [..., S, H·hd].
   bool ropeDims(TensorId x, const OpAttrs &at, int64_t &B, int64_t &S, int64_t &H, int64_t &hd) {
+    if (at.fraction < 1)
+      return fail("partial rotary (rope fraction < 1) has no CPU kernel yet");
     int64_t w = last(x);
     hd = at.headDim > 0 ? at.headDim : w;
     if (hd <= 0 || w % hd != 0 || hd % 2 != 0)
@@ -504,6 +506,9 @@ struct Emitter {
     const OpAttrs &at = op->attrs;
     int64_t B, S, Skv, H, Hkv, hd;
     std::string rows;
+    if (at.alibi || at.hasMask)
+      return fail(std::string(at.alibi ? "ALiBi (alibi = true)" : "a padding mask (mask =)") +
+                  " in attention has no CPU kernel yet");
     if (!attentionDims(*op, B, S, Skv, H, Hkv, hd, rows))
       return false;
     TensorId q = op->inputs[0], k = op->inputs[1], v = op->inputs[2], o = op->outputs[0];
@@ -601,6 +606,7 @@ struct Emitter {
     case OpKind::Split:
     case OpKind::Reshape:
     case OpKind::Transpose:
+    case OpKind::Slice:
       return true; // views: no code
     case OpKind::Matmul:
       return matmul();
@@ -722,6 +728,19 @@ struct Emitter {
                  .str());
         at0 += sz[axis];
       }
+      return true;
+    }
+    case OpKind::BroadcastTo: { // a copy whose source has stride 0 along the broadcast dims
+      std::vector<int64_t> sz = sizes(out[0]), xz = sizes(in[0]), xs = strides(in[0]);
+      if (sz.empty() || sz.size() > 8 || !needDense(out[0], "the output"))
+        return fail("broadcast_to needs an output of rank 1 to 8");
+      std::vector<int64_t> st(sz.size(), 0);
+      size_t lead = sz.size() - xz.size();
+      for (size_t j = 0; j < xz.size(); ++j)
+        st[lead + j] = xz[j] == 1 ? 0 : xs[j];
+      line(llvm::formatv("rt::copy<{0}, {1}>(ctx, {2}, dims{{{3}}, {4}, nullptr, dims{{{5}}, {6}, false);",
+                         T(in[0]), T(out[0]), ptr(in[0]), list(st), ptr(out[0]), list(sz), sz.size())
+               .str());
       return true;
     }
     case OpKind::Contiguous:

@@ -24,7 +24,8 @@ enum class ExprKind {
   String,  ///< `"..."`: contents in `text`
   Call,    ///< `callee(args...)`: callee in `lhs`, arguments in `args` with names in `argNames`
   Member,  ///< `lhs.text`
-  Index,   ///< `lhs[args[0]]`
+  Index,   ///< `lhs[args...]`: each subscript an index expression or a Slice
+  Slice,   ///< `lo:hi:step` inside a subscript: args[0..2], each null when left out
   Neg,     ///< `-args[0]`
   Binary,  ///< `args[0] text args[1]`, text one of + - * / @
   Tuple,   ///< `(a, b)`

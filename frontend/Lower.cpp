@@ -99,7 +99,7 @@ const std::vector<std::string> &primitiveNames() {
       "matmul", "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "dropout", "rope", "softmax",
       "layer_norm", "rms_norm", "attention", "embedding", "sum", "mean", "cross_entropy",
       "positions", "next_tokens", "concat", "split", "reshape", "transpose", "topk", "gather",
-      "moe"};
+      "moe", "conv2d", "max_pool2d", "avg_pool2d", "broadcast_to"};
   return names;
 }
 
@@ -824,7 +824,16 @@ private:
     }
     case ExprKind::Index: {
       Value base = eval(*e.lhs, scope);
-      Value index = eval(*e.args[0], scope);
+      if (base.kind == Value::Tensor)
+        return slice(e, base, scope);
+      if (base.kind != Value::Invalid && (e.args.size() != 1 || e.args[0]->kind == ExprKind::Slice)) {
+        diags.report(DiagKind::TypeMismatch, e.args[0]->range.Start,
+                     "only tensors take slices or several subscripts; " + base.describe() +
+                         " takes one index")
+            .range(e.args[0]->range);
+        return {};
+      }
+      Value index = base.kind == Value::Invalid ? Value() : eval(*e.args[0], scope);
       if (base.kind == Value::Invalid || index.kind == Value::Invalid)
         return {};
       size_t count = base.kind == Value::List ? base.list.size()
@@ -875,12 +884,99 @@ private:
     case ExprKind::Record:
     case ExprKind::Repeat:
     case ExprKind::Device:
+    case ExprKind::Slice:
       diags.report(DiagKind::TypeMismatch, e.range.Start,
                    "this kind of expression is not allowed in a forward function")
           .range(e.range);
       return {};
     }
     return {};
+  }
+
+  /// `x[:, 0]`, `x[:, 1:]`, `x[..., lo:hi:step]` on a tensor: a `slice` view (no copy). Each
+  /// subscript takes one axis from the left; an integer index drops its axis; bounds may be
+  /// negative (from the end), a slice's bounds are clamped to the axis as in Python, and an
+  /// index out of range or an empty slice is an error at the subscript.
+  Value slice(const Expr &e, const Value &base, Scope &scope) {
+    const Shape shape = g.tensors[base.tensor].shape;
+    if (e.args.size() > shape.size()) {
+      diags.report(DiagKind::InvalidValue, e.args[shape.size()]->range.Start,
+                   std::to_string(e.args.size()) + " subscripts for a tensor of rank " +
+                       std::to_string(shape.size()) + ", " + g.formatShape(shape))
+          .range(e.args[shape.size()]->range);
+      return {};
+    }
+    OpAttrs attrs;
+    auto whole = [&](const Expr *x, const char *what, std::optional<int64_t> &out) {
+      if (!x)
+        return true;
+      Value v = eval(*x, scope);
+      if (v.kind == Value::Invalid)
+        return false;
+      if (v.kind != Value::Const || v.c.kind != ConstValue::Number || !v.c.isInteger ||
+          v.c.dim != UnitDim::None) {
+        diags.report(DiagKind::NotInteger, x->range.Start,
+                     std::string("a tensor ") + what + " must be a whole number, not " + v.describe())
+            .range(x->range);
+        return false;
+      }
+      out = v.c.intValue;
+      return true;
+    };
+    for (size_t i = 0; i < e.args.size(); ++i) {
+      const Expr &sub = *e.args[i];
+      int64_t n = shape[i].size;
+      SliceDim d;
+      if (sub.kind != ExprKind::Slice) {
+        std::optional<int64_t> idx;
+        if (!whole(&sub, "index", idx))
+          return {};
+        int64_t k = *idx < 0 ? *idx + n : *idx;
+        if (k < 0 || k >= n) {
+          diags.report(DiagKind::InvalidValue, sub.range.Start,
+                       "index " + std::to_string(*idx) + " is out of range for dimension " +
+                           std::to_string(i) + " of " + g.formatShape(shape) + " (size " +
+                           std::to_string(n) + ")")
+              .range(sub.range);
+          return {};
+        }
+        d.start = k;
+        d.count = 1;
+        d.drop = true;
+        attrs.slices.push_back(d);
+        continue;
+      }
+      std::optional<int64_t> lo, hi, step;
+      if (!whole(sub.args[0].get(), "slice bound", lo) ||
+          !whole(sub.args[1].get(), "slice bound", hi) || !whole(sub.args[2].get(), "slice step", step))
+        return {};
+      if (step && *step <= 0) {
+        diags.report(DiagKind::InvalidValue, sub.args[2]->range.Start,
+                     "a slice step must be 1 or more, not " + std::to_string(*step))
+            .range(sub.args[2]->range);
+        return {};
+      }
+      auto clamp = [n](std::optional<int64_t> v, int64_t dflt) {
+        if (!v)
+          return dflt;
+        int64_t k = *v < 0 ? std::max<int64_t>(*v, -n) + n : *v;
+        return std::min(k, n);
+      };
+      d.start = clamp(lo, 0);
+      int64_t stop = clamp(hi, n);
+      d.step = std::min(step.value_or(1), n); // a longer step takes one element all the same
+      if (stop <= d.start) {
+        diags.report(DiagKind::InvalidValue, sub.range.Start,
+                     "slice " + std::to_string(d.start) + ":" + std::to_string(stop) +
+                         " of dimension " + std::to_string(i) + " of " + g.formatShape(shape) +
+                         " (size " + std::to_string(n) + ") is empty")
+            .range(sub.range);
+        return {};
+      }
+      d.count = 1 + (stop - d.start - 1) / d.step;
+      attrs.slices.push_back(d);
+    }
+    return op1(OpKind::Slice, {base.tensor}, attrs, e, scope);
   }
 
   Value binary(const Expr &e, Scope &scope) {
@@ -952,20 +1048,44 @@ private:
     if (callee.kind == Value::Module)
       return callModule(*callee.module, std::move(args), e.range);
     if (callee.kind == Value::List) {
-      if (args.size() != 1) {
+      // The copies run in order. With one input, each copy's output is the next one's input.
+      // With several (a decoder block's (x, memory)), a copy returning one tensor replaces the
+      // first input and the others reach every copy unchanged; a copy returning as many values
+      // as it takes passes all of them on.
+      if (args.empty()) {
         diags.report(DiagKind::WrongArgCount, e.range.Start,
-                     "a repeated block takes one input, but " + std::to_string(args.size()) +
-                         " were given")
+                     "a repeated block needs at least one input")
             .range(e.range);
         return {};
       }
-      Value x = args[0];
+      bool all = false; // the last copy returned every input's next value
       for (ModuleObj *m : callee.list) {
-        x = callModule(*m, {x}, e.range);
-        if (x.kind == Value::Invalid)
+        Value y = callModule(*m, args, e.range);
+        if (y.kind == Value::Invalid)
           return {};
+        if (args.size() > 1 && y.kind == Value::Tuple && y.elems.size() == args.size()) {
+          args = y.elems;
+          all = true;
+        } else if (args.size() > 1 && y.kind == Value::Tuple) {
+          diags.report(DiagKind::WrongArgCount, e.range.Start,
+                       "a copy of this repeated block returns " + std::to_string(y.elems.size()) +
+                           " values for " + std::to_string(args.size()) +
+                           " inputs; return one tensor (the first input's next value) or all " +
+                           std::to_string(args.size()))
+              .range(e.range);
+          return {};
+        } else {
+          args[0] = y;
+          all = false;
+        }
       }
-      return x;
+      if (!all)
+        return args[0];
+      Value out;
+      out.kind = Value::Tuple;
+      out.range = e.range;
+      out.elems = args;
+      return out;
     }
     diags.report(DiagKind::TypeMismatch, e.range.Start,
                  "cannot call " + callee.describe())
@@ -1120,6 +1240,31 @@ private:
     return p;
   }
 
+  /// `stride = 2` or `stride = (2, 1)`: one whole number for both spatial axes or one each;
+  /// at least `lo`. Absent: both `dflt`.
+  bool pairArg(const Bound &b, size_t i, const std::string &what, int64_t lo, int64_t dflt,
+               int64_t (&out)[2]) {
+    out[0] = out[1] = dflt;
+    if (!b.has(i))
+      return true;
+    const Value &v = b.values[i];
+    std::vector<Value> items = v.kind == Value::Tuple ? v.elems : std::vector<Value>{v};
+    bool ok = items.size() == 1 || items.size() == 2;
+    for (size_t k = 0; ok && k < items.size(); ++k) {
+      const Value &x = items[k];
+      ok = x.kind == Value::Const && x.c.kind == ConstValue::Number && x.c.isInteger &&
+           x.c.dim == UnitDim::None && x.c.intValue >= lo && x.c.intValue <= (int64_t(1) << 40);
+      if (ok)
+        out[k] = out[items.size() == 1 ? 1 : k] = x.c.intValue;
+    }
+    if (!ok)
+      diags.report(DiagKind::InvalidValue, v.range.Start,
+                   "'" + what + "' must be a whole number " + (lo > 0 ? "of at least 1" : "of at least 0") +
+                       ", or a pair (height, width) of them, not " + v.describe())
+          .range(v.range);
+    return ok;
+  }
+
   bool shapeArg(const Value &v, Shape &out) {
     std::vector<Value> items = v.kind == Value::Tuple ? v.elems : std::vector<Value>{v};
     for (const Value &x : items) {
@@ -1141,7 +1286,7 @@ private:
     static const std::map<std::string, OpKind> unary = {
         {"relu", OpKind::Relu}, {"gelu", OpKind::Gelu},       {"silu", OpKind::Silu},
         {"tanh", OpKind::Tanh}, {"sigmoid", OpKind::Sigmoid}, {"exp", OpKind::Exp},
-        {"rope", OpKind::Rope}, {"next_tokens", OpKind::NextTokens}};
+        {"next_tokens", OpKind::NextTokens}};
     OpAttrs attrs;
     TensorId x = kNone, y = kNone, z = kNone;
     if (auto it = unary.find(name); it != unary.end()) {
@@ -1149,6 +1294,60 @@ private:
       if (!b || !tensorArg(*b, 0, name, "x", x))
         return {};
       return op1(it->second, {x}, attrs, e, scope);
+    }
+    if (name == "rope") { // fraction < 1: partial rotary (NeoX rotary_pct)
+      auto b = bind(name, {"x", "fraction"}, 1, false, e, scope);
+      if (!b || !tensorArg(*b, 0, name, "x", x))
+        return {};
+      auto f = numberArg(*b, 1, "fraction", 1);
+      if (!f)
+        return {};
+      if (!(*f > 0 && *f <= 1)) {
+        diags.report(DiagKind::InvalidValue, b->values[1].range.Start,
+                     "'fraction' of rope is the share of each head's dims rotated, in (0, 1], not " +
+                         plainNumber(*f))
+            .range(b->values[1].range);
+        return {};
+      }
+      attrs.fraction = *f;
+      return op1(OpKind::Rope, {x}, attrs, e, scope);
+    }
+    if (name == "conv2d") {
+      auto b = bind(name, {"x", "weight", "bias", "stride", "padding"}, 2, false, e, scope);
+      if (!b || !tensorArg(*b, 0, name, "x", x) || !tensorArg(*b, 1, name, "weight", y))
+        return {};
+      if (b->has(2) && !tensorArg(*b, 2, name, "bias", z))
+        return {};
+      if (!pairArg(*b, 3, "stride", 1, 1, attrs.strides) ||
+          !pairArg(*b, 4, "padding", 0, 0, attrs.pads))
+        return {};
+      const Shape &w = g.tensors[y].shape;
+      if (w.size() == 4) {
+        attrs.window[0] = w[2].size;
+        attrs.window[1] = w[3].size;
+      }
+      if (z == kNone)
+        return op1(OpKind::Conv2d, {x, y}, attrs, e, scope);
+      return op1(OpKind::Conv2d, {x, y, z}, attrs, e, scope);
+    }
+    if (name == "max_pool2d" || name == "avg_pool2d") {
+      auto b = bind(name, {"x", "kernel", "stride", "padding"}, 2, false, e, scope);
+      if (!b || !tensorArg(*b, 0, name, "x", x) || !pairArg(*b, 1, "kernel", 1, 1, attrs.window))
+        return {};
+      // The stride defaults to the window, as in PyTorch.
+      if (!pairArg(*b, 2, "stride", 1, attrs.window[0], attrs.strides) ||
+          !pairArg(*b, 3, "padding", 0, 0, attrs.pads))
+        return {};
+      if (!b->has(2))
+        attrs.strides[1] = attrs.window[1];
+      return op1(name == "max_pool2d" ? OpKind::MaxPool2d : OpKind::AvgPool2d, {x}, attrs, e,
+                 scope);
+    }
+    if (name == "broadcast_to") {
+      auto b = bind(name, {"x", "shape"}, 2, false, e, scope);
+      if (!b || !tensorArg(*b, 0, name, "x", x) || !shapeArg(b->values[1], attrs.newShape))
+        return {};
+      return op1(OpKind::BroadcastTo, {x}, attrs, e, scope);
     }
     if (name == "matmul") {
       auto b = bind(name, {"a", "b"}, 2, false, e, scope);
@@ -1201,8 +1400,9 @@ private:
       return op1(OpKind::RmsNorm, {x, y}, attrs, e, scope);
     }
     if (name == "attention") {
-      auto b = bind(name, {"q", "k", "v", "heads", "kv_heads", "causal", "fused", "dropout"}, 4,
-                    false, e, scope);
+      auto b = bind(name,
+                    {"q", "k", "v", "heads", "kv_heads", "causal", "fused", "dropout", "alibi", "mask"},
+                    4, false, e, scope);
       if (!b || !tensorArg(*b, 0, name, "q", x) || !tensorArg(*b, 1, name, "k", y) ||
           !tensorArg(*b, 2, name, "v", z))
         return {};
@@ -1211,8 +1411,20 @@ private:
       auto causal = boolArg(*b, 5, "causal", false);
       auto fused = boolArg(*b, 6, "fused", true);
       auto p = probability(*b, 7, "dropout");
-      if (!heads || !kv || !causal || !fused || !p)
+      auto alibi = boolArg(*b, 8, "alibi", false);
+      if (!heads || !kv || !causal || !fused || !p || !alibi)
         return {};
+      TensorId mask = kNone;
+      if (b->has(9) && !tensorArg(*b, 9, name, "mask", mask))
+        return {};
+      if (mask != kNone && isFloat(g.tensors[mask].dtype)) {
+        diags.report(DiagKind::TypeMismatch, b->values[9].range.Start,
+                     "'mask' of 'attention' is a padding mask of integers or booleans "
+                     "[batch, seq_kv] (nonzero: attend), not " +
+                         nameOf(g.tensors[mask].dtype).str())
+            .range(b->values[9].range);
+        return {};
+      }
       if (*heads <= 0 || *kv <= 0) {
         diags.report(DiagKind::InvalidValue, e.range.Start,
                      "attention needs a positive number of heads")
@@ -1224,6 +1436,10 @@ private:
       attrs.causal = *causal;
       attrs.fused = *fused;
       attrs.p = *p;
+      attrs.alibi = *alibi;
+      attrs.hasMask = mask != kNone;
+      if (mask != kNone)
+        return op1(OpKind::Attention, {x, y, z, mask}, attrs, e, scope);
       return op1(OpKind::Attention, {x, y, z}, attrs, e, scope);
     }
     if (name == "embedding") {
@@ -1377,7 +1593,8 @@ private:
   }
 
   /// The strides and offset of a view op's outputs over the storage of its input (step 3 of
-  /// the layout rules in docs/ir.md): split offsets each part along its axis, transpose swaps
+  /// the layout rules in docs/ir.md): split offsets each part along its axis, slice offsets
+  /// its start and multiplies strides by its steps (dropping indexed axes), transpose swaps
   /// two strides, reshape re-strides a dense input (a reshape of a non-dense view is made
   /// dense later by passes/Contiguous.cpp, which gives it a copy to view).
   void setViewLayouts(Op &op) {
@@ -1389,6 +1606,19 @@ private:
         size_t axis = 0;
         normalizeAxis(op.attrs.dim, x.shape.size(), axis);
         l.offset += static_cast<int64_t>(i) * t.shape[axis].size * x.layout.strides[axis];
+      } else if (op.kind == OpKind::Slice) {
+        llvm::SmallVector<int64_t, 4> st;
+        for (size_t a = 0; a < x.shape.size(); ++a) {
+          if (a >= op.attrs.slices.size()) {
+            st.push_back(x.layout.strides[a]);
+            continue;
+          }
+          const SliceDim &d = op.attrs.slices[a];
+          l.offset += d.start * x.layout.strides[a];
+          if (!d.drop)
+            st.push_back(x.layout.strides[a] * d.step);
+        }
+        l.strides = std::move(st);
       } else if (op.kind == OpKind::Transpose) {
         size_t a0 = 0, a1 = 0;
         normalizeAxis(op.attrs.transposeA, x.shape.size(), a0);
@@ -1529,6 +1759,16 @@ private:
         if (op.kind == OpKind::Rope) {
           if (op.attrs.headDim == 0)
             op.attrs.headDim = hd;
+          auto rot = static_cast<int64_t>(static_cast<double>(op.attrs.headDim) * op.attrs.fraction);
+          if (op.attrs.fraction < 1 && (rot <= 0 || rot % 2 != 0)) {
+            auto d = diags.report(DiagKind::InvalidValue, op.range.Start,
+                                  "rope fraction " + plainNumber(op.attrs.fraction) + " of head size " +
+                                      std::to_string(op.attrs.headDim) + " rotates " +
+                                      std::to_string(rot) + " dims; it must be an even number above 0");
+            d.range(op.range);
+            context(d);
+            fail();
+          }
           break;
         }
         if (opClass(op.kind) != OpClass::View && op.kind != OpKind::Contiguous)

@@ -430,8 +430,19 @@ private:
     }
     if (auto *i = dynamic_cast<TallyParser::IndexExprContext *>(ctx)) {
       auto e = std::make_unique<Expr>(ExprKind::Index, range);
-      e->lhs = expr(i->expr(0));
-      e->args.push_back(expr(i->expr(1)));
+      e->lhs = expr(i->expr());
+      for (auto *sub : i->subscript()) {
+        if (auto *one = dynamic_cast<TallyParser::IndexSubContext *>(sub)) {
+          e->args.push_back(expr(one->expr()));
+          continue;
+        }
+        auto *sl = dynamic_cast<TallyParser::SliceSubContext *>(sub);
+        auto part = std::make_unique<Expr>(ExprKind::Slice, r(sub));
+        part->opLoc = part->range.Start;
+        for (TallyParser::ExprContext *b : {sl->lo, sl->hi, sl->step})
+          part->args.push_back(b ? expr(b) : nullptr);
+        e->args.push_back(std::move(part));
+      }
       e->opLoc = e->lhs->range.End;
       return e;
     }

@@ -42,6 +42,7 @@ private:
     case ExprKind::Call: return "Call";
     case ExprKind::Member: return "Member";
     case ExprKind::Index: return "Index";
+    case ExprKind::Slice: return "Slice";
     case ExprKind::Neg: return "Neg";
     case ExprKind::Binary: return "Binary";
     case ExprKind::Tuple: return "Tuple";
@@ -115,7 +116,10 @@ private:
     if (e.lhs)
       expr(*e.lhs, e.kind == ExprKind::Call ? "callee" : "");
     for (size_t i = 0; i < e.args.size(); ++i) {
-      std::string name = i < e.argNames.size() ? e.argNames[i] : "";
+      if (!e.args[i]) // a slice bound left out
+        continue;
+      std::string name = e.kind == ExprKind::Slice ? (i == 0 ? "lo" : i == 1 ? "hi" : "step")
+                         : i < e.argNames.size() ? e.argNames[i] : "";
       if (i < e.placements.size() && !e.placements[i].empty())
         name += " on " + e.placements[i];
       expr(*e.args[i], name);

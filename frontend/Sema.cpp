@@ -439,6 +439,7 @@ ConstValue Sema::eval(const Expr &e, const ConstEnv &env) {
   }
   case ExprKind::Member:
   case ExprKind::Index:
+  case ExprKind::Slice:
   case ExprKind::Repeat:
     diags.report(DiagKind::TypeMismatch, e.range.Start, "expected a constant here")
         .range(e.range);

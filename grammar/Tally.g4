@@ -82,7 +82,7 @@ targetItem
 expr
   : expr '(' (arg (',' arg)*)? ','? ')'                         # callExpr
   | expr '.' ID                                                 # memberExpr
-  | expr '[' expr ']'                                           # indexExpr
+  | expr '[' subscript (',' subscript)* ']'                    # indexExpr
   | '-' expr                                                    # negExpr
   | expr op=('*' | '/' | '@') expr                              # mulExpr
   | expr op=('+' | '-') expr                                    # addExpr
@@ -99,6 +99,11 @@ expr
   ;
 
 arg : (name=ID '=')? expr ;
+// `x[0]`, `x[:, 1:]`, `x[lo:hi:step]`: an index, or a slice whose bounds may be left out.
+subscript
+  : lo=expr? ':' hi=expr? (':' step=expr?)?                     # sliceSub
+  | expr                                                        # indexSub
+  ;
 unit : ID ('/' ID)? ;
 gluedRate : '/' ID ;
 record : '{' (field ','?)* '}' ;

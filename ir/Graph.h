@@ -105,6 +105,13 @@ struct Tensor {
   std::string name;           ///< inputs and parameters: their name; activations: ""
 };
 
+/// One axis of a `slice` view (`x[:, 0]`, `x[:, 1:]`): the first index taken, how many, the
+/// step between them, and whether the axis is dropped (an integer subscript).
+struct SliceDim {
+  int64_t start = 0, count = 0, step = 1;
+  bool drop = false;
+};
+
 /// Attributes of an op; which ones matter depends on the kind (see ir/OpRules.cpp).
 struct OpAttrs {
   int64_t dim = -1;           ///< split/concat/softmax/sum/mean axis (negative counts from the end)
@@ -127,6 +134,13 @@ struct OpAttrs {
   double scale = 0;           ///< attention: the score scale (1/√head_dim unless written)
   int64_t headDim = 0;        ///< rope: the head size (the last dimension when no attention reads it)
   double theta = 10000;       ///< rope: the base of the angles
+  double fraction = 1;        ///< rope: the share of each head's dims rotated (NeoX rotary_pct)
+  bool alibi = false;         ///< attention: ALiBi bias added to the scores in the kernel
+  bool hasMask = false;       ///< attention: input 3 is a padding mask [batch, seq_kv]
+  int64_t window[2] = {0, 0}; ///< conv2d kernel (from the weight), pooling window: (h, w)
+  int64_t strides[2] = {1, 1}; ///< conv2d / pooling stride (h, w)
+  int64_t pads[2] = {0, 0};   ///< conv2d / pooling zero padding on each side (h, w)
+  llvm::SmallVector<SliceDim, 4> slices; ///< slice: leading axes (the rest are taken whole)
   uint32_t stream = kNone;    ///< dropout, attention with dropout: the random stream (Philox)
   OpKind of = OpKind::Matmul; ///< unary_backward: the forward op it differentiates
   uint32_t gradMask = 0;      ///< multi-output backward ops: bit i set when input i's gradient is an output

@@ -273,6 +273,8 @@ bool inferUnary(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> 
   return true;
 }
 
+int64_t ropeRotated(const Graph &g, const Op &op);
+
 bool inferRope(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                ShapeError &err) {
   if (!expectInputs(op, 1, 1, err))
@@ -281,6 +283,13 @@ bool inferRope(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
   if (x.empty() || x.back().size % 2 != 0)
     return fail(err, ShapeErrorKind::Invalid,
                 "rope needs an even last dimension: " + g.formatShape(x));
+  if (!(op.attrs.fraction > 0 && op.attrs.fraction <= 1))
+    return fail(err, ShapeErrorKind::Invalid,
+                "rope fraction must be in (0, 1], got " + std::to_string(op.attrs.fraction));
+  if (ropeRotated(g, op) == 0)
+    return fail(err, ShapeErrorKind::Invalid,
+                "rope fraction " + std::to_string(op.attrs.fraction) +
+                    " rotates an odd or zero number of each head's dims in " + g.formatShape(x));
   return inferUnary(g, op, outs, err);
 }
 
@@ -298,6 +307,35 @@ bool inferDropout(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
 
 ForwardCost forwardUnary(const Graph &g, const Op &op) {
   return withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op));
+}
+
+/// Partial rotary (NeoX rotary_pct): of each head's hd dims the first floor(hd·fraction) are
+/// rotated, the rest pass through. 0 when that count is odd or zero (infer reports it).
+int64_t ropeRotated(const Graph &g, const Op &op) {
+  const Shape &x = in(g, op, 0).shape;
+  int64_t hd = op.attrs.headDim > 0 ? op.attrs.headDim : (x.empty() ? 0 : x.back().size);
+  if (op.attrs.fraction >= 1)
+    return hd;
+  auto rot = static_cast<int64_t>(static_cast<double>(hd) * op.attrs.fraction);
+  return rot > 0 && rot % 2 == 0 ? rot : 0;
+}
+
+/// The share of the elements rope rotates (1 for full rotary).
+double ropeShare(const Graph &g, const Op &op) {
+  if (op.attrs.fraction >= 1)
+    return 1;
+  const Shape &x = in(g, op, 0).shape;
+  int64_t hd = op.attrs.headDim > 0 ? op.attrs.headDim : (x.empty() ? 0 : x.back().size);
+  return hd > 0 ? static_cast<double>(ropeRotated(g, op)) / static_cast<double>(hd) : 0;
+}
+
+/// Rope: 3 FLOPs per rotated element (two products and a sum); a pass-through element costs
+/// none but is still read and written (the output is a new tensor), so bytes are unchanged.
+ForwardCost forwardRope(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op) * ropeShare(g, op));
+}
+double gradRope(const Graph &g, const Op &op, unsigned) {
+  return unaryCost(op.kind).grad * outNumel(g, op) * ropeShare(g, op);
 }
 
 /// Dropout also writes its mask (its second output), one byte per element.
@@ -429,7 +467,7 @@ double causalFraction(const Graph &g, const Op &op) {
 
 bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                     ShapeError &err) {
-  if (!expectInputs(op, 3, 3, err))
+  if (!expectInputs(op, op.attrs.hasMask ? 4 : 3, op.attrs.hasMask ? 4 : 3, err))
     return false;
   const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape, &v = in(g, op, 2).shape;
   std::string all = g.formatShape(q) + ", " + g.formatShape(k) + ", " + g.formatShape(v);
@@ -463,6 +501,15 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   if (!(op.attrs.p >= 0 && op.attrs.p < 1))
     return fail(err, ShapeErrorKind::Invalid,
                 "attention dropout must be in [0, 1), got " + std::to_string(op.attrs.p));
+  if (op.attrs.hasMask) { // a padding mask: which keys each sequence of the batch has
+    const Tensor &m = in(g, op, 3);
+    if (isFloat(m.dtype) || m.shape.size() != 2 || m.shape[0].size != q[0].size ||
+        m.shape[1].size != k[1].size)
+      return fail(err, ShapeErrorKind::Mismatch,
+                  "attention mask must be integers or booleans of shape [batch, seq_kv] = " +
+                      g.formatShape(Shape{q[0], k[1]}) + ", got " + nameOf(m.dtype).str() +
+                      g.formatShape(m.shape));
+  }
   // What the backward reads besides q, k, v and o: the logsumexp of each query row (fp32
   // [b, h, s]) when fused; the probabilities [b, h, s, s_kv] when materialised, with the
   // dropout mask and the dropped probabilities when p > 0.
@@ -486,6 +533,10 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
 
 /// Per-score FLOPs outside the matmuls: scale and softmax (5), and dropout (1) when p > 0.
 double attnPerScore(const Op &op) { return 5 + (op.attrs.p > 0 ? 1 : 0); }
+/// ALiBi adds slope_h·(j − i) to each score in the kernel: a multiply and an add per score
+/// (the distance is index arithmetic, like the causal mask, and costs no FLOPs). The bias
+/// has no parameters and no gradient; flash attention recomputes it in the backward.
+double alibiPerScore(const Op &op) { return op.attrs.alibi ? 2 : 0; }
 
 ForwardCost forwardAttention(const Graph &g, const Op &op) {
   AttnDims d = attnDims(g, op);
@@ -493,7 +544,7 @@ ForwardCost forwardAttention(const Graph &g, const Op &op) {
   double act = bytesOf(g.activationDtype);
   ForwardCost c;
   c.matmulFlops = 4 * S * d.dh; // QKᵀ and P·V
-  c.flops = c.matmulFlops + attnPerScore(op) * S;
+  c.flops = c.matmulFlops + (attnPerScore(op) + alibiPerScore(op)) * S;
   c.executedFlops = c.flops * causalFraction(g, op);
   for (TensorId t : op.inputs)
     c.bytesRead += g.bytes(t);
@@ -516,7 +567,8 @@ double gradAttention(const Graph &g, const Op &op, unsigned i) {
   double S = d.scores();
   if (i == 0)
     return 4 * S * d.dh + (attnPerScore(op) - 1) * S;
-  return 2 * S * d.dh;
+  return i < 3 ? 2 * S * d.dh : 0; // the mask (input 3) is data
+
 }
 
 double executedBackwardAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad) {
@@ -534,7 +586,7 @@ double executedBackwardAttention(const Graph &g, const Op &op, llvm::ArrayRef<bo
   // Flash attention recomputes the scores, the softmax and the dropout mask from q, k and the
   // saved logsumexp.
   if (op.attrs.fused)
-    f += 2 * S * d.dh + attnPerScore(op) * S;
+    f += 2 * S * d.dh + (attnPerScore(op) + alibiPerScore(op)) * S;
   return f * causalFraction(g, op);
 }
 
@@ -545,6 +597,8 @@ void savedAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
   keep(g, out, op.inputs[0], "query");
   keep(g, out, op.inputs[1], "key");
   keep(g, out, op.inputs[2], "value");
+  if (op.attrs.hasMask)
+    keep(g, out, op.inputs[3], "padding mask");
   if (op.attrs.fused) {
     keep(g, out, op.outputs[0], "output");
     keep(g, out, op.outputs[1], "logsumexp");
@@ -745,6 +799,38 @@ bool inferConcat(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
 
 ForwardCost forwardData(const Graph &g, const Op &op) { return defaultBytes(g, op); }
 
+/// broadcast_to(x, shape): numpy's rule, x's dims aligned from the right, each equal to the
+/// target's or 1; a copy (a class token [1, 1, d] brought to [batch, 1, d] for concat).
+bool inferBroadcastTo(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                      ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  Shape shape = op.attrs.newShape;
+  bool ok = shape.size() >= x.shape.size();
+  size_t lead = ok ? shape.size() - x.shape.size() : 0;
+  for (size_t i = 0; ok && i < shape.size(); ++i) {
+    ok = shape[i].size >= 1;
+    if (ok && i >= lead) {
+      const Dim &d = x.shape[i - lead];
+      ok = d.size == shape[i].size || d.size == 1;
+      if (d.size == shape[i].size)
+        shape[i] = d; // keeps its name
+    }
+  }
+  if (!ok)
+    return fail(err, ShapeErrorKind::Broadcast,
+                "cannot broadcast " + g.formatShape(x.shape) + " to " + g.formatShape(op.attrs.newShape));
+  outs.push_back({shape, resultDtype(g, x.dtype)});
+  return true;
+}
+
+/// The gradient sums the output gradient over the broadcast dims: one add per output element.
+double gradBroadcastTo(const Graph &g, const Op &op, unsigned) {
+  double n = outNumel(g, op);
+  return n != numel(in(g, op, 0).shape) ? n : 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Views: split, reshape, transpose share their input's storage. They keep its dtype.
 
@@ -827,7 +913,166 @@ bool inferTranspose(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   return true;
 }
 
+/// slice: `x[:, 0]`, `x[:, 1:]`, `x[::2]`. attrs.slices covers the leading axes; each keeps
+/// `count` indices from `start` every `step`, and an integer subscript (drop) removes its axis.
+bool inferSlice(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  const auto &sl = op.attrs.slices;
+  if (sl.size() > x.shape.size())
+    return fail(err, ShapeErrorKind::Invalid,
+                std::to_string(sl.size()) + " subscripts for " + g.formatShape(x.shape) +
+                    ", a tensor of rank " + std::to_string(x.shape.size()));
+  Shape shape;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    if (i >= sl.size()) {
+      shape.push_back(x.shape[i]);
+      continue;
+    }
+    const SliceDim &d = sl[i];
+    int64_t n = x.shape[i].size, span = 0, last = 0;
+    bool bad = d.step <= 0 || d.start < 0 || d.count <= 0 || (d.drop && d.count != 1) ||
+               __builtin_mul_overflow(d.count - 1, d.step, &span) ||
+               __builtin_add_overflow(d.start, span, &last) || last >= n;
+    if (bad)
+      return fail(err, ShapeErrorKind::Invalid,
+                  "subscript " + std::to_string(i) + " selects outside dimension " +
+                      std::to_string(n) + " of " + g.formatShape(x.shape));
+    if (!d.drop)
+      shape.push_back(Dim{d.count, d.count == n ? x.shape[i].sym : 0});
+  }
+  outs.push_back({shape, x.dtype});
+  return true;
+}
+
 ForwardCost forwardView(const Graph &, const Op &) { return ForwardCost(); }
+
+// ---------------------------------------------------------------------------------------------
+// Convolution and pooling, NCHW: x [N, C, H, W]; conv2d's weight is [Cout, Cin, kh, kw] and
+// its optional bias [Cout] (PyTorch's layout). Each spatial output size is
+// floor((H + 2·pad − k) / stride) + 1.
+
+/// The output extent of a window sliding over `n` with `k`, `stride`, `pad`; 0 when none fits.
+int64_t windowOut(int64_t n, int64_t k, int64_t stride, int64_t pad) {
+  int64_t padded = 0;
+  if (stride <= 0 || k <= 0 || pad < 0 || __builtin_mul_overflow(pad, 2, &padded) ||
+      __builtin_add_overflow(n, padded, &padded) || padded < k)
+    return 0;
+  return (padded - k) / stride + 1;
+}
+
+bool inferConv2d(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                 ShapeError &err) {
+  if (!expectInputs(op, 2, 3, err))
+    return false;
+  const Shape &x = in(g, op, 0).shape, &w = in(g, op, 1).shape;
+  std::string both = g.formatShape(x) + " and weight " + g.formatShape(w);
+  if (x.size() != 4 || w.size() != 4)
+    return fail(err, ShapeErrorKind::Invalid,
+                "conv2d expects x [batch, channels, height, width] and weight [out, in, kh, kw], got " +
+                    both);
+  if (w[1].size != x[1].size)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "conv2d weight has " + std::to_string(w[1].size) + " input channels, x has " +
+                    std::to_string(x[1].size) + ": " + both);
+  if (op.inputs.size() == 3) {
+    const Shape &b = in(g, op, 2).shape;
+    if (b.size() != 1 || b[0].size != w[0].size)
+      return fail(err, ShapeErrorKind::Mismatch,
+                  "conv2d bias " + g.formatShape(b) + " should be [" + std::to_string(w[0].size) +
+                      "], one per output channel");
+  }
+  int64_t ho = windowOut(x[2].size, w[2].size, op.attrs.strides[0], op.attrs.pads[0]);
+  int64_t wo = windowOut(x[3].size, w[3].size, op.attrs.strides[1], op.attrs.pads[1]);
+  if (ho <= 0 || wo <= 0)
+    return fail(err, ShapeErrorKind::Invalid,
+                "conv2d kernel " + std::to_string(w[2].size) + "x" + std::to_string(w[3].size) +
+                    " does not fit in " + g.formatShape(x) + " with padding " +
+                    std::to_string(op.attrs.pads[0]) + ", " + std::to_string(op.attrs.pads[1]));
+  outs.push_back({Shape{x[0], w[0], Dim{ho, 0}, Dim{wo, 0}}, g.activationDtype});
+  return true;
+}
+
+/// 2·N·Cout·Hout·Wout·Cin·kh·kw: numel(out) output points, each a dot product of Cin·kh·kw.
+double convFlops(const Graph &g, const Op &op) {
+  const Shape &w = in(g, op, 1).shape;
+  return 2 * outNumel(g, op) * static_cast<double>(w[1].size) * static_cast<double>(w[2].size) *
+         static_cast<double>(w[3].size);
+}
+
+ForwardCost forwardConv2d(const Graph &g, const Op &op) {
+  double f = convFlops(g, op);
+  return withFlops(defaultBytes(g, op), f + (op.inputs.size() == 3 ? outNumel(g, op) : 0), f);
+}
+
+/// dx (a transposed convolution) and dw (a correlation of x with dy) cost what the forward
+/// does; the bias's gradient sums dy over N, H, W.
+double gradConv2d(const Graph &g, const Op &op, unsigned i) {
+  return i < 2 ? convFlops(g, op) : outNumel(g, op);
+}
+
+void savedConv2d(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                 std::vector<SavedTensor> &out) {
+  if (need(needGrad, 1))
+    keep(g, out, op.inputs[0], "input");
+  if (need(needGrad, 0))
+    keep(g, out, op.inputs[1], "weight");
+}
+
+/// max_pool2d and avg_pool2d over (kh, kw) windows; max also returns the int32 index of each
+/// window's maximum, which its backward reads.
+bool inferPool(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+               ShapeError &err) {
+  if (!expectInputs(op, 1, 1, err))
+    return false;
+  const Tensor &x = in(g, op, 0);
+  const OpAttrs &a = op.attrs;
+  std::string name = opName(op.kind).str();
+  if (x.shape.size() != 4)
+    return fail(err, ShapeErrorKind::Invalid,
+                name + " expects x [batch, channels, height, width], got " + g.formatShape(x.shape));
+  for (int i = 0; i < 2; ++i)
+    if (a.window[i] <= 0 || a.strides[i] <= 0 || a.pads[i] < 0 || a.pads[i] > a.window[i] / 2)
+      return fail(err, ShapeErrorKind::Invalid,
+                  name + " needs a positive window and stride, and padding at most half the "
+                         "window, got window " + std::to_string(a.window[i]) + ", stride " +
+                      std::to_string(a.strides[i]) + ", padding " + std::to_string(a.pads[i]));
+  int64_t ho = windowOut(x.shape[2].size, a.window[0], a.strides[0], a.pads[0]);
+  int64_t wo = windowOut(x.shape[3].size, a.window[1], a.strides[1], a.pads[1]);
+  if (ho <= 0 || wo <= 0)
+    return fail(err, ShapeErrorKind::Invalid,
+                name + " window " + std::to_string(a.window[0]) + "x" + std::to_string(a.window[1]) +
+                    " does not fit in " + g.formatShape(x.shape));
+  Shape shape{x.shape[0], x.shape[1], Dim{ho, 0}, Dim{wo, 0}};
+  outs.push_back({shape, resultDtype(g, x.dtype)});
+  if (op.kind == OpKind::MaxPool2d)
+    outs.push_back({shape, Dtype::I32});
+  return true;
+}
+
+double windowSize(const Op &op) {
+  return static_cast<double>(op.attrs.window[0]) * static_cast<double>(op.attrs.window[1]);
+}
+
+/// One comparison (max) or add (avg, whose last add is the division) per window element.
+ForwardCost forwardPool(const Graph &g, const Op &op) {
+  return withFlops(defaultBytes(g, op), windowSize(op) * outNumel(g, op));
+}
+
+/// max: each output gradient added at its argmax (windows may overlap); avg: each output
+/// gradient divided by the window and added to every element of its window.
+double gradPool(const Graph &g, const Op &op, unsigned) {
+  bool max = op.kind == OpKind::MaxPool2d || op.attrs.of == OpKind::MaxPool2d;
+  return (max ? 1 : windowSize(op) + 1) * outNumel(g, op);
+}
+
+void savedPool(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+               std::vector<SavedTensor> &out) {
+  if (need(needGrad, 0) && op.kind == OpKind::MaxPool2d)
+    keep(g, out, op.outputs[1], "argmax indices");
+}
 
 // ---------------------------------------------------------------------------------------------
 // Ops that autodiff and step assembly add (passes/Backward.cpp). Their outputs are created by
@@ -884,7 +1129,8 @@ bool inferLikeLast(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTyp
 }
 
 ForwardCost forwardUnaryBackward(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), unaryCost(op.attrs.of).grad * outNumel(g, op));
+  double share = op.attrs.of == OpKind::Rope ? ropeShare(g, op) : 1;
+  return withFlops(defaultBytes(g, op), unaryCost(op.attrs.of).grad * outNumel(g, op) * share);
 }
 ForwardCost forwardDivBackward(const Graph &g, const Op &op) {
   return withFlops(defaultBytes(g, op), 3 * outNumel(g, op));
@@ -919,10 +1165,10 @@ ForwardCost forwardNormBackward(const Graph &g, const Op &op) {
 }
 
 /// attention_backward(q, k, v, o, lse, dO) when fused, (q, k, v, P[, mask, dropped], dO)
-/// when not: dq, dk, dv as gradMask asks.
+/// when not: dq, dk, dv as gradMask asks. A padding mask comes right after v.
 bool inferAttentionBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                             ShapeError &err) {
-  if (!expectInputs(op, 5, 7, err))
+  if (!expectInputs(op, 5, 8, err))
     return false;
   for (unsigned i = 0; i < 3; ++i)
     if (gradWanted(op, i))
@@ -949,7 +1195,7 @@ ForwardCost forwardAttentionBackward(const Graph &g, const Op &op) {
     AttnDims d = attnDims(g, op);
     double act = bytesOf(g.activationDtype), S = d.scores();
     // defaultBytes read the saved matrices once (P, and the mask and dropped P with dropout).
-    for (size_t i = 3; i + 1 < op.inputs.size(); ++i)
+    for (size_t i = op.attrs.hasMask ? 4 : 3; i + 1 < op.inputs.size(); ++i)
       c.bytesRead -= g.bytes(op.inputs[i]);
     double matrices = 7 + (op.attrs.p > 0 ? 2 : 0);
     c.bytesRead += (matrices - 2 - (op.attrs.p > 0 ? 1 : 0)) * S * act + (op.attrs.p > 0 ? S : 0);
@@ -966,6 +1212,48 @@ ForwardCost forwardAttentionBackward(const Graph &g, const Op &op) {
     if (need[i])
       c.matmulFlops += (i == 0 ? 4 : 2) * d.scores() * d.dh;
   return c;
+}
+
+/// conv2d_backward(x, w, dy): dx, dw, db as gradMask asks, in that order.
+bool inferConv2dBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                         ShapeError &err) {
+  if (!expectInputs(op, 3, 3, err))
+    return false;
+  Dtype dt = in(g, op, 2).dtype;
+  if (gradWanted(op, 0))
+    outs.push_back({in(g, op, 0).shape, dt});
+  if (gradWanted(op, 1))
+    outs.push_back({in(g, op, 1).shape, in(g, op, 1).dtype});
+  if (gradWanted(op, 2))
+    outs.push_back({Shape{in(g, op, 1).shape[0]}, in(g, op, 1).dtype});
+  return true;
+}
+
+ForwardCost forwardConv2dBackward(const Graph &g, const Op &op) {
+  // The forward's FLOPs from dy's shape (the forward output) and the weight.
+  const Shape &w = in(g, op, 1).shape;
+  double out = numel(in(g, op, 2).shape);
+  double conv = 2 * out * static_cast<double>(w[1].size) * static_cast<double>(w[2].size) *
+                static_cast<double>(w[3].size);
+  ForwardCost c = defaultBytes(g, op);
+  c.matmulFlops = (gradWanted(op, 0) ? conv : 0) + (gradWanted(op, 1) ? conv : 0);
+  c.flops = c.executedFlops = c.matmulFlops + (gradWanted(op, 2) ? out : 0);
+  return c;
+}
+
+/// pool2d_backward([indices,] dy): dx at attrs.newShape (x's shape); attrs.of is the pool.
+bool inferPoolBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                       ShapeError &err) {
+  if (!expectInputs(op, 1, 2, err))
+    return false;
+  outs.push_back({op.attrs.newShape, g.tensors[op.inputs.back()].dtype});
+  return true;
+}
+
+ForwardCost forwardPoolBackward(const Graph &g, const Op &op) {
+  bool max = op.attrs.of == OpKind::MaxPool2d;
+  double dy = numel(g.tensors[op.inputs.back()].shape);
+  return withFlops(defaultBytes(g, op), (max ? 1 : windowSize(op) + 1) * dy);
 }
 
 bool inferEmbeddingBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
@@ -1346,7 +1634,7 @@ RULE(Tanh, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
 RULE(Sigmoid, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
 RULE(Exp, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
 RULE(Dropout, inferDropout, forwardDropout, gradUnary, executedDefault, savedDropout)
-RULE(Rope, inferRope, forwardUnary, gradUnary, executedDefault, savedUnary)
+RULE(Rope, inferRope, forwardRope, gradRope, executedDefault, savedUnary)
 RULE(Softmax, inferSoftmax, forwardSoftmax, gradSoftmax, executedDefault, savedSoftmax)
 RULE(LayerNorm, inferNorm, forwardNorm, gradNorm, executedDefault, savedNorm)
 RULE(RmsNorm, inferNorm, forwardNorm, gradNorm, executedDefault, savedNorm)
@@ -1364,6 +1652,11 @@ RULE(Transpose, inferTranspose, forwardView, noGrad, executedDefault, savesNothi
 RULE(TopK, inferTopK, forwardTopK, gradTopK, executedDefault, savedTopK)
 RULE(Gather, inferGather, forwardGather, gradGather, executedDefault, savedGather)
 RULE(Moe, inferMoe, forwardMoe, gradMoe, executedBackwardMoe, savedMoe)
+RULE(Slice, inferSlice, forwardView, noGrad, executedDefault, savesNothing)
+RULE(Conv2d, inferConv2d, forwardConv2d, gradConv2d, executedDefault, savedConv2d)
+RULE(MaxPool2d, inferPool, forwardPool, gradPool, executedDefault, savedPool)
+RULE(AvgPool2d, inferPool, forwardPool, gradPool, executedDefault, savedPool)
+RULE(BroadcastTo, inferBroadcastTo, forwardData, gradBroadcastTo, executedDefault, savesNothing)
 RULE(Contiguous, inferContiguous, forwardCopy, noGrad, executedDefault, savesNothing)
 RULE(ReduceTo, inferToShape, forwardReduceTo, noGrad, executedDefault, savesNothing)
 RULE(Expand, inferToShape, forwardExpand, noGrad, executedDefault, savesNothing)
@@ -1376,6 +1669,8 @@ RULE(RmsNormBackward, inferNormBackward, forwardNormBackward, noGrad, executedDe
 RULE(AttentionBackward, inferAttentionBackward, forwardAttentionBackward, noGrad, executedDefault, savesNothing)
 RULE(EmbeddingBackward, inferEmbeddingBackward, forwardEmbeddingBackward, noGrad, executedDefault, savesNothing)
 RULE(CrossEntropyBackward, inferCrossEntropyBackward, forwardCrossEntropyBackward, noGrad, executedDefault, savesNothing)
+RULE(Conv2dBackward, inferConv2dBackward, forwardConv2dBackward, noGrad, executedDefault, savesNothing)
+RULE(PoolBackward, inferPoolBackward, forwardPoolBackward, noGrad, executedDefault, savesNothing)
 RULE(ZeroGrad, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothing)
 RULE(SumSquares, inferSumSquares, forwardSumSquares, noGrad, executedDefault, savesNothing)
 RULE(Scale, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothing)

@@ -486,6 +486,8 @@ struct Builder {
       break;
     case OpKind::Attention: {
       llvm::SmallVector<TensorId, 3> in{op.inputs[0], op.inputs[1], op.inputs[2]};
+      if (op.attrs.hasMask)
+        in.push_back(op.inputs[3]);
       if (op.attrs.fused) {
         in.push_back(op.outputs[0]);
         in.push_back(op.outputs[1]);
@@ -536,6 +538,29 @@ struct Builder {
       multiBackward(op, OpKind::MoeBackward, in, {0u, 1u, 3u, 4u, 5u});
       break;
     }
+    case OpKind::Conv2d: // conv2d_backward(x, w, dy) → dx, dw, db
+      multiBackward(op, OpKind::Conv2dBackward, {op.inputs[0], op.inputs[1], dy}, {0u, 1u, 2u});
+      break;
+    case OpKind::MaxPool2d:
+    case OpKind::AvgPool2d: { // pool2d_backward([argmax indices,] dy) → dx
+      TensorId x = op.inputs[0];
+      if (needs(x)) {
+        OpAttrs a = op.attrs;
+        a.of = op.kind;
+        a.newShape = g.tensors[x].shape;
+        llvm::SmallVector<TensorId, 3> in;
+        if (op.kind == OpKind::MaxPool2d)
+          in.push_back(op.outputs[1]);
+        in.push_back(dy);
+        bool acc = accumulateNext(x);
+        emit(OpKind::PoolBackward, in, {gradOf(x)}, a, acc ? 1 : 0);
+      }
+      break;
+    }
+    case OpKind::BroadcastTo: // summed back to x's shape (reduce_to), or copied when no dim grew
+      if (needs(op.inputs[0]))
+        writeGrad(op.inputs[0], dy);
+      break;
     case OpKind::Sum:
     case OpKind::Mean: reduceBackward(op, dy); break;
     case OpKind::Concat: concatBackward(op, dy); break;
@@ -562,6 +587,7 @@ struct Builder {
     case OpKind::Split:
     case OpKind::Reshape:
     case OpKind::Transpose:
+    case OpKind::Slice:
     case OpKind::Positions:
     case OpKind::NextTokens:
       return;

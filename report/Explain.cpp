@@ -541,7 +541,8 @@ void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_
      << " FLOPs, backward " << exact(s.backward) << " FLOPs, " << exact(s.bytes)
      << " bytes (" << formatBytes(s.bytes) << "), forward " << formatDuration(s.forwardTime)
      << ", backward " << formatDuration(s.backwardTime) << "\n";
-  os << "  per optimizer step on one device (passes/BlockTotals.cpp): forward "
+  os << (a.plan->isTrain ? "  per optimizer step" : "  per prefill")
+     << " on one device (passes/BlockTotals.cpp): forward "
      << exact(bc.forwardFlops) << " FLOPs, backward " << exact(bc.backwardFlops) << " FLOPs, time "
      << formatDuration(bc.time) << "\n";
 }

@@ -30,6 +30,15 @@ ReportTable paramsTable(const Analysis &a) {
   for (const Analysis::BlockCount &b : a.params.byBlock)
     if (b.depth == 1 && b.count > 0)
       t.rows.push_back({b.path, b.block, groupDigits(b.count), share(b.count, a.params.total)});
+  // Parameters the model declares itself (a class token, position embeddings), one row each,
+  // so the rows below the total add up to it.
+  const Graph &g = *a.graph;
+  for (const ParamInfo &p : g.params)
+    if (p.instance == 0) {
+      double n = numel(g.tensors[p.tensor].shape);
+      t.rows.push_back({p.path, p.trainable ? "param" : "param (frozen)", groupDigits(n),
+                        share(n, a.params.total)});
+    }
   t.notes.push_back(formatCount(a.params.total) + " parameters; a tied weight is counted once.");
   return t;
 }
@@ -64,7 +73,8 @@ ReportTable flopsTable(const Analysis &a) {
 
 ReportTable blocksTable(const Analysis &a) {
   ReportTable t;
-  t.title = "FLOPs by block (per optimizer step)";
+  bool train = a.plan->isTrain;
+  t.title = train ? "FLOPs by block (per optimizer step)" : "FLOPs by block (prefill)";
   t.header = {"block", "kind", "forward", "backward", "share", "time"};
   const Analysis::BlockCount &model = a.params.byBlock.front();
   double whole = model.forwardFlops + model.backwardFlops;
@@ -182,10 +192,12 @@ ReportTable opsTable(const Analysis &a) {
                       o.computeBound ? "compute" : "memory", formatDuration(gr.time)});
   }
   t.notes.push_back(llvm::formatv("ridge point {0:f2} FLOP/byte on {1}: ops below it are "
-                                  "memory-bound. FLOPs are forward, per micro-batch; time is "
-                                  "forward + backward per micro-batch; [*] sums the copies "
-                                  "of a repeated block.",
-                                  a.ridge, a.plan->target.name)
+                                  "memory-bound. FLOPs are forward, per {2}; time is "
+                                  "{3}; [*] sums the copies of a repeated block.",
+                                  a.ridge, a.plan->target.name,
+                                  a.plan->isTrain ? "micro-batch" : "prefill",
+                                  a.plan->isTrain ? "forward + backward per micro-batch"
+                                                  : "the forward of the prefill")
                         .str());
   return t;
 }

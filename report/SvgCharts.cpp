@@ -278,7 +278,7 @@ std::string blocksChart(const Analysis &a) {
   s.text(f0, 16, a.plan->isTrain ? "FLOPs per step" : "FLOPs", "start", 12);
   legend(s, f0 + 100, 16, chartcolor::Forward, "forward");
   legend(s, f0 + 170, 16, chartcolor::Backward, "backward");
-  s.text(t0, 16, "time per step, one device", "start", 12);
+  s.text(t0, 16, a.plan->isTrain ? "time per step, one device" : "time of the prefill, one device", "start", 12);
   double bottom = top + rows.size() * rowH;
   for (const auto &[scale, lo, hi, isTime] :
        {std::tuple<LinearScale, double, double, bool>{fs, f0, f1, false},
