@@ -263,7 +263,7 @@ struct Emitter {
 
   void line(const std::string &text) { body += "  " + text + "\n"; }
 
-  bool acc(unsigned i = 0) const { return op->accumulate & (1u << i); }
+  bool acc(unsigned i = 0) const { return i < 32 && (op->accumulate & (1u << i)); }
   const char *boolean(bool b) const { return b ? "true" : "false"; }
 
   /// The broadcast strides of operand t over an output of shape `out`.

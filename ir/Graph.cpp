@@ -240,7 +240,7 @@ std::string verifyGraph(const Graph &g) {
       TensorId t = op.outputs[i];
       if (t >= g.tensors.size())
         return "op " + op.path + " writes an unknown tensor";
-      bool acc = (op.accumulate >> i) & 1;
+      bool acc = i < 32 && ((op.accumulate >> i) & 1); // wider ops (a split, the update) never add
       // A gradient is written once unless later writes add to it; a view of a gradient is
       // written into its storage, which must exist when the write adds.
       if (acc && !isDefined(t))

@@ -40,7 +40,7 @@ bool writesWeightGrad(const Graph &g, TensorId t) {
 double backwardOpBytes(const Graph &g, const Op &op, const ForwardCost &c) {
   double b = c.bytesRead + c.bytesWritten;
   for (size_t i = 0; i < op.outputs.size(); ++i)
-    if ((op.accumulate >> i) & 1)
+    if (i < 32 && ((op.accumulate >> i) & 1)) // a 32-bit mask: a shift past it is undefined
       b += g.bytes(op.outputs[i]);
   return b;
 }

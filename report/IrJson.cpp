@@ -70,7 +70,7 @@ void renderIrJson(const Graph &g, llvm::raw_ostream &os) {
     if (op.accumulate) {
       llvm::json::Array acc;
       for (size_t k = 0; k < op.outputs.size(); ++k)
-        if ((op.accumulate >> k) & 1)
+        if (k < 32 && ((op.accumulate >> k) & 1)) // a 32-bit mask: a shift past it is undefined
           acc.push_back(static_cast<int64_t>(op.outputs[k]));
       o["accumulates"] = std::move(acc);
     }

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ python3 antlr4 libantlr4-runtime-dev llvm-14-dev llvm-14-tools
-          catch2 default-jre-headless libopenblas-dev pkgconf python3-torch python3-numpy chromium)
+          catch2 default-jre-headless libopenblas-dev pkgconf python3-torch python3-numpy chromium
+          clang-14 libclang-rt-14-dev libomp-14-dev)  # the sanitizer + libFuzzer build (scripts/fuzz.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,8 +1,27 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing, builds, then ctest (Catch2 unit tests, the golden
-# lit tests under tests/lit, and the diagnostic-coverage check).
+# lit tests under tests/lit, and the diagnostic-coverage check); then the sanitizer suite and
+# the fuzzer (below). TALLY_SANITIZERS=0 skips the second part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --build
-cd build
-ctest --output-on-failure -j"$(nproc)"
+(cd build && ctest --output-on-failure -j"$(nproc)")
+
+# The sanitizer suite (docs/reliability.md): tally, unit_tests and the libFuzzer target built
+# once with clang-14 under ASan + UBSan (float-cast-overflow, no recovery), -O1 -g0, in
+# build-san; there the unit tests, the lit suite and the fuzz regressions run again, then the
+# fuzzer for TALLY_FUZZ_SECONDS (default 120). The generated-step tests (tests/step: the CPU
+# steps and the CUDA compiles), validation, determinism, the docs tour and fuzz_inputs.py run
+# only in the normal build above. Budget on a 2-core machine: ~4.5 min to build, ~1 min of
+# tests (capped at 15), 2 min of fuzzing.
+if [ "${TALLY_SANITIZERS:-1}" != 0 ]; then
+  scripts/fuzz.sh --build-only
+  # abort_on_error: a sanitizer report becomes SIGABRT, which `not` in a lit RUN line and the
+  # regression runner treat as a failure (its default exit code, 1, would pass for an error).
+  (cd build-san && ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=abort_on_error=1:print_stacktrace=1 \
+     timeout 900 ctest --output-on-failure -j"$(nproc)" \
+     -R '^(unit|lit/.*|fuzz-regressions)$' -E '^lit/reliability-numbers.tally$')
+  # (reliability-numbers stays out until passes/MemoryPlan.cpp sizes buffers with checked
+  # arithmetic: its 9e18-element tensor overflows int64 bytes there; docs/reliability.md.)
+  scripts/fuzz.sh "${TALLY_FUZZ_SECONDS:-120}"
+fi

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer target fuzz/tally_fuzz (clang-14, ASan + UBSan, -DTALLY_FUZZ=ON) in its own
+# build folder and runs it for a bounded time over the whole pipeline (docs/reliability.md).
+#   scripts/fuzz.sh SECONDS            e.g. scripts/fuzz.sh 120 (what scripts/test.sh runs)
+#   scripts/fuzz.sh --build-only       configure and build tally, unit_tests and tally_fuzz
+#                                      there (scripts/test.sh's sanitizer suite), run nothing
+# Environment: TALLY_SAN_BUILD (build folder, default build-san: the sanitizer suite of
+# scripts/test.sh shares it, so CI compiles the sanitized library once), FUZZ_TIMEOUT (seconds
+# one input may take before it counts as a hang, default 25), FUZZ_RSS_MB (memory limit,
+# default 3072), FUZZ_MAX_LEN (longest input in bytes, default 8192).
+# The seed corpus is made at run time from examples/*.tally, tests/lit/*.tally and
+# tests/fuzz-regressions/*; what the fuzzer adds is kept in BUILD/fuzz-corpus for the next run.
+# Exit 0 when nothing was found; otherwise libFuzzer's status, with the input that failed in
+# BUILD/fuzz-artifacts/: make it a regression input under tests/fuzz-regressions/ and fix it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:?usage: scripts/fuzz.sh SECONDS | --build-only}"
+build="${TALLY_SAN_BUILD:-build-san}"
+
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -g0" "-DCMAKE_C_FLAGS_RELEASE=-O1 -g0" \
+        -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+        -DTALLY_SANITIZE=ON -DTALLY_FUZZ=ON >/dev/null
+fi
+if [ "$seconds" = --build-only ]; then
+  exec nice -n 19 ninja -C "$build" tally unit_tests tally_fuzz
+fi
+nice -n 19 ninja -C "$build" tally_fuzz
+
+seeds="$build/fuzz-seeds"
+rm -rf "$seeds"
+mkdir -p "$seeds" "$build/fuzz-corpus" "$build/fuzz-artifacts"
+cp examples/*.tally "$seeds/"
+for f in tests/lit/*.tally; do cp "$f" "$seeds/lit-$(basename "$f")"; done
+for f in tests/fuzz-regressions/*; do
+  [ -f "$f" ] && [ "$(basename "$f")" != README.md ] && cp "$f" "$seeds/regression-$(basename "$f")"
+done
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
+exec "$build/fuzz/tally_fuzz" "$build/fuzz-corpus" "$seeds" \
+  -dict=fuzz/tally.dict -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-25}" \
+  -rss_limit_mb="${FUZZ_RSS_MB:-3072}" -max_len="${FUZZ_MAX_LEN:-8192}" \
+  -artifact_prefix="$build/fuzz-artifacts/" -print_final_stats=1
