@@ -7,6 +7,8 @@
 
 #include "codegen/Emit.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <map>
 
 using namespace tally;
@@ -163,7 +165,13 @@ train t { model = M() batch = 2 optimizer = SGD(lr = 0.1) precision = fp32 targe
 TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each after ctx.where", "[codegen][cuda]") {
   PlanOverrides one;
   one.target = "H100_SXM";
-  for (const char *file : {"gpt2.tally", "lecture.tally", "llama2_7b.tally", "tour.tally"}) {
+  std::vector<std::string> files; // every examples/*.tally, so a new example is covered too
+  for (const auto &e : std::filesystem::directory_iterator(sourceDir() + "/examples"))
+    if (e.path().extension() == ".tally")
+      files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() >= 5);
+  for (const std::string &file : files) {
     INFO(file);
     Compiled t(fromFile, example(file), "", one);
     std::string cpu, cuda;
