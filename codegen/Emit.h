@@ -1,6 +1,7 @@
 // Code generation: the analyzed training step (Analysis::step, its schedule and memory plan)
-// printed as a C++ program that runs it. codegen/EmitCpu.cpp writes the CPU step; the kernels
-// it calls are the runtime's (codegen/runtime/API.md), embedded in tally and copied next to
+// printed as a program that runs it. codegen/EmitCpu.cpp walks the step once for both backends
+// (codegen/EmitBackend.h: what differs), the CPU step in C++ and the CUDA step (EmitCuda.cpp);
+// the kernels it calls are the runtime's (codegen/runtime/API.md), embedded in tally and copied next to
 // the generated source so the folder builds on its own. shared/design/codegen.md has the plan.
 #pragma once
 
@@ -30,6 +31,12 @@ struct File {
 /// memory plan's regions), CMakeLists.txt, and the runtime and driver sources under runtime/.
 /// Returns "" on success, else why this plan cannot be generated (out is then unspecified).
 std::string emitCpuStep(const Analysis &a, const EmitOptions &options, std::vector<File> &out);
+
+/// The CUDA training step of a train plan: step.cu (the same calls over the same regions as
+/// the CPU step, each after `ctx.where = "<op path>"`), CMakeLists.txt (nvcc from the CUDA
+/// toolkit, -arch=sm_90 unless -DTALLY_CUDA_ARCH=), the CUDA runtime and driver_cuda.cu.
+/// Returns "" on success, else why this plan cannot be generated for the CUDA runtime.
+std::string emitCudaStep(const Analysis &a, const EmitOptions &options, std::vector<File> &out);
 
 /// The runtime files embedded in tally at build time: path under codegen/runtime, and text.
 struct RuntimeFile {

@@ -1,5 +1,8 @@
-// The CPU training step: walks Analysis::stepSchedule and prints one runtime call per op of the
-// step graph, every operand an offset into one of the memory plan's regions.
+// The generated training step, for every backend: walks Analysis::stepSchedule and prints one
+// runtime call per op of the step graph, every operand an offset into one of the memory plan's
+// regions. The CPU and CUDA steps are this one walk; a Backend (codegen/EmitBackend.h; the CPU's
+// at the end of this file, the CUDA's in EmitCuda.cpp) only spells it: includes, where the op
+// path and op class are recorded, reading the loss back from device memory, file names.
 //
 // 1. Where a tensor lives. A view is its base tensor's storage at the view's element offset.
 //    Parameters are in the params region, gradients of parameters in the grads region, input
@@ -21,7 +24,7 @@
 //    micro-batches, updates and zeroes the gradients.
 // The layout (regions, parameter and input tables) goes into kLayout for the driver
 // (codegen/driver/driver_cpu.cpp), which allocates exactly those bytes.
-#include "codegen/Emit.h"
+#include "codegen/EmitBackend.h"
 
 #include "ir/OpRules.h"
 #include "passes/Passes.h"
@@ -118,6 +121,7 @@ struct Emitter {
   const Graph &s;
   const Plan &plan;
   const EmitOptions &opt;
+  const Backend &be;
   std::string error;
   std::string body;            ///< the function being written
   uint32_t step = 0;           ///< the schedule step of the entry being written
@@ -127,8 +131,15 @@ struct Emitter {
   std::unordered_map<TensorId, int64_t> paramOffset, gradOffset, masterOffset, dataOffset;
   std::map<std::pair<TensorId, unsigned>, int64_t> stateOffset;
   int64_t dataBytes = 0;
+  /// Device backends: the op class of every op path set in ctx.where (kOpSites), in order.
+  std::vector<std::pair<std::string, std::string>> sites;
+  std::map<std::string, std::string> siteClass;
 
-  Emitter(const Analysis &a, const EmitOptions &o) : a(a), s(*a.step), plan(*a.plan), opt(o) {}
+  Emitter(const Analysis &a, const EmitOptions &o, const Backend &be)
+      : a(a), s(*a.step), plan(*a.plan), opt(o), be(be) {}
+
+  /// The backend's name in messages: "CPU", "CUDA".
+  std::string title() const { return be.title; }
 
   bool fail(const std::string &why) {
     if (error.empty()) {
@@ -187,7 +198,7 @@ struct Emitter {
     std::string ty = ctype(stored(t));
     if (ty.empty()) {
       fail("tensor %" + std::to_string(t) + " has dtype " + nameOf(x.dtype).str() +
-           ", which the CPU runtime does not store");
+           ", which the " + title() + " runtime does not store");
       return "nullptr";
     }
     int64_t scale = static_cast<int64_t>(bytesOf(stored(t)));
@@ -243,7 +254,7 @@ struct Emitter {
     if (dense(t))
       return true;
     return fail(std::string(what) + " is a strided view, which this kernel does not read; "
-                "the CPU backend needs a contiguous copy here");
+                "the " + title() + " backend needs a contiguous copy here");
   }
   bool sameType(std::initializer_list<TensorId> ts) {
     std::string t0;
@@ -254,7 +265,7 @@ struct Emitter {
       if (t0.empty())
         t0 = ty;
       else if (ty != t0)
-        return fail("mixes " + t0 + " and " + ty + " operands; the CPU runtime's kernels take one storage type");
+        return fail("mixes " + t0 + " and " + ty + " operands; the " + title() + " runtime's kernels take one storage type");
     }
     return true;
   }
@@ -262,6 +273,19 @@ struct Emitter {
   // ---- 2. one call per op -------------------------------------------------------------------
 
   void line(const std::string &text) { body += "  " + text + "\n"; }
+
+  /// Says which op runs now: the `op_class` global the CPU kernel timer reads, or on a device
+  /// `ctx.where = "<op path>"` (the CUDA runtime names it in every error) with the path's op
+  /// class recorded for the driver's kOpSites table.
+  void site(const std::string &path, const std::string &cls) {
+    if (!be.device) {
+      line("op_class = \"" + cls + "\";");
+      return;
+    }
+    line("ctx.where = " + literal(path) + ";");
+    if (siteClass.emplace(path, cls).second)
+      sites.push_back({path, cls});
+  }
 
   bool acc(unsigned i = 0) const { return i < 32 && (op->accumulate & (1u << i)); }
   const char *boolean(bool b) const { return b ? "true" : "false"; }
@@ -350,7 +374,7 @@ struct Emitter {
                   std::to_string(M) + "x" + std::to_string(N));
     int64_t batch = C.batch;
     if ((A.batch != batch && A.batch != 1) || (B.batch != batch && B.batch != 1))
-      return fail("matmul batch dimensions broadcast partially, which the CPU backend does not run");
+      return fail("matmul batch dimensions broadcast partially, which the " + title() + " backend does not run");
     int64_t sA = A.batch == 1 ? 0 : A.batchStride, sB = B.batch == 1 ? 0 : B.batchStride;
     int64_t sC = batch == 1 ? 0 : C.batchStride;
     // A batch against one weight with rows that run on across the batch is one big product.
@@ -489,7 +513,7 @@ struct Emitter {
                      int64_t &hd, std::string &rows) {
     TensorId q = fwd.inputs[0], k = fwd.inputs[1], v = fwd.inputs[2];
     if (shape(q).size() != 3)
-      return fail("attention over rank " + std::to_string(shape(q).size()) + " q; the CPU backend runs [batch, seq, heads·head]");
+      return fail("attention over rank " + std::to_string(shape(q).size()) + " q; the " + title() + " backend runs [batch, seq, heads·head]");
     B = shape(q)[0].size;
     S = shape(q)[1].size;
     Skv = shape(k)[1].size;
@@ -499,6 +523,11 @@ struct Emitter {
     int64_t rq = strides(q)[1], rk = strides(k)[1], rv = strides(v)[1];
     bool strided = rq != H * hd || rk != Hkv * hd || rv != Hkv * hd;
     rows = strided ? llvm::formatv(", rt::AttnRows{{{0}, {1}, {2}}", rq, rk, rv).str() : "";
+    if (be.checkAttention) {
+      std::string why = be.checkAttention(B, S, Skv, H, Hkv, hd, rq, rk, rv, op->kind == OpKind::AttentionBackward);
+      if (!why.empty())
+        return fail(why);
+    }
     return true;
   }
 
@@ -530,7 +559,7 @@ struct Emitter {
     const OpAttrs &at = fwd.attrs;
     if (!at.fused)
       return fail("the backward of materialised attention (fused = false) reads o, which the plan "
-                  "does not keep; the CPU backend runs fused attention only");
+                  "does not keep; the " + title() + " backend runs fused attention only");
     int64_t B, S, Skv, H, Hkv, hd;
     std::string rows;
     if (!attentionDims(fwd, B, S, Skv, H, Hkv, hd, rows))
@@ -805,6 +834,11 @@ struct Emitter {
       TensorId ids = in[0], dy = in[1], dw = out[0];
       if (!needDense(dy, "the output gradient") || !sameType({dy, dw}))
         return false;
+      if (be.checkEmbeddingBackward) {
+        std::string why = be.checkEmbeddingBackward(n(ids), shape(dw)[0].size);
+        if (!why.empty())
+          return fail(why);
+      }
       if (!acc()) // the kernel scatter-adds: a first write starts from zero
         line(llvm::formatv("rt::fill<{0}>(ctx, {1}, 0.0f, {2});", T(dw), ptr(dw), n(dw)).str());
       line(llvm::formatv("rt::embedding_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(dw), ptr(ids), ptr(dy),
@@ -827,7 +861,7 @@ struct Emitter {
     case OpKind::Scale:
       return fail("internal error: an optimizer-phase op in the micro-batch");
     }
-    return fail("no CPU code for op kind " + opName(op->kind).str());
+    return fail("no " + title() + " code for op kind " + opName(op->kind).str());
   }
 
   bool unaryBackward() {
@@ -875,7 +909,7 @@ struct Emitter {
       return true;
     }
     default:
-      return fail("no CPU backward for " + opName(at.of).str());
+      return fail("no " + title() + " backward for " + opName(at.of).str());
     }
   }
 
@@ -938,11 +972,11 @@ struct Emitter {
       if (opClass(op->kind) == OpClass::View)
         continue;
       body += "\n  // " + commentSafe(op->path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
-      line("op_class = \"" + className(op->kind) + "\";");
+      site(op->path, className(op->kind));
       if (!emitOp() || !error.empty())
         return false;
       if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
-        line("loss = rt::load(*" + ptr(s.loss) + ");");
+        line(be.device ? "loss = device_load(ctx, " + ptr(s.loss) + ");" : "loss = rt::load(*" + ptr(s.loss) + ");");
     }
     op = nullptr;
     outText = "/// The forward and backward of one micro-batch (the data region holds it); its loss.\n"
@@ -956,18 +990,18 @@ struct Emitter {
     Dtype gd = plan.precision.grads, pd = plan.precision.params, md = plan.precision.master;
     std::string G = ctype(gd);
     if (G.empty() || !isFloat(gd))
-      return fail("gradients in " + nameOf(gd).str() + " are not supported by the CPU runtime");
+      return fail("gradients in " + nameOf(gd).str() + " are not supported by the " + title() + " runtime");
     bool hasMaster = md != Dtype::Invalid;
     if (hasMaster && md != Dtype::F32)
-      return fail("a " + nameOf(md).str() + " master copy: the CPU optimizers keep fp32 master weights");
+      return fail("a " + nameOf(md).str() + " master copy: the " + title() + " optimizers keep fp32 master weights");
     if (!hasMaster && pd != Dtype::F32)
-      return fail("parameters in " + nameOf(pd).str() + " without an fp32 master copy: the CPU optimizers "
+      return fail("parameters in " + nameOf(pd).str() + " without an fp32 master copy: the " + title() + " optimizers "
                   "update fp32 weights");
     if (hasMaster && pd != gd)
       return fail("parameters in " + nameOf(pd).str() + " with gradients in " + nameOf(gd).str() +
-                  ": the CPU optimizers refresh the model copy in the gradients' type");
+                  ": the " + title() + " optimizers refresh the model copy in the gradients' type");
     if (plan.precision.optimizer != Dtype::F32)
-      return fail("optimizer state in " + nameOf(plan.precision.optimizer).str() + ": the CPU optimizers keep fp32 state");
+      return fail("optimizer state in " + nameOf(plan.precision.optimizer).str() + ": the " + title() + " optimizers keep fp32 state");
     const OptimizerSpec &o = plan.optimizer;
     unsigned states = optimizerStates(o);
     // The table: per trainable parameter, its element count and its offsets.
@@ -1020,7 +1054,7 @@ struct Emitter {
                            g, s0, number(lr), number(o.beta1), number(o.beta2), number(wd))
                  .str();
     else
-      return fail("optimizer " + o.name + " has no CPU update");
+      return fail("optimizer " + o.name + " has no " + title() + " update");
     int64_t gradElems = a.regions.grads.bytes / static_cast<int64_t>(bytesOf(gd));
     body.clear();
     bool scaled = plan.precision.lossScaling;
@@ -1031,15 +1065,20 @@ struct Emitter {
       switch (op->kind) {
       case OpKind::SumSquares:
         body += "\n  // " + commentSafe(op->path) + ": the overflow check of fp16 loss scaling\n";
-        line("op_class = \"reduction\";");
-        line("float sumsq = 0;");
-        line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, &sumsq);", G, gradElems).str());
+        site(op->path, "reduction");
+        if (be.device) { // Σg² lands in device memory; the host reads it back to decide
+          line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, device_scalars);", G, gradElems).str());
+          line("const double sumsq = device_load(ctx, device_scalars);");
+        } else {
+          line("float sumsq = 0;");
+          line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, &sumsq);", G, gradElems).str());
+        }
         line("if (!std::isfinite(sumsq))");
         line("  return false; // skip the step: a gradient overflowed");
         break;
       case OpKind::OptimizerUpdate:
         body += "\n  // " + commentSafe(op->path) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
-        line("op_class = \"optimizer\";");
+        site(op->path, "optimizer");
         line("const float gscale = " + std::string(scaled ? "1.0f / kLossScale" : "1.0f") + ";");
         line("for (const UpdateEntry &e : kUpdate)");
         line("  if (e.n > 0)");
@@ -1048,17 +1087,19 @@ struct Emitter {
       case OpKind::ZeroGrad:
         break; // zero_grad() below
       default:
-        return fail("no CPU code for optimizer-phase op " + opName(op->kind).str());
+        return fail("no " + title() + " code for optimizer-phase op " + opName(op->kind).str());
       }
     }
     op = nullptr;
     updateText = table + "/// The optimizer phase: false when the step was skipped (fp16 overflow).\n"
                          "static bool update(rt::Ctx &ctx, int64_t step) {\n" +
                  body + "  return true;\n}\n";
+    body.clear();
+    site("zero_grad", "optimizer");
     zeroText = llvm::formatv("/// zero_grad: the whole gradient region (padding included) back to zero.\n"
-                             "static void zero_grad(rt::Ctx &ctx) {{\n  op_class = \"optimizer\";\n"
-                             "  rt::fill<{0}>(ctx, G<{0}>(0), 0.0f, {1});\n}\n",
-                             G, gradElems)
+                             "static void zero_grad(rt::Ctx &ctx) {{\n{0}"
+                             "  rt::fill<{1}>(ctx, G<{1}>(0), 0.0f, {2});\n}\n",
+                             body, G, gradElems)
                    .str();
     if (count == 0)
       zeroText = "static void zero_grad(rt::Ctx &) {}\n";
@@ -1110,7 +1151,7 @@ struct Emitter {
     if (s.loss == kNone)
       return fail("the model returns no loss to train on");
     if (par.devices != 1 || par.tensor != 1 || par.pipeline != 1 || par.context != 1)
-      return fail("the CPU backend runs one device (data parallel over MPI is not built yet); this plan "
+      return fail("the " + title() + " backend runs one device (data parallel over " + be.parallelEngine + " is not built yet); this plan "
                   "uses " + std::to_string(par.devices) + " devices");
     for (TensorId t : s.inputs)
       if (ctype(stored(t)).empty())
@@ -1118,6 +1159,34 @@ struct Emitter {
     if (plan.microBatch <= 0 || plan.batch % plan.microBatch != 0)
       return fail("the batch is not a whole number of micro-batches");
     return true;
+  }
+
+  /// Device backends: copying a scalar back to the host (the loss, the overflow check's Σg²).
+  std::string deviceHelpers() const {
+    if (!be.device)
+      return "";
+    return "/// A scalar of device memory read on the host (the loss, the fp16 overflow check's sum of\n"
+           "/// squares): copied on the step's stream, which is then waited for. Every call is checked.\n"
+           "template <class T> double device_load(rt::Ctx &ctx, const T *p) {\n"
+           "  T v;\n"
+           "  rt::cu::check(cudaMemcpyAsync(&v, p, sizeof(T), cudaMemcpyDeviceToHost, ctx.stream), \"cudaMemcpyAsync\",\n"
+           "                \"device_load\", ctx.where);\n"
+           "  rt::cu::check(cudaStreamSynchronize(ctx.stream), \"cudaStreamSynchronize\", \"device_load\", ctx.where);\n"
+           "  return rt::load(v);\n"
+           "}\n";
+  }
+
+  /// Device backends: kOpSites, the op class of every path ctx.where takes (the driver files
+  /// each kernel's CUDA-event time under it).
+  std::string opSites() const {
+    if (!be.device)
+      return "";
+    std::string out = "const OpSite kOpSites[] = {\n";
+    for (const auto &[path, cls] : sites)
+      out += "    {" + literal(path) + ", " + literal(cls) + "},\n";
+    if (sites.empty())
+      out += "    {\"\", \"\"},\n";
+    return out + "};\nconst int kNumOpSites = " + std::to_string(sites.size()) + ";\n\n";
   }
 
   bool run(std::vector<File> &files) {
@@ -1132,14 +1201,15 @@ struct Emitter {
     std::string src;
     llvm::raw_string_ostream os(src);
     os << "// Generated by `tally build` from " << commentSafe(opt.source) << ", plan " << commentSafe(plan.name)
-       << ": the training step of " << commentSafe(g.model) << " on the CPU.\n"
+       << ": the training step of " << commentSafe(g.model) << " " << be.machine << ".\n"
        << "// One call per op of the step graph (`tally report --emit=ir`), in the order of the schedule\n"
        << "// (`tally report --emit=memory-plan`); every operand is a byte offset into one region:\n"
        << "//   A arena " << a.arenaBytes << " B, P params " << a.regions.params.bytes << " B, G grads "
        << a.regions.grads.bytes << " B, M master " << a.regions.master.bytes << " B,\n"
        << "//   O optimizer state " << a.regions.optimizer.bytes << " B, D data " << dataBytes << " B.\n"
-       << "// Kernels: runtime/cpu/tally_rt.h (codegen/runtime/API.md). Rewritten by every `tally build`.\n"
-       << "#include \"cpu/tally_rt.h\"\n#include \"driver/tally_step.h\"\n\n#include <cmath>\n\n"
+       << "// Kernels: runtime/" << be.runtimeHeader << " (codegen/runtime/API.md). Rewritten by every `tally build`.\n"
+       << "#include \"" << be.runtimeHeader << "\"\n#include \"driver/tally_step.h\"\n" << be.extraIncludes
+       << "\n#include <cmath>\n\n"
        << "namespace tally_step {\n\nMemory mem;\nconst char *op_class = \"\";\n\nnamespace {\n\n"
        << "template <class T> T *A(int64_t off) { return reinterpret_cast<T *>(mem.arena + off); }\n"
        << "template <class T> T *P(int64_t off) { return reinterpret_cast<T *>(mem.params + off); }\n"
@@ -1149,12 +1219,13 @@ struct Emitter {
        << "template <class T> T *D(int64_t off) { return reinterpret_cast<T *>(mem.data + off); }\n"
        << "/// Shapes and strides passed inline: dims{{16, 64}} converts to const int64_t *.\n"
        << "struct dims {\n  int64_t v[8];\n  operator const int64_t *() const { return v; }\n};\n"
-       << "constexpr float kLossScale = " << number(lossScale) << ";\n\n"
+       << (be.device ? "[[maybe_unused]] " : "") << "constexpr float kLossScale = " << number(lossScale) << ";\n" << deviceHelpers() << "\n"
        << tables() << "\n"
        << micro << "\n" << upd << "\n" << zero << "\n"
        << "} // namespace\n\n"
+       << opSites()
        << "const Layout kLayout = {" << literal(g.model) << ", " << literal(plan.name) << ", "
-       << literal(opt.source) << ", \"cpu\", " << a.arenaBytes << ", " << a.regions.params.bytes << ", "
+       << literal(opt.source) << ", \"" << be.name << "\", " << a.arenaBytes << ", " << a.regions.params.bytes << ", "
        << a.regions.grads.bytes << ", " << a.regions.master.bytes << ", " << a.regions.optimizer.bytes << ", "
        << dataBytes << ", \"" << stName(plan.precision.grads) << "\", \""
        << (plan.precision.master == Dtype::Invalid ? "" : stName(plan.precision.master)) << "\", "
@@ -1174,23 +1245,15 @@ struct Emitter {
        << "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n"
        << "} // namespace tally_step\n";
     os.flush();
-    files.push_back({"step.cpp", src});
-    files.push_back({"CMakeLists.txt",
-                     "# Generated by `tally build`: the training step and its driver, linked with the CPU\n"
-                     "# runtime (OpenBLAS, OpenMP). cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build\n"
-                     "cmake_minimum_required(VERSION 3.16)\n"
-                     "project(tally_step CXX)\n"
-                     "set(CMAKE_CXX_STANDARD 17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n"
-                     "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n"
-                     "include(${CMAKE_CURRENT_LIST_DIR}/runtime/cpu/tally_rt_cpu.cmake)\n"
-                     "add_executable(tally_step step.cpp runtime/driver/driver_cpu.cpp)\n"
-                     "target_include_directories(tally_step PRIVATE ${CMAKE_CURRENT_LIST_DIR}/runtime)\n"
-                     "target_link_libraries(tally_step PRIVATE tally_rt_cpu)\n"});
+    files.push_back({be.stepFile, src});
+    files.push_back({"CMakeLists.txt", be.cmakeLists});
     for (const RuntimeFile &f : runtimeFiles()) {
       llvm::StringRef p(f.path);
-      if (p.startswith("cuda/"))
-        continue;
-      files.push_back({"runtime/" + p.str(), f.text});
+      bool skipped = false;
+      for (const char *prefix : be.skip)
+        skipped = skipped || (prefix && p.startswith(prefix));
+      if (!skipped)
+        files.push_back({"runtime/" + p.str(), f.text});
     }
     return true;
   }
@@ -1198,13 +1261,36 @@ struct Emitter {
 
 } // namespace
 
-std::string emitCpuStep(const Analysis &a, const EmitOptions &options, std::vector<File> &out) {
+const Backend &cpuBackend() {
+  static const Backend be = {
+      "cpu", "CPU", "on the CPU", "step.cpp", "cpu/tally_rt.h", "", "MPI", false,
+      "# Generated by `tally build`: the training step and its driver, linked with the CPU\n"
+      "# runtime (OpenBLAS, OpenMP). cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build\n"
+      "cmake_minimum_required(VERSION 3.16)\n"
+      "project(tally_step CXX)\n"
+      "set(CMAKE_CXX_STANDARD 17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n"
+      "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n"
+      "include(${CMAKE_CURRENT_LIST_DIR}/runtime/cpu/tally_rt_cpu.cmake)\n"
+      "add_executable(tally_step step.cpp runtime/driver/driver_cpu.cpp)\n"
+      "target_include_directories(tally_step PRIVATE ${CMAKE_CURRENT_LIST_DIR}/runtime)\n"
+      "target_link_libraries(tally_step PRIVATE tally_rt_cpu)\n",
+      {"cuda/", "driver/driver_cuda.cu", "driver/tally_step_cuda.h"},
+      nullptr,
+      nullptr};
+  return be;
+}
+
+std::string emitStep(const Analysis &a, const EmitOptions &options, const Backend &be, std::vector<File> &out) {
   if (!a.step || !a.plan || !a.graph)
     return "nothing to generate: the plan was not analyzed";
-  Emitter e(a, options);
+  Emitter e(a, options, be);
   if (!e.run(out))
     return e.error.empty() ? "the step could not be generated" : e.error;
   return "";
+}
+
+std::string emitCpuStep(const Analysis &a, const EmitOptions &options, std::vector<File> &out) {
+  return emitStep(a, options, cpuBackend(), out);
 }
 
 } // namespace tally::codegen

@@ -6,9 +6,19 @@
 
 #include <cstdint>
 
+#ifdef __CUDACC__
+// The CUDA runtime's context is rt::cu::Ctx, spelled rt::Ctx through an alias (cuda/ctx.cuh).
+namespace rt {
+namespace cu {
+struct Ctx;
+}
+using Ctx = cu::Ctx;
+} // namespace rt
+#else
 namespace rt {
 struct Ctx;
 }
+#endif
 
 namespace tally_step {
 

@@ -1,25 +1,55 @@
-// The CPU emitter (codegen/EmitCpu.cpp): every example's training step is generated on one
-// device without the step and the memory plan disagreeing (each operand has a live buffer at
-// its schedule step), and the calls carry the numbers the shapes give. The generated steps
-// are compiled and run against PyTorch by tests/step/e2e (ctest e2e).
+// The step emitter (codegen/EmitCpu.cpp, both backends): every example's training step is
+// generated on one device without the step and the memory plan disagreeing (each operand has a
+// live buffer at its schedule step), and the calls carry the numbers the shapes give. The CPU
+// steps are compiled and run against PyTorch by tests/step/e2e (ctest e2e); the CUDA steps are
+// the same calls (checked here) and compile with nvcc in ctest cuda-step-compiles.
 #include "Support.h"
 
 #include "codegen/Emit.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
 
 using namespace tally;
 using namespace tally::test;
 
 namespace {
 
-std::string emit(const Analysis &a, std::string &text) {
+std::string emit(const Analysis &a, std::string &text, bool cuda = false) {
   std::vector<codegen::File> files;
   codegen::EmitOptions o;
   o.source = "t.tally";
-  std::string err = codegen::emitCpuStep(a, o, files);
+  std::string err = cuda ? codegen::emitCudaStep(a, o, files) : codegen::emitCpuStep(a, o, files);
   for (const codegen::File &f : files)
-    if (f.path == "step.cpp")
+    if (f.path == (cuda ? "step.cu" : "step.cpp"))
       text = f.text;
   return err;
+}
+
+std::vector<std::string> lines(const std::string &text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos)
+      end = text.size();
+    out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+/// The runtime calls of a generated step, in order: the lines that start with `rt::` (not the
+/// CUDA step's own error checks, `rt::cu::check`).
+std::vector<std::string> runtimeCalls(const std::string &text) {
+  std::vector<std::string> out;
+  for (const std::string &l : lines(text)) {
+    size_t first = l.find_first_not_of(' ');
+    if (first != std::string::npos && l.compare(first, 4, "rt::") == 0 && l.compare(first, 8, "rt::cu::") != 0)
+      out.push_back(l.substr(first));
+  }
+  return out;
 }
 
 size_t count(const std::string &text, const std::string &what) {
@@ -130,4 +160,125 @@ train t { model = M() batch = 2 optimizer = SGD(lr = 0.1) precision = fp32 targe
   // three into b's (sigmoid(b), and b · b's two operands), each with row stride 16.
   CHECK(count(text, "rt::fill<float>(ctx, A<float>(0), 0.0f, 32);") == 1);
   CHECK(count(text, "dims{{16, 1}}, dims{{2, 8}}, 2, true);") == 4);
+}
+
+TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each after ctx.where", "[codegen][cuda]") {
+  PlanOverrides one;
+  one.target = "H100_SXM";
+  std::vector<std::string> files; // every examples/*.tally, so a new example is covered too
+  for (const auto &e : std::filesystem::directory_iterator(sourceDir() + "/examples"))
+    if (e.path().extension() == ".tally")
+      files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() >= 5);
+  for (const std::string &file : files) {
+    INFO(file);
+    Compiled t(fromFile, example(file), "", one);
+    std::string cpu, cuda;
+    REQUIRE(emit(*t.a, cpu) == "");
+    REQUIRE(emit(*t.a, cuda, true) == "");
+    // One call per non-view op of the micro-batch entries, each under its comment and after
+    // `ctx.where = "<the op's path>";`.
+    std::vector<std::string> ls = lines(cuda);
+    size_t calls = 0, placed = 0;
+    const char *kinds[] = {"forward", "backward", "recompute", "optimizer"};
+    size_t from = 0;
+    for (const StepEntry &e : t.a->stepSchedule) {
+      const Op &op = t.a->step->ops[e.op];
+      if (e.kind == StepEntry::Optimizer || opClass(op.kind) == OpClass::View)
+        continue;
+      ++calls;
+      std::string comment = "  // " + op.path + " (" + kinds[e.kind] + ")";
+      for (size_t i = from; i + 2 < ls.size(); ++i)
+        if (ls[i].compare(0, comment.size(), comment) == 0) {
+          CHECK(ls[i + 1] == "  ctx.where = \"" + op.path + "\";");
+          CHECK(ls[i + 2].compare(0, 6, "  rt::") == 0);
+          placed += 1;
+          from = i + 1;
+          break;
+        }
+    }
+    CHECK(placed == calls);
+    CHECK(count(cuda, "  ctx.where = ") == calls + 2); // + the optimizer update and zero-grad
+    CHECK(count(cuda, "  op_class = ") == 0);
+    // The same runtime calls over the same regions, in the same order as the CPU step.
+    CHECK(runtimeCalls(cuda) == runtimeCalls(cpu));
+    CHECK(count(cuda, "#include \"cuda/tally_rt.cuh\"") == 1);
+    CHECK(count(cuda, "loss = device_load(ctx, ") == 1);
+  }
+}
+
+TEST_CASE("codegen: the CUDA step's files, layout and refusals", "[codegen][cuda]") {
+  Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally");
+  std::vector<codegen::File> files;
+  codegen::EmitOptions o;
+  o.source = "t.tally";
+  REQUIRE(codegen::emitCudaStep(*t.a, o, files) == "");
+  std::map<std::string, std::string> byPath;
+  for (const codegen::File &f : files)
+    byPath[f.path] = f.text;
+  CHECK(byPath.count("step.cu") == 1);
+  CHECK(byPath.count("runtime/driver/driver_cuda.cu") == 1);
+  CHECK(byPath.count("runtime/cuda/tally_rt.cuh") == 1);
+  CHECK(byPath.count("runtime/driver/driver_cpu.cpp") == 0);
+  CHECK(byPath.count("runtime/cpu/tally_rt.h") == 0);
+  CHECK(byPath.count("step.cpp") == 0);
+  const std::string &cm = byPath["CMakeLists.txt"];
+  CHECK(count(cm, "project(tally_step LANGUAGES CXX CUDA)") == 1);
+  CHECK(count(cm, "set(TALLY_CUDA_ARCH 90 CACHE STRING") == 1);
+  CHECK(count(cm, "add_executable(tally_step step.cu runtime/driver/driver_cuda.cu)") == 1);
+  // The memory plan of the CPU step: the same kLayout but for its backend name.
+  std::string cpu;
+  REQUIRE(emit(*t.a, cpu) == "");
+  const std::string &cu = byPath["step.cu"];
+  auto layout = [](const std::string &text) { return text.substr(text.find("const Layout kLayout = {")); };
+  std::string l = layout(cu);
+  size_t at = l.find("\"cuda\"");
+  REQUIRE(at != std::string::npos);
+  CHECK(l.replace(at, 6, "\"cpu\"").substr(0, 200) == layout(cpu).substr(0, 200));
+  // Every path ctx.where takes has its op class in kOpSites (the driver files kernel times by it).
+  CHECK(count(cu, "    {\"h[0].attn.attention\", \"attention\"},") == 1);
+  CHECK(count(cu, "    {\"zero_grad\", \"optimizer\"},") == 1);
+
+  // Head size 512 is beyond the CUDA attention kernels (1..256); the CPU runs it.
+  Compiled big(R"(
+model M(d = 512) {
+  param w: [d, d]
+  forward(x: f32[batch, seq, d]) { return mean(attention(x @ w, x, x, heads = 1, causal = true)) }
+}
+train t { model = M() batch = 2 seq = 4 optimizer = SGD(lr = 0.1) precision = fp32 target = H100_SXM }
+)");
+  std::string text;
+  CHECK(emit(*big.a, text) == "");
+  std::string err = emit(*big.a, text, true);
+  CHECK(err.find("the CUDA runtime's attention refuses it: head_dim 512 is outside 1..256") != std::string::npos);
+  CHECK(err.rfind("op attention", 0) == 0);
+}
+
+TEST_CASE("codegen: fp16 loss scaling on CUDA reads the overflow check back from the device", "[codegen][cuda]") {
+  Compiled t(R"(
+model M(d = 16) {
+  ln = LayerNorm(d)
+  param w: [d, d]
+  forward(x: f32[batch, d]) { return mean(gelu(ln(x) @ w)) }
+}
+train t { model = M() batch = 4 micro_batch = 2 optimizer = AdamW(lr = 1e-3) precision = mixed_fp16 target = H100_SXM }
+)");
+  std::string cpu, cuda;
+  REQUIRE(emit(*t.a, cpu) == "");
+  REQUIRE(emit(*t.a, cuda, true) == "");
+  CHECK(count(cuda, "rt::sum_squares<rt::f16>(ctx, G<rt::f16>(0), ") == 1);
+  CHECK(count(cuda, ", device_scalars);") == 2); // written by sum_squares, read back by device_load
+  CHECK(count(cuda, "const double sumsq = device_load(ctx, device_scalars);") == 1);
+  CHECK(count(cpu, ", &sumsq);") == 1);
+  // Everything but the overflow check's destination is the CPU step's.
+  auto calls = [](const std::string &text) {
+    std::vector<std::string> out;
+    for (const std::string &c : runtimeCalls(text))
+      if (c.rfind("rt::sum_squares", 0) != 0)
+        out.push_back(c);
+    return out;
+  };
+  CHECK(calls(cuda) == calls(cpu));
+  CHECK(count(cuda, "  ctx.where = ") == count(cpu, "  op_class = "));
 }

@@ -1,6 +1,7 @@
-// `tally build FILE --backend cpu -o DIR`: writes the generated training step of a train plan
-// (codegen/EmitCpu.cpp) with its runtime, driver and CMakeLists.txt into DIR.
-// `tally run FILE --backend cpu [--steps N] [--format json]`: builds that folder once (cached
+// `tally build FILE --backend cpu|cuda -o DIR`: writes the generated training step of a train
+// plan (codegen/EmitCpu.cpp; C++ for the CPU, CUDA for a GPU) with its runtime, driver and
+// CMakeLists.txt into DIR.
+// `tally run FILE --backend cpu|cuda [--steps N] [--format json]`: builds that folder once (cached
 // by a hash of every generated file, under $TALLY_CACHE_DIR or ~/.cache/tally), runs it, and
 // prints the estimates beside what the run measured: step time, time per op class, the top
 // kernels, arena and peak memory, MFU and the loss of every step.
@@ -15,6 +16,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/DynamicLibrary.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -34,7 +36,7 @@ using namespace llvm;
 namespace tally {
 namespace buildopts {
 
-cl::SubCommand Build("build", "Write the generated training step of a train plan (C++ for the CPU) into a folder");
+cl::SubCommand Build("build", "Write the generated training step of a train plan (C++ for the CPU, CUDA for a GPU) into a folder");
 cl::SubCommand Run("run", "Build and run the generated training step; print estimates beside measurements");
 cl::OptionCategory Cat("tally build/run options");
 
@@ -42,8 +44,8 @@ cl::opt<std::string> File(cl::Positional, cl::desc("<file>"), cl::Required, cl::
                           cl::cat(Cat));
 cl::opt<std::string> PlanName("plan", cl::desc("The train plan (default: the first)"), cl::value_desc("name"),
                               cl::sub(Build), cl::sub(Run), cl::cat(Cat));
-cl::opt<std::string> Backend("backend", cl::desc("Where the step runs: cpu (the only backend built so far)"),
-                             cl::value_desc("cpu"), cl::init("cpu"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> Backend("backend", cl::desc("Where the step runs: cpu, or cuda (an NVIDIA GPU; nvcc builds it)"),
+                             cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::sub(Build), cl::sub(Run), cl::cat(Cat));
 cl::opt<std::string> Output("o", cl::desc("build: the folder to write"), cl::value_desc("dir"), cl::sub(Build),
                             cl::cat(Cat));
 cl::opt<bool> Force("force", cl::desc("build: write into a non-empty folder that tally build did not create"),
@@ -51,7 +53,7 @@ cl::opt<bool> Force("force", cl::desc("build: write into a non-empty folder that
 cl::opt<int64_t> Steps("steps", cl::desc("run: timed steps (default 10)"), cl::init(10), cl::sub(Run), cl::cat(Cat));
 cl::opt<int64_t> Warmup("warmup", cl::desc("run: training steps before the timed ones (default 2)"), cl::init(2),
                         cl::sub(Run), cl::cat(Cat));
-cl::opt<int64_t> Threads("threads", cl::desc("run: OpenMP threads (default: all)"), cl::init(0), cl::sub(Run),
+cl::opt<int64_t> Threads("threads", cl::desc("run: OpenMP threads (default: all; cpu backend only)"), cl::init(0), cl::sub(Run),
                          cl::cat(Cat));
 cl::opt<int64_t> Seed("seed", cl::desc("run: seed of the initialisation, the random data and dropout"), cl::init(1),
                       cl::sub(Run), cl::cat(Cat));
@@ -230,11 +232,15 @@ std::string runtimeFromDisk(std::vector<codegen::File> &files) {
   files.erase(std::remove_if(files.begin(), files.end(),
                              [](const codegen::File &f) { return StringRef(f.path).startswith("runtime/"); }),
               files.end());
-  for (const char *sub : {"runtime/common", "runtime/cpu", "driver"}) {
+  bool cuda = Backend == "cuda";
+  for (const char *sub : {"runtime/common", cuda ? "runtime/cuda" : "runtime/cpu", "driver"}) {
     SmallString<256> folder(*dir);
     sys::path::append(folder, sub);
     std::error_code ec;
     for (sys::fs::directory_iterator it(folder, ec), end; it != end && !ec; it.increment(ec)) {
+      StringRef name = sys::path::filename(it->path());
+      if (cuda ? name == "driver_cpu.cpp" : (name == "driver_cuda.cu" || name == "tally_step_cuda.h"))
+        continue; // the other backend's driver
       auto text = MemoryBuffer::getFile(it->path());
       if (!text)
         return "TALLY_RUNTIME_DIR: cannot read " + it->path();
@@ -259,7 +265,8 @@ std::string generate(Compilation &c, const Analysis &a, std::vector<codegen::Fil
     return sys::path::filename(c.sm.getMemoryBuffer(id)->getBufferIdentifier()).str() + ":" +
            std::to_string(c.sm.getLineAndColumn(loc, id).first);
   };
-  if (std::string err = codegen::emitCpuStep(a, o, files); !err.empty())
+  std::string err = Backend == "cuda" ? codegen::emitCudaStep(a, o, files) : codegen::emitCpuStep(a, o, files);
+  if (!err.empty())
     return err;
   return runtimeFromDisk(files);
 }
@@ -270,14 +277,46 @@ int compileStep(Compilation &c, std::optional<Analysis> &a, std::vector<codegen:
   if (!a)
     return 1;
   if (std::string err = generate(c, *a, files); !err.empty())
-    return failure("cannot generate plan " + a->plan->name + " for the cpu backend: " + err);
+    return failure("cannot generate plan " + a->plan->name + " for the " + Backend + " backend: " + err);
   return 0;
 }
 
+/// "" when --backend names a backend, else the usage error.
+std::string badBackend() {
+  if (Backend == "cpu" || Backend == "cuda")
+    return "";
+  return "--backend " + Backend + ": the backends are cpu and cuda";
+}
+
+/// "" when a CUDA device can run the step, else why not. Asks the CUDA driver library itself
+/// (libcuda.so.1, loaded at run time: tally does not link CUDA): cuInit and cuDeviceGetCount,
+/// which answer at once, so a machine without a GPU is told so before minutes of nvcc.
+std::string cudaDeviceMissing() {
+  std::string err;
+  sys::DynamicLibrary lib = sys::DynamicLibrary::getPermanentLibrary("libcuda.so.1", &err);
+  if (!lib.isValid())
+    return "no CUDA driver on this machine (libcuda.so.1: " + err + ")";
+  using InitFn = int (*)(unsigned);
+  using CountFn = int (*)(int *);
+  auto init = reinterpret_cast<InitFn>(lib.getAddressOfSymbol("cuInit"));
+  auto count = reinterpret_cast<CountFn>(lib.getAddressOfSymbol("cuDeviceGetCount"));
+  if (!init || !count)
+    return "libcuda.so.1 has no cuInit/cuDeviceGetCount";
+  int rc = init(0), n = 0;
+  if (rc == 100) // CUDA_ERROR_NO_DEVICE
+    return "the CUDA driver sees no device (cuInit: CUDA_ERROR_NO_DEVICE)";
+  if (rc != 0)
+    return "the CUDA driver failed to start (cuInit returned " + std::to_string(rc) + ")";
+  if ((rc = count(&n)) != 0)
+    return "cuDeviceGetCount returned " + std::to_string(rc);
+  if (n == 0)
+    return "the CUDA driver sees 0 devices";
+  return "";
+}
+
 int build() {
-  if (Backend != "cpu")
-    return usageError("--backend " + Backend + ": only the cpu backend generates code so far (the CUDA "
-                                               "runtime exists, its emitter does not)");
+  if (std::string bad = badBackend(); !bad.empty())
+    return usageError(bad);
   if (Output.empty())
     return usageError("tally build needs -o DIR, the folder to write");
   Compilation c;
@@ -327,8 +366,9 @@ std::map<std::string, double> estimatedByClass(const Analysis &a) {
 }
 
 int run() {
-  if (Backend != "cpu")
-    return usageError("--backend " + Backend + ": only the cpu backend runs so far");
+  if (std::string bad = badBackend(); !bad.empty())
+    return usageError(bad);
+  bool cuda = Backend == "cuda";
   if (Steps < 1 || Warmup < 0 || Threads < 0)
     return usageError("--steps must be at least 1, --warmup and --threads at least 0");
   Compilation c;
@@ -336,6 +376,10 @@ int run() {
   std::vector<codegen::File> files;
   if (int rc = compileStep(c, a, files))
     return rc;
+  if (cuda)
+    if (std::string why = cudaDeviceMissing(); !why.empty())
+      return failure("--backend cuda: no CUDA device found: " + why + "; run on a machine with an NVIDIA GPU "
+                     "(`tally build --backend cuda` writes the step without one), or use --backend cpu");
   std::string binary;
   if (std::string err = buildCached(files, binary); !err.empty())
     return failure(err);
@@ -421,7 +465,7 @@ int run() {
     meas["by_class_s"] = std::move(measBy);
     json::Object out{{"model", an.graph->model},
                      {"plan", an.plan->name},
-                     {"backend", "cpu"},
+                     {"backend", Backend},
                      {"estimated", std::move(est)},
                      {"measured", std::move(meas)},
                      {"loss", loss ? json::Value(json::Array(*loss)) : json::Value(json::Array())}};
@@ -430,8 +474,10 @@ int run() {
   }
 
   raw_ostream &os = outs();
-  os << formatv("tally run: {0}, plan {1}, on the CPU ({2} threads): {3} timed steps after {4} warm-up\n",
-                an.graph->model, an.plan->name, static_cast<int64_t>(num(m, "threads")), Steps, Warmup);
+  std::string where = cuda ? "on " + m->getString("device").getValueOr("a CUDA device").str()
+                           : formatv("on the CPU ({0} threads)", static_cast<int64_t>(num(m, "threads"))).str();
+  os << formatv("tally run: {0}, plan {1}, {2}: {3} timed steps after {4} warm-up\n", an.graph->model,
+                an.plan->name, where, Steps, Warmup);
   os << formatv("estimates are for the target {0}{1}\n\n", an.plan->target.name,
                 Overrides.target.empty() ? " (this machine, as `tally calibrate` measured it; --target to change)" : "");
   os << formatv("{0,-24} {1,14} {2,14}\n", "", "estimated", "measured");
@@ -443,7 +489,14 @@ int run() {
                 formatBytes(static_cast<double>(an.arenaBytes) + states), formatBytes(allocated));
   os << formatv("{0,-24} {1,14} {2,14}\n", "peak memory", formatBytes(an.memory.peak),
                 formatBytes(num(m, "peak_bytes")) + "*");
-  os << "  * resident set of the process: the regions, the batch, the program and its libraries\n\n";
+  if (cuda) {
+    os << formatv("{0,-24} {1,14} {2,14}\n", "  CUDA context", "", formatBytes(num(m, "context_bytes")) + "*");
+    os << formatv("{0,-24} {1,14} {2,14}\n", "  cuBLASLt workspace", "", formatBytes(num(m, "workspace_bytes")));
+    os << "  * device memory in use (cudaMemGetInfo: total - free, at its highest), the CUDA context and\n"
+          "    other processes on the device included; the workspace is cuBLASLt's and the kernels' scratch\n\n";
+  } else {
+    os << "  * resident set of the process: the regions, the batch, the program and its libraries\n\n";
+  }
   os << formatv("{0,-24} {1,14} {2,14}\n", "time per step by class", "estimated", "measured");
   std::map<std::string, bool> classes;
   for (auto &[k, v] : estClass)

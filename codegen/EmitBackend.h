@@ -1,0 +1,48 @@
+// What differs between the generated CPU and CUDA training steps. Both are printed by one
+// emitter (codegen/EmitCpu.cpp walks the schedule and the memory plan); a backend only spells
+// the result: its includes, where the regions live (host or device memory), the op path set
+// before every call on the device, the file names, the CMakeLists.txt and which runtime files
+// travel with the step. codegen/EmitCuda.cpp describes the CUDA backend.
+#pragma once
+
+#include "codegen/Emit.h"
+
+#include <string>
+
+namespace tally::codegen {
+
+/// The spelling of one backend's generated step (see the banner).
+struct Backend {
+  const char *name;           ///< "cpu", "cuda": kLayout.backend
+  const char *title;          ///< "CPU", "CUDA": in messages ("the CUDA backend runs …")
+  const char *machine;        ///< the header comment: "on the CPU", "on a CUDA GPU"
+  const char *stepFile;       ///< "step.cpp", "step.cu"
+  const char *runtimeHeader;  ///< "cpu/tally_rt.h": included, and named in the header comment
+  const char *extraIncludes;  ///< included after the runtime and tally_step.h ("" for none)
+  const char *parallelEngine; ///< "MPI", "NCCL": the data-parallel engine not built yet
+  /// The regions are device memory: every op sets `ctx.where` to its path (the runtime names it
+  /// in every error), the loss and the fp16 overflow check are copied back to the host, and the
+  /// op classes are a table by path (kOpSites) instead of the `op_class` global.
+  bool device;
+  const char *cmakeLists;     ///< CMakeLists.txt
+  /// Embedded runtime files not copied (path prefixes under codegen/runtime, or driver/…; null
+  /// ends the list early): the other backend's runtime and driver.
+  const char *skip[3];
+  /// Host-side checks of one op against what this backend's runtime can run, called before its
+  /// call is printed with the op's kind and numbers (attention: B, S, Skv, H, Hkv, hd and row
+  /// strides); "" or why not. Null: everything the walk prints runs.
+  std::string (*checkAttention)(int64_t B, int64_t S, int64_t Skv, int64_t H, int64_t Hkv, int64_t hd,
+                                int64_t rowQ, int64_t rowK, int64_t rowV, bool backward);
+  /// As checkAttention, for the embedding backward's scratch (rows of ids, vocabulary).
+  std::string (*checkEmbeddingBackward)(int64_t rows, int64_t vocab);
+};
+
+/// The CPU backend's description (codegen/EmitCpu.cpp).
+const Backend &cpuBackend();
+/// The CUDA backend's description (codegen/EmitCuda.cpp).
+const Backend &cudaBackend();
+
+/// The training step of a train plan for backend `be`; "" or why it cannot be generated.
+std::string emitStep(const Analysis &a, const EmitOptions &options, const Backend &be, std::vector<File> &out);
+
+} // namespace tally::codegen

@@ -1,0 +1,10 @@
+# cuda-step-compiles (included by the top-level CMakeLists.txt): `tally build --backend cuda`
+# on the e2e GPT and Llama block (tests/step/e2e/), then the generated CMakeLists.txt configured
+# and built with nvcc (-arch=sm_90): compile and link only, nothing runs (no GPU here). Skipped
+# (exit 77, reason printed) where nvcc is absent. Label "cuda": minutes of nvcc on a small machine.
+include(CheckLanguage)
+check_language(CUDA)
+add_test(NAME cuda-step-compiles
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/step/cuda_step_compiles.sh $<TARGET_FILE:tally> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR}/cuda-step "${CMAKE_CUDA_COMPILER}")
+set_tests_properties(cuda-step-compiles PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 3600 LABELS cuda)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# ctest cuda-step-compiles: the generated CUDA training step compiles and links with nvcc.
+#   cuda_step_compiles.sh TALLY SOURCE_DIR OUT_DIR [NVCC]
+# For each model (TALLY_CUDA_STEP_MODELS, default "gpt llama": tests/step/e2e/<m>.tally):
+# `tally build --backend cuda -o OUT_DIR/<m>`, then the folder's own CMakeLists.txt configured
+# with that nvcc and built (step.cu and driver_cuda.cu, -arch=sm_90, cuBLASLt). Nothing is run:
+# this machine has no GPU. Exit 77 (skipped) with the reason where nvcc is absent.
+set -euo pipefail
+tally=$1 src=$2 out=$3 nvcc=${4:-}
+if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
+  nvcc=$(command -v nvcc || true)
+  [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
+fi
+if [[ -z "$nvcc" ]]; then
+  echo "skipped: nvcc not found (the CUDA toolkit is not installed); the CUDA step cannot be compiled here"
+  exit 77
+fi
+mkdir -p "$out"
+for m in ${TALLY_CUDA_STEP_MODELS:-gpt llama}; do
+  dir=$out/$m
+  rm -rf "$dir"
+  "$tally" build "$src/tests/step/e2e/$m.tally" --backend cuda -o "$dir"
+  start=$(date +%s)
+  if ! cmake -S "$dir" -B "$dir/build" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_BUILD_TYPE=Release \
+       > "$dir/configure.log" 2>&1; then
+    tail -n 40 "$dir/configure.log"
+    echo "FAIL: $m: configuring the generated CUDA step"
+    exit 1
+  fi
+  if ! cmake --build "$dir/build" -j 2 > "$dir/build.log" 2>&1; then
+    grep -m 20 -E "error|undefined" "$dir/build.log" || tail -n 40 "$dir/build.log"
+    echo "FAIL: $m: building the generated CUDA step"
+    exit 1
+  fi
+  if [[ ! -x "$dir/build/tally_step" ]]; then
+    echo "FAIL: $m: no tally_step binary after the build"
+    exit 1
+  fi
+  grep -q "sm_90" "$dir/build/CMakeFiles/tally_step.dir/flags.make" || {
+    echo "FAIL: $m: not compiled for sm_90"; exit 1; }
+  echo "$m: step.cu and driver_cuda.cu compiled and linked for sm_90 in $(( $(date +%s) - start )) s (not run: no GPU)"
+done
