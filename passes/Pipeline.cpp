@@ -51,6 +51,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   stepTime(a); // [steptime]
   pipelineTimeline(a);
   checkAccumulation(a, diags); // [steptime]
+  checkExperts(a, diags);
   inference(a); // [inference]
   allocatorReserve(a);
   precisionLints(a, diags); // [lints]

@@ -167,7 +167,9 @@ TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each a
   one.target = "H100_SXM";
   std::vector<std::string> files; // every examples/*.tally, so a new example is covered too
   for (const auto &e : std::filesystem::directory_iterator(sourceDir() + "/examples"))
-    if (e.path().extension() == ".tally")
+    // Mixtral's MoE ops have no runtime kernels yet: tests/lit/moe-build-refused.tally pins
+    // the refusal; every other example must generate.
+    if (e.path().extension() == ".tally" && e.path().filename() != "mixtral_8x7b.tally")
       files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   REQUIRE(files.size() >= 5);
