@@ -61,6 +61,19 @@ bool sameGraph(const Plan &a, const Plan &b) {
 
 int trialDepth = 0;
 
+/// The numbers a search compares, from a candidate's analysis.
+Trial trialOf(const Analysis &t) {
+  Trial out;
+  out.peak = t.memory.peak;
+  out.activations = t.memory.activations;
+  out.stepFlops = t.flops.step;
+  out.executedFlops = t.flops.executed;
+  out.stepTime = t.time.step;
+  out.runTime = t.time.run;
+  out.mfu = t.time.mfu;
+  return out;
+}
+
 struct TrialGuard {
   TrialGuard() { ++trialDepth; }
   ~TrialGuard() { --trialDepth; }
@@ -231,16 +244,7 @@ std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const 
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
   TrialGuard guard;
-  Analysis t = analyze(*graph, candidate, quiet);
-  Trial out;
-  out.peak = t.memory.peak;
-  out.activations = t.memory.activations;
-  out.stepFlops = t.flops.step;
-  out.executedFlops = t.flops.executed;
-  out.stepTime = t.time.step;
-  out.runTime = t.time.run;
-  out.mfu = t.time.mfu;
-  return out;
+  return trialOf(analyze(*graph, candidate, quiet));
 }
 
 double accumulationSteps(const Plan &plan) {
@@ -607,14 +611,7 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
               if (r.memory.peak > memoryLimit)
                 continue; // more recompute may fit
               fitted = true;
-              Trial tr;
-              tr.peak = r.memory.peak;
-              tr.activations = r.memory.activations;
-              tr.stepFlops = r.flops.step;
-              tr.executedFlops = r.flops.executed;
-              tr.stepTime = r.time.step;
-              tr.runTime = r.time.run;
-              tr.mfu = r.time.mfu;
+              Trial tr = trialOf(r);
               if (meetsBudgets(base, tr)) {
                 ++out.fitted;
                 fits.push_back({t, p, v, d, m, zero, r.checkpoint.policy, tr});

@@ -332,10 +332,9 @@ int planQuestion(bool devices) {
     return usage("--zero is a ZeRO stage: 0, 1, 2 or 3");
   std::optional<double> memoryFlag;
   if (Memory.getNumOccurrences()) {
-    std::string err;
-    memoryFlag = parseQuantity(Memory, UnitDim::Bytes, err);
+    memoryFlag = quantity(Memory, UnitDim::Bytes);
     if (!memoryFlag)
-      return usage("--memory: " + err);
+      return 2;
   }
 
   Compilation c;
@@ -425,10 +424,9 @@ int layoutQuestion() {
     return 2;
   std::optional<double> memoryFlag;
   if (Memory.getNumOccurrences()) {
-    std::string err;
-    memoryFlag = parseQuantity(Memory, UnitDim::Bytes, err);
+    memoryFlag = quantity(Memory, UnitDim::Bytes);
     if (!memoryFlag)
-      return usage("--memory: " + err);
+      return 2;
   }
   Compilation c;
   std::string modelLine;
