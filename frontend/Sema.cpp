@@ -1082,8 +1082,10 @@ std::optional<std::string> Sema::singleCheckpointPolicy(const ConstValue &v) {
     }
     return "every(" + std::to_string(k) + ")";
   }
+  if (v.kind == ConstValue::Word && llvm::StringRef(v.text).startswith("keep"))
+    return keepPolicy(v.text, v.range);
   static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt", "every",
-                                                    "recompute_all", "selective"};
+                                                    "recompute_all", "selective", "keep"};
   if (v.kind != ConstValue::Word ||
       std::find(policies.begin(), policies.end(), v.text) == policies.end() || v.text == "every") {
     if (v.kind == ConstValue::Word && v.text == "every")
@@ -1095,7 +1097,7 @@ std::optional<std::string> Sema::singleCheckpointPolicy(const ConstValue &v) {
     else
       diags.report(DiagKind::TypeMismatch, v.range.Start,
                    "checkpoint is none, full, every(k), sqrt, recompute_all, selective, a block "
-                   "policy + selective, or auto")
+                   "policy + selective, keep [paths], or auto")
           .range(v.range);
     return std::nullopt;
   }
@@ -1126,7 +1128,109 @@ std::optional<std::string> Sema::combinedCheckpointPolicy(const std::string &a,
   return other == "none" ? std::string("selective") : other + " + selective";
 }
 
+namespace {
+
+/// The path an expression names in a keep list: `h`, `h[0]`, `h[4].mlp`, `lnf`; "" when it is
+/// not such a path.
+std::string pathOf(const Expr &e) {
+  if (e.kind == ExprKind::Name)
+    return e.text;
+  if (e.kind == ExprKind::Member && e.lhs) {
+    std::string base = pathOf(*e.lhs);
+    return base.empty() ? "" : base + "." + e.text;
+  }
+  if (e.kind == ExprKind::Index && e.lhs && e.args.size() == 1 && e.args[0] &&
+      e.args[0]->kind == ExprKind::Number && e.args[0]->isInteger && e.args[0]->suffix.empty() &&
+      e.args[0]->unit.empty() && e.args[0]->number >= 0 && e.args[0]->number < 1e15) {
+    std::string base = pathOf(*e.lhs);
+    return base.empty() ? "" : base + "[" + std::to_string(static_cast<int64_t>(e.args[0]->number)) + "]";
+  }
+  return "";
+}
+
+/// Whether `p` is a path as pathOf writes it: names joined by '.', each with optional [n].
+bool isPath(llvm::StringRef p) {
+  if (p.empty())
+    return false;
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  p.split(parts, '.');
+  for (llvm::StringRef part : parts) {
+    llvm::StringRef name = part.take_until([](char c) { return c == '['; });
+    llvm::StringRef rest = part.drop_front(name.size());
+    if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') ||
+        !llvm::all_of(name, [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }))
+      return false;
+    while (!rest.empty()) {
+      if (!rest.consume_front("["))
+        return false;
+      llvm::StringRef digits = rest.take_until([](char c) { return c == ']'; });
+      rest = rest.drop_front(digits.size());
+      if (digits.empty() || digits.size() > 15 || !llvm::all_of(digits, llvm::isDigit) ||
+          !rest.consume_front("]"))
+        return false;
+    }
+  }
+  return true;
+}
+
+std::string keepText(const std::vector<std::string> &paths) {
+  return "keep [" + llvm::join(paths, ", ") + "]";
+}
+
+} // namespace
+
+/// `keep [h[0], h[4].mlp]`: the blocks or ops that keep their activations; every other
+/// repeat copy (or the rest of it) is recomputed (Activations.cpp checks the paths exist).
+std::optional<std::string> Sema::keepPolicy(const Expr &e) {
+  std::vector<std::string> paths;
+  for (const ExprPtr &arg : e.args) {
+    std::string path = arg ? pathOf(*arg) : "";
+    if (path.empty()) {
+      llvm::SMRange r = arg ? arg->range : e.range;
+      diags.report(DiagKind::InvalidValue, r.Start,
+                   "a keep list names blocks or ops by path, like h[0] or h[4].mlp")
+          .range(r);
+      return std::nullopt;
+    }
+    paths.push_back(path);
+  }
+  if (paths.empty()) {
+    diags.report(DiagKind::InvalidValue, e.range.Start,
+                 "keep [] names nothing to keep: write checkpoint = full to recompute every block")
+        .range(e.range);
+    return std::nullopt;
+  }
+  return keepText(paths);
+}
+
+/// The same from the command line: "keep [h[0], h[4].mlp]" as one word.
+std::optional<std::string> Sema::keepPolicy(const std::string &text, llvm::SMRange r) {
+  llvm::StringRef rest = llvm::StringRef(text).trim();
+  bool ok = rest.consume_front("keep");
+  rest = rest.trim();
+  ok = ok && rest.consume_front("[") && rest.consume_back("]");
+  std::vector<std::string> paths;
+  if (ok) {
+    llvm::SmallVector<llvm::StringRef, 8> parts;
+    rest.split(parts, ',');
+    for (llvm::StringRef part : parts) {
+      ok = ok && isPath(part.trim());
+      paths.push_back(part.trim().str());
+    }
+  }
+  if (!ok || paths.empty()) {
+    diags.report(DiagKind::InvalidValue, r.Start,
+                 "checkpoint keep needs a list of block or op paths, like keep [h[0], h[4].mlp], "
+                 "not '" + text + "'")
+        .range(r);
+    return std::nullopt;
+  }
+  return keepText(paths);
+}
+
 std::optional<std::string> Sema::checkpointPolicy(const Expr &e, ConstEnv &env) {
+  if (e.kind == ExprKind::Index && e.lhs && e.lhs->kind == ExprKind::Name && e.lhs->text == "keep")
+    return keepPolicy(e);
   if (e.kind == ExprKind::Binary && e.text == "+" && e.args.size() == 2) {
     auto a = checkpointPolicy(*e.args[0], env);
     auto b = checkpointPolicy(*e.args[1], env);
@@ -1144,7 +1248,8 @@ std::optional<std::string> Sema::checkpointPolicy(const Expr &e, ConstEnv &env) 
   if (v.kind == ConstValue::Invalid)
     return std::nullopt;
   // The command line gives one word: "full+selective" or "full + selective".
-  if (v.kind == ConstValue::Word && v.text.find('+') != std::string::npos) {
+  if (v.kind == ConstValue::Word && v.text.find('+') != std::string::npos &&
+      !llvm::StringRef(v.text).trim().endswith("]")) {
     size_t plus = v.text.find('+');
     auto trimmed = [&](std::string w) {
       ConstValue part = v;
@@ -1221,8 +1326,8 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
       ok = false;
       continue;
     }
-    if (!fromCli)
-      plan.settingRanges[s.key] = s.range;
+    // An override has no place in the file: diagnostics about it carry no location.
+    plan.settingRanges[s.key] = fromCli ? llvm::SMRange() : s.range;
     if (std::find(keys.begin(), keys.end(), s.key) == keys.end()) {
       suggest(DiagKind::UnknownSetting, s.keyRange,
               "unknown setting '" + s.key + "' in " + (d.isTrain ? "a train" : "an infer") +

@@ -77,6 +77,8 @@ public:
   /// The `checkpoint` setting: one policy, or a block policy + selective (see docs/memory.md).
   std::optional<std::string> checkpointPolicy(const Expr &e, ConstEnv &env);
   std::optional<std::string> singleCheckpointPolicy(const ConstValue &v);
+  std::optional<std::string> keepPolicy(const Expr &e);
+  std::optional<std::string> keepPolicy(const std::string &text, llvm::SMRange r);
   std::optional<std::string> combinedCheckpointPolicy(const std::string &a, const std::string &b,
                                                       llvm::SMRange r);
 

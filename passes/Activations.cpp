@@ -12,23 +12,28 @@
 // 2. A policy recomputes segments of consecutive copies (each keeps only its input): none is
 //    no segment; full is every copy alone; every(k) is all L copies in segments of k; sqrt is
 //    all copies in segments of the length k in 1..L whose walk (steps 3-5) needs the least
-//    memory (Chen et al.'s minimum, measured rather than ⌈√L⌉); auto takes the least
+//    memory (Chen et al.'s minimum, measured rather than ⌈√L⌉); keep [paths] re-runs each copy
+//    less the listed blocks or ops; selective re-runs single cheap ops. auto takes the least
 //    recompute time (roofline seconds of the re-run ops) whose activations and workspace per
 //    device fit the target's memory (or a smaller memory budget) minus the model states,
-//    among the first m copies (graph order) and the m copies that save the most bytes per
-//    second of recompute, m found by bisection in each.
+//    among the first m copies (graph order), the m copies that save the most bytes per second
+//    of recompute (m found by bisection in each), selective, and nested recomputation: the
+//    chain program of CheckpointChain.h (Rotor) over the ops before the copies, the copies and
+//    the ops after them, whose schedule may re-run a copy several times; then sqrt and
+//    recompute_all when nothing fits.
 // 3. The schedule: the forward of every op in order, then the backward of every op that has
 //    one in reverse order; just before the first backward step of a checkpointed segment, the
-//    forward of all its ops runs again (Recompute steps).
-// 4. Liveness, over schedule steps, per stored activation (parameters and input data are not
-//    activations): from its forward to its last use (forward readers, recompute readers in other
-//    segments, backward of the ops that saved it). An activation produced inside a checkpointed
-//    segment lives from its forward to its last forward reader only (ops in the segment keep
-//    nothing), and again from its recompute to the last use inside the segment. Extra saved
-//    buffers (masks, statistics) live from their op's forward (or recompute) to its backward.
-//    An activation's gradient lives from the backward of its last reader (which starts it) to
-//    the backward of its producer (which consumes it). Each buffer is Saved (some backward keeps
-//    it) or workspace (Transient, Gradient).
+//    forward of all its ops runs again (Recompute steps). recompute_all and nested plans write
+//    their schedules out whole (an op may then be re-run several times).
+// 4. Liveness, over any schedule (liveness()): every run of an op makes a new instance of each
+//    activation it writes and of its extra saved buffers (masks, statistics); each later step
+//    reading the tensor uses its newest instance — a forward or recompute as an input, the
+//    op's backward what it keeps. An instance lives from the step that makes it to its last
+//    use, Saved when a backward uses it, else Transient. So an activation made in a recomputed
+//    segment lives in the forward only to its last forward reader, and again from its re-run
+//    to its backward. An activation's gradient lives from the backward of its last reader
+//    (which starts it) to the backward of its producer (which consumes it). Each buffer is
+//    Saved or workspace (Transient, Gradient).
 // 5. The peak: sweep the buffers over the steps; the step with the most bytes live is the peak;
 //    memory.activations is the Saved bytes live there, memory.workspace the rest. Pipeline
 //    parallelism (1F1B) holds 1/pp of the layers but min(pp, micro-batches) micro-batches in
@@ -40,6 +45,7 @@
 //
 // Infer plans have no backward: the walk covers the forward only, nothing is saved, and the
 // transients at the peak are the workspace.
+#include "passes/CheckpointChain.h"
 #include "passes/Passes.h"
 
 #include <map>
@@ -69,6 +75,10 @@ struct Facts {
   std::vector<bool> hasBackward;              ///< per op
   std::vector<std::vector<OpId>> readers;     ///< per stored tensor: ops reading it (or a view)
   std::vector<std::vector<OpId>> savers;      ///< per stored tensor: ops whose backward keeps it
+  /// per op: the stored activations it reads, those its backward keeps, those it writes
+  /// (each once), and the indexes in a.ops[o].saved of its extra buffers (no tensor)
+  std::vector<std::vector<TensorId>> reads, keeps, writes;
+  std::vector<std::vector<uint32_t>> extras;
   std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
   std::vector<Copy> copies;                   ///< in the order of their first op
   std::vector<uint32_t> copyOfOp;             ///< per op: index into copies, or kNone
@@ -157,16 +167,35 @@ Facts gatherFacts(const Analysis &a) {
   f.hasBackward.assign(g.ops.size(), false);
   f.readers.assign(g.tensors.size(), {});
   f.savers.assign(g.tensors.size(), {});
+  f.reads.assign(g.ops.size(), {});
+  f.keeps.assign(g.ops.size(), {});
+  f.writes.assign(g.ops.size(), {});
+  f.extras.assign(g.ops.size(), {});
+  auto addTensor = [](std::vector<TensorId> &v, TensorId t) {
+    if (std::find(v.begin(), v.end(), t) == v.end())
+      v.push_back(t);
+  };
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const Op &op = g.ops[o];
     for (TensorId t : op.inputs) {
       f.hasBackward[o] = f.hasBackward[o] || (f.train && g.tensors[t].requiresGrad);
-      if (f.isActivation(f.base[t]))
+      if (f.isActivation(f.base[t])) {
         addOnce(f.readers[f.base[t]], o);
+        addTensor(f.reads[o], f.base[t]);
+      }
     }
-    for (const SavedTensor &s : a.ops[o].saved)
-      if (s.tensor != kNone && f.isActivation(f.base[s.tensor]))
-        addOnce(f.savers[f.base[s.tensor]], o);
+    for (TensorId t : op.outputs)
+      if (f.isActivation(f.base[t]) && g.tensors[f.base[t]].producer == o)
+        addTensor(f.writes[o], f.base[t]);
+    const auto &saved = a.ops[o].saved;
+    for (uint32_t i = 0; i < saved.size(); ++i) {
+      if (saved[i].tensor == kNone) {
+        f.extras[o].push_back(i);
+      } else if (f.isActivation(f.base[saved[i].tensor])) {
+        addOnce(f.savers[f.base[saved[i].tensor]], o);
+        addTensor(f.keeps[o], f.base[saved[i].tensor]);
+      }
+    }
   }
   markSplit(f);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
@@ -199,16 +228,22 @@ struct Policy {
   /// selective: ops re-run alone, just before the first backward step that needs their
   /// outputs (their outputs are dropped after the forward; selectiveOps below).
   std::vector<OpId> selectiveOps;
+  /// keep lists: sets of ops (the copies' ops outside the kept paths), each re-run as a
+  /// segment before its first backward step.
+  std::vector<std::vector<OpId>> opSegments;
+  /// nested recomputation (auto's dynamic program): the whole schedule, written out.
+  std::vector<ScheduleStep> steps;
+  size_t recomputedCopies = 0; ///< nested: the copies re-run at least once
   /// The copies recomputed.
   size_t checkpointed() const {
-    size_t n = 0;
+    size_t n = recomputedCopies + opSegments.size();
     for (const auto &sg : segments)
       n += sg.second - sg.first;
     return n;
   }
   /// The longest segment (copies), 0 when nothing is checkpointed.
   size_t segment() const {
-    size_t k = 0;
+    size_t k = opSegments.empty() ? 0 : 1;
     for (const auto &sg : segments)
       k = std::max(k, sg.second - sg.first);
     return k;
@@ -224,46 +259,35 @@ struct Walk {
   uint32_t peakStep = 0;
 };
 
-/// Builds the schedule (step 3) and records each op's forward, recompute and backward step.
-struct Steps {
-  std::vector<uint32_t> fwd, rec, bwd;
-  std::vector<int> segmentOfOp; ///< the op's recomputed segment, or -1
-  /// per segment: re-run for its outputs (selective: every backward that keeps an output
-  /// reads the re-run copy), not only for its own ops' backward (blocks)
-  std::vector<bool> forOutputs;
-};
-
-Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w) {
+/// Step 3 for block segments and selective ops: the forward of every op in order, then the
+/// backward of every op that has one in reverse order; each segment is re-run (Recompute
+/// steps) just before the first backward step (the highest op) among its ops' and, for a
+/// selective op, those of the ops that keep its outputs. A segment none of whose ops has a
+/// backward saved nothing, so it is never re-run.
+void segmentSchedule(const Facts &f, const Policy &p, Walk &w) {
   const Graph &g = f.g;
   size_t n = g.ops.size();
-  Steps s;
-  s.fwd.resize(n);
-  s.rec.assign(n, kNone);
-  s.bwd.assign(n, kNone);
-  s.segmentOfOp.assign(n, -1);
   std::vector<std::vector<OpId>> segments;
+  std::vector<bool> forOutputs;
   for (const auto &sg : p.segments) {
     segments.emplace_back();
-    s.forOutputs.push_back(false);
+    forOutputs.push_back(false);
     for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
       for (OpId o : f.copies[c].ops)
         segments.back().push_back(o);
   }
+  for (const auto &ops : p.opSegments) {
+    segments.push_back(ops);
+    forOutputs.push_back(false);
+  }
   for (OpId o : p.selectiveOps) {
     segments.push_back({o});
-    s.forOutputs.push_back(true);
+    forOutputs.push_back(true);
   }
-  for (std::vector<OpId> &seg : segments) {
+  for (std::vector<OpId> &seg : segments)
     std::sort(seg.begin(), seg.end());
-    for (OpId o : seg)
-      s.segmentOfOp[o] = static_cast<int>(&seg - segments.data());
-  }
-  for (OpId o = 0; o < n; ++o) {
-    s.fwd[o] = static_cast<uint32_t>(w.schedule.size());
+  for (OpId o = 0; o < n; ++o)
     w.schedule.push_back({ScheduleStep::Forward, o});
-  }
-  // Each segment is re-run just before the first backward step (the highest op) among its
-  // ops' and, for a selective op, those of the ops that keep its outputs.
   std::vector<std::vector<size_t>> triggered(n);
   for (size_t seg = 0; seg < segments.size(); ++seg) {
     OpId trigger = kNone;
@@ -273,7 +297,7 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
     };
     for (OpId o : segments[seg]) {
       consider(o);
-      if (s.forOutputs[seg])
+      if (forOutputs[seg])
         for (TensorId t : g.ops[o].outputs)
           for (OpId saver : f.savers[f.base[t]])
             consider(saver);
@@ -281,28 +305,38 @@ Steps buildSchedule(const Facts &f, const Analysis &a, const Policy &p, Walk &w)
     if (trigger != kNone)
       triggered[trigger].push_back(seg);
   }
-  std::vector<bool> recomputed(segments.size(), false);
   for (OpId o = static_cast<OpId>(n); o-- > 0;) {
     if (!f.hasBackward[o])
       continue;
-    for (size_t seg : triggered[o]) {
-      recomputed[seg] = true;
-      for (OpId r : segments[seg]) {
-        s.rec[r] = static_cast<uint32_t>(w.schedule.size());
+    for (size_t seg : triggered[o])
+      for (OpId r : segments[seg])
         w.schedule.push_back({ScheduleStep::Recompute, r});
-        w.recomputeFlops += a.ops[r].forward.flops;
-        w.recomputeExecuted += a.ops[r].forward.executedFlops;
-        w.recomputeTime += f.opTime[r];
-      }
-    }
-    s.bwd[o] = static_cast<uint32_t>(w.schedule.size());
     w.schedule.push_back({ScheduleStep::Backward, o});
   }
-  // A segment none of whose ops has a backward saved nothing, so it is never re-run.
+}
+
+/// Step 3 for `recompute_all`: the forward keeps nothing made inside the repeat copies (step
+/// 4 sees no later reader of the first run's tensors); just before the first backward step of
+/// copy c, the forward of copies 0..c runs again from copy 0's kept input (an episode), and
+/// only copy c's re-run is read by a backward. O(1) copies live, L(L+1)/2 copy forwards
+/// re-run. Needs copiesContiguous.
+void fromInputSchedule(const Facts &f, Walk &w) {
+  size_t n = f.g.ops.size(), L = f.copies.size();
+  OpId firstCopyOp = f.copies.front().ops.front();
+  std::vector<bool> started(L, false);
   for (OpId o = 0; o < n; ++o)
-    if (s.segmentOfOp[o] >= 0 && !recomputed[s.segmentOfOp[o]])
-      s.segmentOfOp[o] = -1;
-  return s;
+    w.schedule.push_back({ScheduleStep::Forward, o});
+  for (OpId o = static_cast<OpId>(n); o-- > 0;) {
+    if (!f.hasBackward[o])
+      continue;
+    uint32_t c = f.copyOfOp[o];
+    if (c != kNone && !started[c]) {
+      started[c] = true;
+      for (OpId r = firstCopyOp; r <= f.copies[c].ops.back(); ++r)
+        w.schedule.push_back({ScheduleStep::Recompute, r});
+    }
+    w.schedule.push_back({ScheduleStep::Backward, o});
+  }
 }
 
 void addBuffer(Walk &w, TensorId t, OpId op, double size, uint32_t first, uint32_t last,
@@ -321,66 +355,84 @@ void addBuffer(Walk &w, TensorId t, OpId op, double size, uint32_t first, uint32
   w.buffers.push_back(b);
 }
 
-/// Step 4 for one stored activation: its original lifetime and, when its producer is
-/// recomputed, the second one.
-void tensorBuffers(const Facts &f, const Steps &s, TensorId t, Walk &w) {
-  const Tensor &tensor = f.g.tensors[t];
-  OpId p = tensor.producer;
-  int segP = p == kNone ? -1 : s.segmentOfOp[p];
-  uint32_t first1 = p == kNone ? 0 : s.fwd[p], last1 = first1;
-  uint32_t first2 = segP >= 0 ? s.rec[p] : 0, last2 = first2;
-  bool saved1 = false, saved2 = false;
-  for (OpId o : f.readers[t]) {
-    last1 = std::max(last1, s.fwd[o]);
-    if (s.rec[o] == kNone)
+/// Step 4 over any schedule. Every run of an op (its forward or a recompute) makes a new
+/// instance of each activation it writes and of each extra buffer it saves; every later step
+/// that reads the tensor uses its newest instance: a forward or recompute reading it as an
+/// input, the op's backward reading what it keeps. An instance lives from the step that makes
+/// it to the last step that uses it, and is Saved when a backward uses it (else Transient).
+/// So a tensor made in a recomputed segment lives in the forward only to its last forward
+/// reader (the backward reads the re-run's instance), and the schedule alone — one level of
+/// segments, recompute_all's episodes or nested recomputation — decides every lifetime.
+/// An activation's gradient lives from the backward of its first reader in the backward
+/// (which starts it) to the backward of its producer (which consumes it).
+void liveness(const Facts &f, const Analysis &a, Walk &w) {
+  const Graph &g = f.g;
+  size_t n = g.ops.size();
+  struct Instance {
+    uint32_t first, last;
+    bool saved, recomputed;
+  };
+  std::vector<std::vector<Instance>> ofTensor(g.tensors.size());
+  std::vector<std::vector<std::vector<Instance>>> ofExtra(n); // per op, per extra buffer
+  std::vector<uint32_t> bwd(n, kNone);
+  for (TensorId t = 0; t < g.tensors.size(); ++t)
+    if (f.base[t] == t && f.isActivation(t) && g.tensors[t].producer == kNone)
+      ofTensor[t].push_back({0, 0, false, false});
+  auto use = [](std::vector<Instance> &v, uint32_t step, bool saved) {
+    if (v.empty())
+      return;
+    v.back().last = std::max(v.back().last, step);
+    v.back().saved = v.back().saved || saved;
+  };
+  for (uint32_t i = 0; i < w.schedule.size(); ++i) {
+    const ScheduleStep &st = w.schedule[i];
+    OpId o = st.op;
+    if (st.kind == ScheduleStep::Backward) {
+      bwd[o] = i;
+      for (TensorId t : f.keeps[o])
+        use(ofTensor[t], i, true);
+      for (auto &extra : ofExtra[o])
+        use(extra, i, true);
       continue;
-    if (segP >= 0 && s.segmentOfOp[o] == segP)
-      last2 = std::max(last2, s.rec[o]);
-    else
-      last1 = std::max(last1, s.rec[o]);
-  }
-  for (OpId o : f.savers[t]) {
-    if (s.bwd[o] == kNone)
-      continue;
-    if (segP >= 0 && (s.segmentOfOp[o] == segP || s.forOutputs[segP])) {
-      last2 = std::max(last2, s.bwd[o]);
-      saved2 = true;
-    } else {
-      last1 = std::max(last1, s.bwd[o]);
-      saved1 = true;
+    }
+    for (TensorId t : f.reads[o])
+      use(ofTensor[t], i, false);
+    bool again = st.kind == ScheduleStep::Recompute;
+    for (TensorId t : f.writes[o])
+      ofTensor[t].push_back({i, i, false, again});
+    if (f.hasBackward[o]) {
+      ofExtra[o].resize(f.extras[o].size());
+      for (auto &extra : ofExtra[o])
+        extra.push_back({i, i, false, again});
     }
   }
-  double bytes = f.bytes(t);
-  addBuffer(w, t, p, bytes, first1, last1, saved1 ? "saved" : "transient",
-            saved1 ? Buffer::Saved : Buffer::Transient);
-  if (segP >= 0)
-    addBuffer(w, t, p, bytes, first2, last2, saved2 ? "recomputed, saved" : "recomputed",
-              saved2 ? Buffer::Saved : Buffer::Transient);
-  // The gradient: started by the backward of the last reader, consumed by the producer's.
-  if (!f.train || !tensor.requiresGrad || p == kNone || s.bwd[p] == kNone)
-    return;
-  uint32_t start = kNone;
-  for (OpId o : f.readers[t])
-    if (s.bwd[o] != kNone)
-      start = std::min(start, s.bwd[o]);
-  if (start != kNone)
-    addBuffer(w, t, p, bytes, start, s.bwd[p], "gradient", Buffer::Gradient);
-}
-
-/// Step 4 for an op's extra saved buffers (masks, statistics, logsumexp, score matrices).
-void extraBuffers(const Facts &f, const Analysis &a, const Steps &s, OpId o, Walk &w) {
-  if (s.bwd[o] == kNone)
-    return;
-  double divisor = f.opSplit(f.g.ops[o]) ? f.tensorDegree : 1;
-  for (const SavedTensor &st : a.ops[o].saved) {
-    if (st.tensor != kNone)
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    if (ofTensor[t].empty())
       continue;
-    double bytes = st.bytes / divisor;
-    if (s.segmentOfOp[o] >= 0) {
-      addBuffer(w, kNone, o, bytes, s.fwd[o], s.fwd[o], st.what, Buffer::Transient);
-      addBuffer(w, kNone, o, bytes, s.rec[o], s.bwd[o], st.what, Buffer::Saved);
-    } else {
-      addBuffer(w, kNone, o, bytes, s.fwd[o], s.bwd[o], st.what, Buffer::Saved);
+    const Tensor &tensor = g.tensors[t];
+    OpId p = tensor.producer;
+    double bytes = f.bytes(t);
+    for (const Instance &in : ofTensor[t])
+      addBuffer(w, t, p, bytes, in.first, in.last,
+                in.recomputed ? (in.saved ? "recomputed, saved" : "recomputed")
+                              : (in.saved ? "saved" : "transient"),
+                in.saved ? Buffer::Saved : Buffer::Transient);
+    if (!f.train || !tensor.requiresGrad || p == kNone || bwd[p] == kNone)
+      continue;
+    uint32_t start = kNone;
+    for (OpId r : f.readers[t])
+      if (bwd[r] != kNone)
+        start = std::min(start, bwd[r]);
+    if (start != kNone)
+      addBuffer(w, t, p, bytes, start, bwd[p], "gradient", Buffer::Gradient);
+  }
+  for (OpId o = 0; o < n; ++o) {
+    double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
+    for (size_t k = 0; k < ofExtra[o].size(); ++k) {
+      const SavedTensor &st = a.ops[o].saved[f.extras[o][k]];
+      for (const Instance &in : ofExtra[o][k])
+        addBuffer(w, kNone, o, st.bytes / divisor, in.first, in.last, st.what,
+                  in.saved ? Buffer::Saved : Buffer::Transient);
     }
   }
 }
@@ -453,135 +505,24 @@ bool copiesContiguous(const Facts &f) {
   return true;
 }
 
-/// `recompute_all` (steps 3-4 for it): the forward keeps nothing made inside the repeat
-/// copies; just before the first backward step of copy c, the forward of copies 0..c runs
-/// again from copy 0's kept input (an episode), and only copy c's re-run keeps what its
-/// backward needs: copies before it are transit, each output freed after its last reader in
-/// the episode. O(1) copies live, L(L+1)/2 copy forwards re-run. Needs copiesContiguous.
-Walk walkFromInput(const Facts &f, const Analysis &a) {
-  const Graph &g = f.g;
-  size_t n = g.ops.size(), L = f.copies.size();
-  Walk w;
-  OpId firstCopyOp = f.copies.front().ops.front();
-  // Episode e re-runs ops firstCopyOp .. firstCopyOp + count[e] − 1 from step start[e]: op o's
-  // re-run in episode e is at step start[e] + (o − firstCopyOp).
-  std::vector<size_t> count(L, 0);
-  for (size_t c = 0; c < L; ++c)
-    count[c] = (c ? count[c - 1] : 0) + f.copies[c].ops.size();
-  std::vector<uint32_t> fwd(n), bwd(n, kNone), start(L, kNone);
-  for (OpId o = 0; o < n; ++o) {
-    fwd[o] = static_cast<uint32_t>(w.schedule.size());
-    w.schedule.push_back({ScheduleStep::Forward, o});
-  }
-  for (OpId o = static_cast<OpId>(n); o-- > 0;) {
-    if (!f.hasBackward[o])
-      continue;
-    uint32_t c = f.copyOfOp[o];
-    if (c != kNone && start[c] == kNone) {
-      start[c] = static_cast<uint32_t>(w.schedule.size());
-      for (size_t i = 0; i < count[c]; ++i) {
-        OpId r = static_cast<OpId>(firstCopyOp + i);
-        w.schedule.push_back({ScheduleStep::Recompute, r});
-        w.recomputeFlops += a.ops[r].forward.flops;
-        w.recomputeExecuted += a.ops[r].forward.executedFlops;
-        w.recomputeTime += f.opTime[r];
-      }
-    }
-    bwd[o] = static_cast<uint32_t>(w.schedule.size());
-    w.schedule.push_back({ScheduleStep::Backward, o});
-  }
-  auto rec = [&](size_t e, OpId o) { return static_cast<uint32_t>(start[e] + (o - firstCopyOp)); };
-  // latest[c]: the last episode in time that re-runs copy c (the one of the least e ≥ c).
-  std::vector<uint32_t> latest(L + 1, kNone);
-  for (size_t c = L; c-- > 0;)
-    latest[c] = start[c] != kNone ? static_cast<uint32_t>(c) : latest[c + 1];
-  for (TensorId t = 0; t < g.tensors.size(); ++t) {
-    if (f.base[t] != t || !f.isActivation(t))
-      continue;
-    const Tensor &tensor = g.tensors[t];
-    OpId p = tensor.producer;
-    uint32_t cp = p == kNone ? kNone : f.copyOfOp[p];
-    uint32_t first1 = p == kNone ? 0 : fwd[p], last1 = first1;
-    bool saved1 = false;
-    for (OpId r : f.readers[t]) {
-      last1 = std::max(last1, fwd[r]);
-      uint32_t cr = f.copyOfOp[r];
-      if (cp == kNone && cr != kNone && latest[cr] != kNone)
-        last1 = std::max(last1, rec(latest[cr], r)); // kept for every episode that reads it
-    }
-    for (OpId s : f.savers[t]) {
-      if (bwd[s] == kNone || (cp != kNone && f.copyOfOp[s] != kNone))
-        continue; // a copy's saver reads the tensor its episode re-made
-      last1 = std::max(last1, bwd[s]);
-      saved1 = true;
-    }
-    double bytes = f.bytes(t);
-    addBuffer(w, t, p, bytes, first1, last1, saved1 ? "saved" : "transient",
-              saved1 ? Buffer::Saved : Buffer::Transient);
-    for (size_t e = cp; cp != kNone && e < L; ++e) {
-      if (start[e] == kNone)
-        continue;
-      uint32_t first2 = rec(e, p), last2 = first2;
-      bool saved2 = false;
-      for (OpId r : f.readers[t])
-        if (f.copyOfOp[r] != kNone && f.copyOfOp[r] <= e)
-          last2 = std::max(last2, rec(e, r));
-      for (OpId s : f.savers[t])
-        if (bwd[s] != kNone && f.copyOfOp[s] == e)
-          last2 = std::max(last2, bwd[s]), saved2 = true;
-      addBuffer(w, t, p, bytes, first2, last2, saved2 ? "recomputed, saved" : "recomputed",
-                saved2 ? Buffer::Saved : Buffer::Transient);
-    }
-    if (!f.train || !tensor.requiresGrad || p == kNone || bwd[p] == kNone)
-      continue;
-    uint32_t gradStart = kNone;
-    for (OpId r : f.readers[t])
-      if (bwd[r] != kNone)
-        gradStart = std::min(gradStart, bwd[r]);
-    if (gradStart != kNone)
-      addBuffer(w, t, p, bytes, gradStart, bwd[p], "gradient", Buffer::Gradient);
-  }
-  // Extra saved buffers: made and dropped in the forward and in other copies' episodes, kept
-  // from the op's own episode to its backward.
-  for (OpId o = 0; o < n; ++o) {
-    if (bwd[o] == kNone)
-      continue;
-    double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
-    uint32_t co = f.copyOfOp[o];
-    for (const SavedTensor &st : a.ops[o].saved) {
-      if (st.tensor != kNone)
-        continue;
-      double bytes = st.bytes / divisor;
-      if (co == kNone) {
-        addBuffer(w, kNone, o, bytes, fwd[o], bwd[o], st.what, Buffer::Saved);
-        continue;
-      }
-      addBuffer(w, kNone, o, bytes, fwd[o], fwd[o], st.what, Buffer::Transient);
-      for (size_t e = co; e < L; ++e) {
-        if (start[e] == kNone)
-          continue;
-        if (e == co)
-          addBuffer(w, kNone, o, bytes, rec(e, o), bwd[o], st.what, Buffer::Saved);
-        else
-          addBuffer(w, kNone, o, bytes, rec(e, o), rec(e, o), st.what, Buffer::Transient);
-      }
-    }
-  }
-  findPeak(w);
-  return w;
-}
-
+/// Steps 3-5 for one policy: its schedule (explicit, recompute_all's or the segments'), the
+/// recompute it costs, every buffer's lifetime and the peak.
 Walk walk(const Facts &f, const Analysis &a, const Policy &p) {
-  if (p.fromInput)
-    return walkFromInput(f, a);
   Walk w;
-  Steps s = buildSchedule(f, a, p, w);
-  const Graph &g = f.g;
-  for (TensorId t = 0; t < g.tensors.size(); ++t)
-    if (f.base[t] == t && f.isActivation(t))
-      tensorBuffers(f, s, t, w);
-  for (OpId o = 0; o < g.ops.size(); ++o)
-    extraBuffers(f, a, s, o, w);
+  if (!p.steps.empty())
+    w.schedule = p.steps;
+  else if (p.fromInput)
+    fromInputSchedule(f, w);
+  else
+    segmentSchedule(f, p, w);
+  for (const ScheduleStep &st : w.schedule) {
+    if (st.kind != ScheduleStep::Recompute)
+      continue;
+    w.recomputeFlops += a.ops[st.op].forward.flops;
+    w.recomputeExecuted += a.ops[st.op].forward.executedFlops;
+    w.recomputeTime += f.opTime[st.op];
+  }
+  liveness(f, a, w);
   findPeak(w);
   return w;
 }
@@ -708,6 +649,180 @@ Policy sqrtPolicy(const Facts &f, const Analysis &a) {
   return best;
 }
 
+/// Nested recomputation (CheckpointChain.h): the chain's stages are the ops before the repeat
+/// copies, the copies (in groups of consecutive copies when there are more than
+/// kChainCopies: the program is cubic in the stages), and the ops after them. Per stage, in
+/// bytes per device: its input (the activations it reads that the stage before made), what
+/// its backward keeps besides its output (activations it makes that a backward keeps, and
+/// its ops' extra buffers), its work (its input's gradient and its largest activation's
+/// gradient) and its forward's roofline seconds. Activations read by a stage further on than
+/// the next (tables made once and read by every copy) are live throughout and come off the
+/// budget. The budget is the limit per device in the walk's bytes (pipeline and context
+/// shares undone), cut into kChainUnits units, each size rounded up to whole units; the
+/// program's schedule is then walked, and the largest budget (of a few, from 1.5× the limit
+/// down) whose walk fits is taken: the model is conservative, the walk exact. Needs the
+/// copies to run one after another (copiesContiguous).
+constexpr size_t kChainCopies = 128;
+constexpr double kChainUnits = 100, kChainMaxUnits = 2000;
+
+std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double limit) {
+  const Graph &g = f.g;
+  size_t n = g.ops.size(), L = f.copies.size();
+  if (L < 2 || !copiesContiguous(f) || limit <= 0)
+    return std::nullopt;
+  OpId first = f.copies.front().ops.front(), last = f.copies.back().ops.back();
+  std::vector<std::pair<OpId, OpId>> ranges; // [lo, hi)
+  if (first > 0)
+    ranges.push_back({0, first});
+  size_t group = (L + kChainCopies - 1) / kChainCopies;
+  for (size_t c = 0; c < L; c += group)
+    ranges.push_back({f.copies[c].ops.front(), f.copies[std::min(L, c + group) - 1].ops.back() + 1});
+  if (last + 1 < n)
+    ranges.push_back({last + 1, static_cast<OpId>(n)});
+  size_t S = ranges.size();
+  std::vector<uint32_t> stageOf(n, 0);
+  std::vector<double> input(S, 0), kept(S, 0), seconds(S, 0);
+  for (size_t s = 0; s < S; ++s)
+    for (OpId o = ranges[s].first; o < ranges[s].second; ++o) {
+      stageOf[o] = static_cast<uint32_t>(s);
+      seconds[s] += f.opTime[o];
+    }
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    OpId p = g.tensors[t].producer;
+    if (f.base[t] != t || !f.isActivation(t) || p == kNone)
+      continue;
+    uint32_t sp = stageOf[p];
+    bool next = false, keptByBackward = false;
+    for (OpId r : f.readers[t])
+      next = next || stageOf[r] == sp + 1;
+    for (OpId s : f.savers[t])
+      keptByBackward = keptByBackward || f.hasBackward[s];
+    double bytes = f.bytes(t);
+    if (next)
+      input[sp + 1] += bytes;
+    else if (keptByBackward)
+      kept[sp] += bytes;
+  }
+  for (OpId o = 0; o < n; ++o) {
+    if (!f.hasBackward[o])
+      continue;
+    double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
+    for (uint32_t k : f.extras[o])
+      kept[stageOf[o]] += a.ops[o].saved[k].bytes / divisor;
+  }
+  // A stage's work, measured: in the walk of `none`, the most bytes live during the stage's
+  // steps less what the stages before it keep (their kept bytes and outputs) and its own.
+  // This counts the gradients in flight, transients and long-lived tensors as the walk does,
+  // so the model's store-all plan needs exactly what the walk finds.
+  std::vector<double> work(S, 0);
+  {
+    Walk none = walk(f, a, Policy());
+    std::vector<double> delta(none.schedule.size() + 1, 0);
+    for (const Buffer &b : none.buffers) {
+      delta[b.first] += static_cast<double>(b.bytes);
+      delta[b.last + 1] -= static_cast<double>(b.bytes);
+    }
+    std::vector<double> most(S, 0);
+    double live = 0;
+    for (size_t i = 0; i < none.schedule.size(); ++i) {
+      live += delta[i];
+      uint32_t st = stageOf[none.schedule[i].op];
+      most[st] = std::max(most[st], live);
+    }
+    double below = 0; // kept bytes and outputs of the stages before
+    for (size_t s = 0; s < S; ++s) {
+      double output = s + 1 < S ? input[s + 1] : 0;
+      work[s] = std::max(0.0, most[s] - below - kept[s] - output);
+      below += kept[s] + output;
+    }
+  }
+  const Plan &plan = *a.plan;
+  double raw = limit * contextShare(plan) / std::max(1.0, pipelineFactor(plan));
+  // The unit: an eighth of the smallest stage input, so that sizes made of whole inputs (the
+  // usual case: activations of one [batch, seq, d] shape and its multiples) are exact; coarser
+  // when the budget would need more than kChainMaxUnits of them (sizes then round up).
+  double smallest = 0;
+  for (double x : input)
+    if (x > 0 && (smallest == 0 || x < smallest))
+      smallest = x;
+  double unit0 = smallest > 0 ? smallest / 8 : raw / kChainUnits;
+  if (raw / unit0 > kChainMaxUnits)
+    unit0 = raw / kChainMaxUnits;
+  // One budget: the program's schedule, if the program finds one, and whether its walk fits.
+  struct Attempt {
+    bool feasible = false, fits = false;
+    Policy policy;
+    double time = 0;
+  };
+  auto attempt = [&](double scale) {
+    Attempt at;
+    double unit = unit0;
+    int64_t total = static_cast<int64_t>(std::floor(raw * scale / unit));
+    if (!(unit > 0) || total < 1)
+      return at;
+    auto units = [&](double bytes) { return static_cast<int64_t>(std::ceil(bytes / unit)); };
+    std::vector<ChainStage> stages(S);
+    for (size_t s = 0; s < S; ++s)
+      stages[s] = {units(input[s]), units(kept[s]), units(work[s]), seconds[s]};
+    ChainPlan cp = solveChain(stages, total);
+    if (!(at.feasible = cp.feasible))
+      return at;
+    Policy &p = at.policy;
+    p.name = "nested";
+    std::vector<bool> ran(n, false), again(n, false);
+    for (const ChainAction &act : cp.actions) {
+      auto [lo, hi] = ranges[act.stage];
+      if (act.kind == ChainAction::Forward) {
+        for (OpId o = lo; o < hi; ++o) {
+          p.steps.push_back({ran[o] ? ScheduleStep::Recompute : ScheduleStep::Forward, o});
+          again[o] = ran[o];
+          ran[o] = true;
+        }
+      } else {
+        for (OpId o = hi; o-- > lo;)
+          if (f.hasBackward[o])
+            p.steps.push_back({ScheduleStep::Backward, o});
+      }
+    }
+    for (const Copy &c : f.copies)
+      p.recomputedCopies += again[c.ops.front()];
+    Walk w = walk(f, a, p);
+    at.fits = deviceBytes(w, plan) <= limit;
+    at.time = w.recomputeTime;
+    return at;
+  };
+  // The model is conservative, so the budget it is given may exceed the limit: from 1×, up
+  // while the walk still fits, else down until it fits (a smaller budget never does better
+  // than an infeasible one). The fitting attempt with the least recompute time wins.
+  std::optional<Attempt> best;
+  auto keep = [&](Attempt at) {
+    if (at.fits && (!best || at.time < best->time))
+      best = std::move(at);
+  };
+  Attempt at1 = attempt(1.0);
+  bool up = at1.fits, feasible = at1.feasible;
+  keep(std::move(at1));
+  if (up) {
+    for (double scale : {1.15, 1.3, 1.5, 1.75, 2.0}) {
+      Attempt at = attempt(scale);
+      if (!at.fits)
+        break;
+      keep(std::move(at));
+    }
+  } else if (feasible) {
+    for (double scale : {0.9, 0.8, 0.65, 0.5, 0.4}) {
+      Attempt at = attempt(scale);
+      if (!at.feasible || at.fits) {
+        keep(std::move(at));
+        break;
+      }
+    }
+  }
+  if (best)
+    return best->policy;
+  return std::nullopt;
+}
+
 /// `auto`: the least recompute time whose activations + workspace per device fit the limit,
 /// over two families of single-copy segments: the first m copies (graph order), and the m
 /// copies that save the most bytes per second of recompute (ranked: a copy's saved bytes
@@ -816,6 +931,12 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
   //    recompute_all, O(1) blocks for L(L+1)/2 block forwards (up to kAutoRecomputeAll
   //    copies: its schedule grows as L²).
   constexpr size_t kAutoRecomputeAll = 256;
+  // 5. nested recomputation (the chain program): fewer re-runs than sqrt or recompute_all
+  //    when no single level fits, and the best mix of kept and re-run copies of different
+  //    sizes when one does.
+  if (!chosen || chosen->time > 0)
+    if (std::optional<Policy> nested = nestedPolicy(f, a, a.checkpoint.limitBytes))
+      consider(*nested);
   if (L > 0 && !chosen)
     consider(sqrtPolicy(f, a));
   if (L > 0 && !chosen && L <= kAutoRecomputeAll && copiesContiguous(f)) {
@@ -837,11 +958,52 @@ Policy withSelective(const Facts &f, Policy blocks) {
     for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
       for (OpId o : f.copies[c].ops)
         inSegment[o] = true;
+  for (const auto &ops : blocks.opSegments)
+    for (OpId o : ops)
+      inSegment[o] = true;
   for (OpId o : selectivePolicy(f).selectiveOps)
     if (!inSegment[o])
       blocks.selectiveOps.push_back(o);
   blocks.name += " + selective";
   return blocks;
+}
+
+/// `keep [h[0], h[4].mlp]`: the ops under the listed paths keep what their backward needs;
+/// the rest of each repeat copy is one segment, re-run before its first backward step (a copy
+/// none of whose ops is listed is checkpointed as `full` does). A path that names no op is an
+/// error (a.checkpoint.error, reported by checkBudgets at the checkpoint setting).
+Policy keepPolicy(const Facts &f, Analysis &a, const std::string &req) {
+  llvm::StringRef list = llvm::StringRef(req).drop_front(strlen("keep ["));
+  list.consume_back("]");
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  list.split(parts, ", ");
+  std::vector<bool> kept(f.g.ops.size(), false);
+  Policy p;
+  p.name = "keep";
+  for (llvm::StringRef path : parts) {
+    a.checkpoint.saved.push_back(path.str());
+    bool found = false;
+    for (OpId o = 0; o < f.g.ops.size(); ++o) {
+      llvm::StringRef op = f.g.ops[o].path;
+      if (op.startswith(path) && (op.size() == path.size() || op[path.size()] == '.' ||
+                                  op[path.size()] == '[')) {
+        kept[o] = true;
+        found = true;
+      }
+    }
+    if (!found && a.checkpoint.error.empty())
+      a.checkpoint.error = "checkpoint keep list names '" + path.str() +
+                           "', which is no block or op of model " + f.g.model;
+  }
+  for (const Copy &c : f.copies) {
+    std::vector<OpId> rest;
+    for (OpId o : c.ops)
+      if (!kept[o])
+        rest.push_back(o);
+    if (!rest.empty())
+      p.opSegments.push_back(std::move(rest));
+  }
+  return p;
 }
 
 Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps, std::string req) {
@@ -865,6 +1027,8 @@ Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps, std::stri
   }
   if (size_t k = everyLength(req))
     return everyPolicy(req, L, k);
+  if (llvm::StringRef(req).startswith("keep ["))
+    return keepPolicy(f, a, req);
   if (req == "recompute_all") {
     if (!copiesContiguous(f)) {
       a.checkpoint.note = "checkpoint = recompute_all needs the repeat copies to run one after "
@@ -963,7 +1127,8 @@ void planActivations(Analysis &a) {
   }
   a.checkpoint.checkpointed = static_cast<int64_t>(p.checkpointed());
   a.checkpoint.segment = static_cast<int64_t>(p.segment());
-  a.checkpoint.saved = keptPaths(f, p);
+  if (p.opSegments.empty())
+    a.checkpoint.saved = keptPaths(f, p); // keep lists wrote theirs
   a.checkpoint.recomputeFlops = w.recomputeFlops * microSteps;
   a.flops.recompute = a.checkpoint.recomputeFlops;
   a.flops.executed += w.recomputeExecuted * microSteps;

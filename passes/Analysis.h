@@ -171,6 +171,7 @@ struct Analysis {
     // Activations.cpp: what the policy decided (recomputeFlops is per optimizer step).
     std::string requested = "none"; ///< the plan's setting; `policy` is what was applied
     std::string note;            ///< why a requested policy changed nothing (no repeat blocks)
+    std::string error;           ///< a policy that cannot apply (a keep path naming nothing)
     int64_t blocks = 0;          ///< repeat-block copies that could be checkpointed
     int64_t checkpointed = 0;    ///< of those, how many are recomputed in the backward
     int64_t segment = 0;         ///< copies per recomputed segment (1 full, ⌈√L⌉ sqrt)

@@ -280,6 +280,11 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
   if (inSolverTrial())
     return;
   const Plan &plan = *a.plan;
+  if (!a.checkpoint.error.empty()) {
+    auto where = plan.settingRanges.find("checkpoint");
+    llvm::SMRange range = where != plan.settingRanges.end() ? where->second : llvm::SMRange();
+    diags.report(DiagKind::InvalidValue, range.Start, a.checkpoint.error).range(range);
+  }
   for (const BudgetSpec &b : plan.budgets) {
     switch (b.metric) {
     case BudgetMetric::MemoryPerDevice: {

@@ -23,7 +23,7 @@ struct PlanFlags {
                   llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
         checkpoint("checkpoint",
                    llvm::cl::desc("Override the checkpoint policy (none, full, every(k), sqrt, selective, "
-                                  "recompute_all, auto, or full+selective)"),
+                                  "recompute_all, auto, full+selective, or \"keep [h[0], h[4].mlp]\")"),
                    llvm::cl::value_desc("policy"), llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
         batch("batch", llvm::cl::desc("Override the batch size"), llvm::cl::init(0), llvm::cl::sub(subs)...,
               llvm::cl::cat(cat)),

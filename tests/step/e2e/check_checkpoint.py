@@ -10,6 +10,11 @@ each:
     1e-6 relative (recomputation replays the forward: same kernels, same Philox dropout masks;
     the only differences allowed are none at all in practice, the bound covers summation order
     should a kernel's thread split change).
+Then ckpt_nested.tally (8 layers, host target, a 1.7 MiB memory budget that no one-level
+policy meets with less recompute): `auto` must choose nested recomputation (`tally report`
+says checkpoint.policy "nested") and its step must allocate the planned arena and reproduce
+the loss and gradients of the same model with `--checkpoint recompute_all` (the one other
+policy within the budget; the first part shows it reproduces none's).
 Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when TALLY
 has no `run` command.
 Usage: /usr/bin/python3 check_checkpoint.py TALLY
@@ -45,27 +50,39 @@ def main():
 
     runs = {}
     with tempfile.TemporaryDirectory() as work:
-        for p in POLICIES:
-            grads = os.path.join(work, "g-%s.safetensors" % p.replace("(", "").replace(")", ""))
-            cmd = [tally, "run", os.path.join(HERE, "ckpt.tally"), "--checkpoint", p, "--steps", "3",
-                   "--warmup", "0", "--format", "json", "--seed", "7", "--dump-grads", grads]
+        def run(name, model, policy):
+            grads = os.path.join(work, "g-%s.safetensors" % name.replace("(", "").replace(")", ""))
+            cmd = [tally, "run", os.path.join(HERE, model), "--steps", "3", "--warmup", "0",
+                   "--format", "json", "--seed", "7", "--dump-grads", grads]
+            if policy:
+                cmd += ["--checkpoint", policy]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
-                result(p + " run", False, "exit %d: %s" % (r.returncode, r.stderr[-2000:]))
-                continue
+                result(name + " run", False, "exit %d: %s" % (r.returncode, r.stderr[-2000:]))
+                return
             report = json.loads(r.stdout[r.stdout.index("{"):])
-            runs[p] = (report, st.load(grads))
+            runs[name] = (report, st.load(grads))
             est, got = report["estimated"]["arena_bytes"], report["measured"]["arena_bytes"]
-            result(p + " arena", est == got, "estimated %d, allocated %d" % (est, got))
+            result(name + " arena", est == got, "estimated %d, allocated %d" % (est, got))
+
+        for p in POLICIES:
+            run(p, "ckpt.tally", p)
+        run("nested base", "ckpt_nested.tally", "recompute_all")
+        run("nested", "ckpt_nested.tally", None)
+        r = subprocess.run([tally, "report", os.path.join(HERE, "ckpt_nested.tally"), "--format",
+                            "json"], capture_output=True, text=True)
+        policy = json.loads(r.stdout)["checkpoint"]["policy"] if r.returncode == 0 else r.stderr
+        result("nested chosen", policy == "nested", "auto under the budget chose %s" % policy)
         if "none" not in runs:
             result("none run", False, "no baseline")
             return 1
-        base_report, base_grads = runs["none"]
-        for p in POLICIES[1:]:
-            if p not in runs:
+        for p in POLICIES[1:] + ["nested"]:
+            base = "nested base" if p == "nested" else "none"
+            if p not in runs or base not in runs:
                 continue
+            base_report, base_grads = runs[base]
             report, grads = runs[p]
-            if p != "auto":
+            if p not in ("auto", "nested"):
                 result(p + " arena smaller", report["estimated"]["arena_bytes"] < base_report["estimated"]["arena_bytes"],
                        "%d < %d" % (report["estimated"]["arena_bytes"], base_report["estimated"]["arena_bytes"]))
             a, b = np.array(report["loss"]), np.array(base_report["loss"])

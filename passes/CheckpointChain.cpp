@@ -1,0 +1,130 @@
+// The chain dynamic program of CheckpointChain.h, bottom-up over the length of the stage
+// range, every free-memory amount 0..budget at once.
+#include "passes/CheckpointChain.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <tuple>
+
+namespace tally {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// Cost(s, t, ·) depends only on the stages s..t, so ranges holding the same sequence of
+/// stages share one row: a chain of L identical copies between a head and a tail has O(L)
+/// distinct ranges, not O(L²). Ranges are interned by length: id(s, t) = the id of the pair
+/// (id(s, t − 1), the id of stage t).
+struct Table {
+  size_t stages;
+  int64_t memory;
+  std::vector<uint32_t> rangeId; ///< per (s ≤ t): its row
+  std::vector<double> cost;      ///< per (row, m)
+  std::vector<int32_t> how;      ///< -1 leaf, 0 keep, s' > 0 drop up to s'
+  size_t pair(size_t s, size_t t) const { return t * (t + 1) / 2 + s; }
+  size_t at(size_t s, size_t t, int64_t m) const {
+    return static_cast<size_t>(rangeId[pair(s, t)]) * static_cast<size_t>(memory + 1) +
+           static_cast<size_t>(m);
+  }
+};
+
+void emit(const Table &tab, const std::vector<ChainStage> &st, const std::vector<int64_t> &out,
+          size_t s, size_t t, int64_t m, std::vector<ChainAction> &actions) {
+  // how is relative to the row's first range; shift a split point to this range's start.
+  int32_t how = tab.how[tab.at(s, t, m)];
+  auto forward = [&](size_t a, size_t b) {
+    for (size_t i = a; i < b; ++i)
+      actions.push_back({ChainAction::Forward, static_cast<uint32_t>(i)});
+  };
+  if (how < 0) { // leaf
+    forward(s, s + 1);
+    actions.push_back({ChainAction::Backward, static_cast<uint32_t>(s)});
+  } else if (how == 0) { // keep stage s
+    forward(s, s + 1);
+    emit(tab, st, out, s + 1, t, m - st[s].kept - out[s], actions);
+    actions.push_back({ChainAction::Backward, static_cast<uint32_t>(s)});
+  } else { // drop s..s'-1, keep the input of s' (how = s' − s)
+    size_t sp = s + static_cast<size_t>(how);
+    forward(s, sp);
+    emit(tab, st, out, sp, t, m - st[sp].input, actions);
+    emit(tab, st, out, s, sp - 1, m, actions);
+  }
+}
+
+} // namespace
+
+ChainPlan solveChain(const std::vector<ChainStage> &st, int64_t memory) {
+  ChainPlan plan;
+  size_t S = st.size();
+  if (S == 0 || memory < 0)
+    return plan;
+  std::vector<int64_t> out(S, 0), need(S, 0);
+  std::vector<double> prefix(S + 1, 0); // prefix[i]: forward seconds of stages 0..i-1
+  for (size_t s = 0; s < S; ++s) {
+    out[s] = s + 1 < S ? st[s + 1].input : 0;
+    need[s] = st[s].kept + out[s] + st[s].work;
+    prefix[s + 1] = prefix[s] + st[s].forward;
+  }
+  // A stage's identity includes its output (the next stage's input): it is in need(s).
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, double>, uint32_t> stageIds;
+  std::vector<uint32_t> stageId(S);
+  for (size_t s = 0; s < S; ++s)
+    stageId[s] = stageIds.emplace(std::make_tuple(st[s].input, st[s].kept, st[s].work, out[s],
+                                                  st[s].forward),
+                                  static_cast<uint32_t>(stageIds.size()))
+                     .first->second;
+  Table tab{S, memory, std::vector<uint32_t>(S * (S + 1) / 2), {}, {}};
+  std::vector<std::pair<size_t, size_t>> rows; // each row's first range
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> rangeIds;
+  for (size_t len = 1; len <= S; ++len)
+    for (size_t s = 0; s + len <= S; ++s) {
+      size_t t = s + len - 1;
+      auto key = len == 1 ? std::make_pair(UINT32_MAX, stageId[s])
+                          : std::make_pair(tab.rangeId[tab.pair(s, t - 1)], stageId[t]);
+      auto [it, fresh] = rangeIds.emplace(key, static_cast<uint32_t>(rows.size()));
+      if (fresh)
+        rows.push_back({s, t});
+      tab.rangeId[tab.pair(s, t)] = it->second;
+    }
+  size_t cells = rows.size() * static_cast<size_t>(memory + 1);
+  tab.cost.assign(cells, kInf);
+  tab.how.assign(cells, -2);
+  for (auto [s, t] : rows) { // by length: every row a range needs is filled before it
+    for (int64_t m = 0; m <= memory; ++m) {
+      double best = kInf;
+      int32_t how = -2;
+      if (need[s] <= m) {
+        if (s == t) {
+          best = st[s].forward, how = -1;
+        } else {
+          int64_t rest = m - st[s].kept - out[s];
+          double c = st[s].forward + tab.cost[tab.at(s + 1, t, rest)];
+          if (c < best)
+            best = c, how = 0;
+        }
+      }
+      for (size_t sp = s + 1; sp <= t; ++sp) {
+        int64_t rest = m - st[sp].input;
+        if (rest < 0)
+          continue;
+        double c = prefix[sp] - prefix[s] + tab.cost[tab.at(sp, t, rest)] +
+                   tab.cost[tab.at(s, sp - 1, m)];
+        if (c < best)
+          best = c, how = static_cast<int32_t>(sp - s);
+      }
+      tab.cost[tab.at(s, t, m)] = best;
+      tab.how[tab.at(s, t, m)] = how;
+    }
+  }
+  double total = tab.cost[tab.at(0, S - 1, memory)];
+  if (total == kInf)
+    return plan;
+  plan.feasible = true;
+  plan.forwardTime = total;
+  emit(tab, st, out, 0, S - 1, memory, plan.actions);
+  return plan;
+}
+
+} // namespace tally
