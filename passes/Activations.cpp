@@ -862,7 +862,8 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
     Walk w = walk(f, a, p);
     Measured m{p, deviceBytes(w, plan), w.recomputeTime};
     a.checkpoint.options.push_back({p.name, static_cast<int64_t>(p.checkpointed()),
-                                    w.recomputeFlops * microSteps, m.bytes});
+                                    w.recomputeFlops * microSteps, m.bytes,
+                                    w.recomputeTime * microSteps});
     return m;
   };
   // Walks are O(ops) each; memoize per family so the curve and the search share work.
@@ -1096,6 +1097,73 @@ std::vector<std::string> keptPaths(const Facts &f, const Policy &p) {
   return out;
 }
 
+/// The applied plan per copy (Analysis::checkpoint.perBlock): the most times any of its ops
+/// re-runs, and the bytes its ops' first runs keep past the forward (activations and extra
+/// buffers made in the forward and still live when the backward starts: saved for a backward
+/// or kept as the input of a recomputed segment).
+void perBlock(const Facts &f, const Walk &w, Analysis &a) {
+  size_t L = f.copies.size();
+  std::vector<int64_t> runs(f.g.ops.size(), 0);
+  uint32_t forwardEnd = 0; // the first step after the forward of every op
+  for (uint32_t i = 0; i < w.schedule.size(); ++i) {
+    if (w.schedule[i].kind == ScheduleStep::Recompute)
+      ++runs[w.schedule[i].op];
+    else if (w.schedule[i].kind == ScheduleStep::Forward)
+      forwardEnd = i + 1;
+  }
+  a.checkpoint.perBlock.assign(L, {});
+  for (size_t c = 0; c < L; ++c) {
+    a.checkpoint.perBlock[c].path = f.copies[c].path;
+    for (OpId o : f.copies[c].ops)
+      a.checkpoint.perBlock[c].reruns = std::max(a.checkpoint.perBlock[c].reruns, runs[o]);
+  }
+  for (const Buffer &b : w.buffers)
+    if (b.kind != Buffer::Gradient && b.op != kNone && b.first < forwardEnd &&
+        b.last >= forwardEnd && f.copyOfOp[b.op] != kNone)
+      a.checkpoint.perBlock[f.copyOfOp[b.op]].keptBytes += static_cast<double>(b.bytes);
+}
+
+/// The trade-off curve (Analysis::checkpoint.curve): the Pareto front of (peak per device,
+/// recompute seconds) over auto's candidates and nested plans for 3/4, 1/2 and 1/4 of its
+/// limit, or, for another policy, over none, up to 8 evenly spaced partial counts, full and
+/// the plan itself. A point stays when no other needs no more memory for less recompute.
+void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Walk &w,
+                   double microSteps) {
+  const Plan &plan = *a.plan;
+  size_t L = f.copies.size();
+  double states = staticBytes(a);
+  decltype(a.checkpoint.curve) points;
+  auto add = [&](const std::string &name, int64_t checkpointed, const Walk &x) {
+    points.push_back({name, checkpointed, states + deviceBytes(x, plan),
+                      x.recomputeFlops * microSteps, x.recomputeTime * microSteps});
+  };
+  for (const auto &o : a.checkpoint.options)
+    points.push_back({o.policy, o.checkpointed, states + o.bytes, o.recomputeFlops,
+                      o.recomputeSeconds});
+  if (plan.checkpoint == "auto") {
+    for (double part : {0.75, 0.5, 0.25})
+      if (std::optional<Policy> n = nestedPolicy(f, a, a.checkpoint.limitBytes * part))
+        add(n->name, static_cast<int64_t>(n->checkpointed()), walk(f, a, *n));
+  } else {
+    size_t stride = std::max<size_t>(1, (L + 7) / 8);
+    for (size_t m = 0; m < L; m += stride) {
+      Policy p = partialPolicy(m, L);
+      add(p.name, static_cast<int64_t>(m), walk(f, a, p));
+    }
+    Policy full = partialPolicy(L, L);
+    add(full.name, static_cast<int64_t>(L), walk(f, a, full));
+  }
+  add(applied.name, static_cast<int64_t>(applied.checkpointed()), w);
+  std::stable_sort(points.begin(), points.end(), [](const auto &x, const auto &y) {
+    return x.recomputeSeconds != y.recomputeSeconds ? x.recomputeSeconds < y.recomputeSeconds
+                                                    : x.peakBytes < y.peakBytes;
+  });
+  a.checkpoint.curve.clear();
+  for (const auto &pt : points)
+    if (a.checkpoint.curve.empty() || pt.peakBytes < a.checkpoint.curve.back().peakBytes)
+      a.checkpoint.curve.push_back(pt);
+}
+
 } // namespace
 
 void planActivations(Analysis &a) {
@@ -1136,6 +1204,11 @@ void planActivations(Analysis &a) {
   a.memory.activations = deviceActivations(w, plan);
   a.memory.workspace = w.peakOther / contextShare(plan);
   a.memory.peak = staticBytes(a) + a.memory.activations + a.memory.workspace;
+
+  if (plan.isTrain && !f.copies.empty()) {
+    perBlock(f, w, a);
+    tradeOffCurve(f, a, p, w, microSteps);
+  }
 
   a.livePeakBytes = w.peakSaved + w.peakOther;
   a.peakStep = w.peakStep;

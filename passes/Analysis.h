@@ -182,8 +182,26 @@ struct Analysis {
       std::string policy;
       int64_t checkpointed = 0;
       double recomputeFlops = 0, bytes = 0;
+      double recomputeSeconds = 0; ///< roofline seconds of the re-run ops per step, one device
     };
     std::vector<Option> options; ///< auto: store-all, evenly spaced partial counts, full, sqrt (by recompute)
+    /// The trade-off curve: the Pareto front of (peak memory per device, recompute time) over
+    /// the plans measured (for auto its candidates and nested plans under smaller budgets; for
+    /// other policies none, partial counts, full and the plan itself), by falling peak.
+    struct Point {
+      std::string policy;
+      int64_t checkpointed = 0;
+      double peakBytes = 0, recomputeFlops = 0, recomputeSeconds = 0;
+    };
+    std::vector<Point> curve;
+    /// The applied plan per repeat copy: how many times its forward re-runs in the backward
+    /// and the bytes its first forward keeps for the backward.
+    struct BlockPlan {
+      std::string path;
+      int64_t reruns = 0;
+      double keptBytes = 0;
+    };
+    std::vector<BlockPlan> perBlock;
   } checkpoint;
 
   double ridge = 0;              ///< the target's ridge intensity at the activation dtype

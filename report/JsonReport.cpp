@@ -119,11 +119,22 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
     options.push_back(Object{{"policy", o.policy},
                              {"checkpointed", o.checkpointed},
                              {"recompute_flops", o.recomputeFlops},
+                             {"recompute_s", o.recomputeSeconds},
                              {"bytes", o.bytes}});
 
   Array saved;
   for (const std::string &s : a.checkpoint.saved)
     saved.push_back(s);
+  Array curve;
+  for (const auto &pt : a.checkpoint.curve)
+    curve.push_back(Object{{"policy", pt.policy},
+                           {"checkpointed", pt.checkpointed},
+                           {"peak_bytes", pt.peakBytes},
+                           {"recompute_flops", pt.recomputeFlops},
+                           {"recompute_s", pt.recomputeSeconds}});
+  Array perBlock;
+  for (const auto &b : a.checkpoint.perBlock)
+    perBlock.push_back(Object{{"path", b.path}, {"reruns", b.reruns}, {"kept_bytes", b.keptBytes}});
 
   Object root{
       {"model", g.model},
@@ -205,6 +216,8 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                             {"segment", a.checkpoint.segment},
                             {"limit_bytes", a.checkpoint.limitBytes},
                             {"options", std::move(options)},
+                            {"curve", std::move(curve)},
+                            {"per_block", std::move(perBlock)},
                             {"saved", std::move(saved)},
                             {"recompute_flops", a.checkpoint.recomputeFlops}}},
       {"ops", std::move(ops)},

@@ -231,14 +231,48 @@ ReportTable timeTable(const Analysis &a) {
   return t;
 }
 
+/// The applied plan per block, consecutive copies with the same plan on one line:
+/// "h[0]-h[3]: keep 361.00 MiB each", "h[4]-h[11]: re-run once, keep their input".
+std::vector<std::string> perBlockLines(const Analysis &a) {
+  const auto &pb = a.checkpoint.perBlock;
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < pb.size();) {
+    size_t j = i + 1;
+    while (j < pb.size() && pb[j].reruns == pb[i].reruns && pb[j].keptBytes == pb[i].keptBytes)
+      ++j;
+    std::string who = pb[i].path + (j - i > 1 ? "-" + pb[j - 1].path : "");
+    std::string what;
+    if (pb[i].reruns == 0)
+      what = "kept, " + formatBytes(pb[i].keptBytes) + (j - i > 1 ? " each" : "");
+    else
+      what = std::string("re-run ") +
+             (pb[i].reruns == 1 ? "once" : pb[i].reruns == 2 ? "twice"
+                                                             : std::to_string(pb[i].reruns) + " times") +
+             (pb[i].keptBytes > 0 ? ", the forward keeps " + formatBytes(pb[i].keptBytes) +
+                                        (j - i > 1 ? " each" : "")
+                                  : "");
+    lines.push_back("  " + who + ": " + what);
+    i = j;
+  }
+  constexpr size_t kMaxLines = 16; // the JSON's per_block has every copy
+  if (lines.size() > kMaxLines) {
+    size_t more = lines.size() - (kMaxLines - 1);
+    lines.resize(kMaxLines - 1);
+    lines.push_back("  ... " + std::to_string(more) + " more lines (JSON: checkpoint.per_block)");
+  }
+  return lines;
+}
+
 ReportTable checkpointTable(const Analysis &a) {
   const auto &c = a.checkpoint;
   ReportTable t;
   t.title = "Activation checkpointing";
-  t.header = {"policy", "blocks recomputed", "recompute FLOPs", "activations + workspace"};
-  for (const auto &o : c.options)
-    t.rows.push_back({o.policy, std::to_string(o.checkpointed),
-                      llvm::formatv("{0:e3}", o.recomputeFlops).str(), formatBytes(o.bytes)});
+  t.header = {"plan on the trade-off curve", "blocks recomputed", "recompute FLOPs",
+              "recompute time", "peak memory"};
+  for (const auto &pt : c.curve)
+    t.rows.push_back({pt.policy, std::to_string(pt.checkpointed),
+                      llvm::formatv("{0:e3}", pt.recomputeFlops).str(),
+                      formatDuration(pt.recomputeSeconds), formatBytes(pt.peakBytes)});
   std::string chosen = "checkpoint = " + c.requested + ": " + c.policy + ", " +
                        std::to_string(c.checkpointed) + " of " + std::to_string(c.blocks) +
                        " blocks recomputed";
@@ -248,6 +282,11 @@ ReportTable checkpointTable(const Analysis &a) {
   t.notes.push_back(chosen + ".");
   if (!c.note.empty())
     t.notes.push_back(c.note);
+  if (!c.perBlock.empty()) {
+    t.notes.push_back("Per block:");
+    for (const std::string &line : perBlockLines(a))
+      t.notes.push_back(line);
+  }
   return t;
 }
 
