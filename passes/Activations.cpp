@@ -1131,14 +1131,19 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
                    double microSteps) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
-  double states = staticBytes(a);
+  // The peak per device as the report gives it: the allocator reserve (StaticMemory.cpp)
+  // on everything but the context and the communication buffers.
+  double fixed = a.memory.context + a.memory.commBuffers;
+  auto peak = [&](double bytes) {
+    return fixed + (staticBytes(a) - fixed + bytes) * (1 + plan.target.allocatorReserve);
+  };
   decltype(a.checkpoint.curve) points;
   auto add = [&](const std::string &name, int64_t checkpointed, const Walk &x) {
-    points.push_back({name, checkpointed, states + deviceBytes(x, plan),
+    points.push_back({name, checkpointed, peak(deviceBytes(x, plan)),
                       x.recomputeFlops * microSteps, x.recomputeTime * microSteps});
   };
   for (const auto &o : a.checkpoint.options)
-    points.push_back({o.policy, o.checkpointed, states + o.bytes, o.recomputeFlops,
+    points.push_back({o.policy, o.checkpointed, peak(o.bytes), o.recomputeFlops,
                       o.recomputeSeconds});
   if (plan.checkpoint == "auto") {
     for (double part : {0.75, 0.5, 0.25})

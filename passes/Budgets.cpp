@@ -120,7 +120,16 @@ std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, 
         leanest = policy, leanestT = *t;
     }
     std::string head = "activations are " + formatBytes(a.memory.activations) + "; ";
-    if (!best.empty()) {
+    if (plan.checkpoint == "auto") {
+      // auto already applied the smallest footprint it found: say how low any plan goes.
+      double least = a.memory.peak;
+      std::string how = a.checkpoint.policy;
+      for (const auto &pt : a.checkpoint.curve)
+        if (pt.peakBytes < least)
+          least = pt.peakBytes, how = pt.policy;
+      notes.push_back(head + "no checkpoint plan fits: the least peak any reaches is " +
+                      formatBytes(least) + " (" + how + ")");
+    } else if (!best.empty()) {
       std::string cost;
       if (a.flops.executed > 0) {
         double extra = bestT.executedFlops / a.flops.executed - 1;
