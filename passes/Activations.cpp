@@ -234,6 +234,7 @@ struct Policy {
   /// nested recomputation (auto's dynamic program): the whole schedule, written out.
   std::vector<ScheduleStep> steps;
   size_t recomputedCopies = 0; ///< nested: the copies re-run at least once
+  size_t reselected = 0;       ///< nested: selective ops re-run alone before their stage's backward
   /// The copies recomputed.
   size_t checkpointed() const {
     size_t n = recomputedCopies + opSegments.size();
@@ -710,6 +711,27 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
     for (uint32_t k : f.extras[o])
       kept[stageOf[o]] += a.ops[o].saved[k].bytes / divisor;
   }
+  // The select option: a stage's selectable ops (selective's), what dropping their outputs
+  // and extra buffers between the forward and the backward saves, and their re-run's seconds.
+  std::vector<std::vector<OpId>> selOps(S);
+  std::vector<double> keptSel = kept, selSeconds(S, 0);
+  for (OpId o = 0; o < n; ++o) {
+    if (!selectable(f, o))
+      continue;
+    uint32_t st = stageOf[o];
+    selOps[st].push_back(o);
+    selSeconds[st] += f.opTime[o];
+    for (TensorId t : f.writes[o]) {
+      bool next = false;
+      for (OpId r : f.readers[t])
+        next = next || stageOf[r] == st + 1;
+      if (!next) // kept in the stage (selectable: another op's backward keeps it)
+        keptSel[st] -= f.bytes(t);
+    }
+    double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
+    for (uint32_t k : f.extras[o])
+      keptSel[st] -= a.ops[o].saved[k].bytes / divisor;
+  }
   // A stage's work, measured: in the walk of `none`, the most bytes live during the stage's
   // steps less what the stages before it keep (their kept bytes and outputs) and its own.
   // This counts the gradients in flight, transients and long-lived tensors as the walk does,
@@ -763,7 +785,8 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
     auto units = [&](double bytes) { return static_cast<int64_t>(std::ceil(bytes / unit)); };
     std::vector<ChainStage> stages(S);
     for (size_t s = 0; s < S; ++s)
-      stages[s] = {units(input[s]), units(kept[s]), units(work[s]), seconds[s]};
+      stages[s] = {units(input[s]), units(kept[s]), units(work[s]), seconds[s],
+                   units(std::max(0.0, keptSel[s])), selSeconds[s]};
     ChainPlan cp = solveChain(stages, total);
     if (!(at.feasible = cp.feasible))
       return at;
@@ -775,9 +798,13 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
       if (act.kind == ChainAction::Forward) {
         for (OpId o = lo; o < hi; ++o) {
           p.steps.push_back({ran[o] ? ScheduleStep::Recompute : ScheduleStep::Forward, o});
-          again[o] = ran[o];
+          again[o] = again[o] || ran[o];
           ran[o] = true;
         }
+      } else if (act.kind == ChainAction::Reselect) {
+        for (OpId o : selOps[act.stage])
+          p.steps.push_back({ScheduleStep::Recompute, o});
+        p.reselected += selOps[act.stage].size();
       } else {
         for (OpId o = hi; o-- > lo;)
           if (f.hasBackward[o])
@@ -1097,8 +1124,9 @@ std::vector<std::string> keptPaths(const Facts &f, const Policy &p) {
   return out;
 }
 
-/// The applied plan per copy (Analysis::checkpoint.perBlock): the most times any of its ops
-/// re-runs, and the bytes its ops' first runs keep past the forward (activations and extra
+/// The applied plan per copy (Analysis::checkpoint.perBlock): the times all its ops re-run
+/// (the copy's forward again), how many of its ops re-run more often (alone: selective), and
+/// the bytes its ops' first runs keep past the forward (activations and extra
 /// buffers made in the forward and still live when the backward starts: saved for a backward
 /// or kept as the input of a recomputed segment).
 void perBlock(const Facts &f, const Walk &w, Analysis &a) {
@@ -1113,9 +1141,13 @@ void perBlock(const Facts &f, const Walk &w, Analysis &a) {
   }
   a.checkpoint.perBlock.assign(L, {});
   for (size_t c = 0; c < L; ++c) {
-    a.checkpoint.perBlock[c].path = f.copies[c].path;
+    auto &b = a.checkpoint.perBlock[c];
+    b.path = f.copies[c].path;
+    b.reruns = runs[f.copies[c].ops.front()];
     for (OpId o : f.copies[c].ops)
-      a.checkpoint.perBlock[c].reruns = std::max(a.checkpoint.perBlock[c].reruns, runs[o]);
+      b.reruns = std::min(b.reruns, runs[o]);
+    for (OpId o : f.copies[c].ops)
+      b.reselected += runs[o] > b.reruns;
   }
   for (const Buffer &b : w.buffers)
     if (b.kind != Buffer::Gradient && b.op != kNone && b.first < forwardEnd &&
@@ -1194,6 +1226,10 @@ void planActivations(Analysis &a) {
       list += (list.empty() ? "" : ", ") + std::to_string(kv.second) + " " + kv.first;
     a.checkpoint.note = "selective re-runs " + std::to_string(p.selectiveOps.size()) +
                         " ops alone before the backward that needs their outputs: " + list;
+  } else if (p.reselected > 0) {
+    a.checkpoint.note = "the nested plan also re-runs " + std::to_string(p.reselected) +
+                        " cheap ops (norms, GELU/SiLU, unfused attention) alone before the "
+                        "backward of the blocks it keeps";
   } else if (p.name == "selective") {
     a.checkpoint.note = "selective found no op to re-run (no GELU, SiLU, norm or unfused "
                         "attention whose output another op keeps)";

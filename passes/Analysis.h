@@ -198,7 +198,8 @@ struct Analysis {
     /// and the bytes its first forward keeps for the backward.
     struct BlockPlan {
       std::string path;
-      int64_t reruns = 0;
+      int64_t reruns = 0;     ///< times the whole copy's forward runs again
+      int64_t reselected = 0; ///< its ops re-run alone besides (selective: norms, GELU, …)
       double keptBytes = 0;
     };
     std::vector<BlockPlan> perBlock;

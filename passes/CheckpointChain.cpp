@@ -22,7 +22,7 @@ struct Table {
   int64_t memory;
   std::vector<uint32_t> rangeId; ///< per (s ≤ t): its row
   std::vector<double> cost;      ///< per (row, m)
-  std::vector<int32_t> how;      ///< -1 leaf, 0 keep, s' > 0 drop up to s'
+  std::vector<int32_t> how;      ///< -1 leaf, 0 keep, -3 select, s' − s > 0 drop up to s'
   size_t pair(size_t s, size_t t) const { return t * (t + 1) / 2 + s; }
   size_t at(size_t s, size_t t, int64_t m) const {
     return static_cast<size_t>(rangeId[pair(s, t)]) * static_cast<size_t>(memory + 1) +
@@ -38,12 +38,17 @@ void emit(const Table &tab, const std::vector<ChainStage> &st, const std::vector
     for (size_t i = a; i < b; ++i)
       actions.push_back({ChainAction::Forward, static_cast<uint32_t>(i)});
   };
-  if (how < 0) { // leaf
+  if (how == -1) { // leaf
     forward(s, s + 1);
     actions.push_back({ChainAction::Backward, static_cast<uint32_t>(s)});
   } else if (how == 0) { // keep stage s
     forward(s, s + 1);
     emit(tab, st, out, s + 1, t, m - st[s].kept - out[s], actions);
+    actions.push_back({ChainAction::Backward, static_cast<uint32_t>(s)});
+  } else if (how == -3) { // keep stage s but its selective ops' outputs
+    forward(s, s + 1);
+    emit(tab, st, out, s + 1, t, m - st[s].keptSelective - out[s], actions);
+    actions.push_back({ChainAction::Reselect, static_cast<uint32_t>(s)});
     actions.push_back({ChainAction::Backward, static_cast<uint32_t>(s)});
   } else { // drop s..s'-1, keep the input of s' (how = s' − s)
     size_t sp = s + static_cast<size_t>(how);
@@ -68,11 +73,13 @@ ChainPlan solveChain(const std::vector<ChainStage> &st, int64_t memory) {
     prefix[s + 1] = prefix[s] + st[s].forward;
   }
   // A stage's identity includes its output (the next stage's input): it is in need(s).
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, double>, uint32_t> stageIds;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, double, int64_t, double>, uint32_t>
+      stageIds;
   std::vector<uint32_t> stageId(S);
   for (size_t s = 0; s < S; ++s)
     stageId[s] = stageIds.emplace(std::make_tuple(st[s].input, st[s].kept, st[s].work, out[s],
-                                                  st[s].forward),
+                                                  st[s].forward, st[s].keptSelective,
+                                                  st[s].selective),
                                   static_cast<uint32_t>(stageIds.size()))
                      .first->second;
   Table tab{S, memory, std::vector<uint32_t>(S * (S + 1) / 2), {}, {}};
@@ -103,6 +110,12 @@ ChainPlan solveChain(const std::vector<ChainStage> &st, int64_t memory) {
           double c = st[s].forward + tab.cost[tab.at(s + 1, t, rest)];
           if (c < best)
             best = c, how = 0;
+          if (st[s].selective > 0 && st[s].keptSelective < st[s].kept) {
+            int64_t more = m - st[s].keptSelective - out[s];
+            double cs = st[s].forward + st[s].selective + tab.cost[tab.at(s + 1, t, more)];
+            if (cs < best)
+              best = cs, how = -3;
+          }
         }
       }
       for (size_t sp = s + 1; sp <= t; ++sp) {

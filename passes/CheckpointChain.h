@@ -18,6 +18,10 @@
 //     s = t:  forward[s], if need(s) ≤ m;
 //     keep:   forward[s] + Cost(s + 1, t, m − kept[s] − out(s)), if need(s) ≤ m
 //             (run stage s keeping everything; its backward comes after the rest's);
+//     select: forward[s] + selective[s] + Cost(s + 1, t, m − keptSelective[s] − out(s)),
+//             if need(s) ≤ m and the stage has selective ops (run stage s keeping all but the
+//             outputs of its cheap ops — norms, GELU/SiLU, unfused attention — and re-run
+//             those just before its backward: Megatron's selective recompute, per stage);
 //     drop:   forward[s..s'−1] + Cost(s', t, m − x[s']) + Cost(s, s' − 1, m), s < s' ≤ t
 //             (run s..s'−1 keeping only the input of s', finish s'..t, then redo s..s'−1
 //             with the same free memory).
@@ -37,12 +41,16 @@ struct ChainStage {
   int64_t kept = 0;  ///< units its backward keeps besides its output
   int64_t work = 0;  ///< units its backward needs besides those and its output's gradient
   double forward = 0; ///< seconds of its forward
+  /// What it keeps when its selective ops' outputs are dropped and re-made before its
+  /// backward (kept when it has none), and the seconds of that re-run (0: no such option).
+  int64_t keptSelective = 0;
+  double selective = 0;
 };
 
-/// One step of the solved schedule: run a stage's forward (the first time or again) or its
-/// backward.
+/// One step of the solved schedule: run a stage's forward (the first time or again), re-run
+/// its selective ops (the select option), or run its backward.
 struct ChainAction {
-  enum Kind : uint8_t { Forward, Backward } kind;
+  enum Kind : uint8_t { Forward, Reselect, Backward } kind;
   uint32_t stage;
 };
 

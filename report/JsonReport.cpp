@@ -134,7 +134,10 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                            {"recompute_s", pt.recomputeSeconds}});
   Array perBlock;
   for (const auto &b : a.checkpoint.perBlock)
-    perBlock.push_back(Object{{"path", b.path}, {"reruns", b.reruns}, {"kept_bytes", b.keptBytes}});
+    perBlock.push_back(Object{{"path", b.path},
+                              {"reruns", b.reruns},
+                              {"reselected_ops", b.reselected},
+                              {"kept_bytes", b.keptBytes}});
 
   Object root{
       {"model", g.model},

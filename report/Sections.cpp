@@ -238,7 +238,8 @@ std::vector<std::string> perBlockLines(const Analysis &a) {
   std::vector<std::string> lines;
   for (size_t i = 0; i < pb.size();) {
     size_t j = i + 1;
-    while (j < pb.size() && pb[j].reruns == pb[i].reruns && pb[j].keptBytes == pb[i].keptBytes)
+    while (j < pb.size() && pb[j].reruns == pb[i].reruns && pb[j].keptBytes == pb[i].keptBytes &&
+           pb[j].reselected == pb[i].reselected)
       ++j;
     std::string who = pb[i].path + (j - i > 1 ? "-" + pb[j - 1].path : "");
     std::string what;
@@ -251,6 +252,9 @@ std::vector<std::string> perBlockLines(const Analysis &a) {
              (pb[i].keptBytes > 0 ? ", the forward keeps " + formatBytes(pb[i].keptBytes) +
                                         (j - i > 1 ? " each" : "")
                                   : "");
+    if (pb[i].reselected > 0)
+      what += ", " + std::to_string(pb[i].reselected) + " cheap op" +
+              (pb[i].reselected == 1 ? "" : "s") + " re-run alone";
     lines.push_back("  " + who + ": " + what);
     i = j;
   }

@@ -38,8 +38,14 @@ double independentCost(const std::vector<ChainStage> &st, int64_t memory) {
       return it->second;
     double best = kInf;
     int64_t need = st[s].kept + out(s) + st[s].work;
-    if (need <= m)
-      best = s == t ? st[s].forward : st[s].forward + cost(s + 1, t, m - st[s].kept - out(s));
+    if (need <= m && s == t)
+      best = st[s].forward;
+    if (need <= m && s < t) {
+      best = st[s].forward + cost(s + 1, t, m - st[s].kept - out(s));
+      if (st[s].selective > 0 && st[s].keptSelective < st[s].kept)
+        best = std::min(best, st[s].forward + st[s].selective +
+                                  cost(s + 1, t, m - st[s].keptSelective - out(s)));
+    }
     double run = 0; // forward seconds of s..s'-1
     for (size_t sp = s + 1; sp <= t; ++sp) {
       run += st[sp - 1].forward;
@@ -64,6 +70,9 @@ void checkActions(const std::vector<ChainStage> &st, const ChainPlan &p) {
       seconds += st[a.stage].forward;
       fresh[a.stage] = true;
       CHECK(a.stage < nextBackward); // nothing after a stage whose backward ran is re-run
+    } else if (a.kind == ChainAction::Reselect) {
+      seconds += st[a.stage].selective;
+      CHECK(a.stage + 1 == nextBackward); // right before its own backward
     } else {
       REQUIRE(nextBackward > 0);
       CHECK(a.stage == nextBackward - 1);
@@ -81,11 +90,16 @@ TEST_CASE("checkpoint chain: the program equals an independent one on random cha
           "[checkpoint-chain]") {
   std::mt19937 rng(20261201);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  int feasible = 0, nested = 0;
+  int feasible = 0, nested = 0, selected = 0;
   for (int trial = 0; trial < 400; ++trial) {
     std::vector<ChainStage> st(static_cast<size_t>(pick(1, 7)));
-    for (ChainStage &s : st)
+    for (ChainStage &s : st) {
       s = {pick(0, 4), pick(0, 8), pick(0, 3), static_cast<double>(pick(1, 9))};
+      if (pick(0, 1)) // a select option: keeps less, re-runs a cheap part
+        s.keptSelective = pick(0, static_cast<int>(s.kept)), s.selective = pick(1, 3) / 4.0;
+      else
+        s.keptSelective = s.kept;
+    }
     // A repeated stretch of identical stages now and then (rows shared between ranges).
     if (st.size() > 3 && trial % 3 == 0)
       std::fill(st.begin() + 1, st.end() - 1, st[1]);
@@ -103,9 +117,12 @@ TEST_CASE("checkpoint chain: the program equals an independent one on random cha
     for (const ChainAction &a : p.actions)
       runs[a.stage] += a.kind == ChainAction::Forward;
     nested += *std::max_element(runs.begin(), runs.end()) >= 3; // re-run twice: nested
+    selected += std::any_of(p.actions.begin(), p.actions.end(),
+                            [](const ChainAction &a) { return a.kind == ChainAction::Reselect; });
   }
   CHECK(feasible > 100); // the draw exercises the program, not only its infeasible answer
   CHECK(nested > 5);     // and schedules that re-run some stage twice
+  CHECK(selected > 5);   // and ones that take the select option
 }
 
 TEST_CASE("checkpoint chain: L identical stages need fewer re-runs as memory grows (Revolve)",
