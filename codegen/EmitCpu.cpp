@@ -22,6 +22,10 @@
 //    regions pad each tensor to 256 bytes, which is a different element count per dtype, so
 //    a single flat loop over params and master would not line up), and train_step() loops the
 //    micro-batches, updates and zeroes the gradients.
+// 4. Data parallel (data = N > 1, CPU only): train_step() calls reduce_gradients() after the
+//    micro-batches, which averages G over the N MPI processes in 25 MiB buckets; under ZeRO-1
+//    (the memory plan's shard) a reduce-scatter, the update of this rank's pieces (kUpdate by
+//    rank) and gather_parameters() (communication(); docs/codegen.md).
 // The layout (regions, parameter and input tables) goes into kLayout for the driver
 // (codegen/driver/driver_cpu.cpp), which allocates exactly those bytes.
 #include "codegen/EmitBackend.h"
