@@ -531,8 +531,8 @@ int run() {
 
   raw_ostream &os = outs();
   std::string where = cuda ? "on " + m->getString("device").getValueOr("a CUDA device").str()
-                      : ranks > 1 ? formatv("on the CPU ({0} MPI processes of {1} threads{2})", ranks,
-                                            static_cast<int64_t>(num(m, "threads")),
+                      : ranks > 1 ? formatv("on the CPU ({0} MPI processes of {1} thread{2}{3})", ranks,
+                                            static_cast<int64_t>(num(m, "threads")), num(m, "threads") == 1 ? "" : "s",
                                             an.plan->parallel.zero >= 1 ? ", ZeRO-1" : "")
                                         .str()
                                   : formatv("on the CPU ({0} threads)", static_cast<int64_t>(num(m, "threads"))).str();
