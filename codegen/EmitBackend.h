@@ -19,7 +19,7 @@ struct Backend {
   const char *stepFile;       ///< "step.cpp", "step.cu"
   const char *runtimeHeader;  ///< "cpu/tally_rt.h": included, and named in the header comment
   const char *extraIncludes;  ///< included after the runtime and tally_step.h ("" for none)
-  const char *parallelEngine; ///< "MPI", "NCCL": the data-parallel engine not built yet
+  const char *parallelEngine; ///< "MPI", "NCCL": the data-parallel engine (NCCL is not built yet)
   /// The regions are device memory: every op sets `ctx.where` to its path (the runtime names it
   /// in every error), the loss and the fp16 overflow check are copied back to the host, and the
   /// op classes are a table by path (kOpSites) instead of the `op_class` global.

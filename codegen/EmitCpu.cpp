@@ -22,6 +22,10 @@
 //    regions pad each tensor to 256 bytes, which is a different element count per dtype, so
 //    a single flat loop over params and master would not line up), and train_step() loops the
 //    micro-batches, updates and zeroes the gradients.
+// 4. Data parallel (data = N > 1, CPU only): train_step() calls reduce_gradients() after the
+//    micro-batches, which averages G over the N MPI processes in 25 MiB buckets; under ZeRO-1
+//    (the memory plan's shard) a reduce-scatter, the update of this rank's pieces (kUpdate by
+//    rank) and gather_parameters() (communication(); docs/codegen.md).
 // The layout (regions, parameter and input tables) goes into kLayout for the driver
 // (codegen/driver/driver_cpu.cpp), which allocates exactly those bytes.
 #include "codegen/EmitBackend.h"
@@ -985,6 +989,85 @@ struct Emitter {
     return true;
   }
 
+  /// Data parallel over more than one rank.
+  bool dataParallel() const { return plan.parallel.data > 1; }
+  /// ZeRO-1: master and optimizer hold this rank's shard (MemoryPlan.cpp).
+  bool sharded() const { return a.regions.shard > 0; }
+
+  /// Data parallel: reduce_gradients() averages the ranks' gradients after the backward, in
+  /// buckets of at most kBucketBytes (PyTorch DDP's bucket_cap_mb = 25) over the flat grads
+  /// region: divided by the rank count, then summed by an all-reduce, or under ZeRO a
+  /// reduce-scatter that leaves each rank its shard. ZeRO also has gather_gradients() (the
+  /// whole averaged gradient on every rank, for --dump-grads) and gather_parameters(): each
+  /// rank's updated shard of the parameters copied into its part of G, all-gathered there
+  /// bucket by bucket, and copied back into P (G is zeroed next anyway, so the gather needs
+  /// no memory of its own). "" for one rank.
+  std::string communication(int64_t gradElems) {
+    if (!dataParallel())
+      return "";
+    constexpr int64_t kBucketBytes = 25 * 1024 * 1024;
+    Dtype gd = plan.precision.grads;
+    std::string T = ctype(gd);
+    int64_t bg = static_cast<int64_t>(bytesOf(gd)), bucket = kBucketBytes / bg, d = plan.parallel.data;
+    int64_t buckets = (gradElems + bucket - 1) / bucket;
+    auto each = [&](const char *what) {
+      std::string out;
+      for (int64_t b0 = 0; b0 < gradElems; b0 += bucket)
+        out += llvm::formatv("  tally_comm::{0}<{1}>(ctx, G<{1}>(0), {2}, {3}{4});\n", what, T, b0,
+                             std::min(gradElems, b0 + bucket), sharded() ? ", kShard" : "")
+                   .str();
+      return out;
+    };
+    std::string out = llvm::formatv("/// Data parallel over {0} ranks (MPI; runtime/driver/tally_comm.h): the gradients averaged\n"
+                                    "/// after the backward in {1} bucket(s) of at most 25 MiB of G, divided by {0} and then\n"
+                                    "/// summed{2}.\n",
+                                    d, buckets, sharded() ? " by reduce-scatters (ZeRO-1: rank r keeps elements [r·kShard, (r+1)·kShard))"
+                                                          : " by all-reduces")
+                          .str();
+    if (sharded())
+      out += "constexpr int64_t kShard = " + std::to_string(a.regions.shard) + ";\n";
+    out += "static void reduce_gradients(rt::Ctx &ctx) {\n"
+           "  op_class = \"wait\"; // for the slowest rank's backward: load imbalance, not transfer\n"
+           "  tally_comm::barrier(ctx);\n"
+           "  op_class = \"communication\";\n";
+    out += llvm::formatv("  rt::scale<{0}>(ctx, G<{0}>(0), {1}, {2});\n", T, number(1.0 / static_cast<double>(d)), gradElems)
+               .str();
+    out += each(sharded() ? "reduce_scatter" : "all_reduce") + "}\n\n";
+    if (!sharded())
+      return out;
+    out += "/// ZeRO: every rank's shard of the averaged gradients to every rank (--dump-grads).\n"
+           "static void gather_gradients(rt::Ctx &ctx) {\n  op_class = \"communication\";\n" +
+           each("all_gather") + "}\n\n";
+    bool hasMaster = plan.precision.master != Dtype::Invalid;
+    int64_t bp = static_cast<int64_t>(bytesOf(plan.precision.params));
+    std::string gather = "/// ZeRO: per trainable parameter, its byte offsets in P and G and its bytes.\n"
+                         "struct GatherEntry { int64_t p, g, bytes; };\n"
+                         "static const GatherEntry kGather[] = {\n";
+    size_t count = 0;
+    for (const ParamInfo &pi : s.params)
+      if (pi.trainable) {
+        gather += llvm::formatv("    {{{0}, {1}, {2}}, // {3}\n", paramOffset.at(pi.tensor), gradOffset.at(pi.tensor),
+                                bp * n(pi.tensor), commentSafe(pi.path))
+                      .str();
+        ++count;
+      }
+    if (count == 0)
+      gather += "    {0, 0, 0},\n";
+    out += gather + "};\n\n";
+    out += "/// ZeRO: the updated parameters of every rank's shard to every rank, through G.\n"
+           "static void gather_parameters(rt::Ctx &ctx) {\n  op_class = \"communication\";\n"
+           "  const int me = tally_comm::rank();\n"
+           "  for (const UpdateEntry &e : kUpdate)\n"
+           "    if (e.n > 0 && e.rank == me)\n" +
+           llvm::formatv("      tally_comm::copy(ctx, G<uint8_t>(e.g), P<uint8_t>(e.{0}), e.n * {1});\n",
+                         hasMaster ? "pm" : "p", bp)
+               .str() +
+           each("all_gather") +
+           "  for (const GatherEntry &e : kGather)\n"
+           "    tally_comm::copy(ctx, P<uint8_t>(e.p), G<uint8_t>(e.g), e.bytes);\n}\n\n";
+    return out;
+  }
+
   /// update(): the optimizer entries; zero_grad(): the last one.
   bool update(std::string &updateText, std::string &zeroText) {
     Dtype gd = plan.precision.grads, pd = plan.precision.params, md = plan.precision.master;
@@ -1010,8 +1093,42 @@ struct Emitter {
                         "struct UpdateEntry { int64_t n, p, pm, g, s0, s1; };\n"
                         "static const UpdateEntry kUpdate[] = {\n";
     size_t count = 0;
+    bool zero = sharded();
+    if (zero) {
+      if (pd != gd)
+        return fail("ZeRO with parameters in " + nameOf(pd).str() + " and gradients in " + nameOf(gd).str() +
+                    ": the " + title() + " step gathers the updated parameters through the gradients region, "
+                    "so they must have one dtype");
+      table = "/// ZeRO: per piece of a trainable parameter that one rank updates (rank r owns elements\n"
+              "/// [r·kShard, (r+1)·kShard) of G): that rank, elements, then byte offsets of the fp32 weights\n"
+              "/// (this rank's master shard, or the params region), the model copy (-1: none), the\n"
+              "/// gradient and each optimizer state (in this rank's shard of O).\n"
+              "struct UpdateEntry { int rank; int64_t n, p, pm, g, s0, s1; };\n"
+              "static const UpdateEntry kUpdate[] = {\n";
+      int64_t S = a.regions.shard, bg = static_cast<int64_t>(bytesOf(gd)), bp = static_cast<int64_t>(bytesOf(pd));
+      int64_t stateBytes = alignUp(S * 4);
+      for (const ParamInfo &pi : s.params) {
+        if (!pi.trainable)
+          continue;
+        TensorId t = pi.tensor;
+        int64_t g0 = gradOffset.at(t) / bg, total = n(t);
+        for (int64_t r = 0; r < plan.parallel.data; ++r) {
+          int64_t lo = std::max(g0, r * S), hi = std::min(g0 + total, (r + 1) * S);
+          if (lo >= hi)
+            continue;
+          int64_t j = lo - g0, k = lo - r * S;
+          int64_t p = hasMaster ? 4 * k : paramOffset.at(t) + 4 * j;
+          int64_t pm = hasMaster ? paramOffset.at(t) + bp * j : -1;
+          int64_t s0 = states > 0 ? 4 * k : -1, s1 = states > 1 ? stateBytes + 4 * k : -1;
+          table += llvm::formatv("    {{{0}, {1}, {2}, {3}, {4}, {5}, {6}}, // {7} [{8}, {9})\n", r, hi - lo, p, pm,
+                                 gradOffset.at(t) + bg * j, s0, s1, commentSafe(pi.path), j, j + hi - lo)
+                       .str();
+          ++count;
+        }
+      }
+    }
     for (const ParamInfo &pi : s.params) {
-      if (!pi.trainable)
+      if (!pi.trainable || zero)
         continue;
       TensorId t = pi.tensor;
       int64_t p = hasMaster ? masterOffset.at(t) : paramOffset.at(t);
@@ -1023,7 +1140,7 @@ struct Emitter {
       ++count;
     }
     if (count == 0)
-      table += "    {0, 0, -1, 0, -1, -1},\n";
+      table += zero ? "    {0, 0, 0, -1, 0, -1, -1},\n" : "    {0, 0, -1, 0, -1, -1},\n";
     table += "};\n\n";
     std::string gscale = "gscale";
     std::string call;
@@ -1069,6 +1186,13 @@ struct Emitter {
         if (be.device) { // Σg² lands in device memory; the host reads it back to decide
           line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, device_scalars);", G, gradElems).str());
           line("const double sumsq = device_load(ctx, device_scalars);");
+        } else if (zero) { // each rank holds its shard of the averaged gradients: Σg² over all
+          line("float sumsq = 0;");
+          line(llvm::formatv("const int64_t from = std::min<int64_t>({0}, tally_comm::rank() * kShard);", gradElems).str());
+          line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0) + from, std::min<int64_t>(kShard, {1} - from), &sumsq);",
+                             G, gradElems)
+                   .str());
+          line("sumsq = static_cast<float>(tally_comm::sum(sumsq));");
         } else {
           line("float sumsq = 0;");
           line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, &sumsq);", G, gradElems).str());
@@ -1080,8 +1204,14 @@ struct Emitter {
         body += "\n  // " + commentSafe(op->path) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
         site(op->path, "optimizer");
         line("const float gscale = " + std::string(scaled ? "1.0f / kLossScale" : "1.0f") + ";");
-        line("for (const UpdateEntry &e : kUpdate)");
-        line("  if (e.n > 0)");
+        if (zero) {
+          line("const int me = tally_comm::rank();");
+          line("for (const UpdateEntry &e : kUpdate)");
+          line("  if (e.n > 0 && e.rank == me)");
+        } else {
+          line("for (const UpdateEntry &e : kUpdate)");
+          line("  if (e.n > 0)");
+        }
         line("    " + call);
         break;
       case OpKind::ZeroGrad:
@@ -1091,8 +1221,11 @@ struct Emitter {
       }
     }
     op = nullptr;
-    updateText = table + "/// The optimizer phase: false when the step was skipped (fp16 overflow).\n"
-                         "static bool update(rt::Ctx &ctx, int64_t step) {\n" +
+    if (zero)
+      body += "\n  // ZeRO: every rank's updated parameters to every rank\n  gather_parameters(ctx);\n";
+    updateText = table + communication(gradElems) +
+                 "/// The optimizer phase: false when the step was skipped (fp16 overflow).\n"
+                 "static bool update(rt::Ctx &ctx, int64_t step) {\n" +
                  body + "  return true;\n}\n";
     body.clear();
     site("zero_grad", "optimizer");
@@ -1118,10 +1251,13 @@ struct Emitter {
       const char *init = sz.size() >= 2 ? "Init::Normal002" : leaf == "weight" ? "Init::Ones" : "Init::Zeros";
       auto g = gradOffset.find(pi.tensor);
       auto m = masterOffset.find(pi.tensor);
+      int64_t master = m == masterOffset.end() ? -1 : m->second;
+      if (sharded() && plan.precision.master != Dtype::Invalid && g != gradOffset.end()) // tally_step.h
+        master = g->second / static_cast<int64_t>(bytesOf(plan.precision.grads)) *
+                 static_cast<int64_t>(bytesOf(plan.precision.master));
       out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}, {8}, {9}},\n", literal(tensorName(pi.path)),
                            stName(t.dtype), sz.size(), list(sz), n(pi.tensor), paramOffset.at(pi.tensor),
-                           boolean(pi.trainable), g == gradOffset.end() ? -1 : g->second,
-                           m == masterOffset.end() ? -1 : m->second, init)
+                           boolean(pi.trainable), g == gradOffset.end() ? -1 : g->second, master, init)
                  .str();
     }
     if (s.params.empty())
@@ -1150,9 +1286,20 @@ struct Emitter {
       return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
     if (s.loss == kNone)
       return fail("the model returns no loss to train on");
-    if (par.devices != 1 || par.tensor != 1 || par.pipeline != 1 || par.context != 1)
+    if (be.device && par.devices != 1)
       return fail("the " + title() + " backend runs one device (data parallel over " + be.parallelEngine + " is not built yet); this plan "
                   "uses " + std::to_string(par.devices) + " devices");
+    if (par.tensor != 1 || par.pipeline != 1 || par.context != 1 || par.expert != 1 || par.devices != par.data)
+      return fail("the " + title() + " backend runs data parallelism only (processes under " + be.parallelEngine +
+                  "); this plan splits the model (tensor " + std::to_string(par.tensor) + ", pipeline " +
+                  std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
+                  std::to_string(par.expert) + ")");
+    if (par.data > 1 && par.zero > 1)
+      return fail("ZeRO stage " + std::to_string(par.zero) + ": the " + title() + " backend shards the optimizer "
+                  "state and master weights (zero = 1), not the gradients or parameters");
+    if (par.data > 1 && (par.data > 4096 || plan.batch % (plan.microBatch * par.data) != 0))
+      return fail("data = " + std::to_string(par.data) + " does not divide the batch of " + std::to_string(plan.batch) +
+                  " into whole micro-batches of " + std::to_string(plan.microBatch) + " per rank");
     for (TensorId t : s.inputs)
       if (ctype(stored(t)).empty())
         return fail("input " + s.tensors[t].name + " has dtype " + nameOf(s.tensors[t].dtype).str());
@@ -1209,7 +1356,8 @@ struct Emitter {
        << "//   O optimizer state " << a.regions.optimizer.bytes << " B, D data " << dataBytes << " B.\n"
        << "// Kernels: runtime/" << be.runtimeHeader << " (codegen/runtime/API.md). Rewritten by every `tally build`.\n"
        << "#include \"" << be.runtimeHeader << "\"\n#include \"driver/tally_step.h\"\n" << be.extraIncludes
-       << "\n#include <cmath>\n\n"
+       << (dataParallel() ? "#include \"driver/tally_comm.h\"\n\n#include <algorithm>\n" : "\n")
+       << "#include <cmath>\n\n"
        << "namespace tally_step {\n\nMemory mem;\nconst char *op_class = \"\";\n\nnamespace {\n\n"
        << "template <class T> T *A(int64_t off) { return reinterpret_cast<T *>(mem.arena + off); }\n"
        << "template <class T> T *P(int64_t off) { return reinterpret_cast<T *>(mem.params + off); }\n"
@@ -1229,24 +1377,36 @@ struct Emitter {
        << a.regions.grads.bytes << ", " << a.regions.master.bytes << ", " << a.regions.optimizer.bytes << ", "
        << dataBytes << ", \"" << stName(plan.precision.grads) << "\", \""
        << (plan.precision.master == Dtype::Invalid ? "" : stName(plan.precision.master)) << "\", "
-       << plan.batch << ", " << plan.microBatch << ", " << plan.batch / plan.microBatch << ", "
+       << plan.batch << ", " << plan.microBatch << ", " << plan.batch / (plan.microBatch * plan.parallel.data) << ", "
        << number(lossScale) << ", " << llvm::formatv("{0:e6}", a.flops.step).str() << ", "
-       << (s.params.empty() ? 0 : s.params.size()) << ", " << s.inputs.size() << ", kParams, kInputs};\n\n"
+       << (s.params.empty() ? 0 : s.params.size()) << ", " << s.inputs.size() << ", kParams, kInputs, "
+       << plan.parallel.data << ", " << (sharded() ? 1 : 0) << ", " << a.regions.shard << "};\n\n"
        << "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
        << "                  void (*before_zero)(), bool *updated) {\n"
        << "  double loss = 0;\n"
        << "  for (int64_t m = 0; m < kLayout.microSteps; ++m) {\n"
        << "    load_micro_batch(m);\n"
        << "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n"
-       << "  }\n"
-       << "  *updated = update(ctx, step);\n"
-       << "  if (before_zero)\n    before_zero();\n"
-       << "  zero_grad(ctx);\n"
+       << "  }\n";
+    if (dataParallel())
+      os << "  reduce_gradients(ctx);\n"
+         << "  if (before_zero) {\n" << (sharded() ? "    gather_gradients(ctx);\n" : "") << "    before_zero();\n  }\n"
+         << "  *updated = update(ctx, step);\n";
+    else
+      os << "  *updated = update(ctx, step);\n"
+         << "  if (before_zero)\n    before_zero();\n";
+    os << "  zero_grad(ctx);\n"
        << "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n"
        << "} // namespace tally_step\n";
     os.flush();
     files.push_back({be.stepFile, src});
-    files.push_back({"CMakeLists.txt", be.cmakeLists});
+    // MPI only for a step that runs on several processes.
+    files.push_back({"CMakeLists.txt", std::string(be.cmakeLists) +
+                                           (dataParallel() ? "# Data parallel: the ranks are MPI processes (runtime/driver/tally_comm.h).\n"
+                                                             "find_package(MPI REQUIRED COMPONENTS CXX)\n"
+                                                             "target_link_libraries(tally_step PRIVATE MPI::MPI_CXX)\n"
+                                                             "target_compile_definitions(tally_step PRIVATE TALLY_MPI=1)\n"
+                                                           : "")});
     for (const RuntimeFile &f : runtimeFiles()) {
       llvm::StringRef p(f.path);
       bool skipped = false;

@@ -68,7 +68,7 @@ const Backend &cudaBackend() {
       "add_executable(tally_step step.cu runtime/driver/driver_cuda.cu)\n"
       "target_include_directories(tally_step PRIVATE ${CMAKE_CURRENT_LIST_DIR}/runtime)\n"
       "target_link_libraries(tally_step PRIVATE tally_rt_cuda)\n",
-      {"cpu/", "driver/driver_cpu.cpp", nullptr},
+      {"cpu/", "driver/driver_cpu.cpp", "driver/tally_comm.h"},
       checkAttention,
       checkEmbeddingBackward};
   return be;

@@ -240,12 +240,18 @@ struct Analysis {
   std::vector<Buffer> buffers;
   // MemoryPlan.cpp: the schedule over the step's ops (each backward step expanded into its
   // backward ops; optimizer ops last), where each schedule step starts in it, and the flat
-  // regions of parameters, gradients, master weights and optimizer state (one replica,
-  // unsharded: what the generated step of one device allocates).
+  // regions of parameters, gradients, master weights and optimizer state (what the generated
+  // step of one device allocates: one replica, unsharded, except under ZeRO ≥ 1 below).
   std::vector<StepEntry> stepSchedule;
   std::vector<uint32_t> stepIndexOf;   ///< per schedule step: its first index in stepSchedule
   struct {
     Region params, grads, master, optimizer;
+    /// ZeRO ≥ 1 over data = d > 1 ranks: rank r owns elements [r·shard, (r+1)·shard) of the
+    /// grads region (its padding included; the last rank's share may be shorter). Master and
+    /// optimizer then hold that shard only, element k of the shard at element k of master and
+    /// of each state (state s at byte s·alignUp(shard · its dtype's bytes)), and list no
+    /// tensors. 0: no sharding.
+    int64_t shard = 0;
   } regions;
   // Activations.cpp: one micro-batch on one device's tensor-parallel share.
   int64_t arenaBytes = 0;        ///< size of the arena the buffers are placed in (≥ livePeakBytes)

@@ -687,8 +687,11 @@ Graph buildTrainingStep(const Graph &forward, const Plan &plan) {
   Builder b(g, plan);
   b.planWrites(forwardOps);
 
-  // The loss gradient: the step's loss is the mean over its micro-batches.
-  double microSteps = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);
+  // The loss gradient: the step's loss is the mean over its micro-batches, batch / micro_batch
+  // of them split over the data-parallel ranks. Each rank seeds 1 / (its micro-batches); the
+  // average over the ranks (the step's gradient reduction) divides by the rest.
+  double microSteps = static_cast<double>(plan.batch) /
+                      (static_cast<double>(plan.microBatch) * static_cast<double>(std::max<int64_t>(1, plan.parallel.data)));
   OpAttrs seed;
   seed.scalar = (plan.precision.lossScaling ? kLossScale : 1.0) / microSteps;
   b.emit(OpKind::Fill, {}, {b.gradOf(g.loss)}, seed);

@@ -11,6 +11,10 @@
 //    dtype), master (trainable parameters, master dtype, when the policy keeps a master copy),
 //    optimizer (for each state of the optimizer, each trainable parameter, optimizer dtype).
 //    One allocation per region serves the step; the optimizer walks a region as one array.
+//    ZeRO ≥ 1 with data = d > 1 shards master and optimizer (the generated step's ZeRO-1):
+//    the grads region's E elements (padding included) split into d runs of ⌈E/d⌉, rank r
+//    owning run r; master holds one run (alignUp(⌈E/d⌉ · its bytes)) and the optimizer one
+//    run per state. StaticMemory's estimate, T·bytes/d per class, differs only by the padding.
 // 3. The arena: the step's tensors that Activations' liveness does not cover — the loss
 //    gradient and the local gradients autodiff computes before summing them into a broadcast
 //    input's gradient — live within the one schedule step whose backward ops write and read
@@ -203,6 +207,21 @@ void planMemory(Analysis &a) {
   if (!plan.isTrain)
     return;
   lay(a.regions.grads, plan.precision.grads, g, trainable, 1);
+  a.regions.shard = 0;
+  const Parallelism &par = plan.parallel;
+  int64_t gradBytes = static_cast<int64_t>(bytesOf(plan.precision.grads));
+  if (par.zero >= 1 && par.data > 1 && gradBytes > 0) {
+    int64_t elems = a.regions.grads.bytes / gradBytes;
+    a.regions.shard = (elems + par.data - 1) / par.data;
+    auto shardOf = [&](Region &r, Dtype d, unsigned states) {
+      r.dtype = d;
+      r.bytes = states * alignUp(a.regions.shard * static_cast<int64_t>(bytesOf(d)));
+    };
+    if (plan.precision.master != Dtype::Invalid)
+      shardOf(a.regions.master, plan.precision.master, 1);
+    shardOf(a.regions.optimizer, plan.precision.optimizer, optimizerStates(plan.optimizer));
+    return;
+  }
   if (plan.precision.master != Dtype::Invalid)
     lay(a.regions.master, plan.precision.master, g, trainable, 1);
   lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer));

@@ -87,7 +87,8 @@ void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
         {"regions", llvm::json::Object{{"params", regionJson(a.regions.params)},
                                        {"grads", regionJson(a.regions.grads)},
                                        {"master", regionJson(a.regions.master)},
-                                       {"optimizer", regionJson(a.regions.optimizer)}}}};
+                                       {"optimizer", regionJson(a.regions.optimizer)}}},
+        {"shard_elements", a.regions.shard}};
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
     return;
   }
@@ -124,6 +125,9 @@ void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
   region("grads", a.regions.grads);
   region("master", a.regions.master);
   region("optimizer", a.regions.optimizer);
+  if (a.regions.shard > 0)
+    os << "ZeRO shard: master and optimizer hold " << a.regions.shard
+       << " elements of the grads region per rank (rank r from element r x " << a.regions.shard << ")\n";
 }
 
 } // namespace tally

@@ -33,6 +33,8 @@ PLANS = [
      ["--precision", "mixed_bf16"]),
     ("GPT d=256 L=4, mixed bf16, checkpoint sqrt", os.path.join(HERE, "gpt_d256.tally"), "gpt_d256",
      ["--precision", "mixed_bf16", "--checkpoint", "sqrt"]),
+    ("GPT d=256 L=4, fp32, data = 2 (MPI)", os.path.join(HERE, "gpt_d256.tally"), "gpt_d256_dp2", []),
+    ("GPT d=256 L=4, fp32, data = 2, ZeRO-1", os.path.join(HERE, "gpt_d256.tally"), "gpt_d256_dp2z", []),
 ]
 
 
@@ -46,7 +48,7 @@ def human(n):
 def main():
     tally = sys.argv[1]
     extra = sys.argv[2:]
-    rows, errors = [], []
+    rows, errors, comm = [], [], []
     for label, path, plan, flags in PLANS:
         cmd = [tally, "run", path, "--plan", plan, "--steps", "5", "--warmup", "2", "--format", "json"] + flags + extra
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -60,6 +62,13 @@ def main():
         rows.append("| %s | %.2f ms | %.2f ms | %+.0f%% | %s / %s | %s | %s |" % (
             label, est["step_s"] * 1e3, mea["step_s"] * 1e3, err * 100, est["arena_bytes"],
             mea["arena_bytes"], human(est["peak_bytes"]), human(mea["peak_bytes"])))
+        if est.get("ranks", 1) > 1:  # data parallel: the collectives beside the estimate's
+            comm.append("%s: data-parallel communication %.2f ms estimated, %.2f ms measured (%+.0f%%), "
+                        "waiting for the slowest rank %.2f ms; regions per rank %s = estimated" % (
+                            label, est["data_parallel_comm_s"] * 1e3, mea["communication_s"] * 1e3,
+                            (est["data_parallel_comm_s"] - mea["communication_s"]) / mea["communication_s"] * 100,
+                            mea["wait_s"] * 1e3, "allocated" if all(
+                                est["regions"][k] == mea["regions"][k] for k in est["regions"]) else "NOT"))
     print("Measured %s UTC on %s (%s, %d CPUs), `tally run ... --steps 5 --warmup 2`%s:\n" % (
         time.strftime("%Y-%m-%d %H:%M", time.gmtime()), platform.node(), platform.processor() or platform.machine(),
         os.cpu_count(), (" " + " ".join(extra)) if extra else ""))
@@ -68,6 +77,8 @@ def main():
     for row in rows:
         print(row)
     print("\nmedian |step-time error| %.0f%%, worst %.0f%%" % (statistics.median(errors) * 100, max(errors) * 100))
+    for line in comm:
+        print("\n" + line)
     return 0
 
 

@@ -5,11 +5,19 @@
 // median step time, per-kernel times by op class, the bytes it allocated, the peak resident
 // memory and the loss of every step. `tally run` reads that object; docs/runtime.md documents
 // the flags.
+//
+// Data parallel (kLayout.ranks > 1): one process per rank under `mpirun -np N`
+// (driver/tally_comm.h). Rank r trains on its rows of every batch (its micro-batches are the
+// global micro-batches r·microSteps …, with their dropout seeds), the step averages the
+// gradients, and rank 0 prints the JSON: its own times and memory, and the loss of the whole
+// batch (the ranks' losses averaged, outside the timed step). Under ZeRO the master shard is
+// initialised from the whole initialisation, and --save gathers it first.
 #include "common/tally_driver.h"
 #include "common/tally_safetensors.h"
 #include "cpu/tally_rt.h"
 #include "driver/tally_step.h"
 #include "driver/driver_host.h"
+#include "driver/tally_comm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,11 +45,14 @@ uint8_t *region(int64_t bytes) {
   return static_cast<uint8_t *>(p);
 }
 
+int rank = 0; ///< this process's rank in the data-parallel group
+
 void loadMicroBatch(int64_t m) {
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
     size_t bytes = static_cast<size_t>(in.t.numel) * dtypeBytes(in.t.dtype);
-    size_t from = in.batched ? static_cast<size_t>(currentBatch * kLayout.microSteps + m) * bytes : 0;
+    int64_t global = (currentBatch * kLayout.ranks + rank) * kLayout.microSteps + m;
+    size_t from = in.batched ? static_cast<size_t>(global) * bytes : 0;
     std::memcpy(mem.data + in.offset, batchData[i].data() + from, bytes);
   }
 }
@@ -63,8 +74,43 @@ struct Profile {
 Args args;
 
 void dumpGradients() {
-  if (!args.dumpGrads.empty())
+  if (!args.dumpGrads.empty() && rank == 0) // every rank holds the same averaged gradients
     writeTensors(args.dumpGrads, true, mem);
+}
+
+/// ZeRO: the whole fp32 master (the grads region's element order, kLayout.ranks × shard
+/// elements), of which mem.master holds elements [rank·shard, (rank+1)·shard).
+size_t wholeMasterBytes() { return static_cast<size_t>(kLayout.ranks * kLayout.shard) * sizeof(float); }
+bool shardedMaster() { return kLayout.shard > 0 && kLayout.masterBytes > 0; }
+
+/// The parameters and, under ZeRO, this rank's master shard cut from the whole initialisation.
+void initialise() {
+  if (!shardedMaster()) {
+    initParams(args, mem);
+    return;
+  }
+  std::vector<float> whole(wholeMasterBytes() / sizeof(float), 0.0f);
+  Memory m = mem;
+  m.master = reinterpret_cast<uint8_t *>(whole.data());
+  initParams(args, m);
+  std::memcpy(mem.master, whole.data() + rank * kLayout.shard, static_cast<size_t>(kLayout.shard) * sizeof(float));
+}
+
+/// --save: rank 0 writes the weights; under ZeRO the master shards are summed into a whole
+/// master first (each element is held by one rank, the others add zeros).
+void save() {
+  if (!shardedMaster()) {
+    if (rank == 0)
+      writeTensors(args.save, false, mem);
+    return;
+  }
+  std::vector<float> whole(wholeMasterBytes() / sizeof(float), 0.0f);
+  std::memcpy(whole.data() + rank * kLayout.shard, mem.master, static_cast<size_t>(kLayout.shard) * sizeof(float));
+  tally_comm::sum(whole.data(), static_cast<int64_t>(whole.size()));
+  Memory m = mem;
+  m.master = reinterpret_cast<uint8_t *>(whole.data());
+  if (rank == 0)
+    writeTensors(args.save, false, m);
 }
 
 } // namespace
@@ -76,7 +122,12 @@ int main(int argc, char **argv) {
   // The runtime tiles matmuls over OpenMP itself, so start again with OpenBLAS single-threaded.
   if (!std::getenv("OPENBLAS_NUM_THREADS") && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
     execv("/proc/self/exe", argv); // returns only on failure: then run as we are
+  tally_comm::init(&argc, &argv);
   args = parse(argc, argv);
+  rank = tally_comm::rank();
+  if (tally_comm::size() != kLayout.ranks)
+    die("this step runs on " + std::to_string(kLayout.ranks) + " processes (data = " + std::to_string(kLayout.ranks) +
+        "; `mpirun -np " + std::to_string(kLayout.ranks) + "`), not " + std::to_string(tally_comm::size()));
   try {
     mem.arena = region(kLayout.arenaBytes);
     mem.params = region(kLayout.paramsBytes);
@@ -84,7 +135,7 @@ int main(int argc, char **argv) {
     mem.master = region(kLayout.masterBytes);
     mem.optimizer = region(kLayout.optimizerBytes);
     mem.data = region(kLayout.dataBytes);
-    initParams(args, mem);
+    initialise();
     loadData(args);
 
     rt::Ctx ctx;
@@ -99,17 +150,24 @@ int main(int argc, char **argv) {
       prof.timing = i >= args.warmup;
       currentBatch = i % batches;
       bool last = i + 1 == total, updated = true;
-      uint64_t seed = (args.seed << 32) + static_cast<uint64_t>(i * kLayout.microSteps);
+      // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
+      uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
       double t0 = rt::now_seconds();
       double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated);
       double dt = rt::now_seconds() - t0;
+      if (kLayout.ranks > 1) // the whole batch's loss: the mean of the ranks' (equal shares)
+        loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks);
       losses.push_back(loss);
       if (i >= args.warmup)
         times.push_back(dt);
       skipped += updated ? 0 : 1;
     }
     if (!args.save.empty())
-      writeTensors(args.save, false, mem);
+      save();
+    int64_t peak = peakResidentBytes();
+    tally_comm::finalize();
+    if (rank != 0)
+      return 0;
 
     std::vector<double> sorted = times;
     std::sort(sorted.begin(), sorted.end());
@@ -119,6 +177,7 @@ int main(int argc, char **argv) {
     out += "  \"model\": \"" + rt::json_escape(kLayout.model) + "\",\n";
     out += "  \"plan\": \"" + rt::json_escape(kLayout.plan) + "\",\n";
     out += "  \"threads\": " + std::to_string(ctx.nthreads()) + ",\n";
+    out += "  \"ranks\": " + std::to_string(kLayout.ranks) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
     out += "  \"steps\": " + std::to_string(args.steps) + ",\n  \"warmup\": " + std::to_string(args.warmup) + ",\n";
     out += "  \"step_s\": " + num(median) + ",\n  \"step_times\": [";
     for (size_t i = 0; i < times.size(); ++i)
@@ -128,7 +187,7 @@ int main(int argc, char **argv) {
            std::to_string(kLayout.gradsBytes) + ", \"master\": " + std::to_string(kLayout.masterBytes) +
            ", \"optimizer\": " + std::to_string(kLayout.optimizerBytes) + ", \"data\": " + std::to_string(kLayout.dataBytes) +
            "},\n";
-    out += "  \"peak_bytes\": " + std::to_string(peakResidentBytes()) + ",\n";
+    out += "  \"peak_bytes\": " + std::to_string(peak) + ",\n";
     out += "  \"model_flops\": " + num(kLayout.modelFlops) + ",\n";
     out += "  \"skipped_steps\": " + std::to_string(skipped) + ",\n  \"kernels\": [";
     bool first = true;

@@ -216,7 +216,7 @@ void loadData(const Args &a) {
   bool batchesSet = false;
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
-    int64_t copies = in.batched ? kLayout.microSteps : 1;
+    int64_t copies = in.batched ? kLayout.batch / kLayout.microBatch : 1; // every rank's micro-batches
     std::vector<int64_t> want(in.t.shape, in.t.shape + in.t.rank);
     if (in.batched)
       want[0] = kLayout.batch;

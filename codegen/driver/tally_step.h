@@ -41,7 +41,9 @@ struct ParamInfo {
   int64_t offset;        ///< byte offset in the params region
   bool trainable;
   int64_t grad;          ///< byte offset in the grads region (-1: frozen)
-  int64_t master;        ///< byte offset in the master region (-1: no master copy)
+  int64_t master;        ///< byte offset in the master region (-1: no master copy); under ZeRO
+                         ///< (Layout::shard > 0) in the whole master laid out in the grads
+                         ///< region's element order, of which the region holds this rank's shard
   Init init;
 };
 
@@ -57,12 +59,19 @@ struct Layout {
   const char *model, *plan, *source, *backend;
   int64_t arenaBytes, paramsBytes, gradsBytes, masterBytes, optimizerBytes, dataBytes;
   const char *gradsDtype, *masterDtype; ///< masterDtype "" when there is no master copy
-  int64_t batch, microBatch, microSteps;
+  int64_t batch, microBatch;
+  int64_t microSteps;    ///< micro-batches of one rank per step: batch / (microBatch × ranks)
   double lossScale;      ///< 1 unless fp16 loss scaling
   double modelFlops;     ///< model FLOPs of one optimizer step (forward + backward + update)
   int nparams, ninputs;
   const ParamInfo *params;
   const InputInfo *inputs;
+  /// Data parallelism: the step runs on `ranks` processes (MPI), rank r training on rows
+  /// [r·batch/ranks, (r+1)·batch/ranks) of each batch; zero = 1 shards master and optimizer:
+  /// rank r owns elements [r·shard, (r+1)·shard) of the grads region (shard 0: no sharding).
+  int64_t ranks;
+  int zero;
+  int64_t shard;
 };
 extern const Layout kLayout;
 
@@ -80,7 +89,9 @@ extern const char *op_class;
 /// the forward and backward run; then the update (skipped when fp16 gradients overflowed) and,
 /// after before_zero (may be null), zero-grad. Returns the mean loss of the micro-batches;
 /// *updated says whether the update ran. `step` is 1-based (Adam's bias correction); `seed`
-/// keys the random streams (dropout), micro-batch m using seed + m.
+/// keys the random streams (dropout), micro-batch m using seed + m. With ranks > 1 the
+/// gradients are averaged over the ranks before the update (and before before_zero, which
+/// then sees the averaged gradients); the returned loss is this rank's.
 double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),
                   void (*before_zero)(), bool *updated);
 

@@ -128,7 +128,11 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
 TEST_CASE("codegen: plans the CPU backend cannot run are refused with the reason; 1/x runs", "[codegen]") {
   Compiled t(fromFile, example("gpt2.tally"));
   std::string text;
-  CHECK(emit(*t.a, text).find("uses 8 devices") != std::string::npos);
+  // Data parallel (8 x { data = 8, zero = 1 }) runs under MPI on the CPU; CUDA has no NCCL step.
+  CHECK(emit(*t.a, text) == "");
+  CHECK(emit(*t.a, text, true).find("uses 8 devices") != std::string::npos);
+  Compiled z3(fromFile, example("llama2_7b.tally")); // zero = 3
+  CHECK(emit(*z3.a, text).find("ZeRO stage 3: the CPU backend shards the optimizer state") != std::string::npos);
   Compiled d(R"(
 model M(d = 8) {
   param w: [d, d]
@@ -283,4 +287,93 @@ train t { model = M() batch = 4 micro_batch = 2 optimizer = AdamW(lr = 1e-3) pre
   };
   CHECK(calls(cuda) == calls(cpu));
   CHECK(count(cuda, "  ctx.where = ") == count(cpu, "  op_class = "));
+}
+
+namespace {
+
+/// The generated CMakeLists.txt of a plan (the step's emitter writes it).
+std::string cmakeLists(const Analysis &a) {
+  std::vector<codegen::File> files;
+  codegen::EmitOptions o;
+  REQUIRE(codegen::emitCpuStep(a, o, files) == "");
+  for (const codegen::File &f : files)
+    if (f.path == "CMakeLists.txt")
+      return f.text;
+  return "";
+}
+
+const char *kDataParallel = R"(
+model M(d = 4096) {
+  param w: [d, d]
+  forward(x: f32[batch, d]) { return mean(x @ w) }
+}
+train dp { model = M() batch = 4 micro_batch = 1 optimizer = AdamW(lr = 1e-3) precision = fp32
+           target = 2 x H100_SXM { data = 2 } }
+train zero { model = M() batch = 4 micro_batch = 1 optimizer = AdamW(lr = 1e-3) precision = fp32
+             target = 2 x H100_SXM { data = 2, zero = 1 } }
+train one { model = M() batch = 4 micro_batch = 1 optimizer = AdamW(lr = 1e-3) precision = fp32
+            target = H100_SXM }
+train tp { model = M() batch = 4 micro_batch = 1 optimizer = AdamW(lr = 1e-3) precision = fp32
+           target = 2 x H100_SXM { tensor = 2 } }
+)";
+
+} // namespace
+
+TEST_CASE("codegen: data parallel over MPI, gradients averaged in 25 MiB buckets", "[codegen]") {
+  Compiled t(kDataParallel, "dp");
+  std::string text;
+  REQUIRE(emit(*t.a, text) == "");
+  // w is 4096² fp32 = 64 MiB of gradients, E = 16777216 elements; a bucket holds 25 MiB / 4 B =
+  // 6553600 of them: [0, 6553600), [6553600, 13107200), [13107200, 16777216).
+  CHECK(count(text, "rt::scale<float>(ctx, G<float>(0), 5.000000000e-01f, 16777216);") == 1);
+  CHECK(count(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 0, 6553600);") == 1);
+  CHECK(count(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 6553600, 13107200);") == 1);
+  CHECK(count(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 13107200, 16777216);") == 1);
+  CHECK(count(text, "tally_comm::all_reduce") == 3);
+  CHECK(count(text, "  reduce_gradients(ctx);\n") == 1);
+  // Each rank runs batch / (micro_batch × 2) = 2 micro-batches and seeds the loss with 1/2.
+  CHECK(count(text, ", 4, 1, 2, ") == 1); // kLayout: batch, micro-batch, micro-steps per rank
+  bool seed = false;
+  for (const Op &op : t.a->step->ops)
+    if (op.kind == OpKind::Fill && op.forwardOp == kNone)
+      seed = op.attrs.scalar == 0.5;
+  CHECK(seed);
+  CHECK(t.a->regions.shard == 0);
+  std::string cm = cmakeLists(*t.a);
+  CHECK(cm.find("find_package(MPI REQUIRED COMPONENTS CXX)") != std::string::npos);
+  CHECK(cm.find("TALLY_MPI=1") != std::string::npos);
+
+  Compiled one(kDataParallel, "one");
+  REQUIRE(emit(*one.a, text) == "");
+  CHECK(count(text, "tally_comm") == 0);
+  CHECK(cmakeLists(*one.a).find("MPI") == std::string::npos);
+
+  Compiled tp(kDataParallel, "tp");
+  CHECK(emit(*tp.a, text).find("runs data parallelism only") != std::string::npos);
+}
+
+TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[codegen]") {
+  Compiled t(kDataParallel, "zero");
+  std::string text;
+  REQUIRE(emit(*t.a, text) == "");
+  // The grads region's 16777216 elements in 2 runs of 8388608; AdamW's 2 states each a run of
+  // fp32: 2 × 8388608 × 4 = 67108864 bytes per rank, half of the 134217728 unsharded.
+  CHECK(t.a->regions.shard == 8388608);
+  CHECK(t.a->regions.optimizer.bytes == 67108864);
+  CHECK(t.a->regions.optimizer.tensors.empty());
+  CHECK(t.a->regions.master.bytes == 0); // fp32: no master copy
+  Compiled dp(kDataParallel, "dp");
+  CHECK(dp.a->regions.optimizer.bytes == 134217728);
+  // The analyzer's ZeRO-1 estimate per device is the same T × 2 × 4 / 2 (no padding here).
+  CHECK(t.a->memory.optimizer == 67108864.0);
+  CHECK(count(text, "constexpr int64_t kShard = 8388608;") == 1);
+  CHECK(count(text, "tally_comm::reduce_scatter<float>(ctx, G<float>(0), 0, 6553600, kShard);") == 1);
+  CHECK(count(text, "tally_comm::reduce_scatter") == 3);
+  CHECK(count(text, "tally_comm::all_gather") == 6); // the gradients (--dump-grads), the parameters
+  // w's two pieces: rank 0 elements [0, 8388608) at state offsets 0 and 33554432 (the second
+  // state's run), rank 1 the rest at the same shard offsets; p is w in the params region.
+  CHECK(count(text, "{0, 8388608, 0, -1, 0, 0, 33554432}, // w [0, 8388608)") == 1);
+  CHECK(count(text, "{1, 8388608, 33554432, -1, 33554432, 0, 33554432}, // w [8388608, 16777216)") == 1);
+  CHECK(count(text, "gather_parameters(ctx);\n") == 1);
+  CHECK(count(text, ", 2, 1, 8388608};") == 1); // kLayout: ranks, zero, shard
 }

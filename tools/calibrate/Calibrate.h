@@ -41,6 +41,12 @@ struct Result {
   bool quick = false;
   double seconds = 0;         ///< Wall time of the whole calibration.
   double loadAverage = -1;    ///< /proc/loadavg's 1-minute figure before measuring; -1 unknown.
+  /// The data-parallel interconnect (tools/tally/CalibrateLink.cpp): an MPI all-reduce of 2
+  /// processes on this machine, as the time model's ring of 2 reads it: latency = the 8-byte
+  /// call / 2, bandwidth = bytes / (the 25 MiB call − 2 × latency). 0 when not measured;
+  /// linkNote says how it was measured, or why not.
+  double linkBandwidth = 0, linkLatency = 0;
+  std::string linkNote;
   /// Other processes were running: the load average exceeded half the cores.
   bool busy() const { return loadAverage > 0.5 * cores; }
 };

@@ -214,6 +214,7 @@ std::string renderTarget(const Result &r, const std::string &when) {
   os << "// STREAM triad: " << num(r.triadBandwidth / 1e9, 4)
      << " GB/s; elementwise (gelu, scale): " << num(r.elementwiseBandwidth / 1e9, 4)
      << " GB/s.\n"
+     << "// Interconnect (data parallel over MPI): " << (r.linkNote.empty() ? "not measured" : r.linkNote) << ".\n"
      << "// peak = the best FLOP/s measured per dtype; fp16 is converted like bf16 and takes\n"
      << "// bf16's numbers (not measured apart); matmul_curve = (FLOPs per call, efficiency).\n";
   double f32 = peakOf(r, "fp32"), b16 = peakOf(r, "bf16");
@@ -229,11 +230,16 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << "  memory = " << num(r.memoryBytes / 1073741824.0, 6) << " GiB\n"
      << "  bandwidth = " << num(r.triadBandwidth / 1e9, 6) << " GB/s\n"
      << "  host_link = " << num(r.triadBandwidth / 1e9, 6) << " GB/s\n"
-     << "  host_memory = " << num(r.memoryBytes / 1073741824.0, 6) << " GiB\n"
+     << "  host_memory = " << num(r.memoryBytes / 1073741824.0, 6) << " GiB\n";
+  if (r.linkBandwidth > 0)
+    os << "  interconnect = " << num(r.linkBandwidth / 1e9, 6) << " GB/s\n"
+       << "  link_latency = " << num(r.linkLatency * 1e6, 6) << " us\n";
+  os
      << "  peak { fp32 = " << num(f32 / 1e9, 6) << " GFLOP/s, bf16 = " << num(b16 / 1e9, 6)
      << " GFLOP/s, fp16 = " << num(b16 / 1e9, 6) << " GFLOP/s }\n"
      << "  efficiency { matmul = " << num(c32.empty() ? 1 : std::max(c32.back().efficiency, 1e-4), 4)
-     << ", elementwise = " << num(std::max(elem, 1e-4), 4) << " }\n"
+     << ", elementwise = " << num(std::max(elem, 1e-4), 4)
+     << (r.linkBandwidth > 0 ? ", communication = 1" : "") << " }\n"
      << "  matmul_curve {\n"
      << "    fp32 = " << curve(c32) << "\n"
      << "    bf16 = " << curve(c16) << "\n"
@@ -251,7 +257,8 @@ std::string cacheFileName() {
   for (const char *p = host; *p; ++p)
     h += (std::isalnum(static_cast<unsigned char>(*p)) || *p == '-' || *p == '.') ? *p : '_';
   // FNV-1a over the CPU model and the core count: a new CPU gets a new file.
-  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency());
+  // "/link": files from before the interconnect was measured are not read.
+  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/link";
   uint32_t hash = 2166136261u;
   for (unsigned char ch : key)
     hash = (hash ^ ch) * 16777619u;

@@ -31,6 +31,8 @@
 #include <map>
 #include <thread>
 
+#include <unistd.h>
+
 using namespace llvm;
 
 namespace tally {
@@ -89,10 +91,18 @@ int failure(const std::string &msg) {
 }
 
 /// `tally run` estimates for this machine: the `host` target (calibrated by `tally calibrate`,
-/// run on first use) unless --target names another.
-PlanOverrides overrides() {
+/// run on first use) unless --target names another. A plan whose own target is already the
+/// host keeps it with its layout (`target = 2 x host { data = 2 }` runs on 2 processes); any
+/// other target becomes one `host` device.
+PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   PlanOverrides o = Overrides.overrides();
-  if (o.target.empty() && Run)
+  if (!o.target.empty() || !Run)
+    return o;
+  DiagnosticEngine quiet(c.sm);
+  quiet.setOutput(nullptr);
+  Sema sema(quiet);
+  std::optional<Plan> own = sema.resolvePlan(c.program, decl, o);
+  if (!own || own->target.name != "host")
     o.target = "host";
   return o;
 }
@@ -216,7 +226,7 @@ std::optional<Analysis> analyzeFile(Compilation &c) {
   const PlanDecl *decl = c.pickPlan(PlanName);
   if (!decl)
     return std::nullopt;
-  std::optional<Analysis> a = c.analyzePlan(*decl, overrides());
+  std::optional<Analysis> a = c.analyzePlan(*decl, overrides(c, *decl));
   if (!a || c.diags.hasErrors())
     return std::nullopt;
   return a;
@@ -239,7 +249,7 @@ std::string runtimeFromDisk(std::vector<codegen::File> &files) {
     std::error_code ec;
     for (sys::fs::directory_iterator it(folder, ec), end; it != end && !ec; it.increment(ec)) {
       StringRef name = sys::path::filename(it->path());
-      if (cuda ? name == "driver_cpu.cpp" : (name == "driver_cuda.cu" || name == "tally_step_cuda.h"))
+      if (cuda ? (name == "driver_cpu.cpp" || name == "tally_comm.h") : (name == "driver_cuda.cu" || name == "tally_step_cuda.h"))
         continue; // the other backend's driver
       auto text = MemoryBuffer::getFile(it->path());
       if (!text)
@@ -362,7 +372,33 @@ std::map<std::string, double> estimatedByClass(const Analysis &a) {
     out[opClassName(c).str()] += (a.ops[i].forwardTime + a.ops[i].backwardTime) * steps;
   }
   out["optimizer"] += a.time.optimizer;
+  if (a.time.dataParallelComm > 0)
+    out["communication"] += a.time.dataParallelComm;
   return out;
+}
+
+/// The command that runs the step: the binary itself, or for data = N > 1 `mpirun -np N` over
+/// it (OpenMPI's flags: --oversubscribe when N exceeds the cores, --bind-to none so each rank's
+/// OpenMP threads may use the cores it was given, --allow-run-as-root under root, as in CI's
+/// containers). "" or why it cannot be run.
+std::string launcher(const Analysis &a, const std::string &binary, std::vector<std::string> &argv) {
+  int64_t ranks = a.plan->parallel.data;
+  if (ranks <= 1) {
+    argv = {binary};
+    return "";
+  }
+  auto mpirun = sys::findProgramByName("mpirun");
+  if (!mpirun)
+    return "plan " + a.plan->name + " runs on " + std::to_string(ranks) + " processes under MPI (data = " +
+           std::to_string(ranks) + "), but mpirun is not on PATH (Debian: openmpi-bin and libopenmpi-dev; "
+           "scripts/setup.sh installs them)";
+  argv = {*mpirun, "-np", std::to_string(ranks), "--bind-to", "none"};
+  if (ranks > static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())))
+    argv.push_back("--oversubscribe");
+  if (geteuid() == 0)
+    argv.push_back("--allow-run-as-root");
+  argv.push_back(binary);
+  return "";
 }
 
 int run() {
@@ -388,8 +424,16 @@ int run() {
   SmallString<128> outPath;
   if (std::error_code ec = sys::fs::createTemporaryFile("tally-run", "json", outPath))
     return failure("cannot create a temporary file: " + ec.message());
-  std::vector<std::string> args = {binary, "--steps", std::to_string(Steps), "--warmup", std::to_string(Warmup),
-                                   "--threads", std::to_string(Threads), "--seed", std::to_string(Seed)};
+  std::vector<std::string> args;
+  if (std::string why = launcher(*a, binary, args); !why.empty())
+    return failure(why);
+  // Data parallel: the cores shared between the ranks unless --threads says otherwise.
+  int64_t ranks = a->plan->parallel.data, threads = Threads;
+  if (ranks > 1 && threads == 0)
+    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
+  for (std::string f : std::vector<std::string>{"--steps", std::to_string(Steps), "--warmup", std::to_string(Warmup),
+                                                 "--threads", std::to_string(threads), "--seed", std::to_string(Seed)})
+    args.push_back(f);
   auto flag = [&](const char *name, const std::string &v) {
     if (!v.empty()) {
       args.push_back(name);
@@ -403,7 +447,7 @@ int run() {
   std::vector<StringRef> argv(args.begin(), args.end());
   Optional<StringRef> redirects[] = {StringRef(""), StringRef(outPath), None};
   std::string err;
-  int rc = spawn(binary, argv, redirects, &err);
+  int rc = spawn(args[0], argv, redirects, &err);
   auto text = MemoryBuffer::getFile(outPath);
   sys::fs::remove(outPath);
   if (rc != 0)
@@ -445,9 +489,19 @@ int run() {
   std::sort(kernels.begin(), kernels.end(), [](const Kernel &x, const Kernel &y) { return x.total > y.total; });
   const json::Array *loss = m->getArray("loss");
 
+  double measuredComm = measClass.count("communication") ? measClass["communication"] : 0;
+  double measuredWait = measClass.count("wait") ? measClass["wait"] : 0;
   if (OutFormat == Format::Json) {
     json::Object est{{"step_s", an.time.step},
                      {"arena_bytes", an.arenaBytes},
+                     {"regions", json::Object{{"params", an.regions.params.bytes},
+                                              {"grads", an.regions.grads.bytes},
+                                              {"master", an.regions.master.bytes},
+                                              {"optimizer", an.regions.optimizer.bytes}}},
+                     {"master_bytes", an.memory.master},
+                     {"optimizer_bytes", an.memory.optimizer},
+                     {"ranks", an.plan->parallel.data},
+                     {"data_parallel_comm_s", an.time.dataParallelComm},
                      {"peak_bytes", an.memory.peak},
                      {"model_states_bytes", states},
                      {"mfu", an.time.mfu},
@@ -461,6 +515,8 @@ int run() {
     json::Object meas = *m;
     meas.erase("loss");
     meas["allocated_bytes"] = allocated;
+    meas["communication_s"] = measuredComm;
+    meas["wait_s"] = measuredWait;
     meas["mfu"] = measuredMfu;
     meas["by_class_s"] = std::move(measBy);
     json::Object out{{"model", an.graph->model},
@@ -475,7 +531,11 @@ int run() {
 
   raw_ostream &os = outs();
   std::string where = cuda ? "on " + m->getString("device").getValueOr("a CUDA device").str()
-                           : formatv("on the CPU ({0} threads)", static_cast<int64_t>(num(m, "threads"))).str();
+                      : ranks > 1 ? formatv("on the CPU ({0} MPI processes of {1} thread{2}{3})", ranks,
+                                            static_cast<int64_t>(num(m, "threads")), num(m, "threads") == 1 ? "" : "s",
+                                            an.plan->parallel.zero >= 1 ? ", ZeRO-1" : "")
+                                        .str()
+                                  : formatv("on the CPU ({0} threads)", static_cast<int64_t>(num(m, "threads"))).str();
   os << formatv("tally run: {0}, plan {1}, {2}: {3} timed steps after {4} warm-up\n", an.graph->model,
                 an.plan->name, where, Steps, Warmup);
   os << formatv("estimates are for the target {0}{1}\n\n", an.plan->target.name,
@@ -495,7 +555,19 @@ int run() {
     os << "  * device memory in use (cudaMemGetInfo: total - free, at its highest), the CUDA context and\n"
           "    other processes on the device included; the workspace is cuBLASLt's and the kernels' scratch\n\n";
   } else {
-    os << "  * resident set of the process: the regions, the batch, the program and its libraries\n\n";
+    os << "  * resident set of the process" << (ranks > 1 ? " of rank 0" : "")
+       << ": the regions, the batch, the program and its libraries\n\n";
+  }
+  if (ranks > 1) {
+    os << formatv("{0,-24} {1,14} {2,14}\n", "data-parallel comm", formatDuration(an.time.dataParallelComm),
+                  formatDuration(measuredComm));
+    os << formatv("{0,-24} {1,14} {2,14}\n", "  waiting for ranks", "", formatDuration(measuredWait));
+    os << "  the step averages the gradients after the backward (not overlapped), in buckets of 25 MiB"
+       << (an.plan->parallel.zero >= 1 ? " (reduce-scatter, then all-gather of the parameters)" : " (all-reduce)")
+       << ";\n  waiting is the barrier before it, for the slowest rank's backward (load imbalance);\n"
+       << "  the estimate is for the target's interconnect"
+       << (an.plan->parallel.overlap ? ", with the reduction hidden behind the backward (overlap = true)" : "")
+       << "\n\n";
   }
   os << formatv("{0,-24} {1,14} {2,14}\n", "time per step by class", "estimated", "measured");
   std::map<std::string, bool> classes;
@@ -510,7 +582,7 @@ int run() {
     os << formatv("  {0,-28} {1,10} {2,11}\n", kernels[i].cls + " " + kernels[i].name,
                   formatv("{0:f0}", static_cast<double>(kernels[i].calls) / steps).str(),
                   formatDuration(kernels[i].total / steps));
-  os << "\nloss per step:";
+  os << "\nloss per step" << (ranks > 1 ? " (the whole batch: the mean of the ranks')" : "") << ":";
   if (loss)
     for (const json::Value &v : *loss)
       os << formatv(" {0:f4}", v.getAsNumber().getValueOr(NAN));

@@ -9,6 +9,7 @@
 #include "frontend/Compiler.h"
 #include "report/Output.h"
 #include "tools/calibrate/Calibrate.h"
+#include "tools/tally/CalibrateLink.h"
 #include "tools/tally/Commands.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -65,6 +66,7 @@ bool calibrateInto(const std::string &path, bool quick, std::string &error,
   calibrate::Options o;
   o.quick = quick;
   calibrate::Result r = calibrate::measure(o);
+  measureLink(r, quick);
   StringRef parent = sys::path::parent_path(path);
   if (!parent.empty())
     if (std::error_code ec = sys::fs::create_directories(parent)) {
@@ -150,6 +152,9 @@ int calibrateCommand() {
          << " OpenMP threads\n";
   outs() << format("  STREAM triad       %10.2f GB/s\n", r.triadBandwidth / 1e9);
   outs() << format("  elementwise        %10.2f GB/s\n", r.elementwiseBandwidth / 1e9);
+  if (r.linkBandwidth > 0)
+    outs() << format("  MPI all-reduce     %10.2f GB/s, %.2f us latency (2 processes)\n", r.linkBandwidth / 1e9,
+                     r.linkLatency * 1e6);
   for (const char *d : {"fp32", "bf16"})
     outs() << format("  matmul %-4s peak   %10.2f GFLOP/s\n", d, calibrate::peakOf(r, d) / 1e9);
   outs() << format("measured in %.2f s; written to %s\n", r.seconds, path.c_str());

@@ -1,0 +1,181 @@
+// Data parallelism for generated CPU steps: the processes of one data-parallel group and the
+// collectives the step runs over them. Built with TALLY_MPI (the generated CMakeLists.txt
+// defines it, and links MPI, only for a plan with data > 1) these are MPI calls on
+// MPI_COMM_WORLD, the N processes `mpirun -np N` started; without it the group is this one
+// process and nothing is called. Every collective works in place on a region of the memory
+// plan (the gradients), so a step allocates nothing for communication; each is timed as a
+// kernel (ctx.timer) under the op class the step set ("communication").
+//
+// Element types: float is MPI_FLOAT with MPI_SUM; rt::bf16 and rt::f16 travel as 16-bit
+// words (MPI_UINT16_T) and are summed by a user-defined MPI operation that adds in fp32 and
+// rounds to nearest even, as the kernels store them.
+#pragma once
+
+#include "cpu/tally_rt.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef TALLY_MPI
+#include <mpi.h>
+#endif
+
+namespace tally_comm {
+
+#ifdef TALLY_MPI
+
+namespace detail {
+
+inline void check(int rc, const char *what) {
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw std::runtime_error(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(len)));
+  }
+}
+
+inline int count(int64_t n, const char *what) {
+  if (n < 0 || n > INT_MAX)
+    throw std::runtime_error(std::string(what) + ": " + std::to_string(n) +
+                             " elements do not fit one MPI call (at most 2^31 - 1)");
+  return static_cast<int>(n);
+}
+
+/// in[i] + inout[i] in fp32, rounded back to T (bf16, f16): the sum of 16-bit gradients.
+template <class T> void sum16(void *in, void *inout, int *len, MPI_Datatype *) {
+  const T *a = static_cast<const T *>(in);
+  T *b = static_cast<T *>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = rt::store<T>(rt::load(a[i]) + rt::load(b[i]));
+}
+
+template <class T> struct Type;
+template <> struct Type<float> {
+  static MPI_Datatype type() { return MPI_FLOAT; }
+  static MPI_Op sum() { return MPI_SUM; }
+};
+template <class T> struct Type16 {
+  static MPI_Datatype type() { return MPI_UINT16_T; }
+  static MPI_Op sum() {
+    static MPI_Op op = [] {
+      MPI_Op o;
+      check(MPI_Op_create(&sum16<T>, 1, &o), "MPI_Op_create");
+      return o;
+    }();
+    return op;
+  }
+};
+template <> struct Type<rt::bf16> : Type16<rt::bf16> {};
+template <> struct Type<rt::f16> : Type16<rt::f16> {};
+
+/// Rank r's part of elements [begin, end) when rank r owns [r·shard, (r+1)·shard): the counts
+/// and displacements (from begin) of every rank, contiguous and in rank order.
+inline void parts(int64_t begin, int64_t end, int64_t shard, int ranks, std::vector<int> &counts,
+                  std::vector<int> &displs) {
+  counts.assign(static_cast<size_t>(ranks), 0);
+  displs.assign(static_cast<size_t>(ranks), 0);
+  for (int r = 0; r < ranks; ++r) {
+    int64_t lo = std::max(begin, r * shard), hi = std::min(end, (r + 1) * shard);
+    counts[r] = count(std::max<int64_t>(0, hi - lo), "a gradient bucket");
+    displs[r] = count(std::max<int64_t>(0, std::min(lo, end) - begin), "a gradient bucket");
+  }
+}
+
+} // namespace detail
+
+/// Starts MPI (before anything else reads argv).
+inline void init(int *argc, char ***argv) { detail::check(MPI_Init(argc, argv), "MPI_Init"); }
+inline void finalize() { MPI_Finalize(); }
+inline int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+/// Waits until every rank gets here (timed apart from the collectives, so that their time is
+/// the transfer and not the wait for a slower rank's backward).
+inline void barrier(rt::Ctx &ctx) {
+  rt::detail::KernelScope ks(ctx, "barrier");
+  detail::check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+/// Sums elements [begin, end) of `region` over the ranks, in place (one bucket).
+template <class T> void all_reduce(rt::Ctx &ctx, T *region, int64_t begin, int64_t end) {
+  rt::detail::KernelScope ks(ctx, "all_reduce");
+  detail::check(MPI_Allreduce(MPI_IN_PLACE, region + begin, detail::count(end - begin, "all_reduce"),
+                              detail::Type<T>::type(), detail::Type<T>::sum(), MPI_COMM_WORLD),
+                "MPI_Allreduce");
+}
+
+/// ZeRO: sums elements [begin, end) of `region` over the ranks, leaving on each rank only its
+/// own part (elements of [r·shard, (r+1)·shard)) summed, in place.
+template <class T> void reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
+  rt::detail::KernelScope ks(ctx, "reduce_scatter");
+  std::vector<int> counts, displs;
+  int me = rank();
+  detail::parts(begin, end, shard, size(), counts, displs);
+  // In place, MPI writes this rank's sum at the start of the buffer; it belongs at its part.
+  detail::check(MPI_Reduce_scatter(MPI_IN_PLACE, region + begin, counts.data(), detail::Type<T>::type(),
+                                   detail::Type<T>::sum(), MPI_COMM_WORLD),
+                "MPI_Reduce_scatter");
+  if (counts[me] > 0 && displs[me] > 0)
+    std::memmove(region + begin + displs[me], region + begin, sizeof(T) * static_cast<size_t>(counts[me]));
+}
+
+/// ZeRO: every rank's part of elements [begin, end) of `region` copied to every rank, in place.
+template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
+  rt::detail::KernelScope ks(ctx, "all_gather");
+  std::vector<int> counts, displs;
+  detail::parts(begin, end, shard, size(), counts, displs);
+  detail::check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region + begin, counts.data(), displs.data(),
+                               detail::Type<T>::type(), MPI_COMM_WORLD),
+                "MPI_Allgatherv");
+}
+
+/// The sum of x over the ranks (the loss, the fp16 overflow check's sum of squares).
+inline double sum(double x) {
+  double out = x;
+  detail::check(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  return out;
+}
+
+/// Elementwise sums of n floats over the ranks, in place (the driver's gathers of ZeRO shards
+/// for --init and --save; outside the timed steps).
+inline void sum(float *x, int64_t n) {
+  for (int64_t at = 0; at < n; at += INT_MAX / 2) {
+    int c = static_cast<int>(std::min<int64_t>(n - at, INT_MAX / 2));
+    detail::check(MPI_Allreduce(MPI_IN_PLACE, x + at, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+}
+
+#else // one process: the group is this process alone
+
+inline void init(int *, char ***) {}
+inline void finalize() {}
+inline int rank() { return 0; }
+inline int size() { return 1; }
+inline double sum(double x) { return x; }
+inline void sum(float *, int64_t) {}
+
+#endif
+
+/// ZeRO: copies `bytes` between two regions (a shard of the parameters into the gradients
+/// region before the gather, the gathered parameters back), timed as a kernel.
+inline void copy(rt::Ctx &ctx, void *dst, const void *src, int64_t bytes) {
+  rt::detail::KernelScope ks(ctx, "shard_copy");
+  if (bytes > 0)
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+} // namespace tally_comm

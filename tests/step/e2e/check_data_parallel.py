@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""check_data_parallel.py — the generated CPU step on two MPI processes (issue 7 item 5).
+
+Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --save W
+--dump-grads G` for the plans of dp.tally and checks:
+  - dp2 (data = 2: each rank 4 of the 8 rows, gradients averaged by all-reduce) and dp2z
+    (ZeRO-1: reduce-scatter, each rank updates half of the optimizer state, all-gather of the
+    parameters) give dp1's loss at every step, its last gradients and its weights after the 3
+    steps, within fp32 rounding (RTOL: the sums of the micro-batches' gradients associate
+    differently, (g0 + g1) + (g2 + g3) instead of ((g0 + g1) + g2) + g3; every other number is
+    the same computation; the fp32 plans use SGD with momentum, linear in the gradient);
+  - dp2z equals dp2 exactly (SGD with momentum, fp32), and dp2z_bf16 equals dp2_bf16 exactly
+    (AdamW, mixed bf16 with the master sharded): the same averaged gradients, the same update of
+    every element, so any difference is a sharding bug;
+  - every run allocates the estimate: arena bytes, and each region the memory plan laid out
+    (measured.regions == estimated.regions);
+  - under ZeRO-1 the optimizer region is the shard, derived here from the grads region: the
+    grads region's E = grads / 4 elements (fp32) or grads / 2 (bf16) split into 2 runs of
+    ceil(E / 2); each optimizer state (1 for SGD with momentum, 2 for AdamW) is a run of fp32
+    padded to 256 bytes, so optimizer = states x alignUp(4 ceil(E / 2)), and the mixed bf16
+    master = alignUp(4 ceil(E / 2)). It is within that padding of the analyzer's ZeRO memory per
+    device (T x states x 4 / 2 bytes for T trainable parameters), and less than half of dp1's
+    unsharded region plus the padding;
+  - the run reports the data-parallel communication it measured (> 0) beside the estimate.
+Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when mpirun is
+not installed or TALLY has no `run` command.
+Usage: /usr/bin/python3 check_data_parallel.py TALLY
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import safetensors as st  # noqa: E402
+
+RTOL = 2e-5
+PLANS = ["dp1", "dp2", "dp2z", "dp2_bf16", "dp2z_bf16"]
+
+
+def align(n):
+    return (n + 255) // 256 * 256
+
+
+def main():
+    tally = sys.argv[1]
+    helptext = subprocess.run([tally, "--help"], capture_output=True, text=True).stdout
+    if " run " not in helptext:
+        print("SKIP: tally run not available")
+        return 77
+    if shutil.which("mpirun") is None:
+        print("SKIP: mpirun is not installed (Debian: openmpi-bin, libopenmpi-dev); data = 2 runs under MPI")
+        return 77
+    passed = failed = 0
+
+    def result(name, ok, detail):
+        nonlocal passed, failed
+        print("%s %s: %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
+        passed, failed = passed + ok, failed + (not ok)
+
+    def close(name, a, b, rtol):
+        worst, names = 0.0, sorted(b)
+        for n in names:
+            if n in a:
+                d = np.abs(a[n].astype(np.float64) - b[n].astype(np.float64))
+                scale = max(1e-30, float(np.max(np.abs(b[n]))))
+                worst = max(worst, float(np.max(d)) / scale)
+        ok = sorted(a) == names and worst <= rtol
+        result(name, ok, "%d tensors, worst difference %.2e of the tensor's scale (bound %.0e)" % (len(names), worst, rtol))
+
+    runs = {}
+    with tempfile.TemporaryDirectory() as work:
+        for p in PLANS:
+            weights, grads = os.path.join(work, p + "-w.safetensors"), os.path.join(work, p + "-g.safetensors")
+            cmd = [tally, "run", os.path.join(HERE, "dp.tally"), "--plan", p, "--steps", "3", "--warmup", "0",
+                   "--format", "json", "--seed", "7", "--save", weights, "--dump-grads", grads]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                result(p + " run", False, "exit %d: %s" % (r.returncode, r.stderr[-3000:]))
+                continue
+            report = json.loads(r.stdout[r.stdout.index("{"):])
+            runs[p] = (report, st.load(weights), st.load(grads))
+            est, got = report["estimated"], report["measured"]
+            result(p + " arena", est["arena_bytes"] == got["arena_bytes"],
+                   "estimated %d, allocated %d" % (est["arena_bytes"], got["arena_bytes"]))
+            allocated = {k: got["regions"][k] for k in ["params", "grads", "master", "optimizer"]}
+            result(p + " regions", est["regions"] == allocated,
+                   "estimated %s, allocated %s" % (est["regions"], allocated))
+            ranks = 1 if p == "dp1" else 2
+            result(p + " ranks", got["ranks"] == ranks and est["ranks"] == ranks, "%d processes" % got["ranks"])
+            if ranks > 1:
+                result(p + " communication", got["communication_s"] > 0 and est["data_parallel_comm_s"] > 0,
+                       "measured %.3g s per step, estimated %.3g s" % (got["communication_s"], est["data_parallel_comm_s"]))
+
+        if "dp1" not in runs:
+            result("dp1 run", False, "no baseline")
+            print("%d passed, %d failed" % (passed, failed))
+            return 1
+        base, base_w, base_g = runs["dp1"]
+        for p in ["dp2", "dp2z"]:
+            if p not in runs:
+                continue
+            report, w, g = runs[p]
+            a, b = np.array(report["loss"]), np.array(base["loss"])
+            ok = a.shape == b.shape and bool(np.all(np.abs(a - b) <= RTOL * np.abs(b)))
+            result(p + " loss", ok, "%s vs dp1 %s" % (a.tolist(), b.tolist()))
+            close(p + " gradients (last step)", g, base_g, RTOL)
+            close(p + " weights after 3 steps", w, base_w, RTOL)
+        for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16")]:
+            if plain in runs and zero in runs:
+                (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
+                result(zero + " loss = " + plain, r0["loss"] == r1["loss"], "%s vs %s" % (r1["loss"], r0["loss"]))
+                close(zero + " gradients = " + plain, g1, g0, 0.0)
+                close(zero + " weights = " + plain, w1, w0, 0.0)
+
+        # ZeRO-1's regions, derived from the grads region (see the docstring).
+        for p, grad_bytes, has_master, states in [("dp2z", 4, False, 1), ("dp2z_bf16", 2, True, 2)]:
+            if p not in runs:
+                continue
+            est = runs[p][0]["estimated"]
+            regions = est["regions"]
+            elements = regions["grads"] // grad_bytes
+            run = align(4 * ((elements + 1) // 2))
+            want = {"optimizer": states * run, "master": run if has_master else 0}
+            got = {"optimizer": regions["optimizer"], "master": regions["master"]}
+            result(p + " shard regions", got == want, "optimizer and master %s, derived %s" % (got, want))
+            # The analyzer's ZeRO-1 optimizer memory per device is T x states x 4 B / 2 ranks for T
+            # trainable parameters; the grads region holds those T and E - T padding elements. The
+            # region exceeds it by the padding's share, states x 2 (E - T), plus at most
+            # states x (256 + 4) B of rounding (ceil and alignUp of each state).
+            trainable = est["optimizer_bytes"] / (2 * states)
+            over = regions["optimizer"] - est["optimizer_bytes"]
+            ok = trainable <= elements and 0 <= over <= states * (2 * (elements - trainable) + 256 + 4)
+            result(p + " shard vs ZeRO estimate", ok, "region %d B, analyzer's optimizer per device %.0f B (T = %d)"
+                   % (regions["optimizer"], est["optimizer_bytes"], trainable))
+        if "dp2z" in runs:
+            unsharded = base["estimated"]["regions"]["optimizer"]
+            sharded = runs["dp2z"][0]["estimated"]["regions"]["optimizer"]
+            result("dp2z optimizer is half", sharded <= unsharded // 2 + 2 * 256,
+                   "%d B per rank vs %d B on one process" % (sharded, unsharded))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
