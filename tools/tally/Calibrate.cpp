@@ -26,7 +26,7 @@ namespace tally {
 namespace calibrateopts {
 
 cl::SubCommand Calibrate("calibrate", "Measure this machine as the `host` target (matmul FLOP/s, "
-                                      "bandwidth, elementwise throughput)");
+                                      "bandwidth, elementwise throughput, call and exp costs)");
 cl::OptionCategory Cat("tally calibrate options");
 cl::opt<std::string> Output("o", cl::desc("Write the target here (default: the per-machine cache)"),
                             cl::value_desc("file"), cl::sub(Calibrate), cl::cat(Cat));
@@ -150,6 +150,8 @@ int calibrateCommand() {
          << " OpenMP threads\n";
   outs() << format("  STREAM triad       %10.2f GB/s\n", r.triadBandwidth / 1e9);
   outs() << format("  elementwise        %10.2f GB/s\n", r.elementwiseBandwidth / 1e9);
+  outs() << format("  kernel call        %10.2f us fixed cost\n", r.kernelOverhead * 1e6);
+  outs() << format("  transcendental     %10.2f ns per exp\n", r.transcendentalTime * 1e9);
   for (const char *d : {"fp32", "bf16"})
     outs() << format("  matmul %-4s peak   %10.2f GFLOP/s\n", d, calibrate::peakOf(r, d) / 1e9);
   outs() << format("measured in %.2f s; written to %s\n", r.seconds, path.c_str());
