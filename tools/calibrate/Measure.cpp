@@ -11,9 +11,10 @@
 //    cache, OpenMP static schedule; bytes = 3 × 4 per element (no write-allocate counted).
 // 3. Elementwise: rt::unary_fwd (relu) and rt::scale over the same size, kernels without
 //    transcendentals (those are priced apart, 5.); bytes = read + write.
-// 4. The fixed cost of a kernel call: rt::scale on n and 2n floats that stay in the cache and
-//    are large enough to take the kernels' OpenMP path (n > 4096); batches of calls, the
-//    fastest batch's mean per call; a call costing c + k·n, the fixed cost c = 2·t(n) − t(2n).
+// 4. The fixed cost of a kernel call, measured directly (a difference of two timings of
+//    microseconds drowns in their noise): rt::scale on one element (the call, its checks and
+//    bookkeeping) plus an empty OpenMP parallel region on the runtime's threads (the fork and
+//    join a kernel above 4,096 elements pays); the fastest of many single calls each.
 // 5. Transcendentals: rt::unary_fwd exp minus the same kernel with relu (same loads, stores,
 //    call and threads), on cache-resident inputs spread over [−4, 4], per element: the seconds
 //    of one evaluation with all threads. The runtime's erf is a polynomial and at most one expf
@@ -176,10 +177,12 @@ Result measure(const Options &o) {
   auto perCall = [&](const std::function<void()> &f) {
     return timeBest(f, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, o.quick ? 500 : 5000);
   };
-  const int64_t small = 8192;
-  double tSmall = perCall([&] { rt::scale<float>(ctx, a.data(), 1.0f, small); });
-  double tDouble = perCall([&] { rt::scale<float>(ctx, a.data(), 1.0f, 2 * small); });
-  r.kernelOverhead = std::max(0.0, 2 * tSmall - tDouble);
+  double tCall = perCall([&] { rt::scale<float>(ctx, a.data(), 1.0f, 1); });
+  double tFork = perCall([&] {
+#pragma omp parallel num_threads(nt)
+    { asm volatile("" ::: "memory"); }
+  });
+  r.kernelOverhead = tCall + tFork;
 
   // 5. Transcendentals: exp against relu over the same cache-resident elements.
   const int64_t m = 65536;
@@ -291,8 +294,8 @@ std::string renderTarget(const Result &r, const std::string &when) {
   os << "// STREAM triad: " << num(r.triadBandwidth / 1e9, 4)
      << " GB/s; elementwise (relu, scale): " << num(r.elementwiseBandwidth / 1e9, 4)
      << " GB/s.\n"
-     << "// kernel_overhead: the fixed cost of one runtime kernel call (scale on 8192 and 16384\n"
-     << "// floats); transcendental: one exp with all threads (exp minus relu over 65536 floats).\n"
+     << "// kernel_overhead: the fixed cost of one runtime kernel call (scale on 1 float + an empty\n"
+     << "// OpenMP region); transcendental: one exp with all threads (exp minus relu over 65536 floats).\n"
      << "// Attention, fused causal fp32, B " << r.attention.B << " H " << r.attention.H << " S "
      << r.attention.S << " hd " << r.attention.hd << ": forward " << num(r.attention.forwardSeconds * 1e3, 4)
      << " ms, backward " << num(r.attention.backwardSeconds * 1e3, 4)
