@@ -27,7 +27,7 @@
 //    ops) adds transcendentalTime to the compute side, and each kernel call (1 forward, one per
 //    non-view backward op) adds kernelOverhead outside the max: time = max(FLOPs / peak /
 //    efficiency + n_trans × transcendentalTime, bytes / bandwidth / efficiency) + calls ×
-//    kernelOverhead.
+//    kernelOverhead; a call moving at most cacheBytes reads at cacheBandwidth instead.
 // 3. Per micro-batch totals F (forward), B (backward), R (recompute): R is the forward time of
 //    every Recompute step of the schedule (passes/Activations.cpp); without a schedule,
 //    F × flops.recompute / flops.forward.
@@ -125,6 +125,13 @@ double hostTranscendentalTime(const Target &t, double n) { return n * t.transcen
 /// whatever the size; 0 on targets without a measured overhead.
 double hostCallTime(const Target &t, double calls) { return calls * t.kernelOverhead; }
 
+/// Host term: the bandwidth a call moving `bytesPerCall` sees: the cache's when they fit in it
+/// (a small tensor stays there between the kernel that writes it and the next that reads it),
+/// memory's otherwise. Only the calibrated host states a cache.
+double hostBandwidth(const Target &t, double bytesPerCall) {
+  return t.cacheBandwidth > 0 && bytesPerCall <= t.cacheBytes ? t.cacheBandwidth : t.bandwidth;
+}
+
 } // namespace
 
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w) {
@@ -132,7 +139,8 @@ double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWo
     return 0;
   double peak = t.peakFor(computeDtype);
   double compute = peak > 0 ? w.flops / peak : 0;
-  double memory = t.bandwidth > 0 ? w.bytes / t.bandwidth : 0;
+  double bandwidth = hostBandwidth(t, w.bytes / std::max(1.0, w.calls));
+  double memory = bandwidth > 0 ? w.bytes / bandwidth : 0;
   // A calibrated target (`host`) carries measured matmul efficiency by FLOPs per call.
   double efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
                       : c == OpClass::Attention ? t.efficiency.attention

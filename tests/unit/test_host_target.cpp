@@ -192,6 +192,22 @@ TEST_CASE("host: kernelTime adds the call overhead and the transcendentals", "[h
   CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, 0, 1e6) == Approx(2.02e-4));
 }
 
+TEST_CASE("host: a call that fits in the cache reads at the cache's bandwidth", "[host]") {
+  Target t;
+  t.peakF32 = 100e9;
+  t.bandwidth = 10e9;
+  t.efficiency.elementwise = 0.5;
+  t.cacheBytes = 2e6;
+  t.cacheBandwidth = 40e9;
+  KernelWork w;
+  w.bytes = 1e6; // fits: 1e6 / 40e9 / 0.5 = 5e-5 s
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(5e-5));
+  w.bytes = 4e6; // does not: 4e6 / 10e9 / 0.5 = 8e-4 s
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(8e-4));
+  w.calls = 2;   // two calls of 2e6 bytes each fit: 4e6 / 40e9 / 0.5 = 2e-4 s
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(2e-4));
+}
+
 TEST_CASE("host: kernel_overhead and transcendental parse as durations", "[host]") {
   Compilation c;
   std::optional<Target> t = parseHost(c, R"(target host {
@@ -200,8 +216,12 @@ TEST_CASE("host: kernel_overhead and transcendental parse as durations", "[host]
   peak { fp32 = 1 GFLOP/s }
   kernel_overhead = 2.5 us
   transcendental = 1.25 ns
+  cache = 2 MiB
+  cache_bandwidth = 40 GB/s
 })");
   REQUIRE(t);
+  CHECK(t->cacheBytes == 2097152);
+  CHECK(t->cacheBandwidth == Approx(40e9));
   CHECK(t->kernelOverhead == Approx(2.5e-6));
   CHECK(t->transcendentalTime == Approx(1.25e-9));
   Compilation bad;
@@ -211,6 +231,7 @@ TEST_CASE("host: kernel_overhead and transcendental parse as durations", "[host]
   // Catalogue GPUs have no host terms.
   CHECK(findTarget("H100_SXM")->kernelOverhead == 0);
   CHECK(findTarget("H100_SXM")->transcendentalTime == 0);
+  CHECK(findTarget("H100_SXM")->cacheBandwidth == 0);
 }
 
 TEST_CASE("host: op rules count the runtime's transcendentals; the step times price them",

@@ -44,6 +44,8 @@ struct Result {
   int threads = 0;            ///< OpenMP threads the runtime's kernels use.
   double memoryBytes = 0;     ///< Physical RAM.
   double triadBandwidth = 0;  ///< a[i] = b[i] + s·c[i], B/s counting 3 × 4 bytes per element.
+  double cacheBytes = 0;      ///< The L2 of one core × the threads (0: unknown).
+  double cacheBandwidth = 0;  ///< The same triad over arrays filling half of cacheBytes.
   double elementwiseBandwidth = 0; ///< rt::unary_fwd (relu) and rt::scale, fp32: B/s counting read + write.
   double kernelOverhead = 0;  ///< Seconds of fixed cost per runtime kernel call (0: not measurable).
   double transcendentalTime = 0; ///< Seconds per exp with all threads (exp − relu per element).

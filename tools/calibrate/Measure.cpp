@@ -9,6 +9,8 @@
 //    neighbours). The 1-minute load average is recorded, and a busy machine is warned about.
 // 2. Memory bandwidth: a STREAM triad a = b + s·c over arrays far larger than the last-level
 //    cache, OpenMP static schedule; bytes = 3 × 4 per element (no write-allocate counted).
+//    The cache: sysconf's L2 size × the threads, and the same triad over arrays filling half of
+//    it (fastest of many calls).
 // 3. Elementwise: rt::unary_fwd (relu) and rt::scale over the same size, kernels without
 //    transcendentals (those are priced apart, 5.); bytes = read + write.
 // 4. The fixed cost of a kernel call, measured directly (a difference of two timings of
@@ -165,6 +167,23 @@ Result measure(const Options &o) {
   double tTriad = timeBest(triad, 5, o.quick ? 0.02 : 0.2, 100);
   r.triadBandwidth = 3.0 * 4.0 * double(n) / tTriad;
 
+  // 2b. The cache: one core's L2 × the threads (each thread's share of a kernel's data stays in
+  // its core's L2), and the triad over arrays filling half of it, repeated.
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 > 0) {
+    r.cacheBytes = double(l2) * double(nt);
+    const int64_t nc = int64_t(r.cacheBytes / 2 / 12);
+    auto cached = [&] {
+      float *pa = a.data();
+      const float *pb = b.data(), *pc = c.data();
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int64_t i = 0; i < nc; ++i)
+        pa[i] = pb[i] + 3.0f * pc[i];
+    };
+    double tCached = timeBest(cached, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, 5000);
+    r.cacheBandwidth = 3.0 * 4.0 * double(nc) / tCached;
+  }
+
   // 3. Elementwise kernels of the runtime.
   auto relu = [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, b.data(), a.data(), n); };
   auto scale = [&] { rt::scale<float>(ctx, a.data(), 1.0f, n); };
@@ -256,7 +275,9 @@ std::vector<Point> curveOf(const Result &r, const std::string &dtype) {
   for (const MatmulSample &m : r.matmuls) {
     if (m.dtype != dtype || m.seconds <= 0)
       continue;
-    double model = std::max(m.flops() / peak, m.bytes() / r.triadBandwidth);
+    // The bandwidth as kernelTime picks it (passes/StepTime.cpp, hostBandwidth).
+    double bw = r.cacheBandwidth > 0 && m.bytes() <= r.cacheBytes ? r.cacheBandwidth : r.triadBandwidth;
+    double model = std::max(m.flops() / peak, m.bytes() / bw);
     // kernelTime adds the call's fixed cost to model / efficiency: take it out here.
     double work = m.seconds > r.kernelOverhead ? m.seconds - r.kernelOverhead : m.seconds;
     pts.push_back({m.flops(), std::min(1.0, model / work)});
@@ -291,7 +312,8 @@ std::string renderTarget(const Result &r, const std::string &when) {
     os << "//   " << m.dtype << " " << m.M << " x " << m.N << " x " << m.K << ": "
        << num(m.seconds * 1e3, 4) << " ms, " << num(m.flops() / m.seconds / 1e9, 4)
        << " GFLOP/s\n";
-  os << "// STREAM triad: " << num(r.triadBandwidth / 1e9, 4)
+  os << "// STREAM triad: " << num(r.triadBandwidth / 1e9, 4) << " GB/s; in the cache ("
+     << num(r.cacheBytes / 1048576.0, 4) << " MiB: L2 × threads): " << num(r.cacheBandwidth / 1e9, 4)
      << " GB/s; elementwise (relu, scale): " << num(r.elementwiseBandwidth / 1e9, 4)
      << " GB/s.\n"
      << "// kernel_overhead: the fixed cost of one runtime kernel call (scale on 1 float + an empty\n"
@@ -323,6 +345,10 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << ", elementwise = " << num(std::max(elem, 1e-4), 4)
      << (attn > 0 ? ", attention = " + num(std::max(attn, 1e-4), 4) : std::string()) << " }\n"
      << (r.kernelOverhead > 0 ? "  kernel_overhead = " + num(r.kernelOverhead * 1e9, 4) + " ns\n" : "")
+     << (r.cacheBytes > 0 && r.cacheBandwidth > 0
+             ? "  cache = " + num(r.cacheBytes / 1048576.0, 6) + " MiB\n  cache_bandwidth = " +
+                   num(r.cacheBandwidth / 1e9, 6) + " GB/s\n"
+             : "")
      << (r.transcendentalTime > 0
              ? "  transcendental = " + num(r.transcendentalTime * 1e9, 4) + " ns\n"
              : "")
