@@ -368,8 +368,10 @@ std::string cacheFileName() {
   std::string h;
   for (const char *p = host; *p; ++p)
     h += (std::isalnum(static_cast<unsigned char>(*p)) || *p == '-' || *p == '.') ? *p : '_';
-  // FNV-1a over the CPU model and the core count: a new CPU gets a new file.
-  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency());
+  // FNV-1a over the CPU model, the core count and the file's contents version: a new CPU gets a
+  // new file, and so does a tally that measures more (version 2: the call cost, transcendentals,
+  // the cache and attention), so an older calibration is not silently used without them.
+  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/2";
   uint32_t hash = 2166136261u;
   for (unsigned char ch : key)
     hash = (hash ^ ch) * 16777619u;
