@@ -561,14 +561,14 @@ struct Emitter {
   bool attentionBackward() {
     const Op &fwd = s.ops[op->forwardOp];
     const OpAttrs &at = fwd.attrs;
-    if (!at.fused)
-      return fail("the backward of materialised attention (fused = false) reads o, which the plan "
-                  "does not keep; the " + title() + " backend runs fused attention only");
+    if (!at.fused && be.device)
+      return fail("the backward of materialised attention (fused = false) has no " + title() +
+                  " kernel yet; the " + title() + " backend runs fused attention only");
     int64_t B, S, Skv, H, Hkv, hd;
     std::string rows;
     if (!attentionDims(fwd, B, S, Skv, H, Hkv, hd, rows))
       return false;
-    // inputs: q, k, v, o, lse, dO; outputs: the gradients in gradMask order.
+    // outputs: the gradients in gradMask order.
     std::string d[3] = {"nullptr", "nullptr", "nullptr"};
     unsigned out = 0;
     int accs = -1;
@@ -582,10 +582,14 @@ struct Emitter {
         accs = ai;
         ++out;
       }
+    // inputs: fused (q, k, v, o, lse, dO); materialised (q, k, v, P[, mask, dropped P], dO): the
+    // runtime reads P and replays the dropout mask from its stream, and needs neither o nor lse.
     const auto &in = op->inputs;
-    line(llvm::formatv("rt::attention_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, nullptr, {6}, {7}, {8}, {9}, {10}, "
-                       "{11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}{22});",
-                       T(in[0]), ptr(in[0]), ptr(in[1]), ptr(in[2]), ptr(in[3]), ptr(in[4]), ptr(in[5]),
+    std::string o = at.fused ? ptr(in[3]) : "nullptr", lse = at.fused ? ptr(in[4]) : "nullptr";
+    std::string scores = at.fused ? "nullptr" : ptr(in[3]);
+    line(llvm::formatv("rt::attention_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, "
+                       "{12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}{23});",
+                       T(in[0]), ptr(in[0]), ptr(in[1]), ptr(in[2]), o, lse, scores, ptr(in.back()),
                        d[0], d[1], d[2], B, S, Skv, H, Hkv, hd, number(at.scale), boolean(at.causal),
                        number(at.p), seedExpr(), at.stream == kNone ? 0 : at.stream,
                        boolean(accs == 1), rows)
@@ -1077,9 +1081,14 @@ struct Emitter {
     bool hasMaster = md != Dtype::Invalid;
     if (hasMaster && md != Dtype::F32)
       return fail("a " + nameOf(md).str() + " master copy: the " + title() + " optimizers keep fp32 master weights");
-    if (!hasMaster && pd != Dtype::F32)
-      return fail("parameters in " + nameOf(pd).str() + " without an fp32 master copy: the " + title() + " optimizers "
-                  "update fp32 weights");
+    // 16-bit parameters without a master copy (precision = bf16 / fp16): the CPU optimizers
+    // update each weight in fp32 and round it back once; the device runtime has no such kernels.
+    bool pure16 = !hasMaster && pd != Dtype::F32;
+    if (pure16 && (be.device || pd != gd || ctype(pd).empty() || !isFloat(pd)))
+      return fail("parameters in " + nameOf(pd).str() + " without an fp32 master copy" +
+                  (be.device ? ": the " + title() + " optimizers update fp32 weights"
+                             : " and gradients in " + nameOf(gd).str() + ": the " + title() +
+                                   " optimizers update 16-bit weights with gradients of their type"));
     if (hasMaster && pd != gd)
       return fail("parameters in " + nameOf(pd).str() + " with gradients in " + nameOf(gd).str() +
                   ": the " + title() + " optimizers refresh the model copy in the gradients' type");
@@ -1088,8 +1097,8 @@ struct Emitter {
     const OptimizerSpec &o = plan.optimizer;
     unsigned states = optimizerStates(o);
     // The table: per trainable parameter, its element count and its offsets.
-    std::string table = "/// Per trainable parameter: elements, then byte offsets of the fp32 weights (master, or the\n"
-                        "/// params region), the model copy (-1: none), the gradient and each optimizer state.\n"
+    std::string table = "/// Per trainable parameter: elements, then byte offsets of the weights updated (the fp32\n"
+                        "/// master, or the params region in the params' dtype), the model copy (-1: none), the gradient and each optimizer state.\n"
                         "struct UpdateEntry { int64_t n, p, pm, g, s0, s1; };\n"
                         "static const UpdateEntry kUpdate[] = {\n";
     size_t count = 0;
@@ -1145,7 +1154,7 @@ struct Emitter {
     std::string gscale = "gscale";
     std::string call;
     float lr = static_cast<float>(o.lr), wd = static_cast<float>(o.weightDecay);
-    std::string P = hasMaster ? "M<float>(e.p)" : "P<float>(e.p)";
+    std::string P = hasMaster ? "M<float>(e.p)" : "P<" + (pure16 ? G : std::string("float")) + ">(e.p)";
     std::string PM = hasMaster ? "e.pm < 0 ? nullptr : P<" + G + ">(e.pm)" : "static_cast<" + G + "*>(nullptr)";
     std::string g = "G<" + G + ">(e.g)", s0 = "O<float>(e.s0)", s1 = "O<float>(e.s1)";
     if (o.name == "AdamW" || o.name == "Adam")

@@ -582,6 +582,14 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       t.linkLatency = need(v, UnitDim::Time, s.key);
     else if (s.key == "network_latency")
       t.networkLatency = need(v, UnitDim::Time, s.key);
+    else if (s.key == "kernel_overhead") // written by `tally calibrate` (docs/targets.md)
+      t.kernelOverhead = need(v, UnitDim::Time, s.key);
+    else if (s.key == "transcendental")
+      t.transcendentalTime = need(v, UnitDim::Time, s.key);
+    else if (s.key == "cache")
+      t.cacheBytes = need(v, UnitDim::Bytes, s.key);
+    else if (s.key == "cache_bandwidth")
+      t.cacheBandwidth = need(v, UnitDim::ByteRate, s.key);
     else if (s.key == "peak" && v.kind == ConstValue::Record) {
       for (size_t i = 0; i < v.elems.size(); ++i) {
         auto dt = parseDtype(v.names[i]);
@@ -635,7 +643,8 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
               s.key,
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
                "efficiency", "network", "gpus_per_node", "link_latency", "network_latency",
-               "matmul_curve", "cuda_context", "comm_buffer", "allocator_reserve"});
+               "matmul_curve", "cuda_context", "comm_buffer", "allocator_reserve",
+               "kernel_overhead", "transcendental", "cache", "cache_bandwidth"});
       ok = false;
     }
   }

@@ -247,17 +247,22 @@ enum class Keeps { Nothing, Input, Output };
 struct UnaryCost {
   double fwd, grad; ///< FLOPs per element
   Keeps keeps;
+  /// Transcendental evaluations per element of the runtime's forward and gradient
+  /// (codegen/runtime/common/tally_math.h): gelu is erf (both forms: the tanh form's tanh is
+  /// one expf), its gradient erf + exp; silu and sigmoid one exp; tanh one tanhf; the
+  /// gradients of tanh, sigmoid and exp read the output and evaluate none.
+  double transFwd = 0, transGrad = 0;
 };
 
 UnaryCost unaryCost(OpKind k) {
   switch (k) {
   case OpKind::Neg: return {1, 1, Keeps::Nothing};
   case OpKind::Relu: return {1, 1, Keeps::Output};
-  case OpKind::Gelu: return {8, 12, Keeps::Input};
-  case OpKind::Silu: return {4, 6, Keeps::Input};
-  case OpKind::Tanh: return {4, 3, Keeps::Output};
-  case OpKind::Sigmoid: return {4, 3, Keeps::Output};
-  case OpKind::Exp: return {1, 1, Keeps::Output};
+  case OpKind::Gelu: return {8, 12, Keeps::Input, 1, 2};
+  case OpKind::Silu: return {4, 6, Keeps::Input, 1, 1};
+  case OpKind::Tanh: return {4, 3, Keeps::Output, 1, 0};
+  case OpKind::Sigmoid: return {4, 3, Keeps::Output, 1, 0};
+  case OpKind::Exp: return {1, 1, Keeps::Output, 1, 0};
   case OpKind::Dropout: return {1, 1, Keeps::Nothing}; // keeps its mask: see savedDropout
   case OpKind::Rope: return {3, 3, Keeps::Nothing};
   default: return {0, 0, Keeps::Nothing};
@@ -306,7 +311,9 @@ bool inferDropout(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
 }
 
 ForwardCost forwardUnary(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op));
+  ForwardCost c = withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op));
+  c.transcendentals = unaryCost(op.kind).transFwd * outNumel(g, op);
+  return c;
 }
 
 /// Partial rotary (NeoX rotary_pct): of each head's hd dims the first floor(hd·fraction) are
@@ -329,10 +336,21 @@ double ropeShare(const Graph &g, const Op &op) {
   return hd > 0 ? static_cast<double>(ropeRotated(g, op)) / static_cast<double>(hd) : 0;
 }
 
+/// The cos and sin rope's kernel evaluates: one pair per rotated pair of each row of the last
+/// dimension (the angle depends on the position and the pair, not the head: rt_rows.h).
+double ropeTranscendentals(const Graph &g, const Op &op) {
+  const Shape &x = in(g, op, 0).shape;
+  double width = x.empty() ? 0 : static_cast<double>(x.back().size);
+  return width > 0 ? outNumel(g, op) / width * static_cast<double>(ropeRotated(g, op)) : 0;
+}
+
 /// Rope: 3 FLOPs per rotated element (two products and a sum); a pass-through element costs
 /// none but is still read and written (the output is a new tensor), so bytes are unchanged.
 ForwardCost forwardRope(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op) * ropeShare(g, op));
+  ForwardCost c =
+      withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op) * ropeShare(g, op));
+  c.transcendentals = ropeTranscendentals(g, op);
+  return c;
 }
 double gradRope(const Graph &g, const Op &op, unsigned) {
   return unaryCost(op.kind).grad * outNumel(g, op) * ropeShare(g, op);
@@ -382,7 +400,9 @@ bool inferSoftmax(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
 }
 
 ForwardCost forwardSoftmax(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), 5 * outNumel(g, op)); // max, sub, exp, sum, div
+  ForwardCost c = withFlops(defaultBytes(g, op), 5 * outNumel(g, op)); // max, sub, exp, sum, div
+  c.transcendentals = 2 * outNumel(g, op); // the runtime evaluates exp for the sum, then again
+  return c;
 }
 double gradSoftmax(const Graph &g, const Op &op, unsigned) { return 4 * outNumel(g, op); }
 void savedSoftmax(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
@@ -546,6 +566,7 @@ ForwardCost forwardAttention(const Graph &g, const Op &op) {
   c.matmulFlops = 4 * S * d.dh; // QKᵀ and P·V
   c.flops = c.matmulFlops + (attnPerScore(op) + alibiPerScore(op)) * S;
   c.executedFlops = c.flops * causalFraction(g, op);
+  c.transcendentals = S * causalFraction(g, op); // one exp per computed score
   for (TensorId t : op.inputs)
     c.bytesRead += g.bytes(t);
   c.bytesWritten = g.bytes(op.outputs[0]);
@@ -720,7 +741,9 @@ ForwardCost forwardCrossEntropy(const Graph &g, const Op &op) {
   const Shape &logits = in(g, op, 0).shape;
   double rows = rowsOf(logits), nv = numel(logits);
   // max, subtract, exp, sum, log per logit; one add per row into the mean.
-  return withFlops(defaultBytes(g, op), 5 * nv + rows);
+  ForwardCost c = withFlops(defaultBytes(g, op), 5 * nv + rows);
+  c.transcendentals = nv + rows; // an exp per logit (online logsumexp), a log per row
+  return c;
 }
 
 double gradCrossEntropy(const Graph &g, const Op &op, unsigned i) {
@@ -1129,8 +1152,14 @@ bool inferLikeLast(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTyp
 }
 
 ForwardCost forwardUnaryBackward(const Graph &g, const Op &op) {
-  double share = op.attrs.of == OpKind::Rope ? ropeShare(g, op) : 1;
-  return withFlops(defaultBytes(g, op), unaryCost(op.attrs.of).grad * outNumel(g, op) * share);
+  bool rope = op.attrs.of == OpKind::Rope;
+  double share = rope ? ropeShare(g, op) : 1;
+  ForwardCost c =
+      withFlops(defaultBytes(g, op), unaryCost(op.attrs.of).grad * outNumel(g, op) * share);
+  // rope's backward is rope by −θ (its cos and sin again); the others per their gradient.
+  c.transcendentals = rope ? ropeTranscendentals(g, op)
+                           : unaryCost(op.attrs.of).transGrad * outNumel(g, op);
+  return c;
 }
 ForwardCost forwardDivBackward(const Graph &g, const Op &op) {
   return withFlops(defaultBytes(g, op), 3 * outNumel(g, op));
@@ -1211,6 +1240,10 @@ ForwardCost forwardAttentionBackward(const Graph &g, const Op &op) {
   for (unsigned i = 0; i < 3; ++i) // the products of each gradient: 4·S·dh for dq, 2·S·dh else
     if (need[i])
       c.matmulFlops += (i == 0 ? 4 : 2) * d.scores() * d.dh;
+  // Flash attention recomputes P = exp(s − lse): an exp per computed score; materialised
+  // attention reads the saved P.
+  if (op.attrs.fused && anyNeed(need))
+    c.transcendentals = d.scores() * causalFraction(g, op);
   return c;
 }
 
@@ -1278,7 +1311,9 @@ bool inferCrossEntropyBackward(const Graph &g, const Op &op,
   return true;
 }
 ForwardCost forwardCrossEntropyBackward(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), 3 * numel(in(g, op, 0).shape));
+  ForwardCost c = withFlops(defaultBytes(g, op), 3 * numel(in(g, op, 0).shape));
+  c.transcendentals = numel(in(g, op, 0).shape); // p = exp(x − lse) per logit
+  return c;
 }
 
 /// sum_squares(g...): Σ g² in fp32 over the gradients (the overflow check of loss scaling).

@@ -36,6 +36,9 @@ struct ForwardCost {
   double matmulFlops = 0;   ///< the part of `flops` done as matrix products (tensor-core rate)
   double bytesRead = 0;     ///< from device memory, at the inputs' dtypes (views: 0)
   double bytesWritten = 0;  ///< to device memory, at the outputs' dtypes (views: 0)
+  /// exp/erf/tanh/sin/cos evaluations the runtime's kernel makes (not FLOPs: a CPU computes
+  /// them far slower than a multiply-add; the host time model prices them, kernelTime).
+  double transcendentals = 0;
 };
 
 /// Something the backward pass of an op keeps from its forward pass.

@@ -85,6 +85,16 @@ struct Target {
   /// `allocator_reserve`); the host target has none (no CUDA, no NCCL).
   double contextBytes = 0, commBufferBytes = 0, allocatorReserve = 0;
   Efficiency efficiency;
+  /// Host terms of the time model (only the calibrated `host` sets them; 0 turns them off):
+  /// the fixed cost of one kernel call (the call, the OpenMP fork and join), and the time of
+  /// one transcendental evaluation (exp, erf, tanh, sin, cos) with all the device's threads,
+  /// both measured on the CPU runtime's own kernels by `tally calibrate`.
+  double kernelOverhead = 0;     ///< seconds per kernel call (`kernel_overhead`)
+  double transcendentalTime = 0; ///< seconds per evaluation (`transcendental`)
+  /// The cache the kernels' threads keep their data in (the L2 of each thread's core, summed)
+  /// and its bandwidth: a kernel call moving at most `cacheBytes` reads what the previous
+  /// kernel just wrote, from the cache (`cache`, `cache_bandwidth`; 0: every byte from memory).
+  double cacheBytes = 0, cacheBandwidth = 0;
   /// Measured matmul efficiency by size and dtype (only the calibrated `host` target has
   /// them); a dtype without a curve uses efficiency.matmul.
   std::vector<MatmulCurve> matmulCurves;

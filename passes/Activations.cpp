@@ -207,9 +207,11 @@ Facts gatherFacts(const Analysis &a) {
   f.opTime.assign(g.ops.size(), 0);
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const OpAnalysis &oa = a.ops[o];
-    f.opTime[o] = kernelTime(a.plan->target, opClass(g.ops[o].kind), oa.computeDtype,
-                             oa.forward.executedFlops,
-                             oa.forward.bytesRead + oa.forward.bytesWritten);
+    KernelWork work;
+    work.flops = oa.forward.executedFlops;
+    work.bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
+    work.transcendentals = oa.forward.transcendentals;
+    f.opTime[o] = kernelTime(a.plan->target, opClass(g.ops[o].kind), oa.computeDtype, work);
   }
   return f;
 }

@@ -26,6 +26,8 @@ struct OpAnalysis {
   double weightGradFlops = 0;    ///< backward FLOPs for gradients of parameters
   double executedBackwardFlops = 0;
   double backwardBytes = 0;      ///< bytes the backward reads and writes (2× forward, a documented estimate)
+  double backwardTranscendentals = 0; ///< exp/erf/... evaluations of the backward ops (ForwardCost)
+  double backwardCalls = 0;      ///< kernel calls of the backward ops (views excluded)
   Dtype computeDtype = Dtype::F32; ///< the rate the op runs at (peakFor)
   double intensity = 0;          ///< forward FLOPs / forward bytes (0 for views)
   bool computeBound = false;     ///< intensity ≥ the target's ridge for computeDtype

@@ -5,7 +5,8 @@
 // 1. Build the training step: the forward graph with its backward and optimizer ops.
 // 2. Each backward op adds its FLOPs, executed FLOPs and bytes to the forward op it
 //    differentiates (bytes: what it reads, what it writes, and the old value of a gradient it
-//    adds into). FLOPs that write a parameter's gradient (or a temporary for one) are weight
+//    adds into), its transcendental evaluations, and one kernel call unless it is a view
+//    (the host time model prices both: passes/StepTime.cpp, kernelTime). FLOPs that write a parameter's gradient (or a temporary for one) are weight
 //    gradients, the rest input gradients; a norm's backward splits hers: n per weight or bias
 //    gradient, the rest for the input; moe_backward counts its experts' weight matmuls as
 //    weight gradients. What the op's backward keeps from the forward comes from the op's rule
@@ -87,6 +88,9 @@ void differentiate(Analysis &a) {
     oa.inputGradFlops += c.flops - weight;
     oa.executedBackwardFlops += c.executedFlops;
     oa.backwardBytes += backwardOpBytes(s, op, c);
+    oa.backwardTranscendentals += c.transcendentals;
+    if (c.flops > 0 || c.bytesRead + c.bytesWritten > 0) // a view launches no kernel
+      oa.backwardCalls += 1;
   }
   for (OpId i = 0; i < g.ops.size(); ++i) {
     OpAnalysis &oa = a.ops[i];

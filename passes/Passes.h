@@ -61,9 +61,20 @@ void pipelineTimeline(Analysis &a);
 void checkAccumulation(Analysis &a, DiagnosticEngine &diags);
 /// StepTime.cpp: an error when expert = e does not divide the experts of some moe op.
 void checkExperts(Analysis &a, DiagnosticEngine &diags);
-/// StepTime.cpp: seconds one kernel takes on `t`: max(flops / peakFor(computeDtype), bytes /
+/// The work of an op's kernels: its forward, or its backward ops together.
+struct KernelWork {
+  double flops = 0, bytes = 0;
+  double transcendentals = 0; ///< exp/erf/tanh/sin/cos evaluations (ForwardCost::transcendentals)
+  double calls = 1;           ///< kernel calls, each paying the target's kernelOverhead
+};
+/// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
-/// the rest). Shared by the training step and inference so both price ops the same way.
+/// the rest), plus the host terms (hostTranscendentalTime, hostCallTime, hostBandwidth):
+/// transcendentals × transcendentalTime added to the compute side, calls × kernelOverhead added
+/// after, the cache's bandwidth for calls that fit in it. Shared by the training step and
+/// inference so both price ops the same way.
+double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w);
+/// kernelTime of one call without transcendentals.
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes);
 /// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s.
 void inference(Analysis &a);

@@ -22,6 +22,12 @@
 //    elementwise for the rest). Executed FLOPs, not model FLOPs: time is what kernels run.
 //    A target with a measured matmul curve (the calibrated `host`) takes a matmul's efficiency
 //    from the curve of its compute dtype at its FLOPs per call (Target::matmulEfficiency).
+//    Two more terms are measured on the host only (0 elsewhere): each transcendental
+//    evaluation (exp, erf, tanh, sin, cos: ForwardCost::transcendentals, forward and backward
+//    ops) adds transcendentalTime to the compute side, and each kernel call (1 forward, one per
+//    non-view backward op) adds kernelOverhead outside the max: time = max(FLOPs / peak /
+//    efficiency + n_trans × transcendentalTime, bytes / bandwidth / efficiency) + calls ×
+//    kernelOverhead; a call moving at most cacheBytes reads at cacheBandwidth instead.
 // 3. Per micro-batch totals F (forward), B (backward), R (recompute): R is the forward time of
 //    every Recompute step of the schedule (passes/Activations.cpp); without a schedule,
 //    F × flops.recompute / flops.forward.
@@ -32,7 +38,8 @@
 //    T/(t·p), divided by d under ZeRO ≥ 1. It reads and writes each owned element's
 //    param, grad, master copy and optimizer states once: 2 × owned × (b_param + b_grad +
 //    b_master + states × b_state) bytes; its FLOPs are flops.optimizer × owned / T at the fp32
-//    rate; time = kernelTime of those, at the elementwise efficiency. With the optimizer state
+//    rate; time = kernelTime of those, at the elementwise efficiency, with one call per
+//    trainable parameter tensor, one for zero_grad and one for the fp16 overflow check. With the optimizer state
 //    on the host the update runs on the host CPU (ZeRO-Offload): the device time is 0, the
 //    transfers are counted in step 8, and the CPU update is taken to overlap the next step
 //    (ZeRO-Offload's one-step delayed parameter update).
@@ -106,17 +113,48 @@
 
 namespace tally {
 
-double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes) {
-  if (flops <= 0 && bytes <= 0)
+namespace {
+
+/// Host term: the seconds of `n` transcendental evaluations (exp, erf, ...). A CPU computes
+/// them on the same cores as the arithmetic, so the time adds to the compute side of the
+/// roofline; 0 on targets without a measured rate (GPUs: their special-function units keep
+/// up with memory).
+double hostTranscendentalTime(const Target &t, double n) { return n * t.transcendentalTime; }
+
+/// Host term: the fixed cost of `calls` kernel calls (the call, OpenMP's fork and join), paid
+/// whatever the size; 0 on targets without a measured overhead.
+double hostCallTime(const Target &t, double calls) { return calls * t.kernelOverhead; }
+
+/// Host term: the bandwidth a call moving `bytesPerCall` sees: the cache's when they fit in it
+/// (a small tensor stays there between the kernel that writes it and the next that reads it),
+/// memory's otherwise. Only the calibrated host states a cache.
+double hostBandwidth(const Target &t, double bytesPerCall) {
+  return t.cacheBandwidth > 0 && bytesPerCall <= t.cacheBytes ? t.cacheBandwidth : t.bandwidth;
+}
+
+} // namespace
+
+double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w) {
+  if (w.flops <= 0 && w.bytes <= 0 && w.transcendentals <= 0)
     return 0;
   double peak = t.peakFor(computeDtype);
-  double compute = peak > 0 ? flops / peak : 0;
-  double memory = t.bandwidth > 0 ? bytes / t.bandwidth : 0;
+  double compute = peak > 0 ? w.flops / peak : 0;
+  double bandwidth = hostBandwidth(t, w.bytes / std::max(1.0, w.calls));
+  double memory = bandwidth > 0 ? w.bytes / bandwidth : 0;
   // A calibrated target (`host`) carries measured matmul efficiency by FLOPs per call.
-  double efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, flops)
+  double efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
                       : c == OpClass::Attention ? t.efficiency.attention
                                                 : t.efficiency.elementwise;
-  return std::max(compute, memory) / efficiency;
+  return std::max(compute / efficiency + hostTranscendentalTime(t, w.transcendentals),
+                  memory / efficiency) +
+         hostCallTime(t, w.calls);
+}
+
+double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes) {
+  KernelWork w;
+  w.flops = flops;
+  w.bytes = bytes;
+  return kernelTime(t, c, computeDtype, w);
 }
 
 namespace {
@@ -286,11 +324,18 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
     OpClass c = opClass(g.ops[i].kind);
     double s = tp.split[i];
     o.tensorSplit = s;
-    double bytes = o.forward.bytesRead + o.forward.bytesWritten;
-    o.forwardTime = kernelTime(plan.target, c, o.computeDtype, o.forward.executedFlops / s, bytes / s);
+    KernelWork forward;
+    forward.flops = o.forward.executedFlops / s;
+    forward.bytes = (o.forward.bytesRead + o.forward.bytesWritten) / s;
+    forward.transcendentals = o.forward.transcendentals / s;
+    o.forwardTime = kernelTime(plan.target, c, o.computeDtype, forward);
+    KernelWork backward;
+    backward.flops = o.executedBackwardFlops / s;
+    backward.bytes = o.backwardBytes / s;
+    backward.transcendentals = o.backwardTranscendentals / s;
+    backward.calls = o.backwardCalls;
     o.backwardTime = hasBackward(g, plan, g.ops[i])
-                         ? kernelTime(plan.target, c, o.computeDtype, o.executedBackwardFlops / s,
-                                      o.backwardBytes / s)
+                         ? kernelTime(plan.target, c, o.computeDtype, backward)
                          : 0;
   }
 }
@@ -307,6 +352,15 @@ double perDevice(const Plan &plan, double all, double experts, int stage) {
          experts / (model * e) / (sharded ? std::max(1.0, d / e) : 1);
 }
 
+/// The parameter tensors that get a gradient (the optimizer updates each with one call).
+double trainableTensors(const Graph &g) {
+  double n = 0;
+  for (const Tensor &t : g.tensors)
+    if (t.role == TensorRole::Param && t.requiresGrad)
+      n += 1;
+  return n;
+}
+
 /// Step 5: the device's optimizer update per step.
 double optimizerTime(const Analysis &a) {
   const Plan &plan = *a.plan;
@@ -317,9 +371,14 @@ double optimizerTime(const Analysis &a) {
   double perElement = bytesOf(pp.params) + bytesOf(pp.grads) +
                       (pp.master == Dtype::Invalid ? 0 : bytesOf(pp.master)) +
                       plan.optimizer.states * bytesOf(pp.optimizer);
-  double flops = a.flops.optimizer * owned / a.params.trainable;
+  KernelWork w;
+  w.flops = a.flops.optimizer * owned / a.params.trainable;
+  w.bytes = 2 * owned * perElement;
+  // One update call per trainable parameter tensor (the step's kUpdate table), zero_grad's
+  // fill, and the overflow check under loss scaling.
+  w.calls = trainableTensors(*a.graph) + 1 + (pp.lossScaling ? 1 : 0);
   Dtype fp32 = plan.target.peakF32 > 0 ? Dtype::F32 : Dtype::TF32;
-  return kernelTime(plan.target, OpClass::Elementwise, fp32, flops, 2 * owned * perElement);
+  return kernelTime(plan.target, OpClass::Elementwise, fp32, w);
 }
 
 /// The device-to-device bandwidth after efficiency: the interconnect, or the host link when a

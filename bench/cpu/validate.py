@@ -2,12 +2,13 @@
 """validate.py — tally's CPU estimates against the generated step's measurements (issue 7).
 
 For each plan of the table below it runs
-    TALLY run FILE --plan P [overrides] --steps 5 --warmup 2 --format json
+    TALLY run FILE --plan P [overrides] --steps N --warmup 2 --format json
 (the estimate is for the `host` target: this machine as `tally calibrate` measured it) and
 prints a Markdown table: estimated and measured step time (the median of the timed steps) and
 their error, the arena (estimated = allocated, to the byte), the estimated peak beside the
 measured peak resident set. Then the median |error| of the step times.
-Usage: /usr/bin/python3 bench/cpu/validate.py TALLY [--threads N]
+Usage: /usr/bin/python3 bench/cpu/validate.py TALLY [--steps N] [--threads N]
+--steps: timed steps per plan (default 5; more steadies the median on a shared machine).
 """
 import json
 import os
@@ -48,9 +49,15 @@ def human(n):
 def main():
     tally = sys.argv[1]
     extra = sys.argv[2:]
+    steps = "5"
+    if "--steps" in extra:
+        i = extra.index("--steps")
+        steps = extra[i + 1]
+        extra = extra[:i] + extra[i + 2:]
     rows, errors, comm = [], [], []
+    load = os.getloadavg()[0]
     for label, path, plan, flags in PLANS:
-        cmd = [tally, "run", path, "--plan", plan, "--steps", "5", "--warmup", "2", "--format", "json"] + flags + extra
+        cmd = [tally, "run", path, "--plan", plan, "--steps", steps, "--warmup", "2", "--format", "json"] + flags + extra
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             print("FAILED %s: %s" % (label, r.stderr[-1500:]), file=sys.stderr)
@@ -69,9 +76,9 @@ def main():
                             (est["data_parallel_comm_s"] - mea["communication_s"]) / mea["communication_s"] * 100,
                             mea["wait_s"] * 1e3, "allocated" if all(
                                 est["regions"][k] == mea["regions"][k] for k in est["regions"]) else "NOT"))
-    print("Measured %s UTC on %s (%s, %d CPUs), `tally run ... --steps 5 --warmup 2`%s:\n" % (
+    print("Measured %s UTC on %s (%s, %d CPUs, load average %.2f before), `tally run ... --steps %s --warmup 2`%s:\n" % (
         time.strftime("%Y-%m-%d %H:%M", time.gmtime()), platform.node(), platform.processor() or platform.machine(),
-        os.cpu_count(), (" " + " ".join(extra)) if extra else ""))
+        os.cpu_count(), load, steps, (" " + " ".join(extra)) if extra else ""))
     print("| plan | estimated step | measured step (median) | error | arena est. / allocated (B) | peak est. | peak resident |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:

@@ -363,8 +363,9 @@ TEST_CASE("fd: attention (fused and materialised, causal, GQA, S != Skv, dropout
     };
     fwd();
     Vec dq(nq), dk(nk), dv(nk);
-    rt::attention_bwd<double>(ctx, q.data(), k.data(), v.data(), o.data(), lse.data(),
-                              c.materialised ? P.data() : nullptr, W.data(), dq.data(), dk.data(), dv.data(), c.B,
+    // Materialised: what the plan keeps, P (and the replayed dropout mask), without o or lse.
+    rt::attention_bwd<double>(ctx, q.data(), k.data(), v.data(), c.materialised ? nullptr : o.data(),
+                              c.materialised ? nullptr : lse.data(), c.materialised ? P.data() : nullptr, W.data(), dq.data(), dk.data(), dv.data(), c.B,
                               c.S, c.Skv, c.H, c.Hkv, c.hd, 0.0f, c.causal, c.p, 99, 3, false);
     INFO("B " << c.B << " S " << c.S << " Skv " << c.Skv << " H " << c.H << " Hkv " << c.Hkv << " hd " << c.hd
               << " causal " << c.causal << " p " << c.p << " materialised " << c.materialised);

@@ -266,6 +266,46 @@ TEST_CASE("optimizers: three steps against the formulas written out in double", 
   }
 }
 
+TEST_CASE("optimizers: 16-bit weights without a master copy are updated in fp32, rounded once",
+          "[optim]") {
+  // precision = bf16 / fp16: p is the 16-bit parameter itself. Each element is widened, takes the
+  // same fp32 update as an fp32 weight would, and is rounded to nearest even once per step.
+  const int64_t n = 5;
+  Vec p0 = uniform(n, 211), g0 = uniform(n, 212);
+  auto check = [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> p(n), g(n);
+    std::vector<float> want(n), m(n, 0.0f), v(n, 0.0f), mw(n, 0.0f), vw(n, 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      p[i] = T(static_cast<float>(p0[i]));
+      g[i] = T(static_cast<float>(g0[i]));
+      want[i] = float(p[i]);
+    }
+    for (int t = 1; t <= 2; ++t) {
+      rt::adam_update<T>(ctx, p.data(), static_cast<T*>(nullptr), g.data(), m.data(), v.data(), n, 1e-2f,
+                         0.9f, 0.999f, 1e-8f, 0.1f, true, t, 0.5f);
+      // The reference: the fp32 element update on the widened value, rounded back.
+      const rt::AdamScalars sc = rt::adam_scalars(1e-2f, 0.9f, 0.999f, t);
+      for (int64_t i = 0; i < n; ++i) {
+        float pi = want[i];
+        rt::adam_element(pi, float(g[i]) * 0.5f, mw[i], vw[i], 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, true, sc);
+        want[i] = float(T(pi));
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      CHECK(float(p[i]) == want[i]);          // bit for bit: the same fp32 math, one rounding
+      CHECK(m[i] == mw[i]);
+      CHECK(float(p[i]) != float(T(static_cast<float>(p0[i]))));   // and the weight did move
+    }
+    // SGD too (a second optimizer through the same loop): p −= lr·g, rounded once.
+    std::vector<T> q(p);
+    rt::sgd_update<T>(ctx, q.data(), static_cast<T*>(nullptr), g.data(), nullptr, n, 0.25f, 0.0f, 0.0f, 1.0f);
+    for (int64_t i = 0; i < n; ++i) CHECK(float(q[i]) == float(T(float(p[i]) - 0.25f * float(g[i]))));
+  };
+  SECTION("bf16") { check(rt::bf16()); }
+  SECTION("fp16") { check(rt::f16()); }
+}
+
 // ---- 16-bit storage through the kernels -------------------------------------------------------------
 TEST_CASE("matmul in bf16 and fp16: fp32 blocks, one rounding of C", "[matmul]") {
   // Large enough for several row blocks (256) and depth blocks (512), with transposes and beta.
@@ -317,7 +357,8 @@ TEST_CASE("attention: fused and materialised agree in fp32; bf16 close to fp32",
   std::vector<float> dq1(nq), dk1(nk), dv1(nk), dq2(nq), dk2(nk), dv2(nk);
   rt::attention_bwd<float>(ctx, qf.data(), kf.data(), vf.data(), o1.data(), lse1.data(), nullptr, gf.data(), dq1.data(),
                            dk1.data(), dv1.data(), B, S, S, H, Hkv, hd, 0.0f, true, 0.1f, 5, 6, false);
-  rt::attention_bwd<float>(ctx, qf.data(), kf.data(), vf.data(), o2.data(), lse2.data(), P.data(), gf.data(), dq2.data(),
+  // Materialised mode reads P, not o or lse (the plan keeps only P).
+  rt::attention_bwd<float>(ctx, qf.data(), kf.data(), vf.data(), nullptr, nullptr, P.data(), gf.data(), dq2.data(),
                            dk2.data(), dv2.data(), B, S, S, H, Hkv, hd, 0.0f, true, 0.1f, 5, 6, false);
   expect_close("dq fused vs materialised", from(dq1), from(dq2), {1e-4, 1e-6});
   expect_close("dk fused vs materialised", from(dk1), from(dk2), {1e-4, 1e-6});

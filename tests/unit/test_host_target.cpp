@@ -1,7 +1,9 @@
 // Unit tests for the calibrated host target: the matmul efficiency curve (ir/Target.h: log-space
 // interpolation, per-dtype lookup, kernelTime's use of it), the parsing of a calibration file as
 // `tally calibrate` writes it (frontend/Sema.cpp: matmul_curve), and `target = host` without the
-// tally binary's loader.
+// tally binary's loader. Also the host terms of kernelTime (a fixed cost per kernel call, a time
+// per transcendental evaluation) and the transcendental counts of the op rules.
+#include "Support.h"
 #include "frontend/Compiler.h"
 #include "ir/Target.h"
 #include "passes/Passes.h"
@@ -9,6 +11,7 @@
 #include <catch.hpp>
 
 using namespace tally;
+using tally::test::Compiled;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -162,4 +165,131 @@ TEST_CASE("host: the installed loader answers `host`", "[host]") {
   REQUIRE(t);
   CHECK(t->name == "host");
   CHECK(calls == 1);
+}
+
+TEST_CASE("host: kernelTime adds the call overhead and the transcendentals", "[host]") {
+  Target t;
+  t.peakF32 = 100e9;
+  t.bandwidth = 10e9;
+  t.efficiency.elementwise = 0.5;
+  KernelWork w;
+  w.flops = 8e6;
+  w.bytes = 8e6;
+  w.transcendentals = 1e6;
+  // Without the host terms (a GPU): max(8e6/100e9, 8e6/10e9) / 0.5 = 8e-4 / 0.5 = 1.6e-3 s.
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(1.6e-3));
+  t.kernelOverhead = 2e-6;
+  t.transcendentalTime = 1e-9;
+  // Compute side 8e-5/0.5 + 1e6 × 1e-9 = 1.16e-3 < memory 1.6e-3; + one call's 2e-6.
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(1.602e-3));
+  // 4e6 evaluations: 1.6e-4 + 4e-3 = 4.16e-3 > 1.6e-3: the transcendentals bound it.
+  w.transcendentals = 4e6;
+  w.calls = 3;
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(4.16e-3 + 6e-6));
+  // A view (no work) launches nothing: 0 whatever `calls` says.
+  CHECK(kernelTime(t, OpClass::View, Dtype::F32, KernelWork()) == 0);
+  // The two-number form is one call without transcendentals: 1e6 B / 10 GB/s / 0.5 + 2e-6.
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, 0, 1e6) == Approx(2.02e-4));
+}
+
+TEST_CASE("host: a call that fits in the cache reads at the cache's bandwidth", "[host]") {
+  Target t;
+  t.peakF32 = 100e9;
+  t.bandwidth = 10e9;
+  t.efficiency.elementwise = 0.5;
+  t.cacheBytes = 2e6;
+  t.cacheBandwidth = 40e9;
+  KernelWork w;
+  w.bytes = 1e6; // fits: 1e6 / 40e9 / 0.5 = 5e-5 s
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(5e-5));
+  w.bytes = 4e6; // does not: 4e6 / 10e9 / 0.5 = 8e-4 s
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(8e-4));
+  w.calls = 2;   // two calls of 2e6 bytes each fit: 4e6 / 40e9 / 0.5 = 2e-4 s
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(2e-4));
+}
+
+TEST_CASE("host: kernel_overhead and transcendental parse as durations", "[host]") {
+  Compilation c;
+  std::optional<Target> t = parseHost(c, R"(target host {
+  memory = 1 GiB
+  bandwidth = 1 GB/s
+  peak { fp32 = 1 GFLOP/s }
+  kernel_overhead = 2.5 us
+  transcendental = 1.25 ns
+  cache = 2 MiB
+  cache_bandwidth = 40 GB/s
+})");
+  REQUIRE(t);
+  CHECK(t->cacheBytes == 2097152);
+  CHECK(t->cacheBandwidth == Approx(40e9));
+  CHECK(t->kernelOverhead == Approx(2.5e-6));
+  CHECK(t->transcendentalTime == Approx(1.25e-9));
+  Compilation bad;
+  CHECK_FALSE(parseHost(bad, "target host {\n memory = 1 GiB\n bandwidth = 1 GB/s\n peak { fp32 = 1 "
+                             "GFLOP/s }\n transcendental = 3 GB/s\n}\n"));
+  CHECK_THAT(bad.diags.diagnostics()[0].message, Contains("'transcendental' must be a duration"));
+  // Catalogue GPUs have no host terms.
+  CHECK(findTarget("H100_SXM")->kernelOverhead == 0);
+  CHECK(findTarget("H100_SXM")->transcendentalTime == 0);
+  CHECK(findTarget("H100_SXM")->cacheBandwidth == 0);
+}
+
+TEST_CASE("host: op rules count the runtime's transcendentals; the step times price them",
+          "[host]") {
+  // micro-batch 2, seq 16, d 32, 2 heads, vocabulary 64.
+  Compiled t(R"(
+target Cpu {
+  memory = 16 GiB
+  bandwidth = 10 GB/s
+  peak { fp32 = 100 GFLOP/s }
+  efficiency { elementwise = 0.5 }
+  kernel_overhead = 2 us
+  transcendental = 4 ns
+}
+model M(vocab = 64, d = 32) {
+  wte = Embedding(vocab, d)
+  qkv = Linear(d, 3 * d)
+  fc  = Linear(d, d)
+  forward(tokens: i32[batch, seq]) {
+    q, k, v = split(qkv(wte(tokens)), 3, dim = -1)
+    a = attention(q, k, v, heads = 2, causal = true)
+    x = gelu(fc(a))
+    return cross_entropy(x @ transpose(wte.weight), next_tokens(tokens))
+  }
+}
+train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.1)
+          precision = fp32 target = Cpu }
+)");
+  const Graph &g = t.g();
+  auto first = [&](OpKind k) {
+    for (OpId i = 0; i < g.ops.size(); ++i)
+      if (g.ops[i].kind == k)
+        return i;
+    FAIL("no op of that kind");
+    return OpId(0);
+  };
+  const OpAnalysis &gelu = t.a->ops[first(OpKind::Gelu)];
+  // gelu over [2, 16, 32] = 1024 elements: one erf each forward; erf + exp in the gradient,
+  // one backward kernel (unary_backward).
+  CHECK(gelu.forward.transcendentals == 1024);
+  CHECK(gelu.backwardTranscendentals == 2048);
+  CHECK(gelu.backwardCalls == 1);
+  // Forward: 8 FLOPs and 8 bytes per element: compute 8192 / 100e9 / 0.5 = 1.6384e-7 s plus
+  // 1024 × 4 ns = 4.096e-6 s, above memory 8192 / 10e9 / 0.5 = 1.6384e-6 s; + 2 us.
+  CHECK(gelu.forwardTime == Approx(1.6384e-7 + 4.096e-6 + 2e-6));
+  // Backward: 12 FLOPs per element (12288 / 100e9 / 0.5 = 2.4576e-7 s) + 2048 × 4 ns =
+  // 8.192e-6 s, above its bytes (x, dy read, dx written: 12288 B: 2.4576e-6 s); + 2 us.
+  CHECK(gelu.backwardTime == Approx(2.4576e-7 + 8.192e-6 + 2e-6));
+  // Causal fused attention, b·h·s·s = 2·2·16·16 = 1024 scores of which (16 + 1)/32 are
+  // computed: 544 exps forward, and the backward recomputes P: 544 again.
+  const OpAnalysis &attn = t.a->ops[first(OpKind::Attention)];
+  CHECK(attn.forward.transcendentals == 544);
+  CHECK(attn.backwardTranscendentals == 544);
+  // Cross entropy over [2, 16, 64] logits: an exp per logit and a log per row forward (2048 +
+  // 32), p = exp(x − lse) per logit backward (2048).
+  const OpAnalysis &ce = t.a->ops[first(OpKind::CrossEntropy)];
+  CHECK(ce.forward.transcendentals == 2080);
+  CHECK(ce.backwardTranscendentals == 2048);
+  // A matmul evaluates none.
+  CHECK(t.a->ops[first(OpKind::Matmul)].forward.transcendentals == 0);
 }

@@ -29,6 +29,14 @@ struct MatmulSample {
   double bytes() const;
 };
 
+/// The runtime's fused causal attention (fp32, q = k = v [B, S, H·hd]), forward and backward.
+struct AttentionSample {
+  int64_t B = 0, H = 0, S = 0, hd = 0;
+  double forwardSeconds = 0, backwardSeconds = 0; ///< The fastest call of each.
+  /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/OpRules.cpp, causalFraction).
+  double scores() const;
+};
+
 /// Everything one calibration measured.
 struct Result {
   std::string cpuModel;       ///< /proc/cpuinfo "model name", or "unknown CPU"
@@ -36,8 +44,14 @@ struct Result {
   int threads = 0;            ///< OpenMP threads the runtime's kernels use.
   double memoryBytes = 0;     ///< Physical RAM.
   double triadBandwidth = 0;  ///< a[i] = b[i] + s·c[i], B/s counting 3 × 4 bytes per element.
-  double elementwiseBandwidth = 0; ///< rt::unary_fwd (gelu, fp32): B/s counting read + write.
+  double cacheBytes = 0;      ///< The L2 of one core × the threads (0: unknown).
+  double cacheBandwidth = 0;  ///< The same triad over arrays filling half of cacheBytes.
+  double elementwiseBandwidth = 0; ///< rt::unary_fwd (relu) and rt::scale, fp32: B/s counting read + write.
+  double kernelOverhead = 0;  ///< Seconds of fixed cost per runtime kernel call (0: not measurable).
+  double transcendentalTime = 0; ///< Seconds per exp with all threads (exp − relu per element).
+
   std::vector<MatmulSample> matmuls;
+  AttentionSample attention;
   bool quick = false;
   double seconds = 0;         ///< Wall time of the whole calibration.
   double loadAverage = -1;    ///< /proc/loadavg's 1-minute figure before measuring; -1 unknown.
@@ -66,6 +80,11 @@ double peakOf(const Result &r, const std::string &dtype);
 /// (so the time model's kernelTime reproduces the measured time), clamped to (0, 1], sorted by
 /// FLOPs; samples within 2% of each other's FLOPs are merged (their mean).
 std::vector<Point> curveOf(const Result &r, const std::string &dtype);
+
+/// efficiency.attention: the attention sample's FLOPs (as ir/OpRules.cpp counts fused causal
+/// attention, forward and backward) at the fp32 peak, divided by its time less its exps
+/// (transcendentalTime) and two calls (kernelOverhead); in (0, 1], 0 when not measurable.
+double attentionEfficiency(const Result &r);
 
 /// The `target host { ... }` declaration, with the measurements as comments. `when` is the
 /// date printed in the banner.

@@ -9,10 +9,26 @@
 //    neighbours). The 1-minute load average is recorded, and a busy machine is warned about.
 // 2. Memory bandwidth: a STREAM triad a = b + s·c over arrays far larger than the last-level
 //    cache, OpenMP static schedule; bytes = 3 × 4 per element (no write-allocate counted).
-// 3. Elementwise: rt::unary_fwd (gelu) and rt::scale over the same size; bytes = read + write.
-// 4. The target: peak per dtype = the best FLOP/s measured; each sample's efficiency is what
-//    makes passes/StepTime.cpp's kernelTime return the measured time; bandwidth = the triad;
-//    efficiency.elementwise = elementwise B/s ÷ triad B/s.
+//    The cache: sysconf's L2 size × the threads, and the same triad over arrays filling half of
+//    it (fastest of many calls).
+// 3. Elementwise: rt::unary_fwd (relu) and rt::scale over the same size, kernels without
+//    transcendentals (those are priced apart, 5.); bytes = read + write.
+// 4. The fixed cost of a kernel call, measured directly (a difference of two timings of
+//    microseconds drowns in their noise): rt::scale on one element (the call, its checks and
+//    bookkeeping) plus an empty OpenMP parallel region on the runtime's threads (the fork and
+//    join a kernel above 4,096 elements pays); the fastest of many single calls each.
+// 5. Transcendentals: rt::unary_fwd exp minus the same kernel with relu (same loads, stores,
+//    call and threads), on cache-resident inputs spread over [−4, 4], per element: the seconds
+//    of one evaluation with all threads. The runtime's erf is a polynomial and at most one expf
+//    (tally_math.h), tanh-form gelu one expf, so one rate prices them all.
+// 6. Attention: the runtime's fused causal attention, forward and backward, fp32, B 1, H 4,
+//    S 256, hd 64 (quick: S 128), the fastest call of each.
+// 7. The target: peak per dtype = the best FLOP/s measured; each sample's efficiency is what
+//    makes passes/StepTime.cpp's kernelTime return the measured time (with the fixed cost of
+//    the call taken out, since kernelTime adds it back); bandwidth = the triad;
+//    efficiency.elementwise = elementwise B/s ÷ triad B/s; kernel_overhead and transcendental
+//    from 4. and 5.; efficiency.attention from 6.: the attention's FLOPs (as the op rules count
+//    them) at the fp32 peak over its time less its exps and two calls' fixed cost.
 #include "tools/calibrate/Calibrate.h"
 
 #include "tally_rt.h"
@@ -151,12 +167,74 @@ Result measure(const Options &o) {
   double tTriad = timeBest(triad, 5, o.quick ? 0.02 : 0.2, 100);
   r.triadBandwidth = 3.0 * 4.0 * double(n) / tTriad;
 
+  // 2b. The cache: one core's L2 × the threads (each thread's share of a kernel's data stays in
+  // its core's L2), and the triad over arrays filling half of it, repeated.
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 > 0) {
+    r.cacheBytes = double(l2) * double(nt);
+    const int64_t nc = int64_t(r.cacheBytes / 2 / 12);
+    auto cached = [&] {
+      float *pa = a.data();
+      const float *pb = b.data(), *pc = c.data();
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int64_t i = 0; i < nc; ++i)
+        pa[i] = pb[i] + 3.0f * pc[i];
+    };
+    double tCached = timeBest(cached, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, 5000);
+    r.cacheBandwidth = 3.0 * 4.0 * double(nc) / tCached;
+  }
+
   // 3. Elementwise kernels of the runtime.
-  auto gelu = [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Gelu, b.data(), a.data(), n); };
+  auto relu = [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, b.data(), a.data(), n); };
   auto scale = [&] { rt::scale<float>(ctx, a.data(), 1.0f, n); };
-  double tGelu = timeBest(gelu, 3, o.quick ? 0.02 : 0.1, 50);
+  double tRelu = timeBest(relu, 3, o.quick ? 0.02 : 0.1, 50);
   double tScale = timeBest(scale, 3, o.quick ? 0.02 : 0.1, 50);
-  r.elementwiseBandwidth = 2.0 * 4.0 * double(n) * 2.0 / (tGelu + tScale);
+  r.elementwiseBandwidth = 2.0 * 4.0 * double(n) * 2.0 / (tRelu + tScale);
+
+  // 4. The fixed cost of a call. Single calls of a few microseconds, the fastest of many: on a
+  // shared machine a short call is likelier to run uninterrupted than a batch of them.
+  auto perCall = [&](const std::function<void()> &f) {
+    return timeBest(f, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, o.quick ? 500 : 5000);
+  };
+  double tCall = perCall([&] { rt::scale<float>(ctx, a.data(), 1.0f, 1); });
+  double tFork = perCall([&] {
+#pragma omp parallel num_threads(nt)
+    { asm volatile("" ::: "memory"); }
+  });
+  r.kernelOverhead = tCall + tFork;
+
+  // 5. Transcendentals: exp against relu over the same cache-resident elements.
+  const int64_t m = 65536;
+  for (int64_t i = 0; i < m; ++i)
+    b[size_t(i)] = -4.0f + 8.0f * float(i % 1001) / 1000.0f;
+  double tExp = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, b.data(), a.data(), m); });
+  double tRelu2 = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, b.data(), a.data(), m); });
+  r.transcendentalTime = std::max(0.0, tExp - tRelu2) / double(m);
+
+  // 6. Attention: the runtime's fused causal attention forward and backward on one shape.
+  AttentionSample &at = r.attention;
+  at.B = 1, at.H = 4, at.S = o.quick ? 128 : 256, at.hd = 64;
+  const size_t qn = size_t(at.B * at.S * at.H * at.hd);
+  std::vector<float> q(qn), k(qn), v(qn), out(qn), dO(qn), dq(qn), dk(qn), dv(qn);
+  std::vector<float> lse(size_t(at.B * at.H * at.S));
+  for (size_t i = 0; i < qn; ++i) {
+    q[i] = 0.5f * float(int(i % 13) - 6) / 6.0f;
+    k[i] = 0.5f * float(int(i % 11) - 5) / 5.0f;
+    v[i] = float(int(i % 7) - 3) / 3.0f;
+    dO[i] = float(int(i % 5) - 2) / 2.0f;
+  }
+  const float attnScale = 1.0f / std::sqrt(float(at.hd));
+  auto attnFwd = [&] {
+    rt::attention_fwd<float>(ctx, q.data(), k.data(), v.data(), out.data(), lse.data(), nullptr, at.B,
+                             at.S, at.S, at.H, at.H, at.hd, attnScale, true, 0.0f, 0, 0);
+  };
+  auto attnBwd = [&] {
+    rt::attention_bwd<float>(ctx, q.data(), k.data(), v.data(), out.data(), lse.data(), nullptr, dO.data(),
+                             dq.data(), dk.data(), dv.data(), at.B, at.S, at.S, at.H, at.H, at.hd, attnScale,
+                             true, 0.0f, 0, 0, false);
+  };
+  at.forwardSeconds = timeBest(attnFwd, 3, o.quick ? 0.01 : 0.1, 100);
+  at.backwardSeconds = timeBest(attnBwd, 3, o.quick ? 0.01 : 0.1, 100);
 
   r.seconds = since(start);
   return r;
@@ -170,6 +248,25 @@ double peakOf(const Result &r, const std::string &dtype) {
   return best;
 }
 
+double AttentionSample::scores() const {
+  return double(B) * double(H) * double(S) * double(S) * (double(S) + 1) / (2 * double(S));
+}
+
+double attentionEfficiency(const Result &r) {
+  const AttentionSample &at = r.attention;
+  double peak = peakOf(r, "fp32"), seconds = at.forwardSeconds + at.backwardSeconds;
+  if (peak <= 0 || seconds <= 0)
+    return 0;
+  // The computed (causal) scores' FLOPs, as ir/OpRules.cpp counts fused attention: forward
+  // 4·hd + 5 per score (QKᵀ, P·V, scale and softmax); backward 4·hd + 4 (dq) + 2·hd (dk) +
+  // 2·hd (dv) + 2·hd + 5 (the recomputed scores and softmax). One exp per score each way.
+  double flops = (14.0 * double(at.hd) + 14.0) * at.scores();
+  double work = seconds - 2 * at.scores() * r.transcendentalTime - 2 * r.kernelOverhead;
+  if (work <= 0)
+    return 0;
+  return std::min(1.0, flops / peak / work);
+}
+
 std::vector<Point> curveOf(const Result &r, const std::string &dtype) {
   double peak = peakOf(r, dtype);
   std::vector<Point> pts;
@@ -178,8 +275,12 @@ std::vector<Point> curveOf(const Result &r, const std::string &dtype) {
   for (const MatmulSample &m : r.matmuls) {
     if (m.dtype != dtype || m.seconds <= 0)
       continue;
-    double model = std::max(m.flops() / peak, m.bytes() / r.triadBandwidth);
-    pts.push_back({m.flops(), std::min(1.0, model / m.seconds)});
+    // The bandwidth as kernelTime picks it (passes/StepTime.cpp, hostBandwidth).
+    double bw = r.cacheBandwidth > 0 && m.bytes() <= r.cacheBytes ? r.cacheBandwidth : r.triadBandwidth;
+    double model = std::max(m.flops() / peak, m.bytes() / bw);
+    // kernelTime adds the call's fixed cost to model / efficiency: take it out here.
+    double work = m.seconds > r.kernelOverhead ? m.seconds - r.kernelOverhead : m.seconds;
+    pts.push_back({m.flops(), std::min(1.0, model / work)});
   }
   std::sort(pts.begin(), pts.end(), [](const Point &x, const Point &y) { return x.flops < y.flops; });
   // Merge samples whose FLOPs are within 2%: a curve by FLOPs holds one value there.
@@ -211,14 +312,22 @@ std::string renderTarget(const Result &r, const std::string &when) {
     os << "//   " << m.dtype << " " << m.M << " x " << m.N << " x " << m.K << ": "
        << num(m.seconds * 1e3, 4) << " ms, " << num(m.flops() / m.seconds / 1e9, 4)
        << " GFLOP/s\n";
-  os << "// STREAM triad: " << num(r.triadBandwidth / 1e9, 4)
-     << " GB/s; elementwise (gelu, scale): " << num(r.elementwiseBandwidth / 1e9, 4)
+  os << "// STREAM triad: " << num(r.triadBandwidth / 1e9, 4) << " GB/s; in the cache ("
+     << num(r.cacheBytes / 1048576.0, 4) << " MiB: L2 × threads): " << num(r.cacheBandwidth / 1e9, 4)
+     << " GB/s; elementwise (relu, scale): " << num(r.elementwiseBandwidth / 1e9, 4)
      << " GB/s.\n"
      << "// Interconnect (data parallel over MPI): " << (r.linkNote.empty() ? "not measured" : r.linkNote) << ".\n"
+     << "// kernel_overhead: the fixed cost of one runtime kernel call (scale on 1 float + an empty\n"
+     << "// OpenMP region); transcendental: one exp with all threads (exp minus relu over 65536 floats).\n"
+     << "// Attention, fused causal fp32, B " << r.attention.B << " H " << r.attention.H << " S "
+     << r.attention.S << " hd " << r.attention.hd << ": forward " << num(r.attention.forwardSeconds * 1e3, 4)
+     << " ms, backward " << num(r.attention.backwardSeconds * 1e3, 4)
+     << " ms; efficiency.attention = its FLOPs at the fp32 peak / (time − its exps − 2 calls).\n"
      << "// peak = the best FLOP/s measured per dtype; fp16 is converted like bf16 and takes\n"
      << "// bf16's numbers (not measured apart); matmul_curve = (FLOPs per call, efficiency).\n";
   double f32 = peakOf(r, "fp32"), b16 = peakOf(r, "bf16");
   double elem = r.triadBandwidth > 0 ? std::min(1.0, r.elementwiseBandwidth / r.triadBandwidth) : 1;
+  double attn = attentionEfficiency(r);
   std::vector<Point> c32 = curveOf(r, "fp32"), c16 = curveOf(r, "bf16");
   auto curve = [&](const std::vector<Point> &c) {
     std::string s = "[";
@@ -239,7 +348,16 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << " GFLOP/s, fp16 = " << num(b16 / 1e9, 6) << " GFLOP/s }\n"
      << "  efficiency { matmul = " << num(c32.empty() ? 1 : std::max(c32.back().efficiency, 1e-4), 4)
      << ", elementwise = " << num(std::max(elem, 1e-4), 4)
-     << (r.linkBandwidth > 0 ? ", communication = 1" : "") << " }\n"
+     << (r.linkBandwidth > 0 ? ", communication = 1" : "")
+     << (attn > 0 ? ", attention = " + num(std::max(attn, 1e-4), 4) : std::string()) << " }\n"
+     << (r.kernelOverhead > 0 ? "  kernel_overhead = " + num(r.kernelOverhead * 1e9, 4) + " ns\n" : "")
+     << (r.cacheBytes > 0 && r.cacheBandwidth > 0
+             ? "  cache = " + num(r.cacheBytes / 1048576.0, 6) + " MiB\n  cache_bandwidth = " +
+                   num(r.cacheBandwidth / 1e9, 6) + " GB/s\n"
+             : "")
+     << (r.transcendentalTime > 0
+             ? "  transcendental = " + num(r.transcendentalTime * 1e9, 4) + " ns\n"
+             : "")
      << "  matmul_curve {\n"
      << "    fp32 = " << curve(c32) << "\n"
      << "    bf16 = " << curve(c16) << "\n"
@@ -256,9 +374,10 @@ std::string cacheFileName() {
   std::string h;
   for (const char *p = host; *p; ++p)
     h += (std::isalnum(static_cast<unsigned char>(*p)) || *p == '-' || *p == '.') ? *p : '_';
-  // FNV-1a over the CPU model and the core count: a new CPU gets a new file.
-  // "/link": files from before the interconnect was measured are not read.
-  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/link";
+  // FNV-1a over the CPU model, the core count and the file's contents version: a new CPU gets a
+  // new file, and so does a tally that measures more (version 3: the call cost, transcendentals,
+  // the cache and attention; the interconnect), so an older calibration is not silently used.
+  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/3";
   uint32_t hash = 2166136261u;
   for (unsigned char ch : key)
     hash = (hash ^ ch) * 16777619u;

@@ -27,7 +27,7 @@ namespace tally {
 namespace calibrateopts {
 
 cl::SubCommand Calibrate("calibrate", "Measure this machine as the `host` target (matmul FLOP/s, "
-                                      "bandwidth, elementwise throughput)");
+                                      "bandwidth, elementwise throughput, call and exp costs)");
 cl::OptionCategory Cat("tally calibrate options");
 cl::opt<std::string> Output("o", cl::desc("Write the target here (default: the per-machine cache)"),
                             cl::value_desc("file"), cl::sub(Calibrate), cl::cat(Cat));
@@ -155,6 +155,8 @@ int calibrateCommand() {
   if (r.linkBandwidth > 0)
     outs() << format("  MPI all-reduce     %10.2f GB/s, %.2f us latency (2 processes)\n", r.linkBandwidth / 1e9,
                      r.linkLatency * 1e6);
+  outs() << format("  kernel call        %10.2f us fixed cost\n", r.kernelOverhead * 1e6);
+  outs() << format("  transcendental     %10.2f ns per exp\n", r.transcendentalTime * 1e9);
   for (const char *d : {"fp32", "bf16"})
     outs() << format("  matmul %-4s peak   %10.2f GFLOP/s\n", d, calibrate::peakOf(r, d) / 1e9);
   outs() << format("measured in %.2f s; written to %s\n", r.seconds, path.c_str());

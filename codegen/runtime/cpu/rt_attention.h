@@ -187,7 +187,9 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
 }
 
 /// dq, dk, dv (+)= the gradients of attention_fwd. Uses P from `scores` when materialised, else
-/// exp(scale · q·k − lse) (fp64 recomputes the lse in double). D_i = Σ_j P_ij dP_ij = dO_i · o_i.
+/// exp(scale · q·k − lse) (fp64 recomputes the lse in double). D_i = Σ_j P_ij dP_ij (dP after the
+/// dropout factor), which equals dO_i · o_i: fused mode reads o for it; materialised mode takes o
+/// = nullptr (the plan keeps P, not o) and sums P·dP over the whole row, one block of all keys.
 template <class T>
 void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, const float* lse,
                    const T* scores, const T* dO, T* dq, T* dk, T* dv, int64_t B, int64_t S, int64_t Skv,
@@ -197,7 +199,8 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   detail::KernelScope ks(ctx, "attention_bwd");
   const A sc = static_cast<A>(detail::check_attention("attention_bwd", B, S, Skv, H, Hkv, hd, scale, p));
   const AttnRows rs = detail::attention_rows("attention_bwd", rows, H, Hkv, hd);
-  detail::require(o != nullptr, "attention_bwd", "o must not be null");
+  const bool materialised = scores != nullptr;
+  detail::require(materialised || o != nullptr, "attention_bwd", "fused mode needs o");
   detail::require(scores != nullptr || lse != nullptr || detail::kExactStatsAttn<T>, "attention_bwd",
                   "fused mode needs the lse the forward saved");
   detail::blas_single_threaded();
@@ -236,9 +239,11 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       A* dQ = detail::scratch(dQv, QB * hd);
       A* dKh = detail::scratch(dKv, Skv * hd);
       A* dVh = detail::scratch(dVv, Skv * hd);
-      A* P = detail::scratch(Pv, QB * KB);
-      A* dP = detail::scratch(dPv, QB * KB);
-      A* Pd = detail::scratch(Pdv, QB * KB);
+      // Materialised mode takes each row's keys in one block (D needs the whole row of P·dP).
+      const int64_t KBlk = materialised ? std::max<int64_t>(Skv, 1) : KB;
+      A* P = detail::scratch(Pv, QB * KBlk);
+      A* dP = detail::scratch(dPv, QB * KBlk);
+      A* Pd = detail::scratch(Pdv, QB * KBlk);
       A* L = detail::scratch(Lv, QB);
       A* D = detail::scratch(Dv, QB);
       detail::stage_head(q, b, S, rs.q, h, hd, A(1), Q);
@@ -254,16 +259,19 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
         const int64_t jend = detail::visible_keys(causal, i0 + qb - 1, S, Skv);
         std::fill(dQ, dQ + qb * hd, A(0));
         for (int64_t r = 0; r < qb; ++r) {
-          const T* orow = o + (b * S + i0 + r) * qw + h * hd;
           A s = 0;
-          for (int64_t d = 0; d < hd; ++d) s += G[(i0 + r) * hd + d] * load(orow[d]);
+          if (!materialised) {
+            const T* orow = o + (b * S + i0 + r) * qw + h * hd;
+            for (int64_t d = 0; d < hd; ++d) s += G[(i0 + r) * hd + d] * load(orow[d]);
+          }
           D[r] = s;
           L[r] = (scores == nullptr && lse != nullptr) ? static_cast<A>(lse[(b * H + h) * S + i0 + r]) : A(0);
         }
         if (scores == nullptr && (detail::kExactStatsAttn<T> || lse == nullptr))
           detail::attention_rows_lse(Qs, K, i0, i0 + qb, S, Skv, hd, causal, P, L);
-        for (int64_t j0 = 0; j0 < jend; j0 += KB) {
-          const int64_t kb = std::min(KB, jend - j0);
+        const int64_t blk = materialised ? std::max<int64_t>(jend, 1) : KB;
+        for (int64_t j0 = 0; j0 < jend; j0 += blk) {
+          const int64_t kb = std::min(blk, jend - j0);
           // P of the block (0 where masked).
           if (scores == nullptr)
             detail::gemm(false, true, qb, kb, hd, 1.0f, Qs + i0 * hd, hd, K + j0 * hd, hd, 0.0f, P, kb);
@@ -292,6 +300,12 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
             }
             Pdrop = Pd;
           }
+          if (materialised) // the block is the whole visible row (P is 0 past each row's keys)
+            for (int64_t r = 0; r < qb; ++r) {
+              A s = 0;
+              for (int64_t j = 0; j < kb; ++j) s += P[r * kb + j] * dP[r * kb + j];
+              D[r] = s;
+            }
           // dV += Pdropᵀ dO.
           detail::gemm(true, false, kb, hd, qb, 1.0f, Pdrop, kb, G + i0 * hd, hd, 1.0f, dVh + j0 * hd, hd);
           // dS = scale · P (dP − D), into dP.

@@ -49,12 +49,12 @@ def main(argv):
     ap.add_argument("--dump-grads")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv[1:])
-    key = os.path.splitext(os.path.basename(a.file))[0]
-    if key not in M.BY_KEY:
+    specs = [m for m in M.MODELS if os.path.abspath(m.file) == os.path.abspath(a.file)]
+    if not specs:
         print("fake_tally: no torch model for %s" % a.file, file=sys.stderr)
         return 1
-    spec = M.BY_KEY[key]
-    if a.plan != spec.plan:
+    spec = next((m for m in specs if m.plan == a.plan), None)
+    if spec is None:
         print("fake_tally: %s has no plan %s" % (a.file, a.plan), file=sys.stderr)
         return 1
     plan = M.read_plan(spec)

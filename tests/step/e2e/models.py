@@ -1,6 +1,7 @@
 """models.py — the end-to-end check models in PyTorch, the same functions as the .tally files.
 
-mlp.tally, gpt.tally and llama.tally (this folder) written again with torch.nn.functional, with
+mlp.tally, gpt.tally (plans gpt and gpt_unfused: materialised attention, the same function) and
+llama.tally (this folder) written again with torch.nn.functional, with
 tally's semantics (docs/runtime.md, codegen/runtime/API.md): parameters are named by their tally
 path with `[i]` written `.i`; Linear.weight is [in, out] and Linear's bias is `.b`; gelu is the
 erf form; layer_norm has eps 1e-5 inside the root; RMSNorm y = x·w/√(mean(x²) + 1e-6); attention
@@ -28,9 +29,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class ModelSpec:
     """One check model: a .tally file and plan, and the same model as torch code."""
 
-    def __init__(self, key, plan, params, inputs, loss, vocab=None, seq=None):
-        self.key = key                    # the file's stem: mlp, gpt, llama
-        self.file = os.path.join(HERE, key + ".tally")
+    def __init__(self, key, plan, params, inputs, loss, vocab=None, seq=None, stem=None):
+        self.key = key                    # mlp, gpt, gpt_unfused, llama
+        self.file = os.path.join(HERE, (stem or key) + ".tally")
         self.plan = plan                  # the train plan's name in that file
         self.params = params              # [(name, shape, kind)], kind: matrix|embedding|bias|norm
         self.inputs = inputs              # [(name, "F32"|"I32", per-row shape)]
@@ -178,7 +179,8 @@ def _mlp():
     return ModelSpec("mlp", "mlp", params, [("x", "F32", (D,)), ("y", "F32", (K,))], loss)
 
 
-def _gpt():
+def _gpt(key="gpt"):
+    """gpt.tally's plan `key`: gpt (fused attention) or gpt_unfused (materialised): one function."""
     V, ctx, d, H, L = 128, 16, 64, 4, 2
     params = [("wte.weight", (V, d), "embedding"), ("wpe.weight", (ctx, d), "embedding")]
     for i in range(L):
@@ -206,7 +208,8 @@ def _gpt():
         x = F.layer_norm(x, (d,), P["lnf.weight"], P["lnf.b"], 1e-5)
         return next_token_loss(x @ P["wte.weight"].t(), tokens)
 
-    return ModelSpec("gpt", "gpt", params, [("tokens", "I32", (ctx,))], loss, vocab=V, seq=ctx)
+    return ModelSpec(key, key, params, [("tokens", "I32", (ctx,))], loss, vocab=V, seq=ctx,
+                     stem="gpt")
 
 
 def _llama():
@@ -239,7 +242,7 @@ def _llama():
     return ModelSpec("llama", "llama", params, [("tokens", "I32", (S,))], loss, vocab=V, seq=S)
 
 
-MODELS = [_mlp(), _gpt(), _llama()]
+MODELS = [_mlp(), _gpt(), _llama(), _gpt("gpt_unfused")]
 BY_KEY = {m.key: m for m in MODELS}
 
 
