@@ -29,6 +29,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import check_e2e as E  # noqa: E402
 import safetensors as st  # noqa: E402
 
 POLICIES = ["none", "full", "every(2)", "every(3)", "sqrt", "recompute_all", "selective", "auto"]
@@ -37,16 +38,11 @@ RTOL = 1e-6
 
 def main():
     tally = sys.argv[1]
-    helptext = subprocess.run([tally, "--help"], capture_output=True, text=True).stdout
-    if " run " not in helptext:
+    if not E.tally_has_run([tally]):
         print("SKIP: tally run not available")
-        return 77
-    passed = failed = 0
-
-    def result(name, ok, detail):
-        nonlocal passed, failed
-        print("%s %s: %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
-        passed, failed = passed + ok, failed + (not ok)
+        return E.SKIP
+    res = E.Results()
+    result = res.add
 
     runs = {}
     with tempfile.TemporaryDirectory() as work:
@@ -97,8 +93,8 @@ def main():
                     worst = max(worst, float(np.max(d)) / scale)
             result(p + " gradients", same_names and worst <= RTOL,
                    "%d tensors, worst difference %.2e of the tensor's scale" % (len(names), worst))
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    print("%d passed, %d failed" % (res.passed, res.failed))
+    return 1 if res.failed else 0
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import check_e2e as E  # noqa: E402
 import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
@@ -49,19 +50,14 @@ def align(n):
 
 def main():
     tally = sys.argv[1]
-    helptext = subprocess.run([tally, "--help"], capture_output=True, text=True).stdout
-    if " run " not in helptext:
+    if not E.tally_has_run([tally]):
         print("SKIP: tally run not available")
-        return 77
+        return E.SKIP
     if shutil.which("mpirun") is None:
         print("SKIP: mpirun is not installed (Debian: openmpi-bin, libopenmpi-dev); data = 2 runs under MPI")
         return 77
-    passed = failed = 0
-
-    def result(name, ok, detail):
-        nonlocal passed, failed
-        print("%s %s: %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
-        passed, failed = passed + ok, failed + (not ok)
+    res = E.Results()
+    result = res.add
 
     def close(name, a, b, rtol):
         worst, names = 0.0, sorted(b)
@@ -99,7 +95,7 @@ def main():
 
         if "dp1" not in runs:
             result("dp1 run", False, "no baseline")
-            print("%d passed, %d failed" % (passed, failed))
+            print("%d passed, %d failed" % (res.passed, res.failed))
             return 1
         base, base_w, base_g = runs["dp1"]
         for p in ["dp2", "dp2z"]:
@@ -143,8 +139,8 @@ def main():
             sharded = runs["dp2z"][0]["estimated"]["regions"]["optimizer"]
             result("dp2z optimizer is half", sharded <= unsharded // 2 + 2 * 256,
                    "%d B per rank vs %d B on one process" % (sharded, unsharded))
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    print("%d passed, %d failed" % (res.passed, res.failed))
+    return 1 if res.failed else 0
 
 
 if __name__ == "__main__":
