@@ -47,6 +47,7 @@
 // transients at the peak are the workspace.
 #include "passes/CheckpointChain.h"
 #include "passes/Passes.h"
+#include "passes/Solvers.h"
 
 #include <map>
 
@@ -76,9 +77,21 @@ struct Facts {
   std::vector<std::vector<OpId>> readers;     ///< per stored tensor: ops reading it (or a view)
   std::vector<std::vector<OpId>> savers;      ///< per stored tensor: ops whose backward keeps it
   /// per op: the stored activations it reads, those its backward keeps, those it writes
-  /// (each once), and the indexes in a.ops[o].saved of its extra buffers (no tensor)
-  std::vector<std::vector<TensorId>> reads, keeps, writes;
-  std::vector<std::vector<uint32_t>> extras;
+  /// (each once), and the indexes in a.ops[o].saved of its extra buffers (no tensor); flat
+  /// lists with per-op offsets (the layout search builds these facts thousands of times).
+  struct PerOp {
+    std::vector<uint32_t> start{0}, items;
+    llvm::ArrayRef<uint32_t> of(OpId o) const {
+      return llvm::ArrayRef<uint32_t>(items).slice(start[o], start[o + 1] - start[o]);
+    }
+    void addOnce(uint32_t x) { // to the op being built
+      if (std::find(items.begin() + start.back(), items.end(), x) == items.end())
+        items.push_back(x);
+    }
+    void close() { start.push_back(static_cast<uint32_t>(items.size())); }
+  };
+  PerOp reads, keeps, writes, extras;
+  uint32_t extraCount(OpId o) const { return extras.start[o + 1] - extras.start[o]; }
   std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
   std::vector<Copy> copies;                   ///< in the order of their first op
   std::vector<uint32_t> copyOfOp;             ///< per op: index into copies, or kNone
@@ -167,35 +180,31 @@ Facts gatherFacts(const Analysis &a) {
   f.hasBackward.assign(g.ops.size(), false);
   f.readers.assign(g.tensors.size(), {});
   f.savers.assign(g.tensors.size(), {});
-  f.reads.assign(g.ops.size(), {});
-  f.keeps.assign(g.ops.size(), {});
-  f.writes.assign(g.ops.size(), {});
-  f.extras.assign(g.ops.size(), {});
-  auto addTensor = [](std::vector<TensorId> &v, TensorId t) {
-    if (std::find(v.begin(), v.end(), t) == v.end())
-      v.push_back(t);
-  };
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const Op &op = g.ops[o];
     for (TensorId t : op.inputs) {
       f.hasBackward[o] = f.hasBackward[o] || (f.train && g.tensors[t].requiresGrad);
       if (f.isActivation(f.base[t])) {
         addOnce(f.readers[f.base[t]], o);
-        addTensor(f.reads[o], f.base[t]);
+        f.reads.addOnce(f.base[t]);
       }
     }
     for (TensorId t : op.outputs)
       if (f.isActivation(f.base[t]) && g.tensors[f.base[t]].producer == o)
-        addTensor(f.writes[o], f.base[t]);
+        f.writes.addOnce(f.base[t]);
     const auto &saved = a.ops[o].saved;
     for (uint32_t i = 0; i < saved.size(); ++i) {
       if (saved[i].tensor == kNone) {
-        f.extras[o].push_back(i);
+        f.extras.addOnce(i);
       } else if (f.isActivation(f.base[saved[i].tensor])) {
         addOnce(f.savers[f.base[saved[i].tensor]], o);
-        addTensor(f.keeps[o], f.base[saved[i].tensor]);
+        f.keeps.addOnce(f.base[saved[i].tensor]);
       }
     }
+    f.reads.close();
+    f.keeps.close();
+    f.writes.close();
+    f.extras.close();
   }
   markSplit(f);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
@@ -370,56 +379,76 @@ void addBuffer(Walk &w, TensorId t, OpId op, double size, uint32_t first, uint32
 /// (which starts it) to the backward of its producer (which consumes it).
 void liveness(const Facts &f, const Analysis &a, Walk &w) {
   const Graph &g = f.g;
-  size_t n = g.ops.size();
+  size_t n = g.ops.size(), T = g.tensors.size();
+  // Keys: a stored tensor t is key t; op o's k-th extra buffer is key T + extras.start[o] + k.
+  // Instances are kept in one list in the order they are made; `current` is each key's newest.
   struct Instance {
-    uint32_t first, last;
+    uint32_t key, first, last;
     bool saved, recomputed;
   };
-  std::vector<std::vector<Instance>> ofTensor(g.tensors.size());
-  std::vector<std::vector<std::vector<Instance>>> ofExtra(n); // per op, per extra buffer
+  std::vector<Instance> inst;
+  inst.reserve(T + f.extras.items.size());
+  std::vector<uint32_t> current(T + f.extras.items.size(), kNone);
   std::vector<uint32_t> bwd(n, kNone);
-  for (TensorId t = 0; t < g.tensors.size(); ++t)
-    if (f.base[t] == t && f.isActivation(t) && g.tensors[t].producer == kNone)
-      ofTensor[t].push_back({0, 0, false, false});
-  auto use = [](std::vector<Instance> &v, uint32_t step, bool saved) {
-    if (v.empty())
-      return;
-    v.back().last = std::max(v.back().last, step);
-    v.back().saved = v.back().saved || saved;
+  auto make = [&](uint32_t key, uint32_t step, bool again) {
+    current[key] = static_cast<uint32_t>(inst.size());
+    inst.push_back({key, step, step, false, again});
   };
+  auto use = [&](uint32_t key, uint32_t step, bool saved) {
+    if (current[key] == kNone)
+      return;
+    Instance &in = inst[current[key]];
+    in.last = std::max(in.last, step);
+    in.saved = in.saved || saved;
+  };
+  for (TensorId t = 0; t < T; ++t)
+    if (f.base[t] == t && f.isActivation(t) && g.tensors[t].producer == kNone)
+      make(t, 0, false);
   for (uint32_t i = 0; i < w.schedule.size(); ++i) {
     const ScheduleStep &st = w.schedule[i];
     OpId o = st.op;
+    uint32_t extraKey = static_cast<uint32_t>(T) + f.extras.start[o];
     if (st.kind == ScheduleStep::Backward) {
       bwd[o] = i;
-      for (TensorId t : f.keeps[o])
-        use(ofTensor[t], i, true);
-      for (auto &extra : ofExtra[o])
-        use(extra, i, true);
+      for (TensorId t : f.keeps.of(o))
+        use(t, i, true);
+      for (uint32_t k = 0; k < f.extraCount(o); ++k)
+        use(extraKey + k, i, true);
       continue;
     }
-    for (TensorId t : f.reads[o])
-      use(ofTensor[t], i, false);
+    for (TensorId t : f.reads.of(o))
+      use(t, i, false);
     bool again = st.kind == ScheduleStep::Recompute;
-    for (TensorId t : f.writes[o])
-      ofTensor[t].push_back({i, i, false, again});
-    if (f.hasBackward[o]) {
-      ofExtra[o].resize(f.extras[o].size());
-      for (auto &extra : ofExtra[o])
-        extra.push_back({i, i, false, again});
-    }
+    for (TensorId t : f.writes.of(o))
+      make(t, i, again);
+    if (f.hasBackward[o])
+      for (uint32_t k = 0; k < f.extraCount(o); ++k)
+        make(extraKey + k, i, again);
   }
-  for (TensorId t = 0; t < g.tensors.size(); ++t) {
-    if (ofTensor[t].empty())
+  // Each key's instances in the order they were made: a counting sort by key.
+  std::vector<uint32_t> from(current.size() + 1, 0), order(inst.size());
+  for (const Instance &in : inst)
+    ++from[in.key + 1];
+  for (size_t k = 0; k + 1 < from.size(); ++k)
+    from[k + 1] += from[k];
+  {
+    std::vector<uint32_t> next(from.begin(), from.end() - 1);
+    for (uint32_t i = 0; i < inst.size(); ++i)
+      order[next[inst[i].key]++] = i;
+  }
+  for (TensorId t = 0; t < T; ++t) {
+    if (from[t] == from[t + 1])
       continue;
     const Tensor &tensor = g.tensors[t];
     OpId p = tensor.producer;
     double bytes = f.bytes(t);
-    for (const Instance &in : ofTensor[t])
+    for (uint32_t j = from[t]; j < from[t + 1]; ++j) {
+      const Instance &in = inst[order[j]];
       addBuffer(w, t, p, bytes, in.first, in.last,
                 in.recomputed ? (in.saved ? "recomputed, saved" : "recomputed")
                               : (in.saved ? "saved" : "transient"),
                 in.saved ? Buffer::Saved : Buffer::Transient);
+    }
     if (!f.train || !tensor.requiresGrad || p == kNone || bwd[p] == kNone)
       continue;
     uint32_t start = kNone;
@@ -431,11 +460,14 @@ void liveness(const Facts &f, const Analysis &a, Walk &w) {
   }
   for (OpId o = 0; o < n; ++o) {
     double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
-    for (size_t k = 0; k < ofExtra[o].size(); ++k) {
-      const SavedTensor &st = a.ops[o].saved[f.extras[o][k]];
-      for (const Instance &in : ofExtra[o][k])
+    for (uint32_t k = 0; k < f.extraCount(o); ++k) {
+      uint32_t key = static_cast<uint32_t>(T) + f.extras.start[o] + k;
+      const SavedTensor &st = a.ops[o].saved[f.extras.of(o)[k]];
+      for (uint32_t j = from[key]; j < from[key + 1]; ++j) {
+        const Instance &in = inst[order[j]];
         addBuffer(w, kNone, o, st.bytes / divisor, in.first, in.last, st.what,
                   in.saved ? Buffer::Saved : Buffer::Transient);
+      }
     }
   }
 }
@@ -710,7 +742,7 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
     if (!f.hasBackward[o])
       continue;
     double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
-    for (uint32_t k : f.extras[o])
+    for (uint32_t k : f.extras.of(o))
       kept[stageOf[o]] += a.ops[o].saved[k].bytes / divisor;
   }
   // The select option: a stage's selectable ops (selective's), what dropping their outputs
@@ -723,7 +755,7 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
     uint32_t st = stageOf[o];
     selOps[st].push_back(o);
     selSeconds[st] += f.opTime[o];
-    for (TensorId t : f.writes[o]) {
+    for (TensorId t : f.writes.of(o)) {
       bool next = false;
       for (OpId r : f.readers[t])
         next = next || stageOf[r] == st + 1;
@@ -731,7 +763,7 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
         keptSel[st] -= f.bytes(t);
     }
     double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
-    for (uint32_t k : f.extras[o])
+    for (uint32_t k : f.extras.of(o))
       keptSel[st] -= a.ops[o].saved[k].bytes / divisor;
   }
   // A stage's work, measured: in the walk of `none`, the most bytes live during the stage's
@@ -1159,7 +1191,7 @@ void perBlock(const Facts &f, const Walk &w, Analysis &a) {
 
 /// The trade-off curve (Analysis::checkpoint.curve): the Pareto front of (peak per device,
 /// recompute seconds) over auto's candidates and nested plans for 3/4, 1/2 and 1/4 of its
-/// limit, or, for another policy, over none, up to 8 evenly spaced partial counts, full and
+/// limit, or, for another policy, over none, up to 4 evenly spaced partial counts, full and
 /// the plan itself. A point stays when no other needs no more memory for less recompute.
 void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Walk &w,
                    double microSteps) {
@@ -1184,7 +1216,7 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
       if (std::optional<Policy> n = nestedPolicy(f, a, a.checkpoint.limitBytes * part))
         add(n->name, static_cast<int64_t>(n->checkpointed()), walk(f, a, *n));
   } else {
-    size_t stride = std::max<size_t>(1, (L + 7) / 8);
+    size_t stride = std::max<size_t>(1, (L + 3) / 4);
     for (size_t m = 0; m < L; m += stride) {
       Policy p = partialPolicy(m, L);
       add(p.name, static_cast<int64_t>(m), walk(f, a, p));
@@ -1250,7 +1282,11 @@ void planActivations(Analysis &a) {
 
   if (plan.isTrain && !f.copies.empty()) {
     perBlock(f, w, a);
-    tradeOffCurve(f, a, p, w, microSteps);
+    // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
+    // thousands of times and read only the peak and the times (a curve there made `tally
+    // solve layout` 4× slower).
+    if (!inSolverTrial())
+      tradeOffCurve(f, a, p, w, microSteps);
   }
 
   a.livePeakBytes = w.peakSaved + w.peakOther;
