@@ -50,6 +50,7 @@
 #include "passes/Solvers.h"
 
 #include <map>
+#include <memory>
 
 #include <algorithm>
 #include <cmath>
@@ -92,6 +93,8 @@ struct Facts {
   };
   PerOp reads, keeps, writes, extras;
   uint32_t extraCount(OpId o) const { return extras.start[o + 1] - extras.start[o]; }
+  /// The nested-recomputation chain, solved on first use (nestedPolicy).
+  mutable std::shared_ptr<std::optional<struct Chain>> chain;
   std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
   std::vector<Copy> copies;                   ///< in the order of their first op
   std::vector<uint32_t> copyOfOp;             ///< per op: index into copies, or kNone
@@ -699,8 +702,24 @@ Policy sqrtPolicy(const Facts &f, const Analysis &a) {
 /// copies to run one after another (copiesContiguous).
 constexpr size_t kChainCopies = 128;
 constexpr double kChainUnits = 100, kChainMaxUnits = 2000;
+constexpr double kChainMaxScale = 2.0; ///< the largest budget tried, × the limit
 
-std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double limit) {
+/// The chain, its stages' sizes and the program solved once (docs above), for auto's limit:
+/// every budget asked of it later (auto's scale search, the curve's smaller limits) is read
+/// off the same solution.
+struct Chain {
+  std::vector<std::pair<OpId, OpId>> ranges; ///< per stage: its ops [lo, hi)
+  std::vector<std::vector<OpId>> selOps;     ///< per stage: its selectable ops
+  double unit = 0;                           ///< bytes per unit
+  std::optional<ChainSolution> solution;
+};
+
+/// The walk's bytes that a per-device limit allows (pipeline and context shares undone).
+double rawBytes(const Analysis &a, double limit) {
+  return limit * contextShare(*a.plan) / std::max(1.0, pipelineFactor(*a.plan));
+}
+
+std::optional<Chain> buildChain(const Facts &f, const Analysis &a, double limit) {
   const Graph &g = f.g;
   size_t n = g.ops.size(), L = f.copies.size();
   if (L < 2 || !copiesContiguous(f) || limit <= 0)
@@ -792,8 +811,7 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
       below += kept[s] + output;
     }
   }
-  const Plan &plan = *a.plan;
-  double raw = limit * contextShare(plan) / std::max(1.0, pipelineFactor(plan));
+  double raw = rawBytes(a, limit);
   // The unit: an eighth of the smallest stage input, so that sizes made of whole inputs (the
   // usual case: activations of one [batch, seq, d] shape and its multiples) are exact; coarser
   // when the budget would need more than kChainMaxUnits of them (sizes then round up).
@@ -804,6 +822,32 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
   double unit0 = smallest > 0 ? smallest / 8 : raw / kChainUnits;
   if (raw / unit0 > kChainMaxUnits)
     unit0 = raw / kChainMaxUnits;
+  Chain chain;
+  chain.ranges = std::move(ranges);
+  chain.selOps = std::move(selOps);
+  chain.unit = unit0;
+  if (!(unit0 > 0))
+    return chain;
+  auto units = [&](double bytes) { return static_cast<int64_t>(std::ceil(bytes / unit0)); };
+  std::vector<ChainStage> stages(S);
+  for (size_t s = 0; s < S; ++s)
+    stages[s] = {units(input[s]), units(kept[s]), units(work[s]), seconds[s],
+                 units(std::max(0.0, keptSel[s])), selSeconds[s]};
+  chain.solution.emplace(std::move(stages),
+                         static_cast<int64_t>(std::floor(kChainMaxScale * raw / unit0)));
+  return chain;
+}
+
+std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double limit,
+                                   bool searchUp = true) {
+  if (!f.chain)
+    f.chain = std::make_shared<std::optional<Chain>>(buildChain(f, a, a.checkpoint.limitBytes));
+  if (!*f.chain || !(*f.chain)->solution || limit <= 0)
+    return std::nullopt;
+  const Chain &chain = **f.chain;
+  const Plan &plan = *a.plan;
+  size_t n = f.g.ops.size();
+  double raw = rawBytes(a, limit);
   // One budget: the program's schedule, if the program finds one, and whether its walk fits.
   struct Attempt {
     bool feasible = false, fits = false;
@@ -812,23 +856,18 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
   };
   auto attempt = [&](double scale) {
     Attempt at;
-    double unit = unit0;
-    int64_t total = static_cast<int64_t>(std::floor(raw * scale / unit));
-    if (!(unit > 0) || total < 1)
+    int64_t total = std::min(static_cast<int64_t>(std::floor(raw * scale / chain.unit)),
+                             chain.solution->memory());
+    if (total < 1)
       return at;
-    auto units = [&](double bytes) { return static_cast<int64_t>(std::ceil(bytes / unit)); };
-    std::vector<ChainStage> stages(S);
-    for (size_t s = 0; s < S; ++s)
-      stages[s] = {units(input[s]), units(kept[s]), units(work[s]), seconds[s],
-                   units(std::max(0.0, keptSel[s])), selSeconds[s]};
-    ChainPlan cp = solveChain(stages, total);
+    ChainPlan cp = chain.solution->plan(total);
     if (!(at.feasible = cp.feasible))
       return at;
     Policy &p = at.policy;
     p.name = "nested";
     std::vector<bool> ran(n, false), again(n, false);
     for (const ChainAction &act : cp.actions) {
-      auto [lo, hi] = ranges[act.stage];
+      auto [lo, hi] = chain.ranges[act.stage];
       if (act.kind == ChainAction::Forward) {
         for (OpId o = lo; o < hi; ++o) {
           p.steps.push_back({ran[o] ? ScheduleStep::Recompute : ScheduleStep::Forward, o});
@@ -836,9 +875,9 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
           ran[o] = true;
         }
       } else if (act.kind == ChainAction::Reselect) {
-        for (OpId o : selOps[act.stage])
+        for (OpId o : chain.selOps[act.stage])
           p.steps.push_back({ScheduleStep::Recompute, o});
-        p.reselected += selOps[act.stage].size();
+        p.reselected += chain.selOps[act.stage].size();
       } else {
         for (OpId o = hi; o-- > lo;)
           if (f.hasBackward[o])
@@ -863,7 +902,7 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
   Attempt at1 = attempt(1.0);
   bool up = at1.fits, feasible = at1.feasible;
   keep(std::move(at1));
-  if (up) {
+  if (up && searchUp) {
     for (double scale : {1.15, 1.3, 1.5, 1.75, 2.0}) {
       Attempt at = attempt(scale);
       if (!at.fits)
@@ -1213,7 +1252,7 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
                       o.recomputeSeconds});
   if (plan.checkpoint == "auto") {
     for (double part : {0.75, 0.5, 0.25})
-      if (std::optional<Policy> n = nestedPolicy(f, a, a.checkpoint.limitBytes * part))
+      if (std::optional<Policy> n = nestedPolicy(f, a, a.checkpoint.limitBytes * part, false))
         add(n->name, static_cast<int64_t>(n->checkpointed()), walk(f, a, *n));
   } else {
     size_t stride = std::max<size_t>(1, (L + 3) / 4);

@@ -10,30 +10,22 @@
 namespace tally {
 
 namespace {
-
 constexpr double kInf = std::numeric_limits<double>::infinity();
+size_t pairIndex(size_t s, size_t t) { return t * (t + 1) / 2 + s; }
+} // namespace
 
-/// Cost(s, t, ·) depends only on the stages s..t, so ranges holding the same sequence of
-/// stages share one row: a chain of L identical copies between a head and a tail has O(L)
-/// distinct ranges, not O(L²). Ranges are interned by length: id(s, t) = the id of the pair
-/// (id(s, t − 1), the id of stage t).
-struct Table {
-  size_t stages;
-  int64_t memory;
-  std::vector<uint32_t> rangeId; ///< per (s ≤ t): its row
-  std::vector<double> cost;      ///< per (row, m)
-  std::vector<int32_t> how;      ///< -1 leaf, 0 keep, -3 select, s' − s > 0 drop up to s'
-  size_t pair(size_t s, size_t t) const { return t * (t + 1) / 2 + s; }
-  size_t at(size_t s, size_t t, int64_t m) const {
-    return static_cast<size_t>(rangeId[pair(s, t)]) * static_cast<size_t>(memory + 1) +
-           static_cast<size_t>(m);
-  }
-};
+// Cost(s, t, ·) depends only on the stages s..t, so ranges holding the same sequence of
+// stages share one row: a chain of L identical copies between a head and a tail has O(L)
+// distinct ranges, not O(L²). Ranges are interned by length: id(s, t) = the id of the pair
+// (id(s, t − 1), the id of stage t).
+size_t ChainSolution::at(size_t s, size_t t, int64_t m) const {
+  return static_cast<size_t>(rangeId_[pairIndex(s, t)]) * static_cast<size_t>(memory_ + 1) +
+         static_cast<size_t>(m);
+}
 
-void emit(const Table &tab, const std::vector<ChainStage> &st, const std::vector<int64_t> &out,
-          size_t s, size_t t, int64_t m, std::vector<ChainAction> &actions) {
-  // how is relative to the row's first range; shift a split point to this range's start.
-  int32_t how = tab.how[tab.at(s, t, m)];
+void ChainSolution::emit(size_t s, size_t t, int64_t m, std::vector<ChainAction> &actions) const {
+  // how is relative to the row's first range; a split point is shifted to this range's start.
+  int32_t how = how_[at(s, t, m)];
   auto forward = [&](size_t a, size_t b) {
     for (size_t i = a; i < b; ++i)
       actions.push_back({ChainAction::Forward, static_cast<uint32_t>(i)});
@@ -43,35 +35,36 @@ void emit(const Table &tab, const std::vector<ChainStage> &st, const std::vector
     actions.push_back({ChainAction::Backward, static_cast<uint32_t>(s)});
   } else if (how == 0) { // keep stage s
     forward(s, s + 1);
-    emit(tab, st, out, s + 1, t, m - st[s].kept - out[s], actions);
+    emit(s + 1, t, m - st_[s].kept - out_[s], actions);
     actions.push_back({ChainAction::Backward, static_cast<uint32_t>(s)});
   } else if (how == -3) { // keep stage s but its selective ops' outputs
     forward(s, s + 1);
-    emit(tab, st, out, s + 1, t, m - st[s].keptSelective - out[s], actions);
+    emit(s + 1, t, m - st_[s].keptSelective - out_[s], actions);
     actions.push_back({ChainAction::Reselect, static_cast<uint32_t>(s)});
     actions.push_back({ChainAction::Backward, static_cast<uint32_t>(s)});
   } else { // drop s..s'-1, keep the input of s' (how = s' − s)
     size_t sp = s + static_cast<size_t>(how);
     forward(s, sp);
-    emit(tab, st, out, sp, t, m - st[sp].input, actions);
-    emit(tab, st, out, s, sp - 1, m, actions);
+    emit(sp, t, m - st_[sp].input, actions);
+    emit(s, sp - 1, m, actions);
   }
 }
 
-} // namespace
-
-ChainPlan solveChain(const std::vector<ChainStage> &st, int64_t memory) {
-  ChainPlan plan;
+ChainSolution::ChainSolution(std::vector<ChainStage> stages, int64_t memory)
+    : st_(std::move(stages)), memory_(std::max<int64_t>(memory, 0)) {
+  const std::vector<ChainStage> &st = st_;
   size_t S = st.size();
-  if (S == 0 || memory < 0)
-    return plan;
-  std::vector<int64_t> out(S, 0), need(S, 0);
+  if (S == 0)
+    return;
+  std::vector<int64_t> need(S, 0);
+  out_.assign(S, 0);
   std::vector<double> prefix(S + 1, 0); // prefix[i]: forward seconds of stages 0..i-1
   for (size_t s = 0; s < S; ++s) {
-    out[s] = s + 1 < S ? st[s + 1].input : 0;
-    need[s] = st[s].kept + out[s] + st[s].work;
+    out_[s] = s + 1 < S ? st[s + 1].input : 0;
+    need[s] = st[s].kept + out_[s] + st[s].work;
     prefix[s + 1] = prefix[s] + st[s].forward;
   }
+  const std::vector<int64_t> &out = out_;
   // A stage's identity includes its output (the next stage's input): it is in need(s).
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, double, int64_t, double>, uint32_t>
       stageIds;
@@ -82,24 +75,24 @@ ChainPlan solveChain(const std::vector<ChainStage> &st, int64_t memory) {
                                                   st[s].selective),
                                   static_cast<uint32_t>(stageIds.size()))
                      .first->second;
-  Table tab{S, memory, std::vector<uint32_t>(S * (S + 1) / 2), {}, {}};
+  rangeId_.assign(S * (S + 1) / 2, 0);
   std::vector<std::pair<size_t, size_t>> rows; // each row's first range
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> rangeIds;
   for (size_t len = 1; len <= S; ++len)
     for (size_t s = 0; s + len <= S; ++s) {
       size_t t = s + len - 1;
       auto key = len == 1 ? std::make_pair(UINT32_MAX, stageId[s])
-                          : std::make_pair(tab.rangeId[tab.pair(s, t - 1)], stageId[t]);
+                          : std::make_pair(rangeId_[pairIndex(s, t - 1)], stageId[t]);
       auto [it, fresh] = rangeIds.emplace(key, static_cast<uint32_t>(rows.size()));
       if (fresh)
         rows.push_back({s, t});
-      tab.rangeId[tab.pair(s, t)] = it->second;
+      rangeId_[pairIndex(s, t)] = it->second;
     }
-  size_t cells = rows.size() * static_cast<size_t>(memory + 1);
-  tab.cost.assign(cells, kInf);
-  tab.how.assign(cells, -2);
+  size_t cells = rows.size() * static_cast<size_t>(memory_ + 1);
+  cost_.assign(cells, kInf);
+  how_.assign(cells, -2);
   for (auto [s, t] : rows) { // by length: every row a range needs is filled before it
-    for (int64_t m = 0; m <= memory; ++m) {
+    for (int64_t m = 0; m <= memory_; ++m) {
       double best = kInf;
       int32_t how = -2;
       if (need[s] <= m) {
@@ -107,12 +100,12 @@ ChainPlan solveChain(const std::vector<ChainStage> &st, int64_t memory) {
           best = st[s].forward, how = -1;
         } else {
           int64_t rest = m - st[s].kept - out[s];
-          double c = st[s].forward + tab.cost[tab.at(s + 1, t, rest)];
+          double c = st[s].forward + cost_[at(s + 1, t, rest)];
           if (c < best)
             best = c, how = 0;
           if (st[s].selective > 0 && st[s].keptSelective < st[s].kept) {
             int64_t more = m - st[s].keptSelective - out[s];
-            double cs = st[s].forward + st[s].selective + tab.cost[tab.at(s + 1, t, more)];
+            double cs = st[s].forward + st[s].selective + cost_[at(s + 1, t, more)];
             if (cs < best)
               best = cs, how = -3;
           }
@@ -122,22 +115,34 @@ ChainPlan solveChain(const std::vector<ChainStage> &st, int64_t memory) {
         int64_t rest = m - st[sp].input;
         if (rest < 0)
           continue;
-        double c = prefix[sp] - prefix[s] + tab.cost[tab.at(sp, t, rest)] +
-                   tab.cost[tab.at(s, sp - 1, m)];
+        double c = prefix[sp] - prefix[s] + cost_[at(sp, t, rest)] + cost_[at(s, sp - 1, m)];
         if (c < best)
           best = c, how = static_cast<int32_t>(sp - s);
       }
-      tab.cost[tab.at(s, t, m)] = best;
-      tab.how[tab.at(s, t, m)] = how;
+      cost_[at(s, t, m)] = best;
+      how_[at(s, t, m)] = how;
     }
   }
-  double total = tab.cost[tab.at(0, S - 1, memory)];
+}
+
+ChainPlan ChainSolution::plan(int64_t m) const {
+  ChainPlan plan;
+  size_t S = st_.size();
+  if (S == 0 || m < 0 || m > memory_)
+    return plan;
+  double total = cost_[at(0, S - 1, m)];
   if (total == kInf)
     return plan;
   plan.feasible = true;
   plan.forwardTime = total;
-  emit(tab, st, out, 0, S - 1, memory, plan.actions);
+  emit(0, S - 1, m, plan.actions);
   return plan;
+}
+
+ChainPlan solveChain(const std::vector<ChainStage> &st, int64_t memory) {
+  if (st.empty() || memory < 0)
+    return ChainPlan();
+  return ChainSolution(st, memory).plan(memory);
 }
 
 } // namespace tally

@@ -31,6 +31,7 @@
 //   of identical copies between a head and a tail, O(S²) at worst.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -58,6 +59,27 @@ struct ChainPlan {
   bool feasible = false;
   double forwardTime = 0;    ///< every forward run, first runs included
   std::vector<ChainAction> actions;
+};
+
+/// The program solved once for every free memory 0..memory: plan(m) for any m ≤ memory is
+/// read off the same table, so several budgets (auto's scale search, the trade-off curve)
+/// cost one solve.
+class ChainSolution {
+public:
+  ChainSolution(std::vector<ChainStage> stages, int64_t memory);
+  /// The least-forward-time schedule within m units (m ≤ the memory solved for).
+  ChainPlan plan(int64_t m) const;
+  int64_t memory() const { return memory_; }
+
+private:
+  std::vector<ChainStage> st_;
+  int64_t memory_;
+  std::vector<int64_t> out_;
+  std::vector<uint32_t> rangeId_; ///< per range (s ≤ t): its row
+  std::vector<double> cost_;      ///< per (row, m)
+  std::vector<int32_t> how_;      ///< -1 leaf, 0 keep, -3 select, s' − s > 0 drop up to s'
+  size_t at(size_t s, size_t t, int64_t m) const;
+  void emit(size_t s, size_t t, int64_t m, std::vector<ChainAction> &actions) const;
 };
 
 /// The least-forward-time schedule of the chain within `memory` units (the model above).

@@ -17,6 +17,16 @@
 using namespace tally;
 using namespace tally::test;
 
+// The sanitizer build (docs/reliability.md) runs everything 10-30x slower; timings are not
+// checked there. GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+#define TALLY_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TALLY_UNDER_ASAN 1
+#endif
+#endif
+
 namespace {
 
 /// Replaces every `{NAME}` in `text`.
@@ -637,7 +647,9 @@ target Small {
       partial = o.recomputeFlops;
   REQUIRE(partial > 0);
   CHECK(a.flops.recompute <= partial);
+#ifndef TALLY_UNDER_ASAN
   CHECK(seconds < 5); // a debug-free build answers in well under one (docs/memory.md)
+#endif              // (ASan runs it 10-30x slower: timing is not checked there)
 }
 
 TEST_CASE("activations: recompute_all keeps O(1) blocks and re-runs L(L+1)/2 block forwards",
