@@ -1,6 +1,8 @@
 // The IR graph's small helpers: op names and classes, building, shape formatting, verification.
 #include "ir/Graph.h"
 
+#include <type_traits>
+
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -8,6 +10,9 @@
 #include <unordered_set>
 
 namespace tally {
+
+static_assert(std::is_nothrow_move_constructible_v<Tensor> && std::is_nothrow_move_constructible_v<Op>,
+              "graphs grow by moving their tensors and ops");
 
 namespace {
 struct OpEntry {

@@ -103,6 +103,15 @@ struct Tensor {
   Layout layout;              ///< strides and offset in the storage of viewOf (or its own)
   TensorId gradOf = kNone;    ///< Gradient tensors: the tensor whose gradient this is
   std::string name;           ///< inputs and parameters: their name; activations: ""
+
+  // Moves are declared noexcept so that std::vector<Tensor> moves (not copies) its elements
+  // when it grows: llvm::SmallVector's move constructor is not noexcept, which made every
+  // reallocation of a 10,000-layer graph copy each shape and name (issue 12).
+  Tensor() = default;
+  Tensor(const Tensor &) = default;
+  Tensor(Tensor &&) noexcept = default;
+  Tensor &operator=(const Tensor &) = default;
+  Tensor &operator=(Tensor &&) noexcept = default;
 };
 
 /// One axis of a `slice` view (`x[:, 0]`, `x[:, 1:]`): the first index taken, how many, the
@@ -148,7 +157,7 @@ struct OpAttrs {
 };
 
 struct Op {
-  OpKind kind;
+  OpKind kind = OpKind::Matmul;
   llvm::SmallVector<TensorId, 3> inputs;
   llvm::SmallVector<TensorId, 3> outputs;
   OpAttrs attrs;
@@ -160,6 +169,13 @@ struct Op {
   /// Backward ops: which outputs add into a gradient another op already wrote (a tensor read
   /// twice gets one gradient, summed in place: bit i for output i).
   uint32_t accumulate = 0;
+
+  // noexcept moves: std::vector<Op> moves its elements when it grows (see Tensor).
+  Op() = default;
+  Op(const Op &) = default;
+  Op(Op &&) noexcept = default;
+  Op &operator=(const Op &) = default;
+  Op &operator=(Op &&) noexcept = default;
 };
 
 /// A learned parameter, declared once by `param` in some block instance.

@@ -18,7 +18,9 @@
 // 5. A broken lower bound on MFU proposes the smallest larger micro-batch that reaches it and
 //    fits in memory (or the best that fits, when it raises MFU by 1% of itself or more), and
 //    dropping recompute (checkpoint = none) when that fits.
-// Inside a solver's trial (a candidate plan being analysed) budgets are not checked.
+// Inside a solver's trial (a candidate plan being analysed) budgets are not checked. Every fix
+// of one plan shares one Trials (passes/Solvers.h): each distinct graph is lowered and
+// differentiated once, each candidate priced once.
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
 
@@ -97,7 +99,8 @@ std::string accumulationText(const Plan &p) {
 // ---- fixes -------------------------------------------------------------------------------
 
 /// Step 3: fixes for a peak memory per device above `limit`.
-std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, double limit) {
+std::vector<std::string> memoryFixes(Trials &trials, double limit) {
+  const Analysis &a = trials.base();
   std::vector<std::string> notes;
   const Plan &plan = *a.plan;
   auto fits = [&](const Trial &t) { return t.peak <= limit; };
@@ -111,7 +114,7 @@ std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, 
         continue;
       Plan p = plan;
       p.checkpoint = policy;
-      std::optional<Trial> t = tryPlan(a, p, relower);
+      std::optional<Trial> t = trials.run(p);
       if (!t)
         continue;
       if (fits(*t) && (best.empty() || t->executedFlops < bestT.executedFlops))
@@ -145,7 +148,7 @@ std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, 
   // A smaller micro-batch (more accumulation steps).
   if (plan.isTrain && plan.microBatch > 1) {
     std::vector<std::pair<int64_t, double>> tried;
-    if (auto c = largestMicroBatch(a, relower, limit, plan.microBatch - 1, &tried))
+    if (auto c = largestMicroBatch(trials, limit, plan.microBatch - 1, &tried))
       notes.push_back("micro_batch = " + std::to_string(c->plan.microBatch) + " fits in " +
                       formatBytes(c->trial.peak) + " (" + accumulationText(c->plan) + ")");
     else if (!tried.empty())
@@ -160,7 +163,7 @@ std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, 
     for (; stage <= 3; ++stage) {
       Plan p = plan;
       p.parallel.zero = stage;
-      last = tryPlan(a, p, relower);
+      last = trials.run(p);
       if (last && fits(*last))
         break;
     }
@@ -174,9 +177,9 @@ std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, 
   // derived micro-batch).
   // A layout on as many devices as now is the ZeRO note again: only other counts are named.
   if (plan.isTrain) {
-    std::optional<Candidate> c = fewestDevices(a, relower, plan.parallel.zero, fits);
+    std::optional<Candidate> c = fewestDevices(trials, plan.parallel.zero, fits);
     if (!c && plan.parallel.zero < 3)
-      c = fewestDevices(a, relower, 3, fits);
+      c = fewestDevices(trials, 3, fits);
     if (c && c->plan.parallel.devices != plan.parallel.devices)
       notes.push_back(layout(c->plan) + " fits in " + formatBytes(c->trial.peak));
   }
@@ -184,8 +187,8 @@ std::vector<std::string> memoryFixes(const Analysis &a, const Relower &relower, 
 }
 
 /// Step 4: the fewest devices whose step time (or run time) meets `limit`, still in memory.
-std::vector<std::string> timeFixes(const Analysis &a, const Relower &relower, double limit,
-                                   bool runTime) {
+std::vector<std::string> timeFixes(Trials &trials, double limit, bool runTime) {
+  const Analysis &a = trials.base();
   std::vector<std::string> notes;
   const Plan &plan = *a.plan;
   if (!plan.isTrain)
@@ -195,7 +198,7 @@ std::vector<std::string> timeFixes(const Analysis &a, const Relower &relower, do
     double v = runTime ? t.runTime : t.stepTime;
     return v > 0 && v <= limit && t.peak <= mem;
   };
-  if (auto c = fewestDevices(a, relower, plan.parallel.zero, meets)) {
+  if (auto c = fewestDevices(trials, plan.parallel.zero, meets)) {
     double v = runTime ? c->trial.runTime : c->trial.stepTime;
     notes.push_back(layout(c->plan) + " gives a " + (runTime ? "run time" : "step time") +
                     " of " + formatDuration(v) + " in " + formatBytes(c->trial.peak) +
@@ -212,7 +215,8 @@ std::vector<std::string> timeFixes(const Analysis &a, const Relower &relower, do
 }
 
 /// Step 5: a larger micro-batch, or less recompute, that raises MFU to `target`.
-std::vector<std::string> mfuFixes(const Analysis &a, const Relower &relower, double target) {
+std::vector<std::string> mfuFixes(Trials &trials, double target) {
+  const Analysis &a = trials.base();
   std::vector<std::string> notes;
   const Plan &plan = *a.plan;
   if (!plan.isTrain)
@@ -225,7 +229,7 @@ std::vector<std::string> mfuFixes(const Analysis &a, const Relower &relower, dou
     Plan p = plan;
     p.microBatch = mb;
     p.microBatchGiven = true;
-    std::optional<Trial> t = tryPlan(a, p, relower);
+    std::optional<Trial> t = trials.run(p);
     if (!t || t->peak > mem)
       continue;
     if (t->mfu >= target) {
@@ -251,7 +255,7 @@ std::vector<std::string> mfuFixes(const Analysis &a, const Relower &relower, dou
   if (plan.checkpoint != "none") {
     Plan p = plan;
     p.checkpoint = "none";
-    std::optional<Trial> t = tryPlan(a, p, relower);
+    std::optional<Trial> t = trials.run(p);
     if (t && t->peak <= mem && t->mfu > a.time.mfu * 1.01)
       notes.push_back("checkpoint = none (no recompute) " +
                       std::string(t->mfu >= target ? "reaches MFU " : "raises MFU to ") +
@@ -294,6 +298,7 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
     llvm::SMRange range = where != plan.settingRanges.end() ? where->second : llvm::SMRange();
     diags.report(DiagKind::InvalidValue, range.Start, a.checkpoint.error).range(range);
   }
+  Trials trials(a, relower); // every fix below shares its trials' work
   for (const BudgetSpec &b : plan.budgets) {
     switch (b.metric) {
     case BudgetMetric::MemoryPerDevice: {
@@ -303,7 +308,7 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
       report(diags, b,
              "peak memory per device " + formatBytes(peak) + breaks(b) +
                  trimZeros(formatBytes(b.value)),
-             b.atMost ? memoryFixes(a, relower, b.value) : std::vector<std::string>{});
+             b.atMost ? memoryFixes(trials, b.value) : std::vector<std::string>{});
       break;
     }
     case BudgetMetric::StepTime: {
@@ -312,7 +317,7 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
         break;
       report(diags, b,
              "step time " + formatDuration(step) + breaks(b) + formatDuration(b.value),
-             b.atMost ? timeFixes(a, relower, b.value, false) : std::vector<std::string>{});
+             b.atMost ? timeFixes(trials, b.value, false) : std::vector<std::string>{});
       break;
     }
     case BudgetMetric::Mfu: {
@@ -320,7 +325,7 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
       if (!broken(b, mfu))
         break;
       report(diags, b, "MFU " + percent(mfu) + breaks(b) + percent(b.value),
-             b.atMost ? std::vector<std::string>{} : mfuFixes(a, relower, b.value));
+             b.atMost ? std::vector<std::string>{} : mfuFixes(trials, b.value));
       break;
     }
     case BudgetMetric::RunTime: {
@@ -335,7 +340,7 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
       if (!broken(b, run))
         break;
       report(diags, b, "run time " + formatDuration(run) + breaks(b) + formatDuration(b.value),
-             b.atMost ? timeFixes(a, relower, b.value, true) : std::vector<std::string>{});
+             b.atMost ? timeFixes(trials, b.value, true) : std::vector<std::string>{});
       break;
     }
     }
@@ -356,7 +361,7 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
                               " exceeds the " + formatBytes(device) + " of one " +
                               plan.target.name);
     d.range(range);
-    for (const std::string &n : memoryFixes(a, relower, device))
+    for (const std::string &n : memoryFixes(trials, device))
       d.note(llvm::SMLoc(), n);
   }
 }

@@ -247,6 +247,73 @@ std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const 
   return trialOf(analyze(*graph, candidate, quiet));
 }
 
+namespace {
+
+/// Do two candidates of one base plan price the same? They differ from the base only in the
+/// fields a search changes; these are compared (and the graph's).
+bool samePricing(const Plan &a, const Plan &b) {
+  const Parallelism &x = a.parallel, &y = b.parallel;
+  return sameGraph(a, b) && a.microBatchGiven == b.microBatchGiven &&
+         a.checkpoint == b.checkpoint && a.target.name == b.target.name &&
+         a.tokens == b.tokens && x.devices == y.devices && x.data == y.data &&
+         x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&
+         x.expert == y.expert && x.zero == y.zero && x.interleave == y.interleave &&
+         x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap &&
+         x.order == y.order;
+}
+
+} // namespace
+
+/// One lowered graph and its graph-only passes, shared by the candidates that lower to it.
+struct Trials::GraphPart {
+  Plan plan;                  ///< the first candidate with this graph (analyzeGraph's plan)
+  std::optional<Graph> owned; ///< a re-lowered graph (the base's graph is not copied)
+  std::optional<Analysis> part; ///< nullopt when the graph could not be lowered
+};
+
+Trials::Trials(const Analysis &base, Relower relower)
+    : base_(base), relower_(std::move(relower)) {}
+
+Trials::~Trials() = default;
+
+std::optional<Trial> Trials::run(const Plan &candidate) {
+  for (const auto &[plan, trial] : done_)
+    if (samePricing(plan, candidate))
+      return trial;
+  TrialGuard guard;
+  GraphPart *gp = nullptr;
+  for (const auto &g : graphs_)
+    if (sameGraph(g->plan, candidate) &&
+        g->plan.precision.preset == candidate.precision.preset &&
+        g->plan.optimizer.name == candidate.optimizer.name)
+      gp = g.get();
+  if (!gp) {
+    graphs_.push_back(std::make_unique<GraphPart>());
+    gp = graphs_.back().get();
+    gp->plan = candidate;
+    const Graph *graph = base_.graph;
+    if (!sameGraph(*base_.plan, candidate)) {
+      if (relower_)
+        gp->owned = relower_(candidate);
+      graph = gp->owned ? &*gp->owned : nullptr;
+    }
+    if (graph) {
+      gp->part = analyzeGraph(*graph, gp->plan);
+      gp->part->plan = nullptr; // analyzeLayout sets each candidate's plan
+    }
+  }
+  std::optional<Trial> out;
+  if (gp->part) {
+    llvm::SourceMgr sm;
+    DiagnosticEngine quiet(sm);
+    quiet.setOutput(nullptr);
+    ++layouts_;
+    out = trialOf(analyzeLayout(*gp->part, candidate, quiet));
+  }
+  done_.push_back({candidate, out});
+  return out;
+}
+
 double accumulationSteps(const Plan &plan) {
   return static_cast<double>(plan.batch) /
          (static_cast<double>(plan.microBatch) * static_cast<double>(plan.parallel.data));
@@ -259,9 +326,9 @@ std::vector<int64_t> microBatchCandidates(const Plan &plan) {
   return powersOfTwo(std::max<int64_t>(1, plan.batch / data));
 }
 
-std::optional<Candidate> largestMicroBatch(const Analysis &a, const Relower &relower,
-                                           double memoryLimit, int64_t atMost,
+std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, int64_t atMost,
                                            std::vector<std::pair<int64_t, double>> *tried) {
+  const Analysis &a = trials.base();
   std::vector<int64_t> cands = microBatchCandidates(*a.plan);
   for (auto it = cands.rbegin(); it != cands.rend(); ++it) {
     if (atMost > 0 && *it > atMost)
@@ -269,7 +336,7 @@ std::optional<Candidate> largestMicroBatch(const Analysis &a, const Relower &rel
     Plan p = *a.plan;
     p.microBatch = *it;
     p.microBatchGiven = true;
-    std::optional<Trial> t = tryPlan(a, p, relower);
+    std::optional<Trial> t = trials.run(p);
     if (!t)
       continue;
     if (tried)
@@ -280,10 +347,10 @@ std::optional<Candidate> largestMicroBatch(const Analysis &a, const Relower &rel
   return std::nullopt;
 }
 
-std::optional<Candidate> fewestDevices(const Analysis &a, const Relower &relower, int zero,
+std::optional<Candidate> fewestDevices(Trials &trials, int zero,
                                        const std::function<bool(const Trial &)> &goal,
                                        std::vector<Candidate> *tried) {
-  const Plan &base = *a.plan;
+  const Plan &base = *trials.base().plan;
   int64_t modelParallel =
       base.parallel.tensor * base.parallel.pipeline * std::max<int64_t>(1, base.parallel.context);
   bool keepMicro = base.microBatchGiven;
@@ -302,7 +369,7 @@ std::optional<Candidate> fewestDevices(const Analysis &a, const Relower &relower
     p.parallel.zero = zero;
     if (!keepMicro)
       p.microBatch = base.batch / data;
-    std::optional<Trial> t = tryPlan(a, p, relower);
+    std::optional<Trial> t = trials.run(p);
     if (t && tried)
       tried->push_back({p, *t});
     if (t && goal(*t))
@@ -337,7 +404,8 @@ SolverAnswer solveMicroBatch(const Analysis &a, const Relower &relower, double m
                                   : " is not whole; candidates: powers of two, largest first"));
   r.derivation.push_back(limitLine(plan, memoryLimit));
   std::vector<std::pair<int64_t, double>> tried;
-  std::optional<Candidate> best = largestMicroBatch(a, relower, memoryLimit, 0, &tried);
+  Trials trials(a, relower);
+  std::optional<Candidate> best = largestMicroBatch(trials, memoryLimit, 0, &tried);
   for (const auto &[mb, peak] : tried)
     r.derivation.push_back("micro_batch = " + std::to_string(mb) + ": peak " + formatBytes(peak) +
                            " per device, " + fitsWord(peak, memoryLimit));
@@ -376,9 +444,9 @@ SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memo
               numberInput("memory_limit", memoryLimit)};
   auto fits = [&](const Trial &t) { return t.peak <= memoryLimit; };
   std::vector<Candidate> tried;
-  std::optional<Candidate> found = fewestDevices(a, relower, par.zero, fits, &tried);
-  std::optional<Candidate> zero3 =
-      par.zero >= 3 ? found : fewestDevices(a, relower, 3, fits);
+  Trials trials(a, relower);
+  std::optional<Candidate> found = fewestDevices(trials, par.zero, fits, &tried);
+  std::optional<Candidate> zero3 = par.zero >= 3 ? found : fewestDevices(trials, 3, fits);
 
   r.derivation.push_back("kept: tensor × pipeline = " + std::to_string(par.tensor) + " × " +
                          std::to_string(par.pipeline) + ", zero = " + std::to_string(par.zero) +

@@ -441,3 +441,70 @@ TEST_CASE("layout: the search's layouts satisfy the constraints and fit", "[solv
   CHECK(nine.best.empty());
   CHECK(nine.error.find("do not factor") != std::string::npos);
 }
+
+// ---- shared trials -----------------------------------------------------------------------
+
+namespace {
+
+void sameTrial(const std::optional<Trial> &x, const std::optional<Trial> &y) {
+  REQUIRE(x.has_value() == y.has_value());
+  if (!x)
+    return;
+  // Exact: the shared trial runs the same passes on the same graph as a whole analysis.
+  CHECK(x->peak == y->peak);
+  CHECK(x->activations == y->activations);
+  CHECK(x->stepFlops == y->stepFlops);
+  CHECK(x->executedFlops == y->executedFlops);
+  CHECK(x->stepTime == y->stepTime);
+  CHECK(x->runTime == y->runTime);
+  CHECK(x->mfu == y->mfu);
+}
+
+} // namespace
+
+TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once", "[solvers]") {
+  for (const char *file : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally"}) {
+    INFO(file);
+    Compiled t(fromFile, example(file));
+    Relower relower = t.relower();
+    const Analysis &a = *t.a;
+    const Plan &base = *t.c.plan;
+    Trials trials(a, relower);
+    std::vector<Plan> cands;
+    for (const char *policy : {"none", "full", "sqrt", "selective", "auto"}) {
+      Plan p = base;
+      p.checkpoint = policy;
+      cands.push_back(p);
+    }
+    for (int zero = 0; zero <= 3; ++zero) {
+      Plan p = base;
+      p.parallel.zero = zero;
+      cands.push_back(p);
+    }
+    std::vector<int64_t> mbs;
+    for (int64_t mb : microBatchCandidates(base))
+      if (mb <= 2 * base.microBatch && mbs.size() < 3)
+        mbs.push_back(mb);
+    for (int64_t mb : mbs) {
+      Plan p = base;
+      p.microBatch = mb;
+      p.microBatchGiven = true;
+      cands.push_back(p);
+      p.checkpoint = "full";
+      cands.push_back(p);
+    }
+    for (const Plan &p : cands)
+      sameTrial(trials.run(p), tryPlan(a, p, relower));
+    int layouts = trials.layoutsAnalysed();
+    // One graph for the base's micro-batch, one per other micro-batch.
+    int otherMicroBatches = 0;
+    for (int64_t mb : mbs)
+      otherMicroBatches += mb != base.microBatch;
+    CHECK(trials.graphsAnalysed() == 1 + otherMicroBatches);
+    // Asked again: answered from memory, no new analysis.
+    for (const Plan &p : cands)
+      sameTrial(trials.run(p), tryPlan(a, p, relower));
+    CHECK(trials.layoutsAnalysed() == layouts);
+    CHECK(layouts < static_cast<int>(cands.size())); // the base's own layout repeats in the list
+  }
+}
