@@ -664,27 +664,95 @@ size_t everyLength(const std::string &req) {
 /// `sqrt`: every copy checkpointed, in segments of the length k in 1..L whose walk needs the
 /// least activations + workspace per device (ties: less recompute time, then the shorter
 /// segment). Chen et al. (2016) choose k ≈ √(L·x/A) for blocks keeping A bytes on an input of
-/// x bytes; measuring every k with the real buffers finds that minimum without the model.
-/// Up to kSqrtAllLengths copies every k is walked; beyond, only the least k of each segment
-/// count ⌈L/k⌉ (about 2√L walks instead of L: the same inputs kept, the shortest segments).
-/// 64, not more: a walk costs O(ops), so walking every k made sqrt (and the device-memory fix
-/// notes that try it) quadratic: 4.6 s for 1,000 GPT blocks, 63 walks instead of 1,000 now.
+/// x bytes; measuring the real buffers' walks finds that minimum without trusting the model.
+/// Candidates: every k up to kSqrtAllLengths copies; beyond, only the least k of each segment
+/// count ⌈L/k⌉ (about 2√L of them: the same inputs kept, the shortest segments).
+/// Up to kSqrtWalkAll candidates every one is walked. Beyond, a walk costs O(ops) and walking
+/// 2√L of them made sqrt — and the device-memory fixes that try it — grow as L^1.5 (200
+/// walks, 20 s, for 10,000 GPT blocks), so: three walks (k = 1, the middle candidate, k = L)
+/// fit bytes(k) = c + x·⌈L/k⌉ + A·k, the fit's best candidate is walked with kSqrtWindow
+/// neighbours each side, and the window moves toward any better neighbour until the best
+/// walked candidate has kSqrtWindow walked neighbours on each side no better than it. The
+/// answer is the best of the walked candidates: exact when bytes(k) over the candidates has
+/// no local minimum wider than the window apart from the global one (the test compares
+/// against every(k) for every k).
 constexpr size_t kSqrtAllLengths = 64;
+constexpr size_t kSqrtWalkAll = 24;
+constexpr size_t kSqrtWindow = 3;
 
 Policy sqrtPolicy(const Facts &f, const Analysis &a) {
   size_t L = f.copies.size();
-  Policy best;
-  double bestBytes = 0, bestTime = 0;
-  for (size_t k = 1; k <= L; ++k) {
-    if (L > kSqrtAllLengths && k > 1 && (L + k - 2) / (k - 1) == (L + k - 1) / k)
-      continue; // k − 1 makes as many segments, each no longer
-    Policy p = segmentedPolicy("sqrt", L, k);
-    Walk w = walk(f, a, p);
-    double bytes = deviceBytes(w, *a.plan);
-    if (k == 1 || bytes < bestBytes || (bytes == bestBytes && w.recomputeTime < bestTime))
-      best = p, bestBytes = bytes, bestTime = w.recomputeTime;
+  std::vector<size_t> ks;
+  for (size_t k = 1; k <= L; ++k)
+    if (L <= kSqrtAllLengths || k == 1 || (L + k - 2) / (k - 1) != (L + k - 1) / k)
+      ks.push_back(k);
+  struct Tried {
+    bool done = false;
+    double bytes = 0, time = 0;
+  };
+  std::vector<Tried> tried(ks.size());
+  auto at = [&](size_t i) -> const Tried & {
+    if (!tried[i].done) {
+      Walk w = walk(f, a, segmentedPolicy("sqrt", L, ks[i]));
+      tried[i] = {true, deviceBytes(w, *a.plan), w.recomputeTime};
+    }
+    return tried[i];
+  };
+  // Strictly better; equal candidates keep the shorter segment (the lower index).
+  auto better = [&](size_t i, size_t j) {
+    const Tried &x = at(i), &y = at(j);
+    return x.bytes < y.bytes || (x.bytes == y.bytes && x.time < y.time);
+  };
+  size_t n = ks.size();
+  if (n <= kSqrtWalkAll) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; ++i)
+      if (better(i, best))
+        best = i;
+    return segmentedPolicy("sqrt", L, ks[best]);
   }
-  return best;
+  // The fit: three walks, three unknowns (segments = ⌈L/k⌉).
+  size_t mid = n / 2;
+  auto segs = [&](size_t i) { return static_cast<double>((L + ks[i] - 1) / ks[i]); };
+  double s0 = segs(0), s1 = segs(mid), s2 = segs(n - 1);
+  double k0 = static_cast<double>(ks[0]), k1 = static_cast<double>(ks[mid]),
+         k2 = static_cast<double>(ks[n - 1]);
+  double y0 = at(0).bytes, y1 = at(mid).bytes, y2 = at(n - 1).bytes;
+  // Subtract the third equation: (s0 − s2)·x + (k0 − k2)·A = y0 − y2, likewise for 1.
+  double a11 = s0 - s2, a12 = k0 - k2, b1 = y0 - y2;
+  double a21 = s1 - s2, a22 = k1 - k2, b2 = y1 - y2;
+  double det = a11 * a22 - a12 * a21;
+  size_t guess = mid;
+  if (det != 0 && std::isfinite(det)) {
+    double x = (b1 * a22 - a12 * b2) / det, A = (a11 * b2 - b1 * a21) / det;
+    double bestFit = INFINITY;
+    for (size_t i = 0; i < n; ++i) {
+      double fit = x * segs(i) + A * static_cast<double>(ks[i]);
+      if (fit < bestFit)
+        bestFit = fit, guess = i;
+    }
+  }
+  // The window search around the guess.
+  size_t lo = guess > kSqrtWindow ? guess - kSqrtWindow : 0;
+  size_t hi = std::min(n - 1, guess + kSqrtWindow);
+  for (;;) {
+    size_t best = lo;
+    for (size_t i = lo + 1; i <= hi; ++i)
+      if (better(i, best))
+        best = i;
+    bool moved = false;
+    if (best < lo + kSqrtWindow && lo > 0)
+      lo = best > kSqrtWindow ? best - kSqrtWindow : 0, moved = true;
+    if (best + kSqrtWindow > hi && hi < n - 1)
+      hi = std::min(n - 1, best + kSqrtWindow), moved = true;
+    if (!moved)
+      break;
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (tried[i].done && better(i, best))
+      best = i;
+  return segmentedPolicy("sqrt", L, ks[best]);
 }
 
 /// Nested recomputation (CheckpointChain.h): the chain's stages are the ops before the repeat

@@ -4,7 +4,11 @@
 
 #include "llvm/Support/JSON.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -77,6 +81,64 @@ llvm::json::Value inferenceJson(const Analysis &a) {
       {"decode_ops", std::move(ops)}};
 }
 
+/// The numbers of one op's entry in "ops", by key: the scan for non-finite numbers and the
+/// writer read the same list.
+std::array<std::pair<const char *, double>, 7> opNumbers(const OpAnalysis &oa) {
+  return {{{"flops", oa.forward.flops},
+           {"executed_flops", oa.forward.executedFlops},
+           {"backward_flops", oa.inputGradFlops + oa.weightGradFlops},
+           {"bytes", oa.forward.bytesRead + oa.forward.bytesWritten},
+           {"intensity", oa.intensity},
+           {"time_s", oa.forwardTime},
+           {"backward_time_s", oa.backwardTime}}};
+}
+
+/// A number, or null when it is not finite (JSON has no inf or nan).
+llvm::json::Value finiteOrNull(double v) {
+  return std::isfinite(v) ? llvm::json::Value(v) : llvm::json::Value(nullptr);
+}
+
+/// A large array written element by element (a 10,000-layer model has 150,000 ops: as one
+/// llvm::json::Value the report held 1.3 GiB more than the text report did): its elements'
+/// count, and the element `i` as a small value.
+struct StreamedArray {
+  size_t size = 0;
+  std::function<llvm::json::Value(size_t)> element;
+};
+
+/// Writes `v` as llvm::json does (keys sorted at every level, so the output is what
+/// formatv("{0:2}", v) printed), with the values at the dotted paths in `streamed` written
+/// from their StreamedArray instead.
+void writeSorted(llvm::json::OStream &j, const llvm::json::Value &v, const std::string &path,
+                 const std::map<std::string, StreamedArray> &streamed) {
+  const llvm::json::Object *o = v.getAsObject();
+  if (!o) {
+    j.value(v);
+    return;
+  }
+  std::vector<const llvm::json::Object::value_type *> elements;
+  for (const auto &kv : *o)
+    elements.push_back(&kv);
+  std::sort(elements.begin(), elements.end(),
+            [](const auto *x, const auto *y) { return x->first < y->first; });
+  j.objectBegin();
+  for (const auto *kv : elements) {
+    std::string at = path.empty() ? kv->first.str() : path + "." + kv->first.str();
+    j.attributeBegin(kv->first);
+    auto s = streamed.find(at);
+    if (s == streamed.end()) {
+      writeSorted(j, kv->second, at, streamed);
+    } else {
+      j.arrayBegin();
+      for (size_t i = 0; i < s->second.size; ++i)
+        j.value(s->second.element(i));
+      j.arrayEnd();
+    }
+    j.attributeEnd();
+  }
+  j.objectEnd();
+}
+
 } // namespace
 
 void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
@@ -85,34 +147,42 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
   using llvm::json::Array;
   using llvm::json::Object;
 
-  Array byBlock;
-  for (const Analysis::BlockCount &b : a.params.byBlock)
-    byBlock.push_back(Object{{"path", b.path}, {"block", b.block}, {"count", b.count}});
+  // The three arrays that grow with the model are written element by element (writeSorted);
+  // their non-finite numbers are found first, since "diagnostics" precedes them.
+  std::vector<std::string> bad;
+  std::map<std::string, StreamedArray> streamed;
+  streamed["params.by_block"] = {a.params.byBlock.size(), [&](size_t i) -> llvm::json::Value {
+                                   const Analysis::BlockCount &b = a.params.byBlock[i];
+                                   return Object{{"path", b.path},
+                                                 {"block", b.block},
+                                                 {"count", finiteOrNull(b.count)}};
+                                 }};
+  for (size_t i = 0; i < a.params.byBlock.size(); ++i)
+    if (!std::isfinite(a.params.byBlock[i].count))
+      bad.push_back("params.by_block[" + std::to_string(i) + "].count");
 
-  Array ops;
-  for (OpId i = 0; i < g.ops.size(); ++i) {
-    const Op &op = g.ops[i];
-    const OpAnalysis &oa = a.ops[i];
-    const Tensor &out = g.tensors[op.outputs.empty() ? op.inputs[0] : op.outputs[0]];
-    Array shape;
-    for (const Dim &d : out.shape)
-      shape.push_back(d.size);
-    ops.push_back(Object{
-        {"path", op.path},
-        {"kind", opName(op.kind).str()},
-        {"class", opClassName(opClass(op.kind)).str()},
-        {"shape", std::move(shape)},
-        {"dtype", nameOf(out.dtype).str()},
-        {"flops", oa.forward.flops},
-        {"executed_flops", oa.forward.executedFlops},
-        {"backward_flops", oa.inputGradFlops + oa.weightGradFlops},
-        {"bytes", oa.forward.bytesRead + oa.forward.bytesWritten},
-        {"intensity", oa.intensity},
-        {"bound", oa.computeBound ? "compute" : "memory"},
-        {"time_s", oa.forwardTime},
-        {"backward_time_s", oa.backwardTime},
-    });
-  }
+  streamed["ops"] = {g.ops.size(), [&](size_t i) -> llvm::json::Value {
+                       const Op &op = g.ops[i];
+                       const OpAnalysis &oa = a.ops[i];
+                       const Tensor &out =
+                           g.tensors[op.outputs.empty() ? op.inputs[0] : op.outputs[0]];
+                       Array shape;
+                       for (const Dim &d : out.shape)
+                         shape.push_back(d.size);
+                       Object o{{"path", op.path},
+                                {"kind", opName(op.kind).str()},
+                                {"class", opClassName(opClass(op.kind)).str()},
+                                {"shape", std::move(shape)},
+                                {"dtype", nameOf(out.dtype).str()},
+                                {"bound", oa.computeBound ? "compute" : "memory"}};
+                       for (const auto &[key, v] : opNumbers(oa))
+                         o[key] = finiteOrNull(v);
+                       return o;
+                     }};
+  for (OpId i = 0; i < g.ops.size(); ++i)
+    for (const auto &[key, v] : opNumbers(a.ops[i]))
+      if (!std::isfinite(v))
+        bad.push_back("ops[" + std::to_string(i) + "]." + key);
 
   Array options;
   for (const auto &o : a.checkpoint.options)
@@ -132,12 +202,17 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                            {"peak_bytes", pt.peakBytes},
                            {"recompute_flops", pt.recomputeFlops},
                            {"recompute_s", pt.recomputeSeconds}});
-  Array perBlock;
-  for (const auto &b : a.checkpoint.perBlock)
-    perBlock.push_back(Object{{"path", b.path},
-                              {"reruns", b.reruns},
-                              {"reselected_ops", b.reselected},
-                              {"kept_bytes", b.keptBytes}});
+  streamed["checkpoint.per_block"] = {a.checkpoint.perBlock.size(),
+                                      [&](size_t i) -> llvm::json::Value {
+                                        const auto &b = a.checkpoint.perBlock[i];
+                                        return Object{{"path", b.path},
+                                                      {"reruns", b.reruns},
+                                                      {"reselected_ops", b.reselected},
+                                                      {"kept_bytes", finiteOrNull(b.keptBytes)}};
+                                      }};
+  for (size_t i = 0; i < a.checkpoint.perBlock.size(); ++i)
+    if (!std::isfinite(a.checkpoint.perBlock[i].keptBytes))
+      bad.push_back("checkpoint.per_block[" + std::to_string(i) + "].kept_bytes");
 
   Object root{
       {"model", g.model},
@@ -165,7 +240,7 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
       {"optimizer", Object{{"name", p.optimizer.name}, {"states", p.optimizer.states}}},
       {"params", Object{{"total", a.params.total},
                         {"trainable", a.params.trainable},
-                        {"by_block", std::move(byBlock)}}},
+                        {"by_block", nullptr}}}, // streamed
       {"flops", Object{{"forward", a.flops.forward},
                        {"forward_matmul", a.flops.forwardMatmul},
                        {"backward", a.flops.backward},
@@ -220,20 +295,23 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                             {"limit_bytes", a.checkpoint.limitBytes},
                             {"options", std::move(options)},
                             {"curve", std::move(curve)},
-                            {"per_block", std::move(perBlock)},
+                            {"per_block", nullptr}, // streamed
                             {"saved", std::move(saved)},
                             {"recompute_flops", a.checkpoint.recomputeFlops}}},
-      {"ops", std::move(ops)},
+      {"ops", nullptr}, // streamed
       {"roofline", Object{{"ridge_intensity", a.ridge},
                           {"peak_flops", a.peakFlops},
                           {"bandwidth", p.target.bandwidth}}},
       {"inference", inferenceJson(a)},
       {"diagnostics", diagnosticsJson(diags)},
   };
-  // Numbers past a double (a run time of 1e308 tokens) are null, and the report says which.
+  // Numbers past a double (a run time of 1e308 tokens) are null, and the report says which:
+  // the streamed arrays' were found above, in the order they are written (by key: ops, then
+  // params.by_block, after checkpoint.per_block).
   llvm::json::Value value(std::move(root));
-  std::vector<std::string> bad;
-  nullNonFinite(value, "", bad);
+  std::vector<std::string> small;
+  nullNonFinite(value, "", small);
+  bad.insert(bad.end(), small.begin(), small.end());
   if (!bad.empty()) {
     std::string message = "not a finite number (past the range of a double), written as null: ";
     for (size_t i = 0; i < bad.size(); ++i)
@@ -243,7 +321,11 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                {"file", ""}, {"line", 0}, {"column", 0}});
     llvm::errs() << "tally: warning: " << message << "\n";
   }
-  os << llvm::formatv("{0:2}", value) << "\n";
+  {
+    llvm::json::OStream j(os, 2);
+    writeSorted(j, value, "", streamed);
+  }
+  os << "\n";
 }
 
 } // namespace tally

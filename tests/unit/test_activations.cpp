@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <cmath>
+#include <functional>
 #include <string>
 
 using namespace tally;
@@ -521,6 +522,51 @@ TEST_CASE("activations: sqrt takes the segment length with the least memory (Che
     CHECK(a.checkpoint.segment == argmin);
     CHECK(a.flops.recompute == sumBlockFlops(a));
     checkMemoryPlan(a);
+  }
+}
+
+TEST_CASE("activations: sqrt's search over long stacks finds the least-memory segment",
+          "[activations]") {
+  // Past kSqrtWalkAll candidate lengths sqrt walks a fitted guess and a window around it
+  // instead of every candidate (passes/Activations.cpp): it must still find the least bytes
+  // of every candidate, found here by walking every(k) for each. Candidates past 64 copies:
+  // the least k of each segment count ⌈L/k⌉.
+  auto check = [](int L, const std::string &sqrtText, const std::function<std::string(int)> &every) {
+    INFO("L = " << L);
+    Compiled s(sqrtText);
+    const Analysis &a = *s.a;
+    REQUIRE(a.checkpoint.policy == "sqrt");
+    double bytes = a.memory.activations + a.memory.workspace;
+    double least = 1e300;
+    for (int k = 1; k <= L; ++k) {
+      if (L > 64 && k > 1 && (L + k - 2) / (k - 1) == (L + k - 1) / k)
+        continue;
+      Compiled e(every(k));
+      least = std::min(least, e.a->memory.activations + e.a->memory.workspace);
+    }
+    CHECK(bytes == least);
+  };
+#ifdef TALLY_UNDER_ASAN
+  const std::vector<int> stacks = {30, 60}, gpts = {45}; // 10-30x slower there
+#else
+  const std::vector<int> stacks = {30, 60, 230, 500}, gpts = {45, 64, 250};
+#endif
+  for (int L : stacks) {
+    check(L, stack(L, "sqrt"), [&](int k) {
+      return stack(L, ("every(" + std::to_string(k) + ")").c_str());
+    });
+    // A wider block on a small micro-batch: a longer best segment.
+    check(L, stack(L, "sqrt", "H100_SXM", 8, 1, 64), [&](int k) {
+      return stack(L, ("every(" + std::to_string(k) + ")").c_str(), "H100_SXM", 8, 1, 64);
+    });
+  }
+  for (int L : gpts) {
+    // GPT-3 layers (attention, dropout, layer norms): the segment's own bytes differ by op.
+    auto gpt = [&](const std::string &policy) {
+      return fill(kGpt3, {{"TARGET", "H100_SXM\n  checkpoint  = " + policy},
+                          {"ARGS", "layers = " + std::to_string(L)}});
+    };
+    check(L, gpt("sqrt"), [&](int k) { return gpt("every(" + std::to_string(k) + ")"); });
   }
 }
 
