@@ -91,36 +91,44 @@ ChainSolution::ChainSolution(std::vector<ChainStage> stages, int64_t memory)
   size_t cells = rows.size() * static_cast<size_t>(memory_ + 1);
   cost_.assign(cells, kInf);
   how_.assign(cells, -2);
-  for (auto [s, t] : rows) { // by length: every row a range needs is filled before it
-    for (int64_t m = 0; m <= memory_; ++m) {
-      double best = kInf;
-      int32_t how = -2;
-      if (need[s] <= m) {
-        if (s == t) {
-          best = st[s].forward, how = -1;
-        } else {
-          int64_t rest = m - st[s].kept - out[s];
-          double c = st[s].forward + cost_[at(s + 1, t, rest)];
-          if (c < best)
-            best = c, how = 0;
-          if (st[s].selective > 0 && st[s].keptSelective < st[s].kept) {
-            int64_t more = m - st[s].keptSelective - out[s];
-            double cs = st[s].forward + st[s].selective + cost_[at(s + 1, t, more)];
-            if (cs < best)
-              best = cs, how = -3;
-          }
-        }
+  // Row by row (by length: every row a range needs is filled before it). Within a row the
+  // options are tried in a fixed order — run stage s and keep going (0), the same with the
+  // select option (-3), then each split point sp ascending — and the first strictly cheaper
+  // one wins; the split options run over all budgets m at once, reading the two sub-rows
+  // contiguously (the m-outer order read them a row apart per step: 3x slower).
+  size_t width = static_cast<size_t>(memory_ + 1);
+  for (auto [s, t] : rows) {
+    double *best = &cost_[at(s, t, 0)];
+    int32_t *how = &how_[at(s, t, 0)];
+    for (int64_t m = need[s]; m <= memory_; ++m) {
+      if (s == t) {
+        best[m] = st[s].forward, how[m] = -1;
+        continue;
       }
-      for (size_t sp = s + 1; sp <= t; ++sp) {
-        int64_t rest = m - st[sp].input;
-        if (rest < 0)
-          continue;
-        double c = prefix[sp] - prefix[s] + cost_[at(sp, t, rest)] + cost_[at(s, sp - 1, m)];
-        if (c < best)
-          best = c, how = static_cast<int32_t>(sp - s);
+      int64_t rest = m - st[s].kept - out[s];
+      double c = st[s].forward + cost_[at(s + 1, t, rest)];
+      if (c < best[m])
+        best[m] = c, how[m] = 0;
+      if (st[s].selective > 0 && st[s].keptSelective < st[s].kept) {
+        int64_t more = m - st[s].keptSelective - out[s];
+        double cs = st[s].forward + st[s].selective + cost_[at(s + 1, t, more)];
+        if (cs < best[m])
+          best[m] = cs, how[m] = -3;
       }
-      cost_[at(s, t, m)] = best;
-      how_[at(s, t, m)] = how;
+    }
+    for (size_t sp = s + 1; sp <= t; ++sp) {
+      int64_t input = st[sp].input;
+      if (input > memory_)
+        continue;
+      const double *after = &cost_[at(sp, t, 0)];   // [sp, t] with m − input
+      const double *before = &cost_[at(s, sp - 1, 0)]; // [s, sp − 1] with m
+      double fwd = prefix[sp] - prefix[s];
+      int32_t split = static_cast<int32_t>(sp - s);
+      for (size_t m = static_cast<size_t>(std::max<int64_t>(input, 0)); m < width; ++m) {
+        double c = fwd + after[m - static_cast<size_t>(input)] + before[m];
+        if (c < best[m])
+          best[m] = c, how[m] = split;
+      }
     }
   }
 }
