@@ -354,17 +354,32 @@ void fromInputSchedule(const Facts &f, Walk &w) {
   }
 }
 
-void addBuffer(Walk &w, TensorId t, OpId op, double size, uint32_t first, uint32_t last,
-               const char *what, Buffer::Kind kind) {
+/// Live bytes per schedule step, as differences: a buffer adds its bytes at its first step
+/// and takes them off after its last (Saved ones in `saved`, the rest in `other`).
+struct LiveDeltas {
+  std::vector<double> saved, other;
+};
+
+/// One buffer of a walk: into the deltas that find the peak and, when the walk keeps its
+/// buffers (the applied policy's memory plan, the chain's stage sizes), into `w.buffers`;
+/// the walks that only compare policies keep none (a 10,000-layer walk made 10^6 of them).
+void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double size,
+               uint32_t first, uint32_t last, const char *what, Buffer::Kind kind) {
   int64_t bytes = static_cast<int64_t>(std::ceil(size));
   if (bytes <= 0)
+    return;
+  last = std::max(first, last);
+  std::vector<double> &d = kind == Buffer::Saved ? live.saved : live.other;
+  d[first] += static_cast<double>(bytes);
+  d[last + 1] -= static_cast<double>(bytes);
+  if (!keep)
     return;
   Buffer b;
   b.tensor = t;
   b.op = op;
   b.bytes = bytes;
   b.first = first;
-  b.last = std::max(first, last);
+  b.last = last;
   b.what = what;
   b.kind = kind;
   w.buffers.push_back(b);
@@ -380,7 +395,7 @@ void addBuffer(Walk &w, TensorId t, OpId op, double size, uint32_t first, uint32
 /// segments, recompute_all's episodes or nested recomputation — decides every lifetime.
 /// An activation's gradient lives from the backward of its first reader in the backward
 /// (which starts it) to the backward of its producer (which consumes it).
-void liveness(const Facts &f, const Analysis &a, Walk &w) {
+void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool keep) {
   const Graph &g = f.g;
   size_t n = g.ops.size(), T = g.tensors.size();
   // Keys: a stored tensor t is key t; op o's k-th extra buffer is key T + extras.start[o] + k.
@@ -447,7 +462,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w) {
     double bytes = f.bytes(t);
     for (uint32_t j = from[t]; j < from[t + 1]; ++j) {
       const Instance &in = inst[order[j]];
-      addBuffer(w, t, p, bytes, in.first, in.last,
+      addBuffer(w, live, keep, t, p, bytes, in.first, in.last,
                 in.recomputed ? (in.saved ? "recomputed, saved" : "recomputed")
                               : (in.saved ? "saved" : "transient"),
                 in.saved ? Buffer::Saved : Buffer::Transient);
@@ -459,7 +474,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w) {
       if (bwd[r] != kNone)
         start = std::min(start, bwd[r]);
     if (start != kNone)
-      addBuffer(w, t, p, bytes, start, bwd[p], "gradient", Buffer::Gradient);
+      addBuffer(w, live, keep, t, p, bytes, start, bwd[p], "gradient", Buffer::Gradient);
   }
   for (OpId o = 0; o < n; ++o) {
     double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
@@ -468,7 +483,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w) {
       const SavedTensor &st = a.ops[o].saved[f.extras.of(o)[k]];
       for (uint32_t j = from[key]; j < from[key + 1]; ++j) {
         const Instance &in = inst[order[j]];
-        addBuffer(w, kNone, o, st.bytes / divisor, in.first, in.last, st.what,
+        addBuffer(w, live, keep, kNone, o, st.bytes / divisor, in.first, in.last, st.what,
                   in.saved ? Buffer::Saved : Buffer::Transient);
       }
     }
@@ -476,18 +491,12 @@ void liveness(const Facts &f, const Analysis &a, Walk &w) {
 }
 
 /// Step 5: the step with the most bytes live, and the Saved bytes and the rest there.
-void findPeak(Walk &w) {
+void findPeak(Walk &w, const LiveDeltas &live) {
   size_t n = w.schedule.size() + 1;
-  std::vector<double> saved(n, 0), other(n, 0);
-  for (const Buffer &b : w.buffers) {
-    std::vector<double> &d = b.kind == Buffer::Saved ? saved : other;
-    d[b.first] += b.bytes;
-    d[b.last + 1] -= b.bytes;
-  }
   double liveSaved = 0, liveOther = 0, best = -1;
   for (uint32_t i = 0; i + 1 < n; ++i) {
-    liveSaved += saved[i];
-    liveOther += other[i];
+    liveSaved += live.saved[i];
+    liveOther += live.other[i];
     if (liveSaved + liveOther > best) {
       best = liveSaved + liveOther;
       w.peakSaved = liveSaved;
@@ -544,8 +553,9 @@ bool copiesContiguous(const Facts &f) {
 }
 
 /// Steps 3-5 for one policy: its schedule (explicit, recompute_all's or the segments'), the
-/// recompute it costs, every buffer's lifetime and the peak.
-Walk walk(const Facts &f, const Analysis &a, const Policy &p) {
+/// recompute it costs, every buffer's lifetime and the peak. `keepBuffers`: list the buffers
+/// in w.buffers (else only the peak and the recompute are found).
+Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) {
   Walk w;
   if (!p.steps.empty())
     w.schedule = p.steps;
@@ -560,8 +570,11 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p) {
     w.recomputeExecuted += a.ops[st.op].forward.executedFlops;
     w.recomputeTime += f.opTime[st.op];
   }
-  liveness(f, a, w);
-  findPeak(w);
+  LiveDeltas live;
+  live.saved.assign(w.schedule.size() + 1, 0);
+  live.other.assign(w.schedule.size() + 1, 0);
+  liveness(f, a, w, live, keepBuffers);
+  findPeak(w, live);
   return w;
 }
 
@@ -693,7 +706,7 @@ Policy sqrtPolicy(const Facts &f, const Analysis &a) {
   std::vector<Tried> tried(ks.size());
   auto at = [&](size_t i) -> const Tried & {
     if (!tried[i].done) {
-      Walk w = walk(f, a, segmentedPolicy("sqrt", L, ks[i]));
+      Walk w = walk(f, a, segmentedPolicy("sqrt", L, ks[i]), false);
       tried[i] = {true, deviceBytes(w, *a.plan), w.recomputeTime};
     }
     return tried[i];
@@ -859,7 +872,7 @@ std::optional<Chain> buildChain(const Facts &f, const Analysis &a, double limit)
   // so the model's store-all plan needs exactly what the walk finds.
   std::vector<double> work(S, 0);
   {
-    Walk none = walk(f, a, Policy());
+    Walk none = walk(f, a, Policy(), true);
     std::vector<double> delta(none.schedule.size() + 1, 0);
     for (const Buffer &b : none.buffers) {
       delta[b.first] += static_cast<double>(b.bytes);
@@ -954,7 +967,7 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
     }
     for (const Copy &c : f.copies)
       p.recomputedCopies += again[c.ops.front()];
-    Walk w = walk(f, a, p);
+    Walk w = walk(f, a, p, false);
     at.fits = deviceBytes(w, plan) <= limit;
     at.time = w.recomputeTime;
     return at;
@@ -1027,7 +1040,7 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
     double bytes = 0, time = 0;
   };
   auto record = [&](const Policy &p) {
-    Walk w = walk(f, a, p);
+    Walk w = walk(f, a, p, false);
     Measured m{p, deviceBytes(w, plan), w.recomputeTime};
     a.checkpoint.options.push_back({p.name, static_cast<int64_t>(p.checkpointed()),
                                     w.recomputeFlops * microSteps, m.bytes,
@@ -1321,15 +1334,15 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
   if (plan.checkpoint == "auto") {
     for (double part : {0.75, 0.5, 0.25})
       if (std::optional<Policy> n = nestedPolicy(f, a, a.checkpoint.limitBytes * part, false))
-        add(n->name, static_cast<int64_t>(n->checkpointed()), walk(f, a, *n));
+        add(n->name, static_cast<int64_t>(n->checkpointed()), walk(f, a, *n, false));
   } else {
     size_t stride = std::max<size_t>(1, (L + 3) / 4);
     for (size_t m = 0; m < L; m += stride) {
       Policy p = partialPolicy(m, L);
-      add(p.name, static_cast<int64_t>(m), walk(f, a, p));
+      add(p.name, static_cast<int64_t>(m), walk(f, a, p, false));
     }
     Policy full = partialPolicy(L, L);
-    add(full.name, static_cast<int64_t>(L), walk(f, a, full));
+    add(full.name, static_cast<int64_t>(L), walk(f, a, full, false));
   }
   add(applied.name, static_cast<int64_t>(applied.checkpointed()), w);
   std::stable_sort(points.begin(), points.end(), [](const auto &x, const auto &y) {
@@ -1354,7 +1367,7 @@ void planActivations(Analysis &a) {
   a.checkpoint.blocks = static_cast<int64_t>(f.copies.size());
   blockActivations(f, a); // auto ranks the copies by what they keep
   Policy p = requestedPolicy(f, a, microSteps, plan.checkpoint);
-  Walk w = walk(f, a, p);
+  Walk w = walk(f, a, p, true);
 
   a.checkpoint.policy = p.name;
   if (!p.selectiveOps.empty()) {
