@@ -12,9 +12,12 @@
 //    its extra FLOPs), the largest smaller micro-batch that fits, the lowest higher ZeRO
 //    stage that fits, and the fewest data-parallel devices that fit (ZeRO-3 when the plan's
 //    stage never fits; not named when it is today's count, which the ZeRO note covers).
+//    Data degrees are bisected (fewestDevices' `bisect`: fitting is monotone in them), so a
+//    10,000-layer plan prices about log2 of its degrees, not each.
 // 4. A broken upper bound on step time or run time proposes the fewest data-parallel devices
 //    that meet it and still fit in memory (the memory budget when the plan keeps it, else the
-//    device's memory).
+//    device's memory), bisected likewise (where a slower network makes more devices slower,
+//    the layout named meets the budget but may not be the fewest that do).
 // 5. A broken lower bound on MFU proposes the smallest larger micro-batch that reaches it and
 //    fits in memory (or the best that fits, when it raises MFU by 1% of itself or more), and
 //    dropping recompute (checkpoint = none) when that fits.
@@ -177,9 +180,9 @@ std::vector<std::string> memoryFixes(Trials &trials, double limit) {
   // derived micro-batch).
   // A layout on as many devices as now is the ZeRO note again: only other counts are named.
   if (plan.isTrain) {
-    std::optional<Candidate> c = fewestDevices(trials, plan.parallel.zero, fits);
+    std::optional<Candidate> c = fewestDevices(trials, plan.parallel.zero, fits, nullptr, true);
     if (!c && plan.parallel.zero < 3)
-      c = fewestDevices(trials, 3, fits);
+      c = fewestDevices(trials, 3, fits, nullptr, true);
     if (c && c->plan.parallel.devices != plan.parallel.devices)
       notes.push_back(layout(c->plan) + " fits in " + formatBytes(c->trial.peak));
   }
@@ -198,7 +201,7 @@ std::vector<std::string> timeFixes(Trials &trials, double limit, bool runTime) {
     double v = runTime ? t.runTime : t.stepTime;
     return v > 0 && v <= limit && t.peak <= mem;
   };
-  if (auto c = fewestDevices(trials, plan.parallel.zero, meets)) {
+  if (auto c = fewestDevices(trials, plan.parallel.zero, meets, nullptr, true)) {
     double v = runTime ? c->trial.runTime : c->trial.stepTime;
     notes.push_back(layout(c->plan) + " gives a " + (runTime ? "run time" : "step time") +
                     " of " + formatDuration(v) + " in " + formatBytes(c->trial.peak) +

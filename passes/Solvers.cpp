@@ -349,7 +349,7 @@ std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, i
 
 std::optional<Candidate> fewestDevices(Trials &trials, int zero,
                                        const std::function<bool(const Trial &)> &goal,
-                                       std::vector<Candidate> *tried) {
+                                       std::vector<Candidate> *tried, bool bisect) {
   const Plan &base = *trials.base().plan;
   int64_t modelParallel =
       base.parallel.tensor * base.parallel.pipeline * std::max<int64_t>(1, base.parallel.context);
@@ -362,7 +362,7 @@ std::optional<Candidate> fewestDevices(Trials &trials, int zero,
     cands = divisors(span);
   else
     cands = powersOfTwo(span);
-  for (int64_t data : cands) {
+  auto tryData = [&](int64_t data) -> std::optional<Candidate> {
     Plan p = base;
     p.parallel.data = data;
     p.parallel.devices = data * modelParallel;
@@ -374,8 +374,27 @@ std::optional<Candidate> fewestDevices(Trials &trials, int zero,
       tried->push_back({p, *t});
     if (t && goal(*t))
       return Candidate{std::move(p), *t};
+    return std::nullopt;
+  };
+  if (!bisect) {
+    for (int64_t data : cands)
+      if (std::optional<Candidate> c = tryData(data))
+        return c;
+    return std::nullopt;
   }
-  return std::nullopt;
+  // cands[hi] meets the goal; every candidate below lo does not.
+  size_t lo = 0, hi = cands.size() - 1;
+  std::optional<Candidate> met = tryData(cands[hi]);
+  if (!met)
+    return std::nullopt;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (std::optional<Candidate> c = tryData(cands[mid]))
+      met = std::move(c), hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return met;
 }
 
 SolverAnswer solveMicroBatch(const Analysis &a, const Relower &relower, double memoryLimit) {

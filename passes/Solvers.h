@@ -153,10 +153,14 @@ std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, i
 /// whose analysis meets `goal`. Candidates are data degrees dividing batch / micro_batch (a
 /// given micro-batch is kept; one derived from the batch is re-derived as batch / data).
 /// Nullopt when no candidate meets the goal. `tried` (optional) receives every candidate
-/// analysed, in order.
+/// analysed, in order. `bisect`: assume the goal, once met, stays met with more devices (true
+/// of fitting in memory: ZeRO shards and a derived micro-batch shrink with data) and find
+/// the first by bisection — about log2 of the candidates analysed instead of all of them;
+/// where the goal is not monotone the answer meets it but may not be the fewest.
 std::optional<Candidate> fewestDevices(Trials &trials, int zero,
                                        const std::function<bool(const Trial &)> &goal,
-                                       std::vector<Candidate> *tried = nullptr);
+                                       std::vector<Candidate> *tried = nullptr,
+                                       bool bisect = false);
 
 /// `tally solve micro-batch`: the largest micro-batch whose peak memory per device fits in
 /// `memoryLimit` (bytes), and the accumulation steps it implies.

@@ -508,3 +508,38 @@ TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once",
     CHECK(layouts < static_cast<int>(cands.size())); // the base's own layout repeats in the list
   }
 }
+
+TEST_CASE("solvers: bisected fewest devices equal the linear search where fitting is monotone",
+          "[solvers]") {
+  for (const char *file : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally"}) {
+    INFO(file);
+    Compiled t(fromFile, example(file));
+    Relower relower = t.relower();
+    Trials trials(*t.a, relower);
+    // Limits from the static memory of one device up past the current peak: some fit with few
+    // devices, some with many, some never.
+    double peak = t.a->memory.peak;
+    for (double share : {0.05, 0.2, 0.5, 0.9, 1.0, 1.5}) {
+      double limit = peak * share;
+      INFO("limit " << limit);
+      auto fits = [&](const Trial &x) { return x.peak <= limit; };
+      for (int zero : {t.c.plan->parallel.zero, 3}) {
+        std::optional<Candidate> linear = fewestDevices(trials, zero, fits);
+        std::vector<Candidate> all; // every candidate degree, ascending
+        fewestDevices(trials, zero, [](const Trial &) { return false; }, &all);
+        // Fitting is monotone here: once a degree fits, every larger one does.
+        bool seen = false;
+        for (const Candidate &c : all) {
+          seen = seen || fits(c.trial);
+          CHECK((!seen || fits(c.trial)));
+        }
+        std::vector<Candidate> bisected;
+        std::optional<Candidate> b = fewestDevices(trials, zero, fits, &bisected, true);
+        REQUIRE(linear.has_value() == b.has_value());
+        if (linear)
+          CHECK(b->plan.parallel.data == linear->plan.parallel.data);
+        CHECK(bisected.size() <= 1 + static_cast<size_t>(std::ceil(std::log2(all.size()))));
+      }
+    }
+  }
+}
