@@ -218,9 +218,9 @@ void DiagnosticEngine::emit(Diagnostic diag) {
     return; // silenced warning: not counted, not recorded
   diag.severity = *severity;
   // The same diagnostic at the same place said again (`check` lowers one model for each plan
-  // that uses it) is said once.
-  if (diag.loc.isValid() &&
-      !emitted_.insert({static_cast<unsigned>(diag.kind), diag.loc.getPointer(), diag.message})
+  // that uses it) is said once; so is one with no place (a command-line override such as
+  // `--batch 0`, checked again for each plan).
+  if (!emitted_.insert({static_cast<unsigned>(diag.kind), diag.loc.getPointer(), diag.message})
            .second)
     return;
   position(diag.loc, diag.file, diag.line, diag.column);

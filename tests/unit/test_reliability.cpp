@@ -28,10 +28,13 @@ TEST_CASE("the same diagnostic at the same place is emitted once", "[diagnostics
   diags.report(DiagKind::MatmulShape, at, "inner dimensions differ"); // plan 2: the same
   CHECK(diags.errorCount() == 1);
   CHECK(diags.diagnostics().size() == 1);
-  // Another message, another place, or no place at all: each is its own diagnostic.
+  // Another message or another place: each is its own diagnostic.
   diags.report(DiagKind::MatmulShape, at, "another message");
   diags.report(DiagKind::MatmulShape, llvm::SMLoc::getFromPointer(start), "inner dimensions differ");
-  diags.report(DiagKind::IoError, llvm::SMLoc(), "cannot read 'x'");
+  CHECK(diags.errorCount() == 3);
+  // No place at all (a command-line override, checked again for each plan): once as well.
+  diags.report(DiagKind::InvalidValue, llvm::SMLoc(), "'batch' must be positive, but it is 0");
+  diags.report(DiagKind::InvalidValue, llvm::SMLoc(), "'batch' must be positive, but it is 0");
   diags.report(DiagKind::IoError, llvm::SMLoc(), "cannot read 'x'");
   CHECK(diags.errorCount() == 5);
 }
