@@ -2,6 +2,8 @@
 // and the solvers (`tally solve --precision --optimizer`) both read.
 #include "ir/Plan.h"
 
+#include <algorithm>
+
 namespace tally {
 
 const std::vector<std::string> &precisionPresetNames() {
@@ -72,6 +74,14 @@ unsigned optimizerStates(const OptimizerSpec &o) {
   if (o.name == "RMSprop")
     return o.momentum > 0 ? 2 : 1; // the running mean of g², and PyTorch's momentum buffer
   return 1; // AdaGrad: a sum of squares; Lion: momentum
+}
+
+double memoryLimit(const Plan &plan) {
+  double limit = plan.target.memoryBytes > 0 ? plan.target.memoryBytes : 0;
+  for (const BudgetSpec &b : plan.budgets)
+    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost && b.value > 0)
+      limit = limit > 0 ? std::min(limit, b.value) : b.value;
+  return limit;
 }
 
 } // namespace tally

@@ -108,4 +108,9 @@ std::optional<OptimizerSpec> optimizerPreset(llvm::StringRef name);
 /// Lion 1.
 unsigned optimizerStates(const OptimizerSpec &o);
 
+/// The bytes one device may hold: the target's memory, or less where a `memory <=` (or `<`)
+/// budget says so; 0 when neither is known. The one definition auto's activation room, the
+/// budget fixes and `tally solve` start from (issue 6: they computed it three ways).
+double memoryLimit(const Plan &plan);
+
 } // namespace tally

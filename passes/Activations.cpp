@@ -624,10 +624,7 @@ double staticBytes(const Analysis &a) {
 /// (capacity − context − comm buffers) / (1 + allocator reserve) − the allocated states.
 double activationLimit(const Analysis &a) {
   const Plan &plan = *a.plan;
-  double capacity = plan.target.memoryBytes;
-  for (const BudgetSpec &b : plan.budgets)
-    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost && b.value > 0)
-      capacity = capacity > 0 ? std::min(capacity, b.value) : b.value;
+  double capacity = memoryLimit(plan);
   double fixed = a.memory.context + a.memory.commBuffers;
   return (capacity - fixed) / (1 + plan.target.allocatorReserve) - (staticBytes(a) - fixed);
 }

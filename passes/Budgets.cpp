@@ -15,8 +15,9 @@
 //    Data degrees are bisected (fewestDevices' `bisect`: fitting is monotone in them), so a
 //    10,000-layer plan prices about log2 of its degrees, not each.
 // 4. A broken upper bound on step time or run time proposes the fewest data-parallel devices
-//    that meet it and still fit in memory (the memory budget when the plan keeps it, else the
-//    device's memory), bisected likewise (where a slower network makes more devices slower,
+//    that meet it and still fit in memory (memoryLimit: the device's memory or a smaller
+//    memory budget, even one the plan breaks now: a fix should keep every budget), bisected
+//    likewise (where a slower network makes more devices slower,
 //    the layout named meets the budget but may not be the fewest that do).
 // 5. A broken lower bound on MFU proposes the smallest larger micro-batch that reaches it and
 //    fits in memory (or the best that fits, when it raises MFU by 1% of itself or more), and
@@ -76,15 +77,11 @@ DiagKind kindOf(BudgetMetric m) {
   return DiagKind::BudgetMemory;
 }
 
-/// The memory a time or MFU fix must stay within: the memory budget when the plan keeps it (a
-/// fix should not break it), else the device's memory (the memory budget's own error
-/// proposes its fixes).
-double memoryLimit(const Analysis &a) {
-  double limit = a.plan->target.memoryBytes > 0 ? a.plan->target.memoryBytes : INFINITY;
-  for (const BudgetSpec &b : a.plan->budgets)
-    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost && a.memory.peak <= b.value)
-      limit = std::min(limit, b.value);
-  return limit;
+/// The memory a time or MFU fix must stay within: the plan's memory limit (the device's
+/// memory or a smaller memory budget: a fix breaks neither), unbounded when neither is known.
+double fixMemoryLimit(const Analysis &a) {
+  double limit = memoryLimit(*a.plan);
+  return limit > 0 ? limit : INFINITY;
 }
 
 std::string layout(const Plan &p) {
@@ -196,7 +193,7 @@ std::vector<std::string> timeFixes(Trials &trials, double limit, bool runTime) {
   const Plan &plan = *a.plan;
   if (!plan.isTrain)
     return notes;
-  double mem = memoryLimit(a);
+  double mem = fixMemoryLimit(a);
   auto meets = [&](const Trial &t) {
     double v = runTime ? t.runTime : t.stepTime;
     return v > 0 && v <= limit && t.peak <= mem;
@@ -224,7 +221,7 @@ std::vector<std::string> mfuFixes(Trials &trials, double target) {
   const Plan &plan = *a.plan;
   if (!plan.isTrain)
     return notes;
-  double mem = memoryLimit(a);
+  double mem = fixMemoryLimit(a);
   std::optional<Candidate> reach, bestUnder;
   for (int64_t mb : microBatchCandidates(plan)) {
     if (mb <= plan.microBatch)

@@ -543,3 +543,26 @@ TEST_CASE("solvers: bisected fewest devices equal the linear search where fittin
     }
   }
 }
+
+TEST_CASE("solvers: one memory limit per plan: the device's memory or a smaller budget",
+          "[solvers]") {
+  Plan p;
+  CHECK(memoryLimit(p) == 0); // nothing known
+  p.target.memoryBytes = 80e9;
+  CHECK(memoryLimit(p) == 80e9);
+  BudgetSpec mem;
+  mem.metric = BudgetMetric::MemoryPerDevice;
+  mem.value = 40e9;
+  p.budgets.push_back(mem);
+  CHECK(memoryLimit(p) == 40e9);
+  mem.value = 100e9; // a budget above the device's memory does not raise it
+  p.budgets.push_back(mem);
+  CHECK(memoryLimit(p) == 40e9);
+  BudgetSpec atLeast = mem; // a lower bound on memory limits nothing
+  atLeast.atMost = false;
+  atLeast.value = 1e9;
+  p.budgets.push_back(atLeast);
+  CHECK(memoryLimit(p) == 40e9);
+  p.target.memoryBytes = 0; // no device memory known: the budgets alone
+  CHECK(memoryLimit(p) == 40e9);
+}

@@ -354,12 +354,10 @@ int planQuestion(bool devices) {
                       " is a training question");
   if (Zero.getNumOccurrences())
     plan.parallel.zero = Zero;
-  // The memory limit: the flag, else the plan's memory budget, else the device's memory. The
-  // budgets themselves are not checked here: this is a what-if, not a lint.
-  double limit = plan.target.memoryBytes;
-  for (const BudgetSpec &b : plan.budgets)
-    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost)
-      limit = b.value;
+  // The memory limit: the flag, else the plan's (its memory budget or the device's memory,
+  // whichever is less). The budgets themselves are not checked here: this is a what-if, not
+  // a lint.
+  double limit = memoryLimit(plan);
   if (memoryFlag)
     limit = *memoryFlag;
   plan.budgets.clear();
@@ -463,10 +461,7 @@ int layoutQuestion() {
   Plan &plan = *c.plan;
   if (!plan.isTrain)
     return inputError("plan '" + plan.name + "' is an infer plan; layout is a training question");
-  double limit = plan.target.memoryBytes;
-  for (const BudgetSpec &b : plan.budgets)
-    if (b.metric == BudgetMetric::MemoryPerDevice && b.atMost)
-      limit = std::min(limit, b.value);
+  double limit = memoryLimit(plan);
   if (memoryFlag)
     limit = *memoryFlag;
   // The base plan is analysed without its budgets (this is a search, not a lint); the search
