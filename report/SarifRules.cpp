@@ -105,6 +105,12 @@ const SarifRuleText kRules[] = {
     {"io-error", "A file could not be read or written.",
      "The file does not exist, is not readable, or is too large.",
      "Check the path and permissions."},
+    {"calibrate-failed", "tally calibrate's measurements failed.",
+     "tally calibrate runs its measurements in the program tally-measure, built beside the tally "
+     "binary (or the one TALLY_MEASURE names); it was missing, exited with an error, was killed, "
+     "or printed something other than its JSON result.",
+     "Rebuild tally (which builds tally-measure), unset TALLY_MEASURE, and read the program's "
+     "own messages above the error."},
     // ---- budgets ----
     {"budget-memory", "Peak memory per device exceeds the budget.",
      "The memory plan's peak per device (parameters, gradients, optimizer state, activations, "

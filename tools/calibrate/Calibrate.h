@@ -1,8 +1,13 @@
-// tally calibrate, the measurement library: times this machine's matmuls (fp32 and bf16, through
-// the CPU runtime's own rt::matmul: OpenBLAS single-threaded per tile, tiles on OpenMP threads),
-// a STREAM-style triad and an elementwise kernel, and writes the result as a `.tally` target
-// declaration (`target host { ... }`) that Sema loads like any user target. It links OpenBLAS
-// and OpenMP, so it lives apart from the core analyzer; only the tally binary links it.
+// tally calibrate: what it measures and the target it writes. The measurements (measure():
+// this machine's matmuls, fp32 and bf16, through the CPU runtime's own rt::matmul — OpenBLAS
+// single-threaded per tile, tiles on OpenMP threads —, a STREAM-style triad, elementwise
+// kernels, call and exp costs, attention) link OpenBLAS and OpenMP, so they run in an
+// executable of their own, tally-measure (Measure.cpp, measure_main.cpp), which prints its
+// Result as JSON on stdout (Protocol.cpp); tally runs it as a child process
+// (tools/tally/CalibrateMeasure.cpp) and never loads BLAS. The rest — reading the protocol,
+// the efficiency curves and the `.tally` target declaration (`target host { ... }`) that Sema
+// loads like any user target — is library tallycalibrate (Target.cpp, Protocol.cpp), which
+// the tally binary links.
 #pragma once
 
 #include <cstdint>
@@ -65,8 +70,26 @@ struct Result {
   bool busy() const { return loadAverage > 0.5 * cores; }
 };
 
-/// Runs the measurements (a few seconds; Options::quick well under that).
+/// Runs the measurements (a few seconds; Options::quick well under that). Only tally-measure
+/// links it (Measure.cpp: OpenBLAS and OpenMP).
 Result measure(const Options &options);
+
+/// The version of tally-measure's output that this build writes and reads; a change of its
+/// fields changes the number, and a tally refuses another version (the two are built together).
+constexpr int kProtocolVersion = 1;
+
+/// tally-measure's output: every field of `r` the measurements set (not the interconnect, which
+/// tally measures itself) as one JSON object, {"protocol": "tally-measure", "version": 1, ...};
+/// numbers with 17 significant digits, so they read back exactly. Empty when a number is not
+/// finite (JSON cannot say it).
+std::string resultToJSON(const Result &r);
+
+/// Reads resultToJSON's text into `r`; false with `error` set (what is missing or wrong, and
+/// where) when it is not that object, is another version, or holds impossible values.
+bool resultFromJSON(const std::string &text, Result &r, std::string &error);
+
+/// /proc/cpuinfo's "model name", or "unknown CPU".
+std::string cpuModelName();
 
 /// One point of an efficiency curve (FLOPs per call, efficiency).
 struct Point {

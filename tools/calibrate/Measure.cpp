@@ -1,5 +1,6 @@
-// tally calibrate: the measurements and the `target host` file they become. Every timing runs the
-// CPU runtime's own kernels (codegen/runtime/cpu, compiled with its flags), with the runtime's
+// tally calibrate's measurements, run by the executable tally-measure (measure_main.cpp), never
+// in tally itself (tools/calibrate/Calibrate.h); the target they become: Target.cpp. Every
+// timing runs the CPU runtime's own kernels (codegen/runtime/cpu, compiled with its flags), with the runtime's
 // threading: OpenBLAS single-threaded, C tiles on the OpenMP threads (rt_matmul.h).
 //
 // 1. Matmuls: square M = N = K and a few skinny shapes (tokens × width), fp32 and bf16 (16-bit
@@ -23,7 +24,7 @@
 //    (tally_math.h), tanh-form gelu one expf, so one rate prices them all.
 // 6. Attention: the runtime's fused causal attention, forward and backward, fp32, B 1, H 4,
 //    S 256, hd 64 (quick: S 128), the fastest call of each.
-// 7. The target: peak per dtype = the best FLOP/s measured; each sample's efficiency is what
+// 7. The target (Target.cpp, in tally, from this program's JSON): peak per dtype = the best FLOP/s measured; each sample's efficiency is what
 //    makes passes/StepTime.cpp's kernelTime return the measured time (with the fixed cost of
 //    the call taken out, since kernelTime adds it back); bandwidth = the triad;
 //    efficiency.elementwise = elementwise B/s ÷ triad B/s; kernel_overhead and transcendental
@@ -37,13 +38,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
-#include <sstream>
-#include <thread>
 
 namespace tally {
 namespace calibrate {
@@ -85,34 +83,7 @@ double timeMatmul(rt::Ctx &ctx, int64_t M, int64_t N, int64_t K, const Options &
   return o.quick ? timeBest(call, 3, 0.01, 50) : timeBest(call, 3, 0.1, 50);
 }
 
-std::string cpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        std::string m = line.substr(colon + 1);
-        size_t b = m.find_first_not_of(" \t");
-        return b == std::string::npos ? "unknown CPU" : m.substr(b);
-      }
-    }
-  return "unknown CPU";
-}
-
-/// The number as tally source text: plain decimal with `digits` significant digits.
-std::string num(double v, int digits = 6) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-  return buf;
-}
-
 } // namespace
-
-double MatmulSample::bytes() const {
-  double elem = dtype == "fp32" ? 4 : 2;
-  return (double(M) * double(K) + double(K) * double(N) + double(M) * double(N)) * elem;
-}
 
 Result measure(const Options &o) {
   Clock::time_point start = Clock::now();
@@ -238,152 +209,6 @@ Result measure(const Options &o) {
 
   r.seconds = since(start);
   return r;
-}
-
-double peakOf(const Result &r, const std::string &dtype) {
-  double best = 0;
-  for (const MatmulSample &m : r.matmuls)
-    if (m.dtype == dtype && m.seconds > 0)
-      best = std::max(best, m.flops() / m.seconds);
-  return best;
-}
-
-double AttentionSample::scores() const {
-  return double(B) * double(H) * double(S) * double(S) * (double(S) + 1) / (2 * double(S));
-}
-
-double attentionEfficiency(const Result &r) {
-  const AttentionSample &at = r.attention;
-  double peak = peakOf(r, "fp32"), seconds = at.forwardSeconds + at.backwardSeconds;
-  if (peak <= 0 || seconds <= 0)
-    return 0;
-  // The computed (causal) scores' FLOPs, as ir/OpRules.cpp counts fused attention: forward
-  // 4·hd + 5 per score (QKᵀ, P·V, scale and softmax); backward 4·hd + 4 (dq) + 2·hd (dk) +
-  // 2·hd (dv) + 2·hd + 5 (the recomputed scores and softmax). One exp per score each way.
-  double flops = (14.0 * double(at.hd) + 14.0) * at.scores();
-  double work = seconds - 2 * at.scores() * r.transcendentalTime - 2 * r.kernelOverhead;
-  if (work <= 0)
-    return 0;
-  return std::min(1.0, flops / peak / work);
-}
-
-std::vector<Point> curveOf(const Result &r, const std::string &dtype) {
-  double peak = peakOf(r, dtype);
-  std::vector<Point> pts;
-  if (peak <= 0 || r.triadBandwidth <= 0)
-    return pts;
-  for (const MatmulSample &m : r.matmuls) {
-    if (m.dtype != dtype || m.seconds <= 0)
-      continue;
-    // The bandwidth as kernelTime picks it (passes/StepTime.cpp, hostBandwidth).
-    double bw = r.cacheBandwidth > 0 && m.bytes() <= r.cacheBytes ? r.cacheBandwidth : r.triadBandwidth;
-    double model = std::max(m.flops() / peak, m.bytes() / bw);
-    // kernelTime adds the call's fixed cost to model / efficiency: take it out here.
-    double work = m.seconds > r.kernelOverhead ? m.seconds - r.kernelOverhead : m.seconds;
-    pts.push_back({m.flops(), std::min(1.0, model / work)});
-  }
-  std::sort(pts.begin(), pts.end(), [](const Point &x, const Point &y) { return x.flops < y.flops; });
-  // Merge samples whose FLOPs are within 2%: a curve by FLOPs holds one value there.
-  std::vector<Point> out;
-  for (size_t i = 0; i < pts.size();) {
-    size_t j = i;
-    double f = 0, e = 0;
-    while (j < pts.size() && pts[j].flops <= pts[i].flops * 1.02)
-      f += pts[j].flops, e += pts[j].efficiency, ++j;
-    out.push_back({f / double(j - i), e / double(j - i)});
-    i = j;
-  }
-  return out;
-}
-
-std::string renderTarget(const Result &r, const std::string &when) {
-  std::ostringstream os;
-  os << "// The host target: this machine, measured by `tally calibrate"
-     << (r.quick ? " --quick" : "") << "` on " << when << " in " << num(r.seconds, 3)
-     << " s.\n"
-     << "// CPU: " << r.cpuModel << ", " << r.cores << " cores; kernels on " << r.threads
-     << " OpenMP threads, OpenBLAS single-threaded per tile (codegen/runtime/cpu).\n"
-     << "// Load average before measuring: " << num(r.loadAverage, 3)
-     << (r.busy() ? " (busy: other processes shared the cores; calibrate again when idle)" : "")
-     << ".\n"
-     << (r.quick ? "// A quick calibration: small sizes and short timings, not for estimates.\n" : "")
-     << "// Matmuls measured (one rt::matmul call, the fastest of several):\n";
-  for (const MatmulSample &m : r.matmuls)
-    os << "//   " << m.dtype << " " << m.M << " x " << m.N << " x " << m.K << ": "
-       << num(m.seconds * 1e3, 4) << " ms, " << num(m.flops() / m.seconds / 1e9, 4)
-       << " GFLOP/s\n";
-  os << "// STREAM triad: " << num(r.triadBandwidth / 1e9, 4) << " GB/s; in the cache ("
-     << num(r.cacheBytes / 1048576.0, 4) << " MiB: L2 × threads): " << num(r.cacheBandwidth / 1e9, 4)
-     << " GB/s; elementwise (relu, scale): " << num(r.elementwiseBandwidth / 1e9, 4)
-     << " GB/s.\n"
-     << "// Interconnect (data parallel over MPI): " << (r.linkNote.empty() ? "not measured" : r.linkNote) << ".\n"
-     << "// kernel_overhead: the fixed cost of one runtime kernel call (scale on 1 float + an empty\n"
-     << "// OpenMP region); transcendental: one exp with all threads (exp minus relu over 65536 floats).\n"
-     << "// Attention, fused causal fp32, B " << r.attention.B << " H " << r.attention.H << " S "
-     << r.attention.S << " hd " << r.attention.hd << ": forward " << num(r.attention.forwardSeconds * 1e3, 4)
-     << " ms, backward " << num(r.attention.backwardSeconds * 1e3, 4)
-     << " ms; efficiency.attention = its FLOPs at the fp32 peak / (time − its exps − 2 calls).\n"
-     << "// peak = the best FLOP/s measured per dtype; fp16 is converted like bf16 and takes\n"
-     << "// bf16's numbers (not measured apart); matmul_curve = (FLOPs per call, efficiency).\n";
-  double f32 = peakOf(r, "fp32"), b16 = peakOf(r, "bf16");
-  double elem = r.triadBandwidth > 0 ? std::min(1.0, r.elementwiseBandwidth / r.triadBandwidth) : 1;
-  double attn = attentionEfficiency(r);
-  std::vector<Point> c32 = curveOf(r, "fp32"), c16 = curveOf(r, "bf16");
-  auto curve = [&](const std::vector<Point> &c) {
-    std::string s = "[";
-    for (size_t i = 0; i < c.size(); ++i)
-      s += (i ? ", (" : "(") + num(c[i].flops, 6) + ", " + num(std::max(c[i].efficiency, 1e-4), 4) + ")";
-    return s + "]";
-  };
-  os << "target host {\n"
-     << "  memory = " << num(r.memoryBytes / 1073741824.0, 6) << " GiB\n"
-     << "  bandwidth = " << num(r.triadBandwidth / 1e9, 6) << " GB/s\n"
-     << "  host_link = " << num(r.triadBandwidth / 1e9, 6) << " GB/s\n"
-     << "  host_memory = " << num(r.memoryBytes / 1073741824.0, 6) << " GiB\n";
-  if (r.linkBandwidth > 0)
-    os << "  interconnect = " << num(r.linkBandwidth / 1e9, 6) << " GB/s\n"
-       << "  link_latency = " << num(r.linkLatency * 1e6, 6) << " us\n";
-  os
-     << "  peak { fp32 = " << num(f32 / 1e9, 6) << " GFLOP/s, bf16 = " << num(b16 / 1e9, 6)
-     << " GFLOP/s, fp16 = " << num(b16 / 1e9, 6) << " GFLOP/s }\n"
-     << "  efficiency { matmul = " << num(c32.empty() ? 1 : std::max(c32.back().efficiency, 1e-4), 4)
-     << ", elementwise = " << num(std::max(elem, 1e-4), 4)
-     << (r.linkBandwidth > 0 ? ", communication = 1" : "")
-     << (attn > 0 ? ", attention = " + num(std::max(attn, 1e-4), 4) : std::string()) << " }\n"
-     << (r.kernelOverhead > 0 ? "  kernel_overhead = " + num(r.kernelOverhead * 1e9, 4) + " ns\n" : "")
-     << (r.cacheBytes > 0 && r.cacheBandwidth > 0
-             ? "  cache = " + num(r.cacheBytes / 1048576.0, 6) + " MiB\n  cache_bandwidth = " +
-                   num(r.cacheBandwidth / 1e9, 6) + " GB/s\n"
-             : "")
-     << (r.transcendentalTime > 0
-             ? "  transcendental = " + num(r.transcendentalTime * 1e9, 4) + " ns\n"
-             : "")
-     << "  matmul_curve {\n"
-     << "    fp32 = " << curve(c32) << "\n"
-     << "    bf16 = " << curve(c16) << "\n"
-     << "    fp16 = " << curve(c16) << "\n"
-     << "  }\n"
-     << "}\n";
-  return os.str();
-}
-
-std::string cacheFileName() {
-  char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) != 0 || !host[0])
-    std::snprintf(host, sizeof host, "unknown");
-  std::string h;
-  for (const char *p = host; *p; ++p)
-    h += (std::isalnum(static_cast<unsigned char>(*p)) || *p == '-' || *p == '.') ? *p : '_';
-  // FNV-1a over the CPU model, the core count and the file's contents version: a new CPU gets a
-  // new file, and so does a tally that measures more (version 3: the call cost, transcendentals,
-  // the cache and attention; the interconnect), so an older calibration is not silently used.
-  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/3";
-  uint32_t hash = 2166136261u;
-  for (unsigned char ch : key)
-    hash = (hash ^ ch) * 16777619u;
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "%08x", hash);
-  return "host-" + h + "-" + hex + ".tally";
 }
 
 } // namespace calibrate

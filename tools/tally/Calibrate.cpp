@@ -1,15 +1,18 @@
-// `tally calibrate [-o FILE] [--quick]`: measures this machine (tools/calibrate) and writes it as a
+// `tally calibrate [-o FILE] [--quick]`: measures this machine (tools/calibrate, run as the child
+// process tally-measure: tools/tally/CalibrateMeasure.cpp) and writes it as a
 // `target host { ... }` declaration; without -o, into the per-machine cache
 // ($XDG_CACHE_HOME/tally, else ~/.cache/tally, file host-<hostname>-<CPU hash>.tally).
 // Also the loader of external targets (ir/Target.h) that Sema calls: `host` reads the cached
 // calibration, running it first when there is none (with a note on stderr); a name ending in
 // `.tally` reads that file, which must declare exactly one target.
 //
-// Exit codes: 0 written, 1 the file could not be written.
+// Exit codes: 0 written, 1 the measurements failed ([calibrate-failed]: tally-measure missing,
+// failing or printing something else), 2 the file could not be written ([io-error]).
 #include "frontend/Compiler.h"
 #include "report/Output.h"
 #include "tools/calibrate/Calibrate.h"
 #include "tools/tally/CalibrateLink.h"
+#include "tools/tally/CalibrateMeasure.h"
 #include "tools/tally/Commands.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -60,12 +63,14 @@ std::string utcNow() {
   return buf;
 }
 
-/// Measures and writes the target to `path` (creating its folder); false with `error` set.
-bool calibrateInto(const std::string &path, bool quick, std::string &error,
+/// Measures and writes the target to `path` (creating its folder); false with `error` set and
+/// `measureFailed` telling the measurements' failure from the file's.
+bool calibrateInto(const std::string &path, bool quick, std::string &error, bool &measureFailed,
                    calibrate::Result *out = nullptr) {
-  calibrate::Options o;
-  o.quick = quick;
-  calibrate::Result r = calibrate::measure(o);
+  calibrate::Result r;
+  measureFailed = !measureHost(quick, r, error);
+  if (measureFailed)
+    return false;
   measureLink(r, quick);
   StringRef parent = sys::path::parent_path(path);
   if (!parent.empty())
@@ -123,7 +128,8 @@ std::optional<Target> loadTarget(StringRef name, std::string &error) {
     if (!sys::fs::exists(path)) {
       errs() << "tally: note: this machine has no calibration yet (" << path
              << "); running `tally calibrate` (a few seconds)\n";
-      if (!calibrateInto(path, false, error)) {
+      bool measureFailed = false;
+      if (!calibrateInto(path, false, error, measureFailed)) {
         loaded[key] = std::nullopt;
         errors[key] = error;
         return std::nullopt;
@@ -140,7 +146,12 @@ int calibrateCommand() {
   std::string path = calibrateopts::Output.empty() ? cachePath() : calibrateopts::Output.getValue();
   std::string error;
   calibrate::Result r;
-  if (!calibrateInto(path, calibrateopts::Quick, error, &r)) {
+  bool measureFailed = false;
+  if (!calibrateInto(path, calibrateopts::Quick, error, measureFailed, &r)) {
+    if (measureFailed) {
+      errs() << "tally: error: " << error << " [calibrate-failed]\n";
+      return 1;
+    }
     errs() << "tally: error: " << error << " [io-error]\n";
     return kOutputErrorExit;
   }

@@ -1,0 +1,106 @@
+// Unit tests for tally-measure's output as tally calibrate reads it (tools/calibrate/Protocol.cpp):
+// a Result written and read back is the same bit for bit (so the target tally writes is the
+// one the child measured), and what is not the protocol's object — another version, a missing
+// or mistyped field, an impossible value — is refused with its reason.
+#include "tools/calibrate/Calibrate.h"
+
+#include <catch.hpp>
+
+#include <cstring>
+
+using namespace tally::calibrate;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// A Result with numbers that decimal text rounds unless it keeps 17 significant digits.
+Result sample() {
+  Result r;
+  r.cpuModel = "Test \"CPU\" @ 2.0GHz";  // quotes must be escaped
+  r.cores = 2, r.threads = 2;
+  r.memoryBytes = 25275478016.0;
+  r.loadAverage = -1;
+  r.seconds = 0.1 + 0.2;  // 0.30000000000000004
+  r.triadBandwidth = 12892512345.678901;
+  r.cacheBytes = 2097152;
+  r.cacheBandwidth = 1.0 / 3.0 * 1e10;
+  r.elementwiseBandwidth = 3.5762e9;
+  r.kernelOverhead = 8.02e-7;
+  r.transcendentalTime = 2.665e-9;
+  r.quick = true;
+  r.matmuls.push_back({"fp32", 64, 64, 64, 1.0 / 7.0 * 1e-4});
+  r.matmuls.push_back({"bf16", 1024, 64, 64, 2.0 / 3.0 * 1e-3});
+  r.attention.B = 1, r.attention.H = 4, r.attention.S = 128, r.attention.hd = 64;
+  r.attention.forwardSeconds = 1e-3 / 3, r.attention.backwardSeconds = 2e-3 / 3;
+  return r;
+}
+
+bool sameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+} // namespace
+
+TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") {
+  Result r = sample(), back;
+  std::string text = resultToJSON(r), error;
+  REQUIRE(!text.empty());
+  REQUIRE(resultFromJSON(text, back, error));
+  CHECK(error.empty());
+  CHECK(back.cpuModel == r.cpuModel);
+  CHECK(back.cores == 2);
+  CHECK(back.threads == 2);
+  CHECK(back.quick);
+  for (auto [a, b] : {std::pair{back.memoryBytes, r.memoryBytes}, {back.loadAverage, r.loadAverage},
+                      {back.seconds, r.seconds}, {back.triadBandwidth, r.triadBandwidth},
+                      {back.cacheBytes, r.cacheBytes}, {back.cacheBandwidth, r.cacheBandwidth},
+                      {back.elementwiseBandwidth, r.elementwiseBandwidth},
+                      {back.kernelOverhead, r.kernelOverhead},
+                      {back.transcendentalTime, r.transcendentalTime},
+                      {back.attention.forwardSeconds, r.attention.forwardSeconds},
+                      {back.attention.backwardSeconds, r.attention.backwardSeconds}})
+    CHECK(sameBits(a, b));
+  REQUIRE(back.matmuls.size() == 2);
+  CHECK(back.matmuls[1].dtype == "bf16");
+  CHECK(back.matmuls[1].M == 1024);
+  CHECK(back.matmuls[1].N == 64);
+  CHECK(sameBits(back.matmuls[0].seconds, r.matmuls[0].seconds));
+  CHECK(back.attention.S == 128);
+  // The target text is made from the numbers alone, so it is the same from either Result.
+  CHECK(renderTarget(back, "then") == renderTarget(r, "then"));
+}
+
+TEST_CASE("calibrate protocol: a number that is not finite is not written", "[calibrate]") {
+  Result r = sample();
+  r.triadBandwidth = 1.0 / 0.0;
+  CHECK(resultToJSON(r).empty());
+}
+
+TEST_CASE("calibrate protocol: other output is refused with its reason", "[calibrate]") {
+  std::string good = resultToJSON(sample());
+  auto refused = [](const std::string &text) {
+    Result r;
+    r.cores = 99;  // untouched on failure
+    std::string error;
+    CHECK_FALSE(resultFromJSON(text, r, error));
+    CHECK(r.cores == 99);
+    return error;
+  };
+  CHECK_THAT(refused("hello"), Contains("not JSON"));
+  CHECK_THAT(refused(""), Contains("not JSON"));
+  CHECK_THAT(refused("[1, 2]"), Contains("not a JSON object"));
+  CHECK_THAT(refused("{\"version\": 1}"), Contains("not tally-measure's output"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 2}"),
+             Contains("protocol version 2, and this tally reads version 1"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"), Contains("quick"));
+  auto edit = [&](const std::string &from, const std::string &to) {
+    std::string t = good;
+    size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    return t.replace(at, from.size(), to);
+  };
+  CHECK_THAT(refused(edit("\"cores\":2", "\"cores\":\"two\"")), Contains("cores"));
+  CHECK_THAT(refused(edit("\"cores\":2", "\"cores\":0")), Contains("cores and threads must be at least 1"));
+  CHECK_THAT(refused(edit("\"dtype\":\"bf16\"", "\"dtype\":\"fp8\"")), Contains("'fp8'"));
+  CHECK_THAT(refused(edit("\"dtype\":\"bf16\"", "\"dtype\":\"fp32\"")), Contains("no fp32 or no bf16"));
+  CHECK_THAT(refused(edit("\"M\":64", "\"M\":-64")), Contains("shape or time"));
+  CHECK_THAT(refused(edit("\"hd\":64", "\"hd\":0")), Contains("attention's shape"));
+}

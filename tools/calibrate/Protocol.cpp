@@ -1,0 +1,160 @@
+// tally-measure's output, read by tally calibrate (tools/calibrate/Calibrate.h): one JSON object
+//   {"protocol": "tally-measure", "version": 1, "quick": false, "cpu_model": "...",
+//    "cores": 2, "threads": 2, "memory_bytes": ..., "load_average": ..., "seconds": ...,
+//    "triad_bandwidth": ..., "cache_bytes": ..., "cache_bandwidth": ...,
+//    "elementwise_bandwidth": ..., "kernel_overhead": ..., "transcendental_time": ...,
+//    "matmuls": [{"dtype": "fp32", "M": 64, "N": 64, "K": 64, "seconds": ...}, ...],
+//    "attention": {"B": 1, "H": 4, "S": 256, "hd": 64, "forward_seconds": ...,
+//                  "backward_seconds": ...}}
+// in SI units (bytes, bytes per second, seconds). llvm::json writes doubles with 17 significant
+// digits, so the numbers tally reads are the ones measured, bit for bit. Reading checks the
+// protocol name and version, every field's presence and type, and that the numbers are
+// possible (counts ≥ 1, sizes and times ≥ 0, at least one matmul of each dtype): whatever a
+// broken or foreign child prints becomes an error message, never a wrong target.
+#include "tools/calibrate/Calibrate.h"
+
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+namespace tally {
+namespace calibrate {
+
+using llvm::json::Array;
+using llvm::json::Object;
+using llvm::json::Value;
+
+std::string resultToJSON(const Result &r) {
+  std::vector<double> numbers = {r.memoryBytes,    r.loadAverage,          r.seconds,
+                                 r.triadBandwidth, r.cacheBytes,           r.cacheBandwidth,
+                                 r.elementwiseBandwidth, r.kernelOverhead, r.transcendentalTime,
+                                 r.attention.forwardSeconds, r.attention.backwardSeconds};
+  for (const MatmulSample &m : r.matmuls)
+    numbers.push_back(m.seconds);
+  for (double x : numbers)
+    if (!std::isfinite(x))
+      return "";
+  Array matmuls;
+  for (const MatmulSample &m : r.matmuls)
+    matmuls.push_back(Object{{"dtype", m.dtype}, {"M", m.M}, {"N", m.N}, {"K", m.K}, {"seconds", m.seconds}});
+  const AttentionSample &a = r.attention;
+  Object o{{"protocol", "tally-measure"},
+           {"version", kProtocolVersion},
+           {"quick", r.quick},
+           {"cpu_model", r.cpuModel},
+           {"cores", r.cores},
+           {"threads", r.threads},
+           {"memory_bytes", r.memoryBytes},
+           {"load_average", r.loadAverage},
+           {"seconds", r.seconds},
+           {"triad_bandwidth", r.triadBandwidth},
+           {"cache_bytes", r.cacheBytes},
+           {"cache_bandwidth", r.cacheBandwidth},
+           {"elementwise_bandwidth", r.elementwiseBandwidth},
+           {"kernel_overhead", r.kernelOverhead},
+           {"transcendental_time", r.transcendentalTime},
+           {"matmuls", std::move(matmuls)},
+           {"attention", Object{{"B", a.B}, {"H", a.H}, {"S", a.S}, {"hd", a.hd},
+                                {"forward_seconds", a.forwardSeconds},
+                                {"backward_seconds", a.backwardSeconds}}}};
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << Value(std::move(o));
+  return os.str();
+}
+
+// Found by llvm::json::ObjectMapper through argument-dependent lookup: in this namespace.
+static bool fromJSON(const Value &v, MatmulSample &m, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  return o && o.map("dtype", m.dtype) && o.map("M", m.M) && o.map("N", m.N) && o.map("K", m.K) &&
+         o.map("seconds", m.seconds);
+}
+
+static bool fromJSON(const Value &v, AttentionSample &a, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  return o && o.map("B", a.B) && o.map("H", a.H) && o.map("S", a.S) && o.map("hd", a.hd) &&
+         o.map("forward_seconds", a.forwardSeconds) && o.map("backward_seconds", a.backwardSeconds);
+}
+
+namespace {
+
+/// The first impossible value of `r`, or "" when there is none.
+std::string impossible(const Result &r) {
+  if (r.cores < 1 || r.threads < 1)
+    return "cores and threads must be at least 1";
+  for (double x : {r.memoryBytes, r.seconds, r.triadBandwidth, r.cacheBytes, r.cacheBandwidth,
+                   r.elementwiseBandwidth, r.kernelOverhead, r.transcendentalTime,
+                   r.attention.forwardSeconds, r.attention.backwardSeconds})
+    if (x < 0)
+      return "a size, rate or time is negative";
+  if (r.triadBandwidth <= 0)
+    return "the memory bandwidth is not positive";
+  bool fp32 = false, bf16 = false;
+  for (const MatmulSample &m : r.matmuls) {
+    if (m.dtype != "fp32" && m.dtype != "bf16")
+      return "a matmul's dtype is '" + m.dtype + "' (fp32 or bf16)";
+    if (m.M < 1 || m.N < 1 || m.K < 1 || m.seconds < 0)
+      return "a matmul's shape or time is not possible";
+    (m.dtype == "fp32" ? fp32 : bf16) = true;
+  }
+  if (!fp32 || !bf16)
+    return "no fp32 or no bf16 matmul was measured";
+  const AttentionSample &a = r.attention;
+  if (a.B < 1 || a.H < 1 || a.S < 1 || a.hd < 1)
+    return "the attention's shape is not possible";
+  return "";
+}
+
+} // namespace
+
+bool resultFromJSON(const std::string &text, Result &r, std::string &error) {
+  llvm::Expected<Value> parsed = llvm::json::parse(text);
+  if (!parsed) {
+    error = "not JSON (" + llvm::toString(parsed.takeError()) + ")";
+    return false;
+  }
+  const Object *obj = parsed->getAsObject();
+  if (!obj) {
+    error = "not a JSON object";
+    return false;
+  }
+  llvm::Optional<llvm::StringRef> protocol = obj->getString("protocol");
+  if (!protocol || *protocol != "tally-measure") {
+    error = "not tally-measure's output (no \"protocol\": \"tally-measure\")";
+    return false;
+  }
+  llvm::Optional<int64_t> version = obj->getInteger("version");
+  if (!version || *version != kProtocolVersion) {
+    error = "protocol version " + (version ? std::to_string(*version) : std::string("(none)")) +
+            ", and this tally reads version " + std::to_string(kProtocolVersion) +
+            " (tally and tally-measure are built together: rebuild both)";
+    return false;
+  }
+  Result out;
+  llvm::json::Path::Root root("tally-measure");
+  llvm::json::ObjectMapper o(*parsed, root);
+  bool ok = o.map("quick", out.quick) && o.map("cpu_model", out.cpuModel) && o.map("cores", out.cores) &&
+            o.map("threads", out.threads) && o.map("memory_bytes", out.memoryBytes) &&
+            o.map("load_average", out.loadAverage) && o.map("seconds", out.seconds) &&
+            o.map("triad_bandwidth", out.triadBandwidth) && o.map("cache_bytes", out.cacheBytes) &&
+            o.map("cache_bandwidth", out.cacheBandwidth) &&
+            o.map("elementwise_bandwidth", out.elementwiseBandwidth) &&
+            o.map("kernel_overhead", out.kernelOverhead) &&
+            o.map("transcendental_time", out.transcendentalTime) && o.map("matmuls", out.matmuls) &&
+            o.map("attention", out.attention);
+  if (!ok) {
+    error = llvm::toString(root.getError());
+    return false;
+  }
+  if (std::string why = impossible(out); !why.empty()) {
+    error = "impossible values: " + why;
+    return false;
+  }
+  r = std::move(out);
+  return true;
+}
+
+} // namespace calibrate
+} // namespace tally
