@@ -177,8 +177,16 @@ struct Emitter {
       stateOffset[{e.tensor, e.state}] = e.offset;
     for (TensorId t : s.inputs) {
       dataOffset[t] = dataBytes;
-      dataBytes += alignUp(checkedNumel(s.tensors[t].shape).value_or(0) *
-                           static_cast<int64_t>(bytesOf(stored(t))));
+      // The data region is laid out here, not in the memory plan: the same checked sums.
+      std::optional<int64_t> n = checkedNumel(s.tensors[t].shape);
+      std::optional<int64_t> bytes = n ? checkedMul(*n, static_cast<int64_t>(bytesOf(stored(t)))) : std::nullopt;
+      std::optional<int64_t> aligned = bytes ? checkedAlignUp(*bytes) : std::nullopt;
+      std::optional<int64_t> end = aligned ? checkedAdd(dataBytes, *aligned) : std::nullopt;
+      if (!end) {
+        fail("the input data region passes 2^63 - 1 bytes: its offsets do not fit int64");
+        return;
+      }
+      dataBytes = *end;
     }
   }
 
@@ -1346,8 +1354,10 @@ struct Emitter {
   }
 
   bool run(std::vector<File> &files) {
+    if (!a.planOverflow.empty())
+      return fail("the memory plan does not fit in 64-bit byte offsets: " + a.planOverflow);
     index();
-    if (!checkPlan())
+    if (!error.empty() || !checkPlan())
       return false;
     std::string micro, upd, zero;
     if (!microStep(micro) || !update(upd, zero))
