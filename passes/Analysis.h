@@ -69,11 +69,11 @@ constexpr int64_t kAlignment = 256;
 inline std::optional<int64_t> checkedAlignUp(int64_t bytes) {
   if (bytes < 0 || bytes > INT64_MAX - (kAlignment - 1))
     return std::nullopt;
-  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return (bytes + (kAlignment - 1)) / kAlignment * kAlignment; // never bytes + 256 first
 }
-/// The same for sizes known to fit once rounded (a buffer or tensor of a plan whose
-/// planOverflow is empty: planMemory checked them all; small constants).
-inline int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+/// The same for sizes known to fit once rounded, 0 ≤ bytes ≤ INT64_MAX - 255 (a buffer or
+/// tensor of a plan whose planOverflow is empty: planMemory checked them all; small constants).
+inline int64_t alignUp(int64_t bytes) { return (bytes + (kAlignment - 1)) / kAlignment * kAlignment; }
 
 /// One flat region of the memory plan (llm.c style): each tensor at an aligned offset.
 struct Region {
