@@ -177,8 +177,16 @@ struct Emitter {
       stateOffset[{e.tensor, e.state}] = e.offset;
     for (TensorId t : s.inputs) {
       dataOffset[t] = dataBytes;
-      dataBytes += alignUp(checkedNumel(s.tensors[t].shape).value_or(0) *
-                           static_cast<int64_t>(bytesOf(stored(t))));
+      // The data region is laid out here, not in the memory plan: the same checked sums.
+      std::optional<int64_t> n = checkedNumel(s.tensors[t].shape);
+      std::optional<int64_t> bytes = n ? checkedMul(*n, static_cast<int64_t>(bytesOf(stored(t)))) : std::nullopt;
+      std::optional<int64_t> aligned = bytes ? checkedAlignUp(*bytes) : std::nullopt;
+      std::optional<int64_t> end = aligned ? checkedAdd(dataBytes, *aligned) : std::nullopt;
+      if (!end) {
+        fail("the input data region passes 2^63 - 1 bytes: its offsets do not fit int64");
+        return;
+      }
+      dataBytes = *end;
     }
   }
 
@@ -1261,9 +1269,15 @@ struct Emitter {
       auto g = gradOffset.find(pi.tensor);
       auto m = masterOffset.find(pi.tensor);
       int64_t master = m == masterOffset.end() ? -1 : m->second;
-      if (sharded() && plan.precision.master != Dtype::Invalid && g != gradOffset.end()) // tally_step.h
-        master = g->second / static_cast<int64_t>(bytesOf(plan.precision.grads)) *
-                 static_cast<int64_t>(bytesOf(plan.precision.master));
+      if (sharded() && plan.precision.master != Dtype::Invalid && g != gradOffset.end()) { // tally_step.h
+        // An element offset of the grads region in master's dtype: wider than the grads' (bf16
+        // grads, fp32 master), it can pass int64 where the grads region did not.
+        std::optional<int64_t> at = checkedMul(g->second / static_cast<int64_t>(bytesOf(plan.precision.grads)),
+                                               static_cast<int64_t>(bytesOf(plan.precision.master)));
+        if (!at)
+          fail("the master copy of " + pi.path + " is past 2^63 - 1 bytes: its offset does not fit int64");
+        master = at.value_or(-1);
+      }
       out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}, {8}, {9}},\n", literal(tensorName(pi.path)),
                            stName(t.dtype), sz.size(), list(sz), n(pi.tensor), paramOffset.at(pi.tensor),
                            boolean(pi.trainable), g == gradOffset.end() ? -1 : g->second, master, init)
@@ -1346,8 +1360,10 @@ struct Emitter {
   }
 
   bool run(std::vector<File> &files) {
+    if (!a.planOverflow.empty())
+      return fail("the memory plan does not fit in 64-bit byte offsets: " + a.planOverflow);
     index();
-    if (!checkPlan())
+    if (!error.empty() || !checkPlan())
       return false;
     std::string micro, upd, zero;
     if (!microStep(micro) || !update(upd, zero))
@@ -1408,6 +1424,8 @@ struct Emitter {
        << "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n"
        << "} // namespace tally_step\n";
     os.flush();
+    if (!error.empty()) // tables() found an offset past int64
+      return false;
     files.push_back({be.stepFile, src});
     // MPI only for a step that runs on several processes.
     files.push_back({"CMakeLists.txt", std::string(be.cmakeLists) +

@@ -43,6 +43,20 @@ using Shape = llvm::SmallVector<Dim, 4>;
 double numel(const Shape &s);
 /// Element count with overflow checking; nullopt when the product exceeds int64.
 std::optional<int64_t> checkedNumel(const Shape &s);
+/// a + b and a · b with overflow checking: nullopt when the exact result does not fit int64
+/// (the memory plan's sizes and offsets are summed with these).
+inline std::optional<int64_t> checkedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    return std::nullopt;
+  return r;
+}
+inline std::optional<int64_t> checkedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    return std::nullopt;
+  return r;
+}
 
 enum class OpKind : uint8_t {
 #define OP(ID, NAME, CLASS) ID,

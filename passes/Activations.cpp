@@ -365,19 +365,23 @@ struct LiveDeltas {
 /// the walks that only compare policies keep none (a 10,000-layer walk made 10^6 of them).
 void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double size,
                uint32_t first, uint32_t last, const char *what, Buffer::Kind kind) {
-  int64_t bytes = static_cast<int64_t>(std::ceil(size));
-  if (bytes <= 0)
+  double bytes = std::ceil(size);
+  if (!(bytes > 0))
     return;
   last = std::max(first, last);
   std::vector<double> &d = kind == Buffer::Saved ? live.saved : live.other;
-  d[first] += static_cast<double>(bytes);
-  d[last + 1] -= static_cast<double>(bytes);
+  d[first] += bytes;
+  d[last + 1] -= bytes;
   if (!keep)
     return;
   Buffer b;
   b.tensor = t;
   b.op = op;
-  b.bytes = bytes;
+  b.size = bytes;
+  // A tensor's element count fits int64 (lowering checks it), its bytes need not: 2^62 f32
+  // elements are 2^64 bytes. Such a buffer keeps its size for the analysis; planMemory says
+  // the plan cannot hold it (converting a double ≥ 2^63 to int64 is undefined).
+  b.bytes = bytes < 0x1p63 ? static_cast<int64_t>(bytes) : 0;
   b.first = first;
   b.last = last;
   b.what = what;
@@ -872,8 +876,8 @@ std::optional<Chain> buildChain(const Facts &f, const Analysis &a, double limit)
     Walk none = walk(f, a, Policy(), true);
     std::vector<double> delta(none.schedule.size() + 1, 0);
     for (const Buffer &b : none.buffers) {
-      delta[b.first] += static_cast<double>(b.bytes);
-      delta[b.last + 1] -= static_cast<double>(b.bytes);
+      delta[b.first] += b.size;
+      delta[b.last + 1] -= b.size;
     }
     std::vector<double> most(S, 0);
     double live = 0;
@@ -1303,7 +1307,7 @@ void perBlock(const Facts &f, const Walk &w, Analysis &a) {
   for (const Buffer &b : w.buffers)
     if (b.kind != Buffer::Gradient && b.op != kNone && b.first < forwardEnd &&
         b.last >= forwardEnd && f.copyOfOp[b.op] != kNone)
-      a.checkpoint.perBlock[f.copyOfOp[b.op]].keptBytes += static_cast<double>(b.bytes);
+      a.checkpoint.perBlock[f.copyOfOp[b.op]].keptBytes += b.size;
 }
 
 /// The trade-off curve (Analysis::checkpoint.curve): the Pareto front of (peak per device,

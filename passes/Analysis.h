@@ -12,7 +12,9 @@
 #include "ir/OpRules.h"
 #include "ir/Plan.h"
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +50,9 @@ struct ScheduleStep {
 struct Buffer {
   TensorId tensor = kNone;       ///< kNone for extra saved buffers (masks, statistics)
   OpId op = kNone;               ///< the op that created it
-  int64_t bytes = 0;             ///< exact bytes of the tensor on one device
+  int64_t bytes = 0;             ///< exact bytes of the tensor on one device (0 when size ≥ 2^63)
+  double size = 0;               ///< the same as a double (what the analysis sums): = bytes
+                                 ///< whenever it fits int64; above it, the plan cannot hold it
   uint32_t first = 0, last = 0;  ///< schedule step indexes, inclusive
   int64_t offset = 0;            ///< arena offset in bytes, a multiple of kAlignment
   const char *what = "";
@@ -60,7 +64,16 @@ struct Buffer {
 /// Every buffer of the memory plan, and every tensor in a flat region, starts at a multiple
 /// of this many bytes and takes a multiple of it (cudaMalloc aligns to 256 too).
 constexpr int64_t kAlignment = 256;
-inline int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+/// `bytes` rounded up to a multiple of kAlignment; nullopt when that does not fit int64 (bytes
+/// above INT64_MAX - 255 rounded up) or bytes < 0. The memory plan sizes everything with this.
+inline std::optional<int64_t> checkedAlignUp(int64_t bytes) {
+  if (bytes < 0 || bytes > INT64_MAX - (kAlignment - 1))
+    return std::nullopt;
+  return (bytes + (kAlignment - 1)) / kAlignment * kAlignment; // never bytes + 256 first
+}
+/// The same for sizes known to fit once rounded, 0 ≤ bytes ≤ INT64_MAX - 255 (a buffer or
+/// tensor of a plan whose planOverflow is empty: planMemory checked them all; small constants).
+inline int64_t alignUp(int64_t bytes) { return (bytes + (kAlignment - 1)) / kAlignment * kAlignment; }
 
 /// One flat region of the memory plan (llm.c style): each tensor at an aligned offset.
 struct Region {
@@ -255,6 +268,12 @@ struct Analysis {
     /// tensors. 0: no sharding.
     int64_t shard = 0;
   } regions;
+  /// "" when every size and offset of the memory plan (each buffer, the arena, each region and
+  /// each tensor in it) fits int64 bytes; else what first did not, and the plan is not
+  /// representable: planMemory leaves the arena, the offsets and the regions at 0, the pipeline
+  /// reports an [overflow] error at the plan, the memory-plan report prints only that, and
+  /// codegen refuses it. The analytic numbers (doubles: memory, livePeakBytes, ...) stand.
+  std::string planOverflow;
   // Activations.cpp: one micro-batch on one device's tensor-parallel share.
   int64_t arenaBytes = 0;        ///< size of the arena the buffers are placed in (≥ livePeakBytes)
   double livePeakBytes = 0;      ///< the most bytes live at once in the schedule

@@ -23,11 +23,20 @@
 //    rounded up to kAlignment (buffers whose last use is before its first step are freed first,
 //    coalescing neighbours), else goes on top: a caching allocator's first fit. The arena is the
 //    highest end.
+// Every size, offset and sum here is an int64 byte count computed with checked arithmetic
+// (checkedMul, checkedAdd, checkedAlignUp): a model can have elements that fit int64 and bytes
+// that do not (a [3e9, 3e9] f32 weight: 9e18 elements, 3.6e19 bytes). The first size or offset
+// that does not fit makes the plan not representable: Analysis::planOverflow says what, the
+// arena, the regions and the offsets stay 0, and the pipeline reports it ([overflow]).
 #include "passes/Passes.h"
+
+#include "ir/Units.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <string>
 
 namespace tally {
 
@@ -37,8 +46,9 @@ namespace {
 /// they are created, return to a free list every buffer whose last use is before the new
 /// one's first, and put the new one in the first free block that holds it (or at the top).
 /// Lifetimes that overlap never share bytes; the arena may exceed the live peak by
-/// fragmentation. O(n log n + n · free blocks).
-void placeBuffers(std::vector<Buffer> &buffers, int64_t &arena) {
+/// fragmentation. O(n log n + n · free blocks). False when a buffer's aligned size or the top
+/// passes INT64_MAX; every other sum (coalescing, splitting a block) stays below the top.
+bool placeBuffers(std::vector<Buffer> &buffers, int64_t &arena) {
   size_t n = buffers.size();
   std::vector<size_t> byFirst(n), byLast(n);
   for (size_t i = 0; i < n; ++i)
@@ -54,6 +64,7 @@ void placeBuffers(std::vector<Buffer> &buffers, int64_t &arena) {
   auto release = [&](const Buffer &b) {
     if (b.bytes <= 0)
       return;
+    // Placed below the top, so its aligned size and every block's end are at most the top.
     auto [it, inserted] = freeList.emplace(b.offset, alignUp(b.bytes));
     if (it != freeList.begin()) {
       auto prev = std::prev(it);
@@ -83,33 +94,51 @@ void placeBuffers(std::vector<Buffer> &buffers, int64_t &arena) {
       b.offset = 0;
       continue;
     }
-    int64_t size = alignUp(b.bytes);
+    std::optional<int64_t> size = checkedAlignUp(b.bytes);
+    if (!size)
+      return false;
     auto fit = std::find_if(freeList.begin(), freeList.end(),
-                            [&](const auto &blk) { return blk.second >= size; });
+                            [&](const auto &blk) { return blk.second >= *size; });
     if (fit != freeList.end()) {
       b.offset = fit->first;
-      int64_t rest = fit->second - size;
+      int64_t rest = fit->second - *size;
       freeList.erase(fit);
       if (rest > 0)
-        freeList.emplace(b.offset + size, rest);
+        freeList.emplace(b.offset + *size, rest);
     } else {
+      std::optional<int64_t> end = checkedAdd(top, *size);
+      if (!end)
+        return false;
       b.offset = top;
-      top += size;
+      top = *end;
     }
     arena = std::max(arena, top);
   }
+  return true;
 }
 
+/// n elements of `dtype` aligned: nullopt when the bytes or their rounding pass INT64_MAX.
+std::optional<int64_t> alignedBytes(int64_t n, Dtype dtype) {
+  std::optional<int64_t> bytes = checkedMul(n, static_cast<int64_t>(bytesOf(dtype)));
+  return bytes ? checkedAlignUp(*bytes) : std::nullopt;
+}
 
-void lay(Region &r, Dtype dtype, const Graph &g, const std::vector<TensorId> &ts, unsigned states) {
+/// Lays `states` copies of the tensors `ts` out in a region; false when a tensor's bytes or
+/// the region's size pass INT64_MAX.
+bool lay(Region &r, Dtype dtype, const Graph &g, const std::vector<TensorId> &ts, unsigned states) {
   r.dtype = dtype;
   for (unsigned s = 0; s < states; ++s)
     for (TensorId t : ts) {
-      auto n = checkedNumel(g.tensors[t].shape);
-      int64_t bytes = n.value_or(0) * static_cast<int64_t>(bytesOf(dtype));
-      r.tensors.push_back({t, r.bytes, bytes, s});
-      r.bytes += alignUp(bytes);
+      std::optional<int64_t> n = checkedNumel(g.tensors[t].shape); // lowering checked it
+      std::optional<int64_t> bytes = n ? checkedMul(*n, static_cast<int64_t>(bytesOf(dtype))) : std::nullopt;
+      std::optional<int64_t> aligned = bytes ? checkedAlignUp(*bytes) : std::nullopt;
+      std::optional<int64_t> end = aligned ? checkedAdd(r.bytes, *aligned) : std::nullopt;
+      if (!end)
+        return false;
+      r.tensors.push_back({t, r.bytes, *bytes, s});
+      r.bytes = *end;
     }
+  return true;
 }
 
 } // namespace
@@ -182,7 +211,11 @@ void planMemory(Analysis &a) {
         Buffer b;
         b.tensor = t;
         b.op = a.stepSchedule[e].op;
-        b.bytes = checkedNumel(x.shape).value_or(0) * static_cast<int64_t>(bytesOf(x.dtype));
+        std::optional<int64_t> n = checkedNumel(x.shape); // lowering checked it
+        std::optional<int64_t> bytes =
+            n ? checkedMul(*n, static_cast<int64_t>(bytesOf(x.dtype))) : std::nullopt;
+        b.bytes = bytes.value_or(0);
+        b.size = numel(x.shape) * static_cast<double>(bytesOf(x.dtype));
         b.first = b.last = stepOfEntry[e];
         b.what = "local gradient";
         b.kind = Buffer::Gradient;
@@ -190,7 +223,33 @@ void planMemory(Analysis &a) {
       }
     }
   }
-  placeBuffers(a.buffers, a.arenaBytes);
+  // Step 2 and 3 in integers; the first size that does not fit int64 ends the plan.
+  a.planOverflow.clear();
+  a.arenaBytes = 0;
+  a.regions.params = Region();
+  a.regions.grads = Region();
+  a.regions.master = Region();
+  a.regions.optimizer = Region();
+  a.regions.shard = 0;
+  auto unrepresentable = [&](std::string what) {
+    a.planOverflow = std::move(what);
+    a.arenaBytes = 0;
+    for (Buffer &b : a.buffers)
+      b.offset = 0;
+    a.regions.params = Region();
+    a.regions.grads = Region();
+    a.regions.master = Region();
+    a.regions.optimizer = Region();
+    a.regions.shard = 0;
+  };
+  for (const Buffer &b : a.buffers)
+    if (!(b.size < 0x1p63)) {
+      std::string name = "buffer " + (b.tensor == kNone ? std::string() : "%" + std::to_string(b.tensor) + " ") +
+                         "(" + b.what + (b.op < s.ops.size() ? " of op " + s.ops[b.op].path : std::string()) + ")";
+      return unrepresentable(name + " is " + formatBytes(b.size) + ", past 2^63 - 1 bytes");
+    }
+  if (!placeBuffers(a.buffers, a.arenaBytes))
+    return unrepresentable("the activation arena passes 2^63 - 1 bytes");
 
   // Step 2.
   std::vector<TensorId> all, trainable;
@@ -199,32 +258,38 @@ void planMemory(Analysis &a) {
     if (p.trainable)
       trainable.push_back(p.tensor);
   }
-  a.regions.params = Region();
-  a.regions.grads = Region();
-  a.regions.master = Region();
-  a.regions.optimizer = Region();
-  lay(a.regions.params, plan.precision.params, g, all, 1);
+  auto regionTooLarge = [&](const char *name) {
+    unrepresentable(std::string("the ") + name + " region passes 2^63 - 1 bytes");
+  };
+  if (!lay(a.regions.params, plan.precision.params, g, all, 1))
+    return regionTooLarge("params");
   if (!plan.isTrain)
     return;
-  lay(a.regions.grads, plan.precision.grads, g, trainable, 1);
-  a.regions.shard = 0;
+  if (!lay(a.regions.grads, plan.precision.grads, g, trainable, 1))
+    return regionTooLarge("grads");
   const Parallelism &par = plan.parallel;
   int64_t gradBytes = static_cast<int64_t>(bytesOf(plan.precision.grads));
   if (par.zero >= 1 && par.data > 1 && gradBytes > 0) {
     int64_t elems = a.regions.grads.bytes / gradBytes;
-    a.regions.shard = (elems + par.data - 1) / par.data;
+    // ⌈elems / data⌉ without elems + data - 1, which overflows for data near 2^63.
+    a.regions.shard = elems / par.data + (elems % par.data != 0);
     auto shardOf = [&](Region &r, Dtype d, unsigned states) {
       r.dtype = d;
-      r.bytes = states * alignUp(a.regions.shard * static_cast<int64_t>(bytesOf(d)));
+      std::optional<int64_t> one = alignedBytes(a.regions.shard, d);
+      std::optional<int64_t> all = one ? checkedMul(states, *one) : std::nullopt;
+      r.bytes = all.value_or(0);
+      return all.has_value();
     };
-    if (plan.precision.master != Dtype::Invalid)
-      shardOf(a.regions.master, plan.precision.master, 1);
-    shardOf(a.regions.optimizer, plan.precision.optimizer, optimizerStates(plan.optimizer));
+    if (plan.precision.master != Dtype::Invalid && !shardOf(a.regions.master, plan.precision.master, 1))
+      return regionTooLarge("master");
+    if (!shardOf(a.regions.optimizer, plan.precision.optimizer, optimizerStates(plan.optimizer)))
+      return regionTooLarge("optimizer");
     return;
   }
-  if (plan.precision.master != Dtype::Invalid)
-    lay(a.regions.master, plan.precision.master, g, trainable, 1);
-  lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer));
+  if (plan.precision.master != Dtype::Invalid && !lay(a.regions.master, plan.precision.master, g, trainable, 1))
+    return regionTooLarge("master");
+  if (!lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer)))
+    return regionTooLarge("optimizer");
 }
 
 } // namespace tally

@@ -4,6 +4,8 @@
 // (analyzeLayout).
 #include "passes/Passes.h"
 
+#include "frontend/Diagnostics.h"
+
 namespace tally {
 
 Analysis analyzeGraph(const Graph &g, const Plan &plan) {
@@ -17,6 +19,21 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan) {
 }
 
 namespace {
+
+/// A plan whose sizes or offsets do not fit int64 bytes cannot be allocated or generated: an
+/// [overflow] error at the plan's `model` setting (else the plan), once per plan.
+void checkMemoryPlan(const Analysis &a, DiagnosticEngine &diags) {
+  if (a.planOverflow.empty())
+    return;
+  const Plan &plan = *a.plan;
+  auto where = plan.settingRanges.find("model");
+  llvm::SMRange range = where != plan.settingRanges.end() && where->second.isValid() ? where->second : plan.range;
+  diags.report(DiagKind::Overflow, range.Start,
+               "the memory plan does not fit in 64-bit byte offsets: " + a.planOverflow)
+      .range(range)
+      .note(llvm::SMLoc(), "tally build and run cannot allocate this plan; the analytic numbers "
+                           "(doubles) are reported as computed");
+}
 
 /// The layout-dependent passes that price a plan: memory and time.
 void priceLayout(Analysis &a) {
@@ -47,6 +64,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   Analysis a = analyzeGraph(g, plan);
   priceLayout(a);
   planMemory(a);
+  checkMemoryPlan(a, diags);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   pipelineTimeline(a);

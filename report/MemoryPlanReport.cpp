@@ -61,6 +61,18 @@ llvm::json::Object regionJson(const Region &r) {
 
 void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
   const Graph &s = *a.step;
+  // A plan whose sizes or offsets do not fit int64 has no offsets to print: only why.
+  if (!a.planOverflow.empty()) {
+    if (json)
+      os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
+                                       {"alignment", kAlignment}, {"overflow", a.planOverflow}}))
+         << "\n";
+    else
+      os << "memory plan @" << s.model
+         << ": not representable: it does not fit in 64-bit byte offsets (" << a.planOverflow
+         << ")\n";
+    return;
+  }
   if (json) {
     llvm::json::Array schedule, buffers;
     for (size_t i = 0; i < a.stepSchedule.size(); ++i)

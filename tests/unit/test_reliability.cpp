@@ -1,7 +1,8 @@
 // test_reliability.cpp — unit tests for issue 12's fixes below the CLI: a diagnostic said again
 // at the same place is said once (frontend/Diagnostics.h); huge and tiny numbers keep their
 // value in the text formats (ir/Units.h); the output writer renames into place and refuses its
-// inputs (report/Output.h).
+// inputs (report/Output.h); the memory plan's int64 sizes are checked at the edges, and a plan
+// past them is not representable (passes/MemoryPlan.cpp, docs/memory.md §6).
 #include <catch.hpp>
 
 #include <string>
@@ -10,6 +11,8 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/Path.h>
 
+#include "Support.h"
+#include "codegen/Emit.h"
 #include "frontend/Diagnostics.h"
 #include "ir/Units.h"
 #include "report/Output.h"
@@ -93,4 +96,85 @@ TEST_CASE("the output writer renames into place and refuses its inputs", "[outpu
   CHECK(error.find("it is an input of this run") != std::string::npos);
   llvm::sys::fs::remove(target);
   llvm::sys::fs::remove(dir);
+}
+
+TEST_CASE("checked int64 arithmetic at the edges", "[checked][reliability]") {
+  const int64_t two31 = int64_t(1) << 31, two32 = int64_t(1) << 32;
+  CHECK(checkedAdd(INT64_MAX - 1, 1) == INT64_MAX);
+  CHECK(!checkedAdd(INT64_MAX, 1));
+  CHECK(checkedAdd(INT64_MIN, 0) == INT64_MIN);
+  CHECK(!checkedAdd(INT64_MIN, -1));
+  CHECK(checkedMul(two31, two31) == int64_t(1) << 62);
+  CHECK(!checkedMul(two32, two31));             // 2^63 = INT64_MAX + 1
+  CHECK(checkedMul(-two32, two31) == INT64_MIN); // -2^63 fits
+  CHECK(checkedMul(INT64_MAX, 1) == INT64_MAX);
+  CHECK(!checkedMul(INT64_MAX, 2));
+  CHECK(!checkedMul(INT64_MIN, -1));
+  // 9e18 elements fit int64, their f32 bytes (3.6e19) do not.
+  CHECK(checkedMul(3000000000, 3000000000) == 9000000000000000000);
+  CHECK(!checkedMul(9000000000000000000, 4));
+  // The largest multiple of 256 in int64 is 2^63 - 256 = INT64_MAX - 255; one byte more rounds
+  // up to 2^63.
+  CHECK(checkedAlignUp(0) == 0);
+  CHECK(checkedAlignUp(1) == 256);
+  CHECK(checkedAlignUp(256) == 256);
+  CHECK(checkedAlignUp(257) == 512);
+  CHECK(checkedAlignUp(INT64_MAX - 255) == INT64_MAX - 255);
+  CHECK(!checkedAlignUp(INT64_MAX - 254));
+  CHECK(!checkedAlignUp(INT64_MAX));
+  CHECK(!checkedAlignUp(-1));
+  Shape s{{3000000000, 0}, {3000000000, 0}};
+  CHECK(checkedNumel(s) == 9000000000000000000);
+  s.push_back({2, 0});
+  CHECK(!checkedNumel(s)); // 1.8e19
+}
+
+namespace {
+/// An infer plan of one bf16 weight [2^31, cols] (and a second one of the same shape when
+/// `two`): 2^31 · cols · 2 bytes each.
+std::string bf16Model(int64_t cols, bool two) {
+  return "model M(a = 2147483648, b = " + std::to_string(cols) + ") {\n"
+         "  param w: [a, b]\n" + (two ? "  param v: [a, b]\n" : "") +
+         "  forward(x: bf16[batch, a]) { return " + (two ? "x @ w + x @ v" : "x @ w") + " }\n}\n"
+         "infer i { model = M() batch = 1 prompt = 1 generate = 1 precision = bf16 target = H100_SXM }\n";
+}
+} // namespace
+
+TEST_CASE("memory plan: a params region of 2^62 bytes fits, 2^63 does not",
+          "[memoryplan][reliability]") {
+  // [2^31, 2^30] bf16: 2^61 elements, 2^62 bytes (a multiple of 256): the region is exactly that.
+  test::Compiled fits(bf16Model(int64_t(1) << 30, false));
+  CHECK(fits.a->planOverflow.empty());
+  CHECK(fits.a->regions.params.bytes == int64_t(1) << 62);
+  CHECK(fits.count(DiagKind::Overflow) == 0);
+  // [2^31, 2^31] bf16: 2^63 bytes, one past INT64_MAX.
+  test::Compiled one(bf16Model(int64_t(1) << 31, false));
+  CHECK(one.a->planOverflow == "the params region passes 2^63 - 1 bytes");
+  CHECK(one.a->regions.params.bytes == 0);
+  CHECK(one.a->regions.params.tensors.empty());
+  CHECK(one.a->arenaBytes == 0);
+  REQUIRE(one.count(DiagKind::Overflow) == 1);
+  CHECK(one.of(DiagKind::Overflow)[0]->message ==
+        "the memory plan does not fit in 64-bit byte offsets: the params region passes 2^63 - 1 bytes");
+  // Two [2^31, 2^30] bf16 weights: each 2^62 bytes fits, their sum 2^63 does not.
+  test::Compiled sum(bf16Model(int64_t(1) << 30, true));
+  CHECK(sum.a->planOverflow == "the params region passes 2^63 - 1 bytes");
+  // The analytic numbers are doubles and stay: 2^62 parameters.
+  CHECK(sum.a->params.total == std::ldexp(1.0, 62));
+}
+
+TEST_CASE("memory plan: a step that does not fit int64 is not generated", "[memoryplan][reliability]") {
+  // A [3e9, 3e9] f32 weight: 9e18 elements, 3.6e19 bytes.
+  test::Compiled t("model M(d = 3000000000) { param w: [d, d] forward(x: f32[batch, d]) { return mean(x @ w) } }\n"
+                   "train t { model = M() batch = 8 target = H100_SXM }\n");
+  REQUIRE(!t.a->planOverflow.empty());
+  REQUIRE(t.count(DiagKind::Overflow) == 1);
+  CHECK(t.of(DiagKind::Overflow)[0]->line == 2); // at the plan's `model` setting
+  for (bool cuda : {false, true}) {
+    codegen::EmitOptions o;
+    std::vector<codegen::File> files;
+    std::string err = cuda ? codegen::emitCudaStep(*t.a, o, files) : codegen::emitCpuStep(*t.a, o, files);
+    CHECK(err == "the memory plan does not fit in 64-bit byte offsets: " + t.a->planOverflow);
+    CHECK(files.empty());
+  }
 }
