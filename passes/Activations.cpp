@@ -1406,7 +1406,7 @@ void planActivations(Analysis &a) {
     // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
     // thousands of times and read only the peak and the times (a curve there made `tally
     // solve layout` 4× slower).
-    if (!inSolverTrial())
+    if (!a.whatIf)
       tradeOffCurve(f, a, p, w, microSteps);
   }
 

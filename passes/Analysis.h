@@ -96,6 +96,10 @@ struct StepEntry {
 struct Analysis {
   const Graph *graph = nullptr;
   const Plan *plan = nullptr;
+  /// A solver's candidate (tryPlan, Trials, the layout search): budgets are not checked (their
+  /// fixes would search again, without end) and the trade-off curve is not drawn (the
+  /// searches read only the peak and the times). Passed down instead of a global.
+  bool whatIf = false;
   /// The whole training step (passes/Backward.cpp): graph's forward ops with the same ids,
   /// then backward and optimizer ops. For infer plans, a copy of the forward graph.
   std::shared_ptr<const Graph> step;

@@ -290,7 +290,7 @@ bool broken(const BudgetSpec &b, double actual) {
 } // namespace
 
 void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) {
-  if (inSolverTrial())
+  if (a.whatIf)
     return;
   const Plan &plan = *a.plan;
   if (!a.checkpoint.error.empty()) {

@@ -96,11 +96,12 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan);
 /// The passes that price a layout (static memory, activations, roofline, step time, the
 /// allocator reserve) on a copy of `graphPart` (analyzeGraph of the same graph) for `plan`,
 /// which may differ from its plan in the target, the parallel layout and the checkpoint
-/// policy only. Its memory and time equal analyze's; the memory plan, lints, budgets and
-/// block totals are not computed.
+/// policy only. Its memory and time equal analyze's; the memory plan, lints, budgets, block
+/// totals and the checkpoint trade-off curve are not computed (a what-if analysis).
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags);
-/// Runs every pass in order on a lowered graph and its plan.
+/// Runs every pass in order on a lowered graph and its plan. `whatIf`: a solver's candidate
+/// (Analysis::whatIf: no budgets checked, no trade-off curve).
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower = {});
+                 const Relower &relower = {}, bool whatIf = false);
 
 } // namespace tally

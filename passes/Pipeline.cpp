@@ -49,6 +49,7 @@ void priceLayout(Analysis &a) {
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags) {
   Analysis a = graphPart;
   a.plan = &plan;
+  a.whatIf = true;
   priceLayout(a);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
@@ -60,8 +61,9 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
 }
 
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower) {
+                 const Relower &relower, bool whatIf) {
   Analysis a = analyzeGraph(g, plan);
+  a.whatIf = whatIf;
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);

@@ -59,8 +59,6 @@ bool sameGraph(const Plan &a, const Plan &b) {
          a.precision.activations == b.precision.activations;
 }
 
-int trialDepth = 0;
-
 /// The numbers a search compares, from a candidate's analysis.
 Trial trialOf(const Analysis &t) {
   Trial out;
@@ -73,11 +71,6 @@ Trial trialOf(const Analysis &t) {
   out.mfu = t.time.mfu;
   return out;
 }
-
-struct TrialGuard {
-  TrialGuard() { ++trialDepth; }
-  ~TrialGuard() { --trialDepth; }
-};
 
 std::vector<int64_t> powersOfTwo(int64_t n);
 
@@ -227,8 +220,6 @@ SolverAnswer solveMaxParams(int64_t devices, const Target &target, const Optimiz
 
 // ---- searches over a plan ----------------------------------------------------------------
 
-bool inSolverTrial() { return trialDepth > 0; }
-
 std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const Relower &relower) {
   std::optional<Graph> lowered;
   const Graph *graph = base.graph;
@@ -243,8 +234,7 @@ std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const 
   llvm::SourceMgr sm;
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
-  TrialGuard guard;
-  return trialOf(analyze(*graph, candidate, quiet));
+  return trialOf(analyze(*graph, candidate, quiet, {}, /*whatIf=*/true));
 }
 
 namespace {
@@ -280,7 +270,6 @@ std::optional<Trial> Trials::run(const Plan &candidate) {
   for (const auto &[plan, trial] : done_)
     if (samePricing(plan, candidate))
       return trial;
-  TrialGuard guard;
   GraphPart *gp = nullptr;
   for (const auto &g : graphs_)
     if (sameGraph(g->plan, candidate) &&
@@ -692,7 +681,6 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
               llvm::SourceMgr sm;
               DiagnosticEngine quiet(sm);
               quiet.setOutput(nullptr);
-              TrialGuard guard;
               Analysis r = analyzeLayout(*part, cand, quiet);
               ++out.analysed;
               if (r.memory.peak > memoryLimit)

@@ -125,10 +125,6 @@ private:
   int layouts_ = 0;
 };
 
-/// True while tryPlan is analyzing a candidate: checkBudgets does nothing then (a candidate
-/// answers a what-if; checking its budgets would search again, without end).
-bool inSolverTrial();
-
 /// A candidate plan that meets a goal, with its numbers.
 struct Candidate {
   Plan plan;

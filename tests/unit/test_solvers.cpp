@@ -236,7 +236,6 @@ TEST_CASE("solvers: fewest devices with ZeRO sharding", "[solvers]") {
   REQUIRE(yes.ok());
   CHECK(yes.answer == 4);
   CHECK(contains(yes.derivation, "fewest: 4 devices (data = 4, zero = 3)"));
-  CHECK_FALSE(inSolverTrial());
 }
 
 // ---- budgets -------------------------------------------------------------------------------
@@ -360,7 +359,6 @@ TEST_CASE("budgets: MFU lost to recompute is found again without it", "[solvers]
   const Analysis &a = *stack.a;
   REQUIRE(a.time.mfu < 0.35);
   CHECK(contains(notesOf(stack, DiagKind::BudgetMfu), "checkpoint = none (no recompute) reaches MFU"));
-  CHECK_FALSE(inSolverTrial());
 }
 
 TEST_CASE("layout: analyzeLayout prices a layout exactly as analyze does", "[solvers][layout]") {
@@ -565,4 +563,23 @@ TEST_CASE("solvers: one memory limit per plan: the device's memory or a smaller 
   CHECK(memoryLimit(p) == 40e9);
   p.target.memoryBytes = 0; // no device memory known: the budgets alone
   CHECK(memoryLimit(p) == 40e9);
+}
+
+TEST_CASE("budgets: a what-if analysis checks no budget and draws no curve", "[solvers][budgets]") {
+  Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 3 GiB"));
+  const Analysis &a = *stack.a;
+  REQUIRE_FALSE(a.whatIf);
+  REQUIRE_FALSE(stack.of(DiagKind::BudgetMemory).empty()); // the plan breaks its budget
+  CHECK_FALSE(a.checkpoint.curve.empty());
+  // The same plan as a solver's candidate: the same numbers, no budget error (its fixes would
+  // search again), no curve.
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  Analysis w = analyze(*a.graph, *a.plan, quiet, stack.relower(), /*whatIf=*/true);
+  CHECK(w.whatIf);
+  CHECK(w.memory.peak == a.memory.peak);
+  CHECK(w.time.step == a.time.step);
+  CHECK(quiet.diagnostics().empty());
+  CHECK(w.checkpoint.curve.empty());
 }
