@@ -277,11 +277,20 @@ std::optional<Trial> Trials::run(const Plan &candidate) {
         g->plan.optimizer.name == candidate.optimizer.name)
       gp = g.get();
   if (!gp) {
+    // Kept: the base's graph (most candidates price it) and the newest re-lowered one; a
+    // search moves from one micro-batch to the next and does not come back, and a
+    // 10,000-layer graph with its backward is about 0.9 GB.
+    bool relowered = !sameGraph(*base_.plan, candidate);
+    if (relowered)
+      graphs_.erase(std::remove_if(graphs_.begin(), graphs_.end(),
+                                   [&](const auto &g) { return g->owned.has_value(); }),
+                    graphs_.end());
     graphs_.push_back(std::make_unique<GraphPart>());
+    ++graphsAnalysed_;
     gp = graphs_.back().get();
     gp->plan = candidate;
     const Graph *graph = base_.graph;
-    if (!sameGraph(*base_.plan, candidate)) {
+    if (relowered) {
       if (relower_)
         gp->owned = relower_(candidate);
       graph = gp->owned ? &*gp->owned : nullptr;

@@ -113,14 +113,15 @@ public:
   std::optional<Trial> run(const Plan &candidate);
   /// Graphs lowered and differentiated so far (the base's counts as one), and layouts priced:
   /// what the searches cost (tests bound them).
-  int graphsAnalysed() const { return static_cast<int>(graphs_.size()); }
+  int graphsAnalysed() const { return graphsAnalysed_; }
   int layoutsAnalysed() const { return layouts_; }
 
 private:
   struct GraphPart;
   const Analysis &base_;
   Relower relower_;
-  std::vector<std::unique_ptr<GraphPart>> graphs_;
+  std::vector<std::unique_ptr<GraphPart>> graphs_; ///< the base's and the newest re-lowered
+  int graphsAnalysed_ = 0;
   std::vector<std::pair<Plan, std::optional<Trial>>> done_;
   int layouts_ = 0;
 };
