@@ -108,7 +108,8 @@ public:
   const PlanDecl *planDecl = nullptr;
   bool seqReported = false;
   Lowerer(Sema &sema, const Program &program, const Plan &plan)
-      : sema(sema), diags(sema.diags), program(program), plan(plan) {}
+      : sema(sema), diags(sema.diags), program(program), key(loweringKey(plan)),
+        settingRanges(plan.settingRanges) {}
 
   std::optional<Graph> run(const PlanDecl &decl) {
     planDecl = &decl;
@@ -117,7 +118,7 @@ public:
     if (!model)
       return std::nullopt;
     g.model = model->name;
-    g.activationDtype = plan.precision.activations;
+    g.activationDtype = key.activations;
     g.instances.push_back({"", model->name, kNone, 0});
     ModuleObj *root = instantiate(*model, call, "", 0, false, call.range);
     if (!root || failed)
@@ -153,7 +154,7 @@ public:
     if (failed || out.kind == Value::Invalid)
       return std::nullopt;
     collectOutputs(out);
-    if (plan.isTrain) {
+    if (key.isTrain) {
       bool scalar = g.outputs.size() == 1 && g.tensors[g.outputs[0]].shape.empty() &&
                     isFloat(g.tensors[g.outputs[0]].dtype);
       if (!scalar) {
@@ -179,7 +180,10 @@ private:
   Sema &sema;
   DiagnosticEngine &diags;
   const Program &program;
-  const Plan &plan;
+  /// All of the plan the graph depends on (ir/Plan.h), and where its settings were written
+  /// (for messages only): the lowering reads nothing else of the plan.
+  const LoweringKey key;
+  const std::map<std::string, llvm::SMRange> &settingRanges;
   Graph g;
   std::deque<ModuleObj> modules;
   std::vector<const BlockDecl *> stack; ///< blocks being instantiated, for recursion checks
@@ -283,7 +287,7 @@ private:
   /// False, after an error, when a train plan's model uses `seq` but the plan does not set it:
   /// the default of 1 would silently give a one-token model (MFU of a few percent for GPT-2).
   bool seqGiven(llvm::SMRange use) {
-    if (!plan.isTrain || plan.settingRanges.count("seq"))
+    if (!key.isTrain || key.seqGiven)
       return true;
     if (!seqReported && planDecl) {
       seqReported = true;
@@ -291,7 +295,7 @@ private:
                             "plan '" + planDecl->name +
                                 "' does not say its sequence length, which its model uses");
       b.range(planDecl->nameRange);
-      if (auto it = plan.settingRanges.find("batch"); it != plan.settingRanges.end())
+      if (auto it = settingRanges.find("batch"); it != settingRanges.end())
         b.fixit(llvm::SMRange(it->second.End, it->second.End), "\n  seq = 1024");
       if (use.isValid())
         b.note(use.Start, "'seq' is used here", use);
@@ -319,8 +323,8 @@ private:
     ConstEnv withSymbols;
     if (withPlan) {
       withSymbols = consts;
-      withSymbols.try_emplace("batch", ConstValue::integer(plan.microBatch, {}));
-      withSymbols.try_emplace("seq", ConstValue::integer(plan.seq, {}));
+      withSymbols.try_emplace("batch", ConstValue::integer(key.microBatch, {}));
+      withSymbols.try_emplace("seq", ConstValue::integer(key.seq, {}));
     }
     const ConstEnv &env = withPlan ? withSymbols : consts;
     for (const ExprPtr &e : type.dims) {
@@ -436,7 +440,7 @@ private:
           return false;
         Tensor t;
         t.role = TensorRole::Param;
-        t.dtype = plan.precision.params;
+        t.dtype = key.params;
         if (!shapeOf(*item->type, m.consts, false, t.shape, t.dtype))
           return false;
         t.name = join(m.path, item->name);
@@ -726,13 +730,13 @@ private:
     if (auto it = scope.module->consts.find(n); it != scope.module->consts.end())
       return set(Value::ofConst(it->second));
     if (n == "batch")
-      return set(Value::ofConst(ConstValue::integer(plan.microBatch, e.range)));
+      return set(Value::ofConst(ConstValue::integer(key.microBatch, e.range)));
     if (n == "seq" && !seqGiven(e.range)) {
       failed = true;
       return set(Value());
     }
     if (n == "seq")
-      return set(Value::ofConst(ConstValue::integer(plan.seq, e.range)));
+      return set(Value::ofConst(ConstValue::integer(key.seq, e.range)));
     if (n == "true" || n == "false") {
       ConstValue c;
       c.kind = ConstValue::Bool;

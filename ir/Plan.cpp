@@ -76,6 +76,17 @@ unsigned optimizerStates(const OptimizerSpec &o) {
   return 1; // AdaGrad: a sum of squares; Lion: momentum
 }
 
+LoweringKey loweringKey(const Plan &plan) {
+  LoweringKey k;
+  k.isTrain = plan.isTrain;
+  k.microBatch = plan.microBatch;
+  k.seq = plan.seq;
+  k.seqGiven = plan.settingRanges.count("seq") > 0;
+  k.params = plan.precision.params;
+  k.activations = plan.precision.activations;
+  return k;
+}
+
 double memoryLimit(const Plan &plan) {
   double limit = plan.target.memoryBytes > 0 ? plan.target.memoryBytes : 0;
   for (const BudgetSpec &b : plan.budgets)

@@ -108,6 +108,24 @@ std::optional<OptimizerSpec> optimizerPreset(llvm::StringRef name);
 /// Lion 1.
 unsigned optimizerStates(const OptimizerSpec &o);
 
+/// What of a plan its lowered graph depends on. Lowering (frontend/Lower.cpp) reads these and,
+/// for the places its messages point at, the plan's setting ranges, nothing else: two plans
+/// with equal keys lower to the same graph, which the solvers then share (issue 6: they kept
+/// their own list of the fields lowering read).
+struct LoweringKey {
+  bool isTrain = true;
+  int64_t microBatch = 1; ///< the value of `batch` in the model
+  int64_t seq = 1;        ///< the value of `seq`
+  bool seqGiven = false;  ///< the plan sets `seq` (a train plan whose model uses it must)
+  Dtype params = Dtype::F32, activations = Dtype::F32;
+  bool operator==(const LoweringKey &o) const {
+    return isTrain == o.isTrain && microBatch == o.microBatch && seq == o.seq &&
+           seqGiven == o.seqGiven && params == o.params && activations == o.activations;
+  }
+  bool operator!=(const LoweringKey &o) const { return !(*this == o); }
+};
+LoweringKey loweringKey(const Plan &plan);
+
 /// The bytes one device may hold: the target's memory, or less where a `memory <=` (or `<`)
 /// budget says so; 0 when neither is known. The one definition auto's activation room, the
 /// budget fixes and `tally solve` start from (issue 6: they computed it three ways).

@@ -50,14 +50,8 @@ std::string dtypeWord(Dtype d) { return d == Dtype::Invalid ? "none" : nameOf(d)
 SolverInput numberInput(std::string name, double v) { return {std::move(name), v, ""}; }
 SolverInput wordInput(std::string name, std::string text) { return {std::move(name), 0, std::move(text)}; }
 
-/// Do `a` and `b` lower to the same graph? Lowering binds `batch` to the micro-batch and
-/// `seq` to the sequence (or prompt) length, and gives tensors the policy's dtypes.
-bool sameGraph(const Plan &a, const Plan &b) {
-  return a.microBatch == b.microBatch && a.seq == b.seq && a.batch == b.batch &&
-         a.prompt == b.prompt && a.generate == b.generate &&
-         a.precision.params == b.precision.params &&
-         a.precision.activations == b.precision.activations;
-}
+/// Do `a` and `b` lower to the same graph? Lowering reads only their LoweringKey.
+bool sameGraph(const Plan &a, const Plan &b) { return loweringKey(a) == loweringKey(b); }
 
 /// The numbers a search compares, from a candidate's analysis.
 Trial trialOf(const Analysis &t) {
@@ -243,7 +237,8 @@ namespace {
 /// fields a search changes; these are compared (and the graph's).
 bool samePricing(const Plan &a, const Plan &b) {
   const Parallelism &x = a.parallel, &y = b.parallel;
-  return sameGraph(a, b) && a.microBatchGiven == b.microBatchGiven &&
+  return sameGraph(a, b) && a.batch == b.batch && a.prompt == b.prompt &&
+         a.generate == b.generate && a.microBatchGiven == b.microBatchGiven &&
          a.checkpoint == b.checkpoint && a.target.name == b.target.name &&
          a.tokens == b.tokens && x.devices == y.devices && x.data == y.data &&
          x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&

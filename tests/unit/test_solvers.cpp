@@ -583,3 +583,42 @@ TEST_CASE("budgets: a what-if analysis checks no budget and draws no curve", "[s
   CHECK(quiet.diagnostics().empty());
   CHECK(w.checkpoint.curve.empty());
 }
+
+TEST_CASE("solvers: plans with one lowering key lower to one graph", "[solvers]") {
+  Compiled t(fromFile, example("gpt2.tally"));
+  Relower relower = t.relower();
+  const Plan &base = *t.c.plan;
+  auto text = [](const Graph &g) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    printGraph(g, os); // shapes by name ([batch, seq, 768]): the sizes too
+    for (const Tensor &x : g.tensors)
+      os << Graph::formatSizes(x.shape) << "\n";
+    return os.str();
+  };
+  std::string baseText = text(t.g());
+  // What lowering does not read: the batch, the layout, the checkpoint policy, the target.
+  Plan same = base;
+  same.batch *= 2;
+  same.parallel.data *= 2;
+  same.parallel.zero = 3;
+  same.checkpoint = "full";
+  CHECK(loweringKey(same) == loweringKey(base));
+  std::optional<Graph> g1 = relower(same);
+  REQUIRE(g1);
+  CHECK(text(*g1) == baseText);
+  // What it reads: the micro-batch (`batch` in the model), `seq`, the dtypes.
+  for (int which = 0; which < 3; ++which) {
+    Plan other = base;
+    if (which == 0)
+      other.microBatch *= 2;
+    else if (which == 1)
+      other.seq /= 2;
+    else
+      other.precision.activations = Dtype::F32;
+    CHECK(loweringKey(other) != loweringKey(base));
+    std::optional<Graph> g2 = relower(other);
+    REQUIRE(g2);
+    CHECK(text(*g2) != baseText);
+  }
+}
