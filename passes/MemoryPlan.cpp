@@ -224,15 +224,7 @@ void planMemory(Analysis &a) {
     }
   }
   // Step 2 and 3 in integers; the first size that does not fit int64 ends the plan.
-  a.planOverflow.clear();
-  a.arenaBytes = 0;
-  a.regions.params = Region();
-  a.regions.grads = Region();
-  a.regions.master = Region();
-  a.regions.optimizer = Region();
-  a.regions.shard = 0;
-  auto unrepresentable = [&](std::string what) {
-    a.planOverflow = std::move(what);
+  auto reset = [&] {
     a.arenaBytes = 0;
     for (Buffer &b : a.buffers)
       b.offset = 0;
@@ -241,6 +233,12 @@ void planMemory(Analysis &a) {
     a.regions.master = Region();
     a.regions.optimizer = Region();
     a.regions.shard = 0;
+  };
+  a.planOverflow.clear();
+  reset();
+  auto unrepresentable = [&](std::string what) {
+    a.planOverflow = std::move(what);
+    reset();
   };
   for (const Buffer &b : a.buffers)
     if (!(b.size < 0x1p63)) {
