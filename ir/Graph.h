@@ -163,7 +163,7 @@ struct OpAttrs {
   int64_t window[2] = {0, 0}; ///< conv2d kernel (from the weight), pooling window: (h, w)
   int64_t strides[2] = {1, 1}; ///< conv2d / pooling stride (h, w)
   int64_t pads[2] = {0, 0};   ///< conv2d / pooling zero padding on each side (h, w)
-  llvm::SmallVector<SliceDim, 4> slices; ///< slice: leading axes (the rest are taken whole)
+  std::vector<SliceDim> slices; ///< slice: leading axes (the rest are taken whole); a vector, not inline: every op carries it, few are slices
   uint32_t stream = kNone;    ///< dropout, attention with dropout: the random stream (Philox)
   OpKind of = OpKind::Matmul; ///< unary_backward: the forward op it differentiates
   uint32_t gradMask = 0;      ///< multi-output backward ops: bit i set when input i's gradient is an output
