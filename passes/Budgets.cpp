@@ -12,8 +12,9 @@
 //    its extra FLOPs), the largest smaller micro-batch that fits, the lowest higher ZeRO
 //    stage that fits, and the fewest data-parallel devices that fit (ZeRO-3 when the plan's
 //    stage never fits; not named when it is today's count, which the ZeRO note covers).
-//    Data degrees are bisected (fewestDevices' `bisect`: fitting is monotone in them), so a
-//    10,000-layer plan prices about log2 of its degrees, not each.
+//    Data degrees and micro-batches are bisected (fewestDevices' and largestMicroBatch's
+//    `bisect`: fitting is monotone in them), so a 10,000-layer plan prices about log2 of its
+//    degrees, not each, and re-lowers as few micro-batches.
 // 4. A broken upper bound on step time or run time proposes the fewest data-parallel devices
 //    that meet it and still fit in memory (memoryLimit: the device's memory or a smaller
 //    memory budget, even one the plan breaks now: a fix should keep every budget), bisected
@@ -148,7 +149,7 @@ std::vector<std::string> memoryFixes(Trials &trials, double limit) {
   // A smaller micro-batch (more accumulation steps).
   if (plan.isTrain && plan.microBatch > 1) {
     std::vector<std::pair<int64_t, double>> tried;
-    if (auto c = largestMicroBatch(trials, limit, plan.microBatch - 1, &tried))
+    if (auto c = largestMicroBatch(trials, limit, plan.microBatch - 1, &tried, true))
       notes.push_back("micro_batch = " + std::to_string(c->plan.microBatch) + " fits in " +
                       formatBytes(c->trial.peak) + " (" + accumulationText(c->plan) + ")");
     else if (!tried.empty())

@@ -320,24 +320,51 @@ std::vector<int64_t> microBatchCandidates(const Plan &plan) {
 }
 
 std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, int64_t atMost,
-                                           std::vector<std::pair<int64_t, double>> *tried) {
+                                           std::vector<std::pair<int64_t, double>> *tried,
+                                           bool bisect) {
   const Analysis &a = trials.base();
-  std::vector<int64_t> cands = microBatchCandidates(*a.plan);
-  for (auto it = cands.rbegin(); it != cands.rend(); ++it) {
-    if (atMost > 0 && *it > atMost)
-      continue;
+  std::vector<int64_t> cands;
+  for (int64_t mb : microBatchCandidates(*a.plan))
+    if (atMost <= 0 || mb <= atMost)
+      cands.push_back(mb);
+  // The candidate at `i`, when it lowers; whether it fits.
+  auto tryAt = [&](size_t i, std::optional<Candidate> &fit) {
     Plan p = *a.plan;
-    p.microBatch = *it;
+    p.microBatch = cands[i];
     p.microBatchGiven = true;
     std::optional<Trial> t = trials.run(p);
     if (!t)
-      continue;
+      return false;
     if (tried)
-      tried->push_back({*it, t->peak});
-    if (t->peak <= memoryLimit)
-      return Candidate{std::move(p), *t};
+      tried->push_back({cands[i], t->peak});
+    if (t->peak > memoryLimit)
+      return false;
+    fit = Candidate{std::move(p), *t};
+    return true;
+  };
+  std::optional<Candidate> fit;
+  if (!bisect || cands.size() < 3) {
+    for (size_t i = cands.size(); i-- > 0;)
+      if (tryAt(i, fit))
+        return fit;
+    return std::nullopt;
   }
-  return std::nullopt;
+  // cands[lo] fits, cands[hi] does not.
+  if (!tryAt(0, fit))
+    return std::nullopt;
+  size_t lo = 0, hi = cands.size() - 1;
+  std::optional<Candidate> top;
+  if (tryAt(hi, top))
+    return top;
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    std::optional<Candidate> m;
+    if (tryAt(mid, m))
+      lo = mid, fit = std::move(m);
+    else
+      hi = mid;
+  }
+  return fit;
 }
 
 std::optional<Candidate> fewestDevices(Trials &trials, int zero,

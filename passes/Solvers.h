@@ -142,9 +142,13 @@ std::vector<int64_t> microBatchCandidates(const Plan &plan);
 
 /// The largest micro-batch (among microBatchCandidates, at most `atMost` when positive) whose
 /// peak memory per device is at most `memoryLimit`; nullopt when none fits or none can be
-/// lowered. `tried` (optional) receives each candidate's peak, largest first.
+/// lowered. `tried` (optional) receives each candidate's peak, largest first. `bisect`: assume
+/// the peak grows with the micro-batch (the activations do) and bisect — the smallest
+/// candidate first, then about log2 of the rest, each a re-lowered graph — with `tried` in
+/// the order tried; where the peak is not monotone the answer fits but may not be the largest.
 std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, int64_t atMost = 0,
-                                           std::vector<std::pair<int64_t, double>> *tried = nullptr);
+                                           std::vector<std::pair<int64_t, double>> *tried = nullptr,
+                                           bool bisect = false);
 
 /// The fewest data-parallel devices (tensor and pipeline degrees kept; ZeRO stage `zero`)
 /// whose analysis meets `goal`. Candidates are data degrees dividing batch / micro_batch (a

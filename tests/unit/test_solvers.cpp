@@ -622,3 +622,30 @@ TEST_CASE("solvers: plans with one lowering key lower to one graph", "[solvers]"
     CHECK(text(*g2) != baseText);
   }
 }
+
+TEST_CASE("solvers: bisected largest micro-batch equals the linear search", "[solvers]") {
+  for (const char *file : {"gpt2.tally", "llama2_7b.tally"}) {
+    INFO(file);
+    Compiled t(fromFile, example(file));
+    Relower relower = t.relower();
+    Trials trials(*t.a, relower);
+    const int64_t below = t.c.plan->microBatch; // the fix notes' bound: smaller than today's
+    double peak = t.a->memory.peak;
+    for (double share : {0.1, 0.3, 0.5, 0.7, 0.9, 1.2}) {
+      double limit = peak * share;
+      INFO("limit " << limit);
+      std::vector<std::pair<int64_t, double>> all;
+      std::optional<Candidate> linear = largestMicroBatch(trials, limit, below, &all);
+      // The peak grows with the micro-batch here (all: largest first).
+      for (size_t i = 1; i < all.size(); ++i)
+        CHECK(all[i].second <= all[i - 1].second);
+      std::vector<std::pair<int64_t, double>> bis;
+      std::optional<Candidate> b = largestMicroBatch(trials, limit, below, &bis, true);
+      REQUIRE(linear.has_value() == b.has_value());
+      if (linear)
+        CHECK(b->plan.microBatch == linear->plan.microBatch);
+      else
+        CHECK(bis.back().first == all.back().first); // the smallest, for "even ... needs"
+    }
+  }
+}
