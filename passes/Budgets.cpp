@@ -18,8 +18,8 @@
 // 4. A broken upper bound on step time or run time proposes the fewest data-parallel devices
 //    that meet it and still fit in memory (memoryLimit: the device's memory or a smaller
 //    memory budget, even one the plan breaks now: a fix should keep every budget), bisected
-//    likewise (where a slower network makes more devices slower,
-//    the layout named meets the budget but may not be the fewest that do).
+//    likewise (where a slower network makes more devices slower, the layout named meets the
+//    budget but may not be the fewest that do).
 // 5. A broken lower bound on MFU proposes the smallest larger micro-batch that reaches it and
 //    fits in memory (or the best that fits, when it raises MFU by 1% of itself or more), and
 //    dropping recompute (checkpoint = none) when that fits.

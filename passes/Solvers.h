@@ -91,7 +91,8 @@ struct Trial {
 /// Analyzes `candidate`, a changed copy of `base`'s plan: re-lowers the model when the graph
 /// depends on what changed (micro-batch, sequence length) and reuses `base`'s graph otherwise.
 /// Diagnostics of the attempt are not shown and its budgets are not checked. Nullopt when the
-/// graph must be re-lowered and `relower` is empty or fails.
+/// graph must be re-lowered and `relower` is empty or fails. One whole what-if analysis per
+/// call: the searches use Trials; this is the reference the tests compare Trials against.
 std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const Relower &relower);
 
 /// Analyses candidate plans, each a changed copy of one base analysis's plan (another
