@@ -10,7 +10,7 @@
 // ANTLR indexes characters by code point; an offset table maps them back to byte offsets.
 #include "frontend/Parser.h"
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 #include "TallyLexer.h"
 #include "TallyParser.h"

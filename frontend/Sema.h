@@ -5,7 +5,7 @@
 #pragma once
 
 #include "frontend/AST.h"
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "ir/Plan.h"
 #include "ir/Units.h"
 
@@ -116,9 +116,5 @@ private:
   ConstValue number(const Expr &e);
 };
 
-/// The closest string to `name` among `candidates` by edit distance, or "" when none is close.
-std::string closestName(llvm::StringRef name, const std::vector<std::string> &candidates);
-/// The tail of an "unknown ..." message: "; did you mean 'close'?", or "" when `close` is "".
-std::string didYouMean(const std::string &close);
 
 } // namespace tally

@@ -13,7 +13,7 @@
 // is a contract (docs/language.md). Built by -DTALLY_FUZZ=ON; run by scripts/fuzz.sh; see
 // docs/reliability.md.
 #include "frontend/AST.h"
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 #include "ir/Graph.h"
 #include "passes/Passes.h"
 #include "report/Explain.h"

@@ -29,7 +29,7 @@
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "ir/Units.h"
 
 #include <algorithm>

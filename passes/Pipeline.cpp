@@ -4,7 +4,7 @@
 // (analyzeLayout).
 #include "passes/Passes.h"
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 namespace tally {
 

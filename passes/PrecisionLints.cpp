@@ -21,7 +21,7 @@
 // 3. Graph literals: each layer_norm / rms_norm eps and each constant operand (x * c, c - x)
 //    in the dtype of the op's float output. One diagnostic per distinct literal and source
 //    location, naming the ops that use it (a LayerNorm in a repeated block is one literal).
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "passes/Passes.h"
 
 #include <cmath>

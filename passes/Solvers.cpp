@@ -11,7 +11,7 @@
 //    the largest (or fewest) that fits without assuming memory is monotone in the setting.
 #include "passes/Solvers.h"
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 #include "llvm/Support/SourceMgr.h"
 

@@ -102,7 +102,7 @@
 // Infer plans get the forward of the prompt here (the prefill): per-op times, the forward
 // all-reduces of row-parallel matmuls (2·(t−1)/t × bytes), p − 1 pipeline boundary sends and the
 // input's upload; passes/Inference.cpp does the rest.
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "passes/Passes.h"
 
 #include "llvm/Support/FormatVariadic.h"

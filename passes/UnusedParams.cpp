@@ -6,7 +6,7 @@
 //    repeated block share one), naming how many copies and parameters it holds.
 #include "passes/Passes.h"
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "ir/Units.h"
 
 #include <map>

@@ -8,7 +8,7 @@
 // the sum of the per-op values listed above it, labelled as such.
 #include "report/Explain.h"
 
-#include "frontend/Sema.h"
+#include "support/Suggest.h"
 #include "ir/OpFormulas.h"
 #include "ir/Units.h"
 #include "report/Sections.h"

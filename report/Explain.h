@@ -4,7 +4,7 @@
 // formulas from ir/OpFormulas.h, whose values the unit tests tie to ir/OpRules.cpp.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "passes/Analysis.h"
 
 #include "llvm/ADT/StringRef.h"

@@ -2,7 +2,7 @@
 // with the charts of report/SvgCharts.h followed by the tables of the text report.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "passes/Analysis.h"
 
 #include "llvm/Support/raw_ostream.h"

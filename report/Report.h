@@ -1,7 +1,7 @@
 // Renderers of an Analysis. They format numbers the passes computed; none computes one.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "passes/Analysis.h"
 
 #include "llvm/Support/raw_ostream.h"

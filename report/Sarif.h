@@ -1,14 +1,14 @@
 // Sarif.h — tally's diagnostics as a SARIF 2.1.0 log, for CI code scanning.
 //
 // `tally check --format sarif` writes one log with one run: tool.driver lists one rule per
-// diagnostic kind of frontend/DiagnosticKinds.def (its code, a short and a full description,
+// diagnostic kind of support/DiagnosticKinds.def (its code, a short and a full description,
 // help, the default level), and every recorded diagnostic becomes one result with its level,
 // message, a physical location (1-based lines and columns counted in Unicode code points,
 // columnKind "unicodeCodePoints"; the region spans the diagnostic's underlined range), its
 // notes as related locations and its fix-its as a SARIF fix. Built with llvm::json.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"

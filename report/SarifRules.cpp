@@ -1,5 +1,5 @@
 // SarifRules.cpp — the text of tally's SARIF rules: for every diagnostic kind of
-// frontend/DiagnosticKinds.def, a short description, a full description and help. Code
+// support/DiagnosticKinds.def, a short description, a full description and help. Code
 // scanning shows these next to each finding. Looked up by code name, so the table's order does
 // not matter; tests/sarif/validate_sarif.py (run by tests/lit/sarif-*.tally) fails when a
 // kind has no entry here.

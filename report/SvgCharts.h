@@ -3,7 +3,7 @@
 // and an op's attained rate, its FLOPs over its time (both from passes/StepTime.cpp).
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "passes/Analysis.h"
 
 #include <string>

@@ -2,7 +2,7 @@
 # check_diag_coverage.py — fails when a diagnostic kind has no golden test.
 #
 # Usage: scripts/check_diag_coverage.py REPO_DIR
-# Reads every DIAG(Identifier, "code", Severity) entry of REPO_DIR/frontend/DiagnosticKinds.def
+# Reads every DIAG(Identifier, "code", Severity) entry of REPO_DIR/support/DiagnosticKinds.def
 # and looks for "[code]" in the *.tally files under REPO_DIR/tests/lit (recursively), where a
 # CHECK line names the code that tally prints after each error and warning. Lists the kinds
 # no test mentions, then prints "N passed, M failed" (kinds covered, kinds uncovered).

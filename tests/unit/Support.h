@@ -7,7 +7,7 @@
 
 #include <catch.hpp>
 
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 
 #include <cstdlib>
 #include <optional>

@@ -1,4 +1,4 @@
-// test_diagnostics.cpp — unit tests for the diagnostic engine (frontend/Diagnostics.h):
+// test_diagnostics.cpp — unit tests for the diagnostic engine (support/Diagnostics.h):
 // clang-format printing with carets, ranges, fix-its and notes; the " [code]" suffix; the -W
 // options; counts; the error limit; and the kind table (codeOf/kindFromCode).
 #include <catch.hpp>
@@ -9,7 +9,7 @@
 
 #include <llvm/Support/MemoryBuffer.h>
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 using namespace tally;
 

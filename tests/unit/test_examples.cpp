@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 #include "passes/Passes.h"
 
 using namespace tally;

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 #include "ir/Units.h"
 #include "passes/Passes.h"
 

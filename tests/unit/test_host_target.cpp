@@ -4,7 +4,7 @@
 // tally binary's loader. Also the host terms of kernelTime (a fixed cost per kernel call, a time
 // per transcendental evaluation) and the transcendental counts of the op rules.
 #include "Support.h"
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 #include "ir/Target.h"
 #include "passes/Passes.h"
 

@@ -1,5 +1,5 @@
 // test_reliability.cpp — unit tests for issue 12's fixes below the CLI: a diagnostic said again
-// at the same place is said once (frontend/Diagnostics.h); huge and tiny numbers keep their
+// at the same place is said once (support/Diagnostics.h); huge and tiny numbers keep their
 // value in the text formats (ir/Units.h); the output writer renames into place and refuses its
 // inputs (report/Output.h); the memory plan's int64 sizes are checked at the edges, and a plan
 // past them is not representable (passes/MemoryPlan.cpp, docs/memory.md §6).
@@ -13,7 +13,7 @@
 
 #include "Support.h"
 #include "codegen/Emit.h"
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "ir/Units.h"
 #include "report/Output.h"
 

@@ -9,7 +9,7 @@
 // Exit codes: 0 success; 1 an error in the file, a plan the backend cannot generate, a failed
 // build or a failed run; 2 bad usage.
 #include "codegen/Emit.h"
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 #include "ir/Units.h"
 #include "tools/tally/Commands.h"
 #include "tools/tally/PlanFlags.h"

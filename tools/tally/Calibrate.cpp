@@ -8,7 +8,7 @@
 //
 // Exit codes: 0 written, 1 the measurements failed ([calibrate-failed]: tally-measure missing,
 // failing or printing something else), 2 the file could not be written ([io-error]).
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 #include "report/Output.h"
 #include "tools/calibrate/Calibrate.h"
 #include "tools/tally/CalibrateLink.h"

@@ -5,7 +5,8 @@
 //
 // Exit codes: 0 explained, 1 an error in the file or a PATH that names no op or block (with a
 // did-you-mean), 2 bad usage.
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
+#include "support/Suggest.h"
 #include "report/Explain.h"
 #include "tools/tally/Commands.h"
 #include "tools/tally/PlanFlags.h"

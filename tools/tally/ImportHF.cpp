@@ -20,7 +20,7 @@
 //
 // Exit codes: 0 written; 1 an error in the config (or a file that cannot be read); 2 bad
 // usage or an output that cannot be written.
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "report/Output.h"
 #include "tools/tally/Commands.h"
 

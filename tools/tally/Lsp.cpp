@@ -17,7 +17,7 @@
 // 5. textDocument/definition on a block or model name: its declaration in the document.
 // 6. textDocument/completion: block and model names, plan settings, targets, precision
 //    presets and optimizers (not filtered by context; editors filter by prefix).
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 #include "ir/Plan.h"
 #include "ir/Target.h"
 #include "ir/Units.h"

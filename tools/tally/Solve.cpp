@@ -11,7 +11,8 @@
 // Prints the answer and its derivation, or with --format json one object
 // {"question", "answer", "unit", "inputs", "derivation"}. Exit codes: 0 an answer, 1 an input
 // error (the file, or no answer exists), 2 bad usage (unknown question, missing or bad flag).
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
+#include "support/Suggest.h"
 #include "frontend/Sema.h"
 #include "ir/Target.h"
 #include "ir/Units.h"

@@ -2,7 +2,7 @@
 // renderer. Exit codes: 0 success, 1 an error diagnostic or a broken budget, 2 bad usage or an
 // output that cannot be written (report/Output.h).
 #include "frontend/AST.h"
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
 #include "frontend/Stack.h"
 #include "ir/Graph.h"
 #include "ir/Units.h"

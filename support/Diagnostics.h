@@ -36,13 +36,13 @@ enum class Severity : uint8_t { Note, Warning, Error };
 /// Every diagnostic kind, one enumerator per DIAG entry in DiagnosticKinds.def.
 enum class DiagKind : unsigned {
 #define DIAG(ID, NAME, SEV) ID,
-#include "frontend/DiagnosticKinds.def"
+#include "support/DiagnosticKinds.def"
 };
 
 /// The number of diagnostic kinds; DiagKind values are 0 .. NumDiagKinds-1.
 constexpr unsigned NumDiagKinds = 0
 #define DIAG(ID, NAME, SEV) +1
-#include "frontend/DiagnosticKinds.def"
+#include "support/DiagnosticKinds.def"
     ;
 
 /// The stable code name of a kind, e.g. "matmul-shape"; printed as "[matmul-shape]".

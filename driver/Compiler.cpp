@@ -1,5 +1,6 @@
 // One compilation from files to the IR graph; see Compiler.h.
-#include "frontend/Compiler.h"
+#include "driver/Compiler.h"
+#include "support/Suggest.h"
 
 #include "frontend/Lower.h"
 

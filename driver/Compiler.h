@@ -3,7 +3,7 @@
 // both go through this, so they see the same pipeline.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 #include "frontend/Parser.h"
 #include "frontend/Sema.h"
 #include "ir/Graph.h"

@@ -3,7 +3,7 @@
 // Printing reuses llvm::SourceMgr::GetMessage/PrintMessage, which already produce clang's
 // format (file:line:col, source line, caret, '~' ranges, fix-it line); the engine appends
 // " [code]" to errors and warnings and prints location-less messages as "tally: ...".
-#include "frontend/Diagnostics.h"
+#include "support/Diagnostics.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/WithColor.h"
@@ -22,7 +22,7 @@ struct KindInfo {
 
 const KindInfo kKindTable[] = {
 #define DIAG(ID, NAME, SEV) {NAME, Severity::SEV},
-#include "frontend/DiagnosticKinds.def"
+#include "support/DiagnosticKinds.def"
 };
 
 static_assert(sizeof(kKindTable) / sizeof(kKindTable[0]) == NumDiagKinds,
