@@ -45,7 +45,7 @@ def main(argv):
         print('usage: check_diag_coverage.py REPO_DIR', file=sys.stderr)
         return 2
     repo = argv[1]
-    def_path = os.path.join(repo, 'frontend', 'DiagnosticKinds.def')
+    def_path = os.path.join(repo, 'support', 'DiagnosticKinds.def')
     lit_dir = os.path.join(repo, 'tests', 'lit')
     try:
         kinds = read_kinds(def_path)
