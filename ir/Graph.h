@@ -234,6 +234,14 @@ struct Graph {
   /// `[16, 1024, 768]`: numbers only.
   static std::string formatSizes(const Shape &s);
   double bytes(TensorId t) const; ///< numel × bytes per element
+  /// The tensor that owns `t`'s bytes: `t` itself, or the tensor a view shares (views of views
+  /// point at the owner directly, verifyGraph checks it).
+  TensorId storageOf(TensorId t) const {
+    TensorId v = tensors[t].viewOf;
+    return v == kNone ? t : v;
+  }
+  /// Whether `t`'s bytes are a parameter's (a parameter, or a view of one).
+  bool isParamStorage(TensorId t) const { return tensors[storageOf(t)].role == TensorRole::Param; }
 };
 
 /// Checks the graph's invariants (topological order, shapes present, ids in range, params

@@ -73,7 +73,6 @@ struct Facts {
   const Graph &g;
   bool train;
   double tensorDegree;
-  std::vector<TensorId> base;                 ///< per tensor: its storage
   std::vector<bool> hasBackward;              ///< per op
   std::vector<std::vector<OpId>> readers;     ///< per stored tensor: ops reading it (or a view)
   std::vector<std::vector<OpId>> savers;      ///< per stored tensor: ops whose backward keeps it
@@ -110,16 +109,12 @@ struct Facts {
   /// Bytes of a stored tensor on one device (its tensor-parallel share).
   double bytes(TensorId t) const { return g.bytes(t) / (split[t] ? tensorDegree : 1); }
   /// Whether an op's extra saved buffers (masks, statistics) are split: when its output is.
-  bool opSplit(const Op &op) const { return !op.outputs.empty() && split[base[op.outputs[0]]]; }
+  bool opSplit(const Op &op) const { return !op.outputs.empty() && split[g.storageOf(op.outputs[0])]; }
 };
 
 void addOnce(std::vector<OpId> &v, OpId o) {
   if (v.empty() || v.back() != o)
     v.push_back(o);
-}
-
-bool isParamStorage(const Facts &f, TensorId t) {
-  return f.g.tensors[f.base[t]].role == TensorRole::Param;
 }
 
 /// Megatron's split, propagated in topological order (see step 1 above).
@@ -131,17 +126,17 @@ void markSplit(Facts &f) {
   for (const Op &op : g.ops) {
     bool out = false;
     if (op.kind == OpKind::Matmul && op.inputs.size() == 2 &&
-        isParamStorage(f, op.inputs[0]) != isParamStorage(f, op.inputs[1])) {
-      TensorId x = isParamStorage(f, op.inputs[0]) ? op.inputs[1] : op.inputs[0];
-      out = !f.split[f.base[x]];
+        g.isParamStorage(op.inputs[0]) != g.isParamStorage(op.inputs[1])) {
+      TensorId x = g.isParamStorage(op.inputs[0]) ? op.inputs[1] : op.inputs[0];
+      out = !f.split[g.storageOf(x)];
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
       for (TensorId t : op.inputs)
-        out = out || f.split[f.base[t]];
+        out = out || f.split[g.storageOf(t)];
     }
     // moe's saved expert buffers (outputs 1-4) are split like an MLP's hidden; y is whole.
     for (size_t i = 0; i < op.outputs.size(); ++i)
-      f.split[f.base[op.outputs[i]]] = op.kind == OpKind::Moe ? i > 0 : out;
+      f.split[g.storageOf(op.outputs[i])] = op.kind == OpKind::Moe ? i > 0 : out;
   }
 }
 
@@ -177,9 +172,6 @@ void findCopies(Facts &f) {
 Facts gatherFacts(const Analysis &a) {
   const Graph &g = *a.graph;
   Facts f(g, a);
-  f.base.resize(g.tensors.size());
-  for (TensorId t = 0; t < g.tensors.size(); ++t)
-    f.base[t] = g.tensors[t].viewOf == kNone ? t : g.tensors[t].viewOf;
   f.hasBackward.assign(g.ops.size(), false);
   f.readers.assign(g.tensors.size(), {});
   f.savers.assign(g.tensors.size(), {});
@@ -187,21 +179,27 @@ Facts gatherFacts(const Analysis &a) {
     const Op &op = g.ops[o];
     for (TensorId t : op.inputs) {
       f.hasBackward[o] = f.hasBackward[o] || (f.train && g.tensors[t].requiresGrad);
-      if (f.isActivation(f.base[t])) {
-        addOnce(f.readers[f.base[t]], o);
-        f.reads.addOnce(f.base[t]);
+      TensorId s = g.storageOf(t);
+      if (f.isActivation(s)) {
+        addOnce(f.readers[s], o);
+        f.reads.addOnce(s);
       }
     }
-    for (TensorId t : op.outputs)
-      if (f.isActivation(f.base[t]) && g.tensors[f.base[t]].producer == o)
-        f.writes.addOnce(f.base[t]);
+    for (TensorId t : op.outputs) {
+      TensorId s = g.storageOf(t);
+      if (f.isActivation(s) && g.tensors[s].producer == o)
+        f.writes.addOnce(s);
+    }
     const auto &saved = a.ops[o].saved;
     for (uint32_t i = 0; i < saved.size(); ++i) {
       if (saved[i].tensor == kNone) {
         f.extras.addOnce(i);
-      } else if (f.isActivation(f.base[saved[i].tensor])) {
-        addOnce(f.savers[f.base[saved[i].tensor]], o);
-        f.keeps.addOnce(f.base[saved[i].tensor]);
+        continue;
+      }
+      TensorId s = g.storageOf(saved[i].tensor);
+      if (f.isActivation(s)) {
+        addOnce(f.savers[s], o);
+        f.keeps.addOnce(s);
       }
     }
     f.reads.close();
@@ -314,7 +312,7 @@ void segmentSchedule(const Facts &f, const Policy &p, Walk &w) {
       consider(o);
       if (forOutputs[seg])
         for (TensorId t : g.ops[o].outputs)
-          for (OpId saver : f.savers[f.base[t]])
+          for (OpId saver : f.savers[g.storageOf(t)])
             consider(saver);
     }
     if (trigger != kNone)
@@ -424,7 +422,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
     in.saved = in.saved || saved;
   };
   for (TensorId t = 0; t < T; ++t)
-    if (f.base[t] == t && f.isActivation(t) && g.tensors[t].producer == kNone)
+    if (g.storageOf(t) == t && f.isActivation(t) && g.tensors[t].producer == kNone)
       make(t, 0, false);
   for (uint32_t i = 0; i < w.schedule.size(); ++i) {
     const ScheduleStep &st = w.schedule[i];
@@ -524,12 +522,12 @@ bool selectable(const Facts &f, OpId o) {
     return false;
   bool keptByOther = false;
   for (TensorId t : op.outputs)
-    for (OpId s : f.savers[f.base[t]])
+    for (OpId s : f.savers[f.g.storageOf(t)])
       keptByOther = keptByOther || s != o;
   if (!keptByOther)
     return false;
   for (TensorId t : op.inputs)
-    if (f.isActivation(f.base[t]) && f.savers[f.base[t]].empty())
+    if (f.isActivation(f.g.storageOf(t)) && f.savers[f.g.storageOf(t)].empty())
       return false;
   return true;
 }
@@ -825,7 +823,7 @@ std::optional<Chain> buildChain(const Facts &f, const Analysis &a, double limit)
     }
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
     OpId p = g.tensors[t].producer;
-    if (f.base[t] != t || !f.isActivation(t) || p == kNone)
+    if (g.storageOf(t) != t || !f.isActivation(t) || p == kNone)
       continue;
     uint32_t sp = stageOf[p];
     bool next = false, keptByBackward = false;
@@ -1245,7 +1243,7 @@ void blockActivations(const Facts &f, Analysis &a) {
       if (s.tensor == kNone) {
         bytes = s.bytes / (f.opSplit(g.ops[o]) ? f.tensorDegree : 1);
       } else {
-        TensorId t = f.base[s.tensor];
+        TensorId t = g.storageOf(s.tensor);
         if (!f.isActivation(t) || counted[t])
           continue;
         counted[t] = true;
@@ -1260,7 +1258,7 @@ void blockActivations(const Facts &f, Analysis &a) {
   for (size_t c = 0; c < f.copies.size(); ++c) {
     for (OpId o : f.copies[c].ops)
       for (TensorId t : g.ops[o].inputs) {
-        TensorId b = f.base[t];
+        TensorId b = g.storageOf(t);
         OpId p = g.tensors[b].producer;
         if (!f.isActivation(b) || seenIn[b] == c || (p != kNone && f.copyOfOp[p] == c))
           continue;

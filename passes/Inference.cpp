@@ -57,11 +57,6 @@ double hostBandwidth(const Target &t) {
   return (t.hostLink > 0 ? t.hostLink : 32e9) * t.efficiency.hostLink;
 }
 
-bool isParamStorage(const Graph &g, TensorId t) {
-  TensorId v = g.tensors[t].viewOf;
-  return g.tensors[v == kNone ? t : v].role == TensorRole::Param;
-}
-
 /// Step 2-3: one attention op of the graph, as a decode step sees it.
 struct AttentionOp {
   OpId op;
@@ -96,7 +91,7 @@ void tokenwiseDecode(const Graph &g, const Op &op, const OpAnalysis &o, double p
   double weights = 0;
   if (op.kind != OpKind::Embedding)
     for (TensorId x : op.inputs)
-      if (isParamStorage(g, x))
+      if (g.isParamStorage(x))
         weights += g.bytes(x);
   double total = o.forward.bytesRead + o.forward.bytesWritten;
   flops = o.forward.executedFlops / prompt;

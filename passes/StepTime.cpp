@@ -164,21 +164,12 @@ constexpr double kDefaultHostLink = 32e9;
 
 double degree(int64_t x) { return static_cast<double>(std::max<int64_t>(1, x)); }
 
-/// The tensor whose storage `t` shares.
-TensorId storageOf(const Graph &g, TensorId t) {
-  TensorId v = g.tensors[t].viewOf;
-  return v == kNone ? t : v;
-}
-
-bool isParamStorage(const Graph &g, TensorId t) {
-  return g.tensors[storageOf(g, t)].role == TensorRole::Param;
-}
 
 /// The activation operand of a matmul by a weight, or kNone when `op` is not one.
 TensorId weightMatmulInput(const Graph &g, const Op &op) {
   if (op.kind != OpKind::Matmul || op.inputs.size() != 2)
     return kNone;
-  bool w0 = isParamStorage(g, op.inputs[0]), w1 = isParamStorage(g, op.inputs[1]);
+  bool w0 = g.isParamStorage(op.inputs[0]), w1 = g.isParamStorage(op.inputs[1]);
   if (w0 == w1)
     return kNone;
   return w0 ? op.inputs[1] : op.inputs[0];
@@ -208,7 +199,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
     const Op &op = g.ops[i];
     bool anySplit = false;
     for (TensorId x : op.inputs)
-      anySplit = anySplit || split[storageOf(g, x)];
+      anySplit = anySplit || split[g.storageOf(x)];
     bool out = false;
     TensorId x = weightMatmulInput(g, op);
     if (op.kind == OpKind::Moe) {
@@ -218,14 +209,14 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
       tp.forwardBytes += g.bytes(op.outputs[0]);
       tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
       if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
-        columnInputs.insert(storageOf(g, op.inputs[0]));
+        columnInputs.insert(g.storageOf(op.inputs[0]));
       tp.split[i] = t * c;
       for (TensorId o : op.outputs)
-        split[storageOf(g, o)] = false;
+        split[g.storageOf(o)] = false;
       continue;
     }
     if (x != kNone) {
-      bool inputSplit = split[storageOf(g, x)];
+      bool inputSplit = split[g.storageOf(x)];
       out = !inputSplit;
       tp.rowParallel[i] = inputSplit;
       if (inputSplit)
@@ -234,7 +225,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
           tp.forwardMessages.push_back(g.bytes(o));
         }
       else if (plan.isTrain && g.tensors[x].requiresGrad)
-        columnInputs.insert(storageOf(g, x));
+        columnInputs.insert(g.storageOf(x));
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
       out = anySplit;
@@ -243,7 +234,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
     // adds, dropout, embeddings) work on their 1/t share of the tokens: every op is split.
     tp.split[i] = (x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1) * c;
     for (TensorId o : op.outputs)
-      split[storageOf(g, o)] = out;
+      split[g.storageOf(o)] = out;
   }
   for (TensorId s : columnInputs) {
     tp.backwardBytes += g.bytes(s);
@@ -293,7 +284,7 @@ double stageBoundaryBytes(const Graph &g) {
     if (copyOfOp[i] != first)
       continue;
     for (TensorId x : g.ops[i].inputs) {
-      TensorId s = storageOf(g, x);
+      TensorId s = g.storageOf(x);
       const Tensor &st = g.tensors[s];
       if (st.role != TensorRole::Activation || !isFloat(st.dtype) || st.producer == kNone ||
           copyOfOp[st.producer] == first || !seen.insert(s).second)

@@ -80,11 +80,6 @@ std::string typeOf(const Graph &g, TensorId t) {
   return nameOf(x.dtype).str() + named + (named == sizes ? "" : " = " + sizes);
 }
 
-bool isParamStorage(const Graph &g, TensorId t) {
-  TensorId base = g.tensors[t].viewOf == kNone ? t : g.tensors[t].viewOf;
-  return g.tensors[base].role == TensorRole::Param;
-}
-
 /// Where an input comes from and whether it needs a gradient.
 std::string origin(const Graph &g, TensorId t) {
   const Tensor &x = g.tensors[t];
@@ -107,7 +102,7 @@ std::string gradRole(const Graph &g, TensorId t) {
            : !isFloat(x.dtype)         ? "integers: no gradient"
            : x.role == TensorRole::Param ? "frozen: no gradient"
                                          : "depends on no trainable parameter: no gradient";
-  return isParamStorage(g, t) ? "weight gradient" : "input gradient";
+  return g.isParamStorage(t) ? "weight gradient" : "input gradient";
 }
 
 /// The op's attributes that change its counts, as the user wrote them.
@@ -301,7 +296,7 @@ void printBackward(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::
                                         : labelOf(op, s.tensor) + " " + tensorName(g, s.tensor);
     os << llvm::formatv("    {0,-26} {1,-28} {2} bytes ({3})", s.what, who, exact(s.bytes),
                         formatBytes(s.bytes));
-    if (s.tensor != kNone && isParamStorage(g, s.tensor))
+    if (s.tensor != kNone && g.isParamStorage(s.tensor))
       os << ", a parameter: already resident, not activation memory";
     os << "\n";
   }
