@@ -1,6 +1,7 @@
 // `--emit=ast`: the AST as an indented tree, one node per line. Numbers print as written
 // (integers whole, others with up to 15 significant digits), with their suffix or unit.
 #include "frontend/AST.h"
+#include "support/Format.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -73,9 +74,7 @@ private:
     }
     if (e.isInteger && e.number < 9.2e18)
       return std::to_string(static_cast<int64_t>(e.number));
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.15g", e.number);
-    return buf;
+    return significant(e.number, 15);
   }
 
   void expr(const Expr &e, llvm::StringRef label = "") {

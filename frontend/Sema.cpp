@@ -10,6 +10,7 @@
 //    devices and parallel degrees, budgets).
 #include "frontend/Sema.h"
 #include "support/Suggest.h"
+#include "support/Format.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -57,13 +58,6 @@ std::string ConstValue::describe() const {
   case Device: return "a device count";
   }
   return "a value";
-}
-
-/// A number for a message, as a person writes it: 2.5, 0.333333, 1e+20 (not "2.50").
-static std::string plainNumber(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
 }
 
 DiagBuilder Sema::suggest(DiagKind kind, llvm::SMRange at, std::string message,
@@ -424,7 +418,7 @@ std::optional<int64_t> Sema::positiveInt(const ConstValue &v, const char *what) 
   if (!v.isInteger) {
     diags.report(DiagKind::NotInteger, v.range.Start,
                  std::string(what) + " must be a whole number, but it is " +
-                     plainNumber(v.number))
+                     significant(v.number))
         .range(v.range);
     return std::nullopt;
   }
@@ -833,7 +827,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
     if (!v.isInteger || v.number < 1) {
       diags.report(DiagKind::NotInteger, v.range.Start,
                    "the device count must be a positive whole number, but it is " +
-                       plainNumber(v.number))
+                       significant(v.number))
           .range(v.range);
       return false;
     }

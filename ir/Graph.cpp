@@ -1,5 +1,6 @@
 // The IR graph's small helpers: op names and classes, building, shape formatting, verification.
 #include "ir/Graph.h"
+#include "support/Format.h"
 
 #include <type_traits>
 
@@ -271,15 +272,6 @@ std::string verifyGraph(const Graph &g) {
   return "";
 }
 
-namespace {
-/// A constant attribute as a person writes it: 0.5, 1e-05, 3 (raw_ostream prints 5.000000e-01).
-std::string attrNumber(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-} // namespace
-
 void printGraph(const Graph &g, llvm::raw_ostream &os) {
   auto type = [&](TensorId t) {
     const Tensor &x = g.tensors[t];
@@ -324,11 +316,11 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     os << (op.accumulate ? " += " : " = ") << opName(op.kind) << "(";
     const OpAttrs &a = op.attrs;
     if (a.hasScalar && a.scalarOnLeft) // `2 - x` is sub(2, %x), not sub(%x, 2)
-      os << attrNumber(a.scalar) << (op.inputs.empty() ? "" : ", ");
+      os << significant(a.scalar) << (op.inputs.empty() ? "" : ", ");
     for (size_t i = 0; i < op.inputs.size(); ++i)
       os << (i ? ", " : "") << "%" << op.inputs[i];
     if (a.hasScalar && !a.scalarOnLeft)
-      os << (op.inputs.empty() ? "" : ", ") << attrNumber(a.scalar);
+      os << (op.inputs.empty() ? "" : ", ") << significant(a.scalar);
     os << ")";
     switch (op.kind) {
     case OpKind::Attention:
@@ -336,18 +328,18 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
          << ", causal = " << (a.causal ? "true" : "false")
          << ", fused = " << (a.fused ? "true" : "false");
       if (a.p > 0)
-        os << ", dropout = " << attrNumber(a.p);
+        os << ", dropout = " << significant(a.p);
       os << "}";
       break;
     case OpKind::Split:
       os << " {parts = " << a.parts << ", dim = " << a.dim << "}";
       break;
     case OpKind::Dropout:
-      os << " {p = " << attrNumber(a.p) << "}";
+      os << " {p = " << significant(a.p) << "}";
       break;
     case OpKind::LayerNorm:
     case OpKind::RmsNorm:
-      os << " {eps = " << attrNumber(a.eps) << "}";
+      os << " {eps = " << significant(a.eps) << "}";
       break;
     case OpKind::Softmax:
     case OpKind::Concat:
@@ -374,7 +366,7 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     case OpKind::Moe:
     case OpKind::MoeBackward:
       if (a.capacity > 0)
-        os << " {capacity_factor = " << attrNumber(a.capacity) << "}";
+        os << " {capacity_factor = " << significant(a.capacity) << "}";
       break;
     default:
       break;
@@ -384,7 +376,7 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     if (op.kind == OpKind::OptimizerUpdate)
       os << " {optimizer = " << op.attrs.optimizer << "}";
     if (op.kind == OpKind::Fill)
-      os << " {value = " << attrNumber(op.attrs.scalar) << "}";
+      os << " {value = " << significant(op.attrs.scalar) << "}";
     os << " : ";
     for (size_t i = 0; i < op.outputs.size(); ++i)
       os << (i ? ", " : "") << type(op.outputs[i]) << layout(op.outputs[i]);

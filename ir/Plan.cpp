@@ -95,4 +95,14 @@ double memoryLimit(const Plan &plan) {
   return limit;
 }
 
+void overrideBudgets(Plan &plan, const std::vector<BudgetSpec> &flags) {
+  for (const BudgetSpec &f : flags) {
+    auto &b = plan.budgets;
+    b.erase(std::remove_if(b.begin(), b.end(),
+                           [&](const BudgetSpec &x) { return x.metric == f.metric; }),
+            b.end());
+    b.push_back(f);
+  }
+}
+
 } // namespace tally

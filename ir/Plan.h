@@ -131,4 +131,8 @@ LoweringKey loweringKey(const Plan &plan);
 /// budget fixes and `tally solve` start from (issue 6: they computed it three ways).
 double memoryLimit(const Plan &plan);
 
+/// Replaces the plan's budgets of each metric in `flags` by the one in `flags` (command-line
+/// budgets win over the file's); budgets of other metrics stay.
+void overrideBudgets(Plan &plan, const std::vector<BudgetSpec> &flags);
+
 } // namespace tally

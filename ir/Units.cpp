@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Units.h"
+#include "support/Format.h"
 
 #include <cmath>
 #include <cstdio>
@@ -289,9 +290,7 @@ std::string formatCount(double n) {
   if (a < 1e4) {
     if (n == std::floor(n))
       return fixed(n, 0, false);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.4g", n);
-    return buf;
+    return significant(n, 4);
   }
   static const std::vector<Scale> scales = {
       {"K", 1e3}, {"M", 1e6}, {"B", 1e9}, {"T", 1e12}};
@@ -402,6 +401,47 @@ std::string formatValue(double v, UnitDim d) {
   case UnitDim::Flops: return formatFlops(v);
   }
   return formatCount(v);
+}
+
+std::optional<double> parseQuantity(llvm::StringRef text, UnitDim want, std::string &error) {
+  std::string s = text.trim().str();
+  if (s.empty()) {
+    error = "expected a number, such as 80GiB";
+    return std::nullopt;
+  }
+  char *end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !std::isfinite(v)) {
+    error = "'" + s + "' is not a number";
+    return std::nullopt;
+  }
+  llvm::StringRef unit = llvm::StringRef(end).trim();
+  UnitInfo info{UnitDim::None, 1};
+  if (!unit.empty()) {
+    // For bytes "B" is a byte, not a billion: try the unit words first unless a count is wanted.
+    std::optional<UnitInfo> u = want == UnitDim::None ? lookupSuffix(unit) : lookupUnit(unit);
+    if (!u)
+      u = lookupSuffix(unit);
+    if (!u) {
+      std::string close = closestUnit(unit);
+      error = "unknown unit '" + unit.str() + "'" +
+              (close.empty() ? "" : "; did you mean '" + close + "'?");
+      return std::nullopt;
+    }
+    info = *u;
+  }
+  double value = v * info.scale;
+  bool fits = info.dim == want ||
+              (want == UnitDim::Ratio && info.dim == UnitDim::None && value > 0 && value <= 1);
+  if (!fits) {
+    error = "'" + s + "' is " + describe(info.dim).str() + ", not " + describe(want).str();
+    return std::nullopt;
+  }
+  if (!(value > 0)) {
+    error = "'" + s + "' must be positive";
+    return std::nullopt;
+  }
+  return value;
 }
 
 } // namespace tally

@@ -30,6 +30,7 @@
 #include "passes/Solvers.h"
 
 #include "support/Diagnostics.h"
+#include "support/Format.h"
 #include "ir/Units.h"
 
 #include <algorithm>
@@ -91,10 +92,7 @@ std::string layout(const Plan &p) {
 }
 
 std::string accumulationText(const Plan &p) {
-  double acc = accumulationSteps(p);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", acc);
-  return std::string("accumulation steps ") + buf;
+  return "accumulation steps " + significant(accumulationSteps(p));
 }
 
 // ---- fixes -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@
 //    in the dtype of the op's float output. One diagnostic per distinct literal and source
 //    location, naming the ops that use it (a LayerNorm in a repeated block is one literal).
 #include "support/Diagnostics.h"
+#include "support/Format.h"
 #include "passes/Passes.h"
 
 #include <cmath>
@@ -34,11 +35,7 @@ namespace tally {
 namespace {
 
 /// Five significant digits, as the messages print limits: "6.1035e-05", "1e-08", "65504".
-std::string g5(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.5g", v);
-  return buf;
-}
+std::string g5(double v) { return significant(v, 5); }
 
 /// What happens to a literal converted to a dtype.
 enum class Fit { Exact, Zero, Subnormal, Overflow };

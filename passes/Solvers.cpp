@@ -12,6 +12,7 @@
 #include "passes/Solvers.h"
 
 #include "support/Diagnostics.h"
+#include "support/Format.h"
 
 #include "llvm/Support/SourceMgr.h"
 
@@ -28,21 +29,7 @@ namespace {
 /// A number for a derivation line: integers below 1e6 as they are, others with four
 /// significant digits in C's %g with the exponent written "e24" rather than "e+24".
 std::string num(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e6)
-    return std::to_string(static_cast<long long>(v));
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  std::string s = buf;
-  auto e = s.find('e');
-  if (e == std::string::npos)
-    return s;
-  // "6.3e+24" → "6.3e24", "1.244e+07" → "1.244e7", "1e-05" → "1e-5".
-  std::string mant = s.substr(0, e), exp = s.substr(e + 1);
-  bool negative = exp[0] == '-';
-  exp = exp.substr(exp[0] == '+' || exp[0] == '-' ? 1 : 0);
-  while (exp.size() > 1 && exp[0] == '0')
-    exp.erase(0, 1);
-  return mant + "e" + (negative ? "-" : "") + exp;
+  return isExactInteger(v, 1e6) ? integerText(v) : compactExponent(significant(v, 4));
 }
 
 std::string dtypeWord(Dtype d) { return d == Dtype::Invalid ? "none" : nameOf(d).str(); }
@@ -523,59 +510,6 @@ SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memo
   r.derivation.push_back("fewest: " + show(*found) + ", accumulation steps " +
                          num(accumulationSteps(found->plan)));
   return r;
-}
-
-// ---- budgets on the command line -----------------------------------------------------------
-
-std::optional<double> parseQuantity(llvm::StringRef text, UnitDim want, std::string &error) {
-  std::string s = text.trim().str();
-  if (s.empty()) {
-    error = "expected a number, such as 80GiB";
-    return std::nullopt;
-  }
-  char *end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || !std::isfinite(v)) {
-    error = "'" + s + "' is not a number";
-    return std::nullopt;
-  }
-  llvm::StringRef unit = llvm::StringRef(end).trim();
-  UnitInfo info{UnitDim::None, 1};
-  if (!unit.empty()) {
-    // For bytes "B" is a byte, not a billion: try the unit words first unless a count is wanted.
-    std::optional<UnitInfo> u = want == UnitDim::None ? lookupSuffix(unit) : lookupUnit(unit);
-    if (!u)
-      u = lookupSuffix(unit);
-    if (!u) {
-      std::string close = closestUnit(unit);
-      error = "unknown unit '" + unit.str() + "'" +
-              (close.empty() ? "" : "; did you mean '" + close + "'?");
-      return std::nullopt;
-    }
-    info = *u;
-  }
-  double value = v * info.scale;
-  bool fits = info.dim == want ||
-              (want == UnitDim::Ratio && info.dim == UnitDim::None && value > 0 && value <= 1);
-  if (!fits) {
-    error = "'" + s + "' is " + describe(info.dim).str() + ", not " + describe(want).str();
-    return std::nullopt;
-  }
-  if (!(value > 0)) {
-    error = "'" + s + "' must be positive";
-    return std::nullopt;
-  }
-  return value;
-}
-
-void overrideBudgets(Plan &plan, const std::vector<BudgetSpec> &flags) {
-  for (const BudgetSpec &f : flags) {
-    auto &b = plan.budgets;
-    b.erase(std::remove_if(b.begin(), b.end(),
-                           [&](const BudgetSpec &x) { return x.metric == f.metric; }),
-            b.end());
-    b.push_back(f);
-  }
 }
 
 // ---- the layout search -----------------------------------------------------------------

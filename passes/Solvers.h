@@ -211,16 +211,4 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
 SolverAnswer solveLayout(const Analysis &a, const Relower &relower, int64_t devices,
                          double memoryLimit);
 
-// ---- budgets on the command line -----------------------------------------------------------
-
-/// Parses a quantity as written on the command line: a number with an optional unit, glued
-/// or after a space ("80GiB", "80 GiB", "60s", "40%", "90days", "70B", "15T", "0.5"), and
-/// checks that its dimension is `want` (for a Ratio a plain number in (0, 1] is accepted).
-/// Returns the value in base units, or nullopt with `error` set.
-std::optional<double> parseQuantity(llvm::StringRef text, UnitDim want, std::string &error);
-
-/// Replaces the plan's budgets of each metric in `flags` by the one in `flags` (command-line
-/// budgets win over the file's); budgets of other metrics stay.
-void overrideBudgets(Plan &plan, const std::vector<BudgetSpec> &flags);
-
 } // namespace tally

@@ -3,6 +3,7 @@
 // Each chart is a fixed-size SVG: a plot area with axes, the data marks with hover titles, and
 // labels. Sizes are in pixels; the page lays the charts out one under another.
 #include "report/SvgCharts.h"
+#include "support/Format.h"
 
 #include "report/Svg.h"
 
@@ -46,11 +47,7 @@ std::string repeatPattern(const std::string &path) {
 }
 
 /// A tick label: at most four significant digits, no trailing zeros ("0.01", "20", "1e+06").
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
+std::string num(double v) { return significant(v, 4); }
 
 /// 10^k as a short number: 0.01, 1, 1000, 1e+06.
 std::string decade(int k) { return num(std::pow(10.0, k)); }

@@ -3,6 +3,8 @@
 // No BLAS here: this is what the tally binary links (step 7 of Measure.cpp's list).
 #include "tools/calibrate/Calibrate.h"
 
+#include "support/Format.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,11 +21,7 @@ namespace calibrate {
 namespace {
 
 /// The number as tally source text: plain decimal with `digits` significant digits.
-std::string num(double v, int digits = 6) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-  return buf;
-}
+std::string num(double v, int digits = 6) { return significant(v, digits); }
 
 } // namespace
 

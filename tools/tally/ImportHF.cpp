@@ -21,6 +21,7 @@
 // Exit codes: 0 written; 1 an error in the config (or a file that cannot be read); 2 bad
 // usage or an output that cannot be written.
 #include "support/Diagnostics.h"
+#include "support/Format.h"
 #include "report/Output.h"
 #include "tools/tally/Commands.h"
 
@@ -141,18 +142,9 @@ public:
 
   /// The shortest decimal text that reads back as `v` ("1e-05", "10000", "0.25").
   static std::string fmt(double v) {
-    char buf[40];
-    if (v == std::floor(v) && std::fabs(v) < 1e15) {
-      std::snprintf(buf, sizeof buf, "%.0f", v);
-      return buf;
-    }
-    for (int precision = 1; precision <= 17; ++precision) {
-      std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-      if (std::strtod(buf, nullptr) == v)
-        break;
-    }
-    return buf;
+    return isExactInteger(v, 1e15) ? integerText(v) : roundTrip(v);
   }
+
 
 private:
   void missing(StringRef key) {
