@@ -1,5 +1,9 @@
-// The analysis passes, one per file, each filling its part of the Analysis. They run in the
-// order listed here (passes/Pipeline.cpp); each may read what earlier ones computed.
+// The passes, one per file, in two kinds (architecture.md):
+// - transforms, Graph → Graph: lowering (frontend/) builds the forward graph and verifies it;
+//   Backward.cpp builds the training step from it, which the pipeline verifies (verifyGraph
+//   and verifyOpTypes) before any analysis reads it;
+// - analyses, Graph → Analysis: each fills its part of the Analysis, in the order listed here
+//   (passes/Pipeline.cpp); each may read what earlier ones computed, none changes a graph.
 #pragma once
 
 #include "passes/Analysis.h"
@@ -19,21 +23,26 @@ using Relower = std::function<std::optional<Graph>(const Plan &)>;
 /// The static loss scale of fp16 loss scaling (PyTorch's GradScaler starts at 2^16).
 constexpr double kLossScale = 65536;
 
-/// Backward.cpp, a transform: the whole training step of a train plan — the forward ops
-/// (same ids), the backward ops (phase Backward, each naming its forward op), then the
-/// optimizer phase. An infer plan's graph comes back unchanged. Verified by verifyStep.
+// ---- transforms ---------------------------------------------------------------------------
+
+/// Backward.cpp: the whole training step of a train plan — the forward ops (same ids), the
+/// backward ops (phase Backward, each naming its forward op), then the optimizer phase. An
+/// infer plan's graph comes back unchanged. The pipeline verifies it (Pipeline.cpp, checkStep).
 Graph buildTrainingStep(const Graph &forward, const Plan &plan);
 /// FLOPs per trainable parameter of the optimizer_update op (the update, and unscaling the
 /// gradient under loss scaling).
 double optimizerFlopsPerParam(const OptimizerSpec &o, bool lossScaling);
 
+// ---- analyses ----------------------------------------------------------------------------
+
 /// ParamCount.cpp: total and trainable parameters, and the count under every block instance.
 void countParams(Analysis &a);
 /// OpCosts.cpp: each op's forward FLOPs and bytes from its rule; forward totals per step.
 void costOps(Analysis &a);
-/// Autodiff.cpp: the backward of every op — gradient FLOPs split into weight and input
-/// gradients, none for tensors that need no gradient — the optimizer's FLOPs, the step's
-/// model and executed FLOPs and the 6ND comparison.
+/// Autodiff.cpp: runs the Backward.cpp transform (Analysis::step), then prices the backward
+/// of every op — gradient FLOPs split into weight and input gradients, none for tensors that
+/// need no gradient — the optimizer's FLOPs, the step's model and executed FLOPs and the 6ND
+/// comparison.
 void differentiate(Analysis &a);
 /// StaticMemory.cpp: bytes per device of params, grads, master weights and optimizer state,
 /// from the precision policy, the optimizer and the parallel layout (ZeRO sharding).
@@ -89,6 +98,8 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower);
 /// BlockTotals.cpp: per block instance, the FLOPs and time of the ops written in it and in
 /// the blocks below it (the "FLOPs by block" of the report).
 void blockTotals(Analysis &a);
+
+// ---- the pipeline (Pipeline.cpp) -----------------------------------------------------------
 
 /// The passes that depend only on the graph, the precision and the optimizer (parameters,
 /// op costs, the backward): the part of an analysis every layout of the same graph shares.

@@ -5,6 +5,7 @@
 #include "passes/Passes.h"
 
 #include "support/Diagnostics.h"
+#include "ir/OpRules.h"
 
 namespace tally {
 
@@ -19,6 +20,25 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan) {
 }
 
 namespace {
+
+/// The transforms' output is checked before any analysis reads it: lowering verifies the
+/// forward graph (frontend/), and here the training step that autodiff and step assembly built
+/// (ids, order, strides, views: verifyGraph; every op's output types against its rule:
+/// verifyOpTypes). A failure is tally's bug, said as one instead of a crash or a wrong number
+/// further on. Linear in the step's ops; not measurable beside the other passes (a check of
+/// 10,000 layers took 2.1–2.7 s of CPU with and without it).
+void checkStep(const Analysis &a, DiagnosticEngine &diags) {
+  if (!a.step)
+    return;
+  std::string problem = verifyGraph(*a.step);
+  if (problem.empty())
+    problem = verifyOpTypes(*a.step);
+  if (problem.empty())
+    return;
+  diags.report(DiagKind::InvalidValue, a.plan->range.Start,
+               "internal error: the training step is invalid: " + problem)
+      .range(a.plan->range);
+}
 
 /// A plan whose sizes or offsets do not fit int64 bytes cannot be allocated or generated: an
 /// [overflow] error at the plan's `model` setting (else the plan), once per plan.
@@ -64,6 +84,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
                  const Relower &relower, bool whatIf) {
   Analysis a = analyzeGraph(g, plan);
   a.whatIf = whatIf;
+  checkStep(a, diags);
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);
