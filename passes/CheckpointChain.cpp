@@ -97,6 +97,10 @@ ChainSolution::ChainSolution(std::vector<ChainStage> stages, int64_t memory)
   // one wins; the split options run over all budgets m at once, reading the two sub-rows
   // contiguously (the m-outer order read them a row apart per step: 3x slower).
   size_t width = static_cast<size_t>(memory_ + 1);
+  // Per row: the least budget at which its cost is finite (width when none is). Below it a
+  // split that needs the row adds infinity, so the split loops start above both sub-rows'.
+  std::vector<size_t> firstFinite(rows.size(), width);
+  auto finiteFrom = [&](size_t s, size_t t) { return firstFinite[rangeId_[pairIndex(s, t)]]; };
   for (auto [s, t] : rows) {
     double *best = &cost_[at(s, t, 0)];
     int32_t *how = &how_[at(s, t, 0)];
@@ -116,7 +120,17 @@ ChainSolution::ChainSolution(std::vector<ChainStage> stages, int64_t memory)
           best[m] = cs, how[m] = -3;
       }
     }
-    for (size_t sp = s + 1; sp <= t; ++sp) {
+    // A split costs at least every forward of the range plus stage s's again (the two
+    // sub-ranges cost at least their forwards, and s..sp−1 runs twice), so where keeping or
+    // selecting already costs less no split can win: the budgets from `end` up, where the
+    // row stays below that floor (a cost only falls as the budget grows), skip the splits.
+    // The margin covers the rounding of these sums; where the floor is not clearly above the
+    // row, nothing is skipped, so the table is the same as without the cut.
+    double splitFloor = (prefix[t + 1] - prefix[s] + st[s].forward) * (1 - 1e-9);
+    size_t end = width;
+    while (end > 0 && best[end - 1] < splitFloor)
+      --end;
+    for (size_t sp = s + 1; sp <= t && end > 0; ++sp) {
       int64_t input = st[sp].input;
       if (input > memory_)
         continue;
@@ -124,12 +138,19 @@ ChainSolution::ChainSolution(std::vector<ChainStage> stages, int64_t memory)
       const double *before = &cost_[at(s, sp - 1, 0)]; // [s, sp − 1] with m
       double fwd = prefix[sp] - prefix[s];
       int32_t split = static_cast<int32_t>(sp - s);
-      for (size_t m = static_cast<size_t>(std::max<int64_t>(input, 0)); m < width; ++m) {
+      size_t from = std::max({static_cast<size_t>(std::max<int64_t>(input, 0)),
+                              finiteFrom(sp, t) + static_cast<size_t>(std::max<int64_t>(input, 0)),
+                              finiteFrom(s, sp - 1)});
+      for (size_t m = from; m < end; ++m) {
         double c = fwd + after[m - static_cast<size_t>(input)] + before[m];
         if (c < best[m])
           best[m] = c, how[m] = split;
       }
     }
+    size_t first = 0;
+    while (first < width && !(best[first] < kInf))
+      ++first;
+    firstFinite[rangeId_[pairIndex(s, t)]] = first;
   }
 }
 
