@@ -120,17 +120,20 @@ ChainSolution::ChainSolution(std::vector<ChainStage> stages, int64_t memory)
           best[m] = cs, how[m] = -3;
       }
     }
-    // A split costs at least every forward of the range plus stage s's again (the two
-    // sub-ranges cost at least their forwards, and s..sp−1 runs twice), so where keeping or
-    // selecting already costs less no split can win: the budgets from `end` up, where the
-    // row stays below that floor (a cost only falls as the budget grows), skip the splits.
-    // The margin covers the rounding of these sums; where the floor is not clearly above the
-    // row, nothing is skipped, so the table is the same as without the cut.
-    double splitFloor = (prefix[t + 1] - prefix[s] + st[s].forward) * (1 - 1e-9);
+    // Splitting at sp costs at least every forward of the range plus those of s..sp−1 again
+    // (the two sub-rows cost at least their forwards, and s..sp−1 runs twice). So where the
+    // row already costs less than that floor, split sp cannot win, nor can any later one (the
+    // floor grows with sp): its loop stops at `end`, the lowest budget above which the row
+    // stays under the floor, which only falls as sp grows and the row improves. The margin
+    // covers the rounding of these sums; where the floor is not clearly above the row,
+    // nothing is skipped, so the table is exactly the one without the cut.
     size_t end = width;
-    while (end > 0 && best[end - 1] < splitFloor)
-      --end;
-    for (size_t sp = s + 1; sp <= t && end > 0; ++sp) {
+    for (size_t sp = s + 1; sp <= t; ++sp) {
+      double floor = (prefix[t + 1] - prefix[s] + prefix[sp] - prefix[s]) * (1 - 1e-9);
+      while (end > 0 && best[end - 1] < floor)
+        --end;
+      if (end == 0)
+        break;
       int64_t input = st[sp].input;
       if (input > memory_)
         continue;
