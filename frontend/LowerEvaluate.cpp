@@ -177,8 +177,7 @@ Value Lowerer::lookup(const Expr &e, Scope &scope) {
     c.range = e.range;
     return Value::ofConst(c);
   }
-  if (std::find(primitiveNames().begin(), primitiveNames().end(), n) !=
-      primitiveNames().end()) {
+  if (findPrimitive(n)) {
     diags.report(DiagKind::TypeMismatch, e.range.Start,
                  "'" + n + "' is a primitive op; call it, as in " + n + "(x)")
         .range(e.range);
@@ -462,9 +461,8 @@ Value Lowerer::call(const Expr &e, Scope &scope) {
     const std::string &n = e.lhs->text;
     bool shadowed = scope.locals.count(n) || scope.module->members.count(n) ||
                     scope.module->consts.count(n);
-    if (!shadowed && std::find(primitiveNames().begin(), primitiveNames().end(), n) !=
-                         primitiveNames().end())
-      return primitive(n, e, scope);
+    if (const Primitive *p = shadowed ? nullptr : findPrimitive(n))
+      return primitive(*p, e, scope);
   }
   Value callee = eval(*e.lhs, scope);
   if (callee.kind == Value::Invalid)

@@ -1,9 +1,13 @@
 // Lowering: primitive calls and the ops they append (frontend/Lower.cpp has the steps).
 //
-// 1. Bind the call's arguments to the primitive's parameter names (positional or named, each
-//    once, the required ones present) and check each one's kind: tensor, number, whole
-//    number, probability, true/false, a pair or a shape (bind and the *Arg helpers).
-// 2. Append one op (op1): an input whose layout the kernel cannot read gets a `contiguous`
+// 1. Bind the call's arguments to the parameters of the primitive's entry in
+//    ir/Primitives.cpp (positional or named, each once, the required ones present; bind).
+// 2. Read each argument by its parameter's name, checking its kind: tensor, number, whole
+//    number, probability, true/false, a pair or a shape, an absent one taking the table's
+//    default (the *Arg helpers). A name the table lacks, or an argument given but never
+//    read, is an internal error: the table and this file disagree (tests/unit/
+//    test_primitives.cpp calls every entry with every parameter named).
+// 3. Append one op (op1): an input whose layout the kernel cannot read gets a `contiguous`
 //    copy first, the output shapes come from the op's rule (ir/OpRules.cpp), the op is named
 //    after its instance and kind ("h[3].attn.qkv.matmul", "h[3].add#2"), view outputs get
 //    their strides and offset (setViewLayouts), random ops a stream, and attention its scale
@@ -27,28 +31,21 @@ std::string plainNumber(double v) {
 
 } // namespace
 
-const std::vector<std::string> &primitiveNames() {
-  static const std::vector<std::string> names = {
-      "matmul", "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "dropout", "rope", "softmax",
-      "layer_norm", "rms_norm", "attention", "embedding", "sum", "mean", "cross_entropy",
-      "positions", "next_tokens", "concat", "split", "reshape", "transpose", "topk", "gather",
-      "moe", "conv2d", "max_pool2d", "avg_pool2d", "broadcast_to"};
-  return names;
-}
-
-std::optional<Lowerer::Bound> Lowerer::bind(const std::string &name,
-                                            const std::vector<std::string> &params,
-                                            size_t required, bool variadic, const Expr &e,
-                                            Scope &scope) {
+std::optional<Lowerer::Bound> Lowerer::bind(const Primitive &p, const Expr &e, Scope &scope) {
+  const std::vector<PrimitiveParam> &params = p.params;
+  auto name = [&] { return p.name().str(); };
   Bound b;
+  b.prim = &p;
+  b.call = &e;
   b.exprs.assign(params.size(), nullptr);
   b.values.resize(params.size());
+  b.read.assign(params.size(), false);
   size_t positional = 0;
   for (size_t i = 0; i < e.args.size(); ++i) {
     size_t slot;
     if (e.argNames[i].empty()) {
       slot = positional++;
-      if (variadic && slot >= params.size() - 1) {
+      if (p.variadic && slot >= params.size() - 1) {
         // extra positional inputs of concat gather into its first parameter
         Value v = eval(*e.args[i], scope);
         if (v.kind == Value::Invalid)
@@ -67,25 +64,28 @@ std::optional<Lowerer::Bound> Lowerer::bind(const std::string &name,
       }
       if (slot >= params.size()) {
         diags.report(DiagKind::WrongArgCount, e.args[i]->range.Start,
-                     "'" + name + "' takes at most " + std::to_string(params.size()) +
+                     "'" + name() + "' takes at most " + std::to_string(params.size()) +
                          " argument" + (params.size() == 1 ? "" : "s"))
             .range(e.args[i]->range);
         return std::nullopt;
       }
     } else {
-      auto it = std::find(params.begin(), params.end(), e.argNames[i]);
-      if (it == params.end()) {
+      slot = p.index(e.argNames[i]);
+      if (slot == params.size()) {
+        std::vector<std::string> names;
+        for (const PrimitiveParam &param : params)
+          names.push_back(param.name);
         sema.suggest(DiagKind::UnknownArgument, e.argNameRanges[i],
-                     "'" + name + "' has no argument '" + e.argNames[i] + "'", e.argNames[i],
-                     params);
+                     "'" + name() + "' has no argument '" + e.argNames[i] + "'", e.argNames[i],
+                     names);
         return std::nullopt;
       }
-      slot = static_cast<size_t>(it - params.begin());
     }
     if (b.exprs[slot]) {
       llvm::SMRange at = e.argNames[i].empty() ? e.args[i]->range : e.argNameRanges[i];
       diags.report(DiagKind::DuplicateName, at.Start,
-                   "argument '" + params[slot] + "' of '" + name + "' is given twice")
+                   "argument '" + std::string(params[slot].name) + "' of '" + name() +
+                       "' is given twice")
           .range(at);
       return std::nullopt;
     }
@@ -95,21 +95,51 @@ std::optional<Lowerer::Bound> Lowerer::bind(const std::string &name,
     b.exprs[slot] = e.args[i].get();
     b.values[slot] = std::move(v);
   }
-  for (size_t i = 0; i < required; ++i)
+  for (size_t i = 0; i < p.required; ++i)
     if (!b.exprs[i]) {
       diags.report(DiagKind::WrongArgCount, e.range.Start,
-                   "'" + name + "' needs its argument '" + params[i] + "'")
+                   "'" + name() + "' needs its argument '" + params[i].name + "'")
           .range(e.range);
       return std::nullopt;
     }
   return b;
 }
 
-bool Lowerer::tensorArg(const Bound &b, size_t i, const std::string &fn, const std::string &what,
-                        TensorId &out) {
+void Lowerer::internalError(const Bound &b, const std::string &problem) {
+  diags.report(DiagKind::InvalidValue, b.call->range.Start,
+               "internal error: the lowering of '" + b.prim->name().str() +
+                   "' disagrees with ir/Primitives.cpp: " + problem)
+      .range(b.call->range);
+  fail();
+}
+
+size_t Lowerer::slot(const Bound &b, llvm::StringRef param) {
+  size_t i = b.prim->index(param);
+  if (i == b.prim->params.size()) {
+    internalError(b, "it has no parameter '" + param.str() + "'");
+    return i;
+  }
+  b.read[i] = true;
+  return i;
+}
+
+std::optional<double> Lowerer::defaultOf(const Bound &b, size_t i, std::optional<double> dflt) {
+  if (dflt)
+    return dflt;
+  const PrimitiveParam &param = b.prim->params[i];
+  if (param.hasNumericDefault())
+    return param.defaultValue;
+  internalError(b, "parameter '" + std::string(param.name) + "' has no default");
+  return std::nullopt;
+}
+
+bool Lowerer::tensorArg(const Bound &b, llvm::StringRef param, TensorId &out) {
+  size_t i = slot(b, param);
+  if (i == b.values.size())
+    return false;
   if (b.values[i].kind != Value::Tensor) {
     diags.report(DiagKind::TypeMismatch, b.values[i].range.Start,
-                 "'" + what + "' of '" + fn + "' must be a tensor, not " +
+                 "'" + param.str() + "' of '" + b.prim->name().str() + "' must be a tensor, not " +
                      b.values[i].describe())
         .range(b.values[i].range);
     return false;
@@ -118,32 +148,40 @@ bool Lowerer::tensorArg(const Bound &b, size_t i, const std::string &fn, const s
   return true;
 }
 
-std::optional<double> Lowerer::numberArg(const Bound &b, size_t i, const std::string &what,
-                                         double dflt) {
+std::optional<double> Lowerer::numberArg(const Bound &b, llvm::StringRef param,
+                                         std::optional<double> dflt) {
+  size_t i = slot(b, param);
+  if (i == b.values.size())
+    return std::nullopt;
   if (!b.has(i))
-    return dflt;
+    return defaultOf(b, i, dflt);
   const Value &v = b.values[i];
   if (v.kind != Value::Const || v.c.kind != ConstValue::Number ||
       (v.c.dim != UnitDim::None && v.c.dim != UnitDim::Ratio)) {
     diags.report(DiagKind::TypeMismatch, v.range.Start,
-                 "'" + what + "' must be a number, not " + v.describe())
+                 "'" + param.str() + "' must be a number, not " + v.describe())
         .range(v.range);
     return std::nullopt;
   }
   return v.c.number;
 }
 
-std::optional<int64_t> Lowerer::intArg(const Bound &b, size_t i, const std::string &what,
-                                       int64_t dflt) {
-  if (!b.has(i))
-    return dflt;
+std::optional<int64_t> Lowerer::intArg(const Bound &b, llvm::StringRef param,
+                                       std::optional<int64_t> dflt) {
+  size_t i = slot(b, param);
+  if (i == b.values.size())
+    return std::nullopt;
+  if (!b.has(i)) {
+    auto d = defaultOf(b, i, dflt ? std::optional<double>(static_cast<double>(*dflt)) : std::nullopt);
+    return d ? std::optional<int64_t>(static_cast<int64_t>(*d)) : std::nullopt;
+  }
   const Value &v = b.values[i];
   if (v.kind != Value::Const || v.c.kind != ConstValue::Number || !v.c.isInteger ||
       v.c.dim != UnitDim::None) {
     bool plain = v.kind == Value::Const && v.c.kind == ConstValue::Number &&
                  v.c.dim == UnitDim::None;
     diags.report(DiagKind::NotInteger, v.range.Start,
-                 "'" + what + "' must be a whole number, " +
+                 "'" + param.str() + "' must be a whole number, " +
                      (plain ? "but it is " + plainNumber(v.c.number) : "not " + v.describe()))
         .range(v.range);
     return std::nullopt;
@@ -151,38 +189,50 @@ std::optional<int64_t> Lowerer::intArg(const Bound &b, size_t i, const std::stri
   return v.c.intValue;
 }
 
-std::optional<bool> Lowerer::boolArg(const Bound &b, size_t i, const std::string &what, bool dflt) {
-  if (!b.has(i))
-    return dflt;
+std::optional<bool> Lowerer::boolArg(const Bound &b, llvm::StringRef param) {
+  size_t i = slot(b, param);
+  if (i == b.values.size())
+    return std::nullopt;
+  if (!b.has(i)) {
+    auto d = defaultOf(b, i, std::nullopt);
+    return d ? std::optional<bool>(*d != 0) : std::nullopt;
+  }
   const Value &v = b.values[i];
   if (v.kind != Value::Const || v.c.kind != ConstValue::Bool) {
     diags.report(DiagKind::TypeMismatch, v.range.Start,
-                 "'" + what + "' must be true or false, not " + v.describe())
+                 "'" + param.str() + "' must be true or false, not " + v.describe())
         .range(v.range);
     return std::nullopt;
   }
   return v.c.boolean;
 }
 
-std::optional<double> Lowerer::probability(const Bound &b, size_t i, const std::string &what) {
-  auto p = numberArg(b, i, what, 0);
+std::optional<double> Lowerer::probability(const Bound &b, llvm::StringRef param) {
+  auto p = numberArg(b, param);
   if (p && (*p < 0 || *p >= 1)) {
-    diags.report(DiagKind::InvalidValue, b.values[i].range.Start,
-                 "'" + what + "' is a probability in [0, 1), not " +
-                     plainNumber(*p))
-        .range(b.values[i].range);
+    const Value &v = b.values[slot(b, param)];
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "'" + param.str() + "' is a probability in [0, 1), not " + plainNumber(*p))
+        .range(v.range);
     return std::nullopt;
   }
   return p;
 }
 
 /// `stride = 2` or `stride = (2, 1)`: one whole number for both spatial axes or one each;
-/// at least `lo`. Absent: both `dflt`.
-bool Lowerer::pairArg(const Bound &b, size_t i, const std::string &what, int64_t lo, int64_t dflt,
-                      int64_t (&out)[2]) {
-  out[0] = out[1] = dflt;
-  if (!b.has(i))
+/// at least `lo`. Absent: both the default.
+bool Lowerer::pairArg(const Bound &b, llvm::StringRef param, int64_t lo, int64_t (&out)[2],
+                      std::optional<int64_t> dflt) {
+  size_t i = slot(b, param);
+  if (i == b.values.size())
+    return false;
+  if (!b.has(i)) {
+    auto d = defaultOf(b, i, dflt ? std::optional<double>(static_cast<double>(*dflt)) : std::nullopt);
+    if (!d)
+      return false;
+    out[0] = out[1] = static_cast<int64_t>(*d);
     return true;
+  }
   const Value &v = b.values[i];
   std::vector<Value> items = v.kind == Value::Tuple ? v.elems : std::vector<Value>{v};
   bool ok = items.size() == 1 || items.size() == 2;
@@ -195,13 +245,18 @@ bool Lowerer::pairArg(const Bound &b, size_t i, const std::string &what, int64_t
   }
   if (!ok)
     diags.report(DiagKind::InvalidValue, v.range.Start,
-                 "'" + what + "' must be a whole number " + (lo > 0 ? "of at least 1" : "of at least 0") +
+                 "'" + param.str() + "' must be a whole number " +
+                     (lo > 0 ? "of at least 1" : "of at least 0") +
                      ", or a pair (height, width) of them, not " + v.describe())
         .range(v.range);
   return ok;
 }
 
-bool Lowerer::shapeArg(const Value &v, Shape &out) {
+bool Lowerer::shapeArg(const Bound &b, llvm::StringRef param, Shape &out) {
+  size_t i = slot(b, param);
+  if (i == b.values.size())
+    return false;
+  const Value &v = b.values[i];
   std::vector<Value> items = v.kind == Value::Tuple ? v.elems : std::vector<Value>{v};
   for (const Value &x : items) {
     if (x.kind != Value::Const || !x.c.isInteger || x.c.dim != UnitDim::None ||
@@ -218,44 +273,59 @@ bool Lowerer::shapeArg(const Value &v, Shape &out) {
   return true;
 }
 
-Value Lowerer::primitive(const std::string &name, const Expr &e, Scope &scope) {
-  static const std::map<std::string, OpKind> unary = {
-      {"relu", OpKind::Relu}, {"gelu", OpKind::Gelu},       {"silu", OpKind::Silu},
-      {"tanh", OpKind::Tanh}, {"sigmoid", OpKind::Sigmoid}, {"exp", OpKind::Exp},
-      {"next_tokens", OpKind::NextTokens}};
+Value Lowerer::primitive(const Primitive &p, const Expr &e, Scope &scope) {
+  std::optional<Bound> b = bind(p, e, scope);
+  if (!b)
+    return {};
+  Value out = primitiveOp(*b, e, scope);
+  // Every argument given must have been read: a parameter in the table that the lowering
+  // ignores would accept an argument and silently drop it.
+  for (size_t i = 0; out.kind != Value::Invalid && i < b->values.size(); ++i)
+    if (b->exprs[i] && !b->read[i]) {
+      internalError(*b, "its argument '" + std::string(p.params[i].name) + "' is not used");
+      return {};
+    }
+  return out;
+}
+
+Value Lowerer::primitiveOp(const Bound &b, const Expr &e, Scope &scope) {
+  const OpKind kind = b.prim->kind;
   OpAttrs attrs;
   TensorId x = kNone, y = kNone, z = kNone;
-  if (auto it = unary.find(name); it != unary.end()) {
-    auto b = bind(name, {"x"}, 1, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x))
+  switch (kind) {
+  case OpKind::Relu:
+  case OpKind::Gelu:
+  case OpKind::Silu:
+  case OpKind::Tanh:
+  case OpKind::Sigmoid:
+  case OpKind::Exp:
+  case OpKind::NextTokens:
+    if (!tensorArg(b, "x", x))
       return {};
-    return op1(it->second, {x}, attrs, e, scope);
-  }
-  if (name == "rope") { // fraction < 1: partial rotary (NeoX rotary_pct)
-    auto b = bind(name, {"x", "fraction"}, 1, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x))
+    return op1(kind, {x}, attrs, e, scope);
+  case OpKind::Rope: { // fraction < 1: partial rotary (NeoX rotary_pct)
+    if (!tensorArg(b, "x", x))
       return {};
-    auto f = numberArg(*b, 1, "fraction", 1);
+    auto f = numberArg(b, "fraction");
     if (!f)
       return {};
     if (!(*f > 0 && *f <= 1)) {
-      diags.report(DiagKind::InvalidValue, b->values[1].range.Start,
+      const Value &v = b.values[slot(b, "fraction")];
+      diags.report(DiagKind::InvalidValue, v.range.Start,
                    "'fraction' of rope is the share of each head's dims rotated, in (0, 1], not " +
                        plainNumber(*f))
-          .range(b->values[1].range);
+          .range(v.range);
       return {};
     }
     attrs.fraction = *f;
     return op1(OpKind::Rope, {x}, attrs, e, scope);
   }
-  if (name == "conv2d") {
-    auto b = bind(name, {"x", "weight", "bias", "stride", "padding"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x) || !tensorArg(*b, 1, name, "weight", y))
+  case OpKind::Conv2d: {
+    if (!tensorArg(b, "x", x) || !tensorArg(b, "weight", y))
       return {};
-    if (b->has(2) && !tensorArg(*b, 2, name, "bias", z))
+    if (b.has(slot(b, "bias")) && !tensorArg(b, "bias", z))
       return {};
-    if (!pairArg(*b, 3, "stride", 1, 1, attrs.strides) ||
-        !pairArg(*b, 4, "padding", 0, 0, attrs.pads))
+    if (!pairArg(b, "stride", 1, attrs.strides) || !pairArg(b, "padding", 0, attrs.pads))
       return {};
     const Shape &w = g.tensors[y].shape;
     if (w.size() == 4) {
@@ -266,58 +336,51 @@ Value Lowerer::primitive(const std::string &name, const Expr &e, Scope &scope) {
       return op1(OpKind::Conv2d, {x, y}, attrs, e, scope);
     return op1(OpKind::Conv2d, {x, y, z}, attrs, e, scope);
   }
-  if (name == "max_pool2d" || name == "avg_pool2d") {
-    auto b = bind(name, {"x", "kernel", "stride", "padding"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x) || !pairArg(*b, 1, "kernel", 1, 1, attrs.window))
+  case OpKind::MaxPool2d:
+  case OpKind::AvgPool2d: {
+    if (!tensorArg(b, "x", x) || !pairArg(b, "kernel", 1, attrs.window))
       return {};
     // The stride defaults to the window, as in PyTorch.
-    if (!pairArg(*b, 2, "stride", 1, attrs.window[0], attrs.strides) ||
-        !pairArg(*b, 3, "padding", 0, 0, attrs.pads))
+    if (!pairArg(b, "stride", 1, attrs.strides, attrs.window[0]) ||
+        !pairArg(b, "padding", 0, attrs.pads))
       return {};
-    if (!b->has(2))
+    if (!b.has(slot(b, "stride")))
       attrs.strides[1] = attrs.window[1];
-    return op1(name == "max_pool2d" ? OpKind::MaxPool2d : OpKind::AvgPool2d, {x}, attrs, e,
-               scope);
+    return op1(kind, {x}, attrs, e, scope);
   }
-  if (name == "broadcast_to") {
-    auto b = bind(name, {"x", "shape"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x) || !shapeArg(b->values[1], attrs.newShape))
+  case OpKind::BroadcastTo:
+  case OpKind::Reshape:
+    if (!tensorArg(b, "x", x) || !shapeArg(b, "shape", attrs.newShape))
       return {};
-    return op1(OpKind::BroadcastTo, {x}, attrs, e, scope);
-  }
-  if (name == "matmul") {
-    auto b = bind(name, {"a", "b"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "a", x) || !tensorArg(*b, 1, name, "b", y))
+    return op1(kind, {x}, attrs, e, scope);
+  case OpKind::Matmul:
+    if (!tensorArg(b, "a", x) || !tensorArg(b, "b", y))
       return {};
     return op1(OpKind::Matmul, {x, y}, attrs, e, scope);
-  }
-  if (name == "dropout") {
-    auto b = bind(name, {"x", "p"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x))
+  case OpKind::Dropout: {
+    if (!tensorArg(b, "x", x))
       return {};
-    auto p = probability(*b, 1, "p");
+    auto p = probability(b, "p");
     if (!p)
       return {};
     attrs.p = *p;
     return op1(OpKind::Dropout, {x}, attrs, e, scope);
   }
-  if (name == "softmax") {
-    auto b = bind(name, {"x", "dim"}, 1, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x))
+  case OpKind::Softmax: {
+    if (!tensorArg(b, "x", x))
       return {};
-    auto dim = intArg(*b, 1, "dim", -1);
+    auto dim = intArg(b, "dim");
     if (!dim)
       return {};
     attrs.dim = *dim;
     return op1(OpKind::Softmax, {x}, attrs, e, scope);
   }
-  if (name == "layer_norm") {
-    auto b = bind(name, {"x", "weight", "bias", "eps"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x) || !tensorArg(*b, 1, name, "weight", y))
+  case OpKind::LayerNorm: {
+    if (!tensorArg(b, "x", x) || !tensorArg(b, "weight", y))
       return {};
-    if (b->has(2) && !tensorArg(*b, 2, name, "bias", z))
+    if (b.has(slot(b, "bias")) && !tensorArg(b, "bias", z))
       return {};
-    auto eps = numberArg(*b, 3, "eps", 1e-5);
+    auto eps = numberArg(b, "eps");
     if (!eps)
       return {};
     attrs.eps = *eps;
@@ -325,40 +388,36 @@ Value Lowerer::primitive(const std::string &name, const Expr &e, Scope &scope) {
       return op1(OpKind::LayerNorm, {x, y}, attrs, e, scope);
     return op1(OpKind::LayerNorm, {x, y, z}, attrs, e, scope);
   }
-  if (name == "rms_norm") {
-    auto b = bind(name, {"x", "weight", "eps"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x) || !tensorArg(*b, 1, name, "weight", y))
+  case OpKind::RmsNorm: {
+    if (!tensorArg(b, "x", x) || !tensorArg(b, "weight", y))
       return {};
-    auto eps = numberArg(*b, 2, "eps", 1e-6);
+    auto eps = numberArg(b, "eps");
     if (!eps)
       return {};
     attrs.eps = *eps;
     return op1(OpKind::RmsNorm, {x, y}, attrs, e, scope);
   }
-  if (name == "attention") {
-    auto b = bind(name,
-                  {"q", "k", "v", "heads", "kv_heads", "causal", "fused", "dropout", "alibi", "mask"},
-                  4, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "q", x) || !tensorArg(*b, 1, name, "k", y) ||
-        !tensorArg(*b, 2, name, "v", z))
+  case OpKind::Attention: {
+    if (!tensorArg(b, "q", x) || !tensorArg(b, "k", y) || !tensorArg(b, "v", z))
       return {};
-    auto heads = intArg(*b, 3, "heads", 1);
-    auto kv = intArg(*b, 4, "kv_heads", heads ? *heads : 1);
-    auto causal = boolArg(*b, 5, "causal", false);
-    auto fused = boolArg(*b, 6, "fused", true);
-    auto p = probability(*b, 7, "dropout");
-    auto alibi = boolArg(*b, 8, "alibi", false);
+    auto heads = intArg(b, "heads");
+    auto kv = intArg(b, "kv_heads", heads ? *heads : 1); // kv_heads = heads
+    auto causal = boolArg(b, "causal");
+    auto fused = boolArg(b, "fused");
+    auto p = probability(b, "dropout");
+    auto alibi = boolArg(b, "alibi");
     if (!heads || !kv || !causal || !fused || !p || !alibi)
       return {};
     TensorId mask = kNone;
-    if (b->has(9) && !tensorArg(*b, 9, name, "mask", mask))
+    size_t maskSlot = slot(b, "mask");
+    if (b.has(maskSlot) && !tensorArg(b, "mask", mask))
       return {};
     if (mask != kNone && isFloat(g.tensors[mask].dtype)) {
-      diags.report(DiagKind::TypeMismatch, b->values[9].range.Start,
+      diags.report(DiagKind::TypeMismatch, b.values[maskSlot].range.Start,
                    "'mask' of 'attention' is a padding mask of integers or booleans "
                    "[batch, seq_kv] (nonzero: attend), not " +
                        nameOf(g.tensors[mask].dtype).str())
-          .range(b->values[9].range);
+          .range(b.values[maskSlot].range);
       return {};
     }
     if (*heads <= 0 || *kv <= 0) {
@@ -378,36 +437,30 @@ Value Lowerer::primitive(const std::string &name, const Expr &e, Scope &scope) {
       return op1(OpKind::Attention, {x, y, z, mask}, attrs, e, scope);
     return op1(OpKind::Attention, {x, y, z}, attrs, e, scope);
   }
-  if (name == "embedding") {
-    auto b = bind(name, {"ids", "weight"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "ids", x) || !tensorArg(*b, 1, name, "weight", y))
+  case OpKind::Embedding:
+    if (!tensorArg(b, "ids", x) || !tensorArg(b, "weight", y))
       return {};
     return op1(OpKind::Embedding, {x, y}, attrs, e, scope);
-  }
-  if (name == "sum" || name == "mean") {
-    auto b = bind(name, {"x", "dim", "keepdim"}, 1, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x))
+  case OpKind::Sum:
+  case OpKind::Mean: {
+    if (!tensorArg(b, "x", x))
       return {};
-    auto dim = intArg(*b, 1, "dim", -1);
-    auto keep = boolArg(*b, 2, "keepdim", false);
+    // Without `dim`, over every element (dim keeps OpAttrs' -1).
+    attrs.reduceAll = !b.has(slot(b, "dim"));
+    auto dim = attrs.reduceAll ? std::optional<int64_t>(attrs.dim) : intArg(b, "dim");
+    auto keep = boolArg(b, "keepdim");
     if (!dim || !keep)
       return {};
-    attrs.reduceAll = !b->has(1);
     attrs.dim = *dim;
     attrs.keepDim = *keep;
-    return op1(name == "sum" ? OpKind::Sum : OpKind::Mean, {x}, attrs, e, scope);
+    return op1(kind, {x}, attrs, e, scope);
   }
-  if (name == "cross_entropy") {
-    auto b = bind(name, {"logits", "labels"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "logits", x) || !tensorArg(*b, 1, name, "labels", y))
+  case OpKind::CrossEntropy:
+    if (!tensorArg(b, "logits", x) || !tensorArg(b, "labels", y))
       return {};
     return op1(OpKind::CrossEntropy, {x, y}, attrs, e, scope);
-  }
-  if (name == "positions") {
-    auto b = bind(name, {"n"}, 1, false, e, scope);
-    if (!b)
-      return {};
-    auto n = intArg(*b, 0, "n", 1);
+  case OpKind::Positions: {
+    auto n = intArg(b, "n");
     if (!n)
       return {};
     if (*n <= 0) {
@@ -417,23 +470,20 @@ Value Lowerer::primitive(const std::string &name, const Expr &e, Scope &scope) {
     }
     Dim d;
     d.size = *n;
-    const Expr *arg = b->exprs[0];
+    const Expr *arg = b.exprs[slot(b, "n")];
     if (arg->kind == ExprKind::Name && (arg->text == "seq" || arg->text == "batch") &&
         !scope.locals.count(arg->text) && !scope.module->consts.count(arg->text))
       d.sym = g.symbol(arg->text);
     attrs.newShape.push_back(d);
     return op1(OpKind::Positions, {}, attrs, e, scope);
   }
-  if (name == "concat") {
-    auto b = bind(name, {"tensors", "dim"}, 1, true, e, scope);
-    if (!b)
-      return {};
-    auto dim = intArg(*b, 1, "dim", -1);
+  case OpKind::Concat: {
+    auto dim = intArg(b, "dim");
     if (!dim)
       return {};
     attrs.dim = *dim;
     llvm::SmallVector<TensorId, 3> ins;
-    const Value &list = b->values[0];
+    const Value &list = b.values[slot(b, "tensors")];
     std::vector<Value> items = list.kind == Value::Tuple ? list.elems : std::vector<Value>{list};
     for (const Value &v : items) {
       if (v.kind != Value::Tensor) {
@@ -446,86 +496,79 @@ Value Lowerer::primitive(const std::string &name, const Expr &e, Scope &scope) {
     }
     return op1(OpKind::Concat, ins, attrs, e, scope);
   }
-  if (name == "split") {
-    auto b = bind(name, {"x", "parts", "dim"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x))
+  case OpKind::Split: {
+    if (!tensorArg(b, "x", x))
       return {};
-    auto parts = intArg(*b, 1, "parts", 1);
-    auto dim = intArg(*b, 2, "dim", -1);
+    auto parts = intArg(b, "parts");
+    auto dim = intArg(b, "dim");
     if (!parts || !dim)
       return {};
     if (*parts <= 0 || *parts > 4096) {
-      diags.report(DiagKind::InvalidValue, b->values[1].range.Start,
-                   "split needs between 1 and 4096 parts")
-          .range(b->values[1].range);
+      const Value &v = b.values[slot(b, "parts")];
+      diags.report(DiagKind::InvalidValue, v.range.Start, "split needs between 1 and 4096 parts")
+          .range(v.range);
       return {};
     }
     attrs.parts = *parts;
     attrs.dim = *dim;
     return op1(OpKind::Split, {x}, attrs, e, scope);
   }
-  if (name == "topk") {
-    auto b = bind(name, {"x", "k", "dim"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x))
+  case OpKind::TopK: {
+    if (!tensorArg(b, "x", x))
       return {};
-    auto k = intArg(*b, 1, "k", 1);
-    auto dim = intArg(*b, 2, "dim", -1);
+    auto k = intArg(b, "k");
+    auto dim = intArg(b, "dim");
     if (!k || !dim)
       return {};
     attrs.k = *k;
     attrs.dim = *dim;
     return op1(OpKind::TopK, {x}, attrs, e, scope);
   }
-  if (name == "gather") {
-    auto b = bind(name, {"x", "indices", "dim"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x) || !tensorArg(*b, 1, name, "indices", y))
+  case OpKind::Gather: {
+    if (!tensorArg(b, "x", x) || !tensorArg(b, "indices", y))
       return {};
-    auto dim = intArg(*b, 2, "dim", -1);
+    auto dim = intArg(b, "dim");
     if (!dim)
       return {};
     attrs.dim = *dim;
     return op1(OpKind::Gather, {x, y}, attrs, e, scope);
   }
-  if (name == "moe") {
-    auto b = bind(name, {"x", "gates", "indices", "w_gate", "w_up", "w_down", "capacity_factor"},
-                  6, false, e, scope);
+  case OpKind::Moe: {
     llvm::SmallVector<TensorId, 3> ins(6, kNone);
     static const char *const names[] = {"x", "gates", "indices", "w_gate", "w_up", "w_down"};
-    if (!b)
-      return {};
     for (unsigned i = 0; i < 6; ++i)
-      if (!tensorArg(*b, i, name, names[i], ins[i]))
+      if (!tensorArg(b, names[i], ins[i]))
         return {};
-    auto cf = numberArg(*b, 6, "capacity_factor", 0);
+    auto cf = numberArg(b, "capacity_factor");
     if (!cf)
       return {};
     if (*cf < 0 || *cf > 1e6) {
-      diags.report(DiagKind::InvalidValue, b->values[6].range.Start,
+      const Value &v = b.values[slot(b, "capacity_factor")];
+      diags.report(DiagKind::InvalidValue, v.range.Start,
                    "capacity_factor is 0 (no cap) or a positive factor such as 1.25, not " +
                        plainNumber(*cf))
-          .range(b->values[6].range);
+          .range(v.range);
       return {};
     }
     attrs.capacity = *cf;
     return op1(OpKind::Moe, ins, attrs, e, scope);
   }
-  if (name == "reshape") {
-    auto b = bind(name, {"x", "shape"}, 2, false, e, scope);
-    if (!b || !tensorArg(*b, 0, name, "x", x) || !shapeArg(b->values[1], attrs.newShape))
+  case OpKind::Transpose: {
+    if (!tensorArg(b, "x", x))
       return {};
-    return op1(OpKind::Reshape, {x}, attrs, e, scope);
+    auto d0 = intArg(b, "dim0");
+    auto d1 = intArg(b, "dim1");
+    if (!d0 || !d1)
+      return {};
+    attrs.transposeA = *d0;
+    attrs.transposeB = *d1;
+    return op1(OpKind::Transpose, {x}, attrs, e, scope);
   }
-  // transpose
-  auto b = bind(name, {"x", "dim0", "dim1"}, 1, false, e, scope);
-  if (!b || !tensorArg(*b, 0, name, "x", x))
-    return {};
-  auto d0 = intArg(*b, 1, "dim0", -2);
-  auto d1 = intArg(*b, 2, "dim1", -1);
-  if (!d0 || !d1)
-    return {};
-  attrs.transposeA = *d0;
-  attrs.transposeB = *d1;
-  return op1(OpKind::Transpose, {x}, attrs, e, scope);
+  default:
+    break;
+  }
+  internalError(b, "the lowering has no case for it");
+  return {};
 }
 
 /// The strides and offset of a view op's outputs over the storage of its input (step 3 of

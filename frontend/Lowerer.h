@@ -6,13 +6,15 @@
 //   frontend/Lower.cpp             the entry: run() drives the steps, collects the outputs
 //   frontend/LowerInstantiate.cpp  step 1: blocks become instances (parameters, submodules)
 //   frontend/LowerEvaluate.cpp     step 3: forward functions evaluated over symbolic tensors
-//   frontend/LowerPrimitives.cpp   a primitive call's arguments bound and checked, one op
-//                                  appended (shapes from ir/OpRules.cpp, layouts, rope dims)
+//   frontend/LowerPrimitives.cpp   a primitive call's arguments bound (signatures from
+//                                  ir/Primitives.cpp) and checked, one op appended (shapes
+//                                  from ir/OpRules.cpp, layouts, rope dims)
 #pragma once
 
 #include "frontend/Lower.h"
 
 #include "ir/OpRules.h"
+#include "ir/Primitives.h"
 
 #include "llvm/ADT/StringMap.h"
 
@@ -84,9 +86,6 @@ inline std::string join(const std::string &path, llvm::StringRef name) {
   return path.empty() ? name.str() : path + "." + name.str();
 }
 
-/// The names of the language's primitive ops.
-const std::vector<std::string> &primitiveNames();
-
 class Lowerer {
 public:
   const PlanDecl *planDecl = nullptr;
@@ -157,26 +156,31 @@ private:
   Value call(const Expr &e, Scope &scope);
 
   // frontend/LowerPrimitives.cpp
-  /// Arguments of a primitive call bound to its parameter names.
+  /// A primitive call's arguments bound to the parameters of its entry in ir/Primitives.cpp.
   struct Bound {
+    const Primitive *prim = nullptr;
+    const Expr *call = nullptr;
     std::vector<const Expr *> exprs;
     std::vector<Value> values;
+    mutable std::vector<bool> read; ///< slots the lowering has read (each one given must be)
     bool has(size_t i) const { return i < values.size() && values[i].kind != Value::Invalid; }
   };
-  std::optional<Bound> bind(const std::string &name, const std::vector<std::string> &params,
-                            size_t required, bool variadic, const Expr &e, Scope &scope);
-  bool tensorArg(const Bound &b, size_t i, const std::string &fn, const std::string &what,
-                 TensorId &out);
-  std::optional<double> numberArg(const Bound &b, size_t i, const std::string &what,
-                                  double dflt);
-  std::optional<int64_t> intArg(const Bound &b, size_t i, const std::string &what,
-                                int64_t dflt);
-  std::optional<bool> boolArg(const Bound &b, size_t i, const std::string &what, bool dflt);
-  std::optional<double> probability(const Bound &b, size_t i, const std::string &what);
-  bool pairArg(const Bound &b, size_t i, const std::string &what, int64_t lo, int64_t dflt,
-               int64_t (&out)[2]);
-  bool shapeArg(const Value &v, Shape &out);
-  Value primitive(const std::string &name, const Expr &e, Scope &scope);
+  std::optional<Bound> bind(const Primitive &p, const Expr &e, Scope &scope);
+  void internalError(const Bound &b, const std::string &problem);
+  size_t slot(const Bound &b, llvm::StringRef param);
+  std::optional<double> defaultOf(const Bound &b, size_t i, std::optional<double> dflt);
+  bool tensorArg(const Bound &b, llvm::StringRef param, TensorId &out);
+  std::optional<double> numberArg(const Bound &b, llvm::StringRef param,
+                                  std::optional<double> dflt = std::nullopt);
+  std::optional<int64_t> intArg(const Bound &b, llvm::StringRef param,
+                                std::optional<int64_t> dflt = std::nullopt);
+  std::optional<bool> boolArg(const Bound &b, llvm::StringRef param);
+  std::optional<double> probability(const Bound &b, llvm::StringRef param);
+  bool pairArg(const Bound &b, llvm::StringRef param, int64_t lo, int64_t (&out)[2],
+               std::optional<int64_t> dflt = std::nullopt);
+  bool shapeArg(const Bound &b, llvm::StringRef param, Shape &out);
+  Value primitive(const Primitive &p, const Expr &e, Scope &scope);
+  Value primitiveOp(const Bound &b, const Expr &e, Scope &scope);
   void setViewLayouts(Op &op);
   /// A dense copy of `t` (a `contiguous` op), for a kernel that cannot read its layout.
   struct DenseCopy {
