@@ -8,6 +8,7 @@
 
 #include "ir/Graph.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,7 @@ struct PrimitiveParam {
   double defaultValue;
 
   PrimitiveParam(const char *name, const char *defaultText = nullptr);
-  bool hasNumericDefault() const { return defaultValue == defaultValue; }
+  bool hasNumericDefault() const { return !std::isnan(defaultValue); }
 };
 
 /// One callable primitive.
