@@ -16,9 +16,11 @@
 //    same for the instances that member creates.
 // 5. textDocument/definition on a block or model name: its declaration in the document.
 // 6. textDocument/completion: block and model names, plan settings, targets, precision
-//    presets and optimizers (not filtered by context; editors filter by prefix).
+//    presets, optimizers and the primitive ops with their signatures (ir/Primitives.cpp);
+//    not filtered by context (editors filter by prefix).
 #include "driver/Compiler.h"
 #include "ir/Plan.h"
+#include "ir/Primitives.h"
 #include "ir/Target.h"
 #include "ir/Units.h"
 #include "report/Sections.h"
@@ -340,8 +342,8 @@ json::Value definition(const std::string &uri, const Document &doc, int64_t line
 }
 
 /// Step 6: completion items: the program's blocks and models, the plan settings (as
-/// frontend/Sema.cpp accepts them), the targets of the catalogue, the precision presets and
-/// the optimizers.
+/// frontend/Sema.cpp accepts them), the targets of the catalogue, the precision presets, the
+/// optimizers and the primitives (their signatures as details).
 json::Value completion(const Document &doc) {
   json::Array items;
   auto add = [&](const std::string &label, int64_t kind, const std::string &detail) {
@@ -359,6 +361,8 @@ json::Value completion(const Document &doc) {
     add(p, 21, "precision preset");
   for (const std::string &o : optimizerNames())
     add(o, 3, "optimizer");
+  for (const Primitive &p : primitives())
+    add(p.name().str(), 3, "primitive: " + p.signature());
   return json::Object{{"isIncomplete", false}, {"items", std::move(items)}};
 }
 

@@ -1,0 +1,197 @@
+// The lowering's internal declarations, shared by its four files (not a public header:
+// frontend/Lower.h is the entry the rest of tally includes).
+//
+// The lowering is one object, `Lowerer`, that lives for one `lowerPlan` call and owns the
+// graph it builds. Its members are defined by job:
+//   frontend/Lower.cpp             the entry: run() drives the steps, collects the outputs
+//   frontend/LowerInstantiate.cpp  step 1: blocks become instances (parameters, submodules)
+//   frontend/LowerEvaluate.cpp     step 3: forward functions evaluated over symbolic tensors
+//   frontend/LowerPrimitives.cpp   a primitive call's arguments bound (signatures from
+//                                  ir/Primitives.cpp) and checked, one op appended (shapes
+//                                  from ir/OpRules.cpp, layouts, rope dims)
+#pragma once
+
+#include "frontend/Lower.h"
+
+#include "ir/OpRules.h"
+#include "ir/Primitives.h"
+
+#include "llvm/ADT/StringMap.h"
+
+#include <deque>
+
+namespace tally {
+namespace lowering {
+
+struct ModuleObj;
+
+/// A value during forward evaluation.
+struct Value {
+  enum Kind { Invalid, Const, Tensor, Module, List, Tuple } kind = Invalid;
+  ConstValue c;
+  TensorId tensor = kNone;
+  ModuleObj *module = nullptr;
+  std::vector<ModuleObj *> list;
+  std::vector<Value> elems;
+  llvm::SMRange range;
+
+  static Value ofConst(ConstValue v) {
+    Value x;
+    x.kind = Const;
+    x.range = v.range;
+    x.c = std::move(v);
+    return x;
+  }
+  static Value ofTensor(TensorId t, llvm::SMRange r) {
+    Value x;
+    x.kind = Tensor;
+    x.tensor = t;
+    x.range = r;
+    return x;
+  }
+  std::string describe() const {
+    switch (kind) {
+    case Invalid: return "an invalid value";
+    case Const: return c.describe();
+    case Tensor: return "a tensor";
+    case Module: return "a block";
+    case List: return "a repeated block";
+    case Tuple: return "a tuple";
+    }
+    return "a value";
+  }
+};
+
+/// One instantiated block.
+struct ModuleObj {
+  const BlockDecl *decl = nullptr;
+  uint32_t instance = 0;
+  std::string path;
+  ConstEnv consts;
+  llvm::StringMap<Value> members;
+  const ForwardAST *forward = nullptr;
+};
+
+/// The locals of one forward call and the instance it runs in.
+struct Scope {
+  ModuleObj *module;
+  llvm::StringMap<Value> locals;
+};
+
+/// Most block instances one model may have (a 10,000-layer GPT has 90,000): a bound on the
+/// memory that instantiation may take, checked before a repeat makes its copies.
+constexpr size_t kMaxInstances = 1'000'000;
+
+inline std::string join(const std::string &path, llvm::StringRef name) {
+  return path.empty() ? name.str() : path + "." + name.str();
+}
+
+class Lowerer {
+public:
+  const PlanDecl *planDecl = nullptr;
+  bool seqReported = false;
+  Lowerer(Sema &sema, const Program &program, const Plan &plan)
+      : sema(sema), diags(sema.diags), program(program), key(loweringKey(plan)),
+        settingRanges(plan.settingRanges) {}
+
+  std::optional<Graph> run(const PlanDecl &decl);
+
+private:
+  Sema &sema;
+  DiagnosticEngine &diags;
+  const Program &program;
+  /// All of the plan the graph depends on (ir/Plan.h), and where its settings were written
+  /// (for messages only): the lowering reads nothing else of the plan.
+  const LoweringKey key;
+  const std::map<std::string, llvm::SMRange> &settingRanges;
+  Graph g;
+  std::deque<ModuleObj> modules;
+  std::vector<const BlockDecl *> stack; ///< blocks being instantiated, for recursion checks
+  std::vector<llvm::StringMap<unsigned>> opCounts; ///< per instance: ops named so far
+  bool failed = false;
+  unsigned callDepth = 0;
+
+  /// A block being instantiated or called, innermost last: errors inside a block (often one
+  /// of the standard library's) get notes that lead back to the user's code.
+  struct Site {
+    llvm::SMRange where;
+    const BlockDecl *block;
+    std::string path;
+    bool call; ///< a forward call rather than an instantiation
+  };
+  std::vector<Site> sites;
+
+  void fail() { failed = true; }
+
+  // frontend/Lower.cpp
+  void context(DiagBuilder &d);
+  void collectOutputs(const Value &v);
+  std::string describeOutputs() const;
+
+  // frontend/LowerInstantiate.cpp
+  bool bindArgs(const BlockDecl &b, const ConstValue &call, ConstEnv &env, llvm::SMRange where);
+  bool seqGiven(llvm::SMRange use);
+  bool shapeOf(const TensorTypeAST &type, const ConstEnv &consts, bool withPlan, Shape &shape,
+               Dtype &dtype);
+  ModuleObj *instantiate(const BlockDecl &b, const ConstValue &call, const std::string &path,
+                         uint32_t instance, bool frozen, llvm::SMRange where);
+  uint32_t newInstance(const std::string &path, const std::string &block, uint32_t parent);
+  bool declared(ModuleObj &m, const std::string &name, llvm::SMRange r);
+  bool items(const std::vector<BlockItemPtr> &list, ModuleObj &m, bool frozen);
+  std::optional<bool> condition(const Expr &e, const ConstEnv &env);
+  const BlockDecl *blockOf(const Expr &e, const ConstEnv &env);
+  bool member(const BlockItem &item, ModuleObj &m, bool frozen);
+
+  // frontend/LowerEvaluate.cpp
+  Value callModule(ModuleObj &m, std::vector<Value> args, llvm::SMRange where);
+  bool checkInputType(ModuleObj &m, const ForwardParam &p, const Value &arg,
+                      llvm::SMRange where);
+  std::optional<Value> statements(const std::vector<StmtPtr> &body, Scope &scope);
+  std::vector<std::string> visibleNames(const Scope &scope);
+  Value lookup(const Expr &e, Scope &scope);
+  static std::string llvmLower(const std::string &s);
+  Value eval(const Expr &e, Scope &scope);
+  Value slice(const Expr &e, const Value &base, Scope &scope);
+  Value binary(const Expr &e, Scope &scope);
+  Value call(const Expr &e, Scope &scope);
+
+  // frontend/LowerPrimitives.cpp
+  /// A primitive call's arguments bound to the parameters of its entry in ir/Primitives.cpp.
+  struct Bound {
+    const Primitive *prim = nullptr;
+    const Expr *call = nullptr;
+    std::vector<const Expr *> exprs;
+    std::vector<Value> values;
+    mutable std::vector<bool> read; ///< slots the lowering has read (each one given must be)
+    bool has(size_t i) const { return i < values.size() && values[i].kind != Value::Invalid; }
+  };
+  std::optional<Bound> bind(const Primitive &p, const Expr &e, Scope &scope);
+  void internalError(const Bound &b, const std::string &problem);
+  size_t slot(const Bound &b, llvm::StringRef param);
+  std::optional<double> defaultOf(const Bound &b, size_t i, std::optional<double> dflt);
+  bool tensorArg(const Bound &b, llvm::StringRef param, TensorId &out);
+  std::optional<double> numberArg(const Bound &b, llvm::StringRef param,
+                                  std::optional<double> dflt = std::nullopt);
+  std::optional<int64_t> intArg(const Bound &b, llvm::StringRef param,
+                                std::optional<int64_t> dflt = std::nullopt);
+  std::optional<bool> boolArg(const Bound &b, llvm::StringRef param);
+  std::optional<double> probability(const Bound &b, llvm::StringRef param);
+  bool pairArg(const Bound &b, llvm::StringRef param, int64_t lo, int64_t (&out)[2],
+               std::optional<int64_t> dflt = std::nullopt);
+  bool shapeArg(const Bound &b, llvm::StringRef param, Shape &out);
+  Value primitive(const Primitive &p, const Expr &e, Scope &scope);
+  Value primitiveOp(const Bound &b, const Expr &e, Scope &scope);
+  void setViewLayouts(Op &op);
+  /// A dense copy of `t` (a `contiguous` op), for a kernel that cannot read its layout.
+  struct DenseCopy {
+    TensorId id = kNone;
+    bool valid = false;
+  };
+  DenseCopy dense(TensorId t, const Expr &e, Scope &scope);
+  Value op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpAttrs &attrs,
+            const Expr &e, Scope &scope);
+  void setRopeHeadDims(const Op &attention);
+};
+
+} // namespace lowering
+} // namespace tally
