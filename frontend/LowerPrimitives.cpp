@@ -14,22 +14,14 @@
 //    and the head size of the ropes that feed it (setRopeHeadDims).
 #include "frontend/Lowerer.h"
 
+#include "support/Format.h"
+
 #include <cmath>
 #include <cstdio>
 
 namespace tally {
 namespace lowering {
 
-namespace {
-
-/// A number for a message, as a person writes it: 1.5, 0.333333 (not "1.50").
-std::string plainNumber(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-} // namespace
 
 std::optional<Lowerer::Bound> Lowerer::bind(const Primitive &p, const Expr &e, Scope &scope) {
   const std::vector<PrimitiveParam> &params = p.params;
@@ -182,7 +174,7 @@ std::optional<int64_t> Lowerer::intArg(const Bound &b, llvm::StringRef param,
                  v.c.dim == UnitDim::None;
     diags.report(DiagKind::NotInteger, v.range.Start,
                  "'" + param.str() + "' must be a whole number, " +
-                     (plain ? "but it is " + plainNumber(v.c.number) : "not " + v.describe()))
+                     (plain ? "but it is " + significant(v.c.number) : "not " + v.describe()))
         .range(v.range);
     return std::nullopt;
   }
@@ -212,7 +204,7 @@ std::optional<double> Lowerer::probability(const Bound &b, llvm::StringRef param
   if (p && (*p < 0 || *p >= 1)) {
     const Value &v = b.values[slot(b, param)];
     diags.report(DiagKind::InvalidValue, v.range.Start,
-                 "'" + param.str() + "' is a probability in [0, 1), not " + plainNumber(*p))
+                 "'" + param.str() + "' is a probability in [0, 1), not " + significant(*p))
         .range(v.range);
     return std::nullopt;
   }
@@ -313,7 +305,7 @@ Value Lowerer::primitiveOp(const Bound &b, const Expr &e, Scope &scope) {
       const Value &v = b.values[slot(b, "fraction")];
       diags.report(DiagKind::InvalidValue, v.range.Start,
                    "'fraction' of rope is the share of each head's dims rotated, in (0, 1], not " +
-                       plainNumber(*f))
+                       significant(*f))
           .range(v.range);
       return {};
     }
@@ -546,7 +538,7 @@ Value Lowerer::primitiveOp(const Bound &b, const Expr &e, Scope &scope) {
       const Value &v = b.values[slot(b, "capacity_factor")];
       diags.report(DiagKind::InvalidValue, v.range.Start,
                    "capacity_factor is 0 (no cap) or a positive factor such as 1.25, not " +
-                       plainNumber(*cf))
+                       significant(*cf))
           .range(v.range);
       return {};
     }
@@ -736,7 +728,7 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
         auto rot = static_cast<int64_t>(static_cast<double>(op.attrs.headDim) * op.attrs.fraction);
         if (op.attrs.fraction < 1 && (rot <= 0 || rot % 2 != 0)) {
           auto d = diags.report(DiagKind::InvalidValue, op.range.Start,
-                                "rope fraction " + plainNumber(op.attrs.fraction) + " of head size " +
+                                "rope fraction " + significant(op.attrs.fraction) + " of head size " +
                                     std::to_string(op.attrs.headDim) + " rotates " +
                                     std::to_string(rot) + " dims; it must be an even number above 0");
           d.range(op.range);

@@ -59,13 +59,6 @@ llvm::StringRef opClassName(OpClass c) {
   return "?";
 }
 
-std::optional<OpKind> opFromName(llvm::StringRef name) {
-  for (unsigned i = 0; i < static_cast<unsigned>(kFirstInternalOp); ++i)
-    if (name == kOps[i].name)
-      return static_cast<OpKind>(i);
-  return std::nullopt;
-}
-
 llvm::StringRef phaseName(Phase p) {
   switch (p) {
   case Phase::Forward: return "forward";

@@ -74,8 +74,6 @@ enum class OpClass : uint8_t { Matmul, Attention, Elementwise, Reduction, Normal
 llvm::StringRef opName(OpKind k);
 OpClass opClass(OpKind k);
 llvm::StringRef opClassName(OpClass c);
-/// The op kind a language-level primitive name denotes (`gelu`, `layer_norm`, ...).
-std::optional<OpKind> opFromName(llvm::StringRef name);
 
 enum class TensorRole : uint8_t {
   Input,      ///< data fed by the plan (tokens, x): needs no gradient
