@@ -718,8 +718,12 @@ std::string causalNote(const Graph &g, const Op &op) {
 }
 
 struct AttentionCounts : BaseCounts {
-  /// QKᵀ and P·V (2·S·dh each), then per score: scale and softmax (5), dropout (1) when p > 0,
-  /// the ALiBi bias (2) when asked.
+  /// QKᵀ and P·V, 2·S·dh each: the part done as matrix products.
+  template <class C> static Num<C> products(C &c, const AttnTerms<C> &t) {
+    return c.lit(4) * t.S * t.dh;
+  }
+  /// The products, then per score: scale and softmax (5), dropout (1) when p > 0, the ALiBi
+  /// bias (2) when asked.
   template <class C> static Num<C> flops(C &c) {
     AttnTerms<C> t = attentionTerms(c);
     const Op &op = c.op;
@@ -730,7 +734,7 @@ struct AttentionCounts : BaseCounts {
       std::string causal = causalNote(c.g, op);
       c.note(causal.empty() ? note : note + "; " + causal);
     }
-    return c.lit(4) * t.S * t.dh + c.lit(attnPerScore(op) + alibiPerScore(op)) * t.S;
+    return products(c, t) + c.lit(attnPerScore(op) + alibiPerScore(op)) * t.S;
   }
   /// Unfused, the score matrices (scores, probabilities, and the dropped probabilities with
   /// dropout) are each written by one kernel and read by the next.
@@ -785,8 +789,9 @@ struct AttentionCounts : BaseCounts {
     return c.lit(2) * t.S * t.dh;
   }
   static void finish(const Graph &g, const Op &op, ForwardCost &r) {
-    AttnDims d = attnDims(g, op);
-    r.matmulFlops = 4 * d.S * d.dh; // QKᵀ and P·V
+    Count c(g, op);
+    AttnDims d = attentionTerms(c);
+    r.matmulFlops = products(c, d);
     r.executedFlops = r.flops * causalFraction(g, op);
     r.transcendentals = d.S * causalFraction(g, op); // one exp per computed score
   }
@@ -1918,8 +1923,11 @@ bool inferMoe(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &o
 
 /// 3 matmuls of 2·d·H per routed row, silu (4) and the product (1) per hidden element, and the
 /// gate weight and the sum into y (2) per output element of each row.
+template <class C> Num<C> moeMatmuls(C &c, const MoeTerms<C> &m, const Num<C> &rows) {
+  return c.lit(6) * rows * m.d * m.H;
+}
 template <class C> Num<C> moeForwardFlops(C &c, const MoeTerms<C> &m, const Num<C> &rows) {
-  return c.lit(6) * rows * m.d * m.H + c.lit(5) * rows * m.H + c.lit(2) * rows * m.d;
+  return moeMatmuls(c, m, rows) + c.lit(5) * rows * m.H + c.lit(2) * rows * m.d;
 }
 
 /// dx: the gate times dy per row (R·d), dh = d(out)·w_downᵀ (2·R·H·d), the SwiGLU backward
@@ -1972,7 +1980,7 @@ struct MoeCounts : BaseCounts {
     Count c(g, op);
     MoeDims m = moeTerms(c);
     r.executedFlops = moeForwardFlops(c, m, m.Rb);
-    r.matmulFlops = 6 * m.R * m.d * m.H;
+    r.matmulFlops = moeMatmuls(c, m, m.R);
   }
 };
 
