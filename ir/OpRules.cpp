@@ -3,9 +3,18 @@
 // the backward keeps from the forward. docs/counting.md states the same rules as formulas; keep
 // the two in step.
 //
-// Layout: shared helpers first, then one group of small static functions per op family
-// (matmul, binary elementwise, unary elementwise, normalisation, attention, data, reductions,
-// views), then the table itself, built from ir/Ops.def so a kind without a rule does not compile.
+// Each count is written once. An op family's forward FLOPs, bytes read, bytes written and
+// per-input gradient FLOPs are the static function templates of one `...Counts` struct, over a
+// counting context (ir/Formula.h): run on doubles (`Count`) they are the table's `forward` and
+// `gradFlops`, which the passes call for every op; run on terms (`Explainer`) they are its
+// `explain`, the formula, substituted text and note `tally explain` prints. What explain does
+// not derive (executed and matmul FLOPs, transcendentals) is each struct's `finish`.
+//
+// Layout: shared helpers and the Counts machinery first, then per op family its shape rule,
+// its Counts and what its backward keeps (matmul, binary elementwise, unary elementwise,
+// normalisation, attention, data, reductions, views, convolution, the ops autodiff adds, mixture
+// of experts), then the table itself, built from ir/Ops.def so a kind without a rule does not
+// compile.
 // The functions assume the op was built by lowering: the right number of inputs for `forward`,
 // `gradFlops` and `saved`, and outputs already created from `infer`'s results. `infer` checks
 // everything itself and reports bad shapes as a ShapeError.
@@ -53,24 +62,6 @@ Dtype resultDtype(const Graph &g, Dtype operand) {
   return isFloat(operand) ? g.activationDtype : operand;
 }
 
-/// Sum of the inputs' bytes and of the outputs' bytes: what a kernel that reads each input once
-/// and writes each output once moves. `extraWritten` adds buffers the kernel also writes.
-ForwardCost defaultBytes(const Graph &g, const Op &op, double extraWritten = 0) {
-  ForwardCost c;
-  for (TensorId t : op.inputs)
-    c.bytesRead += g.bytes(t);
-  for (TensorId t : op.outputs)
-    c.bytesWritten += g.bytes(t);
-  c.bytesWritten += extraWritten;
-  return c;
-}
-
-ForwardCost withFlops(ForwardCost c, double flops, double matmulFlops = 0) {
-  c.flops = c.executedFlops = flops;
-  c.matmulFlops = matmulFlops;
-  return c;
-}
-
 /// Keeps `t` (an input or output of the op) unless it is already kept by this op (x * x).
 void keep(const Graph &g, std::vector<SavedTensor> &out, TensorId t, const char *what) {
   for (const SavedTensor &s : out)
@@ -92,7 +83,6 @@ double executedDefault(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGr
   return f;
 }
 
-double noGrad(const Graph &, const Op &, unsigned) { return 0; }
 void savesNothing(const Graph &, const Op &, llvm::ArrayRef<bool>, std::vector<SavedTensor> &) {}
 
 using InferFn = bool (*)(const Graph &, const Op &, llvm::SmallVectorImpl<TensorType> &,
@@ -116,6 +106,68 @@ bool inferChecked(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
                   "the result of " + opName(op.kind).str() + ", " + Graph::formatSizes(t.shape) +
                       ", has more elements than fit in a 64-bit integer");
   return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counts. Each op family's counting rules are one struct of static function templates over a
+// counting context C (ir/Formula.h): flops(c), read(c), written(c) and grad(c, i), each setting
+// the note `tally explain` prints, and finish(g, op, cost) for what explain does not derive
+// (executed and matmul FLOPs, transcendental evaluations). forwardOf, gradOf and explainOf turn
+// one family into the table's forward, gradFlops and explain entries. A note that is more than
+// a literal is built under `if constexpr (C::kExplains)`, so the passes build no strings.
+
+/// bytes(<prefix>0) + bytes(<prefix>1) + ...: each tensor of `ts` moved once; 0 for none.
+template <class C> Num<C> sumBytes(C &c, llvm::ArrayRef<TensorId> ts, const char *prefix) {
+  if (ts.empty())
+    return c.lit(0);
+  Num<C> t = c.bytesOf(ts[0], prefix, 0);
+  for (unsigned i = 1; i < ts.size(); ++i)
+    t = t + c.bytesOf(ts[i], prefix, i);
+  return t;
+}
+
+/// What most kernels move (every input read once, every output written once) and no gradient.
+struct BaseCounts {
+  template <class C> static Num<C> read(C &c) {
+    if (c.op.inputs.empty()) {
+      c.note("no inputs");
+      return c.lit(0);
+    }
+    c.note(c.op.attrs.hasScalar ? "the constant operand costs nothing" : "each input read once");
+    return sumBytes(c, c.op.inputs, "in");
+  }
+  template <class C> static Num<C> written(C &c) {
+    c.note("each output written once");
+    return sumBytes(c, c.op.outputs, "out");
+  }
+  template <class C> static Num<C> grad(C &c, unsigned) { return c.lit(0); }
+  static void finish(const Graph &, const Op &, ForwardCost &) {}
+};
+
+template <class K> ForwardCost forwardOf(const Graph &g, const Op &op) {
+  Count c(g, op);
+  ForwardCost r;
+  r.flops = r.executedFlops = K::flops(c);
+  r.bytesRead = K::read(c);
+  r.bytesWritten = K::written(c);
+  K::finish(g, op, r);
+  return r;
+}
+
+template <class K> double gradOf(const Graph &g, const Op &op, unsigned i) {
+  Count c(g, op);
+  return K::grad(c, i);
+}
+
+template <class K> Formula explainOf(const Graph &g, const Op &op, Counted what, unsigned i) {
+  Explainer e(g, op);
+  switch (what) {
+  case Counted::ForwardFlops: return e.done(K::flops(e));
+  case Counted::BytesRead: return e.done(K::read(e));
+  case Counted::BytesWritten: return e.done(K::written(e));
+  case Counted::GradFlops: return e.done(K::grad(e, i));
+  }
+  return e.done(Explainer::lit(0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -147,18 +199,35 @@ bool inferMatmul(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   return true;
 }
 
-/// 2·M·N·K·batch, written as 2·numel(out)·K (numel(out) = batch·M·N).
-double matmulFlops(const Graph &g, const Op &op) {
-  return 2 * outNumel(g, op) * static_cast<double>(in(g, op, 0).shape.back().size);
-}
-
-ForwardCost forwardMatmul(const Graph &g, const Op &op) {
-  double f = matmulFlops(g, op);
-  return withFlops(defaultBytes(g, op), f, f);
-}
-
-/// dA = dC·Bᵀ and dB = Aᵀ·dC are each a matmul of the same size as the forward.
-double gradMatmul(const Graph &g, const Op &op, unsigned) { return matmulFlops(g, op); }
+struct MatmulCounts : BaseCounts {
+  /// 2·M·N·K·batch (no M for a 1-D A, no N for a 1-D B).
+  template <class C> static Num<C> product(C &c) {
+    const Shape &a = in(c.g, c.op, 0).shape, &w = in(c.g, c.op, 1).shape;
+    const Shape &out = out0(c.g, c.op).shape;
+    bool hasM = a.size() >= 2, hasN = w.size() >= 2;
+    size_t batchDims = out.size() - (hasM ? 1 : 0) - (hasN ? 1 : 0);
+    Num<C> t = c.lit(2);
+    if (hasM)
+      t = t * c.dim("M", out[batchDims]);
+    if (hasN)
+      t = t * c.dim("N", out.back());
+    t = t * c.dim("K", a.back());
+    if (batchDims > 0)
+      t = t * c.quantity("batch", c.product(out, 0, batchDims));
+    return t;
+  }
+  template <class C> static Num<C> flops(C &c) {
+    c.note("a multiply-add counts 2 FLOPs");
+    return product(c);
+  }
+  /// dA = dC·Bᵀ and dB = Aᵀ·dC are each a matmul of the same size as the forward.
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    c.note(i == 0 ? "dA = dC·Bᵀ: a matmul of the forward's size"
+                  : "dB = Aᵀ·dC: a matmul of the forward's size");
+    return product(c);
+  }
+  static void finish(const Graph &, const Op &, ForwardCost &r) { r.matmulFlops = r.flops; }
+};
 
 void savedMatmul(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                  std::vector<SavedTensor> &out) {
@@ -193,32 +262,66 @@ bool inferBinary(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   return true;
 }
 
-ForwardCost forwardBinary(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), outNumel(g, op));
-}
-
-double gradBinary(const Graph &g, const Op &op, unsigned i) {
-  double n = outNumel(g, op);
-  bool sub = op.kind == OpKind::Sub, mul = op.kind == OpKind::Mul, div = op.kind == OpKind::Div;
-  if (op.attrs.hasScalar) {
-    if (mul)
-      return n;                                   // g·c
-    if (div)
-      return op.attrs.scalarOnLeft ? 3 * n : n;   // c/x: -g·y²/c (y = c/x); x/c: g/c
-    return sub && op.attrs.scalarOnLeft ? n : 0;  // c - x: -g; x ± c: g itself
+struct BinaryCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("one FLOP per output element");
+    return c.n();
   }
-  double local = 0;
-  if (sub)
-    local = i == 1 ? n : 0;                       // -g
-  else if (mul)
-    local = n;                                    // g·other
-  else if (div)
-    local = i == 0 ? n : 3 * n;                   // g/b; -g·a/b²
-  // An input smaller than the output was broadcast: its gradient sums the output gradient over
-  // the broadcast dimensions, one add per output element.
-  bool broadcast = numel(in(g, op, i).shape) != n;
-  return local + (broadcast ? n : 0);
-}
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    const Op &op = c.op;
+    Num<C> n = c.n();
+    bool sub = op.kind == OpKind::Sub, mul = op.kind == OpKind::Mul, div = op.kind == OpKind::Div;
+    if (op.attrs.hasScalar) {
+      if (mul) {
+        c.note("g·c");
+        return n;
+      }
+      if (div) {
+        if (op.attrs.scalarOnLeft) {
+          c.note("c/x: -g·y²/c with y = c/x");
+          return c.lit(3) * n;
+        }
+        c.note("x/c: g/c");
+        return n;
+      }
+      if (sub && op.attrs.scalarOnLeft) {
+        c.note("c - x: the negated output gradient");
+        return n;
+      }
+      c.note("x ± c: the output gradient itself");
+      return c.lit(0);
+    }
+    // The local derivative: -g, g·other, g/b or -g·a/b², or none (g itself).
+    bool local = true;
+    const char *what = "the output gradient itself";
+    Num<C> f = n;
+    if (sub && i == 1)
+      what = "the negation -g";
+    else if (mul)
+      what = "g times the other operand";
+    else if (div && i == 0)
+      what = "g/b";
+    else if (div)
+      what = "-g·a/b²", f = c.lit(3) * n;
+    else
+      local = false;
+    // An input smaller than the output was broadcast: its gradient sums the output gradient
+    // over the broadcast dimensions, one add per output element.
+    bool broadcast = numel(in(c.g, op, i).shape) != C::value(n);
+    const char *bcast = "this input was broadcast: its gradient also sums the output gradient, +n";
+    if (!broadcast) {
+      c.note(what);
+      return local ? f : c.lit(0);
+    }
+    if (!local) {
+      c.note(bcast);
+      return n;
+    }
+    if constexpr (C::kExplains)
+      c.note(std::string(what) + "; " + bcast);
+    return f + n;
+  }
+};
 
 void savedBinary(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                  std::vector<SavedTensor> &out) {
@@ -310,30 +413,28 @@ bool inferDropout(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
   return true;
 }
 
-ForwardCost forwardUnary(const Graph &g, const Op &op) {
-  ForwardCost c = withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op));
-  c.transcendentals = unaryCost(op.kind).transFwd * outNumel(g, op);
-  return c;
-}
-
 /// Partial rotary (NeoX rotary_pct): of each head's hd dims the first floor(hd·fraction) are
 /// rotated, the rest pass through. 0 when that count is odd or zero (infer reports it).
-int64_t ropeRotated(const Graph &g, const Op &op) {
+int64_t ropeHeadDim(const Graph &g, const Op &op) {
   const Shape &x = in(g, op, 0).shape;
-  int64_t hd = op.attrs.headDim > 0 ? op.attrs.headDim : (x.empty() ? 0 : x.back().size);
+  return op.attrs.headDim > 0 ? op.attrs.headDim : (x.empty() ? 0 : x.back().size);
+}
+int64_t ropeRotated(const Graph &g, const Op &op) {
+  int64_t hd = ropeHeadDim(g, op);
   if (op.attrs.fraction >= 1)
     return hd;
   auto rot = static_cast<int64_t>(static_cast<double>(hd) * op.attrs.fraction);
   return rot > 0 && rot % 2 == 0 ? rot : 0;
 }
 
-/// The share of the elements rope rotates (1 for full rotary).
-double ropeShare(const Graph &g, const Op &op) {
-  if (op.attrs.fraction >= 1)
-    return 1;
-  const Shape &x = in(g, op, 0).shape;
-  int64_t hd = op.attrs.headDim > 0 ? op.attrs.headDim : (x.empty() ? 0 : x.back().size);
-  return hd > 0 ? static_cast<double>(ropeRotated(g, op)) / static_cast<double>(hd) : 0;
+/// r = rotated / hd, the share of the elements a partial rope rotates (only asked when
+/// fraction < 1).
+template <class C> Num<C> ropeShareOf(C &c) {
+  int64_t hd = ropeHeadDim(c.g, c.op);
+  if (hd <= 0)
+    return c.lit(0);
+  return c.quantity("r", c.named("rotated", c.lit(static_cast<double>(ropeRotated(c.g, c.op)))) /
+                             c.named("hd", c.lit(static_cast<double>(hd))));
 }
 
 /// The cos and sin rope's kernel evaluates: one pair per rotated pair of each row of the last
@@ -344,26 +445,37 @@ double ropeTranscendentals(const Graph &g, const Op &op) {
   return width > 0 ? outNumel(g, op) / width * static_cast<double>(ropeRotated(g, op)) : 0;
 }
 
-/// Rope: 3 FLOPs per rotated element (two products and a sum); a pass-through element costs
-/// none but is still read and written (the output is a new tensor), so bytes are unchanged.
-ForwardCost forwardRope(const Graph &g, const Op &op) {
-  ForwardCost c =
-      withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op) * ropeShare(g, op));
-  c.transcendentals = ropeTranscendentals(g, op);
-  return c;
-}
-double gradRope(const Graph &g, const Op &op, unsigned) {
-  return unaryCost(op.kind).grad * outNumel(g, op) * ropeShare(g, op);
-}
-
-/// Dropout also writes its mask (its second output), one byte per element.
-ForwardCost forwardDropout(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), unaryCost(op.kind).fwd * outNumel(g, op));
-}
-
-double gradUnary(const Graph &g, const Op &op, unsigned) {
-  return unaryCost(op.kind).grad * outNumel(g, op);
-}
+/// FLOPs per element × n. Rope: 3 FLOPs per rotated element (two products and a sum); a
+/// pass-through element of a partial rope costs none but is still read and written (the output
+/// is a new tensor), so bytes are unchanged. Dropout also writes its mask (its second output),
+/// one byte per element.
+struct UnaryCounts : BaseCounts {
+  template <class C> static Num<C> perElement(C &c, double per, const char *note) {
+    if (c.op.kind == OpKind::Rope && c.op.attrs.fraction < 1) {
+      c.note("FLOPs per rotated element × n × r, the share of each head's dims rope rotates");
+      Num<C> n = c.n();
+      return c.lit(per) * n * ropeShareOf(c);
+    }
+    c.note(note);
+    return c.lit(per) * c.n();
+  }
+  template <class C> static Num<C> flops(C &c) {
+    return perElement(c, unaryCost(c.op.kind).fwd, "FLOPs per output element × n");
+  }
+  template <class C> static Num<C> written(C &c) {
+    if (c.op.kind != OpKind::Dropout)
+      return BaseCounts::written(c);
+    c.note("the output, and the mask (out1): one byte per element");
+    return sumBytes(c, c.op.outputs, "out");
+  }
+  template <class C> static Num<C> grad(C &c, unsigned) {
+    return perElement(c, unaryCost(c.op.kind).grad, "FLOPs per element × n");
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    r.transcendentals = op.kind == OpKind::Rope ? ropeTranscendentals(g, op)
+                                                : unaryCost(op.kind).transFwd * outNumel(g, op);
+  }
+};
 
 void savedUnary(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                 std::vector<SavedTensor> &out) {
@@ -399,12 +511,20 @@ bool inferSoftmax(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
   return true;
 }
 
-ForwardCost forwardSoftmax(const Graph &g, const Op &op) {
-  ForwardCost c = withFlops(defaultBytes(g, op), 5 * outNumel(g, op)); // max, sub, exp, sum, div
-  c.transcendentals = 2 * outNumel(g, op); // the runtime evaluates exp for the sum, then again
-  return c;
-}
-double gradSoftmax(const Graph &g, const Op &op, unsigned) { return 4 * outNumel(g, op); }
+struct SoftmaxCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("max, subtract, exp, sum, divide per element");
+    return c.lit(5) * c.n();
+  }
+  template <class C> static Num<C> grad(C &c, unsigned) {
+    c.note("y·(g - Σ g·y) per element");
+    return c.lit(4) * c.n();
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    r.transcendentals = 2 * outNumel(g, op); // the runtime evaluates exp for the sum, then again
+  }
+};
+
 void savedSoftmax(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                   std::vector<SavedTensor> &out) {
   if (need(needGrad, 0))
@@ -437,17 +557,30 @@ bool inferNorm(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
   return true;
 }
 
-ForwardCost forwardNorm(const Graph &g, const Op &op) {
-  double perElement = isLayerNorm(op) ? 8 : 5;
-  return withFlops(defaultBytes(g, op), perElement * outNumel(g, op));
-}
-
-double gradNorm(const Graph &g, const Op &op, unsigned i) {
-  double n = outNumel(g, op);
-  if (i == 0)
-    return (isLayerNorm(op) ? 12 : 8) * n;
-  return n; // weight: sum of g·x̂ over rows; bias: sum of g over rows
-}
+struct NormCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    if (isLayerNorm(c.op)) {
+      c.note("mean, variance, normalise, scale and shift per element");
+      return c.lit(8) * c.n();
+    }
+    c.note("square, mean, rsqrt-scale and weight per element");
+    return c.lit(5) * c.n();
+  }
+  template <class C> static Num<C> written(C &c) {
+    c.note(isLayerNorm(c.op)
+               ? "the output, and the row statistics: mean and rstd in fp32 (out1, out2)"
+               : "the output, and the row statistics: rstd in fp32 (out1)");
+    return sumBytes(c, c.op.outputs, "out");
+  }
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    if (i == 0) {
+      c.note("the input gradient");
+      return c.lit(isLayerNorm(c.op) ? 12 : 8) * c.n();
+    }
+    c.note(i == 1 ? "the weight: Σ over rows of g·x̂" : "the bias: Σ over rows of g");
+    return c.n();
+  }
+};
 
 void savedNorm(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                std::vector<SavedTensor> &out) {
@@ -464,16 +597,27 @@ void savedNorm(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
 // Attention: q [b, s, d], k and v [b, s_kv, d_kv], h query heads of size dh = d/h, kvHeads
 // key/value heads (d_kv = kvHeads·dh). S = b·h·s·s_kv is the number of attention scores.
 
-struct AttnDims {
-  double b, s, skv, h, dh;
-  double scores() const { return b * h * s * skv; }
+/// The attention sizes: b, s, s_kv, h, dh = d / h, and S = b·h·s·s_kv scores.
+template <class C> struct AttnTerms {
+  Num<C> b, s, skv, h, dh, S;
 };
 
+template <class C> AttnTerms<C> attentionTerms(C &c) {
+  const Shape &q = in(c.g, c.op, 0).shape, &k = in(c.g, c.op, 1).shape;
+  AttnTerms<C> t;
+  t.b = c.dim("b", q[0]);
+  t.s = c.dim("s", q[1]);
+  t.skv = c.dim("s_kv", k[1]);
+  t.h = c.quantity("h", c.lit(static_cast<double>(c.op.attrs.heads)));
+  t.dh = c.quantity("dh", c.named("d", c.lit(static_cast<double>(q[2].size))) / t.h);
+  t.S = c.quantity("S", t.b * t.h * t.s * t.skv);
+  return t;
+}
+
+using AttnDims = AttnTerms<Count>;
 AttnDims attnDims(const Graph &g, const Op &op) {
-  const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape;
-  double h = static_cast<double>(op.attrs.heads);
-  return {static_cast<double>(q[0].size), static_cast<double>(q[1].size),
-          static_cast<double>(k[1].size), h, static_cast<double>(q[2].size) / h};
+  Count c(g, op);
+  return attentionTerms(c);
 }
 
 /// The share of the score matrix a causal flash kernel computes: the lower triangle with its
@@ -558,45 +702,110 @@ double attnPerScore(const Op &op) { return 5 + (op.attrs.p > 0 ? 1 : 0); }
 /// has no parameters and no gradient; flash attention recomputes it in the backward.
 double alibiPerScore(const Op &op) { return op.attrs.alibi ? 2 : 0; }
 
-ForwardCost forwardAttention(const Graph &g, const Op &op) {
-  AttnDims d = attnDims(g, op);
-  double S = d.scores();
-  double act = bytesOf(g.activationDtype);
-  ForwardCost c;
-  c.matmulFlops = 4 * S * d.dh; // QKᵀ and P·V
-  c.flops = c.matmulFlops + (attnPerScore(op) + alibiPerScore(op)) * S;
-  c.executedFlops = c.flops * causalFraction(g, op);
-  c.transcendentals = S * causalFraction(g, op); // one exp per computed score
-  for (TensorId t : op.inputs)
-    c.bytesRead += g.bytes(t);
-  c.bytesWritten = g.bytes(op.outputs[0]);
-  if (op.attrs.fused) {
-    c.bytesWritten += d.b * d.h * d.s * 4; // logsumexp per query row, fp32
-  } else {
-    // Scores and probabilities are each written by one kernel and read by the next.
-    double matrices = op.attrs.p > 0 ? 3 : 2; // + dropped probabilities
-    c.bytesWritten += matrices * S * act + (op.attrs.p > 0 ? S : 0); // + the 1-byte mask
-    c.bytesRead += matrices * S * act;
-  }
-  return c;
+/// explain's remark on a causal op: model FLOPs count the dense score matrix.
+std::string causalNote(const Graph &g, const Op &op) {
+  const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape;
+  if (!op.attrs.causal)
+    return "";
+  if (!op.attrs.fused)
+    return "causal, unfused: the dense score matrix is computed, then masked; model FLOPs "
+           "count all s·s_kv scores";
+  if (q[1].size != k[1].size)
+    return "causal with s != s_kv: executed FLOPs are the dense count";
+  std::string s = formatFormulaNumber(static_cast<double>(q[1].size));
+  return "model FLOPs count all s·s_kv scores (Narayanan et al.); the causal flash kernel "
+         "executes the lower triangle, (s + 1)/(2s) = (" + s + " + 1)/(2 · " + s + ") of them";
 }
 
-/// dQ: dP = dO·Vᵀ (2·S·dh), dropout backward (S when p > 0), softmax backward (4·S), dS·K
-/// (2·S·dh). dK = dSᵀ·Q and dV = Pᵀ·dO (2·S·dh each) reuse dS from dQ's count.
-double gradAttention(const Graph &g, const Op &op, unsigned i) {
-  AttnDims d = attnDims(g, op);
-  double S = d.scores();
-  if (i == 0)
-    return 4 * S * d.dh + (attnPerScore(op) - 1) * S;
-  return i < 3 ? 2 * S * d.dh : 0; // the mask (input 3) is data
+struct AttentionCounts : BaseCounts {
+  /// QKᵀ and P·V, 2·S·dh each: the part done as matrix products.
+  template <class C> static Num<C> products(C &c, const AttnTerms<C> &t) {
+    return c.lit(4) * t.S * t.dh;
+  }
+  /// The products, then per score: scale and softmax (5), dropout (1) when p > 0, the ALiBi
+  /// bias (2) when asked.
+  template <class C> static Num<C> flops(C &c) {
+    AttnTerms<C> t = attentionTerms(c);
+    const Op &op = c.op;
+    if constexpr (C::kExplains) {
+      std::string note = "Q·Kᵀ and P·V are 2·S·dh each; scale and softmax 5 per score" +
+                         std::string(op.attrs.p > 0 ? ", dropout 1" : "") +
+                         std::string(op.attrs.alibi ? ", the ALiBi bias 2" : "");
+      std::string causal = causalNote(c.g, op);
+      c.note(causal.empty() ? note : note + "; " + causal);
+    }
+    return products(c, t) + c.lit(attnPerScore(op) + alibiPerScore(op)) * t.S;
+  }
+  /// Unfused, the score matrices (scores, probabilities, and the dropped probabilities with
+  /// dropout) are each written by one kernel and read by the next.
+  template <class C> static Num<C> matrices(C &c, const AttnTerms<C> &t) {
+    return c.lit(c.op.attrs.p > 0 ? 3 : 2) * t.S *
+           c.lit(static_cast<double>(bytesOf(c.g.activationDtype)));
+  }
+  template <class C> static Num<C> read(C &c) {
+    Num<C> qkv = sumBytes(c, c.op.inputs, "in");
+    if (c.op.attrs.fused) {
+      c.note("q, k and v once each; the scores stay on chip (flash)");
+      return qkv;
+    }
+    c.note(c.op.attrs.p > 0 ? "unfused: the score matrix, the probabilities and the dropped "
+                              "probabilities are each read once by the next kernel"
+                            : "unfused: the score matrix, the probabilities are each read once "
+                              "by the next kernel");
+    AttnTerms<C> t = attentionTerms(c);
+    return qkv + matrices(c, t);
+  }
+  template <class C> static Num<C> written(C &c) {
+    if (c.op.attrs.fused) {
+      c.note("the output, and the logsumexp per query row in fp32 (out1)");
+      return sumBytes(c, c.op.outputs, "out");
+    }
+    AttnTerms<C> t = attentionTerms(c);
+    Num<C> w = c.bytesOf(c.op.outputs[0], "out", 0) + matrices(c, t);
+    if (c.op.attrs.p <= 0) {
+      c.note("unfused: the output, the scores, the probabilities");
+      return w;
+    }
+    c.note("unfused: the output, the scores, the probabilities, the dropped probabilities and "
+           "the 1-byte dropout mask");
+    return w + t.S;
+  }
+  /// dQ: dP = dO·Vᵀ (2·S·dh), dropout backward (S when p > 0), softmax backward (4·S), dS·K
+  /// (2·S·dh). dK = dSᵀ·Q and dV = Pᵀ·dO (2·S·dh each) reuse dS from dQ's count.
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    if (i >= 3) {
+      c.note("the padding mask is data: no gradient");
+      return c.lit(0);
+    }
+    AttnTerms<C> t = attentionTerms(c);
+    if (i == 0) {
+      c.note(c.op.attrs.p > 0 ? "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
+                                "(4 per score), dropout (1 per score); dK and dV reuse dS"
+                              : "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
+                                "(4 per score); dK and dV reuse dS");
+      return c.lit(4) * t.S * t.dh + c.lit(attnPerScore(c.op) - 1) * t.S;
+    }
+    c.note(i == 1 ? "dK = dSᵀ·Q" : "dV = Pᵀ·dO");
+    return c.lit(2) * t.S * t.dh;
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    Count c(g, op);
+    AttnDims d = attentionTerms(c);
+    r.matmulFlops = products(c, d);
+    r.executedFlops = r.flops * causalFraction(g, op);
+    r.transcendentals = d.S * causalFraction(g, op); // one exp per computed score
+  }
+};
 
+double gradAttention(const Graph &g, const Op &op, unsigned i) {
+  return gradOf<AttentionCounts>(g, op, i);
 }
 
 double executedBackwardAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad) {
   if (!anyNeed(needGrad))
     return 0;
   AttnDims d = attnDims(g, op);
-  double S = d.scores();
+  double S = d.S;
   double f = 0;
   for (unsigned i = 0; i < 3; ++i)
     if (need(needGrad, i))
@@ -653,16 +862,26 @@ bool inferEmbedding(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   return true;
 }
 
-ForwardCost forwardEmbedding(const Graph &g, const Op &op) {
-  ForwardCost c;
-  c.bytesRead = g.bytes(op.inputs[0]) + outNumel(g, op) * bytesOf(in(g, op, 1).dtype);
-  c.bytesWritten = g.bytes(op.outputs[0]);
-  return c;
-}
-
-double gradEmbedding(const Graph &g, const Op &op, unsigned i) {
-  return i == 1 ? outNumel(g, op) : 0; // scatter-add of the output gradient into the rows
-}
+struct EmbeddingCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("a gather: no arithmetic");
+    return c.lit(0);
+  }
+  /// The ids, and only the gathered rows of the table.
+  template <class C> static Num<C> read(C &c) {
+    c.note("the ids, and only the gathered rows of the table: n elements");
+    return c.bytesOf(c.op.inputs[0], "in", 0) +
+           c.n() * c.lit(static_cast<double>(bytesOf(in(c.g, c.op, 1).dtype)));
+  }
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    if (i != 1) {
+      c.note("integer ids have no gradient");
+      return c.lit(0);
+    }
+    c.note("a scatter-add of the output gradient into the gathered rows");
+    return c.n();
+  }
+};
 
 void savedEmbedding(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                     std::vector<SavedTensor> &out) {
@@ -697,17 +916,26 @@ bool inferReduce(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   return true;
 }
 
-ForwardCost forwardReduce(const Graph &g, const Op &op) {
-  double f = numel(in(g, op, 0).shape);
-  if (op.kind == OpKind::Mean)
-    f += outNumel(g, op); // the division by the count
-  return withFlops(defaultBytes(g, op), f);
-}
-
-double gradReduce(const Graph &g, const Op &op, unsigned) {
-  // sum: the gradient is broadcast, no arithmetic; mean: broadcast and divide by the count.
-  return op.kind == OpKind::Mean ? numel(in(g, op, 0).shape) : 0;
-}
+struct ReduceCounts : BaseCounts {
+  /// One add per input element; mean also divides each output by the count.
+  template <class C> static Num<C> flops(C &c) {
+    if (c.op.kind == OpKind::Mean) {
+      c.note("one add per input element, one divide per output");
+      return c.numelIn(0) + c.n();
+    }
+    c.note("one add per input element");
+    return c.numelIn(0);
+  }
+  /// sum: the gradient is broadcast, no arithmetic; mean: broadcast and divide by the count.
+  template <class C> static Num<C> grad(C &c, unsigned) {
+    if (c.op.kind == OpKind::Mean) {
+      c.note("broadcast and divide by the count");
+      return c.numelIn(0);
+    }
+    c.note("the gradient is broadcast: no arithmetic");
+    return c.lit(0);
+  }
+};
 
 // ---------------------------------------------------------------------------------------------
 // Cross entropy: logits [..., V] and integer labels [...] → the mean loss, a fp32 scalar.
@@ -737,18 +965,32 @@ bool inferCrossEntropy(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tenso
   return true;
 }
 
-ForwardCost forwardCrossEntropy(const Graph &g, const Op &op) {
-  const Shape &logits = in(g, op, 0).shape;
-  double rows = rowsOf(logits), nv = numel(logits);
-  // max, subtract, exp, sum, log per logit; one add per row into the mean.
-  ForwardCost c = withFlops(defaultBytes(g, op), 5 * nv + rows);
-  c.transcendentals = nv + rows; // an exp per logit (online logsumexp), a log per row
-  return c;
-}
-
-double gradCrossEntropy(const Graph &g, const Op &op, unsigned i) {
-  return i == 0 ? 3 * numel(in(g, op, 0).shape) : 0; // exp(x - lse), minus one-hot, / N
-}
+struct CrossEntropyCounts : BaseCounts {
+  /// N rows of V logits: max, subtract, exp, sum, log per logit; one add per row into the mean.
+  template <class C> static Num<C> flops(C &c) {
+    const Shape &logits = in(c.g, c.op, 0).shape;
+    Num<C> N = c.rows(logits, "N");
+    Num<C> V = c.dim("V", logits.back());
+    c.note("max, subtract, exp, sum, log per logit; one add per row for the mean");
+    return c.lit(5) * N * V + N;
+  }
+  template <class C> static Num<C> written(C &c) {
+    c.note("the fp32 loss, and the logsumexp per row in fp32 (out1)");
+    return sumBytes(c, c.op.outputs, "out");
+  }
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    if (i != 0) {
+      c.note("integer labels have no gradient");
+      return c.lit(0);
+    }
+    c.note("exp(x - lse), minus the one-hot label, divided by N");
+    return c.lit(3) * c.numelIn(0);
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    const Shape &logits = in(g, op, 0).shape;
+    r.transcendentals = numel(logits) + rowsOf(logits); // an exp per logit, a log per row
+  }
+};
 
 void savedCrossEntropy(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                        std::vector<SavedTensor> &out) {
@@ -820,7 +1062,20 @@ bool inferConcat(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   return true;
 }
 
-ForwardCost forwardData(const Graph &g, const Op &op) { return defaultBytes(g, op); }
+/// positions, next_tokens, concat: data movement, no arithmetic; integers or a view of the
+/// output gradient as gradient.
+struct DataCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("data movement: no arithmetic");
+    return c.lit(0);
+  }
+  template <class C> static Num<C> grad(C &c, unsigned) {
+    c.note(c.op.kind == OpKind::Concat ? "the gradient is a view of the output gradient"
+                                       : "integer outputs have no gradient");
+    return c.lit(0);
+  }
+};
+
 
 /// broadcast_to(x, shape): numpy's rule, x's dims aligned from the right, each equal to the
 /// target's or 1; a copy (a class token [1, 1, d] brought to [batch, 1, d] for concat).
@@ -848,11 +1103,19 @@ bool inferBroadcastTo(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tensor
   return true;
 }
 
-/// The gradient sums the output gradient over the broadcast dims: one add per output element.
-double gradBroadcastTo(const Graph &g, const Op &op, unsigned) {
-  double n = outNumel(g, op);
-  return n != numel(in(g, op, 0).shape) ? n : 0;
-}
+/// A copy; the gradient sums the output gradient over the broadcast dims, one add per output
+/// element.
+struct BroadcastToCounts : DataCounts {
+  template <class C> static Num<C> grad(C &c, unsigned) {
+    Num<C> n = c.n();
+    if (C::value(n) == numel(in(c.g, c.op, 0).shape)) {
+      c.note("nothing was broadcast: the output gradient itself");
+      return c.lit(0);
+    }
+    c.note("the output gradient summed over the broadcast dimensions: one add per element");
+    return n;
+  }
+};
 
 // ---------------------------------------------------------------------------------------------
 // Views: split, reshape, transpose share their input's storage. They keep its dtype.
@@ -970,7 +1233,21 @@ bool inferSlice(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> 
   return true;
 }
 
-ForwardCost forwardView(const Graph &, const Op &) { return ForwardCost(); }
+struct ViewCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("a view: no arithmetic, no data moves");
+    return c.lit(0);
+  }
+  template <class C> static Num<C> read(C &c) {
+    c.note("a view shares its input's storage");
+    return c.lit(0);
+  }
+  template <class C> static Num<C> written(C &c) { return read(c); }
+  template <class C> static Num<C> grad(C &c, unsigned) {
+    c.note("the gradient is a view of the output gradient");
+    return c.lit(0);
+  }
+};
 
 // ---------------------------------------------------------------------------------------------
 // Convolution and pooling, NCHW: x [N, C, H, W]; conv2d's weight is [Cout, Cin, kh, kw] and
@@ -1018,23 +1295,40 @@ bool inferConv2d(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   return true;
 }
 
-/// 2·N·Cout·Hout·Wout·Cin·kh·kw: numel(out) output points, each a dot product of Cin·kh·kw.
-double convFlops(const Graph &g, const Op &op) {
-  const Shape &w = in(g, op, 1).shape;
-  return 2 * outNumel(g, op) * static_cast<double>(w[1].size) * static_cast<double>(w[2].size) *
-         static_cast<double>(w[3].size);
-}
-
-ForwardCost forwardConv2d(const Graph &g, const Op &op) {
-  double f = convFlops(g, op);
-  return withFlops(defaultBytes(g, op), f + (op.inputs.size() == 3 ? outNumel(g, op) : 0), f);
-}
-
-/// dx (a transposed convolution) and dw (a correlation of x with dy) cost what the forward
-/// does; the bias's gradient sums dy over N, H, W.
-double gradConv2d(const Graph &g, const Op &op, unsigned i) {
-  return i < 2 ? convFlops(g, op) : outNumel(g, op);
-}
+struct Conv2dCounts : BaseCounts {
+  /// 2·n·Cin·kh·kw: n = N·Cout·Hout·Wout output points, each a dot product of Cin·kh·kw.
+  template <class C> static Num<C> conv(C &c) {
+    const Shape &w = in(c.g, c.op, 1).shape;
+    Num<C> t = c.lit(2) * c.n(); // one term at a time: the named quantities list in this order
+    t = t * c.dim("Cin", w[1]);
+    t = t * c.dim("kh", w[2]);
+    return t * c.dim("kw", w[3]);
+  }
+  template <class C> static Num<C> flops(C &c) {
+    if (c.op.inputs.size() < 3) {
+      c.note("each output point is a dot product of Cin·kh·kw; a multiply-add counts 2 FLOPs");
+      return conv(c);
+    }
+    c.note("each output point is a dot product of Cin·kh·kw (a multiply-add counts 2 FLOPs), "
+           "plus its bias");
+    return conv(c) + c.n();
+  }
+  /// dx (a transposed convolution) and dw (a correlation of x with dy) cost what the forward
+  /// does; the bias's gradient sums dy over N, H, W.
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    if (i == 2) {
+      c.note("the bias: Σ of the output gradient over N, H and W");
+      return c.n();
+    }
+    c.note(i == 0 ? "dx: a transposed convolution of the forward's size"
+                  : "dw: a correlation of x with dy, of the forward's size");
+    return conv(c);
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    Count c(g, op);
+    r.matmulFlops = conv(c);
+  }
+};
 
 void savedConv2d(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                  std::vector<SavedTensor> &out) {
@@ -1075,21 +1369,37 @@ bool inferPool(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
   return true;
 }
 
-double windowSize(const Op &op) {
-  return static_cast<double>(op.attrs.window[0]) * static_cast<double>(op.attrs.window[1]);
-}
-
-/// One comparison (max) or add (avg, whose last add is the division) per window element.
-ForwardCost forwardPool(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), windowSize(op) * outNumel(g, op));
-}
-
-/// max: each output gradient added at its argmax (windows may overlap); avg: each output
-/// gradient divided by the window and added to every element of its window.
-double gradPool(const Graph &g, const Op &op, unsigned) {
-  bool max = op.kind == OpKind::MaxPool2d || op.attrs.of == OpKind::MaxPool2d;
-  return (max ? 1 : windowSize(op) + 1) * outNumel(g, op);
-}
+struct PoolCounts : BaseCounts {
+  /// w = kh·kw, the window's elements.
+  template <class C> static Num<C> window(C &c) {
+    return c.quantity("w", c.named("kh", c.lit(static_cast<double>(c.op.attrs.window[0]))) *
+                               c.named("kw", c.lit(static_cast<double>(c.op.attrs.window[1]))));
+  }
+  /// One comparison (max) or add (avg, whose last add is the division) per window element.
+  template <class C> static Num<C> flops(C &c) {
+    c.note(c.op.kind == OpKind::MaxPool2d ? "one comparison per window element"
+                                          : "one add per window element (the last one divides)");
+    Num<C> w = window(c);
+    return w * c.n();
+  }
+  template <class C> static Num<C> written(C &c) {
+    if (c.op.kind != OpKind::MaxPool2d)
+      return BaseCounts::written(c);
+    c.note("the output, and the int32 index of each window's maximum (out1)");
+    return sumBytes(c, c.op.outputs, "out");
+  }
+  /// max: each output gradient added at its argmax (windows may overlap); avg: each output
+  /// gradient divided by the window and added to every element of its window.
+  template <class C> static Num<C> grad(C &c, unsigned) {
+    if (c.op.kind == OpKind::MaxPool2d || c.op.attrs.of == OpKind::MaxPool2d) {
+      c.note("each output gradient added at its window's maximum");
+      return c.n();
+    }
+    c.note("each output gradient divided by the window, then added to each of its elements");
+    Num<C> w = window(c);
+    return (w + c.lit(1)) * c.n();
+  }
+};
 
 void savedPool(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                std::vector<SavedTensor> &out) {
@@ -1129,17 +1439,33 @@ bool inferToShape(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
   return true;
 }
 
-ForwardCost forwardCopy(const Graph &g, const Op &op) { return defaultBytes(g, op); }
+/// contiguous, fill: a copy or a constant written, no arithmetic.
+struct CopyCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note(c.op.kind == OpKind::Fill ? "writes a constant: no arithmetic" : "a copy: no arithmetic");
+    return c.lit(0);
+  }
+};
 
 /// Summing the output gradient over broadcast dimensions: one add per element read.
-ForwardCost forwardReduceTo(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), numel(in(g, op, 0).shape));
-}
+struct ReduceToCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("one add per element read: the sum over the broadcast dimensions");
+    return c.numelIn(0);
+  }
+};
 
 /// The gradient of sum/mean: a broadcast, and for mean one multiply per element.
-ForwardCost forwardExpand(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), op.attrs.hasScalar ? outNumel(g, op) : 0);
-}
+struct ExpandCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    if (!c.op.attrs.hasScalar) {
+      c.note("a broadcast: no arithmetic");
+      return c.lit(0);
+    }
+    c.note("a broadcast and one multiply per element (by 1 / count)");
+    return c.n();
+  }
+};
 
 /// The gradient of the last input, the output gradient being the last input.
 bool inferLikeLast(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
@@ -1151,24 +1477,51 @@ bool inferLikeLast(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTyp
   return true;
 }
 
-ForwardCost forwardUnaryBackward(const Graph &g, const Op &op) {
-  bool rope = op.attrs.of == OpKind::Rope;
-  double share = rope ? ropeShare(g, op) : 1;
-  ForwardCost c =
-      withFlops(defaultBytes(g, op), unaryCost(op.attrs.of).grad * outNumel(g, op) * share);
-  // rope's backward is rope by −θ (its cos and sin again); the others per their gradient.
-  c.transcendentals = rope ? ropeTranscendentals(g, op)
-                           : unaryCost(op.attrs.of).transGrad * outNumel(g, op);
-  return c;
-}
-ForwardCost forwardDivBackward(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), 3 * outNumel(g, op));
-}
-ForwardCost forwardSoftmaxBackward(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), 4 * outNumel(g, op));
-}
+/// The gradient of a unary op (attrs.of): its gradient FLOPs per element × n.
+struct UnaryBackwardCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    double per = unaryCost(c.op.attrs.of).grad;
+    if (c.op.attrs.of == OpKind::Rope && c.op.attrs.fraction < 1) {
+      c.note("the forward op's gradient FLOPs per rotated element × n × r");
+      Num<C> n = c.n();
+      return c.lit(per) * n * ropeShareOf(c);
+    }
+    c.note("the forward op's gradient FLOPs per element × n");
+    return c.lit(per) * c.n();
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    // rope's backward is rope by −θ (its cos and sin again); the others per their gradient.
+    r.transcendentals = op.attrs.of == OpKind::Rope
+                            ? ropeTranscendentals(g, op)
+                            : unaryCost(op.attrs.of).transGrad * outNumel(g, op);
+  }
+};
+struct DivBackwardCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("-g·a/b² per element");
+    return c.lit(3) * c.n();
+  }
+};
+struct SoftmaxBackwardCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("y·(g - Σ g·y) per element");
+    return c.lit(4) * c.n();
+  }
+};
 
 bool gradWanted(const Op &op, unsigned i) { return (op.attrs.gradMask >> i) & 1; }
+
+/// A sum of the terms a gradient mask asks for: `add` appends one; `total` is 0 for none.
+template <class C> struct Terms {
+  C &c;
+  Num<C> sum{};
+  bool any = false;
+  void add(const Num<C> &t) {
+    sum = any ? sum + t : t;
+    any = true;
+  }
+  Num<C> total() const { return any ? sum : c.lit(0); }
+};
 
 /// layer_norm_backward(x, w, mean, rstd, dy) and rms_norm_backward(x, w, rstd, dy): the
 /// gradients of x, the weight and the bias that gradMask asks for, in that order.
@@ -1186,12 +1539,22 @@ bool inferNormBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tenso
   return true;
 }
 
-ForwardCost forwardNormBackward(const Graph &g, const Op &op) {
-  double n = numel(in(g, op, 0).shape);
-  double f = (gradWanted(op, 0) ? (op.kind == OpKind::LayerNormBackward ? 12 : 8) * n : 0) +
-             (gradWanted(op, 1) ? n : 0) + (gradWanted(op, 2) ? n : 0);
-  return withFlops(defaultBytes(g, op), f);
-}
+struct NormBackwardCounts : BaseCounts {
+  /// dx (12 per element for layer norm, 8 for RMS norm), the weight's and the bias's sums over
+  /// rows (1 per element each), as gradMask asks.
+  template <class C> static Num<C> flops(C &c) {
+    Num<C> n = c.numelIn(0);
+    Terms<C> t{c};
+    if (gradWanted(c.op, 0))
+      t.add(c.lit(c.op.kind == OpKind::LayerNormBackward ? 12 : 8) * n);
+    if (gradWanted(c.op, 1))
+      t.add(n);
+    if (gradWanted(c.op, 2))
+      t.add(n);
+    c.note("the input gradient, then Σ over rows for the weight and the bias, as asked");
+    return t.total();
+  }
+};
 
 /// attention_backward(q, k, v, o, lse, dO) when fused, (q, k, v, P[, mask, dropped], dO)
 /// when not: dq, dk, dv as gradMask asks. A padding mask comes right after v.
@@ -1218,34 +1581,66 @@ llvm::SmallVector<bool, 3> maskBits(const Op &op, unsigned n) {
 /// softmax backward reading P and dP and writing dS (3), dS read for dQ and dK (2) and P read
 /// for dV (1); with dropout, dP read and rewritten through the mask (2, + the mask's S bytes)
 /// and the dropped probabilities read for dV instead of P.
-ForwardCost forwardAttentionBackward(const Graph &g, const Op &op) {
-  ForwardCost c = defaultBytes(g, op);
-  if (!op.attrs.fused) {
-    AttnDims d = attnDims(g, op);
-    double act = bytesOf(g.activationDtype), S = d.scores();
-    // defaultBytes read the saved matrices once (P, and the mask and dropped P with dropout).
-    for (size_t i = op.attrs.hasMask ? 4 : 3; i + 1 < op.inputs.size(); ++i)
-      c.bytesRead -= g.bytes(op.inputs[i]);
-    double matrices = 7 + (op.attrs.p > 0 ? 2 : 0);
-    c.bytesRead += (matrices - 2 - (op.attrs.p > 0 ? 1 : 0)) * S * act + (op.attrs.p > 0 ? S : 0);
-    c.bytesWritten += (2 + (op.attrs.p > 0 ? 1 : 0)) * S * act;
+struct AttentionBackwardCounts : BaseCounts {
+  /// The gradients gradMask asks for, as the forward op's rule counts them.
+  template <class C> static Num<C> flops(C &c) {
+    Terms<C> t{c};
+    for (unsigned i = 0; i < 3; ++i)
+      if (gradWanted(c.op, i))
+        t.add(AttentionCounts::grad(c, i));
+    c.note("dq, dk and dv as asked, each as the attention rule counts it");
+    return t.total();
   }
-  llvm::SmallVector<bool, 3> need = maskBits(op, 3);
-  for (unsigned i = 0; i < 3; ++i)
-    if (need[i])
-      c.flops += gradAttention(g, op, i);
-  c.executedFlops = executedBackwardAttention(g, op, need);
-  AttnDims d = attnDims(g, op);
-  c.matmulFlops = 0;
-  for (unsigned i = 0; i < 3; ++i) // the products of each gradient: 4·S·dh for dq, 2·S·dh else
-    if (need[i])
-      c.matmulFlops += (i == 0 ? 4 : 2) * d.scores() * d.dh;
-  // Flash attention recomputes P = exp(s − lse): an exp per computed score; materialised
-  // attention reads the saved P.
-  if (op.attrs.fused && anyNeed(need))
-    c.transcendentals = d.scores() * causalFraction(g, op);
-  return c;
-}
+  /// S·act bytes of the score-sized matrices a materialised backward moves.
+  template <class C> static Num<C> scoreBytes(C &c, double matrices) {
+    AttnTerms<C> t = attentionTerms(c);
+    return c.lit(matrices) * t.S * c.lit(static_cast<double>(bytesOf(c.g.activationDtype)));
+  }
+  template <class C> static Num<C> read(C &c) {
+    const Op &op = c.op;
+    if (op.attrs.fused) {
+      c.note("q, k, v, o, the logsumexp and dO once each (flash)");
+      return sumBytes(c, op.inputs, "in");
+    }
+    // Every input once except the saved matrices (P, and with dropout the mask and the dropped
+    // P), which are counted among the score-sized reads below.
+    size_t firstSaved = op.attrs.hasMask ? 4 : 3;
+    Terms<C> t{c};
+    for (unsigned i = 0; i < op.inputs.size(); ++i)
+      if (i < firstSaved || i + 1 == op.inputs.size())
+        t.add(c.bytesOf(op.inputs[i], "in", i));
+    bool drop = op.attrs.p > 0;
+    c.note(drop ? "unfused: P and dP read by the softmax backward, dS for dQ and dK, the dropped "
+                  "P for dV, dP through the mask (read twice) and the 1-byte mask"
+                : "unfused: P and dP read by the softmax backward, dS for dQ and dK, P for dV");
+    Num<C> r = t.total() + scoreBytes(c, drop ? 6 : 5);
+    if (!drop)
+      return r;
+    return r + attentionTerms(c).S;
+  }
+  template <class C> static Num<C> written(C &c) {
+    Num<C> w = sumBytes(c, c.op.outputs, "out");
+    if (c.op.attrs.fused) {
+      c.note("dq, dk and dv as asked");
+      return w;
+    }
+    c.note("dq, dk, dv, and the score-sized dP and dS (and with dropout dP after the mask)");
+    return w + scoreBytes(c, c.op.attrs.p > 0 ? 3 : 2);
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    llvm::SmallVector<bool, 3> need = maskBits(op, 3);
+    r.executedFlops = executedBackwardAttention(g, op, need);
+    AttnDims d = attnDims(g, op);
+    r.matmulFlops = 0;
+    for (unsigned i = 0; i < 3; ++i) // the products of each gradient: 4·S·dh for dq, 2·S·dh else
+      if (need[i])
+        r.matmulFlops += (i == 0 ? 4 : 2) * d.S * d.dh;
+    // Flash attention recomputes P = exp(s − lse): an exp per computed score; materialised
+    // attention reads the saved P.
+    if (op.attrs.fused && anyNeed(need))
+      r.transcendentals = d.S * causalFraction(g, op);
+  }
+};
 
 /// conv2d_backward(x, w, dy): dx, dw, db as gradMask asks, in that order.
 bool inferConv2dBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
@@ -1262,17 +1657,32 @@ bool inferConv2dBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<Ten
   return true;
 }
 
-ForwardCost forwardConv2dBackward(const Graph &g, const Op &op) {
-  // The forward's FLOPs from dy's shape (the forward output) and the weight.
-  const Shape &w = in(g, op, 1).shape;
-  double out = numel(in(g, op, 2).shape);
-  double conv = 2 * out * static_cast<double>(w[1].size) * static_cast<double>(w[2].size) *
-                static_cast<double>(w[3].size);
-  ForwardCost c = defaultBytes(g, op);
-  c.matmulFlops = (gradWanted(op, 0) ? conv : 0) + (gradWanted(op, 1) ? conv : 0);
-  c.flops = c.executedFlops = c.matmulFlops + (gradWanted(op, 2) ? out : 0);
-  return c;
-}
+struct Conv2dBackwardCounts : BaseCounts {
+  /// The forward's count from dy's shape (the forward output) and the weight: 2·n_dy·Cin·kh·kw.
+  template <class C> static Num<C> conv(C &c) {
+    const Shape &w = in(c.g, c.op, 1).shape;
+    Num<C> t = c.lit(2) * c.numelIn(2);
+    t = t * c.dim("Cin", w[1]);
+    t = t * c.dim("kh", w[2]);
+    return t * c.dim("kw", w[3]);
+  }
+  template <class C> static Num<C> flops(C &c) {
+    Terms<C> t{c};
+    if (gradWanted(c.op, 0))
+      t.add(conv(c));
+    if (gradWanted(c.op, 1))
+      t.add(conv(c));
+    if (gradWanted(c.op, 2))
+      t.add(c.numelIn(2));
+    c.note("dx and dw the forward's size each, the bias Σ of dy over N, H and W, as asked");
+    return t.total();
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    Count c(g, op);
+    double f = conv(c);
+    r.matmulFlops = (gradWanted(op, 0) ? f : 0) + (gradWanted(op, 1) ? f : 0);
+  }
+};
 
 /// pool2d_backward([indices,] dy): dx at attrs.newShape (x's shape); attrs.of is the pool.
 bool inferPoolBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
@@ -1283,11 +1693,19 @@ bool inferPoolBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tenso
   return true;
 }
 
-ForwardCost forwardPoolBackward(const Graph &g, const Op &op) {
-  bool max = op.attrs.of == OpKind::MaxPool2d;
-  double dy = numel(g.tensors[op.inputs.back()].shape);
-  return withFlops(defaultBytes(g, op), (max ? 1 : windowSize(op) + 1) * dy);
-}
+struct PoolBackwardCounts : BaseCounts {
+  /// max: one add per output gradient (at its argmax); avg: a divide and w adds per output
+  /// gradient. attrs.of is the pool.
+  template <class C> static Num<C> flops(C &c) {
+    Num<C> dy = c.numelIn(static_cast<unsigned>(c.op.inputs.size() - 1));
+    if (c.op.attrs.of == OpKind::MaxPool2d) {
+      c.note("each output gradient added at its window's maximum");
+      return dy;
+    }
+    c.note("each output gradient divided by the window, then added to each of its elements");
+    return (PoolCounts::window(c) + c.lit(1)) * dy;
+  }
+};
 
 bool inferEmbeddingBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                             ShapeError &err) {
@@ -1298,9 +1716,12 @@ bool inferEmbeddingBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<
 }
 
 /// embedding_backward(ids, dy): the weight's gradient [vocab, d] (newShape), a scatter-add.
-ForwardCost forwardEmbeddingBackward(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), numel(in(g, op, 1).shape));
-}
+struct EmbeddingBackwardCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("a scatter-add: one add per element of dy");
+    return c.numelIn(1);
+  }
+};
 
 /// cross_entropy_backward(logits, labels, lse, dloss): dlogits.
 bool inferCrossEntropyBackward(const Graph &g, const Op &op,
@@ -1310,11 +1731,15 @@ bool inferCrossEntropyBackward(const Graph &g, const Op &op,
   outs.push_back({in(g, op, 0).shape, in(g, op, 0).dtype});
   return true;
 }
-ForwardCost forwardCrossEntropyBackward(const Graph &g, const Op &op) {
-  ForwardCost c = withFlops(defaultBytes(g, op), 3 * numel(in(g, op, 0).shape));
-  c.transcendentals = numel(in(g, op, 0).shape); // p = exp(x − lse) per logit
-  return c;
-}
+struct CrossEntropyBackwardCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("exp(x - lse), minus the one-hot label, divided by N");
+    return c.lit(3) * c.numelIn(0);
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    r.transcendentals = numel(in(g, op, 0).shape); // p = exp(x − lse) per logit
+  }
+};
 
 /// sum_squares(g...): Σ g² in fp32 over the gradients (the overflow check of loss scaling).
 bool inferSumSquares(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
@@ -1322,44 +1747,59 @@ bool inferSumSquares(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorT
   outs.push_back({Shape(), Dtype::F32});
   return true;
 }
-ForwardCost forwardSumSquares(const Graph &g, const Op &op) {
-  ForwardCost c = defaultBytes(g, op);
-  for (TensorId t : op.inputs)
-    c.flops += 2 * numel(g.tensors[t].shape);
-  c.executedFlops = c.flops;
-  return c;
-}
+struct SumSquaresCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    Terms<C> t{c};
+    for (unsigned i = 0; i < c.op.inputs.size(); ++i)
+      t.add(c.lit(2) * c.numelIn(i));
+    c.note("a square and an add per gradient element");
+    return t.total();
+  }
+};
 
-double numelOf(const Graph &g, llvm::ArrayRef<TensorId> ts) {
-  double n = 0;
-  for (TensorId t : ts)
-    n += numel(g.tensors[t].shape);
-  return n;
-}
 
 /// zero_grad writes every gradient once.
-ForwardCost forwardZeroGrad(const Graph &g, const Op &op) {
-  ForwardCost c;
-  for (TensorId t : op.outputs)
-    c.bytesWritten += g.bytes(t);
-  return c;
-}
+struct ZeroGradCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("writes in place: no arithmetic counted");
+    return c.lit(0);
+  }
+  template <class C> static Num<C> read(C &c) {
+    c.note("reads nothing");
+    return c.lit(0);
+  }
+  template <class C> static Num<C> written(C &c) {
+    c.note("each gradient written once");
+    return sumBytes(c, c.op.outputs, "out");
+  }
+};
 
 /// optimizer_update(grads…) → params, in place: attrs.scalar FLOPs per parameter (the
 /// optimizer's count, passes/Backward.cpp). Bytes: the gradients and parameters read, the
 /// parameters written; the fp32 master copy and state traffic are priced by StepTime's
 /// optimizer time from the precision policy.
-ForwardCost forwardOptimizerUpdate(const Graph &g, const Op &op) {
-  ForwardCost c;
-  c.flops = c.executedFlops = op.attrs.scalar * numelOf(g, op.outputs);
-  for (TensorId t : op.inputs)
-    c.bytesRead += g.bytes(t);
-  for (TensorId t : op.outputs) {
-    c.bytesRead += g.bytes(t);
-    c.bytesWritten += g.bytes(t);
+struct OptimizerUpdateCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    Terms<C> params{c};
+    for (TensorId t : c.op.outputs)
+      params.add(c.product(c.g.tensors[t].shape, 0, c.g.tensors[t].shape.size()));
+    c.note("the optimizer's FLOPs per parameter × the parameters");
+    return c.lit(c.op.attrs.scalar) * c.quantity("P", params.total());
   }
-  return c;
-}
+  template <class C> static Num<C> read(C &c) {
+    c.note("the gradients and the parameters");
+    Terms<C> t{c};
+    for (unsigned i = 0; i < c.op.inputs.size(); ++i)
+      t.add(c.bytesOf(c.op.inputs[i], "in", i));
+    for (unsigned i = 0; i < c.op.outputs.size(); ++i)
+      t.add(c.bytesOf(c.op.outputs[i], "out", i));
+    return t.total();
+  }
+  template <class C> static Num<C> written(C &c) {
+    c.note("the parameters, in place");
+    return sumBytes(c, c.op.outputs, "out");
+  }
+};
 
 // ---------------------------------------------------------------------------------------------
 // Mixture of experts: topk, gather, moe and their backward ops (scatter_add, moe_backward).
@@ -1374,11 +1814,45 @@ ForwardCost forwardOptimizerUpdate(const Graph &g, const Op &op) {
 // the buffers hold: the gate and up pre-activations, the hidden silu(g)·u, the expert outputs
 // before the gate weight (for the gates' gradient).
 
-struct MoeDims {
-  double T = 0, d = 0, H = 0, E = 0, k = 0;
-  double R = 0;  ///< routed rows the model counts: min(T·k, E·C)
-  double Rb = 0; ///< rows the kernels run and the buffers hold: T·k, or E·C with a capacity
+/// The sizes the counts use: d, H, and R = min(T·k, E·C) the routed rows the model counts
+/// (T·k without a capacity), with T = numel(x) / d tokens and k of the E experts each; Rb the
+/// rows the kernels run and the buffers hold (T·k, or E·C with a capacity).
+template <class C> struct MoeTerms {
+  Num<C> R, d, H;
+  double Rb = 0;
 };
+
+template <class C> MoeTerms<C> moeTerms(C &c) {
+  const Shape &x = in(c.g, c.op, 0).shape, &w = in(c.g, c.op, 3).shape;
+  MoeTerms<C> m;
+  m.d = c.dim("d", x.back());
+  m.H = c.dim("H", w[2]);
+  Num<C> T = c.rows(x, "T");
+  Num<C> k = c.dim("k", in(c.g, c.op, 1).shape.back());
+  Num<C> slots = T * k;
+  double cf = c.op.attrs.capacity;
+  if (cf <= 0) {
+    m.Rb = C::value(slots);
+    m.R = c.quantity("R", slots);
+    return m;
+  }
+  double E = static_cast<double>(w[0].size);
+  m.Rb = E * std::ceil(cf * C::value(T) * C::value(k) / E);
+  double R = std::min(C::value(slots), m.Rb);
+  if constexpr (C::kExplains)
+    m.R = c.quantity("R", Term{"min(T·k, E·⌈cf·T·k / E⌉) with E = " + formatFormulaNumber(E) +
+                                   ", cf = " + formatFormulaNumber(cf),
+                               "", R});
+  else
+    m.R = R;
+  return m;
+}
+
+using MoeDims = MoeTerms<Count>;
+MoeDims moeDims(const Graph &g, const Op &op) {
+  Count c(g, op);
+  return moeTerms(c);
+}
 
 /// Rows of the expert buffers from the tokens, top-k, experts and capacity factor; nullopt when
 /// past int64.
@@ -1393,21 +1867,6 @@ std::optional<int64_t> moeBufferRows(int64_t T, int64_t k, int64_t E, double cap
   if (!(c < 9.0e18) || __builtin_mul_overflow(static_cast<int64_t>(c), E, &rows))
     return std::nullopt;
   return rows;
-}
-
-MoeDims moeDims(const Graph &g, const Op &op) {
-  MoeDims m;
-  const Shape &x = in(g, op, 0).shape, &wg = in(g, op, 3).shape;
-  m.d = static_cast<double>(x.back().size);
-  m.T = m.d > 0 ? numel(x) / m.d : 0;
-  m.k = static_cast<double>(in(g, op, 1).shape.back().size);
-  m.E = static_cast<double>(wg[0].size);
-  m.H = static_cast<double>(wg[2].size);
-  m.Rb = m.T * m.k;
-  if (op.attrs.capacity > 0)
-    m.Rb = m.E * std::ceil(op.attrs.capacity * m.T * m.k / m.E);
-  m.R = std::min(m.T * m.k, m.Rb);
-  return m;
 }
 
 bool inferMoe(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
@@ -1464,38 +1923,66 @@ bool inferMoe(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &o
 
 /// 3 matmuls of 2·d·H per routed row, silu (4) and the product (1) per hidden element, and the
 /// gate weight and the sum into y (2) per output element of each row.
-double moeForwardFlops(const MoeDims &m, double rows) {
-  return 6 * rows * m.d * m.H + 5 * rows * m.H + 2 * rows * m.d;
+template <class C> Num<C> moeMatmuls(C &c, const MoeTerms<C> &m, const Num<C> &rows) {
+  return c.lit(6) * rows * m.d * m.H;
 }
-
-ForwardCost forwardMoe(const Graph &g, const Op &op) {
-  MoeDims m = moeDims(g, op);
-  ForwardCost c = defaultBytes(g, op);
-  c.flops = moeForwardFlops(m, m.R);
-  c.executedFlops = moeForwardFlops(m, m.Rb);
-  c.matmulFlops = 6 * m.R * m.d * m.H;
-  return c;
+template <class C> Num<C> moeForwardFlops(C &c, const MoeTerms<C> &m, const Num<C> &rows) {
+  return moeMatmuls(c, m, rows) + c.lit(5) * rows * m.H + c.lit(2) * rows * m.d;
 }
 
 /// dx: the gate times dy per row (R·d), dh = d(out)·w_downᵀ (2·R·H·d), the SwiGLU backward
 /// (12 per hidden element: silu and its derivative, two products), dx_r = dg·w_gateᵀ +
 /// du·w_upᵀ (4·R·d·H) and the sum of each token's k rows (R·d). gates: a dot product of dy
 /// with each expert output (2·R·d). Each weight: one matmul of 2·R·d·H.
-double moeGrad(const MoeDims &m, double rows, unsigned i) {
+template <class C>
+Num<C> moeGradFlops(C &c, const MoeTerms<C> &m, const Num<C> &rows, unsigned i) {
   switch (i) {
-  case 0: return 6 * rows * m.d * m.H + 12 * rows * m.H + 2 * rows * m.d;
-  case 1: return 2 * rows * m.d;
+  case 0:
+    c.note("gate × dy per row, dh = d(out)·w_downᵀ, the SwiGLU backward (12 per hidden "
+           "element), dx = dg·w_gateᵀ + du·w_upᵀ, the sum of each token's k rows");
+    return c.lit(6) * rows * m.d * m.H + c.lit(12) * rows * m.H + c.lit(2) * rows * m.d;
+  case 1:
+    c.note("a dot product of dy with each expert output");
+    return c.lit(2) * rows * m.d;
   case 3:
   case 4:
-  case 5: return 2 * rows * m.d * m.H;
-  default: return 0;
+  case 5:
+    c.note("the weight's gradient: one matmul per expert, over its routed rows");
+    return c.lit(2) * rows * m.d * m.H;
+  default:
+    c.note("integer expert indices have no gradient");
+    return c.lit(0);
   }
 }
 
-double gradMoe(const Graph &g, const Op &op, unsigned i) {
-  MoeDims m = moeDims(g, op);
-  return moeGrad(m, m.R, i);
+double moeGrad(const Graph &g, const Op &op, const MoeDims &m, double rows, unsigned i) {
+  Count c(g, op);
+  return moeGradFlops(c, m, rows, i);
 }
+
+struct MoeCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    MoeTerms<C> m = moeTerms(c);
+    c.note("per routed row: gate, up and down matmuls (2·d·H each), silu and the product "
+           "(5 per hidden element), the gate weight and the sum into y (2 per output "
+           "element); the router is its own matmul");
+    return moeForwardFlops(c, m, m.R);
+  }
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    if (i == 2) {
+      c.note("integer expert indices have no gradient");
+      return c.lit(0);
+    }
+    MoeTerms<C> m = moeTerms(c);
+    return moeGradFlops(c, m, m.R, i);
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    Count c(g, op);
+    MoeDims m = moeTerms(c);
+    r.executedFlops = moeForwardFlops(c, m, m.Rb);
+    r.matmulFlops = moeMatmuls(c, m, m.R);
+  }
+};
 
 /// The executed count runs the buffers' rows; without dx the weights' gradients still need
 /// d(out) (and dg, du for w_gate and w_up), which dx's count otherwise holds.
@@ -1504,7 +1991,7 @@ double executedBackwardMoe(const Graph &g, const Op &op, llvm::ArrayRef<bool> ne
   double f = 0;
   for (unsigned i = 0; i < 6; ++i)
     if (need(needGrad, i))
-      f += moeGrad(m, m.Rb, i);
+      f += moeGrad(g, op, m, m.Rb, i);
   if (!need(needGrad, 0) && (need(needGrad, 3) || need(needGrad, 4)))
     f += m.Rb * m.d + 2 * m.Rb * m.d * m.H + 12 * m.Rb * m.H;
   else if (!need(needGrad, 0) && need(needGrad, 5))
@@ -1543,18 +2030,27 @@ bool inferMoeBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tensor
   return true;
 }
 
-ForwardCost forwardMoeBackward(const Graph &g, const Op &op) {
-  MoeDims m = moeDims(g, op);
-  auto need = maskBits(op, 6);
-  ForwardCost c = defaultBytes(g, op);
-  for (unsigned i = 0; i < 6; ++i)
-    if (need[i]) {
-      c.flops += moeGrad(m, m.R, i);
-      c.matmulFlops += i == 0 ? 6 * m.R * m.d * m.H : i >= 3 ? 2 * m.R * m.d * m.H : 0;
-    }
-  c.executedFlops = executedBackwardMoe(g, op, need);
-  return c;
-}
+struct MoeBackwardCounts : BaseCounts {
+  /// The gradients gradMask asks for, as the forward op's rule counts them.
+  template <class C> static Num<C> flops(C &c) {
+    MoeTerms<C> m = moeTerms(c);
+    Terms<C> t{c};
+    for (unsigned i = 0; i < 6; ++i)
+      if (gradWanted(c.op, i))
+        t.add(moeGradFlops(c, m, m.R, i));
+    c.note("dx, the gates, w_gate, w_up and w_down as asked, each as the moe rule counts it");
+    return t.total();
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    MoeDims m = moeDims(g, op);
+    auto need = maskBits(op, 6);
+    r.matmulFlops = 0;
+    for (unsigned i = 0; i < 6; ++i)
+      if (need[i])
+        r.matmulFlops += i == 0 ? 6 * m.R * m.d * m.H : i >= 3 ? 2 * m.R * m.d * m.H : 0;
+    r.executedFlops = executedBackwardMoe(g, op, need);
+  }
+};
 
 /// topk(x, k, dim): (the k largest values along dim, their i32 indices). One comparison per
 /// element (a running top-k list, as softmax's max counts one per element).
@@ -1580,12 +2076,17 @@ bool inferTopK(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
   return true;
 }
 
-ForwardCost forwardTopK(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), numel(in(g, op, 0).shape));
-}
-
-/// The values' gradient scattered into a zeroed gradient of x: one add per value.
-double gradTopK(const Graph &g, const Op &op, unsigned) { return outNumel(g, op); }
+struct TopKCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("one comparison per element (a running top-k list)");
+    return c.numelIn(0);
+  }
+  /// The values' gradient scattered into a zeroed gradient of x: one add per value.
+  template <class C> static Num<C> grad(C &c, unsigned) {
+    c.note("the values' gradient scattered into a zeroed gradient: one add each");
+    return c.n();
+  }
+};
 
 void savedTopK(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                std::vector<SavedTensor> &out) {
@@ -1621,15 +2122,26 @@ bool inferGather(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   return true;
 }
 
-/// The indices, and only the gathered elements of x.
-ForwardCost forwardGather(const Graph &g, const Op &op) {
-  ForwardCost c;
-  c.bytesRead = g.bytes(op.inputs[1]) + outNumel(g, op) * bytesOf(in(g, op, 0).dtype);
-  c.bytesWritten = g.bytes(op.outputs[0]);
-  return c;
-}
-
-double gradGather(const Graph &g, const Op &op, unsigned i) { return i == 0 ? outNumel(g, op) : 0; }
+struct GatherCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("a gather: no arithmetic");
+    return c.lit(0);
+  }
+  /// The indices, and only the gathered elements of x.
+  template <class C> static Num<C> read(C &c) {
+    c.note("the indices, and only the gathered elements: n of them");
+    return c.bytesOf(c.op.inputs[1], "in", 1) +
+           c.n() * c.lit(static_cast<double>(bytesOf(in(c.g, c.op, 0).dtype)));
+  }
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    if (i != 0) {
+      c.note("integer indices have no gradient");
+      return c.lit(0);
+    }
+    c.note("a scatter-add of the output gradient at the indices");
+    return c.n();
+  }
+};
 
 void savedGather(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                  std::vector<SavedTensor> &out) {
@@ -1646,72 +2158,76 @@ bool inferScatterAdd(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorT
   outs.push_back({op.attrs.newShape, in(g, op, 1).dtype});
   return true;
 }
-ForwardCost forwardScatterAdd(const Graph &g, const Op &op) {
-  return withFlops(defaultBytes(g, op), numel(in(g, op, 1).shape));
-}
+struct ScatterAddCounts : BaseCounts {
+  template <class C> static Num<C> flops(C &c) {
+    c.note("one add per element of dy");
+    return c.numelIn(1);
+  }
+};
 
 // ---------------------------------------------------------------------------------------------
 // The table: one entry per kind, named rule<ID> so that ir/Ops.def can index them below.
 
-#define RULE(ID, INFER, FORWARD, GRAD, EXEC, SAVED)                                              \
-  const OpRule rule##ID = {&inferChecked<INFER>, FORWARD, GRAD, EXEC, SAVED};
+#define RULE(ID, INFER, COUNTS, EXEC, SAVED)                                                     \
+  const OpRule rule##ID = {&inferChecked<INFER>, &forwardOf<COUNTS>, &gradOf<COUNTS>, EXEC, SAVED,  \
+                           &explainOf<COUNTS>};
 
-RULE(Matmul, inferMatmul, forwardMatmul, gradMatmul, executedDefault, savedMatmul)
-RULE(Add, inferBinary, forwardBinary, gradBinary, executedDefault, savedBinary)
-RULE(Sub, inferBinary, forwardBinary, gradBinary, executedDefault, savedBinary)
-RULE(Mul, inferBinary, forwardBinary, gradBinary, executedDefault, savedBinary)
-RULE(Div, inferBinary, forwardBinary, gradBinary, executedDefault, savedBinary)
-RULE(Neg, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
-RULE(Relu, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
-RULE(Gelu, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
-RULE(Silu, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
-RULE(Tanh, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
-RULE(Sigmoid, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
-RULE(Exp, inferUnary, forwardUnary, gradUnary, executedDefault, savedUnary)
-RULE(Dropout, inferDropout, forwardDropout, gradUnary, executedDefault, savedDropout)
-RULE(Rope, inferRope, forwardRope, gradRope, executedDefault, savedUnary)
-RULE(Softmax, inferSoftmax, forwardSoftmax, gradSoftmax, executedDefault, savedSoftmax)
-RULE(LayerNorm, inferNorm, forwardNorm, gradNorm, executedDefault, savedNorm)
-RULE(RmsNorm, inferNorm, forwardNorm, gradNorm, executedDefault, savedNorm)
-RULE(Attention, inferAttention, forwardAttention, gradAttention, executedBackwardAttention, savedAttention)
-RULE(Embedding, inferEmbedding, forwardEmbedding, gradEmbedding, executedDefault, savedEmbedding)
-RULE(Sum, inferReduce, forwardReduce, gradReduce, executedDefault, savesNothing)
-RULE(Mean, inferReduce, forwardReduce, gradReduce, executedDefault, savesNothing)
-RULE(CrossEntropy, inferCrossEntropy, forwardCrossEntropy, gradCrossEntropy, executedDefault, savedCrossEntropy)
-RULE(Positions, inferPositions, forwardData, noGrad, executedDefault, savesNothing)
-RULE(NextTokens, inferNextTokens, forwardData, noGrad, executedDefault, savesNothing)
-RULE(Concat, inferConcat, forwardData, noGrad, executedDefault, savesNothing)
-RULE(Split, inferSplit, forwardView, noGrad, executedDefault, savesNothing)
-RULE(Reshape, inferReshape, forwardView, noGrad, executedDefault, savesNothing)
-RULE(Transpose, inferTranspose, forwardView, noGrad, executedDefault, savesNothing)
-RULE(TopK, inferTopK, forwardTopK, gradTopK, executedDefault, savedTopK)
-RULE(Gather, inferGather, forwardGather, gradGather, executedDefault, savedGather)
-RULE(Moe, inferMoe, forwardMoe, gradMoe, executedBackwardMoe, savedMoe)
-RULE(Slice, inferSlice, forwardView, noGrad, executedDefault, savesNothing)
-RULE(Conv2d, inferConv2d, forwardConv2d, gradConv2d, executedDefault, savedConv2d)
-RULE(MaxPool2d, inferPool, forwardPool, gradPool, executedDefault, savedPool)
-RULE(AvgPool2d, inferPool, forwardPool, gradPool, executedDefault, savedPool)
-RULE(BroadcastTo, inferBroadcastTo, forwardData, gradBroadcastTo, executedDefault, savesNothing)
-RULE(Contiguous, inferContiguous, forwardCopy, noGrad, executedDefault, savesNothing)
-RULE(ReduceTo, inferToShape, forwardReduceTo, noGrad, executedDefault, savesNothing)
-RULE(Expand, inferToShape, forwardExpand, noGrad, executedDefault, savesNothing)
-RULE(Fill, inferGiven, forwardCopy, noGrad, executedDefault, savesNothing)
-RULE(UnaryBackward, inferLikeLast, forwardUnaryBackward, noGrad, executedDefault, savesNothing)
-RULE(DivBackward, inferLikeLast, forwardDivBackward, noGrad, executedDefault, savesNothing)
-RULE(SoftmaxBackward, inferLikeLast, forwardSoftmaxBackward, noGrad, executedDefault, savesNothing)
-RULE(LayerNormBackward, inferNormBackward, forwardNormBackward, noGrad, executedDefault, savesNothing)
-RULE(RmsNormBackward, inferNormBackward, forwardNormBackward, noGrad, executedDefault, savesNothing)
-RULE(AttentionBackward, inferAttentionBackward, forwardAttentionBackward, noGrad, executedDefault, savesNothing)
-RULE(EmbeddingBackward, inferEmbeddingBackward, forwardEmbeddingBackward, noGrad, executedDefault, savesNothing)
-RULE(CrossEntropyBackward, inferCrossEntropyBackward, forwardCrossEntropyBackward, noGrad, executedDefault, savesNothing)
-RULE(Conv2dBackward, inferConv2dBackward, forwardConv2dBackward, noGrad, executedDefault, savesNothing)
-RULE(PoolBackward, inferPoolBackward, forwardPoolBackward, noGrad, executedDefault, savesNothing)
-RULE(ZeroGrad, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothing)
-RULE(SumSquares, inferSumSquares, forwardSumSquares, noGrad, executedDefault, savesNothing)
-RULE(Scale, inferGiven, forwardZeroGrad, noGrad, executedDefault, savesNothing)
-RULE(OptimizerUpdate, inferGiven, forwardOptimizerUpdate, noGrad, executedDefault, savesNothing)
-RULE(ScatterAdd, inferScatterAdd, forwardScatterAdd, noGrad, executedDefault, savesNothing)
-RULE(MoeBackward, inferMoeBackward, forwardMoeBackward, noGrad, executedDefault, savesNothing)
+RULE(Matmul, inferMatmul, MatmulCounts, executedDefault, savedMatmul)
+RULE(Add, inferBinary, BinaryCounts, executedDefault, savedBinary)
+RULE(Sub, inferBinary, BinaryCounts, executedDefault, savedBinary)
+RULE(Mul, inferBinary, BinaryCounts, executedDefault, savedBinary)
+RULE(Div, inferBinary, BinaryCounts, executedDefault, savedBinary)
+RULE(Neg, inferUnary, UnaryCounts, executedDefault, savedUnary)
+RULE(Relu, inferUnary, UnaryCounts, executedDefault, savedUnary)
+RULE(Gelu, inferUnary, UnaryCounts, executedDefault, savedUnary)
+RULE(Silu, inferUnary, UnaryCounts, executedDefault, savedUnary)
+RULE(Tanh, inferUnary, UnaryCounts, executedDefault, savedUnary)
+RULE(Sigmoid, inferUnary, UnaryCounts, executedDefault, savedUnary)
+RULE(Exp, inferUnary, UnaryCounts, executedDefault, savedUnary)
+RULE(Dropout, inferDropout, UnaryCounts, executedDefault, savedDropout)
+RULE(Rope, inferRope, UnaryCounts, executedDefault, savedUnary)
+RULE(Softmax, inferSoftmax, SoftmaxCounts, executedDefault, savedSoftmax)
+RULE(LayerNorm, inferNorm, NormCounts, executedDefault, savedNorm)
+RULE(RmsNorm, inferNorm, NormCounts, executedDefault, savedNorm)
+RULE(Attention, inferAttention, AttentionCounts, executedBackwardAttention, savedAttention)
+RULE(Embedding, inferEmbedding, EmbeddingCounts, executedDefault, savedEmbedding)
+RULE(Sum, inferReduce, ReduceCounts, executedDefault, savesNothing)
+RULE(Mean, inferReduce, ReduceCounts, executedDefault, savesNothing)
+RULE(CrossEntropy, inferCrossEntropy, CrossEntropyCounts, executedDefault, savedCrossEntropy)
+RULE(Positions, inferPositions, DataCounts, executedDefault, savesNothing)
+RULE(NextTokens, inferNextTokens, DataCounts, executedDefault, savesNothing)
+RULE(Concat, inferConcat, DataCounts, executedDefault, savesNothing)
+RULE(Split, inferSplit, ViewCounts, executedDefault, savesNothing)
+RULE(Reshape, inferReshape, ViewCounts, executedDefault, savesNothing)
+RULE(Transpose, inferTranspose, ViewCounts, executedDefault, savesNothing)
+RULE(TopK, inferTopK, TopKCounts, executedDefault, savedTopK)
+RULE(Gather, inferGather, GatherCounts, executedDefault, savedGather)
+RULE(Moe, inferMoe, MoeCounts, executedBackwardMoe, savedMoe)
+RULE(Slice, inferSlice, ViewCounts, executedDefault, savesNothing)
+RULE(Conv2d, inferConv2d, Conv2dCounts, executedDefault, savedConv2d)
+RULE(MaxPool2d, inferPool, PoolCounts, executedDefault, savedPool)
+RULE(AvgPool2d, inferPool, PoolCounts, executedDefault, savedPool)
+RULE(BroadcastTo, inferBroadcastTo, BroadcastToCounts, executedDefault, savesNothing)
+RULE(Contiguous, inferContiguous, CopyCounts, executedDefault, savesNothing)
+RULE(ReduceTo, inferToShape, ReduceToCounts, executedDefault, savesNothing)
+RULE(Expand, inferToShape, ExpandCounts, executedDefault, savesNothing)
+RULE(Fill, inferGiven, CopyCounts, executedDefault, savesNothing)
+RULE(UnaryBackward, inferLikeLast, UnaryBackwardCounts, executedDefault, savesNothing)
+RULE(DivBackward, inferLikeLast, DivBackwardCounts, executedDefault, savesNothing)
+RULE(SoftmaxBackward, inferLikeLast, SoftmaxBackwardCounts, executedDefault, savesNothing)
+RULE(LayerNormBackward, inferNormBackward, NormBackwardCounts, executedDefault, savesNothing)
+RULE(RmsNormBackward, inferNormBackward, NormBackwardCounts, executedDefault, savesNothing)
+RULE(AttentionBackward, inferAttentionBackward, AttentionBackwardCounts, executedDefault, savesNothing)
+RULE(EmbeddingBackward, inferEmbeddingBackward, EmbeddingBackwardCounts, executedDefault, savesNothing)
+RULE(CrossEntropyBackward, inferCrossEntropyBackward, CrossEntropyBackwardCounts, executedDefault, savesNothing)
+RULE(Conv2dBackward, inferConv2dBackward, Conv2dBackwardCounts, executedDefault, savesNothing)
+RULE(PoolBackward, inferPoolBackward, PoolBackwardCounts, executedDefault, savesNothing)
+RULE(ZeroGrad, inferGiven, ZeroGradCounts, executedDefault, savesNothing)
+RULE(SumSquares, inferSumSquares, SumSquaresCounts, executedDefault, savesNothing)
+RULE(Scale, inferGiven, ZeroGradCounts, executedDefault, savesNothing)
+RULE(OptimizerUpdate, inferGiven, OptimizerUpdateCounts, executedDefault, savesNothing)
+RULE(ScatterAdd, inferScatterAdd, ScatterAddCounts, executedDefault, savesNothing)
+RULE(MoeBackward, inferMoeBackward, MoeBackwardCounts, executedDefault, savesNothing)
 #undef RULE
 
 const OpRule *const kRules[] = {
@@ -1722,6 +2238,19 @@ const OpRule *const kRules[] = {
 } // namespace
 
 const OpRule &ruleFor(OpKind k) { return *kRules[static_cast<unsigned>(k)]; }
+
+Formula describeForward(const Graph &g, const Op &op) {
+  return ruleFor(op.kind).explain(g, op, Counted::ForwardFlops, 0);
+}
+Formula describeBytesRead(const Graph &g, const Op &op) {
+  return ruleFor(op.kind).explain(g, op, Counted::BytesRead, 0);
+}
+Formula describeBytesWritten(const Graph &g, const Op &op) {
+  return ruleFor(op.kind).explain(g, op, Counted::BytesWritten, 0);
+}
+Formula describeGrad(const Graph &g, const Op &op, unsigned i) {
+  return ruleFor(op.kind).explain(g, op, Counted::GradFlops, i);
+}
 
 bool broadcastShapes(const Shape &a, const Shape &b, Shape &out) {
   size_t rank = std::max(a.size(), b.size());

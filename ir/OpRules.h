@@ -1,12 +1,15 @@
 // Per-op knowledge, one table entry per op kind: output shapes, forward FLOPs and bytes, the
 // FLOPs of each input's gradient, and the tensors the backward keeps. Every pass asks this
 // table, so adding an op touches ir/Ops.def and one entry in ir/OpRules.cpp, and all passes
-// agree. The counting convention is written down in docs/counting.md.
+// agree. The counting convention is written down in docs/counting.md. The counts are written
+// once, as templates over a number type (ir/Formula.h): the passes run them on doubles, and
+// `tally explain` runs the same code on terms to print the formula behind each number.
 //
 // All FLOP and byte counts are doubles: whole-run totals reach 1e25, past int64 and exact
 // double integers; per-op counts stay exact below 2^53.
 #pragma once
 
+#include "ir/Formula.h"
 #include "ir/Graph.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -62,9 +65,23 @@ struct OpRule {
   /// What the backward needs kept from the forward, given which inputs need a gradient.
   void (*saved)(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                 std::vector<SavedTensor> &out);
+  /// The same count as `forward`'s flops, bytesRead or bytesWritten, or `gradFlops(i)`,
+  /// derived as a formula for `tally explain`: the same rule, run with terms instead of
+  /// doubles (ir/Formula.h), so its value is the pass's.
+  Formula (*explain)(const Graph &g, const Op &op, Counted what, unsigned input);
 };
 
 const OpRule &ruleFor(OpKind k);
+
+/// `tally explain`'s derivations of one op's counts (ruleFor(op.kind).explain).
+/// Forward model FLOPs (ForwardCost::flops).
+Formula describeForward(const Graph &g, const Op &op);
+/// Bytes the forward kernel reads (ForwardCost::bytesRead).
+Formula describeBytesRead(const Graph &g, const Op &op);
+/// Bytes the forward kernel writes (ForwardCost::bytesWritten).
+Formula describeBytesWritten(const Graph &g, const Op &op);
+/// FLOPs of the gradient with respect to input `i` (OpRule::gradFlops).
+Formula describeGrad(const Graph &g, const Op &op, unsigned i);
 
 /// Helpers used by the rules and the passes.
 /// Numpy broadcasting of two shapes; false when a pair of trailing dims differ and neither is 1.

@@ -2,14 +2,14 @@
 //
 // Everything printed is either a number a pass stored (OpAnalysis: FLOPs, bytes, intensity,
 // bound, times, gradient split, saved tensors; Analysis::params.byBlock: per-step block totals),
-// a formula from ir/OpFormulas.h with the op's sizes substituted (its value is tested against
-// ir/OpRules.cpp), or a target datasheet number (peak, bandwidth, efficiency) shown as the input
-// of a formula whose result comes from a pass. The only arithmetic here is the block subtotal:
+// a formula from the op's rule with its sizes substituted (ir/OpRules.h: the same code as the
+// count the passes use, run on terms), or a target datasheet number (peak, bandwidth,
+// efficiency) shown as the input of a formula whose result comes from a pass. The only arithmetic here is the block subtotal:
 // the sum of the per-op values listed above it, labelled as such.
 #include "report/Explain.h"
 
 #include "support/Suggest.h"
-#include "ir/OpFormulas.h"
+#include "ir/OpRules.h"
 #include "ir/Units.h"
 #include "report/Sections.h"
 

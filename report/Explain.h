@@ -1,7 +1,8 @@
 // The renderer behind `tally explain --op PATH`: how one op's shape, FLOPs, bytes, bound and
 // time were derived, or the ops of one block with their subtotals. Like every report it only
 // formats: the numbers come from the passes (OpAnalysis, Analysis::params.byBlock) and the
-// formulas from ir/OpFormulas.h, whose values the unit tests tie to ir/OpRules.cpp.
+// formulas from the op's rule (ir/OpRules.h describeForward and the rest: the counting rule the
+// passes run, run again on terms, ir/Formula.h).
 #pragma once
 
 #include "support/Diagnostics.h"
