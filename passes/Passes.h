@@ -104,6 +104,9 @@ void blockTotals(Analysis &a);
 /// The passes that depend only on the graph, the precision and the optimizer (parameters,
 /// op costs, the backward): the part of an analysis every layout of the same graph shares.
 Analysis analyzeGraph(const Graph &g, const Plan &plan);
+/// analyzeGraph, then the training step verified (an internal-error diagnostic if not): the
+/// pipeline as far as `--emit=ir` needs, without the layout passes, lints or budgets.
+Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags);
 /// The passes that price a layout (static memory, activations, roofline, step time, the
 /// allocator reserve) on a copy of `graphPart` (analyzeGraph of the same graph) for `plan`,
 /// which may differ from its plan in the target, the parallel layout and the checkpoint

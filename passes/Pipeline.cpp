@@ -80,11 +80,16 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
   return a;
 }
 
+Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags) {
+  Analysis a = analyzeGraph(g, plan);
+  checkStep(a, diags);
+  return a;
+}
+
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
                  const Relower &relower, bool whatIf) {
-  Analysis a = analyzeGraph(g, plan);
+  Analysis a = analyzeStep(g, plan, diags);
   a.whatIf = whatIf;
-  checkStep(a, diags);
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);

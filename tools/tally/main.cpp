@@ -213,15 +213,19 @@ int runReport() {
   if (!decl || !c.lower(*decl, overrides()))
     return 1;
   overrideBudgets(*c.plan, *budgets);
-  Analysis a = analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl));
-  if (opts::EmitStage == opts::Emit::Ir || opts::EmitStage == opts::Emit::MemoryPlan) {
-    bool json = opts::OutFormat == opts::Format::Json;
-    if (opts::EmitStage == opts::Emit::MemoryPlan)
-      renderMemoryPlan(a, outs(), json);
-    else if (json)
+  // --emit=ir stops at its stage, as a compiler's -emit does: the training step, built and
+  // verified, printed; no pricing, lints or budgets (their diagnostics belong to the report).
+  if (opts::EmitStage == opts::Emit::Ir) {
+    Analysis a = analyzeStep(*c.graph, *c.plan, c.diags);
+    if (opts::OutFormat == opts::Format::Json)
       renderIrJson(*a.step, outs());
     else
       printGraph(*a.step, outs());
+    return c.diags.hasErrors() ? 1 : 0;
+  }
+  Analysis a = analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl));
+  if (opts::EmitStage == opts::Emit::MemoryPlan) {
+    renderMemoryPlan(a, outs(), opts::OutFormat == opts::Format::Json);
     return c.diags.hasErrors() ? 1 : 0;
   }
   // report/Output.h: a temporary file renamed into place; the inputs are never written over.
