@@ -11,6 +11,7 @@
 #include "support/Suggest.h"
 #include "ir/OpRules.h"
 #include "ir/Units.h"
+#include "report/Report.h"
 #include "report/Sections.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -472,7 +473,7 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                                                         {"saved", std::move(saved)}})
                              : llvm::json::Value(nullptr)},
   };
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+  printJson(os, std::move(root));
 }
 
 namespace {
@@ -577,7 +578,7 @@ void explainBlockJson(const Analysis &a, const ExplainSelection &sel, llvm::raw_
               {"per_step", Object{{"forward_flops", bc.forwardFlops},
                                   {"backward_flops", bc.backwardFlops},
                                   {"time_s", bc.time}}}};
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+  printJson(os, std::move(root));
 }
 
 } // namespace tally

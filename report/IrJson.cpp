@@ -79,7 +79,7 @@ void renderIrJson(const Graph &g, llvm::raw_ostream &os) {
     ops.push_back(std::move(o));
   }
   llvm::json::Object root{{"model", g.model}, {"tensors", std::move(tensors)}, {"ops", std::move(ops)}};
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+  printJson(os, std::move(root));
 }
 
 } // namespace tally

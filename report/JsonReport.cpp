@@ -28,24 +28,6 @@ llvm::json::Array diagnosticsJson(const DiagnosticEngine &diags) {
   return out;
 }
 
-/// Replaces every inf or nan number under `v` by null (JSON has neither: llvm::json would write
-/// `inf`) and collects the dotted paths of the numbers it replaced.
-void nullNonFinite(llvm::json::Value &v, const std::string &path, std::vector<std::string> &out) {
-  if (llvm::json::Object *o = v.getAsObject()) {
-    for (auto &kv : *o)
-      nullNonFinite(kv.second, path.empty() ? kv.first.str() : path + "." + kv.first.str(), out);
-  } else if (llvm::json::Array *a = v.getAsArray()) {
-    for (size_t i = 0; i < a->size(); ++i)
-      nullNonFinite((*a)[i], path + "[" + std::to_string(i) + "]", out);
-  } else if (v.kind() == llvm::json::Value::Number) {
-    llvm::Optional<double> d = v.getAsNumber();
-    if (d && !std::isfinite(*d)) {
-      out.push_back(path);
-      v = nullptr;
-    }
-  }
-}
-
 /// The inference section (passes/Inference.cpp): null for train plans.
 llvm::json::Value inferenceJson(const Analysis &a) {
   const auto &inf = a.inference;
@@ -326,6 +308,28 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
     writeSorted(j, value, "", streamed);
   }
   os << "\n";
+}
+
+void nullNonFinite(llvm::json::Value &v, const std::string &path, std::vector<std::string> &replaced) {
+  if (llvm::json::Object *o = v.getAsObject()) {
+    for (auto &kv : *o)
+      nullNonFinite(kv.second, path.empty() ? kv.first.str() : path + "." + kv.first.str(), replaced);
+  } else if (llvm::json::Array *a = v.getAsArray()) {
+    for (size_t i = 0; i < a->size(); ++i)
+      nullNonFinite((*a)[i], path + "[" + std::to_string(i) + "]", replaced);
+  } else if (v.kind() == llvm::json::Value::Number) {
+    llvm::Optional<double> d = v.getAsNumber();
+    if (d && !std::isfinite(*d)) {
+      replaced.push_back(path);
+      v = nullptr;
+    }
+  }
+}
+
+void printJson(llvm::raw_ostream &os, llvm::json::Value v) {
+  std::vector<std::string> replaced;
+  nullNonFinite(v, "", replaced);
+  os << llvm::formatv("{0:2}", v) << "\n";
 }
 
 } // namespace tally

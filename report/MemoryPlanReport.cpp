@@ -64,9 +64,7 @@ void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
   // A plan whose sizes or offsets do not fit int64 has no offsets to print: only why.
   if (!a.planOverflow.empty()) {
     if (json)
-      os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
-                                       {"alignment", kAlignment}, {"overflow", a.planOverflow}}))
-         << "\n";
+      printJson(os, llvm::json::Object{{"alignment", kAlignment}, {"overflow", a.planOverflow}});
     else
       os << "memory plan @" << s.model
          << ": not representable: it does not fit in 64-bit byte offsets (" << a.planOverflow
@@ -101,7 +99,7 @@ void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
                                        {"master", regionJson(a.regions.master)},
                                        {"optimizer", regionJson(a.regions.optimizer)}}},
         {"shard_elements", a.regions.shard}};
-    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+    printJson(os, std::move(root));
     return;
   }
   os << "memory plan @" << s.model << ": arena " << a.arenaBytes << " bytes, alignment "

@@ -4,9 +4,20 @@
 #include "support/Diagnostics.h"
 #include "passes/Analysis.h"
 
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <string>
+#include <vector>
+
 namespace tally {
+
+/// Replaces every inf or nan number under `v` by null (JSON has neither: llvm::json would
+/// write `inf`) and appends the dotted path of each to `replaced`.
+void nullNonFinite(llvm::json::Value &v, const std::string &path, std::vector<std::string> &replaced);
+/// The one way a renderer prints a JSON document: non-finite numbers as null, two-space
+/// indentation, a final newline. (The report streams its large arrays itself, renderJson.)
+void printJson(llvm::raw_ostream &os, llvm::json::Value v);
 
 /// A terminal report that reads like a budget statement.
 void renderText(const Analysis &a, llvm::raw_ostream &os);

@@ -16,6 +16,7 @@
 #include "support/Diagnostics.h"
 #include "ir/Units.h"
 #include "report/Output.h"
+#include "report/Report.h"
 
 using namespace tally;
 
@@ -177,4 +178,32 @@ TEST_CASE("memory plan: a step that does not fit int64 is not generated", "[memo
     CHECK(err == "the memory plan does not fit in 64-bit byte offsets: " + t.a->planOverflow);
     CHECK(files.empty());
   }
+}
+
+TEST_CASE("every JSON a renderer prints has finite numbers only", "[output][reliability]") {
+  // llvm::json writes inf and nan as `inf` and `nan`, which no JSON reader accepts; printJson
+  // (report/Report.h), the one printer of --emit=ir, --emit=memory-plan and explain's JSON,
+  // writes them as null.
+  llvm::json::Object o{{"flops", INFINITY},
+                       {"ratio", NAN},
+                       {"ok", 2.5},
+                       {"rows", llvm::json::Array{1.0, -INFINITY, llvm::json::Object{{"x", NAN}}}}};
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printJson(os, std::move(o));
+  os.flush();
+  CHECK(text.find("inf") == std::string::npos);
+  CHECK(text.find("nan") == std::string::npos);
+  llvm::Expected<llvm::json::Value> back = llvm::json::parse(text);
+  REQUIRE(bool(back));
+  const llvm::json::Object *r = back->getAsObject();
+  REQUIRE(r);
+  CHECK(r->getNumber("ok") == 2.5);
+  CHECK(r->get("flops")->kind() == llvm::json::Value::Null);
+  CHECK(r->get("ratio")->kind() == llvm::json::Value::Null);
+  const llvm::json::Array *rows = r->getArray("rows");
+  REQUIRE(rows);
+  CHECK((*rows)[1].kind() == llvm::json::Value::Null);
+  CHECK((*rows)[2].getAsObject()->get("x")->kind() == llvm::json::Value::Null);
+  CHECK(text.back() == '\n');
 }
