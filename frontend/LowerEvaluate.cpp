@@ -8,8 +8,173 @@
 // `x[...]` slices append ops; a call of a primitive goes to frontend/LowerPrimitives.cpp.
 #include "frontend/Lowerer.h"
 
+#include <algorithm>
+#include <functional>
+
 namespace tally {
 namespace lowering {
+
+namespace {
+
+/// The end of `root`'s subtree of instances: they are made depth first, so the subtree is
+/// [root, end).
+uint32_t subtreeEnd(const Graph &g, uint32_t root) {
+  uint32_t end = root + 1;
+  while (end < g.instances.size() && g.instances[end].depth > g.instances[root].depth)
+    ++end;
+  return end;
+}
+
+/// The parameters declared in instances [lo, hi): a range of Graph::params, which are made
+/// in instance order.
+std::pair<size_t, size_t> paramsIn(const Graph &g, uint32_t lo, uint32_t hi) {
+  auto byInstance = [](const ParamInfo &p, uint32_t i) { return p.instance < i; };
+  auto a = std::lower_bound(g.params.begin(), g.params.end(), lo, byInstance);
+  auto b = std::lower_bound(a, g.params.end(), hi, byInstance);
+  return {static_cast<size_t>(a - g.params.begin()), static_cast<size_t>(b - g.params.begin())};
+}
+
+/// Whether an op reading `b` instead of `a` computes the same way: type, shape (sizes and
+/// names), layout, role and whether a gradient flows.
+bool sameKind(const Tensor &a, const Tensor &b) {
+  if (a.dtype != b.dtype || a.role != b.role || a.requiresGrad != b.requiresGrad ||
+      a.shape.size() != b.shape.size() || a.layout.offset != b.layout.offset ||
+      a.layout.strides != b.layout.strides)
+    return false;
+  for (size_t i = 0; i < a.shape.size(); ++i)
+    if (a.shape[i].size != b.shape[i].size || a.shape[i].sym != b.shape[i].sym)
+      return false;
+  return true;
+}
+
+/// The ops that take a random stream (op1 gives them one each, in order).
+bool randomOp(const Op &op) {
+  return op.kind == OpKind::Dropout || (op.kind == OpKind::Attention && op.attrs.p > 0);
+}
+
+} // namespace
+
+/// Appends copy `m`'s forward call by copying the ops that `from`'s call appended: the same
+/// block with inputs and parameters of the same types computes the same ops, so evaluating
+/// it again would only repeat the interpreter's work (most of the lowering's time in a deep
+/// model). Each tensor is mapped: one the call made to its copy, an input to `m`'s input, a
+/// parameter of `from`'s copy to the same parameter of `m`'s; ops get `m`'s instances, the
+/// names evaluation would give them ("#n" counted per instance as op1 does) and fresh random
+/// streams, in order. Nothing is appended, and nullopt returned, when any of that does not
+/// hold (another block, other input types, an op reading a tensor from elsewhere), and the
+/// copy is then evaluated. The graph is the one evaluation gives, byte for byte (lit
+/// lower-repeat-copies; every example's and lit input's IR and reports were compared).
+std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
+                                        const std::vector<Value> &args) {
+  const ModuleObj &pm = *from.module;
+  if (pm.decl != m.decl || pm.forward != m.forward || args.size() != from.args.size())
+    return std::nullopt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].kind != Value::Tensor || from.args[i].kind != Value::Tensor ||
+        !sameKind(g.tensors[from.args[i].tensor], g.tensors[args[i].tensor]))
+      return std::nullopt;
+    for (size_t j = 0; j < i; ++j)
+      if ((from.args[i].tensor == from.args[j].tensor) != (args[i].tensor == args[j].tensor))
+        return std::nullopt;
+  }
+  uint32_t fromRoot = pm.instance, fromEnd = subtreeEnd(g, fromRoot);
+  uint32_t toRoot = m.instance, toEnd = subtreeEnd(g, toRoot);
+  if (fromEnd - fromRoot != toEnd - toRoot || fromRoot == toRoot)
+    return std::nullopt;
+  auto [fp0, fp1] = paramsIn(g, fromRoot, fromEnd);
+  auto [tp0, tp1] = paramsIn(g, toRoot, toEnd);
+  if (fp1 - fp0 != tp1 - tp0)
+    return std::nullopt;
+  for (size_t k = 0; k < fp1 - fp0; ++k) {
+    const ParamInfo &a = g.params[fp0 + k], &b = g.params[tp0 + k];
+    if (a.trainable != b.trainable || a.instance - fromRoot != b.instance - toRoot ||
+        !sameKind(g.tensors[a.tensor], g.tensors[b.tensor]))
+      return std::nullopt;
+  }
+  TensorId begin = static_cast<TensorId>(g.tensors.size());
+  auto map = [&](TensorId t) -> TensorId {
+    if (t >= from.tensorsBegin && t < from.tensorsEnd)
+      return begin + (t - from.tensorsBegin);
+    for (size_t i = 0; i < args.size(); ++i)
+      if (t == from.args[i].tensor)
+        return args[i].tensor;
+    const Tensor &x = g.tensors[t];
+    if (x.role == TensorRole::Param && x.param >= fp0 && x.param < fp1)
+      return g.params[tp0 + (x.param - fp0)].tensor;
+    return kNone;
+  };
+  auto mapBase = [&](TensorId t) -> TensorId {
+    if (t == kNone)
+      return kNone;
+    if (TensorId r = map(t); r != kNone)
+      return r;
+    for (size_t i = 0; i < args.size(); ++i)
+      if (t == g.tensors[from.args[i].tensor].viewOf)
+        return g.tensors[args[i].tensor].viewOf;
+    return kNone;
+  };
+  // Check everything before appending anything.
+  for (TensorId t = from.tensorsBegin; t < from.tensorsEnd; ++t)
+    if (g.tensors[t].viewOf != kNone && mapBase(g.tensors[t].viewOf) == kNone)
+      return std::nullopt;
+  for (OpId o = from.opsBegin; o < from.opsEnd; ++o) {
+    const Op &op = g.ops[o];
+    if (op.instance < fromRoot || op.instance >= fromEnd)
+      return std::nullopt;
+    for (TensorId t : op.inputs)
+      if (map(t) == kNone)
+        return std::nullopt;
+    for (TensorId t : op.outputs)
+      if (t < from.tensorsBegin || t >= from.tensorsEnd)
+        return std::nullopt;
+    std::string stem = join(g.instances[op.instance].path, opName(op.kind));
+    llvm::StringRef path = op.path;
+    if (!path.startswith(stem) || !(path.size() == stem.size() || path[stem.size()] == '#'))
+      return std::nullopt;
+  }
+  std::function<bool(const Value &)> mappable = [&](const Value &v) {
+    if (v.kind == Value::Tensor)
+      return map(v.tensor) != kNone;
+    if (v.kind == Value::Tuple)
+      return std::all_of(v.elems.begin(), v.elems.end(), mappable);
+    return v.kind == Value::Const;
+  };
+  if (!mappable(from.result))
+    return std::nullopt;
+
+  for (TensorId t = from.tensorsBegin; t < from.tensorsEnd; ++t) {
+    Tensor x = g.tensors[t];
+    x.viewOf = mapBase(x.viewOf);
+    x.producer = kNone;
+    g.addTensor(std::move(x));
+  }
+  if (opCounts.size() < g.instances.size())
+    opCounts.resize(g.instances.size());
+  for (OpId o = from.opsBegin; o < from.opsEnd; ++o) {
+    Op op = g.ops[o];
+    for (TensorId &t : op.inputs)
+      t = map(t);
+    for (TensorId &t : op.outputs)
+      t = map(t);
+    op.instance = toRoot + (op.instance - fromRoot);
+    unsigned n = ++opCounts[op.instance][opName(op.kind)];
+    op.path = join(g.instances[op.instance].path, opName(op.kind));
+    if (n > 1)
+      op.path += "#" + std::to_string(n);
+    if (randomOp(op))
+      op.attrs.stream = g.randomStreams++;
+    g.addOp(std::move(op));
+  }
+  std::function<Value(const Value &)> remap = [&](const Value &v) {
+    Value r = v;
+    if (v.kind == Value::Tensor)
+      r.tensor = map(v.tensor);
+    for (Value &e : r.elems)
+      e = remap(e);
+    return r;
+  };
+  return remap(from.result);
+}
 
 Value Lowerer::callModule(ModuleObj &m, std::vector<Value> args, llvm::SMRange where) {
   if (!m.forward) {
@@ -494,10 +659,35 @@ Value Lowerer::call(const Expr &e, Scope &scope) {
       return {};
     }
     bool all = false; // the last copy returned every input's next value
+    // A copy whose inputs and parameters have the types of the last evaluated copy's gets
+    // that copy's ops again, renamed (cloneCall); others are evaluated. A copy is only a
+    // template when its call said nothing (no diagnostic to repeat per copy).
+    std::optional<CallRecord> record;
     for (ModuleObj *m : callee.list) {
-      Value y = callModule(*m, args, e.range);
-      if (y.kind == Value::Invalid)
-        return {};
+      std::optional<Value> cloned;
+      if (record)
+        cloned = cloneCall(*record, *m, args);
+      Value y;
+      if (cloned) {
+        y = std::move(*cloned);
+      } else {
+        CallRecord r;
+        r.module = m;
+        r.args = args;
+        r.tensorsBegin = static_cast<TensorId>(g.tensors.size());
+        r.opsBegin = static_cast<OpId>(g.ops.size());
+        unsigned said = diags.errorCount() + diags.warningCount();
+        y = callModule(*m, args, e.range);
+        if (y.kind == Value::Invalid)
+          return {};
+        r.tensorsEnd = static_cast<TensorId>(g.tensors.size());
+        r.opsEnd = static_cast<OpId>(g.ops.size());
+        r.result = y;
+        if (diags.errorCount() + diags.warningCount() == said)
+          record = std::move(r);
+        else
+          record.reset();
+      }
       if (args.size() > 1 && y.kind == Value::Tuple && y.elems.size() == args.size()) {
         args = y.elems;
         all = true;

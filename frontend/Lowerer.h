@@ -144,6 +144,16 @@ private:
 
   // frontend/LowerEvaluate.cpp
   Value callModule(ModuleObj &m, std::vector<Value> args, llvm::SMRange where);
+  /// A repeat copy's forward call as it was evaluated: the tensors and ops it appended, for
+  /// the later copies to be copied from (cloneCall).
+  struct CallRecord {
+    ModuleObj *module = nullptr;
+    std::vector<Value> args;
+    TensorId tensorsBegin = 0, tensorsEnd = 0;
+    OpId opsBegin = 0, opsEnd = 0;
+    Value result;
+  };
+  std::optional<Value> cloneCall(const CallRecord &from, ModuleObj &m, const std::vector<Value> &args);
   bool checkInputType(ModuleObj &m, const ForwardParam &p, const Value &arg,
                       llvm::SMRange where);
   std::optional<Value> statements(const std::vector<StmtPtr> &body, Scope &scope);
