@@ -47,11 +47,6 @@ bool sameKind(const Tensor &a, const Tensor &b) {
   return true;
 }
 
-/// The ops that take a random stream (op1 gives them one each, in order).
-bool randomOp(const Op &op) {
-  return op.kind == OpKind::Dropout || (op.kind == OpKind::Attention && op.attrs.p > 0);
-}
-
 } // namespace
 
 /// Appends copy `m`'s forward call by copying the ops that `from`'s call appended: the same
@@ -148,8 +143,6 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
     x.producer = kNone;
     g.addTensor(std::move(x));
   }
-  if (opCounts.size() < g.instances.size())
-    opCounts.resize(g.instances.size());
   for (OpId o = from.opsBegin; o < from.opsEnd; ++o) {
     Op op = g.ops[o];
     for (TensorId &t : op.inputs)
@@ -157,11 +150,8 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
     for (TensorId &t : op.outputs)
       t = map(t);
     op.instance = toRoot + (op.instance - fromRoot);
-    unsigned n = ++opCounts[op.instance][opName(op.kind)];
-    op.path = join(g.instances[op.instance].path, opName(op.kind));
-    if (n > 1)
-      op.path += "#" + std::to_string(n);
-    if (randomOp(op))
+    op.path = nextOpPath(op.instance, op.kind);
+    if (takesRandomStream(op))
       op.attrs.stream = g.randomStreams++;
     g.addOp(std::move(op));
   }

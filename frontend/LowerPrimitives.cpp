@@ -662,13 +662,7 @@ Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpA
     fail();
     return {};
   }
-  // Name the op after its instance and kind: "h[3].attn.qkv.matmul", "h[3].add#2".
-  if (opCounts.size() < g.instances.size())
-    opCounts.resize(g.instances.size());
-  unsigned n = ++opCounts[op.instance][opName(kind)];
-  op.path = join(scope.module->path, opName(kind));
-  if (n > 1)
-    op.path += "#" + std::to_string(n);
+  op.path = nextOpPath(op.instance, kind);
   bool grad = false;
   for (TensorId t : op.inputs)
     grad |= g.tensors[t].requiresGrad;
@@ -695,7 +689,7 @@ Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpA
   }
   if (!op.inputs.empty() && opClass(kind) == OpClass::View)
     setViewLayouts(op);
-  if (op.kind == OpKind::Dropout || (op.kind == OpKind::Attention && op.attrs.p > 0))
+  if (takesRandomStream(op))
     op.attrs.stream = g.randomStreams++;
   if (op.kind == OpKind::Attention && op.attrs.scale == 0)
     op.attrs.scale = 1 / std::sqrt(static_cast<double>(g.tensors[op.inputs[0]].shape[2].size) /
@@ -742,6 +736,22 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
       t = op.inputs.empty() ? kNone : op.inputs[0];
     }
   }
+}
+
+/// The name of the next op of `kind` written in `instance`, counted per instance:
+/// "h[3].attn.qkv.matmul", then "h[3].add#2" for its second add.
+std::string Lowerer::nextOpPath(uint32_t instance, OpKind kind) {
+  if (opCounts.size() < g.instances.size())
+    opCounts.resize(g.instances.size());
+  unsigned n = ++opCounts[instance][opName(kind)];
+  std::string path = join(g.instances[instance].path, opName(kind));
+  if (n > 1)
+    path += "#" + std::to_string(n);
+  return path;
+}
+
+bool Lowerer::takesRandomStream(const Op &op) {
+  return op.kind == OpKind::Dropout || (op.kind == OpKind::Attention && op.attrs.p > 0);
 }
 
 } // namespace lowering
