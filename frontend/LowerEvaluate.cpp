@@ -35,9 +35,11 @@ std::pair<size_t, size_t> paramsIn(const Graph &g, uint32_t lo, uint32_t hi) {
 }
 
 /// Whether an op reading `b` instead of `a` computes the same way: type, shape (sizes and
-/// names), layout, role and whether a gradient flows.
+/// names), layout, role, whether a gradient flows, and whether it is a view (a view of it is
+/// then a view of its storage).
 bool sameKind(const Tensor &a, const Tensor &b) {
   if (a.dtype != b.dtype || a.role != b.role || a.requiresGrad != b.requiresGrad ||
+      (a.viewOf == kNone) != (b.viewOf == kNone) ||
       a.shape.size() != b.shape.size() || a.layout.offset != b.layout.offset ||
       a.layout.strides != b.layout.strides)
     return false;
