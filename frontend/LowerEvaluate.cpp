@@ -78,8 +78,11 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
   uint32_t toRoot = m.instance, toEnd = subtreeEnd(g, toRoot);
   if (fromEnd - fromRoot != toEnd - toRoot || fromRoot == toRoot)
     return std::nullopt;
-  auto [fp0, fp1] = paramsIn(g, fromRoot, fromEnd);
-  auto [tp0, tp1] = paramsIn(g, toRoot, toEnd);
+  // (Plain variables, not structured bindings: C++17 lambdas cannot capture those; clang
+  // refuses it.)
+  std::pair<size_t, size_t> fromParams = paramsIn(g, fromRoot, fromEnd);
+  std::pair<size_t, size_t> toParams = paramsIn(g, toRoot, toEnd);
+  size_t fp0 = fromParams.first, fp1 = fromParams.second, tp0 = toParams.first, tp1 = toParams.second;
   if (fp1 - fp0 != tp1 - tp0)
     return std::nullopt;
   for (size_t k = 0; k < fp1 - fp0; ++k) {
