@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <tuple>
 
 namespace tally {
 namespace lowering {
@@ -78,11 +79,9 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
   uint32_t toRoot = m.instance, toEnd = subtreeEnd(g, toRoot);
   if (fromEnd - fromRoot != toEnd - toRoot || fromRoot == toRoot)
     return std::nullopt;
-  // (Plain variables, not structured bindings: C++17 lambdas cannot capture those; clang
-  // refuses it.)
-  std::pair<size_t, size_t> fromParams = paramsIn(g, fromRoot, fromEnd);
-  std::pair<size_t, size_t> toParams = paramsIn(g, toRoot, toEnd);
-  size_t fp0 = fromParams.first, fp1 = fromParams.second, tp0 = toParams.first, tp1 = toParams.second;
+  size_t fp0, fp1, tp0, tp1; // not structured bindings: C++17 lambdas cannot capture those
+  std::tie(fp0, fp1) = paramsIn(g, fromRoot, fromEnd);
+  std::tie(tp0, tp1) = paramsIn(g, toRoot, toEnd);
   if (fp1 - fp0 != tp1 - tp0)
     return std::nullopt;
   for (size_t k = 0; k < fp1 - fp0; ++k) {
@@ -127,10 +126,6 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
     for (TensorId t : op.outputs)
       if (t < from.tensorsBegin || t >= from.tensorsEnd)
         return std::nullopt;
-    std::string stem = join(g.instances[op.instance].path, opName(op.kind));
-    llvm::StringRef path = op.path;
-    if (!path.startswith(stem) || !(path.size() == stem.size() || path[stem.size()] == '#'))
-      return std::nullopt;
   }
   std::function<bool(const Value &)> mappable = [&](const Value &v) {
     if (v.kind == Value::Tensor)

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "ir/Units.h"
 #include "support/Format.h"
+#include "support/Suggest.h"
 
 #include <cmath>
 #include <cstdio>
@@ -423,9 +424,7 @@ std::optional<double> parseQuantity(llvm::StringRef text, UnitDim want, std::str
     if (!u)
       u = lookupSuffix(unit);
     if (!u) {
-      std::string close = closestUnit(unit);
-      error = "unknown unit '" + unit.str() + "'" +
-              (close.empty() ? "" : "; did you mean '" + close + "'?");
+      error = "unknown unit '" + unit.str() + "'" + didYouMean(closestUnit(unit));
       return std::nullopt;
     }
     info = *u;

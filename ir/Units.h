@@ -101,9 +101,10 @@ std::string formatPercent(double ratio);
 /// Formats v (in base units) by its dimension, using the functions above.
 std::string formatValue(double v, UnitDim d);
 
-/// Parses a quantity as written on the command line (`--budget-memory=80GiB`): a number with an optional unit, glued
-/// or after a space ("80GiB", "80 GiB", "60s", "40%", "90days", "70B", "15T", "0.5"), and
-/// checks that its dimension is `want` (for a Ratio a plain number in (0, 1] is accepted).
+/// Parses a quantity as written on the command line (`--budget-memory=80GiB`): a number with
+/// an optional unit, glued or after a space ("80GiB", "80 GiB", "60s", "40%", "90days", "70B",
+/// "15T", "0.5"), and checks that its dimension is `want` (for a Ratio a plain number in
+/// (0, 1] is accepted).
 /// Returns the value in base units, or nullopt with `error` set.
 std::optional<double> parseQuantity(llvm::StringRef text, UnitDim want, std::string &error);
 

@@ -526,9 +526,11 @@ bool selectable(const Facts &f, OpId o) {
       keptByOther = keptByOther || s != o;
   if (!keptByOther)
     return false;
-  for (TensorId t : op.inputs)
-    if (f.isActivation(f.g.storageOf(t)) && f.savers[f.g.storageOf(t)].empty())
+  for (TensorId t : op.inputs) {
+    TensorId s = f.g.storageOf(t);
+    if (f.isActivation(s) && f.savers[s].empty())
       return false;
+  }
   return true;
 }
 

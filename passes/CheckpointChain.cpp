@@ -137,15 +137,14 @@ ChainSolution::ChainSolution(std::vector<ChainStage> stages, int64_t memory)
       int64_t input = st[sp].input;
       if (input > memory_)
         continue;
+      size_t shift = static_cast<size_t>(std::max<int64_t>(input, 0));
       const double *after = &cost_[at(sp, t, 0)];   // [sp, t] with m − input
       const double *before = &cost_[at(s, sp - 1, 0)]; // [s, sp − 1] with m
       double fwd = prefix[sp] - prefix[s];
       int32_t split = static_cast<int32_t>(sp - s);
-      size_t from = std::max({static_cast<size_t>(std::max<int64_t>(input, 0)),
-                              finiteFrom(sp, t) + static_cast<size_t>(std::max<int64_t>(input, 0)),
-                              finiteFrom(s, sp - 1)});
+      size_t from = std::max({shift, finiteFrom(sp, t) + shift, finiteFrom(s, sp - 1)});
       for (size_t m = from; m < end; ++m) {
-        double c = fwd + after[m - static_cast<size_t>(input)] + before[m];
+        double c = fwd + after[m - shift] + before[m];
         if (c < best[m])
           best[m] = c, how[m] = split;
       }

@@ -164,7 +164,6 @@ constexpr double kDefaultHostLink = 32e9;
 
 double degree(int64_t x) { return static_cast<double>(std::max<int64_t>(1, x)); }
 
-
 /// The activation operand of a matmul by a weight, or kNone when `op` is not one.
 TensorId weightMatmulInput(const Graph &g, const Op &op) {
   if (op.kind != OpKind::Matmul || op.inputs.size() != 2)

@@ -4,8 +4,9 @@
 // bound, times, gradient split, saved tensors; Analysis::params.byBlock: per-step block totals),
 // a formula from the op's rule with its sizes substituted (ir/OpRules.h: the same code as the
 // count the passes use, run on terms), or a target datasheet number (peak, bandwidth,
-// efficiency) shown as the input of a formula whose result comes from a pass. The only arithmetic here is the block subtotal:
-// the sum of the per-op values listed above it, labelled as such.
+// efficiency) shown as the input of a formula whose result comes from a pass. The only
+// arithmetic here is the block subtotal: the sum of the per-op values listed above it,
+// labelled as such.
 #include "report/Explain.h"
 
 #include "support/Suggest.h"
