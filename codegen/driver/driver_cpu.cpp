@@ -116,12 +116,7 @@ void save() {
 } // namespace
 
 int main(int argc, char **argv) {
-  // OpenBLAS's pthread build starts its own worker pool when the library loads, before the
-  // runtime can turn it off; on a machine with few cores those workers then time-share a core
-  // with the step's thread, and a whole run came out up to 60x slower (1 run in 8 on 2 cores).
-  // The runtime tiles matmuls over OpenMP itself, so start again with OpenBLAS single-threaded.
-  if (!std::getenv("OPENBLAS_NUM_THREADS") && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
-    execv("/proc/self/exe", argv); // returns only on failure: then run as we are
+  rt::restart_with_single_threaded_blas(argv);
   tally_comm::init(&argc, &argv);
   args = parse(argc, argv);
   rank = tally_comm::rank();

@@ -5,10 +5,13 @@
 // Exit codes: 0 measured, 1 a measurement was not a finite number, 2 a bad argument.
 #include "tools/calibrate/Calibrate.h"
 
+#include "tally_rt.h"
+
 #include <cstdio>
 #include <cstring>
 
 int main(int argc, char **argv) {
+  rt::restart_with_single_threaded_blas(argv);
   tally::calibrate::Options o;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {

@@ -8,7 +8,10 @@
 
 #include <cblas.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 namespace rt {
@@ -52,6 +55,23 @@ inline void blas_single_threaded() {
   }();
   (void)once;
 }
+
+} // namespace detail
+
+/// OpenBLAS's pthread build starts its own worker pool when the library loads, before the
+/// runtime can turn it off (blas_single_threaded), and those workers spin for a while: on a
+/// machine with few cores they time-share a core with the OpenMP threads, and calls made in the
+/// first fraction of a second came out up to 400x slower (a whole step up to 60x; the first
+/// calibration matmul 4-8 ms instead of 0.02 ms, 2 calibrations in 3 on 2 cores). A program
+/// linking this runtime calls this first thing in main: without OPENBLAS_NUM_THREADS in the
+/// environment it sets it to 1 and executes itself again, so the pool is never started. Returns
+/// only when already set (or when the restart failed: then it runs as it is).
+inline void restart_with_single_threaded_blas(char **argv) {
+  if (!std::getenv("OPENBLAS_NUM_THREADS") && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
+    execv("/proc/self/exe", argv);
+}
+
+namespace detail {
 
 /// One C tile [m0, m0+mb) × [n0, n0+nb) of one batch entry.
 /// fp32/fp64: sgemm/dgemm on the sub-matrices. bf16/fp16: K in blocks of 512, each block of op(A)
