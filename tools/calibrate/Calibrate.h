@@ -27,7 +27,7 @@ struct Options {
 struct MatmulSample {
   std::string dtype; ///< "fp32" or "bf16" (tally's dtype names)
   int64_t M = 0, N = 0, K = 0;
-  double seconds = 0; ///< The fastest of the timed calls.
+  double seconds = 0; ///< The median of the timed calls.
   /// 2·M·N·K.
   double flops() const { return 2.0 * double(M) * double(N) * double(K); }
   /// (M·K + K·N + M·N) × element bytes: what the time model counts for a matmul.
@@ -37,7 +37,7 @@ struct MatmulSample {
 /// The runtime's fused causal attention (fp32, q = k = v [B, S, H·hd]), forward and backward.
 struct AttentionSample {
   int64_t B = 0, H = 0, S = 0, hd = 0;
-  double forwardSeconds = 0, backwardSeconds = 0; ///< The fastest call of each.
+  double forwardSeconds = 0, backwardSeconds = 0; ///< The median call of each.
   /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/OpRules.cpp, causalFraction).
   double scores() const;
 };

@@ -4,26 +4,31 @@
 // threading: OpenBLAS single-threaded, C tiles on the OpenMP threads (rt_matmul.h).
 //
 // 1. Matmuls: square M = N = K and a few skinny shapes (tokens × width), fp32 and bf16 (16-bit
-//    storage converted to fp32 in blocks of K, rt_matmul.h). Each shape: one warm-up call, then
-//    calls until both a minimum count and a minimum time are reached; the fastest call counts
-//    (as STREAM and BLAS benchmarks report: on a shared machine the others measure the
-//    neighbours). The 1-minute load average is recorded, and a busy machine is warned about.
+//    storage converted to fp32 in blocks of K, rt_matmul.h). Every timing below is taken in
+//    rounds (class Rounds): one warm-up call, then in each of 4 rounds a share of the calls and
+//    of the time, every measurement in turn, and the median of all its calls counts. The median
+//    and not the fastest call, because the estimate is compared with the median step, which
+//    meets the machine as it usually is: on the 2-vCPU VM the same matmul alternated, seconds
+//    at a time, between about 63 and 38 GFLOP/s, and the fastest call priced the step at the
+//    fast phase only (fp32 GPT d = 256 estimated 429 ms, measured 785-900 ms). The rounds
+//    spread each measurement over the whole calibration. The 1-minute load average is
+//    recorded, and a busy machine is warned about.
 // 2. Memory bandwidth: a STREAM triad a = b + s·c over arrays far larger than the last-level
 //    cache, OpenMP static schedule; bytes = 3 × 4 per element (no write-allocate counted).
 //    The cache: sysconf's L2 size × the threads, and the same triad over arrays filling half of
-//    it (fastest of many calls).
+//    it.
 // 3. Elementwise: rt::unary_fwd (relu) and rt::scale over the same size, kernels without
 //    transcendentals (those are priced apart, 5.); bytes = read + write.
 // 4. The fixed cost of a kernel call, measured directly (a difference of two timings of
 //    microseconds drowns in their noise): rt::scale on one element (the call, its checks and
 //    bookkeeping) plus an empty OpenMP parallel region on the runtime's threads (the fork and
-//    join a kernel above 4,096 elements pays); the fastest of many single calls each.
+//    join a kernel above 4,096 elements pays); many single calls each.
 // 5. Transcendentals: rt::unary_fwd exp minus the same kernel with relu (same loads, stores,
 //    call and threads), on cache-resident inputs spread over [−4, 4], per element: the seconds
 //    of one evaluation with all threads. The runtime's erf is a polynomial and at most one expf
 //    (tally_math.h), tanh-form gelu one expf, so one rate prices them all.
 // 6. Attention: the runtime's fused causal attention, forward and backward, fp32, B 1, H 4,
-//    S 256, hd 64 (quick: S 128), the fastest call of each.
+//    S 256, hd 64 (quick: S 128).
 // 7. The target (Target.cpp, in tally, from this program's JSON): peak per dtype = the best FLOP/s measured; each sample's efficiency is what
 //    makes passes/StepTime.cpp's kernelTime return the measured time (with the fixed cost of
 //    the call taken out, since kernelTime adds it back); bandwidth = the triad;
@@ -42,6 +47,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 
 namespace tally {
 namespace calibrate {
@@ -54,33 +60,72 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-/// The fastest call of `f`, in seconds, after one warm-up: at least `minCalls` calls and `minSeconds` in all,
-/// at most `maxCalls`.
-double timeBest(const std::function<void()> &f, int minCalls, double minSeconds, int maxCalls) {
-  f();
-  std::vector<double> t;
-  double total = 0;
-  while ((int(t.size()) < minCalls || total < minSeconds) && int(t.size()) < maxCalls) {
-    Clock::time_point t0 = Clock::now();
-    f();
-    t.push_back(since(t0));
-    total += t.back();
+/// Timings taken in rounds. Each measurement gets one warm-up call, then in each round at least
+/// `minCalls` calls and `minSeconds`, at most `maxCalls`; the rounds run every measurement in
+/// turn, so each one samples the machine at several moments seconds apart. A measurement's time
+/// is the median of all its calls.
+class Rounds {
+public:
+  explicit Rounds(int rounds) : rounds_(rounds) {}
+
+  /// Adds a measurement; its index for median().
+  size_t add(std::function<void()> f, int minCalls, double minSeconds, int maxCalls) {
+    items_.push_back({std::move(f), minCalls, minSeconds, maxCalls, {}});
+    return items_.size() - 1;
   }
-  return *std::min_element(t.begin(), t.end());
-}
+
+  void run() {
+    for (Item &it : items_)
+      it.f();
+    for (int r = 0; r < rounds_; ++r)
+      for (Item &it : items_) {
+        double total = 0;
+        for (int n = 0; (n < it.minCalls || total < it.minSeconds) && n < it.maxCalls; ++n) {
+          Clock::time_point t0 = Clock::now();
+          it.f();
+          it.times.push_back(since(t0));
+          total += it.times.back();
+        }
+      }
+  }
+
+  double median(size_t i) const {
+    std::vector<double> t = items_[i].times;
+    std::sort(t.begin(), t.end());
+    return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  }
+
+private:
+  struct Item {
+    std::function<void()> f;
+    int minCalls;
+    double minSeconds;
+    int maxCalls;
+    std::vector<double> times;
+  };
+  int rounds_;
+  std::vector<Item> items_;
+};
+
+/// Operands of one matmul shape, filled with small exact values.
+template <class T>
+struct MatmulOperands {
+  std::vector<T> A, B, C;
+  MatmulOperands(int64_t M, int64_t N, int64_t K) : A(size_t(M * K)), B(size_t(K * N)), C(size_t(M * N)) {
+    for (size_t i = 0; i < A.size(); ++i)
+      A[i] = rt::store<T>(float(int(i % 7) - 3) * 0.125f);
+    for (size_t i = 0; i < B.size(); ++i)
+      B[i] = rt::store<T>(float(int(i % 5) - 2) * 0.25f);
+  }
+};
 
 template <class T>
-double timeMatmul(rt::Ctx &ctx, int64_t M, int64_t N, int64_t K, const Options &o) {
-  std::vector<T> A(size_t(M * K)), B(size_t(K * N)), C(size_t(M * N));
-  for (size_t i = 0; i < A.size(); ++i)
-    A[i] = rt::store<T>(float(int(i % 7) - 3) * 0.125f);
-  for (size_t i = 0; i < B.size(); ++i)
-    B[i] = rt::store<T>(float(int(i % 5) - 2) * 0.25f);
-  auto call = [&] {
-    rt::matmul<T>(ctx, false, false, M, N, K, 1.0f, A.data(), K, 0, B.data(), N, 0, 0.0f,
-                  C.data(), N, 0, 1);
+std::function<void()> matmulCall(rt::Ctx &ctx, int64_t M, int64_t N, int64_t K) {
+  auto ops = std::make_shared<MatmulOperands<T>>(M, N, K);
+  return [&ctx, ops, M, N, K] {
+    rt::matmul<T>(ctx, false, false, M, N, K, 1.0f, ops->A.data(), K, 0, ops->B.data(), N, 0, 0.0f,
+                  ops->C.data(), N, 0, 1);
   };
-  return o.quick ? timeBest(call, 3, 0.01, 50) : timeBest(call, 3, 0.1, 50);
 }
 
 } // namespace
@@ -100,6 +145,15 @@ Result measure(const Options &o) {
   if (!(load >> r.loadAverage))
     r.loadAverage = -1;
 
+  // Every timing is registered here and taken in rounds (Rounds), then read as a median.
+  const int rounds = o.quick ? 2 : 4;
+  Rounds timings(rounds);
+  // Per round: a `share` of the calls and the seconds a measurement gets in all.
+  auto add = [&](std::function<void()> f, int calls, double seconds, int maxCalls) {
+    return timings.add(std::move(f), (calls + rounds - 1) / rounds, seconds / rounds,
+                       (maxCalls + rounds - 1) / rounds);
+  };
+
   // 1. Matmuls.
   std::vector<int64_t> squares = o.quick ? std::vector<int64_t>{64, 128, 256}
                                          : std::vector<int64_t>{64, 128, 256, 512, 1024, 2048};
@@ -114,14 +168,16 @@ Result measure(const Options &o) {
     for (Shape s : {Shape{4096, 64, 64}, Shape{2048, 256, 64}, Shape{4096, 768, 256},
                     Shape{8192, 256, 1024}})
       shapes.push_back(s);
+  std::vector<size_t> matmulTimings;
   for (const char *dtype : {"fp32", "bf16"})
     for (const Shape &s : shapes) {
       MatmulSample m;
       m.dtype = dtype;
       m.M = s.M, m.N = s.N, m.K = s.K;
-      m.seconds = m.dtype == "fp32" ? timeMatmul<float>(ctx, s.M, s.N, s.K, o)
-                                    : timeMatmul<rt::bf16>(ctx, s.M, s.N, s.K, o);
       r.matmuls.push_back(m);
+      matmulTimings.push_back(add(m.dtype == "fp32" ? matmulCall<float>(ctx, s.M, s.N, s.K)
+                                                    : matmulCall<rt::bf16>(ctx, s.M, s.N, s.K),
+                                  4, o.quick ? 0.01 : 0.1, 60));
     }
 
   // 2. Triad, over arrays of 3 × n floats well past a 32 MiB last-level cache.
@@ -135,52 +191,44 @@ Result measure(const Options &o) {
     for (int64_t i = 0; i < n; ++i)
       pa[i] = pb[i] + 3.0f * pc[i];
   };
-  double tTriad = timeBest(triad, 5, o.quick ? 0.02 : 0.2, 100);
-  r.triadBandwidth = 3.0 * 4.0 * double(n) / tTriad;
+  const size_t tTriad = add(triad, 8, o.quick ? 0.02 : 0.2, 100);
 
   // 2b. The cache: one core's L2 × the threads (each thread's share of a kernel's data stays in
   // its core's L2), and the triad over arrays filling half of it, repeated.
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (l2 > 0) {
-    r.cacheBytes = double(l2) * double(nt);
-    const int64_t nc = int64_t(r.cacheBytes / 2 / 12);
-    auto cached = [&] {
-      float *pa = a.data();
-      const float *pb = b.data(), *pc = c.data();
+  const int64_t nc = l2 > 0 ? int64_t(double(l2) * double(nt) / 2 / 12) : 0;
+  auto cached = [&] {
+    float *pa = a.data();
+    const float *pb = b.data(), *pc = c.data();
 #pragma omp parallel for num_threads(nt) schedule(static)
-      for (int64_t i = 0; i < nc; ++i)
-        pa[i] = pb[i] + 3.0f * pc[i];
-    };
-    double tCached = timeBest(cached, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, 5000);
-    r.cacheBandwidth = 3.0 * 4.0 * double(nc) / tCached;
-  }
+    for (int64_t i = 0; i < nc; ++i)
+      pa[i] = pb[i] + 3.0f * pc[i];
+  };
+  const size_t tCached = l2 > 0 ? add(cached, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, 5000) : 0;
 
   // 3. Elementwise kernels of the runtime.
-  auto relu = [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, b.data(), a.data(), n); };
-  auto scale = [&] { rt::scale<float>(ctx, a.data(), 1.0f, n); };
-  double tRelu = timeBest(relu, 3, o.quick ? 0.02 : 0.1, 50);
-  double tScale = timeBest(scale, 3, o.quick ? 0.02 : 0.1, 50);
-  r.elementwiseBandwidth = 2.0 * 4.0 * double(n) * 2.0 / (tRelu + tScale);
+  const size_t tRelu = add([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, b.data(), a.data(), n); }, 4,
+                           o.quick ? 0.02 : 0.1, 60);
+  const size_t tScale = add([&] { rt::scale<float>(ctx, a.data(), 1.0f, n); }, 4, o.quick ? 0.02 : 0.1, 60);
 
-  // 4. The fixed cost of a call. Single calls of a few microseconds, the fastest of many: on a
-  // shared machine a short call is likelier to run uninterrupted than a batch of them.
-  auto perCall = [&](const std::function<void()> &f) {
-    return timeBest(f, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, o.quick ? 500 : 5000);
+  // 4. The fixed cost of a call: single calls of a few microseconds, many of them.
+  auto perCall = [&](std::function<void()> f) {
+    return add(std::move(f), o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, o.quick ? 500 : 5000);
   };
-  double tCall = perCall([&] { rt::scale<float>(ctx, a.data(), 1.0f, 1); });
-  double tFork = perCall([&] {
+  const size_t tCall = perCall([&] { rt::scale<float>(ctx, a.data(), 1.0f, 1); });
+  const size_t tFork = perCall([&] {
 #pragma omp parallel num_threads(nt)
     { asm volatile("" ::: "memory"); }
   });
-  r.kernelOverhead = tCall + tFork;
 
-  // 5. Transcendentals: exp against relu over the same cache-resident elements.
+  // 5. Transcendentals: exp against relu over the same cache-resident elements (the separate
+  // array e, spread over [-4, 4]).
   const int64_t m = 65536;
+  std::vector<float> e(static_cast<size_t>(m)), eOut(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i)
-    b[size_t(i)] = -4.0f + 8.0f * float(i % 1001) / 1000.0f;
-  double tExp = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, b.data(), a.data(), m); });
-  double tRelu2 = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, b.data(), a.data(), m); });
-  r.transcendentalTime = std::max(0.0, tExp - tRelu2) / double(m);
+    e[size_t(i)] = -4.0f + 8.0f * float(i % 1001) / 1000.0f;
+  const size_t tExp = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, e.data(), eOut.data(), m); });
+  const size_t tRelu2 = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, e.data(), eOut.data(), m); });
 
   // 6. Attention: the runtime's fused causal attention forward and backward on one shape.
   AttentionSample &at = r.attention;
@@ -204,8 +252,23 @@ Result measure(const Options &o) {
                              dq.data(), dk.data(), dv.data(), at.B, at.S, at.S, at.H, at.H, at.hd, attnScale,
                              true, 0.0f, 0, 0, false);
   };
-  at.forwardSeconds = timeBest(attnFwd, 3, o.quick ? 0.01 : 0.1, 100);
-  at.backwardSeconds = timeBest(attnBwd, 3, o.quick ? 0.01 : 0.1, 100);
+  const size_t tAttnFwd = add(attnFwd, 4, o.quick ? 0.01 : 0.1, 100);
+  const size_t tAttnBwd = add(attnBwd, 4, o.quick ? 0.01 : 0.1, 100);
+
+  timings.run();
+
+  for (size_t i = 0; i < r.matmuls.size(); ++i)
+    r.matmuls[i].seconds = timings.median(matmulTimings[i]);
+  r.triadBandwidth = 3.0 * 4.0 * double(n) / timings.median(tTriad);
+  if (l2 > 0) {
+    r.cacheBytes = double(l2) * double(nt);
+    r.cacheBandwidth = 3.0 * 4.0 * double(nc) / timings.median(tCached);
+  }
+  r.elementwiseBandwidth = 2.0 * 4.0 * double(n) * 2.0 / (timings.median(tRelu) + timings.median(tScale));
+  r.kernelOverhead = timings.median(tCall) + timings.median(tFork);
+  r.transcendentalTime = std::max(0.0, timings.median(tExp) - timings.median(tRelu2)) / double(m);
+  at.forwardSeconds = timings.median(tAttnFwd);
+  at.backwardSeconds = timings.median(tAttnBwd);
 
   r.seconds = since(start);
   return r;

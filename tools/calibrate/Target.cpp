@@ -112,7 +112,7 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << (r.busy() ? " (busy: other processes shared the cores; calibrate again when idle)" : "")
      << ".\n"
      << (r.quick ? "// A quick calibration: small sizes and short timings, not for estimates.\n" : "")
-     << "// Matmuls measured (one rt::matmul call, the fastest of several):\n";
+     << "// Matmuls measured (one rt::matmul call, the median of 4 rounds of calls):\n";
   for (const MatmulSample &m : r.matmuls)
     os << "//   " << m.dtype << " " << m.M << " x " << m.N << " x " << m.K << ": "
        << num(m.seconds * 1e3, 4) << " ms, " << num(m.flops() / m.seconds / 1e9, 4)

@@ -3,8 +3,8 @@
 // Times MPI_Allreduce in place over fp32 (MPI_SUM on MPI_COMM_WORLD, what
 // codegen/driver/tally_comm.h calls for every gradient bucket) at 8 bytes (latency) and at one
 // 25 MiB bucket (bandwidth; PyTorch DDP's bucket, the generated step's): one warm-up call, then
-// calls until both a minimum count and a minimum time are reached, the fastest counting (as the
-// rest of the calibration does). Rank 0 prints one line per size: "allreduce BYTES SECONDS".
+// calls until both a minimum count and a minimum time are reached, the median counting (as in
+// the rest of the calibration: the estimate is compared with the median step). Rank 0 prints one line per size: "allreduce BYTES SECONDS".
 // Built only where CMake finds MPI (tools/calibrate/CMakeLists.txt).
 #include <mpi.h>
 
@@ -23,7 +23,8 @@ int main(int argc, char **argv) {
     std::vector<float> v(static_cast<size_t>(bytes / 4), 1.0f);
     int count = static_cast<int>(v.size());
     MPI_Allreduce(MPI_IN_PLACE, v.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double best = 1e30, total = 0;
+    std::vector<double> times;
+    double total = 0;
     int calls = 0, minCalls = bytes < 1024 ? 200 : 3;
     double minSeconds = quick ? 0.01 : 0.2;
     // Every rank must make the same number of calls: rank 0 decides when to stop.
@@ -32,14 +33,15 @@ int main(int argc, char **argv) {
       double t0 = MPI_Wtime();
       MPI_Allreduce(MPI_IN_PLACE, v.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double t = MPI_Wtime() - t0;
-      best = std::min(best, t);
+      times.push_back(t);
       total += t;
       ++calls;
       more = (calls < minCalls || total < minSeconds) && calls < 10000;
       MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
+    std::sort(times.begin(), times.end());
     if (rank == 0)
-      std::printf("allreduce %ld %.9g\n", bytes, best);
+      std::printf("allreduce %ld %.9g\n", bytes, times[times.size() / 2]);
   }
   MPI_Finalize();
   return 0;

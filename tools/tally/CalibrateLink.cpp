@@ -60,7 +60,7 @@ void measureLink(calibrate::Result &r, bool quick) {
   int rc = sys::ExecuteAndWait(*mpirun, argv, None, redirects, 120, 0, &err);
   auto text = MemoryBuffer::getFile(out);
   sys::fs::remove(out);
-  std::map<double, double> seconds; // bytes → fastest call
+  std::map<double, double> seconds; // bytes → median call
   if (rc == 0 && text) {
     std::istringstream in((*text)->getBuffer().str());
     std::string word;
