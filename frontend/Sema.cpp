@@ -982,6 +982,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         .range(expertRange);
     return false;
   }
+  plan.target.shareAmong(devices);
   return true;
 }
 

@@ -49,6 +49,18 @@ double interpolateCurve(const std::vector<CurvePoint> &points, double flops) {
   return a.efficiency + f * (b.efficiency - a.efficiency);
 }
 
+void Target::shareAmong(int64_t ranks) {
+  if (name != "host" || ranks < 1 || ranks == sharedBy)
+    return;
+  // f = the share each rank had over the share it gets now.
+  const double f = double(sharedBy) / double(ranks);
+  for (double *x : {&peakF64, &peakF32, &peakTF32, &peakF16, &peakBF16, &peakFP8, &peakINT8, &bandwidth,
+                    &hostLink, &memoryBytes, &hostMemoryBytes, &cacheBytes, &cacheBandwidth})
+    *x *= f;
+  transcendentalTime /= f;
+  sharedBy = ranks;
+}
+
 double Target::matmulEfficiency(Dtype d, double flops) const {
   for (const MatmulCurve &c : matmulCurves)
     if (c.dtype == d && !c.points.empty())

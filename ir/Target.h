@@ -98,7 +98,17 @@ struct Target {
   /// Measured matmul efficiency by size and dtype (only the calibrated `host` target has
   /// them); a dtype without a curve uses efficiency.matmul.
   std::vector<MatmulCurve> matmulCurves;
+  /// How many ranks share this target's numbers (shareAmong); 1 for every GPU.
+  int64_t sharedBy = 1;
   std::string source;       ///< Short citation of the datasheet.
+
+  /// The calibrated `host` is one machine, and every rank of a plan on it runs on that
+  /// machine's cores (`tally run` starts them all there under mpirun, each with cores / ranks
+  /// OpenMP threads): each rank gets 1/ranks of its FLOP/s, memory bandwidth, cache, memory
+  /// and transcendental rate. Sets this target to what each of `ranks` ranks gets; callable
+  /// again with another count (it rescales from the share it has). GPUs are devices of their
+  /// own: for every other target this does nothing.
+  void shareAmong(int64_t ranks);
 
   /// The efficiency of a matmul of `flops` FLOPs per call computed in dtype d: the
   /// dtype's measured curve when there is one, else efficiency.matmul.

@@ -293,3 +293,60 @@ train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.
   // A matmul evaluates none.
   CHECK(t.a->ops[first(OpKind::Matmul)].forward.transcendentals == 0);
 }
+
+TEST_CASE("host: the ranks of a plan share the one machine", "[host]") {
+  Compilation c;
+  std::optional<Target> host = parseHost(c, kCalibration);
+  REQUIRE(host);
+  // Two ranks: each half the FLOP/s, bandwidth and memory of the machine.
+  Target t = *host;
+  t.shareAmong(2);
+  CHECK(t.sharedBy == 2);
+  CHECK(t.peakF32 == Approx(50e9));
+  CHECK(t.peakBF16 == Approx(25e9));
+  CHECK(t.bandwidth == Approx(5e9));
+  CHECK(t.hostLink == Approx(5e9));
+  CHECK(t.memoryBytes == Approx(8.0 * 1024 * 1024 * 1024));
+  // Efficiencies are ratios: unchanged.
+  CHECK(t.matmulEfficiency(Dtype::BF16, std::pow(10.0, 7.5)) == Approx(0.6));
+  // Another count rescales from the share the target has, not from the halved numbers.
+  t.shareAmong(4);
+  CHECK(t.peakF32 == Approx(25e9));
+  t.shareAmong(1);
+  CHECK(t.peakF32 == Approx(100e9));
+  CHECK(t.memoryBytes == Approx(16.0 * 1024 * 1024 * 1024));
+  // A GPU is a device of its own.
+  const Target *gpu = findTarget("H100_SXM");
+  REQUIRE(gpu);
+  Target g = *gpu;
+  g.shareAmong(8);
+  CHECK(g.peakBF16 == gpu->peakBF16);
+  CHECK(g.sharedBy == 1);
+
+  // A plan of 2 ranks on the host prices each rank at half the machine; its MFU is over
+  // both ranks' share, so one plan and the other agree on the machine's utilisation when
+  // the step time doubles with half the FLOP/s.
+  std::string model = std::string(kCalibration) + R"(
+model M(d = 256) {
+  fc = Linear(d, d)
+  forward(x: f32[batch, d]) { return sum(fc(x)) }
+}
+train one { model = M() batch = 1024 micro_batch = 1024 optimizer = SGD(lr = 0.1) precision = fp32
+            target = host }
+train two { model = M() batch = 1024 micro_batch = 512 optimizer = SGD(lr = 0.1) precision = fp32
+            target = 2 x host { data = 2, overlap = false } }
+)";
+  Compiled one(model, "one"), two(model, "two");
+  CHECK(one.a->plan->target.peakF32 == Approx(100e9));
+  CHECK(two.a->plan->target.peakF32 == Approx(50e9));
+  CHECK(two.a->plan->target.memoryBytes == Approx(8.0 * 1024 * 1024 * 1024));
+  // Each rank's matmul is priced at its share: 2·512·256·256 FLOPs at 50 GFLOP/s × the curve's
+  // efficiency for that size (compute-bound: 1.3 MB at 5 GB/s is a tenth of it).
+  auto matmulTime = [](const Compiled &t, double tokens, double peak) {
+    double flops = 2 * tokens * 256 * 256;
+    CHECK(t.a->ops[t.op("fc.matmul")].forwardTime ==
+          Approx(flops / (peak * t.a->plan->target.matmulEfficiency(Dtype::F32, flops))));
+  };
+  matmulTime(one, 1024, 100e9);
+  matmulTime(two, 512, 50e9);
+}
