@@ -63,10 +63,11 @@ TALLY_HD inline AdamScalars adam_scalars(float lr, float b1, float b2, int64_t s
 /// m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;  p −= step_size · m / (√v / bc2_sqrt + eps).
 TALLY_HD inline void adam_element(float& p, float g, float& m, float& v, float lr, float b1, float b2,
                                   float eps, float wd, bool decoupled, AdamScalars s) {
-  if (wd != 0.0f) {
-    if (decoupled) p *= 1.0f - lr * wd;
-    else g += wd * p;
-  }
+  // The weight decay as selects of the same arithmetic, not branches: a loop of these then
+  // vectorises (the CPU runtime's update loop; branches kept it scalar, ~3 ns per element).
+  const bool decay = wd != 0.0f && decoupled, l2 = wd != 0.0f && !decoupled;
+  p = decay ? p * (1.0f - lr * wd) : p;
+  g = l2 ? g + wd * p : g;
   m = b1 * m + (1.0f - b1) * g;
   v = b2 * v + (1.0f - b2) * g * g;
   float denom = sqrtf(v) / s.bc2_sqrt + eps;

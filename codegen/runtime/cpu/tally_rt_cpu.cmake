@@ -12,6 +12,10 @@ if(NOT TARGET tally_rt_cpu)
   target_include_directories(tally_rt_cpu INTERFACE ${CMAKE_CURRENT_LIST_DIR})
   target_link_libraries(tally_rt_cpu INTERFACE OpenMP::OpenMP_CXX PkgConfig::TALLY_OPENBLAS)
   target_compile_features(tally_rt_cpu INTERFACE cxx_std_17)
+  # The runtime never reads errno: without it sqrtf is one instruction with no branch to the
+  # library's error path, so loops taking square roots (the optimizer updates) vectorise: Adam
+  # 3-4x faster on the 2-vCPU VM. The results are the same instructions' results.
+  target_compile_options(tally_rt_cpu INTERFACE -fno-math-errno)
   if(TALLY_RT_NATIVE)
     target_compile_options(tally_rt_cpu INTERFACE -march=native)
   endif()
