@@ -548,6 +548,12 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       t.transcendentalTime = need(v, UnitDim::Time, s.key);
     else if (s.key == "cache")
       t.cacheBytes = need(v, UnitDim::Bytes, s.key);
+    else if (s.key == "threads") { // the OpenMP threads a calibration measured with
+      if (auto n = positiveInt(v, "'threads'"))
+        t.threads = *n;
+      else
+        ok = false;
+    }
     else if (s.key == "cache_bandwidth")
       t.cacheBandwidth = need(v, UnitDim::ByteRate, s.key);
     else if (s.key == "peak" && v.kind == ConstValue::Record) {
@@ -604,7 +610,7 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
                "efficiency", "network", "gpus_per_node", "link_latency", "network_latency",
                "matmul_curve", "cuda_context", "comm_buffer", "allocator_reserve",
-               "kernel_overhead", "transcendental", "cache", "cache_bandwidth"});
+               "kernel_overhead", "transcendental", "cache", "cache_bandwidth", "threads"});
       ok = false;
     }
   }
@@ -982,7 +988,6 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         .range(expertRange);
     return false;
   }
-  plan.target.shareAmong(devices);
   return true;
 }
 
@@ -1456,6 +1461,8 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
         .range(d.nameRange);
     return std::nullopt;
   }
+  // On the calibrated host, every rank has its part of the one machine (docs/targets.md).
+  plan.target.shareHost(plan.parallel.devices, o.hostThreads);
   if (!sawPrecision)
     plan.precision.preset = "fp32";
   if (gradDtype != Dtype::Invalid && bytesOf(gradDtype) < bytesOf(plan.precision.grads)) {

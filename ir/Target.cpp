@@ -49,16 +49,23 @@ double interpolateCurve(const std::vector<CurvePoint> &points, double flops) {
   return a.efficiency + f * (b.efficiency - a.efficiency);
 }
 
-void Target::shareAmong(int64_t ranks) {
-  if (name != "host" || ranks < 1 || ranks == sharedBy)
+void Target::shareHost(int64_t ranks, int64_t runThreads) {
+  if (name != "host" || ranks < 1)
     return;
-  // f = the share each rank had over the share it gets now.
-  const double f = double(sharedBy) / double(ranks);
+  if (runThreads > 0)
+    threadsPerRank = runThreads;
+  double next = 1.0 / double(ranks);
+  if (threadsPerRank > 0 && threads > 0)
+    next = std::min(next, double(threadsPerRank) / double(threads));
+  if (next == share)
+    return;
+  // f = the share each rank gets now over the share it had.
+  const double f = next / share;
   for (double *x : {&peakF64, &peakF32, &peakTF32, &peakF16, &peakBF16, &peakFP8, &peakINT8, &bandwidth,
                     &hostLink, &memoryBytes, &hostMemoryBytes, &cacheBytes, &cacheBandwidth})
     *x *= f;
   transcendentalTime /= f;
-  sharedBy = ranks;
+  share = next;
 }
 
 double Target::matmulEfficiency(Dtype d, double flops) const {

@@ -98,17 +98,24 @@ struct Target {
   /// Measured matmul efficiency by size and dtype (only the calibrated `host` target has
   /// them); a dtype without a curve uses efficiency.matmul.
   std::vector<MatmulCurve> matmulCurves;
-  /// How many ranks share this target's numbers (shareAmong); 1 for every GPU.
-  int64_t sharedBy = 1;
+  /// The calibrated host only: the OpenMP threads its numbers were measured with (`threads`,
+  /// written by `tally calibrate`); 0 when not said.
+  int64_t threads = 0;
+  /// The fraction of this target's machine that one rank has (shareHost); 1 for every GPU.
+  double share = 1;
+  /// The OpenMP threads each rank runs with, when the run says so (shareHost); 0: the default.
+  int64_t threadsPerRank = 0;
   std::string source;       ///< Short citation of the datasheet.
 
   /// The calibrated `host` is one machine, and every rank of a plan on it runs on that
   /// machine's cores (`tally run` starts them all there under mpirun, each with cores / ranks
   /// OpenMP threads): each rank gets 1/ranks of its FLOP/s, memory bandwidth, cache, memory
-  /// and transcendental rate. Sets this target to what each of `ranks` ranks gets; callable
-  /// again with another count (it rescales from the share it has). GPUs are devices of their
+  /// and transcendental rate, and no more than its threads' part of the `threads` measured
+  /// (`tally run --threads T`: T / threads). Sets this target to what each of `ranks` ranks
+  /// gets, with `threadsPerRank` threads each (0: the default, cores / ranks; or the one set
+  /// before); callable again (it rescales from the share it has). GPUs are devices of their
   /// own: for every other target this does nothing.
-  void shareAmong(int64_t ranks);
+  void shareHost(int64_t ranks, int64_t threadsPerRank = 0);
 
   /// The efficiency of a matmul of `flops` FLOPs per call computed in dtype d: the
   /// dtype's measured curve when there is one, else efficiency.matmul.

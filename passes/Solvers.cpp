@@ -373,7 +373,7 @@ std::optional<Candidate> fewestDevices(Trials &trials, int zero,
     Plan p = base;
     p.parallel.data = data;
     p.parallel.devices = data * modelParallel;
-    p.target.shareAmong(p.parallel.devices);
+    p.target.shareHost(p.parallel.devices);
     p.parallel.zero = zero;
     if (!keepMicro)
       p.microBatch = base.batch / data;

@@ -300,8 +300,8 @@ TEST_CASE("host: the ranks of a plan share the one machine", "[host]") {
   REQUIRE(host);
   // Two ranks: each half the FLOP/s, bandwidth and memory of the machine.
   Target t = *host;
-  t.shareAmong(2);
-  CHECK(t.sharedBy == 2);
+  t.shareHost(2);
+  CHECK(t.share == 0.5);
   CHECK(t.peakF32 == Approx(50e9));
   CHECK(t.peakBF16 == Approx(25e9));
   CHECK(t.bandwidth == Approx(5e9));
@@ -310,18 +310,34 @@ TEST_CASE("host: the ranks of a plan share the one machine", "[host]") {
   // Efficiencies are ratios: unchanged.
   CHECK(t.matmulEfficiency(Dtype::BF16, std::pow(10.0, 7.5)) == Approx(0.6));
   // Another count rescales from the share the target has, not from the halved numbers.
-  t.shareAmong(4);
+  t.shareHost(4);
   CHECK(t.peakF32 == Approx(25e9));
-  t.shareAmong(1);
+  t.shareHost(1);
   CHECK(t.peakF32 == Approx(100e9));
   CHECK(t.memoryBytes == Approx(16.0 * 1024 * 1024 * 1024));
   // A GPU is a device of its own.
   const Target *gpu = findTarget("H100_SXM");
   REQUIRE(gpu);
   Target g = *gpu;
-  g.shareAmong(8);
+  g.shareHost(8, 1);
   CHECK(g.peakBF16 == gpu->peakBF16);
-  CHECK(g.sharedBy == 1);
+  CHECK(g.share == 1);
+
+  // Threads: a calibration made with 4 threads, run with 1 thread per rank: a quarter of the
+  // machine per rank, however few the ranks; more threads than the machine's share per rank
+  // do not give a rank more than 1/ranks.
+  Target h = *host;
+  h.threads = 4;
+  h.transcendentalTime = 1e-9;
+  h.shareHost(1, 1);
+  CHECK(h.peakF32 == Approx(25e9));
+  CHECK(h.transcendentalTime == Approx(4e-9));
+  h.shareHost(2); // the run's 1 thread per rank is kept
+  CHECK(h.peakF32 == Approx(25e9));
+  h.shareHost(2, 4);
+  CHECK(h.peakF32 == Approx(50e9));
+  h.shareHost(1, 4);
+  CHECK(h.peakF32 == Approx(100e9));
 
   // A plan of 2 ranks on the host prices each rank at half the machine; its MFU is over
   // both ranks' share, so one plan and the other agree on the machine's utilisation when
@@ -349,4 +365,16 @@ train two { model = M() batch = 1024 micro_batch = 512 optimizer = SGD(lr = 0.1)
   };
   matmulTime(one, 1024, 100e9);
   matmulTime(two, 512, 50e9);
+
+  // `threads = 2` in the file (as tally calibrate writes it) and `tally run --threads 1`
+  // (PlanOverrides::hostThreads): the one process has half the machine.
+  std::string threaded = model;
+  threaded.replace(threaded.find("host_link = 10 GB/s"), 19, "host_link = 10 GB/s\n  threads = 2");
+  PlanOverrides oneThread;
+  oneThread.hostThreads = 1;
+  Compiled half(threaded, "one", oneThread), whole(threaded, "one");
+  CHECK(whole.a->plan->target.threads == 2);
+  CHECK(whole.a->plan->target.peakF32 == Approx(100e9));
+  CHECK(half.a->plan->target.peakF32 == Approx(50e9));
+  matmulTime(half, 1024, 50e9);
 }

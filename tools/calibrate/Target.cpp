@@ -155,6 +155,7 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << ", elementwise = " << num(std::max(elem, 1e-4), 4)
      << (r.linkBandwidth > 0 ? ", communication = 1" : "")
      << (attn > 0 ? ", attention = " + num(std::max(attn, 1e-4), 4) : std::string()) << " }\n"
+     << "  threads = " << r.threads << "\n"
      << (r.kernelOverhead > 0 ? "  kernel_overhead = " + num(r.kernelOverhead * 1e9, 4) + " ns\n" : "")
      << (r.cacheBytes > 0 && r.cacheBandwidth > 0
              ? "  cache = " + num(r.cacheBytes / 1048576.0, 6) + " MiB\n  cache_bandwidth = " +
@@ -180,9 +181,10 @@ std::string cacheFileName() {
   for (const char *p = host; *p; ++p)
     h += (std::isalnum(static_cast<unsigned char>(*p)) || *p == '-' || *p == '.') ? *p : '_';
   // FNV-1a over the CPU model, the core count and the file's contents version: a new CPU gets a
-  // new file, and so does a tally that measures more (version 3: the call cost, transcendentals,
-  // the cache and attention; the interconnect), so an older calibration is not silently used.
-  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/3";
+  // new file, and so does a tally that measures more or otherwise (version 3: the call cost,
+  // transcendentals, the cache and attention; the interconnect; version 4: medians of rounds,
+  // `threads`), so an older calibration is not silently used.
+  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/4";
   uint32_t hash = 2166136261u;
   for (unsigned char ch : key)
     hash = (hash ^ ch) * 16777619u;

@@ -96,6 +96,8 @@ int failure(const std::string &msg) {
 /// other target becomes one `host` device.
 PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   PlanOverrides o = Overrides.overrides();
+  if (Run && Threads > 0)
+    o.hostThreads = Threads; // each rank's part of the host (Target::shareHost)
   if (!o.target.empty() || !Run)
     return o;
   DiagnosticEngine quiet(c.sm);
@@ -538,7 +540,9 @@ int run() {
                                             static_cast<int64_t>(num(m, "threads")), num(m, "threads") == 1 ? "" : "s",
                                             an.plan->parallel.zero >= 1 ? ", ZeRO-1" : "")
                                         .str()
-                                  : formatv("on the CPU ({0} threads)", static_cast<int64_t>(num(m, "threads"))).str();
+                                  : formatv("on the CPU ({0} thread{1})", static_cast<int64_t>(num(m, "threads")),
+                                            num(m, "threads") == 1 ? "" : "s")
+                                        .str();
   os << formatv("tally run: {0}, plan {1}, {2}: {3} timed steps after {4} warm-up\n", an.graph->model,
                 an.plan->name, where, Steps, Warmup);
   os << formatv("estimates are for the target {0}{1}\n\n", an.plan->target.name,
