@@ -553,8 +553,7 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
         t.threads = *n;
       else
         ok = false;
-    }
-    else if (s.key == "cache_bandwidth")
+    } else if (s.key == "cache_bandwidth")
       t.cacheBandwidth = need(v, UnitDim::ByteRate, s.key);
     else if (s.key == "peak" && v.kind == ConstValue::Record) {
       for (size_t i = 0; i < v.elems.size(); ++i) {

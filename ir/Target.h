@@ -112,10 +112,10 @@ struct Target {
   /// OpenMP threads): each rank gets 1/ranks of its FLOP/s, memory bandwidth, cache, memory
   /// and transcendental rate, and no more than its threads' part of the `threads` measured
   /// (`tally run --threads T`: T / threads). Sets this target to what each of `ranks` ranks
-  /// gets, with `threadsPerRank` threads each (0: the default, cores / ranks; or the one set
+  /// gets, with `runThreads` threads each (0: the default, cores / ranks, or the count given
   /// before); callable again (it rescales from the share it has). GPUs are devices of their
   /// own: for every other target this does nothing.
-  void shareHost(int64_t ranks, int64_t threadsPerRank = 0);
+  void shareHost(int64_t ranks, int64_t runThreads = 0);
 
   /// The efficiency of a matmul of `flops` FLOPs per call computed in dtype d: the
   /// dtype's measured curve when there is one, else efficiency.matmul.

@@ -4,7 +4,8 @@
 // codegen/driver/tally_comm.h calls for every gradient bucket) at 8 bytes (latency) and at one
 // 25 MiB bucket (bandwidth; PyTorch DDP's bucket, the generated step's): one warm-up call, then
 // calls until both a minimum count and a minimum time are reached, the median counting (as in
-// the rest of the calibration: the estimate is compared with the median step). Rank 0 prints one line per size: "allreduce BYTES SECONDS".
+// the rest of the calibration: the estimate is compared with the median step). Rank 0 prints
+// one line per size: "allreduce BYTES SECONDS".
 // Built only where CMake finds MPI (tools/calibrate/CMakeLists.txt).
 #include <mpi.h>
 
