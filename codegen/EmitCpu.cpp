@@ -118,7 +118,13 @@ std::string number(double v) {
 }
 
 /// The op class reports use ("matmul", "elementwise", ...): the profile files kernels under it.
-std::string className(OpKind k) { return opClassName(opClass(k)).str(); }
+/// A backward op's kernels go under its forward op's class, as the estimate files the forward
+/// op's backward time (tally run's table compares them class by class): a bias add's gradient
+/// reduction and copies are elementwise time, not reduction and data.
+std::string className(const Graph &g, const Op &op) {
+  const Op &of = op.phase == Phase::Backward && op.forwardOp < g.ops.size() ? g.ops[op.forwardOp] : op;
+  return opClassName(opClass(of.kind)).str();
+}
 
 struct Emitter {
   const Analysis &a;
@@ -988,7 +994,7 @@ struct Emitter {
       if (opClass(op->kind) == OpClass::View)
         continue;
       body += "\n  // " + commentSafe(op->path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
-      site(op->path, className(op->kind));
+      site(op->path, className(s, *op));
       if (!emitOp() || !error.empty())
         return false;
       if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)

@@ -92,6 +92,21 @@ TEST_CASE("codegen: the e2e GPT's tied head, fused qkv and recompute", "[codegen
   // The loss gradient: 1 / 2 micro-steps.
   CHECK(count(text, "rt::fill<float>(ctx, A<float>(") >= 1);
   CHECK(count(text, "5.000000000e-01f, 1);") == 1);
+  // Kernels are timed under their forward op's class, as tally run's estimate files them: a bias
+  // add's gradient reduction and its copies are the add's (elementwise) time, a matmul's
+  // gradient matmuls matmul time. So no kernel of this step is filed as a reduction.
+  CHECK(count(text, "op_class = \"reduction\"") == 0);
+  std::vector<std::string> ls = lines(text);
+  auto classAfter = [&](const std::string &comment) {
+    for (size_t i = 0; i + 1 < ls.size(); ++i)
+      if (ls[i].find(comment) != std::string::npos)
+        return ls[i + 1];
+    return std::string("(no " + comment + ")");
+  };
+  CHECK(classAfter("// h[1].mlp.fc.add.reduce_to (backward)") == "  op_class = \"elementwise\";");
+  CHECK(classAfter("// h[1].mlp.fc.add.contiguous (backward)") == "  op_class = \"elementwise\";");
+  CHECK(classAfter("// h[1].mlp.fc.matmul.matmul (backward)") == "  op_class = \"matmul\";");
+  CHECK(classAfter("// h[1].mlp.fc.matmul (forward)") == "  op_class = \"matmul\";");
 }
 
 TEST_CASE("codegen: checkpointed blocks are recomputed into their own buffers", "[codegen]") {

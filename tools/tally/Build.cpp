@@ -363,16 +363,22 @@ double num(const json::Object *o, StringRef key) {
   return 0;
 }
 
-/// The estimate's seconds per optimizer step by op class (forward + backward of every op).
+/// The estimate's seconds per optimizer step by op class: forward + backward of every op (a
+/// backward op's kernels under its forward op's class) and its recomputes.
 std::map<std::string, double> estimatedByClass(const Analysis &a) {
   std::map<std::string, double> out;
   double steps = static_cast<double>(a.time.accumulationSteps);
-  for (size_t i = 0; i < a.ops.size() && i < a.graph->ops.size(); ++i) {
+  auto add = [&](OpId i, double seconds) {
     OpClass c = opClass(a.graph->ops[i].kind);
-    if (c == OpClass::View)
-      continue;
-    out[opClassName(c).str()] += (a.ops[i].forwardTime + a.ops[i].backwardTime) * steps;
-  }
+    if (c != OpClass::View)
+      out[opClassName(c).str()] += seconds * steps;
+  };
+  for (OpId i = 0; i < a.ops.size() && i < a.graph->ops.size(); ++i)
+    add(i, a.ops[i].forwardTime + a.ops[i].backwardTime);
+  // Recomputed forwards (a checkpoint plan) run again in the op's class, as StepTime counts them.
+  for (const ScheduleStep &s : a.schedule)
+    if (s.kind == ScheduleStep::Recompute && s.op < a.ops.size() && s.op < a.graph->ops.size())
+      add(s.op, a.ops[s.op].forwardTime);
   out["optimizer"] += a.time.optimizer;
   if (a.time.dataParallelComm > 0)
     out["communication"] += a.time.dataParallelComm;
