@@ -448,34 +448,39 @@ bool Sema::matmulCurves(const ConstValue &rec, Target &t) {
       ok = false;
       continue;
     }
-    const ConstValue &list = rec.elems[i];
     MatmulCurve curve;
     curve.dtype = *dt;
-    bool good = list.kind == ConstValue::Tuple && !list.elems.empty();
-    for (size_t j = 0; good && j < list.elems.size(); ++j) {
-      const ConstValue &p = list.elems[j];
-      good = p.kind == ConstValue::Tuple && p.elems.size() == 2 &&
-             p.elems[0].kind == ConstValue::Number && p.elems[1].kind == ConstValue::Number &&
-             (p.elems[0].dim == UnitDim::None || p.elems[0].dim == UnitDim::Flops) &&
-             (p.elems[1].dim == UnitDim::None || p.elems[1].dim == UnitDim::Ratio);
-      if (!good)
-        break;
-      CurvePoint pt{p.elems[0].number, p.elems[1].number};
-      good = pt.flops > 0 && pt.efficiency > 0 && pt.efficiency <= 1 &&
-             (curve.points.empty() || pt.flops > curve.points.back().flops);
-      curve.points.push_back(pt);
-    }
-    if (!good) {
-      diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
-                   "a matmul curve is a list of (FLOPs per call, efficiency) pairs with the "
-                   "FLOPs increasing and each efficiency in (0, 1]")
-          .range(rec.ranges[i]);
+    if (!curvePoints(rec.elems[i], rec.ranges[i], "a matmul curve", curve.points)) {
       ok = false;
       continue;
     }
     t.matmulCurves.push_back(std::move(curve));
   }
   return ok;
+}
+
+bool Sema::curvePoints(const ConstValue &list, llvm::SMRange r, const char *what,
+                       std::vector<CurvePoint> &points) {
+  bool good = list.kind == ConstValue::Tuple && !list.elems.empty();
+  for (size_t j = 0; good && j < list.elems.size(); ++j) {
+    const ConstValue &p = list.elems[j];
+    good = p.kind == ConstValue::Tuple && p.elems.size() == 2 &&
+           p.elems[0].kind == ConstValue::Number && p.elems[1].kind == ConstValue::Number &&
+           (p.elems[0].dim == UnitDim::None || p.elems[0].dim == UnitDim::Flops) &&
+           (p.elems[1].dim == UnitDim::None || p.elems[1].dim == UnitDim::Ratio);
+    if (!good)
+      break;
+    CurvePoint pt{p.elems[0].number, p.elems[1].number};
+    good = pt.flops > 0 && pt.efficiency > 0 && pt.efficiency <= 1 &&
+           (points.empty() || pt.flops > points.back().flops);
+    points.push_back(pt);
+  }
+  if (!good)
+    diags.report(DiagKind::InvalidValue, r.Start,
+                 std::string(what) + " is a list of (FLOPs per call, efficiency) pairs with the "
+                 "FLOPs increasing and each efficiency in (0, 1]")
+        .range(r);
+  return good;
 }
 
 std::optional<Target> Sema::userTarget(const TargetDecl &d) {
@@ -553,6 +558,9 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
         t.threads = *n;
       else
         ok = false;
+    } else if (s.key == "attention_curve") {
+      if (!curvePoints(v, v.range, "an attention curve", t.attentionCurve))
+        ok = false;
     } else if (s.key == "cache_bandwidth")
       t.cacheBandwidth = need(v, UnitDim::ByteRate, s.key);
     else if (s.key == "peak" && v.kind == ConstValue::Record) {
@@ -609,7 +617,8 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
                "efficiency", "network", "gpus_per_node", "link_latency", "network_latency",
                "matmul_curve", "cuda_context", "comm_buffer", "allocator_reserve",
-               "kernel_overhead", "transcendental", "cache", "cache_bandwidth", "threads"});
+               "kernel_overhead", "transcendental", "cache", "cache_bandwidth", "threads",
+               "attention_curve"});
       ok = false;
     }
   }

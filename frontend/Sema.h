@@ -115,6 +115,9 @@ private:
   bool optimizer(const ConstValue &v, OptimizerSpec &out);
   bool parallel(const Program &p, const ConstValue &v, Plan &plan);
   std::optional<Target> userTarget(const TargetDecl &d);
+  /// A list of (FLOPs per call, efficiency) pairs, FLOPs increasing, efficiencies in (0, 1];
+  /// an invalid-value diagnostic naming `what` at `r` otherwise.
+  bool curvePoints(const ConstValue &list, llvm::SMRange r, const char *what, std::vector<CurvePoint> &points);
   bool matmulCurves(const ConstValue &rec, Target &t);
   ConstValue number(const Expr &e);
 };

@@ -68,6 +68,10 @@ void Target::shareHost(int64_t ranks, int64_t runThreads) {
   share = next;
 }
 
+double Target::attentionEfficiency(double flops) const {
+  return attentionCurve.empty() ? efficiency.attention : interpolateCurve(attentionCurve, flops);
+}
+
 double Target::matmulEfficiency(Dtype d, double flops) const {
   for (const MatmulCurve &c : matmulCurves)
     if (c.dtype == d && !c.points.empty())

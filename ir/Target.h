@@ -98,6 +98,9 @@ struct Target {
   /// Measured matmul efficiency by size and dtype (only the calibrated `host` target has
   /// them); a dtype without a curve uses efficiency.matmul.
   std::vector<MatmulCurve> matmulCurves;
+  /// Measured efficiency of the runtime's fused attention by FLOPs per call (only the
+  /// calibrated `host` has one): small heads pay fixed costs per (batch, head).
+  std::vector<CurvePoint> attentionCurve;
   /// The calibrated host only: the OpenMP threads its numbers were measured with (`threads`,
   /// written by `tally calibrate`); 0 when not said.
   int64_t threads = 0;
@@ -120,6 +123,9 @@ struct Target {
   /// The efficiency of a matmul of `flops` FLOPs per call computed in dtype d: the
   /// dtype's measured curve when there is one, else efficiency.matmul.
   double matmulEfficiency(Dtype d, double flops) const;
+  /// The efficiency of an attention call of `flops` FLOPs: the attention curve when there is
+  /// one, else efficiency.attention.
+  double attentionEfficiency(double flops) const;
 
   /// Peak FLOP/s for ops computed in dtype d (F64 -> peakF64, F32 -> peakF32,
   /// TF32 -> peakTF32, F16/BF16, FP8 both kinds, I8/U8 -> peakINT8). 0 if

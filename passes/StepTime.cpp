@@ -143,7 +143,7 @@ double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWo
   double memory = bandwidth > 0 ? w.bytes / bandwidth : 0;
   // A calibrated target (`host`) carries measured matmul efficiency by FLOPs per call.
   double efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
-                      : c == OpClass::Attention ? t.efficiency.attention
+                      : c == OpClass::Attention ? t.attentionEfficiency(w.flops)
                                                 : t.efficiency.elementwise;
   return std::max(compute / efficiency + hostTranscendentalTime(t, w.transcendentals),
                   memory / efficiency) +

@@ -32,6 +32,7 @@ Result sample() {
   r.matmuls.push_back({"bf16", 1024, 64, 64, 2.0 / 3.0 * 1e-3});
   r.attention.B = 1, r.attention.H = 4, r.attention.S = 128, r.attention.hd = 64;
   r.attention.forwardSeconds = 1e-3 / 3, r.attention.backwardSeconds = 2e-3 / 3;
+  r.attentionShapes.push_back({2, 4, 16, 16, 1e-4 / 3, 2e-4 / 3});
   return r;
 }
 
@@ -64,6 +65,11 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
   CHECK(back.matmuls[1].N == 64);
   CHECK(sameBits(back.matmuls[0].seconds, r.matmuls[0].seconds));
   CHECK(back.attention.S == 128);
+  REQUIRE(back.attentionShapes.size() == 1);
+  CHECK(back.attentionShapes[0].S == 16);
+  CHECK(back.attentionShapes[0].hd == 16);
+  CHECK(sameBits(back.attentionShapes[0].forwardSeconds, r.attentionShapes[0].forwardSeconds));
+  CHECK(sameBits(back.attentionShapes[0].backwardSeconds, r.attentionShapes[0].backwardSeconds));
   // The target text is made from the numbers alone, so it is the same from either Result.
   CHECK(renderTarget(back, "then") == renderTarget(r, "then"));
 }
@@ -88,9 +94,9 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused(""), Contains("not JSON"));
   CHECK_THAT(refused("[1, 2]"), Contains("not a JSON object"));
   CHECK_THAT(refused("{\"version\": 1}"), Contains("not tally-measure's output"));
-  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 2}"),
-             Contains("protocol version 2, and this tally reads version 1"));
-  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"), Contains("quick"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"),
+             Contains("protocol version 1, and this tally reads version 2"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 2}"), Contains("quick"));
   auto edit = [&](const std::string &from, const std::string &to) {
     std::string t = good;
     size_t at = t.find(from);
@@ -103,4 +109,30 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused(edit("\"dtype\":\"bf16\"", "\"dtype\":\"fp32\"")), Contains("no fp32 or no bf16"));
   CHECK_THAT(refused(edit("\"M\":64", "\"M\":-64")), Contains("shape or time"));
   CHECK_THAT(refused(edit("\"hd\":64", "\"hd\":0")), Contains("attention's shape"));
+  CHECK_THAT(refused(edit("\"hd\":16", "\"hd\":-1")), Contains("attention's shape"));
+  CHECK_THAT(refused(edit("\"attention_shapes\":[", "\"attention_shape\":[")), Contains("attention_shapes"));
+}
+
+TEST_CASE("calibrate: the attention curve, a point per call of every shape", "[calibrate]") {
+  Result r = sample();
+  r.kernelOverhead = 1e-6;
+  r.transcendentalTime = 1e-9;
+  // fp32 peak = 2·64³ FLOPs / (1e-4 / 7) s.
+  double peak = 2.0 * 64 * 64 * 64 / (1.0 / 7.0 * 1e-4);
+  std::vector<Point> c = attentionCurveOf(r);
+  REQUIRE(c.size() == 4);
+  // The small shape's forward: B 2, H 4, S 16, hd 16: 2·4·16·17/2 = 1088 causal scores,
+  // (4·16 + 5)·1088 = 75072 FLOPs; its time less 1088 exps and one call.
+  CHECK(c[0].flops == 75072);
+  CHECK(c[0].efficiency == Approx(75072 / peak / (1e-4 / 3 - 1088e-9 - 1e-6)));
+  // Its backward: (10·16 + 9)·1088 FLOPs.
+  CHECK(c[1].flops == 169 * 1088);
+  CHECK(c[1].efficiency == Approx(169.0 * 1088 / peak / (2e-4 / 3 - 1088e-9 - 1e-6)));
+  // The large shape's: B 1, H 4, S 128, hd 64: 4·128·129/2 = 33024 scores.
+  CHECK(c[2].flops == 261 * 33024.0);
+  CHECK(c[3].flops == 649 * 33024.0);
+  for (const Point &p : c)
+    CHECK((p.efficiency > 0 && p.efficiency <= 1));
+  // The target text carries it.
+  CHECK_THAT(renderTarget(r, "then"), Contains("  attention_curve = [(75072, "));
 }

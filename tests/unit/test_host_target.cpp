@@ -378,3 +378,31 @@ train two { model = M() batch = 1024 micro_batch = 512 optimizer = SGD(lr = 0.1)
   CHECK(half.a->plan->target.peakF32 == Approx(50e9));
   matmulTime(half, 1024, 50e9);
 }
+
+TEST_CASE("host: attention_curve prices attention by FLOPs per call", "[host]") {
+  Compilation c;
+  std::string text = kCalibration;
+  text.replace(text.find("  matmul_curve {"), 0, "  attention_curve = [(1e5, 0.05), (1e7, 0.25), (1e8, 0.4)]\n");
+  std::optional<Target> t = parseHost(c, text);
+  REQUIRE(t);
+  REQUIRE(t->attentionCurve.size() == 3);
+  CHECK(t->attentionEfficiency(1e6) == Approx(0.15)); // log-midpoint of 0.05 and 0.25
+  CHECK(t->attentionEfficiency(1e3) == 0.05);
+  CHECK(t->attentionEfficiency(1e9) == 0.4);
+  // kernelTime divides an attention call's compute by the curve at its FLOPs.
+  KernelWork w;
+  w.flops = 1e6;
+  CHECK(kernelTime(*t, OpClass::Attention, Dtype::F32, w) == Approx(1e6 / 100e9 / 0.15));
+  // Without a curve: efficiency.attention.
+  Target plain = *t;
+  plain.attentionCurve.clear();
+  plain.efficiency.attention = 0.5;
+  CHECK(kernelTime(plain, OpClass::Attention, Dtype::F32, w) == Approx(1e6 / 100e9 / 0.5));
+
+  // A bad curve is an invalid-value diagnostic.
+  Compilation bad;
+  std::string wrong = kCalibration;
+  wrong.replace(wrong.find("  matmul_curve {"), 0, "  attention_curve = [(1e7, 0.25), (1e5, 0.05)]\n");
+  CHECK_FALSE(parseHost(bad, wrong));
+  CHECK(bad.diags.errorCount() > 0);
+}

@@ -57,6 +57,10 @@ struct Result {
 
   std::vector<MatmulSample> matmuls;
   AttentionSample attention;
+  /// Smaller attention shapes (a toy model's heads: S 16, hd 16; S 64, hd 32), for the
+  /// attention curve: per (batch, head) the kernel stages its operands and calls OpenBLAS on
+  /// small tiles, fixed costs that make small attention far less efficient than `attention`.
+  std::vector<AttentionSample> attentionShapes;
   bool quick = false;
   double seconds = 0;         ///< Wall time of the whole calibration.
   double loadAverage = -1;    ///< /proc/loadavg's 1-minute figure before measuring; -1 unknown.
@@ -76,10 +80,10 @@ Result measure(const Options &options);
 
 /// The version of tally-measure's output that this build writes and reads; a change of its
 /// fields changes the number, and a tally refuses another version (the two are built together).
-constexpr int kProtocolVersion = 1;
+constexpr int kProtocolVersion = 2; // 2: attention_shapes
 
 /// tally-measure's output: every field of `r` the measurements set (not the interconnect, which
-/// tally measures itself) as one JSON object, {"protocol": "tally-measure", "version": 1, ...};
+/// tally measures itself) as one JSON object, {"protocol": "tally-measure", "version": 2, ...};
 /// numbers with 17 significant digits, so they read back exactly. Empty when a number is not
 /// finite (JSON cannot say it).
 std::string resultToJSON(const Result &r);
@@ -108,6 +112,12 @@ std::vector<Point> curveOf(const Result &r, const std::string &dtype);
 /// attention, forward and backward) at the fp32 peak, divided by its time less its exps
 /// (transcendentalTime) and two calls (kernelOverhead); in (0, 1], 0 when not measurable.
 double attentionEfficiency(const Result &r);
+
+/// attention_curve: for every attention sample (attentionShapes and attention), the forward
+/// and the backward call each as a point (FLOPs of the call as the op rules count them,
+/// FLOPs at the fp32 peak / (its time − its exps − its call's fixed cost)), clamped to (0, 1],
+/// sorted by FLOPs, points within 2% merged; empty when not measurable.
+std::vector<Point> attentionCurveOf(const Result &r);
 
 /// The `target host { ... }` declaration, with the measurements as comments. `when` is the
 /// date printed in the banner.

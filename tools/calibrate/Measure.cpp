@@ -28,7 +28,8 @@
 //    of one evaluation with all threads. The runtime's erf is a polynomial and at most one expf
 //    (tally_math.h), tanh-form gelu one expf, so one rate prices them all.
 // 6. Attention: the runtime's fused causal attention, forward and backward, fp32, B 1, H 4,
-//    S 256, hd 64 (quick: S 128).
+//    S 256, hd 64 (quick: S 128), and the smaller shapes of the attention curve (B 2, H 4:
+//    S 16, hd 16 and, not quick, S 64, hd 32).
 // 7. The target (Target.cpp, in tally, from this program's JSON): peak per dtype = the best FLOP/s measured; each sample's efficiency is what
 //    makes passes/StepTime.cpp's kernelTime return the measured time (with the fixed cost of
 //    the call taken out, since kernelTime adds it back); bandwidth = the triad;
@@ -230,30 +231,45 @@ Result measure(const Options &o) {
   const size_t tExp = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, e.data(), eOut.data(), m); });
   const size_t tRelu2 = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, e.data(), eOut.data(), m); });
 
-  // 6. Attention: the runtime's fused causal attention forward and backward on one shape.
+  // 6. Attention: the runtime's fused causal attention forward and backward, on the main shape
+  // and on the smaller ones of the curve (q = k = v [B, S, H·hd]).
   AttentionSample &at = r.attention;
   at.B = 1, at.H = 4, at.S = o.quick ? 128 : 256, at.hd = 64;
-  const size_t qn = size_t(at.B * at.S * at.H * at.hd);
-  std::vector<float> q(qn), k(qn), v(qn), out(qn), dO(qn), dq(qn), dk(qn), dv(qn);
-  std::vector<float> lse(size_t(at.B * at.H * at.S));
-  for (size_t i = 0; i < qn; ++i) {
-    q[i] = 0.5f * float(int(i % 13) - 6) / 6.0f;
-    k[i] = 0.5f * float(int(i % 11) - 5) / 5.0f;
-    v[i] = float(int(i % 7) - 3) / 3.0f;
-    dO[i] = float(int(i % 5) - 2) / 2.0f;
-  }
-  const float attnScale = 1.0f / std::sqrt(float(at.hd));
-  auto attnFwd = [&] {
-    rt::attention_fwd<float>(ctx, q.data(), k.data(), v.data(), out.data(), lse.data(), nullptr, at.B,
-                             at.S, at.S, at.H, at.H, at.hd, attnScale, true, 0.0f, 0, 0);
+  r.attentionShapes = {AttentionSample{2, 4, 16, 16}};
+  if (!o.quick)
+    r.attentionShapes.push_back(AttentionSample{2, 4, 64, 32});
+  struct AttentionTimings { size_t forward, backward; };
+  auto attention = [&](const AttentionSample &sh) {
+    struct Buffers { std::vector<float> q, k, v, out, dO, dq, dk, dv, lse; };
+    auto b = std::make_shared<Buffers>();
+    const size_t qn = size_t(sh.B * sh.S * sh.H * sh.hd);
+    for (std::vector<float> *x : {&b->q, &b->k, &b->v, &b->out, &b->dO, &b->dq, &b->dk, &b->dv})
+      x->resize(qn);
+    b->lse.resize(size_t(sh.B * sh.H * sh.S));
+    for (size_t i = 0; i < qn; ++i) {
+      b->q[i] = 0.5f * float(int(i % 13) - 6) / 6.0f;
+      b->k[i] = 0.5f * float(int(i % 11) - 5) / 5.0f;
+      b->v[i] = float(int(i % 7) - 3) / 3.0f;
+      b->dO[i] = float(int(i % 5) - 2) / 2.0f;
+    }
+    const float scale = 1.0f / std::sqrt(float(sh.hd));
+    auto fwd = [&ctx, b, sh, scale] {
+      rt::attention_fwd<float>(ctx, b->q.data(), b->k.data(), b->v.data(), b->out.data(), b->lse.data(), nullptr,
+                               sh.B, sh.S, sh.S, sh.H, sh.H, sh.hd, scale, true, 0.0f, 0, 0);
+    };
+    auto bwd = [&ctx, b, sh, scale] {
+      rt::attention_bwd<float>(ctx, b->q.data(), b->k.data(), b->v.data(), b->out.data(), b->lse.data(), nullptr,
+                               b->dO.data(), b->dq.data(), b->dk.data(), b->dv.data(), sh.B, sh.S, sh.S, sh.H, sh.H,
+                               sh.hd, scale, true, 0.0f, 0, 0, false);
+    };
+    // The forward first: the backward reads its out and lse.
+    fwd();
+    return AttentionTimings{add(fwd, 4, o.quick ? 0.01 : 0.1, 100), add(bwd, 4, o.quick ? 0.01 : 0.1, 100)};
   };
-  auto attnBwd = [&] {
-    rt::attention_bwd<float>(ctx, q.data(), k.data(), v.data(), out.data(), lse.data(), nullptr, dO.data(),
-                             dq.data(), dk.data(), dv.data(), at.B, at.S, at.S, at.H, at.H, at.hd, attnScale,
-                             true, 0.0f, 0, 0, false);
-  };
-  const size_t tAttnFwd = add(attnFwd, 4, o.quick ? 0.01 : 0.1, 100);
-  const size_t tAttnBwd = add(attnBwd, 4, o.quick ? 0.01 : 0.1, 100);
+  const AttentionTimings tAttn = attention(at);
+  std::vector<AttentionTimings> tShapes;
+  for (const AttentionSample &sh : r.attentionShapes)
+    tShapes.push_back(attention(sh));
 
   timings.run();
 
@@ -267,8 +283,12 @@ Result measure(const Options &o) {
   r.elementwiseBandwidth = 2.0 * 4.0 * double(n) * 2.0 / (timings.median(tRelu) + timings.median(tScale));
   r.kernelOverhead = timings.median(tCall) + timings.median(tFork);
   r.transcendentalTime = std::max(0.0, timings.median(tExp) - timings.median(tRelu2)) / double(m);
-  at.forwardSeconds = timings.median(tAttnFwd);
-  at.backwardSeconds = timings.median(tAttnBwd);
+  at.forwardSeconds = timings.median(tAttn.forward);
+  at.backwardSeconds = timings.median(tAttn.backward);
+  for (size_t i = 0; i < r.attentionShapes.size(); ++i) {
+    r.attentionShapes[i].forwardSeconds = timings.median(tShapes[i].forward);
+    r.attentionShapes[i].backwardSeconds = timings.median(tShapes[i].backward);
+  }
 
   r.seconds = since(start);
   return r;

@@ -1,11 +1,12 @@
 // tally-measure's output, read by tally calibrate (tools/calibrate/Calibrate.h): one JSON object
-//   {"protocol": "tally-measure", "version": 1, "quick": false, "cpu_model": "...",
+//   {"protocol": "tally-measure", "version": 2, "quick": false, "cpu_model": "...",
 //    "cores": 2, "threads": 2, "memory_bytes": ..., "load_average": ..., "seconds": ...,
 //    "triad_bandwidth": ..., "cache_bytes": ..., "cache_bandwidth": ...,
 //    "elementwise_bandwidth": ..., "kernel_overhead": ..., "transcendental_time": ...,
 //    "matmuls": [{"dtype": "fp32", "M": 64, "N": 64, "K": 64, "seconds": ...}, ...],
 //    "attention": {"B": 1, "H": 4, "S": 256, "hd": 64, "forward_seconds": ...,
-//                  "backward_seconds": ...}}
+//                  "backward_seconds": ...},
+//    "attention_shapes": [{"B": 2, "H": 4, "S": 16, "hd": 16, ...}, ...]}
 // in SI units (bytes, bytes per second, seconds). llvm::json writes doubles with 17 significant
 // digits, so the numbers tally reads are the ones measured, bit for bit. Reading checks the
 // protocol name and version, every field's presence and type, and that the numbers are
@@ -33,13 +34,21 @@ std::string resultToJSON(const Result &r) {
                                  r.attention.forwardSeconds, r.attention.backwardSeconds};
   for (const MatmulSample &m : r.matmuls)
     numbers.push_back(m.seconds);
+  for (const AttentionSample &a : r.attentionShapes)
+    numbers.insert(numbers.end(), {a.forwardSeconds, a.backwardSeconds});
   for (double x : numbers)
     if (!std::isfinite(x))
       return "";
   Array matmuls;
   for (const MatmulSample &m : r.matmuls)
     matmuls.push_back(Object{{"dtype", m.dtype}, {"M", m.M}, {"N", m.N}, {"K", m.K}, {"seconds", m.seconds}});
-  const AttentionSample &a = r.attention;
+  auto attention = [](const AttentionSample &a) {
+    return Object{{"B", a.B}, {"H", a.H}, {"S", a.S}, {"hd", a.hd}, {"forward_seconds", a.forwardSeconds},
+                  {"backward_seconds", a.backwardSeconds}};
+  };
+  Array shapes;
+  for (const AttentionSample &a : r.attentionShapes)
+    shapes.push_back(attention(a));
   Object o{{"protocol", "tally-measure"},
            {"version", kProtocolVersion},
            {"quick", r.quick},
@@ -56,9 +65,8 @@ std::string resultToJSON(const Result &r) {
            {"kernel_overhead", r.kernelOverhead},
            {"transcendental_time", r.transcendentalTime},
            {"matmuls", std::move(matmuls)},
-           {"attention", Object{{"B", a.B}, {"H", a.H}, {"S", a.S}, {"hd", a.hd},
-                                {"forward_seconds", a.forwardSeconds},
-                                {"backward_seconds", a.backwardSeconds}}}};
+           {"attention", attention(r.attention)},
+           {"attention_shapes", std::move(shapes)}};
   std::string text;
   llvm::raw_string_ostream os(text);
   os << Value(std::move(o));
@@ -101,9 +109,11 @@ std::string impossible(const Result &r) {
   }
   if (!fp32 || !bf16)
     return "no fp32 or no bf16 matmul was measured";
-  const AttentionSample &a = r.attention;
-  if (a.B < 1 || a.H < 1 || a.S < 1 || a.hd < 1)
-    return "the attention's shape is not possible";
+  std::vector<AttentionSample> all = r.attentionShapes;
+  all.push_back(r.attention);
+  for (const AttentionSample &a : all)
+    if (a.B < 1 || a.H < 1 || a.S < 1 || a.hd < 1 || a.forwardSeconds < 0 || a.backwardSeconds < 0)
+      return "an attention's shape or time is not possible";
   return "";
 }
 
@@ -143,7 +153,7 @@ bool resultFromJSON(const std::string &text, Result &r, std::string &error) {
             o.map("elementwise_bandwidth", out.elementwiseBandwidth) &&
             o.map("kernel_overhead", out.kernelOverhead) &&
             o.map("transcendental_time", out.transcendentalTime) && o.map("matmuls", out.matmuls) &&
-            o.map("attention", out.attention);
+            o.map("attention", out.attention) && o.map("attention_shapes", out.attentionShapes);
   if (!ok) {
     error = llvm::toString(root.getError());
     return false;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 namespace tally {
 namespace calibrate {
@@ -72,6 +73,46 @@ double attentionEfficiency(const Result &r) {
   return std::min(1.0, flops / peak / work);
 }
 
+namespace {
+
+/// Sorted by FLOPs, with points within 2% of each other's FLOPs merged into their mean: a curve
+/// by FLOPs holds one value there.
+std::vector<Point> mergedCurve(std::vector<Point> pts) {
+  std::sort(pts.begin(), pts.end(), [](const Point &x, const Point &y) { return x.flops < y.flops; });
+  std::vector<Point> out;
+  for (size_t i = 0; i < pts.size();) {
+    size_t j = i;
+    double f = 0, e = 0;
+    while (j < pts.size() && pts[j].flops <= pts[i].flops * 1.02)
+      f += pts[j].flops, e += pts[j].efficiency, ++j;
+    out.push_back({f / double(j - i), e / double(j - i)});
+    i = j;
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<Point> attentionCurveOf(const Result &r) {
+  double peak = peakOf(r, "fp32");
+  std::vector<Point> pts;
+  if (peak <= 0)
+    return pts;
+  std::vector<AttentionSample> all = r.attentionShapes;
+  all.push_back(r.attention);
+  for (const AttentionSample &a : all) {
+    // The FLOPs of each call as ir/OpRules.cpp counts fused causal attention (attentionEfficiency).
+    double hd = double(a.hd), scores = a.scores();
+    for (auto [flops, seconds] : {std::pair<double, double>{(4 * hd + 5) * scores, a.forwardSeconds},
+                                  std::pair<double, double>{(10 * hd + 9) * scores, a.backwardSeconds}}) {
+      double work = seconds - scores * r.transcendentalTime - r.kernelOverhead;
+      if (seconds > 0 && work > 0)
+        pts.push_back({flops, std::min(1.0, flops / peak / work)});
+    }
+  }
+  return mergedCurve(std::move(pts));
+}
+
 std::vector<Point> curveOf(const Result &r, const std::string &dtype) {
   double peak = peakOf(r, dtype);
   std::vector<Point> pts;
@@ -87,18 +128,7 @@ std::vector<Point> curveOf(const Result &r, const std::string &dtype) {
     double work = m.seconds > r.kernelOverhead ? m.seconds - r.kernelOverhead : m.seconds;
     pts.push_back({m.flops(), std::min(1.0, model / work)});
   }
-  std::sort(pts.begin(), pts.end(), [](const Point &x, const Point &y) { return x.flops < y.flops; });
-  // Merge samples whose FLOPs are within 2%: a curve by FLOPs holds one value there.
-  std::vector<Point> out;
-  for (size_t i = 0; i < pts.size();) {
-    size_t j = i;
-    double f = 0, e = 0;
-    while (j < pts.size() && pts[j].flops <= pts[i].flops * 1.02)
-      f += pts[j].flops, e += pts[j].efficiency, ++j;
-    out.push_back({f / double(j - i), e / double(j - i)});
-    i = j;
-  }
-  return out;
+  return mergedCurve(std::move(pts));
 }
 
 std::string renderTarget(const Result &r, const std::string &when) {
@@ -127,13 +157,17 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << "// Attention, fused causal fp32, B " << r.attention.B << " H " << r.attention.H << " S "
      << r.attention.S << " hd " << r.attention.hd << ": forward " << num(r.attention.forwardSeconds * 1e3, 4)
      << " ms, backward " << num(r.attention.backwardSeconds * 1e3, 4)
-     << " ms; efficiency.attention = its FLOPs at the fp32 peak / (time − its exps − 2 calls).\n"
+     << " ms; efficiency.attention = its FLOPs at the fp32 peak / (time − its exps − 2 calls).\n";
+  for (const AttentionSample &a : r.attentionShapes)
+    os << "//   and B " << a.B << " H " << a.H << " S " << a.S << " hd " << a.hd << ": forward "
+       << num(a.forwardSeconds * 1e3, 4) << " ms, backward " << num(a.backwardSeconds * 1e3, 4) << " ms\n";
+  os << "// attention_curve = per call, forward and backward of every shape, (FLOPs, efficiency).\n"
      << "// peak = the best FLOP/s measured per dtype; fp16 is converted like bf16 and takes\n"
      << "// bf16's numbers (not measured apart); matmul_curve = (FLOPs per call, efficiency).\n";
   double f32 = peakOf(r, "fp32"), b16 = peakOf(r, "bf16");
   double elem = r.triadBandwidth > 0 ? std::min(1.0, r.elementwiseBandwidth / r.triadBandwidth) : 1;
   double attn = attentionEfficiency(r);
-  std::vector<Point> c32 = curveOf(r, "fp32"), c16 = curveOf(r, "bf16");
+  std::vector<Point> c32 = curveOf(r, "fp32"), c16 = curveOf(r, "bf16"), ca = attentionCurveOf(r);
   auto curve = [&](const std::vector<Point> &c) {
     std::string s = "[";
     for (size_t i = 0; i < c.size(); ++i)
@@ -164,6 +198,7 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << (r.transcendentalTime > 0
              ? "  transcendental = " + num(r.transcendentalTime * 1e9, 4) + " ns\n"
              : "")
+     << (ca.empty() ? "" : "  attention_curve = " + curve(ca) + "\n")
      << "  matmul_curve {\n"
      << "    fp32 = " << curve(c32) << "\n"
      << "    bf16 = " << curve(c16) << "\n"
