@@ -22,9 +22,9 @@ namespace detail {
 inline float check_attention(const char* name, int64_t B, int64_t S, int64_t Skv, int64_t H,
                              int64_t Hkv, int64_t hd, float scale, float p) {
   require_sizes(name, {B, S, Skv, H, Hkv, hd});
-  require(Hkv > 0 && H % Hkv == 0, name, "H = " + std::to_string(H) + " is not a multiple of Hkv = " + std::to_string(Hkv));
+  require(Hkv > 0 && H % Hkv == 0, name, [&] { return "H = " + std::to_string(H) + " is not a multiple of Hkv = " + std::to_string(Hkv); });
   require(hd > 0, name, "head size must be positive");
-  require(p >= 0.0f && p < 1.0f, name, "dropout p = " + std::to_string(p) + " is not in [0, 1)");
+  require(p >= 0.0f && p < 1.0f, name, [&] { return "dropout p = " + std::to_string(p) + " is not in [0, 1)"; });
   return scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(hd));
 }
 
@@ -35,8 +35,10 @@ inline AttnRows attention_rows(const char* name, AttnRows rows, int64_t H, int64
   const int64_t qw = H * hd, kw = Hkv * hd;
   auto one = [&](const char* what, int64_t s, int64_t width) {
     if (s == 0) return width;
-    require(s >= width, name, std::string(what) + " row stride " + std::to_string(s) +
-                                  " is smaller than its width " + std::to_string(width));
+    require(s >= width, name, [&] {
+      return std::string(what) + " row stride " + std::to_string(s) + " is smaller than its width " +
+             std::to_string(width);
+    });
     return s;
   };
   return AttnRows{one("q", rows.q, qw), one("k", rows.k, kw), one("v", rows.v, kw)};

@@ -13,6 +13,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace rt {
@@ -54,14 +55,22 @@ struct KernelTimes {
 
 namespace detail {
 
-/// Throws rt::Error("rt::<kernel>: <what>") unless ok.
-inline void require(bool ok, const char* kernel, const std::string& what) {
-  if (!ok) throw Error(std::string("rt::") + kernel + ": " + what);
+/// Throws rt::Error("rt::<kernel>: <what>") unless ok. `what` is the message, or a callable that
+/// makes it: a check that passes builds no string (every kernel call runs several checks, and
+/// messages built eagerly cost a few heap allocations per call, most of them in a toy model's
+/// microsecond kernels).
+template <class What>
+inline void require(bool ok, const char* kernel, const What& what) {
+  if (ok) return;
+  if constexpr (std::is_invocable_v<const What&>)
+    throw Error(std::string("rt::") + kernel + ": " + what());
+  else
+    throw Error(std::string("rt::") + kernel + ": " + what);
 }
 
 /// Checks that every size is >= 0.
 inline void require_sizes(const char* kernel, std::initializer_list<int64_t> sizes) {
-  for (int64_t s : sizes) require(s >= 0, kernel, "negative size " + std::to_string(s));
+  for (int64_t s : sizes) require(s >= 0, kernel, [s] { return "negative size " + std::to_string(s); });
 }
 
 /// Times one kernel call when ctx.timer is set (RAII: reports on scope exit).
@@ -101,13 +110,13 @@ struct Collapsed {
 /// Collapse `shape` with `nops` stride vectors (strides[k] may be null = dense row-major).
 inline Collapsed collapse(const char* kernel, const int64_t* shape, int rank, int nops,
                           const int64_t* const* strides) {
-  require(rank >= 0 && rank <= kMaxRank, kernel, "rank " + std::to_string(rank) + " is not in 0..8");
+  require(rank >= 0 && rank <= kMaxRank, kernel, [&] { return "rank " + std::to_string(rank) + " is not in 0..8"; });
   require(nops >= 1 && nops <= kMaxOperands, kernel, "too many operands");
   require(rank == 0 || shape != nullptr, kernel, "shape is null");
   int64_t dense[kMaxRank];
   int64_t acc = 1;
   for (int d = rank - 1; d >= 0; --d) {
-    require(shape[d] >= 0, kernel, "negative dimension " + std::to_string(shape[d]));
+    require(shape[d] >= 0, kernel, [&] { return "negative dimension " + std::to_string(shape[d]); });
     dense[d] = acc;
     acc = shape[d] == 0 ? acc : acc * shape[d];
   }

@@ -223,7 +223,7 @@ void dropout_fwd(Ctx& ctx, const T* x, T* y, uint8_t* mask, int64_t n, float p, 
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "dropout_fwd");
   detail::require_sizes("dropout_fwd", {n});
-  detail::require(p >= 0.0f && p <= 1.0f, "dropout_fwd", "p = " + std::to_string(p) + " is not in [0, 1]");
+  detail::require(p >= 0.0f && p <= 1.0f, "dropout_fwd", [&] { return "p = " + std::to_string(p) + " is not in [0, 1]"; });
   // One Philox block gives the uniforms of elements 4q .. 4q+3.
   const int64_t nq = (n + 3) / 4;
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
@@ -245,7 +245,7 @@ void dropout_bwd(Ctx& ctx, const T* dy, const uint8_t* mask, T* dx, int64_t n, f
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "dropout_bwd");
   detail::require_sizes("dropout_bwd", {n});
-  detail::require(p >= 0.0f && p <= 1.0f, "dropout_bwd", "p = " + std::to_string(p) + " is not in [0, 1]");
+  detail::require(p >= 0.0f && p <= 1.0f, "dropout_bwd", [&] { return "p = " + std::to_string(p) + " is not in [0, 1]"; });
   const int64_t nq = (n + 3) / 4;
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
   for (int64_t qi = 0; qi < nq; ++qi) {
@@ -311,7 +311,7 @@ void sum_bwd(Ctx& ctx, const T* dy, T* dx, int64_t outer, int64_t axis, int64_t 
 /// out[i] = i for i < S.
 inline void positions(Ctx& ctx, int32_t* out, int64_t S) {
   detail::KernelScope ks(ctx, "positions");
-  detail::require(S >= 0 && S <= INT32_MAX, "positions", "S = " + std::to_string(S) + " is not in 0..2^31-1");
+  detail::require(S >= 0 && S <= INT32_MAX, "positions", [&] { return "S = " + std::to_string(S) + " is not in 0..2^31-1"; });
   for (int64_t i = 0; i < S; ++i) out[i] = static_cast<int32_t>(i);
 }
 

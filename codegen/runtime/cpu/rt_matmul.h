@@ -22,9 +22,9 @@ inline void check_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t
                          int64_t sA, int64_t ldb, int64_t sB, int64_t ldc, int64_t sC, int64_t batch) {
   require_sizes("matmul", {M, N, K, batch});
   int64_t colsA = transA ? M : K, colsB = transB ? K : N;
-  require(lda >= std::max<int64_t>(1, colsA), "matmul", "lda = " + std::to_string(lda) + " is below A's row length " + std::to_string(colsA));
-  require(ldb >= std::max<int64_t>(1, colsB), "matmul", "ldb = " + std::to_string(ldb) + " is below B's row length " + std::to_string(colsB));
-  require(ldc >= std::max<int64_t>(1, N), "matmul", "ldc = " + std::to_string(ldc) + " is below N = " + std::to_string(N));
+  require(lda >= std::max<int64_t>(1, colsA), "matmul", [&] { return "lda = " + std::to_string(lda) + " is below A's row length " + std::to_string(colsA); });
+  require(ldb >= std::max<int64_t>(1, colsB), "matmul", [&] { return "ldb = " + std::to_string(ldb) + " is below B's row length " + std::to_string(colsB); });
+  require(ldc >= std::max<int64_t>(1, N), "matmul", [&] { return "ldc = " + std::to_string(ldc) + " is below N = " + std::to_string(N); });
   require(sA >= 0 && sB >= 0 && sC >= 0, "matmul", "negative batch stride");
   require(batch <= 1 || sC > 0, "matmul", "a batched C needs a nonzero batch stride");
   const int64_t lim = INT32_MAX;   // OpenBLAS takes int sizes

@@ -83,7 +83,7 @@ void adam_update(Ctx& ctx, PT* p, T* pm, const T* g, float* m, float* v, int64_t
                  float b2, float eps, float wd, bool decoupled, int64_t step, float gscale) {
   detail::KernelScope ks(ctx, "adam_update");
   detail::require(m != nullptr && v != nullptr, "adam_update", "m and v must not be null");
-  detail::require(step >= 1, "adam_update", "step " + std::to_string(step) + " is not 1-based");
+  detail::require(step >= 1, "adam_update", [&] { return "step " + std::to_string(step) + " is not 1-based"; });
   const AdamScalars sc = adam_scalars(lr, b1, b2, step);
   detail::optim_loop(ctx, "adam_update", p, pm, g, n, gscale, [=](int64_t i, float gi, float& pi) {
     adam_element(pi, gi, m[i], v[i], lr, b1, b2, eps, wd, decoupled, sc);

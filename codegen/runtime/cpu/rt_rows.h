@@ -214,7 +214,7 @@ void rope_apply(Ctx& ctx, const char* name, const T* x, T* out, const int32_t* p
                 int64_t S, int64_t H, int64_t hd, float theta, acc_t<T> sgn, bool accumulate) {
   using A = acc_t<T>;
   require_sizes(name, {B, S, H, hd});
-  require(hd % 2 == 0, name, "head size " + std::to_string(hd) + " is odd");
+  require(hd % 2 == 0, name, [&] { return "head size " + std::to_string(hd) + " is odd"; });
   require(theta > 0.0f, name, "theta must be positive");
   const int64_t half = hd / 2, width = H * hd;
   std::vector<A> inv(static_cast<size_t>(half));
