@@ -862,26 +862,38 @@ bool inferEmbedding(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   return true;
 }
 
-struct EmbeddingCounts : BaseCounts {
+/// A gather (embedding, gather): n elements of the table input read at the integer indices
+/// of the index input. No arithmetic; reads the indices and only the gathered elements; the
+/// table's gradient is a scatter-add of the output gradient, the indices have none. `Words`
+/// says which input is which and what explain notes.
+template <class Words> struct GatherLikeCounts : BaseCounts {
   template <class C> static Num<C> flops(C &c) {
     c.note("a gather: no arithmetic");
     return c.lit(0);
   }
-  /// The ids, and only the gathered rows of the table.
   template <class C> static Num<C> read(C &c) {
-    c.note("the ids, and only the gathered rows of the table: n elements");
-    return c.bytesOf(c.op.inputs[0], "in", 0) +
-           c.n() * c.lit(static_cast<double>(bytesOf(in(c.g, c.op, 1).dtype)));
+    c.note(Words::read);
+    return c.bytesOf(c.op.inputs[Words::index], "in", Words::index) +
+           c.n() * c.lit(static_cast<double>(bytesOf(in(c.g, c.op, Words::table).dtype)));
   }
   template <class C> static Num<C> grad(C &c, unsigned i) {
-    if (i != 1) {
-      c.note("integer ids have no gradient");
+    if (i != Words::table) {
+      c.note(Words::noGrad);
       return c.lit(0);
     }
-    c.note("a scatter-add of the output gradient into the gathered rows");
+    c.note(Words::grad);
     return c.n();
   }
 };
+
+/// Embedding: the ids (input 0) pick rows of the table (input 1).
+struct EmbeddingWords {
+  static constexpr unsigned index = 0, table = 1;
+  static constexpr const char *read = "the ids, and only the gathered rows of the table: n elements";
+  static constexpr const char *noGrad = "integer ids have no gradient";
+  static constexpr const char *grad = "a scatter-add of the output gradient into the gathered rows";
+};
+using EmbeddingCounts = GatherLikeCounts<EmbeddingWords>;
 
 void savedEmbedding(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                     std::vector<SavedTensor> &out) {
@@ -2122,26 +2134,14 @@ bool inferGather(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   return true;
 }
 
-struct GatherCounts : BaseCounts {
-  template <class C> static Num<C> flops(C &c) {
-    c.note("a gather: no arithmetic");
-    return c.lit(0);
-  }
-  /// The indices, and only the gathered elements of x.
-  template <class C> static Num<C> read(C &c) {
-    c.note("the indices, and only the gathered elements: n of them");
-    return c.bytesOf(c.op.inputs[1], "in", 1) +
-           c.n() * c.lit(static_cast<double>(bytesOf(in(c.g, c.op, 0).dtype)));
-  }
-  template <class C> static Num<C> grad(C &c, unsigned i) {
-    if (i != 0) {
-      c.note("integer indices have no gradient");
-      return c.lit(0);
-    }
-    c.note("a scatter-add of the output gradient at the indices");
-    return c.n();
-  }
+/// Gather: the indices (input 1) pick elements of x (input 0).
+struct GatherWords {
+  static constexpr unsigned index = 1, table = 0;
+  static constexpr const char *read = "the indices, and only the gathered elements: n of them";
+  static constexpr const char *noGrad = "integer indices have no gradient";
+  static constexpr const char *grad = "a scatter-add of the output gradient at the indices";
 };
+using GatherCounts = GatherLikeCounts<GatherWords>;
 
 void savedGather(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                  std::vector<SavedTensor> &out) {
