@@ -85,6 +85,10 @@ struct KernelWork {
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w);
 /// kernelTime of one call without transcendentals.
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes);
+/// Model FLOPs utilisation of a training step that takes `stepSeconds`: the model FLOPs of all
+/// devices (forward + backward) over stepSeconds × each device's peak × the devices. The
+/// estimate's a.time.mfu, and `tally run`'s for the measured step.
+double modelFlopsUtilization(const Analysis &a, double stepSeconds);
 /// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s.
 void inference(Analysis &a);
 /// PrecisionLints.cpp: literals that underflow or overflow the dtype they are used in, fp16

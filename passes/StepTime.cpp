@@ -686,6 +686,11 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
 
 } // namespace
 
+double modelFlopsUtilization(const Analysis &a, double stepSeconds) {
+  double capacity = stepSeconds * a.peakFlops * degree(a.plan->parallel.devices);
+  return capacity > 0 ? (a.flops.forward + a.flops.backward) / capacity : 0;
+}
+
 void stepTime(Analysis &a) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
@@ -752,7 +757,7 @@ void stepTime(Analysis &a) {
   a.time.step = a.time.forward + a.time.backward + a.time.recompute + a.time.bubble +
                 a.time.optimizer + a.time.communication + a.time.hostTransfer;
   double capacity = a.time.step * a.peakFlops * degree(par.devices);
-  a.time.mfu = capacity > 0 ? (a.flops.forward + a.flops.backward) / capacity : 0;
+  a.time.mfu = modelFlopsUtilization(a, a.time.step);
   a.time.hfu = capacity > 0 ? (a.flops.executed - a.flops.optimizer) / capacity : 0;
   a.time.steps = plan.tokens > 0 && a.flops.tokensPerStep > 0 ? plan.tokens / a.flops.tokensPerStep : 0;
   a.time.run = a.time.steps * a.time.step;

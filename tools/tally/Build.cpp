@@ -471,11 +471,7 @@ int run() {
 
   const Analysis &an = *a;
   double stepS = num(m, "step_s");
-  double peakFlops = an.peakFlops;
-  // As the estimate's MFU (passes/StepTime.cpp): the model FLOPs of all ranks over the step time
-  // × the peak of each × the ranks.
-  double capacity = stepS * peakFlops * static_cast<double>(std::max<int64_t>(1, an.plan->parallel.devices));
-  double measuredMfu = capacity > 0 ? (an.flops.forward + an.flops.backward) / capacity : 0;
+  double measuredMfu = modelFlopsUtilization(an, stepS); // as the estimate's MFU
   double states = an.memory.params + an.memory.grads + an.memory.master + an.memory.optimizer;
   const json::Object *regions = m->getObject("regions");
   double allocated = num(m, "arena_bytes") + num(regions, "params") + num(regions, "grads") +
