@@ -25,21 +25,12 @@ void optim_loop(Ctx& ctx, const char* name, PT* p, T* pm, const T* g, int64_t n,
     T *pml = pm;
     const T *gl = g;
     const float gs = gscale;
-    if (pml) {
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        float pi = static_cast<float>(load(pl[i]));
-        fl(i, static_cast<float>(load(gl[i])) * gs, pi);
-        pl[i] = store<PT>(pi);
-        pml[i] = store<T>(static_cast<acc_t<T>>(pi));
-      }
-    } else {
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        float pi = static_cast<float>(load(pl[i]));
-        fl(i, static_cast<float>(load(gl[i])) * gs, pi);
-        pl[i] = store<PT>(pi);
-      }
+    for (int64_t i = 0; i < n; ++i) {
+      float pi = static_cast<float>(load(pl[i]));
+      fl(i, static_cast<float>(load(gl[i])) * gs, pi);
+      pl[i] = store<PT>(pi);
+      if (pml) pml[i] = store<T>(static_cast<acc_t<T>>(pi));
     }
   }
 }
