@@ -31,6 +31,7 @@
 #include "codegen/EmitBackend.h"
 
 #include "ir/OpRules.h"
+#include "passes/Fusion.h"
 #include "passes/Passes.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -137,7 +138,7 @@ struct Emitter {
   uint32_t step = 0;           ///< the schedule step of the entry being written
   const Op *op = nullptr;      ///< the op being written (for messages)
 
-  std::unordered_map<TensorId, std::vector<const Buffer *>> buffersOf;
+  BufferIndex buffers;          ///< the memory plan's buffers by tensor; each entry's schedule step
   std::unordered_map<TensorId, int64_t> paramOffset, gradOffset, masterOffset, dataOffset;
   std::map<std::pair<TensorId, unsigned>, int64_t> stateOffset;
   int64_t dataBytes = 0;
@@ -146,7 +147,7 @@ struct Emitter {
   std::map<std::string, std::string> siteClass;
 
   Emitter(const Analysis &a, const EmitOptions &o, const Backend &be)
-      : a(a), s(*a.step), plan(*a.plan), opt(o), be(be) {}
+      : a(a), s(*a.step), plan(*a.plan), opt(o), be(be), buffers(a) {}
 
   /// The backend's name in messages: "CPU", "CUDA".
   std::string title() const { return be.title; }
@@ -162,17 +163,6 @@ struct Emitter {
   // ---- 1. where tensors live ----------------------------------------------------------------
 
   void index() {
-    for (const Buffer &b : a.buffers) {
-      if (b.tensor == kNone)
-        continue;
-      TensorId key = b.tensor;
-      // Activations' gradient buffers name the forward tensor; the memory plan's local
-      // gradients name the gradient tensor itself.
-      if (b.kind == Buffer::Gradient && s.tensors[key].role != TensorRole::Gradient)
-        key = s.gradient[key];
-      if (key != kNone)
-        buffersOf[key].push_back(&b);
-    }
     for (const Region::Entry &e : a.regions.params.tensors)
       paramOffset[e.tensor] = e.offset;
     for (const Region::Entry &e : a.regions.grads.tensors)
@@ -236,12 +226,7 @@ struct Emitter {
     }
     if (bt.role == TensorRole::Input)
       return at("D", dataOffset.at(b));
-    const Buffer *live = nullptr;
-    auto it = buffersOf.find(b);
-    if (it != buffersOf.end())
-      for (const Buffer *buf : it->second)
-        if (buf->first <= step && step <= buf->last && (!live || buf->first > live->first))
-          live = buf;
+    const Buffer *live = buffers.liveAt(b, step);
     if (!live) {
       fail("internal error: tensor %" + std::to_string(b) + " has no arena buffer live at schedule step " +
            std::to_string(step) + " (the step and the memory plan disagree)");
@@ -977,12 +962,12 @@ struct Emitter {
     return w.empty() ? "" : " — " + commentSafe(w);
   }
 
-  /// micro_step(): the forward, recompute and backward entries.
+  /// micro_step(): the forward, recompute and backward entries; a fused run of elementwise
+  /// entries (Analysis::fusion) as one generated kernel, its functor printed before.
   bool microStep(std::string &outText) {
-    std::vector<uint32_t> stepOfEntry(a.stepSchedule.size(), static_cast<uint32_t>(a.schedule.size()));
-    for (size_t k = 0; k + 1 < a.stepIndexOf.size(); ++k)
-      for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1]; ++e)
-        stepOfEntry[e] = static_cast<uint32_t>(k);
+    std::map<uint32_t, const Analysis::FusedKernel *> fusedAt;
+    for (const Analysis::FusedKernel &k : a.fusion.kernels)
+      fusedAt[k.first] = &k;
     body.clear();
     const char *kinds[] = {"forward", "backward", "recompute", "optimizer"};
     for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
@@ -990,9 +975,16 @@ struct Emitter {
       if (se.kind == StepEntry::Optimizer)
         continue;
       op = &s.ops[se.op];
-      step = stepOfEntry[e];
+      step = buffers.stepOf(e);
       if (opClass(op->kind) == OpClass::View)
         continue;
+      auto f = fusedAt.find(static_cast<uint32_t>(e));
+      if (f != fusedAt.end()) {
+        if (!fused(*f->second, kinds[se.kind]) || !error.empty())
+          return false;
+        e += f->second->count - 1;
+        continue;
+      }
       body += "\n  // " + commentSafe(op->path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
       site(op->path, className(s, *op));
       if (!emitOp() || !error.empty())
@@ -1001,9 +993,101 @@ struct Emitter {
         line(be.device ? "loss = device_load(ctx, " + ptr(s.loss) + ");" : "loss = rt::load(*" + ptr(s.loss) + ");");
     }
     op = nullptr;
-    outText = "/// The forward and backward of one micro-batch (the data region holds it); its loss.\n"
+    outText = functors +
+              "/// The forward and backward of one micro-batch (the data region holds it); its loss.\n"
               "static double micro_step(rt::Ctx &ctx, uint64_t seed) {\n  double loss = 0;\n" +
               body + "  return loss;\n}\n";
+    return true;
+  }
+
+  // ---- fused kernels ------------------------------------------------------------------------
+
+  std::string functors;                          ///< the fused kernels' functors, each once
+  std::map<std::string, std::string> functorOf;  ///< functor body -> its name
+
+  /// One fused run (passes/Fusion.cpp): a functor computing element e of every op of the run
+  /// in registers (each value rounded to its storage type, so the results are the unfused
+  /// ops'), then rt::fused over the outputs' elements. Identical runs (every layer's) share
+  /// one functor; the call passes each its operands.
+  bool fused(const Analysis::FusedKernel &k, const char *kind) {
+    std::string ty = T(s.ops[a.stepSchedule[k.first].op].outputs[0]);
+    std::vector<std::string> members, args;     // functor members and the call's pointers
+    std::map<TensorId, std::string> value;      // tensors held in registers
+    std::string code, paths;
+    int64_t n = 0;
+    auto operand = [&](TensorId x, TensorId y) -> std::string {
+      auto v = value.find(x);
+      if (v != value.end())
+        return v->second;
+      std::optional<ElementIndex> ix = elementIndex(s, x, y);
+      if (!ix)
+        return fail("internal error: a fused operand without an element index"), "A(0)";
+      std::string name = "i" + std::to_string(args.size());
+      members.push_back("const " + ty + " *" + name + ";");
+      args.push_back(ptr(x));
+      std::string at = ix->kind == ElementIndex::Same       ? "e"
+                       : ix->kind == ElementIndex::Trailing ? "e % " + std::to_string(ix->m)
+                       : ix->kind == ElementIndex::Leading  ? "e / " + std::to_string(ix->m)
+                                                            : "0";
+      return "rt::load(" + name + "[" + at + "])";
+    };
+    for (uint32_t i = 0; i < k.count; ++i) {
+      op = &s.ops[a.stepSchedule[k.first + i].op];
+      step = buffers.stepOf(k.first + i);
+      TensorId y = op->outputs[0];
+      n = this->n(y);
+      paths += (i ? ", " : "") + commentSafe(op->path);
+      std::string expr;
+      const auto &in = op->inputs;
+      if (op->kind == OpKind::UnaryBackward) {
+        OpKind of = op->attrs.of;
+        bool readsX = of == OpKind::Gelu || of == OpKind::Silu, neg = of == OpKind::Neg;
+        std::string x = neg ? "A(0)" : operand(in[0], y);
+        expr = operand(in.back(), y) + " * rt::unary_grad(" + unOp(of) + ", " + (readsX ? x : "A(0)") + ", " +
+               (readsX || neg ? "A(0)" : x) + ")";
+      } else if (op->attrs.hasScalar) {
+        std::string c = "static_cast<A>(static_cast<float>(" + number(op->attrs.scalar) + "))";
+        std::string x = operand(in[0], y);
+        expr = std::string("rt::binop(") + binOp(op->kind) + ", " + (op->attrs.scalarOnLeft ? c + ", " + x : x + ", " + c) + ")";
+      } else if (in.size() == 2) {
+        std::string l = operand(in[0], y), r = operand(in[1], y);
+        expr = std::string("rt::binop(") + binOp(op->kind) + ", " + l + ", " + r + ")";
+      } else {
+        expr = std::string("rt::unary(") + unOp(op->kind) + ", " + operand(in[0], y) + ")";
+      }
+      if (!error.empty())
+        return false;
+      std::string v = "v" + std::to_string(i);
+      if (k.unwritten >> i & 1) { // nothing after the run reads it
+        code += "    const A " + v + " = rt::load(rt::store<" + ty + ">(" + expr + "));\n";
+        value[y] = v;
+        continue;
+      }
+      std::string out = "o" + std::to_string(args.size());
+      members.push_back(ty + " *" + out + ";");
+      args.push_back(ptr(y));
+      if (acc())
+        expr = "rt::load(" + out + "[e]) + " + expr;
+      code += "    const A " + v + " = rt::load(rt::store<" + ty + ">(" + expr + "));\n"
+              "    " + out + "[e] = rt::store<" + ty + ">(" + v + ");\n";
+      value[y] = v;
+    }
+    std::string fields;
+    for (const std::string &m : members)
+      fields += "  " + m + "\n";
+    std::string def = fields + "  TALLY_HD void operator()(int64_t e) const {\n    using A = rt::acc_t<" + ty + ">;\n" +
+                      code + "  }\n";
+    auto [it, fresh] = functorOf.emplace(def, "Fused" + std::to_string(functorOf.size()));
+    if (fresh)
+      functors += "/// A fused kernel (first " + paths.substr(0, paths.find(',')) + ", " + kind + ").\nstruct " +
+                  it->second + " {\n" + def + "};\n\n";
+    op = &s.ops[a.stepSchedule[k.first].op];
+    body += "\n  // fused (" + std::string(kind) + "): " + paths + where(*op) + "\n";
+    site(op->path, className(s, *op));
+    std::string call = "rt::fused(ctx, " + std::to_string(n) + ", " + it->second + "{";
+    for (size_t i = 0; i < args.size(); ++i)
+      call += (i ? ", " : "") + args[i];
+    line(call + "});");
     return true;
   }
 

@@ -61,6 +61,8 @@ struct PlanOverrides {
   /// `tally run --threads T`: the OpenMP threads each rank runs with, which prices each rank at
   /// its part of the calibrated host (Target::shareHost); 0: the default.
   int64_t hostThreads = 0;
+  /// `--fuse` (and `tally build/run --backend cuda`): Plan::fuseKernels.
+  bool fuseKernels = false;
 };
 
 class Sema {

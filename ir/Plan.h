@@ -91,6 +91,9 @@ struct Plan {
   Target target;
   Parallelism parallel;
   std::vector<BudgetSpec> budgets;
+  /// Price (and generate) the step with elementwise chains fused into one kernel each
+  /// (passes/Fusion.cpp): the CUDA backend's step, or --fuse. Not a setting of the language.
+  bool fuseKernels = false;
   std::map<std::string, llvm::SMRange> settingRanges; ///< where each setting was written
 };
 

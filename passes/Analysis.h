@@ -37,6 +37,9 @@ struct OpAnalysis {
   double backwardTime = 0;
   std::vector<SavedTensor> saved; ///< what the backward keeps (from the op rule)
   double tensorSplit = 1;        ///< StepTime: tensor-parallel degree dividing this op's work (1: runs whole)
+  /// Fusion.cpp: bytes and kernel launches that fused kernels save this op's forward and its
+  /// backward ops (values read from registers instead of memory; one launch per fused run).
+  double fusedForwardBytes = 0, fusedForwardCalls = 0, fusedBackwardBytes = 0, fusedBackwardCalls = 0;
 };
 
 /// One step of the training schedule: the forward of op `op`, its backward, or its recompute.
@@ -263,6 +266,23 @@ struct Analysis {
   // step of one device allocates: one replica, unsharded, except under ZeRO ≥ 1 below).
   std::vector<StepEntry> stepSchedule;
   std::vector<uint32_t> stepIndexOf;   ///< per schedule step: its first index in stepSchedule
+  /// Fusion.cpp (Plan::fuseKernels): runs of stepSchedule entries that one generated kernel
+  /// runs, and what they save per micro-batch on one device (whole tensors, before any
+  /// tensor-parallel split): reads of values kept in registers, and kernel launches.
+  struct FusedKernel {
+    uint32_t first = 0, count = 0; ///< stepSchedule entries [first, first + count), count ≤ 64
+    double bytesSaved = 0;
+    /// Bit i: op i's output is not written to memory (no op after the run reads it; its
+    /// buffer stays in the plan, unused).
+    uint64_t unwritten = 0;
+  };
+  struct {
+    bool enabled = false;        ///< the plan asked for fused kernels and the pass ran
+    std::vector<FusedKernel> kernels;
+    double ops = 0;              ///< step ops run inside fused kernels
+    double bytesSaved = 0, launchesSaved = 0;
+    double elementwiseOps = 0;   ///< elementwise step ops (fusable kinds) in the schedule
+  } fusion;
   struct {
     Region params, grads, master, optimizer;
     /// ZeRO ≥ 1 over data = d > 1 ranks: rank r owns elements [r·shard, (r+1)·shard) of the

@@ -6,6 +6,7 @@
 
 #include "support/Diagnostics.h"
 #include "ir/OpRules.h"
+#include "passes/Fusion.h"
 
 namespace tally {
 
@@ -93,6 +94,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);
+  fuseKernels(a);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   pipelineTimeline(a);

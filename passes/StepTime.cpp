@@ -28,6 +28,9 @@
 //    non-view backward op) adds kernelOverhead outside the max: time = max(FLOPs / peak /
 //    efficiency + n_trans × transcendentalTime, bytes / bandwidth / efficiency) + calls ×
 //    kernelOverhead; a call moving at most cacheBytes reads at cacheBandwidth instead.
+//    With fused kernels (Plan::fuseKernels, passes/Fusion.cpp) an op in a fused run moves
+//    fewer bytes (the values it reads from registers) and, after the run's first op, makes
+//    no call of its own.
 // 3. Per micro-batch totals F (forward), B (backward), R (recompute): R is the forward time of
 //    every Recompute step of the schedule (passes/Activations.cpp); without a schedule,
 //    F × flops.recompute / flops.forward.
@@ -316,14 +319,15 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
     o.tensorSplit = s;
     KernelWork forward;
     forward.flops = o.forward.executedFlops / s;
-    forward.bytes = (o.forward.bytesRead + o.forward.bytesWritten) / s;
+    forward.bytes = (o.forward.bytesRead + o.forward.bytesWritten - o.fusedForwardBytes) / s;
     forward.transcendentals = o.forward.transcendentals / s;
+    forward.calls = 1 - o.fusedForwardCalls;
     o.forwardTime = kernelTime(plan.target, c, o.computeDtype, forward);
     KernelWork backward;
     backward.flops = o.executedBackwardFlops / s;
-    backward.bytes = o.backwardBytes / s;
+    backward.bytes = (o.backwardBytes - o.fusedBackwardBytes) / s;
     backward.transcendentals = o.backwardTranscendentals / s;
-    backward.calls = o.backwardCalls;
+    backward.calls = o.backwardCalls - o.fusedBackwardCalls;
     o.backwardTime = hasBackward(g, plan, g.ops[i])
                          ? kernelTime(plan.target, c, o.computeDtype, backward)
                          : 0;

@@ -267,6 +267,20 @@ std::vector<std::string> perBlockLines(const Analysis &a) {
   return lines;
 }
 
+ReportTable fusionTable(const Analysis &a) {
+  ReportTable t;
+  t.title = "Fused kernels (per micro-batch, one device)";
+  t.header = {"", "value", "note"};
+  t.rows.push_back({"fused kernels", groupDigits(static_cast<double>(a.fusion.kernels.size())),
+                    "each one generated kernel over a chain of elementwise ops"});
+  t.rows.push_back({"ops in them", groupDigits(a.fusion.ops),
+                    "of " + groupDigits(a.fusion.elementwiseOps) + " fusable elementwise ops run"});
+  t.rows.push_back({"launches saved", groupDigits(a.fusion.launchesSaved), ""});
+  t.rows.push_back({"traffic saved", formatBytes(a.fusion.bytesSaved),
+                    "values read from registers instead of memory; the step time prices it"});
+  return t;
+}
+
 ReportTable checkpointTable(const Analysis &a) {
   const auto &c = a.checkpoint;
   ReportTable t;
@@ -373,6 +387,8 @@ ReportContent buildReport(const Analysis &a) {
     c.tables.push_back(inferenceTable(a));
   else
     c.tables.push_back(timeTable(a));
+  if (a.fusion.enabled)
+    c.tables.push_back(fusionTable(a));
   return c;
 }
 

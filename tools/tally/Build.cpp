@@ -96,6 +96,8 @@ int failure(const std::string &msg) {
 /// other target becomes one `host` device.
 PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   PlanOverrides o = Overrides.overrides();
+  if (!Overrides.fuse.getNumOccurrences())
+    o.fuseKernels = Backend == "cuda"; // the CUDA step fuses; --fuse=false turns it off
   if (Run && Threads > 0)
     o.hostThreads = Threads; // each rank's part of the host (Target::shareHost)
   if (!o.target.empty() || !Run)

@@ -1,5 +1,5 @@
 // The command-line overrides of a plan's settings (--target, --precision, --checkpoint, --batch,
-// --micro-batch), declared once for every subcommand that analyzes a plan: each command file
+// --micro-batch) and --fuse, declared once for every subcommand that analyzes a plan: each command file
 // defines one PlanFlags for its subcommands and reads overrides() from it.
 #pragma once
 
@@ -12,8 +12,9 @@ namespace tally {
 struct PlanFlags {
   llvm::cl::opt<std::string> target, precision, checkpoint;
   llvm::cl::opt<int64_t> batch, microBatch;
+  llvm::cl::opt<bool> fuse;
 
-  /// The five options, registered for each of `subs` under `cat`. Define a PlanFlags after
+  /// The six options, registered for each of `subs` under `cat`. Define a PlanFlags after
   /// its subcommands in the same file (static construction runs in definition order there).
   template <class... Subs>
   explicit PlanFlags(llvm::cl::OptionCategory &cat, Subs &...subs)
@@ -28,7 +29,11 @@ struct PlanFlags {
         batch("batch", llvm::cl::desc("Override the batch size"), llvm::cl::init(0), llvm::cl::sub(subs)...,
               llvm::cl::cat(cat)),
         microBatch("micro-batch", llvm::cl::desc("Override the micro-batch size"), llvm::cl::init(0),
-                   llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
+                   llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
+        fuse("fuse",
+             llvm::cl::desc("Price (and generate) the step with chains of elementwise ops fused into one kernel "
+                            "each, as the CUDA backend runs it (default: on for tally build/run --backend cuda)"),
+             llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
 
   /// What was given: a batch or micro-batch given at all is passed on (0 and -5 are errors
   /// that Sema reports, not "unset").
@@ -41,6 +46,7 @@ struct PlanFlags {
       o.batch = batch;
     if (microBatch.getNumOccurrences())
       o.microBatch = microBatch;
+    o.fuseKernels = fuse;
     return o;
   }
 };

@@ -166,6 +166,15 @@ void reduce_to(Ctx& ctx, const T* x, const int64_t* shape, int rank, T* out,
   }
 }
 
+/// A generated kernel over n elements: f(e) for every e < n, in any order (codegen's fused
+/// chains of elementwise ops: each element's ops run in registers, docs/codegen.md).
+template <class F> void fused(Ctx& ctx, int64_t n, const F& f) {
+  detail::KernelScope ks(ctx, "fused");
+  detail::require_sizes("fused", {n});
+#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  for (int64_t e = 0; e < n; ++e) f(e);
+}
+
 /// y = f(x) elementwise.
 template <class T> void unary_fwd(Ctx& ctx, UnOp op, const T* x, T* y, int64_t n) {
   detail::KernelScope ks(ctx, "unary_fwd");

@@ -174,6 +174,11 @@ template <class T> __global__ void stridedZeroKernel(T* out, Dims8 shape, Dims8 
   TALLY_GRID_STRIDE(e, n) out[offsetOf(e, shape, strides, rank)] = store<T>(0.f);
 }
 
+/// A generated kernel (codegen's fused elementwise chains): f(e) for every element.
+template <class F> __global__ void fusedKernel(F f, int64_t n) {
+  TALLY_GRID_STRIDE(i, n) f(i);
+}
+
 template <class T> __global__ void unaryFwdKernel(UnOp op, const T* x, T* y, int64_t n) {
   TALLY_GRID_STRIDE(i, n) y[i] = store<T>(unary(op, load(x[i])));
 }
@@ -416,6 +421,12 @@ void reduce_to(Ctx& ctx, const T* x, const int64_t* shape, int rank, T* out, con
   }
   cu::launch(ctx, k, cu::reduceToKernel<T>, dim3(static_cast<unsigned>(outs)), 256, 0, x, ks, kx, ko, kr, rs,
              rx, rr, red, out, scale, accumulate);
+}
+
+/// f(e) for every e < n, f a __host__ __device__ functor of the generated step (its fused
+/// chains of elementwise ops).
+template <class F> void fused(Ctx& ctx, int64_t n, const F& f) {
+  cu::launch(ctx, "fused", cu::fusedKernel<F>, cu::grid1(n), cu::kThreads, 0, f, n);
 }
 
 template <class T> void unary_fwd(Ctx& ctx, UnOp op, const T* x, T* y, int64_t n) {

@@ -1,0 +1,362 @@
+// Fusion of elementwise chains: which consecutive entries of the step schedule one generated
+// kernel runs (codegen prints it: codegen/EmitCpu.cpp, `fused`), and what that saves.
+//
+// 1. A run is a maximal sequence of consecutive stepSchedule entries of one kind (forward,
+//    recompute or backward) whose ops are fusableElementwise and have outputs of one element
+//    count and one storage dtype: a chain (an op reads what an earlier one produced) or ops
+//    side by side (the two products of a mul's backward, then the activation's backward that
+//    reads one of them). Views, dropout, norms, matmuls end a run.
+// 2. Inside the kernel, element e is computed op after op in registers: a value produced in
+//    the run is read from the register (rounded to its storage type first, so the results
+//    equal the unfused ops' bit for bit), every other operand from memory at its
+//    ElementIndex. An output is written unless nothing after the run reads it (its buffer
+//    ends at the run's schedule step and no later entry of that step reads it: a bias add
+//    whose only reader is the residual add in the same run); the memory plan does not change,
+//    such a buffer just stays unused. At most 64 ops per run.
+// 3. Memory safety: threads run elements in any order, so a run stops before an op that
+//    would write a buffer overlapping one an earlier op of the run reads or writes from
+//    memory, unless it is the same bytes at the same index (element e reads, then writes,
+//    its own element); and before an op that reads from memory a buffer the run has written
+//    (another thread may not have written it yet).
+// 4. Savings, per micro-batch: each read of a register value saves that tensor's bytes, each
+//    output not written its bytes; each op after the first saves one kernel launch. They are charged to the op's forward
+//    (forward entries) or to its forward op's backward (backward entries); recompute runs
+//    repeat the forward ones, and StepTime prices a recompute with the forward's time.
+#include "passes/Fusion.h"
+
+#include "passes/Passes.h"
+
+#include <algorithm>
+
+namespace tally {
+
+BufferIndex::BufferIndex(const Analysis &a) {
+  const Graph &s = *a.step;
+  for (const Buffer &b : a.buffers) {
+    if (b.tensor == kNone)
+      continue;
+    TensorId key = b.tensor;
+    // Activations' gradient buffers name the forward tensor; the memory plan's local
+    // gradients name the gradient tensor itself.
+    if (b.kind == Buffer::Gradient && s.tensors[key].role != TensorRole::Gradient)
+      key = s.gradient[key];
+    if (key != kNone)
+      byTensor[key].push_back(&b);
+  }
+  stepOfEntry.assign(a.stepSchedule.size(), static_cast<uint32_t>(a.schedule.size()));
+  for (size_t k = 0; k + 1 < a.stepIndexOf.size(); ++k)
+    for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1] && e < stepOfEntry.size(); ++e)
+      stepOfEntry[e] = static_cast<uint32_t>(k);
+}
+
+const Buffer *BufferIndex::liveAt(TensorId base, uint32_t step) const {
+  auto it = byTensor.find(base);
+  if (it == byTensor.end())
+    return nullptr;
+  const Buffer *live = nullptr;
+  for (const Buffer *b : it->second)
+    if (b->first <= step && step <= b->last && (!live || b->first > live->first))
+      live = b;
+  return live;
+}
+
+std::optional<ElementIndex> elementIndex(const Graph &g, TensorId x, TensorId out) {
+  const Tensor &tx = g.tensors[x];
+  const Shape &os = g.tensors[out].shape;
+  if (!isDense(tx.shape, tx.layout))
+    return std::nullopt;
+  int64_t n = checkedNumel(os).value_or(-1), m = checkedNumel(tx.shape).value_or(-1);
+  if (n < 0 || m < 0)
+    return std::nullopt;
+  if (m == 1)
+    return ElementIndex{ElementIndex::Scalar, 1};
+  // The operand's sizes without leading 1s, right-aligned against the output's.
+  size_t lead = 0;
+  while (lead < tx.shape.size() && tx.shape[lead].size == 1)
+    ++lead;
+  size_t rank = tx.shape.size() - lead;
+  if (rank > os.size())
+    return std::nullopt;
+  size_t off = os.size() - rank;
+  bool same = true;
+  for (size_t i = 0; i < rank; ++i)
+    same = same && tx.shape[lead + i].size == os[off + i].size;
+  if (same && m == n)
+    return ElementIndex{ElementIndex::Same, 1};
+  if (same) // the trailing dimensions, broadcast over the leading ones
+    return ElementIndex{ElementIndex::Trailing, m};
+  // The leading dimensions, 1 over the trailing ones ([B, S, 1] over [B, S, D]).
+  size_t k = 0;
+  while (k < rank && tx.shape[lead + k].size == os[off + k].size)
+    ++k;
+  for (size_t i = k; i < rank; ++i)
+    if (tx.shape[lead + i].size != 1)
+      return std::nullopt;
+  if (off != 0 && lead < off) // leading dims of the output missing from the operand
+    return std::nullopt;
+  return ElementIndex{ElementIndex::Leading, n / m};
+}
+
+namespace {
+
+bool floatStored(const Graph &g, TensorId t) { return isFloat(g.tensors[t].dtype); }
+
+bool unaryKind(OpKind k) {
+  switch (k) {
+  case OpKind::Neg:
+  case OpKind::Relu:
+  case OpKind::Gelu:
+  case OpKind::Silu:
+  case OpKind::Tanh:
+  case OpKind::Sigmoid:
+  case OpKind::Exp:
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+bool fusableElementwise(const Graph &g, const Op &op) {
+  if (op.outputs.size() != 1 || op.phase == Phase::Optimizer)
+    return false;
+  TensorId y = op.outputs[0];
+  const Tensor &ty = g.tensors[y];
+  if (!floatStored(g, y) || !isDense(ty.shape, ty.layout) || ty.viewOf != kNone)
+    return false;
+  switch (op.kind) {
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div:
+    if (op.attrs.hasScalar ? op.inputs.size() != 1 : op.inputs.size() != 2)
+      return false;
+    break;
+  case OpKind::UnaryBackward:
+    if (!unaryKind(op.attrs.of))
+      return false;
+    break;
+  default:
+    if (!unaryKind(op.kind) || op.inputs.size() != 1)
+      return false;
+    // In the backward a unary op is a negated gradient (unary_bwd of Neg), possibly added in
+    // place; only the forward's kind is fused.
+    if (op.phase != Phase::Forward || op.accumulate)
+      return false;
+  }
+  for (TensorId x : op.inputs)
+    if (!floatStored(g, x) || g.tensors[x].dtype != ty.dtype || !elementIndex(g, x, y))
+      return false;
+  return true;
+}
+
+namespace {
+
+/// Bytes [start, end) of a tensor in one of the step's memory regions.
+struct Range {
+  int region = -1; ///< 0 arena, 1 params, 2 grads, 3 data; -1 unknown (never overlaps: not fused)
+  int64_t start = 0, end = 0;
+  bool overlaps(const Range &o) const { return region == o.region && start < o.end && o.start < end; }
+  bool operator==(const Range &o) const { return region == o.region && start == o.start && end == o.end; }
+};
+
+struct RunBuilder {
+  const Analysis &a;
+  const Graph &s;
+  const BufferIndex &buffers;
+  std::unordered_map<TensorId, int64_t> paramOffset, gradOffset;
+
+  RunBuilder(const Analysis &a, const BufferIndex &b) : a(a), s(*a.step), buffers(b) {
+    for (const Region::Entry &e : a.regions.params.tensors)
+      paramOffset[e.tensor] = e.offset;
+    for (const Region::Entry &e : a.regions.grads.tensors)
+      gradOffset[e.tensor] = e.offset;
+  }
+
+  /// Where t's bytes are at schedule step `step`, as the generated code addresses them
+  /// (codegen's ptr: params, parameter gradients, input data, else the live arena buffer).
+  Range rangeOf(TensorId t, uint32_t step) const {
+    TensorId b = s.storageOf(t);
+    const Tensor &bt = s.tensors[b];
+    int64_t bytes = static_cast<int64_t>(s.bytes(t));
+    int64_t elem = b == t ? 0 : s.tensors[t].layout.offset * static_cast<int64_t>(bytesOf(s.tensors[t].dtype));
+    auto in = [&](int region, int64_t off) { return Range{region, off + elem, off + elem + bytes}; };
+    if (bt.role == TensorRole::Param) {
+      auto it = paramOffset.find(b);
+      return it == paramOffset.end() ? Range{} : in(1, it->second);
+    }
+    if (bt.role == TensorRole::Gradient && bt.gradOf != kNone && s.tensors[bt.gradOf].role == TensorRole::Param) {
+      auto it = gradOffset.find(bt.gradOf);
+      return it == gradOffset.end() ? Range{} : in(2, it->second);
+    }
+    if (bt.role == TensorRole::Input)
+      return Range{3, 0, 0}; // read only: never written by a step op
+    const Buffer *live = buffers.liveAt(b, step);
+    return live ? in(0, live->offset) : Range{};
+  }
+
+  // The run being built.
+  StepEntry::Kind kind = StepEntry::Forward;
+  int64_t n = 0;
+  Dtype dtype = Dtype::Invalid;
+  uint32_t first = 0, count = 0;
+  double saved = 0;
+  std::vector<double> savedBy;                    ///< per op of the run: bytes read from registers
+  std::vector<TensorId> produced;                 ///< values in registers
+  std::vector<std::pair<Range, TensorId>> reads;  ///< operands read from memory, with their tensor
+  std::vector<Range> writes;
+
+  bool inRegisters(TensorId t) const { return std::find(produced.begin(), produced.end(), t) != produced.end(); }
+
+  void reset() {
+    count = 0;
+    saved = 0;
+    savedBy.clear();
+    produced.clear();
+    reads.clear();
+    writes.clear();
+  }
+
+  /// Whether op (entry e) can join the run; fills its reads and writes when it can.
+  bool joins(const Op &op, uint32_t step) {
+    TensorId y = op.outputs[0];
+    for (TensorId x : op.inputs) {
+      if (inRegisters(x)) {
+        // A register value is the output's own element: only read at the same index.
+        if (elementIndex(s, x, y)->kind != ElementIndex::Same)
+          return false;
+        continue;
+      }
+      Range r = rangeOf(x, step);
+      if (r.region < 0)
+        return false;
+      for (const Range &w : writes)
+        if (w.overlaps(r))
+          return false; // written by another element's thread, maybe not yet
+    }
+    Range w = rangeOf(y, step);
+    if (w.region < 0 || w.region == 1 || w.region == 3)
+      return false;
+    auto sameElement = [&](const Range &r, TensorId x) {
+      return r == w && elementIndex(s, x, y)->kind == ElementIndex::Same && s.tensors[x].dtype == s.tensors[y].dtype;
+    };
+    for (const auto &[r, x] : reads)
+      if (r.overlaps(w) && !sameElement(r, x))
+        return false;
+    for (TensorId x : op.inputs)
+      if (!inRegisters(x)) {
+        Range r = rangeOf(x, step);
+        if (r.overlaps(w) && !sameElement(r, x))
+          return false;
+      }
+    for (const Range &o : writes)
+      if (o.overlaps(w) && !(o == w))
+        return false;
+    return true;
+  }
+
+  void add(const Op &op, uint32_t step) {
+    double bytes = 0;
+    for (TensorId x : op.inputs) {
+      if (inRegisters(x))
+        bytes += s.bytes(x);
+      else
+        reads.push_back({rangeOf(x, step), x});
+    }
+    saved += bytes;
+    savedBy.push_back(bytes);
+    writes.push_back(rangeOf(op.outputs[0], step));
+    produced.push_back(op.outputs[0]);
+    ++count;
+  }
+};
+
+} // namespace
+
+void fuseKernels(Analysis &a) {
+  a.fusion = {};
+  if (!a.plan->fuseKernels || !a.step || !a.planOverflow.empty() || a.stepSchedule.empty())
+    return;
+  a.fusion.enabled = true;
+  const Graph &s = *a.step;
+  BufferIndex buffers(a);
+  RunBuilder run(a, buffers);
+
+  // Step 2: an output that nothing after the run reads is not written: its buffer's last
+  // schedule step is this run's, and no later entry of that step reads it.
+  auto unread = [&](uint32_t i) {
+    uint32_t e = run.first + i, last = run.first + run.count - 1;
+    const Op &op = s.ops[a.stepSchedule[e].op];
+    TensorId y = op.outputs[0];
+    if (op.accumulate || y == s.loss || s.tensors[y].role == TensorRole::Input ||
+        std::find(s.outputs.begin(), s.outputs.end(), y) != s.outputs.end() || run.rangeOf(y, buffers.stepOf(e)).region != 0)
+      return false;
+    const Buffer *b = buffers.liveAt(s.storageOf(y), buffers.stepOf(e));
+    if (!b || b->last != buffers.stepOf(last))
+      return false;
+    size_t stop = b->last + 1 < a.stepIndexOf.size() ? a.stepIndexOf[b->last + 1] : a.stepSchedule.size();
+    for (size_t f = last + 1; f < stop; ++f)
+      for (TensorId x : s.ops[a.stepSchedule[f].op].inputs)
+        if (s.storageOf(x) == y)
+          return false;
+    return true;
+  };
+  auto close = [&]() {
+    if (run.count >= 2) {
+      uint64_t unwritten = 0;
+      for (uint32_t i = 0; i < run.count; ++i)
+        if (unread(i)) {
+          unwritten |= uint64_t(1) << i;
+          double bytes = s.bytes(s.ops[a.stepSchedule[run.first + i].op].outputs[0]);
+          run.savedBy[i] += bytes;
+          run.saved += bytes;
+        }
+      a.fusion.kernels.push_back({run.first, run.count, run.saved, unwritten});
+      a.fusion.ops += run.count;
+      a.fusion.launchesSaved += run.count - 1;
+      a.fusion.bytesSaved += run.saved;
+      // Step 4: the savings, charged per op; recompute runs repeat the forward ones.
+      for (uint32_t i = 0; i < run.count && run.kind != StepEntry::Recompute; ++i) {
+        const StepEntry &se = a.stepSchedule[run.first + i];
+        double calls = i == 0 ? 0 : 1;
+        if (run.kind == StepEntry::Forward) {
+          a.ops[se.op].fusedForwardBytes += run.savedBy[i];
+          a.ops[se.op].fusedForwardCalls += calls;
+        } else if (s.ops[se.op].forwardOp < a.ops.size()) {
+          a.ops[s.ops[se.op].forwardOp].fusedBackwardBytes += run.savedBy[i];
+          a.ops[s.ops[se.op].forwardOp].fusedBackwardCalls += calls;
+        }
+      }
+    }
+    run.reset();
+  };
+
+  for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
+    const StepEntry &se = a.stepSchedule[e];
+    const Op &op = s.ops[se.op];
+    if (se.kind == StepEntry::Optimizer || !fusableElementwise(s, op)) {
+      close();
+      continue;
+    }
+    a.fusion.elementwiseOps += 1;
+    uint32_t step = buffers.stepOf(e);
+    TensorId y = op.outputs[0];
+    int64_t n = checkedNumel(s.tensors[y].shape).value_or(-1);
+    bool continues = run.count > 0 && run.count < 64 && se.kind == run.kind && n == run.n && s.tensors[y].dtype == run.dtype &&
+                     run.joins(op, step);
+    if (!continues) {
+      close();
+      if (!run.joins(op, step))
+        continue;
+      run.kind = se.kind;
+      run.n = n;
+      run.dtype = s.tensors[y].dtype;
+      run.first = static_cast<uint32_t>(e);
+    }
+    run.add(op, step);
+  }
+  close();
+}
+
+} // namespace tally
