@@ -692,9 +692,10 @@ struct Emitter {
       if (!needDense(in[0], "the input") || !sameType({in[0], in[1], out[0]}))
         return false;
       int64_t cols = last(in[0]);
-      line(llvm::formatv("rt::layer_norm_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9});", T(out[0]),
+      line(llvm::formatv("rt::layer_norm_fwd{10}<{0}>(ctx, {11}{1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9});", T(out[0]),
                          ptr(in[0]), ptr(in[1]), in.size() > 2 ? ptr(in[2]) : "nullptr", ptr(out[0]),
-                         ptr(out[1]), ptr(out[2]), n(in[0]) / std::max<int64_t>(1, cols), cols, number(at.eps))
+                         ptr(out[1]), ptr(out[2]), n(in[0]) / std::max<int64_t>(1, cols), cols, number(at.eps),
+                         prologue.empty() ? "" : "_fused", prologue.empty() ? "" : prologue + ", ")
                .str());
       return true;
     }
@@ -702,9 +703,9 @@ struct Emitter {
       if (!needDense(in[0], "the input") || !sameType({in[0], in[1], out[0]}))
         return false;
       int64_t cols = last(in[0]);
-      line(llvm::formatv("rt::rms_norm_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(out[0]), ptr(in[0]),
+      line(llvm::formatv("rt::rms_norm_fwd{8}<{0}>(ctx, {9}{1}, {2}, {3}, {4}, {5}, {6}, {7});", T(out[0]), ptr(in[0]),
                          ptr(in[1]), ptr(out[0]), ptr(out[1]), n(in[0]) / std::max<int64_t>(1, cols), cols,
-                         number(at.eps))
+                         number(at.eps), prologue.empty() ? "" : "_fused", prologue.empty() ? "" : prologue + ", ")
                .str());
       return true;
     }
@@ -1003,11 +1004,13 @@ struct Emitter {
   // ---- fused kernels ------------------------------------------------------------------------
 
   std::string functors;                          ///< the fused kernels' functors, each once
+  std::string prologue;                          ///< a norm's fused prologue (a functor instance), or ""
   std::map<std::string, std::string> functorOf;  ///< functor body -> its name
 
   /// One fused run (passes/Fusion.cpp): a functor computing element e of every op of the run
   /// in registers (each value rounded to its storage type, so the results are the unfused
-  /// ops'), then rt::fused over the outputs' elements. Identical runs (every layer's) share
+  /// ops'), then rt::fused over the outputs' elements, or, when the run ends in a norm, the
+  /// norm's _fused call with the functor as its prologue. Identical runs (every layer's) share
   /// one functor; the call passes each its operands.
   bool fused(const Analysis::FusedKernel &k, const char *kind) {
     std::string ty = T(s.ops[a.stepSchedule[k.first].op].outputs[0]);
@@ -1031,7 +1034,8 @@ struct Emitter {
                                                             : "0";
       return "rt::load(" + name + "[" + at + "])";
     };
-    for (uint32_t i = 0; i < k.count; ++i) {
+    uint32_t elems = k.count - (k.norm ? 1 : 0);
+    for (uint32_t i = 0; i < elems; ++i) {
       op = &s.ops[a.stepSchedule[k.first + i].op];
       step = buffers.stepOf(k.first + i);
       TensorId y = op->outputs[0];
@@ -1081,14 +1085,27 @@ struct Emitter {
     if (fresh)
       functors += "/// A fused kernel (first " + paths.substr(0, paths.find(',')) + ", " + kind + ").\nstruct " +
                   it->second + " {\n" + def + "};\n\n";
+    std::string functor = it->second + "{";
+    for (size_t i = 0; i < args.size(); ++i)
+      functor += (i ? ", " : "") + args[i];
+    functor += "}";
+    const Op *norm = k.norm ? &s.ops[a.stepSchedule[k.first + elems].op] : nullptr;
+    if (norm)
+      paths += ", " + commentSafe(norm->path);
     op = &s.ops[a.stepSchedule[k.first].op];
     body += "\n  // fused (" + std::string(kind) + "): " + paths + where(*op) + "\n";
     site(op->path, className(s, *op));
-    std::string call = "rt::fused(ctx, " + std::to_string(n) + ", " + it->second + "{";
-    for (size_t i = 0; i < args.size(); ++i)
-      call += (i ? ", " : "") + args[i];
-    line(call + "});");
-    return true;
+    if (!norm) {
+      line("rt::fused(ctx, " + std::to_string(n) + ", " + functor + ");");
+      return true;
+    }
+    // The norm's call, its prologue computing and writing x row by row first.
+    op = norm;
+    step = buffers.stepOf(k.first + elems);
+    prologue = functor;
+    bool ok = emitOp();
+    prologue.clear();
+    return ok;
   }
 
   /// Data parallel over more than one rank.

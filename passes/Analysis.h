@@ -275,6 +275,9 @@ struct Analysis {
     /// Bit i: op i's output is not written to memory (no op after the run reads it; its
     /// buffer stays in the plan, unused).
     uint64_t unwritten = 0;
+    /// The last entry is a layer or RMS norm forward whose input the run computes: one kernel
+    /// runs the elementwise ops on each row, then normalises it (x is read back from cache).
+    bool norm = false;
   };
   struct {
     bool enabled = false;        ///< the plan asked for fused kernels and the pass ran

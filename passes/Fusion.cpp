@@ -5,7 +5,10 @@
 //    recompute or backward) whose ops are fusableElementwise and have outputs of one element
 //    count and one storage dtype: a chain (an op reads what an earlier one produced) or ops
 //    side by side (the two products of a mul's backward, then the activation's backward that
-//    reads one of them). Views, dropout, norms, matmuls end a run.
+//    reads one of them). Views, dropout, matmuls end a run; a layer or RMS norm forward whose
+//    input the run computes ends it as its last op (the residual add into the next norm): the
+//    kernel runs the elementwise ops on a row, then normalises that row, reading x back from
+//    cache (the row was just written).
 // 2. Inside the kernel, element e is computed op after op in registers: a value produced in
 //    the run is read from the register (rounded to its storage type first, so the results
 //    equal the unfused ops' bit for bit), every other operand from memory at its
@@ -19,7 +22,8 @@
 //    its own element); and before an op that reads from memory a buffer the run has written
 //    (another thread may not have written it yet).
 // 4. Savings, per micro-batch: each read of a register value saves that tensor's bytes, each
-//    output not written its bytes; each op after the first saves one kernel launch. They are charged to the op's forward
+//    output not written its bytes, a norm ending the run its read of x; each op after the
+//    first saves one kernel launch. They are charged to the op's forward
 //    (forward entries) or to its forward op's backward (backward entries); recompute runs
 //    repeat the forward ones, and StepTime prices a recompute with the forward's time.
 #include "passes/Fusion.h"
@@ -202,6 +206,8 @@ struct RunBuilder {
   Dtype dtype = Dtype::Invalid;
   uint32_t first = 0, count = 0;
   double saved = 0;
+  bool norm = false;                              ///< the run ends in a norm (FusedKernel::norm)
+  std::vector<uint32_t> normOver;                 ///< ops of the run whose output the norm's outputs overlap
   std::vector<double> savedBy;                    ///< per op of the run: bytes read from registers
   std::vector<TensorId> produced;                 ///< values in registers
   std::vector<std::pair<Range, TensorId>> reads;  ///< operands read from memory, with their tensor
@@ -212,6 +218,8 @@ struct RunBuilder {
   void reset() {
     count = 0;
     saved = 0;
+    norm = false;
+    normOver.clear();
     savedBy.clear();
     produced.clear();
     reads.clear();
@@ -256,6 +264,42 @@ struct RunBuilder {
     return true;
   }
 
+  /// Whether a layer or RMS norm forward can end the run: its input is a value of the run with
+  /// the run's element count and dtype, and its outputs overlap nothing the run reads or
+  /// writes, except y over the very bytes of an operand each row reads at its own elements.
+  bool normJoins(const Op &op, uint32_t step) {
+    if ((op.kind != OpKind::LayerNorm && op.kind != OpKind::RmsNorm) || norm || count == 0)
+      return false;
+    TensorId x = op.inputs[0], y = op.outputs[0];
+    if (!inRegisters(x) || checkedNumel(s.tensors[x].shape).value_or(-1) != n ||
+        s.tensors[y].dtype != dtype || checkedNumel(s.tensors[y].shape).value_or(-1) != n)
+      return false;
+    for (size_t i = 1; i < op.inputs.size(); ++i)
+      if (s.tensors[op.inputs[i]].dtype != dtype)
+        return false;
+    for (size_t i = 0; i < op.outputs.size(); ++i) {
+      Range w = rangeOf(op.outputs[i], step);
+      if (w.region != 0)
+        return false;
+      for (uint32_t j = 0; j < writes.size(); ++j)
+        if (writes[j].overlaps(w))
+          normOver.push_back(j); // fine only if op j's output is not written (close decides)
+      for (const auto &[r, t] : reads)
+        if (r.overlaps(w) && !(i == 0 && r == w && elementIndex(s, t, x)->kind == ElementIndex::Same &&
+                               s.tensors[t].dtype == dtype))
+          return false;
+    }
+    return true;
+  }
+
+  void addNorm(const Op &op) {
+    double bytes = s.bytes(op.inputs[0]); // read back from cache, not memory
+    saved += bytes;
+    savedBy.push_back(bytes);
+    norm = true;
+    ++count;
+  }
+
   void add(const Op &op, uint32_t step) {
     double bytes = 0;
     for (TensorId x : op.inputs) {
@@ -286,12 +330,15 @@ void fuseKernels(Analysis &a) {
   // Step 2: an output that nothing after the run reads is not written: its buffer's last
   // schedule step is this run's, and no later entry of that step reads it.
   auto unread = [&](uint32_t i) {
-    uint32_t e = run.first + i, last = run.first + run.count - 1;
+    uint32_t e = run.first + i, last = run.first + run.count - (run.norm ? 2 : 1);
     const Op &op = s.ops[a.stepSchedule[e].op];
     TensorId y = op.outputs[0];
     if (op.accumulate || y == s.loss || s.tensors[y].role == TensorRole::Input ||
         std::find(s.outputs.begin(), s.outputs.end(), y) != s.outputs.end() || run.rangeOf(y, buffers.stepOf(e)).region != 0)
       return false;
+    for (uint32_t f = e + 1; f <= last; ++f) // a later op of the run adds into it in memory
+      if (s.ops[a.stepSchedule[f].op].outputs[0] == y)
+        return false;
     const Buffer *b = buffers.liveAt(s.storageOf(y), buffers.stepOf(e));
     if (!b || b->last != buffers.stepOf(last))
       return false;
@@ -303,16 +350,26 @@ void fuseKernels(Analysis &a) {
     return true;
   };
   auto close = [&]() {
+    uint64_t unwritten = 0;
     if (run.count >= 2) {
-      uint64_t unwritten = 0;
-      for (uint32_t i = 0; i < run.count; ++i)
+      for (uint32_t i = 0; i + (run.norm ? 1 : 0) < run.count; ++i)
         if (unread(i)) {
           unwritten |= uint64_t(1) << i;
           double bytes = s.bytes(s.ops[a.stepSchedule[run.first + i].op].outputs[0]);
           run.savedBy[i] += bytes;
           run.saved += bytes;
         }
-      a.fusion.kernels.push_back({run.first, run.count, run.saved, unwritten});
+      // A norm may write over an output of the run only where that output is never written.
+      for (uint32_t j : run.normOver)
+        if (run.norm && !(unwritten >> j & 1)) {
+          run.norm = false;
+          --run.count;
+          run.saved -= run.savedBy.back();
+          run.savedBy.pop_back();
+        }
+    }
+    if (run.count >= 2) {
+      a.fusion.kernels.push_back({run.first, run.count, run.saved, unwritten, run.norm});
       a.fusion.ops += run.count;
       a.fusion.launchesSaved += run.count - 1;
       a.fusion.bytesSaved += run.saved;
@@ -335,6 +392,11 @@ void fuseKernels(Analysis &a) {
   for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
     const StepEntry &se = a.stepSchedule[e];
     const Op &op = s.ops[se.op];
+    if (run.count > 0 && se.kind == run.kind && run.normJoins(op, buffers.stepOf(e))) {
+      run.addNorm(op);
+      close();
+      continue;
+    }
     if (se.kind == StepEntry::Optimizer || !fusableElementwise(s, op)) {
       close();
       continue;

@@ -31,25 +31,35 @@ size_t count(const std::string &text, const std::string &what) {
 
 } // namespace
 
-TEST_CASE("fusion: a GPT block's bias adds fuse with the residual add and with GELU", "[fusion]") {
+TEST_CASE("fusion: a GPT block's bias adds fuse with the residual add, the next norm and GELU", "[fusion]") {
   Compiled t(fromFile, gptD256(), "", fused(true));
   const Analysis &a = *t.a;
   REQUIRE(a.fusion.enabled);
-  // Per block, three forward runs: attn.proj's bias add + the residual add, mlp.fc's bias add
-  // + GELU, mlp.proj's bias add + the residual add. The backward has no two elementwise ops in
-  // a row (each sits between matmul backwards), so nothing there.
+  // Per block, three forward runs: attn.proj's bias add + the residual add + ln2, mlp.fc's
+  // bias add + GELU, mlp.proj's bias add + the residual add + the next ln1 (lnf after the
+  // last block). The backward has no two elementwise ops in a row (each sits between matmul
+  // backwards), so nothing there. The embeddings' add stays alone: h[0].ln1's statistics
+  // would overwrite the freed token embeddings that other rows still read.
   CHECK(a.fusion.kernels.size() == 12);
-  CHECK(a.fusion.ops == 24);
-  CHECK(a.fusion.launchesSaved == 12);
+  CHECK(a.fusion.ops == 32);
+  CHECK(a.fusion.launchesSaved == 20);
+  CHECK(a.fusion.elementwiseOps == 33);
+  size_t norms = 0;
   for (const Analysis::FusedKernel &k : a.fusion.kernels) {
-    CHECK(k.count == 2);
+    CHECK(k.count == (k.norm ? 3 : 2));
+    norms += k.norm;
     CHECK(a.stepSchedule[k.first].kind == StepEntry::Forward);
   }
+  CHECK(norms == 8);
   // Bytes per block: the residual adds read the bias add's [512, 256] fp32 output from a
-  // register (524,288 B) and need not write it (only the add reads it: 524,288 B), twice; GELU
-  // reads the fc bias add's [512, 1024] output from a register (2,097,152 B) but it is still
-  // written, GELU's backward reads it. 4 × (2 × 1,048,576 + 2,097,152) = 16,777,216.
-  CHECK(a.fusion.bytesSaved == 16777216.0);
+  // register (524,288 B) and need not write it (only the add reads it: 524,288 B), and the norm
+  // after each reads the sum back from cache (524,288 B), twice; GELU reads the fc bias add's
+  // [512, 1024] output from a register (2,097,152 B) but it is still written, GELU's backward
+  // reads it. 4 × (2 × 1,572,864 + 2,097,152) = 20,971,520.
+  CHECK(a.fusion.bytesSaved == 20971520.0);
+  CHECK(t.at("h[0].ln2.layer_norm").fusedForwardBytes == 524288.0);
+  CHECK(t.at("h[0].ln2.layer_norm").fusedForwardCalls == 1);
+  CHECK(t.at("h[0].ln1.layer_norm").fusedForwardCalls == 0);
   CHECK(t.at("h[0].mlp.gelu").fusedForwardBytes == 2097152.0);
   CHECK(t.at("h[0].mlp.gelu").fusedForwardCalls == 1);
   CHECK(t.at("h[0].mlp.fc.add").fusedForwardBytes == 0);
@@ -89,10 +99,12 @@ TEST_CASE("fusion: codegen prints one functor per distinct run and one call per 
     for (const codegen::File &f : files)
       if (f.path == (cuda ? "step.cu" : "step.cpp"))
         text = f.text;
-    // The four blocks' runs are two shapes: bias + residual (twice a block), bias + GELU.
+    // The four blocks' runs are two shapes: bias + residual (twice a block, the prologue of
+    // the next layer norm), bias + GELU.
     CHECK(count(text, "struct Fused") == 2);
-    CHECK(count(text, "rt::fused(ctx, 131072, Fused0{") == 8);
+    CHECK(count(text, "rt::layer_norm_fwd_fused<float>(ctx, Fused0{") == 8);
     CHECK(count(text, "rt::fused(ctx, 524288, Fused1{") == 4);
+    CHECK(count(text, "rt::fused(") == 4);
     // The bias is read at e % 256 and e % 1024; the unwritten bias add has no output pointer.
     CHECK(count(text, "i1[e % 256]") == 1);
     CHECK(count(text, "i1[e % 1024]") == 1);

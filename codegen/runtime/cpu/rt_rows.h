@@ -95,16 +95,29 @@ void softmax_bwd(Ctx& ctx, const T* y, const T* dy, T* dx, int64_t rows, int64_t
   }
 }
 
+namespace detail {
+/// The prologue of a norm without one.
+struct NoPrologue {
+  void operator()(int64_t) const {}
+};
+}  // namespace detail
+
 /// y = (x − mean) · rstd · w + b per row (biased variance, eps inside the root); saves mean, rstd.
-template <class T>
-void layer_norm_fwd(Ctx& ctx, const T* x, const T* w, const T* b, T* y, float* mean, float* rstd,
-                    int64_t rows, int64_t cols, float eps) {
+/// layer_norm_fwd_fused first runs `pro` (a generated functor, the step's fused elementwise run
+/// that computes x) on every element of the row, which writes x, then normalises the row.
+template <class T, class F>
+void layer_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, const T* b, T* y, float* mean,
+                          float* rstd, int64_t rows, int64_t cols, float eps) {
   using A = acc_t<T>;
-  detail::KernelScope ks(ctx, "layer_norm_fwd");
-  detail::require_sizes("layer_norm_fwd", {rows, cols});
-  detail::require(w != nullptr, "layer_norm_fwd", "w must not be null");
+  constexpr bool plain = std::is_same<F, detail::NoPrologue>::value;
+  const char* kernel = plain ? "layer_norm_fwd" : "fused";
+  detail::KernelScope ks(ctx, kernel);
+  detail::require_sizes(kernel, {rows, cols});
+  detail::require(w != nullptr, kernel, "w must not be null");
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
   for (int64_t r = 0; r < rows; ++r) {
+    if (!plain)
+      for (int64_t j = 0; j < cols; ++j) pro(r * cols + j);
     const T* px = x + r * cols;
     A mu, rs;
     detail::row_mean_rstd(px, cols, static_cast<A>(eps), mu, rs);
@@ -113,6 +126,12 @@ void layer_norm_fwd(Ctx& ctx, const T* x, const T* w, const T* b, T* y, float* m
     for (int64_t j = 0; j < cols; ++j)
       y[r * cols + j] = store<T>(layer_norm_y(load(px[j]), mu, rs, load(w[j]), b ? load(b[j]) : A(0)));
   }
+}
+
+template <class T>
+void layer_norm_fwd(Ctx& ctx, const T* x, const T* w, const T* b, T* y, float* mean, float* rstd,
+                    int64_t rows, int64_t cols, float eps) {
+  layer_norm_fwd_fused(ctx, detail::NoPrologue{}, x, w, b, y, mean, rstd, rows, cols, eps);
 }
 
 /// dx (+)= rstd · (g − mean(g) − x̂ · mean(g·x̂)), g = w·dy; dw += Σ_rows dy·x̂; db += Σ_rows dy.
@@ -158,20 +177,31 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
   if (db) detail::add_partials(ctx, pb, db, cols);
 }
 
-/// y = x · rstd · w, rstd = 1/√(mean(x²) + eps) per row; saves rstd.
-template <class T>
-void rms_norm_fwd(Ctx& ctx, const T* x, const T* w, T* y, float* rstd, int64_t rows, int64_t cols, float eps) {
+/// y = x · rstd · w, rstd = 1/√(mean(x²) + eps) per row; saves rstd. The _fused form runs a
+/// prologue on each row first, as layer_norm_fwd_fused.
+template <class T, class F>
+void rms_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, T* y, float* rstd, int64_t rows,
+                        int64_t cols, float eps) {
   using A = acc_t<T>;
-  detail::KernelScope ks(ctx, "rms_norm_fwd");
-  detail::require_sizes("rms_norm_fwd", {rows, cols});
-  detail::require(w != nullptr, "rms_norm_fwd", "w must not be null");
+  constexpr bool plain = std::is_same<F, detail::NoPrologue>::value;
+  const char* kernel = plain ? "rms_norm_fwd" : "fused";
+  detail::KernelScope ks(ctx, kernel);
+  detail::require_sizes(kernel, {rows, cols});
+  detail::require(w != nullptr, kernel, "w must not be null");
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
   for (int64_t r = 0; r < rows; ++r) {
+    if (!plain)
+      for (int64_t j = 0; j < cols; ++j) pro(r * cols + j);
     const T* px = x + r * cols;
     A rs = detail::row_rms_rstd(px, cols, static_cast<A>(eps));
     if (rstd) rstd[r] = static_cast<float>(rs);
     for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = store<T>(rms_norm_y(load(px[j]), rs, load(w[j])));
   }
+}
+
+template <class T>
+void rms_norm_fwd(Ctx& ctx, const T* x, const T* w, T* y, float* rstd, int64_t rows, int64_t cols, float eps) {
+  rms_norm_fwd_fused(ctx, detail::NoPrologue{}, x, w, y, rstd, rows, cols, eps);
 }
 
 /// dx (+)= rstd · (g − x̂ · mean(g·x̂)), g = w·dy, x̂ = x·rstd; dw += Σ_rows dy·x̂.

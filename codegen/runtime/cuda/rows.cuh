@@ -5,6 +5,8 @@
 
 #include "elementwise.cuh"
 
+#include <type_traits>
+
 namespace rt {
 namespace cu {
 
@@ -38,12 +40,23 @@ __global__ void softmaxBwdKernel(const T* y, const T* dy, T* dx, int64_t cols, b
     put(dx + base + c, softmax_grad(load(y[base + c]), load(dy[base + c]), dot), accumulate);
 }
 
+/// The prologue of a norm without one.
+struct NoPrologue {
+  __device__ void operator()(int64_t) const {}
+};
+
 /// Layer norm (hasMean) or RMS norm forward, one block per row. Statistics in two passes (fp32).
-template <class T, bool LAYER>
+/// With a prologue (the step's fused elementwise run that computes x), the block first runs it
+/// on every element of its row, which writes the row of x, then normalises it.
+template <class T, bool LAYER, class F = NoPrologue>
 __global__ void normFwdKernel(const T* x, const T* w, const T* b, T* y, float* mean, float* rstd,
-                              int64_t cols, float eps) {
+                              int64_t cols, float eps, F pro = F()) {
   __shared__ float sh[32];
   const int64_t base = blockIdx.x * cols;
+  if (!std::is_same<F, NoPrologue>::value) {
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) pro(base + c);
+    __syncthreads(); // the row of x, written by the block's threads, is visible to all of them
+  }
   float mu = 0.f;
   if (LAYER) {
     float s = 0.f;
@@ -297,7 +310,17 @@ void layer_norm_fwd(Ctx& ctx, const T* x, const T* w, const T* b, T* y, float* m
   if (!w) cu::fail("layer_norm_fwd", ctx.where, "the weight may not be null");
   cu::launch(ctx, "layer_norm_fwd", cu::normFwdKernel<T, true>,
              dim3(cu::rowsGrid("layer_norm_fwd", ctx.where, rows)), cuda_plan::rowThreads(cols), 0, x, w, b, y,
-             mean, rstd, cols, eps);
+             mean, rstd, cols, eps, cu::NoPrologue{});
+}
+
+/// layer_norm_fwd after `pro` (a __host__ __device__ functor of the generated step) has computed
+/// and written each row of x in the same kernel.
+template <class T, class F>
+void layer_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, const T* b, T* y, float* mean, float* rstd,
+                          int64_t rows, int64_t cols, float eps) {
+  if (!w) cu::fail("fused", ctx.where, "the weight may not be null");
+  cu::launch(ctx, "fused", cu::normFwdKernel<T, true, F>, dim3(cu::rowsGrid("fused", ctx.where, rows)),
+             cuda_plan::rowThreads(cols), 0, x, w, b, y, mean, rstd, cols, eps, pro);
 }
 
 namespace cu {
@@ -334,7 +357,16 @@ template <class T>
 void rms_norm_fwd(Ctx& ctx, const T* x, const T* w, T* y, float* rstd, int64_t rows, int64_t cols, float eps) {
   cu::launch(ctx, "rms_norm_fwd", cu::normFwdKernel<T, false>, dim3(cu::rowsGrid("rms_norm_fwd", ctx.where, rows)),
              cuda_plan::rowThreads(cols), 0, x, w, static_cast<const T*>(nullptr), y, static_cast<float*>(nullptr),
-             rstd, cols, eps);
+             rstd, cols, eps, cu::NoPrologue{});
+}
+
+/// rms_norm_fwd after `pro` has computed and written each row of x (layer_norm_fwd_fused).
+template <class T, class F>
+void rms_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, T* y, float* rstd, int64_t rows, int64_t cols,
+                        float eps) {
+  cu::launch(ctx, "fused", cu::normFwdKernel<T, false, F>, dim3(cu::rowsGrid("fused", ctx.where, rows)),
+             cuda_plan::rowThreads(cols), 0, x, w, static_cast<const T*>(nullptr), y, static_cast<float*>(nullptr),
+             rstd, cols, eps, pro);
 }
 
 template <class T>

@@ -13,8 +13,8 @@ and checks:
     gradient of the last step within 1e-6 relative (a fused kernel rounds each value to its
     storage type before the next op reads it, as the separate kernels do through memory; the
     bound only leaves room for the compiler contracting a multiply-add differently);
-  - the configuration was fused at all: `tally build --fuse` prints at least one rt::fused
-    call (a test of nothing would pass the first check too), and `tally report --fuse
+  - the configuration was fused at all: `tally build --fuse` prints at least one fused call
+    (rt::fused, or a norm's rt::layer_norm_fwd_fused with the run as its prologue) (a test of nothing would pass the first check too), and `tally report --fuse
     --format json` counts the same number of fused kernels (fusion.kernels) as the step has
     calls, with fewer bytes moved;
   - the fused step allocates the arena the estimate planned (fusion changes no buffer);
@@ -39,13 +39,16 @@ import safetensors as st  # noqa: E402
 
 RTOL = 1e-6
 
-# (name, file, extra arguments): MLP (bias add + relu), GPT (bias + gelu, bias + residual),
-# GPT with materialised attention, checkpointing that recomputes fused runs (full, selective:
+# (name, file, extra arguments): MLP (bias add + relu), GPT (bias + gelu, bias + residual + the
+# next layer norm),
+# GPT with materialised attention, Llama (residual add + RMS norm; the mul backward's two
+# products side by side), checkpointing that recomputes fused runs (full, selective:
 # the norms and GELU alone), and 16-bit storage (values rounded to bf16 between fused ops).
 CONFIGS = [
     ("mlp", "mlp.tally", []),
     ("gpt", "gpt.tally", ["--plan", "gpt"]),
     ("gpt_unfused", "gpt.tally", ["--plan", "gpt_unfused"]),
+    ("llama", "llama.tally", []),
     ("ckpt none", "ckpt.tally", ["--checkpoint", "none"]),
     ("ckpt full", "ckpt.tally", ["--checkpoint", "full"]),
     ("ckpt selective", "ckpt.tally", ["--checkpoint", "selective"]),
@@ -111,7 +114,7 @@ def main():
             calls = 0
             if b.returncode == 0:
                 with open(os.path.join(out, "step.cpp")) as f:
-                    calls = len(re.findall(r"^\s*rt::fused\(", f.read(), re.M))
+                    calls = len(re.findall(r"^\s*rt::(fused\(|\w+_fused<)", f.read(), re.M))
             rep = subprocess.run([tally, "report", path, "--fuse", "--format", "json"] + extra, capture_output=True,
                                  text=True)
             fusion = json.loads(rep.stdout).get("fusion", {}) if rep.returncode in (0, 1) and rep.stdout else {}
