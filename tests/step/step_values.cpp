@@ -1,10 +1,12 @@
 // step_values.cpp — known-answer tests of the runtime: bf16/fp16 rounding, Philox4x32-10's
 // published test vectors and dropout-mask statistics, the bookkeeping kernels (positions,
 // next_tokens, fill, sum_squares, scale), each optimizer against its formula written out here,
-// 16-bit matmul through the fp32 blocks, fused vs materialised attention, and the diagnostics
+// 16-bit matmul through the fp32 blocks, fused vs materialised attention, the fused kernels'
+// functors against the separate kernels, and the diagnostics
 // for bad arguments.
 #include "StepSupport.h"
 
+#include <algorithm>
 #include <cstring>
 
 using namespace step;
@@ -381,6 +383,81 @@ TEST_CASE("attention: fused and materialised agree in fp32; bf16 close to fp32",
 }
 
 // ---- diagnostics -------------------------------------------------------------------------------------
+// ---- fused kernels (the generated step's elementwise runs, docs/codegen.md) ------------------
+
+namespace {
+/// What a generated functor looks like: bias add, then the residual add, each value rounded to
+/// the storage type; counts how often each element is computed.
+template <class T> struct BiasResidual {
+  const T *x, *bias, *res;
+  T *sum;
+  int* calls;
+  int64_t cols;
+  void operator()(int64_t e) const {
+    using A = rt::acc_t<T>;
+    const A v0 = rt::load(rt::store<T>(rt::binop(rt::BinOp::Add, rt::load(x[e]), rt::load(bias[e % cols]))));
+    const A v1 = rt::load(rt::store<T>(rt::binop(rt::BinOp::Add, rt::load(res[e]), v0)));
+    sum[e] = rt::store<T>(v1);
+    ++calls[e];
+  }
+};
+
+template <class T> std::vector<T> stored(const Vec& v) {
+  std::vector<T> out;
+  for (double d : v) out.push_back(static_cast<T>(static_cast<float>(d)));
+  return out;
+}
+
+template <class T> bool sameBits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+} // namespace
+
+static Covers covFused(false, {"fused", "layer_norm_fwd_fused", "rms_norm_fwd_fused"});
+TEST_CASE("fused: a functor per element, and norms with a prologue, equal the separate kernels", "[fused]") {
+  const int64_t rows = 37, cols = 200, n = rows * cols;  // 7,400 elements: above the threading cut
+  auto check = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> x = stored<T>(uniform(n, 1)), res = stored<T>(uniform(n, 2)), bias = stored<T>(uniform(cols, 3)),
+                   w = stored<T>(uniform(cols, 4, 0.5, 1.5)), b = stored<T>(uniform(cols, 5));
+    // The separate kernels.
+    std::vector<T> biased(n), sum(n), y(n), yr(n);
+    std::vector<float> mean(rows), rstd(rows), rstdR(rows);
+    const int64_t shape[2] = {rows, cols}, dense[2] = {cols, 1}, rowBias[2] = {0, 1};
+    rt::binary<T>(ctx, rt::BinOp::Add, x.data(), dense, bias.data(), rowBias, biased.data(), shape, 2, false);
+    rt::binary<T>(ctx, rt::BinOp::Add, res.data(), dense, biased.data(), dense, sum.data(), shape, 2, false);
+    rt::layer_norm_fwd<T>(ctx, sum.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols, 1e-5f);
+    rt::rms_norm_fwd<T>(ctx, sum.data(), w.data(), yr.data(), rstdR.data(), rows, cols, 1e-5f);
+
+    std::vector<T> fsum(n), fy(n), fyr(n);
+    std::vector<float> fmean(rows), frstd(rows), frstdR(rows);
+    std::vector<int> calls(n, 0);
+    BiasResidual<T> f{x.data(), bias.data(), res.data(), fsum.data(), calls.data(), cols};
+    rt::fused(ctx, n, f);
+    CHECK(sameBits(fsum, sum));
+    CHECK(std::count(calls.begin(), calls.end(), 1) == n);  // every element once
+
+    std::fill(fsum.begin(), fsum.end(), T());
+    std::fill(calls.begin(), calls.end(), 0);
+    rt::layer_norm_fwd_fused<T>(ctx, f, fsum.data(), w.data(), b.data(), fy.data(), fmean.data(), frstd.data(), rows,
+                                cols, 1e-5f);
+    CHECK(sameBits(fsum, sum));  // the prologue wrote x
+    CHECK(sameBits(fy, y));
+    CHECK(fmean == mean);
+    CHECK(frstd == rstd);
+    CHECK(std::count(calls.begin(), calls.end(), 1) == n);
+
+    std::fill(fsum.begin(), fsum.end(), T());
+    rt::rms_norm_fwd_fused<T>(ctx, f, fsum.data(), w.data(), fyr.data(), frstdR.data(), rows, cols, 1e-5f);
+    CHECK(sameBits(fsum, sum));
+    CHECK(sameBits(fyr, yr));
+    CHECK(frstdR == rstdR);
+  };
+  SECTION("fp32") { check(float()); }
+  SECTION("bf16") { check(rt::bf16()); }
+  CHECK_THROWS_WITH(rt::fused(ctx, -1, [](int64_t) {}), Catch::Matchers::Contains("rt::fused"));
+}
+
 TEST_CASE("bad arguments are rt::Error naming the kernel, never a crash", "[errors]") {
   std::vector<float> w(6), out(6), logits(6);
   const int32_t ids[2] = {0, 3};
