@@ -12,8 +12,12 @@
 #include "codegen/EmitBackend.h"
 
 #include "codegen/runtime/cuda/launch.h"
+#include "passes/Passes.h"
 
 namespace tally::codegen {
+
+static_assert(kCudaStepWorkspaceBytes == rt::cuda_plan::kDefaultWorkspaceBytes,
+              "the memory estimate of the CUDA step prices the workspace its context allocates");
 
 namespace {
 

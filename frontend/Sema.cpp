@@ -1472,6 +1472,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
   // On the calibrated host, every rank has its part of the one machine (docs/targets.md).
   plan.target.shareHost(plan.parallel.devices, o.hostThreads);
   plan.fuseKernels = o.fuseKernels;
+  plan.cudaStep = o.cudaStep;
   if (!sawPrecision)
     plan.precision.preset = "fp32";
   if (gradDtype != Dtype::Invalid && bytesOf(gradDtype) < bytesOf(plan.precision.grads)) {

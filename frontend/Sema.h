@@ -63,6 +63,8 @@ struct PlanOverrides {
   int64_t hostThreads = 0;
   /// `--fuse` (and `tally build/run --backend cuda`): Plan::fuseKernels.
   bool fuseKernels = false;
+  /// `tally build/run --backend cuda`: Plan::cudaStep.
+  bool cudaStep = false;
 };
 
 class Sema {

@@ -94,6 +94,9 @@ struct Plan {
   /// Price (and generate) the step with elementwise chains fused into one kernel each
   /// (passes/Fusion.cpp): the CUDA backend's step, or --fuse. Not a setting of the language.
   bool fuseKernels = false;
+  /// Price the memory of tally's generated CUDA step (`tally build/run --backend cuda`): its
+  /// cuBLASLt workspace and no caching allocator (it allocates exactly its regions and arena).
+  bool cudaStep = false;
   std::map<std::string, llvm::SMRange> settingRanges; ///< where each setting was written
 };
 

@@ -617,10 +617,11 @@ double deviceBytes(const Walk &w, const Plan &plan) {
 // Step 2: choosing the policy.
 
 /// Everything per device that does not depend on the schedule: the model states, the
-/// gradient-accumulation buffer, the CUDA context and the communication buffers.
+/// gradient-accumulation buffer, the CUDA context, the communication buffers and the CUDA
+/// step's workspace.
 double staticBytes(const Analysis &a) {
   return a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
-         a.memory.gradAccum + a.memory.context + a.memory.commBuffers;
+         a.memory.gradAccum + unallocatedBytes(a);
 }
 
 /// The memory per device that activations and workspace may use: the target's memory, or a
@@ -629,8 +630,8 @@ double staticBytes(const Analysis &a) {
 double activationLimit(const Analysis &a) {
   const Plan &plan = *a.plan;
   double capacity = memoryLimit(plan);
-  double fixed = a.memory.context + a.memory.commBuffers;
-  return (capacity - fixed) / (1 + plan.target.allocatorReserve) - (staticBytes(a) - fixed);
+  double fixed = unallocatedBytes(a);
+  return (capacity - fixed) / (1 + reserveFraction(plan)) - (staticBytes(a) - fixed);
 }
 
 void blockActivations(const Facts &f, Analysis &a); // step 6, below
@@ -1320,9 +1321,9 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
   size_t L = f.copies.size();
   // The peak per device as the report gives it: the allocator reserve (StaticMemory.cpp)
   // on everything but the context and the communication buffers.
-  double fixed = a.memory.context + a.memory.commBuffers;
+  double fixed = unallocatedBytes(a);
   auto peak = [&](double bytes) {
-    return fixed + (staticBytes(a) - fixed + bytes) * (1 + plan.target.allocatorReserve);
+    return fixed + (staticBytes(a) - fixed + bytes) * (1 + reserveFraction(plan));
   };
   decltype(a.checkpoint.curve) points;
   auto add = [&](const std::string &name, int64_t checkpointed, const Walk &x) {

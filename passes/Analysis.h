@@ -151,6 +151,8 @@ struct Analysis {
     /// Framework memory (StaticMemory.cpp): the f32 gradient-accumulation buffer, the CUDA
     /// context, the communicators' buffers and the caching allocator's reserve; all in `peak`.
     double gradAccum = 0, context = 0, commBuffers = 0, allocatorReserve = 0;
+    /// tally's generated CUDA step (Plan::cudaStep): its cuBLASLt and kernel scratch workspace.
+    double libraryWorkspace = 0;
   } memory;
 
   // ---- time ----
@@ -313,5 +315,14 @@ struct Analysis {
   };
   std::vector<BlockActivations> blockActivations;
 };
+
+/// The framework memory outside the caching allocator: the CUDA context, the communication
+/// buffers and tally's CUDA step workspace (staticMemory's numbers).
+inline double unallocatedBytes(const Analysis &a) {
+  return a.memory.context + a.memory.commBuffers + a.memory.libraryWorkspace;
+}
+/// The caching allocator's reserve as a fraction of what it hands out: the target's, or 0 for
+/// tally's CUDA step, which allocates its regions and arena once (Plan::cudaStep).
+inline double reserveFraction(const Plan &p) { return p.cudaStep ? 0 : p.target.allocatorReserve; }
 
 } // namespace tally

@@ -22,6 +22,9 @@ using Relower = std::function<std::optional<Graph>(const Plan &)>;
 
 /// The static loss scale of fp16 loss scaling (PyTorch's GradScaler starts at 2^16).
 constexpr double kLossScale = 65536;
+/// The device workspace of tally's generated CUDA step: cuBLASLt's and the kernels' scratch
+/// (codegen/runtime/cuda/launch.h kDefaultWorkspaceBytes; EmitCuda.cpp asserts they agree).
+constexpr int64_t kCudaStepWorkspaceBytes = 64LL << 20;
 
 // ---- transforms ---------------------------------------------------------------------------
 

@@ -629,8 +629,8 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
           states.params.total = a.params.total;
           states.params.trainable = a.params.trainable;
           staticMemory(states);
-          double fixed = states.memory.context + states.memory.commBuffers;
-          double floor = fixed + (states.memory.peak - fixed) * (1 + cand.target.allocatorReserve);
+          double fixed = unallocatedBytes(states);
+          double floor = fixed + (states.memory.peak - fixed) * (1 + reserveFraction(cand));
           if (floor > memoryLimit) {
             ++out.prunedStatic;
             continue;

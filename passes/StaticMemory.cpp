@@ -13,7 +13,9 @@
 //    backward adds each weight gradient into it and frees it: Megatron's main_grad); the
 //    target's CUDA context; one communication buffer per communicator of more than one rank
 //    (tensor, context, pipeline, data, expert). allocatorReserve (after the activations and the KV
-//    cache) adds the target's fraction of everything the caching allocator hands out.
+//    cache) adds the target's fraction of everything the caching allocator hands out. tally's
+//    own CUDA step (Plan::cudaStep) instead has its 64 MiB workspace (cuBLASLt and kernel
+//    scratch) and no caching allocator, so no reserve.
 // 6. Expert parallelism (expert = e): the MoE experts' weights X (a.params.expert) are split
 //    over the e ranks of the expert group besides tensor × pipeline, and ZeRO shards them over
 //    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
@@ -69,13 +71,14 @@ void staticMemory(Analysis &a) {
   int communicators = (par.tensor > 1) + (par.context > 1) + (par.pipeline > 1) + (par.data > 1) +
                       (par.expert > 1);
   a.memory.commBuffers = communicators * tg.commBufferBytes;
+  a.memory.libraryWorkspace = plan.cudaStep ? static_cast<double>(kCudaStepWorkspaceBytes) : 0;
   a.memory.peak = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
-                  a.memory.gradAccum + a.memory.context + a.memory.commBuffers;
+                  a.memory.gradAccum + unallocatedBytes(a);
 }
 
 void allocatorReserve(Analysis &a) {
-  double allocated = a.memory.peak - a.memory.context - a.memory.commBuffers;
-  a.memory.allocatorReserve = a.plan->target.allocatorReserve * std::max(0.0, allocated);
+  double allocated = a.memory.peak - unallocatedBytes(a);
+  a.memory.allocatorReserve = reserveFraction(*a.plan) * std::max(0.0, allocated);
   a.memory.peak += a.memory.allocatorReserve;
 }
 

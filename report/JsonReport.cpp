@@ -245,6 +245,7 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                                               {"cuda_context", a.memory.context},
                                               {"comm_buffers", a.memory.commBuffers},
                                               {"allocator_reserve", a.memory.allocatorReserve},
+                                              {"library_workspace", a.memory.libraryWorkspace},
                                               {"peak", a.memory.peak},
                                               {"capacity", p.target.memoryBytes}}},
                         {"host", Object{{"total", a.memory.hostTotal}}},

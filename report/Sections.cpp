@@ -123,6 +123,8 @@ ReportTable memoryTable(const Analysis &a) {
     row("comm buffers", a.memory.commBuffers);
   if (a.memory.allocatorReserve > 0)
     row("allocator reserve", a.memory.allocatorReserve);
+  if (a.memory.libraryWorkspace > 0)
+    row("library workspace", a.memory.libraryWorkspace);
   t.rows.push_back({"peak", formatBytes(a.memory.peak),
                     share(a.memory.peak, p.target.memoryBytes) + " of " +
                         formatBytes(p.target.memoryBytes)});

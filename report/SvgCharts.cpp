@@ -174,7 +174,7 @@ std::string memoryChart(const Analysis &a) {
   }
   parts.push_back({"activations", a.memory.activations, "#55a868"});
   parts.push_back({"workspace", a.memory.workspace, "#da8bc3"});
-  double framework = a.memory.context + a.memory.commBuffers + a.memory.allocatorReserve;
+  double framework = unallocatedBytes(a) + a.memory.allocatorReserve;
   if (framework > 0)
     parts.push_back({"framework", framework, "#8c8c8c"});
   double budget = 0;

@@ -392,3 +392,23 @@ TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[
   CHECK(count(text, "gather_parameters(ctx);\n") == 1);
   CHECK(count(text, ", 2, 1, 8388608};") == 1); // kLayout: ranks, zero, shard
 }
+
+TEST_CASE("codegen: the CUDA step's memory estimate has its workspace and no caching allocator", "[codegen][cuda]") {
+  // examples/gpt2.tally's gpt2_124M on one H100: the framework estimate (a PyTorch run) adds the
+  // caching allocator's reserve; tally's own CUDA step allocates exactly its regions and arena,
+  // plus the context's 64 MiB workspace (cuBLASLt and kernel scratch), and nothing else.
+  PlanOverrides framework;
+  framework.target = "H100_SXM";
+  PlanOverrides step = framework;
+  step.cudaStep = true;
+  Compiled f(fromFile, example("gpt2.tally"), "gpt2_124M", framework);
+  Compiled c(fromFile, example("gpt2.tally"), "gpt2_124M", step);
+  CHECK(f.a->memory.libraryWorkspace == 0);
+  CHECK(f.a->memory.allocatorReserve > 0);
+  CHECK(c.a->memory.libraryWorkspace == 67108864.0);
+  CHECK(c.a->memory.allocatorReserve == 0);
+  CHECK(c.a->memory.context == f.a->memory.context);
+  CHECK(c.a->memory.context > 0);
+  CHECK(c.a->memory.peak == f.a->memory.peak - f.a->memory.allocatorReserve + 67108864.0);
+  CHECK(c.a->arenaBytes == f.a->arenaBytes);
+}

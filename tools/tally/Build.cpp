@@ -98,9 +98,11 @@ PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   PlanOverrides o = Overrides.overrides();
   if (!Overrides.fuse.getNumOccurrences())
     o.fuseKernels = Backend == "cuda"; // the CUDA step fuses; --fuse=false turns it off
+  o.cudaStep = Backend == "cuda";
   if (Run && Threads > 0)
     o.hostThreads = Threads; // each rank's part of the host (Target::shareHost)
-  if (!o.target.empty() || !Run)
+  // The CUDA step is estimated on the plan's own GPU (or --target's); the CPU step on the host.
+  if (!o.target.empty() || !Run || Backend == "cuda")
     return o;
   DiagnosticEngine quiet(c.sm);
   quiet.setOutput(nullptr);
@@ -512,6 +514,8 @@ int run() {
                      {"ranks", an.plan->parallel.data},
                      {"data_parallel_comm_s", an.time.dataParallelComm},
                      {"peak_bytes", an.memory.peak},
+                     {"context_bytes", an.memory.context},
+                     {"workspace_bytes", an.memory.libraryWorkspace},
                      {"model_states_bytes", states},
                      {"mfu", an.time.mfu},
                      {"target", an.plan->target.name}};
@@ -561,8 +565,10 @@ int run() {
   os << formatv("{0,-24} {1,14} {2,14}\n", "peak memory", formatBytes(an.memory.peak),
                 formatBytes(num(m, "peak_bytes")) + "*");
   if (cuda) {
-    os << formatv("{0,-24} {1,14} {2,14}\n", "  CUDA context", "", formatBytes(num(m, "context_bytes")) + "*");
-    os << formatv("{0,-24} {1,14} {2,14}\n", "  cuBLASLt workspace", "", formatBytes(num(m, "workspace_bytes")));
+    os << formatv("{0,-24} {1,14} {2,14}\n", "  CUDA context", formatBytes(an.memory.context),
+                  formatBytes(num(m, "context_bytes")) + "*");
+    os << formatv("{0,-24} {1,14} {2,14}\n", "  cuBLASLt workspace", formatBytes(an.memory.libraryWorkspace),
+                  formatBytes(num(m, "workspace_bytes")));
     os << "  * device memory in use (cudaMemGetInfo: total - free, at its highest), the CUDA context and\n"
           "    other processes on the device included; the workspace is cuBLASLt's and the kernels' scratch\n\n";
   } else {
