@@ -76,6 +76,23 @@ inline std::vector<float> getU8(Mem& m, const uint8_t* p, int64_t n) {
   return std::vector<float>(v.begin(), v.end());
 }
 
+/// A fused kernel as the generated step writes one (codegen/EmitCpu.cpp `fused`): bias add, then
+/// GELU, each value rounded to the storage type; the GELU output is the norms' x.
+template <class T> struct BiasGelu {
+  const T* x;
+  const T* bias;
+  T* pre;
+  T* out;
+  int64_t cols;
+  TALLY_HD void operator()(int64_t e) const {
+    using A = rt::acc_t<T>;
+    const A v0 = rt::load(rt::store<T>(rt::binop(rt::BinOp::Add, rt::load(x[e]), rt::load(bias[e % cols]))));
+    pre[e] = rt::store<T>(v0);
+    const A v1 = rt::load(rt::store<T>(rt::unary(rt::UnOp::Gelu, v0)));
+    out[e] = rt::store<T>(v1);
+  }
+};
+
 /// Every case for storage type T, in a fixed order.
 template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const std::string& dt) {
   std::vector<CaseResult> res;
@@ -199,6 +216,35 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
               {"dx", get(m, dx, rows * cols)}, {"dw", get(m, dw, cols)}, {"dx_only", get(m, dxOnly, rows * cols)}};
     if (bias) o["db"] = get(m, db, cols);
     add(bias ? "layer_norm" : "layer_norm_nobias", o);
+  }
+  {  // fused: a generated functor alone, and as the prologue of a layer and an RMS norm
+    const int64_t rows = 70, cols = 200;
+    const T* x = m.upload(randomT<T>(60, rows * cols, -2.f, 2.f));
+    const T* bias = m.upload(randomT<T>(61, cols));
+    const T* w = m.upload(randomT<T>(62, cols, 0.5f, 1.5f));
+    const T* b = m.upload(randomT<T>(63, cols));
+    T* pre = m.template zeros<T>(rows * cols);
+    T* act = m.template zeros<T>(rows * cols);
+    rt::fused(ctx, rows * cols, BiasGelu<T>{x, bias, pre, act, cols});
+    Outputs o{{"pre", get(m, pre, rows * cols)}, {"act", get(m, act, rows * cols)}};
+    T* act2 = m.template zeros<T>(rows * cols);
+    T* y = m.template zeros<T>(rows * cols);
+    float* mean = m.template zeros<float>(rows);
+    float* rstd = m.template zeros<float>(rows);
+    rt::layer_norm_fwd_fused<T>(ctx, BiasGelu<T>{x, bias, pre, act2, cols}, act2, w, b, y, mean, rstd, rows, cols,
+                                1e-5f);
+    o["ln_x"] = get(m, act2, rows * cols);
+    o["ln_y"] = get(m, y, rows * cols);
+    o["ln_mean"] = get(m, mean, rows);
+    o["ln_rstd"] = get(m, rstd, rows);
+    T* act3 = m.template zeros<T>(rows * cols);
+    T* yr = m.template zeros<T>(rows * cols);
+    float* rstdR = m.template zeros<float>(rows);
+    rt::rms_norm_fwd_fused<T>(ctx, BiasGelu<T>{x, bias, pre, act3, cols}, act3, w, yr, rstdR, rows, cols, 1e-6f);
+    o["rms_x"] = get(m, act3, rows * cols);
+    o["rms_y"] = get(m, yr, rows * cols);
+    o["rms_rstd"] = get(m, rstdR, rows);
+    add("fused", o);
   }
   {  // RMS norm
     const int64_t rows = 50, cols = 256;
