@@ -19,15 +19,17 @@ struct Backend {
   const char *stepFile;       ///< "step.cpp", "step.cu"
   const char *runtimeHeader;  ///< "cpu/tally_rt.h": included, and named in the header comment
   const char *extraIncludes;  ///< included after the runtime and tally_step.h ("" for none)
-  const char *parallelEngine; ///< "MPI", "NCCL": the data-parallel engine (NCCL is not built yet)
+  const char *parallelEngine; ///< "MPI", "NCCL": the data-parallel engine
   /// The regions are device memory: every op sets `ctx.where` to its path (the runtime names it
   /// in every error), the loss and the fp16 overflow check are copied back to the host, and the
   /// op classes are a table by path (kOpSites) instead of the `op_class` global.
   bool device;
   const char *cmakeLists;     ///< CMakeLists.txt
+  const char *commHeader;     ///< the collectives a data-parallel step includes ("driver/tally_comm.h")
+  const char *dataParallelCmake; ///< appended to CMakeLists.txt for data > 1 (find and link the engine)
   /// Embedded runtime files not copied (path prefixes under codegen/runtime, or driver/…; null
   /// ends the list early): the other backend's runtime and driver.
-  const char *skip[3];
+  const char *skip[4];
   /// Host-side checks of one op against what this backend's runtime can run, called before its
   /// call is printed with the op's kind and numbers (attention: B, S, Skv, H, Hkv, hd and row
   /// strides); "" or why not. Null: everything the walk prints runs.

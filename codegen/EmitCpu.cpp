@@ -280,14 +280,14 @@ struct Emitter {
   /// Says which op runs now: the `op_class` global the CPU kernel timer reads, or on a device
   /// `ctx.where = "<op path>"` (the CUDA runtime names it in every error) with the path's op
   /// class recorded for the driver's kOpSites table.
-  void site(const std::string &path, const std::string &cls) {
-    if (!be.device) {
-      line("op_class = \"" + cls + "\";");
-      return;
-    }
-    line("ctx.where = " + literal(path) + ";");
+  void site(const std::string &path, const std::string &cls) { body += siteText(path, cls); }
+  /// site()'s line, for text written outside the function being built.
+  std::string siteText(const std::string &path, const std::string &cls) {
+    if (!be.device)
+      return "  op_class = \"" + cls + "\";\n";
     if (siteClass.emplace(path, cls).second)
       sites.push_back({path, cls});
+    return "  ctx.where = " + literal(path) + ";\n";
   }
 
   bool acc(unsigned i = 0) const { return i < 32 && (op->accumulate & (1u << i)); }
@@ -1137,25 +1137,26 @@ struct Emitter {
                    .str();
       return out;
     };
-    std::string out = llvm::formatv("/// Data parallel over {0} ranks (MPI; runtime/driver/tally_comm.h): the gradients averaged\n"
+    std::string out = llvm::formatv("/// Data parallel over {0} ranks ({3}; runtime/{4}): the gradients averaged\n"
                                     "/// after the backward in {1} bucket(s) of at most 25 MiB of G, divided by {0} and then\n"
                                     "/// summed{2}.\n",
                                     d, buckets, sharded() ? " by reduce-scatters (ZeRO-1: rank r keeps elements [r·kShard, (r+1)·kShard))"
-                                                          : " by all-reduces")
+                                                          : " by all-reduces",
+                                    be.parallelEngine, be.commHeader)
                           .str();
     if (sharded())
       out += "constexpr int64_t kShard = " + std::to_string(a.regions.shard) + ";\n";
     out += "static void reduce_gradients(rt::Ctx &ctx) {\n"
-           "  op_class = \"wait\"; // for the slowest rank's backward: load imbalance, not transfer\n"
-           "  tally_comm::barrier(ctx);\n"
-           "  op_class = \"communication\";\n";
+           "  // The wait for the slowest rank's backward (load imbalance, not transfer) is its own class.\n" +
+           siteText("data_parallel.barrier", "wait") + "  tally_comm::barrier(ctx);\n" +
+           siteText("data_parallel.reduce_gradients", "communication");
     out += llvm::formatv("  rt::scale<{0}>(ctx, G<{0}>(0), {1}, {2});\n", T, number(1.0 / static_cast<double>(d)), gradElems)
                .str();
     out += each(sharded() ? "reduce_scatter" : "all_reduce") + "}\n\n";
     if (!sharded())
       return out;
     out += "/// ZeRO: every rank's shard of the averaged gradients to every rank (--dump-grads).\n"
-           "static void gather_gradients(rt::Ctx &ctx) {\n  op_class = \"communication\";\n" +
+           "static void gather_gradients(rt::Ctx &ctx) {\n" + siteText("data_parallel.gather", "communication") +
            each("all_gather") + "}\n\n";
     bool hasMaster = plan.precision.master != Dtype::Invalid;
     int64_t bp = static_cast<int64_t>(bytesOf(plan.precision.params));
@@ -1174,7 +1175,7 @@ struct Emitter {
       gather += "    {0, 0, 0},\n";
     out += gather + "};\n\n";
     out += "/// ZeRO: the updated parameters of every rank's shard to every rank, through G.\n"
-           "static void gather_parameters(rt::Ctx &ctx) {\n  op_class = \"communication\";\n"
+           "static void gather_parameters(rt::Ctx &ctx) {\n" + siteText("data_parallel.gather", "communication") +
            "  const int me = tally_comm::rank();\n"
            "  for (const UpdateEntry &e : kUpdate)\n"
            "    if (e.n > 0 && e.rank == me)\n" +
@@ -1416,9 +1417,10 @@ struct Emitter {
       return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
     if (s.loss == kNone)
       return fail("the model returns no loss to train on");
-    if (be.device && par.devices != 1)
-      return fail("the " + title() + " backend runs one device (data parallel over " + be.parallelEngine + " is not built yet); this plan "
-                  "uses " + std::to_string(par.devices) + " devices");
+    if (be.device && par.data > 1 && par.zero >= 1)
+      return fail("ZeRO stage " + std::to_string(par.zero) + " over " + be.parallelEngine + ": the " + title() +
+                  " backend's data parallelism all-reduces whole gradients (zero = 0); ZeRO-1 runs on the CPU "
+                  "backend only");
     if (par.tensor != 1 || par.pipeline != 1 || par.context != 1 || par.expert != 1 || par.devices != par.data)
       return fail("the " + title() + " backend runs data parallelism only (processes under " + be.parallelEngine +
                   "); this plan splits the model (tensor " + std::to_string(par.tensor) + ", pipeline " +
@@ -1488,7 +1490,7 @@ struct Emitter {
        << "//   O optimizer state " << a.regions.optimizer.bytes << " B, D data " << dataBytes << " B.\n"
        << "// Kernels: runtime/" << be.runtimeHeader << " (codegen/runtime/API.md). Rewritten by every `tally build`.\n"
        << "#include \"" << be.runtimeHeader << "\"\n#include \"driver/tally_step.h\"\n" << be.extraIncludes
-       << (dataParallel() ? "#include \"driver/tally_comm.h\"\n\n#include <algorithm>\n" : "\n")
+       << (dataParallel() ? "#include \"" + std::string(be.commHeader) + "\"\n\n#include <algorithm>\n" : "\n")
        << "#include <cmath>\n\n"
        << "namespace tally_step {\n\nMemory mem;\nconst char *op_class = \"\";\n\nnamespace {\n\n"
        << "template <class T> T *A(int64_t off) { return reinterpret_cast<T *>(mem.arena + off); }\n"
@@ -1535,12 +1537,7 @@ struct Emitter {
       return false;
     files.push_back({be.stepFile, src});
     // MPI only for a step that runs on several processes.
-    files.push_back({"CMakeLists.txt", std::string(be.cmakeLists) +
-                                           (dataParallel() ? "# Data parallel: the ranks are MPI processes (runtime/driver/tally_comm.h).\n"
-                                                             "find_package(MPI REQUIRED COMPONENTS CXX)\n"
-                                                             "target_link_libraries(tally_step PRIVATE MPI::MPI_CXX)\n"
-                                                             "target_compile_definitions(tally_step PRIVATE TALLY_MPI=1)\n"
-                                                           : "")});
+    files.push_back({"CMakeLists.txt", std::string(be.cmakeLists) + (dataParallel() ? be.dataParallelCmake : "")});
     for (const RuntimeFile &f : runtimeFiles()) {
       llvm::StringRef p(f.path);
       bool skipped = false;
@@ -1568,7 +1565,12 @@ const Backend &cpuBackend() {
       "add_executable(tally_step step.cpp runtime/driver/driver_cpu.cpp)\n"
       "target_include_directories(tally_step PRIVATE ${CMAKE_CURRENT_LIST_DIR}/runtime)\n"
       "target_link_libraries(tally_step PRIVATE tally_rt_cpu)\n",
-      {"cuda/", "driver/driver_cuda.cu", "driver/tally_step_cuda.h"},
+      "driver/tally_comm.h",
+      "# Data parallel: the ranks are MPI processes (runtime/driver/tally_comm.h).\n"
+      "find_package(MPI REQUIRED COMPONENTS CXX)\n"
+      "target_link_libraries(tally_step PRIVATE MPI::MPI_CXX)\n"
+      "target_compile_definitions(tally_step PRIVATE TALLY_MPI=1)\n",
+      {"cuda/", "driver/driver_cuda.cu", "driver/tally_step_cuda.h", "driver/tally_comm_nccl.h"},
       nullptr,
       nullptr};
   return be;

@@ -72,7 +72,17 @@ const Backend &cudaBackend() {
       "add_executable(tally_step step.cu runtime/driver/driver_cuda.cu)\n"
       "target_include_directories(tally_step PRIVATE ${CMAKE_CURRENT_LIST_DIR}/runtime)\n"
       "target_link_libraries(tally_step PRIVATE tally_rt_cuda)\n",
-      {"cpu/", "driver/driver_cpu.cpp", "driver/tally_comm.h"},
+      "driver/tally_comm_nccl.h",
+      "# Data parallel: one process per GPU under mpirun (MPI starts them and passes NCCL's id), the\n"
+      "# gradients summed by NCCL on the step's stream (runtime/driver/tally_comm_nccl.h).\n"
+      "find_package(MPI REQUIRED COMPONENTS CXX)\n"
+      "get_filename_component(TALLY_CUDA_BIN \"${CMAKE_CUDA_COMPILER}\" DIRECTORY)\n"
+      "find_library(TALLY_NCCL_LIBRARY nccl REQUIRED HINTS \"${TALLY_CUDA_BIN}/../lib\" \"${TALLY_CUDA_BIN}/../lib64\"\n"
+      "             \"${TALLY_CUDA_BIN}/../targets/x86_64-linux/lib\" /usr/local/cuda/lib /usr/local/cuda/lib64)\n"
+      "target_include_directories(tally_step PRIVATE ${MPI_CXX_INCLUDE_DIRS})\n"
+      "target_link_libraries(tally_step PRIVATE ${MPI_CXX_LIBRARIES} ${TALLY_NCCL_LIBRARY})\n"
+      "target_compile_definitions(tally_step PRIVATE TALLY_NCCL=1)\n",
+      {"cpu/", "driver/driver_cpu.cpp", "driver/tally_comm.h", nullptr},
       checkAttention,
       checkEmbeddingBackward};
   return be;

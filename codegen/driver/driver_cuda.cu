@@ -9,6 +9,13 @@
 // lines. Every CUDA call here is checked; the runtime checks its own (the op path in ctx.where).
 // The host-side helpers (flags, safetensors, initialisation, data) are driver_host.h's, shared
 // with the CPU driver, given the host copies of the regions.
+//
+// Data parallel (kLayout.ranks > 1): one process per GPU under `mpirun -np N`
+// (driver/tally_comm_nccl.h: MPI starts the ranks, NCCL sums the gradients), each on the GPU of
+// its rank within its node. As on the CPU, rank r trains on its rows of every batch (the global
+// micro-batches r·microSteps …, with their dropout seeds), every rank starts from the same
+// initialisation, and rank 0 writes --save, --dump-grads (the averaged gradients, the same on
+// every rank) and the JSON, with the loss of the whole batch.
 #include "cuda/tally_rt.cuh"
 
 #include "common/tally_driver.h"
@@ -16,6 +23,7 @@
 #include "driver/tally_step.h"
 #include "driver/tally_step_cuda.h"
 #include "driver/driver_host.h"
+#include "driver/tally_comm_nccl.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -40,6 +48,7 @@ namespace {
 /// Where the driver writes and reads tensors: host copies of the params, master and grads
 /// regions (the device regions are filled from them and read back into them).
 Memory host;
+int rank = 0;
 
 /// The bytes of a region as allocated: at least 1, rounded up to 256.
 size_t regionBytes(int64_t bytes) { return static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256); }
@@ -64,7 +73,8 @@ void loadMicroBatch(int64_t m) {
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
     size_t bytes = static_cast<size_t>(in.t.numel) * dtypeBytes(in.t.dtype);
-    size_t from = in.batched ? static_cast<size_t>(currentBatch * kLayout.microSteps + m) * bytes : 0;
+    int64_t global = (currentBatch * kLayout.ranks + rank) * kLayout.microSteps + m;
+    size_t from = in.batched ? static_cast<size_t>(global) * bytes : 0;
     check(cudaMemcpy(mem.data + in.offset, batchData[i].data() + from, bytes, cudaMemcpyHostToDevice),
           "cudaMemcpy(data)");
   }
@@ -101,7 +111,7 @@ void download(uint8_t *dst, const uint8_t *src, int64_t bytes, const char *what)
 }
 
 void dumpGradients() {
-  if (args.dumpGrads.empty())
+  if (args.dumpGrads.empty() || rank != 0)
     return;
   download(host.grads, mem.grads, kLayout.gradsBytes, "cudaMemcpy(grads to host)");
   writeTensors(args.dumpGrads, true, host);
@@ -110,7 +120,13 @@ void dumpGradients() {
 } // namespace
 
 int main(int argc, char **argv) {
+  tally_comm::init(&argc, &argv);
   args = parse(argc, argv);
+  rank = tally_comm::rank();
+  if (tally_comm::size() != kLayout.ranks)
+    die("this step runs on " + std::to_string(kLayout.ranks) + " processes, one per GPU (data = " +
+        std::to_string(kLayout.ranks) + "; `mpirun -np " + std::to_string(kLayout.ranks) + "`), not " +
+        std::to_string(tally_comm::size()));
   int devices = 0;
   cudaError_t probe = cudaGetDeviceCount(&devices);
   if (probe != cudaSuccess || devices == 0)
@@ -118,12 +134,17 @@ int main(int argc, char **argv) {
         (probe != cudaSuccess ? std::string(cudaGetErrorName(probe)) + ": " + cudaGetErrorString(probe)
                               : std::string("0 devices")) +
         "); the CUDA step needs an NVIDIA GPU");
+  const int device = tally_comm::device();
+  if (device >= devices)
+    die("rank " + std::to_string(rank) + " is process " + std::to_string(device) + " of its node, which has " +
+        std::to_string(devices) + " CUDA device(s): start at most one process per GPU");
   try {
-    check(cudaSetDevice(0), "cudaSetDevice(0)");
+    check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     check(cudaFree(nullptr), "cudaFree(nullptr) (creating the context)");
     const size_t contextBytes = deviceUsed(); // the context, and whatever other processes hold
+    tally_comm::start();                      // NCCL's communicator (data parallel only)
 
     mem.arena = deviceRegion(kLayout.arenaBytes, "arena");
     mem.params = deviceRegion(kLayout.paramsBytes, "params");
@@ -161,13 +182,16 @@ int main(int argc, char **argv) {
       ctx.resetTimes();
       currentBatch = i % batches;
       bool last = i + 1 == total, updated = true;
-      uint64_t seed = (args.seed << 32) + static_cast<uint64_t>(i * kLayout.microSteps);
+      // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
+      uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
       check(cudaEventRecord(start, ctx.stream), "cudaEventRecord(step start)");
       double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated);
       check(cudaEventRecord(stop, ctx.stream), "cudaEventRecord(step stop)");
       check(cudaEventSynchronize(stop), "cudaEventSynchronize(step stop)");
       float ms = 0;
       check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime(step)");
+      if (kLayout.ranks > 1) // the whole batch's loss: the mean of the ranks' (equal shares)
+        loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks);
       losses.push_back(loss);
       if (timed) {
         times.push_back(ms / 1000.0);
@@ -177,7 +201,7 @@ int main(int argc, char **argv) {
       deviceUsed();
     }
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    if (!args.save.empty()) {
+    if (!args.save.empty() && rank == 0) {
       download(host.params, mem.params, kLayout.paramsBytes, "cudaMemcpy(params to host)");
       download(host.master, mem.master, kLayout.masterBytes, "cudaMemcpy(master to host)");
       writeTensors(args.save, false, host);
@@ -185,6 +209,9 @@ int main(int argc, char **argv) {
     const size_t workspace = ctx.workspaceBytes;
     check(cudaEventDestroy(start), "cudaEventDestroy");
     check(cudaEventDestroy(stop), "cudaEventDestroy");
+    tally_comm::finalize();
+    if (rank != 0)
+      return 0;
 
     std::vector<double> sorted = times;
     std::sort(sorted.begin(), sorted.end());
@@ -194,6 +221,7 @@ int main(int argc, char **argv) {
     out += "  \"model\": \"" + rt::json_escape(kLayout.model) + "\",\n";
     out += "  \"plan\": \"" + rt::json_escape(kLayout.plan) + "\",\n";
     out += "  \"device\": \"" + rt::json_escape(prop.name) + "\",\n";
+    out += "  \"ranks\": " + std::to_string(kLayout.ranks) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
     out += "  \"steps\": " + std::to_string(args.steps) + ",\n  \"warmup\": " + std::to_string(args.warmup) + ",\n";
     out += "  \"step_s\": " + num(median) + ",\n  \"step_times\": [";
     for (size_t i = 0; i < times.size(); ++i)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # ctest cuda-step-compiles: the generated CUDA training step compiles and links with nvcc.
 #   cuda_step_compiles.sh TALLY SOURCE_DIR OUT_DIR [NVCC]
-# For each model (TALLY_CUDA_STEP_MODELS, default "gpt llama": tests/step/e2e/<m>.tally):
-# `tally build --backend cuda -o OUT_DIR/<m>`, then the folder's own CMakeLists.txt configured
-# with that nvcc and built (step.cu and driver_cuda.cu, -arch=sm_90, cuBLASLt). Nothing is run:
-# this machine has no GPU. Exit 77 (skipped) with the reason where nvcc is absent.
+# For each model (TALLY_CUDA_STEP_MODELS, default "gpt llama dp:dp2": tests/step/e2e/<m>.tally,
+# with `:plan` a plan of it): `tally build --backend cuda -o OUT_DIR/<m>`, then the folder's own
+# CMakeLists.txt configured with that nvcc and built (step.cu and driver_cuda.cu, -arch=sm_90,
+# cuBLASLt; dp2 is data parallel: MPI and NCCL, which the binary must link). The steps fuse
+# their elementwise runs (the CUDA default). Nothing is run: this machine has no GPU. Exit 77
+# (skipped) with the reason where nvcc is absent.
 set -euo pipefail
 tally=$1 src=$2 out=$3 nvcc=${4:-}
 if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
@@ -16,10 +18,13 @@ if [[ -z "$nvcc" ]]; then
   exit 77
 fi
 mkdir -p "$out"
-for m in ${TALLY_CUDA_STEP_MODELS:-gpt llama}; do
-  dir=$out/$m
+for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2}; do
+  m=${entry%%:*}
+  plan=()
+  [[ "$entry" == *:* ]] && plan=(--plan "${entry#*:}")
+  dir=$out/${entry//:/_}
   rm -rf "$dir"
-  "$tally" build "$src/tests/step/e2e/$m.tally" --backend cuda -o "$dir"
+  "$tally" build "$src/tests/step/e2e/$m.tally" "${plan[@]}" --backend cuda -o "$dir"
   start=$(date +%s)
   if ! cmake -S "$dir" -B "$dir/build" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_BUILD_TYPE=Release \
        > "$dir/configure.log" 2>&1; then
@@ -38,5 +43,9 @@ for m in ${TALLY_CUDA_STEP_MODELS:-gpt llama}; do
   fi
   grep -q "sm_90" "$dir/build/CMakeFiles/tally_step.dir/flags.make" || {
     echo "FAIL: $m: not compiled for sm_90"; exit 1; }
+  if grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" && ! ldd "$dir/build/tally_step" | grep -q "libnccl"; then
+    echo "FAIL: $entry: a data-parallel step that does not link NCCL"
+    exit 1
+  fi
   echo "$m: step.cu and driver_cuda.cu compiled and linked for sm_90 in $(( $(date +%s) - start )) s (not run: no GPU)"
 done

@@ -143,9 +143,11 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
 TEST_CASE("codegen: plans the CPU backend cannot run are refused with the reason; 1/x runs", "[codegen]") {
   Compiled t(fromFile, example("gpt2.tally"));
   std::string text;
-  // Data parallel (8 x { data = 8, zero = 1 }) runs under MPI on the CPU; CUDA has no NCCL step.
+  // Data parallel (8 x { data = 8, zero = 1 }) runs under MPI on the CPU; the CUDA step's NCCL
+  // data parallelism all-reduces whole gradients, without ZeRO.
   CHECK(emit(*t.a, text) == "");
-  CHECK(emit(*t.a, text, true).find("uses 8 devices") != std::string::npos);
+  CHECK(emit(*t.a, text, true).find("ZeRO stage 1 over NCCL: the CUDA backend's data parallelism all-reduces whole "
+                                    "gradients (zero = 0); ZeRO-1 runs on the CPU backend only") != std::string::npos);
   Compiled z3(fromFile, example("llama2_7b.tally")); // zero = 3
   CHECK(emit(*z3.a, text).find("ZeRO stage 3: the CPU backend shards the optimizer state") != std::string::npos);
   Compiled d(R"(
@@ -411,4 +413,44 @@ TEST_CASE("codegen: the CUDA step's memory estimate has its workspace and no cac
   CHECK(c.a->memory.context > 0);
   CHECK(c.a->memory.peak == f.a->memory.peak - f.a->memory.allocatorReserve + 67108864.0);
   CHECK(c.a->arenaBytes == f.a->arenaBytes);
+}
+
+TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one process per GPU", "[codegen][cuda]") {
+  // tests/step/e2e/dp.tally's dp2 on 2 GPUs (data = 2, no ZeRO; the unit tests cannot calibrate the
+  // host its file names); the CPU step of the same plan runs under MPI.
+  PlanOverrides two;
+  two.target = "2 x H100_SXM";
+  Compiled t(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2", two);
+  REQUIRE(t.a->plan->parallel.data == 2);
+  REQUIRE(t.a->plan->parallel.zero == 0);
+  std::vector<codegen::File> files;
+  codegen::EmitOptions o;
+  REQUIRE(codegen::emitCudaStep(*t.a, o, files) == "");
+  std::map<std::string, std::string> byPath;
+  for (const codegen::File &f : files)
+    byPath[f.path] = f.text;
+  const std::string &cu = byPath["step.cu"], &cm = byPath["CMakeLists.txt"];
+  CHECK(byPath.count("runtime/driver/tally_comm_nccl.h") == 1);
+  CHECK(byPath.count("runtime/driver/tally_comm.h") == 0);
+  CHECK(count(cu, "#include \"driver/tally_comm_nccl.h\"") == 1);
+  // The gradients averaged: divided by 2, summed in one 25 MiB bucket (29,568 fp32 gradients).
+  CHECK(count(cu, "rt::scale<float>(ctx, G<float>(0), 5.000000000e-01f, 29568);") == 1);
+  CHECK(count(cu, "tally_comm::all_reduce<float>(ctx, G<float>(0), 0, 29568);") == 1);
+  CHECK(count(cu, "  tally_comm::barrier(ctx);") == 1);
+  CHECK(count(cu, "    {\"data_parallel.barrier\", \"wait\"},") == 1);
+  CHECK(count(cu, "    {\"data_parallel.reduce_gradients\", \"communication\"},") == 1);
+  CHECK(count(cu, "  op_class = \"") == 0); // the device step names ops by path, not by the global
+  CHECK(count(cm, "find_library(TALLY_NCCL_LIBRARY nccl REQUIRED") == 1);
+  CHECK(count(cm, "target_compile_definitions(tally_step PRIVATE TALLY_NCCL=1)") == 1);
+  CHECK(count(cm, "TALLY_MPI") == 0);
+  // The CPU step of the same plan: MPI, the same calls.
+  std::string cpu;
+  std::vector<codegen::File> cpuFiles;
+  REQUIRE(codegen::emitCpuStep(*t.a, o, cpuFiles) == "");
+  for (const codegen::File &f : cpuFiles)
+    byPath["cpu:" + f.path] = f.text;
+  CHECK(count(byPath["cpu:step.cpp"], "#include \"driver/tally_comm.h\"") == 1);
+  CHECK(count(byPath["cpu:step.cpp"], "tally_comm::all_reduce<float>(ctx, G<float>(0), 0, 29568);") == 1);
+  CHECK(count(byPath["cpu:CMakeLists.txt"], "target_compile_definitions(tally_step PRIVATE TALLY_MPI=1)") == 1);
+  CHECK(byPath.count("cpu:runtime/driver/tally_comm_nccl.h") == 0);
 }

@@ -1,0 +1,140 @@
+// Data parallelism for generated CUDA steps: the same functions as driver/tally_comm.h (the CPU
+// steps' MPI collectives), over NCCL on the step's stream. Built with TALLY_NCCL (the generated
+// CMakeLists.txt defines it, and links MPI and NCCL, only for a plan with data > 1): the N
+// processes are the ones `mpirun -np N` started, one per GPU (a process takes the GPU of its
+// rank among the processes of its node); MPI starts them and hands rank 0's ncclUniqueId to the
+// others, NCCL moves the gradients. Without TALLY_NCCL the group is this one process.
+//
+// Every collective works in place on a region of the memory plan (the gradients) and is timed
+// with CUDA events like a kernel, under the op path the step set (ctx.where). NCCL sums bf16 and
+// fp16 gradients in their own type.
+#pragma once
+
+#include "cuda/tally_rt.cuh"
+
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#ifdef TALLY_NCCL
+#include <mpi.h>
+#include <nccl.h>
+#endif
+
+namespace tally_comm {
+
+#ifdef TALLY_NCCL
+
+namespace detail {
+
+inline void mpi(int rc, const char *what) {
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw std::runtime_error(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(len)));
+  }
+}
+
+inline void nccl(ncclResult_t r, const char *what, const char *where = "") {
+  if (r != ncclSuccess)
+    throw std::runtime_error(std::string(what) + " failed" + (where && *where ? std::string(" at '") + where + "'" : "") +
+                             ": " + ncclGetErrorString(r));
+}
+
+inline ncclComm_t &comm() {
+  static ncclComm_t c = nullptr;
+  return c;
+}
+
+inline int &localRank() {
+  static int r = 0;
+  return r;
+}
+
+template <class T> ncclDataType_t type();
+template <> inline ncclDataType_t type<float>() { return ncclFloat32; }
+template <> inline ncclDataType_t type<rt::bf16>() { return ncclBfloat16; }
+template <> inline ncclDataType_t type<rt::f16>() { return ncclFloat16; }
+
+} // namespace detail
+
+/// Starts MPI (before anything else reads argv) and finds this process's rank among the
+/// processes of its node: the GPU it uses (device()).
+inline void init(int *argc, char ***argv) {
+  detail::mpi(MPI_Init(argc, argv), "MPI_Init");
+  MPI_Comm node;
+  detail::mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
+  detail::mpi(MPI_Comm_rank(node, &detail::localRank()), "MPI_Comm_rank(node)");
+  MPI_Comm_free(&node);
+}
+inline int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+/// The GPU of this process: its rank among its node's processes.
+inline int device() { return detail::localRank(); }
+
+/// The NCCL communicator of all ranks; call once the process's device is current.
+inline void start() {
+  ncclUniqueId id;
+  if (rank() == 0)
+    detail::nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  detail::mpi(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast(ncclUniqueId)");
+  detail::nccl(ncclCommInitRank(&detail::comm(), size(), id, rank()), "ncclCommInitRank");
+}
+
+inline void finalize() {
+  if (detail::comm()) {
+    ncclCommDestroy(detail::comm());
+    detail::comm() = nullptr;
+  }
+  MPI_Finalize();
+}
+
+/// Waits until every rank's stream has finished its backward (timed apart from the
+/// collectives, so their time is the transfer and not the wait for a slower rank).
+inline void barrier(rt::Ctx &ctx) {
+  rt::cu::check(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize", "barrier", ctx.where);
+  detail::mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+/// Sums elements [begin, end) of `region` over the ranks, in place (one bucket), on the stream.
+template <class T> void all_reduce(rt::Ctx &ctx, T *region, int64_t begin, int64_t end) {
+  if (end <= begin)
+    return;
+  const int t = rt::cu::timeBegin(ctx, "all_reduce");
+  detail::nccl(ncclAllReduce(region + begin, region + begin, static_cast<size_t>(end - begin), detail::type<T>(),
+                             ncclSum, detail::comm(), ctx.stream),
+               "ncclAllReduce", ctx.where);
+  rt::cu::timeEnd(ctx, t, "all_reduce");
+}
+
+/// The sum of x over the ranks (the loss), on the host.
+inline double sum(double x) {
+  double out = x;
+  detail::mpi(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  return out;
+}
+
+#else // one process: the group is this process alone
+
+inline void init(int *, char ***) {}
+inline int rank() { return 0; }
+inline int size() { return 1; }
+inline int device() { return 0; }
+inline void start() {}
+inline void finalize() {}
+inline double sum(double x) { return x; }
+
+#endif
+
+} // namespace tally_comm
