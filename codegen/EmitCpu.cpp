@@ -969,6 +969,13 @@ struct Emitter {
     std::map<uint32_t, const Analysis::FusedKernel *> fusedAt;
     for (const Analysis::FusedKernel &k : a.fusion.kernels)
       fusedAt[k.first] = &k;
+    std::map<size_t, std::vector<size_t>> startAfter = overlappedBuckets();
+    // After entries [from, to] ran: the buckets whose last gradient write was among them.
+    auto startBuckets = [&](size_t from, size_t to) {
+      for (auto it = startAfter.lower_bound(from); it != startAfter.end() && it->first <= to; ++it)
+        for (size_t k : it->second)
+          line("if (last) start_bucket(ctx, " + std::to_string(k) + "); // its last gradient is written");
+    };
     body.clear();
     const char *kinds[] = {"forward", "backward", "recompute", "optimizer"};
     for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
@@ -983,6 +990,7 @@ struct Emitter {
       if (f != fusedAt.end()) {
         if (!fused(*f->second, kinds[se.kind]) || !error.empty())
           return false;
+        startBuckets(e, e + f->second->count - 1);
         e += f->second->count - 1;
         continue;
       }
@@ -992,14 +1000,74 @@ struct Emitter {
         return false;
       if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
         line(be.device ? "loss = device_load(ctx, " + ptr(s.loss) + ");" : "loss = rt::load(*" + ptr(s.loss) + ");");
+      startBuckets(e, e);
     }
     op = nullptr;
     outText = functors +
-              "/// The forward and backward of one micro-batch (the data region holds it); its loss.\n"
-              "static double micro_step(rt::Ctx &ctx, uint64_t seed) {\n  double loss = 0;\n" +
+              (overlap() ? "static void start_bucket(rt::Ctx &ctx, int k);\n\n"
+                           "/// The forward and backward of one micro-batch (the data region holds it); its loss. In\n"
+                           "/// the last micro-batch (`last`) each gradient bucket's reduction starts once the backward\n"
+                           "/// has written it, overlapping the rest of the backward.\n"
+                           "static double micro_step(rt::Ctx &ctx, uint64_t seed, bool last) {\n  double loss = 0;\n"
+                         : "/// The forward and backward of one micro-batch (the data region holds it); its loss.\n"
+                           "static double micro_step(rt::Ctx &ctx, uint64_t seed) {\n  double loss = 0;\n") +
               body + "  return loss;\n}\n";
     return true;
   }
+
+  /// Data parallel with `overlap` (the plan's default) and without ZeRO: each 25 MiB bucket of
+  /// G is averaged as soon as the last micro-batch's backward has written its last gradient.
+  bool overlap() const { return dataParallel() && !sharded() && plan.parallel.overlap; }
+
+  /// The gradient buckets: [begin, end) element ranges of G of at most 25 MiB (PyTorch DDP's
+  /// bucket_cap_mb), in order.
+  std::vector<std::pair<int64_t, int64_t>> gradientBuckets() const {
+    constexpr int64_t kBucketBytes = 25 * 1024 * 1024;
+    int64_t bg = static_cast<int64_t>(bytesOf(plan.precision.grads)), bucket = kBucketBytes / bg;
+    int64_t elems = a.regions.grads.bytes / bg;
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int64_t b0 = 0; b0 < elems; b0 += bucket)
+      out.push_back({b0, std::min(elems, b0 + bucket)});
+    return out;
+  }
+
+  /// With overlap(): per stepSchedule entry, the buckets whose last gradient write it is (a
+  /// backward op writing a parameter's gradient, or a view of it, anywhere in the bucket).
+  /// Buckets nothing writes are started by reduce_gradients().
+  std::map<size_t, std::vector<size_t>> overlappedBuckets() {
+    std::map<size_t, std::vector<size_t>> out;
+    bucketStarted.clear();
+    if (!overlap())
+      return out;
+    auto buckets = gradientBuckets();
+    int64_t bg = static_cast<int64_t>(bytesOf(plan.precision.grads));
+    std::vector<size_t> lastWriter(buckets.size(), SIZE_MAX);
+    for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
+      const StepEntry &se = a.stepSchedule[e];
+      if (se.kind != StepEntry::Backward)
+        continue;
+      for (TensorId t : s.ops[se.op].outputs) {
+        const Tensor &bt = s.tensors[s.storageOf(t)];
+        if (bt.role != TensorRole::Gradient || bt.gradOf == kNone)
+          continue;
+        auto g = gradOffset.find(bt.gradOf);
+        if (g == gradOffset.end())
+          continue;
+        int64_t lo = g->second / bg, hi = lo + n(bt.gradOf);
+        for (size_t k = 0; k < buckets.size(); ++k)
+          if (lo < buckets[k].second && buckets[k].first < hi)
+            lastWriter[k] = e;
+      }
+    }
+    bucketStarted.assign(buckets.size(), false);
+    for (size_t k = 0; k < buckets.size(); ++k)
+      if (lastWriter[k] != SIZE_MAX) {
+        out[lastWriter[k]].push_back(k);
+        bucketStarted[k] = true;
+      }
+    return out;
+  }
+  std::vector<bool> bucketStarted; ///< overlappedBuckets(): the buckets the backward starts
 
   // ---- fused kernels ------------------------------------------------------------------------
 
@@ -1129,6 +1197,30 @@ struct Emitter {
     std::string T = ctype(gd);
     int64_t bg = static_cast<int64_t>(bytesOf(gd)), bucket = kBucketBytes / bg, d = plan.parallel.data;
     int64_t buckets = (gradElems + bucket - 1) / bucket;
+    if (overlap()) {
+      auto bs = gradientBuckets();
+      std::string out = llvm::formatv("/// Data parallel over {0} ranks ({1}; runtime/{2}), overlapped with the backward: the\n"
+                                      "/// gradients in {3} bucket(s) of at most 25 MiB of G, each divided by {0} and its sum\n"
+                                      "/// over the ranks started as soon as the last micro-batch's backward has written it\n"
+                                      "/// (start_bucket, called from micro_step); reduce_gradients() waits for them all.\n",
+                                      d, be.parallelEngine, be.commHeader, bs.size())
+                            .str();
+      out += "static const int64_t kBuckets[][2] = {\n";
+      for (auto [b0, b1] : bs)
+        out += llvm::formatv("    {{{0}, {1}},\n", b0, b1).str();
+      out += "};\n\nstatic void start_bucket(rt::Ctx &ctx, int k) {\n" +
+             siteText("data_parallel.reduce_gradients", "communication") +
+             llvm::formatv("  rt::scale<{0}>(ctx, G<{0}>(0) + kBuckets[k][0], {1}, kBuckets[k][1] - kBuckets[k][0]);\n"
+                           "  tally_comm::all_reduce_start<{0}>(ctx, G<{0}>(0), kBuckets[k][0], kBuckets[k][1], k);\n}\n\n",
+                           T, number(1.0 / static_cast<double>(d)))
+                 .str();
+      out += "static void reduce_gradients(rt::Ctx &ctx) {\n";
+      for (size_t k = 0; k < bs.size(); ++k)
+        if (k >= bucketStarted.size() || !bucketStarted[k])
+          out += "  start_bucket(ctx, " + std::to_string(k) + "); // no backward op writes it\n";
+      out += siteText("data_parallel.reduce_gradients", "communication") + "  tally_comm::all_reduce_wait(ctx);\n}\n\n";
+      return out;
+    }
     auto each = [&](const char *what) {
       std::string out;
       for (int64_t b0 = 0; b0 < gradElems; b0 += bucket)
@@ -1520,7 +1612,8 @@ struct Emitter {
        << "  double loss = 0;\n"
        << "  for (int64_t m = 0; m < kLayout.microSteps; ++m) {\n"
        << "    load_micro_batch(m);\n"
-       << "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n"
+       << (overlap() ? "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);\n"
+                     : "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n")
        << "  }\n";
     if (dataParallel())
       os << "  reduce_gradients(ctx);\n"

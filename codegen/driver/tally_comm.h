@@ -118,6 +118,35 @@ template <class T> void all_reduce(rt::Ctx &ctx, T *region, int64_t begin, int64
                 "MPI_Allreduce");
 }
 
+namespace detail {
+/// The reductions started and not yet waited for, by bucket.
+inline std::vector<MPI_Request> &pending() {
+  static std::vector<MPI_Request> r;
+  return r;
+}
+} // namespace detail
+
+/// Starts summing elements [begin, end) of `region` over the ranks, in place (bucket `slot`),
+/// and returns: the backward goes on while MPI moves it (as far as MPI progresses it: without
+/// a progress thread most of the transfer happens in all_reduce_wait). Every rank starts the
+/// same buckets in the same order.
+template <class T> void all_reduce_start(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int slot) {
+  rt::detail::KernelScope ks(ctx, "all_reduce_start");
+  std::vector<MPI_Request> &p = detail::pending();
+  if (p.size() <= static_cast<size_t>(slot))
+    p.resize(static_cast<size_t>(slot) + 1, MPI_REQUEST_NULL);
+  detail::check(MPI_Iallreduce(MPI_IN_PLACE, region + begin, detail::count(end - begin, "all_reduce_start"),
+                               detail::Type<T>::type(), detail::Type<T>::sum(), MPI_COMM_WORLD, &p[slot]),
+                "MPI_Iallreduce");
+}
+
+/// Waits for every reduction all_reduce_start began.
+inline void all_reduce_wait(rt::Ctx &ctx) {
+  rt::detail::KernelScope ks(ctx, "all_reduce_wait");
+  std::vector<MPI_Request> &p = detail::pending();
+  detail::check(MPI_Waitall(static_cast<int>(p.size()), p.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
 /// ZeRO: sums elements [begin, end) of `region` over the ranks, leaving on each rank only its
 /// own part (elements of [r·shard, (r+1)·shard)) summed, in place.
 template <class T> void reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {

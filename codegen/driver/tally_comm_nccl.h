@@ -118,6 +118,50 @@ template <class T> void all_reduce(rt::Ctx &ctx, T *region, int64_t begin, int64
   rt::cu::timeEnd(ctx, t, "all_reduce");
 }
 
+namespace detail {
+/// The stream the overlapped reductions run on, and the events that order it with the step's.
+struct Overlap {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ready = nullptr, done = nullptr;
+};
+inline Overlap &overlap(rt::Ctx &ctx) {
+  static Overlap o;
+  if (!o.stream) {
+    rt::cu::check(cudaStreamCreateWithFlags(&o.stream, cudaStreamNonBlocking), "cudaStreamCreate", "all_reduce_start",
+                  ctx.where);
+    rt::cu::check(cudaEventCreateWithFlags(&o.ready, cudaEventDisableTiming), "cudaEventCreate", "all_reduce_start",
+                  ctx.where);
+    rt::cu::check(cudaEventCreateWithFlags(&o.done, cudaEventDisableTiming), "cudaEventCreate", "all_reduce_start",
+                  ctx.where);
+  }
+  return o;
+}
+} // namespace detail
+
+/// Starts summing elements [begin, end) of `region` over the ranks, in place (one bucket), on a
+/// stream of its own once the step's stream has written it: the backward's kernels go on
+/// meanwhile. Every rank starts the same buckets in the same order (NCCL's requirement).
+template <class T> void all_reduce_start(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int /*slot*/) {
+  if (end <= begin)
+    return;
+  detail::Overlap &o = detail::overlap(ctx);
+  rt::cu::check(cudaEventRecord(o.ready, ctx.stream), "cudaEventRecord", "all_reduce_start", ctx.where);
+  rt::cu::check(cudaStreamWaitEvent(o.stream, o.ready, 0), "cudaStreamWaitEvent", "all_reduce_start", ctx.where);
+  detail::nccl(ncclAllReduce(region + begin, region + begin, static_cast<size_t>(end - begin), detail::type<T>(),
+                             ncclSum, detail::comm(), o.stream),
+               "ncclAllReduce", ctx.where);
+}
+
+/// Makes the step's stream wait for every reduction all_reduce_start began (the update reads
+/// the sums). Its time is the part of the reductions the backward did not hide.
+inline void all_reduce_wait(rt::Ctx &ctx) {
+  detail::Overlap &o = detail::overlap(ctx);
+  const int t = rt::cu::timeBegin(ctx, "all_reduce_wait");
+  rt::cu::check(cudaEventRecord(o.done, o.stream), "cudaEventRecord", "all_reduce_wait", ctx.where);
+  rt::cu::check(cudaStreamWaitEvent(ctx.stream, o.done, 0), "cudaStreamWaitEvent", "all_reduce_wait", ctx.where);
+  rt::cu::timeEnd(ctx, t, "all_reduce_wait");
+}
+
 /// The sum of x over the ranks (the loss), on the host.
 inline double sum(double x) {
   double out = x;

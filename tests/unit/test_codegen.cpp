@@ -325,7 +325,9 @@ model M(d = 4096) {
   forward(x: f32[batch, d]) { return mean(x @ w) }
 }
 train dp { model = M() batch = 4 micro_batch = 1 optimizer = AdamW(lr = 1e-3) precision = fp32
-           target = 2 x H100_SXM { data = 2 } }
+           target = 2 x H100_SXM { data = 2, overlap = false } }
+train dpo { model = M() batch = 4 micro_batch = 1 optimizer = AdamW(lr = 1e-3) precision = fp32
+            target = 2 x H100_SXM { data = 2 } }
 train zero { model = M() batch = 4 micro_batch = 1 optimizer = AdamW(lr = 1e-3) precision = fp32
              target = 2 x H100_SXM { data = 2, zero = 1 } }
 train one { model = M() batch = 4 micro_batch = 1 optimizer = AdamW(lr = 1e-3) precision = fp32
@@ -367,6 +369,21 @@ TEST_CASE("codegen: data parallel over MPI, gradients averaged in 25 MiB buckets
 
   Compiled tp(kDataParallel, "tp");
   CHECK(emit(*tp.a, text).find("runs data parallelism only") != std::string::npos);
+
+  // overlap = true (the default): w's gradient, the only one, spans the three buckets, so all
+  // three start right after the op that writes it, in the last micro-batch.
+  Compiled o(kDataParallel, "dpo");
+  REQUIRE(emit(*o.a, text) == "");
+  CHECK(count(text, "    {0, 6553600},\n    {6553600, 13107200},\n    {13107200, 16777216},\n") == 1);
+  size_t first = text.find("  if (last) start_bucket(ctx, 0); // its last gradient is written\n"
+                           "  if (last) start_bucket(ctx, 1); // its last gradient is written\n"
+                           "  if (last) start_bucket(ctx, 2); // its last gradient is written\n");
+  CHECK(first != std::string::npos);
+  CHECK(count(text, "start_bucket(ctx, ") == 3); // none left for reduce_gradients()
+  CHECK(count(text, "rt::scale<float>(ctx, G<float>(0) + kBuckets[k][0], 5.000000000e-01f, kBuckets[k][1] - kBuckets[k][0]);") == 1);
+  CHECK(count(text, "tally_comm::all_reduce_start<float>(ctx, G<float>(0), kBuckets[k][0], kBuckets[k][1], k);") == 1);
+  CHECK(count(text, "tally_comm::all_reduce_wait(ctx);") == 1);
+  CHECK(count(text, "tally_comm::all_reduce<") == 0);
 }
 
 TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[codegen]") {
@@ -433,11 +450,12 @@ TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one proc
   CHECK(byPath.count("runtime/driver/tally_comm_nccl.h") == 1);
   CHECK(byPath.count("runtime/driver/tally_comm.h") == 0);
   CHECK(count(cu, "#include \"driver/tally_comm_nccl.h\"") == 1);
-  // The gradients averaged: divided by 2, summed in one 25 MiB bucket (29,568 fp32 gradients).
-  CHECK(count(cu, "rt::scale<float>(ctx, G<float>(0), 5.000000000e-01f, 29568);") == 1);
-  CHECK(count(cu, "tally_comm::all_reduce<float>(ctx, G<float>(0), 0, 29568);") == 1);
-  CHECK(count(cu, "  tally_comm::barrier(ctx);") == 1);
-  CHECK(count(cu, "    {\"data_parallel.barrier\", \"wait\"},") == 1);
+  // The gradients averaged in one 25 MiB bucket (29,568 fp32 gradients): divided by 2 and its
+  // sum started once the last micro-batch's backward has written it (overlap, the default).
+  CHECK(count(cu, "    {0, 29568},\n") == 1);
+  CHECK(count(cu, "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
+  CHECK(count(cu, "tally_comm::all_reduce_start<float>(ctx, G<float>(0), kBuckets[k][0], kBuckets[k][1], k);") == 1);
+  CHECK(count(cu, "  tally_comm::all_reduce_wait(ctx);") == 1);
   CHECK(count(cu, "    {\"data_parallel.reduce_gradients\", \"communication\"},") == 1);
   CHECK(count(cu, "  op_class = \"") == 0); // the device step names ops by path, not by the global
   CHECK(count(cm, "find_library(TALLY_NCCL_LIBRARY nccl REQUIRED") == 1);
@@ -450,7 +468,57 @@ TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one proc
   for (const codegen::File &f : cpuFiles)
     byPath["cpu:" + f.path] = f.text;
   CHECK(count(byPath["cpu:step.cpp"], "#include \"driver/tally_comm.h\"") == 1);
-  CHECK(count(byPath["cpu:step.cpp"], "tally_comm::all_reduce<float>(ctx, G<float>(0), 0, 29568);") == 1);
+  CHECK(count(byPath["cpu:step.cpp"], "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
   CHECK(count(byPath["cpu:CMakeLists.txt"], "target_compile_definitions(tally_step PRIVATE TALLY_MPI=1)") == 1);
   CHECK(byPath.count("cpu:runtime/driver/tally_comm_nccl.h") == 0);
+}
+
+TEST_CASE("codegen: overlapped data parallel starts each bucket after its last gradient write", "[codegen][cuda]") {
+  // GPT-2 124M on 8 GPUs, data parallel without ZeRO, overlap (the default): G holds 124,439,808
+  // bf16 gradients padded per tensor (Region::bytes), 25 MiB buckets of 13,107,200 elements.
+  PlanOverrides eight;
+  eight.target = "8 x H100_SXM";
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M", eight);
+  REQUIRE(t.a->plan->parallel.data == 8);
+  REQUIRE(t.a->plan->parallel.zero == 0);
+  REQUIRE(t.a->plan->parallel.overlap);
+  std::string cu;
+  REQUIRE(emit(*t.a, cu, true) == "");
+  int64_t elems = t.a->regions.grads.bytes / 2, bucket = 25 * 1024 * 1024 / 2;
+  int64_t buckets = (elems + bucket - 1) / bucket;
+  CHECK(buckets == 10);
+  std::string micro = cu.substr(cu.find("static double micro_step(rt::Ctx &ctx, uint64_t seed, bool last)"));
+  micro = micro.substr(0, micro.find("\n}\n"));
+  std::string reduce = cu.substr(cu.find("static void reduce_gradients"));
+  reduce = reduce.substr(0, reduce.find("\n}\n"));
+  size_t lastAt = 0;
+  for (int64_t k = 0; k < buckets; ++k) {
+    std::string call = "if (last) start_bucket(ctx, " + std::to_string(k) + ");";
+    INFO(call);
+    CHECK(count(micro, call) == 1); // every bucket is written by the backward, started once
+    CHECK(count(reduce, "start_bucket(ctx, " + std::to_string(k) + ")") == 0);
+    lastAt = std::max(lastAt, micro.find(call));
+  }
+  CHECK(count(reduce, "tally_comm::all_reduce_wait(ctx);") == 1);
+  // wte (50,257 × 768 = 38,597,376 elements, first in G) spans buckets 0-2; its gradient (the
+  // tied head's and the embedding's) is written last, by the embedding backward, the last call
+  // of the backward: the three start together at the end.
+  size_t zero = micro.find("  if (last) start_bucket(ctx, 0); // its last gradient is written\n"
+                           "  if (last) start_bucket(ctx, 1); // its last gradient is written\n"
+                           "  if (last) start_bucket(ctx, 2); // its last gradient is written\n");
+  REQUIRE(zero != std::string::npos);
+  CHECK(micro.find("if (last) start_bucket(ctx, 2);") == lastAt);
+  CHECK(micro.rfind("wte.embedding", zero) != std::string::npos);
+  CHECK(micro.find("rt::", zero) == std::string::npos); // nothing runs after them
+  CHECK(count(cu, "loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);") == 1);
+  // Without overlap: one reduce after the backward, as before.
+  eight.target = "8 x H100_SXM";
+  Compiled off(fromFile, example("gpt2.tally"), "gpt2_124M", eight);
+  Plan p = *off.a->plan;
+  p.parallel.overlap = false;
+  Analysis b = analyze(*off.c.graph, p, off.c.diags);
+  std::string plain;
+  REQUIRE(emit(b, plain, true) == "");
+  CHECK(count(plain, "start_bucket") == 0);
+  CHECK(count(plain, "tally_comm::all_reduce<rt::bf16>(ctx, G<rt::bf16>(0), ") == buckets);
 }

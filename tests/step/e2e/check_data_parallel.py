@@ -11,7 +11,9 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     the same computation; the fp32 plans use SGD with momentum, linear in the gradient);
   - dp2z equals dp2 exactly (SGD with momentum, fp32), and dp2z_bf16 equals dp2_bf16 exactly
     (AdamW, mixed bf16 with the master sharded): the same averaged gradients, the same update of
-    every element, so any difference is a sharding bug;
+    every element, so any difference is a sharding bug; dp2o (overlap = true: each bucket's
+    reduction started in the last micro-batch's backward once it is written) equals dp2
+    exactly, so a bucket started before its last gradient would show;
   - every run allocates the estimate: arena bytes, and each region the memory plan laid out
     (measured.regions == estimated.regions);
   - under ZeRO-1 the optimizer region is the shard, derived here from the grads region: the
@@ -41,7 +43,7 @@ import check_e2e as E  # noqa: E402
 import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
-PLANS = ["dp1", "dp2", "dp2z", "dp2_bf16", "dp2z_bf16"]
+PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16"]
 
 
 def align(n):
@@ -107,7 +109,7 @@ def main():
             result(p + " loss", ok, "%s vs dp1 %s" % (a.tolist(), b.tolist()))
             close(p + " gradients (last step)", g, base_g, RTOL)
             close(p + " weights after 3 steps", w, base_w, RTOL)
-        for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16")]:
+        for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
                 result(zero + " loss = " + plain, r0["loss"] == r1["loss"], "%s vs %s" % (r1["loss"], r0["loss"]))
