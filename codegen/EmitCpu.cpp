@@ -1400,7 +1400,13 @@ struct Emitter {
       case OpKind::SumSquares:
         body += "\n  // " + commentSafe(op->path) + ": the overflow check of fp16 loss scaling\n";
         site(op->path, "reduction");
-        if (be.device) { // Σg² lands in device memory; the host reads it back to decide
+        if (be.device && zero) { // this rank's shard of the averaged gradients: Σg² over the ranks
+          line(llvm::formatv("const int64_t from = std::min<int64_t>({0}, tally_comm::rank() * kShard);", gradElems).str());
+          line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0) + from, std::min<int64_t>(kShard, {1} - from), device_scalars);",
+                             G, gradElems)
+                   .str());
+          line("const double sumsq = tally_comm::sum(device_load(ctx, device_scalars));");
+        } else if (be.device) { // Σg² lands in device memory; the host reads it back to decide
           line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, device_scalars);", G, gradElems).str());
           line("const double sumsq = device_load(ctx, device_scalars);");
         } else if (zero) { // each rank holds its shard of the averaged gradients: Σg² over all
@@ -1509,10 +1515,6 @@ struct Emitter {
       return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
     if (s.loss == kNone)
       return fail("the model returns no loss to train on");
-    if (be.device && par.data > 1 && par.zero >= 1)
-      return fail("ZeRO stage " + std::to_string(par.zero) + " over " + be.parallelEngine + ": the " + title() +
-                  " backend's data parallelism all-reduces whole gradients (zero = 0); ZeRO-1 runs on the CPU "
-                  "backend only");
     if (par.tensor != 1 || par.pipeline != 1 || par.context != 1 || par.expert != 1 || par.devices != par.data)
       return fail("the " + title() + " backend runs data parallelism only (processes under " + be.parallelEngine +
                   "); this plan splits the model (tensor " + std::to_string(par.tensor) + ", pipeline " +

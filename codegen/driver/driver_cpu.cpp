@@ -78,41 +78,6 @@ void dumpGradients() {
     writeTensors(args.dumpGrads, true, mem);
 }
 
-/// ZeRO: the whole fp32 master (the grads region's element order, kLayout.ranks × shard
-/// elements), of which mem.master holds elements [rank·shard, (rank+1)·shard).
-size_t wholeMasterBytes() { return static_cast<size_t>(kLayout.ranks * kLayout.shard) * sizeof(float); }
-bool shardedMaster() { return kLayout.shard > 0 && kLayout.masterBytes > 0; }
-
-/// The parameters and, under ZeRO, this rank's master shard cut from the whole initialisation.
-void initialise() {
-  if (!shardedMaster()) {
-    initParams(args, mem);
-    return;
-  }
-  std::vector<float> whole(wholeMasterBytes() / sizeof(float), 0.0f);
-  Memory m = mem;
-  m.master = reinterpret_cast<uint8_t *>(whole.data());
-  initParams(args, m);
-  std::memcpy(mem.master, whole.data() + rank * kLayout.shard, static_cast<size_t>(kLayout.shard) * sizeof(float));
-}
-
-/// --save: rank 0 writes the weights; under ZeRO the master shards are summed into a whole
-/// master first (each element is held by one rank, the others add zeros).
-void save() {
-  if (!shardedMaster()) {
-    if (rank == 0)
-      writeTensors(args.save, false, mem);
-    return;
-  }
-  std::vector<float> whole(wholeMasterBytes() / sizeof(float), 0.0f);
-  std::memcpy(whole.data() + rank * kLayout.shard, mem.master, static_cast<size_t>(kLayout.shard) * sizeof(float));
-  tally_comm::sum(whole.data(), static_cast<int64_t>(whole.size()));
-  Memory m = mem;
-  m.master = reinterpret_cast<uint8_t *>(whole.data());
-  if (rank == 0)
-    writeTensors(args.save, false, m);
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -130,7 +95,7 @@ int main(int argc, char **argv) {
     mem.master = region(kLayout.masterBytes);
     mem.optimizer = region(kLayout.optimizerBytes);
     mem.data = region(kLayout.dataBytes);
-    initialise();
+    initialiseRank(args, mem, rank);
     loadData(args);
 
     rt::Ctx ctx;
@@ -158,7 +123,7 @@ int main(int argc, char **argv) {
       skipped += updated ? 0 : 1;
     }
     if (!args.save.empty())
-      save();
+      saveRank(args, mem, rank, tally_comm::sum);
     int64_t peak = peakResidentBytes();
     tally_comm::finalize();
     if (rank != 0)

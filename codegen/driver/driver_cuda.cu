@@ -14,8 +14,9 @@
 // (driver/tally_comm_nccl.h: MPI starts the ranks, NCCL sums the gradients), each on the GPU of
 // its rank within its node. As on the CPU, rank r trains on its rows of every batch (the global
 // micro-batches r·microSteps …, with their dropout seeds), every rank starts from the same
-// initialisation, and rank 0 writes --save, --dump-grads (the averaged gradients, the same on
-// every rank) and the JSON, with the loss of the whole batch.
+// initialisation (under ZeRO-1 its shard of the master cut from it), and rank 0 writes --save
+// (ZeRO: the shards summed over the ranks first), --dump-grads (the averaged gradients, the same
+// on every rank) and the JSON, with the loss of the whole batch.
 #include "cuda/tally_rt.cuh"
 
 #include "common/tally_driver.h"
@@ -158,7 +159,7 @@ int main(int argc, char **argv) {
     host.grads = hostRegion(kLayout.gradsBytes);
     if (!host.params || !host.master || !host.grads)
       die("cannot allocate the host copies of the regions");
-    initParams(args, host);
+    initialiseRank(args, host, rank); // under ZeRO, this rank's master shard
     check(cudaMemcpy(mem.params, host.params, regionBytes(kLayout.paramsBytes), cudaMemcpyHostToDevice),
           "cudaMemcpy(params)");
     check(cudaMemcpy(mem.master, host.master, regionBytes(kLayout.masterBytes), cudaMemcpyHostToDevice),
@@ -201,10 +202,10 @@ int main(int argc, char **argv) {
       deviceUsed();
     }
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    if (!args.save.empty() && rank == 0) {
+    if (!args.save.empty()) { // every rank: under ZeRO the master shards are summed first
       download(host.params, mem.params, kLayout.paramsBytes, "cudaMemcpy(params to host)");
       download(host.master, mem.master, kLayout.masterBytes, "cudaMemcpy(master to host)");
-      writeTensors(args.save, false, host);
+      saveRank(args, host, rank, tally_comm::sum);
     }
     const size_t workspace = ctx.workspaceBytes;
     check(cudaEventDestroy(start), "cudaEventDestroy");

@@ -288,6 +288,43 @@ void writeTensors(const std::string &path, bool grads, const Memory &from) {
   w.write(path);
 }
 
+/// ZeRO: the whole fp32 master (the grads region's element order, kLayout.ranks × shard
+/// elements), of which a rank's master region holds elements [rank·shard, (rank+1)·shard).
+size_t wholeMasterBytes() { return static_cast<size_t>(kLayout.ranks * kLayout.shard) * sizeof(float); }
+bool shardedMaster() { return kLayout.shard > 0 && kLayout.masterBytes > 0; }
+
+/// The parameters into `into` (--init or the default) and, under ZeRO, rank `rank`'s master
+/// shard cut from the whole initialisation, so every rank starts from the same weights.
+void initialiseRank(const Args &args, Memory &into, int rank) {
+  if (!shardedMaster()) {
+    initParams(args, into);
+    return;
+  }
+  std::vector<float> whole(wholeMasterBytes() / sizeof(float), 0.0f);
+  Memory m = into;
+  m.master = reinterpret_cast<uint8_t *>(whole.data());
+  initParams(args, m);
+  std::memcpy(into.master, whole.data() + rank * kLayout.shard, static_cast<size_t>(kLayout.shard) * sizeof(float));
+}
+
+/// --save: rank 0 writes the weights of `from` (host memory); under ZeRO the master shards are
+/// summed into a whole master first by `sum` over the ranks (each element is held by one rank,
+/// the others add zeros). Every rank calls it.
+void saveRank(const Args &args, const Memory &from, int rank, void (*sum)(float *, int64_t)) {
+  if (!shardedMaster()) {
+    if (rank == 0)
+      writeTensors(args.save, false, from);
+    return;
+  }
+  std::vector<float> whole(wholeMasterBytes() / sizeof(float), 0.0f);
+  std::memcpy(whole.data() + rank * kLayout.shard, from.master, static_cast<size_t>(kLayout.shard) * sizeof(float));
+  sum(whole.data(), static_cast<int64_t>(whole.size()));
+  Memory m = from;
+  m.master = reinterpret_cast<uint8_t *>(whole.data());
+  if (rank == 0)
+    writeTensors(args.save, false, m);
+}
+
 int64_t peakResidentBytes() {
   std::ifstream f("/proc/self/status");
   std::string line;

@@ -7,11 +7,14 @@
 //
 // Every collective works in place on a region of the memory plan (the gradients) and is timed
 // with CUDA events like a kernel, under the op path the step set (ctx.where). NCCL sums bf16 and
-// fp16 gradients in their own type.
+// fp16 gradients in their own type. ZeRO-1's reduce-scatter and all-gather over the shards
+// (uneven where a bucket crosses a shard boundary) are grouped ncclReduce / ncclBroadcast calls,
+// one per rank's part.
 #pragma once
 
 #include "cuda/tally_rt.cuh"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <stdexcept>
@@ -162,11 +165,53 @@ inline void all_reduce_wait(rt::Ctx &ctx) {
   rt::cu::timeEnd(ctx, t, "all_reduce_wait");
 }
 
-/// The sum of x over the ranks (the loss), on the host.
+/// ZeRO: sums elements [begin, end) of `region` over the ranks, leaving on each rank only its
+/// own part (elements of [r·shard, (r+1)·shard)) summed, in place: one ncclReduce per rank's
+/// part, rooted at that rank, grouped (the parts are uneven where a bucket crosses a shard).
+template <class T> void reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
+  const int t = rt::cu::timeBegin(ctx, "reduce_scatter");
+  detail::nccl(ncclGroupStart(), "ncclGroupStart", ctx.where);
+  for (int r = 0, n = size(); r < n; ++r) {
+    int64_t lo = std::max(begin, r * shard), hi = std::min(end, (r + 1) * shard);
+    if (hi > lo)
+      detail::nccl(ncclReduce(region + lo, region + lo, static_cast<size_t>(hi - lo), detail::type<T>(), ncclSum, r,
+                              detail::comm(), ctx.stream),
+                   "ncclReduce", ctx.where);
+  }
+  detail::nccl(ncclGroupEnd(), "ncclGroupEnd", ctx.where);
+  rt::cu::timeEnd(ctx, t, "reduce_scatter");
+}
+
+/// ZeRO: every rank's part of elements [begin, end) of `region` copied to every rank, in place:
+/// one ncclBroadcast per part from its rank, grouped.
+template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
+  const int t = rt::cu::timeBegin(ctx, "all_gather");
+  detail::nccl(ncclGroupStart(), "ncclGroupStart", ctx.where);
+  for (int r = 0, n = size(); r < n; ++r) {
+    int64_t lo = std::max(begin, r * shard), hi = std::min(end, (r + 1) * shard);
+    if (hi > lo)
+      detail::nccl(ncclBroadcast(region + lo, region + lo, static_cast<size_t>(hi - lo), detail::type<T>(), r,
+                                 detail::comm(), ctx.stream),
+                   "ncclBroadcast", ctx.where);
+  }
+  detail::nccl(ncclGroupEnd(), "ncclGroupEnd", ctx.where);
+  rt::cu::timeEnd(ctx, t, "all_gather");
+}
+
+/// The sum of x over the ranks (the loss, the fp16 overflow check's Σg² of the shards), on the host.
 inline double sum(double x) {
   double out = x;
   detail::mpi(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   return out;
+}
+
+/// Elementwise sums of n host floats over the ranks, in place (the driver's gathers of ZeRO
+/// master shards for --save; outside the timed steps).
+inline void sum(float *x, int64_t n) {
+  for (int64_t at = 0; at < n; at += INT_MAX / 2) {
+    int c = static_cast<int>(std::min<int64_t>(n - at, INT_MAX / 2));
+    detail::mpi(MPI_Allreduce(MPI_IN_PLACE, x + at, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
 }
 
 #else // one process: the group is this process alone
@@ -178,7 +223,19 @@ inline int device() { return 0; }
 inline void start() {}
 inline void finalize() {}
 inline double sum(double x) { return x; }
+inline void sum(float *, int64_t) {}
 
 #endif
+
+/// ZeRO: copies `bytes` between two device regions on the step's stream (a shard of the
+/// parameters into the gradients region before the gather, the gathered parameters back).
+inline void copy(rt::Ctx &ctx, void *dst, const void *src, int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  const int t = rt::cu::timeBegin(ctx, "shard_copy");
+  rt::cu::check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, ctx.stream),
+                "cudaMemcpyAsync", "shard_copy", ctx.where);
+  rt::cu::timeEnd(ctx, t, "shard_copy");
+}
 
 } // namespace tally_comm

@@ -1,5 +1,5 @@
 # cuda-step-compiles (included by the top-level CMakeLists.txt): `tally build --backend cuda`
-# on the e2e GPT, Llama block and data-parallel dp2 (MPI + NCCL) of tests/step/e2e/, then the
+# on the e2e GPT, Llama block and data-parallel dp2, dp2o, dp2z (MPI + NCCL) of tests/step/e2e/, then the
 # generated CMakeLists.txt configured and built with nvcc (-arch=sm_90): compile and link only,
 # nothing runs (no GPU here). Skipped
 # (exit 77, reason printed) where nvcc is absent. Label "cuda": minutes of nvcc on a small machine.

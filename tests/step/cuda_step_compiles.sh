@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # ctest cuda-step-compiles: the generated CUDA training step compiles and links with nvcc.
 #   cuda_step_compiles.sh TALLY SOURCE_DIR OUT_DIR [NVCC]
-# For each model (TALLY_CUDA_STEP_MODELS, default "gpt llama dp:dp2 dp:dp2o": tests/step/e2e/<m>.tally,
+# For each model (TALLY_CUDA_STEP_MODELS, default "gpt llama dp:dp2 dp:dp2o dp:dp2z": tests/step/e2e/<m>.tally,
 # with `:plan` a plan of it): `tally build --backend cuda -o OUT_DIR/<m>`, then the folder's own
 # CMakeLists.txt configured with that nvcc and built (step.cu and driver_cuda.cu, -arch=sm_90,
-# cuBLASLt; dp2 and dp2o are data parallel, dp2o overlapping the reduction with the backward: MPI
-# and NCCL, which the binary must link). The steps fuse
+# cuBLASLt; dp2, dp2o and dp2z are data parallel, dp2o overlapping the reduction with the
+# backward, dp2z with ZeRO-1: MPI and NCCL, which the binary must link). The steps fuse
 # their elementwise runs (the CUDA default). Nothing is run: this machine has no GPU. Exit 77
 # (skipped) with the reason where nvcc is absent.
 set -euo pipefail
@@ -19,7 +19,7 @@ if [[ -z "$nvcc" ]]; then
   exit 77
 fi
 mkdir -p "$out"
-for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o}; do
+for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o dp:dp2z}; do
   m=${entry%%:*}
   plan=()
   [[ "$entry" == *:* ]] && plan=(--plan "${entry#*:}")

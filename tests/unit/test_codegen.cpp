@@ -143,11 +143,14 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
 TEST_CASE("codegen: plans the CPU backend cannot run are refused with the reason; 1/x runs", "[codegen]") {
   Compiled t(fromFile, example("gpt2.tally"));
   std::string text;
-  // Data parallel (8 x { data = 8, zero = 1 }) runs under MPI on the CPU; the CUDA step's NCCL
-  // data parallelism all-reduces whole gradients, without ZeRO.
+  // Data parallel (8 x { data = 8, zero = 1 }) runs under MPI on the CPU and over NCCL on CUDA:
+  // ZeRO-1's reduce-scatters, this rank's updates and the parameters' all-gathers, on the device.
   CHECK(emit(*t.a, text) == "");
-  CHECK(emit(*t.a, text, true).find("ZeRO stage 1 over NCCL: the CUDA backend's data parallelism all-reduces whole "
-                                    "gradients (zero = 0); ZeRO-1 runs on the CPU backend only") != std::string::npos);
+  REQUIRE(emit(*t.a, text, true) == "");
+  CHECK(count(text, "tally_comm::reduce_scatter<rt::bf16>(ctx, G<rt::bf16>(0), ") == 10);
+  CHECK(count(text, "tally_comm::all_gather<rt::bf16>(ctx, G<rt::bf16>(0), ") == 20); // gradients, parameters
+  CHECK(count(text, "    tally_comm::copy(ctx, P<uint8_t>(e.p), G<uint8_t>(e.g), e.bytes);") == 1);
+  CHECK(count(text, "if (e.n > 0 && e.rank == me)") == 2); // its pieces: the update, the gather
   Compiled z3(fromFile, example("llama2_7b.tally")); // zero = 3
   CHECK(emit(*z3.a, text).find("ZeRO stage 3: the CPU backend shards the optimizer state") != std::string::npos);
   Compiled d(R"(
