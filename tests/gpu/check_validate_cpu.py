@@ -27,12 +27,17 @@ assert [r.split()[:2] for r in rows] == [[m, e] for m in ("gpt2-124m", "gpt2-350
 res = json.load(open(os.path.join(out, "results.json")))
 parts = {s["part"]: s["status"] for s in res["parts"]}
 assert parts["estimate/gpt2_124m_1gpu"] == "ok" and parts["estimate/gpt2_350m_1gpu"] == "ok", parts
+assert parts["estimate-cuda/gpt2_124m_1gpu"] == "ok" and parts["estimate-cuda/gpt2_350m_1gpu"] == "ok", parts
 for m, plan in (("gpt2-124m", "gpt2_124m_1gpu"), ("gpt2-350m", "gpt2_350m_1gpu")):
     est = json.load(open(os.path.join(out, "estimate_%s.json" % plan)))
+    # tally's CUDA step against its own estimate (fused, its workspace, no allocator reserve).
+    est_cuda = json.load(open(os.path.join(out, "estimate_cuda_%s.json" % plan)))
+    assert est_cuda["fusion"]["enabled"] and est_cuda["memory"]["per_device"]["library_workspace"] > 0, est_cuda
     for r in res["steps"]:
         if r["model"] == m:
-            assert abs(r["estimated_step_ms"] - 1e3 * est["time"]["step_s"]) < 1e-9, r
-            assert abs(r["peak_gib_estimated"] - est["memory"]["per_device"]["peak"] / 2**30) < 1e-12, r
+            e = est_cuda if r["engine"] == "tally-cuda" else est
+            assert abs(r["estimated_step_ms"] - 1e3 * e["time"]["step_s"]) < 1e-9, r
+            assert abs(r["peak_gib_estimated"] - e["memory"]["per_device"]["peak"] / 2**30) < 1e-12, r
 # Without a GPU the PyTorch runs fail (no CUDA device) and are reported, not fatal.
 has_gpu = subprocess.run([python, "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"]).returncode == 0
 if not has_gpu:
