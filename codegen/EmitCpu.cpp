@@ -386,6 +386,15 @@ struct Emitter {
       batch = 1;
       sA = sC = 0;
     }
+    if (!epilogueBias.empty()) { // the bias epilogue: one product into the add's output
+      if (batch != 1 || acc() || C.ld != N)
+        return fail("internal error: a bias epilogue on a batched, accumulating or strided product");
+      line(llvm::formatv("rt::matmul_bias<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12});",
+                         T(tc), boolean(A.trans), boolean(B.trans), M, N, K, A.p, A.ld, B.p, B.ld, epilogueBias,
+                         epilogueOut, C.ld)
+               .str());
+      return true;
+    }
     line(llvm::formatv("rt::matmul<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, 1.0f, {6}, {7}, {8}, {9}, {10}, {11}, "
                        "{12}, {13}, {14}, {15}, {16});",
                        T(tc), boolean(A.trans), boolean(B.trans), M, N, K, A.p, A.ld, sA, B.p, B.ld, sB,
@@ -1073,6 +1082,27 @@ struct Emitter {
 
   std::string functors;                          ///< the fused kernels' functors, each once
   std::string prologue;                          ///< a norm's fused prologue (a functor instance), or ""
+  std::string epilogueBias, epilogueOut;         ///< matmulBias(): the bias and the add's output, or ""
+
+  /// A matmul with a bias epilogue (passes/Fusion.cpp step 5): rt::matmul_bias writes the add's
+  /// output (its buffer live at the add's step); the matmul's own output is not written.
+  bool matmulBias(const Analysis::FusedKernel &k, const char *kind) {
+    const Op &add = s.ops[a.stepSchedule[k.first + 1].op];
+    op = &add;
+    step = buffers.stepOf(k.first + 1);
+    TensorId c = s.ops[a.stepSchedule[k.first].op].outputs[0];
+    epilogueBias = ptr(add.inputs[0] == c ? add.inputs[1] : add.inputs[0]);
+    epilogueOut = ptr(add.outputs[0]);
+    op = &s.ops[a.stepSchedule[k.first].op];
+    step = buffers.stepOf(k.first);
+    body += "\n  // fused (" + std::string(kind) + "): " + commentSafe(op->path) + " with the bias of " +
+            commentSafe(add.path) + where(*op) + "\n";
+    site(op->path, className(s, *op));
+    bool ok = error.empty() && matmul();
+    epilogueBias.clear();
+    epilogueOut.clear();
+    return ok;
+  }
   std::map<std::string, std::string> functorOf;  ///< functor body -> its name
 
   /// One fused run (passes/Fusion.cpp): a functor computing element e of every op of the run
@@ -1081,6 +1111,8 @@ struct Emitter {
   /// norm's _fused call with the functor as its prologue. Identical runs (every layer's) share
   /// one functor; the call passes each its operands.
   bool fused(const Analysis::FusedKernel &k, const char *kind) {
+    if (k.epilogue)
+      return matmulBias(k, kind);
     std::string ty = T(s.ops[a.stepSchedule[k.first].op].outputs[0]);
     std::vector<std::string> members, args;     // functor members and the call's pointers
     std::map<TensorId, std::string> value;      // tensors held in registers

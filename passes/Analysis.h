@@ -280,6 +280,9 @@ struct Analysis {
     /// The last entry is a layer or RMS norm forward whose input the run computes: one kernel
     /// runs the elementwise ops on each row, then normalises it (x is read back from cache).
     bool norm = false;
+    /// A matmul then the add of a bias over its last dimension: one matmul with a bias
+    /// epilogue writing the add's output (count 2; the matmul's own output is not written).
+    bool epilogue = false;
   };
   struct {
     bool enabled = false;        ///< the plan asked for fused kernels and the pass ran
@@ -287,6 +290,7 @@ struct Analysis {
     double ops = 0;              ///< step ops run inside fused kernels
     double bytesSaved = 0, launchesSaved = 0;
     double elementwiseOps = 0;   ///< elementwise step ops (fusable kinds) in the schedule
+    double epilogues = 0;        ///< of the kernels, matmuls with a bias epilogue
   } fusion;
   struct {
     Region params, grads, master, optimizer;

@@ -23,7 +23,12 @@
 //    (another thread may not have written it yet).
 // 4. Savings, per micro-batch: each read of a register value saves that tensor's bytes, each
 //    output not written its bytes, a norm ending the run its read of x; each op after the
-//    first saves one kernel launch. They are charged to the op's forward
+//    first saves one kernel launch.
+// 5. Before the runs: a matmul whose output only a bias add reads (the next entry, forward or
+//    recompute) becomes one matmul with a bias epilogue writing the add's output (cuBLASLt's
+//    CUBLASLT_EPILOGUE_BIAS; the CPU adds the bias to each tile before storing it). The add's
+//    whole traffic and launch are saved (the matmul writes the add's output instead of its
+//    own, of the same size); those two entries join no run. They are charged to the op's forward
 //    (forward entries) or to its forward op's backward (backward entries); recompute runs
 //    repeat the forward ones, and StepTime prices a recompute with the forward's time.
 #include "passes/Fusion.h"
@@ -327,19 +332,18 @@ void fuseKernels(Analysis &a) {
   BufferIndex buffers(a);
   RunBuilder run(a, buffers);
 
-  // Step 2: an output that nothing after the run reads is not written: its buffer's last
-  // schedule step is this run's, and no later entry of that step reads it.
-  auto unread = [&](uint32_t i) {
-    uint32_t e = run.first + i, last = run.first + run.count - (run.norm ? 2 : 1);
+  // Step 2: an output that nothing after entry `last` reads is not written: its buffer's last
+  // schedule step is that entry's, and no later entry of that step reads it.
+  auto unreadAfter = [&](uint32_t e, uint32_t last) {
     const Op &op = s.ops[a.stepSchedule[e].op];
     TensorId y = op.outputs[0];
-    if (op.accumulate || y == s.loss || s.tensors[y].role == TensorRole::Input ||
+    if (op.accumulate || y == s.loss || s.tensors[y].role == TensorRole::Input || s.tensors[y].viewOf != kNone ||
         std::find(s.outputs.begin(), s.outputs.end(), y) != s.outputs.end() || run.rangeOf(y, buffers.stepOf(e)).region != 0)
       return false;
-    for (uint32_t f = e + 1; f <= last; ++f) // a later op of the run adds into it in memory
+    for (uint32_t f = e + 1; f <= last; ++f) // a later op adds into it in memory
       if (s.ops[a.stepSchedule[f].op].outputs[0] == y)
         return false;
-    const Buffer *b = buffers.liveAt(s.storageOf(y), buffers.stepOf(e));
+    const Buffer *b = buffers.liveAt(y, buffers.stepOf(e));
     if (!b || b->last != buffers.stepOf(last))
       return false;
     size_t stop = b->last + 1 < a.stepIndexOf.size() ? a.stepIndexOf[b->last + 1] : a.stepSchedule.size();
@@ -349,6 +353,68 @@ void fuseKernels(Analysis &a) {
           return false;
     return true;
   };
+  auto unread = [&](uint32_t i) { return unreadAfter(run.first + i, run.first + run.count - (run.norm ? 2 : 1)); };
+  // Step 5: a matmul (entry e) whose output only the next entry reads, an add of a bias over
+  // its last dimension, runs as one matmul with a bias epilogue into the add's output: the
+  // matmul's own output is never written, the add is no kernel of its own. The product must be
+  // one matrix product (A dense, B a matrix, C dense) and the add's output overlap none of its
+  // operands (cuBLASLt's D may not alias A, B or the bias).
+  auto epilogue = [&](size_t e) -> bool {
+    if (e + 1 >= a.stepSchedule.size())
+      return false;
+    const StepEntry &me = a.stepSchedule[e], &ae = a.stepSchedule[e + 1];
+    if (me.kind != ae.kind || me.kind == StepEntry::Optimizer || me.kind == StepEntry::Backward)
+      return false;
+    const Op &mm = s.ops[me.op], &add = s.ops[ae.op];
+    if (mm.kind != OpKind::Matmul || mm.accumulate || add.kind != OpKind::Add || add.attrs.hasScalar ||
+        add.accumulate || add.inputs.size() != 2 || add.outputs.size() != 1)
+      return false;
+    TensorId x = mm.inputs[0], w = mm.inputs[1], c = mm.outputs[0], y = add.outputs[0];
+    TensorId bias = add.inputs[0] == c ? add.inputs[1] : add.inputs[1] == c ? add.inputs[0] : kNone;
+    const Tensor &tc = s.tensors[c], &ty = s.tensors[y];
+    if (bias == kNone || bias == c || tc.shape.empty() || s.tensors[w].shape.size() != 2 ||
+        !isDense(s.tensors[x].shape, s.tensors[x].layout) || s.tensors[x].shape.size() < 2 ||
+        !isDense(tc.shape, tc.layout) || tc.viewOf != kNone || !isDense(ty.shape, ty.layout) || ty.viewOf != kNone ||
+        !isFloat(tc.dtype))
+      return false;
+    for (TensorId t : {x, w, bias, y})
+      if (s.tensors[t].dtype != tc.dtype)
+        return false;
+    std::optional<ElementIndex> bi = elementIndex(s, bias, y), ci = elementIndex(s, c, y);
+    if (!bi || !ci || bi->kind != ElementIndex::Trailing || bi->m != tc.shape.back().size ||
+        ci->kind != ElementIndex::Same || s.tensors[bias].shape.size() != 1)
+      return false;
+    if (!unreadAfter(static_cast<uint32_t>(e), static_cast<uint32_t>(e + 1)))
+      return false;
+    uint32_t ms = buffers.stepOf(e), as = buffers.stepOf(e + 1);
+    Range out = run.rangeOf(y, as);
+    if (out.region != 0)
+      return false;
+    for (auto [t, st] : {std::pair{x, ms}, std::pair{w, ms}, std::pair{bias, as}}) {
+      Range r = run.rangeOf(t, st);
+      if (r.region < 0 || r.overlaps(out))
+        return false;
+    }
+    return true;
+  };
+  std::vector<bool> consumed(a.stepSchedule.size(), false);
+  for (size_t e = 0; e + 1 < a.stepSchedule.size(); ++e) {
+    if (!epilogue(e))
+      continue;
+    const Op &add = s.ops[a.stepSchedule[e + 1].op];
+    double bytes = s.bytes(add.inputs[0]) + s.bytes(add.inputs[1]) + s.bytes(add.outputs[0]);
+    a.fusion.kernels.push_back({static_cast<uint32_t>(e), 2, bytes, 1, false, true});
+    a.fusion.epilogues += 1;
+    a.fusion.ops += 2;
+    a.fusion.launchesSaved += 1;
+    a.fusion.bytesSaved += bytes;
+    if (a.stepSchedule[e].kind == StepEntry::Forward) { // the add costs nothing; recompute repeats it
+      a.ops[a.stepSchedule[e + 1].op].fusedForwardBytes += bytes;
+      a.ops[a.stepSchedule[e + 1].op].fusedForwardCalls += 1;
+    }
+    consumed[e] = consumed[e + 1] = true;
+    ++e;
+  }
   auto close = [&]() {
     uint64_t unwritten = 0;
     if (run.count >= 2) {
@@ -392,6 +458,11 @@ void fuseKernels(Analysis &a) {
   for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
     const StepEntry &se = a.stepSchedule[e];
     const Op &op = s.ops[se.op];
+    if (consumed[e]) { // a matmul with a bias epilogue (step 5)
+      close();
+      a.fusion.elementwiseOps += fusableElementwise(s, op) ? 1 : 0;
+      continue;
+    }
     if (run.count > 0 && se.kind == run.kind && run.normJoins(op, buffers.stepOf(e))) {
       run.addNorm(op);
       close();
@@ -419,6 +490,8 @@ void fuseKernels(Analysis &a) {
     run.add(op, step);
   }
   close();
+  std::sort(a.fusion.kernels.begin(), a.fusion.kernels.end(),
+            [](const Analysis::FusedKernel &x, const Analysis::FusedKernel &y) { return x.first < y.first; });
 }
 
 } // namespace tally

@@ -273,6 +273,7 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                         {"kernels", static_cast<double>(a.fusion.kernels.size())},
                         {"ops", a.fusion.ops},
                         {"elementwise_ops", a.fusion.elementwiseOps},
+                        {"epilogues", a.fusion.epilogues},
                         {"launches_saved", a.fusion.launchesSaved},
                         {"bytes_saved", a.fusion.bytesSaved}}},
       {"checkpoint", Object{{"policy", a.checkpoint.policy},

@@ -274,9 +274,10 @@ ReportTable fusionTable(const Analysis &a) {
   t.title = "Fused kernels (per micro-batch, one device)";
   t.header = {"", "value", "note"};
   t.rows.push_back({"fused kernels", groupDigits(static_cast<double>(a.fusion.kernels.size())),
-                    "each one generated kernel over a chain of elementwise ops"});
+                    "elementwise runs (alone or as a norm's prologue) and matmuls with a bias epilogue"});
   t.rows.push_back({"ops in them", groupDigits(a.fusion.ops),
-                    "of " + groupDigits(a.fusion.elementwiseOps) + " fusable elementwise ops run"});
+                    "of " + groupDigits(a.fusion.elementwiseOps) + " elementwise ops run, with their matmuls and norms"});
+  t.rows.push_back({"bias epilogues", groupDigits(a.fusion.epilogues), "matmuls that add their bias as they store"});
   t.rows.push_back({"launches saved", groupDigits(a.fusion.launchesSaved), ""});
   t.rows.push_back({"traffic saved", formatBytes(a.fusion.bytesSaved),
                     "values read from registers instead of memory; the step time prices it"});

@@ -112,6 +112,19 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     o["C_tt_beta"] = get(m, C2, M * (N + 2));
     add("matmul", o);
   }
+  {  // matmul_bias: cuBLASLt's bias epilogue (the bias over the row-major C's columns), transposed too
+    const int64_t M = 67, N = 45, K = 130;
+    const T* A = m.upload(randomT<T>(64, M * K));
+    const T* B = m.upload(randomT<T>(65, K * N));
+    const T* bias = m.upload(randomT<T>(66, N));
+    T* C = m.template zeros<T>(M * N);
+    rt::matmul_bias<T>(ctx, false, false, M, N, K, A, K, B, N, bias, C, N);
+    Outputs o{{"C", get(m, C, M * N)}};
+    T* Ct = m.template zeros<T>(M * N);
+    rt::matmul_bias<T>(ctx, true, true, M, N, K, A, M, B, K, bias, Ct, N);  // A, B read as [K, M], [N, K]
+    o["C_tt"] = get(m, Ct, M * N);
+    add("matmul_bias", o);
+  }
   {  // batched matmul with a broadcast (stride 0) right operand, as attention's materialised path
     const int64_t M = 33, N = 17, K = 64, batch = 5;
     const T* A = m.upload(randomT<T>(7, batch * M * K));

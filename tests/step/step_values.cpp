@@ -413,7 +413,7 @@ template <class T> bool sameBits(const std::vector<T>& a, const std::vector<T>& 
 }
 } // namespace
 
-static Covers covFused(false, {"fused", "layer_norm_fwd_fused", "rms_norm_fwd_fused"});
+static Covers covFused(false, {"fused", "layer_norm_fwd_fused", "rms_norm_fwd_fused", "matmul_bias"});
 TEST_CASE("fused: a functor per element, and norms with a prologue, equal the separate kernels", "[fused]") {
   const int64_t rows = 37, cols = 200, n = rows * cols;  // 7,400 elements: above the threading cut
   auto check = [&](auto zero) {
@@ -456,6 +456,43 @@ TEST_CASE("fused: a functor per element, and norms with a prologue, equal the se
   SECTION("fp32") { check(float()); }
   SECTION("bf16") { check(rt::bf16()); }
   CHECK_THROWS_WITH(rt::fused(ctx, -1, [](int64_t) {}), Catch::Matchers::Contains("rt::fused"));
+}
+
+TEST_CASE("matmul_bias: the product plus a bias per column, against the separate kernels", "[fused][matmul]") {
+  const int64_t M = 70, N = 45, K = 130;  // tiles split both ways over two threads
+  for (bool tA : {false, true})
+    for (bool tB : {false, true}) {
+      INFO("transA " << tA << ", transB " << tB);
+      Vec a = uniform(M * K, 11), b = uniform(K * N, 12), bias = uniform(N, 13);
+      const int64_t lda = tA ? M : K, ldb = tB ? K : N;
+      // fp32: exactly matmul then the broadcast add.
+      std::vector<float> fa = stored<float>(a), fb = stored<float>(b), fbias = stored<float>(bias);
+      std::vector<float> c(M * N), sum(M * N), fused(M * N);
+      rt::matmul<float>(ctx, tA, tB, M, N, K, 1.f, fa.data(), lda, 0, fb.data(), ldb, 0, 0.f, c.data(), N, 0, 1);
+      const int64_t shape[2] = {M, N}, dense[2] = {N, 1}, row[2] = {0, 1};
+      rt::binary<float>(ctx, rt::BinOp::Add, c.data(), dense, fbias.data(), row, sum.data(), shape, 2, false);
+      rt::matmul_bias<float>(ctx, tA, tB, M, N, K, fa.data(), lda, fb.data(), ldb, fbias.data(), fused.data(), N);
+      CHECK(sameBits(fused, sum));
+      // bf16: the fp32 product plus the bias, rounded once: against a double reference, within
+      // one rounding of bf16 (2^-8 relative) of each element's magnitude scale.
+      std::vector<rt::bf16> ha = stored<rt::bf16>(a), hb = stored<rt::bf16>(b), hbias = stored<rt::bf16>(bias), hc(M * N);
+      rt::matmul_bias<rt::bf16>(ctx, tA, tB, M, N, K, ha.data(), lda, hb.data(), ldb, hbias.data(), hc.data(), N);
+      double worst = 0;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double ref = rt::load(hbias[j]), mag = std::abs(ref);
+          for (int64_t k = 0; k < K; ++k) {
+            double x = rt::load(ha[tA ? k * lda + i : i * lda + k]), y = rt::load(hb[tB ? j * ldb + k : k * ldb + j]);
+            ref += x * y;
+            mag += std::abs(x * y);
+          }
+          worst = std::max(worst, std::abs(rt::load(hc[i * N + j]) - ref) / mag);
+        }
+      CHECK(worst <= std::ldexp(1.0, -8));
+    }
+  std::vector<float> z(4);
+  CHECK_THROWS_WITH(rt::matmul_bias<float>(ctx, false, false, 2, 2, 1, z.data(), 1, z.data(), 2, nullptr, z.data(), 2),
+                    Catch::Matchers::Contains("bias"));
 }
 
 TEST_CASE("bad arguments are rt::Error naming the kernel, never a crash", "[errors]") {

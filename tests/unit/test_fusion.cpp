@@ -31,63 +31,71 @@ size_t count(const std::string &text, const std::string &what) {
 
 } // namespace
 
-TEST_CASE("fusion: a GPT block's bias adds fuse with the residual add, the next norm and GELU", "[fusion]") {
+TEST_CASE("fusion: a GPT block's bias adds become matmul epilogues, its residual adds the next norm's prologue", "[fusion]") {
   Compiled t(fromFile, gptD256(), "", fused(true));
   const Analysis &a = *t.a;
   REQUIRE(a.fusion.enabled);
-  // Per block, three forward runs: attn.proj's bias add + the residual add + ln2, mlp.fc's
-  // bias add + GELU, mlp.proj's bias add + the residual add + the next ln1 (lnf after the
-  // last block). The backward has no two elementwise ops in a row (each sits between matmul
-  // backwards), so nothing there. The embeddings' add stays alone: h[0].ln1's statistics
-  // would overwrite the freed token embeddings that other rows still read.
-  CHECK(a.fusion.kernels.size() == 12);
-  CHECK(a.fusion.ops == 32);
-  CHECK(a.fusion.launchesSaved == 20);
+  // Per block, the four linears (qkv, attn.proj, fc, mlp.proj) are a matmul and a bias add that
+  // only the add reads: 4 matmuls with a bias epilogue. The two residual adds then each run as
+  // the prologue of the next layer norm (ln2; the next block's ln1, lnf after the last). GELU
+  // stays alone (the fc epilogue writes its input), the embeddings' add too (h[0].ln1's
+  // statistics would overwrite the freed token embeddings that other rows still read), and the
+  // backward has no two elementwise ops in a row.
+  CHECK(a.fusion.kernels.size() == 24);
+  CHECK(a.fusion.epilogues == 16);
+  CHECK(a.fusion.ops == 48);
+  CHECK(a.fusion.launchesSaved == 24);
   CHECK(a.fusion.elementwiseOps == 33);
-  size_t norms = 0;
+  size_t norms = 0, epilogues = 0;
   for (const Analysis::FusedKernel &k : a.fusion.kernels) {
-    CHECK(k.count == (k.norm ? 3 : 2));
+    CHECK(k.count == 2);
     norms += k.norm;
+    epilogues += k.epilogue;
     CHECK(a.stepSchedule[k.first].kind == StepEntry::Forward);
+    if (k.epilogue) {
+      CHECK(t.a->step->ops[a.stepSchedule[k.first].op].kind == OpKind::Matmul);
+      CHECK(k.unwritten == 1); // the matmul's own output
+    }
   }
   CHECK(norms == 8);
-  // Bytes per block: the residual adds read the bias add's [512, 256] fp32 output from a
-  // register (524,288 B) and need not write it (only the add reads it: 524,288 B), and the norm
-  // after each reads the sum back from cache (524,288 B), twice; GELU reads the fc bias add's
-  // [512, 1024] output from a register (2,097,152 B) but it is still written, GELU's backward
-  // reads it. 4 × (2 × 1,572,864 + 2,097,152) = 20,971,520.
-  CHECK(a.fusion.bytesSaved == 20971520.0);
+  CHECK(epilogues == 16);
+  // Bytes per block, fp32, 512 tokens: each epilogue saves its add's whole traffic (the matmul
+  // output read, the bias read, the sum written): qkv 2 × 512·768·4 + 768·4 = 3,148,800, attn.proj
+  // 2 × 512·256·4 + 256·4 = 1,049,600, fc 2 × 512·1024·4 + 1024·4 = 4,198,400, mlp.proj 1,049,600;
+  // each norm reads its [512, 256] input back from cache (524,288), twice a block.
+  // 4 × (9,446,400 + 1,048,576) = 41,979,904.
+  CHECK(a.fusion.bytesSaved == 41979904.0);
+  CHECK(t.at("h[0].mlp.fc.add").fusedForwardBytes == 4198400.0);
+  CHECK(t.at("h[0].mlp.fc.add").fusedForwardCalls == 1);
+  CHECK(t.at("h[0].mlp.fc.matmul").fusedForwardBytes == 0);
+  CHECK(t.at("h[2].attn.qkv.add").fusedForwardBytes == 3148800.0);
+  CHECK(t.at("h[0].mlp.gelu").fusedForwardBytes == 0);
+  CHECK(t.at("h[0].mlp.gelu").fusedForwardCalls == 0);
   CHECK(t.at("h[0].ln2.layer_norm").fusedForwardBytes == 524288.0);
   CHECK(t.at("h[0].ln2.layer_norm").fusedForwardCalls == 1);
+  CHECK(t.at("h[2].add").fusedForwardBytes == 0); // the run's first op reads from memory
+  CHECK(t.at("h[2].add").fusedForwardCalls == 0);
   CHECK(t.at("h[0].ln1.layer_norm").fusedForwardCalls == 0);
-  CHECK(t.at("h[0].mlp.gelu").fusedForwardBytes == 2097152.0);
-  CHECK(t.at("h[0].mlp.gelu").fusedForwardCalls == 1);
-  CHECK(t.at("h[0].mlp.fc.add").fusedForwardBytes == 0);
-  CHECK(t.at("h[0].mlp.fc.add").fusedForwardCalls == 0);
-  CHECK(t.at("h[2].attn.proj.add").fusedForwardCalls == 0);
-  CHECK(t.at("h[2].attn.proj.add").fusedForwardBytes == 524288.0); // its write, not done
-  CHECK(t.at("h[2].add").fusedForwardBytes == 524288.0);           // its read of a register
-  CHECK(t.at("h[2].add").fusedForwardCalls == 1);
-  // The first run of each pair leaves the bias add unwritten; the GELU run writes both.
-  CHECK(a.fusion.kernels[0].unwritten == 1);
-  CHECK(a.fusion.kernels[1].unwritten == 0);
 
   // The step time prices it: less forward time, the same backward, the same memory.
   Compiled plain(fromFile, gptD256(), "", fused(false));
   CHECK_FALSE(plain.a->fusion.enabled);
   CHECK(plain.a->fusion.kernels.empty());
-  CHECK(plain.at("h[0].mlp.gelu").fusedForwardBytes == 0);
+  CHECK(plain.at("h[0].mlp.fc.add").fusedForwardBytes == 0);
   CHECK(a.time.forward < plain.a->time.forward);
   CHECK(a.time.backward == plain.a->time.backward);
   CHECK(a.time.step < plain.a->time.step);
   CHECK(a.arenaBytes == plain.a->arenaBytes);
   CHECK(a.memory.peak == plain.a->memory.peak);
-  // Only the fused ops' times moved.
+  // Only the fused ops' times moved: an epilogue's add keeps only its arithmetic (no bytes,
+  // no launch), its matmul costs what it did.
   CHECK(t.at("h[0].attn.qkv.matmul").forwardTime == plain.at("h[0].attn.qkv.matmul").forwardTime);
-  CHECK(t.at("h[0].mlp.gelu").forwardTime < plain.at("h[0].mlp.gelu").forwardTime);
+  CHECK(t.at("h[0].mlp.fc.add").forwardTime < plain.at("h[0].mlp.fc.add").forwardTime / 100);
+  CHECK(t.at("h[0].mlp.gelu").forwardTime == plain.at("h[0].mlp.gelu").forwardTime);
+  CHECK(t.at("h[0].ln2.layer_norm").forwardTime < plain.at("h[0].ln2.layer_norm").forwardTime);
 }
 
-TEST_CASE("fusion: codegen prints one functor per distinct run and one call per run", "[fusion][codegen]") {
+TEST_CASE("fusion: codegen prints one functor per distinct run and one call per kernel", "[fusion][codegen]") {
   Compiled t(fromFile, gptD256(), "", fused(true));
   for (bool cuda : {false, true}) {
     INFO((cuda ? "cuda" : "cpu"));
@@ -99,18 +107,16 @@ TEST_CASE("fusion: codegen prints one functor per distinct run and one call per 
     for (const codegen::File &f : files)
       if (f.path == (cuda ? "step.cu" : "step.cpp"))
         text = f.text;
-    // The four blocks' runs are two shapes: bias + residual (twice a block, the prologue of
-    // the next layer norm), bias + GELU.
-    CHECK(count(text, "struct Fused") == 2);
+    // Every block's residual runs are one shape: the residual add as a norm's prologue.
+    CHECK(count(text, "struct Fused") == 1);
     CHECK(count(text, "rt::layer_norm_fwd_fused<float>(ctx, Fused0{") == 8);
-    CHECK(count(text, "rt::fused(ctx, 524288, Fused1{") == 4);
-    CHECK(count(text, "rt::fused(") == 4);
-    // The bias is read at e % 256 and e % 1024; the unwritten bias add has no output pointer.
-    CHECK(count(text, "i1[e % 256]") == 1);
-    CHECK(count(text, "i1[e % 1024]") == 1);
-    CHECK(count(text, "rt::unary(rt::UnOp::Gelu, v0)") == 1);
-    CHECK(count(text, "float *o3;") == 2); // Fused0: i0, i1, i2, o3; Fused1: i0, i1, o2, o3
-    CHECK(count(text, "float *o2;") == 1);
+    CHECK(count(text, "rt::fused(") == 0);
+    CHECK(count(text, "rt::matmul_bias<float>(ctx, ") == 16);
+    // The fc epilogue: 512 × 1024 from [512, 256] · [256, 1024] with its 1024 biases.
+    CHECK(count(text, "rt::matmul_bias<float>(ctx, false, false, 512, 1024, 256, ") == 4);
+    CHECK(count(text, "const A v0 = rt::load(rt::store<float>(rt::binop(rt::BinOp::Add, rt::load(i0[e]), rt::load(i1[e]))));") == 1);
+    CHECK(count(text, "float *o2;") == 1); // the sum the norm reads back
+    CHECK(count(text, "rt::unary_fwd<float>(ctx, rt::UnOp::Gelu, ") == 4);
   }
 }
 

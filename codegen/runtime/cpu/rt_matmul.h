@@ -79,12 +79,16 @@ namespace detail {
 /// tile, rounded to T once at the end.
 template <class T>
 void gemm_tile(bool tA, bool tB, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t K, float alpha,
-               const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc) {
+               const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc,
+               const T* bias = nullptr) {
   const T* At = tA ? A + m0 : A + m0 * lda;
   const T* Bt = tB ? B + n0 * ldb : B + n0;
   T* Ct = C + m0 * ldc + n0;
   if constexpr (std::is_same<T, float>::value || std::is_same<T, double>::value) {
     gemm(tA, tB, mb, nb, K, alpha, At, lda, Bt, ldb, beta, Ct, ldc);
+    if (bias)  // the epilogue: C + bias, as the separate add computes it
+      for (int64_t i = 0; i < mb; ++i)
+        for (int64_t j = 0; j < nb; ++j) Ct[i * ldc + j] = store<T>(load(Ct[i * ldc + j]) + load(bias[n0 + j]));
   } else {
     constexpr int64_t KB = 512;
     static thread_local std::vector<float> af, bf, cf;
@@ -111,23 +115,21 @@ void gemm_tile(bool tA, bool tB, int64_t m0, int64_t mb, int64_t n0, int64_t nb,
       }
       gemm(tA, tB, mb, nb, kb, alpha, Af, tA ? mb : kb, Bf, tB ? kb : nb, 1.0f, Cf, nb);
     }
+    if (bias)  // the epilogue: the bias added in fp32, C rounded once (cuBLASLt's)
+      for (int64_t i = 0; i < mb; ++i)
+        for (int64_t j = 0; j < nb; ++j) Cf[i * nb + j] += load(bias[n0 + j]);
     for (int64_t i = 0; i < mb; ++i)
       for (int64_t j = 0; j < nb; ++j) Ct[i * ldc + j] = store<T>(Cf[i * nb + j]);
   }
 }
 
-} // namespace detail
-
-/// C[b] = alpha · op(A[b]) @ op(B[b]) + beta · C[b] for b < batch (row-major; op = transpose when
-/// trans*; lda/ldb/ldc leading dimensions; sA/sB/sC batch strides in elements, 0 = broadcast).
+/// The tiles of C over the OpenMP threads (matmul, matmul_bias).
 template <class T>
-void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-            const T* A, int64_t lda, int64_t sA, const T* B, int64_t ldb, int64_t sB, float beta,
-            T* C, int64_t ldc, int64_t sC, int64_t batch) {
-  detail::KernelScope ks(ctx, "matmul");
-  detail::check_matmul(transA, transB, M, N, K, lda, sA, ldb, sB, ldc, sC, batch);
+void matmul_tiles(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
+                  int64_t lda, int64_t sA, const T* B, int64_t ldb, int64_t sB, float beta, T* C, int64_t ldc,
+                  int64_t sC, int64_t batch, const T* bias) {
   if (M == 0 || N == 0 || batch == 0) return;
-  detail::blas_single_threaded();
+  blas_single_threaded();
   // Tiles of C: start at 256 × 1024 and halve the larger side until there are at least two
   // tiles per thread (or the tiles reach 32 × 64).
   const int nt = ctx.nthreads();
@@ -142,9 +144,35 @@ void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   for (int64_t t = 0; t < total; ++t) {
     const int64_t b = t / (gm * gn), i = (t / gn) % gm, j = t % gn;
     const int64_t m0 = i * tm, n0 = j * tn;
-    detail::gemm_tile<T>(transA, transB, m0, std::min(tm, M - m0), n0, std::min(tn, N - n0), K, alpha, A + b * sA,
-                         lda, B + b * sB, ldb, beta, C + b * sC, ldc);
+    gemm_tile<T>(transA, transB, m0, std::min(tm, M - m0), n0, std::min(tn, N - n0), K, alpha, A + b * sA, lda,
+                 B + b * sB, ldb, beta, C + b * sC, ldc, bias);
   }
+}
+
+} // namespace detail
+
+/// C[b] = alpha · op(A[b]) @ op(B[b]) + beta · C[b] for b < batch (row-major; op = transpose when
+/// trans*; lda/ldb/ldc leading dimensions; sA/sB/sC batch strides in elements, 0 = broadcast).
+template <class T>
+void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+            const T* A, int64_t lda, int64_t sA, const T* B, int64_t ldb, int64_t sB, float beta,
+            T* C, int64_t ldc, int64_t sC, int64_t batch) {
+  detail::KernelScope ks(ctx, "matmul");
+  detail::check_matmul(transA, transB, M, N, K, lda, sA, ldb, sB, ldc, sC, batch);
+  detail::matmul_tiles<T>(ctx, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
+                          nullptr);
+}
+
+/// C = op(A) @ op(B) + bias, bias[N] added to every row (the generated step's matmul followed by
+/// a bias add, fused as cuBLASLt's bias epilogue): the bias is added to each fp32 tile before
+/// C is stored (fp32: exactly the separate add; 16-bit: C rounded once instead of twice).
+template <class T>
+void matmul_bias(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+                 const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc) {
+  detail::KernelScope ks(ctx, "matmul_bias");
+  detail::check_matmul(transA, transB, M, N, K, lda, 0, ldb, 0, ldc, 0, 1);
+  detail::require(bias != nullptr || N == 0, "matmul_bias", "the bias must not be null");
+  detail::matmul_tiles<T>(ctx, transA, transB, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, bias);
 }
 
 } // namespace rt

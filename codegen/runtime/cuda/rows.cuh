@@ -422,18 +422,20 @@ void embedding_bwd(Ctx& ctx, const int32_t* ids, const T* dy, T* dw, int64_t row
              static_cast<const int32_t*>(offsets), static_cast<const int32_t*>(order), dy, dw, d);
 }
 
-/// C[b] = alpha · op(A[b]) · op(B[b]) + beta · C[b] (row-major) through cuBLASLt with fp32
-/// accumulation (CUBLAS_COMPUTE_32F; no TF32 for fp32 inputs, so fp32 results match the CPU's).
+namespace cu {
+/// matmul and matmul_bias: one cuBLASLt problem; with `bias`, the bias epilogue
+/// (CUBLASLT_EPILOGUE_BIAS: D = op(A)·op(B) + bias broadcast over D's columns in the
+/// column-major view, which are the rows of the row-major C, so bias[N] is added to each row).
 template <class T>
-void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
-            int64_t lda, int64_t sA, const T* B, int64_t ldb, int64_t sB, float beta, T* C, int64_t ldc, int64_t sC,
-            int64_t batch) {
-  const char* k = "matmul";
+void matmulLt(Ctx& ctx, const char* k, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+              const T* A, int64_t lda, int64_t sA, const T* B, int64_t ldb, int64_t sB, float beta, T* C, int64_t ldc,
+              int64_t sC, int64_t batch, const T* bias) {
   const std::string bad = cuda_plan::checkMatmul(transA, transB, M, N, K, lda, ldb, ldc, batch);
   if (!bad.empty()) cu::fail(k, ctx.where, bad);
   if (M == 0 || N == 0 || batch == 0) return;
   if (batch > INT32_MAX) cu::fail(k, ctx.where, "batch exceeds 2^31");
   if (K == 0) {  // C = beta · C, row by row (C may have ldc > N)
+    if (bias) cu::fail(k, ctx.where, "an empty product (K = 0) with a bias epilogue");
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t r = 0; r < M; ++r) {
         T* c = C + b * sC + r * ldc;
@@ -447,10 +449,10 @@ void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const int alA = cu::alignmentOf(B), alB = cu::alignmentOf(A), alC = cu::alignmentOf(C);
   const size_t wsBytes = std::min<size_t>(ctx.workspaceBytes, cuda_plan::kMatmulWorkspaceBytes);
   char key[320];
-  std::snprintf(key, sizeof key, "%d|%d%d|%lld,%lld,%lld|%lld,%lld,%lld|%lld,%lld,%lld|%lld|%d,%d,%d|%zu",
+  std::snprintf(key, sizeof key, "%d|%d%d|%lld,%lld,%lld|%lld,%lld,%lld|%lld,%lld,%lld|%lld|%d,%d,%d|%zu|%s",
                 static_cast<int>(t), transA, transB, (long long)M, (long long)N, (long long)K, (long long)lda,
                 (long long)ldb, (long long)ldc, (long long)sA, (long long)sB, (long long)sC, (long long)batch, alA,
-                alB, alC, wsBytes);
+                alB, alC, wsBytes, bias ? "bias" : "");
   auto it = ctx.plans.find(key);
   if (it == ctx.plans.end()) {
     cu::LtPlan plan;
@@ -461,6 +463,14 @@ void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                 "cublasLtMatmulDescSetAttribute(transa)", k, ctx.where);
     cu::checkLt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB),
                 "cublasLtMatmulDescSetAttribute(transb)", k, ctx.where);
+    if (bias) {  // the bias has D's type (cuBLASLt's default for non-fp8 D)
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      cu::checkLt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+                  "cublasLtMatmulDescSetAttribute(epilogue)", k, ctx.where);
+      const void* b0 = bias;  // the heuristic sees a bias; each call sets its own pointer below
+      cu::checkLt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b0, sizeof b0),
+                  "cublasLtMatmulDescSetAttribute(bias)", k, ctx.where);
+    }
     plan.a = cu::ltLayout(t, p.aRows, p.aCols, p.lda, batch, sB, ctx.where);
     plan.b = cu::ltLayout(t, p.bRows, p.bCols, p.ldb, batch, sA, ctx.where);
     plan.c = cu::ltLayout(t, p.cRows, p.cCols, p.ldc, batch, sC, ctx.where);
@@ -491,12 +501,36 @@ void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
     it = ctx.plans.emplace(key, plan).first;
   }
   const cu::LtPlan& plan = it->second;
+  if (bias) {
+    const void* b = bias;
+    cu::checkLt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b),
+                "cublasLtMatmulDescSetAttribute(bias)", k, ctx.where);
+  }
   const int tk = cu::timeBegin(ctx, k);
   cu::checkLt(cublasLtMatmul(ctx.lt, plan.op, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c, &plan.algo,
                              ctx.workspace, plan.workspace, ctx.stream),
               "cublasLtMatmul", k, ctx.where);
   cu::checkLaunch(ctx, k);
   cu::timeEnd(ctx, tk, k);
+}
+}  // namespace cu
+
+/// C[b] = alpha · op(A[b]) · op(B[b]) + beta · C[b] (row-major) through cuBLASLt with fp32
+/// accumulation (CUBLAS_COMPUTE_32F; no TF32 for fp32 inputs, so fp32 results match the CPU's).
+template <class T>
+void matmul(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
+            int64_t lda, int64_t sA, const T* B, int64_t ldb, int64_t sB, float beta, T* C, int64_t ldc, int64_t sC,
+            int64_t batch) {
+  cu::matmulLt(ctx, "matmul", transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
+               static_cast<const T*>(nullptr));
+}
+
+/// C = op(A) · op(B) + bias (bias[N] added to every row), one product: cuBLASLt's bias epilogue.
+template <class T>
+void matmul_bias(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+                 const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc) {
+  if (!bias && N > 0) cu::fail("matmul_bias", ctx.where, "the bias must not be null");
+  cu::matmulLt(ctx, "matmul_bias", transA, transB, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, C, ldc, 0, 1, bias);
 }
 
 }  // namespace rt

@@ -9,12 +9,18 @@ on the CPU, which is how it is checked without a GPU. For every configuration be
               --format json --seed 7 --dump-grads G --fuse=false   (and again with --fuse)
 
 and checks:
-  - the fused step computes what the unfused one does: the loss of every step and every
-    gradient of the last step within 1e-6 relative (a fused kernel rounds each value to its
-    storage type before the next op reads it, as the separate kernels do through memory; the
-    bound only leaves room for the compiler contracting a multiply-add differently);
+  - the fused step computes what the unfused one does: in fp32 the loss of every step and
+    every gradient of the last step within 1e-6 relative (a fused kernel rounds each value to
+    its storage type before the next op reads it, as the separate kernels do through memory;
+    a matmul's bias epilogue adds the bias in fp32 as the separate add does; the bound only
+    leaves room for the compiler contracting a multiply-add differently). In bf16 the bias
+    epilogue rounds the matmul's output once where the matmul and the add rounded twice (the
+    first step is still identical: the biases start at zero), so after three steps the weights
+    differ by those roundings: the loss within 1e-3 relative and each gradient within 2^-5 of
+    its tensor's largest element (measured 2026-12-01: 8e-5 and 1.2%);
   - the configuration was fused at all: `tally build --fuse` prints at least one fused call
-    (rt::fused, or a norm's rt::layer_norm_fwd_fused with the run as its prologue) (a test of nothing would pass the first check too), and `tally report --fuse
+    (rt::fused, a norm's rt::layer_norm_fwd_fused with the run as its prologue, or
+    rt::matmul_bias) (a test of nothing would pass the first check too), and `tally report --fuse
     --format json` counts the same number of fused kernels (fusion.kernels) as the step has
     calls, with fewer bytes moved;
   - the fused step allocates the arena the estimate planned (fusion changes no buffer);
@@ -55,6 +61,7 @@ CONFIGS = [
     ("gpt bf16", "gpt.tally", ["--plan", "gpt", "--precision", "bf16"]),
     ("gpt mixed_bf16", "gpt.tally", ["--plan", "gpt", "--precision", "mixed_bf16"]),
 ]
+SIXTEEN = {"gpt bf16", "gpt mixed_bf16"}  # compared at bf16's tolerance (the epilogue's one rounding)
 
 
 def rel_diff(a, b):
@@ -90,8 +97,9 @@ def main():
                 continue
             (plain, gplain), (fused, gfused) = runs["false"], runs["true"]
 
+            loss_tol, grad_tol = (1e-3, 2.0 ** -5) if name in SIXTEEN else (RTOL, RTOL)
             d = rel_diff(fused["loss"], plain["loss"])
-            result(name + " loss", d <= RTOL and len(fused["loss"]) == 3,
+            result(name + " loss", d <= loss_tol and len(fused["loss"]) == 3,
                    "fused %s, unfused %s (max relative difference %.2g)" % (fused["loss"], plain["loss"], d))
             worst, where = 0.0, ""
             same_names = sorted(gfused) == sorted(gplain)
@@ -100,7 +108,7 @@ def main():
                     dk = rel_diff(gfused[k], gplain[k])
                     if dk > worst:
                         worst, where = dk, k
-            result(name + " gradients", same_names and worst <= RTOL,
+            result(name + " gradients", same_names and worst <= grad_tol,
                    "%d tensors, max relative difference %.2g%s" % (len(gplain), worst, " (" + where + ")" if where else ""))
 
             arena = (fused["measured"]["arena_bytes"], fused["estimated"]["arena_bytes"])
@@ -114,7 +122,7 @@ def main():
             calls = 0
             if b.returncode == 0:
                 with open(os.path.join(out, "step.cpp")) as f:
-                    calls = len(re.findall(r"^\s*rt::(fused\(|\w+_fused<)", f.read(), re.M))
+                    calls = len(re.findall(r"^\s*rt::(fused\(|\w+_fused<|matmul_bias<)", f.read(), re.M))
             rep = subprocess.run([tally, "report", path, "--fuse", "--format", "json"] + extra, capture_output=True,
                                  text=True)
             fusion = json.loads(rep.stdout).get("fusion", {}) if rep.returncode in (0, 1) and rep.stdout else {}
