@@ -22,23 +22,20 @@
 #include <vector>
 
 #ifdef TALLY_MPI
-#include <mpi.h>
+#include "driver/tally_mpi.h"
 #endif
 
 namespace tally_comm {
 
 #ifdef TALLY_MPI
 
+using tally_mpi::rank;
+using tally_mpi::size;
+using tally_mpi::sum;
+
 namespace detail {
 
-inline void check(int rc, const char *what) {
-  if (rc != MPI_SUCCESS) {
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, text, &len);
-    throw std::runtime_error(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(len)));
-  }
-}
+using tally_mpi::check;
 
 inline int count(int64_t n, const char *what) {
   if (n < 0 || n > INT_MAX)
@@ -92,16 +89,6 @@ inline void parts(int64_t begin, int64_t end, int64_t shard, int ranks, std::vec
 /// Starts MPI (before anything else reads argv).
 inline void init(int *argc, char ***argv) { detail::check(MPI_Init(argc, argv), "MPI_Init"); }
 inline void finalize() { MPI_Finalize(); }
-inline int rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-inline int size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 /// Waits until every rank gets here (timed apart from the collectives, so that their time is
 /// the transfer and not the wait for a slower rank's backward).
@@ -170,22 +157,6 @@ template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64
   detail::check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region + begin, counts.data(), displs.data(),
                                detail::Type<T>::type(), MPI_COMM_WORLD),
                 "MPI_Allgatherv");
-}
-
-/// The sum of x over the ranks (the loss, the fp16 overflow check's sum of squares).
-inline double sum(double x) {
-  double out = x;
-  detail::check(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  return out;
-}
-
-/// Elementwise sums of n floats over the ranks, in place (the driver's gathers of ZeRO shards
-/// for --init and --save; outside the timed steps).
-inline void sum(float *x, int64_t n) {
-  for (int64_t at = 0; at < n; at += INT_MAX / 2) {
-    int c = static_cast<int>(std::min<int64_t>(n - at, INT_MAX / 2));
-    detail::check(MPI_Allreduce(MPI_IN_PLACE, x + at, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  }
 }
 
 #else // one process: the group is this process alone

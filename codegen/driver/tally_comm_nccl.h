@@ -21,7 +21,8 @@
 #include <string>
 
 #ifdef TALLY_NCCL
-#include <mpi.h>
+#include "driver/tally_mpi.h"
+
 #include <nccl.h>
 #endif
 
@@ -29,16 +30,11 @@ namespace tally_comm {
 
 #ifdef TALLY_NCCL
 
-namespace detail {
+using tally_mpi::rank;
+using tally_mpi::size;
+using tally_mpi::sum; // the loss, the overflow check's Σg² of ZeRO shards, master shards for --save
 
-inline void mpi(int rc, const char *what) {
-  if (rc != MPI_SUCCESS) {
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, text, &len);
-    throw std::runtime_error(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(len)));
-  }
-}
+namespace detail {
 
 inline void nccl(ncclResult_t r, const char *what, const char *where = "") {
   if (r != ncclSuccess)
@@ -66,22 +62,12 @@ template <> inline ncclDataType_t type<rt::f16>() { return ncclFloat16; }
 /// Starts MPI (before anything else reads argv) and finds this process's rank among the
 /// processes of its node: the GPU it uses (device()).
 inline void init(int *argc, char ***argv) {
-  detail::mpi(MPI_Init(argc, argv), "MPI_Init");
+  tally_mpi::check(MPI_Init(argc, argv), "MPI_Init");
   MPI_Comm node;
-  detail::mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+  tally_mpi::check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
               "MPI_Comm_split_type");
-  detail::mpi(MPI_Comm_rank(node, &detail::localRank()), "MPI_Comm_rank(node)");
+  tally_mpi::check(MPI_Comm_rank(node, &detail::localRank()), "MPI_Comm_rank(node)");
   MPI_Comm_free(&node);
-}
-inline int rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-inline int size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
 }
 /// The GPU of this process: its rank among its node's processes.
 inline int device() { return detail::localRank(); }
@@ -91,7 +77,7 @@ inline void start() {
   ncclUniqueId id;
   if (rank() == 0)
     detail::nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  detail::mpi(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast(ncclUniqueId)");
+  tally_mpi::check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast(ncclUniqueId)");
   detail::nccl(ncclCommInitRank(&detail::comm(), size(), id, rank()), "ncclCommInitRank");
 }
 
@@ -107,7 +93,7 @@ inline void finalize() {
 /// collectives, so their time is the transfer and not the wait for a slower rank).
 inline void barrier(rt::Ctx &ctx) {
   rt::cu::check(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize", "barrier", ctx.where);
-  detail::mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  tally_mpi::check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
 /// Sums elements [begin, end) of `region` over the ranks, in place (one bucket), on the stream.
@@ -196,22 +182,6 @@ template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64
   }
   detail::nccl(ncclGroupEnd(), "ncclGroupEnd", ctx.where);
   rt::cu::timeEnd(ctx, t, "all_gather");
-}
-
-/// The sum of x over the ranks (the loss, the fp16 overflow check's Σg² of the shards), on the host.
-inline double sum(double x) {
-  double out = x;
-  detail::mpi(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  return out;
-}
-
-/// Elementwise sums of n host floats over the ranks, in place (the driver's gathers of ZeRO
-/// master shards for --save; outside the timed steps).
-inline void sum(float *x, int64_t n) {
-  for (int64_t at = 0; at < n; at += INT_MAX / 2) {
-    int c = static_cast<int>(std::min<int64_t>(n - at, INT_MAX / 2));
-    detail::mpi(MPI_Allreduce(MPI_IN_PLACE, x + at, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  }
 }
 
 #else // one process: the group is this process alone

@@ -16,6 +16,15 @@
 
 namespace tally::test {
 
+/// How many times `needle` occurs in `hay` (not overlapping).
+inline size_t countOf(const std::string &hay, const std::string &needle) {
+  size_t n = 0;
+  for (size_t pos = hay.find(needle); pos != std::string::npos && !needle.empty();
+       pos = hay.find(needle, pos + needle.size()))
+    ++n;
+  return n;
+}
+
 /// The repository root, from $TALLY_SOURCE_DIR; fails the test when it is not set, so a test
 /// that reads examples never passes by reading nothing.
 inline std::string sourceDir() {

@@ -52,12 +52,6 @@ std::vector<std::string> runtimeCalls(const std::string &text) {
   return out;
 }
 
-size_t count(const std::string &text, const std::string &what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
 
 } // namespace
 
@@ -74,7 +68,7 @@ TEST_CASE("codegen: every example's plan generates on one device", "[codegen]") 
     for (const StepEntry &e : t.a->stepSchedule)
       if (e.kind != StepEntry::Optimizer && opClass(t.a->step->ops[e.op].kind) != OpClass::View)
         ++calls;
-    CHECK(count(text, "  op_class = ") == calls + 2); // + the optimizer update and zero-grad
+    CHECK(countOf(text, "  op_class = ") == calls + 2); // + the optimizer update and zero-grad
   }
 }
 
@@ -83,19 +77,19 @@ TEST_CASE("codegen: the e2e GPT's tied head, fused qkv and recompute", "[codegen
   std::string text;
   REQUIRE(emit(*t.a, text) == "");
   // q, k, v are column slices of the [2, 16, 192] qkv output: row stride 3·64.
-  CHECK(count(text, "rt::AttnRows{192, 192, 192}") == 4); // 2 layers × (forward, backward)
+  CHECK(countOf(text, "rt::AttnRows{192, 192, 192}") == 4); // 2 layers × (forward, backward)
   // The tied head's weight gradient is the transposed view of wte's gradient: written as
   // dWᵀ[128 × 64] = dlogitsᵀ[128 × 32] · x[32 × 64] (32 = 2 × 16 tokens of a micro-batch),
   // added into the grads region at wte's offset 0.
-  CHECK(count(text, "rt::matmul<float>(ctx, true, false, 128, 64, 32, 1.0f,") == 1);
-  CHECK(count(text, ", 1.0f, G<float>(0), 64, 0, 1);") == 1);
+  CHECK(countOf(text, "rt::matmul<float>(ctx, true, false, 128, 64, 32, 1.0f,") == 1);
+  CHECK(countOf(text, ", 1.0f, G<float>(0), 64, 0, 1);") == 1);
   // The loss gradient: 1 / 2 micro-steps.
-  CHECK(count(text, "rt::fill<float>(ctx, A<float>(") >= 1);
-  CHECK(count(text, "5.000000000e-01f, 1);") == 1);
+  CHECK(countOf(text, "rt::fill<float>(ctx, A<float>(") >= 1);
+  CHECK(countOf(text, "5.000000000e-01f, 1);") == 1);
   // Kernels are timed under their forward op's class, as tally run's estimate files them: a bias
   // add's gradient reduction and its copies are the add's (elementwise) time, a matmul's
   // gradient matmuls matmul time. So no kernel of this step is filed as a reduction.
-  CHECK(count(text, "op_class = \"reduction\"") == 0);
+  CHECK(countOf(text, "op_class = \"reduction\"") == 0);
   std::vector<std::string> ls = lines(text);
   auto classAfter = [&](const std::string &comment) {
     for (size_t i = 0; i + 1 < ls.size(); ++i)
@@ -131,13 +125,13 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
   REQUIRE(emit(*t.a, text) == "");
   // Three layers of six forward ops (ln, matmul, add, gelu, dropout, matmul; the transpose
   // is a view and the residual add the seventh) run again before their backward.
-  CHECK(count(text, "(recompute)") == 3 * 7);
+  CHECK(countOf(text, "(recompute)") == 3 * 7);
   // The same dropout stream and seed in the forward, the recompute and the backward.
-  CHECK(count(text, "rt::dropout_fwd<rt::f16>") == 6);
-  CHECK(count(text, "rt::dropout_bwd<rt::f16>") == 3);
+  CHECK(countOf(text, "rt::dropout_fwd<rt::f16>") == 6);
+  CHECK(countOf(text, "rt::dropout_bwd<rt::f16>") == 3);
   // fp16 loss scaling: the overflow check skips the update; the update unscales.
-  CHECK(count(text, "rt::sum_squares<rt::f16>") == 1);
-  CHECK(count(text, "1.0f / kLossScale") == 1);
+  CHECK(countOf(text, "rt::sum_squares<rt::f16>") == 1);
+  CHECK(countOf(text, "1.0f / kLossScale") == 1);
 }
 
 TEST_CASE("codegen: plans the CPU backend cannot run are refused with the reason; 1/x runs", "[codegen]") {
@@ -147,10 +141,10 @@ TEST_CASE("codegen: plans the CPU backend cannot run are refused with the reason
   // ZeRO-1's reduce-scatters, this rank's updates and the parameters' all-gathers, on the device.
   CHECK(emit(*t.a, text) == "");
   REQUIRE(emit(*t.a, text, true) == "");
-  CHECK(count(text, "tally_comm::reduce_scatter<rt::bf16>(ctx, G<rt::bf16>(0), ") == 10);
-  CHECK(count(text, "tally_comm::all_gather<rt::bf16>(ctx, G<rt::bf16>(0), ") == 20); // gradients, parameters
-  CHECK(count(text, "    tally_comm::copy(ctx, P<uint8_t>(e.p), G<uint8_t>(e.g), e.bytes);") == 1);
-  CHECK(count(text, "if (e.n > 0 && e.rank == me)") == 2); // its pieces: the update, the gather
+  CHECK(countOf(text, "tally_comm::reduce_scatter<rt::bf16>(ctx, G<rt::bf16>(0), ") == 10);
+  CHECK(countOf(text, "tally_comm::all_gather<rt::bf16>(ctx, G<rt::bf16>(0), ") == 20); // gradients, parameters
+  CHECK(countOf(text, "    tally_comm::copy(ctx, P<uint8_t>(e.p), G<uint8_t>(e.g), e.bytes);") == 1);
+  CHECK(countOf(text, "if (e.n > 0 && e.rank == me)") == 2); // its pieces: the update, the gather
   Compiled z3(fromFile, example("llama2_7b.tally")); // zero = 3
   CHECK(emit(*z3.a, text).find("ZeRO stage 3: the CPU backend shards the optimizer state") != std::string::npos);
   Compiled d(R"(
@@ -161,8 +155,8 @@ model M(d = 8) {
 train t { model = M() batch = 2 optimizer = SGD(lr = 0.1) precision = fp32 target = H100_SXM }
 )");
   CHECK(emit(*d.a, text) == "");
-  CHECK(count(text, "rt::div_scalar_bwd<float>(ctx, ") == 1); // d(1/u)/du from the output
-  CHECK(count(text, "rt::matmul<float>(ctx, false, false, 2, 8, 8, 1.0f,") == 1);
+  CHECK(countOf(text, "rt::div_scalar_bwd<float>(ctx, ") == 1); // d(1/u)/du from the output
+  CHECK(countOf(text, "rt::matmul<float>(ctx, false, false, 2, 8, 8, 1.0f,") == 1);
 }
 
 TEST_CASE("codegen: a division by a tensor and a gradient written into a split part", "[codegen]") {
@@ -178,12 +172,12 @@ train t { model = M() batch = 2 optimizer = SGD(lr = 0.1) precision = fp32 targe
 )");
   std::string text;
   REQUIRE(emit(*t.a, text) == "");
-  CHECK(count(text, "rt::div_bwd<float>(ctx, ") == 1);
+  CHECK(countOf(text, "rt::div_bwd<float>(ctx, ") == 1);
   // The gradients of a and b go into the halves of the [2, 16] product's gradient, which starts
   // from a zero fill (b is read three times): one write into a's half (from a · sigmoid(b)),
   // three into b's (sigmoid(b), and b · b's two operands), each with row stride 16.
-  CHECK(count(text, "rt::fill<float>(ctx, A<float>(0), 0.0f, 32);") == 1);
-  CHECK(count(text, "dims{{16, 1}}, dims{{2, 8}}, 2, true);") == 4);
+  CHECK(countOf(text, "rt::fill<float>(ctx, A<float>(0), 0.0f, 32);") == 1);
+  CHECK(countOf(text, "dims{{16, 1}}, dims{{2, 8}}, 2, true);") == 4);
 }
 
 TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each after ctx.where", "[codegen][cuda]") {
@@ -225,12 +219,12 @@ TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each a
         }
     }
     CHECK(placed == calls);
-    CHECK(count(cuda, "  ctx.where = ") == calls + 2); // + the optimizer update and zero-grad
-    CHECK(count(cuda, "  op_class = ") == 0);
+    CHECK(countOf(cuda, "  ctx.where = ") == calls + 2); // + the optimizer update and zero-grad
+    CHECK(countOf(cuda, "  op_class = ") == 0);
     // The same runtime calls over the same regions, in the same order as the CPU step.
     CHECK(runtimeCalls(cuda) == runtimeCalls(cpu));
-    CHECK(count(cuda, "#include \"cuda/tally_rt.cuh\"") == 1);
-    CHECK(count(cuda, "loss = device_load(ctx, ") == 1);
+    CHECK(countOf(cuda, "#include \"cuda/tally_rt.cuh\"") == 1);
+    CHECK(countOf(cuda, "loss = device_load(ctx, ") == 1);
   }
 }
 
@@ -250,9 +244,9 @@ TEST_CASE("codegen: the CUDA step's files, layout and refusals", "[codegen][cuda
   CHECK(byPath.count("runtime/cpu/tally_rt.h") == 0);
   CHECK(byPath.count("step.cpp") == 0);
   const std::string &cm = byPath["CMakeLists.txt"];
-  CHECK(count(cm, "project(tally_step LANGUAGES CXX CUDA)") == 1);
-  CHECK(count(cm, "set(TALLY_CUDA_ARCH 90 CACHE STRING") == 1);
-  CHECK(count(cm, "add_executable(tally_step step.cu runtime/driver/driver_cuda.cu)") == 1);
+  CHECK(countOf(cm, "project(tally_step LANGUAGES CXX CUDA)") == 1);
+  CHECK(countOf(cm, "set(TALLY_CUDA_ARCH 90 CACHE STRING") == 1);
+  CHECK(countOf(cm, "add_executable(tally_step step.cu runtime/driver/driver_cuda.cu)") == 1);
   // The memory plan of the CPU step: the same kLayout but for its backend name.
   std::string cpu;
   REQUIRE(emit(*t.a, cpu) == "");
@@ -263,8 +257,8 @@ TEST_CASE("codegen: the CUDA step's files, layout and refusals", "[codegen][cuda
   REQUIRE(at != std::string::npos);
   CHECK(l.replace(at, 6, "\"cpu\"").substr(0, 200) == layout(cpu).substr(0, 200));
   // Every path ctx.where takes has its op class in kOpSites (the driver files kernel times by it).
-  CHECK(count(cu, "    {\"h[0].attn.attention\", \"attention\"},") == 1);
-  CHECK(count(cu, "    {\"zero_grad\", \"optimizer\"},") == 1);
+  CHECK(countOf(cu, "    {\"h[0].attn.attention\", \"attention\"},") == 1);
+  CHECK(countOf(cu, "    {\"zero_grad\", \"optimizer\"},") == 1);
 
   // Head size 512 is beyond the CUDA attention kernels (1..256); the CPU runs it.
   Compiled big(R"(
@@ -293,10 +287,10 @@ train t { model = M() batch = 4 micro_batch = 2 optimizer = AdamW(lr = 1e-3) pre
   std::string cpu, cuda;
   REQUIRE(emit(*t.a, cpu) == "");
   REQUIRE(emit(*t.a, cuda, true) == "");
-  CHECK(count(cuda, "rt::sum_squares<rt::f16>(ctx, G<rt::f16>(0), ") == 1);
-  CHECK(count(cuda, ", device_scalars);") == 2); // written by sum_squares, read back by device_load
-  CHECK(count(cuda, "const double sumsq = device_load(ctx, device_scalars);") == 1);
-  CHECK(count(cpu, ", &sumsq);") == 1);
+  CHECK(countOf(cuda, "rt::sum_squares<rt::f16>(ctx, G<rt::f16>(0), ") == 1);
+  CHECK(countOf(cuda, ", device_scalars);") == 2); // written by sum_squares, read back by device_load
+  CHECK(countOf(cuda, "const double sumsq = device_load(ctx, device_scalars);") == 1);
+  CHECK(countOf(cpu, ", &sumsq);") == 1);
   // Everything but the overflow check's destination is the CPU step's.
   auto calls = [](const std::string &text) {
     std::vector<std::string> out;
@@ -306,7 +300,7 @@ train t { model = M() batch = 4 micro_batch = 2 optimizer = AdamW(lr = 1e-3) pre
     return out;
   };
   CHECK(calls(cuda) == calls(cpu));
-  CHECK(count(cuda, "  ctx.where = ") == count(cpu, "  op_class = "));
+  CHECK(countOf(cuda, "  ctx.where = ") == countOf(cpu, "  op_class = "));
 }
 
 namespace {
@@ -347,14 +341,14 @@ TEST_CASE("codegen: data parallel over MPI, gradients averaged in 25 MiB buckets
   REQUIRE(emit(*t.a, text) == "");
   // w is 4096² fp32 = 64 MiB of gradients, E = 16777216 elements; a bucket holds 25 MiB / 4 B =
   // 6553600 of them: [0, 6553600), [6553600, 13107200), [13107200, 16777216).
-  CHECK(count(text, "rt::scale<float>(ctx, G<float>(0), 5.000000000e-01f, 16777216);") == 1);
-  CHECK(count(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 0, 6553600);") == 1);
-  CHECK(count(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 6553600, 13107200);") == 1);
-  CHECK(count(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 13107200, 16777216);") == 1);
-  CHECK(count(text, "tally_comm::all_reduce") == 3);
-  CHECK(count(text, "  reduce_gradients(ctx);\n") == 1);
+  CHECK(countOf(text, "rt::scale<float>(ctx, G<float>(0), 5.000000000e-01f, 16777216);") == 1);
+  CHECK(countOf(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 0, 6553600);") == 1);
+  CHECK(countOf(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 6553600, 13107200);") == 1);
+  CHECK(countOf(text, "tally_comm::all_reduce<float>(ctx, G<float>(0), 13107200, 16777216);") == 1);
+  CHECK(countOf(text, "tally_comm::all_reduce") == 3);
+  CHECK(countOf(text, "  reduce_gradients(ctx);\n") == 1);
   // Each rank runs batch / (micro_batch × 2) = 2 micro-batches and seeds the loss with 1/2.
-  CHECK(count(text, ", 4, 1, 2, ") == 1); // kLayout: batch, micro-batch, micro-steps per rank
+  CHECK(countOf(text, ", 4, 1, 2, ") == 1); // kLayout: batch, micro-batch, micro-steps per rank
   bool seed = false;
   for (const Op &op : t.a->step->ops)
     if (op.kind == OpKind::Fill && op.forwardOp == kNone)
@@ -367,7 +361,7 @@ TEST_CASE("codegen: data parallel over MPI, gradients averaged in 25 MiB buckets
 
   Compiled one(kDataParallel, "one");
   REQUIRE(emit(*one.a, text) == "");
-  CHECK(count(text, "tally_comm") == 0);
+  CHECK(countOf(text, "tally_comm") == 0);
   CHECK(cmakeLists(*one.a).find("MPI") == std::string::npos);
 
   Compiled tp(kDataParallel, "tp");
@@ -377,16 +371,16 @@ TEST_CASE("codegen: data parallel over MPI, gradients averaged in 25 MiB buckets
   // three start right after the op that writes it, in the last micro-batch.
   Compiled o(kDataParallel, "dpo");
   REQUIRE(emit(*o.a, text) == "");
-  CHECK(count(text, "    {0, 6553600},\n    {6553600, 13107200},\n    {13107200, 16777216},\n") == 1);
+  CHECK(countOf(text, "    {0, 6553600},\n    {6553600, 13107200},\n    {13107200, 16777216},\n") == 1);
   size_t first = text.find("  if (last) start_bucket(ctx, 0); // its last gradient is written\n"
                            "  if (last) start_bucket(ctx, 1); // its last gradient is written\n"
                            "  if (last) start_bucket(ctx, 2); // its last gradient is written\n");
   CHECK(first != std::string::npos);
-  CHECK(count(text, "start_bucket(ctx, ") == 3); // none left for reduce_gradients()
-  CHECK(count(text, "rt::scale<float>(ctx, G<float>(0) + kBuckets[k][0], 5.000000000e-01f, kBuckets[k][1] - kBuckets[k][0]);") == 1);
-  CHECK(count(text, "tally_comm::all_reduce_start<float>(ctx, G<float>(0), kBuckets[k][0], kBuckets[k][1], k);") == 1);
-  CHECK(count(text, "tally_comm::all_reduce_wait(ctx);") == 1);
-  CHECK(count(text, "tally_comm::all_reduce<") == 0);
+  CHECK(countOf(text, "start_bucket(ctx, ") == 3); // none left for reduce_gradients()
+  CHECK(countOf(text, "rt::scale<float>(ctx, G<float>(0) + kBuckets[k][0], 5.000000000e-01f, kBuckets[k][1] - kBuckets[k][0]);") == 1);
+  CHECK(countOf(text, "tally_comm::all_reduce_start<float>(ctx, G<float>(0), kBuckets[k][0], kBuckets[k][1], k);") == 1);
+  CHECK(countOf(text, "tally_comm::all_reduce_wait(ctx);") == 1);
+  CHECK(countOf(text, "tally_comm::all_reduce<") == 0);
 }
 
 TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[codegen]") {
@@ -403,16 +397,16 @@ TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[
   CHECK(dp.a->regions.optimizer.bytes == 134217728);
   // The analyzer's ZeRO-1 estimate per device is the same T × 2 × 4 / 2 (no padding here).
   CHECK(t.a->memory.optimizer == 67108864.0);
-  CHECK(count(text, "constexpr int64_t kShard = 8388608;") == 1);
-  CHECK(count(text, "tally_comm::reduce_scatter<float>(ctx, G<float>(0), 0, 6553600, kShard);") == 1);
-  CHECK(count(text, "tally_comm::reduce_scatter") == 3);
-  CHECK(count(text, "tally_comm::all_gather") == 6); // the gradients (--dump-grads), the parameters
+  CHECK(countOf(text, "constexpr int64_t kShard = 8388608;") == 1);
+  CHECK(countOf(text, "tally_comm::reduce_scatter<float>(ctx, G<float>(0), 0, 6553600, kShard);") == 1);
+  CHECK(countOf(text, "tally_comm::reduce_scatter") == 3);
+  CHECK(countOf(text, "tally_comm::all_gather") == 6); // the gradients (--dump-grads), the parameters
   // w's two pieces: rank 0 elements [0, 8388608) at state offsets 0 and 33554432 (the second
   // state's run), rank 1 the rest at the same shard offsets; p is w in the params region.
-  CHECK(count(text, "{0, 8388608, 0, -1, 0, 0, 33554432}, // w [0, 8388608)") == 1);
-  CHECK(count(text, "{1, 8388608, 33554432, -1, 33554432, 0, 33554432}, // w [8388608, 16777216)") == 1);
-  CHECK(count(text, "gather_parameters(ctx);\n") == 1);
-  CHECK(count(text, ", 2, 1, 8388608};") == 1); // kLayout: ranks, zero, shard
+  CHECK(countOf(text, "{0, 8388608, 0, -1, 0, 0, 33554432}, // w [0, 8388608)") == 1);
+  CHECK(countOf(text, "{1, 8388608, 33554432, -1, 33554432, 0, 33554432}, // w [8388608, 16777216)") == 1);
+  CHECK(countOf(text, "gather_parameters(ctx);\n") == 1);
+  CHECK(countOf(text, ", 2, 1, 8388608};") == 1); // kLayout: ranks, zero, shard
 }
 
 TEST_CASE("codegen: the CUDA step's memory estimate has its workspace and no caching allocator", "[codegen][cuda]") {
@@ -452,27 +446,27 @@ TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one proc
   const std::string &cu = byPath["step.cu"], &cm = byPath["CMakeLists.txt"];
   CHECK(byPath.count("runtime/driver/tally_comm_nccl.h") == 1);
   CHECK(byPath.count("runtime/driver/tally_comm.h") == 0);
-  CHECK(count(cu, "#include \"driver/tally_comm_nccl.h\"") == 1);
+  CHECK(countOf(cu, "#include \"driver/tally_comm_nccl.h\"") == 1);
   // The gradients averaged in one 25 MiB bucket (29,568 fp32 gradients): divided by 2 and its
   // sum started once the last micro-batch's backward has written it (overlap, the default).
-  CHECK(count(cu, "    {0, 29568},\n") == 1);
-  CHECK(count(cu, "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
-  CHECK(count(cu, "tally_comm::all_reduce_start<float>(ctx, G<float>(0), kBuckets[k][0], kBuckets[k][1], k);") == 1);
-  CHECK(count(cu, "  tally_comm::all_reduce_wait(ctx);") == 1);
-  CHECK(count(cu, "    {\"data_parallel.reduce_gradients\", \"communication\"},") == 1);
-  CHECK(count(cu, "  op_class = \"") == 0); // the device step names ops by path, not by the global
-  CHECK(count(cm, "find_library(TALLY_NCCL_LIBRARY nccl REQUIRED") == 1);
-  CHECK(count(cm, "target_compile_definitions(tally_step PRIVATE TALLY_NCCL=1)") == 1);
-  CHECK(count(cm, "TALLY_MPI") == 0);
+  CHECK(countOf(cu, "    {0, 29568},\n") == 1);
+  CHECK(countOf(cu, "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
+  CHECK(countOf(cu, "tally_comm::all_reduce_start<float>(ctx, G<float>(0), kBuckets[k][0], kBuckets[k][1], k);") == 1);
+  CHECK(countOf(cu, "  tally_comm::all_reduce_wait(ctx);") == 1);
+  CHECK(countOf(cu, "    {\"data_parallel.reduce_gradients\", \"communication\"},") == 1);
+  CHECK(countOf(cu, "  op_class = \"") == 0); // the device step names ops by path, not by the global
+  CHECK(countOf(cm, "find_library(TALLY_NCCL_LIBRARY nccl REQUIRED") == 1);
+  CHECK(countOf(cm, "target_compile_definitions(tally_step PRIVATE TALLY_NCCL=1)") == 1);
+  CHECK(countOf(cm, "TALLY_MPI") == 0);
   // The CPU step of the same plan: MPI, the same calls.
   std::string cpu;
   std::vector<codegen::File> cpuFiles;
   REQUIRE(codegen::emitCpuStep(*t.a, o, cpuFiles) == "");
   for (const codegen::File &f : cpuFiles)
     byPath["cpu:" + f.path] = f.text;
-  CHECK(count(byPath["cpu:step.cpp"], "#include \"driver/tally_comm.h\"") == 1);
-  CHECK(count(byPath["cpu:step.cpp"], "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
-  CHECK(count(byPath["cpu:CMakeLists.txt"], "target_compile_definitions(tally_step PRIVATE TALLY_MPI=1)") == 1);
+  CHECK(countOf(byPath["cpu:step.cpp"], "#include \"driver/tally_comm.h\"") == 1);
+  CHECK(countOf(byPath["cpu:step.cpp"], "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
+  CHECK(countOf(byPath["cpu:CMakeLists.txt"], "target_compile_definitions(tally_step PRIVATE TALLY_MPI=1)") == 1);
   CHECK(byPath.count("cpu:runtime/driver/tally_comm_nccl.h") == 0);
 }
 
@@ -498,11 +492,11 @@ TEST_CASE("codegen: overlapped data parallel starts each bucket after its last g
   for (int64_t k = 0; k < buckets; ++k) {
     std::string call = "if (last) start_bucket(ctx, " + std::to_string(k) + ");";
     INFO(call);
-    CHECK(count(micro, call) == 1); // every bucket is written by the backward, started once
-    CHECK(count(reduce, "start_bucket(ctx, " + std::to_string(k) + ")") == 0);
+    CHECK(countOf(micro, call) == 1); // every bucket is written by the backward, started once
+    CHECK(countOf(reduce, "start_bucket(ctx, " + std::to_string(k) + ")") == 0);
     lastAt = std::max(lastAt, micro.find(call));
   }
-  CHECK(count(reduce, "tally_comm::all_reduce_wait(ctx);") == 1);
+  CHECK(countOf(reduce, "tally_comm::all_reduce_wait(ctx);") == 1);
   // wte (50,257 × 768 = 38,597,376 elements, first in G) spans buckets 0-2; its gradient (the
   // tied head's and the embedding's) is written last, by the embedding backward, the last call
   // of the backward: the three start together at the end.
@@ -513,7 +507,7 @@ TEST_CASE("codegen: overlapped data parallel starts each bucket after its last g
   CHECK(micro.find("if (last) start_bucket(ctx, 2);") == lastAt);
   CHECK(micro.rfind("wte.embedding", zero) != std::string::npos);
   CHECK(micro.find("rt::", zero) == std::string::npos); // nothing runs after them
-  CHECK(count(cu, "loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);") == 1);
+  CHECK(countOf(cu, "loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);") == 1);
   // Without overlap: one reduce after the backward, as before.
   eight.target = "8 x H100_SXM";
   Compiled off(fromFile, example("gpt2.tally"), "gpt2_124M", eight);
@@ -522,6 +516,6 @@ TEST_CASE("codegen: overlapped data parallel starts each bucket after its last g
   Analysis b = analyze(*off.c.graph, p, off.c.diags);
   std::string plain;
   REQUIRE(emit(b, plain, true) == "");
-  CHECK(count(plain, "start_bucket") == 0);
-  CHECK(count(plain, "tally_comm::all_reduce<rt::bf16>(ctx, G<rt::bf16>(0), ") == buckets);
+  CHECK(countOf(plain, "start_bucket") == 0);
+  CHECK(countOf(plain, "tally_comm::all_reduce<rt::bf16>(ctx, G<rt::bf16>(0), ") == buckets);
 }

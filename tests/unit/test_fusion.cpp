@@ -22,12 +22,6 @@ PlanOverrides fused(bool on) {
 
 std::string gptD256() { return sourceDir() + "/bench/cpu/gpt_d256.tally"; }
 
-size_t count(const std::string &text, const std::string &what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
 
 } // namespace
 
@@ -108,15 +102,15 @@ TEST_CASE("fusion: codegen prints one functor per distinct run and one call per 
       if (f.path == (cuda ? "step.cu" : "step.cpp"))
         text = f.text;
     // Every block's residual runs are one shape: the residual add as a norm's prologue.
-    CHECK(count(text, "struct Fused") == 1);
-    CHECK(count(text, "rt::layer_norm_fwd_fused<float>(ctx, Fused0{") == 8);
-    CHECK(count(text, "rt::fused(") == 0);
-    CHECK(count(text, "rt::matmul_bias<float>(ctx, ") == 16);
+    CHECK(countOf(text, "struct Fused") == 1);
+    CHECK(countOf(text, "rt::layer_norm_fwd_fused<float>(ctx, Fused0{") == 8);
+    CHECK(countOf(text, "rt::fused(") == 0);
+    CHECK(countOf(text, "rt::matmul_bias<float>(ctx, ") == 16);
     // The fc epilogue: 512 × 1024 from [512, 256] · [256, 1024] with its 1024 biases.
-    CHECK(count(text, "rt::matmul_bias<float>(ctx, false, false, 512, 1024, 256, ") == 4);
-    CHECK(count(text, "const A v0 = rt::load(rt::store<float>(rt::binop(rt::BinOp::Add, rt::load(i0[e]), rt::load(i1[e]))));") == 1);
-    CHECK(count(text, "float *o2;") == 1); // the sum the norm reads back
-    CHECK(count(text, "rt::unary_fwd<float>(ctx, rt::UnOp::Gelu, ") == 4);
+    CHECK(countOf(text, "rt::matmul_bias<float>(ctx, false, false, 512, 1024, 256, ") == 4);
+    CHECK(countOf(text, "const A v0 = rt::load(rt::store<float>(rt::binop(rt::BinOp::Add, rt::load(i0[e]), rt::load(i1[e]))));") == 1);
+    CHECK(countOf(text, "float *o2;") == 1); // the sum the norm reads back
+    CHECK(countOf(text, "rt::unary_fwd<float>(ctx, rt::UnOp::Gelu, ") == 4);
   }
 }
 
