@@ -237,7 +237,8 @@ struct RunBuilder {
     for (TensorId x : op.inputs) {
       if (inRegisters(x)) {
         // A register value is the output's own element: only read at the same index.
-        if (elementIndex(s, x, y)->kind != ElementIndex::Same)
+        std::optional<ElementIndex> ix = elementIndex(s, x, y);
+        if (!ix || ix->kind != ElementIndex::Same)
           return false;
         continue;
       }
@@ -252,7 +253,8 @@ struct RunBuilder {
     if (w.region < 0 || w.region == 1 || w.region == 3)
       return false;
     auto sameElement = [&](const Range &r, TensorId x) {
-      return r == w && elementIndex(s, x, y)->kind == ElementIndex::Same && s.tensors[x].dtype == s.tensors[y].dtype;
+      std::optional<ElementIndex> ix = elementIndex(s, x, y);
+      return r == w && ix && ix->kind == ElementIndex::Same && s.tensors[x].dtype == s.tensors[y].dtype;
     };
     for (const auto &[r, x] : reads)
       if (r.overlaps(w) && !sameElement(r, x))
@@ -289,10 +291,11 @@ struct RunBuilder {
       for (uint32_t j = 0; j < writes.size(); ++j)
         if (writes[j].overlaps(w))
           normOver.push_back(j); // fine only if op j's output is not written (close decides)
-      for (const auto &[r, t] : reads)
-        if (r.overlaps(w) && !(i == 0 && r == w && elementIndex(s, t, x)->kind == ElementIndex::Same &&
-                               s.tensors[t].dtype == dtype))
+      for (const auto &[r, t] : reads) {
+        std::optional<ElementIndex> ix = elementIndex(s, t, x);
+        if (r.overlaps(w) && !(i == 0 && r == w && ix && ix->kind == ElementIndex::Same && s.tensors[t].dtype == dtype))
           return false;
+      }
     }
     return true;
   }
