@@ -60,6 +60,10 @@ void planActivations(Analysis &a);
 /// MemoryPlan.cpp: the schedule over the step graph's ops and the flat regions (params,
 /// grads, master weights, optimizer state) with an aligned offset per tensor.
 void planMemory(Analysis &a);
+/// Fusion.cpp (declared in passes/Fusion.h with what codegen shares of it): fuseKernels, with
+/// Plan::fuseKernels only — the runs of elementwise entries, norm prologues and matmul bias
+/// epilogues that one kernel runs, and the bytes and launches that saves per op. After
+/// planMemory (it reads the buffers' offsets), before stepTime (which prices it).
 /// Roofline.cpp: each op's compute rate, the target's ridge, and compute- or memory-bound.
 void roofline(Analysis &a);
 /// StepTime.cpp: per-op times, communication (data/tensor/pipeline parallel), host
