@@ -95,10 +95,7 @@ int failure(const std::string &msg) {
 /// host keeps it with its layout (`target = 2 x host { data = 2 }` runs on 2 processes); any
 /// other target becomes one `host` device.
 PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
-  PlanOverrides o = Overrides.overrides();
-  if (!Overrides.fuse.getNumOccurrences())
-    o.fuseKernels = Backend == "cuda"; // the CUDA step fuses; --fuse=false turns it off
-  o.cudaStep = Backend == "cuda";
+  PlanOverrides o = Overrides.overrides(Backend == "cuda");
   if (Run && Threads > 0)
     o.hostThreads = Threads; // each rank's part of the host (Target::shareHost)
   // The CUDA step is estimated on the plan's own GPU (or --target's); the CPU step on the host.

@@ -36,8 +36,9 @@ struct PlanFlags {
              llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
 
   /// What was given: a batch or micro-batch given at all is passed on (0 and -5 are errors
-  /// that Sema reports, not "unset").
-  PlanOverrides overrides() const {
+  /// that Sema reports, not "unset"). `cudaStep`: the plan as tally's CUDA step runs it
+  /// (`--backend cuda`: its memory, and fused kernels unless --fuse=false says otherwise).
+  PlanOverrides overrides(bool cudaStep = false) const {
     PlanOverrides o;
     o.target = target;
     o.precision = precision;
@@ -46,7 +47,8 @@ struct PlanFlags {
       o.batch = batch;
     if (microBatch.getNumOccurrences())
       o.microBatch = microBatch;
-    o.fuseKernels = fuse;
+    o.cudaStep = cudaStep;
+    o.fuseKernels = fuse.getNumOccurrences() ? bool(fuse) : cudaStep;
     return o;
   }
 };

@@ -103,15 +103,7 @@ bool applyWarnings(DiagnosticEngine &diags) {
 
 /// The file's settings as the command line overrides them; `--backend cuda` prices tally's CUDA
 /// step as `tally run --backend cuda` does (fused unless --fuse=false).
-PlanOverrides overrides() {
-  PlanOverrides o = opts::Overrides.overrides();
-  if (opts::Backend == opts::Step::Cuda) {
-    o.cudaStep = true;
-    if (!opts::Overrides.fuse.getNumOccurrences())
-      o.fuseKernels = true;
-  }
-  return o;
-}
+PlanOverrides overrides() { return opts::Overrides.overrides(opts::Backend == opts::Step::Cuda); }
 
 int usageError(const std::string &msg) {
   errs() << "tally: error: " << msg << "\n";
