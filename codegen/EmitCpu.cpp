@@ -1043,9 +1043,8 @@ struct Emitter {
   /// With overlap(): per stepSchedule entry, the buckets whose last gradient write it is (a
   /// backward op writing a parameter's gradient, or a view of it, anywhere in the bucket).
   /// Buckets nothing writes are started by reduce_gradients().
-  std::map<size_t, std::vector<size_t>> overlappedBuckets() {
+  std::map<size_t, std::vector<size_t>> overlappedBuckets() const {
     std::map<size_t, std::vector<size_t>> out;
-    bucketStarted.clear();
     if (!overlap())
       return out;
     auto buckets = gradientBuckets();
@@ -1068,15 +1067,11 @@ struct Emitter {
             lastWriter[k] = e;
       }
     }
-    bucketStarted.assign(buckets.size(), false);
     for (size_t k = 0; k < buckets.size(); ++k)
-      if (lastWriter[k] != SIZE_MAX) {
+      if (lastWriter[k] != SIZE_MAX)
         out[lastWriter[k]].push_back(k);
-        bucketStarted[k] = true;
-      }
     return out;
   }
-  std::vector<bool> bucketStarted; ///< overlappedBuckets(): the buckets the backward starts
 
   // ---- fused kernels ------------------------------------------------------------------------
 
@@ -1214,7 +1209,7 @@ struct Emitter {
   bool sharded() const { return a.regions.shard > 0; }
 
   /// Data parallel: reduce_gradients() averages the ranks' gradients after the backward, in
-  /// buckets of at most kBucketBytes (PyTorch DDP's bucket_cap_mb = 25) over the flat grads
+  /// buckets of gradientBuckets() (at most 25 MiB, PyTorch DDP's bucket_cap_mb) over the flat grads
   /// region: divided by the rank count, then summed by an all-reduce, or under ZeRO a
   /// reduce-scatter that leaves each rank its shard. ZeRO also has gather_gradients() (the
   /// whole averaged gradient on every rank, for --dump-grads) and gather_parameters(): each
@@ -1224,13 +1219,10 @@ struct Emitter {
   std::string communication(int64_t gradElems) {
     if (!dataParallel())
       return "";
-    constexpr int64_t kBucketBytes = 25 * 1024 * 1024;
-    Dtype gd = plan.precision.grads;
-    std::string T = ctype(gd);
-    int64_t bg = static_cast<int64_t>(bytesOf(gd)), bucket = kBucketBytes / bg, d = plan.parallel.data;
-    int64_t buckets = (gradElems + bucket - 1) / bucket;
+    std::string T = ctype(plan.precision.grads);
+    int64_t d = plan.parallel.data;
+    const std::vector<std::pair<int64_t, int64_t>> bs = gradientBuckets();
     if (overlap()) {
-      auto bs = gradientBuckets();
       std::string out = llvm::formatv("/// Data parallel over {0} ranks ({1}; runtime/{2}), overlapped with the backward: the\n"
                                       "/// gradients in {3} bucket(s) of at most 25 MiB of G, each divided by {0} and its sum\n"
                                       "/// over the ranks started as soon as the last micro-batch's backward has written it\n"
@@ -1247,24 +1239,28 @@ struct Emitter {
                            T, number(1.0 / static_cast<double>(d)))
                  .str();
       out += "static void reduce_gradients(rt::Ctx &ctx) {\n";
+      std::vector<bool> started(bs.size(), false);
+      for (const auto &[entry, ks] : overlappedBuckets())
+        for (size_t k : ks)
+          started[k] = true;
       for (size_t k = 0; k < bs.size(); ++k)
-        if (k >= bucketStarted.size() || !bucketStarted[k])
+        if (!started[k])
           out += "  start_bucket(ctx, " + std::to_string(k) + "); // no backward op writes it\n";
       out += siteText("data_parallel.reduce_gradients", "communication") + "  tally_comm::all_reduce_wait(ctx);\n}\n\n";
       return out;
     }
     auto each = [&](const char *what) {
       std::string out;
-      for (int64_t b0 = 0; b0 < gradElems; b0 += bucket)
-        out += llvm::formatv("  tally_comm::{0}<{1}>(ctx, G<{1}>(0), {2}, {3}{4});\n", what, T, b0,
-                             std::min(gradElems, b0 + bucket), sharded() ? ", kShard" : "")
+      for (auto [b0, b1] : bs)
+        out += llvm::formatv("  tally_comm::{0}<{1}>(ctx, G<{1}>(0), {2}, {3}{4});\n", what, T, b0, b1,
+                             sharded() ? ", kShard" : "")
                    .str();
       return out;
     };
     std::string out = llvm::formatv("/// Data parallel over {0} ranks ({3}; runtime/{4}): the gradients averaged\n"
                                     "/// after the backward in {1} bucket(s) of at most 25 MiB of G, divided by {0} and then\n"
                                     "/// summed{2}.\n",
-                                    d, buckets, sharded() ? " by reduce-scatters (ZeRO-1: rank r keeps elements [r·kShard, (r+1)·kShard))"
+                                    d, bs.size(), sharded() ? " by reduce-scatters (ZeRO-1: rank r keeps elements [r·kShard, (r+1)·kShard))"
                                                           : " by all-reduces",
                                     be.parallelEngine, be.commHeader)
                           .str();
