@@ -400,21 +400,37 @@ void fuseKernels(Analysis &a) {
     }
     return true;
   };
+  // Step 4: a kernel's totals, and its savings charged per op (savedBy: bytes per entry; every
+  // entry after the first saves its launch) to the op's forward (forward entries) or its
+  // forward op's backward (backward entries); recompute kernels repeat the forward ones.
+  auto record = [&](const Analysis::FusedKernel &k, const std::vector<double> &savedBy) {
+    a.fusion.kernels.push_back(k);
+    a.fusion.epilogues += k.epilogue ? 1 : 0;
+    a.fusion.ops += k.count;
+    a.fusion.launchesSaved += k.count - 1;
+    a.fusion.bytesSaved += k.bytesSaved;
+    StepEntry::Kind kind = a.stepSchedule[k.first].kind;
+    for (uint32_t i = 0; i < k.count && kind != StepEntry::Recompute; ++i) {
+      const Op &op = s.ops[a.stepSchedule[k.first + i].op];
+      double calls = i == 0 ? 0 : 1;
+      if (kind == StepEntry::Forward) {
+        a.ops[a.stepSchedule[k.first + i].op].fusedForwardBytes += savedBy[i];
+        a.ops[a.stepSchedule[k.first + i].op].fusedForwardCalls += calls;
+      } else if (op.forwardOp < a.ops.size()) {
+        a.ops[op.forwardOp].fusedBackwardBytes += savedBy[i];
+        a.ops[op.forwardOp].fusedBackwardCalls += calls;
+      }
+    }
+  };
   std::vector<bool> consumed(a.stepSchedule.size(), false);
   for (size_t e = 0; e + 1 < a.stepSchedule.size(); ++e) {
     if (!epilogue(e))
       continue;
+    // The add's whole traffic (the product read, the bias read, its output written, now by the
+    // matmul instead of the product) and its launch.
     const Op &add = s.ops[a.stepSchedule[e + 1].op];
     double bytes = s.bytes(add.inputs[0]) + s.bytes(add.inputs[1]) + s.bytes(add.outputs[0]);
-    a.fusion.kernels.push_back({static_cast<uint32_t>(e), 2, bytes, 1, false, true});
-    a.fusion.epilogues += 1;
-    a.fusion.ops += 2;
-    a.fusion.launchesSaved += 1;
-    a.fusion.bytesSaved += bytes;
-    if (a.stepSchedule[e].kind == StepEntry::Forward) { // the add costs nothing; recompute repeats it
-      a.ops[a.stepSchedule[e + 1].op].fusedForwardBytes += bytes;
-      a.ops[a.stepSchedule[e + 1].op].fusedForwardCalls += 1;
-    }
+    record({static_cast<uint32_t>(e), 2, bytes, 1, false, true}, {0, bytes});
     consumed[e] = consumed[e + 1] = true;
     ++e;
   }
@@ -437,24 +453,8 @@ void fuseKernels(Analysis &a) {
           run.savedBy.pop_back();
         }
     }
-    if (run.count >= 2) {
-      a.fusion.kernels.push_back({run.first, run.count, run.saved, unwritten, run.norm});
-      a.fusion.ops += run.count;
-      a.fusion.launchesSaved += run.count - 1;
-      a.fusion.bytesSaved += run.saved;
-      // Step 4: the savings, charged per op; recompute runs repeat the forward ones.
-      for (uint32_t i = 0; i < run.count && run.kind != StepEntry::Recompute; ++i) {
-        const StepEntry &se = a.stepSchedule[run.first + i];
-        double calls = i == 0 ? 0 : 1;
-        if (run.kind == StepEntry::Forward) {
-          a.ops[se.op].fusedForwardBytes += run.savedBy[i];
-          a.ops[se.op].fusedForwardCalls += calls;
-        } else if (s.ops[se.op].forwardOp < a.ops.size()) {
-          a.ops[s.ops[se.op].forwardOp].fusedBackwardBytes += run.savedBy[i];
-          a.ops[s.ops[se.op].forwardOp].fusedBackwardCalls += calls;
-        }
-      }
-    }
+    if (run.count >= 2)
+      record({run.first, run.count, run.saved, unwritten, run.norm}, run.savedBy);
     run.reset();
   };
 
