@@ -151,37 +151,40 @@ inline void all_reduce_wait(rt::Ctx &ctx) {
   rt::cu::timeEnd(ctx, t, "all_reduce_wait");
 }
 
-/// ZeRO: sums elements [begin, end) of `region` over the ranks, leaving on each rank only its
-/// own part (elements of [r·shard, (r+1)·shard)) summed, in place: one ncclReduce per rank's
-/// part, rooted at that rank, grouped (the parts are uneven where a bucket crosses a shard).
-template <class T> void reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
-  const int t = rt::cu::timeBegin(ctx, "reduce_scatter");
-  detail::nccl(ncclGroupStart(), "ncclGroupStart", ctx.where);
+namespace detail {
+/// One grouped NCCL call per rank's non-empty part of [begin, end) (rank r owns elements
+/// [r·shard, (r+1)·shard); the parts are uneven where a bucket crosses a shard), timed as
+/// `kernel`: call(rank, first element, count).
+template <class F>
+void eachPart(rt::Ctx &ctx, const char *kernel, int64_t begin, int64_t end, int64_t shard, F call) {
+  const int t = rt::cu::timeBegin(ctx, kernel);
+  nccl(ncclGroupStart(), "ncclGroupStart", ctx.where);
   for (int r = 0, n = size(); r < n; ++r) {
     int64_t lo = std::max(begin, r * shard), hi = std::min(end, (r + 1) * shard);
     if (hi > lo)
-      detail::nccl(ncclReduce(region + lo, region + lo, static_cast<size_t>(hi - lo), detail::type<T>(), ncclSum, r,
-                              detail::comm(), ctx.stream),
-                   "ncclReduce", ctx.where);
+      call(r, lo, static_cast<size_t>(hi - lo));
   }
-  detail::nccl(ncclGroupEnd(), "ncclGroupEnd", ctx.where);
-  rt::cu::timeEnd(ctx, t, "reduce_scatter");
+  nccl(ncclGroupEnd(), "ncclGroupEnd", ctx.where);
+  rt::cu::timeEnd(ctx, t, kernel);
+}
+} // namespace detail
+
+/// ZeRO: sums elements [begin, end) of `region` over the ranks, leaving on each rank only its
+/// own part summed, in place: one ncclReduce per rank's part, rooted at that rank.
+template <class T> void reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
+  detail::eachPart(ctx, "reduce_scatter", begin, end, shard, [&](int r, int64_t at, size_t count) {
+    detail::nccl(ncclReduce(region + at, region + at, count, detail::type<T>(), ncclSum, r, detail::comm(), ctx.stream),
+                 "ncclReduce", ctx.where);
+  });
 }
 
 /// ZeRO: every rank's part of elements [begin, end) of `region` copied to every rank, in place:
-/// one ncclBroadcast per part from its rank, grouped.
+/// one ncclBroadcast per part from its rank.
 template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
-  const int t = rt::cu::timeBegin(ctx, "all_gather");
-  detail::nccl(ncclGroupStart(), "ncclGroupStart", ctx.where);
-  for (int r = 0, n = size(); r < n; ++r) {
-    int64_t lo = std::max(begin, r * shard), hi = std::min(end, (r + 1) * shard);
-    if (hi > lo)
-      detail::nccl(ncclBroadcast(region + lo, region + lo, static_cast<size_t>(hi - lo), detail::type<T>(), r,
-                                 detail::comm(), ctx.stream),
-                   "ncclBroadcast", ctx.where);
-  }
-  detail::nccl(ncclGroupEnd(), "ncclGroupEnd", ctx.where);
-  rt::cu::timeEnd(ctx, t, "all_gather");
+  detail::eachPart(ctx, "all_gather", begin, end, shard, [&](int r, int64_t at, size_t count) {
+    detail::nccl(ncclBroadcast(region + at, region + at, count, detail::type<T>(), r, detail::comm(), ctx.stream),
+                 "ncclBroadcast", ctx.where);
+  });
 }
 
 #else // one process: the group is this process alone
