@@ -44,7 +44,9 @@ for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o dp:dp2z}; do
   fi
   grep -q "sm_90" "$dir/build/CMakeFiles/tally_step.dir/flags.make" || {
     echo "FAIL: $m: not compiled for sm_90"; exit 1; }
-  if grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" && ! ldd "$dir/build/tally_step" | grep -q "libnccl"; then
+  # ldd's output captured first: `ldd | grep -q` under pipefail fails when grep stops reading early.
+  libs=$(ldd "$dir/build/tally_step")
+  if grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" && [[ "$libs" != *libnccl* ]]; then
     echo "FAIL: $entry: a data-parallel step that does not link NCCL"
     exit 1
   fi
