@@ -51,12 +51,47 @@
 
 #include <map>
 #include <memory>
+#include <string>
+#include <unordered_map>
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
 namespace tally {
+
+/// Analysis::walks: the walks (steps 3-5) done on one graph that listed no buffers, so a policy
+/// tried again (the budget fixes try sqrt, full and auto's candidates under each ZeRO stage and
+/// device count; the layout search thousands of layouts) is not walked again. A walk reads the
+/// graph and, from the analysis, the facts of step 1 that depend on the plan: the
+/// tensor-parallel degree, sequence parallelism, training, and per op its forward FLOPs, its
+/// roofline time and its saved list. A variant holds the walks done under one such set of
+/// facts, compared exactly (not hashed), so a memo shared by analyses that differ there keeps
+/// their walks apart.
+struct WalkMemo {
+  struct Summary {
+    double recomputeFlops = 0, recomputeExecuted = 0, recomputeTime = 0;
+    double peakSaved = 0, peakOther = 0;
+    uint32_t peakStep = 0;
+  };
+  struct Variant {
+    std::vector<double> facts;
+    std::unordered_map<std::string, Summary> walks; ///< by the policy's schedule (policyKey)
+  };
+  std::vector<std::unique_ptr<Variant>> variants;
+  size_t reused = 0;
+};
+
+std::shared_ptr<WalkMemo> newWalkMemo() { return std::make_shared<WalkMemo>(); }
+
+WalkMemoStats walkMemoStats(const WalkMemo &memo) {
+  WalkMemoStats s;
+  s.reused = memo.reused;
+  s.variants = memo.variants.size();
+  for (const auto &v : memo.variants)
+    s.walks += v->walks.size();
+  return s;
+}
 
 namespace {
 
@@ -94,6 +129,9 @@ struct Facts {
   uint32_t extraCount(OpId o) const { return extras.start[o + 1] - extras.start[o]; }
   /// The nested-recomputation chain, solved on first use (nestedPolicy).
   mutable std::shared_ptr<std::optional<struct Chain>> chain;
+  /// Analysis::walks (or null) and its walks done under these facts.
+  WalkMemo *memo = nullptr;
+  WalkMemo::Variant *walked = nullptr;
   std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
   std::vector<Copy> copies;                   ///< in the order of their first op
   std::vector<uint32_t> copyOfOp;             ///< per op: index into copies, or kNone
@@ -169,6 +207,26 @@ void findCopies(Facts &f) {
   }
 }
 
+/// The variant of `memo` whose facts are these (WalkMemo), made when there is none.
+WalkMemo::Variant *memoVariant(WalkMemo &memo, const Facts &f, const Analysis &a) {
+  std::vector<double> facts{f.tensorDegree, f.train ? 1.0 : 0.0,
+                            a.plan->parallel.sequenceParallel ? 1.0 : 0.0};
+  facts.reserve(facts.size() + 6 * f.g.ops.size());
+  for (OpId o = 0; o < f.g.ops.size(); ++o) {
+    const OpAnalysis &oa = a.ops[o];
+    facts.insert(facts.end(), {f.opTime[o], oa.forward.flops, oa.forward.executedFlops,
+                               static_cast<double>(oa.saved.size())});
+    for (const SavedTensor &st : oa.saved)
+      facts.insert(facts.end(), {static_cast<double>(st.tensor), st.bytes});
+  }
+  for (const auto &v : memo.variants)
+    if (v->facts == facts)
+      return v.get();
+  memo.variants.push_back(std::make_unique<WalkMemo::Variant>());
+  memo.variants.back()->facts = std::move(facts);
+  return memo.variants.back().get();
+}
+
 Facts gatherFacts(const Analysis &a) {
   const Graph &g = *a.graph;
   Facts f(g, a);
@@ -222,6 +280,10 @@ Facts gatherFacts(const Analysis &a) {
     work.bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
     work.transcendentals = oa.forward.transcendentals;
     f.opTime[o] = kernelTime(a.plan->target, opClass(g.ops[o].kind), oa.computeDtype, work);
+  }
+  if (a.walks) {
+    f.memo = a.walks.get();
+    f.walked = memoVariant(*f.memo, f, a);
   }
   return f;
 }
@@ -556,17 +618,63 @@ bool copiesContiguous(const Facts &f) {
   return true;
 }
 
-/// Steps 3-5 for one policy: its schedule (explicit, recompute_all's or the segments'), the
-/// recompute it costs, every buffer's lifetime and the peak. `keepBuffers`: list the buffers
-/// in w.buffers (else only the peak and the recompute are found).
-Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) {
-  Walk w;
+/// Step 3 for one policy: its schedule (explicit, recompute_all's or the segments').
+void buildSchedule(const Facts &f, const Policy &p, Walk &w) {
   if (!p.steps.empty())
     w.schedule = p.steps;
   else if (p.fromInput)
     fromInputSchedule(f, w);
   else
     segmentSchedule(f, p, w);
+}
+
+/// What decides a policy's schedule (and so its walk), as bytes: the WalkMemo key. The name
+/// does not (sqrt of segment length 1 is full); the counts keep the lists apart.
+std::string policyKey(const Policy &p) {
+  std::string key;
+  auto put = [&](uint64_t x) { key.append(reinterpret_cast<const char *>(&x), sizeof x); };
+  put(p.fromInput);
+  put(p.segments.size());
+  for (const auto &sg : p.segments)
+    put(sg.first), put(sg.second);
+  put(p.selectiveOps.size());
+  for (OpId o : p.selectiveOps)
+    put(o);
+  put(p.opSegments.size());
+  for (const auto &ops : p.opSegments) {
+    put(ops.size());
+    for (OpId o : ops)
+      put(o);
+  }
+  put(p.steps.size());
+  for (const ScheduleStep &st : p.steps)
+    put((static_cast<uint64_t>(st.kind) << 32) | st.op);
+  return key;
+}
+
+/// Steps 3-5 for one policy: its schedule, the recompute it costs, every buffer's lifetime
+/// and the peak. `keepBuffers`: the schedule and every buffer (w.schedule, w.buffers), for the
+/// memory plan; else only the recompute and the peak, answered from Facts::memo when this
+/// policy was walked before under the same facts (w.schedule is then empty).
+Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) {
+  Walk w;
+  std::string key;
+  if (!keepBuffers && f.memo) {
+    key = policyKey(p);
+    auto it = f.walked->walks.find(key);
+    if (it != f.walked->walks.end()) {
+      ++f.memo->reused;
+      const WalkMemo::Summary &m = it->second;
+      w.recomputeFlops = m.recomputeFlops;
+      w.recomputeExecuted = m.recomputeExecuted;
+      w.recomputeTime = m.recomputeTime;
+      w.peakSaved = m.peakSaved;
+      w.peakOther = m.peakOther;
+      w.peakStep = m.peakStep;
+      return w;
+    }
+  }
+  buildSchedule(f, p, w);
   for (const ScheduleStep &st : w.schedule) {
     if (st.kind != ScheduleStep::Recompute)
       continue;
@@ -579,6 +687,14 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) 
   live.other.assign(w.schedule.size() + 1, 0);
   liveness(f, a, w, live, keepBuffers);
   findPeak(w, live);
+  if (!keepBuffers) {
+    w.schedule = {};
+    if (f.memo)
+      f.walked->walks.emplace(std::move(key),
+                              WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
+                                                w.recomputeTime, w.peakSaved, w.peakOther,
+                                                w.peakStep});
+  }
   return w;
 }
 
@@ -1369,7 +1485,11 @@ void planActivations(Analysis &a) {
   a.checkpoint.blocks = static_cast<int64_t>(f.copies.size());
   blockActivations(f, a); // auto ranks the copies by what they keep
   Policy p = requestedPolicy(f, a, microSteps, plan.checkpoint);
-  Walk w = walk(f, a, p, true);
+  // A candidate priced alone (Analysis::priceOnly) needs the schedule (step time) and the
+  // peak, not the buffers: its walk may come from the memo.
+  Walk w = walk(f, a, p, !a.priceOnly);
+  if (a.priceOnly)
+    buildSchedule(f, p, w);
 
   a.checkpoint.policy = p.name;
   if (!p.selectiveOps.empty()) {
@@ -1402,7 +1522,7 @@ void planActivations(Analysis &a) {
   a.memory.workspace = w.peakOther / contextShare(plan);
   a.memory.peak = staticBytes(a) + a.memory.activations + a.memory.workspace;
 
-  if (plan.isTrain && !f.copies.empty()) {
+  if (plan.isTrain && !f.copies.empty() && !a.priceOnly) {
     perBlock(f, w, a);
     // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
     // thousands of times and read only the peak and the times (a curve there made `tally

@@ -96,6 +96,9 @@ struct StepEntry {
   OpId op;                         ///< an op of Analysis::step
 };
 
+/// Activations.cpp: the liveness walks done on one graph (Analysis::walks).
+struct WalkMemo;
+
 struct Analysis {
   const Graph *graph = nullptr;
   const Plan *plan = nullptr;
@@ -103,6 +106,14 @@ struct Analysis {
   /// fixes would search again, without end) and the trade-off curve is not drawn (the
   /// searches read only the peak and the times). Passed down instead of a global.
   bool whatIf = false;
+  /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
+  /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
+  bool priceOnly = false;
+  /// The liveness walks already done on this graph (passes/Activations.cpp), keyed by what the
+  /// walk reads and by the policy: made by analyzeGraph and shared by every analysis copied
+  /// from that graph part (the budget fixes' and the layout search's candidates try the same
+  /// checkpoint policies on one graph again and again).
+  std::shared_ptr<WalkMemo> walks;
   /// The whole training step (passes/Backward.cpp): graph's forward ops with the same ids,
   /// then backward and optimizer ops. For infer plans, a copy of the forward graph.
   std::shared_ptr<const Graph> step;

@@ -57,6 +57,14 @@ void allocatorReserve(Analysis &a);
 /// outputs are kept, what is recomputed), the liveness walk over saved tensors, the memory
 /// plan (buffers with offsets), activation bytes at the peak and the peak per device.
 void planActivations(Analysis &a);
+/// An empty Analysis::walks for a new graph part (analyzeGraph).
+std::shared_ptr<WalkMemo> newWalkMemo();
+/// What a memo holds: the walks done (each once), the times one was answered from it, and
+/// the sets of facts it keeps apart (tests; docs/performance.md).
+struct WalkMemoStats {
+  size_t walks = 0, reused = 0, variants = 0;
+};
+WalkMemoStats walkMemoStats(const WalkMemo &memo);
 /// MemoryPlan.cpp: the schedule over the step graph's ops and the flat regions (params,
 /// grads, master weights, optimizer state) with an aligned offset per tensor.
 void planMemory(Analysis &a);

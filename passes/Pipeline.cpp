@@ -17,6 +17,7 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan) {
   countParams(a);
   costOps(a);
   differentiate(a); // [autodiff]
+  a.walks = newWalkMemo();
   return a;
 }
 
@@ -71,6 +72,7 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
   Analysis a = graphPart;
   a.plan = &plan;
   a.whatIf = true;
+  a.priceOnly = true;
   priceLayout(a);
   roofline(a); // [roofline]
   stepTime(a); // [steptime]

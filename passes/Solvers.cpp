@@ -279,6 +279,10 @@ std::optional<Trial> Trials::run(const Plan &candidate) {
     }
     if (graph) {
       gp->part = analyzeGraph(*graph, gp->plan);
+      // The base's graph: its walks are the base analysis's (WalkMemo keeps apart those whose
+      // facts differ, another precision's costs say).
+      if (graph == base_.graph && base_.walks)
+        gp->part->walks = base_.walks;
       gp->part->plan = nullptr; // analyzeLayout sets each candidate's plan
     }
   }

@@ -367,18 +367,23 @@ TEST_CASE("layout: analyzeLayout prices a layout exactly as analyze does", "[sol
   Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 80 GiB"));
   const Analysis &a = *stack.a;
   Analysis graphPart = analyzeGraph(*a.graph, *a.plan);
-  struct Case { int64_t t, p, v, d; int zero; const char *ckpt; };
+  // Every case copies the one graph part, so they share its walks (Analysis::walks): a walk
+  // answered for the wrong tensor degree or sequence split would show here.
+  struct Case { int64_t t, p, v, d; int zero; const char *ckpt; bool sp = false; };
   for (Case c : {Case{1, 1, 1, 2, 0, "none"}, Case{2, 1, 1, 1, 0, "full"},
                  Case{1, 2, 2, 1, 0, "selective"}, Case{1, 1, 1, 2, 3, "none"},
-                 Case{2, 2, 4, 2, 1, "full"}}) {
+                 Case{2, 2, 4, 2, 1, "full"}, Case{1, 1, 1, 2, 0, "sqrt"},
+                 Case{2, 1, 1, 1, 0, "sqrt"}, Case{2, 1, 1, 1, 0, "sqrt", true},
+                 Case{1, 1, 1, 2, 0, "auto"}, Case{2, 1, 1, 1, 0, "auto"},
+                 Case{2, 1, 1, 1, 0, "auto", true}, Case{1, 1, 1, 2, 3, "auto"}}) {
     Plan p = *a.plan;
     p.parallel.tensor = c.t, p.parallel.pipeline = c.p, p.parallel.interleave = c.v;
-    p.parallel.data = c.d, p.parallel.zero = c.zero;
+    p.parallel.data = c.d, p.parallel.zero = c.zero, p.parallel.sequenceParallel = c.sp;
     p.parallel.devices = c.t * c.p * c.d;
     p.checkpoint = c.ckpt;
     p.budgets.clear();
     INFO("t " << c.t << " p " << c.p << " v " << c.v << " d " << c.d << " zero " << c.zero
-              << " " << c.ckpt);
+              << " " << c.ckpt << (c.sp ? " sequence parallel" : ""));
     llvm::SourceMgr sm;
     DiagnosticEngine quiet(sm);
     quiet.setOutput(nullptr);
@@ -391,7 +396,14 @@ TEST_CASE("layout: analyzeLayout prices a layout exactly as analyze does", "[sol
     CHECK(part.time.mfu == full.time.mfu);
     CHECK(part.flops.executed == full.flops.executed);
     CHECK(part.checkpoint.policy == full.checkpoint.policy);
+    CHECK(part.checkpoint.segment == full.checkpoint.segment);
+    CHECK(part.checkpoint.checkpointed == full.checkpoint.checkpointed);
   }
+  // Tensor degrees 1 and 2, the latter with and without sequence parallelism: three sets of
+  // facts, and the repeated policies were answered from the memo.
+  WalkMemoStats memo = walkMemoStats(*graphPart.walks);
+  CHECK(memo.variants == 3);
+  CHECK(memo.reused > 0);
 }
 
 TEST_CASE("layout: the search's layouts satisfy the constraints and fit", "[solvers][layout]") {
@@ -648,4 +660,42 @@ TEST_CASE("solvers: bisected largest micro-batch equals the linear search", "[so
         CHECK(bis.back().first == all.back().first); // the smallest, for "even ... needs"
     }
   }
+}
+
+TEST_CASE("layout: a policy is walked once per graph and facts", "[solvers][layout]") {
+  Compiled stack(stackModel("  checkpoint = auto\n", "memory per device <= 24 GiB"));
+  const Analysis &a = *stack.a;
+  Analysis graphPart = analyzeGraph(*a.graph, *a.plan);
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  Plan p = *a.plan;
+  p.budgets.clear();
+  Analysis first = analyzeLayout(graphPart, p, quiet);
+  WalkMemoStats once = walkMemoStats(*graphPart.walks);
+  CHECK(once.variants == 1);
+  // auto's curve walks the first m = 0..8 of the 8 copies (9 policies); its bisections ask for
+  // some of them again, which the memo answers.
+  CHECK(once.walks >= 9);
+  CHECK(once.reused > 0);
+  // Another ZeRO stage changes the limit, not what a walk reads: every walk is reused.
+  p.parallel.zero = 3;
+  Analysis second = analyzeLayout(graphPart, p, quiet);
+  WalkMemoStats again = walkMemoStats(*graphPart.walks);
+  CHECK(again.variants == 1);
+  CHECK(again.reused >= once.walks / 2);
+  // ... and the answers are a whole analysis's.
+  Analysis full = analyze(*a.graph, p, quiet);
+  CHECK(second.memory.peak == full.memory.peak);
+  CHECK(second.checkpoint.policy == full.checkpoint.policy);
+  CHECK(second.flops.executed == full.flops.executed);
+  CHECK(second.time.step == full.time.step);
+  // The base analysis's walks serve the fix trials of its own graph.
+  CHECK(walkMemoStats(*a.walks).walks > 0);
+  Trials trials(a, stack.relower());
+  Plan q = *a.plan;
+  q.parallel.zero = 3;
+  size_t before = walkMemoStats(*a.walks).reused;
+  sameTrial(trials.run(q), tryPlan(a, q, stack.relower()));
+  CHECK(walkMemoStats(*a.walks).reused > before);
 }
