@@ -425,13 +425,13 @@ struct Emitter {
 
   bool binary() {
     TensorId y = op->outputs[0];
-    if (op->attrs.hasScalar) {
+    if (op->attrs->hasScalar) {
       TensorId x = op->inputs[0];
       if (!needDense(y, "the output") || !needDense(x, "the input") || !sameType({x, y}))
         return false;
       line(llvm::formatv("rt::binary_scalar<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(y),
-                         binOp(op->kind), ptr(x), number(op->attrs.scalar),
-                         boolean(op->attrs.scalarOnLeft), ptr(y), n(y), boolean(acc()))
+                         binOp(op->kind), ptr(x), number(op->attrs->scalar),
+                         boolean(op->attrs->scalarOnLeft), ptr(y), n(y), boolean(acc()))
                .str());
       return true;
     }
@@ -458,13 +458,13 @@ struct Emitter {
   /// output (inputs y, dy; the constant in attrs.scalar).
   bool divBackward() {
     TensorId out = op->outputs[0];
-    if (op->attrs.hasScalar) {
+    if (op->attrs->hasScalar) {
       TensorId y = op->inputs[0], dy = op->inputs[1];
       if (!needDense(y, "the output") || !needDense(dy, "the output gradient") || !needDense(out, "the gradient") ||
           !sameType({y, dy, out}))
         return false;
       line(llvm::formatv("rt::div_scalar_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(out), ptr(y), ptr(dy),
-                         number(op->attrs.scalar), ptr(out), n(out), boolean(acc()))
+                         number(op->attrs->scalar), ptr(out), n(out), boolean(acc()))
                .str());
       return true;
     }
@@ -529,8 +529,8 @@ struct Emitter {
     B = shape(q)[0].size;
     S = shape(q)[1].size;
     Skv = shape(k)[1].size;
-    H = fwd.attrs.heads;
-    Hkv = fwd.attrs.kvHeads ? fwd.attrs.kvHeads : H;
+    H = fwd.attrs->heads;
+    Hkv = fwd.attrs->kvHeads ? fwd.attrs->kvHeads : H;
     hd = shape(q)[2].size / H;
     int64_t rq = strides(q)[1], rk = strides(k)[1], rv = strides(v)[1];
     bool strided = rq != H * hd || rk != Hkv * hd || rv != Hkv * hd;
@@ -581,7 +581,7 @@ struct Emitter {
     unsigned out = 0;
     int accs = -1;
     for (unsigned i = 0; i < 3; ++i)
-      if (op->attrs.gradMask & (1u << i)) {
+      if (op->attrs->gradMask & (1u << i)) {
         d[i] = ptr(op->outputs[out]);
         int ai = acc(out) ? 1 : 0;
         if (accs >= 0 && ai != accs)
@@ -939,7 +939,7 @@ struct Emitter {
     unsigned out = 0;
     bool accDx = false;
     for (unsigned i = 0; i < 3; ++i)
-      if (op->attrs.gradMask & (1u << i)) {
+      if (op->attrs->gradMask & (1u << i)) {
         TensorId t = op->outputs[out];
         if (!needDense(t, "a norm gradient"))
           return false;
@@ -1139,15 +1139,15 @@ struct Emitter {
       std::string expr;
       const auto &in = op->inputs;
       if (op->kind == OpKind::UnaryBackward) {
-        OpKind of = op->attrs.of;
+        OpKind of = op->attrs->of;
         bool readsX = of == OpKind::Gelu || of == OpKind::Silu, neg = of == OpKind::Neg;
         std::string x = neg ? "A(0)" : operand(in[0], y);
         expr = operand(in.back(), y) + " * rt::unary_grad(" + unOp(of) + ", " + (readsX ? x : "A(0)") + ", " +
                (readsX || neg ? "A(0)" : x) + ")";
-      } else if (op->attrs.hasScalar) {
-        std::string c = "static_cast<A>(static_cast<float>(" + number(op->attrs.scalar) + "))";
+      } else if (op->attrs->hasScalar) {
+        std::string c = "static_cast<A>(static_cast<float>(" + number(op->attrs->scalar) + "))";
         std::string x = operand(in[0], y);
-        expr = std::string("rt::binop(") + binOp(op->kind) + ", " + (op->attrs.scalarOnLeft ? c + ", " + x : x + ", " + c) + ")";
+        expr = std::string("rt::binop(") + binOp(op->kind) + ", " + (op->attrs->scalarOnLeft ? c + ", " + x : x + ", " + c) + ")";
       } else if (in.size() == 2) {
         std::string l = operand(in[0], y), r = operand(in[1], y);
         expr = std::string("rt::binop(") + binOp(op->kind) + ", " + l + ", " + r + ")";

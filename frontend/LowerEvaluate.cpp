@@ -151,8 +151,11 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
       t = map(t);
     op.instance = toRoot + (op.instance - fromRoot);
     op.path = nextOpPath(op.instance, op.kind);
-    if (takesRandomStream(op))
-      op.attrs.stream = g.randomStreams++;
+    if (takesRandomStream(op)) { // each copy draws its own stream: its own attributes
+      OpAttrs a = op.attrs;
+      a.stream = g.randomStreams++;
+      op.attrs = std::move(a);
+    }
     g.addOp(std::move(op));
   }
   std::function<Value(const Value &)> remap = [&](const Value &v) {

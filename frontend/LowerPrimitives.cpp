@@ -575,16 +575,16 @@ void Lowerer::setViewLayouts(Op &op) {
     Layout l = x.layout;
     if (op.kind == OpKind::Split) {
       size_t axis = 0;
-      normalizeAxis(op.attrs.dim, x.shape.size(), axis);
+      normalizeAxis(op.attrs->dim, x.shape.size(), axis);
       l.offset += static_cast<int64_t>(i) * t.shape[axis].size * x.layout.strides[axis];
     } else if (op.kind == OpKind::Slice) {
       llvm::SmallVector<int64_t, 4> st;
       for (size_t a = 0; a < x.shape.size(); ++a) {
-        if (a >= op.attrs.slices.size()) {
+        if (a >= op.attrs->slices.size()) {
           st.push_back(x.layout.strides[a]);
           continue;
         }
-        const SliceDim &d = op.attrs.slices[a];
+        const SliceDim &d = op.attrs->slices[a];
         l.offset += d.start * x.layout.strides[a];
         if (!d.drop)
           st.push_back(x.layout.strides[a] * d.step);
@@ -592,8 +592,8 @@ void Lowerer::setViewLayouts(Op &op) {
       l.strides = std::move(st);
     } else if (op.kind == OpKind::Transpose) {
       size_t a0 = 0, a1 = 0;
-      normalizeAxis(op.attrs.transposeA, x.shape.size(), a0);
-      normalizeAxis(op.attrs.transposeB, x.shape.size(), a1);
+      normalizeAxis(op.attrs->transposeA, x.shape.size(), a0);
+      normalizeAxis(op.attrs->transposeB, x.shape.size(), a1);
       std::swap(l.strides[a0], l.strides[a1]);
     } else {
       l.strides = viewStrides(x.shape, x.layout.strides, t.shape)
@@ -689,11 +689,17 @@ Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpA
   }
   if (!op.inputs.empty() && opClass(kind) == OpClass::View)
     setViewLayouts(op);
-  if (takesRandomStream(op))
-    op.attrs.stream = g.randomStreams++;
-  if (op.kind == OpKind::Attention && op.attrs.scale == 0)
-    op.attrs.scale = 1 / std::sqrt(static_cast<double>(g.tensors[op.inputs[0]].shape[2].size) /
-                                   static_cast<double>(op.attrs.heads));
+  bool stream = takesRandomStream(op);
+  bool scale = op.kind == OpKind::Attention && op.attrs->scale == 0;
+  if (stream || scale) { // attributes are shared: this op gets its own
+    OpAttrs a = op.attrs;
+    if (stream)
+      a.stream = g.randomStreams++;
+    if (scale)
+      a.scale = 1 / std::sqrt(static_cast<double>(g.tensors[op.inputs[0]].shape[2].size) /
+                              static_cast<double>(a.heads));
+    op.attrs = std::move(a);
+  }
   if (op.kind == OpKind::Attention)
     setRopeHeadDims(op);
   g.addOp(std::move(op));
@@ -706,9 +712,9 @@ Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpA
 /// reads it: q's (and k's) rope, reached through views and copies, gets d / heads unless the
 /// head size was already set.
 void Lowerer::setRopeHeadDims(const Op &attention) {
-  if (attention.attrs.heads <= 0)
+  if (attention.attrs->heads <= 0)
     return;
-  int64_t hd = g.tensors[attention.inputs[0]].shape.back().size / attention.attrs.heads;
+  int64_t hd = g.tensors[attention.inputs[0]].shape.back().size / attention.attrs->heads;
   for (unsigned i = 0; i < 2 && i < attention.inputs.size(); ++i) {
     TensorId t = attention.inputs[i];
     while (t != kNone) {
@@ -717,13 +723,16 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
         break;
       Op &op = g.ops[p];
       if (op.kind == OpKind::Rope) {
-        if (op.attrs.headDim == 0)
-          op.attrs.headDim = hd;
-        auto rot = static_cast<int64_t>(static_cast<double>(op.attrs.headDim) * op.attrs.fraction);
-        if (op.attrs.fraction < 1 && (rot <= 0 || rot % 2 != 0)) {
+        if (op.attrs->headDim == 0) {
+          OpAttrs a = op.attrs;
+          a.headDim = hd;
+          op.attrs = std::move(a);
+        }
+        auto rot = static_cast<int64_t>(static_cast<double>(op.attrs->headDim) * op.attrs->fraction);
+        if (op.attrs->fraction < 1 && (rot <= 0 || rot % 2 != 0)) {
           auto d = diags.report(DiagKind::InvalidValue, op.range.Start,
-                                "rope fraction " + significant(op.attrs.fraction) + " of head size " +
-                                    std::to_string(op.attrs.headDim) + " rotates " +
+                                "rope fraction " + significant(op.attrs->fraction) + " of head size " +
+                                    std::to_string(op.attrs->headDim) + " rotates " +
                                     std::to_string(rot) + " dims; it must be an even number above 0");
           d.range(op.range);
           context(d);
@@ -751,7 +760,7 @@ std::string Lowerer::nextOpPath(uint32_t instance, OpKind kind) {
 }
 
 bool Lowerer::takesRandomStream(const Op &op) {
-  return op.kind == OpKind::Dropout || (op.kind == OpKind::Attention && op.attrs.p > 0);
+  return op.kind == OpKind::Dropout || (op.kind == OpKind::Attention && op.attrs->p > 0);
 }
 
 } // namespace lowering

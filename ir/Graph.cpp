@@ -12,6 +12,11 @@
 
 namespace tally {
 
+SharedAttrs::SharedAttrs() {
+  static const std::shared_ptr<const OpAttrs> defaults = std::make_shared<const OpAttrs>();
+  p_ = defaults;
+}
+
 static_assert(std::is_nothrow_move_constructible_v<Tensor> && std::is_nothrow_move_constructible_v<Op>,
               "graphs grow by moving their tensors and ops");
 
@@ -365,11 +370,11 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
       break;
     }
     if (op.kind == OpKind::UnaryBackward)
-      os << " {of = " << opName(op.attrs.of) << "}";
+      os << " {of = " << opName(op.attrs->of) << "}";
     if (op.kind == OpKind::OptimizerUpdate)
-      os << " {optimizer = " << op.attrs.optimizer << "}";
+      os << " {optimizer = " << op.attrs->optimizer << "}";
     if (op.kind == OpKind::Fill)
-      os << " {value = " << significant(op.attrs.scalar) << "}";
+      os << " {value = " << significant(op.attrs->scalar) << "}";
     os << " : ";
     for (size_t i = 0; i < op.outputs.size(); ++i)
       os << (i ? ", " : "") << type(op.outputs[i]) << layout(op.outputs[i]);

@@ -133,7 +133,7 @@ struct BaseCounts {
       c.note("no inputs");
       return c.lit(0);
     }
-    c.note(c.op.attrs.hasScalar ? "the constant operand costs nothing" : "each input read once");
+    c.note(c.op.attrs->hasScalar ? "the constant operand costs nothing" : "each input read once");
     return sumBytes(c, c.op.inputs, "in");
   }
   template <class C> static Num<C> written(C &c) {
@@ -242,7 +242,7 @@ void savedMatmul(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
 
 bool inferBinary(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                  ShapeError &err) {
-  if (op.attrs.hasScalar) {
+  if (op.attrs->hasScalar) {
     if (!expectInputs(op, 1, 1, err))
       return false;
     const Tensor &a = in(g, op, 0);
@@ -271,20 +271,20 @@ struct BinaryCounts : BaseCounts {
     const Op &op = c.op;
     Num<C> n = c.n();
     bool sub = op.kind == OpKind::Sub, mul = op.kind == OpKind::Mul, div = op.kind == OpKind::Div;
-    if (op.attrs.hasScalar) {
+    if (op.attrs->hasScalar) {
       if (mul) {
         c.note("g·c");
         return n;
       }
       if (div) {
-        if (op.attrs.scalarOnLeft) {
+        if (op.attrs->scalarOnLeft) {
           c.note("c/x: -g·y²/c with y = c/x");
           return c.lit(3) * n;
         }
         c.note("x/c: g/c");
         return n;
       }
-      if (sub && op.attrs.scalarOnLeft) {
+      if (sub && op.attrs->scalarOnLeft) {
         c.note("c - x: the negated output gradient");
         return n;
       }
@@ -325,8 +325,8 @@ struct BinaryCounts : BaseCounts {
 
 void savedBinary(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                  std::vector<SavedTensor> &out) {
-  if (op.attrs.hasScalar) {
-    if (op.kind == OpKind::Div && op.attrs.scalarOnLeft && need(needGrad, 0))
+  if (op.attrs->hasScalar) {
+    if (op.kind == OpKind::Div && op.attrs->scalarOnLeft && need(needGrad, 0))
       keep(g, out, op.outputs[0], "output");
     return;
   }
@@ -391,12 +391,12 @@ bool inferRope(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
   if (x.empty() || x.back().size % 2 != 0)
     return fail(err, ShapeErrorKind::Invalid,
                 "rope needs an even last dimension: " + g.formatShape(x));
-  if (!(op.attrs.fraction > 0 && op.attrs.fraction <= 1))
+  if (!(op.attrs->fraction > 0 && op.attrs->fraction <= 1))
     return fail(err, ShapeErrorKind::Invalid,
-                "rope fraction must be in (0, 1], got " + std::to_string(op.attrs.fraction));
+                "rope fraction must be in (0, 1], got " + std::to_string(op.attrs->fraction));
   if (ropeRotated(g, op) == 0)
     return fail(err, ShapeErrorKind::Invalid,
-                "rope fraction " + std::to_string(op.attrs.fraction) +
+                "rope fraction " + std::to_string(op.attrs->fraction) +
                     " rotates an odd or zero number of each head's dims in " + g.formatShape(x));
   return inferUnary(g, op, outs, err);
 }
@@ -404,9 +404,9 @@ bool inferRope(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
 /// Dropout returns (y, mask): the mask, one byte per element, is what the backward reads.
 bool inferDropout(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                   ShapeError &err) {
-  if (!(op.attrs.p >= 0 && op.attrs.p < 1))
+  if (!(op.attrs->p >= 0 && op.attrs->p < 1))
     return fail(err, ShapeErrorKind::Invalid,
-                "dropout probability must be in [0, 1), got " + std::to_string(op.attrs.p));
+                "dropout probability must be in [0, 1), got " + std::to_string(op.attrs->p));
   if (!inferUnary(g, op, outs, err))
     return false;
   outs.push_back({outs[0].shape, Dtype::U8});
@@ -417,13 +417,13 @@ bool inferDropout(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
 /// rotated, the rest pass through. 0 when that count is odd or zero (infer reports it).
 int64_t ropeHeadDim(const Graph &g, const Op &op) {
   const Shape &x = in(g, op, 0).shape;
-  return op.attrs.headDim > 0 ? op.attrs.headDim : (x.empty() ? 0 : x.back().size);
+  return op.attrs->headDim > 0 ? op.attrs->headDim : (x.empty() ? 0 : x.back().size);
 }
 int64_t ropeRotated(const Graph &g, const Op &op) {
   int64_t hd = ropeHeadDim(g, op);
-  if (op.attrs.fraction >= 1)
+  if (op.attrs->fraction >= 1)
     return hd;
-  auto rot = static_cast<int64_t>(static_cast<double>(hd) * op.attrs.fraction);
+  auto rot = static_cast<int64_t>(static_cast<double>(hd) * op.attrs->fraction);
   return rot > 0 && rot % 2 == 0 ? rot : 0;
 }
 
@@ -451,7 +451,7 @@ double ropeTranscendentals(const Graph &g, const Op &op) {
 /// one byte per element.
 struct UnaryCounts : BaseCounts {
   template <class C> static Num<C> perElement(C &c, double per, const char *note) {
-    if (c.op.kind == OpKind::Rope && c.op.attrs.fraction < 1) {
+    if (c.op.kind == OpKind::Rope && c.op.attrs->fraction < 1) {
       c.note("FLOPs per rotated element × n × r, the share of each head's dims rope rotates");
       Num<C> n = c.n();
       return c.lit(per) * n * ropeShareOf(c);
@@ -503,9 +503,9 @@ bool inferSoftmax(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
     return false;
   const Tensor &x = in(g, op, 0);
   size_t axis;
-  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+  if (!normalizeAxis(op.attrs->dim, x.shape.size(), axis))
     return fail(err, ShapeErrorKind::Invalid,
-                "softmax dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                "softmax dim " + std::to_string(op.attrs->dim) + " is out of range for " +
                     g.formatShape(x.shape));
   outs.push_back({x.shape, g.activationDtype});
   return true;
@@ -608,7 +608,7 @@ template <class C> AttnTerms<C> attentionTerms(C &c) {
   t.b = c.dim("b", q[0]);
   t.s = c.dim("s", q[1]);
   t.skv = c.dim("s_kv", k[1]);
-  t.h = c.quantity("h", c.lit(static_cast<double>(c.op.attrs.heads)));
+  t.h = c.quantity("h", c.lit(static_cast<double>(c.op.attrs->heads)));
   t.dh = c.quantity("dh", c.named("d", c.lit(static_cast<double>(q[2].size))) / t.h);
   t.S = c.quantity("S", t.b * t.h * t.s * t.skv);
   return t;
@@ -624,14 +624,14 @@ AttnDims attnDims(const Graph &g, const Op &op) {
 /// diagonal, (s+1)/(2s). Unfused attention computes the dense matrix and then masks it.
 double causalFraction(const Graph &g, const Op &op) {
   AttnDims d = attnDims(g, op);
-  if (!op.attrs.causal || !op.attrs.fused || d.s != d.skv || d.s == 0)
+  if (!op.attrs->causal || !op.attrs->fused || d.s != d.skv || d.s == 0)
     return 1;
   return (d.s + 1) / (2 * d.s);
 }
 
 bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                     ShapeError &err) {
-  if (!expectInputs(op, op.attrs.hasMask ? 4 : 3, op.attrs.hasMask ? 4 : 3, err))
+  if (!expectInputs(op, op.attrs->hasMask ? 4 : 3, op.attrs->hasMask ? 4 : 3, err))
     return false;
   const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape, &v = in(g, op, 2).shape;
   std::string all = g.formatShape(q) + ", " + g.formatShape(k) + ", " + g.formatShape(v);
@@ -643,7 +643,7 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
     return fail(err, ShapeErrorKind::Mismatch,
                 "attention q, k and v disagree: " + all +
                     " (batch must match, and k and v must have the same shape)");
-  int64_t h = op.attrs.heads, kvh = op.attrs.kvHeads ? op.attrs.kvHeads : op.attrs.heads;
+  int64_t h = op.attrs->heads, kvh = op.attrs->kvHeads ? op.attrs->kvHeads : op.attrs->heads;
   if (h <= 0 || kvh <= 0)
     return fail(err, ShapeErrorKind::Invalid,
                 "attention needs heads > 0 and kv_heads > 0, got heads = " + std::to_string(h) +
@@ -662,10 +662,10 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
                 "attention key/value width " + std::to_string(k[2].size) + " of " +
                     g.formatShape(k) + " should be kv_heads × head size = " + std::to_string(kvh) +
                     " × " + std::to_string(dh) + " = " + std::to_string(kvh * dh));
-  if (!(op.attrs.p >= 0 && op.attrs.p < 1))
+  if (!(op.attrs->p >= 0 && op.attrs->p < 1))
     return fail(err, ShapeErrorKind::Invalid,
-                "attention dropout must be in [0, 1), got " + std::to_string(op.attrs.p));
-  if (op.attrs.hasMask) { // a padding mask: which keys each sequence of the batch has
+                "attention dropout must be in [0, 1), got " + std::to_string(op.attrs->p));
+  if (op.attrs->hasMask) { // a padding mask: which keys each sequence of the batch has
     const Tensor &m = in(g, op, 3);
     if (isFloat(m.dtype) || m.shape.size() != 2 || m.shape[0].size != q[0].size ||
         m.shape[1].size != k[1].size)
@@ -678,7 +678,7 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   // [b, h, s]) when fused; the probabilities [b, h, s, s_kv] when materialised, with the
   // dropout mask and the dropped probabilities when p > 0.
   outs.push_back({q, g.activationDtype});
-  if (op.attrs.fused) {
+  if (op.attrs->fused) {
     outs.push_back({Shape{q[0], Dim{h, 0}, q[1]}, Dtype::F32});
   } else {
     Shape scores{q[0], Dim{h, 0}, q[1], k[1]};
@@ -687,7 +687,7 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
                                                      Graph::formatSizes(scores) +
                                                      " has more elements than fit in a 64-bit integer");
     outs.push_back({scores, g.activationDtype});
-    if (op.attrs.p > 0) {
+    if (op.attrs->p > 0) {
       outs.push_back({scores, Dtype::U8});
       outs.push_back({scores, g.activationDtype});
     }
@@ -696,18 +696,18 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
 }
 
 /// Per-score FLOPs outside the matmuls: scale and softmax (5), and dropout (1) when p > 0.
-double attnPerScore(const Op &op) { return 5 + (op.attrs.p > 0 ? 1 : 0); }
+double attnPerScore(const Op &op) { return 5 + (op.attrs->p > 0 ? 1 : 0); }
 /// ALiBi adds slope_h·(j − i) to each score in the kernel: a multiply and an add per score
 /// (the distance is index arithmetic, like the causal mask, and costs no FLOPs). The bias
 /// has no parameters and no gradient; flash attention recomputes it in the backward.
-double alibiPerScore(const Op &op) { return op.attrs.alibi ? 2 : 0; }
+double alibiPerScore(const Op &op) { return op.attrs->alibi ? 2 : 0; }
 
 /// explain's remark on a causal op: model FLOPs count the dense score matrix.
 std::string causalNote(const Graph &g, const Op &op) {
   const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape;
-  if (!op.attrs.causal)
+  if (!op.attrs->causal)
     return "";
-  if (!op.attrs.fused)
+  if (!op.attrs->fused)
     return "causal, unfused: the dense score matrix is computed, then masked; model FLOPs "
            "count all s·s_kv scores";
   if (q[1].size != k[1].size)
@@ -729,8 +729,8 @@ struct AttentionCounts : BaseCounts {
     const Op &op = c.op;
     if constexpr (C::kExplains) {
       std::string note = "Q·Kᵀ and P·V are 2·S·dh each; scale and softmax 5 per score" +
-                         std::string(op.attrs.p > 0 ? ", dropout 1" : "") +
-                         std::string(op.attrs.alibi ? ", the ALiBi bias 2" : "");
+                         std::string(op.attrs->p > 0 ? ", dropout 1" : "") +
+                         std::string(op.attrs->alibi ? ", the ALiBi bias 2" : "");
       std::string causal = causalNote(c.g, op);
       c.note(causal.empty() ? note : note + "; " + causal);
     }
@@ -739,16 +739,16 @@ struct AttentionCounts : BaseCounts {
   /// Unfused, the score matrices (scores, probabilities, and the dropped probabilities with
   /// dropout) are each written by one kernel and read by the next.
   template <class C> static Num<C> matrices(C &c, const AttnTerms<C> &t) {
-    return c.lit(c.op.attrs.p > 0 ? 3 : 2) * t.S *
+    return c.lit(c.op.attrs->p > 0 ? 3 : 2) * t.S *
            c.lit(static_cast<double>(bytesOf(c.g.activationDtype)));
   }
   template <class C> static Num<C> read(C &c) {
     Num<C> qkv = sumBytes(c, c.op.inputs, "in");
-    if (c.op.attrs.fused) {
+    if (c.op.attrs->fused) {
       c.note("q, k and v once each; the scores stay on chip (flash)");
       return qkv;
     }
-    c.note(c.op.attrs.p > 0 ? "unfused: the score matrix, the probabilities and the dropped "
+    c.note(c.op.attrs->p > 0 ? "unfused: the score matrix, the probabilities and the dropped "
                               "probabilities are each read once by the next kernel"
                             : "unfused: the score matrix, the probabilities are each read once "
                               "by the next kernel");
@@ -756,13 +756,13 @@ struct AttentionCounts : BaseCounts {
     return qkv + matrices(c, t);
   }
   template <class C> static Num<C> written(C &c) {
-    if (c.op.attrs.fused) {
+    if (c.op.attrs->fused) {
       c.note("the output, and the logsumexp per query row in fp32 (out1)");
       return sumBytes(c, c.op.outputs, "out");
     }
     AttnTerms<C> t = attentionTerms(c);
     Num<C> w = c.bytesOf(c.op.outputs[0], "out", 0) + matrices(c, t);
-    if (c.op.attrs.p <= 0) {
+    if (c.op.attrs->p <= 0) {
       c.note("unfused: the output, the scores, the probabilities");
       return w;
     }
@@ -779,7 +779,7 @@ struct AttentionCounts : BaseCounts {
     }
     AttnTerms<C> t = attentionTerms(c);
     if (i == 0) {
-      c.note(c.op.attrs.p > 0 ? "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
+      c.note(c.op.attrs->p > 0 ? "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
                                 "(4 per score), dropout (1 per score); dK and dV reuse dS"
                               : "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
                                 "(4 per score); dK and dV reuse dS");
@@ -815,7 +815,7 @@ double executedBackwardAttention(const Graph &g, const Op &op, llvm::ArrayRef<bo
     f += 2 * S * d.dh + (attnPerScore(op) - 1) * S;
   // Flash attention recomputes the scores, the softmax and the dropout mask from q, k and the
   // saved logsumexp.
-  if (op.attrs.fused)
+  if (op.attrs->fused)
     f += 2 * S * d.dh + (attnPerScore(op) + alibiPerScore(op)) * S;
   return f * causalFraction(g, op);
 }
@@ -827,15 +827,15 @@ void savedAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
   keep(g, out, op.inputs[0], "query");
   keep(g, out, op.inputs[1], "key");
   keep(g, out, op.inputs[2], "value");
-  if (op.attrs.hasMask)
+  if (op.attrs->hasMask)
     keep(g, out, op.inputs[3], "padding mask");
-  if (op.attrs.fused) {
+  if (op.attrs->fused) {
     keep(g, out, op.outputs[0], "output");
     keep(g, out, op.outputs[1], "logsumexp");
     return;
   }
   keep(g, out, op.outputs[1], "attention probabilities");
-  if (op.attrs.p > 0) {
+  if (op.attrs->p > 0) {
     keep(g, out, op.outputs[2], "attention dropout mask");
     keep(g, out, op.outputs[3], "dropped probabilities");
   }
@@ -910,17 +910,17 @@ bool inferReduce(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
     return false;
   const Tensor &x = in(g, op, 0);
   Dtype dt = op.kind == OpKind::Mean ? g.activationDtype : resultDtype(g, x.dtype);
-  if (op.attrs.reduceAll) {
+  if (op.attrs->reduceAll) {
     outs.push_back({Shape(), dt});
     return true;
   }
   size_t axis;
-  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+  if (!normalizeAxis(op.attrs->dim, x.shape.size(), axis))
     return fail(err, ShapeErrorKind::Invalid,
-                opName(op.kind).str() + " dim " + std::to_string(op.attrs.dim) +
+                opName(op.kind).str() + " dim " + std::to_string(op.attrs->dim) +
                     " is out of range for " + g.formatShape(x.shape));
   Shape shape = x.shape;
-  if (op.attrs.keepDim)
+  if (op.attrs->keepDim)
     shape[axis] = Dim{1, 0};
   else
     shape.erase(shape.begin() + axis);
@@ -1020,7 +1020,7 @@ bool inferPositions(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
                     ShapeError &err) {
   if (!expectInputs(op, 0, 0, err))
     return false;
-  const Shape &s = op.attrs.newShape;
+  const Shape &s = op.attrs->newShape;
   if (s.size() != 1 || s[0].size < 0)
     return fail(err, ShapeErrorKind::Invalid,
                 "positions needs a length, got shape " + g.formatShape(s));
@@ -1047,9 +1047,9 @@ bool inferConcat(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
     return false;
   const Tensor &first = in(g, op, 0);
   size_t axis;
-  if (!normalizeAxis(op.attrs.dim, first.shape.size(), axis))
+  if (!normalizeAxis(op.attrs->dim, first.shape.size(), axis))
     return fail(err, ShapeErrorKind::Invalid,
-                "concat dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                "concat dim " + std::to_string(op.attrs->dim) + " is out of range for " +
                     g.formatShape(first.shape));
   Shape shape = first.shape;
   bool floating = false;
@@ -1061,12 +1061,12 @@ bool inferConcat(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
       same = j == axis || t.shape[j].size == shape[j].size;
     if (!same)
       return fail(err, ShapeErrorKind::Mismatch,
-                  "concat along dim " + std::to_string(op.attrs.dim) + " needs equal other dimensions: " +
+                  "concat along dim " + std::to_string(op.attrs->dim) + " needs equal other dimensions: " +
                       g.formatShape(first.shape) + " and " + g.formatShape(t.shape));
     if (i > 0) {
       if (__builtin_add_overflow(shape[axis].size, t.shape[axis].size, &shape[axis].size))
         return fail(err, ShapeErrorKind::Overflow, "concat result is too large along dim " +
-                                                       std::to_string(op.attrs.dim));
+                                                       std::to_string(op.attrs->dim));
       shape[axis].sym = 0;
     }
   }
@@ -1096,7 +1096,7 @@ bool inferBroadcastTo(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tensor
   if (!expectInputs(op, 1, 1, err))
     return false;
   const Tensor &x = in(g, op, 0);
-  Shape shape = op.attrs.newShape;
+  Shape shape = op.attrs->newShape;
   bool ok = shape.size() >= x.shape.size();
   size_t lead = ok ? shape.size() - x.shape.size() : 0;
   for (size_t i = 0; ok && i < shape.size(); ++i) {
@@ -1110,7 +1110,7 @@ bool inferBroadcastTo(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tensor
   }
   if (!ok)
     return fail(err, ShapeErrorKind::Broadcast,
-                "cannot broadcast " + g.formatShape(x.shape) + " to " + g.formatShape(op.attrs.newShape));
+                "cannot broadcast " + g.formatShape(x.shape) + " to " + g.formatShape(op.attrs->newShape));
   outs.push_back({shape, resultDtype(g, x.dtype)});
   return true;
 }
@@ -1138,11 +1138,11 @@ bool inferSplit(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> 
     return false;
   const Tensor &x = in(g, op, 0);
   size_t axis;
-  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+  if (!normalizeAxis(op.attrs->dim, x.shape.size(), axis))
     return fail(err, ShapeErrorKind::Invalid,
-                "split dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                "split dim " + std::to_string(op.attrs->dim) + " is out of range for " +
                     g.formatShape(x.shape));
-  int64_t parts = op.attrs.parts;
+  int64_t parts = op.attrs->parts;
   if (parts <= 0 || x.shape[axis].size % parts != 0)
     return fail(err, ShapeErrorKind::Mismatch,
                 "cannot split dimension " + std::to_string(x.shape[axis].size) + " of " +
@@ -1160,7 +1160,7 @@ bool inferReshape(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
   if (!expectInputs(op, 1, 1, err))
     return false;
   const Tensor &x = in(g, op, 0);
-  Shape shape = op.attrs.newShape;
+  Shape shape = op.attrs->newShape;
   std::string both = g.formatShape(x.shape) + " to " + g.formatShape(shape);
   int64_t known = 1;
   int inferred = -1;
@@ -1199,11 +1199,11 @@ bool inferTranspose(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
     return false;
   const Tensor &x = in(g, op, 0);
   size_t a, b;
-  if (!normalizeAxis(op.attrs.transposeA, x.shape.size(), a) ||
-      !normalizeAxis(op.attrs.transposeB, x.shape.size(), b))
+  if (!normalizeAxis(op.attrs->transposeA, x.shape.size(), a) ||
+      !normalizeAxis(op.attrs->transposeB, x.shape.size(), b))
     return fail(err, ShapeErrorKind::Invalid,
-                "transpose axes " + std::to_string(op.attrs.transposeA) + " and " +
-                    std::to_string(op.attrs.transposeB) + " are out of range for " +
+                "transpose axes " + std::to_string(op.attrs->transposeA) + " and " +
+                    std::to_string(op.attrs->transposeB) + " are out of range for " +
                     g.formatShape(x.shape));
   Shape shape = x.shape;
   std::swap(shape[a], shape[b]);
@@ -1218,7 +1218,7 @@ bool inferSlice(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> 
   if (!expectInputs(op, 1, 1, err))
     return false;
   const Tensor &x = in(g, op, 0);
-  const auto &sl = op.attrs.slices;
+  const auto &sl = op.attrs->slices;
   if (sl.size() > x.shape.size())
     return fail(err, ShapeErrorKind::Invalid,
                 std::to_string(sl.size()) + " subscripts for " + g.formatShape(x.shape) +
@@ -1296,13 +1296,13 @@ bool inferConv2d(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
                   "conv2d bias " + g.formatShape(b) + " should be [" + std::to_string(w[0].size) +
                       "], one per output channel");
   }
-  int64_t ho = windowOut(x[2].size, w[2].size, op.attrs.strides[0], op.attrs.pads[0]);
-  int64_t wo = windowOut(x[3].size, w[3].size, op.attrs.strides[1], op.attrs.pads[1]);
+  int64_t ho = windowOut(x[2].size, w[2].size, op.attrs->strides[0], op.attrs->pads[0]);
+  int64_t wo = windowOut(x[3].size, w[3].size, op.attrs->strides[1], op.attrs->pads[1]);
   if (ho <= 0 || wo <= 0)
     return fail(err, ShapeErrorKind::Invalid,
                 "conv2d kernel " + std::to_string(w[2].size) + "x" + std::to_string(w[3].size) +
                     " does not fit in " + g.formatShape(x) + " with padding " +
-                    std::to_string(op.attrs.pads[0]) + ", " + std::to_string(op.attrs.pads[1]));
+                    std::to_string(op.attrs->pads[0]) + ", " + std::to_string(op.attrs->pads[1]));
   outs.push_back({Shape{x[0], w[0], Dim{ho, 0}, Dim{wo, 0}}, g.activationDtype});
   return true;
 }
@@ -1384,8 +1384,8 @@ bool inferPool(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
 struct PoolCounts : BaseCounts {
   /// w = kh·kw, the window's elements.
   template <class C> static Num<C> window(C &c) {
-    return c.quantity("w", c.named("kh", c.lit(static_cast<double>(c.op.attrs.window[0]))) *
-                               c.named("kw", c.lit(static_cast<double>(c.op.attrs.window[1]))));
+    return c.quantity("w", c.named("kh", c.lit(static_cast<double>(c.op.attrs->window[0]))) *
+                               c.named("kw", c.lit(static_cast<double>(c.op.attrs->window[1]))));
   }
   /// One comparison (max) or add (avg, whose last add is the division) per window element.
   template <class C> static Num<C> flops(C &c) {
@@ -1403,7 +1403,7 @@ struct PoolCounts : BaseCounts {
   /// max: each output gradient added at its argmax (windows may overlap); avg: each output
   /// gradient divided by the window and added to every element of its window.
   template <class C> static Num<C> grad(C &c, unsigned) {
-    if (c.op.kind == OpKind::MaxPool2d || c.op.attrs.of == OpKind::MaxPool2d) {
+    if (c.op.kind == OpKind::MaxPool2d || c.op.attrs->of == OpKind::MaxPool2d) {
       c.note("each output gradient added at its window's maximum");
       return c.n();
     }
@@ -1447,7 +1447,7 @@ bool inferToShape(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
                   ShapeError &err) {
   if (!expectInputs(op, 1, 1, err))
     return false;
-  outs.push_back({op.attrs.newShape, in(g, op, 0).dtype});
+  outs.push_back({op.attrs->newShape, in(g, op, 0).dtype});
   return true;
 }
 
@@ -1470,7 +1470,7 @@ struct ReduceToCounts : BaseCounts {
 /// The gradient of sum/mean: a broadcast, and for mean one multiply per element.
 struct ExpandCounts : BaseCounts {
   template <class C> static Num<C> flops(C &c) {
-    if (!c.op.attrs.hasScalar) {
+    if (!c.op.attrs->hasScalar) {
       c.note("a broadcast: no arithmetic");
       return c.lit(0);
     }
@@ -1492,8 +1492,8 @@ bool inferLikeLast(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTyp
 /// The gradient of a unary op (attrs.of): its gradient FLOPs per element × n.
 struct UnaryBackwardCounts : BaseCounts {
   template <class C> static Num<C> flops(C &c) {
-    double per = unaryCost(c.op.attrs.of).grad;
-    if (c.op.attrs.of == OpKind::Rope && c.op.attrs.fraction < 1) {
+    double per = unaryCost(c.op.attrs->of).grad;
+    if (c.op.attrs->of == OpKind::Rope && c.op.attrs->fraction < 1) {
       c.note("the forward op's gradient FLOPs per rotated element × n × r");
       Num<C> n = c.n();
       return c.lit(per) * n * ropeShareOf(c);
@@ -1503,9 +1503,9 @@ struct UnaryBackwardCounts : BaseCounts {
   }
   static void finish(const Graph &g, const Op &op, ForwardCost &r) {
     // rope's backward is rope by −θ (its cos and sin again); the others per their gradient.
-    r.transcendentals = op.attrs.of == OpKind::Rope
+    r.transcendentals = op.attrs->of == OpKind::Rope
                             ? ropeTranscendentals(g, op)
-                            : unaryCost(op.attrs.of).transGrad * outNumel(g, op);
+                            : unaryCost(op.attrs->of).transGrad * outNumel(g, op);
   }
 };
 struct DivBackwardCounts : BaseCounts {
@@ -1521,7 +1521,7 @@ struct SoftmaxBackwardCounts : BaseCounts {
   }
 };
 
-bool gradWanted(const Op &op, unsigned i) { return (op.attrs.gradMask >> i) & 1; }
+bool gradWanted(const Op &op, unsigned i) { return (op.attrs->gradMask >> i) & 1; }
 
 /// A sum of the terms a gradient mask asks for: `add` appends one; `total` is 0 for none.
 template <class C> struct Terms {
@@ -1610,18 +1610,18 @@ struct AttentionBackwardCounts : BaseCounts {
   }
   template <class C> static Num<C> read(C &c) {
     const Op &op = c.op;
-    if (op.attrs.fused) {
+    if (op.attrs->fused) {
       c.note("q, k, v, o, the logsumexp and dO once each (flash)");
       return sumBytes(c, op.inputs, "in");
     }
     // Every input once except the saved matrices (P, and with dropout the mask and the dropped
     // P), which are counted among the score-sized reads below.
-    size_t firstSaved = op.attrs.hasMask ? 4 : 3;
+    size_t firstSaved = op.attrs->hasMask ? 4 : 3;
     Terms<C> t{c};
     for (unsigned i = 0; i < op.inputs.size(); ++i)
       if (i < firstSaved || i + 1 == op.inputs.size())
         t.add(c.bytesOf(op.inputs[i], "in", i));
-    bool drop = op.attrs.p > 0;
+    bool drop = op.attrs->p > 0;
     c.note(drop ? "unfused: P and dP read by the softmax backward, dS for dQ and dK, the dropped "
                   "P for dV, dP through the mask (read twice) and the 1-byte mask"
                 : "unfused: P and dP read by the softmax backward, dS for dQ and dK, P for dV");
@@ -1632,12 +1632,12 @@ struct AttentionBackwardCounts : BaseCounts {
   }
   template <class C> static Num<C> written(C &c) {
     Num<C> w = sumBytes(c, c.op.outputs, "out");
-    if (c.op.attrs.fused) {
+    if (c.op.attrs->fused) {
       c.note("dq, dk and dv as asked");
       return w;
     }
     c.note("dq, dk, dv, and the score-sized dP and dS (and with dropout dP after the mask)");
-    return w + scoreBytes(c, c.op.attrs.p > 0 ? 3 : 2);
+    return w + scoreBytes(c, c.op.attrs->p > 0 ? 3 : 2);
   }
   static void finish(const Graph &g, const Op &op, ForwardCost &r) {
     llvm::SmallVector<bool, 3> need = maskBits(op, 3);
@@ -1649,7 +1649,7 @@ struct AttentionBackwardCounts : BaseCounts {
         r.matmulFlops += (i == 0 ? 4 : 2) * d.S * d.dh;
     // Flash attention recomputes P = exp(s − lse): an exp per computed score; materialised
     // attention reads the saved P.
-    if (op.attrs.fused && anyNeed(need))
+    if (op.attrs->fused && anyNeed(need))
       r.transcendentals = d.S * causalFraction(g, op);
   }
 };
@@ -1701,7 +1701,7 @@ bool inferPoolBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tenso
                        ShapeError &err) {
   if (!expectInputs(op, 1, 2, err))
     return false;
-  outs.push_back({op.attrs.newShape, g.tensors[op.inputs.back()].dtype});
+  outs.push_back({op.attrs->newShape, g.tensors[op.inputs.back()].dtype});
   return true;
 }
 
@@ -1710,7 +1710,7 @@ struct PoolBackwardCounts : BaseCounts {
   /// gradient. attrs.of is the pool.
   template <class C> static Num<C> flops(C &c) {
     Num<C> dy = c.numelIn(static_cast<unsigned>(c.op.inputs.size() - 1));
-    if (c.op.attrs.of == OpKind::MaxPool2d) {
+    if (c.op.attrs->of == OpKind::MaxPool2d) {
       c.note("each output gradient added at its window's maximum");
       return dy;
     }
@@ -1723,7 +1723,7 @@ bool inferEmbeddingBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<
                             ShapeError &err) {
   if (!expectInputs(op, 2, 2, err))
     return false;
-  outs.push_back({op.attrs.newShape, in(g, op, 1).dtype});
+  outs.push_back({op.attrs->newShape, in(g, op, 1).dtype});
   return true;
 }
 
@@ -1796,7 +1796,7 @@ struct OptimizerUpdateCounts : BaseCounts {
     for (TensorId t : c.op.outputs)
       params.add(c.product(c.g.tensors[t].shape, 0, c.g.tensors[t].shape.size()));
     c.note("the optimizer's FLOPs per parameter × the parameters");
-    return c.lit(c.op.attrs.scalar) * c.quantity("P", params.total());
+    return c.lit(c.op.attrs->scalar) * c.quantity("P", params.total());
   }
   template <class C> static Num<C> read(C &c) {
     c.note("the gradients and the parameters");
@@ -1842,7 +1842,7 @@ template <class C> MoeTerms<C> moeTerms(C &c) {
   Num<C> T = c.rows(x, "T");
   Num<C> k = c.dim("k", in(c.g, c.op, 1).shape.back());
   Num<C> slots = T * k;
-  double cf = c.op.attrs.capacity;
+  double cf = c.op.attrs->capacity;
   if (cf <= 0) {
     m.Rb = C::value(slots);
     m.R = c.quantity("R", slots);
@@ -1917,10 +1917,10 @@ bool inferMoe(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &o
     return fail(err, ShapeErrorKind::Invalid,
                 "moe routes each token to top_k = " + std::to_string(k) + " of " +
                     std::to_string(E) + " experts: top_k must be at most the experts");
-  if (!(op.attrs.capacity >= 0))
+  if (!(op.attrs->capacity >= 0))
     return fail(err, ShapeErrorKind::Invalid, "moe capacity_factor must be 0 (no cap) or positive");
   std::optional<int64_t> tokens = checkedNumel(x.shape);
-  std::optional<int64_t> rows = tokens ? moeBufferRows(*tokens / d, k, E, op.attrs.capacity)
+  std::optional<int64_t> rows = tokens ? moeBufferRows(*tokens / d, k, E, op.attrs->capacity)
                                        : std::nullopt;
   if (!rows)
     return fail(err, ShapeErrorKind::Overflow,
@@ -2072,17 +2072,17 @@ bool inferTopK(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
     return false;
   const Tensor &x = in(g, op, 0);
   size_t axis;
-  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+  if (!normalizeAxis(op.attrs->dim, x.shape.size(), axis))
     return fail(err, ShapeErrorKind::Invalid,
-                "topk dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                "topk dim " + std::to_string(op.attrs->dim) + " is out of range for " +
                     g.formatShape(x.shape));
-  if (op.attrs.k <= 0 || op.attrs.k > x.shape[axis].size)
+  if (op.attrs->k <= 0 || op.attrs->k > x.shape[axis].size)
     return fail(err, ShapeErrorKind::Invalid,
-                "topk k = " + std::to_string(op.attrs.k) + " must be between 1 and " +
+                "topk k = " + std::to_string(op.attrs->k) + " must be between 1 and " +
                     std::to_string(x.shape[axis].size) + ", the size of dim " +
-                    std::to_string(op.attrs.dim) + " of " + g.formatShape(x.shape));
+                    std::to_string(op.attrs->dim) + " of " + g.formatShape(x.shape));
   Shape shape = x.shape;
-  shape[axis] = Dim{op.attrs.k, 0};
+  shape[axis] = Dim{op.attrs->k, 0};
   outs.push_back({shape, resultDtype(g, x.dtype)});
   outs.push_back({shape, Dtype::I32});
   return true;
@@ -2118,9 +2118,9 @@ bool inferGather(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
                 "gather indices must be integers, got " + nameOf(idx.dtype).str() +
                     g.formatShape(idx.shape));
   size_t axis;
-  if (!normalizeAxis(op.attrs.dim, x.shape.size(), axis))
+  if (!normalizeAxis(op.attrs->dim, x.shape.size(), axis))
     return fail(err, ShapeErrorKind::Invalid,
-                "gather dim " + std::to_string(op.attrs.dim) + " is out of range for " +
+                "gather dim " + std::to_string(op.attrs->dim) + " is out of range for " +
                     g.formatShape(x.shape));
   bool fits = idx.shape.size() == x.shape.size();
   for (size_t i = 0; fits && i < x.shape.size(); ++i)
@@ -2129,7 +2129,7 @@ bool inferGather(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
     return fail(err, ShapeErrorKind::Mismatch,
                 "gather indices " + g.formatShape(idx.shape) + " must have the rank of " +
                     g.formatShape(x.shape) + " and be no larger outside dim " +
-                    std::to_string(op.attrs.dim));
+                    std::to_string(op.attrs->dim));
   outs.push_back({idx.shape, x.dtype});
   return true;
 }
@@ -2155,7 +2155,7 @@ bool inferScatterAdd(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorT
                      ShapeError &err) {
   if (!expectInputs(op, 2, 2, err))
     return false;
-  outs.push_back({op.attrs.newShape, in(g, op, 1).dtype});
+  outs.push_back({op.attrs->newShape, in(g, op, 1).dtype});
   return true;
 }
 struct ScatterAddCounts : BaseCounts {

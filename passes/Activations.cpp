@@ -579,7 +579,7 @@ bool selectable(const Facts &f, OpId o) {
   const Op &op = f.g.ops[o];
   bool kind = op.kind == OpKind::Gelu || op.kind == OpKind::Silu ||
               op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm ||
-              (op.kind == OpKind::Attention && !op.attrs.fused);
+              (op.kind == OpKind::Attention && !op.attrs->fused);
   if (!kind || !f.hasBackward[o] || op.outputs.empty())
     return false;
   bool keptByOther = false;

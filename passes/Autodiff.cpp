@@ -79,7 +79,7 @@ void differentiate(Analysis &a) {
           weight += n;
     } else if (op.kind == OpKind::MoeBackward) { // the experts' weights: inputs 3, 4, 5
       for (unsigned w = 3; w < 6; ++w)
-        if ((op.attrs.gradMask >> w) & 1)
+        if ((op.attrs->gradMask >> w) & 1)
           weight += ruleFor(OpKind::Moe).gradFlops(g, g.ops[op.forwardOp], w);
     } else if (!op.outputs.empty() && writesWeightGrad(s, op.outputs[0])) {
       weight = c.flops;

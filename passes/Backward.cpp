@@ -104,7 +104,7 @@ struct Builder {
   }
 
   OpId emit(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, llvm::SmallVector<TensorId, 3> outputs,
-            OpAttrs attrs, uint32_t accumulate = 0, Phase phase = Phase::Backward) {
+            SharedAttrs attrs, uint32_t accumulate = 0, Phase phase = Phase::Backward) {
     Op op;
     op.kind = kind;
     op.inputs = std::move(inputs);
@@ -157,7 +157,7 @@ struct Builder {
     TensorId gx = gradOf(x);
     bool acc = accumulateNext(x);
     if (numel(g.tensors[local].shape) == numel(g.tensors[x].shape)) {
-      emit(OpKind::Contiguous, {local}, {gx}, OpAttrs(), acc ? 1 : 0);
+      emit(OpKind::Contiguous, {local}, {gx}, SharedAttrs(), acc ? 1 : 0);
       return;
     }
     OpAttrs a;
@@ -224,7 +224,7 @@ struct Builder {
   }
   TensorId copyDense(TensorId t) {
     TensorId d = temp(g.tensors[t].shape, g.tensors[t].dtype, g.tensors[t].gradOf);
-    emit(OpKind::Contiguous, {t}, {d}, OpAttrs());
+    emit(OpKind::Contiguous, {t}, {d}, SharedAttrs());
     return d;
   }
 
@@ -240,19 +240,19 @@ struct Builder {
       Shape s = g.tensors[dy].shape;
       s.back() = as.back();
       Target t = target(a, s);
-      emit(OpKind::Matmul, {dy, transposed(b)}, {t.t}, OpAttrs(), t.acc);
+      emit(OpKind::Matmul, {dy, transposed(b)}, {t.t}, SharedAttrs(), t.acc);
       finish(a, t);
     }
     if (needs(b)) { // dB = Aᵀ · dC; a 2-D B against a batched A sums over the flattened batch
       if (bs.size() == 2 && as.size() > 2) {
         Target t = target(b, bs);
-        emit(OpKind::Matmul, {transposed(flattened(a)), flattened(dy)}, {t.t}, OpAttrs(), t.acc);
+        emit(OpKind::Matmul, {transposed(flattened(a)), flattened(dy)}, {t.t}, SharedAttrs(), t.acc);
         finish(b, t);
       } else {
         Shape s = g.tensors[dy].shape;
         s[s.size() - 2] = bs[bs.size() - 2];
         Target t = target(b, s);
-        emit(OpKind::Matmul, {transposed(a), dy}, {t.t}, OpAttrs(), t.acc);
+        emit(OpKind::Matmul, {transposed(a), dy}, {t.t}, SharedAttrs(), t.acc);
         finish(b, t);
       }
     }
@@ -281,7 +281,7 @@ struct Builder {
       TensorId out = t.t;
       if (g.tensors[a].shape.size() < 2)
         out = view(t.t, as, denseStrides(as), 0);
-      emit(OpKind::Matmul, {D, transposed(B)}, {out}, OpAttrs(), t.acc);
+      emit(OpKind::Matmul, {D, transposed(B)}, {out}, SharedAttrs(), t.acc);
       finish(a, t);
     }
     if (needs(b)) {
@@ -289,7 +289,7 @@ struct Builder {
       TensorId out = t.t;
       if (g.tensors[b].shape.size() < 2)
         out = view(t.t, bs, denseStrides(bs), 0);
-      emit(OpKind::Matmul, {transposed(A), D}, {out}, OpAttrs(), t.acc);
+      emit(OpKind::Matmul, {transposed(A), D}, {out}, SharedAttrs(), t.acc);
       finish(b, t);
     }
   }
@@ -305,13 +305,13 @@ struct Builder {
       OpAttrs s;
       switch (op.kind) {
       case OpKind::Add:
-        emit(OpKind::Contiguous, {dy}, {t.t}, OpAttrs(), t.acc);
+        emit(OpKind::Contiguous, {dy}, {t.t}, SharedAttrs(), t.acc);
         break;
       case OpKind::Sub:
         if (at.scalarOnLeft)
-          emit(OpKind::Neg, {dy}, {t.t}, OpAttrs(), t.acc);
+          emit(OpKind::Neg, {dy}, {t.t}, SharedAttrs(), t.acc);
         else
-          emit(OpKind::Contiguous, {dy}, {t.t}, OpAttrs(), t.acc);
+          emit(OpKind::Contiguous, {dy}, {t.t}, SharedAttrs(), t.acc);
         break;
       case OpKind::Mul:
         s.hasScalar = true;
@@ -347,22 +347,22 @@ struct Builder {
       Target t = target(x, ds);
       switch (op.kind) {
       case OpKind::Add:
-        emit(OpKind::Contiguous, {dy}, {t.t}, OpAttrs(), t.acc);
+        emit(OpKind::Contiguous, {dy}, {t.t}, SharedAttrs(), t.acc);
         break;
       case OpKind::Sub:
         if (i == 0)
-          emit(OpKind::Contiguous, {dy}, {t.t}, OpAttrs(), t.acc);
+          emit(OpKind::Contiguous, {dy}, {t.t}, SharedAttrs(), t.acc);
         else
-          emit(OpKind::Neg, {dy}, {t.t}, OpAttrs(), t.acc);
+          emit(OpKind::Neg, {dy}, {t.t}, SharedAttrs(), t.acc);
         break;
       case OpKind::Mul:
-        emit(OpKind::Mul, {dy, i == 0 ? b : a}, {t.t}, OpAttrs(), t.acc);
+        emit(OpKind::Mul, {dy, i == 0 ? b : a}, {t.t}, SharedAttrs(), t.acc);
         break;
       default: // Div: da = g / b; db = -g·a/b²
         if (i == 0)
-          emit(OpKind::Div, {dy, b}, {t.t}, OpAttrs(), t.acc);
+          emit(OpKind::Div, {dy, b}, {t.t}, SharedAttrs(), t.acc);
         else
-          emit(OpKind::DivBackward, {a, b, dy}, {t.t}, OpAttrs(), t.acc);
+          emit(OpKind::DivBackward, {a, b, dy}, {t.t}, SharedAttrs(), t.acc);
       }
       finish(x, t);
     }
@@ -420,9 +420,9 @@ struct Builder {
     Target t = target(x, xs);
     OpAttrs a;
     a.newShape = xs;
-    a.dim = op.attrs.dim;
-    a.reduceAll = op.attrs.reduceAll;
-    a.keepDim = op.attrs.keepDim;
+    a.dim = op.attrs->dim;
+    a.reduceAll = op.attrs->reduceAll;
+    a.keepDim = op.attrs->keepDim;
     if (op.kind == OpKind::Mean) {
       a.hasScalar = true;
       a.scalar = numel(g.tensors[dy].shape) / numel(xs);
@@ -434,14 +434,14 @@ struct Builder {
   void concatBackward(const Op &op, TensorId dy) {
     size_t axis = 0;
     const Tensor y = g.tensors[dy];
-    normalizeAxis(op.attrs.dim, y.shape.size(), axis);
+    normalizeAxis(op.attrs->dim, y.shape.size(), axis);
     int64_t at = 0;
     for (TensorId x : op.inputs) {
       const Shape xs = g.tensors[x].shape;
       if (needs(x)) {
         TensorId part = view(dy, xs, y.layout.strides, y.layout.offset + at * y.layout.strides[axis]);
         Target t = target(x, xs);
-        emit(OpKind::Contiguous, {part}, {t.t}, OpAttrs(), t.acc);
+        emit(OpKind::Contiguous, {part}, {t.t}, SharedAttrs(), t.acc);
         finish(x, t);
       }
       at += xs[axis].size;
@@ -486,9 +486,9 @@ struct Builder {
       break;
     case OpKind::Attention: {
       llvm::SmallVector<TensorId, 3> in{op.inputs[0], op.inputs[1], op.inputs[2]};
-      if (op.attrs.hasMask)
+      if (op.attrs->hasMask)
         in.push_back(op.inputs[3]);
-      if (op.attrs.fused) {
+      if (op.attrs->fused) {
         in.push_back(op.outputs[0]);
         in.push_back(op.outputs[1]);
       } else {
@@ -514,7 +514,7 @@ struct Builder {
       if (needs(x)) {
         bool acc = accumulateNext(x);
         emit(OpKind::CrossEntropyBackward, {x, op.inputs[1], op.outputs[1], dy}, {gradOf(x)},
-             OpAttrs(), acc ? 1 : 0);
+             SharedAttrs(), acc ? 1 : 0);
       }
       break;
     }
@@ -524,7 +524,7 @@ struct Builder {
       if (needs(x)) {
         OpAttrs a;
         a.newShape = g.tensors[x].shape;
-        a.dim = op.attrs.dim;
+        a.dim = op.attrs->dim;
         TensorId idx = op.kind == OpKind::TopK ? op.outputs[1] : op.inputs[1];
         bool acc = accumulateNext(x);
         emit(OpKind::ScatterAdd, {idx, dy}, {gradOf(x)}, a, acc ? 1 : 0);
@@ -568,7 +568,7 @@ struct Builder {
       TensorId x = op.inputs[0];
       if (needs(x)) {
         bool acc = accumulateNext(x);
-        emit(OpKind::Contiguous, {dy}, {gradOf(x)}, OpAttrs(), acc ? 1 : 0);
+        emit(OpKind::Contiguous, {dy}, {gradOf(x)}, SharedAttrs(), acc ? 1 : 0);
       }
       break;
     }
@@ -718,14 +718,14 @@ Graph buildTrainingStep(const Graph &forward, const Plan &plan) {
   llvm::SmallVector<TensorId, 3> updateInputs = grads;
   if (plan.precision.lossScaling) {
     TensorId norm = b.temp(Shape(), Dtype::F32);
-    b.emit(OpKind::SumSquares, grads, {norm}, OpAttrs(), 0, Phase::Optimizer);
+    b.emit(OpKind::SumSquares, grads, {norm}, SharedAttrs(), 0, Phase::Optimizer);
     updateInputs.push_back(norm);
   }
   OpAttrs u;
   u.optimizer = plan.optimizer.name;
   u.scalar = optimizerFlopsPerParam(plan.optimizer, plan.precision.lossScaling);
   b.emit(OpKind::OptimizerUpdate, updateInputs, params, u, 0, Phase::Optimizer);
-  b.emit(OpKind::ZeroGrad, {}, grads, OpAttrs(), 0, Phase::Optimizer);
+  b.emit(OpKind::ZeroGrad, {}, grads, SharedAttrs(), 0, Phase::Optimizer);
   return g;
 }
 

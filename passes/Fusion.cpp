@@ -139,11 +139,11 @@ bool fusableElementwise(const Graph &g, const Op &op) {
   case OpKind::Sub:
   case OpKind::Mul:
   case OpKind::Div:
-    if (op.attrs.hasScalar ? op.inputs.size() != 1 : op.inputs.size() != 2)
+    if (op.attrs->hasScalar ? op.inputs.size() != 1 : op.inputs.size() != 2)
       return false;
     break;
   case OpKind::UnaryBackward:
-    if (!unaryKind(op.attrs.of))
+    if (!unaryKind(op.attrs->of))
       return false;
     break;
   default:
@@ -369,7 +369,7 @@ void fuseKernels(Analysis &a) {
     if (me.kind != ae.kind || me.kind == StepEntry::Optimizer || me.kind == StepEntry::Backward)
       return false;
     const Op &mm = s.ops[me.op], &add = s.ops[ae.op];
-    if (mm.kind != OpKind::Matmul || mm.accumulate || add.kind != OpKind::Add || add.attrs.hasScalar ||
+    if (mm.kind != OpKind::Matmul || mm.accumulate || add.kind != OpKind::Add || add.attrs->hasScalar ||
         add.accumulate || add.inputs.size() != 2 || add.outputs.size() != 1)
       return false;
     TensorId x = mm.inputs[0], w = mm.inputs[1], c = mm.outputs[0], y = add.outputs[0];

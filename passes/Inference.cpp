@@ -71,7 +71,7 @@ AttentionOp attentionOf(const Graph &g, OpId i) {
   at.op = i;
   at.self = k[1].size == q[1].size;
   at.b = static_cast<double>(q[0].size);
-  at.h = static_cast<double>(op.attrs.heads);
+  at.h = static_cast<double>(op.attrs->heads);
   at.d = static_cast<double>(q[2].size);
   at.dkv = static_cast<double>(k[2].size);
   at.skv = static_cast<double>(k[1].size);

@@ -232,9 +232,9 @@ void graphLiterals(const Analysis &a, DiagnosticEngine &diags) {
     const char *what = nullptr;
     double v = 0;
     if (op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm)
-      what = "eps", v = op.attrs.eps;
-    else if (op.attrs.hasScalar)
-      what = "constant", v = op.attrs.scalar;
+      what = "eps", v = op.attrs->eps;
+    else if (op.attrs->hasScalar)
+      what = "constant", v = op.attrs->scalar;
     if (!what || !isFloat(d) || convert(d, v).fit == Fit::Exact)
       continue;
     auto key = std::make_tuple(what, v, d, op.range.Start.getPointer());

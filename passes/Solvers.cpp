@@ -526,8 +526,8 @@ void attentionHeads(const Graph &g, int64_t &heads, int64_t &kvHeads) {
   for (const Op &op : g.ops) {
     if (opClass(op.kind) != OpClass::Attention)
       continue;
-    heads = std::max(heads, op.attrs.heads);
-    kvHeads = std::max(kvHeads, op.attrs.kvHeads > 0 ? op.attrs.kvHeads : op.attrs.heads);
+    heads = std::max(heads, op.attrs->heads);
+    kvHeads = std::max(kvHeads, op.attrs->kvHeads > 0 ? op.attrs->kvHeads : op.attrs->heads);
   }
 }
 

@@ -284,9 +284,9 @@ void printBackward(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::
   os << "  input-grad FLOPs  = " << exact(oa.inputGradFlops) << "\n";
   os << "  weight-grad FLOPs = " << exact(oa.weightGradFlops) << "\n";
   os << "  executed          = " << exact(oa.executedBackwardFlops);
-  if (op.kind == OpKind::Attention && op.attrs.fused)
+  if (op.kind == OpKind::Attention && op.attrs->fused)
     os << " (flash attention recomputes its scores in the backward"
-       << (op.attrs.causal ? "; the causal kernel skips the upper triangle)" : ")");
+       << (op.attrs->causal ? "; the causal kernel skips the upper triangle)" : ")");
   os << "\n";
   if (oa.saved.empty()) {
     os << "  saves nothing for the backward\n";

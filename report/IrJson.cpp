@@ -74,8 +74,8 @@ void renderIrJson(const Graph &g, llvm::raw_ostream &os) {
           acc.push_back(static_cast<int64_t>(op.outputs[k]));
       o["accumulates"] = std::move(acc);
     }
-    if (op.attrs.stream != kNone)
-      o["random_stream"] = static_cast<int64_t>(op.attrs.stream);
+    if (op.attrs->stream != kNone)
+      o["random_stream"] = static_cast<int64_t>(op.attrs->stream);
     ops.push_back(std::move(o));
   }
   llvm::json::Object root{{"model", g.model}, {"tensors", std::move(tensors)}, {"ops", std::move(ops)}};

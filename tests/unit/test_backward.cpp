@@ -119,7 +119,7 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
   bool fill = false, check = false;
   for (const Op &op : s.ops) {
     if (op.kind == OpKind::Fill && op.forwardOp == kNone)
-      fill = op.attrs.scalar == kLossScale / 2;
+      fill = op.attrs->scalar == kLossScale / 2;
     check = check || op.kind == OpKind::SumSquares;
   }
   CHECK(fill);
@@ -128,7 +128,7 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
   std::set<uint32_t> streams;
   for (const Op &op : t.g().ops)
     if (op.kind == OpKind::Dropout)
-      CHECK(streams.insert(op.attrs.stream).second);
+      CHECK(streams.insert(op.attrs->stream).second);
   CHECK(streams.size() == 3);
 }
 

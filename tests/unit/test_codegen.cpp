@@ -352,7 +352,7 @@ TEST_CASE("codegen: data parallel over MPI, gradients averaged in 25 MiB buckets
   bool seed = false;
   for (const Op &op : t.a->step->ops)
     if (op.kind == OpKind::Fill && op.forwardOp == kNone)
-      seed = op.attrs.scalar == 0.5;
+      seed = op.attrs->scalar == 0.5;
   CHECK(seed);
   CHECK(t.a->regions.shard == 0);
   std::string cm = cmakeLists(*t.a);

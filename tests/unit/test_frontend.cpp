@@ -442,8 +442,8 @@ train b { model = B() batch = 2 seq = 3 target = H100_SXM }
     CHECK(g.formatShape(s) == "[batch, seq, 4]");
     CHECK(Graph::formatSizes(s) == "[2, 3, 4]");
   }
-  CHECK(g.ops[2].attrs.hasScalar);
-  CHECK(g.ops[2].attrs.scalar == 1);
+  CHECK(g.ops[2].attrs->hasScalar);
+  CHECK(g.ops[2].attrs->scalar == 1);
 
   Quiet bad;
   REQUIRE(bad.add(R"(

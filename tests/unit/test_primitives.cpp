@@ -191,34 +191,34 @@ TEST_CASE("signatures and defaults come from the table", "[primitives]") {
   // the last axis; transpose of the last two; no cap on experts; fused attention.
   Lowered ln("layer_norm(x, v8)");
   REQUIRE(ln.ok);
-  CHECK(ln.first(OpKind::LayerNorm).attrs.eps == 1e-5);
+  CHECK(ln.first(OpKind::LayerNorm).attrs->eps == 1e-5);
   Lowered rms("rms_norm(x, v8)");
   REQUIRE(rms.ok);
-  CHECK(rms.first(OpKind::RmsNorm).attrs.eps == 1e-6);
+  CHECK(rms.first(OpKind::RmsNorm).attrs->eps == 1e-6);
   Lowered sm("softmax(x)");
   REQUIRE(sm.ok);
-  CHECK(sm.first(OpKind::Softmax).attrs.dim == -1);
+  CHECK(sm.first(OpKind::Softmax).attrs->dim == -1);
   Lowered tr("transpose(x)");
   REQUIRE(tr.ok);
-  CHECK(tr.first(OpKind::Transpose).attrs.transposeA == -2);
-  CHECK(tr.first(OpKind::Transpose).attrs.transposeB == -1);
+  CHECK(tr.first(OpKind::Transpose).attrs->transposeA == -2);
+  CHECK(tr.first(OpKind::Transpose).attrs->transposeB == -1);
   // kv_heads = heads: 2 heads give 2 key/value heads; fused, not causal, no dropout.
   Lowered at("attention(x, x, x, 2)");
   REQUIRE(at.ok);
   const Op &a = at.first(OpKind::Attention);
-  CHECK(a.attrs.kvHeads == 2);
-  CHECK(a.attrs.fused);
-  CHECK_FALSE(a.attrs.causal);
-  CHECK(a.attrs.p == 0);
+  CHECK(a.attrs->kvHeads == 2);
+  CHECK(a.attrs->fused);
+  CHECK_FALSE(a.attrs->causal);
+  CHECK(a.attrs->p == 0);
   // The pool's stride defaults to its window: 8x8 pooled by 2 is 4x4.
   Lowered mp("max_pool2d(img, 2)");
   REQUIRE(mp.ok);
-  CHECK(mp.first(OpKind::MaxPool2d).attrs.strides[0] == 2);
-  CHECK(mp.first(OpKind::MaxPool2d).attrs.strides[1] == 2);
+  CHECK(mp.first(OpKind::MaxPool2d).attrs->strides[0] == 2);
+  CHECK(mp.first(OpKind::MaxPool2d).attrs->strides[1] == 2);
   // sum without dim is over every element.
   Lowered s("sum(x)");
   REQUIRE(s.ok);
-  CHECK(s.first(OpKind::Sum).attrs.reduceAll);
+  CHECK(s.first(OpKind::Sum).attrs->reduceAll);
 }
 
 TEST_CASE("a misspelled argument name gets the table's closest parameter", "[primitives]") {
