@@ -130,6 +130,28 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
     if (op.kind == OpKind::Dropout)
       CHECK(streams.insert(op.attrs->stream).second);
   CHECK(streams.size() == 3);
+  // Shared attributes (SharedAttrs): a repeat copy that lowering copies from the one before
+  // (cloneCall: h[2] from h[1]; h[0] reads the data, which needs no gradient, so h[1] is
+  // evaluated) points at that copy's OpAttrs, except dropout, whose copies draw their own
+  // streams; the step's copies of the forward ops share theirs.
+  const Graph &g = t.g();
+  std::map<std::string, std::vector<const Op *>> byLocal; // "fc.matmul" -> h[0]'s, h[1]'s...
+  for (const Op &op : g.ops) {
+    llvm::StringRef path(op.path);
+    if (path.consume_front("h["))
+      byLocal[path.split("].").second.str()].push_back(&op);
+  }
+  size_t shared = 0;
+  for (const auto &[local, ops] : byLocal) {
+    INFO(local);
+    REQUIRE(ops.size() == 3);
+    bool dropout = ops[0]->kind == OpKind::Dropout;
+    CHECK((&*ops[2]->attrs == &*ops[1]->attrs) == !dropout);
+    shared += !dropout;
+  }
+  CHECK(shared >= 5); // layer_norm, matmul, add (bias), gelu, transpose, matmul, add
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    CHECK(&*s.ops[o].attrs == &*g.ops[o].attrs);
 }
 
 TEST_CASE("backward: the tied head writes one gradient into the embedding's", "[backward]") {
