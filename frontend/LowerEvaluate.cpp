@@ -656,7 +656,8 @@ Value Lowerer::call(const Expr &e, Scope &scope) {
     // that copy's ops again, renamed (cloneCall); others are evaluated. A copy is only a
     // template when its call said nothing (no diagnostic to repeat per copy).
     std::optional<CallRecord> record;
-    for (ModuleObj *m : callee.list) {
+    for (size_t copy = 0; copy < callee.list.size(); ++copy) {
+      ModuleObj *m = callee.list[copy];
       std::optional<Value> cloned;
       if (record)
         cloned = cloneCall(*record, *m, args);
@@ -676,10 +677,16 @@ Value Lowerer::call(const Expr &e, Scope &scope) {
         r.tensorsEnd = static_cast<TensorId>(g.tensors.size());
         r.opsEnd = static_cast<OpId>(g.ops.size());
         r.result = y;
-        if (diags.errorCount() + diags.warningCount() == said)
+        if (diags.errorCount() + diags.warningCount() == said) {
+          // The copies left will most likely be clones of this one: room for them at once,
+          // rather than the tensors (and ops) regrown and moved about twice each.
+          size_t left = callee.list.size() - copy - 1;
+          g.tensors.reserve(g.tensors.size() + left * (r.tensorsEnd - r.tensorsBegin));
+          g.ops.reserve(g.ops.size() + left * (r.opsEnd - r.opsBegin));
           record = std::move(r);
-        else
+        } else {
           record.reset();
+        }
       }
       if (args.size() > 1 && y.kind == Value::Tuple && y.elems.size() == args.size()) {
         args = y.elems;
