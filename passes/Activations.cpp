@@ -109,8 +109,28 @@ struct Facts {
   bool train;
   double tensorDegree;
   std::vector<bool> hasBackward;              ///< per op
-  std::vector<std::vector<OpId>> readers;     ///< per stored tensor: ops reading it (or a view)
-  std::vector<std::vector<OpId>> savers;      ///< per stored tensor: ops whose backward keeps it
+  /// Per stored tensor, ops in op order, each once; flat, with per-tensor offsets (built once
+  /// from (tensor, op) pairs: a list per tensor was a third of the facts' cost).
+  struct PerTensor {
+    std::vector<uint32_t> start;
+    std::vector<OpId> items;
+    llvm::ArrayRef<OpId> operator[](TensorId t) const {
+      return llvm::ArrayRef<OpId>(items).slice(start[t], start[t + 1] - start[t]);
+    }
+    void build(size_t tensors, const std::vector<std::pair<TensorId, OpId>> &pairs) {
+      start.assign(tensors + 1, 0);
+      for (const auto &[t, o] : pairs)
+        ++start[t + 1];
+      for (size_t t = 0; t < tensors; ++t)
+        start[t + 1] += start[t];
+      items.resize(pairs.size());
+      std::vector<uint32_t> next(start.begin(), start.end() - 1);
+      for (const auto &[t, o] : pairs)
+        items[next[t]++] = o;
+    }
+  };
+  PerTensor readers; ///< per stored tensor: ops reading it (or a view)
+  PerTensor savers;  ///< per stored tensor: ops whose backward keeps it
   /// per op: the stored activations it reads, those its backward keeps, those it writes
   /// (each once), and the indexes in a.ops[o].saved of its extra buffers (no tensor); flat
   /// lists with per-op offsets (the layout search builds these facts thousands of times).
@@ -138,6 +158,10 @@ struct Facts {
   /// per op: roofline seconds of its forward on the target (executed FLOPs and bytes at the
   /// op's compute dtype, before any parallel split): what recomputing it costs.
   std::vector<double> opTime;
+  /// The bytes a buffer takes on one device, rounded up to whole bytes: per stored tensor
+  /// (bytes(t)), and per extra buffer in the order of extras.items (a walk makes millions of
+  /// buffers; these are computed once).
+  std::vector<double> tensorBuffer, extraBuffer;
 
   Facts(const Graph &g, const Analysis &a)
       : g(g), train(a.plan->isTrain),
@@ -149,11 +173,6 @@ struct Facts {
   /// Whether an op's extra saved buffers (masks, statistics) are split: when its output is.
   bool opSplit(const Op &op) const { return !op.outputs.empty() && split[g.storageOf(op.outputs[0])]; }
 };
-
-void addOnce(std::vector<OpId> &v, OpId o) {
-  if (v.empty() || v.back() != o)
-    v.push_back(o);
-}
 
 /// Megatron's split, propagated in topological order (see step 1 above).
 void markSplit(Facts &f) {
@@ -231,15 +250,21 @@ Facts gatherFacts(const Analysis &a) {
   const Graph &g = *a.graph;
   Facts f(g, a);
   f.hasBackward.assign(g.ops.size(), false);
-  f.readers.assign(g.tensors.size(), {});
-  f.savers.assign(g.tensors.size(), {});
+  // (tensor, op) pairs in op order, each once: an op's pairs are consecutive per tensor.
+  std::vector<std::pair<TensorId, OpId>> readers, savers;
+  std::vector<OpId> lastReader(g.tensors.size(), kNone), lastSaver(g.tensors.size(), kNone);
+  auto addOnce = [](std::vector<std::pair<TensorId, OpId>> &pairs, std::vector<OpId> &last,
+                    TensorId t, OpId o) {
+    if (last[t] != o)
+      pairs.push_back({t, o}), last[t] = o;
+  };
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const Op &op = g.ops[o];
     for (TensorId t : op.inputs) {
       f.hasBackward[o] = f.hasBackward[o] || (f.train && g.tensors[t].requiresGrad);
       TensorId s = g.storageOf(t);
       if (f.isActivation(s)) {
-        addOnce(f.readers[s], o);
+        addOnce(readers, lastReader, s, o);
         f.reads.addOnce(s);
       }
     }
@@ -256,7 +281,7 @@ Facts gatherFacts(const Analysis &a) {
       }
       TensorId s = g.storageOf(saved[i].tensor);
       if (f.isActivation(s)) {
-        addOnce(f.savers[s], o);
+        addOnce(savers, lastSaver, s, o);
         f.keeps.addOnce(s);
       }
     }
@@ -265,6 +290,8 @@ Facts gatherFacts(const Analysis &a) {
     f.writes.close();
     f.extras.close();
   }
+  f.readers.build(g.tensors.size(), readers);
+  f.savers.build(g.tensors.size(), savers);
   markSplit(f);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
   // the tensor-parallel regions are split over the sequence, so every activation is split.
@@ -280,6 +307,16 @@ Facts gatherFacts(const Analysis &a) {
     work.bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
     work.transcendentals = oa.forward.transcendentals;
     f.opTime[o] = kernelTime(a.plan->target, opClass(g.ops[o].kind), oa.computeDtype, work);
+  }
+  f.tensorBuffer.assign(g.tensors.size(), 0);
+  for (TensorId t = 0; t < g.tensors.size(); ++t)
+    if (g.storageOf(t) == t && f.isActivation(t))
+      f.tensorBuffer[t] = std::ceil(f.bytes(t));
+  f.extraBuffer.assign(f.extras.items.size(), 0);
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
+    for (uint32_t k = 0; k < f.extraCount(o); ++k)
+      f.extraBuffer[f.extras.start[o] + k] = std::ceil(a.ops[o].saved[f.extras.of(o)[k]].bytes / divisor);
   }
   if (a.walks) {
     f.memo = a.walks.get();
@@ -342,50 +379,67 @@ struct Walk {
 void segmentSchedule(const Facts &f, const Policy &p, Walk &w) {
   const Graph &g = f.g;
   size_t n = g.ops.size();
-  std::vector<std::vector<OpId>> segments;
+  // The segments' ops, flat: segment s is ops[from[s], from[s + 1]), sorted.
+  std::vector<OpId> ops;
+  std::vector<uint32_t> from{0};
   std::vector<bool> forOutputs;
+  auto close = [&](bool outputs) {
+    std::sort(ops.begin() + from.back(), ops.end());
+    from.push_back(static_cast<uint32_t>(ops.size()));
+    forOutputs.push_back(outputs);
+  };
   for (const auto &sg : p.segments) {
-    segments.emplace_back();
-    forOutputs.push_back(false);
     for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
-      for (OpId o : f.copies[c].ops)
-        segments.back().push_back(o);
+      ops.insert(ops.end(), f.copies[c].ops.begin(), f.copies[c].ops.end());
+    close(false);
   }
-  for (const auto &ops : p.opSegments) {
-    segments.push_back(ops);
-    forOutputs.push_back(false);
+  for (const auto &seg : p.opSegments) {
+    ops.insert(ops.end(), seg.begin(), seg.end());
+    close(false);
   }
   for (OpId o : p.selectiveOps) {
-    segments.push_back({o});
-    forOutputs.push_back(true);
+    ops.push_back(o);
+    close(true);
   }
-  for (std::vector<OpId> &seg : segments)
-    std::sort(seg.begin(), seg.end());
-  for (OpId o = 0; o < n; ++o)
-    w.schedule.push_back({ScheduleStep::Forward, o});
-  std::vector<std::vector<size_t>> triggered(n);
-  for (size_t seg = 0; seg < segments.size(); ++seg) {
-    OpId trigger = kNone;
+  size_t segments = forOutputs.size();
+  // Each segment's trigger, then the segments by trigger (a counting sort: segments with
+  // one trigger stay in segment order).
+  std::vector<OpId> trigger(segments, kNone);
+  for (size_t seg = 0; seg < segments; ++seg) {
+    OpId &t = trigger[seg];
     auto consider = [&](OpId o) {
-      if (f.hasBackward[o] && (trigger == kNone || o > trigger))
-        trigger = o;
+      if (f.hasBackward[o] && (t == kNone || o > t))
+        t = o;
     };
-    for (OpId o : segments[seg]) {
-      consider(o);
+    for (uint32_t i = from[seg]; i < from[seg + 1]; ++i) {
+      consider(ops[i]);
       if (forOutputs[seg])
-        for (TensorId t : g.ops[o].outputs)
-          for (OpId saver : f.savers[g.storageOf(t)])
+        for (TensorId out : g.ops[ops[i]].outputs)
+          for (OpId saver : f.savers[g.storageOf(out)])
             consider(saver);
     }
-    if (trigger != kNone)
-      triggered[trigger].push_back(seg);
   }
+  std::vector<uint32_t> byTrigger(n + 1, 0), order(segments);
+  for (OpId t : trigger)
+    if (t != kNone)
+      ++byTrigger[t + 1];
+  for (size_t o = 0; o < n; ++o)
+    byTrigger[o + 1] += byTrigger[o];
+  {
+    std::vector<uint32_t> next(byTrigger.begin(), byTrigger.end() - 1);
+    for (size_t seg = 0; seg < segments; ++seg)
+      if (trigger[seg] != kNone)
+        order[next[trigger[seg]]++] = static_cast<uint32_t>(seg);
+  }
+  w.schedule.reserve(2 * n + ops.size());
+  for (OpId o = 0; o < n; ++o)
+    w.schedule.push_back({ScheduleStep::Forward, o});
   for (OpId o = static_cast<OpId>(n); o-- > 0;) {
     if (!f.hasBackward[o])
       continue;
-    for (size_t seg : triggered[o])
-      for (OpId r : segments[seg])
-        w.schedule.push_back({ScheduleStep::Recompute, r});
+    for (uint32_t k = byTrigger[o]; k < byTrigger[o + 1]; ++k)
+      for (uint32_t i = from[order[k]]; i < from[order[k] + 1]; ++i)
+        w.schedule.push_back({ScheduleStep::Recompute, ops[i]});
     w.schedule.push_back({ScheduleStep::Backward, o});
   }
 }
@@ -420,12 +474,12 @@ struct LiveDeltas {
   std::vector<double> saved, other;
 };
 
-/// One buffer of a walk: into the deltas that find the peak and, when the walk keeps its
-/// buffers (the applied policy's memory plan, the chain's stage sizes), into `w.buffers`;
-/// the walks that only compare policies keep none (a 10,000-layer walk made 10^6 of them).
-void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double size,
+/// One buffer of a walk (`bytes`: whole bytes, Facts::tensorBuffer or extraBuffer): into the
+/// deltas that find the peak and, when the walk keeps its buffers (the applied policy's memory
+/// plan, the chain's stage sizes), into `w.buffers`; the walks that only compare policies
+/// keep none (a 10,000-layer walk made 10^6 of them).
+void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double bytes,
                uint32_t first, uint32_t last, const char *what, Buffer::Kind kind) {
-  double bytes = std::ceil(size);
   if (!(bytes > 0))
     return;
   last = std::max(first, last);
@@ -523,7 +577,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
       continue;
     const Tensor &tensor = g.tensors[t];
     OpId p = tensor.producer;
-    double bytes = f.bytes(t);
+    double bytes = f.tensorBuffer[t];
     for (uint32_t j = from[t]; j < from[t + 1]; ++j) {
       const Instance &in = inst[order[j]];
       addBuffer(w, live, keep, t, p, bytes, in.first, in.last,
@@ -541,13 +595,15 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
       addBuffer(w, live, keep, t, p, bytes, start, bwd[p], "gradient", Buffer::Gradient);
   }
   for (OpId o = 0; o < n; ++o) {
-    double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
     for (uint32_t k = 0; k < f.extraCount(o); ++k) {
       uint32_t key = static_cast<uint32_t>(T) + f.extras.start[o] + k;
+      if (from[key] == from[key + 1])
+        continue;
       const SavedTensor &st = a.ops[o].saved[f.extras.of(o)[k]];
+      double bytes = f.extraBuffer[f.extras.start[o] + k];
       for (uint32_t j = from[key]; j < from[key + 1]; ++j) {
         const Instance &in = inst[order[j]];
-        addBuffer(w, live, keep, kNone, o, st.bytes / divisor, in.first, in.last, st.what,
+        addBuffer(w, live, keep, kNone, o, bytes, in.first, in.last, st.what,
                   in.saved ? Buffer::Saved : Buffer::Transient);
       }
     }
