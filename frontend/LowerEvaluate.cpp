@@ -679,10 +679,15 @@ Value Lowerer::call(const Expr &e, Scope &scope) {
         r.result = y;
         if (diags.errorCount() + diags.warningCount() == said) {
           // The copies left will most likely be clones of this one: room for them at once,
-          // rather than the tensors (and ops) regrown and moved about twice each.
+          // rather than the tensors (and ops) regrown and moved about twice each, and a
+          // quarter more for what follows the list (room never used is never touched).
           size_t left = callee.list.size() - copy - 1;
-          g.tensors.reserve(g.tensors.size() + left * (r.tensorsEnd - r.tensorsBegin));
-          g.ops.reserve(g.ops.size() + left * (r.opsEnd - r.opsBegin));
+          size_t tensors = g.tensors.size() + left * (r.tensorsEnd - r.tensorsBegin);
+          size_t ops = g.ops.size() + left * (r.opsEnd - r.opsBegin);
+          if (tensors > g.tensors.capacity())
+            g.tensors.reserve(tensors + tensors / 4 + 1024);
+          if (ops > g.ops.capacity())
+            g.ops.reserve(ops + ops / 4 + 1024);
           record = std::move(r);
         } else {
           record.reset();
