@@ -11,6 +11,14 @@
 #   SLOW=10                            seconds: a case whose first run takes longer is run once
 #   TIMEOUT=1800                       seconds: a case still running then is given up
 #   OUT=DIR                            where the generated models and raw timings go
+#   BASELINE=PATH                      another tally binary (an older build) timed on the same
+#                                      inputs, each case right after this one's, and a column
+#                                      with the ratio: comparisons measured on one machine at
+#                                      one time, not against a table from another day
+#   FITS=1                             the generated plans on N/10 pipeline stages × 8 data
+#                                      ranks at micro-batch 1 (they fit: one analysis, no
+#                                      device-memory fix notes), as docs/performance.md's
+#                                      "Scale" section measures them
 # Algorithm:
 #  1. Generate the models (gen_layers.py N, `repeat(N) Block`) into $OUT.
 #  2. For each case, one probe run under `timeout`; then, if it took under $SLOW seconds,
@@ -29,6 +37,12 @@ STAGES=${STAGES:-"report ir"}
 SLOW=${SLOW:-10}
 TIMEOUT=${TIMEOUT:-1800}
 OUT=${OUT:-$(mktemp -d /tmp/tally-bench.XXXXXX)}
+BASELINE=${BASELINE:-}
+FITS=${FITS:-0}
+if [[ -n "$BASELINE" ]]; then
+  BASELINE=$(realpath "$BASELINE")
+  [[ -x "$BASELINE" ]] || { echo "bench/run.sh: BASELINE $BASELINE is not an executable" >&2; exit 2; }
+fi
 mkdir -p "$OUT"
 HYPERFINE=$(command -v hyperfine || true)
 
@@ -40,6 +54,10 @@ echo
 
 for n in $LAYERS; do
   python3 bench/gen_layers.py "$n" > "$OUT/gen$n.tally"
+  if [[ $FITS == 1 ]]; then
+    sed -i -e "s/target      = 8 x H100_SXM { data = 8, zero = 1 }/target = $((n * 8 / 10)) x H100_SXM { data = 8, pipeline = $((n / 10)), zero = 1 }/" \
+           -e 's/micro_batch = 16/micro_batch = 1/' "$OUT/gen$n.tally"
+  fi
 done
 
 # measure NAME LAYERS CMD...: appends "name layers mean_s stddev_s runs status" to $OUT/results.
@@ -97,20 +115,34 @@ EOF
 for stage in $STAGES; do
   flags=()
   [[ $stage == ir ]] && flags=(--emit=ir)
-  measure "$stage:llama2_7b" 0 "$TALLY" report examples/llama2_7b.tally "${flags[@]}"
-  measure "$stage:gpt2_124M" 0 "$TALLY" report examples/gpt2.tally "${flags[@]}"
+  # case NAME LAYERS FILE: this binary, then (right after) the baseline's.
+  case_() {
+    measure "$stage:$1" "$2" "$TALLY" report "$3" "${flags[@]}"
+    [[ -n "$BASELINE" ]] && measure "baseline-$stage:$1" "$2" "$BASELINE" report "$3" "${flags[@]}"
+    return 0
+  }
+  case_ llama2_7b 0 examples/llama2_7b.tally
+  case_ gpt2_124M 0 examples/gpt2.tally
   for n in $LAYERS; do
-    measure "$stage:gen" "$n" "$TALLY" report "$OUT/gen$n.tally" "${flags[@]}"
+    case_ gen "$n" "$OUT/gen$n.tally"
   done
 done
 
 python3 - "$OUT/results" <<'EOF'
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-print('| stage | input | layers | wall ms (mean ± sd) | runs | µs per layer | time ratio / depth ratio |')
-print('|---|---|---:|---:|---:|---:|---:|')
+base = {(n[len('baseline-'):], l): (float(m), st) for n, l, m, sd, r, st in rows
+        if n.startswith('baseline-')}
+rows = [r for r in rows if not r[0].startswith('baseline-')]
+extra = ' × baseline |' if base else ''
+print('| stage | input | layers | wall ms (mean ± sd) | runs | µs per layer | time ratio / depth ratio |' + extra)
+print('|---|---|---:|---:|---:|---:|---:|' + ('---:|' if base else ''))
 prev = {}
 for name, layers, mean, sd, runs, status in rows:
+    vs = ''
+    if base:
+        b = base.get((name, layers))
+        vs = ' %.2f |' % (float(mean) / b[0]) if b and b[1] == 'ok' and status == 'ok' else ' |'
     stage, what = name.split(':')
     layers, mean, sd = int(layers), float(mean), float(sd)
     ms = '%.1f ± %.1f' % (mean * 1e3, sd * 1e3) if int(runs) > 1 else '%.0f (1 run)' % (mean * 1e3)
@@ -124,5 +156,5 @@ for name, layers, mean, sd, runs, status in rows:
             ratio = '%.2f / %.2f' % (mean / pm, layers / pl)
         prev[stage] = (layers, mean)
     print('| %s | %s | %s | %s | %s | %s | %s |' % (stage, what if what != 'gen' else 'generated',
-                                                   layers or '', ms, runs, per, ratio))
+                                                   layers or '', ms, runs, per, ratio) + vs)
 EOF
