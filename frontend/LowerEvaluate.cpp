@@ -17,24 +17,6 @@ namespace lowering {
 
 namespace {
 
-/// The end of `root`'s subtree of instances: they are made depth first, so the subtree is
-/// [root, end).
-uint32_t subtreeEnd(const Graph &g, uint32_t root) {
-  uint32_t end = root + 1;
-  while (end < g.instances.size() && g.instances[end].depth > g.instances[root].depth)
-    ++end;
-  return end;
-}
-
-/// The parameters declared in instances [lo, hi): a range of Graph::params, which are made
-/// in instance order.
-std::pair<size_t, size_t> paramsIn(const Graph &g, uint32_t lo, uint32_t hi) {
-  auto byInstance = [](const ParamInfo &p, uint32_t i) { return p.instance < i; };
-  auto a = std::lower_bound(g.params.begin(), g.params.end(), lo, byInstance);
-  auto b = std::lower_bound(a, g.params.end(), hi, byInstance);
-  return {static_cast<size_t>(a - g.params.begin()), static_cast<size_t>(b - g.params.begin())};
-}
-
 /// Whether an op reading `b` instead of `a` computes the same way: type, shape (sizes and
 /// names), layout, role, whether a gradient flows, and whether it is a view (a view of it is
 /// then a view of its storage).

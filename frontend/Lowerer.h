@@ -86,6 +86,13 @@ inline std::string join(const std::string &path, llvm::StringRef name) {
   return path.empty() ? name.str() : path + "." + name.str();
 }
 
+/// The end of `root`'s subtree of instances: they are made depth first, so the subtree is
+/// [root, end).
+uint32_t subtreeEnd(const Graph &g, uint32_t root);
+/// The parameters declared in instances [lo, hi): a range of Graph::params, which are made
+/// in instance order.
+std::pair<size_t, size_t> paramsIn(const Graph &g, uint32_t lo, uint32_t hi);
+
 class Lowerer {
 public:
   const PlanDecl *planDecl = nullptr;
@@ -141,6 +148,7 @@ private:
   std::optional<bool> condition(const Expr &e, const ConstEnv &env);
   const BlockDecl *blockOf(const Expr &e, const ConstEnv &env);
   bool member(const BlockItem &item, ModuleObj &m, bool frozen);
+  ModuleObj *cloneInstance(const ModuleObj &from, const std::string &path, uint32_t parent);
 
   // frontend/LowerEvaluate.cpp
   Value callModule(ModuleObj &m, std::vector<Value> args, llvm::SMRange where);
