@@ -179,18 +179,19 @@ bool inferMatmul(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   if (!expectInputs(op, 2, 2, err))
     return false;
   const Shape &a = in(g, op, 0).shape, &b = in(g, op, 1).shape;
-  std::string both = g.formatShape(a) + " @ " + g.formatShape(b);
+  auto both = [&] { return g.formatShape(a) + " @ " + g.formatShape(b); }; // failures only
   if (a.empty() || b.empty())
-    return fail(err, ShapeErrorKind::Matmul, "matmul needs operands of rank 1 or more: " + both);
+    return fail(err, ShapeErrorKind::Matmul, "matmul needs operands of rank 1 or more: " + both());
   const Dim &ka = a.back();
   const Dim &kb = b.size() == 1 ? b[0] : b[b.size() - 2];
   if (ka.size != kb.size)
-    return fail(err, ShapeErrorKind::Matmul, "matmul inner dimensions differ: " + both);
+    return fail(err, ShapeErrorKind::Matmul, "matmul inner dimensions differ: " + both());
   Shape batchA(a.begin(), a.end() - std::min<size_t>(a.size(), 2));
   Shape batchB(b.begin(), b.end() - std::min<size_t>(b.size(), 2));
   Shape shape;
   if (!broadcastShapes(batchA, batchB, shape))
-    return fail(err, ShapeErrorKind::Matmul, "matmul batch dimensions cannot be broadcast: " + both);
+    return fail(err, ShapeErrorKind::Matmul,
+                "matmul batch dimensions cannot be broadcast: " + both());
   if (a.size() >= 2)
     shape.push_back(a[a.size() - 2]);
   if (b.size() >= 2)
@@ -634,14 +635,16 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   if (!expectInputs(op, op.attrs->hasMask ? 4 : 3, op.attrs->hasMask ? 4 : 3, err))
     return false;
   const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape, &v = in(g, op, 2).shape;
-  std::string all = g.formatShape(q) + ", " + g.formatShape(k) + ", " + g.formatShape(v);
+  auto all = [&] { // failures only
+    return g.formatShape(q) + ", " + g.formatShape(k) + ", " + g.formatShape(v);
+  };
   if (q.size() != 3 || k.size() != 3 || v.size() != 3)
     return fail(err, ShapeErrorKind::Invalid,
-                "attention expects q [batch, seq, d] and k, v [batch, seq_kv, d_kv], got " + all);
+                "attention expects q [batch, seq, d] and k, v [batch, seq_kv, d_kv], got " + all());
   if (k[0].size != q[0].size || v[0].size != q[0].size || k[1].size != v[1].size ||
       k[2].size != v[2].size)
     return fail(err, ShapeErrorKind::Mismatch,
-                "attention q, k and v disagree: " + all +
+                "attention q, k and v disagree: " + all() +
                     " (batch must match, and k and v must have the same shape)");
   int64_t h = op.attrs->heads, kvh = op.attrs->kvHeads ? op.attrs->kvHeads : op.attrs->heads;
   if (h <= 0 || kvh <= 0)
@@ -1161,7 +1164,8 @@ bool inferReshape(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
     return false;
   const Tensor &x = in(g, op, 0);
   Shape shape = op.attrs->newShape;
-  std::string both = g.formatShape(x.shape) + " to " + g.formatShape(shape);
+  // Failures only: formatting both shapes for every reshape was most of its cost.
+  auto both = [&] { return g.formatShape(x.shape) + " to " + g.formatShape(shape); };
   int64_t known = 1;
   int inferred = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -1171,22 +1175,23 @@ bool inferReshape(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType
     }
     if (shape[i].size < 0)
       return fail(err, ShapeErrorKind::Invalid,
-                  "cannot reshape " + both + ": only one dimension may be -1, and none negative");
+                  "cannot reshape " + both() + ": only one dimension may be -1, and none negative");
     if (__builtin_mul_overflow(known, shape[i].size, &known))
-      return fail(err, ShapeErrorKind::Overflow, "cannot reshape " + both + ": too many elements");
+      return fail(err, ShapeErrorKind::Overflow,
+                  "cannot reshape " + both() + ": too many elements");
   }
   std::optional<int64_t> total = checkedNumel(x.shape);
   if (!total)
-    return fail(err, ShapeErrorKind::Overflow, "cannot reshape " + both + ": too many elements");
+    return fail(err, ShapeErrorKind::Overflow, "cannot reshape " + both() + ": too many elements");
   if (inferred >= 0) {
     if (known == 0 || *total % known != 0)
       return fail(err, ShapeErrorKind::Mismatch,
-                  "cannot reshape " + both + ": " + std::to_string(*total) +
+                  "cannot reshape " + both() + ": " + std::to_string(*total) +
                       " elements do not divide into the other dimensions");
     shape[inferred] = Dim{*total / known, 0};
   } else if (known != *total) {
     return fail(err, ShapeErrorKind::Mismatch,
-                "cannot reshape " + both + ": " + std::to_string(*total) + " elements, not " +
+                "cannot reshape " + both() + ": " + std::to_string(*total) + " elements, not " +
                     std::to_string(known));
   }
   outs.push_back({shape, x.dtype});
@@ -1280,15 +1285,15 @@ bool inferConv2d(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType>
   if (!expectInputs(op, 2, 3, err))
     return false;
   const Shape &x = in(g, op, 0).shape, &w = in(g, op, 1).shape;
-  std::string both = g.formatShape(x) + " and weight " + g.formatShape(w);
+  auto both = [&] { return g.formatShape(x) + " and weight " + g.formatShape(w); }; // failures only
   if (x.size() != 4 || w.size() != 4)
     return fail(err, ShapeErrorKind::Invalid,
                 "conv2d expects x [batch, channels, height, width] and weight [out, in, kh, kw], got " +
-                    both);
+                    both());
   if (w[1].size != x[1].size)
     return fail(err, ShapeErrorKind::Mismatch,
                 "conv2d weight has " + std::to_string(w[1].size) + " input channels, x has " +
-                    std::to_string(x[1].size) + ": " + both);
+                    std::to_string(x[1].size) + ": " + both());
   if (op.inputs.size() == 3) {
     const Shape &b = in(g, op, 2).shape;
     if (b.size() != 1 || b[0].size != w[0].size)
