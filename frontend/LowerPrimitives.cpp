@@ -728,7 +728,8 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
           a.headDim = hd;
           op.attrs = std::move(a);
         }
-        auto rot = static_cast<int64_t>(static_cast<double>(op.attrs->headDim) * op.attrs->fraction);
+        auto rot =
+            static_cast<int64_t>(static_cast<double>(op.attrs->headDim) * op.attrs->fraction);
         if (op.attrs->fraction < 1 && (rot <= 0 || rot % 2 != 0)) {
           auto d = diags.report(DiagKind::InvalidValue, op.range.Start,
                                 "rope fraction " + significant(op.attrs->fraction) + " of head size " +

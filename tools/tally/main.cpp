@@ -149,7 +149,6 @@ std::optional<std::vector<BudgetSpec>> budgetFlags() {
   return out;
 }
 
-/// Checks one file: parse, then lower and analyze every plan (or the one named).
 /// What a command ends with (its compilation and analysis) is left to the process's exit, as
 /// clang's -disable-free does: freeing a 10,000-layer graph, its training step and their
 /// analysis piece by piece was a tenth of `tally check`'s time. llvm::BuryPointer keeps the
@@ -161,6 +160,7 @@ template <class T> T &keptToExit(std::unique_ptr<T> p) {
   return r;
 }
 
+/// Checks one file: parse, then lower and analyze every plan (or the one named).
 int runCheck() {
   int status = 0;
   std::optional<std::vector<BudgetSpec>> budgets = budgetFlags();
@@ -197,7 +197,8 @@ int runCheck() {
       if (!c.lower(*p, overrides()))
         continue;
       overrideBudgets(*c.plan, *budgets);
-      auto analysis = std::make_unique<Analysis>(analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p)));
+      auto analysis =
+          std::make_unique<Analysis>(analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p)));
       Analysis &a = lastFile && p == plans.back() ? keptToExit(std::move(analysis)) : *analysis;
       if (opts::EmitStage == opts::Emit::Ir)
         printGraph(*a.step, outs());
@@ -241,15 +242,16 @@ int runReport() {
   // --emit=ir stops at its stage, as a compiler's -emit does: the training step, built and
   // verified, printed; no pricing, lints or budgets (their diagnostics belong to the report).
   if (opts::EmitStage == opts::Emit::Ir) {
-    Analysis &a = keptToExit(std::make_unique<Analysis>(analyzeStep(*c.graph, *c.plan, c.diags)));
+    Analysis &a =
+        keptToExit(std::make_unique<Analysis>(analyzeStep(*c.graph, *c.plan, c.diags)));
     if (opts::OutFormat == opts::Format::Json)
       renderIrJson(*a.step, outs());
     else
       printGraph(*a.step, outs());
     return c.diags.hasErrors() ? 1 : 0;
   }
-  Analysis &a =
-      keptToExit(std::make_unique<Analysis>(analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl))));
+  Analysis &a = keptToExit(
+      std::make_unique<Analysis>(analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl))));
   if (opts::EmitStage == opts::Emit::MemoryPlan) {
     renderMemoryPlan(a, outs(), opts::OutFormat == opts::Format::Json);
     return c.diags.hasErrors() ? 1 : 0;
