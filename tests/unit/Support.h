@@ -1,15 +1,18 @@
 // Support.h — what the unit tests share: compiling a tally source text or file through
 // tally::Compilation exactly as the CLI does and analyzing one plan (Compiled), finding an op's
 // analysis by its path, picking diagnostics of one kind, locating the repository's examples
-// through $TALLY_SOURCE_DIR (ctest sets it), and the lecture's DeepLinear model that several
-// tests compile. Header-only; every failure is a Catch2 REQUIRE or FAIL in the calling test.
+// through $TALLY_SOURCE_DIR (ctest sets it), the lecture's DeepLinear model that several
+// tests compile, and the generated step's files by path (emitStep). Header-only; every failure
+// is a Catch2 REQUIRE or FAIL in the calling test.
 #pragma once
 
 #include <catch.hpp>
 
+#include "codegen/Emit.h"
 #include "driver/Compiler.h"
 
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +26,22 @@ inline size_t countOf(const std::string &hay, const std::string &needle) {
        pos = hay.find(needle, pos + needle.size()))
     ++n;
   return n;
+}
+
+/// The training step tally build writes for an analysed plan (codegen/Emit.h): the emitter's
+/// error ("" when none) and every file's text by its path in the folder ("step.cpp" or
+/// "step.cu", "CMakeLists.txt", "runtime/...").
+struct StepFiles {
+  std::string error;
+  std::map<std::string, std::string> byPath;
+};
+inline StepFiles emitStep(const Analysis &a, bool cuda, const codegen::EmitOptions &o = {}) {
+  std::vector<codegen::File> files;
+  StepFiles out;
+  out.error = cuda ? codegen::emitCudaStep(a, o, files) : codegen::emitCpuStep(a, o, files);
+  for (codegen::File &f : files)
+    out.byPath[f.path] = std::move(f.text);
+  return out;
 }
 
 /// The repository root, from $TALLY_SOURCE_DIR; fails the test when it is not set, so a test

@@ -17,14 +17,11 @@ using namespace tally::test;
 namespace {
 
 std::string emit(const Analysis &a, std::string &text, bool cuda = false) {
-  std::vector<codegen::File> files;
   codegen::EmitOptions o;
   o.source = "t.tally";
-  std::string err = cuda ? codegen::emitCudaStep(a, o, files) : codegen::emitCpuStep(a, o, files);
-  for (const codegen::File &f : files)
-    if (f.path == (cuda ? "step.cu" : "step.cpp"))
-      text = f.text;
-  return err;
+  StepFiles step = emitStep(a, cuda, o);
+  text = step.byPath[cuda ? "step.cu" : "step.cpp"];
+  return step.error;
 }
 
 std::vector<std::string> lines(const std::string &text) {
@@ -230,13 +227,11 @@ TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each a
 
 TEST_CASE("codegen: the CUDA step's files, layout and refusals", "[codegen][cuda]") {
   Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally");
-  std::vector<codegen::File> files;
   codegen::EmitOptions o;
   o.source = "t.tally";
-  REQUIRE(codegen::emitCudaStep(*t.a, o, files) == "");
-  std::map<std::string, std::string> byPath;
-  for (const codegen::File &f : files)
-    byPath[f.path] = f.text;
+  StepFiles step = emitStep(*t.a, true, o);
+  REQUIRE(step.error == "");
+  std::map<std::string, std::string> &byPath = step.byPath;
   CHECK(byPath.count("step.cu") == 1);
   CHECK(byPath.count("runtime/driver/driver_cuda.cu") == 1);
   CHECK(byPath.count("runtime/cuda/tally_rt.cuh") == 1);
@@ -307,13 +302,9 @@ namespace {
 
 /// The generated CMakeLists.txt of a plan (the step's emitter writes it).
 std::string cmakeLists(const Analysis &a) {
-  std::vector<codegen::File> files;
-  codegen::EmitOptions o;
-  REQUIRE(codegen::emitCpuStep(a, o, files) == "");
-  for (const codegen::File &f : files)
-    if (f.path == "CMakeLists.txt")
-      return f.text;
-  return "";
+  StepFiles step = emitStep(a, false);
+  REQUIRE(step.error == "");
+  return step.byPath["CMakeLists.txt"];
 }
 
 const char *kDataParallel = R"(
@@ -437,12 +428,9 @@ TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one proc
   Compiled t(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2", two);
   REQUIRE(t.a->plan->parallel.data == 2);
   REQUIRE(t.a->plan->parallel.zero == 0);
-  std::vector<codegen::File> files;
-  codegen::EmitOptions o;
-  REQUIRE(codegen::emitCudaStep(*t.a, o, files) == "");
-  std::map<std::string, std::string> byPath;
-  for (const codegen::File &f : files)
-    byPath[f.path] = f.text;
+  StepFiles step = emitStep(*t.a, true);
+  REQUIRE(step.error == "");
+  std::map<std::string, std::string> &byPath = step.byPath;
   const std::string &cu = byPath["step.cu"], &cm = byPath["CMakeLists.txt"];
   CHECK(byPath.count("runtime/driver/tally_comm_nccl.h") == 1);
   CHECK(byPath.count("runtime/driver/tally_comm.h") == 0);
@@ -459,11 +447,10 @@ TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one proc
   CHECK(countOf(cm, "target_compile_definitions(tally_step PRIVATE TALLY_NCCL=1)") == 1);
   CHECK(countOf(cm, "TALLY_MPI") == 0);
   // The CPU step of the same plan: MPI, the same calls.
-  std::string cpu;
-  std::vector<codegen::File> cpuFiles;
-  REQUIRE(codegen::emitCpuStep(*t.a, o, cpuFiles) == "");
-  for (const codegen::File &f : cpuFiles)
-    byPath["cpu:" + f.path] = f.text;
+  StepFiles cpuStep = emitStep(*t.a, false);
+  REQUIRE(cpuStep.error == "");
+  for (const auto &[path, text] : cpuStep.byPath)
+    byPath["cpu:" + path] = text;
   CHECK(countOf(byPath["cpu:step.cpp"], "#include \"driver/tally_comm.h\"") == 1);
   CHECK(countOf(byPath["cpu:step.cpp"], "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
   CHECK(countOf(byPath["cpu:CMakeLists.txt"], "target_compile_definitions(tally_step PRIVATE TALLY_MPI=1)") == 1);

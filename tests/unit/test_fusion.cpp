@@ -93,14 +93,9 @@ TEST_CASE("fusion: codegen prints one functor per distinct run and one call per 
   Compiled t(fromFile, gptD256(), "", fused(true));
   for (bool cuda : {false, true}) {
     INFO((cuda ? "cuda" : "cpu"));
-    std::vector<codegen::File> files;
-    codegen::EmitOptions o;
-    std::string err = cuda ? codegen::emitCudaStep(*t.a, o, files) : codegen::emitCpuStep(*t.a, o, files);
-    REQUIRE(err == "");
-    std::string text;
-    for (const codegen::File &f : files)
-      if (f.path == (cuda ? "step.cu" : "step.cpp"))
-        text = f.text;
+    StepFiles step = emitStep(*t.a, cuda);
+    REQUIRE(step.error == "");
+    const std::string &text = step.byPath[cuda ? "step.cu" : "step.cpp"];
     // Every block's residual runs are one shape: the residual add as a norm's prologue.
     CHECK(countOf(text, "struct Fused") == 1);
     CHECK(countOf(text, "rt::layer_norm_fwd_fused<float>(ctx, Fused0{") == 8);
