@@ -709,9 +709,9 @@ std::string policyKey(const Policy &p) {
 }
 
 /// Steps 3-5 for one policy: its schedule, the recompute it costs, every buffer's lifetime
-/// and the peak. `keepBuffers`: the schedule and every buffer (w.schedule, w.buffers), for the
-/// memory plan; else only the recompute and the peak, answered from Facts::memo when this
-/// policy was walked before under the same facts (w.schedule is then empty).
+/// and the peak. `keepBuffers`: every buffer in w.buffers, for the memory plan; else only the
+/// recompute and the peak, answered from Facts::memo when this policy was walked before under
+/// the same facts (w.schedule is then empty).
 Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) {
   Walk w;
   std::string key;
@@ -743,14 +743,11 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) 
   live.other.assign(w.schedule.size() + 1, 0);
   liveness(f, a, w, live, keepBuffers);
   findPeak(w, live);
-  if (!keepBuffers) {
-    w.schedule = {};
-    if (f.memo)
-      f.walked->walks.emplace(std::move(key),
-                              WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
-                                                w.recomputeTime, w.peakSaved, w.peakOther,
-                                                w.peakStep});
-  }
+  if (!keepBuffers && f.memo)
+    f.walked->walks.emplace(std::move(key),
+                            WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
+                                              w.recomputeTime, w.peakSaved, w.peakOther,
+                                              w.peakStep});
   return w;
 }
 
@@ -1542,9 +1539,9 @@ void planActivations(Analysis &a) {
   blockActivations(f, a); // auto ranks the copies by what they keep
   Policy p = requestedPolicy(f, a, microSteps, plan.checkpoint);
   // A candidate priced alone (Analysis::priceOnly) needs the schedule (step time) and the
-  // peak, not the buffers: its walk may come from the memo.
+  // peak, not the buffers: its walk may come from the memo, which keeps no schedule.
   Walk w = walk(f, a, p, !a.priceOnly);
-  if (a.priceOnly)
+  if (w.schedule.empty())
     buildSchedule(f, p, w);
 
   a.checkpoint.policy = p.name;
