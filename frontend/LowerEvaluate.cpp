@@ -133,11 +133,8 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
       t = map(t);
     op.instance = toRoot + (op.instance - fromRoot);
     op.path = nextOpPath(op.instance, op.kind);
-    if (takesRandomStream(op)) { // each copy draws its own stream: its own attributes
-      OpAttrs a = op.attrs;
-      a.stream = g.randomStreams++;
-      op.attrs = std::move(a);
-    }
+    if (takesRandomStream(op)) // each copy draws its own stream: its own attributes
+      op.attrs.change([&](OpAttrs &a) { a.stream = g.randomStreams++; });
     g.addOp(std::move(op));
   }
   std::function<Value(const Value &)> remap = [&](const Value &v) {

@@ -691,15 +691,14 @@ Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpA
     setViewLayouts(op);
   bool stream = takesRandomStream(op);
   bool scale = op.kind == OpKind::Attention && op.attrs->scale == 0;
-  if (stream || scale) { // attributes are shared: this op gets its own
-    OpAttrs a = op.attrs;
-    if (stream)
-      a.stream = g.randomStreams++;
-    if (scale)
-      a.scale = 1 / std::sqrt(static_cast<double>(g.tensors[op.inputs[0]].shape[2].size) /
-                              static_cast<double>(a.heads));
-    op.attrs = std::move(a);
-  }
+  if (stream || scale)
+    op.attrs.change([&](OpAttrs &a) {
+      if (stream)
+        a.stream = g.randomStreams++;
+      if (scale)
+        a.scale = 1 / std::sqrt(static_cast<double>(g.tensors[op.inputs[0]].shape[2].size) /
+                                static_cast<double>(a.heads));
+    });
   if (op.kind == OpKind::Attention)
     setRopeHeadDims(op);
   g.addOp(std::move(op));
@@ -723,11 +722,8 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
         break;
       Op &op = g.ops[p];
       if (op.kind == OpKind::Rope) {
-        if (op.attrs->headDim == 0) {
-          OpAttrs a = op.attrs;
-          a.headDim = hd;
-          op.attrs = std::move(a);
-        }
+        if (op.attrs->headDim == 0)
+          op.attrs.change([&](OpAttrs &a) { a.headDim = hd; });
         auto rot =
             static_cast<int64_t>(static_cast<double>(op.attrs->headDim) * op.attrs->fraction);
         if (op.attrs->fraction < 1 && (rot <= 0 || rot % 2 != 0)) {

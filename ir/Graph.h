@@ -174,7 +174,7 @@ struct OpAttrs {
 /// keep their forward op's attributes point at one OpAttrs (an inline OpAttrs was 352 of an
 /// Op's 496 bytes, a third of a 10,000-layer graph's memory; issue 12). Immutable: an op with
 /// other attributes is given a new OpAttrs (`op.attrs = a`). Read as `op.attrs->dim`, or as a
-/// `const OpAttrs &`.
+/// `const OpAttrs &`; changed with `op.attrs.change([](OpAttrs &a) { ... })`.
 class SharedAttrs {
 public:
   SharedAttrs(); ///< the default attributes, one instance for every op that has them
@@ -182,6 +182,12 @@ public:
   const OpAttrs *operator->() const { return p_.get(); }
   const OpAttrs &operator*() const { return *p_; }
   operator const OpAttrs &() const { return *p_; }
+  /// Gives this op its own attributes: a copy of the shared ones, changed by `edit`.
+  template <class F> void change(F &&edit) {
+    OpAttrs a = *p_;
+    edit(a);
+    p_ = std::make_shared<const OpAttrs>(std::move(a));
+  }
 
 private:
   std::shared_ptr<const OpAttrs> p_;
