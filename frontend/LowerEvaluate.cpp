@@ -148,7 +148,8 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
   return remap(from.result);
 }
 
-Value Lowerer::callModule(ModuleObj &m, std::vector<Value> args, llvm::SMRange where) {
+Value Lowerer::callModule(ModuleObj &lazy, std::vector<Value> args, llvm::SMRange where) {
+  ModuleObj &m = materialize(lazy); // evaluation reads its constants and members
   if (!m.forward) {
     diags.report(DiagKind::TypeMismatch, where.Start,
                  "block '" + m.decl->name + "' has no forward function to call")
@@ -377,7 +378,7 @@ Value Lowerer::eval(const Expr &e, Scope &scope) {
           .range(e.lhs->range);
       return {};
     }
-    ModuleObj &m = *base.module;
+    ModuleObj &m = materialize(*base.module);
     if (auto it = m.members.find(e.text); it != m.members.end()) {
       Value v = it->second;
       v.range = e.range;

@@ -12,8 +12,6 @@
 // the number of instances are bounded (kMaxInstanceDepth, kMaxInstances).
 #include "frontend/Lowerer.h"
 
-#include "llvm/ADT/DenseMap.h"
-
 #include <algorithm>
 #include <functional>
 
@@ -230,11 +228,15 @@ std::pair<size_t, size_t> paramsIn(const Graph &g, uint32_t lo, uint32_t hi) {
 
 /// A repeat list's next copy made from its first (`from`, instantiated under the same list
 /// with the same call, and which said nothing): `from`'s instances, parameters (with their
-/// tensors) and module objects again, renamed from its path to `path` and re-indexed, each
-/// list in the order instantiation makes it — so the graph is the one instantiating the copy
-/// gives, byte for byte (lit lower-repeat-copies compares the IR; issue 12: instantiating
-/// every copy of a 10,000-layer model was 15% of its check). Nullptr, with nothing
-/// appended, when the copy would pass kMaxInstances: instantiation then says so.
+/// tensors) again, renamed from its path to `path` and re-indexed, each list in the order
+/// instantiation makes it — so the graph is the one instantiating the copy gives, byte for
+/// byte (lit lower-repeat-copies compares the IR; issue 12: instantiating every copy of a
+/// 10,000-layer model was 15% of its check). The copy's module object is lazy (lazyCopy):
+/// its constants and members are copy 0's, mapped, once something reads them
+/// (materialize: an evaluated call, a member access such as `h[2].fc`); a copy only ever
+/// called through cloneCall never copies them (copying and freeing them was 10% of a
+/// 1,000-layer report). Nullptr, with nothing appended, when the copy would pass
+/// kMaxInstances: instantiation then says so.
 ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path,
                                   uint32_t parent) {
   uint32_t root0 = from.instance, end0 = subtreeEnd(g, root0);
@@ -249,41 +251,59 @@ ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path
     g.instances.push_back(std::move(in));
   }
   auto [p0, p1] = paramsIn(g, root0, end0);
-  llvm::DenseMap<TensorId, TensorId> tensorOf; // copy 0's parameter tensor -> this copy's
+  size_t tp0 = g.params.size();
   for (size_t q = p0; q < p1; ++q) {
     ParamInfo info = g.params[q];
     Tensor t = g.tensors[info.tensor];
     t.name = rename(t.name);
     t.param = static_cast<uint32_t>(g.params.size());
     TensorId id = g.addTensor(std::move(t));
-    tensorOf[info.tensor] = id;
     info.path = rename(info.path);
     info.tensor = id;
     info.instance = info.instance - root0 + root;
     g.params.push_back(std::move(info));
   }
-  std::function<ModuleObj *(const ModuleObj &)> clone = [&](const ModuleObj &src) {
-    modules.emplace_back();
-    ModuleObj &m = modules.back();
-    m.decl = src.decl;
-    m.instance = src.instance - root0 + root;
-    m.path = rename(src.path);
-    m.consts = src.consts;
-    m.forward = src.forward;
-    for (const auto &kv : src.members) {
-      Value v = kv.getValue();
-      if (v.kind == Value::Tensor)
-        v.tensor = tensorOf.lookup(v.tensor);
-      else if (v.kind == Value::Module)
-        v.module = clone(*v.module);
-      else if (v.kind == Value::List)
-        for (ModuleObj *&c : v.list)
-          c = clone(*c);
-      m.members[kv.getKey()] = std::move(v);
-    }
-    return &m;
-  };
-  return clone(from);
+  auto map = std::make_shared<CopyMap>();
+  map->root0 = root0;
+  map->root = root;
+  map->p0 = p0;
+  map->tp0 = tp0;
+  ModuleObj *m = lazyCopy(from, std::move(map));
+  m->path = path;
+  return m;
+}
+
+ModuleObj *Lowerer::lazyCopy(const ModuleObj &src, std::shared_ptr<const CopyMap> map) {
+  modules.emplace_back();
+  ModuleObj &m = modules.back();
+  m.decl = src.decl;
+  m.instance = src.instance - map->root0 + map->root;
+  m.path = g.instances[m.instance].path;
+  m.forward = src.forward;
+  m.copyOf = &src;
+  m.copyMap = std::move(map);
+  return &m;
+}
+
+ModuleObj &Lowerer::materialize(ModuleObj &m) {
+  if (!m.copyOf)
+    return m;
+  const ModuleObj &src = *m.copyOf;
+  std::shared_ptr<const CopyMap> map = std::move(m.copyMap);
+  m.copyOf = nullptr;
+  m.consts = src.consts;
+  for (const auto &kv : src.members) {
+    Value v = kv.getValue();
+    if (v.kind == Value::Tensor) // a parameter declared in the copied subtree
+      v.tensor = g.params[map->tp0 + (g.tensors[v.tensor].param - map->p0)].tensor;
+    else if (v.kind == Value::Module)
+      v.module = lazyCopy(*v.module, map);
+    else if (v.kind == Value::List)
+      for (ModuleObj *&c : v.list)
+        c = lazyCopy(*c, map);
+    m.members[kv.getKey()] = std::move(v);
+  }
+  return m;
 }
 
 uint32_t Lowerer::newInstance(const std::string &path, const std::string &block, uint32_t parent) {

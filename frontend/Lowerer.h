@@ -63,13 +63,26 @@ struct Value {
 };
 
 /// One instantiated block.
+/// How a lazy repeat copy's module objects map to copy 0's (cloneInstance): instances
+/// [root0, …) become [root, …), copy 0's parameters from index p0 become the copy's from tp0.
+struct CopyMap {
+  uint32_t root0 = 0, root = 0;
+  size_t p0 = 0, tp0 = 0;
+};
+
 struct ModuleObj {
   const BlockDecl *decl = nullptr;
   uint32_t instance = 0;
   std::string path;
+  /// Read through Lowerer::materialize when the object may be a lazy copy.
   ConstEnv consts;
   llvm::StringMap<Value> members;
   const ForwardAST *forward = nullptr;
+  /// A repeat copy whose constants and members are still copy 0's (`copyOf`, mapped by
+  /// `copyMap`): cloneCall needs only decl, forward and instance, so most copies never copy
+  /// them; Lowerer::materialize does on the first read.
+  const ModuleObj *copyOf = nullptr;
+  std::shared_ptr<const CopyMap> copyMap;
 };
 
 /// The locals of one forward call and the instance it runs in.
@@ -149,6 +162,9 @@ private:
   const BlockDecl *blockOf(const Expr &e, const ConstEnv &env);
   bool member(const BlockItem &item, ModuleObj &m, bool frozen);
   ModuleObj *cloneInstance(const ModuleObj &from, const std::string &path, uint32_t parent);
+  ModuleObj *lazyCopy(const ModuleObj &src, std::shared_ptr<const CopyMap> map);
+  /// Gives a lazy copy its constants and members (its children stay lazy); no-op otherwise.
+  ModuleObj &materialize(ModuleObj &m);
 
   // frontend/LowerEvaluate.cpp
   Value callModule(ModuleObj &m, std::vector<Value> args, llvm::SMRange where);
