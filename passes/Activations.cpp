@@ -715,8 +715,9 @@ std::string policyKey(const Policy &p) {
 Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) {
   Walk w;
   std::string key;
-  if (!keepBuffers && f.memo) {
+  if (f.memo)
     key = policyKey(p);
+  if (!keepBuffers && f.memo) {
     auto it = f.walked->walks.find(key);
     if (it != f.walked->walks.end()) {
       ++f.memo->reused;
@@ -743,7 +744,9 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) 
   live.other.assign(w.schedule.size() + 1, 0);
   liveness(f, a, w, live, keepBuffers);
   findPeak(w, live);
-  if (!keepBuffers && f.memo)
+  // A walk that listed its buffers has the same recompute and peak: later buffer-less walks
+  // of this policy (the trade-off curve's point for the applied policy) take them.
+  if (f.memo)
     f.walked->walks.emplace(std::move(key),
                             WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
                                               w.recomputeTime, w.peakSaved, w.peakOther,
