@@ -16,6 +16,7 @@
 
 #include "support/Format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -749,10 +750,12 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
 std::string Lowerer::nextOpPath(uint32_t instance, OpKind kind) {
   if (opCounts.size() < g.instances.size())
     opCounts.resize(g.instances.size());
-  unsigned n = ++opCounts[instance][opName(kind)];
+  auto &counts = opCounts[instance];
+  auto it = std::find_if(counts.begin(), counts.end(), [&](const auto &c) { return c.first == kind; });
+  unsigned n = it == counts.end() ? (counts.push_back({kind, 1}), 1) : ++it->second;
   std::string path = join(g.instances[instance].path, opName(kind));
   if (n > 1)
-    path += "#" + std::to_string(n);
+    path.append(1, '#').append(std::to_string(n));
   return path;
 }
 

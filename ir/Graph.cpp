@@ -130,10 +130,11 @@ viewStrides(const Shape &oldShape, llvm::ArrayRef<int64_t> oldStrides, const Sha
   return out;
 }
 
-TensorId Graph::addTensor(Tensor t) {
-  if (t.layout.strides.size() != t.shape.size())
-    t.layout.strides = denseStrides(t.shape);
+TensorId Graph::addTensor(Tensor &&t) {
   tensors.push_back(std::move(t));
+  Tensor &x = tensors.back();
+  if (x.layout.strides.size() != x.shape.size())
+    x.layout.strides = denseStrides(x.shape);
   return static_cast<TensorId>(tensors.size() - 1);
 }
 

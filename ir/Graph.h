@@ -249,7 +249,10 @@ struct Graph {
   bool differentiated = false;
   uint32_t randomStreams = 0; ///< streams handed out to random ops (dropout), 0..n-1
 
-  TensorId addTensor(Tensor t);
+  /// Appends a tensor (dense strides when it has none). Taken by reference, not by value:
+  /// a Tensor move copies its inline shape and strides, and a deep model adds 10^5 of them.
+  TensorId addTensor(Tensor &&t);
+  TensorId addTensor(const Tensor &t) { return addTensor(Tensor(t)); }
   OpId addOp(Op op);          ///< also sets the producer of each output
   uint32_t symbol(llvm::StringRef name);
   /// `[batch, seq, 768]`: names where a dimension has one, numbers otherwise.

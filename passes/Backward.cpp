@@ -117,7 +117,9 @@ struct Builder {
       const Op &f = g.ops[current];
       op.instance = f.instance;
       op.range = f.range;
-      op.path = f.path + "." + opName(kind).str();
+      llvm::StringRef name = opName(kind); // one allocation: paths pass the small-string size
+      op.path.reserve(f.path.size() + 1 + name.size());
+      op.path.append(f.path).append(1, '.').append(name.data(), name.size());
     } else {
       op.path = opName(kind).str();
     }
