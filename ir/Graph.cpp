@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <unordered_set>
 
 namespace tally {
 
@@ -81,10 +80,13 @@ llvm::SmallVector<int64_t, 4> denseStrides(const Shape &s) {
 }
 
 bool isDense(const Shape &s, const Layout &l) {
-  llvm::SmallVector<int64_t, 4> d = denseStrides(s);
-  for (size_t i = 0; i < s.size(); ++i)
-    if (s[i].size > 1 && l.strides[i] != d[i])
+  int64_t stride = 1; // denseStrides(s)[i], from the back, without building them
+  for (size_t i = s.size(); i-- > 0;) {
+    if (s[i].size > 1 && l.strides[i] != stride)
       return false;
+    if (i > 0)
+      stride *= std::max<int64_t>(1, s[i].size);
+  }
   return true;
 }
 
@@ -264,10 +266,14 @@ std::string verifyGraph(const Graph &g) {
     if (op.instance >= g.instances.size())
       return "op " + op.path + " names no block instance";
   }
-  std::unordered_set<TensorId> seen;
-  for (const ParamInfo &p : g.params)
-    if (!seen.insert(p.tensor).second)
+  std::vector<bool> seen(g.tensors.size(), false);
+  for (const ParamInfo &p : g.params) {
+    if (p.tensor >= g.tensors.size())
+      return "parameter " + p.path + " names no tensor";
+    if (seen[p.tensor])
       return "parameter " + p.path + " is listed twice";
+    seen[p.tensor] = true;
+  }
   return "";
 }
 

@@ -2314,8 +2314,9 @@ bool normalizeAxis(int64_t axis, size_t rank, size_t &out) {
 
 namespace tally {
 
-std::string verifyOpTypes(const Graph &g) {
-  for (const Op &op : g.ops) {
+std::string verifyOpTypes(const Graph &g, OpId from) {
+  for (OpId o = from; o < g.ops.size(); ++o) {
+    const Op &op = g.ops[o];
     llvm::SmallVector<TensorType, 3> outs;
     ShapeError err;
     if (!ruleFor(op.kind).infer(g, op, outs, err))

@@ -90,9 +90,10 @@ bool broadcastShapes(const Shape &a, const Shape &b, Shape &out);
 /// matmuls read transposed operands, attention reads row-strided q, k, v; every other kernel
 /// reads dense tensors. Lowering gives any other input a `contiguous` copy.
 bool acceptsLayout(const Graph &g, const Op &op, unsigned i);
-/// Checks every op's outputs against its rule's `infer` (element counts, and forward dtypes);
-/// the other half of the verifier (verifyGraph checks ids, order, layouts). "" when valid.
-std::string verifyOpTypes(const Graph &g);
+/// Checks the outputs of ops [from, end) against their rules' `infer` (element counts, and
+/// forward dtypes); the other half of the verifier (verifyGraph checks ids, order, layouts).
+/// "" when valid.
+std::string verifyOpTypes(const Graph &g, OpId from = 0);
 /// Normalises a possibly negative axis; false when out of range.
 bool normalizeAxis(int64_t axis, size_t rank, size_t &out);
 

@@ -200,3 +200,65 @@ TEST_CASE("backward: split parts write their own slices of one gradient", "[back
     CHECK(part.layout.strides[2] == 1);
   }
 }
+
+TEST_CASE("backward: the verifier finds a broken step", "[backward]") {
+  // Each mutation of a valid step is a bug the verifier must name (a verifier that accepts
+  // anything passes every other test here).
+  Compiled t(fromFile, example("lecture.tally"), "lecture");
+  const Graph &valid = *t.a->step;
+  REQUIRE(verifyGraph(valid) == "");
+  REQUIRE(verifyOpTypes(valid) == "");
+  OpId firstBackward = static_cast<OpId>(t.g().ops.size());
+  REQUIRE(firstBackward < valid.ops.size());
+  auto problem = [&](auto mutate) {
+    Graph s = valid;
+    mutate(s);
+    std::string p = verifyGraph(s);
+    return p.empty() ? verifyOpTypes(s, firstBackward) : p;
+  };
+  // A tensor that owns its storage with non-dense strides (its rows swapped).
+  CHECK_THAT(problem([&](Graph &s) {
+               for (Tensor &x : s.tensors)
+                 if (x.viewOf == kNone && x.shape.size() == 2 && x.shape[0].size > 1 && x.shape[1].size > 1) {
+                   std::swap(x.layout.strides[0], x.layout.strides[1]);
+                   return;
+                 }
+             }),
+             Catch::Contains("owns its storage but is not dense"));
+  // A parameter listed twice.
+  CHECK_THAT(problem([](Graph &s) { s.params.push_back(s.params.front()); }),
+             Catch::Contains("is listed twice"));
+  // An op reading a tensor that a later op writes.
+  CHECK_THAT(problem([&](Graph &s) { s.ops[0].inputs[0] = s.ops[1].outputs[0]; }),
+             Catch::Contains("before it is written"));
+  // A backward op whose output has other elements than its rule gives.
+  CHECK_THAT(problem([&](Graph &s) {
+               for (OpId o = firstBackward; o < s.ops.size(); ++o) {
+                 const Op &op = s.ops[o];
+                 if (op.kind == OpKind::Matmul && !op.outputs.empty()) {
+                   Tensor &x = s.tensors[op.outputs[0]];
+                   x.shape.back().size += 1;
+                   x.layout.strides = denseStrides(x.shape);
+                   return;
+                 }
+               }
+             }),
+             Catch::Contains("its rule gives"));
+}
+
+TEST_CASE("graph: isDense is row-major up to size-1 dimensions", "[backward]") {
+  Shape s{Dim{2, 0}, Dim{3, 0}, Dim{4, 0}};
+  Layout l;
+  l.strides = {12, 4, 1};
+  CHECK(isDense(s, l));
+  l.strides = {12, 1, 3}; // the last two dimensions transposed
+  CHECK_FALSE(isDense(s, l));
+  l.strides = {24, 4, 1}; // every other row of a larger tensor
+  CHECK_FALSE(isDense(s, l));
+  Shape one{Dim{2, 0}, Dim{1, 0}, Dim{4, 0}};
+  l.strides = {4, 99, 1}; // a size-1 dimension may have any stride
+  CHECK(isDense(one, l));
+  l.strides = {8, 99, 1}; // but the others follow the product of the sizes after them
+  CHECK_FALSE(isDense(one, l));
+  CHECK(isDense(Shape(), Layout()));
+}
