@@ -13,7 +13,6 @@
 #include "frontend/Lowerer.h"
 
 #include <algorithm>
-#include <functional>
 
 namespace tally {
 namespace lowering {
@@ -268,12 +267,13 @@ ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path
   map->root = root;
   map->p0 = p0;
   map->tp0 = tp0;
-  ModuleObj *m = lazyCopy(from, std::move(map));
-  m->path = path;
-  return m;
+  return lazyCopy(from, std::move(map));
 }
 
-ModuleObj *Lowerer::lazyCopy(const ModuleObj &src, std::shared_ptr<const CopyMap> map) {
+ModuleObj *Lowerer::lazyCopy(const ModuleObj &from, std::shared_ptr<const CopyMap> map) {
+  // A nested repeat's copies inside copy 0 may be lazy themselves: give the source its
+  // members first (the modules are all this lowering's), so a copy reads real ones.
+  const ModuleObj &src = materialize(const_cast<ModuleObj &>(from));
   modules.emplace_back();
   ModuleObj &m = modules.back();
   m.decl = src.decl;
