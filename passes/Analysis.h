@@ -106,6 +106,10 @@ struct Analysis {
   /// fixes would search again, without end) and the trade-off curve is not drawn (the
   /// searches read only the peak and the times). Passed down instead of a global.
   bool whatIf = false;
+  /// Draw the checkpoint trade-off curve (Activations.cpp): the reports print it; `tally
+  /// check`, which prints none, turns it off (4 walks of the whole step: 12% of a 10,000-layer
+  /// check). A plan with checkpoint = auto draws it anyway: its budget note reads it.
+  bool curve = true;
   /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
   /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
   bool priceOnly = false;

@@ -133,8 +133,8 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags);
 /// totals and the checkpoint trade-off curve are not computed (a what-if analysis).
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags);
 /// Runs every pass in order on a lowered graph and its plan. `whatIf`: a solver's candidate
-/// (Analysis::whatIf: no budgets checked, no trade-off curve).
+/// (Analysis::whatIf: no budgets checked, no trade-off curve); `curve`: Analysis::curve.
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower = {}, bool whatIf = false);
+                 const Relower &relower = {}, bool whatIf = false, bool curve = true);
 
 } // namespace tally

@@ -93,9 +93,10 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags) 
 }
 
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower, bool whatIf) {
+                 const Relower &relower, bool whatIf, bool curve) {
   Analysis a = analyzeStep(g, plan, diags);
   a.whatIf = whatIf;
+  a.curve = curve;
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);

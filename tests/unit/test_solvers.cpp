@@ -594,6 +594,27 @@ TEST_CASE("budgets: a what-if analysis checks no budget and draws no curve", "[s
   CHECK(w.time.step == a.time.step);
   CHECK(quiet.diagnostics().empty());
   CHECK(w.checkpoint.curve.empty());
+  // As `tally check` analyses (curve = false): the same numbers and budget error, no curve.
+  DiagnosticEngine checked(sm);
+  checked.setOutput(nullptr);
+  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), false, /*curve=*/false);
+  CHECK(c.memory.peak == a.memory.peak);
+  CHECK(c.time.step == a.time.step);
+  CHECK(checked.diagnostics().size() == stack.c.diags.diagnostics().size());
+  CHECK(c.checkpoint.curve.empty());
+}
+
+TEST_CASE("budgets: auto's budget note reads the curve, so check draws it for auto",
+          "[solvers][budgets]") {
+  Compiled stack(stackModel("  checkpoint = auto\n", "memory per device <= 3 GiB"));
+  const Analysis &a = *stack.a;
+  REQUIRE_FALSE(a.checkpoint.curve.empty());
+  llvm::SourceMgr sm;
+  DiagnosticEngine checked(sm);
+  checked.setOutput(nullptr);
+  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), false, /*curve=*/false);
+  CHECK(c.checkpoint.curve.size() == a.checkpoint.curve.size());
+  CHECK(c.memory.peak == a.memory.peak);
 }
 
 TEST_CASE("solvers: plans with one lowering key lower to one graph", "[solvers]") {

@@ -197,8 +197,9 @@ int runCheck() {
       if (!c.lower(*p, overrides()))
         continue;
       overrideBudgets(*c.plan, *budgets);
-      auto analysis =
-          std::make_unique<Analysis>(analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p)));
+      // check prints diagnostics, not the report's trade-off curve (Analysis::curve).
+      auto analysis = std::make_unique<Analysis>(
+          analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p), false, /*curve=*/false));
       Analysis &a = lastFile && p == plans.back() ? keptToExit(std::move(analysis)) : *analysis;
       if (opts::EmitStage == opts::Emit::Ir)
         printGraph(*a.step, outs());
