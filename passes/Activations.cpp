@@ -68,6 +68,8 @@ namespace tally {
 /// roofline time and its saved list. A variant holds the walks done under one such set of
 /// facts, compared exactly (not hashed), so a memo shared by analyses that differ there keeps
 /// their walks apart.
+struct ChainParts;
+
 struct WalkMemo {
   struct Summary {
     double recomputeFlops = 0, recomputeExecuted = 0, recomputeTime = 0;
@@ -77,6 +79,15 @@ struct WalkMemo {
   struct Variant {
     std::vector<double> facts;
     std::unordered_map<std::string, Summary> walks; ///< by the policy's schedule (policyKey)
+    /// Auto's chain under these facts (buildChain): its stages' sizes in bytes, which the
+    /// facts alone decide (null until first built, or when there is no chain), and the last
+    /// program solved with its unit: a later limit with the same unit and a budget the
+    /// solution covers reads it (the budget fixes try auto under many device counts).
+    std::shared_ptr<const ChainParts> chainParts;
+    bool chainPartsBuilt = false;
+    double chainUnit = 0;
+    std::shared_ptr<const ChainSolution> chainSolution;
+    size_t chainSolves = 0;
   };
   std::vector<std::unique_ptr<Variant>> variants;
   size_t reused = 0;
@@ -88,8 +99,10 @@ WalkMemoStats walkMemoStats(const WalkMemo &memo) {
   WalkMemoStats s;
   s.reused = memo.reused;
   s.variants = memo.variants.size();
-  for (const auto &v : memo.variants)
+  for (const auto &v : memo.variants) {
     s.walks += v->walks.size();
+    s.chainSolves += v->chainSolves;
+  }
   return s;
 }
 
@@ -966,7 +979,7 @@ struct Chain {
   std::vector<std::pair<OpId, OpId>> ranges; ///< per stage: its ops [lo, hi)
   std::vector<std::vector<OpId>> selOps;     ///< per stage: its selectable ops
   double unit = 0;                           ///< bytes per unit
-  std::optional<ChainSolution> solution;
+  std::shared_ptr<const ChainSolution> solution;
 };
 
 /// The walk's bytes that a per-device limit allows (pipeline and context shares undone).
@@ -974,10 +987,22 @@ double rawBytes(const Analysis &a, double limit) {
   return limit * contextShare(*a.plan) / std::max(1.0, pipelineFactor(*a.plan));
 }
 
-std::optional<Chain> buildChain(const Facts &f, const Analysis &a, double limit) {
+} // namespace
+
+/// The chain's stages as the facts decide them, in bytes (buildChain's docs above); the unit
+/// and the program depend on the limit too.
+struct ChainParts {
+  std::vector<std::pair<OpId, OpId>> ranges;
+  std::vector<std::vector<OpId>> selOps;
+  std::vector<double> input, kept, work, seconds, keptSel, selSeconds;
+};
+
+namespace {
+
+std::optional<ChainParts> buildChainParts(const Facts &f, const Analysis &a) {
   const Graph &g = f.g;
   size_t n = g.ops.size(), L = f.copies.size();
-  if (L < 2 || !copiesContiguous(f) || limit <= 0)
+  if (L < 2 || !copiesContiguous(f))
     return std::nullopt;
   OpId first = f.copies.front().ops.front(), last = f.copies.back().ops.back();
   std::vector<std::pair<OpId, OpId>> ranges; // [lo, hi)
@@ -1066,6 +1091,33 @@ std::optional<Chain> buildChain(const Facts &f, const Analysis &a, double limit)
       below += kept[s] + output;
     }
   }
+  return ChainParts{std::move(ranges), std::move(selOps), std::move(input), std::move(kept),
+                    std::move(work), std::move(seconds), std::move(keptSel), std::move(selSeconds)};
+}
+
+/// The chain for a limit: its parts (from the walk memo's variant when the facts were seen),
+/// its unit, and the program solved for budgets up to kChainMaxScale × the limit — or a
+/// solution already solved with the same unit for at least that budget (the program's cell
+/// for a budget does not depend on the largest budget solved: ChainSolution).
+std::optional<Chain> buildChain(const Facts &f, const Analysis &a, double limit) {
+  if (limit <= 0)
+    return std::nullopt;
+  std::shared_ptr<const ChainParts> shared;
+  if (f.walked && f.walked->chainPartsBuilt) {
+    shared = f.walked->chainParts;
+  } else {
+    if (std::optional<ChainParts> p = buildChainParts(f, a))
+      shared = std::make_shared<const ChainParts>(std::move(*p));
+    if (f.walked) {
+      f.walked->chainParts = shared;
+      f.walked->chainPartsBuilt = true;
+    }
+  }
+  if (!shared)
+    return std::nullopt;
+  const ChainParts &parts = *shared;
+  const std::vector<double> &input = parts.input, &kept = parts.kept, &work = parts.work;
+  size_t S = parts.ranges.size();
   double raw = rawBytes(a, limit);
   // The unit: an eighth of the smallest stage input, so that sizes made of whole inputs (the
   // usual case: activations of one [batch, seq, d] shape and its multiples) are exact; coarser
@@ -1078,18 +1130,28 @@ std::optional<Chain> buildChain(const Facts &f, const Analysis &a, double limit)
   if (raw / unit0 > kChainMaxUnits)
     unit0 = raw / kChainMaxUnits;
   Chain chain;
-  chain.ranges = std::move(ranges);
-  chain.selOps = std::move(selOps);
+  chain.ranges = parts.ranges;
+  chain.selOps = parts.selOps;
   chain.unit = unit0;
   if (!(unit0 > 0))
     return chain;
+  auto memory = static_cast<int64_t>(std::floor(kChainMaxScale * raw / unit0));
+  if (f.walked && f.walked->chainSolution && f.walked->chainUnit == unit0 &&
+      f.walked->chainSolution->memory() >= memory) {
+    chain.solution = f.walked->chainSolution;
+    return chain;
+  }
   auto units = [&](double bytes) { return static_cast<int64_t>(std::ceil(bytes / unit0)); };
   std::vector<ChainStage> stages(S);
   for (size_t s = 0; s < S; ++s)
-    stages[s] = {units(input[s]), units(kept[s]), units(work[s]), seconds[s],
-                 units(std::max(0.0, keptSel[s])), selSeconds[s]};
-  chain.solution.emplace(std::move(stages),
-                         static_cast<int64_t>(std::floor(kChainMaxScale * raw / unit0)));
+    stages[s] = {units(input[s]), units(kept[s]), units(work[s]), parts.seconds[s],
+                 units(std::max(0.0, parts.keptSel[s])), parts.selSeconds[s]};
+  chain.solution = std::make_shared<const ChainSolution>(std::move(stages), memory);
+  if (f.walked) {
+    f.walked->chainUnit = unit0;
+    f.walked->chainSolution = chain.solution;
+    ++f.walked->chainSolves;
+  }
   return chain;
 }
 

@@ -63,6 +63,7 @@ std::shared_ptr<WalkMemo> newWalkMemo();
 /// the sets of facts it keeps apart (tests; docs/performance.md).
 struct WalkMemoStats {
   size_t walks = 0, reused = 0, variants = 0;
+  size_t chainSolves = 0; ///< auto's chain programs solved (not read off an earlier solution)
 };
 WalkMemoStats walkMemoStats(const WalkMemo &memo);
 /// MemoryPlan.cpp: the schedule over the step graph's ops and the flat regions (params,

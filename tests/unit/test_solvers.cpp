@@ -683,6 +683,41 @@ TEST_CASE("solvers: bisected largest micro-batch equals the linear search", "[so
   }
 }
 
+TEST_CASE("layout: auto's chain is solved once per graph, facts and unit", "[solvers][layout]") {
+  // At 3 GiB no single level fits, so auto tries the chain program (nestedPolicy). The budget
+  // fixes then try auto again under other ZeRO stages (other limits): the chain's parts come
+  // from the walk memo's variant, and while the unit (an eighth of the smallest stage input)
+  // stays, the program solved for the largest budget so far serves each smaller one.
+  Compiled stack(stackModel("  checkpoint = auto\n", "memory per device <= 3 GiB"));
+  const Analysis &a = *stack.a;
+  Analysis graphPart = analyzeGraph(*a.graph, *a.plan);
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  Plan p = *a.plan;
+  p.budgets.clear();
+  p.target.memoryBytes = 3.0 * (1ull << 30);
+  std::vector<Analysis> shared;
+  for (int zero : {3, 2, 1, 0}) { // largest limit first: one solve serves the rest
+    p.parallel.zero = zero;
+    shared.push_back(analyzeLayout(graphPart, p, quiet));
+  }
+  WalkMemoStats stats = walkMemoStats(*graphPart.walks);
+  REQUIRE(stats.chainSolves >= 1); // auto reached the chain program
+  CHECK(stats.chainSolves == 1);
+  // Each answer is the one a fresh analysis (its own memo, its own solve) gives.
+  for (int zero : {3, 2, 1, 0}) {
+    INFO("zero " << zero);
+    p.parallel.zero = zero;
+    const Analysis &s = shared[static_cast<size_t>(3 - zero)];
+    Analysis fresh = analyze(*a.graph, p, quiet);
+    CHECK(s.checkpoint.policy == fresh.checkpoint.policy);
+    CHECK(s.memory.peak == fresh.memory.peak);
+    CHECK(s.flops.recompute == fresh.flops.recompute);
+    CHECK(s.time.step == fresh.time.step);
+  }
+}
+
 TEST_CASE("layout: a policy is walked once per graph and facts", "[solvers][layout]") {
   Compiled stack(stackModel("  checkpoint = auto\n", "memory per device <= 24 GiB"));
   const Analysis &a = *stack.a;
