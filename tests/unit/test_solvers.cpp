@@ -288,6 +288,22 @@ std::string stackModel(const std::string &extra, const std::string &budget) {
          extra + "  target = 2 x H100_SXM { data = 2 }\n  budget {\n    " + budget + "\n  }\n}\n";
 }
 
+/// The stack model with checkpoint = auto under a memory budget, its graph part (a fresh walk
+/// memo) and its plan without budgets, with a silent engine: for analyzeLayout's candidates.
+struct LayoutRig {
+  Compiled stack;
+  Analysis graphPart;
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet{sm};
+  Plan plan;
+  explicit LayoutRig(const std::string &budget)
+      : stack(stackModel("  checkpoint = auto\n", budget)),
+        graphPart(analyzeGraph(*stack.a->graph, *stack.a->plan)), plan(*stack.a->plan) {
+    quiet.setOutput(nullptr);
+    plan.budgets.clear();
+  }
+};
+
 /// The messages of the notes on every diagnostic of `kind`.
 std::vector<std::string> notesOf(const Compiled &compiled, DiagKind kind) {
   std::vector<std::string> out;
@@ -688,14 +704,11 @@ TEST_CASE("layout: auto's chain is solved once per graph, facts and unit", "[sol
   // fixes then try auto again under other ZeRO stages (other limits): the chain's parts come
   // from the walk memo's variant, and while the unit (an eighth of the smallest stage input)
   // stays, the program solved for the largest budget so far serves each smaller one.
-  Compiled stack(stackModel("  checkpoint = auto\n", "memory per device <= 3 GiB"));
-  const Analysis &a = *stack.a;
-  Analysis graphPart = analyzeGraph(*a.graph, *a.plan);
-  llvm::SourceMgr sm;
-  DiagnosticEngine quiet(sm);
-  quiet.setOutput(nullptr);
-  Plan p = *a.plan;
-  p.budgets.clear();
+  LayoutRig rig("memory per device <= 3 GiB");
+  const Analysis &a = *rig.stack.a;
+  Analysis &graphPart = rig.graphPart;
+  DiagnosticEngine &quiet = rig.quiet;
+  Plan p = rig.plan;
   p.target.memoryBytes = 3.0 * (1ull << 30);
   std::vector<Analysis> shared;
   for (int zero : {3, 2, 1, 0}) { // largest limit first: one solve serves the rest
@@ -719,14 +732,12 @@ TEST_CASE("layout: auto's chain is solved once per graph, facts and unit", "[sol
 }
 
 TEST_CASE("layout: a policy is walked once per graph and facts", "[solvers][layout]") {
-  Compiled stack(stackModel("  checkpoint = auto\n", "memory per device <= 24 GiB"));
+  LayoutRig rig("memory per device <= 24 GiB");
+  Compiled &stack = rig.stack;
   const Analysis &a = *stack.a;
-  Analysis graphPart = analyzeGraph(*a.graph, *a.plan);
-  llvm::SourceMgr sm;
-  DiagnosticEngine quiet(sm);
-  quiet.setOutput(nullptr);
-  Plan p = *a.plan;
-  p.budgets.clear();
+  Analysis &graphPart = rig.graphPart;
+  DiagnosticEngine &quiet = rig.quiet;
+  Plan p = rig.plan;
   Analysis first = analyzeLayout(graphPart, p, quiet);
   WalkMemoStats once = walkMemoStats(*graphPart.walks);
   CHECK(once.variants == 1);
