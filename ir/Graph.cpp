@@ -198,6 +198,36 @@ bool viewInBounds(const Graph &g, const Tensor &t) {
 }
 } // namespace
 
+RepeatCopies findRepeatCopies(const Graph &g) {
+  // Instances are made parents first, so one pass in order finds each one's copy.
+  std::vector<uint32_t> copyOfInstance(g.instances.size(), kNone);
+  for (uint32_t i = 0; i < g.instances.size(); ++i) {
+    uint32_t parent = g.instances[i].parent;
+    if (parent == kNone || parent >= i)
+      continue; // the model itself
+    if (copyOfInstance[parent] != kNone)
+      copyOfInstance[i] = copyOfInstance[parent];
+    else if (g.instances[parent].block == "repeat")
+      copyOfInstance[i] = i;
+  }
+  RepeatCopies r;
+  r.ofOp.assign(g.ops.size(), kNone);
+  std::vector<uint32_t> index(g.instances.size(), kNone); // per copy instance
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    uint32_t inst = g.ops[o].instance;
+    uint32_t c = inst < copyOfInstance.size() ? copyOfInstance[inst] : kNone;
+    if (c == kNone)
+      continue;
+    if (index[c] == kNone) {
+      index[c] = static_cast<uint32_t>(r.copies.size());
+      r.copies.push_back({g.instances[c].path, {}});
+    }
+    r.ofOp[o] = index[c];
+    r.copies[index[c]].ops.push_back(o);
+  }
+  return r;
+}
+
 std::string verifyGraph(const Graph &g) {
   std::vector<bool> defined(g.tensors.size(), false);
   auto name = [](TensorId t) { return "tensor %" + std::to_string(t); };

@@ -270,6 +270,20 @@ struct Graph {
   bool isParamStorage(TensorId t) const { return tensors[storageOf(t)].role == TensorRole::Param; }
 };
 
+/// The copies of the graph's repeat blocks (a transformer's layers): a copy is an instance
+/// whose parent is a `repeat` list, and an op belongs to the outermost copy at or above its
+/// instance. Computed once per graph by the graph-only passes (Analysis::copies) and read by
+/// the activation walk, the step time and the reports.
+struct RepeatCopies {
+  struct Copy {
+    std::string path;       ///< "h[3]"
+    std::vector<OpId> ops;  ///< in op order
+  };
+  std::vector<Copy> copies; ///< in the order of their first op
+  std::vector<uint32_t> ofOp; ///< per op: its index in `copies`, or kNone
+};
+RepeatCopies findRepeatCopies(const Graph &g);
+
 /// Checks the graph's invariants (topological order, shapes present, ids in range, params
 /// listed once). Returns an empty string when valid, or a description of the first problem.
 std::string verifyGraph(const Graph &g);

@@ -60,6 +60,55 @@
 
 namespace tally {
 
+struct ChainParts;
+
+/// The facts of step 1 that the graph alone decides (with its ops' saved lists, which
+/// autodiff's rules derive from the graph) and whether the plan trains: built once per graph
+/// and kept in its walk memo, since the budget fixes and the layout search gather facts for
+/// every candidate and only the layout's part (splits, op times, buffer sizes) changes.
+struct FactsStructure {
+  /// Per stored tensor, ops in op order, each once; flat, with per-tensor offsets (built once
+  /// from (tensor, op) pairs: a list per tensor was a third of the facts' cost).
+  struct PerTensor {
+    std::vector<uint32_t> start;
+    std::vector<OpId> items;
+    llvm::ArrayRef<OpId> operator[](TensorId t) const {
+      return llvm::ArrayRef<OpId>(items).slice(start[t], start[t + 1] - start[t]);
+    }
+    void build(size_t tensors, const std::vector<std::pair<TensorId, OpId>> &pairs) {
+      start.assign(tensors + 1, 0);
+      for (const auto &[t, o] : pairs)
+        ++start[t + 1];
+      for (size_t t = 0; t < tensors; ++t)
+        start[t + 1] += start[t];
+      items.resize(pairs.size());
+      std::vector<uint32_t> next(start.begin(), start.end() - 1);
+      for (const auto &[t, o] : pairs)
+        items[next[t]++] = o;
+    }
+  };
+  /// per op: the stored activations it reads, those its backward keeps, those it writes
+  /// (each once), and the indexes in a.ops[o].saved of its extra buffers (no tensor); flat
+  /// lists with per-op offsets (the layout search builds these facts thousands of times).
+  struct PerOp {
+    std::vector<uint32_t> start{0}, items;
+    llvm::ArrayRef<uint32_t> of(OpId o) const {
+      return llvm::ArrayRef<uint32_t>(items).slice(start[o], start[o + 1] - start[o]);
+    }
+    void addOnce(uint32_t x) { // to the op being built
+      if (std::find(items.begin() + start.back(), items.end(), x) == items.end())
+        items.push_back(x);
+    }
+    void close() { start.push_back(static_cast<uint32_t>(items.size())); }
+  };
+  const Graph *graph = nullptr;
+  bool train = false;
+  std::vector<bool> hasBackward; ///< per op
+  PerTensor readers;             ///< per stored tensor: ops reading it (or a view)
+  PerTensor savers;              ///< per stored tensor: ops whose backward keeps it
+  PerOp reads, keeps, writes, extras;
+};
+
 /// Analysis::walks: the walks (steps 3-5) done on one graph that listed no buffers, so a policy
 /// tried again (the budget fixes try sqrt, full and auto's candidates under each ZeRO stage and
 /// device count; the layout search thousands of layouts) is not walked again. A walk reads the
@@ -68,8 +117,6 @@ namespace tally {
 /// roofline time and its saved list. A variant holds the walks done under one such set of
 /// facts, compared exactly (not hashed), so a memo shared by analyses that differ there keeps
 /// their walks apart.
-struct ChainParts;
-
 struct WalkMemo {
   struct Summary {
     double recomputeFlops = 0, recomputeExecuted = 0, recomputeTime = 0;
@@ -91,6 +138,9 @@ struct WalkMemo {
   };
   std::vector<std::unique_ptr<Variant>> variants;
   size_t reused = 0;
+  /// The graph's facts (FactsStructure), built on first use; how many times one was built.
+  std::shared_ptr<const FactsStructure> structure;
+  size_t structures = 0;
 };
 
 std::shared_ptr<WalkMemo> newWalkMemo() { return std::make_shared<WalkMemo>(); }
@@ -99,6 +149,7 @@ WalkMemoStats walkMemoStats(const WalkMemo &memo) {
   WalkMemoStats s;
   s.reused = memo.reused;
   s.variants = memo.variants.size();
+  s.structures = memo.structures;
   for (const auto &v : memo.variants) {
     s.walks += v->walks.size();
     s.chainSolves += v->chainSolves;
@@ -111,54 +162,18 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Step 1: facts about the graph.
 
-/// A copy of a repeated block ("h[3]") and the ops written in it or below it.
-struct Copy {
-  std::string path;
-  std::vector<OpId> ops;
-};
+/// A copy of a repeated block ("h[3]") and the ops written in it or below it (ir/Graph.h).
+using Copy = RepeatCopies::Copy;
 
 struct Facts {
   const Graph &g;
   bool train;
   double tensorDegree;
-  std::vector<bool> hasBackward;              ///< per op
-  /// Per stored tensor, ops in op order, each once; flat, with per-tensor offsets (built once
-  /// from (tensor, op) pairs: a list per tensor was a third of the facts' cost).
-  struct PerTensor {
-    std::vector<uint32_t> start;
-    std::vector<OpId> items;
-    llvm::ArrayRef<OpId> operator[](TensorId t) const {
-      return llvm::ArrayRef<OpId>(items).slice(start[t], start[t + 1] - start[t]);
-    }
-    void build(size_t tensors, const std::vector<std::pair<TensorId, OpId>> &pairs) {
-      start.assign(tensors + 1, 0);
-      for (const auto &[t, o] : pairs)
-        ++start[t + 1];
-      for (size_t t = 0; t < tensors; ++t)
-        start[t + 1] += start[t];
-      items.resize(pairs.size());
-      std::vector<uint32_t> next(start.begin(), start.end() - 1);
-      for (const auto &[t, o] : pairs)
-        items[next[t]++] = o;
-    }
-  };
-  PerTensor readers; ///< per stored tensor: ops reading it (or a view)
-  PerTensor savers;  ///< per stored tensor: ops whose backward keeps it
-  /// per op: the stored activations it reads, those its backward keeps, those it writes
-  /// (each once), and the indexes in a.ops[o].saved of its extra buffers (no tensor); flat
-  /// lists with per-op offsets (the layout search builds these facts thousands of times).
-  struct PerOp {
-    std::vector<uint32_t> start{0}, items;
-    llvm::ArrayRef<uint32_t> of(OpId o) const {
-      return llvm::ArrayRef<uint32_t>(items).slice(start[o], start[o + 1] - start[o]);
-    }
-    void addOnce(uint32_t x) { // to the op being built
-      if (std::find(items.begin() + start.back(), items.end(), x) == items.end())
-        items.push_back(x);
-    }
-    void close() { start.push_back(static_cast<uint32_t>(items.size())); }
-  };
-  PerOp reads, keeps, writes, extras;
+  /// The graph's part of the facts (FactsStructure, shared per graph) and its members.
+  std::shared_ptr<const FactsStructure> structure;
+  const std::vector<bool> &hasBackward;
+  const FactsStructure::PerTensor &readers, &savers;
+  const FactsStructure::PerOp &reads, &keeps, &writes, &extras;
   uint32_t extraCount(OpId o) const { return extras.start[o + 1] - extras.start[o]; }
   /// The nested-recomputation chain, solved on first use (nestedPolicy).
   mutable std::shared_ptr<std::optional<struct Chain>> chain;
@@ -166,8 +181,10 @@ struct Facts {
   WalkMemo *memo = nullptr;
   WalkMemo::Variant *walked = nullptr;
   std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
-  std::vector<Copy> copies;                   ///< in the order of their first op
-  std::vector<uint32_t> copyOfOp;             ///< per op: index into copies, or kNone
+  /// The repeat copies (Analysis::copies): in the order of their first op, and per op the
+  /// index of its copy or kNone.
+  const std::vector<Copy> &copies;
+  const std::vector<uint32_t> &copyOfOp;
   /// per op: roofline seconds of its forward on the target (executed FLOPs and bytes at the
   /// op's compute dtype, before any parallel split): what recomputing it costs.
   std::vector<double> opTime;
@@ -176,9 +193,13 @@ struct Facts {
   /// buffers; these are computed once).
   std::vector<double> tensorBuffer, extraBuffer;
 
-  Facts(const Graph &g, const Analysis &a)
-      : g(g), train(a.plan->isTrain),
-        tensorDegree(static_cast<double>(std::max<int64_t>(1, a.plan->parallel.tensor))) {}
+  Facts(const Analysis &a, std::shared_ptr<const FactsStructure> st)
+      : g(*a.graph), train(a.plan->isTrain),
+        tensorDegree(static_cast<double>(std::max<int64_t>(1, a.plan->parallel.tensor))),
+        structure(std::move(st)), hasBackward(structure->hasBackward),
+        readers(structure->readers), savers(structure->savers), reads(structure->reads),
+        keeps(structure->keeps), writes(structure->writes), extras(structure->extras),
+        copies(a.copies->copies), copyOfOp(a.copies->ofOp) {}
 
   bool isActivation(TensorId t) const { return g.tensors[t].role == TensorRole::Activation; }
   /// Bytes of a stored tensor on one device (its tensor-parallel share).
@@ -210,58 +231,56 @@ void markSplit(Facts &f) {
   }
 }
 
-/// Repeat copies: an instance whose parent is a `repeat` list; ops belong to the outermost one.
-void findCopies(Facts &f) {
-  const Graph &g = f.g;
-  std::vector<uint32_t> copyOfInstance(g.instances.size(), kNone);
-  std::vector<uint32_t> copyIndex(g.instances.size(), kNone);
-  for (uint32_t i = 0; i < g.instances.size(); ++i) {
-    uint32_t parent = g.instances[i].parent;
-    if (parent == kNone || parent >= i)
-      continue; // the model itself (parents are created before their children)
-    if (copyOfInstance[parent] != kNone)
-      copyOfInstance[i] = copyOfInstance[parent];
-    else if (g.instances[parent].block == "repeat")
-      copyOfInstance[i] = i;
-  }
-  f.copyOfOp.assign(g.ops.size(), kNone);
-  for (OpId o = 0; o < g.ops.size(); ++o) {
-    uint32_t inst = g.ops[o].instance;
-    uint32_t c = inst < copyOfInstance.size() ? copyOfInstance[inst] : kNone;
-    if (c == kNone)
-      continue;
-    if (copyIndex[c] == kNone) {
-      copyIndex[c] = static_cast<uint32_t>(f.copies.size());
-      f.copies.push_back({g.instances[c].path, {}});
-    }
-    f.copyOfOp[o] = copyIndex[c];
-    f.copies[copyIndex[c]].ops.push_back(o);
-  }
-}
-
 /// The variant of `memo` whose facts are these (WalkMemo), made when there is none.
-WalkMemo::Variant *memoVariant(WalkMemo &memo, const Facts &f, const Analysis &a) {
-  std::vector<double> facts{f.tensorDegree, f.train ? 1.0 : 0.0,
-                            a.plan->parallel.sequenceParallel ? 1.0 : 0.0};
-  facts.reserve(facts.size() + 6 * f.g.ops.size());
+/// The facts a walk reads from the analysis, as numbers in a fixed order (a variant's key),
+/// each passed to `take` until it returns false; whether all were taken.
+template <typename Take> bool forEachFact(const Facts &f, const Analysis &a, Take &&take) {
+  if (!take(f.tensorDegree) || !take(f.train ? 1.0 : 0.0) ||
+      !take(a.plan->parallel.sequenceParallel ? 1.0 : 0.0))
+    return false;
   for (OpId o = 0; o < f.g.ops.size(); ++o) {
     const OpAnalysis &oa = a.ops[o];
-    facts.insert(facts.end(), {f.opTime[o], oa.forward.flops, oa.forward.executedFlops,
-                               static_cast<double>(oa.saved.size())});
+    if (!take(f.opTime[o]) || !take(oa.forward.flops) || !take(oa.forward.executedFlops) ||
+        !take(static_cast<double>(oa.saved.size())))
+      return false;
     for (const SavedTensor &st : oa.saved)
-      facts.insert(facts.end(), {static_cast<double>(st.tensor), st.bytes});
+      if (!take(static_cast<double>(st.tensor)) || !take(st.bytes))
+        return false;
   }
-  for (const auto &v : memo.variants)
-    if (v->facts == facts)
+  return true;
+}
+
+/// The variant of `memo` whose facts are these (WalkMemo), made when there is none. A variant
+/// is compared in place (a 10,000-layer key is millions of numbers; building one per
+/// candidate to compare was most of the facts' cost once the graph's part was shared).
+WalkMemo::Variant *memoVariant(WalkMemo &memo, const Facts &f, const Analysis &a) {
+  for (const auto &v : memo.variants) {
+    const std::vector<double> &key = v->facts;
+    size_t i = 0;
+    auto same = [&](double x) { return i < key.size() && key[i++] == x; };
+    if (forEachFact(f, a, same) && i == key.size())
       return v.get();
+  }
+  std::vector<double> facts;
+  facts.reserve(3 + 6 * f.g.ops.size());
+  forEachFact(f, a, [&](double x) {
+    facts.push_back(x);
+    return true;
+  });
   memo.variants.push_back(std::make_unique<WalkMemo::Variant>());
   memo.variants.back()->facts = std::move(facts);
   return memo.variants.back().get();
 }
 
-Facts gatherFacts(const Analysis &a) {
+/// The graph's part of the facts: which ops have a backward, each stored activation's
+/// readers and savers, each op's reads, keeps, writes and extra buffers.
+std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
   const Graph &g = *a.graph;
-  Facts f(g, a);
+  auto st = std::make_shared<FactsStructure>();
+  FactsStructure &f = *st;
+  f.graph = &g;
+  f.train = a.plan->isTrain;
+  auto isActivation = [&](TensorId t) { return g.tensors[t].role == TensorRole::Activation; };
   f.hasBackward.assign(g.ops.size(), false);
   // (tensor, op) pairs in op order, each once: an op's pairs are consecutive per tensor.
   std::vector<std::pair<TensorId, OpId>> readers, savers;
@@ -276,14 +295,14 @@ Facts gatherFacts(const Analysis &a) {
     for (TensorId t : op.inputs) {
       f.hasBackward[o] = f.hasBackward[o] || (f.train && g.tensors[t].requiresGrad);
       TensorId s = g.storageOf(t);
-      if (f.isActivation(s)) {
+      if (isActivation(s)) {
         addOnce(readers, lastReader, s, o);
         f.reads.addOnce(s);
       }
     }
     for (TensorId t : op.outputs) {
       TensorId s = g.storageOf(t);
-      if (f.isActivation(s) && g.tensors[s].producer == o)
+      if (isActivation(s) && g.tensors[s].producer == o)
         f.writes.addOnce(s);
     }
     const auto &saved = a.ops[o].saved;
@@ -293,7 +312,7 @@ Facts gatherFacts(const Analysis &a) {
         continue;
       }
       TensorId s = g.storageOf(saved[i].tensor);
-      if (f.isActivation(s)) {
+      if (isActivation(s)) {
         addOnce(savers, lastSaver, s, o);
         f.keeps.addOnce(s);
       }
@@ -305,13 +324,32 @@ Facts gatherFacts(const Analysis &a) {
   }
   f.readers.build(g.tensors.size(), readers);
   f.savers.build(g.tensors.size(), savers);
+  return st;
+}
+
+/// Step 1: the graph's part from the walk memo when it holds this graph's (under the same
+/// training flag; the saved lists are the graph's), else built and kept there; then the
+/// layout's part.
+Facts gatherFacts(const Analysis &a) {
+  const Graph &g = *a.graph;
+  WalkMemo *memo = a.walks.get();
+  std::shared_ptr<const FactsStructure> st;
+  if (memo && memo->structure && memo->structure->graph == &g &&
+      memo->structure->train == a.plan->isTrain)
+    st = memo->structure;
+  else
+    st = buildStructure(a);
+  if (memo && memo->structure != st) {
+    memo->structure = st;
+    ++memo->structures;
+  }
+  Facts f(a, std::move(st));
   markSplit(f);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
   // the tensor-parallel regions are split over the sequence, so every activation is split.
   if (a.plan->parallel.sequenceParallel)
     for (TensorId t = 0; t < g.tensors.size(); ++t)
       f.split[t] = f.split[t] || f.isActivation(t);
-  findCopies(f);
   f.opTime.assign(g.ops.size(), 0);
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const OpAnalysis &oa = a.ops[o];

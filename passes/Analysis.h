@@ -121,6 +121,10 @@ struct Analysis {
   /// The whole training step (passes/Backward.cpp): graph's forward ops with the same ids,
   /// then backward and optimizer ops. For infer plans, a copy of the forward graph.
   std::shared_ptr<const Graph> step;
+  /// The graph's repeat-block copies (ir/Graph.h), found once by analyzeGraph and shared by
+  /// every analysis copied from that graph part: the activation walk's segments, the step
+  /// time's pipeline boundary and per-layer collectives.
+  std::shared_ptr<const RepeatCopies> copies;
 
   // ---- parameters ----
   struct BlockCount {

@@ -2,7 +2,8 @@
 // step (passes/Backward.cpp), and the FLOP totals of one optimizer step: backward split into
 // weight and input gradients, the optimizer update, model and executed FLOPs, and 6·N·D.
 //
-// 1. Build the training step: the forward graph with its backward and optimizer ops.
+// 1. Build the training step: the forward graph with its backward and optimizer ops (or take
+//    the one analyzeGraph was given: the budget fixes' candidates of the base's graph).
 // 2. Each backward op adds its FLOPs, executed FLOPs and bytes to the forward op it
 //    differentiates (bytes: what it reads, what it writes, and the old value of a gradient it
 //    adds into), its transcendental evaluations, and one kernel call unless it is a view
@@ -51,8 +52,9 @@ double backwardOpBytes(const Graph &g, const Op &op, const ForwardCost &c) {
 void differentiate(Analysis &a) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
-  // Step 1.
-  a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan));
+  // Step 1 (unless the caller passed the step of an equal plan: analyzeGraph).
+  if (!a.step)
+    a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan));
   if (!plan.isTrain) {
     a.flops.step = a.flops.forward;
     return;

@@ -679,6 +679,14 @@ double optimizerFlopsPerParam(const OptimizerSpec &o, bool lossScaling) {
   return updateFlopsPerParam(o) + (lossScaling ? 1 : 0);
 }
 
+bool sameStep(const Plan &a, const Plan &b) {
+  return a.isTrain == b.isTrain && a.precision.grads == b.precision.grads &&
+         a.precision.lossScaling == b.precision.lossScaling &&
+         a.optimizer.name == b.optimizer.name &&
+         optimizerFlopsPerParam(a.optimizer, a.precision.lossScaling) ==
+             optimizerFlopsPerParam(b.optimizer, b.precision.lossScaling);
+}
+
 Graph buildTrainingStep(const Graph &forward, const Plan &plan) {
   // Reserved once rather than regrown op by op (regrowing a 10,000-layer step moved each
   // tensor about twice), before the forward graph is copied in (copy assignment keeps the

@@ -32,6 +32,11 @@ constexpr int64_t kCudaStepWorkspaceBytes = 64LL << 20;
 /// backward ops (phase Backward, each naming its forward op), then the optimizer phase. An
 /// infer plan's graph comes back unchanged. The pipeline verifies it (Pipeline.cpp, checkStep).
 Graph buildTrainingStep(const Graph &forward, const Plan &plan);
+/// Whether buildTrainingStep makes the same step of one forward graph for both plans: the
+/// same training flag, gradient dtype, loss scaling and optimizer update. Only the loss
+/// gradient's seed, 1 / (micro-batches per rank), may differ, which no pass prices (the
+/// budget fixes price candidates with the base's step; code generation builds its own).
+bool sameStep(const Plan &a, const Plan &b);
 /// FLOPs per trainable parameter of the optimizer_update op (the update, and unscaling the
 /// gradient under loss scaling).
 double optimizerFlopsPerParam(const OptimizerSpec &o, bool lossScaling);
@@ -64,6 +69,7 @@ std::shared_ptr<WalkMemo> newWalkMemo();
 struct WalkMemoStats {
   size_t walks = 0, reused = 0, variants = 0;
   size_t chainSolves = 0; ///< auto's chain programs solved (not read off an earlier solution)
+  size_t structures = 0;  ///< the facts' graph part built (once per graph and training flag)
 };
 WalkMemoStats walkMemoStats(const WalkMemo &memo);
 /// MemoryPlan.cpp: the schedule over the step graph's ops and the flat regions (params,
@@ -123,7 +129,9 @@ void blockTotals(Analysis &a);
 
 /// The passes that depend only on the graph, the precision and the optimizer (parameters,
 /// op costs, the backward): the part of an analysis every layout of the same graph shares.
-Analysis analyzeGraph(const Graph &g, const Plan &plan);
+/// `step`: the training step already built for this graph and an equal plan (sameStep), used
+/// instead of building it again.
+Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step = nullptr);
 /// analyzeGraph, then the training step verified (an internal-error diagnostic if not): the
 /// pipeline as far as `--emit=ir` needs, without the layout passes, lints or budgets.
 Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags);

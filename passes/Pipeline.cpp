@@ -10,10 +10,12 @@
 
 namespace tally {
 
-Analysis analyzeGraph(const Graph &g, const Plan &plan) {
+Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step) {
   Analysis a;
   a.graph = &g;
   a.plan = &plan;
+  a.step = std::move(step);
+  a.copies = std::make_shared<const RepeatCopies>(findRepeatCopies(g));
   countParams(a);
   costOps(a);
   differentiate(a); // [autodiff]

@@ -278,7 +278,11 @@ std::optional<Trial> Trials::run(const Plan &candidate) {
       graph = gp->owned ? &*gp->owned : nullptr;
     }
     if (graph) {
-      gp->part = analyzeGraph(*graph, gp->plan);
+      // The base's graph under the base's step (sameStep): its step is not built again.
+      std::shared_ptr<const Graph> step;
+      if (graph == base_.graph && sameStep(gp->plan, *base_.plan))
+        step = base_.step;
+      gp->part = analyzeGraph(*graph, gp->plan, std::move(step));
       // The base's graph: its walks are the base analysis's (WalkMemo keeps apart those whose
       // facts differ, another precision's costs say).
       if (graph == base_.graph && base_.walks)

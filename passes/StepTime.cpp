@@ -254,63 +254,29 @@ bool hasBackward(const Graph &g, const Plan &plan, const Op &op) {
   return false;
 }
 
-/// Per instance: the outermost instance at or above it whose parent is a `repeat` list (the
-/// repeat-block copy it is in), or kNone. Instances are made parents first, so one pass in
-/// order (walking up from every op instead was, with the set of copies, 3% of a 10,000-layer
-/// budget search, which prices the step once per trial).
-std::vector<uint32_t> repeatCopyOf(const Graph &g) {
-  std::vector<uint32_t> copy(g.instances.size(), kNone);
-  for (uint32_t i = 0; i < g.instances.size(); ++i) {
-    uint32_t parent = g.instances[i].parent;
-    if (parent == kNone || parent >= i)
-      continue;
-    copy[i] = copy[parent] != kNone                     ? copy[parent]
-              : g.instances[parent].block == "repeat" ? i
-                                                      : kNone;
-  }
-  return copy;
-}
-
 /// Step 7: bytes sent across a pipeline stage boundary: the activations the first repeat-block
 /// copy reads from outside itself (0 without repeat blocks: nothing to cut between).
-double stageBoundaryBytes(const Graph &g) {
-  uint32_t first = kNone;
-  std::vector<uint32_t> copyOf = repeatCopyOf(g);
-  auto copyOfOp = [&](OpId o) { return g.ops[o].instance < copyOf.size() ? copyOf[g.ops[o].instance] : kNone; };
-  for (OpId i = 0; i < g.ops.size() && first == kNone; ++i)
-    first = copyOfOp(i);
-  if (first == kNone)
+double stageBoundaryBytes(const Graph &g, const RepeatCopies &rc) {
+  if (rc.copies.empty())
     return 0;
-  std::set<TensorId> seen;
+  std::vector<bool> seen(g.tensors.size(), false);
   double bytes = 0;
-  for (OpId i = 0; i < g.ops.size(); ++i) {
-    if (copyOfOp(i) != first)
-      continue;
+  for (OpId i : rc.copies.front().ops)
     for (TensorId x : g.ops[i].inputs) {
       TensorId s = g.storageOf(x);
       const Tensor &st = g.tensors[s];
       if (st.role != TensorRole::Activation || !isFloat(st.dtype) || st.producer == kNone ||
-          copyOfOp(st.producer) == first || !seen.insert(s).second)
+          rc.ofOp[st.producer] == 0 || seen[s])
         continue;
+      seen[s] = true;
       bytes += g.bytes(s);
     }
-  }
   return bytes;
 }
 
 /// The number of repeat-block copies (a transformer's layers); 1 without repeat blocks.
-double repeatCopies(const Graph &g) {
-  std::vector<uint32_t> copyOf = repeatCopyOf(g);
-  std::vector<bool> seen(g.instances.size(), false);
-  size_t copies = 0;
-  for (const Op &op : g.ops) {
-    uint32_t c = op.instance < copyOf.size() ? copyOf[op.instance] : kNone;
-    if (c != kNone && !seen[c]) {
-      seen[c] = true;
-      ++copies;
-    }
-  }
-  return std::max<double>(1, static_cast<double>(copies));
+double repeatCopies(const RepeatCopies &rc) {
+  return std::max<double>(1, static_cast<double>(rc.copies.size()));
 }
 
 /// Step 2: per-op forward and backward times per micro-batch.
@@ -685,7 +651,7 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
   double t = degree(plan.parallel.tensor), p = degree(plan.parallel.pipeline);
   a.time.forward = F;
   a.time.tensorParallelComm = t > 1 ? allReduces(plan, tp.forwardMessages) : 0;
-  a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph)) : 0;
+  a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph, *a.copies)) : 0;
   a.time.contextParallelComm = ringAttention(a, tp);
   a.time.expertParallelComm = expertAllToAll(a, tp);
   a.time.communication = a.time.tensorParallelComm + a.time.pipelineComm +
@@ -745,7 +711,7 @@ void stepTime(Analysis &a) {
   // Steps 5-8 and 10.
   a.time.optimizer = optimizerTime(a);
   a.time.dataParallelComm =
-      dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(g) / p);
+      dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(*a.copies) / p);
   if (t > 1) {
     double perMicroBatch = allReduces(plan, tp.forwardMessages) +
                            allReduces(plan, tp.backwardMessages) +
@@ -754,7 +720,7 @@ void stepTime(Analysis &a) {
   } else {
     a.time.tensorParallelComm = 0;
   }
-  a.time.pipelineComm = p > 1 ? m * 2 * v * boundarySend(plan, stageBoundaryBytes(g)) : 0;
+  a.time.pipelineComm = p > 1 ? m * 2 * v * boundarySend(plan, stageBoundaryBytes(g, *a.copies)) : 0;
   a.time.contextParallelComm = m / p * ringAttention(a, tp);
   a.time.expertParallelComm = m / p * expertAllToAll(a, tp);
   a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm +

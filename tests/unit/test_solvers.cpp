@@ -507,6 +507,16 @@ TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once",
       p.parallel.zero = zero;
       cands.push_back(p);
     }
+    // Other data-parallel degrees at the same micro-batch: the same graph and the base's step,
+    // whose loss seed (1 / micro-batches per rank) is the base's, not theirs.
+    for (int64_t data : {int64_t{1}, 2 * base.parallel.data}) {
+      Plan p = base;
+      p.parallel.devices = base.parallel.devices / base.parallel.data * data;
+      p.parallel.data = data;
+      p.target.shareHost(p.parallel.devices);
+      p.microBatchGiven = true;
+      cands.push_back(p);
+    }
     std::vector<int64_t> mbs;
     for (int64_t mb : microBatchCandidates(base))
       if (mb <= 2 * base.microBatch && mbs.size() < 3)
@@ -533,6 +543,30 @@ TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once",
     CHECK(trials.layoutsAnalysed() == layouts);
     CHECK(layouts < static_cast<int>(cands.size())); // the base's own layout repeats in the list
   }
+}
+
+TEST_CASE("solvers: a graph part of an equal plan takes the step it is given", "[solvers]") {
+  Compiled t(fromFile, example("gpt2.tally"));
+  const Analysis &a = *t.a;
+  Plan p = *a.plan;
+  CHECK(sameStep(p, *a.plan));
+  Analysis part = analyzeGraph(*a.graph, p, a.step);
+  CHECK(part.step == a.step); // not built again
+  CHECK(part.flops.backward == a.flops.backward);
+  CHECK(part.flops.executed == analyzeGraph(*a.graph, p).flops.executed);
+  // What the step is made of differs: another optimizer, gradient dtype or loss scaling.
+  Plan sgd = p;
+  sgd.optimizer = *optimizerPreset("SGD");
+  CHECK_FALSE(sameStep(sgd, p));
+  Plan grads = p;
+  grads.precision.grads = p.precision.grads == Dtype::F32 ? Dtype::BF16 : Dtype::F32;
+  CHECK_FALSE(sameStep(grads, p));
+  Plan scaled = p;
+  scaled.precision.lossScaling = !p.precision.lossScaling;
+  CHECK_FALSE(sameStep(scaled, p));
+  Plan infer = p;
+  infer.isTrain = false;
+  CHECK_FALSE(sameStep(infer, p));
 }
 
 TEST_CASE("solvers: bisected fewest devices equal the linear search where fitting is monotone",
@@ -757,6 +791,20 @@ TEST_CASE("layout: a policy is walked once per graph and facts", "[solvers][layo
   CHECK(second.checkpoint.policy == full.checkpoint.policy);
   CHECK(second.flops.executed == full.flops.executed);
   CHECK(second.time.step == full.time.step);
+  // The facts' graph part (readers, savers, saved lists) was built once for both layouts; a
+  // tensor-parallel layout reads it too (its own variant: other splits) and still gets a
+  // whole analysis's answers.
+  CHECK(walkMemoStats(*graphPart.walks).structures == 1);
+  Plan tp = rig.plan;
+  tp.parallel.tensor = 2;
+  tp.parallel.devices = 4;
+  Analysis split = analyzeLayout(graphPart, tp, quiet);
+  CHECK(walkMemoStats(*graphPart.walks).structures == 1);
+  CHECK(walkMemoStats(*graphPart.walks).variants == 2);
+  Analysis splitFull = analyze(*a.graph, tp, quiet);
+  CHECK(split.memory.peak == splitFull.memory.peak);
+  CHECK(split.checkpoint.policy == splitFull.checkpoint.policy);
+  CHECK(split.time.step == splitFull.time.step);
   // The base analysis's walks serve the fix trials of its own graph.
   CHECK(walkMemoStats(*a.walks).walks > 0);
   Trials trials(a, stack.relower());
