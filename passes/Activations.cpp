@@ -612,6 +612,32 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
       for (uint32_t k = 0; k < f.extraCount(o); ++k)
         make(extraKey + k, i, again);
   }
+  // An activation's gradient: from the backward of its first reader to its producer's.
+  auto gradient = [&](TensorId t) {
+    const Tensor &tensor = g.tensors[t];
+    OpId p = tensor.producer;
+    if (!f.train || !tensor.requiresGrad || p == kNone || bwd[p] == kNone)
+      return;
+    uint32_t start = kNone;
+    for (OpId r : f.readers[t])
+      if (bwd[r] != kNone)
+        start = std::min(start, bwd[r]);
+    if (start != kNone)
+      addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, bwd[p], "gradient",
+                Buffer::Gradient);
+  };
+  if (!keep) {
+    // Only the live bytes per step: the buffers in the order they were made (whole bytes, so
+    // the sums are exact in any order), without listing them by tensor.
+    for (const Instance &in : inst)
+      addBuffer(w, live, false, kNone, kNone,
+                in.key < T ? f.tensorBuffer[in.key] : f.extraBuffer[in.key - T], in.first,
+                in.last, "", in.saved ? Buffer::Saved : Buffer::Transient);
+    for (TensorId t = 0; t < T; ++t)
+      if (current[t] != kNone)
+        gradient(t);
+    return;
+  }
   // Each key's instances in the order they were made: a counting sort by key.
   std::vector<uint32_t> from(current.size() + 1, 0), order(inst.size());
   for (const Instance &in : inst)
@@ -626,8 +652,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
   for (TensorId t = 0; t < T; ++t) {
     if (from[t] == from[t + 1])
       continue;
-    const Tensor &tensor = g.tensors[t];
-    OpId p = tensor.producer;
+    OpId p = g.tensors[t].producer;
     double bytes = f.tensorBuffer[t];
     for (uint32_t j = from[t]; j < from[t + 1]; ++j) {
       const Instance &in = inst[order[j]];
@@ -636,14 +661,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
                               : (in.saved ? "saved" : "transient"),
                 in.saved ? Buffer::Saved : Buffer::Transient);
     }
-    if (!f.train || !tensor.requiresGrad || p == kNone || bwd[p] == kNone)
-      continue;
-    uint32_t start = kNone;
-    for (OpId r : f.readers[t])
-      if (bwd[r] != kNone)
-        start = std::min(start, bwd[r]);
-    if (start != kNone)
-      addBuffer(w, live, keep, t, p, bytes, start, bwd[p], "gradient", Buffer::Gradient);
+    gradient(t);
   }
   for (OpId o = 0; o < n; ++o) {
     for (uint32_t k = 0; k < f.extraCount(o); ++k) {
