@@ -335,7 +335,7 @@ bool Lowerer::items(const std::vector<BlockItemPtr> &list, ModuleObj &m, bool fr
       t.dtype = key.params;
       if (!shapeOf(*item->type, m.consts, false, t.shape, t.dtype))
         return false;
-      t.name = join(m.path, item->name);
+      t.name = joinPath(m.path, item->name);
       t.requiresGrad = !(frozen || item->frozen);
       t.param = static_cast<uint32_t>(g.params.size());
       TensorId id = g.addTensor(t);
@@ -396,7 +396,7 @@ const BlockDecl *Lowerer::blockOf(const Expr &e, const ConstEnv &env) {
 
 bool Lowerer::member(const BlockItem &item, ModuleObj &m, bool frozen) {
   const Expr &e = *item.value;
-  std::string path = join(m.path, item.name);
+  std::string path = joinPath(m.path, item.name);
   if (e.kind == ExprKind::Repeat) {
     ConstValue count = sema.eval(*e.args[0], m.consts);
     if (count.kind == ConstValue::Invalid)

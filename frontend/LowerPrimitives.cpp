@@ -753,7 +753,7 @@ std::string Lowerer::nextOpPath(uint32_t instance, OpKind kind) {
   auto &counts = opCounts[instance];
   auto it = std::find_if(counts.begin(), counts.end(), [&](const auto &c) { return c.first == kind; });
   unsigned n = it == counts.end() ? (counts.push_back({kind, 1}), 1) : ++it->second;
-  std::string path = join(g.instances[instance].path, opName(kind));
+  std::string path = joinPath(g.instances[instance].path, opName(kind));
   if (n > 1)
     path.append(1, '#').append(std::to_string(n));
   return path;

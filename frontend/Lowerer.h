@@ -95,14 +95,6 @@ struct Scope {
 /// memory that instantiation may take, checked before a repeat makes its copies.
 constexpr size_t kMaxInstances = 1'000'000;
 
-inline std::string join(const std::string &path, llvm::StringRef name) {
-  if (path.empty())
-    return name.str();
-  std::string s; // one allocation (a path rarely fits the small-string buffer)
-  s.reserve(path.size() + 1 + name.size());
-  return s.append(path).append(1, '.').append(name.data(), name.size());
-}
-
 /// The end of `root`'s subtree of instances: they are made depth first, so the subtree is
 /// [root, end).
 uint32_t subtreeEnd(const Graph &g, uint32_t root);

@@ -224,6 +224,18 @@ struct ParamInfo {
   llvm::SMRange range;        ///< the `param` declaration
 };
 
+/// A path one level down: "h[3].attn" + "qkv" → "h[3].attn.qkv" ("" + "wte" → "wte"). Instance,
+/// parameter and op paths (lowering), and a backward op's ("h[3].attn.matmul.matmul_backward"),
+/// in one allocation: a path rarely fits the small-string buffer, and a 10,000-layer step
+/// makes millions of them.
+inline std::string joinPath(const std::string &path, llvm::StringRef name) {
+  if (path.empty())
+    return name.str();
+  std::string s;
+  s.reserve(path.size() + 1 + name.size());
+  return s.append(path).append(1, '.').append(name.data(), name.size());
+}
+
 /// A block instance: the model itself (path ""), its members, and each repeat copy.
 struct Instance {
   std::string path;           ///< "", "h", "h[3]", "h[3].attn"

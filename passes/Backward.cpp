@@ -117,9 +117,7 @@ struct Builder {
       const Op &f = g.ops[current];
       op.instance = f.instance;
       op.range = f.range;
-      llvm::StringRef name = opName(kind); // one allocation: paths pass the small-string size
-      op.path.reserve(f.path.size() + 1 + name.size());
-      op.path.append(f.path).append(1, '.').append(name.data(), name.size());
+      op.path = joinPath(f.path, opName(kind));
     } else {
       op.path = opName(kind).str();
     }
