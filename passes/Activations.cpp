@@ -107,6 +107,14 @@ struct FactsStructure {
   PerTensor readers;             ///< per stored tensor: ops reading it (or a view)
   PerTensor savers;              ///< per stored tensor: ops whose backward keeps it
   PerOp reads, keeps, writes, extras;
+  /// For the walk's gradients, per tensor: the op that makes it when the step differentiates
+  /// it (training, it needs a gradient, an op makes it), else kNone; and its reader with a
+  /// backward that is last in op order, whose backward starts the gradient when backward
+  /// steps run in reverse op order (else kNone). Compact, so that a walk does not read every
+  /// Tensor of the graph again.
+  std::vector<OpId> gradProducer, gradReader;
+  std::vector<TensorId> sources; ///< stored activations no op makes (live from step 0)
+  size_t backwardOps = 0;        ///< ops with a backward
 };
 
 /// Analysis::walks: the walks (steps 3-5) done on one graph that listed no buffers, so a policy
@@ -324,6 +332,22 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
   }
   f.readers.build(g.tensors.size(), readers);
   f.savers.build(g.tensors.size(), savers);
+  f.gradProducer.assign(g.tensors.size(), kNone);
+  f.gradReader.assign(g.tensors.size(), kNone);
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    const Tensor &tensor = g.tensors[t];
+    if (g.storageOf(t) != t || !isActivation(t))
+      continue;
+    if (tensor.producer == kNone)
+      f.sources.push_back(t);
+    else if (f.train && tensor.requiresGrad)
+      f.gradProducer[t] = tensor.producer;
+    for (OpId r : f.readers[t])
+      if (f.hasBackward[r])
+        f.gradReader[t] = r; // readers are in op order
+  }
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    f.backwardOps += f.hasBackward[o];
   return st;
 }
 
@@ -588,15 +612,22 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
     in.last = std::max(in.last, step);
     in.saved = in.saved || saved;
   };
-  for (TensorId t = 0; t < T; ++t)
-    if (g.storageOf(t) == t && f.isActivation(t) && g.tensors[t].producer == kNone)
-      make(t, 0, false);
+  for (TensorId t : f.structure->sources)
+    make(t, 0, false);
+  // Whether the backward steps run once per op with a backward, in reverse op order (every
+  // schedule tally makes does): a gradient then starts at its last reader's backward.
+  bool reverse = true;
+  size_t backwardSteps = 0;
+  OpId lastBackward = kNone;
   for (uint32_t i = 0; i < w.schedule.size(); ++i) {
     const ScheduleStep &st = w.schedule[i];
     OpId o = st.op;
     uint32_t extraKey = static_cast<uint32_t>(T) + f.extras.start[o];
     if (st.kind == ScheduleStep::Backward) {
       bwd[o] = i;
+      reverse = reverse && o < lastBackward;
+      lastBackward = o;
+      ++backwardSteps;
       for (TensorId t : f.keeps.of(o))
         use(t, i, true);
       for (uint32_t k = 0; k < f.extraCount(o); ++k)
@@ -613,15 +644,20 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
         make(extraKey + k, i, again);
   }
   // An activation's gradient: from the backward of its first reader to its producer's.
+  bool ordered = reverse && backwardSteps == f.structure->backwardOps;
   auto gradient = [&](TensorId t) {
-    const Tensor &tensor = g.tensors[t];
-    OpId p = tensor.producer;
-    if (!f.train || !tensor.requiresGrad || p == kNone || bwd[p] == kNone)
+    OpId p = f.structure->gradProducer[t];
+    if (p == kNone || bwd[p] == kNone)
       return;
     uint32_t start = kNone;
-    for (OpId r : f.readers[t])
-      if (bwd[r] != kNone)
-        start = std::min(start, bwd[r]);
+    if (ordered) {
+      if (f.structure->gradReader[t] != kNone)
+        start = bwd[f.structure->gradReader[t]];
+    } else {
+      for (OpId r : f.readers[t])
+        if (bwd[r] != kNone)
+          start = std::min(start, bwd[r]);
+    }
     if (start != kNone)
       addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, bwd[p], "gradient",
                 Buffer::Gradient);
