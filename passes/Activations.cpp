@@ -115,6 +115,7 @@ struct FactsStructure {
   std::vector<OpId> gradProducer, gradReader;
   std::vector<TensorId> sources; ///< stored activations no op makes (live from step 0)
   size_t backwardOps = 0;        ///< ops with a backward
+  std::vector<double> tensorBytes; ///< per tensor: Graph::bytes (numel × bytes per element)
 };
 
 /// Analysis::walks: the walks (steps 3-5) done on one graph that listed no buffers, so a policy
@@ -143,6 +144,10 @@ struct WalkMemo {
     double chainUnit = 0;
     std::shared_ptr<const ChainSolution> chainSolution;
     size_t chainSolves = 0;
+    /// Per copy, what it keeps and reads (Analysis::blockActivations), which the facts decide;
+    /// empty until first computed.
+    std::vector<Analysis::BlockActivations> blocks;
+    bool blocksBuilt = false;
   };
   std::vector<std::unique_ptr<Variant>> variants;
   size_t reused = 0;
@@ -211,7 +216,9 @@ struct Facts {
 
   bool isActivation(TensorId t) const { return g.tensors[t].role == TensorRole::Activation; }
   /// Bytes of a stored tensor on one device (its tensor-parallel share).
-  double bytes(TensorId t) const { return g.bytes(t) / (split[t] ? tensorDegree : 1); }
+  double bytes(TensorId t) const {
+    return structure->tensorBytes[t] / (split[t] ? tensorDegree : 1);
+  }
   /// Whether an op's extra saved buffers (masks, statistics) are split: when its output is.
   bool opSplit(const Op &op) const { return !op.outputs.empty() && split[g.storageOf(op.outputs[0])]; }
 };
@@ -348,6 +355,9 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
   }
   for (OpId o = 0; o < g.ops.size(); ++o)
     f.backwardOps += f.hasBackward[o];
+  f.tensorBytes.resize(g.tensors.size());
+  for (TensorId t = 0; t < g.tensors.size(); ++t)
+    f.tensorBytes[t] = g.bytes(t);
   return st;
 }
 
@@ -1693,7 +1703,16 @@ void planActivations(Analysis &a) {
                                    : 1;
   a.checkpoint.requested = plan.checkpoint;
   a.checkpoint.blocks = static_cast<int64_t>(f.copies.size());
-  blockActivations(f, a); // auto ranks the copies by what they keep
+  // auto ranks the copies by what they keep; the facts decide it (the walk memo's variant).
+  if (f.walked && f.walked->blocksBuilt) {
+    a.blockActivations = f.walked->blocks;
+  } else {
+    blockActivations(f, a);
+    if (f.walked) {
+      f.walked->blocks = a.blockActivations;
+      f.walked->blocksBuilt = true;
+    }
+  }
   Policy p = requestedPolicy(f, a, microSteps, plan.checkpoint);
   // A candidate priced alone (Analysis::priceOnly) needs the schedule (step time) and the
   // peak, not the buffers: its walk may come from the memo, which keeps no schedule.
