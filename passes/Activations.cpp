@@ -557,6 +557,12 @@ void fromInputSchedule(const Facts &f, Walk &w) {
 /// and takes them off after its last (Saved ones in `saved`, the rest in `other`).
 struct LiveDeltas {
   std::vector<double> saved, other;
+  /// A buffer of `bytes` live from step `first` to step `last` (at least `first`).
+  void add(bool isSaved, uint32_t first, uint32_t last, double bytes) {
+    std::vector<double> &d = isSaved ? saved : other;
+    d[first] += bytes;
+    d[std::max(first, last) + 1] -= bytes;
+  }
 };
 
 /// One buffer of a walk (`bytes`: whole bytes, Facts::tensorBuffer or extraBuffer): into the
@@ -568,9 +574,7 @@ void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double
   if (!(bytes > 0))
     return;
   last = std::max(first, last);
-  std::vector<double> &d = kind == Buffer::Saved ? live.saved : live.other;
-  d[first] += bytes;
-  d[last + 1] -= bytes;
+  live.add(kind == Buffer::Saved, first, last, bytes);
   if (!keep)
     return;
   Buffer b;
@@ -608,7 +612,9 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
     bool saved, recomputed;
   };
   std::vector<Instance> inst;
-  inst.reserve(T + f.extras.items.size());
+  // Room for each activation and extra buffer made twice (a re-run makes them again):
+  // regrowing copied the list in every walk that re-runs ops; room never used is not touched.
+  inst.reserve(2 * (T + f.extras.items.size()));
   std::vector<uint32_t> current(T + f.extras.items.size(), kNone);
   std::vector<uint32_t> bwd(n, kNone);
   auto make = [&](uint32_t key, uint32_t step, bool again) {
@@ -675,10 +681,11 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
   if (!keep) {
     // Only the live bytes per step: the buffers in the order they were made (whole bytes, so
     // the sums are exact in any order), without listing them by tensor.
-    for (const Instance &in : inst)
-      addBuffer(w, live, false, kNone, kNone,
-                in.key < T ? f.tensorBuffer[in.key] : f.extraBuffer[in.key - T], in.first,
-                in.last, "", in.saved ? Buffer::Saved : Buffer::Transient);
+    for (const Instance &in : inst) {
+      double bytes = in.key < T ? f.tensorBuffer[in.key] : f.extraBuffer[in.key - T];
+      if (bytes > 0)
+        live.add(in.saved, in.first, in.last, bytes);
+    }
     for (TensorId t = 0; t < T; ++t)
       if (current[t] != kNone)
         gradient(t);
