@@ -469,7 +469,8 @@ void segmentSchedule(const Facts &f, const Policy &p, Walk &w) {
   std::vector<uint32_t> from{0};
   std::vector<bool> forOutputs;
   auto close = [&](bool outputs) {
-    std::sort(ops.begin() + from.back(), ops.end());
+    if (!std::is_sorted(ops.begin() + from.back(), ops.end())) // copies' ops come sorted
+      std::sort(ops.begin() + from.back(), ops.end());
     from.push_back(static_cast<uint32_t>(ops.size()));
     forOutputs.push_back(outputs);
   };
