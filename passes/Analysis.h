@@ -106,10 +106,13 @@ struct Analysis {
   /// fixes would search again, without end) and the trade-off curve is not drawn (the
   /// searches read only the peak and the times). Passed down instead of a global.
   bool whatIf = false;
-  /// Draw the checkpoint trade-off curve (Activations.cpp): the reports print it; `tally
-  /// check`, which prints none, turns it off (4 walks of the whole step: 12% of a 10,000-layer
-  /// check). A plan with checkpoint = auto draws it anyway: its budget note reads it.
-  bool curve = true;
+  /// `tally check`: only diagnostics are printed, so what only the reports read is not
+  /// computed: the checkpoint trade-off curve (Activations.cpp; 4 walks of the whole step,
+  /// 12% of a 10,000-layer check), unless the plan's checkpoint is auto, whose budget note
+  /// reads it; and the buffers' offsets in the arena (MemoryPlan.cpp; 17% of a 1,000-layer
+  /// check), unless kernel fusion reads them to see aliasing — the plan is still checked to
+  /// fit 64-bit byte offsets.
+  bool diagnosticsOnly = false;
   /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
   /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
   bool priceOnly = false;
@@ -327,7 +330,7 @@ struct Analysis {
   /// codegen refuses it. The analytic numbers (doubles: memory, livePeakBytes, ...) stand.
   std::string planOverflow;
   // Activations.cpp: one micro-batch on one device's tensor-parallel share.
-  int64_t arenaBytes = 0;        ///< size of the arena the buffers are placed in (≥ livePeakBytes)
+  int64_t arenaBytes = 0;        ///< size of the arena the buffers are placed in (≥ livePeakBytes; 0 and no offsets when diagnosticsOnly skipped the placement)
   double livePeakBytes = 0;      ///< the most bytes live at once in the schedule
   uint32_t peakStep = 0;         ///< the schedule step where that peak is reached
   /// What each repeat-block copy's backward keeps with no checkpointing (each tensor once,

@@ -142,8 +142,9 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags);
 /// totals and the checkpoint trade-off curve are not computed (a what-if analysis).
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags);
 /// Runs every pass in order on a lowered graph and its plan. `whatIf`: a solver's candidate
-/// (Analysis::whatIf: no budgets checked, no trade-off curve); `curve`: Analysis::curve.
+/// (Analysis::whatIf: no budgets checked, no trade-off curve); `diagnosticsOnly`: `tally
+/// check`'s analysis (Analysis::diagnosticsOnly).
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower = {}, bool whatIf = false, bool curve = true);
+                 const Relower &relower = {}, bool whatIf = false, bool diagnosticsOnly = false);
 
 } // namespace tally

@@ -95,10 +95,10 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags) 
 }
 
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower, bool whatIf, bool curve) {
+                 const Relower &relower, bool whatIf, bool diagnosticsOnly) {
   Analysis a = analyzeStep(g, plan, diags);
   a.whatIf = whatIf;
-  a.curve = curve;
+  a.diagnosticsOnly = diagnosticsOnly;
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);

@@ -141,6 +141,42 @@ std::string bf16Model(int64_t cols, bool two) {
 }
 } // namespace
 
+TEST_CASE("memory plan: check skips the placement only where it cannot overflow",
+          "[memoryplan][reliability]") {
+  // Two activations of 2^62 bytes live at once (x and gelu(x)): each fits, the arena does not.
+  test::Compiled big("model M(d = 1073741824) {\n"
+                     "  forward(x: bf16[batch, d, d]) { return mean(gelu(gelu(x))) }\n}\n"
+                     "infer i { model = M() batch = 2 prompt = 1 generate = 1 precision = bf16 "
+                     "target = H100_SXM }\n");
+  REQUIRE(big.a->planOverflow == "the activation arena passes 2^63 - 1 bytes");
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  // As `tally check` analyses (diagnosticsOnly): the sizes' sum overflows, so it places, and
+  // finds the same overflow.
+  Analysis checked = analyze(*big.a->graph, *big.a->plan, quiet, {}, false, /*diagnosticsOnly=*/true);
+  CHECK(checked.planOverflow == big.a->planOverflow);
+  // A plan that fits: no placement (no arena, no offsets), the same diagnostics and numbers.
+  test::Compiled gpt(test::fromFile, test::example("gpt2.tally"));
+  REQUIRE(gpt.a->arenaBytes > 0);
+  DiagnosticEngine diags(sm);
+  diags.setOutput(nullptr);
+  Analysis c = analyze(*gpt.a->graph, *gpt.a->plan, diags, {}, false, /*diagnosticsOnly=*/true);
+  CHECK(c.planOverflow.empty());
+  CHECK(c.arenaBytes == 0);
+  CHECK(c.memory.peak == gpt.a->memory.peak);
+  CHECK(c.time.step == gpt.a->time.step);
+  CHECK(diags.diagnostics().size() == gpt.c.diags.diagnostics().size());
+  // Kernel fusion reads the offsets (aliasing), so a fused plan is placed even for check.
+  Plan fused = *gpt.a->plan;
+  fused.fuseKernels = true;
+  Analysis f = analyze(*gpt.a->graph, fused, quiet, {}, false, /*diagnosticsOnly=*/true);
+  Analysis full = analyze(*gpt.a->graph, fused, quiet);
+  CHECK(f.arenaBytes == full.arenaBytes);
+  CHECK(f.arenaBytes > 0);
+  CHECK(f.time.step == full.time.step);
+}
+
 TEST_CASE("memory plan: a params region of 2^62 bytes fits, 2^63 does not",
           "[memoryplan][reliability]") {
   // [2^31, 2^30] bf16: 2^61 elements, 2^62 bytes (a multiple of 256): the region is exactly that.

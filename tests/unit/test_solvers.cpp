@@ -644,10 +644,10 @@ TEST_CASE("budgets: a what-if analysis checks no budget and draws no curve", "[s
   CHECK(w.time.step == a.time.step);
   CHECK(quiet.diagnostics().empty());
   CHECK(w.checkpoint.curve.empty());
-  // As `tally check` analyses (curve = false): the same numbers and budget error, no curve.
+  // As `tally check` analyses (diagnosticsOnly): the same numbers and budget error, no curve.
   DiagnosticEngine checked(sm);
   checked.setOutput(nullptr);
-  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), false, /*curve=*/false);
+  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), false, /*diagnosticsOnly=*/true);
   CHECK(c.memory.peak == a.memory.peak);
   CHECK(c.time.step == a.time.step);
   CHECK(checked.diagnostics().size() == stack.c.diags.diagnostics().size());
@@ -662,7 +662,7 @@ TEST_CASE("budgets: auto's budget note reads the curve, so check draws it for au
   llvm::SourceMgr sm;
   DiagnosticEngine checked(sm);
   checked.setOutput(nullptr);
-  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), false, /*curve=*/false);
+  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), false, /*diagnosticsOnly=*/true);
   CHECK(c.checkpoint.curve.size() == a.checkpoint.curve.size());
   CHECK(c.memory.peak == a.memory.peak);
 }

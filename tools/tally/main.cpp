@@ -197,9 +197,9 @@ int runCheck() {
       if (!c.lower(*p, overrides()))
         continue;
       overrideBudgets(*c.plan, *budgets);
-      // check prints diagnostics, not the report's trade-off curve (Analysis::curve).
+      // check prints diagnostics only (Analysis::diagnosticsOnly).
       auto analysis = std::make_unique<Analysis>(
-          analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p), false, /*curve=*/false));
+          analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p), false, /*diagnosticsOnly=*/true));
       Analysis &a = lastFile && p == plans.back() ? keptToExit(std::move(analysis)) : *analysis;
       if (opts::EmitStage == opts::Emit::Ir)
         printGraph(*a.step, outs());
