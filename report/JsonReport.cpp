@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -13,6 +14,16 @@
 #include <vector>
 
 namespace tally {
+
+void writeJsonNumber(llvm::json::OStream &j, double v) {
+  if (!std::isfinite(v)) {
+    j.value(nullptr);
+    return;
+  }
+  char buf[32];
+  std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 17);
+  j.rawValue(llvm::StringRef(buf, static_cast<size_t>(r.ptr - buf)));
+}
 
 namespace {
 
@@ -75,17 +86,73 @@ std::array<std::pair<const char *, double>, 7> opNumbers(const OpAnalysis &oa) {
            {"backward_time_s", oa.backwardTime}}};
 }
 
-/// A number, or null when it is not finite (JSON has no inf or nan).
-llvm::json::Value finiteOrNull(double v) {
-  return std::isfinite(v) ? llvm::json::Value(v) : llvm::json::Value(nullptr);
-}
+/// One object of a streamed array, written as llvm::json writes an Object (keys sorted, each
+/// value as its Value would print) without building one: a 1,000-layer report built 40,000
+/// Objects (a hash map each) to print them once.
+class SortedFields {
+public:
+  void text(llvm::StringRef key, llvm::StringRef v) { add(key).text = v; }
+  void integer(llvm::StringRef key, int64_t v) {
+    Field &f = add(key);
+    f.kind = Field::Integer;
+    f.integer = v;
+  }
+  /// A double: null when it is not finite (JSON has no inf or nan).
+  void number(llvm::StringRef key, double v) {
+    Field &f = add(key);
+    f.kind = Field::Number;
+    f.number = v;
+  }
+  void integers(llvm::StringRef key, llvm::ArrayRef<int64_t> v) {
+    Field &f = add(key);
+    f.kind = Field::Integers;
+    f.list = v;
+  }
+  void write(llvm::json::OStream &j) {
+    std::sort(fields_.begin(), fields_.end(),
+              [](const Field &x, const Field &y) { return x.key < y.key; });
+    j.objectBegin();
+    for (const Field &f : fields_) {
+      j.attributeBegin(f.key);
+      switch (f.kind) {
+      case Field::Text: j.value(f.text); break;
+      case Field::Integer: j.value(f.integer); break;
+      case Field::Number: writeJsonNumber(j, f.number); break;
+      case Field::Integers:
+        j.arrayBegin();
+        for (int64_t x : f.list)
+          j.value(x);
+        j.arrayEnd();
+        break;
+      }
+      j.attributeEnd();
+    }
+    j.objectEnd();
+  }
+
+private:
+  struct Field {
+    llvm::StringRef key;
+    enum Kind { Text, Integer, Number, Integers } kind = Text;
+    llvm::StringRef text;
+    int64_t integer = 0;
+    double number = 0;
+    llvm::ArrayRef<int64_t> list;
+  };
+  Field &add(llvm::StringRef key) {
+    fields_.emplace_back();
+    fields_.back().key = key;
+    return fields_.back();
+  }
+  llvm::SmallVector<Field, 16> fields_;
+};
 
 /// A large array written element by element (a 10,000-layer model has 150,000 ops: as one
 /// llvm::json::Value the report held 1.3 GiB more than the text report did): its elements'
-/// count, and the element `i` as a small value.
+/// count, and a writer of the element `i`.
 struct StreamedArray {
   size_t size = 0;
-  std::function<llvm::json::Value(size_t)> element;
+  std::function<void(llvm::json::OStream &, size_t)> write;
 };
 
 /// Writes `v` as llvm::json does (keys sorted at every level, so the output is what
@@ -113,7 +180,7 @@ void writeSorted(llvm::json::OStream &j, const llvm::json::Value &v, const std::
     } else {
       j.arrayBegin();
       for (size_t i = 0; i < s->second.size; ++i)
-        j.value(s->second.element(i));
+        s->second.write(j, i);
       j.arrayEnd();
     }
     j.attributeEnd();
@@ -133,33 +200,36 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
   // their non-finite numbers are found first, since "diagnostics" precedes them.
   std::vector<std::string> bad;
   std::map<std::string, StreamedArray> streamed;
-  streamed["params.by_block"] = {a.params.byBlock.size(), [&](size_t i) -> llvm::json::Value {
+  streamed["params.by_block"] = {a.params.byBlock.size(), [&](llvm::json::OStream &j, size_t i) {
                                    const Analysis::BlockCount &b = a.params.byBlock[i];
-                                   return Object{{"path", b.path},
-                                                 {"block", b.block},
-                                                 {"count", finiteOrNull(b.count)}};
+                                   SortedFields f;
+                                   f.text("path", b.path);
+                                   f.text("block", b.block);
+                                   f.number("count", b.count);
+                                   f.write(j);
                                  }};
   for (size_t i = 0; i < a.params.byBlock.size(); ++i)
     if (!std::isfinite(a.params.byBlock[i].count))
       bad.push_back("params.by_block[" + std::to_string(i) + "].count");
 
-  streamed["ops"] = {g.ops.size(), [&](size_t i) -> llvm::json::Value {
+  streamed["ops"] = {g.ops.size(), [&](llvm::json::OStream &j, size_t i) {
                        const Op &op = g.ops[i];
                        const OpAnalysis &oa = a.ops[i];
                        const Tensor &out =
                            g.tensors[op.outputs.empty() ? op.inputs[0] : op.outputs[0]];
-                       Array shape;
+                       llvm::SmallVector<int64_t, 4> shape;
                        for (const Dim &d : out.shape)
                          shape.push_back(d.size);
-                       Object o{{"path", op.path},
-                                {"kind", opName(op.kind).str()},
-                                {"class", opClassName(opClass(op.kind)).str()},
-                                {"shape", std::move(shape)},
-                                {"dtype", nameOf(out.dtype).str()},
-                                {"bound", oa.computeBound ? "compute" : "memory"}};
+                       SortedFields f;
+                       f.text("path", op.path);
+                       f.text("kind", opName(op.kind));
+                       f.text("class", opClassName(opClass(op.kind)));
+                       f.integers("shape", shape);
+                       f.text("dtype", nameOf(out.dtype));
+                       f.text("bound", oa.computeBound ? "compute" : "memory");
                        for (const auto &[key, v] : opNumbers(oa))
-                         o[key] = finiteOrNull(v);
-                       return o;
+                         f.number(key, v);
+                       f.write(j);
                      }};
   for (OpId i = 0; i < g.ops.size(); ++i)
     for (const auto &[key, v] : opNumbers(a.ops[i]))
@@ -185,12 +255,14 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                            {"recompute_flops", pt.recomputeFlops},
                            {"recompute_s", pt.recomputeSeconds}});
   streamed["checkpoint.per_block"] = {a.checkpoint.perBlock.size(),
-                                      [&](size_t i) -> llvm::json::Value {
+                                      [&](llvm::json::OStream &j, size_t i) {
                                         const auto &b = a.checkpoint.perBlock[i];
-                                        return Object{{"path", b.path},
-                                                      {"reruns", b.reruns},
-                                                      {"reselected_ops", b.reselected},
-                                                      {"kept_bytes", finiteOrNull(b.keptBytes)}};
+                                        SortedFields f;
+                                        f.text("path", b.path);
+                                        f.integer("reruns", b.reruns);
+                                        f.integer("reselected_ops", b.reselected);
+                                        f.number("kept_bytes", b.keptBytes);
+                                        f.write(j);
                                       }};
   for (size_t i = 0; i < a.checkpoint.perBlock.size(); ++i)
     if (!std::isfinite(a.checkpoint.perBlock[i].keptBytes))

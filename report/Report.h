@@ -18,6 +18,9 @@ void nullNonFinite(llvm::json::Value &v, const std::string &path, std::vector<st
 /// The one way a renderer prints a JSON document: non-finite numbers as null, two-space
 /// indentation, a final newline. (The report streams its large arrays itself, renderJson.)
 void printJson(llvm::raw_ostream &os, llvm::json::Value v);
+/// A double as llvm::json writes one ("%.17g", which std::to_chars with 17 significant
+/// digits is, and faster than printf), or null when it is not finite.
+void writeJsonNumber(llvm::json::OStream &j, double v);
 
 /// A terminal report that reads like a budget statement.
 void renderText(const Analysis &a, llvm::raw_ostream &os);

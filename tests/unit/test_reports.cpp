@@ -1,10 +1,15 @@
 // Unit tests for the HTML and SARIF renderers' helpers: every diagnostic kind has SARIF rule
 // text, artifact URIs, XML escaping, and the chart scales (values derived by hand).
+#include "report/Report.h"
 #include "report/Sarif.h"
 #include "report/Svg.h"
 
 #include <catch.hpp>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
 #include <string>
 
 using namespace tally;
@@ -61,4 +66,40 @@ TEST_CASE("svg: a linear scale ends at a 1-2-5 multiple", "[reports]") {
   // Nothing to draw: a unit axis rather than a division by zero.
   LinearScale zero = LinearScale::upTo(0, 0, 1);
   CHECK(zero.max == Approx(1));
+}
+
+TEST_CASE("json: a streamed number is written as llvm::json writes it", "[reports]") {
+  // The report's large arrays format doubles with std::to_chars (writeJsonNumber); llvm::json
+  // formats a Value's double with printf's "%.17g". The two must agree byte for byte.
+  auto viaLlvm = [](double v) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    llvm::json::OStream(os).value(v);
+    return os.str();
+  };
+  auto viaUs = [](double v) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    llvm::json::OStream j(os);
+    writeJsonNumber(j, v);
+    return os.str();
+  };
+  std::vector<double> values{0.0, -0.0, 1.0, -2.5, 3.0, 0.1, 1e16, 1e17, 123456789012345678.0,
+                             1e21, 1e-300, 5e-324, std::numeric_limits<double>::max(),
+                             std::numeric_limits<double>::min(), 124439808.0, 6.02e23};
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    uint64_t bits = rng();
+    double d;
+    std::memcpy(&d, &bits, sizeof d);
+    if (std::isfinite(d))
+      values.push_back(d);
+    values.push_back(std::ldexp(static_cast<double>(rng() >> 11), static_cast<int>(rng() % 160) - 80));
+  }
+  for (double v : values) {
+    INFO(viaLlvm(v));
+    CHECK(viaUs(v) == viaLlvm(v));
+  }
+  CHECK(viaUs(std::numeric_limits<double>::infinity()) == "null");
+  CHECK(viaUs(std::nan("")) == "null");
 }
