@@ -106,13 +106,15 @@ struct Analysis {
   /// fixes would search again, without end) and the trade-off curve is not drawn (the
   /// searches read only the peak and the times). Passed down instead of a global.
   bool whatIf = false;
-  /// `tally check`: only diagnostics are printed, so what only the reports read is not
-  /// computed: the checkpoint trade-off curve (Activations.cpp; 4 walks of the whole step,
-  /// 12% of a 10,000-layer check), unless the plan's checkpoint is auto, whose budget note
-  /// reads it; and the buffers' offsets in the arena (MemoryPlan.cpp; 17% of a 1,000-layer
-  /// check), unless kernel fusion reads them to see aliasing — the plan is still checked to
-  /// fit 64-bit byte offsets.
+  /// `tally check`: only diagnostics are printed, so the checkpoint trade-off curve, which
+  /// only the reports print, is not drawn (Activations.cpp; 4 walks of the whole step, 12% of
+  /// a 10,000-layer check), unless the plan's checkpoint is auto, whose budget note reads it.
   bool diagnosticsOnly = false;
+  /// Place the buffers in the arena (MemoryPlan.cpp): their offsets are read by
+  /// --emit=memory-plan, the generated steps (build, run) and kernel fusion (aliasing, so a
+  /// plan that fuses is placed anyway); check and the reports read none (the placement was
+  /// 17% of a 1,000-layer check). Unplaced, the plan is still checked to fit 64-bit offsets.
+  bool placeBuffers = true;
   /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
   /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
   bool priceOnly = false;
@@ -330,7 +332,7 @@ struct Analysis {
   /// codegen refuses it. The analytic numbers (doubles: memory, livePeakBytes, ...) stand.
   std::string planOverflow;
   // Activations.cpp: one micro-batch on one device's tensor-parallel share.
-  int64_t arenaBytes = 0;        ///< size of the arena the buffers are placed in (≥ livePeakBytes; 0 and no offsets when diagnosticsOnly skipped the placement)
+  int64_t arenaBytes = 0;        ///< size of the arena the buffers are placed in (≥ livePeakBytes; 0 and no offsets when not placed: placeBuffers)
   double livePeakBytes = 0;      ///< the most bytes live at once in the schedule
   uint32_t peakStep = 0;         ///< the schedule step where that peak is reached
   /// What each repeat-block copy's backward keeps with no checkpointing (each tensor once,

@@ -22,9 +22,10 @@
 //    buffers in the order they are created, each takes the first free block that holds its size
 //    rounded up to kAlignment (buffers whose last use is before its first step are freed first,
 //    coalescing neighbours), else goes on top: a caching allocator's first fit. The arena is the
-//    highest end. `tally check` (Analysis::diagnosticsOnly) places nothing unless kernel fusion
-//    reads the offsets: it only needs to know the plan fits, which the sum of the aligned sizes
-//    (an upper bound on the arena) says when it fits int64.
+//    highest end. An analysis whose offsets nobody reads (Analysis::placeBuffers: check, the
+//    reports) places nothing unless kernel fusion reads them: it only needs to know the plan
+//    fits, which the sum of the aligned sizes (an upper bound on the arena) says when it fits
+//    int64.
 // Every size, offset and sum here is an int64 byte count computed with checked arithmetic
 // (checkedMul, checkedAdd, checkedAlignUp): a model can have elements that fit int64 and bytes
 // that do not (a [3e9, 3e9] f32 weight: 9e18 elements, 3.6e19 bytes). The first size or offset
@@ -248,10 +249,10 @@ void planMemory(Analysis &a) {
                          "(" + b.what + (b.op < s.ops.size() ? " of op " + s.ops[b.op].path : std::string()) + ")";
       return unrepresentable(name + " is " + formatBytes(b.size) + ", past 2^63 - 1 bytes");
     }
-  // `tally check` (Analysis::diagnosticsOnly) reads no offset unless kernel fusion does; the
-  // arena is at most the buffers' aligned sizes summed, so when that sum fits, so does every
-  // placement, and the placement is skipped.
-  bool place = !a.diagnosticsOnly || plan.fuseKernels;
+  // Unless the offsets are read (Analysis::placeBuffers, kernel fusion), only whether the
+  // plan fits matters: the arena is at most the buffers' aligned sizes summed, so when that
+  // sum fits, so does every placement, and the placement is skipped.
+  bool place = a.placeBuffers || plan.fuseKernels;
   if (!place) {
     std::optional<int64_t> sum = 0;
     for (const Buffer &b : a.buffers)

@@ -141,10 +141,15 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags);
 /// policy only. Its memory and time equal analyze's; the memory plan, lints, budgets, block
 /// totals and the checkpoint trade-off curve are not computed (a what-if analysis).
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags);
-/// Runs every pass in order on a lowered graph and its plan. `whatIf`: a solver's candidate
-/// (Analysis::whatIf: no budgets checked, no trade-off curve); `diagnosticsOnly`: `tally
-/// check`'s analysis (Analysis::diagnosticsOnly).
+/// What a command reads of an analysis beyond its numbers and diagnostics (the fields of
+/// Analysis of the same names).
+struct AnalyzeOptions {
+  bool whatIf = false;          ///< a solver's candidate: no budgets checked, no curve
+  bool diagnosticsOnly = false; ///< `tally check`: no trade-off curve (unless auto reads it)
+  bool placeBuffers = true;     ///< the arena offsets: --emit=memory-plan, build, run
+};
+/// Runs every pass in order on a lowered graph and its plan.
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower = {}, bool whatIf = false, bool diagnosticsOnly = false);
+                 const Relower &relower = {}, AnalyzeOptions options = {});
 
 } // namespace tally

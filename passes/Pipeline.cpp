@@ -95,10 +95,11 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags) 
 }
 
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower, bool whatIf, bool diagnosticsOnly) {
+                 const Relower &relower, AnalyzeOptions options) {
   Analysis a = analyzeStep(g, plan, diags);
-  a.whatIf = whatIf;
-  a.diagnosticsOnly = diagnosticsOnly;
+  a.whatIf = options.whatIf;
+  a.diagnosticsOnly = options.diagnosticsOnly;
+  a.placeBuffers = options.placeBuffers;
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);

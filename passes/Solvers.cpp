@@ -215,7 +215,7 @@ std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const 
   llvm::SourceMgr sm;
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
-  return trialOf(analyze(*graph, candidate, quiet, {}, /*whatIf=*/true));
+  return trialOf(analyze(*graph, candidate, quiet, {}, {/*whatIf=*/true, false, /*placeBuffers=*/false}));
 }
 
 namespace {

@@ -154,14 +154,14 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   quiet.setOutput(nullptr);
   // As `tally check` analyses (diagnosticsOnly): the sizes' sum overflows, so it places, and
   // finds the same overflow.
-  Analysis checked = analyze(*big.a->graph, *big.a->plan, quiet, {}, false, /*diagnosticsOnly=*/true);
+  Analysis checked = analyze(*big.a->graph, *big.a->plan, quiet, {}, test::checkOptions());
   CHECK(checked.planOverflow == big.a->planOverflow);
   // A plan that fits: no placement (no arena, no offsets), the same diagnostics and numbers.
   test::Compiled gpt(test::fromFile, test::example("gpt2.tally"));
   REQUIRE(gpt.a->arenaBytes > 0);
   DiagnosticEngine diags(sm);
   diags.setOutput(nullptr);
-  Analysis c = analyze(*gpt.a->graph, *gpt.a->plan, diags, {}, false, /*diagnosticsOnly=*/true);
+  Analysis c = analyze(*gpt.a->graph, *gpt.a->plan, diags, {}, test::checkOptions());
   CHECK(c.planOverflow.empty());
   CHECK(c.arenaBytes == 0);
   CHECK(c.memory.peak == gpt.a->memory.peak);
@@ -170,7 +170,7 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   // Kernel fusion reads the offsets (aliasing), so a fused plan is placed even for check.
   Plan fused = *gpt.a->plan;
   fused.fuseKernels = true;
-  Analysis f = analyze(*gpt.a->graph, fused, quiet, {}, false, /*diagnosticsOnly=*/true);
+  Analysis f = analyze(*gpt.a->graph, fused, quiet, {}, test::checkOptions());
   Analysis full = analyze(*gpt.a->graph, fused, quiet);
   CHECK(f.arenaBytes == full.arenaBytes);
   CHECK(f.arenaBytes > 0);

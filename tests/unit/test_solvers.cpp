@@ -638,7 +638,7 @@ TEST_CASE("budgets: a what-if analysis checks no budget and draws no curve", "[s
   llvm::SourceMgr sm;
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
-  Analysis w = analyze(*a.graph, *a.plan, quiet, stack.relower(), /*whatIf=*/true);
+  Analysis w = analyze(*a.graph, *a.plan, quiet, stack.relower(), {/*whatIf=*/true});
   CHECK(w.whatIf);
   CHECK(w.memory.peak == a.memory.peak);
   CHECK(w.time.step == a.time.step);
@@ -647,7 +647,7 @@ TEST_CASE("budgets: a what-if analysis checks no budget and draws no curve", "[s
   // As `tally check` analyses (diagnosticsOnly): the same numbers and budget error, no curve.
   DiagnosticEngine checked(sm);
   checked.setOutput(nullptr);
-  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), false, /*diagnosticsOnly=*/true);
+  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), test::checkOptions());
   CHECK(c.memory.peak == a.memory.peak);
   CHECK(c.time.step == a.time.step);
   CHECK(checked.diagnostics().size() == stack.c.diags.diagnostics().size());
@@ -662,7 +662,7 @@ TEST_CASE("budgets: auto's budget note reads the curve, so check draws it for au
   llvm::SourceMgr sm;
   DiagnosticEngine checked(sm);
   checked.setOutput(nullptr);
-  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), false, /*diagnosticsOnly=*/true);
+  Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), test::checkOptions());
   CHECK(c.checkpoint.curve.size() == a.checkpoint.curve.size());
   CHECK(c.memory.peak == a.memory.peak);
 }

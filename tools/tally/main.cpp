@@ -197,9 +197,13 @@ int runCheck() {
       if (!c.lower(*p, overrides()))
         continue;
       overrideBudgets(*c.plan, *budgets);
-      // check prints diagnostics only (Analysis::diagnosticsOnly).
+      // check prints diagnostics only: no curve, no offsets (Analysis::diagnosticsOnly,
+      // placeBuffers).
+      AnalyzeOptions only;
+      only.diagnosticsOnly = true;
+      only.placeBuffers = false;
       auto analysis = std::make_unique<Analysis>(
-          analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p), false, /*diagnosticsOnly=*/true));
+          analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p), only));
       Analysis &a = lastFile && p == plans.back() ? keptToExit(std::move(analysis)) : *analysis;
       if (opts::EmitStage == opts::Emit::Ir)
         printGraph(*a.step, outs());
@@ -251,8 +255,11 @@ int runReport() {
       printGraph(*a.step, outs());
     return c.diags.hasErrors() ? 1 : 0;
   }
-  Analysis &a = keptToExit(
-      std::make_unique<Analysis>(analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl))));
+  // The reports print no arena offsets; the memory plan does (Analysis::placeBuffers).
+  AnalyzeOptions options;
+  options.placeBuffers = opts::EmitStage == opts::Emit::MemoryPlan;
+  Analysis &a = keptToExit(std::make_unique<Analysis>(
+      analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl), options)));
   if (opts::EmitStage == opts::Emit::MemoryPlan) {
     renderMemoryPlan(a, outs(), opts::OutFormat == opts::Format::Json);
     return c.diags.hasErrors() ? 1 : 0;
