@@ -131,6 +131,9 @@ struct WalkMemo {
     double recomputeFlops = 0, recomputeExecuted = 0, recomputeTime = 0;
     double peakSaved = 0, peakOther = 0;
     uint32_t peakStep = 0;
+    /// The schedule's Recompute steps in order, once a candidate priced alone applied this
+    /// policy (planActivations): what its step time reads of the schedule.
+    std::shared_ptr<const std::vector<ScheduleStep>> recomputeSteps;
   };
   struct Variant {
     std::vector<double> facts;
@@ -454,6 +457,7 @@ struct Walk {
   double recomputeTime = 0; ///< roofline seconds of the re-run ops, per micro-batch
   double peakSaved = 0, peakOther = 0;
   uint32_t peakStep = 0;
+  WalkMemo::Summary *memo = nullptr; ///< this policy's entry in the walk memo, if any
 };
 
 /// Step 3 for block segments and selective ops: the forward of every op in order, then the
@@ -851,6 +855,7 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) 
       w.peakSaved = m.peakSaved;
       w.peakOther = m.peakOther;
       w.peakStep = m.peakStep;
+      w.memo = &it->second;
       return w;
     }
   }
@@ -870,10 +875,12 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) 
   // A walk that listed its buffers has the same recompute and peak: later buffer-less walks
   // of this policy (the trade-off curve's point for the applied policy) take them.
   if (f.memo)
-    f.walked->walks.emplace(std::move(key),
-                            WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
-                                              w.recomputeTime, w.peakSaved, w.peakOther,
-                                              w.peakStep});
+    w.memo = &f.walked->walks
+                  .emplace(std::move(key),
+                           WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
+                                             w.recomputeTime, w.peakSaved, w.peakOther,
+                                             w.peakStep, nullptr})
+                  .first->second;
   return w;
 }
 
@@ -1722,11 +1729,26 @@ void planActivations(Analysis &a) {
     }
   }
   Policy p = requestedPolicy(f, a, microSteps, plan.checkpoint);
-  // A candidate priced alone (Analysis::priceOnly) needs the schedule (step time) and the
-  // peak, not the buffers: its walk may come from the memo, which keeps no schedule.
+  // A candidate priced alone (Analysis::priceOnly) needs the peak and, for its step time, the
+  // schedule's Recompute steps, not the buffers: its walk may come from the memo, which keeps
+  // no schedule, but does keep those steps once a candidate applied the policy.
   Walk w = walk(f, a, p, !a.priceOnly);
-  if (w.schedule.empty())
-    buildSchedule(f, p, w);
+  std::shared_ptr<const std::vector<ScheduleStep>> recomputeSteps;
+  if (a.priceOnly && w.memo && w.memo->recomputeSteps) {
+    recomputeSteps = w.memo->recomputeSteps; // the schedule is not built again
+  } else {
+    if (w.schedule.empty())
+      buildSchedule(f, p, w);
+    if (a.priceOnly) {
+      auto steps = std::make_shared<std::vector<ScheduleStep>>();
+      for (const ScheduleStep &st : w.schedule)
+        if (st.kind == ScheduleStep::Recompute)
+          steps->push_back(st);
+      recomputeSteps = steps;
+      if (w.memo)
+        w.memo->recomputeSteps = recomputeSteps;
+    }
+  }
 
   a.checkpoint.policy = p.name;
   if (!p.selectiveOps.empty()) {
@@ -1770,7 +1792,9 @@ void planActivations(Analysis &a) {
 
   a.livePeakBytes = w.peakSaved + w.peakOther;
   a.peakStep = w.peakStep;
-  a.schedule = std::move(w.schedule);
+  // A candidate priced alone keeps only the Recompute steps, in order: its step time reads
+  // no other (Analysis::schedule).
+  a.schedule = a.priceOnly ? *recomputeSteps : std::move(w.schedule);
   a.buffers = std::move(w.buffers);
 }
 

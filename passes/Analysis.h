@@ -284,6 +284,8 @@ struct Analysis {
   } inference;
 
   // ---- the forward/backward schedule and the memory plan (Activations.cpp) ----
+  /// Every step in order; for a candidate priced alone (priceOnly) only its Recompute steps,
+  /// in order, which is all its step time reads.
   std::vector<ScheduleStep> schedule;
   std::vector<Buffer> buffers;
   // MemoryPlan.cpp: the schedule over the step's ops (each backward step expanded into its
