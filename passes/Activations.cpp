@@ -249,7 +249,6 @@ void markSplit(Facts &f) {
   }
 }
 
-/// The variant of `memo` whose facts are these (WalkMemo), made when there is none.
 /// The facts a walk reads from the analysis, as numbers in a fixed order (a variant's key),
 /// each passed to `take` until it returns false; whether all were taken.
 template <typename Take> bool forEachFact(const Facts &f, const Analysis &a, Take &&take) {
