@@ -285,7 +285,7 @@ struct Graph {
 /// The copies of the graph's repeat blocks (a transformer's layers): a copy is an instance
 /// whose parent is a `repeat` list, and an op belongs to the outermost copy at or above its
 /// instance. Computed once per graph by the graph-only passes (Analysis::copies) and read by
-/// the activation walk, the step time and the reports.
+/// the activation walk and the step time.
 struct RepeatCopies {
   struct Copy {
     std::string path;       ///< "h[3]"
