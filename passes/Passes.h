@@ -58,6 +58,12 @@ void staticMemory(Analysis &a);
 /// StaticMemory.cpp: the caching allocator's reserve (the target's fraction of the peak less
 /// the CUDA context and communication buffers), added to the peak; after the KV cache.
 void allocatorReserve(Analysis &a);
+/// StaticMemory.cpp: the least peak per device any micro-batch and checkpoint plan of `plan`
+/// can have: the model states and framework memory of staticMemory (from `counted`'s
+/// parameter counts) with the allocator's reserve on the states. Activations, workspace and
+/// the KV cache only add to a peak, so when this exceeds a limit nothing under it fits (the
+/// layout search and the budget fixes prune on it without pricing the plan).
+double modelStatesFloor(const Analysis &counted, const Plan &plan);
 /// Activations.cpp: the forward-then-backward schedule, the checkpoint policy (which block
 /// outputs are kept, what is recomputed), the liveness walk over saved tensors, the memory
 /// plan (buffers with offsets), activation bytes at the peak and the peak per device.

@@ -630,16 +630,9 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
           Parallelism &par = cand.parallel;
           par.tensor = t, par.pipeline = p, par.interleave = v, par.data = d, par.zero = zero;
           par.devices = devices;
-          // The model states and framework memory (StaticMemory's pass on the base counts),
-          // with the allocator's reserve: when they alone exceed the limit, nothing fits.
-          Analysis states;
-          states.plan = &cand;
-          states.params.total = a.params.total;
-          states.params.trainable = a.params.trainable;
-          staticMemory(states);
-          double fixed = unallocatedBytes(states);
-          double floor = fixed + (states.memory.peak - fixed) * (1 + reserveFraction(cand));
-          if (floor > memoryLimit) {
+          // The model states and framework memory with the allocator's reserve: when they
+          // alone exceed the limit, nothing fits.
+          if (modelStatesFloor(a, cand) > memoryLimit) {
             ++out.prunedStatic;
             continue;
           }

@@ -82,4 +82,16 @@ void allocatorReserve(Analysis &a) {
   a.memory.peak += a.memory.allocatorReserve;
 }
 
+double modelStatesFloor(const Analysis &counted, const Plan &plan) {
+  Analysis states;
+  states.plan = &plan;
+  states.params.total = counted.params.total;
+  states.params.trainable = counted.params.trainable;
+  states.params.expert = counted.params.expert;
+  states.params.expertTrainable = counted.params.expertTrainable;
+  staticMemory(states);
+  double fixed = unallocatedBytes(states);
+  return fixed + (states.memory.peak - fixed) * (1 + reserveFraction(plan));
+}
+
 } // namespace tally

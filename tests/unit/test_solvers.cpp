@@ -488,6 +488,52 @@ void sameTrial(const std::optional<Trial> &x, const std::optional<Trial> &y) {
 
 } // namespace
 
+TEST_CASE("budgets: the model-states floor is below the peak of every plan it prunes",
+          "[solvers][budgets]") {
+  // The layout search and the budget fixes skip plans whose floor exceeds the limit, so the
+  // floor must never exceed a real peak: any micro-batch, checkpoint, ZeRO stage and expert
+  // split (Mixtral's experts are 90% of its weights: counted whole, as the layout search did
+  // before, they made the floor of expert = 8 several times its peak).
+  for (const char *file : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally"}) {
+    INFO(file);
+    Compiled t(fromFile, example(file));
+    Relower relower = t.relower();
+    const Analysis &a = *t.a;
+    const Plan &base = *t.c.plan;
+    for (int zero = 0; zero <= 3; ++zero)
+      for (const char *policy : {"none", "full"})
+        for (int64_t mb : {int64_t{1}, base.microBatch}) {
+          Plan p = base;
+          p.parallel.zero = zero;
+          p.checkpoint = policy;
+          p.microBatch = mb;
+          p.microBatchGiven = true;
+          INFO("zero " << zero << " " << policy << " micro_batch " << mb);
+          std::optional<Trial> tr = tryPlan(a, p, relower);
+          REQUIRE(tr);
+          double floor = modelStatesFloor(a, p);
+          CHECK(floor > 0);
+          CHECK(floor <= tr->peak);
+        }
+  }
+}
+
+TEST_CASE("budgets: no micro-batch is lowered when the model states alone break the budget",
+          "[solvers][budgets]") {
+  Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 64 MiB"));
+  const Analysis &a = *stack.a;
+  REQUIRE(modelStatesFloor(a, *a.plan) > 64.0 * (1 << 20));
+  std::vector<std::string> notes = notesOf(stack, DiagKind::BudgetMemory);
+  bool said = false;
+  for (const std::string &n : notes) {
+    INFO(n);
+    CHECK(n.rfind("micro_batch = ", 0) != 0);
+    CHECK(n.find("even micro_batch") == std::string::npos);
+    said = said || n.rfind("no micro_batch fits: the model states and framework memory alone need ", 0) == 0;
+  }
+  CHECK(said);
+}
+
 TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once", "[solvers]") {
   for (const char *file : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally"}) {
     INFO(file);
