@@ -35,7 +35,10 @@ struct OpAnalysis {
   bool computeBound = false;     ///< intensity ≥ the target's ridge for computeDtype
   double forwardTime = 0;        ///< seconds per micro-batch on one device (after parallel split)
   double backwardTime = 0;
-  std::vector<SavedTensor> saved; ///< what the backward keeps (from the op rule)
+  /// What the backward keeps (from the op rule): a range of Analysis::savedStore, so that an
+  /// OpAnalysis is plain numbers and the per-op table of a layout candidate copies as one
+  /// block (a list per op was an allocation per op and candidate; issue 12).
+  llvm::ArrayRef<SavedTensor> saved;
   double tensorSplit = 1;        ///< StepTime: tensor-parallel degree dividing this op's work (1: runs whole)
   /// Fusion.cpp: bytes and kernel launches that fused kernels save this op's forward and its
   /// backward ops (values read from registers instead of memory; one launch per fused run).
@@ -149,6 +152,9 @@ struct Analysis {
   } params;
 
   std::vector<OpAnalysis> ops;
+  /// Every op's saved list, op after op (Autodiff.cpp); OpAnalysis::saved points into it,
+  /// and every copy of this analysis shares it.
+  std::shared_ptr<const std::vector<SavedTensor>> savedStore;
 
   // ---- FLOPs per optimizer step (model FLOPs unless named executed) ----
   struct {

@@ -94,9 +94,12 @@ void differentiate(Analysis &a) {
     if (c.flops > 0 || c.bytesRead + c.bytesWritten > 0) // a view launches no kernel
       oa.backwardCalls += 1;
   }
+  // Each op's saved list, appended to one store; the ranges are set once it stops growing.
+  auto store = std::make_shared<std::vector<SavedTensor>>();
+  std::vector<uint32_t> savedFrom(g.ops.size() + 1, 0);
+  std::vector<SavedTensor> saved;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     OpAnalysis &oa = a.ops[i];
-    oa.saved.clear();
     const Op &op = g.ops[i];
     llvm::SmallVector<bool, 3> needGrad;
     bool any = false;
@@ -104,12 +107,18 @@ void differentiate(Analysis &a) {
       needGrad.push_back(g.tensors[t].requiresGrad);
       any = any || g.tensors[t].requiresGrad;
     }
+    saved.clear();
     if (any)
-      ruleFor(op.kind).saved(g, op, needGrad, oa.saved);
+      ruleFor(op.kind).saved(g, op, needGrad, saved);
+    store->insert(store->end(), saved.begin(), saved.end());
+    savedFrom[i + 1] = static_cast<uint32_t>(store->size());
     inputGrad += oa.inputGradFlops;
     weightGrad += oa.weightGradFlops;
     executedBackward += oa.executedBackwardFlops;
   }
+  for (OpId i = 0; i < g.ops.size(); ++i)
+    a.ops[i].saved = llvm::ArrayRef<SavedTensor>(*store).slice(savedFrom[i], savedFrom[i + 1] - savedFrom[i]);
+  a.savedStore = std::move(store);
 
   // Step 3: per optimizer step.
   double microSteps = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);
