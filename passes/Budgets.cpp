@@ -168,6 +168,10 @@ std::vector<std::string> memoryFixes(Trials &trials, double limit) {
     for (; stage <= 3; ++stage) {
       Plan p = plan;
       p.parallel.zero = stage;
+      // A stage whose model states alone break the limit cannot fit; only zero = 3's peak
+      // is named when none does, so the others are not analysed.
+      if (stage < 3 && modelStatesFloor(a, p) > limit)
+        continue;
       last = trials.run(p);
       if (last && fits(*last))
         break;
@@ -182,9 +186,10 @@ std::vector<std::string> memoryFixes(Trials &trials, double limit) {
   // derived micro-batch).
   // A layout on as many devices as now is the ZeRO note again: only other counts are named.
   if (plan.isTrain) {
-    std::optional<Candidate> c = fewestDevices(trials, plan.parallel.zero, fits, nullptr, true);
+    std::optional<Candidate> c =
+        fewestDevices(trials, plan.parallel.zero, fits, nullptr, true, limit);
     if (!c && plan.parallel.zero < 3)
-      c = fewestDevices(trials, 3, fits, nullptr, true);
+      c = fewestDevices(trials, 3, fits, nullptr, true, limit);
     if (c && c->plan.parallel.devices != plan.parallel.devices)
       notes.push_back(layout(c->plan) + " fits in " + formatBytes(c->trial.peak));
   }
@@ -203,7 +208,7 @@ std::vector<std::string> timeFixes(Trials &trials, double limit, bool runTime) {
     double v = runTime ? t.runTime : t.stepTime;
     return v > 0 && v <= limit && t.peak <= mem;
   };
-  if (auto c = fewestDevices(trials, plan.parallel.zero, meets, nullptr, true)) {
+  if (auto c = fewestDevices(trials, plan.parallel.zero, meets, nullptr, true, mem)) {
     double v = runTime ? c->trial.runTime : c->trial.stepTime;
     notes.push_back(layout(c->plan) + " gives a " + (runTime ? "run time" : "step time") +
                     " of " + formatDuration(v) + " in " + formatBytes(c->trial.peak) +

@@ -364,7 +364,8 @@ std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, i
 
 std::optional<Candidate> fewestDevices(Trials &trials, int zero,
                                        const std::function<bool(const Trial &)> &goal,
-                                       std::vector<Candidate> *tried, bool bisect) {
+                                       std::vector<Candidate> *tried, bool bisect,
+                                       double memoryLimit) {
   const Plan &base = *trials.base().plan;
   int64_t modelParallel =
       base.parallel.tensor * base.parallel.pipeline * std::max<int64_t>(1, base.parallel.context);
@@ -385,6 +386,8 @@ std::optional<Candidate> fewestDevices(Trials &trials, int zero,
     p.parallel.zero = zero;
     if (!keepMicro)
       p.microBatch = base.batch / data;
+    if (modelStatesFloor(trials.base(), p) > memoryLimit)
+      return std::nullopt;
     std::optional<Trial> t = trials.run(p);
     if (t && tried)
       tried->push_back({p, *t});

@@ -20,6 +20,7 @@
 
 #include "llvm/ADT/StringRef.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -159,10 +160,12 @@ std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, i
 /// of fitting in memory: ZeRO shards and a derived micro-batch shrink with data) and find
 /// the first by bisection — about log2 of the candidates analysed instead of all of them;
 /// where the goal is not monotone the answer meets it but may not be the fewest.
+/// `memoryLimit`: the goal includes a peak within it, so a candidate whose model states alone
+/// exceed it (modelStatesFloor) fails the goal without being analysed (nor put in `tried`).
 std::optional<Candidate> fewestDevices(Trials &trials, int zero,
                                        const std::function<bool(const Trial &)> &goal,
                                        std::vector<Candidate> *tried = nullptr,
-                                       bool bisect = false);
+                                       bool bisect = false, double memoryLimit = HUGE_VAL);
 
 /// `tally solve micro-batch`: the largest micro-batch whose peak memory per device fits in
 /// `memoryLimit` (bytes), and the accumulation steps it implies.

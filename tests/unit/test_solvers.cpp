@@ -534,6 +534,39 @@ TEST_CASE("budgets: no micro-batch is lowered when the model states alone break 
   CHECK(said);
 }
 
+TEST_CASE("solvers: fewest devices analyses no candidate whose model states break the limit",
+          "[solvers]") {
+  Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 80 GiB"));
+  Relower relower = stack.relower();
+  const Analysis &a = *stack.a;
+  for (int zero : {0, 3}) {
+    INFO("zero " << zero);
+    // A limit under every candidate's model states: nothing is analysed.
+    {
+      Trials trials(a, relower);
+      double limit = 1 << 20;
+      auto fits = [&](const Trial &t) { return t.peak <= limit; };
+      CHECK_FALSE(fewestDevices(trials, zero, fits, nullptr, true, limit));
+      CHECK(trials.layoutsAnalysed() == 0);
+    }
+    // Limits some candidates meet: the pruned search answers as the full one does.
+    for (double gib : {2.0, 4.0, 8.0, 16.0}) {
+      INFO(gib << " GiB");
+      double limit = gib * (1 << 30);
+      auto fits = [&](const Trial &t) { return t.peak <= limit; };
+      Trials pruned(a, relower), full(a, relower);
+      std::optional<Candidate> p = fewestDevices(pruned, zero, fits, nullptr, true, limit);
+      std::optional<Candidate> f = fewestDevices(full, zero, fits, nullptr, true);
+      REQUIRE(p.has_value() == f.has_value());
+      if (p) {
+        CHECK(p->plan.parallel.devices == f->plan.parallel.devices);
+        CHECK(p->trial.peak == f->trial.peak);
+      }
+      CHECK(pruned.layoutsAnalysed() <= full.layoutsAnalysed());
+    }
+  }
+}
+
 TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once", "[solvers]") {
   for (const char *file : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally"}) {
     INFO(file);
