@@ -219,7 +219,7 @@ struct Emitter {
         s.tensors[bt.gradOf].role == TensorRole::Param) {
       auto it = gradOffset.find(bt.gradOf);
       if (it == gradOffset.end()) {
-        fail("the gradient of frozen parameter " + s.tensors[bt.gradOf].name + " has no place");
+        fail("the gradient of frozen parameter " + s.tensorName(bt.gradOf) + " has no place");
         return "nullptr";
       }
       return at("G", it->second);
@@ -242,9 +242,7 @@ struct Emitter {
   bool dense(TensorId t) const { return isDense(shape(t), s.tensors[t].layout); }
   std::vector<int64_t> strides(TensorId t) const {
     const Tensor &x = s.tensors[t];
-    if (x.layout.strides.size() == x.shape.size())
-      return std::vector<int64_t>(x.layout.strides.begin(), x.layout.strides.end());
-    auto d = denseStrides(x.shape);
+    auto d = stridesOf(x.shape, x.layout);
     return std::vector<int64_t>(d.begin(), d.end());
   }
   std::vector<int64_t> sizes(TensorId t) const {
@@ -1528,7 +1526,7 @@ struct Emitter {
       for (const Op &o : s.ops)
         if (o.kind == OpKind::Embedding && base(o.inputs[0]) == t)
           vocab = shape(o.inputs[1])[0].size;
-      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}},\n", literal(x.name), stName(stored(t)),
+      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}},\n", literal(s.tensorName(t)), stName(stored(t)),
                            sz.size(), list(sz), n(t), dataOffset.at(t), boolean(batched), vocab)
                  .str();
     }
@@ -1556,7 +1554,7 @@ struct Emitter {
                   " into whole micro-batches of " + std::to_string(plan.microBatch) + " per rank");
     for (TensorId t : s.inputs)
       if (ctype(stored(t)).empty())
-        return fail("input " + s.tensors[t].name + " has dtype " + nameOf(s.tensors[t].dtype).str());
+        return fail("input " + s.tensorName(t) + " has dtype " + nameOf(s.tensors[t].dtype).str());
     if (plan.microBatch <= 0 || plan.batch % plan.microBatch != 0)
       return fail("the batch is not a whole number of micro-batches");
     return true;

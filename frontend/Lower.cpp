@@ -45,13 +45,13 @@ std::optional<Graph> Lowerer::run(const PlanDecl &decl) {
     }
     Tensor t;
     t.role = TensorRole::Input;
-    t.name = p.name;
     if (!shapeOf(*p.type, root->consts, true, t.shape, t.dtype))
       return std::nullopt;
     if (p.type->dtype.empty())
       t.dtype = g.activationDtype;
     TensorId id = g.addTensor(std::move(t));
     g.inputs.push_back(id);
+    g.inputNames.push_back(p.name);
     inputs.push_back(Value::ofTensor(id, p.range));
   }
   Value out = callModule(*root, inputs, root->forward->range);

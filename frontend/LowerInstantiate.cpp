@@ -254,7 +254,6 @@ ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path
   for (size_t q = p0; q < p1; ++q) {
     ParamInfo info = g.params[q];
     Tensor t = g.tensors[info.tensor];
-    t.name = rename(t.name);
     t.param = static_cast<uint32_t>(g.params.size());
     TensorId id = g.addTensor(std::move(t));
     info.path = rename(info.path);
@@ -335,11 +334,10 @@ bool Lowerer::items(const std::vector<BlockItemPtr> &list, ModuleObj &m, bool fr
       t.dtype = key.params;
       if (!shapeOf(*item->type, m.consts, false, t.shape, t.dtype))
         return false;
-      t.name = joinPath(m.path, item->name);
       t.requiresGrad = !(frozen || item->frozen);
       t.param = static_cast<uint32_t>(g.params.size());
       TensorId id = g.addTensor(t);
-      g.params.push_back({t.name, id, t.requiresGrad, m.instance, item->range});
+      g.params.push_back({joinPath(m.path, item->name), id, t.requiresGrad, m.instance, item->range});
       m.members[item->name] = Value::ofTensor(id, item->range);
       break;
     }

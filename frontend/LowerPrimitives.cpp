@@ -571,36 +571,36 @@ Value Lowerer::primitiveOp(const Bound &b, const Expr &e, Scope &scope) {
 /// dense later by passes/Contiguous.cpp, which gives it a copy to view).
 void Lowerer::setViewLayouts(Op &op) {
   const Tensor &x = g.tensors[op.inputs[0]];
+  const llvm::SmallVector<int64_t, 4> xs = stridesOf(x.shape, x.layout);
   for (size_t i = 0; i < op.outputs.size(); ++i) {
     Tensor &t = g.tensors[op.outputs[i]];
-    Layout l = x.layout;
+    int64_t offset = x.layout.offset;
+    llvm::SmallVector<int64_t, 4> st = xs;
     if (op.kind == OpKind::Split) {
       size_t axis = 0;
       normalizeAxis(op.attrs->dim, x.shape.size(), axis);
-      l.offset += static_cast<int64_t>(i) * t.shape[axis].size * x.layout.strides[axis];
+      offset += static_cast<int64_t>(i) * t.shape[axis].size * xs[axis];
     } else if (op.kind == OpKind::Slice) {
-      llvm::SmallVector<int64_t, 4> st;
+      st.clear();
       for (size_t a = 0; a < x.shape.size(); ++a) {
         if (a >= op.attrs->slices.size()) {
-          st.push_back(x.layout.strides[a]);
+          st.push_back(xs[a]);
           continue;
         }
         const SliceDim &d = op.attrs->slices[a];
-        l.offset += d.start * x.layout.strides[a];
+        offset += d.start * xs[a];
         if (!d.drop)
-          st.push_back(x.layout.strides[a] * d.step);
+          st.push_back(xs[a] * d.step);
       }
-      l.strides = std::move(st);
     } else if (op.kind == OpKind::Transpose) {
       size_t a0 = 0, a1 = 0;
       normalizeAxis(op.attrs->transposeA, x.shape.size(), a0);
       normalizeAxis(op.attrs->transposeB, x.shape.size(), a1);
-      std::swap(l.strides[a0], l.strides[a1]);
+      std::swap(st[a0], st[a1]);
     } else {
-      l.strides = viewStrides(x.shape, x.layout.strides, t.shape)
-                      .value_or(denseStrides(t.shape));
+      st = viewStrides(x.shape, xs, t.shape).value_or(denseStrides(t.shape));
     }
-    t.layout = std::move(l);
+    setLayout(t, st, offset);
   }
 }
 
@@ -643,7 +643,7 @@ Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpA
   bool inferred = ruleFor(kind).infer(g, op, outs, err);
   if (inferred && kind == OpKind::Reshape && !outs.empty()) {
     const Tensor &x = g.tensors[op.inputs[0]];
-    if (!viewStrides(x.shape, x.layout.strides, outs[0].shape)) {
+    if (!viewStrides(x.shape, stridesOf(x.shape, x.layout), outs[0].shape)) {
       auto copy = dense(op.inputs[0], e, scope);
       if (!copy.valid)
         return {};

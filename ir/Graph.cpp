@@ -79,7 +79,31 @@ llvm::SmallVector<int64_t, 4> denseStrides(const Shape &s) {
   return st;
 }
 
+llvm::SmallVector<int64_t, 4> stridesOf(const Shape &s, const Layout &l) {
+  if (l.strides.empty())
+    return denseStrides(s);
+  return llvm::SmallVector<int64_t, 4>(l.strides.begin(), l.strides.end());
+}
+
+void setLayout(Tensor &t, llvm::ArrayRef<int64_t> strides, int64_t offset) {
+  // Compared exactly with the row-major strides, so every other list (a size-1 dimension's
+  // odd stride included) is kept as written.
+  const Shape &s = t.shape;
+  bool rowMajor = strides.size() == s.size();
+  int64_t stride = 1;
+  for (size_t i = s.size(); rowMajor && i-- > 0;)
+    rowMajor = strides[i] == stride &&
+               (i == 0 || !__builtin_mul_overflow(stride, std::max<int64_t>(1, s[i].size), &stride));
+  t.layout.offset = offset;
+  if (rowMajor)
+    t.layout.strides.clear();
+  else
+    t.layout.strides.assign(strides.begin(), strides.end());
+}
+
 bool isDense(const Shape &s, const Layout &l) {
+  if (l.strides.empty())
+    return true;
   int64_t stride = 1; // denseStrides(s)[i], from the back, without building them
   for (size_t i = s.size(); i-- > 0;) {
     if (s[i].size > 1 && l.strides[i] != stride)
@@ -136,7 +160,10 @@ TensorId Graph::addTensor(Tensor &&t) {
   tensors.push_back(std::move(t));
   Tensor &x = tensors.back();
   if (x.layout.strides.size() != x.shape.size())
-    x.layout.strides = denseStrides(x.shape);
+    x.layout.strides.clear(); // none listed (or a wrong count): row-major
+  else if (!x.layout.strides.empty())
+    setLayout(x, llvm::SmallVector<int64_t, 4>(x.layout.strides.begin(), x.layout.strides.end()),
+              x.layout.offset);
   return static_cast<TensorId>(tensors.size() - 1);
 }
 
@@ -178,6 +205,18 @@ std::string Graph::formatSizes(const Shape &s) {
   return out + "]";
 }
 
+const std::string &Graph::tensorName(TensorId t) const {
+  static const std::string none;
+  const Tensor &x = tensors[t];
+  if (x.role == TensorRole::Param && x.param < params.size())
+    return params[x.param].path;
+  if (x.role == TensorRole::Input)
+    for (size_t i = 0; i < inputs.size() && i < inputNames.size(); ++i)
+      if (inputs[i] == t)
+        return inputNames[i];
+  return none;
+}
+
 double Graph::bytes(TensorId t) const {
   return numel(tensors[t].shape) * bytesOf(tensors[t].dtype);
 }
@@ -187,10 +226,11 @@ namespace {
 bool viewInBounds(const Graph &g, const Tensor &t) {
   const Tensor &base = g.tensors[t.viewOf];
   int64_t lo = t.layout.offset, hi = t.layout.offset;
+  llvm::SmallVector<int64_t, 4> strides = stridesOf(t.shape, t.layout);
   for (size_t i = 0; i < t.shape.size(); ++i) {
     if (t.shape[i].size == 0)
       return true;
-    int64_t span = (t.shape[i].size - 1) * t.layout.strides[i];
+    int64_t span = (t.shape[i].size - 1) * strides[i];
     (span < 0 ? lo : hi) += span;
   }
   auto n = checkedNumel(base.shape);
@@ -246,7 +286,7 @@ std::string verifyGraph(const Graph &g) {
       return name(t) + " has an overflowing or negative shape";
     if (x.role == TensorRole::Param && (x.param >= g.params.size() || g.params[x.param].tensor != t))
       return "parameter " + name(t) + " is not listed in params";
-    if (x.layout.strides.size() != x.shape.size())
+    if (!x.layout.strides.empty() && x.layout.strides.size() != x.shape.size())
       return name(t) + " has " + std::to_string(x.layout.strides.size()) + " strides for rank " +
              std::to_string(x.shape.size());
     if (x.viewOf != kNone) {
@@ -314,7 +354,7 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
   };
   os << "graph @" << g.model << " {\n";
   for (TensorId t : g.inputs)
-    os << "  input %" << t << " " << g.tensors[t].name << ": " << type(t) << "\n";
+    os << "  input %" << t << " " << g.tensorName(t) << ": " << type(t) << "\n";
   for (const ParamInfo &p : g.params)
     os << "  param %" << p.tensor << " " << p.path << ": " << type(p.tensor)
        << (p.trainable ? "" : " frozen") << "\n";
@@ -329,8 +369,9 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     if (x.viewOf == kNone && isDense(x.shape, x.layout) && x.layout.offset == 0)
       return "";
     std::string s = " {strides = [";
-    for (size_t i = 0; i < x.layout.strides.size(); ++i)
-      s += (i ? ", " : "") + std::to_string(x.layout.strides[i]);
+    llvm::SmallVector<int64_t, 4> strides = stridesOf(x.shape, x.layout);
+    for (size_t i = 0; i < strides.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(strides[i]);
     return s + "], offset = " + std::to_string(x.layout.offset) + "}";
   };
   Phase phase = Phase::Forward;

@@ -91,12 +91,18 @@ llvm::StringRef phaseName(Phase p);
 /// Where a tensor's elements are: `storage` is the tensor that owns the bytes (itself unless it
 /// is a view), `offset` the element offset of element [0, ...] in that storage, `strides` the
 /// element step of each dimension. A dense tensor has row-major strides and offset 0.
+/// `strides` is empty for row-major strides (Graph::addTensor stores them so; most tensors
+/// have them, and an inline list of four was a sixth of a Tensor, whose size is much of a deep
+/// model's memory and time: issue 12); read them with stridesOf.
 struct Layout {
-  llvm::SmallVector<int64_t, 4> strides;
+  llvm::SmallVector<int64_t, 0> strides;
   int64_t offset = 0;
 };
 /// Row-major strides of a dense tensor of shape `s`.
 llvm::SmallVector<int64_t, 4> denseStrides(const Shape &s);
+/// The strides of a tensor of shape `s` with layout `l`: its own, or row-major ones when it
+/// lists none.
+llvm::SmallVector<int64_t, 4> stridesOf(const Shape &s, const Layout &l);
 /// Whether a tensor of shape `s` with layout `l` is dense row-major (size-1 dimensions may
 /// have any stride; the offset may be anything).
 bool isDense(const Shape &s, const Layout &l);
@@ -115,7 +121,8 @@ struct Tensor {
   TensorId viewOf = kNone;    ///< for outputs of view ops: the tensor whose storage it shares
   Layout layout;              ///< strides and offset in the storage of viewOf (or its own)
   TensorId gradOf = kNone;    ///< Gradient tensors: the tensor whose gradient this is
-  std::string name;           ///< inputs and parameters: their name; activations: ""
+  // A tensor's name is Graph::tensorName's: only inputs and parameters have one, so it is not
+  // kept in every tensor (a string was a fifth of a Tensor; issue 12).
 
   // Moves are declared noexcept so that std::vector<Tensor> moves (not copies) its elements
   // when it grows: llvm::SmallVector's move constructor is not noexcept, which made every
@@ -126,6 +133,10 @@ struct Tensor {
   Tensor &operator=(const Tensor &) = default;
   Tensor &operator=(Tensor &&) noexcept = default;
 };
+
+/// Gives `t` (whose shape is set) these strides and offset, listing the strides only when
+/// they are not row-major (Layout).
+void setLayout(Tensor &t, llvm::ArrayRef<int64_t> strides, int64_t offset);
 
 /// One axis of a `slice` view (`x[:, 0]`, `x[:, 1:]`): the first index taken, how many, the
 /// step between them, and whether the axis is dropped (an integer subscript).
@@ -251,6 +262,7 @@ struct Graph {
   std::vector<ParamInfo> params;
   std::vector<Instance> instances;
   std::vector<TensorId> inputs;
+  std::vector<std::string> inputNames; ///< per entry of `inputs`: the name it was declared with
   TensorId loss = kNone;      ///< the scalar the forward function returns (when training)
   std::vector<TensorId> outputs; ///< everything the forward function returns
   std::vector<std::string> symbols{""}; ///< dimension names; index 0 is "no name"
@@ -261,7 +273,7 @@ struct Graph {
   bool differentiated = false;
   uint32_t randomStreams = 0; ///< streams handed out to random ops (dropout), 0..n-1
 
-  /// Appends a tensor (dense strides when it has none). Taken by reference, not by value:
+  /// Appends a tensor (strides listed only when they are not row-major). Taken by reference, not by value:
   /// a Tensor move copies its inline shape and strides, and a deep model adds 10^5 of them.
   TensorId addTensor(Tensor &&t);
   TensorId addTensor(const Tensor &t) { return addTensor(Tensor(t)); }
@@ -272,6 +284,8 @@ struct Graph {
   /// `[16, 1024, 768]`: numbers only.
   static std::string formatSizes(const Shape &s);
   double bytes(TensorId t) const; ///< numel × bytes per element
+  /// A parameter's path, an input's name, else "" (activations and gradients have none).
+  const std::string &tensorName(TensorId t) const;
   /// The tensor that owns `t`'s bytes: `t` itself, or the tensor a view shares (views of views
   /// point at the owner directly, verifyGraph checks it).
   TensorId storageOf(TensorId t) const {

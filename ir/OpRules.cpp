@@ -2281,10 +2281,10 @@ bool broadcastShapes(const Shape &a, const Shape &b, Shape &out) {
 bool acceptsLayout(const Graph &g, const Op &op, unsigned i) {
   const Tensor &t = g.tensors[op.inputs[i]];
   const Shape &s = t.shape;
-  const auto &st = t.layout.strides;
   size_t r = s.size();
   if (opClass(op.kind) == OpClass::View || op.kind == OpKind::Contiguous || r == 0)
     return true;
+  const llvm::SmallVector<int64_t, 4> st = stridesOf(s, t.layout);
   if (op.kind == OpKind::Matmul) {
     if (r == 1)
       return st[0] == 1 || s[0].size == 1;

@@ -205,7 +205,7 @@ struct Builder {
   TensorId transposed(TensorId t) {
     const Tensor &x = g.tensors[t];
     Shape s = x.shape;
-    llvm::SmallVector<int64_t, 4> st = x.layout.strides;
+    llvm::SmallVector<int64_t, 4> st = stridesOf(x.shape, x.layout);
     size_t r = s.size();
     std::swap(s[r - 1], s[r - 2]);
     std::swap(st[r - 1], st[r - 2]);
@@ -217,7 +217,7 @@ struct Builder {
     const Tensor &x = g.tensors[t];
     Shape s{Dim{static_cast<int64_t>(numel(x.shape) / std::max<int64_t>(1, x.shape.back().size)), 0},
             x.shape.back()};
-    auto st = viewStrides(x.shape, x.layout.strides, s);
+    auto st = viewStrides(x.shape, stridesOf(x.shape, x.layout), s);
     if (!st) // not expressible as a view: copy first
       return flattened(copyDense(t));
     return view(t, s, *st, x.layout.offset);
@@ -434,12 +434,13 @@ struct Builder {
   void concatBackward(const Op &op, TensorId dy) {
     size_t axis = 0;
     const Tensor y = g.tensors[dy];
+    const llvm::SmallVector<int64_t, 4> ys = stridesOf(y.shape, y.layout);
     normalizeAxis(op.attrs->dim, y.shape.size(), axis);
     int64_t at = 0;
     for (TensorId x : op.inputs) {
       const Shape xs = g.tensors[x].shape;
       if (needs(x)) {
-        TensorId part = view(dy, xs, y.layout.strides, y.layout.offset + at * y.layout.strides[axis]);
+        TensorId part = view(dy, xs, ys, y.layout.offset + at * ys[axis]);
         Target t = target(x, xs);
         emit(OpKind::Contiguous, {part}, {t.t}, SharedAttrs(), t.acc);
         finish(x, t);

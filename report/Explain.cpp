@@ -71,8 +71,8 @@ std::string labelOf(const Op &op, TensorId t) {
 }
 
 std::string tensorName(const Graph &g, TensorId t) {
-  const Tensor &x = g.tensors[t];
-  return x.name.empty() ? "%" + std::to_string(t) : x.name;
+  const std::string &name = g.tensorName(t);
+  return name.empty() ? "%" + std::to_string(t) : name;
 }
 
 /// "bf16[batch, seq, 768] = [16, 1024, 768]", the sizes only when some dimension has a name.

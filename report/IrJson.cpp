@@ -36,11 +36,9 @@ void renderIrJson(const Graph &g, llvm::raw_ostream &os) {
     llvm::json::Array shape, strides;
     for (const Dim &d : x.shape)
       shape.push_back(d.size);
-    for (int64_t s : x.layout.strides)
+    for (int64_t s : stridesOf(x.shape, x.layout))
       strides.push_back(s);
-    std::string name = x.name;
-    if (x.role == TensorRole::Param && x.param < g.params.size())
-      name = g.params[x.param].path;
+    const std::string &name = g.tensorName(t);
     llvm::json::Object o{{"id", static_cast<int64_t>(t)},
                          {"name", name},
                          {"role", roleName(x.role)},

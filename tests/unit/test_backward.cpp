@@ -220,7 +220,7 @@ TEST_CASE("backward: the verifier finds a broken step", "[backward]") {
   CHECK_THAT(problem([&](Graph &s) {
                for (Tensor &x : s.tensors)
                  if (x.viewOf == kNone && x.shape.size() == 2 && x.shape[0].size > 1 && x.shape[1].size > 1) {
-                   std::swap(x.layout.strides[0], x.layout.strides[1]);
+                   x.layout.strides = {1, x.shape[1].size}; // row-major [b, 1], swapped
                    return;
                  }
              }),
@@ -261,4 +261,58 @@ TEST_CASE("graph: isDense is row-major up to size-1 dimensions", "[backward]") {
   l.strides = {8, 99, 1}; // but the others follow the product of the sizes after them
   CHECK_FALSE(isDense(one, l));
   CHECK(isDense(Shape(), Layout()));
+}
+
+TEST_CASE("graph: row-major strides are not listed, every other list is kept", "[backward]") {
+  Graph g;
+  auto add = [&](Shape s, llvm::SmallVector<int64_t, 4> st) {
+    Tensor t;
+    t.shape = std::move(s);
+    t.dtype = Dtype::F32;
+    t.layout.strides.assign(st.begin(), st.end());
+    return g.addTensor(std::move(t));
+  };
+  Shape s{Dim{2, 0}, Dim{3, 0}, Dim{4, 0}};
+  TensorId dense = add(s, {12, 4, 1}), none = add(s, {}), wrong = add(s, {1, 2});
+  TensorId swapped = add(s, {12, 1, 3});
+  Shape one{Dim{2, 0}, Dim{1, 0}, Dim{4, 0}};
+  TensorId odd = add(one, {4, 99, 1}); // dense, but not the row-major list: kept as written
+  Shape zero{Dim{0, 0}, Dim{3, 0}};
+  TensorId empty = add(zero, {3, 1});
+  for (TensorId t : {dense, none, wrong, empty}) {
+    INFO("%" << t);
+    CHECK(g.tensors[t].layout.strides.empty());
+    CHECK(stridesOf(g.tensors[t].shape, g.tensors[t].layout) == denseStrides(g.tensors[t].shape));
+    CHECK(isDense(g.tensors[t].shape, g.tensors[t].layout));
+  }
+  CHECK(stridesOf(s, g.tensors[swapped].layout) == llvm::SmallVector<int64_t, 4>{12, 1, 3});
+  CHECK_FALSE(isDense(s, g.tensors[swapped].layout));
+  CHECK(stridesOf(one, g.tensors[odd].layout) == llvm::SmallVector<int64_t, 4>{4, 99, 1});
+  // The swapped tensor owns its storage, so it is the verifier's one complaint.
+  CHECK_THAT(verifyGraph(g), Catch::Contains("%" + std::to_string(swapped) + " owns its storage but is not dense"));
+  // setLayout keeps the offset and lists strides by the same rule.
+  Tensor t = g.tensors[dense];
+  setLayout(t, {1, 2, 6}, 5);
+  CHECK(t.layout.offset == 5);
+  CHECK(t.layout.strides.size() == 3);
+  setLayout(t, {12, 4, 1}, 0);
+  CHECK(t.layout.strides.empty());
+  // Sizes whose row-major strides overflow int64 are kept as listed, never multiplied past it.
+  Shape huge{Dim{INT64_MAX / 2, 0}, Dim{INT64_MAX / 2, 0}, Dim{4, 0}};
+  setLayout(t, {0, 4, 1}, 0);
+  t.shape = huge;
+  setLayout(t, {0, 4, 1}, 0);
+  CHECK(t.layout.strides.size() == 3);
+}
+
+TEST_CASE("graph: a tensor's name is its parameter's path or its input's name", "[backward]") {
+  Compiled c(fromFile, example("gpt2.tally"));
+  const Graph &g = c.g();
+  REQUIRE_FALSE(g.inputs.empty());
+  CHECK(g.inputNames.size() == g.inputs.size());
+  CHECK(g.tensorName(g.inputs[0]) == "tokens");
+  for (const ParamInfo &p : g.params)
+    CHECK(g.tensorName(p.tensor) == p.path);
+  CHECK(g.tensorName(g.loss).empty());
+  CHECK(g.tensorName(g.params.front().tensor) == "wte.weight");
 }

@@ -40,9 +40,9 @@ struct Builder {
     t.shape = std::move(s);
     t.dtype = dt;
     t.role = TensorRole::Input;
-    t.name = "x";
     TensorId id = g.addTensor(t);
     g.inputs.push_back(id);
+    g.inputNames.push_back("x");
     return id;
   }
   /// An activation with no producer here (a previous block's output): it needs a gradient.
