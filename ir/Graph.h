@@ -204,19 +204,20 @@ private:
   std::shared_ptr<const OpAttrs> p_;
 };
 
+// The fields are ordered to leave no padding (144 bytes; a step has millions of ops).
 struct Op {
-  OpKind kind = OpKind::Matmul;
   llvm::SmallVector<TensorId, 3> inputs;
   llvm::SmallVector<TensorId, 3> outputs;
   SharedAttrs attrs;
   std::string path;           ///< "h[3].attn.qkv.matmul": instance path, then the op's own name
-  uint32_t instance = 0;      ///< index into Graph::instances of the block it was written in
   llvm::SMRange range;        ///< the expression that created it
-  Phase phase = Phase::Forward;
+  uint32_t instance = 0;      ///< index into Graph::instances of the block it was written in
   OpId forwardOp = kNone;     ///< backward ops: the forward op whose gradient they compute
   /// Backward ops: which outputs add into a gradient another op already wrote (a tensor read
   /// twice gets one gradient, summed in place: bit i for output i).
   uint32_t accumulate = 0;
+  OpKind kind = OpKind::Matmul;
+  Phase phase = Phase::Forward;
 
   // noexcept moves: std::vector<Op> moves its elements when it grows (see Tensor).
   Op() = default;

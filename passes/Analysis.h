@@ -31,8 +31,8 @@ struct OpAnalysis {
   double backwardTranscendentals = 0; ///< exp/erf/... evaluations of the backward ops (ForwardCost)
   double backwardCalls = 0;      ///< kernel calls of the backward ops (views excluded)
   Dtype computeDtype = Dtype::F32; ///< the rate the op runs at (peakFor)
-  double intensity = 0;          ///< forward FLOPs / forward bytes (0 for views)
   bool computeBound = false;     ///< intensity ≥ the target's ridge for computeDtype
+  double intensity = 0;          ///< forward FLOPs / forward bytes (0 for views)
   double forwardTime = 0;        ///< seconds per micro-batch on one device (after parallel split)
   double backwardTime = 0;
   /// What the backward keeps (from the op rule): a range of Analysis::savedStore, so that an
