@@ -147,10 +147,10 @@ std::vector<std::string> memoryFixes(Trials &trials, double limit) {
   // A smaller micro-batch (more accumulation steps). When the model states alone exceed the
   // limit no micro-batch fits, and none is lowered to show it (a re-lowered graph with its
   // own step and checkpoint search was most of a deep model's budget fixes).
-  double floor = plan.isTrain ? modelStatesFloor(a, plan) : 0;
-  if (plan.isTrain && plan.microBatch > 1 && floor > limit) {
+  double statesFloor = plan.isTrain ? modelStatesFloor(a, plan) : 0;
+  if (plan.isTrain && plan.microBatch > 1 && statesFloor > limit) {
     notes.push_back("no micro_batch fits: the model states and framework memory alone need " +
-                    formatBytes(floor));
+                    formatBytes(statesFloor));
   } else if (plan.isTrain && plan.microBatch > 1) {
     std::vector<std::pair<int64_t, double>> tried;
     if (auto c = largestMicroBatch(trials, limit, plan.microBatch - 1, &tried, true))
