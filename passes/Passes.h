@@ -153,6 +153,15 @@ struct AnalyzeOptions {
   bool whatIf = false;          ///< a solver's candidate: no budgets checked, no curve
   bool diagnosticsOnly = false; ///< `tally check`: no trade-off curve (unless auto reads it)
   bool placeBuffers = true;     ///< the arena offsets: --emit=memory-plan, build, run
+
+  /// What `tally check` reads: diagnostics only (no curve), and the offsets only when it
+  /// prints the memory plan (--emit=memory-plan).
+  static AnalyzeOptions check(bool memoryPlan) {
+    AnalyzeOptions o;
+    o.diagnosticsOnly = true;
+    o.placeBuffers = memoryPlan;
+    return o;
+  }
 };
 /// Runs every pass in order on a lowered graph and its plan.
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,

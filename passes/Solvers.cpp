@@ -278,14 +278,15 @@ std::optional<Trial> Trials::run(const Plan &candidate) {
       graph = gp->owned ? &*gp->owned : nullptr;
     }
     if (graph) {
-      // The base's graph under the base's step (sameStep): its step is not built again.
+      // The base's graph shares the base analysis's step when the plans' steps are equal
+      // (sameStep), and its walks (WalkMemo keeps apart those whose facts differ, another
+      // precision's costs say).
+      bool baseGraph = graph == base_.graph;
       std::shared_ptr<const Graph> step;
-      if (graph == base_.graph && sameStep(gp->plan, *base_.plan))
+      if (baseGraph && sameStep(gp->plan, *base_.plan))
         step = base_.step;
       gp->part = analyzeGraph(*graph, gp->plan, std::move(step));
-      // The base's graph: its walks are the base analysis's (WalkMemo keeps apart those whose
-      // facts differ, another precision's costs say).
-      if (graph == base_.graph && base_.walks)
+      if (baseGraph && base_.walks)
         gp->part->walks = base_.walks;
       gp->part->plan = nullptr; // analyzeLayout sets each candidate's plan
     }

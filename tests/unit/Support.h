@@ -21,12 +21,7 @@ namespace tally::test {
 
 /// The options `tally check` analyses with (tools/tally/main.cpp): diagnostics only, no
 /// arena offsets.
-inline AnalyzeOptions checkOptions() {
-  AnalyzeOptions o;
-  o.diagnosticsOnly = true;
-  o.placeBuffers = false;
-  return o;
-}
+inline AnalyzeOptions checkOptions() { return AnalyzeOptions::check(/*memoryPlan=*/false); }
 
 /// How many times `needle` occurs in `hay` (not overlapping).
 inline size_t countOf(const std::string &hay, const std::string &needle) {

@@ -197,13 +197,9 @@ int runCheck() {
       if (!c.lower(*p, overrides()))
         continue;
       overrideBudgets(*c.plan, *budgets);
-      // check prints diagnostics only: no curve (Analysis::diagnosticsOnly), and offsets only
-      // for --emit=memory-plan (Analysis::placeBuffers).
-      AnalyzeOptions only;
-      only.diagnosticsOnly = true;
-      only.placeBuffers = opts::EmitStage == opts::Emit::MemoryPlan;
       auto analysis = std::make_unique<Analysis>(
-          analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p), only));
+          analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p),
+                  AnalyzeOptions::check(opts::EmitStage == opts::Emit::MemoryPlan)));
       Analysis &a = lastFile && p == plans.back() ? keptToExit(std::move(analysis)) : *analysis;
       if (opts::EmitStage == opts::Emit::Ir)
         printGraph(*a.step, outs());
