@@ -85,17 +85,25 @@ llvm::SmallVector<int64_t, 4> stridesOf(const Shape &s, const Layout &l) {
   return llvm::SmallVector<int64_t, 4>(l.strides.begin(), l.strides.end());
 }
 
-void setLayout(Tensor &t, llvm::ArrayRef<int64_t> strides, int64_t offset) {
-  // Compared exactly with the row-major strides, so every other list (a size-1 dimension's
-  // odd stride included) is kept as written.
-  const Shape &s = t.shape;
-  bool rowMajor = strides.size() == s.size();
+namespace {
+/// Whether `strides` are exactly the row-major strides of `s` (denseStrides), compared
+/// without building them; a product past int64 is not row-major. Exact, so every other list
+/// (a size-1 dimension's odd stride included) is kept as written (Layout).
+bool rowMajor(const Shape &s, llvm::ArrayRef<int64_t> strides) {
+  if (strides.size() != s.size())
+    return false;
   int64_t stride = 1;
-  for (size_t i = s.size(); rowMajor && i-- > 0;)
-    rowMajor = strides[i] == stride &&
-               (i == 0 || !__builtin_mul_overflow(stride, std::max<int64_t>(1, s[i].size), &stride));
+  for (size_t i = s.size(); i-- > 0;)
+    if (strides[i] != stride ||
+        (i > 0 && __builtin_mul_overflow(stride, std::max<int64_t>(1, s[i].size), &stride)))
+      return false;
+  return true;
+}
+} // namespace
+
+void setLayout(Tensor &t, llvm::ArrayRef<int64_t> strides, int64_t offset) {
   t.layout.offset = offset;
-  if (rowMajor)
+  if (rowMajor(t.shape, strides))
     t.layout.strides.clear();
   else
     t.layout.strides.assign(strides.begin(), strides.end());
@@ -159,11 +167,9 @@ viewStrides(const Shape &oldShape, llvm::ArrayRef<int64_t> oldStrides, const Sha
 TensorId Graph::addTensor(Tensor &&t) {
   tensors.push_back(std::move(t));
   Tensor &x = tensors.back();
-  if (x.layout.strides.size() != x.shape.size())
-    x.layout.strides.clear(); // none listed (or a wrong count): row-major
-  else if (!x.layout.strides.empty())
-    setLayout(x, llvm::SmallVector<int64_t, 4>(x.layout.strides.begin(), x.layout.strides.end()),
-              x.layout.offset);
+  // None listed, a wrong count or the row-major list: listed as none (Layout).
+  if (x.layout.strides.size() != x.shape.size() || rowMajor(x.shape, x.layout.strides))
+    x.layout.strides.clear();
   return static_cast<TensorId>(tensors.size() - 1);
 }
 

@@ -1672,9 +1672,7 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
   // The peak per device as the report gives it: the allocator reserve (StaticMemory.cpp)
   // on everything but the context and the communication buffers.
   double fixed = unallocatedBytes(a);
-  auto peak = [&](double bytes) {
-    return fixed + (staticBytes(a) - fixed + bytes) * (1 + reserveFraction(plan));
-  };
+  auto peak = [&](double bytes) { return reservedPeak(a, staticBytes(a) - fixed + bytes); };
   decltype(a.checkpoint.curve) points;
   auto add = [&](const std::string &name, int64_t checkpointed, const Walk &x) {
     points.push_back({name, checkpointed, peak(deviceBytes(x, plan)),

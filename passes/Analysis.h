@@ -360,5 +360,11 @@ inline double unallocatedBytes(const Analysis &a) {
 /// The caching allocator's reserve as a fraction of what it hands out: the target's, or 0 for
 /// tally's CUDA step, which allocates its regions and arena once (Plan::cudaStep).
 inline double reserveFraction(const Plan &p) { return p.cudaStep ? 0 : p.target.allocatorReserve; }
+/// The peak per device when `allocated` bytes go through the caching allocator: its reserve on
+/// them, and the memory outside it (unallocatedBytes) as is (allocatorReserve's rule, for
+/// peaks the passes have not reached yet: the floor of the model states, the curve's points).
+inline double reservedPeak(const Analysis &a, double allocated) {
+  return unallocatedBytes(a) + allocated * (1 + reserveFraction(*a.plan));
+}
 
 } // namespace tally

@@ -90,8 +90,7 @@ double modelStatesFloor(const Analysis &counted, const Plan &plan) {
   states.params.expert = counted.params.expert;
   states.params.expertTrainable = counted.params.expertTrainable;
   staticMemory(states);
-  double fixed = unallocatedBytes(states);
-  return fixed + (states.memory.peak - fixed) * (1 + reserveFraction(plan));
+  return reservedPeak(states, states.memory.peak - unallocatedBytes(states));
 }
 
 } // namespace tally
