@@ -129,7 +129,7 @@ double sumBlockFlops(const Analysis &a) {
 /// The memory plan's invariants: buffers whose lifetimes overlap never share bytes; the
 /// arena holds every buffer and the liveness peak, which is the most bytes live at any step.
 void checkMemoryPlan(const Analysis &a) {
-  const std::vector<Buffer> &bs = a.buffers;
+  const auto &bs = a.buffers;
   REQUIRE(!bs.empty());
   int64_t end = 0;
   for (const Buffer &b : bs) {

@@ -2,7 +2,8 @@
 // at the same place is said once (support/Diagnostics.h); huge and tiny numbers keep their
 // value in the text formats (ir/Units.h); the output writer renames into place and refuses its
 // inputs (report/Output.h); the memory plan's int64 sizes are checked at the edges, and a plan
-// past them is not representable (passes/MemoryPlan.cpp, docs/memory.md §6).
+// past them is not representable (passes/MemoryPlan.cpp, docs/memory.md §6); the vectors that
+// grow with the model keep their elements through huge-page blocks (support/BigAlloc.h).
 #include <catch.hpp>
 
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "Support.h"
 #include "codegen/Emit.h"
+#include "support/BigAlloc.h"
 #include "support/Diagnostics.h"
 #include "ir/Units.h"
 #include "report/Output.h"
@@ -242,4 +244,34 @@ TEST_CASE("every JSON a renderer prints has finite numbers only", "[output][reli
   CHECK((*rows)[1].kind() == llvm::json::Value::Null);
   CHECK((*rows)[2].getAsObject()->get("x")->kind() == llvm::json::Value::Null);
   CHECK(text.back() == '\n');
+}
+
+TEST_CASE("big vectors: mapped blocks keep their elements through growth and copies", "[bigalloc][reliability]") {
+  // Small blocks come from operator new; from kBigAllocBytes on, a block is mapped on its own,
+  // so it starts on a page (operator new's large blocks start 16 bytes into one). A Tensor
+  // vector grows across the threshold, is copied (as the training step copies the forward
+  // graph) and shrinks back below it; every element survives.
+  using V = std::vector<Tensor, BigAlloc<Tensor>>;
+  V v;
+  size_t big = kBigAllocBytes / sizeof(Tensor) * 3;
+  for (size_t i = 0; i < big; ++i) {
+    Tensor t;
+    t.shape = {Dim{static_cast<int64_t>(i), 0}, Dim{7, 0}};
+    t.producer = static_cast<OpId>(i);
+    v.push_back(std::move(t));
+  }
+  if (bigMapEnabled())
+    CHECK(reinterpret_cast<uintptr_t>(v.data()) % 4096 == 0);
+  V copy = v;
+  REQUIRE(copy.size() == big);
+  bool same = true;
+  for (size_t i = 0; i < big; ++i)
+    same = same && copy[i].shape.size() == 2 && copy[i].shape[0].size == static_cast<int64_t>(i) &&
+           copy[i].shape[1].size == 7 && copy[i].producer == i;
+  CHECK(same);
+  copy.resize(3);
+  copy.shrink_to_fit();
+  CHECK(copy.capacity() * sizeof(Tensor) < kBigAllocBytes);
+  CHECK(copy[2].producer == 2);
+  CHECK_THROWS_AS(BigAlloc<Tensor>().allocate(size_t(-1) / sizeof(Tensor) + 1), std::bad_array_new_length);
 }
