@@ -8,12 +8,71 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+
+#include "llvm/ADT/Hashing.h"
 
 namespace tally {
 
 SharedAttrs::SharedAttrs() {
   static const std::shared_ptr<const OpAttrs> defaults = std::make_shared<const OpAttrs>();
   p_ = defaults;
+}
+
+namespace {
+bool sameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool sameShape(const Shape &a, const Shape &b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size != b[i].size || a[i].sym != b[i].sym)
+      return false;
+  return true;
+}
+} // namespace
+
+// Every field of OpAttrs is compared and hashed below; this size changes when one is added.
+static_assert(sizeof(OpAttrs) == 352, "a field was added to OpAttrs: compare and hash it in sameAttrs and hashAttrs");
+
+bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
+  if (a.dim != b.dim || a.parts != b.parts || a.k != b.k || !sameBits(a.capacity, b.capacity) ||
+      a.heads != b.heads || a.kvHeads != b.kvHeads || a.causal != b.causal || a.fused != b.fused ||
+      a.keepDim != b.keepDim || a.reduceAll != b.reduceAll || !sameBits(a.p, b.p) ||
+      !sameBits(a.eps, b.eps) || a.hasScalar != b.hasScalar || !sameBits(a.scalar, b.scalar) ||
+      a.scalarOnLeft != b.scalarOnLeft || a.transposeA != b.transposeA ||
+      a.transposeB != b.transposeB || !sameShape(a.newShape, b.newShape) ||
+      !sameBits(a.scale, b.scale) || a.headDim != b.headDim || !sameBits(a.theta, b.theta) ||
+      !sameBits(a.fraction, b.fraction) || a.alibi != b.alibi || a.hasMask != b.hasMask ||
+      a.stream != b.stream || a.of != b.of || a.gradMask != b.gradMask || a.optimizer != b.optimizer ||
+      a.slices.size() != b.slices.size())
+    return false;
+  for (int i = 0; i < 2; ++i)
+    if (a.window[i] != b.window[i] || a.strides[i] != b.strides[i] || a.pads[i] != b.pads[i])
+      return false;
+  for (size_t i = 0; i < a.slices.size(); ++i)
+    if (a.slices[i].start != b.slices[i].start || a.slices[i].count != b.slices[i].count ||
+        a.slices[i].step != b.slices[i].step || a.slices[i].drop != b.slices[i].drop)
+      return false;
+  return true;
+}
+
+size_t hashAttrs(const OpAttrs &a) {
+  // The fields that tell a step's derived attributes apart (equal attributes must hash
+  // equal; sameAttrs decides).
+  llvm::hash_code h = llvm::hash_combine(a.dim, a.k, a.heads, a.gradMask, static_cast<int>(a.of),
+                                         a.stream, a.hasScalar, a.newShape.size());
+  for (const Dim &d : a.newShape)
+    h = llvm::hash_combine(h, d.size);
+  return h;
+}
+
+SharedAttrs AttrsPool::get(OpAttrs a) {
+  size_t h = hashAttrs(a);
+  auto [lo, hi] = byHash_.equal_range(h);
+  for (auto it = lo; it != hi; ++it)
+    if (sameAttrs(*it->second, a))
+      return it->second;
+  return byHash_.emplace(h, SharedAttrs(std::move(a)))->second;
 }
 
 static_assert(std::is_nothrow_move_constructible_v<Tensor> && std::is_nothrow_move_constructible_v<Op>,

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace llvm {
@@ -204,6 +205,23 @@ public:
 
 private:
   std::shared_ptr<const OpAttrs> p_;
+};
+
+/// Whether two attribute sets are the same in every field (doubles bit for bit), and a hash
+/// that agrees with it. A field added to OpAttrs must be added to both (Graph.cpp checks the
+/// size of OpAttrs to remind).
+bool sameAttrs(const OpAttrs &a, const OpAttrs &b);
+size_t hashAttrs(const OpAttrs &a);
+
+/// Equal attributes made once and shared: the training step derives attributes for a backward
+/// op from its forward op's (a gradient mask, the shape a gradient is summed to), the same for
+/// every copy of a repeated block; each was its own 352-byte allocation (issue 12).
+class AttrsPool {
+public:
+  SharedAttrs get(OpAttrs a);
+
+private:
+  std::unordered_multimap<size_t, SharedAttrs> byHash_;
 };
 
 // The fields are ordered to leave no padding (144 bytes; a step has millions of ops).

@@ -42,6 +42,7 @@ struct Builder {
   std::vector<uint8_t> mode;        ///< per base: how writes combine (Mode)
   std::vector<bool> written;        ///< per base: something already wrote it
   OpId current = kNone;             ///< the forward op whose backward is being built
+  AttrsPool attrsPool;
 
   enum Mode : uint8_t { Overwrite, Accumulate, SplitParts, ZeroFirst };
 
@@ -103,6 +104,11 @@ struct Builder {
     return id;
   }
 
+  /// Attributes made here are interned: the backward ops of every repeat copy derive equal ones.
+  OpId emit(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, llvm::SmallVector<TensorId, 3> outputs,
+            const OpAttrs &attrs, uint32_t accumulate = 0, Phase phase = Phase::Backward) {
+    return emit(kind, std::move(inputs), std::move(outputs), attrsPool.get(attrs), accumulate, phase);
+  }
   OpId emit(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, llvm::SmallVector<TensorId, 3> outputs,
             SharedAttrs attrs, uint32_t accumulate = 0, Phase phase = Phase::Backward) {
     Op op;

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -315,4 +316,60 @@ TEST_CASE("graph: a tensor's name is its parameter's path or its input's name", 
     CHECK(g.tensorName(p.tensor) == p.path);
   CHECK(g.tensorName(g.loss).empty());
   CHECK(g.tensorName(g.params.front().tensor) == "wte.weight");
+}
+
+TEST_CASE("backward: the copies of a repeated block share their backward ops' attributes",
+          "[backward]") {
+  // GPT-2 has 12 copies of its block: every attribute set a backward op derives (a gradient
+  // mask, the shape a bias gradient is summed to) is made once and shared by the 12, and
+  // attributes that differ in one field are never shared.
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
+  const Graph &s = *t.a->step;
+  std::set<const OpAttrs *> distinct;
+  size_t backwardOps = 0;
+  for (OpId i = static_cast<OpId>(t.g().ops.size()); i < s.ops.size(); ++i) {
+    ++backwardOps;
+    distinct.insert(&*s.ops[i].attrs);
+  }
+  for (const auto *a : distinct)
+    for (const auto *b : distinct)
+      if (a != b)
+        CHECK_FALSE(sameAttrs(*a, *b));
+  CHECK(backwardOps > 12 * distinct.size());
+
+  OpAttrs base;
+  base.newShape = {Dim{4, 0}, Dim{8, 1}};
+  base.slices = {SliceDim{0, 2, 1, false}};
+  base.optimizer = "AdamW";
+  std::vector<std::function<void(OpAttrs &)>> edits = {
+      [](OpAttrs &a) { a.dim = 2; },          [](OpAttrs &a) { a.parts = 3; },
+      [](OpAttrs &a) { a.k = 2; },            [](OpAttrs &a) { a.capacity = 1.25; },
+      [](OpAttrs &a) { a.heads = 12; },       [](OpAttrs &a) { a.kvHeads = 4; },
+      [](OpAttrs &a) { a.causal = true; },    [](OpAttrs &a) { a.fused = false; },
+      [](OpAttrs &a) { a.keepDim = true; },   [](OpAttrs &a) { a.reduceAll = false; },
+      [](OpAttrs &a) { a.p = 0.1; },          [](OpAttrs &a) { a.eps = 1e-5; },
+      [](OpAttrs &a) { a.hasScalar = true; }, [](OpAttrs &a) { a.scalar = -0.0; },
+      [](OpAttrs &a) { a.scalarOnLeft = true; }, [](OpAttrs &a) { a.transposeA = 0; },
+      [](OpAttrs &a) { a.transposeB = 1; },   [](OpAttrs &a) { a.newShape[1].sym = 2; },
+      [](OpAttrs &a) { a.newShape[0].size = 5; }, [](OpAttrs &a) { a.newShape.pop_back(); },
+      [](OpAttrs &a) { a.scale = 0.125; },    [](OpAttrs &a) { a.headDim = 64; },
+      [](OpAttrs &a) { a.theta = 5e5; },      [](OpAttrs &a) { a.fraction = 0.25; },
+      [](OpAttrs &a) { a.alibi = true; },     [](OpAttrs &a) { a.hasMask = true; },
+      [](OpAttrs &a) { a.window[1] = 3; },    [](OpAttrs &a) { a.strides[0] = 2; },
+      [](OpAttrs &a) { a.pads[1] = 1; },      [](OpAttrs &a) { a.slices[0].step = 2; },
+      [](OpAttrs &a) { a.slices[0].drop = true; }, [](OpAttrs &a) { a.slices.clear(); },
+      [](OpAttrs &a) { a.stream = 0; },       [](OpAttrs &a) { a.of = OpKind::Gelu; },
+      [](OpAttrs &a) { a.gradMask = 5; },     [](OpAttrs &a) { a.optimizer = "SGD"; }};
+  AttrsPool pool;
+  SharedAttrs first = pool.get(base);
+  CHECK(&*pool.get(base) == &*first);
+  CHECK(hashAttrs(base) == hashAttrs(*first));
+  for (size_t i = 0; i < edits.size(); ++i) {
+    INFO("edit " << i);
+    OpAttrs changed = base;
+    edits[i](changed);
+    CHECK_FALSE(sameAttrs(base, changed));
+    CHECK(&*pool.get(changed) != &*first);
+    CHECK(&*pool.get(changed) == &*pool.get(changed));
+  }
 }
