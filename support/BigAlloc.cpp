@@ -1,5 +1,6 @@
 #include "support/BigAlloc.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 namespace tally {
@@ -36,5 +37,15 @@ void *bigMap(size_t bytes) {
 }
 
 void bigUnmap(void *p, size_t bytes) { munmap(p, rounded(bytes)); }
+
+void tuneAllocator() {
+#ifdef M_TOP_PAD
+  // Setting the trim threshold also fixes the mmap threshold (glibc stops adjusting it), so
+  // it is set too: blocks below kBigAllocBytes come from the heap and are reused.
+  mallopt(M_TOP_PAD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(kBigAllocBytes));
+#endif
+}
 
 } // namespace tally

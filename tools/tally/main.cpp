@@ -14,6 +14,7 @@
 #include "report/Sarif.h"
 #include "tools/tally/Commands.h"
 #include "tools/tally/PlanFlags.h"
+#include "support/BigAlloc.h"
 
 #include "llvm/Support/BuryPointer.h"
 #include "llvm/Support/CommandLine.h"
@@ -337,6 +338,7 @@ int runCommand() {
 } // namespace tally
 
 int main(int argc, char **argv) {
+  tally::tuneAllocator();
   InitLLVM init(argc, argv);
   using namespace tally;
   cl::HideUnrelatedOptions({&opts::Cat, &cl::getGeneralCategory()});
