@@ -10,7 +10,6 @@
 
 #include "ir/Dtype.h"
 
-#include "support/BigAlloc.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -278,8 +277,8 @@ struct Instance {
 
 struct Graph {
   std::string model;          ///< the model's block name
-  std::vector<Tensor, BigAlloc<Tensor>> tensors;
-  std::vector<Op, BigAlloc<Op>> ops; ///< topological order: inputs of an op are defined before it
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;        ///< topological order: inputs of an op are defined before it
   std::vector<ParamInfo> params;
   std::vector<Instance> instances;
   std::vector<TensorId> inputs;

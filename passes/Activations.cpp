@@ -451,7 +451,7 @@ struct Policy {
 
 struct Walk {
   std::vector<ScheduleStep> schedule;
-  std::vector<Buffer, BigAlloc<Buffer>> buffers;
+  std::vector<Buffer> buffers;
   double recomputeFlops = 0, recomputeExecuted = 0; ///< per micro-batch
   double recomputeTime = 0; ///< roofline seconds of the re-run ops, per micro-batch
   double peakSaved = 0, peakOther = 0;

@@ -151,7 +151,7 @@ struct Analysis {
     std::vector<BlockCount> byBlock; ///< every instance, in instance order
   } params;
 
-  std::vector<OpAnalysis, BigAlloc<OpAnalysis>> ops;
+  std::vector<OpAnalysis> ops;
   /// Every op's saved list, op after op (Autodiff.cpp); OpAnalysis::saved points into it,
   /// and every copy of this analysis shares it.
   std::shared_ptr<const std::vector<SavedTensor>> savedStore;
@@ -293,7 +293,7 @@ struct Analysis {
   /// Every step in order; for a candidate priced alone (priceOnly) only its Recompute steps,
   /// in order, which is all its step time reads.
   std::vector<ScheduleStep> schedule;
-  std::vector<Buffer, BigAlloc<Buffer>> buffers;
+  std::vector<Buffer> buffers;
   // MemoryPlan.cpp: the schedule over the step's ops (each backward step expanded into its
   // backward ops; optimizer ops last), where each schedule step starts in it, and the flat
   // regions of parameters, gradients, master weights and optimizer state (what the generated

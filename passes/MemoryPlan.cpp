@@ -51,7 +51,7 @@ namespace {
 /// Lifetimes that overlap never share bytes; the arena may exceed the live peak by
 /// fragmentation. O(n log n + n · free blocks). False when a buffer's aligned size or the top
 /// passes INT64_MAX; every other sum (coalescing, splitting a block) stays below the top.
-bool placeBuffers(std::vector<Buffer, BigAlloc<Buffer>> &buffers, int64_t &arena) {
+bool placeBuffers(std::vector<Buffer> &buffers, int64_t &arena) {
   size_t n = buffers.size();
   std::vector<size_t> byFirst(n), byLast(n);
   for (size_t i = 0; i < n; ++i)

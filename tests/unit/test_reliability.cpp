@@ -3,10 +3,12 @@
 // value in the text formats (ir/Units.h); the output writer renames into place and refuses its
 // inputs (report/Output.h); the memory plan's int64 sizes are checked at the edges, and a plan
 // past them is not representable (passes/MemoryPlan.cpp, docs/memory.md §6); the vectors that
-// grow with the model keep their elements through huge-page blocks (support/BigAlloc.h).
+// grow with the model are advised huge pages (support/Memory.h).
 #include <catch.hpp>
 
 #include <string>
+
+#include <sys/mman.h>
 
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -14,7 +16,7 @@
 
 #include "Support.h"
 #include "codegen/Emit.h"
-#include "support/BigAlloc.h"
+#include "support/Memory.h"
 #include "support/Diagnostics.h"
 #include "ir/Units.h"
 #include "report/Output.h"
@@ -246,32 +248,46 @@ TEST_CASE("every JSON a renderer prints has finite numbers only", "[output][reli
   CHECK(text.back() == '\n');
 }
 
-TEST_CASE("big vectors: mapped blocks keep their elements through growth and copies", "[bigalloc][reliability]") {
-  // Small blocks come from operator new; from kBigAllocBytes on, a block is mapped on its own,
-  // so it starts on a page (operator new's large blocks start 16 bytes into one). A Tensor
-  // vector grows across the threshold, is copied (as the training step copies the forward
-  // graph) and shrinks back below it; every element survives.
-  using V = std::vector<Tensor, BigAlloc<Tensor>>;
-  V v;
-  size_t big = kBigAllocBytes / sizeof(Tensor) * 3;
-  for (size_t i = 0; i < big; ++i) {
-    Tensor t;
-    t.shape = {Dim{static_cast<int64_t>(i), 0}, Dim{7, 0}};
-    t.producer = static_cast<OpId>(i);
-    v.push_back(std::move(t));
+TEST_CASE("huge pages are advised over a big block's whole 2 MiB extents", "[memory][reliability]") {
+  // The kernel marks an advised range "hg" in the VmFlags of /proc/self/smaps. Where it has no
+  // transparent huge pages (no sysfs switch) there is nothing to advise.
+  if (!llvm::sys::fs::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    WARN("no transparent huge pages on this kernel: nothing to check");
+    return;
   }
-  if (bigMapEnabled())
-    CHECK(reinterpret_cast<uintptr_t>(v.data()) % 4096 == 0);
-  V copy = v;
-  REQUIRE(copy.size() == big);
-  bool same = true;
-  for (size_t i = 0; i < big; ++i)
-    same = same && copy[i].shape.size() == 2 && copy[i].shape[0].size == static_cast<int64_t>(i) &&
-           copy[i].shape[1].size == 7 && copy[i].producer == i;
-  CHECK(same);
-  copy.resize(3);
-  copy.shrink_to_fit();
-  CHECK(copy.capacity() * sizeof(Tensor) < kBigAllocBytes);
-  CHECK(copy[2].producer == 2);
-  CHECK_THROWS_AS(BigAlloc<Tensor>().allocate(size_t(-1) / sizeof(Tensor) + 1), std::bad_array_new_length);
+  const size_t bytes = kHugeBlockBytes + (size_t(3) << 20);
+  void *block = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(block != MAP_FAILED);
+  // Start 16 bytes in, as malloc's own mapped blocks do: the advice covers whole extents only.
+  char *p = static_cast<char *>(block) + 16;
+  adviseHugePages(p, bytes - 16);
+  const uintptr_t huge = uintptr_t(2) << 20;
+  uintptr_t first = (reinterpret_cast<uintptr_t>(p) + huge - 1) / huge * huge;
+  auto flagsAt = [](uintptr_t addr) {
+    auto smaps = llvm::MemoryBuffer::getFileAsStream("/proc/self/smaps");
+    REQUIRE(smaps);
+    llvm::SmallVector<llvm::StringRef, 0> lines;
+    (*smaps)->getBuffer().split(lines, '\n');
+    bool inside = false;
+    for (llvm::StringRef line : lines) {
+      uint64_t lo = 0, hi = 0;
+      llvm::StringRef range = line.split(' ').first;
+      if (range.contains('-') && !range.split('-').first.getAsInteger(16, lo) &&
+          !range.split('-').second.getAsInteger(16, hi)) {
+        inside = lo <= addr && addr < hi;
+        continue;
+      }
+      if (inside && line.startswith("VmFlags:"))
+        return line.str();
+    }
+    return std::string();
+  };
+  std::string advised = flagsAt(first);
+  INFO(advised);
+  CHECK(llvm::StringRef(advised).contains(" hg"));
+  // The bytes before the first whole extent are not advised (another VMA, without hg).
+  std::string before = flagsAt(reinterpret_cast<uintptr_t>(block));
+  INFO(before);
+  CHECK_FALSE(llvm::StringRef(before).contains(" hg"));
+  munmap(block, bytes);
 }

@@ -14,7 +14,7 @@
 #include "report/Sarif.h"
 #include "tools/tally/Commands.h"
 #include "tools/tally/PlanFlags.h"
-#include "support/BigAlloc.h"
+#include "support/Memory.h"
 
 #include "llvm/Support/BuryPointer.h"
 #include "llvm/Support/CommandLine.h"
