@@ -10,7 +10,6 @@
 
 #include "ir/Dtype.h"
 
-
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
