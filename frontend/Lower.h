@@ -19,5 +19,9 @@ constexpr unsigned kMaxInstanceDepth = 64;
 /// Most ops one graph may hold (a 10,000-layer GPT has 150,000); a model past this is reported
 /// rather than counted slowly or out of memory (lowering takes about 2 KB per op).
 constexpr size_t kMaxOps = 2'000'000;
+/// Most parameter tensors (a 100,000-layer GPT has 1.2 million): every copy of a repeated block
+/// declares its own, so the bound on instances alone let a block of many parameters fill the
+/// memory (issue 12).
+constexpr size_t kMaxParams = 2'000'000;
 
 } // namespace tally

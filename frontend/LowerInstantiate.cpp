@@ -239,7 +239,8 @@ std::pair<size_t, size_t> paramsIn(const Graph &g, uint32_t lo, uint32_t hi) {
 ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path,
                                   uint32_t parent) {
   uint32_t root0 = from.instance, end0 = subtreeEnd(g, root0);
-  if (g.instances.size() + (end0 - root0) > kMaxInstances)
+  auto [p0, p1] = paramsIn(g, root0, end0);
+  if (g.instances.size() + (end0 - root0) > kMaxInstances || g.params.size() + (p1 - p0) > kMaxParams)
     return nullptr;
   auto rename = [&](const std::string &old) { return path + old.substr(from.path.size()); };
   auto root = static_cast<uint32_t>(g.instances.size());
@@ -249,7 +250,6 @@ ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path
     in.parent = k == root0 ? parent : in.parent - root0 + root;
     g.instances.push_back(std::move(in));
   }
-  auto [p0, p1] = paramsIn(g, root0, end0);
   size_t tp0 = g.params.size();
   for (size_t q = p0; q < p1; ++q) {
     ParamInfo info = g.params[q];
@@ -335,6 +335,14 @@ bool Lowerer::items(const std::vector<BlockItemPtr> &list, ModuleObj &m, bool fr
       if (!shapeOf(*item->type, m.consts, false, t.shape, t.dtype))
         return false;
       t.requiresGrad = !(frozen || item->frozen);
+      if (g.params.size() >= kMaxParams) {
+        diags.report(DiagKind::Overflow, item->nameRange.Start,
+                     "the model has more than " + std::to_string(kMaxParams) +
+                         " parameter tensors; tally stops counting here")
+            .range(item->nameRange);
+        fail();
+        return false;
+      }
       t.param = static_cast<uint32_t>(g.params.size());
       TensorId id = g.addTensor(t);
       g.params.push_back({joinPath(m.path, item->name), id, t.requiresGrad, m.instance, item->range});
@@ -434,8 +442,27 @@ bool Lowerer::member(const BlockItem &item, ModuleObj &m, bool frozen) {
         unsigned said = diags.errorCount() + diags.warningCount();
         child = instantiate(*b, call, sub, newInstance(sub, b->name, listInstance), frozen,
                             e.lhs->range);
-        if (child && i == 0 && diags.errorCount() + diags.warningCount() == said)
+        if (child && i == 0 && diags.errorCount() + diags.warningCount() == said) {
           first = child;
+          // The other copies will be clones of this one: room for their instances, parameters
+          // and parameter tensors at once (as many as the bounds allow), and a quarter more
+          // for what follows the list (regrown, a 100,000-layer model's lists moved each
+          // element about twice, and an Instance and a ParamInfo hold strings). Room never
+          // used is never touched.
+          uint32_t i0 = child->instance, i1 = subtreeEnd(g, i0);
+          auto [p0, p1] = paramsIn(g, i0, i1);
+          size_t left = std::min({static_cast<size_t>(*n - 1),
+                                  (kMaxInstances - std::min(kMaxInstances, g.instances.size())) / (i1 - i0),
+                                  (kMaxParams - std::min(kMaxParams, g.params.size())) / std::max<size_t>(1, p1 - p0)});
+          auto room = [](auto &v, size_t more) {
+            size_t want = v.size() + more;
+            if (want > v.capacity())
+              v.reserve(want + want / 4 + 1024);
+          };
+          room(g.instances, left * (i1 - i0));
+          room(g.params, left * (p1 - p0));
+          room(g.tensors, left * (p1 - p0));
+        }
       }
       if (!child)
         return false;
