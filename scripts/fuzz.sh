@@ -32,7 +32,12 @@ seeds="$build/fuzz-seeds"
 rm -rf "$seeds"
 mkdir -p "$seeds" "$build/fuzz-corpus" "$build/fuzz-artifacts"
 cp examples/*.tally "$seeds/"
-for f in tests/lit/*.tally; do cp "$f" "$seeds/lit-$(basename "$f")"; done
+# Not diag-model-bounds.tally: it reaches the size bounds on purpose (2 million ops and
+# parameters: seconds and 1.7 GB per run under ASan), and its mutations took two thirds of
+# the fuzzer's runs from everything else (2,356 runs in 120 s instead of about 7,400).
+for f in tests/lit/*.tally; do
+  [ "$(basename "$f")" = diag-model-bounds.tally ] || cp "$f" "$seeds/lit-$(basename "$f")"
+done
 for f in tests/fuzz-regressions/*; do
   [ -f "$f" ] && [ "$(basename "$f")" != README.md ] && cp "$f" "$seeds/regression-$(basename "$f")"
 done
