@@ -23,5 +23,8 @@ constexpr size_t kMaxOps = 2'000'000;
 /// declares its own, so the bound on instances alone let a block of many parameters fill the
 /// memory (issue 12).
 constexpr size_t kMaxParams = 2'000'000;
+/// Most tensors (a GPT at the op bound has 4.5 million): an op may make up to 4,096 (a split),
+/// so the op bound alone let a repeated split fill the memory (issue 12).
+constexpr size_t kMaxTensors = 8'000'000;
 
 } // namespace tally

@@ -72,8 +72,9 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
         !sameKind(g.tensors[a.tensor], g.tensors[b.tensor]))
       return std::nullopt;
   }
-  // A copy that would pass the op bound is evaluated instead, which says so at the op.
-  if (g.ops.size() + (from.opsEnd - from.opsBegin) > kMaxOps)
+  // A copy that would pass the op or tensor bound is evaluated instead, which says so at the op.
+  if (g.ops.size() + (from.opsEnd - from.opsBegin) > kMaxOps ||
+      g.tensors.size() + (from.tensorsEnd - from.tensorsBegin) > kMaxTensors)
     return std::nullopt;
   TensorId begin = static_cast<TensorId>(g.tensors.size());
   auto map = [&](TensorId t) -> TensorId {
@@ -662,13 +663,15 @@ Value Lowerer::call(const Expr &e, Scope &scope) {
         r.result = y;
         if (diags.errorCount() + diags.warningCount() == said) {
           // The copies left will most likely be clones of this one: room for them at once (as
-          // many as the op bound allows: a request for more was a crash on out of memory),
+          // many as the op and tensor bounds allow: a request for more was a crash on out of
+          // memory),
           // rather than the tensors (and ops) regrown and moved about twice each, and a
           // quarter more for what follows the list (room never used is never touched).
           size_t perCopy = std::max<size_t>(1, r.opsEnd - r.opsBegin);
           size_t left = std::min(callee.list.size() - copy - 1,
                                  (kMaxOps - std::min(kMaxOps, g.ops.size())) / perCopy);
-          size_t tensors = g.tensors.size() + left * (r.tensorsEnd - r.tensorsBegin);
+          size_t tensors = g.tensors.size() + std::min(left * (r.tensorsEnd - r.tensorsBegin),
+                                                       kMaxTensors - std::min(kMaxTensors, g.tensors.size()));
           size_t ops = g.ops.size() + left * (r.opsEnd - r.opsBegin);
           if (tensors > g.tensors.capacity())
             g.tensors.reserve(tensors + tensors / 4 + 1024);
