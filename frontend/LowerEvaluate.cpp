@@ -662,21 +662,13 @@ Value Lowerer::call(const Expr &e, Scope &scope) {
         r.opsEnd = static_cast<OpId>(g.ops.size());
         r.result = y;
         if (diags.errorCount() + diags.warningCount() == said) {
-          // The copies left will most likely be clones of this one: room for them at once (as
-          // many as the op and tensor bounds allow: a request for more was a crash on out of
-          // memory),
-          // rather than the tensors (and ops) regrown and moved about twice each, and a
-          // quarter more for what follows the list (room never used is never touched).
-          size_t perCopy = std::max<size_t>(1, r.opsEnd - r.opsBegin);
+          // The copies left will most likely be clones of this one: room for them at once,
+          // as many as the op and tensor bounds allow (reserveFor).
           size_t left = std::min(callee.list.size() - copy - 1,
-                                 (kMaxOps - std::min(kMaxOps, g.ops.size())) / perCopy);
-          size_t tensors = g.tensors.size() + std::min(left * (r.tensorsEnd - r.tensorsBegin),
-                                                       kMaxTensors - std::min(kMaxTensors, g.tensors.size()));
-          size_t ops = g.ops.size() + left * (r.opsEnd - r.opsBegin);
-          if (tensors > g.tensors.capacity())
-            g.tensors.reserve(tensors + tensors / 4 + 1024);
-          if (ops > g.ops.capacity())
-            g.ops.reserve(ops + ops / 4 + 1024);
+                                 roomUnder(g.ops.size(), kMaxOps) / std::max<size_t>(1, r.opsEnd - r.opsBegin));
+          reserveFor(g.tensors, std::min(left * (r.tensorsEnd - r.tensorsBegin),
+                                         roomUnder(g.tensors.size(), kMaxTensors)));
+          reserveFor(g.ops, left * (r.opsEnd - r.opsBegin));
           record = std::move(r);
         } else {
           record.reset();

@@ -445,23 +445,15 @@ bool Lowerer::member(const BlockItem &item, ModuleObj &m, bool frozen) {
         if (child && i == 0 && diags.errorCount() + diags.warningCount() == said) {
           first = child;
           // The other copies will be clones of this one: room for their instances, parameters
-          // and parameter tensors at once (as many as the bounds allow), and a quarter more
-          // for what follows the list (regrown, a 100,000-layer model's lists moved each
-          // element about twice, and an Instance and a ParamInfo hold strings). Room never
-          // used is never touched.
+          // and parameter tensors at once, as many as the bounds allow (reserveFor).
           uint32_t i0 = child->instance, i1 = subtreeEnd(g, i0);
           auto [p0, p1] = paramsIn(g, i0, i1);
           size_t left = std::min({static_cast<size_t>(*n - 1),
-                                  (kMaxInstances - std::min(kMaxInstances, g.instances.size())) / (i1 - i0),
-                                  (kMaxParams - std::min(kMaxParams, g.params.size())) / std::max<size_t>(1, p1 - p0)});
-          auto room = [](auto &v, size_t more) {
-            size_t want = v.size() + more;
-            if (want > v.capacity())
-              v.reserve(want + want / 4 + 1024);
-          };
-          room(g.instances, left * (i1 - i0));
-          room(g.params, left * (p1 - p0));
-          room(g.tensors, left * (p1 - p0));
+                                  roomUnder(g.instances.size(), kMaxInstances) / (i1 - i0),
+                                  roomUnder(g.params.size(), kMaxParams) / std::max<size_t>(1, p1 - p0)});
+          reserveFor(g.instances, left * (i1 - i0));
+          reserveFor(g.params, left * (p1 - p0));
+          reserveFor(g.tensors, left * (p1 - p0));
         }
       }
       if (!child)

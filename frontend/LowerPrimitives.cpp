@@ -614,8 +614,8 @@ Lowerer::DenseCopy Lowerer::dense(TensorId t, const Expr &e, Scope &scope) {
 /// Appends one op; returns its output (or a tuple of outputs for split).
 Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpAttrs &attrs,
                    const Expr &e, Scope &scope) {
-  if (g.ops.size() >= kMaxOps || g.tensors.size() >= kMaxTensors) {
-    bool ops = g.ops.size() >= kMaxOps;
+  bool ops = g.ops.size() >= kMaxOps;
+  if (ops || g.tensors.size() >= kMaxTensors) {
     diags.report(DiagKind::Overflow, e.range.Start,
                  "the model has more than " + std::to_string(ops ? kMaxOps : kMaxTensors) +
                      (ops ? " ops" : " tensors") + "; tally stops counting here")

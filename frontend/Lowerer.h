@@ -18,6 +18,7 @@
 
 #include "llvm/ADT/StringMap.h"
 
+#include <algorithm>
 #include <deque>
 
 namespace tally {
@@ -101,6 +102,18 @@ uint32_t subtreeEnd(const Graph &g, uint32_t root);
 /// The parameters declared in instances [lo, hi): a range of Graph::params, which are made
 /// in instance order.
 std::pair<size_t, size_t> paramsIn(const Graph &g, uint32_t lo, uint32_t hi);
+
+/// How many more fit under `bound` when `used` are there (0 past it).
+inline size_t roomUnder(size_t used, size_t bound) { return bound - std::min(bound, used); }
+/// Room in `v` for `more` elements at once, and a quarter more for what follows: a repeat
+/// list's copies about to be appended (regrown, each element moved about twice; an Instance
+/// and a ParamInfo hold strings). Room never used is never touched. Callers hold `more` to
+/// the bounds: a request past them was a crash on out of memory.
+template <class V> void reserveFor(V &v, size_t more) {
+  size_t want = v.size() + more;
+  if (want > v.capacity())
+    v.reserve(want + want / 4 + 1024);
+}
 
 class Lowerer {
 public:
