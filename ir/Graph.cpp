@@ -223,6 +223,27 @@ viewStrides(const Shape &oldShape, llvm::ArrayRef<int64_t> oldStrides, const Sha
   return out;
 }
 
+Graph Graph::extend() const {
+  // Every field: one added to Graph must be added here (the size check is the reminder).
+  static_assert(sizeof(Graph) == 176 + 4 * sizeof(Records<Tensor>), "a field was added to Graph: copy it in Graph::extend");
+  Graph g;
+  g.model = model;
+  g.tensors = Records<Tensor>::extend(tensors);
+  g.ops = Records<Op>::extend(ops);
+  g.params = Records<ParamInfo>::extend(params);
+  g.instances = Records<Instance>::extend(instances);
+  g.inputs = inputs;
+  g.inputNames = inputNames;
+  g.loss = loss;
+  g.outputs = outputs;
+  g.symbols = symbols;
+  g.activationDtype = activationDtype;
+  g.gradient = gradient;
+  g.differentiated = differentiated;
+  g.randomStreams = randomStreams;
+  return g;
+}
+
 TensorId Graph::addTensor(Tensor &&t) {
   tensors.push_back(std::move(t));
   Tensor &x = tensors.back();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "ir/Dtype.h"
+#include "ir/Records.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -276,10 +277,11 @@ struct Instance {
 
 struct Graph {
   std::string model;          ///< the model's block name
-  std::vector<Tensor> tensors;
-  std::vector<Op> ops;        ///< topological order: inputs of an op are defined before it
-  std::vector<ParamInfo> params;
-  std::vector<Instance> instances;
+  // The records, by id. A training step's begin with its forward graph's, shared (extend).
+  Records<Tensor> tensors;
+  Records<Op> ops;            ///< topological order: inputs of an op are defined before it
+  Records<ParamInfo> params;
+  Records<Instance> instances;
   std::vector<TensorId> inputs;
   std::vector<std::string> inputNames; ///< per entry of `inputs`: the name it was declared with
   TensorId loss = kNone;      ///< the scalar the forward function returns (when training)
@@ -291,6 +293,10 @@ struct Graph {
   std::vector<TensorId> gradient;
   bool differentiated = false;
   uint32_t randomStreams = 0; ///< streams handed out to random ops (dropout), 0..n-1
+
+  /// A graph that begins as this one, sharing its records rather than copying them (Records):
+  /// the training step, which appends its own (passes/Backward.cpp). The rest is copied.
+  Graph extend() const;
 
   /// Appends a tensor (strides listed only when they are not row-major). Taken by reference, not by value:
   /// a Tensor move copies its inline shape and strides, and a deep model adds 10^5 of them.

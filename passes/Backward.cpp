@@ -38,7 +38,6 @@ struct Builder {
   const Plan &plan;
   size_t forwardTensors;
   std::vector<bool> hasGrad;        ///< per forward base tensor: some op writes its gradient
-  std::vector<uint32_t> writesLeft; ///< per base: contributions still to emit
   std::vector<uint8_t> mode;        ///< per base: how writes combine (Mode)
   std::vector<bool> written;        ///< per base: something already wrote it
   OpId current = kNone;             ///< the forward op whose backward is being built
@@ -615,10 +614,12 @@ struct Builder {
   void planWrites(size_t forwardOps) {
     size_t n = forwardTensors;
     hasGrad.assign(n, false);
-    writesLeft.assign(n, 0);
     mode.assign(n, Overwrite);
     written.assign(n, false);
-    std::vector<std::vector<TensorId>> through(n); // the tensors (base or views) written
+    // The tensors (bases or views) through which each base's gradient is written, in
+    // backward order, as one list grouped by base (a list per tensor was a small allocation
+    // per activation: an eighth of a 30,000-layer check's page faults).
+    std::vector<std::pair<TensorId, TensorId>> writes; // (base, tensor written)
     hasGrad[g.loss] = true;
     for (OpId o = static_cast<OpId>(forwardOps); o-- > 0;) {
       const Op &op = g.ops[o];
@@ -627,30 +628,41 @@ struct Builder {
       contributions(op, [&](TensorId x) {
         TensorId b = base(x);
         hasGrad[b] = true;
-        through[b].push_back(x);
+        writes.emplace_back(b, x);
       });
     }
+    std::vector<uint32_t> first(n + 1, 0); // through base b: list[first[b], first[b + 1])
+    for (const auto &w : writes)
+      ++first[w.first + 1];
+    for (size_t b = 0; b < n; ++b)
+      first[b + 1] += first[b];
+    std::vector<TensorId> list(writes.size());
+    {
+      std::vector<uint32_t> next(first.begin(), first.end() - 1);
+      for (const auto &w : writes)
+        list[next[w.first]++] = w.second;
+    }
     for (TensorId b = 0; b < n; ++b) {
-      if (through[b].empty())
+      llvm::ArrayRef<TensorId> through(list.data() + first[b], first[b + 1] - first[b]);
+      if (through.empty())
         continue;
       if (g.tensors[b].role == TensorRole::Param) {
         mode[b] = Accumulate;
         continue;
       }
-      bool viaViews = std::any_of(through[b].begin(), through[b].end(),
-                                  [&](TensorId x) { return x != b; });
+      bool viaViews = std::any_of(through.begin(), through.end(), [&](TensorId x) { return x != b; });
       if (!viaViews) {
         mode[b] = Overwrite;
         continue;
       }
       // The parts of one split, each written once, all of them: each overwrites its part.
-      OpId split = g.tensors[through[b][0]].producer;
+      OpId split = g.tensors[through[0]].producer;
       bool parts = split != kNone && g.ops[split].kind == OpKind::Split &&
-                   through[b].size() == g.ops[split].outputs.size();
-      std::vector<TensorId> sorted = through[b];
+                   through.size() == g.ops[split].outputs.size();
+      std::vector<TensorId> sorted = through.vec();
       std::sort(sorted.begin(), sorted.end());
       parts = parts && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
-      for (TensorId x : through[b])
+      for (TensorId x : through)
         parts = parts && g.tensors[x].producer == split;
       mode[b] = parts ? SplitParts : ZeroFirst;
     }
@@ -693,20 +705,18 @@ bool sameStep(const Plan &a, const Plan &b) {
 }
 
 Graph buildTrainingStep(const Graph &forward, const Plan &plan) {
-  // Reserved once rather than regrown op by op (regrowing a 10,000-layer step moved each
-  // tensor about twice), before the forward graph is copied in (copy assignment keeps the
-  // room; a copy then a reserve moved every forward tensor and op once more). Measured: the
-  // step has 2.3-2.6 ops per forward op plus about one per parameter, and 2.3-3.1 tensors per
-  // forward tensor (GPT-2, Llama-2-7B, Mixtral, a GPT of 100 to 10,000 layers: 3.05, so 3×
-  // was short and the last tensors regrew the whole vector). Room never used is never
-  // touched: it costs address space, not memory, so it is generous.
-  Graph g;
+  // The step begins as the forward graph, sharing its records (Graph::extend: ids and records
+  // are the forward's, not copies of them), and reserves room for what it adds once rather
+  // than regrowing op by op. Measured: the step has 2.3-2.6 ops per forward op plus about one
+  // per parameter, and 2.3-3.1 tensors per forward tensor (GPT-2, Llama-2-7B, Mixtral, a GPT
+  // of 100 to 10,000 layers: 3.05, so 3× was short and the last tensors regrew the whole
+  // vector). Room never used is never touched: it costs address space, not memory.
   bool train = plan.isTrain && forward.loss != kNone;
+  Graph g = forward.extend();
   if (train) {
     g.ops.reserve(4 * forward.ops.size() + 2 * forward.params.size() + 64);
     g.tensors.reserve(4 * forward.tensors.size() + 2 * forward.params.size() + 64);
   }
-  g = forward;
   g.gradient.assign(g.tensors.size(), kNone);
   g.differentiated = true;
   if (!train)

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -372,4 +373,55 @@ TEST_CASE("backward: the copies of a repeated block share their backward ops' at
     CHECK(&*pool.get(changed) != &*first);
     CHECK(&*pool.get(changed) == &*pool.get(changed));
   }
+}
+
+TEST_CASE("graph: the training step shares its forward graph's records", "[backward]") {
+  // The step's forward part is the forward graph itself (ir/Records.h): the same records at
+  // the same addresses, not copies; a copy of the step is independent of both.
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
+  const Graph &f = t.g();
+  const Graph &s = *t.a->step;
+  REQUIRE(s.ops.size() > f.ops.size());
+  CHECK(s.tensors.sharedCount() == f.tensors.size());
+  CHECK(s.ops.sharedCount() == f.ops.size());
+  CHECK(s.params.sharedCount() == f.params.size());
+  CHECK(s.instances.sharedCount() == f.instances.size());
+  CHECK(&s.tensors[0] == &f.tensors[0]);
+  CHECK(&s.ops[f.ops.size() - 1] == &f.ops[f.ops.size() - 1]);
+  CHECK(&s.params.back() == &f.params.back());
+  Graph copy = s;
+  CHECK(copy.tensors.sharedCount() == 0);
+  CHECK(copy.ops.size() == s.ops.size());
+  copy.ops[0].path = "changed";
+  CHECK(f.ops[0].path != "changed");
+  CHECK(verifyGraph(copy) == "");
+}
+
+TEST_CASE("graph: records shared by an extension stay put when their owner grows", "[backward]") {
+  Records<int> base;
+  base.reserve(3);
+  for (int i : {1, 2, 3})
+    base.push_back(i);
+  Records<int> ext = Records<int>::extend(base);
+  ext.push_back(10);
+  const int *shared = &ext[0];
+  CHECK(shared == &base[0]);
+  base.push_back(4); // past its room while shared: the base moves to storage of its own
+  base[0] = 7;
+  CHECK(&ext[0] == shared);
+  CHECK(std::vector<int>(ext.begin(), ext.end()) == std::vector<int>{1, 2, 3, 10});
+  CHECK(std::vector<int>(base.begin(), base.end()) == std::vector<int>{7, 2, 3, 4});
+  // Random access in both parts, as std algorithms use it.
+  CHECK(std::lower_bound(ext.begin(), ext.end(), 3) - ext.begin() == 2);
+  CHECK(ext.end() - ext.begin() == 4);
+  // An extension of an extension copies rather than chaining; a copy is independent.
+  Records<int> again = Records<int>::extend(ext);
+  CHECK(again.sharedCount() == 0);
+  CHECK(again.size() == 4);
+  Records<int> copy = ext;
+  copy[0] = 99;
+  CHECK(ext[0] == 1);
+  Records<int> moved = std::move(copy);
+  CHECK(moved.size() == 4);
+  CHECK(moved[0] == 99);
 }
