@@ -30,8 +30,8 @@ namespace {
 /// (ids, order, strides, views: verifyGraph; every op's output types against its rule:
 /// verifyOpTypes). A failure is tally's bug, said as one instead of a crash or a wrong number
 /// further on. The forward ops' output types are their rules' inference by construction
-/// (lowering makes each op's outputs from it, and the step copies the forward graph as it
-/// is), so only the ops the step added are inferred again here: re-inferring every op was 7%
+/// (lowering makes each op's outputs from it, and the step's forward ops are the forward
+/// graph's own records), so only the ops the step added are inferred again here: re-inferring every op was 7%
 /// of a 1,000-layer report. The unit tests check every op of every example's step
 /// (test_backward, test_moe).
 void checkStep(const Analysis &a, DiagnosticEngine &diags) {
