@@ -45,8 +45,10 @@ std::optional<Graph> Lowerer::run(const PlanDecl &decl) {
     }
     Tensor t;
     t.role = TensorRole::Input;
-    if (!shapeOf(*p.type, root->consts, true, t.shape, t.dtype))
+    Shape shape;
+    if (!shapeOf(*p.type, root->consts, true, shape, t.dtype))
       return std::nullopt;
+    t.shape = shape;
     if (p.type->dtype.empty())
       t.dtype = g.activationDtype;
     TensorId id = g.addTensor(std::move(t));

@@ -332,8 +332,10 @@ bool Lowerer::items(const std::vector<BlockItemPtr> &list, ModuleObj &m, bool fr
       Tensor t;
       t.role = TensorRole::Param;
       t.dtype = key.params;
-      if (!shapeOf(*item->type, m.consts, false, t.shape, t.dtype))
+      Shape shape;
+      if (!shapeOf(*item->type, m.consts, false, shape, t.dtype))
         return false;
+      t.shape = shape;
       t.requiresGrad = !(frozen || item->frozen);
       if (g.params.size() >= kMaxParams) {
         diags.report(DiagKind::Overflow, item->nameRange.Start,

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 
 #include "llvm/ADT/Hashing.h"
 
@@ -29,7 +31,32 @@ bool sameShape(const Shape &a, const Shape &b) {
       return false;
   return true;
 }
+
+struct ShapeHash {
+  size_t operator()(const Shape &s) const {
+    size_t h = s.size();
+    for (const Dim &d : s)
+      h = (h * 1000003) ^ std::hash<int64_t>()(d.size) ^ (static_cast<size_t>(d.sym) << 40);
+    return h;
+  }
+};
+struct ShapeEq {
+  bool operator()(const Shape &a, const Shape &b) const { return sameShape(a, b); }
+};
 } // namespace
+
+const Shape *ShapeRef::intern(const Shape &s) {
+  // Node-based, so an entry never moves; never erased, so a ShapeRef never dangles.
+  static std::mutex lock;
+  static std::unordered_set<Shape, ShapeHash, ShapeEq> pool;
+  std::lock_guard<std::mutex> hold(lock);
+  return &*pool.insert(s).first;
+}
+
+ShapeRef::ShapeRef() {
+  static const Shape *scalar = intern(Shape());
+  p_ = scalar;
+}
 
 // Every field of OpAttrs is compared and hashed below; this size changes when one is added.
 static_assert(sizeof(OpAttrs) == 352, "a field was added to OpAttrs: compare and hash it in sameAttrs and hashAttrs");

@@ -17,6 +17,7 @@
 #include "llvm/Support/SMLoc.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,36 @@ struct Dim {
   uint32_t sym = 0;
 };
 using Shape = llvm::SmallVector<Dim, 4>;
+
+/// A tensor's shape, held by pointer to one immutable copy per distinct shape. Most tensors
+/// of a model have one of a few dozen shapes (`[batch, seq, d]`, the weights'), and an inline
+/// Shape was 80 of a Tensor's 128 bytes (now 56): at 100,000 layers, half a gigabyte (issue 12). A
+/// ShapeRef reads like a const Shape (it converts to one, and has its read-only members); a
+/// new shape is assigned whole (`t.shape = s`), which finds or adds s in a process-wide pool.
+/// The pool only grows (a few kilobytes per model: one entry per distinct shape ever made)
+/// and takes a lock, so a ShapeRef may cross threads.
+class ShapeRef {
+public:
+  ShapeRef(); ///< the shape of a scalar, []
+  ShapeRef(const Shape &s) : p_(intern(s)) {}
+  ShapeRef(std::initializer_list<Dim> dims) : p_(intern(Shape(dims))) {}
+  operator const Shape &() const { return *p_; }
+  const Shape &get() const { return *p_; }
+  size_t size() const { return p_->size(); }
+  bool empty() const { return p_->empty(); }
+  const Dim &operator[](size_t i) const { return (*p_)[i]; }
+  const Dim &front() const { return p_->front(); }
+  const Dim &back() const { return p_->back(); }
+  Shape::const_iterator begin() const { return p_->begin(); }
+  Shape::const_iterator end() const { return p_->end(); }
+  /// Equal shapes are one pooled copy, so equality is identity.
+  bool operator==(const ShapeRef &o) const { return p_ == o.p_; }
+  bool operator!=(const ShapeRef &o) const { return p_ != o.p_; }
+
+private:
+  static const Shape *intern(const Shape &s);
+  const Shape *p_;
+};
 
 /// Number of elements as a double (exact below 2^53; lowering rejects any shape whose element
 /// count overflows int64, so this never sees an overflowed product).
@@ -114,7 +145,7 @@ std::optional<llvm::SmallVector<int64_t, 4>>
 viewStrides(const Shape &oldShape, llvm::ArrayRef<int64_t> oldStrides, const Shape &newShape);
 
 struct Tensor {
-  Shape shape;
+  ShapeRef shape;
   Dtype dtype = Dtype::Invalid;
   TensorRole role = TensorRole::Activation;
   bool requiresGrad = false;  ///< a gradient flows to it (depends on a trainable parameter)

@@ -113,8 +113,10 @@ TEST_CASE("fusion: how an operand's element is found from the output's", "[fusio
   Graph g;
   auto tensor = [&](std::initializer_list<int64_t> sizes) {
     Tensor t;
+    Shape shape;
     for (int64_t s : sizes)
-      t.shape.push_back(Dim{s, 0});
+      shape.push_back(Dim{s, 0});
+    t.shape = shape;
     t.dtype = Dtype::F32;
     auto st = denseStrides(t.shape);
     t.layout.strides.assign(st.begin(), st.end());
