@@ -155,7 +155,7 @@ struct Emitter {
   bool fail(const std::string &why) {
     if (error.empty()) {
       std::string at = op && opt.where ? opt.where(op->range.Start) : "";
-      error = op ? "op " + op->path + (at.empty() ? "" : " (" + at + ")") + ": " + why : why;
+      error = op ? "op " + s.opPath(*op) + (at.empty() ? "" : " (" + at + ")") + ": " + why : why;
     }
     return false;
   }
@@ -1001,8 +1001,8 @@ struct Emitter {
         e += f->second->count - 1;
         continue;
       }
-      body += "\n  // " + commentSafe(op->path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
-      site(op->path, className(s, *op));
+      body += "\n  // " + commentSafe(s.opPath(*op)) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
+      site(s.opPath(*op), className(s, *op));
       if (!emitOp() || !error.empty())
         return false;
       if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
@@ -1088,9 +1088,9 @@ struct Emitter {
     epilogueOut = ptr(add.outputs[0]);
     op = &s.ops[a.stepSchedule[k.first].op];
     step = buffers.stepOf(k.first);
-    body += "\n  // fused (" + std::string(kind) + "): " + commentSafe(op->path) + " with the bias of " +
-            commentSafe(add.path) + where(*op) + "\n";
-    site(op->path, className(s, *op));
+    body += "\n  // fused (" + std::string(kind) + "): " + commentSafe(s.opPath(*op)) + " with the bias of " +
+            commentSafe(s.opPath(add)) + where(*op) + "\n";
+    site(s.opPath(*op), className(s, *op));
     bool ok = error.empty() && matmul();
     epilogueBias.clear();
     epilogueOut.clear();
@@ -1133,7 +1133,7 @@ struct Emitter {
       step = buffers.stepOf(k.first + i);
       TensorId y = op->outputs[0];
       n = this->n(y);
-      paths += (i ? ", " : "") + commentSafe(op->path);
+      paths += (i ? ", " : "") + commentSafe(s.opPath(*op));
       std::string expr;
       const auto &in = op->inputs;
       if (op->kind == OpKind::UnaryBackward) {
@@ -1184,10 +1184,10 @@ struct Emitter {
     functor += "}";
     const Op *norm = k.norm ? &s.ops[a.stepSchedule[k.first + elems].op] : nullptr;
     if (norm)
-      paths += ", " + commentSafe(norm->path);
+      paths += ", " + commentSafe(s.opPath(*norm));
     op = &s.ops[a.stepSchedule[k.first].op];
     body += "\n  // fused (" + std::string(kind) + "): " + paths + where(*op) + "\n";
-    site(op->path, className(s, *op));
+    site(s.opPath(*op), className(s, *op));
     if (!norm) {
       line("rt::fused(ctx, " + std::to_string(n) + ", " + functor + ");");
       return true;
@@ -1424,8 +1424,8 @@ struct Emitter {
       op = &s.ops[se.op];
       switch (op->kind) {
       case OpKind::SumSquares:
-        body += "\n  // " + commentSafe(op->path) + ": the overflow check of fp16 loss scaling\n";
-        site(op->path, "reduction");
+        body += "\n  // " + commentSafe(s.opPath(*op)) + ": the overflow check of fp16 loss scaling\n";
+        site(s.opPath(*op), "reduction");
         if (be.device && zero) { // this rank's shard of the averaged gradients: Σg² over the ranks
           line(llvm::formatv("const int64_t from = std::min<int64_t>({0}, tally_comm::rank() * kShard);", gradElems).str());
           line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0) + from, std::min<int64_t>(kShard, {1} - from), device_scalars);",
@@ -1450,8 +1450,8 @@ struct Emitter {
         line("  return false; // skip the step: a gradient overflowed");
         break;
       case OpKind::OptimizerUpdate:
-        body += "\n  // " + commentSafe(op->path) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
-        site(op->path, "optimizer");
+        body += "\n  // " + commentSafe(s.opPath(*op)) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
+        site(s.opPath(*op), "optimizer");
         line("const float gscale = " + std::string(scaled ? "1.0f / kLossScale" : "1.0f") + ";");
         if (zero) {
           line("const int me = tally_comm::rank();");

@@ -136,7 +136,7 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
     for (TensorId &t : op.outputs)
       t = map(t);
     op.instance = toRoot + (op.instance - fromRoot);
-    op.path = nextOpPath(op.instance, op.kind);
+    op.ordinal = nextOrdinal(op.instance, op.kind);
     if (takesRandomStream(op)) // each copy draws its own stream: its own attributes
       op.attrs.change([&](OpAttrs &a) { a.stream = g.randomStreams++; });
     g.addOp(std::move(op));

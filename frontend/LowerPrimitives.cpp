@@ -664,7 +664,7 @@ Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpA
     fail();
     return {};
   }
-  op.path = nextOpPath(op.instance, kind);
+  op.ordinal = nextOrdinal(op.instance, kind);
   bool grad = false;
   for (TensorId t : op.inputs)
     grad |= g.tensors[t].requiresGrad;
@@ -748,16 +748,12 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
 
 /// The name of the next op of `kind` written in `instance`, counted per instance:
 /// "h[3].attn.qkv.matmul", then "h[3].add#2" for its second add.
-std::string Lowerer::nextOpPath(uint32_t instance, OpKind kind) {
+uint32_t Lowerer::nextOrdinal(uint32_t instance, OpKind kind) {
   if (opCounts.size() < g.instances.size())
     opCounts.resize(g.instances.size());
   auto &counts = opCounts[instance];
   auto it = std::find_if(counts.begin(), counts.end(), [&](const auto &c) { return c.first == kind; });
-  unsigned n = it == counts.end() ? (counts.push_back({kind, 1}), 1) : ++it->second;
-  std::string path = joinPath(g.instances[instance].path, opName(kind));
-  if (n > 1)
-    path.append(1, '#').append(std::to_string(n));
-  return path;
+  return it == counts.end() ? (counts.push_back({kind, 1}), 1) : ++it->second;
 }
 
 bool Lowerer::takesRandomStream(const Op &op) {

@@ -201,7 +201,8 @@ private:
   Value call(const Expr &e, Scope &scope);
 
   // frontend/LowerPrimitives.cpp
-  std::string nextOpPath(uint32_t instance, OpKind kind);
+  /// Which op of `kind` in `instance` the next one is (Op::ordinal): 1, 2, ...
+  uint32_t nextOrdinal(uint32_t instance, OpKind kind);
   static bool takesRandomStream(const Op &op);
   /// A primitive call's arguments bound to the parameters of its entry in ir/Primitives.cpp.
   struct Bound {

@@ -288,6 +288,22 @@ OpId Graph::addOp(Op op) {
   return id;
 }
 
+std::string Graph::opPath(const Op &op) const {
+  // Safe on a broken graph too (the verifier names its ops): an instance or forward op out of
+  // range is said as such, and a forward op is followed only to a forward op.
+  if (op.phase == Phase::Forward) {
+    std::string path = op.instance < instances.size()
+                           ? joinPath(instances[op.instance].path, opName(op.kind))
+                           : "<instance " + std::to_string(op.instance) + ">." + opName(op.kind).str();
+    if (op.ordinal > 1)
+      path.append(1, '#').append(std::to_string(op.ordinal));
+    return path;
+  }
+  if (op.forwardOp < ops.size() && ops[op.forwardOp].phase == Phase::Forward)
+    return joinPath(opPath(ops[op.forwardOp]), opName(op.kind));
+  return opName(op.kind).str();
+}
+
 uint32_t Graph::symbol(llvm::StringRef name) {
   if (name.empty())
     return 0;
@@ -419,35 +435,35 @@ std::string verifyGraph(const Graph &g) {
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const Op &op = g.ops[o];
     if (op.phase < phase)
-      return "op " + op.path + " is " + phaseName(op.phase).str() + " after a " +
+      return "op " + g.opPath(op) + " is " + phaseName(op.phase).str() + " after a " +
              phaseName(phase).str() + " op";
     phase = op.phase;
     for (TensorId t : op.inputs)
       if (t >= g.tensors.size() || !isDefined(t))
-        return "op " + op.path + " reads " + name(t) + " before it is written";
+        return "op " + g.opPath(op) + " reads " + name(t) + " before it is written";
     bool inPlace = op.phase == Phase::Optimizer;
     for (size_t i = 0; i < op.outputs.size(); ++i) {
       TensorId t = op.outputs[i];
       if (t >= g.tensors.size())
-        return "op " + op.path + " writes an unknown tensor";
+        return "op " + g.opPath(op) + " writes an unknown tensor";
       bool acc = i < 32 && ((op.accumulate >> i) & 1); // wider ops (a split, the update) never add
       // A gradient is written once unless later writes add to it; a view of a gradient is
       // written into its storage, which must exist when the write adds.
       if (acc && !isDefined(t))
-        return "op " + op.path + " adds into " + name(t) + " before anything wrote it";
+        return "op " + g.opPath(op) + " adds into " + name(t) + " before anything wrote it";
       if (!acc && !inPlace && defined[t] && g.tensors[t].role != TensorRole::Gradient)
-        return "op " + op.path + " writes " + name(t) + ", which is already defined";
+        return "op " + g.opPath(op) + " writes " + name(t) + ", which is already defined";
       if (op.phase == Phase::Forward && g.tensors[t].producer != o)
-        return "op " + op.path + " is not recorded as its output's producer";
+        return "op " + g.opPath(op) + " is not recorded as its output's producer";
       defined[t] = true;
       if (g.tensors[t].viewOf != kNone && !acc && g.tensors[g.tensors[t].viewOf].role == TensorRole::Gradient)
         defined[g.tensors[t].viewOf] = defined[g.tensors[t].viewOf] || true;
     }
     if (op.phase == Phase::Backward && op.forwardOp != kNone &&
         (op.forwardOp >= o || g.ops[op.forwardOp].phase != Phase::Forward))
-      return "backward op " + op.path + " names no earlier forward op";
+      return "backward op " + g.opPath(op) + " names no earlier forward op";
     if (op.instance >= g.instances.size())
-      return "op " + op.path + " names no block instance";
+      return "op " + g.opPath(op) + " names no block instance";
   }
   std::vector<bool> seen(g.tensors.size(), false);
   for (const ParamInfo &p : g.params) {
@@ -569,7 +585,7 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     os << " : ";
     for (size_t i = 0; i < op.outputs.size(); ++i)
       os << (i ? ", " : "") << type(op.outputs[i]) << layout(op.outputs[i]);
-    os << "  // " << op.path << "\n";
+    os << "  // " << g.opPath(op) << "\n";
   }
   os << "  return";
   for (size_t i = 0; i < g.outputs.size(); ++i)

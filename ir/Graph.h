@@ -259,13 +259,16 @@ struct Op {
   llvm::SmallVector<TensorId, 3> inputs;
   llvm::SmallVector<TensorId, 3> outputs;
   SharedAttrs attrs;
-  std::string path;           ///< "h[3].attn.qkv.matmul": instance path, then the op's own name
   llvm::SMRange range;        ///< the expression that created it
   uint32_t instance = 0;      ///< index into Graph::instances of the block it was written in
   OpId forwardOp = kNone;     ///< backward ops: the forward op whose gradient they compute
   /// Backward ops: which outputs add into a gradient another op already wrote (a tensor read
   /// twice gets one gradient, summed in place: bit i for output i).
   uint32_t accumulate = 0;
+  /// Forward ops: which op of its kind in its instance this is (1 for the first); its path
+  /// (Graph::opPath) says `#n` from the second on. Paths are not stored: a string per op was
+  /// a twelfth of a deep model's memory, and each is its instance's path and its kind's name.
+  uint32_t ordinal = 1;
   OpKind kind = OpKind::Matmul;
   Phase phase = Phase::Forward;
 
@@ -340,6 +343,12 @@ struct Graph {
   /// `[16, 1024, 768]`: numbers only.
   static std::string formatSizes(const Shape &s);
   double bytes(TensorId t) const; ///< numel × bytes per element
+  /// An op's path: "h[3].attn.qkv.matmul" for a forward op (its instance's path, its kind,
+  /// `#2` for the second of its kind there), "h[3].attn.qkv.matmul.matmul_backward" for a
+  /// backward op (its forward op's path, its own kind), the kind alone for the others
+  /// ("fill", "optimizer_update").
+  std::string opPath(const Op &op) const;
+  std::string opPath(OpId o) const { return opPath(ops[o]); }
   /// A parameter's path, an input's name, else "" (activations and gradients have none).
   const std::string &tensorName(TensorId t) const;
   /// The tensor that owns `t`'s bytes: `t` itself, or the tensor a view shares (views of views

@@ -2326,19 +2326,19 @@ std::string verifyOpTypes(const Graph &g, OpId from) {
     llvm::SmallVector<TensorType, 3> outs;
     ShapeError err;
     if (!ruleFor(op.kind).infer(g, op, outs, err))
-      return "op " + op.path + ": " + err.message;
+      return "op " + g.opPath(op) + ": " + err.message;
     if (outs.size() != op.outputs.size())
-      return "op " + op.path + " has " + std::to_string(op.outputs.size()) + " outputs, its rule " +
+      return "op " + g.opPath(op) + " has " + std::to_string(op.outputs.size()) + " outputs, its rule " +
              std::to_string(outs.size());
     for (size_t i = 0; i < outs.size(); ++i) {
       const Tensor &t = g.tensors[op.outputs[i]];
       // A gradient may be written at another shape with the same elements (a [1, d] bias
       // summed from [d]); the dtype of a gradient is the gradient's (bf16 into an fp32 region).
       if (numel(t.shape) != numel(outs[i].shape))
-        return "op " + op.path + " output " + std::to_string(i) + " is " +
+        return "op " + g.opPath(op) + " output " + std::to_string(i) + " is " +
                Graph::formatSizes(t.shape) + ", its rule gives " + Graph::formatSizes(outs[i].shape);
       if (t.role != TensorRole::Gradient && op.phase == Phase::Forward && t.dtype != outs[i].dtype)
-        return "op " + op.path + " output " + std::to_string(i) + " has dtype " +
+        return "op " + g.opPath(op) + " output " + std::to_string(i) + " has dtype " +
                nameOf(t.dtype).str() + ", its rule gives " + nameOf(outs[i].dtype).str();
     }
   }

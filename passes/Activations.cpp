@@ -1518,7 +1518,8 @@ Policy keepPolicy(const Facts &f, Analysis &a, const std::string &req) {
     a.checkpoint.saved.push_back(path.str());
     bool found = false;
     for (OpId o = 0; o < f.g.ops.size(); ++o) {
-      llvm::StringRef op = f.g.ops[o].path;
+      std::string opPath = f.g.opPath(o);
+      llvm::StringRef op = opPath;
       if (op.startswith(path) && (op.size() == path.size() || op[path.size()] == '.' ||
                                   op[path.size()] == '[')) {
         kept[o] = true;

@@ -118,13 +118,10 @@ struct Builder {
     op.phase = phase;
     op.forwardOp = phase == Phase::Backward ? current : kNone;
     op.accumulate = accumulate;
-    if (current != kNone) {
+    if (current != kNone) { // its path is its forward op's and its kind (Graph::opPath)
       const Op &f = g.ops[current];
       op.instance = f.instance;
       op.range = f.range;
-      op.path = joinPath(f.path, opName(kind));
-    } else {
-      op.path = opName(kind).str();
     }
     OpId id = static_cast<OpId>(g.ops.size());
     g.ops.push_back(std::move(op));

@@ -250,7 +250,7 @@ void planMemory(Analysis &a) {
   for (const Buffer &b : a.buffers)
     if (!(b.size < 0x1p63)) {
       std::string name = "buffer " + (b.tensor == kNone ? std::string() : "%" + std::to_string(b.tensor) + " ") +
-                         "(" + b.what + (b.op < s.ops.size() ? " of op " + s.ops[b.op].path : std::string()) + ")";
+                         "(" + b.what + (b.op < s.ops.size() ? " of op " + s.opPath(b.op) : std::string()) + ")";
       return unrepresentable(name + " is " + formatBytes(b.size) + ", past 2^63 - 1 bytes");
     }
   // Unless the offsets are read (Analysis::placeBuffers, kernel fusion), only whether the

@@ -247,10 +247,10 @@ void graphLiterals(const Analysis &a, DiagnosticEngine &diags) {
   for (const GraphLiteral &l : found) {
     Conversion c = convert(l.dtype, l.value);
     const Op &first = g.ops[l.ops.front()];
-    std::string users = first.path;
+    std::string users = g.opPath(first);
     if (l.ops.size() > 1)
       users += " and " + std::to_string(l.ops.size() - 1) + " more (last " +
-               g.ops[l.ops.back()].path + ")";
+               g.opPath(l.ops.back()) + ")";
     auto b = diags.report(kindOf(c.fit), l.range.Start, conversionMessage(l.what, l.value, l.dtype, c));
     b.range(l.range);
     b.note(pr.Start, "activations are " + nameOf(l.dtype).str() + " under " + presetText(*a.plan) +

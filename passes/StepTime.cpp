@@ -792,7 +792,7 @@ void checkExperts(Analysis &a, DiagnosticEngine &diags) {
     diags.report(DiagKind::InvalidValue, at.Start,
                  llvm::formatv("expert = {0} does not divide the {1} experts of {2}: each rank of "
                                "the expert group holds experts / expert of them",
-                               e, experts, op.path)
+                               e, experts, g.opPath(op))
                      .str())
         .range(at);
     return;

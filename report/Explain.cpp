@@ -91,7 +91,7 @@ std::string origin(const Graph &g, TensorId t) {
   else if (x.role == TensorRole::Input)
     from = "plan input data";
   else if (x.producer != kNone)
-    from = "from " + g.ops[x.producer].path;
+    from = "from " + g.opPath(x.producer);
   if (x.viewOf != kNone)
     from += " (a view of " + tensorName(g, x.viewOf) + ")";
   return from;
@@ -338,7 +338,7 @@ llvm::json::Value tensorJson(const Graph &g, const Op &op, TensorId t) {
 ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
   ExplainSelection sel;
   for (OpId i = 0; i < g.ops.size(); ++i)
-    if (g.ops[i].path == path) {
+    if (g.opPath(i) == path) {
       sel.kind = ExplainSelection::Op;
       sel.op = i;
       return sel;
@@ -354,7 +354,7 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
     }
   std::vector<std::string> names;
   for (const Op &op : g.ops)
-    names.push_back(op.path);
+    names.push_back(g.opPath(op));
   for (const Instance &in : g.instances)
     if (!in.path.empty())
       names.push_back(in.path);
@@ -368,7 +368,7 @@ void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
   const Op &op = g.ops[id];
   const OpAnalysis &oa = a.ops[id];
   const Instance &inst = g.instances[op.instance];
-  os << op.path << ": " << opName(op.kind);
+  os << g.opPath(op) << ": " << opName(op.kind);
   if (opClassName(opClass(op.kind)) != opName(op.kind))
     os << " (" << opClassName(opClass(op.kind)) << ")";
   os << "\n";
@@ -437,7 +437,7 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                            {"bytes", s.bytes}});
   double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
   Object root{
-      {"path", op.path},
+      {"path", g.opPath(op)},
       {"kind", opName(op.kind).str()},
       {"class", opClassName(opClass(op.kind)).str()},
       {"block", g.instances[op.instance].path},
@@ -519,7 +519,7 @@ void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_
      << "derives any line\n\n";
   size_t width = 4;
   for (OpId i : sel.ops)
-    width = std::max(width, g.ops[i].path.size());
+    width = std::max(width, g.opPath(i).size());
   os << llvm::formatv("  {0} {1,-13} {2,12} {3,12} {4,12} {5,9} {6,-7} {7,10} {8,10}\n",
                       padRight("op", width), "kind", "fwd FLOPs", "bwd FLOPs", "bytes",
                       "intensity", "bound", "fwd time", "bwd time");
@@ -527,7 +527,7 @@ void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_
     const Op &op = g.ops[i];
     const OpAnalysis &o = a.ops[i];
     os << llvm::formatv("  {0} {1,-13} {2,12} {3,12} {4,12} {5,9} {6,-7} {7,10} {8,10}\n",
-                        padRight(op.path, width), opName(op.kind), printf1("%.3e", o.forward.flops),
+                        padRight(g.opPath(op), width), opName(op.kind), printf1("%.3e", o.forward.flops),
                         printf1("%.3e", o.inputGradFlops + o.weightGradFlops),
                         printf1("%.3e", o.forward.bytesRead + o.forward.bytesWritten),
                         printf1("%.1f", o.intensity), boundOf(o), formatDuration(o.forwardTime),
@@ -553,7 +553,7 @@ void explainBlockJson(const Analysis &a, const ExplainSelection &sel, llvm::raw_
   Array ops;
   for (OpId i : sel.ops) {
     const OpAnalysis &o = a.ops[i];
-    ops.push_back(Object{{"path", g.ops[i].path},
+    ops.push_back(Object{{"path", g.opPath(i)},
                          {"kind", opName(g.ops[i].kind).str()},
                          {"flops", o.forward.flops},
                          {"backward_flops", o.inputGradFlops + o.weightGradFlops},

@@ -60,7 +60,7 @@ void renderIrJson(const Graph &g, llvm::raw_ostream &os) {
                          {"phase", phaseName(op.phase)},
                          {"inputs", ids(op.inputs)},
                          {"outputs", ids(op.outputs)},
-                         {"path", op.path},
+                         {"path", g.opPath(op)},
                          {"flops", c.flops},
                          {"bytes", c.bytesRead + c.bytesWritten}};
     if (op.forwardOp != kNone)

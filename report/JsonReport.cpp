@@ -46,7 +46,7 @@ llvm::json::Value inferenceJson(const Analysis &a) {
     return nullptr;
   llvm::json::Array ops;
   for (const Analysis::DecodeOp &d : inf.ops)
-    ops.push_back(llvm::json::Object{{"path", a.graph->ops[d.op].path},
+    ops.push_back(llvm::json::Object{{"path", a.graph->opPath(d.op)},
                                      {"kind", opName(a.graph->ops[d.op].kind).str()},
                                      {"flops", d.flops},
                                      {"bytes", d.bytes},
@@ -220,8 +220,9 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                        llvm::SmallVector<int64_t, 4> shape;
                        for (const Dim &d : out.shape)
                          shape.push_back(d.size);
+                       std::string path = g.opPath(op); // f keeps a reference to it
                        SortedFields f;
-                       f.text("path", op.path);
+                       f.text("path", path);
                        f.text("kind", opName(op.kind));
                        f.text("class", opClassName(opClass(op.kind)));
                        f.integers("shape", shape);

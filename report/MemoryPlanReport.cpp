@@ -108,7 +108,7 @@ void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
   for (size_t i = 0; i < a.stepSchedule.size(); ++i) {
     const StepEntry &e = a.stepSchedule[i];
     os << llvm::formatv("  {0,5} {1,-9} %", i, entryKind(e.kind)) << e.op << " "
-       << opName(s.ops[e.op].kind) << "  // " << s.ops[e.op].path << "\n";
+       << opName(s.ops[e.op].kind) << "  // " << s.opPath(e.op) << "\n";
   }
   os << "buffers (offset, bytes, steps, kind):\n";
   for (const Buffer &b : a.buffers) {

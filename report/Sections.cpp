@@ -173,7 +173,7 @@ ReportTable opsTable(const Analysis &a) {
   std::vector<Group> groups;
   llvm::StringMap<size_t> index;
   for (OpId i = 0; i < g.ops.size(); ++i) {
-    std::string pattern = repeatPattern(g.ops[i].path);
+    std::string pattern = repeatPattern(g.opPath(i));
     auto [it, inserted] = index.try_emplace(pattern, groups.size());
     if (inserted)
       groups.push_back({pattern, i});

@@ -80,7 +80,7 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
     const OpAnalysis &o = a.ops[i];
     if (!(o.forwardTime > 0) || !(o.intensity > 0) || !(o.forward.executedFlops > 0))
       continue;
-    auto [it, inserted] = index.try_emplace(repeatPattern(g.ops[i].path), points.size());
+    auto [it, inserted] = index.try_emplace(repeatPattern(g.opPath(i)), points.size());
     if (inserted) {
       double split = o.tensorSplit > 0 ? o.tensorSplit : 1;
       points.push_back({i, 0, o.forward.executedFlops / split / o.forwardTime});
@@ -145,7 +145,7 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
     std::string where = line ? ", " + llvm::sys::path::filename(file).str() + " line " +
                                    std::to_string(line)
                              : "";
-    std::string tip = repeatPattern(op.path) + (p.copies > 1 ? " ×" + std::to_string(p.copies) : "") +
+    std::string tip = repeatPattern(g.opPath(op)) + (p.copies > 1 ? " ×" + std::to_string(p.copies) : "") +
                       " (" + opName(op.kind).str() + where + "): " +
                       llvm::formatv("{0:f1} FLOP/byte, ", o.intensity).str() +
                       formatRate(p.rate, UnitDim::FlopRate) + ", " +

@@ -111,7 +111,7 @@ struct Compiled {
   /// The op whose path is `path`; fails the test when there is none.
   OpId op(const std::string &path) const {
     for (OpId i = 0; i < g().ops.size(); ++i)
-      if (g().ops[i].path == path)
+      if (g().opPath(i) == path)
         return i;
     FAIL("no op " << path);
     return kNone;

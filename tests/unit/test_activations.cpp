@@ -279,7 +279,7 @@ TEST_CASE("activations: the schedule runs forward, then recompute before each se
   // Full: every op of every block is re-run once, before the backward of any op of its block.
   size_t blockOps = 0;
   for (const Op &op : g.ops)
-    blockOps += op.path.rfind("h[", 0) == 0;
+    blockOps += g.opPath(op).rfind("h[", 0) == 0;
   size_t recompute = 0;
   std::vector<size_t> recomputedAt(ops, SIZE_MAX), backwardAt(ops, SIZE_MAX);
   for (size_t i = 0; i < f.schedule.size(); ++i) {
@@ -294,12 +294,12 @@ TEST_CASE("activations: the schedule runs forward, then recompute before each se
   for (OpId o = 0; o < ops; ++o) {
     if (recomputedAt[o] == SIZE_MAX || backwardAt[o] == SIZE_MAX)
       continue;
-    INFO(g.ops[o].path);
+    INFO(g.opPath(o));
     CHECK(recomputedAt[o] < backwardAt[o]);
     // ... and after the backward of every op of later blocks.
     for (OpId later = o + 1; later < ops; ++later)
       if (backwardAt[later] != SIZE_MAX &&
-          g.ops[later].path.substr(0, 4) != g.ops[o].path.substr(0, 4))
+          g.opPath(later).substr(0, 4) != g.opPath(o).substr(0, 4))
         CHECK(backwardAt[later] < recomputedAt[o]);
   }
 }
@@ -481,7 +481,7 @@ TEST_CASE("activations: every(k) keeps every k-th block's input and recomputes e
   // Every op of a block is recomputed exactly once.
   size_t blockOps = 0, recompute = 0;
   for (const Op &op : e3.g().ops)
-    blockOps += op.path.rfind("h[", 0) == 0;
+    blockOps += e3.g().opPath(op).rfind("h[", 0) == 0;
   for (const ScheduleStep &s : a3.schedule)
     recompute += s.kind == ScheduleStep::Recompute;
   CHECK(recompute == blockOps);
@@ -724,7 +724,7 @@ TEST_CASE("activations: recompute_all keeps O(1) blocks and re-runs L(L+1)/2 blo
   for (const ScheduleStep &s : r16.a->schedule)
     runs[s.op] += s.kind == ScheduleStep::Recompute;
   for (OpId o = 0; o < g.ops.size(); ++o) {
-    const std::string &path = g.ops[o].path;
+    const std::string path = g.opPath(o);
     if (path.rfind("h[", 0) != 0)
       continue;
     INFO(path);
@@ -768,7 +768,7 @@ TEST_CASE("activations: selective re-runs norms, GELU and unfused attention befo
   for (OpId o = 0; o < g.ops.size(); ++o) {
     if (rec[o] == SIZE_MAX)
       continue;
-    INFO(g.ops[o].path);
+    INFO(g.opPath(o));
     CHECK(rec[o] < bwd[o]);
     for (OpId r = 0; r < g.ops.size(); ++r)
       for (TensorId t : g.ops[r].inputs)

@@ -97,7 +97,7 @@ train t { model = DeepLinear()  batch = 64  micro_batch = 16  optimizer = SGD(lr
   //   x @ w1:    x is data: dw1 = xᵀ·dh1: 65536 + 65536 + 2·4194304 = 8519680
   std::map<std::string, double> bytes;
   for (OpId i = 0; i < t.g().ops.size(); ++i)
-    bytes[t.g().ops[i].path] = a.ops[i].backwardBytes;
+    bytes[t.g().opPath(i)] = a.ops[i].backwardBytes;
   CHECK(bytes["mean"] == 4100);
   CHECK(bytes["mul"] == 28672);
   CHECK(bytes["matmul#2"] == 925696);

@@ -46,7 +46,7 @@ void checkStep(const Analysis &a) {
   // Forward ops keep their ids.
   REQUIRE(s.ops.size() >= g.ops.size());
   for (OpId i = 0; i < g.ops.size(); ++i)
-    CHECK(s.ops[i].path == g.ops[i].path);
+    CHECK(s.opPath(i) == g.opPath(i));
   // The oracle, per forward op.
   std::vector<double> fromOps(g.ops.size(), 0);
   double optimizer = 0;
@@ -61,7 +61,7 @@ void checkStep(const Analysis &a) {
   double micro = static_cast<double>(a.plan->batch) / static_cast<double>(a.plan->microBatch);
   double forward = 0, backward = 0;
   for (OpId i = 0; i < g.ops.size(); ++i) {
-    INFO(g.ops[i].path);
+    INFO(g.opPath(i));
     bool runs = a.ops[i].inputGradFlops + a.ops[i].weightGradFlops > 0 || fromOps[i] > 0;
     if (runs)
       CHECK(fromOps[i] == oracleFlops(g, g.ops[i]));
@@ -139,7 +139,8 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
   const Graph &g = t.g();
   std::map<std::string, std::vector<const Op *>> byLocal; // "fc.matmul" -> h[0]'s, h[1]'s...
   for (const Op &op : g.ops) {
-    llvm::StringRef path(op.path);
+    std::string opPath = g.opPath(op);
+    llvm::StringRef path(opPath);
     if (path.consume_front("h["))
       byLocal[path.split("].").second.str()].push_back(&op);
   }
@@ -394,8 +395,8 @@ TEST_CASE("graph: the training step shares its forward graph's records", "[backw
   Graph copy = s;
   CHECK(copy.tensors.sharedCount() == 0);
   CHECK(copy.ops.size() == s.ops.size());
-  copy.ops[0].path = "changed";
-  CHECK(f.ops[0].path != "changed");
+  copy.ops[0].ordinal = 7;
+  CHECK(f.ops[0].ordinal != 7);
   CHECK(verifyGraph(copy) == "");
 }
 
@@ -448,4 +449,43 @@ TEST_CASE("graph: equal shapes are one pooled copy", "[backward]") {
   for (const Tensor &x : t.a->step->tensors)
     distinct.insert(&x.shape.get());
   CHECK(t.a->step->tensors.size() > 20 * distinct.size());
+}
+
+TEST_CASE("graph: an op's path is its instance's, its kind and its forward op's", "[backward]") {
+  // Paths are derived, not stored (Graph::opPath): forward ops from their instance, kind and
+  // ordinal; backward ops from their forward op; the rest are their kind.
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
+  const Graph &s = *t.a->step;
+  CHECK(s.opPath(0) == "wte.embedding");
+  bool second = false, backward = false, optimizer = false;
+  for (OpId o = 0; o < s.ops.size(); ++o) {
+    const Op &op = s.ops[o];
+    std::string path = s.opPath(o);
+    if (op.phase == Phase::Forward) {
+      std::string expected = joinPath(s.instances[op.instance].path, opName(op.kind));
+      if (op.ordinal > 1) {
+        second = true;
+        expected += "#" + std::to_string(op.ordinal);
+      }
+      CHECK(path == expected);
+    } else if (op.forwardOp != kNone) {
+      backward = true;
+      CHECK(path == s.opPath(op.forwardOp) + "." + opName(op.kind).str());
+    } else {
+      optimizer = optimizer || op.phase == Phase::Optimizer;
+      CHECK(path == opName(op.kind).str());
+    }
+  }
+  CHECK(second); // a block with two ops of one kind ("h[0].attn.add#2"...)
+  CHECK(backward);
+  CHECK(optimizer);
+  // A broken graph's ops still have a path, for the verifier to name them.
+  Graph broken = s;
+  broken.ops[0].instance = 1u << 30;
+  CHECK(broken.opPath(0) == "<instance 1073741824>.embedding");
+  OpId last = static_cast<OpId>(broken.ops.size() - 1);
+  broken.ops[last].phase = Phase::Backward;
+  broken.ops[last].forwardOp = last; // itself: not followed
+  CHECK(broken.opPath(last) == opName(broken.ops[last].kind).str());
+  CHECK_THAT(verifyGraph(broken), Catch::Contains("names no block instance"));
 }

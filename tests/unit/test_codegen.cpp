@@ -205,10 +205,10 @@ TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each a
       if (e.kind == StepEntry::Optimizer || opClass(op.kind) == OpClass::View)
         continue;
       ++calls;
-      std::string comment = "  // " + op.path + " (" + kinds[e.kind] + ")";
+      std::string comment = "  // " + t.a->step->opPath(op) + " (" + kinds[e.kind] + ")";
       for (size_t i = from; i + 2 < ls.size(); ++i)
         if (ls[i].compare(0, comment.size(), comment) == 0) {
-          CHECK(ls[i + 1] == "  ctx.where = \"" + op.path + "\";");
+          CHECK(ls[i + 1] == "  ctx.where = \"" + t.a->step->opPath(op) + "\";");
           CHECK(ls[i + 2].compare(0, 6, "  rt::") == 0);
           placed += 1;
           from = i + 1;

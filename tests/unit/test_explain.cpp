@@ -205,7 +205,7 @@ void checkOps(const Graph &g, std::set<OpKind> &seen) {
     seen.insert(op.kind);
     const OpRule &rule = ruleFor(op.kind);
     ForwardCost cost = rule.forward(g, op);
-    std::string where = op.path + " (" + opName(op.kind).str() + ")";
+    std::string where = g.opPath(op) + " (" + opName(op.kind).str() + ")";
     checkFormula(describeForward(g, op), cost.flops, where + " forward FLOPs");
     checkFormula(describeBytesRead(g, op), cost.bytesRead, where + " bytes read");
     checkFormula(describeBytesWritten(g, op), cost.bytesWritten, where + " bytes written");
@@ -230,7 +230,6 @@ TEST_CASE("explain formulas: every op kind's formulas evaluate to its rule's cou
     Graph g = *c.a->step;
     Op scale;
     scale.kind = OpKind::Scale;
-    scale.path = "scale";
     scale.outputs = g.ops.back().outputs;
     g.ops.push_back(scale);
     std::set<OpKind> one;
@@ -268,7 +267,7 @@ TEST_CASE("explain formulas: ALiBi and a partial rope show the terms they add", 
 TEST_CASE("explain formulas: the lecture's first matmul is 2·M·N·K", "[explain]") {
   Compiled c(lectureSource());
   const Op &mm = c.g().ops[0];
-  REQUIRE(mm.path == "matmul");
+  REQUIRE(c.g().opPath(mm) == "matmul");
   Formula f = describeForward(c.g(), mm);
   CHECK(f.symbolic == "2·M·N·K");
   CHECK(f.substituted == "2 · 1024 · 1024 · 1024");
@@ -307,14 +306,14 @@ TEST_CASE("explain: paths select an op, a block or nothing", "[explain]") {
   const Graph &g = c.g();
   ExplainSelection op = selectForExplain(g, "h[1].a.fc.matmul");
   REQUIRE(op.kind == ExplainSelection::Op);
-  CHECK(g.ops[op.op].path == "h[1].a.fc.matmul");
+  CHECK(g.opPath(op.op) == "h[1].a.fc.matmul");
 
   ExplainSelection block = selectForExplain(g, "h[1]");
   REQUIRE(block.kind == ExplainSelection::Block);
   CHECK(g.instances[block.instance].path == "h[1]");
   REQUIRE(block.ops.size() == 6); // two Inners: matmul, add, gelu each
   for (OpId i : block.ops)
-    CHECK(llvm::StringRef(g.ops[i].path).startswith("h[1]."));
+    CHECK(llvm::StringRef(g.opPath(i)).startswith("h[1]."));
 
   ExplainSelection all = selectForExplain(g, "h");
   REQUIRE(all.kind == ExplainSelection::Block);

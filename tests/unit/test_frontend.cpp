@@ -400,7 +400,7 @@ train r { model = R() batch = 4 target = H100_SXM }
                                            "h[1].fc.b", "h[2].fc.weight", "h[2].fc.b"});
   std::vector<std::string> paths;
   for (const Op &op : g.ops)
-    paths.push_back(op.path);
+    paths.push_back(g.opPath(op));
   CHECK(paths == std::vector<std::string>{
                      "h[0].fc.matmul", "h[0].fc.add", "h[0].relu", "h[1].fc.matmul",
                      "h[1].fc.add", "h[1].relu", "h[2].fc.matmul", "h[2].fc.add", "h[2].relu",
@@ -438,7 +438,7 @@ train b { model = B() batch = 2 seq = 3 target = H100_SXM }
   REQUIRE(g.ops.size() == 4);
   for (int i = 0; i < 3; ++i) {
     const Shape &s = g.tensors[g.ops[i].outputs[0]].shape;
-    INFO(g.ops[i].path);
+    INFO(g.opPath(i));
     CHECK(g.formatShape(s) == "[batch, seq, 4]");
     CHECK(Graph::formatSizes(s) == "[2, 3, 4]");
   }

@@ -136,7 +136,7 @@ TEST_CASE("moe: the training step matches the FLOP oracle and keeps the routed b
     for (unsigned k = 0; k < op.inputs.size(); ++k)
       if (g.tensors[op.inputs[k]].requiresGrad && isFloat(g.tensors[op.inputs[k]].dtype))
         oracle += ruleFor(op.kind).gradFlops(g, op, k);
-    INFO(op.path);
+    INFO(g.opPath(op));
     CHECK(fromOps[i] == oracle);
   }
   // moe's weight gradients count as weight gradients: 3 · 2·R·d·H per layer.

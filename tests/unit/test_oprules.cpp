@@ -74,7 +74,6 @@ struct Builder {
     op.kind = k;
     op.inputs.assign(ins.begin(), ins.end());
     op.attrs = std::move(attrs);
-    op.path = opName(k).str();
     llvm::SmallVector<TensorType, 3> outs;
     if (!ruleFor(k).infer(g, op, outs, err))
       return false;
