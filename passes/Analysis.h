@@ -135,11 +135,11 @@ struct Analysis {
   std::shared_ptr<const RepeatCopies> copies;
 
   // ---- parameters ----
+  /// Per block instance (its path, block name and depth are the graph's Instance: a copy of
+  /// two strings per instance was most of what a layout candidate copied, issue 12).
   struct BlockCount {
-    std::string path;            ///< instance path ("" is the model)
-    std::string block;
+    uint32_t instance = 0;       ///< index into Graph::instances (0 is the model)
     double count = 0;            ///< parameters declared in this instance and below it
-    int64_t depth = 0;
     double forwardFlops = 0;     ///< model FLOPs per step of the ops in and below it (BlockTotals)
     double backwardFlops = 0;
     double time = 0;             ///< forward + backward seconds per step on one device

@@ -40,9 +40,12 @@ void countParams(Analysis &a) {
   }
   a.params.byBlock.clear();
   a.params.byBlock.reserve(g.instances.size());
-  for (size_t i = 0; i < g.instances.size(); ++i)
-    a.params.byBlock.push_back(
-        {g.instances[i].path, g.instances[i].block, own[i], g.instances[i].depth});
+  for (uint32_t i = 0; i < g.instances.size(); ++i) {
+    Analysis::BlockCount b;
+    b.instance = i;
+    b.count = own[i];
+    a.params.byBlock.push_back(b);
+  }
 }
 
 } // namespace tally

@@ -202,9 +202,10 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
   std::map<std::string, StreamedArray> streamed;
   streamed["params.by_block"] = {a.params.byBlock.size(), [&](llvm::json::OStream &j, size_t i) {
                                    const Analysis::BlockCount &b = a.params.byBlock[i];
+                                   const Instance &in = a.graph->instances[b.instance];
                                    SortedFields f;
-                                   f.text("path", b.path);
-                                   f.text("block", b.block);
+                                   f.text("path", in.path);
+                                   f.text("block", in.block);
                                    f.number("count", b.count);
                                    f.write(j);
                                  }};

@@ -27,9 +27,11 @@ ReportTable paramsTable(const Analysis &a) {
   if (a.params.trainable != a.params.total)
     t.rows.push_back({"(trainable)", "", groupDigits(a.params.trainable),
                       share(a.params.trainable, a.params.total)});
-  for (const Analysis::BlockCount &b : a.params.byBlock)
-    if (b.depth == 1 && b.count > 0)
-      t.rows.push_back({b.path, b.block, groupDigits(b.count), share(b.count, a.params.total)});
+  for (const Analysis::BlockCount &b : a.params.byBlock) {
+    const Instance &in = a.graph->instances[b.instance];
+    if (in.depth == 1 && b.count > 0)
+      t.rows.push_back({in.path, in.block, groupDigits(b.count), share(b.count, a.params.total)});
+  }
   // Parameters the model declares itself (a class token, position embeddings), one row each,
   // so the rows below the total add up to it.
   const Graph &g = *a.graph;
@@ -78,22 +80,23 @@ ReportTable blocksTable(const Analysis &a) {
   t.header = {"block", "kind", "forward", "backward", "share", "time"};
   const Analysis::BlockCount &model = a.params.byBlock.front();
   double whole = model.forwardFlops + model.backwardFlops;
-  auto add = [&](const Analysis::BlockCount &b, const std::string &label) {
-    t.rows.push_back({label, b.block, llvm::formatv("{0:e3}", b.forwardFlops).str(),
+  auto add = [&](const Analysis::BlockCount &b, const std::string &label, const std::string &kind) {
+    t.rows.push_back({label, kind, llvm::formatv("{0:e3}", b.forwardFlops).str(),
                       llvm::formatv("{0:e3}", b.backwardFlops).str(),
                       share(b.forwardFlops + b.backwardFlops, whole), formatDuration(b.time)});
   };
-  for (const Analysis::BlockCount &b : a.params.byBlock)
-    if (b.depth == 1)
-      add(b, b.path);
+  for (const Analysis::BlockCount &b : a.params.byBlock) {
+    const Instance &in = a.graph->instances[b.instance];
+    if (in.depth == 1)
+      add(b, in.path, in.block);
+  }
   Analysis::BlockCount own = model;
-  own.block = "ops";
   own.forwardFlops = model.selfForwardFlops;
   own.backwardFlops = model.selfBackwardFlops;
   own.time = model.selfTime;
   if (own.forwardFlops + own.backwardFlops > 0)
-    add(own, "(model's own ops)");
-  add(model, "(total)");
+    add(own, "(model's own ops)", "ops");
+  add(model, "(total)", a.graph->instances[model.instance].block);
   return t;
 }
 

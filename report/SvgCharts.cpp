@@ -253,9 +253,11 @@ std::string blocksChart(const Analysis &a) {
   };
   std::vector<Row> rows;
   const Analysis::BlockCount &model = a.params.byBlock.front();
-  for (const Analysis::BlockCount &b : a.params.byBlock)
-    if (b.depth == 1)
-      rows.push_back({b.path + " (" + b.block + ")", b.forwardFlops, b.backwardFlops, b.time});
+  for (const Analysis::BlockCount &b : a.params.byBlock) {
+    const Instance &in = a.graph->instances[b.instance];
+    if (in.depth == 1)
+      rows.push_back({in.path + " (" + in.block + ")", b.forwardFlops, b.backwardFlops, b.time});
+  }
   if (model.selfForwardFlops + model.selfBackwardFlops > 0)
     rows.push_back({"(model's own ops)", model.selfForwardFlops, model.selfBackwardFlops,
                     model.selfTime});

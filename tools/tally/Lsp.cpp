@@ -210,9 +210,10 @@ std::string memberName(StringRef path) {
 void collectHover(const Analysis &a, Document &doc) {
   std::map<std::string, std::vector<const Analysis::BlockCount *>> byName, byMember;
   for (const Analysis::BlockCount &b : a.params.byBlock) {
-    if (b.block != "repeat")
-      byName[b.block].push_back(&b);
-    std::string member = memberName(b.path);
+    const Instance &in = a.graph->instances[b.instance];
+    if (in.block != "repeat")
+      byName[in.block].push_back(&b);
+    std::string member = memberName(in.path);
     if (!member.empty())
       byMember[member].push_back(&b);
   }
@@ -226,13 +227,14 @@ void describe(const Analysis &a,
               std::map<std::string, std::string> &out, const std::string &what) {
   for (const auto &[name, list] : groups) {
     const Analysis::BlockCount &first = *list.front();
+    const Instance &in = a.graph->instances[first.instance];
     std::string text = what + "**" + name + "**" +
-                       (what.empty() ? "" : " (" + first.block + ")") + " in plan `" +
+                       (what.empty() ? "" : " (" + in.block + ")") + " in plan `" +
                        a.plan->name + "`: ";
     if (list.size() == 1) {
       text += groupDigits(first.count) + " parameters";
-      if (!first.path.empty())
-        text += " (`" + first.path + "`)";
+      if (!in.path.empty())
+        text += " (`" + in.path + "`)";
     } else {
       double total = 0;
       bool same = true;
@@ -242,7 +244,7 @@ void describe(const Analysis &a,
       }
       text += std::to_string(list.size()) + " instances, " +
               (same ? groupDigits(first.count) + " parameters each, " : "") +
-              groupDigits(total) + " in all (first `" + first.path + "`)";
+              groupDigits(total) + " in all (first `" + in.path + "`)";
     }
     text += "; forward " + formatFlops(first.forwardFlops) + " per step" +
             (list.size() > 1 ? " each" : "");
