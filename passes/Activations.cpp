@@ -126,6 +126,24 @@ struct FactsStructure {
 /// roofline time and its saved list. A variant holds the walks done under one such set of
 /// facts, compared exactly (not hashed), so a memo shared by analyses that differ there keeps
 /// their walks apart.
+/// One made instance of a stored key in a walk (liveness): a tensor or an extra buffer, made
+/// at step `first` (again when `recomputed`), last used at `last`, kept for a backward when
+/// `saved`.
+struct LiveInstance {
+  uint32_t key, first, last;
+  bool saved, recomputed;
+};
+
+/// The working lists of a walk. A walk of a deep model fills lists of megabytes; made anew
+/// in every walk, their pages were zeroed by the kernel every time (a third of a
+/// 10,000-layer `auto` search with an impossible budget). Walks run one at a time, so the
+/// walks of one graph share these (WalkMemo::scratch), each starting them afresh.
+struct WalkScratch {
+  std::vector<LiveInstance> inst;
+  std::vector<uint32_t> current, bwd;
+  std::vector<double> saved, other; ///< LiveDeltas
+};
+
 struct WalkMemo {
   struct Summary {
     double recomputeFlops = 0, recomputeExecuted = 0, recomputeTime = 0;
@@ -154,6 +172,7 @@ struct WalkMemo {
   };
   std::vector<std::unique_ptr<Variant>> variants;
   size_t reused = 0;
+  WalkScratch scratch;
   /// The graph's facts (FactsStructure), built on first use; how many times one was built.
   std::shared_ptr<const FactsStructure> structure;
   size_t structures = 0;
@@ -560,7 +579,7 @@ void fromInputSchedule(const Facts &f, Walk &w) {
 /// Live bytes per schedule step, as differences: a buffer adds its bytes at its first step
 /// and takes them off after its last (Saved ones in `saved`, the rest in `other`).
 struct LiveDeltas {
-  std::vector<double> saved, other;
+  std::vector<double> &saved, &other;
   /// A buffer of `bytes` live from step `first` to step `last` (at least `first`).
   void add(bool isSaved, uint32_t first, uint32_t last, double bytes) {
     std::vector<double> &d = isSaved ? saved : other;
@@ -606,21 +625,22 @@ void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double
 /// segments, recompute_all's episodes or nested recomputation — decides every lifetime.
 /// An activation's gradient lives from the backward of its first reader in the backward
 /// (which starts it) to the backward of its producer (which consumes it).
-void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool keep) {
+void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool keep,
+              WalkScratch &scratch) {
+  using Instance = LiveInstance;
   const Graph &g = f.g;
   size_t n = g.ops.size(), T = g.tensors.size();
   // Keys: a stored tensor t is key t; op o's k-th extra buffer is key T + extras.start[o] + k.
   // Instances are kept in one list in the order they are made; `current` is each key's newest.
-  struct Instance {
-    uint32_t key, first, last;
-    bool saved, recomputed;
-  };
-  std::vector<Instance> inst;
+  std::vector<Instance> &inst = scratch.inst;
+  inst.clear();
   // Room for each activation and extra buffer made twice (a re-run makes them again):
   // regrowing copied the list in every walk that re-runs ops; room never used is not touched.
   inst.reserve(2 * (T + f.extras.items.size()));
-  std::vector<uint32_t> current(T + f.extras.items.size(), kNone);
-  std::vector<uint32_t> bwd(n, kNone);
+  std::vector<uint32_t> &current = scratch.current;
+  current.assign(T + f.extras.items.size(), kNone);
+  std::vector<uint32_t> &bwd = scratch.bwd;
+  bwd.assign(n, kNone);
   auto make = [&](uint32_t key, uint32_t step, bool again) {
     current[key] = static_cast<uint32_t>(inst.size());
     inst.push_back({key, step, step, false, again});
@@ -866,10 +886,12 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) 
     w.recomputeExecuted += a.ops[st.op].forward.executedFlops;
     w.recomputeTime += f.opTime[st.op];
   }
-  LiveDeltas live;
+  WalkScratch own; // a walk without a memo has lists of its own
+  WalkScratch &scratch = f.memo ? f.memo->scratch : own;
+  LiveDeltas live{scratch.saved, scratch.other};
   live.saved.assign(w.schedule.size() + 1, 0);
   live.other.assign(w.schedule.size() + 1, 0);
-  liveness(f, a, w, live, keepBuffers);
+  liveness(f, a, w, live, keepBuffers, scratch);
   findPeak(w, live);
   // A walk that listed its buffers has the same recompute and peak: later buffer-less walks
   // of this policy (the trade-off curve's point for the applied policy) take them.
