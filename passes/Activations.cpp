@@ -715,6 +715,9 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
         gradient(t);
     return;
   }
+  // Room for every buffer at once: one per instance and at most one gradient per tensor
+  // (regrowing the list copied it, and mapped and zeroed each larger list anew).
+  w.buffers.reserve(w.buffers.size() + inst.size() + T);
   // Each key's instances in the order they were made: a counting sort by key.
   std::vector<uint32_t> from(current.size() + 1, 0), order(inst.size());
   for (const Instance &in : inst)
