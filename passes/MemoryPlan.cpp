@@ -199,13 +199,12 @@ void planMemory(Analysis &a) {
       for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1]; ++e)
         stepOfEntry[e] = static_cast<uint32_t>(k);
     std::vector<bool> covered(s.tensors.size(), false);
-    // Every local gradient is a tensor the step added: room for all of them at once (regrowing
-    // held the old and the new list together, a sixth of a 3,000-layer check's heap at its
-    // peak); room never used is never touched.
-    a.buffers.reserve(a.buffers.size() + (s.tensors.size() - g.tensors.size()));
     for (const Buffer &b : a.buffers)
       if (b.kind == Buffer::Gradient && b.tensor != kNone && s.gradient[b.tensor] != kNone)
         covered[s.gradient[b.tensor]] = true;
+    // The local gradients first, then room for exactly that many more buffers (the list holds
+    // millions in a deep model: regrowing it held the old and the new list together).
+    std::vector<std::pair<uint32_t, TensorId>> locals; // (schedule entry, gradient)
     for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
       if (a.stepSchedule[e].kind != StepEntry::Backward)
         continue;
@@ -215,19 +214,24 @@ void planMemory(Analysis &a) {
         if (x.role != TensorRole::Gradient || x.viewOf != kNone || covered[t])
           continue;
         covered[t] = true;
-        Buffer b;
-        b.tensor = t;
-        b.op = a.stepSchedule[e].op;
-        std::optional<int64_t> n = checkedNumel(x.shape); // lowering checked it
-        std::optional<int64_t> bytes =
-            n ? checkedMul(*n, static_cast<int64_t>(bytesOf(x.dtype))) : std::nullopt;
-        b.bytes = bytes.value_or(0);
-        b.size = numel(x.shape) * static_cast<double>(bytesOf(x.dtype));
-        b.first = b.last = stepOfEntry[e];
-        b.what = "local gradient";
-        b.kind = Buffer::Gradient;
-        a.buffers.push_back(b);
+        locals.emplace_back(static_cast<uint32_t>(e), t);
       }
+    }
+    a.buffers.reserve(a.buffers.size() + locals.size());
+    for (const auto &[e, t] : locals) {
+      const Tensor &x = s.tensors[t];
+      Buffer b;
+      b.tensor = t;
+      b.op = a.stepSchedule[e].op;
+      std::optional<int64_t> n = checkedNumel(x.shape); // lowering checked it
+      std::optional<int64_t> bytes =
+          n ? checkedMul(*n, static_cast<int64_t>(bytesOf(x.dtype))) : std::nullopt;
+      b.bytes = bytes.value_or(0);
+      b.size = numel(x.shape) * static_cast<double>(bytesOf(x.dtype));
+      b.first = b.last = stepOfEntry[e];
+      b.what = "local gradient";
+      b.kind = Buffer::Gradient;
+      a.buffers.push_back(b);
     }
   }
   // Step 2 and 3 in integers; the first size that does not fit int64 ends the plan.
