@@ -9,7 +9,7 @@
 // written through either graph; transforms only append (passes never change a graph), so
 // neither changes the other. Copying a Records copies every record it shows, so a copied
 // graph is independent of the one it came from; only `extend` shares. A record is read
-// through two cached pointers (no vector or shared_ptr indirection: passes index records
+// through two cached addresses (no vector or shared_ptr indirection: passes index records
 // billions of times), so shared storage never moves: a graph whose records are shared and
 // that grows past its room moves to storage of its own first, leaving the sharer its own.
 #pragma once

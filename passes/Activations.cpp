@@ -118,14 +118,6 @@ struct FactsStructure {
   std::vector<double> tensorBytes; ///< per tensor: Graph::bytes (numel × bytes per element)
 };
 
-/// Analysis::walks: the walks (steps 3-5) done on one graph that listed no buffers, so a policy
-/// tried again (the budget fixes try sqrt, full and auto's candidates under each ZeRO stage and
-/// device count; the layout search thousands of layouts) is not walked again. A walk reads the
-/// graph and, from the analysis, the facts of step 1 that depend on the plan: the
-/// tensor-parallel degree, sequence parallelism, training, and per op its forward FLOPs, its
-/// roofline time and its saved list. A variant holds the walks done under one such set of
-/// facts, compared exactly (not hashed), so a memo shared by analyses that differ there keeps
-/// their walks apart.
 /// One made instance of a stored key in a walk (liveness): a tensor or an extra buffer, made
 /// at step `first` (again when `recomputed`), last used at `last`, kept for a backward when
 /// `saved`.
@@ -144,6 +136,14 @@ struct WalkScratch {
   std::vector<double> saved, other; ///< LiveDeltas
 };
 
+/// Analysis::walks: the walks (steps 3-5) done on one graph that listed no buffers, so a policy
+/// tried again (the budget fixes try sqrt, full and auto's candidates under each ZeRO stage and
+/// device count; the layout search thousands of layouts) is not walked again. A walk reads the
+/// graph and, from the analysis, the facts of step 1 that depend on the plan: the
+/// tensor-parallel degree, sequence parallelism, training, and per op its forward FLOPs, its
+/// roofline time and its saved list. A variant holds the walks done under one such set of
+/// facts, compared exactly (not hashed), so a memo shared by analyses that differ there keeps
+/// their walks apart.
 struct WalkMemo {
   struct Summary {
     double recomputeFlops = 0, recomputeExecuted = 0, recomputeTime = 0;
@@ -172,7 +172,7 @@ struct WalkMemo {
   };
   std::vector<std::unique_ptr<Variant>> variants;
   size_t reused = 0;
-  WalkScratch scratch;
+  WalkScratch scratch; ///< the working lists its walks share, one walk at a time
   /// The graph's facts (FactsStructure), built on first use; how many times one was built.
   std::shared_ptr<const FactsStructure> structure;
   size_t structures = 0;
