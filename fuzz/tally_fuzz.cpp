@@ -78,7 +78,7 @@ void renderAll(Analysis &a, Compilation &c) {
   const Graph &g = *a.graph;
   if (!g.ops.empty()) {
     for (const Op *op : {&g.ops.front(), &g.ops.back()}) {
-      ExplainSelection sel = selectForExplain(g, op->path);
+      ExplainSelection sel = selectForExplain(g, g.opPath(*op));
       if (sel.kind != ExplainSelection::Op)
         continue;
       explainOpText(a, sel.op, c.diags, null);
