@@ -746,8 +746,8 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
   }
 }
 
-/// The name of the next op of `kind` written in `instance`, counted per instance:
-/// "h[3].attn.qkv.matmul", then "h[3].add#2" for its second add.
+/// Which op of `kind` written in `instance` the next one is, counted per instance: 1 for
+/// "h[3].attn.qkv.matmul", 2 for "h[3].add#2", its second add (Graph::opPath).
 uint32_t Lowerer::nextOrdinal(uint32_t instance, OpKind kind) {
   if (opCounts.size() < g.instances.size())
     opCounts.resize(g.instances.size());

@@ -250,6 +250,18 @@ viewStrides(const Shape &oldShape, llvm::ArrayRef<int64_t> oldStrides, const Sha
   return out;
 }
 
+void TensorLists::build(size_t tensors, const std::vector<std::pair<TensorId, uint32_t>> &pairs) {
+  start.assign(tensors + 1, 0);
+  for (const auto &[t, x] : pairs)
+    ++start[t + 1];
+  for (size_t t = 0; t < tensors; ++t)
+    start[t + 1] += start[t];
+  items.resize(pairs.size());
+  std::vector<uint32_t> next(start.begin(), start.end() - 1);
+  for (const auto &[t, x] : pairs)
+    items[next[t]++] = x;
+}
+
 Graph Graph::extend() const {
   // Every field: one added to Graph must be added here (the size check is the reminder).
   static_assert(sizeof(Graph) == 176 + 4 * sizeof(Records<Tensor>), "a field was added to Graph: copy it in Graph::extend");

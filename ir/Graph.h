@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace llvm {
@@ -359,6 +360,18 @@ struct Graph {
   }
   /// Whether `t`'s bytes are a parameter's (a parameter, or a view of one).
   bool isParamStorage(TensorId t) const { return tensors[storageOf(t)].role == TensorRole::Param; }
+};
+
+/// Lists of ids per tensor, flat: list t is items[start[t], start[t + 1]), built once from
+/// (tensor, id) pairs, each list in the pairs' order (a counting sort; a vector per tensor was
+/// an allocation per tensor of a deep model).
+struct TensorLists {
+  std::vector<uint32_t> start;
+  std::vector<uint32_t> items;
+  llvm::ArrayRef<uint32_t> operator[](TensorId t) const {
+    return llvm::ArrayRef<uint32_t>(items).slice(start[t], start[t + 1] - start[t]);
+  }
+  void build(size_t tensors, const std::vector<std::pair<TensorId, uint32_t>> &pairs);
 };
 
 /// The copies of the graph's repeat blocks (a transformer's layers): a copy is an instance

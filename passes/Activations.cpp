@@ -67,26 +67,9 @@ struct ChainParts;
 /// and kept in its walk memo, since the budget fixes and the layout search gather facts for
 /// every candidate and only the layout's part (splits, op times, buffer sizes) changes.
 struct FactsStructure {
-  /// Per stored tensor, ops in op order, each once; flat, with per-tensor offsets (built once
-  /// from (tensor, op) pairs: a list per tensor was a third of the facts' cost).
-  struct PerTensor {
-    std::vector<uint32_t> start;
-    std::vector<OpId> items;
-    llvm::ArrayRef<OpId> operator[](TensorId t) const {
-      return llvm::ArrayRef<OpId>(items).slice(start[t], start[t + 1] - start[t]);
-    }
-    void build(size_t tensors, const std::vector<std::pair<TensorId, OpId>> &pairs) {
-      start.assign(tensors + 1, 0);
-      for (const auto &[t, o] : pairs)
-        ++start[t + 1];
-      for (size_t t = 0; t < tensors; ++t)
-        start[t + 1] += start[t];
-      items.resize(pairs.size());
-      std::vector<uint32_t> next(start.begin(), start.end() - 1);
-      for (const auto &[t, o] : pairs)
-        items[next[t]++] = o;
-    }
-  };
+  /// Per stored tensor, ops in op order, each once (TensorLists: a list per tensor was a
+  /// third of the facts' cost).
+  using PerTensor = TensorLists;
   /// per op: the stored activations it reads, those its backward keeps, those it writes
   /// (each once), and the indexes in a.ops[o].saved of its extra buffers (no tensor); flat
   /// lists with per-op offsets (the layout search builds these facts thousands of times).

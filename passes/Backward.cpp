@@ -628,19 +628,10 @@ struct Builder {
         writes.emplace_back(b, x);
       });
     }
-    std::vector<uint32_t> first(n + 1, 0); // through base b: list[first[b], first[b + 1])
-    for (const auto &w : writes)
-      ++first[w.first + 1];
-    for (size_t b = 0; b < n; ++b)
-      first[b + 1] += first[b];
-    std::vector<TensorId> list(writes.size());
-    {
-      std::vector<uint32_t> next(first.begin(), first.end() - 1);
-      for (const auto &w : writes)
-        list[next[w.first]++] = w.second;
-    }
+    TensorLists byBase;
+    byBase.build(n, writes);
     for (TensorId b = 0; b < n; ++b) {
-      llvm::ArrayRef<TensorId> through(list.data() + first[b], first[b + 1] - first[b]);
+      llvm::ArrayRef<TensorId> through = byBase[b];
       if (through.empty())
         continue;
       if (g.tensors[b].role == TensorRole::Param) {
