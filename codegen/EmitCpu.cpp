@@ -1001,8 +1001,9 @@ struct Emitter {
         e += f->second->count - 1;
         continue;
       }
-      body += "\n  // " + commentSafe(s.opPath(*op)) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
-      site(s.opPath(*op), className(s, *op));
+      std::string path = s.opPath(*op);
+      body += "\n  // " + commentSafe(path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
+      site(path, className(s, *op));
       if (!emitOp() || !error.empty())
         return false;
       if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
@@ -1088,9 +1089,10 @@ struct Emitter {
     epilogueOut = ptr(add.outputs[0]);
     op = &s.ops[a.stepSchedule[k.first].op];
     step = buffers.stepOf(k.first);
-    body += "\n  // fused (" + std::string(kind) + "): " + commentSafe(s.opPath(*op)) + " with the bias of " +
+    std::string path = s.opPath(*op);
+    body += "\n  // fused (" + std::string(kind) + "): " + commentSafe(path) + " with the bias of " +
             commentSafe(s.opPath(add)) + where(*op) + "\n";
-    site(s.opPath(*op), className(s, *op));
+    site(path, className(s, *op));
     bool ok = error.empty() && matmul();
     epilogueBias.clear();
     epilogueOut.clear();
@@ -1422,10 +1424,11 @@ struct Emitter {
       if (se.kind != StepEntry::Optimizer)
         continue;
       op = &s.ops[se.op];
+      std::string path = s.opPath(*op);
       switch (op->kind) {
       case OpKind::SumSquares:
-        body += "\n  // " + commentSafe(s.opPath(*op)) + ": the overflow check of fp16 loss scaling\n";
-        site(s.opPath(*op), "reduction");
+        body += "\n  // " + commentSafe(path) + ": the overflow check of fp16 loss scaling\n";
+        site(path, "reduction");
         if (be.device && zero) { // this rank's shard of the averaged gradients: Σg² over the ranks
           line(llvm::formatv("const int64_t from = std::min<int64_t>({0}, tally_comm::rank() * kShard);", gradElems).str());
           line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0) + from, std::min<int64_t>(kShard, {1} - from), device_scalars);",
@@ -1450,8 +1453,8 @@ struct Emitter {
         line("  return false; // skip the step: a gradient overflowed");
         break;
       case OpKind::OptimizerUpdate:
-        body += "\n  // " + commentSafe(s.opPath(*op)) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
-        site(s.opPath(*op), "optimizer");
+        body += "\n  // " + commentSafe(path) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
+        site(path, "optimizer");
         line("const float gscale = " + std::string(scaled ? "1.0f / kLossScale" : "1.0f") + ";");
         if (zero) {
           line("const int me = tally_comm::rank();");
