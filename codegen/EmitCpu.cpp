@@ -202,7 +202,7 @@ struct Emitter {
     const Tensor &x = s.tensors[t];
     TensorId b = base(t);
     const Tensor &bt = s.tensors[b];
-    int64_t elem = b == t ? 0 : x.layout.offset;
+    int64_t elem = b == t ? 0 : x.layout.offset();
     std::string ty = ctype(stored(t));
     if (ty.empty()) {
       fail("tensor %" + std::to_string(t) + " has dtype " + nameOf(x.dtype).str() +

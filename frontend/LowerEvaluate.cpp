@@ -23,8 +23,8 @@ namespace {
 bool sameKind(const Tensor &a, const Tensor &b) {
   if (a.dtype != b.dtype || a.role != b.role || a.requiresGrad != b.requiresGrad ||
       (a.viewOf == kNone) != (b.viewOf == kNone) ||
-      a.shape.size() != b.shape.size() || a.layout.offset != b.layout.offset ||
-      a.layout.strides != b.layout.strides)
+      a.shape.size() != b.shape.size() || a.layout.offset() != b.layout.offset() ||
+      a.layout.strides() != b.layout.strides())
     return false;
   for (size_t i = 0; i < a.shape.size(); ++i)
     if (a.shape[i].size != b.shape[i].size || a.shape[i].sym != b.shape[i].sym)

@@ -574,7 +574,7 @@ void Lowerer::setViewLayouts(Op &op) {
   const llvm::SmallVector<int64_t, 4> xs = stridesOf(x.shape, x.layout);
   for (size_t i = 0; i < op.outputs.size(); ++i) {
     Tensor &t = g.tensors[op.outputs[i]];
-    int64_t offset = x.layout.offset;
+    int64_t offset = x.layout.offset();
     llvm::SmallVector<int64_t, 4> st = xs;
     if (op.kind == OpKind::Split) {
       size_t axis = 0;

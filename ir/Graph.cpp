@@ -4,6 +4,7 @@
 
 #include <type_traits>
 
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -15,6 +16,27 @@
 #include "llvm/ADT/Hashing.h"
 
 namespace tally {
+
+static_assert(sizeof(IdList) == 16 && sizeof(Op) == 88 && sizeof(Tensor) == 40,
+              "Op or Tensor grew: a 100,000-layer step has millions of each (issue 12)");
+
+void IdList::reserve(size_t n) {
+  size_t room = onHeap() ? words_[0] : kInline;
+  if (n <= room)
+    return;
+  if (n >= kHeap)
+    llvm::report_fatal_error("an op with over 2^31 inputs or outputs");
+  size_t cap = std::max<size_t>(n, 2 * room);
+  cap = std::min<size_t>(cap, kHeap - 1);
+  auto *block = static_cast<uint32_t *>(std::malloc(cap * sizeof(uint32_t)));
+  if (!block)
+    llvm::report_bad_alloc_error("IdList");
+  std::copy(begin(), end(), block);
+  release();
+  words_[0] = static_cast<uint32_t>(cap);
+  std::memcpy(words_ + 1, &block, sizeof block);
+  size_ |= kHeap;
+}
 
 SharedAttrs::SharedAttrs() {
   static const std::shared_ptr<const OpAttrs> defaults = std::make_shared<const OpAttrs>();
@@ -51,6 +73,38 @@ const Shape *ShapeRef::intern(const Shape &s) {
   static std::unordered_set<Shape, ShapeHash, ShapeEq> pool;
   std::lock_guard<std::mutex> hold(lock);
   return &*pool.insert(s).first;
+}
+
+namespace {
+struct LayoutHash {
+  size_t operator()(const Layout::Data &l) const {
+    size_t h = std::hash<int64_t>()(l.offset);
+    for (int64_t s : l.strides)
+      h = (h * 1000003) ^ std::hash<int64_t>()(s);
+    return h;
+  }
+};
+struct LayoutEq {
+  bool operator()(const Layout::Data &a, const Layout::Data &b) const {
+    return a.offset == b.offset && a.strides == b.strides;
+  }
+};
+} // namespace
+
+const Layout::Data *Layout::intern(llvm::ArrayRef<int64_t> strides, int64_t offset) {
+  // As ShapeRef::intern: node-based and never erased, so a Layout never dangles.
+  static std::mutex lock;
+  static std::unordered_set<Data, LayoutHash, LayoutEq> pool;
+  Data d;
+  d.strides.assign(strides.begin(), strides.end());
+  d.offset = offset;
+  std::lock_guard<std::mutex> hold(lock);
+  return &*pool.insert(std::move(d)).first;
+}
+
+Layout::Layout() {
+  static const Data *rowMajor = intern({}, 0);
+  p_ = rowMajor;
 }
 
 ShapeRef::ShapeRef() {
@@ -166,9 +220,9 @@ llvm::SmallVector<int64_t, 4> denseStrides(const Shape &s) {
 }
 
 llvm::SmallVector<int64_t, 4> stridesOf(const Shape &s, const Layout &l) {
-  if (l.strides.empty())
+  if (l.strides().empty())
     return denseStrides(s);
-  return llvm::SmallVector<int64_t, 4>(l.strides.begin(), l.strides.end());
+  return llvm::SmallVector<int64_t, 4>(l.strides().begin(), l.strides().end());
 }
 
 namespace {
@@ -188,19 +242,15 @@ bool rowMajor(const Shape &s, llvm::ArrayRef<int64_t> strides) {
 } // namespace
 
 void setLayout(Tensor &t, llvm::ArrayRef<int64_t> strides, int64_t offset) {
-  t.layout.offset = offset;
-  if (rowMajor(t.shape, strides))
-    t.layout.strides.clear();
-  else
-    t.layout.strides.assign(strides.begin(), strides.end());
+  t.layout = Layout(rowMajor(t.shape, strides) ? llvm::ArrayRef<int64_t>() : strides, offset);
 }
 
 bool isDense(const Shape &s, const Layout &l) {
-  if (l.strides.empty())
+  if (l.strides().empty())
     return true;
   int64_t stride = 1; // denseStrides(s)[i], from the back, without building them
   for (size_t i = s.size(); i-- > 0;) {
-    if (s[i].size > 1 && l.strides[i] != stride)
+    if (s[i].size > 1 && l.strides()[i] != stride)
       return false;
     if (i > 0)
       stride *= std::max<int64_t>(1, s[i].size);
@@ -287,8 +337,8 @@ TensorId Graph::addTensor(Tensor &&t) {
   tensors.push_back(std::move(t));
   Tensor &x = tensors.back();
   // None listed, a wrong count or the row-major list: listed as none (Layout).
-  if (x.layout.strides.size() != x.shape.size() || rowMajor(x.shape, x.layout.strides))
-    x.layout.strides.clear();
+  if (x.layout.strides().size() != x.shape.size() || rowMajor(x.shape, x.layout.strides()))
+    x.layout = Layout({}, x.layout.offset());
   return static_cast<TensorId>(tensors.size() - 1);
 }
 
@@ -366,7 +416,7 @@ namespace {
 /// Whether every element a view can address lies inside its storage.
 bool viewInBounds(const Graph &g, const Tensor &t) {
   const Tensor &base = g.tensors[t.viewOf];
-  int64_t lo = t.layout.offset, hi = t.layout.offset;
+  int64_t lo = t.layout.offset(), hi = t.layout.offset();
   llvm::SmallVector<int64_t, 4> strides = stridesOf(t.shape, t.layout);
   for (size_t i = 0; i < t.shape.size(); ++i) {
     if (t.shape[i].size == 0)
@@ -427,15 +477,15 @@ std::string verifyGraph(const Graph &g) {
       return name(t) + " has an overflowing or negative shape";
     if (x.role == TensorRole::Param && (x.param >= g.params.size() || g.params[x.param].tensor != t))
       return "parameter " + name(t) + " is not listed in params";
-    if (!x.layout.strides.empty() && x.layout.strides.size() != x.shape.size())
-      return name(t) + " has " + std::to_string(x.layout.strides.size()) + " strides for rank " +
+    if (!x.layout.strides().empty() && x.layout.strides().size() != x.shape.size())
+      return name(t) + " has " + std::to_string(x.layout.strides().size()) + " strides for rank " +
              std::to_string(x.shape.size());
     if (x.viewOf != kNone) {
       if (x.viewOf >= t || g.tensors[x.viewOf].viewOf != kNone)
         return name(t) + " views a tensor that is not an earlier base tensor";
       if (!viewInBounds(g, x))
         return name(t) + " addresses elements outside its storage %" + std::to_string(x.viewOf);
-    } else if (x.layout.offset != 0 || !isDense(x.shape, x.layout)) {
+    } else if (x.layout.offset() != 0 || !isDense(x.shape, x.layout)) {
       return name(t) + " owns its storage but is not dense";
     }
   }
@@ -507,13 +557,13 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
       declared[t] = true;
   auto layout = [&](TensorId t) -> std::string {
     const Tensor &x = g.tensors[t];
-    if (x.viewOf == kNone && isDense(x.shape, x.layout) && x.layout.offset == 0)
+    if (x.viewOf == kNone && isDense(x.shape, x.layout) && x.layout.offset() == 0)
       return "";
     std::string s = " {strides = [";
     llvm::SmallVector<int64_t, 4> strides = stridesOf(x.shape, x.layout);
     for (size_t i = 0; i < strides.size(); ++i)
       s += (i ? ", " : "") + std::to_string(strides[i]);
-    return s + "], offset = " + std::to_string(x.layout.offset) + "}";
+    return s + "], offset = " + std::to_string(x.layout.offset()) + "}";
   };
   Phase phase = Phase::Forward;
   for (const Op &op : g.ops) {

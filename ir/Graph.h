@@ -16,7 +16,11 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SMLoc.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -125,12 +129,29 @@ llvm::StringRef phaseName(Phase p);
 /// Where a tensor's elements are: `storage` is the tensor that owns the bytes (itself unless it
 /// is a view), `offset` the element offset of element [0, ...] in that storage, `strides` the
 /// element step of each dimension. A dense tensor has row-major strides and offset 0.
-/// `strides` is empty for row-major strides (Graph::addTensor stores them so; most tensors
-/// have them, and an inline list of four was a sixth of a Tensor, whose size is much of a deep
-/// model's memory and time: issue 12); read them with stridesOf.
-struct Layout {
-  llvm::SmallVector<int64_t, 0> strides;
-  int64_t offset = 0;
+/// `strides` is empty for row-major strides (Graph::addTensor stores them so: most tensors
+/// have them); read them with stridesOf. Pooled like shapes (ShapeRef): a tensor holds one
+/// pointer to an immutable copy per distinct (strides, offset), a few dozen per model, where
+/// an inline list and offset took 24 of a Tensor's 56 bytes (now 40; issue 12). A new layout
+/// is assigned whole (`t.layout = Layout(strides, offset)`, or setLayout).
+class Layout {
+public:
+  Layout(); ///< no strides listed (row-major), offset 0
+  Layout(llvm::ArrayRef<int64_t> strides, int64_t offset) : p_(intern(strides, offset)) {}
+  llvm::ArrayRef<int64_t> strides() const { return p_->strides; }
+  int64_t offset() const { return p_->offset; }
+  /// Equal layouts are one pooled copy, so equality is identity.
+  bool operator==(const Layout &o) const { return p_ == o.p_; }
+  bool operator!=(const Layout &o) const { return p_ != o.p_; }
+
+  struct Data {
+    llvm::SmallVector<int64_t, 4> strides;
+    int64_t offset = 0;
+  };
+
+private:
+  static const Data *intern(llvm::ArrayRef<int64_t> strides, int64_t offset);
+  const Data *p_;
 };
 /// Row-major strides of a dense tensor of shape `s`.
 llvm::SmallVector<int64_t, 4> denseStrides(const Shape &s);
@@ -255,10 +276,111 @@ private:
   std::unordered_multimap<size_t, SharedAttrs> byHash_;
 };
 
-// The fields are ordered to leave no padding (144 bytes; a step has millions of ops).
+/// An op's input or output ids: up to three held inline, more in one heap block. 16 bytes,
+/// where an llvm::SmallVector<TensorId, 3> took 32 (a 100,000-layer step has 3.9 million ops:
+/// issue 12). Reads like a SmallVector (size, [], iteration, an ArrayRef); grows by push_back,
+/// append and assign. The ids are inline until a list first needs room for a fourth; from then
+/// on (the top bit of `size_`) `words_[0]` is the heap block's capacity and the pointer sits
+/// (copied in and out, not aliased) in the next 8 bytes. clear() and assign() free the block.
+class IdList {
+public:
+  IdList() = default;
+  IdList(std::initializer_list<uint32_t> ids) { assign(ids.begin(), ids.end()); }
+  IdList(llvm::ArrayRef<uint32_t> ids) { assign(ids.begin(), ids.end()); }
+  template <class It> IdList(It first, It last) { assign(first, last); }
+  IdList(const IdList &o) { assign(o.begin(), o.end()); }
+  IdList(IdList &&o) noexcept : size_(o.size_) { // steals the heap block, if any
+    std::memcpy(words_, o.words_, sizeof words_);
+    o.size_ = 0;
+  }
+  IdList &operator=(const IdList &o) {
+    if (this != &o)
+      assign(o.begin(), o.end());
+    return *this;
+  }
+  IdList &operator=(IdList &&o) noexcept {
+    if (this != &o) {
+      release();
+      size_ = o.size_;
+      std::memcpy(words_, o.words_, sizeof words_);
+      o.size_ = 0;
+    }
+    return *this;
+  }
+  IdList &operator=(llvm::ArrayRef<uint32_t> ids) {
+    assign(ids.begin(), ids.end());
+    return *this;
+  }
+  IdList &operator=(std::initializer_list<uint32_t> ids) {
+    assign(ids.begin(), ids.end());
+    return *this;
+  }
+  ~IdList() { release(); }
+
+  size_t size() const { return size_ & ~kHeap; }
+  bool empty() const { return size() == 0; }
+  const uint32_t *data() const { return onHeap() ? heap() : words_; }
+  uint32_t *data() { return onHeap() ? heap() : words_; }
+  const uint32_t *begin() const { return data(); }
+  const uint32_t *end() const { return data() + size(); }
+  uint32_t *begin() { return data(); }
+  uint32_t *end() { return data() + size(); }
+  uint32_t operator[](size_t i) const { return data()[i]; }
+  uint32_t &operator[](size_t i) { return data()[i]; }
+  uint32_t front() const { return data()[0]; }
+  uint32_t back() const { return data()[size() - 1]; }
+  operator llvm::ArrayRef<uint32_t>() const { return llvm::ArrayRef<uint32_t>(data(), size()); }
+  bool operator==(const IdList &o) const {
+    return size() == o.size() && std::equal(begin(), end(), o.begin());
+  }
+  bool operator!=(const IdList &o) const { return !(*this == o); }
+
+  void clear() {
+    release();
+    size_ = 0;
+  }
+  void push_back(uint32_t id) {
+    reserve(size() + 1);
+    data()[size()] = id;
+    ++size_;
+  }
+  template <class It> void append(It first, It last) {
+    size_t n = static_cast<size_t>(std::distance(first, last));
+    reserve(size() + n);
+    std::copy(first, last, end());
+    size_ += static_cast<uint32_t>(n);
+  }
+  template <class It> void assign(It first, It last) {
+    clear();
+    append(first, last);
+  }
+  void assign(std::initializer_list<uint32_t> ids) { assign(ids.begin(), ids.end()); }
+
+private:
+  static constexpr uint32_t kInline = 3;
+  static constexpr uint32_t kHeap = 1u << 31;
+  bool onHeap() const { return (size_ & kHeap) != 0; }
+  uint32_t *heap() const {
+    uint32_t *p;
+    std::memcpy(&p, words_ + 1, sizeof p);
+    return p;
+  }
+  void release() {
+    if (onHeap())
+      std::free(heap());
+  }
+  /// Room for `n` ids (moves the ids to a bigger heap block when n passes the room there is;
+  /// an op with 2^31 inputs is refused with a fatal error long before memory runs out).
+  void reserve(size_t n);
+
+  uint32_t size_ = 0;
+  uint32_t words_[3] = {0, 0, 0};
+};
+
+// The fields are ordered to leave no padding (88 bytes; a step has millions of ops).
 struct Op {
-  llvm::SmallVector<TensorId, 3> inputs;
-  llvm::SmallVector<TensorId, 3> outputs;
+  IdList inputs;
+  IdList outputs;
   SharedAttrs attrs;
   llvm::SMRange range;        ///< the expression that created it
   uint32_t instance = 0;      ///< index into Graph::instances of the block it was written in

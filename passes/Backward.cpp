@@ -197,8 +197,7 @@ struct Builder {
     v.role = g.tensors[t].role == TensorRole::Gradient ? TensorRole::Gradient
                                                        : TensorRole::Activation;
     v.viewOf = base(t);
-    v.layout.strides.assign(st.begin(), st.end());
-    v.layout.offset = offset;
+    v.layout = Layout(st, offset);
     v.producer = g.tensors[t].producer;
     TensorId id = g.addTensor(std::move(v));
     g.gradient.push_back(kNone);
@@ -211,7 +210,7 @@ struct Builder {
     size_t r = s.size();
     std::swap(s[r - 1], s[r - 2]);
     std::swap(st[r - 1], st[r - 2]);
-    return view(t, s, st, x.layout.offset);
+    return view(t, s, st, x.layout.offset());
   }
   /// [..., K] viewed as [rows, K]; nullopt-free: callers only flatten tensors whose batch
   /// dimensions collapse (acceptsLayout guarantees it for matmul operands).
@@ -222,7 +221,7 @@ struct Builder {
     auto st = viewStrides(x.shape, stridesOf(x.shape, x.layout), s);
     if (!st) // not expressible as a view: copy first
       return flattened(copyDense(t));
-    return view(t, s, *st, x.layout.offset);
+    return view(t, s, *st, x.layout.offset());
   }
   TensorId copyDense(TensorId t) {
     TensorId d = temp(g.tensors[t].shape, g.tensors[t].dtype, g.tensors[t].gradOf);
@@ -271,13 +270,13 @@ struct Builder {
       Shape s = row ? Shape{Dim{1, 0}, x.shape[0]} : Shape{x.shape[0], Dim{1, 0}};
       llvm::SmallVector<int64_t, 4> st = row ? llvm::SmallVector<int64_t, 4>{x.shape[0].size, 1}
                                              : llvm::SmallVector<int64_t, 4>{1, 1};
-      return view(t, s, st, x.layout.offset);
+      return view(t, s, st, x.layout.offset());
     };
     TensorId A = asMatrix(a, true), B = asMatrix(b, false);
     // dy as [M, N] with unit dimensions where A or B was a vector.
     const Shape as = g.tensors[A].shape, bs = g.tensors[B].shape;
     Shape ds{as[as.size() - 2], bs.back()};
-    TensorId D = view(dy, ds, denseStrides(ds), g.tensors[dy].layout.offset);
+    TensorId D = view(dy, ds, denseStrides(ds), g.tensors[dy].layout.offset());
     if (needs(a)) {
       Target t = target(a, g.tensors[a].shape);
       TensorId out = t.t;
@@ -442,7 +441,7 @@ struct Builder {
     for (TensorId x : op.inputs) {
       const Shape xs = g.tensors[x].shape;
       if (needs(x)) {
-        TensorId part = view(dy, xs, ys, y.layout.offset + at * ys[axis]);
+        TensorId part = view(dy, xs, ys, y.layout.offset() + at * ys[axis]);
         Target t = target(x, xs);
         emit(OpKind::Contiguous, {part}, {t.t}, SharedAttrs(), t.acc);
         finish(x, t);

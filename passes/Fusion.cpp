@@ -189,7 +189,7 @@ struct RunBuilder {
     TensorId b = s.storageOf(t);
     const Tensor &bt = s.tensors[b];
     int64_t bytes = static_cast<int64_t>(s.bytes(t));
-    int64_t elem = b == t ? 0 : s.tensors[t].layout.offset * static_cast<int64_t>(bytesOf(s.tensors[t].dtype));
+    int64_t elem = b == t ? 0 : s.tensors[t].layout.offset() * static_cast<int64_t>(bytesOf(s.tensors[t].dtype));
     auto in = [&](int region, int64_t off) { return Range{region, off + elem, off + elem + bytes}; };
     if (bt.role == TensorRole::Param) {
       auto it = paramOffset.find(b);

@@ -45,7 +45,7 @@ void renderIrJson(const Graph &g, llvm::raw_ostream &os) {
                          {"shape", std::move(shape)},
                          {"dtype", nameOf(x.dtype)},
                          {"strides", std::move(strides)},
-                         {"offset", x.layout.offset}};
+                         {"offset", x.layout.offset()}};
     if (x.viewOf != kNone)
       o["view_of"] = static_cast<int64_t>(x.viewOf);
     if (x.gradOf != kNone)

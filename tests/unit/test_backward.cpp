@@ -198,9 +198,9 @@ TEST_CASE("backward: split parts write their own slices of one gradient", "[back
   for (unsigned i = 0; i < 3; ++i) {
     const Tensor &part = s.tensors[op.outputs[i]];
     CHECK(part.viewOf == base);
-    CHECK(part.layout.offset == 768 * i);
-    CHECK(part.layout.strides[1] == 2304);
-    CHECK(part.layout.strides[2] == 1);
+    CHECK(part.layout.offset() == 768 * i);
+    CHECK(part.layout.strides()[1] == 2304);
+    CHECK(part.layout.strides()[2] == 1);
   }
 }
 
@@ -223,7 +223,7 @@ TEST_CASE("backward: the verifier finds a broken step", "[backward]") {
   CHECK_THAT(problem([&](Graph &s) {
                for (Tensor &x : s.tensors)
                  if (x.viewOf == kNone && x.shape.size() == 2 && x.shape[0].size > 1 && x.shape[1].size > 1) {
-                   x.layout.strides = {1, x.shape[1].size}; // row-major [b, 1], swapped
+                   x.layout = Layout({1, x.shape[1].size}, x.layout.offset()); // row-major [b, 1], swapped
                    return;
                  }
              }),
@@ -243,7 +243,7 @@ TEST_CASE("backward: the verifier finds a broken step", "[backward]") {
                    Shape wider = x.shape;
                    wider.back().size += 1;
                    x.shape = wider;
-                   x.layout.strides = denseStrides(x.shape);
+                   x.layout = Layout(denseStrides(x.shape), x.layout.offset());
                    return;
                  }
                }
@@ -254,16 +254,16 @@ TEST_CASE("backward: the verifier finds a broken step", "[backward]") {
 TEST_CASE("graph: isDense is row-major up to size-1 dimensions", "[backward]") {
   Shape s{Dim{2, 0}, Dim{3, 0}, Dim{4, 0}};
   Layout l;
-  l.strides = {12, 4, 1};
+  l = Layout({12, 4, 1}, 0);
   CHECK(isDense(s, l));
-  l.strides = {12, 1, 3}; // the last two dimensions transposed
+  l = Layout({12, 1, 3}, 0); // the last two dimensions transposed
   CHECK_FALSE(isDense(s, l));
-  l.strides = {24, 4, 1}; // every other row of a larger tensor
+  l = Layout({24, 4, 1}, 0); // every other row of a larger tensor
   CHECK_FALSE(isDense(s, l));
   Shape one{Dim{2, 0}, Dim{1, 0}, Dim{4, 0}};
-  l.strides = {4, 99, 1}; // a size-1 dimension may have any stride
+  l = Layout({4, 99, 1}, 0); // a size-1 dimension may have any stride
   CHECK(isDense(one, l));
-  l.strides = {8, 99, 1}; // but the others follow the product of the sizes after them
+  l = Layout({8, 99, 1}, 0); // but the others follow the product of the sizes after them
   CHECK_FALSE(isDense(one, l));
   CHECK(isDense(Shape(), Layout()));
 }
@@ -274,7 +274,7 @@ TEST_CASE("graph: row-major strides are not listed, every other list is kept", "
     Tensor t;
     t.shape = std::move(s);
     t.dtype = Dtype::F32;
-    t.layout.strides.assign(st.begin(), st.end());
+    t.layout = Layout(st, t.layout.offset());
     return g.addTensor(std::move(t));
   };
   Shape s{Dim{2, 0}, Dim{3, 0}, Dim{4, 0}};
@@ -286,7 +286,7 @@ TEST_CASE("graph: row-major strides are not listed, every other list is kept", "
   TensorId empty = add(zero, {3, 1});
   for (TensorId t : {dense, none, wrong, empty}) {
     INFO("%" << t);
-    CHECK(g.tensors[t].layout.strides.empty());
+    CHECK(g.tensors[t].layout.strides().empty());
     CHECK(stridesOf(g.tensors[t].shape, g.tensors[t].layout) == denseStrides(g.tensors[t].shape));
     CHECK(isDense(g.tensors[t].shape, g.tensors[t].layout));
   }
@@ -298,16 +298,16 @@ TEST_CASE("graph: row-major strides are not listed, every other list is kept", "
   // setLayout keeps the offset and lists strides by the same rule.
   Tensor t = g.tensors[dense];
   setLayout(t, {1, 2, 6}, 5);
-  CHECK(t.layout.offset == 5);
-  CHECK(t.layout.strides.size() == 3);
+  CHECK(t.layout.offset() == 5);
+  CHECK(t.layout.strides().size() == 3);
   setLayout(t, {12, 4, 1}, 0);
-  CHECK(t.layout.strides.empty());
+  CHECK(t.layout.strides().empty());
   // Sizes whose row-major strides overflow int64 are kept as listed, never multiplied past it.
   Shape huge{Dim{INT64_MAX / 2, 0}, Dim{INT64_MAX / 2, 0}, Dim{4, 0}};
   setLayout(t, {0, 4, 1}, 0);
   t.shape = huge;
   setLayout(t, {0, 4, 1}, 0);
-  CHECK(t.layout.strides.size() == 3);
+  CHECK(t.layout.strides().size() == 3);
 }
 
 TEST_CASE("graph: a tensor's name is its parameter's path or its input's name", "[backward]") {
@@ -488,4 +488,72 @@ TEST_CASE("graph: an op's path is its instance's, its kind and its forward op's"
   broken.ops[last].forwardOp = last; // itself: not followed
   CHECK(broken.opPath(last) == opName(broken.ops[last].kind).str());
   CHECK_THAT(verifyGraph(broken), Catch::Contains("names no block instance"));
+}
+
+TEST_CASE("graph: an op's id list keeps three ids inline and any number on the heap", "[backward]") {
+  IdList l{7, 8};
+  CHECK(l.size() == 2);
+  CHECK(l.back() == 8);
+  l.push_back(9);
+  const uint32_t *inlineIds = l.data();
+  CHECK(l.data() == inlineIds);
+  for (uint32_t i = 10; i < 100; ++i) // past three: a heap block, grown as needed
+    l.push_back(i);
+  CHECK(l.size() == 93);
+  CHECK(l.data() != inlineIds);
+  for (uint32_t i = 0; i < l.size(); ++i)
+    CHECK(l[i] == 7 + i);
+  IdList copy = l; // a deep copy
+  copy[0] = 1;
+  CHECK(l[0] == 7);
+  CHECK(copy.size() == 93);
+  IdList moved = std::move(copy); // takes the block
+  CHECK(moved.size() == 93);
+  CHECK(moved[0] == 1);
+  CHECK(copy.empty());
+  moved.assign({4, 5}); // back inline
+  CHECK(moved == IdList{4, 5});
+  CHECK(moved != l);
+  llvm::ArrayRef<uint32_t> view = l;
+  CHECK(view.size() == 93);
+  CHECK(view.front() == 7);
+  llvm::SmallVector<TensorId, 3> small{1, 2, 3, 4};
+  l = small;
+  CHECK(l.size() == 4);
+  CHECK(l[3] == 4);
+  l.append(small.begin(), small.end());
+  CHECK(l.size() == 8);
+  l.clear();
+  CHECK(l.empty());
+  l.push_back(3);
+  CHECK(l.front() == 3);
+  CHECK(sizeof(IdList) == 16);
+  // An optimizer update lists every parameter: GPT-2's has 148 inputs.
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
+  const Op &update = t.a->step->ops[t.a->step->ops.size() - 2];
+  CHECK(update.kind == OpKind::OptimizerUpdate);
+  CHECK(update.inputs.size() == t.a->graph->params.size());
+  CHECK(update.outputs.size() == update.inputs.size());
+}
+
+TEST_CASE("graph: equal layouts are one pooled copy", "[backward]") {
+  Layout a({8, 1}, 16), b({8, 1}, 16);
+  CHECK(a == b);
+  CHECK(a != Layout({8, 1}, 0)); // another offset
+  CHECK(a != Layout({1, 8}, 16)); // other strides
+  CHECK(a.offset() == 16);
+  CHECK(a.strides().vec() == std::vector<int64_t>{8, 1});
+  CHECK(Layout().strides().empty());
+  CHECK(Layout() == Layout({}, 0));
+  // The views of GPT-2's step (split parts, transposed weights) share a few layouts.
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
+  std::set<const int64_t *> distinct;
+  size_t views = 0;
+  for (const Tensor &x : t.a->step->tensors)
+    if (x.viewOf != kNone) {
+      ++views;
+      distinct.insert(x.layout.strides().data());
+    }
+  CHECK(views > 100);
+  CHECK(views > 10 * distinct.size());
 }

@@ -119,7 +119,7 @@ TEST_CASE("fusion: how an operand's element is found from the output's", "[fusio
     t.shape = shape;
     t.dtype = Dtype::F32;
     auto st = denseStrides(t.shape);
-    t.layout.strides.assign(st.begin(), st.end());
+    t.layout = Layout(st, t.layout.offset());
     return g.addTensor(t);
   };
   TensorId out = tensor({4, 8, 16});
@@ -140,6 +140,6 @@ TEST_CASE("fusion: how an operand's element is found from the output's", "[fusio
   CHECK_FALSE(kindOf(tensor({4, 1, 16}))); // broadcast in the middle: not one division
   CHECK_FALSE(kindOf(tensor({8, 1})));     // leading dimensions missing
   TensorId strided = tensor({4, 8, 16});
-  g.tensors[strided].layout.strides = {8 * 48, 48, 1}; // a split part of [4, 8, 48]
+  g.tensors[strided].layout = Layout({8 * 48, 48, 1}, 0); // a split part of [4, 8, 48]
   CHECK_FALSE(kindOf(strided));
 }
