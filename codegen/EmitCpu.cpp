@@ -1287,7 +1287,7 @@ struct Emitter {
     for (const ParamInfo &pi : s.params)
       if (pi.trainable) {
         gather += llvm::formatv("    {{{0}, {1}, {2}}, // {3}\n", paramOffset.at(pi.tensor), gradOffset.at(pi.tensor),
-                                bp * n(pi.tensor), commentSafe(pi.path))
+                                bp * n(pi.tensor), commentSafe(s.paramPath(pi)))
                       .str();
         ++count;
       }
@@ -1366,7 +1366,7 @@ struct Emitter {
           int64_t pm = hasMaster ? paramOffset.at(t) + bp * j : -1;
           int64_t s0 = states > 0 ? 4 * k : -1, s1 = states > 1 ? stateBytes + 4 * k : -1;
           table += llvm::formatv("    {{{0}, {1}, {2}, {3}, {4}, {5}, {6}}, // {7} [{8}, {9})\n", r, hi - lo, p, pm,
-                                 gradOffset.at(t) + bg * j, s0, s1, commentSafe(pi.path), j, j + hi - lo)
+                                 gradOffset.at(t) + bg * j, s0, s1, commentSafe(s.paramPath(pi)), j, j + hi - lo)
                        .str();
           ++count;
         }
@@ -1380,7 +1380,7 @@ struct Emitter {
       int64_t pm = hasMaster ? paramOffset.at(t) : -1;
       int64_t s0 = states > 0 ? stateOffset.at({t, 0}) : -1, s1 = states > 1 ? stateOffset.at({t, 1}) : -1;
       table += llvm::formatv("    {{{0}, {1}, {2}, {3}, {4}, {5}}, // {6}\n", n(t), p, pm, gradOffset.at(t), s0, s1,
-                             commentSafe(pi.path))
+                             commentSafe(s.paramPath(pi)))
                    .str();
       ++count;
     }
@@ -1497,9 +1497,7 @@ struct Emitter {
     for (const ParamInfo &pi : s.params) {
       const Tensor &t = s.tensors[pi.tensor];
       std::vector<int64_t> sz = sizes(pi.tensor);
-      llvm::StringRef leaf = llvm::StringRef(pi.path).rsplit('.').second;
-      if (leaf.empty())
-        leaf = pi.path;
+      llvm::StringRef leaf = *pi.name; // "weight" of "h[0].ln_1.weight"
       const char *init = sz.size() >= 2 ? "Init::Normal002" : leaf == "weight" ? "Init::Ones" : "Init::Zeros";
       auto g = gradOffset.find(pi.tensor);
       auto m = masterOffset.find(pi.tensor);
@@ -1510,10 +1508,10 @@ struct Emitter {
         std::optional<int64_t> at = checkedMul(g->second / static_cast<int64_t>(bytesOf(plan.precision.grads)),
                                                static_cast<int64_t>(bytesOf(plan.precision.master)));
         if (!at)
-          fail("the master copy of " + pi.path + " is past 2^63 - 1 bytes: its offset does not fit int64");
+          fail("the master copy of " + s.paramPath(pi) + " is past 2^63 - 1 bytes: its offset does not fit int64");
         master = at.value_or(-1);
       }
-      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}, {8}, {9}},\n", literal(tensorName(pi.path)),
+      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}, {8}, {9}},\n", literal(tensorName(s.paramPath(pi))),
                            stName(t.dtype), sz.size(), list(sz), n(pi.tensor), paramOffset.at(pi.tensor),
                            boolean(pi.trainable), g == gradOffset.end() ? -1 : g->second, master, init)
                  .str();

@@ -11,6 +11,7 @@
 // A block that instantiates itself (directly or not) is reported with the cycle; nesting and
 // the number of instances are bounded (kMaxInstanceDepth, kMaxInstances).
 #include "frontend/Lowerer.h"
+#include "llvm/Support/ErrorHandling.h"
 
 #include <algorithm>
 
@@ -225,6 +226,17 @@ std::pair<size_t, size_t> paramsIn(const Graph &g, uint32_t lo, uint32_t hi) {
   return {static_cast<size_t>(a - g.params.begin()), static_cast<size_t>(b - g.params.begin())};
 }
 
+/// The part of `path` after the path of instance `parent`: an instance keeps only that
+/// (Instance::part). Every path lowering makes is its parent's with a member or an index
+/// appended, so the parent's is a prefix.
+static const std::string &partAfter(const Graph &g, const std::string &path, uint32_t parent) {
+  std::string parentPath = g.instancePath(parent);
+  if (llvm::StringRef(path).startswith(parentPath))
+    return pooledName(llvm::StringRef(path).drop_front(parentPath.size()));
+  llvm::report_fatal_error(llvm::Twine("internal error: instance path '") + path + "' does not extend its parent's '" +
+                           parentPath + "'");
+}
+
 /// A repeat list's next copy made from its first (`from`, instantiated under the same list
 /// with the same call, and which said nothing): `from`'s instances, parameters (with their
 /// tensors) again, renamed from its path to `path` and re-indexed, each list in the order
@@ -242,13 +254,14 @@ ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path
   auto [p0, p1] = paramsIn(g, root0, end0);
   if (g.instances.size() + (end0 - root0) > kMaxInstances || g.params.size() + (p1 - p0) > kMaxParams)
     return nullptr;
-  auto rename = [&](const std::string &old) { return path + old.substr(from.path.size()); };
+  // Paths are derived (Instance::part): only the copy's root has a part of its own ("[5]").
   auto root = static_cast<uint32_t>(g.instances.size());
   for (uint32_t k = root0; k < end0; ++k) {
     Instance in = g.instances[k];
-    in.path = rename(in.path);
+    if (k == root0)
+      in.part = &partAfter(g, path, parent);
     in.parent = k == root0 ? parent : in.parent - root0 + root;
-    g.instances.push_back(std::move(in));
+    g.instances.push_back(in);
   }
   size_t tp0 = g.params.size();
   for (size_t q = p0; q < p1; ++q) {
@@ -256,7 +269,6 @@ ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path
     Tensor t = g.tensors[info.tensor];
     t.param = static_cast<uint32_t>(g.params.size());
     TensorId id = g.addTensor(std::move(t));
-    info.path = rename(info.path);
     info.tensor = id;
     info.instance = info.instance - root0 + root;
     g.params.push_back(std::move(info));
@@ -277,7 +289,7 @@ ModuleObj *Lowerer::lazyCopy(const ModuleObj &from, std::shared_ptr<const CopyMa
   ModuleObj &m = modules.back();
   m.decl = src.decl;
   m.instance = src.instance - map->root0 + map->root;
-  m.path = g.instances[m.instance].path;
+  m.path = g.instancePath(m.instance);
   m.forward = src.forward;
   m.copyOf = &src;
   m.copyMap = std::move(map);
@@ -306,7 +318,12 @@ ModuleObj &Lowerer::materialize(ModuleObj &m) {
 }
 
 uint32_t Lowerer::newInstance(const std::string &path, const std::string &block, uint32_t parent) {
-  g.instances.push_back({path, block, parent, g.instances[parent].depth + 1});
+  Instance in;
+  in.block = &pooledName(block);
+  in.part = &partAfter(g, path, parent);
+  in.parent = parent;
+  in.depth = g.instances[parent].depth + 1;
+  g.instances.push_back(in);
   return static_cast<uint32_t>(g.instances.size() - 1);
 }
 
@@ -347,7 +364,7 @@ bool Lowerer::items(const std::vector<BlockItemPtr> &list, ModuleObj &m, bool fr
       }
       t.param = static_cast<uint32_t>(g.params.size());
       TensorId id = g.addTensor(t);
-      g.params.push_back({joinPath(m.path, item->name), id, t.requiresGrad, m.instance, item->range});
+      g.params.push_back({&pooledName(item->name), id, t.requiresGrad, m.instance, item->range});
       m.members[item->name] = Value::ofTensor(id, item->range);
       break;
     }

@@ -89,7 +89,7 @@ void renderAll(Analysis &a, Compilation &c) {
     }
   }
   if (g.instances.size() > 1) {
-    ExplainSelection sel = selectForExplain(g, g.instances[1].path);
+    ExplainSelection sel = selectForExplain(g, g.instancePath(1));
     if (sel.kind == ExplainSelection::Block) {
       explainBlockText(a, sel, null);
       explainBlockJson(a, sel, os);

@@ -355,7 +355,7 @@ std::string Graph::opPath(const Op &op) const {
   // range is said as such, and a forward op is followed only to a forward op.
   if (op.phase == Phase::Forward) {
     std::string path = op.instance < instances.size()
-                           ? joinPath(instances[op.instance].path, opName(op.kind))
+                           ? joinPath(instancePath(op.instance), opName(op.kind))
                            : "<instance " + std::to_string(op.instance) + ">." + opName(op.kind).str();
     if (op.ordinal > 1)
       path.append(1, '#').append(std::to_string(op.ordinal));
@@ -396,16 +396,51 @@ std::string Graph::formatSizes(const Shape &s) {
   return out + "]";
 }
 
-const std::string &Graph::tensorName(TensorId t) const {
-  static const std::string none;
+std::string Graph::tensorName(TensorId t) const {
   const Tensor &x = tensors[t];
   if (x.role == TensorRole::Param && x.param < params.size())
-    return params[x.param].path;
+    return paramPath(x.param);
   if (x.role == TensorRole::Input)
     for (size_t i = 0; i < inputs.size() && i < inputNames.size(); ++i)
       if (inputs[i] == t)
         return inputNames[i];
-  return none;
+  return "";
+}
+
+std::string Graph::instancePath(uint32_t instance) const {
+  if (instance >= instances.size())
+    return "<instance " + std::to_string(instance) + ">";
+  llvm::SmallVector<const std::string *, 8> parts;
+  size_t length = 0;
+  for (uint32_t i = instance;;) {
+    const Instance &in = instances[i];
+    parts.push_back(in.part);
+    length += in.part->size();
+    if (in.parent >= i) // the model (kNone), or a broken parent link
+      break;
+    i = in.parent;
+  }
+  std::string path;
+  path.reserve(length);
+  for (size_t k = parts.size(); k-- > 0;)
+    path += *parts[k];
+  return path;
+}
+
+std::string Graph::paramPath(const ParamInfo &p) const { return joinPath(instancePath(p.instance), *p.name); }
+
+namespace {
+struct NameHash {
+  size_t operator()(const std::string &s) const { return llvm::hash_value(llvm::StringRef(s)); }
+};
+} // namespace
+
+const std::string &pooledName(llvm::StringRef s) {
+  // Node-based and never erased (as ShapeRef's pool), so a pointer to an entry never dangles.
+  static std::mutex lock;
+  static std::unordered_set<std::string, NameHash> pool;
+  std::lock_guard<std::mutex> hold(lock);
+  return *pool.insert(s.str()).first;
 }
 
 double Graph::bytes(TensorId t) const {
@@ -438,7 +473,7 @@ RepeatCopies findRepeatCopies(const Graph &g) {
       continue; // the model itself
     if (copyOfInstance[parent] != kNone)
       copyOfInstance[i] = copyOfInstance[parent];
-    else if (g.instances[parent].block == "repeat")
+    else if (*g.instances[parent].block == "repeat")
       copyOfInstance[i] = i;
   }
   RepeatCopies r;
@@ -451,7 +486,7 @@ RepeatCopies findRepeatCopies(const Graph &g) {
       continue;
     if (index[c] == kNone) {
       index[c] = static_cast<uint32_t>(r.copies.size());
-      r.copies.push_back({g.instances[c].path, {}});
+      r.copies.push_back({g.instancePath(c), {}});
     }
     r.ofOp[o] = index[c];
     r.copies[index[c]].ops.push_back(o);
@@ -530,9 +565,9 @@ std::string verifyGraph(const Graph &g) {
   std::vector<bool> seen(g.tensors.size(), false);
   for (const ParamInfo &p : g.params) {
     if (p.tensor >= g.tensors.size())
-      return "parameter " + p.path + " names no tensor";
+      return "parameter " + g.paramPath(p) + " names no tensor";
     if (seen[p.tensor])
-      return "parameter " + p.path + " is listed twice";
+      return "parameter " + g.paramPath(p) + " is listed twice";
     seen[p.tensor] = true;
   }
   return "";
@@ -547,7 +582,7 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
   for (TensorId t : g.inputs)
     os << "  input %" << t << " " << g.tensorName(t) << ": " << type(t) << "\n";
   for (const ParamInfo &p : g.params)
-    os << "  param %" << p.tensor << " " << p.path << ": " << type(p.tensor)
+    os << "  param %" << p.tensor << " " << g.paramPath(p) << ": " << type(p.tensor)
        << (p.trainable ? "" : " frozen") << "\n";
   // Views that no op produces (made by autodiff over gradients or saved tensors) are declared
   // just before their first use; non-dense layouts print their strides and offset.

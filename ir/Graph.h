@@ -403,9 +403,15 @@ struct Op {
   Op &operator=(Op &&) noexcept = default;
 };
 
-/// A learned parameter, declared once by `param` in some block instance.
+/// One copy of a string for the whole process (block names, parameter names, path parts),
+/// never freed: a deep model names the same few dozen things in every layer, and a string in
+/// every record was a tenth of its memory (issue 12). Thread-safe.
+const std::string &pooledName(llvm::StringRef s);
+
+/// A learned parameter, declared once by `param` in some block instance. Its path is its
+/// instance's and its name, "h[0].attn.qkv.weight" (Graph::paramPath).
 struct ParamInfo {
-  std::string path;           ///< "h[0].attn.qkv.weight"
+  const std::string *name = &pooledName(""); ///< pooled: "weight"
   TensorId tensor = kNone;
   bool trainable = true;
   uint32_t instance = 0;
@@ -424,11 +430,12 @@ inline std::string joinPath(const std::string &path, llvm::StringRef name) {
   return s.append(path).append(1, '.').append(name.data(), name.size());
 }
 
-/// A block instance: the model itself (path ""), its members, and each repeat copy.
+/// A block instance: the model itself (path ""), its members, and each repeat copy. Its path
+/// ("", "h", "h[3]", "h[3].attn": Graph::instancePath) is its parent's followed by `part`.
 struct Instance {
-  std::string path;           ///< "", "h", "h[3]", "h[3].attn"
-  std::string block;          ///< the block's name, or "repeat" for a repeat list
-  uint32_t parent = kNone;
+  const std::string *block = &pooledName(""); ///< pooled: the block's name, or "repeat" for a repeat list
+  const std::string *part = &pooledName("");  ///< pooled: its path after its parent's ("wte", ".attn", "[3]")
+  uint32_t parent = kNone;    ///< made before it (a smaller index), or kNone for the model
   int64_t depth = 0;          ///< 0 for the model itself
 };
 
@@ -473,7 +480,13 @@ struct Graph {
   std::string opPath(const Op &op) const;
   std::string opPath(OpId o) const { return opPath(ops[o]); }
   /// A parameter's path, an input's name, else "" (activations and gradients have none).
-  const std::string &tensorName(TensorId t) const;
+  std::string tensorName(TensorId t) const;
+  /// An instance's path: its parents' parts and its own ("h[3].attn"; "" for the model).
+  /// Safe on a broken graph: the chain stops at a parent out of range or not made before it.
+  std::string instancePath(uint32_t instance) const;
+  /// A parameter's path: its instance's and its name ("h[3].attn.qkv.weight").
+  std::string paramPath(const ParamInfo &p) const;
+  std::string paramPath(uint32_t param) const { return paramPath(params[param]); }
   /// The tensor that owns `t`'s bytes: `t` itself, or the tensor a view shares (views of views
   /// point at the owner directly, verifyGraph checks it).
   TensorId storageOf(TensorId t) const {

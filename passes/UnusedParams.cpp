@@ -43,7 +43,7 @@ void unusedParams(Analysis &a, DiagnosticEngine &diags) {
                                            " more copies of its block)"
                                      : "";
     diags.report(DiagKind::UnusedValue, u.first->range.Start,
-                 "parameter '" + u.first->path + "'" + where +
+                 "parameter '" + g.paramPath(*u.first) + "'" + where +
                      " is never read by the forward function; its " +
                      formatCount(u.elements) +
                      " parameters still count toward memory and the optimizer")

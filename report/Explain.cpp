@@ -344,7 +344,7 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
       return sel;
     }
   for (uint32_t i = 0; i < g.instances.size(); ++i)
-    if (!path.empty() && g.instances[i].path == path) {
+    if (!path.empty() && g.instancePath(i) == path) {
       sel.kind = ExplainSelection::Block;
       sel.instance = i;
       for (OpId o = 0; o < g.ops.size(); ++o)
@@ -355,9 +355,9 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
   std::vector<std::string> names;
   for (const Op &op : g.ops)
     names.push_back(g.opPath(op));
-  for (const Instance &in : g.instances)
-    if (!in.path.empty())
-      names.push_back(in.path);
+  for (uint32_t i = 0; i < g.instances.size(); ++i)
+    if (!g.instances[i].part->empty())
+      names.push_back(g.instancePath(i));
   sel.suggestion = closestName(path, names);
   return sel;
 }
@@ -368,12 +368,13 @@ void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
   const Op &op = g.ops[id];
   const OpAnalysis &oa = a.ops[id];
   const Instance &inst = g.instances[op.instance];
+  std::string instPath = g.instancePath(op.instance);
   os << g.opPath(op) << ": " << opName(op.kind);
   if (opClassName(opClass(op.kind)) != opName(op.kind))
     os << " (" << opClassName(opClass(op.kind)) << ")";
   os << "\n";
   os << "  written at " << where(op, diags) << ", in "
-     << (inst.path.empty() ? "the model " + g.model : "block " + inst.path + " (" + inst.block + ")")
+     << (instPath.empty() ? "the model " + g.model : "block " + instPath + " (" + *inst.block + ")")
      << "\n";
   std::string attrs = attributes(g, op);
   if (!attrs.empty())
@@ -440,7 +441,7 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
       {"path", g.opPath(op)},
       {"kind", opName(op.kind).str()},
       {"class", opClassName(opClass(op.kind)).str()},
-      {"block", g.instances[op.instance].path},
+      {"block", g.instancePath(op.instance)},
       {"location", Object{{"file", file},
                           {"line", static_cast<int64_t>(line)},
                           {"column", static_cast<int64_t>(column)}}},
@@ -511,7 +512,7 @@ void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_
   const Graph &g = *a.graph;
   const Instance &inst = g.instances[sel.instance];
   const Analysis::BlockCount &bc = a.params.byBlock[sel.instance];
-  os << inst.path << ": " << inst.block << ", " << sel.ops.size()
+  os << g.instancePath(sel.instance) << ": " << *inst.block << ", " << sel.ops.size()
      << " ops written in it and in the blocks below it, " << groupDigits(bc.count)
      << " parameters\n";
   os << "  per micro-batch (" << a.plan->microBatch
@@ -566,8 +567,8 @@ void explainBlockJson(const Analysis &a, const ExplainSelection &sel, llvm::raw_
                          {"backward_s", o.backwardTime}});
   }
   Subtotal s = subtotal(a, sel.ops);
-  Object root{{"path", inst.path},
-              {"block", inst.block},
+  Object root{{"path", g.instancePath(sel.instance)},
+              {"block", *inst.block},
               {"params", bc.count},
               {"micro_batch", a.plan->microBatch},
               {"ops", std::move(ops)},

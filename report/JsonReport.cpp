@@ -203,9 +203,10 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
   streamed["params.by_block"] = {a.params.byBlock.size(), [&](llvm::json::OStream &j, size_t i) {
                                    const Analysis::BlockCount &b = a.params.byBlock[i];
                                    const Instance &in = a.graph->instances[b.instance];
+                                   std::string path = a.graph->instancePath(b.instance); // f keeps a StringRef
                                    SortedFields f;
-                                   f.text("path", in.path);
-                                   f.text("block", in.block);
+                                   f.text("path", path);
+                                   f.text("block", *in.block);
                                    f.number("count", b.count);
                                    f.write(j);
                                  }};

@@ -125,7 +125,7 @@ void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
       os << llvm::formatv("  {0,12} {1,12} %", e.offset, e.bytes) << e.tensor;
       const Tensor &x = s.tensors[e.tensor];
       if (x.role == TensorRole::Param && x.param < s.params.size())
-        os << " " << s.params[x.param].path;
+        os << " " << s.paramPath(x.param);
       if (e.state)
         os << " (state " << e.state << ")";
       os << "\n";

@@ -30,7 +30,7 @@ ReportTable paramsTable(const Analysis &a) {
   for (const Analysis::BlockCount &b : a.params.byBlock) {
     const Instance &in = a.graph->instances[b.instance];
     if (in.depth == 1 && b.count > 0)
-      t.rows.push_back({in.path, in.block, groupDigits(b.count), share(b.count, a.params.total)});
+      t.rows.push_back({a.graph->instancePath(b.instance), *in.block, groupDigits(b.count), share(b.count, a.params.total)});
   }
   // Parameters the model declares itself (a class token, position embeddings), one row each,
   // so the rows below the total add up to it.
@@ -38,7 +38,7 @@ ReportTable paramsTable(const Analysis &a) {
   for (const ParamInfo &p : g.params)
     if (p.instance == 0) {
       double n = numel(g.tensors[p.tensor].shape);
-      t.rows.push_back({p.path, p.trainable ? "param" : "param (frozen)", groupDigits(n),
+      t.rows.push_back({g.paramPath(p), p.trainable ? "param" : "param (frozen)", groupDigits(n),
                         share(n, a.params.total)});
     }
   t.notes.push_back(formatCount(a.params.total) + " parameters; a tied weight is counted once.");
@@ -88,7 +88,7 @@ ReportTable blocksTable(const Analysis &a) {
   for (const Analysis::BlockCount &b : a.params.byBlock) {
     const Instance &in = a.graph->instances[b.instance];
     if (in.depth == 1)
-      add(b, in.path, in.block);
+      add(b, a.graph->instancePath(b.instance), *in.block);
   }
   Analysis::BlockCount own = model;
   own.forwardFlops = model.selfForwardFlops;
@@ -96,7 +96,7 @@ ReportTable blocksTable(const Analysis &a) {
   own.time = model.selfTime;
   if (own.forwardFlops + own.backwardFlops > 0)
     add(own, "(model's own ops)", "ops");
-  add(model, "(total)", a.graph->instances[model.instance].block);
+  add(model, "(total)", *a.graph->instances[model.instance].block);
   return t;
 }
 

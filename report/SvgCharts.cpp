@@ -256,7 +256,7 @@ std::string blocksChart(const Analysis &a) {
   for (const Analysis::BlockCount &b : a.params.byBlock) {
     const Instance &in = a.graph->instances[b.instance];
     if (in.depth == 1)
-      rows.push_back({in.path + " (" + in.block + ")", b.forwardFlops, b.backwardFlops, b.time});
+      rows.push_back({a.graph->instancePath(b.instance) + " (" + *in.block + ")", b.forwardFlops, b.backwardFlops, b.time});
   }
   if (model.selfForwardFlops + model.selfBackwardFlops > 0)
     rows.push_back({"(model's own ops)", model.selfForwardFlops, model.selfBackwardFlops,

@@ -162,7 +162,7 @@ TEST_CASE("backward: the tied head writes one gradient into the embedding's", "[
   const Graph &s = *t.a->step;
   TensorId wte = kNone;
   for (const ParamInfo &p : s.params)
-    if (p.path == "wte.weight")
+    if (s.paramPath(p) == "wte.weight")
       wte = p.tensor;
   REQUIRE(wte != kNone);
   TensorId grad = s.gradient[wte];
@@ -317,7 +317,7 @@ TEST_CASE("graph: a tensor's name is its parameter's path or its input's name", 
   CHECK(g.inputNames.size() == g.inputs.size());
   CHECK(g.tensorName(g.inputs[0]) == "tokens");
   for (const ParamInfo &p : g.params)
-    CHECK(g.tensorName(p.tensor) == p.path);
+    CHECK(g.tensorName(p.tensor) == g.paramPath(p));
   CHECK(g.tensorName(g.loss).empty());
   CHECK(g.tensorName(g.params.front().tensor) == "wte.weight");
 }
@@ -462,7 +462,7 @@ TEST_CASE("graph: an op's path is its instance's, its kind and its forward op's"
     const Op &op = s.ops[o];
     std::string path = s.opPath(o);
     if (op.phase == Phase::Forward) {
-      std::string expected = joinPath(s.instances[op.instance].path, opName(op.kind));
+      std::string expected = joinPath(s.instancePath(op.instance), opName(op.kind));
       if (op.ordinal > 1) {
         second = true;
         expected += "#" + std::to_string(op.ordinal);

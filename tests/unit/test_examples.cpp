@@ -75,10 +75,10 @@ TEST_CASE("GPT-2 small has exactly 124,439,808 parameters", "[examples]") {
   // 12 blocks of 7,087,872, the embeddings and the final norm; the tied head adds nothing.
   double blocks = 0;
   for (const Analysis::BlockCount &b : a->params.byBlock)
-    if (a->graph->instances[b.instance].path == "h")
+    if (a->graph->instancePath(b.instance) == "h")
       blocks = b.count;
   CHECK(blocks == 12 * 7087872.0);
-  CHECK(e.c.graph->params.front().path == "wte.weight");
+  CHECK(e.c.graph->paramPath(0) == "wte.weight");
   CHECK(e.c.plan->parallel.devices == 8);
   CHECK(e.c.plan->parallel.zero == 1);
   CHECK(e.c.plan->tokens == 10e9);

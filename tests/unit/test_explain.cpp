@@ -310,7 +310,7 @@ TEST_CASE("explain: paths select an op, a block or nothing", "[explain]") {
 
   ExplainSelection block = selectForExplain(g, "h[1]");
   REQUIRE(block.kind == ExplainSelection::Block);
-  CHECK(g.instances[block.instance].path == "h[1]");
+  CHECK(g.instancePath(block.instance) == "h[1]");
   REQUIRE(block.ops.size() == 6); // two Inners: matmul, add, gelu each
   for (OpId i : block.ops)
     CHECK(llvm::StringRef(g.opPath(i)).startswith("h[1]."));

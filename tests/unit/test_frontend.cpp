@@ -366,7 +366,7 @@ train t { model = Tied() batch = 2 seq = 8 target = H100_SXM }
   auto a = q.analyze();
   REQUIRE(a);
   REQUIRE(q.c.graph->params.size() == 1);
-  CHECK(q.c.graph->params[0].path == "wte.weight");
+  CHECK(q.c.graph->paramPath(0) == "wte.weight");
   CHECK(a->params.total == 100 * 16);
   // The weight is read twice: by the embedding and (through the transpose) by the matmul.
   TensorId w = q.c.graph->params[0].tensor;
@@ -395,7 +395,7 @@ train r { model = R() batch = 4 target = H100_SXM }
   const Graph &g = *q.c.graph;
   std::vector<std::string> params;
   for (const ParamInfo &p : g.params)
-    params.push_back(p.path);
+    params.push_back(g.paramPath(p));
   CHECK(params == std::vector<std::string>{"h[0].fc.weight", "h[0].fc.b", "h[1].fc.weight",
                                            "h[1].fc.b", "h[2].fc.weight", "h[2].fc.b"});
   std::vector<std::string> paths;
@@ -411,9 +411,12 @@ train r { model = R() batch = 4 target = H100_SXM }
     CHECK(op.range.isValid());
   // The instance tree has the repeat and each copy.
   bool sawList = false, sawCopy = false;
-  for (const Instance &i : g.instances) {
-    sawList |= i.path == "h" && i.block == "repeat";
-    sawCopy |= i.path == "h[2]" && i.block == "Layer";
+  for (uint32_t i = 0; i < g.instances.size(); ++i) {
+    sawList |= g.instancePath(i) == "h" && *g.instances[i].block == "repeat";
+    sawCopy |= g.instancePath(i) == "h[2]" && *g.instances[i].block == "Layer";
+    // A path is stored as its part after its parent's.
+    if (g.instancePath(i) == "h[2]")
+      CHECK(*g.instances[i].part == "[2]");
   }
   CHECK(sawList);
   CHECK(sawCopy);

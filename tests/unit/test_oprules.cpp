@@ -62,7 +62,7 @@ struct Builder {
     t.param = static_cast<uint32_t>(g.params.size());
     TensorId id = g.addTensor(t);
     ParamInfo p;
-    p.path = "p" + std::to_string(id);
+    p.name = &pooledName("p" + std::to_string(id));
     p.tensor = id;
     g.params.push_back(p);
     return id;

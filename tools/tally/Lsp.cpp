@@ -211,9 +211,9 @@ void collectHover(const Analysis &a, Document &doc) {
   std::map<std::string, std::vector<const Analysis::BlockCount *>> byName, byMember;
   for (const Analysis::BlockCount &b : a.params.byBlock) {
     const Instance &in = a.graph->instances[b.instance];
-    if (in.block != "repeat")
-      byName[in.block].push_back(&b);
-    std::string member = memberName(in.path);
+    if (*in.block != "repeat")
+      byName[*in.block].push_back(&b);
+    std::string member = memberName(a.graph->instancePath(b.instance));
     if (!member.empty())
       byMember[member].push_back(&b);
   }
@@ -228,13 +228,14 @@ void describe(const Analysis &a,
   for (const auto &[name, list] : groups) {
     const Analysis::BlockCount &first = *list.front();
     const Instance &in = a.graph->instances[first.instance];
+    std::string path = a.graph->instancePath(first.instance);
     std::string text = what + "**" + name + "**" +
-                       (what.empty() ? "" : " (" + in.block + ")") + " in plan `" +
+                       (what.empty() ? "" : " (" + *in.block + ")") + " in plan `" +
                        a.plan->name + "`: ";
     if (list.size() == 1) {
       text += groupDigits(first.count) + " parameters";
-      if (!in.path.empty())
-        text += " (`" + in.path + "`)";
+      if (!path.empty())
+        text += " (`" + path + "`)";
     } else {
       double total = 0;
       bool same = true;
@@ -244,7 +245,7 @@ void describe(const Analysis &a,
       }
       text += std::to_string(list.size()) + " instances, " +
               (same ? groupDigits(first.count) + " parameters each, " : "") +
-              groupDigits(total) + " in all (first `" + in.path + "`)";
+              groupDigits(total) + " in all (first `" + path + "`)";
     }
     text += "; forward " + formatFlops(first.forwardFlops) + " per step" +
             (list.size() > 1 ? " each" : "");
