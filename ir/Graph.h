@@ -497,7 +497,8 @@ struct Graph {
   bool isParamStorage(TensorId t) const { return tensors[storageOf(t)].role == TensorRole::Param; }
 };
 
-/// Lists of ids per tensor, flat: list t is items[start[t], start[t + 1]), built once from
+/// Lists of ids per tensor (or per op: the memory plan's backward ops of each forward op),
+/// flat: list t is items[start[t], start[t + 1]), built once from
 /// (tensor, id) pairs, each list in the pairs' order (a counting sort; a vector per tensor was
 /// an allocation per tensor of a deep model).
 struct TensorLists {

@@ -83,10 +83,10 @@ inline int64_t alignUp(int64_t bytes) { return (bytes + (kAlignment - 1)) / kAli
 
 /// One flat region of the memory plan (llm.c style): each tensor at an aligned offset.
 struct Region {
-  struct Entry {
+  struct Entry { // 24 bytes: a region lists every parameter (issue 12)
     TensorId tensor = kNone;       ///< a parameter (its gradient, master copy or state for those regions)
-    int64_t offset = 0, bytes = 0;
     unsigned state = 0;            ///< optimizer region: which state (0: first moment, 1: second)
+    int64_t offset = 0, bytes = 0;
   };
   Dtype dtype = Dtype::Invalid;
   int64_t bytes = 0;               ///< the region's size, aligned
