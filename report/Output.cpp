@@ -26,6 +26,10 @@ std::string takeError(llvm::raw_fd_ostream &os) {
   return m;
 }
 
+/// Bytes written per system call. LLVM buffers a file or pipe by its block size (4 KiB): a
+/// 100,000-layer JSON report (780 MB) took 190,000 writes.
+constexpr size_t kOutputBuffer = 1 << 20;
+
 } // namespace
 
 std::unique_ptr<OutputFile> OutputFile::open(const std::string &path,
@@ -35,6 +39,8 @@ std::unique_ptr<OutputFile> OutputFile::open(const std::string &path,
   out->target = path;
   if (path == "-") {
     out->stream = &llvm::outs();
+    if (!llvm::outs().is_displayed()) // a terminal stays unbuffered, as LLVM makes it
+      llvm::outs().SetBufferSize(kOutputBuffer);
     return out;
   }
   if (path.empty()) {
@@ -64,6 +70,7 @@ std::unique_ptr<OutputFile> OutputFile::open(const std::string &path,
       error = cannotWrite(path, ec.message());
       return nullptr;
     }
+    out->own->SetBufferSize(kOutputBuffer);
     out->stream = out->own.get();
     return out;
   }
@@ -96,6 +103,7 @@ std::unique_ptr<OutputFile> OutputFile::open(const std::string &path,
   if (exists) // keep the permissions of the file being replaced
     fs::setPermissions(out->temp, st.permissions());
   out->own = std::make_unique<llvm::raw_fd_ostream>(fd, /*shouldClose=*/true);
+  out->own->SetBufferSize(kOutputBuffer);
   out->stream = out->own.get();
   return out;
 }
