@@ -21,7 +21,14 @@ void writeJsonNumber(llvm::json::OStream &j, double v) {
     return;
   }
   char buf[32];
-  std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 17);
+  std::to_chars_result r;
+  // Integers below 10^17 (most of a report: bytes, FLOPs, counts) print as the general format
+  // prints them, digits alone, so they take the integer path (a tenth of a deep model's JSON
+  // report was formatting doubles). -0 keeps the general format ("-0").
+  if (std::abs(v) < 1e17 && v == std::trunc(v) && !(v == 0 && std::signbit(v)))
+    r = std::to_chars(buf, buf + sizeof buf, static_cast<int64_t>(v));
+  else
+    r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 17);
   j.rawValue(llvm::StringRef(buf, static_cast<size_t>(r.ptr - buf)));
 }
 
@@ -76,6 +83,8 @@ llvm::json::Value inferenceJson(const Analysis &a) {
 
 /// The numbers of one op's entry in "ops", by key: the scan for non-finite numbers and the
 /// writer read the same list.
+/// Their indexes in opNumbers' list.
+enum OpNumber : size_t { kOpFlops, kOpExecutedFlops, kOpBackwardFlops, kOpBytes, kOpIntensity, kOpTime, kOpBackwardTime };
 std::array<std::pair<const char *, double>, 7> opNumbers(const OpAnalysis &oa) {
   return {{{"flops", oa.forward.flops},
            {"executed_flops", oa.forward.executedFlops},
@@ -222,17 +231,33 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                        llvm::SmallVector<int64_t, 4> shape;
                        for (const Dim &d : out.shape)
                          shape.push_back(d.size);
-                       std::string path = g.opPath(op); // f keeps a reference to it
-                       SortedFields f;
-                       f.text("path", path);
-                       f.text("kind", opName(op.kind));
-                       f.text("class", opClassName(opClass(op.kind)));
-                       f.integers("shape", shape);
-                       f.text("dtype", nameOf(out.dtype));
-                       f.text("bound", oa.computeBound ? "compute" : "memory");
-                       for (const auto &[key, v] : opNumbers(oa))
-                         f.number(key, v);
-                       f.write(j);
+                       // The keys in sorted order, as an Object prints them, written
+                       // directly: one row per op, and sorting them per row was a
+                       // twentieth of a deep model's JSON report.
+                       auto numbers = opNumbers(oa);
+                       auto number = [&](size_t k) {
+                         j.attributeBegin(numbers[k].first);
+                         writeJsonNumber(j, numbers[k].second);
+                         j.attributeEnd();
+                       };
+                       j.objectBegin();
+                       number(kOpBackwardFlops);
+                       number(kOpBackwardTime);
+                       j.attribute("bound", oa.computeBound ? "compute" : "memory");
+                       number(kOpBytes);
+                       j.attribute("class", opClassName(opClass(op.kind)));
+                       j.attribute("dtype", nameOf(out.dtype));
+                       number(kOpExecutedFlops);
+                       number(kOpFlops);
+                       number(kOpIntensity);
+                       j.attribute("kind", opName(op.kind));
+                       j.attribute("path", g.opPath(op));
+                       j.attributeArray("shape", [&] {
+                         for (int64_t x : shape)
+                           j.value(x);
+                       });
+                       number(kOpTime);
+                       j.objectEnd();
                      }};
   for (OpId i = 0; i < g.ops.size(); ++i)
     for (const auto &[key, v] : opNumbers(a.ops[i]))

@@ -95,7 +95,14 @@ TEST_CASE("json: a streamed number is written as llvm::json writes it", "[report
     if (std::isfinite(d))
       values.push_back(d);
     values.push_back(std::ldexp(static_cast<double>(rng() >> 11), static_cast<int>(rng() % 160) - 80));
+    // Integers take a path of their own below 10^17: every magnitude up to it, and past it.
+    double scale = std::pow(10.0, static_cast<double>(rng() % 19));
+    values.push_back(std::trunc(static_cast<double>(rng() >> 11) / 0x1p53 * scale));
+    values.push_back(-std::trunc(static_cast<double>(rng() >> 11) / 0x1p53 * scale));
   }
+  for (double v : {99999999999999984.0, 1e17 - 16, -99999999999999984.0, 0x1p53, 0x1p53 + 2, 1e15 + 1,
+                   -1.0, 1e16 + 2, 100000000000000016.0})
+    values.push_back(v);
   for (double v : values) {
     INFO(viaLlvm(v));
     CHECK(viaUs(v) == viaLlvm(v));
