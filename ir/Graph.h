@@ -526,7 +526,10 @@ RepeatCopies findRepeatCopies(const Graph &g);
 
 /// Checks the graph's invariants (topological order, shapes present, ids in range, params
 /// listed once). Returns an empty string when valid, or a description of the first problem.
-std::string verifyGraph(const Graph &g);
+/// `verifiedOps` and `verifiedTensors` say that the graph begins with a graph that passed
+/// already (the forward graph a training step extends, verified by lowering): their checks are
+/// not made again, only what their ops define is replayed (a third of a deep step's check).
+std::string verifyGraph(const Graph &g, size_t verifiedOps = 0, size_t verifiedTensors = 0);
 
 /// Prints the graph for `--emit=ir`: one line per tensor declaration and per op.
 void printGraph(const Graph &g, llvm::raw_ostream &os);

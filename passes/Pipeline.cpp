@@ -37,7 +37,9 @@ namespace {
 void checkStep(const Analysis &a, DiagnosticEngine &diags) {
   if (!a.step)
     return;
-  std::string problem = verifyGraph(*a.step);
+  // The step begins with the forward graph's own records (Graph::extend), which lowering
+  // verified: their checks are not made again.
+  std::string problem = verifyGraph(*a.step, a.graph->ops.size(), a.graph->tensors.size());
   if (problem.empty())
     problem = verifyOpTypes(*a.step, static_cast<OpId>(a.graph->ops.size()));
   if (problem.empty())

@@ -249,6 +249,37 @@ TEST_CASE("backward: the verifier finds a broken step", "[backward]") {
                }
              }),
              Catch::Contains("its rule gives"));
+  // The pipeline trusts the forward prefix lowering verified (verifyGraph's verified counts)
+  // and still finds what the step's own ops and tensors break.
+  size_t ops = t.g().ops.size(), tensors = t.g().tensors.size();
+  CHECK(verifyGraph(valid, ops, tensors) == "");
+  auto stepProblem = [&](auto mutate) {
+    Graph s = valid;
+    mutate(s);
+    return verifyGraph(s, ops, tensors);
+  };
+  CHECK_THAT(stepProblem([&](Graph &s) { // an activation's gradient read before its first write
+               for (OpId o = firstBackward + 1; o < s.ops.size(); ++o) {
+                 TensorId out = s.ops[o].outputs.empty() ? kNone : s.ops[o].outputs[0];
+                 if (out == kNone || s.tensors[out].viewOf != kNone || s.ops[o].accumulate ||
+                     s.tensors[out].gradOf == kNone || s.tensors[s.tensors[out].gradOf].role != TensorRole::Activation)
+                   continue;
+                 for (OpId r = firstBackward; r < o; ++r)
+                   if (!s.ops[r].inputs.empty()) {
+                     s.ops[r].inputs[0] = out;
+                     return;
+                   }
+               }
+             }),
+             Catch::Contains("before it is written"));
+  CHECK_THAT(stepProblem([&](Graph &s) { s.ops[firstBackward + 2].phase = Phase::Forward; }),
+             Catch::Contains("is forward after a backward op"));
+  CHECK_THAT(stepProblem([&](Graph &s) { s.params.push_back(s.params.front()); }),
+             Catch::Contains("is listed twice"));
+  CHECK_THAT(stepProblem([&](Graph &s) { s.tensors[tensors].dtype = Dtype::Invalid; }),
+             Catch::Contains("has no dtype"));
+  // What a forward op does is replayed, not checked again: a backward op may read its outputs.
+  CHECK(stepProblem([&](Graph &s) { s.tensors[0].dtype = Dtype::Invalid; }) == "");
 }
 
 TEST_CASE("graph: isDense is row-major up to size-1 dimensions", "[backward]") {
