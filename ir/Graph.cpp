@@ -67,22 +67,40 @@ struct ShapeEq {
 };
 } // namespace
 
+namespace {
+/// The entries a thread last found in one of the pools below (shapes, layouts, names), by
+/// hash: the pools take a lock, and a deep model asks them millions of times for the same few
+/// dozen values (the lock was 3% of a 30,000-layer check). An entry points into its pool,
+/// which never frees one, so a cached pointer stays valid; a hit is compared in full.
+template <class T> struct PoolCache {
+  const T *&at(size_t hash) { return slots[(hash ^ (hash >> 23)) & 63]; }
+  const T *slots[64] = {};
+};
+} // namespace
+
 const Shape *ShapeRef::intern(const Shape &s) {
+  size_t hash = ShapeHash()(s);
+  thread_local PoolCache<Shape> cache;
+  const Shape *&hit = cache.at(hash);
+  if (hit && sameShape(*hit, s))
+    return hit;
   // Node-based, so an entry never moves; never erased, so a ShapeRef never dangles.
   static std::mutex lock;
   static std::unordered_set<Shape, ShapeHash, ShapeEq> pool;
   std::lock_guard<std::mutex> hold(lock);
-  return &*pool.insert(s).first;
+  hit = &*pool.insert(s).first;
+  return hit;
 }
 
 namespace {
 struct LayoutHash {
-  size_t operator()(const Layout::Data &l) const {
-    size_t h = std::hash<int64_t>()(l.offset);
-    for (int64_t s : l.strides)
+  size_t operator()(llvm::ArrayRef<int64_t> strides, int64_t offset) const {
+    size_t h = std::hash<int64_t>()(offset);
+    for (int64_t s : strides)
       h = (h * 1000003) ^ std::hash<int64_t>()(s);
     return h;
   }
+  size_t operator()(const Layout::Data &l) const { return (*this)(l.strides, l.offset); }
 };
 struct LayoutEq {
   bool operator()(const Layout::Data &a, const Layout::Data &b) const {
@@ -92,6 +110,11 @@ struct LayoutEq {
 } // namespace
 
 const Layout::Data *Layout::intern(llvm::ArrayRef<int64_t> strides, int64_t offset) {
+  size_t hash = LayoutHash()(strides, offset);
+  thread_local PoolCache<Data> cache;
+  const Data *&hit = cache.at(hash);
+  if (hit && hit->offset == offset && llvm::ArrayRef<int64_t>(hit->strides) == strides)
+    return hit;
   // As ShapeRef::intern: node-based and never erased, so a Layout never dangles.
   static std::mutex lock;
   static std::unordered_set<Data, LayoutHash, LayoutEq> pool;
@@ -99,7 +122,8 @@ const Layout::Data *Layout::intern(llvm::ArrayRef<int64_t> strides, int64_t offs
   d.strides.assign(strides.begin(), strides.end());
   d.offset = offset;
   std::lock_guard<std::mutex> hold(lock);
-  return &*pool.insert(std::move(d)).first;
+  hit = &*pool.insert(std::move(d)).first;
+  return hit;
 }
 
 Layout::Layout() {
@@ -436,11 +460,17 @@ struct NameHash {
 } // namespace
 
 const std::string &pooledName(llvm::StringRef s) {
+  size_t hash = llvm::hash_value(s);
+  thread_local PoolCache<std::string> cache;
+  const std::string *&hit = cache.at(hash);
+  if (hit && llvm::StringRef(*hit) == s)
+    return *hit;
   // Node-based and never erased (as ShapeRef's pool), so a pointer to an entry never dangles.
   static std::mutex lock;
   static std::unordered_set<std::string, NameHash> pool;
   std::lock_guard<std::mutex> hold(lock);
-  return *pool.insert(s.str()).first;
+  hit = &*pool.insert(s.str()).first;
+  return *hit;
 }
 
 double Graph::bytes(TensorId t) const {

@@ -473,6 +473,19 @@ TEST_CASE("graph: equal shapes are one pooled copy", "[backward]") {
   CHECK(a.size() == 2);
   CHECK(a.back().size == 768);
   CHECK(numel(a) == 8 * 768);
+  // Many shapes share each slot of the per-thread cache in front of the pool: each is found
+  // again whole, never as another shape of its slot.
+  std::vector<ShapeRef> many;
+  for (int64_t i = 1; i <= 2000; ++i)
+    many.push_back(ShapeRef(Shape{Dim{i, 0}, Dim{7, 0}}));
+  for (int64_t i = 2000; i >= 1; --i) {
+    ShapeRef again = Shape{Dim{i, 0}, Dim{7, 0}};
+    CHECK(again == many[i - 1]);
+    CHECK(again[0].size == i);
+    CHECK(Layout({i, 1}, i).offset() == i);
+    CHECK(Layout({i, 1}, i).strides()[0] == i);
+    CHECK(pooledName("p" + std::to_string(i)) == "p" + std::to_string(i));
+  }
   // A model's tensors share a few shapes: GPT-2's step has thousands of tensors and far fewer
   // distinct shapes.
   Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
