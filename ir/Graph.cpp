@@ -473,6 +473,42 @@ const std::string &pooledName(llvm::StringRef s) {
   return *hit;
 }
 
+namespace {
+std::mutex labelLock;
+const char *labelTexts[256];
+size_t labelCount = 0;
+} // namespace
+
+uint8_t Label::indexOf(const char *text) {
+  // Each text is given where it is written as a literal: the last few pointers a thread saw
+  // are remembered (a walk labels millions of buffers with a handful of literals).
+  struct Seen {
+    const char *text;
+    uint8_t index;
+  };
+  thread_local Seen seen[16];
+  thread_local size_t next = 0;
+  for (const Seen &s : seen) // compared in full too: a pointer may be reused for another text
+    if (s.text == text && std::strcmp(labelTexts[s.index], text) == 0)
+      return s.index;
+  std::lock_guard<std::mutex> hold(labelLock);
+  size_t i = 0;
+  while (i < labelCount && std::strcmp(labelTexts[i], text) != 0)
+    ++i;
+  if (i == labelCount) {
+    if (labelCount == 256)
+      llvm::report_fatal_error("internal error: more than 256 distinct labels");
+    labelTexts[labelCount++] = pooledName(text).c_str(); // a copy that is never freed
+  }
+  seen[next++ % 16] = {text, static_cast<uint8_t>(i)};
+  return static_cast<uint8_t>(i);
+}
+
+const char *Label::text(uint8_t index) {
+  // Written under the lock before any Label held this index; never changed after.
+  return labelTexts[index];
+}
+
 double Graph::bytes(TensorId t) const {
   return numel(tensors[t].shape) * bytesOf(tensors[t].dtype);
 }

@@ -408,6 +408,22 @@ struct Op {
 /// every record was a tenth of its memory (issue 12). Thread-safe.
 const std::string &pooledName(llvm::StringRef s);
 
+/// A short label from tally's own small vocabulary ("input", "dropout mask", "gradient"): one
+/// byte, the index of its text in a process-wide table (a pointer per saved tensor and per
+/// buffer was 60 MB of a 100,000-layer check; issue 12). Labels are written in tally's code,
+/// never taken from input; a 257th distinct one is tally's bug (a fatal error).
+class Label {
+public:
+  Label(const char *text = "") : index_(indexOf(text)) {}
+  const char *c_str() const { return text(index_); }
+  operator const char *() const { return c_str(); }
+
+private:
+  static uint8_t indexOf(const char *text);
+  static const char *text(uint8_t index);
+  uint8_t index_;
+};
+
 /// A learned parameter, declared once by `param` in some block instance. Its path is its
 /// instance's and its name, "h[0].attn.qkv.weight" (Graph::paramPath).
 struct ParamInfo {

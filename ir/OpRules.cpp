@@ -67,7 +67,7 @@ void keep(const Graph &g, std::vector<SavedTensor> &out, TensorId t, const char 
   for (const SavedTensor &s : out)
     if (s.tensor == t)
       return;
-  out.push_back({t, g.bytes(t), what});
+  out.push_back({t, what, g.bytes(t)});
 }
 
 /// Rows of a tensor reduced along its last dimension (normalisations, softmax over the vocab).

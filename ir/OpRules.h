@@ -45,10 +45,10 @@ struct ForwardCost {
 };
 
 /// Something the backward pass of an op keeps from its forward pass.
-struct SavedTensor {
+struct SavedTensor { // 16 bytes: a deep model's step saves millions
   TensorId tensor = kNone;  ///< an input or output of the op (extras such as statistics and masks are outputs)
+  Label what;               ///< "input", "output", "dropout mask", "row statistics", "logsumexp", "scores"
   double bytes = 0;         ///< bytes of that tensor, or of the extra buffer (mask, statistics)
-  const char *what = "";    ///< "input", "output", "dropout mask", "row statistics", "logsumexp", "scores"
 };
 
 struct OpRule {

@@ -576,7 +576,7 @@ struct LiveDeltas {
 /// plan, the chain's stage sizes), into `w.buffers`; the walks that only compare policies
 /// keep none (a 10,000-layer walk made 10^6 of them).
 void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double bytes,
-               uint32_t first, uint32_t last, const char *what, Buffer::Kind kind) {
+               uint32_t first, uint32_t last, Label what, Buffer::Kind kind) {
   if (!(bytes > 0))
     return;
   last = std::max(first, last);
@@ -668,6 +668,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
   }
   // An activation's gradient: from the backward of its first reader to its producer's.
   bool ordered = reverse && backwardSteps == f.structure->backwardOps;
+  static const Label gradientLabel("gradient");
   auto gradient = [&](TensorId t) {
     OpId p = f.structure->gradProducer[t];
     if (p == kNone || bwd[p] == kNone)
@@ -682,7 +683,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
           start = std::min(start, bwd[r]);
     }
     if (start != kNone)
-      addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, bwd[p], "gradient",
+      addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, bwd[p], gradientLabel,
                 Buffer::Gradient);
   };
   if (!keep) {
@@ -719,9 +720,10 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
     double bytes = f.tensorBuffer[t];
     for (uint32_t j = from[t]; j < from[t + 1]; ++j) {
       const Instance &in = inst[order[j]];
+      static const Label recomputedSaved("recomputed, saved"), recomputed("recomputed"),
+          saved("saved"), transient("transient");
       addBuffer(w, live, keep, t, p, bytes, in.first, in.last,
-                in.recomputed ? (in.saved ? "recomputed, saved" : "recomputed")
-                              : (in.saved ? "saved" : "transient"),
+                in.recomputed ? (in.saved ? recomputedSaved : recomputed) : (in.saved ? saved : transient),
                 in.saved ? Buffer::Saved : Buffer::Transient);
     }
     gradient(t);

@@ -53,7 +53,7 @@ struct ScheduleStep {
 
 /// A live buffer of the memory plan: an activation (or extra saved buffer) from the step that
 /// creates it to the last step that needs it, at an offset in one arena.
-struct Buffer {
+struct Buffer { // 48 bytes: a 100,000-layer plan has 4.5 million
   TensorId tensor = kNone;       ///< kNone for extra saved buffers (masks, statistics)
   OpId op = kNone;               ///< the op that created it
   int64_t bytes = 0;             ///< exact bytes of the tensor on one device (0 when size ≥ 2^63)
@@ -61,7 +61,7 @@ struct Buffer {
                                  ///< whenever it fits int64; above it, the plan cannot hold it
   uint32_t first = 0, last = 0;  ///< schedule step indexes, inclusive
   int64_t offset = 0;            ///< arena offset in bytes, a multiple of kAlignment
-  const char *what = "";
+  Label what;
   /// Saved: kept for the backward (counts as activations); Transient: a forward output or
   /// recomputed value that no backward keeps; Gradient: an activation's gradient (both workspace).
   enum Kind : uint8_t { Saved, Transient, Gradient } kind = Saved;

@@ -43,6 +43,9 @@
 
 namespace tally {
 
+static_assert(sizeof(Buffer) == 48 && sizeof(SavedTensor) == 16,
+              "Buffer or SavedTensor grew: a 100,000-layer plan has millions of each (issue 12)");
+
 namespace {
 
 /// Places buffers in one arena as a caching allocator would: walk the buffers in the order
@@ -263,7 +266,7 @@ void planMemory(Analysis &a) {
   for (const Buffer &b : a.buffers)
     if (!(b.size < 0x1p63)) {
       std::string name = "buffer " + (b.tensor == kNone ? std::string() : "%" + std::to_string(b.tensor) + " ") +
-                         "(" + b.what + (b.op < s.ops.size() ? " of op " + s.opPath(b.op) : std::string()) + ")";
+                         "(" + std::string(b.what) + (b.op < s.ops.size() ? " of op " + s.opPath(b.op) : std::string()) + ")";
       return unrepresentable(name + " is " + formatBytes(b.size) + ", past 2^63 - 1 bytes");
     }
   // Unless the offsets are read (Analysis::placeBuffers, kernel fusion), only whether the

@@ -296,7 +296,7 @@ void printBackward(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::
   for (const SavedTensor &s : oa.saved) {
     std::string who = s.tensor == kNone ? "an extra buffer"
                                         : labelOf(op, s.tensor) + " " + tensorName(g, s.tensor);
-    os << llvm::formatv("    {0,-26} {1,-28} {2} bytes ({3})", s.what, who, exact(s.bytes),
+    os << llvm::formatv("    {0,-26} {1,-28} {2} bytes ({3})", s.what.c_str(), who, exact(s.bytes),
                         formatBytes(s.bytes));
     if (s.tensor != kNone && g.isParamStorage(s.tensor))
       os << ", a parameter: already resident, not activation memory";
@@ -432,7 +432,7 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                                              : llvm::json::Value(nullptr)}});
     }
   for (const SavedTensor &s : oa.saved)
-    saved.push_back(Object{{"what", s.what},
+    saved.push_back(Object{{"what", s.what.c_str()},
                            {"tensor", s.tensor == kNone ? llvm::json::Value(nullptr)
                                                         : llvm::json::Value(labelOf(op, s.tensor))},
                            {"bytes", s.bytes}});

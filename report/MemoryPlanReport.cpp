@@ -87,7 +87,7 @@ void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
           {"first", static_cast<int64_t>(first)},
           {"last", static_cast<int64_t>(last)},
           {"kind", bufferKind(b.kind)},
-          {"what", b.what}});
+          {"what", b.what.c_str()}});
     }
     llvm::json::Object root{
         {"alignment", kAlignment},

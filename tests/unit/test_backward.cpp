@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -600,4 +601,23 @@ TEST_CASE("graph: equal layouts are one pooled copy", "[backward]") {
     }
   CHECK(views > 100);
   CHECK(views > 10 * distinct.size());
+}
+
+TEST_CASE("graph: a label is one byte naming a text of a small table", "[backward]") {
+  Label a("dropout mask");
+  std::string copy = "dropout mask";
+  Label b(copy.c_str()); // the same text at another address
+  CHECK(std::string(a.c_str()) == "dropout mask");
+  CHECK(std::strcmp(a, b) == 0);
+  CHECK(a.c_str() == b.c_str()); // one copy of each text
+  // The per-thread cache is keyed by address: an address reused for another text is another label.
+  char buffer[32];
+  std::strcpy(buffer, "row statistics");
+  Label c(buffer);
+  std::strcpy(buffer, "logsumexp");
+  Label d(buffer);
+  CHECK(std::string(c.c_str()) == "row statistics");
+  CHECK(std::string(d.c_str()) == "logsumexp");
+  CHECK(std::string(Label().c_str()).empty());
+  CHECK(sizeof(Label) == 1);
 }
