@@ -1801,10 +1801,14 @@ void planActivations(Analysis &a) {
   a.livePeakBytes = w.peakSaved + w.peakOther;
   a.peakStep = w.peakStep;
   // The plan's own analysis (not a solver's candidate) walks no more (only a budget fix
-  // search would, which makes the lists again): their pages go back now, before the memory
-  // plan makes its own (100 MB of a 100,000-layer check's peak).
-  if (!a.priceOnly && f.memo)
+  // search would, which makes them again): the walks' working lists and the graph's facts
+  // go back now, before the memory plan makes its own (250 MB of a 100,000-layer check's
+  // peak). The walks done stay in the memo.
+  if (!a.priceOnly && f.memo) {
     f.memo->scratch = WalkScratch();
+    if (f.memo->structure.use_count() == 2) // the memo's and these facts': no one else reads it
+      f.memo->structure.reset();
+  }
   // A candidate priced alone keeps only the Recompute steps, in order: its step time reads
   // no other (Analysis::schedule).
   a.schedule = a.priceOnly ? *recomputeSteps : std::move(w.schedule);
