@@ -488,6 +488,8 @@ uint8_t Label::indexOf(const char *text) {
   };
   thread_local Seen seen[16];
   thread_local size_t next = 0;
+  if (!text)
+    text = "";
   for (const Seen &s : seen) // compared in full too: a pointer may be reused for another text
     if (s.text == text && std::strcmp(labelTexts[s.index], text) == 0)
       return s.index;

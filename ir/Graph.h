@@ -282,7 +282,7 @@ private:
 /// append and assign. The ids are inline until a list first needs room for a fourth; from then
 /// on (the top bit of `size_`) `words_[0]` is the heap block's capacity and the pointer sits
 /// (copied in and out, not aliased) in the next 8 bytes. clear() and assign() free the block.
-class IdList {
+class alignas(8) IdList { // aligned so the heap pointer in it is (leak checkers scan aligned words)
 public:
   IdList() = default;
   IdList(std::initializer_list<uint32_t> ids) { assign(ids.begin(), ids.end()); }
