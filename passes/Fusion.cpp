@@ -331,6 +331,7 @@ void fuseKernels(Analysis &a) {
   if (!a.plan->fuseKernels || !a.step || !a.planOverflow.empty() || a.stepSchedule.empty())
     return;
   a.fusion.enabled = true;
+  a.fusion.savings.assign(a.ops.size(), FusedSavings());
   const Graph &s = *a.step;
   BufferIndex buffers(a);
   RunBuilder run(a, buffers);
@@ -414,11 +415,13 @@ void fuseKernels(Analysis &a) {
       const Op &op = s.ops[a.stepSchedule[k.first + i].op];
       double calls = i == 0 ? 0 : 1;
       if (kind == StepEntry::Forward) {
-        a.ops[a.stepSchedule[k.first + i].op].fusedForwardBytes += savedBy[i];
-        a.ops[a.stepSchedule[k.first + i].op].fusedForwardCalls += calls;
-      } else if (op.forwardOp < a.ops.size()) {
-        a.ops[op.forwardOp].fusedBackwardBytes += savedBy[i];
-        a.ops[op.forwardOp].fusedBackwardCalls += calls;
+        FusedSavings &f = a.fusion.savings[a.stepSchedule[k.first + i].op];
+        f.forwardBytes += savedBy[i];
+        f.forwardCalls += calls;
+      } else if (op.forwardOp < a.fusion.savings.size()) {
+        FusedSavings &f = a.fusion.savings[op.forwardOp];
+        f.backwardBytes += savedBy[i];
+        f.backwardCalls += calls;
       }
     }
   };

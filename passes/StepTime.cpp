@@ -285,20 +285,21 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
   const Plan &plan = *a.plan;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     OpAnalysis &o = a.ops[i];
+    const FusedSavings &fused = a.fusedOf(i);
     OpClass c = opClass(g.ops[i].kind);
     double s = tp.split[i];
     o.tensorSplit = s;
     KernelWork forward;
     forward.flops = o.forward.executedFlops / s;
-    forward.bytes = (o.forward.bytesRead + o.forward.bytesWritten - o.fusedForwardBytes) / s;
+    forward.bytes = (o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes) / s;
     forward.transcendentals = o.forward.transcendentals / s;
-    forward.calls = 1 - o.fusedForwardCalls;
+    forward.calls = 1 - fused.forwardCalls;
     o.forwardTime = kernelTime(plan.target, c, o.computeDtype, forward);
     KernelWork backward;
     backward.flops = o.executedBackwardFlops / s;
-    backward.bytes = (o.backwardBytes - o.fusedBackwardBytes) / s;
+    backward.bytes = (o.backwardBytes - fused.backwardBytes) / s;
     backward.transcendentals = o.backwardTranscendentals / s;
-    backward.calls = o.backwardCalls - o.fusedBackwardCalls;
+    backward.calls = o.backwardCalls - fused.backwardCalls;
     o.backwardTime = hasBackward(g, plan, g.ops[i])
                          ? kernelTime(plan.target, c, o.computeDtype, backward)
                          : 0;

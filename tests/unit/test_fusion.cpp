@@ -59,23 +59,23 @@ TEST_CASE("fusion: a GPT block's bias adds become matmul epilogues, its residual
   // each norm reads its [512, 256] input back from cache (524,288), twice a block.
   // 4 × (9,446,400 + 1,048,576) = 41,979,904.
   CHECK(a.fusion.bytesSaved == 41979904.0);
-  CHECK(t.at("h[0].mlp.fc.add").fusedForwardBytes == 4198400.0);
-  CHECK(t.at("h[0].mlp.fc.add").fusedForwardCalls == 1);
-  CHECK(t.at("h[0].mlp.fc.matmul").fusedForwardBytes == 0);
-  CHECK(t.at("h[2].attn.qkv.add").fusedForwardBytes == 3148800.0);
-  CHECK(t.at("h[0].mlp.gelu").fusedForwardBytes == 0);
-  CHECK(t.at("h[0].mlp.gelu").fusedForwardCalls == 0);
-  CHECK(t.at("h[0].ln2.layer_norm").fusedForwardBytes == 524288.0);
-  CHECK(t.at("h[0].ln2.layer_norm").fusedForwardCalls == 1);
-  CHECK(t.at("h[2].add").fusedForwardBytes == 0); // the run's first op reads from memory
-  CHECK(t.at("h[2].add").fusedForwardCalls == 0);
-  CHECK(t.at("h[0].ln1.layer_norm").fusedForwardCalls == 0);
+  CHECK(a.fusedOf(t.op("h[0].mlp.fc.add")).forwardBytes == 4198400.0);
+  CHECK(a.fusedOf(t.op("h[0].mlp.fc.add")).forwardCalls == 1);
+  CHECK(a.fusedOf(t.op("h[0].mlp.fc.matmul")).forwardBytes == 0);
+  CHECK(a.fusedOf(t.op("h[2].attn.qkv.add")).forwardBytes == 3148800.0);
+  CHECK(a.fusedOf(t.op("h[0].mlp.gelu")).forwardBytes == 0);
+  CHECK(a.fusedOf(t.op("h[0].mlp.gelu")).forwardCalls == 0);
+  CHECK(a.fusedOf(t.op("h[0].ln2.layer_norm")).forwardBytes == 524288.0);
+  CHECK(a.fusedOf(t.op("h[0].ln2.layer_norm")).forwardCalls == 1);
+  CHECK(a.fusedOf(t.op("h[2].add")).forwardBytes == 0); // the run's first op reads from memory
+  CHECK(a.fusedOf(t.op("h[2].add")).forwardCalls == 0);
+  CHECK(a.fusedOf(t.op("h[0].ln1.layer_norm")).forwardCalls == 0);
 
   // The step time prices it: less forward time, the same backward, the same memory.
   Compiled plain(fromFile, gptD256(), "", fused(false));
   CHECK_FALSE(plain.a->fusion.enabled);
   CHECK(plain.a->fusion.kernels.empty());
-  CHECK(plain.at("h[0].mlp.fc.add").fusedForwardBytes == 0);
+  CHECK(plain.a->fusedOf(plain.op("h[0].mlp.fc.add")).forwardBytes == 0);
   CHECK(a.time.forward < plain.a->time.forward);
   CHECK(a.time.backward == plain.a->time.backward);
   CHECK(a.time.step < plain.a->time.step);
