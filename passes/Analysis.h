@@ -32,7 +32,11 @@ struct OpAnalysis {
   double backwardCalls = 0;      ///< kernel calls of the backward ops (views excluded)
   Dtype computeDtype = Dtype::F32; ///< the rate the op runs at (peakFor)
   bool computeBound = false;     ///< intensity ≥ the target's ridge for computeDtype
-  double intensity = 0;          ///< forward FLOPs / forward bytes (0 for views)
+  /// Forward FLOPs / forward bytes (0 for views), from `forward` as costOps set it.
+  double intensity() const {
+    double bytes = forward.bytesRead + forward.bytesWritten;
+    return bytes > 0 ? forward.flops / bytes : 0;
+  }
   double forwardTime = 0;        ///< seconds per micro-batch on one device (after parallel split)
   double backwardTime = 0;
   /// What the backward keeps (from the op rule): a range of Analysis::savedStore, so that an

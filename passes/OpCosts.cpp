@@ -2,15 +2,15 @@
 //
 // 1. Ask each op's rule (ir/OpRules.cpp) for its forward FLOPs and bytes on the lowered graph,
 //    which holds one micro-batch on one data-parallel replica.
-// 2. Note the dtype it computes in (its output's; integer and view ops have no rate) and its
-//    arithmetic intensity, FLOPs per byte moved.
+// 2. Note the dtype it computes in (its output's; integer and view ops have no rate); its
+//    arithmetic intensity, FLOPs per byte moved, follows (OpAnalysis::intensity).
 // 3. Scale the sums to one optimizer step: batch / micro_batch micro-batches of the graph
 //    (accumulation steps × data-parallel replicas).
 #include "passes/Passes.h"
 
 namespace tally {
 
-static_assert(sizeof(OpAnalysis) == 152, "OpAnalysis grew: a 100,000-layer model has 1.5 million (issue 12)");
+static_assert(sizeof(OpAnalysis) == 144, "OpAnalysis grew: a 100,000-layer model has 1.5 million (issue 12)");
 
 void costOps(Analysis &a) {
   const Graph &g = *a.graph;
@@ -24,8 +24,6 @@ void costOps(Analysis &a) {
     oa.computeDtype = op.outputs.empty() ? g.activationDtype : g.tensors[op.outputs[0]].dtype;
     if (!isFloat(oa.computeDtype))
       oa.computeDtype = g.activationDtype;
-    double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
-    oa.intensity = bytes > 0 ? oa.forward.flops / bytes : 0;
     forward += oa.forward.flops;
     matmul += oa.forward.matmulFlops;
     executed += oa.forward.executedFlops;

@@ -74,7 +74,7 @@ void roofline(Analysis &a) {
     oa.computeDtype = rateDtype(t, opComputeDtype(plan.precision, opClass(g.ops[i].kind)));
     double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
     double ridge = t.ridge(oa.computeDtype);
-    oa.computeBound = bytes > 0 && ridge > 0 && oa.intensity >= ridge;
+    oa.computeBound = bytes > 0 && ridge > 0 && oa.intensity() >= ridge;
   }
   a.ridge = t.ridge(rateDtype(t, plan.precision.activations));
   a.peakFlops = t.peakFor(rateDtype(t, opComputeDtype(plan.precision, OpClass::Matmul)));

@@ -230,7 +230,7 @@ void printRoofline(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::
   }
   os << "  intensity = FLOPs / (read + written) = " << exact(oa.forward.flops) << " / ("
      << exact(oa.forward.bytesRead) << " + " << exact(oa.forward.bytesWritten) << ") = "
-     << printf1("%.2f", oa.intensity) << " FLOP/byte\n";
+     << printf1("%.2f", oa.intensity()) << " FLOP/byte\n";
   std::string dt = nameOf(oa.computeDtype).str();
   os << "  ridge     = peak(" << dt << ") / bandwidth = "
      << formatRate(t.peakFor(oa.computeDtype), UnitDim::FlopRate) << " / "
@@ -457,7 +457,7 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
       {"bytes", Object{{"read", formulaJson(describeBytesRead(g, op))},
                        {"written", formulaJson(describeBytesWritten(g, op))},
                        {"total", bytes}}},
-      {"intensity", oa.intensity},
+      {"intensity", oa.intensity()},
       {"compute_dtype", nameOf(oa.computeDtype).str()},
       {"peak_flops", t.peakFor(oa.computeDtype)},
       {"bandwidth", t.bandwidth},
@@ -531,7 +531,7 @@ void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_
                         padRight(g.opPath(op), width), opName(op.kind), printf1("%.3e", o.forward.flops),
                         printf1("%.3e", o.inputGradFlops + o.weightGradFlops),
                         printf1("%.3e", o.forward.bytesRead + o.forward.bytesWritten),
-                        printf1("%.1f", o.intensity), boundOf(o), formatDuration(o.forwardTime),
+                        printf1("%.1f", o.intensity()), boundOf(o), formatDuration(o.forwardTime),
                         formatDuration(o.backwardTime));
   }
   Subtotal s = subtotal(a, sel.ops);
@@ -559,7 +559,7 @@ void explainBlockJson(const Analysis &a, const ExplainSelection &sel, llvm::raw_
                          {"flops", o.forward.flops},
                          {"backward_flops", o.inputGradFlops + o.weightGradFlops},
                          {"bytes", o.forward.bytesRead + o.forward.bytesWritten},
-                         {"intensity", o.intensity},
+                         {"intensity", o.intensity()},
                          {"bound", o.forward.bytesRead + o.forward.bytesWritten <= 0
                                        ? llvm::json::Value(nullptr)
                                        : llvm::json::Value(boundOf(o))},

@@ -90,7 +90,7 @@ std::array<std::pair<const char *, double>, 7> opNumbers(const OpAnalysis &oa) {
            {"executed_flops", oa.forward.executedFlops},
            {"backward_flops", oa.inputGradFlops + oa.weightGradFlops},
            {"bytes", oa.forward.bytesRead + oa.forward.bytesWritten},
-           {"intensity", oa.intensity},
+           {"intensity", oa.intensity()},
            {"time_s", oa.forwardTime},
            {"backward_time_s", oa.backwardTime}}};
 }

@@ -193,7 +193,7 @@ ReportTable opsTable(const Analysis &a) {
     const Group &gr = groups[k];
     const OpAnalysis &o = a.ops[gr.first];
     t.rows.push_back({gr.pattern, opName(g.ops[gr.first].kind).str(), std::to_string(gr.count),
-                      llvm::formatv("{0:e2}", gr.flops), llvm::formatv("{0:f1}", o.intensity),
+                      llvm::formatv("{0:e2}", gr.flops), llvm::formatv("{0:f1}", o.intensity()),
                       o.computeBound ? "compute" : "memory", formatDuration(gr.time)});
   }
   t.notes.push_back(llvm::formatv("ridge point {0:f2} FLOP/byte on {1}: ops below it are "

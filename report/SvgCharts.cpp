@@ -78,14 +78,14 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
   double xmin = a.ridge > 0 ? a.ridge : peak / bw, xmax = xmin, ymin = peak, ymax = peak;
   for (OpId i = 0; i < g.ops.size() && i < a.ops.size(); ++i) {
     const OpAnalysis &o = a.ops[i];
-    if (!(o.forwardTime > 0) || !(o.intensity > 0) || !(o.forward.executedFlops > 0))
+    if (!(o.forwardTime > 0) || !(o.intensity() > 0) || !(o.forward.executedFlops > 0))
       continue;
     auto [it, inserted] = index.try_emplace(repeatPattern(g.opPath(i)), points.size());
     if (inserted) {
       double split = o.tensorSplit > 0 ? o.tensorSplit : 1;
       points.push_back({i, 0, o.forward.executedFlops / split / o.forwardTime});
-      xmin = std::min(xmin, o.intensity);
-      xmax = std::max(xmax, o.intensity);
+      xmin = std::min(xmin, o.intensity());
+      xmax = std::max(xmax, o.intensity());
       ymin = std::min(ymin, points.back().rate);
     }
     ++points[it->second].copies;
@@ -147,11 +147,11 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
                              : "";
     std::string tip = repeatPattern(g.opPath(op)) + (p.copies > 1 ? " ×" + std::to_string(p.copies) : "") +
                       " (" + opName(op.kind).str() + where + "): " +
-                      llvm::formatv("{0:f1} FLOP/byte, ", o.intensity).str() +
+                      llvm::formatv("{0:f1} FLOP/byte, ", o.intensity()).str() +
                       formatRate(p.rate, UnitDim::FlopRate) + ", " +
                       (o.computeBound ? "compute-bound" : "memory-bound") + ", forward " +
                       formatDuration(o.forwardTime);
-    s.circle(xs(o.intensity), ys(p.rate), 4.5,
+    s.circle(xs(o.intensity()), ys(p.rate), 4.5,
              o.computeBound ? chartcolor::ComputeBound : chartcolor::MemoryBound, tip, "op");
   }
   legend(s, left + 12, top + 16, chartcolor::ComputeBound, "compute-bound op");
