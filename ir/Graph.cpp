@@ -68,28 +68,30 @@ struct ShapeEq {
 } // namespace
 
 namespace {
-/// The entries a thread last found in one of the pools below (shapes, layouts, names), by
-/// hash: the pools take a lock, and a deep model asks them millions of times for the same few
-/// dozen values (the lock was 3% of a 30,000-layer check). An entry points into its pool,
-/// which never frees one, so a cached pointer stays valid; a hit is compared in full.
-template <class T> struct PoolCache {
-  const T *&at(size_t hash) { return slots[(hash ^ (hash >> 23)) & 63]; }
-  const T *slots[64] = {};
-};
+/// The pooled copy of a value (shapes, layouts, names): one process-wide, locked, grow-only
+/// pool per call site (the template is instantiated once per pool: its lambdas are that
+/// site's own). Node-based and never erased, so an entry never moves and a pointer to it
+/// never dangles. In front of the lock, the entries this thread last found, by `hash` (a
+/// deep model asks millions of times for the same few dozen values; the lock was 3% of a
+/// 30,000-layer check); a hit is compared in full (`same`). `make` builds the value to insert.
+template <class T, class Hash, class Eq, class Same, class Make>
+const T *pooled(size_t hash, Same same, Make make) {
+  thread_local const T *recent[64] = {};
+  const T *&hit = recent[(hash ^ (hash >> 23)) & 63];
+  if (hit && same(*hit))
+    return hit;
+  static std::mutex lock;
+  static std::unordered_set<T, Hash, Eq> pool;
+  T value = make();
+  std::lock_guard<std::mutex> hold(lock);
+  hit = &*pool.insert(std::move(value)).first;
+  return hit;
+}
 } // namespace
 
 const Shape *ShapeRef::intern(const Shape &s) {
-  size_t hash = ShapeHash()(s);
-  thread_local PoolCache<Shape> cache;
-  const Shape *&hit = cache.at(hash);
-  if (hit && sameShape(*hit, s))
-    return hit;
-  // Node-based, so an entry never moves; never erased, so a ShapeRef never dangles.
-  static std::mutex lock;
-  static std::unordered_set<Shape, ShapeHash, ShapeEq> pool;
-  std::lock_guard<std::mutex> hold(lock);
-  hit = &*pool.insert(s).first;
-  return hit;
+  return pooled<Shape, ShapeHash, ShapeEq>(
+      ShapeHash()(s), [&](const Shape &x) { return sameShape(x, s); }, [&] { return s; });
 }
 
 namespace {
@@ -110,20 +112,15 @@ struct LayoutEq {
 } // namespace
 
 const Layout::Data *Layout::intern(llvm::ArrayRef<int64_t> strides, int64_t offset) {
-  size_t hash = LayoutHash()(strides, offset);
-  thread_local PoolCache<Data> cache;
-  const Data *&hit = cache.at(hash);
-  if (hit && hit->offset == offset && llvm::ArrayRef<int64_t>(hit->strides) == strides)
-    return hit;
-  // As ShapeRef::intern: node-based and never erased, so a Layout never dangles.
-  static std::mutex lock;
-  static std::unordered_set<Data, LayoutHash, LayoutEq> pool;
-  Data d;
-  d.strides.assign(strides.begin(), strides.end());
-  d.offset = offset;
-  std::lock_guard<std::mutex> hold(lock);
-  hit = &*pool.insert(std::move(d)).first;
-  return hit;
+  return pooled<Data, LayoutHash, LayoutEq>(
+      LayoutHash()(strides, offset),
+      [&](const Data &x) { return x.offset == offset && llvm::ArrayRef<int64_t>(x.strides) == strides; },
+      [&] {
+        Data d;
+        d.strides.assign(strides.begin(), strides.end());
+        d.offset = offset;
+        return d;
+      });
 }
 
 Layout::Layout() {
@@ -460,17 +457,9 @@ struct NameHash {
 } // namespace
 
 const std::string &pooledName(llvm::StringRef s) {
-  size_t hash = llvm::hash_value(s);
-  thread_local PoolCache<std::string> cache;
-  const std::string *&hit = cache.at(hash);
-  if (hit && llvm::StringRef(*hit) == s)
-    return *hit;
-  // Node-based and never erased (as ShapeRef's pool), so a pointer to an entry never dangles.
-  static std::mutex lock;
-  static std::unordered_set<std::string, NameHash> pool;
-  std::lock_guard<std::mutex> hold(lock);
-  hit = &*pool.insert(s.str()).first;
-  return *hit;
+  return *pooled<std::string, NameHash, std::equal_to<std::string>>(
+      llvm::hash_value(s), [&](const std::string &x) { return llvm::StringRef(x) == s; },
+      [&] { return s.str(); });
 }
 
 namespace {
