@@ -71,7 +71,7 @@ struct FactsStructure {
   /// third of the facts' cost).
   using PerTensor = TensorLists;
   /// per op: the stored activations it reads, those its backward keeps, those it writes
-  /// (each once), and the indexes in a.ops[o].saved of its extra buffers (no tensor); flat
+  /// (each once), and the indexes in a.savedOf(o) of its extra buffers (no tensor); flat
   /// lists with per-op offsets (the layout search builds these facts thousands of times).
   struct PerOp {
     std::vector<uint32_t> start{0}, items;
@@ -260,9 +260,9 @@ template <typename Take> bool forEachFact(const Facts &f, const Analysis &a, Tak
   for (OpId o = 0; o < f.g.ops.size(); ++o) {
     const OpAnalysis &oa = a.ops[o];
     if (!take(f.opTime[o]) || !take(oa.forward.flops) || !take(oa.forward.executedFlops) ||
-        !take(static_cast<double>(oa.saved.size())))
+        !take(static_cast<double>(a.savedOf(o).size())))
       return false;
-    for (const SavedTensor &st : oa.saved)
+    for (const SavedTensor &st : a.savedOf(o))
       if (!take(static_cast<double>(st.tensor)) || !take(st.bytes))
         return false;
   }
@@ -324,7 +324,7 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
       if (isActivation(s) && g.tensors[s].producer == o)
         f.writes.addOnce(s);
     }
-    const auto &saved = a.ops[o].saved;
+    llvm::ArrayRef<SavedTensor> saved = a.savedOf(o);
     for (uint32_t i = 0; i < saved.size(); ++i) {
       if (saved[i].tensor == kNone) {
         f.extras.addOnce(i);
@@ -405,7 +405,7 @@ Facts gatherFacts(const Analysis &a) {
   for (OpId o = 0; o < g.ops.size(); ++o) {
     double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
     for (uint32_t k = 0; k < f.extraCount(o); ++k)
-      f.extraBuffer[f.extras.start[o] + k] = std::ceil(a.ops[o].saved[f.extras.of(o)[k]].bytes / divisor);
+      f.extraBuffer[f.extras.start[o] + k] = std::ceil(a.savedOf(o)[f.extras.of(o)[k]].bytes / divisor);
   }
   if (a.walks) {
     f.memo = a.walks.get();
@@ -733,7 +733,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
       uint32_t key = static_cast<uint32_t>(T) + f.extras.start[o] + k;
       if (from[key] == from[key + 1])
         continue;
-      const SavedTensor &st = a.ops[o].saved[f.extras.of(o)[k]];
+      const SavedTensor &st = a.savedOf(o)[f.extras.of(o)[k]];
       double bytes = f.extraBuffer[f.extras.start[o] + k];
       for (uint32_t j = from[key]; j < from[key + 1]; ++j) {
         const Instance &in = inst[order[j]];
@@ -1168,7 +1168,7 @@ std::optional<ChainParts> buildChainParts(const Facts &f, const Analysis &a) {
       continue;
     double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
     for (uint32_t k : f.extras.of(o))
-      kept[stageOf[o]] += a.ops[o].saved[k].bytes / divisor;
+      kept[stageOf[o]] += a.savedOf(o)[k].bytes / divisor;
   }
   // The select option: a stage's selectable ops (selective's), what dropping their outputs
   // and extra buffers between the forward and the backward saves, and their re-run's seconds.
@@ -1189,7 +1189,7 @@ std::optional<ChainParts> buildChainParts(const Facts &f, const Analysis &a) {
     }
     double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
     for (uint32_t k : f.extras.of(o))
-      keptSel[st] -= a.ops[o].saved[k].bytes / divisor;
+      keptSel[st] -= a.savedOf(o)[k].bytes / divisor;
   }
   // A stage's work, measured: in the walk of `none`, the most bytes live during the stage's
   // steps less what the stages before it keep (their kept bytes and outputs) and its own.
@@ -1602,7 +1602,7 @@ void blockActivations(const Facts &f, Analysis &a) {
     uint32_t c = f.copyOfOp[o];
     if (c != kNone)
       a.blockActivations[c].forwardFlops += a.ops[o].forward.flops;
-    for (const SavedTensor &s : a.ops[o].saved) {
+    for (const SavedTensor &s : a.savedOf(o)) {
       double bytes = 0;
       if (s.tensor == kNone) {
         bytes = s.bytes / (f.opSplit(g.ops[o]) ? f.tensorDegree : 1);

@@ -11,6 +11,7 @@
 #include "ir/Graph.h"
 #include "ir/OpRules.h"
 #include "ir/Plan.h"
+#include "passes/OpTable.h"
 
 #include <cstdint>
 #include <memory>
@@ -20,31 +21,6 @@
 
 namespace tally {
 
-/// Per-op results, indexed like Graph::ops. FLOPs and bytes are for one micro-batch on the
-/// whole (unsharded) graph, as lowered.
-struct OpAnalysis {
-  ForwardCost forward;
-  double inputGradFlops = 0;     ///< backward FLOPs for gradients of activations
-  double weightGradFlops = 0;    ///< backward FLOPs for gradients of parameters
-  double executedBackwardFlops = 0;
-  double backwardBytes = 0;      ///< bytes the backward reads and writes (2× forward, a documented estimate)
-  double backwardTranscendentals = 0; ///< exp/erf/... evaluations of the backward ops (ForwardCost)
-  double backwardCalls = 0;      ///< kernel calls of the backward ops (views excluded)
-  Dtype computeDtype = Dtype::F32; ///< the rate the op runs at (peakFor)
-  bool computeBound = false;     ///< intensity ≥ the target's ridge for computeDtype
-  /// Forward FLOPs / forward bytes (0 for views), from `forward` as costOps set it.
-  double intensity() const {
-    double bytes = forward.bytesRead + forward.bytesWritten;
-    return bytes > 0 ? forward.flops / bytes : 0;
-  }
-  double forwardTime = 0;        ///< seconds per micro-batch on one device (after parallel split)
-  double backwardTime = 0;
-  /// What the backward keeps (from the op rule): a range of Analysis::savedStore, so that an
-  /// OpAnalysis is plain numbers and the per-op table of a layout candidate copies as one
-  /// block (a list per op was an allocation per op and candidate; issue 12).
-  llvm::ArrayRef<SavedTensor> saved;
-  double tensorSplit = 1;        ///< StepTime: tensor-parallel degree dividing this op's work (1: runs whole)
-};
 
 /// Fusion.cpp: the bytes and kernel launches that fused kernels save one forward op's forward
 /// and its backward ops (values read from registers instead of memory; one launch per fused
@@ -160,10 +136,21 @@ struct Analysis {
     std::vector<BlockCount> byBlock; ///< every instance, in instance order
   } params;
 
-  std::vector<OpAnalysis> ops;
-  /// Every op's saved list, op after op (Autodiff.cpp); OpAnalysis::saved points into it,
-  /// and every copy of this analysis shares it.
-  std::shared_ptr<const std::vector<SavedTensor>> savedStore;
+  OpTable ops;
+  /// What each op's backward keeps (from the op rule; Autodiff.cpp), op after op: op o's list
+  /// is items[from[o], from[o + 1]) (savedOf). Kept apart from the per-op records, which are
+  /// plain numbers shared between equal ops (OpTable), where a saved list names the op's own
+  /// tensors. Every copy of this analysis shares it.
+  struct SavedLists {
+    std::vector<SavedTensor> items;
+    std::vector<uint32_t> from;
+  };
+  std::shared_ptr<const SavedLists> saved;
+  llvm::ArrayRef<SavedTensor> savedOf(OpId o) const {
+    if (!saved || o + 1 >= saved->from.size())
+      return {};
+    return llvm::ArrayRef<SavedTensor>(saved->items).slice(saved->from[o], saved->from[o + 1] - saved->from[o]);
+  }
 
   // ---- FLOPs per optimizer step (model FLOPs unless named executed) ----
   struct {

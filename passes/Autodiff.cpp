@@ -63,6 +63,8 @@ void differentiate(Analysis &a) {
 
   // Step 2: each backward op's cost, charged to its forward op.
   double inputGrad = 0, weightGrad = 0, executedBackward = 0, optimizer = 0;
+  OpId current = kNone; // the forward op whose record `oa` holds, written back when it changes
+  OpAnalysis oa;
   for (OpId i = static_cast<OpId>(g.ops.size()); i < s.ops.size(); ++i) {
     const Op &op = s.ops[i];
     ForwardCost c = ruleFor(op.kind).forward(s, op);
@@ -72,7 +74,12 @@ void differentiate(Analysis &a) {
     }
     if (op.forwardOp == kNone || op.forwardOp >= a.ops.size())
       continue; // the loss gradient's fill: no FLOPs
-    OpAnalysis &oa = a.ops[op.forwardOp];
+    if (op.forwardOp != current) { // one write per forward op: its backward ops come together
+      if (current != kNone)
+        a.ops.set(current, oa);
+      current = op.forwardOp;
+      oa = a.ops[current];
+    }
     double weight = 0;
     if (op.kind == OpKind::LayerNormBackward || op.kind == OpKind::RmsNormBackward) {
       double n = numel(s.tensors[op.inputs[0]].shape);
@@ -94,12 +101,14 @@ void differentiate(Analysis &a) {
     if (c.flops > 0 || c.bytesRead + c.bytesWritten > 0) // a view launches no kernel
       oa.backwardCalls += 1;
   }
-  // Each op's saved list, appended to one store; the ranges are set once it stops growing.
-  auto store = std::make_shared<std::vector<SavedTensor>>();
-  std::vector<uint32_t> savedFrom(g.ops.size() + 1, 0);
+  if (current != kNone)
+    a.ops.set(current, oa);
+  // Each op's saved list, appended to one store (Analysis::savedOf).
+  auto store = std::make_shared<Analysis::SavedLists>();
+  store->from.assign(g.ops.size() + 1, 0);
   std::vector<SavedTensor> saved;
   for (OpId i = 0; i < g.ops.size(); ++i) {
-    OpAnalysis &oa = a.ops[i];
+    const OpAnalysis &oa = a.ops[i];
     const Op &op = g.ops[i];
     llvm::SmallVector<bool, 3> needGrad;
     bool any = false;
@@ -110,15 +119,13 @@ void differentiate(Analysis &a) {
     saved.clear();
     if (any)
       ruleFor(op.kind).saved(g, op, needGrad, saved);
-    store->insert(store->end(), saved.begin(), saved.end());
-    savedFrom[i + 1] = static_cast<uint32_t>(store->size());
+    store->items.insert(store->items.end(), saved.begin(), saved.end());
+    store->from[i + 1] = static_cast<uint32_t>(store->items.size());
     inputGrad += oa.inputGradFlops;
     weightGrad += oa.weightGradFlops;
     executedBackward += oa.executedBackwardFlops;
   }
-  for (OpId i = 0; i < g.ops.size(); ++i)
-    a.ops[i].saved = llvm::ArrayRef<SavedTensor>(*store).slice(savedFrom[i], savedFrom[i + 1] - savedFrom[i]);
-  a.savedStore = std::move(store);
+  a.saved = std::move(store);
 
   // Step 3: per optimizer step.
   double microSteps = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);

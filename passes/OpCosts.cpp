@@ -10,16 +10,14 @@
 
 namespace tally {
 
-static_assert(sizeof(OpAnalysis) == 144, "OpAnalysis grew: a 100,000-layer model has 1.5 million (issue 12)");
-
 void costOps(Analysis &a) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
-  a.ops.assign(g.ops.size(), OpAnalysis());
+  a.ops.assign(g.ops.size());
   double forward = 0, matmul = 0, executed = 0;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const Op &op = g.ops[i];
-    OpAnalysis &oa = a.ops[i];
+    OpAnalysis oa;
     oa.forward = ruleFor(op.kind).forward(g, op);
     oa.computeDtype = op.outputs.empty() ? g.activationDtype : g.tensors[op.outputs[0]].dtype;
     if (!isFloat(oa.computeDtype))
@@ -27,6 +25,7 @@ void costOps(Analysis &a) {
     forward += oa.forward.flops;
     matmul += oa.forward.matmulFlops;
     executed += oa.forward.executedFlops;
+    a.ops.set(i, oa);
   }
   double microSteps = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);
   if (!plan.isTrain)

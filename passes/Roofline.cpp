@@ -70,11 +70,12 @@ void roofline(Analysis &a) {
   const Plan &plan = *a.plan;
   const Target &t = plan.target;
   for (OpId i = 0; i < g.ops.size() && i < a.ops.size(); ++i) {
-    OpAnalysis &oa = a.ops[i];
+    OpAnalysis oa = a.ops[i];
     oa.computeDtype = rateDtype(t, opComputeDtype(plan.precision, opClass(g.ops[i].kind)));
     double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
     double ridge = t.ridge(oa.computeDtype);
     oa.computeBound = bytes > 0 && ridge > 0 && oa.intensity() >= ridge;
+    a.ops.set(i, oa);
   }
   a.ridge = t.ridge(rateDtype(t, plan.precision.activations));
   a.peakFlops = t.peakFor(rateDtype(t, opComputeDtype(plan.precision, OpClass::Matmul)));

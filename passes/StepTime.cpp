@@ -284,7 +284,7 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
   for (OpId i = 0; i < g.ops.size(); ++i) {
-    OpAnalysis &o = a.ops[i];
+    OpAnalysis o = a.ops[i];
     const FusedSavings &fused = a.fusedOf(i);
     OpClass c = opClass(g.ops[i].kind);
     double s = tp.split[i];
@@ -303,6 +303,7 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
     o.backwardTime = hasBackward(g, plan, g.ops[i])
                          ? kernelTime(plan.target, c, o.computeDtype, backward)
                          : 0;
+    a.ops.set(i, o);
   }
 }
 

@@ -263,7 +263,8 @@ void printTime(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::raw_
   os << "           (backward bytes: 2 × forward bytes, the estimate of passes/Autodiff.cpp)\n";
 }
 
-void printBackward(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::raw_ostream &os) {
+void printBackward(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostream &os) {
+  const Op &op = a.graph->ops[id];
   const Graph &g = *a.graph;
   std::set<std::string> shown;
   os << "backward per micro-batch\n";
@@ -288,12 +289,12 @@ void printBackward(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::
     os << " (flash attention recomputes its scores in the backward"
        << (op.attrs->causal ? "; the causal kernel skips the upper triangle)" : ")");
   os << "\n";
-  if (oa.saved.empty()) {
+  if (a.savedOf(id).empty()) {
     os << "  saves nothing for the backward\n";
     return;
   }
   os << "  saves for the backward:\n";
-  for (const SavedTensor &s : oa.saved) {
+  for (const SavedTensor &s : a.savedOf(id)) {
     std::string who = s.tensor == kNone ? "an extra buffer"
                                         : labelOf(op, s.tensor) + " " + tensorName(g, s.tensor);
     os << llvm::formatv("    {0,-26} {1,-28} {2} bytes ({3})", s.what.c_str(), who, exact(s.bytes),
@@ -402,7 +403,7 @@ void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
   os << "\n";
   printTime(a, op, oa, os);
   os << "\n";
-  printBackward(a, op, oa, os);
+  printBackward(a, id, oa, os);
 }
 
 void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
@@ -431,7 +432,7 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                              {"flops", needs ? formulaJson(describeGrad(g, op, i))
                                              : llvm::json::Value(nullptr)}});
     }
-  for (const SavedTensor &s : oa.saved)
+  for (const SavedTensor &s : a.savedOf(id))
     saved.push_back(Object{{"what", s.what.c_str()},
                            {"tensor", s.tensor == kNone ? llvm::json::Value(nullptr)
                                                         : llvm::json::Value(labelOf(op, s.tensor))},

@@ -145,7 +145,7 @@ TEST_CASE("moe: the training step matches the FLOP oracle and keeps the routed b
   CHECK(oa.inputGradFlops == 3145728 + 98304 + 8192 + 8192);
   // Saved: x, gates, indices, the gate and up pre-activations, the hidden, the expert outputs.
   double saved = 0;
-  for (const SavedTensor &st : oa.saved)
+  for (const SavedTensor &st : t.a->savedOf(t.op("layers[0].moe.moe")))
     saved += st.bytes;
   double expected = 32 * 64 * 4 + 32 * 2 * 4 + 32 * 2 * 4 + 3 * 64 * 128 * 4 + 64 * 64 * 4;
   CHECK(saved == expected);
