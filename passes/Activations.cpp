@@ -563,11 +563,20 @@ void fromInputSchedule(const Facts &f, Walk &w) {
 /// and takes them off after its last (Saved ones in `saved`, the rest in `other`).
 struct LiveDeltas {
   std::vector<double> &saved, &other;
+  /// When set: the buffers' sizes rounded up to kAlignment, summed (nullopt once past
+  /// INT64_MAX): what the memory plan needs when it lists no buffers (Analysis::listPlan).
+  std::optional<int64_t> *aligned = nullptr;
   /// A buffer of `bytes` live from step `first` to step `last` (at least `first`).
   void add(bool isSaved, uint32_t first, uint32_t last, double bytes) {
     std::vector<double> &d = isSaved ? saved : other;
     d[first] += bytes;
     d[std::max(first, last) + 1] -= bytes;
+    if (aligned && *aligned) {
+      // As planMemory sizes a buffer: its whole bytes (< 2^63, else it cannot be held), aligned.
+      std::optional<int64_t> size =
+          bytes < 0x1p63 ? checkedAlignUp(static_cast<int64_t>(bytes)) : std::nullopt;
+      *aligned = size ? checkedAdd(**aligned, *size) : std::nullopt;
+    }
   }
 };
 
@@ -845,13 +854,15 @@ std::string policyKey(const Policy &p) {
 /// Steps 3-5 for one policy: its schedule, the recompute it costs, every buffer's lifetime
 /// and the peak. `keepBuffers`: every buffer in w.buffers, for the memory plan; else only the
 /// recompute and the peak, answered from Facts::memo when this policy was walked before under
-/// the same facts (w.schedule is then empty).
-Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) {
+/// the same facts (w.schedule is then empty). `alignedSum`: the buffers' aligned sizes summed
+/// there instead of listed (LiveDeltas::aligned; the walk is then made, not looked up).
+Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
+          std::optional<int64_t> *alignedSum = nullptr) {
   Walk w;
   std::string key;
   if (f.memo)
     key = policyKey(p);
-  if (!keepBuffers && f.memo) {
+  if (!keepBuffers && !alignedSum && f.memo) {
     auto it = f.walked->walks.find(key);
     if (it != f.walked->walks.end()) {
       ++f.memo->reused;
@@ -876,7 +887,7 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers) 
   }
   WalkScratch own; // a walk without a memo has lists of its own
   WalkScratch &scratch = f.memo ? f.memo->scratch : own;
-  LiveDeltas live{scratch.saved, scratch.other};
+  LiveDeltas live{scratch.saved, scratch.other, alignedSum};
   live.saved.assign(w.schedule.size() + 1, 0);
   live.other.assign(w.schedule.size() + 1, 0);
   liveness(f, a, w, live, keepBuffers, scratch);
@@ -1740,7 +1751,21 @@ void planActivations(Analysis &a) {
   // A candidate priced alone (Analysis::priceOnly) needs the peak and, for its step time, the
   // schedule's Recompute steps, not the buffers: its walk may come from the memo, which keeps
   // no schedule, but does keep those steps once a candidate applied the policy.
-  Walk w = walk(f, a, p, !a.priceOnly);
+  // The applied policy's buffers, for the memory plan (Analysis::listPlan): listed, or only
+  // summed when nothing reads the list — then the plan fits 64-bit byte offsets when the
+  // sum with the local gradients' bound does (planMemory), and else the buffers are listed
+  // after all, for the memory plan to say what does not fit.
+  bool list = !a.priceOnly && (a.listPlan || a.placeBuffers || plan.fuseKernels);
+  std::optional<int64_t> aligned = 0;
+  Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned);
+  if (!a.priceOnly && !list) {
+    std::optional<int64_t> local = localGradientBound(*a.step, a.graph->tensors.size());
+    if (!aligned || !local || !checkedAdd(*aligned, *local)) {
+      w = walk(f, a, p, true);
+      list = true;
+    }
+  }
+  a.planListed = list;
   std::shared_ptr<const std::vector<ScheduleStep>> recomputeSteps;
   if (a.priceOnly && w.memo && w.memo->recomputeSteps) {
     recomputeSteps = w.memo->recomputeSteps; // the schedule is not built again
@@ -1790,7 +1815,8 @@ void planActivations(Analysis &a) {
   a.memory.peak = staticBytes(a) + a.memory.activations + a.memory.workspace;
 
   if (plan.isTrain && !f.copies.empty() && !a.priceOnly) {
-    perBlock(f, w, a);
+    if (list) // what each copy keeps is summed from the buffers
+      perBlock(f, w, a);
     // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
     // thousands of times and read only the peak and the times (a curve there made `tally
     // solve layout` 4× slower).

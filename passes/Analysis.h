@@ -103,6 +103,16 @@ struct Analysis {
   /// plan that fuses is placed anyway); check and the reports read none (the placement was
   /// 17% of a 1,000-layer check). Unplaced, the plan is still checked to fit 64-bit offsets.
   bool placeBuffers = true;
+  /// List the memory plan: every buffer, the step's schedule of ops and each region's entries
+  /// (Activations.cpp, MemoryPlan.cpp), which the reports, build, explain and kernel fusion
+  /// read. `tally check` (without --emit=memory-plan) and a solver's candidates read only
+  /// whether the plan fits 64-bit byte offsets, which sums say without the lists (the buffer
+  /// list of a 100,000-layer check was 4.5 million records). Placing or fusing lists anyway.
+  bool listPlan = true;
+  /// Whether this analysis's memory plan was listed (listPlan, or placeBuffers, or fused
+  /// kernels; also when the sums did not prove the plan fits, so that the listed plan says
+  /// what does not): the buffers, schedule and region entries are empty when it was not.
+  bool planListed = true;
   /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
   /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
   bool priceOnly = false;

@@ -129,11 +129,13 @@ std::optional<int64_t> alignedBytes(int64_t n, Dtype dtype) {
   return bytes ? checkedAlignUp(*bytes) : std::nullopt;
 }
 
-/// Lays `states` copies of the tensors `ts` out in a region; false when a tensor's bytes or
-/// the region's size pass INT64_MAX.
-bool lay(Region &r, Dtype dtype, const Graph &g, const std::vector<TensorId> &ts, unsigned states) {
+/// Lays `states` copies of the tensors `ts` out in a region (listing each when `list`, else
+/// only its size); false when a tensor's bytes or the region's size pass INT64_MAX.
+bool lay(Region &r, Dtype dtype, const Graph &g, const std::vector<TensorId> &ts, unsigned states,
+         bool list) {
   r.dtype = dtype;
-  r.tensors.reserve(r.tensors.size() + states * ts.size());
+  if (list)
+    r.tensors.reserve(r.tensors.size() + states * ts.size());
   for (unsigned s = 0; s < states; ++s)
     for (TensorId t : ts) {
       std::optional<int64_t> n = checkedNumel(g.tensors[t].shape); // lowering checked it
@@ -142,19 +144,18 @@ bool lay(Region &r, Dtype dtype, const Graph &g, const std::vector<TensorId> &ts
       std::optional<int64_t> end = aligned ? checkedAdd(r.bytes, *aligned) : std::nullopt;
       if (!end)
         return false;
-      r.tensors.push_back({t, s, r.bytes, *bytes});
+      if (list)
+        r.tensors.push_back({t, s, r.bytes, *bytes});
       r.bytes = *end;
     }
   return true;
 }
 
-} // namespace
-
-void planMemory(Analysis &a) {
+/// Step 1: Analysis::stepSchedule and stepIndexOf.
+void scheduleOps(Analysis &a) {
   const Graph &g = *a.graph;
   const Graph &s = *a.step;
   const Plan &plan = *a.plan;
-
   // Step 1. The backward ops of each forward op, in one list grouped by forward op (a vector
   // per forward op was 80 MB of a 100,000-layer check).
   std::vector<std::pair<OpId, OpId>> backwardPairs; // (forward op, backward op)
@@ -171,7 +172,6 @@ void planMemory(Analysis &a) {
   TensorLists backwardOf; // indexed by forward op
   backwardOf.build(g.ops.size(), backwardPairs);
   backwardPairs = {};
-  a.stepSchedule.clear();
   size_t entries = lossFill.size() + optimizer.size();
   for (const ScheduleStep &st : a.schedule)
     entries += st.kind == ScheduleStep::Backward ? backwardOf[st.op].size() : 1;
@@ -204,8 +204,39 @@ void planMemory(Analysis &a) {
     for (OpId o : optimizer)
       a.stepSchedule.push_back({StepEntry::Optimizer, o});
 
+}
+
+} // namespace
+
+std::optional<int64_t> localGradientBound(const Graph &step, size_t forwardTensors) {
+  std::optional<int64_t> sum = 0;
+  for (TensorId t = static_cast<TensorId>(forwardTensors); t < step.tensors.size() && sum; ++t) {
+    const Tensor &x = step.tensors[t];
+    if (x.role != TensorRole::Gradient || x.viewOf != kNone)
+      continue;
+    std::optional<int64_t> n = checkedNumel(x.shape);
+    std::optional<int64_t> bytes = n ? checkedMul(*n, static_cast<int64_t>(bytesOf(x.dtype))) : std::nullopt;
+    std::optional<int64_t> size = bytes ? checkedAlignUp(*bytes) : std::nullopt;
+    sum = size ? checkedAdd(*sum, *size) : std::nullopt;
+  }
+  return sum;
+}
+
+void planMemory(Analysis &a) {
+  const Graph &g = *a.graph;
+  const Graph &s = *a.step;
+  const Plan &plan = *a.plan;
+  // Unlisted (Analysis::planListed), the walk proved the buffers with the local gradients fit
+  // int64 when summed: no schedule, no local gradient buffers, regions as sizes alone.
+  const bool listed = a.planListed;
+
+  a.stepSchedule.clear();
+  a.stepIndexOf.clear();
+  if (listed)
+    scheduleOps(a);
+
   // Step 3.
-  if (plan.isTrain) {
+  if (plan.isTrain && listed) {
     std::vector<uint32_t> stepOfEntry(a.stepSchedule.size(), 0);
     for (size_t k = 0; k + 1 < a.stepIndexOf.size(); ++k)
       for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1]; ++e)
@@ -295,11 +326,11 @@ void planMemory(Analysis &a) {
   auto regionTooLarge = [&](const char *name) {
     unrepresentable(std::string("the ") + name + " region passes 2^63 - 1 bytes");
   };
-  if (!lay(a.regions.params, plan.precision.params, g, all, 1))
+  if (!lay(a.regions.params, plan.precision.params, g, all, 1, listed))
     return regionTooLarge("params");
   if (!plan.isTrain)
     return;
-  if (!lay(a.regions.grads, plan.precision.grads, g, trainable, 1))
+  if (!lay(a.regions.grads, plan.precision.grads, g, trainable, 1, listed))
     return regionTooLarge("grads");
   const Parallelism &par = plan.parallel;
   int64_t gradBytes = static_cast<int64_t>(bytesOf(plan.precision.grads));
@@ -320,9 +351,9 @@ void planMemory(Analysis &a) {
       return regionTooLarge("optimizer");
     return;
   }
-  if (plan.precision.master != Dtype::Invalid && !lay(a.regions.master, plan.precision.master, g, trainable, 1))
+  if (plan.precision.master != Dtype::Invalid && !lay(a.regions.master, plan.precision.master, g, trainable, 1, listed))
     return regionTooLarge("master");
-  if (!lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer)))
+  if (!lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer), listed))
     return regionTooLarge("optimizer");
 }
 

@@ -81,6 +81,10 @@ WalkMemoStats walkMemoStats(const WalkMemo &memo);
 /// MemoryPlan.cpp: the schedule over the step graph's ops and the flat regions (params,
 /// grads, master weights, optimizer state) with an aligned offset per tensor.
 void planMemory(Analysis &a);
+/// MemoryPlan.cpp: an upper bound on the aligned bytes of the local gradients planMemory adds
+/// to the buffers (every dense gradient tensor the step made after `forwardTensors`); nullopt
+/// past INT64_MAX. With the walk's buffers summed, it says the plan fits without listing it.
+std::optional<int64_t> localGradientBound(const Graph &step, size_t forwardTensors);
 /// Fusion.cpp (declared in passes/Fusion.h with what codegen shares of it): fuseKernels, with
 /// Plan::fuseKernels only — the runs of elementwise entries, norm prologues and matmul bias
 /// epilogues that one kernel runs, and the bytes and launches that saves per op. After
@@ -153,13 +157,15 @@ struct AnalyzeOptions {
   bool whatIf = false;          ///< a solver's candidate: no budgets checked, no curve
   bool diagnosticsOnly = false; ///< `tally check`: no trade-off curve (unless auto reads it)
   bool placeBuffers = true;     ///< the arena offsets: --emit=memory-plan, build, run
+  bool listPlan = true;         ///< the memory plan's buffers, schedule and region entries
 
-  /// What `tally check` reads: diagnostics only (no curve), and the offsets only when it
-  /// prints the memory plan (--emit=memory-plan).
+  /// What `tally check` reads: diagnostics only (no curve), and the memory plan only when it
+  /// prints it (--emit=memory-plan).
   static AnalyzeOptions check(bool memoryPlan) {
     AnalyzeOptions o;
     o.diagnosticsOnly = true;
     o.placeBuffers = memoryPlan;
+    o.listPlan = memoryPlan;
     return o;
   }
 };

@@ -102,6 +102,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   a.whatIf = options.whatIf;
   a.diagnosticsOnly = options.diagnosticsOnly;
   a.placeBuffers = options.placeBuffers;
+  a.listPlan = options.listPlan;
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);

@@ -215,7 +215,8 @@ std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const 
   llvm::SourceMgr sm;
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
-  return trialOf(analyze(*graph, candidate, quiet, {}, {/*whatIf=*/true, false, /*placeBuffers=*/false}));
+  return trialOf(analyze(*graph, candidate, quiet, {},
+                         {/*whatIf=*/true, false, /*placeBuffers=*/false, /*listPlan=*/false}));
 }
 
 namespace {

@@ -160,6 +160,7 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   // finds the same overflow.
   Analysis checked = analyze(*big.a->graph, *big.a->plan, quiet, {}, test::checkOptions());
   CHECK(checked.planOverflow == big.a->planOverflow);
+  CHECK(checked.planListed); // the sum did not prove it fits: listed, so placed
   // A plan that fits: no placement (no arena, no offsets), the same diagnostics and numbers.
   test::Compiled gpt(test::fromFile, test::example("gpt2.tally"));
   REQUIRE(gpt.a->arenaBytes > 0);
@@ -168,7 +169,21 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   Analysis c = analyze(*gpt.a->graph, *gpt.a->plan, diags, {}, test::checkOptions());
   CHECK(c.planOverflow.empty());
   CHECK(c.arenaBytes == 0);
+  // Nor listed (Analysis::listPlan): no buffers, schedule or region entries, the same sizes.
+  CHECK(gpt.a->planListed);
+  CHECK(!c.planListed);
+  CHECK(c.buffers.empty());
+  CHECK(c.stepSchedule.empty());
+  CHECK(!gpt.a->buffers.empty());
+  CHECK(c.regions.params.tensors.empty());
+  CHECK(c.regions.optimizer.tensors.empty());
+  CHECK(c.regions.params.bytes == gpt.a->regions.params.bytes);
+  CHECK(c.regions.grads.bytes == gpt.a->regions.grads.bytes);
+  CHECK(c.regions.master.bytes == gpt.a->regions.master.bytes);
+  CHECK(c.regions.optimizer.bytes == gpt.a->regions.optimizer.bytes);
+  CHECK(c.regions.params.bytes > 0);
   CHECK(c.memory.peak == gpt.a->memory.peak);
+  CHECK(c.livePeakBytes == gpt.a->livePeakBytes);
   CHECK(c.time.step == gpt.a->time.step);
   CHECK(diags.diagnostics().size() == gpt.c.diags.diagnostics().size());
   // Kernel fusion reads the offsets (aliasing), so a fused plan is placed even for check.
@@ -176,6 +191,7 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   fused.fuseKernels = true;
   Analysis f = analyze(*gpt.a->graph, fused, quiet, {}, test::checkOptions());
   Analysis full = analyze(*gpt.a->graph, fused, quiet);
+  CHECK(f.planListed);
   CHECK(f.arenaBytes == full.arenaBytes);
   CHECK(f.arenaBytes > 0);
   CHECK(f.time.step == full.time.step);
@@ -197,6 +213,16 @@ TEST_CASE("memory plan: a params region of 2^62 bytes fits, 2^63 does not",
   REQUIRE(one.count(DiagKind::Overflow) == 1);
   CHECK(one.of(DiagKind::Overflow)[0]->message ==
         "the memory plan does not fit in 64-bit byte offsets: the params region passes 2^63 - 1 bytes");
+  // Unlisted, as `tally check` analyses, the region's size alone says the same.
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  Analysis checked = analyze(*one.a->graph, *one.a->plan, quiet, {}, test::checkOptions());
+  CHECK(!checked.planListed);
+  CHECK(checked.planOverflow == one.a->planOverflow);
+  Analysis fitsChecked = analyze(*fits.a->graph, *fits.a->plan, quiet, {}, test::checkOptions());
+  CHECK(fitsChecked.planOverflow.empty());
+  CHECK(fitsChecked.regions.params.bytes == int64_t(1) << 62);
   // Two [2^31, 2^30] bf16 weights: each 2^62 bytes fits, their sum 2^63 does not.
   test::Compiled sum(bf16Model(int64_t(1) << 30, true));
   CHECK(sum.a->planOverflow == "the params region passes 2^63 - 1 bytes");
@@ -211,6 +237,14 @@ TEST_CASE("memory plan: a step that does not fit int64 is not generated", "[memo
   REQUIRE(!t.a->planOverflow.empty());
   REQUIRE(t.count(DiagKind::Overflow) == 1);
   CHECK(t.of(DiagKind::Overflow)[0]->line == 2); // at the plan's `model` setting
+  // `tally check` lists no plan unless sums cannot prove it fits; here they cannot, and the
+  // listed plan names the same buffer.
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  Analysis checked = analyze(*t.a->graph, *t.a->plan, quiet, {}, test::checkOptions());
+  CHECK(checked.planListed);
+  CHECK(checked.planOverflow == t.a->planOverflow);
   for (bool cuda : {false, true}) {
     codegen::EmitOptions o;
     std::vector<codegen::File> files;
