@@ -49,6 +49,8 @@
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
 
+#include <array>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -136,8 +138,17 @@ struct WalkMemo {
     /// policy (planActivations): what its step time reads of the schedule.
     std::shared_ptr<const std::vector<ScheduleStep>> recomputeSteps;
   };
+  /// The facts a walk reads, compactly: the plan's three, the saved lists (shared with the
+  /// analysis) and per op an index into the (roofline time, FLOPs, executed FLOPs) triples
+  /// (a copy of every op's numbers was 144 MB of a 100,000-layer check).
+  struct FactsKey {
+    double tensorDegree = 1, train = 0, sequenceParallel = 0;
+    std::shared_ptr<const Analysis::SavedLists> saved;
+    std::vector<uint32_t> opFacts;               ///< per op
+    std::vector<std::array<double, 3>> triples;  ///< as few as the ops' records allow
+  };
   struct Variant {
-    std::vector<double> facts;
+    FactsKey facts;
     std::unordered_map<std::string, Summary> walks; ///< by the policy's schedule (policyKey)
     /// Auto's chain under these facts (buildChain): its stages' sizes in bytes, which the
     /// facts alone decide (null until first built, or when there is no chain), and the last
@@ -251,43 +262,61 @@ void markSplit(Facts &f) {
   }
 }
 
-/// The facts a walk reads from the analysis, as numbers in a fixed order (a variant's key),
-/// each passed to `take` until it returns false; whether all were taken.
-template <typename Take> bool forEachFact(const Facts &f, const Analysis &a, Take &&take) {
-  if (!take(f.tensorDegree) || !take(f.train ? 1.0 : 0.0) ||
-      !take(a.plan->parallel.sequenceParallel ? 1.0 : 0.0))
+/// The facts a walk reads of op `o`: its roofline time, FLOPs and executed FLOPs.
+std::array<double, 3> opFacts(const Facts &f, const Analysis &a, OpId o) {
+  const OpAnalysis &oa = a.ops[o];
+  return {f.opTime[o], oa.forward.flops, oa.forward.executedFlops};
+}
+
+/// Whether `key` holds these facts, compared exactly (numbers by ==, the saved lists by
+/// content unless they are the same lists). O(ops); no list is built to compare (a
+/// 10,000-layer key is millions of numbers; building one per candidate was most of the
+/// facts' cost once the graph's part was shared).
+bool sameFacts(const WalkMemo::FactsKey &key, const Facts &f, const Analysis &a) {
+  if (key.tensorDegree != f.tensorDegree || key.train != (f.train ? 1.0 : 0.0) ||
+      key.sequenceParallel != (a.plan->parallel.sequenceParallel ? 1.0 : 0.0) ||
+      key.opFacts.size() != f.g.ops.size())
     return false;
-  for (OpId o = 0; o < f.g.ops.size(); ++o) {
-    const OpAnalysis &oa = a.ops[o];
-    if (!take(f.opTime[o]) || !take(oa.forward.flops) || !take(oa.forward.executedFlops) ||
-        !take(static_cast<double>(a.savedOf(o).size())))
+  if (key.saved != a.saved) {
+    if (!key.saved || !a.saved || key.saved->from != a.saved->from ||
+        key.saved->items.size() != a.saved->items.size())
       return false;
-    for (const SavedTensor &st : a.savedOf(o))
-      if (!take(static_cast<double>(st.tensor)) || !take(st.bytes))
+    for (size_t i = 0; i < a.saved->items.size(); ++i)
+      if (key.saved->items[i].tensor != a.saved->items[i].tensor ||
+          key.saved->items[i].bytes != a.saved->items[i].bytes)
         return false;
   }
+  for (OpId o = 0; o < f.g.ops.size(); ++o)
+    if (key.triples[key.opFacts[o]] != opFacts(f, a, o))
+      return false;
   return true;
 }
 
-/// The variant of `memo` whose facts are these (WalkMemo), made when there is none. A variant
-/// is compared in place (a 10,000-layer key is millions of numbers; building one per
-/// candidate to compare was most of the facts' cost once the graph's part was shared).
+/// The variant of `memo` whose facts are these (WalkMemo), made when there is none.
 WalkMemo::Variant *memoVariant(WalkMemo &memo, const Facts &f, const Analysis &a) {
-  for (const auto &v : memo.variants) {
-    const std::vector<double> &key = v->facts;
-    size_t i = 0;
-    auto same = [&](double x) { return i < key.size() && key[i++] == x; };
-    if (forEachFact(f, a, same) && i == key.size())
+  for (const auto &v : memo.variants)
+    if (sameFacts(v->facts, f, a))
       return v.get();
+  auto v = std::make_unique<WalkMemo::Variant>();
+  WalkMemo::FactsKey &key = v->facts;
+  key.tensorDegree = f.tensorDegree;
+  key.train = f.train ? 1.0 : 0.0;
+  key.sequenceParallel = a.plan->parallel.sequenceParallel ? 1.0 : 0.0;
+  key.saved = a.saved;
+  // Ops sharing a record (OpTable) mostly share their triple: the one last made for the
+  // record is tried first, compared bit for bit.
+  key.opFacts.resize(f.g.ops.size());
+  std::vector<uint32_t> lastOfRecord(a.ops.recordSlots(), kNone);
+  for (OpId o = 0; o < f.g.ops.size(); ++o) {
+    std::array<double, 3> t = opFacts(f, a, o);
+    uint32_t &k = lastOfRecord[a.ops.recordOf(o)];
+    if (k == kNone || std::memcmp(key.triples[k].data(), t.data(), sizeof t) != 0) {
+      k = static_cast<uint32_t>(key.triples.size());
+      key.triples.push_back(t);
+    }
+    key.opFacts[o] = k;
   }
-  std::vector<double> facts;
-  facts.reserve(3 + 6 * f.g.ops.size());
-  forEachFact(f, a, [&](double x) {
-    facts.push_back(x);
-    return true;
-  });
-  memo.variants.push_back(std::make_unique<WalkMemo::Variant>());
-  memo.variants.back()->facts = std::move(facts);
+  memo.variants.push_back(std::move(v));
   return memo.variants.back().get();
 }
 
@@ -389,13 +418,26 @@ Facts gatherFacts(const Analysis &a) {
     for (TensorId t = 0; t < g.tensors.size(); ++t)
       f.split[t] = f.split[t] || f.isActivation(t);
   f.opTime.assign(g.ops.size(), 0);
+  // Computed once per shared record and op class (OpTable::recordOf): a deep model's layers
+  // share their records.
+  struct Known {
+    bool made = false;
+    OpClass c = OpClass::View;
+    double time = 0;
+  };
+  std::vector<Known> timeOfRecord(a.ops.recordSlots());
   for (OpId o = 0; o < g.ops.size(); ++o) {
-    const OpAnalysis &oa = a.ops[o];
-    KernelWork work;
-    work.flops = oa.forward.executedFlops;
-    work.bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
-    work.transcendentals = oa.forward.transcendentals;
-    f.opTime[o] = kernelTime(a.plan->target, opClass(g.ops[o].kind), oa.computeDtype, work);
+    OpClass c = opClass(g.ops[o].kind);
+    Known &known = timeOfRecord[a.ops.recordOf(o)];
+    if (!known.made || known.c != c) {
+      const OpAnalysis &oa = a.ops[o];
+      KernelWork work;
+      work.flops = oa.forward.executedFlops;
+      work.bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
+      work.transcendentals = oa.forward.transcendentals;
+      known = {true, c, kernelTime(a.plan->target, c, oa.computeDtype, work)};
+    }
+    f.opTime[o] = known.time;
   }
   f.tensorBuffer.assign(g.tensors.size(), 0);
   for (TensorId t = 0; t < g.tensors.size(); ++t)

@@ -70,6 +70,11 @@ public:
   const_iterator end() const { return {this, size()}; }
   /// Records some op holds (what the table costs, beside 4 bytes per op).
   size_t distinct() const;
+  /// The index of op `op`'s record, below recordSlots(): ops with the same index have equal
+  /// records (a pass deriving a number from the record alone computes it once per index;
+  /// the index says nothing across tables or after a set()).
+  uint32_t recordOf(size_t op) const { return recordOf_[op]; }
+  size_t recordSlots() const { return records_.size(); }
 
   /// Whether two records are equal, bit for bit (every byte of the record is a field).
   static bool same(const OpAnalysis &x, const OpAnalysis &y);

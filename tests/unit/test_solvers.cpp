@@ -884,6 +884,22 @@ TEST_CASE("layout: a policy is walked once per graph and facts", "[solvers][layo
   CHECK(split.memory.peak == splitFull.memory.peak);
   CHECK(split.checkpoint.policy == splitFull.checkpoint.policy);
   CHECK(split.time.step == splitFull.time.step);
+  // Another GPU changes every op's roofline time, which a walk reads (the recompute seconds):
+  // a third variant, again with a whole analysis's answers.
+  Plan other = rig.plan;
+  const Target *a100 = findTarget("A100_80GB");
+  REQUIRE(a100);
+  other.target = *a100;
+  Analysis onA100 = analyzeLayout(graphPart, other, quiet);
+  CHECK(walkMemoStats(*graphPart.walks).variants == 3);
+  Analysis a100Full = analyze(*a.graph, other, quiet);
+  CHECK(onA100.memory.peak == a100Full.memory.peak);
+  CHECK(onA100.checkpoint.policy == a100Full.checkpoint.policy);
+  CHECK(onA100.flops.recompute == a100Full.flops.recompute);
+  CHECK(onA100.time.step == a100Full.time.step);
+  // The same plan again finds its variant: no fourth.
+  analyzeLayout(graphPart, other, quiet);
+  CHECK(walkMemoStats(*graphPart.walks).variants == 3);
   // The base analysis's walks serve the fix trials of its own graph.
   CHECK(walkMemoStats(*a.walks).walks > 0);
   Trials trials(a, stack.relower());
