@@ -501,6 +501,8 @@ struct Walk {
   double peakSaved = 0, peakOther = 0;
   uint32_t peakStep = 0;
   WalkMemo::Summary *memo = nullptr; ///< this policy's entry in the walk memo, if any
+  /// Per copy (when asked): the bytes its ops' first runs keep past the forward (perBlock).
+  std::vector<double> keptPerCopy;
 };
 
 /// Step 3 for block segments and selective ops: the forward of every op in order, then the
@@ -649,6 +651,37 @@ void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double
   w.buffers.push_back(b);
 }
 
+/// Walk::keptPerCopy: per copy, the bytes of the activations and extra buffers its ops made
+/// in the forward (not re-runs) that are still live when the backward starts: saved for a
+/// backward or kept as the input of a recomputed segment. From the walk's instances, so that
+/// no buffer list is needed (whole bytes: the sums are exact in any order).
+void keptByCopy(const Facts &f, Walk &w, const std::vector<LiveInstance> &inst) {
+  const Graph &g = f.g;
+  size_t T = g.tensors.size();
+  uint32_t forwardEnd = 0; // the first step after the forward of every op
+  for (uint32_t i = 0; i < w.schedule.size(); ++i)
+    if (w.schedule[i].kind == ScheduleStep::Forward)
+      forwardEnd = i + 1;
+  w.keptPerCopy.assign(f.copies.size(), 0);
+  for (const LiveInstance &in : inst) {
+    if (!(in.first < forwardEnd && in.last >= forwardEnd))
+      continue;
+    OpId op = kNone;
+    double bytes = 0;
+    if (in.key < T) {
+      op = g.tensors[in.key].producer;
+      bytes = f.tensorBuffer[in.key];
+    } else { // extra buffer k of op o: key T + extras.start[o] + k
+      uint32_t item = static_cast<uint32_t>(in.key - T);
+      auto after = std::upper_bound(f.extras.start.begin(), f.extras.start.end(), item);
+      op = static_cast<OpId>(after - f.extras.start.begin()) - 1;
+      bytes = f.extraBuffer[item];
+    }
+    if (bytes > 0 && op != kNone && op < f.copyOfOp.size() && f.copyOfOp[op] != kNone)
+      w.keptPerCopy[f.copyOfOp[op]] += bytes;
+  }
+}
+
 /// Step 4 over any schedule. Every run of an op (its forward or a recompute) makes a new
 /// instance of each activation it writes and of each extra buffer it saves; every later step
 /// that reads the tensor uses its newest instance: a forward or recompute reading it as an
@@ -660,7 +693,7 @@ void addBuffer(Walk &w, LiveDeltas &live, bool keep, TensorId t, OpId op, double
 /// An activation's gradient lives from the backward of its first reader in the backward
 /// (which starts it) to the backward of its producer (which consumes it).
 void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool keep,
-              WalkScratch &scratch) {
+              bool perCopy, WalkScratch &scratch) {
   using Instance = LiveInstance;
   const Graph &g = f.g;
   size_t n = g.ops.size(), T = g.tensors.size();
@@ -737,6 +770,8 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
       addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, bwd[p], gradientLabel,
                 Buffer::Gradient);
   };
+  if (perCopy)
+    keptByCopy(f, w, inst);
   if (!keep) {
     // Only the live bytes per step: the buffers in the order they were made (whole bytes, so
     // the sums are exact in any order), without listing them by tensor.
@@ -897,14 +932,15 @@ std::string policyKey(const Policy &p) {
 /// and the peak. `keepBuffers`: every buffer in w.buffers, for the memory plan; else only the
 /// recompute and the peak, answered from Facts::memo when this policy was walked before under
 /// the same facts (w.schedule is then empty). `alignedSum`: the buffers' aligned sizes summed
-/// there instead of listed (LiveDeltas::aligned; the walk is then made, not looked up).
+/// there instead of listed (LiveDeltas::aligned), and `perCopy` Walk::keptPerCopy (the walk
+/// is then made, not looked up).
 Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
-          std::optional<int64_t> *alignedSum = nullptr) {
+          std::optional<int64_t> *alignedSum = nullptr, bool perCopy = false) {
   Walk w;
   std::string key;
   if (f.memo)
     key = policyKey(p);
-  if (!keepBuffers && !alignedSum && f.memo) {
+  if (!keepBuffers && !alignedSum && !perCopy && f.memo) {
     auto it = f.walked->walks.find(key);
     if (it != f.walked->walks.end()) {
       ++f.memo->reused;
@@ -932,7 +968,7 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
   LiveDeltas live{scratch.saved, scratch.other, alignedSum};
   live.saved.assign(w.schedule.size() + 1, 0);
   live.other.assign(w.schedule.size() + 1, 0);
-  liveness(f, a, w, live, keepBuffers, scratch);
+  liveness(f, a, w, live, keepBuffers, perCopy, scratch);
   findPeak(w, live);
   // A walk that listed its buffers has the same recompute and peak: later buffer-less walks
   // of this policy (the trade-off curve's point for the applied policy) take them.
@@ -1698,17 +1734,13 @@ std::vector<std::string> keptPaths(const Facts &f, const Policy &p) {
 /// (the copy's forward again), how many of its ops re-run more often (alone: selective), and
 /// the bytes its ops' first runs keep past the forward (activations and extra
 /// buffers made in the forward and still live when the backward starts: saved for a backward
-/// or kept as the input of a recomputed segment).
+/// or kept as the input of a recomputed segment; Walk::keptPerCopy).
 void perBlock(const Facts &f, const Walk &w, Analysis &a) {
   size_t L = f.copies.size();
   std::vector<int64_t> runs(f.g.ops.size(), 0);
-  uint32_t forwardEnd = 0; // the first step after the forward of every op
-  for (uint32_t i = 0; i < w.schedule.size(); ++i) {
-    if (w.schedule[i].kind == ScheduleStep::Recompute)
-      ++runs[w.schedule[i].op];
-    else if (w.schedule[i].kind == ScheduleStep::Forward)
-      forwardEnd = i + 1;
-  }
+  for (const ScheduleStep &st : w.schedule)
+    if (st.kind == ScheduleStep::Recompute)
+      ++runs[st.op];
   a.checkpoint.perBlock.assign(L, {});
   for (size_t c = 0; c < L; ++c) {
     auto &b = a.checkpoint.perBlock[c];
@@ -1719,10 +1751,8 @@ void perBlock(const Facts &f, const Walk &w, Analysis &a) {
     for (OpId o : f.copies[c].ops)
       b.reselected += runs[o] > b.reruns;
   }
-  for (const Buffer &b : w.buffers)
-    if (b.kind != Buffer::Gradient && b.op != kNone && b.first < forwardEnd &&
-        b.last >= forwardEnd && f.copyOfOp[b.op] != kNone)
-      a.checkpoint.perBlock[f.copyOfOp[b.op]].keptBytes += b.size;
+  for (size_t c = 0; c < L && c < w.keptPerCopy.size(); ++c)
+    a.checkpoint.perBlock[c].keptBytes = w.keptPerCopy[c];
 }
 
 /// The trade-off curve (Analysis::checkpoint.curve): the Pareto front of (peak per device,
@@ -1798,13 +1828,19 @@ void planActivations(Analysis &a) {
   // sum with the local gradients' bound does (planMemory), and else the buffers are listed
   // after all, for the memory plan to say what does not fit.
   bool list = !a.priceOnly && (a.listPlan || a.placeBuffers || plan.fuseKernels);
+  bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly;
   std::optional<int64_t> aligned = 0;
-  Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned);
+  Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
   if (!a.priceOnly && !list) {
-    std::optional<int64_t> local = localGradientBound(*a.step, a.graph->tensors.size());
+    std::optional<int64_t> local =
+        a.step ? localGradientBound(*a.step, a.graph->tensors.size()) : a.localGradientBytes;
     if (!aligned || !local || !checkedAdd(*aligned, *local)) {
-      w = walk(f, a, p, true);
+      w = walk(f, a, p, true, nullptr, perCopy);
       list = true;
+      if (!a.step) { // released (Analysis::stepReleased): the listed plan reads it
+        a.step = std::make_shared<const Graph>(buildTrainingStep(*a.graph, plan));
+        a.stepReleased = false;
+      }
     }
   }
   a.planListed = list;
@@ -1857,8 +1893,7 @@ void planActivations(Analysis &a) {
   a.memory.peak = staticBytes(a) + a.memory.activations + a.memory.workspace;
 
   if (plan.isTrain && !f.copies.empty() && !a.priceOnly) {
-    if (list) // what each copy keeps is summed from the buffers
-      perBlock(f, w, a);
+    perBlock(f, w, a);
     // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
     // thousands of times and read only the peak and the times (a curve there made `tally
     // solve layout` 4× slower).

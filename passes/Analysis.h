@@ -113,6 +113,15 @@ struct Analysis {
   /// kernels; also when the sums did not prove the plan fits, so that the listed plan says
   /// what does not): the buffers, schedule and region entries are empty when it was not.
   bool planListed = true;
+  /// The aligned bytes of the local gradients the memory plan would add (an upper bound,
+  /// localGradientBound; nullopt past INT64_MAX), taken from the step when the plan is not
+  /// listed (listPlan), before the step may be released.
+  std::optional<int64_t> localGradientBytes;
+  /// Whether `step` was released once verified and priced (AnalyzeOptions::keepStep: `tally
+  /// check` reads nothing more of it when it lists no memory plan; half of a deep model's
+  /// memory): null from then on, unless the memory plan must be listed after all (it does not
+  /// fit int64), which builds it again (the same step: buildTrainingStep is deterministic).
+  bool stepReleased = false;
   /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
   /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
   bool priceOnly = false;

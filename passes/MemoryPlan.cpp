@@ -224,7 +224,6 @@ std::optional<int64_t> localGradientBound(const Graph &step, size_t forwardTenso
 
 void planMemory(Analysis &a) {
   const Graph &g = *a.graph;
-  const Graph &s = *a.step;
   const Plan &plan = *a.plan;
   // Unlisted (Analysis::planListed), the walk proved the buffers with the local gradients fit
   // int64 when summed: no schedule, no local gradient buffers, regions as sizes alone.
@@ -237,6 +236,7 @@ void planMemory(Analysis &a) {
 
   // Step 3.
   if (plan.isTrain && listed) {
+    const Graph &s = *a.step;
     std::vector<uint32_t> stepOfEntry(a.stepSchedule.size(), 0);
     for (size_t k = 0; k + 1 < a.stepIndexOf.size(); ++k)
       for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1]; ++e)
@@ -297,7 +297,7 @@ void planMemory(Analysis &a) {
   for (const Buffer &b : a.buffers)
     if (!(b.size < 0x1p63)) {
       std::string name = "buffer " + (b.tensor == kNone ? std::string() : "%" + std::to_string(b.tensor) + " ") +
-                         "(" + std::string(b.what) + (b.op < s.ops.size() ? " of op " + s.opPath(b.op) : std::string()) + ")";
+                         "(" + std::string(b.what) + (b.op < a.step->ops.size() ? " of op " + a.step->opPath(b.op) : std::string()) + ")";
       return unrepresentable(name + " is " + formatBytes(b.size) + ", past 2^63 - 1 bytes");
     }
   // Unless the offsets are read (Analysis::placeBuffers, kernel fusion), only whether the

@@ -158,14 +158,16 @@ struct AnalyzeOptions {
   bool diagnosticsOnly = false; ///< `tally check`: no trade-off curve (unless auto reads it)
   bool placeBuffers = true;     ///< the arena offsets: --emit=memory-plan, build, run
   bool listPlan = true;         ///< the memory plan's buffers, schedule and region entries
+  bool keepStep = true;         ///< Analysis::step after the analysis (Analysis::stepReleased)
 
-  /// What `tally check` reads: diagnostics only (no curve), and the memory plan only when it
-  /// prints it (--emit=memory-plan).
-  static AnalyzeOptions check(bool memoryPlan) {
+  /// What `tally check` reads: diagnostics only (no curve), the memory plan only when it
+  /// prints it (--emit=memory-plan), the training step only when it prints it (--emit=ir).
+  static AnalyzeOptions check(bool memoryPlan, bool ir = false) {
     AnalyzeOptions o;
     o.diagnosticsOnly = true;
     o.placeBuffers = memoryPlan;
     o.listPlan = memoryPlan;
+    o.keepStep = memoryPlan || ir;
     return o;
   }
 };

@@ -103,6 +103,15 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   a.diagnosticsOnly = options.diagnosticsOnly;
   a.placeBuffers = options.placeBuffers;
   a.listPlan = options.listPlan;
+  // Unlisted, the memory plan needs of the step only a bound on its local gradients; when no
+  // caller reads the step either, it goes back now, before the walks make their lists.
+  if (!(a.listPlan || a.placeBuffers || plan.fuseKernels) && a.step) {
+    a.localGradientBytes = localGradientBound(*a.step, g.tensors.size());
+    if (!options.keepStep && a.step.use_count() == 1) {
+      a.step.reset();
+      a.stepReleased = true;
+    }
+  }
   priceLayout(a);
   planMemory(a);
   checkMemoryPlan(a, diags);

@@ -824,3 +824,53 @@ TEST_CASE("activations: below every one-level plan auto nests, and recomputes le
   CHECK(none->a->checkpoint.policy == "recompute_all");
   CHECK(none->a->memory.activations + none->a->memory.workspace == needAll);
 }
+
+TEST_CASE("activations: what each copy keeps past the forward is the buffers' sum, listed or not",
+          "[activations]") {
+  // The per-copy rows (checkpoint.per_block) are summed from the walk's instances, which the
+  // unlisted plan of `tally check` and the reports also have; the oracle is the listed plan's
+  // buffers: made in the forward by an op of the copy, not a gradient, live when the backward
+  // starts.
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  for (const char *policy : {"none", "full", "sqrt", "selective", "every(3)", "recompute_all"}) {
+    INFO(policy);
+    test::Compiled t(stack(9, policy));
+    const Analysis &a = *t.a;
+    REQUIRE(a.planListed);
+    REQUIRE(a.checkpoint.perBlock.size() == 9);
+    uint32_t forwardEnd = 0;
+    for (uint32_t i = 0; i < a.schedule.size(); ++i)
+      if (a.schedule[i].kind == ScheduleStep::Forward)
+        forwardEnd = i + 1;
+    std::vector<double> kept(9, 0);
+    for (const Buffer &b : a.buffers)
+      if (b.kind != Buffer::Gradient && b.op != kNone && b.op < a.copies->ofOp.size() &&
+          a.copies->ofOp[b.op] != kNone && b.first < forwardEnd && b.last >= forwardEnd)
+        kept[a.copies->ofOp[b.op]] += b.size;
+    double any = 0;
+    for (size_t c = 0; c < 9; ++c) {
+      CHECK(a.checkpoint.perBlock[c].keptBytes == kept[c]);
+      any += kept[c];
+    }
+    if (std::string(policy) != "recompute_all") // it keeps only the stack's input
+      CHECK(any > 0);
+    // Unlisted, as the reports and check analyse: the same rows, no buffers.
+    AnalyzeOptions unlisted;
+    unlisted.placeBuffers = false;
+    unlisted.listPlan = false;
+    unlisted.keepStep = false;
+    Analysis u = analyze(*a.graph, *a.plan, quiet, {}, unlisted);
+    CHECK(!u.planListed);
+    CHECK(u.buffers.empty());
+    REQUIRE(u.checkpoint.perBlock.size() == 9);
+    for (size_t c = 0; c < 9; ++c) {
+      CHECK(u.checkpoint.perBlock[c].keptBytes == kept[c]);
+      CHECK(u.checkpoint.perBlock[c].reruns == a.checkpoint.perBlock[c].reruns);
+      CHECK(u.checkpoint.perBlock[c].reselected == a.checkpoint.perBlock[c].reselected);
+    }
+    CHECK(u.memory.peak == a.memory.peak);
+    CHECK(u.time.step == a.time.step);
+  }
+}

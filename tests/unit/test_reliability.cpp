@@ -184,6 +184,17 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   CHECK(c.regions.params.bytes > 0);
   CHECK(c.memory.peak == gpt.a->memory.peak);
   CHECK(c.livePeakBytes == gpt.a->livePeakBytes);
+  // Nor is the training step kept once verified and priced (AnalyzeOptions::keepStep), unless
+  // check prints it (--emit=ir); the backward's numbers are the same either way.
+  CHECK(!c.step);
+  CHECK(c.stepReleased);
+  CHECK(gpt.a->step);
+  CHECK(c.flops.backward == gpt.a->flops.backward);
+  CHECK(c.localGradientBytes.has_value());
+  Analysis ir = analyze(*gpt.a->graph, *gpt.a->plan, quiet, {}, AnalyzeOptions::check(false, true));
+  CHECK(ir.step);
+  CHECK(!ir.stepReleased);
+  CHECK(ir.step->ops.size() == gpt.a->step->ops.size());
   CHECK(c.time.step == gpt.a->time.step);
   CHECK(diags.diagnostics().size() == gpt.c.diags.diagnostics().size());
   // Kernel fusion reads the offsets (aliasing), so a fused plan is placed even for check.
@@ -245,6 +256,11 @@ TEST_CASE("memory plan: a step that does not fit int64 is not generated", "[memo
   Analysis checked = analyze(*t.a->graph, *t.a->plan, quiet, {}, test::checkOptions());
   CHECK(checked.planListed);
   CHECK(checked.planOverflow == t.a->planOverflow);
+  // The step went back once verified and was built again for the listed plan: the same one.
+  REQUIRE(checked.step);
+  CHECK(!checked.stepReleased);
+  CHECK(checked.step->ops.size() == t.a->step->ops.size());
+  CHECK(checked.step->tensors.size() == t.a->step->tensors.size());
   for (bool cuda : {false, true}) {
     codegen::EmitOptions o;
     std::vector<codegen::File> files;
