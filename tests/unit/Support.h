@@ -65,6 +65,43 @@ struct FromFile {};
 /// The FromFile tag value: `Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M")`.
 inline constexpr FromFile fromFile{};
 
+/// A small GPT (GPT-2's blocks, tied head, no position embedding) without a plan:
+/// `TinyGPT(vocab = 1024, d = 256, heads = 4, layers = 4)`.
+inline constexpr const char *kTinyGPTModel = R"(
+block MLP(d, hidden) {
+  fc   = Linear(d, hidden)
+  proj = Linear(hidden, d)
+  forward(x) { return proj(gelu(fc(x))) }
+}
+block Attn(d, heads) {
+  qkv  = Linear(d, 3 * d)
+  proj = Linear(d, d)
+  forward(x) {
+    q, k, v = split(qkv(x), 3, dim = -1)
+    return proj(attention(q, k, v, heads = heads, causal = true))
+  }
+}
+block Block(d, heads) {
+  ln1 = LayerNorm(d)
+  attn = Attn(d, heads)
+  ln2 = LayerNorm(d)
+  mlp = MLP(d, 4 * d)
+  forward(x) {
+    x = x + attn(ln1(x))
+    return x + mlp(ln2(x))
+  }
+}
+model TinyGPT(vocab = 1024, d = 256, heads = 4, layers = 4) {
+  wte = Embedding(vocab, d)
+  h   = repeat(layers) Block(d, heads)
+  lnf = LayerNorm(d)
+  forward(tokens: i32[batch, seq]) {
+    logits = lnf(h(wte(tokens))) @ transpose(wte.weight)
+    return cross_entropy(logits, next_tokens(tokens))
+  }
+}
+)";
+
 /// The lecture's DeepLinear model (as in examples/lecture.tally) without a plan: two matmuls,
 /// x @ w1 of [batch, 1024] × [1024, 1024] and h1 @ w2 of [batch, 1024] × [1024, 64]. The text
 /// starts with a newline, so `h1 = x @ w1` is line 6 of a source that begins with it.

@@ -112,45 +112,11 @@ TEST_CASE("optable: random writes read back exactly what was set", "[optable]") 
 }
 
 TEST_CASE("optable: a deep model's repeat copies share their records", "[optable]") {
-  // 64 layers of a small GPT: the records are those of one layer and the ops outside the
-  // layers, not one per op.
-  std::string text = R"(
-block MLP(d, hidden) {
-  fc   = Linear(d, hidden)
-  proj = Linear(hidden, d)
-  forward(x) { return proj(gelu(fc(x))) }
-}
-block Attn(d, heads) {
-  qkv  = Linear(d, 3 * d)
-  proj = Linear(d, d)
-  forward(x) {
-    q, k, v = split(qkv(x), 3, dim = -1)
-    return proj(attention(q, k, v, heads = heads, causal = true))
-  }
-}
-block Block(d, heads) {
-  ln1  = LayerNorm(d)
-  attn = Attn(d, heads)
-  ln2  = LayerNorm(d)
-  mlp  = MLP(d, 4 * d)
-  forward(x) {
-    x = x + attn(ln1(x))
-    return x + mlp(ln2(x))
-  }
-}
-model Deep(vocab = 256, ctx = 32, d = 64, heads = 4, layers = 64) {
-  wte = Embedding(vocab, d)
-  wpe = Embedding(ctx, d)
-  h   = repeat(layers) Block(d, heads)
-  lnf = LayerNorm(d)
-  forward(tokens: i32[batch, seq]) {
-    x = wte(tokens) + wpe(positions(seq))
-    x = h(x)
-    return cross_entropy(lnf(x) @ transpose(wte.weight), next_tokens(tokens))
-  }
-}
-train t { model = Deep()  batch = 4  seq = 32  optimizer = AdamW(lr = 1e-3)  target = H100_SXM }
-)";
+  // 64 layers of a small GPT (Support.h): the records are those of one layer and the ops
+  // outside the layers, not one per op.
+  std::string text = std::string(kTinyGPTModel) +
+                     "train t { model = TinyGPT(vocab = 256, d = 64, layers = 64)  batch = 4  seq = 32"
+                     "  optimizer = AdamW(lr = 1e-3)  target = H100_SXM }\n";
   Compiled c(text);
   const Analysis &a = *c.a;
   REQUIRE(a.ops.size() > 64 * 10);

@@ -44,40 +44,8 @@ std::string toyPlan(int batch, int devices, int zero, const std::string &extra =
          ", zero = " + std::to_string(zero) + extra + " } }\n";
 }
 
-/// A small GPT (GPT-2's blocks) for the parallel layouts.
-const char *kTinyGPT = R"(
-block MLP(d, hidden) {
-  fc   = Linear(d, hidden)
-  proj = Linear(hidden, d)
-  forward(x) { return proj(gelu(fc(x))) }
-}
-block Attn(d, heads) {
-  qkv  = Linear(d, 3 * d)
-  proj = Linear(d, d)
-  forward(x) {
-    q, k, v = split(qkv(x), 3, dim = -1)
-    return proj(attention(q, k, v, heads = heads, causal = true))
-  }
-}
-block Block(d, heads) {
-  ln1 = LayerNorm(d)
-  attn = Attn(d, heads)
-  ln2 = LayerNorm(d)
-  mlp = MLP(d, 4 * d)
-  forward(x) {
-    x = x + attn(ln1(x))
-    return x + mlp(ln2(x))
-  }
-}
-model TinyGPT(vocab = 1024, d = 256, heads = 4, layers = 4) {
-  wte = Embedding(vocab, d)
-  h   = repeat(layers) Block(d, heads)
-  lnf = LayerNorm(d)
-  forward(tokens: i32[batch, seq]) {
-    logits = lnf(h(wte(tokens))) @ transpose(wte.weight)
-    return cross_entropy(logits, next_tokens(tokens))
-  }
-}
+/// kTinyGPTModel (Support.h) with a plan on the parallel layouts.
+const std::string kTinyGPT = std::string(kTinyGPTModel) + R"(
 train par {
   model = TinyGPT()
   batch = 32
