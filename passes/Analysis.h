@@ -104,10 +104,11 @@ struct Analysis {
   /// 17% of a 1,000-layer check). Unplaced, the plan is still checked to fit 64-bit offsets.
   bool placeBuffers = true;
   /// List the memory plan: every buffer, the step's schedule of ops and each region's entries
-  /// (Activations.cpp, MemoryPlan.cpp), which the reports, build, explain and kernel fusion
-  /// read. `tally check` (without --emit=memory-plan) and a solver's candidates read only
-  /// whether the plan fits 64-bit byte offsets, which sums say without the lists (the buffer
-  /// list of a 100,000-layer check was 4.5 million records). Placing or fusing lists anyway.
+  /// (Activations.cpp, MemoryPlan.cpp), which --emit=memory-plan, build, explain and kernel
+  /// fusion read. `tally check` and the reports (without --emit=memory-plan) and a solver's
+  /// candidates read only whether the plan fits 64-bit byte offsets, which sums say without
+  /// the lists (the buffer list of a 100,000-layer check was 4.5 million records). Placing or
+  /// fusing lists anyway.
   bool listPlan = true;
   /// Whether this analysis's memory plan was listed (listPlan, or placeBuffers, or fused
   /// kernels; also when the sums did not prove the plan fits, so that the listed plan says

@@ -203,7 +203,6 @@ void scheduleOps(Analysis &a) {
   if (plan.isTrain)
     for (OpId o : optimizer)
       a.stepSchedule.push_back({StepEntry::Optimizer, o});
-
 }
 
 } // namespace
