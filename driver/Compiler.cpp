@@ -64,7 +64,7 @@ static llvm::Expected<std::string> readBounded(llvm::StringRef path, size_t limi
   if (!isStdin)
     fs::closeFile(fd);
   if (err)
-    return std::move(err);
+    return err;
   return text;
 }
 
