@@ -1827,13 +1827,12 @@ void planActivations(Analysis &a) {
   // summed when nothing reads the list — then the plan fits 64-bit byte offsets when the
   // sum with the local gradients' bound does (planMemory), and else the buffers are listed
   // after all, for the memory plan to say what does not fit.
-  bool list = !a.priceOnly && (a.listPlan || a.placeBuffers || plan.fuseKernels);
+  bool list = !a.priceOnly && a.listPlan;
   bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly;
   std::optional<int64_t> aligned = 0;
   Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
   if (!a.priceOnly && !list) {
-    std::optional<int64_t> local =
-        a.step ? localGradientBound(*a.step, a.graph->tensors.size()) : a.localGradientBytes;
+    const std::optional<int64_t> &local = a.localGradientBytes; // analyze took it from the step
     if (!aligned || !local || !checkedAdd(*aligned, *local)) {
       w = walk(f, a, p, true, nullptr, perCopy);
       list = true;

@@ -21,7 +21,6 @@
 
 namespace tally {
 
-
 /// Fusion.cpp: the bytes and kernel launches that fused kernels save one forward op's forward
 /// and its backward ops (values read from registers instead of memory; one launch per fused
 /// run). Kept apart from OpAnalysis, and only when kernels are fused (Analysis::fusion.savings):
@@ -107,12 +106,12 @@ struct Analysis {
   /// (Activations.cpp, MemoryPlan.cpp), which --emit=memory-plan, build, explain and kernel
   /// fusion read. `tally check` and the reports (without --emit=memory-plan) and a solver's
   /// candidates read only whether the plan fits 64-bit byte offsets, which sums say without
-  /// the lists (the buffer list of a 100,000-layer check was 4.5 million records). Placing or
-  /// fusing lists anyway.
+  /// the lists (the buffer list of a 100,000-layer check was 4.5 million records). analyze()
+  /// sets it when the buffers are placed or kernels fused, which read the lists too.
   bool listPlan = true;
-  /// Whether this analysis's memory plan was listed (listPlan, or placeBuffers, or fused
-  /// kernels; also when the sums did not prove the plan fits, so that the listed plan says
-  /// what does not): the buffers, schedule and region entries are empty when it was not.
+  /// Whether this analysis's memory plan was listed (listPlan, or when the sums did not prove
+  /// the plan fits, so that the listed plan says what does not): the buffers, schedule and
+  /// region entries are empty when it was not.
   bool planListed = true;
   /// The aligned bytes of the local gradients the memory plan would add (an upper bound,
   /// localGradientBound; nullopt past INT64_MAX), taken from the step when the plan is not

@@ -88,7 +88,7 @@ private:
   std::vector<OpAnalysis> records_;
   std::vector<uint32_t> holders_;   ///< per record: the ops holding it (0: free)
   std::vector<uint32_t> movedTo_;   ///< per record: the record the last op leaving it went to
-  std::vector<uint64_t> hash_;      ///< per record: the hash of its words
+  std::vector<uint64_t> hash_;      ///< per record: the hash of its bytes
   std::vector<uint32_t> sameHash_;  ///< per record: the next held record with its hash (a chain)
   std::vector<uint32_t> free_;      ///< records no op holds, for reuse
   llvm::DenseMap<uint64_t, uint32_t> index_; ///< hash → the first held record with it

@@ -102,10 +102,11 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   a.whatIf = options.whatIf;
   a.diagnosticsOnly = options.diagnosticsOnly;
   a.placeBuffers = options.placeBuffers;
-  a.listPlan = options.listPlan;
+  // Placing the buffers or fusing kernels reads the lists too.
+  a.listPlan = options.listPlan || options.placeBuffers || plan.fuseKernels;
   // Unlisted, the memory plan needs of the step only a bound on its local gradients; when no
   // caller reads the step either, it goes back now, before the walks make their lists.
-  if (!(a.listPlan || a.placeBuffers || plan.fuseKernels) && a.step) {
+  if (!a.listPlan && a.step) {
     a.localGradientBytes = localGradientBound(*a.step, g.tensors.size());
     if (!options.keepStep && a.step.use_count() == 1) {
       a.step.reset();
