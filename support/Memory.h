@@ -4,7 +4,7 @@
 // 128,800 page faults, half of its wall time; docs/performance.md, issue 12). The tally
 // executable therefore sets malloc's growth policy first thing (tuneAllocator) and advises
 // huge pages for every block of kHugeBlockBytes or more that its operator new hands out
-// (tools/tally/Allocation.cpp).
+// (tools/tally/Allocation.cpp), and for each step by which the heap grows.
 #pragma once
 
 #include <cstddef>
@@ -20,9 +20,16 @@ constexpr size_t kHugeBlockBytes = size_t(4) << 20;
 /// [p, p + bytes). Advice only: where the kernel has none, memory works as before.
 void adviseHugePages(void *p, size_t bytes);
 
-/// Sets malloc's growth policy: the heap grows 64 MiB at a time instead of a page at a time,
-/// free memory below 256 MiB is kept for reuse instead of returned and faulted in again, and
-/// blocks from kHugeBlockBytes on are mapped on their own (so freeing one returns it whole).
+/// Advises huge pages over what malloc's heap (its brk) has grown by since the last call. The
+/// heap grows in steps of 64 MiB (tuneAllocator), each a new mapping without advice; operator
+/// new calls this after each block it takes from the heap (a read of a cached value when the
+/// heap has not grown). Thread-safe.
+void adviseHeapGrowth();
+
+/// Sets malloc's growth policy: one heap for every thread (no per-thread arenas), which grows
+/// 64 MiB at a time instead of a page at a time, free memory below 256 MiB is kept for reuse
+/// instead of returned and faulted in again, and blocks from kHugeBlockBytes on are mapped on
+/// their own (so freeing one returns it whole).
 void tuneAllocator();
 
 } // namespace tally

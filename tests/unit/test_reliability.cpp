@@ -6,13 +6,17 @@
 // grow with the model are advised huge pages (support/Memory.h).
 #include <catch.hpp>
 
+#include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/Path.h>
+#include <llvm/Support/Program.h>
 
 #include "Support.h"
 #include "codegen/Emit.h"
@@ -298,6 +302,29 @@ TEST_CASE("every JSON a renderer prints has finite numbers only", "[output][reli
   CHECK(text.back() == '\n');
 }
 
+namespace {
+/// The VmFlags line of the mapping that holds `addr` in /proc/self/smaps ("" when none does).
+std::string mappingFlagsAt(uintptr_t addr) {
+  auto smaps = llvm::MemoryBuffer::getFileAsStream("/proc/self/smaps");
+  REQUIRE(smaps);
+  llvm::SmallVector<llvm::StringRef, 0> lines;
+  (*smaps)->getBuffer().split(lines, '\n');
+  bool inside = false;
+  for (llvm::StringRef line : lines) {
+    uint64_t lo = 0, hi = 0;
+    llvm::StringRef range = line.split(' ').first;
+    if (range.contains('-') && !range.split('-').first.getAsInteger(16, lo) &&
+        !range.split('-').second.getAsInteger(16, hi)) {
+      inside = lo <= addr && addr < hi;
+      continue;
+    }
+    if (inside && line.startswith("VmFlags:"))
+      return line.str();
+  }
+  return std::string();
+}
+} // namespace
+
 TEST_CASE("huge pages are advised over a big block's whole 2 MiB extents", "[memory][reliability]") {
   // The kernel marks an advised range "hg" in the VmFlags of /proc/self/smaps. Where it has no
   // transparent huge pages (no sysfs switch) there is nothing to advise.
@@ -313,31 +340,92 @@ TEST_CASE("huge pages are advised over a big block's whole 2 MiB extents", "[mem
   adviseHugePages(p, bytes - 16);
   const uintptr_t huge = uintptr_t(2) << 20;
   uintptr_t first = (reinterpret_cast<uintptr_t>(p) + huge - 1) / huge * huge;
-  auto flagsAt = [](uintptr_t addr) {
-    auto smaps = llvm::MemoryBuffer::getFileAsStream("/proc/self/smaps");
-    REQUIRE(smaps);
-    llvm::SmallVector<llvm::StringRef, 0> lines;
-    (*smaps)->getBuffer().split(lines, '\n');
-    bool inside = false;
-    for (llvm::StringRef line : lines) {
-      uint64_t lo = 0, hi = 0;
-      llvm::StringRef range = line.split(' ').first;
-      if (range.contains('-') && !range.split('-').first.getAsInteger(16, lo) &&
-          !range.split('-').second.getAsInteger(16, hi)) {
-        inside = lo <= addr && addr < hi;
-        continue;
-      }
-      if (inside && line.startswith("VmFlags:"))
-        return line.str();
-    }
-    return std::string();
-  };
-  std::string advised = flagsAt(first);
+  std::string advised = mappingFlagsAt(first);
   INFO(advised);
   CHECK(llvm::StringRef(advised).contains(" hg"));
   // The bytes before the first whole extent are not advised (another VMA, without hg).
-  std::string before = flagsAt(reinterpret_cast<uintptr_t>(block));
+  std::string before = mappingFlagsAt(reinterpret_cast<uintptr_t>(block));
   INFO(before);
   CHECK_FALSE(llvm::StringRef(before).contains(" hg"));
   munmap(block, bytes);
+}
+
+namespace {
+/// Whether `p` lies in malloc's main heap (the "[heap]" mapping of /proc/self/maps).
+bool inMainHeap(const void *p) {
+  auto maps = llvm::MemoryBuffer::getFileAsStream("/proc/self/maps");
+  REQUIRE(maps);
+  llvm::SmallVector<llvm::StringRef, 0> lines;
+  (*maps)->getBuffer().split(lines, '\n');
+  uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  for (llvm::StringRef line : lines) {
+    uint64_t lo = 0, hi = 0;
+    llvm::StringRef range = line.split(' ').first;
+    if (line.endswith("[heap]") && !range.split('-').first.getAsInteger(16, lo) &&
+        !range.split('-').second.getAsInteger(16, hi) && lo <= addr && addr < hi)
+      return true;
+  }
+  return false;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitizerMalloc = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitizerMalloc = true;
+#else
+constexpr bool kSanitizerMalloc = false;
+#endif
+#else
+constexpr bool kSanitizerMalloc = false;
+#endif
+} // namespace
+
+// Run alone, in a process of its own (the next test starts it): malloc fixes how many arenas
+// it may make when a thread first needs one, so tuneAllocator must come before any thread,
+// as in tally's main().
+TEST_CASE("one malloc heap child: a thread allocates from the main heap", "[.memory-child]") {
+  tuneAllocator();
+  void *fromThread = nullptr;
+  std::thread worker([&] { fromThread = std::malloc(1000); });
+  worker.join();
+  CHECK(inMainHeap(fromThread));
+  std::free(fromThread);
+}
+
+TEST_CASE("tally's malloc policy: one heap for every thread, advised huge pages as it grows", "[memory][reliability]") {
+  if (kSanitizerMalloc) {
+    WARN("the sanitizer's allocator replaces malloc's heaps: nothing to check");
+    return;
+  }
+  // A thread's blocks come from the main heap (a process of its own: see the test above).
+  std::string self = llvm::sys::fs::getMainExecutable(nullptr, reinterpret_cast<void *>(&inMainHeap));
+  REQUIRE_FALSE(self.empty());
+  std::string error;
+  int rc = llvm::sys::ExecuteAndWait(self, {self, "one malloc heap child: a thread allocates from the main heap"},
+                                     llvm::None, {}, 60, 0, &error);
+  INFO(error);
+  CHECK(rc == 0);
+
+  // What the heap grows by is advised huge pages.
+  if (!llvm::sys::fs::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    WARN("no transparent huge pages on this kernel: nothing more to check");
+    return;
+  }
+  tuneAllocator(); // tally's growth steps (64 MiB) and mapping threshold, as in its main()
+  adviseHeapGrowth(); // notes where the heap ends now
+  const uintptr_t huge = uintptr_t(2) << 20;
+  uintptr_t end = reinterpret_cast<uintptr_t>(sbrk(0));
+  std::vector<void *> blocks;
+  while (reinterpret_cast<uintptr_t>(sbrk(0)) < end + 4 * huge && blocks.size() < 1024) {
+    blocks.push_back(std::malloc(huge)); // under the mapping threshold: from the heap
+    adviseHeapGrowth();
+  }
+  REQUIRE(reinterpret_cast<uintptr_t>(sbrk(0)) >= end + 4 * huge);
+  uintptr_t firstWhole = (end + huge - 1) / huge * huge;
+  std::string flags = mappingFlagsAt(firstWhole);
+  INFO(flags);
+  CHECK(llvm::StringRef(flags).contains(" hg"));
+  for (void *b : blocks)
+    std::free(b);
 }
