@@ -616,6 +616,10 @@ struct Builder {
     // backward order, as one list grouped by base (a list per tensor was a small allocation
     // per activation: an eighth of a 30,000-layer check's page faults).
     std::vector<std::pair<TensorId, TensorId>> writes; // (base, tensor written)
+    size_t inputs = 0; // at most one write per input of a forward op: room for them once
+    for (OpId o = 0; o < forwardOps; ++o)
+      inputs += g.ops[o].inputs.size();
+    writes.reserve(inputs);
     hasGrad[g.loss] = true;
     for (OpId o = static_cast<OpId>(forwardOps); o-- > 0;) {
       const Op &op = g.ops[o];
@@ -704,6 +708,7 @@ Graph buildTrainingStep(const Graph &forward, const Plan &plan) {
     g.ops.reserve(4 * forward.ops.size() + 2 * forward.params.size() + 64);
     g.tensors.reserve(4 * forward.tensors.size() + 2 * forward.params.size() + 64);
   }
+  g.gradient.reserve(g.tensors.capacity()); // one entry per tensor the step will have
   g.gradient.assign(g.tensors.size(), kNone);
   g.differentiated = true;
   if (!train)
