@@ -61,9 +61,10 @@ struct ShapeHash {
       h = (h * 1000003) ^ std::hash<int64_t>()(d.size) ^ (static_cast<size_t>(d.sym) << 40);
     return h;
   }
+  size_t operator()(const ShapeRef::Data &s) const { return (*this)(s.dims); }
 };
 struct ShapeEq {
-  bool operator()(const Shape &a, const Shape &b) const { return sameShape(a, b); }
+  bool operator()(const ShapeRef::Data &a, const ShapeRef::Data &b) const { return sameShape(a.dims, b.dims); }
 };
 } // namespace
 
@@ -89,9 +90,10 @@ const T *pooled(size_t hash, Same same, Make make) {
 }
 } // namespace
 
-const Shape *ShapeRef::intern(const Shape &s) {
-  return pooled<Shape, ShapeHash, ShapeEq>(
-      ShapeHash()(s), [&](const Shape &x) { return sameShape(x, s); }, [&] { return s; });
+const ShapeRef::Data *ShapeRef::intern(const Shape &s) {
+  return pooled<Data, ShapeHash, ShapeEq>(
+      ShapeHash()(s), [&](const Data &x) { return sameShape(x.dims, s); },
+      [&] { return Data{s, numel(s), checkedNumel(s)}; });
 }
 
 namespace {
@@ -129,7 +131,7 @@ Layout::Layout() {
 }
 
 ShapeRef::ShapeRef() {
-  static const Shape *scalar = intern(Shape());
+  static const Data *scalar = intern(Shape());
   p_ = scalar;
 }
 

@@ -56,25 +56,33 @@ using Shape = llvm::SmallVector<Dim, 4>;
 /// and takes a lock, so a ShapeRef may cross threads.
 class ShapeRef {
 public:
+  /// A pooled shape with its element counts, computed once (numel and checkedNumel of it: a
+  /// deep step asks for them millions of times).
+  struct Data {
+    Shape dims;
+    double numel;
+    std::optional<int64_t> exactNumel;
+  };
   ShapeRef(); ///< the shape of a scalar, []
   ShapeRef(const Shape &s) : p_(intern(s)) {}
   ShapeRef(std::initializer_list<Dim> dims) : p_(intern(Shape(dims))) {}
-  operator const Shape &() const { return *p_; }
-  const Shape &get() const { return *p_; }
-  size_t size() const { return p_->size(); }
-  bool empty() const { return p_->empty(); }
-  const Dim &operator[](size_t i) const { return (*p_)[i]; }
-  const Dim &front() const { return p_->front(); }
-  const Dim &back() const { return p_->back(); }
-  Shape::const_iterator begin() const { return p_->begin(); }
-  Shape::const_iterator end() const { return p_->end(); }
+  operator const Shape &() const { return p_->dims; }
+  const Shape &get() const { return p_->dims; }
+  size_t size() const { return p_->dims.size(); }
+  bool empty() const { return p_->dims.empty(); }
+  const Dim &operator[](size_t i) const { return p_->dims[i]; }
+  const Dim &front() const { return p_->dims.front(); }
+  const Dim &back() const { return p_->dims.back(); }
+  Shape::const_iterator begin() const { return p_->dims.begin(); }
+  Shape::const_iterator end() const { return p_->dims.end(); }
   /// Equal shapes are one pooled copy, so equality is identity.
   bool operator==(const ShapeRef &o) const { return p_ == o.p_; }
   bool operator!=(const ShapeRef &o) const { return p_ != o.p_; }
+  const Data &data() const { return *p_; }
 
 private:
-  static const Shape *intern(const Shape &s);
-  const Shape *p_;
+  static const Data *intern(const Shape &s);
+  const Data *p_;
 };
 
 /// Number of elements as a double (exact below 2^53; lowering rejects any shape whose element
@@ -82,6 +90,9 @@ private:
 double numel(const Shape &s);
 /// Element count with overflow checking; nullopt when the product exceeds int64.
 std::optional<int64_t> checkedNumel(const Shape &s);
+/// The same two of a pooled shape: read, not computed.
+inline double numel(const ShapeRef &s) { return s.data().numel; }
+inline std::optional<int64_t> checkedNumel(const ShapeRef &s) { return s.data().exactNumel; }
 /// a + b and a · b with overflow checking: nullopt when the exact result does not fit int64
 /// (the memory plan's sizes and offsets are summed with these).
 inline std::optional<int64_t> checkedAdd(int64_t a, int64_t b) {
