@@ -337,7 +337,7 @@ void TensorLists::build(size_t tensors, const std::vector<std::pair<TensorId, ui
 
 Graph Graph::extend() const {
   // Every field: one added to Graph must be added here (the size check is the reminder).
-  static_assert(sizeof(Graph) == 176 + 4 * sizeof(Records<Tensor>), "a field was added to Graph: copy it in Graph::extend");
+  static_assert(sizeof(Graph) == 200 + 4 * sizeof(Records<Tensor>), "a field was added to Graph: copy it in Graph::extend");
   Graph g;
   g.model = model;
   g.tensors = Records<Tensor>::extend(tensors);
@@ -353,6 +353,7 @@ Graph Graph::extend() const {
   g.gradient = gradient;
   g.differentiated = differentiated;
   g.randomStreams = randomStreams;
+  g.skipped = skipped;
   return g;
 }
 
@@ -550,6 +551,10 @@ RepeatCopies findRepeatCopies(const Graph &g) {
     r.ofOp[o] = index[c];
     r.copies[index[c]].ops.push_back(o);
   }
+  r.ofInstance.assign(g.instances.size(), kNone);
+  for (uint32_t i = 0; i < g.instances.size(); ++i)
+    if (copyOfInstance[i] != kNone)
+      r.ofInstance[i] = index[copyOfInstance[i]];
   return r;
 }
 
@@ -570,6 +575,8 @@ std::string verifyGraph(const Graph &g, size_t verifiedOps, size_t verifiedTenso
       defined[t] = true;
     if (x.role == TensorRole::Gradient && x.gradOf != kNone && x.viewOf == kNone &&
         g.tensors[x.gradOf].role == TensorRole::Param)
+      defined[t] = true;
+    if (t == g.skipped.boundary) // a compact step's: the skipped ops wrote it (Graph::Skipped)
       defined[t] = true;
     if (x.dtype == Dtype::Invalid)
       return name(t) + " has no dtype";

@@ -485,6 +485,23 @@ struct Graph {
   bool differentiated = false;
   uint32_t randomStreams = 0; ///< streams handed out to random ops (dropout), 0..n-1
 
+  /// A compact training step (buildTrainingStep with `compact`; passes/Backward.cpp): the
+  /// backward ops of `count` repeat copies were proven to repeat the backward ops of copy
+  /// `model` (a copy the step has) with every id shifted, and were not made. Only the passes
+  /// that price and check a step read a compact one (autodiff's costs, the step's check, the
+  /// local gradients' bound); every other reader needs a whole step (count 0).
+  struct Skipped {
+    uint32_t count = 0;       ///< copies whose backward ops are not made (0: a whole step)
+    uint32_t first = 0;       ///< the first of them (an index into RepeatCopies::copies); they are consecutive
+    uint32_t model = 0;       ///< the copy whose backward ops each of them repeats
+    /// The gradient of the first skipped copy's input, which that copy's backward would write
+    /// and the copy before it reads: made, but written by no op of the compact step.
+    TensorId boundary = kNone;
+    /// The tensors the model copy's backward ops made, [begin, end): each skipped copy's would
+    /// be as many, the same (localGradientBound counts them).
+    TensorId modelTensorsBegin = 0, modelTensorsEnd = 0;
+  } skipped;
+
   /// A graph that begins as this one, sharing its records rather than copying them (Records):
   /// the training step, which appends its own (passes/Backward.cpp). The rest is copied.
   Graph extend() const;
@@ -548,6 +565,7 @@ struct RepeatCopies {
   };
   std::vector<Copy> copies; ///< in the order of their first op
   std::vector<uint32_t> ofOp; ///< per op: its index in `copies`, or kNone
+  std::vector<uint32_t> ofInstance; ///< per instance: the index in `copies` of the copy it is in (kNone: none, or a copy without ops)
 };
 RepeatCopies findRepeatCopies(const Graph &g);
 

@@ -1836,7 +1836,7 @@ void planActivations(Analysis &a) {
     if (!aligned || !local || !checkedAdd(*aligned, *local)) {
       w = walk(f, a, p, true, nullptr, perCopy);
       list = true;
-      if (!a.step) { // released (Analysis::stepReleased): the listed plan reads it
+      if (!a.step || a.step->skipped.count > 0) { // released, or compact: the listed plan reads it whole
         a.step = std::make_shared<const Graph>(buildTrainingStep(*a.graph, plan));
         a.stepReleased = false;
       }

@@ -13,6 +13,10 @@
 //    weight gradients. What the op's backward keeps from the forward comes from the op's rule
 //    (`saved`). The per-input formulas of the rules (gradFlops) are a test oracle now:
 //    tests/unit/test_backward.cpp checks the ops agree with them exactly.
+//    A compact step (Graph::Skipped, passes/Backward.cpp step 5) has no backward ops for the
+//    copies that repeat a model copy's: each forward op of those takes its model op's record,
+//    costs included, which is what its backward ops would have added (the forward records are
+//    checked equal first; when they are not, the whole step is built).
 // 3. Totals per optimizer step = per-micro-batch sums × batch / micro_batch, the same scaling
 //    as the forward (passes/OpCosts.cpp); the optimizer-phase ops run once per step.
 // 4. step = forward + backward + optimizer (model FLOPs); executed = executed forward +
@@ -47,18 +51,38 @@ double backwardOpBytes(const Graph &g, const Op &op, const ForwardCost &c) {
   return b;
 }
 
+/// Whether the forward records of a compact step's skipped copies are their model copy's,
+/// op by op (the records are shared: equal values usually hold one record).
+bool skippedRecordsMatch(const Analysis &a, const Graph::Skipped &sk) {
+  const RepeatCopies &rc = *a.copies;
+  const std::vector<OpId> &model = rc.copies[sk.model].ops;
+  for (uint32_t c = sk.first; c < sk.first + sk.count; ++c) {
+    const std::vector<OpId> &ops = rc.copies[c].ops;
+    if (ops.size() != model.size())
+      return false;
+    for (size_t j = 0; j < ops.size(); ++j)
+      if (a.ops.recordOf(ops[j]) != a.ops.recordOf(model[j]) && !OpTable::same(a.ops[ops[j]], a.ops[model[j]]))
+        return false;
+  }
+  return true;
+}
+
 } // namespace
 
-void differentiate(Analysis &a) {
+void differentiate(Analysis &a, bool compact) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
   // Step 1 (unless the caller passed the step of an equal plan: analyzeGraph).
   if (!a.step)
-    a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan));
+    a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan, compact ? a.copies.get() : nullptr));
   if (!plan.isTrain) {
     a.flops.step = a.flops.forward;
     return;
   }
+  // A compact step's skipped copies take their model copy's records (step 2b), which needs
+  // their forward records to be the model's: else the whole step is built after all.
+  if (a.step->skipped.count > 0 && !skippedRecordsMatch(a, a.step->skipped))
+    a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan));
   const Graph &s = *a.step;
 
   // Step 2: each backward op's cost, charged to its forward op.
@@ -103,6 +127,18 @@ void differentiate(Analysis &a) {
   }
   if (current != kNone)
     a.ops.set(current, oa);
+  // Step 2b: a compact step's skipped copies (Graph::Skipped) would have made their model's
+  // backward ops, ids shifted, and so added the same costs to the same forward records.
+  if (s.skipped.count > 0) {
+    const std::vector<OpId> &model = a.copies->copies[s.skipped.model].ops;
+    for (uint32_t c = s.skipped.first; c < s.skipped.first + s.skipped.count; ++c) {
+      const std::vector<OpId> &ops = a.copies->copies[c].ops;
+      for (size_t j = 0; j < ops.size(); ++j) {
+        OpAnalysis value = a.ops[model[j]]; // a copy: set() may move the records
+        a.ops.set(ops[j], value);
+      }
+    }
+  }
   // Each op's saved list, appended to one store (Analysis::savedOf).
   auto store = std::make_shared<Analysis::SavedLists>();
   store->from.assign(g.ops.size() + 1, 0);

@@ -25,6 +25,20 @@
 // 4. The optimizer phase: under loss scaling a sum_squares over the gradients (the overflow
 //    check that skips the step), the optimizer_update over the flat parameter region, and
 //    zero_grad of the gradient region for the next step.
+// 5. A compact step (for the passes that only price and check it: `tally check` and the
+//    reports; Graph::Skipped). A deep model's step is mostly its repeat copies' backward ops,
+//    each copy's those of the copy after it with every id shifted: at 100,000 layers, 2.4
+//    million ops and 4.5 million tensors made, priced and checked one by one, and then
+//    released (a compact one: 131 ops and 1.2 million tensors, the parameters' gradients). The builder's work on a copy reads only the copy's forward ops and tensors, the
+//    write modes of their gradients (step 2), and whether each of their gradients exists and
+//    was written yet. So when (a) the copies of a run are each the one before with every id
+//    shifted (ops, attributes, tensor records, parameters), (b) no op outside a copy reads its
+//    tensors but the next copy, which reads one (its output), and (c) two copies built one
+//    after the other found those states the same at their start and made the same backward
+//    ops and tensors (ids shifted), then each copy below them would make them again: those
+//    copies are not built, down to the run's lowest, which is (its input gradient, which they
+//    would have written, is made for it: Skipped::boundary). The checks are exact
+//    comparisons; when one fails, the step is whole.
 #include "passes/Passes.h"
 
 #include <algorithm>
@@ -660,6 +674,319 @@ struct Builder {
   }
 };
 
+// ------------------------------------------------------------------------------------------
+// Step 5: the run of repeat copies a compact step may skip.
+
+/// Copies first .. first + count - 1 (RepeatCopies indices): copy first + i has the forward
+/// ops [op0 + i·n, op0 + (i + 1)·n), and its tensors, parameter tensors, parameters and
+/// instances are copy first's shifted by i·dt, i·dpt, i·dp and i·di (lowering makes every
+/// parameter before any activation).
+struct CopyRun {
+  uint32_t first = 0, count = 0;
+  OpId op0 = 0, n = 0;
+  int64_t dt = 0, dpt = 0, dp = 0, di = 0;
+  /// The run's copy whose last forward op is `o` (the backward meets it first), or -1.
+  int64_t copyEndingAt(OpId o) const {
+    if (n == 0 || o < op0 || (o - op0 + 1) % n != 0)
+      return -1;
+    int64_t i = (o - op0 + 1) / n - 1;
+    return i < count ? i : -1;
+  }
+};
+
+/// Finds the longest run of copies each of which is the copy before with every id shifted
+/// (step 5 (a)) and whose tensors no op outside them reads but the next copy, which reads its
+/// one output (b; the run's last copy's tensors may be read by anything: it is built).
+class RunFinder {
+public:
+  RunFinder(const Graph &g, const RepeatCopies &rc) : g(g), rc(rc) {}
+
+  std::optional<CopyRun> find() {
+    size_t nCopies = rc.copies.size();
+    if (nCopies < 2)
+      return std::nullopt;
+    ownership();
+    CopyRun best, cur;
+    for (uint32_t c = 0; c + 1 < nCopies; ++c) {
+      CopyRun shift;
+      bool ok = pairShift(c, shift);
+      bool extends = ok && cur.count > 0 && cur.first + cur.count - 1 == c && shift.n == cur.n &&
+                     shift.dt == cur.dt && shift.dpt == cur.dpt && shift.dp == cur.dp &&
+                     shift.di == cur.di;
+      if (extends) {
+        cur.count += 1;
+      } else if (ok) {
+        cur = shift;
+        cur.first = c;
+        cur.count = 2;
+      } else {
+        cur = CopyRun();
+      }
+      if (cur.count > best.count)
+        best = cur;
+    }
+    if (best.count == 0)
+      return std::nullopt;
+    return best;
+  }
+
+  /// Whether copy c's tensors are read only by its own ops and its one output by copy c + 1
+  /// (step 5 (b)); that output, or kNone.
+  bool sealed(uint32_t c) const { return !leaky[c] && boundary[c] != kNone; }
+  TensorId outputOf(uint32_t c) const { return boundary[c]; }
+  /// The id of forward tensor `t`'s counterpart one copy on (t shifted when a copy makes it).
+  TensorId shifted(TensorId t, const CopyRun &s) const {
+    if (owner[t] == kNone)
+      return t;
+    return static_cast<TensorId>(t + (g.tensors[t].role == TensorRole::Param ? s.dpt : s.dt));
+  }
+
+private:
+  const Graph &g;
+  const RepeatCopies &rc;
+  std::vector<uint32_t> owner;    ///< per forward tensor: the copy that makes it (its producer's, or its parameter's instance's)
+  std::vector<TensorId> boundary; ///< per copy: the one tensor of it the next copy reads
+  std::vector<bool> leaky;        ///< per copy: some other op reads its tensors
+
+  void ownership() {
+    size_t nCopies = rc.copies.size();
+    owner.assign(g.tensors.size(), kNone);
+    for (OpId o = 0; o < g.ops.size(); ++o)
+      if (rc.ofOp[o] != kNone)
+        for (TensorId t : g.ops[o].outputs)
+          owner[t] = rc.ofOp[o];
+    for (const ParamInfo &p : g.params)
+      if (p.instance < rc.ofInstance.size())
+        owner[p.tensor] = rc.ofInstance[p.instance];
+    boundary.assign(nCopies, kNone);
+    leaky.assign(nCopies, false);
+    for (OpId o = 0; o < g.ops.size(); ++o) {
+      uint32_t reader = rc.ofOp[o];
+      for (TensorId t : g.ops[o].inputs) {
+        uint32_t c = owner[t];
+        if (c == kNone || c == reader)
+          continue;
+        if (reader != kNone && reader == c + 1 && (boundary[c] == kNone || boundary[c] == t))
+          boundary[c] = t;
+        else
+          leaky[c] = true;
+      }
+    }
+    for (TensorId t : g.outputs)
+      if (owner[t] != kNone)
+        leaky[owner[t]] = true;
+    if (g.loss != kNone && owner[g.loss] != kNone)
+      leaky[owner[g.loss]] = true;
+  }
+
+  /// Whether copy c + 1's forward ops are copy c's with every id shifted; the shifts.
+  bool pairShift(uint32_t c, CopyRun &s) {
+    const std::vector<OpId> &A = rc.copies[c].ops, &B = rc.copies[c + 1].ops;
+    if (A.empty() || A.size() != B.size())
+      return false;
+    OpId n = static_cast<OpId>(A.size()), a0 = A[0], b0 = B[0];
+    if (b0 != a0 + n || A.back() != a0 + n - 1 || B.back() != b0 + n - 1)
+      return false; // each copy's ops are consecutive (A[i] < A[i + 1]: op order)
+    s.op0 = a0;
+    s.n = n;
+    s.di = static_cast<int64_t>(g.ops[b0].instance) - static_cast<int64_t>(g.ops[a0].instance);
+    bool haveDt = false, haveDpt = false, haveDp = false;
+    auto sameTensor = [&](TensorId ta, TensorId tb) {
+      if (ta == tb)
+        return owner[ta] == kNone; // read by both copies: made outside every copy
+      uint32_t oa = owner[ta];
+      if (oa == kNone || owner[tb] != oa + 1 || (oa != c && oa + 1 != c))
+        return false;
+      const Tensor &x = g.tensors[ta], &y = g.tensors[tb];
+      bool param = x.role == TensorRole::Param;
+      int64_t d = static_cast<int64_t>(tb) - static_cast<int64_t>(ta);
+      int64_t &shift = param ? s.dpt : s.dt;
+      bool &have = param ? haveDpt : haveDt;
+      if (have && d != shift)
+        return false;
+      shift = d;
+      have = true;
+      if (x.shape != y.shape || x.dtype != y.dtype || x.role != y.role ||
+          x.requiresGrad != y.requiresGrad || !(x.layout == y.layout) || x.gradOf != y.gradOf)
+        return false;
+      if ((x.viewOf == kNone) != (y.viewOf == kNone) ||
+          (x.viewOf != kNone && shifted(x.viewOf, s) != y.viewOf))
+        return false;
+      if ((x.producer == kNone) != (y.producer == kNone) ||
+          (x.producer != kNone && y.producer != x.producer + n))
+        return false;
+      if ((x.param == kNone) != (y.param == kNone))
+        return false;
+      if (x.param != kNone) {
+        int64_t dp = static_cast<int64_t>(y.param) - static_cast<int64_t>(x.param);
+        if ((haveDp && dp != s.dp) || g.params[x.param].trainable != g.params[y.param].trainable)
+          return false;
+        s.dp = dp;
+        haveDp = true;
+      }
+      return true;
+    };
+    for (OpId j = 0; j < n; ++j) {
+      const Op &a = g.ops[a0 + j], &b = g.ops[b0 + j];
+      if (a.kind != b.kind || a.phase != b.phase || a.ordinal != b.ordinal ||
+          a.accumulate != b.accumulate || !sameAttrs(*a.attrs, *b.attrs) ||
+          static_cast<int64_t>(b.instance) - static_cast<int64_t>(a.instance) != s.di ||
+          a.inputs.size() != b.inputs.size() || a.outputs.size() != b.outputs.size())
+        return false;
+      for (size_t i = 0; i < a.inputs.size(); ++i)
+        if (!sameTensor(a.inputs[i], b.inputs[i]))
+          return false;
+      for (size_t i = 0; i < a.outputs.size(); ++i)
+        if (!sameTensor(a.outputs[i], b.outputs[i]))
+          return false;
+    }
+    return haveDt;
+  }
+};
+
+/// Step 5 in the backward loop: notes where each copy of the run begins (its last forward op,
+/// which the loop meets first), compares the backward of the run's third- and second-last
+/// copies (the model, and the copy after it), and says where the loop goes on.
+class Skipper {
+public:
+  Skipper(Builder &b, const RunFinder &f, const CopyRun &run)
+      : b(b), g(b.g), f(f), run(run), opsAt(run.count, 0), tensorsAt(run.count, 0) {}
+
+  /// Called before the backward of op `o`. True when the copies below the model are skipped
+  /// from here: then `o` is where the loop goes on (it goes on at o - 1, the last op of the
+  /// run's first copy).
+  bool before(OpId &o) {
+    int64_t i = run.copyEndingAt(o);
+    if (i < 0)
+      return false;
+    int64_t m = static_cast<int64_t>(run.count);
+    opsAt[i] = g.ops.size();
+    tensorsAt[i] = g.tensors.size();
+    if (i == m - 2)
+      modelNext = entryState(i);
+    if (i == m - 3)
+      model = entryState(i);
+    if (i == m - 4 && skip()) {
+      g.skipped.count = static_cast<uint32_t>(m - 4);
+      g.skipped.first = run.first + 1;
+      g.skipped.model = run.first + static_cast<uint32_t>(m - 3);
+      g.skipped.modelTensorsBegin = static_cast<TensorId>(tensorsAt[m - 3]);
+      g.skipped.modelTensorsEnd = static_cast<TensorId>(g.tensors.size());
+      TensorId y = f.outputOf(run.first); // the skipped copies' lowest input
+      g.skipped.boundary = b.gradOf(y);
+      b.written[y] = true;
+      o = run.op0 + run.n;
+      return true;
+    }
+    return false;
+  }
+
+private:
+  Builder &b;
+  Graph &g;
+  const RunFinder &f;
+  const CopyRun &run;
+  std::vector<size_t> opsAt, tensorsAt; ///< per copy of the run: the step's sizes when its backward began
+  std::vector<uint8_t> modelNext, model; ///< entryState of the model and of the copy after it
+
+  OpId firstOp(int64_t i) const { return run.op0 + static_cast<OpId>(i) * run.n; }
+
+  /// Per tensor slot of copy i's forward ops, in order: whether its gradient exists, whether
+  /// something wrote it, its write mode and whether it gets one (steps 1 and 2).
+  std::vector<uint8_t> entryState(int64_t i) const {
+    std::vector<uint8_t> st;
+    for (OpId o = firstOp(i); o < firstOp(i) + run.n; ++o) {
+      auto add = [&](TensorId t) {
+        TensorId base = b.base(t);
+        st.push_back(static_cast<uint8_t>((g.gradient[t] != kNone ? 1 : 0) | (b.written[base] ? 2 : 0) |
+                                          (b.hasGrad[base] ? 4 : 0) | (b.mode[base] << 3)));
+      };
+      for (TensorId t : g.ops[o].inputs)
+        add(t);
+      for (TensorId t : g.ops[o].outputs)
+        add(t);
+    }
+    return st;
+  }
+  /// The write modes and gradient flags alone (bits 2 and up), of copy i's slots.
+  static bool samePlan(const std::vector<uint8_t> &x, const std::vector<uint8_t> &y) {
+    if (x.size() != y.size())
+      return false;
+    for (size_t k = 0; k < x.size(); ++k)
+      if ((x[k] >> 2) != (y[k] >> 2))
+        return false;
+    return true;
+  }
+
+  /// Whether the copies below the model (but the run's first) may be skipped: step 5 (b) for
+  /// them and the first, (c) for the model and the copy after it, and the same write plans.
+  bool skip() {
+    int64_t m = static_cast<int64_t>(run.count);
+    if (m < 5 || model.empty() || model != modelNext)
+      return false;
+    for (int64_t i = 0; i <= m - 4; ++i)
+      if (!f.sealed(run.first + static_cast<uint32_t>(i)))
+        return false;
+    for (int64_t i = 1; i <= m - 4; ++i)
+      if (!samePlan(entryState(i), model))
+        return false;
+    TensorId y = f.outputOf(run.first), modelInput = f.outputOf(run.first + static_cast<uint32_t>(m - 4));
+    if (g.tensors[y].viewOf != kNone || g.gradient[y] != kNone || b.written[y] ||
+        g.tensors[modelInput].viewOf != kNone || g.gradient[modelInput] == kNone || !b.written[modelInput])
+      return false;
+    return sameBlocks(opsAt[m - 3], g.ops.size(), tensorsAt[m - 3], g.tensors.size(),
+                      opsAt[m - 2], tensorsAt[m - 2]);
+  }
+
+  /// Whether the backward ops and tensors made for the model, ops [a0, a1) and tensors
+  /// [t0, t1), are those made for the copy after it (from b0 and u0) with every id shifted.
+  /// Compared: every field the builder, the costs and the step's check read (a gradient
+  /// tensor's producer, its last writer, is none of them, nor an op's source range).
+  bool sameBlocks(size_t a0, size_t a1, size_t t0, size_t t1, size_t b0, size_t u0) const {
+    size_t fwdT = b.forwardTensors;
+    if (b0 + (a1 - a0) != a0 || u0 + (t1 - t0) != t0)
+      return false; // the copy after the model's block ends where the model's begins
+    auto mapT = [&](TensorId t) -> TensorId {
+      if (t == kNone)
+        return kNone;
+      if (t >= t0 && t < t1)
+        return static_cast<TensorId>(t - t0 + u0);
+      if (t < fwdT)
+        return f.shifted(t, run);
+      TensorId u = g.tensors[t].gradOf; // made before the model's block: only an input's gradient
+      if (u == kNone || u >= fwdT || g.gradient[u] != t)
+        return kNone - 1; // matches nothing
+      return g.gradient[f.shifted(u, run)];
+    };
+    OpId runBegin = run.op0, runEnd = run.op0 + run.count * run.n;
+    auto mapO = [&](OpId o) -> OpId {
+      return o != kNone && o >= runBegin && o < runEnd ? o + run.n : o;
+    };
+    for (size_t k = 0; k < a1 - a0; ++k) {
+      const Op &x = g.ops[a0 + k], &y = g.ops[b0 + k];
+      if (x.kind != y.kind || x.phase != y.phase || x.accumulate != y.accumulate ||
+          !sameAttrs(*x.attrs, *y.attrs) || mapO(x.forwardOp) != y.forwardOp ||
+          static_cast<int64_t>(y.instance) - static_cast<int64_t>(x.instance) != run.di ||
+          x.inputs.size() != y.inputs.size() || x.outputs.size() != y.outputs.size())
+        return false;
+      for (size_t i = 0; i < x.inputs.size(); ++i)
+        if (mapT(x.inputs[i]) != y.inputs[i])
+          return false;
+      for (size_t i = 0; i < x.outputs.size(); ++i)
+        if (mapT(x.outputs[i]) != y.outputs[i])
+          return false;
+    }
+    for (size_t k = 0; k < t1 - t0; ++k) {
+      const Tensor &x = g.tensors[t0 + k], &y = g.tensors[u0 + k];
+      if (x.shape != y.shape || x.dtype != y.dtype || x.role != y.role ||
+          x.requiresGrad != y.requiresGrad || !(x.layout == y.layout) || x.param != y.param ||
+          mapT(x.viewOf) != y.viewOf || mapT(x.gradOf) != y.gradOf)
+        return false;
+    }
+    return true;
+  }
+};
+
 /// FLOPs per trainable parameter of one optimizer update: see docs/counting.md. Every
 /// per-step scalar (lr, bias corrections) is computed once per step and not counted.
 double updateFlopsPerParam(const OptimizerSpec &o) {
@@ -695,7 +1022,7 @@ bool sameStep(const Plan &a, const Plan &b) {
              optimizerFlopsPerParam(b.optimizer, b.precision.lossScaling);
 }
 
-Graph buildTrainingStep(const Graph &forward, const Plan &plan) {
+Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact) {
   // The step begins as the forward graph, sharing its records (Graph::extend: ids and records
   // are the forward's, not copies of them), and reserves room for what it adds once rather
   // than regrowing op by op. Measured: the step has 2.3-2.6 ops per forward op plus about one
@@ -726,9 +1053,22 @@ Graph buildTrainingStep(const Graph &forward, const Plan &plan) {
   seed.scalar = (plan.precision.lossScaling ? kLossScale : 1.0) / microSteps;
   b.emit(OpKind::Fill, {}, {b.gradOf(g.loss)}, seed);
 
-  for (OpId o = static_cast<OpId>(forwardOps); o-- > 0;)
+  // Step 5: a compact step skips what a run of copies would repeat.
+  std::optional<RunFinder> finder;
+  std::optional<CopyRun> run;
+  std::optional<Skipper> skipper;
+  if (compact) {
+    finder.emplace(forward, *compact);
+    run = finder->find();
+    if (run && run->count >= 5)
+      skipper.emplace(b, *finder, *run);
+  }
+  for (OpId o = static_cast<OpId>(forwardOps); o-- > 0;) {
+    if (skipper && skipper->before(o))
+      continue;
     if (b.runsBackward(g.ops[o]))
       b.opBackward(o);
+  }
 
   // Step 4: the optimizer phase over the trainable parameters.
   llvm::SmallVector<TensorId, 3> params, grads;

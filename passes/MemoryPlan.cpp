@@ -207,11 +207,16 @@ void scheduleOps(Analysis &a) {
 
 } // namespace
 
-std::optional<int64_t> localGradientBound(const Graph &step, size_t forwardTensors) {
+namespace {
+/// The aligned bytes of the dense gradient tensors among [from, to) (parameters' gradients
+/// too, unless `params` is false); nullopt past INT64_MAX.
+std::optional<int64_t> gradientBytes(const Graph &step, size_t from, size_t to, bool params) {
   std::optional<int64_t> sum = 0;
-  for (TensorId t = static_cast<TensorId>(forwardTensors); t < step.tensors.size() && sum; ++t) {
+  for (TensorId t = static_cast<TensorId>(from); t < to && sum; ++t) {
     const Tensor &x = step.tensors[t];
     if (x.role != TensorRole::Gradient || x.viewOf != kNone)
+      continue;
+    if (!params && x.gradOf != kNone && step.tensors[x.gradOf].role == TensorRole::Param)
       continue;
     std::optional<int64_t> n = checkedNumel(x.shape);
     std::optional<int64_t> bytes = n ? checkedMul(*n, static_cast<int64_t>(bytesOf(x.dtype))) : std::nullopt;
@@ -219,6 +224,23 @@ std::optional<int64_t> localGradientBound(const Graph &step, size_t forwardTenso
     sum = size ? checkedAdd(*sum, *size) : std::nullopt;
   }
   return sum;
+}
+} // namespace
+
+std::optional<int64_t> localGradientBound(const Graph &step, size_t forwardTensors) {
+  std::optional<int64_t> sum = gradientBytes(step, forwardTensors, step.tensors.size(), true);
+  const Graph::Skipped &sk = step.skipped;
+  if (sk.count == 0 || !sum)
+    return sum;
+  // A compact step: each skipped copy would have made the model copy's gradients but its
+  // parameters' (the optimizer phase made those); the lowest one's input gradient is made
+  // (the boundary), counted above.
+  std::optional<int64_t> perCopy = gradientBytes(step, sk.modelTensorsBegin, sk.modelTensorsEnd, false);
+  std::optional<int64_t> boundary = gradientBytes(step, sk.boundary, sk.boundary + 1, true);
+  std::optional<int64_t> skipped = perCopy ? checkedMul(*perCopy, sk.count) : std::nullopt;
+  if (!skipped || !boundary || *boundary > *sum)
+    return std::nullopt;
+  return checkedAdd(*sum - *boundary, *skipped);
 }
 
 void planMemory(Analysis &a) {

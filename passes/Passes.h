@@ -31,7 +31,10 @@ constexpr int64_t kCudaStepWorkspaceBytes = 64LL << 20;
 /// Backward.cpp: the whole training step of a train plan — the forward ops (same ids), the
 /// backward ops (phase Backward, each naming its forward op), then the optimizer phase. An
 /// infer plan's graph comes back unchanged. The pipeline verifies it (Pipeline.cpp, checkStep).
-Graph buildTrainingStep(const Graph &forward, const Plan &plan);
+/// With `compact` (the forward graph's repeat copies), the backward ops of the copies that
+/// provably repeat another copy's are not made (Graph::Skipped): a step only to price and
+/// check (differentiate, checkStep, localGradientBound read it), never to print or run.
+Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact = nullptr);
 /// Whether buildTrainingStep makes the same step of one forward graph for both plans: the
 /// same training flag, gradient dtype, loss scaling and optimizer update. Only the loss
 /// gradient's seed, 1 / (micro-batches per rank), may differ, which no pass prices (the
@@ -50,8 +53,8 @@ void costOps(Analysis &a);
 /// Autodiff.cpp: runs the Backward.cpp transform (Analysis::step), then prices the backward
 /// of every op — gradient FLOPs split into weight and input gradients, none for tensors that
 /// need no gradient — the optimizer's FLOPs, the step's model and executed FLOPs and the 6ND
-/// comparison.
-void differentiate(Analysis &a);
+/// comparison. `compact`: the step it builds is compact (buildTrainingStep).
+void differentiate(Analysis &a, bool compact = false);
 /// StaticMemory.cpp: bytes per device of params, grads, master weights and optimizer state,
 /// from the precision policy, the optimizer and the parallel layout (ZeRO sharding).
 void staticMemory(Analysis &a);
@@ -140,11 +143,13 @@ void blockTotals(Analysis &a);
 /// The passes that depend only on the graph, the precision and the optimizer (parameters,
 /// op costs, the backward): the part of an analysis every layout of the same graph shares.
 /// `step`: the training step already built for this graph and an equal plan (sameStep), used
-/// instead of building it again.
-Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step = nullptr);
+/// instead of building it again. `compactStep`: build a compact step (buildTrainingStep) when
+/// nothing but these passes and the step's check will read it.
+Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step = nullptr,
+                      bool compactStep = false);
 /// analyzeGraph, then the training step verified (an internal-error diagnostic if not): the
 /// pipeline as far as `--emit=ir` needs, without the layout passes, lints or budgets.
-Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags);
+Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep = false);
 /// The passes that price a layout (static memory, activations, roofline, step time, the
 /// allocator reserve) on a copy of `graphPart` (analyzeGraph of the same graph) for `plan`,
 /// which may differ from its plan in the target, the parallel layout and the checkpoint

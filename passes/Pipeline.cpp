@@ -10,7 +10,8 @@
 
 namespace tally {
 
-Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step) {
+Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step,
+                      bool compactStep) {
   Analysis a;
   a.graph = &g;
   a.plan = &plan;
@@ -18,7 +19,7 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
   a.copies = std::make_shared<const RepeatCopies>(findRepeatCopies(g));
   countParams(a);
   costOps(a);
-  differentiate(a); // [autodiff]
+  differentiate(a, compactStep); // [autodiff]
   a.walks = newWalkMemo();
   return a;
 }
@@ -90,25 +91,28 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
   return a;
 }
 
-Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags) {
-  Analysis a = analyzeGraph(g, plan);
+Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep) {
+  Analysis a = analyzeGraph(g, plan, nullptr, compactStep);
   checkStep(a, diags);
   return a;
 }
 
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
                  const Relower &relower, AnalyzeOptions options) {
-  Analysis a = analyzeStep(g, plan, diags);
+  // Placing the buffers or fusing kernels reads the lists too.
+  bool listPlan = options.listPlan || options.placeBuffers || plan.fuseKernels;
+  // A step nothing reads after it is priced and checked may be compact (buildTrainingStep).
+  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/!listPlan && !options.keepStep);
   a.whatIf = options.whatIf;
   a.diagnosticsOnly = options.diagnosticsOnly;
   a.placeBuffers = options.placeBuffers;
-  // Placing the buffers or fusing kernels reads the lists too.
-  a.listPlan = options.listPlan || options.placeBuffers || plan.fuseKernels;
+  a.listPlan = listPlan;
   // Unlisted, the memory plan needs of the step only a bound on its local gradients; when no
-  // caller reads the step either, it goes back now, before the walks make their lists.
+  // caller reads the step either, it goes back now, before the walks make their lists (a
+  // compact step always: nothing else may read it).
   if (!a.listPlan && a.step) {
     a.localGradientBytes = localGradientBound(*a.step, g.tensors.size());
-    if (!options.keepStep && a.step.use_count() == 1) {
+    if (!options.keepStep && (a.step.use_count() == 1 || a.step->skipped.count > 0)) {
       a.step.reset();
       a.stepReleased = true;
     }

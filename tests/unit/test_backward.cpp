@@ -621,3 +621,101 @@ TEST_CASE("graph: a label is one byte naming a text of a small table", "[backwar
   CHECK(std::string(Label().c_str()).empty());
   CHECK(sizeof(Label) == 1);
 }
+
+namespace {
+
+/// kTinyGPTModel with `layers` blocks and a train plan; `leak` adds the output of h[2] to the
+/// last block's (each block called by hand), so an op outside the copies reads a middle copy's
+/// tensor.
+std::string tinyGPT(int layers, const std::string &precision, bool byHand = false, bool leak = false) {
+  std::string text = kTinyGPTModel;
+  if (byHand) {
+    std::string body = "    x0 = wte(tokens)\n";
+    for (int i = 0; i < layers; ++i)
+      body += "    x" + std::to_string(i + 1) + " = h[" + std::to_string(i) + "](x" + std::to_string(i) + ")\n";
+    std::string last = "x" + std::to_string(layers) + (leak ? " + x3" : "");
+    body += "    logits = lnf(" + last + ") @ transpose(wte.weight)\n";
+    std::string from = "    logits = lnf(h(wte(tokens))) @ transpose(wte.weight)\n";
+    text.replace(text.find(from), from.size(), body);
+  }
+  return text + "train t { model = TinyGPT(vocab = 256, d = 64, layers = " + std::to_string(layers) +
+         ")  batch = 4  seq = 32  precision = " + precision +
+         "  optimizer = AdamW(lr = 1e-3)  target = H100_SXM }\n";
+}
+
+/// The compact step of `t`'s plan (buildTrainingStep with the repeat copies) against the whole
+/// step: it checks clean, and every op's record, every FLOP total and the local gradients'
+/// bound come out the same, through analyzeGraph and through analyze as `tally check` runs it.
+void compareCompact(Compiled &t, bool skips) {
+  const Graph &g = t.g();
+  const Plan &plan = *t.a->plan;
+  Analysis whole = analyzeGraph(g, plan);
+  Analysis compact = analyzeGraph(g, plan, nullptr, /*compactStep=*/true);
+  REQUIRE(whole.step);
+  REQUIRE(compact.step);
+  const Graph &s = *compact.step;
+  CHECK(whole.step->skipped.count == 0);
+  if (skips) {
+    CHECK(s.skipped.count > 0);
+    CHECK(s.ops.size() < whole.step->ops.size());
+    CHECK(s.tensors.size() < whole.step->tensors.size());
+  } else {
+    CHECK(s.skipped.count == 0);
+    CHECK(s.ops.size() == whole.step->ops.size());
+  }
+  CHECK(verifyGraph(s, g.ops.size(), g.tensors.size()) == "");
+  CHECK(verifyOpTypes(s, static_cast<OpId>(g.ops.size())) == "");
+  CHECK(localGradientBound(s, g.tensors.size()) == localGradientBound(*whole.step, g.tensors.size()));
+  REQUIRE(compact.ops.size() == whole.ops.size());
+  size_t differ = 0;
+  for (OpId o = 0; o < whole.ops.size(); ++o)
+    differ += !OpTable::same(compact.ops[o], whole.ops[o]);
+  CHECK(differ == 0);
+  CHECK(compact.flops.backwardInputGrad == whole.flops.backwardInputGrad);
+  CHECK(compact.flops.backwardWeightGrad == whole.flops.backwardWeightGrad);
+  CHECK(compact.flops.optimizer == whole.flops.optimizer);
+  CHECK(compact.flops.step == whole.flops.step);
+  CHECK(compact.flops.executed == whole.flops.executed);
+  // As `tally check` analyses (no plan listed, the step released): the same numbers.
+  DiagnosticEngine quiet(t.c.sm);
+  quiet.setOutput(nullptr);
+  Analysis checked = analyze(g, plan, quiet, {}, checkOptions());
+  CHECK(checked.stepReleased);
+  CHECK(checked.localGradientBytes == localGradientBound(*whole.step, g.tensors.size()));
+  CHECK(checked.time.step == t.a->time.step);
+  CHECK(checked.memory.peak == t.a->memory.peak);
+  CHECK(checked.flops.backward == t.a->flops.backward);
+}
+
+} // namespace
+
+TEST_CASE("backward: a compact step skips the copies that repeat another's, and prices as the whole step",
+          "[backward][compact]") {
+  for (const char *name : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally"}) {
+    INFO(name);
+    Compiled t(fromFile, example(name));
+    compareCompact(t, true);
+  }
+  for (const char *lit : {"lang-vit.tally", "checkpoint-nested.tally"}) {
+    INFO(lit);
+    Compiled t(fromFile, sourceDir() + "/tests/lit/" + lit);
+    compareCompact(t, true);
+  }
+  for (const char *precision : {"mixed_bf16", "mixed_fp16", "fp32"}) {
+    INFO(precision);
+    Compiled t(tinyGPT(12, precision));
+    compareCompact(t, true);
+    Compiled byHand(tinyGPT(12, precision, /*byHand=*/true));
+    compareCompact(byHand, true);
+  }
+}
+
+TEST_CASE("backward: a step stays whole where copies cannot be proven to repeat", "[backward][compact]") {
+  // Too few copies: the model, the copy after it and the run's first are built, nothing left.
+  Compiled four(tinyGPT(4, "mixed_bf16"));
+  compareCompact(four, false);
+  // An op outside the copies reads h[2]'s output: h[2]'s gradient gets a second writer, so
+  // its backward differs from the model's (it accumulates), and h[2] is no longer sealed.
+  Compiled leak(tinyGPT(12, "mixed_bf16", /*byHand=*/true, /*leak=*/true));
+  compareCompact(leak, false);
+}
