@@ -956,7 +956,8 @@ private:
       TensorId u = g.tensors[t].gradOf; // made before the model's block: only an input's gradient
       if (u == kNone || u >= fwdT || g.gradient[u] != t)
         return kNone - 1; // matches nothing
-      return g.gradient[f.shifted(u, run)];
+      TensorId v = f.shifted(u, run);
+      return v < fwdT ? g.gradient[v] : kNone - 1;
     };
     OpId runBegin = run.op0, runEnd = run.op0 + run.count * run.n;
     auto mapO = [&](OpId o) -> OpId {
