@@ -1,7 +1,8 @@
 // test_backward.cpp — the training step that autodiff and step assembly build
 // (passes/Backward.cpp): the verifier on every example and test model, the per-op FLOP oracle
 // (the backward ops' FLOPs equal the per-input gradient formulas of ir/OpRules.cpp exactly),
-// the FLOP-sum identity of the report, and the shape of a few derivatives written by hand.
+// the FLOP-sum identity of the report, the shape of a few derivatives written by hand, and the
+// compact step (step 5) against the whole one on every input.
 #include "Support.h"
 
 #include "passes/Passes.h"
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
@@ -718,4 +720,46 @@ TEST_CASE("backward: a step stays whole where copies cannot be proven to repeat"
   // its backward differs from the model's (it accumulates), and h[2] is no longer sealed.
   Compiled leak(tinyGPT(12, "mixed_bf16", /*byHand=*/true, /*leak=*/true));
   compareCompact(leak, false);
+}
+
+TEST_CASE("backward: on every example and lit input, the compact step prices as the whole step",
+          "[backward][compact]") {
+  std::vector<std::string> files;
+  for (const char *dir : {"/examples", "/tests/lit"})
+    for (const auto &e : std::filesystem::directory_iterator(sourceDir() + dir))
+      if (e.path().extension() == ".tally" && e.path().filename() != "diag-model-bounds.tally")
+        files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  size_t plans = 0, compacted = 0;
+  for (const std::string &file : files) {
+    Compilation c;
+    c.diags.setOutput(nullptr);
+    if (!c.addFile(file))
+      continue; // a lit input of syntax errors
+    for (const PlanDecl *decl : std::vector<const PlanDecl *>(c.program.planOrder)) {
+      if (!c.lower(*decl) || !c.plan->isTrain)
+        continue;
+      INFO(file << ", plan " << decl->name);
+      const Graph &g = *c.graph;
+      Analysis whole = analyzeGraph(g, *c.plan);
+      Analysis compact = analyzeGraph(g, *c.plan, nullptr, /*compactStep=*/true);
+      REQUIRE(whole.step);
+      REQUIRE(compact.step);
+      ++plans;
+      compacted += compact.step->skipped.count > 0;
+      CHECK(verifyGraph(*compact.step, g.ops.size(), g.tensors.size()) == "");
+      CHECK(verifyOpTypes(*compact.step, static_cast<OpId>(g.ops.size())) == "");
+      CHECK(localGradientBound(*compact.step, g.tensors.size()) ==
+            localGradientBound(*whole.step, g.tensors.size()));
+      size_t differ = 0;
+      for (OpId o = 0; o < whole.ops.size(); ++o)
+        differ += !OpTable::same(compact.ops[o], whole.ops[o]);
+      CHECK(differ == 0);
+      CHECK(compact.flops.step == whole.flops.step);
+      CHECK(compact.flops.executed == whole.flops.executed);
+    }
+  }
+  INFO(plans << " train plans, " << compacted << " compact");
+  CHECK(plans >= 90); // 96 when written
+  CHECK(compacted >= 12); // 15 when written
 }
