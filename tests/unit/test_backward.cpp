@@ -645,26 +645,16 @@ std::string tinyGPT(int layers, const std::string &precision, bool byHand = fals
          "  optimizer = AdamW(lr = 1e-3)  target = H100_SXM }\n";
 }
 
-/// The compact step of `t`'s plan (buildTrainingStep with the repeat copies) against the whole
-/// step: it checks clean, and every op's record, every FLOP total and the local gradients'
-/// bound come out the same, through analyzeGraph and through analyze as `tally check` runs it.
-void compareCompact(Compiled &t, bool skips) {
-  const Graph &g = t.g();
-  const Plan &plan = *t.a->plan;
+/// The analyses of one plan with the whole step and with a compact one (analyzeGraph, with and
+/// without compactStep), once checked: the compact step checks clean, and every op's record,
+/// every FLOP total and the local gradients' bound come out as the whole step's.
+std::pair<Analysis, Analysis> compareSteps(const Graph &g, const Plan &plan) {
   Analysis whole = analyzeGraph(g, plan);
   Analysis compact = analyzeGraph(g, plan, nullptr, /*compactStep=*/true);
   REQUIRE(whole.step);
   REQUIRE(compact.step);
-  const Graph &s = *compact.step;
   CHECK(whole.step->skipped.count == 0);
-  if (skips) {
-    CHECK(s.skipped.count > 0);
-    CHECK(s.ops.size() < whole.step->ops.size());
-    CHECK(s.tensors.size() < whole.step->tensors.size());
-  } else {
-    CHECK(s.skipped.count == 0);
-    CHECK(s.ops.size() == whole.step->ops.size());
-  }
+  const Graph &s = *compact.step;
   CHECK(verifyGraph(s, g.ops.size(), g.tensors.size()) == "");
   CHECK(verifyOpTypes(s, static_cast<OpId>(g.ops.size())) == "");
   CHECK(localGradientBound(s, g.tensors.size()) == localGradientBound(*whole.step, g.tensors.size()));
@@ -678,6 +668,24 @@ void compareCompact(Compiled &t, bool skips) {
   CHECK(compact.flops.optimizer == whole.flops.optimizer);
   CHECK(compact.flops.step == whole.flops.step);
   CHECK(compact.flops.executed == whole.flops.executed);
+  return {std::move(whole), std::move(compact)};
+}
+
+/// compareSteps on `t`'s plan, whether the compact step skips copies (`skips`) or is whole,
+/// and the same numbers through analyze as `tally check` runs it.
+void compareCompact(Compiled &t, bool skips) {
+  const Graph &g = t.g();
+  const Plan &plan = *t.a->plan;
+  auto [whole, compact] = compareSteps(g, plan);
+  const Graph &s = *compact.step;
+  if (skips) {
+    CHECK(s.skipped.count > 0);
+    CHECK(s.ops.size() < whole.step->ops.size());
+    CHECK(s.tensors.size() < whole.step->tensors.size());
+  } else {
+    CHECK(s.skipped.count == 0);
+    CHECK(s.ops.size() == whole.step->ops.size());
+  }
   // As `tally check` analyses (no plan listed, the step released): the same numbers.
   DiagnosticEngine quiet(t.c.sm);
   quiet.setOutput(nullptr);
@@ -740,23 +748,9 @@ TEST_CASE("backward: on every example and lit input, the compact step prices as 
       if (!c.lower(*decl) || !c.plan->isTrain)
         continue;
       INFO(file << ", plan " << decl->name);
-      const Graph &g = *c.graph;
-      Analysis whole = analyzeGraph(g, *c.plan);
-      Analysis compact = analyzeGraph(g, *c.plan, nullptr, /*compactStep=*/true);
-      REQUIRE(whole.step);
-      REQUIRE(compact.step);
+      auto [whole, compact] = compareSteps(*c.graph, *c.plan);
       ++plans;
       compacted += compact.step->skipped.count > 0;
-      CHECK(verifyGraph(*compact.step, g.ops.size(), g.tensors.size()) == "");
-      CHECK(verifyOpTypes(*compact.step, static_cast<OpId>(g.ops.size())) == "");
-      CHECK(localGradientBound(*compact.step, g.tensors.size()) ==
-            localGradientBound(*whole.step, g.tensors.size()));
-      size_t differ = 0;
-      for (OpId o = 0; o < whole.ops.size(); ++o)
-        differ += !OpTable::same(compact.ops[o], whole.ops[o]);
-      CHECK(differ == 0);
-      CHECK(compact.flops.step == whole.flops.step);
-      CHECK(compact.flops.executed == whole.flops.executed);
     }
   }
   INFO(plans << " train plans, " << compacted << " compact");
