@@ -135,6 +135,17 @@ constexpr double NcclBuffSize = 4.0 * 1024 * 1024;
 constexpr double NcclChannels = 16;
 constexpr double AllocatorReserve = 0.05;
 
+/// Special-function units (docs/targets.md, "Special functions"): a GPU evaluates exp2 (what
+/// exp and flash attention's softmax compile to), reciprocals, rsqrt, sin and cos at 16
+/// results per clock per multiprocessor on compute capability 7.0 to 9.0 (CUDA C++
+/// Programming Guide, "Arithmetic Instructions", throughput table). `clock` is the clock the
+/// datasheet's rates are given at.
+void specialFunctions(Target &t, int64_t multiprocessors, double clock) {
+  constexpr double PerClock = 16;
+  t.multiprocessors = multiprocessors;
+  t.transcendentalTime = 1.0 / (double(multiprocessors) * PerClock * clock);
+}
+
 /// Fills the node fields of a target, and its framework memory.
 void node(Target &t, int64_t gpus, double network, double link) {
   t.contextBytes = CudaContext;
@@ -167,6 +178,9 @@ std::vector<Target> buildCatalogue() {
   h100.source = "NVIDIA H100 Tensor Core GPU datasheet (SXM column); "
                 "NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 3";
   node(h100, 8, NDR, NVLinkStep); // DGX H100: 8 x ConnectX-7 NDR, one per GPU
+  // 132 SMs; 989.5 TFLOP/s = 132 x 4,096 dense FP16 FLOPs per clock x 1.83 GHz, so 3.9e12
+  // exps/s, the figure Shah et al. 2024 (FlashAttention-3) give for this part.
+  specialFunctions(h100, 132, 1.83e9);
   c.push_back(h100);
 
   Target h100p;
@@ -187,6 +201,8 @@ std::vector<Target> buildCatalogue() {
   h100p.source = "NVIDIA H100 Tensor Core GPU datasheet (PCIe column); "
                  "NVIDIA H100 PCIe product brief PB-11133-001";
   node(h100p, 2, NDR / 4, NVLinkStep); // assumed: bridged pairs, 2 NDR NICs per 8 cards
+  // 114 SMs; 756.5 TFLOP/s = 114 x 4,096 dense FP16 FLOPs per clock x 1.62 GHz.
+  specialFunctions(h100p, 114, 1.62e9);
   c.push_back(h100p);
 
   Target h200;
@@ -208,6 +224,7 @@ std::vector<Target> buildCatalogue() {
   h200.hostMemoryBytes = 256e9; // DGX H200: 2 TB for 8 GPUs
   h200.source = "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)";
   node(h200, 8, NDR, NVLinkStep); // DGX H200: 8 x ConnectX-7 NDR, one per GPU
+  specialFunctions(h200, 132, 1.83e9); // the H100 SXM's GH100: 132 SMs at 1.83 GHz
   c.push_back(h200);
 
   Target a100;
@@ -227,6 +244,9 @@ std::vector<Target> buildCatalogue() {
   a100.hostMemoryBytes = 256e9; // DGX A100 640GB: 2 TB for 8 GPUs
   a100.source = "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)";
   node(a100, 8, HDR, NVLinkStep); // DGX A100: 8 x ConnectX-6 HDR, one per GPU
+  // 108 SMs at the 1.41 GHz boost clock (A100 whitepaper, Table 1):
+  // 312 TFLOP/s = 108 x 2,048 dense FP16 FLOPs per clock x 1.41 GHz.
+  specialFunctions(a100, 108, 1.41e9);
   c.push_back(a100);
 
   Target a100s = a100;
@@ -256,6 +276,8 @@ std::vector<Target> buildCatalogue() {
   b200.source = "NVIDIA GB200 NVL72 / HGX B200 specifications table "
                 "(HGX B200 column, per GPU); DGX B200 user guide";
   node(b200, 8, NDR, NVLinkStep); // DGX B200: 8 x ConnectX-7 NDR, one per GPU
+  // No specialFunctions: the specifications table gives neither the SM count nor the clock,
+  // so the B200 prices attention's exps as free (docs/targets.md, "Special functions").
   c.push_back(b200);
 
   Target rtx;
@@ -276,6 +298,7 @@ std::vector<Target> buildCatalogue() {
   rtx.source = "NVIDIA Ada GPU Architecture whitepaper v2.02, Appendix A, "
                "Table 2 (GeForce RTX 4090)";
   node(rtx, 4, 100e9 / 8 / 4, PCIeStep); // assumed: 4 cards, one 100 Gb/s NIC
+  specialFunctions(rtx, 128, 2.52e9); // 128 SMs, 2.52 GHz boost (same table)
   c.push_back(rtx);
 
   return c;

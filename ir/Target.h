@@ -85,12 +85,16 @@ struct Target {
   /// `allocator_reserve`); the host target has none (no CUDA, no NCCL).
   double contextBytes = 0, commBufferBytes = 0, allocatorReserve = 0;
   Efficiency efficiency;
-  /// Host terms of the time model (only the calibrated `host` sets them; 0 turns them off):
-  /// the fixed cost of one kernel call (the call, the OpenMP fork and join), and the time of
-  /// one transcendental evaluation (exp, erf, tanh, sin, cos) with all the device's threads,
-  /// both measured on the CPU runtime's own kernels by `tally calibrate`.
+  /// The fixed cost of one kernel call (the call, the OpenMP fork and join): a host term, only
+  /// the calibrated `host` sets it (0 turns it off).
   double kernelOverhead = 0;     ///< seconds per kernel call (`kernel_overhead`)
+  /// The time of one transcendental evaluation (exp, erf, tanh, sin, cos) with the whole
+  /// device: on the host measured by `tally calibrate` on the CPU runtime's own kernels; on a
+  /// catalogue GPU its special-function units' rate (16 per clock per multiprocessor,
+  /// ir/Target.cpp); 0 turns the term off.
   double transcendentalTime = 0; ///< seconds per evaluation (`transcendental`)
+  /// Streaming multiprocessors of a catalogue GPU (0 when not stated).
+  int64_t multiprocessors = 0;
   /// The cache the kernels' threads keep their data in (the L2 of each thread's core, summed)
   /// and its bandwidth: a kernel call moving at most `cacheBytes` reads what the previous
   /// kernel just wrote, from the cache (`cache`, `cache_bandwidth`; 0: every byte from memory).

@@ -113,9 +113,9 @@ struct KernelWork {
 };
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
-/// the rest), plus the host terms (hostTranscendentalTime, hostCallTime, hostBandwidth):
-/// transcendentals × transcendentalTime added to the compute side, calls × kernelOverhead added
-/// after, the cache's bandwidth for calls that fit in it. Shared by the training step and
+/// the rest), with transcendentals × transcendentalTime added to the compute side
+/// (transcendentalSeconds), plus the host terms (hostCallTime, hostBandwidth): calls ×
+/// kernelOverhead added after, the cache's bandwidth for calls that fit in it. Shared by the training step and
 /// inference so both price ops the same way.
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w);
 /// kernelTime of one call without transcendentals.

@@ -22,12 +22,15 @@
 //    elementwise for the rest). Executed FLOPs, not model FLOPs: time is what kernels run.
 //    A target with a measured matmul curve (the calibrated `host`) takes a matmul's efficiency
 //    from the curve of its compute dtype at its FLOPs per call (Target::matmulEfficiency).
-//    Two more terms are measured on the host only (0 elsewhere): each transcendental
-//    evaluation (exp, erf, tanh, sin, cos: ForwardCost::transcendentals, forward and backward
-//    ops) adds transcendentalTime to the compute side, and each kernel call (1 forward, one per
-//    non-view backward op) adds kernelOverhead outside the max: time = max(FLOPs / peak /
-//    efficiency + n_trans × transcendentalTime, bytes / bandwidth / efficiency) + calls ×
-//    kernelOverhead; a call moving at most cacheBytes reads at cacheBandwidth instead.
+//    Each transcendental evaluation (exp, erf, tanh, sin, cos: ForwardCost::transcendentals,
+//    forward and backward ops) adds transcendentalTime to the compute side: measured on the
+//    host, a catalogue GPU's special-function rate (ir/Target.cpp), so flash attention, whose
+//    scores never reach memory, pays one exp per score beside its 4·dh matmul FLOPs per score
+//    (a head size of 64 runs at a lower fraction of peak than 128). Two more terms are
+//    measured on the host only (0 elsewhere): each kernel call (1 forward, one per non-view
+//    backward op) adds kernelOverhead outside the max: time = max(FLOPs / peak / efficiency +
+//    n_trans × transcendentalTime, bytes / bandwidth / efficiency) + calls × kernelOverhead;
+//    a call moving at most cacheBytes reads at cacheBandwidth instead.
 //    With fused kernels (Plan::fuseKernels, passes/Fusion.cpp) an op in a fused run moves
 //    fewer bytes (the values it reads from registers) and, after the run's first op, makes
 //    no call of its own.
@@ -118,11 +121,11 @@ namespace tally {
 
 namespace {
 
-/// Host term: the seconds of `n` transcendental evaluations (exp, erf, ...). A CPU computes
-/// them on the same cores as the arithmetic, so the time adds to the compute side of the
-/// roofline; 0 on targets without a measured rate (GPUs: their special-function units keep
-/// up with memory).
-double hostTranscendentalTime(const Target &t, double n) { return n * t.transcendentalTime; }
+/// The seconds of `n` transcendental evaluations (exp, erf, ...). A CPU computes them on the
+/// same cores as the arithmetic, and a GPU kernel issues them beside its matmul instructions
+/// (FlashAttention-2's softmax waits for them), so the time adds to the compute side of the
+/// roofline; 0 on targets without a rate.
+double transcendentalSeconds(const Target &t, double n) { return n * t.transcendentalTime; }
 
 /// Host term: the fixed cost of `calls` kernel calls (the call, OpenMP's fork and join), paid
 /// whatever the size; 0 on targets without a measured overhead.
@@ -148,7 +151,7 @@ double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWo
   double efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
                       : c == OpClass::Attention ? t.attentionEfficiency(w.flops)
                                                 : t.efficiency.elementwise;
-  return std::max(compute / efficiency + hostTranscendentalTime(t, w.transcendentals),
+  return std::max(compute / efficiency + transcendentalSeconds(t, w.transcendentals),
                   memory / efficiency) +
          hostCallTime(t, w.calls);
 }

@@ -385,6 +385,51 @@ train p { model = M() batch = 1024 optimizer = SGD(lr = 0.1) precision = bf16 ta
   CHECK(f.a->peakFlops == 900e12);
 }
 
+TEST_CASE("steptime: flash attention pays an exp per score, so small heads reach less of "
+          "the peak",
+          "[steptime]") {
+  // One bf16 attention over 8 sequences of 2048 with d = 1024 in heads of 64 or of 128: the
+  // same 4·dh matmul FLOPs per score times scores (8·h·2048²), but heads of 64 make twice the
+  // scores, and each score is an exp on the special-function units (ir/Target.cpp).
+  auto plan = [](int heads, const char *extra) {
+    return std::string(R"(
+model A(s = 2048, d = 1024) {
+  forward(q: bf16[batch, s, d], k: bf16[batch, s, d], v: bf16[batch, s, d]) {
+    return mean(attention(q, k, v, causal = false, heads = )") +
+           std::to_string(heads) + extra + R"())
+  }
+}
+train p { model = A() batch = 8 optimizer = SGD(lr = 0.1) precision = bf16 target = H100_SXM }
+)";
+  };
+  const Target &h100 = *findTarget("H100_SXM");
+  const double peak = 989.5e12, exp = 1 / (132 * 16 * 1.83e9);
+  double fraction[2];
+  for (int i = 0; i < 2; ++i) {
+    int heads = i == 0 ? 16 : 8;
+    double dh = 1024.0 / heads, scores = 8 * heads * 2048.0 * 2048;
+    Compiled t(plan(heads, ""), "p");
+    const OpAnalysis &at = t.at("attention");
+    // 4·dh FLOPs per score for QKᵀ and PV, 5 for scale, mask and softmax (ir/OpRules.cpp).
+    CHECK(at.forward.executedFlops == Approx(scores * (4 * dh + 5)));
+    CHECK(at.forward.transcendentals == Approx(scores));
+    CHECK(at.forwardTime ==
+          Approx(scores * (4 * dh + 5) / (peak * h100.efficiency.attention) + scores * exp));
+    fraction[i] = scores * 4 * dh / at.forwardTime / peak;
+    // Materialised, the score matrices go through memory and bound the time instead; the
+    // exps hide behind their bytes.
+    Compiled u(plan(heads, ", fused = false"), "p");
+    const OpAnalysis &mat = u.at("attention");
+    double bytes = mat.forward.bytesRead + mat.forward.bytesWritten;
+    CHECK(mat.forwardTime == Approx(bytes / 3.35e12 / h100.efficiency.attention));
+  }
+  // FlashAttention on an H100 at 16k tokens (pytorch/benchmark #2370, #2391): the Triton
+  // tutorial kernel 353 TFLOP/s at dh 64 vs 477 at 128 (0.74), FlashAttention-3 416 vs 621
+  // (0.67); the model, 0.81 (docs/targets.md, "Special functions").
+  CHECK(fraction[0] / fraction[1] == Approx(0.81).margin(0.01));
+  CHECK(fraction[1] == Approx(0.458).margin(0.005));
+}
+
 TEST_CASE("steptime: the simulated pipeline schedule has the closed form's bubble",
           "[steptime][pipeline]") {
   // passes/PipelineTimeline.cpp runs the 1F1B order slot by slot; its idle time per stage must

@@ -66,6 +66,31 @@ TEST_CASE("target: other anchor numbers", "[target]") {
   CHECK(findTarget("RTX_4090")->peakF32 == 82.6e12);
 }
 
+TEST_CASE("target: special-function rates from multiprocessors and clocks", "[target]") {
+  // 16 exp2 per clock per SM (CUDA C++ Programming Guide, compute capability 7.0-9.0) at the
+  // clock the datasheet rates are given at.
+  const Target *h100 = findTarget("H100_SXM");
+  CHECK(h100->multiprocessors == 132);
+  CHECK(h100->transcendentalTime == Approx(1 / (132 * 16 * 1.83e9)));
+  // Shah et al. 2024 (FlashAttention-3): "3.9 TFLOPS of special functions" on this part.
+  CHECK(1 / h100->transcendentalTime == Approx(3.9e12).epsilon(0.01));
+  // The datasheet's dense FP16 rate is 4,096 FLOPs per clock per Hopper SM (2,048 on Ampere)
+  // at that clock: the clocks are the rates', not a boost figure from elsewhere.
+  CHECK(h100->peakF16 == Approx(132 * 4096 * 1.83e9).epsilon(0.001));
+  const Target *pcie = findTarget("H100_PCIe");
+  CHECK(pcie->peakF16 == Approx(114 * 4096 * 1.62e9).epsilon(0.001));
+  CHECK(pcie->transcendentalTime == Approx(1 / (114 * 16 * 1.62e9)));
+  CHECK(findTarget("H200")->transcendentalTime == h100->transcendentalTime);
+  const Target *a100 = findTarget("A100_80GB");
+  CHECK(a100->peakF16 == Approx(108 * 2048 * 1.41e9).epsilon(0.001));
+  CHECK(a100->transcendentalTime == Approx(1 / (108 * 16 * 1.41e9)));
+  CHECK(findTarget("A100_40GB")->transcendentalTime == a100->transcendentalTime);
+  CHECK(findTarget("RTX_4090")->transcendentalTime == Approx(1 / (128 * 16 * 2.52e9)));
+  // Not published for the B200: no term rather than a guessed one.
+  CHECK(findTarget("B200")->transcendentalTime == 0);
+  CHECK(findTarget("B200")->multiprocessors == 0);
+}
+
 TEST_CASE("target: peakFor maps dtypes to rates", "[target]") {
   const Target *t = findTarget("H100_SXM");
   REQUIRE(t != nullptr);
