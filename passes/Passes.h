@@ -118,6 +118,25 @@ struct KernelWork {
 /// kernelOverhead added after, the cache's bandwidth for calls that fit in it. Shared by the training step and
 /// inference so both price ops the same way.
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w);
+/// The terms kernelTime adds up, for reports that show how a time was made (tally explain):
+/// total() is kernelTime's result.
+struct KernelTimeTerms {
+  double peak = 0, bandwidth = 0; ///< the rates used (bandwidth: the cache's for a call in it)
+  double efficiency = 1;          ///< the op class's, or its measured curve's at these FLOPs
+  bool fromCurve = false;         ///< whether efficiency came from a measured curve
+  double compute = 0;             ///< FLOPs / peak / efficiency
+  double transcendental = 0;      ///< transcendentals × transcendentalTime
+  double memory = 0;              ///< bytes / bandwidth / efficiency
+  double calls = 0;               ///< calls × kernelOverhead
+  double total() const;
+};
+KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
+                                const KernelWork &w);
+/// The kernels' work of an op's forward and of its backward per micro-batch on one device, as
+/// the step's time prices them: its FLOPs and bytes over its tensor split
+/// (OpAnalysis::tensorSplit), less what its fused kernels save (Analysis::fusedOf).
+KernelWork forwardWork(const OpAnalysis &o, const FusedSavings &fused);
+KernelWork backwardWork(const OpAnalysis &o, const FusedSavings &fused);
 /// kernelTime of one call without transcendentals.
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes);
 /// Model FLOPs utilisation of a training step that takes `stepSeconds`: the model FLOPs of all

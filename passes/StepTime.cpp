@@ -140,20 +140,52 @@ double hostBandwidth(const Target &t, double bytesPerCall) {
 
 } // namespace
 
-double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w) {
+double KernelTimeTerms::total() const {
+  return std::max(compute + transcendental, memory) + calls;
+}
+
+KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
+                                const KernelWork &w) {
+  KernelTimeTerms k;
+  k.peak = t.peakFor(computeDtype);
+  k.bandwidth = hostBandwidth(t, w.bytes / std::max(1.0, w.calls));
   if (w.flops <= 0 && w.bytes <= 0 && w.transcendentals <= 0)
-    return 0;
-  double peak = t.peakFor(computeDtype);
-  double compute = peak > 0 ? w.flops / peak : 0;
-  double bandwidth = hostBandwidth(t, w.bytes / std::max(1.0, w.calls));
-  double memory = bandwidth > 0 ? w.bytes / bandwidth : 0;
+    return k;
   // A calibrated target (`host`) carries measured matmul efficiency by FLOPs per call.
-  double efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
-                      : c == OpClass::Attention ? t.attentionEfficiency(w.flops)
-                                                : t.efficiency.elementwise;
-  return std::max(compute / efficiency + transcendentalSeconds(t, w.transcendentals),
-                  memory / efficiency) +
-         hostCallTime(t, w.calls);
+  k.efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
+                 : c == OpClass::Attention ? t.attentionEfficiency(w.flops)
+                                           : t.efficiency.elementwise;
+  k.fromCurve = (c == OpClass::Matmul && k.efficiency != t.efficiency.matmul) ||
+                (c == OpClass::Attention && !t.attentionCurve.empty());
+  k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
+  k.transcendental = transcendentalSeconds(t, w.transcendentals);
+  k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.efficiency : 0;
+  k.calls = hostCallTime(t, w.calls);
+  return k;
+}
+
+double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w) {
+  return kernelTimeTerms(t, c, computeDtype, w).total();
+}
+
+KernelWork forwardWork(const OpAnalysis &o, const FusedSavings &fused) {
+  double s = o.tensorSplit;
+  KernelWork w;
+  w.flops = o.forward.executedFlops / s;
+  w.bytes = (o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes) / s;
+  w.transcendentals = o.forward.transcendentals / s;
+  w.calls = 1 - fused.forwardCalls;
+  return w;
+}
+
+KernelWork backwardWork(const OpAnalysis &o, const FusedSavings &fused) {
+  double s = o.tensorSplit;
+  KernelWork w;
+  w.flops = o.executedBackwardFlops / s;
+  w.bytes = (o.backwardBytes - fused.backwardBytes) / s;
+  w.transcendentals = o.backwardTranscendentals / s;
+  w.calls = o.backwardCalls - fused.backwardCalls;
+  return w;
 }
 
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes) {
@@ -290,21 +322,10 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
     OpAnalysis o = a.ops[i];
     const FusedSavings &fused = a.fusedOf(i);
     OpClass c = opClass(g.ops[i].kind);
-    double s = tp.split[i];
-    o.tensorSplit = s;
-    KernelWork forward;
-    forward.flops = o.forward.executedFlops / s;
-    forward.bytes = (o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes) / s;
-    forward.transcendentals = o.forward.transcendentals / s;
-    forward.calls = 1 - fused.forwardCalls;
-    o.forwardTime = kernelTime(plan.target, c, o.computeDtype, forward);
-    KernelWork backward;
-    backward.flops = o.executedBackwardFlops / s;
-    backward.bytes = (o.backwardBytes - fused.backwardBytes) / s;
-    backward.transcendentals = o.backwardTranscendentals / s;
-    backward.calls = o.backwardCalls - fused.backwardCalls;
+    o.tensorSplit = tp.split[i];
+    o.forwardTime = kernelTime(plan.target, c, o.computeDtype, forwardWork(o, fused));
     o.backwardTime = hasBackward(g, plan, g.ops[i])
-                         ? kernelTime(plan.target, c, o.computeDtype, backward)
+                         ? kernelTime(plan.target, c, o.computeDtype, backwardWork(o, fused))
                          : 0;
     a.ops.set(i, o);
   }

@@ -14,6 +14,7 @@
 #include "ir/Units.h"
 #include "report/Report.h"
 #include "report/Sections.h"
+#include "passes/Passes.h" // kernelTimeTerms: the terms of the times the pass computed
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -240,27 +241,67 @@ void printRoofline(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::
      << "\n";
 }
 
-void printTime(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::raw_ostream &os) {
+/// One kernel time as passes/StepTime.cpp made it (kernelTimeTerms): the formula with the terms
+/// this target has, the numbers put in, each term's value, the total. `flops` and `bytes` are
+/// the op's own (before the tensor split and the fused kernels' savings, shown beside them).
+void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringRef what,
+                     const Target &t, OpKind kind, Dtype dt, const KernelWork &w, double flops,
+                     double bytes, double fusedBytes, double split, double recorded) {
+  KernelTimeTerms k = kernelTimeTerms(t, opClass(kind), dt, w);
+  bool exps = k.transcendental > 0, calls = k.calls > 0;
+  std::string by = split > 1 ? " / " + exact(split) : "";
+  std::string pad(label.size(), ' ');
+  os << "  " << label << " = max(executed " << what << "FLOPs" << by << " / peak / efficiency"
+     << (exps ? " + exps × exp time" : "") << ", " << what << "bytes" << by
+     << " / bandwidth / efficiency)" << (calls ? " + calls × call time" : "") << "\n";
+  std::string moved = fusedBytes > 0 ? "(" + exact(bytes) + " − " + exact(fusedBytes) + " fused)"
+                                     : exact(bytes);
+  std::string eff = printf1("%.2f", k.efficiency);
+  os << "  " << pad << " = max(" << exact(flops) << by << " / "
+     << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
+  if (exps)
+    os << " + " << exact(w.transcendentals) << " / " << printf1("%.4g", 1 / t.transcendentalTime)
+       << " exps/s";
+  os << ", " << moved << by << " / " << formatRate(k.bandwidth, UnitDim::ByteRate) << " / " << eff
+     << ")";
+  if (calls)
+    os << " + " << exact(w.calls) << " × " << formatDuration(t.kernelOverhead);
+  os << "\n";
+  os << "  " << pad << " = max(" << formatDuration(k.compute);
+  if (exps)
+    os << " + " << formatDuration(k.transcendental);
+  os << ", " << formatDuration(k.memory) << ")";
+  if (calls)
+    os << " + " << formatDuration(k.calls);
+  os << " = " << formatDuration(recorded) << "\n";
+  os << "  " << pad << "   (efficiency " << eff << ": " << efficiencyName(kind);
+  if (k.fromCurve)
+    os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
+  os << (exps ? "; exps at the target's special-function rate" : "") << ")\n";
+}
+
+void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostream &os) {
   const Target &t = a.plan->target;
-  std::string split = oa.tensorSplit > 1 ? " / " + exact(oa.tensorSplit) : "";
-  std::string peak = formatRate(t.peakFor(oa.computeDtype), UnitDim::FlopRate);
-  std::string bw = formatRate(t.bandwidth, UnitDim::ByteRate);
-  std::string eff = printf1("%.2f", efficiencyOf(t, op.kind)) + " (" + efficiencyName(op.kind) + " efficiency)";
+  const Op &op = a.graph->ops[id];
+  const FusedSavings &fused = a.fusedOf(id);
   os << "time per micro-batch on one device (passes/StepTime.cpp)\n";
-  os << "  forward  = max(executed FLOPs" << split << " / peak, bytes" << split
-     << " / bandwidth) / efficiency\n";
-  os << "           = max(" << exact(oa.forward.executedFlops) << split << " / " << peak << ", "
-     << exact(oa.forward.bytesRead + oa.forward.bytesWritten) << split << " / " << bw << ") / "
-     << eff << "\n";
-  os << "           = " << formatDuration(oa.forwardTime) << "\n";
+  printKernelTime(os, "forward ", "", t, op.kind, oa.computeDtype, forwardWork(oa, fused),
+                  oa.forward.executedFlops, oa.forward.bytesRead + oa.forward.bytesWritten,
+                  fused.forwardBytes, oa.tensorSplit, oa.forwardTime);
   if (!a.plan->isTrain)
     return;
-  os << "  backward = max(executed backward FLOPs" << split << " / peak, backward bytes" << split
-     << " / bandwidth) / efficiency\n";
-  os << "           = max(" << exact(oa.executedBackwardFlops) << split << " / " << peak << ", "
-     << exact(oa.backwardBytes) << split << " / " << bw << ") / " << eff << "\n";
-  os << "           = " << formatDuration(oa.backwardTime) << "\n";
-  os << "           (backward bytes: 2 × forward bytes, the estimate of passes/Autodiff.cpp)\n";
+  bool needsGrad = false;
+  for (TensorId x : op.inputs)
+    needsGrad = needsGrad || a.graph->tensors[x].requiresGrad;
+  if (!needsGrad) { // as passes/StepTime.cpp's hasBackward
+    os << "  backward = 0 (no input of the op needs a gradient)\n";
+    return;
+  }
+  printKernelTime(os, "backward", "backward ", t, op.kind, oa.computeDtype,
+                  backwardWork(oa, fused), oa.executedBackwardFlops, oa.backwardBytes,
+                  fused.backwardBytes, oa.tensorSplit, oa.backwardTime);
+  os << "           (backward bytes: what the op's backward ops read and write, and the old "
+        "value of each gradient they add into: passes/Autodiff.cpp)\n";
 }
 
 void printBackward(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostream &os) {
@@ -401,9 +442,18 @@ void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
   os << "\n";
   printRoofline(a, op, oa, os);
   os << "\n";
-  printTime(a, op, oa, os);
+  printTime(a, id, oa, os);
   os << "\n";
   printBackward(a, id, oa, os);
+}
+
+/// The terms of one kernel time (kernelTimeTerms), as the text's printKernelTime shows them.
+llvm::json::Object timeTermsJson(const Target &t, OpKind kind, Dtype dt, const KernelWork &w) {
+  KernelTimeTerms k = kernelTimeTerms(t, opClass(kind), dt, w);
+  return llvm::json::Object{{"compute_s", k.compute},       {"transcendental_s", k.transcendental},
+                            {"memory_s", k.memory},         {"calls_s", k.calls},
+                            {"efficiency", k.efficiency},   {"peak_flops", k.peak},
+                            {"bandwidth", k.bandwidth},     {"total_s", k.total()}};
 }
 
 void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
@@ -467,7 +517,15 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                            : llvm::json::Value(oa.computeBound ? "compute" : "memory")},
       {"efficiency", efficiencyOf(t, op.kind)},
       {"tensor_split", oa.tensorSplit},
-      {"time", Object{{"forward_s", oa.forwardTime}, {"backward_s", oa.backwardTime}}},
+      {"time", Object{{"forward_s", oa.forwardTime},
+                      {"backward_s", oa.backwardTime},
+                      {"forward", timeTermsJson(t, op.kind, oa.computeDtype,
+                                                forwardWork(oa, a.fusedOf(id)))},
+                      {"backward", oa.backwardTime > 0
+                                       ? llvm::json::Value(timeTermsJson(
+                                             t, op.kind, oa.computeDtype,
+                                             backwardWork(oa, a.fusedOf(id))))
+                                       : llvm::json::Value(nullptr)}}},
       {"backward", p.isTrain ? llvm::json::Value(Object{{"input_grad_flops", oa.inputGradFlops},
                                                         {"weight_grad_flops", oa.weightGradFlops},
                                                         {"executed_flops", oa.executedBackwardFlops},

@@ -12,6 +12,7 @@
 #include "report/Explain.h"
 #include "tests/unit/Support.h"
 
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cctype>
@@ -364,4 +365,75 @@ TEST_CASE("explain: a block's subtotal is the sum of its ops and matches BlockTo
   CHECK(text.find("sum of the ops above, per micro-batch: forward " + formatFormulaNumber(fwd) +
                   " FLOPs") != std::string::npos);
   CHECK(text.find("forward " + formatFormulaNumber(4 * fwd) + " FLOPs") != std::string::npos);
+}
+
+TEST_CASE("explain: the time's terms are the pass's, on GPUs, split, fused and on a measured "
+          "host",
+          "[explain]") {
+  // Every op's forward and backward time as explain breaks it down (compute + exps against
+  // memory, plus calls) adds up to the time passes/StepTime.cpp gave it, and the text prints
+  // that time; between them the inputs exercise every term.
+  PlanOverrides fuse;
+  fuse.fuseKernels = true;
+  Compiled gpt2(fromFile, example("gpt2.tally"), "gpt2_124M", fuse);
+  Compiled split(std::string(kTinyGPTModel) + R"(
+train p { model = TinyGPT() batch = 16 seq = 128 micro_batch = 4 optimizer = AdamW(lr = 1e-3)
+          precision = mixed_bf16 target = 4 x H100_SXM { data = 2, tensor = 2 } }
+)");
+  Compiled host(std::string(kTinyGPTModel) + R"(
+target Cpu {
+  memory = 16 GiB
+  bandwidth = 10 GB/s
+  peak { fp32 = 100 GFLOP/s }
+  kernel_overhead = 2 us
+  transcendental = 4 ns
+  cache = 1 MiB
+  cache_bandwidth = 40 GB/s
+  matmul_curve { fp32 = [(1e6, 0.2), (1e9, 0.6)] }
+}
+train p { model = TinyGPT(layers = 2) batch = 4 seq = 32 micro_batch = 2 optimizer = SGD(lr = 0.1)
+          precision = fp32 target = Cpu }
+)");
+  bool sawExps = false, sawCalls = false, sawSplit = false, sawFused = false, sawCurve = false,
+       sawCache = false;
+  for (Compiled *c : {&gpt2, &split, &host}) {
+    const Analysis &a = *c->a;
+    for (OpId i = 0; i < c->g().ops.size(); ++i) {
+      const OpAnalysis &oa = a.ops[i];
+      std::string json, text;
+      llvm::raw_string_ostream js(json), ts(text);
+      explainOpJson(a, i, c->c.diags, js);
+      explainOpText(a, i, c->c.diags, ts);
+      js.flush();
+      ts.flush();
+      llvm::Expected<llvm::json::Value> v = llvm::json::parse(json);
+      REQUIRE(bool(v));
+      const llvm::json::Object *time = v->getAsObject()->getObject("time");
+      REQUIRE(time);
+      INFO(c->g().opPath(c->g().ops[i]));
+      const llvm::json::Object *fwd = time->getObject("forward");
+      REQUIRE(fwd);
+      CHECK(*fwd->getNumber("total_s") == Approx(oa.forwardTime).epsilon(1e-12));
+      CHECK(*fwd->getNumber("compute_s") >= 0);
+      CHECK(text.find("= " + formatDuration(oa.forwardTime) + "\n") != std::string::npos);
+      if (oa.backwardTime > 0) {
+        const llvm::json::Object *bwd = time->getObject("backward");
+        REQUIRE(bwd);
+        CHECK(*bwd->getNumber("total_s") == Approx(oa.backwardTime).epsilon(1e-12));
+        CHECK(text.find("= " + formatDuration(oa.backwardTime) + "\n") != std::string::npos);
+      }
+      sawExps = sawExps || *fwd->getNumber("transcendental_s") > 0;
+      sawCalls = sawCalls || *fwd->getNumber("calls_s") > 0;
+      sawSplit = sawSplit || (oa.tensorSplit > 1 && text.find(" / 2 / ") != std::string::npos);
+      sawFused = sawFused || text.find(" fused) / ") != std::string::npos;
+      sawCurve = sawCurve || text.find("measured curve") != std::string::npos;
+      sawCache = sawCache || *fwd->getNumber("bandwidth") == Approx(40e9);
+    }
+  }
+  CHECK(sawExps);
+  CHECK(sawCalls);
+  CHECK(sawSplit);
+  CHECK(sawFused);
+  CHECK(sawCurve);
+  CHECK(sawCache);
 }
