@@ -306,6 +306,8 @@ int runTargets() {
                                   {"host_link", t.hostLink},
                                   {"interconnect", t.interconnect},
                                   {"ridge_bf16", t.ridge(Dtype::BF16)},
+                                  {"multiprocessors", t.multiprocessors},
+                                  {"transcendental_s", t.transcendentalTime},
                                   {"source", t.source}});
     outs() << formatv("{0:2}", json::Value(std::move(list))) << "\n";
     return 0;
