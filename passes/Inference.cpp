@@ -21,9 +21,10 @@
 //      its weights whole (the bytes of inputs stored as parameters; an embedding gathers
 //      rows, which scale with tokens) and the rest of its bytes / prompt.
 //    - views move nothing; the loss and next_tokens are left out: decoding produces logits.
-//    Each op's time is kernelTime (passes/StepTime.cpp) of its FLOPs and bytes divided by its
-//    tensor-parallel split, so decode mat-vecs, at about one FLOP per weight byte, are
-//    memory-bound. Without attention the sum is the familiar 2 × params FLOPs per token and
+//    Each op's time is kernelTime (passes/StepTime.cpp) of its FLOPs, bytes and
+//    transcendentals (attention: an exp per score; the rest: the prefill's / prompt) divided
+//    by its tensor-parallel split, one kernel call each, so decode mat-vecs, at about one FLOP
+//    per weight byte, are memory-bound. Without attention the sum is the familiar 2 × params FLOPs per token and
 //    the weight bytes; twoNFlops shows that estimate beside the exact count. The all-reduces,
 //    pipeline sends and uploads of a step are the prefill's / prompt: they carry one token;
 //    parameters kept on the host cross the host link whole at every step.
@@ -78,24 +79,39 @@ AttentionOp attentionOf(const Graph &g, OpId i) {
   return at;
 }
 
-/// Step 3: FLOPs and bytes of one attention op in a decode step at context c.
-void attentionDecode(const AttentionOp &at, double act, double c, double &flops, double &bytes) {
+/// Step 3: the work of one attention op in a decode step at context c: its FLOPs, bytes and
+/// an exp per score (b·h·c scores: the new token's row).
+KernelWork attentionDecode(const AttentionOp &at, double act, double c) {
   double ctx = at.self ? c : at.skv;
-  flops = 4 * at.b * at.d * ctx + 5 * at.b * at.h * ctx;
-  bytes = (2 * at.b * at.d + 2 * at.b * ctx * at.dkv + (at.self ? 2 * at.b * at.dkv : 0)) * act;
+  KernelWork w;
+  w.flops = 4 * at.b * at.d * ctx + 5 * at.b * at.h * ctx;
+  w.bytes = (2 * at.b * at.d + 2 * at.b * ctx * at.dkv + (at.self ? 2 * at.b * at.dkv : 0)) * act;
+  w.transcendentals = at.b * at.h * ctx;
+  return w;
 }
 
-/// Step 3: FLOPs and bytes of a token-wise op in a decode step.
-void tokenwiseDecode(const Graph &g, const Op &op, const OpAnalysis &o, double prompt,
-                     double &flops, double &bytes) {
+/// Step 3: the work of a token-wise op in a decode step: its FLOPs and transcendentals are
+/// the prefill's over the prompt, its bytes its weights and the rest over the prompt.
+KernelWork tokenwiseDecode(const Graph &g, const Op &op, const OpAnalysis &o, double prompt) {
   double weights = 0;
   if (op.kind != OpKind::Embedding)
     for (TensorId x : op.inputs)
       if (g.isParamStorage(x))
         weights += g.bytes(x);
   double total = o.forward.bytesRead + o.forward.bytesWritten;
-  flops = o.forward.executedFlops / prompt;
-  bytes = weights + std::max(0.0, total - weights) / prompt;
+  KernelWork w;
+  w.flops = o.forward.executedFlops / prompt;
+  w.bytes = weights + std::max(0.0, total - weights) / prompt;
+  w.transcendentals = o.forward.transcendentals / prompt;
+  return w;
+}
+
+/// `w` divided over a tensor split of `split` devices (one call each still).
+KernelWork splitWork(KernelWork w, double split) {
+  w.flops /= split;
+  w.bytes /= split;
+  w.transcendentals /= split;
+  return w;
 }
 
 bool skippedInDecode(const Op &op) {
@@ -148,9 +164,10 @@ void inference(Analysis &a) {
       inf.ops.push_back(d); // priced at the mean context below
       continue;
     }
-    tokenwiseDecode(g, op, o, prompt, d.flops, d.bytes);
-    d.time = kernelTime(target, opClass(op.kind), o.computeDtype, d.flops / o.tensorSplit,
-                        d.bytes / o.tensorSplit);
+    KernelWork w = tokenwiseDecode(g, op, o, prompt);
+    d.flops = w.flops;
+    d.bytes = w.bytes;
+    d.time = kernelTime(target, opClass(op.kind), o.computeDtype, splitWork(w, o.tensorSplit));
     fixedTime += d.time;
     fixedFlops += d.flops;
     fixedBytes += d.bytes;
@@ -162,10 +179,11 @@ void inference(Analysis &a) {
 
   // Step 4: the decode steps.
   auto attentionAt = [&](const AttentionOp &at, double c, double &flops, double &bytes) {
-    double split = a.ops[at.op].tensorSplit;
-    attentionDecode(at, act, c, flops, bytes);
-    return kernelTime(target, OpClass::Attention, a.ops[at.op].computeDtype, flops / split,
-                      bytes / split);
+    KernelWork w = attentionDecode(at, act, c);
+    flops = w.flops;
+    bytes = w.bytes;
+    return kernelTime(target, OpClass::Attention, a.ops[at.op].computeDtype,
+                      splitWork(w, a.ops[at.op].tensorSplit));
   };
   auto stepTimeAt = [&](double c) {
     double t = fixedTime, f, b;

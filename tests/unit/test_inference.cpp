@@ -158,3 +158,39 @@ TEST_CASE("inference: train plans have no inference section", "[inference]") {
   CHECK_FALSE(t.a->inference.active);
   CHECK(t.a->inference.ops.empty());
 }
+
+TEST_CASE("inference: a decode step's attention pays an exp per score, its other ops the "
+          "prefill's per token",
+          "[inference]") {
+  // A target whose exps cost 1 ns each and whose memory and arithmetic are fast: every op's
+  // time is its exps (and a call), so the count shows.
+  std::string src = std::string(kLlama) + R"(
+target SlowExp {
+  memory = 80 GB
+  bandwidth = 1000 TB/s
+  peak { bf16 = 1000000 TFLOP/s, fp32 = 1000000 TFLOP/s }
+  transcendental = 1 ns
+}
+infer exps { model = Llama() batch = 4 prompt = 100 generate = 50 precision = bf16 target = SlowExp }
+)";
+  Compiled t(src, "exps");
+  const Graph &g = t.g();
+  const auto &inf = t.a->inference;
+  bool sawAttention = false, sawRope = false;
+  for (const Analysis::DecodeOp &d : inf.ops) {
+    const Op &op = g.ops[d.op];
+    if (op.kind == OpKind::Attention) {
+      // The new token's row: b·h·c scores at the mean context 125, 4 · 8 · 125 = 4000 exps.
+      CHECK(d.time == Approx(4000e-9).epsilon(0.01));
+      sawAttention = true;
+    } else if (op.kind == OpKind::Rope) {
+      // The prefill's sin and cos over the prompt, one token's worth.
+      double perToken = t.a->ops[d.op].forward.transcendentals / 100;
+      CHECK(perToken > 0);
+      CHECK(d.time == Approx(perToken * 1e-9).epsilon(0.01));
+      sawRope = true;
+    }
+  }
+  CHECK(sawAttention);
+  CHECK(sawRope);
+}
