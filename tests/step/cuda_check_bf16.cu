@@ -45,27 +45,66 @@ template <class F> double medianMs(rt::Ctx& ctx, int iters, F&& f) {
   return t[t.size() / 2];
 }
 
+/// Uniform values in [-scale, scale) from Philox stream `stream`: timed kernels read random
+/// data, since constant or zero inputs run faster (METHOD.md: a bf16 product 13% faster on
+/// zeros on an H200 here).
+template <class T> __global__ void randomFillKernel(T* x, int64_t n, uint64_t stream, float scale) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = T((2.f * rt::philox_uniform(2026, stream, static_cast<uint64_t>(i)) - 1.f) * scale);
+}
+
+template <class T> void randomFill(rt::Ctx& ctx, T* x, int64_t n, uint64_t stream, float scale) {
+  const int threads = 256;
+  randomFillKernel<T><<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, ctx.stream>>>(x, n, stream, scale);
+  rt::cu::check(cudaGetLastError(), "randomFillKernel", "bench", "");
+}
+
 std::vector<Bench> runBenchmarks(rt::Ctx& ctx, int iters) {
   using T = rt::bf16;
   std::vector<Bench> out;
-  Mem m(ctx.stream);
   struct MM { const char* name; int64_t M, N, K; };
+  // GPT-2's products, then the sweeps that test a GEMM time model by shape (docs/validation.md,
+  // "Matmul efficiency by shape"): squares (fixed costs), K at fixed M and N (the output's
+  // store against the main loop), few rows (decode, small experts), and the products of
+  // Korthikanti et al.'s 175B at tensor 8, micro-batch 1 (the validation runs' shapes).
   const MM mms[] = {{"matmul bf16 16384x2304x768 (qkv)", 16384, 2304, 768},
                     {"matmul bf16 16384x3072x768 (fc)", 16384, 3072, 768},
                     {"matmul bf16 16384x768x3072 (proj)", 16384, 768, 3072},
-                    {"matmul bf16 16384x50257x768 (lm head)", 16384, 50257, 768}};
+                    {"matmul bf16 16384x50257x768 (lm head)", 16384, 50257, 768},
+                    {"matmul bf16 16384x50304x768 (lm head, padded)", 16384, 50304, 768},
+                    {"matmul bf16 512x512x512 (square)", 512, 512, 512},
+                    {"matmul bf16 1024x1024x1024 (square)", 1024, 1024, 1024},
+                    {"matmul bf16 2048x2048x2048 (square)", 2048, 2048, 2048},
+                    {"matmul bf16 4096x4096x4096 (square)", 4096, 4096, 4096},
+                    {"matmul bf16 8192x8192x8192 (square)", 8192, 8192, 8192},
+                    {"matmul bf16 16384x4096x256 (K sweep)", 16384, 4096, 256},
+                    {"matmul bf16 16384x4096x512 (K sweep)", 16384, 4096, 512},
+                    {"matmul bf16 16384x4096x1024 (K sweep)", 16384, 4096, 1024},
+                    {"matmul bf16 16384x4096x2048 (K sweep)", 16384, 4096, 2048},
+                    {"matmul bf16 16384x4096x4096 (K sweep)", 16384, 4096, 4096},
+                    {"matmul bf16 16384x4096x8192 (K sweep)", 16384, 4096, 8192},
+                    {"matmul bf16 16x4096x4096 (few rows)", 16, 4096, 4096},
+                    {"matmul bf16 128x4096x4096 (few rows)", 128, 4096, 4096},
+                    {"matmul bf16 512x4096x4096 (few rows)", 512, 4096, 4096},
+                    {"matmul bf16 2048x4608x12288 (175B t8 qkv)", 2048, 4608, 12288},
+                    {"matmul bf16 2048x12288x1536 (175B t8 proj)", 2048, 12288, 1536},
+                    {"matmul bf16 2048x6144x12288 (175B t8 fc)", 2048, 6144, 12288},
+                    {"matmul bf16 2048x12288x6144 (175B t8 fc2)", 2048, 12288, 6144}};
+  uint64_t stream = 1;
   for (const MM& c : mms) {
+    Mem m(ctx.stream); // each product's buffers are freed before the next one's
     T* A = m.zeros<T>(c.M * c.K);
     T* B = m.zeros<T>(c.K * c.N);
     T* C = m.zeros<T>(c.M * c.N);
-    rt::fill<T>(ctx, A, 0.01f, c.M * c.K);
-    rt::fill<T>(ctx, B, 0.02f, c.K * c.N);
+    randomFill<T>(ctx, A, c.M * c.K, stream++, 1.f);
+    randomFill<T>(ctx, B, c.K * c.N, stream++, 1.f);
     const double ms = medianMs(ctx, iters, [&] {
       rt::matmul<T>(ctx, false, false, c.M, c.N, c.K, 1.f, A, c.K, 0, B, c.N, 0, 0.f, C, c.N, 0, 1);
     });
     const double fl = 2.0 * c.M * c.N * c.K;
     out.push_back({c.name, ms, fl / (ms * 1e-3) / 1e12, fl});
   }
+  Mem m(ctx.stream);
   struct AT { const char* name; int64_t B, S, H, hd; };
   const AT ats[] = {{"attention bf16 causal B16 S1024 H12 hd64 (GPT-2 124M)", 16, 1024, 12, 64},
                     {"attention bf16 causal B16 S1024 H16 hd64 (350M)", 16, 1024, 16, 64},
@@ -81,10 +120,10 @@ std::vector<Bench> runBenchmarks(rt::Ctx& ctx, int iters) {
     T* dk = m.zeros<T>(n);
     T* dv = m.zeros<T>(n);
     float* lse = m.zeros<float>(c.B * c.H * c.S);
-    rt::fill<T>(ctx, q, 0.1f, n);
-    rt::fill<T>(ctx, k, 0.2f, n);
-    rt::fill<T>(ctx, v, 0.3f, n);
-    rt::fill<T>(ctx, dO, 0.01f, n);
+    randomFill<T>(ctx, q, n, stream++, 1.f);
+    randomFill<T>(ctx, k, n, stream++, 1.f);
+    randomFill<T>(ctx, v, n, stream++, 1.f);
+    randomFill<T>(ctx, dO, n, stream++, 0.01f);
     // Causal attention forward: 2 matmuls of B·H·S²·hd, half of them masked: 2·B·H·S²·hd FLOPs.
     const double fwd = 2.0 * c.B * c.H * double(c.S) * c.S * c.hd;
     const double msF = medianMs(ctx, iters, [&] {
