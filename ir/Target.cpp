@@ -79,6 +79,13 @@ double Target::matmulEfficiency(Dtype d, double flops) const {
   return efficiency.matmul;
 }
 
+bool Target::hasMatmulCurve(Dtype d) const {
+  for (const MatmulCurve &c : matmulCurves)
+    if (c.dtype == d && !c.points.empty())
+      return true;
+  return false;
+}
+
 namespace {
 
 ExternalTargetLoader &externalLoader() {

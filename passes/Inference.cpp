@@ -24,8 +24,9 @@
 //    Each op's time is kernelTime (passes/StepTime.cpp) of its FLOPs, bytes and
 //    transcendentals (attention: an exp per score; the rest: the prefill's / prompt) divided
 //    by its tensor-parallel split, one kernel call each, so decode mat-vecs, at about one FLOP
-//    per weight byte, are memory-bound. Without attention the sum is the familiar 2 × params FLOPs per token and
-//    the weight bytes; twoNFlops shows that estimate beside the exact count. The all-reduces,
+//    per weight byte, are memory-bound. Without attention the sum is the familiar 2 × params
+//    FLOPs per token and the weight bytes; twoNFlops shows that estimate beside the exact
+//    count. The all-reduces,
 //    pipeline sends and uploads of a step are the prefill's / prompt: they carry one token;
 //    parameters kept on the host cross the host link whole at every step.
 // 4. Decode steps: the prefill yields the first generated token, so generate − 1 steps follow,

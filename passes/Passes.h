@@ -115,8 +115,8 @@ struct KernelWork {
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
 /// the rest), with transcendentals × transcendentalTime added to the compute side
 /// (transcendentalSeconds), plus the host terms (hostCallTime, hostBandwidth): calls ×
-/// kernelOverhead added after, the cache's bandwidth for calls that fit in it. Shared by the training step and
-/// inference so both price ops the same way.
+/// kernelOverhead added after, the cache's bandwidth for calls that fit in it. Shared by the
+/// training step and inference so both price ops the same way.
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w);
 /// The terms kernelTime adds up, for reports that show how a time was made (tally explain):
 /// total() is kernelTime's result.

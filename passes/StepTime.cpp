@@ -155,7 +155,7 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   k.efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
                  : c == OpClass::Attention ? t.attentionEfficiency(w.flops)
                                            : t.efficiency.elementwise;
-  k.fromCurve = (c == OpClass::Matmul && k.efficiency != t.efficiency.matmul) ||
+  k.fromCurve = (c == OpClass::Matmul && t.hasMatmulCurve(computeDtype)) ||
                 (c == OpClass::Attention && !t.attentionCurve.empty());
   k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
   k.transcendental = transcendentalSeconds(t, w.transcendentals);

@@ -416,7 +416,7 @@ train p { model = TinyGPT(layers = 2) batch = 4 seq = 32 micro_batch = 2 optimiz
       CHECK(*fwd->getNumber("total_s") == Approx(oa.forwardTime).epsilon(1e-12));
       CHECK(*fwd->getNumber("compute_s") >= 0);
       CHECK(text.find("= " + formatDuration(oa.forwardTime) + "\n") != std::string::npos);
-      if (oa.backwardTime > 0) {
+      if (oa.backwardTime > 0) { // (a backward of views only prices at 0 and shows too)
         const llvm::json::Object *bwd = time->getObject("backward");
         REQUIRE(bwd);
         CHECK(*bwd->getNumber("total_s") == Approx(oa.backwardTime).epsilon(1e-12));
