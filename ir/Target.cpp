@@ -283,8 +283,11 @@ std::vector<Target> buildCatalogue() {
   b200.source = "NVIDIA GB200 NVL72 / HGX B200 specifications table "
                 "(HGX B200 column, per GPU); DGX B200 user guide";
   node(b200, 8, NDR, NVLinkStep); // DGX B200: 8 x ConnectX-7 NDR, one per GPU
-  // No specialFunctions: the specifications table gives neither the SM count nor the clock,
-  // so the B200 prices attention's exps as free (docs/targets.md, "Special functions").
+  // Not from NVIDIA (docs/targets.md, "Uncertain numbers"): 148 SMs as measured by Chips and
+  // Cheese; the clock the datasheet's 2.25 PFLOP/s implies at Blackwell's 8,192 dense FP16
+  // FLOPs per clock per SM (twice Hopper's), 1.856 GHz; and Hopper's 16 exps per clock per SM
+  // (NVIDIA announced twice that for Blackwell Ultra's attention, not for the B200).
+  specialFunctions(b200, 148, 1.856e9);
   c.push_back(b200);
 
   Target rtx;
