@@ -110,6 +110,11 @@ struct KernelWork {
   double flops = 0, bytes = 0;
   double transcendentals = 0; ///< exp/erf/tanh/sin/cos evaluations (ForwardCost::transcendentals)
   double calls = 1;           ///< kernel calls, each paying the target's kernelOverhead
+  /// A kernel known by measurement rather than by its op class (tally's own CUDA attention,
+  /// forwardWork): the rate its arithmetic runs at (Invalid: the op's compute dtype's) and the
+  /// fraction of it that it reaches (0: the target's efficiency for the op class).
+  Dtype rate = Dtype::Invalid;
+  double efficiency = 0;
 };
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
@@ -124,6 +129,7 @@ struct KernelTimeTerms {
   double peak = 0, bandwidth = 0; ///< the rates used (bandwidth: the cache's for a call in it)
   double efficiency = 1;          ///< the op class's, or its measured curve's at these FLOPs
   bool fromCurve = false;         ///< whether efficiency came from a measured curve
+  bool measuredKernel = false;    ///< whether it came from KernelWork (a measured kernel)
   double compute = 0;             ///< FLOPs / peak / efficiency
   double transcendental = 0;      ///< transcendentals × transcendentalTime
   double memory = 0;              ///< bytes / bandwidth / efficiency
@@ -132,11 +138,13 @@ struct KernelTimeTerms {
 };
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
                                 const KernelWork &w);
-/// The kernels' work of an op's forward and of its backward per micro-batch on one device, as
+/// The kernels' work of op `i`'s forward and of its backward per micro-batch on one device, as
 /// the step's time prices them: its FLOPs and bytes over its tensor split
-/// (OpAnalysis::tensorSplit), less what its fused kernels save (Analysis::fusedOf).
-KernelWork forwardWork(const OpAnalysis &o, const FusedSavings &fused);
-KernelWork backwardWork(const OpAnalysis &o, const FusedSavings &fused);
+/// (OpAnalysis::tensorSplit), less what its fused kernels save (Analysis::fusedOf); under
+/// Plan::cudaStep an attention runs tally's own CUDA kernel (StepTime.cpp,
+/// kCudaRuntimeAttention).
+KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
+KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
 /// kernelTime of one call without transcendentals.
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes);
 /// Model FLOPs utilisation of a training step that takes `stepSeconds`: the model FLOPs of all

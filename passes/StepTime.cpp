@@ -147,7 +147,7 @@ double KernelTimeTerms::total() const {
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
                                 const KernelWork &w) {
   KernelTimeTerms k;
-  k.peak = t.peakFor(computeDtype);
+  k.peak = t.peakFor(w.rate != Dtype::Invalid ? w.rate : computeDtype);
   k.bandwidth = hostBandwidth(t, w.bytes / std::max(1.0, w.calls));
   if (w.flops <= 0 && w.bytes <= 0 && w.transcendentals <= 0)
     return k;
@@ -157,6 +157,11 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
                                            : t.efficiency.elementwise;
   k.fromCurve = (c == OpClass::Matmul && t.hasMatmulCurve(computeDtype)) ||
                 (c == OpClass::Attention && !t.attentionCurve.empty());
+  if (w.efficiency > 0) { // a kernel measured as itself
+    k.efficiency = w.efficiency;
+    k.fromCurve = false;
+    k.measuredKernel = true;
+  }
   k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
   k.transcendental = transcendentalSeconds(t, w.transcendentals);
   k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.efficiency : 0;
@@ -168,23 +173,52 @@ double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWo
   return kernelTimeTerms(t, c, computeDtype, w).total();
 }
 
-KernelWork forwardWork(const OpAnalysis &o, const FusedSavings &fused) {
+namespace {
+
+/// tally's own CUDA attention (codegen/runtime/cuda/attention.cuh, the generated step's kernel:
+/// the tensor-core forward is opt-in and off) does its arithmetic as scalar fp32 FMAs from shared
+/// memory on the CUDA cores, so it runs at the fp32 rate, not the tensor rate, and at the
+/// fraction of it cuda_check measured on an H200 (docs/validation.md, 2026-12-01: B16 S1024
+/// H12 hd64 causal bf16, forward 7.19 ms, backward 38.1 ms, against the 26.30 and 65.39
+/// GFLOP that ir/OpRules.cpp counts as executed, less their exps at the special-function
+/// rate): 3.67 and 1.72 TFLOP/s of 66.9.
+constexpr double kCudaRuntimeAttentionForward = 0.0549;
+constexpr double kCudaRuntimeAttentionBackward = 0.0257;
+
+/// The kernel of op `i` is tally's own CUDA attention kernel.
+bool runtimeAttention(const Analysis &a, OpId i) {
+  return a.plan->cudaStep && a.graph->ops[i].kind == OpKind::Attention;
+}
+
+} // namespace
+
+KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
+  const FusedSavings &fused = a.fusedOf(i);
   double s = o.tensorSplit;
   KernelWork w;
   w.flops = o.forward.executedFlops / s;
   w.bytes = (o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes) / s;
   w.transcendentals = o.forward.transcendentals / s;
   w.calls = 1 - fused.forwardCalls;
+  if (runtimeAttention(a, i)) {
+    w.rate = Dtype::F32;
+    w.efficiency = kCudaRuntimeAttentionForward;
+  }
   return w;
 }
 
-KernelWork backwardWork(const OpAnalysis &o, const FusedSavings &fused) {
+KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
+  const FusedSavings &fused = a.fusedOf(i);
   double s = o.tensorSplit;
   KernelWork w;
   w.flops = o.executedBackwardFlops / s;
   w.bytes = (o.backwardBytes - fused.backwardBytes) / s;
   w.transcendentals = o.backwardTranscendentals / s;
   w.calls = o.backwardCalls - fused.backwardCalls;
+  if (runtimeAttention(a, i)) {
+    w.rate = Dtype::F32;
+    w.efficiency = kCudaRuntimeAttentionBackward;
+  }
   return w;
 }
 
@@ -320,12 +354,11 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
   const Plan &plan = *a.plan;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     OpAnalysis o = a.ops[i];
-    const FusedSavings &fused = a.fusedOf(i);
     OpClass c = opClass(g.ops[i].kind);
     o.tensorSplit = tp.split[i];
-    o.forwardTime = kernelTime(plan.target, c, o.computeDtype, forwardWork(o, fused));
+    o.forwardTime = kernelTime(plan.target, c, o.computeDtype, forwardWork(a, i, o));
     o.backwardTime = hasBackward(g, plan, g.ops[i])
-                         ? kernelTime(plan.target, c, o.computeDtype, backwardWork(o, fused))
+                         ? kernelTime(plan.target, c, o.computeDtype, backwardWork(a, i, o))
                          : 0;
     a.ops.set(i, o);
   }

@@ -285,7 +285,11 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   if (calls)
     os << " + " << formatDuration(k.calls);
   os << " = " << formatDuration(recorded) << "\n";
-  os << "  " << pad << "   (efficiency " << eff << ": " << efficiencyName(kind);
+  os << "  " << pad << "   (efficiency " << eff << ": ";
+  if (k.measuredKernel)
+    os << "tally's CUDA attention kernel as measured, scalar fp32 on the CUDA cores";
+  else
+    os << efficiencyName(kind);
   if (k.fromCurve)
     os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
   os << (exps ? "; exps at the target's special-function rate" : "") << ")\n";
@@ -296,7 +300,7 @@ void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostre
   const Op &op = a.graph->ops[id];
   const FusedSavings &fused = a.fusedOf(id);
   os << "time per micro-batch on one device (passes/StepTime.cpp)\n";
-  printKernelTime(os, "forward ", "", t, op.kind, oa.computeDtype, forwardWork(oa, fused),
+  printKernelTime(os, "forward ", "", t, op.kind, oa.computeDtype, forwardWork(a, id, oa),
                   oa.forward.executedFlops, oa.forward.bytesRead + oa.forward.bytesWritten,
                   fused.forwardBytes, oa.tensorSplit, oa.forwardTime);
   if (!a.plan->isTrain)
@@ -306,7 +310,7 @@ void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostre
     return;
   }
   printKernelTime(os, "backward", "backward ", t, op.kind, oa.computeDtype,
-                  backwardWork(oa, fused), oa.executedBackwardFlops, oa.backwardBytes,
+                  backwardWork(a, id, oa), oa.executedBackwardFlops, oa.backwardBytes,
                   fused.backwardBytes, oa.tensorSplit, oa.backwardTime);
   os << "           (backward bytes: what the op's backward ops read and write, and the old "
         "value of each gradient they add into: passes/Autodiff.cpp)\n";
@@ -528,11 +532,11 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
       {"time", Object{{"forward_s", oa.forwardTime},
                       {"backward_s", oa.backwardTime},
                       {"forward", timeTermsJson(t, op.kind, oa.computeDtype,
-                                                forwardWork(oa, a.fusedOf(id)))},
+                                                forwardWork(a, id, oa))},
                       {"backward", runsBackward(a, op)
                                        ? llvm::json::Value(timeTermsJson(
                                              t, op.kind, oa.computeDtype,
-                                             backwardWork(oa, a.fusedOf(id))))
+                                             backwardWork(a, id, oa)))
                                        : llvm::json::Value(nullptr)}}},
       {"backward", p.isTrain ? llvm::json::Value(Object{{"input_grad_flops", oa.inputGradFlops},
                                                         {"weight_grad_flops", oa.weightGradFlops},

@@ -394,9 +394,13 @@ target Cpu {
 train p { model = TinyGPT(layers = 2) batch = 4 seq = 32 micro_batch = 2 optimizer = SGD(lr = 0.1)
           precision = fp32 target = Cpu }
 )");
+  PlanOverrides cuda; // tally's own CUDA step: its attention is a measured kernel
+  cuda.cudaStep = true;
+  cuda.fuseKernels = true;
+  Compiled own(fromFile, example("gpt2.tally"), "gpt2_124M", cuda);
   bool sawExps = false, sawCalls = false, sawSplit = false, sawFused = false, sawCurve = false,
-       sawCache = false;
-  for (Compiled *c : {&gpt2, &split, &host}) {
+       sawCache = false, sawMeasured = false;
+  for (Compiled *c : {&gpt2, &split, &host, &own}) {
     const Analysis &a = *c->a;
     for (OpId i = 0; i < c->g().ops.size(); ++i) {
       const OpAnalysis &oa = a.ops[i];
@@ -428,6 +432,7 @@ train p { model = TinyGPT(layers = 2) batch = 4 seq = 32 micro_batch = 2 optimiz
       sawFused = sawFused || text.find(" fused) / ") != std::string::npos;
       sawCurve = sawCurve || text.find("measured curve") != std::string::npos;
       sawCache = sawCache || *fwd->getNumber("bandwidth") == Approx(40e9);
+      sawMeasured = sawMeasured || text.find("tally's CUDA attention kernel") != std::string::npos;
     }
   }
   CHECK(sawExps);
@@ -436,4 +441,5 @@ train p { model = TinyGPT(layers = 2) batch = 4 seq = 32 micro_batch = 2 optimiz
   CHECK(sawFused);
   CHECK(sawCurve);
   CHECK(sawCache);
+  CHECK(sawMeasured);
 }

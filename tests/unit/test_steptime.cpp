@@ -428,6 +428,27 @@ train p { model = A() batch = 8 optimizer = SGD(lr = 0.1) precision = bf16 targe
   // (0.67); the model, 0.81 (docs/targets.md, "Special functions").
   CHECK(fraction[0] / fraction[1] == Approx(0.81).margin(0.01));
   CHECK(fraction[1] == Approx(0.458).margin(0.005));
+
+  // tally's own CUDA step (--backend cuda) runs its scalar attention kernel: fp32 FMAs on the
+  // CUDA cores (66.9 TFLOP/s) at the fractions cuda_check measured, 0.0549 forward and 0.0257
+  // backward; the exps stay at the special-function rate.
+  PlanOverrides cuda;
+  cuda.cudaStep = true;
+  cuda.fuseKernels = true;
+  Compiled own(plan(8, ""), "p", cuda);
+  const OpAnalysis &at = own.at("attention");
+  double scores = 8 * 8 * 2048.0 * 2048;
+  CHECK(at.forwardTime == Approx(at.forward.executedFlops / (66.9e12 * 0.0549) + scores * exp));
+  Compiled flash(plan(8, ""), "p");
+  CHECK(at.forwardTime > 20 * flash.at("attention").forwardTime);
+  // Its other ops keep the catalogue's pricing: the mean is the same kernel either way.
+  CHECK(own.at("mean").forwardTime == Approx(flash.at("mean").forwardTime));
+  // The backward, on GPT-2's first attention (q, k and v need gradients there): 65394278400
+  // executed FLOPs and 100761600 exps (tests/lit/cuda-step-report.tally).
+  Compiled gpt2(fromFile, example("gpt2.tally"), "gpt2_124M", cuda);
+  const OpAnalysis &g0 = gpt2.at("h[0].attn.attention");
+  CHECK(g0.executedBackwardFlops == 65394278400);
+  CHECK(g0.backwardTime == Approx(65394278400 / (66.9e12 * 0.0257) + 100761600 * exp));
 }
 
 TEST_CASE("steptime: the simulated pipeline schedule has the closed form's bubble",
