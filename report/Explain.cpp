@@ -267,7 +267,7 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
      << " / bandwidth / efficiency)" << (calls ? " + calls × call time" : "") << "\n";
   std::string moved = fusedBytes > 0 ? "(" + exact(bytes) + " − " + exact(fusedBytes) + " fused)"
                                      : exact(bytes);
-  std::string eff = printf1("%.2f", k.efficiency);
+  std::string eff = printf1("%.3g", k.efficiency); // 0.6, 0.0549: as many digits as it has
   os << "  " << pad << " = max(" << exact(flops) << by << " / "
      << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
   if (exps)
