@@ -36,14 +36,7 @@ cl::opt<Format> OutFormat("format", cl::desc("Output format"),
                                      clEnumValN(Format::Json, "json", "one JSON object")),
                           cl::init(Format::Text), cl::sub(Explain), cl::cat(Cat));
 PlanFlags Overrides(Cat, Explain);
-// As report's --backend (tools/tally/main.cpp): the times explained are the ones it prices.
-enum class Step { Framework, Cuda };
-cl::opt<Step> Backend("backend",
-                      cl::desc("Price the plan as it runs: in a framework (the default), or as tally's "
-                               "generated CUDA step (fused kernels, its own attention kernel)"),
-                      cl::values(clEnumValN(Step::Framework, "framework", "a framework's run (default)"),
-                                 clEnumValN(Step::Cuda, "cuda", "tally build/run --backend cuda's step")),
-                      cl::init(Step::Framework), cl::sub(Explain), cl::cat(Cat));
+PricingBackend Backend(Cat, Explain); // as report's: the times explained are the ones it prices
 cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("Warning control: -Werror, -Wno-NAME, -Werror=NAME"),
                                cl::value_desc("option"), cl::sub(Explain), cl::cat(Cat));
 cl::opt<bool> NoWarnings("w", cl::desc("Silence all warnings"), cl::sub(Explain), cl::cat(Cat));
@@ -68,7 +61,7 @@ bool applyWarnings(DiagnosticEngine &diags) {
   return true;
 }
 
-PlanOverrides overrides() { return Overrides.overrides(Backend == Step::Cuda); }
+PlanOverrides overrides() { return Overrides.overrides(Backend.cuda()); }
 
 int explain() {
   Compilation c;

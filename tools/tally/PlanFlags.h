@@ -53,4 +53,25 @@ struct PlanFlags {
   }
 };
 
+/// `--backend framework|cuda` of the commands that price a plan (check, report, explain): as a
+/// framework (PyTorch, Megatron) runs it, or as tally's generated CUDA step runs it (fused
+/// kernels, its workspace, its own attention kernel; PlanOverrides::cudaStep). tally build/run
+/// have their own --backend (cpu|cuda: where the step runs).
+struct PricingBackend {
+  enum Step { Framework, Cuda };
+  llvm::cl::opt<Step> step;
+
+  template <class... Subs>
+  explicit PricingBackend(llvm::cl::OptionCategory &cat, Subs &...subs)
+      : step("backend",
+             llvm::cl::desc("Price the plan as it runs: in a framework (PyTorch, Megatron: the default), or "
+                            "as tally's generated CUDA step (fused kernels, its workspace and attention "
+                            "kernel, no caching allocator)"),
+             llvm::cl::values(clEnumValN(Framework, "framework", "a framework's run (default)"),
+                              clEnumValN(Cuda, "cuda", "tally build/run --backend cuda's step")),
+             llvm::cl::init(Framework), llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
+
+  bool cuda() const { return step == Cuda; }
+};
+
 } // namespace tally

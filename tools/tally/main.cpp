@@ -63,13 +63,7 @@ cl::opt<Emit> EmitStage("emit", cl::desc("Print one stage of the pipeline instea
 
 // Overrides of the file's settings.
 PlanFlags Overrides(Cat, Check, Report);
-enum class Step { Framework, Cuda };
-cl::opt<Step> Backend("backend",
-                      cl::desc("Price the plan as it runs: in a framework (PyTorch, Megatron: the default), or as "
-                               "tally's generated CUDA step (fused kernels, its workspace, no caching allocator)"),
-                      cl::values(clEnumValN(Step::Framework, "framework", "a framework's run (default)"),
-                                 clEnumValN(Step::Cuda, "cuda", "tally build/run --backend cuda's step")),
-                      cl::init(Step::Framework), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+PricingBackend Backend(Cat, Check, Report);
 
 // Budgets on the command line: each replaces the file's budget of the same metric.
 cl::opt<std::string> BudgetMemory("budget-memory", cl::desc("Budget: peak memory per device at most, e.g. 80GiB"),
@@ -105,7 +99,7 @@ bool applyWarnings(DiagnosticEngine &diags) {
 
 /// The file's settings as the command line overrides them; `--backend cuda` prices tally's CUDA
 /// step as `tally run --backend cuda` does (fused unless --fuse=false).
-PlanOverrides overrides() { return opts::Overrides.overrides(opts::Backend == opts::Step::Cuda); }
+PlanOverrides overrides() { return opts::Overrides.overrides(opts::Backend.cuda()); }
 
 int usageError(const std::string &msg) {
   errs() << "tally: error: " << msg << "\n";
