@@ -107,13 +107,6 @@ KernelWork tokenwiseDecode(const Graph &g, const Op &op, const OpAnalysis &o, do
   return w;
 }
 
-/// `w` divided over a tensor split of `split` devices (one call each still).
-KernelWork splitWork(KernelWork w, double split) {
-  w.flops /= split;
-  w.bytes /= split;
-  w.transcendentals /= split;
-  return w;
-}
 
 bool skippedInDecode(const Op &op) {
   return opClass(op.kind) == OpClass::View || opClass(op.kind) == OpClass::Loss ||

@@ -145,8 +145,12 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
 /// kCudaRuntimeAttention).
 KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
 KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
-/// kernelTime of one call without transcendentals.
-double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes);
+/// `w` over a tensor split of `split` devices: its FLOPs, bytes and transcendentals divided,
+/// the same calls on each.
+KernelWork splitWork(KernelWork w, double split);
+/// Whether `op`'s backward runs (and is priced): a train plan, and an input that needs a
+/// gradient.
+bool hasBackward(const Graph &g, const Plan &plan, const Op &op);
 /// Model FLOPs utilisation of a training step that takes `stepSeconds`: the model FLOPs of all
 /// devices (forward + backward) over stepSeconds × each device's peak × the devices. The
 /// estimate's a.time.mfu, and `tally run`'s for the measured step.

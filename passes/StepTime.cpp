@@ -185,48 +185,52 @@ namespace {
 constexpr double kCudaRuntimeAttentionForward = 0.0549;
 constexpr double kCudaRuntimeAttentionBackward = 0.0257;
 
-/// The kernel of op `i` is tally's own CUDA attention kernel.
-bool runtimeAttention(const Analysis &a, OpId i) {
-  return a.plan->cudaStep && a.graph->ops[i].kind == OpKind::Attention;
+/// `w` as op `i`'s kernels run it: under Plan::cudaStep an attention is tally's own CUDA kernel,
+/// at the fp32 rate and the measured `efficiency` (the forward's or the backward's).
+KernelWork asRun(const Analysis &a, OpId i, KernelWork w, double efficiency) {
+  if (a.plan->cudaStep && a.graph->ops[i].kind == OpKind::Attention) {
+    w.rate = Dtype::F32;
+    w.efficiency = efficiency;
+  }
+  return w;
 }
 
 } // namespace
 
+KernelWork splitWork(KernelWork w, double split) {
+  w.flops /= split;
+  w.bytes /= split;
+  w.transcendentals /= split;
+  return w;
+}
+
+bool hasBackward(const Graph &g, const Plan &plan, const Op &op) {
+  if (!plan.isTrain)
+    return false;
+  for (TensorId x : op.inputs)
+    if (g.tensors[x].requiresGrad)
+      return true;
+  return false;
+}
+
 KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
   const FusedSavings &fused = a.fusedOf(i);
-  double s = o.tensorSplit;
   KernelWork w;
-  w.flops = o.forward.executedFlops / s;
-  w.bytes = (o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes) / s;
-  w.transcendentals = o.forward.transcendentals / s;
+  w.flops = o.forward.executedFlops;
+  w.bytes = o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes;
+  w.transcendentals = o.forward.transcendentals;
   w.calls = 1 - fused.forwardCalls;
-  if (runtimeAttention(a, i)) {
-    w.rate = Dtype::F32;
-    w.efficiency = kCudaRuntimeAttentionForward;
-  }
-  return w;
+  return asRun(a, i, splitWork(w, o.tensorSplit), kCudaRuntimeAttentionForward);
 }
 
 KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
   const FusedSavings &fused = a.fusedOf(i);
-  double s = o.tensorSplit;
   KernelWork w;
-  w.flops = o.executedBackwardFlops / s;
-  w.bytes = (o.backwardBytes - fused.backwardBytes) / s;
-  w.transcendentals = o.backwardTranscendentals / s;
+  w.flops = o.executedBackwardFlops;
+  w.bytes = o.backwardBytes - fused.backwardBytes;
+  w.transcendentals = o.backwardTranscendentals;
   w.calls = o.backwardCalls - fused.backwardCalls;
-  if (runtimeAttention(a, i)) {
-    w.rate = Dtype::F32;
-    w.efficiency = kCudaRuntimeAttentionBackward;
-  }
-  return w;
-}
-
-double kernelTime(const Target &t, OpClass c, Dtype computeDtype, double flops, double bytes) {
-  KernelWork w;
-  w.flops = flops;
-  w.bytes = bytes;
-  return kernelTime(t, c, computeDtype, w);
+  return asRun(a, i, splitWork(w, o.tensorSplit), kCudaRuntimeAttentionBackward);
 }
 
 namespace {
@@ -314,14 +318,6 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
   return tp;
 }
 
-bool hasBackward(const Graph &g, const Plan &plan, const Op &op) {
-  if (!plan.isTrain)
-    return false;
-  for (TensorId x : op.inputs)
-    if (g.tensors[x].requiresGrad)
-      return true;
-  return false;
-}
 
 /// Step 7: bytes sent across a pipeline stage boundary: the activations the first repeat-block
 /// copy reads from outside itself (0 without repeat blocks: nothing to cut between).

@@ -241,17 +241,6 @@ void printRoofline(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::
      << "\n";
 }
 
-/// Whether the op's backward is priced: a train plan, and an input that needs a gradient (as
-/// passes/StepTime.cpp's hasBackward).
-bool runsBackward(const Analysis &a, const Op &op) {
-  if (!a.plan->isTrain)
-    return false;
-  for (TensorId x : op.inputs)
-    if (a.graph->tensors[x].requiresGrad)
-      return true;
-  return false;
-}
-
 /// One kernel time as passes/StepTime.cpp made it (kernelTimeTerms): the formula with the terms
 /// this target has, the numbers put in, each term's value, the total. `flops` and `bytes` are
 /// the op's own (before the tensor split and the fused kernels' savings, shown beside them).
@@ -305,7 +294,7 @@ void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostre
                   fused.forwardBytes, oa.tensorSplit, oa.forwardTime);
   if (!a.plan->isTrain)
     return;
-  if (!runsBackward(a, op)) {
+  if (!hasBackward(*a.graph, *a.plan, op)) {
     os << "  backward = 0 (no input of the op needs a gradient)\n";
     return;
   }
@@ -533,7 +522,7 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                       {"backward_s", oa.backwardTime},
                       {"forward", timeTermsJson(t, op.kind, oa.computeDtype,
                                                 forwardWork(a, id, oa))},
-                      {"backward", runsBackward(a, op)
+                      {"backward", hasBackward(g, p, op)
                                        ? llvm::json::Value(timeTermsJson(
                                              t, op.kind, oa.computeDtype,
                                              backwardWork(a, id, oa)))

@@ -74,11 +74,11 @@ TEST_CASE("host: kernelTime divides matmuls by the curve's efficiency", "[host]"
   t.efficiency.elementwise = 0.5;
   t.matmulCurves.push_back({Dtype::F32, threePoints()});
   // 1e7 FLOPs at 100 GFLOP/s = 1e-4 s compute (bytes 1e4 / 10 GB/s = 1e-6 s), / 0.4.
-  CHECK(kernelTime(t, OpClass::Matmul, Dtype::F32, 1e7, 1e4) == Approx(2.5e-4));
+  CHECK(kernelTime(t, OpClass::Matmul, Dtype::F32, KernelWork{1e7, 1e4}) == Approx(2.5e-4));
   // 1e10 FLOPs = 0.1 s, / 0.8 (the last point).
-  CHECK(kernelTime(t, OpClass::Matmul, Dtype::F32, 1e10, 0) == Approx(0.125));
+  CHECK(kernelTime(t, OpClass::Matmul, Dtype::F32, KernelWork{1e10, 0}) == Approx(0.125));
   // Elementwise ops keep their constant: 1e6 bytes / 10 GB/s = 1e-4 s, / 0.5.
-  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, 0, 1e6) == Approx(2e-4));
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, KernelWork{0, 1e6}) == Approx(2e-4));
 }
 
 TEST_CASE("host: a calibration file parses into the target", "[host]") {
@@ -188,8 +188,8 @@ TEST_CASE("host: kernelTime adds the call overhead and the transcendentals", "[h
   CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(4.16e-3 + 6e-6));
   // A view (no work) launches nothing: 0 whatever `calls` says.
   CHECK(kernelTime(t, OpClass::View, Dtype::F32, KernelWork()) == 0);
-  // The two-number form is one call without transcendentals: 1e6 B / 10 GB/s / 0.5 + 2e-6.
-  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, 0, 1e6) == Approx(2.02e-4));
+  // FLOPs and bytes alone are one call without transcendentals: 1e6 B / 10 GB/s / 0.5 + 2e-6.
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, KernelWork{0, 1e6}) == Approx(2.02e-4));
 }
 
 TEST_CASE("host: a call that fits in the cache reads at the cache's bandwidth", "[host]") {
