@@ -72,18 +72,16 @@ double Target::attentionEfficiency(double flops) const {
   return attentionCurve.empty() ? efficiency.attention : interpolateCurve(attentionCurve, flops);
 }
 
-double Target::matmulEfficiency(Dtype d, double flops) const {
+const MatmulCurve *Target::matmulCurve(Dtype d) const {
   for (const MatmulCurve &c : matmulCurves)
     if (c.dtype == d && !c.points.empty())
-      return interpolateCurve(c.points, flops);
-  return efficiency.matmul;
+      return &c;
+  return nullptr;
 }
 
-bool Target::hasMatmulCurve(Dtype d) const {
-  for (const MatmulCurve &c : matmulCurves)
-    if (c.dtype == d && !c.points.empty())
-      return true;
-  return false;
+double Target::matmulEfficiency(Dtype d, double flops) const {
+  const MatmulCurve *c = matmulCurve(d);
+  return c ? interpolateCurve(c->points, flops) : efficiency.matmul;
 }
 
 namespace {

@@ -127,8 +127,8 @@ struct Target {
   /// The efficiency of a matmul of `flops` FLOPs per call computed in dtype d: the
   /// dtype's measured curve when there is one, else efficiency.matmul.
   double matmulEfficiency(Dtype d, double flops) const;
-  /// Whether dtype d has a measured matmul curve (matmulEfficiency reads it).
-  bool hasMatmulCurve(Dtype d) const;
+  /// Dtype d's measured matmul curve (matmulEfficiency reads it), or null.
+  const MatmulCurve *matmulCurve(Dtype d) const;
   /// The efficiency of an attention call of `flops` FLOPs: the attention curve when there is
   /// one, else efficiency.attention.
   double attentionEfficiency(double flops) const;

@@ -155,7 +155,7 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   k.efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
                  : c == OpClass::Attention ? t.attentionEfficiency(w.flops)
                                            : t.efficiency.elementwise;
-  k.fromCurve = (c == OpClass::Matmul && t.hasMatmulCurve(computeDtype)) ||
+  k.fromCurve = (c == OpClass::Matmul && t.matmulCurve(computeDtype) != nullptr) ||
                 (c == OpClass::Attention && !t.attentionCurve.empty());
   if (w.efficiency > 0) { // a kernel measured as itself
     k.efficiency = w.efficiency;
