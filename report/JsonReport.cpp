@@ -1,6 +1,7 @@
 // The JSON report: one object with the keys of language.md §4. Counts are numbers, bytes in
 // bytes, times in seconds, FLOPs as doubles.
 #include "report/Report.h"
+#include "report/Copies.h"
 
 #include "llvm/Support/JSON.h"
 
@@ -8,6 +9,8 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -81,18 +84,139 @@ llvm::json::Value inferenceJson(const Analysis &a) {
       {"decode_ops", std::move(ops)}};
 }
 
-/// The numbers of one op's entry in "ops", by key: the scan for non-finite numbers and the
-/// writer read the same list.
-/// Their indexes in opNumbers' list.
-enum OpNumber : size_t { kOpFlops, kOpExecutedFlops, kOpBackwardFlops, kOpBytes, kOpIntensity, kOpTime, kOpBackwardTime };
-std::array<std::pair<const char *, double>, 7> opNumbers(const OpAnalysis &oa) {
-  return {{{"flops", oa.forward.flops},
-           {"executed_flops", oa.forward.executedFlops},
-           {"backward_flops", oa.inputGradFlops + oa.weightGradFlops},
-           {"bytes", oa.forward.bytesRead + oa.forward.bytesWritten},
-           {"intensity", oa.intensity()},
-           {"time_s", oa.forwardTime},
-           {"backward_time_s", oa.backwardTime}}};
+/// The numbers of one op's entry in "ops", by their index: the scan for non-finite numbers
+/// and the writer read the same list.
+enum OpNumber : size_t {
+  kOpFlops, kOpExecutedFlops, kOpBackwardFlops, kOpBytes, kOpIntensity, kOpTime, kOpBackwardTime,
+  kOpNumberCount
+};
+constexpr const char *kOpNumberKeys[kOpNumberCount] = {
+    "flops", "executed_flops", "backward_flops", "bytes", "intensity", "time_s", "backward_time_s"};
+using OpNumbers = std::array<double, kOpNumberCount>;
+OpNumbers opNumbers(const OpAnalysis &oa) {
+  return {oa.forward.flops,
+          oa.forward.executedFlops,
+          oa.inputGradFlops + oa.weightGradFlops,
+          oa.forward.bytesRead + oa.forward.bytesWritten,
+          oa.intensity(),
+          oa.forwardTime,
+          oa.backwardTime};
+}
+
+/// The tensor whose shape and dtype an op's row gives: its first output (its first input
+/// for an op without outputs).
+TensorId rowTensor(const Op &op) { return op.outputs.empty() ? op.inputs[0] : op.outputs[0]; }
+
+/// Whether two doubles are the same bit for bit (NaN equals itself; −0 is not 0).
+bool sameBits(double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; }
+
+/// The rows of "ops": an op alone, or the copies of one (a group of report/Copies.h with a
+/// member in every copy, all of the same shape, dtype, bound and numbers) as one row at its
+/// first member's place, its numbers summed over the copies (the intensity is each one's).
+struct OpRows {
+  struct Row {
+    OpId op;             ///< the op it is written from (a group's first member)
+    uint32_t copies = 1; ///< how many ops it stands for
+    uint32_t sum = 0;    ///< copies > 1: its numbers' index in `sums`
+  };
+  std::vector<Row> rows;
+  std::vector<OpNumbers> sums;
+  OpNumbers numbers(const Analysis &a, const Row &r) const {
+    return r.copies > 1 ? sums[r.sum] : opNumbers(a.ops[r.op]);
+  }
+};
+
+OpRows opRows(const Analysis &a, const CopyGroups &instances) {
+  const Graph &g = *a.graph;
+  CopyGroups groups = opCopies(g, instances);
+  // Per group that may be one row (it has a member in every copy): its sums, until a member
+  // differs from its first.
+  constexpr uint32_t kApart = UINT32_MAX;
+  std::vector<uint32_t> slot(groups.groups.size(), kApart);
+  std::vector<OpNumbers> sums;
+  for (size_t k = 0; k < groups.groups.size(); ++k)
+    if (groups.groups[k].members > 1 && groups.groups[k].everyCopy) {
+      slot[k] = static_cast<uint32_t>(sums.size());
+      sums.push_back(opNumbers(a.ops[groups.groups[k].first]));
+    }
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    uint32_t k = groups.of[i];
+    OpId first = groups.groups[k].first;
+    if (slot[k] == kApart || i == first)
+      continue;
+    const Op &op = g.ops[i], &model = g.ops[first];
+    const Tensor &t = g.tensors[rowTensor(op)], &mt = g.tensors[rowTensor(model)];
+    OpNumbers n = opNumbers(a.ops[i]), m = opNumbers(a.ops[first]);
+    bool same = t.shape == mt.shape && t.dtype == mt.dtype &&
+                a.ops[i].computeBound == a.ops[first].computeBound;
+    for (size_t x = 0; x < kOpNumberCount && same; ++x)
+      same = sameBits(n[x], m[x]);
+    if (!same) {
+      slot[k] = kApart;
+      continue;
+    }
+    for (size_t x = 0; x < kOpNumberCount; ++x)
+      if (x != kOpIntensity)
+        sums[slot[k]][x] += n[x];
+  }
+  OpRows out;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    uint32_t k = groups.of[i];
+    if (slot[k] == kApart)
+      out.rows.push_back({i, 1, 0});
+    else if (i == groups.groups[k].first)
+      out.rows.push_back({i, groups.groups[k].members, slot[k]});
+  }
+  out.sums = std::move(sums);
+  return out;
+}
+
+/// The rows of "params.by_block": a block instance alone, or the copies of one (every
+/// instance of a group of report/Copies.h listed, all of one block and one count) as one row
+/// at its first member's place, the count summed.
+struct BlockRows {
+  struct Row {
+    size_t entry;        ///< the Analysis::params.byBlock entry it is written from
+    uint32_t copies = 1; ///< how many instances it stands for
+    double count = 0;
+  };
+  std::vector<Row> rows;
+};
+
+BlockRows blockRows(const Analysis &a, const CopyGroups &instances) {
+  const auto &entries = a.params.byBlock;
+  const Graph &g = *a.graph;
+  struct Group {
+    size_t first = SIZE_MAX; ///< its first entry
+    uint32_t listed = 0;
+    bool same = true;
+    double count = 0;
+  };
+  std::vector<Group> groups(instances.groups.size());
+  for (size_t e = 0; e < entries.size(); ++e) {
+    Group &gr = groups[instances.of[entries[e].instance]];
+    ++gr.listed;
+    if (gr.first == SIZE_MAX) {
+      gr.first = e;
+      gr.count = entries[e].count;
+      continue;
+    }
+    const Analysis::BlockCount &model = entries[gr.first];
+    gr.same = gr.same && sameBits(entries[e].count, model.count) &&
+              g.instances[entries[e].instance].block == g.instances[model.instance].block;
+    gr.count += entries[e].count;
+  }
+  BlockRows out;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    uint32_t k = instances.of[entries[e].instance];
+    const Group &gr = groups[k];
+    bool merged = gr.listed > 1 && gr.same && gr.listed == instances.groups[k].members;
+    if (!merged)
+      out.rows.push_back({e, 1, entries[e].count});
+    else if (e == gr.first)
+      out.rows.push_back({e, gr.listed, gr.count});
+  }
+  return out;
 }
 
 /// One object of a streamed array, written as llvm::json writes an Object (keys sorted, each
@@ -209,35 +333,44 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
   // their non-finite numbers are found first, since "diagnostics" precedes them.
   std::vector<std::string> bad;
   std::map<std::string, StreamedArray> streamed;
-  streamed["params.by_block"] = {a.params.byBlock.size(), [&](llvm::json::OStream &j, size_t i) {
-                                   const Analysis::BlockCount &b = a.params.byBlock[i];
-                                   const Instance &in = a.graph->instances[b.instance];
-                                   std::string path = a.graph->instancePath(b.instance); // f keeps a StringRef
+  // The copies of a repeated block that agree in everything but their paths' indices are
+  // one row each in params.by_block and ops (report/Copies.h, docs/reports.md): a 100,000-
+  // layer GPT has 900,000 block rows and 1.5 million op rows, 99.99% of them repeats.
+  CopyGroups instances = instanceCopies(g);
+  BlockRows blocks = blockRows(a, instances);
+  streamed["params.by_block"] = {blocks.rows.size(), [&](llvm::json::OStream &j, size_t r) {
+                                   const BlockRows::Row &row = blocks.rows[r];
+                                   const Analysis::BlockCount &b = a.params.byBlock[row.entry];
+                                   std::string path = g.instancePath(b.instance); // f keeps a StringRef
+                                   if (row.copies > 1)
+                                     path = repeatPattern(path);
                                    SortedFields f;
                                    f.text("path", path);
-                                   f.text("block", *in.block);
-                                   f.number("count", b.count);
+                                   f.text("block", *g.instances[b.instance].block);
+                                   f.number("count", row.count);
+                                   f.integer("copies", row.copies);
                                    f.write(j);
                                  }};
-  for (size_t i = 0; i < a.params.byBlock.size(); ++i)
-    if (!std::isfinite(a.params.byBlock[i].count))
-      bad.push_back("params.by_block[" + std::to_string(i) + "].count");
+  for (size_t r = 0; r < blocks.rows.size(); ++r)
+    if (!std::isfinite(blocks.rows[r].count))
+      bad.push_back("params.by_block[" + std::to_string(r) + "].count");
 
-  streamed["ops"] = {g.ops.size(), [&](llvm::json::OStream &j, size_t i) {
-                       const Op &op = g.ops[i];
-                       const OpAnalysis &oa = a.ops[i];
-                       const Tensor &out =
-                           g.tensors[op.outputs.empty() ? op.inputs[0] : op.outputs[0]];
+  OpRows ops = opRows(a, instances);
+  streamed["ops"] = {ops.rows.size(), [&](llvm::json::OStream &j, size_t r) {
+                       const OpRows::Row &row = ops.rows[r];
+                       const Op &op = g.ops[row.op];
+                       const OpAnalysis &oa = a.ops[row.op];
+                       const Tensor &out = g.tensors[rowTensor(op)];
                        llvm::SmallVector<int64_t, 4> shape;
                        for (const Dim &d : out.shape)
                          shape.push_back(d.size);
                        // The keys in sorted order, as an Object prints them, written
                        // directly: one row per op, and sorting them per row was a
                        // twentieth of a deep model's JSON report.
-                       auto numbers = opNumbers(oa);
+                       OpNumbers numbers = ops.numbers(a, row);
                        auto number = [&](size_t k) {
-                         j.attributeBegin(numbers[k].first);
-                         writeJsonNumber(j, numbers[k].second);
+                         j.attributeBegin(kOpNumberKeys[k]);
+                         writeJsonNumber(j, numbers[k]);
                          j.attributeEnd();
                        };
                        j.objectBegin();
@@ -246,12 +379,14 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                        j.attribute("bound", oa.computeBound ? "compute" : "memory");
                        number(kOpBytes);
                        j.attribute("class", opClassName(opClass(op.kind)));
+                       j.attribute("copies", static_cast<int64_t>(row.copies));
                        j.attribute("dtype", nameOf(out.dtype));
                        number(kOpExecutedFlops);
                        number(kOpFlops);
                        number(kOpIntensity);
                        j.attribute("kind", opName(op.kind));
-                       j.attribute("path", g.opPath(op));
+                       j.attribute("path", row.copies > 1 ? repeatPattern(g.opPath(op))
+                                                          : g.opPath(op));
                        j.attributeArray("shape", [&] {
                          for (int64_t x : shape)
                            j.value(x);
@@ -259,10 +394,12 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                        number(kOpTime);
                        j.objectEnd();
                      }};
-  for (OpId i = 0; i < g.ops.size(); ++i)
-    for (const auto &[key, v] : opNumbers(a.ops[i]))
-      if (!std::isfinite(v))
-        bad.push_back("ops[" + std::to_string(i) + "]." + key);
+  for (size_t r = 0; r < ops.rows.size(); ++r) {
+    OpNumbers numbers = ops.numbers(a, ops.rows[r]);
+    for (size_t k = 0; k < kOpNumberCount; ++k)
+      if (!std::isfinite(numbers[k]))
+        bad.push_back("ops[" + std::to_string(r) + "]." + kOpNumberKeys[k]);
+  }
 
   Array options;
   for (const auto &o : a.checkpoint.options)

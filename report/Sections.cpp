@@ -3,8 +3,8 @@
 #include "report/Sections.h"
 
 #include "ir/Units.h"
+#include "report/Copies.h"
 
-#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -142,45 +142,24 @@ ReportTable memoryTable(const Analysis &a) {
   return t;
 }
 
-/// "h[3].attn.qkv.matmul" → "h[*].attn.qkv.matmul": the copies of a repeated block are
-/// listed as one row.
-std::string repeatPattern(const std::string &path) {
-  std::string out;
-  for (size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '[') {
-      size_t j = i + 1;
-      while (j < path.size() && std::isdigit(static_cast<unsigned char>(path[j])))
-        ++j;
-      if (j < path.size() && path[j] == ']' && j > i + 1) {
-        out += "[*]";
-        i = j;
-        continue;
-      }
-    }
-    out += path[i];
-  }
-  return out;
-}
-
 ReportTable opsTable(const Analysis &a) {
   const Graph &g = *a.graph;
   ReportTable t;
   t.title = "Most expensive ops";
   t.header = {"op", "kind", "count", "FLOPs", "intensity", "bound", "time"};
+  // The copies of a repeated block are one row (report/Copies.h).
+  CopyGroups copies = opCopies(g, instanceCopies(g));
   struct Group {
-    std::string pattern;
     OpId first;
     unsigned count = 0;
     double flops = 0, time = 0;
   };
   std::vector<Group> groups;
-  llvm::StringMap<size_t> index;
+  groups.reserve(copies.groups.size());
+  for (const CopyGroups::Group &c : copies.groups)
+    groups.push_back({c.first});
   for (OpId i = 0; i < g.ops.size(); ++i) {
-    std::string pattern = repeatPattern(g.opPath(i));
-    auto [it, inserted] = index.try_emplace(pattern, groups.size());
-    if (inserted)
-      groups.push_back({pattern, i});
-    Group &gr = groups[it->second];
+    Group &gr = groups[copies.of[i]];
     ++gr.count;
     gr.flops += a.ops[i].forward.flops;
     gr.time += a.ops[i].forwardTime + a.ops[i].backwardTime;
@@ -192,7 +171,8 @@ ReportTable opsTable(const Analysis &a) {
   for (size_t k = 0; k < groups.size() && k < 10; ++k) {
     const Group &gr = groups[k];
     const OpAnalysis &o = a.ops[gr.first];
-    t.rows.push_back({gr.pattern, opName(g.ops[gr.first].kind).str(), std::to_string(gr.count),
+    t.rows.push_back({repeatPattern(g.opPath(gr.first)), opName(g.ops[gr.first].kind).str(),
+                      std::to_string(gr.count),
                       llvm::formatv("{0:e2}", gr.flops), llvm::formatv("{0:f1}", o.intensity()),
                       o.computeBound ? "compute" : "memory", formatDuration(gr.time)});
   }

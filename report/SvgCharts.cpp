@@ -5,16 +5,16 @@
 #include "report/SvgCharts.h"
 #include "support/Format.h"
 
+#include "report/Copies.h"
 #include "report/Svg.h"
 
 #include "ir/Units.h"
 
-#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
 #include <algorithm>
-#include <cctype>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 
@@ -26,25 +26,6 @@ constexpr double kWidth = 760;
 constexpr const char *kGrid = "#e3e3e3";
 constexpr const char *kAxis = "#555";
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-/// "h[3].attn.q" → "h[*].attn.q": the copies of a repeated block share one point.
-std::string repeatPattern(const std::string &path) {
-  std::string out;
-  for (size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '[') {
-      size_t j = i + 1;
-      while (j < path.size() && std::isdigit(static_cast<unsigned char>(path[j])))
-        ++j;
-      if (j < path.size() && path[j] == ']' && j > i + 1) {
-        out += "[*]";
-        i = j;
-        continue;
-      }
-    }
-    out += path[i];
-  }
-  return out;
-}
 
 /// A tick label: at most four significant digits, no trailing zeros ("0.01", "20", "1e+06").
 std::string num(double v) { return significant(v, 4); }
@@ -74,21 +55,23 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
     double rate = 0;
   };
   std::vector<Point> points;
-  llvm::StringMap<size_t> index;
+  CopyGroups copies = opCopies(g, instanceCopies(g));
+  std::vector<size_t> index(copies.groups.size(), SIZE_MAX); // a group's point
   double xmin = a.ridge > 0 ? a.ridge : peak / bw, xmax = xmin, ymin = peak, ymax = peak;
   for (OpId i = 0; i < g.ops.size() && i < a.ops.size(); ++i) {
     const OpAnalysis &o = a.ops[i];
     if (!(o.forwardTime > 0) || !(o.intensity() > 0) || !(o.forward.executedFlops > 0))
       continue;
-    auto [it, inserted] = index.try_emplace(repeatPattern(g.opPath(i)), points.size());
-    if (inserted) {
+    size_t &at = index[copies.of[i]];
+    if (at == SIZE_MAX) {
+      at = points.size();
       double split = o.tensorSplit > 0 ? o.tensorSplit : 1;
       points.push_back({i, 0, o.forward.executedFlops / split / o.forwardTime});
       xmin = std::min(xmin, o.intensity());
       xmax = std::max(xmax, o.intensity());
       ymin = std::min(ymin, points.back().rate);
     }
-    ++points[it->second].copies;
+    ++points[at].copies;
   }
   if (points.empty())
     return "";
