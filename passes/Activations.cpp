@@ -116,6 +116,8 @@ struct LiveInstance {
 /// 10,000-layer `auto` search with an impossible budget). Walks run one at a time, so the
 /// walks of one graph share these (WalkMemo::scratch), each starting them afresh.
 struct WalkScratch {
+  /// Every instance in the order made (ListedInstances), or per key its newest
+  /// (OpenInstances): one list, so that the walks of a report, which do both, fill one.
   std::vector<LiveInstance> inst;
   std::vector<uint32_t> current, bwd;
   std::vector<double> saved, other; ///< LiveDeltas
@@ -692,66 +694,142 @@ void keptByCopy(const Facts &f, Walk &w, const std::vector<LiveInstance> &inst) 
 /// segments, recompute_all's episodes or nested recomputation — decides every lifetime.
 /// An activation's gradient lives from the backward of its first reader in the backward
 /// (which starts it) to the backward of its producer (which consumes it).
-void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool keep,
-              bool perCopy, WalkScratch &scratch) {
-  using Instance = LiveInstance;
-  const Graph &g = f.g;
-  size_t n = g.ops.size(), T = g.tensors.size();
-  // Keys: a stored tensor t is key t; op o's k-th extra buffer is key T + extras.start[o] + k.
-  // Instances are kept in one list in the order they are made; `current` is each key's newest.
-  std::vector<Instance> &inst = scratch.inst;
-  inst.clear();
-  // Room for each activation and extra buffer made twice (a re-run makes them again):
-  // regrowing copied the list in every walk that re-runs ops; room never used is not touched.
-  inst.reserve(2 * (T + f.extras.items.size()));
-  std::vector<uint32_t> &current = scratch.current;
-  current.assign(T + f.extras.items.size(), kNone);
-  std::vector<uint32_t> &bwd = scratch.bwd;
-  bwd.assign(n, kNone);
-  auto make = [&](uint32_t key, uint32_t step, bool again) {
+/// A walk's instances, every one listed in the order made (`inst`; `current` is each key's
+/// newest): what the memory plan's buffers and keptByCopy read.
+struct ListedInstances {
+  std::vector<LiveInstance> &inst;
+  std::vector<uint32_t> &current;
+  ListedInstances(WalkScratch &s, size_t keys) : inst(s.inst), current(s.current) {
+    inst.clear();
+    // Room for each activation and extra buffer made twice (a re-run makes them again):
+    // regrowing copied the list in every walk that re-runs ops; room never used is not touched.
+    inst.reserve(2 * keys);
+    current.assign(keys, kNone);
+  }
+  void make(uint32_t key, uint32_t step, bool again) {
     current[key] = static_cast<uint32_t>(inst.size());
     inst.push_back({key, step, step, false, again});
-  };
-  auto use = [&](uint32_t key, uint32_t step, bool saved) {
+  }
+  void use(uint32_t key, uint32_t step, bool saved) {
     if (current[key] == kNone)
       return;
-    Instance &in = inst[current[key]];
+    LiveInstance &in = inst[current[key]];
     in.last = std::max(in.last, step);
     in.saved = in.saved || saved;
-  };
+  }
+  bool made(uint32_t key) const { return current[key] != kNone; }
+};
+
+/// A walk's instances when only the live bytes per step are wanted (the walks that compare
+/// policies: the trade-off curve, auto's and sqrt's candidates, the budget fixes and the
+/// layout search): each key's newest instance only, an older one added to the deltas when a
+/// newer is made, the rest by finish(). No list of every instance (a 100,000-layer walk made
+/// 3 million), and no second pass over one. The deltas are whole bytes, so their sums do not
+/// depend on the order buffers are added in.
+struct OpenInstances {
+  std::vector<LiveInstance> &open;
+  LiveDeltas &live;
+  const Facts &f;
+  uint32_t T;
+  OpenInstances(WalkScratch &s, size_t keys, LiveDeltas &live, const Facts &f, uint32_t T)
+      : open(s.inst), live(live), f(f), T(T) {
+    open.assign(keys, {0, kNone, 0, false, false});
+  }
+  void close(const LiveInstance &in) {
+    double bytes = in.key < T ? f.tensorBuffer[in.key] : f.extraBuffer[in.key - T];
+    if (bytes > 0)
+      live.add(in.saved, in.first, in.last, bytes);
+  }
+  void make(uint32_t key, uint32_t step, bool again) {
+    LiveInstance &in = open[key];
+    if (in.first != kNone)
+      close(in);
+    in = {key, step, step, false, again};
+  }
+  void use(uint32_t key, uint32_t step, bool saved) {
+    LiveInstance &in = open[key];
+    if (in.first == kNone)
+      return;
+    in.last = std::max(in.last, step);
+    in.saved = in.saved || saved;
+  }
+  bool made(uint32_t key) const { return open[key].first != kNone; }
+  void finish() {
+    for (const LiveInstance &in : open)
+      if (in.first != kNone)
+        close(in);
+  }
+};
+
+/// Step 4's pass over the schedule: every instance made and used (`book`: ListedInstances or
+/// OpenInstances), and per op the step of its backward (`bwd`). Whether the backward steps
+/// run once per op with a backward, in reverse op order (every schedule tally makes does): a
+/// gradient then starts at its last reader's backward.
+template <class Book>
+bool runInstances(const Facts &f, const Walk &w, Book &book, std::vector<uint32_t> &bwd) {
+  uint32_t T = static_cast<uint32_t>(f.g.tensors.size());
+  bwd.assign(f.g.ops.size(), kNone);
   for (TensorId t : f.structure->sources)
-    make(t, 0, false);
-  // Whether the backward steps run once per op with a backward, in reverse op order (every
-  // schedule tally makes does): a gradient then starts at its last reader's backward.
+    book.make(t, 0, false);
   bool reverse = true;
   size_t backwardSteps = 0;
   OpId lastBackward = kNone;
   for (uint32_t i = 0; i < w.schedule.size(); ++i) {
     const ScheduleStep &st = w.schedule[i];
     OpId o = st.op;
-    uint32_t extraKey = static_cast<uint32_t>(T) + f.extras.start[o];
+    uint32_t extraKey = T + f.extras.start[o];
     if (st.kind == ScheduleStep::Backward) {
       bwd[o] = i;
       reverse = reverse && o < lastBackward;
       lastBackward = o;
       ++backwardSteps;
       for (TensorId t : f.keeps.of(o))
-        use(t, i, true);
+        book.use(t, i, true);
       for (uint32_t k = 0; k < f.extraCount(o); ++k)
-        use(extraKey + k, i, true);
+        book.use(extraKey + k, i, true);
       continue;
     }
     for (TensorId t : f.reads.of(o))
-      use(t, i, false);
+      book.use(t, i, false);
     bool again = st.kind == ScheduleStep::Recompute;
     for (TensorId t : f.writes.of(o))
-      make(t, i, again);
+      book.make(t, i, again);
     if (f.hasBackward[o])
       for (uint32_t k = 0; k < f.extraCount(o); ++k)
-        make(extraKey + k, i, again);
+        book.make(extraKey + k, i, again);
   }
+  return reverse && backwardSteps == f.structure->backwardOps;
+}
+
+/// Step 4 over any schedule. Every run of an op (its forward or a recompute) makes a new
+/// instance of each activation it writes and of each extra buffer it saves; every later step
+/// that reads the tensor uses its newest instance: a forward or recompute reading it as an
+/// input, the op's backward reading what it keeps. An instance lives from the step that makes
+/// it to the last step that uses it, and is Saved when a backward uses it (else Transient).
+/// So a tensor made in a recomputed segment lives in the forward only to its last forward
+/// reader (the backward reads the re-run's instance), and the schedule alone — one level of
+/// segments, recompute_all's episodes or nested recomputation — decides every lifetime.
+/// An activation's gradient lives from the backward of its first reader in the backward
+/// (which starts it) to the backward of its producer (which consumes it).
+void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool keep,
+              bool perCopy, WalkScratch &scratch) {
+  const Graph &g = f.g;
+  size_t n = g.ops.size(), T = g.tensors.size();
+  // Keys: a stored tensor t is key t; op o's k-th extra buffer is key T + extras.start[o] + k.
+  size_t keys = T + f.extras.items.size();
+  std::vector<uint32_t> &bwd = scratch.bwd;
+  std::optional<ListedInstances> listed;
+  std::optional<OpenInstances> open;
+  bool ordered;
+  if (keep || perCopy) {
+    listed.emplace(scratch, keys);
+    ordered = runInstances(f, w, *listed, bwd);
+  } else {
+    open.emplace(scratch, keys, live, f, static_cast<uint32_t>(T));
+    ordered = runInstances(f, w, *open, bwd);
+  }
+
   // An activation's gradient: from the backward of its first reader to its producer's.
-  bool ordered = reverse && backwardSteps == f.structure->backwardOps;
   static const Label gradientLabel("gradient");
   auto gradient = [&](TensorId t) {
     OpId p = f.structure->gradProducer[t];
@@ -770,18 +848,27 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
       addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, bwd[p], gradientLabel,
                 Buffer::Gradient);
   };
+  if (open) {
+    // Only the live bytes per step, without listing buffers by tensor.
+    open->finish();
+    for (TensorId t = 0; t < T; ++t)
+      if (open->made(t))
+        gradient(t);
+    return;
+  }
+  const std::vector<LiveInstance> &inst = listed->inst;
   if (perCopy)
     keptByCopy(f, w, inst);
   if (!keep) {
-    // Only the live bytes per step: the buffers in the order they were made (whole bytes, so
-    // the sums are exact in any order), without listing them by tensor.
-    for (const Instance &in : inst) {
+    // Only the live bytes per step: the buffers in the order they were made, without listing
+    // them by tensor.
+    for (const LiveInstance &in : inst) {
       double bytes = in.key < T ? f.tensorBuffer[in.key] : f.extraBuffer[in.key - T];
       if (bytes > 0)
         live.add(in.saved, in.first, in.last, bytes);
     }
     for (TensorId t = 0; t < T; ++t)
-      if (current[t] != kNone)
+      if (listed->made(t))
         gradient(t);
     return;
   }
@@ -789,8 +876,8 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
   // (regrowing the list copied it, and mapped and zeroed each larger list anew).
   w.buffers.reserve(w.buffers.size() + inst.size() + T);
   // Each key's instances in the order they were made: a counting sort by key.
-  std::vector<uint32_t> from(current.size() + 1, 0), order(inst.size());
-  for (const Instance &in : inst)
+  std::vector<uint32_t> from(keys + 1, 0), order(inst.size());
+  for (const LiveInstance &in : inst)
     ++from[in.key + 1];
   for (size_t k = 0; k + 1 < from.size(); ++k)
     from[k + 1] += from[k];
@@ -805,7 +892,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
     OpId p = g.tensors[t].producer;
     double bytes = f.tensorBuffer[t];
     for (uint32_t j = from[t]; j < from[t + 1]; ++j) {
-      const Instance &in = inst[order[j]];
+      const LiveInstance &in = inst[order[j]];
       static const Label recomputedSaved("recomputed, saved"), recomputed("recomputed"),
           saved("saved"), transient("transient");
       addBuffer(w, live, keep, t, p, bytes, in.first, in.last,
@@ -822,7 +909,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, LiveDeltas &live, bool
       const SavedTensor &st = a.savedOf(o)[f.extras.of(o)[k]];
       double bytes = f.extraBuffer[f.extras.start[o] + k];
       for (uint32_t j = from[key]; j < from[key + 1]; ++j) {
-        const Instance &in = inst[order[j]];
+        const LiveInstance &in = inst[order[j]];
         addBuffer(w, live, keep, kNone, o, bytes, in.first, in.last, st.what,
                   in.saved ? Buffer::Saved : Buffer::Transient);
       }
@@ -1896,7 +1983,7 @@ void planActivations(Analysis &a) {
     // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
     // thousands of times and read only the peak and the times (a curve there made `tally
     // solve layout` 4× slower).
-    if (!a.whatIf && (!a.diagnosticsOnly || plan.checkpoint == "auto"))
+    if (!getenv("TALLY_NO_CURVE") && !a.whatIf && (!a.diagnosticsOnly || plan.checkpoint == "auto"))
       tradeOffCurve(f, a, p, w, microSteps);
   }
 
