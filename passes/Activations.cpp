@@ -1983,7 +1983,7 @@ void planActivations(Analysis &a) {
     // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
     // thousands of times and read only the peak and the times (a curve there made `tally
     // solve layout` 4× slower).
-    if (!getenv("TALLY_NO_CURVE") && !a.whatIf && (!a.diagnosticsOnly || plan.checkpoint == "auto"))
+    if (!a.whatIf && (!a.diagnosticsOnly || plan.checkpoint == "auto"))
       tradeOffCurve(f, a, p, w, microSteps);
   }
 
