@@ -723,9 +723,9 @@ struct ListedInstances {
 /// A walk's instances when only the live bytes per step are wanted (the walks that compare
 /// policies: the trade-off curve, auto's and sqrt's candidates, the budget fixes and the
 /// layout search): each key's newest instance only, an older one added to the deltas when a
-/// newer is made, the rest by finish(). No list of every instance (a 100,000-layer walk made
-/// 3 million), and no second pass over one. The deltas are whole bytes, so their sums do not
-/// depend on the order buffers are added in.
+/// newer is made, the rest by finish(). No list of every instance (one per buffer made:
+/// millions in a deep model), and no second pass over one. The deltas are whole bytes, so
+/// their sums (exact below 2^53) do not depend on the order buffers are added in.
 struct OpenInstances {
   std::vector<LiveInstance> &open;
   LiveDeltas &live;
