@@ -49,41 +49,6 @@ llvm::json::Array diagnosticsJson(const DiagnosticEngine &diags) {
   return out;
 }
 
-/// The inference section (passes/Inference.cpp): null for train plans.
-llvm::json::Value inferenceJson(const Analysis &a) {
-  const auto &inf = a.inference;
-  if (!inf.active)
-    return nullptr;
-  llvm::json::Array ops;
-  for (const Analysis::DecodeOp &d : inf.ops)
-    ops.push_back(llvm::json::Object{{"path", a.graph->opPath(d.op)},
-                                     {"kind", opName(a.graph->ops[d.op].kind).str()},
-                                     {"flops", d.flops},
-                                     {"bytes", d.bytes},
-                                     {"intensity", d.intensity},
-                                     {"bound", d.computeBound ? "compute" : "memory"},
-                                     {"time_s", d.time}});
-  return llvm::json::Object{
-      {"prefill_flops", inf.prefillFlops},
-      {"prefill_s", inf.prefillTime},
-      {"layers", inf.layers},
-      {"kv_bytes_per_token", inf.kvBytesPerToken},
-      {"kv_cache_bytes", inf.kvCacheBytes},
-      {"decode_steps", inf.decodeSteps},
-      {"mean_context", inf.meanContext},
-      {"decode_flops_per_step", inf.decodeFlops},
-      {"decode_bytes_per_step", inf.decodeBytes},
-      {"decode_intensity", inf.decodeIntensity},
-      {"decode_bound", inf.decodeMemoryBound ? "memory" : "compute"},
-      {"decode_s_per_step", inf.decodeTime},
-      {"first_decode_s", inf.firstDecodeTime},
-      {"last_decode_s", inf.lastDecodeTime},
-      {"tokens_per_s", inf.tokensPerSecond},
-      {"total_s", inf.totalTime},
-      {"two_n_flops", inf.twoNFlops},
-      {"decode_ops", std::move(ops)}};
-}
-
 /// The numbers of one op's entry in "ops", by their index: the scan for non-finite numbers
 /// and the writer read the same list.
 enum OpNumber : size_t {
@@ -110,113 +75,127 @@ TensorId rowTensor(const Op &op) { return op.outputs.empty() ? op.inputs[0] : op
 /// Whether two doubles are the same bit for bit (NaN equals itself; −0 is not 0).
 bool sameBits(double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; }
 
-/// The rows of "ops": an op alone, or the copies of one (a group of report/Copies.h with a
-/// member in every copy, all of the same shape, dtype, bound and numbers) as one row at its
-/// first member's place, its numbers summed over the copies (the intensity is each one's).
-struct OpRows {
+/// The rows of a list whose entries are ops or block instances (ops[], params.by_block[],
+/// inference.decode_ops[]): an entry alone, or the copies of one as one row at the place of
+/// its first entry. Copies are the entries of a group of report/Copies.h (`groupOf` an entry)
+/// when the list has an entry for each of its members (at least two, with a member in every
+/// copy), all alike (`alike`: what the row shows besides numbers) and with the same numbers
+/// bit for bit. The row's numbers are their sums, but for the indexes in `each` (an
+/// intensity: each copy's).
+template <size_t N> struct CopyRows {
   struct Row {
-    OpId op;             ///< the op it is written from (a group's first member)
-    uint32_t copies = 1; ///< how many ops it stands for
+    size_t entry;        ///< the entry it is written from (the copies' first)
+    uint32_t copies = 1; ///< how many entries it stands for
     uint32_t sum = 0;    ///< copies > 1: its numbers' index in `sums`
   };
   std::vector<Row> rows;
-  std::vector<OpNumbers> sums;
-  OpNumbers numbers(const Analysis &a, const Row &r) const {
-    return r.copies > 1 ? sums[r.sum] : opNumbers(a.ops[r.op]);
+  std::vector<std::array<double, N>> sums;
+  /// A row's numbers: the sums of its copies, or its entry's (`numbersOf`).
+  template <class NumbersOf>
+  std::array<double, N> numbers(const Row &r, const NumbersOf &numbersOf) const {
+    return r.copies > 1 ? sums[r.sum] : numbersOf(r.entry);
   }
 };
 
-OpRows opRows(const Analysis &a, const CopyGroups &instances) {
-  const Graph &g = *a.graph;
-  CopyGroups groups = opCopies(g, instances);
-  // Per group that may be one row (it has a member in every copy): its sums, until a member
-  // differs from its first.
-  constexpr uint32_t kApart = UINT32_MAX;
-  std::vector<uint32_t> slot(groups.groups.size(), kApart);
-  std::vector<OpNumbers> sums;
-  for (size_t k = 0; k < groups.groups.size(); ++k)
-    if (groups.groups[k].members > 1 && groups.groups[k].everyCopy) {
-      slot[k] = static_cast<uint32_t>(sums.size());
-      sums.push_back(opNumbers(a.ops[groups.groups[k].first]));
-    }
-  for (OpId i = 0; i < g.ops.size(); ++i) {
-    uint32_t k = groups.of[i];
-    OpId first = groups.groups[k].first;
-    if (slot[k] == kApart || i == first)
+/// copyRows' state per group.
+constexpr uint32_t kApart = UINT32_MAX; ///< no sums: the group's entries are rows of their own
+struct CopyRowState {
+  size_t first = SIZE_MAX; ///< its first entry
+  uint32_t listed = 0;     ///< entries of the group
+  uint32_t slot = kApart;  ///< its sums' index, while its entries are alike
+};
+
+template <size_t N, class GroupOf, class NumbersOf, class Alike>
+CopyRows<N> copyRows(size_t entries, const CopyGroups &groups, const GroupOf &groupOf,
+                     const NumbersOf &numbersOf, const Alike &alike, std::array<bool, N> each) {
+  std::vector<CopyRowState> state(groups.groups.size());
+  CopyRows<N> out;
+  for (size_t e = 0; e < entries; ++e) {
+    uint32_t k = groupOf(e);
+    CopyRowState &s = state[k];
+    ++s.listed;
+    if (groups.groups[k].members < 2 || !groups.groups[k].everyCopy)
       continue;
-    const Op &op = g.ops[i], &model = g.ops[first];
-    const Tensor &t = g.tensors[rowTensor(op)], &mt = g.tensors[rowTensor(model)];
-    OpNumbers n = opNumbers(a.ops[i]), m = opNumbers(a.ops[first]);
-    bool same = t.shape == mt.shape && t.dtype == mt.dtype &&
-                a.ops[i].computeBound == a.ops[first].computeBound;
-    for (size_t x = 0; x < kOpNumberCount && same; ++x)
+    std::array<double, N> n = numbersOf(e);
+    if (s.first == SIZE_MAX) {
+      s.first = e;
+      s.slot = static_cast<uint32_t>(out.sums.size());
+      out.sums.push_back(n);
+      continue;
+    }
+    if (s.slot == kApart)
+      continue;
+    std::array<double, N> m = numbersOf(s.first);
+    bool same = alike(e, s.first);
+    for (size_t x = 0; x < N && same; ++x)
       same = sameBits(n[x], m[x]);
     if (!same) {
-      slot[k] = kApart;
+      s.slot = kApart;
       continue;
     }
-    for (size_t x = 0; x < kOpNumberCount; ++x)
-      if (x != kOpIntensity)
-        sums[slot[k]][x] += n[x];
+    for (size_t x = 0; x < N; ++x)
+      if (!each[x])
+        out.sums[s.slot][x] += n[x];
   }
-  OpRows out;
-  for (OpId i = 0; i < g.ops.size(); ++i) {
-    uint32_t k = groups.of[i];
-    if (slot[k] == kApart)
-      out.rows.push_back({i, 1, 0});
-    else if (i == groups.groups[k].first)
-      out.rows.push_back({i, groups.groups[k].members, slot[k]});
+  for (size_t e = 0; e < entries; ++e) {
+    uint32_t k = groupOf(e);
+    const CopyRowState &s = state[k];
+    if (s.slot == kApart || s.listed != groups.groups[k].members)
+      out.rows.push_back({e, 1, 0});
+    else if (e == s.first)
+      out.rows.push_back({e, s.listed, s.slot});
   }
-  out.sums = std::move(sums);
   return out;
 }
 
-/// The rows of "params.by_block": a block instance alone, or the copies of one (every
-/// instance of a group of report/Copies.h listed, all of one block and one count) as one row
-/// at its first member's place, the count summed.
-struct BlockRows {
-  struct Row {
-    size_t entry;        ///< the Analysis::params.byBlock entry it is written from
-    uint32_t copies = 1; ///< how many instances it stands for
-    double count = 0;
-  };
-  std::vector<Row> rows;
-};
-
-BlockRows blockRows(const Analysis &a, const CopyGroups &instances) {
-  const auto &entries = a.params.byBlock;
+/// The inference section (passes/Inference.cpp): null for train plans. The decode ops of the
+/// copies of a repeated block are one row (copyRows, with the ops' groups).
+llvm::json::Value inferenceJson(const Analysis &a, const CopyGroups &opGroups) {
+  const auto &inf = a.inference;
+  if (!inf.active)
+    return nullptr;
   const Graph &g = *a.graph;
-  struct Group {
-    size_t first = SIZE_MAX; ///< its first entry
-    uint32_t listed = 0;
-    bool same = true;
-    double count = 0;
+  auto numbersOf = [&](size_t e) {
+    const Analysis::DecodeOp &d = inf.ops[e];
+    return std::array<double, 4>{d.flops, d.bytes, d.intensity, d.time};
   };
-  std::vector<Group> groups(instances.groups.size());
-  for (size_t e = 0; e < entries.size(); ++e) {
-    Group &gr = groups[instances.of[entries[e].instance]];
-    ++gr.listed;
-    if (gr.first == SIZE_MAX) {
-      gr.first = e;
-      gr.count = entries[e].count;
-      continue;
-    }
-    const Analysis::BlockCount &model = entries[gr.first];
-    gr.same = gr.same && sameBits(entries[e].count, model.count) &&
-              g.instances[entries[e].instance].block == g.instances[model.instance].block;
-    gr.count += entries[e].count;
+  CopyRows<4> rows = copyRows<4>(
+      inf.ops.size(), opGroups, [&](size_t e) { return opGroups.of[inf.ops[e].op]; }, numbersOf,
+      [&](size_t e, size_t first) { return inf.ops[e].computeBound == inf.ops[first].computeBound; },
+      {false, false, true, false});
+  llvm::json::Array ops;
+  for (const CopyRows<4>::Row &row : rows.rows) {
+    const Analysis::DecodeOp &d = inf.ops[row.entry];
+    std::array<double, 4> n = rows.numbers(row, numbersOf);
+    ops.push_back(llvm::json::Object{
+        {"path", row.copies > 1 ? repeatPattern(g.opPath(d.op)) : g.opPath(d.op)},
+        {"kind", opName(g.ops[d.op].kind).str()},
+        {"copies", static_cast<int64_t>(row.copies)},
+        {"flops", n[0]},
+        {"bytes", n[1]},
+        {"intensity", n[2]},
+        {"bound", d.computeBound ? "compute" : "memory"},
+        {"time_s", n[3]}});
   }
-  BlockRows out;
-  for (size_t e = 0; e < entries.size(); ++e) {
-    uint32_t k = instances.of[entries[e].instance];
-    const Group &gr = groups[k];
-    bool merged = gr.listed > 1 && gr.same && gr.listed == instances.groups[k].members;
-    if (!merged)
-      out.rows.push_back({e, 1, entries[e].count});
-    else if (e == gr.first)
-      out.rows.push_back({e, gr.listed, gr.count});
-  }
-  return out;
+  return llvm::json::Object{
+      {"prefill_flops", inf.prefillFlops},
+      {"prefill_s", inf.prefillTime},
+      {"layers", inf.layers},
+      {"kv_bytes_per_token", inf.kvBytesPerToken},
+      {"kv_cache_bytes", inf.kvCacheBytes},
+      {"decode_steps", inf.decodeSteps},
+      {"mean_context", inf.meanContext},
+      {"decode_flops_per_step", inf.decodeFlops},
+      {"decode_bytes_per_step", inf.decodeBytes},
+      {"decode_intensity", inf.decodeIntensity},
+      {"decode_bound", inf.decodeMemoryBound ? "memory" : "compute"},
+      {"decode_s_per_step", inf.decodeTime},
+      {"first_decode_s", inf.firstDecodeTime},
+      {"last_decode_s", inf.lastDecodeTime},
+      {"tokens_per_s", inf.tokensPerSecond},
+      {"total_s", inf.totalTime},
+      {"two_n_flops", inf.twoNFlops},
+      {"decode_ops", std::move(ops)}};
 }
 
 /// One object of a streamed array, written as llvm::json writes an Object (keys sorted, each
@@ -336,30 +315,48 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
   // The copies of a repeated block that agree in everything but their paths' indices are
   // one row each in params.by_block and ops (report/Copies.h, docs/reports.md): a 100,000-
   // layer GPT has 900,000 block rows and 1.5 million op rows, 99.99% of them repeats.
-  CopyGroups instances = instanceCopies(g);
-  BlockRows blocks = blockRows(a, instances);
+  CopyGroups instances = instanceCopies(g), opGroups = opCopies(g, instances);
+  const auto &byBlock = a.params.byBlock;
+  auto blockCount = [&](size_t e) { return std::array<double, 1>{byBlock[e].count}; };
+  CopyRows<1> blocks = copyRows<1>(
+      byBlock.size(), instances, [&](size_t e) { return instances.of[byBlock[e].instance]; },
+      blockCount,
+      [&](size_t e, size_t first) {
+        return g.instances[byBlock[e].instance].block == g.instances[byBlock[first].instance].block;
+      },
+      {false});
   streamed["params.by_block"] = {blocks.rows.size(), [&](llvm::json::OStream &j, size_t r) {
-                                   const BlockRows::Row &row = blocks.rows[r];
-                                   const Analysis::BlockCount &b = a.params.byBlock[row.entry];
+                                   const CopyRows<1>::Row &row = blocks.rows[r];
+                                   const Analysis::BlockCount &b = byBlock[row.entry];
                                    std::string path = g.instancePath(b.instance); // f keeps a StringRef
                                    if (row.copies > 1)
                                      path = repeatPattern(path);
                                    SortedFields f;
                                    f.text("path", path);
                                    f.text("block", *g.instances[b.instance].block);
-                                   f.number("count", row.count);
+                                   f.number("count", blocks.numbers(row, blockCount)[0]);
                                    f.integer("copies", row.copies);
                                    f.write(j);
                                  }};
   for (size_t r = 0; r < blocks.rows.size(); ++r)
-    if (!std::isfinite(blocks.rows[r].count))
+    if (!std::isfinite(blocks.numbers(blocks.rows[r], blockCount)[0]))
       bad.push_back("params.by_block[" + std::to_string(r) + "].count");
 
-  OpRows ops = opRows(a, instances);
+  auto numbersOf = [&](size_t i) { return opNumbers(a.ops[i]); };
+  std::array<bool, kOpNumberCount> each{};
+  each[kOpIntensity] = true;
+  CopyRows<kOpNumberCount> ops = copyRows<kOpNumberCount>(
+      g.ops.size(), opGroups, [&](size_t i) { return opGroups.of[i]; }, numbersOf,
+      [&](size_t i, size_t first) {
+        const Tensor &t = g.tensors[rowTensor(g.ops[i])], &ft = g.tensors[rowTensor(g.ops[first])];
+        return t.shape == ft.shape && t.dtype == ft.dtype &&
+               a.ops[i].computeBound == a.ops[first].computeBound;
+      },
+      each);
   streamed["ops"] = {ops.rows.size(), [&](llvm::json::OStream &j, size_t r) {
-                       const OpRows::Row &row = ops.rows[r];
-                       const Op &op = g.ops[row.op];
-                       const OpAnalysis &oa = a.ops[row.op];
+                       const CopyRows<kOpNumberCount>::Row &row = ops.rows[r];
+                       const Op &op = g.ops[row.entry];
+                       const OpAnalysis &oa = a.ops[row.entry];
                        const Tensor &out = g.tensors[rowTensor(op)];
                        llvm::SmallVector<int64_t, 4> shape;
                        for (const Dim &d : out.shape)
@@ -367,7 +364,7 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                        // The keys in sorted order, as an Object prints them, written
                        // directly: one row per op, and sorting them per row was a
                        // twentieth of a deep model's JSON report.
-                       OpNumbers numbers = ops.numbers(a, row);
+                       OpNumbers numbers = ops.numbers(row, numbersOf);
                        auto number = [&](size_t k) {
                          j.attributeBegin(kOpNumberKeys[k]);
                          writeJsonNumber(j, numbers[k]);
@@ -395,7 +392,7 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                        j.objectEnd();
                      }};
   for (size_t r = 0; r < ops.rows.size(); ++r) {
-    OpNumbers numbers = ops.numbers(a, ops.rows[r]);
+    OpNumbers numbers = ops.numbers(ops.rows[r], numbersOf);
     for (size_t k = 0; k < kOpNumberCount; ++k)
       if (!std::isfinite(numbers[k]))
         bad.push_back("ops[" + std::to_string(r) + "]." + kOpNumberKeys[k]);
@@ -529,7 +526,7 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
       {"roofline", Object{{"ridge_intensity", a.ridge},
                           {"peak_flops", a.peakFlops},
                           {"bandwidth", p.target.bandwidth}}},
-      {"inference", inferenceJson(a)},
+      {"inference", inferenceJson(a, opGroups)},
       {"diagnostics", diagnosticsJson(diags)},
   };
   // Numbers past a double (a run time of 1e308 tokens) are null, and the report says which:

@@ -195,3 +195,44 @@ TEST_CASE("copies: copies that differ are listed one by one", "[reports][copies]
     if (path.find("[*]") != std::string::npos)
       CHECK(n > 1);
 }
+
+TEST_CASE("copies: an infer plan's decode ops are one row per op of a block",
+          "[reports][copies]") {
+  Compiled t(tally::test::kTinyGPTModel + std::string(R"(
+infer serve { model = TinyGPT(layers = 6) batch = 2 prompt = 64 generate = 32
+              precision = bf16 target = H100_SXM }
+)"));
+  const auto &decode = t.a->inference.ops;
+  REQUIRE(!decode.empty());
+  llvm::json::Value v = reportJson(t);
+  const llvm::json::Array &rows =
+      *v.getAsObject()->getObject("inference")->getArray("decode_ops");
+  // Per pattern, the decode ops and their summed numbers, in the order the analysis lists them.
+  std::map<std::string, std::pair<int64_t, double>> want; // ops, FLOPs
+  std::map<std::string, double> time;
+  for (const Analysis::DecodeOp &d : decode) {
+    auto &w = want[repeatPattern(t.g().opPath(d.op))];
+    ++w.first;
+    w.second += d.flops;
+    time[repeatPattern(t.g().opPath(d.op))] += d.time;
+  }
+  int64_t listed = 0;
+  size_t merged = 0;
+  for (const llvm::json::Value &r : rows) {
+    const llvm::json::Object &o = *r.getAsObject();
+    std::string path = o.getString("path")->str();
+    int64_t copies = *o.getInteger("copies");
+    listed += copies;
+    if (copies == 1)
+      continue;
+    INFO(path);
+    ++merged;
+    CHECK(copies == 6);
+    CHECK(copies == want[path].first);
+    CHECK(*o.getNumber("flops") == want[path].second);
+    CHECK(*o.getNumber("time_s") == time[path]);
+  }
+  CHECK(listed == static_cast<int64_t>(decode.size()));
+  CHECK(merged > 0);
+  CHECK(rows.size() < decode.size());
+}
