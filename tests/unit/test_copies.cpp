@@ -51,6 +51,26 @@ llvm::json::Value reportJson(const Compiled &t) {
   return std::move(*v);
 }
 
+/// The rows of a JSON list with `copies`: how many ops (instances) they stand for in all and
+/// how many stand for more than one, calling `merged(path, copies, row)` for each of those.
+template <class F>
+std::pair<int64_t, size_t> readRows(const llvm::json::Array &rows, const F &merged) {
+  int64_t listed = 0;
+  size_t several = 0;
+  for (const llvm::json::Value &r : rows) {
+    const llvm::json::Object &o = *r.getAsObject();
+    std::string path = o.getString("path")->str();
+    int64_t copies = *o.getInteger("copies");
+    listed += copies;
+    if (copies == 1)
+      continue; // an op alone: its own numbers (the lit tests pin those)
+    INFO(path);
+    ++several;
+    merged(path, copies, o);
+  }
+  return {listed, several};
+}
+
 } // namespace
 
 TEST_CASE("copies: a repeat index is read as *", "[reports][copies]") {
@@ -129,17 +149,8 @@ train tiny { model = TinyGPT(layers = 6) batch = 8 seq = 128 optimizer = AdamW(l
     s.time += o.forwardTime;
     s.backwardTime += o.backwardTime;
   }
-  int64_t listed = 0;
-  size_t merged = 0;
-  for (const llvm::json::Value &r : rows) {
-    const llvm::json::Object &o = *r.getAsObject();
-    std::string path = o.getString("path")->str();
-    int64_t copies = *o.getInteger("copies");
-    listed += copies;
-    INFO(path);
-    if (copies == 1)
-      continue; // an op alone: its own numbers (the lit tests pin those)
-    ++merged;
+  auto [listed, merged] = readRows(rows, [&](const std::string &path, int64_t copies,
+                                             const llvm::json::Object &o) {
     REQUIRE(want.count(path) == 1);
     const Sums &s = want[path];
     CHECK(copies == s.ops);
@@ -151,7 +162,7 @@ train tiny { model = TinyGPT(layers = 6) batch = 8 seq = 128 optimizer = AdamW(l
     // The intensity and shape are each copy's.
     OpId first = t.op(std::string(path).replace(path.find("[*]"), 3, "[0]"));
     CHECK(*o.getNumber("intensity") == t.a->ops[first].intensity());
-  }
+  });
   CHECK(listed == static_cast<int64_t>(g.ops.size()));
   CHECK(merged == 15); // a block's 15 ops: every one identical in all 6 copies
   CHECK(rows.size() == g.ops.size() - 15 * 5);
@@ -216,22 +227,13 @@ infer serve { model = TinyGPT(layers = 6) batch = 2 prompt = 64 generate = 32
     w.second += d.flops;
     time[repeatPattern(t.g().opPath(d.op))] += d.time;
   }
-  int64_t listed = 0;
-  size_t merged = 0;
-  for (const llvm::json::Value &r : rows) {
-    const llvm::json::Object &o = *r.getAsObject();
-    std::string path = o.getString("path")->str();
-    int64_t copies = *o.getInteger("copies");
-    listed += copies;
-    if (copies == 1)
-      continue;
-    INFO(path);
-    ++merged;
+  auto [listed, merged] = readRows(rows, [&](const std::string &path, int64_t copies,
+                                             const llvm::json::Object &o) {
     CHECK(copies == 6);
     CHECK(copies == want[path].first);
     CHECK(*o.getNumber("flops") == want[path].second);
     CHECK(*o.getNumber("time_s") == time[path]);
-  }
+  });
   CHECK(listed == static_cast<int64_t>(decode.size()));
   CHECK(merged > 0);
   CHECK(rows.size() < decode.size());
