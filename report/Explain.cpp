@@ -8,6 +8,7 @@
 // arithmetic here is the block subtotal: the sum of the per-op values listed above it,
 // labelled as such.
 #include "report/Explain.h"
+#include "report/Copies.h"
 
 #include "support/Suggest.h"
 #include "ir/OpRules.h"
@@ -22,6 +23,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 namespace tally {
@@ -395,23 +397,90 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
           sel.ops.push_back(o);
       return sel;
     }
+  // A pattern, as the reports' rows name the copies of a repeated block: its first copy.
+  if (path.contains("[*]")) {
+    CopyGroups instances = instanceCopies(g), ops = opCopies(g, instances);
+    for (OpId i = 0; i < g.ops.size(); ++i)
+      if (repeatPattern(g.opPath(i)) == path) {
+        sel = selectForExplain(g, g.opPath(ops.groups[ops.of[i]].first));
+        sel.pattern = path.str();
+        sel.copies = ops.groups[ops.of[i]].members;
+        return sel;
+      }
+    for (uint32_t i = 0; i < g.instances.size(); ++i)
+      if (repeatPattern(g.instancePath(i)) == path) {
+        sel = selectForExplain(g, g.instancePath(instances.groups[instances.of[i]].first));
+        sel.pattern = path.str();
+        sel.copies = instances.groups[instances.of[i]].members;
+        return sel;
+      }
+  }
+  // The suggestion is a pattern when a pattern was asked for.
+  bool pattern = path.contains("[*]");
+  auto name = [&](std::string p) { return pattern ? repeatPattern(p) : p; };
   std::vector<std::string> names;
   for (const Op &op : g.ops)
-    names.push_back(g.opPath(op));
+    names.push_back(name(g.opPath(op)));
   for (uint32_t i = 0; i < g.instances.size(); ++i)
     if (!g.instances[i].part->empty())
-      names.push_back(g.instancePath(i));
+      names.push_back(name(g.instancePath(i)));
   sel.suggestion = closestName(path, names);
   return sel;
 }
 
-void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
+bool copiesAlike(const Analysis &a, const ExplainSelection &sel) {
+  const Graph &g = *a.graph;
+  CopyGroups groups = opCopies(g, instanceCopies(g));
+  // The op groups of the selected ops (the first copy's), each with its first member.
+  std::vector<OpId> model(groups.groups.size(), kNone);
+  if (sel.kind == ExplainSelection::Op)
+    model[groups.of[sel.op]] = sel.op;
+  for (OpId o : sel.ops)
+    model[groups.of[o]] = o;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    OpId m = model[groups.of[i]];
+    // Records are compared as bytes (passes/OpTable.h): every field, no padding.
+    if (m != kNone && std::memcmp(&a.ops[i], &a.ops[m], sizeof(OpAnalysis)) != 0)
+      return false;
+  }
+  return true;
+}
+
+namespace {
+
+/// The first line of an explanation selected by a pattern ("" for a path).
+std::string copiesLine(const Analysis &a, const ExplainSelection &sel, const std::string &first) {
+  if (sel.pattern.empty())
+    return "";
+  std::string line = sel.pattern + ": " + std::to_string(sel.copies) + " copies";
+  if (copiesAlike(a, sel))
+    return line + ", each with the numbers below (a report's " + sel.pattern +
+           " row sums them); explained for the first, " + first + "\n\n";
+  return line + ", not all alike (the JSON report lists them one by one); explained for the " +
+         "first, " + first + " (explain another by its own path)\n\n";
+}
+
+/// The keys a JSON explanation selected by a pattern adds.
+void addCopies(const Analysis &a, const ExplainSelection *sel, llvm::json::Object &root) {
+  if (!sel || sel->pattern.empty())
+    return;
+  root["pattern"] = sel->pattern;
+  root["copies"] = static_cast<int64_t>(sel->copies);
+  root["copies_alike"] = copiesAlike(a, *sel);
+}
+
+} // namespace
+
+void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, llvm::raw_ostream &os,
+                   const ExplainSelection *sel) {
   const Graph &g = *a.graph;
   const Plan &p = *a.plan;
   const Op &op = g.ops[id];
   const OpAnalysis &oa = a.ops[id];
   const Instance &inst = g.instances[op.instance];
   std::string instPath = g.instancePath(op.instance);
+  if (sel)
+    os << copiesLine(a, *sel, g.opPath(op));
   os << g.opPath(op) << ": " << opName(op.kind);
   if (opClassName(opClass(op.kind)) != opName(op.kind))
     os << " (" << opClassName(opClass(op.kind)) << ")";
@@ -457,7 +526,8 @@ llvm::json::Object timeTermsJson(const Target &t, OpKind kind, Dtype dt, const K
                             {"bandwidth", k.bandwidth},     {"total_s", k.total()}};
 }
 
-void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
+void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, llvm::raw_ostream &os,
+                   const ExplainSelection *sel) {
   const Graph &g = *a.graph;
   const Plan &p = *a.plan;
   const Op &op = g.ops[id];
@@ -535,6 +605,7 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                                                         {"saved", std::move(saved)}})
                              : llvm::json::Value(nullptr)},
   };
+  addCopies(a, sel, root);
   printJson(os, std::move(root));
 }
 
@@ -572,6 +643,7 @@ void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_
   const Graph &g = *a.graph;
   const Instance &inst = g.instances[sel.instance];
   const Analysis::BlockCount &bc = a.params.byBlock[sel.instance];
+  os << copiesLine(a, sel, g.instancePath(sel.instance));
   os << g.instancePath(sel.instance) << ": " << *inst.block << ", " << sel.ops.size()
      << " ops written in it and in the blocks below it, " << groupDigits(bc.count)
      << " parameters\n";
@@ -640,6 +712,7 @@ void explainBlockJson(const Analysis &a, const ExplainSelection &sel, llvm::raw_
               {"per_step", Object{{"forward_flops", bc.forwardFlops},
                                   {"backward_flops", bc.backwardFlops},
                                   {"time_s", bc.time}}}};
+  addCopies(a, &sel, root);
   printJson(os, std::move(root));
 }
 

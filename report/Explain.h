@@ -17,25 +17,40 @@
 namespace tally {
 
 /// What an explain path names: an op (exact path, "h[3].attn.qkv.matmul"), a block instance
-/// ("h[3]", "h[3].attn", "h"), or nothing, with the closest path as a suggestion.
+/// ("h[3]", "h[3].attn", "h"), the copies of one in a repeated block by the pattern the
+/// reports' rows give them ("h[*].attn.qkv.matmul", "h[*].attn": the first copy is selected),
+/// or nothing, with the closest path as a suggestion.
 struct ExplainSelection {
   enum Kind { None, Op, Block } kind = None;
   OpId op = kNone;           ///< Op: the op
   uint32_t instance = kNone; ///< Block: index into Graph::instances and Analysis::params.byBlock
   std::vector<OpId> ops;     ///< Block: the ops written in it and in the blocks below it, in order
   std::string suggestion;    ///< None: the closest op or block path, "" when none is close
+  /// Selected by a pattern: the pattern and how many ops (blocks) it names; "" and 1 for a path.
+  std::string pattern;
+  uint32_t copies = 1;
 };
 
-/// Looks `path` up among the graph's op paths, then its block instance paths.
+/// Looks `path` up among the graph's op paths, then its block instance paths, then (a path
+/// with `[*]`) the patterns of both (report/Copies.h).
 ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path);
+
+/// For a selection by a pattern: whether every op the pattern names (for a block, every op of
+/// every copy) has its first copy's analysis, bit for bit. Then the first copy's explanation
+/// is each copy's, and the JSON report's row of the pattern sums equal copies.
+bool copiesAlike(const Analysis &a, const ExplainSelection &sel);
 
 /// One op's derivation as text: where it was written, its tensors, the forward FLOP formula
 /// with values substituted, bytes read and written, intensity against the target's ridge, the
 /// bound, forward and backward time, the backward split into input and weight gradients with
 /// each input's formula, and what the backward keeps. `diags` resolves source locations.
-void explainOpText(const Analysis &a, OpId op, const DiagnosticEngine &diags, llvm::raw_ostream &os);
+/// `sel`, when it selected the op by a pattern, adds a first line (JSON: `pattern`, `copies`,
+/// `copies_alike`) saying how many copies the pattern names and whether they are alike.
+void explainOpText(const Analysis &a, OpId op, const DiagnosticEngine &diags, llvm::raw_ostream &os,
+                   const ExplainSelection *sel = nullptr);
 /// The same as one JSON object.
-void explainOpJson(const Analysis &a, OpId op, const DiagnosticEngine &diags, llvm::raw_ostream &os);
+void explainOpJson(const Analysis &a, OpId op, const DiagnosticEngine &diags, llvm::raw_ostream &os,
+                   const ExplainSelection *sel = nullptr);
 
 /// A block's ops, one line each (FLOPs, bytes, intensity, bound, time per micro-batch), the sum
 /// of those per-op values (a subtotal the renderer adds up from numbers the passes computed,

@@ -7,7 +7,6 @@
 #include <catch.hpp>
 
 #include "ir/OpRules.h"
-#include "ir/OpRules.h"
 #include "ir/Units.h"
 #include "report/Explain.h"
 #include "tests/unit/Support.h"
@@ -325,6 +324,56 @@ TEST_CASE("explain: paths select an op, a block or nothing", "[explain]") {
   CHECK(typo.suggestion == "h[1].a.fc.matmul");
   CHECK(selectForExplain(g, "zzzzzzzz").suggestion.empty());
   CHECK(selectForExplain(g, "").kind == ExplainSelection::None);
+  CHECK(op.pattern.empty());
+  CHECK(op.copies == 1);
+}
+
+TEST_CASE("explain: a pattern selects the first copy and says how many it names", "[explain]") {
+  Compiled c(kBlocks);
+  const Graph &g = c.g();
+  // An op of both copies of h: the first is explained.
+  ExplainSelection op = selectForExplain(g, "h[*].b.fc.matmul");
+  REQUIRE(op.kind == ExplainSelection::Op);
+  CHECK(g.opPath(op.op) == "h[0].b.fc.matmul");
+  CHECK(op.pattern == "h[*].b.fc.matmul");
+  CHECK(op.copies == 2);
+  // A block: its first copy and its ops.
+  ExplainSelection block = selectForExplain(g, "h[*].a");
+  REQUIRE(block.kind == ExplainSelection::Block);
+  CHECK(g.instancePath(block.instance) == "h[0].a");
+  CHECK(block.copies == 2);
+  CHECK(block.ops.size() == 3);
+  // A pattern typo is answered with a pattern.
+  ExplainSelection typo = selectForExplain(g, "h[*].b.fc.matmal");
+  CHECK(typo.kind == ExplainSelection::None);
+  CHECK(typo.suggestion == "h[*].b.fc.matmul");
+
+  // Alike: the second copy's ops have the first's analysis, except where the first reads data
+  // (h[0].a.fc's matmul computes no input gradient; h[1].a.fc's does).
+  CHECK(copiesAlike(*c.a, op));
+  CHECK(copiesAlike(*c.a, selectForExplain(g, "h[*].b")));
+  ExplainSelection first = selectForExplain(g, "h[*].a.fc.matmul");
+  CHECK_FALSE(copiesAlike(*c.a, first));
+  CHECK_FALSE(copiesAlike(*c.a, block));
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  explainOpText(*c.a, op.op, c.c.diags, os, &op);
+  os.flush();
+  CHECK(llvm::StringRef(text).startswith(
+      "h[*].b.fc.matmul: 2 copies, each with the numbers below (a report's h[*].b.fc.matmul "
+      "row sums them); explained for the first, h[0].b.fc.matmul\n\nh[0].b.fc.matmul: matmul"));
+  std::string json;
+  llvm::raw_string_ostream js(json);
+  explainOpJson(*c.a, first.op, c.c.diags, js, &first);
+  js.flush();
+  llvm::Expected<llvm::json::Value> v = llvm::json::parse(json);
+  REQUIRE(static_cast<bool>(v));
+  const llvm::json::Object &o = *v->getAsObject();
+  CHECK(*o.getString("pattern") == "h[*].a.fc.matmul");
+  CHECK(*o.getInteger("copies") == 2);
+  CHECK(*o.getBoolean("copies_alike") == false);
+  CHECK(*o.getString("path") == "h[0].a.fc.matmul");
 }
 
 TEST_CASE("explain: an op's text shows its formula, bytes, bound, time and backward",

@@ -25,8 +25,9 @@ cl::OptionCategory Cat("tally explain options");
 cl::opt<std::string> File(cl::Positional, cl::desc("<file>"), cl::Required, cl::sub(Explain),
                           cl::cat(Cat));
 cl::opt<std::string> OpPath("op",
-                            cl::desc("An op path such as h[3].attn.qkv.matmul, or a block such as "
-                                     "h[3] or h[3].attn (`tally report --emit=ir` lists op paths)"),
+                            cl::desc("An op path such as h[3].attn.qkv.matmul, a block such as "
+                                     "h[3] or h[3].attn, or the copies of one as the reports' "
+                                     "rows name them, h[*].attn (`tally report --emit=ir` lists op paths)"),
                             cl::value_desc("path"), cl::Required, cl::sub(Explain), cl::cat(Cat));
 cl::opt<std::string> PlanName("plan", cl::desc("The train or infer plan (default: the first)"),
                               cl::value_desc("name"), cl::sub(Explain), cl::cat(Cat));
@@ -86,9 +87,9 @@ int explain() {
   bool json = OutFormat == Format::Json;
   if (sel.kind == ExplainSelection::Op) {
     if (json)
-      explainOpJson(*a, sel.op, c.diags, outs());
+      explainOpJson(*a, sel.op, c.diags, outs(), &sel);
     else
-      explainOpText(*a, sel.op, c.diags, outs());
+      explainOpText(*a, sel.op, c.diags, outs(), &sel);
   } else {
     if (json)
       explainBlockJson(*a, sel, outs());
