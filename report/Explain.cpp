@@ -452,6 +452,8 @@ namespace {
 std::string copiesLine(const Analysis &a, const ExplainSelection &sel, const std::string &first) {
   if (sel.pattern.empty())
     return "";
+  if (sel.copies == 1)
+    return sel.pattern + ": one copy only, " + first + " (the reports name it by its path)\n\n";
   std::string line = sel.pattern + ": " + std::to_string(sel.copies) + " copies";
   if (copiesAlike(a, sel))
     return line + ", each with the numbers below (a report's " + sel.pattern +

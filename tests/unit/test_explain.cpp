@@ -374,6 +374,28 @@ TEST_CASE("explain: a pattern selects the first copy and says how many it names"
   CHECK(*o.getInteger("copies") == 2);
   CHECK(*o.getBoolean("copies_alike") == false);
   CHECK(*o.getString("path") == "h[0].a.fc.matmul");
+
+  // A pattern that names one op (a model calling one copy's block again, #2) says so.
+  Compiled again(R"(
+block Inner(d) {
+  fc = Linear(d, d)
+  forward(x) { return relu(fc(x)) }
+}
+model M(d = 8) {
+  h = repeat(2) Inner(d)
+  forward(x: f32[batch, d]) { return mean(h[1](h(x))) }
+}
+train t { model = M() batch = 4 optimizer = SGD(lr = 0.1) target = H100_SXM }
+)");
+  ExplainSelection one = selectForExplain(again.g(), "h[*].relu#2");
+  REQUIRE(one.kind == ExplainSelection::Op);
+  CHECK(one.copies == 1);
+  std::string line;
+  llvm::raw_string_ostream ls(line);
+  explainOpText(*again.a, one.op, again.c.diags, ls, &one);
+  ls.flush();
+  CHECK(llvm::StringRef(line).startswith(
+      "h[*].relu#2: one copy only, h[1].relu#2 (the reports name it by its path)\n"));
 }
 
 TEST_CASE("explain: an op's text shows its formula, bytes, bound, time and backward",
