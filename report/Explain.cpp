@@ -400,20 +400,21 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
   // A pattern, as the reports' rows name the copies of a repeated block: its first copy.
   if (path.contains("[*]")) {
     CopyGroups instances = instanceCopies(g), ops = opCopies(g, instances);
-    for (OpId i = 0; i < g.ops.size(); ++i)
-      if (repeatPattern(g.opPath(i)) == path) {
-        sel = selectForExplain(g, g.opPath(ops.groups[ops.of[i]].first));
-        sel.pattern = path.str();
-        sel.copies = ops.groups[ops.of[i]].members;
-        return sel;
-      }
-    for (uint32_t i = 0; i < g.instances.size(); ++i)
-      if (repeatPattern(g.instancePath(i)) == path) {
-        sel = selectForExplain(g, g.instancePath(instances.groups[instances.of[i]].first));
-        sel.pattern = path.str();
-        sel.copies = instances.groups[instances.of[i]].members;
-        return sel;
-      }
+    auto byPattern = [&](size_t count, const auto &pathOf, const CopyGroups &groups) {
+      for (size_t i = 0; i < count; ++i)
+        if (repeatPattern(pathOf(i)) == path) {
+          const CopyGroups::Group &gr = groups.groups[groups.of[i]];
+          sel = selectForExplain(g, pathOf(gr.first));
+          sel.pattern = path.str();
+          sel.copies = gr.members;
+          return true;
+        }
+      return false;
+    };
+    if (byPattern(g.ops.size(), [&](size_t i) { return g.opPath(static_cast<OpId>(i)); }, ops) ||
+        byPattern(g.instances.size(),
+                  [&](size_t i) { return g.instancePath(static_cast<uint32_t>(i)); }, instances))
+      return sel;
   }
   // The suggestion is a pattern when a pattern was asked for.
   bool pattern = path.contains("[*]");
