@@ -589,7 +589,11 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
       {"ridge", t.ridge(oa.computeDtype)},
       {"bound", bytes <= 0 ? llvm::json::Value(nullptr)
                            : llvm::json::Value(oa.computeBound ? "compute" : "memory")},
-      {"efficiency", efficiencyOf(t, op.kind)},
+      // The fraction of the roof the forward time used (a calibrated curve's or a measured
+      // kernel's where one applies), and the target's constant for the op's class.
+      {"efficiency", kernelTimeTerms(t, opClass(op.kind), oa.computeDtype, forwardWork(a, id, oa))
+                         .efficiency},
+      {"target_efficiency", efficiencyOf(t, op.kind)},
       {"tensor_split", oa.tensorSplit},
       {"time", Object{{"forward_s", oa.forwardTime},
                       {"backward_s", oa.backwardTime},

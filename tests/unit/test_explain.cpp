@@ -470,7 +470,7 @@ train p { model = TinyGPT(layers = 2) batch = 4 seq = 32 micro_batch = 2 optimiz
   cuda.fuseKernels = true;
   Compiled own(fromFile, example("gpt2.tally"), "gpt2_124M", cuda);
   bool sawExps = false, sawCalls = false, sawSplit = false, sawFused = false, sawCurve = false,
-       sawCache = false, sawMeasured = false;
+       sawCache = false, sawMeasured = false, sawReplaced = false;
   for (Compiled *c : {&gpt2, &split, &host, &own}) {
     const Analysis &a = *c->a;
     for (OpId i = 0; i < c->g().ops.size(); ++i) {
@@ -504,8 +504,14 @@ train p { model = TinyGPT(layers = 2) batch = 4 seq = 32 micro_batch = 2 optimiz
       sawCurve = sawCurve || text.find("measured curve") != std::string::npos;
       sawCache = sawCache || *fwd->getNumber("bandwidth") == Approx(40e9);
       sawMeasured = sawMeasured || text.find("tally's CUDA attention kernel") != std::string::npos;
+      // The top-level efficiency is the one the forward time used; the target's constant for
+      // the class is beside it, and differs where a curve or a measured kernel replaced it.
+      CHECK(*v->getAsObject()->getNumber("efficiency") == *fwd->getNumber("efficiency"));
+      sawReplaced = sawReplaced || *v->getAsObject()->getNumber("efficiency") !=
+                                       *v->getAsObject()->getNumber("target_efficiency");
     }
   }
+  CHECK(sawReplaced);
   CHECK(sawExps);
   CHECK(sawCalls);
   CHECK(sawSplit);
