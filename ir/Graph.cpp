@@ -43,8 +43,9 @@ SharedAttrs::SharedAttrs() {
   p_ = defaults;
 }
 
-namespace {
 bool sameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+namespace {
 bool sameShape(const Shape &a, const Shape &b) {
   if (a.size() != b.size())
     return false;

@@ -270,6 +270,9 @@ private:
   std::shared_ptr<const OpAttrs> p_;
 };
 
+/// Whether two doubles are the same bit for bit (a NaN equals the same NaN; −0 is not 0).
+bool sameBits(double a, double b);
+
 /// Whether two attribute sets are the same in every field (doubles bit for bit), and a hash
 /// that agrees with it. A field added to OpAttrs must be added to both (Graph.cpp checks the
 /// size of OpAttrs to remind).

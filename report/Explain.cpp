@@ -23,7 +23,6 @@
 
 #include <cctype>
 #include <cstdio>
-#include <cstring>
 #include <set>
 
 namespace tally {
@@ -440,8 +439,7 @@ bool copiesAlike(const Analysis &a, const ExplainSelection &sel) {
     model[groups.of[o]] = o;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     OpId m = model[groups.of[i]];
-    // Records are compared as bytes (passes/OpTable.h): every field, no padding.
-    if (m != kNone && std::memcmp(&a.ops[i], &a.ops[m], sizeof(OpAnalysis)) != 0)
+    if (m != kNone && !OpTable::same(a.ops[i], a.ops[m]))
       return false;
   }
   return true;

@@ -10,7 +10,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -71,9 +70,6 @@ OpNumbers opNumbers(const OpAnalysis &oa) {
 /// The tensor whose shape and dtype an op's row gives: its first output (its first input
 /// for an op without outputs).
 TensorId rowTensor(const Op &op) { return op.outputs.empty() ? op.inputs[0] : op.outputs[0]; }
-
-/// Whether two doubles are the same bit for bit (NaN equals itself; −0 is not 0).
-bool sameBits(double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; }
 
 /// The rows of a list whose entries are ops or block instances (ops[], params.by_block[],
 /// inference.decode_ops[]): an entry alone, or the copies of one as one row at the place of
