@@ -397,7 +397,8 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
       return sel;
     }
   // A pattern, as the reports' rows name the copies of a repeated block: its first copy.
-  if (path.contains("[*]")) {
+  bool pattern = path.contains("[*]");
+  if (pattern) {
     CopyGroups instances = instanceCopies(g), ops = opCopies(g, instances);
     auto byPattern = [&](size_t count, const auto &pathOf, const CopyGroups &groups) {
       for (size_t i = 0; i < count; ++i)
@@ -416,7 +417,6 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
       return sel;
   }
   // The suggestion is a pattern when a pattern was asked for.
-  bool pattern = path.contains("[*]");
   auto name = [&](std::string p) { return pattern ? repeatPattern(p) : p; };
   std::vector<std::string> names;
   for (const Op &op : g.ops)
@@ -519,8 +519,7 @@ void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
 }
 
 /// The terms of one kernel time (kernelTimeTerms), as the text's printKernelTime shows them.
-llvm::json::Object timeTermsJson(const Target &t, OpKind kind, Dtype dt, const KernelWork &w) {
-  KernelTimeTerms k = kernelTimeTerms(t, opClass(kind), dt, w);
+llvm::json::Object timeTermsJson(const KernelTimeTerms &k) {
   return llvm::json::Object{{"compute_s", k.compute},       {"transcendental_s", k.transcendental},
                             {"memory_s", k.memory},         {"calls_s", k.calls},
                             {"efficiency", k.efficiency},   {"peak_flops", k.peak},
@@ -560,6 +559,8 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                                                         : llvm::json::Value(labelOf(op, s.tensor))},
                            {"bytes", s.bytes}});
   double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
+  OpClass c = opClass(op.kind);
+  KernelTimeTerms forward = kernelTimeTerms(t, c, oa.computeDtype, forwardWork(a, id, oa));
   Object root{
       {"path", g.opPath(op)},
       {"kind", opName(op.kind).str()},
@@ -589,18 +590,15 @@ void explainOpJson(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
                            : llvm::json::Value(oa.computeBound ? "compute" : "memory")},
       // The fraction of the roof the forward time used (a calibrated curve's or a measured
       // kernel's where one applies), and the target's constant for the op's class.
-      {"efficiency", kernelTimeTerms(t, opClass(op.kind), oa.computeDtype, forwardWork(a, id, oa))
-                         .efficiency},
+      {"efficiency", forward.efficiency},
       {"target_efficiency", efficiencyOf(t, op.kind)},
       {"tensor_split", oa.tensorSplit},
       {"time", Object{{"forward_s", oa.forwardTime},
                       {"backward_s", oa.backwardTime},
-                      {"forward", timeTermsJson(t, op.kind, oa.computeDtype,
-                                                forwardWork(a, id, oa))},
+                      {"forward", timeTermsJson(forward)},
                       {"backward", hasBackward(g, p, op)
-                                       ? llvm::json::Value(timeTermsJson(
-                                             t, op.kind, oa.computeDtype,
-                                             backwardWork(a, id, oa)))
+                                       ? llvm::json::Value(timeTermsJson(kernelTimeTerms(
+                                             t, c, oa.computeDtype, backwardWork(a, id, oa))))
                                        : llvm::json::Value(nullptr)}}},
       {"backward", p.isTrain ? llvm::json::Value(Object{{"input_grad_flops", oa.inputGradFlops},
                                                         {"weight_grad_flops", oa.weightGradFlops},
