@@ -26,9 +26,9 @@
 //    by its tensor-parallel split, one kernel call each, so decode mat-vecs, at about one FLOP
 //    per weight byte, are memory-bound. Without attention the sum is the familiar 2 × params
 //    FLOPs per token and the weight bytes; twoNFlops shows that estimate beside the exact
-//    count. The all-reduces,
-//    pipeline sends and uploads of a step are the prefill's / prompt: they carry one token;
-//    parameters kept on the host cross the host link whole at every step.
+//    count. The all-reduces, pipeline sends and uploads of a step are the prefill's / prompt:
+//    they carry one token; parameters kept on the host cross the host link whole at every
+//    step.
 // 4. Decode steps: the prefill yields the first generated token, so generate − 1 steps follow,
 //    step j at context c = prompt + j. FLOPs and bytes grow linearly in c, so their mean over
 //    the steps is their value at the mean context prompt + generate / 2; the time of each
@@ -106,7 +106,6 @@ KernelWork tokenwiseDecode(const Graph &g, const Op &op, const OpAnalysis &o, do
   w.transcendentals = o.forward.transcendentals / prompt;
   return w;
 }
-
 
 bool skippedInDecode(const Op &op) {
   return opClass(op.kind) == OpClass::View || opClass(op.kind) == OpClass::Loss ||

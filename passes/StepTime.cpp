@@ -318,7 +318,6 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
   return tp;
 }
 
-
 /// Step 7: bytes sent across a pipeline stage boundary: the activations the first repeat-block
 /// copy reads from outside itself (0 without repeat blocks: nothing to cut between).
 double stageBoundaryBytes(const Graph &g, const RepeatCopies &rc) {
