@@ -121,7 +121,22 @@ struct WalkScratch {
   std::vector<LiveInstance> inst;
   std::vector<uint32_t> current, bwd;
   std::vector<double> saved, other; ///< LiveDeltas
+  /// The schedule of the last walk whose caller read none (compareWalk), for the next walk
+  /// to fill.
+  std::vector<ScheduleStep> schedule;
 };
+
+/// Sizes a scratch list to `need` elements of `value`. A list that must grow takes room for
+/// twice as many: the walks of one analysis grow longer (a curve's from none to full), and
+/// growing the list for each mapped and zeroed new pages each time; room never written is
+/// never touched.
+template <class T> void assignScratch(std::vector<T> &v, size_t need, const T &value) {
+  if (v.capacity() < need) {
+    v.clear();
+    v.reserve(2 * need);
+  }
+  v.assign(need, value);
+}
 
 /// Analysis::walks: the walks (steps 3-5) done on one graph that listed no buffers, so a policy
 /// tried again (the budget fixes try sqrt, full and auto's candidates under each ZeRO stage and
@@ -539,8 +554,8 @@ void segmentSchedule(const Facts &f, const Policy &p, Walk &w) {
     close(true);
   }
   size_t segments = forOutputs.size();
-  // Each segment's trigger, then the segments by trigger (a counting sort: segments with
-  // one trigger stay in segment order).
+  // Each segment's trigger, then the segments by trigger, highest first (a stable sort:
+  // segments with one trigger stay in segment order).
   std::vector<OpId> trigger(segments, kNone);
   for (size_t seg = 0; seg < segments; ++seg) {
     OpId &t = trigger[seg];
@@ -556,25 +571,21 @@ void segmentSchedule(const Facts &f, const Policy &p, Walk &w) {
             consider(saver);
     }
   }
-  std::vector<uint32_t> byTrigger(n + 1, 0), order(segments);
-  for (OpId t : trigger)
-    if (t != kNone)
-      ++byTrigger[t + 1];
-  for (size_t o = 0; o < n; ++o)
-    byTrigger[o + 1] += byTrigger[o];
-  {
-    std::vector<uint32_t> next(byTrigger.begin(), byTrigger.end() - 1);
-    for (size_t seg = 0; seg < segments; ++seg)
-      if (trigger[seg] != kNone)
-        order[next[trigger[seg]]++] = static_cast<uint32_t>(seg);
-  }
+  std::vector<uint32_t> order;
+  order.reserve(segments);
+  for (size_t seg = 0; seg < segments; ++seg)
+    if (trigger[seg] != kNone)
+      order.push_back(static_cast<uint32_t>(seg));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t x, uint32_t y) { return trigger[x] > trigger[y]; });
   w.schedule.reserve(2 * n + ops.size());
   for (OpId o = 0; o < n; ++o)
     w.schedule.push_back({ScheduleStep::Forward, o});
+  size_t k = 0; // order[k]: the next segment to re-run, by trigger from the highest
   for (OpId o = static_cast<OpId>(n); o-- > 0;) {
     if (!f.hasBackward[o])
       continue;
-    for (uint32_t k = byTrigger[o]; k < byTrigger[o + 1]; ++k)
+    for (; k < order.size() && trigger[order[k]] == o; ++k)
       for (uint32_t i = from[order[k]]; i < from[order[k] + 1]; ++i)
         w.schedule.push_back({ScheduleStep::Recompute, ops[i]});
     w.schedule.push_back({ScheduleStep::Backward, o});
@@ -1042,6 +1053,10 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
       return w;
     }
   }
+  WalkScratch own; // a walk without a memo has lists of its own
+  WalkScratch &scratch = f.memo ? f.memo->scratch : own;
+  w.schedule.swap(scratch.schedule); // the list a comparison walk gave back, if any
+  w.schedule.clear();
   buildSchedule(f, p, w);
   for (const ScheduleStep &st : w.schedule) {
     if (st.kind != ScheduleStep::Recompute)
@@ -1050,11 +1065,9 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
     w.recomputeExecuted += a.ops[st.op].forward.executedFlops;
     w.recomputeTime += f.opTime[st.op];
   }
-  WalkScratch own; // a walk without a memo has lists of its own
-  WalkScratch &scratch = f.memo ? f.memo->scratch : own;
   LiveDeltas live{scratch.saved, scratch.other, alignedSum};
-  live.saved.assign(w.schedule.size() + 1, 0);
-  live.other.assign(w.schedule.size() + 1, 0);
+  assignScratch(live.saved, w.schedule.size() + 1, 0.0);
+  assignScratch(live.other, w.schedule.size() + 1, 0.0);
   liveness(f, a, w, live, keepBuffers, perCopy, scratch);
   findPeak(w, live);
   // A walk that listed its buffers has the same recompute and peak: later buffer-less walks
@@ -1066,6 +1079,16 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
                                              w.recomputeTime, w.peakSaved, w.peakOther,
                                              w.peakStep, nullptr})
                   .first->second;
+  return w;
+}
+
+/// A walk whose caller reads only its recompute and peak (the trade-off curve, the
+/// candidates of auto and sqrt, the budget fixes): its schedule's list goes back to the
+/// scratch, for the next walk to fill instead of mapping a new one.
+Walk compareWalk(const Facts &f, const Analysis &a, const Policy &p) {
+  Walk w = walk(f, a, p, false);
+  if (f.memo && w.schedule.capacity() > 0) // a walk found in the memo took no list
+    f.memo->scratch.schedule = std::move(w.schedule);
   return w;
 }
 
@@ -1195,7 +1218,7 @@ Policy sqrtPolicy(const Facts &f, const Analysis &a) {
   std::vector<Tried> tried(ks.size());
   auto at = [&](size_t i) -> const Tried & {
     if (!tried[i].done) {
-      Walk w = walk(f, a, segmentedPolicy("sqrt", L, ks[i]), false);
+      Walk w = compareWalk(f, a, segmentedPolicy("sqrt", L, ks[i]));
       tried[i] = {true, deviceBytes(w, *a.plan), w.recomputeTime};
     }
     return tried[i];
@@ -1505,7 +1528,7 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
     }
     for (const Copy &c : f.copies)
       p.recomputedCopies += again[c.ops.front()];
-    Walk w = walk(f, a, p, false);
+    Walk w = compareWalk(f, a, p);
     at.fits = deviceBytes(w, plan) <= limit;
     at.time = w.recomputeTime;
     return at;
@@ -1578,7 +1601,7 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
     double bytes = 0, time = 0;
   };
   auto record = [&](const Policy &p) {
-    Walk w = walk(f, a, p, false);
+    Walk w = compareWalk(f, a, p);
     Measured m{p, deviceBytes(w, plan), w.recomputeTime};
     a.checkpoint.options.push_back({p.name, static_cast<int64_t>(p.checkpointed()),
                                     w.recomputeFlops * microSteps, m.bytes,
@@ -1865,15 +1888,15 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
   if (plan.checkpoint == "auto") {
     for (double part : {0.75, 0.5, 0.25})
       if (std::optional<Policy> n = nestedPolicy(f, a, a.checkpoint.limitBytes * part, false))
-        add(n->name, static_cast<int64_t>(n->checkpointed()), walk(f, a, *n, false));
+        add(n->name, static_cast<int64_t>(n->checkpointed()), compareWalk(f, a, *n));
   } else {
     size_t stride = std::max<size_t>(1, (L + 3) / 4);
     for (size_t m = 0; m < L; m += stride) {
       Policy p = partialPolicy(m, L);
-      add(p.name, static_cast<int64_t>(m), walk(f, a, p, false));
+      add(p.name, static_cast<int64_t>(m), compareWalk(f, a, p));
     }
     Policy full = partialPolicy(L, L);
-    add(full.name, static_cast<int64_t>(L), walk(f, a, full, false));
+    add(full.name, static_cast<int64_t>(L), compareWalk(f, a, full));
   }
   add(applied.name, static_cast<int64_t>(applied.checkpointed()), w);
   std::stable_sort(points.begin(), points.end(), [](const auto &x, const auto &y) {
