@@ -846,7 +846,7 @@ bool runInstances(const Facts &f, const Steps &steps, Book &book, std::vector<ui
   bool reverse = true;
   size_t backwardSteps = 0;
   OpId lastBackward = kNone;
-  steps.forEach([&](uint32_t i, ScheduleStep st) {
+  steps.forEach([&](uint32_t i, ScheduleStep st) __attribute__((always_inline)) {
     OpId o = st.op;
     uint32_t extraKey = T + f.extras.start[o];
     if (st.kind == ScheduleStep::Backward) {
