@@ -863,9 +863,9 @@ public:
     opsAt[i] = g.ops.size();
     tensorsAt[i] = g.tensors.size();
     if (i == m - 2)
-      modelNext = entryState(i);
+      entryState(i, modelNext);
     if (i == m - 3)
-      model = entryState(i);
+      entryState(i, model);
     if (i == m - 4 && skip()) {
       g.skipped.count = static_cast<uint32_t>(m - 4);
       g.skipped.first = run.first + 1;
@@ -888,13 +888,15 @@ private:
   const CopyRun &run;
   std::vector<size_t> opsAt, tensorsAt; ///< per copy of the run: the step's sizes when its backward began
   std::vector<uint8_t> modelNext, model; ///< entryState of the model and of the copy after it
+  std::vector<uint8_t> state; ///< entryState of the copy skip() compares (one list for all)
 
   OpId firstOp(int64_t i) const { return run.op0 + static_cast<OpId>(i) * run.n; }
 
   /// Per tensor slot of copy i's forward ops, in order: whether its gradient exists, whether
-  /// something wrote it, its write mode and whether it gets one (steps 1 and 2).
-  std::vector<uint8_t> entryState(int64_t i) const {
-    std::vector<uint8_t> st;
+  /// something wrote it, its write mode and whether it gets one (steps 1 and 2); into `st`,
+  /// which the copies compared in turn share (a list made per copy was 1% of a check).
+  void entryState(int64_t i, std::vector<uint8_t> &st) const {
+    st.clear();
     for (OpId o = firstOp(i); o < firstOp(i) + run.n; ++o) {
       auto add = [&](TensorId t) {
         TensorId base = b.base(t);
@@ -906,7 +908,6 @@ private:
       for (TensorId t : g.ops[o].outputs)
         add(t);
     }
-    return st;
   }
   /// The write modes and gradient flags alone (bits 2 and up), of copy i's slots.
   static bool samePlan(const std::vector<uint8_t> &x, const std::vector<uint8_t> &y) {
@@ -927,9 +928,11 @@ private:
     for (int64_t i = 0; i <= m - 4; ++i)
       if (!f.sealed(run.first + static_cast<uint32_t>(i)))
         return false;
-    for (int64_t i = 1; i <= m - 4; ++i)
-      if (!samePlan(entryState(i), model))
+    for (int64_t i = 1; i <= m - 4; ++i) {
+      entryState(i, state);
+      if (!samePlan(state, model))
         return false;
+    }
     TensorId y = f.outputOf(run.first), modelInput = f.outputOf(run.first + static_cast<uint32_t>(m - 4));
     if (g.tensors[y].viewOf != kNone || g.gradient[y] != kNone || b.written[y] ||
         g.tensors[modelInput].viewOf != kNone || g.gradient[modelInput] == kNone || !b.written[modelInput])
