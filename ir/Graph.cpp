@@ -564,7 +564,7 @@ RepeatCopies findRepeatCopies(const Graph &g) {
 std::string verifyGraph(const Graph &g, size_t verifiedOps, size_t verifiedTensors) {
   verifiedOps = std::min(verifiedOps, g.ops.size());
   verifiedTensors = std::min(verifiedTensors, g.tensors.size());
-  std::vector<bool> defined(g.tensors.size(), false);
+  std::vector<uint8_t> defined(g.tensors.size(), 0); // bytes, not bits: read and set per id of every op
   auto name = [](TensorId t) { return "tensor %" + std::to_string(t); };
   for (TensorId t = 0; t < verifiedTensors; ++t) {
     TensorRole role = g.tensors[t].role;
