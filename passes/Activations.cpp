@@ -88,7 +88,7 @@ struct FactsStructure {
   };
   const Graph *graph = nullptr;
   bool train = false;
-  std::vector<bool> hasBackward; ///< per op
+  std::vector<uint8_t> hasBackward; ///< per op (bytes, not bits: the walks read it per step)
   PerTensor readers;             ///< per stored tensor: ops reading it (or a view)
   PerTensor savers;              ///< per stored tensor: ops whose backward keeps it
   PerOp reads, keeps, writes, extras;
@@ -221,7 +221,7 @@ struct Facts {
   double tensorDegree;
   /// The graph's part of the facts (FactsStructure, shared per graph) and its members.
   std::shared_ptr<const FactsStructure> structure;
-  const std::vector<bool> &hasBackward;
+  const std::vector<uint8_t> &hasBackward;
   const FactsStructure::PerTensor &readers, &savers;
   const FactsStructure::PerOp &reads, &keeps, &writes, &extras;
   uint32_t extraCount(OpId o) const { return extras.start[o + 1] - extras.start[o]; }
@@ -354,6 +354,16 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
   // (tensor, op) pairs in op order, each once: an op's pairs are consecutive per tensor.
   std::vector<std::pair<TensorId, OpId>> readers, savers;
   std::vector<OpId> lastReader(g.tensors.size(), kNone), lastSaver(g.tensors.size(), kNone);
+  // Room for the lists as a transformer's ops fill them (about two activations read and one
+  // kept or written per op), so that a deep model's are not copied as they grow.
+  size_t n = g.ops.size();
+  for (FactsStructure::PerOp *list : {&f.reads, &f.keeps, &f.writes, &f.extras})
+    list->start.reserve(n + 1);
+  f.reads.items.reserve(2 * n);
+  f.writes.items.reserve(n);
+  f.keeps.items.reserve(n);
+  readers.reserve(2 * n);
+  savers.reserve(n);
   auto addOnce = [](std::vector<std::pair<TensorId, OpId>> &pairs, std::vector<OpId> &last,
                     TensorId t, OpId o) {
     if (last[t] != o)
