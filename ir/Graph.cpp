@@ -140,6 +140,8 @@ ShapeRef::ShapeRef() {
 static_assert(sizeof(OpAttrs) == 352, "a field was added to OpAttrs: compare and hash it in sameAttrs and hashAttrs");
 
 bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
+  if (&a == &b) // one shared record (SharedAttrs: the copies of a repeated block's ops)
+    return true;
   if (a.dim != b.dim || a.parts != b.parts || a.k != b.k || !sameBits(a.capacity, b.capacity) ||
       a.heads != b.heads || a.kvHeads != b.kvHeads || a.causal != b.causal || a.fused != b.fused ||
       a.keepDim != b.keepDim || a.reduceAll != b.reduceAll || !sameBits(a.p, b.p) ||
