@@ -57,30 +57,6 @@ std::optional<FloatFormat> formatOf(Dtype d) {
 
 } // namespace
 
-unsigned bytesOf(Dtype d) {
-  switch (d) {
-  case Dtype::F64:
-  case Dtype::I64:
-    return 8;
-  case Dtype::F32:
-  case Dtype::TF32:
-  case Dtype::I32:
-    return 4;
-  case Dtype::F16:
-  case Dtype::BF16:
-    return 2;
-  case Dtype::FP8E4M3:
-  case Dtype::FP8E5M2:
-  case Dtype::I8:
-  case Dtype::U8:
-  case Dtype::Bool:
-    return 1;
-  case Dtype::Invalid:
-    return 0;
-  }
-  return 0;
-}
-
 llvm::StringRef nameOf(Dtype d) {
   switch (d) {
   case Dtype::Invalid: return "invalid";

@@ -508,10 +508,6 @@ const char *Label::text(uint8_t index) {
   return labelTexts[index];
 }
 
-double Graph::bytes(TensorId t) const {
-  return numel(tensors[t].shape) * bytesOf(tensors[t].dtype);
-}
-
 namespace {
 /// Whether every element a view can address lies inside its storage.
 bool viewInBounds(const Graph &g, const Tensor &t) {
