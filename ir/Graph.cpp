@@ -371,7 +371,7 @@ TensorId Graph::addTensor(Tensor &&t) {
   return static_cast<TensorId>(tensors.size() - 1);
 }
 
-OpId Graph::addOp(Op op) {
+OpId Graph::addOp(Op &&op) {
   OpId id = static_cast<OpId>(ops.size());
   for (TensorId t : op.outputs)
     tensors[t].producer = id;

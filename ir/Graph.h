@@ -513,7 +513,7 @@ struct Graph {
   /// a Tensor move copies its inline shape and strides, and a deep model adds 10^5 of them.
   TensorId addTensor(Tensor &&t);
   TensorId addTensor(const Tensor &t) { return addTensor(Tensor(t)); }
-  OpId addOp(Op op);          ///< also sets the producer of each output
+  OpId addOp(Op &&op);        ///< also sets the producer of each output
   uint32_t symbol(llvm::StringRef name);
   /// `[batch, seq, 768]`: names where a dimension has one, numbers otherwise.
   std::string formatShape(const Shape &s) const;
