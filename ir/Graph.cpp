@@ -363,8 +363,8 @@ Graph Graph::extend() const {
 TensorId Graph::addTensor(Tensor &&t) {
   tensors.push_back(std::move(t));
   Tensor &x = tensors.back();
-  // None listed, a wrong count or the row-major list: listed as none (Layout). Most come
-  // with none listed, already as Layout keeps them (not looked up in its pool again).
+  // None listed, a wrong count or the row-major list: listed as none (Layout). Most list
+  // none already, and keep their Layout as it is (not looked up in its pool again).
   if (!x.layout.strides().empty() &&
       (x.layout.strides().size() != x.shape.size() || rowMajor(x.shape, x.layout.strides())))
     x.layout = Layout({}, x.layout.offset());
