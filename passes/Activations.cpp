@@ -242,6 +242,11 @@ struct Facts {
   /// (bytes(t)), and per extra buffer in the order of extras.items (a walk makes millions of
   /// buffers; these are computed once).
   std::vector<double> tensorBuffer, extraBuffer;
+  /// The whole bytes of a walk's key (liveness): a stored tensor's (keys below the tensor
+  /// count), else an extra buffer's.
+  double keyBuffer(uint32_t key) const {
+    return key < tensorBuffer.size() ? tensorBuffer[key] : extraBuffer[key - tensorBuffer.size()];
+  }
 
   Facts(const Analysis &a, std::shared_ptr<const FactsStructure> st)
       : g(*a.graph), train(a.plan->isTrain),
@@ -751,31 +756,26 @@ void keptByCopy(const Facts &f, Walk &w, const std::vector<LiveInstance> &inst) 
     if (!(in.first < forwardEnd && in.last >= forwardEnd))
       continue;
     OpId op = kNone;
-    double bytes = 0;
     if (in.key < T) {
       op = g.tensors[in.key].producer;
-      bytes = f.tensorBuffer[in.key];
     } else { // extra buffer k of op o: key T + extras.start[o] + k
       uint32_t item = static_cast<uint32_t>(in.key - T);
       auto after = std::upper_bound(f.extras.start.begin(), f.extras.start.end(), item);
       op = static_cast<OpId>(after - f.extras.start.begin()) - 1;
-      bytes = f.extraBuffer[item];
     }
+    double bytes = f.keyBuffer(in.key);
     if (bytes > 0 && op != kNone && op < f.copyOfOp.size() && f.copyOfOp[op] != kNone)
       w.keptPerCopy[f.copyOfOp[op]] += bytes;
   }
 }
 
-/// Step 4 over any schedule. Every run of an op (its forward or a recompute) makes a new
-/// instance of each activation it writes and of each extra buffer it saves; every later step
-/// that reads the tensor uses its newest instance: a forward or recompute reading it as an
-/// input, the op's backward reading what it keeps. An instance lives from the step that makes
-/// it to the last step that uses it, and is Saved when a backward uses it (else Transient).
-/// So a tensor made in a recomputed segment lives in the forward only to its last forward
-/// reader (the backward reads the re-run's instance), and the schedule alone — one level of
-/// segments, recompute_all's episodes or nested recomputation — decides every lifetime.
-/// An activation's gradient lives from the backward of its first reader in the backward
-/// (which starts it) to the backward of its producer (which consumes it).
+/// An instance's buffer into the deltas, when it has bytes (Facts::keyBuffer).
+inline void addInstance(const Facts &f, LiveDeltas &live, const LiveInstance &in) {
+  double bytes = f.keyBuffer(in.key);
+  if (bytes > 0)
+    live.add(in.saved, in.first, in.last, bytes);
+}
+
 /// A walk's instances, every one listed in the order made (`inst`; `current` is each key's
 /// newest): what the memory plan's buffers and keptByCopy read.
 struct ListedInstances {
@@ -812,20 +812,14 @@ struct OpenInstances {
   std::vector<LiveInstance> &open;
   LiveDeltas &live;
   const Facts &f;
-  uint32_t T;
-  OpenInstances(WalkScratch &s, size_t keys, LiveDeltas &live, const Facts &f, uint32_t T)
-      : open(s.inst), live(live), f(f), T(T) {
+  OpenInstances(WalkScratch &s, size_t keys, LiveDeltas &live, const Facts &f)
+      : open(s.inst), live(live), f(f) {
     open.assign(keys, {0, kNone, 0, false, false});
-  }
-  void close(const LiveInstance &in) {
-    double bytes = in.key < T ? f.tensorBuffer[in.key] : f.extraBuffer[in.key - T];
-    if (bytes > 0)
-      live.add(in.saved, in.first, in.last, bytes);
   }
   void make(uint32_t key, uint32_t step, bool again) {
     LiveInstance &in = open[key];
     if (in.first != kNone)
-      close(in);
+      addInstance(f, live, in);
     in = {key, step, step, false, again};
   }
   void use(uint32_t key, uint32_t step, bool saved) {
@@ -839,7 +833,7 @@ struct OpenInstances {
   void finish() {
     for (const LiveInstance &in : open)
       if (in.first != kNone)
-        close(in);
+        addInstance(f, live, in);
   }
 };
 
@@ -906,7 +900,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, const Steps &steps, Li
     listed.emplace(scratch, keys);
     ordered = runInstances(f, steps, *listed, bwd);
   } else {
-    open.emplace(scratch, keys, live, f, static_cast<uint32_t>(T));
+    open.emplace(scratch, keys, live, f);
     ordered = runInstances(f, steps, *open, bwd);
   }
 
@@ -943,11 +937,8 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, const Steps &steps, Li
   if (!keep) {
     // Only the live bytes per step: the buffers in the order they were made, without listing
     // them by tensor.
-    for (const LiveInstance &in : inst) {
-      double bytes = in.key < T ? f.tensorBuffer[in.key] : f.extraBuffer[in.key - T];
-      if (bytes > 0)
-        live.add(in.saved, in.first, in.last, bytes);
-    }
+    for (const LiveInstance &in : inst)
+      addInstance(f, live, in);
     for (TensorId t = 0; t < T; ++t)
       if (listed->made(t))
         gradient(t);
