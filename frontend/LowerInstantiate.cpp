@@ -249,17 +249,18 @@ static const std::string &partAfter(const Graph &g, const std::string &path, uin
 /// 1,000-layer report). Nullptr, with nothing appended, when the copy would pass
 /// kMaxInstances: instantiation then says so.
 ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path,
-                                  uint32_t parent) {
+                                  const std::string &part, uint32_t parent) {
   uint32_t root0 = from.instance, end0 = subtreeEnd(g, root0);
   auto [p0, p1] = paramsIn(g, root0, end0);
   if (g.instances.size() + (end0 - root0) > kMaxInstances || g.params.size() + (p1 - p0) > kMaxParams)
     return nullptr;
-  // Paths are derived (Instance::part): only the copy's root has a part of its own ("[5]").
+  // Paths are derived (Instance::part): only the copy's root has a part of its own ("[5]"),
+  // which the list gives (partAfter would build the list's path again for every copy).
   auto root = static_cast<uint32_t>(g.instances.size());
   for (uint32_t k = root0; k < end0; ++k) {
     Instance in = g.instances[k];
     if (k == root0)
-      in.part = &partAfter(g, path, parent);
+      in.part = &pooledName(part);
     in.parent = k == root0 ? parent : in.parent - root0 + root;
     g.instances.push_back(in);
   }
@@ -278,10 +279,11 @@ ModuleObj *Lowerer::cloneInstance(const ModuleObj &from, const std::string &path
   map->root = root;
   map->p0 = p0;
   map->tp0 = tp0;
-  return lazyCopy(from, std::move(map));
+  return lazyCopy(from, std::move(map), path);
 }
 
-ModuleObj *Lowerer::lazyCopy(const ModuleObj &from, std::shared_ptr<const CopyMap> map) {
+ModuleObj *Lowerer::lazyCopy(const ModuleObj &from, std::shared_ptr<const CopyMap> map,
+                             const std::string &path) {
   // A nested repeat's copies inside copy 0 may be lazy themselves: give the source its
   // members first (the modules are all this lowering's), so a copy reads real ones.
   const ModuleObj &src = materialize(const_cast<ModuleObj &>(from));
@@ -289,7 +291,7 @@ ModuleObj *Lowerer::lazyCopy(const ModuleObj &from, std::shared_ptr<const CopyMa
   ModuleObj &m = modules.back();
   m.decl = src.decl;
   m.instance = src.instance - map->root0 + map->root;
-  m.path = g.instancePath(m.instance);
+  m.path = path.empty() ? g.instancePath(m.instance) : path;
   m.forward = src.forward;
   m.copyOf = &src;
   m.copyMap = std::move(map);
@@ -455,8 +457,8 @@ bool Lowerer::member(const BlockItem &item, ModuleObj &m, bool frozen) {
     // block and call: cloneInstance), else each is instantiated and says what it says.
     const ModuleObj *first = nullptr;
     for (int64_t i = 0; i < *n; ++i) {
-      std::string sub = path + "[" + std::to_string(i) + "]";
-      ModuleObj *child = first ? cloneInstance(*first, sub, listInstance) : nullptr;
+      std::string part = "[" + std::to_string(i) + "]", sub = path + part;
+      ModuleObj *child = first ? cloneInstance(*first, sub, part, listInstance) : nullptr;
       if (!child) {
         unsigned said = diags.errorCount() + diags.warningCount();
         child = instantiate(*b, call, sub, newInstance(sub, b->name, listInstance), frozen,

@@ -172,8 +172,12 @@ private:
   std::optional<bool> condition(const Expr &e, const ConstEnv &env);
   const BlockDecl *blockOf(const Expr &e, const ConstEnv &env);
   bool member(const BlockItem &item, ModuleObj &m, bool frozen);
-  ModuleObj *cloneInstance(const ModuleObj &from, const std::string &path, uint32_t parent);
-  ModuleObj *lazyCopy(const ModuleObj &src, std::shared_ptr<const CopyMap> map);
+  /// `path` is the copy's, `part` its end after its parent's ("[5]").
+  ModuleObj *cloneInstance(const ModuleObj &from, const std::string &path, const std::string &part,
+                           uint32_t parent);
+  /// `path`: the copy's path when the caller has it, else empty (it is derived).
+  ModuleObj *lazyCopy(const ModuleObj &src, std::shared_ptr<const CopyMap> map,
+                      const std::string &path = "");
   /// Gives a lazy copy its constants and members (its children stay lazy); no-op otherwise.
   ModuleObj &materialize(ModuleObj &m);
 

@@ -171,11 +171,17 @@ void blockTotals(Analysis &a);
 
 // ---- the pipeline (Pipeline.cpp) -----------------------------------------------------------
 
+/// The graph size from which analyzeGraph prices the ops on a thread of their own: starting a
+/// thread costs tens of microseconds, what pricing ~700 ops does.
+constexpr size_t kThreadedOps = 4096;
+
 /// The passes that depend only on the graph, the precision and the optimizer (parameters,
 /// op costs, the backward): the part of an analysis every layout of the same graph shares.
 /// `step`: the training step already built for this graph and an equal plan (sameStep), used
 /// instead of building it again. `compactStep`: build a compact step (buildTrainingStep) when
-/// nothing but these passes and the step's check will read it.
+/// nothing but these passes and the step's check will read it. On a graph of kThreadedOps ops
+/// or more, the step is built on this thread while another counts the parameters and prices
+/// the ops (they read the same graph and write nothing the other reads).
 Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step = nullptr,
                       bool compactStep = false);
 /// analyzeGraph, then the training step verified (an internal-error diagnostic if not): the

@@ -8,6 +8,9 @@
 #include "ir/OpRules.h"
 #include "passes/Fusion.h"
 
+#include <system_error>
+#include <thread>
+
 namespace tally {
 
 Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step,
@@ -17,8 +20,30 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
   a.plan = &plan;
   a.step = std::move(step);
   a.copies = std::make_shared<const RepeatCopies>(findRepeatCopies(g));
-  countParams(a);
-  costOps(a);
+  // Autodiff's first step, building the training step, reads only the graph, the plan and
+  // the copies; counting parameters and pricing the forward ops write only their own parts of
+  // `a`. On a deep graph the two run at once, on two threads (a 100,000-layer report: 0.25 s
+  // of pricing beside 0.35 s of building; the shared pools they both use, shapes, layouts,
+  // names and labels, are locked: ir/Graph.cpp). A small graph is not worth a thread; where
+  // the system gives none, the passes run in turn.
+  std::thread pricing;
+  if (!a.step && g.ops.size() >= kThreadedOps) {
+    try {
+      pricing = std::thread([&a] {
+        countParams(a);
+        costOps(a);
+      });
+    } catch (const std::system_error &) {
+    }
+  }
+  if (pricing.joinable()) {
+    a.step = std::make_shared<const Graph>(
+        buildTrainingStep(g, plan, compactStep ? a.copies.get() : nullptr));
+    pricing.join();
+  } else {
+    countParams(a);
+    costOps(a);
+  }
   differentiate(a, compactStep); // [autodiff]
   a.walks = newWalkMemo();
   return a;

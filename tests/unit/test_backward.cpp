@@ -720,6 +720,41 @@ TEST_CASE("backward: a compact step skips the copies that repeat another's, and 
   }
 }
 
+TEST_CASE("backward: a deep graph's step is built while another thread prices its ops, with the numbers of one thread",
+          "[backward][threads]") {
+  Compiled t(tinyGPT(300, "mixed_bf16"));
+  const Graph &g = t.g();
+  const Plan &plan = *t.a->plan;
+  REQUIRE(g.ops.size() >= kThreadedOps); // analyzeGraph's two threads
+  for (bool compact : {false, true}) {
+    INFO("compact step: " << compact);
+    Analysis both = analyzeGraph(g, plan, nullptr, compact);
+    // Given the step, analyzeGraph prices the ops before autodiff reads them, on one thread.
+    auto step = std::make_shared<const Graph>(buildTrainingStep(g, plan, compact ? both.copies.get() : nullptr));
+    Analysis one = analyzeGraph(g, plan, step, compact);
+    REQUIRE(both.step);
+    CHECK(both.step->ops.size() == one.step->ops.size());
+    CHECK(both.step->tensors.size() == one.step->tensors.size());
+    CHECK(both.step->skipped.count == one.step->skipped.count);
+    CHECK((both.step->skipped.count > 0) == compact);
+    CHECK(both.params.total == one.params.total);
+    CHECK(both.params.trainable == one.params.trainable);
+    REQUIRE(both.params.byBlock.size() == one.params.byBlock.size());
+    for (size_t i = 0; i < one.params.byBlock.size(); ++i)
+      CHECK(both.params.byBlock[i].count == one.params.byBlock[i].count);
+    REQUIRE(both.ops.size() == one.ops.size());
+    size_t differ = 0;
+    for (OpId o = 0; o < one.ops.size(); ++o)
+      differ += !OpTable::same(both.ops[o], one.ops[o]);
+    CHECK(differ == 0);
+    CHECK(both.flops.forward == one.flops.forward);
+    CHECK(both.flops.forwardMatmul == one.flops.forwardMatmul);
+    CHECK(both.flops.step == one.flops.step);
+    CHECK(both.flops.executed == one.flops.executed);
+    CHECK(both.params.total > 300 * 12 * 64 * 64); // counted at all: 12 d² per layer and more
+  }
+}
+
 TEST_CASE("backward: a step stays whole where copies cannot be proven to repeat", "[backward][compact]") {
   // Too few copies: the model, the copy after it and the run's first are built, nothing left.
   Compiled four(tinyGPT(4, "mixed_bf16"));
