@@ -238,6 +238,9 @@ struct Facts {
   /// per op: roofline seconds of its forward on the target (executed FLOPs and bytes at the
   /// op's compute dtype, before any parallel split): what recomputing it costs.
   std::vector<double> opTime;
+  /// The per-op records the walks read the re-run FLOPs from: the analysis's, or a copy of
+  /// them kept by walks that run while later passes write the analysis's (planActivations).
+  const OpTable *ops;
   /// The bytes a buffer takes on one device, rounded up to whole bytes: per stored tensor
   /// (bytes(t)), and per extra buffer in the order of extras.items (a walk makes millions of
   /// buffers; these are computed once).
@@ -254,7 +257,7 @@ struct Facts {
         structure(std::move(st)), hasBackward(structure->hasBackward),
         readers(structure->readers), savers(structure->savers), reads(structure->reads),
         keeps(structure->keeps), writes(structure->writes), extras(structure->extras),
-        copies(a.copies->copies), copyOfOp(a.copies->ofOp) {}
+        copies(a.copies->copies), copyOfOp(a.copies->ofOp), ops(&a.ops) {}
 
   bool isActivation(TensorId t) const { return g.tensors[t].role == TensorRole::Activation; }
   /// Bytes of a stored tensor on one device (its tensor-parallel share).
@@ -1128,8 +1131,9 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
   }
   Steps steps{&w.schedule, made ? &*made : nullptr};
   steps.forEachRecompute([&](OpId o) {
-    w.recomputeFlops += a.ops[o].forward.flops;
-    w.recomputeExecuted += a.ops[o].forward.executedFlops;
+    const OpAnalysis &oa = (*f.ops)[o];
+    w.recomputeFlops += oa.forward.flops;
+    w.recomputeExecuted += oa.forward.executedFlops;
     w.recomputeTime += f.opTime[o];
   });
   LiveDeltas live{scratch.saved, scratch.other, alignedSum};
@@ -1933,25 +1937,36 @@ void perBlock(const Facts &f, const Walk &w, Analysis &a) {
     a.checkpoint.perBlock[c].keptBytes = w.keptPerCopy[c];
 }
 
+using TradeOffPoint = decltype(Analysis::checkpoint)::Point;
+
+/// The peak per device as the report gives it for activations and workspace of `bytes`: the
+/// allocator reserve (StaticMemory.cpp) on everything but the context and the communication
+/// buffers. Reads the model states' bytes (staticMemory), which no later pass writes.
+double curvePeak(const Analysis &a, double bytes) {
+  return reservedPeak(a, staticBytes(a) - unallocatedBytes(a) + bytes);
+}
+
+/// A policy's point on the trade-off curve, from its walk.
+TradeOffPoint curvePoint(const Analysis &a, const std::string &name, int64_t checkpointed,
+                      const Walk &w, double microSteps) {
+  return {name, checkpointed, curvePeak(a, deviceBytes(w, *a.plan)), w.recomputeFlops * microSteps,
+          w.recomputeTime * microSteps};
+}
+
 /// The trade-off curve (Analysis::checkpoint.curve): the Pareto front of (peak per device,
 /// recompute seconds) over auto's candidates and nested plans for 3/4, 1/2 and 1/4 of its
 /// limit, or, for another policy, over none, up to 4 evenly spaced partial counts, full and
-/// the plan itself. A point stays when no other needs no more memory for less recompute.
-void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Walk &w,
-                   double microSteps) {
+/// the plan itself (`own`, its point). A point stays when no other needs no more memory for
+/// less recompute.
+void tradeOffCurve(const Facts &f, Analysis &a, const TradeOffPoint &own, double microSteps) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
-  // The peak per device as the report gives it: the allocator reserve (StaticMemory.cpp)
-  // on everything but the context and the communication buffers.
-  double fixed = unallocatedBytes(a);
-  auto peak = [&](double bytes) { return reservedPeak(a, staticBytes(a) - fixed + bytes); };
   decltype(a.checkpoint.curve) points;
   auto add = [&](const std::string &name, int64_t checkpointed, const Walk &x) {
-    points.push_back({name, checkpointed, peak(deviceBytes(x, plan)),
-                      x.recomputeFlops * microSteps, x.recomputeTime * microSteps});
+    points.push_back(curvePoint(a, name, checkpointed, x, microSteps));
   };
   for (const auto &o : a.checkpoint.options)
-    points.push_back({o.policy, o.checkpointed, peak(o.bytes), o.recomputeFlops,
+    points.push_back({o.policy, o.checkpointed, curvePeak(a, o.bytes), o.recomputeFlops,
                       o.recomputeSeconds});
   if (plan.checkpoint == "auto") {
     for (double part : {0.75, 0.5, 0.25})
@@ -1966,7 +1981,7 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
     Policy full = partialPolicy(L, L);
     add(full.name, static_cast<int64_t>(L), compareWalk(f, a, full));
   }
-  add(applied.name, static_cast<int64_t>(applied.checkpointed()), w);
+  points.push_back(own);
   std::stable_sort(points.begin(), points.end(), [](const auto &x, const auto &y) {
     return x.recomputeSeconds != y.recomputeSeconds ? x.recomputeSeconds < y.recomputeSeconds
                                                     : x.peakBytes < y.peakBytes;
@@ -1979,7 +1994,7 @@ void tradeOffCurve(const Facts &f, Analysis &a, const Policy &applied, const Wal
 
 } // namespace
 
-void planActivations(Analysis &a) {
+void planActivations(Analysis &a, std::function<void()> *curveLater) {
   const Plan &plan = *a.plan;
   Facts f = gatherFacts(a);
   double microSteps = plan.isTrain ? static_cast<double>(plan.batch) /
@@ -2069,25 +2084,47 @@ void planActivations(Analysis &a) {
   a.memory.workspace = w.peakOther / contextShare(plan);
   a.memory.peak = staticBytes(a) + a.memory.activations + a.memory.workspace;
 
-  if (plan.isTrain && !f.copies.empty() && !a.priceOnly) {
+  // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
+  // thousands of times and read only the peak and the times (a curve there made `tally
+  // solve layout` 4× slower).
+  bool curve = plan.isTrain && !f.copies.empty() && !a.priceOnly && !a.whatIf &&
+               (!a.diagnosticsOnly || plan.checkpoint == "auto");
+  if (plan.isTrain && !f.copies.empty() && !a.priceOnly)
     perBlock(f, w, a);
-    // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
-    // thousands of times and read only the peak and the times (a curve there made `tally
-    // solve layout` 4× slower).
-    if (!a.whatIf && (!a.diagnosticsOnly || plan.checkpoint == "auto"))
-      tradeOffCurve(f, a, p, w, microSteps);
-  }
 
   a.livePeakBytes = w.peakSaved + w.peakOther;
   a.peakStep = w.peakStep;
-  // The plan's own analysis (not a solver's candidate) walks no more (only a budget fix
-  // search would, which makes them again): the walks' working lists and the graph's facts
-  // go back now, before the memory plan makes its own (250 MB of a 100,000-layer check's
-  // peak). The walks done stay in the memo.
-  if (!a.priceOnly && f.memo) {
-    f.memo->scratch = WalkScratch();
-    if (f.memo->structure.use_count() == 2) // the memo's and these facts': no one else reads it
-      f.memo->structure.reset();
+  // The plan's own analysis (not a solver's candidate) walks no more after the curve (only a
+  // budget fix search would, which makes them again): the walks' working lists and the
+  // graph's facts go back then, before the memory plan makes its own (250 MB of a
+  // 100,000-layer check's peak). The walks done stay in the memo.
+  auto release = [&a](Facts &facts) {
+    if (a.priceOnly || !facts.memo)
+      return;
+    facts.memo->scratch = WalkScratch();
+    if (facts.memo->structure.use_count() == 2) // the memo's and these facts': no one else reads it
+      facts.memo->structure.reset();
+  };
+  if (curve) {
+    TradeOffPoint own = curvePoint(a, p.name, static_cast<int64_t>(p.checkpointed()), w, microSteps);
+    if (curveLater && f.g.ops.size() >= kThreadedOps) {
+      // Left to the caller, with what the walks read that later passes write: the records.
+      struct Later {
+        Facts facts;
+        OpTable ops;
+      };
+      auto later = std::make_shared<Later>(Later{std::move(f), a.ops});
+      later->facts.ops = &later->ops;
+      *curveLater = [later, own, microSteps, release, &a] {
+        tradeOffCurve(later->facts, a, own, microSteps);
+        release(later->facts);
+      };
+    } else {
+      tradeOffCurve(f, a, own, microSteps);
+      release(f);
+    }
+  } else {
+    release(f);
   }
   // A candidate priced alone keeps only the Recompute steps, in order: its step time reads
   // no other (Analysis::schedule).

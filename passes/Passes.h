@@ -70,7 +70,11 @@ double modelStatesFloor(const Analysis &counted, const Plan &plan);
 /// Activations.cpp: the forward-then-backward schedule, the checkpoint policy (which block
 /// outputs are kept, what is recomputed), the liveness walk over saved tensors, the memory
 /// plan (buffers with offsets), activation bytes at the peak and the peak per device.
-void planActivations(Analysis &a);
+/// `curveLater`: on a graph of kThreadedOps ops or more, the trade-off curve's walks are not
+/// made here but left in it, to be run (on another thread) before anything reads
+/// Analysis::checkpoint.curve; they read only the facts they keep, the plan, the saved lists and
+/// the model states' bytes, which the passes after this one do not write.
+void planActivations(Analysis &a, std::function<void()> *curveLater = nullptr);
 /// An empty Analysis::walks for a new graph part (analyzeGraph).
 std::shared_ptr<WalkMemo> newWalkMemo();
 /// What a memo holds: the walks done (each once), the times one was answered from it, and

@@ -90,13 +90,14 @@ void checkMemoryPlan(const Analysis &a, DiagnosticEngine &diags) {
                            "(doubles) are reported as computed");
 }
 
-/// The layout-dependent passes that price a plan: memory and time.
-void priceLayout(Analysis &a) {
+/// The layout-dependent passes that price a plan: memory and time (`curveLater`:
+/// planActivations').
+void priceLayout(Analysis &a, std::function<void()> *curveLater = nullptr) {
   const Plan &plan = *a.plan;
   a.ridge = plan.target.ridge(plan.precision.activations);
   a.checkpoint.policy = plan.checkpoint;
   staticMemory(a);
-  planActivations(a); // [activations]
+  planActivations(a, curveLater); // [activations]
 }
 
 } // namespace
@@ -142,7 +143,18 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
       a.stepReleased = true;
     }
   }
-  priceLayout(a);
+  // A deep model's trade-off curve is walked on another thread while the passes up to the
+  // budgets run (none of them reads the curve, writes what its walks read or walks itself).
+  std::function<void()> curve;
+  priceLayout(a, &curve);
+  std::thread curveWalks;
+  if (curve) {
+    try {
+      curveWalks = std::thread(curve);
+    } catch (const std::system_error &) {
+      curve();
+    }
+  }
   planMemory(a);
   checkMemoryPlan(a, diags);
   fuseKernels(a);
@@ -155,6 +167,8 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   allocatorReserve(a);
   precisionLints(a, diags); // [lints]
   unusedParams(a, diags);
+  if (curveWalks.joinable())
+    curveWalks.join();
   checkBudgets(a, diags, relower); // [budgets]
   blockTotals(a);
   return a;

@@ -2,7 +2,9 @@
 // (passes/Backward.cpp): the verifier on every example and test model, the per-op FLOP oracle
 // (the backward ops' FLOPs equal the per-input gradient formulas of ir/OpRules.cpp exactly),
 // the FLOP-sum identity of the report, the shape of a few derivatives written by hand, and the
-// compact step (step 5) against the whole one on every input.
+// compact step (step 5) against the whole one on every input; and the analysis's threads on a
+// deep model (the step built beside the op pricing, the trade-off curve beside later passes)
+// against one thread.
 #include "Support.h"
 
 #include "passes/Passes.h"
@@ -15,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <thread>
 
 using namespace tally;
 using namespace tally::test;
@@ -752,6 +755,46 @@ TEST_CASE("backward: a deep graph's step is built while another thread prices it
     CHECK(both.flops.step == one.flops.step);
     CHECK(both.flops.executed == one.flops.executed);
     CHECK(both.params.total > 300 * 12 * 64 * 64); // counted at all: 12 d² per layer and more
+  }
+}
+
+TEST_CASE("activations: a deep model's trade-off curve walked on another thread while later passes write the records",
+          "[activations][threads]") {
+  for (const char *checkpoint : {"none", "auto"}) {
+    INFO("checkpoint = " << checkpoint);
+    PlanOverrides o;
+    o.checkpoint = checkpoint;
+    Compiled t(tinyGPT(300, "mixed_bf16"), "", o);
+    const Graph &g = t.g();
+    const Plan &plan = *t.a->plan;
+    REQUIRE(g.ops.size() >= kThreadedOps);
+    Analysis later = analyzeGraph(g, plan);
+    later.ridge = plan.target.ridge(plan.precision.activations);
+    staticMemory(later);
+    Analysis now = later;
+    now.walks = newWalkMemo(); // walks of its own, not the other's memo
+    std::function<void()> curve;
+    planActivations(later, &curve);
+    REQUIRE(curve);
+    CHECK(later.checkpoint.curve.empty());
+    // What analyze runs beside the walks: passes that write the per-op records.
+    std::thread walks(curve);
+    roofline(later);
+    stepTime(later);
+    walks.join();
+    planActivations(now); // the curve walked here, before anything else
+    REQUIRE(now.checkpoint.curve.size() >= 2);
+    REQUIRE(later.checkpoint.curve.size() == now.checkpoint.curve.size());
+    for (size_t i = 0; i < now.checkpoint.curve.size(); ++i) {
+      const auto &x = later.checkpoint.curve[i], &y = now.checkpoint.curve[i];
+      INFO("point " << i << ": " << y.policy);
+      CHECK(x.policy == y.policy);
+      CHECK(x.checkpointed == y.checkpointed);
+      CHECK(x.peakBytes == y.peakBytes);
+      CHECK(x.recomputeFlops == y.recomputeFlops);
+      CHECK(x.recomputeSeconds == y.recomputeSeconds);
+    }
+    CHECK(later.memory.peak == now.memory.peak);
   }
 }
 
