@@ -433,10 +433,9 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
   return st;
 }
 
-/// Step 1: the graph's part from the walk memo when it holds this graph's (under the same
-/// training flag; the saved lists are the graph's), else built and kept there; then the
-/// layout's part.
-Facts gatherFacts(const Analysis &a) {
+/// The graph's part of the facts: the walk memo's when it holds this graph's (under the same
+/// training flag; the saved lists are the graph's), else built and kept there.
+std::shared_ptr<const FactsStructure> structureOf(const Analysis &a) {
   const Graph &g = *a.graph;
   WalkMemo *memo = a.walks.get();
   std::shared_ptr<const FactsStructure> st;
@@ -449,7 +448,13 @@ Facts gatherFacts(const Analysis &a) {
     memo->structure = st;
     ++memo->structures;
   }
-  Facts f(a, std::move(st));
+  return st;
+}
+
+/// Step 1: the graph's part (structureOf), then the layout's.
+Facts gatherFacts(const Analysis &a) {
+  const Graph &g = *a.graph;
+  Facts f(a, structureOf(a));
   markSplit(f);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
   // the tensor-parallel regions are split over the sequence, so every activation is split.
@@ -1993,6 +1998,8 @@ void tradeOffCurve(const Facts &f, Analysis &a, const TradeOffPoint &own, double
 }
 
 } // namespace
+
+void prepareWalks(Analysis &a) { structureOf(a); }
 
 void planActivations(Analysis &a, std::function<void()> *curveLater) {
   const Plan &plan = *a.plan;

@@ -69,6 +69,30 @@ bool skippedRecordsMatch(const Analysis &a, const Graph::Skipped &sk) {
 
 } // namespace
 
+std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g) {
+  auto store = std::make_shared<Analysis::SavedLists>();
+  store->from.assign(g.ops.size() + 1, 0);
+  // Room for 3 saved tensors per op (the examples and tests save 0.5-2.6 per op, a generated
+  // GPT 1.47): the list does not grow by doubling from nothing (untouched room costs nothing).
+  store->items.reserve(3 * g.ops.size());
+  std::vector<SavedTensor> saved;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    llvm::SmallVector<bool, 3> needGrad;
+    bool any = false;
+    for (TensorId t : op.inputs) {
+      needGrad.push_back(g.tensors[t].requiresGrad);
+      any = any || g.tensors[t].requiresGrad;
+    }
+    saved.clear();
+    if (any)
+      ruleFor(op.kind).saved(g, op, needGrad, saved);
+    store->items.insert(store->items.end(), saved.begin(), saved.end());
+    store->from[i + 1] = static_cast<uint32_t>(store->items.size());
+  }
+  return store;
+}
+
 void differentiate(Analysis &a, bool compact) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
@@ -139,32 +163,15 @@ void differentiate(Analysis &a, bool compact) {
       }
     }
   }
-  // Each op's saved list, appended to one store (Analysis::savedOf).
-  auto store = std::make_shared<Analysis::SavedLists>();
-  store->from.assign(g.ops.size() + 1, 0);
-  // Room for 3 saved tensors per op (the examples and tests save 0.5-2.6 per op, a generated
-  // GPT 1.47): the list does not grow by doubling from nothing (untouched room costs nothing).
-  store->items.reserve(3 * g.ops.size());
-  std::vector<SavedTensor> saved;
+  // Each op's saved list (unless the caller made them already: analyzeGraph).
+  if (!a.saved)
+    a.saved = savedLists(g);
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const OpAnalysis &oa = a.ops[i];
-    const Op &op = g.ops[i];
-    llvm::SmallVector<bool, 3> needGrad;
-    bool any = false;
-    for (TensorId t : op.inputs) {
-      needGrad.push_back(g.tensors[t].requiresGrad);
-      any = any || g.tensors[t].requiresGrad;
-    }
-    saved.clear();
-    if (any)
-      ruleFor(op.kind).saved(g, op, needGrad, saved);
-    store->items.insert(store->items.end(), saved.begin(), saved.end());
-    store->from[i + 1] = static_cast<uint32_t>(store->items.size());
     inputGrad += oa.inputGradFlops;
     weightGrad += oa.weightGradFlops;
     executedBackward += oa.executedBackwardFlops;
   }
-  a.saved = std::move(store);
 
   // Step 3: per optimizer step.
   double microSteps = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);

@@ -55,6 +55,10 @@ void costOps(Analysis &a);
 /// need no gradient — the optimizer's FLOPs, the step's model and executed FLOPs and the 6ND
 /// comparison. `compact`: the step it builds is compact (buildTrainingStep).
 void differentiate(Analysis &a, bool compact = false);
+/// Autodiff.cpp: what each op's backward keeps (its rule's saved tensors, for the inputs that
+/// need a gradient), op after op (Analysis::saved); differentiate makes it when the caller has
+/// not. Reads only the forward graph.
+std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g);
 /// StaticMemory.cpp: bytes per device of params, grads, master weights and optimizer state,
 /// from the precision policy, the optimizer and the parallel layout (ZeRO sharding).
 void staticMemory(Analysis &a);
@@ -77,6 +81,10 @@ double modelStatesFloor(const Analysis &counted, const Plan &plan);
 void planActivations(Analysis &a, std::function<void()> *curveLater = nullptr);
 /// An empty Analysis::walks for a new graph part (analyzeGraph).
 std::shared_ptr<WalkMemo> newWalkMemo();
+/// Activations.cpp: the walks' facts that depend only on the graph, its saved lists
+/// (Analysis::saved, made) and the training flag, built into Analysis::walks, where
+/// planActivations finds them (analyzeGraph builds them beside the training step).
+void prepareWalks(Analysis &a);
 /// What a memo holds: the walks done (each once), the times one was answered from it, and
 /// the sets of facts it keeps apart (tests; docs/performance.md).
 struct WalkMemoStats {
@@ -185,12 +193,15 @@ constexpr size_t kThreadedOps = 4096;
 /// instead of building it again. `compactStep`: build a compact step (buildTrainingStep) when
 /// nothing but these passes and the step's check will read it. On a graph of kThreadedOps ops
 /// or more, the step is built on this thread while another counts the parameters and prices
-/// the ops (they read the same graph and write nothing the other reads).
+/// the ops (they read the same graph and write nothing the other reads), and, with `prepare`
+/// (a plan's own analysis, which walks next), makes the saved lists and the walks' graph
+/// facts (prepareWalks).
 Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step = nullptr,
-                      bool compactStep = false);
+                      bool compactStep = false, bool prepare = false);
 /// analyzeGraph, then the training step verified (an internal-error diagnostic if not): the
 /// pipeline as far as `--emit=ir` needs, without the layout passes, lints or budgets.
-Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep = false);
+Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep = false,
+                     bool prepare = false);
 /// The passes that price a layout (static memory, activations, roofline, step time, the
 /// allocator reserve) on a copy of `graphPart` (analyzeGraph of the same graph) for `plan`,
 /// which may differ from its plan in the target, the parallel layout and the checkpoint

@@ -14,24 +14,29 @@
 namespace tally {
 
 Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step,
-                      bool compactStep) {
+                      bool compactStep, bool prepare) {
   Analysis a;
   a.graph = &g;
   a.plan = &plan;
   a.step = std::move(step);
   a.copies = std::make_shared<const RepeatCopies>(findRepeatCopies(g));
+  a.walks = newWalkMemo();
   // Autodiff's first step, building the training step, reads only the graph, the plan and
-  // the copies; counting parameters and pricing the forward ops write only their own parts of
-  // `a`. On a deep graph the two run at once, on two threads (a 100,000-layer report: 0.25 s
-  // of pricing beside 0.35 s of building; the shared pools they both use, shapes, layouts,
-  // names and labels, are locked: ir/Graph.cpp). A small graph is not worth a thread; where
-  // the system gives none, the passes run in turn.
+  // the copies; counting parameters, pricing the forward ops, the saved lists and the walks'
+  // graph facts read the graph and write only their own parts of `a`. On a deep graph they
+  // run at once, on two threads (a 100,000-layer report: 0.3 s of each; the shared pools
+  // they all use, shapes, layouts, names and labels, are locked: ir/Graph.cpp). A small
+  // graph is not worth a thread; where the system gives none, the passes run in turn.
   std::thread pricing;
   if (!a.step && g.ops.size() >= kThreadedOps) {
     try {
-      pricing = std::thread([&a] {
+      pricing = std::thread([&a, &g, &plan, prepare] {
         countParams(a);
         costOps(a);
+        if (prepare && plan.isTrain) {
+          a.saved = savedLists(g);
+          prepareWalks(a);
+        }
       });
     } catch (const std::system_error &) {
     }
@@ -45,7 +50,6 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
     costOps(a);
   }
   differentiate(a, compactStep); // [autodiff]
-  a.walks = newWalkMemo();
   return a;
 }
 
@@ -117,8 +121,9 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
   return a;
 }
 
-Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep) {
-  Analysis a = analyzeGraph(g, plan, nullptr, compactStep);
+Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep,
+                     bool prepare) {
+  Analysis a = analyzeGraph(g, plan, nullptr, compactStep, prepare);
   checkStep(a, diags);
   return a;
 }
@@ -128,7 +133,8 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   // Placing the buffers or fusing kernels reads the lists too.
   bool listPlan = options.listPlan || options.placeBuffers || plan.fuseKernels;
   // A step nothing reads after it is priced and checked may be compact (buildTrainingStep).
-  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/!listPlan && !options.keepStep);
+  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/!listPlan && !options.keepStep,
+                           /*prepare=*/true);
   a.whatIf = options.whatIf;
   a.diagnosticsOnly = options.diagnosticsOnly;
   a.placeBuffers = options.placeBuffers;

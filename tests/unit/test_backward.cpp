@@ -755,6 +755,30 @@ TEST_CASE("backward: a deep graph's step is built while another thread prices it
     CHECK(both.flops.step == one.flops.step);
     CHECK(both.flops.executed == one.flops.executed);
     CHECK(both.params.total > 300 * 12 * 64 * 64); // counted at all: 12 d² per layer and more
+
+    // A plan's own analysis also makes the saved lists and the walks' graph facts on the
+    // second thread: the lists differentiate makes, facts the walks take as they are.
+    Analysis prepared = analyzeGraph(g, plan, nullptr, compact, /*prepare=*/true);
+    REQUIRE(prepared.saved);
+    REQUIRE(one.saved);
+    CHECK(prepared.saved != one.saved);
+    CHECK(prepared.saved->from == one.saved->from);
+    REQUIRE(prepared.saved->items.size() == one.saved->items.size());
+    for (size_t i = 0; i < one.saved->items.size(); ++i) {
+      const SavedTensor &x = prepared.saved->items[i], &y = one.saved->items[i];
+      CHECK((x.tensor == y.tensor && x.bytes == y.bytes && std::strcmp(x.what.c_str(), y.what.c_str()) == 0));
+    }
+    CHECK(walkMemoStats(*prepared.walks).structures == 1);
+    CHECK(walkMemoStats(*one.walks).structures == 0);
+    for (Analysis *x : {&prepared, &one}) {
+      x->ridge = plan.target.ridge(plan.precision.activations);
+      staticMemory(*x);
+      planActivations(*x);
+    }
+    CHECK(walkMemoStats(*prepared.walks).structures == 1); // the prepared facts, not built again
+    CHECK(prepared.memory.activations == one.memory.activations);
+    CHECK(prepared.memory.peak == one.memory.peak);
+    CHECK(prepared.checkpoint.curve.size() == one.checkpoint.curve.size());
   }
 }
 
