@@ -150,7 +150,8 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
     }
   }
   // A deep model's trade-off curve is walked on another thread while the passes up to the
-  // budgets run (none of them reads the curve, writes what its walks read or walks itself).
+  // budgets run (none of them reads the curve, writes what its walks read or walks itself);
+  // the budgets (their notes for auto) are the first to read it.
   std::function<void()> curve;
   priceLayout(a, &curve);
   std::thread curveWalks;
@@ -173,10 +174,10 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   allocatorReserve(a);
   precisionLints(a, diags); // [lints]
   unusedParams(a, diags);
+  blockTotals(a); // reads the op times, writes the per-block totals, which the budgets do not read
   if (curveWalks.joinable())
     curveWalks.join();
   checkBudgets(a, diags, relower); // [budgets]
-  blockTotals(a);
   return a;
 }
 
