@@ -7,6 +7,8 @@ For every examples/*.tally file and every plan in it, runs each report format (t
 markdown, html), `check` in text, json and sarif, `report --emit=ir` and `explain` of the
 first op, twice each, and compares stdout, stderr and the exit status byte for byte. Hash-map
 iteration order, uninitialised memory, addresses or time leaking into output show up here.
+Then the same for a GPT of 400 layers written by bench/gen_layers.py, deep enough (6,000 ops)
+that the analysis runs its steps on two threads (passes/Pipeline.cpp, kThreadedOps).
 Exits 0 when every pair matches, 1 otherwise.
 """
 import glob
@@ -15,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 
 def run(cmd, cwd):
@@ -47,6 +50,15 @@ def main():
                 commands.append([tally, "explain", rel, "--plan", plan, "--op", ops[0]["path"]])
         for fmt in ("text", "json", "sarif"):
             commands.append([tally, "check", rel, "--format", fmt])
+    deep_dir = tempfile.TemporaryDirectory()
+    deep = os.path.join(deep_dir.name, "gen400.tally")
+    with open(deep, "w", encoding="utf-8") as f:
+        f.write(subprocess.run([sys.executable, os.path.join(repo, "bench", "gen_layers.py"), "400"],
+                               stdout=subprocess.PIPE, check=True, universal_newlines=True).stdout)
+    for fmt in ("text", "json", "html"):
+        commands.append([tally, "report", deep, "--format", fmt])
+    commands.append([tally, "report", deep, "--checkpoint", "auto", "--format", "json"])
+    commands.append([tally, "check", deep, "--checkpoint", "auto", "--budget-memory=1GiB"])
     failures = 0
     for cmd in commands:
         first, second = run(cmd, repo), run(cmd, repo)
