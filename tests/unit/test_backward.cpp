@@ -648,6 +648,15 @@ std::string tinyGPT(int layers, const std::string &precision, bool byHand = fals
          "  optimizer = AdamW(lr = 1e-3)  target = H100_SXM }\n";
 }
 
+/// How many ops have records in `x` that differ from `y`'s (the two analyse the same graph).
+size_t differingRecords(const Analysis &x, const Analysis &y) {
+  REQUIRE(x.ops.size() == y.ops.size());
+  size_t differ = 0;
+  for (OpId o = 0; o < y.ops.size(); ++o)
+    differ += !OpTable::same(x.ops[o], y.ops[o]);
+  return differ;
+}
+
 /// The analyses of one plan with the whole step and with a compact one (analyzeGraph, with and
 /// without compactStep), once checked: the compact step checks clean, and every op's record,
 /// every FLOP total and the local gradients' bound come out as the whole step's.
@@ -661,11 +670,7 @@ std::pair<Analysis, Analysis> compareSteps(const Graph &g, const Plan &plan) {
   CHECK(verifyGraph(s, g.ops.size(), g.tensors.size()) == "");
   CHECK(verifyOpTypes(s, static_cast<OpId>(g.ops.size())) == "");
   CHECK(localGradientBound(s, g.tensors.size()) == localGradientBound(*whole.step, g.tensors.size()));
-  REQUIRE(compact.ops.size() == whole.ops.size());
-  size_t differ = 0;
-  for (OpId o = 0; o < whole.ops.size(); ++o)
-    differ += !OpTable::same(compact.ops[o], whole.ops[o]);
-  CHECK(differ == 0);
+  CHECK(differingRecords(compact, whole) == 0);
   CHECK(compact.flops.backwardInputGrad == whole.flops.backwardInputGrad);
   CHECK(compact.flops.backwardWeightGrad == whole.flops.backwardWeightGrad);
   CHECK(compact.flops.optimizer == whole.flops.optimizer);
@@ -745,11 +750,7 @@ TEST_CASE("backward: a deep graph's step is built while another thread prices it
     REQUIRE(both.params.byBlock.size() == one.params.byBlock.size());
     for (size_t i = 0; i < one.params.byBlock.size(); ++i)
       CHECK(both.params.byBlock[i].count == one.params.byBlock[i].count);
-    REQUIRE(both.ops.size() == one.ops.size());
-    size_t differ = 0;
-    for (OpId o = 0; o < one.ops.size(); ++o)
-      differ += !OpTable::same(both.ops[o], one.ops[o]);
-    CHECK(differ == 0);
+    CHECK(differingRecords(both, one) == 0);
     CHECK(both.flops.forward == one.flops.forward);
     CHECK(both.flops.forwardMatmul == one.flops.forwardMatmul);
     CHECK(both.flops.step == one.flops.step);
