@@ -1953,7 +1953,7 @@ double curvePeak(const Analysis &a, double bytes) {
 
 /// A policy's point on the trade-off curve, from its walk.
 TradeOffPoint curvePoint(const Analysis &a, const std::string &name, int64_t checkpointed,
-                      const Walk &w, double microSteps) {
+                         const Walk &w, double microSteps) {
   return {name, checkpointed, curvePeak(a, deviceBytes(w, *a.plan)), w.recomputeFlops * microSteps,
           w.recomputeTime * microSteps};
 }

@@ -183,8 +183,9 @@ void blockTotals(Analysis &a);
 
 // ---- the pipeline (Pipeline.cpp) -----------------------------------------------------------
 
-/// The graph size from which analyzeGraph prices the ops on a thread of their own: starting a
-/// thread costs tens of microseconds, what pricing ~700 ops does.
+/// The graph size from which an analysis uses a second thread (analyzeGraph's pricing,
+/// planActivations' curve): starting a thread costs tens of microseconds, what pricing ~700
+/// ops does.
 constexpr size_t kThreadedOps = 4096;
 
 /// The passes that depend only on the graph, the precision and the optimizer (parameters,
