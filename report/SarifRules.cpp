@@ -111,6 +111,11 @@ const SarifRuleText kRules[] = {
      "or printed something other than its JSON result.",
      "Rebuild tally (which builds tally-measure), unset TALLY_MEASURE, and read the program's "
      "own messages above the error."},
+    {"out-of-memory", "tally ran out of memory.",
+     "An allocation failed: the model's graph, training step and schedule need more memory than "
+     "the process may use (a 100,000-layer GPT needs about 1 GiB). tally stops at once with exit "
+     "code 2 and prints nothing else.",
+     "Raise the memory limit (ulimit -v, a container's limit) or analyse a smaller model."},
     // ---- budgets ----
     {"budget-memory", "Peak memory per device exceeds the budget.",
      "The memory plan's peak per device (parameters, gradients, optimizer state, activations, "

@@ -1,6 +1,6 @@
 // The tally command line: parses flags (llvm::cl subcommands), runs the pipeline, and picks a
-// renderer. Exit codes: 0 success, 1 an error diagnostic or a broken budget, 2 bad usage or an
-// output that cannot be written (report/Output.h).
+// renderer. Exit codes: 0 success, 1 an error diagnostic or a broken budget, 2 bad usage, an
+// output that cannot be written (report/Output.h) or memory the system does not give.
 #include "frontend/AST.h"
 #include "driver/Compiler.h"
 #include "frontend/Stack.h"
@@ -18,12 +18,15 @@
 
 #include "llvm/Support/BuryPointer.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <unistd.h>
 
 using namespace llvm;
 
@@ -337,9 +340,24 @@ int runCommand() {
 } // namespace
 } // namespace tally
 
+namespace {
+/// Where every failed allocation ends (InitLLVM's new handler reports it as a bad alloc): one
+/// line on stderr, written without allocating, and exit 2, instead of LLVM's abort with its
+/// "PLEASE submit a bug report" banner. Any thread may call it; it does not return.
+[[noreturn]] void outOfMemory(void *, const char *, bool) {
+  static const char message[] =
+      "tally: error: out of memory: the analysis needs more memory than the system gives it "
+      "[out-of-memory]\n";
+  ssize_t ignored = ::write(2, message, sizeof message - 1);
+  (void)ignored;
+  ::_exit(tally::kOutputErrorExit);
+}
+} // namespace
+
 int main(int argc, char **argv) {
   tally::tuneAllocator();
   InitLLVM init(argc, argv);
+  llvm::install_bad_alloc_error_handler(outOfMemory);
   using namespace tally;
   cl::HideUnrelatedOptions({&opts::Cat, &cl::getGeneralCategory()});
   cl::SetVersionPrinter([](raw_ostream &os) { os << "tally 0.1\n"; });
