@@ -44,14 +44,14 @@ for tool in ('FileCheck', 'not'):
     if not os.access(os.path.join(LLVM_BIN, tool), os.X_OK):
         lit_config.fatal('%s not found in %s (install llvm-14-tools)' % (tool, LLVM_BIN))
 
-# lit applies config substitutions before its own (%s, %t, ...), so %tally and %src are
-# replaced whole rather than read as %t + "ally" or %s + "rc".
 # A build under AddressSanitizer (build-san) cannot run under an address-space limit (its
 # shadow memory alone is terabytes of it): tests that set one say `UNSUPPORTED: asan`.
 with open(tally, 'rb') as binary:
     if b'__asan_init' in binary.read():
         config.available_features.add('asan')
 
+# lit applies config substitutions before its own (%s, %t, ...), so %tally and %src are
+# replaced whole rather than read as %t + "ally" or %s + "rc".
 config.substitutions.append(('%tally', tally))
 config.substitutions.append(('%src', source_dir))
 config.substitutions.append(('%examples', os.path.join(source_dir, 'examples')))
