@@ -13,6 +13,18 @@
 
 namespace tally {
 
+namespace {
+/// `work` started on a thread of its own; a thread that is not joinable (and `work` not run)
+/// where the system gives none.
+std::thread tryThread(std::function<void()> work) {
+  try {
+    return std::thread(std::move(work));
+  } catch (const std::system_error &) {
+    return std::thread();
+  }
+}
+} // namespace
+
 Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step,
                       bool compactStep, bool prepare) {
   Analysis a;
@@ -27,27 +39,25 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
   // run at once, on two threads (a 100,000-layer report: 0.3 s of each; the shared pools
   // they all use, shapes, layouts, names and labels, are locked: ir/Graph.cpp). A small
   // graph is not worth a thread; where the system gives none, the passes run in turn.
+  auto price = [&a] {
+    countParams(a);
+    costOps(a);
+  };
   std::thread pricing;
-  if (!a.step && g.ops.size() >= kThreadedOps) {
-    try {
-      pricing = std::thread([&a, &g, &plan, prepare] {
-        countParams(a);
-        costOps(a);
-        if (prepare && plan.isTrain) {
-          a.saved = savedLists(g);
-          prepareWalks(a);
-        }
-      });
-    } catch (const std::system_error &) {
-    }
-  }
+  if (!a.step && g.ops.size() >= kThreadedOps)
+    pricing = tryThread([&a, &g, &plan, prepare, price] {
+      price();
+      if (prepare && plan.isTrain) {
+        a.saved = savedLists(g);
+        prepareWalks(a);
+      }
+    });
   if (pricing.joinable()) {
     a.step = std::make_shared<const Graph>(
         buildTrainingStep(g, plan, compactStep ? a.copies.get() : nullptr));
     pricing.join();
   } else {
-    countParams(a);
-    costOps(a);
+    price();
   }
   differentiate(a, compactStep); // [autodiff]
   return a;
@@ -156,11 +166,9 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   priceLayout(a, &curve);
   std::thread curveWalks;
   if (curve) {
-    try {
-      curveWalks = std::thread(curve);
-    } catch (const std::system_error &) {
+    curveWalks = tryThread(curve);
+    if (!curveWalks.joinable())
       curve();
-    }
   }
   planMemory(a);
   checkMemoryPlan(a, diags);
