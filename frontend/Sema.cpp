@@ -549,6 +549,8 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
       t.networkLatency = need(v, UnitDim::Time, s.key);
     else if (s.key == "kernel_overhead") // written by `tally calibrate` (docs/targets.md)
       t.kernelOverhead = need(v, UnitDim::Time, s.key);
+    else if (s.key == "kernel_launch")
+      t.kernelLaunch = need(v, UnitDim::Time, s.key);
     else if (s.key == "transcendental")
       t.transcendentalTime = need(v, UnitDim::Time, s.key);
     else if (s.key == "cache")
@@ -617,8 +619,8 @@ std::optional<Target> Sema::userTarget(const TargetDecl &d) {
               {"memory", "bandwidth", "peak", "host_link", "interconnect", "host_memory",
                "efficiency", "network", "gpus_per_node", "link_latency", "network_latency",
                "matmul_curve", "cuda_context", "comm_buffer", "allocator_reserve",
-               "kernel_overhead", "transcendental", "cache", "cache_bandwidth", "threads",
-               "attention_curve"});
+               "kernel_overhead", "kernel_launch", "transcendental", "cache", "cache_bandwidth",
+               "threads", "attention_curve"});
       ok = false;
     }
   }
@@ -903,6 +905,17 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
                                : plan.target.networkLatency) = e.number;
         continue;
       }
+      if (k == "kernel_launch") { // 0 is allowed: launches that cost nothing (CUDA graphs)
+        if (e.kind != ConstValue::Number || e.dim != UnitDim::Time || e.number < 0) {
+          diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                       "kernel_launch is the time one kernel launch takes, such as 3.8 us, or "
+                       "0 us under CUDA graphs")
+              .range(rec.ranges[i]);
+          return false;
+        }
+        plan.target.kernelLaunch = e.number;
+        continue;
+      }
       if (k == "order") {
         std::string o = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
         std::string sorted = o;
@@ -938,7 +951,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
                     {"data", "tensor", "pipeline", "context", "expert", "zero", "interleave",
                      "sequence_parallel",
                      "overlap", "order", "gpus_per_node", "link", "network", "link_latency",
-                     "network_latency"});
+                     "network_latency", "kernel_launch"});
         return false;
       }
       auto n = positiveInt(e, ("'" + k + "'").c_str());

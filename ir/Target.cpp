@@ -140,6 +140,12 @@ constexpr double NcclBuffSize = 4.0 * 1024 * 1024;
 constexpr double NcclChannels = 16;
 constexpr double AllocatorReserve = 0.05;
 
+/// The CPU's cost of launching one kernel (docs/targets.md, "Kernel launches"): NVIDIA's
+/// "Getting Started with CUDA Graphs" (A. Gray, 2019) times a kernel of 2.9 us launched back to
+/// back into a stream at 3.8 us per kernel (the launches, not the kernels, set the pace; 3.4 us
+/// once a CUDA graph launches them). A kernel call on a catalogue GPU takes at least this long.
+constexpr double KernelLaunch = 3.8e-6;
+
 /// Special-function units (docs/targets.md, "Special functions"): a GPU evaluates exp2 (what
 /// exp and flash attention's softmax compile to), reciprocals, rsqrt, sin and cos at 16
 /// results per clock per multiprocessor on compute capability 7.0 to 9.0 (CUDA C++
@@ -151,8 +157,9 @@ void specialFunctions(Target &t, int64_t multiprocessors, double clock) {
   t.transcendentalTime = 1.0 / (double(multiprocessors) * PerClock * clock);
 }
 
-/// Fills the node fields of a target, and its framework memory.
+/// Fills the node fields of a target, its framework memory and its kernel launch cost.
 void node(Target &t, int64_t gpus, double network, double link) {
+  t.kernelLaunch = KernelLaunch;
   t.contextBytes = CudaContext;
   t.commBufferBytes = NcclChannels * NcclBuffSize;
   t.allocatorReserve = AllocatorReserve;

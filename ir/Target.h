@@ -88,6 +88,13 @@ struct Target {
   /// The fixed cost of one kernel call (the call, the OpenMP fork and join): a host term, only
   /// the calibrated `host` sets it (0 turns it off).
   double kernelOverhead = 0;     ///< seconds per kernel call (`kernel_overhead`)
+  /// The least time one kernel call takes on a device the host CPU launches kernels on: the
+  /// CPU's cost of one launch (a stream cannot start kernels faster than they are launched),
+  /// a floor under each call's time (docs/time.md §2). Catalogue GPUs have a documented
+  /// default (ir/Target.cpp, KernelLaunch); a declared target none unless it says so
+  /// (`kernel_launch`); a plan may override it (0: launches cost nothing, as under CUDA
+  /// graphs); the host has none (its kernels run on the calling CPU: kernelOverhead).
+  double kernelLaunch = 0;       ///< seconds per kernel call, a floor (`kernel_launch`)
   /// The time of one transcendental evaluation (exp, erf, tanh, sin, cos) with the whole
   /// device: on the host measured by `tally calibrate` on the CPU runtime's own kernels; on a
   /// catalogue GPU its special-function units' rate (16 per clock per multiprocessor,

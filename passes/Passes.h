@@ -132,7 +132,8 @@ struct KernelWork {
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
 /// the rest), with transcendentals × transcendentalTime added to the compute side
 /// (transcendentalSeconds), plus the host terms (hostCallTime, hostBandwidth): calls ×
-/// kernelOverhead added after, the cache's bandwidth for calls that fit in it. Shared by the
+/// kernelOverhead added after, the cache's bandwidth for calls that fit in it; and no less
+/// than calls × kernelLaunch, the time the CPU takes to launch them (GPUs). Shared by the
 /// training step and inference so both price ops the same way.
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w);
 /// The terms kernelTime adds up, for reports that show how a time was made (tally explain):
@@ -146,6 +147,7 @@ struct KernelTimeTerms {
   double transcendental = 0;      ///< transcendentals × transcendentalTime
   double memory = 0;              ///< bytes / bandwidth / efficiency
   double calls = 0;               ///< calls × kernelOverhead
+  double launch = 0;              ///< calls × kernelLaunch: the floor under the total
   double total() const;
 };
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,

@@ -31,6 +31,12 @@
 //    backward op) adds kernelOverhead outside the max: time = max(FLOPs / peak / efficiency +
 //    n_trans × transcendentalTime, bytes / bandwidth / efficiency) + calls × kernelOverhead;
 //    a call moving at most cacheBytes reads at cacheBandwidth instead.
+//    On a GPU no call takes less than the CPU's cost of launching it (Target::kernelLaunch,
+//    3.8 us on catalogue GPUs; 0 on the host, which pays kernelOverhead instead): time =
+//    max(the above, calls × kernelLaunch). Large kernels never meet this floor; a small
+//    matmul or elementwise op does, so a model of small layers is priced launch-bound, as it
+//    runs. The floor is per call: a small kernel queued behind a long one, whose launch the
+//    long one hid, is charged the floor all the same (at most calls × kernelLaunch too much).
 //    With fused kernels (Plan::fuseKernels, passes/Fusion.cpp) an op in a fused run moves
 //    fewer bytes (the values it reads from registers) and, after the run's first op, makes
 //    no call of its own.
@@ -141,7 +147,7 @@ double hostBandwidth(const Target &t, double bytesPerCall) {
 } // namespace
 
 double KernelTimeTerms::total() const {
-  return std::max(compute + transcendental, memory) + calls;
+  return std::max(std::max(compute + transcendental, memory) + calls, launch);
 }
 
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
@@ -166,6 +172,7 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   k.transcendental = transcendentalSeconds(t, w.transcendentals);
   k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.efficiency : 0;
   k.calls = hostCallTime(t, w.calls);
+  k.launch = w.calls * t.kernelLaunch;
   return k;
 }
 

@@ -249,31 +249,40 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
                      const Target &t, OpKind kind, Dtype dt, const KernelWork &w, double flops,
                      double bytes, double fusedBytes, double split, double recorded) {
   KernelTimeTerms k = kernelTimeTerms(t, opClass(kind), dt, w);
-  bool exps = k.transcendental > 0, calls = k.calls > 0;
+  bool exps = k.transcendental > 0, calls = k.calls > 0, launch = k.launch > 0;
+  // With a launch floor the roofline's max gains a term: max(A, B, launch), or
+  // max(max(A, B) + calls, launch) on a target with both.
+  llvm::StringRef open = launch && calls ? "max(max(" : "max(";
+  llvm::StringRef close = launch && calls ? ")" : launch ? "" : ")";
   std::string by = split > 1 ? " / " + exact(split) : "";
   std::string pad(label.size(), ' ');
-  os << "  " << label << " = max(executed " << what << "FLOPs" << by << " / peak / efficiency"
-     << (exps ? " + exps × exp time" : "") << ", " << what << "bytes" << by
-     << " / bandwidth / efficiency)" << (calls ? " + calls × call time" : "") << "\n";
+  os << "  " << label << " = " << open << "executed " << what << "FLOPs" << by
+     << " / peak / efficiency" << (exps ? " + exps × exp time" : "") << ", " << what << "bytes"
+     << by << " / bandwidth / efficiency" << close << (calls ? " + calls × call time" : "")
+     << (launch ? ", calls × launch time)" : "") << "\n";
   std::string moved = fusedBytes > 0 ? "(" + exact(bytes) + " − " + exact(fusedBytes) + " fused)"
                                      : exact(bytes);
   std::string eff = printf1("%.3g", k.efficiency); // 0.6, 0.0549: as many digits as it has
-  os << "  " << pad << " = max(" << exact(flops) << by << " / "
+  os << "  " << pad << " = " << open << exact(flops) << by << " / "
      << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
   if (exps)
     os << " + " << exact(w.transcendentals) << " / " << printf1("%.4g", 1 / t.transcendentalTime)
        << " exps/s";
   os << ", " << moved << by << " / " << formatRate(k.bandwidth, UnitDim::ByteRate) << " / " << eff
-     << ")";
+     << close;
   if (calls)
     os << " + " << exact(w.calls) << " × " << formatDuration(t.kernelOverhead);
+  if (launch)
+    os << ", " << exact(w.calls) << " × " << formatDuration(t.kernelLaunch) << ")";
   os << "\n";
-  os << "  " << pad << " = max(" << formatDuration(k.compute);
+  os << "  " << pad << " = " << open << formatDuration(k.compute);
   if (exps)
     os << " + " << formatDuration(k.transcendental);
-  os << ", " << formatDuration(k.memory) << ")";
+  os << ", " << formatDuration(k.memory) << close;
   if (calls)
     os << " + " << formatDuration(k.calls);
+  if (launch)
+    os << ", " << formatDuration(k.launch) << ")";
   os << " = " << formatDuration(recorded) << "\n";
   os << "  " << pad << "   (efficiency " << eff << ": ";
   if (k.measuredKernel)
@@ -282,7 +291,11 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << efficiencyName(kind);
   if (k.fromCurve)
     os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
-  os << (exps ? "; exps at the target's special-function rate" : "") << ")\n";
+  os << (exps ? "; exps at the target's special-function rate" : "");
+  if (launch && k.launch >= k.total())
+    os << "; launch-bound: its work takes less than the CPU's " << formatDuration(t.kernelLaunch)
+       << " to launch " << (w.calls == 1 ? "it" : "each call");
+  os << ")\n";
 }
 
 void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostream &os) {
@@ -522,6 +535,7 @@ void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
 llvm::json::Object timeTermsJson(const KernelTimeTerms &k) {
   return llvm::json::Object{{"compute_s", k.compute},       {"transcendental_s", k.transcendental},
                             {"memory_s", k.memory},         {"calls_s", k.calls},
+                            {"launch_s", k.launch},
                             {"efficiency", k.efficiency},   {"peak_flops", k.peak},
                             {"bandwidth", k.bandwidth},     {"total_s", k.total()}};
 }

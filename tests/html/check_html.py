@@ -179,14 +179,25 @@ def hex_rgb(color):
     return tuple(int(color[i:i + 2], 16) for i in (0, 2, 4))
 
 
+def over_white(px, c, tol):
+    """Whether pixel px is colour c drawn over white at an opacity of 0.6 or more (the charts'
+    marks are translucent: a roofline point is c at 0.8), each channel within tol."""
+    for alpha in (1.0, 0.9, 0.8, 0.7, 0.6):
+        if all(abs(px[i] - (255 - alpha * (255 - c[i]))) <= tol for i in range(3)):
+            return True
+    return False
+
+
 def count_colour(rows, x0, y0, x1, y1, colours, tol=12):
     n = 0
     for y in range(max(y0, 0), min(y1, len(rows))):
         row = rows[y]
         for x in range(max(x0, 0), min(x1, len(row))):
             px = row[x]
+            if px == (255, 255, 255):
+                continue
             for c in colours:
-                if abs(px[0] - c[0]) <= tol and abs(px[1] - c[1]) <= tol and abs(px[2] - c[2]) <= tol:
+                if over_white(px, c, tol):
                     n += 1
                     break
     return n

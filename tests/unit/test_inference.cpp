@@ -56,6 +56,14 @@ infer two {
   model = Llama() batch = 4 prompt = 100 generate = 50 precision = bf16
   target = 2 x H100_SXM { tensor = 2 }
 }
+infer one_graphed {
+  model = Llama() batch = 4 prompt = 100 generate = 50 precision = bf16
+  target = 1 x H100_SXM { kernel_launch = 0 us }
+}
+infer two_graphed {
+  model = Llama() batch = 4 prompt = 100 generate = 50 precision = bf16
+  target = 2 x H100_SXM { tensor = 2, kernel_launch = 0 us }
+}
 )";
 
 } // namespace
@@ -115,12 +123,22 @@ TEST_CASE("inference: GPT-2 decode, by hand", "[inference]") {
   }
   CHECK(matmuls == 12 * 4 + 1);
 
-  // Memory-bound steps cost linearly in the context: the mean step is the step at the mean
-  // context (its ops plus its share of the prompt's upload).
+  // Each kernel of a batch-1 decode moves so little that it takes what launching it costs,
+  // 3.8 us (docs/time.md §2), except the head's mat-vec over 768 × 50257 bf16 weights: a step
+  // is 14 ops × 12 blocks + 5 others (the embeddings, positions, their add, ln_f) launches
+  // and the head, the same at every context.
+  double head = 0;
+  for (const Analysis::DecodeOp &o : inf.ops)
+    if (o.time > 3.8e-6 * (1 + 1e-12))
+      head += o.time;
+  CHECK(head == Approx(inf.ops.back().time));
+  CHECK(head == Approx(inf.ops.back().bytes / 3.35e12 / 0.7));
+  CHECK(opTime == Approx((14 * 12 + 5) * 3.8e-6 + head));
+  // The mean step is its ops plus its share of the prompt's upload.
   double perToken = (a.time.communication + a.time.hostTransfer) / prompt;
   CHECK(inf.decodeTime == Approx(opTime + perToken));
-  CHECK(inf.firstDecodeTime < inf.decodeTime);
-  CHECK(inf.lastDecodeTime > inf.decodeTime);
+  CHECK(inf.firstDecodeTime == Approx(inf.decodeTime));
+  CHECK(inf.lastDecodeTime == Approx(inf.decodeTime));
   CHECK(inf.tokensPerSecond == Approx(1 / inf.decodeTime));
   CHECK(inf.totalTime == Approx(inf.prefillTime + 255 * inf.decodeTime));
   CHECK(a.time.step == inf.decodeTime);
@@ -143,13 +161,24 @@ TEST_CASE("inference: the KV cache of grouped-query attention", "[inference]") {
     CHECK(inf.decodeMemoryBound);
   }
   SECTION("tensor parallel: the heads, the cache and the step split over 2 devices") {
-    Compiled one(src, "one"), two(src, "two");
+    // Launches taken as free (a CUDA graph), so each op's time is its roofline's.
+    Compiled one(src, "one_graphed"), two(src, "two_graphed");
     const auto &a = one.a->inference, &b = two.a->inference;
     CHECK(b.kvCacheBytes == a.kvCacheBytes / 2);
     CHECK(b.decodeFlops == a.decodeFlops); // the whole model's FLOPs
     CHECK(two.a->time.tensorParallelComm > 0);
     CHECK(b.decodeTime < a.decodeTime);
     CHECK(b.decodeTime > a.decodeTime / 2);
+  }
+  SECTION("launch-bound: splitting kernels that wait for their launches gains nothing") {
+    // Every decode kernel of this small model takes less than a launch (3.8 us), so halving
+    // its work leaves its time, and the all-reduces come on top.
+    Compiled one(src, "one"), two(src, "two");
+    const auto &a = one.a->inference, &b = two.a->inference;
+    for (const Analysis::DecodeOp &o : a.ops)
+      CHECK(o.time == Approx(3.8e-6));
+    CHECK(b.decodeTime >= a.decodeTime);
+    CHECK(two.a->time.tensorParallelComm > 0);
   }
 }
 

@@ -60,7 +60,8 @@ train par {
 } // namespace
 
 TEST_CASE("steptime: a four-op graph, by hand", "[steptime]") {
-  Compiled t(toyPlan(64, 2, 0), "toy");
+  // Launches taken as free (the next test case prices them): every time is its roofline's.
+  Compiled t(toyPlan(64, 2, 0, ", kernel_launch = 0 us"), "toy");
   const Analysis &a = *t.a;
   // Per micro-batch of 16 rows: matmul [16,1024]@[1024,256] moves (16·1024 + 1024·256 +
   // 16·256)·4 = 1130496 bytes for 8388608 FLOPs: memory-bound at the fp32 rate.
@@ -108,6 +109,64 @@ TEST_CASE("steptime: a four-op graph, by hand", "[steptime]") {
   CHECK(a.time.run == Approx(a.time.steps * step));
 }
 
+TEST_CASE("steptime: no kernel call takes less than its launch", "[steptime]") {
+  // The four-op toy's kernels move kilobytes: each takes the 3.8 us an H100_SXM's CPU needs
+  // to launch it (Target::kernelLaunch), whatever its roofline time (~10 ns to 0.5 us).
+  constexpr double kLaunch = 3.8e-6;
+  CHECK(findTarget("H100_SXM")->kernelLaunch == kLaunch);
+  for (const Target &c : targetCatalogue())
+    CHECK(c.kernelLaunch == kLaunch);
+  Compiled t(toyPlan(64, 2, 0), "toy"), free(toyPlan(64, 2, 0, ", kernel_launch = 0 us"), "toy");
+  for (const char *op : {"matmul", "relu", "mul", "mean"}) {
+    INFO(op);
+    CHECK(free.at(op).forwardTime < kLaunch);
+    CHECK(t.at(op).forwardTime == Approx(kLaunch));
+  }
+  // Backward: one launch per backward kernel (the mul's two, the rest one each; the matmul's
+  // weight gradient alone, x being data).
+  CHECK(t.at("matmul").backwardTime == Approx(kLaunch));
+  CHECK(t.at("mul").backwardTime == Approx(2 * kLaunch));
+  CHECK(t.at("relu").backwardTime == Approx(kLaunch));
+  CHECK(t.at("mean").backwardTime == Approx(kLaunch));
+  // 2 micro-batches of 4 forward and 5 backward launches.
+  CHECK(t.a->time.forward == Approx(2 * 4 * kLaunch));
+  CHECK(t.a->time.backward == Approx(2 * 5 * kLaunch));
+  // The SGD update: one call for the one parameter tensor and one for zero_grad, 7.6 us
+  // against the 1.56 us its 2·262144·8 bytes take.
+  CHECK(free.a->time.optimizer == Approx(2 * 262144 * 8 / kBw / kElementwise));
+  CHECK(t.a->time.optimizer == Approx(2 * kLaunch));
+  // A large kernel never meets the floor: its time is the roofline's with or without it.
+  std::string large = toyPlan(65536, 2, 0);
+  large.replace(large.find("micro_batch = 16"), 16, "micro_batch = 32768");
+  Compiled big(large, "toy");
+  CHECK(big.at("matmul").forwardTime > 10 * kLaunch);
+  CHECK(big.at("matmul").forwardTime ==
+        Approx(std::max(2.0 * 32768 * 1024 * 256 / kF32,
+                        (32768.0 * 1024 + 1024 * 256 + 32768 * 256) * 4 / kBw) /
+               kMatmul));
+  // Views launch nothing: the split of qkv's output costs 0.
+  Compiled tiny(kTinyGPT, "par");
+  CHECK(tiny.at("h[0].attn.split").forwardTime == 0);
+  CHECK(tiny.at("h[0].attn.qkv.add").forwardTime == Approx(kLaunch));
+  // A target declared without `kernel_launch` has no floor; one that states it has its own.
+  std::string declared = std::string(kToy) + R"(
+target Slow {
+  memory = 80 GB
+  bandwidth = 3 TB/s
+  peak { fp32 = 60 TFLOP/s }
+  LAUNCH
+}
+train toy { model = Toy() batch = 16 micro_batch = 16 tokens = 1M optimizer = SGD(lr = 0.1)
+            precision = fp32 target = Slow }
+)";
+  std::string none = declared, ten = declared;
+  none.replace(none.find("LAUNCH"), 6, "");
+  ten.replace(ten.find("LAUNCH"), 6, "kernel_launch = 10 us");
+  Compiled n(none, "toy"), d(ten, "toy");
+  CHECK(n.at("relu").forwardTime == Approx(32768 / 3e12 / kElementwise));
+  CHECK(d.at("relu").forwardTime == Approx(10e-6));
+}
+
 TEST_CASE("steptime: data-parallel traffic for each ZeRO stage", "[steptime]") {
   // 4 devices, 2 accumulation steps; G = P = 262144 fp32 = 1 MiB; ring fraction 3/4, and
   // 3 ring steps per reduce-scatter or all-gather (6 per all-reduce). Overlap off: every
@@ -116,7 +175,7 @@ TEST_CASE("steptime: data-parallel traffic for each ZeRO stage", "[steptime]") {
   const double expected[4] = {2 * half, half + half, 2 * half + half, 2 * half + 2 * 2 * half};
   for (int zero = 0; zero <= 3; ++zero) {
     INFO("zero = " << zero);
-    Compiled t(toyPlan(128, 4, zero, ", overlap = false"), "toy");
+    Compiled t(toyPlan(128, 4, zero, ", overlap = false, kernel_launch = 0 us"), "toy");
     CHECK(t.a->time.accumulationSteps == 2);
     CHECK(t.a->time.dataParallelComm == Approx(expected[zero]));
     // The update touches the owned shard: all of it without ZeRO, a quarter with it.
@@ -217,15 +276,19 @@ TEST_CASE("steptime: interleaved stages and sequence parallelism", "[steptime]")
   // The first stage keeps 1 + (p − 1)/(p·v) = 1.25 times the activations in flight.
   CHECK(v2.a->memory.activations == Approx(1.25 * base.a->memory.activations));
 
+  // Launches taken as free: the norms' halved work would otherwise wait for its launch.
+  Compiled free(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1, "
+                       "kernel_launch = 0 us }"),
+                "par");
   Compiled sp(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1, "
-                     "sequence_parallel = true }"),
+                     "sequence_parallel = true, kernel_launch = 0 us }"),
               "par");
   // Norms, residual adds and the embedding work on 1/t of the tokens.
   CHECK(sp.at("h[0].ln1.layer_norm").tensorSplit == 2);
   CHECK(sp.at("h[0].add").tensorSplit == 2);
   CHECK(sp.at("wte.embedding").tensorSplit == 2);
   CHECK(sp.at("h[0].ln1.layer_norm").forwardTime ==
-        Approx(base.at("h[0].ln1.layer_norm").forwardTime / 2));
+        Approx(free.at("h[0].ln1.layer_norm").forwardTime / 2));
   // An all-gather plus a reduce-scatter moves what the all-reduce did, in as many steps.
   CHECK(sp.a->time.tensorParallelComm == Approx(base.a->time.tensorParallelComm));
   // Activation memory (passes/Activations.cpp): the norms' and adds' tensors are split too, so
@@ -240,8 +303,11 @@ TEST_CASE("steptime: interleaved stages and sequence parallelism", "[steptime]")
 TEST_CASE("steptime: context parallelism splits the sequence and passes K/V round a ring",
           "[steptime]") {
   // 8 devices as 4 data replicas of 2 context ranks; m = 32 / (4 × 4) = 2 micro-batches.
-  Compiled ctx(tinyOn("8 x H100_SXM { data = 4, context = 2, overlap = false }"), "par");
-  Compiled flat(tinyOn("8 x H100_SXM { data = 8 }"), "par"); // the same micro-batch of 4
+  // Launches taken as free: the halved ops would otherwise wait for their launches.
+  Compiled ctx(tinyOn("8 x H100_SXM { data = 4, context = 2, overlap = false, "
+                      "kernel_launch = 0 us }"),
+               "par");
+  Compiled flat(tinyOn("8 x H100_SXM { data = 8, kernel_launch = 0 us }"), "par"); // same micro-batch
   const Analysis &a = *ctx.a;
   // Every op works on half the tokens.
   CHECK(ctx.at("h[0].ln1.layer_norm").tensorSplit == 2);

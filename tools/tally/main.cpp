@@ -305,6 +305,7 @@ int runTargets() {
                                   {"ridge_bf16", t.ridge(Dtype::BF16)},
                                   {"multiprocessors", t.multiprocessors},
                                   {"transcendental_s", t.transcendentalTime},
+                                  {"kernel_launch_s", t.kernelLaunch},
                                   {"source", t.source}});
     outs() << formatv("{0:2}", json::Value(std::move(list))) << "\n";
     return 0;
