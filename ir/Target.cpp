@@ -50,7 +50,7 @@ double interpolateCurve(const std::vector<CurvePoint> &points, double flops) {
 }
 
 void Target::shareHost(int64_t ranks, int64_t runThreads) {
-  if (name != "host" || ranks < 1)
+  if (!isHost() || ranks < 1)
     return;
   if (runThreads > 0)
     threadsPerRank = runThreads;

@@ -130,6 +130,8 @@ struct Target {
   /// before); callable again (it rescales from the share it has). GPUs are devices of their
   /// own: for every other target this does nothing.
   void shareHost(int64_t ranks, int64_t runThreads = 0);
+  /// Whether this is the calibrated `host` (this machine's CPU), not a GPU.
+  bool isHost() const { return name == "host"; }
 
   /// The efficiency of a matmul of `flops` FLOPs per call computed in dtype d: the
   /// dtype's measured curve when there is one, else efficiency.matmul.

@@ -174,6 +174,12 @@ void inference(Analysis &a);
 /// PrecisionLints.cpp: literals that underflow or overflow the dtype they are used in, fp16
 /// without loss scaling, optimizer state below fp32.
 void precisionLints(Analysis &a, DiagnosticEngine &diags);
+/// MatmulAlignment.cpp: matmuls on a GPU whose rows (K or N elements) are not a multiple of 16
+/// bytes, which tensor-core kernels need (the unaligned-matmul warning).
+void matmulAlignment(const Analysis &a, DiagnosticEngine &diags);
+/// MatmulAlignment.cpp: whether op `i` is such a matmul (StepTime prices it under cudaStep),
+/// whatever its time.
+bool unalignedMatmul(const Analysis &a, OpId i);
 /// UnusedParams.cpp: parameters that no op reads (the unused-value warning).
 void unusedParams(Analysis &a, DiagnosticEngine &diags);
 /// Budgets.cpp: the plan's budgets against the analysis, with fixes computed by the solvers.

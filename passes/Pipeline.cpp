@@ -181,6 +181,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   inference(a); // [inference]
   allocatorReserve(a);
   precisionLints(a, diags); // [lints]
+  matmulAlignment(a, diags);
   unusedParams(a, diags);
   blockTotals(a); // reads the op times, writes the per-block totals, which the budgets do not read
   if (curveWalks.joinable())

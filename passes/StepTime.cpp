@@ -192,12 +192,24 @@ namespace {
 constexpr double kCudaRuntimeAttentionForward = 0.0549;
 constexpr double kCudaRuntimeAttentionBackward = 0.0257;
 
+/// The generated CUDA step's cuBLASLt matmul whose rows do not start on 16 bytes
+/// (passes/MatmulAlignment.cpp), as cuda_check measured it on an H200 (docs/validation.md,
+/// 2026-12-01): GPT-2's head, 16384 × 50257 × 768 in bf16, 1.2648e12 FLOPs in 10.13 ms, 124.9
+/// TFLOP/s of 989.5; its aligned neighbour 16384 × 3072 × 768 reached 0.68. Taken for the
+/// backward's two products too (the same rows), which were not measured.
+constexpr double kCudaRuntimeUnalignedMatmul = 0.1262;
+
 /// `w` as op `i`'s kernels run it: under Plan::cudaStep an attention is tally's own CUDA kernel,
-/// at the fp32 rate and the measured `efficiency` (the forward's or the backward's).
+/// at the fp32 rate and the measured `efficiency` (the forward's or the backward's), and an
+/// unaligned matmul runs at the fraction measured for one.
 KernelWork asRun(const Analysis &a, OpId i, KernelWork w, double efficiency) {
-  if (a.plan->cudaStep && a.graph->ops[i].kind == OpKind::Attention) {
+  if (!a.plan->cudaStep)
+    return w;
+  if (a.graph->ops[i].kind == OpKind::Attention) {
     w.rate = Dtype::F32;
     w.efficiency = efficiency;
+  } else if (unalignedMatmul(a, i)) {
+    w.efficiency = kCudaRuntimeUnalignedMatmul;
   }
   return w;
 }

@@ -285,8 +285,11 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << ", " << formatDuration(k.launch) << ")";
   os << " = " << formatDuration(recorded) << "\n";
   os << "  " << pad << "   (efficiency " << eff << ": ";
-  if (k.measuredKernel)
+  if (k.measuredKernel && kind == OpKind::Attention)
     os << "tally's CUDA attention kernel as measured, scalar fp32 on the CUDA cores";
+  else if (k.measuredKernel)
+    os << "tally's CUDA step's cuBLASLt matmul with rows not on 16 bytes, as measured "
+          "(passes/MatmulAlignment.cpp)";
   else
     os << efficiencyName(kind);
   if (k.fromCurve)

@@ -159,6 +159,10 @@ const SarifRuleText kRules[] = {
     {"unused-value", "A parameter or value is never used.",
      "A declared parameter takes memory (and counts as parameters) but no op reads it.",
      "Use it in the forward function or remove it."},
+    {"unaligned-matmul", "A matmul's rows do not start on 16 bytes.",
+     "GPU tensor-core GEMMs load rows 16 bytes at a time; a K or N that is not a multiple of 16 "
+     "bytes (8 bf16 or fp16 elements) sends cuBLAS to slower kernels.",
+     "Pad the dimension to a multiple of 64, as nanoGPT pads GPT-2's vocabulary to 50304."},
 };
 
 } // namespace

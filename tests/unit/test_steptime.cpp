@@ -568,3 +568,37 @@ TEST_CASE("steptime: the simulated pipeline schedule has the closed form's bubbl
   Compiled partial(odd, "par");
   CHECK(partial.a->pipeline.slots.empty());
 }
+
+TEST_CASE("steptime: a matmul whose rows do not start on 16 bytes", "[steptime]") {
+  // passes/MatmulAlignment.cpp: K and N in elements must be multiples of 16 bytes over the
+  // compute dtype's size (8 in bf16, 4 in tf32), on a GPU only.
+  auto plan = [](int d, const std::string &precision) {
+    return "model M(d = " + std::to_string(d) + R"() {
+  param w: [d, 1024]
+  forward(x: [batch, d]) { return mean(x @ w) }
+}
+train p { model = M() batch = 4096 optimizer = SGD(lr = 0.1) precision = )" +
+           precision + " target = H100_SXM }\n";
+  };
+  Compiled bf16_772(plan(772, "bf16"), "p"), tf32_772(plan(772, "tf32"), "p"),
+      bf16_776(plan(776, "bf16"), "p"), fp32_772(plan(772, "fp32"), "p");
+  auto opOf = [](const Compiled &c) {
+    for (OpId i = 0; i < c.a->graph->ops.size(); ++i)
+      if (c.a->graph->ops[i].kind == OpKind::Matmul)
+        return i;
+    return OpId(kNone);
+  };
+  CHECK(unalignedMatmul(*bf16_772.a, opOf(bf16_772)));  // 772 = 8·96 + 4
+  CHECK_FALSE(unalignedMatmul(*tf32_772.a, opOf(tf32_772))); // 772 = 4·193
+  CHECK_FALSE(unalignedMatmul(*bf16_776.a, opOf(bf16_776))); // 776 = 8·97
+  CHECK_FALSE(unalignedMatmul(*fp32_772.a, opOf(fp32_772))); // no tensor cores
+  CHECK(bf16_772.count(DiagKind::UnalignedMatmul) == 1);
+  CHECK(bf16_776.count(DiagKind::UnalignedMatmul) == 0);
+  // The framework estimate prices it as aligned; tally's CUDA step at the measured 0.1262.
+  PlanOverrides step;
+  step.cudaStep = true;
+  Compiled cuda(plan(772, "bf16"), "p", step);
+  double flops = 2.0 * 4096 * 772 * 1024;
+  CHECK(bf16_772.at("matmul").forwardTime == Approx(flops / 989.5e12 / kMatmul));
+  CHECK(cuda.at("matmul").forwardTime == Approx(flops / 989.5e12 / 0.1262));
+}

@@ -1,0 +1,125 @@
+// Matmul alignment: a GPU's tensor-core GEMM kernels load each row of their operands in
+// 16-byte pieces, so they need every row to start on a 16-byte boundary. For C[M, N] = A[M, K]
+// · B[K, N] (row-major, as the graph holds them) the rows are K elements long (A) and N long
+// (B, C); the backward's dA = dC·Bᵀ and dB = Aᵀ·dC have rows of the same two lengths. When K
+// or N is not a multiple of 16 bytes / element size (8 in bf16 and fp16, 4 in tf32, 16 in
+// fp8), cuBLAS falls back to kernels that load less at a time (NVIDIA, "Matrix Multiplication
+// Background User's Guide", "Tensor Core Requirements"). GPT-2's vocabulary, 50,257, is the
+// well-known case: its head is the model's largest matmul, and nanoGPT pads it to 50,304.
+//
+//   unaligned-matmul   warning: a matmul on a GPU target, computed on tensor cores, whose K or
+//                      N is not a multiple of 16 bytes and whose forward takes longer than its
+//                      launch (a kernel that waits for its launch loses nothing to a slower
+//                      kernel: a toy layer of 4 is not worth a warning); one per source
+//                      location and length (a repeated block's copies are one), with a note
+//                      giving the padded size
+//
+// Pricing (passes/StepTime.cpp, asRun): only tally's own CUDA step, whose cuBLASLt call was
+// measured on such a shape (docs/validation.md, 2026-12-01: 16384 × 50257 × 768 in bf16 at
+// 125 TFLOP/s, 0.126 of the H200's peak, against 0.68 for the aligned 16384 × 3072 × 768), runs
+// an unaligned matmul at that measured fraction. A framework's loss differs by library and
+// version and is not priced: the warning says so.
+#include "support/Diagnostics.h"
+#include "passes/Passes.h"
+
+#include <map>
+#include <utility>
+
+namespace tally {
+
+namespace {
+
+/// Elements of `d` in 16 bytes when `d` runs on tensor cores; 0 when it does not (fp32 runs
+/// on the CUDA cores, integers and f64 are not checked).
+int64_t tensorCoreElements(Dtype d) {
+  switch (d) {
+  case Dtype::F16:
+  case Dtype::BF16:
+    return 8;
+  case Dtype::TF32:
+    return 4;
+  case Dtype::FP8E4M3:
+  case Dtype::FP8E5M2:
+    return 16;
+  default:
+    return 0;
+  }
+}
+
+/// The first row length of matmul `op` (K, then N) that is not a multiple of `per`, as
+/// {name, length}; {nullptr, 0} when both are.
+std::pair<const char *, int64_t> unalignedRow(const Graph &g, const Op &op, int64_t per) {
+  if (op.kind != OpKind::Matmul || op.inputs.size() != 2 || per <= 0)
+    return {nullptr, 0};
+  const Shape &a = g.tensors[op.inputs[0]].shape, &b = g.tensors[op.inputs[1]].shape;
+  if (a.empty() || b.empty())
+    return {nullptr, 0};
+  int64_t k = a.back().size;
+  if (k % per != 0)
+    return {"K", k};
+  if (b.size() >= 2 && b.back().size % per != 0)
+    return {"N", b.back().size};
+  return {nullptr, 0};
+}
+
+} // namespace
+
+bool unalignedMatmul(const Analysis &a, OpId i) {
+  const Target &t = a.plan->target;
+  if (t.isHost())
+    return false;
+  const Graph &g = *a.graph;
+  return unalignedRow(g, g.ops[i], tensorCoreElements(a.ops[i].computeDtype)).first != nullptr;
+}
+
+void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
+  const Target &t = a.plan->target;
+  if (t.isHost())
+    return;
+  const Graph &g = *a.graph;
+  struct Found {
+    OpId first;
+    size_t copies = 0;
+    const char *name;
+    int64_t length, per;
+  };
+  std::vector<Found> found;
+  std::map<std::pair<const char *, int64_t>, size_t> index; // (source location, length)
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    if (op.kind != OpKind::Matmul)
+      continue;
+    int64_t per = tensorCoreElements(a.ops[i].computeDtype);
+    auto [name, length] = unalignedRow(g, op, per);
+    if (!name || !(a.ops[i].forwardTime > t.kernelLaunch))
+      continue;
+    auto [it, fresh] = index.try_emplace({op.range.Start.getPointer(), length}, found.size());
+    if (fresh)
+      found.push_back({i, 0, name, length, per});
+    ++found[it->second].copies;
+  }
+  for (const Found &f : found) {
+    const Op &op = g.ops[f.first];
+    Dtype d = a.ops[f.first].computeDtype;
+    std::string where = "'" + g.opPath(op) + "'";
+    if (f.copies > 1)
+      where += " (and " + std::to_string(f.copies - 1) + " more copies)";
+    auto b = diags.report(DiagKind::UnalignedMatmul, op.range.Start,
+                          "matmul " + where + " has " + f.name + " = " + std::to_string(f.length) +
+                              ", not a multiple of " + std::to_string(f.per) + " (16 bytes of " +
+                              nameOf(d).str() + "): its rows do not start on 16 bytes, so " +
+                              t.name + "'s tensor-core kernels fall back to slower ones");
+    b.range(op.range);
+    int64_t padded = (f.length + 63) / 64 * 64;
+    b.note(op.range.Start,
+           "padding " + std::to_string(f.length) + " to " + std::to_string(padded) +
+               " (a multiple of 64, as nanoGPT pads GPT-2's vocabulary) keeps the fast kernels; " +
+               (a.plan->cudaStep
+                    ? "tally's CUDA step is priced at the 0.126 of the peak measured for such a "
+                      "cuBLASLt call (docs/validation.md)"
+                    : "the estimate prices it as aligned (the loss depends on the library: "
+                      "cuBLASLt measured 0.126 of the peak, docs/validation.md)"));
+  }
+}
+
+} // namespace tally
