@@ -127,6 +127,10 @@ struct KernelWork {
   /// fraction of it that it reaches (0: the target's efficiency for the op class).
   Dtype rate = Dtype::Invalid;
   double efficiency = 0;
+  /// Bytes the kernel moves outside its main loop, where nothing overlaps them (flash
+  /// attention's query tiles in, its output and logsumexp out: flashOutsideBytes): their time at
+  /// the memory bandwidth adds to the compute side.
+  double outsideBytes = 0;
 };
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
@@ -145,6 +149,7 @@ struct KernelTimeTerms {
   bool measuredKernel = false;    ///< whether it came from KernelWork (a measured kernel)
   double compute = 0;             ///< FLOPs / peak / efficiency
   double transcendental = 0;      ///< transcendentals × transcendentalTime
+  double outside = 0;             ///< outsideBytes / bandwidth, beside the arithmetic
   double memory = 0;              ///< bytes / bandwidth / efficiency
   double calls = 0;               ///< calls × kernelOverhead
   double launch = 0;              ///< calls × kernelLaunch: the floor under the total
@@ -158,6 +163,12 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
 /// Plan::cudaStep an attention runs tally's own CUDA kernel (StepTime.cpp,
 /// kCudaRuntimeAttention).
 KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
+/// StepTime.cpp: the bytes flash attention op `i` moves outside its main loop, which its
+/// arithmetic does not hide: forward, each query tile's Q in and its output and logsumexp out
+/// once; backward (FlashAttention-2's loop over key tiles), K and V in and dK and dV out once.
+/// 0 for other ops, materialised attention, and on a target with a measured attention curve
+/// (the calibrated host's holds the whole kernel).
+double flashOutsideBytes(const Analysis &a, OpId i, bool backward);
 KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
 /// `w` over a tensor split of `split` devices: its FLOPs, bytes and transcendentals divided,
 /// the same calls on each.

@@ -147,7 +147,7 @@ double hostBandwidth(const Target &t, double bytesPerCall) {
 } // namespace
 
 double KernelTimeTerms::total() const {
-  return std::max(std::max(compute + transcendental, memory) + calls, launch);
+  return std::max(std::max(compute + transcendental + outside, memory) + calls, launch);
 }
 
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
@@ -170,6 +170,7 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   }
   k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
   k.transcendental = transcendentalSeconds(t, w.transcendentals);
+  k.outside = k.bandwidth > 0 ? w.outsideBytes / k.bandwidth : 0;
   k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.efficiency : 0;
   k.calls = hostCallTime(t, w.calls);
   k.launch = w.calls * t.kernelLaunch;
@@ -208,6 +209,7 @@ KernelWork asRun(const Analysis &a, OpId i, KernelWork w, double efficiency) {
   if (a.graph->ops[i].kind == OpKind::Attention) {
     w.rate = Dtype::F32;
     w.efficiency = efficiency;
+    w.outsideBytes = 0; // the measured time holds the whole kernel
   } else if (unalignedMatmul(a, i)) {
     w.efficiency = kCudaRuntimeUnalignedMatmul;
   }
@@ -220,6 +222,7 @@ KernelWork splitWork(KernelWork w, double split) {
   w.flops /= split;
   w.bytes /= split;
   w.transcendentals /= split;
+  w.outsideBytes /= split;
   return w;
 }
 
@@ -232,6 +235,20 @@ bool hasBackward(const Graph &g, const Plan &plan, const Op &op) {
   return false;
 }
 
+double flashOutsideBytes(const Analysis &a, OpId i, bool backward) {
+  const Graph &g = *a.graph;
+  const Op &op = g.ops[i];
+  if (op.kind != OpKind::Attention || !op.attrs->fused || op.inputs.size() < 3 ||
+      !a.plan->target.attentionCurve.empty())
+    return 0;
+  if (backward) // K and V in, dK and dV out, once per key tile
+    return 2 * (g.bytes(op.inputs[1]) + g.bytes(op.inputs[2]));
+  double bytes = g.bytes(op.inputs[0]); // Q in, once per query tile
+  for (TensorId out : op.outputs)       // the output and the logsumexp out
+    bytes += g.bytes(out);
+  return bytes;
+}
+
 KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
   const FusedSavings &fused = a.fusedOf(i);
   KernelWork w;
@@ -239,6 +256,7 @@ KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
   w.bytes = o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes;
   w.transcendentals = o.forward.transcendentals;
   w.calls = 1 - fused.forwardCalls;
+  w.outsideBytes = flashOutsideBytes(a, i, false);
   return asRun(a, i, splitWork(w, o.tensorSplit), kCudaRuntimeAttentionForward);
 }
 
@@ -249,6 +267,7 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
   w.bytes = o.backwardBytes - fused.backwardBytes;
   w.transcendentals = o.backwardTranscendentals;
   w.calls = o.backwardCalls - fused.backwardCalls;
+  w.outsideBytes = flashOutsideBytes(a, i, true);
   return asRun(a, i, splitWork(w, o.tensorSplit), kCudaRuntimeAttentionBackward);
 }
 

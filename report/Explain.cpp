@@ -249,7 +249,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
                      const Target &t, OpKind kind, Dtype dt, const KernelWork &w, double flops,
                      double bytes, double fusedBytes, double split, double recorded) {
   KernelTimeTerms k = kernelTimeTerms(t, opClass(kind), dt, w);
-  bool exps = k.transcendental > 0, calls = k.calls > 0, launch = k.launch > 0;
+  bool exps = k.transcendental > 0, calls = k.calls > 0, launch = k.launch > 0,
+       outside = k.outside > 0;
   // With a launch floor the roofline's max gains a term: max(A, B, launch), or
   // max(max(A, B) + calls, launch) on a target with both.
   llvm::StringRef open = launch && calls ? "max(max(" : "max(";
@@ -257,7 +258,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   std::string by = split > 1 ? " / " + exact(split) : "";
   std::string pad(label.size(), ' ');
   os << "  " << label << " = " << open << "executed " << what << "FLOPs" << by
-     << " / peak / efficiency" << (exps ? " + exps × exp time" : "") << ", " << what << "bytes"
+     << " / peak / efficiency" << (exps ? " + exps × exp time" : "")
+     << (outside ? " + bytes outside the loop / bandwidth" : "") << ", " << what << "bytes"
      << by << " / bandwidth / efficiency" << close << (calls ? " + calls × call time" : "")
      << (launch ? ", calls × launch time)" : "") << "\n";
   std::string moved = fusedBytes > 0 ? "(" + exact(bytes) + " − " + exact(fusedBytes) + " fused)"
@@ -268,6 +270,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   if (exps)
     os << " + " << exact(w.transcendentals) << " / " << printf1("%.4g", 1 / t.transcendentalTime)
        << " exps/s";
+  if (outside)
+    os << " + " << exact(w.outsideBytes) << " / " << formatRate(k.bandwidth, UnitDim::ByteRate);
   os << ", " << moved << by << " / " << formatRate(k.bandwidth, UnitDim::ByteRate) << " / " << eff
      << close;
   if (calls)
@@ -278,6 +282,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   os << "  " << pad << " = " << open << formatDuration(k.compute);
   if (exps)
     os << " + " << formatDuration(k.transcendental);
+  if (outside)
+    os << " + " << formatDuration(k.outside);
   os << ", " << formatDuration(k.memory) << close;
   if (calls)
     os << " + " << formatDuration(k.calls);
@@ -295,6 +301,10 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   if (k.fromCurve)
     os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
   os << (exps ? "; exps at the target's special-function rate" : "");
+  if (outside)
+    os << "; " << (w.flops > 0 && what.empty() ? "Q in, the output and logsumexp out"
+                                               : "K and V in, dK and dV out")
+       << " once per tile, outside the loop";
   if (launch && k.launch >= k.total())
     os << "; launch-bound: its work takes less than the CPU's " << formatDuration(t.kernelLaunch)
        << " to launch " << (w.calls == 1 ? "it" : "each call");
@@ -538,7 +548,7 @@ void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
 llvm::json::Object timeTermsJson(const KernelTimeTerms &k) {
   return llvm::json::Object{{"compute_s", k.compute},       {"transcendental_s", k.transcendental},
                             {"memory_s", k.memory},         {"calls_s", k.calls},
-                            {"launch_s", k.launch},
+                            {"launch_s", k.launch},         {"outside_s", k.outside},
                             {"efficiency", k.efficiency},   {"peak_flops", k.peak},
                             {"bandwidth", k.bandwidth},     {"total_s", k.total()}};
 }

@@ -479,8 +479,10 @@ train p { model = A() batch = 8 optimizer = SGD(lr = 0.1) precision = bf16 targe
     // 4·dh FLOPs per score for QKᵀ and PV, 5 for scale, mask and softmax (ir/OpRules.cpp).
     CHECK(at.forward.executedFlops == Approx(scores * (4 * dh + 5)));
     CHECK(at.forward.transcendentals == Approx(scores));
-    CHECK(at.forwardTime ==
-          Approx(scores * (4 * dh + 5) / (peak * h100.efficiency.attention) + scores * exp));
+    // Q in and the output and logsumexp out, once per query tile, outside the loop over keys.
+    double outside = (2 * 8 * 2048 * 1024 * 2.0 + 8 * heads * 2048 * 4.0) / 3.35e12;
+    CHECK(at.forwardTime == Approx(scores * (4 * dh + 5) / (peak * h100.efficiency.attention) +
+                                   scores * exp + outside));
     fraction[i] = scores * 4 * dh / at.forwardTime / peak;
     // Materialised, the score matrices go through memory and bound the time instead; the
     // exps hide behind their bytes.
@@ -491,9 +493,10 @@ train p { model = A() batch = 8 optimizer = SGD(lr = 0.1) precision = bf16 targe
   }
   // FlashAttention on an H100 at 16k tokens (pytorch/benchmark #2370, #2391): the Triton
   // tutorial kernel 353 TFLOP/s at dh 64 vs 477 at 128 (0.74), FlashAttention-3 416 vs 621
-  // (0.67); the model, 0.81 (docs/targets.md, "Special functions").
-  CHECK(fraction[0] / fraction[1] == Approx(0.81).margin(0.01));
-  CHECK(fraction[1] == Approx(0.458).margin(0.005));
+  // (0.67); the model, 0.81 at 16k tokens (docs/targets.md, "Special functions"), 0.82 at the
+  // 2048 here, where the bytes outside the loop weigh more.
+  CHECK(fraction[0] / fraction[1] == Approx(0.82).margin(0.01));
+  CHECK(fraction[1] == Approx(0.429).margin(0.005));
 
   // tally's own CUDA step (--backend cuda) runs its scalar attention kernel: fp32 FMAs on the
   // CUDA cores (66.9 TFLOP/s) at the fractions cuda_check measured, 0.0549 forward and 0.0257
@@ -601,4 +604,34 @@ train p { model = M() batch = 4096 optimizer = SGD(lr = 0.1) precision = )" +
   double flops = 2.0 * 4096 * 772 * 1024;
   CHECK(bf16_772.at("matmul").forwardTime == Approx(flops / 989.5e12 / kMatmul));
   CHECK(cuda.at("matmul").forwardTime == Approx(flops / 989.5e12 / 0.1262));
+}
+
+TEST_CASE("steptime: flash attention's bytes outside its loop slow short sequences",
+          "[steptime]") {
+  // The published series docs/targets.md compares with (pytorch/benchmark #2370, #2391: the
+  // Triton tutorial's FlashAttention-2, non-causal bf16 forward on an H100, heads of 128, B·S =
+  // 16k, H·dh = 2048): 329, 390, 434, 458, 471, 477 TFLOP/s at S = 512 … 16k, counting 4·dh
+  // FLOPs per score. tally at the default efficiency stays within 9% of each, and without the
+  // outside bytes (a target with a measured attention curve skips them) it would be 38% fast
+  // at 512.
+  const std::pair<int, double> published[] = {{512, 329},   {1024, 390}, {2048, 434},
+                                              {4096, 458}, {8192, 471}, {16384, 477}};
+  double sum = 0;
+  for (auto [S, tflops] : published) {
+    INFO("S = " << S);
+    std::string src = "model A(s = " + std::to_string(S) + R"(, d = 2048) {
+  forward(q: bf16[batch, s, d], k: bf16[batch, s, d], v: bf16[batch, s, d]) {
+    return mean(attention(q, k, v, causal = false, heads = 16))
+  }
+}
+train p { model = A() batch = )" + std::to_string(16384 / S) +
+                      " optimizer = SGD(lr = 0.1) precision = bf16 target = H100_SXM }\n";
+    Compiled t(src, "p");
+    const OpAnalysis &at = t.at("attention");
+    double scores = 16384.0 / S * 16 * S * S;
+    double model = scores * 4 * 128 / at.forwardTime / 1e12;
+    CHECK(std::abs(model / tflops - 1) < 0.09);
+    sum += std::abs(model / tflops - 1);
+  }
+  CHECK(sum / 6 < 0.05);
 }
