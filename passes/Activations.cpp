@@ -479,6 +479,7 @@ Facts gatherFacts(const Analysis &a) {
       work.flops = oa.forward.executedFlops;
       work.bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
       work.transcendentals = oa.forward.transcendentals;
+      work.outsideBytes = flashOutsideBytes(a, o, false);
       known = {true, c, kernelTime(a.plan->target, c, oa.computeDtype, work)};
     }
     f.opTime[o] = known.time;
