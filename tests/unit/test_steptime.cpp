@@ -635,3 +635,31 @@ train p { model = A() batch = )" + std::to_string(16384 / S) +
   }
   CHECK(sum / 6 < 0.05);
 }
+
+TEST_CASE("steptime: a matmul's fraction of the peak by its shape", "[steptime]") {
+  // bf16 on an H100_SXM (989.5 TFLOP/s, 3.35 TB/s, matmul efficiency 0.7, 3.8 us a launch):
+  // a large square reaches the class efficiency; a small one waits for its launch; a skinny
+  // one (16 rows: a decode step's mat-vec) is bound by the weight's bytes.
+  auto fraction = [](int m, int n, int k) {
+    std::string src = "model M(m = " + std::to_string(m) + ", n = " + std::to_string(n) +
+                      ", k = " + std::to_string(k) + R"() {
+  param w: [k, n]
+  forward(x: bf16[m, k]) { return mean(x @ w) }
+}
+train p { model = M() batch = 1 optimizer = SGD(lr = 0.1) precision = bf16 target = H100_SXM }
+)";
+    Compiled t(src, "p");
+    const OpAnalysis &o = t.at("matmul");
+    return o.forward.executedFlops / o.forwardTime / 989.5e12;
+  };
+  CHECK(fraction(4096, 4096, 4096) == Approx(0.7));
+  // 2·512³ FLOPs need 0.39 us and their 1.5 MiB 0.67 us: the 3.8 us launch sets the time.
+  CHECK(fraction(512, 512, 512) == Approx(2.0 * 512 * 512 * 512 / 3.8e-6 / 989.5e12));
+  CHECK(fraction(512, 512, 512) < 0.08);
+  // 16 × 4096 × 4096: 2·16·4096² FLOPs over (16·4096·2 + 4096²) · 2 bytes, 31 FLOP/byte,
+  // far below the ridge (295): the bytes at 0.7 of 3.35 TB/s.
+  double bytes = (16.0 * 4096 * 2 + 4096.0 * 4096) * 2;
+  CHECK(fraction(16, 4096, 4096) ==
+        Approx(2.0 * 16 * 4096 * 4096 / (bytes / 3.35e12 / 0.7) / 989.5e12));
+  CHECK(fraction(16, 4096, 4096) < 0.08);
+}
