@@ -121,7 +121,8 @@ void checkExperts(Analysis &a, DiagnosticEngine &diags);
 struct KernelWork {
   double flops = 0, bytes = 0;
   double transcendentals = 0; ///< exp/erf/tanh/sin/cos evaluations (ForwardCost::transcendentals)
-  double calls = 1;           ///< kernel calls, each paying the target's kernelOverhead
+  double calls = 1;           ///< kernel calls, each paying the target's kernelOverhead and
+                              ///< taking at least its kernelLaunch
   /// A kernel known by measurement rather than by its op class (tally's own CUDA attention,
   /// forwardWork): the rate its arithmetic runs at (Invalid: the op's compute dtype's) and the
   /// fraction of it that it reaches (0: the target's efficiency for the op class).
@@ -161,17 +162,18 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
 /// the step's time prices them: its FLOPs and bytes over its tensor split
 /// (OpAnalysis::tensorSplit), less what its fused kernels save (Analysis::fusedOf); under
 /// Plan::cudaStep an attention runs tally's own CUDA kernel (StepTime.cpp,
-/// kCudaRuntimeAttention).
+/// kCudaRuntimeAttention) and an unaligned matmul cuBLASLt's slower one
+/// (kCudaRuntimeUnalignedMatmul).
 KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
+KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
 /// StepTime.cpp: the bytes flash attention op `i` moves outside its main loop, which its
 /// arithmetic does not hide: forward, each query tile's Q in and its output and logsumexp out
 /// once; backward (FlashAttention-2's loop over key tiles), K and V in and dK and dV out once.
 /// 0 for other ops, materialised attention, and on a target with a measured attention curve
 /// (the calibrated host's holds the whole kernel).
 double flashOutsideBytes(const Analysis &a, OpId i, bool backward);
-KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
-/// `w` over a tensor split of `split` devices: its FLOPs, bytes and transcendentals divided,
-/// the same calls on each.
+/// `w` over a tensor split of `split` devices: its FLOPs, bytes, transcendentals and outside
+/// bytes divided, the same calls on each.
 KernelWork splitWork(KernelWork w, double split);
 /// Whether `op`'s backward runs (and is priced): a train plan, and an input that needs a
 /// gradient.

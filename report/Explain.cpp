@@ -302,8 +302,7 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
   os << (exps ? "; exps at the target's special-function rate" : "");
   if (outside)
-    os << "; " << (w.flops > 0 && what.empty() ? "Q in, the output and logsumexp out"
-                                               : "K and V in, dK and dV out")
+    os << "; " << (what.empty() ? "Q in, the output and logsumexp out" : "K and V in, dK and dV out")
        << " once per tile, outside the loop";
   if (launch && k.launch >= k.total())
     os << "; launch-bound: its work takes less than the CPU's " << formatDuration(t.kernelLaunch)
