@@ -452,6 +452,23 @@ std::shared_ptr<const FactsStructure> structureOf(const Analysis &a) {
 }
 
 /// Step 1: the graph's part (structureOf), then the layout's.
+/// What one micro-batch's walk is multiplied by for a whole optimizer step: `flops` for its
+/// FLOPs (batch / micro_batch micro-batches over all replicas, as OpCosts counts the model's),
+/// `seconds` for its op times to give one device's (StepTime.cpp: the device runs m = batch /
+/// (micro_batch · data) micro-batches through 1/pipeline of the copies; the op times are
+/// already its tensor and context share).
+struct StepScale {
+  double flops = 1, seconds = 1;
+};
+
+StepScale stepScale(const Plan &plan) {
+  if (!plan.isTrain)
+    return {};
+  auto degree = [](int64_t x) { return static_cast<double>(std::max<int64_t>(1, x)); };
+  double micro = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);
+  return {micro, micro / degree(plan.parallel.data) / degree(plan.parallel.pipeline)};
+}
+
 Facts gatherFacts(const Analysis &a) {
   const Graph &g = *a.graph;
   Facts f(a, structureOf(a));
@@ -464,23 +481,27 @@ Facts gatherFacts(const Analysis &a) {
   f.opTime.assign(g.ops.size(), 0);
   // Computed once per shared record and op class (OpTable::recordOf): a deep model's layers
   // share their records.
+  // Each op's time is one device's: its work over its tensor and context split, as the step
+  // time divides it (StepTime.cpp, opWorkSplits).
   struct Known {
     bool made = false;
     OpClass c = OpClass::View;
-    double time = 0;
+    double split = 1, time = 0;
   };
+  std::vector<double> splits = opWorkSplits(g, *a.plan);
   std::vector<Known> timeOfRecord(a.ops.recordSlots());
   for (OpId o = 0; o < g.ops.size(); ++o) {
     OpClass c = opClass(g.ops[o].kind);
     Known &known = timeOfRecord[a.ops.recordOf(o)];
-    if (!known.made || known.c != c) {
+    if (!known.made || known.c != c || known.split != splits[o]) {
       const OpAnalysis &oa = a.ops[o];
       KernelWork work;
       work.flops = oa.forward.executedFlops;
       work.bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
       work.transcendentals = oa.forward.transcendentals;
       work.outsideBytes = flashOutsideBytes(a, o, false);
-      known = {true, c, kernelTime(a.plan->target, c, oa.computeDtype, work)};
+      known = {true, c, splits[o],
+               kernelTime(a.plan->target, c, oa.computeDtype, splitWork(work, splits[o]))};
     }
     f.opTime[o] = known.time;
   }
@@ -1652,7 +1673,7 @@ std::optional<Policy> nestedPolicy(const Facts &f, const Analysis &a, double lim
 /// When none fits, sqrt (all copies, the segment length with the least memory), then
 /// recompute_all (up to 256 copies), then the smallest footprint seen. Fills the trade-off
 /// curve on the way.
-Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
+Policy choosePolicy(const Facts &f, Analysis &a, StepScale scale) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
   a.checkpoint.limitBytes = activationLimit(a);
@@ -1682,8 +1703,8 @@ Policy choosePolicy(const Facts &f, Analysis &a, double microSteps) {
     Walk w = compareWalk(f, a, p);
     Measured m{p, deviceBytes(w, plan), w.recomputeTime};
     a.checkpoint.options.push_back({p.name, static_cast<int64_t>(p.checkpointed()),
-                                    w.recomputeFlops * microSteps, m.bytes,
-                                    w.recomputeTime * microSteps});
+                                    w.recomputeFlops * scale.flops, m.bytes,
+                                    w.recomputeTime * scale.seconds});
     return m;
   };
   // Walks are O(ops) each; memoize per family so the curve and the search share work.
@@ -1828,15 +1849,15 @@ Policy keepPolicy(const Facts &f, Analysis &a, const std::string &req) {
   return p;
 }
 
-Policy requestedPolicy(const Facts &f, Analysis &a, double microSteps, std::string req) {
+Policy requestedPolicy(const Facts &f, Analysis &a, StepScale scale, std::string req) {
   constexpr llvm::StringLiteral kWithSelective = " + selective";
   if (llvm::StringRef(req).endswith(kWithSelective)) {
     req.resize(req.size() - kWithSelective.size());
-    return withSelective(f, requestedPolicy(f, a, microSteps, req));
+    return withSelective(f, requestedPolicy(f, a, scale, req));
   }
   size_t L = f.copies.size();
   if (a.plan->isTrain && req == "auto")
-    return choosePolicy(f, a, microSteps);
+    return choosePolicy(f, a, scale);
   if (!a.plan->isTrain || req == "none")
     return Policy();
   if (req == "selective")
@@ -1954,9 +1975,9 @@ double curvePeak(const Analysis &a, double bytes) {
 
 /// A policy's point on the trade-off curve, from its walk.
 TradeOffPoint curvePoint(const Analysis &a, const std::string &name, int64_t checkpointed,
-                         const Walk &w, double microSteps) {
-  return {name, checkpointed, curvePeak(a, deviceBytes(w, *a.plan)), w.recomputeFlops * microSteps,
-          w.recomputeTime * microSteps};
+                         const Walk &w, StepScale scale) {
+  return {name, checkpointed, curvePeak(a, deviceBytes(w, *a.plan)), w.recomputeFlops * scale.flops,
+          w.recomputeTime * scale.seconds};
 }
 
 /// The trade-off curve (Analysis::checkpoint.curve): the Pareto front of (peak per device,
@@ -1964,12 +1985,12 @@ TradeOffPoint curvePoint(const Analysis &a, const std::string &name, int64_t che
 /// limit, or, for another policy, over none, up to 4 evenly spaced partial counts, full and
 /// the plan itself (`own`, its point). A point stays when no other needs no more memory for
 /// less recompute.
-void tradeOffCurve(const Facts &f, Analysis &a, const TradeOffPoint &own, double microSteps) {
+void tradeOffCurve(const Facts &f, Analysis &a, const TradeOffPoint &own, StepScale scale) {
   const Plan &plan = *a.plan;
   size_t L = f.copies.size();
   decltype(a.checkpoint.curve) points;
   auto add = [&](const std::string &name, int64_t checkpointed, const Walk &x) {
-    points.push_back(curvePoint(a, name, checkpointed, x, microSteps));
+    points.push_back(curvePoint(a, name, checkpointed, x, scale));
   };
   for (const auto &o : a.checkpoint.options)
     points.push_back({o.policy, o.checkpointed, curvePeak(a, o.bytes), o.recomputeFlops,
@@ -2005,9 +2026,7 @@ void prepareWalks(Analysis &a) { structureOf(a); }
 void planActivations(Analysis &a, std::function<void()> *curveLater) {
   const Plan &plan = *a.plan;
   Facts f = gatherFacts(a);
-  double microSteps = plan.isTrain ? static_cast<double>(plan.batch) /
-                                         static_cast<double>(plan.microBatch)
-                                   : 1;
+  StepScale scale = stepScale(plan);
   a.checkpoint.requested = plan.checkpoint;
   a.checkpoint.blocks = static_cast<int64_t>(f.copies.size());
   // auto ranks the copies by what they keep; the facts decide it (the walk memo's variant).
@@ -2020,7 +2039,7 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
       f.walked->blocksBuilt = true;
     }
   }
-  Policy p = requestedPolicy(f, a, microSteps, plan.checkpoint);
+  Policy p = requestedPolicy(f, a, scale, plan.checkpoint);
   // A candidate priced alone (Analysis::priceOnly) needs the peak and, for its step time, the
   // schedule's Recompute steps, not the buffers: its walk may come from the memo, which keeps
   // no schedule, but does keep those steps once a candidate applied the policy.
@@ -2084,9 +2103,9 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   a.checkpoint.segment = static_cast<int64_t>(p.segment());
   if (p.opSegments.empty())
     a.checkpoint.saved = keptPaths(f, p); // keep lists wrote theirs
-  a.checkpoint.recomputeFlops = w.recomputeFlops * microSteps;
+  a.checkpoint.recomputeFlops = w.recomputeFlops * scale.flops;
   a.flops.recompute = a.checkpoint.recomputeFlops;
-  a.flops.executed += w.recomputeExecuted * microSteps;
+  a.flops.executed += w.recomputeExecuted * scale.flops;
 
   a.memory.activations = deviceActivations(w, plan);
   a.memory.workspace = w.peakOther / contextShare(plan);
@@ -2114,7 +2133,7 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
       facts.memo->structure.reset();
   };
   if (curve) {
-    TradeOffPoint own = curvePoint(a, p.name, static_cast<int64_t>(p.checkpointed()), w, microSteps);
+    TradeOffPoint own = curvePoint(a, p.name, static_cast<int64_t>(p.checkpointed()), w, scale);
     if (curveLater && f.g.ops.size() >= kThreadedOps) {
       // Left to the caller, with what the walks read that later passes write: the records.
       struct Later {
@@ -2123,12 +2142,12 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
       };
       auto later = std::make_shared<Later>(Later{std::move(f), a.ops});
       later->facts.ops = &later->ops;
-      *curveLater = [later, own, microSteps, release, &a] {
-        tradeOffCurve(later->facts, a, own, microSteps);
+      *curveLater = [later, own, scale, release, &a] {
+        tradeOffCurve(later->facts, a, own, scale);
         release(later->facts);
       };
     } else {
-      tradeOffCurve(f, a, own, microSteps);
+      tradeOffCurve(f, a, own, scale);
       release(f);
     }
   } else {

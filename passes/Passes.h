@@ -172,6 +172,10 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
 /// 0 for other ops, materialised attention, and on a target with a measured attention curve
 /// (the calibrated host's holds the whole kernel).
 double flashOutsideBytes(const Analysis &a, OpId i, bool backward);
+/// Per op, what the step time divides its work by on one device (StepTime.cpp, step 1): the
+/// tensor degree for the ops tensor parallelism splits (every op under sequence parallelism),
+/// times the context degree.
+std::vector<double> opWorkSplits(const Graph &g, const Plan &plan);
 /// `w` over a tensor split of `split` devices: its FLOPs, bytes, transcendentals and outside
 /// bytes divided, the same calls on each.
 KernelWork splitWork(KernelWork w, double split);

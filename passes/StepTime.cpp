@@ -753,6 +753,10 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
 
 } // namespace
 
+std::vector<double> opWorkSplits(const Graph &g, const Plan &plan) {
+  return tensorParallel(g, plan).split;
+}
+
 double modelFlopsUtilization(const Analysis &a, double stepSeconds) {
   double capacity = stepSeconds * a.peakFlops * degree(a.plan->parallel.devices);
   return capacity > 0 ? (a.flops.forward + a.flops.backward) / capacity : 0;

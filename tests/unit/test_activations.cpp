@@ -406,6 +406,33 @@ TEST_CASE("activations: pipeline parallel holds min(pp, micro-batches) micro-bat
   CHECK(pp2single.a->memory.workspace == one.a->memory.workspace);
 }
 
+TEST_CASE("activations: the trade-off curve's recompute time is one device's, as the step's",
+          "[activations]") {
+  // The curve's seconds are per step on one device (Analysis.h): the device runs its data
+  // replica's micro-batches through 1/pipeline of the copies, each op over its tensor split.
+  // With checkpoint = full the curve's `full` point recomputes what the step's recompute
+  // prices, so the two agree; once they were 1 × 2 × 2 × 2 = 8 times apart here (and 2.02 h
+  // against 19.5 s for BLOOM-176B on 384 GPUs).
+  for (const char *target : {"H100_SXM", "8 x H100_SXM { data = 2, tensor = 2, pipeline = 2 }",
+                             "8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, "
+                             "sequence_parallel = true }",
+                             "8 x H100_SXM { tensor = 2, context = 4 }"}) {
+    CAPTURE(target);
+    std::string src = fill(kGpt3, {{"ARGS", "layers = 4"}, {"TARGET", target}});
+    src.replace(src.find("  target"), 0, "  checkpoint  = full\n");
+    Compiled c(src);
+    const Analysis &a = *c.a;
+    REQUIRE(a.time.recompute > 0);
+    const decltype(a.checkpoint)::Point *full = nullptr;
+    for (const auto &pt : a.checkpoint.curve)
+      if (pt.policy == "full")
+        full = &pt;
+    REQUIRE(full != nullptr);
+    CHECK(full->recomputeSeconds == Approx(a.time.recompute).epsilon(1e-9));
+    CHECK(full->recomputeFlops == Approx(a.flops.recompute));
+  }
+}
+
 TEST_CASE("activations: full or sqrt without repeat blocks checkpoints nothing, and says so",
           "[activations]") {
   const char *src = R"(
