@@ -10,7 +10,8 @@ Every tests/validation/*.tally file is one published run. Its header states, in 
   bound            the largest |error| the row may show, as a fraction (0.15 = 15%)
 The script runs `tally report FILE --format json` on each, computes error = estimate / measured
 - 1, prints the table (Markdown with --markdown) and exits 1 when a row's |error| exceeds its
-bound, when the mean |error| exceeds --mean-bound, or when a file cannot be read.
+bound, when the mean |error| exceeds --mean-bound, when a file cannot be read, or when tally
+reports an error for a run that was measured (it did run: it fits and its layout is valid).
 
 Usage: check_validation.py TALLY_BINARY VALIDATION_DIR [--markdown] [--mean-bound 0.05]
 """
@@ -62,6 +63,11 @@ def main(argv):
         except json.JSONDecodeError:
             failures.append(f"{name}: tally exited {run.returncode}: {run.stderr.strip()[:300]}")
             continue
+        # A published run ran: tally must not say it cannot (out of memory, a bad layout).
+        for d in report.get("diagnostics", []):
+            if d.get("severity") == "error":
+                failures.append(f"{name}: tally says the run cannot run: [{d.get('code')}] "
+                                f"{d.get('message')}")
         est = report["time"]["step_s"]
         measured = float(h["measured_step_s"])
         err = est / measured - 1
