@@ -146,7 +146,7 @@ struct Analysis {
     double count = 0;            ///< parameters declared in this instance and below it
     double forwardFlops = 0;     ///< model FLOPs per step of the ops in and below it (BlockTotals)
     double backwardFlops = 0;
-    double time = 0;             ///< forward + backward seconds per step on one device
+    double time = 0;             ///< forward + backward seconds per step on one device (over the pipeline stages it spans)
     double selfForwardFlops = 0, selfBackwardFlops = 0, selfTime = 0; ///< ops written in this block itself
   };
   struct {

@@ -231,6 +231,42 @@ static std::string tinyOn(const std::string &target) {
   return src;
 }
 
+TEST_CASE("steptime: a block's time is one device's, over the pipeline stages it spans",
+          "[steptime]") {
+  // TinyGPT's 4 layers on p = 2 stages (and on 4 chunks with v = 2): a copy runs on one
+  // device, the repeat `h` on all p, wte before the copies on the first stage, lnf after them
+  // on the last. The model's time is then the step's forward + backward on one device.
+  for (const char *target : {"8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1 }",
+                             "8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, interleave = 2 }",
+                             "8 x H100_SXM { data = 8 }"}) {
+    CAPTURE(target);
+    Compiled t(tinyOn(target), "par");
+    const Analysis &a = *t.a;
+    const Graph &g = t.g();
+    double m = static_cast<double>(a.time.accumulationSteps);
+    double p = static_cast<double>(std::max<int64_t>(1, a.plan->parallel.pipeline));
+    auto opsTime = [&](const std::string &prefix) {
+      double s = 0;
+      for (OpId i = 0; i < g.ops.size(); ++i)
+        if (g.opPath(i).rfind(prefix, 0) == 0)
+          s += a.ops[i].forwardTime + a.ops[i].backwardTime;
+      return s * m;
+    };
+    auto block = [&](const std::string &path) -> const Analysis::BlockCount & {
+      for (const Analysis::BlockCount &b : a.params.byBlock)
+        if (g.instancePath(b.instance) == path)
+          return b;
+      FAIL("no block " << path);
+      return a.params.byBlock.front();
+    };
+    CHECK(a.params.byBlock.front().time == Approx(a.time.forward + a.time.backward));
+    CHECK(block("h[1]").time == Approx(opsTime("h[1].")));
+    CHECK(block("h").time == Approx(opsTime("h[") / p));
+    CHECK(block("wte").time == Approx(opsTime("wte.")));
+    CHECK(block("lnf").time == Approx(opsTime("lnf.")));
+  }
+}
+
 TEST_CASE("steptime: collectives priced by the tiers they cross", "[steptime]") {
   // 16 A100s in two DGX nodes, data parallel: the ring leaves each node through its 8 NICs,
   // bw = min(NVLink 240e9, 8 × 20e9) = 160e9; each of the 2 phases passes 14 NVLink hops and
