@@ -152,6 +152,12 @@ struct Analysis {
   struct {
     double total = 0, trainable = 0;
     double expert = 0, expertTrainable = 0; ///< of those, the MoE experts' weights (moe inputs 3-5)
+    /// Where pipeline stages put them (StaticMemory.cpp): the parameters read by ops before the
+    /// first repeat-block copy (the embedding, a stem, a tied head's weight: the first stage's
+    /// own) and those read by the copies (split over the stages), all and trainable. Without
+    /// copies `beforeCopies` is everything.
+    double beforeCopies = 0, beforeCopiesTrainable = 0;
+    double inCopies = 0, inCopiesTrainable = 0;
     std::vector<BlockCount> byBlock; ///< every instance, in instance order
   } params;
 

@@ -6,6 +6,9 @@
 //    to its parent, walking instances backwards (children come after their parents).
 // 3. The experts' weights: the parameters an MoE op reads as its stacked expert weights, counted
 //    once each (expert parallelism splits them, passes/StaticMemory.cpp).
+// 4. By pipeline stage: the parameters read by an op before the first repeat-block copy (the
+//    first stage's own) and those read by ops in the copies, each counted once (a weight read
+//    in both, as none is in a transformer, counts before the copies).
 #include "passes/Passes.h"
 
 namespace tally {
@@ -36,6 +39,36 @@ void countParams(Analysis &a) {
       a.params.expert += numel(w.shape);
       if (g.params[w.param].trainable)
         a.params.expertTrainable += numel(w.shape);
+    }
+  }
+  const RepeatCopies *rc = a.copies.get();
+  if (!rc || rc->copies.empty()) {
+    a.params.beforeCopies = a.params.total;
+    a.params.beforeCopiesTrainable = a.params.trainable;
+  } else {
+    // 0: not read yet, 1: read by a copy, 2: read before the copies.
+    std::vector<uint8_t> where(g.tensors.size(), 0);
+    OpId firstCopyOp = rc->copies.front().ops.front();
+    for (OpId i = 0; i < g.ops.size(); ++i) {
+      uint8_t w = i < firstCopyOp ? 2 : rc->ofOp[i] != kNone ? 1 : 0;
+      if (w == 0)
+        continue;
+      for (TensorId x : g.ops[i].inputs) {
+        TensorId s = g.storageOf(x);
+        if (g.tensors[s].role == TensorRole::Param)
+          where[s] = std::max(where[s], w);
+      }
+    }
+    for (const ParamInfo &p : g.params) {
+      double n = numel(g.tensors[p.tensor].shape);
+      uint8_t w = where[g.storageOf(p.tensor)];
+      if (w == 2) {
+        a.params.beforeCopies += n;
+        a.params.beforeCopiesTrainable += p.trainable ? n : 0;
+      } else if (w == 1) {
+        a.params.inCopies += n;
+        a.params.inCopiesTrainable += p.trainable ? n : 0;
+      }
     }
   }
   a.params.byBlock.clear();

@@ -6,7 +6,11 @@
 //    keeps a separate master copy, optimizer state T·states·b(optimizer).
 // 3. Model parallelism splits every class over tensor × pipeline devices; ZeRO shards over the
 //    data-parallel group: stage 1 the optimizer state and master weights, stage 2 also the
-//    gradients, stage 3 also the parameters.
+//    gradients, stage 3 also the parameters. The device counted is the first pipeline stage,
+//    whose activations Activations.cpp counts (it holds the most micro-batches in flight): it
+//    holds 1/p of the repeat-block copies' parameters and all those read before the copies (the
+//    embedding; a tied head's weight is the embedding's), not 1/p of the whole model (ParamCount.cpp).
+//    Without repeat blocks, there is nothing to cut between: 1/p of everything.
 // 4. A class placed on the host counts toward host memory instead of the device.
 // 5. Framework memory (docs/memory.md §9): with `grad_dtype` wider than the gradients, an
 //    accumulation buffer of T·b(grad_dtype) (sharded like the gradients) replaces them (the
@@ -33,8 +37,13 @@ void staticMemory(Analysis &a) {
   double modelSplit = static_cast<double>(par.tensor * par.pipeline);
   double dp = static_cast<double>(par.data);
   double ep = static_cast<double>(std::max<int64_t>(1, par.expert));
-  double n = a.params.total / modelSplit;
-  double t = plan.isTrain ? a.params.trainable / modelSplit : 0;
+  double tensor = static_cast<double>(par.tensor), stages = static_cast<double>(par.pipeline);
+  bool staged = stages > 1 && a.copies && !a.copies->copies.empty();
+  double n = staged ? (a.params.beforeCopies + a.params.inCopies / stages) / tensor
+                    : a.params.total / modelSplit;
+  double t = !plan.isTrain ? 0
+             : staged      ? (a.params.beforeCopiesTrainable + a.params.inCopiesTrainable / stages) / tensor
+                           : a.params.trainable / modelSplit;
   double nx = a.params.expert / modelSplit;
   double tx = plan.isTrain ? a.params.expertTrainable / modelSplit : 0;
   auto shard = [&](int stage) { return par.zero >= stage ? dp : 1.0; };

@@ -231,6 +231,37 @@ static std::string tinyOn(const std::string &target) {
   return src;
 }
 
+TEST_CASE("steptime: the first pipeline stage holds the embedding and 1/p of the copies",
+          "[steptime]") {
+  // Memory per device is the first stage's (its activations hold the most micro-batches): the
+  // tied embedding (read before the copies) whole, 1/p of the 4 layers, not lnf (after them).
+  // mixed_bf16: params 2 bytes, grads 2, master 4, AdamW 2 × 4; ZeRO-1 shards the last two.
+  Compiled t(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1 }"), "par");
+  const Analysis &a = *t.a;
+  const Graph &g = t.g();
+  auto count = [&](const std::string &path) {
+    for (const Analysis::BlockCount &b : a.params.byBlock)
+      if (g.instancePath(b.instance) == path)
+        return b.count;
+    FAIL("no block " << path);
+    return 0.0;
+  };
+  double wte = count("wte"), h = count("h"), lnf = count("lnf");
+  REQUIRE(a.params.total == wte + h + lnf);
+  CHECK(a.params.beforeCopies == wte);
+  CHECK(a.params.inCopies == h);
+  double stage = (wte + h / 2) / 2; // over t = 2
+  CHECK(a.memory.params == Approx(stage * 2));
+  CHECK(a.memory.grads == Approx(stage * 2));
+  CHECK(a.memory.master == Approx(stage * 4 / 2));
+  CHECK(a.memory.optimizer == Approx(stage * 8 / 2));
+  CHECK(stage > a.params.total / 4); // the old 1/(t·p) of the whole model
+
+  // Without pipeline stages: 1/t of everything.
+  Compiled flat(tinyOn("8 x H100_SXM { data = 4, tensor = 2 }"), "par");
+  CHECK(flat.a->memory.params == Approx(flat.a->params.total / 2 * 2));
+}
+
 TEST_CASE("steptime: a block's time is one device's, over the pipeline stages it spans",
           "[steptime]") {
   // TinyGPT's 4 layers on p = 2 stages (and on 4 chunks with v = 2): a copy runs on one
