@@ -451,7 +451,6 @@ std::shared_ptr<const FactsStructure> structureOf(const Analysis &a) {
   return st;
 }
 
-/// Step 1: the graph's part (structureOf), then the layout's.
 /// What one micro-batch's walk is multiplied by for a whole optimizer step: `flops` for its
 /// FLOPs (batch / micro_batch micro-batches over all replicas, as OpCosts counts the model's),
 /// `seconds` for its op times to give one device's (StepTime.cpp: the device runs m = batch /
@@ -469,6 +468,7 @@ StepScale stepScale(const Plan &plan) {
   return {micro, micro / degree(plan.parallel.data) / degree(plan.parallel.pipeline)};
 }
 
+/// Step 1: the graph's part (structureOf), then the layout's.
 Facts gatherFacts(const Analysis &a) {
   const Graph &g = *a.graph;
   Facts f(a, structureOf(a));

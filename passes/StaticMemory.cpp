@@ -98,6 +98,11 @@ double modelStatesFloor(const Analysis &counted, const Plan &plan) {
   states.params.trainable = counted.params.trainable;
   states.params.expert = counted.params.expert;
   states.params.expertTrainable = counted.params.expertTrainable;
+  states.params.beforeCopies = counted.params.beforeCopies;
+  states.params.beforeCopiesTrainable = counted.params.beforeCopiesTrainable;
+  states.params.inCopies = counted.params.inCopies;
+  states.params.inCopiesTrainable = counted.params.inCopiesTrainable;
+  states.copies = counted.copies; // the first stage's states, as staticMemory counts them
   staticMemory(states);
   return reservedPeak(states, states.memory.peak - unallocatedBytes(states));
 }

@@ -256,6 +256,9 @@ TEST_CASE("steptime: the first pipeline stage holds the embedding and 1/p of the
   CHECK(a.memory.master == Approx(stage * 4 / 2));
   CHECK(a.memory.optimizer == Approx(stage * 8 / 2));
   CHECK(stage > a.params.total / 4); // the old 1/(t·p) of the whole model
+  // The layout search's floor counts the same states (it once spread the model evenly).
+  double states = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer;
+  CHECK(modelStatesFloor(a, *a.plan) == Approx(reservedPeak(a, states)));
 
   // Without pipeline stages: 1/t of everything.
   Compiled flat(tinyOn("8 x H100_SXM { data = 4, tensor = 2 }"), "par");
