@@ -879,13 +879,16 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         continue;
       }
       // Topology and layout settings (docs/time.md §4, "Nodes and collectives").
-      if (k == "sequence_parallel" || k == "overlap") {
+      if (k == "sequence_parallel" || k == "overlap" || k == "tensor_overlap") {
         if (e.kind != ConstValue::Bool) {
           diags.report(DiagKind::TypeMismatch, rec.ranges[i].Start, k + " is true or false")
               .range(rec.ranges[i]);
           return false;
         }
-        (k == "overlap" ? par.overlap : par.sequenceParallel) = e.boolean;
+        bool &flag = k == "overlap"          ? par.overlap
+                     : k == "tensor_overlap" ? par.tensorOverlap
+                                             : par.sequenceParallel;
+        flag = e.boolean;
         continue;
       }
       if (k == "network" || k == "link" || k == "link_latency" || k == "network_latency") {
@@ -950,7 +953,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         unknownName(rec.nameRanges[i], "parallelism setting", k,
                     {"data", "tensor", "pipeline", "context", "expert", "zero", "interleave",
                      "sequence_parallel",
-                     "overlap", "order", "gpus_per_node", "link", "network", "link_latency",
+                     "overlap", "tensor_overlap", "order", "gpus_per_node", "link", "network", "link_latency",
                      "network_latency", "kernel_launch"});
         return false;
       }

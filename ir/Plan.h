@@ -58,6 +58,9 @@ struct Parallelism {
                                    ///< regions split their tokens over the tensor group
   bool overlap = true;             ///< the data-parallel gradient reduction (and ZeRO-3 gathers)
                                    ///< overlap the backward (forward), bucketed
+  bool tensorOverlap = false;      ///< Megatron's asynchronous tensor-parallel backward: each
+                                   ///< input gradient's all-reduce (reduce-scatter) overlaps the
+                                   ///< weight-gradient GEMMs of the matmuls that read the input
   /// Rank placement, innermost first: 't' tensor, 'c' context, 'p' pipeline, 'd' data. "tcpd"
   /// puts a tensor group inside a node, then the context ranks, the pipeline stages and the
   /// data replicas.

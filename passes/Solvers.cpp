@@ -232,6 +232,7 @@ bool samePricing(const Plan &a, const Plan &b) {
          x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&
          x.expert == y.expert && x.zero == y.zero && x.interleave == y.interleave &&
          x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap &&
+         x.tensorOverlap == y.tensorOverlap &&
          x.order == y.order;
 }
 

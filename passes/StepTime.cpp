@@ -71,7 +71,11 @@
 //    output in the forward (and again when it is recomputed); each whole tensor read by
 //    column-parallel matmuls has its gradient all-reduced in the backward (once per tensor:
 //    q, k and v share their input). A transformer layer has two of each, of [b, s, d] bytes,
-//    each its own collective over the tensor group, times m/p per step. Pipeline parallelism
+//    each its own collective over the tensor group, times m/p per step. With tensor_overlap
+//    (Megatron's asynchronous backward) an input gradient's all-reduce runs while the matmuls
+//    that read the input compute their weight gradients: only max(0, all-reduce − their
+//    weight-gradient time) is exposed (their backward time × wgrad / (dgrad + wgrad) FLOPs).
+//    Pipeline parallelism
 //    sends the activation at a stage boundary forward and its gradient backward every
 //    micro-batch, v times with interleaving: 1/t of it (Megatron's scatter/gather) over the
 //    link, or the network when neighbouring stages sit in different nodes, then an all-gather
@@ -86,7 +90,8 @@
 //    to the host, so the owned grads go down and the updated params come up once per step
 //    (classes already on the host do not move, a master copy left on the device goes down and
 //    up).
-// 9. Only the data-parallel reduction overlaps compute (step 6): step = forward + backward +
+// 9. Only the data-parallel reduction (step 6) and, with tensor_overlap, the backward tensor
+//    all-reduces (step 7) overlap compute: step = forward + backward +
 //    recompute + bubble + optimizer + communication + host transfers. MFU = model FLOPs
 //    (flops.forward + flops.backward, attention dense, as Narayanan et al. and PaLM count them)
 //    / (step × peak × devices), with peak the rate matrix products run at (Analysis::peakFlops);
@@ -121,6 +126,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 namespace tally {
@@ -295,6 +301,9 @@ struct TensorParallel {
   double forwardBytes = 0;         ///< all-reduced in one forward
   double backwardBytes = 0;        ///< all-reduced in one backward
   std::vector<double> forwardMessages, backwardMessages; ///< each all-reduce's bytes
+  /// Per backward message, the column-parallel ops that read its tensor (whose weight
+  /// gradients an asynchronous all-reduce hides behind, Parallelism::tensorOverlap).
+  std::vector<std::vector<OpId>> backwardReaders;
 };
 
 TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
@@ -307,7 +316,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
   if (t <= 1)
     return tp;
   std::vector<bool> split(g.tensors.size(), false); // per storage
-  std::set<TensorId> columnInputs;
+  std::map<TensorId, std::vector<OpId>> columnInputs; // storage -> the ops reading it
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const Op &op = g.ops[i];
     bool anySplit = false;
@@ -322,7 +331,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
       tp.forwardBytes += g.bytes(op.outputs[0]);
       tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
       if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
-        columnInputs.insert(g.storageOf(op.inputs[0]));
+        columnInputs[g.storageOf(op.inputs[0])].push_back(i);
       tp.split[i] = t * c;
       for (TensorId o : op.outputs)
         split[g.storageOf(o)] = false;
@@ -338,7 +347,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
           tp.forwardMessages.push_back(g.bytes(o));
         }
       else if (plan.isTrain && g.tensors[x].requiresGrad)
-        columnInputs.insert(g.storageOf(x));
+        columnInputs[g.storageOf(x)].push_back(i);
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
       out = anySplit;
@@ -349,9 +358,10 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
     for (TensorId o : op.outputs)
       split[g.storageOf(o)] = out;
   }
-  for (TensorId s : columnInputs) {
+  for (auto &[s, readers] : columnInputs) {
     tp.backwardBytes += g.bytes(s);
     tp.backwardMessages.push_back(g.bytes(s));
+    tp.backwardReaders.push_back(std::move(readers));
   }
   return tp;
 }
@@ -668,6 +678,26 @@ double allReduces(const Plan &plan, const std::vector<double> &messages) {
   return time;
 }
 
+/// Step 7: the backward all-reduces of the tensor group per micro-batch, as exposed: whole, or
+/// with Parallelism::tensorOverlap each beyond the weight-gradient time of the matmuls reading
+/// its tensor (their backward time's weight-gradient share by FLOPs).
+double backwardAllReduces(const Analysis &a, const TensorParallel &tp) {
+  const Plan &plan = *a.plan;
+  if (!plan.parallel.tensorOverlap)
+    return allReduces(plan, tp.backwardMessages);
+  double exposed = 0;
+  for (size_t k = 0; k < tp.backwardMessages.size(); ++k) {
+    double wgrad = 0;
+    for (OpId i : tp.backwardReaders[k]) {
+      const OpAnalysis &o = a.ops[i];
+      double flops = o.inputGradFlops + o.weightGradFlops;
+      wgrad += flops > 0 ? o.backwardTime * o.weightGradFlops / flops : 0;
+    }
+    exposed += std::max(0.0, allReduces(plan, {tp.backwardMessages[k]}) - wgrad);
+  }
+  return exposed;
+}
+
 /// Step 7: one stage-boundary send of a boundary tensor of `bytes`. With t > 1 a stage sends
 /// its 1/t share (Megatron's scatter/gather; under sequence parallelism the tensor is already
 /// split) and, without sequence parallelism, the receiver all-gathers it over the tensor
@@ -810,7 +840,7 @@ void stepTime(Analysis &a) {
       dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(*a.copies) / p);
   if (t > 1) {
     double perMicroBatch = allReduces(plan, tp.forwardMessages) +
-                           allReduces(plan, tp.backwardMessages) +
+                           backwardAllReduces(a, tp) +
                            allReduces(plan, recomputeMessages);
     a.time.tensorParallelComm = m / p * perMicroBatch;
   } else {

@@ -231,6 +231,34 @@ static std::string tinyOn(const std::string &target) {
   return src;
 }
 
+TEST_CASE("steptime: tensor_overlap hides each backward all-reduce behind its weight gradients",
+          "[steptime]") {
+  // Megatron's asynchronous backward: the all-reduce of ln1's output gradient runs while qkv
+  // computes its weight gradient, ln2's while fc does, the head input's while the head does;
+  // what exceeds that time is exposed. The forward all-reduces stay exposed.
+  Compiled off(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2 }"), "par");
+  Compiled on(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, tensor_overlap = true }"),
+              "par");
+  const double m = 4, p = 2, tp = 2, X = 4 * 128 * 256 * 2; // [b, s, d] in bf16
+  double oneAllReduce = 2 * kStep + 2 * (tp - 1) / tp * X / kLink;
+  auto wgrad = [&](const std::string &path) {
+    const OpAnalysis &o = on.at(path);
+    return o.backwardTime * o.weightGradFlops / (o.inputGradFlops + o.weightGradFlops);
+  };
+  double backward = 0;
+  for (int l = 0; l < 4; ++l)
+    for (const char *reader : {".attn.qkv.matmul", ".mlp.fc.matmul"})
+      backward += std::max(0.0, oneAllReduce - wgrad("h[" + std::to_string(l) + "]" + reader));
+  backward += std::max(0.0, oneAllReduce - wgrad("matmul"));
+  CHECK(off.a->time.tensorParallelComm == Approx(m / p * 17 * oneAllReduce));
+  CHECK(on.a->time.tensorParallelComm == Approx(m / p * (8 * oneAllReduce + backward)));
+  CHECK(on.a->time.tensorParallelComm < off.a->time.tensorParallelComm);
+  // Compute is priced the same; only the exposed communication differs.
+  CHECK(on.a->time.backward == off.a->time.backward);
+  CHECK(on.a->time.step == Approx(off.a->time.step - off.a->time.tensorParallelComm +
+                                  on.a->time.tensorParallelComm));
+}
+
 TEST_CASE("steptime: the first pipeline stage holds the embedding and 1/p of the copies",
           "[steptime]") {
   // Memory per device is the first stage's (its activations hold the most micro-batches): the
