@@ -952,9 +952,8 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
       if (!slot) {
         unknownName(rec.nameRanges[i], "parallelism setting", k,
                     {"data", "tensor", "pipeline", "context", "expert", "zero", "interleave",
-                     "sequence_parallel",
-                     "overlap", "tensor_overlap", "order", "gpus_per_node", "link", "network", "link_latency",
-                     "network_latency", "kernel_launch"});
+                     "sequence_parallel", "overlap", "tensor_overlap", "order", "gpus_per_node",
+                     "link", "network", "link_latency", "network_latency", "kernel_launch"});
         return false;
       }
       auto n = positiveInt(e, ("'" + k + "'").c_str());
