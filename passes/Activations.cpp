@@ -463,7 +463,6 @@ struct StepScale {
 StepScale stepScale(const Plan &plan) {
   if (!plan.isTrain)
     return {};
-  auto degree = [](int64_t x) { return static_cast<double>(std::max<int64_t>(1, x)); };
   double micro = static_cast<double>(plan.batch) / static_cast<double>(plan.microBatch);
   return {micro, micro / degree(plan.parallel.data) / degree(plan.parallel.pipeline)};
 }

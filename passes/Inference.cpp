@@ -51,8 +51,6 @@ namespace tally {
 
 namespace {
 
-double degree(int64_t x) { return static_cast<double>(std::max<int64_t>(1, x)); }
-
 /// The host link after efficiency, priced as passes/StepTime.cpp does (PCIe 4.0 x16 when a
 /// user target states none).
 double hostBandwidth(const Target &t) {

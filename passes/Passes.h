@@ -20,6 +20,9 @@ class DiagnosticEngine;
 /// re-lowering is possible (unit tests on hand-built graphs).
 using Relower = std::function<std::optional<Graph>(const Plan &)>;
 
+/// A parallel degree as a divisor: 1 for an unset (0) or 1 setting (Parallelism's fields).
+inline double degree(int64_t x) { return static_cast<double>(x > 1 ? x : 1); }
+
 /// The static loss scale of fp16 loss scaling (PyTorch's GradScaler starts at 2^16).
 constexpr double kLossScale = 65536;
 /// The device workspace of tally's generated CUDA step: cuBLASLt's and the kernels' scratch

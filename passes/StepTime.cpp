@@ -281,8 +281,6 @@ namespace {
 /// PCIe 4.0 x16, per direction: the host link assumed when a user target states none.
 constexpr double kDefaultHostLink = 32e9;
 
-double degree(int64_t x) { return static_cast<double>(std::max<int64_t>(1, x)); }
-
 /// The activation operand of a matmul by a weight, or kNone when `op` is not one.
 TensorId weightMatmulInput(const Graph &g, const Op &op) {
   if (op.kind != OpKind::Matmul || op.inputs.size() != 2)

@@ -155,6 +155,15 @@ struct Compiled {
   }
   /// The analysis of the op whose path is `path`; fails the test when there is none.
   const OpAnalysis &at(const std::string &path) const { return a->ops[op(path)]; }
+  /// The totals (params.byBlock) of the block instance whose path is `path` ("h", "h[1]");
+  /// fails the test when there is none.
+  const Analysis::BlockCount &block(const std::string &path) const {
+    for (const Analysis::BlockCount &b : a->params.byBlock)
+      if (g().instancePath(b.instance) == path)
+        return b;
+    FAIL("no block " << path);
+    return a->params.byBlock.front();
+  }
 
   /// The diagnostics of `kind`, in emission order.
   std::vector<const Diagnostic *> of(DiagKind kind) const {

@@ -178,10 +178,7 @@ train tiny { model = TinyGPT(layers = 6) batch = 8 seq = 128 optimizer = AdamW(l
       total = *o.getNumber("count");
     }
   }
-  double h = 0;
-  for (const Analysis::BlockCount &b : t.a->params.byBlock)
-    if (g.instancePath(b.instance) == "h")
-      h = b.count;
+  double h = t.block("h").count;
   CHECK(total == h);
   CHECK(h > 0);
 }

@@ -266,15 +266,7 @@ TEST_CASE("steptime: the first pipeline stage holds the embedding and 1/p of the
   // mixed_bf16: params 2 bytes, grads 2, master 4, AdamW 2 × 4; ZeRO-1 shards the last two.
   Compiled t(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1 }"), "par");
   const Analysis &a = *t.a;
-  const Graph &g = t.g();
-  auto count = [&](const std::string &path) {
-    for (const Analysis::BlockCount &b : a.params.byBlock)
-      if (g.instancePath(b.instance) == path)
-        return b.count;
-    FAIL("no block " << path);
-    return 0.0;
-  };
-  double wte = count("wte"), h = count("h"), lnf = count("lnf");
+  double wte = t.block("wte").count, h = t.block("h").count, lnf = t.block("lnf").count;
   REQUIRE(a.params.total == wte + h + lnf);
   CHECK(a.params.beforeCopies == wte);
   CHECK(a.params.inCopies == h);
@@ -314,18 +306,11 @@ TEST_CASE("steptime: a block's time is one device's, over the pipeline stages it
           s += a.ops[i].forwardTime + a.ops[i].backwardTime;
       return s * m;
     };
-    auto block = [&](const std::string &path) -> const Analysis::BlockCount & {
-      for (const Analysis::BlockCount &b : a.params.byBlock)
-        if (g.instancePath(b.instance) == path)
-          return b;
-      FAIL("no block " << path);
-      return a.params.byBlock.front();
-    };
     CHECK(a.params.byBlock.front().time == Approx(a.time.forward + a.time.backward));
-    CHECK(block("h[1]").time == Approx(opsTime("h[1].")));
-    CHECK(block("h").time == Approx(opsTime("h[") / p));
-    CHECK(block("wte").time == Approx(opsTime("wte.")));
-    CHECK(block("lnf").time == Approx(opsTime("lnf.")));
+    CHECK(t.block("h[1]").time == Approx(opsTime("h[1].")));
+    CHECK(t.block("h").time == Approx(opsTime("h[") / p));
+    CHECK(t.block("wte").time == Approx(opsTime("wte.")));
+    CHECK(t.block("lnf").time == Approx(opsTime("lnf.")));
   }
 }
 
