@@ -303,7 +303,9 @@ struct TensorParallel {
   std::vector<std::vector<OpId>> backwardReaders;
 };
 
-TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
+/// With `traffic` false only `split` and `rowParallel` are made (opWorkSplits: the
+/// activation planner prices every layout candidate's ops before its step time does).
+TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic = true) {
   TensorParallel tp;
   double t = degree(plan.parallel.tensor);
   // Context parallelism: every op works on s/c tokens.
@@ -325,10 +327,12 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
       // The experts are split like a Megatron MLP: gate and up column-parallel, down
       // row-parallel; y is all-reduced forward, the gradient of x backward.
       tp.rowParallel[i] = true;
-      tp.forwardBytes += g.bytes(op.outputs[0]);
-      tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
-      if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
-        columnInputs[g.storageOf(op.inputs[0])].push_back(i);
+      if (traffic) {
+        tp.forwardBytes += g.bytes(op.outputs[0]);
+        tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
+        if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
+          columnInputs[g.storageOf(op.inputs[0])].push_back(i);
+      }
       tp.split[i] = t * c;
       for (TensorId o : op.outputs)
         split[g.storageOf(o)] = false;
@@ -338,12 +342,12 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan) {
       bool inputSplit = split[g.storageOf(x)];
       out = !inputSplit;
       tp.rowParallel[i] = inputSplit;
-      if (inputSplit)
+      if (traffic && inputSplit)
         for (TensorId o : op.outputs) {
           tp.forwardBytes += g.bytes(o);
           tp.forwardMessages.push_back(g.bytes(o));
         }
-      else if (plan.isTrain && g.tensors[x].requiresGrad)
+      else if (traffic && plan.isTrain && g.tensors[x].requiresGrad)
         columnInputs[g.storageOf(x)].push_back(i);
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
@@ -781,7 +785,7 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
 } // namespace
 
 std::vector<double> opWorkSplits(const Graph &g, const Plan &plan) {
-  return tensorParallel(g, plan).split;
+  return tensorParallel(g, plan, /*traffic=*/false).split;
 }
 
 double modelFlopsUtilization(const Analysis &a, double stepSeconds) {
