@@ -889,6 +889,43 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
                      : k == "tensor_overlap" ? par.tensorOverlap
                                              : par.sequenceParallel;
         flag = e.boolean;
+        par.overlapGiven |= k == "overlap";
+        continue;
+      }
+      if (k == "nvls" || k == "sharp") { // NCCL's NVLS and CollNet algorithms
+        if (e.kind != ConstValue::Bool) {
+          diags.report(DiagKind::TypeMismatch, rec.ranges[i].Start, k + " is true or false")
+              .range(rec.ranges[i]);
+          return false;
+        }
+        (k == "nvls" ? plan.target.nvlinkSwitch : plan.target.collnet) = e.boolean;
+        continue;
+      }
+      if (k == "stack") {
+        static const std::vector<std::string> stacks = {"megatron", "deepspeed", "fsdp", "fsdp2",
+                                                        "ddp"};
+        std::string s = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
+        if (std::find(stacks.begin(), stacks.end(), s) == stacks.end()) {
+          std::string close = closestName(s, stacks);
+          diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                       "stack is the framework that runs the step: megatron, deepspeed, fsdp, "
+                       "fsdp2 or ddp" +
+                           (s.empty() ? std::string() : ", not '" + s + "'" + didYouMean(close)))
+              .range(rec.ranges[i]);
+          return false;
+        }
+        par.stack = s;
+        continue;
+      }
+      if (k == "bucket") {
+        if (e.kind != ConstValue::Number || e.dim != UnitDim::Bytes || e.number <= 0) {
+          diags.report(DiagKind::InvalidValue, rec.ranges[i].Start,
+                       "bucket is the gradient bytes each data-parallel reduction carries, "
+                       "such as 25 MiB")
+              .range(rec.ranges[i]);
+          return false;
+        }
+        par.bucketBytes = e.number;
         continue;
       }
       if (k == "network" || k == "link" || k == "link_latency" || k == "network_latency") {
@@ -953,7 +990,8 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         unknownName(rec.nameRanges[i], "parallelism setting", k,
                     {"data", "tensor", "pipeline", "context", "expert", "zero", "interleave",
                      "sequence_parallel", "overlap", "tensor_overlap", "order", "gpus_per_node",
-                     "link", "network", "link_latency", "network_latency", "kernel_launch"});
+                     "link", "network", "link_latency", "network_latency", "kernel_launch",
+                     "stack", "bucket", "nvls", "sharp"});
         return false;
       }
       auto n = positiveInt(e, ("'" + k + "'").c_str());

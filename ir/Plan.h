@@ -58,9 +58,16 @@ struct Parallelism {
                                    ///< regions split their tokens over the tensor group
   bool overlap = true;             ///< the data-parallel gradient reduction (and ZeRO-3 gathers)
                                    ///< overlap the backward (forward), bucketed
+  bool overlapGiven = false;       ///< `overlap` was written (else the stack's default holds)
   bool tensorOverlap = false;      ///< Megatron's asynchronous tensor-parallel backward: each
                                    ///< input gradient's all-reduce (reduce-scatter) overlaps the
                                    ///< weight-gradient GEMMs of the matmuls that read the input
+  /// The framework that runs the step (docs/time.md, "Framework stacks"): megatron, deepspeed,
+  /// fsdp, fsdp2 or ddp; empty: chosen from the layout (passes/Collectives.cpp, stackFacts).
+  std::string stack;
+  /// `bucket = 100 MiB`: the bytes of gradients each data-parallel reduction carries, in place
+  /// of the stack's own bucket (0: the stack's).
+  double bucketBytes = 0;
   /// Rank placement, innermost first: 't' tensor, 'c' context, 'p' pipeline, 'd' data. "tcpd"
   /// puts a tensor group inside a node, then the context ranks, the pipeline stages and the
   /// data replicas.

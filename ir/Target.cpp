@@ -124,12 +124,13 @@ constexpr double PCIeGen5 = 64e9;
 constexpr double HDR = 200e9 / 8;
 constexpr double NDR = 400e9 / 8;
 
-/// Per-step latencies of a ring collective, from NCCL's tuning model
-/// (src/graph/tuning.cc, hwLat): 2.5 us per step over NVLink (LL128 ring) and
-/// 6.6 us over the network (Simple ring); PCIe hops are taken as 5.7 us.
-constexpr double NVLinkStep = 2.5e-6;
+/// Per-step latencies of a ring collective under NCCL's Simple protocol, from NCCL's tuning
+/// model (src/graph/tuning.cc, hwLatencies): 3.4 us per step over NVLink, 5.7 us over PCIe and
+/// 14 us over the network. passes/Collectives.cpp scales NCCL's other entries (LL, LL128,
+/// trees, NVLS, PAT) by these, so a plan that overrides them scales them all.
+constexpr double NVLinkStep = 3.4e-6;
 constexpr double PCIeStep = 5.7e-6;
-constexpr double NetworkStep = 6.6e-6;
+constexpr double NetworkStep = 14e-6;
 
 /// Framework memory of a catalogue GPU (docs/targets.md, "Framework memory"): a CUDA context
 /// as PyTorch creates it with lazy module loading (an assumption from reported measurements
@@ -158,7 +159,10 @@ void specialFunctions(Target &t, int64_t multiprocessors, double clock) {
 }
 
 /// Fills the node fields of a target, its framework memory and its kernel launch cost.
-void node(Target &t, int64_t gpus, double network, double link) {
+void node(Target &t, int64_t gpus, double network, double link, int computeCapability,
+          bool nvlinkSwitch) {
+  t.computeCapability = computeCapability;
+  t.nvlinkSwitch = nvlinkSwitch;
   t.kernelLaunch = KernelLaunch;
   t.contextBytes = CudaContext;
   t.commBufferBytes = NcclChannels * NcclBuffSize;
@@ -189,7 +193,8 @@ std::vector<Target> buildCatalogue() {
   h100.hostMemoryBytes = 256e9; // DGX H100: 2 TB for 8 GPUs
   h100.source = "NVIDIA H100 Tensor Core GPU datasheet (SXM column); "
                 "NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 3";
-  node(h100, 8, NDR, NVLinkStep); // DGX H100: 8 x ConnectX-7 NDR, one per GPU
+  node(h100, 8, NDR, NVLinkStep, 90, true); // DGX H100: 8 x ConnectX-7 NDR, one per GPU;
+                                          // four NVSwitch chips with NVLink SHARP
   // 132 SMs; 989.5 TFLOP/s = 132 x 4,096 dense FP16 FLOPs per clock x 1.83 GHz, so 3.9e12
   // exps/s, the figure Shah et al. 2024 (FlashAttention-3) give for this part.
   specialFunctions(h100, 132, 1.83e9);
@@ -212,7 +217,7 @@ std::vector<Target> buildCatalogue() {
   h100p.hostMemoryBytes = 256e9; // assumed: 2 TB server with 8 cards
   h100p.source = "NVIDIA H100 Tensor Core GPU datasheet (PCIe column); "
                  "NVIDIA H100 PCIe product brief PB-11133-001";
-  node(h100p, 2, NDR / 4, NVLinkStep); // assumed: bridged pairs, 2 NDR NICs per 8 cards
+  node(h100p, 2, NDR / 4, NVLinkStep, 90, false); // assumed: bridged pairs, 2 NDR NICs per 8 cards
   // 114 SMs; 756.5 TFLOP/s = 114 x 4,096 dense FP16 FLOPs per clock x 1.62 GHz.
   specialFunctions(h100p, 114, 1.62e9);
   c.push_back(h100p);
@@ -235,7 +240,8 @@ std::vector<Target> buildCatalogue() {
   h200.interconnect = 450e9; // NVLink 4: 900 GB/s total
   h200.hostMemoryBytes = 256e9; // DGX H200: 2 TB for 8 GPUs
   h200.source = "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)";
-  node(h200, 8, NDR, NVLinkStep); // DGX H200: 8 x ConnectX-7 NDR, one per GPU
+  node(h200, 8, NDR, NVLinkStep, 90, true); // DGX H200: 8 x ConnectX-7 NDR, one per GPU;
+                                          // NVSwitch with NVLink SHARP, as DGX H100
   specialFunctions(h200, 132, 1.83e9); // the H100 SXM's GH100: 132 SMs at 1.83 GHz
   c.push_back(h200);
 
@@ -255,7 +261,7 @@ std::vector<Target> buildCatalogue() {
   a100.interconnect = 300e9; // NVLink 3: 600 GB/s total
   a100.hostMemoryBytes = 256e9; // DGX A100 640GB: 2 TB for 8 GPUs
   a100.source = "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)";
-  node(a100, 8, HDR, NVLinkStep); // DGX A100: 8 x ConnectX-6 HDR, one per GPU
+  node(a100, 8, HDR, NVLinkStep, 80, false); // DGX A100: 8 x ConnectX-6 HDR, one per GPU
   // 108 SMs at the 1.41 GHz boost clock (A100 whitepaper, Table 1):
   // 312 TFLOP/s = 108 x 2,048 dense FP16 FLOPs per clock x 1.41 GHz.
   specialFunctions(a100, 108, 1.41e9);
@@ -287,7 +293,7 @@ std::vector<Target> buildCatalogue() {
   b200.hostMemoryBytes = 256e9; // DGX B200: 2 TB for 8 GPUs
   b200.source = "NVIDIA GB200 NVL72 / HGX B200 specifications table "
                 "(HGX B200 column, per GPU); DGX B200 user guide";
-  node(b200, 8, NDR, NVLinkStep); // DGX B200: 8 x ConnectX-7 NDR, one per GPU
+  node(b200, 8, NDR, NVLinkStep, 100, true); // DGX B200: 8 x ConnectX-7 NDR, one per GPU
   // Not from NVIDIA (docs/targets.md, "Uncertain numbers"): 148 SMs as measured by Chips and
   // Cheese; the clock the datasheet's 2.25 PFLOP/s implies at Blackwell's 8,192 dense FP16
   // FLOPs per clock per SM (twice Hopper's), 1.856 GHz; and Hopper's 16 exps per clock per SM
@@ -312,7 +318,7 @@ std::vector<Target> buildCatalogue() {
   rtx.hostMemoryBytes = 128e9; // assumed: a workstation with 128 GB
   rtx.source = "NVIDIA Ada GPU Architecture whitepaper v2.02, Appendix A, "
                "Table 2 (GeForce RTX 4090)";
-  node(rtx, 4, 100e9 / 8 / 4, PCIeStep); // assumed: 4 cards, one 100 Gb/s NIC
+  node(rtx, 4, 100e9 / 8 / 4, PCIeStep, 89, false); // assumed: 4 cards, one 100 Gb/s NIC
   specialFunctions(rtx, 128, 2.52e9); // 128 SMs, 2.52 GHz boost (same table)
   c.push_back(rtx);
 

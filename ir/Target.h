@@ -78,6 +78,18 @@ struct Target {
                             ///< host link.
   double linkLatency = 0;   ///< Seconds per step of a collective inside a node.
   double networkLatency = 0; ///< Seconds per step of a collective across nodes.
+  /// linkLatency and networkLatency are the Simple protocol's ring step on each tier (NCCL's
+  /// tuner: 3.4 us over NVLink, 5.7 us over PCIe, 14 us across nodes); passes/Collectives.cpp
+  /// scales NCCL's other latencies (LL, LL128, trees, NVLS, PAT) by them.
+  /// Compute capability × 10 (80 Ampere, 90 Hopper, 100 Blackwell; 0 not stated): which of
+  /// NCCL's per-architecture constants apply (NVLS, the LL protocol's cap).
+  int computeCapability = 0;
+  /// The node's NVLink switch reduces and multicasts (NVLink SHARP, NCCL's NVLS algorithm):
+  /// NVSwitch-connected Hopper and later (`nvls = true | false`).
+  bool nvlinkSwitch = false;
+  /// The network reduces in its switches (SHARP, NCCL's CollNet): no catalogue node says so;
+  /// a plan may (`sharp = true`).
+  bool collnet = false;
   /// Framework memory per device (docs/memory.md §9): the CUDA context, the communication
   /// buffers of one communicator (NCCL_BUFFSIZE × channels), and the caching allocator's
   /// reserve as a fraction of what it hands out. Catalogue GPUs have documented defaults;

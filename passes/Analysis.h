@@ -11,6 +11,7 @@
 #include "ir/Graph.h"
 #include "ir/OpRules.h"
 #include "ir/Plan.h"
+#include "passes/Collectives.h"
 #include "passes/OpTable.h"
 
 #include <cstdint>
@@ -219,6 +220,20 @@ struct Analysis {
     double contextParallelComm = 0; ///< ring attention's K/V passes not hidden by attention
     double expertParallelComm = 0;  ///< the all-to-alls of routed tokens (expert parallelism)
   } time;
+
+  /// StepTime.cpp: the framework that runs the step (its buckets and overlap), and every kind of
+  /// collective one device runs in a step, each priced as NCCL runs it (passes/Collectives.h),
+  /// for `tally explain --collectives` and the JSON report's `collectives`.
+  StackFacts stack;
+  struct CollectiveUse {
+    std::string what;        ///< "gradient reduce-scatter", "forward all-reduce", ...
+    char group = 'd';        ///< 't' tensor, 'c' context, 'p' pipeline, 'd' data, 'e' expert,
+                             ///< 'x' the data ranks holding the same experts
+    CollectiveCost cost;     ///< one call
+    double perStep = 0;      ///< calls per step on one device
+    bool overlapped = false; ///< runs beside compute (only what it does not hide is exposed)
+  };
+  std::vector<CollectiveUse> collectives;
 
   /// The pipeline schedule of one optimizer step (PipelineTimeline.cpp), train plans with
   /// pipeline > 1 only: every forward and backward (recompute included) of every micro-batch

@@ -231,9 +231,9 @@ bool samePricing(const Plan &a, const Plan &b) {
          a.tokens == b.tokens && x.devices == y.devices && x.data == y.data &&
          x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&
          x.expert == y.expert && x.zero == y.zero && x.interleave == y.interleave &&
-         x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap &&
-         x.tensorOverlap == y.tensorOverlap &&
-         x.order == y.order;
+         x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap && x.overlapGiven == y.overlapGiven &&
+         x.tensorOverlap == y.tensorOverlap && x.stack == y.stack &&
+         x.bucketBytes == y.bucketBytes && x.order == y.order;
 }
 
 } // namespace

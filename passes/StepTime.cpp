@@ -63,7 +63,9 @@
 //              be accumulated whole), all-gather P_T once
 //      ZeRO 3: reduce-scatter G every micro-batch, all-gather each layer's P/L before its
 //              forward and its backward, every micro-batch
-//    Gradients go in 25 MiB buckets. With overlap (the default) they hide behind the backward
+//    Gradients go in messages the framework stack sets (passes/Collectives.cpp, stackFacts:
+//    DDP's 25 MiB, Megatron's max(40M, 1M·d) elements, DeepSpeed's 5e8 elements, FSDP's one per
+//    block). With the stack's overlap they hide behind the backward
 //    of the last micro-batch (ZeRO 0/1), of every micro-batch (ZeRO 2), or behind all compute
 //    (ZeRO 3, gathers prefetched): exposed = max(last bucket or one layer's gather, total −
 //    window). The all-gather of P_T after the update (ZeRO 1/2) is always exposed.
@@ -99,13 +101,9 @@
 //    skipping, flash recompute, checkpoint recompute) / the same. Run: steps = tokens / (batch ×
 //    seq) (not rounded), run = steps × step, days = run / 86400.
 // 10. Topology: ranks are numbered with the first letter of `order` innermost (tensor, then
-//    context, pipeline, data by default); a node holds gpusPerNode consecutive ranks. A group whose
-//    members are `stride` ranks apart has k = min(n, ⌊(G−1)/stride⌋ + 1) members per node over
-//    r = ⌈n/k⌉ nodes. A ring all-reduce takes 2(n−1) steps, a reduce-scatter or all-gather
-//    n−1, each sending bytes/n: time = latency + steps/n × bytes / bw, with bw the link inside
-//    one node and min(link, k × network) across nodes (the node's k members leave it through k
-//    NICs); each phase's latency is (n − r) link steps and (r − 1) network steps, or for an
-//    all-reduce over r > 2 nodes a tree's 2·((k − 1) links + ⌈log2 r⌉ network hops) when less.
+//    context, pipeline, data by default); a node holds gpusPerNode consecutive ranks. Each
+//    collective is priced as NCCL's tuner prices it, the fastest of its algorithms and
+//    protocols (passes/Collectives.cpp, docs/time.md "Collectives as NCCL runs them").
 // 11. Context parallelism (context = c): every op works on s/c tokens (its split is × c), the
 //    tensor all-reduces and stage sends carry 1/c; attention passes its local K/V round the
 //    ring of c ranks, c − 1 sends forward and 2(c − 1) backward, each hidden behind the
@@ -120,6 +118,7 @@
 // all-reduces of row-parallel matmuls (2·(t−1)/t × bytes), p − 1 pipeline boundary sends and the
 // input's upload; passes/Inference.cpp does the rest.
 #include "support/Diagnostics.h"
+#include "passes/Collectives.h"
 #include "passes/Passes.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -449,138 +448,40 @@ double optimizerTime(const Analysis &a) {
   return kernelTime(plan.target, OpClass::Elementwise, fp32, w);
 }
 
-/// The device-to-device bandwidth after efficiency: the interconnect, or the host link when a
-/// user target states no interconnect (traffic then crosses PCIe).
-double commBandwidth(const Target &t) {
-  double link = t.interconnect > 0 ? t.interconnect : t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
-  return link * t.efficiency.communication;
-}
-
-/// The inter-node bandwidth per device after efficiency: the network, or the host link when
-/// the target states no network.
-double networkBandwidth(const Target &t) {
-  double link = t.network > 0 ? t.network : t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
-  return link * t.efficiency.communication;
-}
-
-/// Step 10: how one parallel group sits on the nodes: `n` members, `k` of them in one node,
-/// spread over `r` nodes.
-struct Placement {
-  double n = 1, k = 1, r = 1;
-};
-
-/// The group of dimension `dim` ('t' tensor, 'p' pipeline, 'd' data): ranks are numbered with
-/// the first letter of `order` innermost, so the group's members are `stride` ranks apart,
-/// stride = the product of the degrees placed inside it. A node holds gpusPerNode consecutive
-/// ranks; a target without a network is one node of any size.
-Placement place(const Plan &plan, char dim) {
-  const Parallelism &par = plan.parallel;
-  auto deg = [&](char c) {
-    return degree(c == 't'   ? par.tensor
-                  : c == 'p' ? par.pipeline
-                  : c == 'c' ? par.context
-                             : par.data);
-  };
-  // The expert group ('e') is the innermost e of the data ranks, the expert-data group ('x')
-  // the data ranks that hold the same experts, e apart.
-  double e = degree(par.expert);
-  double stride = 1;
-  for (char c : par.order) {
-    if (c == (dim == 'e' || dim == 'x' ? 'd' : dim))
-      break;
-    stride *= deg(c);
-  }
-  Placement g;
-  g.n = deg(dim);
-  if (dim == 'e' || dim == 'x') {
-    g.n = dim == 'e' ? e : std::max(1.0, deg('d') / e);
-    stride *= dim == 'x' ? e : 1;
-  }
-  g.k = g.n;
-  if (plan.target.network <= 0)
-    return g;
-  double node = static_cast<double>(std::max<int64_t>(1, plan.target.gpusPerNode));
-  g.k = stride < node ? std::min(g.n, std::floor((node - 1) / stride) + 1) : 1;
-  g.r = std::ceil(g.n / g.k);
-  return g;
-}
-
-enum class Collective { AllReduce, ReduceScatter, AllGather, AllToAll };
-
-/// Step 10: one collective over group `g` of a buffer of `bytes` (an all-reduce's buffer, a
-/// reduce-scatter's input, an all-gather's output). A ring of n takes n−1 steps per phase (two
-/// phases for an all-reduce, one for the others), each device sending bytes/n per step. Inside
-/// one node the ring runs on the link; across nodes its slowest hop is the node's way out: k
-/// members send through k NICs (k × network) while each still sends the whole volume over its
-/// link, so bw = min(link, k × network). A chunk passing once round the ring crosses n − r
-/// links and r − 1 networks: that is each phase's latency (NCCL's model). An all-reduce over
-/// more than two nodes may instead run as a tree (NCCL's double binary tree): the same
-/// bandwidth term, a chain of k − 1 links and ⌈log2 r⌉ network hops up and down; the faster of
-/// the two is taken, as NCCL picks.
-double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes) {
-  if (g.n <= 1 || bytes <= 0)
-    return 0;
-  if (c == Collective::AllToAll) {
-    // Each member sends 1/n of its buffer to every other member, all sends at once (NCCL
-    // groups them): k − 1 parts to its node over the link, n − k parts out through its share
-    // of the network, the two in parallel; one latency of the slowest tier crossed.
-    double inside = (g.k - 1) / g.n * bytes / commBandwidth(t);
-    double outside = g.r > 1 ? (g.n - g.k) / g.n * bytes / networkBandwidth(t) : 0;
-    return (g.r > 1 ? t.networkLatency : t.linkLatency) + std::max(inside, outside);
-  }
-  double phases = c == Collective::AllReduce ? 2 : 1;
-  double bw = commBandwidth(t);
-  if (g.r > 1) {
-    double out = g.k * networkBandwidth(t);
-    bw = g.k > 1 ? std::min(bw, out) : out;
-  }
-  double transfer = phases * (g.n - 1) / g.n * bytes / bw;
-  double ring = phases * ((g.n - g.r) * t.linkLatency + (g.r - 1) * t.networkLatency);
-  double latency = ring;
-  if (c == Collective::AllReduce && g.r > 2) {
-    double tree = 2 * ((g.k - 1) * t.linkLatency + std::ceil(std::log2(g.r)) * t.networkLatency);
-    latency = std::min(ring, tree);
-  }
-  return latency + transfer;
-}
-
-/// A point-to-point send of `bytes` over the link or the network.
-double sendTime(const Target &t, bool network, double bytes) {
-  if (bytes <= 0)
-    return 0;
-  return network ? t.networkLatency + bytes / networkBandwidth(t)
-                 : t.linkLatency + bytes / commBandwidth(t);
-}
-
-/// PyTorch DDP's default gradient bucket (bucket_cap_mb = 25): collectives are issued per
-/// bucket, and the last bucket cannot overlap anything.
-constexpr double kBucketBytes = 25.0 * 1024 * 1024;
-
-/// `bytes` reduced in buckets of kBucketBytes: the sum of the buckets' collectives, and the
-/// time of the last bucket alone.
-std::pair<double, double> bucketed(const Target &t, const Placement &g, Collective c,
-                                   double bytes) {
+/// Step 6: `bytes` of one collective kind over group `g`, in messages of `bucket` bytes (0: one
+/// per layer, `layers` of them: FSDP's flat parameter per wrapped block), `times` per step: the
+/// sum of the messages' collectives and the time of the last message alone. Each message's
+/// cost is recorded in Analysis::collectives under `what`.
+std::pair<double, double> bucketed(Analysis &a, const char *what, char group, const Placement &g,
+                                   Collective c, double bytes, double bucket, double layers,
+                                   double times, bool overlapped) {
   if (bytes <= 0 || g.n <= 1)
     return {0, 0};
-  double buckets = std::ceil(bytes / kBucketBytes);
-  double one = collectiveTime(t, g, c, bytes / buckets);
-  return {buckets * one, one};
+  double messages = bucket > 0 ? std::ceil(bytes / bucket) : std::max(1.0, layers);
+  CollectiveCost one = collectiveCost(a.plan->target, g, c, bytes / messages);
+  a.collectives.push_back({what, group, one, messages * times, overlapped});
+  return {messages * one.time, one.time};
 }
 
 /// Step 6: data-parallel gradient and parameter traffic per step on one device, its exposed
 /// time after overlap. `window` is the compute the gradient reduction may hide behind: the
 /// last micro-batch's backward (ZeRO 0/1), every micro-batch's backward (ZeRO 2), every
-/// forward and backward (ZeRO 3); `layers` the per-layer gathers of ZeRO 3 per pass.
-double dataParallelTime(const Analysis &a, double m, double backwardOne, double computeOne,
+/// forward and backward (ZeRO 3); `layers` the repeat-block copies of a stage, FSDP's units.
+/// The stack (Analysis::stack) sets the message sizes and whether the reduction overlaps.
+double dataParallelTime(Analysis &a, double m, double backwardOne, double computeOne,
                         double layers) {
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
-  const Target &t = plan.target;
   double d = degree(par.data), c = degree(par.context);
   if ((d <= 1 && c <= 1) || !plan.isTrain)
     return 0;
   double model = degree(par.tensor) * degree(par.pipeline);
   double bg = bytesOf(plan.precision.grads), bp = bytesOf(plan.precision.params);
+  const StackFacts &stack = a.stack;
+  bool overlap = stack.overlap;
+  // A gather of parameters goes in messages of as many elements as a gradient bucket.
+  double gradBucket = stack.gradientBucket;
+  double paramBucket = gradBucket > 0 ? gradBucket / bg * bp : 0;
   // Expert parallelism: the experts' weights (X trainable, XA in all, per model-parallel rank)
   // are split over the e ranks of the expert group and reduced over the data/e ranks that hold
   // the same experts ('x'); the other parameters over the whole data group ('d').
@@ -588,38 +489,51 @@ double dataParallelTime(const Analysis &a, double m, double backwardOne, double 
   double T = a.params.trainable / model, N = a.params.total / model;
   double X = e > 1 ? a.params.expertTrainable / model : 0, XA = e > 1 ? a.params.expert / model : 0;
   struct Group {
-    Placement g;
+    char name;
     double G, PT, P; ///< gradient, trainable-parameter and parameter bytes of the device
   };
-  const Group groups[2] = {{place(plan, 'd'), (T - X) * bg, (T - X) * bp, (N - XA) * bp},
-                           {place(plan, 'x'), X / e * bg, X / e * bp, XA / e * bp}};
-  std::pair<double, double> grads{0, 0}; // (all buckets, last bucket)
+  const Group groups[2] = {{'d', (T - X) * bg, (T - X) * bp, (N - XA) * bp},
+                           {'x', X / e * bg, X / e * bp, XA / e * bp}};
+  std::pair<double, double> grads{0, 0}; // (all messages, last message)
   double gather = 0, G = 0;
   double window = par.zero <= 1 ? backwardOne : par.zero == 2 ? m * backwardOne : m * computeOne;
+  double n = std::max(1.0, layers);
   for (const Group &gr : groups) {
-    const Placement &g = gr.g;
+    Placement g = place(plan, gr.name);
     G += gr.G;
     std::pair<double, double> one;
+    auto afterUpdate = [&]() { // ZeRO 1 and 2: the updated parameters, gathered once, exposed
+      return bucketed(a, "parameter all-gather after the update", gr.name, g,
+                      Collective::AllGather, gr.PT, paramBucket, n, 1, false)
+          .first;
+    };
     switch (par.zero) {
     case 0:
-      one = bucketed(t, g, Collective::AllReduce, gr.G);
+      one = bucketed(a, "gradient all-reduce", gr.name, g, Collective::AllReduce, gr.G,
+                     gradBucket, n, 1, overlap);
       break;
     case 1:
-      one = bucketed(t, g, Collective::ReduceScatter, gr.G);
-      gather += collectiveTime(t, g, Collective::AllGather, gr.PT);
+      one = bucketed(a, "gradient reduce-scatter", gr.name, g, Collective::ReduceScatter, gr.G,
+                     gradBucket, n, 1, overlap);
+      gather += afterUpdate();
       break;
     case 2:
-      one = bucketed(t, g, Collective::ReduceScatter, gr.G);
+      // The gradients are sharded, so each micro-batch's are reduce-scattered at once.
+      one = bucketed(a, "gradient reduce-scatter (every micro-batch)", gr.name, g,
+                     Collective::ReduceScatter, gr.G, gradBucket, n, m, overlap);
       one.first *= m;
-      gather += collectiveTime(t, g, Collective::AllGather, gr.PT);
+      gather += afterUpdate();
       break;
     default: {
       // ZeRO 3: each layer's parameters are gathered before its forward and again before its
       // backward, every micro-batch, and prefetched under the previous layer's compute.
-      one = bucketed(t, g, Collective::ReduceScatter, gr.G);
-      double n = std::max(1.0, layers);
-      double perLayer = collectiveTime(t, g, Collective::AllGather, gr.P / n);
-      one = {m * one.first + 2 * m * n * perLayer, std::max(one.second, perLayer)};
+      one = bucketed(a, "gradient reduce-scatter (every micro-batch)", gr.name, g,
+                     Collective::ReduceScatter, gr.G, gradBucket, n, m, overlap);
+      double perLayerBucket = stack.gatherBucket > 0 ? std::min(stack.gatherBucket, gr.P / n) : 0;
+      auto gathers = bucketed(a, "parameter all-gather (forward and backward, every micro-batch)",
+                              gr.name, g, Collective::AllGather, gr.P / n, perLayerBucket, 1,
+                              2 * m * n, overlap);
+      one = {m * one.first + 2 * m * n * gathers.first, std::max(one.second, gathers.second)};
       break;
     }
     }
@@ -628,10 +542,12 @@ double dataParallelTime(const Analysis &a, double m, double backwardOne, double 
   // Context ranks hold the same parameters: their gradients are all-reduced over the context
   // group too (before the data-parallel step, in the same buckets and window).
   if (c > 1) {
-    auto ctx = bucketed(t, place(plan, 'c'), Collective::AllReduce, G);
-    grads = {grads.first + (par.zero >= 2 ? m : 1) * ctx.first, std::max(grads.second, ctx.second)};
+    double times = par.zero >= 2 ? m : 1;
+    auto ctx = bucketed(a, "gradient all-reduce over the context group", 'c', place(plan, 'c'),
+                        Collective::AllReduce, G, gradBucket, n, times, overlap);
+    grads = {grads.first + times * ctx.first, std::max(grads.second, ctx.second)};
   }
-  double exposed = par.overlap ? std::max(grads.second, grads.first - window) : grads.first;
+  double exposed = overlap ? std::max(grads.second, grads.first - window) : grads.first;
   return exposed + gather;
 }
 
@@ -767,6 +683,24 @@ double expertAllToAll(const Analysis &a, const TensorParallel &tp) {
   return time;
 }
 
+/// Records the collectives of `messages` (bytes each, over group `group`) in
+/// Analysis::collectives, one entry per distinct size, `times` calls per step for each message.
+void recordMessages(Analysis &a, const char *what, char group, Collective c,
+                    const std::vector<double> &messages, double divisor, double times,
+                    bool overlapped) {
+  if (messages.empty() || times <= 0)
+    return;
+  Placement g = place(*a.plan, group);
+  if (g.n <= 1)
+    return;
+  std::map<double, double> count;
+  for (double bytes : messages)
+    count[bytes / divisor] += 1;
+  for (auto &[bytes, k] : count)
+    a.collectives.push_back(
+        {what, group, collectiveCost(a.plan->target, g, c, bytes), k * times, overlapped});
+}
+
 /// Infer plans: the forward over the prompt with its tensor-parallel all-reduces, pipeline
 /// sends (p − 1 boundaries, passed in turn) and the input batch's upload.
 void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
@@ -774,6 +708,8 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
   double t = degree(plan.parallel.tensor), p = degree(plan.parallel.pipeline);
   a.time.forward = F;
   a.time.tensorParallelComm = t > 1 ? allReduces(plan, tp.forwardMessages) : 0;
+  recordMessages(a, "forward all-reduce", 't', Collective::AllReduce, tp.forwardMessages,
+                 degree(plan.parallel.context), 1, false);
   a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph, *a.copies)) : 0;
   a.time.contextParallelComm = ringAttention(a, tp);
   a.time.expertParallelComm = expertAllToAll(a, tp);
@@ -800,6 +736,8 @@ void stepTime(Analysis &a) {
   const Target &target = plan.target;
   TensorParallel tp = tensorParallel(g, plan);
   opTimes(a, tp);
+  a.collectives.clear();
+  a.stack = stackFacts(plan, bytesOf(plan.precision.grads), bytesOf(plan.precision.params));
 
   // Step 3: per micro-batch totals.
   double F = 0, B = 0, R = 0;
@@ -844,6 +782,13 @@ void stepTime(Analysis &a) {
                            backwardAllReduces(a, tp) +
                            allReduces(plan, recomputeMessages);
     a.time.tensorParallelComm = m / p * perMicroBatch;
+    double c = degree(par.context);
+    recordMessages(a, "forward all-reduce", 't', Collective::AllReduce, tp.forwardMessages, c,
+                   m / p, false);
+    recordMessages(a, "backward all-reduce of an input gradient", 't', Collective::AllReduce,
+                   tp.backwardMessages, c, m / p, par.tensorOverlap);
+    recordMessages(a, "recompute all-reduce", 't', Collective::AllReduce, recomputeMessages, c,
+                   m / p, false);
   } else {
     a.time.tensorParallelComm = 0;
   }

@@ -9,6 +9,7 @@
 #include "passes/Analysis.h"
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
@@ -58,5 +59,15 @@ void explainOpJson(const Analysis &a, OpId op, const DiagnosticEngine &diags, ll
 void explainBlockText(const Analysis &a, const ExplainSelection &sel, llvm::raw_ostream &os);
 /// The same as one JSON object.
 void explainBlockJson(const Analysis &a, const ExplainSelection &sel, llvm::raw_ostream &os);
+
+/// ExplainCollectives.cpp (`tally explain --collectives`): the step's framework stack and every
+/// kind of collective it runs, each with its group, algorithm, protocol, steps, latency,
+/// bandwidths, time and count per step (Analysis::stack, Analysis::collectives).
+void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os);
+/// The same as one JSON object.
+void explainCollectivesJson(const Analysis &a, llvm::raw_ostream &os);
+/// The JSON report's `collectives` array and `stack` object (also explain's).
+llvm::json::Value collectivesJson(const Analysis &a);
+llvm::json::Value stackJson(const Analysis &a);
 
 } // namespace tally

@@ -2,6 +2,7 @@
 // bytes, times in seconds, FLOPs as doubles.
 #include "report/Report.h"
 #include "report/Copies.h"
+#include "report/Explain.h"
 
 #include "llvm/Support/JSON.h"
 
@@ -499,6 +500,8 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                       {"pipeline_comm_s", a.time.pipelineComm},
                       {"context_parallel_comm_s", a.time.contextParallelComm},
                       {"expert_parallel_comm_s", a.time.expertParallelComm}}},
+      {"stack", stackJson(a)},
+      {"collectives", collectivesJson(a)},
       {"fusion", Object{{"enabled", a.fusion.enabled},
                         {"kernels", static_cast<double>(a.fusion.kernels.size())},
                         {"ops", a.fusion.ops},

@@ -197,7 +197,10 @@ ReportTable timeTable(const Analysis &a) {
     t.rows.push_back({"backward", formatDuration(a.time.backward), ""});
     t.rows.push_back({"recompute", formatDuration(a.time.recompute), ""});
     t.rows.push_back({"optimizer", formatDuration(a.time.optimizer), ""});
-    t.rows.push_back({"communication", formatDuration(a.time.communication), ""});
+    std::string stack;
+    if (!a.collectives.empty())
+      stack = "stack " + a.stack.name + (a.stack.chosen ? " (from the layout)" : "");
+    t.rows.push_back({"communication", formatDuration(a.time.communication), stack});
     t.rows.push_back({"host transfers", formatDuration(a.time.hostTransfer), ""});
     t.rows.push_back({"pipeline bubble", formatDuration(a.time.bubble), ""});
     t.rows.push_back({"step", formatDuration(a.time.step),

@@ -6,6 +6,7 @@
 #include "Support.h"
 
 #include "ir/OpRules.h"
+#include "passes/Collectives.h"
 #include "passes/Passes.h"
 
 #include <catch2/catch.hpp>
@@ -219,16 +220,18 @@ TEST_CASE("moe: expert gradients reduce over the replicas that share them, the r
           "[moe]") {
   // ZeRO 0, no overlap: every collective is exposed. 16 data ranks over two nodes of 8.
   Compiled t(model("16 x H100_SXM { data = 16, expert = 8, overlap = false }"));
-  const Target &tg = t.a->plan->target;
-  double link = tg.interconnect * tg.efficiency.communication;
-  double net = tg.network * tg.efficiency.communication;
+  const Plan &plan = *t.a->plan;
   // The dense 1,152 gradients (fp32, 4,608 bytes, one bucket) all-reduce over all 16 ranks,
-  // 8 per node on 2 nodes: a ring of 2·(16 − 2) link and 2·1 network steps, bandwidth
-  // min(link, 8 × network).
-  double dense = 2 * (14 * tg.linkLatency + tg.networkLatency) +
-                 2.0 * 15 / 16 * 4608 / std::min(link, 8 * net);
+  // 8 per node on 2 nodes.
+  Placement all = place(plan, 'd');
+  CHECK(all.n == 16);
+  CHECK(all.k == 8);
+  double dense = collectiveTime(plan.target, all, Collective::AllReduce, 4608);
   // Each rank's 393,216 / 8 expert gradients (196,608 bytes) all-reduce over the 2 ranks that
   // hold the same experts, 8 ranks apart: one per node, over the network.
-  double experts = 2 * tg.networkLatency + 2.0 * 1 / 2 * 196608 / net;
+  Placement same = place(plan, 'x');
+  CHECK(same.n == 2);
+  CHECK(same.k == 1);
+  double experts = collectiveTime(plan.target, same, Collective::AllReduce, 196608);
   CHECK(t.a->time.dataParallelComm == Approx(dense + experts).epsilon(1e-12));
 }

@@ -28,7 +28,12 @@ cl::opt<std::string> OpPath("op",
                             cl::desc("An op path such as h[3].attn.qkv.matmul, a block such as "
                                      "h[3] or h[3].attn, or the copies of one as the reports' "
                                      "rows name them, h[*].attn (`tally report --emit=ir` lists op paths)"),
-                            cl::value_desc("path"), cl::Required, cl::sub(Explain), cl::cat(Cat));
+                            cl::value_desc("path"), cl::sub(Explain), cl::cat(Cat));
+cl::opt<bool> Collectives("collectives",
+                          cl::desc("Every collective of one step: the framework stack, and each "
+                                   "collective's algorithm, protocol, steps, latency, bandwidth "
+                                   "and time (docs/time.md)"),
+                          cl::sub(Explain), cl::cat(Cat));
 cl::opt<std::string> PlanName("plan", cl::desc("The train or infer plan (default: the first)"),
                               cl::value_desc("name"), cl::sub(Explain), cl::cat(Cat));
 enum class Format { Text, Json };
@@ -65,6 +70,11 @@ bool applyWarnings(DiagnosticEngine &diags) {
 PlanOverrides overrides() { return Overrides.overrides(Backend.cuda()); }
 
 int explain() {
+  if (OpPath.empty() == !Collectives) {
+    errs() << "tally explain: give --op PATH (one op or block) or --collectives (the step's "
+              "collectives), one of the two\n";
+    return 2;
+  }
   Compilation c;
   if (!applyWarnings(c.diags))
     return 2;
@@ -76,6 +86,14 @@ int explain() {
   std::optional<Analysis> a = c.analyzePlan(*decl, overrides());
   if (!a)
     return 1;
+  bool json = OutFormat == Format::Json;
+  if (Collectives) {
+    if (json)
+      explainCollectivesJson(*a, outs());
+    else
+      explainCollectivesText(*a, outs());
+    return c.diags.hasErrors() ? 1 : 0;
+  }
   ExplainSelection sel = selectForExplain(*a->graph, OpPath);
   if (sel.kind == ExplainSelection::None) {
     c.diags.report(DiagKind::UnknownName, SMLoc(),
@@ -84,7 +102,6 @@ int explain() {
         .note(SMLoc(), "`tally report " + File + " --emit=ir` lists every op path");
     return 1;
   }
-  bool json = OutFormat == Format::Json;
   if (sel.kind == ExplainSelection::Op) {
     if (json)
       explainOpJson(*a, sel.op, c.diags, outs(), &sel);

@@ -1,0 +1,103 @@
+// Collectives as NCCL runs them: for one collective over one group of devices, the algorithm
+// and protocol NCCL's tuner would pick, its latency and bandwidth terms, and its time. The step
+// time (StepTime.cpp) prices every data-, tensor-, context- and pipeline-parallel transfer with
+// it, and `tally explain --collectives` prints its terms. docs/time.md, "Collectives as NCCL
+// runs them", states the model and where each number comes from.
+#pragma once
+
+#include "ir/Plan.h"
+#include "ir/Target.h"
+
+#include <string>
+
+namespace tally {
+
+/// How one parallel group sits on the nodes: `n` members, `k` of them in one node, spread
+/// over `r` nodes (docs/time.md, "Placement").
+struct Placement {
+  double n = 1, k = 1, r = 1;
+};
+
+/// The group of dimension `dim` of `plan` ('t' tensor, 'c' context, 'p' pipeline, 'd' data,
+/// 'e' the expert group, 'x' the data ranks holding the same experts).
+Placement place(const Plan &plan, char dim);
+
+enum class Collective { AllReduce, ReduceScatter, AllGather, AllToAll };
+
+/// NCCL's algorithms (src/include/device.h's NCCL_ALGO_*), and Direct for the grouped
+/// point-to-point sends an all-to-all is made of.
+enum class CollAlgorithm { Ring, Tree, Nvls, NvlsTree, Pat, CollNet, Direct };
+/// NCCL's protocols: LL (8-byte flag+data stores, the lowest latency, half the bandwidth or
+/// less), LL128 (128-byte lines, 120 of data), Simple (bulk copies behind a fence).
+enum class CollProtocol { LL, LL128, Simple };
+
+const char *collectiveName(Collective c);   ///< "all-reduce", ...
+const char *algorithmName(CollAlgorithm a); ///< "ring", "tree", "nvls", "nvls-tree", ...
+const char *protocolName(CollProtocol p);   ///< "LL", "LL128", "Simple"
+
+/// One collective as priced: the chosen algorithm and protocol and the terms of its time,
+/// time = latency + bytes / algorithmBandwidth.
+struct CollectiveCost {
+  Collective kind = Collective::AllReduce;
+  CollAlgorithm algorithm = CollAlgorithm::Ring;
+  CollProtocol protocol = CollProtocol::Simple;
+  Placement group;
+  double bytes = 0;          ///< the buffer: an all-reduce's, a reduce-scatter's input, an
+                             ///< all-gather's output, an all-to-all's send buffer
+  double intraSteps = 0;     ///< latency steps inside a node (ring hops, tree levels)
+  double interSteps = 0;     ///< latency steps across nodes
+  double latency = 0;        ///< seconds: the algorithm's base plus every step's
+  double busBandwidth = 0;   ///< B/s a device moves at (NCCL's busBw), after efficiency
+  double algBandwidth = 0;   ///< B/s of `bytes` (NCCL's algBw): transfer = bytes / algBandwidth
+  double transfer = 0;       ///< seconds
+  double time = 0;           ///< latency + transfer
+};
+
+/// One collective of `bytes` over group `g` on target `t`: NCCL's candidates for the kind
+/// (ring and, for an all-reduce, tree; NVLS and NVLS-tree on NVLink-switch nodes; PAT for an
+/// all-gather or reduce-scatter with one member per node; CollNet where the target has
+/// in-network reduction), each with each protocol NCCL would enable, and the fastest of them,
+/// as NCCL's tuner picks (src/graph/tuning.cc). An all-to-all is grouped sends. A group of one
+/// or no bytes costs nothing (time 0).
+CollectiveCost collectiveCost(const Target &t, const Placement &g, Collective c, double bytes);
+
+/// Seconds of collectiveCost(...).time.
+double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes);
+
+/// A point-to-point send of `bytes` over the link, or the network when `network`: one Simple
+/// step's latency of that tier plus bytes / bandwidth.
+double sendTime(const Target &t, bool network, double bytes);
+
+/// The device-to-device bandwidth after efficiency: the interconnect, or the host link when a
+/// target states no interconnect (traffic then crosses PCIe).
+double commBandwidth(const Target &t);
+/// The inter-node bandwidth per device after efficiency: the network, or the host link when
+/// the target states no network.
+double networkBandwidth(const Target &t);
+
+/// The framework that runs the step (Parallelism::stack) and what it does with its
+/// collectives (docs/time.md, "Framework stacks"), each fact from the framework's option or
+/// source named in stackFacts.
+struct StackFacts {
+  std::string name;        ///< "megatron", "deepspeed", "fsdp", "fsdp2", "ddp"
+  bool chosen = false;     ///< the plan did not say: the layout chose it
+  std::string why;         ///< why the layout chose it ("ZeRO 3"), empty when written
+  /// Gradient bytes per data-parallel reduction (0: one reduction per repeat-block copy, as
+  /// FSDP's flat parameter per wrapped block does); Parallelism::bucketBytes replaces it.
+  double gradientBucket = 0;
+  std::string bucketSource; ///< the option the bucket comes from, or "bucket" when written
+  /// ZeRO 3: parameter bytes per gather (0: one gather per repeat-block copy).
+  double gatherBucket = 0;
+  /// Whether the gradient reduction overlaps the backward: the plan's `overlap` when written,
+  /// else the framework's default.
+  bool overlap = true;
+  std::string overlapSource; ///< the option or default the overlap comes from
+};
+
+/// The stack of `plan`: its `stack` setting, or the one its layout implies (ZeRO 3 → fsdp;
+/// tensor, pipeline, context or expert parallelism → megatron; ZeRO 1 or 2 → deepspeed; else
+/// ddp), with its buckets for `gradBytes` bytes per gradient element and `paramBytes` per
+/// parameter.
+StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes);
+
+} // namespace tally

@@ -1,0 +1,134 @@
+// `tally explain FILE --collectives`: every collective one device runs in a step, as the step
+// time priced it (passes/Collectives.cpp): the framework stack and its buckets, then per kind of
+// collective its group's placement, the algorithm and protocol NCCL would pick, its steps,
+// latency, bandwidths and time, and how often it runs. Like every report it only formats what
+// the pass stored (Analysis::stack, Analysis::collectives); the one sum shown, latency +
+// transfer, is the pass's own time written out.
+#include "report/Explain.h"
+
+#include "ir/Units.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace tally {
+
+namespace {
+
+const char *groupName(char g) {
+  switch (g) {
+  case 't': return "tensor";
+  case 'c': return "context";
+  case 'p': return "pipeline";
+  case 'e': return "expert";
+  case 'x': return "expert-data";
+  default: return "data";
+  }
+}
+
+std::string count(double v) {
+  return v == static_cast<double>(static_cast<int64_t>(v)) && v < 1e15
+             ? std::to_string(static_cast<int64_t>(v))
+             : llvm::formatv("{0:f2}", v).str();
+}
+
+std::string placement(const Placement &g) {
+  std::string s = count(g.n) + " members";
+  if (g.r > 1)
+    s += ", " + count(g.k) + " per node on " + count(g.r) + " nodes";
+  else
+    s += " in one node";
+  return s;
+}
+
+} // namespace
+
+void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
+  const StackFacts &s = a.stack;
+  os << "Collectives of one optimizer step on one device (plan " << a.plan->name << ")\n";
+  os << "  stack " << s.name;
+  if (s.chosen)
+    os << " (chosen from the layout: " << s.why << "; `stack = ...` in the target record says otherwise)";
+  os << "\n  gradient messages: "
+     << (s.gradientBucket > 0 ? formatBytes(s.gradientBucket) + " each" : std::string("one per repeated block"))
+     << " (" << s.bucketSource << ")\n";
+  os << "  overlap with compute: " << (s.overlap ? "yes" : "no") << " (" << s.overlapSource << ")\n";
+  if (a.collectives.empty()) {
+    os << "\n  no collectives: one device, or no group of more than one member\n";
+    return;
+  }
+  for (const Analysis::CollectiveUse &u : a.collectives) {
+    const CollectiveCost &c = u.cost;
+    os << "\n" << u.what << " over the " << groupName(u.group) << " group ("
+       << placement(c.group) << "): " << collectiveName(c.kind) << " of "
+       << formatBytes(c.bytes) << ", " << count(u.perStep) << " per step"
+       << (u.overlapped ? ", beside compute" : ", exposed") << "\n";
+    os << "  algorithm " << algorithmName(c.algorithm);
+    if (c.algorithm != CollAlgorithm::Direct)
+      os << ", protocol " << protocolName(c.protocol);
+    os << ": " << count(c.intraSteps) << " steps inside a node, " << count(c.interSteps)
+       << " across nodes\n";
+    os << "  latency   " << formatDuration(c.latency) << "\n";
+    os << "  bandwidth " << formatRate(c.busBandwidth, UnitDim::ByteRate) << " bus, "
+       << formatRate(c.algBandwidth, UnitDim::ByteRate) << " of the buffer\n";
+    os << "  time      " << formatDuration(c.latency) << " + " << formatBytes(c.bytes) << " / "
+       << formatRate(c.algBandwidth, UnitDim::ByteRate) << " = " << formatDuration(c.time)
+       << " each, " << formatDuration(c.time * u.perStep) << " per step\n";
+  }
+  os << "\nWhat the step exposes of them: data parallel " << formatDuration(a.time.dataParallelComm)
+     << ", tensor parallel " << formatDuration(a.time.tensorParallelComm) << ", pipeline "
+     << formatDuration(a.time.pipelineComm) << ", context parallel "
+     << formatDuration(a.time.contextParallelComm) << ", expert parallel "
+     << formatDuration(a.time.expertParallelComm) << "\n";
+}
+
+llvm::json::Value collectivesJson(const Analysis &a) {
+  llvm::json::Array list;
+  for (const Analysis::CollectiveUse &u : a.collectives) {
+    const CollectiveCost &c = u.cost;
+    list.push_back(llvm::json::Object{{"what", u.what},
+                                      {"group", groupName(u.group)},
+                                      {"kind", collectiveName(c.kind)},
+                                      {"algorithm", algorithmName(c.algorithm)},
+                                      {"protocol", protocolName(c.protocol)},
+                                      {"members", c.group.n},
+                                      {"per_node", c.group.k},
+                                      {"nodes", c.group.r},
+                                      {"bytes", c.bytes},
+                                      {"intra_steps", c.intraSteps},
+                                      {"inter_steps", c.interSteps},
+                                      {"latency_s", c.latency},
+                                      {"bus_bandwidth", c.busBandwidth},
+                                      {"alg_bandwidth", c.algBandwidth},
+                                      {"transfer_s", c.transfer},
+                                      {"time_s", c.time},
+                                      {"per_step", u.perStep},
+                                      {"overlapped", u.overlapped}});
+  }
+  return list;
+}
+
+llvm::json::Value stackJson(const Analysis &a) {
+  const StackFacts &s = a.stack;
+  return llvm::json::Object{{"name", s.name},
+                            {"chosen", s.chosen},
+                            {"why", s.why},
+                            {"gradient_bucket_bytes", s.gradientBucket},
+                            {"bucket_source", s.bucketSource},
+                            {"gather_bucket_bytes", s.gatherBucket},
+                            {"overlap", s.overlap},
+                            {"overlap_source", s.overlapSource}};
+}
+
+void explainCollectivesJson(const Analysis &a, llvm::raw_ostream &os) {
+  llvm::json::Object o{{"plan", a.plan->name},
+                       {"stack", stackJson(a)},
+                       {"collectives", collectivesJson(a)},
+                       {"data_parallel_comm_s", a.time.dataParallelComm},
+                       {"tensor_parallel_comm_s", a.time.tensorParallelComm},
+                       {"pipeline_comm_s", a.time.pipelineComm},
+                       {"context_parallel_comm_s", a.time.contextParallelComm},
+                       {"expert_parallel_comm_s", a.time.expertParallelComm}};
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(o))) << "\n";
+}
+
+} // namespace tally
