@@ -132,6 +132,36 @@ constexpr double NVLinkStep = 3.4e-6;
 constexpr double PCIeStep = 5.7e-6;
 constexpr double NetworkStep = 14e-6;
 
+/// Kernel rates of a GPU generation, from published measurements (docs/targets.md, "Kernel
+/// rates"), never from validation rows.
+///  - matmul: the default 0.7 (ir/Target.h) was set on A100 runs (docs/validation.md); another
+///    GPU keeps it scaled by how the Maximum Achievable Matmul FLOPS (bf16, best shape; S.
+///    Bekman, ml-engineering, compute/accelerator, "Maximum Achievable Matmul FLOPS comparison
+///    table") compares with the A100's: A100 SXM 267.9 of 312 TFLOP/s (85.9%), H100 SXM 792.1
+///    of 989 (80.1%), H100/H200 SXM 794.5 (80.3%), B200 1745 of 2250 (77.6%).
+///  - flash attention as PyTorch and flash-attn run it (FlashAttention-2) keeps the default
+///    efficiency: against the Triton FlashAttention-2 series on an H100 (pytorch/benchmark
+///    #2370: 329 to 477 TFLOP/s from 512 to 16k tokens) tally is within 9%
+///    (tests/unit/test_steptime.cpp). Dao's CUDA kernel reaches less there ("only 35%
+///    utilization on the H100", Shah et al. 2024): the two published numbers disagree by 1.4x,
+///    and docs/targets.md says so.
+///  - the kernel written for Hopper (FlashAttention-3; cuDNN's, which FlashAttention-3 §4 puts
+///    level with it): the efficiency at which tally's time of one forward (4·dh + 5 FLOPs per
+///    score; Q, the output and the logsumexp outside the loop; the exps overlapped with the
+///    matmuls, as its ping-pong schedule does) comes to 621 TFLOP/s at head size 128, 16 heads,
+///    16k tokens, no mask (pytorch/benchmark #2391, bf16, 4·dh FLOPs per score).
+constexpr double A100Matmul = 0.859;
+double nativeEfficiency(const Target &t, double rate) {
+  const double dh = 128, heads = 16, s = 16384, scores = heads * s * s;
+  const double outside = (2 * s * dh * heads * 2 + heads * s * 4) / scores / t.bandwidth;
+  return (4 * dh + 5) / (t.peakBF16 * (4 * dh / rate - outside));
+}
+void kernelRates(Target &t, double mamf, double nativeRate) {
+  t.efficiency.matmul = Efficiency().matmul * mamf / A100Matmul;
+  if (nativeRate > 0)
+    t.nativeAttention = nativeEfficiency(t, nativeRate);
+}
+
 /// Framework memory of a catalogue GPU (docs/targets.md, "Framework memory"): a CUDA context
 /// as PyTorch creates it with lazy module loading (an assumption from reported measurements
 /// on A100 and H100: 300-600 MiB), NCCL's default NCCL_BUFFSIZE (4 MiB) on each of an
@@ -198,6 +228,7 @@ std::vector<Target> buildCatalogue() {
   // 132 SMs; 989.5 TFLOP/s = 132 x 4,096 dense FP16 FLOPs per clock x 1.83 GHz, so 3.9e12
   // exps/s, the figure Shah et al. 2024 (FlashAttention-3) give for this part.
   specialFunctions(h100, 132, 1.83e9);
+  kernelRates(h100, 0.801, 621e12);
   c.push_back(h100);
 
   Target h100p;
@@ -220,6 +251,7 @@ std::vector<Target> buildCatalogue() {
   node(h100p, 2, NDR / 4, NVLinkStep, 90, false); // assumed: bridged pairs, 2 NDR NICs per 8 cards
   // 114 SMs; 756.5 TFLOP/s = 114 x 4,096 dense FP16 FLOPs per clock x 1.62 GHz.
   specialFunctions(h100p, 114, 1.62e9);
+  kernelRates(h100p, 0.801, 621e12 * 756.5 / 989.5); // assumed: the SXM's, scaled
   c.push_back(h100p);
 
   Target h200;
@@ -243,6 +275,7 @@ std::vector<Target> buildCatalogue() {
   node(h200, 8, NDR, NVLinkStep, 90, true); // DGX H200: 8 x ConnectX-7 NDR, one per GPU;
                                           // NVSwitch with NVLink SHARP, as DGX H100
   specialFunctions(h200, 132, 1.83e9); // the H100 SXM's GH100: 132 SMs at 1.83 GHz
+  kernelRates(h200, 0.803, 621e12); // attention: the H100's (the same GH100 compute)
   c.push_back(h200);
 
   Target a100;
@@ -299,6 +332,7 @@ std::vector<Target> buildCatalogue() {
   // FLOPs per clock per SM (twice Hopper's), 1.856 GHz; and Hopper's 16 exps per clock per SM
   // (NVIDIA announced twice that for Blackwell Ultra's attention, not for the B200).
   specialFunctions(b200, 148, 1.856e9);
+  kernelRates(b200, 0.776, 0); // attention: no published rate; the default stays
   c.push_back(b200);
 
   Target rtx;

@@ -90,6 +90,12 @@ struct Target {
   /// The network reduces in its switches (SHARP, NCCL's CollNet): no catalogue node says so;
   /// a plan may (`sharp = true`).
   bool collnet = false;
+  /// The fused attention kernel written for this GPU (FlashAttention-3, cuDNN's through
+  /// Transformer Engine on Hopper), which overlaps its exps with its matmuls: the efficiency of
+  /// its matmul FLOPs (as efficiency.attention, which holds for FlashAttention-2), solved from a
+  /// published rate (ir/Target.cpp, kernelRates); 0: none. The stack decides which runs
+  /// (passes/Stack.cpp, runsNativeAttention).
+  double nativeAttention = 0;
   /// Framework memory per device (docs/memory.md §9): the CUDA context, the communication
   /// buffers of one communicator (NCCL_BUFFSIZE × channels), and the caching allocator's
   /// reserve as a fraction of what it hands out. Catalogue GPUs have documented defaults;

@@ -12,6 +12,7 @@
 #include "ir/OpRules.h"
 #include "ir/Plan.h"
 #include "passes/Collectives.h"
+#include "passes/Stack.h"
 #include "passes/OpTable.h"
 
 #include <cstdint>

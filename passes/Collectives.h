@@ -75,29 +75,4 @@ double commBandwidth(const Target &t);
 /// the target states no network.
 double networkBandwidth(const Target &t);
 
-/// The framework that runs the step (Parallelism::stack) and what it does with its
-/// collectives (docs/time.md, "Framework stacks"), each fact from the framework's option or
-/// source named in stackFacts.
-struct StackFacts {
-  std::string name;        ///< "megatron", "deepspeed", "fsdp", "fsdp2", "ddp"
-  bool chosen = false;     ///< the plan did not say: the layout chose it
-  std::string why;         ///< why the layout chose it ("ZeRO 3"), empty when written
-  /// Gradient bytes per data-parallel reduction (0: one reduction per repeat-block copy, as
-  /// FSDP's flat parameter per wrapped block does); Parallelism::bucketBytes replaces it.
-  double gradientBucket = 0;
-  std::string bucketSource; ///< the option the bucket comes from, or "bucket" when written
-  /// ZeRO 3: parameter bytes per gather (0: one gather per repeat-block copy).
-  double gatherBucket = 0;
-  /// Whether the gradient reduction overlaps the backward: the plan's `overlap` when written,
-  /// else the framework's default.
-  bool overlap = true;
-  std::string overlapSource; ///< the option or default the overlap comes from
-};
-
-/// The stack of `plan`: its `stack` setting, or the one its layout implies (ZeRO 3 → fsdp;
-/// tensor, pipeline, context or expert parallelism → megatron; ZeRO 1 or 2 → deepspeed; else
-/// ddp), with its buckets for `gradBytes` bytes per gradient element and `paramBytes` per
-/// parameter.
-StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes);
-
 } // namespace tally

@@ -135,6 +135,9 @@ struct KernelWork {
   /// attention's query tiles in, its output and logsumexp out: flashOutsideBytes): their time at
   /// the memory bandwidth adds to the compute side.
   double outsideBytes = 0;
+  /// `efficiency` is the target's native fused attention's (Target::nativeAttention, whose exps
+  /// overlap its matmuls), which the stack runs, not a measured kernel of tally's own.
+  bool nativeAttention = false;
 };
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
@@ -151,6 +154,8 @@ struct KernelTimeTerms {
   double efficiency = 1;          ///< the op class's, or its measured curve's at these FLOPs
   bool fromCurve = false;         ///< whether efficiency came from a measured curve
   bool measuredKernel = false;    ///< whether it came from KernelWork (a measured kernel)
+  bool nativeAttention = false;   ///< whether it is the target's native attention kernel's
+                                  ///< (then the exps overlap the compute: max, not sum)
   double compute = 0;             ///< FLOPs / peak / efficiency
   double transcendental = 0;      ///< transcendentals × transcendentalTime
   double outside = 0;             ///< outsideBytes / bandwidth, beside the arithmetic

@@ -119,6 +119,7 @@
 // input's upload; passes/Inference.cpp does the rest.
 #include "support/Diagnostics.h"
 #include "passes/Collectives.h"
+#include "passes/Stack.h"
 #include "passes/Passes.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -151,7 +152,9 @@ double hostBandwidth(const Target &t, double bytesPerCall) {
 } // namespace
 
 double KernelTimeTerms::total() const {
-  return std::max(std::max(compute + transcendental + outside, memory) + calls, launch);
+  // The native attention kernel (FlashAttention-3) runs its exps while its matmuls run.
+  double arithmetic = nativeAttention ? std::max(compute, transcendental) : compute + transcendental;
+  return std::max(std::max(arithmetic + outside, memory) + calls, launch);
 }
 
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
@@ -170,7 +173,8 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   if (w.efficiency > 0) { // a kernel measured as itself
     k.efficiency = w.efficiency;
     k.fromCurve = false;
-    k.measuredKernel = true;
+    k.measuredKernel = !w.nativeAttention;
+    k.nativeAttention = w.nativeAttention;
   }
   k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
   k.transcendental = transcendentalSeconds(t, w.transcendentals);
@@ -204,12 +208,22 @@ constexpr double kCudaRuntimeAttentionBackward = 0.0257;
 /// backward's two products too (the same rows), which were not measured.
 constexpr double kCudaRuntimeUnalignedMatmul = 0.1262;
 
-/// `w` as op `i`'s kernels run it: under Plan::cudaStep an attention is tally's own CUDA kernel,
+/// `w` as op `i`'s kernels run it: a fused attention under a stack that runs the target's native
+/// kernel (runsNativeAttention) at that kernel's efficiency; under Plan::cudaStep an attention
+/// is tally's own CUDA kernel,
 /// at the fp32 rate and the measured `efficiency` (the forward's or the backward's), and an
 /// unaligned matmul runs at the fraction measured for one.
 KernelWork asRun(const Analysis &a, OpId i, KernelWork w, double efficiency) {
-  if (!a.plan->cudaStep)
+  const Op &op = a.graph->ops[i];
+  if (!a.plan->cudaStep) {
+    const Target &t = a.plan->target;
+    if (op.kind == OpKind::Attention && op.attrs->fused && t.attentionCurve.empty() &&
+        runsNativeAttention(*a.plan)) {
+      w.efficiency = t.nativeAttention;
+      w.nativeAttention = true;
+    }
     return w;
+  }
   if (a.graph->ops[i].kind == OpKind::Attention) {
     w.rate = Dtype::F32;
     w.efficiency = efficiency;

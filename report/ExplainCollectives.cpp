@@ -52,6 +52,7 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
      << (s.gradientBucket > 0 ? formatBytes(s.gradientBucket) + " each" : std::string("one per repeated block"))
      << " (" << s.bucketSource << ")\n";
   os << "  overlap with compute: " << (s.overlap ? "yes" : "no") << " (" << s.overlapSource << ")\n";
+  os << "  attention kernel: " << s.attentionKernel << "\n";
   if (a.collectives.empty()) {
     os << "\n  no collectives: one device, or no group of more than one member\n";
     return;
@@ -116,7 +117,9 @@ llvm::json::Value stackJson(const Analysis &a) {
                             {"bucket_source", s.bucketSource},
                             {"gather_bucket_bytes", s.gatherBucket},
                             {"overlap", s.overlap},
-                            {"overlap_source", s.overlapSource}};
+                            {"overlap_source", s.overlapSource},
+                            {"attention_kernel", s.attentionKernel},
+                            {"native_attention", s.nativeAttention}};
 }
 
 void explainCollectivesJson(const Analysis &a, llvm::raw_ostream &os) {

@@ -1,0 +1,89 @@
+// The framework stack of a plan and its facts (passes/Stack.h, docs/time.md "Framework stacks").
+#include "passes/Stack.h"
+
+#include "passes/Passes.h"
+
+#include <algorithm>
+
+namespace tally {
+
+std::string stackName(const Plan &plan, std::string *why) {
+  const Parallelism &par = plan.parallel;
+  if (why)
+    why->clear();
+  if (!par.stack.empty())
+    return par.stack;
+  // ZeRO 3 is sharded per block whoever runs it (PyTorch FSDP, Megatron's FSDP), so it decides
+  // first; then model parallelism, which is Megatron's; then DeepSpeed's ZeRO.
+  bool model = par.tensor > 1 || par.pipeline > 1 || par.context > 1 || par.expert > 1;
+  if (why)
+    *why = par.zero == 3   ? "ZeRO 3"
+           : model         ? "tensor, pipeline, context or expert parallelism"
+           : par.zero >= 1 ? "ZeRO " + std::to_string(par.zero)
+                           : "data parallelism alone";
+  return par.zero == 3 ? "fsdp" : model ? "megatron" : par.zero >= 1 ? "deepspeed" : "ddp";
+}
+
+bool runsNativeAttention(const Plan &plan) {
+  return plan.target.nativeAttention > 0 && stackName(plan) == "megatron";
+}
+
+StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
+  const Parallelism &par = plan.parallel;
+  StackFacts f;
+  f.name = stackName(plan, &f.why);
+  f.chosen = par.stack.empty();
+  f.nativeAttention = runsNativeAttention(plan);
+  f.attentionKernel = f.nativeAttention
+                          ? "the GPU's own fused attention (Transformer Engine's cuDNN kernel)"
+                          : "FlashAttention-2 (PyTorch's scaled_dot_product_attention)";
+  const double d = degree(par.data);
+  if (f.name == "megatron") {
+    // megatron/core/distributed/distributed_data_parallel_config.py, bucket_size: "max(40000000,
+    // 1000000 * dp_size) parameters (larger DP sizes need larger buckets ...)";
+    // overlap_grad_reduce defaults to False (--overlap-grad-reduce turns it on).
+    f.gradientBucket = std::max(40e6, 1e6 * d) * gradBytes;
+    f.bucketSource = "Megatron DistributedDataParallelConfig.bucket_size, max(40M, 1M x dp) elements";
+    f.gatherBucket = f.gradientBucket;
+    f.overlap = false;
+    f.overlapSource = "Megatron's overlap_grad_reduce default (False)";
+  } else if (f.name == "deepspeed") {
+    // deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8
+    // elements, stage3_prefetch_bucket_size 5e7; overlap_comm None, which it turns into True
+    // for stage 3 and False below.
+    f.gradientBucket = 5e8 * gradBytes;
+    f.bucketSource = "DeepSpeed reduce_bucket_size, 5e8 elements";
+    f.gatherBucket = 5e7 * paramBytes;
+    f.overlap = par.zero == 3;
+    f.overlapSource = par.zero == 3 ? "DeepSpeed's overlap_comm default under ZeRO 3 (true)"
+                                    : "DeepSpeed's overlap_comm default under ZeRO 1 and 2 (false)";
+  } else if (f.name == "fsdp" || f.name == "fsdp2") {
+    // torch.distributed.fsdp: one flat parameter (FSDP2: one group of DTensor shards) per
+    // wrapped module, gathered before its forward and backward and reduce-scattered once per
+    // backward, each on its own stream beside the compute (prefetched).
+    f.gradientBucket = 0;
+    f.gatherBucket = 0;
+    f.bucketSource = "FSDP's flat parameter per wrapped block";
+    f.overlap = true;
+    f.overlapSource = "FSDP runs its collectives on their own streams";
+  } else { // ddp
+    // torch.nn.parallel.DistributedDataParallel: bucket_cap_mb = 25; buckets are all-reduced as
+    // the backward fills them.
+    f.gradientBucket = 25.0 * 1024 * 1024;
+    f.bucketSource = "PyTorch DDP bucket_cap_mb = 25";
+    f.gatherBucket = f.gradientBucket;
+    f.overlap = true;
+    f.overlapSource = "DDP reduces each bucket as the backward fills it";
+  }
+  if (par.bucketBytes > 0) {
+    f.gradientBucket = par.bucketBytes;
+    f.bucketSource = "bucket";
+  }
+  if (par.overlapGiven) {
+    f.overlap = par.overlap;
+    f.overlapSource = "overlap";
+  }
+  return f;
+}
+
+} // namespace tally

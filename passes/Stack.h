@@ -1,0 +1,51 @@
+// The framework that runs the step — Megatron, DeepSpeed, PyTorch FSDP (1 or 2) or DDP — and
+// what it decides that the time model prices: the size of its gradient and parameter
+// messages, whether they overlap compute, and which attention kernel runs. docs/time.md,
+// "Framework stacks", gives every fact with the option or source file it comes from.
+#pragma once
+
+#include "ir/Plan.h"
+
+#include <string>
+
+namespace tally {
+
+/// The framework that runs the step (Parallelism::stack) and what it does with its
+/// collectives (docs/time.md, "Framework stacks"), each fact from the framework's option or
+/// source named in stackFacts.
+struct StackFacts {
+  std::string name;        ///< "megatron", "deepspeed", "fsdp", "fsdp2", "ddp"
+  bool chosen = false;     ///< the plan did not say: the layout chose it
+  std::string why;         ///< why the layout chose it ("ZeRO 3"), empty when written
+  /// Gradient bytes per data-parallel reduction (0: one reduction per repeat-block copy, as
+  /// FSDP's flat parameter per wrapped block does); Parallelism::bucketBytes replaces it.
+  double gradientBucket = 0;
+  std::string bucketSource; ///< the option the bucket comes from, or "bucket" when written
+  /// ZeRO 3: parameter bytes per gather (0: one gather per repeat-block copy).
+  double gatherBucket = 0;
+  /// Whether the gradient reduction overlaps the backward: the plan's `overlap` when written,
+  /// else the framework's default.
+  bool overlap = true;
+  std::string overlapSource; ///< the option or default the overlap comes from
+  /// Whether its fused attention is the target's native kernel (Target::nativeAttention:
+  /// Megatron runs Transformer Engine's cuDNN attention) rather than FlashAttention-2 (what
+  /// PyTorch's scaled_dot_product_attention and flash-attn 2 run); and which, in words.
+  bool nativeAttention = false;
+  std::string attentionKernel;
+};
+
+/// The stack's name: the plan's `stack`, or the one its layout implies (below); `why` gets the
+/// reason when the layout chose it, "" when the plan wrote it.
+std::string stackName(const Plan &plan, std::string *why = nullptr);
+
+/// Whether the plan's fused attention runs as the target's native kernel: the megatron stack on
+/// a target that has one (Target::nativeAttention > 0).
+bool runsNativeAttention(const Plan &plan);
+
+/// The stack of `plan`: its `stack` setting, or the one its layout implies (ZeRO 3 → fsdp;
+/// tensor, pipeline, context or expert parallelism → megatron; ZeRO 1 or 2 → deepspeed; else
+/// ddp), with its buckets for `gradBytes` bytes per gradient element and `paramBytes` per
+/// parameter.
+StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes);
+
+} // namespace tally
