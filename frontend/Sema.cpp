@@ -1120,8 +1120,9 @@ std::optional<std::string> Sema::singleCheckpointPolicy(const ConstValue &v) {
   }
   if (v.kind == ConstValue::Word && llvm::StringRef(v.text).startswith("keep"))
     return keepPolicy(v.text, v.range);
-  static const std::vector<std::string> policies = {"none", "full", "auto", "sqrt", "every",
-                                                    "recompute_all", "selective", "keep"};
+  static const std::vector<std::string> policies = {"none",          "full",      "auto",
+                                                    "sqrt",          "every",     "recompute_all",
+                                                    "selective",     "selective_wide", "keep"};
   if (v.kind != ConstValue::Word ||
       std::find(policies.begin(), policies.end(), v.text) == policies.end() || v.text == "every") {
     if (v.kind == ConstValue::Word && v.text == "every")
@@ -1132,21 +1133,24 @@ std::optional<std::string> Sema::singleCheckpointPolicy(const ConstValue &v) {
       unknownName(v.range, "checkpoint policy", v.text, policies);
     else
       diags.report(DiagKind::TypeMismatch, v.range.Start,
-                   "checkpoint is none, full, every(k), sqrt, recompute_all, selective, a block "
-                   "policy + selective, keep [paths], or auto")
+                   "checkpoint is none, full, every(k), sqrt, recompute_all, selective, "
+                   "selective_wide, a block policy + selective, keep [paths], or auto")
           .range(v.range);
     return std::nullopt;
   }
   return v.text;
 }
 
-/// Two policies joined by `+`: a block policy (full, every(k), sqrt) with selective, stored
-/// as "full + selective" whichever order they were written in; none + selective is selective.
+/// Two policies joined by `+`: a block policy (full, every(k), sqrt) with selective (or
+/// selective_wide), stored as "full + selective" whichever order they were written in; none +
+/// selective is selective.
 std::optional<std::string> Sema::combinedCheckpointPolicy(const std::string &a,
                                                           const std::string &b,
                                                           llvm::SMRange r) {
-  bool aSel = a == "selective", bSel = b == "selective";
+  auto isSel = [](const std::string &p) { return p == "selective" || p == "selective_wide"; };
+  bool aSel = isSel(a), bSel = isSel(b);
   const std::string &other = aSel ? b : a;
+  const std::string &sel = aSel ? a : b;
   if (aSel == bSel || other == "auto" || other == "recompute_all") {
     std::string why =
         aSel && bSel ? "selective is given twice"
@@ -1161,7 +1165,7 @@ std::optional<std::string> Sema::combinedCheckpointPolicy(const std::string &a,
         .range(r);
     return std::nullopt;
   }
-  return other == "none" ? std::string("selective") : other + " + selective";
+  return other == "none" ? sel : other + " + " + sel;
 }
 
 namespace {

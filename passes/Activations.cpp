@@ -535,6 +535,11 @@ struct Policy {
   /// selective: ops re-run alone, just before the first backward step that needs their
   /// outputs (their outputs are dropped after the forward; selectiveOps below).
   std::vector<OpId> selectiveOps;
+  /// Megatron's selective: the selected ops (the attention core) keep their outputs from the
+  /// forward for the ops that read them (the output projection keeps its input, the context),
+  /// and are re-run just before their own backward, for their buffers alone (scores,
+  /// probabilities, dropout mask).
+  bool selectiveKeepsOutputs = false;
   /// keep lists: sets of ops (the copies' ops outside the kept paths), each re-run as a
   /// segment before its first backward step.
   std::vector<std::vector<OpId>> opSegments;
@@ -601,7 +606,7 @@ public:
     }
     for (OpId o : p.selectiveOps) {
       ops_.push_back(o);
-      close(true);
+      close(!p.selectiveKeepsOutputs);
     }
     size_t segments = forOutputs.size();
     // Each segment's trigger, then the segments by trigger, highest first (a stable sort:
@@ -1034,16 +1039,19 @@ void findPeak(Walk &w, const LiveDeltas &live) {
   }
 }
 
-/// `selective` (Korthikanti et al. 2022; llm.c): an op is re-run alone when it is cheap and
-/// its output is large and kept by another op's backward — GELU/SiLU (the next matmul keeps
-/// their output), layer/RMS norms (the next matmul keeps theirs) and unfused attention (its
-/// score, softmax and dropout buffers) — and only when every activation it reads is kept for
-/// some backward anyway, so re-running it holds nothing longer.
-bool selectable(const Facts &f, OpId o) {
+/// An op re-run alone before its backward: `selective` is Megatron's (Korthikanti et al.
+/// 2022, "selective activation recomputation"): only the attention core — QKᵀ, softmax,
+/// dropout and AV, tally's unfused attention op with its score, softmax and dropout buffers.
+/// `selective_wide` (tally's, after llm.c) adds GELU/SiLU (the next matmul keeps their output)
+/// and layer/RMS norms (the next matmul keeps theirs). Either only when the op's output is kept
+/// by another op's backward and every activation it reads is kept for some backward anyway,
+/// so re-running it holds nothing longer.
+bool selectable(const Facts &f, OpId o, bool wide) {
   const Op &op = f.g.ops[o];
-  bool kind = op.kind == OpKind::Gelu || op.kind == OpKind::Silu ||
-              op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm ||
-              (op.kind == OpKind::Attention && !op.attrs->fused);
+  bool core = op.kind == OpKind::Attention && !op.attrs->fused;
+  bool cheap = op.kind == OpKind::Gelu || op.kind == OpKind::Silu ||
+               op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm;
+  bool kind = core || (wide && cheap);
   if (!kind || !f.hasBackward[o] || op.outputs.empty())
     return false;
   bool keptByOther = false;
@@ -1060,11 +1068,13 @@ bool selectable(const Facts &f, OpId o) {
   return true;
 }
 
-Policy selectivePolicy(const Facts &f) {
+/// `selective` (the attention core, Megatron's) or `selective_wide` (with GELU, SiLU, norms).
+Policy selectivePolicy(const Facts &f, bool wide) {
   Policy p;
-  p.name = "selective";
+  p.name = wide ? "selective_wide" : "selective";
+  p.selectiveKeepsOutputs = !wide;
   for (OpId o = 0; o < f.g.ops.size(); ++o)
-    if (selectable(f, o))
+    if (selectable(f, o, wide))
       p.selectiveOps.push_back(o);
   return p;
 }
@@ -1102,6 +1112,7 @@ std::string policyKey(const Policy &p) {
   for (const auto &sg : p.segments)
     put(sg.first), put(sg.second);
   put(p.selectiveOps.size());
+  put(p.selectiveKeepsOutputs);
   for (OpId o : p.selectiveOps)
     put(o);
   put(p.opSegments.size());
@@ -1472,7 +1483,7 @@ std::optional<ChainParts> buildChainParts(const Facts &f, const Analysis &a) {
   std::vector<std::vector<OpId>> selOps(S);
   std::vector<double> keptSel = kept, selSeconds(S, 0);
   for (OpId o = 0; o < n; ++o) {
-    if (!selectable(f, o))
+    if (!selectable(f, o, /*wide=*/true))
       continue;
     uint32_t st = stageOf[o];
     selOps[st].push_back(o);
@@ -1763,11 +1774,13 @@ Policy choosePolicy(const Facts &f, Analysis &a, StepScale scale) {
       smallest = m;
   };
   // 3. selective re-runs single cheap ops: when it fits it often costs less than any block.
-  if (!chosen || chosen->time > 0) {
-    Policy sel = selectivePolicy(f);
-    if (!sel.selectiveOps.empty())
-      consider(sel);
-  }
+  //    Megatron's (the attention core) first, then the wide form (norms, GELU/SiLU too).
+  for (bool wide : {false, true})
+    if (!chosen || chosen->time > 0) {
+      Policy sel = selectivePolicy(f, wide);
+      if (!sel.selectiveOps.empty())
+        consider(sel);
+    }
   // 4. sqrt recomputes as much as full (every block once), so it comes after full; then
   //    recompute_all, O(1) blocks for L(L+1)/2 block forwards (up to kAutoRecomputeAll
   //    copies: its schedule grows as L²).
@@ -1790,10 +1803,11 @@ Policy choosePolicy(const Facts &f, Analysis &a, StepScale scale) {
   return chosen ? chosen->policy : smallest.policy;
 }
 
-/// A block policy combined with selective (`full + selective`): the block policy's segments,
-/// and selective's ops outside them (inside a recomputed copy nothing is kept, so there is
-/// nothing left to re-run alone): the copies left stored and the ops outside the copies.
-Policy withSelective(const Facts &f, Policy blocks) {
+/// A block policy combined with selective (`full + selective`, `full + selective_wide`): the
+/// block policy's segments, and selective's ops outside them (inside a recomputed copy nothing
+/// is kept, so there is nothing left to re-run alone): the copies left stored and the ops
+/// outside the copies.
+Policy withSelective(const Facts &f, Policy blocks, bool wide) {
   std::vector<bool> inSegment(f.g.ops.size(), false);
   for (const auto &sg : blocks.segments)
     for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
@@ -1802,10 +1816,11 @@ Policy withSelective(const Facts &f, Policy blocks) {
   for (const auto &ops : blocks.opSegments)
     for (OpId o : ops)
       inSegment[o] = true;
-  for (OpId o : selectivePolicy(f).selectiveOps)
+  for (OpId o : selectivePolicy(f, wide).selectiveOps)
     if (!inSegment[o])
       blocks.selectiveOps.push_back(o);
-  blocks.name += " + selective";
+  blocks.name += wide ? " + selective_wide" : " + selective";
+  blocks.selectiveKeepsOutputs = !wide;
   return blocks;
 }
 
@@ -1849,18 +1864,20 @@ Policy keepPolicy(const Facts &f, Analysis &a, const std::string &req) {
 }
 
 Policy requestedPolicy(const Facts &f, Analysis &a, StepScale scale, std::string req) {
-  constexpr llvm::StringLiteral kWithSelective = " + selective";
-  if (llvm::StringRef(req).endswith(kWithSelective)) {
-    req.resize(req.size() - kWithSelective.size());
-    return withSelective(f, requestedPolicy(f, a, scale, req));
+  for (bool wide : {false, true}) {
+    llvm::StringRef with = wide ? " + selective_wide" : " + selective";
+    if (llvm::StringRef(req).endswith(with)) {
+      req.resize(req.size() - with.size());
+      return withSelective(f, requestedPolicy(f, a, scale, req), wide);
+    }
   }
   size_t L = f.copies.size();
   if (a.plan->isTrain && req == "auto")
     return choosePolicy(f, a, scale);
   if (!a.plan->isTrain || req == "none")
     return Policy();
-  if (req == "selective")
-    return selectivePolicy(f); // per op: needs no repeat blocks
+  if (req == "selective" || req == "selective_wide")
+    return selectivePolicy(f, req == "selective_wide"); // per op: needs no repeat blocks
   if (L == 0) {
     a.checkpoint.note = "checkpoint = " + req +
                         " has nothing to checkpoint: the model has no repeat blocks, so every "
@@ -2088,14 +2105,20 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
     std::string list;
     for (const auto &kv : kinds)
       list += (list.empty() ? "" : ", ") + std::to_string(kv.second) + " " + kv.first;
-    a.checkpoint.note = "selective re-runs " + std::to_string(p.selectiveOps.size()) +
+    a.checkpoint.note = (p.name.find("selective_wide") != std::string::npos ? "selective_wide"
+                                                                             : "selective") +
+                        std::string(" re-runs ") + std::to_string(p.selectiveOps.size()) +
                         " ops alone before the backward that needs their outputs: " + list;
   } else if (p.reselected > 0) {
     a.checkpoint.note = "the nested plan also re-runs " + std::to_string(p.reselected) +
                         " cheap ops (norms, GELU/SiLU, unfused attention) alone before the "
                         "backward of the blocks it keeps";
   } else if (p.name == "selective") {
-    a.checkpoint.note = "selective found no op to re-run (no GELU, SiLU, norm or unfused "
+    a.checkpoint.note = "selective found no attention core to re-run (it re-runs unfused "
+                        "attention, Megatron's selective recompute; flash attention keeps no "
+                        "scores; selective_wide also re-runs norms and GELU/SiLU)";
+  } else if (p.name == "selective_wide") {
+    a.checkpoint.note = "selective_wide found no op to re-run (no GELU, SiLU, norm or unfused "
                         "attention whose output another op keeps)";
   }
   a.checkpoint.checkpointed = static_cast<int64_t>(p.checkpointed());

@@ -559,7 +559,9 @@ bool meetsBudgets(const Plan &plan, const Trial &t) {
 /// Orders layouts: the least step time; ties (the time model is flat in some settings) go to
 /// fewer model-parallel ranks, a larger micro-batch, a lower ZeRO stage, less recompute.
 bool betterLayout(const ParallelLayout &x, const ParallelLayout &y) {
-  auto rank = [](const std::string &c) { return c == "none" ? 0 : c == "selective" ? 1 : 2; };
+  auto rank = [](const std::string &c) {
+    return c == "none" ? 0 : c == "selective" ? 1 : c == "selective_wide" ? 2 : 3;
+  };
   if (x.trial.stepTime != y.trial.stepTime)
     return x.trial.stepTime < y.trial.stepTime;
   int64_t mx = x.tensor * x.pipeline, my = y.tensor * y.pipeline;
@@ -617,7 +619,9 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
     return it->second ? &*it->second : nullptr;
   };
   std::vector<ParallelLayout> fits;
-  const char *policies[] = {"none", "selective", "full"};
+  // Megatron's selective (the attention core) first, then tally's wider form (norms and
+  // GELU/SiLU too), then whole blocks.
+  const char *policies[] = {"none", "selective", "selective_wide", "full"};
   int64_t perContext = devices / context;
   for (int64_t t : divisors(perContext)) {
     if (t > perNode || (out.heads > 0 && (out.heads % t || out.kvHeads % t)))

@@ -351,11 +351,12 @@ target Small {
   CHECK(a.checkpoint.requested == "auto");
   double states = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer;
   CHECK(a.checkpoint.limitBytes == 64.0 * 1024 * 1024 - states);
-  // Selective drops the GELU outputs (4 of a block's 9 units) but does not fit 64 MiB.
+  // selective_wide drops the GELU outputs (4 of a block's 9 units) but does not fit 64 MiB;
+  // Megatron's selective has no attention core to re-run here, so it is not an option.
   auto blocks = a.checkpoint.options; // the block options, in order of recompute
   blocks.clear();
   for (const auto &o : a.checkpoint.options)
-    if (o.policy == "selective") {
+    if (o.policy == "selective_wide") {
       CHECK(o.bytes < a.checkpoint.options[0].bytes);
       CHECK(o.bytes > a.checkpoint.limitBytes);
     } else if (o.policy == "nested") {
@@ -760,15 +761,15 @@ TEST_CASE("activations: recompute_all keeps O(1) blocks and re-runs L(L+1)/2 blo
   }
 }
 
-TEST_CASE("activations: selective re-runs norms, GELU and unfused attention before the backward "
-          "that needs them", "[activations]") {
+TEST_CASE("activations: selective_wide re-runs norms, GELU and unfused attention before the "
+          "backward that needs them", "[activations]") {
   Compiled none(fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}}));
   std::string src = fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}});
-  src.replace(src.find("  precision   = bf16"), 0, "  checkpoint  = selective\n");
+  src.replace(src.find("  precision   = bf16"), 0, "  checkpoint  = selective_wide\n");
   Compiled sel(src);
   const Analysis &a = *sel.a, &n = *none.a;
   const Graph &g = *a.graph;
-  CHECK(a.checkpoint.policy == "selective");
+  CHECK(a.checkpoint.policy == "selective_wide");
   CHECK(a.checkpoint.checkpointed == 0);
   // The ops re-run: per layer two layer norms, a GELU and the unfused attention; and lnf.
   double flops = 0;
@@ -779,7 +780,7 @@ TEST_CASE("activations: selective re-runs norms, GELU and unfused attention befo
       ++expected, flops += a.ops[o].forward.flops;
   }
   CHECK(expected == 3 * 4 + 1);
-  CHECK(a.checkpoint.note.find("selective re-runs 13 ops") != std::string::npos);
+  CHECK(a.checkpoint.note.find("selective_wide re-runs 13 ops") != std::string::npos);
   CHECK(a.flops.recompute == Approx(flops * 4)); // 4 micro-batches a step
   // Each is re-run once, before the backward of every op that keeps its output.
   std::vector<size_t> rec(g.ops.size(), SIZE_MAX), bwd(g.ops.size(), SIZE_MAX);
@@ -822,6 +823,63 @@ TEST_CASE("activations: selective re-runs norms, GELU and unfused attention befo
   CHECK(savedAtFirstBackward(n) - savedAtFirstBackward(a) == L * perLayer + head);
   CHECK(a.livePeakBytes < n.livePeakBytes);
   CHECK(a.memory.activations < n.memory.activations);
+  checkMemoryPlan(a);
+}
+
+TEST_CASE("activations: selective is Megatron's: the attention core alone, its output kept",
+          "[activations]") {
+  // Korthikanti et al. 2022 re-run only QKᵀ, softmax, dropout and AV: the unfused attention
+  // op, before its own backward; the context it writes stays stored for the output projection.
+  Compiled none(fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}}));
+  std::string src = fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}});
+  src.replace(src.find("  precision   = bf16"), 0, "  checkpoint  = selective\n");
+  Compiled sel(src);
+  const Analysis &a = *sel.a, &n = *none.a;
+  const Graph &g = *a.graph;
+  CHECK(a.checkpoint.policy == "selective");
+  double flops = 0;
+  size_t expected = 0;
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    if (g.ops[o].kind == OpKind::Attention)
+      ++expected, flops += a.ops[o].forward.flops;
+  CHECK(expected == 3);
+  CHECK(a.checkpoint.note.find("selective re-runs 3 ops") != std::string::npos);
+  CHECK(a.flops.recompute == Approx(flops * 4)); // 4 micro-batches a step
+  std::vector<size_t> rec(g.ops.size(), SIZE_MAX), bwd(g.ops.size(), SIZE_MAX);
+  for (size_t i = 0; i < a.schedule.size(); ++i) {
+    const ScheduleStep &st = a.schedule[i];
+    if (st.kind == ScheduleStep::Recompute)
+      rec[st.op] = i;
+    if (st.kind == ScheduleStep::Backward)
+      bwd[st.op] = i;
+  }
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    if (g.ops[o].kind != OpKind::Attention)
+      continue;
+    INFO(g.opPath(o));
+    // Re-run right before its own backward, after the backward of the projection that reads
+    // (and keeps) its output.
+    REQUIRE(rec[o] != SIZE_MAX);
+    CHECK(rec[o] + 1 == bwd[o]);
+    for (OpId r = 0; r < g.ops.size(); ++r)
+      for (TensorId t : g.ops[r].inputs)
+        if (t == g.ops[o].outputs[0] && bwd[r] != SIZE_MAX && r != o)
+          CHECK(bwd[r] < rec[o]);
+  }
+  // At the first backward step each layer holds everything but the scores, softmax and dropout
+  // mask: 5as²b bytes less (2 + 2 + 1 bytes a score in bf16).
+  const double s = 256, b = 2, heads = 8, L = 3;
+  auto savedAtFirstBackward = [](const Analysis &x) {
+    size_t step = 0;
+    while (x.schedule[step].kind != ScheduleStep::Backward)
+      ++step;
+    double bytes = 0;
+    for (const Buffer &buf : x.buffers)
+      if (buf.kind == Buffer::Saved && buf.first <= step && step <= buf.last)
+        bytes += buf.bytes;
+    return bytes;
+  };
+  CHECK(savedAtFirstBackward(n) - savedAtFirstBackward(a) == L * 5 * heads * s * s * b);
   checkMemoryPlan(a);
 }
 

@@ -202,7 +202,7 @@ void printText(const SolverAnswer &r, raw_ostream &os) {
     // The table of layouts, best first, then the search's derivation.
     os << "layout: " << r.rows.size() << " fastest layouts that fit, best first\n";
     char line[256];
-    std::snprintf(line, sizeof line, "  %4s %6s %8s %10s %5s %5s %5s %4s %-10s %10s %6s %11s\n",
+    std::snprintf(line, sizeof line, "  %4s %6s %8s %10s %5s %5s %5s %4s %-14s %10s %6s %11s\n",
                   "rank", "tensor", "pipeline", "interleave", "data", "micro", "accum", "zero",
                   "checkpoint", "step time", "MFU", "memory");
     os << line;
@@ -210,7 +210,7 @@ void printText(const SolverAnswer &r, raw_ostream &os) {
       const auto &row = r.rows[i];
       auto n = [&](size_t k) { return static_cast<long long>(row[k].number); };
       std::snprintf(line, sizeof line,
-                    "  %4zu %6lld %8lld %10lld %5lld %5lld %5lld %4lld %-10s %10s %5.1f%% %11s\n",
+                    "  %4zu %6lld %8lld %10lld %5lld %5lld %5lld %4lld %-14s %10s %5.1f%% %11s\n",
                     i + 1, n(0), n(1), n(2), n(3), n(4), n(5), n(6), row[7].text.c_str(),
                     formatDuration(row[8].number).c_str(), row[9].number * 100,
                     formatBytes(row[10].number).c_str());
