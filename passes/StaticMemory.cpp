@@ -14,7 +14,8 @@
 // 4. A class placed on the host counts toward host memory instead of the device.
 // 5. Framework memory (docs/memory.md §9): with `grad_dtype` wider than the gradients, an
 //    accumulation buffer of T·b(grad_dtype) (sharded like the gradients) replaces them (the
-//    backward adds each weight gradient into it and frees it: Megatron's main_grad); the
+//    backward adds each weight gradient into it and frees it: Megatron's main_grad), or, under
+//    the deepspeed stack, stands beside them (its BF16_Optimizer keeps both); the
 //    target's CUDA context; one communication buffer per communicator of more than one rank
 //    (tensor, context, pipeline, data, expert). allocatorReserve (after the activations and the KV
 //    cache) adds the target's fraction of everything the caching allocator hands out. tally's
@@ -25,6 +26,7 @@
 //    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
 //    + X/(t·p·e)/shard(d/e).
 #include "passes/Passes.h"
+#include "passes/Stack.h"
 
 #include <algorithm>
 
@@ -56,7 +58,10 @@ void staticMemory(Analysis &a) {
   double grads = owned(t, tx, 2) * bytesOf(p.grads);
   bool accumulate = p.gradAccum != Dtype::Invalid && bytesOf(p.gradAccum) > bytesOf(p.grads);
   double gradAccum = accumulate ? owned(t, tx, 2) * bytesOf(p.gradAccum) : 0;
-  if (accumulate)
+  // Megatron adds each weight gradient into its fp32 main_grad and keeps no other; DeepSpeed's
+  // BF16_Optimizer lets autograd write the bf16 gradients and copies them into its fp32 buffer,
+  // so both stay (deepspeed/runtime/bf16_optimizer.py).
+  if (accumulate && stackName(plan) != "deepspeed")
     grads = 0;
   double master = p.master == Dtype::Invalid ? 0 : owned(t, tx, 1) * bytesOf(p.master);
   double optimizer = owned(t, tx, 1) * plan.optimizer.states * bytesOf(p.optimizer);

@@ -215,3 +215,21 @@ TEST_CASE("collectives: FSDP reduces once per block where DDP's buckets are many
   CHECK(s.cost.bytes <= 64 * 1024);
   CHECK(small.a->time.dataParallelComm > fsdp.a->time.dataParallelComm);
 }
+
+TEST_CASE("collectives: DeepSpeed keeps the bf16 gradients beside its fp32 buffer",
+          "[collectives]") {
+  // grad_dtype = f32: Megatron's main_grad replaces the bf16 gradients; DeepSpeed's
+  // BF16_Optimizer keeps both (passes/StaticMemory.cpp).
+  auto plan = [](const char *stack) {
+    return std::string(kTinyGPTModel) +
+           "train p { model = TinyGPT() batch = 64 seq = 128 micro_batch = 4 optimizer = "
+           "AdamW(lr = 1e-3) precision = mixed_bf16 grad_dtype = f32 target = 16 x A100_80GB { "
+           "zero = 1, stack = " + stack + " } }\n";
+  };
+  Compiled mg(plan("megatron"), "p"), ds(plan("deepspeed"), "p");
+  double T = mg.a->params.trainable;
+  CHECK(mg.a->memory.gradAccum == Approx(T * 4));
+  CHECK(mg.a->memory.grads == 0);
+  CHECK(ds.a->memory.gradAccum == Approx(T * 4));
+  CHECK(ds.a->memory.grads == Approx(T * 2));
+}
