@@ -89,8 +89,8 @@ int log2i(double x) { return x >= 1 ? static_cast<int>(std::floor(std::log2(x)))
 /// Whether the node's devices are joined by NVLink (faster than the host's PCIe) rather than
 /// PCIe, the tier of NCCL's intra-node latencies.
 Tier intraTier(const Target &t) {
-  return t.interconnect > 0 && t.interconnect > (t.hostLink > 0 ? t.hostLink : 32e9) ? NVLink
-                                                                                       : PCI;
+  double host = t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
+  return t.interconnect > 0 && t.interconnect > host ? NVLink : PCI;
 }
 
 struct Scale {
@@ -140,12 +140,12 @@ const char *protocolName(CollProtocol p) {
 }
 
 double commBandwidth(const Target &t) {
-  double link = t.interconnect > 0 ? t.interconnect : t.hostLink > 0 ? t.hostLink : 32e9;
+  double link = t.interconnect > 0 ? t.interconnect : t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
   return link * t.efficiency.communication;
 }
 
 double networkBandwidth(const Target &t) {
-  double link = t.network > 0 ? t.network : t.hostLink > 0 ? t.hostLink : 32e9;
+  double link = t.network > 0 ? t.network : t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
   return link * t.efficiency.communication;
 }
 

@@ -68,6 +68,9 @@ double collectiveTime(const Target &t, const Placement &g, Collective c, double 
 /// step's latency of that tier plus bytes / bandwidth.
 double sendTime(const Target &t, bool network, double bytes);
 
+/// PCIe 4.0 x16, per direction: the host link assumed when a user target states none.
+constexpr double kDefaultHostLink = 32e9;
+
 /// The device-to-device bandwidth after efficiency: the interconnect, or the host link when a
 /// target states no interconnect (traffic then crosses PCIe).
 double commBandwidth(const Target &t);

@@ -291,8 +291,6 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
 
 namespace {
 
-/// PCIe 4.0 x16, per direction: the host link assumed when a user target states none.
-constexpr double kDefaultHostLink = 32e9;
 
 /// The activation operand of a matmul by a weight, or kNone when `op` is not one.
 TensorId weightMatmulInput(const Graph &g, const Op &op) {

@@ -761,6 +761,18 @@ TEST_CASE("activations: recompute_all keeps O(1) blocks and re-runs L(L+1)/2 blo
   }
 }
 
+/// The saved bytes live at the first backward step of `x`'s schedule (nothing re-run yet).
+static double savedAtFirstBackward(const Analysis &x) {
+  size_t step = 0;
+  while (x.schedule[step].kind != ScheduleStep::Backward)
+    ++step;
+  double bytes = 0;
+  for (const Buffer &buf : x.buffers)
+    if (buf.kind == Buffer::Saved && buf.first <= step && step <= buf.last)
+      bytes += buf.bytes;
+  return bytes;
+}
+
 TEST_CASE("activations: selective_wide re-runs norms, GELU and unfused attention before the "
           "backward that needs them", "[activations]") {
   Compiled none(fill(kGpt3, {{"TARGET", "H100_SXM"}, {"ARGS", ""}}));
@@ -810,16 +822,6 @@ TEST_CASE("activations: selective_wide re-runs norms, GELU and unfused attention
   const double s = 256, b = 2, h = 512, heads = 8, L = 3;
   double perLayer = 14 * s * b * h + 5 * heads * s * s * b + 2 * 8 * s * b;
   double head = 2 * s * b * h + 8 * s * b;
-  auto savedAtFirstBackward = [](const Analysis &x) {
-    size_t step = 0;
-    while (x.schedule[step].kind != ScheduleStep::Backward)
-      ++step;
-    double bytes = 0;
-    for (const Buffer &buf : x.buffers)
-      if (buf.kind == Buffer::Saved && buf.first <= step && step <= buf.last)
-        bytes += buf.bytes;
-    return bytes;
-  };
   CHECK(savedAtFirstBackward(n) - savedAtFirstBackward(a) == L * perLayer + head);
   CHECK(a.livePeakBytes < n.livePeakBytes);
   CHECK(a.memory.activations < n.memory.activations);
@@ -869,16 +871,6 @@ TEST_CASE("activations: selective is Megatron's: the attention core alone, its o
   // At the first backward step each layer holds everything but the scores, softmax and dropout
   // mask: 5as²b bytes less (2 + 2 + 1 bytes a score in bf16).
   const double s = 256, b = 2, heads = 8, L = 3;
-  auto savedAtFirstBackward = [](const Analysis &x) {
-    size_t step = 0;
-    while (x.schedule[step].kind != ScheduleStep::Backward)
-      ++step;
-    double bytes = 0;
-    for (const Buffer &buf : x.buffers)
-      if (buf.kind == Buffer::Saved && buf.first <= step && step <= buf.last)
-        bytes += buf.bytes;
-    return bytes;
-  };
   CHECK(savedAtFirstBackward(n) - savedAtFirstBackward(a) == L * 5 * heads * s * s * b);
   checkMemoryPlan(a);
 }
