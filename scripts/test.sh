@@ -1,10 +1,35 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing, builds, then ctest (Catch2 unit tests, the golden
-# lit tests under tests/lit, and the diagnostic-coverage check); then the sanitizer suite and
-# the fuzzer (below). TALLY_SANITIZERS=0 skips the second part.
+# Runs every test: installs what is missing, builds, then ctest (every test: Catch2 unit tests,
+# the golden lit tests under tests/lit, the generated steps, the CUDA compiles, validation, …);
+# then the sanitizer suite and the fuzzer (below). TALLY_SANITIZERS=0 skips the second part.
+# This is what CI runs (.ci/run).
+#   scripts/test.sh --quick   the edit-test loop: build, then only the tests labelled `quick`
+#                             (ctest -L quick: unit, lit, layers, diagnostic coverage, the CPU
+#                             step tests, one end-to-end model); no CUDA compiles, no sanitizers.
+# Every test carries a tier label, quick or slow (docs/design.md "Test tiers"); the full run
+# fails on a test with neither.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 scripts/setup.sh --build
+# ctest -N lists the tests that have neither tier label.
+untiered=$(cd build && ctest -N -LE '^(quick|slow)$' | sed -n 's/^ *Test *#[0-9]*: //p')
+if [ -n "$untiered" ]; then
+  echo "test.sh: these tests have no tier label (LABELS quick or slow where they are added):"
+  echo "$untiered" | sed 's/^/  /'
+  [ "$quick" = 1 ] || exit 1
+fi
+if [ "$quick" = 1 ]; then
+  start=$(date +%s)
+  (cd build && ctest --output-on-failure -j"$(nproc)" -L '^quick$')
+  echo "test.sh --quick: the quick tier passed in $(( $(date +%s) - start )) s (the full run: scripts/test.sh)"
+  exit 0
+fi
 (cd build && ctest --output-on-failure -j"$(nproc)")
 
 # The sanitizer suite (docs/reliability.md): tally, unit_tests and the libFuzzer target built

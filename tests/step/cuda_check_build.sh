@@ -8,6 +8,11 @@
 # Without OpenBLAS (pkg-config openblas) the CPU runtime's GEMM calls go to the plain reference
 # GEMM of cuda_check_blas.cpp (tests/step/cuda_blas_shim/cblas.h), so a GPU machine needs only
 # the CUDA toolkit. Exit 77 (ctest's skip code) with a printed reason when nvcc is missing.
+# TALLY_CUDA_RT_LIB=libtally_rt_cuda.a (ctest sets it: the fixture cuda-runtime-lib,
+# tests/step/cuda_rt_lib.sh): link the CUDA runtime prebuilt for every storage type instead of
+# compiling it here: the .cu files get its explicit instantiation declarations
+# (-include tests/step/cuda_rt_extern.cuh), and cuda_instantiate.cu, whose instantiations the
+# library holds, is left out. Unset (scripts/gpu-validate): everything compiled here, as before.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -34,14 +39,30 @@ else
   srcs+=(cuda_check_blas.cpp)
 fi
 common=(-std=c++17 -O2 "-arch=$arch" -I"$root" -Xcompiler -fopenmp)
+cu_flags=()
+rt_lib=()
+if [[ -n "${TALLY_CUDA_RT_LIB:-}" ]]; then
+  if [[ ! -f "$TALLY_CUDA_RT_LIB" ]]; then
+    echo "cuda_check_build: TALLY_CUDA_RT_LIB=$TALLY_CUDA_RT_LIB: no such library (ctest cuda-runtime-lib builds it)"
+    exit 1
+  fi
+  kept=()
+  for s in "${srcs[@]}"; do [[ "$s" != cuda_instantiate.cu ]] && kept+=("$s"); done
+  srcs=("${kept[@]}")
+  cu_flags=(-I"$root/codegen/runtime" -include "$root/tests/step/cuda_rt_extern.cuh")
+  rt_lib=("$TALLY_CUDA_RT_LIB")
+  echo "linking the prebuilt CUDA runtime $TALLY_CUDA_RT_LIB (cuda_instantiate.cu's instances are in it)"
+fi
 jobs="${CUDA_CHECK_JOBS:-${#srcs[@]}}"
 pids=()
 fail=0
 start=$(date +%s)
 for s in "${srcs[@]}"; do
   while (( $(jobs -rp | wc -l) >= jobs )); do sleep 1; done
+  extra=()
+  [[ "$s" == *.cu ]] && extra=("${cu_flags[@]}")
   # shellcheck disable=SC2086
-  "$nvcc" "${common[@]}" $blas_cflags -c "$root/tests/step/$s" -o "$out/${s%.*}.o" > "$out/${s%.*}.log" 2>&1 &
+  "$nvcc" "${common[@]}" "${extra[@]}" $blas_cflags -c "$root/tests/step/$s" -o "$out/${s%.*}.o" > "$out/${s%.*}.log" 2>&1 &
   pids+=("$!:$s")
 done
 for p in "${pids[@]}"; do
@@ -55,5 +76,5 @@ done
 # shellcheck disable=SC2086
 objs=()
 for s in "${srcs[@]}"; do objs+=("$out/${s%.*}.o"); done
-"$nvcc" "-arch=$arch" "${objs[@]}" -Xcompiler -fopenmp $blas_libs -lcublasLt -o "$out/cuda_check" || exit 1
+"$nvcc" "-arch=$arch" "${objs[@]}" "${rt_lib[@]}" -Xcompiler -fopenmp $blas_libs -lcublasLt -o "$out/cuda_check" || exit 1
 echo "built $out/cuda_check with $nvcc for $arch in $(( $(date +%s) - start )) s"

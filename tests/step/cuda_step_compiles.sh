@@ -8,6 +8,12 @@
 # backward, dp2z with ZeRO-1: MPI and NCCL, which the binary must link). The steps fuse
 # their elementwise runs (the CUDA default). Nothing is run: this machine has no GPU. Exit 77
 # (skipped) with the reason where nvcc is absent.
+# TALLY_CUDA_RT_LIB (ctest sets it: the fixture cuda-runtime-lib, tests/step/cuda_rt_lib.sh): the
+# prebuilt CUDA runtime, libtally_rt_cuda.a. Each step's CMakeLists.txt is then configured with
+# tests/step/cuda_rt_prebuilt.cmake as its project include: step.cu and driver_cuda.cu are still
+# compiled by nvcc, but with the runtime's explicit instantiation declarations
+# (cuda_rt_extern.cuh), so only the step's own (fused) kernels are compiled there, and the
+# runtime's come from the library at the link. Unset: the step builds exactly as a user's does.
 set -euo pipefail
 tally=$1 src=$2 out=$3 nvcc=${4:-}
 if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
@@ -17,6 +23,15 @@ fi
 if [[ -z "$nvcc" ]]; then
   echo "skipped: nvcc not found (the CUDA toolkit is not installed); the CUDA step cannot be compiled here"
   exit 77
+fi
+prebuilt=()
+if [[ -n "${TALLY_CUDA_RT_LIB:-}" ]]; then
+  if [[ ! -f "$TALLY_CUDA_RT_LIB" ]]; then
+    echo "FAIL: TALLY_CUDA_RT_LIB=$TALLY_CUDA_RT_LIB: no such library (ctest cuda-runtime-lib builds it)"
+    exit 1
+  fi
+  prebuilt=(-DCMAKE_PROJECT_INCLUDE="$src/tests/step/cuda_rt_prebuilt.cmake"
+            -DTALLY_RT_PREBUILT_LIB="$TALLY_CUDA_RT_LIB")
 fi
 mkdir -p "$out"
 for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o dp:dp2z}; do
@@ -28,7 +43,7 @@ for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o dp:dp2z}; do
   "$tally" build "$src/tests/step/e2e/$m.tally" "${plan[@]}" --backend cuda -o "$dir"
   start=$(date +%s)
   if ! cmake -S "$dir" -B "$dir/build" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_BUILD_TYPE=Release \
-       > "$dir/configure.log" 2>&1; then
+       "${prebuilt[@]}" > "$dir/configure.log" 2>&1; then
     tail -n 40 "$dir/configure.log"
     echo "FAIL: $m: configuring the generated CUDA step"
     exit 1
@@ -44,11 +59,22 @@ for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o dp:dp2z}; do
   fi
   grep -q "sm_90" "$dir/build/CMakeFiles/tally_step.dir/flags.make" || {
     echo "FAIL: $m: not compiled for sm_90"; exit 1; }
+  # With the prebuilt runtime: its declarations in the compiles, the library on the link line
+  # (CMake may put the libraries in a response file beside link.txt).
+  if (( ${#prebuilt[@]} )); then
+    tdir=$dir/build/CMakeFiles/tally_step.dir
+    grep -q "cuda_rt_extern.cuh" "$tdir/flags.make" || {
+      echo "FAIL: $entry: not compiled with the prebuilt runtime's declarations"; exit 1; }
+    cat "$tdir/link.txt" "$tdir"/*.rsp 2>/dev/null | grep -q "libtally_rt_cuda.a" || {
+      echo "FAIL: $entry: the prebuilt CUDA runtime was not linked"; exit 1; }
+  fi
   # ldd's output captured first: `ldd | grep -q` under pipefail fails when grep stops reading early.
   libs=$(ldd "$dir/build/tally_step")
   if grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" && [[ "$libs" != *libnccl* ]]; then
     echo "FAIL: $entry: a data-parallel step that does not link NCCL"
     exit 1
   fi
-  echo "$m: step.cu and driver_cuda.cu compiled and linked for sm_90 in $(( $(date +%s) - start )) s (not run: no GPU)"
+  how="the runtime compiled in"
+  (( ${#prebuilt[@]} )) && how="linking the prebuilt runtime"
+  echo "$entry: step.cu and driver_cuda.cu compiled and linked for sm_90, $how, in $(( $(date +%s) - start )) s (not run: no GPU)"
 done
