@@ -2,8 +2,9 @@
 """check_checkpoint.py — the generated CPU step under every checkpoint policy (issue 7).
 
 Runs `TALLY run ckpt.tally --checkpoint P --steps 3 --warmup 0 --format json --dump-grads G`
-for P in none, full, every(2), every(3), sqrt, recompute_all, selective and auto, and checks for
-each:
+for P in none, full, every(2), every(3), sqrt, recompute_all, selective_wide and auto, and the
+`ckpt_core` plan (the same model with materialised attention) under none and selective
+(Megatron's: the attention core re-run alone), and checks for each:
   - the arena the step allocated is exactly the estimate's (measured.arena_bytes ==
     estimated.arena_bytes), and a checkpointing policy plans a smaller arena than none;
   - the loss of every step and every gradient of the last step equal those of `none` to within
@@ -32,7 +33,10 @@ sys.path.insert(0, HERE)
 import check_e2e as E  # noqa: E402
 import safetensors as st  # noqa: E402
 
-POLICIES = ["none", "full", "every(2)", "every(3)", "sqrt", "recompute_all", "selective", "auto"]
+POLICIES = ["none", "full", "every(2)", "every(3)", "sqrt", "recompute_all", "selective_wide",
+            "auto"]
+# (name, plan, policy, the run compared with): Megatron's selective against the same plan's none.
+CORE = [("core none", "ckpt_core", "none", None), ("selective", "ckpt_core", "selective", "core none")]
 RTOL = 1e-6
 
 
@@ -46,10 +50,13 @@ def main():
 
     runs = {}
     with tempfile.TemporaryDirectory() as work:
-        def run(name, model, policy):
-            grads = os.path.join(work, "g-%s.safetensors" % name.replace("(", "").replace(")", ""))
+        def run(name, model, policy, plan=None):
+            grads = os.path.join(work, "g-%s.safetensors" % name.replace("(", "").replace(")", "")
+                                 .replace(" ", "-"))
             cmd = [tally, "run", os.path.join(HERE, model), "--steps", "3", "--warmup", "0",
                    "--format", "json", "--seed", "7", "--dump-grads", grads]
+            if plan:
+                cmd += ["--plan", plan]
             if policy:
                 cmd += ["--checkpoint", policy]
             r = subprocess.run(cmd, capture_output=True, text=True)
@@ -63,6 +70,8 @@ def main():
 
         for p in POLICIES:
             run(p, "ckpt.tally", p)
+        for name, plan, policy, _ in CORE:
+            run(name, "ckpt.tally", policy, plan)
         run("nested base", "ckpt_nested.tally", "recompute_all")
         run("nested", "ckpt_nested.tally", None)
         r = subprocess.run([tally, "report", os.path.join(HERE, "ckpt_nested.tally"), "--format",
@@ -72,8 +81,9 @@ def main():
         if "none" not in runs:
             result("none run", False, "no baseline")
             return 1
-        for p in POLICIES[1:] + ["nested"]:
-            base = "nested base" if p == "nested" else "none"
+        bases = {name: against for name, _, _, against in CORE if against}
+        for p in POLICIES[1:] + ["nested"] + list(bases):
+            base = "nested base" if p == "nested" else bases.get(p, "none")
             if p not in runs or base not in runs:
                 continue
             base_report, base_grads = runs[base]

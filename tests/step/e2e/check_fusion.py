@@ -48,7 +48,7 @@ RTOL = 1e-6
 # (name, file, extra arguments): MLP (bias add + relu), GPT (bias + gelu, bias + residual + the
 # next layer norm),
 # GPT with materialised attention, Llama (residual add + RMS norm; the mul backward's two
-# products side by side), checkpointing that recomputes fused runs (full, selective:
+# products side by side), checkpointing that recomputes fused runs (full, selective_wide:
 # the norms and GELU alone), and 16-bit storage (values rounded to bf16 between fused ops).
 CONFIGS = [
     ("mlp", "mlp.tally", []),
@@ -57,7 +57,7 @@ CONFIGS = [
     ("llama", "llama.tally", []),
     ("ckpt none", "ckpt.tally", ["--checkpoint", "none"]),
     ("ckpt full", "ckpt.tally", ["--checkpoint", "full"]),
-    ("ckpt selective", "ckpt.tally", ["--checkpoint", "selective"]),
+    ("ckpt selective_wide", "ckpt.tally", ["--checkpoint", "selective_wide"]),
     ("gpt bf16", "gpt.tally", ["--plan", "gpt", "--precision", "bf16"]),
     ("gpt mixed_bf16", "gpt.tally", ["--plan", "gpt", "--precision", "mixed_bf16"]),
 ]
