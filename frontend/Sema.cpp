@@ -879,7 +879,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         continue;
       }
       // Topology and layout settings (docs/time.md §4, "Nodes and collectives").
-      if (k == "sequence_parallel" || k == "overlap" || k == "tensor_overlap") {
+      if (k == "sequence_parallel" || k == "overlap" || k == "tensor_overlap" || k == "compiled") {
         if (e.kind != ConstValue::Bool) {
           diags.report(DiagKind::TypeMismatch, rec.ranges[i].Start, k + " is true or false")
               .range(rec.ranges[i]);
@@ -887,6 +887,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
         }
         bool &flag = k == "overlap"          ? par.overlap
                      : k == "tensor_overlap" ? par.tensorOverlap
+                     : k == "compiled"       ? par.compiled
                                              : par.sequenceParallel;
         flag = e.boolean;
         par.overlapGiven |= k == "overlap";
@@ -991,7 +992,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
                     {"data", "tensor", "pipeline", "context", "expert", "zero", "interleave",
                      "sequence_parallel", "overlap", "tensor_overlap", "order", "gpus_per_node",
                      "link", "network", "link_latency", "network_latency", "kernel_launch",
-                     "stack", "bucket", "nvls", "sharp"});
+                     "stack", "bucket", "nvls", "sharp", "compiled"});
         return false;
       }
       auto n = positiveInt(e, ("'" + k + "'").c_str());
@@ -1528,7 +1529,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
   }
   // On the calibrated host, every rank has its part of the one machine (docs/targets.md).
   plan.target.shareHost(plan.parallel.devices, o.hostThreads);
-  plan.fuseKernels = o.fuseKernels;
+  plan.fuseKernels = o.fuseKernels || plan.parallel.compiled;
   plan.cudaStep = o.cudaStep;
   if (!sawPrecision)
     plan.precision.preset = "fp32";

@@ -59,6 +59,9 @@ struct Parallelism {
   bool overlap = true;             ///< the data-parallel gradient reduction (and ZeRO-3 gathers)
                                    ///< overlap the backward (forward), bucketed
   bool overlapGiven = false;       ///< `overlap` was written (else the stack's default holds)
+  /// `compiled = true`: the framework compiles the step (torch.compile, Megatron's fused
+  /// kernels): elementwise chains run fused, priced as `--fuse` prices them (Plan::fuseKernels).
+  bool compiled = false;
   bool tensorOverlap = false;      ///< Megatron's asynchronous tensor-parallel backward: each
                                    ///< input gradient's all-reduce (reduce-scatter) overlaps the
                                    ///< weight-gradient GEMMs of the matmuls that read the input

@@ -34,6 +34,7 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
   f.name = stackName(plan, &f.why);
   f.chosen = par.stack.empty();
   f.nativeAttention = runsNativeAttention(plan);
+  f.compiled = plan.fuseKernels;
   f.attentionKernel = f.nativeAttention
                           ? "the GPU's own fused attention (Transformer Engine's cuDNN kernel)"
                           : "FlashAttention-2 (PyTorch's scaled_dot_product_attention)";

@@ -32,6 +32,9 @@ struct StackFacts {
   /// PyTorch's scaled_dot_product_attention and flash-attn 2 run); and which, in words.
   bool nativeAttention = false;
   std::string attentionKernel;
+  /// Whether its kernels are compiled (`compiled = true`: elementwise chains fused, as --fuse
+  /// prices them) or run eagerly, one kernel per op (the default of every stack).
+  bool compiled = false;
 };
 
 /// The stack's name: the plan's `stack`, or the one its layout implies (below); `why` gets the

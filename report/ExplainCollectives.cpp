@@ -53,6 +53,10 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
      << " (" << s.bucketSource << ")\n";
   os << "  overlap with compute: " << (s.overlap ? "yes" : "no") << " (" << s.overlapSource << ")\n";
   os << "  attention kernel: " << s.attentionKernel << "\n";
+  os << "  kernels: "
+     << (s.compiled ? "compiled (elementwise chains fused, as --fuse prices them)"
+                    : "eager, one kernel per op (`compiled = true` fuses elementwise chains)")
+     << "\n";
   if (a.collectives.empty()) {
     os << "\n  no collectives: one device, or no group of more than one member\n";
     return;
@@ -119,7 +123,8 @@ llvm::json::Value stackJson(const Analysis &a) {
                             {"overlap", s.overlap},
                             {"overlap_source", s.overlapSource},
                             {"attention_kernel", s.attentionKernel},
-                            {"native_attention", s.nativeAttention}};
+                            {"native_attention", s.nativeAttention},
+                            {"compiled", s.compiled}};
 }
 
 void explainCollectivesJson(const Analysis &a, llvm::raw_ostream &os) {

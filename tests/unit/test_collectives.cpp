@@ -233,3 +233,20 @@ TEST_CASE("collectives: DeepSpeed keeps the bf16 gradients beside its fp32 buffe
   CHECK(ds.a->memory.gradAccum == Approx(T * 4));
   CHECK(ds.a->memory.grads == Approx(T * 2));
 }
+
+TEST_CASE("collectives: a compiled stack fuses its elementwise chains", "[collectives]") {
+  // `compiled = true` (torch.compile, Megatron's fused kernels) prices the step as --fuse does.
+  auto plan = [](const char *extra) {
+    return std::string(kTinyGPTModel) +
+           "train p { model = TinyGPT() batch = 64 seq = 128 micro_batch = 4 optimizer = "
+           "AdamW(lr = 1e-3) precision = mixed_bf16 target = 16 x H100_SXM { zero = 3" +
+           extra + " } }\n";
+  };
+  Compiled eager(plan(""), "p"), compiled(plan(", compiled = true"), "p");
+  CHECK(!eager.a->stack.compiled);
+  CHECK(!eager.a->fusion.enabled);
+  CHECK(compiled.a->stack.compiled);
+  CHECK(compiled.a->fusion.enabled);
+  CHECK(compiled.a->fusion.kernels.size() > 0);
+  CHECK(compiled.a->time.forward < eager.a->time.forward);
+}
