@@ -37,7 +37,8 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
   f.compiled = plan.fuseKernels;
   f.attentionKernel = f.nativeAttention
                           ? "the GPU's own fused attention (Transformer Engine's cuDNN kernel)"
-                          : "FlashAttention-2 (PyTorch's scaled_dot_product_attention)";
+                          : "FlashAttention-2 (what PyTorch's scaled_dot_product_attention and "
+                            "flash-attn run)";
   const double d = degree(par.data);
   if (f.name == "megatron") {
     // megatron/core/distributed/distributed_data_parallel_config.py, bucket_size: "max(40000000,
