@@ -63,7 +63,7 @@
 //              be accumulated whole), all-gather P_T once
 //      ZeRO 3: reduce-scatter G every micro-batch, all-gather each layer's P/L before its
 //              forward and its backward, every micro-batch
-//    Gradients go in messages the framework stack sets (passes/Collectives.cpp, stackFacts:
+//    Gradients go in messages the framework stack sets (passes/Stack.cpp, stackFacts:
 //    DDP's 25 MiB, Megatron's max(40M, 1M·d) elements, DeepSpeed's 5e8 elements, FSDP's one per
 //    block). With the stack's overlap they hide behind the backward
 //    of the last micro-batch (ZeRO 0/1), of every micro-batch (ZeRO 2), or behind all compute
@@ -224,7 +224,7 @@ KernelWork asRun(const Analysis &a, OpId i, KernelWork w, double efficiency) {
     }
     return w;
   }
-  if (a.graph->ops[i].kind == OpKind::Attention) {
+  if (op.kind == OpKind::Attention) {
     w.rate = Dtype::F32;
     w.efficiency = efficiency;
     w.outsideBytes = 0; // the measured time holds the whole kernel
@@ -290,7 +290,6 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
 }
 
 namespace {
-
 
 /// The activation operand of a matmul by a weight, or kNone when `op` is not one.
 TensorId weightMatmulInput(const Graph &g, const Op &op) {
