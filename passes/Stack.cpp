@@ -44,9 +44,10 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
     // megatron/core/distributed/distributed_data_parallel_config.py, bucket_size: "max(40000000,
     // 1000000 * dp_size) parameters (larger DP sizes need larger buckets ...)";
     // overlap_grad_reduce defaults to False (--overlap-grad-reduce turns it on).
-    f.gradientBucket = std::max(40e6, 1e6 * d) * gradBytes;
+    double elements = std::max(40e6, 1e6 * d);
+    f.gradientBucket = elements * gradBytes;
     f.bucketSource = "Megatron DistributedDataParallelConfig.bucket_size, max(40M, 1M x dp) elements";
-    f.gatherBucket = f.gradientBucket;
+    f.gatherBucket = elements * paramBytes;
     f.overlap = false;
     f.overlapSource = "Megatron's overlap_grad_reduce default (False)";
   } else if (f.name == "deepspeed") {
@@ -73,7 +74,7 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
     // the backward fills them.
     f.gradientBucket = 25.0 * 1024 * 1024;
     f.bucketSource = "PyTorch DDP bucket_cap_mb = 25";
-    f.gatherBucket = f.gradientBucket;
+    f.gatherBucket = f.gradientBucket / gradBytes * paramBytes; // as many elements
     f.overlap = true;
     f.overlapSource = "DDP reduces each bucket as the backward fills it";
   }

@@ -8,6 +8,7 @@
 #include "tests/unit/Support.h"
 
 #include "passes/Collectives.h"
+#include "passes/Stack.h"
 
 #include <cmath>
 
@@ -179,6 +180,22 @@ TEST_CASE("collectives: framework stacks and their buckets", "[collectives]") {
   CHECK(mg.name == "megatron");
   CHECK(mg.gradientBucket == 40e6 * 2); // max(40M, 1M × 8) elements
   CHECK(!mg.overlap);
+  {
+    // A bucket is a count of elements: with fp32 gradients and bf16 parameters a gradient
+    // message holds 4 bytes an element and a parameter gather 2.
+    Compiled t(std::string(kTinyGPTModel) + "train p { model = TinyGPT() batch = 2048 seq = 128 "
+                                            "micro_batch = 4 optimizer = AdamW(lr = 1e-3) "
+                                            "precision = mixed_bf16 target = 16 x H100_SXM "
+                                            "{ tensor = 2 } }\n",
+               "p");
+    StackFacts wide = stackFacts(*t.a->plan, 4, 2);
+    CHECK(wide.gradientBucket == 40e6 * 4);
+    CHECK(wide.gatherBucket == 40e6 * 2);
+    Plan ddpPlan = *t.a->plan;
+    ddpPlan.parallel.stack = "ddp";
+    StackFacts ddp = stackFacts(ddpPlan, 4, 2);
+    CHECK(ddp.gatherBucket == ddp.gradientBucket / 2);
+  }
   CHECK(facts("1024 x H100_SXM { tensor = 2 }").gradientBucket == 512e6 * 2); // 1M × dp
   // Written by the plan, and overridden one by one.
   StackFacts w = facts("16 x H100_SXM { zero = 1, stack = megatron, bucket = 100 MiB, overlap = true }");
