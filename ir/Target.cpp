@@ -150,16 +150,50 @@ constexpr double NetworkStep = 14e-6;
 ///    score; Q, the output and the logsumexp outside the loop; the exps overlapped with the
 ///    matmuls, as its ping-pong schedule does) comes to 621 TFLOP/s at head size 128, 16 heads,
 ///    16k tokens, no mask (pytorch/benchmark #2391, bf16, 4·dh FLOPs per score).
+///  - FlashAttention-2 on Hopper (Dao's CUDA kernel: what flash-attn 2 and PyTorch's
+///    scaled_dot_product_attention run) does not use Hopper's asynchronous tensor-core
+///    instructions and reaches "only 35% utilization on the H100" (Shah et al. 2024,
+///    FlashAttention-3, §1). Its Figures 5 and 6 measure it at head size 128, 16k tokens, no
+///    mask: 370 TFLOP/s forward and 322 backward (the backward counted as 2.5 forwards), 334
+///    together — Dao 2023 (FlashAttention-2, §4.1) gives "up to 335 TFLOPs/s" forward and
+///    backward on the H100. Its exps are not overlapped (they add, as KernelTimeTerms::total
+///    prices them), and a training step runs both passes, so the efficiency of its matmul
+///    FLOPs is solved for the forward and backward together. A Hopper part with another peak
+///    keeps the fraction (the same GH100 kernel). The default 0.6 (FlashAttention-2 on an
+///    A100, Dao 2023) stays for the other GPUs.
 constexpr double A100Matmul = 0.859;
-double nativeEfficiency(const Target &t, double rate) {
+constexpr double FlashAttention2H100Forward = 370e12;
+constexpr double FlashAttention2H100Backward = 322e12;
+constexpr double H100SxmPeak = 989.5e12;
+/// The efficiency at which tally's time of a FlashAttention kernel at the reference shape
+/// (head size 128, 16 heads, 16k tokens, no mask) comes to the published `rate` (counted as
+/// 4·dh FLOPs per score forward, 2.5 times that backward). Per score, as ir/OpRules.cpp and
+/// passes/StepTime.cpp count them: forward 4·dh + 5 FLOPs and one exp, Q, the output and the
+/// logsumexp outside the loop; backward 10·dh + 9 FLOPs (the recomputed scores included) and
+/// one exp, K and V in and dK and dV out outside it. `expsOverlapped`: the kernel runs its exps
+/// during its matmuls (FlashAttention-3) rather than after them (FlashAttention-2);
+/// `withBackward`: `rate` is the forward and backward's together, else the forward's.
+double flashEfficiency(const Target &t, double rate, bool expsOverlapped, bool withBackward) {
   const double dh = 128, heads = 16, s = 16384, scores = heads * s * s;
-  const double outside = (2 * s * dh * heads * 2 + heads * s * 4) / scores / t.bandwidth;
-  return (4 * dh + 5) / (t.peakBF16 * (4 * dh / rate - outside));
+  const double exps = expsOverlapped ? 0 : t.transcendentalTime;
+  double published = 4 * dh / rate;
+  double flops = 4 * dh + 5;
+  double other = (2 * s * dh * heads * 2 + heads * s * 4) / scores / t.bandwidth + exps;
+  if (withBackward) {
+    published = 3.5 * 4 * dh / rate;
+    flops += 10 * dh + 9;
+    other += 2 * (2 * s * dh * heads * 2) / scores / t.bandwidth + exps;
+  }
+  return flops / (t.peakBF16 * (published - other));
 }
 void kernelRates(Target &t, double mamf, double nativeRate) {
   t.efficiency.matmul = Efficiency().matmul * mamf / A100Matmul;
-  if (nativeRate > 0)
-    t.nativeAttention = nativeEfficiency(t, nativeRate);
+  if (nativeRate > 0) { // a Hopper part: FlashAttention-3 native, FlashAttention-2 as measured
+    t.nativeAttention = flashEfficiency(t, nativeRate, true, false);
+    double scale = t.peakBF16 / H100SxmPeak;
+    double both = 3.5 / (1 / FlashAttention2H100Forward + 2.5 / FlashAttention2H100Backward);
+    t.efficiency.attention = flashEfficiency(t, both * scale, false, true);
+  }
 }
 
 /// Framework memory of a catalogue GPU (docs/targets.md, "Framework memory"): a CUDA context
