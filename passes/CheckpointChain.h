@@ -1,6 +1,6 @@
 // Nested activation checkpointing over a chain of stages: the dynamic program of Beaumont et
 // al. (2019, "Optimal checkpointing for heterogeneous chains", the Rotor algorithm), which
-// generalises Griewank's Revolve to stages of different sizes and costs. Activations.cpp
+// generalises Griewank's Revolve to stages of different sizes and costs. CheckpointNested.cpp
 // builds the chain (the ops before the repeat copies, each copy or group of copies, the ops
 // after them), solves it for a memory budget and writes the answer out as a schedule, whose
 // real peak its liveness walk then measures.

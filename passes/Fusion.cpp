@@ -324,6 +324,101 @@ struct RunBuilder {
   }
 };
 
+/// Step 2: an output that nothing after entry `last` reads is not written: its buffer's last
+/// schedule step is that entry's, and no later entry of that step reads it.
+bool unreadAfter(const Analysis &a, const BufferIndex &buffers, const RunBuilder &run, uint32_t e,
+                 uint32_t last) {
+  const Graph &s = *a.step;
+  const Op &op = s.ops[a.stepSchedule[e].op];
+  TensorId y = op.outputs[0];
+  if (op.accumulate || y == s.loss || s.tensors[y].role == TensorRole::Input || s.tensors[y].viewOf != kNone ||
+      std::find(s.outputs.begin(), s.outputs.end(), y) != s.outputs.end() || run.rangeOf(y, buffers.stepOf(e)).region != 0)
+    return false;
+  for (uint32_t f = e + 1; f <= last; ++f) // a later op adds into it in memory
+    if (s.ops[a.stepSchedule[f].op].outputs[0] == y)
+      return false;
+  const Buffer *b = buffers.liveAt(y, buffers.stepOf(e));
+  if (!b || b->last != buffers.stepOf(last))
+    return false;
+  size_t stop = b->last + 1 < a.stepIndexOf.size() ? a.stepIndexOf[b->last + 1] : a.stepSchedule.size();
+  for (size_t f = last + 1; f < stop; ++f)
+    for (TensorId x : s.ops[a.stepSchedule[f].op].inputs)
+      if (s.storageOf(x) == y)
+        return false;
+  return true;
+}
+
+/// Step 5: a matmul (entry e) whose output only the next entry reads, an add of a bias over
+/// its last dimension, runs as one matmul with a bias epilogue into the add's output: the
+/// matmul's own output is never written, the add is no kernel of its own. The product must be
+/// one matrix product (A dense, B a matrix, C dense) and the add's output overlap none of its
+/// operands (cuBLASLt's D may not alias A, B or the bias).
+bool biasEpilogue(const Analysis &a, const BufferIndex &buffers, const RunBuilder &run, size_t e) {
+  const Graph &s = *a.step;
+  if (e + 1 >= a.stepSchedule.size())
+    return false;
+  const StepEntry &me = a.stepSchedule[e], &ae = a.stepSchedule[e + 1];
+  if (me.kind != ae.kind || me.kind == StepEntry::Optimizer || me.kind == StepEntry::Backward)
+    return false;
+  const Op &mm = s.ops[me.op], &add = s.ops[ae.op];
+  if (mm.kind != OpKind::Matmul || mm.accumulate || add.kind != OpKind::Add || add.attrs->hasScalar ||
+      add.accumulate || add.inputs.size() != 2 || add.outputs.size() != 1)
+    return false;
+  TensorId x = mm.inputs[0], w = mm.inputs[1], c = mm.outputs[0], y = add.outputs[0];
+  TensorId bias = add.inputs[0] == c ? add.inputs[1] : add.inputs[1] == c ? add.inputs[0] : kNone;
+  const Tensor &tc = s.tensors[c], &ty = s.tensors[y];
+  if (bias == kNone || bias == c || tc.shape.empty() || s.tensors[w].shape.size() != 2 ||
+      !isDense(s.tensors[x].shape, s.tensors[x].layout) || s.tensors[x].shape.size() < 2 ||
+      !isDense(tc.shape, tc.layout) || tc.viewOf != kNone || !isDense(ty.shape, ty.layout) || ty.viewOf != kNone ||
+      !isFloat(tc.dtype))
+    return false;
+  for (TensorId t : {x, w, bias, y})
+    if (s.tensors[t].dtype != tc.dtype)
+      return false;
+  std::optional<ElementIndex> bi = elementIndex(s, bias, y), ci = elementIndex(s, c, y);
+  if (!bi || !ci || bi->kind != ElementIndex::Trailing || bi->m != tc.shape.back().size ||
+      ci->kind != ElementIndex::Same || s.tensors[bias].shape.size() != 1)
+    return false;
+  if (!unreadAfter(a, buffers, run, static_cast<uint32_t>(e), static_cast<uint32_t>(e + 1)))
+    return false;
+  uint32_t ms = buffers.stepOf(e), as = buffers.stepOf(e + 1);
+  Range out = run.rangeOf(y, as);
+  if (out.region != 0)
+    return false;
+  for (auto [t, st] : {std::pair{x, ms}, std::pair{w, ms}, std::pair{bias, as}}) {
+    Range r = run.rangeOf(t, st);
+    if (r.region < 0 || r.overlaps(out))
+      return false;
+  }
+  return true;
+}
+
+/// Step 4: a kernel's totals, and its savings charged per op (savedBy: bytes per entry; every
+/// entry after the first saves its launch) to the op's forward (forward entries) or its
+/// forward op's backward (backward entries); recompute kernels repeat the forward ones.
+void recordKernel(Analysis &a, const Analysis::FusedKernel &k, const std::vector<double> &savedBy) {
+  const Graph &s = *a.step;
+  a.fusion.kernels.push_back(k);
+  a.fusion.epilogues += k.epilogue ? 1 : 0;
+  a.fusion.ops += k.count;
+  a.fusion.launchesSaved += k.count - 1;
+  a.fusion.bytesSaved += k.bytesSaved;
+  StepEntry::Kind kind = a.stepSchedule[k.first].kind;
+  for (uint32_t i = 0; i < k.count && kind != StepEntry::Recompute; ++i) {
+    const Op &op = s.ops[a.stepSchedule[k.first + i].op];
+    double calls = i == 0 ? 0 : 1;
+    if (kind == StepEntry::Forward) {
+      FusedSavings &f = a.fusion.savings[a.stepSchedule[k.first + i].op];
+      f.forwardBytes += savedBy[i];
+      f.forwardCalls += calls;
+    } else if (op.forwardOp < a.fusion.savings.size()) {
+      FusedSavings &f = a.fusion.savings[op.forwardOp];
+      f.backwardBytes += savedBy[i];
+      f.backwardCalls += calls;
+    }
+  }
+}
+
 } // namespace
 
 void fuseKernels(Analysis &a) {
@@ -336,104 +431,16 @@ void fuseKernels(Analysis &a) {
   BufferIndex buffers(a);
   RunBuilder run(a, buffers);
 
-  // Step 2: an output that nothing after entry `last` reads is not written: its buffer's last
-  // schedule step is that entry's, and no later entry of that step reads it.
-  auto unreadAfter = [&](uint32_t e, uint32_t last) {
-    const Op &op = s.ops[a.stepSchedule[e].op];
-    TensorId y = op.outputs[0];
-    if (op.accumulate || y == s.loss || s.tensors[y].role == TensorRole::Input || s.tensors[y].viewOf != kNone ||
-        std::find(s.outputs.begin(), s.outputs.end(), y) != s.outputs.end() || run.rangeOf(y, buffers.stepOf(e)).region != 0)
-      return false;
-    for (uint32_t f = e + 1; f <= last; ++f) // a later op adds into it in memory
-      if (s.ops[a.stepSchedule[f].op].outputs[0] == y)
-        return false;
-    const Buffer *b = buffers.liveAt(y, buffers.stepOf(e));
-    if (!b || b->last != buffers.stepOf(last))
-      return false;
-    size_t stop = b->last + 1 < a.stepIndexOf.size() ? a.stepIndexOf[b->last + 1] : a.stepSchedule.size();
-    for (size_t f = last + 1; f < stop; ++f)
-      for (TensorId x : s.ops[a.stepSchedule[f].op].inputs)
-        if (s.storageOf(x) == y)
-          return false;
-    return true;
-  };
-  auto unread = [&](uint32_t i) { return unreadAfter(run.first + i, run.first + run.count - (run.norm ? 2 : 1)); };
-  // Step 5: a matmul (entry e) whose output only the next entry reads, an add of a bias over
-  // its last dimension, runs as one matmul with a bias epilogue into the add's output: the
-  // matmul's own output is never written, the add is no kernel of its own. The product must be
-  // one matrix product (A dense, B a matrix, C dense) and the add's output overlap none of its
-  // operands (cuBLASLt's D may not alias A, B or the bias).
-  auto epilogue = [&](size_t e) -> bool {
-    if (e + 1 >= a.stepSchedule.size())
-      return false;
-    const StepEntry &me = a.stepSchedule[e], &ae = a.stepSchedule[e + 1];
-    if (me.kind != ae.kind || me.kind == StepEntry::Optimizer || me.kind == StepEntry::Backward)
-      return false;
-    const Op &mm = s.ops[me.op], &add = s.ops[ae.op];
-    if (mm.kind != OpKind::Matmul || mm.accumulate || add.kind != OpKind::Add || add.attrs->hasScalar ||
-        add.accumulate || add.inputs.size() != 2 || add.outputs.size() != 1)
-      return false;
-    TensorId x = mm.inputs[0], w = mm.inputs[1], c = mm.outputs[0], y = add.outputs[0];
-    TensorId bias = add.inputs[0] == c ? add.inputs[1] : add.inputs[1] == c ? add.inputs[0] : kNone;
-    const Tensor &tc = s.tensors[c], &ty = s.tensors[y];
-    if (bias == kNone || bias == c || tc.shape.empty() || s.tensors[w].shape.size() != 2 ||
-        !isDense(s.tensors[x].shape, s.tensors[x].layout) || s.tensors[x].shape.size() < 2 ||
-        !isDense(tc.shape, tc.layout) || tc.viewOf != kNone || !isDense(ty.shape, ty.layout) || ty.viewOf != kNone ||
-        !isFloat(tc.dtype))
-      return false;
-    for (TensorId t : {x, w, bias, y})
-      if (s.tensors[t].dtype != tc.dtype)
-        return false;
-    std::optional<ElementIndex> bi = elementIndex(s, bias, y), ci = elementIndex(s, c, y);
-    if (!bi || !ci || bi->kind != ElementIndex::Trailing || bi->m != tc.shape.back().size ||
-        ci->kind != ElementIndex::Same || s.tensors[bias].shape.size() != 1)
-      return false;
-    if (!unreadAfter(static_cast<uint32_t>(e), static_cast<uint32_t>(e + 1)))
-      return false;
-    uint32_t ms = buffers.stepOf(e), as = buffers.stepOf(e + 1);
-    Range out = run.rangeOf(y, as);
-    if (out.region != 0)
-      return false;
-    for (auto [t, st] : {std::pair{x, ms}, std::pair{w, ms}, std::pair{bias, as}}) {
-      Range r = run.rangeOf(t, st);
-      if (r.region < 0 || r.overlaps(out))
-        return false;
-    }
-    return true;
-  };
-  // Step 4: a kernel's totals, and its savings charged per op (savedBy: bytes per entry; every
-  // entry after the first saves its launch) to the op's forward (forward entries) or its
-  // forward op's backward (backward entries); recompute kernels repeat the forward ones.
-  auto record = [&](const Analysis::FusedKernel &k, const std::vector<double> &savedBy) {
-    a.fusion.kernels.push_back(k);
-    a.fusion.epilogues += k.epilogue ? 1 : 0;
-    a.fusion.ops += k.count;
-    a.fusion.launchesSaved += k.count - 1;
-    a.fusion.bytesSaved += k.bytesSaved;
-    StepEntry::Kind kind = a.stepSchedule[k.first].kind;
-    for (uint32_t i = 0; i < k.count && kind != StepEntry::Recompute; ++i) {
-      const Op &op = s.ops[a.stepSchedule[k.first + i].op];
-      double calls = i == 0 ? 0 : 1;
-      if (kind == StepEntry::Forward) {
-        FusedSavings &f = a.fusion.savings[a.stepSchedule[k.first + i].op];
-        f.forwardBytes += savedBy[i];
-        f.forwardCalls += calls;
-      } else if (op.forwardOp < a.fusion.savings.size()) {
-        FusedSavings &f = a.fusion.savings[op.forwardOp];
-        f.backwardBytes += savedBy[i];
-        f.backwardCalls += calls;
-      }
-    }
-  };
+  auto unread = [&](uint32_t i) { return unreadAfter(a, buffers, run, run.first + i, run.first + run.count - (run.norm ? 2 : 1)); };
   std::vector<bool> consumed(a.stepSchedule.size(), false);
   for (size_t e = 0; e + 1 < a.stepSchedule.size(); ++e) {
-    if (!epilogue(e))
+    if (!biasEpilogue(a, buffers, run, e))
       continue;
     // The add's whole traffic (the product read, the bias read, its output written, now by the
     // matmul instead of the product) and its launch.
     const Op &add = s.ops[a.stepSchedule[e + 1].op];
     double bytes = s.bytes(add.inputs[0]) + s.bytes(add.inputs[1]) + s.bytes(add.outputs[0]);
-    record({static_cast<uint32_t>(e), 2, bytes, 1, false, true}, {0, bytes});
+    recordKernel(a, {static_cast<uint32_t>(e), 2, bytes, 1, false, true}, {0, bytes});
     consumed[e] = consumed[e + 1] = true;
     ++e;
   }
@@ -457,7 +464,7 @@ void fuseKernels(Analysis &a) {
         }
     }
     if (run.count >= 2)
-      record({run.first, run.count, run.saved, unwritten, run.norm}, run.savedBy);
+      recordKernel(a, {run.first, run.count, run.saved, unwritten, run.norm}, run.savedBy);
     run.reset();
   };
 
