@@ -220,6 +220,9 @@ struct Analysis {
     double dataParallelComm = 0, tensorParallelComm = 0, pipelineComm = 0;
     double contextParallelComm = 0; ///< ring attention's K/V passes not hidden by attention
     double expertParallelComm = 0;  ///< the all-to-alls of routed tokens (expert parallelism)
+    /// Of dataParallelComm: the compute the hidden collectives slowed, on the multiprocessors
+    /// NCCL's blocks held while they ran (passes/Collectives.h, overlapInterference).
+    double overlapInterference = 0;
   } time;
 
   /// StepTime.cpp: the framework that runs the step (its buckets and overlap), and every kind of

@@ -139,6 +139,11 @@ const char *protocolName(CollProtocol p) {
   return "?";
 }
 
+double overlapInterference(const Target &t) {
+  return t.multiprocessors > 0 ? std::min(1.0, kChannels / static_cast<double>(t.multiprocessors))
+                              : 0;
+}
+
 double commBandwidth(const Target &t) {
   double link = t.interconnect > 0 ? t.interconnect : t.hostLink > 0 ? t.hostLink : kDefaultHostLink;
   return link * t.efficiency.communication;

@@ -68,7 +68,10 @@
 //    block). With the stack's overlap they hide behind the backward
 //    of the last micro-batch (ZeRO 0/1), of every micro-batch (ZeRO 2), or behind all compute
 //    (ZeRO 3, gathers prefetched): exposed = max(last bucket or one layer's gather, total −
-//    window). The all-gather of P_T after the update (ZeRO 1/2) is always exposed.
+//    window). The all-gather of P_T after the update (ZeRO 1/2) is always exposed. What is
+//    hidden is not free: NCCL's blocks hold channels / multiprocessors of the GPU while it
+//    runs, so the compute beside it slows by that fraction of the hidden time
+//    (overlapInterference, Collectives.h).
 // 7. Tensor-parallel communication per micro-batch: each row-parallel matmul all-reduces its
 //    output in the forward (and again when it is recomputed); each whole tensor read by
 //    column-parallel matmuls has its gradient all-reduced in the backward (once per tensor:
@@ -559,7 +562,11 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
     grads = {grads.first + times * ctx.first, std::max(grads.second, ctx.second)};
   }
   double exposed = overlap ? std::max(grads.second, grads.first - window) : grads.first;
-  return exposed + gather;
+  // What is hidden still runs on NCCL's blocks: the compute beside it has fewer
+  // multiprocessors for that long (overlapInterference).
+  double hidden = std::max(0.0, grads.first - exposed);
+  a.time.overlapInterference = hidden * overlapInterference(plan.target);
+  return exposed + a.time.overlapInterference + gather;
 }
 
 /// Step 8: bytes over the host link per step on one device.

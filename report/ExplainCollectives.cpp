@@ -84,6 +84,10 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
      << formatDuration(a.time.pipelineComm) << ", context parallel "
      << formatDuration(a.time.contextParallelComm) << ", expert parallel "
      << formatDuration(a.time.expertParallelComm) << "\n";
+  if (a.time.overlapInterference > 0)
+    os << "  of the data-parallel time, " << formatDuration(a.time.overlapInterference)
+       << " is compute slowed beside the hidden collectives: NCCL's blocks hold one "
+          "multiprocessor per channel while they run (docs/time.md, \"Overlap is not free\")\n";
 }
 
 llvm::json::Value collectivesJson(const Analysis &a) {
