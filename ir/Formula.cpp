@@ -1,5 +1,5 @@
-// Terms and the Explainer context of ir/Formula.h: how a counting rule of ir/OpRules.cpp prints
-// as a formula. Nothing here knows an op kind; the rules themselves are in ir/OpRules.cpp.
+// Terms and the Explainer context of ir/Formula.h: how a counting rule of ir/ops/ prints as a
+// formula. Nothing here knows an op kind; the rules themselves are in ir/ops/.
 #include "ir/Formula.h"
 
 #include "support/Format.h"

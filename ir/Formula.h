@@ -1,4 +1,4 @@
-// The number types the counting rules of ir/OpRules.cpp are written over. Each rule (forward
+// The number types the counting rules of ir/ops/ are written over. Each rule (forward
 // FLOPs, bytes read, bytes written, one input's gradient FLOPs) is one function template over a
 // counting context C, written once:
 //

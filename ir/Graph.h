@@ -211,7 +211,7 @@ struct SliceDim {
   bool drop = false;
 };
 
-/// Attributes of an op; which ones matter depends on the kind (see ir/OpRules.cpp).
+/// Attributes of an op; which ones matter depends on the kind (see its rule in ir/ops/).
 struct OpAttrs {
   int64_t dim = -1;           ///< split/concat/softmax/sum/mean axis (negative counts from the end)
   int64_t parts = 0;          ///< split: number of equal parts

@@ -1,9 +1,10 @@
 // Per-op knowledge, one table entry per op kind: output shapes, forward FLOPs and bytes, the
 // FLOPs of each input's gradient, and the tensors the backward keeps. Every pass asks this
-// table, so adding an op touches ir/Ops.def and one entry in ir/OpRules.cpp, and all passes
-// agree. The counting convention is written down in docs/counting.md. The counts are written
-// once, as templates over a number type (ir/Formula.h): the passes run them on doubles, and
-// `tally explain` runs the same code on terms to print the formula behind each number.
+// table, so adding an op touches ir/Ops.def and its family's file in ir/ops/ (its rules and
+// one RULE line), and all passes agree. The counting convention is written down in
+// docs/counting.md. The counts are written once, as templates over a number type
+// (ir/Formula.h): the passes run them on doubles, and `tally explain` runs the same code on
+// terms to print the formula behind each number.
 //
 // All FLOP and byte counts are doubles: whole-run totals reach 1e25, past int64 and exact
 // double integers; per-op counts stay exact below 2^53.

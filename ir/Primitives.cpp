@@ -1,5 +1,5 @@
 // The table of callable primitives (see ir/Primitives.h). docs/language.md §5 says what each
-// computes; ir/OpRules.cpp has each op kind's shapes and costs.
+// computes; ir/ops/ has each op kind's shapes and costs.
 #include "ir/Primitives.h"
 
 #include "llvm/ADT/StringMap.h"

@@ -237,9 +237,8 @@ void node(Target &t, int64_t gpus, double network, double link, int computeCapab
   t.networkLatency = NetworkStep;
 }
 
-std::vector<Target> buildCatalogue() {
-  std::vector<Target> c;
-
+/// Hopper (GH100): the H100 in its SXM and PCIe forms, and the H200.
+void addHopper(std::vector<Target> &c) {
   Target h100;
   h100.name = "H100_SXM";
   h100.description = "NVIDIA H100 SXM5 80GB";
@@ -311,7 +310,10 @@ std::vector<Target> buildCatalogue() {
   specialFunctions(h200, 132, 1.83e9); // the H100 SXM's GH100: 132 SMs at 1.83 GHz
   kernelRates(h200, 0.803, 621e12); // attention: the H100's (the same GH100 compute)
   c.push_back(h200);
+}
 
+/// Ampere (GA100): the A100 SXM4 with 80 GB and with 40 GB.
+void addAmpere(std::vector<Target> &c) {
   Target a100;
   a100.name = "A100_80GB";
   a100.description = "NVIDIA A100 SXM4 80GB";
@@ -342,7 +344,10 @@ std::vector<Target> buildCatalogue() {
   a100s.hostMemoryBytes = 128e9; // DGX A100 320GB: 1 TB for 8 GPUs
   a100s.source = "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM column)";
   c.push_back(a100s);
+}
 
+/// Blackwell: the B200.
+void addBlackwell(std::vector<Target> &c) {
   Target b200;
   b200.name = "B200";
   b200.description = "NVIDIA B200 (HGX B200, 1000 W) 180GB";
@@ -368,7 +373,10 @@ std::vector<Target> buildCatalogue() {
   specialFunctions(b200, 148, 1.856e9);
   kernelRates(b200, 0.776, 0); // attention: no published rate; the default stays
   c.push_back(b200);
+}
 
+/// Ada Lovelace: the GeForce RTX 4090.
+void addAda(std::vector<Target> &c) {
   Target rtx;
   rtx.name = "RTX_4090";
   rtx.description = "NVIDIA GeForce RTX 4090 24GB";
@@ -389,7 +397,15 @@ std::vector<Target> buildCatalogue() {
   node(rtx, 4, 100e9 / 8 / 4, PCIeStep, 89, false); // assumed: 4 cards, one 100 Gb/s NIC
   specialFunctions(rtx, 128, 2.52e9); // 128 SMs, 2.52 GHz boost (same table)
   c.push_back(rtx);
+}
 
+/// The catalogue, by generation; `tally targets` and the solvers list it in this order.
+std::vector<Target> buildCatalogue() {
+  std::vector<Target> c;
+  addHopper(c);
+  addAmpere(c);
+  addBlackwell(c);
+  addAda(c);
   return c;
 }
 

@@ -1,0 +1,354 @@
+// The attention family's rules: attention (multi-head, grouped-query, causal, ALiBi, padding
+// mask, fused flash or materialised scores) and attention_backward: shapes, model and executed
+// FLOPs, the bytes each form moves, and what the backward keeps. docs/counting.md states the
+// same rules as formulas.
+#include "ir/ops/OpsCommon.h"
+
+#include <cstdint>
+#include <string>
+
+namespace tally::oprules {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Attention: q [b, s, d], k and v [b, s_kv, d_kv], h query heads of size dh = d/h, kvHeads
+// key/value heads (d_kv = kvHeads·dh). S = b·h·s·s_kv is the number of attention scores.
+
+/// The attention sizes: b, s, s_kv, h, dh = d / h, and S = b·h·s·s_kv scores.
+template <class C> struct AttnTerms {
+  Num<C> b, s, skv, h, dh, S;
+};
+
+template <class C> AttnTerms<C> attentionTerms(C &c) {
+  const Shape &q = in(c.g, c.op, 0).shape, &k = in(c.g, c.op, 1).shape;
+  AttnTerms<C> t;
+  t.b = c.dim("b", q[0]);
+  t.s = c.dim("s", q[1]);
+  t.skv = c.dim("s_kv", k[1]);
+  t.h = c.quantity("h", c.lit(static_cast<double>(c.op.attrs->heads)));
+  t.dh = c.quantity("dh", c.named("d", c.lit(static_cast<double>(q[2].size))) / t.h);
+  t.S = c.quantity("S", t.b * t.h * t.s * t.skv);
+  return t;
+}
+
+using AttnDims = AttnTerms<Count>;
+AttnDims attnDims(const Graph &g, const Op &op) {
+  Count c(g, op);
+  return attentionTerms(c);
+}
+
+/// The share of the score matrix a causal flash kernel computes: the lower triangle with its
+/// diagonal, (s+1)/(2s). Unfused attention computes the dense matrix and then masks it.
+double causalFraction(const Graph &g, const Op &op) {
+  AttnDims d = attnDims(g, op);
+  if (!op.attrs->causal || !op.attrs->fused || d.s != d.skv || d.s == 0)
+    return 1;
+  return (d.s + 1) / (2 * d.s);
+}
+
+bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                    ShapeError &err) {
+  if (!expectInputs(op, op.attrs->hasMask ? 4 : 3, op.attrs->hasMask ? 4 : 3, err))
+    return false;
+  const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape, &v = in(g, op, 2).shape;
+  auto all = [&] { // failures only
+    return g.formatShape(q) + ", " + g.formatShape(k) + ", " + g.formatShape(v);
+  };
+  if (q.size() != 3 || k.size() != 3 || v.size() != 3)
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention expects q [batch, seq, d] and k, v [batch, seq_kv, d_kv], got " + all());
+  if (k[0].size != q[0].size || v[0].size != q[0].size || k[1].size != v[1].size ||
+      k[2].size != v[2].size)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention q, k and v disagree: " + all() +
+                    " (batch must match, and k and v must have the same shape)");
+  int64_t h = op.attrs->heads, kvh = op.attrs->kvHeads ? op.attrs->kvHeads : op.attrs->heads;
+  if (h <= 0 || kvh <= 0)
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention needs heads > 0 and kv_heads > 0, got heads = " + std::to_string(h) +
+                    ", kv_heads = " + std::to_string(kvh));
+  if (q[2].size % h != 0)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention width " + std::to_string(q[2].size) + " of " + g.formatShape(q) +
+                    " is not divisible by heads = " + std::to_string(h));
+  if (h % kvh != 0)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention heads = " + std::to_string(h) + " is not a multiple of kv_heads = " +
+                    std::to_string(kvh));
+  int64_t dh = q[2].size / h;
+  if (k[2].size != kvh * dh)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention key/value width " + std::to_string(k[2].size) + " of " +
+                    g.formatShape(k) + " should be kv_heads × head size = " + std::to_string(kvh) +
+                    " × " + std::to_string(dh) + " = " + std::to_string(kvh * dh));
+  if (!(op.attrs->p >= 0 && op.attrs->p < 1))
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention dropout must be in [0, 1), got " + std::to_string(op.attrs->p));
+  if (op.attrs->hasMask) { // a padding mask: which keys each sequence of the batch has
+    const Tensor &m = in(g, op, 3);
+    if (isFloat(m.dtype) || m.shape.size() != 2 || m.shape[0].size != q[0].size ||
+        m.shape[1].size != k[1].size)
+      return fail(err, ShapeErrorKind::Mismatch,
+                  "attention mask must be integers or booleans of shape [batch, seq_kv] = " +
+                      g.formatShape(Shape{q[0], k[1]}) + ", got " + nameOf(m.dtype).str() +
+                      g.formatShape(m.shape));
+  }
+  // What the backward reads besides q, k, v and o: the logsumexp of each query row (fp32
+  // [b, h, s]) when fused; the probabilities [b, h, s, s_kv] when materialised, with the
+  // dropout mask and the dropped probabilities when p > 0.
+  outs.push_back({q, g.activationDtype});
+  if (op.attrs->fused) {
+    outs.push_back({Shape{q[0], Dim{h, 0}, q[1]}, Dtype::F32});
+  } else {
+    Shape scores{q[0], Dim{h, 0}, q[1], k[1]};
+    if (!checkedNumel(scores))
+      return fail(err, ShapeErrorKind::Overflow, "the attention score matrix " +
+                                                     Graph::formatSizes(scores) +
+                                                     " has more elements than fit in a 64-bit integer");
+    outs.push_back({scores, g.activationDtype});
+    if (op.attrs->p > 0) {
+      outs.push_back({scores, Dtype::U8});
+      outs.push_back({scores, g.activationDtype});
+    }
+  }
+  return true;
+}
+
+/// Per-score FLOPs outside the matmuls: scale and softmax (5), and dropout (1) when p > 0.
+double attnPerScore(const Op &op) { return 5 + (op.attrs->p > 0 ? 1 : 0); }
+/// ALiBi adds slope_h·(j − i) to each score in the kernel: a multiply and an add per score
+/// (the distance is index arithmetic, like the causal mask, and costs no FLOPs). The bias
+/// has no parameters and no gradient; flash attention recomputes it in the backward.
+double alibiPerScore(const Op &op) { return op.attrs->alibi ? 2 : 0; }
+
+/// explain's remark on a causal op: model FLOPs count the dense score matrix.
+std::string causalNote(const Graph &g, const Op &op) {
+  const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape;
+  if (!op.attrs->causal)
+    return "";
+  if (!op.attrs->fused)
+    return "causal, unfused: the dense score matrix is computed, then masked; model FLOPs "
+           "count all s·s_kv scores";
+  if (q[1].size != k[1].size)
+    return "causal with s != s_kv: executed FLOPs are the dense count";
+  std::string s = formatFormulaNumber(static_cast<double>(q[1].size));
+  return "model FLOPs count all s·s_kv scores (Narayanan et al.); the causal flash kernel "
+         "executes the lower triangle, (s + 1)/(2s) = (" + s + " + 1)/(2 · " + s + ") of them";
+}
+
+struct AttentionCounts : BaseCounts {
+  /// QKᵀ and P·V, 2·S·dh each: the part done as matrix products.
+  template <class C> static Num<C> products(C &c, const AttnTerms<C> &t) {
+    return c.lit(4) * t.S * t.dh;
+  }
+  /// The products, then per score: scale and softmax (5), dropout (1) when p > 0, the ALiBi
+  /// bias (2) when asked.
+  template <class C> static Num<C> flops(C &c) {
+    AttnTerms<C> t = attentionTerms(c);
+    const Op &op = c.op;
+    if constexpr (C::kExplains) {
+      std::string note = "Q·Kᵀ and P·V are 2·S·dh each; scale and softmax 5 per score" +
+                         std::string(op.attrs->p > 0 ? ", dropout 1" : "") +
+                         std::string(op.attrs->alibi ? ", the ALiBi bias 2" : "");
+      std::string causal = causalNote(c.g, op);
+      c.note(causal.empty() ? note : note + "; " + causal);
+    }
+    return products(c, t) + c.lit(attnPerScore(op) + alibiPerScore(op)) * t.S;
+  }
+  /// Unfused, the score matrices (scores, probabilities, and the dropped probabilities with
+  /// dropout) are each written by one kernel and read by the next.
+  template <class C> static Num<C> matrices(C &c, const AttnTerms<C> &t) {
+    return c.lit(c.op.attrs->p > 0 ? 3 : 2) * t.S *
+           c.lit(static_cast<double>(bytesOf(c.g.activationDtype)));
+  }
+  template <class C> static Num<C> read(C &c) {
+    Num<C> qkv = sumBytes(c, c.op.inputs, "in");
+    if (c.op.attrs->fused) {
+      c.note("q, k and v once each; the scores stay on chip (flash)");
+      return qkv;
+    }
+    c.note(c.op.attrs->p > 0 ? "unfused: the score matrix, the probabilities and the dropped "
+                              "probabilities are each read once by the next kernel"
+                            : "unfused: the score matrix, the probabilities are each read once "
+                              "by the next kernel");
+    AttnTerms<C> t = attentionTerms(c);
+    return qkv + matrices(c, t);
+  }
+  template <class C> static Num<C> written(C &c) {
+    if (c.op.attrs->fused) {
+      c.note("the output, and the logsumexp per query row in fp32 (out1)");
+      return sumBytes(c, c.op.outputs, "out");
+    }
+    AttnTerms<C> t = attentionTerms(c);
+    Num<C> w = c.bytesOf(c.op.outputs[0], "out", 0) + matrices(c, t);
+    if (c.op.attrs->p <= 0) {
+      c.note("unfused: the output, the scores, the probabilities");
+      return w;
+    }
+    c.note("unfused: the output, the scores, the probabilities, the dropped probabilities and "
+           "the 1-byte dropout mask");
+    return w + t.S;
+  }
+  /// dQ: dP = dO·Vᵀ (2·S·dh), dropout backward (S when p > 0), softmax backward (4·S), dS·K
+  /// (2·S·dh). dK = dSᵀ·Q and dV = Pᵀ·dO (2·S·dh each) reuse dS from dQ's count.
+  template <class C> static Num<C> grad(C &c, unsigned i) {
+    if (i >= 3) {
+      c.note("the padding mask is data: no gradient");
+      return c.lit(0);
+    }
+    AttnTerms<C> t = attentionTerms(c);
+    if (i == 0) {
+      c.note(c.op.attrs->p > 0 ? "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
+                                "(4 per score), dropout (1 per score); dK and dV reuse dS"
+                              : "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
+                                "(4 per score); dK and dV reuse dS");
+      return c.lit(4) * t.S * t.dh + c.lit(attnPerScore(c.op) - 1) * t.S;
+    }
+    c.note(i == 1 ? "dK = dSᵀ·Q" : "dV = Pᵀ·dO");
+    return c.lit(2) * t.S * t.dh;
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    Count c(g, op);
+    AttnDims d = attentionTerms(c);
+    r.matmulFlops = products(c, d);
+    r.executedFlops = r.flops * causalFraction(g, op);
+    r.transcendentals = d.S * causalFraction(g, op); // one exp per computed score
+  }
+};
+
+double gradAttention(const Graph &g, const Op &op, unsigned i) {
+  return gradOf<AttentionCounts>(g, op, i);
+}
+
+double executedBackwardAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad) {
+  if (!anyNeed(needGrad))
+    return 0;
+  AttnDims d = attnDims(g, op);
+  double S = d.S;
+  double f = 0;
+  for (unsigned i = 0; i < 3; ++i)
+    if (need(needGrad, i))
+      f += gradAttention(g, op, i);
+  // dK needs dS even when q needs no gradient: count dP and the softmax backward once there.
+  if (!need(needGrad, 0) && need(needGrad, 1))
+    f += 2 * S * d.dh + (attnPerScore(op) - 1) * S;
+  // Flash attention recomputes the scores, the softmax and the dropout mask from q, k and the
+  // saved logsumexp.
+  if (op.attrs->fused)
+    f += 2 * S * d.dh + (attnPerScore(op) + alibiPerScore(op)) * S;
+  return f * causalFraction(g, op);
+}
+
+void savedAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
+                    std::vector<SavedTensor> &out) {
+  if (!anyNeed(needGrad))
+    return;
+  keep(g, out, op.inputs[0], "query");
+  keep(g, out, op.inputs[1], "key");
+  keep(g, out, op.inputs[2], "value");
+  if (op.attrs->hasMask)
+    keep(g, out, op.inputs[3], "padding mask");
+  if (op.attrs->fused) {
+    keep(g, out, op.outputs[0], "output");
+    keep(g, out, op.outputs[1], "logsumexp");
+    return;
+  }
+  keep(g, out, op.outputs[1], "attention probabilities");
+  if (op.attrs->p > 0) {
+    keep(g, out, op.outputs[2], "attention dropout mask");
+    keep(g, out, op.outputs[3], "dropped probabilities");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention_backward.
+
+/// attention_backward(q, k, v, o, lse, dO) when fused, (q, k, v, P[, mask, dropped], dO)
+/// when not: dq, dk, dv as gradMask asks. A padding mask comes right after v.
+bool inferAttentionBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
+                            ShapeError &err) {
+  if (!expectInputs(op, 5, 8, err))
+    return false;
+  for (unsigned i = 0; i < 3; ++i)
+    if (gradWanted(op, i))
+      outs.push_back({in(g, op, i).shape, g.tensors[op.inputs.back()].dtype});
+  return true;
+}
+
+/// Bytes: q, k, v, o, dO and what the forward saved, read once, and dq, dk, dv written —
+/// all a flash kernel moves. A materialised backward also moves the score-sized matrices
+/// between its kernels (the forward's counting convention): dP = dO·Vᵀ written (1), the
+/// softmax backward reading P and dP and writing dS (3), dS read for dQ and dK (2) and P read
+/// for dV (1); with dropout, dP read and rewritten through the mask (2, + the mask's S bytes)
+/// and the dropped probabilities read for dV instead of P.
+struct AttentionBackwardCounts : BaseCounts {
+  /// The gradients gradMask asks for, as the forward op's rule counts them.
+  template <class C> static Num<C> flops(C &c) {
+    Terms<C> t{c};
+    for (unsigned i = 0; i < 3; ++i)
+      if (gradWanted(c.op, i))
+        t.add(AttentionCounts::grad(c, i));
+    c.note("dq, dk and dv as asked, each as the attention rule counts it");
+    return t.total();
+  }
+  /// S·act bytes of the score-sized matrices a materialised backward moves.
+  template <class C> static Num<C> scoreBytes(C &c, double matrices) {
+    AttnTerms<C> t = attentionTerms(c);
+    return c.lit(matrices) * t.S * c.lit(static_cast<double>(bytesOf(c.g.activationDtype)));
+  }
+  template <class C> static Num<C> read(C &c) {
+    const Op &op = c.op;
+    if (op.attrs->fused) {
+      c.note("q, k, v, o, the logsumexp and dO once each (flash)");
+      return sumBytes(c, op.inputs, "in");
+    }
+    // Every input once except the saved matrices (P, and with dropout the mask and the dropped
+    // P), which are counted among the score-sized reads below.
+    size_t firstSaved = op.attrs->hasMask ? 4 : 3;
+    Terms<C> t{c};
+    for (unsigned i = 0; i < op.inputs.size(); ++i)
+      if (i < firstSaved || i + 1 == op.inputs.size())
+        t.add(c.bytesOf(op.inputs[i], "in", i));
+    bool drop = op.attrs->p > 0;
+    c.note(drop ? "unfused: P and dP read by the softmax backward, dS for dQ and dK, the dropped "
+                  "P for dV, dP through the mask (read twice) and the 1-byte mask"
+                : "unfused: P and dP read by the softmax backward, dS for dQ and dK, P for dV");
+    Num<C> r = t.total() + scoreBytes(c, drop ? 6 : 5);
+    if (!drop)
+      return r;
+    return r + attentionTerms(c).S;
+  }
+  template <class C> static Num<C> written(C &c) {
+    Num<C> w = sumBytes(c, c.op.outputs, "out");
+    if (c.op.attrs->fused) {
+      c.note("dq, dk and dv as asked");
+      return w;
+    }
+    c.note("dq, dk, dv, and the score-sized dP and dS (and with dropout dP after the mask)");
+    return w + scoreBytes(c, c.op.attrs->p > 0 ? 3 : 2);
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    llvm::SmallVector<bool, 3> need = maskBits(op, 3);
+    r.executedFlops = executedBackwardAttention(g, op, need);
+    AttnDims d = attnDims(g, op);
+    r.matmulFlops = 0;
+    for (unsigned i = 0; i < 3; ++i) // the products of each gradient: 4·S·dh for dq, 2·S·dh else
+      if (need[i])
+        r.matmulFlops += (i == 0 ? 4 : 2) * d.S * d.dh;
+    // Flash attention recomputes P = exp(s − lse): an exp per computed score; materialised
+    // attention reads the saved P.
+    if (op.attrs->fused && anyNeed(need))
+      r.transcendentals = d.S * causalFraction(g, op);
+  }
+};
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The table entries of this family (ir/OpRules.cpp collects them in ir/Ops.def's order).
+
+RULE(Attention, inferAttention, AttentionCounts, executedBackwardAttention, savedAttention)
+RULE(AttentionBackward, inferAttentionBackward, AttentionBackwardCounts, executedDefault, savesNothing)
+
+} // namespace tally::oprules
