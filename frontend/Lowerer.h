@@ -232,7 +232,6 @@ private:
                std::optional<int64_t> dflt = std::nullopt);
   bool shapeArg(const Bound &b, llvm::StringRef param, Shape &out);
   Value primitive(const Primitive &p, const Expr &e, Scope &scope);
-  Value primitiveOp(const Bound &b, const Expr &e, Scope &scope);
   void setViewLayouts(Op &op);
   /// A dense copy of `t` (a `contiguous` op), for a kernel that cannot read its layout.
   struct DenseCopy {
@@ -243,6 +242,19 @@ private:
   Value op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpAttrs &attrs,
             const Expr &e, Scope &scope);
   void setRopeHeadDims(const Op &attention);
+
+  // frontend/LowerOps.cpp: the op of a bound primitive call, by op family
+  Value primitiveOp(const Bound &b, const Expr &e, Scope &scope);
+  Value elementwiseOp(const Bound &b, const Expr &e, Scope &scope);
+  Value matmulOp(const Bound &b, const Expr &e, Scope &scope);
+  Value attentionOp(const Bound &b, const Expr &e, Scope &scope);
+  Value normOp(const Bound &b, const Expr &e, Scope &scope);
+  Value reductionOp(const Bound &b, const Expr &e, Scope &scope);
+  Value convolutionOp(const Bound &b, const Expr &e, Scope &scope);
+  Value shapeOp(const Bound &b, const Expr &e, Scope &scope);
+  Value indexingOp(const Bound &b, const Expr &e, Scope &scope);
+  /// An internal error for a kind the lowering has no case for.
+  Value noLowering(const Bound &b);
 };
 
 } // namespace lowering

@@ -1,7 +1,8 @@
 // Semantic analysis: the program's names (blocks of the standard library and of the user's
 // files, targets, plans), constant arithmetic with units, and the resolution of a `train` or
 // `infer` declaration into a checked Plan. Lowering (frontend/Lower.h) uses the same constant
-// evaluator for block arguments and dimensions.
+// evaluator for block arguments and dimensions. Defined in frontend/Sema.cpp (names,
+// constants), SemaTargets.cpp, SemaPlans.cpp, SemaParallel.cpp and SemaCheckpoint.cpp.
 #pragma once
 
 #include "frontend/AST.h"
@@ -114,6 +115,8 @@ public:
   DiagnosticEngine &diags;
 
 private:
+  friend struct PlanResolver; // frontend/SemaPlans.cpp: the plan settings' handlers
+  friend struct TargetReader; // frontend/SemaTargets.cpp: the target settings' handlers
   std::optional<Dtype> dtypeSetting(const ConstValue &v, const char *what);
   bool precision(const ConstValue &v, PrecisionPolicy &out);
   bool optimizer(const ConstValue &v, OptimizerSpec &out);

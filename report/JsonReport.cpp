@@ -1,5 +1,7 @@
 // The JSON report: one object with the keys of language.md §4. Counts are numbers, bytes in
-// bytes, times in seconds, FLOPs as doubles.
+// bytes, times in seconds, FLOPs as doubles. renderJson builds it from one function per
+// top-level section (parallelJson, memoryJson, ...) and streams the three arrays that grow
+// with the model (streamBlocks, streamOps, streamPerBlock).
 #include "report/Report.h"
 #include "report/Copies.h"
 #include "report/Explain.h"
@@ -297,61 +299,78 @@ void writeSorted(llvm::json::OStream &j, const llvm::json::Value &v, const std::
   j.objectEnd();
 }
 
-} // namespace
+using StreamedArrays = std::map<std::string, StreamedArray>;
+using llvm::json::Array;
+using llvm::json::Object;
 
-void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
+std::array<double, 1> blockCount(const Analysis &a, size_t e) {
+  return std::array<double, 1>{a.params.byBlock[e].count};
+}
+
+/// The rows of params.by_block: the copies of a repeated block are one row.
+CopyRows<1> blockRows(const Analysis &a, const CopyGroups &instances) {
   const Graph &g = *a.graph;
-  const Plan &p = *a.plan;
-  using llvm::json::Array;
-  using llvm::json::Object;
-
-  // The three arrays that grow with the model are written element by element (writeSorted);
-  // their non-finite numbers are found first, since "diagnostics" precedes them.
-  std::vector<std::string> bad;
-  std::map<std::string, StreamedArray> streamed;
-  // The copies of a repeated block that agree in everything but their paths' indices are
-  // one row each in params.by_block and ops (report/Copies.h, docs/reports.md): a 100,000-
-  // layer GPT has 900,000 block rows and 1.5 million op rows, 99.99% of them repeats.
-  CopyGroups instances = instanceCopies(g), opGroups = opCopies(g, instances);
   const auto &byBlock = a.params.byBlock;
-  auto blockCount = [&](size_t e) { return std::array<double, 1>{byBlock[e].count}; };
-  CopyRows<1> blocks = copyRows<1>(
+  return copyRows<1>(
       byBlock.size(), instances, [&](size_t e) { return instances.of[byBlock[e].instance]; },
-      blockCount,
+      [&](size_t e) { return blockCount(a, e); },
       [&](size_t e, size_t first) {
         return g.instances[byBlock[e].instance].block == g.instances[byBlock[first].instance].block;
       },
       {false});
-  streamed["params.by_block"] = {blocks.rows.size(), [&](llvm::json::OStream &j, size_t r) {
+}
+
+/// params.by_block, streamed from `blocks` (which outlives the writing); its non-finite
+/// numbers are added to `bad`.
+void streamBlocks(const Analysis &a, const CopyRows<1> &blocks, StreamedArrays &streamed,
+                  std::vector<std::string> &bad) {
+  auto count = [&a](size_t e) { return blockCount(a, e); };
+  streamed["params.by_block"] = {blocks.rows.size(), [&a, &blocks, count](llvm::json::OStream &j,
+                                                                         size_t r) {
+                                   const Graph &g = *a.graph;
                                    const CopyRows<1>::Row &row = blocks.rows[r];
-                                   const Analysis::BlockCount &b = byBlock[row.entry];
+                                   const Analysis::BlockCount &b = a.params.byBlock[row.entry];
                                    std::string path = g.instancePath(b.instance); // f keeps a StringRef
                                    if (row.copies > 1)
                                      path = repeatPattern(path);
                                    SortedFields f;
                                    f.text("path", path);
                                    f.text("block", *g.instances[b.instance].block);
-                                   f.number("count", blocks.numbers(row, blockCount)[0]);
+                                   f.number("count", blocks.numbers(row, count)[0]);
                                    f.integer("copies", row.copies);
                                    f.write(j);
                                  }};
   for (size_t r = 0; r < blocks.rows.size(); ++r)
-    if (!std::isfinite(blocks.numbers(blocks.rows[r], blockCount)[0]))
+    if (!std::isfinite(blocks.numbers(blocks.rows[r], count)[0]))
       bad.push_back("params.by_block[" + std::to_string(r) + "].count");
+}
 
-  auto numbersOf = [&](size_t i) { return opNumbers(a.ops[i]); };
+using OpRows = CopyRows<kOpNumberCount>;
+
+/// The rows of ops: the ops of the copies of a repeated block are one row each.
+OpRows opRows(const Analysis &a, const CopyGroups &opGroups) {
+  const Graph &g = *a.graph;
   std::array<bool, kOpNumberCount> each{};
   each[kOpIntensity] = true;
-  CopyRows<kOpNumberCount> ops = copyRows<kOpNumberCount>(
-      g.ops.size(), opGroups, [&](size_t i) { return opGroups.of[i]; }, numbersOf,
+  return copyRows<kOpNumberCount>(
+      g.ops.size(), opGroups, [&](size_t i) { return opGroups.of[i]; },
+      [&](size_t i) { return opNumbers(a.ops[i]); },
       [&](size_t i, size_t first) {
         const Tensor &t = g.tensors[rowTensor(g.ops[i])], &ft = g.tensors[rowTensor(g.ops[first])];
         return t.shape == ft.shape && t.dtype == ft.dtype &&
                a.ops[i].computeBound == a.ops[first].computeBound;
       },
       each);
-  streamed["ops"] = {ops.rows.size(), [&](llvm::json::OStream &j, size_t r) {
-                       const CopyRows<kOpNumberCount>::Row &row = ops.rows[r];
+}
+
+/// ops, streamed from `ops` (which outlives the writing); its non-finite numbers are added
+/// to `bad`.
+void streamOps(const Analysis &a, const OpRows &ops, StreamedArrays &streamed,
+               std::vector<std::string> &bad) {
+  auto numbersOf = [&a](size_t i) { return opNumbers(a.ops[i]); };
+  streamed["ops"] = {ops.rows.size(), [&a, &ops, numbersOf](llvm::json::OStream &j, size_t r) {
+                       const Graph &g = *a.graph;
+                       const OpRows::Row &row = ops.rows[r];
                        const Op &op = g.ops[row.entry];
                        const OpAnalysis &oa = a.ops[row.entry];
                        const Tensor &out = g.tensors[rowTensor(op)];
@@ -394,7 +413,119 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
       if (!std::isfinite(numbers[k]))
         bad.push_back("ops[" + std::to_string(r) + "]." + kOpNumberKeys[k]);
   }
+}
 
+/// checkpoint.per_block, streamed; its non-finite numbers are added to `bad`.
+void streamPerBlock(const Analysis &a, StreamedArrays &streamed, std::vector<std::string> &bad) {
+  streamed["checkpoint.per_block"] = {a.checkpoint.perBlock.size(),
+                                      [&a](llvm::json::OStream &j, size_t i) {
+                                        const auto &b = a.checkpoint.perBlock[i];
+                                        SortedFields f;
+                                        f.text("path", b.path);
+                                        f.integer("reruns", b.reruns);
+                                        f.integer("reselected_ops", b.reselected);
+                                        f.number("kept_bytes", b.keptBytes);
+                                        f.write(j);
+                                      }};
+  for (size_t i = 0; i < a.checkpoint.perBlock.size(); ++i)
+    if (!std::isfinite(a.checkpoint.perBlock[i].keptBytes))
+      bad.push_back("checkpoint.per_block[" + std::to_string(i) + "].kept_bytes");
+}
+
+// One function per top-level section of the report (the keys print sorted, writeSorted).
+
+Object parallelJson(const Plan &p) {
+  return Object{{"data", p.parallel.data},
+                {"tensor", p.parallel.tensor},
+                {"pipeline", p.parallel.pipeline},
+                {"context", p.parallel.context},
+                {"expert", p.parallel.expert},
+                {"zero", p.parallel.zero}};
+}
+
+Object precisionJson(const Plan &p) {
+  return Object{{"preset", p.precision.preset},
+                {"params", nameOf(p.precision.params).str()},
+                {"grads", nameOf(p.precision.grads).str()},
+                {"activations", nameOf(p.precision.activations).str()},
+                {"master", p.precision.master == Dtype::Invalid
+                               ? llvm::json::Value(nullptr)
+                               : llvm::json::Value(nameOf(p.precision.master).str())},
+                {"optimizer", nameOf(p.precision.optimizer).str()}};
+}
+
+Object paramsJson(const Analysis &a) {
+  return Object{{"total", a.params.total},
+                {"trainable", a.params.trainable},
+                {"by_block", nullptr}}; // streamed
+}
+
+Object flopsJson(const Analysis &a) {
+  return Object{{"forward", a.flops.forward},
+                {"forward_matmul", a.flops.forwardMatmul},
+                {"backward", a.flops.backward},
+                {"backward_input_grad", a.flops.backwardInputGrad},
+                {"backward_weight_grad", a.flops.backwardWeightGrad},
+                {"recompute", a.flops.recompute},
+                {"optimizer", a.flops.optimizer},
+                {"step", a.flops.step},
+                {"six_nd", a.flops.sixND},
+                {"ratio_to_six_nd", a.flops.ratioToSixND},
+                {"executed", a.flops.executed},
+                {"tokens_per_step", a.flops.tokensPerStep}};
+}
+
+Object memoryJson(const Analysis &a, const Plan &p) {
+  return Object{{"per_device", Object{{"params", a.memory.params},
+                                      {"grads", a.memory.grads},
+                                      {"master", a.memory.master},
+                                      {"optimizer", a.memory.optimizer},
+                                      {"activations", a.memory.activations},
+                                      {"workspace", a.memory.workspace},
+                                      {"grad_accum", a.memory.gradAccum},
+                                      {"cuda_context", a.memory.context},
+                                      {"comm_buffers", a.memory.commBuffers},
+                                      {"allocator_reserve", a.memory.allocatorReserve},
+                                      {"library_workspace", a.memory.libraryWorkspace},
+                                      {"peak", a.memory.peak},
+                                      {"capacity", p.target.memoryBytes}}},
+                {"host", Object{{"total", a.memory.hostTotal}}},
+                {"bytes_per_param", a.memory.bytesPerParam}};
+}
+
+Object timeJson(const Analysis &a) {
+  return Object{{"step_s", a.time.step},
+                {"forward_s", a.time.forward},
+                {"backward_s", a.time.backward},
+                {"recompute_s", a.time.recompute},
+                {"optimizer_s", a.time.optimizer},
+                {"communication_s", a.time.communication},
+                {"host_transfer_s", a.time.hostTransfer},
+                {"bubble_s", a.time.bubble},
+                {"run_s", a.time.run},
+                {"run_days", a.time.runDays},
+                {"steps", a.time.steps},
+                {"mfu", a.time.mfu},
+                {"hfu", a.time.hfu},
+                {"accumulation_steps", a.time.accumulationSteps},
+                {"data_parallel_comm_s", a.time.dataParallelComm},
+                {"tensor_parallel_comm_s", a.time.tensorParallelComm},
+                {"pipeline_comm_s", a.time.pipelineComm},
+                {"context_parallel_comm_s", a.time.contextParallelComm},
+                {"expert_parallel_comm_s", a.time.expertParallelComm}};
+}
+
+Object fusionJson(const Analysis &a) {
+  return Object{{"enabled", a.fusion.enabled},
+                {"kernels", static_cast<double>(a.fusion.kernels.size())},
+                {"ops", a.fusion.ops},
+                {"elementwise_ops", a.fusion.elementwiseOps},
+                {"epilogues", a.fusion.epilogues},
+                {"launches_saved", a.fusion.launchesSaved},
+                {"bytes_saved", a.fusion.bytesSaved}};
+}
+
+Object checkpointJson(const Analysis &a) {
   Array options;
   for (const auto &o : a.checkpoint.options)
     options.push_back(Object{{"policy", o.policy},
@@ -413,125 +544,30 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                            {"peak_bytes", pt.peakBytes},
                            {"recompute_flops", pt.recomputeFlops},
                            {"recompute_s", pt.recomputeSeconds}});
-  streamed["checkpoint.per_block"] = {a.checkpoint.perBlock.size(),
-                                      [&](llvm::json::OStream &j, size_t i) {
-                                        const auto &b = a.checkpoint.perBlock[i];
-                                        SortedFields f;
-                                        f.text("path", b.path);
-                                        f.integer("reruns", b.reruns);
-                                        f.integer("reselected_ops", b.reselected);
-                                        f.number("kept_bytes", b.keptBytes);
-                                        f.write(j);
-                                      }};
-  for (size_t i = 0; i < a.checkpoint.perBlock.size(); ++i)
-    if (!std::isfinite(a.checkpoint.perBlock[i].keptBytes))
-      bad.push_back("checkpoint.per_block[" + std::to_string(i) + "].kept_bytes");
+  return Object{{"policy", a.checkpoint.policy},
+                {"requested", a.checkpoint.requested},
+                {"note", a.checkpoint.note},
+                {"blocks", a.checkpoint.blocks},
+                {"checkpointed", a.checkpoint.checkpointed},
+                {"segment", a.checkpoint.segment},
+                {"limit_bytes", a.checkpoint.limitBytes},
+                {"options", std::move(options)},
+                {"curve", std::move(curve)},
+                {"per_block", nullptr}, // streamed
+                {"saved", std::move(saved)},
+                {"recompute_flops", a.checkpoint.recomputeFlops}};
+}
 
-  Object root{
-      {"model", g.model},
-      {"plan", p.name},
-      {"kind", p.isTrain ? "train" : "infer"},
-      {"target", p.target.name},
-      {"devices", p.parallel.devices},
-      {"parallel", Object{{"data", p.parallel.data},
-                          {"tensor", p.parallel.tensor},
-                          {"pipeline", p.parallel.pipeline},
-                          {"context", p.parallel.context},
-                          {"expert", p.parallel.expert},
-                          {"zero", p.parallel.zero}}},
-      {"batch", p.batch},
-      {"seq", p.seq},
-      {"micro_batch", p.microBatch},
-      {"precision", Object{{"preset", p.precision.preset},
-                           {"params", nameOf(p.precision.params).str()},
-                           {"grads", nameOf(p.precision.grads).str()},
-                           {"activations", nameOf(p.precision.activations).str()},
-                           {"master", p.precision.master == Dtype::Invalid
-                                          ? llvm::json::Value(nullptr)
-                                          : llvm::json::Value(nameOf(p.precision.master).str())},
-                           {"optimizer", nameOf(p.precision.optimizer).str()}}},
-      {"optimizer", Object{{"name", p.optimizer.name}, {"states", p.optimizer.states}}},
-      {"params", Object{{"total", a.params.total},
-                        {"trainable", a.params.trainable},
-                        {"by_block", nullptr}}}, // streamed
-      {"flops", Object{{"forward", a.flops.forward},
-                       {"forward_matmul", a.flops.forwardMatmul},
-                       {"backward", a.flops.backward},
-                       {"backward_input_grad", a.flops.backwardInputGrad},
-                       {"backward_weight_grad", a.flops.backwardWeightGrad},
-                       {"recompute", a.flops.recompute},
-                       {"optimizer", a.flops.optimizer},
-                       {"step", a.flops.step},
-                       {"six_nd", a.flops.sixND},
-                       {"ratio_to_six_nd", a.flops.ratioToSixND},
-                       {"executed", a.flops.executed},
-                       {"tokens_per_step", a.flops.tokensPerStep}}},
-      {"memory", Object{{"per_device", Object{{"params", a.memory.params},
-                                              {"grads", a.memory.grads},
-                                              {"master", a.memory.master},
-                                              {"optimizer", a.memory.optimizer},
-                                              {"activations", a.memory.activations},
-                                              {"workspace", a.memory.workspace},
-                                              {"grad_accum", a.memory.gradAccum},
-                                              {"cuda_context", a.memory.context},
-                                              {"comm_buffers", a.memory.commBuffers},
-                                              {"allocator_reserve", a.memory.allocatorReserve},
-                                              {"library_workspace", a.memory.libraryWorkspace},
-                                              {"peak", a.memory.peak},
-                                              {"capacity", p.target.memoryBytes}}},
-                        {"host", Object{{"total", a.memory.hostTotal}}},
-                        {"bytes_per_param", a.memory.bytesPerParam}}},
-      {"time", Object{{"step_s", a.time.step},
-                      {"forward_s", a.time.forward},
-                      {"backward_s", a.time.backward},
-                      {"recompute_s", a.time.recompute},
-                      {"optimizer_s", a.time.optimizer},
-                      {"communication_s", a.time.communication},
-                      {"host_transfer_s", a.time.hostTransfer},
-                      {"bubble_s", a.time.bubble},
-                      {"run_s", a.time.run},
-                      {"run_days", a.time.runDays},
-                      {"steps", a.time.steps},
-                      {"mfu", a.time.mfu},
-                      {"hfu", a.time.hfu},
-                      {"accumulation_steps", a.time.accumulationSteps},
-                      {"data_parallel_comm_s", a.time.dataParallelComm},
-                      {"tensor_parallel_comm_s", a.time.tensorParallelComm},
-                      {"pipeline_comm_s", a.time.pipelineComm},
-                      {"context_parallel_comm_s", a.time.contextParallelComm},
-                      {"expert_parallel_comm_s", a.time.expertParallelComm}}},
-      {"stack", stackJson(a)},
-      {"collectives", collectivesJson(a)},
-      {"fusion", Object{{"enabled", a.fusion.enabled},
-                        {"kernels", static_cast<double>(a.fusion.kernels.size())},
-                        {"ops", a.fusion.ops},
-                        {"elementwise_ops", a.fusion.elementwiseOps},
-                        {"epilogues", a.fusion.epilogues},
-                        {"launches_saved", a.fusion.launchesSaved},
-                        {"bytes_saved", a.fusion.bytesSaved}}},
-      {"checkpoint", Object{{"policy", a.checkpoint.policy},
-                            {"requested", a.checkpoint.requested},
-                            {"note", a.checkpoint.note},
-                            {"blocks", a.checkpoint.blocks},
-                            {"checkpointed", a.checkpoint.checkpointed},
-                            {"segment", a.checkpoint.segment},
-                            {"limit_bytes", a.checkpoint.limitBytes},
-                            {"options", std::move(options)},
-                            {"curve", std::move(curve)},
-                            {"per_block", nullptr}, // streamed
-                            {"saved", std::move(saved)},
-                            {"recompute_flops", a.checkpoint.recomputeFlops}}},
-      {"ops", nullptr}, // streamed
-      {"roofline", Object{{"ridge_intensity", a.ridge},
-                          {"peak_flops", a.peakFlops},
-                          {"bandwidth", p.target.bandwidth}}},
-      {"inference", inferenceJson(a, opGroups)},
-      {"diagnostics", diagnosticsJson(diags)},
-  };
-  // Numbers past a double (a run time of 1e308 tokens) are null, and the report says which:
-  // the streamed arrays' were found above, in the order they are written (by key: ops, then
-  // params.by_block, after checkpoint.per_block).
-  llvm::json::Value value(std::move(root));
+Object rooflineJson(const Analysis &a, const Plan &p) {
+  return Object{{"ridge_intensity", a.ridge},
+                {"peak_flops", a.peakFlops},
+                {"bandwidth", p.target.bandwidth}};
+}
+
+/// Numbers past a double (a run time of 1e308 tokens) are null, and the report says which:
+/// the streamed arrays' (`bad`, found before) and the rest of `value`'s, in one warning
+/// diagnostic added to the report and printed.
+void warnNonFinite(llvm::json::Value &value, std::vector<std::string> bad) {
   std::vector<std::string> small;
   nullNonFinite(value, "", small);
   bad.insert(bad.end(), small.begin(), small.end());
@@ -544,6 +580,57 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
                {"file", ""}, {"line", 0}, {"column", 0}});
     llvm::errs() << "tally: warning: " << message << "\n";
   }
+}
+
+} // namespace
+
+void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostream &os) {
+  const Graph &g = *a.graph;
+  const Plan &p = *a.plan;
+
+  // The three arrays that grow with the model are written element by element (writeSorted);
+  // their non-finite numbers are found first, since "diagnostics" precedes them.
+  std::vector<std::string> bad;
+  StreamedArrays streamed;
+  // The copies of a repeated block that agree in everything but their paths' indices are
+  // one row each in params.by_block and ops (report/Copies.h, docs/reports.md): a 100,000-
+  // layer GPT has 900,000 block rows and 1.5 million op rows, 99.99% of them repeats.
+  CopyGroups instances = instanceCopies(g), opGroups = opCopies(g, instances);
+  CopyRows<1> blocks = blockRows(a, instances);
+  streamBlocks(a, blocks, streamed, bad);
+  OpRows ops = opRows(a, opGroups);
+  streamOps(a, ops, streamed, bad);
+  streamPerBlock(a, streamed, bad);
+
+  Object root{
+      {"model", g.model},
+      {"plan", p.name},
+      {"kind", p.isTrain ? "train" : "infer"},
+      {"target", p.target.name},
+      {"devices", p.parallel.devices},
+      {"parallel", parallelJson(p)},
+      {"batch", p.batch},
+      {"seq", p.seq},
+      {"micro_batch", p.microBatch},
+      {"precision", precisionJson(p)},
+      {"optimizer", Object{{"name", p.optimizer.name}, {"states", p.optimizer.states}}},
+      {"params", paramsJson(a)},
+      {"flops", flopsJson(a)},
+      {"memory", memoryJson(a, p)},
+      {"time", timeJson(a)},
+      {"stack", stackJson(a)},
+      {"collectives", collectivesJson(a)},
+      {"fusion", fusionJson(a)},
+      {"checkpoint", checkpointJson(a)},
+      {"ops", nullptr}, // streamed
+      {"roofline", rooflineJson(a, p)},
+      {"inference", inferenceJson(a, opGroups)},
+      {"diagnostics", diagnosticsJson(diags)},
+  };
+  // The streamed arrays' non-finite numbers were found above, in the order they are written
+  // (by key: ops, then params.by_block, after checkpoint.per_block).
+  llvm::json::Value value(std::move(root));
+  warnNonFinite(value, std::move(bad));
   {
     llvm::json::OStream j(os, 2);
     writeSorted(j, value, "", streamed);

@@ -1,0 +1,606 @@
+// Semantic analysis: plans. resolvePlan reads a train/infer declaration into a checked Plan:
+// each setting goes through a table with one handler per setting name (the plans that take
+// it, and the function that checks its value and applies it), then the budgets; the
+// command-line overrides (PlanOverrides: --batch, --micro-batch, --checkpoint, --precision,
+// --target) go through the same handlers. The precision and optimizer records are read here;
+// the target's record is SemaParallel.cpp, the checkpoint policies SemaCheckpoint.cpp.
+#include "frontend/Sema.h"
+#include "support/Suggest.h"
+
+#include <algorithm>
+
+namespace tally {
+
+std::optional<Dtype> Sema::dtypeSetting(const ConstValue &v, const char *what) {
+  if (v.kind == ConstValue::Word) {
+    if (auto d = parseDtype(v.text))
+      return d;
+  }
+  diags.report(DiagKind::UnknownDtype, v.range.Start,
+               std::string(what) + " must be a dtype such as fp32, bf16 or fp16, not " +
+                   v.describe())
+      .range(v.range);
+  return std::nullopt;
+}
+
+bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
+  out.range = v.range;
+  if (v.kind == ConstValue::Word) {
+    auto preset = precisionPreset(v.text);
+    if (!preset) {
+      unknownName(v.range, "precision", v.text, precisionPresetNames());
+      return false;
+    }
+    out = *preset;
+    out.range = v.range;
+    return true;
+  }
+  if (v.kind != ConstValue::Record) {
+    diags.report(DiagKind::TypeMismatch, v.range.Start,
+                 "precision is a preset (fp32, bf16, mixed_bf16, ...) or a record such as "
+                 "{ params = bf16, optimizer = fp32 }, not " + v.describe())
+        .range(v.range);
+    return false;
+  }
+  out.preset = "custom";
+  out.master = Dtype::Invalid;
+  bool ok = true, sawActivations = false, sawGrads = false;
+  for (size_t i = 0; i < v.elems.size(); ++i) {
+    const std::string &k = v.names[i];
+    const ConstValue &e = v.elems[i];
+    bool host = v.placements[i] == "host";
+    if (k == "loss_scaling") {
+      if (e.kind != ConstValue::Bool) {
+        diags.report(DiagKind::TypeMismatch, e.range.Start, "loss_scaling is true or false")
+            .range(e.range);
+        ok = false;
+      }
+      out.lossScaling = e.boolean;
+      continue;
+    }
+    if (k == "master" && e.kind == ConstValue::Word && e.text == "none") {
+      out.master = Dtype::Invalid;
+      continue;
+    }
+    Dtype *slot = k == "params" ? &out.params
+                  : k == "grads" ? &out.grads
+                  : k == "activations" ? &out.activations
+                  : k == "master" ? &out.master
+                  : k == "optimizer" ? &out.optimizer
+                                     : nullptr;
+    if (!slot) {
+      unknownName(v.nameRanges[i], "tensor class", k,
+                  {"params", "grads", "activations", "master", "optimizer", "loss_scaling"});
+      ok = false;
+      continue;
+    }
+    auto d = dtypeSetting(e, ("'" + k + "'").c_str());
+    if (!d) {
+      ok = false;
+      continue;
+    }
+    if (!isFloat(*d)) {
+      diags.report(DiagKind::UnknownDtype, e.range.Start,
+                   "'" + k + "' must be a floating-point dtype (fp32, tf32, bf16, fp16, fp8_e4m3, "
+                   "fp8_e5m2), not " + nameOf(*d).str())
+          .range(e.range);
+      ok = false;
+      continue;
+    }
+    *slot = *d;
+    sawActivations |= k == "activations";
+    sawGrads |= k == "grads";
+    if (k == "params") out.paramsOnHost = host;
+    if (k == "grads") out.gradsOnHost = host;
+    if (k == "master") out.masterOnHost = host;
+    if (k == "optimizer") out.optimizerOnHost = host;
+    if (k == "activations" && host) {
+      diags.report(DiagKind::InvalidValue, v.ranges[i].Start,
+                   "activations cannot live on the host in this version")
+          .range(v.ranges[i]);
+      ok = false;
+    }
+  }
+  if (!sawActivations)
+    out.activations = out.params;
+  if (!sawGrads)
+    out.grads = out.params;
+  return ok;
+}
+
+bool Sema::optimizer(const ConstValue &v, OptimizerSpec &out) {
+  std::string name = v.kind == ConstValue::Call || v.kind == ConstValue::Word ? v.text : "";
+  auto preset = optimizerPreset(name);
+  if (!preset) {
+    if (name.empty())
+      diags.report(DiagKind::TypeMismatch, v.range.Start,
+                   "optimizer must be SGD, AdaGrad, RMSprop, Adam, AdamW or Lion, not " +
+                       v.describe())
+          .range(v.range);
+    else
+      unknownName(v.nameRange.isValid() ? v.nameRange : v.range, "optimizer", name,
+                  optimizerNames());
+    return false;
+  }
+  out = *preset;
+  out.range = v.range;
+  bool ok = true;
+  for (size_t i = 0; i < v.elems.size(); ++i) {
+    const std::string &k = i < v.names.size() ? v.names[i] : "";
+    const ConstValue &e = v.elems[i];
+    llvm::SMRange r = v.ranges[i];
+    std::string key = k.empty() && i == 0 ? "lr" : k;
+    if (key == "betas") {
+      if (e.kind != ConstValue::Tuple || e.elems.size() != 2 ||
+          e.elems[0].kind != ConstValue::Number || e.elems[1].kind != ConstValue::Number) {
+        diags.report(DiagKind::TypeMismatch, r.Start, "betas is a pair such as (0.9, 0.95)")
+            .range(r);
+        ok = false;
+        continue;
+      }
+      out.beta1 = e.elems[0].number;
+      out.beta2 = e.elems[1].number;
+      continue;
+    }
+    double *slot = key == "lr" ? &out.lr
+                   : key == "momentum" ? &out.momentum
+                   : key == "eps" ? &out.eps
+                   : key == "weight_decay" ? &out.weightDecay
+                                           : nullptr;
+    if (!slot) {
+      std::string close = closestName(key, {"lr", "momentum", "betas", "eps", "weight_decay"});
+      llvm::SMRange at = i < v.nameRanges.size() ? v.nameRanges[i] : r;
+      auto d = diags.report(DiagKind::UnknownArgument, at.Start,
+                            key.empty() ? "only the learning rate may be given without a name"
+                                        : "unknown optimizer argument '" + key + "'" +
+                                              didYouMean(close));
+      d.range(at);
+      if (!key.empty() && !close.empty())
+        d.fixit(at, close);
+      ok = false;
+      continue;
+    }
+    if (e.kind != ConstValue::Number || e.dim != UnitDim::None) {
+      diags.report(DiagKind::TypeMismatch, r.Start,
+                   "'" + key + "' must be a plain number, not " + e.describe())
+          .range(r);
+      ok = false;
+      continue;
+    }
+    *slot = e.number;
+    if (key == "eps")
+      out.epsRange = r;
+  }
+  out.states = optimizerStates(out);
+  return ok;
+}
+
+const BlockDecl *Sema::planModel(const Program &p, const PlanDecl &d, ConstValue &call) {
+  for (const SettingAST &s : d.settings) {
+    if (s.key != "model")
+      continue;
+    ConstEnv env;
+    call = eval(*s.value, env);
+    if (call.kind == ConstValue::Invalid)
+      return nullptr;
+    if (call.kind != ConstValue::Call && call.kind != ConstValue::Word) {
+      diags.report(DiagKind::TypeMismatch, call.range.Start,
+                   "model is a model name, optionally with arguments: GPT2(layers = 24)")
+          .range(call.range);
+      return nullptr;
+    }
+    auto it = p.blocks.find(call.text);
+    if (it == p.blocks.end()) {
+      std::vector<std::string> names;
+      for (const auto &kv : p.blocks)
+        names.push_back(kv.getKey().str());
+      unknownName(call.nameRange.isValid() ? call.nameRange : call.range, "model", call.text,
+                  names);
+      return nullptr;
+    }
+    return it->second;
+  }
+  diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+               "plan '" + d.name + "' does not say which model it runs (for example "
+               "model = GPT2())")
+      .range(d.nameRange);
+  return nullptr;
+}
+
+/// The state of one train/infer declaration while resolvePlan reads it. Each handler checks
+/// one setting and applies it to `plan`, returning false (after reporting) when it is wrong.
+struct PlanResolver {
+  PlanResolver(Sema &sema, const Program &program, const PlanDecl &decl, const PlanOverrides &o)
+      : sema(sema), program(program), decl(decl), o(o) {
+    plan.isTrain = decl.isTrain;
+    plan.name = decl.name;
+    plan.range = decl.range;
+  }
+
+  Sema &sema;
+  const Program &program;
+  const PlanDecl &decl;
+  const PlanOverrides &o;
+  Plan plan;
+  ConstEnv env;
+  bool sawTarget = false, sawPrecision = false, sawBatch = false;
+  Dtype gradDtype = Dtype::Invalid; // `grad_dtype`, checked against the final precision below
+  llvm::SMRange gradDtypeRange;
+
+  // Settings read from their expression.
+  bool model(const Expr &) {
+    ConstValue call;
+    const BlockDecl *b = sema.planModel(program, decl, call);
+    if (!b)
+      return false;
+    plan.modelName = b->name;
+    return true;
+  }
+  bool checkpoint(const Expr &e) {
+    auto policy = sema.checkpointPolicy(e, env);
+    if (!policy)
+      return false;
+    plan.checkpoint = *policy;
+    return true;
+  }
+
+  // Settings read from their constant value.
+  std::optional<int64_t> count(const ConstValue &v, const char *key) {
+    return sema.positiveInt(v, key);
+  }
+  bool batch(const ConstValue &v) {
+    auto n = count(v, "'batch'");
+    if (n)
+      plan.batch = *n, sawBatch = true;
+    return n.has_value();
+  }
+  bool seq(const ConstValue &v) {
+    auto n = count(v, "'seq'");
+    if (n)
+      plan.seq = *n;
+    return n.has_value();
+  }
+  bool microBatch(const ConstValue &v) {
+    auto n = count(v, "'micro_batch'");
+    if (n)
+      plan.microBatch = *n, plan.microBatchGiven = true;
+    return n.has_value();
+  }
+  bool prompt(const ConstValue &v) {
+    auto n = count(v, "'prompt'");
+    if (n)
+      plan.prompt = *n;
+    return n.has_value();
+  }
+  bool generate(const ConstValue &v) {
+    auto n = count(v, "'generate'");
+    if (n)
+      plan.generate = *n;
+    return n.has_value();
+  }
+  bool tokens(const ConstValue &v) {
+    if (v.kind != ConstValue::Number || v.dim != UnitDim::None || v.number <= 0) {
+      sema.diags.report(DiagKind::UnitMismatch, v.range.Start,
+                        "tokens is a positive count such as 10B, not " + v.describe())
+          .range(v.range);
+      return false;
+    }
+    plan.tokens = v.number;
+    return true;
+  }
+  bool optimizer(const ConstValue &v) { return sema.optimizer(v, plan.optimizer); }
+  bool precision(const ConstValue &v) {
+    sawPrecision = true;
+    return sema.precision(v, plan.precision);
+  }
+  bool gradDtypeSetting(const ConstValue &v) {
+    std::optional<Dtype> d = sema.dtypeSetting(v, "'grad_dtype'");
+    gradDtypeRange = v.range;
+    if (d && !isFloat(*d)) {
+      sema.diags.report(DiagKind::UnknownDtype, v.range.Start,
+                        "'grad_dtype' must be a floating-point dtype such as fp32")
+          .range(v.range);
+      d.reset();
+    }
+    gradDtype = d.value_or(Dtype::Invalid);
+    return d.has_value();
+  }
+  bool target(const ConstValue &v) {
+    sawTarget = true;
+    return sema.parallel(program, v, plan);
+  }
+
+  bool readSettings();
+  bool readBudget(const BudgetItemAST &b);
+  bool applyOverrides();
+  std::optional<Plan> finish();
+};
+
+namespace {
+
+/// One setting of a plan: the plans that take it, and the handler that checks and applies
+/// it, from its constant value (`apply`) or from its expression (`read`).
+struct PlanSetting {
+  const char *key;
+  bool train, infer;
+  bool (PlanResolver::*apply)(const ConstValue &v) = nullptr;
+  bool (PlanResolver::*read)(const Expr &e) = nullptr;
+};
+
+/// Every plan setting, in the order an unknown one's suggestions are weighed.
+const std::vector<PlanSetting> &planSettings() {
+  using R = PlanResolver;
+  static const std::vector<PlanSetting> table = {
+      {"model", true, true, nullptr, &R::model},
+      {"batch", true, true, &R::batch},
+      {"seq", true, false, &R::seq},
+      {"micro_batch", true, false, &R::microBatch},
+      {"prompt", false, true, &R::prompt},
+      {"generate", false, true, &R::generate},
+      {"tokens", true, false, &R::tokens},
+      {"optimizer", true, false, &R::optimizer},
+      {"precision", true, true, &R::precision},
+      {"checkpoint", true, false, nullptr, &R::checkpoint},
+      {"target", true, true, &R::target},
+      {"grad_dtype", true, false, &R::gradDtypeSetting},
+  };
+  return table;
+}
+
+/// The setting `key` of a train (or infer) plan; nullptr when that plan has no such setting.
+const PlanSetting *findPlanSetting(llvm::StringRef key, bool isTrain) {
+  for (const PlanSetting &s : planSettings())
+    if (key == s.key)
+      return (isTrain ? s.train : s.infer) ? &s : nullptr;
+  return nullptr;
+}
+
+std::vector<std::string> planSettingNames(bool isTrain) {
+  std::vector<std::string> keys;
+  for (const PlanSetting &s : planSettings())
+    if (isTrain ? s.train : s.infer)
+      keys.push_back(s.key);
+  return keys;
+}
+
+/// Command-line overrides of plain settings become settings of their own, read after the
+/// file's: the same handlers validate both (so --checkpoint=foo and --batch 0 are errors, as in
+/// a file). They have no source location, so their diagnostics print as "tally: error: ...".
+std::vector<SettingAST> overrideSettings(const PlanOverrides &o) {
+  std::vector<SettingAST> cli;
+  auto addCli = [&](const char *key, ExprKind k, const std::string &text, double number) {
+    SettingAST s;
+    s.key = key;
+    s.value = std::make_unique<Expr>(k, llvm::SMRange());
+    s.value->text = text;
+    s.value->number = number;
+    s.value->isInteger = k == ExprKind::Number;
+    cli.push_back(std::move(s));
+  };
+  if (!o.checkpoint.empty())
+    addCli("checkpoint", ExprKind::Name, o.checkpoint, 0);
+  if (o.batch)
+    addCli("batch", ExprKind::Number, std::to_string(*o.batch), double(*o.batch));
+  if (o.microBatch)
+    addCli("micro_batch", ExprKind::Number, std::to_string(*o.microBatch), double(*o.microBatch));
+  return cli;
+}
+
+/// --target: "8 x H100_SXM" is a device count and a name, anything else a name.
+ConstValue targetOverride(const std::string &target) {
+  ConstValue v;
+  llvm::StringRef spec(target);
+  auto x = spec.find('x');
+  int64_t n = 0;
+  if (x != llvm::StringRef::npos && !spec.substr(0, x).trim().getAsInteger(10, n)) {
+    v.kind = ConstValue::Device;
+    v.number = static_cast<double>(n);
+    v.intValue = n;
+    v.isInteger = true;
+    v.text = spec.substr(x + 1).trim().str();
+  } else {
+    v.kind = ConstValue::Word;
+    v.text = target;
+  }
+  return v;
+}
+
+} // namespace
+
+/// The file's settings, then the overrides of plain settings; false when any is wrong.
+bool PlanResolver::readSettings() {
+  bool ok = true;
+  std::vector<SettingAST> cli = overrideSettings(o);
+  std::vector<const SettingAST *> settings;
+  for (const SettingAST &s : decl.settings)
+    settings.push_back(&s);
+  for (const SettingAST &s : cli)
+    settings.push_back(&s);
+  for (const SettingAST *sp : settings) {
+    const SettingAST &s = *sp;
+    bool fromCli = sp >= cli.data() && sp < cli.data() + cli.size();
+    const PlanSetting *setting = findPlanSetting(s.key, decl.isTrain);
+    if (fromCli && !setting)
+      continue; // e.g. --checkpoint on an infer plan: nothing to override
+    if (!fromCli && plan.settingRanges.count(s.key)) {
+      sema.diags.report(DiagKind::DuplicateName, s.keyRange.Start,
+                        "setting '" + s.key + "' is given twice")
+          .range(s.keyRange)
+          .note(plan.settingRanges[s.key].Start, "first given here");
+      ok = false;
+      continue;
+    }
+    // An override has no place in the file: diagnostics about it carry no location.
+    plan.settingRanges[s.key] = fromCli ? llvm::SMRange() : s.range;
+    if (!setting) {
+      sema.suggest(DiagKind::UnknownSetting, s.keyRange,
+                   "unknown setting '" + s.key + "' in " +
+                       (decl.isTrain ? "a train" : "an infer") + " plan",
+                   s.key, planSettingNames(decl.isTrain));
+      ok = false;
+      continue;
+    }
+    if (setting->read) {
+      ok &= (this->*setting->read)(*s.value);
+      continue;
+    }
+    ConstValue v = sema.eval(*s.value, env);
+    if (v.kind == ConstValue::Invalid) {
+      ok = false;
+      continue;
+    }
+    // --precision and --target replace the file's value (applyOverrides): it is not checked.
+    if ((s.key == "precision" && !o.precision.empty()) || (s.key == "target" && !o.target.empty()))
+      continue;
+    ok &= (this->*setting->apply)(v);
+  }
+  return ok;
+}
+
+namespace {
+
+/// A budget's metric: its names in a file and the unit its bound is in.
+struct BudgetKind {
+  const char *name;
+  BudgetMetric metric;
+  UnitDim unit;
+};
+
+const BudgetKind kBudgets[] = {
+    {"memory per device", BudgetMetric::MemoryPerDevice, UnitDim::Bytes},
+    {"memory", BudgetMetric::MemoryPerDevice, UnitDim::Bytes},
+    {"step time", BudgetMetric::StepTime, UnitDim::Time},
+    {"mfu", BudgetMetric::Mfu, UnitDim::Ratio},
+    {"run time", BudgetMetric::RunTime, UnitDim::Time},
+};
+
+} // namespace
+
+bool PlanResolver::readBudget(const BudgetItemAST &b) {
+  BudgetSpec spec;
+  spec.range = b.range;
+  spec.atMost = b.op[0] == '<';
+  const BudgetKind *kind = std::find_if(std::begin(kBudgets), std::end(kBudgets),
+                                        [&](const BudgetKind &k) { return b.metric == k.name; });
+  if (kind == std::end(kBudgets)) {
+    std::string close =
+        closestName(b.metric, {"memory per device", "step time", "mfu", "run time"});
+    sema.diags.report(DiagKind::UnknownSetting, b.range.Start,
+                      "unknown budget '" + b.metric + "'" +
+                          didYouMean(close))
+        .range(b.range);
+    return false;
+  }
+  spec.metric = kind->metric;
+  UnitDim want = kind->unit;
+  ConstValue v = sema.eval(*b.value, env);
+  if (v.kind == ConstValue::Invalid)
+    return false;
+  bool fits = v.kind == ConstValue::Number &&
+              (v.dim == want || (want == UnitDim::Ratio && v.dim == UnitDim::None &&
+                                 v.number > 0 && v.number <= 1));
+  if (!fits) {
+    sema.diags.report(DiagKind::UnitMismatch, v.range.Start,
+                      "budget '" + b.metric + "' is " + describe(want).str() + ", not " +
+                          v.describe())
+        .range(v.range);
+    return false;
+  }
+  spec.value = v.number;
+  plan.budgets.push_back(spec);
+  return true;
+}
+
+/// --precision and --target replace what the file says, through the same handlers, after the
+/// budgets (their diagnostics come last).
+bool PlanResolver::applyOverrides() {
+  bool ok = true;
+  if (!o.precision.empty()) {
+    ConstValue v;
+    v.kind = ConstValue::Word;
+    v.text = o.precision;
+    ok &= (this->*findPlanSetting("precision", decl.isTrain)->apply)(v);
+  }
+  if (!o.target.empty())
+    ok &= (this->*findPlanSetting("target", decl.isTrain)->apply)(targetOverride(o.target));
+  return ok;
+}
+
+/// What the settings must say together: a model, a target, a batch (train) or a prompt
+/// (infer), a grad_dtype no narrower than the gradients; and the defaults that follow.
+std::optional<Plan> PlanResolver::finish() {
+  const PlanDecl &d = decl;
+  if (plan.modelName.empty()) {
+    ConstValue call;
+    sema.planModel(program, d, call);
+    return std::nullopt;
+  }
+  if (!sawTarget) {
+    sema.diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+                      "plan '" + d.name +
+                          "' does not say its target (for example target = H100_SXM)")
+        .range(d.nameRange);
+    return std::nullopt;
+  }
+  // On the calibrated host, every rank has its part of the one machine (docs/targets.md).
+  plan.target.shareHost(plan.parallel.devices, o.hostThreads);
+  plan.fuseKernels = o.fuseKernels || plan.parallel.compiled;
+  plan.cudaStep = o.cudaStep;
+  if (!sawPrecision)
+    plan.precision.preset = "fp32";
+  if (gradDtype != Dtype::Invalid && bytesOf(gradDtype) < bytesOf(plan.precision.grads)) {
+    sema.diags.report(DiagKind::InvalidValue, gradDtypeRange.Start,
+                      "grad_dtype " + nameOf(gradDtype).str() +
+                          " is narrower than the gradients (" +
+                          nameOf(plan.precision.grads).str() +
+                          "): an accumulation buffer must hold at least their precision")
+        .range(gradDtypeRange);
+    return std::nullopt;
+  }
+  plan.precision.gradAccum = gradDtype;
+  if (!sawBatch && d.isTrain) {
+    sema.diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+                      "plan '" + d.name + "' does not say its batch size")
+        .range(d.nameRange);
+    return std::nullopt;
+  }
+  if (!d.isTrain && plan.prompt == 0) {
+    sema.diags.report(DiagKind::MissingSetting, d.nameRange.Start,
+                      "infer plan '" + d.name + "' does not say its prompt length")
+        .range(d.nameRange);
+    return std::nullopt;
+  }
+  if (!d.isTrain)
+    plan.seq = plan.prompt;
+  if (!plan.microBatchGiven)
+    plan.microBatch = d.isTrain ? std::max<int64_t>(1, plan.batch / plan.parallel.data)
+                                : plan.batch;
+  // Sequences per accumulation step, micro_batch × data-parallel devices, is int64 arithmetic
+  // downstream (the accumulation check); a device count near 2^63 must not wrap it.
+  int64_t perStep = 0;
+  if (d.isTrain && __builtin_mul_overflow(plan.microBatch,
+                                          std::max<int64_t>(1, plan.parallel.data), &perStep)) {
+    auto at = plan.settingRanges.find("target");
+    llvm::SMRange r = at != plan.settingRanges.end() ? at->second : d.nameRange;
+    sema.diags.report(DiagKind::Overflow, r.Start,
+                      "micro_batch × data-parallel devices = " + std::to_string(plan.microBatch) +
+                          " × " + std::to_string(plan.parallel.data) + " does not fit in 64 bits")
+        .range(r);
+    return std::nullopt;
+  }
+  return plan;
+}
+
+std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
+                                      const PlanOverrides &o) {
+  PlanResolver r(*this, p, d, o);
+  bool ok = r.readSettings();
+  for (const BudgetItemAST &b : d.budgets)
+    ok &= r.readBudget(b);
+  ok &= r.applyOverrides();
+  if (!ok)
+    return std::nullopt;
+  return r.finish();
+}
+
+} // namespace tally
