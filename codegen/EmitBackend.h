@@ -1,5 +1,5 @@
 // What differs between the generated CPU and CUDA training steps. Both are printed by one
-// emitter (codegen/EmitCpu.cpp walks the schedule and the memory plan); a backend only spells
+// emitter (codegen/EmitStep.cpp walks the schedule and the memory plan); a backend only spells
 // the result: its includes, where the regions live (host or device memory), the op path set
 // before every call on the device, the file names, the CMakeLists.txt and which runtime files
 // travel with the step. codegen/EmitCuda.cpp describes the CUDA backend.

@@ -1,5 +1,5 @@
 // The CUDA backend of the generated training step: the same walk, calls and memory plan as the
-// CPU step (codegen/EmitCpu.cpp), spelled for the CUDA runtime (codegen/runtime/cuda/, the same
+// CPU step (codegen/EmitStep.cpp), spelled for the CUDA runtime (codegen/runtime/cuda/, the same
 // functions and arguments with rt::Ctx = rt::cu::Ctx). What this file adds:
 // - step.cu includes cuda/tally_rt.cuh; every op sets `ctx.where = "<op path>"` before its call,
 //   so a failed launch, CUDA call or cuBLASLt call names the op; the loss and the fp16 overflow

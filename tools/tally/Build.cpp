@@ -1,5 +1,5 @@
 // `tally build FILE --backend cpu|cuda -o DIR`: writes the generated training step of a train
-// plan (codegen/EmitCpu.cpp; C++ for the CPU, CUDA for a GPU) with its runtime, driver and
+// plan (codegen/EmitStep.cpp; C++ for the CPU, CUDA for a GPU) with its runtime, driver and
 // CMakeLists.txt into DIR.
 // `tally run FILE --backend cpu|cuda [--steps N] [--format json]`: builds that folder once (cached
 // by a hash of every generated file, under $TALLY_CACHE_DIR or ~/.cache/tally), runs it, and
