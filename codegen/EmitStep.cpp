@@ -460,9 +460,35 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
   return src;
 }
 
+/// The embedded template named `name` (codegen/templates/), or null.
+static const char *cmakeTemplate(llvm::StringRef name) {
+  for (const RuntimeFile &f : cmakeTemplates())
+    if (name == f.path)
+      return f.text;
+  return nullptr;
+}
+
 std::string Emitter::cmakeLists() {
+  const char *text = cmakeTemplate(be.cmakeTemplate);
   // MPI only for a step that runs on several processes.
-  return std::string(be.cmakeLists) + (dataParallel() ? be.dataParallelCmake : "");
+  const char *dataParallelText = dataParallel() ? cmakeTemplate(be.dataParallelCmakeTemplate) : "";
+  if (!text || !dataParallelText)
+    return fail(std::string("internal error: no CMake template ") +
+                (text ? be.dataParallelCmakeTemplate : be.cmakeTemplate) + " in codegen/templates"),
+           "";
+  std::string out = text;
+  auto fill = [&](llvm::StringRef placeholder, llvm::StringRef value) {
+    size_t at = out.find(placeholder.str());
+    if (at != std::string::npos)
+      out.replace(at, placeholder.size(), value.str());
+  };
+  fill("@STEP_SOURCE@", be.stepFile);
+  fill("@DATA_PARALLEL@\n", dataParallelText);
+  if (out.find('@') != std::string::npos)
+    return fail(std::string("internal error: a placeholder of codegen/templates/") + be.cmakeTemplate +
+                " is not filled in"),
+           "";
+  return out;
 }
 
 bool Emitter::run(std::vector<File> &files) {
@@ -478,7 +504,10 @@ bool Emitter::run(std::vector<File> &files) {
   if (!error.empty()) // tables() found an offset past int64
     return false;
   files.push_back({be.stepFile, src});
-  files.push_back({"CMakeLists.txt", cmakeLists()});
+  std::string cmake = cmakeLists();
+  if (!error.empty())
+    return false;
+  files.push_back({"CMakeLists.txt", cmake});
   for (const RuntimeFile &f : runtimeFiles()) {
     llvm::StringRef p(f.path);
     bool skipped = false;

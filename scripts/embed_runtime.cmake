@@ -1,5 +1,6 @@
 # Embeds the kernel runtime and the generated steps' driver into tally (codegen/RuntimeFiles.cpp
-# includes the result), so `tally build` writes a folder that builds on its own.
+# includes the result), so `tally build` writes a folder that builds on its own; and, the same
+# way, the templates of the generated CMakeLists.txt (-DROOT=<repo>/codegen/templates).
 # -DROOT=<repo>/codegen -DOUT=<file.inc> -DFILES=<list of absolute paths under ROOT>
 set(TEXT "")
 foreach(F ${FILES})
