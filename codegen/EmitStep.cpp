@@ -29,7 +29,7 @@
 //    (the memory plan's shard) a reduce-scatter, the update of this rank's pieces (kUpdate by
 //    rank) and gather_parameters() (communication() in EmitUpdate.cpp; docs/codegen.md).
 // The layout (regions, parameter and input tables) goes into kLayout for the driver
-// (codegen/driver/driver_cpu.cpp), which allocates exactly those bytes.
+// (codegen/program/driver_cpu.cpp), which allocates exactly those bytes.
 #include "codegen/EmitInternal.h"
 
 #include "llvm/Support/raw_ostream.h"

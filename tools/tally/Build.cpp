@@ -237,7 +237,8 @@ std::optional<Analysis> analyzeFile(Compilation &c) {
 
 /// $TALLY_RUNTIME_DIR (a checkout's codegen/ folder): the runtime and driver sources are read
 /// from there instead of the copies embedded in tally, for working on the runtime without
-/// rebuilding tally. "" or why a file could not be read.
+/// rebuilding tally; each goes where the embedded copy goes (the driver's sources, program/,
+/// to runtime/driver/). "" or why a file could not be read.
 std::string runtimeFromDisk(std::vector<codegen::File> &files) {
   Optional<std::string> dir = sys::Process::GetEnv("TALLY_RUNTIME_DIR");
   if (!dir || dir->empty())
@@ -246,9 +247,13 @@ std::string runtimeFromDisk(std::vector<codegen::File> &files) {
                              [](const codegen::File &f) { return StringRef(f.path).startswith("runtime/"); }),
               files.end());
   bool cuda = Backend == "cuda";
-  for (const char *sub : {"runtime/common", cuda ? "runtime/cuda" : "runtime/cpu", "driver"}) {
+  struct Folder {
+    const char *source, *step; ///< under codegen/, and under the step's runtime/
+  };
+  for (Folder sub : {Folder{"runtime/common", "common"}, cuda ? Folder{"runtime/cuda", "cuda"} : Folder{"runtime/cpu", "cpu"},
+                     Folder{"program", "driver"}}) {
     SmallString<256> folder(*dir);
-    sys::path::append(folder, sub);
+    sys::path::append(folder, sub.source);
     std::error_code ec;
     for (sys::fs::directory_iterator it(folder, ec), end; it != end && !ec; it.increment(ec)) {
       StringRef name = sys::path::filename(it->path());
@@ -257,8 +262,8 @@ std::string runtimeFromDisk(std::vector<codegen::File> &files) {
       auto text = MemoryBuffer::getFile(it->path());
       if (!text)
         return "TALLY_RUNTIME_DIR: cannot read " + it->path();
-      std::string rel = StringRef(sub).startswith("runtime/") ? StringRef(sub).drop_front(8).str() : sub;
-      files.push_back({"runtime/" + rel + "/" + sys::path::filename(it->path()).str(), (*text)->getBuffer().str()});
+      files.push_back({"runtime/" + std::string(sub.step) + "/" + sys::path::filename(it->path()).str(),
+                       (*text)->getBuffer().str()});
     }
     if (ec)
       return "TALLY_RUNTIME_DIR: cannot list " + folder.str().str() + ": " + ec.message();
