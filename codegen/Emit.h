@@ -1,5 +1,5 @@
 // Code generation: the analyzed training step (Analysis::step, its schedule and memory plan)
-// printed as a program that runs it. codegen/EmitCpu.cpp walks the step once for both backends
+// printed as a program that runs it. codegen/EmitStep.cpp walks the step once for both backends
 // (codegen/EmitBackend.h: what differs), the CPU step in C++ and the CUDA step (EmitCuda.cpp);
 // the kernels it calls are the runtime's (codegen/runtime/API.md), embedded in tally and copied next to
 // the generated source so the folder builds on its own. shared/design/codegen.md has the plan.

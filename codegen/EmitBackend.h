@@ -1,5 +1,5 @@
 // What differs between the generated CPU and CUDA training steps. Both are printed by one
-// emitter (codegen/EmitCpu.cpp walks the schedule and the memory plan); a backend only spells
+// emitter (codegen/EmitStep.cpp walks the schedule and the memory plan); a backend only spells
 // the result: its includes, where the regions live (host or device memory), the op path set
 // before every call on the device, the file names, the CMakeLists.txt and which runtime files
 // travel with the step. codegen/EmitCuda.cpp describes the CUDA backend.
@@ -24,9 +24,11 @@ struct Backend {
   /// in every error), the loss and the fp16 overflow check are copied back to the host, and the
   /// op classes are a table by path (kOpSites) instead of the `op_class` global.
   bool device;
-  const char *cmakeLists;     ///< CMakeLists.txt
+  /// CMakeLists.txt: its template under codegen/templates/ ("cpu.cmake.in"; the emitter fills in
+  /// @STEP_SOURCE@ with stepFile and @DATA_PARALLEL@ with the next one for data > 1, else "").
+  const char *cmakeTemplate;
   const char *commHeader;     ///< the collectives a data-parallel step includes ("driver/tally_comm.h")
-  const char *dataParallelCmake; ///< appended to CMakeLists.txt for data > 1 (find and link the engine)
+  const char *dataParallelCmakeTemplate; ///< for data > 1: find and link the engine (codegen/templates/)
   /// Embedded runtime files not copied (path prefixes under codegen/runtime, or driver/…; null
   /// ends the list early): the other backend's runtime and driver.
   const char *skip[4];
@@ -43,6 +45,10 @@ struct Backend {
 const Backend &cpuBackend();
 /// The CUDA backend's description (codegen/EmitCuda.cpp).
 const Backend &cudaBackend();
+
+/// The templates of the generated CMakeLists.txt (codegen/templates/, embedded in tally at build
+/// time as the runtime is): file name, and text.
+llvm::ArrayRef<RuntimeFile> cmakeTemplates();
 
 /// The training step of a train plan for backend `be`; "" or why it cannot be generated.
 std::string emitStep(const Analysis &a, const EmitOptions &options, const Backend &be, std::vector<File> &out);

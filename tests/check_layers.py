@@ -2,7 +2,7 @@
 """A lower layer never includes a higher one (shared/design/architecture.md):
 support -> ir -> frontend | passes -> driver -> codegen | report -> tools.
 Layers on the same level (frontend and passes; codegen and report) do not include each other.
-The generated step's own files (codegen/runtime, codegen/driver) are a separate program and
+The generated step's own files (codegen/runtime, codegen/program) are a separate program and
 include only each other by relative paths, so they are not checked here.
 
 Usage: check_layers.py REPO_DIR. Exit 1 listing every include that goes the wrong way."""
@@ -21,7 +21,7 @@ def main():
     for layer in LEVEL:
         for root, dirs, files in os.walk(os.path.join(repo, layer)):
             rel_root = os.path.relpath(root, repo)
-            if rel_root.startswith(('codegen/runtime', 'codegen/driver')):
+            if rel_root.startswith(('codegen/runtime', 'codegen/program')):
                 continue
             for name in files:
                 if not name.endswith(('.h', '.cpp', '.def')):

@@ -76,7 +76,7 @@ inline std::vector<float> getU8(Mem& m, const uint8_t* p, int64_t n) {
   return std::vector<float>(v.begin(), v.end());
 }
 
-/// A fused kernel as the generated step writes one (codegen/EmitCpu.cpp `fused`): bias add, then
+/// A fused kernel as the generated step writes one (codegen/EmitFused.cpp `fused`): bias add, then
 /// GELU, each value rounded to the storage type; the GELU output is the norms' x.
 template <class T> struct BiasGelu {
   const T* x;

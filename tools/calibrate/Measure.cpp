@@ -129,33 +129,30 @@ std::function<void()> matmulCall(rt::Ctx &ctx, int64_t M, int64_t N, int64_t K) 
   };
 }
 
-} // namespace
+/// Registers a measurement with Rounds: f, and its calls, seconds and most calls in all (each
+/// round gets a share); its index for Rounds::median.
+using Add = std::function<size_t(std::function<void()> f, int calls, double seconds, int maxCalls)>;
 
-Result measure(const Options &o) {
-  Clock::time_point start = Clock::now();
-  Result r;
-  r.quick = o.quick;
+/// The machine the measurements run on: CPU model, cores and memory.
+void describeMachine(Result &r) {
   r.cpuModel = cpuModelName();
   long procs = sysconf(_SC_NPROCESSORS_ONLN);
   r.cores = procs > 0 ? int(procs) : 1;
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);
   r.memoryBytes = pages > 0 && pageSize > 0 ? double(pages) * double(pageSize) : 0;
-  rt::Ctx ctx;
-  r.threads = ctx.nthreads();
+}
+
+/// The 1-minute load average, or -1 when /proc/loadavg cannot be read.
+double loadAverage() {
+  double v = -1;
   std::ifstream load("/proc/loadavg");
-  if (!(load >> r.loadAverage))
-    r.loadAverage = -1;
+  if (!(load >> v))
+    v = -1;
+  return v;
+}
 
-  // Every timing is registered here and taken in rounds (Rounds), then read as a median.
-  const int rounds = o.quick ? 2 : 4;
-  Rounds timings(rounds);
-  // Per round: a `share` of the calls and the seconds a measurement gets in all.
-  auto add = [&](std::function<void()> f, int calls, double seconds, int maxCalls) {
-    return timings.add(std::move(f), (calls + rounds - 1) / rounds, seconds / rounds,
-                       (maxCalls + rounds - 1) / rounds);
-  };
-
-  // 1. Matmuls.
+/// 1. Matmuls: the samples in r.matmuls (fp32 and bf16 of every shape), their timings in order.
+std::vector<size_t> addMatmuls(const Options &o, rt::Ctx &ctx, Result &r, const Add &add) {
   std::vector<int64_t> squares = o.quick ? std::vector<int64_t>{64, 128, 256}
                                          : std::vector<int64_t>{64, 128, 256, 512, 1024, 2048};
   struct Shape { int64_t M, N, K; };
@@ -180,6 +177,63 @@ Result measure(const Options &o) {
                                                     : matmulCall<rt::bf16>(ctx, s.M, s.N, s.K),
                                   4, o.quick ? 0.01 : 0.1, 60));
     }
+  return matmulTimings;
+}
+
+struct AttentionTimings { size_t forward, backward; };
+
+/// 6. The runtime's fused causal attention forward and backward on one shape (q = k = v
+/// [B, S, H·hd]).
+AttentionTimings addAttention(const Options &o, rt::Ctx &ctx, const AttentionSample &sh, const Add &add) {
+  struct Buffers { std::vector<float> q, k, v, out, dO, dq, dk, dv, lse; };
+  auto b = std::make_shared<Buffers>();
+  const size_t qn = size_t(sh.B * sh.S * sh.H * sh.hd);
+  for (std::vector<float> *x : {&b->q, &b->k, &b->v, &b->out, &b->dO, &b->dq, &b->dk, &b->dv})
+    x->resize(qn);
+  b->lse.resize(size_t(sh.B * sh.H * sh.S));
+  for (size_t i = 0; i < qn; ++i) {
+    b->q[i] = 0.5f * float(int(i % 13) - 6) / 6.0f;
+    b->k[i] = 0.5f * float(int(i % 11) - 5) / 5.0f;
+    b->v[i] = float(int(i % 7) - 3) / 3.0f;
+    b->dO[i] = float(int(i % 5) - 2) / 2.0f;
+  }
+  const float scale = 1.0f / std::sqrt(float(sh.hd));
+  auto fwd = [&ctx, b, sh, scale] {
+    rt::attention_fwd<float>(ctx, b->q.data(), b->k.data(), b->v.data(), b->out.data(), b->lse.data(), nullptr,
+                             sh.B, sh.S, sh.S, sh.H, sh.H, sh.hd, scale, true, 0.0f, 0, 0);
+  };
+  auto bwd = [&ctx, b, sh, scale] {
+    rt::attention_bwd<float>(ctx, b->q.data(), b->k.data(), b->v.data(), b->out.data(), b->lse.data(), nullptr,
+                             b->dO.data(), b->dq.data(), b->dk.data(), b->dv.data(), sh.B, sh.S, sh.S, sh.H, sh.H,
+                             sh.hd, scale, true, 0.0f, 0, 0, false);
+  };
+  // The forward first: the backward reads its out and lse.
+  fwd();
+  return AttentionTimings{add(fwd, 4, o.quick ? 0.01 : 0.1, 100), add(bwd, 4, o.quick ? 0.01 : 0.1, 100)};
+}
+
+} // namespace
+
+Result measure(const Options &o) {
+  Clock::time_point start = Clock::now();
+  Result r;
+  r.quick = o.quick;
+  describeMachine(r);
+  rt::Ctx ctx;
+  r.threads = ctx.nthreads();
+  r.loadAverage = loadAverage();
+
+  // Every timing is registered here and taken in rounds (Rounds), then read as a median.
+  const int rounds = o.quick ? 2 : 4;
+  Rounds timings(rounds);
+  // Per round: a `share` of the calls and the seconds a measurement gets in all.
+  Add add = [&](std::function<void()> f, int calls, double seconds, int maxCalls) {
+    return timings.add(std::move(f), (calls + rounds - 1) / rounds, seconds / rounds,
+                       (maxCalls + rounds - 1) / rounds);
+  };
+
+  // 1. Matmuls.
+  std::vector<size_t> matmulTimings = addMatmuls(o, ctx, r, add);
 
   // 2. Triad, over arrays of 3 × n floats well past a 32 MiB last-level cache.
   const int64_t n = o.quick ? (int64_t(8) << 20) : (int64_t(16) << 20);
@@ -238,38 +292,10 @@ Result measure(const Options &o) {
   r.attentionShapes = {AttentionSample{2, 4, 16, 16}};
   if (!o.quick)
     r.attentionShapes.push_back(AttentionSample{2, 4, 64, 32});
-  struct AttentionTimings { size_t forward, backward; };
-  auto attention = [&](const AttentionSample &sh) {
-    struct Buffers { std::vector<float> q, k, v, out, dO, dq, dk, dv, lse; };
-    auto b = std::make_shared<Buffers>();
-    const size_t qn = size_t(sh.B * sh.S * sh.H * sh.hd);
-    for (std::vector<float> *x : {&b->q, &b->k, &b->v, &b->out, &b->dO, &b->dq, &b->dk, &b->dv})
-      x->resize(qn);
-    b->lse.resize(size_t(sh.B * sh.H * sh.S));
-    for (size_t i = 0; i < qn; ++i) {
-      b->q[i] = 0.5f * float(int(i % 13) - 6) / 6.0f;
-      b->k[i] = 0.5f * float(int(i % 11) - 5) / 5.0f;
-      b->v[i] = float(int(i % 7) - 3) / 3.0f;
-      b->dO[i] = float(int(i % 5) - 2) / 2.0f;
-    }
-    const float scale = 1.0f / std::sqrt(float(sh.hd));
-    auto fwd = [&ctx, b, sh, scale] {
-      rt::attention_fwd<float>(ctx, b->q.data(), b->k.data(), b->v.data(), b->out.data(), b->lse.data(), nullptr,
-                               sh.B, sh.S, sh.S, sh.H, sh.H, sh.hd, scale, true, 0.0f, 0, 0);
-    };
-    auto bwd = [&ctx, b, sh, scale] {
-      rt::attention_bwd<float>(ctx, b->q.data(), b->k.data(), b->v.data(), b->out.data(), b->lse.data(), nullptr,
-                               b->dO.data(), b->dq.data(), b->dk.data(), b->dv.data(), sh.B, sh.S, sh.S, sh.H, sh.H,
-                               sh.hd, scale, true, 0.0f, 0, 0, false);
-    };
-    // The forward first: the backward reads its out and lse.
-    fwd();
-    return AttentionTimings{add(fwd, 4, o.quick ? 0.01 : 0.1, 100), add(bwd, 4, o.quick ? 0.01 : 0.1, 100)};
-  };
-  const AttentionTimings tAttn = attention(at);
+  const AttentionTimings tAttn = addAttention(o, ctx, at, add);
   std::vector<AttentionTimings> tShapes;
   for (const AttentionSample &sh : r.attentionShapes)
-    tShapes.push_back(attention(sh));
+    tShapes.push_back(addAttention(o, ctx, sh, add));
 
   timings.run();
 

@@ -1,5 +1,5 @@
 // `tally build FILE --backend cpu|cuda -o DIR`: writes the generated training step of a train
-// plan (codegen/EmitCpu.cpp; C++ for the CPU, CUDA for a GPU) with its runtime, driver and
+// plan (codegen/EmitStep.cpp; C++ for the CPU, CUDA for a GPU) with its runtime, driver and
 // CMakeLists.txt into DIR.
 // `tally run FILE --backend cpu|cuda [--steps N] [--format json]`: builds that folder once (cached
 // by a hash of every generated file, under $TALLY_CACHE_DIR or ~/.cache/tally), runs it, and
@@ -237,7 +237,8 @@ std::optional<Analysis> analyzeFile(Compilation &c) {
 
 /// $TALLY_RUNTIME_DIR (a checkout's codegen/ folder): the runtime and driver sources are read
 /// from there instead of the copies embedded in tally, for working on the runtime without
-/// rebuilding tally. "" or why a file could not be read.
+/// rebuilding tally; each goes where the embedded copy goes (the driver's sources, program/,
+/// to runtime/driver/). "" or why a file could not be read.
 std::string runtimeFromDisk(std::vector<codegen::File> &files) {
   Optional<std::string> dir = sys::Process::GetEnv("TALLY_RUNTIME_DIR");
   if (!dir || dir->empty())
@@ -246,9 +247,13 @@ std::string runtimeFromDisk(std::vector<codegen::File> &files) {
                              [](const codegen::File &f) { return StringRef(f.path).startswith("runtime/"); }),
               files.end());
   bool cuda = Backend == "cuda";
-  for (const char *sub : {"runtime/common", cuda ? "runtime/cuda" : "runtime/cpu", "driver"}) {
+  struct Folder {
+    const char *source, *step; ///< under codegen/, and under the step's runtime/
+  };
+  for (Folder sub : {Folder{"runtime/common", "common"}, cuda ? Folder{"runtime/cuda", "cuda"} : Folder{"runtime/cpu", "cpu"},
+                     Folder{"program", "driver"}}) {
     SmallString<256> folder(*dir);
-    sys::path::append(folder, sub);
+    sys::path::append(folder, sub.source);
     std::error_code ec;
     for (sys::fs::directory_iterator it(folder, ec), end; it != end && !ec; it.increment(ec)) {
       StringRef name = sys::path::filename(it->path());
@@ -257,8 +262,8 @@ std::string runtimeFromDisk(std::vector<codegen::File> &files) {
       auto text = MemoryBuffer::getFile(it->path());
       if (!text)
         return "TALLY_RUNTIME_DIR: cannot read " + it->path();
-      std::string rel = StringRef(sub).startswith("runtime/") ? StringRef(sub).drop_front(8).str() : sub;
-      files.push_back({"runtime/" + rel + "/" + sys::path::filename(it->path()).str(), (*text)->getBuffer().str()});
+      files.push_back({"runtime/" + std::string(sub.step) + "/" + sys::path::filename(it->path()).str(),
+                       (*text)->getBuffer().str()});
     }
     if (ec)
       return "TALLY_RUNTIME_DIR: cannot list " + folder.str().str() + ": " + ec.message();
@@ -410,6 +415,224 @@ std::string launcher(const Analysis &a, const std::string &binary, std::vector<s
   return "";
 }
 
+/// The step's command line: the launcher (launcher()), then --steps, --warmup, --threads (under
+/// data parallelism the cores shared between the ranks unless --threads says otherwise), --seed
+/// and the file flags given. "" or why it cannot be run.
+std::string stepArguments(const Analysis &a, const std::string &binary, std::vector<std::string> &args) {
+  if (std::string why = launcher(a, binary, args); !why.empty())
+    return why;
+  // Data parallel: the cores shared between the ranks unless --threads says otherwise.
+  int64_t ranks = a.plan->parallel.data, threads = Threads;
+  if (ranks > 1 && threads == 0)
+    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
+  for (std::string f : std::vector<std::string>{"--steps", std::to_string(Steps), "--warmup", std::to_string(Warmup),
+                                                 "--threads", std::to_string(threads), "--seed", std::to_string(Seed)})
+    args.push_back(f);
+  auto flag = [&](const char *name, const std::string &v) {
+    if (!v.empty()) {
+      args.push_back(name);
+      args.push_back(v);
+    }
+  };
+  flag("--init", Init);
+  flag("--data", Data);
+  flag("--save", Save);
+  flag("--dump-grads", DumpGrads);
+  return "";
+}
+
+/// Runs the built step; its JSON goes to a temporary file, its errors straight to ours. 0 with
+/// the report (a JSON object) in `report`, or the exit code after saying why.
+int runStep(const Analysis &a, const std::string &binary, Optional<json::Value> &report) {
+  SmallString<128> outPath;
+  if (std::error_code ec = sys::fs::createTemporaryFile("tally-run", "json", outPath))
+    return failure("cannot create a temporary file: " + ec.message());
+  std::vector<std::string> args;
+  if (std::string why = stepArguments(a, binary, args); !why.empty())
+    return failure(why);
+  std::vector<StringRef> argv(args.begin(), args.end());
+  Optional<StringRef> redirects[] = {StringRef(""), StringRef(outPath), None};
+  std::string err;
+  int rc = spawn(args[0], argv, redirects, &err);
+  auto text = MemoryBuffer::getFile(outPath);
+  sys::fs::remove(outPath);
+  if (rc != 0)
+    return failure("the generated step failed" + (err.empty() ? " (exit " + std::to_string(rc) + ")" : ": " + err));
+  if (!text)
+    return failure("the generated step wrote no report");
+  Expected<json::Value> parsed = json::parse((*text)->getBuffer());
+  if (!parsed)
+    return failure("the generated step's report is not JSON: " + toString(parsed.takeError()));
+  if (!parsed->getAsObject())
+    return failure("the generated step's report is not a JSON object");
+  report = std::move(*parsed);
+  return 0;
+}
+
+/// One kernel of the step's report: name, op class, calls and seconds over the timed steps.
+struct Kernel {
+  std::string name, cls;
+  int64_t calls;
+  double total;
+};
+
+/// What `tally run` prints beside the estimate, read from the step's report `m`.
+struct Measured {
+  const json::Object *m;
+  double stepS, mfu, allocated, comm, wait;
+  std::map<std::string, double> byClass;
+  std::vector<Kernel> kernels; ///< slowest first
+  const json::Array *loss;
+};
+
+Measured measured(const Analysis &an, const json::Object *m) {
+  Measured r{m, num(m, "step_s"), 0, 0, 0, 0, {}, {}, nullptr};
+  r.mfu = modelFlopsUtilization(an, r.stepS); // as the estimate's MFU
+  const json::Object *regions = m->getObject("regions");
+  r.allocated = num(m, "arena_bytes") + num(regions, "params") + num(regions, "grads") +
+                num(regions, "master") + num(regions, "optimizer");
+  double steps = static_cast<double>(Steps);
+  if (const json::Array *ks = m->getArray("kernels"))
+    for (const json::Value &k : *ks)
+      if (const json::Object *ko = k.getAsObject()) {
+        Kernel x{ko->getString("name").getValueOr("").str(), ko->getString("op_class").getValueOr("").str(),
+                 static_cast<int64_t>(num(ko, "calls")), num(ko, "total_s")};
+        const std::string &cls = x.cls;
+        r.byClass[cls] += x.total / steps;
+        r.kernels.push_back(x);
+      }
+  std::sort(r.kernels.begin(), r.kernels.end(), [](const Kernel &x, const Kernel &y) { return x.total > y.total; });
+  r.loss = m->getArray("loss");
+  r.comm = r.byClass.count("communication") ? r.byClass["communication"] : 0;
+  r.wait = r.byClass.count("wait") ? r.byClass["wait"] : 0;
+  return r;
+}
+
+/// The model states the estimate allocates beside the arena: params, grads, master, optimizer.
+double modelStates(const Analysis &an) {
+  return an.memory.params + an.memory.grads + an.memory.master + an.memory.optimizer;
+}
+
+/// --format json: {model, plan, backend, estimated, measured (the step's report and what is
+/// derived from it), loss}.
+void printRunJson(const Analysis &an, const Measured &r) {
+  std::map<std::string, double> estClass = estimatedByClass(an);
+  json::Object est{{"step_s", an.time.step},
+                   {"arena_bytes", an.arenaBytes},
+                   {"regions", json::Object{{"params", an.regions.params.bytes},
+                                            {"grads", an.regions.grads.bytes},
+                                            {"master", an.regions.master.bytes},
+                                            {"optimizer", an.regions.optimizer.bytes}}},
+                   {"master_bytes", an.memory.master},
+                   {"optimizer_bytes", an.memory.optimizer},
+                   {"ranks", an.plan->parallel.data},
+                   {"data_parallel_comm_s", an.time.dataParallelComm},
+                   {"peak_bytes", an.memory.peak},
+                   {"context_bytes", an.memory.context},
+                   {"workspace_bytes", an.memory.libraryWorkspace},
+                   {"model_states_bytes", modelStates(an)},
+                   {"mfu", an.time.mfu},
+                   {"target", an.plan->target.name}};
+  json::Object estBy, measBy;
+  for (auto &[k, v] : estClass)
+    estBy[k] = v;
+  for (auto &[k, v] : r.byClass)
+    measBy[k] = v;
+  est["by_class_s"] = std::move(estBy);
+  json::Object meas = *r.m;
+  meas.erase("loss");
+  meas["allocated_bytes"] = r.allocated;
+  meas["communication_s"] = r.comm;
+  meas["wait_s"] = r.wait;
+  meas["mfu"] = r.mfu;
+  meas["by_class_s"] = std::move(measBy);
+  json::Object out{{"model", an.graph->model},
+                   {"plan", an.plan->name},
+                   {"backend", Backend},
+                   {"estimated", std::move(est)},
+                   {"measured", std::move(meas)},
+                   {"loss", r.loss ? json::Value(json::Array(*r.loss)) : json::Value(json::Array())}};
+  outs() << formatv("{0:2}", json::Value(std::move(out))) << "\n";
+}
+
+/// The text table's memory rows: arena, allocated, peak (and on CUDA the context and workspace).
+void printRunMemory(raw_ostream &os, const Analysis &an, const Measured &r, bool cuda, int64_t ranks) {
+  const json::Object *m = r.m;
+  double states = modelStates(an);
+  os << formatv("{0,-24} {1,14} {2,14}\n", "arena", formatBytes(static_cast<double>(an.arenaBytes)),
+                formatBytes(num(m, "arena_bytes")));
+  os << formatv("{0,-24} {1,14} {2,14}\n", "allocated (arena+states)",
+                formatBytes(static_cast<double>(an.arenaBytes) + states), formatBytes(r.allocated));
+  os << formatv("{0,-24} {1,14} {2,14}\n", "peak memory", formatBytes(an.memory.peak),
+                formatBytes(num(m, "peak_bytes")) + "*");
+  if (cuda) {
+    os << formatv("{0,-24} {1,14} {2,14}\n", "  CUDA context", formatBytes(an.memory.context),
+                  formatBytes(num(m, "context_bytes")) + "*");
+    os << formatv("{0,-24} {1,14} {2,14}\n", "  cuBLASLt workspace", formatBytes(an.memory.libraryWorkspace),
+                  formatBytes(num(m, "workspace_bytes")));
+    os << "  * device memory in use (cudaMemGetInfo: total - free, at its highest), the CUDA context and\n"
+          "    other processes on the device included; the workspace is cuBLASLt's and the kernels' scratch\n\n";
+  } else {
+    os << "  * resident set of the process" << (ranks > 1 ? " of rank 0" : "")
+       << ": the regions, the batch, the program and its libraries\n\n";
+  }
+}
+
+/// The text report: estimates beside measurements, time by class, the top kernels, the loss.
+void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
+  const json::Object *m = r.m;
+  int64_t ranks = an.plan->parallel.data;
+  std::map<std::string, double> estClass = estimatedByClass(an), measClass = r.byClass;
+  double steps = static_cast<double>(Steps);
+  raw_ostream &os = outs();
+  std::string where = cuda ? "on " + m->getString("device").getValueOr("a CUDA device").str()
+                      : ranks > 1 ? formatv("on the CPU ({0} MPI processes of {1} thread{2}{3})", ranks,
+                                            static_cast<int64_t>(num(m, "threads")), num(m, "threads") == 1 ? "" : "s",
+                                            an.plan->parallel.zero >= 1 ? ", ZeRO-1" : "")
+                                        .str()
+                                  : formatv("on the CPU ({0} thread{1})", static_cast<int64_t>(num(m, "threads")),
+                                            num(m, "threads") == 1 ? "" : "s")
+                                        .str();
+  os << formatv("tally run: {0}, plan {1}, {2}: {3} timed steps after {4} warm-up\n", an.graph->model,
+                an.plan->name, where, Steps, Warmup);
+  os << formatv("estimates are for the target {0}{1}\n\n", an.plan->target.name,
+                Overrides.target.empty() ? " (this machine, as `tally calibrate` measured it; --target to change)" : "");
+  os << formatv("{0,-24} {1,14} {2,14}\n", "", "estimated", "measured");
+  os << formatv("{0,-24} {1,14} {2,14}\n", "step time (median)", formatDuration(an.time.step), formatDuration(r.stepS));
+  os << formatv("{0,-24} {1,14} {2,14}\n", "MFU", formatPercent(an.time.mfu), formatPercent(r.mfu));
+  printRunMemory(os, an, r, cuda, ranks);
+  if (ranks > 1) {
+    os << formatv("{0,-24} {1,14} {2,14}\n", "data-parallel comm", formatDuration(an.time.dataParallelComm),
+                  formatDuration(r.comm));
+    os << formatv("{0,-24} {1,14} {2,14}\n", "  waiting for ranks", "", formatDuration(r.wait));
+    os << "  the step averages the gradients after the backward (not overlapped), in buckets of 25 MiB"
+       << (an.plan->parallel.zero >= 1 ? " (reduce-scatter, then all-gather of the parameters)" : " (all-reduce)")
+       << ";\n  waiting is the barrier before it, for the slowest rank's backward (load imbalance);\n"
+       << "  the estimate is for the target's interconnect"
+       << (an.plan->parallel.overlap ? ", with the reduction hidden behind the backward (overlap = true)" : "")
+       << "\n\n";
+  }
+  os << formatv("{0,-24} {1,14} {2,14}\n", "time per step by class", "estimated", "measured");
+  std::map<std::string, bool> classes;
+  for (auto &[k, v] : estClass)
+    classes[k] = true;
+  for (auto &[k, v] : measClass)
+    classes[k] = true;
+  for (auto &[k, v] : classes)
+    os << formatv("  {0,-22} {1,14} {2,14}\n", k, formatDuration(estClass[k]), formatDuration(measClass[k]));
+  os << "\ntop kernels (measured)        calls/step   time/step\n";
+  const std::vector<Kernel> &kernels = r.kernels;
+  for (size_t i = 0; i < kernels.size() && i < 8; ++i)
+    os << formatv("  {0,-28} {1,10} {2,11}\n", kernels[i].cls + " " + kernels[i].name,
+                  formatv("{0:f0}", static_cast<double>(kernels[i].calls) / steps).str(),
+                  formatDuration(kernels[i].total / steps));
+  os << "\nloss per step" << (ranks > 1 ? " (the whole batch: the mean of the ranks')" : "") << ":";
+  if (r.loss)
+    for (const json::Value &v : *r.loss)
+      os << formatv(" {0:f4}", v.getAsNumber().getValueOr(NAN));
+  os << "\n";
+}
+
 int run() {
   if (std::string bad = badBackend(); !bad.empty())
     return usageError(bad);
@@ -428,179 +651,14 @@ int run() {
   std::string binary;
   if (std::string err = buildCached(files, binary); !err.empty())
     return failure(err);
-
-  // Run it; its JSON goes to a temporary file, its errors straight to ours.
-  SmallString<128> outPath;
-  if (std::error_code ec = sys::fs::createTemporaryFile("tally-run", "json", outPath))
-    return failure("cannot create a temporary file: " + ec.message());
-  std::vector<std::string> args;
-  if (std::string why = launcher(*a, binary, args); !why.empty())
-    return failure(why);
-  // Data parallel: the cores shared between the ranks unless --threads says otherwise.
-  int64_t ranks = a->plan->parallel.data, threads = Threads;
-  if (ranks > 1 && threads == 0)
-    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
-  for (std::string f : std::vector<std::string>{"--steps", std::to_string(Steps), "--warmup", std::to_string(Warmup),
-                                                 "--threads", std::to_string(threads), "--seed", std::to_string(Seed)})
-    args.push_back(f);
-  auto flag = [&](const char *name, const std::string &v) {
-    if (!v.empty()) {
-      args.push_back(name);
-      args.push_back(v);
-    }
-  };
-  flag("--init", Init);
-  flag("--data", Data);
-  flag("--save", Save);
-  flag("--dump-grads", DumpGrads);
-  std::vector<StringRef> argv(args.begin(), args.end());
-  Optional<StringRef> redirects[] = {StringRef(""), StringRef(outPath), None};
-  std::string err;
-  int rc = spawn(args[0], argv, redirects, &err);
-  auto text = MemoryBuffer::getFile(outPath);
-  sys::fs::remove(outPath);
-  if (rc != 0)
-    return failure("the generated step failed" + (err.empty() ? " (exit " + std::to_string(rc) + ")" : ": " + err));
-  if (!text)
-    return failure("the generated step wrote no report");
-  Expected<json::Value> parsed = json::parse((*text)->getBuffer());
-  if (!parsed)
-    return failure("the generated step's report is not JSON: " + toString(parsed.takeError()));
-  const json::Object *m = parsed->getAsObject();
-  if (!m)
-    return failure("the generated step's report is not a JSON object");
-
-  const Analysis &an = *a;
-  double stepS = num(m, "step_s");
-  double measuredMfu = modelFlopsUtilization(an, stepS); // as the estimate's MFU
-  double states = an.memory.params + an.memory.grads + an.memory.master + an.memory.optimizer;
-  const json::Object *regions = m->getObject("regions");
-  double allocated = num(m, "arena_bytes") + num(regions, "params") + num(regions, "grads") +
-                     num(regions, "master") + num(regions, "optimizer");
-  std::map<std::string, double> estClass = estimatedByClass(an), measClass;
-  struct Kernel {
-    std::string name, cls;
-    int64_t calls;
-    double total;
-  };
-  std::vector<Kernel> kernels;
-  double steps = static_cast<double>(Steps);
-  if (const json::Array *ks = m->getArray("kernels"))
-    for (const json::Value &k : *ks)
-      if (const json::Object *ko = k.getAsObject()) {
-        Kernel x{ko->getString("name").getValueOr("").str(), ko->getString("op_class").getValueOr("").str(),
-                 static_cast<int64_t>(num(ko, "calls")), num(ko, "total_s")};
-        const std::string &cls = x.cls;
-        measClass[cls] += x.total / steps;
-        kernels.push_back(x);
-      }
-  std::sort(kernels.begin(), kernels.end(), [](const Kernel &x, const Kernel &y) { return x.total > y.total; });
-  const json::Array *loss = m->getArray("loss");
-
-  double measuredComm = measClass.count("communication") ? measClass["communication"] : 0;
-  double measuredWait = measClass.count("wait") ? measClass["wait"] : 0;
-  if (OutFormat == Format::Json) {
-    json::Object est{{"step_s", an.time.step},
-                     {"arena_bytes", an.arenaBytes},
-                     {"regions", json::Object{{"params", an.regions.params.bytes},
-                                              {"grads", an.regions.grads.bytes},
-                                              {"master", an.regions.master.bytes},
-                                              {"optimizer", an.regions.optimizer.bytes}}},
-                     {"master_bytes", an.memory.master},
-                     {"optimizer_bytes", an.memory.optimizer},
-                     {"ranks", an.plan->parallel.data},
-                     {"data_parallel_comm_s", an.time.dataParallelComm},
-                     {"peak_bytes", an.memory.peak},
-                     {"context_bytes", an.memory.context},
-                     {"workspace_bytes", an.memory.libraryWorkspace},
-                     {"model_states_bytes", states},
-                     {"mfu", an.time.mfu},
-                     {"target", an.plan->target.name}};
-    json::Object estBy, measBy;
-    for (auto &[k, v] : estClass)
-      estBy[k] = v;
-    for (auto &[k, v] : measClass)
-      measBy[k] = v;
-    est["by_class_s"] = std::move(estBy);
-    json::Object meas = *m;
-    meas.erase("loss");
-    meas["allocated_bytes"] = allocated;
-    meas["communication_s"] = measuredComm;
-    meas["wait_s"] = measuredWait;
-    meas["mfu"] = measuredMfu;
-    meas["by_class_s"] = std::move(measBy);
-    json::Object out{{"model", an.graph->model},
-                     {"plan", an.plan->name},
-                     {"backend", Backend},
-                     {"estimated", std::move(est)},
-                     {"measured", std::move(meas)},
-                     {"loss", loss ? json::Value(json::Array(*loss)) : json::Value(json::Array())}};
-    outs() << formatv("{0:2}", json::Value(std::move(out))) << "\n";
-    return 0;
-  }
-
-  raw_ostream &os = outs();
-  std::string where = cuda ? "on " + m->getString("device").getValueOr("a CUDA device").str()
-                      : ranks > 1 ? formatv("on the CPU ({0} MPI processes of {1} thread{2}{3})", ranks,
-                                            static_cast<int64_t>(num(m, "threads")), num(m, "threads") == 1 ? "" : "s",
-                                            an.plan->parallel.zero >= 1 ? ", ZeRO-1" : "")
-                                        .str()
-                                  : formatv("on the CPU ({0} thread{1})", static_cast<int64_t>(num(m, "threads")),
-                                            num(m, "threads") == 1 ? "" : "s")
-                                        .str();
-  os << formatv("tally run: {0}, plan {1}, {2}: {3} timed steps after {4} warm-up\n", an.graph->model,
-                an.plan->name, where, Steps, Warmup);
-  os << formatv("estimates are for the target {0}{1}\n\n", an.plan->target.name,
-                Overrides.target.empty() ? " (this machine, as `tally calibrate` measured it; --target to change)" : "");
-  os << formatv("{0,-24} {1,14} {2,14}\n", "", "estimated", "measured");
-  os << formatv("{0,-24} {1,14} {2,14}\n", "step time (median)", formatDuration(an.time.step), formatDuration(stepS));
-  os << formatv("{0,-24} {1,14} {2,14}\n", "MFU", formatPercent(an.time.mfu), formatPercent(measuredMfu));
-  os << formatv("{0,-24} {1,14} {2,14}\n", "arena", formatBytes(static_cast<double>(an.arenaBytes)),
-                formatBytes(num(m, "arena_bytes")));
-  os << formatv("{0,-24} {1,14} {2,14}\n", "allocated (arena+states)",
-                formatBytes(static_cast<double>(an.arenaBytes) + states), formatBytes(allocated));
-  os << formatv("{0,-24} {1,14} {2,14}\n", "peak memory", formatBytes(an.memory.peak),
-                formatBytes(num(m, "peak_bytes")) + "*");
-  if (cuda) {
-    os << formatv("{0,-24} {1,14} {2,14}\n", "  CUDA context", formatBytes(an.memory.context),
-                  formatBytes(num(m, "context_bytes")) + "*");
-    os << formatv("{0,-24} {1,14} {2,14}\n", "  cuBLASLt workspace", formatBytes(an.memory.libraryWorkspace),
-                  formatBytes(num(m, "workspace_bytes")));
-    os << "  * device memory in use (cudaMemGetInfo: total - free, at its highest), the CUDA context and\n"
-          "    other processes on the device included; the workspace is cuBLASLt's and the kernels' scratch\n\n";
-  } else {
-    os << "  * resident set of the process" << (ranks > 1 ? " of rank 0" : "")
-       << ": the regions, the batch, the program and its libraries\n\n";
-  }
-  if (ranks > 1) {
-    os << formatv("{0,-24} {1,14} {2,14}\n", "data-parallel comm", formatDuration(an.time.dataParallelComm),
-                  formatDuration(measuredComm));
-    os << formatv("{0,-24} {1,14} {2,14}\n", "  waiting for ranks", "", formatDuration(measuredWait));
-    os << "  the step averages the gradients after the backward (not overlapped), in buckets of 25 MiB"
-       << (an.plan->parallel.zero >= 1 ? " (reduce-scatter, then all-gather of the parameters)" : " (all-reduce)")
-       << ";\n  waiting is the barrier before it, for the slowest rank's backward (load imbalance);\n"
-       << "  the estimate is for the target's interconnect"
-       << (an.plan->parallel.overlap ? ", with the reduction hidden behind the backward (overlap = true)" : "")
-       << "\n\n";
-  }
-  os << formatv("{0,-24} {1,14} {2,14}\n", "time per step by class", "estimated", "measured");
-  std::map<std::string, bool> classes;
-  for (auto &[k, v] : estClass)
-    classes[k] = true;
-  for (auto &[k, v] : measClass)
-    classes[k] = true;
-  for (auto &[k, v] : classes)
-    os << formatv("  {0,-22} {1,14} {2,14}\n", k, formatDuration(estClass[k]), formatDuration(measClass[k]));
-  os << "\ntop kernels (measured)        calls/step   time/step\n";
-  for (size_t i = 0; i < kernels.size() && i < 8; ++i)
-    os << formatv("  {0,-28} {1,10} {2,11}\n", kernels[i].cls + " " + kernels[i].name,
-                  formatv("{0:f0}", static_cast<double>(kernels[i].calls) / steps).str(),
-                  formatDuration(kernels[i].total / steps));
-  os << "\nloss per step" << (ranks > 1 ? " (the whole batch: the mean of the ranks')" : "") << ":";
-  if (loss)
-    for (const json::Value &v : *loss)
-      os << formatv(" {0:f4}", v.getAsNumber().getValueOr(NAN));
-  os << "\n";
+  Optional<json::Value> report;
+  if (int rc = runStep(*a, binary, report))
+    return rc;
+  Measured r = measured(*a, report->getAsObject());
+  if (OutFormat == Format::Json)
+    printRunJson(*a, r);
+  else
+    printRunTable(*a, r, cuda);
   return 0;
 }
 

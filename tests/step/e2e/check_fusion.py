@@ -2,7 +2,7 @@
 """check_fusion.py — the fused elementwise kernels of the generated step (issue 8, the fusion pass).
 
 `--fuse` makes the step run each run of consecutive elementwise ops as one generated kernel
-(passes/Fusion.cpp; codegen/EmitCpu.cpp `fused`): the CUDA backend's default, and the same code
+(passes/Fusion.cpp; codegen/EmitFused.cpp `fused`): the CUDA backend's default, and the same code
 on the CPU, which is how it is checked without a GPU. For every configuration below it runs
 
     TALLY run FILE [--plan P] [--checkpoint C] [--precision X] --steps 3 --warmup 0

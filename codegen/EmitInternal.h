@@ -1,0 +1,257 @@
+// The step emitter's state and its pieces, shared by the files that print the generated
+// training step (private to codegen/; codegen/EmitStep.cpp describes the walk):
+// - EmitStep.cpp: where tensors live, the walk over the schedule (micro_step), the tables of
+//   kLayout, the step file and the files beside it (CMakeLists.txt, the runtime);
+// - EmitOps.cpp: one runtime call per op, a dispatch by op kind to the families below, and the
+//   elementwise and data-movement ops; EmitLayers.cpp: matmul, attention, norms and losses;
+// - EmitFused.cpp: the fused kernels (passes/Fusion.cpp) as generated functors;
+// - EmitUpdate.cpp: the optimizer phase (update, zero_grad) and the data-parallel collectives;
+// - EmitCpu.cpp and EmitCuda.cpp: each backend's few hooks (codegen/EmitBackend.h).
+#pragma once
+
+#include "codegen/EmitBackend.h"
+
+#include "ir/OpRules.h"
+#include "passes/Fusion.h"
+#include "passes/Passes.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tally::codegen::emit {
+
+/// The C++ storage type of a dtype in the runtime, or "" when the runtime has none.
+std::string ctype(Dtype d);
+/// The safetensors name of a dtype.
+const char *stName(Dtype d);
+/// "h[0].attn.qkv.weight" → "h.0.attn.qkv.weight": the names safetensors files use.
+std::string tensorName(llvm::StringRef path);
+/// A string literal for C++ (paths and names come from the user's file).
+std::string literal(llvm::StringRef s);
+/// A comment-safe copy: no newlines, no "*/", printable ASCII.
+std::string commentSafe(llvm::StringRef s);
+std::string list(llvm::ArrayRef<int64_t> v);
+std::string number(double v);
+/// The op class reports use ("matmul", "elementwise", ...) of an op's kernels (EmitStep.cpp).
+std::string className(const Graph &g, const Op &op);
+/// The runtime's rt::BinOp and rt::UnOp of an op kind.
+const char *binOp(OpKind k);
+const char *unOp(OpKind k);
+
+struct Emitter {
+  const Analysis &a;
+  const Graph &s;
+  const Plan &plan;
+  const EmitOptions &opt;
+  const Backend &be;
+  std::string error;
+  std::string body;            ///< the function being written
+  uint32_t step = 0;           ///< the schedule step of the entry being written
+  const Op *op = nullptr;      ///< the op being written (for messages)
+
+  BufferIndex buffers;          ///< the memory plan's buffers by tensor; each entry's schedule step
+  std::unordered_map<TensorId, int64_t> paramOffset, gradOffset, masterOffset, dataOffset;
+  std::map<std::pair<TensorId, unsigned>, int64_t> stateOffset;
+  int64_t dataBytes = 0;
+  /// Device backends: the op class of every op path set in ctx.where (kOpSites), in order.
+  std::vector<std::pair<std::string, std::string>> sites;
+  std::map<std::string, std::string> siteClass;
+
+  Emitter(const Analysis &a, const EmitOptions &o, const Backend &be)
+      : a(a), s(*a.step), plan(*a.plan), opt(o), be(be), buffers(a) {}
+
+  /// The backend's name in messages: "CPU", "CUDA".
+  std::string title() const { return be.title; }
+
+  bool fail(const std::string &why);
+
+  // ---- 1. where tensors live (EmitStep.cpp) -------------------------------------------------
+
+  void index();
+  TensorId base(TensorId t) const { return s.tensors[t].viewOf == kNone ? t : s.tensors[t].viewOf; }
+  /// The dtype a tensor is stored in: its own, except float input data, which the driver
+  /// stores in the activations' dtype (the first op reads it as mixed precision would cast it).
+  Dtype stored(TensorId t) const;
+  /// `A<float>(8192)`: a pointer to tensor t's first element at the current step.
+  std::string ptr(TensorId t);
+
+  int64_t n(TensorId t) const { return checkedNumel(s.tensors[t].shape).value_or(0); }
+  const Shape &shape(TensorId t) const { return s.tensors[t].shape; }
+  int64_t last(TensorId t) const { return shape(t).empty() ? 1 : shape(t).back().size; }
+  std::string T(TensorId t) const { return ctype(stored(t)); }
+  bool dense(TensorId t) const { return isDense(shape(t), s.tensors[t].layout); }
+  std::vector<int64_t> strides(TensorId t) const;
+  std::vector<int64_t> sizes(TensorId t) const;
+  bool needDense(TensorId t, const char *what);
+  bool sameType(std::initializer_list<TensorId> ts);
+
+  // ---- 2. one call per op (EmitOps.cpp, EmitLayers.cpp) -------------------------------------
+
+  void line(const std::string &text) { body += "  " + text + "\n"; }
+
+  /// Says which op runs now: the `op_class` global the CPU kernel timer reads, or on a device
+  /// `ctx.where = "<op path>"` (the CUDA runtime names it in every error) with the path's op
+  /// class recorded for the driver's kOpSites table.
+  void site(const std::string &path, const std::string &cls) { body += siteText(path, cls); }
+  /// site()'s line, for text written outside the function being built.
+  std::string siteText(const std::string &path, const std::string &cls);
+
+  bool acc(unsigned i = 0) const { return i < 32 && (op->accumulate & (1u << i)); }
+  const char *boolean(bool b) const { return b ? "true" : "false"; }
+  std::string seedExpr() const { return "seed"; }
+
+  /// The broadcast strides of operand t over an output of shape `out`.
+  std::vector<int64_t> broadcastStrides(TensorId t, const std::vector<int64_t> &out);
+
+  /// The call of the op being written (op, at schedule step `step`): a dispatch by op kind to
+  /// the functions below, one per op kind or family of kinds.
+  bool emitOp();
+
+  // Elementwise (EmitOps.cpp).
+  bool binary();
+  /// The gradient of a division by a tensor: d(a/b)/db (inputs a, b, dy), or of c / x from its
+  /// output (inputs y, dy; the constant in attrs.scalar).
+  bool divBackward();
+  bool unary();
+  bool unaryBackward();
+  bool dropout();
+  bool fill();
+
+  // Reductions, copies and data (EmitOps.cpp).
+  /// outer × axis × inner of a reduction over `dim` of shape `x` (or everything).
+  void reduceDims(TensorId x, const OpAttrs &at, int64_t &outer, int64_t &axis, int64_t &inner);
+  bool reduction();   ///< sum, mean
+  bool expand();      ///< the backward of sum/mean: dy spread over x's shape
+  bool reduceTo();
+  bool copy(TensorId src, TensorId dst, bool accumulate);
+  bool concat();
+  bool broadcastTo(); ///< a copy whose source has stride 0 along the broadcast dims
+  bool embedding();
+  bool embeddingBackward();
+  bool positions();
+  bool nextTokens();
+
+  // Matmul (EmitLayers.cpp).
+  struct MatOperand {
+    bool trans = false;
+    int64_t rows = 1, cols = 1, ld = 1, batch = 1, batchStride = 0;
+    std::string p;
+  };
+  /// A matmul operand: its last two dimensions as a (possibly transposed) row-major matrix,
+  /// the others as one batch with one stride. `vectorAs`: how a rank-1 tensor stands as a
+  /// matrix ('r' one row, 'c' one column).
+  bool operand(TensorId t, char vectorAs, MatOperand &m);
+  bool matmul();
+
+  // Attention and rope (EmitLayers.cpp).
+  /// B, S, H, hd of a rope over x [..., S, H·hd].
+  bool ropeDims(TensorId x, const OpAttrs &at, int64_t &B, int64_t &S, int64_t &H, int64_t &hd);
+  bool rope();
+  bool attentionDims(const Op &fwd, int64_t &B, int64_t &S, int64_t &Skv, int64_t &H, int64_t &Hkv,
+                     int64_t &hd, std::string &rows);
+  bool attentionForward();
+  bool attentionBackward();
+
+  // Norms and softmax (EmitLayers.cpp).
+  bool softmax();
+  bool softmaxBackward();
+  bool layerNorm();
+  bool rmsNorm();
+  bool normBackward();
+
+  // Losses (EmitLayers.cpp).
+  bool crossEntropy();
+  bool crossEntropyBackward();
+
+  // ---- 3. the step (EmitStep.cpp) -----------------------------------------------------------
+
+  std::string where(const Op &o) const;
+  /// micro_step(): the forward, recompute and backward entries; a fused run of elementwise
+  /// entries (Analysis::fusion) as one generated kernel, its functor printed before.
+  bool microStep(std::string &outText);
+  /// kLayout's tables: parameters and inputs.
+  std::string tables();
+  bool checkPlan();
+  /// Device backends: copying a scalar back to the host (the loss, the overflow check's Σg²).
+  std::string deviceHelpers() const;
+  /// Device backends: kOpSites, the op class of every path ctx.where takes (the driver files
+  /// each kernel's CUDA-event time under it).
+  std::string opSites() const;
+  /// The step file's text around micro_step, update and zero_grad (`micro`, `upd`, `zero`).
+  std::string stepSource(const std::string &micro, const std::string &upd, const std::string &zero);
+  /// The backend's CMakeLists.txt: its template (codegen/templates/) with the placeholders
+  /// filled in; "" after fail() when the template is missing.
+  std::string cmakeLists();
+  bool run(std::vector<File> &files);
+
+  // ---- fused kernels (EmitFused.cpp) --------------------------------------------------------
+
+  std::string functors;                          ///< the fused kernels' functors, each once
+  std::string prologue;                          ///< a norm's fused prologue (a functor instance), or ""
+  std::string epilogueBias, epilogueOut;         ///< matmulBias(): the bias and the add's output, or ""
+  std::map<std::string, std::string> functorOf;  ///< functor body -> its name
+
+  /// A matmul with a bias epilogue (passes/Fusion.cpp step 5): rt::matmul_bias writes the add's
+  /// output (its buffer live at the add's step); the matmul's own output is not written.
+  bool matmulBias(const Analysis::FusedKernel &k, const char *kind);
+  /// One fused run (passes/Fusion.cpp): a functor computing element e of every op of the run
+  /// in registers (each value rounded to its storage type, so the results are the unfused
+  /// ops'), then rt::fused over the outputs' elements, or, when the run ends in a norm, the
+  /// norm's _fused call with the functor as its prologue. Identical runs (every layer's) share
+  /// one functor; the call passes each its operands.
+  bool fused(const Analysis::FusedKernel &k, const char *kind);
+
+  // ---- the optimizer phase and data parallelism (EmitUpdate.cpp) ----------------------------
+
+  /// Data parallel over more than one rank.
+  bool dataParallel() const { return plan.parallel.data > 1; }
+  /// ZeRO-1: master and optimizer hold this rank's shard (MemoryPlan.cpp).
+  bool sharded() const { return a.regions.shard > 0; }
+  /// Data parallel with `overlap` (the plan's default) and without ZeRO: each 25 MiB bucket of
+  /// G is averaged as soon as the last micro-batch's backward has written its last gradient.
+  bool overlap() const { return dataParallel() && !sharded() && plan.parallel.overlap; }
+  /// The gradient buckets: [begin, end) element ranges of G of at most 25 MiB (PyTorch DDP's
+  /// bucket_cap_mb), in order.
+  std::vector<std::pair<int64_t, int64_t>> gradientBuckets() const;
+  /// With overlap(): per stepSchedule entry, the buckets whose last gradient write it is (a
+  /// backward op writing a parameter's gradient, or a view of it, anywhere in the bucket).
+  /// Buckets nothing writes are started by reduce_gradients().
+  std::map<size_t, std::vector<size_t>> overlappedBuckets() const;
+
+  /// Data parallel: reduce_gradients() averages the ranks' gradients after the backward, in
+  /// buckets of gradientBuckets() (at most 25 MiB, PyTorch DDP's bucket_cap_mb) over the flat grads
+  /// region: divided by the rank count, then summed by an all-reduce, or under ZeRO a
+  /// reduce-scatter that leaves each rank its shard. ZeRO also has gather_gradients() (the
+  /// whole averaged gradient on every rank, for --dump-grads) and gather_parameters(): each
+  /// rank's updated shard of the parameters copied into its part of G, all-gathered there
+  /// bucket by bucket, and copied back into P (G is zeroed next anyway, so the gather needs
+  /// no memory of its own). "" for one rank.
+  std::string communication(int64_t gradElems);
+
+  /// The dtypes of the optimizer phase: the gradients' C++ type, a fp32 master copy, and
+  /// 16-bit parameters updated without one.
+  struct UpdateTypes {
+    std::string G;
+    bool hasMaster = false, pure16 = false;
+  };
+  /// Checks the precision against what the backend's optimizers update; false after fail().
+  bool updateTypes(UpdateTypes &u);
+  /// kUpdate: per trainable parameter (under ZeRO per piece a rank updates) its element count
+  /// and offsets; `count` rows. False after fail().
+  bool updateTable(const UpdateTypes &u, std::string &table, size_t &count);
+  /// The ZeRO rows of kUpdate: each trainable parameter cut at the ranks' shards.
+  std::string zeroUpdateRows(bool hasMaster, unsigned states, size_t &count);
+  /// The optimizer's update call for one kUpdate entry `e`; false after fail().
+  bool optimizerCall(const UpdateTypes &u, std::string &call);
+  /// The overflow check of fp16 loss scaling: Σg² over the gradients, or this rank's shard.
+  void sumSquares(const std::string &G, int64_t gradElems);
+  /// update(): the optimizer entries; zero_grad(): the last one.
+  bool update(std::string &updateText, std::string &zeroText);
+};
+
+} // namespace tally::codegen::emit

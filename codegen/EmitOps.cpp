@@ -1,0 +1,460 @@
+// One runtime call per op of the step (codegen/EmitStep.cpp, section 2): emitOp dispatches by
+// op kind to one function per kind or family, the runtime's signatures (codegen/runtime/API.md)
+// over the tensors' shapes and strides. This file holds the dispatch, the elementwise ops
+// (broadcast strides; accumulate bits become the kernels' `+=`) and the ops that move or
+// reduce data (copies, concat, broadcast, sums, embedding lookups, positions); matmul,
+// attention, norms and losses are in EmitLayers.cpp.
+#include "codegen/EmitInternal.h"
+
+#include <algorithm>
+
+namespace tally::codegen::emit {
+
+const char *binOp(OpKind k) {
+  switch (k) {
+  case OpKind::Add: return "rt::BinOp::Add";
+  case OpKind::Sub: return "rt::BinOp::Sub";
+  case OpKind::Mul: return "rt::BinOp::Mul";
+  default: return "rt::BinOp::Div";
+  }
+}
+
+const char *unOp(OpKind k) {
+  switch (k) {
+  case OpKind::Neg: return "rt::UnOp::Neg";
+  case OpKind::Relu: return "rt::UnOp::Relu";
+  case OpKind::Gelu: return "rt::UnOp::Gelu";
+  case OpKind::Silu: return "rt::UnOp::Silu";
+  case OpKind::Tanh: return "rt::UnOp::Tanh";
+  case OpKind::Sigmoid: return "rt::UnOp::Sigmoid";
+  default: return "rt::UnOp::Exp";
+  }
+}
+
+bool Emitter::emitOp() {
+  switch (op->kind) {
+  case OpKind::Split:
+  case OpKind::Reshape:
+  case OpKind::Transpose:
+  case OpKind::Slice:
+    return true; // views: no code
+  case OpKind::Matmul:
+    return matmul();
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div:
+    return binary();
+  case OpKind::Neg:
+  case OpKind::Relu:
+  case OpKind::Gelu:
+  case OpKind::Silu:
+  case OpKind::Tanh:
+  case OpKind::Sigmoid:
+  case OpKind::Exp:
+    return unary();
+  case OpKind::Dropout:
+    return dropout();
+  case OpKind::Rope:
+    return rope();
+  case OpKind::Softmax:
+    return softmax();
+  case OpKind::LayerNorm:
+    return layerNorm();
+  case OpKind::RmsNorm:
+    return rmsNorm();
+  case OpKind::Attention:
+    return attentionForward();
+  case OpKind::Embedding:
+    return embedding();
+  case OpKind::Sum:
+  case OpKind::Mean:
+    return reduction();
+  case OpKind::CrossEntropy:
+    return crossEntropy();
+  case OpKind::Positions:
+    return positions();
+  case OpKind::NextTokens:
+    return nextTokens();
+  case OpKind::Concat:
+    return concat();
+  case OpKind::BroadcastTo:
+    return broadcastTo();
+  case OpKind::Contiguous:
+    return copy(op->inputs[0], op->outputs[0], acc());
+  case OpKind::ReduceTo:
+    return reduceTo();
+  case OpKind::Expand:
+    return expand();
+  case OpKind::Fill:
+    return fill();
+  case OpKind::UnaryBackward:
+    return unaryBackward();
+  case OpKind::DivBackward:
+    return divBackward();
+  case OpKind::SoftmaxBackward:
+    return softmaxBackward();
+  case OpKind::LayerNormBackward:
+  case OpKind::RmsNormBackward:
+    return normBackward();
+  case OpKind::AttentionBackward:
+    return attentionBackward();
+  case OpKind::EmbeddingBackward:
+    return embeddingBackward();
+  case OpKind::CrossEntropyBackward:
+    return crossEntropyBackward();
+  case OpKind::ZeroGrad:
+  case OpKind::SumSquares:
+  case OpKind::OptimizerUpdate:
+  case OpKind::Scale:
+    return fail("internal error: an optimizer-phase op in the micro-batch");
+  // No kernel in the runtime: refused below, naming the op (tests/lit/moe-build-refused.tally,
+  // lang-cnn.tally). Listed, not defaulted, so that a new op kind is a -Wswitch warning here
+  // until it is decided.
+  case OpKind::TopK:
+  case OpKind::Gather:
+  case OpKind::ScatterAdd:
+  case OpKind::Moe:
+  case OpKind::MoeBackward:
+  case OpKind::Conv2d:
+  case OpKind::Conv2dBackward:
+  case OpKind::MaxPool2d:
+  case OpKind::AvgPool2d:
+  case OpKind::PoolBackward:
+    break;
+  }
+  return fail("no " + title() + " code for op kind " + opName(op->kind).str());
+}
+
+// ---- elementwise ---------------------------------------------------------------------------
+
+bool Emitter::binary() {
+  TensorId y = op->outputs[0];
+  if (op->attrs->hasScalar) {
+    TensorId x = op->inputs[0];
+    if (!needDense(y, "the output") || !needDense(x, "the input") || !sameType({x, y}))
+      return false;
+    line(llvm::formatv("rt::binary_scalar<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(y),
+                       binOp(op->kind), ptr(x), number(op->attrs->scalar),
+                       boolean(op->attrs->scalarOnLeft), ptr(y), n(y), boolean(acc()))
+             .str());
+    return true;
+  }
+  TensorId ta = op->inputs[0], tb = op->inputs[1];
+  if (!sameType({ta, tb, y}))
+    return false;
+  std::vector<int64_t> out = sizes(y);
+  if (out.size() > 8)
+    return fail("rank above 8");
+  if (out.empty())
+    out = {1};
+  auto sa = shape(ta).empty() ? std::vector<int64_t>(out.size(), 0) : broadcastStrides(ta, out);
+  auto sb = shape(tb).empty() ? std::vector<int64_t>(out.size(), 0) : broadcastStrides(tb, out);
+  // A gradient written into a view (a split part) passes the view's strides.
+  std::string os = dense(y) ? "" : ", dims{" + list(shape(y).empty() ? std::vector<int64_t>{0} : strides(y)) + "}";
+  line(llvm::formatv("rt::binary<{0}>(ctx, {1}, {2}, dims{{{3}}, {4}, dims{{{5}}, {6}, dims{{{7}}, {8}, {9}{10});",
+                     T(y), binOp(op->kind), ptr(ta), list(sa), ptr(tb), list(sb), ptr(y), list(out),
+                     out.size(), boolean(acc()), os)
+           .str());
+  return true;
+}
+
+bool Emitter::divBackward() {
+  TensorId out = op->outputs[0];
+  if (op->attrs->hasScalar) {
+    TensorId y = op->inputs[0], dy = op->inputs[1];
+    if (!needDense(y, "the output") || !needDense(dy, "the output gradient") || !needDense(out, "the gradient") ||
+        !sameType({y, dy, out}))
+      return false;
+    line(llvm::formatv("rt::div_scalar_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(out), ptr(y), ptr(dy),
+                       number(op->attrs->scalar), ptr(out), n(out), boolean(acc()))
+             .str());
+    return true;
+  }
+  TensorId a = op->inputs[0], b = op->inputs[1], dy = op->inputs[2];
+  if (!sameType({a, b, dy, out}))
+    return false;
+  std::vector<int64_t> sz = sizes(dy);
+  if (sz.empty())
+    sz = {1};
+  if (sz.size() > 8)
+    return fail("rank above 8");
+  auto sa = shape(a).empty() ? std::vector<int64_t>(sz.size(), 0) : broadcastStrides(a, sz);
+  auto sb = shape(b).empty() ? std::vector<int64_t>(sz.size(), 0) : broadcastStrides(b, sz);
+  std::string ds = dense(dy) ? "nullptr" : "dims{" + list(strides(dy)) + "}";
+  std::string os = dense(out) ? "nullptr" : "dims{" + list(strides(out)) + "}";
+  if (n(out) != n(dy))
+    return fail("the gradient of a division written at another shape");
+  line(llvm::formatv("rt::div_bwd<{0}>(ctx, {1}, dims{{{2}}, {3}, dims{{{4}}, {5}, {6}, {7}, {8}, dims{{{9}}, {10}, {11});",
+                     T(out), ptr(a), list(sa), ptr(b), list(sb), ptr(dy), ds, ptr(out), os, list(sz), sz.size(),
+                     boolean(acc()))
+           .str());
+  return true;
+}
+
+bool Emitter::unary() {
+  TensorId x = op->inputs[0], y = op->outputs[0];
+  if (!needDense(x, "the input") || !needDense(y, "the output") || !sameType({x, y}))
+    return false;
+  if (acc() || op->phase == Phase::Backward) // a negated gradient, possibly added in place
+    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, nullptr, nullptr, {2}, {3}, {4}, {5});", T(y),
+                       unOp(op->kind), ptr(x), ptr(y), n(y), boolean(acc()))
+             .str());
+  else
+    line(llvm::formatv("rt::unary_fwd<{0}>(ctx, {1}, {2}, {3}, {4});", T(y), unOp(op->kind), ptr(x),
+                       ptr(y), n(y))
+             .str());
+  return true;
+}
+
+bool Emitter::unaryBackward() {
+  const OpAttrs &at = op->attrs;
+  TensorId dx = op->outputs[0];
+  TensorId dy = op->inputs.back();
+  if (!needDense(dx, "the gradient") || !needDense(dy, "the output gradient"))
+    return false;
+  switch (at.of) {
+  case OpKind::Gelu:
+  case OpKind::Silu:
+    if (!sameType({op->inputs[0], dy, dx}))
+      return false;
+    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6});", T(dx), unOp(at.of),
+                       ptr(op->inputs[0]), ptr(dy), ptr(dx), n(dx), boolean(acc()))
+             .str());
+    return true;
+  case OpKind::Relu:
+  case OpKind::Tanh:
+  case OpKind::Sigmoid:
+  case OpKind::Exp:
+    if (!sameType({op->inputs[0], dy, dx}))
+      return false;
+    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, nullptr, {2}, {3}, {4}, {5}, {6});", T(dx), unOp(at.of),
+                       ptr(op->inputs[0]), ptr(dy), ptr(dx), n(dx), boolean(acc()))
+             .str());
+    return true;
+  case OpKind::Neg:
+    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, rt::UnOp::Neg, nullptr, nullptr, {1}, {2}, {3}, {4});", T(dx),
+                       ptr(dy), ptr(dx), n(dx), boolean(acc()))
+             .str());
+    return true;
+  case OpKind::Dropout:
+    line(llvm::formatv("rt::dropout_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(dy),
+                       ptr(op->inputs[0]), ptr(dx), n(dx), number(at.p), seedExpr(), at.stream, boolean(acc()))
+             .str());
+    return true;
+  case OpKind::Rope: {
+    int64_t B, S, H, hd;
+    if (!ropeDims(dx, at, B, S, H, hd))
+      return false;
+    line(llvm::formatv("rt::rope_bwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(dy),
+                       ptr(dx), B, S, H, hd, number(at.theta), boolean(acc()))
+             .str());
+    return true;
+  }
+  default:
+    return fail("no " + title() + " backward for " + opName(at.of).str());
+  }
+}
+
+bool Emitter::dropout() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  const OpAttrs &at = op->attrs;
+  if (!needDense(in[0], "the input") || !sameType({in[0], out[0]}))
+    return false;
+  line(llvm::formatv("rt::dropout_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(out[0]), ptr(in[0]),
+                     ptr(out[0]), out.size() > 1 ? ptr(out[1]) : "nullptr", n(out[0]), number(at.p),
+                     seedExpr(), at.stream)
+           .str());
+  return true;
+}
+
+bool Emitter::fill() {
+  const auto &out = op->outputs;
+  const OpAttrs &at = op->attrs;
+  if (!needDense(out[0], "the filled tensor"))
+    return false;
+  line(llvm::formatv("rt::fill<{0}>(ctx, {1}, {2}, {3});", T(out[0]), ptr(out[0]), number(at.scalar),
+                     n(out[0]))
+           .str());
+  return true;
+}
+
+// ---- reductions, copies and data ----------------------------------------------------------
+
+void Emitter::reduceDims(TensorId x, const OpAttrs &at, int64_t &outer, int64_t &axis, int64_t &inner) {
+  outer = 1, axis = n(x), inner = 1;
+  if (at.reduceAll)
+    return;
+  size_t d = 0;
+  normalizeAxis(at.dim, shape(x).size(), d);
+  outer = axis = inner = 1;
+  for (size_t i = 0; i < shape(x).size(); ++i)
+    (i < d ? outer : i == d ? axis : inner) *= shape(x)[i].size;
+}
+
+bool Emitter::reduction() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  const OpAttrs &at = op->attrs;
+  int64_t outer, axis, inner;
+  reduceDims(in[0], at, outer, axis, inner);
+  if (!needDense(in[0], "the input") || !sameType({in[0], out[0]}))
+    return false;
+  line(llvm::formatv("rt::sum_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(out[0]), ptr(in[0]),
+                     ptr(out[0]), outer, axis, inner, boolean(op->kind == OpKind::Mean))
+           .str());
+  return true;
+}
+
+bool Emitter::expand() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  const OpAttrs &at = op->attrs;
+  TensorId dy = in[0], dx = out[0];
+  if (!needDense(dx, "the gradient") || !sameType({dy, dx}))
+    return false;
+  int64_t outer = 1, axis = n(dx), inner = 1;
+  if (!at.reduceAll) {
+    size_t d = 0;
+    normalizeAxis(at.dim, at.newShape.size(), d);
+    outer = axis = inner = 1;
+    for (size_t i = 0; i < at.newShape.size(); ++i)
+      (i < d ? outer : i == d ? axis : inner) *= at.newShape[i].size;
+  }
+  line(llvm::formatv("rt::sum_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(dx), ptr(dy), ptr(dx),
+                     outer, axis, inner, boolean(at.hasScalar), boolean(acc()))
+           .str());
+  return true;
+}
+
+bool Emitter::reduceTo() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  TensorId x = in[0], y = out[0];
+  if (!needDense(x, "the local gradient") || !sameType({x, y}))
+    return false;
+  std::vector<int64_t> xs = sizes(x);
+  std::vector<int64_t> ys = sizes(y), yst = strides(y), ost(xs.size(), 0);
+  size_t off = xs.size() - ys.size();
+  for (size_t i = 0; i < ys.size(); ++i)
+    ost[off + i] = ys[i] == 1 && xs[off + i] != 1 ? 0 : yst[i];
+  line(llvm::formatv("rt::reduce_to<{0}>(ctx, {1}, dims{{{2}}, {3}, {4}, dims{{{5}}, 1.0f, {6});", T(y), ptr(x),
+                     list(xs), xs.size(), ptr(y), list(ost), boolean(acc()))
+           .str());
+  return true;
+}
+
+bool Emitter::copy(TensorId src, TensorId dst, bool accumulate) {
+  std::vector<int64_t> sz = sizes(dst);
+  if (sz.empty())
+    sz = {1};
+  if (sz.size() > 8)
+    return fail("rank above 8");
+  // The source is read at the destination's shape (a gradient may be written at another
+  // shape with the same elements, [1, d] from [d]): dense sources reshape freely.
+  std::string srcStrides;
+  if (shape(dst).empty()) { // one element
+    srcStrides = "dims{{0}}";
+  } else if (sizes(src) == sizes(dst)) {
+    srcStrides = "dims{" + list(strides(src)) + "}";
+  } else if (dense(src)) {
+    auto st = denseStrides(shape(dst));
+    srcStrides = "dims{" + list(std::vector<int64_t>(st.begin(), st.end())) + "}";
+  } else {
+    return fail("a strided copy between different shapes");
+  }
+  std::string dstStrides = dense(dst) ? "nullptr" : "dims{" + list(strides(dst)) + "}";
+  line(llvm::formatv("rt::copy<{0}, {1}>(ctx, {2}, {3}, {4}, {5}, dims{{{6}}, {7}, {8});", T(src), T(dst),
+                     ptr(src), srcStrides, ptr(dst), dstStrides, list(sz), sz.size(), boolean(accumulate))
+           .str());
+  return true;
+}
+
+bool Emitter::concat() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  const OpAttrs &at = op->attrs;
+  size_t axis = 0;
+  normalizeAxis(at.dim, shape(out[0]).size(), axis);
+  std::vector<int64_t> ost = strides(out[0]);
+  int64_t at0 = 0;
+  for (TensorId x : in) {
+    std::vector<int64_t> sz = sizes(x);
+    // The part of the output this input fills: a view at offset at0 along the axis.
+    std::string dst = ptr(out[0]);
+    int64_t off = at0 * ost[axis] * static_cast<int64_t>(bytesOf(s.tensors[out[0]].dtype));
+    std::string partPtr = "reinterpret_cast<" + T(out[0]) + "*>(reinterpret_cast<uint8_t*>(" + dst +
+                          ") + " + std::to_string(off) + ")";
+    line(llvm::formatv("rt::copy<{0}, {1}>(ctx, {2}, dims{{{3}}, {4}, dims{{{5}}, dims{{{6}}, {7}, false);",
+                       T(x), T(out[0]), ptr(x), list(strides(x)), partPtr, list(ost), list(sz), sz.size())
+             .str());
+    at0 += sz[axis];
+  }
+  return true;
+}
+
+bool Emitter::broadcastTo() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  std::vector<int64_t> sz = sizes(out[0]), xz = sizes(in[0]), xs = strides(in[0]);
+  if (sz.empty() || sz.size() > 8 || !needDense(out[0], "the output"))
+    return fail("broadcast_to needs an output of rank 1 to 8");
+  std::vector<int64_t> st(sz.size(), 0);
+  size_t lead = sz.size() - xz.size();
+  for (size_t j = 0; j < xz.size(); ++j)
+    st[lead + j] = xz[j] == 1 ? 0 : xs[j];
+  line(llvm::formatv("rt::copy<{0}, {1}>(ctx, {2}, dims{{{3}}, {4}, nullptr, dims{{{5}}, {6}, false);",
+                     T(in[0]), T(out[0]), ptr(in[0]), list(st), ptr(out[0]), list(sz), sz.size())
+           .str());
+  return true;
+}
+
+bool Emitter::embedding() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  TensorId w = in[1];
+  if (!needDense(in[0], "the ids") || !sameType({w, out[0]}))
+    return false;
+  line(llvm::formatv("rt::embedding_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(out[0]), ptr(in[0]),
+                     ptr(w), ptr(out[0]), n(in[0]), last(w), shape(w)[0].size)
+           .str());
+  return true;
+}
+
+bool Emitter::embeddingBackward() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  TensorId ids = in[0], dy = in[1], dw = out[0];
+  if (!needDense(dy, "the output gradient") || !sameType({dy, dw}))
+    return false;
+  if (be.checkEmbeddingBackward) {
+    std::string why = be.checkEmbeddingBackward(n(ids), shape(dw)[0].size);
+    if (!why.empty())
+      return fail(why);
+  }
+  if (!acc()) // the kernel scatter-adds: a first write starts from zero
+    line(llvm::formatv("rt::fill<{0}>(ctx, {1}, 0.0f, {2});", T(dw), ptr(dw), n(dw)).str());
+  line(llvm::formatv("rt::embedding_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(dw), ptr(ids), ptr(dy),
+                     ptr(dw), n(ids), last(dw), shape(dw)[0].size)
+           .str());
+  return true;
+}
+
+bool Emitter::positions() {
+  const auto &out = op->outputs;
+  line(llvm::formatv("rt::positions(ctx, {0}, {1});", ptr(out[0]), n(out[0])).str());
+  return true;
+}
+
+bool Emitter::nextTokens() {
+  const auto &in = op->inputs;
+  const auto &out = op->outputs;
+  int64_t S = last(in[0]);
+  line(llvm::formatv("rt::next_tokens(ctx, {0}, {1}, {2}, {3});", ptr(in[0]), ptr(out[0]),
+                     n(in[0]) / std::max<int64_t>(1, S), S)
+           .str());
+  return true;
+}
+
+} // namespace tally::codegen::emit

@@ -1,0 +1,535 @@
+// The generated training step, for every backend: walks Analysis::stepSchedule and prints one
+// runtime call per op of the step graph, every operand an offset into one of the memory plan's
+// regions. The CPU and CUDA steps are this one walk; a Backend (codegen/EmitBackend.h; the CPU's
+// in EmitCpu.cpp, the CUDA's in EmitCuda.cpp) only spells it: includes, where the op path and
+// op class are recorded, reading the loss back from device memory, file names. The emitter's
+// pieces share codegen/EmitInternal.h; this file holds 1. and 3.
+//
+// 1. Where a tensor lives. A view is its base tensor's storage at the view's element offset.
+//    Parameters are in the params region, gradients of parameters in the grads region, input
+//    data in the data region (one micro-batch, laid out here). Everything else is an arena
+//    buffer of the memory plan: the buffer of that tensor live at the schedule step that runs
+//    the op (a recomputed tensor has two buffers; the one started last is the live one). A
+//    tensor with no live buffer is a disagreement between the step and the memory plan and
+//    stops the emitter with an internal error rather than printing a call that reads freed
+//    bytes.
+// 2. One call per op, by kind (EmitOps.cpp, EmitLayers.cpp; fused runs: EmitFused.cpp): the
+//    runtime's signatures (codegen/runtime/API.md) over the tensors' shapes and strides.
+//    Matmul operands may be transposed views and carry batch strides; a transposed output
+//    computes Cᵀ = Bᵀ·Aᵀ instead. Elementwise kernels take broadcast strides. Accumulate bits
+//    become the kernels' `+=`.
+// 3. The step: micro_step() runs the forward and backward entries of the schedule for one
+//    micro-batch (the recompute entries are the forward calls again, into their own buffers),
+//    update() (EmitUpdate.cpp) runs the optimizer entries over the flat regions one parameter
+//    at a time (the regions pad each tensor to 256 bytes, which is a different element count
+//    per dtype, so a single flat loop over params and master would not line up), and
+//    train_step() loops the micro-batches, updates and zeroes the gradients.
+// 4. Data parallel (data = N > 1, CPU only): train_step() calls reduce_gradients() after the
+//    micro-batches, which averages G over the N MPI processes in 25 MiB buckets; under ZeRO-1
+//    (the memory plan's shard) a reduce-scatter, the update of this rank's pieces (kUpdate by
+//    rank) and gather_parameters() (communication() in EmitUpdate.cpp; docs/codegen.md).
+// The layout (regions, parameter and input tables) goes into kLayout for the driver
+// (codegen/program/driver_cpu.cpp), which allocates exactly those bytes.
+#include "codegen/EmitInternal.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tally::codegen::emit {
+
+/// The C++ storage type of a dtype in the runtime, or "" when the runtime has none.
+std::string ctype(Dtype d) {
+  switch (d) {
+  case Dtype::F32: return "float";
+  case Dtype::BF16: return "rt::bf16";
+  case Dtype::F16: return "rt::f16";
+  case Dtype::I32: return "int32_t";
+  case Dtype::U8: return "uint8_t";
+  default: return "";
+  }
+}
+
+/// The safetensors name of a dtype.
+const char *stName(Dtype d) {
+  switch (d) {
+  case Dtype::F32: return "F32";
+  case Dtype::BF16: return "BF16";
+  case Dtype::F16: return "F16";
+  case Dtype::I32: return "I32";
+  case Dtype::U8: return "U8";
+  default: return "";
+  }
+}
+
+/// "h[0].attn.qkv.weight" → "h.0.attn.qkv.weight": the names safetensors files use.
+std::string tensorName(llvm::StringRef path) {
+  std::string out;
+  for (char c : path) {
+    if (c == '[')
+      out += '.';
+    else if (c != ']')
+      out += c;
+  }
+  return out;
+}
+
+/// A string literal for C++ (paths and names come from the user's file).
+std::string literal(llvm::StringRef s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20 || c >= 0x7f)
+      out += llvm::formatv("\\{0:o3}", static_cast<unsigned>(c)).str();
+    else
+      out += static_cast<char>(c);
+  }
+  return out + "\"";
+}
+
+/// A comment-safe copy: no newlines, no "*/", printable ASCII.
+std::string commentSafe(llvm::StringRef s) {
+  std::string out;
+  for (unsigned char c : s)
+    out += (c < 0x20 || c >= 0x7f) ? '?' : static_cast<char>(c);
+  return out;
+}
+
+std::string list(llvm::ArrayRef<int64_t> v) {
+  std::string out = "{";
+  for (size_t i = 0; i < v.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "}";
+}
+
+std::string number(double v) {
+  if (v == 0)
+    return "0.0f";
+  return llvm::formatv("{0:e9}f", v).str();
+}
+
+/// The op class reports use ("matmul", "elementwise", ...): the profile files kernels under it.
+/// A backward op's kernels go under its forward op's class, as the estimate files the forward
+/// op's backward time (tally run's table compares them class by class): a bias add's gradient
+/// reduction and copies are elementwise time, not reduction and data.
+std::string className(const Graph &g, const Op &op) {
+  const Op &of = op.phase == Phase::Backward && op.forwardOp < g.ops.size() ? g.ops[op.forwardOp] : op;
+  return opClassName(opClass(of.kind)).str();
+}
+
+bool Emitter::fail(const std::string &why) {
+  if (error.empty()) {
+    std::string at = op && opt.where ? opt.where(op->range.Start) : "";
+    error = op ? "op " + s.opPath(*op) + (at.empty() ? "" : " (" + at + ")") + ": " + why : why;
+  }
+  return false;
+}
+
+// ---- 1. where tensors live ----------------------------------------------------------------
+
+void Emitter::index() {
+  for (const Region::Entry &e : a.regions.params.tensors)
+    paramOffset[e.tensor] = e.offset;
+  for (const Region::Entry &e : a.regions.grads.tensors)
+    gradOffset[e.tensor] = e.offset;
+  for (const Region::Entry &e : a.regions.master.tensors)
+    masterOffset[e.tensor] = e.offset;
+  for (const Region::Entry &e : a.regions.optimizer.tensors)
+    stateOffset[{e.tensor, e.state}] = e.offset;
+  for (TensorId t : s.inputs) {
+    dataOffset[t] = dataBytes;
+    // The data region is laid out here, not in the memory plan: the same checked sums.
+    std::optional<int64_t> n = checkedNumel(s.tensors[t].shape);
+    std::optional<int64_t> bytes = n ? checkedMul(*n, static_cast<int64_t>(bytesOf(stored(t)))) : std::nullopt;
+    std::optional<int64_t> aligned = bytes ? checkedAlignUp(*bytes) : std::nullopt;
+    std::optional<int64_t> end = aligned ? checkedAdd(dataBytes, *aligned) : std::nullopt;
+    if (!end) {
+      fail("the input data region passes 2^63 - 1 bytes: its offsets do not fit int64");
+      return;
+    }
+    dataBytes = *end;
+  }
+}
+
+Dtype Emitter::stored(TensorId t) const {
+  const Tensor &x = s.tensors[t];
+  if (s.tensors[base(t)].role == TensorRole::Input && isFloat(x.dtype))
+    return s.activationDtype;
+  return x.dtype;
+}
+
+std::string Emitter::ptr(TensorId t) {
+  const Tensor &x = s.tensors[t];
+  TensorId b = base(t);
+  const Tensor &bt = s.tensors[b];
+  int64_t elem = b == t ? 0 : x.layout.offset();
+  std::string ty = ctype(stored(t));
+  if (ty.empty()) {
+    fail("tensor %" + std::to_string(t) + " has dtype " + nameOf(x.dtype).str() +
+         ", which the " + title() + " runtime does not store");
+    return "nullptr";
+  }
+  int64_t scale = static_cast<int64_t>(bytesOf(stored(t)));
+  auto at = [&](const char *region, int64_t off) {
+    return llvm::formatv("{0}<{1}>({2})", region, ty, off + elem * scale).str();
+  };
+  if (bt.role == TensorRole::Param)
+    return at("P", paramOffset.at(b));
+  if (bt.role == TensorRole::Gradient && bt.gradOf != kNone &&
+      s.tensors[bt.gradOf].role == TensorRole::Param) {
+    auto it = gradOffset.find(bt.gradOf);
+    if (it == gradOffset.end()) {
+      fail("the gradient of frozen parameter " + s.tensorName(bt.gradOf) + " has no place");
+      return "nullptr";
+    }
+    return at("G", it->second);
+  }
+  if (bt.role == TensorRole::Input)
+    return at("D", dataOffset.at(b));
+  const Buffer *live = buffers.liveAt(b, step);
+  if (!live) {
+    fail("internal error: tensor %" + std::to_string(b) + " has no arena buffer live at schedule step " +
+         std::to_string(step) + " (the step and the memory plan disagree)");
+    return "nullptr";
+  }
+  return at("A", live->offset);
+}
+
+std::vector<int64_t> Emitter::strides(TensorId t) const {
+  const Tensor &x = s.tensors[t];
+  auto d = stridesOf(x.shape, x.layout);
+  return std::vector<int64_t>(d.begin(), d.end());
+}
+
+std::vector<int64_t> Emitter::sizes(TensorId t) const {
+  std::vector<int64_t> v;
+  for (const Dim &d : shape(t))
+    v.push_back(d.size);
+  return v;
+}
+
+bool Emitter::needDense(TensorId t, const char *what) {
+  if (dense(t))
+    return true;
+  return fail(std::string(what) + " is a strided view, which this kernel does not read; "
+              "the " + title() + " backend needs a contiguous copy here");
+}
+
+bool Emitter::sameType(std::initializer_list<TensorId> ts) {
+  std::string t0;
+  for (TensorId t : ts) {
+    if (t == kNone)
+      continue;
+    std::string ty = T(t);
+    if (t0.empty())
+      t0 = ty;
+    else if (ty != t0)
+      return fail("mixes " + t0 + " and " + ty + " operands; the " + title() + " runtime's kernels take one storage type");
+  }
+  return true;
+}
+
+std::string Emitter::siteText(const std::string &path, const std::string &cls) {
+  if (!be.device)
+    return "  op_class = \"" + cls + "\";\n";
+  if (siteClass.emplace(path, cls).second)
+    sites.push_back({path, cls});
+  return "  ctx.where = " + literal(path) + ";\n";
+}
+
+std::vector<int64_t> Emitter::broadcastStrides(TensorId t, const std::vector<int64_t> &out) {
+  std::vector<int64_t> st = strides(t), sz = sizes(t), res(out.size(), 0);
+  size_t off = out.size() - sz.size();
+  for (size_t i = 0; i < sz.size(); ++i)
+    res[off + i] = (sz[i] == 1 && out[off + i] != 1) ? 0 : st[i];
+  return res;
+}
+
+// ---- 3. the step --------------------------------------------------------------------------
+
+std::string Emitter::where(const Op &o) const {
+  std::string w = opt.where ? opt.where(o.range.Start) : "";
+  return w.empty() ? "" : " — " + commentSafe(w);
+}
+
+bool Emitter::microStep(std::string &outText) {
+  std::map<uint32_t, const Analysis::FusedKernel *> fusedAt;
+  for (const Analysis::FusedKernel &k : a.fusion.kernels)
+    fusedAt[k.first] = &k;
+  std::map<size_t, std::vector<size_t>> startAfter = overlappedBuckets();
+  // After entries [from, to] ran: the buckets whose last gradient write was among them.
+  auto startBuckets = [&](size_t from, size_t to) {
+    for (auto it = startAfter.lower_bound(from); it != startAfter.end() && it->first <= to; ++it)
+      for (size_t k : it->second)
+        line("if (last) start_bucket(ctx, " + std::to_string(k) + "); // its last gradient is written");
+  };
+  body.clear();
+  const char *kinds[] = {"forward", "backward", "recompute", "optimizer"};
+  for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
+    const StepEntry &se = a.stepSchedule[e];
+    if (se.kind == StepEntry::Optimizer)
+      continue;
+    op = &s.ops[se.op];
+    step = buffers.stepOf(e);
+    if (opClass(op->kind) == OpClass::View)
+      continue;
+    auto f = fusedAt.find(static_cast<uint32_t>(e));
+    if (f != fusedAt.end()) {
+      if (!fused(*f->second, kinds[se.kind]) || !error.empty())
+        return false;
+      startBuckets(e, e + f->second->count - 1);
+      e += f->second->count - 1;
+      continue;
+    }
+    std::string path = s.opPath(*op);
+    body += "\n  // " + commentSafe(path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
+    site(path, className(s, *op));
+    if (!emitOp() || !error.empty())
+      return false;
+    if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
+      line(be.device ? "loss = device_load(ctx, " + ptr(s.loss) + ");" : "loss = rt::load(*" + ptr(s.loss) + ");");
+    startBuckets(e, e);
+  }
+  op = nullptr;
+  outText = functors +
+            (overlap() ? "static void start_bucket(rt::Ctx &ctx, int k);\n\n"
+                         "/// The forward and backward of one micro-batch (the data region holds it); its loss. In\n"
+                         "/// the last micro-batch (`last`) each gradient bucket's reduction starts once the backward\n"
+                         "/// has written it, overlapping the rest of the backward.\n"
+                         "static double micro_step(rt::Ctx &ctx, uint64_t seed, bool last) {\n  double loss = 0;\n"
+                       : "/// The forward and backward of one micro-batch (the data region holds it); its loss.\n"
+                         "static double micro_step(rt::Ctx &ctx, uint64_t seed) {\n  double loss = 0;\n") +
+            body + "  return loss;\n}\n";
+  return true;
+}
+
+std::string Emitter::tables() {
+  std::string out = "static const ParamInfo kParams[] = {\n";
+  for (const ParamInfo &pi : s.params) {
+    const Tensor &t = s.tensors[pi.tensor];
+    std::vector<int64_t> sz = sizes(pi.tensor);
+    llvm::StringRef leaf = *pi.name; // "weight" of "h[0].ln_1.weight"
+    const char *init = sz.size() >= 2 ? "Init::Normal002" : leaf == "weight" ? "Init::Ones" : "Init::Zeros";
+    auto g = gradOffset.find(pi.tensor);
+    auto m = masterOffset.find(pi.tensor);
+    int64_t master = m == masterOffset.end() ? -1 : m->second;
+    if (sharded() && plan.precision.master != Dtype::Invalid && g != gradOffset.end()) { // tally_step.h
+      // An element offset of the grads region in master's dtype: wider than the grads' (bf16
+      // grads, fp32 master), it can pass int64 where the grads region did not.
+      std::optional<int64_t> at = checkedMul(g->second / static_cast<int64_t>(bytesOf(plan.precision.grads)),
+                                             static_cast<int64_t>(bytesOf(plan.precision.master)));
+      if (!at)
+        fail("the master copy of " + s.paramPath(pi) + " is past 2^63 - 1 bytes: its offset does not fit int64");
+      master = at.value_or(-1);
+    }
+    out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}, {8}, {9}},\n", literal(tensorName(s.paramPath(pi))),
+                         stName(t.dtype), sz.size(), list(sz), n(pi.tensor), paramOffset.at(pi.tensor),
+                         boolean(pi.trainable), g == gradOffset.end() ? -1 : g->second, master, init)
+               .str();
+  }
+  if (s.params.empty())
+    out += "    {{\"\", \"F32\", 0, {}, 0}, 0, false, -1, -1, Init::Zeros},\n";
+  out += "};\n\nstatic const InputInfo kInputs[] = {\n";
+  for (TensorId t : s.inputs) {
+    const Tensor &x = s.tensors[t];
+    std::vector<int64_t> sz = sizes(t);
+    bool batched = !x.shape.empty() && x.shape[0].sym != 0 && s.symbols[x.shape[0].sym] == "batch";
+    int64_t vocab = 2;
+    for (const Op &o : s.ops)
+      if (o.kind == OpKind::Embedding && base(o.inputs[0]) == t)
+        vocab = shape(o.inputs[1])[0].size;
+    out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}},\n", literal(s.tensorName(t)), stName(stored(t)),
+                         sz.size(), list(sz), n(t), dataOffset.at(t), boolean(batched), vocab)
+               .str();
+  }
+  if (s.inputs.empty())
+    out += "    {{\"\", \"F32\", 0, {}, 0}, 0, false, 0},\n";
+  return out + "};\n";
+}
+
+bool Emitter::checkPlan() {
+  const Parallelism &par = plan.parallel;
+  if (!plan.isTrain)
+    return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
+  if (s.loss == kNone)
+    return fail("the model returns no loss to train on");
+  if (par.tensor != 1 || par.pipeline != 1 || par.context != 1 || par.expert != 1 || par.devices != par.data)
+    return fail("the " + title() + " backend runs data parallelism only (processes under " + be.parallelEngine +
+                "); this plan splits the model (tensor " + std::to_string(par.tensor) + ", pipeline " +
+                std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
+                std::to_string(par.expert) + ")");
+  if (par.data > 1 && par.zero > 1)
+    return fail("ZeRO stage " + std::to_string(par.zero) + ": the " + title() + " backend shards the optimizer "
+                "state and master weights (zero = 1), not the gradients or parameters");
+  if (par.data > 1 && (par.data > 4096 || plan.batch % (plan.microBatch * par.data) != 0))
+    return fail("data = " + std::to_string(par.data) + " does not divide the batch of " + std::to_string(plan.batch) +
+                " into whole micro-batches of " + std::to_string(plan.microBatch) + " per rank");
+  for (TensorId t : s.inputs)
+    if (ctype(stored(t)).empty())
+      return fail("input " + s.tensorName(t) + " has dtype " + nameOf(s.tensors[t].dtype).str());
+  if (plan.microBatch <= 0 || plan.batch % plan.microBatch != 0)
+    return fail("the batch is not a whole number of micro-batches");
+  return true;
+}
+
+std::string Emitter::deviceHelpers() const {
+  if (!be.device)
+    return "";
+  return "/// A scalar of device memory read on the host (the loss, the fp16 overflow check's sum of\n"
+         "/// squares): copied on the step's stream, which is then waited for. Every call is checked.\n"
+         "template <class T> double device_load(rt::Ctx &ctx, const T *p) {\n"
+         "  T v;\n"
+         "  rt::cu::check(cudaMemcpyAsync(&v, p, sizeof(T), cudaMemcpyDeviceToHost, ctx.stream), \"cudaMemcpyAsync\",\n"
+         "                \"device_load\", ctx.where);\n"
+         "  rt::cu::check(cudaStreamSynchronize(ctx.stream), \"cudaStreamSynchronize\", \"device_load\", ctx.where);\n"
+         "  return rt::load(v);\n"
+         "}\n";
+}
+
+std::string Emitter::opSites() const {
+  if (!be.device)
+    return "";
+  std::string out = "const OpSite kOpSites[] = {\n";
+  for (const auto &[path, cls] : sites)
+    out += "    {" + literal(path) + ", " + literal(cls) + "},\n";
+  if (sites.empty())
+    out += "    {\"\", \"\"},\n";
+  return out + "};\nconst int kNumOpSites = " + std::to_string(sites.size()) + ";\n\n";
+}
+
+std::string Emitter::stepSource(const std::string &micro, const std::string &upd, const std::string &zero) {
+  const Graph &g = *a.graph;
+  double lossScale = plan.precision.lossScaling ? kLossScale : 1.0;
+  std::string src;
+  llvm::raw_string_ostream os(src);
+  os << "// Generated by `tally build` from " << commentSafe(opt.source) << ", plan " << commentSafe(plan.name)
+     << ": the training step of " << commentSafe(g.model) << " " << be.machine << ".\n"
+     << "// One call per op of the step graph (`tally report --emit=ir`), in the order of the schedule\n"
+     << "// (`tally report --emit=memory-plan`); every operand is a byte offset into one region:\n"
+     << "//   A arena " << a.arenaBytes << " B, P params " << a.regions.params.bytes << " B, G grads "
+     << a.regions.grads.bytes << " B, M master " << a.regions.master.bytes << " B,\n"
+     << "//   O optimizer state " << a.regions.optimizer.bytes << " B, D data " << dataBytes << " B.\n"
+     << "// Kernels: runtime/" << be.runtimeHeader << " (codegen/runtime/API.md). Rewritten by every `tally build`.\n"
+     << "#include \"" << be.runtimeHeader << "\"\n#include \"driver/tally_step.h\"\n" << be.extraIncludes
+     << (dataParallel() ? "#include \"" + std::string(be.commHeader) + "\"\n\n#include <algorithm>\n" : "\n")
+     << "#include <cmath>\n\n"
+     << "namespace tally_step {\n\nMemory mem;\nconst char *op_class = \"\";\n\nnamespace {\n\n"
+     << "template <class T> T *A(int64_t off) { return reinterpret_cast<T *>(mem.arena + off); }\n"
+     << "template <class T> T *P(int64_t off) { return reinterpret_cast<T *>(mem.params + off); }\n"
+     << "template <class T> T *G(int64_t off) { return reinterpret_cast<T *>(mem.grads + off); }\n"
+     << "template <class T> T *M(int64_t off) { return reinterpret_cast<T *>(mem.master + off); }\n"
+     << "template <class T> T *O(int64_t off) { return reinterpret_cast<T *>(mem.optimizer + off); }\n"
+     << "template <class T> T *D(int64_t off) { return reinterpret_cast<T *>(mem.data + off); }\n"
+     << "/// Shapes and strides passed inline: dims{{16, 64}} converts to const int64_t *.\n"
+     << "struct dims {\n  int64_t v[8];\n  operator const int64_t *() const { return v; }\n};\n"
+     << (be.device ? "[[maybe_unused]] " : "") << "constexpr float kLossScale = " << number(lossScale) << ";\n" << deviceHelpers() << "\n"
+     << tables() << "\n"
+     << micro << "\n" << upd << "\n" << zero << "\n"
+     << "} // namespace\n\n"
+     << opSites()
+     << "const Layout kLayout = {" << literal(g.model) << ", " << literal(plan.name) << ", "
+     << literal(opt.source) << ", \"" << be.name << "\", " << a.arenaBytes << ", " << a.regions.params.bytes << ", "
+     << a.regions.grads.bytes << ", " << a.regions.master.bytes << ", " << a.regions.optimizer.bytes << ", "
+     << dataBytes << ", \"" << stName(plan.precision.grads) << "\", \""
+     << (plan.precision.master == Dtype::Invalid ? "" : stName(plan.precision.master)) << "\", "
+     << plan.batch << ", " << plan.microBatch << ", " << plan.batch / (plan.microBatch * plan.parallel.data) << ", "
+     << number(lossScale) << ", " << llvm::formatv("{0:e6}", a.flops.step).str() << ", "
+     << (s.params.empty() ? 0 : s.params.size()) << ", " << s.inputs.size() << ", kParams, kInputs, "
+     << plan.parallel.data << ", " << (sharded() ? 1 : 0) << ", " << a.regions.shard << "};\n\n"
+     << "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
+     << "                  void (*before_zero)(), bool *updated) {\n"
+     << "  double loss = 0;\n"
+     << "  for (int64_t m = 0; m < kLayout.microSteps; ++m) {\n"
+     << "    load_micro_batch(m);\n"
+     << (overlap() ? "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);\n"
+                   : "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n")
+     << "  }\n";
+  if (dataParallel())
+    os << "  reduce_gradients(ctx);\n"
+       << "  if (before_zero) {\n" << (sharded() ? "    gather_gradients(ctx);\n" : "") << "    before_zero();\n  }\n"
+       << "  *updated = update(ctx, step);\n";
+  else
+    os << "  *updated = update(ctx, step);\n"
+       << "  if (before_zero)\n    before_zero();\n";
+  os << "  zero_grad(ctx);\n"
+     << "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n"
+     << "} // namespace tally_step\n";
+  os.flush();
+  return src;
+}
+
+/// The embedded template named `name` (codegen/templates/), or null.
+static const char *cmakeTemplate(llvm::StringRef name) {
+  for (const RuntimeFile &f : cmakeTemplates())
+    if (name == f.path)
+      return f.text;
+  return nullptr;
+}
+
+std::string Emitter::cmakeLists() {
+  const char *text = cmakeTemplate(be.cmakeTemplate);
+  // MPI only for a step that runs on several processes.
+  const char *dataParallelText = dataParallel() ? cmakeTemplate(be.dataParallelCmakeTemplate) : "";
+  if (!text || !dataParallelText)
+    return fail(std::string("internal error: no CMake template ") +
+                (text ? be.dataParallelCmakeTemplate : be.cmakeTemplate) + " in codegen/templates"),
+           "";
+  std::string out = text;
+  auto fill = [&](llvm::StringRef placeholder, llvm::StringRef value) {
+    size_t at = out.find(placeholder.str());
+    if (at != std::string::npos)
+      out.replace(at, placeholder.size(), value.str());
+  };
+  fill("@STEP_SOURCE@", be.stepFile);
+  fill("@DATA_PARALLEL@\n", dataParallelText);
+  if (out.find('@') != std::string::npos)
+    return fail(std::string("internal error: a placeholder of codegen/templates/") + be.cmakeTemplate +
+                " is not filled in"),
+           "";
+  return out;
+}
+
+bool Emitter::run(std::vector<File> &files) {
+  if (!a.planOverflow.empty())
+    return fail("the memory plan does not fit in 64-bit byte offsets: " + a.planOverflow);
+  index();
+  if (!error.empty() || !checkPlan())
+    return false;
+  std::string micro, upd, zero;
+  if (!microStep(micro) || !update(upd, zero))
+    return false;
+  std::string src = stepSource(micro, upd, zero);
+  if (!error.empty()) // tables() found an offset past int64
+    return false;
+  files.push_back({be.stepFile, src});
+  std::string cmake = cmakeLists();
+  if (!error.empty())
+    return false;
+  files.push_back({"CMakeLists.txt", cmake});
+  for (const RuntimeFile &f : runtimeFiles()) {
+    llvm::StringRef p(f.path);
+    bool skipped = false;
+    for (const char *prefix : be.skip)
+      skipped = skipped || (prefix && p.startswith(prefix));
+    if (!skipped)
+      files.push_back({"runtime/" + p.str(), f.text});
+  }
+  return true;
+}
+
+} // namespace tally::codegen::emit
+
+namespace tally::codegen {
+
+std::string emitStep(const Analysis &a, const EmitOptions &options, const Backend &be, std::vector<File> &out) {
+  if (!a.step || !a.plan || !a.graph)
+    return "nothing to generate: the plan was not analyzed";
+  emit::Emitter e(a, options, be);
+  if (!e.run(out))
+    return e.error.empty() ? "the step could not be generated" : e.error;
+  return "";
+}
+
+} // namespace tally::codegen
