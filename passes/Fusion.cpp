@@ -1,5 +1,5 @@
 // Fusion of elementwise chains: which consecutive entries of the step schedule one generated
-// kernel runs (codegen prints it: codegen/EmitCpu.cpp, `fused`), and what that saves.
+// kernel runs (codegen prints it: codegen/EmitFused.cpp, `fused`), and what that saves.
 //
 // 1. A run is a maximal sequence of consecutive stepSchedule entries of one kind (forward,
 //    recompute or backward) whose ops are fusableElementwise and have outputs of one element

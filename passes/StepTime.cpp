@@ -199,7 +199,7 @@ namespace {
 /// memory on the CUDA cores, so it runs at the fp32 rate, not the tensor rate, and at the
 /// fraction of it cuda_check measured on an H200 (docs/validation.md, 2026-12-01: B16 S1024
 /// H12 hd64 causal bf16, forward 7.19 ms, backward 38.1 ms, against the 26.30 and 65.39
-/// GFLOP that ir/OpRules.cpp counts as executed, less their exps at the special-function
+/// GFLOP that ir/ops/Attention.cpp counts as executed, less their exps at the special-function
 /// rate): 3.67 and 1.72 TFLOP/s of 66.9.
 constexpr double kCudaRuntimeAttentionForward = 0.0549;
 constexpr double kCudaRuntimeAttentionBackward = 0.0257;

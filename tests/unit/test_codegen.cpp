@@ -1,4 +1,4 @@
-// The step emitter (codegen/EmitCpu.cpp, both backends): every example's training step is
+// The step emitter (codegen/EmitStep.cpp, both backends): every example's training step is
 // generated on one device without the step and the memory plan disagreeing (each operand has a
 // live buffer at its schedule step), and the calls carry the numbers the shapes give. The CPU
 // steps are compiled and run against PyTorch by tests/step/e2e (ctest e2e); the CUDA steps are

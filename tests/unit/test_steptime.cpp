@@ -605,7 +605,7 @@ train p { model = A() batch = 8 optimizer = SGD(lr = 0.1) precision = bf16 targe
     double dh = 1024.0 / heads, scores = 8 * heads * 2048.0 * 2048;
     Compiled t(plan(heads, ""), "p");
     const OpAnalysis &at = t.at("attention");
-    // 4·dh FLOPs per score for QKᵀ and PV, 5 for scale, mask and softmax (ir/OpRules.cpp).
+    // 4·dh FLOPs per score for QKᵀ and PV, 5 for scale, mask and softmax (ir/ops/Attention.cpp).
     CHECK(at.forward.executedFlops == Approx(scores * (4 * dh + 5)));
     CHECK(at.forward.transcendentals == Approx(scores));
     // Q in and the output and logsumexp out, once per query tile, outside the loop over keys.

@@ -38,7 +38,7 @@ struct MatmulSample {
 struct AttentionSample {
   int64_t B = 0, H = 0, S = 0, hd = 0;
   double forwardSeconds = 0, backwardSeconds = 0; ///< The median call of each.
-  /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/OpRules.cpp, causalFraction).
+  /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/ops/Attention.cpp, causalFraction).
   double scores() const;
 };
 
@@ -108,7 +108,7 @@ double peakOf(const Result &r, const std::string &dtype);
 /// FLOPs; samples within 2% of each other's FLOPs are merged (their mean).
 std::vector<Point> curveOf(const Result &r, const std::string &dtype);
 
-/// efficiency.attention: the attention sample's FLOPs (as ir/OpRules.cpp counts fused causal
+/// efficiency.attention: the attention sample's FLOPs (as ir/ops/Attention.cpp counts fused causal
 /// attention, forward and backward) at the fp32 peak, divided by its time less its exps
 /// (transcendentalTime) and two calls (kernelOverhead); in (0, 1], 0 when not measurable.
 double attentionEfficiency(const Result &r);

@@ -63,7 +63,7 @@ double attentionEfficiency(const Result &r) {
   double peak = peakOf(r, "fp32"), seconds = at.forwardSeconds + at.backwardSeconds;
   if (peak <= 0 || seconds <= 0)
     return 0;
-  // The computed (causal) scores' FLOPs, as ir/OpRules.cpp counts fused attention: forward
+  // The computed (causal) scores' FLOPs, as ir/ops/Attention.cpp counts fused attention: forward
   // 4·hd + 5 per score (QKᵀ, P·V, scale and softmax); backward 4·hd + 4 (dq) + 2·hd (dk) +
   // 2·hd (dv) + 2·hd + 5 (the recomputed scores and softmax). One exp per score each way.
   double flops = (14.0 * double(at.hd) + 14.0) * at.scores();
@@ -101,7 +101,7 @@ std::vector<Point> attentionCurveOf(const Result &r) {
   std::vector<AttentionSample> all = r.attentionShapes;
   all.push_back(r.attention);
   for (const AttentionSample &a : all) {
-    // The FLOPs of each call as ir/OpRules.cpp counts fused causal attention (attentionEfficiency).
+    // The FLOPs of each call as ir/ops/Attention.cpp counts fused causal attention (attentionEfficiency).
     double hd = double(a.hd), scores = a.scores();
     for (auto [flops, seconds] : {std::pair<double, double>{(4 * hd + 5) * scores, a.forwardSeconds},
                                   std::pair<double, double>{(10 * hd + 9) * scores, a.backwardSeconds}}) {

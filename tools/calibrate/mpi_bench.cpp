@@ -1,7 +1,7 @@
 // tally-mpi-bench: the host's data-parallel interconnect as the generated step uses it, for
 // `tally calibrate` (tools/tally/CalibrateLink.cpp starts it as `mpirun -np 2 tally-mpi-bench`).
 // Times MPI_Allreduce in place over fp32 (MPI_SUM on MPI_COMM_WORLD, what
-// codegen/driver/tally_comm.h calls for every gradient bucket) at 8 bytes (latency) and at one
+// codegen/program/tally_comm.h calls for every gradient bucket) at 8 bytes (latency) and at one
 // 25 MiB bucket (bandwidth; PyTorch DDP's bucket, the generated step's): one warm-up call, then
 // calls until both a minimum count and a minimum time are reached, the median counting (as in
 // the rest of the calibration: the estimate is compared with the median step). Rank 0 prints
