@@ -1,5 +1,6 @@
 // The IR graph's small helpers: op names and classes, building, shape formatting, verification.
 #include "ir/Graph.h"
+#include "ir/OpRules.h"
 #include "support/Format.h"
 
 #include <type_traits>
@@ -702,61 +703,8 @@ void printGraph(const Graph &g, llvm::raw_ostream &os) {
     if (a.hasScalar && !a.scalarOnLeft)
       os << (op.inputs.empty() ? "" : ", ") << significant(a.scalar);
     os << ")";
-    switch (op.kind) {
-    case OpKind::Attention:
-      os << " {heads = " << a.heads << ", kv_heads = " << a.kvHeads
-         << ", causal = " << (a.causal ? "true" : "false")
-         << ", fused = " << (a.fused ? "true" : "false");
-      if (a.p > 0)
-        os << ", dropout = " << significant(a.p);
-      os << "}";
-      break;
-    case OpKind::Split:
-      os << " {parts = " << a.parts << ", dim = " << a.dim << "}";
-      break;
-    case OpKind::Dropout:
-      os << " {p = " << significant(a.p) << "}";
-      break;
-    case OpKind::LayerNorm:
-    case OpKind::RmsNorm:
-      os << " {eps = " << significant(a.eps) << "}";
-      break;
-    case OpKind::Softmax:
-    case OpKind::Concat:
-      os << " {dim = " << a.dim << "}";
-      break;
-    case OpKind::Sum:
-    case OpKind::Mean:
-      if (!a.reduceAll)
-        os << " {dim = " << a.dim << ", keepdim = " << (a.keepDim ? "true" : "false") << "}";
-      break;
-    case OpKind::Transpose:
-      os << " {dims = (" << a.transposeA << ", " << a.transposeB << ")}";
-      break;
-    case OpKind::Reshape:
-      os << " {shape = " << Graph::formatSizes(a.newShape) << "}";
-      break;
-    case OpKind::TopK:
-      os << " {k = " << a.k << ", dim = " << a.dim << "}";
-      break;
-    case OpKind::Gather:
-    case OpKind::ScatterAdd:
-      os << " {dim = " << a.dim << "}";
-      break;
-    case OpKind::Moe:
-    case OpKind::MoeBackward:
-      if (a.capacity > 0)
-        os << " {capacity_factor = " << significant(a.capacity) << "}";
-      break;
-    default:
-      break;
-    }
-    if (op.kind == OpKind::UnaryBackward)
-      os << " {of = " << opName(op.attrs->of) << "}";
-    if (op.kind == OpKind::OptimizerUpdate)
-      os << " {optimizer = " << op.attrs->optimizer << "}";
-    if (op.kind == OpKind::Fill)
-      os << " {value = " << significant(op.attrs->scalar) << "}";
+    if (auto print = ruleFor(op.kind).printAttrs) // the kind's attributes (ir/ops/)
+      print(g, op, os);
     os << " : ";
     for (size_t i = 0; i < op.outputs.size(); ++i)
       os << (i ? ", " : "") << type(op.outputs[i]) << layout(op.outputs[i]);

@@ -37,6 +37,34 @@ const OpRule *const kRules[] = {
 
 const OpRule &ruleFor(OpKind k) { return *kRules[static_cast<unsigned>(k)]; }
 
+namespace {
+const UnaryDef kUnary[] = {
+#define UNARY(ID, FWD, GRAD, READS, FWD_EXPS, GRAD_EXPS, RUNTIME)                                  \
+  {OpKind::ID, FWD, GRAD, GradReads::READS, FWD_EXPS, GRAD_EXPS, #RUNTIME},
+#include "ir/ops/Unary.def"
+};
+} // namespace
+
+llvm::ArrayRef<UnaryDef> unaryDefs() { return kUnary; }
+
+const UnaryDef *unaryDef(OpKind k) {
+  for (const UnaryDef &u : kUnary)
+    if (u.kind == k)
+      return &u;
+  return nullptr;
+}
+
+const char *binaryRuntime(OpKind k) {
+  switch (k) {
+#define BINARY(ID, RUNTIME)                                                                        \
+  case OpKind::ID:                                                                                 \
+    return #RUNTIME;
+#include "ir/ops/Binary.def"
+  default:
+    return nullptr;
+  }
+}
+
 Formula describeForward(const Graph &g, const Op &op) {
   return ruleFor(op.kind).explain(g, op, Counted::ForwardFlops, 0);
 }

@@ -15,6 +15,7 @@
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <string>
 #include <vector>
@@ -70,9 +71,36 @@ struct OpRule {
   /// derived as a formula for `tally explain`: the same rule, run with terms instead of
   /// doubles (ir/Formula.h), so its value is the pass's.
   Formula (*explain)(const Graph &g, const Op &op, Counted what, unsigned input);
+  /// The attributes that change the op's counts, as `--emit=ir` prints them after its operands
+  /// (" {heads = 12, ...}"); nullptr when it has none to print.
+  void (*printAttrs)(const Graph &g, const Op &op, llvm::raw_ostream &os) = nullptr;
+  /// The same attributes as `tally explain` words them ("heads = 12, causal, ..."); nullptr
+  /// when the kind has none of its own (explain then names a constant operand, if any).
+  std::string (*describeAttrs)(const Graph &g, const Op &op) = nullptr;
 };
 
 const OpRule &ruleFor(OpKind k);
+
+/// What a unary elementwise op's gradient reads besides the output gradient.
+enum class GradReads { Nothing, Input, Output };
+
+/// A pure unary elementwise kind: one row of ir/ops/Unary.def, which every layer reads instead
+/// of listing the kinds (the rules, the autodiff, fusion, the emitter, the lowering).
+struct UnaryDef {
+  OpKind kind;
+  double fwdFlops, gradFlops; ///< per element
+  GradReads reads;
+  double fwdExps, gradExps; ///< transcendental evaluations per element
+  const char *runtime;      ///< the rt::UnOp enumerator the generated step calls, e.g. "Gelu"
+};
+/// The row of a pure unary kind; nullptr for any other (dropout and rope are one tensor in and
+/// one out but have rules of their own).
+const UnaryDef *unaryDef(OpKind k);
+/// Every row of ir/ops/Unary.def, in its order.
+llvm::ArrayRef<UnaryDef> unaryDefs();
+/// The rt::BinOp enumerator of a binary elementwise kind (ir/ops/Binary.def), e.g. "Add";
+/// nullptr for any other kind.
+const char *binaryRuntime(OpKind k);
 
 /// `tally explain`'s derivations of one op's counts (ruleFor(op.kind).explain).
 /// Forward model FLOPs (ForwardCost::flops).

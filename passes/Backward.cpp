@@ -53,17 +53,11 @@ namespace backward {
 
 /// Every input of `op` whose gradient the op's backward writes.
 template <class F> void Builder::contributions(const Op &op, F f) {
-  switch (op.kind) {
-  case OpKind::Split:
-  case OpKind::Reshape:
-  case OpKind::Transpose:
-  case OpKind::Slice:
-  case OpKind::Positions:
-  case OpKind::NextTokens:
+  // A view's gradient is its base's (no op of its own); positions and next-token labels are
+  // integers made from nothing differentiable.
+  if (opClass(op.kind) == OpClass::View || op.kind == OpKind::Positions ||
+      op.kind == OpKind::NextTokens)
     return;
-  default:
-    break;
-  }
   for (unsigned i = 0; i < op.inputs.size(); ++i)
     if (needs(op.inputs[i]) && !(op.kind == OpKind::Embedding && i == 0))
       f(op.inputs[i]);

@@ -32,6 +32,7 @@
 //    (forward entries) or to its forward op's backward (backward entries); recompute runs
 //    repeat the forward ones, and StepTime prices a recompute with the forward's time.
 #include "passes/Fusion.h"
+#include "ir/OpRules.h"
 
 #include "passes/Passes.h"
 
@@ -110,20 +111,8 @@ namespace {
 
 bool floatStored(const Graph &g, TensorId t) { return isFloat(g.tensors[t].dtype); }
 
-bool unaryKind(OpKind k) {
-  switch (k) {
-  case OpKind::Neg:
-  case OpKind::Relu:
-  case OpKind::Gelu:
-  case OpKind::Silu:
-  case OpKind::Tanh:
-  case OpKind::Sigmoid:
-  case OpKind::Exp:
-    return true;
-  default:
-    return false;
-  }
-}
+/// A pure unary kind (a row of ir/ops/Unary.def): one tensor in, one out, element by element.
+bool unaryKind(OpKind k) { return unaryDef(k) != nullptr; }
 
 } // namespace
 
@@ -134,19 +123,13 @@ bool fusableElementwise(const Graph &g, const Op &op) {
   const Tensor &ty = g.tensors[y];
   if (!floatStored(g, y) || !isDense(ty.shape, ty.layout) || ty.viewOf != kNone)
     return false;
-  switch (op.kind) {
-  case OpKind::Add:
-  case OpKind::Sub:
-  case OpKind::Mul:
-  case OpKind::Div:
+  if (binaryRuntime(op.kind)) { // add, sub, mul, div (ir/ops/Binary.def)
     if (op.attrs->hasScalar ? op.inputs.size() != 1 : op.inputs.size() != 2)
       return false;
-    break;
-  case OpKind::UnaryBackward:
+  } else if (op.kind == OpKind::UnaryBackward) {
     if (!unaryKind(op.attrs->of))
       return false;
-    break;
-  default:
+  } else {
     if (!unaryKind(op.kind) || op.inputs.size() != 1)
       return false;
     // In the backward a unary op is a negated gradient (unary_bwd of Neg), possibly added in

@@ -112,35 +112,8 @@ std::string gradRole(const Graph &g, TensorId t) {
 /// The op's attributes that change its counts, as the user wrote them.
 std::string attributes(const Graph &g, const Op &op) {
   const OpAttrs &at = op.attrs;
-  switch (op.kind) {
-  case OpKind::Attention:
-    return llvm::formatv("heads = {0}, kv_heads = {1}, {2}, {3}{4}", std::to_string(at.heads),
-                         std::to_string(at.kvHeads ? at.kvHeads : at.heads),
-                         at.causal ? "causal" : "not causal",
-                         at.fused ? "fused (flash)" : "unfused (scores materialised)",
-                         at.p > 0 ? ", dropout = " + exact(at.p) : std::string())
-        .str();
-  case OpKind::Dropout:
-    return "p = " + exact(at.p);
-  case OpKind::LayerNorm:
-  case OpKind::RmsNorm:
-    return "eps = " + printf1("%g", at.eps);
-  case OpKind::Softmax:
-  case OpKind::Concat:
-    return "dim = " + std::to_string(at.dim);
-  case OpKind::Split:
-    return "parts = " + std::to_string(at.parts) + ", dim = " + std::to_string(at.dim);
-  case OpKind::Sum:
-  case OpKind::Mean:
-    return at.reduceAll ? "over every element"
-                        : "dim = " + std::to_string(at.dim) + (at.keepDim ? ", keepdim" : "");
-  case OpKind::Reshape:
-    return "shape = " + g.formatShape(at.newShape);
-  case OpKind::Transpose:
-    return "axes " + std::to_string(at.transposeA) + " and " + std::to_string(at.transposeB);
-  default:
-    break;
-  }
+  if (auto describe = ruleFor(op.kind).describeAttrs) // the kind's own (ir/ops/)
+    return describe(g, op);
   if (at.hasScalar)
     return "constant " + printf1("%g", at.scalar) + (at.scalarOnLeft ? " on the left" : " on the right");
   return "";

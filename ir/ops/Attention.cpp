@@ -343,12 +343,30 @@ struct AttentionBackwardCounts : BaseCounts {
   }
 };
 
+// The attributes that change attention's counts, as --emit=ir prints them and explain words them.
+void printAttention(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  const OpAttrs &a = op.attrs;
+  os << " {heads = " << a.heads << ", kv_heads = " << a.kvHeads
+     << ", causal = " << (a.causal ? "true" : "false") << ", fused = " << (a.fused ? "true" : "false");
+  if (a.p > 0)
+    os << ", dropout = " << significant(a.p);
+  os << "}";
+}
+std::string describeAttention(const Graph &, const Op &op) {
+  const OpAttrs &at = op.attrs;
+  return "heads = " + std::to_string(at.heads) +
+         ", kv_heads = " + std::to_string(at.kvHeads ? at.kvHeads : at.heads) + ", " +
+         (at.causal ? "causal" : "not causal") + ", " +
+         (at.fused ? "fused (flash)" : "unfused (scores materialised)") +
+         (at.p > 0 ? ", dropout = " + formatFormulaNumber(at.p) : std::string());
+}
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
 // The table entries of this family (ir/OpRules.cpp collects them in ir/Ops.def's order).
 
-RULE(Attention, inferAttention, AttentionCounts, executedBackwardAttention, savedAttention)
+RULE_ATTRS(Attention, inferAttention, AttentionCounts, executedBackwardAttention, savedAttention, &printAttention, &describeAttention)
 RULE(AttentionBackward, inferAttentionBackward, AttentionBackwardCounts, executedDefault, savesNothing)
 
 } // namespace tally::oprules

@@ -326,6 +326,14 @@ struct ScatterAddCounts : BaseCounts {
   }
 };
 
+// The data ops' axes, k and fill value, as --emit=ir prints them (explain words concat's).
+void printTopK(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {k = " << op.attrs->k << ", dim = " << op.attrs->dim << "}";
+}
+void printFill(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {value = " << significant(op.attrs->scalar) << "}";
+}
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -335,12 +343,12 @@ RULE(Embedding, inferEmbedding, EmbeddingCounts, executedDefault, savedEmbedding
 RULE(EmbeddingBackward, inferEmbeddingBackward, EmbeddingBackwardCounts, executedDefault, savesNothing)
 RULE(Positions, inferPositions, DataCounts, executedDefault, savesNothing)
 RULE(NextTokens, inferNextTokens, DataCounts, executedDefault, savesNothing)
-RULE(Concat, inferConcat, DataCounts, executedDefault, savesNothing)
+RULE_ATTRS(Concat, inferConcat, DataCounts, executedDefault, savesNothing, &printDim, &describeDim)
 RULE(BroadcastTo, inferBroadcastTo, BroadcastToCounts, executedDefault, savesNothing)
 RULE(Contiguous, inferContiguous, CopyCounts, executedDefault, savesNothing)
-RULE(Fill, inferGiven, CopyCounts, executedDefault, savesNothing)
-RULE(TopK, inferTopK, TopKCounts, executedDefault, savedTopK)
-RULE(Gather, inferGather, GatherCounts, executedDefault, savedGather)
-RULE(ScatterAdd, inferScatterAdd, ScatterAddCounts, executedDefault, savesNothing)
+RULE_ATTRS(Fill, inferGiven, CopyCounts, executedDefault, savesNothing, &printFill, nullptr)
+RULE_ATTRS(TopK, inferTopK, TopKCounts, executedDefault, savedTopK, &printTopK, nullptr)
+RULE_ATTRS(Gather, inferGather, GatherCounts, executedDefault, savedGather, &printDim, nullptr)
+RULE_ATTRS(ScatterAdd, inferScatterAdd, ScatterAddCounts, executedDefault, savesNothing, &printDim, nullptr)
 
 } // namespace tally::oprules

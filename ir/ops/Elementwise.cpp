@@ -119,30 +119,22 @@ void savedBinary(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
 // ---------------------------------------------------------------------------------------------
 // Unary elementwise: neg, relu, gelu, silu, tanh, sigmoid, exp, dropout, rope.
 
-enum class Keeps { Nothing, Input, Output };
+/// The costs of a one-tensor elementwise op: a pure unary kind's row of ir/ops/Unary.def, or
+/// dropout's and rope's own (dropout keeps its mask: see savedDropout).
 struct UnaryCost {
   double fwd, grad; ///< FLOPs per element
-  Keeps keeps;
-  /// Transcendental evaluations per element of the runtime's forward and gradient
-  /// (codegen/runtime/common/tally_math.h): gelu is erf (both forms: the tanh form's tanh is
-  /// one expf), its gradient erf + exp; silu and sigmoid one exp; tanh one tanhf; the
-  /// gradients of tanh, sigmoid and exp read the output and evaluate none.
-  double transFwd = 0, transGrad = 0;
+  GradReads keeps;
+  double transFwd = 0, transGrad = 0; ///< transcendental evaluations per element
 };
 
 UnaryCost unaryCost(OpKind k) {
-  switch (k) {
-  case OpKind::Neg: return {1, 1, Keeps::Nothing};
-  case OpKind::Relu: return {1, 1, Keeps::Output};
-  case OpKind::Gelu: return {8, 12, Keeps::Input, 1, 2};
-  case OpKind::Silu: return {4, 6, Keeps::Input, 1, 1};
-  case OpKind::Tanh: return {4, 3, Keeps::Output, 1, 0};
-  case OpKind::Sigmoid: return {4, 3, Keeps::Output, 1, 0};
-  case OpKind::Exp: return {1, 1, Keeps::Output, 1, 0};
-  case OpKind::Dropout: return {1, 1, Keeps::Nothing}; // keeps its mask: see savedDropout
-  case OpKind::Rope: return {3, 3, Keeps::Nothing};
-  default: return {0, 0, Keeps::Nothing};
-  }
+  if (const UnaryDef *u = unaryDef(k))
+    return {u->fwdFlops, u->gradFlops, u->reads, u->fwdExps, u->gradExps};
+  if (k == OpKind::Dropout)
+    return {1, 1, GradReads::Nothing};
+  if (k == OpKind::Rope)
+    return {3, 3, GradReads::Nothing};
+  return {0, 0, GradReads::Nothing};
 }
 
 bool inferUnary(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
@@ -255,9 +247,9 @@ void savedUnary(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
   if (!need(needGrad, 0))
     return;
   switch (unaryCost(op.kind).keeps) {
-  case Keeps::Input: keep(g, out, op.inputs[0], "input"); break;
-  case Keeps::Output: keep(g, out, op.outputs[0], "output"); break;
-  case Keeps::Nothing: break;
+  case GradReads::Input: keep(g, out, op.inputs[0], "input"); break;
+  case GradReads::Output: keep(g, out, op.outputs[0], "output"); break;
+  case GradReads::Nothing: break;
   }
 }
 
@@ -296,6 +288,18 @@ struct DivBackwardCounts : BaseCounts {
   }
 };
 
+// Dropout's probability and the differentiated kind of a unary gradient, as --emit=ir prints
+// them (explain words dropout's).
+void printDropout(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {p = " << significant(op.attrs->p) << "}";
+}
+std::string describeDropout(const Graph &, const Op &op) {
+  return "p = " + formatFormulaNumber(op.attrs->p);
+}
+void printUnaryBackward(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {of = " << opName(op.attrs->of) << "}";
+}
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -312,9 +316,9 @@ RULE(Silu, inferUnary, UnaryCounts, executedDefault, savedUnary)
 RULE(Tanh, inferUnary, UnaryCounts, executedDefault, savedUnary)
 RULE(Sigmoid, inferUnary, UnaryCounts, executedDefault, savedUnary)
 RULE(Exp, inferUnary, UnaryCounts, executedDefault, savedUnary)
-RULE(Dropout, inferDropout, UnaryCounts, executedDefault, savedDropout)
+RULE_ATTRS(Dropout, inferDropout, UnaryCounts, executedDefault, savedDropout, &printDropout, &describeDropout)
 RULE(Rope, inferRope, UnaryCounts, executedDefault, savedUnary)
-RULE(UnaryBackward, inferLikeLast, UnaryBackwardCounts, executedDefault, savesNothing)
+RULE_ATTRS(UnaryBackward, inferLikeLast, UnaryBackwardCounts, executedDefault, savesNothing, &printUnaryBackward, nullptr)
 RULE(DivBackward, inferLikeLast, DivBackwardCounts, executedDefault, savesNothing)
 
 } // namespace tally::oprules

@@ -263,12 +263,18 @@ struct MoeBackwardCounts : BaseCounts {
   }
 };
 
+// The capacity factor, when the plan caps the tokens per expert.
+void printMoe(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  if (op.attrs->capacity > 0)
+    os << " {capacity_factor = " << significant(op.attrs->capacity) << "}";
+}
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
 // The table entries of this family (ir/OpRules.cpp collects them in ir/Ops.def's order).
 
-RULE(Moe, inferMoe, MoeCounts, executedBackwardMoe, savedMoe)
-RULE(MoeBackward, inferMoeBackward, MoeBackwardCounts, executedDefault, savesNothing)
+RULE_ATTRS(Moe, inferMoe, MoeCounts, executedBackwardMoe, savedMoe, &printMoe, nullptr)
+RULE_ATTRS(MoeBackward, inferMoeBackward, MoeBackwardCounts, executedDefault, savesNothing, &printMoe, nullptr)
 
 } // namespace tally::oprules

@@ -149,14 +149,20 @@ struct NormBackwardCounts : BaseCounts {
   }
 };
 
+// The norms' epsilon and softmax's axis, as --emit=ir prints them and explain words them.
+void printEps(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {eps = " << significant(op.attrs->eps) << "}";
+}
+std::string describeEps(const Graph &, const Op &op) { return "eps = " + formatG(op.attrs->eps); }
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
 // The table entries of this family (ir/OpRules.cpp collects them in ir/Ops.def's order).
 
-RULE(Softmax, inferSoftmax, SoftmaxCounts, executedDefault, savedSoftmax)
-RULE(LayerNorm, inferNorm, NormCounts, executedDefault, savedNorm)
-RULE(RmsNorm, inferNorm, NormCounts, executedDefault, savedNorm)
+RULE_ATTRS(Softmax, inferSoftmax, SoftmaxCounts, executedDefault, savedSoftmax, &printDim, &describeDim)
+RULE_ATTRS(LayerNorm, inferNorm, NormCounts, executedDefault, savedNorm, &printEps, &describeEps)
+RULE_ATTRS(RmsNorm, inferNorm, NormCounts, executedDefault, savedNorm, &printEps, &describeEps)
 RULE(SoftmaxBackward, inferLikeLast, SoftmaxBackwardCounts, executedDefault, savesNothing)
 RULE(LayerNormBackward, inferNormBackward, NormBackwardCounts, executedDefault, savesNothing)
 RULE(RmsNormBackward, inferNormBackward, NormBackwardCounts, executedDefault, savesNothing)

@@ -17,6 +17,9 @@
 #pragma once
 
 #include "ir/OpRules.h"
+#include "support/Format.h"
+
+#include <cstdio>
 
 #include <algorithm>
 #include <string>
@@ -217,6 +220,23 @@ inline llvm::SmallVector<bool, 3> maskBits(const Op &op, unsigned n) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Attributes as --emit=ir prints them and explain words them (OpRule::printAttrs,
+// describeAttrs), shared by the families whose ops take one axis.
+
+/// printf's "%g" of one number (explain's way with epsilons).
+inline std::string formatG(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+inline void printDim(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {dim = " << op.attrs->dim << "}";
+}
+inline std::string describeDim(const Graph &, const Op &op) {
+  return "dim = " + std::to_string(op.attrs->dim);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The table. Every kind of ir/Ops.def has one entry, rule<ID>, defined by the RULE line of its
 // family's file; ir/OpRules.cpp indexes them by kind. A kind without a RULE line does not link,
 // a RULE line for a kind ir/Ops.def does not list does not compile, and a kind with two does
@@ -225,9 +245,13 @@ inline llvm::SmallVector<bool, 3> maskBits(const Op &op, unsigned n) {
 #define OP(ID, NAME, CLASS) extern const OpRule rule##ID;
 #include "ir/Ops.def"
 
-#define RULE(ID, INFER, COUNTS, EXEC, SAVED)                                                     \
+/// RULE_ATTRS also names how `--emit=ir` prints the kind's attributes and how `tally explain`
+/// words them (OpRule::printAttrs, describeAttrs).
+#define RULE_ATTRS(ID, INFER, COUNTS, EXEC, SAVED, PRINT, DESCRIBE)                               \
   static_assert(static_cast<unsigned>(OpKind::ID) < kOpKinds);                                   \
   const OpRule rule##ID = {&inferChecked<INFER>, &forwardOf<COUNTS>, &gradOf<COUNTS>, EXEC, SAVED,  \
-                           &explainOf<COUNTS>};
+                           &explainOf<COUNTS>, PRINT, DESCRIBE};
+#define RULE(ID, INFER, COUNTS, EXEC, SAVED)                                                     \
+  RULE_ATTRS(ID, INFER, COUNTS, EXEC, SAVED, nullptr, nullptr)
 
 } // namespace tally::oprules

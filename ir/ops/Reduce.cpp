@@ -87,13 +87,25 @@ struct ExpandCounts : BaseCounts {
   }
 };
 
+// A reduction's axis, unless it reduces every element.
+void printReduce(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  const OpAttrs &a = op.attrs;
+  if (!a.reduceAll)
+    os << " {dim = " << a.dim << ", keepdim = " << (a.keepDim ? "true" : "false") << "}";
+}
+std::string describeReduce(const Graph &, const Op &op) {
+  const OpAttrs &a = op.attrs;
+  return a.reduceAll ? "over every element"
+                     : "dim = " + std::to_string(a.dim) + (a.keepDim ? ", keepdim" : "");
+}
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
 // The table entries of this family (ir/OpRules.cpp collects them in ir/Ops.def's order).
 
-RULE(Sum, inferReduce, ReduceCounts, executedDefault, savesNothing)
-RULE(Mean, inferReduce, ReduceCounts, executedDefault, savesNothing)
+RULE_ATTRS(Sum, inferReduce, ReduceCounts, executedDefault, savesNothing, &printReduce, &describeReduce)
+RULE_ATTRS(Mean, inferReduce, ReduceCounts, executedDefault, savesNothing, &printReduce, &describeReduce)
 RULE(ReduceTo, inferToShape, ReduceToCounts, executedDefault, savesNothing)
 RULE(Expand, inferToShape, ExpandCounts, executedDefault, savesNothing)
 

@@ -66,6 +66,11 @@ struct OptimizerUpdateCounts : BaseCounts {
   }
 };
 
+// The optimizer an update runs.
+void printOptimizerUpdate(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {optimizer = " << op.attrs->optimizer << "}";
+}
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -74,6 +79,6 @@ struct OptimizerUpdateCounts : BaseCounts {
 RULE(ZeroGrad, inferGiven, ZeroGradCounts, executedDefault, savesNothing)
 RULE(SumSquares, inferSumSquares, SumSquaresCounts, executedDefault, savesNothing)
 RULE(Scale, inferGiven, ZeroGradCounts, executedDefault, savesNothing)
-RULE(OptimizerUpdate, inferGiven, OptimizerUpdateCounts, executedDefault, savesNothing)
+RULE_ATTRS(OptimizerUpdate, inferGiven, OptimizerUpdateCounts, executedDefault, savesNothing, &printOptimizerUpdate, nullptr)
 
 } // namespace tally::oprules

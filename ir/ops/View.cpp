@@ -143,14 +143,35 @@ struct ViewCounts : BaseCounts {
   }
 };
 
+// The attributes of the views, as --emit=ir prints them and explain words them.
+void printSplit(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {parts = " << op.attrs->parts << ", dim = " << op.attrs->dim << "}";
+}
+std::string describeSplit(const Graph &, const Op &op) {
+  return "parts = " + std::to_string(op.attrs->parts) + ", dim = " + std::to_string(op.attrs->dim);
+}
+void printTranspose(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {dims = (" << op.attrs->transposeA << ", " << op.attrs->transposeB << ")}";
+}
+std::string describeTranspose(const Graph &, const Op &op) {
+  return "axes " + std::to_string(op.attrs->transposeA) + " and " +
+         std::to_string(op.attrs->transposeB);
+}
+void printReshape(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  os << " {shape = " << Graph::formatSizes(op.attrs->newShape) << "}";
+}
+std::string describeReshape(const Graph &g, const Op &op) {
+  return "shape = " + g.formatShape(op.attrs->newShape);
+}
+
 } // namespace
 
 // ---------------------------------------------------------------------------------------------
 // The table entries of this family (ir/OpRules.cpp collects them in ir/Ops.def's order).
 
-RULE(Split, inferSplit, ViewCounts, executedDefault, savesNothing)
-RULE(Reshape, inferReshape, ViewCounts, executedDefault, savesNothing)
-RULE(Transpose, inferTranspose, ViewCounts, executedDefault, savesNothing)
+RULE_ATTRS(Split, inferSplit, ViewCounts, executedDefault, savesNothing, &printSplit, &describeSplit)
+RULE_ATTRS(Reshape, inferReshape, ViewCounts, executedDefault, savesNothing, &printReshape, &describeReshape)
+RULE_ATTRS(Transpose, inferTranspose, ViewCounts, executedDefault, savesNothing, &printTranspose, &describeTranspose)
 RULE(Slice, inferSlice, ViewCounts, executedDefault, savesNothing)
 
 } // namespace tally::oprules
