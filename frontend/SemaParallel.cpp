@@ -121,6 +121,26 @@ struct LayoutReader {
     return true;
   }
 
+  bool clock(const LayoutItem &it) {
+    const ConstValue &e = it.value;
+    if (e.kind != ConstValue::Number || e.dim != UnitDim::Frequency || !(e.number > 0)) {
+      sema.diags.report(DiagKind::InvalidValue, it.range.Start,
+                        "clock is the clock the GPU sustains, such as 1.6 GHz (a part held "
+                        "below its boost clock by a power cap)")
+          .range(it.range);
+      return false;
+    }
+    if (!(plan.target.clock > 0)) {
+      sema.diags.report(DiagKind::InvalidValue, it.range.Start,
+                        "clock scales a catalogue GPU's peaks from its datasheet clock; " +
+                            plan.target.name + " states none (give its peaks instead)")
+          .range(it.range);
+      return false;
+    }
+    withClock(plan.target, e.number);
+    return true;
+  }
+
   bool order(const LayoutItem &it) {
     const ConstValue &e = it.value;
     std::string o = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
@@ -189,6 +209,7 @@ const std::vector<LayoutSetting> &layoutSettings() {
       {"network_latency",
        [](R &r, const I &it) { return r.link(it, r.plan.target.networkLatency, true); }},
       {"kernel_launch", [](R &r, const I &it) { return r.kernelLaunch(it); }},
+      {"clock", [](R &r, const I &it) { return r.clock(it); }},
       {"stack", [](R &r, const I &it) { return r.stack(it); }},
       {"bucket", [](R &r, const I &it) { return r.bucket(it); }},
       // NCCL's NVLS and CollNet algorithms.

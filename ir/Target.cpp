@@ -111,6 +111,15 @@ std::optional<Target> loadExternalTarget(llvm::StringRef name, std::string &erro
   return externalLoader()(name, error);
 }
 
+void withClock(Target &t, double hz) {
+  double f = hz / t.clock;
+  for (double *peak : {&t.peakF64, &t.peakF32, &t.peakTF32, &t.peakF16, &t.peakBF16, &t.peakFP8,
+                       &t.peakINT8})
+    *peak *= f;
+  t.transcendentalTime /= f;
+  t.clock = hz;
+}
+
 namespace {
 
 // Numbers are written as literals (989.5e12, not 989.5 * 1e12) so each one is
@@ -219,6 +228,7 @@ constexpr double KernelLaunch = 3.8e-6;
 void specialFunctions(Target &t, int64_t multiprocessors, double clock) {
   constexpr double PerClock = 16;
   t.multiprocessors = multiprocessors;
+  t.clock = t.boostClock = clock;
   t.transcendentalTime = 1.0 / (double(multiprocessors) * PerClock * clock);
 }
 

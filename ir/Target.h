@@ -120,6 +120,13 @@ struct Target {
   double transcendentalTime = 0; ///< seconds per evaluation (`transcendental`)
   /// Streaming multiprocessors of a catalogue GPU (0 when not stated).
   int64_t multiprocessors = 0;
+  /// The clock, Hz, at which the datasheet's peaks (and the special-function rate) are given:
+  /// a catalogue GPU's boost clock; 0 when not stated. A plan's `clock = 1.6 GHz` runs the part
+  /// at another clock (withClock).
+  double clock = 0;
+  /// The datasheet clock, which withClock leaves: MFU and HFU count against the datasheet's
+  /// peak whatever clock the part runs at.
+  double boostClock = 0;
   /// The cache the kernels' threads keep their data in (the L2 of each thread's core, summed)
   /// and its bandwidth: a kernel call moving at most `cacheBytes` reads what the previous
   /// kernel just wrote, from the cache (`cache`, `cache_bandwidth`; 0: every byte from memory).
@@ -179,6 +186,13 @@ const std::vector<Target> &targetCatalogue();
 /// if unknown. Callers can suggest a name with closest-match over the
 /// catalogue.
 const Target *findTarget(llvm::StringRef name);
+
+/// `t` run at `hz` instead of its datasheet clock (Target::clock, which must be set): every
+/// arithmetic peak and the special-function rate scale by hz / clock — a GPU issues the same
+/// instructions per clock at any clock — and memory, links and efficiencies stay (HBM runs on
+/// its own clock; an efficiency is a fraction of the peak). For a part held below its boost
+/// clock by a power cap (docs/targets.md, "Clocks and power caps").
+void withClock(Target &t, double hz);
 
 /// Loads a target that is not declared in the input or the catalogue: `host` (this
 /// machine, calibrated) or a path ending in `.tally` whose file declares one target. The

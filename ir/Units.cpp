@@ -118,6 +118,11 @@ const std::vector<UnitWord> &unitTable() {
       {"Mb/s", UnitDim::ByteRate, 1e6 / 8},
       {"Gb/s", UnitDim::ByteRate, 1e9 / 8},
       {"Tb/s", UnitDim::ByteRate, 1e12 / 8},
+      // Clocks.
+      {"Hz", UnitDim::Frequency, 1},
+      {"kHz", UnitDim::Frequency, 1e3},
+      {"MHz", UnitDim::Frequency, 1e6},
+      {"GHz", UnitDim::Frequency, 1e9},
       // Ratios.
       {"%", UnitDim::Ratio, 0.01},
   };
@@ -240,6 +245,7 @@ llvm::StringRef describe(UnitDim d) {
   case UnitDim::FlopRate: return "a FLOP rate";
   case UnitDim::ByteRate: return "a bandwidth";
   case UnitDim::Flops: return "FLOPs";
+  case UnitDim::Frequency: return "a clock";
   }
   return "a plain number";
 }
@@ -400,6 +406,7 @@ std::string formatValue(double v, UnitDim d) {
   case UnitDim::FlopRate:
   case UnitDim::ByteRate: return formatRate(v, d);
   case UnitDim::Flops: return formatFlops(v);
+  case UnitDim::Frequency: return significant(v / 1e9, 4) + " GHz";
   }
   return formatCount(v);
 }

@@ -28,7 +28,8 @@ enum class UnitDim : uint8_t {
   Time,     ///< Duration, base unit: seconds.
   FlopRate, ///< Compute rate, base unit: FLOP/s.
   ByteRate, ///< Bandwidth, base unit: B/s.
-  Flops     ///< An amount of computation, base unit: FLOPs.
+  Flops,    ///< An amount of computation, base unit: FLOPs.
+  Frequency ///< A clock, base unit: Hz.
 };
 
 /// A unit's dimension and its scale into base units:
