@@ -1,4 +1,4 @@
-// The lowering's internal declarations, shared by its four files (not a public header:
+// The lowering's internal declarations, shared by its files (not a public header:
 // frontend/Lower.h is the entry the rest of tally includes).
 //
 // The lowering is one object, `Lowerer`, that lives for one `lowerPlan` call and owns the
