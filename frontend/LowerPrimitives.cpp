@@ -7,12 +7,13 @@
 //    default (the *Arg helpers). A name the table lacks, or an argument given but never
 //    read, is an internal error: the table and this file disagree (tests/unit/
 //    test_primitives.cpp calls every entry with every parameter named).
-// 3. Read the arguments each kind takes, by op family (frontend/LowerOps.cpp), and append
-//    one op (op1): an input whose layout the kernel cannot read gets a `contiguous`
-//    copy first, the output shapes come from the op's rule (ir/OpRules.cpp), the op is named
-//    after its instance and kind ("h[3].attn.qkv.matmul", "h[3].add#2"), view outputs get
-//    their strides and offset (setViewLayouts), random ops a stream, and attention its scale
-//    and the head size of the ropes that feed it (setRopeHeadDims).
+// 3. Read the arguments each kind takes, by the kind's entry in the table of lowerings
+//    (frontend/LowerOps.cpp; the code is in its family's file), and append one op (op1): an
+//    input whose layout the kernel cannot read gets a `contiguous` copy first, the output
+//    shapes come from the op's rule (ir/OpRules.cpp), the op is named after its instance and
+//    kind ("h[3].attn.qkv.matmul", "h[3].add#2"), view outputs get their strides and offset
+//    (setViewLayouts), random ops a stream, and attention its scale and the head size of the
+//    ropes that feed it (setRopeHeadDims).
 #include "frontend/Lowerer.h"
 
 #include "support/Format.h"
@@ -329,7 +330,7 @@ Lowerer::DenseCopy Lowerer::dense(TensorId t, const Expr &e, Scope &scope) {
   return {v.tensor, true};
 }
 
-/// Appends one op; returns its output (or a tuple of outputs for split).
+/// Appends one op; returns its output (or a tuple of outputs for split and topk).
 Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpAttrs &attrs,
                    const Expr &e, Scope &scope) {
   bool ops = g.ops.size() >= kMaxOps;
@@ -393,10 +394,10 @@ Value Lowerer::op1(OpKind kind, llvm::SmallVector<TensorId, 3> inputs, const OpA
   Value result;
   result.kind = Value::Tuple;
   result.range = e.range;
-  // Split returns all its parts, topk (values, indices); every other op returns its first
-  // output, the rest being
-  // what its backward reads (statistics, logsumexp, masks), which carry no gradient.
-  bool tuple = kind == OpKind::Split || kind == OpKind::TopK;
+  // Split returns all its parts, topk (values, indices) (their table entries say so,
+  // LOWERING_ALL); every other op returns its first output, the rest being what its backward
+  // reads (statistics, logsumexp, masks), which carry no gradient.
+  bool tuple = loweringFor(kind).returnsAll;
   for (TensorType &tt : outs) {
     Tensor t;
     t.shape = std::move(tt.shape);

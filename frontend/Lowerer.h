@@ -1,4 +1,4 @@
-// The lowering's internal declarations, shared by its four files (not a public header:
+// The lowering's internal declarations, shared by its files (not a public header:
 // frontend/Lower.h is the entry the rest of tally includes).
 //
 // The lowering is one object, `Lowerer`, that lives for one `lowerPlan` call and owns the
@@ -9,6 +9,10 @@
 //   frontend/LowerPrimitives.cpp   a primitive call's arguments bound (signatures from
 //                                  ir/Primitives.cpp) and checked, one op appended (shapes
 //                                  from ir/OpRules.cpp, layouts, rope dims)
+//   frontend/LowerOps.cpp          the table of lowerings, one entry per op kind, and the
+//                                  dispatch of a bound call through it; each kind's entry
+//                                  and the code that reads its arguments are in its family's
+//                                  file: LowerElementwise.cpp, LowerLayers.cpp, LowerData.cpp
 #pragma once
 
 #include "frontend/Lower.h"
@@ -125,7 +129,35 @@ public:
 
   std::optional<Graph> run(const PlanDecl &decl);
 
+  /// A primitive call's arguments bound to the parameters of its entry in ir/Primitives.cpp.
+  struct Bound {
+    const Primitive *prim = nullptr;
+    const Expr *call = nullptr;
+    std::vector<const Expr *> exprs;
+    std::vector<Value> values;
+    mutable std::vector<bool> read; ///< slots the lowering has read (each one given must be)
+    bool has(size_t i) const { return i < values.size() && values[i].kind != Value::Invalid; }
+  };
+  /// What the lowering does for one op kind: one entry per kind of ir/Ops.def, defined by one
+  /// LOWERING or NO_LOWERING line (below) in its family's file, indexed by frontend/LowerOps.cpp.
+  struct Lowering {
+    OpKind kind; ///< the entry's own kind (the table is indexed by it; a unit test checks)
+    /// The op of a bound primitive call of this kind, read from the call's arguments; null
+    /// for a kind that no primitive call makes.
+    Value (Lowerer::*lower)(const Bound &b, const Expr &e, Scope &scope);
+    const char *none;     ///< why no call makes it, when `lower` is null
+    bool returnsAll;      ///< the call's value is every output (split's parts, topk's pair),
+                          ///< not the first (the rest being what the backward reads)
+  };
+  static const Lowering &loweringFor(OpKind k);
+
 private:
+  // The table's entries, one per kind of ir/Ops.def: a kind without its LOWERING or
+  // NO_LOWERING line does not link, one with two does not either, and a line for a kind
+  // ir/Ops.def does not list does not compile.
+#define OP(ID, NAME, CLASS) static const Lowering lowering##ID;
+#include "ir/Ops.def"
+
   Sema &sema;
   DiagnosticEngine &diags;
   const Program &program;
@@ -208,15 +240,6 @@ private:
   /// Which op of `kind` in `instance` the next one is (Op::ordinal): 1, 2, ...
   uint32_t nextOrdinal(uint32_t instance, OpKind kind);
   static bool takesRandomStream(const Op &op);
-  /// A primitive call's arguments bound to the parameters of its entry in ir/Primitives.cpp.
-  struct Bound {
-    const Primitive *prim = nullptr;
-    const Expr *call = nullptr;
-    std::vector<const Expr *> exprs;
-    std::vector<Value> values;
-    mutable std::vector<bool> read; ///< slots the lowering has read (each one given must be)
-    bool has(size_t i) const { return i < values.size() && values[i].kind != Value::Invalid; }
-  };
   std::optional<Bound> bind(const Primitive &p, const Expr &e, Scope &scope);
   void internalError(const Bound &b, const std::string &problem);
   size_t slot(const Bound &b, llvm::StringRef param);
@@ -243,19 +266,49 @@ private:
             const Expr &e, Scope &scope);
   void setRopeHeadDims(const Op &attention);
 
-  // frontend/LowerOps.cpp: the op of a bound primitive call, by op family
+  // frontend/LowerOps.cpp: the op of a bound primitive call, through the table
   Value primitiveOp(const Bound &b, const Expr &e, Scope &scope);
-  Value elementwiseOp(const Bound &b, const Expr &e, Scope &scope);
+  /// An internal error for a kind the table says no call makes.
+  Value noLowering(const Bound &b, const char *why);
+
+  // frontend/LowerElementwise.cpp: the pure unary kinds (ir/ops/Unary.def), rope, dropout
+  Value oneTensorOp(const Bound &b, const Expr &e, Scope &scope);
+  Value ropeOp(const Bound &b, const Expr &e, Scope &scope);
+  Value dropoutOp(const Bound &b, const Expr &e, Scope &scope);
+
+  // frontend/LowerLayers.cpp: matmul, moe, attention, norms, softmax, loss, conv and pools
   Value matmulOp(const Bound &b, const Expr &e, Scope &scope);
+  Value moeOp(const Bound &b, const Expr &e, Scope &scope);
   Value attentionOp(const Bound &b, const Expr &e, Scope &scope);
-  Value normOp(const Bound &b, const Expr &e, Scope &scope);
-  Value reductionOp(const Bound &b, const Expr &e, Scope &scope);
-  Value convolutionOp(const Bound &b, const Expr &e, Scope &scope);
-  Value shapeOp(const Bound &b, const Expr &e, Scope &scope);
-  Value indexingOp(const Bound &b, const Expr &e, Scope &scope);
-  /// An internal error for a kind the lowering has no case for.
-  Value noLowering(const Bound &b);
+  Value layerNormOp(const Bound &b, const Expr &e, Scope &scope);
+  Value rmsNormOp(const Bound &b, const Expr &e, Scope &scope);
+  Value softmaxOp(const Bound &b, const Expr &e, Scope &scope);
+  Value crossEntropyOp(const Bound &b, const Expr &e, Scope &scope);
+  Value conv2dOp(const Bound &b, const Expr &e, Scope &scope);
+  Value poolOp(const Bound &b, const Expr &e, Scope &scope);
+
+  // frontend/LowerData.cpp: reductions, lookups and index generation, shapes and views
+  Value reduceOp(const Bound &b, const Expr &e, Scope &scope);
+  Value topKOp(const Bound &b, const Expr &e, Scope &scope);
+  Value embeddingOp(const Bound &b, const Expr &e, Scope &scope);
+  Value gatherOp(const Bound &b, const Expr &e, Scope &scope);
+  Value positionsOp(const Bound &b, const Expr &e, Scope &scope);
+  Value concatOp(const Bound &b, const Expr &e, Scope &scope);
+  Value newShapeOp(const Bound &b, const Expr &e, Scope &scope);
+  Value transposeOp(const Bound &b, const Expr &e, Scope &scope);
+  Value splitOp(const Bound &b, const Expr &e, Scope &scope);
 };
+
+// One entry of the table (Lowerer::Lowering), written in the family file of its kind, at
+// namespace tally::lowering. LOWERING: a primitive call of the kind is read by FN, a member of
+// Lowerer, and returns its first output; LOWERING_ALL: returns every output as a tuple;
+// NO_LOWERING: no primitive call makes the kind (an operator does, or autodiff, or step
+// assembly), WHY says which.
+#define LOWERING(ID, FN) const Lowerer::Lowering Lowerer::lowering##ID = {OpKind::ID, FN, nullptr, false};
+#define LOWERING_ALL(ID, FN)                                                                       \
+  const Lowerer::Lowering Lowerer::lowering##ID = {OpKind::ID, FN, nullptr, true};
+#define NO_LOWERING(ID, WHY)                                                                       \
+  const Lowerer::Lowering Lowerer::lowering##ID = {OpKind::ID, nullptr, WHY, false};
 
 } // namespace lowering
 } // namespace tally

@@ -1,0 +1,200 @@
+// Lowering of the layer families: matmul (ir/ops/Matmul.cpp), moe (Moe.cpp), attention
+// (Attention.cpp), softmax and the norms (Norm.cpp), cross entropy (Loss.cpp), convolution and
+// pooling (Conv.cpp), and their backward ops, which only the autodiff makes. Each kind's table
+// entry follows the code that reads its arguments; frontend/LowerOps.cpp indexes them.
+#include "frontend/Lowerer.h"
+
+#include "support/Format.h"
+
+namespace tally {
+namespace lowering {
+
+// ---------------------------------------------------------------------------------------------
+// Matrix products: matmul, and moe (each token through its experts' gate, up and down
+// matmuls).
+
+Value Lowerer::matmulOp(const Bound &b, const Expr &e, Scope &scope) {
+  TensorId x = kNone, y = kNone;
+  if (!tensorArg(b, "a", x) || !tensorArg(b, "b", y))
+    return {};
+  return op1(OpKind::Matmul, {x, y}, OpAttrs(), e, scope);
+}
+LOWERING(Matmul, &Lowerer::matmulOp)
+
+Value Lowerer::moeOp(const Bound &b, const Expr &e, Scope &scope) {
+  OpAttrs attrs;
+  llvm::SmallVector<TensorId, 3> ins(6, kNone);
+  static const char *const names[] = {"x", "gates", "indices", "w_gate", "w_up", "w_down"};
+  for (unsigned i = 0; i < 6; ++i)
+    if (!tensorArg(b, names[i], ins[i]))
+      return {};
+  auto cf = numberArg(b, "capacity_factor");
+  if (!cf)
+    return {};
+  if (*cf < 0 || *cf > 1e6) {
+    const Value &v = b.values[slot(b, "capacity_factor")];
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "capacity_factor is 0 (no cap) or a positive factor such as 1.25, not " +
+                     significant(*cf))
+        .range(v.range);
+    return {};
+  }
+  attrs.capacity = *cf;
+  return op1(OpKind::Moe, ins, attrs, e, scope);
+}
+LOWERING(Moe, &Lowerer::moeOp)
+NO_LOWERING(MoeBackward, "the autodiff's: moe's gradients")
+
+// ---------------------------------------------------------------------------------------------
+// attention(q, k, v, heads, ...): its heads, mask, dropout and flags.
+
+Value Lowerer::attentionOp(const Bound &b, const Expr &e, Scope &scope) {
+  OpAttrs attrs;
+  TensorId x = kNone, y = kNone, z = kNone;
+  if (!tensorArg(b, "q", x) || !tensorArg(b, "k", y) || !tensorArg(b, "v", z))
+    return {};
+  auto heads = intArg(b, "heads");
+  auto kv = intArg(b, "kv_heads", heads ? *heads : 1); // kv_heads = heads
+  auto causal = boolArg(b, "causal");
+  auto fused = boolArg(b, "fused");
+  auto p = probability(b, "dropout");
+  auto alibi = boolArg(b, "alibi");
+  if (!heads || !kv || !causal || !fused || !p || !alibi)
+    return {};
+  TensorId mask = kNone;
+  size_t maskSlot = slot(b, "mask");
+  if (b.has(maskSlot) && !tensorArg(b, "mask", mask))
+    return {};
+  if (mask != kNone && isFloat(g.tensors[mask].dtype)) {
+    diags.report(DiagKind::TypeMismatch, b.values[maskSlot].range.Start,
+                 "'mask' of 'attention' is a padding mask of integers or booleans "
+                 "[batch, seq_kv] (nonzero: attend), not " +
+                     nameOf(g.tensors[mask].dtype).str())
+        .range(b.values[maskSlot].range);
+    return {};
+  }
+  if (*heads <= 0 || *kv <= 0) {
+    diags.report(DiagKind::InvalidValue, e.range.Start,
+                 "attention needs a positive number of heads")
+        .range(e.range);
+    return {};
+  }
+  attrs.heads = *heads;
+  attrs.kvHeads = *kv;
+  attrs.causal = *causal;
+  attrs.fused = *fused;
+  attrs.p = *p;
+  attrs.alibi = *alibi;
+  attrs.hasMask = mask != kNone;
+  if (mask != kNone)
+    return op1(OpKind::Attention, {x, y, z, mask}, attrs, e, scope);
+  return op1(OpKind::Attention, {x, y, z}, attrs, e, scope);
+}
+LOWERING(Attention, &Lowerer::attentionOp)
+NO_LOWERING(AttentionBackward, "the autodiff's: attention's gradients")
+
+// ---------------------------------------------------------------------------------------------
+// Softmax and the normalizations: softmax, layer_norm and rms_norm.
+
+Value Lowerer::softmaxOp(const Bound &b, const Expr &e, Scope &scope) {
+  OpAttrs attrs;
+  TensorId x = kNone;
+  if (!tensorArg(b, "x", x))
+    return {};
+  auto dim = intArg(b, "dim");
+  if (!dim)
+    return {};
+  attrs.dim = *dim;
+  return op1(OpKind::Softmax, {x}, attrs, e, scope);
+}
+LOWERING(Softmax, &Lowerer::softmaxOp)
+
+Value Lowerer::layerNormOp(const Bound &b, const Expr &e, Scope &scope) {
+  OpAttrs attrs;
+  TensorId x = kNone, y = kNone, z = kNone;
+  if (!tensorArg(b, "x", x) || !tensorArg(b, "weight", y))
+    return {};
+  if (b.has(slot(b, "bias")) && !tensorArg(b, "bias", z))
+    return {};
+  auto eps = numberArg(b, "eps");
+  if (!eps)
+    return {};
+  attrs.eps = *eps;
+  if (z == kNone)
+    return op1(OpKind::LayerNorm, {x, y}, attrs, e, scope);
+  return op1(OpKind::LayerNorm, {x, y, z}, attrs, e, scope);
+}
+LOWERING(LayerNorm, &Lowerer::layerNormOp)
+
+Value Lowerer::rmsNormOp(const Bound &b, const Expr &e, Scope &scope) {
+  OpAttrs attrs;
+  TensorId x = kNone, y = kNone;
+  if (!tensorArg(b, "x", x) || !tensorArg(b, "weight", y))
+    return {};
+  auto eps = numberArg(b, "eps");
+  if (!eps)
+    return {};
+  attrs.eps = *eps;
+  return op1(OpKind::RmsNorm, {x, y}, attrs, e, scope);
+}
+LOWERING(RmsNorm, &Lowerer::rmsNormOp)
+NO_LOWERING(SoftmaxBackward, "the autodiff's: softmax's gradient")
+NO_LOWERING(LayerNormBackward, "the autodiff's: layer_norm's gradients")
+NO_LOWERING(RmsNormBackward, "the autodiff's: rms_norm's gradients")
+
+// ---------------------------------------------------------------------------------------------
+// The loss: cross_entropy(logits, labels).
+
+Value Lowerer::crossEntropyOp(const Bound &b, const Expr &e, Scope &scope) {
+  TensorId x = kNone, y = kNone;
+  if (!tensorArg(b, "logits", x) || !tensorArg(b, "labels", y))
+    return {};
+  return op1(OpKind::CrossEntropy, {x, y}, OpAttrs(), e, scope);
+}
+LOWERING(CrossEntropy, &Lowerer::crossEntropyOp)
+NO_LOWERING(CrossEntropyBackward, "the autodiff's: cross_entropy's gradient")
+
+// ---------------------------------------------------------------------------------------------
+// Convolutions and pooling over the last two dims: conv2d, max_pool2d, avg_pool2d.
+
+Value Lowerer::conv2dOp(const Bound &b, const Expr &e, Scope &scope) {
+  OpAttrs attrs;
+  TensorId x = kNone, y = kNone, z = kNone;
+  if (!tensorArg(b, "x", x) || !tensorArg(b, "weight", y))
+    return {};
+  if (b.has(slot(b, "bias")) && !tensorArg(b, "bias", z))
+    return {};
+  if (!pairArg(b, "stride", 1, attrs.strides) || !pairArg(b, "padding", 0, attrs.pads))
+    return {};
+  const Shape &w = g.tensors[y].shape;
+  if (w.size() == 4) {
+    attrs.window[0] = w[2].size;
+    attrs.window[1] = w[3].size;
+  }
+  if (z == kNone)
+    return op1(OpKind::Conv2d, {x, y}, attrs, e, scope);
+  return op1(OpKind::Conv2d, {x, y, z}, attrs, e, scope);
+}
+LOWERING(Conv2d, &Lowerer::conv2dOp)
+
+/// max_pool2d and avg_pool2d(x, kernel, stride, padding).
+Value Lowerer::poolOp(const Bound &b, const Expr &e, Scope &scope) {
+  OpAttrs attrs;
+  TensorId x = kNone;
+  if (!tensorArg(b, "x", x) || !pairArg(b, "kernel", 1, attrs.window))
+    return {};
+  // The stride defaults to the window, as in PyTorch.
+  if (!pairArg(b, "stride", 1, attrs.strides, attrs.window[0]) ||
+      !pairArg(b, "padding", 0, attrs.pads))
+    return {};
+  if (!b.has(slot(b, "stride")))
+    attrs.strides[1] = attrs.window[1];
+  return op1(b.prim->kind, {x}, attrs, e, scope);
+}
+LOWERING(MaxPool2d, &Lowerer::poolOp)
+LOWERING(AvgPool2d, &Lowerer::poolOp)
+NO_LOWERING(Conv2dBackward, "the autodiff's: conv2d's gradients")
+NO_LOWERING(PoolBackward, "the autodiff's: a pooling's gradient")
+
+} // namespace lowering
+} // namespace tally
