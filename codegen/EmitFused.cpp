@@ -60,7 +60,10 @@ bool Emitter::fused(const Analysis::FusedKernel &k, const char *kind) {
     const auto &in = op->inputs;
     if (op->kind == OpKind::UnaryBackward) {
       OpKind of = op->attrs->of;
-      bool readsX = of == OpKind::Gelu || of == OpKind::Silu, neg = of == OpKind::Neg;
+      const UnaryDef *u = unaryDef(of); // fusableElementwise joins only Unary.def's kinds
+      if (!u)
+        return fail("internal error: a fused unary_backward of " + opName(of).str());
+      bool readsX = u->reads == GradReads::Input, neg = u->reads == GradReads::Nothing;
       std::string x = neg ? "A(0)" : operand(in[0], y);
       expr = operand(in.back(), y) + " * rt::unary_grad(" + unOp(of) + ", " + (readsX ? x : "A(0)") + ", " +
              (readsX || neg ? "A(0)" : x) + ")";

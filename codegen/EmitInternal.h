@@ -2,8 +2,10 @@
 // training step (private to codegen/; codegen/EmitStep.cpp describes the walk):
 // - EmitStep.cpp: where tensors live, the walk over the schedule (micro_step), the tables of
 //   kLayout, the step file and the files beside it (CMakeLists.txt, the runtime);
-// - EmitOps.cpp: one runtime call per op, a dispatch by op kind to the families below, and the
-//   elementwise and data-movement ops; EmitLayers.cpp: matmul, attention, norms and losses;
+// - EmitTable.cpp: the table of how each op kind is printed (OpEmit, below), one entry per kind
+//   of ir/Ops.def, each defined beside its kind's code; emitOp and update() dispatch through it;
+// - EmitOps.cpp: the elementwise and data-movement ops; EmitLayers.cpp: matmul, attention,
+//   norms and losses;
 // - EmitFused.cpp: the fused kernels (passes/Fusion.cpp) as generated functors;
 // - EmitUpdate.cpp: the optimizer phase (update, zero_grad) and the data-parallel collectives;
 // - EmitCpu.cpp and EmitCuda.cpp: each backend's few hooks (codegen/EmitBackend.h).
@@ -39,9 +41,12 @@ std::string list(llvm::ArrayRef<int64_t> v);
 std::string number(double v);
 /// The op class reports use ("matmul", "elementwise", ...) of an op's kernels (EmitStep.cpp).
 std::string className(const Graph &g, const Op &op);
-/// The runtime's rt::BinOp and rt::UnOp of an op kind.
+/// The runtime's rt::BinOp of a binary kind ("rt::BinOp::Add", from ir/ops/Binary.def) and
+/// rt::UnOp of a unary kind ("rt::UnOp::Gelu", from ir/ops/Unary.def); nullptr for any other.
 const char *binOp(OpKind k);
 const char *unOp(OpKind k);
+
+struct OptimizerPhase;
 
 struct Emitter {
   const Analysis &a;
@@ -108,9 +113,12 @@ struct Emitter {
   /// The broadcast strides of operand t over an output of shape `out`.
   std::vector<int64_t> broadcastStrides(TensorId t, const std::vector<int64_t> &out);
 
-  /// The call of the op being written (op, at schedule step `step`): a dispatch by op kind to
-  /// the functions below, one per op kind or family of kinds.
+  /// The call of the op being written (op, at schedule step `step`): its kind's entry of the
+  /// table (OpEmit, EmitTable.cpp), one of the functions below.
   bool emitOp();
+
+  /// Views (split, reshape, transpose, slice): no code, the view's pointer is its base's.
+  bool view() { return true; }
 
   // Elementwise (EmitOps.cpp).
   bool binary();
@@ -118,17 +126,26 @@ struct Emitter {
   /// output (inputs y, dy; the constant in attrs.scalar).
   bool divBackward();
   bool unary();
+  /// unary_backward: the entry of the kind it differentiates (attrs.of) prints it, one of
+  /// unaryGradient, dropoutBackward and ropeBackward.
   bool unaryBackward();
+  /// The gradient of a pure unary kind (ir/ops/Unary.def): rt::unary_bwd reading the input,
+  /// the output or neither, as the kind's row says (UnaryDef::reads).
+  bool unaryGradient();
   bool dropout();
+  bool dropoutBackward();
   bool fill();
 
   // Reductions, copies and data (EmitOps.cpp).
   /// outer × axis × inner of a reduction over `dim` of shape `x` (or everything).
   void reduceDims(TensorId x, const OpAttrs &at, int64_t &outer, int64_t &axis, int64_t &inner);
-  bool reduction();   ///< sum, mean
+  bool reduction(bool mean); ///< sum, mean
+  bool sum() { return reduction(false); }
+  bool mean() { return reduction(true); }
   bool expand();      ///< the backward of sum/mean: dy spread over x's shape
   bool reduceTo();
   bool copy(TensorId src, TensorId dst, bool accumulate);
+  bool contiguous() { return copy(op->inputs[0], op->outputs[0], acc()); }
   bool concat();
   bool broadcastTo(); ///< a copy whose source has stride 0 along the broadcast dims
   bool embedding();
@@ -152,6 +169,7 @@ struct Emitter {
   /// B, S, H, hd of a rope over x [..., S, H·hd].
   bool ropeDims(TensorId x, const OpAttrs &at, int64_t &B, int64_t &S, int64_t &H, int64_t &hd);
   bool rope();
+  bool ropeBackward();
   bool attentionDims(const Op &fwd, int64_t &B, int64_t &S, int64_t &Skv, int64_t &H, int64_t &Hkv,
                      int64_t &hd, std::string &rows);
   bool attentionForward();
@@ -162,7 +180,9 @@ struct Emitter {
   bool softmaxBackward();
   bool layerNorm();
   bool rmsNorm();
-  bool normBackward();
+  bool normBackward(bool layer);
+  bool layerNormBackward() { return normBackward(true); }
+  bool rmsNormBackward() { return normBackward(false); }
 
   // Losses (EmitLayers.cpp).
   bool crossEntropy();
@@ -250,8 +270,68 @@ struct Emitter {
   bool optimizerCall(const UpdateTypes &u, std::string &call);
   /// The overflow check of fp16 loss scaling: Σg² over the gradients, or this rank's shard.
   void sumSquares(const std::string &G, int64_t gradElems);
-  /// update(): the optimizer entries; zero_grad(): the last one.
+  /// update(): the optimizer entries, each printed by its kind's entry (OpEmit::optimizer):
+  /// sum_squares, optimizer_update; zero_grad(): the last one.
   bool update(std::string &updateText, std::string &zeroText);
+  bool updateSumSquares(const OptimizerPhase &p);
+  bool updateParameters(const OptimizerPhase &p);
+  bool updateZeroGrad(const OptimizerPhase &p);
 };
+
+/// What update() passes an optimizer-phase op's entry.
+struct OptimizerPhase {
+  const std::string &path;  ///< the op's path
+  const std::string &G;     ///< the gradients' C++ type
+  int64_t gradElems;        ///< elements of the gradient region
+  const std::string &call;  ///< the optimizer's call for one kUpdate entry `e`
+};
+
+// ---- the table: how each op kind is printed ---------------------------------------------------
+
+/// How the step emitter prints one op kind. Every kind of ir/Ops.def has one entry, emit<ID>,
+/// defined by one EMIT... or NO_EMIT... line beside its kind's code (the unary and binary
+/// kinds by one line over the rows of ir/ops/Unary.def and Binary.def, in EmitOps.cpp);
+/// EmitTable.cpp indexes them by kind. A kind without an entry does not link, an entry for a
+/// kind ir/Ops.def does not list does not compile, and a kind with two does not link.
+struct OpEmit {
+  OpKind kind;
+  /// The op's call in micro_step; nullptr when the kind has none (then `refused` says why).
+  bool (Emitter::*call)();
+  /// The backward of this kind as a unary_backward op (whose attrs.of is this kind); nullptr
+  /// when the autodiff never makes one.
+  bool (Emitter::*backward)();
+  /// An optimizer-phase kind's code in update(); nullptr for the micro-batch's kinds.
+  bool (Emitter::*optimizer)(const OptimizerPhase &);
+  /// Why a kind without a call has none; nullptr when it has one. The message the user gets is
+  /// emitOp's ("no CPU code for op kind topk"), not this.
+  const char *refused;
+  /// The kind runs in the optimizer phase (update()), never in micro_step.
+  bool optimizerPhase;
+  /// The runtime's rt::UnOp or rt::BinOp of a unary or binary kind (its .def row); else nullptr.
+  const char *runtime;
+};
+
+/// The entry of kind `k`.
+const OpEmit &emitFor(OpKind k);
+
+#define OP(ID, NAME, CLASS) extern const OpEmit emit##ID;
+#include "ir/Ops.def"
+
+#define EMIT_ENTRY(ID, CALL, BACKWARD, OPTIMIZER, REFUSED, OPTIMIZER_PHASE, RUNTIME)               \
+  static_assert(static_cast<unsigned>(OpKind::ID) < kOpKinds);                                   \
+  const OpEmit emit##ID = {OpKind::ID, CALL, BACKWARD, OPTIMIZER, REFUSED, OPTIMIZER_PHASE, RUNTIME};
+/// A kind of the micro-batch, printed by Emitter::CALL.
+#define EMIT(ID, CALL) EMIT_ENTRY(ID, &Emitter::CALL, nullptr, nullptr, nullptr, false, nullptr)
+/// A kind of the micro-batch whose gradient the autodiff makes a unary_backward op, printed by
+/// Emitter::BACKWARD.
+#define EMIT_WITH_BACKWARD(ID, CALL, BACKWARD)                                                    \
+  EMIT_ENTRY(ID, &Emitter::CALL, &Emitter::BACKWARD, nullptr, nullptr, false, nullptr)
+/// A kind of the micro-batch the runtime has no kernel for: emitOp refuses it, naming the op.
+#define NO_EMIT(ID, WHY) EMIT_ENTRY(ID, nullptr, nullptr, nullptr, WHY, false, nullptr)
+/// An optimizer-phase kind, printed in update() by Emitter::CALL.
+#define EMIT_OPTIMIZER(ID, CALL)                                                                  \
+  EMIT_ENTRY(ID, nullptr, nullptr, &Emitter::CALL, "an optimizer-phase op", true, nullptr)
+/// An optimizer-phase kind update() has no code for: refused, naming the op.
+#define NO_EMIT_OPTIMIZER(ID, WHY) EMIT_ENTRY(ID, nullptr, nullptr, nullptr, WHY, true, nullptr)
 
 } // namespace tally::codegen::emit

@@ -1,4 +1,5 @@
-// The calls of the ops with their own kernels (EmitOps.cpp dispatches to them): matmul (its
+// The calls of the ops with their own kernels (emitOp dispatches to them through the table,
+// EmitTable.cpp; their kinds' entries end this file): matmul (its
 // operands may be transposed views and carry batch strides; a transposed output computes
 // Cᵀ = Bᵀ·Aᵀ instead), rope and attention (the backend's checks of what its runtime runs),
 // softmax and the norms (a fused run's prologue, EmitFused.cpp), and the cross-entropy loss.
@@ -128,6 +129,20 @@ bool Emitter::rope() {
     return false;
   line(llvm::formatv("rt::rope_fwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6}, {7});", T(out[0]),
                      ptr(in[0]), ptr(out[0]), B, S, H, hd, number(at.theta))
+           .str());
+  return true;
+}
+
+/// The gradient of a rope: a unary_backward op (inputs x, dy) whose attrs are the rope's.
+bool Emitter::ropeBackward() {
+  const OpAttrs &at = op->attrs;
+  TensorId dx = op->outputs[0];
+  TensorId dy = op->inputs.back();
+  int64_t B, S, H, hd;
+  if (!ropeDims(dx, at, B, S, H, hd))
+    return false;
+  line(llvm::formatv("rt::rope_bwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(dy),
+                     ptr(dx), B, S, H, hd, number(at.theta), boolean(acc()))
            .str());
   return true;
 }
@@ -275,8 +290,7 @@ bool Emitter::rmsNorm() {
   return true;
 }
 
-bool Emitter::normBackward() {
-  bool layer = op->kind == OpKind::LayerNormBackward;
+bool Emitter::normBackward(bool layer) {
   const auto &in = op->inputs;
   // inputs: x, w, (mean,) rstd, dy; outputs: dx, dw, db as gradMask says.
   TensorId x = in[0], w = in[1], dy = in.back();
@@ -334,5 +348,20 @@ bool Emitter::crossEntropyBackward() {
            .str());
   return true;
 }
+
+// ---- the table's entries (EmitTable.cpp) ----------------------------------------------------
+
+EMIT(Matmul, matmul)
+EMIT_WITH_BACKWARD(Rope, rope, ropeBackward)
+EMIT(Attention, attentionForward)
+EMIT(AttentionBackward, attentionBackward)
+EMIT(Softmax, softmax)
+EMIT(SoftmaxBackward, softmaxBackward)
+EMIT(LayerNorm, layerNorm)
+EMIT(LayerNormBackward, layerNormBackward)
+EMIT(RmsNorm, rmsNorm)
+EMIT(RmsNormBackward, rmsNormBackward)
+EMIT(CrossEntropy, crossEntropy)
+EMIT(CrossEntropyBackward, crossEntropyBackward)
 
 } // namespace tally::codegen::emit

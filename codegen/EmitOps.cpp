@@ -1,130 +1,15 @@
 // One runtime call per op of the step (codegen/EmitStep.cpp, section 2): emitOp dispatches by
-// op kind to one function per kind or family, the runtime's signatures (codegen/runtime/API.md)
-// over the tensors' shapes and strides. This file holds the dispatch, the elementwise ops
-// (broadcast strides; accumulate bits become the kernels' `+=`) and the ops that move or
-// reduce data (copies, concat, broadcast, sums, embedding lookups, positions); matmul,
-// attention, norms and losses are in EmitLayers.cpp.
+// op kind through the table (EmitTable.cpp) to one function per kind or family, the runtime's
+// signatures (codegen/runtime/API.md) over the tensors' shapes and strides. This file holds the
+// elementwise ops (broadcast strides; accumulate bits become the kernels' `+=`) and the ops that
+// move or reduce data (copies, concat, broadcast, sums, embedding lookups, positions), and ends
+// with their kinds' entries of the table; matmul, attention, norms and losses are in
+// EmitLayers.cpp.
 #include "codegen/EmitInternal.h"
 
 #include <algorithm>
 
 namespace tally::codegen::emit {
-
-const char *binOp(OpKind k) {
-  switch (k) {
-  case OpKind::Add: return "rt::BinOp::Add";
-  case OpKind::Sub: return "rt::BinOp::Sub";
-  case OpKind::Mul: return "rt::BinOp::Mul";
-  default: return "rt::BinOp::Div";
-  }
-}
-
-const char *unOp(OpKind k) {
-  switch (k) {
-  case OpKind::Neg: return "rt::UnOp::Neg";
-  case OpKind::Relu: return "rt::UnOp::Relu";
-  case OpKind::Gelu: return "rt::UnOp::Gelu";
-  case OpKind::Silu: return "rt::UnOp::Silu";
-  case OpKind::Tanh: return "rt::UnOp::Tanh";
-  case OpKind::Sigmoid: return "rt::UnOp::Sigmoid";
-  default: return "rt::UnOp::Exp";
-  }
-}
-
-bool Emitter::emitOp() {
-  switch (op->kind) {
-  case OpKind::Split:
-  case OpKind::Reshape:
-  case OpKind::Transpose:
-  case OpKind::Slice:
-    return true; // views: no code
-  case OpKind::Matmul:
-    return matmul();
-  case OpKind::Add:
-  case OpKind::Sub:
-  case OpKind::Mul:
-  case OpKind::Div:
-    return binary();
-  case OpKind::Neg:
-  case OpKind::Relu:
-  case OpKind::Gelu:
-  case OpKind::Silu:
-  case OpKind::Tanh:
-  case OpKind::Sigmoid:
-  case OpKind::Exp:
-    return unary();
-  case OpKind::Dropout:
-    return dropout();
-  case OpKind::Rope:
-    return rope();
-  case OpKind::Softmax:
-    return softmax();
-  case OpKind::LayerNorm:
-    return layerNorm();
-  case OpKind::RmsNorm:
-    return rmsNorm();
-  case OpKind::Attention:
-    return attentionForward();
-  case OpKind::Embedding:
-    return embedding();
-  case OpKind::Sum:
-  case OpKind::Mean:
-    return reduction();
-  case OpKind::CrossEntropy:
-    return crossEntropy();
-  case OpKind::Positions:
-    return positions();
-  case OpKind::NextTokens:
-    return nextTokens();
-  case OpKind::Concat:
-    return concat();
-  case OpKind::BroadcastTo:
-    return broadcastTo();
-  case OpKind::Contiguous:
-    return copy(op->inputs[0], op->outputs[0], acc());
-  case OpKind::ReduceTo:
-    return reduceTo();
-  case OpKind::Expand:
-    return expand();
-  case OpKind::Fill:
-    return fill();
-  case OpKind::UnaryBackward:
-    return unaryBackward();
-  case OpKind::DivBackward:
-    return divBackward();
-  case OpKind::SoftmaxBackward:
-    return softmaxBackward();
-  case OpKind::LayerNormBackward:
-  case OpKind::RmsNormBackward:
-    return normBackward();
-  case OpKind::AttentionBackward:
-    return attentionBackward();
-  case OpKind::EmbeddingBackward:
-    return embeddingBackward();
-  case OpKind::CrossEntropyBackward:
-    return crossEntropyBackward();
-  case OpKind::ZeroGrad:
-  case OpKind::SumSquares:
-  case OpKind::OptimizerUpdate:
-  case OpKind::Scale:
-    return fail("internal error: an optimizer-phase op in the micro-batch");
-  // No kernel in the runtime: refused below, naming the op (tests/lit/moe-build-refused.tally,
-  // lang-cnn.tally). Listed, not defaulted, so that a new op kind is a -Wswitch warning here
-  // until it is decided.
-  case OpKind::TopK:
-  case OpKind::Gather:
-  case OpKind::ScatterAdd:
-  case OpKind::Moe:
-  case OpKind::MoeBackward:
-  case OpKind::Conv2d:
-  case OpKind::Conv2dBackward:
-  case OpKind::MaxPool2d:
-  case OpKind::AvgPool2d:
-  case OpKind::PoolBackward:
-    break;
-  }
-  return fail("no " + title() + " code for op kind " + opName(op->kind).str());
-}
 
 // ---- elementwise ---------------------------------------------------------------------------
 
@@ -208,52 +93,38 @@ bool Emitter::unary() {
 }
 
 bool Emitter::unaryBackward() {
-  const OpAttrs &at = op->attrs;
   TensorId dx = op->outputs[0];
   TensorId dy = op->inputs.back();
   if (!needDense(dx, "the gradient") || !needDense(dy, "the output gradient"))
     return false;
-  switch (at.of) {
-  case OpKind::Gelu:
-  case OpKind::Silu:
-    if (!sameType({op->inputs[0], dy, dx}))
-      return false;
-    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6});", T(dx), unOp(at.of),
-                       ptr(op->inputs[0]), ptr(dy), ptr(dx), n(dx), boolean(acc()))
-             .str());
-    return true;
-  case OpKind::Relu:
-  case OpKind::Tanh:
-  case OpKind::Sigmoid:
-  case OpKind::Exp:
-    if (!sameType({op->inputs[0], dy, dx}))
-      return false;
-    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, nullptr, {2}, {3}, {4}, {5}, {6});", T(dx), unOp(at.of),
-                       ptr(op->inputs[0]), ptr(dy), ptr(dx), n(dx), boolean(acc()))
-             .str());
-    return true;
-  case OpKind::Neg:
-    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, rt::UnOp::Neg, nullptr, nullptr, {1}, {2}, {3}, {4});", T(dx),
+  const OpEmit &of = emitFor(op->attrs->of);
+  if (!of.backward)
+    return fail("no " + title() + " backward for " + opName(op->attrs->of).str());
+  return (this->*of.backward)();
+}
+
+bool Emitter::unaryGradient() {
+  const OpAttrs &at = op->attrs;
+  TensorId dx = op->outputs[0];
+  TensorId dy = op->inputs.back();
+  GradReads reads = unaryDef(at.of)->reads;
+  if (reads == GradReads::Nothing) {
+    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, nullptr, nullptr, {2}, {3}, {4}, {5});", T(dx), unOp(at.of),
                        ptr(dy), ptr(dx), n(dx), boolean(acc()))
              .str());
     return true;
-  case OpKind::Dropout:
-    line(llvm::formatv("rt::dropout_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(dy),
-                       ptr(op->inputs[0]), ptr(dx), n(dx), number(at.p), seedExpr(), at.stream, boolean(acc()))
-             .str());
-    return true;
-  case OpKind::Rope: {
-    int64_t B, S, H, hd;
-    if (!ropeDims(dx, at, B, S, H, hd))
-      return false;
-    line(llvm::formatv("rt::rope_bwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(dy),
-                       ptr(dx), B, S, H, hd, number(at.theta), boolean(acc()))
-             .str());
-    return true;
   }
-  default:
-    return fail("no " + title() + " backward for " + opName(at.of).str());
-  }
+  if (!sameType({op->inputs[0], dy, dx}))
+    return false;
+  if (reads == GradReads::Input)
+    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, {2}, nullptr, {3}, {4}, {5}, {6});", T(dx), unOp(at.of),
+                       ptr(op->inputs[0]), ptr(dy), ptr(dx), n(dx), boolean(acc()))
+             .str());
+  else
+    line(llvm::formatv("rt::unary_bwd<{0}>(ctx, {1}, nullptr, {2}, {3}, {4}, {5}, {6});", T(dx), unOp(at.of),
+                       ptr(op->inputs[0]), ptr(dy), ptr(dx), n(dx), boolean(acc()))
+             .str());
+  return true;
 }
 
 bool Emitter::dropout() {
@@ -265,6 +136,16 @@ bool Emitter::dropout() {
   line(llvm::formatv("rt::dropout_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(out[0]), ptr(in[0]),
                      ptr(out[0]), out.size() > 1 ? ptr(out[1]) : "nullptr", n(out[0]), number(at.p),
                      seedExpr(), at.stream)
+           .str());
+  return true;
+}
+
+bool Emitter::dropoutBackward() {
+  const OpAttrs &at = op->attrs;
+  TensorId dx = op->outputs[0];
+  TensorId dy = op->inputs.back();
+  line(llvm::formatv("rt::dropout_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(dy),
+                     ptr(op->inputs[0]), ptr(dx), n(dx), number(at.p), seedExpr(), at.stream, boolean(acc()))
            .str());
   return true;
 }
@@ -293,7 +174,7 @@ void Emitter::reduceDims(TensorId x, const OpAttrs &at, int64_t &outer, int64_t 
     (i < d ? outer : i == d ? axis : inner) *= shape(x)[i].size;
 }
 
-bool Emitter::reduction() {
+bool Emitter::reduction(bool mean) {
   const auto &in = op->inputs;
   const auto &out = op->outputs;
   const OpAttrs &at = op->attrs;
@@ -302,7 +183,7 @@ bool Emitter::reduction() {
   if (!needDense(in[0], "the input") || !sameType({in[0], out[0]}))
     return false;
   line(llvm::formatv("rt::sum_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(out[0]), ptr(in[0]),
-                     ptr(out[0]), outer, axis, inner, boolean(op->kind == OpKind::Mean))
+                     ptr(out[0]), outer, axis, inner, boolean(mean))
            .str());
   return true;
 }
@@ -456,5 +337,43 @@ bool Emitter::nextTokens() {
            .str());
   return true;
 }
+
+// ---- the table's entries (EmitTable.cpp) ----------------------------------------------------
+
+// The pure unary kinds, one per row of ir/ops/Unary.def, and the binary kinds, one per row of
+// ir/ops/Binary.def: a new row needs no code here.
+#define UNARY(ID, FWD, GRAD, READS, FWD_EXPS, GRAD_EXPS, RUNTIME)                                  \
+  EMIT_ENTRY(ID, &Emitter::unary, &Emitter::unaryGradient, nullptr, nullptr, false, "rt::UnOp::" #RUNTIME)
+#include "ir/ops/Unary.def"
+#define BINARY(ID, RUNTIME)                                                                        \
+  EMIT_ENTRY(ID, &Emitter::binary, nullptr, nullptr, nullptr, false, "rt::BinOp::" #RUNTIME)
+#include "ir/ops/Binary.def"
+
+// The rest of the elementwise family.
+EMIT_WITH_BACKWARD(Dropout, dropout, dropoutBackward)
+EMIT(UnaryBackward, unaryBackward)
+EMIT(DivBackward, divBackward)
+EMIT(Fill, fill)
+
+// Reductions.
+EMIT(Sum, sum)
+EMIT(Mean, mean)
+EMIT(Expand, expand)
+EMIT(ReduceTo, reduceTo)
+
+// Copies and data.
+EMIT(Contiguous, contiguous)
+EMIT(Concat, concat)
+EMIT(BroadcastTo, broadcastTo)
+EMIT(Embedding, embedding)
+EMIT(EmbeddingBackward, embeddingBackward)
+EMIT(Positions, positions)
+EMIT(NextTokens, nextTokens)
+
+// Views: no code.
+EMIT(Split, view)
+EMIT(Reshape, view)
+EMIT(Transpose, view)
+EMIT(Slice, view)
 
 } // namespace tally::codegen::emit

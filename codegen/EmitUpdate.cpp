@@ -315,41 +315,20 @@ bool Emitter::update(std::string &updateText, std::string &zeroText) {
   if (!updateTypes(u) || !updateTable(u, table, count) || !optimizerCall(u, call))
     return false;
   const std::string &G = u.G;
-  const OptimizerSpec &o = plan.optimizer;
   bool zero = sharded();
   int64_t gradElems = a.regions.grads.bytes / static_cast<int64_t>(bytesOf(plan.precision.grads));
   body.clear();
-  bool scaled = plan.precision.lossScaling;
   for (const StepEntry &se : a.stepSchedule) {
     if (se.kind != StepEntry::Optimizer)
       continue;
     op = &s.ops[se.op];
     std::string path = s.opPath(*op);
-    switch (op->kind) {
-    case OpKind::SumSquares:
-      body += "\n  // " + commentSafe(path) + ": the overflow check of fp16 loss scaling\n";
-      site(path, "reduction");
-      sumSquares(G, gradElems);
-      break;
-    case OpKind::OptimizerUpdate:
-      body += "\n  // " + commentSafe(path) + ": " + commentSafe(o.name) + " over every trainable parameter\n";
-      site(path, "optimizer");
-      line("const float gscale = " + std::string(scaled ? "1.0f / kLossScale" : "1.0f") + ";");
-      if (zero) {
-        line("const int me = tally_comm::rank();");
-        line("for (const UpdateEntry &e : kUpdate)");
-        line("  if (e.n > 0 && e.rank == me)");
-      } else {
-        line("for (const UpdateEntry &e : kUpdate)");
-        line("  if (e.n > 0)");
-      }
-      line("    " + call);
-      break;
-    case OpKind::ZeroGrad:
-      break; // zero_grad() below
-    default:
+    // Each kind's code is its entry's (the end of this file); a micro-batch kind has none.
+    const OpEmit &e = emitFor(op->kind);
+    if (!e.optimizer)
       return fail("no " + title() + " code for optimizer-phase op " + opName(op->kind).str());
-    }
+    if (!(this->*e.optimizer)(OptimizerPhase{path, G, gradElems, call}))
+      return false;
   }
   op = nullptr;
   if (zero)
@@ -369,5 +348,38 @@ bool Emitter::update(std::string &updateText, std::string &zeroText) {
     zeroText = "static void zero_grad(rt::Ctx &) {}\n";
   return true;
 }
+
+bool Emitter::updateSumSquares(const OptimizerPhase &p) {
+  body += "\n  // " + commentSafe(p.path) + ": the overflow check of fp16 loss scaling\n";
+  site(p.path, "reduction");
+  sumSquares(p.G, p.gradElems);
+  return true;
+}
+
+bool Emitter::updateParameters(const OptimizerPhase &p) {
+  body += "\n  // " + commentSafe(p.path) + ": " + commentSafe(plan.optimizer.name) + " over every trainable parameter\n";
+  site(p.path, "optimizer");
+  line("const float gscale = " + std::string(plan.precision.lossScaling ? "1.0f / kLossScale" : "1.0f") + ";");
+  if (sharded()) {
+    line("const int me = tally_comm::rank();");
+    line("for (const UpdateEntry &e : kUpdate)");
+    line("  if (e.n > 0 && e.rank == me)");
+  } else {
+    line("for (const UpdateEntry &e : kUpdate)");
+    line("  if (e.n > 0)");
+  }
+  line("    " + p.call);
+  return true;
+}
+
+bool Emitter::updateZeroGrad(const OptimizerPhase &) { return true; } // zero_grad() prints it
+
+// ---- the table's entries (EmitTable.cpp) ----------------------------------------------------
+
+EMIT_OPTIMIZER(SumSquares, updateSumSquares)
+EMIT_OPTIMIZER(OptimizerUpdate, updateParameters)
+EMIT_OPTIMIZER(ZeroGrad, updateZeroGrad)
+NO_EMIT_OPTIMIZER(Scale, "nothing adds a scale op to a step: the loss scale is the seed's "
+                         "(passes/Backward.cpp) and update()'s gscale")
 
 } // namespace tally::codegen::emit
