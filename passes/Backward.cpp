@@ -16,11 +16,11 @@
 //    `+=`, like llm.c, not an extra op and, as in PyTorch's derivative counts, no extra FLOPs).
 //    Writes through views are in place too: the parts of one split each overwrite their own
 //    part; any other mix of views starts with a zero fill.
-// 3. The backward of each op, one builder per kind (PyTorch's derivatives.yaml, written once
-//    in passes/BackwardRules.cpp): matmul as two matmuls over transposed views (flattening
-//    the batch when the other operand is a weight), elementwise ops as elementwise ops, and a
-//    backward kind per fused op (norms, softmax, attention, cross entropy, embedding, moe;
-//    topk and gather scatter_add).
+// 3. The backward of each op, one builder per kind (PyTorch's derivatives.yaml, written once:
+//    the table of passes/BackwardTable.h, each kind's entry in its family's file): matmul as
+//    two matmuls over transposed views (flattening the batch when the other operand is a
+//    weight), elementwise ops as elementwise ops, and a backward kind per fused op (norms,
+//    softmax, attention, cross entropy, embedding, moe; topk and gather scatter_add).
 //    A gradient computed at a broadcast shape is summed back with reduce_to. The loss gradient
 //    is a fill of 1 / micro-steps (× the loss scale under fp16 loss scaling).
 // 4. The optimizer phase: under loss scaling a sum_squares over the gradients (the overflow
@@ -51,20 +51,19 @@ namespace backward {
 // ------------------------------------------------------------------------------------------
 // Steps 1 and 2: which ops run a backward, and how each gradient is written.
 
-/// Every input of `op` whose gradient the op's backward writes.
+/// Every input of `op` whose gradient the op's backward writes. A kind without a backward
+/// (passes/BackwardTable.h: a view, whose gradient is its base's, or an integer index
+/// generator) writes none; integer inputs (embedding ids, gather indices) need none.
 template <class F> void Builder::contributions(const Op &op, F f) {
-  // A view's gradient is its base's (no op of its own); positions and next-token labels are
-  // integers made from nothing differentiable.
-  if (opClass(op.kind) == OpClass::View || op.kind == OpKind::Positions ||
-      op.kind == OpKind::NextTokens)
+  if (!backwardFor(op.kind).build)
     return;
   for (unsigned i = 0; i < op.inputs.size(); ++i)
-    if (needs(op.inputs[i]) && !(op.kind == OpKind::Embedding && i == 0))
+    if (needs(op.inputs[i]))
       f(op.inputs[i]);
 }
 
 bool Builder::runsBackward(const Op &op) const {
-  if (opClass(op.kind) == OpClass::View || op.outputs.empty())
+  if (!backwardFor(op.kind).build || op.outputs.empty())
     return false;
   return hasGrad[base(op.outputs[0])];
 }

@@ -1,5 +1,5 @@
 // BackwardBuilder.h — the builder of the training step (passes/Backward.cpp), shared by its
-// two files; not a public header (passes/Passes.h declares buildTrainingStep).
+// files; not a public header (passes/Passes.h declares buildTrainingStep).
 //
 // The builder is one object, `Builder`, that lives for one buildTrainingStep call and appends
 // the backward ops to the step graph. What every rule uses — the gradient of a tensor, a
@@ -7,9 +7,12 @@
 // here; the rest by job:
 //   passes/Backward.cpp       steps 1, 2, 4 and 5: which ops run a backward, how each gradient
 //                             is written, the optimizer phase, the compact step
-//   passes/BackwardRules.cpp  step 3: the backward ops of each op kind
+//   passes/BackwardRules.cpp  step 3: what the backward builders share, and the table that
+//                             indexes them by kind (passes/BackwardTable.h; each kind's
+//                             builder is in its family's passes/Backward<Family>.cpp)
 #pragma once
 
+#include "passes/BackwardTable.h"
 #include "passes/Passes.h"
 
 namespace tally {
@@ -169,21 +172,14 @@ struct Builder {
   }
 
   // ------------------------------------------------------------------------------------------
-  // Step 3 (passes/BackwardRules.cpp): the backward of one op. `dy` is the gradient of its
-  // first output.
+  // Step 3: the backward of one op, built by its kind's entry of the table (passes/
+  // BackwardTable.h); what several kinds' builders share is here (passes/BackwardRules.cpp).
   TensorId view(TensorId t, const Shape &s, llvm::ArrayRef<int64_t> st, int64_t offset);
   TensorId transposed(TensorId t);
   TensorId flattened(TensorId t);
   TensorId copyDense(TensorId t);
-  void matmulBackward(const Op &op, TensorId dy);
-  void vectorMatmulBackward(const Op &op, TensorId dy);
-  void binaryBackward(const Op &op, TensorId dy);
-  void unaryBackward(const Op &op, TensorId dy);
   void multiBackward(const Op &op, OpKind kind, llvm::SmallVector<TensorId, 3> in,
                      llvm::ArrayRef<unsigned> which);
-  void reduceBackward(const Op &op, TensorId dy);
-  void concatBackward(const Op &op, TensorId dy);
-  void fusedBackward(const Op &op, TensorId dy);
   void opBackward(OpId o);
 
   // ------------------------------------------------------------------------------------------
