@@ -11,6 +11,7 @@
 #include "codegen/Emit.h"
 #include "driver/Compiler.h"
 #include "ir/Units.h"
+#include "report/Output.h"
 #include "tools/tally/Commands.h"
 #include "tools/tally/PlanFlags.h"
 
@@ -114,21 +115,29 @@ PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   return o;
 }
 
-/// Writes the files under dir (created as needed); "" or the first I/O error.
+/// Writes the files under dir (created as needed) through the one writer (report/Output.h: a
+/// temporary file, fsynced and renamed into place); "" or the first I/O error. A symbolic link
+/// under dir, where a file or a folder of the step would go, is refused: tally never creates
+/// one, so it was planted, and following it would write outside the folder.
 std::string writeFiles(StringRef dir, const std::vector<codegen::File> &files) {
   for (const codegen::File &f : files) {
     SmallString<256> path(dir);
-    sys::path::append(path, f.path);
+    for (auto part = sys::path::begin(f.path), end = sys::path::end(f.path); part != end; ++part) {
+      sys::path::append(path, *part);
+      sys::fs::file_status st;
+      if (!sys::fs::status(path, st, /*follow=*/false) && sys::fs::is_symlink_file(st))
+        return "refusing to write through the symbolic link " + path.str().str() +
+               ": tally build did not create it (remove it, or pick another folder)";
+    }
     if (std::error_code ec = sys::fs::create_directories(sys::path::parent_path(path)))
       return "cannot create " + sys::path::parent_path(path).str() + ": " + ec.message();
-    std::error_code ec;
-    raw_fd_ostream os(path, ec, sys::fs::OF_None);
-    if (ec)
-      return "cannot write " + path.str().str() + ": " + ec.message();
-    os << f.text;
-    os.close();
-    if (os.has_error())
-      return "cannot write " + path.str().str() + ": " + os.error().message();
+    std::string err;
+    std::unique_ptr<OutputFile> out = OutputFile::open(path.str().str(), {File}, err);
+    if (!out)
+      return err;
+    out->os() << f.text;
+    if (!out->commit(err))
+      return err;
   }
   return "";
 }
