@@ -854,7 +854,11 @@ void checkAccumulation(Analysis &a, DiagnosticEngine &diags) {
   if (!at.isValid())
     at = plan.range;
   double steps = static_cast<double>(plan.batch) / static_cast<double>(perStep);
-  int64_t nearest = std::max<int64_t>(1, static_cast<int64_t>(std::llround(steps))) * perStep;
+  // The nearest multiple of perStep, in integers: llround of the double ratio overflowed near
+  // 2^63 and suggested a negative batch (issue 43). Rounds down where rounding up would overflow.
+  int64_t q = plan.batch / perStep, r = plan.batch % perStep;
+  int64_t k = r >= perStep - r && q < INT64_MAX / perStep ? q + 1 : q;
+  int64_t nearest = std::max<int64_t>(1, k) * perStep;
   std::string msg = llvm::formatv("batch {0} is not a multiple of micro_batch × data-parallel "
                                   "devices = {1} × {2} = {3}: {4:f2} gradient accumulation steps",
                                   plan.batch, plan.microBatch, plan.parallel.data, perStep, steps)

@@ -1,4 +1,4 @@
-// The one output writer (report/Output.h): temporary file + rename, inputs refused, every I/O
+// The one output writer (report/Output.h): temporary file + fsync + rename, inputs refused, every I/O
 // error a message instead of LLVM's fatal stream error; and the end-of-run check of stdout.
 #include "report/Output.h"
 
@@ -6,7 +6,12 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Signals.h"
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace tally {
 
@@ -134,6 +139,16 @@ bool OutputFile::commit(std::string &error) {
     return false; // the destructor removes the temporary file
   }
   if (!temp.empty()) {
+    // On disk before the rename, so a crash never leaves an empty or partial file in place.
+    int fd = ::open(temp.c_str(), O_RDONLY | O_CLOEXEC);
+    bool synced = fd >= 0 && ::fsync(fd) == 0;
+    std::string why = synced ? "" : std::strerror(errno);
+    if (fd >= 0)
+      ::close(fd);
+    if (!synced) {
+      error = cannotWrite(target, "fsync: " + why);
+      return false;
+    }
     if (std::error_code ec = fs::rename(temp, renameTo)) {
       error = cannotWrite(target, ec.message());
       return false;

@@ -1,10 +1,11 @@
 // The one writer for every file tally writes (`report -o`, `import-hf -o`, `calibrate -o`) and
 // the final check of standard output. A file is written to a temporary file in the target's
-// folder and renamed over the target only when every byte was written, so a reader never sees
-// an empty or partial file and concurrent writers never interleave; a target that is one of
-// the run's inputs is refused; every I/O error (unwritable folder, full disk, closed stdout,
-// broken pipe) becomes a message the caller prints as an `[io-error]` with exit code 2
-// (docs/language.md, "Exit codes"), never LLVM's fatal "IO failure on output stream".
+// folder, flushed to disk (fsync) and renamed over the target only when every byte was
+// written, so a reader never sees an empty or partial file and concurrent writers never
+// interleave; a target that is one of the run's inputs is refused; every I/O error
+// (unwritable folder, full disk, closed stdout, broken pipe) becomes a message the caller
+// prints as an `[io-error]` with exit code 2 (docs/language.md, "Exit codes"), never
+// LLVM's fatal "IO failure on output stream".
 #pragma once
 
 #include "llvm/Support/raw_ostream.h"

@@ -118,6 +118,8 @@ int main(int argc, char **argv) {
       if (kLayout.ranks > 1) // the whole batch's loss: the mean of the ranks' (equal shares)
         loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks);
       losses.push_back(loss);
+      if (!std::isfinite(loss) && !args.allowNonfinite)
+        die(nonfiniteLoss(i + 1, loss));
       if (i >= args.warmup)
         times.push_back(dt);
       skipped += updated ? 0 : 1;

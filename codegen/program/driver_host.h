@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #ifdef __CUDACC__
 #define kThreadsNote " (ignored)"
 #else
@@ -33,13 +35,20 @@ struct Args {
   int64_t steps = 10, warmup = 2, threads = 0;
   uint64_t seed = 1;
   std::string init, data, save, dumpGrads;
+  bool allowNonfinite = false;
 };
+
+/// The most OpenMP threads --threads may ask for (libgomp crashes creating 100,000).
+constexpr int64_t kMaxThreads = 1024;
+
+/// --allow-nonfinite: train on through a NaN or infinite loss and write non-finite weights.
+bool allowNonfinite = false;
 
 [[noreturn]] void usage(const std::string &why) {
   std::fprintf(stderr,
                "tally_step: %s\nusage: tally_step [--steps N] [--warmup W] [--threads T" kThreadsNote "] [--seed S]\n"
                "       [--init W.safetensors] [--data D.safetensors] [--save OUT.safetensors]\n"
-               "       [--dump-grads G.safetensors]\n",
+               "       [--dump-grads G.safetensors] [--allow-nonfinite]\n",
                why.c_str());
   std::exit(2);
 }
@@ -53,10 +62,24 @@ int64_t integer(const char *flag, const char *v, int64_t lo) {
   return x;
 }
 
+/// True when a and b name the same file: the same path, or the same device and inode.
+bool sameFile(const std::string &a, const std::string &b) {
+  if (a.empty() || b.empty())
+    return false;
+  if (a == b)
+    return true;
+  struct stat x {}, y {};
+  return ::stat(a.c_str(), &x) == 0 && ::stat(b.c_str(), &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 Args parse(int argc, char **argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i];
+    if (f == "--allow-nonfinite") {
+      a.allowNonfinite = true;
+      continue;
+    }
     if (i + 1 >= argc)
       usage("missing value after " + f);
     const char *v = argv[++i];
@@ -79,6 +102,17 @@ Args parse(int argc, char **argv) {
     else
       usage("unknown flag " + f);
   }
+  if (a.threads > kMaxThreads)
+    usage("--threads takes at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(a.threads));
+  // An output never replaces an input of the same run (nor the other output).
+  for (const std::string *out : {&a.save, &a.dumpGrads})
+    for (const std::pair<const char *, const std::string *> &in :
+         {std::make_pair("--init", &a.init), std::make_pair("--data", &a.data)})
+      if (sameFile(*out, *in.second))
+        usage("refusing to write " + *out + ": it is the " + in.first + " file of this run");
+  if (sameFile(a.save, a.dumpGrads))
+    usage("--save and --dump-grads name the same file " + a.save);
+  allowNonfinite = a.allowNonfinite;
   return a;
 }
 
@@ -160,47 +194,110 @@ double normal(uint64_t seed, uint64_t stream, uint64_t e) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
+bool isFloatDtype(const std::string &d) { return d == "F32" || d == "F64" || d == "BF16" || d == "F16"; }
+bool isIntDtype(const std::string &d) { return d == "I32" || d == "I64"; }
+
+/// "[1, 2, 3]": the index of flat element j of a tensor of `shape` (messages).
+std::string indexText(const std::vector<int64_t> &shape, int64_t j) {
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (size_t k = shape.size(); k-- > 0;) {
+    if (shape[k] > 0) {
+      idx[k] = j % shape[k];
+      j /= shape[k];
+    }
+  }
+  return shapeText(idx.data(), static_cast<int>(idx.size()));
+}
+
+/// The entry `name` of `file` (read from `path`, the value of `flag`), checked against the
+/// model before any of its data is read: present, of the shape `want` and of a dtype of the
+/// right kind (a float for float tensors, I32 or I64 for integer ones). Dies naming the tensor.
+const rt::st::Entry &checkedEntry(const rt::st::File &file, const std::string &path, const char *name,
+                                  const std::vector<int64_t> &want, const std::string &modelDtype, const char *what,
+                                  const std::string &shapeHint) {
+  const rt::st::Entry *e = file.find(name);
+  if (!e)
+    die(path + " has no tensor " + name);
+  if (e->shape != want)
+    die(path + ": " + name + " is " + shapeText(e->shape.data(), static_cast<int>(e->shape.size())) + ", the " + what +
+        " is " + shapeText(want.data(), static_cast<int>(want.size())) + shapeHint);
+  bool wantInt = modelDtype == "I32";
+  if (wantInt ? !isIntDtype(e->dtype) : !isFloatDtype(e->dtype))
+    die(path + ": " + name + " has dtype " + e->dtype + ", but the model's " +
+        (std::string(what) == "model's" ? "parameter" : "input") + " is " +
+        modelDtype + (wantInt ? " (integer ids: give I32 or I64)" : " (a float: give F32, F64, BF16 or F16)"));
+  return *e;
+}
+
+/// Reads a checked entry's values as doubles, dying on a NaN or infinity (naming the tensor
+/// and the element) and on integer values outside int32.
+std::vector<double> checkedValues(const rt::st::File &file, const rt::st::Entry &e, const std::string &path,
+                                  const char *name) {
+  std::vector<uint8_t> raw = file.bytes(e);
+  int64_t n = static_cast<int64_t>(raw.size() / dtypeBytes(e.dtype));
+  std::vector<double> out(static_cast<size_t>(n));
+  bool isInt = isIntDtype(e.dtype);
+  for (int64_t j = 0; j < n; ++j) {
+    double v = loadAs(e.dtype, raw.data(), j);
+    if (!std::isfinite(v))
+      die(path + ": " + name + " holds " + (std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at index " +
+          indexText(e.shape, j) + " (element " + std::to_string(j) + "): the step trains on finite values only");
+    if (isInt && (v < -2147483648.0 || v > 2147483647.0))
+      die(path + ": " + name + " holds " + std::to_string(static_cast<int64_t>(v)) + " at index " +
+          indexText(e.shape, j) + ", outside the 32-bit ids the step reads");
+    out[static_cast<size_t>(j)] = v;
+  }
+  return out;
+}
+
+/// Stores v as element j of a region of dtype d, dying when a finite value overflows it (a
+/// float beyond a 16-bit type's range).
+void storeChecked(const std::string &d, uint8_t *p, int64_t j, double v, const std::string &path, const char *name) {
+  storeAs(d, p, j, v);
+  if (std::isfinite(v) && !std::isfinite(loadAs(d, p, j)))
+    die(path + ": " + name + " element " + std::to_string(j) + " is " + std::to_string(v) + ", beyond the range of " +
+        d + ", the model's dtype");
+}
+
 /// Fills the params (and master) regions of `into` from --init or the default initialisation.
+/// With --init every tensor of the file is checked against the model (names, shapes, dtypes)
+/// before any data is read.
 void initParams(const Args &a, Memory &into) {
   std::vector<double> values;
   rt::st::File file;
-  if (!a.init.empty())
+  std::vector<const rt::st::Entry *> entries(static_cast<size_t>(kLayout.nparams), nullptr);
+  if (!a.init.empty()) {
     file = rt::st::File::read(a.init);
+    for (const std::string &n : file.names()) {
+      bool known = false;
+      for (int i = 0; i < kLayout.nparams; ++i)
+        known = known || n == kLayout.params[i].t.name;
+      if (!known)
+        die(a.init + " has tensor " + n + ", which is not a parameter of the model");
+    }
+    for (int i = 0; i < kLayout.nparams; ++i) {
+      const ParamInfo &p = kLayout.params[i];
+      entries[i] = &checkedEntry(file, a.init, p.t.name, std::vector<int64_t>(p.t.shape, p.t.shape + p.t.rank),
+                                 p.t.dtype, "model's", "");
+    }
+  }
   for (int i = 0; i < kLayout.nparams; ++i) {
     const ParamInfo &p = kLayout.params[i];
-    values.assign(static_cast<size_t>(p.t.numel), 0.0);
-    if (!a.init.empty()) {
-      const rt::st::Entry *e = file.find(p.t.name);
-      if (!e)
-        die(a.init + " has no tensor " + p.t.name);
-      if (e->shape != std::vector<int64_t>(p.t.shape, p.t.shape + p.t.rank))
-        die(a.init + ": " + p.t.name + " is " + shapeText(e->shape.data(), static_cast<int>(e->shape.size())) +
-            ", the model's is " + shapeText(p.t.shape, p.t.rank));
-      if (dtypeBytes(e->dtype) == 0 || e->dtype == "U8")
-        die(a.init + ": " + p.t.name + " has dtype " + e->dtype + ", not a float");
-      const uint8_t *src = file.data(*e);
-      for (int64_t j = 0; j < p.t.numel; ++j)
-        values[j] = loadAs(e->dtype, src, j);
+    if (entries[i]) {
+      values = checkedValues(file, *entries[i], a.init, p.t.name);
     } else {
+      values.assign(static_cast<size_t>(p.t.numel), 0.0);
       for (int64_t j = 0; j < p.t.numel; ++j)
         values[j] = p.init == Init::Normal002 ? 0.02 * normal(a.seed, 1000 + static_cast<uint64_t>(i), j)
                     : p.init == Init::Ones    ? 1.0
                                               : 0.0;
     }
     for (int64_t j = 0; j < p.t.numel; ++j) {
-      storeAs(p.t.dtype, into.params + p.offset, j, values[j]);
+      storeChecked(p.t.dtype, into.params + p.offset, j, values[j], a.init, p.t.name);
       if (p.master >= 0)
         storeAs(kLayout.masterDtype, into.master + p.master, j, values[j]);
     }
   }
-  if (!a.init.empty())
-    for (const std::string &n : file.names()) {
-      bool known = false;
-      for (int i = 0; i < kLayout.nparams; ++i)
-        known = known || n == kLayout.params[i].t.name;
-      if (!known && n != "__metadata__")
-        die(a.init + " has tensor " + n + ", which is not a parameter of the model");
-    }
 }
 
 /// Every batch of each input (one unless --data holds several), in the data region's dtype.
@@ -208,53 +305,64 @@ std::vector<std::vector<uint8_t>> batchData;
 int64_t batches = 1;   ///< batches in batchData; step i trains on batch i mod batches
 int64_t currentBatch = 0;
 
+/// --data: every input's entry, checked against the plan before any data is read. A batched
+/// input is [k × batch, ...]: k batches, step i reading batch i mod k, with the same k for
+/// every batched input (the first one's).
+std::vector<const rt::st::Entry *> checkedData(const rt::st::File &file, const std::string &path) {
+  std::vector<const rt::st::Entry *> entries(static_cast<size_t>(kLayout.ninputs), nullptr);
+  bool batchesSet = false;
+  for (const std::string &n : file.names()) {
+    bool known = false;
+    for (int i = 0; i < kLayout.ninputs; ++i)
+      known = known || n == kLayout.inputs[i].t.name;
+    if (!known)
+      die(path + " has tensor " + n + ", which is not an input of the model");
+  }
+  for (int i = 0; i < kLayout.ninputs; ++i) {
+    const InputInfo &in = kLayout.inputs[i];
+    std::vector<int64_t> want(in.t.shape, in.t.shape + in.t.rank);
+    if (in.batched) {
+      const rt::st::Entry *e = file.find(in.t.name);
+      if (!batchesSet && e && !e->shape.empty() && e->shape[0] > 0 && e->shape[0] % kLayout.batch == 0) {
+        batches = e->shape[0] / kLayout.batch;
+        batchesSet = true;
+      }
+      want[0] = batches * kLayout.batch;
+    }
+    std::string hint = in.batched ? " (" + std::to_string(batches) + " batch" + (batches == 1 ? "" : "es") + " of " +
+                                        std::to_string(kLayout.batch) +
+                                        " rows: every batched input holds the same whole number of batches)"
+                                  : "";
+    entries[i] = &checkedEntry(file, path, in.t.name, want, in.t.dtype, "plan's batch", hint);
+  }
+  return entries;
+}
+
 void loadData(const Args &a) {
   rt::st::File file;
-  if (!a.data.empty())
+  std::vector<const rt::st::Entry *> entries;
+  if (!a.data.empty()) {
     file = rt::st::File::read(a.data);
+    entries = checkedData(file, a.data);
+  }
   batchData.resize(static_cast<size_t>(kLayout.ninputs));
-  bool batchesSet = false;
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
     int64_t copies = in.batched ? kLayout.batch / kLayout.microBatch : 1; // every rank's micro-batches
-    std::vector<int64_t> want(in.t.shape, in.t.shape + in.t.rank);
-    if (in.batched)
-      want[0] = kLayout.batch;
+    if (!a.data.empty() && in.batched)
+      copies *= batches;
     size_t eb = dtypeBytes(in.t.dtype);
     std::vector<uint8_t> &out = batchData[i];
     bool isInt = std::string(in.t.dtype) == "I32";
-    if (!a.data.empty()) {
-      const rt::st::Entry *e = file.find(in.t.name);
-      if (!e)
-        die(a.data + " has no tensor " + in.t.name);
-      // [k × batch, ...]: k batches, step i reading batch i mod k.
-      std::vector<int64_t> got = e->shape;
-      if (in.batched && !batchesSet && !got.empty() && got[0] > 0 && got[0] % kLayout.batch == 0) {
-        batches = got[0] / kLayout.batch;
-        batchesSet = true;
-      }
-      if (in.batched && !got.empty() && got[0] == batches * kLayout.batch)
-        got[0] = kLayout.batch;
-      if (got != want)
-        die(a.data + ": " + in.t.name + " is " + shapeText(e->shape.data(), static_cast<int>(e->shape.size())) +
-            ", the plan's batch is " + shapeText(want.data(), static_cast<int>(want.size())) +
-            (in.batched ? " (or a whole number of batches, the same number for every input)" : ""));
-      copies *= in.batched ? batches : 1;
-    }
     int64_t total = in.t.numel * copies;
     out.assign(static_cast<size_t>(total) * eb, 0);
     if (!a.data.empty()) {
-      const rt::st::Entry *e = file.find(in.t.name);
-      bool fileInt = e->dtype == "I32" || e->dtype == "I64";
-      if (fileInt != isInt)
-        die(a.data + ": " + in.t.name + " has dtype " + e->dtype + ", the model's input is " + in.t.dtype);
-      const uint8_t *src = file.data(*e);
-      for (int64_t j = 0; j < total; ++j) {
-        double v = loadAs(e->dtype, src, j);
-        if (isInt && (v < -1 || v >= static_cast<double>(in.vocab) * 1e9))
-          die(a.data + ": " + in.t.name + " holds " + std::to_string(v));
-        storeAs(in.t.dtype, out.data(), j, v);
-      }
+      std::vector<double> values = checkedValues(file, *entries[i], a.data, in.t.name);
+      if (static_cast<int64_t>(values.size()) != total)
+        die(a.data + ": " + in.t.name + " holds " + std::to_string(values.size()) + " values, the plan reads " +
+            std::to_string(total));
+      for (int64_t j = 0; j < total; ++j)
+        storeChecked(in.t.dtype, out.data(), j, values[j], a.data, in.t.name);
     } else {
       for (int64_t j = 0; j < total; ++j) {
         double v = isInt ? std::floor(rt::philox_uniform(a.seed, 2000 + static_cast<uint64_t>(i), j) *
@@ -264,6 +372,13 @@ void loadData(const Args &a) {
       }
     }
   }
+}
+
+/// Why the run stops at a non-finite loss (step is 1-based).
+std::string nonfiniteLoss(int64_t step, double loss) {
+  return "step " + std::to_string(step) + ": the loss is " + (std::isnan(loss) ? "NaN" : "infinite") +
+         "; stopping without writing --save or --dump-grads (the weights, the data or the learning rate "
+         "diverged; --allow-nonfinite trains on)";
 }
 
 /// Writes every parameter (or its gradient) as F32 into a safetensors file.
@@ -280,6 +395,11 @@ void writeTensors(const std::string &path, bool grads, const Memory &from) {
                  : p.master >= 0 ? loadAs(kLayout.masterDtype, from.master + p.master, j)
                                  : loadAs(p.t.dtype, from.params + p.offset, j);
       v[j] = static_cast<float>(x);
+      if (!std::isfinite(v[j]) && !allowNonfinite)
+        die(std::string(grads ? "the gradient of " : "") + p.t.name + " holds " +
+            (std::isnan(v[j]) ? "NaN" : "an infinity") + " at index " +
+            indexText(std::vector<int64_t>(p.t.shape, p.t.shape + p.t.rank), j) + "; not writing " + path +
+            " (--allow-nonfinite writes it anyway)");
     }
     keep.push_back(std::move(v));
     w.add(p.t.name, "F32", std::vector<int64_t>(p.t.shape, p.t.shape + p.t.rank), keep.back().data(),

@@ -14,10 +14,14 @@
 #include "tally_safetensors.h"
 #include "tally_types.h"   // rt::bf16, rt::f16 for the fixed tensors
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -100,7 +104,8 @@ int copy_file(const std::string& in, const std::string& out) {
     for (const std::string& name : f.names()) {
       const rt::st::Entry* e = f.find(name);
       if (!e) throw rt::Error("find('" + name + "') is null for a listed name");
-      w.add(name, e->dtype, e->shape, f.data(*e), e->end - e->begin);
+      const std::vector<uint8_t> b = f.bytes(*e);
+      w.add(name, e->dtype, e->shape, b.data(), b.size());
       const char* sep = first ? "" : ",";
       first = false;
       json += sep + ("\"" + rt::json_escape(name) + "\"");
@@ -158,7 +163,7 @@ TEST_CASE("safetensors: the writer's bytes, read back", "[safetensors]") {
   CHECK(eb->begin == 4);
   CHECK(eb->end == 12);
   float got[2];
-  std::memcpy(got, f.data(*eb), 8);
+  std::memcpy(got, f.bytes(*eb).data(), 8);
   CHECK(got[0] == 1.5f);
   CHECK(got[1] == -2.0f);
   CHECK(f.find("c") == nullptr);
@@ -186,13 +191,13 @@ TEST_CASE("safetensors: a hand-made header with metadata, whitespace, escapes, h
   REQUIRE(z != nullptr);
   CHECK(z->shape.empty());
   float zv;
-  std::memcpy(&zv, f.data(*z), 4);
+  std::memcpy(&zv, f.bytes(*z).data(), 4);
   CHECK(zv == 0.5f);
   const rt::st::Entry* u = f.find(fancy);
   REQUIRE(u != nullptr);
   CHECK(u->dtype == "U8");
   CHECK(u->shape == std::vector<int64_t>{2, 2});
-  CHECK(f.data(*u)[3] == 4);
+  CHECK(f.bytes(*u)[3] == 4);
   CHECK(f.find("__metadata__") == nullptr);
   std::remove(path.c_str());
 }
@@ -284,6 +289,79 @@ TEST_CASE("safetensors: the writer rejects bad tensors and unwritable paths", "[
   CHECK_THROWS_WITH(w.add("a", "F32", {4}, x, 16), "safetensors: tensor 'a': added twice");
   CHECK_THROWS_WITH(w.write("/nonexistent-dir/x.safetensors"),
                     Catch::StartsWith("safetensors: /nonexistent-dir/x.safetensors: cannot open for writing"));
+}
+
+/// The peak resident set of this process in bytes (getrusage).
+long peak_rss_bytes() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss * 1024L;
+}
+
+TEST_CASE("safetensors: the reader reads the header only, and a tensor's bytes when asked", "[safetensors]") {
+  // Issue 43: a valid header followed by 1 GiB of padding was loaded whole (20 GB ended in
+  // std::bad_alloc). The padding here is a hole (ftruncate): reading it would cost 1 GiB.
+  const std::string path = temp_path("sparse");
+  write_bytes(path, file_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", f32_bytes(2.5f)));
+  REQUIRE(truncate(path.c_str(), 1L << 30) == 0);
+  const long before = peak_rss_bytes();
+  {
+    rt::st::File f = rt::st::File::read(path);
+    const rt::st::Entry* a = f.find("a");
+    REQUIRE(a != nullptr);
+    float v = 0;
+    std::memcpy(&v, f.bytes(*a).data(), 4);
+    CHECK(v == 2.5f);
+  }
+  CHECK(peak_rss_bytes() - before < (64L << 20));
+  // A file that shrinks after its header was checked: the read says so instead of reading past.
+  rt::st::File g = rt::st::File::read(path);
+  const rt::st::Entry* a = g.find("a");
+  REQUIRE(a != nullptr);
+  REQUIRE(truncate(path.c_str(), 10) == 0);
+  CHECK_THROWS_WITH(g.bytes(*a), Catch::Contains("tensor 'a': the file ends before the tensor's data"));
+  std::remove(path.c_str());
+  // A folder is not a file.
+  CHECK_THROWS_WITH(rt::st::File::read("/tmp"), Catch::Contains("safetensors: /tmp: not a regular file"));
+}
+
+TEST_CASE("safetensors: the writer replaces a file only when the new one is whole", "[safetensors]") {
+  const std::string path = temp_path("atomic");
+  const std::string dir = path.substr(0, path.rfind('/'));
+  const std::string base = path.substr(path.rfind('/') + 1);
+  write_bytes(path, "old contents");
+  chmod(path.c_str(), 0640);
+  rt::st::Writer w;
+  const float x[2] = {1, 2};
+  w.add("a", "F32", {2}, x, 8);
+  w.write(path);
+  CHECK(rt::st::File::read(path).names() == std::vector<std::string>{"a"});
+  struct stat st {};
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);   // the replaced file's permissions are kept
+  // No temporary file is left beside it.
+  std::string list;
+  FILE* lsp = popen(("ls -a " + dir + " | grep -F '." + base + ".tmp-' || true").c_str(), "r");
+  char buf[256];
+  while (lsp && fgets(buf, sizeof buf, lsp)) list += buf;
+  if (lsp) pclose(lsp);
+  CHECK(list.empty());
+  // A symbolic link is written through: the link stays, the file it names is replaced.
+  const std::string link = temp_path("atomic_link");
+  std::remove(link.c_str());
+  REQUIRE(symlink(path.c_str(), link.c_str()) == 0);
+  rt::st::Writer w2;
+  w2.add("b", "F32", {2}, x, 8);
+  w2.write(link);
+  struct stat ls {};
+  REQUIRE(lstat(link.c_str(), &ls) == 0);
+  CHECK(S_ISLNK(ls.st_mode));
+  CHECK(rt::st::File::read(path).names() == std::vector<std::string>{"b"});
+  // A device is written in place (never renamed over); a folder is refused.
+  w2.write("/dev/null");
+  CHECK_THROWS_WITH(w2.write(dir), Catch::Contains("cannot open for writing"));
+  std::remove(link.c_str());
+  std::remove(path.c_str());
 }
 
 TEST_CASE("driver helpers: json_escape and now_seconds", "[driver]") {

@@ -11,6 +11,7 @@
 #include "codegen/Emit.h"
 #include "driver/Compiler.h"
 #include "ir/Units.h"
+#include "report/Output.h"
 #include "tools/tally/Commands.h"
 #include "tools/tally/PlanFlags.h"
 
@@ -67,6 +68,10 @@ cl::opt<std::string> Save("save", cl::desc("run: write the weights after the las
                           cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
 cl::opt<std::string> DumpGrads("dump-grads", cl::desc("run: write the last step's gradients (safetensors, F32)"),
                                cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
+cl::opt<bool> AllowNonfinite("allow-nonfinite",
+                              cl::desc("run: train on through a NaN or infinite loss and write non-finite weights "
+                                       "(default: such a run stops with an error and writes nothing)"),
+                              cl::sub(Run), cl::cat(Cat));
 enum class Format { Text, Json };
 cl::opt<Format> OutFormat("format", cl::desc("run: output format"),
                           cl::values(clEnumValN(Format::Text, "text", "a table (default)"),
@@ -110,21 +115,29 @@ PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   return o;
 }
 
-/// Writes the files under dir (created as needed); "" or the first I/O error.
+/// Writes the files under dir (created as needed) through the one writer (report/Output.h: a
+/// temporary file, fsynced and renamed into place); "" or the first I/O error. A symbolic link
+/// under dir, where a file or a folder of the step would go, is refused: tally never creates
+/// one, so it was planted, and following it would write outside the folder.
 std::string writeFiles(StringRef dir, const std::vector<codegen::File> &files) {
   for (const codegen::File &f : files) {
     SmallString<256> path(dir);
-    sys::path::append(path, f.path);
+    for (auto part = sys::path::begin(f.path), end = sys::path::end(f.path); part != end; ++part) {
+      sys::path::append(path, *part);
+      sys::fs::file_status st;
+      if (!sys::fs::status(path, st, /*follow=*/false) && sys::fs::is_symlink_file(st))
+        return "refusing to write through the symbolic link " + path.str().str() +
+               ": tally build did not create it (remove it, or pick another folder)";
+    }
     if (std::error_code ec = sys::fs::create_directories(sys::path::parent_path(path)))
       return "cannot create " + sys::path::parent_path(path).str() + ": " + ec.message();
-    std::error_code ec;
-    raw_fd_ostream os(path, ec, sys::fs::OF_None);
-    if (ec)
-      return "cannot write " + path.str().str() + ": " + ec.message();
-    os << f.text;
-    os.close();
-    if (os.has_error())
-      return "cannot write " + path.str().str() + ": " + os.error().message();
+    std::string err;
+    std::unique_ptr<OutputFile> out = OutputFile::open(path.str().str(), {File}, err);
+    if (!out)
+      return err;
+    out->os() << f.text;
+    if (!out->commit(err))
+      return err;
   }
   return "";
 }
@@ -438,6 +451,8 @@ std::string stepArguments(const Analysis &a, const std::string &binary, std::vec
   flag("--data", Data);
   flag("--save", Save);
   flag("--dump-grads", DumpGrads);
+  if (AllowNonfinite)
+    args.push_back("--allow-nonfinite");
   return "";
 }
 
@@ -633,17 +648,46 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   os << "\n";
 }
 
+/// The most OpenMP threads --threads may ask for (the step's own bound: libgomp crashed creating
+/// 100,000).
+constexpr int64_t kMaxThreads = 1024;
+
+/// "" unless --save or --dump-grads names an input of this run (the .tally file or a file it
+/// imports, --init, --data; compared by device and inode) or both name the same file.
+std::string outputOverInput(const Compilation &c) {
+  std::vector<std::pair<std::string, std::string>> inputs{{"--init", Init}, {"--data", Data}};
+  for (unsigned i = 1; i <= c.sm.getNumBuffers(); ++i)
+    inputs.push_back({"source", c.sm.getMemoryBuffer(i)->getBufferIdentifier().str()});
+  auto same = [](const std::string &x, const std::string &y) {
+    bool eq = false;
+    return !x.empty() && !y.empty() && (x == y || (!sys::fs::equivalent(x, y, eq) && eq));
+  };
+  for (const std::pair<const char *, std::string> out : {std::make_pair("--save", Save.getValue()),
+                                                         std::make_pair("--dump-grads", DumpGrads.getValue())})
+    for (const auto &in : inputs)
+      if (same(out.second, in.second))
+        return std::string("refusing to write ") + out.first + " " + out.second + ": it is " +
+               (in.first == "source" ? "a source file" : "the " + in.first + " file") + " of this run";
+  if (same(Save, DumpGrads))
+    return "--save and --dump-grads name the same file " + Save;
+  return "";
+}
+
 int run() {
   if (std::string bad = badBackend(); !bad.empty())
     return usageError(bad);
   bool cuda = Backend == "cuda";
   if (Steps < 1 || Warmup < 0 || Threads < 0)
     return usageError("--steps must be at least 1, --warmup and --threads at least 0");
+  if (Threads > kMaxThreads)
+    return usageError("--threads takes at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(Threads));
   Compilation c;
   std::optional<Analysis> a;
   std::vector<codegen::File> files;
   if (int rc = compileStep(c, a, files))
     return rc;
+  if (std::string why = outputOverInput(c); !why.empty())
+    return usageError(why);
   if (cuda)
     if (std::string why = cudaDeviceMissing(); !why.empty())
       return failure("--backend cuda: no CUDA device found: " + why + "; run on a machine with an NVIDIA GPU "

@@ -25,6 +25,8 @@
 #include "report/Output.h"
 #include "tools/tally/Commands.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -171,12 +173,15 @@ private:
   std::vector<std::string> defaults_;
 };
 
-/// The activation op tally has for a Hugging Face activation name; empty when none.
+/// The activation op tally has for a Hugging Face activation name (transformers' ACT2FN
+/// names, matched exactly: the name is written into the generated file's comments); empty when
+/// none.
 std::string activationOp(StringRef act) {
   if (act == "silu" || act == "swish")
     return "silu";
-  if (act.startswith("gelu"))
-    return "gelu"; // gelu, gelu_new, gelu_pytorch_tanh, gelu_fast: one op, tanh or erf
+  if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast" ||
+      act == "gelu_python" || act == "gelu_accurate")
+    return "gelu"; // one op, tanh or erf
   if (act == "relu")
     return "relu";
   if (act == "tanh")
@@ -589,6 +594,27 @@ block BertLayer(d, heads, hidden, eps) {
 /// The families tally imports, for messages.
 constexpr const char *kFamilies = "llama, mistral, qwen2, gemma, mixtral, gpt2, gpt_neox, bert";
 
+/// True for a Python class name as transformers writes in `architectures` (an ASCII letter or
+/// `_`, then letters, digits and `_`): the only form written into the generated file.
+bool isClassName(StringRef s) {
+  if (s.empty() || s.size() > 200 || !(isAlpha(s[0]) || s[0] == '_'))
+    return false;
+  return llvm::all_of(s, [](char c) { return isAlnum(c) || c == '_'; });
+}
+
+/// A config's string for a message: control and non-ASCII bytes as \xNN, at most 80 bytes.
+std::string shown(StringRef s) {
+  std::string out;
+  for (char ch : s.take_front(80)) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7F)
+      out += formatv("\\x{0:x-2}", static_cast<unsigned>(c)).str();
+    else
+      out += ch;
+  }
+  return s.size() > 80 ? out + "..." : out;
+}
+
 /// model_type for an architectures[0] name, for configs without model_type.
 std::string familyOfArchitecture(StringRef arch) {
   struct Prefix {
@@ -635,6 +661,12 @@ int importHF() {
     if (!archs->empty())
       if (auto a = (*archs)[0].getAsString())
         arch = a->str();
+  if (!arch.empty() && !isClassName(arch)) {
+    diags.report(DiagKind::InvalidValue, SMLoc(),
+                 File + ": architectures[0] '" + shown(arch) +
+                     "' is not a class name (letters, digits and _, starting with a letter)");
+    return 1;
+  }
   std::string family;
   if (auto mt = obj->getString("model_type"))
     family = mt->str();
@@ -679,7 +711,7 @@ int importHF() {
     g = bertFamily(c, mlm);
   } else {
     diags.report(DiagKind::InvalidValue, SMLoc(),
-                 File + ": unknown model_type '" + family + "'; tally imports " + kFamilies);
+                 File + ": unknown model_type '" + shown(family) + "'; tally imports " + kFamilies);
     return 1;
   }
   if (!diags.hasErrors() && !g) {
@@ -687,8 +719,9 @@ int importHF() {
     const json::Value *v = obj->get(actKey);
     std::string name = v && v->getAsString() ? v->getAsString()->str() : "?";
     diags.report(DiagKind::InvalidValue, SMLoc(),
-                 File + ": key '" + actKey + "' names activation '" + name +
-                     "', which tally has no op for (silu, gelu*, relu, tanh, sigmoid)");
+                 File + ": key '" + actKey + "' names activation '" + shown(name) +
+                     "', which tally has no op for (silu, swish, gelu, gelu_new, gelu_pytorch_tanh, "
+                     "gelu_fast, gelu_python, gelu_accurate, relu, tanh, sigmoid)");
   }
   if (diags.hasErrors() || !g)
     return 1;

@@ -9,22 +9,30 @@
 // with escapes, integers; "__metadata__" is accepted with any such value and ignored) and
 // rejects everything else, with the file name and what is wrong in an rt::Error. It checks that
 // every tensor's offsets lie in the buffer and span numel × dtype size bytes; it does not require
-// the tensors to tile the buffer. The writer sorts names, writes the data in that order, and pads
-// the header with spaces to a multiple of 8 bytes. Multi-byte values are stored little-endian:
-// this header assumes a little-endian host (x86-64, aarch64), as the drivers do.
+// the tensors to tile the buffer. It reads the 8-byte length and the header only (bounded by the
+// file's size and 100 MB); a tensor's bytes are read when asked for (File::bytes), so a file is
+// never loaded whole. The writer sorts names, writes the data in that order, and pads the header
+// with spaces to a multiple of 8 bytes, into a temporary file that is fsynced and renamed over
+// the target. Multi-byte values are stored little-endian: this header assumes a little-endian
+// host (x86-64, aarch64), as the drivers do; it uses POSIX (open, pread, mkstemp, rename).
 #pragma once
 
 #include "tally_driver.h"   // json_escape
 #include "tally_error.h"    // rt::Error
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace rt {
 namespace st {
@@ -330,22 +338,129 @@ class HeaderParser {
   }
 };
 
+/// "safetensors: <path>: <what>: <strerror>" as an rt::Error.
+[[noreturn]] inline void fail_io(const std::string& path, const std::string& what) {
+  throw Error("safetensors: " + path + ": " + what + ": " + std::strerror(errno));
+}
+
+/// Writes the parts, in order, to path: into a new temporary file in path's folder, flushed to
+/// disk (fsync) and renamed over path only when every byte was written, so a failed or
+/// interrupted write leaves the old file whole. A path that is a symbolic link is written
+/// through (the file it names is replaced; the link stays); a character device or FIFO
+/// (/dev/null) is written in place, since a rename cannot replace it; a directory is refused.
+inline void write_atomic(const std::string& path, const std::vector<std::pair<const void*, uint64_t>>& parts) {
+  std::string target = path;
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) {
+    errno = EISDIR;
+    fail_io(path, "cannot open for writing");
+  }
+  int fd = -1;
+  std::string temp;
+  if (exists && !S_ISREG(st.st_mode)) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail_io(path, "cannot open for writing");
+  } else {
+    if (exists) {
+      if (::access(path.c_str(), W_OK) != 0) fail_io(path, "cannot open for writing");
+      if (char* real = ::realpath(path.c_str(), nullptr)) {
+        target = real;
+        std::free(real);
+      }
+    }
+    const size_t slash = target.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : target.substr(0, slash + 1);
+    const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
+    temp = dir + "." + base + ".tmp-XXXXXX";
+    std::vector<char> name(temp.begin(), temp.end());
+    name.push_back('\0');
+    fd = ::mkstemp(name.data());
+    if (fd < 0) fail_io(path, "cannot open for writing");
+    temp = name.data();
+    if (exists) ::fchmod(fd, st.st_mode & 07777);
+  }
+  auto fail = [&](const char* what) {
+    const int saved = errno;
+    ::close(fd);
+    if (!temp.empty()) ::unlink(temp.c_str());
+    errno = saved;
+    fail_io(path, what);
+  };
+  for (const auto& part : parts) {
+    const uint8_t* p = static_cast<const uint8_t*>(part.first);
+    uint64_t left = part.second;
+    while (left > 0) {
+      const ssize_t put = ::write(fd, p, static_cast<size_t>(std::min<uint64_t>(left, uint64_t(1) << 30)));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) fail("write failed");
+      p += put;
+      left -= static_cast<uint64_t>(put);
+    }
+  }
+  if (!temp.empty() && ::fsync(fd) != 0) fail("write failed (fsync)");
+  if (::close(fd) != 0) {
+    fd = -1;
+    if (!temp.empty()) ::unlink(temp.c_str());
+    fail_io(path, "write failed (close)");
+  }
+  if (!temp.empty() && ::rename(temp.c_str(), target.c_str()) != 0) {
+    const int saved = errno;
+    ::unlink(temp.c_str());
+    errno = saved;
+    fail_io(path, "cannot rename the written file into place");
+  }
+}
+
 }  // namespace detail
 
-/// A whole .safetensors file in memory.
+/// An open .safetensors file whose header was read and checked; tensor data is read on demand,
+/// one tensor at a time, by bounded reads (pread) of exactly its byte range, so a file is never
+/// loaded whole and a header that promises more than the file holds is refused before any data
+/// is read.
 class File {
  public:
-  /// Reads and checks the file at path. Throws rt::Error("safetensors: <path>: <what>") when it
-  /// cannot be read or is malformed: shorter than 8 bytes, a header length past the end of the
-  /// file (or over 100 MB), header JSON outside the accepted subset, an unknown dtype, a negative
-  /// dimension, offsets outside the data buffer, or offsets spanning other than numel × dtype
-  /// size bytes.
+  File() = default;
+  File(File&& o) noexcept { *this = std::move(o); }
+  File& operator=(File&& o) noexcept {
+    if (this != &o) {
+      close_fd();
+      entries_ = std::move(o.entries_);
+      index_ = std::move(o.index_);
+      path_ = std::move(o.path_);
+      fd_ = o.fd_;
+      dataStart_ = o.dataStart_;
+      o.fd_ = -1;
+    }
+    return *this;
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File() { close_fd(); }
+
+  /// Opens and checks the file at path (reading its 8-byte length and its header only). Throws
+  /// rt::Error("safetensors: <path>: <what>") when it cannot be read or is malformed: shorter
+  /// than 8 bytes, a header length past the end of the file (or over 100 MB), header JSON
+  /// outside the accepted subset, an unknown dtype, a negative dimension, offsets outside the
+  /// data buffer, or offsets spanning other than numel × dtype size bytes.
   static File read(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error("safetensors: " + path + ": cannot open: " + std::strerror(errno));
+    return from_fd(fd, path);
+  }
+
+  /// The same checks on an open descriptor, which the File then owns (closed on error too);
+  /// `path` names it in messages.
+  static File from_fd(int fd, const std::string& path) {
+    File f;
+    f.fd_ = fd;
+    f.path_ = path;
     try {
-      return read_or_bad(path);
+      f.check_header();
     } catch (const detail::Bad& b) {
       throw Error("safetensors: " + path + ": " + b.what);
     }
+    return f;
   }
 
   /// The tensor called name, or nullptr.
@@ -354,10 +469,25 @@ class File {
     return it == index_.end() ? nullptr : &entries_[it->second].second;
   }
 
-  /// The first byte of a tensor's data (e must come from this file). Aligned to the element size
-  /// when the file's offsets are (writers, this one included, lay tensors out back to back);
-  /// memcpy out of it when in doubt.
-  const uint8_t* data(const Entry& e) const { return data_.data() + e.begin; }
+  /// A tensor's bytes (e must come from this file), read from the file now. Throws
+  /// rt::Error("safetensors: <path>: tensor '<name>': …") when the read fails or comes back
+  /// short (the file shrank since it was opened).
+  std::vector<uint8_t> bytes(const Entry& e) const {
+    std::vector<uint8_t> out(static_cast<size_t>(e.end - e.begin));
+    uint64_t done = 0;
+    while (done < out.size()) {
+      const uint64_t chunk = std::min<uint64_t>(out.size() - done, uint64_t(1) << 30);
+      const ssize_t got = ::pread(fd_, out.data() + done, static_cast<size_t>(chunk),
+                                  static_cast<off_t>(dataStart_ + e.begin + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0)
+        throw Error("safetensors: " + path_ + ": tensor '" + name_of(e) + "': " +
+                    (got < 0 ? std::string("read failed: ") + std::strerror(errno)
+                             : std::string("the file ends before the tensor's data (it shrank since it was opened)")));
+      done += static_cast<uint64_t>(got);
+    }
+    return out;
+  }
 
   /// The tensor names in the order of the file's header.
   std::vector<std::string> names() const {
@@ -370,20 +500,42 @@ class File {
  private:
   std::vector<std::pair<std::string, Entry>> entries_;
   std::map<std::string, size_t> index_;
-  std::vector<uint8_t> data_;
+  std::string path_;
+  int fd_ = -1;
+  uint64_t dataStart_ = 0;   // 8 + header length
 
-  static File read_or_bad(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw detail::Bad{std::string("cannot open: ") + std::strerror(errno)};
-    in.seekg(0, std::ios::end);
-    const std::streamoff size = in.tellg();
-    in.seekg(0, std::ios::beg);
-    if (!in || size < 0) throw detail::Bad{"cannot read the file size"};
-    const uint64_t fileBytes = static_cast<uint64_t>(size);
+  void close_fd() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::string name_of(const Entry& e) const {
+    for (const auto& kv : entries_)
+      if (&kv.second == &e) return kv.first;
+    return "?";
+  }
+
+  /// Reads exactly n bytes at offset into p, or throws Bad with what.
+  void read_exactly(void* p, uint64_t n, uint64_t offset, const char* what) const {
+    uint64_t done = 0;
+    while (done < n) {
+      const ssize_t got = ::pread(fd_, static_cast<uint8_t*>(p) + done, static_cast<size_t>(n - done),
+                                  static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) throw detail::Bad{std::string("cannot read ") + what};
+      done += static_cast<uint64_t>(got);
+    }
+  }
+
+  void check_header() {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw detail::Bad{std::string("cannot read the file size: ") + std::strerror(errno)};
+    if (!S_ISREG(st.st_mode)) throw detail::Bad{"not a regular file"};
+    const uint64_t fileBytes = static_cast<uint64_t>(st.st_size);
     if (fileBytes < 8)
       throw detail::Bad{"file is " + std::to_string(fileBytes) + " bytes, too short for the 8-byte header length"};
     unsigned char len[8];
-    if (!in.read(reinterpret_cast<char*>(len), 8)) throw detail::Bad{"cannot read the header length"};
+    read_exactly(len, 8, 0, "the header length");
     uint64_t n = 0;
     for (int k = 7; k >= 0; --k) n = (n << 8) | len[k];
     if (n > fileBytes - 8)
@@ -393,13 +545,13 @@ class File {
       throw detail::Bad{"header length " + std::to_string(n) + " is over the limit of " +
                         std::to_string(kMaxHeaderBytes) + " bytes"};
     std::string header(static_cast<size_t>(n), '\0');
-    if (n > 0 && !in.read(&header[0], static_cast<std::streamsize>(n))) throw detail::Bad{"cannot read the header"};
-    File f;
-    f.entries_ = detail::HeaderParser(header).parse();
+    if (n > 0) read_exactly(&header[0], n, 8, "the header");
+    entries_ = detail::HeaderParser(header).parse();
+    dataStart_ = 8 + n;
     const uint64_t dataBytes = fileBytes - 8 - n;
-    for (size_t k = 0; k < f.entries_.size(); ++k) {
-      const std::string& name = f.entries_[k].first;
-      const Entry& e = f.entries_[k].second;
+    for (size_t k = 0; k < entries_.size(); ++k) {
+      const std::string& name = entries_[k].first;
+      const Entry& e = entries_[k].second;
       const std::string where = "tensor '" + name + "': ";
       const uint64_t es = dtype_size(e.dtype);
       if (es == 0)
@@ -413,12 +565,8 @@ class File {
       if (e.end - e.begin != want)
         throw detail::Bad{where + e.dtype + " " + detail::shape_text(e.shape) + " needs " + std::to_string(want) +
                           " bytes but data_offsets span " + std::to_string(e.end - e.begin)};
-      f.index_[name] = k;
+      index_[name] = k;
     }
-    f.data_.resize(static_cast<size_t>(dataBytes));
-    if (dataBytes > 0 && !in.read(reinterpret_cast<char*>(f.data_.data()), static_cast<std::streamsize>(dataBytes)))
-      throw detail::Bad{"cannot read the data buffer"};
-    return f;
   }
 };
 
@@ -470,16 +618,9 @@ class Writer {
     unsigned char len[8];
     uint64_t n = header.size();
     for (int k = 0; k < 8; ++k) len[k] = static_cast<unsigned char>((n >> (8 * k)) & 0xFF);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("safetensors: " + path + ": cannot open for writing: " + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto& kv : items_)
-      if (!kv.second.bytes.empty())
-        out.write(reinterpret_cast<const char*>(kv.second.bytes.data()),
-                  static_cast<std::streamsize>(kv.second.bytes.size()));
-    out.close();
-    if (!out) throw Error("safetensors: " + path + ": write failed");
+    std::vector<std::pair<const void*, uint64_t>> parts{{len, 8}, {header.data(), header.size()}};
+    for (const auto& kv : items_) parts.emplace_back(kv.second.bytes.data(), kv.second.bytes.size());
+    detail::write_atomic(path, parts);
   }
 
  private:

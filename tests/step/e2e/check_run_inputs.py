@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""check_run_inputs.py — the run path trusts no file (issue 43): `tally run` of the e2e MLP
+(mlp.tally: inputs x [8, 16] and y [8, 8] f32) with hostile --data and --init files, outputs that
+would overwrite inputs, non-finite values and an out-of-range --threads. Every case must exit
+non-zero with a message naming what is wrong, and leave every input file as it was.
+
+Usage: /usr/bin/python3 check_run_inputs.py TALLY   (exit 1 on any failure; TALLY_CACHE_DIR as
+the other e2e checks)."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import safetensors as st  # noqa: E402
+
+MODEL = os.path.join(HERE, "mlp.tally")
+model = MODEL  # the copy in the temporary folder each case runs (a failing tally may overwrite it)
+
+
+def run(tally, *args):
+    p = subprocess.run([tally, "run", model, "--steps", "1", "--warmup", "0", "--format", "json"] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    tally = sys.argv[1]
+    failed = []
+    tmp = tempfile.mkdtemp(prefix="tally-run-inputs-")
+    global model
+    model = os.path.join(tmp, "mlp.tally")
+    with open(MODEL, "rb") as src, open(model, "wb") as dst:
+        dst.write(src.read())
+
+    def path(name):
+        return os.path.join(tmp, name)
+
+    ones = lambda *s: np.ones(s, np.float32)  # noqa: E731
+    good = path("good.safetensors")
+    st.save(good, {"x": ones(8, 16), "y": ones(8, 8)})
+    weights = path("w.safetensors")
+    rc, out = run(tally, "--data", good, "--save", weights)
+    if rc != 0:
+        print("FAIL setup: tally run --save exited %d:\n%s" % (rc, out))
+        return 1
+    w = st.load(weights)
+
+    def expect(name, args, rc_want, needles, keep=()):
+        before = {f: open(f, "rb").read() for f in keep}
+        rc, out = run(tally, *args)
+        ok = rc == rc_want and all(n in out for n in needles)
+        ok = ok and all(open(f, "rb").read() == b for f, b in before.items())
+        print("%s %s: exit %d%s" % ("PASS" if ok else "FAIL", name, rc, "" if ok else "\n" + out), flush=True)
+        if not ok:
+            failed.append(name)
+
+    # Data: a first input of 2 batches and a second of 1 read past the second (ASan: heap
+    # overflow in loadAs); U8 data for a float input loaded as zeros; NaN trained to exit 0.
+    f = path("batches.safetensors")
+    st.save(f, {"x": ones(16, 16), "y": ones(8, 8)})
+    expect("data-batches-differ", ["--data", f], 1, ["y is [8, 8]", "[16, 8]"])
+    f = path("u8.safetensors")
+    st.save(f, {"x": np.ones((8, 16), np.uint8), "y": ones(8, 8)})
+    expect("data-u8-for-float", ["--data", f], 1, ["x has dtype U8", "F32"])
+    f = path("i32.safetensors")
+    st.save(f, {"x": np.ones((8, 16), np.int32), "y": ones(8, 8)})
+    expect("data-i32-for-float", ["--data", f], 1, ["x has dtype I32"])
+    x = ones(8, 16)
+    x[3, 5] = np.nan
+    f = path("nan.safetensors")
+    st.save(f, {"x": x, "y": ones(8, 8)})
+    expect("data-nan", ["--data", f], 1, ["x holds NaN at index [3, 5]"])
+    f = path("extra.safetensors")
+    st.save(f, {"x": ones(8, 16), "y": ones(8, 8), "z": ones(1)})
+    expect("data-unknown-tensor", ["--data", f], 1, ["has tensor z, which is not an input"])
+
+    # Weights: I32 weights were accepted (loss 1.7e17); an infinity trained to NaN.
+    name = sorted(w)[0]
+    bad = dict(w)
+    bad[name] = np.ones(w[name].shape, np.int32)
+    f = path("w_i32.safetensors")
+    st.save(f, bad)
+    expect("init-i32-weights", ["--data", good, "--init", f], 1, [name + " has dtype I32"])
+    bad = dict(w)
+    inf = np.array(w[name], np.float32)
+    inf.flat[0] = np.inf
+    bad[name] = inf
+    f = path("w_inf.safetensors")
+    st.save(f, bad)
+    expect("init-inf-weights", ["--data", good, "--init", f], 1, [name + " holds +Inf at index"])
+
+    # A non-finite loss stops the run, without saving; --allow-nonfinite trains on.
+    big = {k: np.full(v.shape, 1e30, np.float32) for k, v in w.items()}
+    f = path("w_big.safetensors")
+    st.save(f, big)
+    out_w = path("never.safetensors")
+    expect("nonfinite-loss-stops", ["--data", good, "--init", f, "--save", out_w], 1, ["the loss is"])
+    if os.path.exists(out_w):
+        print("FAIL nonfinite-loss-stops: %s was written" % out_w)
+        failed.append("nonfinite-loss-saved")
+    expect("nonfinite-loss-allowed", ["--data", good, "--init", f, "--allow-nonfinite"], 0, [])
+
+    # Outputs never replace inputs: the model, --data, --init; the data and weights stay whole.
+    expect("save-over-model", ["--data", good, "--save", model], 2, ["refusing to write --save"], keep=[model])
+    expect("save-over-data", ["--data", good, "--save", good], 2, ["refusing to write --save", "--data"], keep=[good])
+    expect("dump-over-init", ["--data", good, "--init", weights, "--dump-grads", weights], 2,
+           ["refusing to write --dump-grads", "--init"], keep=[weights])
+    os.link(good, path("good_link.safetensors"))
+    expect("save-over-hard-link-of-data", ["--data", good, "--save", path("good_link.safetensors")], 2,
+           ["refusing to write"], keep=[good])
+    expect("threads-bound", ["--threads", "100000"], 2, ["--threads takes at most 1024"])
+    print("%d failed" % len(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
