@@ -6,6 +6,7 @@
 // are passed in (the CPU driver's own regions, the CUDA driver's host copies).
 #pragma once
 
+#include "common/tally_init.h"
 #include "common/tally_safetensors.h"
 #include "driver/tally_step.h"
 
@@ -21,6 +22,10 @@
 #include <vector>
 
 #include <sys/stat.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #ifdef __CUDACC__
 #define kThreadsNote " (ignored)"
@@ -188,11 +193,7 @@ std::string shapeText(const int64_t *s, int rank) {
 }
 
 /// normal(0, 1) from two Philox uniforms (Box–Muller), element e of stream `stream`.
-double normal(uint64_t seed, uint64_t stream, uint64_t e) {
-  double u1 = 1.0 - rt::philox_uniform(seed, stream, 2 * e);
-  double u2 = rt::philox_uniform(seed, stream, 2 * e + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
+double normal(uint64_t seed, uint64_t stream, uint64_t e) { return rt::philox_normal(seed, stream, e); }
 
 bool isFloatDtype(const std::string &d) { return d == "F32" || d == "F64" || d == "BF16" || d == "F16"; }
 bool isIntDtype(const std::string &d) { return d == "I32" || d == "I64"; }
@@ -259,6 +260,41 @@ void storeChecked(const std::string &d, uint8_t *p, int64_t j, double v, const s
         d + ", the model's dtype");
 }
 
+/// The default normal(0, 0.02) initialisation of parameter p, in parallel chunks of floats from
+/// rt::philox_normal_floats (bit for bit the values 0.02 · normal(seed, 1000 + index, j) rounded
+/// to float, which is what storeAs wrote one element at a time): false, writing nothing, for a
+/// dtype it does not handle (then the caller stores element by element).
+bool normalFast(const Args &a, const ParamInfo &p, Memory &into) {
+  const std::string dt = p.t.dtype;
+  const bool f32 = dt == "F32", bf16 = dt == "BF16", f16 = dt == "F16";
+  if ((!f32 && !bf16 && !f16) || (p.master >= 0 && std::string(kLayout.masterDtype) != "F32"))
+    return false;
+  const uint64_t stream = 1000 + static_cast<uint64_t>(&p - kLayout.params);
+  const int64_t n = p.t.numel, kChunk = 8192;
+  uint8_t *params = into.params + p.offset;
+  float *master = p.master >= 0 ? reinterpret_cast<float *>(into.master + p.master) : nullptr;
+  const uint64_t seed = a.seed;
+#ifdef _OPENMP
+  const int threads = a.threads > 0 ? static_cast<int>(a.threads) : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(threads) if (n > kChunk)
+#endif
+  for (int64_t c = 0; c < n; c += kChunk) {
+    float buf[kChunk];
+    const int64_t len = std::min(kChunk, n - c);
+    rt::philox_normal_floats(seed, stream, static_cast<uint64_t>(c), len, 0.02, buf);
+    if (f32) {
+      std::memcpy(params + 4 * c, buf, static_cast<size_t>(len) * 4);
+    } else {
+      uint16_t *out = reinterpret_cast<uint16_t *>(params) + c;
+      for (int64_t j = 0; j < len; ++j)
+        out[j] = bf16 ? rt::bf16_bits_from_float(buf[j]) : rt::f16_bits_from_float(buf[j]);
+    }
+    if (master)
+      std::memcpy(master + c, buf, static_cast<size_t>(len) * 4);
+  }
+  return true;
+}
+
 /// Fills the params (and master) regions of `into` from --init or the default initialisation.
 /// With --init every tensor of the file is checked against the model (names, shapes, dtypes)
 /// before any data is read.
@@ -285,6 +321,8 @@ void initParams(const Args &a, Memory &into) {
     const ParamInfo &p = kLayout.params[i];
     if (entries[i]) {
       values = checkedValues(file, *entries[i], a.init, p.t.name);
+    } else if (p.init == Init::Normal002 && normalFast(a, p, into)) {
+      continue;
     } else {
       values.assign(static_cast<size_t>(p.t.numel), 0.0);
       for (int64_t j = 0; j < p.t.numel; ++j)

@@ -6,6 +6,8 @@
 // for bad arguments.
 #include "StepSupport.h"
 
+#include "../common/tally_init.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -614,4 +616,82 @@ TEST_CASE("fp32 erf (common/tally_math.h) is within 2e-7 of erf; gelu's tanh wit
   CHECK(rt::m_erf(std::numeric_limits<float>::infinity()) == 1.0f);
   CHECK(rt::m_erf(-100.0f) == -1.0f);
   CHECK(rt::m_erf(0.0f) == 0.0f);
+}
+
+// ---- The default initialisation ------------------------------------------------------------------
+namespace {
+/// The driver's normal(0, 1) as it was written before issue 46 (one element at a time), kept here
+/// verbatim: rt::philox_normal and rt::philox_normal_floats must give exactly its values.
+double normalBefore46(uint64_t seed, uint64_t stream, uint64_t e) {
+  double u1 = 1.0 - rt::philox_uniform(seed, stream, 2 * e);
+  double u2 = rt::philox_uniform(seed, stream, 2 * e + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+uint32_t bitsOf(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+} // namespace
+
+TEST_CASE("initialisation: the vectorised normals are the element-by-element ones, bit for bit", "[init]") {
+  // float(0.02 · normal) of the code before issue 46 (the weights every earlier run started from).
+  struct Golden {
+    uint64_t seed, stream, e;
+    uint32_t bits;
+  } golden[] = {
+      {1u, 1000u, 0ull, 0xBBAAA85Au},          {1u, 1000u, 1ull, 0x3D22B482u},
+      {1u, 1000u, 2ull, 0x3B7AE97Fu},          {1u, 1000u, 3ull, 0x3CDC8A3Fu},
+      {1u, 1000u, 4ull, 0x3B60F133u},          {1u, 1000u, 5ull, 0xBB5406C0u},
+      {42u, 1003u, 123456789ull, 0x3C1F9EB0u}, {42u, 1003u, 123456790ull, 0x3C8DB18Bu},
+      {7u, 1017u, 8589934597ull, 0x3CA72FCFu}, {7u, 1017u, 8589934598ull, 0xBC0A36F9u},
+  };
+  for (const Golden &g : golden) {
+    CHECK(bitsOf(static_cast<float>(0.02 * normalBefore46(g.seed, g.stream, g.e))) == g.bits);
+    CHECK(bitsOf(static_cast<float>(0.02 * rt::philox_normal(g.seed, g.stream, g.e))) == g.bits);
+    float f[3];
+    rt::philox_normal_floats(g.seed, g.stream, g.e, 1, 0.02, f);   // a run of one (odd or even)
+    CHECK(bitsOf(f[0]) == g.bits);
+    rt::philox_normal_floats(g.seed, g.stream, g.e - 1, 3, 0.02, f);
+    CHECK(bitsOf(f[1]) == g.bits);
+  }
+  // Runs of every parity and length against the element-by-element values: ~3M elements, a few
+  // dozen of them within the fast path's error of a float boundary (those the reference decides).
+  struct Run {
+    uint64_t seed, stream, begin;
+    int64_t n;
+    double scale;
+  } runs[] = {{1, 1000, 0, 1 << 20, 0.02},   {1, 1001, 1, 777777, 0.02}, {3, 1042, 5, 1, 0.02},
+              {9, 1005, 1000001, 513, 1.0}, {2, 3000, 0, 1 << 20, 1.0}, {5, 1003, (1ull << 32) + 3, 300000, 0.02},
+              {1, 1000, 10, 0, 0.02}};
+  int64_t checked = 0, wrong = 0;
+  for (const Run &r : runs) {
+    std::vector<float> out(static_cast<size_t>(r.n) + 1, 7.0f);
+    rt::philox_normal_floats(r.seed, r.stream, r.begin, r.n, r.scale, out.data());
+    for (int64_t i = 0; i < r.n; ++i) {
+      float want = static_cast<float>(r.scale * normalBefore46(r.seed, r.stream, r.begin + static_cast<uint64_t>(i)));
+      if (bitsOf(out[static_cast<size_t>(i)]) != bitsOf(want) && ++wrong <= 5)
+        FAIL_CHECK("seed " << r.seed << " stream " << r.stream << " element " << r.begin + i << ": "
+                           << out[static_cast<size_t>(i)] << " instead of " << want);
+      ++checked;
+    }
+    CHECK(out[static_cast<size_t>(r.n)] == 7.0f);   // nothing written past the run
+  }
+  CHECK(wrong == 0);
+  CHECK(checked == (1 << 20) * 2 + 777777 + 1 + 513 + 300000);
+}
+
+TEST_CASE("initialisation: values near a float boundary go to the reference", "[init]") {
+  // Elements of seed 1, stream 1000 whose 0.02 · normal lies within 2e-12 (relative) of a
+  // midpoint between two floats: the fast path must hand them to the reference (its error
+  // bound, not luck, keeps the rounding the same).
+  for (uint64_t e : {91293ull, 212832ull, 251115ull, 258735ull, 261427ull, 341817ull}) {
+    double v[2];
+    uint32_t exact[2] = {0, 0};
+    rt::detail::philox_normal_batch(1, 1000, e / 2, 1, 0.02, v, exact);
+    CHECK(exact[e & 1] == 1u);
+    float f;
+    rt::philox_normal_floats(1, 1000, e, 1, 0.02, &f);
+    CHECK(bitsOf(f) == bitsOf(static_cast<float>(0.02 * normalBefore46(1, 1000, e))));
+  }
 }
