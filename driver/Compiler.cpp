@@ -18,6 +18,7 @@ const char kStdlib[] =
 Compilation::Compilation() : diags(sm), sema(diags) {
   auto buffer = llvm::MemoryBuffer::getMemBuffer(kStdlib, "std.tally");
   unsigned id = sm.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+  diags.setLibraryBuffer(id);
   parse(id);
 }
 

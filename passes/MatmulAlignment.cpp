@@ -20,6 +20,7 @@
 // an unaligned matmul at that measured fraction. A framework's loss differs by library and
 // version and is not priced: the warning says so.
 #include "support/Diagnostics.h"
+#include "passes/InstanceNotes.h"
 #include "passes/Passes.h"
 
 #include <map>
@@ -119,6 +120,7 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
                       "cuBLASLt call (docs/validation.md)"
                     : "the estimate prices it as aligned (the loss depends on the library: "
                       "cuBLASLt measured 0.126 of the peak, docs/validation.md)"));
+    noteInstances(b, diags, op.range.Start, g, op.instance);
   }
 }
 
