@@ -316,6 +316,8 @@ void compileAndPublish(const std::string &uri, Document &doc) {
       }
       first = false;
     }
+    if (!c.diags.hasErrors())
+      c.checkModelsWithoutPlan();
   }
   if (!analyzed)
     doc.noHover = c.program.planOrder.empty() && !c.diags.hasErrors()
