@@ -104,7 +104,8 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
     Dtype d = a.ops[f.first].computeDtype;
     std::string where = "'" + g.opPath(op) + "'";
     if (f.copies > 1)
-      where += " (and " + std::to_string(f.copies - 1) + " more copies)";
+      where += " (and " + std::to_string(f.copies - 1) +
+               (f.copies == 2 ? " more copy)" : " more copies)");
     auto b = diags.report(DiagKind::UnalignedMatmul, op.range.Start,
                           "matmul " + where + " has " + f.name + " = " + std::to_string(f.length) +
                               ", not a multiple of " + std::to_string(f.per) + " (16 bytes of " +
