@@ -4,6 +4,7 @@
 
 #include "frontend/Lower.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -18,6 +19,7 @@ const char kStdlib[] =
 Compilation::Compilation() : diags(sm), sema(diags) {
   auto buffer = llvm::MemoryBuffer::getMemBuffer(kStdlib, "std.tally");
   unsigned id = sm.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+  diags.setLibraryBuffer(id);
   parse(id);
 }
 
@@ -128,6 +130,42 @@ bool Compilation::lower(const PlanDecl &decl, const PlanOverrides &overrides) {
     return false;
   graph = lowerPlan(sema, program, decl, *plan);
   return graph.has_value();
+}
+
+std::vector<std::string> Compilation::checkModelsWithoutPlan() {
+  llvm::StringSet<> planned;
+  for (const PlanDecl *p : program.planOrder)
+    for (const SettingAST &s : p->settings)
+      if (s.key == "model" && s.value)
+        planned.insert(s.value->kind == ExprKind::Call && s.value->lhs ? s.value->lhs->text
+                                                                        : s.value->text);
+  std::vector<std::string> open;
+  for (const auto &m : program.modules)
+    for (const auto &b : m->blocks) {
+      if (!b->isModel || b->fromStdlib || planned.count(b->name))
+        continue;
+      std::string missing;
+      for (const BlockParamAST &p : b->params)
+        if (!p.defaultValue)
+          missing += (missing.empty() ? "" : ", ") + p.name;
+      if (!missing.empty()) {
+        open.push_back(b->name + " (" + missing + ")");
+        continue;
+      }
+      std::string text = "infer check_" + b->name + " { model = " + b->name +
+                         "() batch = 1 prompt = 1 target = H100_SXM }\n";
+      auto buffer = llvm::MemoryBuffer::getMemBufferCopy(text, "<check of model " + b->name + ">");
+      unsigned id = sm.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+      diags.setLibraryBuffer(id);
+      auto standIn = parseBuffer(id, diags);
+      if (!standIn || standIn->plans.size() != 1)
+        continue;
+      const PlanDecl &decl = *standIn->plans.front();
+      standIns_.push_back(std::move(standIn));
+      if (std::optional<Plan> p = sema.resolvePlan(program, decl, {}))
+        lowerPlan(sema, program, decl, *p);
+    }
+  return open;
 }
 
 Relower Compilation::relowerer(const PlanDecl &decl) {

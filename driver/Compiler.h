@@ -12,8 +12,10 @@
 
 #include "llvm/Support/SourceMgr.h"
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tally {
 
@@ -39,6 +41,12 @@ public:
   /// Lowers the plan and runs every pass; null on errors.
   std::optional<Analysis> analyzePlan(const PlanDecl &decl, const PlanOverrides &overrides = {});
 
+  /// Type-checks each model of the user's files that no plan runs: lowers it under a stand-in
+  /// inference plan (batch 1, prompt 1, H100_SXM) with its parameters' defaults, so a shape or
+  /// type error in it is reported without a plan. Returns the models left unchecked because a
+  /// parameter has no default, each as "Name (d, heads)".
+  std::vector<std::string> checkModelsWithoutPlan();
+
   llvm::SourceMgr sm;
   DiagnosticEngine diags;
   Sema sema;
@@ -48,6 +56,8 @@ public:
 
 private:
   bool parse(unsigned bufferID);
+  /// The stand-in plans of checkModelsWithoutPlan (their buffers are library buffers).
+  std::vector<std::unique_ptr<Module>> standIns_;
 };
 
 } // namespace tally

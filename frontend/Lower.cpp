@@ -23,7 +23,7 @@ std::optional<Graph> Lowerer::run(const PlanDecl &decl) {
     return std::nullopt;
   g.model = model->name;
   g.activationDtype = key.activations;
-  g.instances.push_back({&pooledName(model->name), &pooledName(""), kNone, 0});
+  g.instances.push_back({&pooledName(model->name), &pooledName(""), kNone, 0, {}});
   ModuleObj *root = instantiate(*model, call, "", 0, false, call.range);
   if (!root || failed)
     return std::nullopt;

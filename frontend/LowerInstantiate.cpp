@@ -319,8 +319,10 @@ ModuleObj &Lowerer::materialize(ModuleObj &m) {
   return m;
 }
 
-uint32_t Lowerer::newInstance(const std::string &path, const std::string &block, uint32_t parent) {
+uint32_t Lowerer::newInstance(const std::string &path, const std::string &block, uint32_t parent,
+                              llvm::SMRange where) {
   Instance in;
+  in.where = where;
   in.block = &pooledName(block);
   in.part = &partAfter(g, path, parent);
   in.parent = parent;
@@ -449,7 +451,7 @@ bool Lowerer::member(const BlockItem &item, ModuleObj &m, bool frozen) {
           .range(e.args[0]->range);
       return false;
     }
-    uint32_t listInstance = newInstance(path, "repeat", m.instance);
+    uint32_t listInstance = newInstance(path, "repeat", m.instance, item.range);
     Value list;
     list.kind = Value::List;
     list.range = item.range;
@@ -461,7 +463,7 @@ bool Lowerer::member(const BlockItem &item, ModuleObj &m, bool frozen) {
       ModuleObj *child = first ? cloneInstance(*first, sub, part, listInstance) : nullptr;
       if (!child) {
         unsigned said = diags.errorCount() + diags.warningCount();
-        child = instantiate(*b, call, sub, newInstance(sub, b->name, listInstance), frozen,
+        child = instantiate(*b, call, sub, newInstance(sub, b->name, listInstance, item.range), frozen,
                             e.lhs->range);
         if (child && i == 0 && diags.errorCount() + diags.warningCount() == said) {
           first = child;
@@ -489,7 +491,7 @@ bool Lowerer::member(const BlockItem &item, ModuleObj &m, bool frozen) {
     if (call.kind == ConstValue::Invalid)
       return false;
     ModuleObj *child =
-        instantiate(*b, call, path, newInstance(path, b->name, m.instance), frozen, e.range);
+        instantiate(*b, call, path, newInstance(path, b->name, m.instance, item.range), frozen, e.range);
     if (!child)
       return false;
     Value v;

@@ -198,7 +198,8 @@ private:
                Dtype &dtype);
   ModuleObj *instantiate(const BlockDecl &b, const ConstValue &call, const std::string &path,
                          uint32_t instance, bool frozen, llvm::SMRange where);
-  uint32_t newInstance(const std::string &path, const std::string &block, uint32_t parent);
+  uint32_t newInstance(const std::string &path, const std::string &block, uint32_t parent,
+                       llvm::SMRange where);
   bool declared(ModuleObj &m, const std::string &name, llvm::SMRange r);
   bool items(const std::vector<BlockItemPtr> &list, ModuleObj &m, bool frozen);
   std::optional<bool> condition(const Expr &e, const ConstEnv &env);

@@ -64,6 +64,13 @@ DiagBuilder Sema::suggest(DiagKind kind, llvm::SMRange at, std::string message,
   return b;
 }
 
+void Sema::unknownChoice(llvm::SMRange r, llvm::StringRef what, llvm::StringRef plural,
+                         llvm::StringRef name, const std::vector<std::string> &candidates) {
+  suggest(DiagKind::UnknownName, r, "unknown " + what.str() + " '" + name.str() + "'", name,
+          candidates)
+      .note(llvm::SMLoc(), "the " + plural.str() + " are: " + choiceList(candidates));
+}
+
 void Sema::unknownName(llvm::SMRange r, llvm::StringRef what, llvm::StringRef name,
                        const std::vector<std::string> &candidates) {
   suggest(DiagKind::UnknownName, r, "unknown " + what.str() + " '" + name.str() + "'", name,

@@ -102,6 +102,10 @@ public:
   /// Reports `name` as unknown, suggesting the closest of `candidates`.
   void unknownName(llvm::SMRange r, llvm::StringRef what, llvm::StringRef name,
                    const std::vector<std::string> &candidates);
+  /// unknownName for an enumerated setting (precision, optimizer, checkpoint, dtype): also a
+  /// note listing the valid values, "the precisions are: fp32, ...".
+  void unknownChoice(llvm::SMRange r, llvm::StringRef what, llvm::StringRef plural,
+                     llvm::StringRef name, const std::vector<std::string> &candidates);
 
   /// Reports `message` at `at`, adding "; did you mean 'X'?" and a fix-it that replaces `at`
   /// with X when X, the closest of `candidates` to `name`, is close enough. Every "unknown

@@ -58,7 +58,7 @@ std::optional<std::string> Sema::singleCheckpointPolicy(const ConstValue &v) {
                    "checkpoint every needs its segment length: every(k)")
           .range(v.range);
     else if (v.kind == ConstValue::Word)
-      unknownName(v.range, "checkpoint policy", v.text, policies);
+      unknownChoice(v.range, "checkpoint policy", "checkpoint policies", v.text, policies);
     else
       diags.report(DiagKind::TypeMismatch, v.range.Start,
                    "checkpoint is none, full, every(k), sqrt, recompute_all, selective, "

@@ -28,7 +28,7 @@ bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
   if (v.kind == ConstValue::Word) {
     auto preset = precisionPreset(v.text);
     if (!preset) {
-      unknownName(v.range, "precision", v.text, precisionPresetNames());
+      unknownChoice(v.range, "precision", "precisions", v.text, precisionPresetNames());
       return false;
     }
     out = *preset;
@@ -118,8 +118,8 @@ bool Sema::optimizer(const ConstValue &v, OptimizerSpec &out) {
                        v.describe())
           .range(v.range);
     else
-      unknownName(v.nameRange.isValid() ? v.nameRange : v.range, "optimizer", name,
-                  optimizerNames());
+      unknownChoice(v.nameRange.isValid() ? v.nameRange : v.range, "optimizer", "optimizers",
+                    name, optimizerNames());
     return false;
   }
   out = *preset;

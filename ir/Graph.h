@@ -467,6 +467,9 @@ struct Instance {
   const std::string *part = &pooledName("");  ///< pooled: its path after its parent's ("wte", ".attn", "[3]")
   uint32_t parent = kNone;    ///< made before it (a smaller index), or kNone for the model
   int64_t depth = 0;          ///< 0 for the model itself
+  /// The member declaration that made it (`fc = Linear(d, 4 * d)`, `h = repeat(n) Block(d)`);
+  /// none for the model. Diagnostics about its ops lead back to the user's file through it.
+  llvm::SMRange where;
 };
 
 struct Graph {

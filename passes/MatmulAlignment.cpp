@@ -20,6 +20,7 @@
 // an unaligned matmul at that measured fraction. A framework's loss differs by library and
 // version and is not priced: the warning says so.
 #include "support/Diagnostics.h"
+#include "passes/InstanceNotes.h"
 #include "passes/Passes.h"
 
 #include <map>
@@ -103,7 +104,8 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
     Dtype d = a.ops[f.first].computeDtype;
     std::string where = "'" + g.opPath(op) + "'";
     if (f.copies > 1)
-      where += " (and " + std::to_string(f.copies - 1) + " more copies)";
+      where += " (and " + std::to_string(f.copies - 1) +
+               (f.copies == 2 ? " more copy)" : " more copies)");
     auto b = diags.report(DiagKind::UnalignedMatmul, op.range.Start,
                           "matmul " + where + " has " + f.name + " = " + std::to_string(f.length) +
                               ", not a multiple of " + std::to_string(f.per) + " (16 bytes of " +
@@ -119,6 +121,7 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
                       "cuBLASLt call (docs/validation.md)"
                     : "the estimate prices it as aligned (the loss depends on the library: "
                       "cuBLASLt measured 0.126 of the peak, docs/validation.md)"));
+    noteInstances(b, diags, op.range.Start, g, op.instance);
   }
 }
 

@@ -23,6 +23,7 @@
 //    location, naming the ops that use it (a LayerNorm in a repeated block is one literal).
 #include "support/Diagnostics.h"
 #include "support/Format.h"
+#include "passes/InstanceNotes.h"
 #include "passes/Passes.h"
 
 #include <cmath>
@@ -253,6 +254,7 @@ void graphLiterals(const Analysis &a, DiagnosticEngine &diags) {
                g.opPath(l.ops.back()) + ")";
     auto b = diags.report(kindOf(c.fit), l.range.Start, conversionMessage(l.what, l.value, l.dtype, c));
     b.range(l.range);
+    noteInstances(b, diags, l.range.Start, g, first.instance);
     b.note(pr.Start, "activations are " + nameOf(l.dtype).str() + " under " + presetText(*a.plan) +
                          "; used by " + users, pr);
     if (first.kind == OpKind::LayerNorm || first.kind == OpKind::RmsNorm)

@@ -40,7 +40,8 @@ void unusedParams(Analysis &a, DiagnosticEngine &diags) {
   for (const auto &entry : byDecl) {
     const Unused &u = entry.second;
     std::string where = u.copies > 1 ? " (and " + std::to_string(u.copies - 1) +
-                                           " more copies of its block)"
+                                           (u.copies == 2 ? " more copy" : " more copies") +
+                                           " of its block)"
                                      : "";
     diags.report(DiagKind::UnusedValue, u.first->range.Start,
                  "parameter '" + g.paramPath(*u.first) + "'" + where +

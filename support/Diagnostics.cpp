@@ -195,6 +195,46 @@ void DiagnosticEngine::position(llvm::SMLoc loc, std::string &file, unsigned &li
 
 void DiagnosticEngine::setErrorLimit(unsigned n) { errorLimit_ = n; }
 
+void DiagnosticEngine::setLibraryBuffer(unsigned bufferID) { libraryBuffers_.push_back(bufferID); }
+
+bool DiagnosticEngine::inLibrary(llvm::SMLoc loc) const {
+  if (!loc.isValid() || libraryBuffers_.empty())
+    return false;
+  unsigned buffer = sm_.FindBufferContainingLoc(loc);
+  return buffer != 0 && llvm::is_contained(libraryBuffers_, buffer);
+}
+
+void DiagnosticEngine::relocateFromLibrary(Diagnostic &diag) const {
+  if (!inLibrary(diag.loc))
+    return;
+  auto user = llvm::find_if(diag.notes, [&](const DiagNote &n) {
+    return n.loc.isValid() && sm_.FindBufferContainingLoc(n.loc) != 0 && !inLibrary(n.loc);
+  });
+  if (user == diag.notes.end())
+    return;
+  // The library's line becomes a note that says whose code it is: "in 'Linear' called here as
+  // proj" (the note moved up) reads "raised in the standard library, in 'Linear' called as
+  // proj" at the library's line.
+  DiagNote library;
+  library.loc = diag.loc;
+  library.ranges = std::move(diag.ranges);
+  std::string context = user->message;
+  if (size_t at = context.find(" here as "); at != std::string::npos)
+    context.replace(at, 9, " as ");
+  library.message = "raised in the standard library, " + context;
+  // Other notes at the library's line (unaligned-matmul's padding) would show it again.
+  for (DiagNote &n : diag.notes)
+    if (n.loc == library.loc) {
+      n.loc = llvm::SMLoc();
+      n.ranges.clear();
+    }
+  diag.loc = user->loc;
+  diag.ranges = std::move(user->ranges);
+  diag.notes.erase(user);
+  diag.notes.insert(diag.notes.begin(), std::move(library));
+  llvm::erase_if(diag.fixits, [&](const llvm::SMFixIt &f) { return inLibrary(f.getRange().Start); });
+}
+
 std::optional<Severity> DiagnosticEngine::effectiveSeverity(DiagKind kind) const {
   if (defaultSeverity(kind) == Severity::Error)
     return Severity::Error;
@@ -223,6 +263,7 @@ void DiagnosticEngine::emit(Diagnostic diag) {
   if (!emitted_.insert({static_cast<unsigned>(diag.kind), diag.loc.getPointer(), diag.message})
            .second)
     return;
+  relocateFromLibrary(diag);
   position(diag.loc, diag.file, diag.line, diag.column);
 
   if (diag.severity == Severity::Error)

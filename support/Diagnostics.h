@@ -153,6 +153,15 @@ public:
   /// "-", as printed). An invalid location, or one in no buffer, gives "" and 0, 0.
   void position(llvm::SMLoc loc, std::string &file, unsigned &line, unsigned &column) const;
 
+  /// Marks a buffer as library code (the standard library, std.tally): a diagnostic located
+  /// in it that has a note in one of the user's files is reported at the innermost such note
+  /// instead (the call or instance declaration that led there), with the library's line as
+  /// its first note, so the terminal, SARIF and the editor all point into the user's file.
+  /// Fix-its in library text, which the user cannot edit, are dropped.
+  void setLibraryBuffer(unsigned bufferID);
+  /// Whether `loc` lies in a buffer marked by setLibraryBuffer.
+  bool inLibrary(llvm::SMLoc loc) const;
+
   /// Caps the number of errors printed (default 50; 0 means no cap). When an error goes past
   /// the cap, one "too many errors" note is printed and from then on nothing more is printed;
   /// diagnostics are still counted and recorded. Prevents huge outputs on garbage input.
@@ -168,6 +177,8 @@ private:
   void emit(Diagnostic diag);
   /// The severity `kind` has after the -W options, or nullopt when it is silenced.
   std::optional<Severity> effectiveSeverity(DiagKind kind) const;
+  /// Moves a diagnostic raised in library code to the user's innermost note (setLibraryBuffer).
+  void relocateFromLibrary(Diagnostic &diag) const;
   /// Prints one diagnostic and its notes to `*out_`.
   void print(const Diagnostic &diag);
   /// Prints one message with SourceMgr's formatting, or "tally: ..." when `loc` is invalid.
@@ -186,6 +197,7 @@ private:
   std::vector<bool> disabled_;             ///< per kind: silenced by -Wno-NAME
   std::vector<ErrorMapping> errorMapping_; ///< per kind: -Werror=NAME / -Wno-error=NAME
   std::vector<Diagnostic> diags_;
+  std::vector<unsigned> libraryBuffers_; ///< setLibraryBuffer
   /// (kind, location, message) of every diagnostic with a location emitted so far: a repeat
   /// is dropped (not printed, counted or recorded).
   std::set<std::tuple<unsigned, const char *, std::string>> emitted_;

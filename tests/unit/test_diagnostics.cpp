@@ -10,6 +10,7 @@
 #include <llvm/Support/MemoryBuffer.h>
 
 #include "support/Diagnostics.h"
+#include "support/Suggest.h"
 
 using namespace tally;
 
@@ -372,4 +373,14 @@ TEST_CASE("codeOf and kindFromCode round-trip every kind; codes are unique", "[d
   CHECK(severityName(Severity::Error) == "error");
   CHECK(severityName(Severity::Warning) == "warning");
   CHECK(severityName(Severity::Note) == "note");
+}
+
+TEST_CASE("closestName: swaps, reordered words, separators and far typos among few", "[diagnostics]") {
+  CHECK(closestName("bf16_mixed", {"fp32", "bf16", "mixed_bf16", "mixed_fp16"}) == "mixed_bf16");
+  CHECK(closestName("adam_w", {"SGD", "Adam", "AdamW", "Lion"}) == "AdamW");
+  CHECK(closestName("sqtr", {"none", "full", "sqrt"}) == "sqrt");
+  CHECK(closestName("baises", {"in", "out", "bias"}) == "bias");
+  CHECK(closestName("H100_SMX", {"H100_SXM", "A100_SXM", "H200_SXM"}) == "H100_SXM");
+  // Nothing close: no suggestion.
+  CHECK(closestName("zzzzzz", {"in", "out", "bias"}).empty());
 }

@@ -151,8 +151,12 @@ train t { model = M() batch = 8 precision = mixed_fp16 target = H100_SXM }
 )");
   auto u = l.of(DiagKind::PrecisionUnderflow);
   REQUIRE(u.size() == 1);
-  REQUIRE(u[0]->notes.size() >= 1);
-  CHECK(u[0]->notes[0].message.find("h[0].ln.layer_norm and 3 more") != std::string::npos);
+  // Raised in the standard library's LayerNorm: reported at `ln = LayerNorm(...)`, the library's
+  // line first among the notes, then the repeat, then the precision setting.
+  REQUIRE(u[0]->notes.size() >= 3);
+  CHECK(u[0]->notes[0].message == "raised in the standard library, in 'LayerNorm' instantiated as h[0].ln");
+  CHECK(u[0]->line == 3);
+  CHECK(u[0]->notes[2].message.find("h[0].ln.layer_norm and 3 more") != std::string::npos);
 }
 
 TEST_CASE("precision-overflow: a constant past fp16's max", "[precision]") {

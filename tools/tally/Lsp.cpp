@@ -18,6 +18,8 @@
 // 6. textDocument/completion: block and model names, plan settings, targets, precision
 //    presets, optimizers and the primitive ops with their signatures (ir/Primitives.cpp);
 //    not filtered by context (editors filter by prefix).
+// 7. textDocument/codeAction: each fix-it of a diagnostic overlapping the range (the "did you
+//    mean" replacements, a missing setting) as a quick fix with its edit.
 #include "driver/Compiler.h"
 #include "ir/Plan.h"
 #include "ir/Primitives.h"
@@ -59,6 +61,16 @@ struct Document {
   std::string noHover;                      ///< what hover says for a block with no entry
   std::vector<std::string> blockNames;      ///< every block and model the program knows
   std::map<std::string, std::pair<size_t, size_t>> definitions; ///< block → its name's bytes in the text
+  /// One per fix-it of a published diagnostic: the diagnostic's bytes in the text, the
+  /// diagnostic as published, and the code action that applies the fix-it.
+  struct Fix {
+    size_t from, to;
+    json::Value diagnostic;
+    std::string title;
+    size_t editFrom, editTo;
+    std::string replacement;
+  };
+  std::vector<Fix> fixes;
 };
 
 /// Reads one framed message; false at end of input or on a malformed header.
@@ -159,9 +171,13 @@ size_t offsetOf(StringRef text, int64_t line, int64_t character) {
   return i;
 }
 
-/// The LSP diagnostics of one compilation that lie in the document's buffer.
-json::Array lspDiagnostics(const Compilation &c, unsigned docBuffer, StringRef text) {
+/// The LSP diagnostics of one compilation that lie in the document's buffer (a diagnostic
+/// raised in the standard library is reported at the user's call or declaration by the
+/// engine), with each fix-it in the document kept in `fixes` for textDocument/codeAction.
+json::Array lspDiagnostics(const Compilation &c, unsigned docBuffer, StringRef text,
+                           std::vector<Document::Fix> &fixes) {
   json::Array out;
+  fixes.clear();
   const char *start = c.sm.getMemoryBuffer(docBuffer)->getBufferStart();
   const char *end = c.sm.getMemoryBuffer(docBuffer)->getBufferEnd();
   auto inDoc = [&](SMLoc l) { return l.isValid() && l.getPointer() >= start && l.getPointer() <= end; };
@@ -183,12 +199,25 @@ json::Array lspDiagnostics(const Compilation &c, unsigned docBuffer, StringRef t
     std::string message = d.message;
     for (const DiagNote &n : d.notes)
       message += "\nnote: " + n.message;
-    out.push_back(json::Object{
+    json::Object diagnostic{
         {"range", json::Object{{"start", positionOf(text, from)}, {"end", positionOf(text, to)}}},
         {"severity", d.severity == Severity::Error ? 1 : 2},
         {"code", codeOf(d.kind).str()},
         {"source", "tally"},
-        {"message", message}});
+        {"message", message}};
+    for (const SMFixIt &f : d.fixits) {
+      SMRange r = f.getRange();
+      if (!inDoc(r.Start) || !inDoc(r.End))
+        continue;
+      std::string shown = f.getText().str();
+      std::string title = r.Start == r.End ? "insert '" + shown + "'" : "replace with '" + shown + "'";
+      if (StringRef(shown).trim().empty() || shown.find('\n') != std::string::npos)
+        title = "insert " + StringRef(shown).trim().str();
+      fixes.push_back({from, to, json::Value(json::Object(diagnostic)), title,
+                       static_cast<size_t>(r.Start.getPointer() - start),
+                       static_cast<size_t>(r.End.getPointer() - start), f.getText().str()});
+    }
+    out.push_back(std::move(diagnostic));
   }
   return out;
 }
@@ -287,6 +316,8 @@ void compileAndPublish(const std::string &uri, Document &doc) {
       }
       first = false;
     }
+    if (!c.diags.hasErrors())
+      c.checkModelsWithoutPlan();
   }
   if (!analyzed)
     doc.noHover = c.program.planOrder.empty() && !c.diags.hasErrors()
@@ -295,7 +326,27 @@ void compileAndPublish(const std::string &uri, Document &doc) {
   send(json::Object{{"jsonrpc", "2.0"},
                     {"method", "textDocument/publishDiagnostics"},
                     {"params", json::Object{{"uri", uri},
-                                            {"diagnostics", lspDiagnostics(c, buffer, doc.text)}}}});
+                                            {"diagnostics", lspDiagnostics(c, buffer, doc.text, doc.fixes)}}}});
+}
+
+/// Step 7: the code actions for a range: every fix-it of a diagnostic that overlaps it, as a
+/// quick fix that edits the document.
+json::Array codeActions(const std::string &uri, const Document &doc, size_t from, size_t to) {
+  json::Array out;
+  for (const Document::Fix &f : doc.fixes) {
+    if (f.to < from || f.from > to)
+      continue;
+    json::Object edit{{"range", json::Object{{"start", positionOf(doc.text, f.editFrom)},
+                                             {"end", positionOf(doc.text, f.editTo)}}},
+                      {"newText", f.replacement}};
+    out.push_back(json::Object{
+        {"title", f.title},
+        {"kind", "quickfix"},
+        {"isPreferred", true},
+        {"diagnostics", json::Array{f.diagnostic}},
+        {"edit", json::Object{{"changes", json::Object{{uri, json::Array{std::move(edit)}}}}}}});
+  }
+  return out;
 }
 
 /// The identifier around an LSP position: its bytes [b, e) in the text (b == e: none).
@@ -392,6 +443,7 @@ int serve() {
       reply(*id, json::Object{{"capabilities", json::Object{{"textDocumentSync", 1},
                                                             {"hoverProvider", true},
                                                             {"definitionProvider", true},
+                                                            {"codeActionProvider", true},
                                                             {"completionProvider", json::Object{}}}},
                               {"serverInfo", json::Object{{"name", "tally"}, {"version", "0.1"}}}});
     } else if (method == "shutdown" && id) {
@@ -433,6 +485,23 @@ int serve() {
       }
       reply(*id, hover(it->second, pos->getInteger("line").getValueOr(0),
                        pos->getInteger("character").getValueOr(0)));
+    } else if (method == "textDocument/codeAction" && id) {
+      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
+      const json::Object *range = params ? params->getObject("range") : nullptr;
+      const json::Object *b = range ? range->getObject("start") : nullptr;
+      const json::Object *e = range ? range->getObject("end") : nullptr;
+      auto uri = td ? td->getString("uri") : None;
+      auto it = uri ? docs.find(uri->str()) : docs.end();
+      if (it == docs.end() || !b || !e) {
+        reply(*id, nullptr);
+        continue;
+      }
+      StringRef text = it->second.text;
+      reply(*id, codeActions(uri->str(), it->second,
+                             offsetOf(text, b->getInteger("line").getValueOr(0),
+                                      b->getInteger("character").getValueOr(0)),
+                             offsetOf(text, e->getInteger("line").getValueOr(0),
+                                      e->getInteger("character").getValueOr(0))));
     } else if ((method == "textDocument/definition" || method == "textDocument/completion") && id) {
       const json::Object *td = params ? params->getObject("textDocument") : nullptr;
       const json::Object *pos = params ? params->getObject("position") : nullptr;

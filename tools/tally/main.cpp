@@ -191,6 +191,8 @@ int runCheck() {
         plans = c.program.planOrder;
       }
     }
+    // Models no plan runs are type-checked too (with their defaults), after the plans.
+    bool everyModel = !c.diags.hasErrors() && opts::PlanName.empty();
     for (const PlanDecl *p : plans) {
       if (!c.lower(*p, overrides()))
         continue;
@@ -205,6 +207,8 @@ int runCheck() {
       if (opts::EmitStage == opts::Emit::MemoryPlan)
         renderMemoryPlan(a, outs(), false);
     }
+    if (everyModel)
+      c.checkModelsWithoutPlan();
     if (c.diags.hasErrors())
       status = 1;
     if (sarif)
