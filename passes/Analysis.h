@@ -160,6 +160,9 @@ struct Analysis {
     /// copies `beforeCopies` is everything.
     double beforeCopies = 0, beforeCopiesTrainable = 0;
     double inCopies = 0, inCopiesTrainable = 0;
+    /// Of `total`, the parameters an op outside the block that declares them reads too (a head
+    /// tied to the embedding): counted once, however many blocks read them.
+    double tied = 0;
     std::vector<BlockCount> byBlock; ///< every instance, in instance order
   } params;
 

@@ -9,6 +9,8 @@
 // 4. By pipeline stage: the parameters read by an op before the first repeat-block copy (the
 //    first stage's own) and those read by ops in the copies, each counted once (a weight read
 //    in both, as none is in a transformer, counts before the copies).
+// 5. Tied: a parameter read by an op written outside the block that declares it (and that
+//    block's children) is shared between blocks (GPT-2's head reads the embedding's weight).
 #include "passes/Passes.h"
 
 namespace tally {
@@ -71,6 +73,24 @@ void countParams(Analysis &a) {
       }
     }
   }
+  // Step 5: tied parameters.
+  auto within = [&](uint32_t inst, uint32_t ancestor) {
+    for (uint32_t i = inst; i != kNone && i < g.instances.size(); i = g.instances[i].parent)
+      if (i == ancestor)
+        return true;
+    return false;
+  };
+  std::vector<bool> tied(g.tensors.size(), false);
+  for (const Op &op : g.ops)
+    for (TensorId x : op.inputs) {
+      TensorId s = g.storageOf(x);
+      const Tensor &w = g.tensors[s];
+      if (w.role == TensorRole::Param && !tied[s] && !within(op.instance, g.params[w.param].instance))
+        tied[s] = true;
+    }
+  for (const ParamInfo &p : g.params)
+    if (tied[g.storageOf(p.tensor)])
+      a.params.tied += numel(g.tensors[p.tensor].shape);
   a.params.byBlock.clear();
   a.params.byBlock.reserve(g.instances.size());
   for (uint32_t i = 0; i < g.instances.size(); ++i) {

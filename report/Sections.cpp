@@ -41,7 +41,8 @@ ReportTable paramsTable(const Analysis &a) {
       t.rows.push_back({g.paramPath(p), p.trainable ? "param" : "param (frozen)", groupDigits(n),
                         share(n, a.params.total)});
     }
-  t.notes.push_back(formatCount(a.params.total) + " parameters; a tied weight is counted once.");
+  t.notes.push_back(formatCount(a.params.total) +
+                    (a.params.tied > 0 ? " parameters; a tied weight is counted once." : " parameters."));
   return t;
 }
 

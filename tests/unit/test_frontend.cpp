@@ -375,6 +375,31 @@ train t { model = Tied() batch = 2 seq = 8 target = H100_SXM }
     for (TensorId t : op.inputs)
       uses += t == w;
   CHECK(uses == 2);
+  // The model's own matmul reads the embedding's weight: tied, so the report says it is counted
+  // once (passes/ParamCount.cpp, step 5).
+  CHECK(a->params.tied == 100 * 16);
+}
+
+TEST_CASE("a weight read only inside its own block is not tied", "[frontend][lower]") {
+  Quiet q;
+  REQUIRE(q.add(R"(
+block Head(d, vocab) {
+  proj = Linear(d, vocab, bias = false)
+  forward(x) { return proj(x) }
+}
+model Untied(vocab = 100, d = 16) {
+  wte = Embedding(vocab, d)
+  head = Head(d, vocab)
+  forward(tokens: i32[batch, seq]) {
+    return cross_entropy(head(wte(tokens)), next_tokens(tokens))
+  }
+}
+train t { model = Untied() batch = 2 seq = 8 target = H100_SXM }
+)"));
+  auto a = q.analyze();
+  REQUIRE(a);
+  CHECK(a->params.total == 2 * 100 * 16);
+  CHECK(a->params.tied == 0);
 }
 
 TEST_CASE("repeat copies get indexed paths", "[frontend][lower]") {
