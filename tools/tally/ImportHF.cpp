@@ -309,7 +309,7 @@ std::optional<Generated> decoderFamily(Config &c, StringRef family) {
                 "changes a count\n";
   // Qwen2 has biases on q, k and v but not on o; Llama's attention_bias puts one on all four.
   std::string qkvBias = boolText(attnBias), oBias = boolText(attnBias && !qwen2);
-  g.blocks = fill(R"(// Self-attention with rotary positions and {0} key-value heads per {1} query heads.
+  g.blocks = fill(R"(// Self-attention with rotary positions and {0} per {1} query heads.
 block Attention(d, heads, kv_heads, head_dim) {
   q = Linear(d, heads * head_dim, bias = {2})
   k = Linear(d, kv_heads * head_dim, bias = {2})
@@ -341,7 +341,8 @@ block DecoderLayer(d, heads, kv_heads, head_dim, hidden, eps) {
   }
 }
 )",
-                     kv, heads, qkvBias, oBias, op, boolText(mlpBias),
+                     std::to_string(kv) + (kv == 1 ? " key-value head" : " key-value heads"), heads,
+                     qkvBias, oBias, op, boolText(mlpBias),
                      mixtral ? fill("MoE(d, hidden, experts = {0}, top_k = {1})", experts, topK)
                              : std::string("GatedMLP(d, hidden)"));
   if (mixtral) // the experts are the MoE block's own SwiGLU: no GatedMLP block
