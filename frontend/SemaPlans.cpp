@@ -5,9 +5,11 @@
 // --target) go through the same handlers. The precision and optimizer records are read here;
 // the target's record is SemaParallel.cpp, the checkpoint policies SemaCheckpoint.cpp.
 #include "frontend/Sema.h"
+#include "support/Format.h"
 #include "support/Suggest.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tally {
 
@@ -282,6 +284,12 @@ struct PlanResolver {
     if (v.kind != ConstValue::Number || v.dim != UnitDim::None || v.number <= 0) {
       sema.diags.report(DiagKind::UnitMismatch, v.range.Start,
                         "tokens is a positive count such as 10B, not " + v.describe())
+          .range(v.range);
+      return false;
+    }
+    if (v.number < 1 || v.number != std::floor(v.number)) { // 1.5B is a count, 0.5 is not
+      sema.diags.report(DiagKind::InvalidValue, v.range.Start,
+                        "tokens is a whole number of tokens such as 10B, not " + significant(v.number))
           .range(v.range);
       return false;
     }
