@@ -421,6 +421,30 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
                   [&](size_t i) { return g.instancePath(static_cast<uint32_t>(i)); }, instances))
       return sel;
   }
+  // A copy index past a repeat's last copy: say how many copies there are (the closest name
+  // of "h[12]" would be "h[1]", which is not what was meant).
+  size_t open = path.find('['), close = path.find(']');
+  if (!pattern && open != llvm::StringRef::npos && close != llvm::StringRef::npos && open < close &&
+      open > 0) {
+    llvm::StringRef prefix = path.take_front(open);
+    unsigned long long index = 0;
+    if (!path.slice(open + 1, close).getAsInteger(10, index)) {
+      uint64_t copies = 0;
+      for (uint32_t i = 0; i < g.instances.size(); ++i) {
+        llvm::StringRef p = g.instancePath(i);
+        if (p.startswith(prefix) && p.size() > prefix.size() + 2 && p[prefix.size()] == '[' &&
+            p.endswith("]") && p.find('.', prefix.size()) == llvm::StringRef::npos &&
+            p.find('[', prefix.size() + 1) == llvm::StringRef::npos)
+          ++copies;
+      }
+      if (copies > 0 && index >= copies) {
+        sel.outOfRange = prefix.str() + " has " + std::to_string(copies) +
+                         (copies == 1 ? " copy, " : " copies, ") + prefix.str() + "[0]" +
+                         (copies == 1 ? "" : " to " + prefix.str() + "[" + std::to_string(copies - 1) + "]");
+        return sel;
+      }
+    }
+  }
   // The suggestion is a pattern when a pattern was asked for.
   auto name = [&](std::string p) { return pattern ? repeatPattern(p) : p; };
   std::vector<std::string> names;

@@ -27,6 +27,9 @@ struct ExplainSelection {
   uint32_t instance = kNone; ///< Block: index into Graph::instances and Analysis::params.byBlock
   std::vector<OpId> ops;     ///< Block: the ops written in it and in the blocks below it, in order
   std::string suggestion;    ///< None: the closest op or block path, "" when none is close
+  /// None, for a path whose copy index is past a repeat's last copy ("h[12]" of 12 copies):
+  /// how many copies there are ("h has 12 copies, h[0] to h[11]"), in place of a suggestion.
+  std::string outOfRange;
   /// Selected by a pattern: the pattern and how many ops (blocks) it names; "" and 1 for a path.
   std::string pattern;
   uint32_t copies = 1;

@@ -98,7 +98,8 @@ int explain() {
   if (sel.kind == ExplainSelection::None) {
     c.diags.report(DiagKind::UnknownName, SMLoc(),
                    "no op or block '" + OpPath + "' in plan " + a->plan->name +
-                       didYouMean(sel.suggestion))
+                       (sel.outOfRange.empty() ? didYouMean(sel.suggestion)
+                                               : ": " + sel.outOfRange))
         .note(SMLoc(), "`tally report " + File + " --emit=ir` lists every op path");
     return 1;
   }
