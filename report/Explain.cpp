@@ -431,7 +431,8 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
     if (!path.slice(open + 1, close).getAsInteger(10, index)) {
       uint64_t copies = 0;
       for (uint32_t i = 0; i < g.instances.size(); ++i) {
-        llvm::StringRef p = g.instancePath(i);
+        std::string owned = g.instancePath(i); // a StringRef to the temporary would dangle
+        llvm::StringRef p = owned;
         if (p.startswith(prefix) && p.size() > prefix.size() + 2 && p[prefix.size()] == '[' &&
             p.endswith("]") && p.find('.', prefix.size()) == llvm::StringRef::npos &&
             p.find('[', prefix.size() + 1) == llvm::StringRef::npos)
