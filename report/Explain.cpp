@@ -422,28 +422,26 @@ ExplainSelection selectForExplain(const Graph &g, llvm::StringRef path) {
       return sel;
   }
   // A copy index past a repeat's last copy: say how many copies there are (the closest name
-  // of "h[12]" would be "h[1]", which is not what was meant).
+  // of "h[12]" would be "h[1]", which is not what was meant). The repeat is the instance named by
+  // what precedes the first index; its copies are its children named "[k]".
   size_t open = path.find('['), close = path.find(']');
-  if (!pattern && open != llvm::StringRef::npos && close != llvm::StringRef::npos && open < close &&
-      open > 0) {
-    llvm::StringRef prefix = path.take_front(open);
-    unsigned long long index = 0;
-    if (!path.slice(open + 1, close).getAsInteger(10, index)) {
+  unsigned long long index = 0;
+  if (!pattern && open != llvm::StringRef::npos && open > 0 && close > open &&
+      !path.slice(open + 1, close).getAsInteger(10, index)) {
+    std::string prefix = path.take_front(open).str();
+    for (uint32_t r = 0; r < g.instances.size(); ++r) {
+      if (g.instancePath(r) != prefix)
+        continue;
       uint64_t copies = 0;
-      for (uint32_t i = 0; i < g.instances.size(); ++i) {
-        std::string owned = g.instancePath(i); // a StringRef to the temporary would dangle
-        llvm::StringRef p = owned;
-        if (p.startswith(prefix) && p.size() > prefix.size() + 2 && p[prefix.size()] == '[' &&
-            p.endswith("]") && p.find('.', prefix.size()) == llvm::StringRef::npos &&
-            p.find('[', prefix.size() + 1) == llvm::StringRef::npos)
-          ++copies;
-      }
+      for (const Instance &child : g.instances)
+        copies += child.parent == r && llvm::StringRef(*child.part).startswith("[");
       if (copies > 0 && index >= copies) {
-        sel.outOfRange = prefix.str() + " has " + std::to_string(copies) +
-                         (copies == 1 ? " copy, " : " copies, ") + prefix.str() + "[0]" +
-                         (copies == 1 ? "" : " to " + prefix.str() + "[" + std::to_string(copies - 1) + "]");
+        sel.outOfRange = prefix + " has " + std::to_string(copies) +
+                         (copies == 1 ? " copy, " : " copies, ") + prefix + "[0]" +
+                         (copies == 1 ? "" : " to " + prefix + "[" + std::to_string(copies - 1) + "]");
         return sel;
       }
+      break;
     }
   }
   // The suggestion is a pattern when a pattern was asked for.

@@ -19,6 +19,7 @@ flash attention (submit_benchmarks.py's default `attn_impl: triton` at the table
 300cc5c to b2a43a1, 2023), whose rate is not published, and tally prices FlashAttention-2 in
 its place. Nothing is set from the error.
 """
+import json
 import os
 import subprocess
 import sys
@@ -289,7 +290,6 @@ def main():
             fh.write(text)
         r = subprocess.run([tally, "report", tmp, "--format", "json"], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, universal_newlines=True)
-        import json
         try:
             counted = int(json.loads(r.stdout)["params"]["total"])
         except (ValueError, KeyError, TypeError):
