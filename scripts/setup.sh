@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ python3 antlr4 libantlr4-runtime-dev llvm-14-dev llvm-14-tools
           catch2 default-jre-headless libopenblas-dev pkgconf python3-torch python3-numpy chromium
           openmpi-bin libopenmpi-dev  # data-parallel steps (mpirun) and tally calibrate's interconnect
-          clang-14 libclang-rt-14-dev libomp-14-dev)  # the sanitizer + libFuzzer build (scripts/fuzz.sh)
+          clang-14 libclang-rt-14-dev libomp-14-dev  # the sanitizer + libFuzzer build (scripts/fuzz.sh)
+          ccache)  # the tests' generated steps share their compiled driver (CMakeLists.txt, STEP_CCACHE_ENV)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,4 +12,4 @@ add_test(NAME cuda-step-compiles
                  ${CMAKE_BINARY_DIR}/cuda-step "${CMAKE_CUDA_COMPILER}")
 set_tests_properties(cuda-step-compiles PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 3600 LABELS "cuda;slow"
                      FIXTURES_REQUIRED cuda_rt COST 950   # started first: tests/step/cuda_tests.cmake
-                     ENVIRONMENT "TALLY_CUDA_RT_LIB=${CMAKE_BINARY_DIR}/cuda-rt/libtally_rt_cuda.a")
+                     ENVIRONMENT "TALLY_CUDA_RT_LIB=${CMAKE_BINARY_DIR}/cuda-rt/libtally_rt_cuda.a${STEP_CCACHE_ENV}")

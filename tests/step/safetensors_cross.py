@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """safetensors_cross.py — the C++ safetensors reader/writer (codegen/runtime/common/
-tally_safetensors.h, via tests/step/safetensors_check) against the python one
+tally_safetensors.h, via tests/step/safetensors_tool) against the python one
 (tests/step/e2e/safetensors.py), both ways (ctest step-safetensors-python):
 
   python writes → C++ reads and writes a copy → python reads the copy: every dtype, a scalar,
