@@ -82,11 +82,11 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   // A candidate priced alone (Analysis::priceOnly) needs the peak and, for its step time, the
   // schedule's Recompute steps, not the buffers: its walk may come from the memo, which keeps
   // no schedule, but does keep those steps once a candidate applied the policy.
-  // The applied policy's buffers, for the memory plan (Analysis::listPlan): listed, or only
+  // The applied policy's buffers, for the memory plan (Analysis::listsPlan): listed, or only
   // summed when nothing reads the list — then the plan fits 64-bit byte offsets when the
   // sum with the local gradients' bound does (planMemory), and else the buffers are listed
   // after all, for the memory plan to say what does not fit.
-  bool list = !a.priceOnly && a.listPlan;
+  bool list = !a.priceOnly && a.listsPlan();
   bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly;
   std::optional<int64_t> aligned = 0;
   Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
@@ -136,8 +136,9 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   // The curve is for reports: the layout search and the budget-fix trials re-analyse plans
   // thousands of times and read only the peak and the times (a curve there made `tally
   // solve layout` 4× slower).
-  bool curve = plan.isTrain && !f.copies.empty() && !a.priceOnly && !a.whatIf &&
-               (!a.diagnosticsOnly || plan.checkpoint == "auto");
+  bool curve = plan.isTrain && !f.copies.empty() && !a.priceOnly &&
+               (a.wanted(Result::Curve) ||
+                (a.wanted(Result::Budgets) && plan.checkpoint == "auto"));
   if (plan.isTrain && !f.copies.empty() && !a.priceOnly)
     perBlock(f, w, a);
 

@@ -88,38 +88,89 @@ struct StepEntry {
 /// Activations.cpp: the liveness walks done on one graph (Analysis::walks).
 struct WalkMemo;
 
+/// What a caller reads of an analysis beyond its numbers and diagnostics (analyze's `wants`;
+/// docs/design.md, "Analyses on demand"). Each pass computes what a requested result or a
+/// diagnostic needs and no more: nothing is skipped by naming a mode.
+enum class Result : unsigned {
+  /// The budgets checked, with their fix notes. A solver's candidate asks none: its fixes
+  /// would search again, without end.
+  Budgets = 1u << 0,
+  /// The checkpoint trade-off curve, which only the reports print (4 walks of the whole step,
+  /// 12% of a 10,000-layer check). Auto's budget note reads it whenever budgets are asked for.
+  Curve = 1u << 1,
+  /// The memory plan's lists: every buffer, the step's schedule of ops and each region's
+  /// entries (--emit=memory-plan, build, run, explain).
+  MemoryPlan = 1u << 2,
+  /// The buffers placed in the arena (--emit=memory-plan, build, run; the placement was 17% of
+  /// a 1,000-layer check).
+  Offsets = 1u << 3,
+  /// The training step kept after the analysis (--emit=ir and whatever lists the memory plan;
+  /// half of a deep model's memory when nothing reads it).
+  Step = 1u << 4,
+};
+
+/// A set of Results.
+class Results {
+public:
+  constexpr Results() = default; ///< the numbers and diagnostics alone: a what-if
+  constexpr Results(Result r) : bits_(static_cast<unsigned>(r)) {}
+  constexpr Results operator|(Results o) const { return fromBits(bits_ | o.bits_); }
+  constexpr bool has(Result r) const { return (bits_ & static_cast<unsigned>(r)) != 0; }
+  /// Everything: what build, run, explain and the solvers' base plans read.
+  static constexpr Results all() { return fromBits((1u << 5) - 1); }
+  /// A solver's candidate: its numbers only.
+  static constexpr Results whatIf() { return {}; }
+  /// `tally check`: the budgets (no curve: it prints diagnostics only), and the memory plan
+  /// and the step only when it prints them (--emit=memory-plan, --emit=ir).
+  static Results check(bool memoryPlan, bool ir) {
+    Results r = Result::Budgets;
+    if (memoryPlan)
+      r = r | Result::MemoryPlan | Result::Offsets | Result::Step;
+    if (ir)
+      r = r | Result::Step;
+    return r;
+  }
+  /// `tally report`: the budgets and the curve; the memory plan and the step only when it
+  /// prints the memory plan.
+  static Results report(bool memoryPlan) {
+    Results r = Results(Result::Budgets) | Result::Curve;
+    return memoryPlan ? r | Result::MemoryPlan | Result::Offsets | Result::Step : r;
+  }
+
+private:
+  static constexpr Results fromBits(unsigned b) {
+    Results r;
+    r.bits_ = b;
+    return r;
+  }
+  unsigned bits_ = 0;
+};
+
 struct Analysis {
   const Graph *graph = nullptr;
   const Plan *plan = nullptr;
-  /// A solver's candidate (tryPlan, Trials, the layout search): budgets are not checked (their
-  /// fixes would search again, without end) and the trade-off curve is not drawn (the
-  /// searches read only the peak and the times). Passed down instead of a global.
-  bool whatIf = false;
-  /// `tally check`: only diagnostics are printed, so the checkpoint trade-off curve, which
-  /// only the reports print, is not drawn (Activations.cpp; 4 walks of the whole step, 12% of
-  /// a 10,000-layer check), unless the plan's checkpoint is auto, whose budget note reads it.
-  bool diagnosticsOnly = false;
-  /// Place the buffers in the arena (MemoryPlan.cpp): their offsets are read by
-  /// --emit=memory-plan, the generated steps (build, run) and kernel fusion (aliasing, so a
-  /// plan that fuses is placed anyway); check and the reports read none (the placement was
-  /// 17% of a 1,000-layer check). Unplaced, the plan is still checked to fit 64-bit offsets.
-  bool placeBuffers = true;
-  /// List the memory plan: every buffer, the step's schedule of ops and each region's entries
-  /// (Activations.cpp, MemoryPlan.cpp), which --emit=memory-plan, build, explain and kernel
-  /// fusion read. `tally check` and the reports (without --emit=memory-plan) and a solver's
-  /// candidates read only whether the plan fits 64-bit byte offsets, which sums say without
-  /// the lists (the buffer list of a 100,000-layer check was 4.5 million records). analyze()
-  /// sets it when the buffers are placed or kernels fused, which read the lists too.
-  bool listPlan = true;
-  /// Whether this analysis's memory plan was listed (listPlan, or when the sums did not prove
+  /// What the caller reads of this analysis (analyze's `wants`): the passes compute what a
+  /// requested result or a diagnostic needs and skip the rest.
+  Results wants = Results::all();
+  bool wanted(Result r) const { return wants.has(r); }
+  /// Whether the buffers are placed in the arena (MemoryPlan.cpp): their offsets are asked for
+  /// (Result::Offsets), or kernel fusion reads them (aliasing), so a plan that fuses is placed
+  /// anyway. Unplaced, the plan is still checked to fit 64-bit offsets.
+  bool placesBuffers() const { return wanted(Result::Offsets) || (plan && plan->fuseKernels); }
+  /// Whether the memory plan is listed (Activations.cpp, MemoryPlan.cpp): asked for
+  /// (Result::MemoryPlan), or read by the placement or kernel fusion. Unlisted, only whether
+  /// the plan fits 64-bit byte offsets is checked, which sums say without the lists (the
+  /// buffer list of a 100,000-layer check was 4.5 million records).
+  bool listsPlan() const { return wanted(Result::MemoryPlan) || placesBuffers(); }
+  /// Whether this analysis's memory plan was listed (listsPlan, or when the sums did not prove
   /// the plan fits, so that the listed plan says what does not): the buffers, schedule and
   /// region entries are empty when it was not.
   bool planListed = true;
   /// The aligned bytes of the local gradients the memory plan would add (an upper bound,
   /// localGradientBound; nullopt past INT64_MAX), taken from the step when the plan is not
-  /// listed (listPlan), before the step may be released.
+  /// listed (listsPlan), before the step may be released.
   std::optional<int64_t> localGradientBytes;
-  /// Whether `step` was released once verified and priced (AnalyzeOptions::keepStep: `tally
+  /// Whether `step` was released once verified and priced (Result::Step not asked for: `tally
   /// check` reads nothing more of it when it lists no memory plan; half of a deep model's
   /// memory): null from then on, unless the memory plan must be listed after all (it does not
   /// fit int64), which builds it again (the same step: buildTrainingStep is deterministic).

@@ -24,7 +24,7 @@
 //    fits in memory (or the best that fits, when it raises MFU by 1% of itself or more), and
 //    dropping recompute (checkpoint = none) when that fits.
 // Inside a solver's trial (a candidate plan being analysed) budgets are not checked. Every fix
-// of one plan shares one Trials (passes/Solvers.h): each distinct graph is lowered and
+// of one plan shares one AnalysisManager (passes/Solvers.h): each distinct graph is lowered and
 // differentiated once, each candidate priced once.
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
@@ -98,7 +98,7 @@ std::string accumulationText(const Plan &p) {
 // ---- fixes -------------------------------------------------------------------------------
 
 /// Step 3: fixes for a peak memory per device above `limit`.
-std::vector<std::string> memoryFixes(Trials &trials, double limit) {
+std::vector<std::string> memoryFixes(AnalysisManager &trials, double limit) {
   const Analysis &a = trials.base();
   std::vector<std::string> notes;
   const Plan &plan = *a.plan;
@@ -113,7 +113,7 @@ std::vector<std::string> memoryFixes(Trials &trials, double limit) {
         continue;
       Plan p = plan;
       p.checkpoint = policy;
-      std::optional<Trial> t = trials.run(p);
+      std::optional<Trial> t = trials.trial(p);
       if (!t)
         continue;
       if (fits(*t) && (best.empty() || t->executedFlops < bestT.executedFlops))
@@ -172,7 +172,7 @@ std::vector<std::string> memoryFixes(Trials &trials, double limit) {
       // is named when none does, so the others are not analysed.
       if (stage < 3 && modelStatesFloor(a, p) > limit)
         continue;
-      last = trials.run(p);
+      last = trials.trial(p);
       if (last && fits(*last))
         break;
     }
@@ -197,7 +197,7 @@ std::vector<std::string> memoryFixes(Trials &trials, double limit) {
 }
 
 /// Step 4: the fewest devices whose step time (or run time) meets `limit`, still in memory.
-std::vector<std::string> timeFixes(Trials &trials, double limit, bool runTime) {
+std::vector<std::string> timeFixes(AnalysisManager &trials, double limit, bool runTime) {
   const Analysis &a = trials.base();
   std::vector<std::string> notes;
   const Plan &plan = *a.plan;
@@ -225,7 +225,7 @@ std::vector<std::string> timeFixes(Trials &trials, double limit, bool runTime) {
 }
 
 /// Step 5: a larger micro-batch, or less recompute, that raises MFU to `target`.
-std::vector<std::string> mfuFixes(Trials &trials, double target) {
+std::vector<std::string> mfuFixes(AnalysisManager &trials, double target) {
   const Analysis &a = trials.base();
   std::vector<std::string> notes;
   const Plan &plan = *a.plan;
@@ -239,7 +239,7 @@ std::vector<std::string> mfuFixes(Trials &trials, double target) {
     Plan p = plan;
     p.microBatch = mb;
     p.microBatchGiven = true;
-    std::optional<Trial> t = trials.run(p);
+    std::optional<Trial> t = trials.trial(p);
     if (!t || t->peak > mem)
       continue;
     if (t->mfu >= target) {
@@ -265,7 +265,7 @@ std::vector<std::string> mfuFixes(Trials &trials, double target) {
   if (plan.checkpoint != "none") {
     Plan p = plan;
     p.checkpoint = "none";
-    std::optional<Trial> t = trials.run(p);
+    std::optional<Trial> t = trials.trial(p);
     if (t && t->peak <= mem && t->mfu > a.time.mfu * 1.01)
       notes.push_back("checkpoint = none (no recompute) " +
                       std::string(t->mfu >= target ? "reaches MFU " : "raises MFU to ") +
@@ -300,7 +300,7 @@ bool broken(const BudgetSpec &b, double actual) {
 } // namespace
 
 void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) {
-  if (a.whatIf)
+  if (!a.wanted(Result::Budgets))
     return;
   const Plan &plan = *a.plan;
   if (!a.checkpoint.error.empty()) {
@@ -308,7 +308,7 @@ void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower) 
     llvm::SMRange range = where != plan.settingRanges.end() ? where->second : llvm::SMRange();
     diags.report(DiagKind::InvalidValue, range.Start, a.checkpoint.error).range(range);
   }
-  Trials trials(a, relower); // every fix below shares its trials' work
+  AnalysisManager trials(a, relower); // every fix below shares its trials' work
   for (const BudgetSpec &b : plan.budgets) {
     switch (b.metric) {
     case BudgetMetric::MemoryPerDevice: {

@@ -324,7 +324,7 @@ void planMemory(Analysis &a) {
   // Unless the offsets are read (Analysis::placeBuffers, kernel fusion), only whether the
   // plan fits matters: the arena is at most the buffers' aligned sizes summed, so when that
   // sum fits, so does every placement, and the placement is skipped.
-  bool place = a.placeBuffers || plan.fuseKernels;
+  bool place = a.placesBuffers();
   if (!place) {
     std::optional<int64_t> sum = 0;
     for (const Buffer &b : a.buffers)

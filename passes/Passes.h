@@ -242,28 +242,9 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, 
 /// policy only. Its memory and time equal analyze's; the memory plan, lints, budgets, block
 /// totals and the checkpoint trade-off curve are not computed (a what-if analysis).
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags);
-/// What a command reads of an analysis beyond its numbers and diagnostics (the fields of
-/// Analysis of the same names).
-struct AnalyzeOptions {
-  bool whatIf = false;          ///< a solver's candidate: no budgets checked, no curve
-  bool diagnosticsOnly = false; ///< `tally check`: no trade-off curve (unless auto reads it)
-  bool placeBuffers = true;     ///< the arena offsets: --emit=memory-plan, build, run
-  bool listPlan = true;         ///< the memory plan's buffers, schedule and region entries
-  bool keepStep = true;         ///< Analysis::step after the analysis (Analysis::stepReleased)
-
-  /// What `tally check` reads: diagnostics only (no curve), the memory plan only when it
-  /// prints it (--emit=memory-plan), the training step only when it prints it (--emit=ir).
-  static AnalyzeOptions check(bool memoryPlan, bool ir = false) {
-    AnalyzeOptions o;
-    o.diagnosticsOnly = true;
-    o.placeBuffers = memoryPlan;
-    o.listPlan = memoryPlan;
-    o.keepStep = memoryPlan || ir;
-    return o;
-  }
-};
-/// Runs every pass in order on a lowered graph and its plan.
+/// Runs every pass in order on a lowered graph and its plan, computing what `wants` names
+/// (passes/Analysis.h, Results) and what the diagnostics need.
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower = {}, AnalyzeOptions options = {});
+                 const Relower &relower = {}, Results wants = Results::all());
 
 } // namespace tally

@@ -119,7 +119,7 @@ void priceLayout(Analysis &a, std::function<void()> *curveLater = nullptr) {
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags) {
   Analysis a = graphPart;
   a.plan = &plan;
-  a.whatIf = true;
+  a.wants = Results::whatIf();
   a.priceOnly = true;
   priceLayout(a);
   roofline(a); // [roofline]
@@ -139,22 +139,21 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, 
 }
 
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
-                 const Relower &relower, AnalyzeOptions options) {
-  // Placing the buffers or fusing kernels reads the lists too.
-  bool listPlan = options.listPlan || options.placeBuffers || plan.fuseKernels;
+                 const Relower &relower, Results wants) {
+  Analysis request;
+  request.plan = &plan;
+  request.wants = wants;
+  bool keepStep = wants.has(Result::Step);
   // A step nothing reads after it is priced and checked may be compact (buildTrainingStep).
-  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/!listPlan && !options.keepStep,
+  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/!request.listsPlan() && !keepStep,
                            /*prepare=*/true);
-  a.whatIf = options.whatIf;
-  a.diagnosticsOnly = options.diagnosticsOnly;
-  a.placeBuffers = options.placeBuffers;
-  a.listPlan = listPlan;
+  a.wants = wants;
   // Unlisted, the memory plan needs of the step only a bound on its local gradients; when no
   // caller reads the step either, it goes back now, before the walks make their lists (a
   // compact step always: nothing else may read it).
-  if (!a.listPlan && a.step) {
+  if (!a.listsPlan() && a.step) {
     a.localGradientBytes = localGradientBound(*a.step, g.tensors.size());
-    if (!options.keepStep && (a.step.use_count() == 1 || a.step->skipped.count > 0)) {
+    if (!keepStep && (a.step.use_count() == 1 || a.step->skipped.count > 0)) {
       a.step.reset();
       a.stepReleased = true;
     }

@@ -37,21 +37,6 @@ std::string dtypeWord(Dtype d) { return d == Dtype::Invalid ? "none" : nameOf(d)
 SolverInput numberInput(std::string name, double v) { return {std::move(name), v, ""}; }
 SolverInput wordInput(std::string name, std::string text) { return {std::move(name), 0, std::move(text)}; }
 
-/// Do `a` and `b` lower to the same graph? Lowering reads only their LoweringKey.
-bool sameGraph(const Plan &a, const Plan &b) { return loweringKey(a) == loweringKey(b); }
-
-/// The numbers a search compares, from a candidate's analysis.
-Trial trialOf(const Analysis &t) {
-  Trial out;
-  out.peak = t.memory.peak;
-  out.activations = t.memory.activations;
-  out.stepFlops = t.flops.step;
-  out.executedFlops = t.flops.executed;
-  out.stepTime = t.time.step;
-  out.runTime = t.time.run;
-  out.mfu = t.time.mfu;
-  return out;
-}
 
 std::vector<int64_t> powersOfTwo(int64_t n);
 
@@ -201,110 +186,6 @@ SolverAnswer solveMaxParams(int64_t devices, const Target &target, const Optimiz
 
 // ---- searches over a plan ----------------------------------------------------------------
 
-std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const Relower &relower) {
-  std::optional<Graph> lowered;
-  const Graph *graph = base.graph;
-  if (!sameGraph(*base.plan, candidate)) {
-    if (!relower)
-      return std::nullopt;
-    lowered = relower(candidate);
-    if (!lowered)
-      return std::nullopt;
-    graph = &*lowered;
-  }
-  llvm::SourceMgr sm;
-  DiagnosticEngine quiet(sm);
-  quiet.setOutput(nullptr);
-  return trialOf(analyze(*graph, candidate, quiet, {},
-                         {/*whatIf=*/true, false, /*placeBuffers=*/false, /*listPlan=*/false}));
-}
-
-namespace {
-
-/// Do two candidates of one base plan price the same? They differ from the base only in the
-/// fields a search changes; these are compared (and the graph's).
-bool samePricing(const Plan &a, const Plan &b) {
-  const Parallelism &x = a.parallel, &y = b.parallel;
-  return sameGraph(a, b) && a.batch == b.batch && a.prompt == b.prompt &&
-         a.generate == b.generate && a.microBatchGiven == b.microBatchGiven &&
-         a.checkpoint == b.checkpoint && a.target.name == b.target.name &&
-         a.tokens == b.tokens && x.devices == y.devices && x.data == y.data &&
-         x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&
-         x.expert == y.expert && x.zero == y.zero && x.interleave == y.interleave &&
-         x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap && x.overlapGiven == y.overlapGiven &&
-         x.tensorOverlap == y.tensorOverlap && x.stack == y.stack &&
-         x.bucketBytes == y.bucketBytes && x.compiled == y.compiled && x.order == y.order;
-}
-
-} // namespace
-
-/// One lowered graph and its graph-only passes, shared by the candidates that lower to it.
-struct Trials::GraphPart {
-  Plan plan;                  ///< the first candidate with this graph (analyzeGraph's plan)
-  std::optional<Graph> owned; ///< a re-lowered graph (the base's graph is not copied)
-  std::optional<Analysis> part; ///< nullopt when the graph could not be lowered
-};
-
-Trials::Trials(const Analysis &base, Relower relower)
-    : base_(base), relower_(std::move(relower)) {}
-
-Trials::~Trials() = default;
-
-std::optional<Trial> Trials::run(const Plan &candidate) {
-  for (const auto &[plan, trial] : done_)
-    if (samePricing(plan, candidate))
-      return trial;
-  GraphPart *gp = nullptr;
-  for (const auto &g : graphs_)
-    if (sameGraph(g->plan, candidate) &&
-        g->plan.precision.preset == candidate.precision.preset &&
-        g->plan.optimizer.name == candidate.optimizer.name)
-      gp = g.get();
-  if (!gp) {
-    // Kept: the base's graph (most candidates price it) and the newest re-lowered one; a
-    // search moves from one micro-batch to the next and does not come back, and a
-    // 10,000-layer graph with its backward is about 0.9 GB.
-    bool relowered = !sameGraph(*base_.plan, candidate);
-    if (relowered)
-      graphs_.erase(std::remove_if(graphs_.begin(), graphs_.end(),
-                                   [&](const auto &g) { return g->owned.has_value(); }),
-                    graphs_.end());
-    graphs_.push_back(std::make_unique<GraphPart>());
-    ++graphsAnalysed_;
-    gp = graphs_.back().get();
-    gp->plan = candidate;
-    const Graph *graph = base_.graph;
-    if (relowered) {
-      if (relower_)
-        gp->owned = relower_(candidate);
-      graph = gp->owned ? &*gp->owned : nullptr;
-    }
-    if (graph) {
-      // The base's graph shares the base analysis's step when the plans' steps are equal
-      // (sameStep), and its walks (WalkMemo keeps apart those whose facts differ, another
-      // precision's costs say).
-      bool baseGraph = graph == base_.graph;
-      std::shared_ptr<const Graph> step;
-      if (baseGraph && sameStep(gp->plan, *base_.plan))
-        step = base_.step;
-      gp->part = analyzeGraph(*graph, gp->plan, std::move(step));
-      if (baseGraph && base_.walks)
-        gp->part->walks = base_.walks;
-      gp->part->plan = nullptr; // analyzeLayout sets each candidate's plan
-    }
-  }
-  std::optional<Trial> out;
-  if (gp->part) {
-    llvm::SourceMgr sm;
-    DiagnosticEngine quiet(sm);
-    quiet.setOutput(nullptr);
-    ++layouts_;
-    out = trialOf(analyzeLayout(*gp->part, candidate, quiet));
-  }
-  done_.push_back({candidate, out});
-  return out;
-}
-
 double accumulationSteps(const Plan &plan) {
   return static_cast<double>(plan.batch) /
          (static_cast<double>(plan.microBatch) * static_cast<double>(plan.parallel.data));
@@ -317,7 +198,7 @@ std::vector<int64_t> microBatchCandidates(const Plan &plan) {
   return powersOfTwo(std::max<int64_t>(1, plan.batch / data));
 }
 
-std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, int64_t atMost,
+std::optional<Candidate> largestMicroBatch(AnalysisManager &trials, double memoryLimit, int64_t atMost,
                                            std::vector<std::pair<int64_t, double>> *tried,
                                            bool bisect) {
   const Analysis &a = trials.base();
@@ -330,7 +211,7 @@ std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, i
     Plan p = *a.plan;
     p.microBatch = cands[i];
     p.microBatchGiven = true;
-    std::optional<Trial> t = trials.run(p);
+    std::optional<Trial> t = trials.trial(p);
     if (!t)
       return false;
     if (tried)
@@ -365,7 +246,7 @@ std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, i
   return fit;
 }
 
-std::optional<Candidate> fewestDevices(Trials &trials, int zero,
+std::optional<Candidate> fewestDevices(AnalysisManager &trials, int zero,
                                        const std::function<bool(const Trial &)> &goal,
                                        std::vector<Candidate> *tried, bool bisect,
                                        double memoryLimit) {
@@ -391,7 +272,7 @@ std::optional<Candidate> fewestDevices(Trials &trials, int zero,
       p.microBatch = base.batch / data;
     if (modelStatesFloor(trials.base(), p) > memoryLimit)
       return std::nullopt;
-    std::optional<Trial> t = trials.run(p);
+    std::optional<Trial> t = trials.trial(p);
     if (t && tried)
       tried->push_back({p, *t});
     if (t && goal(*t))
@@ -445,7 +326,7 @@ SolverAnswer solveMicroBatch(const Analysis &a, const Relower &relower, double m
                                   : " is not whole; candidates: powers of two, largest first"));
   r.derivation.push_back(limitLine(plan, memoryLimit));
   std::vector<std::pair<int64_t, double>> tried;
-  Trials trials(a, relower);
+  AnalysisManager trials(a, relower);
   std::optional<Candidate> best = largestMicroBatch(trials, memoryLimit, 0, &tried);
   for (const auto &[mb, peak] : tried)
     r.derivation.push_back("micro_batch = " + std::to_string(mb) + ": peak " + formatBytes(peak) +
@@ -485,7 +366,7 @@ SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memo
               numberInput("memory_limit", memoryLimit)};
   auto fits = [&](const Trial &t) { return t.peak <= memoryLimit; };
   std::vector<Candidate> tried;
-  Trials trials(a, relower);
+  AnalysisManager trials(a, relower);
   std::optional<Candidate> found = fewestDevices(trials, par.zero, fits, &tried);
   std::optional<Candidate> zero3 = par.zero >= 3 ? found : fewestDevices(trials, 3, fits);
 
@@ -594,30 +475,9 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
     return out;
   }
   // Graphs by micro-batch, lowered once each, with the passes that depend on the graph alone
-  // (parameters, op costs, the backward) run once each: a layout changes neither.
-  std::map<int64_t, std::optional<Graph>> graphs;
-  std::map<int64_t, std::optional<Analysis>> graphParts;
-  auto graphPartFor = [&](int64_t m) -> const Analysis * {
-    auto it = graphParts.find(m);
-    if (it != graphParts.end())
-      return it->second ? &*it->second : nullptr;
-    const Graph *g = a.graph;
-    Plan p = base;
-    p.microBatch = m;
-    p.microBatchGiven = true;
-    if (m != base.microBatch) {
-      std::optional<Graph> lowered = relower ? relower(p) : std::nullopt;
-      out.lowered += lowered.has_value();
-      g = lowered ? &*graphs.emplace(m, std::move(lowered)).first->second : nullptr;
-    }
-    std::optional<Analysis> part;
-    if (g) {
-      part = analyzeGraph(*g, p);
-      part->plan = nullptr; // `p` ends here; analyzeLayout sets each candidate's plan
-    }
-    it = graphParts.emplace(m, std::move(part)).first;
-    return it->second ? &*it->second : nullptr;
-  };
+  // (parameters, op costs, the backward) run once each: a layout changes neither. Every
+  // micro-batch is tried under each layout, so all its graphs stay cached.
+  AnalysisManager analyses(a, relower, /*keepGraphs=*/SIZE_MAX);
   std::vector<ParallelLayout> fits;
   // Megatron's selective (the attention core) first, then tally's wider form (norms and
   // GELU/SiLU too), then whole blocks.
@@ -649,16 +509,12 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
           for (int64_t m : divisors(base.batch / d)) {
             cand.microBatch = m;
             cand.microBatchGiven = true;
-            const Analysis *part = graphPartFor(m);
-            if (!part)
+            if (!analyses.graphPart(cand))
               continue;
             bool fitted = false;
             for (const char *policy : policies) {
               cand.checkpoint = policy;
-              llvm::SourceMgr sm;
-              DiagnosticEngine quiet(sm);
-              quiet.setOutput(nullptr);
-              Analysis r = analyzeLayout(*part, cand, quiet);
+              Analysis r = *analyses.layout(cand);
               ++out.analysed;
               if (r.memory.peak > memoryLimit)
                 continue; // more recompute may fit
@@ -677,6 +533,7 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
       }
     }
   }
+  out.lowered = analyses.graphsLowered();
   if (out.shapes == 0) {
     out.error = std::to_string(devices) + " devices do not factor into tensor × pipeline × data" +
                 (context > 1 ? " × context " + std::to_string(context) : std::string()) +

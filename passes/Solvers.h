@@ -16,6 +16,7 @@
 #include "ir/Target.h"
 #include "ir/Units.h"
 #include "passes/Analysis.h"
+#include "passes/AnalysisManager.h"
 #include "passes/Passes.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -80,54 +81,6 @@ SolverAnswer solveMaxParams(int64_t devices, const Target &target, const Optimiz
 
 // ---- searches over a plan ----------------------------------------------------------------
 
-/// The numbers of one candidate plan, from a full analysis of it.
-struct Trial {
-  double peak = 0;             ///< memory per device at peak, bytes
-  double activations = 0;      ///< activation bytes at the peak
-  double stepFlops = 0;        ///< model FLOPs per step
-  double executedFlops = 0;    ///< executed FLOPs per step (recompute included)
-  double stepTime = 0, runTime = 0, mfu = 0; ///< seconds, seconds, fraction
-};
-
-/// Analyzes `candidate`, a changed copy of `base`'s plan: re-lowers the model when the graph
-/// depends on what changed (micro-batch, sequence length) and reuses `base`'s graph otherwise.
-/// Diagnostics of the attempt are not shown and its budgets are not checked. Nullopt when the
-/// graph must be re-lowered and `relower` is empty or fails. One whole what-if analysis per
-/// call: the searches use Trials; this is the reference the tests compare Trials against.
-std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const Relower &relower);
-
-/// Analyses candidate plans, each a changed copy of one base analysis's plan (another
-/// checkpoint policy, micro-batch, ZeRO stage, data-parallel degree, target), sharing work
-/// between them: the graph-only passes (parameters, op costs, the backward) run once per
-/// distinct lowered graph and only the passes that price a layout run per candidate
-/// (analyzeLayout: the same memory and time as analyze); a candidate tried before is answered
-/// from memory. A budget's fixes on a 10,000-layer model tried about 20 plans, each a whole
-/// analysis with the backward rebuilt (issue 12). Same answers as tryPlan.
-class Trials {
-public:
-  Trials(const Analysis &base, Relower relower);
-  ~Trials();
-  Trials(const Trials &) = delete;
-  Trials &operator=(const Trials &) = delete;
-
-  const Analysis &base() const { return base_; }
-  /// tryPlan(base, candidate, relower), with the work shared.
-  std::optional<Trial> run(const Plan &candidate);
-  /// Graphs lowered and differentiated so far (the base's counts as one), and layouts priced:
-  /// what the searches cost (tests bound them).
-  int graphsAnalysed() const { return graphsAnalysed_; }
-  int layoutsAnalysed() const { return layouts_; }
-
-private:
-  struct GraphPart;
-  const Analysis &base_;
-  Relower relower_;
-  std::vector<std::unique_ptr<GraphPart>> graphs_; ///< the base's and the newest re-lowered
-  int graphsAnalysed_ = 0;
-  std::vector<std::pair<Plan, std::optional<Trial>>> done_;
-  int layouts_ = 0;
-};
-
 /// A candidate plan that meets a goal, with its numbers.
 struct Candidate {
   Plan plan;
@@ -148,7 +101,7 @@ std::vector<int64_t> microBatchCandidates(const Plan &plan);
 /// the peak grows with the micro-batch (the activations do) and bisect — the smallest
 /// candidate first, then about log2 of the rest, each a re-lowered graph — with `tried` in
 /// the order tried; where the peak is not monotone the answer fits but may not be the largest.
-std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, int64_t atMost = 0,
+std::optional<Candidate> largestMicroBatch(AnalysisManager &trials, double memoryLimit, int64_t atMost = 0,
                                            std::vector<std::pair<int64_t, double>> *tried = nullptr,
                                            bool bisect = false);
 
@@ -162,7 +115,7 @@ std::optional<Candidate> largestMicroBatch(Trials &trials, double memoryLimit, i
 /// where the goal is not monotone the answer meets it but may not be the fewest.
 /// `memoryLimit`: the goal includes a peak within it, so a candidate whose model states alone
 /// exceed it (modelStatesFloor) fails the goal without being analysed (nor put in `tried`).
-std::optional<Candidate> fewestDevices(Trials &trials, int zero,
+std::optional<Candidate> fewestDevices(AnalysisManager &trials, int zero,
                                        const std::function<bool(const Trial &)> &goal,
                                        std::vector<Candidate> *tried = nullptr,
                                        bool bisect = false, double memoryLimit = HUGE_VAL);

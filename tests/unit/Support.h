@@ -21,7 +21,7 @@ namespace tally::test {
 
 /// The options `tally check` analyses with (tools/tally/main.cpp): diagnostics only, no
 /// arena offsets.
-inline AnalyzeOptions checkOptions() { return AnalyzeOptions::check(/*memoryPlan=*/false); }
+inline Results checkOptions() { return Results::check(/*memoryPlan=*/false, /*ir=*/false); }
 
 /// How many times `needle` occurs in `hay` (not overlapping).
 inline size_t countOf(const std::string &hay, const std::string &needle) {

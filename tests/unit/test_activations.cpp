@@ -934,11 +934,7 @@ TEST_CASE("activations: what each copy keeps past the forward is the buffers' su
     if (std::string(policy) != "recompute_all") // it keeps only the stack's input
       CHECK(any > 0);
     // Unlisted, as the reports and check analyse: the same rows, no buffers.
-    AnalyzeOptions unlisted;
-    unlisted.placeBuffers = false;
-    unlisted.listPlan = false;
-    unlisted.keepStep = false;
-    Analysis u = analyze(*a.graph, *a.plan, quiet, {}, unlisted);
+    Analysis u = analyze(*a.graph, *a.plan, quiet, {}, Results::report(false));
     CHECK(!u.planListed);
     CHECK(u.buffers.empty());
     REQUIRE(u.checkpoint.perBlock.size() == 9);

@@ -160,7 +160,7 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   llvm::SourceMgr sm;
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
-  // As `tally check` analyses (diagnosticsOnly): the sizes' sum overflows, so it places, and
+  // As `tally check` analyses (Results::check): the sizes' sum overflows, so it places, and
   // finds the same overflow.
   Analysis checked = analyze(*big.a->graph, *big.a->plan, quiet, {}, test::checkOptions());
   CHECK(checked.planOverflow == big.a->planOverflow);
@@ -173,7 +173,7 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   Analysis c = analyze(*gpt.a->graph, *gpt.a->plan, diags, {}, test::checkOptions());
   CHECK(c.planOverflow.empty());
   CHECK(c.arenaBytes == 0);
-  // Nor listed (Analysis::listPlan): no buffers, schedule or region entries, the same sizes.
+  // Nor listed (Analysis::listsPlan): no buffers, schedule or region entries, the same sizes.
   CHECK(gpt.a->planListed);
   CHECK(!c.planListed);
   CHECK(c.buffers.empty());
@@ -188,14 +188,14 @@ TEST_CASE("memory plan: check skips the placement only where it cannot overflow"
   CHECK(c.regions.params.bytes > 0);
   CHECK(c.memory.peak == gpt.a->memory.peak);
   CHECK(c.livePeakBytes == gpt.a->livePeakBytes);
-  // Nor is the training step kept once verified and priced (AnalyzeOptions::keepStep), unless
+  // Nor is the training step kept once verified and priced (Result::Step not asked for), unless
   // check prints it (--emit=ir); the backward's numbers are the same either way.
   CHECK(!c.step);
   CHECK(c.stepReleased);
   CHECK(gpt.a->step);
   CHECK(c.flops.backward == gpt.a->flops.backward);
   CHECK(c.localGradientBytes.has_value());
-  Analysis ir = analyze(*gpt.a->graph, *gpt.a->plan, quiet, {}, AnalyzeOptions::check(false, true));
+  Analysis ir = analyze(*gpt.a->graph, *gpt.a->plan, quiet, {}, Results::check(false, true));
   CHECK(ir.step);
   CHECK(!ir.stepReleased);
   CHECK(ir.step->ops.size() == gpt.a->step->ops.size());

@@ -543,7 +543,7 @@ TEST_CASE("solvers: fewest devices analyses no candidate whose model states brea
     INFO("zero " << zero);
     // A limit under every candidate's model states: nothing is analysed.
     {
-      Trials trials(a, relower);
+      AnalysisManager trials(a, relower);
       double limit = 1 << 20;
       auto fits = [&](const Trial &t) { return t.peak <= limit; };
       CHECK_FALSE(fewestDevices(trials, zero, fits, nullptr, true, limit));
@@ -554,7 +554,7 @@ TEST_CASE("solvers: fewest devices analyses no candidate whose model states brea
       INFO(gib << " GiB");
       double limit = gib * (1 << 30);
       auto fits = [&](const Trial &t) { return t.peak <= limit; };
-      Trials pruned(a, relower), full(a, relower);
+      AnalysisManager pruned(a, relower), full(a, relower);
       std::optional<Candidate> p = fewestDevices(pruned, zero, fits, nullptr, true, limit);
       std::optional<Candidate> f = fewestDevices(full, zero, fits, nullptr, true);
       REQUIRE(p.has_value() == f.has_value());
@@ -574,7 +574,7 @@ TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once",
     Relower relower = t.relower();
     const Analysis &a = *t.a;
     const Plan &base = *t.c.plan;
-    Trials trials(a, relower);
+    AnalysisManager trials(a, relower);
     std::vector<Plan> cands;
     for (const char *policy : {"none", "full", "sqrt", "selective", "auto"}) {
       Plan p = base;
@@ -609,7 +609,7 @@ TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once",
       cands.push_back(p);
     }
     for (const Plan &p : cands)
-      sameTrial(trials.run(p), tryPlan(a, p, relower));
+      sameTrial(trials.trial(p), tryPlan(a, p, relower));
     int layouts = trials.layoutsAnalysed();
     // One graph for the base's micro-batch, one per other micro-batch.
     int otherMicroBatches = 0;
@@ -618,7 +618,7 @@ TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once",
     CHECK(trials.graphsAnalysed() == 1 + otherMicroBatches);
     // Asked again: answered from memory, no new analysis.
     for (const Plan &p : cands)
-      sameTrial(trials.run(p), tryPlan(a, p, relower));
+      sameTrial(trials.trial(p), tryPlan(a, p, relower));
     CHECK(trials.layoutsAnalysed() == layouts);
     CHECK(layouts < static_cast<int>(cands.size())); // the base's own layout repeats in the list
   }
@@ -654,7 +654,7 @@ TEST_CASE("solvers: bisected fewest devices equal the linear search where fittin
     INFO(file);
     Compiled t(fromFile, example(file));
     Relower relower = t.relower();
-    Trials trials(*t.a, relower);
+    AnalysisManager trials(*t.a, relower);
     // Limits from the static memory of one device up past the current peak: some fit with few
     // devices, some with many, some never.
     double peak = t.a->memory.peak;
@@ -709,7 +709,7 @@ TEST_CASE("solvers: one memory limit per plan: the device's memory or a smaller 
 TEST_CASE("budgets: a what-if analysis checks no budget and draws no curve", "[solvers][budgets]") {
   Compiled stack(stackModel("  checkpoint = none\n", "memory per device <= 3 GiB"));
   const Analysis &a = *stack.a;
-  REQUIRE_FALSE(a.whatIf);
+  REQUIRE(a.wanted(Result::Budgets));
   REQUIRE_FALSE(stack.of(DiagKind::BudgetMemory).empty()); // the plan breaks its budget
   CHECK_FALSE(a.checkpoint.curve.empty());
   // The same plan as a solver's candidate: the same numbers, no budget error (its fixes would
@@ -717,13 +717,13 @@ TEST_CASE("budgets: a what-if analysis checks no budget and draws no curve", "[s
   llvm::SourceMgr sm;
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
-  Analysis w = analyze(*a.graph, *a.plan, quiet, stack.relower(), {/*whatIf=*/true});
-  CHECK(w.whatIf);
+  Analysis w = analyze(*a.graph, *a.plan, quiet, stack.relower(), Results::whatIf());
+  CHECK_FALSE(w.wanted(Result::Budgets));
   CHECK(w.memory.peak == a.memory.peak);
   CHECK(w.time.step == a.time.step);
   CHECK(quiet.diagnostics().empty());
   CHECK(w.checkpoint.curve.empty());
-  // As `tally check` analyses (diagnosticsOnly): the same numbers and budget error, no curve.
+  // As `tally check` analyses (Results::check): the same numbers and budget error, no curve.
   DiagnosticEngine checked(sm);
   checked.setOutput(nullptr);
   Analysis c = analyze(*a.graph, *a.plan, checked, stack.relower(), test::checkOptions());
@@ -790,7 +790,7 @@ TEST_CASE("solvers: bisected largest micro-batch equals the linear search", "[so
     INFO(file);
     Compiled t(fromFile, example(file));
     Relower relower = t.relower();
-    Trials trials(*t.a, relower);
+    AnalysisManager trials(*t.a, relower);
     const int64_t below = t.c.plan->microBatch; // the fix notes' bound: smaller than today's
     double peak = t.a->memory.peak;
     for (double share : {0.1, 0.3, 0.5, 0.7, 0.9, 1.2}) {
@@ -902,10 +902,10 @@ TEST_CASE("layout: a policy is walked once per graph and facts", "[solvers][layo
   CHECK(walkMemoStats(*graphPart.walks).variants == 3);
   // The base analysis's walks serve the fix trials of its own graph.
   CHECK(walkMemoStats(*a.walks).walks > 0);
-  Trials trials(a, stack.relower());
+  AnalysisManager trials(a, stack.relower());
   Plan q = *a.plan;
   q.parallel.zero = 3;
   size_t before = walkMemoStats(*a.walks).reused;
-  sameTrial(trials.run(q), tryPlan(a, q, stack.relower()));
+  sameTrial(trials.trial(q), tryPlan(a, q, stack.relower()));
   CHECK(walkMemoStats(*a.walks).reused > before);
 }

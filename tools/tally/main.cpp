@@ -199,8 +199,8 @@ int runCheck() {
       overrideBudgets(*c.plan, *budgets);
       auto analysis = std::make_unique<Analysis>(
           analyze(*c.graph, *c.plan, c.diags, c.relowerer(*p),
-                  AnalyzeOptions::check(opts::EmitStage == opts::Emit::MemoryPlan,
-                                        opts::EmitStage == opts::Emit::Ir)));
+                  Results::check(opts::EmitStage == opts::Emit::MemoryPlan,
+                                 opts::EmitStage == opts::Emit::Ir)));
       Analysis &a = lastFile && p == plans.back() ? keptToExit(std::move(analysis)) : *analysis;
       if (opts::EmitStage == opts::Emit::Ir)
         printGraph(*a.step, outs());
@@ -254,14 +254,10 @@ int runReport() {
       printGraph(*a.step, outs());
     return c.diags.hasErrors() ? 1 : 0;
   }
-  // The reports print no arena offsets, buffers or step ops; the memory plan does
-  // (Analysis::placeBuffers, listPlan, keepStep).
-  AnalyzeOptions options;
-  options.placeBuffers = opts::EmitStage == opts::Emit::MemoryPlan;
-  options.listPlan = options.placeBuffers;
-  options.keepStep = options.placeBuffers;
+  // The reports print no arena offsets, buffers or step ops; the memory plan does.
   Analysis &a = keptToExit(std::make_unique<Analysis>(
-      analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl), options)));
+      analyze(*c.graph, *c.plan, c.diags, c.relowerer(*decl),
+              Results::report(opts::EmitStage == opts::Emit::MemoryPlan))));
   if (opts::EmitStage == opts::Emit::MemoryPlan) {
     renderMemoryPlan(a, outs(), opts::OutFormat == opts::Format::Json);
     return c.diags.hasErrors() ? 1 : 0;

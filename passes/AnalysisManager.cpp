@@ -1,0 +1,143 @@
+// The analysis manager (passes/AnalysisManager.h): graph parts cached by lowering key,
+// precision and optimizer; layout trials cached by everything else a search changes.
+#include "passes/AnalysisManager.h"
+
+#include "support/Diagnostics.h"
+
+#include "llvm/Support/SourceMgr.h"
+
+#include <algorithm>
+
+namespace tally {
+
+bool sameGraph(const Plan &a, const Plan &b) { return loweringKey(a) == loweringKey(b); }
+
+Trial trialOf(const Analysis &t) {
+  Trial out;
+  out.peak = t.memory.peak;
+  out.activations = t.memory.activations;
+  out.stepFlops = t.flops.step;
+  out.executedFlops = t.flops.executed;
+  out.stepTime = t.time.step;
+  out.runTime = t.time.run;
+  out.mfu = t.time.mfu;
+  return out;
+}
+
+std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const Relower &relower) {
+  std::optional<Graph> lowered;
+  const Graph *graph = base.graph;
+  if (!sameGraph(*base.plan, candidate)) {
+    if (!relower)
+      return std::nullopt;
+    lowered = relower(candidate);
+    if (!lowered)
+      return std::nullopt;
+    graph = &*lowered;
+  }
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  return trialOf(analyze(*graph, candidate, quiet, {}, Results::whatIf()));
+}
+
+namespace {
+
+/// Do two candidates of one base plan price the same? They differ from the base only in the
+/// fields a search changes; these are compared (and the graph's).
+bool samePricing(const Plan &a, const Plan &b) {
+  const Parallelism &x = a.parallel, &y = b.parallel;
+  return sameGraph(a, b) && a.batch == b.batch && a.prompt == b.prompt &&
+         a.generate == b.generate && a.microBatchGiven == b.microBatchGiven &&
+         a.checkpoint == b.checkpoint && a.target.name == b.target.name &&
+         a.tokens == b.tokens && x.devices == y.devices && x.data == y.data &&
+         x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&
+         x.expert == y.expert && x.zero == y.zero && x.interleave == y.interleave &&
+         x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap && x.overlapGiven == y.overlapGiven &&
+         x.tensorOverlap == y.tensorOverlap && x.stack == y.stack &&
+         x.bucketBytes == y.bucketBytes && x.compiled == y.compiled && x.order == y.order;
+}
+
+} // namespace
+
+/// One lowered graph and its graph-only passes, shared by the candidates that lower to it.
+struct AnalysisManager::GraphPart {
+  Plan plan;                  ///< the first candidate with this graph (analyzeGraph's plan)
+  std::optional<Graph> owned; ///< a re-lowered graph (the base's graph is not copied)
+  std::optional<Analysis> part; ///< nullopt when the graph could not be lowered
+};
+
+AnalysisManager::AnalysisManager(const Analysis &base, Relower relower, size_t keepGraphs)
+    : base_(base), relower_(std::move(relower)), keepGraphs_(std::max<size_t>(1, keepGraphs)) {}
+
+AnalysisManager::~AnalysisManager() = default;
+
+const Analysis *AnalysisManager::graphPart(const Plan &candidate) {
+  for (const auto &g : graphs_)
+    if (sameGraph(g->plan, candidate) &&
+        g->plan.precision.preset == candidate.precision.preset &&
+        g->plan.optimizer.name == candidate.optimizer.name)
+      return g->part ? &*g->part : nullptr;
+  bool relowered = !sameGraph(*base_.plan, candidate);
+  if (relowered) {
+    // Room for this one: the oldest re-lowered graphs go first.
+    size_t owned = std::count_if(graphs_.begin(), graphs_.end(),
+                                 [](const auto &g) { return g->owned.has_value(); });
+    for (auto it = graphs_.begin(); owned >= keepGraphs_ && it != graphs_.end();)
+      if ((*it)->owned) {
+        it = graphs_.erase(it);
+        --owned;
+      } else {
+        ++it;
+      }
+  }
+  graphs_.push_back(std::make_unique<GraphPart>());
+  ++graphsAnalysed_;
+  GraphPart *gp = graphs_.back().get();
+  gp->plan = candidate;
+  const Graph *graph = base_.graph;
+  if (relowered) {
+    if (relower_)
+      gp->owned = relower_(candidate);
+    graphsLowered_ += gp->owned.has_value();
+    graph = gp->owned ? &*gp->owned : nullptr;
+  }
+  if (!graph)
+    return nullptr;
+  // The base's graph shares the base analysis's step when the plans' steps are equal
+  // (sameStep), and its walks (WalkMemo keeps apart those whose facts differ, another
+  // precision's costs say).
+  bool baseGraph = graph == base_.graph;
+  std::shared_ptr<const Graph> step;
+  if (baseGraph && sameStep(gp->plan, *base_.plan))
+    step = base_.step;
+  gp->part = analyzeGraph(*graph, gp->plan, std::move(step));
+  if (baseGraph && base_.walks)
+    gp->part->walks = base_.walks;
+  gp->part->plan = nullptr; // analyzeLayout sets each candidate's plan
+  return &*gp->part;
+}
+
+std::optional<Analysis> AnalysisManager::layout(const Plan &candidate) {
+  const Analysis *part = graphPart(candidate);
+  if (!part)
+    return std::nullopt;
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  ++layouts_;
+  return analyzeLayout(*part, candidate, quiet);
+}
+
+std::optional<Trial> AnalysisManager::trial(const Plan &candidate) {
+  for (const auto &[plan, trial] : done_)
+    if (samePricing(plan, candidate))
+      return trial;
+  std::optional<Trial> out;
+  if (std::optional<Analysis> a = layout(candidate))
+    out = trialOf(*a);
+  done_.push_back({candidate, out});
+  return out;
+}
+
+} // namespace tally

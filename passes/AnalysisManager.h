@@ -1,0 +1,93 @@
+// The analysis manager: the analyses of one base plan's what-if candidates (another checkpoint
+// policy, micro-batch, ZeRO stage, layout, device count, target), computed on demand and
+// cached by what they depend on, as LLVM's new pass manager caches analyses by IR unit:
+//  - the lowered graph and its graph-only passes (parameters, op costs, the backward:
+//    analyzeGraph) by the candidate's lowering key, precision and optimizer;
+//  - the layout passes (static memory, activations, roofline, step time: analyzeLayout) by
+//    everything else a candidate changes, answered from memory when a search asks again.
+// The budget fixes, the micro-batch and device searches and the layout search all ask it, so
+// none of them keeps its own tables of graphs (docs/design.md, "Analyses on demand").
+#pragma once
+
+#include "ir/Plan.h"
+#include "passes/Analysis.h"
+#include "passes/Passes.h"
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace tally {
+
+/// The numbers of one candidate plan, from a full analysis of it.
+struct Trial {
+  double peak = 0;             ///< memory per device at peak, bytes
+  double activations = 0;      ///< activation bytes at the peak
+  double stepFlops = 0;        ///< model FLOPs per step
+  double executedFlops = 0;    ///< executed FLOPs per step (recompute included)
+  double stepTime = 0, runTime = 0, mfu = 0; ///< seconds, seconds, fraction
+};
+
+/// The numbers a search compares, from a candidate's analysis.
+Trial trialOf(const Analysis &t);
+
+/// Do `a` and `b` lower to the same graph? Lowering reads only their LoweringKey.
+bool sameGraph(const Plan &a, const Plan &b);
+
+/// Analyzes `candidate`, a changed copy of `base`'s plan: re-lowers the model when the graph
+/// depends on what changed (micro-batch, sequence length) and reuses `base`'s graph otherwise.
+/// Diagnostics of the attempt are not shown and its budgets are not checked. Nullopt when the
+/// graph must be re-lowered and `relower` is empty or fails. One whole what-if analysis per
+/// call: the searches use an AnalysisManager; this is the reference the tests compare it with.
+std::optional<Trial> tryPlan(const Analysis &base, const Plan &candidate, const Relower &relower);
+
+/// The analyses of candidate plans, each a changed copy of one base analysis's plan, sharing
+/// work between them: the graph-only passes run once per distinct lowered graph (the base's
+/// graph, step and liveness walks are reused where the candidate's equal them) and only the
+/// passes that price a layout run per candidate (analyzeLayout: the same memory and time as
+/// analyze); a candidate asked for before is answered from memory. A budget's fixes on a
+/// 10,000-layer model tried about 20 plans, each a whole analysis with the backward rebuilt
+/// (issue 12). Same answers as tryPlan.
+class AnalysisManager {
+public:
+  /// `keepGraphs`: how many re-lowered graphs stay cached besides the base's. A search that
+  /// moves from one micro-batch to the next and does not come back needs one (a 10,000-layer
+  /// graph with its backward is about 0.9 GB); the layout search, which tries every
+  /// micro-batch under each layout, keeps them all.
+  AnalysisManager(const Analysis &base, Relower relower, size_t keepGraphs = 1);
+  ~AnalysisManager();
+  AnalysisManager(const AnalysisManager &) = delete;
+  AnalysisManager &operator=(const AnalysisManager &) = delete;
+
+  const Analysis &base() const { return base_; }
+  /// The graph part (analyzeGraph) of `candidate`'s graph: the base's graph when they lower
+  /// alike, else the model re-lowered for it; null when it must be re-lowered and cannot be.
+  /// Its `plan` is null: each analysis copied from it sets its own.
+  const Analysis *graphPart(const Plan &candidate);
+  /// The layout passes for `candidate` on its graph part (analyzeLayout), diagnostics muted;
+  /// nullopt when its graph cannot be lowered. Not cached: the caller keeps what it reads.
+  std::optional<Analysis> layout(const Plan &candidate);
+  /// tryPlan(base, candidate, relower), from the cache when an equal candidate was asked for.
+  std::optional<Trial> trial(const Plan &candidate);
+  /// Graphs lowered and differentiated so far (the base's counts as one), graphs re-lowered
+  /// (relower called and succeeded) and layouts priced: what the searches cost (tests bound
+  /// them).
+  int graphsAnalysed() const { return graphsAnalysed_; }
+  int graphsLowered() const { return graphsLowered_; }
+  int layoutsAnalysed() const { return layouts_; }
+
+private:
+  struct GraphPart;
+  const Analysis &base_;
+  Relower relower_;
+  size_t keepGraphs_;
+  std::vector<std::unique_ptr<GraphPart>> graphs_; ///< the base's and the newest re-lowered
+  int graphsAnalysed_ = 0;
+  int graphsLowered_ = 0;
+  std::vector<std::pair<Plan, std::optional<Trial>>> done_;
+  int layouts_ = 0;
+};
+
+} // namespace tally
