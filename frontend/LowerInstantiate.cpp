@@ -12,6 +12,7 @@
 // the number of instances are bounded (kMaxInstanceDepth, kMaxInstances).
 #include "frontend/Lowerer.h"
 #include "llvm/Support/ErrorHandling.h"
+#include "support/Suggest.h"
 
 #include <algorithm>
 
@@ -107,11 +108,9 @@ bool Lowerer::shapeOf(const TensorTypeAST &type, const ConstEnv &consts, bool wi
   if (!type.dtype.empty()) {
     auto d = parseDtype(type.dtype);
     if (!d) {
-      static const std::vector<std::string> known = {
-          "f64", "f32", "tf32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i64", "i32", "i8",
-          "u8", "bool", "fp64", "fp32", "fp16"};
       sema.suggest(DiagKind::UnknownDtype, type.dtypeRange,
-                   "unknown dtype '" + type.dtype + "'", type.dtype, known);
+                   "unknown dtype '" + type.dtype + "'", type.dtype, dtypeSpellings())
+          .note(llvm::SMLoc(), "the dtypes are: " + choiceList(dtypeNames()));
       return false;
     }
     dtype = *d;
@@ -337,8 +336,21 @@ bool Lowerer::declared(ModuleObj &m, const std::string &name, llvm::SMRange r) {
                           "'" + name + "' is already declared in block '" + m.decl->name +
                               "'");
     d.range(r);
-    if (auto it = m.members.find(name); it != m.members.end())
+    if (auto it = m.members.find(name); it != m.members.end()) {
       d.note(it->second.range.Start, "first declared here");
+      return true;
+    }
+    // A block parameter: members, constants and parameters share one set of names.
+    for (const BlockParamAST &p : m.decl->params)
+      if (p.name == name) {
+        d.note(p.range.Start,
+               "'" + name + "' is a parameter of '" + m.decl->name +
+                   "'; a member cannot take a parameter's name",
+               p.range);
+        return true;
+      }
+    if (auto it = m.consts.find(name); it != m.consts.end() && it->second.range.isValid())
+      d.note(it->second.range.Start, "first declared here", it->second.range);
     return true;
   }
   return false;

@@ -201,6 +201,8 @@ public:
     }
     return m;
   }
+  /// One expression alone (parseExpression).
+  ExprPtr expression(TallyParser::ExprContext *ctx) { return expr(ctx); }
 
 private:
   const Locator &loc;
@@ -579,6 +581,55 @@ std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) 
     auto module = Builder(loc).file(tree);
     module->bufferName = buffer->getBufferIdentifier().str();
     return module;
+  } catch (std::exception &e) {
+    diags.report(DiagKind::SyntaxError, llvm::SMLoc::getFromPointer(text.data()),
+                 std::string("the parser failed: ") + e.what());
+    return nullptr;
+  }
+}
+
+ExprPtr parseExpression(unsigned bufferID, DiagnosticEngine &diags) {
+  const llvm::MemoryBuffer *buffer = diags.sourceMgr().getMemoryBuffer(bufferID);
+  llvm::StringRef text = buffer->getBuffer();
+  if (!checkBytes(text, diags))
+    return nullptr;
+  Locator loc(text);
+  ErrorListener listener(diags, loc, bufferID);
+  try {
+    ANTLRInputStream input(text.data(), text.size());
+    TallyLexer lexer(&input);
+    lexer.removeErrorListeners();
+    lexer.addErrorListener(&listener);
+    CommonTokenStream tokens(&lexer);
+    tokens.fill();
+    if (!checkNesting(tokens.getTokens(), loc, diags))
+      return nullptr;
+    TallyParser parser(&tokens);
+    parser.removeErrorListeners();
+    parser.addErrorListener(&listener);
+    TallyParser::ExprContext *tree = parser.expr();
+    if (listener.errors > 0)
+      return nullptr;
+    if (Token *rest = tokens.LT(1); rest && rest->getType() != Token::EOF) {
+      // A record the expression could not take (`{ tensor = 8 data = }`): its own syntax
+      // error says what is wrong inside it.
+      if (rest->getText() == "{") {
+        size_t at = rest->getTokenIndex();
+        TallyParser again(&tokens); // a fresh parser: the first one's recovery state is spent
+        again.removeErrorListeners();
+        again.addErrorListener(&listener);
+        tokens.seek(at);
+        again.record();
+        if (listener.errors > 0)
+          return nullptr;
+      }
+      llvm::SMRange r = loc.token(rest);
+      diags.report(DiagKind::SyntaxError, r.Start,
+                   "unexpected '" + rest->getText() + "' after the value")
+          .range(r);
+      return nullptr;
+    }
+    return Builder(loc).expression(tree);
   } catch (std::exception &e) {
     diags.report(DiagKind::SyntaxError, llvm::SMLoc::getFromPointer(text.data()),
                  std::string("the parser failed: ") + e.what());

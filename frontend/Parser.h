@@ -21,4 +21,9 @@ constexpr unsigned kMaxOperatorsPerStatement = 4000;
 /// errors (they are all reported, with recovery, before returning).
 std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags);
 
+/// Parses buffer `bufferID` as one expression (a command-line value such as `--target '64 x
+/// H100_SXM { tensor = 8 }'`, written as in a file). Returns null after reporting a syntax
+/// error, or anything after the expression.
+ExprPtr parseExpression(unsigned bufferID, DiagnosticEngine &diags);
+
 } // namespace tally

@@ -68,11 +68,13 @@ struct LayoutReader {
     std::string s = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
     if (std::find(stacks.begin(), stacks.end(), s) == stacks.end()) {
       std::string close = closestName(s, stacks);
-      sema.diags.report(DiagKind::InvalidValue, it.range.Start,
-                        "stack is the framework that runs the step: megatron, deepspeed, fsdp, "
-                        "fsdp2 or ddp" +
-                            (s.empty() ? std::string() : ", not '" + s + "'" + didYouMean(close)))
-          .range(it.range);
+      auto d = sema.diags.report(
+          DiagKind::InvalidValue, it.range.Start,
+          "stack is the framework that runs the step: megatron, deepspeed, fsdp, fsdp2 or ddp" +
+              (s.empty() ? std::string() : ", not '" + s + "'" + didYouMean(close)));
+      d.range(it.range);
+      if (!s.empty() && !close.empty())
+        d.fixit(e.range, close);
       return false;
     }
     par.stack = s;

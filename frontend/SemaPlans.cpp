@@ -4,6 +4,7 @@
 // command-line overrides (PlanOverrides: --batch, --micro-batch, --checkpoint, --precision,
 // --target) go through the same handlers. The precision and optimizer records are read here;
 // the target's record is SemaParallel.cpp, the checkpoint policies SemaCheckpoint.cpp.
+#include "frontend/Parser.h"
 #include "frontend/Sema.h"
 #include "support/Format.h"
 #include "support/Suggest.h"
@@ -18,10 +19,13 @@ std::optional<Dtype> Sema::dtypeSetting(const ConstValue &v, const char *what) {
     if (auto d = parseDtype(v.text))
       return d;
   }
-  diags.report(DiagKind::UnknownDtype, v.range.Start,
-               std::string(what) + " must be a dtype such as fp32, bf16 or fp16, not " +
-                   v.describe())
-      .range(v.range);
+  std::string message =
+      std::string(what) + " must be a dtype such as fp32, bf16 or fp16, not " + v.describe();
+  if (v.kind == ConstValue::Word)
+    suggest(DiagKind::UnknownDtype, v.range, message, v.text, dtypeSpellings())
+        .note(llvm::SMLoc(), "the dtypes are: " + choiceList(dtypeNames()));
+  else
+    diags.report(DiagKind::UnknownDtype, v.range.Start, message).range(v.range);
   return std::nullopt;
 }
 
@@ -529,8 +533,27 @@ bool PlanResolver::applyOverrides() {
     v.text = o.precision;
     ok &= (this->*findPlanSetting("precision", decl.isTrain)->apply)(v);
   }
-  if (!o.target.empty())
-    ok &= (this->*findPlanSetting("target", decl.isTrain)->apply)(targetOverride(o.target));
+  if (!o.target.empty()) {
+    ConstValue v = targetOverride(o.target);
+    if (o.target.find('{') != std::string::npos) {
+      // A layout record, as in a file: parsed from a buffer of its own (one per text, shared
+      // by the plans), so its diagnostics point into it.
+      llvm::SourceMgr &sm = sema.diags.sourceMgr();
+      unsigned id = 0;
+      for (unsigned b = 1; b <= sm.getNumBuffers() && !id; ++b)
+        if (sm.getMemoryBuffer(b)->getBufferIdentifier() == "--target" &&
+            sm.getMemoryBuffer(b)->getBuffer() == o.target)
+          id = b;
+      if (!id)
+        id = sm.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(o.target, "--target"),
+                                   llvm::SMLoc());
+      ExprPtr e = parseExpression(id, sema.diags);
+      v = e ? sema.eval(*e, env) : ConstValue();
+      if (v.kind == ConstValue::Invalid)
+        return false;
+    }
+    ok &= (this->*findPlanSetting("target", decl.isTrain)->apply)(v);
+  }
   return ok;
 }
 

@@ -4,6 +4,7 @@
 // matmul_curve and the fractions and curves); resolveTarget finds a name among the user's
 // targets, the built-in catalogue and the targets the tally binary loads (host, files).
 #include "frontend/Sema.h"
+#include "support/Suggest.h"
 
 #include <algorithm>
 
@@ -17,9 +18,9 @@ bool Sema::matmulCurves(const ConstValue &rec, Target &t) {
   for (size_t i = 0; i < rec.elems.size(); ++i) {
     std::optional<Dtype> dt = parseDtype(rec.names[i]);
     if (!dt) {
-      diags.report(DiagKind::UnknownDtype, rec.nameRanges[i].Start,
-                   "unknown dtype '" + rec.names[i] + "' in matmul_curve")
-          .range(rec.nameRanges[i]);
+      suggest(DiagKind::UnknownDtype, rec.nameRanges[i],
+              "unknown dtype '" + rec.names[i] + "' in matmul_curve", rec.names[i],
+              dtypeSpellings());
       ok = false;
       continue;
     }
@@ -106,9 +107,9 @@ struct TargetReader {
       auto dt = parseDtype(v.names[i]);
       double rate = need(v.elems[i], UnitDim::FlopRate, "peak " + v.names[i]);
       if (!dt) {
-        sema.diags.report(DiagKind::UnknownDtype, v.nameRanges[i].Start,
-                          "unknown dtype '" + v.names[i] + "' in peak rates")
-            .range(v.nameRanges[i]);
+        sema.suggest(DiagKind::UnknownDtype, v.nameRanges[i],
+                     "unknown dtype '" + v.names[i] + "' in peak rates", v.names[i],
+                     dtypeSpellings());
         ok = false;
         continue;
       }
@@ -288,7 +289,9 @@ std::optional<Target> Sema::resolveTarget(const Program &p, llvm::StringRef name
   for (const auto &kv : p.targets)
     names.push_back(kv.getKey().str());
   suggest(DiagKind::UnknownTarget, r, "unknown target '" + name.str() + "'", name, names)
-      .note(llvm::SMLoc(), "`tally targets` lists the built-in catalogue");
+      .note(llvm::SMLoc(), "the targets are: " + choiceList(names) +
+                               ", host (this machine, from `tally calibrate`) or a target file; "
+                               "`tally targets` describes the built-in ones");
   return std::nullopt;
 }
 

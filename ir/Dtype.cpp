@@ -198,4 +198,27 @@ double roundTo(Dtype d, double v) {
   return std::copysign(r, v);
 }
 
+std::vector<std::string> dtypeNames() {
+  std::vector<std::string> out;
+  // Every enumerator after Invalid, in declaration order, until nameOf no longer knows one.
+  for (unsigned i = static_cast<unsigned>(Dtype::Invalid) + 1; i < 256; ++i) {
+    llvm::StringRef n = nameOf(static_cast<Dtype>(i));
+    if (n == "invalid")
+      break;
+    out.push_back(n.str());
+  }
+  return out;
+}
+
+std::vector<std::string> dtypeSpellings() {
+  std::vector<std::string> out = dtypeNames();
+  // The aliases people type most (PyTorch's and the papers' names); kept only where parseDtype
+  // accepts them, so a suggestion is always a name that parses.
+  for (const char *alias : {"fp64", "fp32", "fp16", "bfloat16", "float32", "float16", "int64",
+                            "int32", "int8", "uint8"})
+    if (parseDtype(alias))
+      out.push_back(alias);
+  return out;
+}
+
 } // namespace tally

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace tally {
 
@@ -101,6 +103,13 @@ FloatLimits limitsOf(Dtype d);
 /// dtypes round to the nearest integer (ties to even) and saturate at their
 /// range; Bool gives 1 for any nonzero v; Invalid gives NaN.
 double roundTo(Dtype d, double v);
+
+/// The canonical dtype names, in declaration order ("f64", "f32", ..., "bool"): the list a
+/// diagnostic shows after an unknown dtype.
+std::vector<std::string> dtypeNames();
+/// dtypeNames plus the common aliases parseDtype accepts (fp32, bfloat16, int8, ...): the
+/// candidates of a "did you mean" for an unknown dtype.
+std::vector<std::string> dtypeSpellings();
 
 } // namespace tally
 

@@ -66,11 +66,19 @@ static std::string closestWithin(llvm::StringRef name, const std::vector<std::st
                                                    : typoDistance(name, c);
     if (isTransposition(name, c))
       d = 1; // a swap is one typo, not two replacements
-    if (canonical(c) == canon)
+    // The same words in another order, each with its own typos ("bf16_mixde"): the typos plus
+    // one for the order.
+    std::string cc = canonical(c);
+    if (cc == canon)
       d = std::min(d, 1u);
+    else if (cc.size() <= 64 && canon.size() <= 64 && c.find('_') != std::string::npos)
+      d = std::min(d, typoDistance(canon, cc) + 1);
     if (llvm::StringRef(c).equals_insensitive(name))
       d = 0;
-    if (d <= limit && d < bestDist) {
+    // Among equally close names, a swap of letters is the likelier typo ("fb16": bf16, not f16).
+    bool better = d < bestDist || (d == bestDist && isTransposition(name, c) &&
+                                    !isTransposition(name, best));
+    if (d <= limit && better) {
       bestDist = d;
       best = c;
     }

@@ -381,6 +381,9 @@ TEST_CASE("closestName: swaps, reordered words, separators and far typos among f
   CHECK(closestName("sqtr", {"none", "full", "sqrt"}) == "sqrt");
   CHECK(closestName("baises", {"in", "out", "bias"}) == "bias");
   CHECK(closestName("H100_SMX", {"H100_SXM", "A100_SXM", "H200_SXM"}) == "H100_SXM");
+  // Reordered words with a typo in one; a swap preferred to a dropped letter at equal distance.
+  CHECK(closestName("bf16_mixde", {"fp32", "bf16", "mixed_bf16", "mixed_fp16"}) == "mixed_bf16");
+  CHECK(closestName("fb16", {"f32", "f16", "bf16"}) == "bf16");
   // Nothing close: no suggestion.
   CHECK(closestName("zzzzzz", {"in", "out", "bias"}).empty());
 }
