@@ -35,9 +35,49 @@ NO_LOWERING(Expand, "the autodiff's: sum's and mean's gradient")
 // Lookups by index and index generation: embedding, gather, topk, positions(n) (the indices
 // 0..n-1), next_tokens.
 
+/// A learned positional table read at positions(n) (`wpe(positions(seq))`) needs n rows: a
+/// longer sequence would index past the table (the generated step fails there). The error is
+/// at the plan's `seq` when n is the plan's sequence length, with notes at the lookup and the
+/// table's declaration.
+bool Lowerer::positionsFit(TensorId ids, TensorId table, const Expr &e, Scope &scope) {
+  OpId p = g.tensors[ids].producer;
+  const Shape &rows = g.tensors[table].shape;
+  if (p == kNone || g.ops[p].kind != OpKind::Positions || rows.empty() ||
+      g.ops[p].attrs->newShape.empty())
+    return true;
+  const Dim &n = g.ops[p].attrs->newShape[0];
+  if (n.size <= rows[0].size)
+    return true;
+  const Instance &in = g.instances[scope.module->instance];
+  std::string table_ = in.where.isValid() ? "'" + g.instancePath(scope.module->instance) + "'"
+                                          : "the embedding";
+  std::string what = std::to_string(n.size) + " positions, but the learned positional table " +
+                     table_ + " has " + std::to_string(rows[0].size) + " rows: positions " +
+                     std::to_string(rows[0].size) + " to " + std::to_string(n.size - 1) +
+                     " have no embedding";
+  auto seq = settingRanges.find("seq");
+  bool fromSeq = n.sym != 0 && g.symbols[n.sym] == "seq" && seq != settingRanges.end() &&
+                 seq->second.isValid();
+  llvm::SMRange at = fromSeq ? seq->second : g.ops[p].range;
+  auto d = diags.report(DiagKind::InvalidValue, at.Start,
+                        (fromSeq ? "seq = " + std::to_string(n.size) + " asks for " : "") +
+                            what);
+  d.range(at);
+  d.note(g.ops[p].range.Start, "the positions are made here", g.ops[p].range);
+  if (in.where.isValid())
+    d.note(in.where.Start,
+           "the table is declared here with " + std::to_string(rows[0].size) + " rows", in.where);
+  else
+    d.note(e.range.Start, "the table is read here", e.range);
+  fail();
+  return false;
+}
+
 Value Lowerer::embeddingOp(const Bound &b, const Expr &e, Scope &scope) {
   TensorId x = kNone, y = kNone;
   if (!tensorArg(b, "ids", x) || !tensorArg(b, "weight", y))
+    return {};
+  if (!positionsFit(x, y, e, scope))
     return {};
   return op1(OpKind::Embedding, {x, y}, OpAttrs(), e, scope);
 }

@@ -141,6 +141,9 @@ std::optional<Value> Lowerer::cloneCall(const CallRecord &from, ModuleObj &m,
       op.attrs.change([&](OpAttrs &a) { a.stream = g.randomStreams++; });
     g.addOp(std::move(op));
   }
+  for (size_t l = from.localsBegin; l < from.localsEnd; ++l)
+    if (TensorId t = map(g.locals[l].tensor); t != kNone)
+      g.locals.push_back({t, g.locals[l].name});
   std::function<Value(const Value &)> remap = [&](const Value &v) {
     Value r = v;
     if (v.kind == Value::Tensor)
@@ -254,6 +257,8 @@ std::optional<Value> Lowerer::statements(const std::vector<StmtPtr> &body, Scope
       }
       if (s->targets.size() == 1) {
         scope.locals[s->targets[0]] = v;
+        if (v.kind == Value::Tensor && !s->targetRanges.empty())
+          g.locals.push_back({v.tensor, s->targetRanges[0]});
         break;
       }
       if (v.kind != Value::Tuple || v.elems.size() != s->targets.size()) {
@@ -266,8 +271,11 @@ std::optional<Value> Lowerer::statements(const std::vector<StmtPtr> &body, Scope
         fail();
         return Value{};
       }
-      for (size_t i = 0; i < s->targets.size(); ++i)
+      for (size_t i = 0; i < s->targets.size(); ++i) {
         scope.locals[s->targets[i]] = v.elems[i];
+        if (v.elems[i].kind == Value::Tensor && i < s->targetRanges.size())
+          g.locals.push_back({v.elems[i].tensor, s->targetRanges[i]});
+      }
       break;
     }
     }
@@ -654,12 +662,14 @@ Value Lowerer::call(const Expr &e, Scope &scope) {
         r.args = args;
         r.tensorsBegin = static_cast<TensorId>(g.tensors.size());
         r.opsBegin = static_cast<OpId>(g.ops.size());
+        r.localsBegin = g.locals.size();
         unsigned said = diags.errorCount() + diags.warningCount();
         y = callModule(*m, args, e.range);
         if (y.kind == Value::Invalid)
           return {};
         r.tensorsEnd = static_cast<TensorId>(g.tensors.size());
         r.opsEnd = static_cast<OpId>(g.ops.size());
+        r.localsEnd = g.locals.size();
         r.result = y;
         if (diags.errorCount() + diags.warningCount() == said) {
           // The copies left will most likely be clones of this one: room for them at once,

@@ -223,8 +223,10 @@ private:
     std::vector<Value> args;
     TensorId tensorsBegin = 0, tensorsEnd = 0;
     OpId opsBegin = 0, opsEnd = 0;
+    size_t localsBegin = 0, localsEnd = 0;
     Value result;
   };
+  bool positionsFit(TensorId ids, TensorId table, const Expr &e, Scope &scope);
   std::optional<Value> cloneCall(const CallRecord &from, ModuleObj &m, const std::vector<Value> &args);
   bool checkInputType(ModuleObj &m, const ForwardParam &p, const Value &arg,
                       llvm::SMRange where);

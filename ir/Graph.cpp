@@ -341,7 +341,7 @@ void TensorLists::build(size_t tensors, const std::vector<std::pair<TensorId, ui
 
 Graph Graph::extend() const {
   // Every field: one added to Graph must be added here (the size check is the reminder).
-  static_assert(sizeof(Graph) == 200 + 4 * sizeof(Records<Tensor>), "a field was added to Graph: copy it in Graph::extend");
+  static_assert(sizeof(Graph) == 224 + 4 * sizeof(Records<Tensor>), "a field was added to Graph: copy it in Graph::extend");
   Graph g;
   g.model = model;
   g.tensors = Records<Tensor>::extend(tensors);
@@ -352,6 +352,7 @@ Graph Graph::extend() const {
   g.inputNames = inputNames;
   g.loss = loss;
   g.outputs = outputs;
+  g.locals = locals;
   g.symbols = symbols;
   g.activationDtype = activationDtype;
   g.gradient = gradient;

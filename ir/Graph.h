@@ -448,6 +448,13 @@ struct ParamInfo {
   llvm::SMRange range;        ///< the `param` declaration
 };
 
+/// A name a forward function binds to a computed tensor (`h = fc(x)`): the unused-value lint
+/// warns when the value reaches no output. The name is the source text at `name`.
+struct LocalValue {
+  TensorId tensor = kNone;
+  llvm::SMRange name; ///< the name in the assignment
+};
+
 /// A path one level down: "h[3].attn" + "qkv" → "h[3].attn.qkv" ("" + "wte" → "wte"). Instance,
 /// parameter and op paths (lowering), and a backward op's ("h[3].attn.matmul.matmul_backward"),
 /// in one allocation: a path rarely fits the small-string buffer, and a 10,000-layer step
@@ -483,6 +490,7 @@ struct Graph {
   std::vector<std::string> inputNames; ///< per entry of `inputs`: the name it was declared with
   TensorId loss = kNone;      ///< the scalar the forward function returns (when training)
   std::vector<TensorId> outputs; ///< everything the forward function returns
+  std::vector<LocalValue> locals; ///< the forward functions' named tensors, in lowering order
   std::vector<std::string> symbols{""}; ///< dimension names; index 0 is "no name"
   Dtype activationDtype = Dtype::F32; ///< dtype of floating-point activations
   /// After autodiff (passes/Backward.cpp): per tensor, its gradient tensor (kNone when none);

@@ -207,6 +207,9 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags);
 bool unalignedMatmul(const Analysis &a, OpId i);
 /// UnusedParams.cpp: parameters that no op reads (the unused-value warning).
 void unusedParams(Analysis &a, DiagnosticEngine &diags);
+/// UnusedParams.cpp: computed locals whose value reaches no output (unused-value, with the
+/// forward FLOPs spent on them).
+void unusedLocals(const Analysis &a, DiagnosticEngine &diags);
 /// Budgets.cpp: the plan's budgets against the analysis, with fixes computed by the solvers.
 void checkBudgets(Analysis &a, DiagnosticEngine &diags, const Relower &relower);
 

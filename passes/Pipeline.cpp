@@ -182,6 +182,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   precisionLints(a, diags); // [lints]
   matmulAlignment(a, diags);
   unusedParams(a, diags);
+  unusedLocals(a, diags);
   blockTotals(a); // reads the op times, writes the per-block totals, which the budgets do not read
   if (curveWalks.joinable())
     curveWalks.join();
