@@ -245,6 +245,11 @@ struct Analysis {
     double sixND = 0;            ///< 6 × trainable params × tokens per step
     double ratioToSixND = 0;     ///< (forward + backward) / sixND
     double tokensPerStep = 0;    ///< batch × seq
+    /// Whether an input has a `seq` axis: a language task, counted in tokens with a 6·N·D
+    /// comparison; otherwise (images, feature vectors) the report counts samples and has none.
+    bool sequence = true;
+    bool attention = false;      ///< some op is attention (the dense s² count applies)
+    bool causalAttention = false; ///< some attention is causal (the executed count skips half)
   } flops;
 
   // ---- memory per device, bytes ----

@@ -34,6 +34,15 @@ void costOps(Analysis &a) {
   a.flops.forwardMatmul = matmul * microSteps;
   a.flops.executed = executed * microSteps;
   a.flops.tokensPerStep = static_cast<double>(plan.batch) * static_cast<double>(plan.seq);
+  a.flops.sequence = false;
+  for (TensorId t : g.inputs)
+    for (const Dim &d : g.tensors[t].shape)
+      a.flops.sequence |= d.sym != 0 && d.sym < g.symbols.size() && g.symbols[d.sym] == "seq";
+  for (const Op &op : g.ops)
+    if (op.kind == OpKind::Attention) {
+      a.flops.attention = true;
+      a.flops.causalAttention |= op.attrs->causal;
+    }
 }
 
 } // namespace tally

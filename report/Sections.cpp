@@ -61,15 +61,21 @@ ReportTable flopsTable(const Analysis &a) {
     t.rows.push_back({"optimizer", sci(a.flops.optimizer), p.optimizer.name + " update"});
     t.rows.push_back({"step (model FLOPs)", sci(a.flops.step), "used for MFU"});
     t.rows.push_back({"executed", sci(a.flops.executed), "what kernels run; used for HFU"});
-    t.rows.push_back({"6·N·D", sci(a.flops.sixND),
-                      llvm::formatv("N = {0}, D = {1} tokens", formatCount(a.params.trainable),
-                                    formatCount(a.flops.tokensPerStep))
-                          .str()});
-    t.notes.push_back(llvm::formatv("(forward + backward) / 6ND = {0:f4}", a.flops.ratioToSixND)
-                          .str());
-    t.notes.push_back("Model FLOPs count attention densely (s²), as Narayanan et al. and PaLM "
-                      "do; executed FLOPs skip the masked half of causal attention and add "
-                      "recompute.");
+    // 6·N·D counts tokens: no comparison for a task without a sequence (images, vectors).
+    if (a.flops.sequence) {
+      t.rows.push_back({"6·N·D", sci(a.flops.sixND),
+                        llvm::formatv("N = {0}, D = {1} tokens", formatCount(a.params.trainable),
+                                      formatCount(a.flops.tokensPerStep))
+                            .str()});
+      t.notes.push_back(llvm::formatv("(forward + backward) / 6ND = {0:f4}", a.flops.ratioToSixND)
+                            .str());
+    }
+    if (a.flops.attention)
+      t.notes.push_back(std::string("Model FLOPs count attention densely (s²), as Narayanan et "
+                                    "al. and PaLM do; executed FLOPs ") +
+                        (a.flops.causalAttention ? "skip the masked half of causal attention and "
+                                                   "add recompute."
+                                                 : "add recompute."));
   }
   return t;
 }
@@ -213,7 +219,8 @@ ReportTable timeTable(const Analysis &a) {
                         // Past 1e15 steps a whole number has more digits than the double.
                         (a.time.steps < 1e15 ? llvm::formatv("{0:f0}", a.time.steps).str()
                                              : formatCount(a.time.steps)) +
-                            " steps for " + formatCount(p.tokens) + " tokens"});
+                            " steps for " + formatCount(p.tokens) +
+                            (a.flops.sequence ? " tokens" : " samples")});
   } else {
     t.rows.push_back({"step", formatDuration(a.time.step), ""});
   }
@@ -357,7 +364,10 @@ ReportContent buildReport(const Analysis &a) {
                   std::to_string(par.tensor) + ", pipeline " + std::to_string(par.pipeline) +
                   ", ZeRO " + std::to_string(par.zero) + ")";
   if (p.isTrain)
-    c.settings.push_back("batch " + std::to_string(p.batch) + ", seq " + std::to_string(p.seq) +
+    c.settings.push_back("batch " + std::to_string(p.batch) +
+                         (a.flops.sequence ? ", seq " + std::to_string(p.seq)
+                                           : (p.batch == 1 ? " sample" : " samples") +
+                                                 std::string(" (no sequence axis)")) +
                          ", micro-batch " + std::to_string(p.microBatch) + " per device");
   else
     c.settings.push_back("batch " + std::to_string(p.batch) + ", prompt " +
