@@ -309,7 +309,11 @@ struct Analysis {
     int64_t microBatches = 0;      ///< what the step runs
     int64_t shownMicroBatches = 0; ///< what `slots` holds (at most a few rounds; the middle repeats)
     double makespan = 0;           ///< end of the last slot
-    double bubble = 0;             ///< makespan − compute per stage, for the shown micro-batches
+    double bubble = 0;             ///< makespan − the busiest stage's compute, for the shown micro-batches
+    /// Per virtual stage (chunk c of device s is c·p + s), one micro-batch's forward and its
+    /// backward with recompute (StepTime.cpp, step 4): the slots' lengths. Empty when the
+    /// stages are taken as balanced (no repeat copies to split, or fewer than p·v of them).
+    std::vector<double> stageForward, stageBackward;
   } pipeline;
 
   struct {
