@@ -321,7 +321,10 @@ ReportTable inferenceTable(const Analysis &a) {
                         .str()});
   t.rows.push_back({"KV cache", formatBytes(inf.kvCacheBytes),
                     formatBytes(inf.kvBytesPerToken) + " per token, " +
-                        std::to_string(inf.layers) + " layers"});
+                        std::to_string(inf.layers) + " layers" +
+                        (inf.windowedLayers > 0 ? " (" + std::to_string(inf.windowedLayers) +
+                                                      " windowed: cached up to the window)"
+                                                : std::string())});
   t.rows.push_back({"tokens/s", llvm::formatv("{0:f1}", inf.tokensPerSecond).str(),
                     "generated tokens, all sequences"});
   t.rows.push_back({"request", formatDuration(inf.totalTime), "prefill + every decode step"});
