@@ -525,7 +525,7 @@ struct Graph {
   /// `[16, 1024, 768]`: numbers only.
   static std::string formatSizes(const Shape &s);
   /// numel × bytes per element.
-  double bytes(TensorId t) const { return numel(tensors[t].shape) * bytesOf(tensors[t].dtype); }
+  double bytes(TensorId t) const { return numel(tensors[t].shape) * storageBytes(tensors[t].dtype); }
   /// An op's path: "h[3].attn.qkv.matmul" for a forward op (its instance's path, its kind,
   /// `#2` for the second of its kind there), "h[3].attn.qkv.matmul.matmul_backward" for a
   /// backward op (its forward op's path, its own kind), the kind alone for the others

@@ -214,8 +214,22 @@ struct Analysis {
     /// Of `total`, the parameters an op outside the block that declares them reads too (a head
     /// tied to the embedding): counted once, however many blocks read them.
     double tied = 0;
+    /// Of `total`, the frozen parameters stored block-quantized (int8, int4, nf4: QLoRA's base
+    /// weights), and their bytes with the block scales (quantBitsPerElement, ParamCount.cpp).
+    double quantized = 0, quantizedBytes = 0;
     std::vector<BlockCount> byBlock; ///< every instance, in instance order
   } params;
+
+  /// Quantized base weights (StepTime.cpp, step 2): the dequantization kernel before each
+  /// matmul that reads one, per micro-batch on one device: its bytes (the packed weight and
+  /// its scales read, the activation-dtype copy written), FLOPs (one multiply per element, one
+  /// per block to restore a double-quantized scale) and seconds in the forward and in the
+  /// backward (the data gradient reads the weight again). `spec` is the plan's storage.
+  struct {
+    QuantSpec spec;
+    double bytes = 0, flops = 0, forward = 0, backward = 0;
+    double matmuls = 0; ///< matmul ops that read a quantized weight
+  } dequant;
 
   OpTable ops;
   /// What each op's backward keeps (from the op rule; Autodiff.cpp), op after op: op o's list
@@ -263,6 +277,14 @@ struct Analysis {
   } memory;
 
   // ---- time ----
+  /// One MFU convention (passes/MfuConventions.cpp).
+  struct MfuConvention {
+    const char *name = "";     ///< "graph", "six_nd", "palm", "palm_causal", "megatron", "hfu"
+    const char *formula = "";  ///< the formula, in words
+    const char *source = "";   ///< where it is published
+    double flops = 0;          ///< per optimizer step, all devices
+    double mfu = 0;
+  };
   struct {
     double forward = 0, backward = 0, recompute = 0, optimizer = 0; ///< seconds per step, one device
     double communication = 0, hostTransfer = 0, bubble = 0;
@@ -277,6 +299,12 @@ struct Analysis {
     /// Of dataParallelComm: the compute the hidden collectives slowed, on the multiprocessors
     /// NCCL's blocks held while they ran (passes/Collectives.h, overlapInterference).
     double overlapInterference = 0;
+    /// MFU by each published convention (passes/MfuConventions.cpp), train plans only: the
+    /// FLOPs per optimizer step each counts, over step × peak × devices with the same dense
+    /// peak. `mfu` above is the "graph" convention's.
+    std::vector<MfuConvention> mfuConventions;
+    double mfuPeak = 0;          ///< FLOP/s per device the conventions divide by: the dense peak
+                                 ///< (ir/Target.h: every catalogue rate is dense, no 2:4 sparsity)
   } time;
 
   /// StepTime.cpp: the framework that runs the step (its buckets and overlap), and every kind of

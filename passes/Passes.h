@@ -204,6 +204,11 @@ bool hasBackward(const Graph &g, const Plan &plan, const Op &op);
 /// devices (forward + backward) over stepSeconds × each device's peak × the devices. The
 /// estimate's a.time.mfu, and `tally run`'s for the measured step.
 double modelFlopsUtilization(const Analysis &a, double stepSeconds);
+/// The peak MFU and HFU divide by: the datasheet's dense peak of the rate matrix products run
+/// at, at the datasheet clock.
+double utilizationPeak(const Analysis &a);
+/// MfuConventions.cpp: a.time.mfuConventions for a train plan, after stepTime.
+void mfuConventions(Analysis &a);
 /// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s.
 void inference(Analysis &a);
 /// PrecisionLints.cpp: literals that underflow or overflow the dtype they are used in, fp16

@@ -410,10 +410,37 @@ double repeatCopies(const RepeatCopies &rc) {
   return std::max<double>(1, static_cast<double>(rc.copies.size()));
 }
 
-/// Step 2: per-op forward and backward times per micro-batch.
+/// Step 2b: the dequantization kernel before a matmul whose weight (its right operand) is a
+/// frozen parameter stored quantized (int8, int4, nf4), as bitsandbytes runs it: one
+/// memory-bound kernel that reads the packed weight and its block scales and writes the
+/// weight in the activation dtype for the matmul; one multiply per element (code × absmax)
+/// and, with double quantization, one per block to restore its scale; FLOPs at the fp32 rate
+/// of the CUDA cores. Empty work for any other op.
+KernelWork dequantWork(const Graph &g, const Plan &plan, const Op &op) {
+  KernelWork w;
+  w.calls = 0;
+  if (op.kind != OpKind::Matmul || op.inputs.size() != 2)
+    return w;
+  const Tensor &x = g.tensors[g.storageOf(op.inputs[1])];
+  if (x.role != TensorRole::Param || x.requiresGrad || !isQuantized(x.dtype))
+    return w;
+  QuantSpec q = quantSpecFor(plan.precision, x.dtype);
+  double n = numel(x.shape);
+  w.bytes = n * quantBitsPerElement(q) / 8 + n * bytesOf(g.activationDtype);
+  w.flops = n + (q.doubleBlock > 0 ? n / static_cast<double>(q.block) : 0);
+  w.calls = 1;
+  w.rate = Dtype::F32;
+  return w;
+}
+
+/// Step 2: per-op forward and backward times per micro-batch; a matmul reading a quantized
+/// weight adds its dequantization (step 2b) to its forward and, when its data gradient is
+/// computed (the weight is read again), to its backward.
 void opTimes(Analysis &a, const TensorParallel &tp) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
+  a.dequant = {};
+  a.dequant.spec = plan.precision.frozen;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     OpAnalysis o = a.ops[i];
     OpClass c = opClass(g.ops[i].kind);
@@ -422,6 +449,21 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
     o.backwardTime = hasBackward(g, plan, g.ops[i])
                          ? kernelTime(plan.target, c, o.computeDtype, backwardWork(a, i, o))
                          : 0;
+    KernelWork dq = dequantWork(g, plan, g.ops[i]);
+    if (dq.calls > 0) {
+      dq = splitWork(dq, o.tensorSplit);
+      double t = kernelTime(plan.target, OpClass::Elementwise, Dtype::F32, dq);
+      bool again = plan.isTrain && g.tensors[g.ops[i].inputs[0]].requiresGrad;
+      o.forwardTime += t;
+      o.backwardTime += again ? t : 0;
+      a.dequant.matmuls += 1;
+      a.dequant.bytes += dq.bytes * (again ? 2 : 1);
+      a.dequant.flops += dq.flops * (again ? 2 : 1);
+      a.dequant.forward += t;
+      a.dequant.backward += again ? t : 0;
+      if (a.dequant.spec.dtype == Dtype::Invalid)
+        a.dequant.spec = quantSpecFor(plan.precision, g.tensors[g.storageOf(g.ops[i].inputs[1])].dtype);
+    }
     a.ops.set(i, o);
   }
 }
@@ -886,6 +928,7 @@ void stepTime(Analysis &a) {
   a.time.steps = plan.tokens > 0 && a.flops.tokensPerStep > 0 ? plan.tokens / a.flops.tokensPerStep : 0;
   a.time.run = a.time.steps * a.time.step;
   a.time.runDays = a.time.run / 86400;
+  mfuConventions(a); // passes/MfuConventions.cpp
 }
 
 void checkAccumulation(Analysis &a, DiagnosticEngine &diags) {

@@ -140,6 +140,24 @@ ReportTable memoryTable(const Analysis &a) {
                                     a.memory.gradAccum > 0 ? "grad accumulation + " : "",
                                     a.memory.bytesPerParam)
                           .str());
+  if (a.params.quantized > 0) {
+    const QuantSpec &q = a.dequant.spec;
+    double bits = quantBitsPerElement(q);
+    t.notes.push_back(llvm::formatv("{0} frozen parameters stored in {1}, block {2}, {3} scales{4}: "
+                                    "{5:f3} bits ({6:f3} bytes) per parameter; dequantized before "
+                                    "each of {7:f0} matmuls, {8} forward and {9} backward per micro-batch",
+                                    formatCount(a.params.quantized), nameOf(q.dtype), q.block,
+                                    nameOf(q.scale),
+                                    q.doubleBlock > 0
+                                        ? llvm::formatv(" double-quantized to 8 bits in blocks of {0}",
+                                                        q.doubleBlock)
+                                              .str()
+                                        : std::string(),
+                                    bits, bits / 8, a.dequant.matmuls,
+                                    formatDuration(a.dequant.forward),
+                                    formatDuration(a.dequant.backward))
+                          .str());
+  }
   return t;
 }
 
@@ -208,6 +226,18 @@ ReportTable timeTable(const Analysis &a) {
                       std::to_string(a.time.accumulationSteps) + " accumulation step" +
                           (a.time.accumulationSteps == 1 ? "" : "s")});
     t.rows.push_back({"MFU", formatPercent(a.time.mfu), "HFU " + formatPercent(a.time.hfu)});
+    if (!a.time.mfuConventions.empty()) {
+      std::string others;
+      for (const Analysis::MfuConvention &c : a.time.mfuConventions) {
+        llvm::StringRef n = c.name;
+        if (n == "graph" || n == "hfu")
+          continue;
+        others += (others.empty() ? "" : ", ") + n.str() + " " + formatPercent(c.mfu);
+      }
+      t.rows.push_back({"MFU convention", a.time.mfuConventions.front().name,
+                        "model FLOPs of the graph, attention dense, over the dense peak; " +
+                            others});
+    }
     if (a.time.run > 0)
       t.rows.push_back({"run", formatDuration(a.time.run),
                         // Past 1e15 steps a whole number has more digits than the double.
