@@ -170,6 +170,9 @@ struct Emitter {
   bool ropeDims(TensorId x, const OpAttrs &at, int64_t &B, int64_t &S, int64_t &H, int64_t &hd);
   bool rope();
   bool ropeBackward();
+  /// B, S, Skv, H, Hkv, hd of an attention op, and `rows`: the call's trailing arguments
+  /// ("" when dense with no window or cap; else ", rt::AttnRows{...}" and, with a window or
+  /// a soft cap, ", rt::AttnScores{w, c}").
   bool attentionDims(const Op &fwd, int64_t &B, int64_t &S, int64_t &Skv, int64_t &H, int64_t &Hkv,
                      int64_t &hd, std::string &rows);
   bool attentionForward();

@@ -161,6 +161,11 @@ bool Emitter::attentionDims(const Op &fwd, int64_t &B, int64_t &S, int64_t &Skv,
   int64_t rq = strides(q)[1], rk = strides(k)[1], rv = strides(v)[1];
   bool strided = rq != H * hd || rk != Hkv * hd || rv != Hkv * hd;
   rows = strided ? llvm::formatv(", rt::AttnRows{{{0}, {1}, {2}}", rq, rk, rv).str() : "";
+  // A window or a soft cap: rt::AttnScores after the rows (written out, dense or not).
+  const OpAttrs &at = fwd.attrs;
+  if (at.attnWindow > 0 || at.softcap > 0)
+    rows = (strided ? rows : std::string(", rt::AttnRows{}")) +
+           llvm::formatv(", rt::AttnScores{{{0}, {1}}", at.attnWindow, number(at.softcap)).str();
   if (be.checkAttention) {
     std::string why = be.checkAttention(B, S, Skv, H, Hkv, hd, rq, rk, rv, op->kind == OpKind::AttentionBackward);
     if (!why.empty())

@@ -526,6 +526,18 @@ namespace tally::codegen {
 std::string emitStep(const Analysis &a, const EmitOptions &options, const Backend &be, std::vector<File> &out) {
   if (!a.step || !a.plan || !a.graph)
     return "nothing to generate: the plan was not analyzed";
+  // Quantized weights (int8, int4, nf4 storage; issue 45): tally prices them but its runtime
+  // has no dequantization kernels.
+  for (const ParamInfo &p : a.graph->params) {
+    Dtype d = a.graph->tensors[p.tensor].dtype;
+    if (!isQuantized(d))
+      continue;
+    std::string at = options.where ? options.where(p.range.Start) : "";
+    return "parameter " + a.graph->paramPath(p) + (at.empty() ? "" : " (" + at + ")") +
+           " is stored in " + nameOf(d).str() +
+           ": the generated step has no quantized-weight kernels (tally report prices the "
+           "dequantization; docs/precision.md, \"Quantized base weights\")";
+  }
   emit::Emitter e(a, options, be);
   if (!e.run(out))
     return e.error.empty() ? "the step could not be generated" : e.error;

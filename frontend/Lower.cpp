@@ -51,6 +51,13 @@ std::optional<Graph> Lowerer::run(const PlanDecl &decl) {
     t.shape = shape;
     if (p.type->dtype.empty())
       t.dtype = g.activationDtype;
+    if (t.dtype == Dtype::INT4 || t.dtype == Dtype::NF4) {
+      diags.report(DiagKind::TypeMismatch, p.type->dtypeRange.Start,
+                   "the model's input '" + p.name + "' cannot be " + nameOf(t.dtype).str() +
+                       ": int4 and nf4 store frozen weights (frozen param w: nf4[d, d])")
+          .range(p.type->dtypeRange);
+      return std::nullopt;
+    }
     TensorId id = g.addTensor(std::move(t));
     g.inputs.push_back(id);
     g.inputNames.push_back(p.name);
@@ -58,6 +65,8 @@ std::optional<Graph> Lowerer::run(const PlanDecl &decl) {
   }
   Value out = callModule(*root, inputs, root->forward->range);
   if (failed || out.kind == Value::Invalid)
+    return std::nullopt;
+  if (!checkLoraTargets() || !checkQuantized()) // frontend/LowerLora.cpp
     return std::nullopt;
   collectOutputs(out);
   if (key.isTrain) {

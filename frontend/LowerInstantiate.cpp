@@ -369,7 +369,17 @@ bool Lowerer::items(const std::vector<BlockItemPtr> &list, ModuleObj &m, bool fr
       if (!shapeOf(*item->type, m.consts, false, shape, t.dtype))
         return false;
       t.shape = shape;
-      t.requiresGrad = !(frozen || item->frozen);
+      // Under a `lora` plan only the adapters train (LoRA blocks); every other weight is frozen.
+      t.requiresGrad = !(frozen || item->frozen) && (key.lora.r == 0 || m.decl->name == "LoRA");
+      if ((t.dtype == Dtype::INT4 || t.dtype == Dtype::NF4) && t.requiresGrad) {
+        diags.report(DiagKind::TypeMismatch, item->type->dtypeRange.Start,
+                     "parameter '" + item->name + "' is stored in " + nameOf(t.dtype).str() +
+                         ", a quantized format that cannot be trained: declare it `frozen param` "
+                         "(QLoRA trains adapters beside frozen quantized weights)")
+            .range(item->type->dtypeRange);
+        fail();
+        return false;
+      }
       if (g.params.size() >= kMaxParams) {
         diags.report(DiagKind::Overflow, item->nameRange.Start,
                      "the model has more than " + std::to_string(kMaxParams) +
@@ -502,6 +512,7 @@ bool Lowerer::member(const BlockItem &item, ModuleObj &m, bool frozen) {
     ConstValue call = sema.eval(e, m.consts);
     if (call.kind == ConstValue::Invalid)
       return false;
+    b = loraSubstitute(item, b, call);
     ModuleObj *child =
         instantiate(*b, call, path, newInstance(path, b->name, m.instance, item.range), frozen, e.range);
     if (!child)

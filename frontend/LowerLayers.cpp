@@ -6,6 +6,8 @@
 
 #include "support/Format.h"
 
+#include <cmath>
+
 namespace tally {
 namespace lowering {
 
@@ -48,6 +50,46 @@ NO_LOWERING(MoeBackward, "the autodiff's: moe's gradients")
 // ---------------------------------------------------------------------------------------------
 // attention(q, k, v, heads, ...): its heads, mask, dropout and flags.
 
+/// `window = w` (a sliding window: query i sees keys i − w < j ≤ i; 0, the default, none) and
+/// `softcap = c` (scores become c·tanh(scores / c); 0, the default, none). A window needs
+/// `causal = true`: it is Mistral's and Gemma 2's band below the diagonal, and a window without
+/// the causal mask (both sides of the diagonal) is not defined here.
+bool Lowerer::attentionScores(const Bound &b, bool causal, OpAttrs &attrs) {
+  auto window = intArg(b, "window");
+  auto cap = numberArg(b, "softcap");
+  if (!window || !cap)
+    return false;
+  if (*window < 0) {
+    const Value &v = b.values[slot(b, "window")];
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "'window' is how many keys each query sees (itself included): a positive "
+                 "whole number, or 0 for no window, not " +
+                     std::to_string(*window))
+        .range(v.range);
+    return false;
+  }
+  if (*window > 0 && !causal) {
+    const Value &v = b.values[slot(b, "window")];
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "a sliding window (window = " + std::to_string(*window) +
+                     ") needs causal = true: query i sees keys i - w < j <= i")
+        .range(v.range);
+    return false;
+  }
+  if (!(*cap >= 0) || !std::isfinite(*cap)) {
+    const Value &v = b.values[slot(b, "softcap")];
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "'softcap' caps the scores at ±c (c·tanh(score / c)): a positive number, or 0 "
+                 "for no cap, not " +
+                     significant(*cap))
+        .range(v.range);
+    return false;
+  }
+  attrs.attnWindow = *window;
+  attrs.softcap = *cap;
+  return true;
+}
+
 Value Lowerer::attentionOp(const Bound &b, const Expr &e, Scope &scope) {
   OpAttrs attrs;
   TensorId x = kNone, y = kNone, z = kNone;
@@ -79,6 +121,8 @@ Value Lowerer::attentionOp(const Bound &b, const Expr &e, Scope &scope) {
         .range(e.range);
     return {};
   }
+  if (!attentionScores(b, *causal, attrs))
+    return {};
   attrs.heads = *heads;
   attrs.kvHeads = *kv;
   attrs.causal = *causal;

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <set>
 
 namespace tally {
 namespace lowering {
@@ -173,6 +174,10 @@ private:
   std::vector<llvm::SmallVector<std::pair<OpKind, unsigned>, 4>> opCounts;
   bool failed = false;
   unsigned callDepth = 0;
+  /// Under a `lora` plan: the targets that named a Linear, and every Linear member name seen
+  /// (for the "did you mean" of a target that names none).
+  std::set<std::string> loraMatched;
+  std::set<std::string> linearNames;
 
   /// A block being instantiated or called, innermost last: errors inside a block (often one
   /// of the standard library's) get notes that lead back to the user's code.
@@ -192,6 +197,9 @@ private:
   std::string describeOutputs() const;
 
   // frontend/LowerInstantiate.cpp
+  const BlockDecl *loraSubstitute(const BlockItem &item, const BlockDecl *b, ConstValue &call);
+  bool checkLoraTargets();
+  bool checkQuantized();
   bool bindArgs(const BlockDecl &b, const ConstValue &call, ConstEnv &env, llvm::SMRange where);
   bool seqGiven(llvm::SMRange use);
   bool shapeOf(const TensorTypeAST &type, const ConstEnv &consts, bool withPlan, Shape &shape,
@@ -283,6 +291,7 @@ private:
   Value matmulOp(const Bound &b, const Expr &e, Scope &scope);
   Value moeOp(const Bound &b, const Expr &e, Scope &scope);
   Value attentionOp(const Bound &b, const Expr &e, Scope &scope);
+  bool attentionScores(const Bound &b, bool causal, OpAttrs &attrs);
   Value layerNormOp(const Bound &b, const Expr &e, Scope &scope);
   Value rmsNormOp(const Bound &b, const Expr &e, Scope &scope);
   Value softmaxOp(const Bound &b, const Expr &e, Scope &scope);

@@ -123,6 +123,11 @@ private:
   friend struct TargetReader; // frontend/SemaTargets.cpp: the target settings' handlers
   std::optional<Dtype> dtypeSetting(const ConstValue &v, const char *what);
   bool precision(const ConstValue &v, PrecisionPolicy &out);
+  /// A precision record's `base = nf4` or `base = { dtype = nf4, block = 64, scale = fp32,
+  /// double_quant = 256 }` (double_quant: true = 256, false = none, or a block size).
+  bool frozenStorage(const ConstValue &v, QuantSpec &out);
+  /// A train plan's `lora = { r = 16, alpha = 32, targets = [q, v] }`.
+  bool lora(const ConstValue &v, LoraSpec &out);
   bool optimizer(const ConstValue &v, OptimizerSpec &out);
   bool parallel(const Program &p, const ConstValue &v, Plan &plan);
   std::optional<Target> userTarget(const TargetDecl &d);

@@ -64,6 +64,17 @@ bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
       out.lossScaling = e.boolean;
       continue;
     }
+    if (k == "base") {
+      if (host) {
+        diags.report(DiagKind::InvalidValue, v.ranges[i].Start,
+                     "the frozen base weights cannot live on the host in this version")
+            .range(v.ranges[i]);
+        ok = false;
+      }
+      ok &= frozenStorage(e, out.frozen);
+      out.frozenRange = v.ranges[i];
+      continue;
+    }
     if (k == "master" && e.kind == ConstValue::Word && e.text == "none") {
       out.master = Dtype::Invalid;
       continue;
@@ -76,7 +87,8 @@ bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
                                      : nullptr;
     if (!slot) {
       unknownName(v.nameRanges[i], "tensor class", k,
-                  {"params", "grads", "activations", "master", "optimizer", "loss_scaling"});
+                  {"params", "grads", "activations", "master", "optimizer", "loss_scaling",
+                   "base"});
       ok = false;
       continue;
     }
@@ -111,6 +123,155 @@ bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
     out.activations = out.params;
   if (!sawGrads)
     out.grads = out.params;
+  return ok;
+}
+
+namespace {
+
+/// A positive integer setting of a record (a block size, a rank); nullopt after reporting.
+std::optional<int64_t> positiveInteger(DiagnosticEngine &diags, const ConstValue &e,
+                                       const std::string &what) {
+  if (e.kind == ConstValue::Number && e.isInteger && e.dim == UnitDim::None && e.intValue > 0)
+    return e.intValue;
+  diags.report(DiagKind::InvalidValue, e.range.Start,
+               what + " must be a positive integer, not " + e.describe())
+      .range(e.range);
+  return std::nullopt;
+}
+
+} // namespace
+
+bool Sema::frozenStorage(const ConstValue &v, QuantSpec &out) {
+  auto storage = [&](const ConstValue &e) -> bool {
+    auto d = dtypeSetting(e, "'base'");
+    if (!d)
+      return false;
+    if (!isQuantized(*d) && !isFloat(*d)) {
+      diags.report(DiagKind::UnknownDtype, e.range.Start,
+                   "'base' must be a quantized storage dtype (nf4, int4, int8) or a float "
+                   "dtype, not " + nameOf(*d).str())
+          .range(e.range);
+      return false;
+    }
+    out = isQuantized(*d) ? defaultQuant(*d) : QuantSpec{};
+    out.dtype = *d;
+    return true;
+  };
+  if (v.kind != ConstValue::Record)
+    return storage(v);
+  bool ok = true, sawDtype = false;
+  for (size_t i = 0; i < v.elems.size(); ++i)
+    if (v.names[i] == "dtype")
+      ok &= sawDtype = storage(v.elems[i]);
+  if (!sawDtype && ok) {
+    diags.report(DiagKind::MissingSetting, v.range.Start,
+                 "a 'base' record names its storage dtype: { dtype = nf4, block = 64 }")
+        .range(v.range);
+    return false;
+  }
+  for (size_t i = 0; i < v.elems.size() && ok; ++i) {
+    const std::string &k = v.names[i];
+    const ConstValue &e = v.elems[i];
+    if (k == "dtype")
+      continue;
+    if (k == "block") {
+      auto n = positiveInteger(diags, e, "'block'");
+      ok &= n.has_value();
+      out.block = n.value_or(out.block);
+    } else if (k == "scale") {
+      auto d = dtypeSetting(e, "'scale'");
+      if (d && !isFloat(*d)) {
+        diags.report(DiagKind::UnknownDtype, e.range.Start,
+                     "'scale' must be a floating-point dtype, not " + nameOf(*d).str())
+            .range(e.range);
+        d.reset();
+      }
+      ok &= d.has_value();
+      out.scale = d.value_or(out.scale);
+    } else if (k == "double_quant") {
+      if (e.kind == ConstValue::Bool) {
+        out.doubleBlock = e.boolean ? 256 : 0;
+      } else {
+        auto n = positiveInteger(diags, e, "'double_quant' (true, false or a block size)");
+        ok &= n.has_value();
+        out.doubleBlock = n.value_or(out.doubleBlock);
+      }
+    } else {
+      unknownName(v.nameRanges[i], "base weight storage setting", k,
+                  {"dtype", "block", "scale", "double_quant"});
+      ok = false;
+    }
+  }
+  if (ok && !isQuantized(out.dtype) && v.elems.size() > 1) {
+    diags.report(DiagKind::InvalidValue, v.range.Start,
+                 "block, scale and double_quant describe quantized storage (nf4, int4, int8), "
+                 "not " + nameOf(out.dtype).str())
+        .range(v.range);
+    ok = false;
+  }
+  return ok;
+}
+
+bool Sema::lora(const ConstValue &v, LoraSpec &out) {
+  if (v.kind != ConstValue::Record) {
+    diags.report(DiagKind::TypeMismatch, v.range.Start,
+                 "lora is a record such as { r = 16, alpha = 32, targets = [q, v] }, not " +
+                     v.describe())
+        .range(v.range);
+    return false;
+  }
+  bool ok = true, sawR = false, sawTargets = false, sawAlpha = false;
+  for (size_t i = 0; i < v.elems.size(); ++i) {
+    const std::string &k = v.names[i];
+    const ConstValue &e = v.elems[i];
+    if (k == "r") {
+      auto n = positiveInteger(diags, e, "the LoRA rank 'r'");
+      ok &= sawR = n.has_value();
+      out.r = n.value_or(0);
+    } else if (k == "alpha") {
+      if (e.kind != ConstValue::Number || e.dim != UnitDim::None || !(e.number > 0)) {
+        diags.report(DiagKind::InvalidValue, e.range.Start,
+                     "'alpha' must be a positive number, not " + e.describe())
+            .range(e.range);
+        ok = false;
+        continue;
+      }
+      sawAlpha = true;
+      out.alpha = e.number;
+    } else if (k == "targets") {
+      std::vector<const ConstValue *> words;
+      if (e.kind == ConstValue::Tuple)
+        for (const ConstValue &w : e.elems)
+          words.push_back(&w);
+      else
+        words.push_back(&e);
+      for (const ConstValue *w : words) {
+        if (w->kind != ConstValue::Word) {
+          diags.report(DiagKind::TypeMismatch, w->range.Start,
+                       "lora targets are the member names of Linear layers, such as [q, v], not " +
+                           w->describe())
+              .range(w->range);
+          ok = false;
+          continue;
+        }
+        out.targets.push_back(w->text);
+        out.targetRanges.push_back(w->range);
+      }
+      sawTargets = !out.targets.empty();
+    } else {
+      unknownName(v.nameRanges[i], "lora setting", k, {"r", "alpha", "targets"});
+      ok = false;
+    }
+  }
+  if (ok && (!sawR || !sawTargets)) {
+    diags.report(DiagKind::MissingSetting, v.range.Start,
+                 std::string("lora needs ") + (!sawR ? "its rank r" : "its targets") +
+                     ": { r = 16, alpha = 32, targets = [q, v] }")
+        .range(v.range);
+    ok = false;
+  }
+  if (ok && !sawAlpha)
+    out.alpha = static_cast<double>(out.r); // PEFT's default lora_alpha is 8 = its default r
   return ok;
 }
 
@@ -305,6 +466,7 @@ struct PlanResolver {
     sawPrecision = true;
     return sema.precision(v, plan.precision);
   }
+  bool lora(const ConstValue &v) { return sema.lora(v, plan.lora); }
   bool gradDtypeSetting(const ConstValue &v) {
     std::optional<Dtype> d = sema.dtypeSetting(v, "'grad_dtype'");
     gradDtypeRange = v.range;
@@ -355,6 +517,7 @@ const std::vector<PlanSetting> &planSettings() {
       {"checkpoint", true, false, nullptr, &R::checkpoint},
       {"target", true, true, &R::target},
       {"grad_dtype", true, false, &R::gradDtypeSetting},
+      {"lora", true, false, &R::lora},
   };
   return table;
 }

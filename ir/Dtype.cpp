@@ -72,6 +72,8 @@ llvm::StringRef nameOf(Dtype d) {
   case Dtype::I8: return "i8";
   case Dtype::U8: return "u8";
   case Dtype::Bool: return "bool";
+  case Dtype::INT4: return "int4";
+  case Dtype::NF4: return "nf4";
   }
   return "invalid";
 }
@@ -97,12 +99,31 @@ std::optional<Dtype> parseDtype(llvm::StringRef s) {
       {"int32", Dtype::I32},       {"i8", Dtype::I8},
       {"int8", Dtype::I8},         {"u8", Dtype::U8},
       {"uint8", Dtype::U8},        {"bool", Dtype::Bool},
-      {"boolean", Dtype::Bool},
+      {"boolean", Dtype::Bool},    {"int4", Dtype::INT4},
+      {"i4", Dtype::INT4},         {"nf4", Dtype::NF4},
   };
   for (const Alias &a : aliases)
     if (s == a.name)
       return a.dtype;
   return std::nullopt;
+}
+
+QuantSpec defaultQuant(Dtype d) {
+  QuantSpec q;
+  q.dtype = d;
+  q.block = 64;
+  q.scale = Dtype::F32;
+  q.doubleBlock = d == Dtype::NF4 ? 256 : 0;
+  return q;
+}
+
+double quantBitsPerElement(const QuantSpec &q) {
+  double bits = storageBytes(q.dtype) * 8;
+  double block = static_cast<double>(q.block > 0 ? q.block : 1);
+  double scaleBits = static_cast<double>(bytesOf(q.scale)) * 8;
+  if (q.doubleBlock <= 0)
+    return bits + scaleBits / block;
+  return bits + 8 / block + scaleBits / (block * static_cast<double>(q.doubleBlock));
 }
 
 bool isFloat(Dtype d) { return formatOf(d).has_value(); }

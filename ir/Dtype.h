@@ -32,7 +32,9 @@ enum class Dtype : uint8_t {
   I32,
   I8,
   U8,
-  Bool
+  Bool,
+  INT4, ///< 4-bit integer storage of quantized weights (two per byte), with block-wise scales.
+  NF4   ///< 4-bit NormalFloat (Dettmers et al. 2023, QLoRA): quantized weights only.
 };
 
 /// Storage size of one element in bytes, for memory accounting. TF32 is stored
@@ -56,21 +58,56 @@ inline unsigned bytesOf(Dtype d) {
   case Dtype::U8:
   case Dtype::Bool:
     return 1;
+  case Dtype::INT4: // two per byte: storageBytes says 0.5; a byte is the smallest addressable unit
+  case Dtype::NF4:
+    return 1;
   case Dtype::Invalid:
     return 0;
   }
   return 0;
 }
 
+/// Storage of one element in bytes, exact for the sub-byte formats: 0.5 for int4 and nf4,
+/// bytesOf otherwise. A tensor's bytes (Graph::bytes) read it.
+inline double storageBytes(Dtype d) {
+  return d == Dtype::INT4 || d == Dtype::NF4 ? 0.5 : static_cast<double>(bytesOf(d));
+}
+
+/// True for the storage formats of block-quantized weights: int8, int4, nf4. A parameter in
+/// one of them is frozen and dequantized before each matrix product that reads it.
+inline bool isQuantized(Dtype d) { return d == Dtype::I8 || d == Dtype::INT4 || d == Dtype::NF4; }
+
+/// Block-wise quantization of a weight, as bitsandbytes stores it: `block` consecutive
+/// elements share one absmax scale of `scale` dtype; with double quantization (QLoRA, Dettmers
+/// et al. 2023, §3) those scales are themselves quantized to 8 bits in blocks of `doubleBlock`,
+/// each block keeping one scale of `scale` dtype. doubleBlock 0: no double quantization.
+struct QuantSpec {
+  Dtype dtype = Dtype::Invalid; ///< Invalid: no quantized weights
+  int64_t block = 64;
+  Dtype scale = Dtype::F32;
+  int64_t doubleBlock = 0;
+};
+
+/// The defaults for a quantized dtype: nf4 as QLoRA trains (block 64, fp32 scales
+/// double-quantized to 8 bits in blocks of 256); int4 block 64 with fp32 scales; int8 block
+/// 64 with fp32 scales (bitsandbytes' blockwise quantization), no double quantization.
+QuantSpec defaultQuant(Dtype d);
+
+/// Bits of storage per quantized element, scales included:
+/// bits(dtype) + bits(scale)/block, or with double quantization
+/// bits(dtype) + 8/block + bits(scale)/(block·doubleBlock). nf4/64/fp32/256 gives
+/// 4 + 8/64 + 32/16384 = 4.1270 bits (0.5159 bytes).
+double quantBitsPerElement(const QuantSpec &q);
+
 /// The canonical spelling used in diagnostics and reports: "f64", "f32",
 /// "tf32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i64", "i32", "i8", "u8",
-/// "bool"; "invalid" for Invalid.
+/// "bool", "int4", "nf4"; "invalid" for Invalid.
 llvm::StringRef nameOf(Dtype d);
 
 /// Parses a dtype name as a user may write it: the canonical names plus the
 /// aliases fp64/float64/double, fp32/float32/float, fp16/half/float16,
 /// bfloat16, e4m3/float8_e4m3fn, e5m2/float8_e5m2, int64, int32, int8, uint8,
-/// boolean. Case-sensitive (lower case). nullopt if unknown.
+/// boolean, i4. Case-sensitive (lower case). nullopt if unknown.
 std::optional<Dtype> parseDtype(llvm::StringRef s);
 
 /// True for the floating-point formats (F64 … FP8E5M2).

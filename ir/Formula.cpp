@@ -98,7 +98,7 @@ Term Explainer::numelIn(unsigned i) {
 
 Term Explainer::bytesOf(TensorId t, const char *prefix, unsigned i) const {
   const Tensor &x = g.tensors[t];
-  Term b = product(x.shape, 0, x.shape.size()) * lit(static_cast<double>(tally::bytesOf(x.dtype)));
+  Term b = product(x.shape, 0, x.shape.size()) * lit(tally::storageBytes(x.dtype));
   return {"bytes(" + std::string(prefix) + std::to_string(i) + ")", b.sub, b.val};
 }
 

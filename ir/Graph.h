@@ -236,6 +236,8 @@ struct OpAttrs {
   double fraction = 1;        ///< rope: the share of each head's dims rotated (NeoX rotary_pct)
   bool alibi = false;         ///< attention: ALiBi bias added to the scores in the kernel
   bool hasMask = false;       ///< attention: input 3 is a padding mask [batch, seq_kv]
+  int64_t attnWindow = 0;     ///< attention: sliding window, key j seen by query i iff i − w < j ≤ i (0: none)
+  double softcap = 0;         ///< attention: scores become c·tanh(scores / c) before the mask (0: none)
   int64_t window[2] = {0, 0}; ///< conv2d kernel (from the weight), pooling window: (h, w)
   int64_t strides[2] = {1, 1}; ///< conv2d / pooling stride (h, w)
   int64_t pads[2] = {0, 0};   ///< conv2d / pooling zero padding on each side (h, w)
@@ -531,7 +533,7 @@ struct Graph {
   /// `[16, 1024, 768]`: numbers only.
   static std::string formatSizes(const Shape &s);
   /// numel × bytes per element.
-  double bytes(TensorId t) const { return numel(tensors[t].shape) * bytesOf(tensors[t].dtype); }
+  double bytes(TensorId t) const { return numel(tensors[t].shape) * storageBytes(tensors[t].dtype); }
   /// An op's path: "h[3].attn.qkv.matmul" for a forward op (its instance's path, its kind,
   /// `#2` for the second of its kind there), "h[3].attn.qkv.matmul.matmul_backward" for a
   /// backward op (its forward op's path, its own kind), the kind alone for the others

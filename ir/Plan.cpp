@@ -84,6 +84,8 @@ LoweringKey loweringKey(const Plan &plan) {
   k.seqGiven = plan.settingRanges.count("seq") > 0;
   k.params = plan.precision.params;
   k.activations = plan.precision.activations;
+  k.frozen = plan.precision.frozen.dtype;
+  k.lora = plan.lora;
   return k;
 }
 

@@ -29,7 +29,33 @@ struct PrecisionPolicy {
   bool lossScaling = false;        ///< mixed_fp16 scales the loss to keep gradients representable
   Dtype gradAccum = Dtype::Invalid; ///< `grad_dtype`: gradients accumulated in this dtype (Invalid: in `grads`)
   bool paramsOnHost = false, gradsOnHost = false, masterOnHost = false, optimizerOnHost = false;
+  /// `base = nf4` (or a record `{ dtype = nf4, block = 64, scale = fp32, double_quant = 256 }`):
+  /// the storage of frozen weights that only matrix products read (QLoRA's base weights);
+  /// dtype Invalid: frozen weights keep `params`. A tensor type's nf4/int4/int8 on a frozen
+  /// parameter uses this record's blocks when the dtypes agree, else defaultQuant's.
+  QuantSpec frozen;
+  llvm::SMRange frozenRange;
   llvm::SMRange range;
+};
+
+/// The block quantization of a parameter stored in `d` (int8, int4, nf4): the precision
+/// record's `base` storage when it names `d`, else defaultQuant(d).
+inline QuantSpec quantSpecFor(const PrecisionPolicy &p, Dtype d) {
+  return p.frozen.dtype == d ? p.frozen : defaultQuant(d);
+}
+
+/// `lora = { r = 16, alpha = 32, targets = [q, v] }`: low-rank adapters (Hu et al. 2021) on the
+/// model's Linear instances whose member name is in `targets`, every other parameter frozen.
+/// The lowering instantiates the standard library's LoRALinear in place of each such Linear
+/// (frontend/LowerInstantiate.cpp). r 0: no LoRA.
+struct LoraSpec {
+  int64_t r = 0;
+  double alpha = 0;
+  std::vector<std::string> targets;
+  std::vector<llvm::SMRange> targetRanges;
+  bool operator==(const LoraSpec &o) const {
+    return r == o.r && alpha == o.alpha && targets == o.targets;
+  }
 };
 
 /// The optimizer and its hyper-parameters; `states` is the number of per-parameter state
@@ -100,6 +126,7 @@ struct Plan {
   int64_t prompt = 0, generate = 0; ///< inference
   OptimizerSpec optimizer;
   PrecisionPolicy precision;
+  LoraSpec lora;
   std::string checkpoint = "none"; ///< none | full | auto | sqrt
   Target target;
   Parallelism parallel;
@@ -137,9 +164,12 @@ struct LoweringKey {
   int64_t seq = 1;        ///< the value of `seq`
   bool seqGiven = false;  ///< the plan sets `seq` (a train plan whose model uses it must)
   Dtype params = Dtype::F32, activations = Dtype::F32;
+  Dtype frozen = Dtype::Invalid; ///< PrecisionPolicy::frozen's dtype
+  LoraSpec lora;
   bool operator==(const LoweringKey &o) const {
     return isTrain == o.isTrain && microBatch == o.microBatch && seq == o.seq &&
-           seqGiven == o.seqGiven && params == o.params && activations == o.activations;
+           seqGiven == o.seqGiven && params == o.params && activations == o.activations &&
+           frozen == o.frozen && lora == o.lora;
   }
   bool operator!=(const LoweringKey &o) const { return !(*this == o); }
 };

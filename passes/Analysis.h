@@ -214,8 +214,22 @@ struct Analysis {
     /// Of `total`, the parameters an op outside the block that declares them reads too (a head
     /// tied to the embedding): counted once, however many blocks read them.
     double tied = 0;
+    /// Of `total`, the frozen parameters stored block-quantized (int8, int4, nf4: QLoRA's base
+    /// weights), and their bytes with the block scales (quantBitsPerElement, ParamCount.cpp).
+    double quantized = 0, quantizedBytes = 0;
     std::vector<BlockCount> byBlock; ///< every instance, in instance order
   } params;
+
+  /// Quantized base weights (StepTime.cpp, step 2): the dequantization kernel before each
+  /// matmul that reads one, per micro-batch on one device: its bytes (the packed weight and
+  /// its scales read, the activation-dtype copy written), FLOPs (one multiply per element, one
+  /// per block to restore a double-quantized scale) and seconds in the forward and in the
+  /// backward (the data gradient reads the weight again). `spec` is the plan's storage.
+  struct {
+    QuantSpec spec;
+    double bytes = 0, flops = 0, forward = 0, backward = 0;
+    double matmuls = 0; ///< matmul ops that read a quantized weight
+  } dequant;
 
   OpTable ops;
   /// What each op's backward keeps (from the op rule; Autodiff.cpp), op after op: op o's list
@@ -268,6 +282,14 @@ struct Analysis {
   } memory;
 
   // ---- time ----
+  /// One MFU convention (passes/MfuConventions.cpp).
+  struct MfuConvention {
+    const char *name = "";     ///< "graph", "six_nd", "palm", "palm_causal", "megatron", "hfu"
+    const char *formula = "";  ///< the formula, in words
+    const char *source = "";   ///< where it is published
+    double flops = 0;          ///< per optimizer step, all devices
+    double mfu = 0;
+  };
   struct {
     double forward = 0, backward = 0, recompute = 0, optimizer = 0; ///< seconds per step, one device
     double communication = 0, hostTransfer = 0, bubble = 0;
@@ -282,6 +304,12 @@ struct Analysis {
     /// Of dataParallelComm: the compute the hidden collectives slowed, on the multiprocessors
     /// NCCL's blocks held while they ran (passes/Collectives.h, overlapInterference).
     double overlapInterference = 0;
+    /// MFU by each published convention (passes/MfuConventions.cpp), train plans only: the
+    /// FLOPs per optimizer step each counts, over step × peak × devices with the same dense
+    /// peak. `mfu` above is the "graph" convention's.
+    std::vector<MfuConvention> mfuConventions;
+    double mfuPeak = 0;          ///< FLOP/s per device the conventions divide by: the dense peak
+                                 ///< (ir/Target.h: every catalogue rate is dense, no 2:4 sparsity)
   } time;
 
   /// StepTime.cpp: the framework that runs the step (its buckets and overlap), and every kind of
@@ -314,7 +342,11 @@ struct Analysis {
     int64_t microBatches = 0;      ///< what the step runs
     int64_t shownMicroBatches = 0; ///< what `slots` holds (at most a few rounds; the middle repeats)
     double makespan = 0;           ///< end of the last slot
-    double bubble = 0;             ///< makespan − compute per stage, for the shown micro-batches
+    double bubble = 0;             ///< makespan − the busiest stage's compute, for the shown micro-batches
+    /// Per virtual stage (chunk c of device s is c·p + s), one micro-batch's forward and its
+    /// backward with recompute (StepTime.cpp, step 4): the slots' lengths. Empty when the
+    /// stages are taken as balanced (no repeat copies to split, or fewer than p·v of them).
+    std::vector<double> stageForward, stageBackward;
   } pipeline;
 
   struct {
@@ -372,6 +404,7 @@ struct Analysis {
   struct {
     bool active = false;         ///< an infer plan was analyzed
     int64_t layers = 0;          ///< attention ops with a growing KV cache (self-attention)
+    int64_t windowedLayers = 0;  ///< those of them with a sliding window: their cache stops at w positions
     double kvBytesPerToken = 0;  ///< K and V of one token of one sequence, all layers, per device
     double kvCacheBytes = 0;     ///< the cache for prompt + generate tokens of every sequence, per device
     double prefillFlops = 0, prefillTime = 0; ///< the graph's forward over the prompt

@@ -24,7 +24,7 @@ namespace activations {
 bool selectable(const Facts &f, OpId o, bool wide) {
   const Op &op = f.g.ops[o];
   bool core = op.kind == OpKind::Attention && !op.attrs->fused;
-  bool cheap = op.kind == OpKind::Gelu || op.kind == OpKind::Silu ||
+  bool cheap = op.kind == OpKind::Gelu || op.kind == OpKind::GeluTanh || op.kind == OpKind::Silu ||
                op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm;
   bool kind = core || (wide && cheap);
   if (!kind || !f.hasBackward[o] || op.outputs.empty())

@@ -12,11 +12,14 @@
 //    with d_kv the width of its k input; its count is the number of layers. A cross-attention
 //    op (k of another length s_kv) keeps its fixed K and V, 2 × s_kv × d_kv per sequence. The
 //    cache is sized for prompt + generate tokens; tensor parallelism splits it with the heads.
+//    A self-attention op with a sliding window of w keys keeps only the last w positions:
+//    min(w, prompt + generate) of them (kvBytesPerToken still counts its K and V of a token).
 // 3. A decode step at context c (the tokens attended to, the new one included), per op:
 //    - self-attention: FLOPs (4·dh + 5)·b·h·c = 4·b·d·c + 5·b·h·c (QKᵀ and P·V over the
 //      cache, scale and softmax); bytes: q and the output (2·b·d), the cache read
 //      (2·b·c·d_kv) and the new K and V appended (2·b·d_kv), at the activation dtype.
-//      Cross-attention is the same with c = s_kv and nothing appended.
+//      Cross-attention is the same with c = s_kv and nothing appended; a sliding window of w
+//      keys attends to min(c, w) of them.
 //    - every other op works token by token: its FLOPs are its prefill FLOPs / prompt; it reads
 //      its weights whole (the bytes of inputs stored as parameters; an embedding gathers
 //      rows, which scale with tokens) and the rest of its bytes / prompt.
@@ -62,6 +65,7 @@ struct AttentionOp {
   OpId op;
   bool self;            ///< k as long as q: the cache grows with the context
   double b, h, d, dkv, skv;
+  double window;        ///< a sliding window's keys; 0: none
 };
 
 AttentionOp attentionOf(const Graph &g, OpId i) {
@@ -75,6 +79,7 @@ AttentionOp attentionOf(const Graph &g, OpId i) {
   at.d = static_cast<double>(q[2].size);
   at.dkv = static_cast<double>(k[2].size);
   at.skv = static_cast<double>(k[1].size);
+  at.window = static_cast<double>(op.attrs->attnWindow);
   return at;
 }
 
@@ -82,6 +87,8 @@ AttentionOp attentionOf(const Graph &g, OpId i) {
 /// an exp per score (b·h·c scores: the new token's row).
 KernelWork attentionDecode(const AttentionOp &at, double act, double c) {
   double ctx = at.self ? c : at.skv;
+  if (at.window > 0)
+    ctx = std::min(ctx, at.window);
   KernelWork w;
   w.flops = 4 * at.b * at.d * ctx + 5 * at.b * at.h * ctx;
   w.bytes = (2 * at.b * at.d + 2 * at.b * ctx * at.dkv + (at.self ? 2 * at.b * at.dkv : 0)) * act;
@@ -135,7 +142,9 @@ void inference(Analysis &a) {
   double stream = plan.precision.paramsOnHost ? a.memory.hostTotal / hostBandwidth(target) : 0;
   double fixedTime = (a.time.communication + a.time.hostTransfer - stream) / prompt + stream;
   double fixedFlops = 0, fixedBytes = 0;
-  double kvPerToken = 0, kvFixed = 0;
+  // K and V per token of the layers whose cache grows with every token, of the windowed
+  // layers; the windowed layers' whole cache; the cross-attention's fixed cache.
+  double kvGrowing = 0, kvWindowedPerToken = 0, kvWindowed = 0, kvFixed = 0;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const Op &op = g.ops[i];
     const OpAnalysis &o = a.ops[i];
@@ -146,9 +155,14 @@ void inference(Analysis &a) {
     if (op.kind == OpKind::Attention && op.inputs.size() == 3) {
       AttentionOp at = attentionOf(g, i);
       attention.push_back(at);
-      if (at.self) {
+      if (at.self && at.window > 0) {
         ++inf.layers;
-        kvPerToken += 2 * at.dkv * act / o.tensorSplit;
+        ++inf.windowedLayers;
+        kvWindowedPerToken += 2 * at.dkv * act / o.tensorSplit;
+        kvWindowed += std::min(at.window, prompt + generate) * 2 * at.dkv * act / o.tensorSplit;
+      } else if (at.self) {
+        ++inf.layers;
+        kvGrowing += 2 * at.dkv * act / o.tensorSplit;
       } else {
         kvFixed += 2 * at.skv * at.dkv * act / o.tensorSplit;
       }
@@ -165,8 +179,8 @@ void inference(Analysis &a) {
     inf.ops.push_back(d);
   }
   double p = degree(par.pipeline), replica = degree(par.tensor) * p;
-  inf.kvBytesPerToken = kvPerToken / p;
-  inf.kvCacheBytes = batch * ((prompt + generate) * kvPerToken + kvFixed) / p;
+  inf.kvBytesPerToken = (kvWindowedPerToken + kvGrowing) / p;
+  inf.kvCacheBytes = batch * ((prompt + generate) * kvGrowing + kvWindowed + kvFixed) / p;
 
   // Step 4: the decode steps.
   auto attentionAt = [&](const AttentionOp &at, double c, double &flops, double &bytes) {
@@ -191,14 +205,27 @@ void inference(Analysis &a) {
   inf.lastDecodeTime = stepTimeAt(prompt + std::max(1.0, inf.decodeSteps));
   inf.decodeTime = inf.decodeSteps > 0 ? decodeTotal / inf.decodeSteps : inf.firstDecodeTime;
 
-  // The mean step's ops, FLOPs and bytes (exact means: both are linear in the context).
+  // The mean step's ops, FLOPs and bytes (exact means: both are linear in the context; a
+  // windowed op's, which stop growing at its window, are averaged step by step).
   inf.decodeFlops = fixedFlops;
   inf.decodeBytes = fixedBytes;
   size_t next = 0;
   for (Analysis::DecodeOp &d : inf.ops) {
     if (g.ops[d.op].kind != OpKind::Attention)
       continue;
-    d.time = attentionAt(attention[next++], inf.meanContext, d.flops, d.bytes);
+    const AttentionOp &at = attention[next++];
+    d.time = attentionAt(at, inf.meanContext, d.flops, d.bytes);
+    if (at.window > 0 && inf.decodeSteps > 0) { // min(c, w) is not linear in c: the mean of the steps
+      double t = 0, f = 0, b = 0, fj, bj;
+      for (double j = 1; j <= inf.decodeSteps; ++j) {
+        t += attentionAt(at, prompt + j, fj, bj);
+        f += fj;
+        b += bj;
+      }
+      d.time = t / inf.decodeSteps;
+      d.flops = f / inf.decodeSteps;
+      d.bytes = b / inf.decodeSteps;
+    }
     inf.decodeFlops += d.flops;
     inf.decodeBytes += d.bytes;
   }

@@ -9,6 +9,9 @@
 // 4. By pipeline stage: the parameters read by an op before the first repeat-block copy (the
 //    first stage's own) and those read by ops in the copies, each counted once (a weight read
 //    in both, as none is in a transformer, counts before the copies).
+// 6. Quantized: frozen parameters stored in int8, int4 or nf4, and their bytes with the block
+//    scales (ir/Dtype.h, quantBitsPerElement; the plan's `base` record or the dtype's
+//    defaults).
 // 5. Tied: a parameter read by an op written outside the block that declares it (and that
 //    block's children) is shared between blocks (GPT-2's head reads the embedding's weight).
 #include "passes/Passes.h"
@@ -23,6 +26,11 @@ void countParams(Analysis &a) {
     a.params.total += n;
     if (p.trainable)
       a.params.trainable += n;
+    Dtype d = g.tensors[p.tensor].dtype;
+    if (!p.trainable && isQuantized(d) && a.plan) {
+      a.params.quantized += n;
+      a.params.quantizedBytes += n * quantBitsPerElement(quantSpecFor(a.plan->precision, d)) / 8;
+    }
     own[p.instance] += n;
   }
   for (size_t i = g.instances.size(); i-- > 1;)

@@ -115,6 +115,16 @@ void stepTime(Analysis &a);
 /// PipelineTimeline.cpp: the 1F1B (or interleaved 1F1B) schedule of the pipeline stages as
 /// timed slots, for the report's timeline; the step time keeps StepTime's closed-form bubble.
 void pipelineTimeline(Analysis &a);
+/// PipelineStages.cpp: one micro-batch's forward, backward and recompute time of each of
+/// `chunks` virtual pipeline stages: the repeat copies split over them in balanced counts,
+/// the ops outside the copies with the copy before them (or chunk 0 before any). `recompute`
+/// lists the ops the schedule recomputes; `recomputeRatio` prices recompute as that fraction
+/// of the forward where the schedule lists none. Empty when there are fewer copies than chunks.
+struct StageTimes {
+  std::vector<double> forward, backward, recompute;
+};
+StageTimes stageTimes(const Analysis &a, int64_t chunks, const std::vector<OpId> &recompute,
+                      double recomputeRatio);
 /// StepTime.cpp: an error when batch is not a multiple of micro_batch × data-parallel devices
 /// (the gradient accumulation steps would not be a whole number). Runs right after stepTime.
 void checkAccumulation(Analysis &a, DiagnosticEngine &diags);
@@ -194,6 +204,11 @@ bool hasBackward(const Graph &g, const Plan &plan, const Op &op);
 /// devices (forward + backward) over stepSeconds × each device's peak × the devices. The
 /// estimate's a.time.mfu, and `tally run`'s for the measured step.
 double modelFlopsUtilization(const Analysis &a, double stepSeconds);
+/// The peak MFU and HFU divide by: the datasheet's dense peak of the rate matrix products run
+/// at, at the datasheet clock.
+double utilizationPeak(const Analysis &a);
+/// MfuConventions.cpp: a.time.mfuConventions for a train plan, after stepTime.
+void mfuConventions(Analysis &a);
 /// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s.
 void inference(Analysis &a);
 /// PrecisionLints.cpp: literals that underflow or overflow the dtype they are used in, fp16

@@ -10,15 +10,17 @@
 //    then chunk 1, ..., backwards through the chunks in reverse; the warm-up is
 //    2·(p − s − 1) + (v − 1)·p forwards.
 // A forward of virtual stage k needs the forward of stage k − 1 of the same micro-batch; a
-// backward needs the backward of stage k + 1 (the last stage: its own forward). A forward
-// slot lasts F/(p·v), a backward (B + R)/(p·v), with F, B, R one micro-batch's forward,
-// backward and recompute time on one device (StepTime.cpp's per-step totals over m);
-// point-to-point sends are left out (StepTime prices them apart).
+// backward needs the backward of stage k + 1 (the last stage: its own forward). A slot lasts
+// what its virtual stage computes for one micro-batch (StepTime.cpp step 4, stageTimes: the
+// last stage holds the output layer and the loss, the first the embedding), or, where
+// StepTime took the stages as balanced, F/(p·v) forward and (B + R)/(p·v) backward, with F, B,
+// R one micro-batch's forward, backward and recompute time on one device; point-to-point
+// sends are left out (StepTime prices them apart).
 //
 // The chart needs the schedule's shape, not every round of a long step: the slots hold at most
-// max(p, 8) micro-batches (a multiple of p when interleaved), and `bubble` is the idle time of
-// that shortened schedule. For the plain 1F1B schedule it equals StepTime's (p − 1)·(F + B + R)/p
-// exactly, a check tests/unit/test_steptime.cpp makes.
+// max(p, 8) micro-batches (a multiple of p when interleaved), and `bubble` is the busiest
+// device's idle time in that shortened schedule. For the plain 1F1B schedule it equals
+// StepTime's (Σ_s W_s − max_s W_s) exactly, a check tests/unit/test_steptime.cpp makes.
 #include "passes/Passes.h"
 
 #include <algorithm>
@@ -63,7 +65,10 @@ std::vector<Unit> stageOrder(int32_t s, int32_t p, int32_t m, int32_t v) {
 
 void pipelineTimeline(Analysis &a) {
   auto &pl = a.pipeline;
+  std::vector<double> stageForward = std::move(pl.stageForward), stageBackward = std::move(pl.stageBackward);
   pl = {};
+  pl.stageForward = std::move(stageForward); // StepTime's (step 4), kept whether drawn or not
+  pl.stageBackward = std::move(stageBackward);
   const Plan &plan = *a.plan;
   int64_t p = plan.parallel.pipeline, v = std::max<int64_t>(1, plan.parallel.interleave);
   int64_t m = a.time.accumulationSteps;
@@ -84,11 +89,20 @@ void pipelineTimeline(Analysis &a) {
   pl.microBatches = m;
   pl.shownMicroBatches = shown;
 
-  // One micro-batch's forward and backward (+ recompute) on one stage, one chunk.
+  // One micro-batch's forward and backward (+ recompute) of each virtual stage: what
+  // StepTime counted per chunk, or, where it took the stages as balanced, one device's share
+  // split over its chunks.
   double mb = static_cast<double>(plan.batch) /
               (static_cast<double>(plan.microBatch) * std::max<int64_t>(1, plan.parallel.data));
-  double fwd = a.time.forward / mb / static_cast<double>(v);
-  double bwd = (a.time.backward + a.time.recompute) / mb / static_cast<double>(v);
+  std::vector<double> fwd = pl.stageForward, bwd = pl.stageBackward;
+  if (fwd.size() != static_cast<size_t>(p * v) || bwd.size() != fwd.size()) {
+    fwd.assign(static_cast<size_t>(p * v), a.time.forward / mb / static_cast<double>(v));
+    bwd.assign(static_cast<size_t>(p * v),
+               (a.time.backward + a.time.recompute) / mb / static_cast<double>(v));
+  }
+  std::vector<double> perDevice(static_cast<size_t>(p), 0); // one micro-batch, all its chunks
+  for (size_t k = 0; k < fwd.size(); ++k)
+    perDevice[k % static_cast<size_t>(p)] += fwd[k] + bwd[k];
 
   int32_t P = static_cast<int32_t>(p), V = static_cast<int32_t>(v), M = static_cast<int32_t>(shown);
   int64_t virtualStages = p * v;
@@ -124,7 +138,7 @@ void pipelineTimeline(Analysis &a) {
         if (ready < 0)
           break;
         double start = std::max(ready, free[static_cast<size_t>(s)]);
-        double end = start + (u.backward ? bwd : fwd);
+        double end = start + (u.backward ? bwd : fwd)[static_cast<size_t>(vs)];
         (u.backward ? bwdEnd : fwdEnd)[at(vs, u.microBatch)] = end;
         free[static_cast<size_t>(s)] = end;
         pl.slots.push_back({s, u.chunk, u.microBatch, u.backward, start, end});
@@ -135,11 +149,15 @@ void pipelineTimeline(Analysis &a) {
       }
     }
     if (!progress) {
+      std::vector<double> f = std::move(pl.stageForward), b = std::move(pl.stageBackward);
       pl = {};
+      pl.stageForward = std::move(f);
+      pl.stageBackward = std::move(b);
       return;
     }
   }
-  pl.bubble = pl.makespan - static_cast<double>(shown) * v * (fwd + bwd);
+  pl.bubble = pl.makespan - static_cast<double>(shown) *
+                               *std::max_element(perDevice.begin(), perDevice.end());
 }
 
 } // namespace tally

@@ -2,7 +2,8 @@
 //
 // 1. Element counts: all parameters N, trainable ones T (frozen ones have no gradient,
 //    master copy or optimizer state).
-// 2. Bytes per class: params N·b(params), grads T·b(grads), master T·b(master) when the policy
+// 2. Bytes per class: params N·b(params) (quantized frozen weights at their packed bytes and
+//    block scales, ParamCount.cpp), grads T·b(grads), master T·b(master) when the policy
 //    keeps a separate master copy, optimizer state T·states·b(optimizer).
 // 3. Model parallelism splits every class over tensor × pipeline devices; ZeRO shards over the
 //    data-parallel group: stage 1 the optimizer state and master weights, stage 2 also the
@@ -55,6 +56,12 @@ void staticMemory(Analysis &a) {
   };
 
   double params = owned(n, nx, 3) * bytesOf(p.params);
+  // Quantized frozen weights (QLoRA's base): the mean bytes of a parameter over the model,
+  // each quantized one at its packed bytes and scales, the rest at b(params).
+  if (a.params.quantized > 0 && a.params.total > 0)
+    params = owned(n, nx, 3) *
+             ((a.params.total - a.params.quantized) * bytesOf(p.params) + a.params.quantizedBytes) /
+             a.params.total;
   double grads = owned(t, tx, 2) * bytesOf(p.grads);
   bool accumulate = p.gradAccum != Dtype::Invalid && bytesOf(p.gradAccum) > bytesOf(p.grads);
   double gradAccum = accumulate ? owned(t, tx, 2) * bytesOf(p.gradAccum) : 0;
@@ -107,6 +114,8 @@ double modelStatesFloor(const Analysis &counted, const Plan &plan) {
   states.params.beforeCopiesTrainable = counted.params.beforeCopiesTrainable;
   states.params.inCopies = counted.params.inCopies;
   states.params.inCopiesTrainable = counted.params.inCopiesTrainable;
+  states.params.quantized = counted.params.quantized;
+  states.params.quantizedBytes = counted.params.quantizedBytes;
   states.copies = counted.copies; // the first stage's states, as staticMemory counts them
   staticMemory(states);
   return reservedPeak(states, states.memory.peak - unallocatedBytes(states));

@@ -43,9 +43,14 @@
 // 3. Per micro-batch totals F (forward), B (backward), R (recompute): R is the forward time of
 //    every Recompute step of the schedule (passes/Activations.cpp); without a schedule,
 //    F × flops.recompute / flops.forward.
-// 4. Compute per step on one device, with p balanced pipeline stages: forward = m·F/p,
-//    backward = m·B/p, recompute = m·R/p; the pipeline bubble (1F1B or GPipe) is
-//    (p − 1)/(v·m) of that compute, (p − 1)·(F + B + R)/(v·p), v = interleave.
+// 4. Compute per step on one device, at the pace of the busiest pipeline device: the repeat
+//    copies split over the p·v chunks in balanced whole counts, the embedding with the first,
+//    the final norm, head and loss with the last (passes/PipelineStages.cpp); device s's load
+//    per micro-batch W_s = F_s + B_s + R_s over its chunks; forward = m·F_slow, backward =
+//    m·B_slow, recompute = m·R_slow; the bubble (1F1B) is the others' work filling and
+//    draining the pipeline, (Σ_s W_s − max_s W_s)/v, v = interleave — exact for 1F1B when the
+//    last device is the busiest. Balanced stages give m·F/p, ... and (p − 1)·(F + B + R)/(v·p),
+//    which is also what a model without enough repeat copies to split gets.
 // 5. Optimizer update, memory-bound: the device updates the trainable parameters it owns,
 //    T/(t·p), divided by d under ZeRO ≥ 1. It reads and writes each owned element's
 //    param, grad, master copy and optimizer states once: 2 × owned × (b_param + b_grad +
@@ -405,10 +410,37 @@ double repeatCopies(const RepeatCopies &rc) {
   return std::max<double>(1, static_cast<double>(rc.copies.size()));
 }
 
-/// Step 2: per-op forward and backward times per micro-batch.
+/// Step 2b: the dequantization kernel before a matmul whose weight (its right operand) is a
+/// frozen parameter stored quantized (int8, int4, nf4), as bitsandbytes runs it: one
+/// memory-bound kernel that reads the packed weight and its block scales and writes the
+/// weight in the activation dtype for the matmul; one multiply per element (code × absmax)
+/// and, with double quantization, one per block to restore its scale; FLOPs at the fp32 rate
+/// of the CUDA cores. Empty work for any other op.
+KernelWork dequantWork(const Graph &g, const Plan &plan, const Op &op) {
+  KernelWork w;
+  w.calls = 0;
+  if (op.kind != OpKind::Matmul || op.inputs.size() != 2)
+    return w;
+  const Tensor &x = g.tensors[g.storageOf(op.inputs[1])];
+  if (x.role != TensorRole::Param || x.requiresGrad || !isQuantized(x.dtype))
+    return w;
+  QuantSpec q = quantSpecFor(plan.precision, x.dtype);
+  double n = numel(x.shape);
+  w.bytes = n * quantBitsPerElement(q) / 8 + n * bytesOf(g.activationDtype);
+  w.flops = n + (q.doubleBlock > 0 ? n / static_cast<double>(q.block) : 0);
+  w.calls = 1;
+  w.rate = Dtype::F32;
+  return w;
+}
+
+/// Step 2: per-op forward and backward times per micro-batch; a matmul reading a quantized
+/// weight adds its dequantization (step 2b) to its forward and, when its data gradient is
+/// computed (the weight is read again), to its backward.
 void opTimes(Analysis &a, const TensorParallel &tp) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
+  a.dequant = {};
+  a.dequant.spec = plan.precision.frozen;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     OpAnalysis o = a.ops[i];
     OpClass c = opClass(g.ops[i].kind);
@@ -417,6 +449,21 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
     o.backwardTime = hasBackward(g, plan, g.ops[i])
                          ? kernelTime(plan.target, c, o.computeDtype, backwardWork(a, i, o))
                          : 0;
+    KernelWork dq = dequantWork(g, plan, g.ops[i]);
+    if (dq.calls > 0) {
+      dq = splitWork(dq, o.tensorSplit);
+      double t = kernelTime(plan.target, OpClass::Elementwise, Dtype::F32, dq);
+      bool again = plan.isTrain && g.tensors[g.ops[i].inputs[0]].requiresGrad;
+      o.forwardTime += t;
+      o.backwardTime += again ? t : 0;
+      a.dequant.matmuls += 1;
+      a.dequant.bytes += dq.bytes * (again ? 2 : 1);
+      a.dequant.flops += dq.flops * (again ? 2 : 1);
+      a.dequant.forward += t;
+      a.dequant.backward += again ? t : 0;
+      if (a.dequant.spec.dtype == Dtype::Invalid)
+        a.dequant.spec = quantSpecFor(plan.precision, g.tensors[g.storageOf(g.ops[i].inputs[1])].dtype);
+    }
     a.ops.set(i, o);
   }
 }
@@ -755,6 +802,53 @@ double modelFlopsUtilization(const Analysis &a, double stepSeconds) {
   return capacity > 0 ? (a.flops.forward + a.flops.backward) / capacity : 0;
 }
 
+namespace {
+
+/// Step 4: compute per step on one device and the pipeline bubble. Without pipeline stages,
+/// or with fewer repeat copies than p·v chunks to split, the stages are taken as balanced:
+/// forward m·F/p, backward m·B/p, recompute m·R/p, bubble (p − 1)·(F + B + R)/(p·v). Else
+/// each device's load per micro-batch W_s is what its chunks compute (stageTimes): the
+/// pipeline runs at the pace of the slowest device, whose forward, backward and recompute
+/// are the step's (m·F_s, ...), and the other devices' work fills and drains it:
+/// bubble = (Σ_s W_s − max_s W_s)/v — for balanced stages, (p − 1)·W/(p·v) as above.
+void pipelineStages(Analysis &a, double m, double p, double v, double F, double B, double R,
+                    const std::vector<OpId> &recomputed) {
+  auto &pl = a.pipeline;
+  pl.stageForward.clear();
+  pl.stageBackward.clear();
+  double ratio = recomputed.empty() && a.flops.forward > 0 ? a.flops.recompute / a.flops.forward : 0;
+  StageTimes st = p > 1 ? stageTimes(a, static_cast<int64_t>(p * v), recomputed, ratio) : StageTimes{};
+  if (st.forward.empty()) {
+    a.time.forward = m * F / p;
+    a.time.backward = m * B / p;
+    a.time.recompute = m * R / p;
+    a.time.bubble = (p - 1) * (F + B + R) / (p * v);
+    return;
+  }
+  size_t devices = static_cast<size_t>(p);
+  std::vector<double> f(devices, 0), b(devices, 0), r(devices, 0);
+  for (size_t k = 0; k < st.forward.size(); ++k) {
+    f[k % devices] += st.forward[k];
+    b[k % devices] += st.backward[k];
+    r[k % devices] += st.recompute[k];
+    pl.stageForward.push_back(st.forward[k]);
+    pl.stageBackward.push_back(st.backward[k] + st.recompute[k]);
+  }
+  size_t slow = 0;
+  double total = 0;
+  for (size_t s = 0; s < devices; ++s) {
+    total += f[s] + b[s] + r[s];
+    if (f[s] + b[s] + r[s] > f[slow] + b[slow] + r[slow])
+      slow = s;
+  }
+  a.time.forward = m * f[slow];
+  a.time.backward = m * b[slow];
+  a.time.recompute = m * r[slow];
+  a.time.bubble = (total - (f[slow] + b[slow] + r[slow])) / v;
+}
+
+} // namespace
+
 void stepTime(Analysis &a) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
@@ -777,10 +871,12 @@ void stepTime(Analysis &a) {
     return;
   }
   bool recomputeSteps = false;
+  std::vector<OpId> recomputed;
   for (const ScheduleStep &s : a.schedule) {
     if (s.kind != ScheduleStep::Recompute || s.op >= g.ops.size())
       continue;
     recomputeSteps = true;
+    recomputed.push_back(s.op);
     R += a.ops[s.op].forwardTime;
     if (tp.rowParallel[s.op])
       for (TensorId o : g.ops[s.op].outputs)
@@ -793,11 +889,8 @@ void stepTime(Analysis &a) {
   double d = degree(par.data), t = degree(par.tensor), p = degree(par.pipeline);
   double m = static_cast<double>(plan.batch) / (static_cast<double>(plan.microBatch) * d);
   a.time.accumulationSteps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(m - 1e-9)));
-  a.time.forward = m * F / p;
-  a.time.backward = m * B / p;
-  a.time.recompute = m * R / p;
   double v = degree(par.interleave);
-  a.time.bubble = (p - 1) * (F + B + R) / (p * v);
+  pipelineStages(a, m, p, v, F, B, R, recomputed);
 
   // Steps 5-8 and 10.
   a.time.optimizer = optimizerTime(a);
@@ -835,6 +928,7 @@ void stepTime(Analysis &a) {
   a.time.steps = plan.tokens > 0 && a.flops.tokensPerStep > 0 ? plan.tokens / a.flops.tokensPerStep : 0;
   a.time.run = a.time.steps * a.time.step;
   a.time.runDays = a.time.run / 86400;
+  mfuConventions(a); // passes/MfuConventions.cpp
 }
 
 void checkAccumulation(Analysis &a, DiagnosticEngine &diags) {

@@ -335,7 +335,9 @@ void printBackward(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_o
   os << "  executed          = " << exact(oa.executedBackwardFlops);
   if (op.kind == OpKind::Attention && op.attrs->fused)
     os << " (flash attention recomputes its scores in the backward"
-       << (op.attrs->causal ? "; the causal kernel skips the upper triangle)" : ")");
+       << (op.attrs->attnWindow > 0 ? "; the kernel computes only the window's band)"
+           : op.attrs->causal          ? "; the causal kernel skips the upper triangle)"
+                                       : ")");
   os << "\n";
   if (a.savedOf(id).empty()) {
     os << "  saves nothing for the backward\n";

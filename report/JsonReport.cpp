@@ -515,6 +515,50 @@ Object timeJson(const Analysis &a) {
                 {"expert_parallel_comm_s", a.time.expertParallelComm}};
 }
 
+/// time.mfu_convention and time.mfu_conventions (train plans; passes/MfuConventions.cpp).
+void addMfuConventions(const Analysis &a, Object &time) {
+  if (a.time.mfuConventions.empty())
+    return;
+  Object all;
+  for (const Analysis::MfuConvention &c : a.time.mfuConventions)
+    all[c.name] = Object{{"flops_per_step", c.flops},
+                         {"mfu", c.mfu},
+                         {"peak_flops_per_s", a.time.mfuPeak},
+                         {"peak", "dense"},
+                         {"formula", c.formula},
+                         {"source", c.source}};
+  time["mfu_convention"] = a.time.mfuConventions.front().name;
+  time["mfu_conventions"] = std::move(all);
+}
+
+/// Quantized base weights and LoRA (issue 45): present only when the plan has them.
+void addFineTuning(const Analysis &a, const Plan &p, Object &root) {
+  if (a.params.quantized > 0) {
+    const QuantSpec &q = a.dequant.spec;
+    double bits = quantBitsPerElement(q);
+    root["quantization"] = Object{
+        {"dtype", nameOf(q.dtype).str()},
+        {"block", q.block},
+        {"scale", nameOf(q.scale).str()},
+        {"double_quant_block", q.doubleBlock},
+        {"bits_per_param", bits},
+        {"bytes_per_param", bits / 8},
+        {"params", a.params.quantized},
+        {"bytes", a.params.quantizedBytes},
+        {"dequant", Object{{"matmuls", a.dequant.matmuls},
+                           {"bytes", a.dequant.bytes},
+                           {"flops", a.dequant.flops},
+                           {"forward_s", a.dequant.forward},
+                           {"backward_s", a.dequant.backward}}}};
+  }
+  if (p.lora.r > 0) {
+    Array targets;
+    for (const std::string &t : p.lora.targets)
+      targets.push_back(t);
+    root["lora"] = Object{{"r", p.lora.r}, {"alpha", p.lora.alpha}, {"targets", std::move(targets)}};
+  }
+}
+
 Object fusionJson(const Analysis &a) {
   return Object{{"enabled", a.fusion.enabled},
                 {"kernels", static_cast<double>(a.fusion.kernels.size())},
@@ -627,6 +671,9 @@ void renderJson(const Analysis &a, const DiagnosticEngine &diags, llvm::raw_ostr
       {"inference", inferenceJson(a, opGroups)},
       {"diagnostics", diagnosticsJson(diags)},
   };
+  if (llvm::json::Object *time = root.getObject("time"))
+    addMfuConventions(a, *time);
+  addFineTuning(a, p, root);
   // The streamed arrays' non-finite numbers were found above, in the order they are written
   // (by key: ops, then params.by_block, after checkpoint.per_block).
   llvm::json::Value value(std::move(root));

@@ -146,6 +146,24 @@ ReportTable memoryTable(const Analysis &a) {
                                     a.memory.gradAccum > 0 ? "grad accumulation + " : "",
                                     a.memory.bytesPerParam)
                           .str());
+  if (a.params.quantized > 0) {
+    const QuantSpec &q = a.dequant.spec;
+    double bits = quantBitsPerElement(q);
+    t.notes.push_back(llvm::formatv("{0} frozen parameters stored in {1}, block {2}, {3} scales{4}: "
+                                    "{5:f3} bits ({6:f3} bytes) per parameter; dequantized before "
+                                    "each of {7:f0} matmuls, {8} forward and {9} backward per micro-batch",
+                                    formatCount(a.params.quantized), nameOf(q.dtype), q.block,
+                                    nameOf(q.scale),
+                                    q.doubleBlock > 0
+                                        ? llvm::formatv(" double-quantized to 8 bits in blocks of {0}",
+                                                        q.doubleBlock)
+                                              .str()
+                                        : std::string(),
+                                    bits, bits / 8, a.dequant.matmuls,
+                                    formatDuration(a.dequant.forward),
+                                    formatDuration(a.dequant.backward))
+                          .str());
+  }
   return t;
 }
 
@@ -214,6 +232,18 @@ ReportTable timeTable(const Analysis &a) {
                       std::to_string(a.time.accumulationSteps) + " accumulation step" +
                           (a.time.accumulationSteps == 1 ? "" : "s")});
     t.rows.push_back({"MFU", formatPercent(a.time.mfu), "HFU " + formatPercent(a.time.hfu)});
+    if (!a.time.mfuConventions.empty()) {
+      std::string others;
+      for (const Analysis::MfuConvention &c : a.time.mfuConventions) {
+        llvm::StringRef n = c.name;
+        if (n == "graph" || n == "hfu")
+          continue;
+        others += (others.empty() ? "" : ", ") + n.str() + " " + formatPercent(c.mfu);
+      }
+      t.rows.push_back({"MFU convention", a.time.mfuConventions.front().name,
+                        "model FLOPs of the graph, attention dense, over the dense peak; " +
+                            others});
+    }
     if (a.time.run > 0)
       t.rows.push_back({"run", formatDuration(a.time.run),
                         // Past 1e15 steps a whole number has more digits than the double.
@@ -328,7 +358,10 @@ ReportTable inferenceTable(const Analysis &a) {
                         .str()});
   t.rows.push_back({"KV cache", formatBytes(inf.kvCacheBytes),
                     formatBytes(inf.kvBytesPerToken) + " per token, " +
-                        std::to_string(inf.layers) + " layers"});
+                        std::to_string(inf.layers) + " layers" +
+                        (inf.windowedLayers > 0 ? " (" + std::to_string(inf.windowedLayers) +
+                                                      " windowed: cached up to the window)"
+                                                : std::string())});
   t.rows.push_back({"tokens/s", llvm::formatv("{0:f1}", inf.tokensPerSecond).str(),
                     "generated tokens, all sequences"});
   t.rows.push_back({"request", formatDuration(inf.totalTime), "prefill + every decode step"});

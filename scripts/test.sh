@@ -16,6 +16,7 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
 esac
+started=$(date +%s)
 scripts/setup.sh --build
 # ctest -N lists the tests that have neither tier label.
 untiered=$(cd build && ctest -N -LE '^(quick|slow)$' | sed -n 's/^ *Test *#[0-9]*: //p')
@@ -35,10 +36,10 @@ fi
 # The sanitizer suite (docs/reliability.md): tally, unit_tests and the libFuzzer target built
 # once with clang-14 under ASan + UBSan (float-cast-overflow, no recovery), -O1 -g0, in
 # build-san; there the unit tests, the lit suite and the fuzz regressions run again, then the
-# fuzzer for TALLY_FUZZ_SECONDS (default 120). The generated-step tests (tests/step: the CPU
+# fuzzer for what is left of 14 minutes (30 to 120 s; TALLY_FUZZ_SECONDS sets it). The generated-step tests (tests/step: the CPU
 # steps and the CUDA compiles), validation, determinism, the docs tour and fuzz_inputs.py run
 # only in the normal build above. Budget on a 2-core machine: ~4.5 min to build, ~1 min of
-# tests (capped at 15), 2 min of fuzzing.
+# tests (capped at 15), then fuzzing for the rest of 14 minutes.
 if [ "${TALLY_SANITIZERS:-1}" != 0 ]; then
   scripts/fuzz.sh --build-only
   # abort_on_error: a sanitizer report becomes SIGABRT, which `not` in a lit RUN line and the
@@ -46,5 +47,11 @@ if [ "${TALLY_SANITIZERS:-1}" != 0 ]; then
   (cd build-san && ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=abort_on_error=1:print_stacktrace=1 \
      timeout 900 ctest --output-on-failure -j"$(nproc)" \
      -R '^(unit|lit/.*|fuzz-regressions)$' -E '^lit/diag-model-bounds')
-  scripts/fuzz.sh "${TALLY_FUZZ_SECONDS:-120}"
+  # The fuzzer gets what is left of a 14-minute run (CI must finish in 15 on two cores), at
+  # least 30 s and at most 120; TALLY_FUZZ_SECONDS sets it instead.
+  left=$(( 840 - ($(date +%s) - started) ))
+  fuzz=$(( left < 30 ? 30 : left > 120 ? 120 : left ))
+  echo "test.sh: $(( $(date +%s) - started )) s so far; fuzzing for ${TALLY_FUZZ_SECONDS:-$fuzz} s"
+  scripts/fuzz.sh "${TALLY_FUZZ_SECONDS:-$fuzz}"
 fi
+echo "test.sh: every test passed in $(( $(date +%s) - started )) s"

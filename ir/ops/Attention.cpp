@@ -1,9 +1,11 @@
-// The attention family's rules: attention (multi-head, grouped-query, causal, ALiBi, padding
-// mask, fused flash or materialised scores) and attention_backward: shapes, model and executed
-// FLOPs, the bytes each form moves, and what the backward keeps. docs/counting.md states the
-// same rules as formulas.
+// The attention family's rules: attention (multi-head, grouped-query, causal, sliding window,
+// logit soft-capping, ALiBi, padding mask, fused flash or materialised scores) and
+// attention_backward: shapes, model and executed FLOPs, the bytes each form moves, and what the
+// backward keeps. docs/counting.md states the same rules as formulas.
 #include "ir/ops/OpsCommon.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -13,11 +15,15 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Attention: q [b, s, d], k and v [b, s_kv, d_kv], h query heads of size dh = d/h, kvHeads
-// key/value heads (d_kv = kvHeads·dh). S = b·h·s·s_kv is the number of attention scores.
+// key/value heads (d_kv = kvHeads·dh). S = b·h·s·s_kv is the number of attention scores (the
+// score matrix); F, the scores model FLOPs count: S, or b·h·s·w_kv with a sliding window of w
+// keys (w_kv = min(w, s_kv): the window is each query's key span, counted dense within it as
+// causal attention counts the whole s_kv).
 
-/// The attention sizes: b, s, s_kv, h, dh = d / h, and S = b·h·s·s_kv scores.
+/// The attention sizes: b, s, s_kv, h, dh = d / h, S = b·h·s·s_kv scores and F, those model
+/// FLOPs count.
 template <class C> struct AttnTerms {
-  Num<C> b, s, skv, h, dh, S;
+  Num<C> b, s, skv, h, dh, S, F;
 };
 
 template <class C> AttnTerms<C> attentionTerms(C &c) {
@@ -29,6 +35,12 @@ template <class C> AttnTerms<C> attentionTerms(C &c) {
   t.h = c.quantity("h", c.lit(static_cast<double>(c.op.attrs->heads)));
   t.dh = c.quantity("dh", c.named("d", c.lit(static_cast<double>(q[2].size))) / t.h);
   t.S = c.quantity("S", t.b * t.h * t.s * t.skv);
+  t.F = t.S;
+  if (int64_t w = c.op.attrs->attnWindow; w > 0) {
+    double keys = std::min(static_cast<double>(w), static_cast<double>(k[1].size));
+    Num<C> wkv = c.quantity("w_kv", c.named("min(window, s_kv)", c.lit(keys)));
+    t.F = c.quantity("S_w", t.b * t.h * t.s * wkv);
+  }
   return t;
 }
 
@@ -38,11 +50,41 @@ AttnDims attnDims(const Graph &g, const Op &op) {
   return attentionTerms(c);
 }
 
-/// The share of the score matrix a causal flash kernel computes: the lower triangle with its
-/// diagonal, (s+1)/(2s). Unfused attention computes the dense matrix and then masks it.
-double causalFraction(const Graph &g, const Op &op) {
+/// Σ over i in [0, s) of clamp(i + c, 0, n): the sum, over s queries, of the keys below a
+/// bound that moves one key per query (doubles: exact below 2^53).
+double clampedSum(double s, double c, double n) {
+  double last = c + s - 1;                            // x = i + c runs over [c, last]
+  double lo = std::max(c, 1.0), hi = std::min(last, n - 1);
+  double middle = hi >= lo ? (lo + hi) * (hi - lo + 1) / 2 : 0; // 0 < x < n: x each
+  double from = std::max(c, n);
+  double top = last >= from ? (last - from + 1) * n : 0;        // x >= n: n each
+  return middle + top;
+}
+
+/// The scores a causal kernel computes: query i (its position i + s_kv − s among the keys, the
+/// kernels' convention) sees keys i + s_kv − s − w < j <= i + s_kv − s; w = 0: no window.
+double bandScores(double s, double skv, double w) {
+  double o = skv - s;
+  return clampedSum(s, o + 1, skv) - (w > 0 ? clampedSum(s, o + 1 - w, skv) : 0);
+}
+
+/// The share of the scores model FLOPs count (F) that the kernel computes. Causal flash: the
+/// lower triangle with its diagonal, (s+1)/(2s) of the dense matrix (s == s_kv; 1 otherwise);
+/// with a window, the band (bandScores) of the s·w_kv counted. Unfused attention computes the
+/// dense matrix and then masks it: 1, or s_kv / w_kv with a window.
+double computedFraction(const Graph &g, const Op &op) {
   AttnDims d = attnDims(g, op);
-  if (!op.attrs->causal || !op.attrs->fused || d.s != d.skv || d.s == 0)
+  if (!op.attrs->causal || d.s == 0 || d.skv == 0)
+    return 1;
+  if (op.attrs->attnWindow > 0) {
+    double keys = d.F / (d.b * d.h * d.s);
+    if (!(keys > 0))
+      return 1;
+    if (!op.attrs->fused)
+      return d.skv / keys;
+    return bandScores(d.s, d.skv, static_cast<double>(op.attrs->attnWindow)) / (d.s * keys);
+  }
+  if (!op.attrs->fused || d.s != d.skv)
     return 1;
   return (d.s + 1) / (2 * d.s);
 }
@@ -85,6 +127,14 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   if (!(op.attrs->p >= 0 && op.attrs->p < 1))
     return fail(err, ShapeErrorKind::Invalid,
                 "attention dropout must be in [0, 1), got " + std::to_string(op.attrs->p));
+  if (op.attrs->attnWindow < 0 || (op.attrs->attnWindow > 0 && !op.attrs->causal))
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention window = " + std::to_string(op.attrs->attnWindow) +
+                    " must be 0 (none) or a positive number of keys with causal = true");
+  if (!(op.attrs->softcap >= 0) || !std::isfinite(op.attrs->softcap))
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention softcap must be 0 (none) or a positive number, got " +
+                    std::to_string(op.attrs->softcap));
   if (op.attrs->hasMask) { // a padding mask: which keys each sequence of the batch has
     const Tensor &m = in(g, op, 3);
     if (isFloat(m.dtype) || m.shape.size() != 2 || m.shape[0].size != q[0].size ||
@@ -121,12 +171,39 @@ double attnPerScore(const Op &op) { return 5 + (op.attrs->p > 0 ? 1 : 0); }
 /// (the distance is index arithmetic, like the causal mask, and costs no FLOPs). The bias
 /// has no parameters and no gradient; flash attention recomputes it in the backward.
 double alibiPerScore(const Op &op) { return op.attrs->alibi ? 2 : 0; }
+/// Soft-capping (Gemma 2) makes each score c·tanh(score / c): a divide, the tanh (4, as the
+/// `tanh` op counts it) and a multiply; its gradient multiplies dS by 1 − tanh² (3, as `tanh`'s).
+double softcapPerScore(const Op &op) { return op.attrs->softcap > 0 ? 6 : 0; }
+double softcapGradPerScore(const Op &op) { return op.attrs->softcap > 0 ? 3 : 0; }
+/// Transcendentals per computed score: the softmax's exp, and the cap's tanh.
+double expsPerScore(const Op &op) { return op.attrs->softcap > 0 ? 2 : 1; }
+
+/// explain's remark on a windowed op: what model FLOPs count, what the kernel computes.
+std::string windowNote(const Graph &g, const Op &op) {
+  const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape;
+  int64_t w = op.attrs->attnWindow;
+  std::string ws = std::to_string(w);
+  std::string model = "sliding window of " + ws + " keys (query i sees keys i - " + ws +
+                      " < j <= i): model FLOPs count w_kv = min(window, s_kv) keys per query, "
+                      "the window as each query's span (dense within it, as causal attention "
+                      "counts s_kv)";
+  if (!op.attrs->fused)
+    return model + "; unfused, the dense score matrix is computed, then masked: executed "
+                   "FLOPs count all s·s_kv scores";
+  double s = static_cast<double>(q[1].size), skv = static_cast<double>(k[1].size);
+  double keys = std::min(static_cast<double>(w), skv);
+  double band = bandScores(s, skv, static_cast<double>(w));
+  return model + "; the flash kernel executes the band, " + formatFormulaNumber(band) +
+         " of the s·w_kv = " + formatFormulaNumber(s * keys) + " scores per head";
+}
 
 /// explain's remark on a causal op: model FLOPs count the dense score matrix.
 std::string causalNote(const Graph &g, const Op &op) {
   const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape;
   if (!op.attrs->causal)
     return "";
+  if (op.attrs->attnWindow > 0)
+    return windowNote(g, op);
   if (!op.attrs->fused)
     return "causal, unfused: the dense score matrix is computed, then masked; model FLOPs "
            "count all s·s_kv scores";
@@ -138,23 +215,28 @@ std::string causalNote(const Graph &g, const Op &op) {
 }
 
 struct AttentionCounts : BaseCounts {
-  /// QKᵀ and P·V, 2·S·dh each: the part done as matrix products.
+  /// QKᵀ and P·V, 2·F·dh each: the part done as matrix products.
   template <class C> static Num<C> products(C &c, const AttnTerms<C> &t) {
-    return c.lit(4) * t.S * t.dh;
+    return c.lit(4) * t.F * t.dh;
   }
   /// The products, then per score: scale and softmax (5), dropout (1) when p > 0, the ALiBi
-  /// bias (2) when asked.
+  /// bias (2) when asked, the soft cap (6) when asked. Over F: the window's scores.
   template <class C> static Num<C> flops(C &c) {
     AttnTerms<C> t = attentionTerms(c);
     const Op &op = c.op;
     if constexpr (C::kExplains) {
-      std::string note = "Q·Kᵀ and P·V are 2·S·dh each; scale and softmax 5 per score" +
+      std::string sc = op.attrs->attnWindow > 0 ? "S_w" : "S";
+      std::string note = "Q·Kᵀ and P·V are 2·" + sc + "·dh each; scale and softmax 5 per score" +
                          std::string(op.attrs->p > 0 ? ", dropout 1" : "") +
-                         std::string(op.attrs->alibi ? ", the ALiBi bias 2" : "");
+                         std::string(op.attrs->alibi ? ", the ALiBi bias 2" : "") +
+                         std::string(op.attrs->softcap > 0
+                                         ? ", the soft cap c·tanh(score / c) 6 (÷, tanh 4, ×)"
+                                         : "");
       std::string causal = causalNote(c.g, op);
       c.note(causal.empty() ? note : note + "; " + causal);
     }
-    return products(c, t) + c.lit(attnPerScore(op) + alibiPerScore(op)) * t.S;
+    return products(c, t) +
+           c.lit(attnPerScore(op) + alibiPerScore(op) + softcapPerScore(op)) * t.F;
   }
   /// Unfused, the score matrices (scores, probabilities, and the dropped probabilities with
   /// dropout) are each written by one kernel and read by the next.
@@ -199,21 +281,27 @@ struct AttentionCounts : BaseCounts {
     }
     AttnTerms<C> t = attentionTerms(c);
     if (i == 0) {
-      c.note(c.op.attrs->p > 0 ? "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
-                                "(4 per score), dropout (1 per score); dK and dV reuse dS"
-                              : "dP = dO·Vᵀ and dQ = dS·K (2·S·dh each), the softmax backward "
-                                "(4 per score); dK and dV reuse dS");
-      return c.lit(4) * t.S * t.dh + c.lit(attnPerScore(c.op) - 1) * t.S;
+      if constexpr (C::kExplains) {
+        std::string sc = c.op.attrs->attnWindow > 0 ? "S_w" : "S";
+        c.note("dP = dO·Vᵀ and dQ = dS·K (2·" + sc + "·dh each), the softmax backward (4 per "
+               "score)" + std::string(c.op.attrs->p > 0 ? ", dropout (1 per score)" : "") +
+               std::string(c.op.attrs->softcap > 0 ? ", the soft cap's 1 − tanh² (3 per score)"
+                                                   : "") +
+               "; dK and dV reuse dS");
+      }
+      return c.lit(4) * t.F * t.dh +
+             c.lit(attnPerScore(c.op) - 1 + softcapGradPerScore(c.op)) * t.F;
     }
     c.note(i == 1 ? "dK = dSᵀ·Q" : "dV = Pᵀ·dO");
-    return c.lit(2) * t.S * t.dh;
+    return c.lit(2) * t.F * t.dh;
   }
   static void finish(const Graph &g, const Op &op, ForwardCost &r) {
     Count c(g, op);
     AttnDims d = attentionTerms(c);
     r.matmulFlops = products(c, d);
-    r.executedFlops = r.flops * causalFraction(g, op);
-    r.transcendentals = d.S * causalFraction(g, op); // one exp per computed score
+    r.executedFlops = r.flops * computedFraction(g, op);
+    // an exp per computed score, and the cap's tanh
+    r.transcendentals = expsPerScore(op) * d.F * computedFraction(g, op);
   }
 };
 
@@ -225,19 +313,22 @@ double executedBackwardAttention(const Graph &g, const Op &op, llvm::ArrayRef<bo
   if (!anyNeed(needGrad))
     return 0;
   AttnDims d = attnDims(g, op);
-  double S = d.S;
+  double S = d.F;
   double f = 0;
   for (unsigned i = 0; i < 3; ++i)
     if (need(needGrad, i))
       f += gradAttention(g, op, i);
   // dK needs dS even when q needs no gradient: count dP and the softmax backward once there.
   if (!need(needGrad, 0) && need(needGrad, 1))
-    f += 2 * S * d.dh + (attnPerScore(op) - 1) * S;
-  // Flash attention recomputes the scores, the softmax and the dropout mask from q, k and the
-  // saved logsumexp.
+    f += 2 * S * d.dh + (attnPerScore(op) - 1 + softcapGradPerScore(op)) * S;
+  // Flash attention recomputes the scores, their cap, the softmax and the dropout mask from q,
+  // k and the saved logsumexp; materialised attention with a cap recomputes the capped scores
+  // (P alone does not give the cap's derivative).
   if (op.attrs->fused)
-    f += 2 * S * d.dh + (attnPerScore(op) + alibiPerScore(op)) * S;
-  return f * causalFraction(g, op);
+    f += 2 * S * d.dh + (attnPerScore(op) + alibiPerScore(op) + softcapPerScore(op)) * S;
+  else if (op.attrs->softcap > 0)
+    f += 2 * S * d.dh + softcapPerScore(op) * S;
+  return f * computedFraction(g, op);
 }
 
 void savedAttention(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
@@ -333,13 +424,15 @@ struct AttentionBackwardCounts : BaseCounts {
     r.executedFlops = executedBackwardAttention(g, op, need);
     AttnDims d = attnDims(g, op);
     r.matmulFlops = 0;
-    for (unsigned i = 0; i < 3; ++i) // the products of each gradient: 4·S·dh for dq, 2·S·dh else
+    for (unsigned i = 0; i < 3; ++i) // the products of each gradient: 4·F·dh for dq, 2·F·dh else
       if (need[i])
-        r.matmulFlops += (i == 0 ? 4 : 2) * d.S * d.dh;
-    // Flash attention recomputes P = exp(s − lse): an exp per computed score; materialised
-    // attention reads the saved P.
+        r.matmulFlops += (i == 0 ? 4 : 2) * d.F * d.dh;
+    // Flash attention recomputes P = exp(s − lse): an exp per computed score (and the cap's
+    // tanh); materialised attention reads the saved P (and recomputes the cap's tanh).
     if (op.attrs->fused && anyNeed(need))
-      r.transcendentals = d.S * causalFraction(g, op);
+      r.transcendentals = expsPerScore(op) * d.F * computedFraction(g, op);
+    else if (op.attrs->softcap > 0 && anyNeed(need))
+      r.transcendentals = d.F * computedFraction(g, op);
   }
 };
 
@@ -350,6 +443,10 @@ void printAttention(const Graph &, const Op &op, llvm::raw_ostream &os) {
      << ", causal = " << (a.causal ? "true" : "false") << ", fused = " << (a.fused ? "true" : "false");
   if (a.p > 0)
     os << ", dropout = " << significant(a.p);
+  if (a.attnWindow > 0)
+    os << ", window = " << a.attnWindow;
+  if (a.softcap > 0)
+    os << ", softcap = " << significant(a.softcap);
   os << "}";
 }
 std::string describeAttention(const Graph &, const Op &op) {
@@ -358,7 +455,9 @@ std::string describeAttention(const Graph &, const Op &op) {
          ", kv_heads = " + std::to_string(at.kvHeads ? at.kvHeads : at.heads) + ", " +
          (at.causal ? "causal" : "not causal") + ", " +
          (at.fused ? "fused (flash)" : "unfused (scores materialised)") +
-         (at.p > 0 ? ", dropout = " + formatFormulaNumber(at.p) : std::string());
+         (at.p > 0 ? ", dropout = " + formatFormulaNumber(at.p) : std::string()) +
+         (at.attnWindow > 0 ? ", window = " + std::to_string(at.attnWindow) : std::string()) +
+         (at.softcap > 0 ? ", softcap = " + formatFormulaNumber(at.softcap) : std::string());
 }
 
 } // namespace

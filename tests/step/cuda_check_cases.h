@@ -280,6 +280,8 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     float p;
     bool materialised;
     bool noLse;  // materialised without an lse buffer (allowed by API.md)
+    int64_t window = 0;   // rt::AttnScores (issue 44)
+    float softcap = 0.f;
   };
   const AttnCase attn[] = {
       {"attention_causal_hd64", 2, 70, 70, 4, 4, 64, true, 0.f, false, false},
@@ -289,6 +291,9 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
       {"attention_dropout_hd64", 1, 33, 33, 2, 1, 64, true, 0.1f, false, false},
       {"attention_materialised_hd64", 2, 40, 40, 4, 2, 64, true, 0.1f, true, false},
       {"attention_materialised_nolse_hd64", 1, 24, 24, 2, 2, 64, false, 0.f, true, true},
+      {"attention_window_gqa_hd64", 2, 100, 100, 4, 2, 64, true, 0.f, false, false, 37},
+      {"attention_window_softcap_kv_longer_hd32", 1, 19, 40, 2, 2, 32, true, 0.1f, false, false, 9, 1.5f},
+      {"attention_softcap_hd128", 1, 45, 45, 4, 2, 128, true, 0.f, false, false, 0, 2.f},
   };
   for (const AttnCase& c : attn) {
     const int64_t nq = c.B * c.S * c.H * c.hd, nkv = c.B * c.Skv * c.Hkv * c.hd;
@@ -303,9 +308,11 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     T* dq = m.template zeros<T>(nq);
     T* dk = m.template zeros<T>(nkv);
     T* dv = m.upload(randomT<T>(36, nkv));  // accumulate into it
-    rt::attention_fwd<T>(ctx, q, k, v, o, lse, P, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal, c.p, 42, 3);
+    const rt::AttnScores sm{c.window, c.softcap};
+    rt::attention_fwd<T>(ctx, q, k, v, o, lse, P, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal, c.p, 42, 3,
+                         rt::AttnRows{}, sm);
     rt::attention_bwd<T>(ctx, q, k, v, o, lse, P, dO, dq, dk, dv, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal,
-                         c.p, 42, 3, false);
+                         c.p, 42, 3, false, rt::AttnRows{}, sm);
     Outputs out{{"o", get(m, o, nq)}, {"dq", get(m, dq, nq)}, {"dk", get(m, dk, nkv)}, {"dv", get(m, dv, nkv)}};
     if (lse) out["lse"] = get(m, lse, c.B * c.H * c.S);
     if (P) out["P"] = get(m, P, np);

@@ -45,11 +45,11 @@
                                   int64_t, bool);                                                         \
   PREFIX void rt::attention_fwd<T>(rt::Ctx&, const T*, const T*, const T*, T*, float*, T*, int64_t,       \
                                    int64_t, int64_t, int64_t, int64_t, int64_t, float, bool, float,       \
-                                   uint64_t, uint64_t, rt::AttnRows);                                     \
+                                   uint64_t, uint64_t, rt::AttnRows, rt::AttnScores);                     \
   PREFIX void rt::attention_bwd<T>(rt::Ctx&, const T*, const T*, const T*, const T*, const float*,        \
                                    const T*, const T*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t,    \
                                    int64_t, int64_t, float, bool, float, uint64_t, uint64_t, bool,        \
-                                   rt::AttnRows);                                                         \
+                                   rt::AttnRows, rt::AttnScores);                                         \
   PREFIX void rt::embedding_fwd<T>(rt::Ctx&, const int32_t*, const T*, T*, int64_t, int64_t, int64_t);   \
   PREFIX void rt::embedding_bwd<T>(rt::Ctx&, const int32_t*, const T*, T*, int64_t, int64_t, int64_t);   \
   PREFIX void rt::cross_entropy_fwd<T>(rt::Ctx&, const T*, const int32_t*, float*, float*, int64_t,      \

@@ -336,8 +336,15 @@ TEST_CASE("fd: RMS norm (x, w)", "[fd]") {
 
 // ---- attention -----------------------------------------------------------------------------------
 static Covers covAttention(true, {"attention_fwd", "attention_bwd"});
-TEST_CASE("fd: attention (fused and materialised, causal, GQA, S != Skv, dropout)", "[fd]") {
-  struct Case { int64_t B, S, Skv, H, Hkv, hd; bool causal; float p; bool materialised; };
+TEST_CASE("fd: attention (fused and materialised, causal, GQA, S != Skv, dropout, window, softcap)", "[fd]") {
+  struct Case {
+    int64_t B, S, Skv, H, Hkv, hd;
+    bool causal;
+    float p;
+    bool materialised;
+    int64_t window = 0;   // rt::AttnScores (issue 44)
+    float softcap = 0.0f;
+  };
   const Case cases[] = {
       {1, 4, 4, 2, 2, 3, false, 0.0f, false},
       {2, 3, 3, 4, 2, 2, true, 0.0f, false},
@@ -348,6 +355,14 @@ TEST_CASE("fd: attention (fused and materialised, causal, GQA, S != Skv, dropout
       {1, 3, 4, 2, 2, 2, true, 0.25f, true},
       {1, 70, 70, 2, 1, 2, true, 0.1f, false},  // several query and key blocks (64)
       {1, 70, 67, 2, 1, 2, true, 0.1f, true},
+      // Sliding windows (query i sees keys i - w < j <= i + Skv - S) and soft caps.
+      {1, 70, 70, 2, 1, 2, true, 0.0f, false, 9},          // a window across key blocks
+      {1, 70, 70, 2, 1, 2, true, 0.1f, false, 20, 1.5f},   // with dropout and a cap
+      {1, 3, 5, 2, 1, 4, true, 0.0f, false, 2},            // Skv > S
+      {1, 5, 3, 2, 1, 2, true, 0.0f, false, 2, 0.5f},      // S > Skv: the first rows see nothing
+      {2, 6, 6, 2, 2, 3, true, 0.0f, true, 2, 0.7f},       // materialised: the cap's scores recomputed
+      {1, 70, 67, 2, 1, 2, true, 0.1f, true, 30, 1.0f},
+      {1, 4, 4, 2, 2, 3, false, 0.0f, false, 0, 0.6f},     // a cap without the causal mask
   };
   for (const Case& c : cases) {
     const int64_t nq = c.B * c.S * c.H * c.hd, nk = c.B * c.Skv * c.Hkv * c.hd;
@@ -358,7 +373,7 @@ TEST_CASE("fd: attention (fused and materialised, causal, GQA, S != Skv, dropout
     auto fwd = [&]() {
       rt::attention_fwd<double>(ctx, q.data(), k.data(), v.data(), o.data(), lse.data(),
                                 c.materialised ? P.data() : nullptr, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.0f,
-                                c.causal, c.p, 99, 3);
+                                c.causal, c.p, 99, 3, rt::AttnRows{}, rt::AttnScores{c.window, c.softcap});
       return dotv(o, W);
     };
     fwd();
@@ -366,9 +381,11 @@ TEST_CASE("fd: attention (fused and materialised, causal, GQA, S != Skv, dropout
     // Materialised: what the plan keeps, P (and the replayed dropout mask), without o or lse.
     rt::attention_bwd<double>(ctx, q.data(), k.data(), v.data(), c.materialised ? nullptr : o.data(),
                               c.materialised ? nullptr : lse.data(), c.materialised ? P.data() : nullptr, W.data(), dq.data(), dk.data(), dv.data(), c.B,
-                              c.S, c.Skv, c.H, c.Hkv, c.hd, 0.0f, c.causal, c.p, 99, 3, false);
+                              c.S, c.Skv, c.H, c.Hkv, c.hd, 0.0f, c.causal, c.p, 99, 3, false, rt::AttnRows{},
+                              rt::AttnScores{c.window, c.softcap});
     INFO("B " << c.B << " S " << c.S << " Skv " << c.Skv << " H " << c.H << " Hkv " << c.Hkv << " hd " << c.hd
-              << " causal " << c.causal << " p " << c.p << " materialised " << c.materialised);
+              << " causal " << c.causal << " p " << c.p << " materialised " << c.materialised << " window "
+              << c.window << " softcap " << c.softcap);
     expect_close("attention dq", dq, numgrad(q, fwd), tol("attention"));
     expect_close("attention dk", dk, numgrad(k, fwd), tol("attention"));
     expect_close("attention dv", dv, numgrad(v, fwd), tol("attention"));

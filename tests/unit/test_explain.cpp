@@ -122,7 +122,8 @@ std::string lectureSource() {
 
 /// Every primitive, in the variants whose rules differ: scalar operands on either side,
 /// broadcasting on either side, 1-D matmul operands, fused and unfused attention with and
-/// without dropout, grouped-query attention, reductions over everything and one axis.
+/// without dropout, grouped-query attention, sliding windows and soft caps, reductions over
+/// everything and one axis.
 const char *kAllOps = R"(
 model AllOps(d = 64, heads = 4, vocab = 100) {
   param w3: [d, 3 * d]
@@ -141,9 +142,11 @@ model AllOps(d = 64, heads = 4, vocab = 100) {
     y3 = attention(q, k, v, heads = heads, fused = false)
     kv = r @ wkv
     y4 = attention(q, kv, kv, heads = heads, kv_heads = 2, dropout = 0.1)
+    y5 = attention(q, k, v, heads = heads, causal = true, window = 3, softcap = 20.0)
+    y6 = attention(q, k, v, heads = heads, causal = true, fused = false, window = 5, softcap = 2.0)
     z = concat(y1, y2, dim = -1)
     t = transpose(reshape(z, [batch, seq, 2, d]), 1, 2)
-    e1 = gelu(y3) - silu(y4) * tanh(y1) / sigmoid(y2)
+    e1 = gelu(y3) - silu(y4) * tanh(y1) / sigmoid(y2) + gelu_tanh(y5) * y6
     e2 = relu(exp(-e1)) + dropout(e1, 0.1)
     e3 = softmax(e2 * 2 + 1, dim = -1) - 3
     e4 = 2 - e3 / 4

@@ -182,6 +182,51 @@ TEST_CASE("inference: the KV cache of grouped-query attention", "[inference]") {
   }
 }
 
+TEST_CASE("inference: a sliding window caches and reads only its window (issue 44)", "[inference]") {
+  // Two layers of d 64, 4 heads of 16, 2 kv heads (d_kv 32), fp32; the first has a window of
+  // 8 keys. 3 sequences, a 20-token prompt, 10 generated.
+  const char *src = R"(
+block Layer(d, window) {
+  q = Linear(d, d, bias = false)
+  kv = Linear(d, 64, bias = false)
+  forward(x) {
+    k, v = split(kv(x), 2)
+    return x + attention(q(x), k, v, heads = 4, kv_heads = 2, causal = true, window = window)
+  }
+}
+model M(d = 64, window = 8) {
+  a = Layer(d, window)
+  b = Layer(d, 0)
+  forward(x: f32[batch, seq, d]) { return b(a(x)) }
+}
+infer w { model = M() batch = 3 prompt = 20 generate = 10 precision = fp32 target = H100_SXM }
+infer long { model = M(window = 100) batch = 3 prompt = 20 generate = 10 precision = fp32 target = H100_SXM }
+infer none { model = M(window = 0) batch = 3 prompt = 20 generate = 10 precision = fp32 target = H100_SXM }
+)";
+  Compiled w(src, "w"), longer(src, "long"), none(src, "none");
+  const auto &a = w.a->inference, &l = longer.a->inference, &n = none.a->inference;
+  const double perLayer = 2 * 32 * 4; // K and V of one token, fp32
+  CHECK(a.layers == 2);
+  CHECK(a.windowedLayers == 1);
+  CHECK(n.windowedLayers == 0);
+  CHECK(a.kvBytesPerToken == 2 * perLayer);
+  CHECK(a.kvCacheBytes == 3 * (30 + 8) * perLayer);
+  CHECK(n.kvCacheBytes == 3 * (30 + 30) * perLayer);
+  // A window longer than prompt + generate changes nothing.
+  CHECK(l.kvCacheBytes == n.kvCacheBytes);
+  CHECK(l.decodeFlops == n.decodeFlops);
+  // A decode step of the windowed layer attends to 8 keys at every step (contexts 21..29):
+  // 4·b·d·8 + 5·b·h·8 against the mean over the steps without a window.
+  double windowed = 4 * 3 * 64 * 8 + 5 * 3 * 4 * 8;
+  double mean = 0;
+  for (int c = 21; c <= 29; ++c)
+    mean += 4 * 3 * 64 * c + 5 * 3 * 4 * c;
+  mean /= 9;
+  CHECK(n.decodeFlops - a.decodeFlops == Approx(mean - windowed).epsilon(1e-12));
+  // The prefill counts each query's 8 window keys (S_w = b·h·s·8), not all 20.
+  CHECK(a.prefillFlops < n.prefillFlops);
+}
+
 TEST_CASE("inference: train plans have no inference section", "[inference]") {
   Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
   CHECK_FALSE(t.a->inference.active);

@@ -305,7 +305,7 @@ TEST_CASE("oprules: unary elementwise costs and saved tensors", "[oprules]") {
     int keeps; // 0 nothing, 1 input, 2 output
   };
   for (Row r : {Row{OpKind::Neg, 1, 1, 0}, Row{OpKind::Relu, 1, 1, 2}, Row{OpKind::Gelu, 8, 12, 1},
-                Row{OpKind::Silu, 4, 6, 1}, Row{OpKind::Tanh, 4, 3, 2},
+                Row{OpKind::GeluTanh, 8, 12, 1}, Row{OpKind::Silu, 4, 6, 1}, Row{OpKind::Tanh, 4, 3, 2},
                 Row{OpKind::Sigmoid, 4, 3, 2}, Row{OpKind::Exp, 1, 1, 2},
                 Row{OpKind::Rope, 3, 3, 0}}) {
     INFO(opName(r.k).str());
@@ -442,6 +442,99 @@ TEST_CASE("oprules: causal flash attention executes the lower triangle", "[oprul
   CHECK(b.executedBackward(unfused) == gq + gk + gv);
   CHECK(b.fwd(unfused).bytesWritten == B * s * d * 2 + 2 * S * 2);
   CHECK(b.fwd(unfused).bytesRead == 3 * B * s * d * 2 + 2 * S * 2);
+}
+
+TEST_CASE("oprules: sliding-window attention counts the window's scores (issue 44)", "[oprules]") {
+  Builder b(Dtype::BF16);
+  const double B = 2, h = 4, dh = 16;
+  auto act = [&](int64_t s) { return b.activation(Builder::sizes({2, s, 64}), Dtype::BF16); };
+  TensorId q = act(100), k = act(100), v = act(100);
+  OpAttrs a;
+  a.heads = 4;
+  a.causal = true;
+  a.attnWindow = 7;
+  OpId at = b.op(OpKind::Attention, {q, k, v}, a);
+  // Model FLOPs: each query's 7 keys, counted dense. Executed: the band, query i sees
+  // min(i + 1, 7) keys: 1 + 2 + ... + 7 for the first seven, then 93·7.
+  double F = B * h * 100 * 7, band = B * h * (28 + 93 * 7);
+  ForwardCost c = b.fwd(at);
+  CHECK(c.matmulFlops == 4 * F * dh);
+  CHECK(c.flops == 4 * F * dh + 5 * F);
+  CHECK(c.executedFlops == Approx(c.flops * band / F).epsilon(1e-15));
+  CHECK(c.transcendentals == Approx(band).epsilon(1e-15));
+  double gq = b.grad(at, 0), gk = b.grad(at, 1), gv = b.grad(at, 2);
+  CHECK(gq == 4 * F * dh + 4 * F);
+  CHECK(gk == 2 * F * dh);
+  CHECK(gv == 2 * F * dh);
+  CHECK(b.executedBackward(at) == Approx((gq + gk + gv + 2 * F * dh + 5 * F) * band / F).epsilon(1e-15));
+  // The bytes are q, k, v in and the output and logsumexp out, as without a window.
+  CHECK(c.bytesRead == 3 * B * 100 * 64 * 2);
+
+  // A window as long as the keys is causal attention, bit for bit.
+  OpAttrs full = a;
+  full.attnWindow = 0;
+  a.attnWindow = 100;
+  OpId wide = b.op(OpKind::Attention, {q, k, v}, a), causal = b.op(OpKind::Attention, {q, k, v}, full);
+  CHECK(b.fwd(wide).flops == b.fwd(causal).flops);
+  CHECK(b.fwd(wide).executedFlops == b.fwd(causal).executedFlops);
+  CHECK(b.executedBackward(wide) == b.executedBackward(causal));
+
+  // Fewer queries than keys (a decode chunk after a prefix): query i is at position i + 6 and
+  // sees keys i + 6 − 7 < j <= i + 6: 7 keys each, for all 4 queries; model FLOPs 4·7 per head.
+  TensorId q4 = act(4), k10 = act(10), v10 = act(10);
+  a.attnWindow = 7;
+  OpId chunk = b.op(OpKind::Attention, {q4, k10, v10}, a);
+  CHECK(b.fwd(chunk).executedFlops == b.fwd(chunk).flops);
+  // More queries than keys: query i at position i − 6 sees keys i − 9 < j <= i − 6.
+  TensorId q10 = act(10), k4 = act(4), v4 = act(4);
+  a.attnWindow = 3;
+  OpId late = b.op(OpKind::Attention, {q10, k4, v4}, a);
+  // rows 6..9 see 1, 2, 3, 3 keys of min(3, 4) = 3 counted per row: 9 of 30.
+  CHECK(b.fwd(late).executedFlops == Approx(b.fwd(late).flops * 9 / 30).epsilon(1e-15));
+
+  // Unfused: the window's model FLOPs, but the dense matrix computed, then masked, and its bytes.
+  a.attnWindow = 7;
+  a.fused = false;
+  OpId unfused = b.op(OpKind::Attention, {q, k, v}, a);
+  double S = B * h * 100 * 100;
+  CHECK(b.fwd(unfused).flops == c.flops);
+  CHECK(b.fwd(unfused).executedFlops == Approx(4 * S * dh + 5 * S).epsilon(1e-15));
+  CHECK(b.fwd(unfused).bytesWritten == B * 100 * 64 * 2 + 2 * S * 2);
+
+  // The shape rule refuses a window without the causal mask, a negative one, a negative cap.
+  a.fused = true;
+  a.causal = false;
+  CHECK(b.error(OpKind::Attention, {q, k, v}, a).message ==
+        "attention window = 7 must be 0 (none) or a positive number of keys with causal = true");
+  a.causal = true;
+  a.attnWindow = 0;
+  a.softcap = -1;
+  CHECK(b.error(OpKind::Attention, {q, k, v}, a).kind == ShapeErrorKind::Invalid);
+}
+
+TEST_CASE("oprules: attention logit soft-capping (issue 44)", "[oprules]") {
+  Builder b;
+  TensorId q = b.activation(Builder::sizes({2, 16, 64}), Dtype::F32);
+  OpAttrs a;
+  a.heads = 4;
+  a.causal = true;
+  OpId plain = b.op(OpKind::Attention, {q, q, q}, a);
+  a.softcap = 50;
+  OpId capped = b.op(OpKind::Attention, {q, q, q}, a);
+  double S = 2.0 * 4 * 16 * 16, frac = 17.0 / 32;
+  // c·tanh(s / c): 6 FLOPs and a tanh per score; its gradient 3 per score, in dq's count.
+  CHECK(b.fwd(capped).flops == b.fwd(plain).flops + 6 * S);
+  CHECK(b.fwd(capped).executedFlops == Approx((b.fwd(plain).flops + 6 * S) * frac).epsilon(1e-15));
+  CHECK(b.fwd(capped).transcendentals == Approx(2 * S * frac).epsilon(1e-15));
+  CHECK(b.grad(capped, 0) == b.grad(plain, 0) + 3 * S);
+  CHECK(b.grad(capped, 1) == b.grad(plain, 1));
+  // The flash backward recomputes the cap with the scores.
+  CHECK(b.executedBackward(capped) == Approx(b.executedBackward(plain) + 9 * S * frac).epsilon(1e-15));
+  // Materialised: P does not give the cap's derivative, so the backward recomputes the scores.
+  a.fused = false;
+  OpId unfused = b.op(OpKind::Attention, {q, q, q}, a);
+  double g = b.grad(unfused, 0) + b.grad(unfused, 1) + b.grad(unfused, 2);
+  CHECK(b.executedBackward(unfused) == g + 2 * S * 16 + 6 * S);
 }
 
 TEST_CASE("oprules: grouped-query attention", "[oprules]") {

@@ -69,6 +69,7 @@ const std::map<std::string, Calls> kCalls = {
     {"matmul", {"matmul(x, w)", "matmul(a = x, b = w)"}},
     {"relu", {"relu(x)", "relu(x = x)"}},
     {"gelu", {"gelu(x)", "gelu(x = x)"}},
+    {"gelu_tanh", {"gelu_tanh(x)", "gelu_tanh(x = x)"}},
     {"silu", {"silu(x)", "silu(x = x)"}},
     {"tanh", {"tanh(x)", "tanh(x = x)"}},
     {"sigmoid", {"sigmoid(x)", "sigmoid(x = x)"}},
@@ -82,7 +83,7 @@ const std::map<std::string, Calls> kCalls = {
     {"attention",
      {"attention(x, x, x, 2)",
       "attention(q = x, k = h, v = h, heads = 2, kv_heads = 1, causal = true, fused = false, "
-      "dropout = 0.1, alibi = true, mask = m)"}},
+      "dropout = 0.1, alibi = true, mask = m, window = 2, softcap = 30)"}},
     {"embedding", {"embedding(ids, e)", "embedding(ids = ids, weight = e)"}},
     {"sum", {"sum(x)", "sum(x = x, dim = 1, keepdim = true)"}},
     {"mean", {"mean(x)", "mean(x = x, dim = 1, keepdim = true)"}},
@@ -185,7 +186,7 @@ TEST_CASE("signatures and defaults come from the table", "[primitives]") {
   CHECK(findPrimitive("concat")->signature() == "concat(tensors..., dim = -1)");
   CHECK(findPrimitive("attention")->signature() ==
         "attention(q, k, v, heads, kv_heads = heads, causal = false, fused = true, "
-        "dropout = 0, alibi = false, mask)");
+        "dropout = 0, alibi = false, mask, window = 0, softcap = 0)");
 
   // PyTorch's defaults: LayerNorm eps 1e-5; RMSNorm as Llama writes it, 1e-6; softmax over
   // the last axis; transpose of the last two; no cap on experts; fused attention.

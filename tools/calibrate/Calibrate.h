@@ -38,7 +38,7 @@ struct MatmulSample {
 struct AttentionSample {
   int64_t B = 0, H = 0, S = 0, hd = 0;
   double forwardSeconds = 0, backwardSeconds = 0; ///< The median call of each.
-  /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/ops/Attention.cpp, causalFraction).
+  /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/ops/Attention.cpp, computedFraction).
   double scores() const;
 };
 

@@ -9,7 +9,12 @@
 // 3. textDocument/didOpen and didChange (full text) recompile the document exactly as
 //    `tally check` does — parse, then lower and analyze every plan — and publish every
 //    diagnostic located in it (0-based lines, UTF-16 columns as LSP counts them; diagnostics
-//    without a location go on the first line). The first plan's analysis is kept for hover.
+//    without a location go on the first line), with the document version it holds. The
+//    compiles run on a worker thread, never on the thread that answers requests: a change
+//    is compiled once no newer one came for kDebounce; a newer version makes an older
+//    compile stop at its next plan, and what an outdated compile found is never published.
+//    Requests answer at once from the newest finished compile (its hover texts, names,
+//    definitions and fix-its), whatever is being compiled meanwhile.
 // 4. textDocument/hover on the name of a block or model: its instances in the first plan with
 //    their parameters and forward FLOPs per step (from the analysis); a name the plan does not
 //    instantiate, or a file without a plan, says so. On a member name (`attn = ...`, `h`), the
@@ -34,12 +39,19 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
 using namespace llvm;
 
@@ -52,10 +64,12 @@ cl::SubCommand Lsp("lsp", "A Language Server over stdio: diagnostics as you type
 
 namespace {
 
-/// One open document: its text and, after the last change, the hover text of each block
-/// name the first plan instantiates.
-struct Document {
-  std::string text;
+/// What one compile of one version of a document found: the hover text of each block name
+/// the first plan instantiates, the program's names, their definitions and the fix-its of the
+/// published diagnostics, with the text and version they belong to.
+struct Compiled {
+  std::string text;                         ///< the text compiled (fix-it offsets are into it)
+  int64_t version = 0;                      ///< its LSP document version
   std::map<std::string, std::string> hover; ///< block or model name → Markdown
   std::map<std::string, std::string> memberHover; ///< member name ("attn", "h") → Markdown
   std::string noHover;                      ///< what hover says for a block with no entry
@@ -71,6 +85,16 @@ struct Document {
     std::string replacement;
   };
   std::vector<Fix> fixes;
+};
+
+/// One open document: its newest text and the newest finished compile (null before the
+/// first), which requests read.
+struct Document {
+  std::string text;
+  int64_t version = 0;
+  uint64_t generation = 0; ///< counts the changes; a compile of an older one is outdated
+  std::chrono::steady_clock::time_point changed; ///< when the newest change came
+  std::shared_ptr<const Compiled> compiled;
 };
 
 /// Reads one framed message; false at end of input or on a malformed header.
@@ -102,7 +126,11 @@ bool readMessage(std::string &body) {
   return static_cast<size_t>(std::cin.gcount()) == length;
 }
 
+/// Messages go out whole, one at a time: the worker publishes while the request loop replies.
+std::mutex outputMutex;
+
 void send(json::Value message) {
+  std::lock_guard<std::mutex> lock(outputMutex);
   std::string body;
   raw_string_ostream os(body);
   os << message;
@@ -175,7 +203,7 @@ size_t offsetOf(StringRef text, int64_t line, int64_t character) {
 /// raised in the standard library is reported at the user's call or declaration by the
 /// engine), with each fix-it in the document kept in `fixes` for textDocument/codeAction.
 json::Array lspDiagnostics(const Compilation &c, unsigned docBuffer, StringRef text,
-                           std::vector<Document::Fix> &fixes) {
+                           std::vector<Compiled::Fix> &fixes) {
   json::Array out;
   fixes.clear();
   const char *start = c.sm.getMemoryBuffer(docBuffer)->getBufferStart();
@@ -236,7 +264,7 @@ std::string memberName(StringRef path) {
 }
 
 /// Hover texts for the blocks the analysis instantiates, by block name and by member name.
-void collectHover(const Analysis &a, Document &doc) {
+void collectHover(const Analysis &a, Compiled &doc) {
   std::map<std::string, std::vector<const Analysis::BlockCount *>> byName, byMember;
   for (const Analysis::BlockCount &b : a.params.byBlock) {
     const Instance &in = a.graph->instances[b.instance];
@@ -282,36 +310,40 @@ void describe(const Analysis &a,
   }
 }
 
-/// Step 3: compiles the document like `tally check` and publishes its diagnostics.
-void compileAndPublish(const std::string &uri, Document &doc) {
+/// Step 3: compiles `text` like `tally check`: what requests read and the diagnostics to
+/// publish; null when `outdated` says a newer version came, checked before each plan.
+std::shared_ptr<Compiled> compile(const std::string &uri, const std::string &text,
+                                  int64_t version, json::Array &diagnostics,
+                                  const std::function<bool()> &outdated) {
+  auto doc = std::make_shared<Compiled>();
+  doc->text = text;
+  doc->version = version;
   Compilation c;
   c.diags.setOutput(nullptr);
   std::string path = uriToPath(uri);
-  bool parsed = c.addSource(path, doc.text);
+  bool parsed = c.addSource(path, doc->text);
   unsigned buffer = c.sm.getNumBuffers(); // the document is the last buffer added
-  doc.hover.clear();
-  doc.memberHover.clear();
-  doc.blockNames.clear();
-  doc.definitions.clear();
   const char *bufStart = c.sm.getMemoryBuffer(buffer)->getBufferStart();
   const char *bufEnd = c.sm.getMemoryBuffer(buffer)->getBufferEnd();
   for (const auto &entry : c.program.blocks) {
-    doc.blockNames.push_back(entry.getKey().str());
+    doc->blockNames.push_back(entry.getKey().str());
     SMRange r = entry.getValue()->nameRange;
     if (!entry.getValue()->fromStdlib && r.isValid() && r.Start.getPointer() >= bufStart &&
         r.End.getPointer() <= bufEnd)
-      doc.definitions[entry.getKey().str()] = {static_cast<size_t>(r.Start.getPointer() - bufStart),
-                                               static_cast<size_t>(r.End.getPointer() - bufStart)};
+      doc->definitions[entry.getKey().str()] = {static_cast<size_t>(r.Start.getPointer() - bufStart),
+                                                static_cast<size_t>(r.End.getPointer() - bufStart)};
   }
-  std::sort(doc.blockNames.begin(), doc.blockNames.end());
+  std::sort(doc->blockNames.begin(), doc->blockNames.end());
   bool analyzed = false;
   if (parsed && !c.diags.hasErrors()) {
     bool first = true;
     for (const PlanDecl *p : c.program.planOrder) {
+      if (outdated())
+        return nullptr;
       std::optional<Analysis> a = c.analyzePlan(*p);
       if (a && first) {
-        collectHover(*a, doc);
-        doc.noHover = "not instantiated by plan `" + a->plan->name + "`";
+        collectHover(*a, *doc);
+        doc->noHover = "not instantiated by plan `" + a->plan->name + "`";
         analyzed = true;
       }
       first = false;
@@ -320,20 +352,28 @@ void compileAndPublish(const std::string &uri, Document &doc) {
       c.checkModelsWithoutPlan();
   }
   if (!analyzed)
-    doc.noHover = c.program.planOrder.empty() && !c.diags.hasErrors()
-                      ? "no train or infer plan instantiates it"
-                      : "the file has errors; its parameters show once they are fixed";
+    doc->noHover = c.program.planOrder.empty() && !c.diags.hasErrors()
+                       ? "no train or infer plan instantiates it"
+                       : "the file has errors; its parameters show once they are fixed";
+  diagnostics = lspDiagnostics(c, buffer, doc->text, doc->fixes);
+  return doc;
+}
+
+/// publishDiagnostics for a document version (its diagnostics, or none when it closed).
+void publish(const std::string &uri, std::optional<int64_t> version, json::Array diagnostics) {
+  json::Object params{{"uri", uri}, {"diagnostics", std::move(diagnostics)}};
+  if (version)
+    params["version"] = *version;
   send(json::Object{{"jsonrpc", "2.0"},
                     {"method", "textDocument/publishDiagnostics"},
-                    {"params", json::Object{{"uri", uri},
-                                            {"diagnostics", lspDiagnostics(c, buffer, doc.text, doc.fixes)}}}});
+                    {"params", std::move(params)}});
 }
 
 /// Step 7: the code actions for a range: every fix-it of a diagnostic that overlaps it, as a
 /// quick fix that edits the document.
-json::Array codeActions(const std::string &uri, const Document &doc, size_t from, size_t to) {
+json::Array codeActions(const std::string &uri, const Compiled &doc, size_t from, size_t to) {
   json::Array out;
-  for (const Document::Fix &f : doc.fixes) {
+  for (const Compiled::Fix &f : doc.fixes) {
     if (f.to < from || f.from > to)
       continue;
     json::Object edit{{"range", json::Object{{"start", positionOf(doc.text, f.editFrom)},
@@ -361,9 +401,8 @@ std::pair<size_t, size_t> wordAt(StringRef text, int64_t line, int64_t character
   return {b, e};
 }
 
-/// Step 4: the hover of the identifier under the position, or null.
-json::Value hover(const Document &doc, int64_t line, int64_t character) {
-  StringRef text = doc.text;
+/// Step 4: the hover of the identifier under the position in `text`, or null.
+json::Value hover(StringRef text, const Compiled &doc, int64_t line, int64_t character) {
   auto [b, e] = wordAt(text, line, character);
   if (b == e)
     return nullptr;
@@ -384,21 +423,21 @@ json::Value hover(const Document &doc, int64_t line, int64_t character) {
 
 /// Step 5: where the block or model named under the position is declared in this document
 /// (blocks of the standard library have no file to go to), or null.
-json::Value definition(const std::string &uri, const Document &doc, int64_t line, int64_t character) {
-  StringRef text = doc.text;
+json::Value definition(const std::string &uri, StringRef text, const Compiled &doc,
+                       int64_t line, int64_t character) {
   auto [b, e] = wordAt(text, line, character);
   auto it = doc.definitions.find(text.substr(b, e - b).str());
   if (b == e || it == doc.definitions.end())
     return nullptr;
   return json::Object{{"uri", uri},
-                      {"range", json::Object{{"start", positionOf(text, it->second.first)},
-                                             {"end", positionOf(text, it->second.second)}}}};
+                      {"range", json::Object{{"start", positionOf(doc.text, it->second.first)},
+                                             {"end", positionOf(doc.text, it->second.second)}}}};
 }
 
 /// Step 6: completion items: the program's blocks and models, the plan settings (as
 /// frontend/Sema.cpp accepts them), the targets of the catalogue, the precision presets, the
 /// optimizers and the primitives (their signatures as details).
-json::Value completion(const Document &doc) {
+json::Value completion(const Compiled &doc) {
   json::Array items;
   auto add = [&](const std::string &label, int64_t kind, const std::string &detail) {
     items.push_back(json::Object{{"label", label}, {"kind", kind}, {"detail", detail}});
@@ -420,8 +459,126 @@ json::Value completion(const Document &doc) {
   return json::Object{{"isIncomplete", false}, {"items", std::move(items)}};
 }
 
+/// A change is compiled once no newer one has come for this long: typing does not queue a
+/// compile per keystroke.
+constexpr std::chrono::milliseconds kDebounce(75);
+
+/// The open documents and the compile worker. The request loop (serve) and the worker share
+/// `docs` under `mutex`; the worker compiles outside it.
+class Server {
+public:
+  Server() : worker_([this] { work(); }) {}
+  ~Server() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      ++generation_; // the compile under way stops at its next plan
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+
+  /// didOpen or didChange: the new text, compiled after kDebounce without a newer one.
+  void change(const std::string &uri, std::string text, int64_t version) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      Document &doc = docs_[uri];
+      doc.text = std::move(text);
+      doc.version = version;
+      doc.generation = ++generation_;
+      doc.changed = std::chrono::steady_clock::now();
+      pending_[uri] = doc.generation;
+    }
+    wake_.notify_all();
+  }
+  void close(const std::string &uri) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    docs_.erase(uri);
+    pending_.erase(uri);
+    ++generation_;
+  }
+  /// The document's newest text and newest finished compile (an empty one before the first),
+  /// or nullopt for a document not open.
+  std::optional<std::pair<std::string, std::shared_ptr<const Compiled>>> read(const std::string &uri) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = docs_.find(uri);
+    if (it == docs_.end())
+      return std::nullopt;
+    std::shared_ptr<const Compiled> c = it->second.compiled;
+    if (!c) {
+      auto none = std::make_shared<Compiled>();
+      none->noHover = "still being compiled";
+      c = none;
+    }
+    return std::make_pair(it->second.text, c);
+  }
+
+private:
+  /// The worker: waits for a pending change, lets kDebounce pass without a newer one,
+  /// compiles the newest text outside the lock, and publishes only if nothing newer came.
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+      if (stopping_)
+        return;
+      auto [uri, generation] = *pending_.begin();
+      Document &doc = docs_[uri];
+      auto due = doc.changed + kDebounce;
+      if (std::chrono::steady_clock::now() < due) {
+        wake_.wait_until(lock, due); // a newer change moves `due`; the loop looks again
+        continue;
+      }
+      pending_.erase(pending_.begin());
+      std::string text = doc.text;
+      int64_t version = doc.version;
+      lock.unlock();
+      auto outdated = [this, uri = uri, generation = generation] {
+        std::lock_guard<std::mutex> l(mutex_);
+        auto it = docs_.find(uri);
+        return stopping_ || it == docs_.end() || it->second.generation != generation;
+      };
+      json::Array diagnostics;
+      std::shared_ptr<Compiled> compiled = compile(uri, text, version, diagnostics, outdated);
+      lock.lock();
+      auto it = docs_.find(uri);
+      if (!compiled || stopping_ || it == docs_.end() || it->second.generation != generation)
+        continue; // a newer version (or a close) came: its own compile publishes
+      it->second.compiled = std::move(compiled);
+      publish(uri, version, std::move(diagnostics)); // under the lock: a close cannot overtake it
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::map<std::string, Document> docs_;
+  std::map<std::string, uint64_t> pending_; ///< documents changed since their last compile
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+/// The document a request names and its position, or nullopt (the request then gets null).
+struct AtPosition {
+  std::string uri, text;
+  std::shared_ptr<const Compiled> compiled;
+  int64_t line = 0, character = 0;
+};
+std::optional<AtPosition> requestTarget(Server &server, const json::Object *params) {
+  const json::Object *td = params ? params->getObject("textDocument") : nullptr;
+  const json::Object *pos = params ? params->getObject("position") : nullptr;
+  auto uri = td ? td->getString("uri") : None;
+  if (!uri || !pos)
+    return std::nullopt;
+  auto doc = server.read(uri->str());
+  if (!doc)
+    return std::nullopt;
+  return AtPosition{uri->str(), std::move(doc->first), std::move(doc->second),
+                pos->getInteger("line").getValueOr(0), pos->getInteger("character").getValueOr(0)};
+}
+
 int serve() {
-  std::map<std::string, Document> docs;
+  Server server;
   bool shutdown = false;
   std::string body;
   while (readMessage(body)) {
@@ -455,65 +612,56 @@ int serve() {
       const json::Object *td = params ? params->getObject("textDocument") : nullptr;
       if (!td || !td->getString("uri"))
         continue;
-      std::string uri = td->getString("uri")->str();
-      Document &doc = docs[uri];
+      std::string text;
       if (method == "textDocument/didOpen") {
-        doc.text = td->getString("text").getValueOr("").str();
-      } else if (const json::Array *changes = params->getArray("contentChanges")) {
-        for (const json::Value &ch : *changes)
-          if (const json::Object *co = ch.getAsObject())
-            if (auto t = co->getString("text"))
-              doc.text = t->str(); // full sync: each change is the whole text
+        text = td->getString("text").getValueOr("").str();
+      } else if (auto current = server.read(td->getString("uri")->str())) {
+        text = current->first;
+        if (const json::Array *changes = params->getArray("contentChanges"))
+          for (const json::Value &ch : *changes)
+            if (const json::Object *co = ch.getAsObject())
+              if (auto t = co->getString("text"))
+                text = t->str(); // full sync: each change is the whole text
       }
-      compileAndPublish(uri, doc);
+      server.change(td->getString("uri")->str(), std::move(text),
+                    td->getInteger("version").getValueOr(0));
     } else if (method == "textDocument/didClose") {
       if (const json::Object *td = params ? params->getObject("textDocument") : nullptr)
         if (auto uri = td->getString("uri")) {
-          docs.erase(uri->str());
-          send(json::Object{{"jsonrpc", "2.0"},
-                            {"method", "textDocument/publishDiagnostics"},
-                            {"params", json::Object{{"uri", *uri}, {"diagnostics", json::Array{}}}}});
+          server.close(uri->str());
+          publish(uri->str(), std::nullopt, json::Array{});
         }
     } else if (method == "textDocument/hover" && id) {
-      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
-      const json::Object *pos = params ? params->getObject("position") : nullptr;
-      auto uri = td ? td->getString("uri") : None;
-      auto it = uri ? docs.find(uri->str()) : docs.end();
-      if (it == docs.end() || !pos) {
-        reply(*id, nullptr);
-        continue;
-      }
-      reply(*id, hover(it->second, pos->getInteger("line").getValueOr(0),
-                       pos->getInteger("character").getValueOr(0)));
+      std::optional<AtPosition> t = requestTarget(server, params);
+      reply(*id, t ? hover(t->text, *t->compiled, t->line, t->character) : json::Value(nullptr));
     } else if (method == "textDocument/codeAction" && id) {
-      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
       const json::Object *range = params ? params->getObject("range") : nullptr;
       const json::Object *b = range ? range->getObject("start") : nullptr;
       const json::Object *e = range ? range->getObject("end") : nullptr;
+      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
       auto uri = td ? td->getString("uri") : None;
-      auto it = uri ? docs.find(uri->str()) : docs.end();
-      if (it == docs.end() || !b || !e) {
+      auto doc = uri && b && e ? server.read(uri->str()) : std::nullopt;
+      if (!doc) {
         reply(*id, nullptr);
         continue;
       }
-      StringRef text = it->second.text;
-      reply(*id, codeActions(uri->str(), it->second,
+      StringRef text = doc->first;
+      if (doc->second->text != text) { // the fix-its are of an older text: none until it compiles
+        reply(*id, json::Array{});
+        continue;
+      }
+      reply(*id, codeActions(uri->str(), *doc->second,
                              offsetOf(text, b->getInteger("line").getValueOr(0),
                                       b->getInteger("character").getValueOr(0)),
                              offsetOf(text, e->getInteger("line").getValueOr(0),
                                       e->getInteger("character").getValueOr(0))));
-    } else if ((method == "textDocument/definition" || method == "textDocument/completion") && id) {
-      const json::Object *td = params ? params->getObject("textDocument") : nullptr;
-      const json::Object *pos = params ? params->getObject("position") : nullptr;
-      auto uri = td ? td->getString("uri") : None;
-      auto it = uri ? docs.find(uri->str()) : docs.end();
-      if (it == docs.end() || !pos)
-        reply(*id, nullptr);
-      else if (method == "textDocument/completion")
-        reply(*id, completion(it->second));
-      else
-        reply(*id, definition(uri->str(), it->second, pos->getInteger("line").getValueOr(0),
-                              pos->getInteger("character").getValueOr(0)));
+    } else if (method == "textDocument/completion" && id) {
+      std::optional<AtPosition> t = requestTarget(server, params);
+      reply(*id, t ? completion(*t->compiled) : json::Value(nullptr));
+    } else if (method == "textDocument/definition" && id) {
+      std::optional<AtPosition> t = requestTarget(server, params);
+      reply(*id, t ? definition(t->uri, t->text, *t->compiled, t->line, t->character)
+                   : json::Value(nullptr));
     } else if (id) {
       replyError(*id, -32601, "method not found: " + method);
     }

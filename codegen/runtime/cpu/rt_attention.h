@@ -1,6 +1,6 @@
-// tally CPU runtime: scaled dot-product attention, forward and backward, causal or not,
-// grouped-query (query head h reads kv head h / (H / Hkv)), with optional dropout on the
-// probabilities. Work is split over (batch, head) pairs; each pair stages its q, k, v (and dO)
+// tally CPU runtime: scaled dot-product attention, forward and backward, causal or not, with an
+// optional sliding window and logit soft-cap (AttnScores), grouped-query (query head h reads kv
+// head h / (H / Hkv)), with optional dropout on the probabilities. Work is split over (batch, head) pairs; each pair stages its q, k, v (and dO)
 // head in the arithmetic type and walks blocks of 64 queries × 64 keys whose products are
 // single-threaded OpenBLAS calls (sgemm, or dgemm for the fp64 tests).
 // Fused mode (scores == null) is flash-style: an online softmax over the key blocks, storing only
@@ -50,6 +50,24 @@ inline int64_t visible_keys(bool causal, int64_t i, int64_t S, int64_t Skv) {
   return std::max<int64_t>(0, std::min<int64_t>(Skv, i + (Skv - S) + 1));
 }
 
+/// The first key query i may see: j >= first_key(i) (0 unless a sliding window of w keys:
+/// j > i + Skv − S − w).
+inline int64_t first_key(int64_t window, int64_t i, int64_t S, int64_t Skv) {
+  if (window <= 0) return 0;
+  return std::max<int64_t>(0, i + (Skv - S) + 1 - window);
+}
+
+/// Checks the window and the cap (AttnScores); a window needs the causal mask.
+inline void check_scores(const char* name, AttnScores sm, bool causal) {
+  require(sm.window >= 0, name, [&] { return "window = " + std::to_string(sm.window) + " is negative"; });
+  require(sm.window == 0 || causal, name, "a sliding window needs the causal mask");
+  require(sm.softcap >= 0.0f && sm.softcap < m_inf<float>(), name,
+          [&] { return "softcap = " + std::to_string(sm.softcap) + " is not 0 or a positive number"; });
+}
+
+/// The soft-capped score c·tanh(s / c) (c > 0), or s.
+template <class A> inline A soft_cap(A s, A c) { return c > A(0) ? c * m_tanh(s / c) : s; }
+
 /// Copies head `head` of batch entry b of a [B, Sx, ·] tensor whose rows are `rowStride` apart
 /// into a dense [Sx, hd] buffer in the arithmetic type, multiplied by `mul`.
 template <class T>
@@ -72,32 +90,72 @@ constexpr int64_t kAttnQB = 64, kAttnKB = 64;
 /// K [Skv, hd]; Sb scratch of kAttnQB × kAttnKB.
 template <class A>
 void attention_rows_lse(const A* Qs, const A* K, int64_t i0, int64_t i1, int64_t S, int64_t Skv, int64_t hd,
-                        bool causal, A* Sb, A* lse) {
+                        bool causal, AttnScores sm, A* Sb, A* lse) {
   const int64_t qb = i1 - i0;
   std::vector<OnlineSoftmax<A>> os(static_cast<size_t>(qb), online_softmax_init<A>());
   const int64_t jend = visible_keys(causal, i1 - 1, S, Skv);
-  for (int64_t j0 = 0; j0 < jend; j0 += kAttnKB) {
+  const A cap = static_cast<A>(sm.softcap);
+  for (int64_t j0 = std::min(jend, first_key(sm.window, i0, S, Skv)); j0 < jend; j0 += kAttnKB) {
     const int64_t kb = std::min(kAttnKB, jend - j0);
     gemm(false, true, qb, kb, hd, 1.0f, Qs + i0 * hd, hd, K + j0 * hd, hd, 0.0f, Sb, kb);
     for (int64_t r = 0; r < qb; ++r) {
-      const int64_t jm = visible_keys(causal, i0 + r, S, Skv);
-      for (int64_t j = j0; j < std::min(j0 + kb, jm); ++j) online_softmax_add(os[r], Sb[r * kb + (j - j0)]);
+      const int64_t jm = std::min(j0 + kb, visible_keys(causal, i0 + r, S, Skv));
+      for (int64_t j = std::max(j0, first_key(sm.window, i0 + r, S, Skv)); j < jm; ++j)
+        online_softmax_add(os[r], soft_cap(Sb[r * kb + (j - j0)], cap));
     }
   }
   for (int64_t r = 0; r < qb; ++r) lse[r] = online_softmax_lse(os[r]);
 }
 
+/// P of the key block [j0, j0 + kb) for queries [i0, i0 + qb) of one head, 0 where masked: read
+/// from the saved probabilities Ph [S, Skv] of the head when materialised, else exp(cap(s) − L)
+/// of the scores s = Qs·Kᵀ; with a soft cap also t = tanh(s / cap) in Tc (the scores are then
+/// computed in either mode, for the cap's derivative). P and Tc are [qb, kb].
+template <class T, class A>
+void attention_block_p(const A* Qs, const A* K, int64_t i0, int64_t qb, int64_t j0, int64_t kb, int64_t S,
+                       int64_t Skv, int64_t hd, bool causal, AttnScores sm, const A* L, const T* Ph, A* P,
+                       A* Tc) {
+  const A cap = static_cast<A>(sm.softcap);
+  const bool capped = cap > A(0);
+  A* R = Ph != nullptr ? Tc : P;   // the scores
+  if (Ph == nullptr || capped) gemm(false, true, qb, kb, hd, 1.0f, Qs + i0 * hd, hd, K + j0 * hd, hd, 0.0f, R, kb);
+  for (int64_t r = 0; r < qb; ++r) {
+    const int64_t i = i0 + r, jm = std::min(j0 + kb, visible_keys(causal, i, S, Skv));
+    const int64_t jl = std::min(jm, std::max(j0, first_key(sm.window, i, S, Skv)));
+    A* prow = P + r * kb;
+    A* trow = Tc + r * kb;
+    for (int64_t j = jl; j < jm; ++j) {
+      A x = Ph == nullptr || capped ? R[r * kb + (j - j0)] : A(0);
+      if (capped) {
+        const A t = m_tanh(x / cap);
+        trow[j - j0] = t;
+        x = cap * t;
+      }
+      prow[j - j0] = Ph != nullptr ? load(Ph[i * Skv + j]) : m_exp(x - L[r]);
+    }
+    for (int64_t j = j0; j < j0 + kb; ++j) {
+      if (j >= jl && j < jm) continue;
+      prow[j - j0] = 0;
+      if (capped) trow[j - j0] = 0;
+    }
+  }
+}
+
 } // namespace detail
 
-/// o = softmax(scale · q kᵀ [+ causal mask]) (with dropout) · v per (batch, head); lse [B, H, S].
+/// o = softmax(cap(scale · q kᵀ) [+ causal mask, window]) (with dropout) · v per (batch, head);
+/// lse [B, H, S].
 template <class T>
 void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* lse, T* scores,
                    int64_t B, int64_t S, int64_t Skv, int64_t H, int64_t Hkv, int64_t hd, float scale,
-                   bool causal, float p, uint64_t seed, uint64_t stream, AttnRows rows = {}) {
+                   bool causal, float p, uint64_t seed, uint64_t stream, AttnRows rows = {},
+                   AttnScores sm = {}) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "attention_fwd");
   const A sc = static_cast<A>(detail::check_attention("attention_fwd", B, S, Skv, H, Hkv, hd, scale, p));
   const AttnRows rs = detail::attention_rows("attention_fwd", rows, H, Hkv, hd);
+  detail::check_scores("attention_fwd", sm, causal);
+  const A cap = static_cast<A>(sm.softcap);
   detail::blas_single_threaded();
   const int64_t group = H / Hkv, qw = H * hd;
   const A keepScale = A(1) / (A(1) - static_cast<A>(p));
@@ -124,27 +182,34 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
       for (int64_t i0 = 0; i0 < S; i0 += QB) {
         const int64_t qb = std::min(QB, S - i0);
         const int64_t jend = detail::visible_keys(causal, i0 + qb - 1, S, Skv);   // keys any row sees
+        // The first key any row sees (the window of the block's first row); materialised mode
+        // takes each row whole from key 0.
+        const int64_t jbeg = materialised ? 0 : std::min(jend, detail::first_key(sm.window, i0, S, Skv));
         std::fill(O, O + qb * hd, A(0));
         for (int64_t r = 0; r < qb; ++r) { m[r] = -m_inf<A>(); l[r] = 0; }
         const int64_t blk = materialised ? std::max<int64_t>(jend, 1) : KB;
-        for (int64_t j0 = 0; j0 < jend; j0 += blk) {
+        for (int64_t j0 = jbeg; j0 < jend; j0 += blk) {
           const int64_t kb = std::min(blk, jend - j0);
           detail::gemm(false, true, qb, kb, hd, 1.0f, Q + i0 * hd, hd, K + j0 * hd, hd, 0.0f, Sb, kb);
           for (int64_t r = 0; r < qb; ++r) {
             const int64_t i = i0 + r, jm = std::min(j0 + kb, detail::visible_keys(causal, i, S, Skv));
+            const int64_t jl = std::max(j0, detail::first_key(sm.window, i, S, Skv));
             A* srow = Sb + r * kb;
-            A bm = m[r];
-            for (int64_t j = j0; j < jm; ++j) bm = srow[j - j0] > bm ? srow[j - j0] : bm;
-            if (jm <= j0) {   // this row sees none of the block
+            if (jm <= jl) {   // this row sees none of the block
               for (int64_t j = j0; j < j0 + kb; ++j) srow[j - j0] = 0;
               continue;
             }
+            for (int64_t j = j0; j < jl; ++j) srow[j - j0] = 0;
+            if (cap > A(0))
+              for (int64_t j = jl; j < jm; ++j) srow[j - j0] = detail::soft_cap(srow[j - j0], cap);
+            A bm = m[r];
+            for (int64_t j = jl; j < jm; ++j) bm = srow[j - j0] > bm ? srow[j - j0] : bm;
             const A corr = m_exp(m[r] - bm);   // m = −inf on the row's first block: 0
             l[r] *= corr;
             for (int64_t d = 0; d < hd; ++d) O[r * hd + d] *= corr;
             m[r] = bm;
             A sum = 0;
-            for (int64_t j = j0; j < jm; ++j) {
+            for (int64_t j = jl; j < jm; ++j) {
               srow[j - j0] = m_exp(srow[j - j0] - bm);
               sum += srow[j - j0];
             }
@@ -155,14 +220,14 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
               // same rounded values (so O comes out normalised: l = 1 below).
               T* prow = scores + ((b * H + h) * S + i) * Skv;
               const A inv = A(1) / l[r];
-              for (int64_t j = 0; j < Skv; ++j) prow[j] = store<T>(j < jm ? srow[j] * inv : A(0));
+              for (int64_t j = 0; j < Skv; ++j) prow[j] = store<T>(j >= jl && j < jm ? srow[j] * inv : A(0));
               for (int64_t j = 0; j < jm; ++j) srow[j] = load(prow[j]);
               ls[r] = m[r] + m_log(l[r]);
               l[r] = A(1);
             }
             if (p > 0.0f) {
               const uint64_t ebase = static_cast<uint64_t>(((b * H + h) * S + i) * Skv);
-              for (int64_t j = j0; j < jm; ++j)
+              for (int64_t j = jl; j < jm; ++j)
                 srow[j - j0] = keep.keep(ebase + j) ? srow[j - j0] * keepScale : A(0);
             }
           }
@@ -170,7 +235,8 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
         }
         for (int64_t r = 0; r < qb; ++r) {
           const int64_t i = i0 + r;
-          const bool none = detail::visible_keys(causal, i, S, Skv) == 0;   // o = 0, lse = −inf
+          const bool none = detail::first_key(sm.window, i, S, Skv) >=
+                            detail::visible_keys(causal, i, S, Skv);   // o = 0, lse = −inf
           if (materialised && none) {
             T* prow = scores + ((b * H + h) * S + i) * Skv;
             for (int64_t j = 0; j < Skv; ++j) prow[j] = store<T>(A(0));
@@ -189,18 +255,22 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
 }
 
 /// dq, dk, dv (+)= the gradients of attention_fwd. Uses P from `scores` when materialised, else
-/// exp(scale · q·k − lse) (fp64 recomputes the lse in double). D_i = Σ_j P_ij dP_ij (dP after the
+/// exp(cap(scale · q·k) − lse) (fp64 recomputes the lse in double). With a soft cap the scores
+/// are recomputed in either mode for the cap's derivative 1 − tanh². D_i = Σ_j P_ij dP_ij (dP after the
 /// dropout factor), which equals dO_i · o_i: fused mode reads o for it; materialised mode takes o
 /// = nullptr (the plan keeps P, not o) and sums P·dP over the whole row, one block of all keys.
 template <class T>
 void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, const float* lse,
                    const T* scores, const T* dO, T* dq, T* dk, T* dv, int64_t B, int64_t S, int64_t Skv,
                    int64_t H, int64_t Hkv, int64_t hd, float scale, bool causal, float p, uint64_t seed,
-                   uint64_t stream, bool accumulate, AttnRows rows = {}) {
+                   uint64_t stream, bool accumulate, AttnRows rows = {}, AttnScores sm = {}) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "attention_bwd");
   const A sc = static_cast<A>(detail::check_attention("attention_bwd", B, S, Skv, H, Hkv, hd, scale, p));
   const AttnRows rs = detail::attention_rows("attention_bwd", rows, H, Hkv, hd);
+  detail::check_scores("attention_bwd", sm, causal);
+  const A cap = static_cast<A>(sm.softcap);
+  const bool capped = cap > A(0);
   const bool materialised = scores != nullptr;
   detail::require(materialised || o != nullptr, "attention_bwd", "fused mode needs o");
   detail::require(scores != nullptr || lse != nullptr || detail::kExactStatsAttn<T>, "attention_bwd",
@@ -229,7 +299,7 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   for (auto& lk : locks) omp_init_lock(&lk);
 #pragma omp parallel num_threads(ctx.nthreads()) if (B * H * S * Skv * hd > 65536)
   {
-    std::vector<A> Qv, Qsv, Kv, Vv, Gv, dQv, dKv, dVv, Pv, Pdv, dPv, Lv, Dv;
+    std::vector<A> Qv, Qsv, Kv, Vv, Gv, dQv, dKv, dVv, Pv, Pdv, dPv, Lv, Dv, Tv;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H, kvh = h / group;
@@ -246,6 +316,7 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       A* P = detail::scratch(Pv, QB * KBlk);
       A* dP = detail::scratch(dPv, QB * KBlk);
       A* Pd = detail::scratch(Pdv, QB * KBlk);
+      A* Tc = detail::scratch(Tv, capped ? QB * KBlk : 1);   // tanh(score / cap) of the block
       A* L = detail::scratch(Lv, QB);
       A* D = detail::scratch(Dv, QB);
       detail::stage_head(q, b, S, rs.q, h, hd, A(1), Q);
@@ -259,6 +330,7 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       for (int64_t i0 = 0; i0 < S; i0 += QB) {
         const int64_t qb = std::min(QB, S - i0);
         const int64_t jend = detail::visible_keys(causal, i0 + qb - 1, S, Skv);
+        const int64_t jbeg = materialised ? 0 : std::min(jend, detail::first_key(sm.window, i0, S, Skv));
         std::fill(dQ, dQ + qb * hd, A(0));
         for (int64_t r = 0; r < qb; ++r) {
           A s = 0;
@@ -270,24 +342,12 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
           L[r] = (scores == nullptr && lse != nullptr) ? static_cast<A>(lse[(b * H + h) * S + i0 + r]) : A(0);
         }
         if (scores == nullptr && (detail::kExactStatsAttn<T> || lse == nullptr))
-          detail::attention_rows_lse(Qs, K, i0, i0 + qb, S, Skv, hd, causal, P, L);
+          detail::attention_rows_lse(Qs, K, i0, i0 + qb, S, Skv, hd, causal, sm, P, L);
         const int64_t blk = materialised ? std::max<int64_t>(jend, 1) : KB;
-        for (int64_t j0 = 0; j0 < jend; j0 += blk) {
+        for (int64_t j0 = jbeg; j0 < jend; j0 += blk) {
           const int64_t kb = std::min(blk, jend - j0);
-          // P of the block (0 where masked).
-          if (scores == nullptr)
-            detail::gemm(false, true, qb, kb, hd, 1.0f, Qs + i0 * hd, hd, K + j0 * hd, hd, 0.0f, P, kb);
-          for (int64_t r = 0; r < qb; ++r) {
-            const int64_t i = i0 + r, jm = std::min(j0 + kb, detail::visible_keys(causal, i, S, Skv));
-            A* prow = P + r * kb;
-            if (scores != nullptr) {
-              const T* srow = scores + ((b * H + h) * S + i) * Skv;
-              for (int64_t j = j0; j < jm; ++j) prow[j - j0] = load(srow[j]);
-            } else {
-              for (int64_t j = j0; j < jm; ++j) prow[j - j0] = m_exp(prow[j - j0] - L[r]);
-            }
-            for (int64_t j = std::max(jm, j0); j < j0 + kb; ++j) prow[j - j0] = 0;
-          }
+          detail::attention_block_p(Qs, K, i0, qb, j0, kb, S, Skv, hd, causal, sm, L,
+                                    scores != nullptr ? scores + (b * H + h) * S * Skv : nullptr, P, Tc);
           // dP' = dO Vᵀ; through the dropout (factor f = keep/(1−p)): dP = dP'·f, Pdrop = P·f.
           detail::gemm(false, true, qb, kb, hd, 1.0f, G + i0 * hd, hd, V + j0 * hd, hd, 0.0f, dP, kb);
           const A* Pdrop = P;
@@ -310,9 +370,12 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
             }
           // dV += Pdropᵀ dO.
           detail::gemm(true, false, kb, hd, qb, 1.0f, Pdrop, kb, G + i0 * hd, hd, 1.0f, dVh + j0 * hd, hd);
-          // dS = scale · P (dP − D), into dP.
+          // dS = scale · P (dP − D) (· (1 − t²) through the cap), into dP.
           for (int64_t r = 0; r < qb; ++r)
-            for (int64_t j = 0; j < kb; ++j) dP[r * kb + j] = sc * softmax_grad(P[r * kb + j], dP[r * kb + j], D[r]);
+            for (int64_t j = 0; j < kb; ++j) {
+              const A g = sc * softmax_grad(P[r * kb + j], dP[r * kb + j], D[r]);
+              dP[r * kb + j] = capped ? g * (A(1) - Tc[r * kb + j] * Tc[r * kb + j]) : g;
+            }
           detail::gemm(false, false, qb, hd, kb, 1.0f, dP, kb, K + j0 * hd, hd, 1.0f, dQ, hd);
           detail::gemm(true, false, kb, hd, qb, 1.0f, dP, kb, Q + i0 * hd, hd, 1.0f, dKh + j0 * hd, hd);
         }

@@ -1,5 +1,5 @@
-// CUDA runtime: attention, forward and backward (API.md), flash-style: causal, grouped-query,
-// online softmax, fp32 arithmetic in shared memory, only o and lse stored. Scalar FMA code (no
+// CUDA runtime: attention, forward and backward (API.md), flash-style: causal, sliding window,
+// logit soft-cap, grouped-query, online softmax, fp32 arithmetic in shared memory, only o and lse stored. Scalar FMA code (no
 // tensor cores): correctness first; its speed on an H100/H200 has not been measured yet.
 //
 // Forward (grid: query tiles × B·H): a block of `warps` warps owns warps·rowsPerWarp query rows;
@@ -13,7 +13,11 @@
 // Materialised mode (scores != null): the forward also writes P = softmax (undropped) to scores,
 // and the backward reads P from scores instead of recomputing it.
 // With Ctx::attentionTensorCores, bf16/fp16 forwards of head size 64 or 128 run on tensor cores
-// instead (attention_tc.cuh).
+// instead (attention_tc.cuh), unless they have a window or a soft cap.
+// A window (AttnScores) masks keys before i + Skv − S − window + 1 (key tiles wholly before a
+// row's window are skipped); a soft cap makes each scaled score c·tanh(s / c), and the backward
+// multiplies dS by 1 − tanh². The materialised backward (HAS_P) does not take a soft cap: it
+// would need the scores P does not give (attention_bwd refuses it).
 #pragma once
 
 #include "rows.cuh"
@@ -30,11 +34,33 @@ struct AttnShape {
   float p;
   uint64_t seed, stream;
   int64_t qRow, kRow, vRow;
+  int64_t window;   // 0: none (AttnScores)
+  float softcap;    // 0: none
 };
 
 /// Whether query i sees key j.
 __device__ inline bool attnVisible(const AttnShape& a, int64_t i, int64_t j) {
-  return j < a.Skv && (!a.causal || j <= i + (a.Skv - a.S));
+  return j < a.Skv && (!a.causal || j <= i + (a.Skv - a.S)) &&
+         (a.window <= 0 || j > i + (a.Skv - a.S) - a.window);
+}
+
+/// Whether the 32 keys from kt are all before query i's window.
+__device__ inline bool attnTileBeforeWindow(const AttnShape& a, int64_t i, int64_t kt) {
+  return a.window > 0 && kt + 31 <= i + (a.Skv - a.S) - a.window;
+}
+
+/// The first key tile (of 32) a block of queries from q0 needs: 0, or the one holding the first
+/// key of q0's window.
+__device__ inline int64_t attnFirstTile(const AttnShape& a, int64_t q0) {
+  const int64_t first = q0 + (a.Skv - a.S) + 1 - a.window;
+  return a.window > 0 && first > 0 ? first / 32 * 32 : 0;
+}
+
+/// The soft-capped score c·tanh(s / c), and t = tanh(s / c) for the backward (0 without a cap).
+__device__ inline float attnCap(const AttnShape& a, float s, float& t) {
+  if (a.softcap <= 0.f) { t = 0.f; return s; }
+  t = m_tanh(s / a.softcap);
+  return a.softcap * t;
 }
 
 /// The dropout scale of probability (b, h, i, j): 1/(1−p) kept, 0 dropped, 1 without dropout.
@@ -79,7 +105,7 @@ __global__ void __launch_bounds__(128) attnFwdKernel(const T* q, const T* k, con
   }
   const int64_t lastQ = min(q0 + R, a.S) - 1;
   const int64_t kEnd = a.causal ? min(a.Skv, lastQ + (a.Skv - a.S) + 1) : a.Skv;
-  for (int64_t kt = 0; kt < kEnd; kt += 32) {
+  for (int64_t kt = attnFirstTile(a, q0); kt < kEnd; kt += 32) {
     __syncthreads();
     stageRows(Ks, hd + 1, k, b, a.Skv, a.kRow, kh, a.hd, kt, 32, 1.f);
     stageRows(Vs, hd, v, b, a.Skv, a.vRow, kh, a.hd, kt, 32, 1.f);
@@ -90,10 +116,12 @@ __global__ void __launch_bounds__(128) attnFwdKernel(const T* q, const T* k, con
       const int64_t i = q0 + r, j = kt + lane;
       if (i >= a.S) continue;                               // warp-uniform
       if (a.causal && kt > i + (a.Skv - a.S)) continue;     // the whole tile is in the future
+      if (attnTileBeforeWindow(a, i, kt)) continue;          // or before the window
       const float* qr = Qs + r * hd;
       const float* kr = Ks + lane * (hd + 1);
-      float s = 0.f;
+      float s = 0.f, t;
       for (int d = 0; d < hd; ++d) s += qr[d] * kr[d];
+      s = attnCap(a, s, t);
       const bool vis = attnVisible(a, i, j);
       s = vis ? s : -m_inf<float>();
       const float mNew = fmaxf(m[rr], warpMax(s));
@@ -143,7 +171,8 @@ __global__ void attnWritePKernel(const T* q, const T* k, const float* lse, T* P,
       const T* kr = k + (b * a.Skv + j) * a.kRow + kh * a.hd;
       float s = 0.f;
       for (int64_t d = 0; d < a.hd; ++d) s += load(qr[d]) * load(kr[d]);
-      pv = m_exp(s * a.scale - lse[bh * a.S + i]);
+      float t;
+      pv = m_exp(attnCap(a, s * a.scale, t) - lse[bh * a.S + i]);
     }
     P[e] = store<T>(pv);
   }
@@ -191,7 +220,7 @@ __global__ void __launch_bounds__(128) attnDqKernel(const T* q, const T* k, cons
   }
   const int64_t lastQ = min(q0 + R, a.S) - 1;
   const int64_t kEnd = a.causal ? min(a.Skv, lastQ + (a.Skv - a.S) + 1) : a.Skv;
-  for (int64_t kt = 0; kt < kEnd; kt += 32) {
+  for (int64_t kt = attnFirstTile(a, q0); kt < kEnd; kt += 32) {
     __syncthreads();
     stageRows(Ks, hd + 1, k, b, a.Skv, a.kRow, kh, a.hd, kt, 32, 1.f);
     stageRows(Vs, hd + 1, v, b, a.Skv, a.vRow, kh, a.hd, kt, 32, 1.f);
@@ -202,8 +231,9 @@ __global__ void __launch_bounds__(128) attnDqKernel(const T* q, const T* k, cons
       const int64_t i = q0 + r, j = kt + lane;
       if (i >= a.S) continue;
       if (a.causal && kt > i + (a.Skv - a.S)) continue;
+      if (attnTileBeforeWindow(a, i, kt)) continue;
       const bool vis = attnVisible(a, i, j);
-      float pv = 0.f;
+      float pv = 0.f, t = 0.f;
       if (HAS_P) {
         pv = vis ? load(P[((b * a.H + h) * a.S + i) * a.Skv + j]) : 0.f;
       } else {
@@ -211,13 +241,13 @@ __global__ void __launch_bounds__(128) attnDqKernel(const T* q, const T* k, cons
         const float* kr = Ks + lane * (hd + 1);
         float s = 0.f;
         for (int d = 0; d < hd; ++d) s += qr[d] * kr[d];
-        pv = vis ? m_exp(s - li[rr]) : 0.f;
+        pv = vis ? m_exp(attnCap(a, s, t) - li[rr]) : 0.f;
       }
       const float* dor = dOs + r * hd;
       const float* vr = Vs + lane * (hd + 1);
       float dp = 0.f;
       for (int d = 0; d < hd; ++d) dp += dor[d] * vr[d];
-      const float ds = vis ? pv * (dp * attnDropScale(a, b, h, i, j) - Di[rr]) : 0.f;
+      const float ds = vis ? pv * (dp * attnDropScale(a, b, h, i, j) - Di[rr]) * (1.f - t * t) : 0.f;
       for (int jj = 0; jj < 32; ++jj) {
         const float dsj = __shfl_sync(0xffffffffu, ds, jj);
         const float* kr = Ks + jj * (hd + 1);
@@ -267,9 +297,12 @@ __global__ void attnDkvKernel(const T* q, const T* k, const T* v, const float* l
   float* dvr = dVs + threadIdx.x * ld;
   // Queries before iStart see none of this block's keys (causal).
   const int64_t iStart = a.causal ? (k0 - (a.Skv - a.S) > 0 ? k0 - (a.Skv - a.S) : int64_t(0)) : 0;
+  // Queries from iEnd on have the whole block before their window.
+  const int64_t lastKey = k0 + keys - 1, wEnd = lastKey - (a.Skv - a.S) + a.window;
+  const int64_t iEnd = a.window > 0 ? (wEnd < a.S ? (wEnd > 0 ? wEnd : int64_t(0)) : a.S) : a.S;
   for (int64_t g = 0; g < G; ++g) {
     const int64_t h = kh * G + g;
-    for (int64_t it = iStart; it < a.S; it += qTile) {
+    for (int64_t it = iStart; it < iEnd; it += qTile) {
       __syncthreads();
       stageRows(Qs, hd, q, b, a.S, a.qRow, h, a.hd, it, qTile, 1.f);
       stageRows(dOs, hd, dO, b, a.S, a.H * a.hd, h, a.hd, it, qTile, 1.f);
@@ -279,24 +312,24 @@ __global__ void attnDkvKernel(const T* q, const T* k, const T* v, const float* l
         Ds[r] = i < a.S ? D[(b * a.H + h) * a.S + i] : 0.f;
       }
       __syncthreads();
-      const int n = static_cast<int>((a.S - it < qTile ? a.S - it : int64_t(qTile)));
+      const int n = static_cast<int>((iEnd - it < qTile ? iEnd - it : int64_t(qTile)));
       for (int r = 0; r < n; ++r) {
         const int64_t i = it + r;
         if (!attnVisible(a, i, j)) continue;
         const float* qr = Qs + r * hd;
         const float* dor = dOs + r * hd;
-        float pv;
+        float pv, t = 0.f;
         if (HAS_P) {
           pv = load(P[((b * a.H + h) * a.S + i) * a.Skv + j]);
         } else {
           float s = 0.f;
           for (int d = 0; d < hd; ++d) s += qr[d] * kr[d];
-          pv = m_exp(s * a.scale - Ls[r]);
+          pv = m_exp(attnCap(a, s * a.scale, t) - Ls[r]);
         }
         float dp = 0.f;
         for (int d = 0; d < hd; ++d) dp += dor[d] * vr[d];
         const float z = attnDropScale(a, b, h, i, j);
-        const float pz = pv * z, ds = pv * (dp * z - Ds[r]) * a.scale;
+        const float pz = pv * z, ds = pv * (dp * z - Ds[r]) * (1.f - t * t) * a.scale;
         for (int d = 0; d < hd; ++d) {
           dvr[d] += pz * dor[d];
           dkr[d] += ds * qr[d];
@@ -331,14 +364,17 @@ template <class F> inline void dispatchChunks(int nc, F&& f) {
 /// Checks attention's arguments and resolves the row strides (0 = dense); throws cu::Error.
 inline AttnShape attnShape(const char* kernel, const char* where, int64_t B, int64_t S, int64_t Skv, int64_t H,
                            int64_t Hkv, int64_t hd, float scale, bool causal, float p, uint64_t seed,
-                           uint64_t stream, AttnRows rows) {
+                           uint64_t stream, AttnRows rows, AttnScores sm) {
   const std::string bad = cuda_plan::checkAttention(B, S, Skv, H, Hkv, hd);
   if (!bad.empty()) fail(kernel, where, bad);
   if (!(p >= 0.f && p < 1.f)) fail(kernel, where, "dropout probability must be in [0, 1)");
   const std::string badRows = cuda_plan::checkAttentionRows(H, Hkv, hd, rows.q, rows.k, rows.v);
   if (!badRows.empty()) fail(kernel, where, badRows);
+  if (sm.window < 0 || (sm.window > 0 && !causal)) fail(kernel, where, "a sliding window needs the causal mask and window > 0");
+  if (!(sm.softcap >= 0.f && sm.softcap < m_inf<float>())) fail(kernel, where, "softcap must be 0 or a positive number");
   AttnShape a{B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream,
-              rows.q ? rows.q : H * hd, rows.k ? rows.k : Hkv * hd, rows.v ? rows.v : Hkv * hd};
+              rows.q ? rows.q : H * hd, rows.k ? rows.k : Hkv * hd, rows.v ? rows.v : Hkv * hd,
+              sm.window, sm.softcap};
   if (!(scale > 0.f)) a.scale = 1.f / m_sqrt(static_cast<float>(hd));  // not given: 1/sqrt(hd)
   return a;
 }
@@ -353,9 +389,9 @@ namespace rt {
 template <class T>
 void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* lse, T* scores, int64_t B, int64_t S,
                    int64_t Skv, int64_t H, int64_t Hkv, int64_t hd, float scale, bool causal, float p, uint64_t seed,
-                   uint64_t stream, AttnRows rows = {}) {
+                   uint64_t stream, AttnRows rows = {}, AttnScores sm = {}) {
   const char* kn = "attention_fwd";
-  const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream, rows);
+  const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream, rows, sm);
   const cuda_plan::AttentionTiles t = cuda_plan::attentionTiles(hd);
   if (!lse) {  // allowed in materialised mode: P needs the lse, kept in the workspace meanwhile
     if (!scores) cu::fail(kn, ctx.where, "lse may be null only when scores are materialised");
@@ -380,9 +416,11 @@ template <class T>
 void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, const float* lse, const T* scores,
                    const T* dO, T* dq, T* dk, T* dv, int64_t B, int64_t S, int64_t Skv, int64_t H, int64_t Hkv,
                    int64_t hd, float scale, bool causal, float p, uint64_t seed, uint64_t stream, bool accumulate,
-                   AttnRows rows = {}) {
+                   AttnRows rows = {}, AttnScores sm = {}) {
   const char* kn = "attention_bwd";
-  const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream, rows);
+  const cu::AttnShape a = cu::attnShape(kn, ctx.where, B, S, Skv, H, Hkv, hd, scale, causal, p, seed, stream, rows, sm);
+  if (scores && sm.softcap > 0.f)
+    cu::fail(kn, ctx.where, "a soft cap with materialised scores: the backward needs the scores, which P does not give");
   const cuda_plan::AttentionTiles t = cuda_plan::attentionTiles(hd);
   if (!lse && !scores) cu::fail(kn, ctx.where, "lse may be null only when scores are materialised");
   float* D = static_cast<float*>(cu::scratch(ctx, kn, cuda_plan::attentionScratchBytes(B, H, S)));

@@ -151,7 +151,8 @@ inline bool attentionFwdTensorCores(Ctx& ctx, const T* q, const T* k, const T* v
   if constexpr (std::is_same<T, float>::value) {
     return false;
   } else {
-    if (!ctx.attentionTensorCores || (a.hd != 64 && a.hd != 128)) return false;
+    // A sliding window or a soft cap runs on the scalar kernel (attention.cuh).
+    if (!ctx.attentionTensorCores || (a.hd != 64 && a.hd != 128) || a.window > 0 || a.softcap > 0.f) return false;
     const char* kn = "attention_fwd";
     const int64_t smem = cuda_plan::attentionTcShared(a.hd);
     const dim3 grid(static_cast<unsigned>((a.S + 63) / 64), static_cast<unsigned>(a.B * a.H));

@@ -2,7 +2,8 @@
 """check_e2e.py — tally's CPU training step end to end against PyTorch (issue 7, its checks).
 
 For each model of this folder (mlp.tally, gpt.tally with plans gpt and gpt_unfused (materialised
-attention), llama.tally; the same models in torch in
+attention), llama.tally, gemma.tally with plans gemma and gemma_unfused (sliding window,
+soft-capping, gelu_tanh; issue 44); the same models in torch in
 models.py) it writes initial weights and one batch (safetensors), computes the step's loss and
 every gradient with torch in float64, runs
     TALLY run FILE --plan P --backend cpu --steps 1 --warmup 0 --format json
@@ -29,7 +30,8 @@ tally's default initialisation (no --init) is within 0.1 of ln V.
 Prints one line per comparison (PASS/FAIL), then "N passed, M failed"; exits 1 on any failure,
 77 with "SKIP: tally run not available" when TALLY --help lists no `run` command.
 
-Usage: /usr/bin/python3 check_e2e.py TALLY [--only mlp,gpt,llama,gpt_unfused] [--keep DIR]
+Usage: /usr/bin/python3 check_e2e.py TALLY [--only mlp,gpt,llama,gpt_unfused,gemma,gemma_unfused]
+       [--keep DIR]
        /usr/bin/python3 check_e2e.py --self-test
 --self-test runs the checks against fake_tally.py (torch in float32 standing in for tally): they
 must all pass; with one gradient, one saved weight or the loss corrupted they must fail on
@@ -327,7 +329,7 @@ def self_test():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tally", nargs="?", help="the tally binary")
-    ap.add_argument("--only", help="comma-separated models: mlp, gpt, llama, gpt_unfused")
+    ap.add_argument("--only", help="comma-separated models: " + ", ".join(M.BY_KEY))
     ap.add_argument("--keep", help="write the safetensors files here and keep them")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args()

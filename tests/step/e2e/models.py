@@ -1,12 +1,15 @@
 """models.py — the end-to-end check models in PyTorch, the same functions as the .tally files.
 
-mlp.tally, gpt.tally (plans gpt and gpt_unfused: materialised attention, the same function) and
-llama.tally (this folder) written again with torch.nn.functional, with
+mlp.tally, gpt.tally (plans gpt and gpt_unfused: materialised attention, the same function),
+llama.tally and gemma.tally (plans gemma and gemma_unfused: sliding window, soft-capping,
+gelu_tanh) (this folder) written again with torch.nn.functional, with
 tally's semantics (docs/runtime.md, codegen/runtime/API.md): parameters are named by their tally
 path with `[i]` written `.i`; Linear.weight is [in, out] and Linear's bias is `.b`; gelu is the
 erf form; layer_norm has eps 1e-5 inside the root; RMSNorm y = x·w/√(mean(x²) + 1e-6); attention
 scales by 1/√head_dim, heads are contiguous chunks of the last dimension, query head h reads kv
-head h // (H/Hkv), causal; rope is Hugging Face Llama's rotate-half with θ = 10000 per head;
+head h // (H/Hkv), causal (a sliding window of w keys: key j seen by query i iff
+i − w < j ≤ i, as transformers' sliding_window_overlay; a soft cap c makes the scaled scores
+c·tanh(s/c) before the mask, as Gemma 2); gelu_tanh is F.gelu(approximate='tanh'); rope is Hugging Face Llama's rotate-half with θ = 10000 per head;
 cross entropy is the mean over positions with a label, the last position of each sequence has
 none (next_tokens).
 
@@ -143,8 +146,10 @@ def rope(x, heads, theta=10000.0):
     return (xh * cos[None, :, None, :] + rot * sin[None, :, None, :]).reshape(B, S, D)
 
 
-def attention(q, k, v, heads, kv_heads, causal):
-    """softmax(q·kᵀ/√hd)·v per head; query head h reads kv head h // (heads/kv_heads)."""
+def attention(q, k, v, heads, kv_heads, causal, window=0, softcap=0.0):
+    """softmax(q·kᵀ/√hd)·v per head; query head h reads kv head h // (heads/kv_heads). softcap > 0:
+    the scaled scores become softcap·tanh(s / softcap) first; window > 0: an explicit band mask,
+    query i (position i + Skv − S) sees keys i − window < j ≤ i."""
     B, S, D = q.shape
     hd = D // heads
     Skv = k.shape[1]
@@ -152,8 +157,14 @@ def attention(q, k, v, heads, kv_heads, causal):
     kh = k.view(B, Skv, kv_heads, hd).transpose(1, 2).repeat_interleave(heads // kv_heads, 1)
     vh = v.view(B, Skv, kv_heads, hd).transpose(1, 2).repeat_interleave(heads // kv_heads, 1)
     s = qh @ kh.transpose(-1, -2) / math.sqrt(hd)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     if causal:
         mask = torch.ones(S, Skv, dtype=torch.bool).tril(Skv - S)
+        if window:
+            i = torch.arange(S)[:, None] + (Skv - S)
+            j = torch.arange(Skv)[None, :]
+            mask = mask & (j > i - window)
         s = s.masked_fill(~mask, float("-inf"))
     o = torch.softmax(s, -1) @ vh
     return o.transpose(1, 2).reshape(B, S, D)
@@ -242,7 +253,44 @@ def _llama():
     return ModelSpec("llama", "llama", params, [("tokens", "I32", (S,))], loss, vocab=V, seq=S)
 
 
-MODELS = [_mlp(), _gpt(), _llama(), _gpt("gpt_unfused")]
+def _gemma(key="gemma"):
+    """gemma.tally's plan `key`: gemma (fused) or gemma_unfused (materialised): one function."""
+    V, d, H, Hkv, hidden, window, cap, final_cap = 128, 64, 4, 2, 128, 5, 2.0, 3.0
+    S = 16
+    dkv = d // H * Hkv
+    params = [("embed.weight", (V, d), "embedding")]
+    for blk in ("local.", "full."):
+        params += [(blk + "attn_norm.weight", (d,), "norm"),
+                   (blk + "attn.q.weight", (d, d), "matrix"),
+                   (blk + "attn.k.weight", (d, dkv), "matrix"),
+                   (blk + "attn.v.weight", (d, dkv), "matrix"),
+                   (blk + "attn.o.weight", (d, d), "matrix"),
+                   (blk + "mlp_norm.weight", (d,), "norm"),
+                   (blk + "mlp.gate.weight", (d, hidden), "matrix"),
+                   (blk + "mlp.up.weight", (d, hidden), "matrix"),
+                   (blk + "mlp.down.weight", (hidden, d), "matrix")]
+    params += [("norm.weight", (d,), "norm")]
+
+    def block(P, b, x, w):
+        h = rms_norm(x, P[b + "attn_norm.weight"])
+        q, k = linear(P, b + "attn.q", h, False), linear(P, b + "attn.k", h, False)
+        v = linear(P, b + "attn.v", h, False)
+        x = x + linear(P, b + "attn.o", attention(q, k, v, H, Hkv, True, w, cap), False)
+        h = rms_norm(x, P[b + "mlp_norm.weight"])
+        g = F.gelu(linear(P, b + "mlp.gate", h, False), approximate="tanh")
+        return x + linear(P, b + "mlp.down", g * linear(P, b + "mlp.up", h, False), False)
+
+    def loss(P, batch):
+        tokens = batch["tokens"].long()
+        x = block(P, "full.", block(P, "local.", P["embed.weight"][tokens], window), 0)
+        logits = rms_norm(x, P["norm.weight"]) @ P["embed.weight"].t()
+        return next_token_loss(final_cap * torch.tanh(logits / final_cap), tokens)
+
+    return ModelSpec(key, key, params, [("tokens", "I32", (S,))], loss, vocab=V, seq=S,
+                     stem="gemma")
+
+
+MODELS = [_mlp(), _gpt(), _llama(), _gpt("gpt_unfused"), _gemma(), _gemma("gemma_unfused")]
 BY_KEY = {m.key: m for m in MODELS}
 
 
