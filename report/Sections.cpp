@@ -240,9 +240,11 @@ ReportTable timeTable(const Analysis &a) {
           continue;
         others += (others.empty() ? "" : ", ") + n.str() + " " + formatPercent(c.mfu);
       }
+      // The per-token conventions (6ND, PaLM, Megatron) are for a task with a sequence axis.
       t.rows.push_back({"MFU convention", a.time.mfuConventions.front().name,
-                        "model FLOPs of the graph, attention dense, over the dense peak; " +
-                            others});
+                        std::string("model FLOPs of the graph") +
+                            (a.flops.attention ? ", attention dense," : "") +
+                            " over the dense peak" + (a.flops.sequence ? "; " + others : "")});
     }
     if (a.time.run > 0)
       t.rows.push_back({"run", formatDuration(a.time.run),
