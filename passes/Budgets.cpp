@@ -24,7 +24,7 @@
 //    fits in memory (or the best that fits, when it raises MFU by 1% of itself or more), and
 //    dropping recompute (checkpoint = none) when that fits.
 // Inside a solver's trial (a candidate plan being analysed) budgets are not checked. Every fix
-// of one plan shares one AnalysisManager (passes/Solvers.h): each distinct graph is lowered and
+// of one plan shares one AnalysisManager (passes/AnalysisManager.h): each distinct graph is lowered and
 // differentiated once, each candidate priced once.
 #include "passes/Passes.h"
 #include "passes/Solvers.h"
