@@ -17,8 +17,9 @@
 //    classes, and the generated file says which defaults were used.
 // 4. Write the model text. The parameter count is the real model's because every weight and
 //    bias of the checkpoint is declared with its shape (tests/lit/import-hf-*.tally pin the
-//    published counts); what the language cannot express yet (sliding windows, soft-capping,
-//    the tanh GELU, the pooler's first-token slice) is said in a comment where it applies.
+//    published counts); what the language cannot express yet (NeoX's partial rotary, the
+//    pooler's first-token slice) is said in a comment where it applies. Sliding windows,
+//    soft-capping and the tanh GELU are written as the config says (ImportHFDecoder.cpp).
 //
 // Exit codes: 0 written; 1 an error in the config (or a file that cannot be read); 2 bad
 // usage or an output that cannot be written.
@@ -160,6 +161,31 @@ std::vector<int64_t> Config::indices(StringRef key, int64_t limit) {
   return out;
 }
 
+bool Config::isNull(StringRef key) const {
+  const json::Value *v = obj_.get(key);
+  return v && v->kind() == json::Value::Null;
+}
+
+std::vector<std::string> Config::strings(StringRef key) {
+  std::vector<std::string> out;
+  if (!has(key))
+    return out;
+  const json::Array *a = obj_.get(key)->getAsArray();
+  if (!a) {
+    invalid(key, "a list of strings");
+    return out;
+  }
+  for (const json::Value &v : *a) {
+    auto s = v.getAsString();
+    if (!s) {
+      invalid(key, "a list of strings");
+      return {};
+    }
+    out.push_back(s->str());
+  }
+  return out;
+}
+
 bool Config::has(StringRef key) const {
   const json::Value *v = obj_.get(key);
   return v && v->kind() != json::Value::Null;
@@ -202,12 +228,25 @@ void Config::noteDefault(StringRef key, const std::string &value, StringRef why)
   defaults_.push_back((key + ": not given, " + value + (why.empty() ? "" : " (" + why + ")")).str());
 }
 
+// transformers' activations.py (ACT2CLS): gelu_new (NewGELUActivation), gelu_pytorch_tanh
+// (PytorchGELUTanh: nn.functional.gelu(approximate="tanh")), gelu_fast (FastGELUActivation:
+// tanh(x * 0.7978845608 * (1 + 0.044715 x^2)), the same polynomial with sqrt(2/pi) rounded to
+// ten digits) and gelu_accurate (AccurateGELUActivation) are all
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): tally's `gelu_tanh`. `gelu`
+// (GELUActivation: nn.functional.gelu) and `gelu_python` (x/2 (1 + erf(x / sqrt 2))) are the erf
+// form: tally's `gelu`.
+bool isTanhGelu(StringRef act) {
+  return act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast" ||
+         act == "gelu_accurate";
+}
+
 std::string activationOp(StringRef act) {
   if (act == "silu" || act == "swish")
     return "silu";
-  if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast" ||
-      act == "gelu_python" || act == "gelu_accurate")
-    return "gelu"; // tally's gelu is the erf form (ir/ops/Unary.def); see activationNote
+  if (isTanhGelu(act))
+    return "gelu_tanh";
+  if (act == "gelu" || act == "gelu_python")
+    return "gelu"; // the erf form (ir/ops/Unary.def)
   if (act == "relu")
     return "relu";
   if (act == "tanh")
@@ -217,14 +256,16 @@ std::string activationOp(StringRef act) {
   return "";
 }
 
+std::string activationName(StringRef act, StringRef op) {
+  if (!isTanhGelu(act))
+    return act.str();
+  return (act + " (tally's `" + op + "`, the tanh approximation of GELU)").str();
+}
+
 std::string activationNote(StringRef act, StringRef op) {
-  // transformers' tanh approximations of GELU; `gelu` and `gelu_python` are the erf form.
-  bool tanhForm = act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast" ||
-                  act == "gelu_accurate";
-  return ("activation " + act + " (tally's `" + op + "`" +
-          (tanhForm ? ", the erf GELU: tally has no tanh form yet; no parameter changes" : "") +
-          ")")
-      .str();
+  if (isTanhGelu(act))
+    return "activation " + activationName(act, op);
+  return ("activation " + act + " (tally's `" + op + "`)").str();
 }
 
 namespace {

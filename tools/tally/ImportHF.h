@@ -51,6 +51,10 @@ public:
   std::vector<int64_t> indices(llvm::StringRef key, int64_t limit);
   /// True when `key` is present and not null.
   bool has(llvm::StringRef key) const;
+  /// True when `key` is present and null (the config's explicit "none").
+  bool isNull(llvm::StringRef key) const;
+  /// An optional list of strings: empty when absent or null.
+  std::vector<std::string> strings(llvm::StringRef key);
   /// `a` must be a multiple of `b` (both keys named in the message).
   void divisible(llvm::StringRef aKey, int64_t a, llvm::StringRef bKey, int64_t b);
   /// Reports that `key` must be `what` (a value outside what tally can express).
@@ -77,12 +81,18 @@ private:
   std::vector<std::string> defaults_;
 };
 
+/// True for transformers' tanh approximations of GELU (gelu_new, gelu_pytorch_tanh, gelu_fast,
+/// gelu_accurate), which tally writes as `gelu_tanh`.
+bool isTanhGelu(llvm::StringRef act);
+
 /// The activation op tally has for a Hugging Face activation name (transformers' ACT2FN
 /// names, matched exactly); empty when none.
 std::string activationOp(llvm::StringRef act);
 
-/// "activation gelu_new (tally's `gelu`...)": the header's words for an activation, which say
-/// when the config names a tanh GELU and tally writes the erf one.
+/// The config's activation name, followed for a tanh GELU by which form tally writes.
+std::string activationName(llvm::StringRef act, llvm::StringRef op);
+
+/// "activation gelu_new (tally's `gelu_tanh`, ...)": the header's words for an activation.
 std::string activationNote(llvm::StringRef act, llvm::StringRef op);
 
 /// The pieces a family fills; ImportHF.cpp lays them out so every imported file reads the same

@@ -105,7 +105,7 @@ std::optional<Generated> neoxFamily(Config &c) {
   g.header = formatv("// rotary_pct = {0} with base {1}: tally's rope has no fraction yet, so it "
                      "rotates whole heads (no parameters either way); activation {2}; "
                      "max_position_embeddings = {3}\n",
-                     Config::fmt(rotary), Config::fmt(base), act, positions)
+                     Config::fmt(rotary), Config::fmt(base), activationName(act, op), positions)
                  .str();
   std::string residual = parallel ? "    return x + attn(ln1(x)) + mlp(ln2(x))   // parallel residual\n"
                                   : "    x = x + attn(ln1(x))\n    return x + mlp(ln2(x))\n";
@@ -174,7 +174,7 @@ std::optional<Generated> bertFamily(Config &c, bool maskedLM) {
   g.modelCall = maskedLM ? "BertForMaskedLM()" : "Bert()";
   g.seq = positions;
   g.header = formatv("// activation {0}; every sequence is segment 0 (token_type_ids all zero)\n",
-                     act)
+                     activationName(act, op))
                  .str();
   g.blocks = fillText(R"(block BertAttention(d, heads) {
   query = Linear(d, d)

@@ -3,7 +3,10 @@
 // llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, olmo, olmo2, starcoder2 —
 // and their mixtures of experts (mixtral, qwen2_moe, qwen3_moe). Each family's keys fill a
 // Decoder; the text is laid out from it in one place (attentionBlock, mlpBlocks, layerBlocks,
-// modelText), so the families differ only where their checkpoints differ.
+// modelText), so the families differ only where their checkpoints differ. Sliding windows
+// (readWindows: which layers slide, by transformers' rule for each family), Gemma's
+// soft-capping (readCaps) and the tanh GELU are written as the config says; layers that differ
+// in window become runs of `repeat` or a repeated block holding one period of the pattern.
 #include "tools/tally/ImportHF.h"
 
 #include "llvm/ADT/StringSwitch.h"
@@ -39,8 +42,15 @@ struct Decoder {
   int64_t experts = 0, topK = 0, denseHidden = 0, sharedHidden = 0;
   bool renormalise = true;     ///< the top-k routing weights sum to one
   std::vector<bool> sparse;    ///< per layer: the MoE block (true) or the dense MLP
+  // Sliding windows, as transformers decides which layers slide (readWindows): per layer the
+  // window (0: full causal attention); empty when no layer slides.
+  std::vector<int64_t> window;
+  int64_t windowSize = 0;      ///< the config's sliding_window when a layer slides
+  std::optional<double> attnCap, finalCap; ///< Gemma's attn/final_logit_softcapping
   std::string notes;           ///< header lines the family adds
 };
+
+bool anyWindow(const Decoder &m) { return !m.window.empty(); }
 
 bool isMoE(StringRef f) { return f == "mixtral" || f == "qwen2_moe" || f == "qwen3_moe"; }
 bool isGemma(StringRef f) { return f == "gemma" || f == "gemma2" || f == "gemma3_text"; }
@@ -105,40 +115,145 @@ void readQwenExperts(Config &c, Decoder &m) {
     m.denseHidden = c.size("intermediate_size");
 }
 
+/// layer_types (the newer configs' per-layer list): which layers slide; false when absent.
+bool readLayerTypes(Config &c, int64_t layers, std::vector<bool> &slides) {
+  if (!c.has("layer_types"))
+    return false;
+  std::vector<std::string> types = c.strings("layer_types");
+  bool ok = static_cast<int64_t>(types.size()) == layers;
+  for (size_t i = 0; ok && i < types.size(); ++i) {
+    ok = types[i] == "sliding_attention" || types[i] == "full_attention";
+    slides[i] = types[i] == "sliding_attention";
+  }
+  if (!ok && !types.empty())
+    c.invalid("layer_types", "a list of num_hidden_layers = " + std::to_string(layers) +
+                                 " entries, each \"sliding_attention\" or \"full_attention\"");
+  return true;
+}
+
+/// The sliding window and which layers use it, exactly as the transformers library decides
+/// (its main branch, read for issue 44):
+/// - mistral, mixtral, phi3, starcoder2: MistralModel.forward (models/mistral/modeling_mistral.py;
+///   likewise MixtralModel.forward, Phi3Model.forward, Starcoder2Model.forward) builds one mask
+///   for every layer, create_sliding_window_causal_mask whenever config.sliding_window is not
+///   None. MistralConfig.__init__ defaults sliding_window to 4096, the others to None.
+/// - qwen2, qwen3: Qwen2Config.__post_init__ (models/qwen2/configuration_qwen2.py; Qwen3Config
+///   the same) keeps sliding_window (default 4096) only with use_sliding_window and, without
+///   layer_types, slides layer i when i >= max_window_layers (default 28); Qwen2Attention takes
+///   the window on the "sliding_attention" layers.
+/// - qwen2_moe: Qwen2MoeConfig.__post_init__ (configuration_qwen2_moe.py): without layer_types,
+///   layer i slides when (i + 1) % 2 != 0 (i even), i < max_window_layers and
+///   use_sliding_window (sliding_window is 0 without it).
+/// - qwen3_moe: Qwen3MoeAttention.__init__ (models/qwen3_moe/modular_qwen3_moe.py) takes
+///   config.sliding_window on every layer (Qwen3MoeConfig has no layer_types), None unless
+///   use_sliding_window.
+/// - gemma2: Gemma2Config.__init__ (models/gemma2/modular_gemma2.py): layer_types, else layer i
+///   slides when (i + 1) % 2 != 0: layers 0, 2, 4, ...; sliding_window defaults to 4096.
+/// - gemma3_text: Gemma3TextConfig.__init__ (models/gemma3/configuration_gemma3.py):
+///   layer_types, else layer i slides when (i + 1) % sliding_window_pattern != 0 (default 6:
+///   five sliding layers, then one global); sliding_window defaults to 4096.
+/// A null sliding_window is no window. A window at least the context is still written: it is
+/// what the config says, costs what causal attention costs at any sequence it covers, and
+/// keeps the window in the file for a user who raises `seq`.
+void readWindows(Config &c, Decoder &m) {
+  StringRef f = m.family;
+  int64_t n = m.layers;
+  auto size = [&](int64_t fallback, StringRef why) -> int64_t {
+    if (c.isNull("sliding_window") || (fallback == 0 && !c.has("sliding_window")))
+      return 0;
+    return c.size("sliding_window", fallback, why);
+  };
+  std::vector<bool> slides(n, false);
+  int64_t w = 0;
+  std::string rule;
+  if (f == "mistral" || f == "mixtral" || f == "phi3" || f == "starcoder2") {
+    w = size(f == "mistral" ? 4096 : 0, "MistralConfig's default");
+    slides.assign(n, true);
+    rule = "every layer";
+  } else if (isQwen(f)) {
+    if (!c.has("use_sliding_window") || !c.flag("use_sliding_window", false))
+      return; // sliding_window is None (0 for qwen2_moe): no layer slides
+    w = size(4096, "the Qwen configs' default");
+    if (f == "qwen3_moe") {
+      slides.assign(n, true);
+      rule = "every layer (Qwen3MoeAttention takes sliding_window on each)";
+    } else if (readLayerTypes(c, n, slides)) {
+      rule = "the layers layer_types names \"sliding_attention\"";
+    } else {
+      int64_t mwl = c.count("max_window_layers", 28, "the Qwen configs' default");
+      for (int64_t i = 0; i < n; ++i)
+        slides[i] = f == "qwen2_moe" ? (i % 2 == 0 && i < mwl) : i >= mwl;
+      rule = f == "qwen2_moe"
+                 ? "the even layers below max_window_layers = " + std::to_string(mwl) +
+                       " (Qwen2MoeConfig's layer_types)"
+                 : "the layers from max_window_layers = " + std::to_string(mwl) + " up";
+    }
+  } else if (f == "gemma2" || f == "gemma3_text") {
+    w = size(4096, f == "gemma2" ? "Gemma2Config's default" : "Gemma3TextConfig's default");
+    if (readLayerTypes(c, n, slides)) {
+      rule = "the layers layer_types names \"sliding_attention\"";
+    } else {
+      int64_t p = f == "gemma2" ? 2
+                                : c.size("sliding_window_pattern", 6, "Gemma3TextConfig's default");
+      for (int64_t i = 0; i < n; ++i)
+        slides[i] = (i + 1) % p != 0;
+      rule = f == "gemma2" ? "every other layer from layer 0 (Gemma2Config's layer_types)"
+                           : std::to_string(p - 1) + " layers of " + std::to_string(p) +
+                                 " (sliding_window_pattern)";
+    }
+  }
+  int64_t k = std::count(slides.begin(), slides.end(), true);
+  if (w == 0 || k == 0)
+    return;
+  m.windowSize = w;
+  m.window.assign(n, 0);
+  for (int64_t i = 0; i < n; ++i)
+    m.window[i] = slides[i] ? w : 0;
+  if (k == n)
+    m.notes += fillText("// sliding-window attention (sliding_window = {0}) on {1}: each sees the last "
+                        "{0} positions\n", w, rule);
+  else
+    m.notes += fillText("// sliding-window attention (sliding_window = {0}) on {1}: {2} of {3} layers "
+                        "see the last {0} positions, the others all earlier ones (window = 0)\n",
+                        w, rule, k, n);
+  if (w >= m.positions)
+    m.notes += fillText("// the window is at least max_position_embeddings = {0}: no sequence the "
+                        "model takes is cut, but the window is written as the config says\n",
+                        m.positions);
+}
+
+/// Gemma's soft-capping: attn_logit_softcapping on the scores (`softcap = c`),
+/// final_logit_softcapping on the logits (`c * tanh(logits / c)`). Gemma2Config defaults them
+/// to 50 and 30, Gemma3TextConfig to None; null is none.
+void readCaps(Config &c, Decoder &m) {
+  auto cap = [&](StringRef key, double gemma2Default) -> std::optional<double> {
+    if (c.isNull(key))
+      return std::nullopt;
+    if (!c.has(key))
+      return m.family == "gemma2" ? std::optional<double>(c.number(key, gemma2Default))
+                                  : std::nullopt;
+    return c.optionalNumber(key);
+  };
+  m.attnCap = cap("attn_logit_softcapping", 50);
+  m.finalCap = cap("final_logit_softcapping", 30);
+  if (m.attnCap)
+    m.notes += fillText("// attn_logit_softcapping = {0}: every attention score s becomes "
+                        "{0}·tanh(s / {0}) before the mask (softcap = {0})\n",
+                        Config::fmt(*m.attnCap));
+  if (m.finalCap)
+    m.notes += fillText("// final_logit_softcapping = {0}: the logits are {0} * tanh(logits / {0})\n",
+                        Config::fmt(*m.finalCap));
+}
+
 /// Keys that change no count and only a cost tally leaves out, said in the header; keys whose
 /// value tally cannot write, refused.
 void readNotes(Config &c, Decoder &m) {
   StringRef f = m.family;
-  auto windowNote = [&](StringRef extra) {
-    std::string w = c.has("sliding_window") ? " (sliding_window = " +
-                                                  Config::fmt(c.number("sliding_window", 0)) + ")"
-                                            : "";
-    m.notes += "// sliding-window attention" + w + extra.str() +
-               " is modelled as full causal attention\n";
-  };
-  if (f == "phi3" || f == "starcoder2") {
-    if (c.has("sliding_window"))
-      windowNote("");
-  } else if (isQwen(f)) {
-    if (c.has("use_sliding_window") && c.flag("use_sliding_window", false))
-      windowNote(", on the layers from max_window_layers up");
-  } else if (f == "gemma2") {
-    windowNote(" on every other layer");
-  } else if (f == "gemma3_text") {
-    windowNote(" on five layers of six (sliding_window_pattern)");
-    if (c.has("use_bidirectional_attention") && c.flag("use_bidirectional_attention", false))
-      c.unsupported("use_bidirectional_attention",
-                    "true (an encoder without the causal mask) is not imported");
-  }
+  if (f == "gemma3_text" && c.has("use_bidirectional_attention") &&
+      c.flag("use_bidirectional_attention", false))
+    c.unsupported("use_bidirectional_attention",
+                  "true (an encoder without the causal mask) is not imported");
   if (f == "gemma2" || f == "gemma3_text") {
-    std::string caps;
-    for (StringRef key : {"attn_logit_softcapping", "final_logit_softcapping"})
-      if (auto v = c.optionalNumber(key))
-        caps += (caps.empty() ? "" : " and ") + key.str() + " = " + Config::fmt(*v);
-    if (!caps.empty())
-      m.notes += "// soft-capping (" + caps +
-                 ") is left out: tally has no soft-capping yet (a tanh per score or logit, no "
-                 "parameters)\n";
     if (auto s = c.optionalNumber("query_pre_attn_scalar"))
       m.notes += "// the scores are scaled by query_pre_attn_scalar^-0.5 = " + Config::fmt(*s) +
                  "^-0.5: no count changes\n";
@@ -240,12 +355,22 @@ std::string normText(NormKind k) {
   return "";
 }
 
+
+/// The attention block's parameters, as its declaration and as a layer's member: eps for the
+/// q/k norms, window where a layer slides.
+std::string attentionCall(const Decoder &m) {
+  std::string args = "d, heads, kv_heads, head_dim";
+  if (m.qkNorm != QKNorm::None)
+    args += ", eps";
+  if (anyWindow(m))
+    args += ", window";
+  return "Attention(" + args + ")";
+}
+
 /// The attention block: separate or fused q, k, v; clipped (OLMo), normalised over the whole
 /// projection (OLMo 2) or per head (Qwen3, Gemma 3); rotary, whole or partial (Phi-3).
 std::string attentionBlock(const Decoder &m) {
-  bool qkn = m.qkNorm != QKNorm::None;
-  std::string sig = qkn ? "Attention(d, heads, kv_heads, head_dim, eps)"
-                        : "Attention(d, heads, kv_heads, head_dim)";
+  std::string sig = attentionCall(m);
   std::string out = fillText("// Self-attention with rotary positions and {0} per {1} query heads.\n",
                          std::to_string(m.kv) + (m.kv == 1 ? " key-value head" : " key-value heads"),
                          m.heads);
@@ -257,6 +382,10 @@ std::string attentionBlock(const Decoder &m) {
     out += "// q and k are RMS-normalised over the whole projection (q_norm, k_norm) before rope.\n";
   if (m.qkNorm == QKNorm::PerHead)
     out += "// q and k are RMS-normalised per head (q_norm, k_norm over head_dim) before rope.\n";
+  if (anyWindow(m))
+    out += "// window = w: query i sees keys i - w < j <= i (sliding_window); window = 0: all earlier keys.\n";
+  if (m.attnCap)
+    out += "// The scores are soft-capped: c·tanh(s / c) with c = attn_logit_softcapping.\n";
   out += "block " + sig + " {\n";
   std::string qb = boolText(m.qkvBias), ob = boolText(m.oBias);
   std::string pre, q = "q(x)", k = "k(x)", v = "v(x)";
@@ -294,8 +423,14 @@ std::string attentionBlock(const Decoder &m) {
     q = "qn", k = "kn";
   }
   std::string frac = m.ropeFraction < 1 ? ", fraction = " + Config::fmt(m.ropeFraction) : "";
+  std::string extra;
+  if (anyWindow(m))
+    extra += "window = window";
+  if (m.attnCap)
+    extra += (extra.empty() ? "" : ", ") + ("softcap = " + Config::fmt(*m.attnCap));
   out += "  forward(x) {\n" + pre + "    y = attention(rope(" + q + frac + "), rope(" + k + frac +
-         "), " + v + ", heads = heads, kv_heads = kv_heads, causal = true)\n    return o(y)\n  }\n}\n";
+         "), " + v + ", heads = heads, kv_heads = kv_heads, causal = true" +
+         (extra.empty() ? "" : ",\n                  " + extra) + ")\n    return o(y)\n  }\n}\n";
   return out;
 }
 
@@ -387,9 +522,9 @@ std::string moeMember(const Decoder &m) {
 /// One layer block: `name`, with `mlp` as its MLP member.
 std::string layerBlock(const Decoder &m, StringRef name, const std::string &mlp) {
   std::string n = normText(m.norm);
-  std::string attn = m.qkNorm != QKNorm::None ? "Attention(d, heads, kv_heads, head_dim, eps)"
-                                              : "Attention(d, heads, kv_heads, head_dim)";
-  std::string sig = name.str() + "(d, heads, kv_heads, head_dim, hidden, eps)";
+  std::string attn = attentionCall(m);
+  std::string sig = name.str() + "(d, heads, kv_heads, head_dim, hidden, eps" +
+                    (anyWindow(m) ? ", window" : "") + ")";
   if (m.placement == Placement::Pre)
     return fillText(R"(
 // One pre-norm decoder layer.
@@ -460,37 +595,198 @@ block Clip(c) {
   return out;
 }
 
-/// The model: the embedding, the layers (one repeat, or runs of dense and sparse layers),
-/// the final norm and the head.
+/// What tells one layer from another in the text: its MLP (the MoE block or the dense one)
+/// and its window (0: full causal attention).
+struct LayerKey {
+  bool sparse;
+  int64_t window;
+  bool operator==(const LayerKey &o) const { return sparse == o.sparse && window == o.window; }
+};
+
+LayerKey keyOf(const Decoder &m, int64_t i) {
+  return {m.sparse.empty() || m.sparse[i], anyWindow(m) ? m.window[i] : 0};
+}
+
+bool mixedSparse(const Decoder &m) {
+  return !m.sparse.empty() &&
+         std::find(m.sparse.begin(), m.sparse.end(), !m.sparse[0]) != m.sparse.end();
+}
+
+bool mixedWindows(const Decoder &m) {
+  return anyWindow(m) &&
+         std::find(m.window.begin(), m.window.end(), m.window[0] ? 0 : m.windowSize) !=
+             m.window.end();
+}
+
+/// A layer as a member's value: "DecoderLayer(d, ..., eps, window)".
+std::string layerCall(const Decoder &m, LayerKey k) {
+  bool dense = !m.sparse.empty() && !k.sparse;
+  std::string call = fillText("{0}(d, heads, kv_heads, head_dim, {1}, eps",
+                              dense ? "DenseDecoderLayer" : "DecoderLayer",
+                              dense ? std::to_string(m.denseHidden) : std::string("hidden"));
+  if (anyWindow(m))
+    call += k.window > 0 ? ", window" : ", 0";
+  return call + ")";
+}
+
+/// The start of a member's name for layers of kind `k`: "moe_", "local_", "dense_global_".
+std::string kindPrefix(const Decoder &m, LayerKey k) {
+  std::string n;
+  if (mixedSparse(m))
+    n += k.sparse ? "moe_" : "dense_";
+  if (mixedWindows(m))
+    n += k.window > 0 ? "local_" : "global_";
+  return n;
+}
+
+/// A stretch of layers: `copies` repeats of the `period` layers from `start` (period 1: a run
+/// of one kind of layer).
+struct Segment {
+  int64_t start, period, copies;
+};
+
+/// The layers as segments: runs of one kind and, where the windows differ, the repeating
+/// pattern of up to 8 layers that covers the most layers (Gemma 2's sliding/global pairs,
+/// Gemma 3's five sliding layers and one global), so the file shows one period of the pattern
+/// and a count instead of a run per layer; what is left after it is runs again.
+std::vector<Segment> layerSegments(const Decoder &m) {
+  std::vector<Segment> out;
+  bool groups = mixedWindows(m);
+  for (int64_t i = 0; i < m.layers;) {
+    Segment best{i, 1, 1};
+    while (i + best.copies < m.layers && keyOf(m, i + best.copies) == keyOf(m, i))
+      ++best.copies;
+    for (int64_t p = 2; groups && p <= 8; ++p) {
+      auto repeats = [&](int64_t c) {
+        for (int64_t j = 0; j < p; ++j)
+          if (!(keyOf(m, i + c * p + j) == keyOf(m, i + j)))
+            return false;
+        return true;
+      };
+      int64_t k = 1;
+      while (i + (k + 1) * p <= m.layers && repeats(k))
+        ++k;
+      if (k >= 2 && i + p <= m.layers && k * p > best.period * best.copies)
+        best = {i, p, k};
+    }
+    out.push_back(best);
+    i += best.period * best.copies;
+  }
+  return out;
+}
+
+/// The distinct periods of the segments that repeat a pattern, in order of first use.
+std::vector<std::vector<LayerKey>> groupPatterns(const Decoder &m, const std::vector<Segment> &segs) {
+  std::vector<std::vector<LayerKey>> out;
+  for (const Segment &s : segs) {
+    if (s.period == 1)
+      continue;
+    std::vector<LayerKey> p;
+    for (int64_t j = 0; j < s.period; ++j)
+      p.push_back(keyOf(m, s.start + j));
+    if (std::find(out.begin(), out.end(), p) == out.end())
+      out.push_back(p);
+  }
+  return out;
+}
+
+std::string groupName(const std::vector<std::vector<LayerKey>> &patterns, size_t i) {
+  return patterns.size() == 1 ? "LayerGroup" : "LayerGroup" + std::to_string(i + 1);
+}
+
+std::string groupCall(const Decoder &m, const std::vector<std::vector<LayerKey>> &patterns,
+                      const Segment &s) {
+  std::vector<LayerKey> p;
+  for (int64_t j = 0; j < s.period; ++j)
+    p.push_back(keyOf(m, s.start + j));
+  size_t i = std::find(patterns.begin(), patterns.end(), p) - patterns.begin();
+  return groupName(patterns, i) + "(d, heads, kv_heads, head_dim, hidden, eps, window)";
+}
+
+/// The block holding one period of a layer pattern: its runs as members, called in order.
+std::string groupBlock(const Decoder &m, const std::string &name, const std::vector<LayerKey> &p) {
+  struct Run {
+    LayerKey key;
+    int64_t count;
+    std::string name;
+  };
+  std::vector<Run> runs;
+  for (LayerKey k : p) {
+    if (!runs.empty() && runs.back().key == k)
+      ++runs.back().count;
+    else
+      runs.push_back({k, 1, ""});
+  }
+  size_t width = 0;
+  std::string desc, chain = "x";
+  for (size_t r = 0; r < runs.size(); ++r) {
+    std::string base = kindPrefix(m, runs[r].key);
+    base.pop_back(); // "local_" -> "local"
+    int64_t same = 0, offset = 0;
+    for (size_t q = 0; q < runs.size(); ++q)
+      same += kindPrefix(m, runs[q].key) == kindPrefix(m, runs[r].key);
+    for (size_t q = 0; q < r; ++q)
+      offset += runs[q].count;
+    runs[r].name = same > 1 ? base + "_" + std::to_string(offset) : base;
+    width = std::max(width, runs[r].name.size());
+    std::string kind = (mixedSparse(m) ? (runs[r].key.sparse ? "MoE " : "dense ") : "") +
+                       std::string(runs[r].key.window > 0 ? "sliding-window" : "full-attention");
+    desc += (r == 0 ? "" : ", then ") + std::to_string(runs[r].count) + " " + kind +
+            (runs[r].count == 1 ? " layer" : " layers");
+    chain = runs[r].name + "(" + chain + ")";
+  }
+  std::string out = "\n// One period of the layer pattern: " + desc + ".\nblock " + name +
+                    "(d, heads, kv_heads, head_dim, hidden, eps, window) {\n";
+  for (const Run &r : runs)
+    out += "  " + r.name + std::string(width - r.name.size(), ' ') + " = " +
+           (r.count > 1 ? "repeat(" + std::to_string(r.count) + ") " : "") + layerCall(m, r.key) +
+           "\n";
+  return out + "  forward(x) { return " + chain + " }\n}\n";
+}
+
+/// The blocks of the layer patterns modelText repeats.
+std::string groupBlocks(const Decoder &m) {
+  std::vector<std::vector<LayerKey>> patterns = groupPatterns(m, layerSegments(m));
+  std::string out;
+  for (size_t i = 0; i < patterns.size(); ++i)
+    out += groupBlock(m, groupName(patterns, i), patterns[i]);
+  return out;
+}
+
+/// The model: the embedding, the layers (one repeat, or runs of dense and sparse, sliding and
+/// full-attention layers and repeated groups of them), the final norm and the head.
 std::string modelText(const Decoder &m) {
-  bool mixed = !m.sparse.empty() &&
-               std::find(m.sparse.begin(), m.sparse.end(), !m.sparse[0]) != m.sparse.end();
+  std::vector<Segment> segs = layerSegments(m);
+  std::vector<std::vector<LayerKey>> patterns = groupPatterns(m, segs);
+  bool single = segs.size() == 1;
   std::string head = m.tie ? "" : "  head   = Linear(d, vocab, bias = false)\n";
   std::string out = fillText(R"(model {0}(vocab = {1}, d = {2}, heads = {3}, kv_heads = {4}, head_dim = {5},
-      hidden = {6}, n_layers = {7}, eps = {8}) {
+      hidden = {6}, n_layers = {7}, eps = {8}{9}) {
   embed  = Embedding(vocab, d)
 )",
                          m.name, m.vocab, m.d, m.heads, m.kv, m.headDim, m.hidden, m.layers,
-                         Config::fmt(m.eps));
+                         Config::fmt(m.eps),
+                         anyWindow(m) ? ", window = " + std::to_string(m.windowSize) : "");
   std::string chain;
-  if (!mixed) {
-    bool dense = !m.sparse.empty() && !m.sparse[0];
-    out += fillText("  layers = repeat(n_layers) {0}(d, heads, kv_heads, head_dim, {1}, eps)\n",
-                dense ? "DenseDecoderLayer" : "DecoderLayer",
-                dense ? std::to_string(m.denseHidden) : std::string("hidden"));
+  if (single) {
+    const Segment &s = segs[0];
+    out += "  layers = repeat(" + (s.period == 1 ? std::string("n_layers") : std::to_string(s.copies)) +
+           ") " + (s.period == 1 ? layerCall(m, keyOf(m, 0)) : groupCall(m, patterns, s)) + "\n";
     chain = "layers(embed(tokens))";
   } else {
     std::string calls = "    x = embed(tokens)\n";
-    for (int64_t i = 0; i < m.layers;) {
-      int64_t j = i;
-      while (j < m.layers && m.sparse[j] == m.sparse[i])
-        ++j;
-      std::string member = (m.sparse[i] ? "moe_" : "dense_") + std::to_string(i);
-      out += fillText("  {0} = repeat({1}) {2}(d, heads, kv_heads, head_dim, {3}, eps)\n", member,
-                  j - i, m.sparse[i] ? "DecoderLayer" : "DenseDecoderLayer",
-                  m.sparse[i] ? std::string("hidden") : std::to_string(m.denseHidden));
+    for (const Segment &s : segs) {
+      std::string member = (s.period == 1 ? kindPrefix(m, keyOf(m, s.start)) : std::string("groups_")) +
+                           std::to_string(s.start);
+      int64_t last = s.start + s.period * s.copies - 1;
+      std::string where = !mixedWindows(m) ? ""
+                          : last == s.start
+                              ? "  // layer " + std::to_string(last)
+                              : "  // layers " + std::to_string(s.start) + "-" + std::to_string(last);
+      out += fillText("  {0} = repeat({1}) {2}{3}\n", member, s.copies,
+                      s.period == 1 ? layerCall(m, keyOf(m, s.start)) : groupCall(m, patterns, s),
+                      where);
       calls += "    x = " + member + "(x)\n";
-      i = j;
     }
     chain = "x";
     head = head + "  forward(tokens: i32[batch, seq]) {\n" + calls;
@@ -498,9 +794,13 @@ std::string modelText(const Decoder &m) {
   std::string logits = m.tie ? "norm(" + chain + ") @ transpose(embed.weight)  // tied head"
                              : "head(norm(" + chain + "))";
   out += "  norm   = " + normText(m.norm) + "\n" + head;
-  if (!mixed)
+  if (single)
     out += "  forward(tokens: i32[batch, seq]) {\n";
-  out += "    logits = " + logits + "\n    return cross_entropy(logits, next_tokens(tokens))\n  }\n}\n";
+  out += "    logits = " + logits + "\n";
+  if (m.finalCap)
+    out += fillText("    logits = {0} * tanh(logits / {0})  // final_logit_softcapping\n",
+                    Config::fmt(*m.finalCap));
+  out += "    return cross_entropy(logits, next_tokens(tokens))\n  }\n}\n";
   return out;
 }
 
@@ -511,8 +811,6 @@ std::string headerText(Config &c, const Decoder &m) {
                        Config::fmt(m.theta), m.positions, activationNote(m.act, m.op));
   if (f == "qwen2" || f == "qwen2_moe")
     h += "// Qwen2 has biases on q, k and v (not on o)\n";
-  if (f == "mistral" || f == "mixtral")
-    h += "// sliding-window attention is modelled as full causal attention\n";
   if (f == "mixtral")
     h += fillText("// {0} experts, {1} per token: the standard MoE block (Hugging Face's "
               "MixtralSparseMoeBlock); the router's aux loss coefficient {2} and jitter "
@@ -562,6 +860,9 @@ std::optional<Generated> decoderFamily(Config &c, StringRef family) {
   if (family == "qwen3" || family == "qwen3_moe" || family == "gemma3_text")
     m.qkNorm = QKNorm::PerHead;
   m.fused = family == "phi3";
+  readWindows(c, m);
+  if (family == "gemma2" || family == "gemma3_text")
+    readCaps(c, m);
   readNotes(c, m);
   Generated g;
   g.modelCall = m.name + "()";
@@ -582,6 +883,7 @@ std::optional<Generated> decoderFamily(Config &c, StringRef family) {
     g.blocks += layerBlock(m, "DecoderLayer", moeMember(m));
   if (anyDense)
     g.blocks += layerBlock(m, m.sparse.empty() ? "DecoderLayer" : "DenseDecoderLayer", mlp);
+  g.blocks += groupBlocks(m);
   g.model = modelText(m);
   return g;
 }
