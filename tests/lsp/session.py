@@ -35,15 +35,26 @@ class Server:
         self.proc = subprocess.Popen([tally, "lsp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.next_id = 1
 
-    def send(self, method, params=None, request=True):
+    def message(self, method, params=None, request=True):
+        """A JSON-RPC message; a request takes the next id."""
         msg = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             msg["params"] = params
         if request:
             msg["id"] = self.next_id
             self.next_id += 1
-        body = json.dumps(msg).encode("utf-8")
-        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        return msg
+
+    def send(self, method, params=None, request=True):
+        self.send_together(self.message(method, params, request))
+
+    def send_together(self, *msgs):
+        """Writes the messages framed, in one write, so the server reads them back to back."""
+        frames = b""
+        for msg in msgs:
+            body = json.dumps(msg).encode("utf-8")
+            frames += b"Content-Length: %d\r\n\r\n" % len(body) + body
+        self.proc.stdin.write(frames)
         self.proc.stdin.flush()
 
     def read(self, timeout=30):
