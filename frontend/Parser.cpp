@@ -540,12 +540,17 @@ private:
 
 } // namespace
 
-std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) {
+namespace {
+
+/// Lexes buffer `bufferID` (after the byte and nesting checks) and hands `parse` the token
+/// stream and a parser, both reporting to `diags` at the buffer's locations; null (after a
+/// diagnostic) where a check fails or the runtime throws. `parse` returns null after errors.
+template <class Result, class Parse>
+Result withParser(unsigned bufferID, DiagnosticEngine &diags, Parse parse) {
   const llvm::MemoryBuffer *buffer = diags.sourceMgr().getMemoryBuffer(bufferID);
   llvm::StringRef text = buffer->getBuffer();
   if (!checkBytes(text, diags))
     return nullptr;
-
   Locator loc(text);
   ErrorListener listener(diags, loc, bufferID);
   try {
@@ -558,29 +563,8 @@ std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) 
     if (!checkNesting(tokens.getTokens(), loc, diags))
       return nullptr;
     TallyParser parser(&tokens);
-    // SLL prediction first (fast), silent and bailing out at the first problem; then full LL
-    // with recovery, reporting every error. The first stage has no listener: it may fail where
-    // LL succeeds, and an error it saw is seen (and reported once) again by the second.
     parser.removeErrorListeners();
-    parser.getInterpreter<atn::ParserATNSimulator>()->setPredictionMode(atn::PredictionMode::SLL);
-    parser.setErrorHandler(std::make_shared<BailErrorStrategy>());
-    TallyParser::FileContext *tree = nullptr;
-    try {
-      tree = parser.file();
-    } catch (ParseCancellationException &) {
-      tokens.seek(0);
-      parser.reset();
-      parser.addErrorListener(&listener);
-      parser.setErrorHandler(std::make_shared<DefaultErrorStrategy>());
-      parser.getInterpreter<atn::ParserATNSimulator>()->setPredictionMode(
-          atn::PredictionMode::LL);
-      tree = parser.file();
-    }
-    if (listener.errors > 0)
-      return nullptr;
-    auto module = Builder(loc).file(tree);
-    module->bufferName = buffer->getBufferIdentifier().str();
-    return module;
+    return parse(tokens, parser, listener, loc);
   } catch (std::exception &e) {
     diags.report(DiagKind::SyntaxError, llvm::SMLoc::getFromPointer(text.data()),
                  std::string("the parser failed: ") + e.what());
@@ -588,53 +572,70 @@ std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) 
   }
 }
 
-ExprPtr parseExpression(unsigned bufferID, DiagnosticEngine &diags) {
-  const llvm::MemoryBuffer *buffer = diags.sourceMgr().getMemoryBuffer(bufferID);
-  llvm::StringRef text = buffer->getBuffer();
-  if (!checkBytes(text, diags))
-    return nullptr;
-  Locator loc(text);
-  ErrorListener listener(diags, loc, bufferID);
-  try {
-    ANTLRInputStream input(text.data(), text.size());
-    TallyLexer lexer(&input);
-    lexer.removeErrorListeners();
-    lexer.addErrorListener(&listener);
-    CommonTokenStream tokens(&lexer);
-    tokens.fill();
-    if (!checkNesting(tokens.getTokens(), loc, diags))
-      return nullptr;
-    TallyParser parser(&tokens);
-    parser.removeErrorListeners();
-    parser.addErrorListener(&listener);
-    TallyParser::ExprContext *tree = parser.expr();
-    if (listener.errors > 0)
-      return nullptr;
-    if (Token *rest = tokens.LT(1); rest && rest->getType() != Token::EOF) {
-      // A record the expression could not take (`{ tensor = 8 data = }`): its own syntax
-      // error says what is wrong inside it.
-      if (rest->getText() == "{") {
-        size_t at = rest->getTokenIndex();
-        TallyParser again(&tokens); // a fresh parser: the first one's recovery state is spent
-        again.removeErrorListeners();
-        again.addErrorListener(&listener);
-        tokens.seek(at);
-        again.record();
+} // namespace
+
+std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) {
+  std::string name = diags.sourceMgr().getMemoryBuffer(bufferID)->getBufferIdentifier().str();
+  return withParser<std::unique_ptr<Module>>(
+      bufferID, diags,
+      [&](CommonTokenStream &tokens, TallyParser &parser, ErrorListener &listener,
+          Locator &loc) -> std::unique_ptr<Module> {
+        // SLL prediction first (fast), silent and bailing out at the first problem; then full
+        // LL with recovery, reporting every error. The first stage has no listener: it may fail
+        // where LL succeeds, and an error it saw is seen (and reported once) again by the
+        // second.
+        parser.getInterpreter<atn::ParserATNSimulator>()->setPredictionMode(atn::PredictionMode::SLL);
+        parser.setErrorHandler(std::make_shared<BailErrorStrategy>());
+        TallyParser::FileContext *tree = nullptr;
+        try {
+          tree = parser.file();
+        } catch (ParseCancellationException &) {
+          tokens.seek(0);
+          parser.reset();
+          parser.addErrorListener(&listener);
+          parser.setErrorHandler(std::make_shared<DefaultErrorStrategy>());
+          parser.getInterpreter<atn::ParserATNSimulator>()->setPredictionMode(
+              atn::PredictionMode::LL);
+          tree = parser.file();
+        }
         if (listener.errors > 0)
           return nullptr;
-      }
-      llvm::SMRange r = loc.token(rest);
-      diags.report(DiagKind::SyntaxError, r.Start,
-                   "unexpected '" + rest->getText() + "' after the value")
-          .range(r);
-      return nullptr;
-    }
-    return Builder(loc).expression(tree);
-  } catch (std::exception &e) {
-    diags.report(DiagKind::SyntaxError, llvm::SMLoc::getFromPointer(text.data()),
-                 std::string("the parser failed: ") + e.what());
-    return nullptr;
-  }
+        auto module = Builder(loc).file(tree);
+        module->bufferName = name;
+        return module;
+      });
+}
+
+ExprPtr parseExpression(unsigned bufferID, DiagnosticEngine &diags) {
+  return withParser<ExprPtr>(
+      bufferID, diags,
+      [&](CommonTokenStream &tokens, TallyParser &parser, ErrorListener &listener,
+          Locator &loc) -> ExprPtr {
+        parser.addErrorListener(&listener);
+        TallyParser::ExprContext *tree = parser.expr();
+        if (listener.errors > 0)
+          return nullptr;
+        if (Token *rest = tokens.LT(1); rest && rest->getType() != Token::EOF) {
+          // A record the expression could not take (`{ tensor = 8 data = }`): its own syntax
+          // error says what is wrong inside it.
+          if (rest->getText() == "{") {
+            size_t at = rest->getTokenIndex();
+            TallyParser again(&tokens); // a fresh parser: the first one's recovery state is spent
+            again.removeErrorListeners();
+            again.addErrorListener(&listener);
+            tokens.seek(at);
+            again.record();
+            if (listener.errors > 0)
+              return nullptr;
+          }
+          llvm::SMRange r = loc.token(rest);
+          diags.report(DiagKind::SyntaxError, r.Start,
+                       "unexpected '" + rest->getText() + "' after the value")
+              .range(r);
+          return nullptr;
+        }
+        return Builder(loc).expression(tree);
+      });
 }
 
 } // namespace tally
