@@ -39,6 +39,21 @@ void legend(Svg &s, double x, double y, llvm::StringRef color, llvm::StringRef l
   s.text(x + 14, y, label, "start", 11);
 }
 
+/// A label centred at x, kept inside the chart: one that would run past the right edge ends
+/// there instead (tick labels at the axis' end; text taken as 0.6 of its size a character).
+void centred(Svg &s, double x, double y, llvm::StringRef text, double size) {
+  double half = 0.3 * size * static_cast<double>(text.size());
+  if (x + half > kWidth - 2)
+    s.text(kWidth - 2, y, text, "end", size);
+  else
+    s.text(x, y, text, "middle", size);
+}
+
+/// The width a legend entry takes, with room after it: the square, and the label at 11 px
+/// sans-serif taken as 6.6 px a character (wider than DejaVu Sans' digits and lower case, so
+/// an estimate errs towards room; tests/html/check_html.py measures the rendered text).
+double legendWidth(llvm::StringRef label) { return 14 + 6.6 * static_cast<double>(label.size()) + 24; }
+
 } // namespace
 
 std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
@@ -85,7 +100,7 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
   // Grid and axes: one line per decade.
   for (int k = xs.lo; k <= xs.hi; ++k) {
     s.line(xs(std::pow(10.0, k)), top, xs(std::pow(10.0, k)), bottom, kGrid);
-    s.text(xs(std::pow(10.0, k)), bottom + 16, decade(k), "middle", 11);
+    centred(s, xs(std::pow(10.0, k)), bottom + 16, decade(k), 11);
   }
   int ystep = ys.hi - ys.lo > 8 ? 2 : 1;
   for (int k = ys.lo; k <= ys.hi; ++k) {
@@ -109,7 +124,16 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
   if (knee < xEnd)
     s.line(xs(std::max(knee, std::pow(10.0, xs.lo))), ys(peak), xs(xEnd), ys(peak), "#333", 2.5, "",
            "ceiling compute-ceiling");
-  s.text(xs(x0) + 8, ys(bw * x0) - 8, "memory " + formatRate(bw, UnitDim::ByteRate), "start", 11);
+  // Above the rising memory ceiling, ending on it: the line is below the whole label (it rises
+  // to the right) and the ops are under the ceiling. The label's right end sits halfway along
+  // the ceiling, or further right when the label would run past the y axis.
+  if (x0 < knee) {
+    std::string label = "memory " + formatRate(bw, UnitDim::ByteRate);
+    double xa = xs(x0), xb = xs(std::min(knee, xEnd));
+    double xe = std::min(xb, std::max((xa + xb) / 2, left + 10 + 6.6 * label.size()));
+    double ye = ys(bw * x0) + (ys(bw * std::min(knee, xEnd)) - ys(bw * x0)) * (xe - xa) / std::max(1.0, xb - xa);
+    s.text(xe - 6, ye - 8, label, "end", 11);
+  }
   s.text(right - 4, ys(peak) - 6, "compute " + formatRate(peak, UnitDim::FlopRate), "end", 11);
   if (a.ridge > 0) {
     s.line(xs(a.ridge), top, xs(a.ridge), bottom, "#999", 1, "5 4", "ridge");
@@ -171,7 +195,26 @@ std::string memoryChart(const Analysis &a) {
   // A peak under a tenth of the axis would be a sliver: a second bar shows it zoomed.
   bool zoom = a.memory.peak > 0 && a.memory.peak < 0.1 * xs.max * kGiB;
   const double zoomTop = barTop + barH + 44;
-  const double H = zoom ? 290 : 214;
+  // The legend: entries left to right, a new row where the next would pass the right edge.
+  struct Entry {
+    double x;
+    int row;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::string> labels;
+  double lx = left;
+  int rowsOfLegend = 1;
+  for (const Part &part : parts) {
+    labels.push_back(std::string(part.kind) + " " + formatBytes(part.bytes));
+    if (lx > left && lx + legendWidth(labels.back()) - 24 > kWidth - 10) {
+      lx = left;
+      ++rowsOfLegend;
+    }
+    entries.push_back({lx, rowsOfLegend - 1});
+    lx += legendWidth(labels.back());
+  }
+  const double legendTop = (zoom ? zoomTop + barH + 40 : barTop + barH + 50);
+  const double H = legendTop + 18 * rowsOfLegend + 8;
   std::vector<std::string> colors;
   for (const Part &part : parts)
     colors.push_back(part.color);
@@ -179,7 +222,7 @@ std::string memoryChart(const Analysis &a) {
 
   for (double v = 0; v <= xs.max + xs.step / 2; v += xs.step) {
     s.line(xs(v), barTop - 8, xs(v), barTop + barH + 8, kGrid);
-    s.text(xs(v), barTop + barH + 22, num(v) + " GiB", "middle", 11);
+    centred(s, xs(v), barTop + barH + 22, num(v) + " GiB", 11);
   }
   s.text(left - 8, barTop + barH / 2 + 4, "per device", "end", 12);
   double x = 0;
@@ -190,7 +233,7 @@ std::string memoryChart(const Analysis &a) {
     x += part.bytes;
   }
   s.line(xs(a.memory.peak / kGiB), barTop - 4, xs(a.memory.peak / kGiB), barTop + barH + 4, "#222", 1.5);
-  s.text(xs(a.memory.peak / kGiB), barTop - 8, "peak " + formatBytes(a.memory.peak), "middle", 11);
+  centred(s, xs(a.memory.peak / kGiB), barTop - 8, "peak " + formatBytes(a.memory.peak), 11);
   if (capacity > 0) {
     s.line(xs(capacity / kGiB), barTop - 14, xs(capacity / kGiB), barTop + barH + 10, "#000", 2.5,
            "", "capacity");
@@ -212,18 +255,11 @@ std::string memoryChart(const Analysis &a) {
                std::string(part.kind) + ": " + formatBytes(part.bytes), "segment");
       z += part.bytes;
     }
-    s.text(left, zoomTop + barH + 14, "0", "middle", 11);
-    s.text(right, zoomTop + barH + 14, formatBytes(a.memory.peak), "middle", 11);
+    centred(s, left, zoomTop + barH + 14, "0", 11);
+    centred(s, right, zoomTop + barH + 14, formatBytes(a.memory.peak), 11);
   }
-  double lx = left, ly = H - 44;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i == 3) {
-      lx = left;
-      ly += 18;
-    }
-    legend(s, lx, ly, parts[i].color, std::string(parts[i].kind) + " " + formatBytes(parts[i].bytes));
-    lx += 210;
-  }
+  for (size_t i = 0; i < parts.size(); ++i)
+    legend(s, entries[i].x, legendTop + 18 * entries[i].row, parts[i].color, labels[i]);
   return s.str();
 }
 
@@ -244,6 +280,13 @@ std::string blocksChart(const Analysis &a) {
   if (model.selfForwardFlops + model.selfBackwardFlops > 0)
     rows.push_back({"(model's own ops)", model.selfForwardFlops, model.selfBackwardFlops,
                     model.selfTime});
+  // What the step spends outside the blocks' ops: time only, no FLOPs.
+  if (a.plan->isTrain) {
+    if (a.time.communication > 0)
+      rows.push_back({"(communication)", 0, 0, a.time.communication});
+    if (a.time.bubble > 0)
+      rows.push_back({"(pipeline bubble)", 0, 0, a.time.bubble});
+  }
   if (rows.empty())
     return "";
   double fmax = 0, tmax = 0;
@@ -267,7 +310,7 @@ std::string blocksChart(const Analysis &a) {
         std::tuple<LinearScale, double, double, bool>{ts, t0, t1, true}}) {
     for (double v = 0; v <= scale.max + scale.step / 2; v += scale.step * 2) {
       s.line(scale(v), top - 6, scale(v), bottom, kGrid);
-      s.text(scale(v), bottom + 16, isTime ? formatDuration(v) : formatFlops(v), "middle", 10);
+      centred(s, scale(v), bottom + 16, isTime ? formatDuration(v) : formatFlops(v), 10);
     }
     s.line(lo, bottom, hi, bottom, kAxis);
   }
@@ -276,10 +319,12 @@ std::string blocksChart(const Analysis &a) {
     double y = top + i * rowH + 3, h = rowH - 8;
     std::string label = r.label.size() > 30 ? r.label.substr(0, 29) + "…" : r.label;
     s.text(f0 - 8, y + h - 4, label, "end", 11);
-    s.rect(fs(0), y, fs(r.forward) - fs(0), h, chartcolor::Forward,
-           r.label + ": forward " + formatFlops(r.forward), "bar");
-    s.rect(fs(r.forward), y, fs(r.forward + r.backward) - fs(r.forward), h, chartcolor::Backward,
-           r.label + ": backward " + formatFlops(r.backward), "bar");
+    if (r.forward + r.backward > 0) { // communication and the bubble have time only
+      s.rect(fs(0), y, fs(r.forward) - fs(0), h, chartcolor::Forward,
+             r.label + ": forward " + formatFlops(r.forward), "bar");
+      s.rect(fs(r.forward), y, fs(r.forward + r.backward) - fs(r.forward), h, chartcolor::Backward,
+             r.label + ": backward " + formatFlops(r.backward), "bar");
+    }
     s.rect(ts(0), y, ts(r.time) - ts(0), h, chartcolor::Time,
            r.label + ": " + formatDuration(r.time), "bar");
   }
@@ -302,7 +347,7 @@ std::string checkpointChart(const Analysis &a) {
         {chartcolor::Curve, chartcolor::Chosen});
   for (double v = 0; v <= xs.max + xs.step / 2; v += xs.step) {
     s.line(xs(v), top, xs(v), bottom, kGrid);
-    s.text(xs(v), bottom + 16, formatFlops(v), "middle", 11);
+    centred(s, xs(v), bottom + 16, formatFlops(v), 11);
   }
   for (double v = 0; v <= ys.max + ys.step / 2; v += ys.step) {
     s.line(left, ys(v), right, ys(v), kGrid);
@@ -361,13 +406,14 @@ std::string pipelineChart(const Analysis &a) {
   LinearScale xs = LinearScale::upTo(pl.makespan, left, right);
   Svg s(kWidth, H, "pipeline", "Pipeline schedule", {chartcolor::Forward, chartcolor::Backward});
   legend(s, left, 16, chartcolor::Forward, "forward");
-  legend(s, left + 80, 16, chartcolor::Backward, "backward (with recompute)");
+  legend(s, left + 80, 16, chartcolor::Backward,
+         a.time.recompute > 0 ? "backward (with recompute)" : "backward");
   std::string shown = std::to_string(pl.shownMicroBatches) + " of " +
                       std::to_string(pl.microBatches) + " micro-batches";
   s.text(right, 16, pl.shownMicroBatches < pl.microBatches ? shown + " shown" : shown, "end", 11);
   for (double v = 0; v <= xs.max + xs.step / 2; v += xs.step) {
     s.line(xs(v), top - 4, xs(v), bottom, kGrid);
-    s.text(xs(v), bottom + 16, formatDuration(v), "middle", 10);
+    centred(s, xs(v), bottom + 16, formatDuration(v), 10);
   }
   s.line(left, bottom, right, bottom, kAxis);
   s.text((left + right) / 2, H - 8, "time from the start of the step", "middle", 12);

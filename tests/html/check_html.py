@@ -16,11 +16,14 @@ Usage: check_html.py TALLY FILE.tally WORKDIR [--budget] [--pipeline]
    the four charts stacked at known offsets, each to PNG with `chromium --headless
    --no-sandbox --disable-gpu --screenshot`, and fails when a chart's region has too few pixels
    of its data colours beyond its legend swatches (an empty or missing chart) or the page is
-   blank. Without chromium it
+   blank; then (c) loads the page with a script that measures every chart's <text> as laid
+   out (getBBox, `--dump-dom` prints the result) and fails on text that leaves its chart or
+   overlaps another label. Without chromium it
    prints "SKIP: chromium not found" and checks the structure only.
 Prints "html ok: ..." and exits 0, or prints the problems and exits 1.
 """
 import html.parser
+import html
 import os
 import re
 import shutil
@@ -249,6 +252,65 @@ def check_pixels(chromium, page, text, workdir):
         print("%s: %d data pixels" % (chart, n))
 
 
+# Run in the page by chromium --dump-dom: every <text> of every chart measured as rendered
+# (getBBox, in the chart's own coordinates); one line per text that leaves its chart, and per
+# pair of texts in a chart whose boxes overlap by more than 2 px each way.
+LAYOUT_SCRIPT = r"""
+<script>
+(function () {
+  var out = [];
+  document.querySelectorAll('svg').forEach(function (svg) {
+    var vb = svg.viewBox.baseVal, boxes = [];
+    svg.querySelectorAll('text').forEach(function (t) {
+      var b = t.getBBox(), label = t.textContent;
+      var m = t.getCTM(), p0 = svg.createSVGPoint(), p1 = svg.createSVGPoint();
+      p0.x = b.x; p0.y = b.y; p1.x = b.x + b.width; p1.y = b.y + b.height;
+      var inv = svg.getScreenCTM().inverse(), s = t.getScreenCTM();
+      var a = p0.matrixTransform(s).matrixTransform(inv), c = p1.matrixTransform(s).matrixTransform(inv);
+      var box = {x0: Math.min(a.x, c.x), y0: Math.min(a.y, c.y), x1: Math.max(a.x, c.x),
+                 y1: Math.max(a.y, c.y), label: label};
+      if (box.x0 < -0.5 || box.y0 < -0.5 || box.x1 > vb.width + 0.5 || box.y1 > vb.height + 0.5)
+        out.push('CLIPPED ' + svg.id + ': "' + label + '" spans x ' + box.x0.toFixed(1) + '-' +
+                 box.x1.toFixed(1) + ', y ' + box.y0.toFixed(1) + '-' + box.y1.toFixed(1) +
+                 ' of ' + vb.width + ' x ' + vb.height);
+      boxes.forEach(function (o) {
+        var dx = Math.min(box.x1, o.x1) - Math.max(box.x0, o.x0);
+        var dy = Math.min(box.y1, o.y1) - Math.max(box.y0, o.y0);
+        if (dx > 2 && dy > 2)
+          out.push('OVERLAP ' + svg.id + ': "' + o.label + '" and "' + label + '"');
+      });
+      boxes.push(box);
+    });
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'layout-check';
+  pre.textContent = 'LAYOUT-BEGIN\n' + out.join('\n') + '\nLAYOUT-END';
+  document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+def check_layout(chromium, text, workdir):
+    """Every chart's text inside its chart and no two labels on top of each other, as chromium
+    lays them out (the legend once ran off the memory chart: "frame…")."""
+    page = os.path.join(workdir, "layout.html")
+    with open(page, "w", encoding="utf-8") as f:
+        f.write(text.replace("</body>", LAYOUT_SCRIPT + "</body>"))
+    r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                        "file://" + page], capture_output=True, text=True, timeout=120)
+    dom = r.stdout
+    found = re.search(r'<pre id="layout-check">LAYOUT-BEGIN(.*?)LAYOUT-END</pre>', dom, re.S)
+    if not need(found, "chromium ran no layout script (--dump-dom printed %d bytes)" % len(dom)):
+        return
+    body = found.group(1)
+    lines = [html.unescape(l) for l in body.strip().splitlines() if l.strip()]
+    for line in lines:
+        need(False, line)
+    if not lines:
+        print("layout ok: no text clipped or overlapping")
+
+
 def main():
     args = sys.argv[1:]
     budget = "--budget" in args
@@ -275,6 +337,7 @@ def main():
         print("SKIP: chromium not found; checked the structure only")
     else:
         check_pixels(chromium, page, text, workdir)
+        check_layout(chromium, text, workdir)
     if not problems:
         print("html ok: %d op points, %d tables" % (len(marks(page.svgs["roofline"], "circle", "op")),
                                                     len([t for t, _ in page.tags if t == "table"])))
