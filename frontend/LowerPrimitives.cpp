@@ -447,7 +447,18 @@ void Lowerer::setRopeHeadDims(const Op &attention) {
           op.attrs.change([&](OpAttrs &a) { a.headDim = hd; });
         auto rot =
             static_cast<int64_t>(static_cast<double>(op.attrs->headDim) * op.attrs->fraction);
-        if (op.attrs->fraction < 1 && (rot <= 0 || rot % 2 != 0)) {
+        if (op.attrs->fraction >= 1 && op.attrs->headDim % 2 != 0) {
+          // Rope turns pairs of a head's dims: an odd head size leaves one dim without a pair
+          // (the generated step could not be built; before, only `tally build` said so).
+          auto d = diags.report(DiagKind::InvalidValue, op.range.Start,
+                                "rope needs an even head size: the attention that reads it has " +
+                                    std::to_string(attention.attrs->heads) + " heads of " +
+                                    std::to_string(op.attrs->headDim) + " dims, and rope turns "
+                                    "pairs of a head's dims");
+          d.range(op.range);
+          context(d);
+          fail();
+        } else if (op.attrs->fraction < 1 && (rot <= 0 || rot % 2 != 0)) {
           auto d = diags.report(DiagKind::InvalidValue, op.range.Start,
                                 "rope fraction " + significant(op.attrs->fraction) + " of head size " +
                                     std::to_string(op.attrs->headDim) + " rotates " +
