@@ -124,8 +124,11 @@ void Sema::addModule(std::unique_ptr<Module> m, Program &p) {
 /// The exact value of a plain integer literal, read from its source text (the AST keeps a
 /// double, exact only below 2^53); nullopt when it does not fit in int64.
 static std::optional<int64_t> exactInteger(const Expr &e) {
-  llvm::StringRef text(e.range.Start.getPointer(),
-                       e.range.End.getPointer() - e.range.Start.getPointer());
+  // A command-line value (--batch) has no source range: its digits are its text.
+  llvm::StringRef text = e.range.isValid()
+                             ? llvm::StringRef(e.range.Start.getPointer(),
+                                               e.range.End.getPointer() - e.range.Start.getPointer())
+                             : llvm::StringRef(e.text);
   size_t first = text.find_first_of("0123456789"); // skips the '(' of a parenthesised literal
   if (first == llvm::StringRef::npos)
     return std::nullopt;
