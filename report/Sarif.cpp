@@ -42,7 +42,7 @@ Position resolve(const llvm::SourceMgr &sm, llvm::SMLoc loc) {
     if ((static_cast<unsigned char>(*c) & 0xC0) != 0x80)
       ++column;
   llvm::StringRef id = sm.getMemoryBuffer(buffer)->getBufferIdentifier();
-  p.file = id == "-" ? std::string("<stdin>") : id.str();
+  p.file = id == "-" ? std::string("<stdin>") : id.str(); // raw: sarifUri percent-encodes it
   p.line = line;
   p.column = column;
   return p;
@@ -232,7 +232,7 @@ void appendDiagnosticsJson(const DiagnosticEngine &diags, const llvm::SourceMgr 
                          {"message", d.message}};
     std::string file;
     if (std::optional<llvm::json::Object> reg = diagRegion(sm, d.loc, d.ranges, file)) {
-      o["file"] = file;
+      o["file"] = printableUtf8(file);
       o["range"] = plainRange(*reg);
     }
     llvm::json::Array fixits;
@@ -240,7 +240,7 @@ void appendDiagnosticsJson(const DiagnosticEngine &diags, const llvm::SourceMgr 
       std::string fixFile;
       if (std::optional<llvm::json::Object> reg = rangeRegion(sm, f.getRange(), fixFile))
         fixits.push_back(llvm::json::Object{
-            {"file", fixFile}, {"range", plainRange(*reg)}, {"text", f.getText().str()}});
+            {"file", printableUtf8(fixFile)}, {"range", plainRange(*reg)}, {"text", f.getText().str()}});
     }
     o["fixits"] = std::move(fixits);
     llvm::json::Array notes;
@@ -248,7 +248,7 @@ void appendDiagnosticsJson(const DiagnosticEngine &diags, const llvm::SourceMgr 
       llvm::json::Object note{{"message", n.message}};
       std::string noteFile;
       if (std::optional<llvm::json::Object> reg = diagRegion(sm, n.loc, n.ranges, noteFile)) {
-        note["file"] = noteFile;
+        note["file"] = printableUtf8(noteFile);
         note["range"] = plainRange(*reg);
       }
       notes.push_back(std::move(note));

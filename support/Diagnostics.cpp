@@ -6,6 +6,7 @@
 #include "support/Diagnostics.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/WithColor.h"
 
 #include <utility>
@@ -84,7 +85,7 @@ DiagBuilder &DiagBuilder::range(llvm::SMRange r) {
 DiagBuilder &DiagBuilder::note(llvm::SMLoc loc, std::string msg, llvm::SMRange r) {
   DiagNote n;
   n.loc = loc;
-  n.message = std::move(msg);
+  n.message = printableUtf8(msg);
   if (isWellFormed(r))
     n.ranges.push_back(r);
   diag_.notes.push_back(std::move(n));
@@ -95,6 +96,21 @@ DiagBuilder &DiagBuilder::fixit(llvm::SMRange r, std::string replacement) {
   if (isWellFormed(r))
     diag_.fixits.emplace_back(r, replacement);
   return *this;
+}
+
+std::string printableUtf8(llvm::StringRef text) {
+  std::string out;
+  size_t bad = 0;
+  while (!llvm::json::isUTF8(text, &bad)) {
+    static const char hex[] = "0123456789ABCDEF";
+    auto byte = static_cast<unsigned char>(text[bad]);
+    out += text.substr(0, bad).str();
+    out += "\\x";
+    out += hex[byte >> 4];
+    out += hex[byte & 15];
+    text = text.drop_front(bad + 1);
+  }
+  return out + text.str();
 }
 
 // ---- DiagnosticEngine ----
@@ -108,7 +124,7 @@ DiagBuilder DiagnosticEngine::report(DiagKind kind, llvm::SMLoc loc, std::string
   d.kind = kind;
   d.severity = defaultSeverity(kind);
   d.loc = loc;
-  d.message = std::move(message);
+  d.message = printableUtf8(message); // it may quote a file name or a user's text
   return DiagBuilder(this, std::move(d));
 }
 
@@ -190,7 +206,7 @@ void DiagnosticEngine::position(llvm::SMLoc loc, std::string &file, unsigned &li
   line = lc.first;
   column = lc.second;
   llvm::StringRef id = sm_.getMemoryBuffer(buffer)->getBufferIdentifier();
-  file = id == "-" ? std::string("<stdin>") : id.str();
+  file = id == "-" ? std::string("<stdin>") : printableUtf8(id);
 }
 
 void DiagnosticEngine::setErrorLimit(unsigned n) { errorLimit_ = n; }

@@ -30,6 +30,12 @@
 
 namespace tally {
 
+/// `text` as valid UTF-8 (what JSON, SARIF and LSP must carry): every byte that is not part of
+/// a valid sequence written as the four characters `\xNN` (a file named with a Latin-1 "é",
+/// byte 0xE9, reads "caf\xE9.tally"). Valid text is returned as it is.
+std::string printableUtf8(llvm::StringRef text);
+
+
 /// How serious a diagnostic is. Notes only ever appear attached to an error or a warning.
 enum class Severity : uint8_t { Note, Warning, Error };
 
