@@ -1,13 +1,161 @@
-// tally CPU runtime: elementwise and data-movement kernels — broadcast binary ops and their
-// reduction (reduce_to), unary ops, dropout, sums over an axis, index data, strided copy, fill,
-// and the optimizer step's sum_squares and scale.
+// tally CPU runtime: elementwise and data-movement kernels — vectorisable fp32 math (rt::vm),
+// broadcast binary ops and their reduction (reduce_to), unary ops, dropout, sums over an axis,
+// index data, strided copy, fill, and the optimizer step's sum_squares and scale.
 #pragma once
 
 #include "rt_ctx.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace rt {
+
+// ---- Elementwise math the compiler vectorises (issue 46) ----------------------------------------
+// exp, erf, sigmoid and the unary ops with their derivatives, written without branches or libm
+// calls in fp32 (GCC does not vectorise expf/erff without -ffast-math), one function per op so a
+// kernel's loop holds one op. fp64 keeps libm: the finite-difference references run in double.
+namespace vm {
+
+/// 2^n as a float for n in [-126, 127] (exponent bits only).
+inline float pow2i(int32_t n) {
+  const int32_t bits = (n + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/// e^x in fp32, branch-free: n = round(x·log2 e), r = x − n·ln 2 (ln 2 in two parts, Cody–Waite),
+/// e^r by Cephes expf's degree-5 minimax polynomial (S. L. Moshier, Cephes Math Library, expf.c),
+/// then · 2^n as two factors 2^⌊n/2⌋ · 2^(n−⌊n/2⌋) so results that overflow give +inf and results
+/// in the subnormal range round gradually. x > 88.8 gives +inf, x < −104 gives 0, NaN stays NaN.
+/// Relative error within 2.5e-7 of exp in double over [−87, 88.7] (step_values' [math] case).
+inline float exp(float x) {
+  const float xc = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
+  const float n = __builtin_rintf(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;   // ln 2's high part: exact in n · it for |n| < 2^12
+  r = r - n * -2.12194440e-4f;       // its low part
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t n1 = ni >> 1;
+  const float y = p * pow2i(n1) * pow2i(ni - n1);
+  return x != x ? x : y;
+}
+
+/// erf in fp32 given e2 = e^(−x²) (gelu's derivative has it already), branch-free: rt::m_erf's two
+/// fits (|x| < 1: x·P(x²); 1 <= |x| < 4: 1 − e2·R(1/|x|); |x| >= 4: ±1), both evaluated and one
+/// selected.
+inline float erf_given(float x, float e2) {
+  const float ax = __builtin_fabsf(x);
+  const float t = x * x;
+  float p = 7.93277925e-05f;
+  p = p * t - 8.03462160e-04f;
+  p = p * t + 5.19119124e-03f;
+  p = p * t - 2.68553838e-02f;
+  p = p * t + 1.12836253e-01f;
+  p = p * t - 3.76126298e-01f;
+  p = p * t + 1.12837917e+00f;
+  const float small = x * p;
+  const float a = ax < 1.0f ? 1.0f : (ax < 4.0f ? ax : 4.0f);
+  const float u = 1.0f / a;
+  float r = 2.99710302e-02f;
+  r = r * u - 1.74941046e-01f;
+  r = r * u + 4.25131163e-01f;
+  r = r * u - 5.16698701e-01f;
+  r = r * u + 2.18937405e-01f;
+  r = r * u + 2.42343781e-01f;
+  r = r * u - 3.80596186e-01f;
+  r = r * u + 2.16981450e-02f;
+  r = r * u + 5.61607416e-01f;
+  r = r * u + 1.30583948e-04f;
+  const float e = 1.0f - e2 * r;
+  const float mid = ax < 4.0f ? e : 1.0f;
+  const float big = x < 0.0f ? -mid : mid;
+  return ax < 1.0f ? small : (x != x ? x : big);
+}
+
+/// erf in fp32 with vm::exp: error within 2.5e-7 of erf in double (measured 1.4e-7;
+/// step_values' [math] case).
+inline float erf(float x) { return erf_given(x, vm::exp(-x * x)); }
+
+/// sigmoid(x) in fp32 without overflow: e = e^−|x|, 1/(1 + e) for x >= 0, e/(1 + e) below.
+inline float sigmoid(float x) {
+  const float e = vm::exp(-__builtin_fabsf(x));
+  const float d = 1.0f / (1.0f + e);
+  return x >= 0.0f ? d : e * d;
+}
+
+/// tanh where only its absolute error matters: 1 − 2/(e^(2x) + 1) (as rt::m_tanh_abs).
+inline float tanh_abs(float x) { return 1.0f - 2.0f / (vm::exp(2.0f * x) + 1.0f); }
+
+// The ops in fp32 (A = float) with vm's functions, and in fp64 with rt's (libm): the formulas of
+// tally_math.h, one function per op and direction.
+template <class A> inline A exp_(A x) { return m_exp(x); }
+template <> inline float exp_(float x) { return vm::exp(x); }
+template <class A> inline A sigmoid_(A x) { return rt::sigmoid(x); }
+template <> inline float sigmoid_(float x) { return vm::sigmoid(x); }
+
+template <class A> inline A gelu_erf(A x) { return rt::gelu_erf(x); }
+template <> inline float gelu_erf(float x) { return 0.5f * x * (1.0f + vm::erf(x * 0.70710678118654752440f)); }
+template <class A> inline A gelu_erf_grad(A x) { return rt::gelu_erf_grad(x); }
+template <> inline float gelu_erf_grad(float x) {   // one exp: e^(−z²) serves erf and the pdf
+  const float z = x * 0.70710678118654752440f, e = vm::exp(-z * z);
+  return 0.5f * (1.0f + vm::erf_given(z, e)) + x * e * 0.39894228040143267794f;
+}
+template <class A> inline A gelu_tanh(A x) { return rt::gelu_tanh(x); }
+template <> inline float gelu_tanh(float x) {
+  const float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + vm::tanh_abs(u));
+}
+template <class A> inline A gelu_tanh_grad(A x) { return rt::gelu_tanh_grad(x); }
+template <> inline float gelu_tanh_grad(float x) {
+  const float k = 0.79788456080286535588f, c = 0.044715f;
+  const float t = vm::tanh_abs(k * (x + c * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x);
+}
+
+/// y = f(x) for op OP (a compile-time op: the kernels' loops hold no switch). Tanh keeps libm's
+/// tanhf in fp32 (its relative error near 0 matters; 1 − 2/(e^2x + 1) loses it).
+template <UnOp OP, class A> inline A unary(A x) {
+  if constexpr (OP == UnOp::Neg) return -x;
+  else if constexpr (OP == UnOp::Relu) return x > A(0) ? x : A(0);
+  else if constexpr (OP == UnOp::Gelu) return vm::gelu_erf(x);
+  else if constexpr (OP == UnOp::GeluTanh) return vm::gelu_tanh(x);
+  else if constexpr (OP == UnOp::Silu) return x * vm::sigmoid_(x);
+  else if constexpr (OP == UnOp::Tanh) return m_tanh(x);
+  else if constexpr (OP == UnOp::Sigmoid) return vm::sigmoid_(x);
+  else return vm::exp_(x);
+}
+
+/// f'(·) for op OP: from x for Gelu/GeluTanh/Silu, from y for the rest (as rt::unary_grad).
+template <UnOp OP, class A> inline A unary_grad(A x, A y) {
+  if constexpr (OP == UnOp::Neg) return A(-1);
+  else if constexpr (OP == UnOp::Relu) return y > A(0) ? A(1) : A(0);
+  else if constexpr (OP == UnOp::Gelu) return vm::gelu_erf_grad(x);
+  else if constexpr (OP == UnOp::GeluTanh) return vm::gelu_tanh_grad(x);
+  else if constexpr (OP == UnOp::Silu) {
+    const A s = vm::sigmoid_(x);
+    return s * (A(1) + x * (A(1) - s));
+  } else if constexpr (OP == UnOp::Tanh) return A(1) - y * y;
+  else if constexpr (OP == UnOp::Sigmoid) return y * (A(1) - y);
+  else return y;
+}
+
+} // namespace vm
+
+
+namespace detail {
+/// The most elements of one row that one task of a strided elementwise loop takes (binary,
+/// copy): a collapsed dense tensor is one row, which would otherwise run on one thread.
+constexpr int64_t kRowChunk = 16384;
+} // namespace detail
 
 /// out[io] (+)= a[ia] op b[ib] over `shape` (rank <= 8); strides in elements, 0 on broadcast dims;
 /// outStrides null = out dense (a gradient written into a view passes the view's strides).
@@ -23,17 +171,21 @@ void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b,
   const int64_t inner = c.shape[c.rank - 1];
   const int64_t rows = c.count / inner;
   const int64_t so = c.st[0][c.rank - 1], sa = c.st[1][c.rank - 1], sb = c.st[2][c.rank - 1];
+  // Tasks: each row in chunks of kRowChunk, so a dense operand (one long row) uses every thread.
+  const int64_t nch = (inner + detail::kRowChunk - 1) / detail::kRowChunk;
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (c.count > 4096)
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t task = 0; task < rows * nch; ++task) {
+    const int64_t r = task / nch, i0 = (task % nch) * detail::kRowChunk;
+    const int64_t i1 = i0 + detail::kRowChunk < inner ? i0 + detail::kRowChunk : inner;
     int64_t off[3];
     detail::row_offsets(c, 3, r, off);
     T* o = out + off[0];
     const T* pa = a + off[1];
     const T* pb = b + off[2];
     if (so == 1 && sa == 1 && sb == 1) {   // the common dense case: a loop the compiler vectorises
-      for (int64_t i = 0; i < inner; ++i) detail::put(o[i], binop(op, load(pa[i]), load(pb[i])), accumulate);
+      for (int64_t i = i0; i < i1; ++i) detail::put(o[i], binop(op, load(pa[i]), load(pb[i])), accumulate);
     } else {
-      for (int64_t i = 0; i < inner; ++i)
+      for (int64_t i = i0; i < i1; ++i)
         detail::put(o[i * so], binop(op, load(pa[i * sa]), load(pb[i * sb])), accumulate);
     }
   }
@@ -175,29 +327,71 @@ template <class F> void fused(Ctx& ctx, int64_t n, const F& f) {
   for (int64_t e = 0; e < n; ++e) f(e);
 }
 
-/// y = f(x) elementwise.
+namespace detail {
+/// unary_fwd's loop for one op (a compile-time op: no switch per element; fp32 vectorised).
+template <UnOp OP, class T> void unary_fwd_op(Ctx& ctx, const T* x, T* y, int64_t n) {
+#pragma omp parallel for simd num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(vm::unary<OP>(load(x[i])));
+}
+
+/// unary_bwd's loop for one op: dx (+)= dy · f'(x or y).
+template <UnOp OP, bool Acc, class T>
+void unary_bwd_op(Ctx& ctx, const T* x, const T* y, const T* dy, T* dx, int64_t n) {
+  using A = acc_t<T>;
+  constexpr bool needX = OP == UnOp::Gelu || OP == UnOp::GeluTanh || OP == UnOp::Silu;
+  constexpr bool needY = !needX && OP != UnOp::Neg;
+#pragma omp parallel for simd num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  for (int64_t i = 0; i < n; ++i) {
+    const A xv = needX ? load(x[i]) : A(0), yv = needY ? load(y[i]) : A(0);
+    const A g = load(dy[i]) * vm::unary_grad<OP>(xv, yv);
+    dx[i] = Acc ? store<T>(load(dx[i]) + g) : store<T>(g);
+  }
+}
+
+template <UnOp OP, class T>
+void unary_bwd_acc(Ctx& ctx, const T* x, const T* y, const T* dy, T* dx, int64_t n, bool accumulate) {
+  if (accumulate) unary_bwd_op<OP, true>(ctx, x, y, dy, dx, n);
+  else unary_bwd_op<OP, false>(ctx, x, y, dy, dx, n);
+}
+} // namespace detail
+
+/// y = f(x) elementwise (the op chosen once per call; each op's loop vectorised in fp32).
 template <class T> void unary_fwd(Ctx& ctx, UnOp op, const T* x, T* y, int64_t n) {
   detail::KernelScope ks(ctx, "unary_fwd");
   detail::require_sizes("unary_fwd", {n});
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
-  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(unary(op, load(x[i])));
+  switch (op) {
+    case UnOp::Neg: return detail::unary_fwd_op<UnOp::Neg>(ctx, x, y, n);
+    case UnOp::Relu: return detail::unary_fwd_op<UnOp::Relu>(ctx, x, y, n);
+    case UnOp::Gelu: return detail::unary_fwd_op<UnOp::Gelu>(ctx, x, y, n);
+    case UnOp::GeluTanh: return detail::unary_fwd_op<UnOp::GeluTanh>(ctx, x, y, n);
+    case UnOp::Silu: return detail::unary_fwd_op<UnOp::Silu>(ctx, x, y, n);
+    case UnOp::Tanh: return detail::unary_fwd_op<UnOp::Tanh>(ctx, x, y, n);
+    case UnOp::Sigmoid: return detail::unary_fwd_op<UnOp::Sigmoid>(ctx, x, y, n);
+    case UnOp::Exp: return detail::unary_fwd_op<UnOp::Exp>(ctx, x, y, n);
+  }
+  detail::require(false, "unary_fwd", "unknown op");
 }
 
 /// dx (+)= dy · f'(·): from x for Gelu/GeluTanh/Silu, from y for Relu/Tanh/Sigmoid/Exp.
 template <class T>
 void unary_bwd(Ctx& ctx, UnOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n,
                bool accumulate) {
-  using A = acc_t<T>;
   detail::KernelScope ks(ctx, "unary_bwd");
   detail::require_sizes("unary_bwd", {n});
   const bool needX = unary_grad_reads_x(op), needY = !needX && op != UnOp::Neg;
   detail::require(!needX || x != nullptr, "unary_bwd", "this op's backward reads x, which is null");
   detail::require(!needY || y != nullptr, "unary_bwd", "this op's backward reads y, which is null");
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
-  for (int64_t i = 0; i < n; ++i) {
-    A xv = needX ? load(x[i]) : A(0), yv = needY ? load(y[i]) : A(0);
-    detail::put(dx[i], load(dy[i]) * unary_grad(op, xv, yv), accumulate);
+  switch (op) {
+    case UnOp::Neg: return detail::unary_bwd_acc<UnOp::Neg>(ctx, x, y, dy, dx, n, accumulate);
+    case UnOp::Relu: return detail::unary_bwd_acc<UnOp::Relu>(ctx, x, y, dy, dx, n, accumulate);
+    case UnOp::Gelu: return detail::unary_bwd_acc<UnOp::Gelu>(ctx, x, y, dy, dx, n, accumulate);
+    case UnOp::GeluTanh: return detail::unary_bwd_acc<UnOp::GeluTanh>(ctx, x, y, dy, dx, n, accumulate);
+    case UnOp::Silu: return detail::unary_bwd_acc<UnOp::Silu>(ctx, x, y, dy, dx, n, accumulate);
+    case UnOp::Tanh: return detail::unary_bwd_acc<UnOp::Tanh>(ctx, x, y, dy, dx, n, accumulate);
+    case UnOp::Sigmoid: return detail::unary_bwd_acc<UnOp::Sigmoid>(ctx, x, y, dy, dx, n, accumulate);
+    case UnOp::Exp: return detail::unary_bwd_acc<UnOp::Exp>(ctx, x, y, dy, dx, n, accumulate);
   }
+  detail::require(false, "unary_bwd", "unknown op");
 }
 
 namespace detail {
@@ -334,7 +528,9 @@ inline void next_tokens(Ctx& ctx, const int32_t* tokens, int32_t* labels, int64_
 }
 
 /// dst (+)= src over `shape` (rank <= 8), converting the storage type; src strided, dst dense or
-/// strided when dstStrides is given.
+/// strided when dstStrides is given. A dense copy of one type is memcpy, split into one
+/// contiguous chunk per thread when it is large; other copies split their rows, and long rows
+/// into chunks, over the threads (a dense tensor collapses to one row).
 template <class TS, class TD>
 void copy(Ctx& ctx, const TS* src, const int64_t* srcStrides, TD* dst, const int64_t* dstStrides,
           const int64_t* shape, int rank, bool accumulate) {
@@ -346,15 +542,40 @@ void copy(Ctx& ctx, const TS* src, const int64_t* srcStrides, TD* dst, const int
   const int64_t inner = c.shape[c.rank - 1];
   const int64_t rows = c.count / inner;
   const int64_t sd = c.st[0][c.rank - 1], ss = c.st[1][c.rank - 1];
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (c.count > 4096)
-  for (int64_t r = 0; r < rows; ++r) {
+  const int nt = ctx.nthreads();
+  if constexpr (std::is_same_v<TS, TD>) {
+    if (rows == 1 && sd == 1 && ss == 1 && !accumulate) {
+      // Below 1 MiB one thread copies at full bandwidth and a team's start would cost more;
+      // overlapping ranges (not emitted today) take one memmove.
+      const int64_t bytes = inner * static_cast<int64_t>(sizeof(TD));
+      const bool apart = dst + inner <= src || src + inner <= dst;
+      if (nt <= 1 || bytes < (int64_t(1) << 20) || !apart) {
+        std::memmove(dst, src, static_cast<size_t>(bytes));
+        return;
+      }
+#pragma omp parallel num_threads(nt)
+      {
+        const int64_t k = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t e0 = inner * t / k, e1 = inner * (t + 1) / k;
+        std::memcpy(dst + e0, src + e0, static_cast<size_t>(e1 - e0) * sizeof(TD));
+      }
+      return;
+    }
+  }
+  // Tasks: each row in chunks of kRowChunk, so few long rows still use every thread.
+  const int64_t chunk = detail::kRowChunk, nch = (inner + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nt) schedule(static) if (c.count > 4096)
+  for (int64_t task = 0; task < rows * nch; ++task) {
+    const int64_t r = task / nch, i0 = (task % nch) * chunk;
+    const int64_t i1 = i0 + chunk < inner ? i0 + chunk : inner;
     int64_t off[2];
     detail::row_offsets(c, 2, r, off);
     TD* d = dst + off[0];
     const TS* s = src + off[1];
-    for (int64_t i = 0; i < inner; ++i) {
-      acc_t<TD> v = static_cast<acc_t<TD>>(load(s[i * ss]));
-      detail::put(d[i * sd], v, accumulate);
+    if (sd == 1 && ss == 1) {
+      for (int64_t i = i0; i < i1; ++i) detail::put(d[i], static_cast<acc_t<TD>>(load(s[i])), accumulate);
+    } else {
+      for (int64_t i = i0; i < i1; ++i) detail::put(d[i * sd], static_cast<acc_t<TD>>(load(s[i * ss])), accumulate);
     }
   }
 }
