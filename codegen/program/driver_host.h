@@ -6,6 +6,7 @@
 // are passed in (the CPU driver's own regions, the CUDA driver's host copies).
 #pragma once
 
+#include "common/tally_driver.h"
 #include "common/tally_init.h"
 #include "common/tally_safetensors.h"
 #include "driver/tally_step.h"
@@ -516,14 +517,23 @@ std::string num(double v) {
 /// Step i (0-based) of the run is timed: the first args.warmup steps are not.
 bool timedStep(const Args &a, int64_t i) { return i >= a.warmup; }
 
-/// A progress line on stderr while stepping ("step 3/10 (warm-up)"), rewritten in place; only
-/// when stderr is a terminal, so logs and tests stay clean. done() clears it.
+/// A progress line on stderr while stepping ("step 3/10 (warm-up, untimed)"), rewritten in
+/// place at the first step and then at most every 0.2 s (outside the timed region: the drivers
+/// call it before starting a step's clock); only when stderr is a terminal, so logs and tests
+/// stay clean. done() clears it.
 struct Progress {
   bool on = ::isatty(2) != 0;
-  void step(const Args &a, int64_t i) const {
-    if (on)
-      std::fprintf(stderr, "\r\033[Ktally_step: step %lld/%lld%s", static_cast<long long>(i + 1),
-                   static_cast<long long>(a.steps), timedStep(a, i) ? "" : " (warm-up, untimed)");
+  double last = -1;
+  void step(const Args &a, int64_t i) {
+    if (!on)
+      return;
+    double now = rt::now_seconds();
+    if (last >= 0 && now - last < 0.2)
+      return;
+    last = now;
+    std::fprintf(stderr, "\r\033[Ktally_step: step %lld/%lld%s", static_cast<long long>(i + 1),
+                 static_cast<long long>(a.steps), timedStep(a, i) ? "" : " (warm-up, untimed)");
+    std::fflush(stderr);
   }
   void done() const {
     if (on)

@@ -29,6 +29,7 @@
 #include "llvm/Support/SHA1.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <csignal>
 #include <map>
 #include <thread>
@@ -155,11 +156,43 @@ int spawn(StringRef program, ArrayRef<StringRef> args, ArrayRef<Optional<StringR
   return rc;
 }
 
-/// Runs a program; its stdout and stderr go to `log` (appended). True when it exits 0.
-bool execute(StringRef program, ArrayRef<StringRef> args, StringRef log, std::string &why) {
+/// spawn, with a progress line on stderr while the program runs ("tally: building the generated
+/// step: compiling (12 s)"), rewritten every quarter second and cleared at the end; only when
+/// stderr is a terminal (else exactly spawn), so logs and tests stay clean.
+int spawnShowing(StringRef program, ArrayRef<StringRef> args, ArrayRef<Optional<StringRef>> redirects,
+                 std::string *err, StringRef what) {
+  if (!sys::Process::StandardErrIsDisplayed())
+    return spawn(program, args, redirects, err);
+  void (*previous)(int) = std::signal(SIGPIPE, SIG_DFL);
+  bool failed = false;
+  sys::ProcessInfo pi = sys::ExecuteNoWait(program, args, None, redirects, 0, err, &failed);
+  int rc = -1;
+  if (!failed) {
+    auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      sys::ProcessInfo done = sys::Wait(pi, 0, false, err); // non-blocking
+      if (done.Pid != 0) {
+        rc = done.ReturnCode;
+        break;
+      }
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      errs() << formatv("\r\033[Ktally: {0} ({1:f0} s)", what, s);
+      errs().flush();
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    errs() << "\r\033[K";
+    errs().flush();
+  }
+  std::signal(SIGPIPE, previous);
+  return rc;
+}
+
+/// Runs a program; its stdout and stderr go to `log` (appended). True when it exits 0. `what`
+/// names it in the progress line (spawnShowing).
+bool execute(StringRef program, ArrayRef<StringRef> args, StringRef log, std::string &why, StringRef what) {
   Optional<StringRef> redirects[] = {StringRef(""), log, log};
   std::string err;
-  int rc = spawn(program, args, redirects, &err);
+  int rc = spawnShowing(program, args, redirects, &err, what);
   if (rc != 0) {
     why = err.empty() ? program.str() + " exited with " + std::to_string(rc) : err;
     return false;
@@ -223,8 +256,9 @@ std::string buildCached(const std::vector<codegen::File> &files, std::string &bi
   std::string why;
   std::string jobs = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
   errs() << "tally: building the generated step in " << dir << "\n";
-  if (!execute(*cmake, {*cmake, "-S", tmp, "-B", buildDir, "-DCMAKE_BUILD_TYPE=Release"}, log, why) ||
-      !execute(*cmake, {*cmake, "--build", buildDir, "-j", jobs}, log, why))
+  if (!execute(*cmake, {*cmake, "-S", tmp, "-B", buildDir, "-DCMAKE_BUILD_TYPE=Release"}, log, why,
+               "building the generated step: configuring") ||
+      !execute(*cmake, {*cmake, "--build", buildDir, "-j", jobs}, log, why, "building the generated step: compiling"))
     return "building the generated step failed (" + why + "); the end of " + log.str().str() + ":\n" +
            tail(log, 30);
   if (std::error_code ec = sys::fs::rename(tmp, dir)) {

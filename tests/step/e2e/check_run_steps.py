@@ -8,12 +8,15 @@ untimed (issue 42), on the e2e MLP (mlp.tally, random data from --seed: the same
     bit for bit (the same program, data and threads; fp32 weights saved as F32);
   - the timing keys (step_min_s ≤ step_s ≤ step_max_s, load_average, cores, timing_warnings)
     are in the JSON, beside the old ones;
-  - --warmup N or more is refused (at least one step is timed).
+  - --warmup N or more is refused (at least one step is timed);
+  - a progress line ("tally_step: step 1/3 (warm-up, untimed)") on stderr when it is a terminal
+    (a pseudo-terminal here), and none when it is not (a pipe).
 
 Usage: /usr/bin/python3 check_run_steps.py TALLY   (exit 1 on any failure; TALLY_CACHE_DIR as the
 other e2e checks)."""
 import json
 import os
+import pty
 import subprocess
 import sys
 import tempfile
@@ -77,6 +80,28 @@ def main():
         check(name + ": --save after %d updates" % steps, got == [ref[steps]],
               "a step from the saved weights has loss %s, the weights after %d updates %r (after %d: %r)" % (
                   got, steps, ref[steps], steps + 2, ref[steps + 2] if steps + 2 < len(ref) else "?"))
+
+    # Progress: on a terminal only (the build is cached by the runs above, so only the steps show).
+    rc, out, err = run(tally, "--steps", "3")
+    check("no progress on a pipe", rc == 0 and "tally_step: step" not in err and "\r" not in err, repr(err))
+    master, slave = pty.openpty()
+    p = subprocess.Popen([tally, "run", MODEL, "--format", "json", "--seed", "3", "--steps", "3"],
+                         stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other end closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    out = p.stdout.read()
+    p.wait()
+    check("progress on a terminal", p.returncode == 0 and b"tally_step: step 1/3 (warm-up, untimed)" in shown
+          and json.loads(out)["loss"] == ref[:3], repr(shown[-400:]))
 
     rc, out, err = run(tally, "--steps", "2", "--warmup", "2")
     check("warmup-not-below-steps refused", rc == 2 and "--warmup 2 must be less than --steps 2" in err,
