@@ -111,6 +111,11 @@ const SarifRuleText kRules[] = {
      "or printed something other than its JSON result.",
      "Rebuild tally (which builds tally-measure), unset TALLY_MEASURE, and read the program's "
      "own messages above the error."},
+    {"calibrate-busy", "tally calibrate kept a calibration made at a lower load.",
+     "The new measurement was made under load (the 1-minute load average above the core count: "
+     "other processes competed for the cores, so its numbers are low), and the existing "
+     "calibration records a lower load; tally calibrate does not replace it.",
+     "Calibrate again when the machine is idle, or pass --force to replace it anyway."},
     {"out-of-memory", "tally ran out of memory.",
      "An allocation failed: the model's graph, training step and schedule need more memory than "
      "the process may use (a 100,000-layer GPT needs about 1 GiB). tally stops at once with exit "

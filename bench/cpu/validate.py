@@ -2,7 +2,7 @@
 """validate.py — tally's CPU estimates against the generated step's measurements (issue 7).
 
 For each plan of the table below it runs
-    TALLY run FILE --plan P [overrides] --steps N --warmup 2 --format json
+    TALLY run FILE --plan P [overrides] --steps N+2 --warmup 2 --format json   (N timed)
 (the estimate is for the `host` target: this machine as `tally calibrate` measured it) and
 prints a Markdown table: estimated and measured step time (the median of the timed steps) and
 their error, the arena (estimated = allocated, to the byte), the estimated peak beside the
@@ -57,7 +57,9 @@ def main():
     rows, errors, comm = [], [], []
     load = os.getloadavg()[0]
     for label, path, plan, flags in PLANS:
-        cmd = [tally, "run", path, "--plan", plan, "--steps", steps, "--warmup", "2", "--format", "json"] + flags + extra
+        # --steps counts every step (issue 42): the 2 warm-up steps and `steps` timed ones.
+        cmd = [tally, "run", path, "--plan", plan, "--steps", str(int(steps) + 2), "--warmup", "2", "--format",
+               "json"] + flags + extra
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             print("FAILED %s: %s" % (label, r.stderr[-1500:]), file=sys.stderr)
@@ -76,9 +78,9 @@ def main():
                             (est["data_parallel_comm_s"] - mea["communication_s"]) / mea["communication_s"] * 100,
                             mea["wait_s"] * 1e3, "allocated" if all(
                                 est["regions"][k] == mea["regions"][k] for k in est["regions"]) else "NOT"))
-    print("Measured %s UTC on %s (%s, %d CPUs, load average %.2f before), `tally run ... --steps %s --warmup 2`%s:\n" % (
+    print("Measured %s UTC on %s (%s, %d CPUs, load average %.2f before), `tally run ... --steps %d --warmup 2`%s:\n" % (
         time.strftime("%Y-%m-%d %H:%M", time.gmtime()), platform.node(), platform.processor() or platform.machine(),
-        os.cpu_count(), load, steps, (" " + " ".join(extra)) if extra else ""))
+        os.cpu_count(), load, int(steps) + 2, (" " + " ".join(extra)) if extra else ""))
     print("| plan | estimated step | measured step (median) | error | arena est. / allocated (B) | peak est. | peak resident |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:

@@ -1,8 +1,8 @@
 // The driver of a generated CPU training step (the same file for every model; `tally build`
 // copies it next to step.cpp). It allocates exactly the regions of the step's memory plan
 // (kLayout), fills the parameters (--init, or the default initialisation) and the batch
-// (--data, or random data), runs warm-up and timed steps, and prints one JSON object: the
-// median step time, per-kernel times by op class, the bytes it allocated, the peak resident
+// (--data, or random data), runs --steps steps (the first --warmup untimed), and prints one
+// JSON object: the median step time (with min, max and the load average), per-kernel times by op class, the bytes it allocated, the peak resident
 // memory and the loss of every step. `tally run` reads that object; docs/runtime.md documents
 // the flags.
 //
@@ -123,9 +123,12 @@ int main(int argc, char **argv) {
 
     const double start = rt::now_seconds() - started; // allocation, initialisation, data
     std::vector<double> losses, times;
-    int64_t skipped = 0, total = args.warmup + args.steps;
+    int64_t skipped = 0, total = args.steps; // the first args.warmup untimed
+    Progress progress;
+    progress.on = progress.on && rank == 0;
     for (int64_t i = 0; i < total; ++i) {
-      prof.timing = i >= args.warmup;
+      prof.timing = timedStep(args, i);
+      progress.step(args, i);
       currentBatch = i % batches;
       bool last = i + 1 == total, updated = true;
       // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
@@ -138,10 +141,11 @@ int main(int argc, char **argv) {
       losses.push_back(loss);
       if (!std::isfinite(loss) && !args.allowNonfinite)
         die(nonfiniteLoss(i + 1, loss));
-      if (i >= args.warmup)
+      if (timedStep(args, i))
         times.push_back(dt);
       skipped += updated ? 0 : 1;
     }
+    progress.done();
     if (!args.save.empty())
       saveRank(args, mem, rank, tally_comm::sum);
     int64_t peak = peakResidentBytes();
@@ -149,10 +153,6 @@ int main(int argc, char **argv) {
     if (rank != 0)
       return 0;
 
-    std::vector<double> sorted = times;
-    std::sort(sorted.begin(), sorted.end());
-    size_t h = sorted.size() / 2;
-    double median = sorted.size() % 2 ? sorted[h] : (sorted[h - 1] + sorted[h]) / 2;
     std::string out = "{\n  \"backend\": \"cpu\",\n";
     out += "  \"model\": \"" + rt::json_escape(kLayout.model) + "\",\n";
     out += "  \"plan\": \"" + rt::json_escape(kLayout.plan) + "\",\n";
@@ -160,10 +160,8 @@ int main(int argc, char **argv) {
     out += "  \"ranks\": " + std::to_string(kLayout.ranks) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
     out += "  \"steps\": " + std::to_string(args.steps) + ",\n  \"warmup\": " + std::to_string(args.warmup) + ",\n";
     out += "  \"start_s\": " + num(start) + ",\n";
-    out += "  \"step_s\": " + num(median) + ",\n  \"step_times\": [";
-    for (size_t i = 0; i < times.size(); ++i)
-      out += (i ? ", " : "") + num(times[i]);
-    out += "],\n  \"arena_bytes\": " + std::to_string(kLayout.arenaBytes) + ",\n";
+    out += timingJson(times);
+    out += "  \"arena_bytes\": " + std::to_string(kLayout.arenaBytes) + ",\n";
     out += "  \"regions\": {\"params\": " + std::to_string(kLayout.paramsBytes) + ", \"grads\": " +
            std::to_string(kLayout.gradsBytes) + ", \"master\": " + std::to_string(kLayout.masterBytes) +
            ", \"optimizer\": " + std::to_string(kLayout.optimizerBytes) + ", \"data\": " + std::to_string(kLayout.dataBytes) +

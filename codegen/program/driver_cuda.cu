@@ -2,8 +2,8 @@
 // --backend cuda` copies it next to step.cu). It allocates exactly the regions of the step's
 // memory plan (kLayout) with one cudaMalloc each, fills the parameters on the host (--init, or
 // the CPU driver's default initialisation from the same Philox seeds) and copies them over,
-// reads the batch (--data, or random data from the same seeds), runs warm-up and timed steps
-// timed with CUDA events (each step, and each kernel through the runtime's event pool), and
+// reads the batch (--data, or random data from the same seeds), runs --steps steps (the first
+// --warmup untimed), timed with CUDA events (each step, and each kernel through the runtime's event pool), and
 // prints the CPU driver's JSON object plus the device's memory: the peak in use
 // (cudaMemGetInfo), the CUDA context and the runtime's cuBLASLt/scratch workspace on their own
 // lines. Every CUDA call here is checked; the runtime checks its own (the op path in ctx.where).
@@ -176,9 +176,12 @@ int main(int argc, char **argv) {
     check(cudaEventCreate(&stop), "cudaEventCreate");
 
     std::vector<double> losses, times;
-    int64_t skipped = 0, total = args.warmup + args.steps;
+    int64_t skipped = 0, total = args.steps; // the first args.warmup untimed
+    Progress progress;
+    progress.on = progress.on && rank == 0;
     for (int64_t i = 0; i < total; ++i) {
-      const bool timed = i >= args.warmup;
+      const bool timed = timedStep(args, i);
+      progress.step(args, i);
       ctx.timing = timed;
       ctx.resetTimes();
       currentBatch = i % batches;
@@ -203,6 +206,7 @@ int main(int argc, char **argv) {
       skipped += updated ? 0 : 1;
       deviceUsed();
     }
+    progress.done();
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     if (!args.save.empty()) { // every rank: under ZeRO the master shards are summed first
       download(host.params, mem.params, kLayout.paramsBytes, "cudaMemcpy(params to host)");
@@ -216,20 +220,14 @@ int main(int argc, char **argv) {
     if (rank != 0)
       return 0;
 
-    std::vector<double> sorted = times;
-    std::sort(sorted.begin(), sorted.end());
-    size_t h = sorted.size() / 2;
-    double median = sorted.size() % 2 ? sorted[h] : (sorted[h - 1] + sorted[h]) / 2;
     std::string out = "{\n  \"backend\": \"cuda\",\n";
     out += "  \"model\": \"" + rt::json_escape(kLayout.model) + "\",\n";
     out += "  \"plan\": \"" + rt::json_escape(kLayout.plan) + "\",\n";
     out += "  \"device\": \"" + rt::json_escape(prop.name) + "\",\n";
     out += "  \"ranks\": " + std::to_string(kLayout.ranks) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
     out += "  \"steps\": " + std::to_string(args.steps) + ",\n  \"warmup\": " + std::to_string(args.warmup) + ",\n";
-    out += "  \"step_s\": " + num(median) + ",\n  \"step_times\": [";
-    for (size_t i = 0; i < times.size(); ++i)
-      out += (i ? ", " : "") + num(times[i]);
-    out += "],\n  \"arena_bytes\": " + std::to_string(kLayout.arenaBytes) + ",\n";
+    out += timingJson(times);
+    out += "  \"arena_bytes\": " + std::to_string(kLayout.arenaBytes) + ",\n";
     out += "  \"regions\": {\"params\": " + std::to_string(kLayout.paramsBytes) + ", \"grads\": " +
            std::to_string(kLayout.gradsBytes) + ", \"master\": " + std::to_string(kLayout.masterBytes) +
            ", \"optimizer\": " + std::to_string(kLayout.optimizerBytes) + ", \"data\": " + std::to_string(kLayout.dataBytes) +

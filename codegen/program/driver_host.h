@@ -6,6 +6,7 @@
 // are passed in (the CPU driver's own regions, the CUDA driver's host copies).
 #pragma once
 
+#include "common/tally_driver.h"
 #include "common/tally_init.h"
 #include "common/tally_safetensors.h"
 #include "driver/tally_step.h"
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -36,8 +38,11 @@
 namespace tally_step {
 namespace {
 
+/// --steps N trains N steps in all; the first --warmup of them are untimed (default: 2, or
+/// N - 1 when N is smaller), so at least one step is timed and --save holds the weights after
+/// exactly N updates.
 struct Args {
-  int64_t steps = 10, warmup = 2, threads = 0;
+  int64_t steps = 10, warmup = -1, threads = 0;
   uint64_t seed = 1;
   std::string init, data, save, dumpGrads;
   bool allowNonfinite = false;
@@ -107,6 +112,11 @@ Args parse(int argc, char **argv) {
     else
       usage("unknown flag " + f);
   }
+  if (a.warmup < 0)
+    a.warmup = std::min<int64_t>(2, a.steps - 1);
+  else if (a.warmup >= a.steps)
+    usage("--warmup " + std::to_string(a.warmup) + " must be less than --steps " + std::to_string(a.steps) +
+          ": the steps train in all, the first --warmup of them untimed, and at least one is timed");
   if (a.threads > kMaxThreads)
     usage("--threads takes at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(a.threads));
   // An output never replaces an input of the same run (nor the other output).
@@ -502,6 +512,60 @@ std::string num(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
+}
+
+/// Step i (0-based) of the run is timed: the first args.warmup steps are not.
+bool timedStep(const Args &a, int64_t i) { return i >= a.warmup; }
+
+/// A progress line on stderr while stepping ("step 3/10 (warm-up, untimed)"), rewritten in
+/// place at the first step and then at most every 0.2 s (outside the timed region: the drivers
+/// call it before starting a step's clock); only when stderr is a terminal, so logs and tests
+/// stay clean. done() clears it.
+struct Progress {
+  bool on = ::isatty(2) != 0;
+  double last = -1;
+  void step(const Args &a, int64_t i) {
+    if (!on)
+      return;
+    double now = rt::now_seconds();
+    if (last >= 0 && now - last < 0.2)
+      return;
+    last = now;
+    std::fprintf(stderr, "\r\033[Ktally_step: step %lld/%lld%s", static_cast<long long>(i + 1),
+                 static_cast<long long>(a.steps), timedStep(a, i) ? "" : " (warm-up, untimed)");
+    std::fflush(stderr);
+  }
+  void done() const {
+    if (on)
+      std::fputs("\r\033[K", stderr);
+  }
+};
+
+/// /proc/loadavg's 1-minute figure, or NaN where it cannot be read.
+double loadAverage1m() {
+  std::ifstream f("/proc/loadavg");
+  double v = 0;
+  return f >> v ? v : NAN;
+}
+
+/// The timed steps in the report, shared by both drivers: "step_s" (the median), "step_times",
+/// then "timed_steps", "step_min_s", "step_max_s", the 1-minute load average just after the
+/// last step and the cores online (`tally run` warns when the spread or the load makes the
+/// comparison with the estimate unreliable). Each line ends with ",\n".
+std::string timingJson(const std::vector<double> &times) {
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  size_t h = sorted.size() / 2;
+  double median = sorted.empty() ? NAN : sorted.size() % 2 ? sorted[h] : (sorted[h - 1] + sorted[h]) / 2;
+  std::string out = "  \"step_s\": " + num(median) + ",\n  \"step_times\": [";
+  for (size_t i = 0; i < times.size(); ++i)
+    out += (i ? ", " : "") + num(times[i]);
+  out += "],\n  \"timed_steps\": " + std::to_string(times.size()) + ",\n";
+  out += "  \"step_min_s\": " + num(sorted.empty() ? NAN : sorted.front()) + ",\n";
+  out += "  \"step_max_s\": " + num(sorted.empty() ? NAN : sorted.back()) + ",\n";
+  out += "  \"load_average\": " + num(loadAverage1m()) + ",\n";
+  out += "  \"cores\": " + std::to_string(std::max<long>(1, ::sysconf(_SC_NPROCESSORS_ONLN))) + ",\n";
+  return out;
 }
 
 } // namespace

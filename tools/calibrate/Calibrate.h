@@ -126,5 +126,17 @@ std::string renderTarget(const Result &r, const std::string &when);
 /// "host-<hostname>-<8 hex digits of a hash of the CPU model and core count>.tally".
 std::string cacheFileName();
 
+/// The load average a calibration file's text records (renderTarget's "// Load average before
+/// measuring: X" line), or -1 when it records none.
+double recordedLoadAverage(const std::string &text);
+
+/// Measured under load: the 1-minute load average exceeded the core count (issue 42).
+inline bool underLoad(const Result &r) { return r.cores > 0 && r.loadAverage > static_cast<double>(r.cores); }
+
+/// Why `tally calibrate` must not replace a calibration recorded at `oldLoad` with `r` (one
+/// made under load, underLoad, when the old one was made at a lower load), naming both loads;
+/// "" when it may (also when oldLoad is unknown, -1). --force overrides it.
+std::string overwriteRefusal(const Result &r, double oldLoad);
+
 } // namespace calibrate
 } // namespace tally

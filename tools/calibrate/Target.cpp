@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -226,6 +227,27 @@ std::string cacheFileName() {
   char hex[16];
   std::snprintf(hex, sizeof hex, "%08x", hash);
   return "host-" + h + "-" + hex + ".tally";
+}
+
+double recordedLoadAverage(const std::string &text) {
+  const std::string key = "// Load average before measuring: ";
+  size_t at = text.find(key);
+  if (at == std::string::npos)
+    return -1;
+  const char *start = text.c_str() + at + key.size();
+  char *end = nullptr;
+  double v = std::strtod(start, &end);
+  return end != start && std::isfinite(v) && v >= 0 ? v : -1;
+}
+
+std::string overwriteRefusal(const Result &r, double oldLoad) {
+  if (!underLoad(r) || oldLoad < 0 || oldLoad >= r.loadAverage)
+    return "";
+  return "this calibration was measured at a load average of " + num(r.loadAverage, 3) + " on " +
+         std::to_string(r.cores) + " core" + (r.cores == 1 ? "" : "s") +
+         " (other processes competed for the cores, so its numbers are low), and the existing one at " +
+         num(oldLoad, 3) + "; keeping the existing one (calibrate again when the machine is idle, or --force to "
+         "replace it anyway)";
 }
 
 } // namespace calibrate

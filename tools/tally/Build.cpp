@@ -12,6 +12,7 @@
 #include "driver/Compiler.h"
 #include "ir/Units.h"
 #include "report/Output.h"
+#include "report/RunTiming.h"
 #include "tools/tally/Commands.h"
 #include "tools/tally/PlanFlags.h"
 
@@ -28,6 +29,7 @@
 #include "llvm/Support/SHA1.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <csignal>
 #include <map>
 #include <thread>
@@ -53,9 +55,10 @@ cl::opt<std::string> Output("o", cl::desc("build: the folder to write"), cl::val
                             cl::cat(Cat));
 cl::opt<bool> Force("force", cl::desc("build: write into a non-empty folder that tally build did not create"),
                     cl::sub(Build), cl::cat(Cat));
-cl::opt<int64_t> Steps("steps", cl::desc("run: timed steps (default 10)"), cl::init(10), cl::sub(Run), cl::cat(Cat));
-cl::opt<int64_t> Warmup("warmup", cl::desc("run: training steps before the timed ones (default 2)"), cl::init(2),
-                        cl::sub(Run), cl::cat(Cat));
+cl::opt<int64_t> Steps("steps", cl::desc("run: training steps in all, the first --warmup of them untimed (default 10)"),
+                       cl::init(10), cl::sub(Run), cl::cat(Cat));
+cl::opt<int64_t> Warmup("warmup", cl::desc("run: how many of the --steps are untimed (default 2, at most --steps - 1)"),
+                        cl::init(2), cl::sub(Run), cl::cat(Cat));
 cl::opt<int64_t> Threads("threads", cl::desc("run: OpenMP threads (default: all; cpu backend only)"), cl::init(0), cl::sub(Run),
                          cl::cat(Cat));
 cl::opt<int64_t> Seed("seed", cl::desc("run: seed of the initialisation, the random data and dropout"), cl::init(1),
@@ -153,11 +156,43 @@ int spawn(StringRef program, ArrayRef<StringRef> args, ArrayRef<Optional<StringR
   return rc;
 }
 
-/// Runs a program; its stdout and stderr go to `log` (appended). True when it exits 0.
-bool execute(StringRef program, ArrayRef<StringRef> args, StringRef log, std::string &why) {
+/// spawn, with a progress line on stderr while the program runs ("tally: building the generated
+/// step: compiling (12 s)"), rewritten every quarter second and cleared at the end; only when
+/// stderr is a terminal (else exactly spawn), so logs and tests stay clean.
+int spawnShowing(StringRef program, ArrayRef<StringRef> args, ArrayRef<Optional<StringRef>> redirects,
+                 std::string *err, StringRef what) {
+  if (!sys::Process::StandardErrIsDisplayed())
+    return spawn(program, args, redirects, err);
+  void (*previous)(int) = std::signal(SIGPIPE, SIG_DFL);
+  bool failed = false;
+  sys::ProcessInfo pi = sys::ExecuteNoWait(program, args, None, redirects, 0, err, &failed);
+  int rc = -1;
+  if (!failed) {
+    auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      sys::ProcessInfo done = sys::Wait(pi, 0, false, err); // non-blocking
+      if (done.Pid != 0) {
+        rc = done.ReturnCode;
+        break;
+      }
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      errs() << formatv("\r\033[Ktally: {0} ({1:f0} s)", what, s);
+      errs().flush();
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    errs() << "\r\033[K";
+    errs().flush();
+  }
+  std::signal(SIGPIPE, previous);
+  return rc;
+}
+
+/// Runs a program; its stdout and stderr go to `log` (appended). True when it exits 0. `what`
+/// names it in the progress line (spawnShowing).
+bool execute(StringRef program, ArrayRef<StringRef> args, StringRef log, std::string &why, StringRef what) {
   Optional<StringRef> redirects[] = {StringRef(""), log, log};
   std::string err;
-  int rc = spawn(program, args, redirects, &err);
+  int rc = spawnShowing(program, args, redirects, &err, what);
   if (rc != 0) {
     why = err.empty() ? program.str() + " exited with " + std::to_string(rc) : err;
     return false;
@@ -221,8 +256,9 @@ std::string buildCached(const std::vector<codegen::File> &files, std::string &bi
   std::string why;
   std::string jobs = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
   errs() << "tally: building the generated step in " << dir << "\n";
-  if (!execute(*cmake, {*cmake, "-S", tmp, "-B", buildDir, "-DCMAKE_BUILD_TYPE=Release"}, log, why) ||
-      !execute(*cmake, {*cmake, "--build", buildDir, "-j", jobs}, log, why))
+  if (!execute(*cmake, {*cmake, "-S", tmp, "-B", buildDir, "-DCMAKE_BUILD_TYPE=Release"}, log, why,
+               "building the generated step: configuring") ||
+      !execute(*cmake, {*cmake, "--build", buildDir, "-j", jobs}, log, why, "building the generated step: compiling"))
     return "building the generated step failed (" + why + "); the end of " + log.str().str() + ":\n" +
            tail(log, 30);
   if (std::error_code ec = sys::fs::rename(tmp, dir)) {
@@ -428,6 +464,9 @@ std::string launcher(const Analysis &a, const std::string &binary, std::vector<s
   return "";
 }
 
+/// The untimed steps: --warmup as given, else 2 or, for fewer --steps, all but the last one.
+int64_t warmupSteps() { return Warmup.getNumOccurrences() ? Warmup : std::min<int64_t>(Warmup, Steps - 1); }
+
 /// The step's command line: the launcher (launcher()), then --steps, --warmup, --threads (under
 /// data parallelism the cores shared between the ranks unless --threads says otherwise), --seed
 /// and the file flags given. "" or why it cannot be run.
@@ -438,7 +477,7 @@ std::string stepArguments(const Analysis &a, const std::string &binary, std::vec
   int64_t ranks = a.plan->parallel.data, threads = Threads;
   if (ranks > 1 && threads == 0)
     threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
-  for (std::string f : std::vector<std::string>{"--steps", std::to_string(Steps), "--warmup", std::to_string(Warmup),
+  for (std::string f : std::vector<std::string>{"--steps", std::to_string(Steps), "--warmup", std::to_string(warmupSteps()),
                                                  "--threads", std::to_string(threads), "--seed", std::to_string(Seed)})
     args.push_back(f);
   auto flag = [&](const char *name, const std::string &v) {
@@ -498,15 +537,20 @@ struct Measured {
   std::map<std::string, double> byClass;
   std::vector<Kernel> kernels; ///< slowest first
   const json::Array *loss;
+  double minS, maxS, load;             ///< the fastest and slowest timed step; the 1-minute load
+  int64_t cores, timed;                ///< the cores online; the timed steps
+  std::vector<std::string> warnings;   ///< why comparing with the estimate is unreliable
 };
 
 Measured measured(const Analysis &an, const json::Object *m) {
-  Measured r{m, num(m, "step_s"), 0, 0, 0, 0, {}, {}, nullptr};
+  Measured r{m, num(m, "step_s"), 0, 0, 0, 0, {}, {}, nullptr, num(m, "step_min_s"), num(m, "step_max_s"),
+             num(m, "load_average"), static_cast<int64_t>(num(m, "cores")), static_cast<int64_t>(num(m, "timed_steps")), {}};
+  r.warnings = runTimingWarnings(r.minS, r.maxS, r.load, r.cores);
   r.mfu = modelFlopsUtilization(an, r.stepS); // as the estimate's MFU
   const json::Object *regions = m->getObject("regions");
   r.allocated = num(m, "arena_bytes") + num(regions, "params") + num(regions, "grads") +
                 num(regions, "master") + num(regions, "optimizer");
-  double steps = static_cast<double>(Steps);
+  double steps = static_cast<double>(r.timed);
   if (const json::Array *ks = m->getArray("kernels"))
     for (const json::Value &k : *ks)
       if (const json::Object *ko = k.getAsObject()) {
@@ -561,6 +605,10 @@ void printRunJson(const Analysis &an, const Measured &r) {
   meas["wait_s"] = r.wait;
   meas["mfu"] = r.mfu;
   meas["by_class_s"] = std::move(measBy);
+  json::Array warnings;
+  for (const std::string &w : r.warnings)
+    warnings.push_back(w);
+  meas["timing_warnings"] = std::move(warnings);
   json::Object out{{"model", an.graph->model},
                    {"plan", an.plan->name},
                    {"backend", Backend},
@@ -598,7 +646,7 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   const json::Object *m = r.m;
   int64_t ranks = an.plan->parallel.data;
   std::map<std::string, double> estClass = estimatedByClass(an), measClass = r.byClass;
-  double steps = static_cast<double>(Steps);
+  double steps = static_cast<double>(r.timed);
   raw_ostream &os = outs();
   std::string where = cuda ? "on " + m->getString("device").getValueOr("a CUDA device").str()
                       : ranks > 1 ? formatv("on the CPU ({0} MPI processes of {1} thread{2}{3})", ranks,
@@ -608,13 +656,18 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
                                   : formatv("on the CPU ({0} thread{1})", static_cast<int64_t>(num(m, "threads")),
                                             num(m, "threads") == 1 ? "" : "s")
                                         .str();
-  os << formatv("tally run: {0}, plan {1}, {2}: {3} timed steps after {4} warm-up\n", an.graph->model,
-                an.plan->name, where, Steps, Warmup);
+  os << formatv("tally run: {0}, plan {1}, {2}: {3} step{4}, {5} timed after {6} warm-up\n", an.graph->model,
+                an.plan->name, where, Steps, Steps == 1 ? "" : "s", r.timed, warmupSteps());
   os << formatv("estimates are for the target {0}{1}\n\n", an.plan->target.name,
                 Overrides.target.empty() ? " (this machine, as `tally calibrate` measured it; --target to change)" : "");
   os << formatv("{0,-24} {1,14} {2,14}\n", "", "estimated", "measured");
   os << formatv("{0,-24} {1,14} {2,14}\n", "step time (median)", formatDuration(an.time.step), formatDuration(r.stepS));
+  os << formatv("{0,-24} {1,14} {2,14}\n", "  min - max", "",
+                formatDuration(r.minS) + " - " + formatDuration(r.maxS));
   os << formatv("{0,-24} {1,14} {2,14}\n", "MFU", formatPercent(an.time.mfu), formatPercent(r.mfu));
+  os << "  load average " << (std::isfinite(r.load) ? formatv("{0:f2}", r.load).str() : std::string("unknown"))
+     << " (1 minute, after the last step) on " << r.cores << " core" << (r.cores == 1 ? "" : "s")
+     << (r.warnings.empty() ? "" : "; see the warnings: the comparison is unreliable") << "\n";
   printRunMemory(os, an, r, cuda, ranks);
   if (ranks > 1) {
     os << formatv("{0,-24} {1,14} {2,14}\n", "data-parallel comm", formatDuration(an.time.dataParallelComm),
@@ -679,6 +732,10 @@ int run() {
   bool cuda = Backend == "cuda";
   if (Steps < 1 || Warmup < 0 || Threads < 0)
     return usageError("--steps must be at least 1, --warmup and --threads at least 0");
+  if (Warmup.getNumOccurrences() && Warmup >= Steps)
+    return usageError("--warmup " + std::to_string(Warmup) + " must be less than --steps " + std::to_string(Steps) +
+                      ": --steps trains that many steps in all, the first --warmup of them untimed, and at "
+                      "least one is timed");
   if (Threads > kMaxThreads)
     return usageError("--threads takes at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(Threads));
   Compilation c;
@@ -699,6 +756,8 @@ int run() {
   if (int rc = runStep(*a, binary, report))
     return rc;
   Measured r = measured(*a, report->getAsObject());
+  for (const std::string &w : r.warnings)
+    errs() << "tally: warning: " << w << "\n";
   if (OutFormat == Format::Json)
     printRunJson(*a, r);
   else

@@ -7,7 +7,8 @@
 // `.tally` reads that file, which must declare exactly one target.
 //
 // Exit codes: 0 written, 1 the measurements failed ([calibrate-failed]: tally-measure missing,
-// failing or printing something else), 2 the file could not be written ([io-error]).
+// failing or printing something else) or were made under load (a load average above the cores)
+// while the existing calibration was made at a lower load ([calibrate-busy]; --force replaces it), 2 the file could not be written ([io-error]).
 #include "driver/Compiler.h"
 #include "report/Output.h"
 #include "tools/calibrate/Calibrate.h"
@@ -17,6 +18,7 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
@@ -35,6 +37,9 @@ cl::OptionCategory Cat("tally calibrate options");
 cl::opt<std::string> Output("o", cl::desc("Write the target here (default: the per-machine cache)"),
                             cl::value_desc("file"), cl::sub(Calibrate), cl::cat(Cat));
 cl::opt<bool> Quick("quick", cl::desc("Small sizes and short timings (under 5 s): for tests"),
+                    cl::sub(Calibrate), cl::cat(Cat));
+cl::opt<bool> Force("force", cl::desc("Replace the existing calibration even when this one was measured under load "
+                                      "(a load average above the cores) and the existing one at a lower load"),
                     cl::sub(Calibrate), cl::cat(Cat));
 
 } // namespace calibrateopts
@@ -63,14 +68,34 @@ std::string utcNow() {
   return buf;
 }
 
+/// Why the measurement `r` must not replace the calibration at `path` (calibrate::overwriteRefusal
+/// on the load that file records); "" when there is none or it may.
+std::string keepExisting(const std::string &path, const calibrate::Result &r) {
+  if (!sys::fs::exists(path))
+    return "";
+  ErrorOr<std::unique_ptr<MemoryBuffer>> old = MemoryBuffer::getFile(path);
+  if (!old)
+    return "";
+  std::string why = calibrate::overwriteRefusal(r, calibrate::recordedLoadAverage((*old)->getBuffer().str()));
+  return why.empty() ? "" : "not replacing '" + path + "': " + why;
+}
+
 /// Measures and writes the target to `path` (creating its folder); false with `error` set and
-/// `measureFailed` telling the measurements' failure from the file's.
+/// `measureFailed` telling the measurements' failure from the file's. Unless `force`, a
+/// measurement under load does not replace a calibration made at a lower load (`refused`).
 bool calibrateInto(const std::string &path, bool quick, std::string &error, bool &measureFailed,
-                   calibrate::Result *out = nullptr) {
+                   calibrate::Result *out = nullptr, bool force = true, bool *refused = nullptr) {
   calibrate::Result r;
   measureFailed = !measureHost(quick, r, error);
   if (measureFailed)
     return false;
+  if (!force)
+    if (std::string why = keepExisting(path, r); !why.empty()) {
+      error = why;
+      if (refused)
+        *refused = true;
+      return false;
+    }
   measureLink(r, quick);
   StringRef parent = sys::path::parent_path(path);
   if (!parent.empty())
@@ -146,8 +171,12 @@ int calibrateCommand() {
   std::string path = calibrateopts::Output.empty() ? cachePath() : calibrateopts::Output.getValue();
   std::string error;
   calibrate::Result r;
-  bool measureFailed = false;
-  if (!calibrateInto(path, calibrateopts::Quick, error, measureFailed, &r)) {
+  bool measureFailed = false, refused = false;
+  if (!calibrateInto(path, calibrateopts::Quick, error, measureFailed, &r, calibrateopts::Force, &refused)) {
+    if (refused) {
+      errs() << "tally: error: " << error << " [calibrate-busy]\n";
+      return 1;
+    }
     if (measureFailed) {
       errs() << "tally: error: " << error << " [calibrate-failed]\n";
       return 1;

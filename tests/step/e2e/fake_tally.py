@@ -58,8 +58,7 @@ def main(argv):
         print("fake_tally: %s has no plan %s" % (a.file, a.plan), file=sys.stderr)
         return 1
     plan = M.read_plan(spec)
-    warmup = a.warmup if a.warmup is not None else (0 if (a.init or a.dump_grads) else 1)
-    steps = warmup + a.steps
+    steps = a.steps  # in all, as `tally run` (issue 42): --warmup only says how many are untimed
     rows = steps * plan["batch"]
     if a.init:
         weights = st.load(a.init)
