@@ -65,8 +65,12 @@ bool Emitter::fused(const Analysis::FusedKernel &k, const char *kind) {
         return fail("internal error: a fused unary_backward of " + opName(of).str());
       bool readsX = u->reads == GradReads::Input, neg = u->reads == GradReads::Nothing;
       std::string x = neg ? "A(0)" : operand(in[0], y);
-      expr = operand(in.back(), y) + " * rt::unary_grad(" + unOp(of) + ", " + (readsX ? x : "A(0)") + ", " +
-             (readsX || neg ? "A(0)" : x) + ")";
+      std::string args = std::string(readsX ? x : "A(0)") + ", " + (readsX || neg ? "A(0)" : x);
+      // The CPU step's fused kernels take the unfused kernels' per-op math (rt::vm, the
+      // vectorised fp32 exp and erf), so fusing changes no value; the CUDA step keeps rt::unary.
+      expr = operand(in.back(), y) + " * " +
+             (be.device ? std::string("rt::unary_grad(") + unOp(of) + ", " + args + ")"
+                        : std::string("rt::vm::unary_grad<") + unOp(of) + ">(" + args + ")");
     } else if (op->attrs->hasScalar) {
       std::string c = "static_cast<A>(static_cast<float>(" + number(op->attrs->scalar) + "))";
       std::string x = operand(in[0], y);
@@ -75,7 +79,8 @@ bool Emitter::fused(const Analysis::FusedKernel &k, const char *kind) {
       std::string l = operand(in[0], y), r = operand(in[1], y);
       expr = std::string("rt::binop(") + binOp(op->kind) + ", " + l + ", " + r + ")";
     } else {
-      expr = std::string("rt::unary(") + unOp(op->kind) + ", " + operand(in[0], y) + ")";
+      expr = be.device ? std::string("rt::unary(") + unOp(op->kind) + ", " + operand(in[0], y) + ")"
+                       : std::string("rt::vm::unary<") + unOp(op->kind) + ">(" + operand(in[0], y) + ")";
     }
     if (!error.empty())
       return false;
