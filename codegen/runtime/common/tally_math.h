@@ -11,6 +11,31 @@ enum class BinOp : int { Add, Sub, Mul, Div };
 /// Elementwise unary operators (`unary_fwd`, `unary_bwd`).
 enum class UnOp : int { Neg, Relu, Gelu, GeluTanh, Silu, Tanh, Sigmoid, Exp };
 
+/// m_erf's two fits, shared with the CPU runtime's branch-free erf (rt::vm::erf_given):
+/// P(t) of degree 6 in t = x² (erf(x) = x·P for |x| < 1) and R(u) of degree 9 in u = 1/|x|
+/// (erf(x) = 1 − e^(−x²)·R for 1 <= |x| < 4).
+TALLY_HD inline float erf_small_fit(float t) {
+  float p = 7.93277925e-05f;
+  p = p * t - 8.03462160e-04f;
+  p = p * t + 5.19119124e-03f;
+  p = p * t - 2.68553838e-02f;
+  p = p * t + 1.12836253e-01f;
+  p = p * t - 3.76126298e-01f;
+  return p * t + 1.12837917e+00f;
+}
+TALLY_HD inline float erf_large_fit(float u) {
+  float r = 2.99710302e-02f;
+  r = r * u - 1.74941046e-01f;
+  r = r * u + 4.25131163e-01f;
+  r = r * u - 5.16698701e-01f;
+  r = r * u + 2.18937405e-01f;
+  r = r * u + 2.42343781e-01f;
+  r = r * u - 3.80596186e-01f;
+  r = r * u + 2.16981450e-02f;
+  r = r * u + 5.61607416e-01f;
+  return r * u + 1.30583948e-04f;
+}
+
 // Float and double overloads of the libm functions, callable on host and device.
 TALLY_HD inline float m_exp(float x) { return expf(x); }
 TALLY_HD inline double m_exp(double x) { return exp(x); }
@@ -27,28 +52,11 @@ TALLY_HD inline float m_erf(float x) {
   const float ax = fabsf(x);
   if (ax < 1.0f) {
     const float t = x * x;
-    float p = 7.93277925e-05f;
-    p = p * t - 8.03462160e-04f;
-    p = p * t + 5.19119124e-03f;
-    p = p * t - 2.68553838e-02f;
-    p = p * t + 1.12836253e-01f;
-    p = p * t - 3.76126298e-01f;
-    p = p * t + 1.12837917e+00f;
-    return x * p;
+    return x * erf_small_fit(t);
   }
   if (!(ax < 4.0f)) return x != x ? x : (x > 0.0f ? 1.0f : -1.0f);   // NaN stays NaN
   const float u = 1.0f / ax;
-  float r = 2.99710302e-02f;
-  r = r * u - 1.74941046e-01f;
-  r = r * u + 4.25131163e-01f;
-  r = r * u - 5.16698701e-01f;
-  r = r * u + 2.18937405e-01f;
-  r = r * u + 2.42343781e-01f;
-  r = r * u - 3.80596186e-01f;
-  r = r * u + 2.16981450e-02f;
-  r = r * u + 5.61607416e-01f;
-  r = r * u + 1.30583948e-04f;
-  const float e = 1.0f - expf(-ax * ax) * r;
+  const float e = 1.0f - expf(-ax * ax) * erf_large_fit(u);
   return x > 0.0f ? e : -e;
 }
 TALLY_HD inline double m_erf(double x) { return erf(x); }

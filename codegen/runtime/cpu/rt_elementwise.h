@@ -54,28 +54,10 @@ inline float exp(float x) {
 /// selected.
 inline float erf_given(float x, float e2) {
   const float ax = __builtin_fabsf(x);
-  const float t = x * x;
-  float p = 7.93277925e-05f;
-  p = p * t - 8.03462160e-04f;
-  p = p * t + 5.19119124e-03f;
-  p = p * t - 2.68553838e-02f;
-  p = p * t + 1.12836253e-01f;
-  p = p * t - 3.76126298e-01f;
-  p = p * t + 1.12837917e+00f;
-  const float small = x * p;
+  const float small = x * erf_small_fit(x * x);
   const float a = ax < 1.0f ? 1.0f : (ax < 4.0f ? ax : 4.0f);
   const float u = 1.0f / a;
-  float r = 2.99710302e-02f;
-  r = r * u - 1.74941046e-01f;
-  r = r * u + 4.25131163e-01f;
-  r = r * u - 5.16698701e-01f;
-  r = r * u + 2.18937405e-01f;
-  r = r * u + 2.42343781e-01f;
-  r = r * u - 3.80596186e-01f;
-  r = r * u + 2.16981450e-02f;
-  r = r * u + 5.61607416e-01f;
-  r = r * u + 1.30583948e-04f;
-  const float e = 1.0f - e2 * r;
+  const float e = 1.0f - e2 * erf_large_fit(u);
   const float mid = ax < 4.0f ? e : 1.0f;
   const float big = x < 0.0f ? -mid : mid;
   return ax < 1.0f ? small : (x != x ? x : big);
