@@ -310,25 +310,19 @@ int runTargets() {
     outs() << formatv("{0:2}", json::Value(std::move(list))) << "\n";
     return 0;
   }
-  if (opts::OutFormat == opts::Format::Markdown) {
+  // One row per target, Markdown or aligned text: the same cells either way.
+  bool markdown = opts::OutFormat == opts::Format::Markdown;
+  const char *row = markdown ? "| {0} | {1} | {2} | {3} | {4} | {5} | {6} | {7:f1} |\n"
+                             : "{0,-10} {1,-28} {2,10} {3,10} {4,14} {5,14} {6,14} {7,10:f1}\n";
+  if (markdown)
     outs() << "| name | device | memory | bandwidth | bf16 dense | tf32 dense | fp32 | ridge bf16 |\n"
               "|---|---|---:|---:|---:|---:|---:|---:|\n";
-    for (const Target &t : targetCatalogue())
-      outs() << formatv("| {0} | {1} | {2} | {3} | {4} | {5} | {6} | {7:f1} |\n", t.name,
-                        t.description, formatValue(t.memoryBytes, UnitDim::Bytes),
-                        formatRate(t.bandwidth, UnitDim::ByteRate),
-                        formatRate(t.peakBF16, UnitDim::FlopRate),
-                        formatRate(t.peakTF32, UnitDim::FlopRate),
-                        formatRate(t.peakF32, UnitDim::FlopRate), t.ridge(Dtype::BF16));
-    outs() << "\nDense (not sparse) datasheet rates; sources in docs/targets.md.\n";
-    return 0;
-  }
-  outs() << formatv("{0,-10} {1,-28} {2,10} {3,10} {4,14} {5,14} {6,14} {7,10}\n", "name",
-                    "device", "memory", "bandwidth", "bf16 dense", "tf32 dense", "fp32",
-                    "ridge bf16");
+  else
+    outs() << formatv("{0,-10} {1,-28} {2,10} {3,10} {4,14} {5,14} {6,14} {7,10}\n", "name",
+                      "device", "memory", "bandwidth", "bf16 dense", "tf32 dense", "fp32",
+                      "ridge bf16");
   for (const Target &t : targetCatalogue())
-    outs() << formatv("{0,-10} {1,-28} {2,10} {3,10} {4,14} {5,14} {6,14} {7,10:f1}\n", t.name,
-                      t.description, formatValue(t.memoryBytes, UnitDim::Bytes),
+    outs() << formatv(row, t.name, t.description, formatValue(t.memoryBytes, UnitDim::Bytes),
                       formatRate(t.bandwidth, UnitDim::ByteRate),
                       formatRate(t.peakBF16, UnitDim::FlopRate),
                       formatRate(t.peakTF32, UnitDim::FlopRate),
