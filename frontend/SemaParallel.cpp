@@ -81,6 +81,37 @@ struct LayoutReader {
     return true;
   }
 
+  /// attention_kernel = flash2 | native | flash1_triton (docs/time.md, "Framework stacks").
+  bool attentionKernel(const LayoutItem &it) {
+    static const std::vector<std::string> kernels = {"flash2", "native", "flash1_triton"};
+    const ConstValue &e = it.value;
+    std::string s = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
+    if (std::find(kernels.begin(), kernels.end(), s) == kernels.end()) {
+      std::string close = closestName(s, kernels);
+      auto d = sema.diags.report(
+          DiagKind::InvalidValue, it.range.Start,
+          "attention_kernel is the fused attention kernel the step runs: flash2 "
+          "(FlashAttention-2), native (the GPU's own: FlashAttention-3, cuDNN) or flash1_triton "
+          "(the FlashAttention-1-era Triton kernel)" +
+              (s.empty() ? std::string() : ", not '" + s + "'" + didYouMean(close)));
+      d.range(it.range);
+      if (!s.empty() && !close.empty())
+        d.fixit(e.range, close);
+      return false;
+    }
+    if (s == "native" && !(plan.target.nativeAttention > 0)) {
+      sema.diags
+          .report(DiagKind::InvalidValue, it.range.Start,
+                  "attention_kernel = native: " + plan.target.name +
+                      " has no native fused attention kernel in tally's catalogue (Hopper "
+                      "parts do: FlashAttention-3, cuDNN); flash2 is what PyTorch runs there")
+          .range(it.range);
+      return false;
+    }
+    par.attentionKernel = s;
+    return true;
+  }
+
   bool bucket(const LayoutItem &it) {
     const ConstValue &e = it.value;
     if (e.kind != ConstValue::Number || e.dim != UnitDim::Bytes || e.number <= 0) {
@@ -214,6 +245,7 @@ const std::vector<LayoutSetting> &layoutSettings() {
       {"clock", [](R &r, const I &it) { return r.clock(it); }},
       {"stack", [](R &r, const I &it) { return r.stack(it); }},
       {"bucket", [](R &r, const I &it) { return r.bucket(it); }},
+      {"attention_kernel", [](R &r, const I &it) { return r.attentionKernel(it); }},
       // NCCL's NVLS and CollNet algorithms.
       {"nvls", [](R &r, const I &it) { return r.boolean(it, r.plan.target.nvlinkSwitch); }},
       {"sharp", [](R &r, const I &it) { return r.boolean(it, r.plan.target.collnet); }},

@@ -94,6 +94,9 @@ struct Parallelism {
   /// The framework that runs the step (docs/time.md, "Framework stacks"): megatron, deepspeed,
   /// fsdp, fsdp2 or ddp; empty: chosen from the layout (passes/Collectives.cpp, stackFacts).
   std::string stack;
+  /// `attention_kernel = flash2 | native | flash1_triton`: the fused attention kernel the step
+  /// runs, in place of the stack's (empty: the stack's; passes/Stack.cpp, attentionKernel).
+  std::string attentionKernel;
   /// `bucket = 100 MiB`: the bytes of gradients each data-parallel reduction carries, in place
   /// of the stack's own bucket (0: the stack's).
   double bucketBytes = 0;

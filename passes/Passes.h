@@ -148,6 +148,10 @@ struct KernelWork {
   /// `efficiency` is the target's native fused attention's (Target::nativeAttention, whose exps
   /// overlap its matmuls), which the stack runs, not a measured kernel of tally's own.
   bool nativeAttention = false;
+  /// A kernel known as a multiple of the one the op class prices (the FlashAttention-1-era
+  /// Triton attention: FlashAttention-2's time × 1.4 forward, × 2 backward; attentionSlowdown):
+  /// the kernel's time, its host terms apart, is multiplied by it.
+  double slowdown = 1;
 };
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
@@ -172,6 +176,7 @@ struct KernelTimeTerms {
   double memory = 0;              ///< bytes / bandwidth / efficiency
   double calls = 0;               ///< calls × kernelOverhead
   double launch = 0;              ///< calls × kernelLaunch: the floor under the total
+  double slowdown = 1;            ///< KernelWork::slowdown: multiplies the kernel's own time
   double total() const;
 };
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,

@@ -24,8 +24,23 @@ std::string stackName(const Plan &plan, std::string *why) {
   return par.zero == 3 ? "fsdp" : model ? "megatron" : par.zero >= 1 ? "deepspeed" : "ddp";
 }
 
+std::string attentionKernel(const Plan &plan) {
+  if (!plan.parallel.attentionKernel.empty())
+    return plan.parallel.attentionKernel;
+  return plan.target.nativeAttention > 0 && stackName(plan) == "megatron" ? "native" : "flash2";
+}
+
 bool runsNativeAttention(const Plan &plan) {
-  return plan.target.nativeAttention > 0 && stackName(plan) == "megatron";
+  return plan.target.nativeAttention > 0 && attentionKernel(plan) == "native";
+}
+
+double attentionSlowdown(const Plan &plan, bool backward) {
+  if (attentionKernel(plan) != "flash1_triton")
+    return 1;
+  // FlashAttention-2 (Dao 2023, arXiv:2307.08691, §4.1, A100): "around 1.3-1.5x faster than
+  // FlashAttention in Triton in the forward pass and around 2x faster in the backward pass".
+  // The middle of the forward's range; the backward's stated value.
+  return backward ? 2.0 : 1.4;
 }
 
 StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
@@ -35,10 +50,15 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
   f.chosen = par.stack.empty();
   f.nativeAttention = runsNativeAttention(plan);
   f.compiled = plan.fuseKernels;
-  f.attentionKernel = f.nativeAttention
-                          ? "the GPU's own fused attention (Transformer Engine's cuDNN kernel)"
-                          : "FlashAttention-2 (what PyTorch's scaled_dot_product_attention and "
-                            "flash-attn run)";
+  std::string kernel = attentionKernel(plan);
+  f.attentionKernel =
+      f.nativeAttention ? "the GPU's own fused attention (Transformer Engine's cuDNN kernel)"
+      : kernel == "flash1_triton"
+          ? "the FlashAttention-1-era Triton kernel (MPT's attn_impl: triton): FlashAttention-2's "
+            "time x 1.4 forward, x 2 backward"
+          : "FlashAttention-2 (what PyTorch's scaled_dot_product_attention and flash-attn run)";
+  if (!plan.parallel.attentionKernel.empty())
+    f.attentionKernel += " (attention_kernel)";
   const double d = degree(par.data);
   if (f.name == "megatron") {
     // megatron/core/distributed/distributed_data_parallel_config.py, bucket_size: "max(40000000,

@@ -41,9 +41,17 @@ struct StackFacts {
 /// reason when the layout chose it, "" when the plan wrote it.
 std::string stackName(const Plan &plan, std::string *why = nullptr);
 
-/// Whether the plan's fused attention runs as the target's native kernel: the megatron stack on
-/// a target that has one (Target::nativeAttention > 0).
+/// The fused attention kernel the plan's step runs: its `attention_kernel`, else the stack's:
+/// "native" (the target's own, Target::nativeAttention > 0) under megatron, "flash2"
+/// (FlashAttention-2, what PyTorch's scaled_dot_product_attention runs) otherwise.
+std::string attentionKernel(const Plan &plan);
+/// Whether the plan's fused attention runs as the target's native kernel (attentionKernel is
+/// "native" on a target that has one).
 bool runsNativeAttention(const Plan &plan);
+/// How many times FlashAttention-2's time the plan's fused attention takes, forward or
+/// backward: 1, or for the FlashAttention-1-era Triton kernel ("flash1_triton") FlashAttention-2
+/// paper's measured ratios (Dao 2023, §4.1): 1.4 forward, 2 backward.
+double attentionSlowdown(const Plan &plan, bool backward);
 
 /// The stack of `plan`: its `stack` setting, or the one its layout implies (ZeRO 3 → fsdp;
 /// tensor, pipeline, context or expert parallelism → megatron; ZeRO 1 or 2 → deepspeed; else

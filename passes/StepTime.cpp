@@ -162,7 +162,7 @@ double hostBandwidth(const Target &t, double bytesPerCall) {
 double KernelTimeTerms::total() const {
   // The native attention kernel (FlashAttention-3) runs its exps while its matmuls run.
   double arithmetic = nativeAttention ? std::max(compute, transcendental) : compute + transcendental;
-  return std::max(std::max(arithmetic + outside, memory) + calls, launch);
+  return std::max(std::max(arithmetic + outside, memory) * slowdown + calls, launch);
 }
 
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
@@ -190,6 +190,7 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.efficiency : 0;
   k.calls = hostCallTime(t, w.calls);
   k.launch = w.calls * t.kernelLaunch;
+  k.slowdown = w.slowdown;
   return k;
 }
 
@@ -216,25 +217,28 @@ constexpr double kCudaRuntimeAttentionBackward = 0.0257;
 /// backward's two products too (the same rows), which were not measured.
 constexpr double kCudaRuntimeUnalignedMatmul = 0.1262;
 
-/// `w` as op `i`'s kernels run it: a fused attention under a stack that runs the target's native
-/// kernel (runsNativeAttention) at that kernel's efficiency; under Plan::cudaStep an attention
-/// is tally's own CUDA kernel,
-/// at the fp32 rate and the measured `efficiency` (the forward's or the backward's), and an
+/// `w` as op `i`'s kernels run it, forward or `backward`: a fused attention as the plan's
+/// attention kernel runs it (passes/Stack.h, attentionKernel): the target's native kernel at its
+/// efficiency, or the FlashAttention-1-era Triton kernel at a multiple of FlashAttention-2's time;
+/// under Plan::cudaStep an attention is tally's own CUDA kernel, at the fp32 rate and the
+/// measured efficiency (the forward's or the backward's, kCudaRuntimeAttention), and an
 /// unaligned matmul runs at the fraction measured for one.
-KernelWork asRun(const Analysis &a, OpId i, KernelWork w, double efficiency) {
+KernelWork asRun(const Analysis &a, OpId i, KernelWork w, bool backward) {
   const Op &op = a.graph->ops[i];
   if (!a.plan->cudaStep) {
     const Target &t = a.plan->target;
-    if (op.kind == OpKind::Attention && op.attrs->fused && t.attentionCurve.empty() &&
-        runsNativeAttention(*a.plan)) {
-      w.efficiency = t.nativeAttention;
-      w.nativeAttention = true;
+    if (op.kind == OpKind::Attention && op.attrs->fused && t.attentionCurve.empty()) {
+      if (runsNativeAttention(*a.plan)) {
+        w.efficiency = t.nativeAttention;
+        w.nativeAttention = true;
+      }
+      w.slowdown = attentionSlowdown(*a.plan, backward);
     }
     return w;
   }
   if (op.kind == OpKind::Attention) {
     w.rate = Dtype::F32;
-    w.efficiency = efficiency;
+    w.efficiency = backward ? kCudaRuntimeAttentionBackward : kCudaRuntimeAttentionForward;
     w.outsideBytes = 0; // the measured time holds the whole kernel
   } else if (unalignedMatmul(a, i)) {
     w.efficiency = kCudaRuntimeUnalignedMatmul;
@@ -283,7 +287,7 @@ KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
   w.transcendentals = o.forward.transcendentals;
   w.calls = 1 - fused.forwardCalls;
   w.outsideBytes = flashOutsideBytes(a, i, false);
-  return asRun(a, i, splitWork(w, o.tensorSplit), kCudaRuntimeAttentionForward);
+  return asRun(a, i, splitWork(w, o.tensorSplit), false);
 }
 
 KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
@@ -294,7 +298,7 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
   w.transcendentals = o.backwardTranscendentals;
   w.calls = o.backwardCalls - fused.backwardCalls;
   w.outsideBytes = flashOutsideBytes(a, i, true);
-  return asRun(a, i, splitWork(w, o.tensorSplit), kCudaRuntimeAttentionBackward);
+  return asRun(a, i, splitWork(w, o.tensorSplit), true);
 }
 
 namespace {

@@ -226,8 +226,13 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
        outside = k.outside > 0;
   // With a launch floor the roofline's max gains a term: max(A, B, launch), or
   // max(max(A, B) + calls, launch) on a target with both.
-  llvm::StringRef open = launch && calls ? "max(max(" : "max(";
-  llvm::StringRef close = launch && calls ? ")" : launch ? "" : ")";
+  // A kernel priced as a multiple of another's time (KernelWork::slowdown) wraps the roofline's
+  // max in the factor: max(s × max(A, B) + calls, launch).
+  bool slow = k.slowdown != 1;
+  std::string factor = printf1("%.3g", k.slowdown);
+  std::string open = std::string(launch && calls ? "max(max(" : "max(") +
+                     (slow ? "kernel factor × max(" : "");
+  std::string close = std::string(slow ? ")" : "") + (launch && calls ? ")" : launch ? "" : ")");
   std::string by = split > 1 ? " / " + exact(split) : "";
   std::string pad(label.size(), ' ');
   // The native attention kernel overlaps its exps with its matmuls: the larger of the two.
@@ -242,7 +247,9 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   std::string moved = fusedBytes > 0 ? "(" + exact(bytes) + " − " + exact(fusedBytes) + " fused)"
                                      : exact(bytes);
   std::string eff = printf1("%.3g", k.efficiency); // 0.6, 0.0549: as many digits as it has
-  os << "  " << pad << " = " << open << (overlap ? "max(" : "") << exact(flops) << by << " / "
+  std::string openNumbers = std::string(launch && calls ? "max(max(" : "max(") +
+                            (slow ? factor + " × max(" : "");
+  os << "  " << pad << " = " << openNumbers << (overlap ? "max(" : "") << exact(flops) << by << " / "
      << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
   if (exps)
     os << plus << exact(w.transcendentals) << " / " << printf1("%.4g", 1 / t.transcendentalTime)
@@ -256,7 +263,7 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   if (launch)
     os << ", " << exact(w.calls) << " × " << formatDuration(t.kernelLaunch) << ")";
   os << "\n";
-  os << "  " << pad << " = " << open << (overlap ? "max(" : "") << formatDuration(k.compute);
+  os << "  " << pad << " = " << openNumbers << (overlap ? "max(" : "") << formatDuration(k.compute);
   if (exps)
     os << plus << formatDuration(k.transcendental) << (overlap ? ")" : "");
   if (outside)
@@ -280,6 +287,10 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << efficiencyName(kind);
   if (k.fromCurve)
     os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
+  if (slow)
+    os << "; kernel factor " << factor
+       << ": the FlashAttention-1-era Triton kernel (attention_kernel = flash1_triton) takes "
+          "FlashAttention-2's time × 1.4 forward, × 2 backward (Dao 2023, §4.1)";
   os << (exps ? "; exps at the target's special-function rate" : "");
   if (outside)
     os << "; " << (what.empty() ? "Q in, the output and logsumexp out" : "K and V in, dK and dV out")

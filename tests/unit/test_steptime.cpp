@@ -908,3 +908,55 @@ train p { model = A() batch = 1 optimizer = SGD(lr = 0.1) precision = bf16 targe
   CHECK(!a100.a->stack.nativeAttention);
   CHECK(a100.at("attention").forwardTime == a100ddp.at("attention").forwardTime);
 }
+
+/// One causal attention of 16 heads over 4,096 tokens on 8 A100s, its target record `record`:
+/// large enough that no kernel is launch-bound.
+static std::string attentionOn(const std::string &record) {
+  return R"(
+model M(d = 1024, heads = 16) {
+  param wq: [d, d]
+  forward(x: bf16[batch, seq, d]) {
+    return mean(attention(x @ wq, x, x, heads = heads, causal = true))
+  }
+}
+train t {
+  model = M()
+  batch = 16
+  micro_batch = 1
+  seq = 4096
+  optimizer = SGD(lr = 0.1)
+  precision = mixed_bf16
+  target = 8 x A100_80GB )" + record + R"(
+}
+)";
+}
+
+TEST_CASE("steptime: attention_kernel = flash1_triton takes FlashAttention-2's time x 1.4 "
+          "forward, x 2 backward",
+          "[steptime][stack]") {
+  // The FlashAttention-2 paper's ratios (Dao 2023, §4.1; passes/Stack.cpp attentionSlowdown),
+  // applied to the fused attention only: every other op prices the same, and the step's compute
+  // grows by exactly the attention's extra time.
+  Compiled flash2(attentionOn("{ data = 8 }"));
+  Compiled triton(attentionOn("{ data = 8, attention_kernel = flash1_triton }"));
+  const Graph &g = flash2.g();
+  double extra = 0;
+  int attentions = 0;
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const OpAnalysis &x = flash2.a->ops[i], &y = triton.a->ops[i];
+    if (g.ops[i].kind != OpKind::Attention) {
+      CHECK(y.forwardTime == x.forwardTime);
+      CHECK(y.backwardTime == x.backwardTime);
+      continue;
+    }
+    ++attentions;
+    CHECK(y.forwardTime == Approx(1.4 * x.forwardTime).epsilon(1e-12));
+    CHECK(y.backwardTime == Approx(2.0 * x.backwardTime).epsilon(1e-12));
+    extra += 0.4 * x.forwardTime + 1.0 * x.backwardTime;
+  }
+  CHECK(attentions == 1);
+  CHECK(triton.a->stack.attentionKernel.find("Triton") != std::string::npos);
+  const double m = 2; // 16 sequences, 1 per micro-batch, over 8 devices
+  CHECK(triton.a->time.forward + triton.a->time.backward ==
+        Approx(flash2.a->time.forward + flash2.a->time.backward + m * extra));
+}
