@@ -59,6 +59,8 @@ struct Program {
 struct PlanOverrides {
   std::string target, precision, checkpoint;
   std::optional<int64_t> batch, microBatch; ///< validated like the file's settings (0 is an error)
+  /// `tally solve serve --context N`: an infer plan's max_context, validated like the file's.
+  std::optional<int64_t> maxContext;
   /// `tally run --threads T`: the OpenMP threads each rank runs with, which prices each rank at
   /// its part of the calibrated host (Target::shareHost); 0: the default.
   int64_t hostThreads = 0;

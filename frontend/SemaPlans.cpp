@@ -392,6 +392,7 @@ struct PlanResolver {
   ConstEnv env;
   bool sawTarget = false, sawPrecision = false, sawBatch = false;
   Dtype gradDtype = Dtype::Invalid; // `grad_dtype`, checked against the final precision below
+  llvm::SMRange maxContextRange;    // `max_context`, checked against prompt + generate below
   llvm::SMRange gradDtypeRange;
 
   // Settings read from their expression.
@@ -417,6 +418,15 @@ struct PlanResolver {
   }
   bool batch(const ConstValue &v) {
     auto n = count(v, "'batch'");
+    auto at = plan.settingRanges.find("concurrent");
+    if (n && at != plan.settingRanges.end() && at->second.isValid() && v.range.isValid()) {
+      sema.diags.report(DiagKind::DuplicateName, v.range.Start,
+                        "'batch' and 'concurrent' both say how many sequences an infer plan "
+                        "decodes together; give one of them")
+          .range(v.range)
+          .note(at->second.Start, "concurrent is given here");
+      return false;
+    }
     if (n)
       plan.batch = *n, sawBatch = true;
     return n.has_value();
@@ -444,6 +454,69 @@ struct PlanResolver {
     if (n)
       plan.generate = *n;
     return n.has_value();
+  }
+  // Serving settings (infer plans, issue 45; passes/Inference.cpp servingCapacity).
+  /// `concurrent = N`: the sequences decoded together, the serving name of an infer plan's
+  /// batch; the file may say one of the two.
+  bool concurrent(const ConstValue &v) {
+    auto n = count(v, "'concurrent'");
+    if (!n)
+      return false;
+    auto batchAt = plan.settingRanges.find("batch");
+    if (batchAt != plan.settingRanges.end() && batchAt->second.isValid() && v.range.isValid()) {
+      sema.diags.report(DiagKind::DuplicateName, v.range.Start,
+                        "'concurrent' and 'batch' both say how many sequences an infer plan "
+                        "decodes together; give one of them")
+          .range(v.range)
+          .note(batchAt->second.Start, "batch is given here");
+      return false;
+    }
+    plan.batch = *n, sawBatch = true;
+    return true;
+  }
+  bool maxContext(const ConstValue &v) {
+    auto n = count(v, "'max_context'");
+    if (n)
+      plan.maxContext = *n, maxContextRange = v.range;
+    return n.has_value();
+  }
+  /// `kv_block = 16`: tokens per block of the paged cache; a power of two, as the block sizes
+  /// of vLLM's paged-attention kernels (8, 16, 32, ...) are.
+  bool kvBlock(const ConstValue &v) {
+    auto n = count(v, "'kv_block'");
+    if (!n)
+      return false;
+    if ((*n & (*n - 1)) != 0) {
+      sema.diags.report(DiagKind::InvalidValue, v.range.Start,
+                        "kv_block = " + std::to_string(*n) +
+                            " is not a power of two: paged-attention kernels (vLLM's) take "
+                            "blocks of 8, 16, 32, ... tokens")
+          .range(v.range);
+      return false;
+    }
+    plan.kvBlock = *n;
+    return true;
+  }
+  /// `kv_dtype = fp8_e4m3`: the dtype K and V are cached in: a float dtype a KV cache is kept
+  /// in (vLLM's kv_cache_dtype: the model's, or fp8 e4m3 / e5m2).
+  bool kvDtype(const ConstValue &v) {
+    std::optional<Dtype> d = sema.dtypeSetting(v, "'kv_dtype'");
+    if (!d)
+      return false;
+    static const Dtype kCache[] = {Dtype::F32, Dtype::BF16, Dtype::F16, Dtype::FP8E4M3,
+                                   Dtype::FP8E5M2};
+    if (std::find(std::begin(kCache), std::end(kCache), *d) == std::end(kCache)) {
+      std::string choices;
+      for (Dtype c : kCache)
+        choices += (choices.empty() ? "" : ", ") + nameOf(c).str();
+      sema.diags.report(DiagKind::UnknownDtype, v.range.Start,
+                        "kv_dtype " + nameOf(*d).str() +
+                            " is not a dtype a KV cache is kept in; the choices are " + choices)
+          .range(v.range);
+      return false;
+    }
+    plan.kvDtype = *d;
+    return true;
   }
   bool tokens(const ConstValue &v) {
     if (v.kind != ConstValue::Number || v.dim != UnitDim::None || v.number <= 0) {
@@ -511,6 +584,10 @@ const std::vector<PlanSetting> &planSettings() {
       {"micro_batch", true, false, &R::microBatch},
       {"prompt", false, true, &R::prompt},
       {"generate", false, true, &R::generate},
+      {"concurrent", false, true, &R::concurrent},
+      {"max_context", false, true, &R::maxContext},
+      {"kv_block", false, true, &R::kvBlock},
+      {"kv_dtype", false, true, &R::kvDtype},
       {"tokens", true, false, &R::tokens},
       {"optimizer", true, false, &R::optimizer},
       {"precision", true, true, &R::precision},
@@ -558,6 +635,8 @@ std::vector<SettingAST> overrideSettings(const PlanOverrides &o) {
     addCli("batch", ExprKind::Number, std::to_string(*o.batch), double(*o.batch));
   if (o.microBatch)
     addCli("micro_batch", ExprKind::Number, std::to_string(*o.microBatch), double(*o.microBatch));
+  if (o.maxContext)
+    addCli("max_context", ExprKind::Number, std::to_string(*o.maxContext), double(*o.maxContext));
   return cli;
 }
 
@@ -764,8 +843,29 @@ std::optional<Plan> PlanResolver::finish() {
         .range(d.nameRange);
     return std::nullopt;
   }
-  if (!d.isTrain)
+  if (!d.isTrain) {
     plan.seq = plan.prompt;
+    // A sequence holds its prompt and what it generates: max_context is at least both.
+    double need = static_cast<double>(plan.prompt) + static_cast<double>(plan.generate);
+    if (plan.maxContext == 0) {
+      if (need > 9.2e18) {
+        sema.diags.report(DiagKind::Overflow, d.nameRange.Start,
+                          "prompt + generate does not fit in 64 bits")
+            .range(d.nameRange);
+        return std::nullopt;
+      }
+      plan.maxContext = plan.prompt + plan.generate;
+    } else if (static_cast<double>(plan.maxContext) < need) {
+      llvm::SMRange at = maxContextRange;
+      sema.diags.report(DiagKind::InvalidValue, at.Start,
+                        "max_context = " + std::to_string(plan.maxContext) +
+                            " is shorter than prompt + generate = " + std::to_string(plan.prompt) +
+                            " + " + std::to_string(plan.generate) +
+                            ": a sequence would not fit in its cache")
+          .range(at);
+      return std::nullopt;
+    }
+  }
   if (!plan.microBatchGiven)
     plan.microBatch = d.isTrain ? std::max<int64_t>(1, plan.batch / plan.parallel.data)
                                 : plan.batch;

@@ -127,6 +127,13 @@ struct Plan {
   bool microBatchGiven = false;
   double tokens = 0;               ///< training tokens for the whole run (0: not given)
   int64_t prompt = 0, generate = 0; ///< inference
+  /// Serving (infer plans; passes/Inference.cpp, servingCapacity): the context a sequence may
+  /// reach (max_context; 0 until resolvePlan sets prompt + generate), the paged KV cache's
+  /// block in tokens (kv_block, vLLM's block_size) and the cache's dtype (kv_dtype; Invalid:
+  /// the activations').
+  int64_t maxContext = 0;
+  int64_t kvBlock = 16;
+  Dtype kvDtype = Dtype::Invalid;
   OptimizerSpec optimizer;
   PrecisionPolicy precision;
   LoraSpec lora;

@@ -419,6 +419,28 @@ struct Analysis {
     double totalTime = 0;        ///< prefill + every decode step
     double twoNFlops = 0;        ///< 2 × params × batch: the usual estimate of decodeFlops
     std::vector<DecodeOp> ops;   ///< every op a decode step runs (views and the loss left out)
+    // Serving capacity (issue 45): sequences of maxContext tokens held in a paged cache of
+    // kvBlock-token blocks, as vLLM keeps it; bytes per device. Times from inference,
+    // memory from servingCapacity (after the allocator reserve).
+    Dtype kvDtype = Dtype::Invalid; ///< the cache's dtype (kv_dtype, else the activations')
+    double maxContext = 0;       ///< tokens a sequence may reach (max_context)
+    double kvBlock = 0;          ///< tokens per block (kv_block)
+    int64_t kvHeads = 0;         ///< key/value heads of the widest self-attention op
+    double kvReplication = 1;    ///< copies of each KV head over the tensor ranks (tensor / kv
+                                 ///< heads when the tensor degree exceeds the KV heads)
+    double kvBlocksPerSequence = 0; ///< ceil(maxContext / kvBlock): a full-context layer's blocks
+    double kvBlockBytes = 0;     ///< kvBlock × kvBytesPerToken
+    double kvBytesPerSequence = 0; ///< one sequence at maxContext, in whole blocks; a windowed
+                                   ///< layer's blocks cover at most its window
+    double peakWithoutKv = 0;    ///< memory.peak before the plan's cache (inference) was added
+    double kvMemoryBytes = 0;    ///< what the cache may take: (limit − the rest) / (1 + reserve)
+    double kvBlocksTotal = 0;    ///< floor(kvMemoryBytes / kvBlockBytes)
+    double maxConcurrent = 0;    ///< floor(kvMemoryBytes / kvBytesPerSequence)
+    double timeToFirstToken = 0; ///< the prefill of the batch's prompts
+    double interTokenLatency = 0; ///< a decode step with every sequence at maxContext
+    double tokensPerSecondPerGpu = 0; ///< batch / interTokenLatency / (tensor × pipeline)
+    int64_t modelMaxContext = 0; ///< rows of a learned positional table read at positions(n); 0: none
+    OpId positionsOp = kNone;    ///< the positions op whose rows that table gives
   } inference;
 
   // ---- the forward/backward schedule and the memory plan (Activations.cpp) ----

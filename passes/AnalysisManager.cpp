@@ -48,7 +48,8 @@ namespace {
 bool samePricing(const Plan &a, const Plan &b) {
   const Parallelism &x = a.parallel, &y = b.parallel;
   return sameGraph(a, b) && a.batch == b.batch && a.prompt == b.prompt &&
-         a.generate == b.generate && a.microBatchGiven == b.microBatchGiven &&
+         a.generate == b.generate && a.maxContext == b.maxContext && a.kvBlock == b.kvBlock &&
+         a.kvDtype == b.kvDtype && a.microBatchGiven == b.microBatchGiven &&
          a.checkpoint == b.checkpoint && a.target.name == b.target.name &&
          a.tokens == b.tokens && x.devices == y.devices && x.data == y.data &&
          x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&

@@ -44,11 +44,29 @@
 //    share of the KV cache to the parameters and
 //    the prefill's working set (an upper bound: the prefill's transients and the full cache
 //    are not live at once).
+// 6. Serving capacity (issue 45), vLLM's paged cache (Kwon et al. 2023, "Efficient Memory
+//    Management for Large Language Model Serving with PagedAttention"; vllm/core/block_manager
+//    and vllm/worker/cache_engine.py): a sequence of max_context = C tokens holds ceil(C/B)
+//    blocks of B = kv_block tokens in every growing layer (a windowed layer the blocks of its
+//    last w tokens, a cross-attention those of its s_kv keys), K and V in kv_dtype. The device
+//    gives the cache what the plan leaves: (limit − context − comm buffers − (1 + reserve) ×
+//    (weights + the prefill's activations and workspace)) / (1 + reserve) (servingCapacity,
+//    after allocatorReserve); max_concurrent = floor(that / one sequence's bytes), kv blocks
+//    = floor(that / (B × kv bytes per token)). Time to first token = the prefill of the batch's
+//    prompts; inter-token latency = the decode step with every sequence at C (the slowest:
+//    weights + every sequence's whole cache read); tokens/s per GPU = batch / that step /
+//    (tensor × pipeline). Tensor parallelism splits the KV heads over its ranks; with more
+//    ranks than KV heads each rank keeps a copy of one (vLLM replicates them), so the cache
+//    per device is 1/kv_heads of it, not 1/t.
 // Pipeline parallelism does not shorten a token's latency: a token passes every stage in
 // turn, so the times are sums over all ops; each stage holds 1/p of the cache.
 #include "passes/Passes.h"
+#include "support/Diagnostics.h"
+#include "support/Format.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 namespace tally {
 
@@ -66,9 +84,16 @@ struct AttentionOp {
   bool self;            ///< k as long as q: the cache grows with the context
   double b, h, d, dkv, skv;
   double window;        ///< a sliding window's keys; 0: none
+  double kvHeads;       ///< key/value heads (grouped-query attention: fewer than h)
+  double replication;   ///< copies of each KV head over the tensor ranks (1: none)
+  double kvSplit;       ///< what the cache divides by on one device
 };
 
-AttentionOp attentionOf(const Graph &g, OpId i) {
+/// Step 2: tensor parallelism splits the heads over t ranks (op.tensorSplit = t × the context
+/// degree). With more ranks than KV heads, each rank keeps a copy of the KV head its query
+/// heads read, as vLLM replicates them (its QKVParallelLinear: num_kv_head_replicas = t /
+/// kv heads): the cache splits over only the KV heads' ranks.
+AttentionOp attentionOf(const Graph &g, OpId i, const OpAnalysis &o, const Parallelism &par) {
   const Op &op = g.ops[i];
   const Shape &q = g.tensors[op.inputs[0]].shape, &k = g.tensors[op.inputs[1]].shape;
   AttentionOp at;
@@ -80,20 +105,70 @@ AttentionOp attentionOf(const Graph &g, OpId i) {
   at.dkv = static_cast<double>(k[2].size);
   at.skv = static_cast<double>(k[1].size);
   at.window = static_cast<double>(op.attrs->attnWindow);
+  at.kvHeads = static_cast<double>(op.attrs->kvHeads > 0 ? op.attrs->kvHeads : op.attrs->heads);
+  double t = degree(par.tensor);
+  bool headsSplit = t > 1 && o.tensorSplit >= t;
+  at.replication = headsSplit && at.kvHeads > 0 && t > at.kvHeads ? t / at.kvHeads : 1;
+  at.kvSplit = o.tensorSplit / at.replication;
   return at;
 }
 
-/// Step 3: the work of one attention op in a decode step at context c: its FLOPs, bytes and
-/// an exp per score (b·h·c scores: the new token's row).
-KernelWork attentionDecode(const AttentionOp &at, double act, double c) {
+/// Step 3: the context an attention op attends to in a decode step at context c.
+double attendedContext(const AttentionOp &at, double c) {
   double ctx = at.self ? c : at.skv;
-  if (at.window > 0)
-    ctx = std::min(ctx, at.window);
+  return at.window > 0 ? std::min(ctx, at.window) : ctx;
+}
+
+/// Step 3: the cache bytes one attention op reads and appends in a decode step at context c,
+/// in the cache's dtype (kv bytes per element).
+double cacheTraffic(const AttentionOp &at, double kv, double c) {
+  double ctx = attendedContext(at, c);
+  return 2 * at.b * ctx * at.dkv * kv + (at.self ? 2 * at.b * at.dkv * kv : 0);
+}
+
+/// Step 3: the work of one attention op in a decode step at context c: its FLOPs, bytes (q
+/// and the output in the activations' dtype, the cache in kv_dtype: `ratio` = its bytes over
+/// the activations') and an exp per score (b·h·c scores: the new token's row).
+KernelWork attentionDecode(const AttentionOp &at, double act, double ratio, double c) {
+  double ctx = attendedContext(at, c);
   KernelWork w;
   w.flops = 4 * at.b * at.d * ctx + 5 * at.b * at.h * ctx;
-  w.bytes = (2 * at.b * at.d + 2 * at.b * ctx * at.dkv + (at.self ? 2 * at.b * at.dkv : 0)) * act;
+  w.bytes = (2 * at.b * at.d + 2 * at.b * ctx * at.dkv * ratio +
+             (at.self ? 2 * at.b * at.dkv * ratio : 0)) *
+            act;
   w.transcendentals = at.b * at.h * ctx;
   return w;
+}
+
+/// Serving: one sequence's cache bytes (per device, before the pipeline split) at context C
+/// in blocks of B tokens. A growing layer holds ceil(C/B) blocks; a layer with a window of w
+/// keys holds the blocks its last min(C, w) tokens touch, floor((C−1)/B) − floor((C−w)/B) + 1
+/// once C > w (vLLM frees the blocks that slide out); a cross-attention its s_kv keys' blocks.
+double pagedSequenceBytes(const AttentionOp &at, double kv, double C, double B) {
+  double perToken = 2 * at.dkv * kv / at.kvSplit;
+  double blocks = std::ceil((at.self ? C : at.skv) / B);
+  if (at.self && at.window > 0 && C > at.window)
+    blocks = std::floor((C - 1) / B) - std::floor((C - at.window) / B) + 1;
+  return blocks * B * perToken;
+}
+
+/// Serving: the rows of a learned positional table read at positions(n) (`wpe(positions(seq))`):
+/// the context the model can take. 0 when no table is read so (rotary or no positions).
+void positionalLimit(const Graph &g, Analysis &a) {
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    if (op.kind != OpKind::Embedding || op.inputs.size() < 2)
+      continue;
+    OpId p = g.tensors[op.inputs[0]].producer;
+    const Shape &rows = g.tensors[op.inputs[1]].shape;
+    if (p == kNone || g.ops[p].kind != OpKind::Positions || rows.empty())
+      continue;
+    int64_t n = rows[0].size;
+    if (a.inference.modelMaxContext == 0 || n < a.inference.modelMaxContext) {
+      a.inference.modelMaxContext = n;
+      a.inference.positionsOp = p;
+    }
+  }
 }
 
 /// Step 3: the work of a token-wise op in a decode step: its FLOPs and transcendentals are
@@ -117,6 +192,23 @@ bool skippedInDecode(const Op &op) {
          op.kind == OpKind::NextTokens;
 }
 
+/// Step 6: the paged cache of one sequence at max_context (per device: over the pipeline's p
+/// stages too) and the model's own limit on the context.
+void pagedCache(Analysis &a, const std::vector<AttentionOp> &attention, double kv,
+                double sequence, double p) {
+  const Plan &plan = *a.plan;
+  auto &inf = a.inference;
+  inf.maxContext = plan.maxContext > 0 ? static_cast<double>(plan.maxContext) : sequence;
+  inf.kvBlock = static_cast<double>(plan.kvBlock > 0 ? plan.kvBlock : 16);
+  inf.kvBlocksPerSequence = std::ceil(inf.maxContext / inf.kvBlock);
+  inf.kvBlockBytes = inf.kvBlock * inf.kvBytesPerToken;
+  double perSequence = 0;
+  for (const AttentionOp &at : attention)
+    perSequence += pagedSequenceBytes(at, kv, inf.maxContext, inf.kvBlock);
+  inf.kvBytesPerSequence = perSequence / p;
+  positionalLimit(*a.graph, a);
+}
+
 } // namespace
 
 void inference(Analysis &a) {
@@ -128,6 +220,8 @@ void inference(Analysis &a) {
   const Target &target = plan.target;
   const Parallelism &par = plan.parallel;
   double act = bytesOf(g.activationDtype);
+  inf.kvDtype = plan.kvDtype != Dtype::Invalid ? plan.kvDtype : g.activationDtype;
+  double kv = bytesOf(inf.kvDtype), ratio = kv / act;
   double prompt = static_cast<double>(std::max<int64_t>(1, plan.seq));
   double generate = static_cast<double>(std::max<int64_t>(0, plan.generate));
   double batch = static_cast<double>(plan.batch);
@@ -153,18 +247,22 @@ void inference(Analysis &a) {
     Analysis::DecodeOp d;
     d.op = i;
     if (op.kind == OpKind::Attention && op.inputs.size() == 3) {
-      AttentionOp at = attentionOf(g, i);
+      AttentionOp at = attentionOf(g, i, o, par);
       attention.push_back(at);
+      if (at.self) {
+        inf.kvHeads = std::max(inf.kvHeads, static_cast<int64_t>(at.kvHeads));
+        inf.kvReplication = std::max(inf.kvReplication, at.replication);
+      }
       if (at.self && at.window > 0) {
         ++inf.layers;
         ++inf.windowedLayers;
-        kvWindowedPerToken += 2 * at.dkv * act / o.tensorSplit;
-        kvWindowed += std::min(at.window, prompt + generate) * 2 * at.dkv * act / o.tensorSplit;
+        kvWindowedPerToken += 2 * at.dkv * kv / at.kvSplit;
+        kvWindowed += std::min(at.window, prompt + generate) * 2 * at.dkv * kv / at.kvSplit;
       } else if (at.self) {
         ++inf.layers;
-        kvGrowing += 2 * at.dkv * act / o.tensorSplit;
+        kvGrowing += 2 * at.dkv * kv / at.kvSplit;
       } else {
-        kvFixed += 2 * at.skv * at.dkv * act / o.tensorSplit;
+        kvFixed += 2 * at.skv * at.dkv * kv / at.kvSplit;
       }
       inf.ops.push_back(d); // priced at the mean context below
       continue;
@@ -183,12 +281,16 @@ void inference(Analysis &a) {
   inf.kvCacheBytes = batch * ((prompt + generate) * kvGrowing + kvWindowed + kvFixed) / p;
 
   // Step 4: the decode steps.
+  // The time of a step is one device's: a replicated KV head is read on every rank that
+  // holds it, so a device reads the cache over kvSplit, not over the op's split.
   auto attentionAt = [&](const AttentionOp &at, double c, double &flops, double &bytes) {
-    KernelWork w = attentionDecode(at, act, c);
+    KernelWork w = attentionDecode(at, act, ratio, c);
     flops = w.flops;
     bytes = w.bytes;
+    KernelWork device = w;
+    device.bytes += (at.replication - 1) * cacheTraffic(at, kv, c);
     return kernelTime(target, OpClass::Attention, a.ops[at.op].computeDtype,
-                      splitWork(w, a.ops[at.op].tensorSplit));
+                      splitWork(device, a.ops[at.op].tensorSplit));
   };
   auto stepTimeAt = [&](double c) {
     double t = fixedTime, f, b;
@@ -247,7 +349,53 @@ void inference(Analysis &a) {
   a.time.runDays = inf.totalTime / 86400;
   double capacity = inf.decodeTime * a.peakFlops * replica;
   a.time.mfu = a.time.hfu = capacity > 0 ? inf.decodeFlops / capacity : 0;
+  inf.peakWithoutKv = a.memory.peak;
   a.memory.peak += inf.kvCacheBytes;
+
+  // Step 6, serving: sequences of max_context tokens in blocks of kv_block tokens; the
+  // slowest decode step (every sequence at max_context) and the prefill of the batch's
+  // prompts; the memory they may take is servingCapacity's, after the allocator reserve.
+  pagedCache(a, attention, kv, prompt + generate, p);
+  inf.timeToFirstToken = inf.prefillTime;
+  inf.interTokenLatency = stepTimeAt(inf.maxContext);
+  inf.tokensPerSecondPerGpu =
+      inf.interTokenLatency > 0 ? batch / inf.interTokenLatency / replica : 0;
+}
+
+void servingCapacity(Analysis &a) {
+  auto &inf = a.inference;
+  if (!inf.active)
+    return;
+  // The plan's peak without its own cache, with the allocator's reserve on what it hands out
+  // (allocatorReserve's rule): the weights, the prefill's activations and workspace, the
+  // context and the communicators' buffers. The cache takes what is left, with its own reserve.
+  double r = reserveFraction(*a.plan), unallocated = unallocatedBytes(a);
+  double rest = unallocated + (1 + r) * (inf.peakWithoutKv - unallocated);
+  double limit = memoryLimit(*a.plan);
+  inf.kvMemoryBytes = limit > 0 ? std::max(0.0, (limit - rest) / (1 + r)) : 0;
+  inf.kvBlocksTotal = inf.kvBlockBytes > 0 ? std::floor(inf.kvMemoryBytes / inf.kvBlockBytes) : 0;
+  inf.maxConcurrent =
+      inf.kvBytesPerSequence > 0 ? std::floor(inf.kvMemoryBytes / inf.kvBytesPerSequence) : 0;
+}
+
+void checkServing(const Analysis &a, DiagnosticEngine &diags) {
+  const auto &inf = a.inference;
+  const Plan &plan = *a.plan;
+  if (!inf.active || inf.modelMaxContext == 0 ||
+      inf.maxContext <= static_cast<double>(inf.modelMaxContext))
+    return;
+  const Graph &g = *a.graph;
+  auto at = plan.settingRanges.find("max_context");
+  llvm::SMRange r = at != plan.settingRanges.end() ? at->second : plan.range;
+  const Op &positions = g.ops[inf.positionsOp];
+  diags
+      .report(DiagKind::InvalidValue, r.Start,
+              "max_context = " + integerText(inf.maxContext) + " is beyond the model's context: its "
+              "learned positional table has " + std::to_string(inf.modelMaxContext) +
+              " rows, so positions " + std::to_string(inf.modelMaxContext) + " and later have no "
+              "embedding")
+      .range(r)
+      .note(positions.range.Start, "the positions are made here", positions.range);
 }
 
 } // namespace tally

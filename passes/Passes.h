@@ -214,8 +214,15 @@ double modelFlopsUtilization(const Analysis &a, double stepSeconds);
 double utilizationPeak(const Analysis &a);
 /// MfuConventions.cpp: a.time.mfuConventions for a train plan, after stepTime.
 void mfuConventions(Analysis &a);
-/// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s.
+/// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s, and the
+/// serving numbers that are times (time to first token, inter-token latency at max_context).
 void inference(Analysis &a);
+/// Inference.cpp: for infer plans, after allocatorReserve: the memory the paged KV cache may
+/// take and how many sequences of max_context tokens fit in it (max_concurrent).
+void servingCapacity(Analysis &a);
+/// Inference.cpp: an error when max_context passes the rows of the model's learned positional
+/// table.
+void checkServing(const Analysis &a, DiagnosticEngine &diags);
 /// PrecisionLints.cpp: literals that underflow or overflow the dtype they are used in, fp16
 /// without loss scaling, optimizer state below fp32.
 void precisionLints(Analysis &a, DiagnosticEngine &diags);

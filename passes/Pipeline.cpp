@@ -128,6 +128,7 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
   checkExperts(a, diags);
   inference(a); // [inference]
   allocatorReserve(a);
+  servingCapacity(a);
   return a;
 }
 
@@ -179,6 +180,8 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   checkExperts(a, diags);
   inference(a); // [inference]
   allocatorReserve(a);
+  servingCapacity(a);
+  checkServing(a, diags);
   precisionLints(a, diags); // [lints]
   matmulAlignment(a, diags);
   unusedParams(a, diags);

@@ -167,4 +167,12 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
 SolverAnswer solveLayout(const Analysis &a, const Relower &relower, int64_t devices,
                          double memoryLimit);
 
+/// `tally solve serve` (passes/SolveServe.cpp, issue 45): the largest concurrency (an infer
+/// plan's batch) whose sequences of max_context tokens fit in the paged KV cache beside the
+/// weights and the prefill's workspace, and whose inter-token latency (the decode step with
+/// every sequence at max_context) is at most `latencyBudget` seconds (0: no budget). Bisects
+/// between 1 and the sequences that fit at concurrency 1, each candidate re-lowered and
+/// analysed whole; the candidates tried are the answer's rows, by concurrency.
+SolverAnswer solveServe(const Analysis &a, const Relower &relower, double latencyBudget);
+
 } // namespace tally

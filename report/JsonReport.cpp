@@ -194,7 +194,25 @@ llvm::json::Value inferenceJson(const Analysis &a, const CopyGroups &opGroups) {
       {"tokens_per_s", inf.tokensPerSecond},
       {"total_s", inf.totalTime},
       {"two_n_flops", inf.twoNFlops},
-      {"decode_ops", std::move(ops)}};
+      {"decode_ops", std::move(ops)},
+      // Serving capacity (issue 45): the paged cache at max_context and what fits.
+      {"max_context", inf.maxContext},
+      {"concurrent", a.plan->batch},
+      {"kv_block", inf.kvBlock},
+      {"kv_dtype", nameOf(inf.kvDtype).str()},
+      {"kv_heads", inf.kvHeads},
+      {"kv_head_replicas", inf.kvReplication},
+      {"kv_blocks_per_sequence", inf.kvBlocksPerSequence},
+      {"kv_block_bytes", inf.kvBlockBytes},
+      {"kv_bytes_per_sequence", inf.kvBytesPerSequence},
+      {"kv_memory_bytes", inf.kvMemoryBytes},
+      {"kv_blocks_total", inf.kvBlocksTotal},
+      {"max_concurrent", inf.kvBytesPerSequence > 0 ? llvm::json::Value(inf.maxConcurrent)
+                                                     : llvm::json::Value(nullptr)},
+      {"time_to_first_token_s", inf.timeToFirstToken},
+      {"inter_token_latency_s", inf.interTokenLatency},
+      {"tokens_per_s_per_gpu", inf.tokensPerSecondPerGpu},
+      {"latent_attention", "not modelled"}};
 }
 
 /// One object of a streamed array, written as llvm::json writes an Object (keys sorted, each

@@ -4,6 +4,7 @@
 
 #include "ir/Units.h"
 #include "report/Copies.h"
+#include "support/Format.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -370,6 +371,61 @@ ReportTable inferenceTable(const Analysis &a) {
   return t;
 }
 
+/// Serving capacity (passes/Inference.cpp step 6, servingCapacity): the paged cache at
+/// max_context and the sequences that fit, with the latencies at the plan's batch.
+ReportTable servingTable(const Analysis &a) {
+  const auto &inf = a.inference;
+  const Plan &p = *a.plan;
+  const Parallelism &par = p.parallel;
+  ReportTable t;
+  t.title = "Serving capacity";
+  t.header = {"part", "value", "note"};
+  std::string ctx = integerText(inf.maxContext);
+  std::string kvHeads = std::to_string(inf.kvHeads) + " KV heads";
+  if (par.tensor > 1)
+    kvHeads += inf.kvReplication > 1
+                   ? ", each kept on " + integerText(inf.kvReplication) + " of the " +
+                         std::to_string(par.tensor) + " tensor ranks (replicated: fewer KV heads "
+                         "than ranks)"
+                   : " split over " + std::to_string(par.tensor) + " tensor ranks";
+  t.rows.push_back({"context", ctx + " tokens",
+                    "max_context; blocks of " + integerText(inf.kvBlock) + " tokens, " +
+                        integerText(inf.kvBlocksPerSequence) + " per layer and sequence"});
+  t.rows.push_back({"KV per token", formatBytes(inf.kvBytesPerToken),
+                    groupDigits(inf.kvBytesPerToken) + " B: K and V of " +
+                        std::to_string(inf.layers) + " layers in " + nameOf(inf.kvDtype).str() +
+                        ", " + kvHeads + "; per device"});
+  t.rows.push_back({"KV per sequence", formatBytes(inf.kvBytesPerSequence),
+                    groupDigits(inf.kvBytesPerSequence) + " B at " + ctx + " tokens in whole blocks" +
+                        (inf.windowedLayers > 0 ? "; windowed layers hold their window's blocks"
+                                                : std::string())});
+  t.rows.push_back({"KV memory", formatBytes(inf.kvMemoryBytes),
+                    "what the device's " + formatBytes(memoryLimit(p)) +
+                        " leaves after weights, workspace, context and reserve"});
+  t.rows.push_back({"KV blocks", groupDigits(inf.kvBlocksTotal),
+                    "of " + formatBytes(inf.kvBlockBytes) + " each"});
+  t.rows.push_back({"max concurrent",
+                    inf.kvBytesPerSequence > 0 ? groupDigits(inf.maxConcurrent) : "-",
+                    inf.kvBytesPerSequence > 0
+                        ? "sequences of " + ctx + " tokens that fit; the plan runs " +
+                              std::to_string(p.batch)
+                        : "no KV cache: the model has no self-attention"});
+  t.rows.push_back({"time to first token", formatDuration(inf.timeToFirstToken),
+                    "the prefill of " + std::to_string(p.batch) +
+                        (p.batch == 1 ? " prompt of " : " prompts of ") +
+                        std::to_string(p.prompt) + " tokens"});
+  t.rows.push_back({"inter-token latency", formatDuration(inf.interTokenLatency),
+                    "a decode step with " + std::to_string(p.batch) +
+                        (p.batch == 1 ? " sequence at " : " sequences at ") + ctx +
+                        " tokens (the slowest)"});
+  t.rows.push_back({"tokens/s per GPU", llvm::formatv("{0:f1}", inf.tokensPerSecondPerGpu).str(),
+                    "at that step, over the " + std::to_string(par.tensor * par.pipeline) +
+                        " GPU" + (par.tensor * par.pipeline == 1 ? "" : "s") + " of a replica"});
+  t.notes.push_back("Latent attention (DeepSeek's MLA) is not modelled: the IR has no latent "
+                    "attention op, so K and V are counted per KV head.");
+  return t;
+}
+
 } // namespace
 
 std::string groupDigits(double v) {
@@ -418,8 +474,10 @@ ReportContent buildReport(const Analysis &a) {
   if (p.isTrain && (a.checkpoint.requested != "none" || a.checkpoint.policy != "none"))
     c.tables.push_back(checkpointTable(a));
   c.tables.push_back(opsTable(a));
-  if (a.inference.active)
+  if (a.inference.active) {
     c.tables.push_back(inferenceTable(a));
+    c.tables.push_back(servingTable(a));
+  }
   else
     c.tables.push_back(timeTable(a));
   if (a.fusion.enabled)

@@ -2,10 +2,14 @@
 // gpt2_decode (a 512-token prompt, 256 generated tokens, bf16 on H100_SXM) and a small
 // grouped-query Llama: the KV cache from the attention ops' k/v shapes, the decode step's FLOPs
 // and bytes worked out by hand, memory-bound decode mat-vecs, tokens per second, the total,
-// and tensor parallelism splitting the cache and the step.
+// and tensor parallelism splitting the cache and the step; serving capacity (issue 45): the
+// paged cache, what fits at a context, the latencies and `tally solve serve`.
 #include <catch.hpp>
 
+#include "passes/Solvers.h"
 #include "tests/unit/Support.h"
+
+#include <cmath>
 
 #include <string>
 
@@ -267,4 +271,190 @@ infer exps { model = Llama() batch = 4 prompt = 100 generate = 50 precision = bf
   }
   CHECK(sawAttention);
   CHECK(sawRope);
+}
+
+namespace {
+
+/// Llama-2-7B (32 KV heads) and Llama-3-8B (8 KV heads of 128), returning logits, served at
+/// 4K context on one H100_SXM (80e9 B), and the small Llama at other block sizes, KV dtypes
+/// and tensor degrees.
+std::string servingSource() {
+  return std::string(kLlama) + R"(
+infer l2 {
+  model = Llama(vocab = 32000, d = 4096, heads = 32, kv_heads = 32, hidden = 11008, layers = 32)
+  prompt = 2048 generate = 2048 precision = fp16 target = H100_SXM
+}
+infer l3 {
+  model = Llama(vocab = 128256, d = 4096, heads = 32, kv_heads = 8, hidden = 14336, layers = 32)
+  prompt = 2048 generate = 2048 precision = bf16 target = H100_SXM
+}
+infer b16 { model = Llama() concurrent = 4 prompt = 100 generate = 50 precision = bf16 target = H100_SXM }
+infer b64 {
+  model = Llama() concurrent = 4 prompt = 100 generate = 50 kv_block = 64 precision = bf16
+  target = H100_SXM
+}
+infer fp8 {
+  model = Llama() concurrent = 4 prompt = 100 generate = 50 kv_dtype = fp8_e4m3 precision = bf16
+  target = H100_SXM
+}
+infer long { model = Llama() concurrent = 4 prompt = 100 generate = 50 max_context = 1000 precision = bf16 target = H100_SXM }
+infer t2 {
+  model = Llama() concurrent = 4 prompt = 100 generate = 50 precision = bf16
+  target = 2 x H100_SXM { tensor = 2 }
+}
+infer t4 {
+  model = Llama() concurrent = 4 prompt = 100 generate = 50 precision = bf16
+  target = 4 x H100_SXM { tensor = 4 }
+}
+)";
+}
+
+/// What the cache may take on one device, from the analysis's own memory numbers:
+/// (limit − context − comm buffers) / (1 + reserve) − weights − activations − workspace.
+double cacheRoom(const Analysis &a) {
+  const auto &m = a.memory;
+  double r = a.plan->target.allocatorReserve;
+  return (memoryLimit(*a.plan) - m.context - m.commBuffers) / (1 + r) - m.params -
+         m.activations - m.workspace;
+}
+
+} // namespace
+
+TEST_CASE("serving: KV bytes per token and the sequences that fit at 4K (issue 45)", "[inference][serving]") {
+  std::string src = servingSource();
+  Compiled l2(src, "l2"), l3(src, "l3");
+  const auto &a = l2.a->inference, &b = l3.a->inference;
+  // 2 (K and V) × 32 layers × 4096 × 2 bytes; GQA: 8 KV heads of 128 → 1024 wide.
+  CHECK(a.kvBytesPerToken == 524288);
+  CHECK(b.kvBytesPerToken == 131072);
+  CHECK(a.kvHeads == 32);
+  CHECK(b.kvHeads == 8);
+  // 4096 tokens, blocks of 16: 256 blocks, 4096 × the bytes per token.
+  CHECK(a.maxContext == 4096);
+  CHECK(a.kvBlocksPerSequence == 256);
+  CHECK(a.kvBytesPerSequence == 4096.0 * 524288);
+  CHECK(b.kvBytesPerSequence == 4096.0 * 131072);
+  CHECK(l2.a->params.total == 6738415616);
+  CHECK(l2.a->memory.params == 2.0 * 6738415616);
+  CHECK(a.kvMemoryBytes == Approx(cacheRoom(*l2.a)));
+  CHECK(a.maxConcurrent == std::floor(cacheRoom(*l2.a) / (4096.0 * 524288)));
+  CHECK(b.maxConcurrent == std::floor(cacheRoom(*l3.a) / (4096.0 * 131072)));
+  CHECK(a.maxConcurrent == 28);
+  CHECK(b.maxConcurrent == 110);
+  CHECK(a.kvBlocksTotal == std::floor(cacheRoom(*l2.a) / (16.0 * 524288)));
+  // The plan's own peak with max_concurrent sequences of 4096 tokens fits; one more does not.
+  double r = 1.05;
+  CHECK(l2.a->memory.peak - r * a.kvCacheBytes + r * a.maxConcurrent * a.kvBytesPerSequence <=
+        80e9);
+  CHECK(l2.a->memory.peak - r * a.kvCacheBytes + r * (a.maxConcurrent + 1) * a.kvBytesPerSequence >
+        80e9);
+}
+
+TEST_CASE("serving: blocks, KV dtype, context and tensor parallelism", "[inference][serving]") {
+  std::string src = servingSource();
+  Compiled b16(src, "b16"), b64(src, "b64"), fp8(src, "fp8"), longer(src, "long"), t2(src, "t2"),
+      t4(src, "t4");
+  const auto &x = b16.a->inference;
+  // `concurrent` is the batch.
+  CHECK(b16.a->plan->batch == 4);
+  // 2 layers × K and V × d_kv 128 × 2 bytes = 1024 per token; 150 tokens in blocks of 16 hold
+  // 10 blocks (160 tokens), in blocks of 64 three (192 tokens).
+  CHECK(x.kvBytesPerToken == 1024);
+  CHECK(x.kvBlocksPerSequence == 10);
+  CHECK(x.kvBytesPerSequence == 160 * 1024);
+  CHECK(b64.a->inference.kvBytesPerSequence == 192 * 1024);
+  CHECK(b64.a->inference.kvBlockBytes == 64 * 1024);
+  // An fp8 cache: half the bytes, and a decode step reads half the cache: at the mean context
+  // 125, each layer reads 2·b·c·d_kv and appends 2·b·d_kv one byte fewer each.
+  const auto &f = fp8.a->inference;
+  CHECK(f.kvDtype == Dtype::FP8E4M3);
+  CHECK(f.kvBytesPerToken == 512);
+  CHECK(f.kvCacheBytes == x.kvCacheBytes / 2);
+  CHECK(x.decodeBytes - f.decodeBytes == Approx(2 * (2 * 4 * 125 * 128 + 2 * 4 * 128)));
+  CHECK(f.decodeFlops == x.decodeFlops);
+  // max_context: the cache per sequence and the slowest step grow with it; the plan's own cache
+  // (prompt + generate) does not.
+  const auto &l = longer.a->inference;
+  CHECK(l.kvBytesPerSequence == 1008 * 1024); // 63 blocks of 16
+  CHECK(l.kvCacheBytes == x.kvCacheBytes);
+  CHECK(l.interTokenLatency >= x.interTokenLatency);
+  // Latencies: the prefill, the step at max_context (here prompt + generate = the last step's
+  // context), tokens/s per GPU at that step.
+  CHECK(x.timeToFirstToken == x.prefillTime);
+  CHECK(x.interTokenLatency == Approx(x.lastDecodeTime).epsilon(1e-12));
+  CHECK(x.tokensPerSecondPerGpu == Approx(4 / x.interTokenLatency));
+  const auto &y = t2.a->inference, &z = t4.a->inference;
+  CHECK(y.tokensPerSecondPerGpu == Approx(4 / y.interTokenLatency / 2));
+  // Tensor parallelism splits the 2 KV heads: over 2 ranks one each (512 B a token); over 4,
+  // more ranks than KV heads, each rank keeps a copy of one, as vLLM replicates them: still 512.
+  CHECK(y.kvBytesPerToken == 512);
+  CHECK(y.kvReplication == 1);
+  CHECK(z.kvBytesPerToken == 512);
+  CHECK(z.kvReplication == 2);
+  CHECK(z.kvCacheBytes == y.kvCacheBytes);
+}
+
+TEST_CASE("serving: a sliding window's blocks cover its window", "[inference][serving]") {
+  // One layer with a window of 8 keys, one without; d_kv 32 in fp32: 256 B a token and layer.
+  // At 30 tokens in blocks of 4 the growing layer holds ceil(30/4) = 8 blocks; the windowed
+  // one the blocks of tokens 22..29: floor(29/4) − floor(22/4) + 1 = 3.
+  const char *src = R"(
+block Layer(d, window) {
+  q = Linear(d, d, bias = false)
+  kv = Linear(d, 64, bias = false)
+  forward(x) {
+    k, v = split(kv(x), 2)
+    return x + attention(q(x), k, v, heads = 4, kv_heads = 2, causal = true, window = window)
+  }
+}
+model M(d = 64, window = 8) {
+  a = Layer(d, window)
+  b = Layer(d, 0)
+  forward(x: f32[batch, seq, d]) { return b(a(x)) }
+}
+infer w { model = M() prompt = 20 generate = 10 kv_block = 4 precision = fp32 target = H100_SXM }
+)";
+  Compiled w(src, "w");
+  const auto &a = w.a->inference;
+  CHECK(a.kvBytesPerToken == 512);
+  CHECK(a.kvBytesPerSequence == (8 + 3) * 4 * 256);
+}
+
+TEST_CASE("serving: solve serve finds the largest concurrency within the latency budget", "[inference][serving][solvers]") {
+  std::string src = servingSource();
+  PlanOverrides o;
+  o.maxContext = 8192;
+  Compiled l3(src, "l3", o);
+  Relower relower = l3.relower();
+  const Analysis &a = *l3.a;
+  REQUIRE(a.inference.maxContext == 8192);
+  // Without a budget: the most sequences of 8192 tokens that fit beside the prefill of as many
+  // prompts, which is at most what fits beside one prompt's.
+  SolverAnswer all = solveServe(a, relower, 0);
+  REQUIRE(all.ok());
+  CHECK(all.answer >= 1);
+  CHECK(all.answer <= a.inference.maxConcurrent);
+  // A budget between the latencies of two candidates: the answer meets it, the next does not.
+  SolverAnswer tight = solveServe(a, relower, 0.020);
+  REQUIRE(tight.ok());
+  CHECK(tight.answer < all.answer);
+  auto row = [](const SolverAnswer &r, double n) -> const std::vector<SolverInput> * {
+    for (const auto &row : r.rows)
+      if (row[0].number == n)
+        return &row;
+    return nullptr;
+  };
+  const auto *best = row(tight, tight.answer), *next = row(tight, tight.answer + 1);
+  REQUIRE(best);
+  REQUIRE(next);
+  CHECK((*best)[4].number <= 0.020);
+  CHECK((*next)[4].number > 0.020);
+  // The candidates are the plan at each batch, analysed whole: the answer's row is what a
+  // report of that plan says.
+  PlanOverrides at = o;
+  at.batch = static_cast<int64_t>(tight.answer);
+  Compiled same(src, "l3", at);
+  CHECK((*best)[4].number == Approx(same.a->inference.interTokenLatency));
+  // A budget no concurrency meets: an error, not a number.
+  CHECK_FALSE(solveServe(a, relower, 1e-6).ok());
 }

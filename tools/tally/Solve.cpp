@@ -7,6 +7,8 @@
 //   layout      --params N | FILE [--plan] --devices N [--target] [--memory] [--precision]
 //               the 10 fastest (tensor, pipeline, interleave, data, micro-batch, ZeRO,
 //               checkpoint) layouts that fit
+//   serve       --model FILE | FILE [--plan] --context N [--latency-budget T] [--target]
+//               [--precision]   the largest concurrency that fits within the latency budget
 //
 // Prints the answer and its derivation, or with --format json one object
 // {"question", "answer", "unit", "inputs", "derivation"}. Exit codes: 0 an answer, 1 an input
@@ -32,11 +34,12 @@ namespace tally {
 namespace solveopts {
 
 cl::SubCommand Solve("solve",
-                     "What-if questions: run-time, max-params, micro-batch FILE, devices FILE, layout");
+                     "What-if questions: run-time, max-params, micro-batch FILE, devices FILE, "
+                     "layout, serve");
 cl::OptionCategory Cat("tally solve options");
 
 cl::opt<std::string> Question(cl::Positional, cl::Required,
-                              cl::desc("<run-time|max-params|micro-batch|devices|layout>"),
+                              cl::desc("<run-time|max-params|micro-batch|devices|layout|serve>"),
                               cl::sub(Solve), cl::cat(Cat));
 cl::opt<std::string> File(cl::Positional, cl::desc("[file]"),
                           cl::sub(Solve), cl::cat(Cat));
@@ -70,6 +73,14 @@ cl::opt<std::string> Memory("memory",
                             cl::value_desc("bytes"), cl::sub(Solve), cl::cat(Cat));
 cl::opt<int> Zero("zero", cl::desc("ZeRO stage 0-3 to solve with (default: the plan's)"),
                   cl::value_desc("stage"), cl::init(-1), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> ModelFile("model", cl::desc("serve: the file with the infer plan (as FILE)"),
+                               cl::value_desc("file"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> Context("context",
+                             cl::desc("serve: the context each sequence may reach (max_context)"),
+                             cl::value_desc("tokens"), cl::sub(Solve), cl::cat(Cat));
+cl::opt<std::string> LatencyBudget("latency-budget",
+                                   cl::desc("serve: the longest inter-token latency, e.g. 50ms"),
+                                   cl::value_desc("time"), cl::sub(Solve), cl::cat(Cat));
 enum class Format { Text, Json };
 cl::opt<Format> OutFormat("format", cl::desc("Output format"),
                           cl::values(clEnumValN(Format::Text, "text", "the answer and its derivation"),
@@ -96,7 +107,8 @@ int inputError(const std::string &msg) {
 /// answered with half the flags ignored.
 bool onlyFlags(const std::vector<cl::Option *> &allowed, std::string &bad) {
   cl::Option *all[] = {&File, &PlanName, &Params, &Tokens, &Devices, &TargetName, &Mfu,
-                       &Optimizer, &Precision, &DtypeName, &Memory, &Zero};
+                       &Optimizer, &Precision, &DtypeName, &Memory, &Zero,
+                       &ModelFile, &Context, &LatencyBudget};
   for (cl::Option *o : all) {
     if (o->getNumOccurrences() == 0 || std::find(allowed.begin(), allowed.end(), o) != allowed.end())
       continue;
@@ -216,6 +228,26 @@ void printText(const SolverAnswer &r, raw_ostream &os) {
                     formatBytes(row[10].number).c_str());
       os << line;
     }
+  } else if (r.question == "serve") {
+    // The answer, then the candidates tried, by concurrency, then the derivation.
+    os << "serve: " << headline(r);
+    for (const SolverInput &in : r.inputs)
+      if (in.name == "context")
+        os << " at " << formatCount(in.number) << " tokens";
+    os << "\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "  %10s %12s %12s %11s %13s %10s %14s %6s\n", "concurrent",
+                  "KV needed", "KV memory", "fits", "inter-token", "first token",
+                  "tokens/s/GPU", "budget");
+    os << line;
+    for (const auto &row : r.rows) {
+      std::snprintf(line, sizeof line, "  %10lld %12s %12s %11s %13s %10s %14.1f %6s\n",
+                    static_cast<long long>(row[0].number), formatBytes(row[1].number).c_str(),
+                    formatBytes(row[2].number).c_str(), row[3].text.c_str(),
+                    formatDuration(row[4].number).c_str(), formatDuration(row[5].number).c_str(),
+                    row[6].number, row[7].text.c_str());
+      os << line;
+    }
   } else {
     os << r.question << ": " << headline(r) << "\n";
   }
@@ -241,8 +273,8 @@ void printJson(const SolverAnswer &r, raw_ostream &os) {
       for (const std::string &line : r.derivation)
         j.value(line);
     });
-    if (r.question == "layout")
-      j.attributeArray("layouts", [&] {
+    if (r.question == "layout" || r.question == "serve")
+      j.attributeArray(r.question == "layout" ? "layouts" : "candidates", [&] {
         for (const auto &row : r.rows)
           j.object([&] {
             for (const SolverInput &in : row) {
@@ -258,6 +290,12 @@ void printJson(const SolverAnswer &r, raw_ostream &os) {
 }
 
 int finish(const SolverAnswer &r) {
+  if (!r.ok() && r.question == "serve" && OutFormat == Format::Text && !r.rows.empty()) {
+    // The candidates tried say why none is the answer.
+    SolverAnswer tried = r;
+    tried.error.clear();
+    printText(tried, outs());
+  }
   if (!r.ok())
     return inputError(r.question + ": " + r.error);
   // JSON has no inf or nan, and neither is an answer: inputs so large (or an MFU so small)
@@ -485,6 +523,63 @@ int layoutQuestion() {
 
 } // namespace
 
+/// serve: compile the file (--model FILE or FILE), take its infer plan (--plan, else the
+/// first infer plan) with max_context = --context, and search the concurrency.
+int serveQuestion() {
+  std::string bad;
+  if (!onlyFlags({&File, &ModelFile, &PlanName, &Context, &LatencyBudget, &TargetName,
+                  &Precision},
+                 bad))
+    return usage(bad + " does not apply to serve");
+  if (File.empty() == ModelFile.empty())
+    return usage("serve needs the model's file, once: tally solve serve --model FILE --target "
+                 "H100_SXM --context 8192 [--latency-budget 50ms]");
+  std::string file = File.empty() ? std::string(ModelFile) : std::string(File);
+  auto context = quantity(Context, UnitDim::None);
+  if (!context)
+    return 2;
+  if (*context != std::floor(*context) || *context < 1 || *context > 9.0e15)
+    return usage("--context is a whole number of tokens, not " + Context);
+  double budget = 0;
+  if (LatencyBudget.getNumOccurrences()) {
+    auto b = quantity(LatencyBudget, UnitDim::Time);
+    if (!b)
+      return 2;
+    if (!(*b > 0))
+      return usage("--latency-budget is a positive time such as 50ms, not " + LatencyBudget);
+    budget = *b;
+  }
+  Compilation c;
+  if (!c.addFile(file))
+    return 1;
+  const PlanDecl *decl = nullptr;
+  if (PlanName.empty()) {
+    for (const PlanDecl *p : c.program.planOrder)
+      if (!p->isTrain && !decl)
+        decl = p;
+    if (!decl)
+      return inputError("serve: " + file + " has no infer plan; declare one, such as `infer "
+                        "serve { model = M() prompt = 512 generate = 256 target = H100_SXM }`");
+  } else if (!(decl = c.pickPlan(PlanName))) {
+    return 1;
+  }
+  if (decl->isTrain)
+    return inputError("serve: plan '" + decl->name + "' is a train plan; serve needs an infer "
+                      "plan");
+  PlanOverrides o;
+  o.target = TargetName;
+  o.precision = Precision;
+  o.maxContext = static_cast<int64_t>(*context);
+  if (!c.lower(*decl, o))
+    return 1;
+  Plan &plan = *c.plan;
+  Relower relower = c.relowerer(*decl);
+  Analysis a = analyze(*c.graph, plan, c.diags, relower);
+  if (c.diags.hasErrors())
+    return 1;
+  return finish(solveServe(a, relower, budget));
+}
+
 /// True when the command line names `tally solve`.
 bool solveSelected() { return static_cast<bool>(Solve); }
 
@@ -500,11 +595,13 @@ int runSolve() {
     return planQuestion(true);
   if (Question == "layout")
     return layoutQuestion();
-  std::string close =
-      closestName(Question, {"run-time", "max-params", "micro-batch", "devices", "layout"});
+  if (Question == "serve")
+    return serveQuestion();
+  std::string close = closestName(
+      Question, {"run-time", "max-params", "micro-batch", "devices", "layout", "serve"});
   return usage("unknown question '" + Question + "'" +
                didYouMean(close) +
-               " (questions: run-time, max-params, micro-batch, devices, layout)");
+               " (questions: run-time, max-params, micro-batch, devices, layout, serve)");
 }
 
 } // namespace tally
