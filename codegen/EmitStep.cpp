@@ -538,6 +538,13 @@ std::string emitStep(const Analysis &a, const EmitOptions &options, const Backen
            ": the generated step has no quantized-weight kernels (tally report prices the "
            "dequantization; docs/precision.md, \"Quantized base weights\")";
   }
+  // FP8 training (issue 45): tally prices Transformer Engine's recipe, but its runtime has no
+  // fp8 GEMM or cast kernels.
+  if (a.plan->precision.fp8.enabled())
+    return "precision " + a.plan->precision.preset +
+           " runs the GEMMs in fp8: the generated step has no fp8 GEMM or cast kernels (tally "
+           "report prices them; docs/precision.md, \"FP8 training\"); build the plan with "
+           "--precision mixed_bf16";
   emit::Emitter e(a, options, be);
   if (!e.run(out))
     return e.error.empty() ? "the step could not be generated" : e.error;

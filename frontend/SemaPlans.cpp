@@ -75,6 +75,11 @@ bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
       out.frozenRange = v.ranges[i];
       continue;
     }
+    if (k == "fp8") {
+      ok &= fp8Recipe(e, out.fp8);
+      out.fp8.range = v.ranges[i];
+      continue;
+    }
     if (k == "master" && e.kind == ConstValue::Word && e.text == "none") {
       out.master = Dtype::Invalid;
       continue;
@@ -88,7 +93,7 @@ bool Sema::precision(const ConstValue &v, PrecisionPolicy &out) {
     if (!slot) {
       unknownName(v.nameRanges[i], "tensor class", k,
                   {"params", "grads", "activations", "master", "optimizer", "loss_scaling",
-                   "base"});
+                   "base", "fp8"});
       ok = false;
       continue;
     }
@@ -209,6 +214,61 @@ bool Sema::frozenStorage(const ConstValue &v, QuantSpec &out) {
         .range(v.range);
     ok = false;
   }
+  return ok;
+}
+
+bool Sema::fp8Recipe(const ConstValue &v, Fp8Recipe &out) {
+  static const std::vector<std::string> formats = {"hybrid", "e4m3"};
+  static const std::vector<std::string> scalings = {"delayed", "mxfp8"};
+  auto word = [&](const ConstValue &e, const char *what, const char *plural,
+                  const std::vector<std::string> &choices) -> int {
+    for (size_t c = 0; e.kind == ConstValue::Word && c < choices.size(); ++c)
+      if (e.text == choices[c])
+        return static_cast<int>(c);
+    if (e.kind == ConstValue::Word)
+      unknownChoice(e.range, what, plural, e.text, choices);
+    else
+      diags.report(DiagKind::TypeMismatch, e.range.Start,
+                   std::string(what) + " is one of " + choiceList(choices) + ", not " + e.describe())
+          .range(e.range);
+    return -1;
+  };
+  auto format = [&](const ConstValue &e) {
+    int f = word(e, "fp8 format", "fp8 formats", formats);
+    out.format = f == 0 ? Fp8Recipe::Format::Hybrid : Fp8Recipe::Format::E4M3;
+    return f >= 0;
+  };
+  if (v.kind != ConstValue::Record)
+    return format(v);
+  bool ok = true, sawFormat = false;
+  out.format = Fp8Recipe::Format::Hybrid; // Transformer Engine's default (Format.HYBRID)
+  for (size_t i = 0; i < v.elems.size(); ++i) {
+    const std::string &k = v.names[i];
+    const ConstValue &e = v.elems[i];
+    if (k == "format") {
+      ok &= sawFormat = format(e);
+    } else if (k == "scaling") {
+      int s = word(e, "fp8 scaling", "fp8 scalings", scalings);
+      ok &= s >= 0;
+      out.scaling = s == 1 ? Fp8Recipe::Scaling::Block : Fp8Recipe::Scaling::Delayed;
+    } else if (k == "amax_history") {
+      auto n = positiveInteger(diags, e, "'amax_history'");
+      ok &= n.has_value();
+      out.amaxHistory = n.value_or(out.amaxHistory);
+    } else if (k == "keep_first_last_bf16") {
+      if (e.kind != ConstValue::Bool) {
+        diags.report(DiagKind::TypeMismatch, e.range.Start, "keep_first_last_bf16 is true or false")
+            .range(e.range);
+        ok = false;
+      }
+      out.keepFirstLastBf16 = e.boolean;
+    } else {
+      unknownName(v.nameRanges[i], "fp8 recipe setting", k,
+                  {"format", "amax_history", "scaling", "keep_first_last_bf16"});
+      ok = false;
+    }
+  }
+  (void)sawFormat;
   return ok;
 }
 
@@ -394,6 +454,44 @@ struct PlanResolver {
   Dtype gradDtype = Dtype::Invalid; // `grad_dtype`, checked against the final precision below
   llvm::SMRange maxContextRange;    // `max_context`, checked against prompt + generate below
   llvm::SMRange gradDtypeRange;
+
+  /// An fp8 recipe needs a target with FP8 tensor cores (Transformer Engine refuses fp8 below
+  /// compute capability 8.9, so such a plan cannot run at all: an error, not a bf16 estimate),
+  /// and MXFP8 block scaling a Blackwell part (compute capability 10.0 or later).
+  bool checkFp8Target() {
+    const Fp8Recipe &r = plan.precision.fp8;
+    if (!r.enabled())
+      return true;
+    llvm::SMRange at = r.range.isValid() ? r.range : plan.precision.range;
+    if (!at.isValid())
+      at = decl.nameRange;
+    const Target &t = plan.target;
+    if (t.peakFP8 <= 0) {
+      sema.diags.report(DiagKind::InvalidValue, at.Start,
+                        "fp8 training needs FP8 tensor cores, and " + t.name +
+                            " states no fp8 rate: its GEMMs would run at the bf16 rate, "
+                            "and Transformer Engine refuses fp8 on it")
+          .range(at)
+          .note(llvm::SMLoc(), "Transformer Engine runs fp8 on compute capability 8.9 and later "
+                               "(Ada, Hopper, Blackwell); on this target use precision = "
+                               "mixed_bf16, or give a declared target an fp8 peak");
+      return false;
+    }
+    if (r.scaling == Fp8Recipe::Scaling::Block && t.computeCapability < 100) {
+      std::string cc = t.computeCapability > 0
+                           ? "compute capability " + std::to_string(t.computeCapability / 10) +
+                                 "." + std::to_string(t.computeCapability % 10)
+                           : "no stated compute capability";
+      sema.diags.report(DiagKind::InvalidValue, at.Start,
+                        "scaling = mxfp8 (block scaling) needs a Blackwell GPU (compute capability 10.0 "
+                        "or later); " + t.name + " has " + cc)
+          .range(at)
+          .note(llvm::SMLoc(), "MXFP8's E8M0 block scales are a Blackwell tensor-core format; "
+                               "on Hopper use scaling = delayed");
+      return false;
+    }
+    return true;
+  }
 
   // Settings read from their expression.
   bool model(const Expr &) {
@@ -831,6 +929,8 @@ std::optional<Plan> PlanResolver::finish() {
     return std::nullopt;
   }
   plan.precision.gradAccum = gradDtype;
+  if (!checkFp8Target())
+    return std::nullopt;
   if (!sawBatch && d.isTrain) {
     sema.diags.report(DiagKind::MissingSetting, d.nameRange.Start,
                       "plan '" + d.name + "' does not say its batch size")

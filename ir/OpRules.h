@@ -81,6 +81,34 @@ struct OpRule {
 
 const OpRule &ruleFor(OpKind k);
 
+/// How Transformer Engine stores one fp8 operand: bytes per element of one copy (1, or 1 + 1/32
+/// with MXFP8's E8M0 scale per block of 32) and how many copies an operand read by GEMMs of
+/// both layouts needs (2 on Hopper, whose fp8 GEMMs take only the TN layout: the data and its
+/// transpose; 1 on Blackwell under per-tensor scaling; 2 under MXFP8, whose one-dimensional
+/// blocks run along rows in one copy and columns in the other).
+struct Fp8Storage {
+  double bytes = 1;
+  double copies = 2;
+};
+
+/// A matmul by a weight (Y = X·W) run in fp8 as Transformer Engine runs it, the one place its
+/// bytes are counted (ir/ops/Matmul.cpp; passes/Fp8.cpp prices them). Elements of X, W, Y;
+/// the GEMMs' bytes (forward: X and W read in fp8, Y written in its dtype; backward: the data
+/// gradient reads dY and W in fp8 and writes dX, the weight gradient reads X and dY in fp8 and
+/// writes dW, each when needed); the cast kernels' bytes (each reads its tensor in its dtype and
+/// writes the fp8 copies its GEMMs read); and what the backward keeps of X in fp8 (one copy,
+/// for the weight gradient). FLOPs are the op rule's: an fp8 GEMM does the same products.
+struct Fp8GemmBytes {
+  double activation = 0, weight = 0, output = 0;
+  double forward = 0, backward = 0;
+  double inputCast = 0, gradCast = 0, weightCast = 0;
+  double weightCopies = 0;   ///< bytes of W's cached fp8 copies (data and transpose)
+  double savedInput = 0;     ///< bytes of X kept in fp8 for the weight gradient (0: not kept)
+};
+/// Empty when `op` is not a matmul of one activation by one parameter. `dgrad`/`wgrad`: the
+/// backward computes X's / W's gradient (neither: a forward only).
+Fp8GemmBytes fp8GemmBytes(const Graph &g, const Op &op, const Fp8Storage &s, bool dgrad, bool wgrad);
+
 /// What a unary elementwise op's gradient reads besides the output gradient.
 enum class GradReads { Nothing, Input, Output };
 

@@ -7,8 +7,9 @@
 namespace tally {
 
 const std::vector<std::string> &precisionPresetNames() {
-  static const std::vector<std::string> names = {"fp32", "tf32", "bf16", "fp16", "mixed_bf16",
-                                                 "mixed_fp16"};
+  static const std::vector<std::string> names = {"fp32",       "tf32",       "bf16",
+                                                 "fp16",       "mixed_bf16", "mixed_fp16",
+                                                 "fp8_hybrid", "fp8_e4m3"};
   return names;
 }
 
@@ -30,7 +31,12 @@ std::optional<PrecisionPolicy> precisionPreset(llvm::StringRef n) {
     set(Dtype::BF16, Dtype::F32, Dtype::F32);
   else if (n == "mixed_fp16")
     set(Dtype::F16, Dtype::F32, Dtype::F32), p.lossScaling = true;
-  else
+  else if (n == "fp8_hybrid" || n == "fp8_e4m3") {
+    // Transformer Engine's fp8 training: mixed_bf16's states (bf16 weights beside an fp32
+    // master copy, fp32 moments) with the GEMMs in fp8 under delayed scaling.
+    set(Dtype::BF16, Dtype::F32, Dtype::F32);
+    p.fp8.format = n == "fp8_hybrid" ? Fp8Recipe::Format::Hybrid : Fp8Recipe::Format::E4M3;
+  } else
     return std::nullopt;
   return p;
 }

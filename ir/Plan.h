@@ -19,6 +19,31 @@
 namespace tally {
 
 /// Which dtype each class of tensor is stored in, and where it lives.
+/// FP8 training as NVIDIA's Transformer Engine runs it (`precision = fp8_hybrid`, or a record's
+/// `fp8 = { format = hybrid, amax_history = 1024, scaling = delayed, keep_first_last_bf16 =
+/// true }`): the matrix products by weights run on the FP8 tensor cores, everything else in the
+/// activation dtype. passes/Fp8.cpp picks the GEMMs and prices the casts; docs/precision.md.
+struct Fp8Recipe {
+  /// None: no fp8 GEMMs. Hybrid: e4m3 forward (activations, weights), e5m2 gradients (TE's
+  /// Format.HYBRID); E4M3: e4m3 throughout (Format.E4M3).
+  enum class Format : uint8_t { None, Hybrid, E4M3 };
+  /// Delayed: one scale per tensor from an amax history (TE's DelayedScaling); Block: MXFP8,
+  /// one 8-bit power-of-two scale per 32 elements (TE's MXFP8BlockScaling, Blackwell only).
+  enum class Scaling : uint8_t { Delayed, Block };
+  Format format = Format::None;
+  Scaling scaling = Scaling::Delayed;
+  int64_t amaxHistory = 1024;      ///< TE's DelayedScaling default amax_history_len
+  bool keepFirstLastBf16 = false;  ///< the first and last layers' GEMMs stay in bf16
+  llvm::SMRange range;
+  bool enabled() const { return format != Format::None; }
+  /// The dtype of the gradients fed to the backward GEMMs.
+  Dtype gradDtype() const { return format == Format::Hybrid ? Dtype::FP8E5M2 : Dtype::FP8E4M3; }
+  bool operator==(const Fp8Recipe &o) const {
+    return format == o.format && scaling == o.scaling && amaxHistory == o.amaxHistory &&
+           keepFirstLastBf16 == o.keepFirstLastBf16;
+  }
+};
+
 struct PrecisionPolicy {
   std::string preset;              ///< "fp32", "mixed_bf16", ... or "custom" for a record
   Dtype params = Dtype::F32;
@@ -35,6 +60,7 @@ struct PrecisionPolicy {
   /// parameter uses this record's blocks when the dtypes agree, else defaultQuant's.
   QuantSpec frozen;
   llvm::SMRange frozenRange;
+  Fp8Recipe fp8;                   ///< fp8 GEMMs (Transformer Engine); format None: none
   llvm::SMRange range;
 };
 

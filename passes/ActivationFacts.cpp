@@ -67,6 +67,9 @@ bool sameFacts(const WalkMemo::FactsKey &key, const Facts &f, const Analysis &a)
       key.sequenceParallel != (a.plan->parallel.sequenceParallel ? 1.0 : 0.0) ||
       key.opFacts.size() != f.g.ops.size())
     return false;
+  if (key.fp8Bytes != a.fp8.savedBytes &&
+      (!key.fp8Bytes || !a.fp8.savedBytes || *key.fp8Bytes != *a.fp8.savedBytes))
+    return false;
   if (key.saved != a.saved) {
     if (!key.saved || !a.saved || key.saved->from != a.saved->from ||
         key.saved->items.size() != a.saved->items.size())
@@ -93,6 +96,7 @@ WalkMemo::Variant *memoVariant(WalkMemo &memo, const Facts &f, const Analysis &a
   key.train = f.train ? 1.0 : 0.0;
   key.sequenceParallel = a.plan->parallel.sequenceParallel ? 1.0 : 0.0;
   key.saved = a.saved;
+  key.fp8Bytes = a.fp8.savedBytes;
   // Ops sharing a record (OpTable) mostly share their triple: the one last made for the
   // record is tried first, compared bit for bit.
   key.opFacts.resize(f.g.ops.size());

@@ -115,6 +115,8 @@ struct WalkMemo {
   struct FactsKey {
     double tensorDegree = 1, train = 0, sequenceParallel = 0;
     std::shared_ptr<const Analysis::SavedLists> saved;
+    /// Analysis::fp8.savedBytes: the stored tensors' bytes under an fp8 recipe (null: g.bytes)
+    std::shared_ptr<const std::vector<double>> fp8Bytes;
     std::vector<uint32_t> opFacts;               ///< per op
     std::vector<std::array<double, 3>> triples;  ///< as few as the ops' records allow
   };
@@ -190,13 +192,15 @@ struct Facts {
         structure(std::move(st)), hasBackward(structure->hasBackward),
         readers(structure->readers), savers(structure->savers), reads(structure->reads),
         keeps(structure->keeps), writes(structure->writes), extras(structure->extras),
-        copies(a.copies->copies), copyOfOp(a.copies->ofOp), ops(&a.ops) {}
+        copies(a.copies->copies), copyOfOp(a.copies->ofOp), ops(&a.ops),
+        tensorBytes(a.fp8.savedBytes ? *a.fp8.savedBytes : structure->tensorBytes) {}
 
   bool isActivation(TensorId t) const { return g.tensors[t].role == TensorRole::Activation; }
+  /// Per stored tensor, its bytes on the whole graph: the graph's, or under an fp8 recipe
+  /// those of Analysis::fp8.savedBytes (a GEMM input kept in fp8).
+  const std::vector<double> &tensorBytes;
   /// Bytes of a stored tensor on one device (its tensor-parallel share).
-  double bytes(TensorId t) const {
-    return structure->tensorBytes[t] / (split[t] ? tensorDegree : 1);
-  }
+  double bytes(TensorId t) const { return tensorBytes[t] / (split[t] ? tensorDegree : 1); }
   /// Whether an op's extra saved buffers (masks, statistics) are split: when its output is.
   bool opSplit(const Op &op) const { return !op.outputs.empty() && split[g.storageOf(op.outputs[0])]; }
 };

@@ -231,6 +231,37 @@ struct Analysis {
     double matmuls = 0; ///< matmul ops that read a quantized weight
   } dequant;
 
+  /// FP8 training as Transformer Engine runs it (passes/Fp8.cpp; Plan::precision.fp8): which
+  /// matmuls run in fp8 and what that costs. Per micro-batch on one device unless marked.
+  struct Fp8 {
+    bool active = false;
+    Fp8Storage storage;                    ///< the recipe's bytes and copies on this target
+    /// Per op of the forward graph: 1 an fp8 GEMM, 2 a weight matmul the recipe keeps in bf16
+    /// (the first and last layers), 0 anything else.
+    std::vector<uint8_t> gemm;
+    /// Per op: this fp8 GEMM casts its activation input (the first fp8 GEMM to read it: GEMMs
+    /// that share an input, q, k and v, share one cast, as TE's fused QKV does).
+    std::vector<uint8_t> castsInput;
+    /// Per tensor: its bytes as the backward keeps it (an input kept only by fp8 GEMMs in
+    /// fp8; one kept by other ops too in its dtype plus the fp8 copy); null without fp8.
+    std::shared_ptr<const std::vector<double>> savedBytes;
+    OpId firstGemm = kNone;                ///< the first fp8 GEMM (it runs the amax updates)
+    double gemms = 0, keptBf16 = 0;        ///< op counts
+    double weightElements = 0;             ///< parameters the fp8 GEMMs read (whole model)
+    double weightCopyBytes = 0;            ///< their fp8 copies (whole model)
+    double scaledTensors = 0;              ///< tensors with an amax history (3 forward + 2 backward per GEMM)
+    double metaBytes = 0;                  ///< amax histories, scales and inverse scales (whole model)
+    double savedBytesBf16 = 0, savedBytesFp8 = 0; ///< GEMM inputs kept for the backward, before and after (one micro-batch, whole model)
+    // StepTime.cpp: seconds per micro-batch on one device, each GEMM at the fp8 rate and the same
+    // GEMMs at the activation dtype's (the comparison the report prints), the cast kernels
+    // (inputs and the amax update in the forward, output gradients in the backward) and their
+    // bytes; the weights' casts once per step.
+    double gemmForward = 0, gemmBackward = 0, gemmForwardBf16 = 0, gemmBackwardBf16 = 0;
+    double castForward = 0, castBackward = 0, castBytes = 0;
+    double weightCast = 0, weightCastBytes = 0; ///< per step, one device
+    double otherForward = 0, otherBackward = 0; ///< every other op's time (unchanged by fp8)
+  } fp8;
+
   OpTable ops;
   /// What each op's backward keeps (from the op rule; Autodiff.cpp), op after op: op o's list
   /// is items[from[o], from[o + 1]) (savedOf). Kept apart from the per-op records, which are
@@ -279,6 +310,9 @@ struct Analysis {
     double gradAccum = 0, context = 0, commBuffers = 0, allocatorReserve = 0;
     /// tally's generated CUDA step (Plan::cudaStep): its cuBLASLt and kernel scratch workspace.
     double libraryWorkspace = 0;
+    /// FP8 training (passes/Fp8.cpp): the fp8 copies of the weights its GEMMs read, and the
+    /// amax histories and scales of delayed scaling; both in `peak`.
+    double fp8Weights = 0, fp8Meta = 0;
   } memory;
 
   // ---- time ----

@@ -72,7 +72,7 @@ bool copiesContiguous(const Facts &f) {
 /// step's workspace.
 double staticBytes(const Analysis &a) {
   return a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
-         a.memory.gradAccum + unallocatedBytes(a);
+         a.memory.gradAccum + a.memory.fp8Weights + a.memory.fp8Meta + unallocatedBytes(a);
 }
 
 namespace {

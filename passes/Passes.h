@@ -187,8 +187,41 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
 /// Plan::cudaStep an attention runs tally's own CUDA kernel (StepTime.cpp,
 /// kCudaRuntimeAttention) and an unaligned matmul cuBLASLt's slower one
 /// (kCudaRuntimeUnalignedMatmul).
-KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
-KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o);
+/// An fp8 GEMM's bytes are its fp8 bytes (passes/Fp8.cpp) unless `asFp8` is false (the same
+/// GEMM in the activation dtype, which the fp8 report compares against).
+KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp8 = true);
+KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp8 = true);
+
+/// The activation and the weight operand of a matmul of one activation by one parameter
+/// (Megatron's column/row-parallel matmuls, Transformer Engine's fp8 GEMMs); {kNone, kNone}
+/// for any other op (passes/Fp8.cpp).
+std::pair<TensorId, TensorId> weightMatmulOperands(const Graph &g, const Op &op);
+
+// ---- FP8 training as Transformer Engine runs it (passes/Fp8.cpp) ----
+/// The recipe's storage of an fp8 operand on the plan's target (bytes per element, copies).
+Fp8Storage fp8Storage(const Plan &plan);
+/// Step 1-3 (with the graph's part, after differentiate): which matmuls run in fp8, which of
+/// them casts its input, and the bytes the backward keeps of each tensor (Analysis::fp8).
+void selectFp8Gemms(Analysis &a);
+/// Whether op `i` is an fp8 GEMM of this analysis.
+bool isFp8Gemm(const Analysis &a, OpId i);
+/// Op `i`'s fp8 bytes (ir/ops/Matmul.cpp, fp8GemmBytes) on the plan's target; empty when it is
+/// not an fp8 GEMM.
+Fp8GemmBytes fp8GemmOf(const Analysis &a, OpId i);
+/// Step 5: the cast kernels around fp8 GEMM `i` per micro-batch, before its tensor split: the
+/// forward's (its input's cast when it makes it, its tensors' amax histories) or the
+/// backward's (its output gradient's cast and histories); no work for other ops.
+KernelWork fp8CastWork(const Analysis &a, OpId i, bool backward);
+/// Step 5: the cast of fp8 GEMM `i`'s weight, once per optimizer step.
+KernelWork fp8WeightCastWork(const Analysis &a, OpId i);
+/// StepTime.cpp, step 2c: fp8 GEMM `i` adds its casts to its times `o` (per micro-batch, after
+/// its tensor split) and Analysis::fp8 records its GEMM times, the same GEMM's at the
+/// activation dtype, the casts and the weights' casts per step; any other op's times are
+/// recorded as the other ops'. resetFp8Times zeroes those records first.
+void fp8Times(Analysis &a, OpId i, OpAnalysis &o);
+void resetFp8Times(Analysis &a);
+/// Step 4 (from staticMemory): the weights' fp8 copies and the amax histories per device.
+void fp8Memory(Analysis &a);
 /// StepTime.cpp: the bytes flash attention op `i` moves outside its main loop, which its
 /// arithmetic does not hide: forward, each query tile's Q in and its output and logsumexp out
 /// once; backward (FlashAttention-2's loop over key tiles), K and V in and dK and dV out once.

@@ -60,6 +60,7 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
     price();
   }
   differentiate(a, compactStep); // [autodiff]
+  selectFp8Gemms(a);             // reads the saved lists
   return a;
 }
 

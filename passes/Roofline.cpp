@@ -7,6 +7,7 @@
 //    Matmul and Attention classes) run on the TF32 tensor cores at peakTF32, with fp32
 //    storage; every other op computes in fp32. An fp32 plan's matmuls therefore run at the
 //    fp32 (CUDA-core) rate unless the plan asks for tf32.
+//    An fp8 GEMM of Transformer Engine's recipe (passes/Fp8.cpp) runs at the fp8 rate.
 // 2. When the target states no rate for that dtype (fp8 on an A100, or a user target that
 //    lists only some dtypes), the op runs at the next wider format the target has: fp8 → bf16
 //    → fp16 → tf32 → fp32, bf16 ↔ fp16 → tf32 → fp32, tf32 → fp32, fp32 → f64; if none of
@@ -72,6 +73,8 @@ void roofline(Analysis &a) {
   for (OpId i = 0; i < g.ops.size() && i < a.ops.size(); ++i) {
     OpAnalysis oa = a.ops[i];
     oa.computeDtype = rateDtype(t, opComputeDtype(plan.precision, opClass(g.ops[i].kind)));
+    if (isFp8Gemm(a, i)) // passes/Fp8.cpp: forward, data and weight gradients on the fp8 cores
+      oa.computeDtype = rateDtype(t, Dtype::FP8E4M3);
     double bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
     double ridge = t.ridge(oa.computeDtype);
     oa.computeBound = bytes > 0 && ridge > 0 && oa.intensity() >= ridge;

@@ -22,7 +22,9 @@
 //    cache) adds the target's fraction of everything the caching allocator hands out. tally's
 //    own CUDA step (Plan::cudaStep) instead has its 64 MiB workspace (cuBLASLt and kernel
 //    scratch) and no caching allocator, so no reserve.
-// 6. Expert parallelism (expert = e): the MoE experts' weights X (a.params.expert) are split
+// 6. FP8 training (passes/Fp8.cpp, fp8Memory): the fp8 copies of the weights the fp8 GEMMs
+//    read and delayed scaling's amax histories and scales.
+// 7. Expert parallelism (expert = e): the MoE experts' weights X (a.params.expert) are split
 //    over the e ranks of the expert group besides tensor × pipeline, and ZeRO shards them over
 //    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
 //    + X/(t·p·e)/shard(d/e).
@@ -93,8 +95,10 @@ void staticMemory(Analysis &a) {
                       (par.expert > 1);
   a.memory.commBuffers = communicators * tg.commBufferBytes;
   a.memory.libraryWorkspace = plan.cudaStep ? static_cast<double>(kCudaStepWorkspaceBytes) : 0;
+  fp8Memory(a); // the weights' fp8 copies and the amax histories (passes/Fp8.cpp)
   a.memory.peak = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
-                  a.memory.gradAccum + unallocatedBytes(a);
+                  a.memory.gradAccum + a.memory.fp8Weights + a.memory.fp8Meta +
+                  unallocatedBytes(a);
 }
 
 void allocatorReserve(Analysis &a) {
@@ -117,6 +121,8 @@ double modelStatesFloor(const Analysis &counted, const Plan &plan) {
   states.params.quantized = counted.params.quantized;
   states.params.quantizedBytes = counted.params.quantizedBytes;
   states.copies = counted.copies; // the first stage's states, as staticMemory counts them
+  states.graph = counted.graph;   // the fp8 GEMMs' weight copies (fp8Memory)
+  states.fp8 = counted.fp8;
   staticMemory(states);
   return reservedPeak(states, states.memory.peak - unallocatedBytes(states));
 }

@@ -40,6 +40,7 @@
 //    With fused kernels (Plan::fuseKernels, passes/Fusion.cpp) an op in a fused run moves
 //    fewer bytes (the values it reads from registers) and, after the run's first op, makes
 //    no call of its own.
+//    An fp8 GEMM moves its fp8 bytes at the fp8 rate, plus its casts (2c, passes/Fp8.cpp).
 // 3. Per micro-batch totals F (forward), B (backward), R (recompute): R is the forward time of
 //    every Recompute step of the schedule (passes/Activations.cpp); without a schedule,
 //    F × flops.recompute / flops.forward.
@@ -279,22 +280,24 @@ double flashOutsideBytes(const Analysis &a, OpId i, bool backward) {
   return bytes;
 }
 
-KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
+KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp8) {
   const FusedSavings &fused = a.fusedOf(i);
   KernelWork w;
   w.flops = o.forward.executedFlops;
   w.bytes = o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes;
+  w.bytes = asFp8 && isFp8Gemm(a, i) ? fp8GemmOf(a, i).forward : w.bytes; // passes/Fp8.cpp
   w.transcendentals = o.forward.transcendentals;
   w.calls = 1 - fused.forwardCalls;
   w.outsideBytes = flashOutsideBytes(a, i, false);
   return asRun(a, i, splitWork(w, o.tensorSplit), false);
 }
 
-KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
+KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp8) {
   const FusedSavings &fused = a.fusedOf(i);
   KernelWork w;
   w.flops = o.executedBackwardFlops;
   w.bytes = o.backwardBytes - fused.backwardBytes;
+  w.bytes = asFp8 && isFp8Gemm(a, i) ? fp8GemmOf(a, i).backward : w.bytes;
   w.transcendentals = o.backwardTranscendentals;
   w.calls = o.backwardCalls - fused.backwardCalls;
   w.outsideBytes = flashOutsideBytes(a, i, true);
@@ -302,16 +305,6 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o) {
 }
 
 namespace {
-
-/// The activation operand of a matmul by a weight, or kNone when `op` is not one.
-TensorId weightMatmulInput(const Graph &g, const Op &op) {
-  if (op.kind != OpKind::Matmul || op.inputs.size() != 2)
-    return kNone;
-  bool w0 = g.isParamStorage(op.inputs[0]), w1 = g.isParamStorage(op.inputs[1]);
-  if (w0 == w1)
-    return kNone;
-  return w0 ? op.inputs[1] : op.inputs[0];
-}
 
 /// Step 1 and the tensor-parallel traffic of step 7, per micro-batch on the whole graph.
 struct TensorParallel {
@@ -344,7 +337,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic = t
     for (TensorId x : op.inputs)
       anySplit = anySplit || split[g.storageOf(x)];
     bool out = false;
-    TensorId x = weightMatmulInput(g, op);
+    TensorId x = weightMatmulOperands(g, op).first;
     if (op.kind == OpKind::Moe) {
       // The experts are split like a Megatron MLP: gate and up column-parallel, down
       // row-parallel; y is all-reduced forward, the gradient of x backward.
@@ -439,12 +432,13 @@ KernelWork dequantWork(const Graph &g, const Plan &plan, const Op &op) {
 
 /// Step 2: per-op forward and backward times per micro-batch; a matmul reading a quantized
 /// weight adds its dequantization (step 2b) to its forward and, when its data gradient is
-/// computed (the weight is read again), to its backward.
+/// computed (the weight is read again), to its backward; an fp8 GEMM its casts (step 2c).
 void opTimes(Analysis &a, const TensorParallel &tp) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
   a.dequant = {};
   a.dequant.spec = plan.precision.frozen;
+  resetFp8Times(a);
   for (OpId i = 0; i < g.ops.size(); ++i) {
     OpAnalysis o = a.ops[i];
     OpClass c = opClass(g.ops[i].kind);
@@ -468,6 +462,7 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
       if (a.dequant.spec.dtype == Dtype::Invalid)
         a.dequant.spec = quantSpecFor(plan.precision, g.tensors[g.storageOf(g.ops[i].inputs[1])].dtype);
     }
+    fp8Times(a, i, o); // step 2c
     a.ops.set(i, o);
   }
 }
@@ -895,6 +890,8 @@ void stepTime(Analysis &a) {
   a.time.accumulationSteps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(m - 1e-9)));
   double v = degree(par.interleave);
   pipelineStages(a, m, p, v, F, B, R, recomputed);
+
+  a.time.forward += a.fp8.weightCast; // step 2c: fp8 weights cast once per step
 
   // Steps 5-8 and 10.
   a.time.optimizer = optimizerTime(a);

@@ -306,20 +306,86 @@ void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostre
   const Op &op = a.graph->ops[id];
   const FusedSavings &fused = a.fusedOf(id);
   os << "time per micro-batch on one device (passes/StepTime.cpp)\n";
+  // An fp8 GEMM's times hold its casts (printFp8): the GEMM's own kernel is shown here.
+  bool fp8 = isFp8Gemm(a, id);
+  OpClass c = opClass(op.kind);
+  double forward = fp8 ? kernelTime(t, c, oa.computeDtype, forwardWork(a, id, oa)) : oa.forwardTime;
   printKernelTime(os, "forward ", "", t, op.kind, oa.computeDtype, forwardWork(a, id, oa),
-                  oa.forward.executedFlops, oa.forward.bytesRead + oa.forward.bytesWritten,
-                  fused.forwardBytes, oa.tensorSplit, oa.forwardTime);
+                  oa.forward.executedFlops,
+                  fp8 ? fp8GemmOf(a, id).forward : oa.forward.bytesRead + oa.forward.bytesWritten,
+                  fused.forwardBytes, oa.tensorSplit, forward);
+  if (fp8)
+    os << "           + the casts below = " << formatDuration(oa.forwardTime) << "\n";
   if (!a.plan->isTrain)
     return;
   if (!hasBackward(*a.graph, *a.plan, op)) {
     os << "  backward = 0 (no input of the op needs a gradient)\n";
     return;
   }
+  double backward = fp8 ? kernelTime(t, c, oa.computeDtype, backwardWork(a, id, oa)) : oa.backwardTime;
   printKernelTime(os, "backward", "backward ", t, op.kind, oa.computeDtype,
-                  backwardWork(a, id, oa), oa.executedBackwardFlops, oa.backwardBytes,
-                  fused.backwardBytes, oa.tensorSplit, oa.backwardTime);
+                  backwardWork(a, id, oa), oa.executedBackwardFlops,
+                  fp8 ? fp8GemmOf(a, id).backward : oa.backwardBytes, fused.backwardBytes,
+                  oa.tensorSplit, backward);
+  if (fp8)
+    os << "           + the casts below = " << formatDuration(oa.backwardTime) << "\n";
   os << "           (backward bytes: what the op's backward ops read and write, and the old "
         "value of each gradient they add into: passes/Autodiff.cpp)\n";
+}
+
+/// An fp8 GEMM (passes/Fp8.cpp): its bytes in fp8 (ir/ops/Matmul.cpp, fp8GemmBytes) and its
+/// cast kernels, each time as the step time made it.
+void printFp8(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostream &os) {
+  const Plan &p = *a.plan;
+  const Fp8Recipe &r = p.precision.fp8;
+  const Target &t = p.target;
+  Fp8GemmBytes b = fp8GemmOf(a, id);
+  const Fp8Storage &s = a.fp8.storage;
+  os << "fp8 (Transformer Engine recipe, passes/Fp8.cpp)\n";
+  os << "  the GEMMs run at peak(fp8_e4m3): forward X·W in e4m3, the gradients in "
+     << nameOf(r.gradDtype()) << "; FLOPs as above\n";
+  os << "  fp8 element = " << exact(s.bytes) << " byte"
+     << (r.scaling == Fp8Recipe::Scaling::Block ? "s (1 + an E8M0 scale per 32)" : "")
+     << "; copies of an operand read both ways = " << exact(s.copies)
+     << (s.copies > 1 ? " (the data and its transpose)" : "") << "\n";
+  os << "  X " << exact(b.activation) << ", W " << exact(b.weight) << ", Y " << exact(b.output)
+     << " elements\n";
+  os << "  forward GEMM bytes  = (X + W) × fp8 + Y × b(Y) = " << exact(b.forward) << " ("
+     << formatBytes(b.forward) << ")\n";
+  if (p.isTrain)
+    os << "  backward GEMM bytes = dgrad (dY + W) × fp8 + X × b(X), wgrad (X + dY) × fp8 + W × b(W) = "
+       << exact(b.backward) << " (" << formatBytes(b.backward) << ")\n";
+  if (b.savedInput > 0)
+    os << "  the backward keeps X in fp8 for the weight gradient: " << exact(b.savedInput)
+       << " bytes (TE's copy; the list below counts X at its dtype)\n";
+  os << "  casts (memory-bound; one multiply per element at the fp32 rate):\n";
+  KernelWork in = splitWork(fp8CastWork(a, id, false), oa.tensorSplit);
+  os << "  input cast: " << (a.fp8.castsInput[id] ? "X read in its dtype, written as its fp8 copies = "
+                                                   + exact(b.inputCast) + " bytes"
+                                                 : std::string("X was cast by an earlier GEMM that reads it"))
+     << (r.scaling == Fp8Recipe::Scaling::Delayed ? ", plus the amax histories of X, W, Y read and written" : "")
+     << "\n";
+  printKernelTime(os, "cast fwd", "", t, OpKind::Add, Dtype::F32, in, in.flops, in.bytes, 0, 1,
+                  kernelTime(t, OpClass::Elementwise, Dtype::F32, in));
+  if (p.isTrain && hasBackward(*a.graph, p, a.graph->ops[id])) {
+    KernelWork grad = splitWork(fp8CastWork(a, id, true), oa.tensorSplit);
+    os << "  gradient cast: dY read in its dtype, written as its fp8 copies = " << exact(b.gradCast)
+       << " bytes" << (r.scaling == Fp8Recipe::Scaling::Delayed ? ", plus the amax histories of dY, dX" : "")
+       << "\n";
+    printKernelTime(os, "cast bwd", "", t, OpKind::Add, Dtype::F32, grad, grad.flops, grad.bytes, 0, 1,
+                    kernelTime(t, OpClass::Elementwise, Dtype::F32, grad));
+    KernelWork w = splitWork(fp8WeightCastWork(a, id), oa.tensorSplit);
+    os << "  weight cast, once per step: W read in its dtype, written as its fp8 copies = "
+       << exact(b.weightCast) << " bytes\n";
+    printKernelTime(os, "cast W  ", "", t, OpKind::Add, Dtype::F32, w, w.flops, w.bytes, 0, 1,
+                    kernelTime(t, OpClass::Elementwise, Dtype::F32, w));
+  }
+  os << "  the same GEMM in " << nameOf(p.precision.activations) << ": forward "
+     << formatDuration(kernelTime(t, OpClass::Matmul, p.precision.activations, forwardWork(a, id, oa, false)));
+  if (p.isTrain && hasBackward(*a.graph, p, a.graph->ops[id]))
+    os << ", backward "
+       << formatDuration(kernelTime(t, OpClass::Matmul, p.precision.activations, backwardWork(a, id, oa, false)));
+  os << " (the times above include the casts)\n";
 }
 
 void printBackward(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostream &os) {
@@ -556,6 +622,10 @@ void explainOpText(const Analysis &a, OpId id, const DiagnosticEngine &diags, ll
   os << "\n";
   printTime(a, id, oa, os);
   os << "\n";
+  if (isFp8Gemm(a, id)) {
+    printFp8(a, id, oa, os);
+    os << "\n";
+  }
   printBackward(a, id, oa, os);
 }
 

@@ -569,6 +569,31 @@ void addFineTuning(const Analysis &a, const Plan &p, Object &root) {
                            {"forward_s", a.dequant.forward},
                            {"backward_s", a.dequant.backward}}}};
   }
+  if (a.fp8.active) { // FP8 training (passes/Fp8.cpp): per micro-batch on one device unless marked
+    const Fp8Recipe &r = p.precision.fp8;
+    const auto &f = a.fp8;
+    root["fp8"] = Object{
+        {"format", r.format == Fp8Recipe::Format::Hybrid ? "hybrid" : "e4m3"},
+        {"scaling", r.scaling == Fp8Recipe::Scaling::Block ? "mxfp8" : "delayed"},
+        {"amax_history", r.amaxHistory},
+        {"keep_first_last_bf16", r.keepFirstLastBf16},
+        {"gemms", f.gemms},
+        {"kept_bf16", f.keptBf16},
+        {"bytes_per_element", f.storage.bytes},
+        {"copies", f.storage.copies},
+        {"weight_copies_bytes_per_device", a.memory.fp8Weights},
+        {"amax_history_bytes_per_device", a.memory.fp8Meta},
+        {"saved_gemm_inputs_bytes", Object{{"before", f.savedBytesBf16}, {"fp8", f.savedBytesFp8}}},
+        {"gemm_forward_s", f.gemmForward},
+        {"gemm_backward_s", f.gemmBackward},
+        {"gemm_forward_bf16_s", f.gemmForwardBf16},
+        {"gemm_backward_bf16_s", f.gemmBackwardBf16},
+        {"cast_forward_s", f.castForward},
+        {"cast_backward_s", f.castBackward},
+        {"cast_bytes", f.castBytes},
+        {"weight_cast_per_step_s", f.weightCast},
+        {"other_ops_s", f.otherForward + f.otherBackward}};
+  }
   if (p.lora.r > 0) {
     Array targets;
     for (const std::string &t : p.lora.targets)

@@ -83,3 +83,42 @@ void savedMatmul(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
 RULE(Matmul, inferMatmul, MatmulCounts, executedDefault, savedMatmul)
 
 } // namespace tally::oprules
+
+namespace tally {
+
+// ---------------------------------------------------------------------------------------------
+// A matmul by a weight in fp8 (Transformer Engine's Linear; ir/OpRules.h, Fp8GemmBytes).
+
+Fp8GemmBytes fp8GemmBytes(const Graph &g, const Op &op, const Fp8Storage &s, bool dgrad,
+                          bool wgrad) {
+  Fp8GemmBytes r;
+  if (op.kind != OpKind::Matmul || op.inputs.size() != 2 || op.outputs.empty())
+    return r;
+  bool w0 = g.isParamStorage(op.inputs[0]), w1 = g.isParamStorage(op.inputs[1]);
+  if (w0 == w1)
+    return r;
+  const Tensor &x = g.tensors[op.inputs[w0 ? 1 : 0]], &w = g.tensors[op.inputs[w0 ? 0 : 1]];
+  const Tensor &y = g.tensors[op.outputs[0]];
+  double bx = storageBytes(x.dtype), bw = storageBytes(w.dtype), by = storageBytes(y.dtype);
+  double q = s.bytes;
+  r.activation = numel(x.shape);
+  r.weight = numel(w.shape);
+  r.output = numel(y.shape);
+  r.forward = (r.activation + r.weight) * q + r.output * by;
+  if (dgrad) // dX = dY·Wᵀ
+    r.backward += (r.output + r.weight) * q + r.activation * bx;
+  if (wgrad) // dW = Xᵀ·dY
+    r.backward += (r.activation + r.output) * q + r.weight * bw;
+  // X: the forward's copy, and its transpose when the weight gradient reads it; dY: one copy
+  // per backward GEMM; W: the forward's copy and the transpose the data gradient reads.
+  double xCopies = wgrad ? s.copies : 1, yCopies = dgrad && wgrad ? s.copies : 1;
+  double wCopies = dgrad ? s.copies : 1;
+  r.inputCast = r.activation * (bx + xCopies * q);
+  r.gradCast = dgrad || wgrad ? r.output * (by + yCopies * q) : 0;
+  r.weightCast = r.weight * (bw + wCopies * q);
+  r.weightCopies = r.weight * wCopies * q;
+  r.savedInput = wgrad ? r.activation * q : 0;
+  return r;
+}
+
+} // namespace tally

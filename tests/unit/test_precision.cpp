@@ -211,3 +211,71 @@ TEST_CASE("precision lints: the presets used by the examples are clean", "[preci
     CHECK(l.c.diags.warningCount() == 0);
   }
 }
+
+// ---- FP8 training as Transformer Engine runs it (issue 45, passes/Fp8.cpp) -----------------
+
+TEST_CASE("fp8: presets and the recipe record", "[precision][fp8]") {
+  auto hybrid = precisionPreset("fp8_hybrid");
+  REQUIRE(hybrid);
+  CHECK(hybrid->fp8.format == Fp8Recipe::Format::Hybrid);
+  CHECK(hybrid->fp8.gradDtype() == Dtype::FP8E5M2);
+  CHECK(hybrid->fp8.amaxHistory == 1024); // TE's DelayedScaling default
+  CHECK(hybrid->params == Dtype::BF16);
+  CHECK(hybrid->master == Dtype::F32);
+  CHECK(precisionPreset("fp8_e4m3")->fp8.gradDtype() == Dtype::FP8E4M3);
+  Compiled l(source("AdamW(lr = 3e-4)",
+                    "{ params = bf16, master = fp32, fp8 = { format = e4m3, amax_history = 16, "
+                    "keep_first_last_bf16 = true } }"));
+  const Fp8Recipe &r = l.a->plan->precision.fp8;
+  CHECK(r.format == Fp8Recipe::Format::E4M3);
+  CHECK(r.amaxHistory == 16);
+  CHECK(r.keepFirstLastBf16);
+  // One weight matmul and no repeat blocks: it is the first and last, kept in bf16.
+  CHECK(l.a->fp8.gemms == 0);
+  CHECK(l.a->fp8.keptBf16 == 1);
+}
+
+TEST_CASE("fp8: Llama-3-8B's fp8/bf16 step-time ratio on H100 comes from the op mix",
+          "[precision][fp8]") {
+  std::string path = sourceDir() + "/tests/lit/fp8-llama3.tally";
+  Compiled bf(FromFile{}, path, "bf16"), f8(FromFile{}, path, "fp8");
+  const Analysis &b = *bf.a, &f = *f8.a;
+  const auto &x = f.fp8;
+  REQUIRE(x.active);
+  CHECK(x.gemms == 224);
+  // Every GEMM is compute-bound: in fp8 it runs at 1979 TFLOP/s against bf16's 989.5.
+  const Target &h100 = f.plan->target;
+  CHECK(x.gemmForwardBf16 / x.gemmForward == Approx(h100.peakFP8 / h100.peakBF16).epsilon(1e-3));
+  CHECK(x.gemmBackwardBf16 / x.gemmBackward == Approx(h100.peakFP8 / h100.peakBF16).epsilon(1e-3));
+  // The bf16 plan's compute is the same GEMMs at the bf16 rate and the same other ops; the fp8
+  // plan's adds the casts, and the weights' casts once per step.
+  double m = static_cast<double>(f.time.accumulationSteps);
+  CHECK(m == 1);
+  CHECK(b.time.forward == Approx(m * (x.gemmForwardBf16 + x.otherForward)));
+  CHECK(b.time.backward == Approx(m * (x.gemmBackwardBf16 + x.otherBackward)));
+  CHECK(f.time.forward == Approx(m * (x.gemmForward + x.castForward + x.otherForward) + x.weightCast));
+  CHECK(f.time.backward == Approx(m * (x.gemmBackward + x.castBackward + x.otherBackward)));
+  // The rest of the step (optimizer, exposed communication) is each plan's own.
+  double restB = b.time.step - b.time.forward - b.time.backward;
+  double restF = f.time.step - f.time.forward - f.time.backward;
+  CHECK(b.time.optimizer == Approx(f.time.optimizer));
+  double fromMix = (m * (x.gemmForwardBf16 + x.gemmBackwardBf16 + x.otherForward + x.otherBackward) + restB) /
+                   (m * (x.gemmForward + x.gemmBackward + x.castForward + x.castBackward +
+                         x.otherForward + x.otherBackward) + x.weightCast + restF);
+  CHECK(fromMix == Approx(b.time.step / f.time.step));
+  std::printf("fp8/bf16 step-time ratio, Llama-3-8B on 8 x H100_SXM: %.4f (bf16 %.4g s, fp8 %.4g s;"
+              " GEMMs %.4g -> %.4g s, casts %.4g s, weight casts %.4g s, other ops %.4g s)\n",
+              fromMix, b.time.step, f.time.step, x.gemmForwardBf16 + x.gemmBackwardBf16,
+              x.gemmForward + x.gemmBackward, x.castForward + x.castBackward, x.weightCast,
+              x.otherForward + x.otherBackward);
+  // Not 2x: only the GEMMs speed up.
+  CHECK(fromMix > 1.25);
+  CHECK(fromMix < 1.45);
+  // Memory: the states are the same; the fp8 weight copies come on top, the saved GEMM inputs
+  // shrink (tests/lit/fp8-llama3.tally derives the bytes).
+  CHECK(f.memory.params == b.memory.params);
+  CHECK(f.memory.master == b.memory.master);
+  CHECK(f.memory.optimizer == b.memory.optimizer);
+  CHECK(f.memory.fp8Weights == 13958643712.0);
+  CHECK(b.memory.activations - f.memory.activations == 2415919104.0);
+}
