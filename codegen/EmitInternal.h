@@ -235,9 +235,31 @@ struct Emitter {
   bool dataParallel() const { return plan.parallel.data > 1; }
   /// ZeRO-1: master and optimizer hold this rank's shard (MemoryPlan.cpp).
   bool sharded() const { return a.regions.shard > 0; }
+  /// ZeRO 2 or 3: every tensor of the sharded regions holds this rank's piece of ⌈n/d⌉
+  /// elements (MemoryPlan.cpp; the moves: EmitZero.cpp).
+  bool pieced() const { return a.regions.tensorShards >= 2; }
   /// Data parallel with `overlap` (the plan's default) and without ZeRO: each 25 MiB bucket of
   /// G is averaged as soon as the last micro-batch's backward has written its last gradient.
-  bool overlap() const { return dataParallel() && !sharded() && plan.parallel.overlap; }
+  bool overlap() const { return dataParallel() && !sharded() && !pieced() && plan.parallel.overlap; }
+
+  // ---- ZeRO 2 and 3 (EmitZero.cpp) ----------------------------------------------------------
+
+  /// Analysis::zero's moves by stepSchedule entry: gathers before it, gradient buffers zeroed
+  /// before it, gradients reduce-scattered after it (indexes into a.zero's lists).
+  std::map<size_t, std::vector<size_t>> gathersAt, zeroAt, reduceAt;
+  void indexZeroMoves();
+  /// ⌈n/d⌉: the elements of one rank's piece of tensor t.
+  int64_t pieceOf(TensorId t) const;
+  /// The arena offset of `key`'s buffer live at entry `entry`; -1 after fail().
+  int64_t zeroBuffer(TensorId key, uint32_t entry);
+  /// Before entry e: ZeRO 3's gathers of a unit's parameters, gradient buffers zeroed.
+  void zeroBefore(size_t e);
+  /// After entry e: each gradient it completes averaged and reduce-scattered into G's pieces.
+  void zeroAfter(size_t e);
+  /// kUpdate's rows: each trainable parameter's piece on each rank.
+  std::string pieceUpdateRows(bool hasMaster, unsigned states, size_t &count);
+  /// ZeRO 2: gather_parameters(), the updated pieces all-gathered in place in P ("" under 3).
+  std::string pieceGather();
   /// The gradient buckets: [begin, end) element ranges of G of at most 25 MiB (PyTorch DDP's
   /// bucket_cap_mb), in order.
   std::vector<std::pair<int64_t, int64_t>> gradientBuckets() const;

@@ -24,10 +24,11 @@
 //    at a time (the regions pad each tensor to 256 bytes, which is a different element count
 //    per dtype, so a single flat loop over params and master would not line up), and
 //    train_step() loops the micro-batches, updates and zeroes the gradients.
-// 4. Data parallel (data = N > 1, CPU only): train_step() calls reduce_gradients() after the
+// 4. Data parallel (data = N > 1): train_step() calls reduce_gradients() after the
 //    micro-batches, which averages G over the N MPI processes in 25 MiB buckets; under ZeRO-1
 //    (the memory plan's shard) a reduce-scatter, the update of this rank's pieces (kUpdate by
-//    rank) and gather_parameters() (communication() in EmitUpdate.cpp; docs/codegen.md).
+//    rank) and gather_parameters() (communication() in EmitUpdate.cpp; docs/codegen.md). Under
+//    ZeRO 2 and 3 (CPU) micro_step moves the pieces itself (EmitZero.cpp).
 // The layout (regions, parameter and input tables) goes into kLayout for the driver
 // (codegen/program/driver_cpu.cpp), which allocates exactly those bytes.
 #include "codegen/EmitInternal.h"
@@ -175,6 +176,22 @@ std::string Emitter::ptr(TensorId t) {
   auto at = [&](const char *region, int64_t off) {
     return llvm::formatv("{0}<{1}>({2})", region, ty, off + elem * scale).str();
   };
+  // ZeRO 3: a parameter is read from its unit's gathered copy; ZeRO 2 and 3: a parameter's
+  // gradient of this micro-batch is an arena buffer until it is reduce-scattered (EmitZero.cpp).
+  TensorId zeroKey = bt.role == TensorRole::Param && a.regions.tensorShards >= 3 ? b
+                     : pieced() && bt.role == TensorRole::Gradient && bt.gradOf != kNone &&
+                               s.tensors[bt.gradOf].role == TensorRole::Param
+                         ? s.gradient[bt.gradOf]
+                         : kNone;
+  if (zeroKey != kNone) {
+    const Buffer *live = buffers.liveAt(zeroKey, step);
+    if (!live) {
+      fail("internal error: " + s.tensorName(b) + " has no ZeRO buffer live at schedule step " + std::to_string(step) +
+           " (the step and the memory plan disagree)");
+      return "nullptr";
+    }
+    return at("A", live->offset);
+  }
   if (bt.role == TensorRole::Param)
     return at("P", paramOffset.at(b));
   if (bt.role == TensorRole::Gradient && bt.gradOf != kNone &&
@@ -273,8 +290,13 @@ bool Emitter::microStep(std::string &outText) {
       continue;
     op = &s.ops[se.op];
     step = buffers.stepOf(e);
-    if (opClass(op->kind) == OpClass::View)
+    if (pieced())
+      zeroBefore(e);
+    if (opClass(op->kind) == OpClass::View) {
+      if (pieced())
+        zeroAfter(e);
       continue;
+    }
     auto f = fusedAt.find(static_cast<uint32_t>(e));
     if (f != fusedAt.end()) {
       if (!fused(*f->second, kinds[se.kind]) || !error.empty())
@@ -291,6 +313,8 @@ bool Emitter::microStep(std::string &outText) {
     if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
       line(be.device ? "loss = device_load(ctx, " + ptr(s.loss) + ");" : "loss = rt::load(*" + ptr(s.loss) + ");");
     startBuckets(e, e);
+    if (pieced())
+      zeroAfter(e);
   }
   op = nullptr;
   outText = functors +
@@ -360,9 +384,15 @@ bool Emitter::checkPlan() {
                 "); this plan splits the model (tensor " + std::to_string(par.tensor) + ", pipeline " +
                 std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
                 std::to_string(par.expert) + ")");
-  if (par.data > 1 && par.zero > 1)
+  if (par.data > 1 && par.zero > 1 && be.device)
     return fail("ZeRO stage " + std::to_string(par.zero) + ": the " + title() + " backend shards the optimizer "
-                "state and master weights (zero = 1), not the gradients or parameters");
+                "state and master weights (zero = 1), not the gradients or parameters (the CPU backend runs "
+                "ZeRO 2 and 3)");
+  if (par.data > 1 && par.zero > 1 && plan.fuseKernels)
+    return fail("ZeRO stage " + std::to_string(par.zero) + " with fused kernels (--fuse): the " + title() +
+                " step moves gradient and parameter pieces between single ops; build it without --fuse");
+  if (par.data > 1 && par.zero > 1 && !pieced())
+    return fail("ZeRO stage " + std::to_string(par.zero) + ": the memory plan has no per-rank pieces");
   if (par.data > 1 && (par.data > 4096 || plan.batch % (plan.microBatch * par.data) != 0))
     return fail("data = " + std::to_string(par.data) + " does not divide the batch of " + std::to_string(plan.batch) +
                 " into whole micro-batches of " + std::to_string(plan.microBatch) + " per rank");
@@ -437,7 +467,7 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << plan.batch << ", " << plan.microBatch << ", " << plan.batch / (plan.microBatch * plan.parallel.data) << ", "
      << number(lossScale) << ", " << llvm::formatv("{0:e6}", a.flops.step).str() << ", "
      << (s.params.empty() ? 0 : s.params.size()) << ", " << s.inputs.size() << ", kParams, kInputs, "
-     << plan.parallel.data << ", " << (sharded() ? 1 : 0) << ", " << a.regions.shard << "};\n\n"
+     << plan.parallel.data << ", " << (sharded() ? 1 : a.regions.tensorShards) << ", " << a.regions.shard << "};\n\n"
      << "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
      << "                  void (*before_zero)(), bool *updated) {\n"
      << "  double loss = 0;\n"
@@ -446,7 +476,10 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << (overlap() ? "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);\n"
                    : "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n")
      << "  }\n";
-  if (dataParallel())
+  if (dataParallel() && pieced()) // each gradient was reduce-scattered when the backward completed it
+    os << "  if (before_zero)\n    before_zero();\n"
+       << "  *updated = update(ctx, step);\n";
+  else if (dataParallel())
     os << "  reduce_gradients(ctx);\n"
        << "  if (before_zero) {\n" << (sharded() ? "    gather_gradients(ctx);\n" : "") << "    before_zero();\n  }\n"
        << "  *updated = update(ctx, step);\n";
@@ -497,6 +530,7 @@ bool Emitter::run(std::vector<File> &files) {
   index();
   if (!error.empty() || !checkPlan())
     return false;
+  indexZeroMoves();
   std::string micro, upd, zero;
   if (!microStep(micro) || !update(upd, zero))
     return false;

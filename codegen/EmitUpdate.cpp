@@ -58,6 +58,8 @@ std::map<size_t, std::vector<size_t>> Emitter::overlappedBuckets() const {
 std::string Emitter::communication(int64_t gradElems) {
   if (!dataParallel())
     return "";
+  if (pieced()) // the gradients moved in micro_step (EmitZero.cpp)
+    return pieceGather();
   std::string T = ctype(plan.precision.grads);
   int64_t d = plan.parallel.data;
   const std::vector<std::pair<int64_t, int64_t>> bs = gradientBuckets();
@@ -186,7 +188,7 @@ bool Emitter::updateTable(const UpdateTypes &u, std::string &table, size_t &coun
           "struct UpdateEntry { int64_t n, p, pm, g, s0, s1; };\n"
           "static const UpdateEntry kUpdate[] = {\n";
   count = 0;
-  bool zero = sharded();
+  bool zero = sharded() || pieced();
   if (zero) {
     if (pd != gd)
       return fail("ZeRO with parameters in " + nameOf(pd).str() + " and gradients in " + nameOf(gd).str() +
@@ -198,7 +200,7 @@ bool Emitter::updateTable(const UpdateTypes &u, std::string &table, size_t &coun
             "/// gradient and each optimizer state (in this rank's shard of O).\n"
             "struct UpdateEntry { int rank; int64_t n, p, pm, g, s0, s1; };\n"
             "static const UpdateEntry kUpdate[] = {\n";
-    table += zeroUpdateRows(hasMaster, states, count);
+    table += pieced() ? pieceUpdateRows(hasMaster, states, count) : zeroUpdateRows(hasMaster, states, count);
   }
   for (const ParamInfo &pi : s.params) {
     if (!pi.trainable || zero)
@@ -293,6 +295,10 @@ void Emitter::sumSquares(const std::string &G, int64_t gradElems) {
   } else if (be.device) { // Σg² lands in device memory; the host reads it back to decide
     line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, device_scalars);", G, gradElems).str());
     line("const double sumsq = device_load(ctx, device_scalars);");
+  } else if (pieced()) { // each rank holds its pieces of the averaged gradients: Σg² over all
+    line("float sumsq = 0;");
+    line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0), {1}, &sumsq);", G, gradElems).str());
+    line("sumsq = static_cast<float>(tally_comm::sum(sumsq));");
   } else if (zero) { // each rank holds its shard of the averaged gradients: Σg² over all
     line("float sumsq = 0;");
     line(llvm::formatv("const int64_t from = std::min<int64_t>({0}, tally_comm::rank() * kShard);", gradElems).str());
@@ -331,7 +337,7 @@ bool Emitter::update(std::string &updateText, std::string &zeroText) {
       return false;
   }
   op = nullptr;
-  if (zero)
+  if (zero || (pieced() && a.regions.tensorShards < 3))
     body += "\n  // ZeRO: every rank's updated parameters to every rank\n  gather_parameters(ctx);\n";
   updateText = table + communication(gradElems) +
                "/// The optimizer phase: false when the step was skipped (fp16 overflow).\n"
@@ -360,7 +366,7 @@ bool Emitter::updateParameters(const OptimizerPhase &p) {
   body += "\n  // " + commentSafe(p.path) + ": " + commentSafe(plan.optimizer.name) + " over every trainable parameter\n";
   site(p.path, "optimizer");
   line("const float gscale = " + std::string(plan.precision.lossScaling ? "1.0f / kLossScale" : "1.0f") + ";");
-  if (sharded()) {
+  if (sharded() || pieced()) {
     line("const int me = tally_comm::rank();");
     line("for (const UpdateEntry &e : kUpdate)");
     line("  if (e.n > 0 && e.rank == me)");

@@ -526,7 +526,35 @@ struct Analysis {
     /// of each state (state s at byte s·alignUp(shard · its dtype's bytes)), and list no
     /// tensors. 0: no sharding.
     int64_t shard = 0;
+    /// ZeRO 2 or 3 over data = d > 1 ranks (the stage; 0 otherwise): each tensor of the grads,
+    /// master and optimizer regions (at stage 3 the params region too) is cut into d pieces of
+    /// ⌈n/d⌉ elements, rank r owning elements [r·⌈n/d⌉, min(n, (r+1)·⌈n/d⌉)) of it (DeepSpeed
+    /// stage 3 partitions each parameter so), and the region holds one piece per tensor at an
+    /// aligned offset (Entry::bytes: the piece's). `shard` is then 0.
+    int tensorShards = 0;
   } regions;
+  /// ZeRO 2 and 3 (regions.tensorShards; MemoryPlan.cpp step 4): where the generated step moves
+  /// each tensor's pieces, in stepSchedule entries. A parameter's gradient of one micro-batch
+  /// is an arena buffer (kind Gradient, tensor the parameter) zeroed before entry `first` and
+  /// reduce-scattered into the rank's piece in G after entry `last`; under ZeRO 3 every unit
+  /// (each repeat-block copy, FSDP's wrapped block, and the root: every other parameter) is
+  /// gathered into arena buffers (kind Transient, tensor the parameter) before the first entry
+  /// of the forward that reads one of its parameters and again before the first of the
+  /// backward (recompute included), freed after the phase's last read.
+  struct ZeroMoves {
+    struct Reduce {
+      TensorId param = kNone;
+      uint32_t first = 0, last = 0;
+    };
+    struct Gather {
+      uint32_t entry = 0;            ///< gathered before this entry
+      uint32_t unit = 0;             ///< index into the repeat copies; kNone: the root
+      bool backward = false;
+      std::vector<TensorId> params;
+    };
+    std::vector<Reduce> reduces;     ///< in the order of their `last`
+    std::vector<Gather> gathers;     ///< in the order of their entry
+  } zero;
   /// "" when every size and offset of the memory plan (each buffer, the arena, each region and
   /// each tensor in it) fits int64 bytes; else what first did not, and the plan is not
   /// representable: planMemory leaves the arena, the offsets and the regions at 0, the pipeline

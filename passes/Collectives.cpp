@@ -347,6 +347,22 @@ CollectiveCost collectiveCost(const Target &t, const Placement &g, Collective ki
   return best;
 }
 
+double ringSentBytes(const CollectiveCost &c) {
+  double n = c.group.n;
+  if (n <= 1)
+    return 0;
+  double share = c.bytes * (n - 1) / n;
+  return c.kind == Collective::AllReduce ? 2 * share : share;
+}
+
+double dataParallelSentBytes(const Analysis &a) {
+  double sent = 0;
+  for (const Analysis::CollectiveUse &u : a.collectives)
+    if (u.group == 'd' || u.group == 'x')
+      sent += u.perStep * ringSentBytes(u.cost);
+  return sent;
+}
+
 double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes) {
   return collectiveCost(t, g, c, bytes).time;
 }

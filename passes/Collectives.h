@@ -64,6 +64,13 @@ CollectiveCost collectiveCost(const Target &t, const Placement &g, Collective c,
 /// Seconds of collectiveCost(...).time.
 double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes);
 
+/// The bytes each member of the group sends in one collective `c` as a ring runs it (NCCL's
+/// ring algorithm, and the generated CPU step's ZeRO 2 and 3 collectives, codegen/program/
+/// tally_comm.h): a reduce-scatter or all-gather of B bytes over n members sends (n − 1)/n · B
+/// from every member, an all-reduce (a reduce-scatter, then an all-gather) twice that, an
+/// all-to-all the (n − 1)/n of its send buffer that leaves the member.
+double ringSentBytes(const CollectiveCost &c);
+
 /// A point-to-point send of `bytes` over the link, or the network when `network`: one Simple
 /// step's latency of that tier plus bytes / bandwidth.
 double sendTime(const Target &t, bool network, double bytes);

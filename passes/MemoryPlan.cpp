@@ -15,6 +15,8 @@
 //    the grads region's E elements (padding included) split into d runs of ⌈E/d⌉, rank r
 //    owning run r; master holds one run (alignUp(⌈E/d⌉ · its bytes)) and the optimizer one
 //    run per state. StaticMemory's estimate, T·bytes/d per class, differs only by the padding.
+//    ZeRO 2 and 3 shard each tensor instead (Analysis::regions.tensorShards): grads, master
+//    and optimizer (and at stage 3 params) hold one piece of ⌈n/d⌉ elements per tensor.
 // 3. The arena: the step's tensors that Activations' liveness does not cover — the loss
 //    gradient and the local gradients autodiff computes before summing them into a broadcast
 //    input's gradient — live within the one schedule step whose backward ops write and read
@@ -26,6 +28,9 @@
 //    reports) places nothing unless kernel fusion reads them: it only needs to know the plan
 //    fits, which the sum of the aligned sizes (an upper bound on the arena) says when it fits
 //    int64.
+// 4. ZeRO 2 and 3 (passes/ZeroShards.cpp): a parameter's gradient of one micro-batch and, at
+//    stage 3, each unit's gathered parameters are arena buffers too, live from their first to
+//    their last use; the step moves them as Analysis::zero says.
 // Every size, offset and sum here is an int64 byte count computed with checked arithmetic
 // (checkedMul, checkedAdd, checkedAlignUp): a model can have elements that fit int64 and bytes
 // that do not (a [3e9, 3e9] f32 weight: 9e18 elements, 3.6e19 bytes). The first size or offset
@@ -130,15 +135,18 @@ std::optional<int64_t> alignedBytes(int64_t n, Dtype dtype) {
 }
 
 /// Lays `states` copies of the tensors `ts` out in a region (listing each when `list`, else
-/// only its size); false when a tensor's bytes or the region's size pass INT64_MAX.
+/// only its size); false when a tensor's bytes or the region's size pass INT64_MAX. With
+/// `pieces` > 1 (ZeRO 2 and 3) each tensor holds one piece of ⌈n / pieces⌉ elements.
 bool lay(Region &r, Dtype dtype, const Graph &g, const std::vector<TensorId> &ts, unsigned states,
-         bool list) {
+         bool list, int64_t pieces = 1) {
   r.dtype = dtype;
   if (list)
     r.tensors.reserve(r.tensors.size() + states * ts.size());
   for (unsigned s = 0; s < states; ++s)
     for (TensorId t : ts) {
       std::optional<int64_t> n = checkedNumel(g.tensors[t].shape); // lowering checked it
+      if (n && pieces > 1) // ⌈n / pieces⌉ without n + pieces - 1
+        n = *n / pieces + (*n % pieces != 0);
       std::optional<int64_t> bytes = n ? checkedMul(*n, static_cast<int64_t>(bytesOf(dtype))) : std::nullopt;
       std::optional<int64_t> aligned = bytes ? checkedAlignUp(*bytes) : std::nullopt;
       std::optional<int64_t> end = aligned ? checkedAdd(r.bytes, *aligned) : std::nullopt;
@@ -225,6 +233,12 @@ std::optional<int64_t> gradientBytes(const Graph &step, size_t from, size_t to, 
   }
   return sum;
 }
+/// A parameter's gradient under ZeRO 2 and 3, which step 4 gives its own buffer. (Under ZeRO 0
+/// and 1 the step writes it into the grads region, and its local buffer goes unused.)
+bool zeroGradient(const Analysis &a, const Tensor &x) {
+  const Parallelism &par = a.plan->parallel;
+  return par.zero >= 2 && par.data > 1 && x.gradOf != kNone && a.step->tensors[x.gradOf].role == TensorRole::Param;
+}
 } // namespace
 
 std::optional<int64_t> localGradientBound(const Graph &step, size_t forwardTensors) {
@@ -252,6 +266,7 @@ void planMemory(Analysis &a) {
 
   a.stepSchedule.clear();
   a.stepIndexOf.clear();
+  a.zero = {};
   if (listed)
     scheduleOps(a);
 
@@ -275,7 +290,7 @@ void planMemory(Analysis &a) {
       const Op &op = s.ops[a.stepSchedule[e].op];
       for (TensorId t : op.outputs) {
         const Tensor &x = s.tensors[t];
-        if (x.role != TensorRole::Gradient || x.viewOf != kNone || covered[t])
+        if (x.role != TensorRole::Gradient || x.viewOf != kNone || covered[t] || zeroGradient(a, x))
           continue;
         covered[t] = true;
         locals.emplace_back(static_cast<uint32_t>(e), t);
@@ -297,6 +312,7 @@ void planMemory(Analysis &a) {
       b.kind = Buffer::Gradient;
       a.buffers.push_back(b);
     }
+    zeroMoves(a, stepOfEntry); // step 4
   }
   // Step 2 and 3 in integers; the first size that does not fit int64 ends the plan.
   auto reset = [&] {
@@ -308,6 +324,7 @@ void planMemory(Analysis &a) {
     a.regions.master = Region();
     a.regions.optimizer = Region();
     a.regions.shard = 0;
+    a.regions.tensorShards = 0;
   };
   a.planOverflow.clear();
   reset();
@@ -347,14 +364,26 @@ void planMemory(Analysis &a) {
   auto regionTooLarge = [&](const char *name) {
     unrepresentable(std::string("the ") + name + " region passes 2^63 - 1 bytes");
   };
-  if (!lay(a.regions.params, plan.precision.params, g, all, 1, listed))
+  const Parallelism &par = plan.parallel;
+  // ZeRO 2 and 3: every tensor of the regions it shards cut into data pieces, one per rank.
+  int64_t pieces = plan.isTrain && par.zero >= 2 && par.data > 1 ? par.data : 1;
+  if (!lay(a.regions.params, plan.precision.params, g, all, 1, listed, par.zero >= 3 ? pieces : 1))
     return regionTooLarge("params");
   if (!plan.isTrain)
     return;
-  if (!lay(a.regions.grads, plan.precision.grads, g, trainable, 1, listed))
+  if (!lay(a.regions.grads, plan.precision.grads, g, trainable, 1, listed, pieces))
     return regionTooLarge("grads");
-  const Parallelism &par = plan.parallel;
   int64_t gradBytes = static_cast<int64_t>(bytesOf(plan.precision.grads));
+  if (pieces > 1) {
+    a.regions.tensorShards = par.zero;
+    if (plan.precision.master != Dtype::Invalid &&
+        !lay(a.regions.master, plan.precision.master, g, trainable, 1, listed, pieces))
+      return regionTooLarge("master");
+    if (!lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer), listed,
+             pieces))
+      return regionTooLarge("optimizer");
+    return;
+  }
   if (par.zero >= 1 && par.data > 1 && gradBytes > 0) {
     int64_t elems = a.regions.grads.bytes / gradBytes;
     // ⌈elems / data⌉ without elems + data - 1, which overflows for data near 2^63.

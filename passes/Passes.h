@@ -99,6 +99,15 @@ WalkMemoStats walkMemoStats(const WalkMemo &memo);
 /// MemoryPlan.cpp: the schedule over the step graph's ops and the flat regions (params,
 /// grads, master weights, optimizer state) with an aligned offset per tensor.
 void planMemory(Analysis &a);
+/// Collectives.cpp: the bytes one device sends per step in the data-parallel collectives the
+/// step time priced (Analysis::collectives of the data groups), each as a ring sends them
+/// (ringSentBytes). The generated CPU step counts what each rank sends under ZeRO 2 and 3.
+double dataParallelSentBytes(const Analysis &a);
+/// ZeroShards.cpp (step 4 of planMemory): under ZeRO 2 and 3 with data > 1, each parameter's
+/// gradient of one micro-batch as an arena buffer and, under ZeRO 3, each unit's gathered
+/// parameters in the forward and again in the backward (Analysis::zero); nothing otherwise.
+/// `stepOfEntry`: the schedule step of each stepSchedule entry.
+void zeroMoves(Analysis &a, const std::vector<uint32_t> &stepOfEntry);
 /// MemoryPlan.cpp: an upper bound on the aligned bytes of the local gradients planMemory adds
 /// to the buffers (every dense gradient tensor the step made after `forwardTensors`); nullopt
 /// past INT64_MAX. With the walk's buffers summed, it says the plan fits without listing it.

@@ -138,6 +138,10 @@ void renderMemoryPlan(const Analysis &a, llvm::raw_ostream &os, bool json) {
   if (a.regions.shard > 0)
     os << "ZeRO shard: master and optimizer hold " << a.regions.shard
        << " elements of the grads region per rank (rank r from element r x " << a.regions.shard << ")\n";
+  if (a.regions.tensorShards > 0)
+    os << "ZeRO " << a.regions.tensorShards << " pieces: grads, master and optimizer"
+       << (a.regions.tensorShards >= 3 ? " and params" : "") << " hold one piece of ceil(n / "
+       << a.plan->parallel.data << ") elements of each tensor per rank (rank r from element r x the piece)\n";
 }
 
 } // namespace tally

@@ -11,7 +11,9 @@
 // global micro-batches r·microSteps …, with their dropout seeds), the step averages the
 // gradients, and rank 0 prints the JSON: its own times and memory, and the loss of the whole
 // batch (the ranks' losses averaged, outside the timed step). Under ZeRO the master shard is
-// initialised from the whole initialisation, and --save gathers it first.
+// initialised from the whole initialisation, and --save gathers it first; under ZeRO 2 and 3
+// every tensor's pieces so (driver_host.h, WholeModel), and the JSON has `sent_bytes`: what
+// each rank sent in the last step, counted by the collectives.
 #include "common/tally_driver.h"
 #include "common/tally_safetensors.h"
 #include "cpu/tally_rt.h"
@@ -90,7 +92,9 @@ struct Profile {
 Args args;
 
 void dumpGradients() {
-  if (!args.dumpGrads.empty() && rank == 0) // every rank holds the same averaged gradients
+  if (!args.dumpGrads.empty() && kLayout.zero >= 2) // each rank holds its pieces: assembled
+    dumpPieces(args.dumpGrads, mem, rank, tally_comm::merge);
+  else if (!args.dumpGrads.empty() && rank == 0) // every rank holds the same averaged gradients
     writeTensors(args.dumpGrads, true, mem);
 }
 
@@ -123,6 +127,7 @@ int main(int argc, char **argv) {
 
     const double start = rt::now_seconds() - started; // allocation, initialisation, data
     std::vector<double> losses, times;
+    int64_t sent = 0;
     int64_t skipped = 0, total = args.steps; // the first args.warmup untimed
     Progress progress;
     progress.on = progress.on && rank == 0;
@@ -133,9 +138,11 @@ int main(int argc, char **argv) {
       bool last = i + 1 == total, updated = true;
       // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
       uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
+      tally_comm::reset_sent_bytes();
       double t0 = rt::now_seconds();
       double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated);
       double dt = rt::now_seconds() - t0;
+      sent = tally_comm::sent_bytes(); // the piece collectives of this step (ZeRO 2 and 3)
       if (kLayout.ranks > 1) // the whole batch's loss: the mean of the ranks' (equal shares)
         loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks);
       losses.push_back(loss);
@@ -147,7 +154,8 @@ int main(int argc, char **argv) {
     }
     progress.done();
     if (!args.save.empty())
-      saveRank(args, mem, rank, tally_comm::sum);
+      saveRank(args, mem, rank, tally_comm::sum, tally_comm::merge);
+    std::vector<int64_t> sentByRank = tally_comm::gather_counts(sent);
     int64_t peak = peakResidentBytes();
     tally_comm::finalize();
     if (rank != 0)
@@ -167,6 +175,12 @@ int main(int argc, char **argv) {
            ", \"optimizer\": " + std::to_string(kLayout.optimizerBytes) + ", \"data\": " + std::to_string(kLayout.dataBytes) +
            "},\n";
     out += "  \"peak_bytes\": " + std::to_string(peak) + ",\n";
+    if (kLayout.zero >= 2) { // the bytes each rank sent in the last step, counted in driver/tally_comm.h
+      out += "  \"sent_bytes\": [";
+      for (size_t r = 0; r < sentByRank.size(); ++r)
+        out += (r ? ", " : "") + std::to_string(sentByRank[r]);
+      out += "],\n";
+    }
     out += "  \"model_flops\": " + num(kLayout.modelFlops) + ",\n";
     out += "  \"skipped_steps\": " + std::to_string(skipped) + ",\n  \"kernels\": [";
     bool first = true;

@@ -274,12 +274,12 @@ void storeChecked(const std::string &d, uint8_t *p, int64_t j, double v, const s
 /// rt::philox_normal_floats (bit for bit the values 0.02 · normal(seed, 1000 + index, j) rounded
 /// to float, which is what storeAs wrote one element at a time): false, writing nothing, for a
 /// dtype it does not handle (then the caller stores element by element).
-bool normalFast(const Args &a, const ParamInfo &p, Memory &into) {
+bool normalFast(const Args &a, const ParamInfo &p, int index, Memory &into) {
   const std::string dt = p.t.dtype;
   const bool f32 = dt == "F32", bf16 = dt == "BF16", f16 = dt == "F16";
   if ((!f32 && !bf16 && !f16) || (p.master >= 0 && std::string(kLayout.masterDtype) != "F32"))
     return false;
-  const uint64_t stream = 1000 + static_cast<uint64_t>(&p - kLayout.params);
+  const uint64_t stream = 1000 + static_cast<uint64_t>(index);
   const int64_t n = p.t.numel, kChunk = 8192;
   uint8_t *params = into.params + p.offset;
   float *master = p.master >= 0 ? reinterpret_cast<float *>(into.master + p.master) : nullptr;
@@ -307,8 +307,9 @@ bool normalFast(const Args &a, const ParamInfo &p, Memory &into) {
 
 /// Fills the params (and master) regions of `into` from --init or the default initialisation.
 /// With --init every tensor of the file is checked against the model (names, shapes, dtypes)
-/// before any data is read.
-void initParams(const Args &a, Memory &into) {
+/// before any data is read. `table`: the parameters' offsets (kLayout's, or a whole model's
+/// under ZeRO 2 and 3: WholeModel).
+void initParams(const Args &a, Memory &into, const ParamInfo *table = kLayout.params) {
   std::vector<double> values;
   rt::st::File file;
   std::vector<const rt::st::Entry *> entries(static_cast<size_t>(kLayout.nparams), nullptr);
@@ -328,10 +329,10 @@ void initParams(const Args &a, Memory &into) {
     }
   }
   for (int i = 0; i < kLayout.nparams; ++i) {
-    const ParamInfo &p = kLayout.params[i];
+    const ParamInfo &p = table[i];
     if (entries[i]) {
       values = checkedValues(file, *entries[i], a.init, p.t.name);
-    } else if (p.init == Init::Normal002 && normalFast(a, p, into)) {
+    } else if (p.init == Init::Normal002 && normalFast(a, p, i, into)) {
       continue;
     } else {
       values.assign(static_cast<size_t>(p.t.numel), 0.0);
@@ -429,12 +430,13 @@ std::string nonfiniteLoss(int64_t step, double loss) {
          "diverged; --allow-nonfinite trains on)";
 }
 
-/// Writes every parameter (or its gradient) as F32 into a safetensors file.
-void writeTensors(const std::string &path, bool grads, const Memory &from) {
+/// Writes every parameter (or its gradient) as F32 into a safetensors file (`table`: as
+/// initParams's).
+void writeTensors(const std::string &path, bool grads, const Memory &from, const ParamInfo *table = kLayout.params) {
   rt::st::Writer w;
   std::vector<std::vector<float>> keep;
   for (int i = 0; i < kLayout.nparams; ++i) {
-    const ParamInfo &p = kLayout.params[i];
+    const ParamInfo &p = table[i];
     if (grads && p.grad < 0)
       continue;
     std::vector<float> v(static_cast<size_t>(p.t.numel));
@@ -461,9 +463,80 @@ void writeTensors(const std::string &path, bool grads, const Memory &from) {
 size_t wholeMasterBytes() { return static_cast<size_t>(kLayout.ranks * kLayout.shard) * sizeof(float); }
 bool shardedMaster() { return kLayout.shard > 0 && kLayout.masterBytes > 0; }
 
+/// ZeRO 2 and 3 (kLayout.zero ≥ 2): rank r holds elements [r·c, min(n, (r+1)·c)) of each
+/// tensor of n elements, c = ⌈n / ranks⌉, at the tensor's offset in the grads, master and
+/// optimizer regions (and under ZeRO 3 the params region). WholeModel is every parameter, its
+/// gradient and master copy whole, in host memory laid out one after the other, for the
+/// initialisation, --save and --dump-grads (outside the timed steps).
+struct WholeModel {
+  std::vector<ParamInfo> table;
+  std::vector<uint8_t> params, grads, master;
+  Memory mem{};
+  WholeModel() {
+    size_t p = 0, g = 0, m = 0;
+    auto next = [](size_t &at, size_t bytes) {
+      size_t off = at;
+      at += (bytes + 255) / 256 * 256;
+      return static_cast<int64_t>(off);
+    };
+    for (int i = 0; i < kLayout.nparams; ++i) {
+      ParamInfo q = kLayout.params[i];
+      size_t n = static_cast<size_t>(q.t.numel);
+      q.offset = next(p, n * dtypeBytes(q.t.dtype));
+      if (q.grad >= 0)
+        q.grad = next(g, n * dtypeBytes(kLayout.gradsDtype));
+      if (q.master >= 0)
+        q.master = next(m, n * sizeof(float));
+      table.push_back(q);
+    }
+    params.assign(p, 0);
+    grads.assign(g, 0);
+    master.assign(m, 0);
+    mem.params = params.data();
+    mem.grads = grads.data();
+    mem.master = master.data();
+  }
+  /// Copies rank `rank`'s pieces between `shards` (its regions) and this whole model: the
+  /// parameters (whole under ZeRO 2, a piece under ZeRO 3) and master copies, or the gradients.
+  void pieces(Memory &shards, int rank, bool grads, bool toShards) {
+    for (int i = 0; i < kLayout.nparams; ++i) {
+      const ParamInfo &s = kLayout.params[i], &w = table[static_cast<size_t>(i)];
+      int64_t n = s.t.numel, c = (n + kLayout.ranks - 1) / kLayout.ranks;
+      int64_t lo = std::min<int64_t>(n, rank * c), len = std::min<int64_t>(n - lo, c);
+      auto move = [&](uint8_t *shard, uint8_t *whole, size_t eb, bool piece) {
+        uint8_t *a = shard, *b = whole + (piece ? lo : 0) * static_cast<int64_t>(eb);
+        size_t bytes = static_cast<size_t>(piece ? len : n) * eb;
+        if (bytes > 0)
+          std::memcpy(toShards ? a : b, toShards ? b : a, bytes);
+      };
+      if (grads) {
+        if (s.grad >= 0)
+          move(shards.grads + s.grad, mem.grads + w.grad, dtypeBytes(kLayout.gradsDtype), true);
+        continue;
+      }
+      move(shards.params + s.offset, mem.params + w.offset, dtypeBytes(s.t.dtype), kLayout.zero >= 3);
+      if (s.master >= 0)
+        move(shards.master + s.master, mem.master + w.master, sizeof(float), true);
+    }
+  }
+  /// Every rank's pieces on every rank: each byte is held by one rank and zero on the others,
+  /// so `merge` (a bitwise or over the ranks) assembles them.
+  void merge(void (*merge)(uint8_t *, int64_t), bool grads) {
+    for (std::vector<uint8_t> *v : grads ? std::vector<std::vector<uint8_t> *>{&this->grads}
+                                         : std::vector<std::vector<uint8_t> *>{&params, &master})
+      merge(v->data(), static_cast<int64_t>(v->size()));
+  }
+};
+
 /// The parameters into `into` (--init or the default) and, under ZeRO, rank `rank`'s master
 /// shard cut from the whole initialisation, so every rank starts from the same weights.
 void initialiseRank(const Args &args, Memory &into, int rank) {
+  if (kLayout.zero >= 2) {
+    WholeModel w;
+    initParams(args, w.mem, w.table.data());
+    w.pieces(into, rank, false, true);
+    return;
+  }
   if (!shardedMaster()) {
     initParams(args, into);
     return;
@@ -478,7 +551,17 @@ void initialiseRank(const Args &args, Memory &into, int rank) {
 /// --save: rank 0 writes the weights of `from` (host memory); under ZeRO the master shards are
 /// summed into a whole master first by `sum` over the ranks (each element is held by one rank,
 /// the others add zeros). Every rank calls it.
-void saveRank(const Args &args, const Memory &from, int rank, void (*sum)(float *, int64_t)) {
+void saveRank(const Args &args, const Memory &from, int rank, void (*sum)(float *, int64_t),
+              void (*merge)(uint8_t *, int64_t) = nullptr) {
+  if (kLayout.zero >= 2 && merge) {
+    WholeModel w;
+    Memory m = from;
+    w.pieces(m, rank, false, false);
+    w.merge(merge, false);
+    if (rank == 0)
+      writeTensors(args.save, false, w.mem, w.table.data());
+    return;
+  }
   if (!shardedMaster()) {
     if (rank == 0)
       writeTensors(args.save, false, from);
@@ -491,6 +574,17 @@ void saveRank(const Args &args, const Memory &from, int rank, void (*sum)(float 
   m.master = reinterpret_cast<uint8_t *>(whole.data());
   if (rank == 0)
     writeTensors(args.save, false, m);
+}
+
+/// --dump-grads under ZeRO 2 and 3: every rank's pieces of the gradients assembled by `merge`
+/// and written by rank 0. Every rank calls it.
+void dumpPieces(const std::string &path, const Memory &from, int rank, void (*merge)(uint8_t *, int64_t)) {
+  WholeModel w;
+  Memory m = from;
+  w.pieces(m, rank, true, false);
+  w.merge(merge, true);
+  if (rank == 0)
+    writeTensors(path, true, w.mem, w.table.data());
 }
 
 int64_t peakResidentBytes() {

@@ -159,6 +159,92 @@ template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64
                 "MPI_Allgatherv");
 }
 
+// ---- ZeRO 2 and 3: one tensor's pieces, rank r owning elements [r·c, min(n, (r+1)·c)) ------
+// Rings of point-to-point transfers (MPI_Sendrecv), as NCCL's ring algorithm moves them: a
+// reduce-scatter or an all-gather over N ranks takes N - 1 steps, in each of which every rank
+// sends one piece to the next rank and receives one from the previous. Every byte a rank hands
+// to MPI is counted (sent_bytes), so the step's traffic is measured, not derived.
+
+namespace detail {
+inline int64_t &sent() {
+  static int64_t n = 0;
+  return n;
+}
+/// The receive buffer of the reduce-scatter: one piece, grown to the largest (the only memory
+/// the collectives allocate; MPI's own buffers aside).
+inline std::vector<uint8_t> &scratch() {
+  static std::vector<uint8_t> s;
+  return s;
+}
+/// Piece k of n elements in pieces of c: [lo, hi).
+inline int64_t pieceLo(int64_t n, int64_t c, int k) { return std::min<int64_t>(n, k * c); }
+inline int64_t pieceHi(int64_t n, int64_t c, int k) { return std::min<int64_t>(n, (k + 1) * c); }
+template <class T> void sendrecv(const T *out, int64_t nout, int to, T *in, int64_t nin, int from) {
+  sent() += nout * static_cast<int64_t>(sizeof(T));
+  check(MPI_Sendrecv(out, count(nout, "a piece"), Type<T>::type(), to, 7, in, count(nin, "a piece"),
+                     Type<T>::type(), from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+        "MPI_Sendrecv");
+}
+} // namespace detail
+
+/// Bytes this rank handed to MPI in the piece collectives since the last reset.
+inline int64_t sent_bytes() { return detail::sent(); }
+inline void reset_sent_bytes() { detail::sent() = 0; }
+/// Every rank's count of bytes (rank order), gathered outside the timed steps.
+inline std::vector<int64_t> gather_counts(int64_t mine) {
+  std::vector<int64_t> all(static_cast<size_t>(size()), 0);
+  detail::check(MPI_Allgather(&mine, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), "MPI_Allgather");
+  return all;
+}
+/// Bitwise or of n bytes over the ranks, in place: assembles pieces each held by one rank.
+inline void merge(uint8_t *x, int64_t n) {
+  for (int64_t at = 0; at < n; at += INT_MAX / 2) {
+    int c = static_cast<int>(std::min<int64_t>(n - at, INT_MAX / 2));
+    detail::check(MPI_Allreduce(MPI_IN_PLACE, x + at, c, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+}
+
+/// ZeRO 2 and 3: `buf` holds this rank's n-element gradient of one tensor (one micro-batch,
+/// already divided by the ranks); the ring sums it over the ranks into this rank's piece of
+/// `buf`, which is then added into `dst` (the rank's piece in the grads region, which sums the
+/// micro-batches). Rank r sends the N - 1 pieces other than its own, partly summed.
+template <class T> void reduce_scatter_piece(rt::Ctx &ctx, T *buf, int64_t n, int64_t c, T *dst) {
+  rt::detail::KernelScope ks(ctx, "reduce_scatter");
+  const int N = size(), r = rank();
+  std::vector<uint8_t> &sc = detail::scratch();
+  if (sc.size() < static_cast<size_t>(c) * sizeof(T))
+    sc.resize(static_cast<size_t>(c) * sizeof(T));
+  T *in = reinterpret_cast<T *>(sc.data());
+  for (int k = 0; k < N - 1; ++k) {
+    int out = ((r - k - 1) % N + N) % N, got = ((r - k - 2) % N + N) % N;
+    int64_t olo = detail::pieceLo(n, c, out), ohi = detail::pieceHi(n, c, out);
+    int64_t glo = detail::pieceLo(n, c, got), ghi = detail::pieceHi(n, c, got);
+    detail::sendrecv(buf + olo, ohi - olo, (r + 1) % N, in, ghi - glo, (r + N - 1) % N);
+    for (int64_t i = 0; i < ghi - glo; ++i)
+      buf[glo + i] = rt::store<T>(rt::load(buf[glo + i]) + rt::load(in[i]));
+  }
+  int64_t lo = detail::pieceLo(n, c, r), hi = detail::pieceHi(n, c, r);
+  for (int64_t i = 0; i < hi - lo; ++i)
+    dst[i] = rt::store<T>(rt::load(dst[i]) + rt::load(buf[lo + i]));
+}
+
+/// ZeRO 2 and 3: every rank's piece of one n-element tensor into `buf` on every rank. This
+/// rank's piece is copied into place from `src` first (null: it is in place already). Rank r
+/// sends its own piece and the N - 2 it receives before the last.
+template <class T> void all_gather_piece(rt::Ctx &ctx, T *buf, int64_t n, int64_t c, const T *src) {
+  rt::detail::KernelScope ks(ctx, "all_gather");
+  const int N = size(), r = rank();
+  int64_t lo = detail::pieceLo(n, c, r), hi = detail::pieceHi(n, c, r);
+  if (src && hi > lo)
+    std::memcpy(buf + lo, src, sizeof(T) * static_cast<size_t>(hi - lo));
+  for (int k = 0; k < N - 1; ++k) {
+    int out = ((r - k) % N + N) % N, got = ((r - k - 1) % N + N) % N;
+    int64_t olo = detail::pieceLo(n, c, out), ohi = detail::pieceHi(n, c, out);
+    int64_t glo = detail::pieceLo(n, c, got), ghi = detail::pieceHi(n, c, got);
+    detail::sendrecv(buf + olo, ohi - olo, (r + 1) % N, buf + glo, ghi - glo, (r + N - 1) % N);
+  }
+}
+
 #else // one process: the group is this process alone
 
 inline void init(int *, char ***) {}
@@ -167,6 +253,10 @@ inline int rank() { return 0; }
 inline int size() { return 1; }
 inline double sum(double x) { return x; }
 inline void sum(float *, int64_t) {}
+inline void merge(uint8_t *, int64_t) {}
+inline int64_t sent_bytes() { return 0; }
+inline void reset_sent_bytes() {}
+inline std::vector<int64_t> gather_counts(int64_t mine) { return {mine}; }
 
 #endif
 

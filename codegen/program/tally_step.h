@@ -68,7 +68,10 @@ struct Layout {
   const InputInfo *inputs;
   /// Data parallelism: the step runs on `ranks` processes (MPI), rank r training on rows
   /// [r·batch/ranks, (r+1)·batch/ranks) of each batch; zero = 1 shards master and optimizer:
-  /// rank r owns elements [r·shard, (r+1)·shard) of the grads region (shard 0: no sharding).
+  /// rank r owns elements [r·shard, (r+1)·shard) of the grads region (shard 0: no sharding);
+  /// zero = 2 and 3 cut every tensor of grads, master and optimizer (3: and params) into
+  /// pieces, rank r holding elements [r·c, min(n, (r+1)·c)), c = ⌈n/ranks⌉, at the offsets of
+  /// kParams (driver_host.h, WholeModel).
   int64_t ranks;
   int zero;
   int64_t shard;

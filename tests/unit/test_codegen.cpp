@@ -142,8 +142,15 @@ TEST_CASE("codegen: plans the CPU backend cannot run are refused with the reason
   CHECK(countOf(text, "tally_comm::all_gather<rt::bf16>(ctx, G<rt::bf16>(0), ") == 20); // gradients, parameters
   CHECK(countOf(text, "    tally_comm::copy(ctx, P<uint8_t>(e.p), G<uint8_t>(e.g), e.bytes);") == 1);
   CHECK(countOf(text, "if (e.n > 0 && e.rank == me)") == 2); // its pieces: the update, the gather
-  Compiled z3(fromFile, example("llama2_7b.tally")); // zero = 3
-  CHECK(emit(*z3.a, text).find("ZeRO stage 3: the CPU backend shards the optimizer state") != std::string::npos);
+  // ZeRO 3 (8 x { data = 8, zero = 3 }) runs on the CPU: each of the 32 blocks' 9 parameters and
+  // the root's 3 gathered before the forward and again before the backward, each of the 291
+  // gradients reduce-scattered once per micro-batch; CUDA refuses it.
+  Compiled z3(fromFile, example("llama2_7b.tally"));
+  REQUIRE(emit(*z3.a, text) == "");
+  CHECK(countOf(text, "tally_comm::all_gather_piece<rt::bf16>(ctx, A<rt::bf16>(") == 2 * (32 * 9 + 3));
+  CHECK(countOf(text, "tally_comm::reduce_scatter_piece<rt::bf16>(ctx, A<rt::bf16>(") == 32 * 9 + 3);
+  CHECK(countOf(text, "gather_parameters(") == 0); // the parameters stay in pieces
+  CHECK(emit(*z3.a, text, true).find("ZeRO stage 3: the CUDA backend shards the optimizer state") != std::string::npos);
   Compiled d(R"(
 model M(d = 8) {
   param w: [d, d]

@@ -586,6 +586,7 @@ void printRunJson(const Analysis &an, const Measured &r) {
                    {"optimizer_bytes", an.memory.optimizer},
                    {"ranks", an.plan->parallel.data},
                    {"data_parallel_comm_s", an.time.dataParallelComm},
+                   {"sent_bytes_per_rank", dataParallelSentBytes(an)},
                    {"peak_bytes", an.memory.peak},
                    {"context_bytes", an.memory.context},
                    {"workspace_bytes", an.memory.libraryWorkspace},
@@ -651,7 +652,9 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   std::string where = cuda ? "on " + m->getString("device").getValueOr("a CUDA device").str()
                       : ranks > 1 ? formatv("on the CPU ({0} MPI processes of {1} thread{2}{3})", ranks,
                                             static_cast<int64_t>(num(m, "threads")), num(m, "threads") == 1 ? "" : "s",
-                                            an.plan->parallel.zero >= 1 ? ", ZeRO-1" : "")
+                                            an.plan->parallel.zero >= 1
+                                                ? ", ZeRO-" + std::to_string(an.plan->parallel.zero)
+                                                : std::string())
                                         .str()
                                   : formatv("on the CPU ({0} thread{1})", static_cast<int64_t>(num(m, "threads")),
                                             num(m, "threads") == 1 ? "" : "s")
@@ -673,10 +676,25 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
     os << formatv("{0,-24} {1,14} {2,14}\n", "data-parallel comm", formatDuration(an.time.dataParallelComm),
                   formatDuration(r.comm));
     os << formatv("{0,-24} {1,14} {2,14}\n", "  waiting for ranks", "", formatDuration(r.wait));
-    os << "  the step averages the gradients after the backward (not overlapped), in buckets of 25 MiB"
-       << (an.plan->parallel.zero >= 1 ? " (reduce-scatter, then all-gather of the parameters)" : " (all-reduce)")
-       << ";\n  waiting is the barrier before it, for the slowest rank's backward (load imbalance);\n"
-       << "  the estimate is for the target's interconnect"
+    if (const json::Array *sent = m->getArray("sent_bytes")) { // ZeRO 2 and 3: counted per rank
+      std::string each;
+      for (const json::Value &v : *sent)
+        each += (each.empty() ? "" : ", ") + formatv("{0:f0}", v.getAsNumber().getValueOr(NAN)).str();
+      os << formatv("{0,-24} {1,14} {2,14}\n", "  bytes sent per rank",
+                    formatv("{0:f0}", dataParallelSentBytes(an)).str(), each);
+    }
+    if (an.plan->parallel.zero >= 2)
+      os << "  each micro-batch's gradients are reduce-scattered into the ranks' pieces as the backward\n"
+         << "  completes them"
+         << (an.plan->parallel.zero >= 3 ? ", each block's parameters all-gathered before its forward and its backward"
+                                         : ", the updated parameters all-gathered after the update")
+         << ";\n  bytes: what each rank sent in the last step, counted by the collectives (estimated: the\n"
+         << "  priced collectives as a ring sends them);\n";
+    else
+      os << "  the step averages the gradients after the backward (not overlapped), in buckets of 25 MiB"
+         << (an.plan->parallel.zero >= 1 ? " (reduce-scatter, then all-gather of the parameters)" : " (all-reduce)")
+         << ";\n  waiting is the barrier before it, for the slowest rank's backward (load imbalance);\n";
+    os << "  the estimate is for the target's interconnect"
        << (an.plan->parallel.overlap ? ", with the reduction hidden behind the backward (overlap = true)" : "")
        << "\n\n";
   }

@@ -23,7 +23,18 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     master = alignUp(4 ceil(E / 2)). It is within that padding of the analyzer's ZeRO memory per
     device (T x states x 4 / 2 bytes for T trainable parameters), and less than half of dp1's
     unsharded region plus the padding;
-  - the run reports the data-parallel communication it measured (> 0) beside the estimate.
+  - the run reports the data-parallel communication it measured (> 0) beside the estimate;
+  - ZeRO 2 (dp2z2: each micro-batch's gradients reduce-scattered into one piece per rank of
+    every tensor, each rank updating its pieces, the parameters all-gathered after the update)
+    and ZeRO 3 (dp2z3: the parameters in pieces too, each block's gathered before its forward
+    and again before its backward) give dp1's loss at every step, its last gradients and its
+    weights within RTOL_ZERO (1e-5 of each tensor's scale), and dp2z3 equals dp2z2 exactly (the
+    same sums in the same order; only where the parameters are read from differs);
+  - under ZeRO 2 and 3 the grads and optimizer regions (and under ZeRO 3 the params region)
+    hold one piece of ceil(n / 2) elements per tensor, each padded to 256 bytes, derived here
+    from the tensors' shapes in the saved weights; the bytes each rank sent in the last step,
+    counted by the collectives, equal the bytes the estimate prices for a rank (its collectives
+    as a ring sends them), exactly.
 Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when mpirun is
 not installed or TALLY has no `run` command.
 Usage: /usr/bin/python3 check_data_parallel.py TALLY
@@ -43,11 +54,35 @@ import check_e2e as E  # noqa: E402
 import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
-PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16"]
+RTOL_ZERO = 1e-5
+PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3"]
 
 
 def align(n):
     return (n + 255) // 256 * 256
+
+
+def zero_pieces(runs, weights, result):
+    """ZeRO 2 and 3: the regions of pieces, derived from the tensors' shapes, and the bytes each
+    rank sent against the estimate's."""
+    pieces = sum(align(4 * ((int(np.prod(t.shape)) + 1) // 2)) for t in weights.values())
+    for p, stage in [("dp2z2", 2), ("dp2z3", 3)]:
+        if p not in runs:
+            continue
+        est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
+        regions = est["regions"]
+        want = {"grads": pieces, "optimizer": pieces, "master": 0,
+                "params": pieces if stage == 3 else runs["dp1"][0]["estimated"]["regions"]["params"]}
+        have = {k: regions[k] for k in want}
+        result(p + " piece regions", have == want, "regions %s, derived %s" % (have, want))
+        # The analyzer's optimizer per device under ZeRO: T x 4 B / 2; the region adds each
+        # tensor's padding to 256 B (at most 256 B per tensor).
+        over = regions["optimizer"] - est["optimizer_bytes"]
+        result(p + " pieces vs ZeRO estimate", 0 <= over <= 256 * len(weights),
+               "optimizer region %d B, analyzer's per device %.0f B" % (regions["optimizer"], est["optimizer_bytes"]))
+        sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
+        ok = isinstance(sent, list) and len(sent) == 2 and all(s == priced for s in sent)
+        result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
 
 
 def main():
@@ -100,16 +135,17 @@ def main():
             print("%d passed, %d failed" % (res.passed, res.failed))
             return 1
         base, base_w, base_g = runs["dp1"]
-        for p in ["dp2", "dp2z"]:
+        for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO)]:
             if p not in runs:
                 continue
             report, w, g = runs[p]
             a, b = np.array(report["loss"]), np.array(base["loss"])
-            ok = a.shape == b.shape and bool(np.all(np.abs(a - b) <= RTOL * np.abs(b)))
+            ok = a.shape == b.shape and bool(np.all(np.abs(a - b) <= rtol * np.abs(b)))
             result(p + " loss", ok, "%s vs dp1 %s" % (a.tolist(), b.tolist()))
-            close(p + " gradients (last step)", g, base_g, RTOL)
-            close(p + " weights after 3 steps", w, base_w, RTOL)
-        for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o")]:
+            close(p + " gradients (last step)", g, base_g, rtol)
+            close(p + " weights after 3 steps", w, base_w, rtol)
+        zero_pieces(runs, base_w, result)
+        for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
                 result(zero + " loss = " + plain, r0["loss"] == r1["loss"], "%s vs %s" % (r1["loss"], r0["loss"]))
