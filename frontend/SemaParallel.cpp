@@ -61,44 +61,39 @@ struct LayoutReader {
     return true;
   }
 
-  bool stack(const LayoutItem &it) {
-    static const std::vector<std::string> stacks = {"megatron", "deepspeed", "fsdp", "fsdp2",
-                                                    "ddp"};
+  /// The value of `it` when it is one of `names` (a word or a string); otherwise an error at the
+  /// value, `what` followed by "not 'x'; did you mean 'y'?" and a fix-it, and "".
+  std::string oneOf(const LayoutItem &it, const std::vector<std::string> &names,
+                    const std::string &what) {
     const ConstValue &e = it.value;
     std::string s = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
-    if (std::find(stacks.begin(), stacks.end(), s) == stacks.end()) {
-      std::string close = closestName(s, stacks);
-      auto d = sema.diags.report(
-          DiagKind::InvalidValue, it.range.Start,
-          "stack is the framework that runs the step: megatron, deepspeed, fsdp, fsdp2 or ddp" +
-              (s.empty() ? std::string() : ", not '" + s + "'" + didYouMean(close)));
-      d.range(it.range);
-      if (!s.empty() && !close.empty())
-        d.fixit(e.range, close);
-      return false;
-    }
-    par.stack = s;
-    return true;
+    if (std::find(names.begin(), names.end(), s) != names.end())
+      return s;
+    std::string close = closestName(s, names);
+    auto d = sema.diags.report(DiagKind::InvalidValue, it.range.Start,
+                               what + (s.empty() ? std::string()
+                                                 : ", not '" + s + "'" + didYouMean(close)));
+    d.range(it.range);
+    if (!s.empty() && !close.empty())
+      d.fixit(e.range, close);
+    return "";
+  }
+
+  bool stack(const LayoutItem &it) {
+    par.stack = oneOf(it, {"megatron", "deepspeed", "fsdp", "fsdp2", "ddp"},
+                      "stack is the framework that runs the step: megatron, deepspeed, fsdp, "
+                      "fsdp2 or ddp");
+    return !par.stack.empty();
   }
 
   /// attention_kernel = flash2 | native | flash1_triton (docs/time.md, "Framework stacks").
   bool attentionKernel(const LayoutItem &it) {
-    static const std::vector<std::string> kernels = {"flash2", "native", "flash1_triton"};
-    const ConstValue &e = it.value;
-    std::string s = e.kind == ConstValue::Word || e.kind == ConstValue::String ? e.text : "";
-    if (std::find(kernels.begin(), kernels.end(), s) == kernels.end()) {
-      std::string close = closestName(s, kernels);
-      auto d = sema.diags.report(
-          DiagKind::InvalidValue, it.range.Start,
-          "attention_kernel is the fused attention kernel the step runs: flash2 "
-          "(FlashAttention-2), native (the GPU's own: FlashAttention-3, cuDNN) or flash1_triton "
-          "(the FlashAttention-1-era Triton kernel)" +
-              (s.empty() ? std::string() : ", not '" + s + "'" + didYouMean(close)));
-      d.range(it.range);
-      if (!s.empty() && !close.empty())
-        d.fixit(e.range, close);
+    std::string s = oneOf(it, {"flash2", "native", "flash1_triton"},
+                          "attention_kernel is the fused attention kernel the step runs: flash2 "
+                          "(FlashAttention-2), native (the GPU's own: FlashAttention-3, cuDNN) or "
+                          "flash1_triton (the FlashAttention-1-era Triton kernel)");
+    if (s.empty())
       return false;
-    }
     if (s == "native" && !(plan.target.nativeAttention > 0)) {
       sema.diags
           .report(DiagKind::InvalidValue, it.range.Start,
