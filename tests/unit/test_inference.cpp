@@ -186,10 +186,9 @@ TEST_CASE("inference: the KV cache of grouped-query attention", "[inference]") {
   }
 }
 
-TEST_CASE("inference: a sliding window caches and reads only its window (issue 44)", "[inference]") {
-  // Two layers of d 64, 4 heads of 16, 2 kv heads (d_kv 32), fp32; the first has a window of
-  // 8 keys. 3 sequences, a 20-token prompt, 10 generated.
-  const char *src = R"(
+/// Two layers of d 64, 4 heads of 16, 2 kv heads (d_kv 32); the first has a window of `window`
+/// keys (8 by default), the second none. Plans follow it.
+static const std::string kWindowedModel = R"(
 block Layer(d, window) {
   q = Linear(d, d, bias = false)
   kv = Linear(d, 64, bias = false)
@@ -203,6 +202,12 @@ model M(d = 64, window = 8) {
   b = Layer(d, 0)
   forward(x: f32[batch, seq, d]) { return b(a(x)) }
 }
+)";
+
+TEST_CASE("inference: a sliding window caches and reads only its window (issue 44)", "[inference]") {
+  // Two layers of d 64, 4 heads of 16, 2 kv heads (d_kv 32), fp32; the first has a window of
+  // 8 keys. 3 sequences, a 20-token prompt, 10 generated.
+  const std::string src = kWindowedModel + R"(
 infer w { model = M() batch = 3 prompt = 20 generate = 10 precision = fp32 target = H100_SXM }
 infer long { model = M(window = 100) batch = 3 prompt = 20 generate = 10 precision = fp32 target = H100_SXM }
 infer none { model = M(window = 0) batch = 3 prompt = 20 generate = 10 precision = fp32 target = H100_SXM }
@@ -398,20 +403,7 @@ TEST_CASE("serving: a sliding window's blocks cover its window", "[inference][se
   // One layer with a window of 8 keys, one without; d_kv 32 in fp32: 256 B a token and layer.
   // At 30 tokens in blocks of 4 the growing layer holds ceil(30/4) = 8 blocks; the windowed
   // one the blocks of tokens 22..29: floor(29/4) − floor(22/4) + 1 = 3.
-  const char *src = R"(
-block Layer(d, window) {
-  q = Linear(d, d, bias = false)
-  kv = Linear(d, 64, bias = false)
-  forward(x) {
-    k, v = split(kv(x), 2)
-    return x + attention(q(x), k, v, heads = 4, kv_heads = 2, causal = true, window = window)
-  }
-}
-model M(d = 64, window = 8) {
-  a = Layer(d, window)
-  b = Layer(d, 0)
-  forward(x: f32[batch, seq, d]) { return b(a(x)) }
-}
+  const std::string src = kWindowedModel + R"(
 infer w { model = M() prompt = 20 generate = 10 kv_block = 4 precision = fp32 target = H100_SXM }
 )";
   Compiled w(src, "w");
