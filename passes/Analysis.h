@@ -279,6 +279,9 @@ struct Analysis {
     double gradAccum = 0, context = 0, commBuffers = 0, allocatorReserve = 0;
     /// tally's generated CUDA step (Plan::cudaStep): its cuBLASLt and kernel scratch workspace.
     double libraryWorkspace = 0;
+    /// Its cuDNN fused attention's workspace (passes/CudnnAttention.h): the backward graph's dQ
+    /// accumulator and softmax sums, the largest over the attention ops cuDNN runs; 0 if none.
+    double cudnnWorkspace = 0;
   } memory;
 
   // ---- time ----
@@ -493,7 +496,7 @@ struct Analysis {
 /// The framework memory outside the caching allocator: the CUDA context, the communication
 /// buffers and tally's CUDA step workspace (staticMemory's numbers).
 inline double unallocatedBytes(const Analysis &a) {
-  return a.memory.context + a.memory.commBuffers + a.memory.libraryWorkspace;
+  return a.memory.context + a.memory.commBuffers + a.memory.libraryWorkspace + a.memory.cudnnWorkspace;
 }
 /// The caching allocator's reserve as a fraction of what it hands out: the target's, or 0 for
 /// tally's CUDA step, which allocates its regions and arena once (Plan::cudaStep).
