@@ -2,6 +2,7 @@
 #include "tests/step/cuda_check_gpu.cuh"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace cuda_check {
 
@@ -19,6 +20,8 @@ std::vector<tally_check::CaseResult> runGpuBf16(rt::Ctx& ctx) {
       c.kernel += " [tc]";
       r.push_back(std::move(c));
     }
+  // cuDNN's fused attention (issue 38) on the cases it takes: "<case> [cudnn]".
+  for (tally_check::CaseResult& c : runCudnnCases<rt::bf16>(ctx, m, "bf16")) r.push_back(std::move(c));
   return r;
 }
 
@@ -142,6 +145,19 @@ std::vector<Bench> runBenchmarks(rt::Ctx& ctx, int iters) {
                            0.f, 0, 0, false);
     });
     out.push_back({std::string(c.name) + " bwd", msB, 2.5 * fwd / (msB * 1e-3) / 1e12, 2.5 * fwd});
+    try {  // cuDNN's fused attention on the same inputs (issue 38); its failure is a line, not the end
+      const double msDF = medianMs(ctx, iters, [&] {
+        rt::attention_fwd_cudnn<T>(ctx, q, k, v, o, lse, nullptr, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f, true, 0.f, 0, 0);
+      });
+      out.push_back({std::string(c.name) + " fwd [cudnn]", msDF, fwd / (msDF * 1e-3) / 1e12, fwd});
+      const double msDB = medianMs(ctx, iters, [&] {
+        rt::attention_bwd_cudnn<T>(ctx, q, k, v, o, lse, nullptr, dO, dq, dk, dv, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f,
+                                   true, 0.f, 0, 0, false);
+      });
+      out.push_back({std::string(c.name) + " bwd [cudnn]", msDB, 2.5 * fwd / (msDB * 1e-3) / 1e12, 2.5 * fwd});
+    } catch (const std::exception& e) {
+      std::printf("cuDNN attention benchmark %s: %s\n", c.name, e.what());
+    }
   }
   return out;
 }
