@@ -107,6 +107,29 @@ std::vector<Bench> runBenchmarks(rt::Ctx& ctx, int iters) {
     const double fl = 2.0 * c.M * c.N * c.K;
     out.push_back({c.name, ms, fl / (ms * 1e-3) / 1e12, fl});
   }
+  {  // Issue 38 item 4: GPT-2's head as the generated step runs it (the tied embedding [V, D]
+     // read transposed, logits [rows, ldc]): V = 50257 with rows of 50257 (unaligned), the same
+     // product with the logits' rows padded to 50304 (every leading dimension on 16 bytes, the
+     // extent still 50257), and the vocabulary padded to 50304 (zero rows, nanoGPT's).
+    struct Head { const char* name; int64_t N, ldc; };
+    const Head heads[] = {{"matmul bf16 16384x50257x768 (lm head, tied W^T)", 50257, 50257},
+                          {"matmul bf16 16384x50257x768 (lm head, tied W^T, ldc 50304)", 50257, 50304},
+                          {"matmul bf16 16384x50304x768 (lm head, tied W^T, padded)", 50304, 50304}};
+    const int64_t M = 16384, K = 768;
+    Mem m(ctx.stream);
+    T* A = m.zeros<T>(M * K);
+    T* W = m.zeros<T>(50304 * K);
+    T* C = m.zeros<T>(M * 50304);
+    randomFill<T>(ctx, A, M * K, stream++, 1.f);
+    randomFill<T>(ctx, W, 50304 * K, stream++, 1.f);
+    for (const Head& h : heads) {
+      const double ms = medianMs(ctx, iters, [&] {
+        rt::matmul<T>(ctx, false, true, M, h.N, K, 1.f, A, K, 0, W, K, 0, 0.f, C, h.ldc, 0, 1);
+      });
+      const double fl = 2.0 * M * h.N * K;
+      out.push_back({h.name, ms, fl / (ms * 1e-3) / 1e12, fl});
+    }
+  }
   Mem m(ctx.stream);
   struct AT { const char* name; int64_t B, S, H, hd; };
   const AT ats[] = {{"attention bf16 causal B16 S1024 H12 hd64 (GPT-2 124M)", 16, 1024, 12, 64},
