@@ -20,6 +20,9 @@ struct EmitOptions {
   std::string source;  ///< the .tally file's name, for the header comment
   /// "file.tally:12" for a source location, "" when unknown (the per-call comments).
   std::function<std::string(llvm::SMLoc)> where;
+  /// When set, lines for `tally build`'s output: which attention engine the CUDA step runs
+  /// (cuDNN's fused attention or the runtime's kernels, and why), one line per choice.
+  std::vector<std::string> *notes = nullptr;
 };
 
 /// One generated file: its path relative to the output folder, and its text.

@@ -66,6 +66,9 @@ struct Emitter {
   /// Device backends: the op class of every op path set in ctx.where (kOpSites), in order.
   std::vector<std::pair<std::string, std::string>> sites;
   std::map<std::string, std::string> siteClass;
+  /// Device backends: attention calls by engine line ("cuDNN fused attention", "the runtime's
+  /// kernels: <why>"): how many, and the first op's path (EmitOptions::notes).
+  std::map<std::string, std::pair<int, std::string>> attentionEngines;
 
   Emitter(const Analysis &a, const EmitOptions &o, const Backend &be)
       : a(a), s(*a.step), plan(*a.plan), opt(o), be(be), buffers(a) {}
@@ -175,6 +178,9 @@ struct Emitter {
   /// a soft cap, ", rt::AttnScores{w, c}").
   bool attentionDims(const Op &fwd, int64_t &B, int64_t &S, int64_t &Skv, int64_t &H, int64_t &Hkv,
                      int64_t &hd, std::string &rows);
+  /// The CUDA step's engine for the attention being written: "_cudnn" (cuDNN's fused
+  /// attention, passes/CudnnAttention.h) or "" (the runtime's kernels), recorded for the notes.
+  std::string attentionEngine(const Op &fwd, bool backward, int accumulate);
   bool attentionForward();
   bool attentionBackward();
 

@@ -4,6 +4,7 @@
 // Cᵀ = Bᵀ·Aᵀ instead), rope and attention (the backend's checks of what its runtime runs),
 // softmax and the norms (a fused run's prologue, EmitFused.cpp), and the cross-entropy loss.
 #include "codegen/EmitInternal.h"
+#include "passes/CudnnAttention.h"
 
 #include <algorithm>
 
@@ -174,6 +175,21 @@ bool Emitter::attentionDims(const Op &fwd, int64_t &B, int64_t &S, int64_t &Skv,
   return true;
 }
 
+std::string Emitter::attentionEngine(const Op &fwd, bool backward, int accumulate) {
+  if (!be.device)
+    return "";
+  std::string why = cudnnAttentionRefusal(s, fwd);
+  if (why.empty() && backward && op->attrs->gradMask != 7u)
+    why = "not every one of q, k, v needs a gradient (cuDNN's backward writes all three)";
+  if (why.empty() && backward && accumulate == 1)
+    why = "the gradients add into buffers other ops also write (cuDNN's backward overwrites them)";
+  std::string line = why.empty() ? "cuDNN fused attention" : "the runtime's kernels: " + why;
+  auto &n = attentionEngines[line];
+  if (n.first++ == 0)
+    n.second = s.opPath(*op) + (backward ? " (backward)" : " (forward)");
+  return why.empty() ? "_cudnn" : "";
+}
+
 bool Emitter::attentionForward() {
   const OpAttrs &at = op->attrs;
   int64_t B, S, Skv, H, Hkv, hd;
@@ -188,11 +204,11 @@ bool Emitter::attentionForward() {
     return false;
   std::string lse = at.fused ? ptr(op->outputs[1]) : "nullptr";
   std::string scores = at.fused ? "nullptr" : ptr(op->outputs[1]);
-  line(llvm::formatv("rt::attention_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, "
+  line(llvm::formatv("rt::attention_fwd{19}<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, "
                      "{13}, {14}, {15}, {16}, {17}{18});",
                      T(o), ptr(q), ptr(k), ptr(v), ptr(o), lse, scores, B, S, Skv, H, Hkv, hd,
                      number(at.scale), boolean(at.causal), number(at.p), seedExpr(),
-                     at.stream == kNone ? 0 : at.stream, rows)
+                     at.stream == kNone ? 0 : at.stream, rows, attentionEngine(*op, false, 0))
            .str());
   return true;
 }
@@ -226,12 +242,12 @@ bool Emitter::attentionBackward() {
   const auto &in = op->inputs;
   std::string o = at.fused ? ptr(in[3]) : "nullptr", lse = at.fused ? ptr(in[4]) : "nullptr";
   std::string scores = at.fused ? "nullptr" : ptr(in[3]);
-  line(llvm::formatv("rt::attention_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, "
+  line(llvm::formatv("rt::attention_bwd{24}<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, "
                      "{12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}{23});",
                      T(in[0]), ptr(in[0]), ptr(in[1]), ptr(in[2]), o, lse, scores, ptr(in.back()),
                      d[0], d[1], d[2], B, S, Skv, H, Hkv, hd, number(at.scale), boolean(at.causal),
                      number(at.p), seedExpr(), at.stream == kNone ? 0 : at.stream,
-                     boolean(accs == 1), rows)
+                     boolean(accs == 1), rows, attentionEngine(fwd, true, accs))
            .str());
   return true;
 }

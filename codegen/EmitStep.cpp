@@ -582,6 +582,10 @@ std::string emitStep(const Analysis &a, const EmitOptions &options, const Backen
   emit::Emitter e(a, options, be);
   if (!e.run(out))
     return e.error.empty() ? "the step could not be generated" : e.error;
+  if (options.notes)
+    for (const auto &[line, n] : e.attentionEngines)
+      options.notes->push_back("attention: " + line + " (" + std::to_string(n.first) + " call" +
+                               (n.first == 1 ? "" : "s") + ", first " + n.second + ")");
   return "";
 }
 

@@ -313,6 +313,9 @@ struct Analysis {
     /// FP8 training (passes/Fp8.cpp): the fp8 copies of the weights its GEMMs read, and the
     /// amax histories and scales of delayed scaling; both in `peak`.
     double fp8Weights = 0, fp8Meta = 0;
+    /// Its cuDNN fused attention's workspace (passes/CudnnAttention.h): the backward graph's dQ
+    /// accumulator and softmax sums, the largest over the attention ops cuDNN runs; 0 if none.
+    double cudnnWorkspace = 0;
   } memory;
 
   // ---- time ----
@@ -577,7 +580,7 @@ struct Analysis {
 /// The framework memory outside the caching allocator: the CUDA context, the communication
 /// buffers and tally's CUDA step workspace (staticMemory's numbers).
 inline double unallocatedBytes(const Analysis &a) {
-  return a.memory.context + a.memory.commBuffers + a.memory.libraryWorkspace;
+  return a.memory.context + a.memory.commBuffers + a.memory.libraryWorkspace + a.memory.cudnnWorkspace;
 }
 /// The caching allocator's reserve as a fraction of what it hands out: the target's, or 0 for
 /// tally's CUDA step, which allocates its regions and arena once (Plan::cudaStep).

@@ -12,7 +12,9 @@
 //                      launch (a kernel that waits for its launch loses nothing to a slower
 //                      kernel: a toy layer of 4 is not worth a warning); one per source
 //                      location and length (a repeated block's copies are one), with a note
-//                      giving the padded size
+//                      giving the padded size and, for tally's CUDA step, the time per
+//                      micro-batch padding would save (paddingSaves: the products over the
+//                      padded length priced as aligned, against their priced unaligned time)
 //
 // Pricing (passes/StepTime.cpp, asRun): only tally's own CUDA step, whose cuBLASLt call was
 // measured on such a shape (docs/validation.md, 2026-12-01: 16384 × 50257 × 768 in bf16 at
@@ -22,6 +24,7 @@
 #include "support/Diagnostics.h"
 #include "passes/InstanceNotes.h"
 #include "passes/Passes.h"
+#include "ir/Units.h"
 
 #include <map>
 #include <utility>
@@ -63,6 +66,28 @@ std::pair<const char *, int64_t> unalignedRow(const Graph &g, const Op &op, int6
   return {nullptr, 0};
 }
 
+/// Seconds per micro-batch that padding matmul `i`'s unaligned `length` to `padded` would save
+/// in tally's CUDA step: its forward and backward as priced (at the fraction measured for an
+/// unaligned cuBLASLt call, StepTime.cpp's asRun) less the same products over the padded length
+/// (FLOPs grown by padded / length: each of the three products is linear in K and in N; bytes
+/// as priced) at the target's matmul efficiency, the rate an aligned product is priced at.
+double paddingSaves(const Analysis &a, OpId i, int64_t length, int64_t padded) {
+  const OpAnalysis &o = a.ops[i];
+  const Target &t = a.plan->target;
+  const double grow = static_cast<double>(padded) / static_cast<double>(length);
+  KernelWork f = forwardWork(a, i, o);
+  f.flops *= grow;
+  f.efficiency = 0; // the target's matmul efficiency: an aligned product
+  double after = kernelTime(t, OpClass::Matmul, o.computeDtype, f);
+  if (o.backwardTime > 0) {
+    KernelWork b = backwardWork(a, i, o);
+    b.flops *= grow;
+    b.efficiency = 0;
+    after += kernelTime(t, OpClass::Matmul, o.computeDtype, b);
+  }
+  return o.forwardTime + o.backwardTime - after;
+}
+
 } // namespace
 
 bool unalignedMatmul(const Analysis &a, OpId i) {
@@ -83,6 +108,7 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
     size_t copies = 0;
     const char *name;
     int64_t length, per;
+    double saves = 0; // seconds per micro-batch over every copy (tally's CUDA step)
   };
   std::vector<Found> found;
   std::map<std::pair<const char *, int64_t>, size_t> index; // (source location, length)
@@ -98,6 +124,8 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
     if (fresh)
       found.push_back({i, 0, name, length, per});
     ++found[it->second].copies;
+    if (a.plan->cudaStep)
+      found[it->second].saves += paddingSaves(a, i, length, (length + 63) / 64 * 64);
   }
   for (const Found &f : found) {
     const Op &op = g.ops[f.first];
@@ -118,7 +146,9 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
                " (a multiple of 64, as nanoGPT pads GPT-2's vocabulary) keeps the fast kernels; " +
                (a.plan->cudaStep
                     ? "tally's CUDA step is priced at the 0.126 of the peak measured for such a "
-                      "cuBLASLt call (docs/validation.md)"
+                      "cuBLASLt call (docs/validation.md); padded and priced as aligned, its "
+                      "forward and backward would take " +
+                          formatDuration(f.saves) + " less per micro-batch"
                     : "the estimate prices it as aligned (the loss depends on the library: "
                       "cuBLASLt measured 0.126 of the peak, docs/validation.md)"));
     noteInstances(b, diags, op.range.Start, g, op.instance);

@@ -29,6 +29,7 @@
 //    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
 //    + X/(t·p·e)/shard(d/e).
 #include "passes/Passes.h"
+#include "passes/CudnnAttention.h"
 #include "passes/Stack.h"
 
 #include <algorithm>
@@ -96,6 +97,7 @@ void staticMemory(Analysis &a) {
   a.memory.commBuffers = communicators * tg.commBufferBytes;
   a.memory.libraryWorkspace = plan.cudaStep ? static_cast<double>(kCudaStepWorkspaceBytes) : 0;
   fp8Memory(a); // the weights' fp8 copies and the amax histories (passes/Fp8.cpp)
+  a.memory.cudnnWorkspace = plan.cudaStep && plan.isTrain ? cudnnAttentionWorkspace(*a.graph) : 0;
   a.memory.peak = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
                   a.memory.gradAccum + a.memory.fp8Weights + a.memory.fp8Meta +
                   unallocatedBytes(a);

@@ -130,6 +130,7 @@
 #include "passes/Collectives.h"
 #include "passes/Stack.h"
 #include "passes/Passes.h"
+#include "passes/CudnnAttention.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -201,8 +202,7 @@ double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWo
 
 namespace {
 
-/// tally's own CUDA attention (codegen/runtime/cuda/attention.cuh, the generated step's kernel:
-/// the tensor-core forward is opt-in and off) does its arithmetic as scalar fp32 FMAs from shared
+/// tally's own CUDA attention (codegen/runtime/cuda/attention.cuh; the tensor-core forward is off) does its arithmetic as scalar fp32 FMAs from shared
 /// memory on the CUDA cores, so it runs at the fp32 rate, not the tensor rate, and at the
 /// fraction of it cuda_check measured on an H200 (docs/validation.md, 2026-12-01: B16 S1024
 /// H12 hd64 causal bf16, forward 7.19 ms, backward 38.1 ms, against the 26.30 and 65.39
@@ -221,13 +221,13 @@ constexpr double kCudaRuntimeUnalignedMatmul = 0.1262;
 /// `w` as op `i`'s kernels run it, forward or `backward`: a fused attention as the plan's
 /// attention kernel runs it (passes/Stack.h, attentionKernel): the target's native kernel at its
 /// efficiency, or the FlashAttention-1-era Triton kernel at a multiple of FlashAttention-2's time;
-/// under Plan::cudaStep an attention is tally's own CUDA kernel, at the fp32 rate and the
-/// measured efficiency (the forward's or the backward's, kCudaRuntimeAttention), and an
-/// unaligned matmul runs at the fraction measured for one.
+/// under Plan::cudaStep an attention is cuDNN's (passes/CudnnAttention.h) or tally's own CUDA
+/// kernel at the fp32 rate and the measured efficiency (the forward's or the backward's,
+/// kCudaRuntimeAttention), and an unaligned matmul runs at the fraction measured for one.
 KernelWork asRun(const Analysis &a, OpId i, KernelWork w, bool backward) {
   const Op &op = a.graph->ops[i];
+  const Target &t = a.plan->target;
   if (!a.plan->cudaStep) {
-    const Target &t = a.plan->target;
     if (op.kind == OpKind::Attention && op.attrs->fused && t.attentionCurve.empty()) {
       if (runsNativeAttention(*a.plan)) {
         w.efficiency = t.nativeAttention;
@@ -237,7 +237,10 @@ KernelWork asRun(const Analysis &a, OpId i, KernelWork w, bool backward) {
     }
     return w;
   }
-  if (op.kind == OpKind::Attention) {
+  if (op.kind == OpKind::Attention && cudnnAttentionRefusal(*a.graph, op).empty()) {
+    w.nativeAttention = t.attentionCurve.empty() && t.nativeAttention > 0;
+    w.efficiency = w.nativeAttention ? t.nativeAttention : w.efficiency;
+  } else if (op.kind == OpKind::Attention) {
     w.rate = Dtype::F32;
     w.efficiency = backward ? kCudaRuntimeAttentionBackward : kCudaRuntimeAttentionForward;
     w.outsideBytes = 0; // the measured time holds the whole kernel

@@ -276,8 +276,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   os << " = " << formatDuration(recorded) << "\n";
   os << "  " << pad << "   (efficiency " << eff << ": ";
   if (k.nativeAttention)
-    os << "the GPU's own fused attention, which the stack runs (FlashAttention-3 class), its "
-          "exps overlapping its matmuls: the larger of the two counts";
+    os << "the GPU's own fused attention, which the stack (or tally's CUDA step, through cuDNN) runs "
+          "(FlashAttention-3 class), its exps overlapping its matmuls: the larger of the two counts";
   else if (k.measuredKernel && kind == OpKind::Attention)
     os << "tally's CUDA attention kernel as measured, scalar fp32 on the CUDA cores";
   else if (k.measuredKernel)

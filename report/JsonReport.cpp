@@ -505,6 +505,7 @@ Object memoryJson(const Analysis &a, const Plan &p) {
                                       {"comm_buffers", a.memory.commBuffers},
                                       {"allocator_reserve", a.memory.allocatorReserve},
                                       {"library_workspace", a.memory.libraryWorkspace},
+                                      {"cudnn_workspace", a.memory.cudnnWorkspace},
                                       {"peak", a.memory.peak},
                                       {"capacity", p.target.memoryBytes}}},
                 {"host", Object{{"total", a.memory.hostTotal}}},

@@ -141,6 +141,8 @@ ReportTable memoryTable(const Analysis &a) {
     row("allocator reserve", a.memory.allocatorReserve);
   if (a.memory.libraryWorkspace > 0)
     row("library workspace", a.memory.libraryWorkspace);
+  if (a.memory.cudnnWorkspace > 0)
+    row("cuDNN workspace", a.memory.cudnnWorkspace);
   t.rows.push_back({"peak", formatBytes(a.memory.peak),
                     share(a.memory.peak, p.target.memoryBytes) + " of " +
                         formatBytes(p.target.memoryBytes)});

@@ -7,10 +7,10 @@
 // Build (one command, from the repository root; scripts/gpu-validate runs exactly this):
 //   nvcc -std=c++17 -O2 -arch=sm_90 -I. -Xcompiler -fopenmp $(pkg-config --cflags --libs openblas) \
 //        tests/step/cuda_check*.cu tests/step/cuda_instantiate.cu tests/step/cuda_check_cpu.cpp \
-//        -lcublasLt -o build/cuda_check
+//        -lcublasLt -lcudnn -o build/cuda_check
 // (scripts/gpu-validate compiles the same files as separate objects in parallel, then links.)
 // Translation units: cuda_check.cu (this: comparison, table, JSON), cuda_check_f32.cu and
-// cuda_check_bf16.cu (the cases on the GPU; bf16 also the timings), cuda_instantiate.cu (fp16
+// cuda_check_bf16.cu (the cases on the GPU; bf16 also cuDNN's fused attention, "<case> [cudnn]", and the timings), cuda_instantiate.cu (fp16
 // and every copy pair, compiled only), cuda_check_cpu.cpp (the cases on the CPU runtime).
 // Usage: build/cuda_check [--dtype f32|bf16|all] [--iters N] [--no-bench] [--json FILE]
 #include <algorithm>
@@ -137,11 +137,18 @@ int main(int argc, char** argv) {
       std::vector<tally_check::CaseResult> gpu =
           dt == "bf16" ? cuda_check::runGpuBf16(ctx) : cuda_check::runGpuF32(ctx);
       std::vector<tally_check::CaseResult> cpu = cpu_check::runAll(dt);
-      // The reference of "<case> [tc]" is the CPU's "<case>".
+      // The reference of "<case> [tc]" and "<case> [cudnn]" is the CPU's "<case>".
       for (const tally_check::CaseResult& g : gpu) {
-        const std::string ref = g.kernel.size() > 5 && g.kernel.compare(g.kernel.size() - 5, 5, " [tc]") == 0
-                                    ? g.kernel.substr(0, g.kernel.size() - 5)
-                                    : g.kernel;
+        std::string ref = g.kernel;
+        for (const char* engine : {" [tc]", " [cudnn]"}) {
+          const size_t n = std::strlen(engine);
+          if (ref.size() > n && ref.compare(ref.size() - n, n, engine) == 0) ref = ref.substr(0, ref.size() - n);
+        }
+        if (!g.error.empty()) {
+          rows.push_back(Row{g.kernel, dt, "-", 0, 0, 0, false, g.error});
+          allPass = false;
+          continue;
+        }
         const tally_check::CaseResult* c = nullptr;
         for (const tally_check::CaseResult& x : cpu)
           if (x.kernel == ref) c = &x;

@@ -2,6 +2,7 @@
 #include "tests/step/cuda_check_gpu.cuh"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace cuda_check {
 
@@ -19,6 +20,8 @@ std::vector<tally_check::CaseResult> runGpuBf16(rt::Ctx& ctx) {
       c.kernel += " [tc]";
       r.push_back(std::move(c));
     }
+  // cuDNN's fused attention (issue 38) on the cases it takes: "<case> [cudnn]".
+  for (tally_check::CaseResult& c : runCudnnCases<rt::bf16>(ctx, m, "bf16")) r.push_back(std::move(c));
   return r;
 }
 
@@ -104,6 +107,29 @@ std::vector<Bench> runBenchmarks(rt::Ctx& ctx, int iters) {
     const double fl = 2.0 * c.M * c.N * c.K;
     out.push_back({c.name, ms, fl / (ms * 1e-3) / 1e12, fl});
   }
+  {  // Issue 38 item 4: GPT-2's head as the generated step runs it (the tied embedding [V, D]
+     // read transposed, logits [rows, ldc]): V = 50257 with rows of 50257 (unaligned), the same
+     // product with the logits' rows padded to 50304 (every leading dimension on 16 bytes, the
+     // extent still 50257), and the vocabulary padded to 50304 (zero rows, nanoGPT's).
+    struct Head { const char* name; int64_t N, ldc; };
+    const Head heads[] = {{"matmul bf16 16384x50257x768 (lm head, tied W^T)", 50257, 50257},
+                          {"matmul bf16 16384x50257x768 (lm head, tied W^T, ldc 50304)", 50257, 50304},
+                          {"matmul bf16 16384x50304x768 (lm head, tied W^T, padded)", 50304, 50304}};
+    const int64_t M = 16384, K = 768;
+    Mem m(ctx.stream);
+    T* A = m.zeros<T>(M * K);
+    T* W = m.zeros<T>(50304 * K);
+    T* C = m.zeros<T>(M * 50304);
+    randomFill<T>(ctx, A, M * K, stream++, 1.f);
+    randomFill<T>(ctx, W, 50304 * K, stream++, 1.f);
+    for (const Head& h : heads) {
+      const double ms = medianMs(ctx, iters, [&] {
+        rt::matmul<T>(ctx, false, true, M, h.N, K, 1.f, A, K, 0, W, K, 0, 0.f, C, h.ldc, 0, 1);
+      });
+      const double fl = 2.0 * M * h.N * K;
+      out.push_back({h.name, ms, fl / (ms * 1e-3) / 1e12, fl});
+    }
+  }
   Mem m(ctx.stream);
   struct AT { const char* name; int64_t B, S, H, hd; };
   const AT ats[] = {{"attention bf16 causal B16 S1024 H12 hd64 (GPT-2 124M)", 16, 1024, 12, 64},
@@ -142,6 +168,19 @@ std::vector<Bench> runBenchmarks(rt::Ctx& ctx, int iters) {
                            0.f, 0, 0, false);
     });
     out.push_back({std::string(c.name) + " bwd", msB, 2.5 * fwd / (msB * 1e-3) / 1e12, 2.5 * fwd});
+    try {  // cuDNN's fused attention on the same inputs (issue 38); its failure is a line, not the end
+      const double msDF = medianMs(ctx, iters, [&] {
+        rt::attention_fwd_cudnn<T>(ctx, q, k, v, o, lse, nullptr, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f, true, 0.f, 0, 0);
+      });
+      out.push_back({std::string(c.name) + " fwd [cudnn]", msDF, fwd / (msDF * 1e-3) / 1e12, fwd});
+      const double msDB = medianMs(ctx, iters, [&] {
+        rt::attention_bwd_cudnn<T>(ctx, q, k, v, o, lse, nullptr, dO, dq, dk, dv, c.B, c.S, c.S, c.H, c.H, c.hd, 0.f,
+                                   true, 0.f, 0, 0, false);
+      });
+      out.push_back({std::string(c.name) + " bwd [cudnn]", msDB, 2.5 * fwd / (msDB * 1e-3) / 1e12, 2.5 * fwd});
+    } catch (const std::exception& e) {
+      std::printf("cuDNN attention benchmark %s: %s\n", c.name, e.what());
+    }
   }
   return out;
 }

@@ -76,5 +76,5 @@ done
 # shellcheck disable=SC2086
 objs=()
 for s in "${srcs[@]}"; do objs+=("$out/${s%.*}.o"); done
-"$nvcc" "-arch=$arch" "${objs[@]}" "${rt_lib[@]}" -Xcompiler -fopenmp $blas_libs -lcublasLt -o "$out/cuda_check" || exit 1
+"$nvcc" "-arch=$arch" "${objs[@]}" "${rt_lib[@]}" -Xcompiler -fopenmp $blas_libs -lcublasLt -lcudnn -o "$out/cuda_check" || exit 1
 echo "built $out/cuda_check with $nvcc for $arch in $(( $(date +%s) - start )) s"

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace tally_check {
@@ -27,6 +29,7 @@ struct CaseResult {
   std::string kernel;
   std::string dtype;
   Outputs out;
+  std::string error;  // the case threw (cuDNN cases): a failed row
 };
 
 /// A small deterministic generator (64-bit LCG) so both builds draw identical inputs.
@@ -43,6 +46,54 @@ struct Rng {
     return static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(n));
   }
 };
+
+/// One attention case: forward then backward over the same random inputs in every build. Dense
+/// [B, S, heads·hd] q, k, v, or (rowPad > 0) q, k, v as row-strided parts of one fused
+/// [B, S, (H + 2·Hkv)·hd + rowPad] buffer (rt::AttnRows), whose gradients go to the same parts of
+/// a gradient buffer whose padding columns hold a sentinel (7) that must come back unchanged
+/// ("dqkv" is the whole buffer), added into it (accumulate) or written.
+struct AttnCase {
+  const char* name;
+  int64_t B, S, Skv, H, Hkv, hd;
+  bool causal;
+  float p;
+  bool materialised;
+  bool noLse;  // materialised without an lse buffer (allowed by API.md)
+  int64_t window = 0;   // rt::AttnScores (issue 44)
+  float softcap = 0.f;
+  int64_t rowPad = 0;
+  bool accumulate = false;
+};
+
+inline const std::vector<AttnCase>& attentionCases() {
+  static const std::vector<AttnCase> cases = {
+      {"attention_causal_hd64", 2, 70, 70, 4, 4, 64, true, 0.f, false, false},
+      {"attention_gqa_hd128", 1, 45, 45, 8, 2, 128, true, 0.f, false, false},
+      {"attention_noncausal_kv_longer_hd80", 2, 20, 52, 3, 1, 80, false, 0.f, false, false},
+      {"attention_causal_kv_longer_hd32", 1, 19, 40, 2, 2, 32, true, 0.f, false, false},
+      {"attention_dropout_hd64", 1, 33, 33, 2, 1, 64, true, 0.1f, false, false},
+      {"attention_materialised_hd64", 2, 40, 40, 4, 2, 64, true, 0.1f, true, false},
+      {"attention_materialised_nolse_hd64", 1, 24, 24, 2, 2, 64, false, 0.f, true, true},
+      {"attention_window_gqa_hd64", 2, 100, 100, 4, 2, 64, true, 0.f, false, false, 37},
+      {"attention_window_softcap_kv_longer_hd32", 1, 19, 40, 2, 2, 32, true, 0.1f, false, false, 9, 1.5f},
+      {"attention_softcap_hd128", 1, 45, 45, 4, 2, 128, true, 0.f, false, false, 0, 2.f},
+      // Issue 38: shapes for cuDNN's fused attention too (non-causal over S = Skv with grouped
+      // queries; causal past one 128-row tile)
+      {"attention_noncausal_gqa_hd64", 1, 48, 48, 6, 2, 64, false, 0.f, false, false},
+      {"attention_causal_long_hd128", 1, 200, 200, 2, 2, 128, true, 0.f, false, false},
+      {"attention_strided_qkv_gqa_hd64", 2, 37, 37, 4, 2, 64, true, 0.f, false, false, 0, 0.f, 8, true},
+      {"attention_strided_qkv_gqa_hd64_write", 2, 37, 37, 4, 2, 64, true, 0.f, false, false, 0, 0.f, 8, false},
+  };
+  return cases;
+}
+
+/// Whether cuDNN's fused attention runs case `c` in a generated step: passes/CudnnAttention.h's
+/// rule (16-bit storage aside) with the emitter's (no accumulation into the gradients).
+inline bool cudnnTakes(const AttnCase& c) {
+  const int64_t rowQ = c.rowPad ? (c.H + 2 * c.Hkv) * c.hd + c.rowPad : c.H * c.hd;
+  return c.p == 0.f && !c.materialised && !c.noLse && c.window == 0 && c.softcap == 0.f && !c.accumulate &&
+         c.hd % 8 == 0 && c.hd <= 128 && c.H % c.Hkv == 0 && !(c.causal && c.S != c.Skv) && rowQ % 8 == 0;
+}
 
 }  // namespace tally_check
 
@@ -92,6 +143,84 @@ template <class T> struct BiasGelu {
     out[e] = rt::store<T>(v1);
   }
 };
+
+/// attention_fwd/_bwd of case `c` on the runtime's kernels, or on cuDNN's fused attention
+/// (`cudnn`: the CUDA runtime's attention_fwd_cudnn/_bwd_cudnn, bf16 and fp16; a build defines
+/// TALLY_CHECK_CUDNN where they exist).
+template <class T>
+void attentionCall(rt::Ctx& ctx, bool cudnn, const tally_check::AttnCase& c, const T* q, const T* k, const T* v, T* o,
+                   float* lse, T* P, const T* dO, T* dq, T* dk, T* dv, rt::AttnRows rows) {
+  const rt::AttnScores sm{c.window, c.softcap};
+#ifdef TALLY_CHECK_CUDNN
+  if constexpr (!std::is_same<T, float>::value) {
+    if (cudnn) {
+      rt::attention_fwd_cudnn<T>(ctx, q, k, v, o, lse, P, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal, c.p, 42, 3,
+                                 rows, sm);
+      rt::attention_bwd_cudnn<T>(ctx, q, k, v, o, lse, P, dO, dq, dk, dv, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f,
+                                 c.causal, c.p, 42, 3, c.accumulate, rows, sm);
+      return;
+    }
+  }
+#endif
+  if (cudnn) throw std::runtime_error("cuDNN's fused attention is not in this build or for this type");
+  rt::attention_fwd<T>(ctx, q, k, v, o, lse, P, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal, c.p, 42, 3, rows, sm);
+  rt::attention_bwd<T>(ctx, q, k, v, o, lse, P, dO, dq, dk, dv, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal, c.p,
+                       42, 3, c.accumulate, rows, sm);
+}
+
+/// The outputs of attention case `c` (tally_check::AttnCase) on the engine `cudnn` picks.
+template <class T> Outputs attentionCase(rt::Ctx& ctx, Mem& m, const tally_check::AttnCase& c, bool cudnn) {
+  const int64_t nq = c.B * c.S * c.H * c.hd, nkv = c.B * c.Skv * c.Hkv * c.hd;
+  const T* dO = m.upload(randomT<T>(c.rowPad ? 43 : 35, nq));
+  T* o = m.template zeros<T>(nq);
+  float* lse = c.noLse ? nullptr : m.template zeros<float>(c.B * c.H * c.S);
+  if (c.rowPad) {  // one fused buffer (S = Skv)
+    const int64_t W = (c.H + 2 * c.Hkv) * c.hd + c.rowPad, nf = c.B * c.S * W;
+    const T* f = m.upload(randomT<T>(42, nf, -2.f, 2.f));
+    std::vector<T> g0 = randomT<T>(44, nf);
+    if (!c.accumulate) g0 = std::vector<T>(static_cast<size_t>(nf), rt::store<T>(-3.f));  // overwritten
+    for (int64_t r = 0; r < c.B * c.S; ++r)
+      for (int64_t col = W - c.rowPad; col < W; ++col) g0[static_cast<size_t>(r * W + col)] = rt::store<T>(7.f);
+    T* g = m.upload(g0);
+    const int64_t kc = c.H * c.hd, vc = (c.H + c.Hkv) * c.hd;  // where k and v start in a row
+    attentionCall<T>(ctx, cudnn, c, f, f + kc, f + vc, o, lse, static_cast<T*>(nullptr), dO, g, g + kc, g + vc,
+                     rt::AttnRows{W, W, W});
+    return {{"o", get(m, o, nq)}, {"lse", get(m, lse, c.B * c.H * c.S)}, {"dqkv", get(m, g, nf)}};
+  }
+  const T* q = m.upload(randomT<T>(32, nq, -2.f, 2.f));
+  const T* k = m.upload(randomT<T>(33, nkv, -2.f, 2.f));
+  const T* v = m.upload(randomT<T>(34, nkv));
+  const int64_t np = c.B * c.H * c.S * c.Skv;
+  T* P = c.materialised ? m.template zeros<T>(np) : nullptr;
+  T* dq = m.template zeros<T>(nq);
+  T* dk = m.template zeros<T>(nkv);
+  T* dv = m.upload(randomT<T>(36, nkv));  // overwritten (accumulate = false)
+  attentionCall<T>(ctx, cudnn, c, q, k, v, o, lse, P, dO, dq, dk, dv, rt::AttnRows{});
+  Outputs out{{"o", get(m, o, nq)}, {"dq", get(m, dq, nq)}, {"dk", get(m, dk, nkv)}, {"dv", get(m, dv, nkv)}};
+  if (lse) out["lse"] = get(m, lse, c.B * c.H * c.S);
+  if (P) out["P"] = get(m, P, np);
+  return out;
+}
+
+#ifdef TALLY_CHECK_CUDNN
+/// The attention cases cuDNN's fused attention takes (tally_check::cudnnTakes), run on it:
+/// "<case> [cudnn]", compared with the CPU's "<case>". A case cuDNN fails (no engine for the
+/// graph, a refused descriptor) comes back with its error, so one GPU run reports every case.
+template <class T> std::vector<CaseResult> runCudnnCases(rt::Ctx& ctx, Mem& m, const std::string& dt) {
+  std::vector<CaseResult> res;
+  for (const tally_check::AttnCase& c : tally_check::attentionCases()) {
+    if (!tally_check::cudnnTakes(c)) continue;
+    CaseResult r{std::string(c.name) + " [cudnn]", dt, {}};
+    try {
+      r.out = attentionCase<T>(ctx, m, c, true);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    res.push_back(std::move(r));
+  }
+  return res;
+}
+#endif
 
 /// Every case for storage type T, in a fixed order.
 template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const std::string& dt) {
@@ -273,73 +402,7 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     add("rms_norm", {{"y", get(m, y, rows * cols)}, {"rstd", get(m, rstd, rows)}, {"dx", get(m, dx, rows * cols)},
                      {"dw", get(m, dw, cols)}});
   }
-  struct AttnCase {
-    const char* name;
-    int64_t B, S, Skv, H, Hkv, hd;
-    bool causal;
-    float p;
-    bool materialised;
-    bool noLse;  // materialised without an lse buffer (allowed by API.md)
-    int64_t window = 0;   // rt::AttnScores (issue 44)
-    float softcap = 0.f;
-  };
-  const AttnCase attn[] = {
-      {"attention_causal_hd64", 2, 70, 70, 4, 4, 64, true, 0.f, false, false},
-      {"attention_gqa_hd128", 1, 45, 45, 8, 2, 128, true, 0.f, false, false},
-      {"attention_noncausal_kv_longer_hd80", 2, 20, 52, 3, 1, 80, false, 0.f, false, false},
-      {"attention_causal_kv_longer_hd32", 1, 19, 40, 2, 2, 32, true, 0.f, false, false},
-      {"attention_dropout_hd64", 1, 33, 33, 2, 1, 64, true, 0.1f, false, false},
-      {"attention_materialised_hd64", 2, 40, 40, 4, 2, 64, true, 0.1f, true, false},
-      {"attention_materialised_nolse_hd64", 1, 24, 24, 2, 2, 64, false, 0.f, true, true},
-      {"attention_window_gqa_hd64", 2, 100, 100, 4, 2, 64, true, 0.f, false, false, 37},
-      {"attention_window_softcap_kv_longer_hd32", 1, 19, 40, 2, 2, 32, true, 0.1f, false, false, 9, 1.5f},
-      {"attention_softcap_hd128", 1, 45, 45, 4, 2, 128, true, 0.f, false, false, 0, 2.f},
-  };
-  for (const AttnCase& c : attn) {
-    const int64_t nq = c.B * c.S * c.H * c.hd, nkv = c.B * c.Skv * c.Hkv * c.hd;
-    const T* q = m.upload(randomT<T>(32, nq, -2.f, 2.f));
-    const T* k = m.upload(randomT<T>(33, nkv, -2.f, 2.f));
-    const T* v = m.upload(randomT<T>(34, nkv));
-    const T* dO = m.upload(randomT<T>(35, nq));
-    T* o = m.template zeros<T>(nq);
-    float* lse = c.noLse ? nullptr : m.template zeros<float>(c.B * c.H * c.S);
-    const int64_t np = c.B * c.H * c.S * c.Skv;
-    T* P = c.materialised ? m.template zeros<T>(np) : nullptr;
-    T* dq = m.template zeros<T>(nq);
-    T* dk = m.template zeros<T>(nkv);
-    T* dv = m.upload(randomT<T>(36, nkv));  // accumulate into it
-    const rt::AttnScores sm{c.window, c.softcap};
-    rt::attention_fwd<T>(ctx, q, k, v, o, lse, P, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal, c.p, 42, 3,
-                         rt::AttnRows{}, sm);
-    rt::attention_bwd<T>(ctx, q, k, v, o, lse, P, dO, dq, dk, dv, c.B, c.S, c.Skv, c.H, c.Hkv, c.hd, 0.f, c.causal,
-                         c.p, 42, 3, false, rt::AttnRows{}, sm);
-    Outputs out{{"o", get(m, o, nq)}, {"dq", get(m, dq, nq)}, {"dk", get(m, dk, nkv)}, {"dv", get(m, dv, nkv)}};
-    if (lse) out["lse"] = get(m, lse, c.B * c.H * c.S);
-    if (P) out["P"] = get(m, P, np);
-    add(c.name, out);
-  }
-  {  // q, k, v as row-strided parts of one fused [B, S, (H + 2·Hkv)·hd + pad] buffer (AttnRows),
-     // grouped-query, hd 64 (bf16 also runs it on the tensor-core forward); the gradients add into
-     // the same parts of a gradient buffer whose padding columns hold a sentinel (7) that must
-     // come back unchanged: "dqkv" is the whole buffer.
-    const int64_t B = 2, S = 37, H = 4, Hkv = 2, hd = 64, pad = 8;
-    const int64_t W = (H + 2 * Hkv) * hd + pad, nf = B * S * W, nq = B * S * H * hd;
-    const T* f = m.upload(randomT<T>(42, nf, -2.f, 2.f));
-    const T* dO = m.upload(randomT<T>(43, nq));
-    std::vector<T> g0 = randomT<T>(44, nf);
-    for (int64_t r = 0; r < B * S; ++r)
-      for (int64_t c = W - pad; c < W; ++c) g0[static_cast<size_t>(r * W + c)] = rt::store<T>(7.f);
-    T* g = m.upload(g0);
-    T* o = m.template zeros<T>(nq);
-    float* lse = m.template zeros<float>(B * H * S);
-    const rt::AttnRows rows{W, W, W};
-    const int64_t kc = H * hd, vc = (H + Hkv) * hd;   // where k and v start in a row
-    rt::attention_fwd<T>(ctx, f, f + kc, f + vc, o, lse, nullptr, B, S, S, H, Hkv, hd, 0.f, true, 0.f, 42, 3, rows);
-    rt::attention_bwd<T>(ctx, f, f + kc, f + vc, o, lse, nullptr, dO, g, g + kc, g + vc, B, S, S, H, Hkv, hd, 0.f,
-                         true, 0.f, 42, 3, true, rows);
-    add("attention_strided_qkv_gqa_hd64",
-        {{"o", get(m, o, nq)}, {"lse", get(m, lse, B * H * S)}, {"dqkv", get(m, g, nf)}});
-  }
+  for (const tally_check::AttnCase& c : tally_check::attentionCases()) add(c.name, attentionCase<T>(ctx, m, c, false));
   {  // embedding, with repeated ids (the scatter-add)
     const int64_t rows = 300, d = 96, vocab = 37;
     std::vector<int32_t> ids(rows);

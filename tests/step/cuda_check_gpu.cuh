@@ -45,6 +45,7 @@ class Mem {
 }  // namespace cuda_check
 
 #define TALLY_CHECK_NS cuda_check
+#define TALLY_CHECK_CUDNN  // runCudnnCases: cuDNN's fused attention (cudnn_attention.cuh)
 #include "tests/step/cuda_check_cases.h"
 
 namespace cuda_check {

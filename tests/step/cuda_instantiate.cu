@@ -8,6 +8,7 @@
 #include "tests/step/cuda_rt_instances.h"
 
 TALLY_RT_INSTANCES(template, rt::f16)
+TALLY_RT_HALF_INSTANCES(template, rt::f16)
 TALLY_RT_COPIES(template, float)
 TALLY_RT_COPIES(template, rt::bf16)
 TALLY_RT_COPIES(template, rt::f16)

@@ -13,6 +13,8 @@
 TALLY_RT_INSTANCES(extern template, float)
 TALLY_RT_INSTANCES(extern template, rt::bf16)
 TALLY_RT_INSTANCES(extern template, rt::f16)
+TALLY_RT_HALF_INSTANCES(extern template, rt::bf16)
+TALLY_RT_HALF_INSTANCES(extern template, rt::f16)
 TALLY_RT_COPIES(extern template, float)
 TALLY_RT_COPIES(extern template, rt::bf16)
 TALLY_RT_COPIES(extern template, rt::f16)

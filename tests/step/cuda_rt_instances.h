@@ -72,6 +72,16 @@
   PREFIX void rt::lion_update<T>(rt::Ctx&, float*, T*, const T*, float*, int64_t, float, float, float,    \
                                  float, float);
 
+// The functions over the 16-bit storage types alone (bf16, fp16): cuDNN's fused attention.
+#define TALLY_RT_HALF_INSTANCES(PREFIX, T)                                                               \
+  PREFIX void rt::attention_fwd_cudnn<T>(rt::Ctx&, const T*, const T*, const T*, T*, float*, T*, int64_t, \
+                                         int64_t, int64_t, int64_t, int64_t, int64_t, float, bool, float, \
+                                         uint64_t, uint64_t, rt::AttnRows, rt::AttnScores);               \
+  PREFIX void rt::attention_bwd_cudnn<T>(rt::Ctx&, const T*, const T*, const T*, const T*, const float*,  \
+                                         const T*, const T*, T*, T*, T*, int64_t, int64_t, int64_t,       \
+                                         int64_t, int64_t, int64_t, float, bool, float, uint64_t,         \
+                                         uint64_t, bool, rt::AttnRows, rt::AttnScores);
+
 #define TALLY_RT_COPY(PREFIX, TS, TD)                                                                    \
   PREFIX void rt::copy<TS, TD>(rt::Ctx&, const TS*, const int64_t*, TD*, const int64_t*, const int64_t*,  \
                                int, bool);

@@ -42,8 +42,9 @@ start=$(date +%s)
 pids=()
 for t in float bf16 f16; do
   def=$t
-  [[ $t != float ]] && def="rt::$t"
-  "$nvcc" "${flags[@]}" "-DTALLY_RT_LIB_T=$def" -c "$here/cuda_rt_lib.cu" -o "$out/rt_$t.o" \
+  half=()
+  [[ $t != float ]] && def="rt::$t" && half=(-DTALLY_RT_LIB_HALF)
+  "$nvcc" "${flags[@]}" "-DTALLY_RT_LIB_T=$def" "${half[@]}" -c "$here/cuda_rt_lib.cu" -o "$out/rt_$t.o" \
     > "$out/rt_$t.log" 2>&1 &
   pids+=("$!:$t")
 done

@@ -7,6 +7,7 @@
 
 #include "codegen/Emit.h"
 
+#include <cstring>
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -46,6 +47,17 @@ std::vector<std::string> runtimeCalls(const std::string &text) {
     if (first != std::string::npos && l.compare(first, 4, "rt::") == 0 && l.compare(first, 8, "rt::cu::") != 0)
       out.push_back(l.substr(first));
   }
+  return out;
+}
+
+/// runtimeCalls with the CUDA step's cuDNN attention spelled as the runtime's kernels' call: the
+/// same arguments, another engine (passes/CudnnAttention.h).
+std::vector<std::string> runtimeCallsAnyEngine(const std::string &text) {
+  std::vector<std::string> out = runtimeCalls(text);
+  for (std::string &c : out)
+    for (const char *name : {"rt::attention_fwd_cudnn<", "rt::attention_bwd_cudnn<"})
+      if (c.compare(0, std::strlen(name), name) == 0)
+        c.erase(std::strlen(name) - 7, 6);
   return out;
 }
 
@@ -226,7 +238,7 @@ TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each a
     CHECK(countOf(cuda, "  ctx.where = ") == calls + 2); // + the optimizer update and zero-grad
     CHECK(countOf(cuda, "  op_class = ") == 0);
     // The same runtime calls over the same regions, in the same order as the CPU step.
-    CHECK(runtimeCalls(cuda) == runtimeCalls(cpu));
+    CHECK(runtimeCallsAnyEngine(cuda) == runtimeCalls(cpu));
     CHECK(countOf(cuda, "#include \"cuda/tally_rt.cuh\"") == 1);
     CHECK(countOf(cuda, "loss = device_load(ctx, ") == 1);
   }
@@ -423,8 +435,55 @@ TEST_CASE("codegen: the CUDA step's memory estimate has its workspace and no cac
   CHECK(c.a->memory.allocatorReserve == 0);
   CHECK(c.a->memory.context == f.a->memory.context);
   CHECK(c.a->memory.context > 0);
-  CHECK(c.a->memory.peak == f.a->memory.peak - f.a->memory.allocatorReserve + 67108864.0);
+  // cuDNN's fused attention runs its bf16 attention (passes/CudnnAttention.h): its workspace line
+  // holds the backward's fp32 dQ accumulator and softmax sums, 16·12·1024·64·4 + 16·12·1024·4.
+  CHECK(f.a->memory.cudnnWorkspace == 0);
+  CHECK(c.a->memory.cudnnWorkspace == 50331648.0 + 786432.0);
+  CHECK(c.a->memory.peak == f.a->memory.peak - f.a->memory.allocatorReserve + 67108864.0 + c.a->memory.cudnnWorkspace);
   CHECK(c.a->arenaBytes == f.a->arenaBytes);
+}
+
+TEST_CASE("codegen: the CUDA step runs bf16 attention through cuDNN and fp32 on the runtime's kernels", "[codegen][cuda]") {
+  // tests/step/e2e/gpt.tally (fp32) and the same model in bf16: the emitter and the estimate read
+  // one rule (passes/CudnnAttention.h), and tally build names the engine of every attention call.
+  for (const char *precision : {"fp32", "mixed_bf16"}) {
+    INFO(precision);
+    PlanOverrides o;
+    o.target = "H100_SXM";
+    o.precision = precision;
+    o.cudaStep = true;
+    Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally", "", o);
+    codegen::EmitOptions eo;
+    std::vector<std::string> notes;
+    eo.notes = &notes;
+    std::vector<codegen::File> files;
+    REQUIRE(codegen::emitCudaStep(*t.a, eo, files) == "");
+    std::string cu;
+    for (const codegen::File &f : files)
+      if (f.path == "step.cu")
+        cu = f.text;
+    size_t attention = 0;
+    for (const Op &op : t.a->graph->ops)
+      attention += op.kind == OpKind::Attention;
+    REQUIRE(attention > 0);
+    REQUIRE(notes.size() == 1);
+    bool bf16 = std::string(precision) == "mixed_bf16";
+    CHECK(countOf(cu, "rt::attention_fwd_cudnn<rt::bf16>(ctx, ") == (bf16 ? attention : 0));
+    CHECK(countOf(cu, "rt::attention_bwd_cudnn<rt::bf16>(ctx, ") == (bf16 ? attention : 0));
+    CHECK(countOf(cu, "rt::attention_fwd<") == (bf16 ? 0 : attention));
+    CHECK(notes[0].rfind(bf16 ? "attention: cuDNN fused attention (" + std::to_string(2 * attention) + " calls"
+                              : "attention: the runtime's kernels: f32 (cuDNN's fused attention takes bf16 and fp16)",
+                         0) == 0);
+    // The estimate prices the kernel that runs: cuDNN's at the target's native attention
+    // efficiency, the runtime's at the fp32 rate it measured.
+    for (OpId i = 0; i < t.a->graph->ops.size(); ++i)
+      if (t.a->graph->ops[i].kind == OpKind::Attention) {
+        KernelWork w = forwardWork(*t.a, i, t.a->ops[i]);
+        CHECK(w.nativeAttention == bf16);
+        CHECK((w.rate == Dtype::F32) == !bf16);
+      }
+    CHECK((t.a->memory.cudnnWorkspace > 0) == bf16);
+  }
 }
 
 TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one process per GPU", "[codegen][cuda]") {

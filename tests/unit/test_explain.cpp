@@ -468,8 +468,9 @@ target Cpu {
 train p { model = TinyGPT(layers = 2) batch = 4 seq = 32 micro_batch = 2 optimizer = SGD(lr = 0.1)
           precision = fp32 target = Cpu }
 )");
-  PlanOverrides cuda; // tally's own CUDA step: its attention is a measured kernel
+  PlanOverrides cuda; // tally's own CUDA step in fp32: its attention is a measured kernel
   cuda.cudaStep = true;
+  cuda.precision = "fp32";
   cuda.fuseKernels = true;
   Compiled own(fromFile, example("gpt2.tally"), "gpt2_124M", cuda);
   bool sawExps = false, sawCalls = false, sawSplit = false, sawFused = false, sawCurve = false,

@@ -320,8 +320,12 @@ std::string runtimeFromDisk(std::vector<codegen::File> &files) {
   return "";
 }
 
+/// The emitter's lines for `tally build`'s output (codegen::EmitOptions::notes).
+std::vector<std::string> BuildNotes;
+
 std::string generate(Compilation &c, const Analysis &a, std::vector<codegen::File> &files) {
   codegen::EmitOptions o;
+  o.notes = &BuildNotes;
   o.source = sys::path::filename(File).str();
   o.where = [&c](SMLoc loc) -> std::string {
     if (!loc.isValid())
@@ -405,6 +409,8 @@ int build() {
     return failure(err);
   outs() << "wrote " << files.size() << " files to " << Output << " (build: cmake -S " << Output << " -B "
          << Output << "/build && cmake --build " << Output << "/build)\n";
+  for (const std::string &n : BuildNotes)
+    outs() << n << "\n";
   return 0;
 }
 
@@ -590,6 +596,7 @@ void printRunJson(const Analysis &an, const Measured &r) {
                    {"peak_bytes", an.memory.peak},
                    {"context_bytes", an.memory.context},
                    {"workspace_bytes", an.memory.libraryWorkspace},
+                   {"cudnn_workspace_bytes", an.memory.cudnnWorkspace},
                    {"model_states_bytes", modelStates(an)},
                    {"mfu", an.time.mfu},
                    {"target", an.plan->target.name}};
@@ -634,6 +641,9 @@ void printRunMemory(raw_ostream &os, const Analysis &an, const Measured &r, bool
                   formatBytes(num(m, "context_bytes")) + "*");
     os << formatv("{0,-24} {1,14} {2,14}\n", "  cuBLASLt workspace", formatBytes(an.memory.libraryWorkspace),
                   formatBytes(num(m, "workspace_bytes")));
+    if (an.memory.cudnnWorkspace > 0 || num(m, "cudnn_workspace_bytes") > 0)
+      os << formatv("{0,-24} {1,14} {2,14}\n", "  cuDNN workspace", formatBytes(an.memory.cudnnWorkspace),
+                    formatBytes(num(m, "cudnn_workspace_bytes")));
     os << "  * device memory in use (cudaMemGetInfo: total - free, at its highest), the CUDA context and\n"
           "    other processes on the device included; the workspace is cuBLASLt's and the kernels' scratch\n\n";
   } else {

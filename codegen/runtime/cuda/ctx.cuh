@@ -9,10 +9,12 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -53,6 +55,8 @@ struct LtPlan {
   size_t workspace = 0;
 };
 
+struct DnnPlan;  // a built cuDNN attention graph (cudnn_attention.cuh)
+
 /// The CUDA runtime's context: create with init(), release with destroy() (or the destructor).
 struct Ctx {
   cudaStream_t stream = nullptr;       ///< every kernel and matmul runs on this stream
@@ -69,6 +73,13 @@ struct Ctx {
   std::vector<TimedKernel> timed;      ///< kernels recorded since resetTimes()
   std::map<std::string, LtPlan> plans; ///< cuBLASLt plans by shape
   bool owned = false;                  ///< init() created the stream/handle/workspace
+  /// cuDNN fused attention (cudnn_attention.cuh): the handle (created at the first call), the
+  /// built graphs by shape, and their workspace (grown to the largest graph's need: the
+  /// backward's D and fp32 dQ accumulator, then the plan's own), reported as its own memory line.
+  cudnnHandle_t dnn = nullptr;
+  std::map<std::string, std::shared_ptr<DnnPlan>> dnnPlans;
+  void* dnnWorkspace = nullptr;
+  size_t dnnWorkspaceBytes = 0;
 
   Ctx() = default;
   Ctx(const Ctx&) = delete;
@@ -123,6 +134,12 @@ inline void Ctx::destroy() {
     cublasLtMatrixLayoutDestroy(kv.second.c);
   }
   plans.clear();
+  dnnPlans.clear();
+  if (dnn) cudnnDestroy(dnn);
+  dnn = nullptr;
+  if (dnnWorkspace) cudaFree(dnnWorkspace);
+  dnnWorkspace = nullptr;
+  dnnWorkspaceBytes = 0;
   for (cudaEvent_t e : events) cudaEventDestroy(e);
   events.clear();
   timed.clear();
