@@ -1,0 +1,72 @@
+// One kernel's time on a target (kernelTimeTerms, kernelTime; passes/Passes.h): the roofline
+// of its FLOPs and bytes at the op class's efficiency, its exps at the special-function rate, the
+// bytes a flash kernel moves outside its loop, a measured kernel's factor, and the host's per-call
+// terms. The training step (passes/StepTime.cpp) and inference (passes/Inference.cpp) price every
+// op through it, so both price ops the same way.
+#include "passes/Passes.h"
+
+#include <algorithm>
+
+namespace tally {
+
+namespace {
+
+/// The seconds of `n` transcendental evaluations (exp, erf, ...). A CPU computes them on the
+/// same cores as the arithmetic, and a GPU kernel issues them beside its matmul instructions
+/// (FlashAttention-2's softmax waits for them), so the time adds to the compute side of the
+/// roofline; 0 on targets without a rate.
+double transcendentalSeconds(const Target &t, double n) { return n * t.transcendentalTime; }
+
+/// Host term: the fixed cost of `calls` kernel calls (the call, OpenMP's fork and join), paid
+/// whatever the size; 0 on targets without a measured overhead.
+double hostCallTime(const Target &t, double calls) { return calls * t.kernelOverhead; }
+
+/// Host term: the bandwidth a call moving `bytesPerCall` sees: the cache's when they fit in it
+/// (a small tensor stays there between the kernel that writes it and the next that reads it),
+/// memory's otherwise. Only the calibrated host states a cache.
+double hostBandwidth(const Target &t, double bytesPerCall) {
+  return t.cacheBandwidth > 0 && bytesPerCall <= t.cacheBytes ? t.cacheBandwidth : t.bandwidth;
+}
+
+} // namespace
+
+double KernelTimeTerms::total() const {
+  // The native attention kernel (FlashAttention-3) runs its exps while its matmuls run.
+  double arithmetic = nativeAttention ? std::max(compute, transcendental) : compute + transcendental;
+  return std::max(std::max(arithmetic + outside, memory) * slowdown + calls, launch);
+}
+
+KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
+                                const KernelWork &w) {
+  KernelTimeTerms k;
+  k.peak = t.peakFor(w.rate != Dtype::Invalid ? w.rate : computeDtype);
+  k.bandwidth = hostBandwidth(t, w.bytes / std::max(1.0, w.calls));
+  if (w.flops <= 0 && w.bytes <= 0 && w.transcendentals <= 0)
+    return k;
+  // A calibrated target (`host`) carries measured matmul efficiency by FLOPs per call.
+  k.efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
+                 : c == OpClass::Attention ? t.attentionEfficiency(w.flops)
+                                           : t.efficiency.elementwise;
+  k.fromCurve = (c == OpClass::Matmul && t.matmulCurve(computeDtype) != nullptr) ||
+                (c == OpClass::Attention && !t.attentionCurve.empty());
+  if (w.efficiency > 0) { // a kernel measured as itself
+    k.efficiency = w.efficiency;
+    k.fromCurve = false;
+    k.measuredKernel = !w.nativeAttention;
+    k.nativeAttention = w.nativeAttention;
+  }
+  k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
+  k.transcendental = transcendentalSeconds(t, w.transcendentals);
+  k.outside = k.bandwidth > 0 ? w.outsideBytes / k.bandwidth : 0;
+  k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.efficiency : 0;
+  k.calls = hostCallTime(t, w.calls);
+  k.launch = w.calls * t.kernelLaunch;
+  k.slowdown = w.slowdown;
+  return k;
+}
+
+double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w) {
+  return kernelTimeTerms(t, c, computeDtype, w).total();
+}
+
+} // namespace tally
