@@ -159,14 +159,23 @@ bool Emitter::attentionDims(const Op &fwd, int64_t &B, int64_t &S, int64_t &Skv,
   H = fwd.attrs->heads;
   Hkv = fwd.attrs->kvHeads ? fwd.attrs->kvHeads : H;
   hd = shape(q)[2].size / H;
+  int64_t hdv = shape(v)[2].size / Hkv; // the value heads' size: hd unless they differ (MLA)
   int64_t rq = strides(q)[1], rk = strides(k)[1], rv = strides(v)[1];
-  bool strided = rq != H * hd || rk != Hkv * hd || rv != Hkv * hd;
+  bool strided = rq != H * hd || rk != Hkv * hd || rv != Hkv * hdv;
   rows = strided ? llvm::formatv(", rt::AttnRows{{{0}, {1}, {2}}", rq, rk, rv).str() : "";
-  // A window or a soft cap: rt::AttnScores after the rows (written out, dense or not).
+  // A window or a soft cap: rt::AttnScores after the rows (written out, dense or not); value
+  // heads of another size: that size after both.
   const OpAttrs &at = fwd.attrs;
-  if (at.attnWindow > 0 || at.softcap > 0)
+  if (at.attnWindow > 0 || at.softcap > 0 || hdv != hd)
     rows = (strided ? rows : std::string(", rt::AttnRows{}")) +
            llvm::formatv(", rt::AttnScores{{{0}, {1}}", at.attnWindow, number(at.softcap)).str();
+  if (hdv != hd) {
+    if (be.device)
+      return fail("value heads of " + std::to_string(hdv) + " dims beside q/k heads of " +
+                  std::to_string(hd) + " (multi-head latent attention) have no " + title() +
+                  " kernel yet; the CPU backend runs them");
+    rows += ", " + std::to_string(hdv);
+  }
   if (be.checkAttention) {
     std::string why = be.checkAttention(B, S, Skv, H, Hkv, hd, rq, rk, rv, op->kind == OpKind::AttentionBackward);
     if (!why.empty())

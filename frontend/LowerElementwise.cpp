@@ -18,7 +18,8 @@ Value Lowerer::oneTensorOp(const Bound &b, const Expr &e, Scope &scope) {
   return op1(b.prim->kind, {x}, OpAttrs(), e, scope);
 }
 
-/// rope(x, fraction): fraction < 1 is partial rotary (NeoX rotary_pct).
+/// rope(x, fraction, head): fraction < 1 is partial rotary (NeoX rotary_pct); head > 0 fixes
+/// the head size (else the attention that reads it sets it: setRopeHeadDims).
 Value Lowerer::ropeOp(const Bound &b, const Expr &e, Scope &scope) {
   OpAttrs attrs;
   TensorId x = kNone;
@@ -36,6 +37,24 @@ Value Lowerer::ropeOp(const Bound &b, const Expr &e, Scope &scope) {
     return {};
   }
   attrs.fraction = *f;
+  auto head = intArg(b, "head");
+  if (!head)
+    return {};
+  if (*head != 0) {
+    int64_t w = g.tensors[x].shape.empty() ? 0 : g.tensors[x].shape.back().size;
+    if (*head < 0 || *head % 2 != 0 || w % *head != 0) {
+      const Value &v = b.values[slot(b, "head")];
+      auto d = diags.report(DiagKind::InvalidValue, v.range.Start,
+                            "'head' of rope is the head size whose pairs of dims it turns: an "
+                            "even number dividing the width " +
+                                std::to_string(w) + ", or 0 for the attention's, not " +
+                                std::to_string(*head));
+      d.range(v.range);
+      context(d);
+      return {};
+    }
+    attrs.headDim = *head;
+  }
   return op1(OpKind::Rope, {x}, attrs, e, scope);
 }
 

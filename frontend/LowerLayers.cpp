@@ -87,6 +87,38 @@ bool Lowerer::attentionScores(const Bound &b, bool causal, OpAttrs &attrs) {
   }
   attrs.attnWindow = *window;
   attrs.softcap = *cap;
+  return attentionLatent(b, attrs);
+}
+
+/// latent = r, latent_rope = p: multi-head latent attention (DeepSeek-V2's MLA) caches, per
+/// token, the compressed c_kv of r values and the decoupled RoPE key of p, not K and V; the
+/// decode step is priced in the absorbed form (passes/Inference.cpp). Checked against q, k and
+/// v's shapes by the op's rule.
+bool Lowerer::attentionLatent(const Bound &b, OpAttrs &attrs) {
+  auto latent = intArg(b, "latent");
+  auto rope = intArg(b, "latent_rope");
+  if (!latent || !rope)
+    return false;
+  auto bad = [&](llvm::StringRef param, const std::string &msg) {
+    const Value &v = b.values[slot(b, param)];
+    auto d = diags.report(DiagKind::InvalidValue, v.range.Start, msg);
+    d.range(v.range);
+    context(d);
+    return false;
+  };
+  if (*latent < 0)
+    return bad("latent", "'latent' is the width of the compressed KV the cache holds per token "
+                         "(MLA's kv_lora_rank): a positive whole number, or 0 for K and V, not " +
+                             std::to_string(*latent));
+  if (*rope < 0 || (*rope > 0 && *latent == 0))
+    return bad("latent_rope",
+               *rope < 0 ? "'latent_rope' is the width of the RoPE key cached beside the latent "
+                           "(MLA's qk_rope_head_dim): a whole number >= 0, not " +
+                               std::to_string(*rope)
+                         : "'latent_rope' = " + std::to_string(*rope) +
+                               " is the RoPE key cached beside a latent: it needs latent > 0");
+  attrs.latent = *latent;
+  attrs.latentRope = *rope;
   return true;
 }
 

@@ -292,6 +292,7 @@ private:
   Value moeOp(const Bound &b, const Expr &e, Scope &scope);
   Value attentionOp(const Bound &b, const Expr &e, Scope &scope);
   bool attentionScores(const Bound &b, bool causal, OpAttrs &attrs);
+  bool attentionLatent(const Bound &b, OpAttrs &attrs);
   Value layerNormOp(const Bound &b, const Expr &e, Scope &scope);
   Value rmsNormOp(const Bound &b, const Expr &e, Scope &scope);
   Value softmaxOp(const Bound &b, const Expr &e, Scope &scope);

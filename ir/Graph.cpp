@@ -138,7 +138,7 @@ ShapeRef::ShapeRef() {
 }
 
 // Every field of OpAttrs is compared and hashed below; this size changes when one is added.
-static_assert(sizeof(OpAttrs) == 368, "a field was added to OpAttrs: compare and hash it in sameAttrs and hashAttrs");
+static_assert(sizeof(OpAttrs) == 384, "a field was added to OpAttrs: compare and hash it in sameAttrs and hashAttrs");
 
 bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
   if (&a == &b) // one shared record (SharedAttrs: the copies of a repeated block's ops)
@@ -152,6 +152,7 @@ bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
       !sameBits(a.scale, b.scale) || a.headDim != b.headDim || !sameBits(a.theta, b.theta) ||
       !sameBits(a.fraction, b.fraction) || a.alibi != b.alibi || a.hasMask != b.hasMask ||
       a.attnWindow != b.attnWindow || !sameBits(a.softcap, b.softcap) ||
+      a.latent != b.latent || a.latentRope != b.latentRope ||
       a.stream != b.stream || a.of != b.of || a.gradMask != b.gradMask || a.optimizer != b.optimizer ||
       a.slices.size() != b.slices.size())
     return false;

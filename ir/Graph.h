@@ -238,6 +238,8 @@ struct OpAttrs {
   bool hasMask = false;       ///< attention: input 3 is a padding mask [batch, seq_kv]
   int64_t attnWindow = 0;     ///< attention: sliding window, key j seen by query i iff i − w < j ≤ i (0: none)
   double softcap = 0;         ///< attention: scores become c·tanh(scores / c) before the mask (0: none)
+  int64_t latent = 0;         ///< attention: the KV cache holds a latent of this width per token, not K and V (MLA's kv_lora_rank; 0: K and V)
+  int64_t latentRope = 0;     ///< attention: the decoupled RoPE key cached beside the latent (MLA's qk_rope_head_dim)
   int64_t window[2] = {0, 0}; ///< conv2d kernel (from the weight), pooling window: (h, w)
   int64_t strides[2] = {1, 1}; ///< conv2d / pooling stride (h, w)
   int64_t pads[2] = {0, 0};   ///< conv2d / pooling zero padding on each side (h, w)

@@ -55,15 +55,16 @@ const std::vector<Primitive> &primitives() {
       {OpKind::Sigmoid, {P("x")}, 1},
       {OpKind::Exp, {P("x")}, 1},
       {OpKind::Dropout, {P("x"), P("p")}, 2},
-      // fraction < 1: partial rotary (GPT-NeoX rotary_pct)
-      {OpKind::Rope, {P("x"), P("fraction", "1")}, 1},
+      // fraction < 1: partial rotary (GPT-NeoX rotary_pct); head: the head size when no
+      // attention reads the result through views (MLA's per-head q_rope, concatenated)
+      {OpKind::Rope, {P("x"), P("fraction", "1"), P("head", "0")}, 1},
       {OpKind::Softmax, {P("x"), P("dim", "-1")}, 1},
       {OpKind::LayerNorm, {P("x"), P("weight"), P("bias"), P("eps", "1e-5")}, 2},
       {OpKind::RmsNorm, {P("x"), P("weight"), P("eps", "1e-6")}, 2},
       {OpKind::Attention,
        {P("q"), P("k"), P("v"), P("heads"), P("kv_heads", "heads"), P("causal", "false"),
         P("fused", "true"), P("dropout", "0"), P("alibi", "false"), P("mask"),
-        P("window", "0"), P("softcap", "0")},
+        P("window", "0"), P("softcap", "0"), P("latent", "0"), P("latent_rope", "0")},
        4},
       {OpKind::Embedding, {P("ids"), P("weight")}, 2},
       {OpKind::Sum, {P("x"), P("dim"), P("keepdim", "false")}, 1},

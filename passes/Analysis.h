@@ -442,6 +442,8 @@ struct Analysis {
     bool active = false;         ///< an infer plan was analyzed
     int64_t layers = 0;          ///< attention ops with a growing KV cache (self-attention)
     int64_t windowedLayers = 0;  ///< those of them with a sliding window: their cache stops at w positions
+    int64_t latentLayers = 0;    ///< those of them caching a latent (MLA's attention(latent = r)), not K and V
+    int64_t latentWidth = 0;     ///< the widest such op's latent + RoPE key values per token (kv_lora_rank + qk_rope_head_dim)
     double kvBytesPerToken = 0;  ///< K and V of one token of one sequence, all layers, per device
     double kvCacheBytes = 0;     ///< the cache for prompt + generate tokens of every sequence, per device
     double prefillFlops = 0, prefillTime = 0; ///< the graph's forward over the prompt

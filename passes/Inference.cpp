@@ -58,6 +58,17 @@
 //    (tensor × pipeline). Tensor parallelism splits the KV heads over its ranks; with more
 //    ranks than KV heads each rank keeps a copy of one (vLLM replicates them), so the cache
 //    per device is 1/kv_heads of it, not 1/t.
+// 7. Multi-head latent attention (DeepSeek-V2's MLA, `attention(..., latent = r, latent_rope =
+//    p)`): the cache holds each token's compressed c_kv (r values) and its decoupled RoPE key
+//    (p values, shared by the heads), r + p per token and layer, not K and V (DeepSeek-V2,
+//    arXiv:2405.04434, §2.1.2-2.1.3 and Table 1: (d_c + d_h^R)·l elements per token); it is one
+//    "KV head" that every tensor rank keeps whole. The decode step is priced in the absorbed
+//    form DeepSeek's inference runs: W_UK folded into the query and W_UV into the output, each
+//    head scores the cached latent and RoPE key (2·(r + p) per score) and sums the latent
+//    (2·r per score), reading the cache once for all heads. The graph's up-projection of c_kv
+//    (kv_b: r → h·(nope + v)) stays a token-wise op: on the new token its FLOPs and weight bytes
+//    equal the absorbed per-token products (q_nope·W_UK and o·W_UV read the same r × h·(nope + v)
+//    weights), so the step counts them once. The prefill (the graph) is the non-absorbed form.
 // Pipeline parallelism does not shorten a token's latency: a token passes every stage in
 // turn, so the times are sums over all ops; each stage holds 1/p of the cache.
 #include "passes/Passes.h"
@@ -83,6 +94,9 @@ struct AttentionOp {
   OpId op;
   bool self;            ///< k as long as q: the cache grows with the context
   double b, h, d, dkv, skv;
+  double dOut;          ///< the output's width, h·dv (d unless the value heads differ: MLA)
+  double cacheWidth;    ///< values cached per token: K and V (d_kv + d_v), or MLA's latent + RoPE key
+  double latent = 0, latentRope = 0; ///< MLA's kv_lora_rank and qk_rope_head_dim (0: K and V cached)
   double window;        ///< a sliding window's keys; 0: none
   double kvHeads;       ///< key/value heads (grouped-query attention: fewer than h)
   double replication;   ///< copies of each KV head over the tensor ranks (1: none)
@@ -104,8 +118,16 @@ AttentionOp attentionOf(const Graph &g, OpId i, const OpAnalysis &o, const Paral
   at.d = static_cast<double>(q[2].size);
   at.dkv = static_cast<double>(k[2].size);
   at.skv = static_cast<double>(k[1].size);
+  at.dOut = static_cast<double>(g.tensors[op.outputs[0]].shape[2].size);
+  at.cacheWidth = at.dkv + static_cast<double>(g.tensors[op.inputs[2]].shape[2].size);
   at.window = static_cast<double>(op.attrs->attnWindow);
   at.kvHeads = static_cast<double>(op.attrs->kvHeads > 0 ? op.attrs->kvHeads : op.attrs->heads);
+  if (op.attrs->latent > 0) { // MLA: one latent per token, read by every head (absorbed: MQA)
+    at.latent = static_cast<double>(op.attrs->latent);
+    at.latentRope = static_cast<double>(op.attrs->latentRope);
+    at.cacheWidth = at.latent + at.latentRope;
+    at.kvHeads = 1;
+  }
   double t = degree(par.tensor);
   bool headsSplit = t > 1 && o.tensorSplit >= t;
   at.replication = headsSplit && at.kvHeads > 0 && t > at.kvHeads ? t / at.kvHeads : 1;
@@ -123,7 +145,7 @@ double attendedContext(const AttentionOp &at, double c) {
 /// in the cache's dtype (kv bytes per element).
 double cacheTraffic(const AttentionOp &at, double kv, double c) {
   double ctx = attendedContext(at, c);
-  return 2 * at.b * ctx * at.dkv * kv + (at.self ? 2 * at.b * at.dkv * kv : 0);
+  return at.b * ctx * at.cacheWidth * kv + (at.self ? at.b * at.cacheWidth * kv : 0);
 }
 
 /// Step 3: the work of one attention op in a decode step at context c: its FLOPs, bytes (q
@@ -132,9 +154,14 @@ double cacheTraffic(const AttentionOp &at, double kv, double c) {
 KernelWork attentionDecode(const AttentionOp &at, double act, double ratio, double c) {
   double ctx = attendedContext(at, c);
   KernelWork w;
-  w.flops = 4 * at.b * at.d * ctx + 5 * at.b * at.h * ctx;
-  w.bytes = (2 * at.b * at.d + 2 * at.b * ctx * at.dkv * ratio +
-             (at.self ? 2 * at.b * at.dkv * ratio : 0)) *
+  // QKᵀ over q's width and P·V over the output's; MLA absorbed: each head's query, mapped
+  // into the latent (W_UK absorbed into W_Q: latent + rope dims), scores the cached latent and
+  // RoPE key, and its output stays in the latent (latent dims) until W_UV (absorbed into W_O).
+  double qWidth = at.latent > 0 ? at.h * (at.latent + at.latentRope) : at.d;
+  double oWidth = at.latent > 0 ? at.h * at.latent : at.dOut;
+  w.flops = 2 * at.b * ctx * (qWidth + oWidth) + 5 * at.b * at.h * ctx;
+  w.bytes = (at.b * (qWidth + oWidth) + at.b * ctx * at.cacheWidth * ratio +
+             (at.self ? at.b * at.cacheWidth * ratio : 0)) *
             act;
   w.transcendentals = at.b * at.h * ctx;
   return w;
@@ -145,12 +172,41 @@ KernelWork attentionDecode(const AttentionOp &at, double act, double ratio, doub
 /// keys holds the blocks its last min(C, w) tokens touch, floor((C−1)/B) − floor((C−w)/B) + 1
 /// once C > w (vLLM frees the blocks that slide out); a cross-attention its s_kv keys' blocks.
 double pagedSequenceBytes(const AttentionOp &at, double kv, double C, double B) {
-  double perToken = 2 * at.dkv * kv / at.kvSplit;
+  double perToken = at.cacheWidth * kv / at.kvSplit;
   double blocks = std::ceil((at.self ? C : at.skv) / B);
   if (at.self && at.window > 0 && C > at.window)
     blocks = std::floor((C - 1) / B) - std::floor((C - at.window) / B) + 1;
   return blocks * B * perToken;
 }
+
+/// Step 2: the cache per token of the layers whose cache grows with every token, of the
+/// windowed layers; the windowed layers' whole cache; the cross-attention's fixed cache. Each
+/// op's bytes are its K and V, or its latent and RoPE key (MLA), in the cache's dtype.
+struct CacheTotals {
+  double growing = 0, windowedPerToken = 0, windowed = 0, fixed = 0;
+  void add(Analysis &a, const AttentionOp &at, double kv, double sequence) {
+    auto &inf = a.inference;
+    double perToken = at.cacheWidth * kv / at.kvSplit;
+    if (at.self) {
+      ++inf.layers;
+      inf.kvHeads = std::max(inf.kvHeads, static_cast<int64_t>(at.kvHeads));
+      inf.kvReplication = std::max(inf.kvReplication, at.replication);
+    }
+    if (at.self && at.latent > 0) {
+      ++inf.latentLayers;
+      inf.latentWidth = std::max(inf.latentWidth, static_cast<int64_t>(at.cacheWidth));
+    }
+    if (at.self && at.window > 0) {
+      ++inf.windowedLayers;
+      windowedPerToken += perToken;
+      windowed += std::min(at.window, sequence) * perToken;
+    } else if (at.self) {
+      growing += perToken;
+    } else {
+      fixed += at.skv * perToken;
+    }
+  }
+};
 
 /// Serving: the rows of a learned positional table read at positions(n) (`wpe(positions(seq))`):
 /// the context the model can take. 0 when no table is read so (rotary or no positions).
@@ -236,9 +292,7 @@ void inference(Analysis &a) {
   double stream = plan.precision.paramsOnHost ? a.memory.hostTotal / hostBandwidth(target) : 0;
   double fixedTime = (a.time.communication + a.time.hostTransfer - stream) / prompt + stream;
   double fixedFlops = 0, fixedBytes = 0;
-  // K and V per token of the layers whose cache grows with every token, of the windowed
-  // layers; the windowed layers' whole cache; the cross-attention's fixed cache.
-  double kvGrowing = 0, kvWindowedPerToken = 0, kvWindowed = 0, kvFixed = 0;
+  CacheTotals cache;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const Op &op = g.ops[i];
     const OpAnalysis &o = a.ops[i];
@@ -249,21 +303,7 @@ void inference(Analysis &a) {
     if (op.kind == OpKind::Attention && op.inputs.size() == 3) {
       AttentionOp at = attentionOf(g, i, o, par);
       attention.push_back(at);
-      if (at.self) {
-        inf.kvHeads = std::max(inf.kvHeads, static_cast<int64_t>(at.kvHeads));
-        inf.kvReplication = std::max(inf.kvReplication, at.replication);
-      }
-      if (at.self && at.window > 0) {
-        ++inf.layers;
-        ++inf.windowedLayers;
-        kvWindowedPerToken += 2 * at.dkv * kv / at.kvSplit;
-        kvWindowed += std::min(at.window, prompt + generate) * 2 * at.dkv * kv / at.kvSplit;
-      } else if (at.self) {
-        ++inf.layers;
-        kvGrowing += 2 * at.dkv * kv / at.kvSplit;
-      } else {
-        kvFixed += 2 * at.skv * at.dkv * kv / at.kvSplit;
-      }
+      cache.add(a, at, kv, prompt + generate);
       inf.ops.push_back(d); // priced at the mean context below
       continue;
     }
@@ -277,8 +317,9 @@ void inference(Analysis &a) {
     inf.ops.push_back(d);
   }
   double p = degree(par.pipeline), replica = degree(par.tensor) * p;
-  inf.kvBytesPerToken = (kvWindowedPerToken + kvGrowing) / p;
-  inf.kvCacheBytes = batch * ((prompt + generate) * kvGrowing + kvWindowed + kvFixed) / p;
+  inf.kvBytesPerToken = (cache.windowedPerToken + cache.growing) / p;
+  inf.kvCacheBytes =
+      batch * ((prompt + generate) * cache.growing + cache.windowed + cache.fixed) / p;
 
   // Step 4: the decode steps.
   // The time of a step is one device's: a replicated KV head is read on every rank that

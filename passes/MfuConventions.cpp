@@ -55,7 +55,9 @@ GraphFacts graphFacts(const Graph &g) {
         continue;
       double b = static_cast<double>(q[0].size), s = static_cast<double>(q[1].size);
       double skv = static_cast<double>(k[1].size), hq = static_cast<double>(q[2].size);
-      double products = 4 * b * s * skv * hq;
+      // QKᵀ over q's width and P·V over the output's (h·dv: MLA's value heads differ from q's)
+      double ho = op.outputs.empty() ? hq : static_cast<double>(g.tensors[op.outputs[0]].shape[2].size);
+      double products = 2 * b * s * skv * (hq + ho);
       f.attention += products;
       if (op.attrs->causal)
         f.causalAttention += products;

@@ -212,7 +212,13 @@ llvm::json::Value inferenceJson(const Analysis &a, const CopyGroups &opGroups) {
       {"time_to_first_token_s", inf.timeToFirstToken},
       {"inter_token_latency_s", inf.interTokenLatency},
       {"tokens_per_s_per_gpu", inf.tokensPerSecondPerGpu},
-      {"latent_attention", "not modelled"}};
+      // Multi-head latent attention (MLA): the layers whose cache holds the latent and RoPE
+      // key (values per token and layer), the decode step priced with the up-projections absorbed.
+      {"latent_attention",
+       llvm::json::Object{{"layers", inf.latentLayers},
+                          {"values_per_token", inf.latentWidth},
+                          {"decode", inf.latentLayers > 0 ? llvm::json::Value("absorbed")
+                                                          : llvm::json::Value(nullptr)}}}};
 }
 
 /// One object of a streamed array, written as llvm::json writes an Object (keys sorted, each

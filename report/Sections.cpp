@@ -423,7 +423,11 @@ ReportTable inferenceTable(const Analysis &a) {
                         std::to_string(inf.layers) + " layers" +
                         (inf.windowedLayers > 0 ? " (" + std::to_string(inf.windowedLayers) +
                                                       " windowed: cached up to the window)"
-                                                : std::string())});
+                                                : std::string()) +
+                        (inf.latentLayers > 0 ? " (" + std::to_string(inf.latentLayers) +
+                                                    " latent: c_kv + RoPE key, " +
+                                                    std::to_string(inf.latentWidth) + " values)"
+                                              : std::string())});
   t.rows.push_back({"tokens/s", llvm::formatv("{0:f1}", inf.tokensPerSecond).str(),
                     "generated tokens, all sequences"});
   t.rows.push_back({"request", formatDuration(inf.totalTime), "prefill + every decode step"});
@@ -451,7 +455,8 @@ ReportTable servingTable(const Analysis &a) {
                     "max_context; blocks of " + integerText(inf.kvBlock) + " tokens, " +
                         integerText(inf.kvBlocksPerSequence) + " per layer and sequence"});
   t.rows.push_back({"KV per token", formatBytes(inf.kvBytesPerToken),
-                    groupDigits(inf.kvBytesPerToken) + " B: K and V of " +
+                    groupDigits(inf.kvBytesPerToken) +
+                        (inf.latentLayers > 0 ? " B: the latent (MLA) of " : " B: K and V of ") +
                         std::to_string(inf.layers) + " layers in " + nameOf(inf.kvDtype).str() +
                         ", " + kvHeads + "; per device"});
   t.rows.push_back({"KV per sequence", formatBytes(inf.kvBytesPerSequence),
@@ -480,8 +485,13 @@ ReportTable servingTable(const Analysis &a) {
   t.rows.push_back({"tokens/s per GPU", llvm::formatv("{0:f1}", inf.tokensPerSecondPerGpu).str(),
                     "at that step, over the " + std::to_string(par.tensor * par.pipeline) +
                         " GPU" + (par.tensor * par.pipeline == 1 ? "" : "s") + " of a replica"});
-  t.notes.push_back("Latent attention (DeepSeek's MLA) is not modelled: the IR has no latent "
-                    "attention op, so K and V are counted per KV head.");
+  if (inf.latentLayers > 0)
+    t.notes.push_back("Latent attention (MLA): " + std::to_string(inf.latentLayers) +
+                      (inf.latentLayers == 1 ? " layer caches" : " layers cache") +
+                      " the compressed KV and the RoPE key, " + std::to_string(inf.latentWidth) +
+                      " values per token each, not K and V per head (DeepSeek-V2, "
+                      "arXiv:2405.04434); its decode attention is priced with the "
+                      "up-projections absorbed.");
   return t;
 }
 

@@ -14,8 +14,10 @@ namespace tally::oprules {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Attention: q [b, s, d], k and v [b, s_kv, d_kv], h query heads of size dh = d/h, kvHeads
-// key/value heads (d_kv = kvHeads·dh). S = b·h·s·s_kv is the number of attention scores (the
+// Attention: q [b, s, d], k [b, s_kv, d_kv] and v [b, s_kv, d_v], h query heads of size dh =
+// d/h, kvHeads key/value heads (d_kv = kvHeads·dh), values of head size dv = d_v / kvHeads (dh
+// unless written otherwise: DeepSeek's MLA has q/k heads of 192 and value heads of 128); the
+// output is [b, s, h·dv]. S = b·h·s·s_kv is the number of attention scores (the
 // score matrix); F, the scores model FLOPs count: S, or b·h·s·w_kv with a sliding window of w
 // keys (w_kv = min(w, s_kv): the window is each query's key span, counted dense within it as
 // causal attention counts the whole s_kv).
@@ -23,8 +25,15 @@ namespace {
 /// The attention sizes: b, s, s_kv, h, dh = d / h, S = b·h·s·s_kv scores and F, those model
 /// FLOPs count.
 template <class C> struct AttnTerms {
-  Num<C> b, s, skv, h, dh, S, F;
+  Num<C> b, s, skv, h, dh, dv, S, F;
+  bool sameHead = true; ///< dv == dh: the formulas are written with dh alone
 };
+
+/// The value head size: v's width over the key/value heads.
+int64_t valueHead(const Graph &g, const Op &op) {
+  int64_t kvh = op.attrs->kvHeads ? op.attrs->kvHeads : op.attrs->heads;
+  return kvh > 0 ? in(g, op, 2).shape[2].size / kvh : 0;
+}
 
 template <class C> AttnTerms<C> attentionTerms(C &c) {
   const Shape &q = in(c.g, c.op, 0).shape, &k = in(c.g, c.op, 1).shape;
@@ -34,6 +43,13 @@ template <class C> AttnTerms<C> attentionTerms(C &c) {
   t.skv = c.dim("s_kv", k[1]);
   t.h = c.quantity("h", c.lit(static_cast<double>(c.op.attrs->heads)));
   t.dh = c.quantity("dh", c.named("d", c.lit(static_cast<double>(q[2].size))) / t.h);
+  int64_t kvh = c.op.attrs->kvHeads ? c.op.attrs->kvHeads : c.op.attrs->heads;
+  int64_t dv = valueHead(c.g, c.op);
+  t.sameHead = kvh <= 0 || dv * c.op.attrs->heads == q[2].size;
+  t.dv = t.sameHead ? t.dh
+                    : c.quantity("dv", c.named("d_v", c.lit(static_cast<double>(
+                                                          in(c.g, c.op, 2).shape[2].size))) /
+                                           c.named("kv_heads", c.lit(static_cast<double>(kvh))));
   t.S = c.quantity("S", t.b * t.h * t.s * t.skv);
   t.F = t.S;
   if (int64_t w = c.op.attrs->attnWindow; w > 0) {
@@ -89,6 +105,31 @@ double computedFraction(const Graph &g, const Op &op) {
   return (d.s + 1) / (2 * d.s);
 }
 
+/// latent = r, latent_rope = p (MLA): the cache holds c_kv and the decoupled RoPE key of a
+/// self-attention, and the RoPE key is part of every q/k head of dh dims.
+bool checkLatent(const Graph &g, const Op &op, int64_t dh, ShapeError &err) {
+  const OpAttrs &a = op.attrs;
+  if (a.latent == 0 && a.latentRope == 0)
+    return true;
+  const Shape &q = in(g, op, 0).shape, &k = in(g, op, 1).shape;
+  if (a.latent < 0 || a.latentRope < 0 || (a.latent == 0 && a.latentRope > 0))
+    return fail(err, ShapeErrorKind::Invalid,
+                "attention latent = " + std::to_string(a.latent) + ", latent_rope = " +
+                    std::to_string(a.latentRope) + ": the latent must be positive and the RoPE "
+                    "key at least 0");
+  if (k[1].size != q[1].size)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention with a latent cache (latent = " + std::to_string(a.latent) +
+                    ") is a self-attention: k and v as long as q, got " + g.formatShape(q) +
+                    " and " + g.formatShape(k));
+  if (a.latentRope >= dh)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention latent_rope = " + std::to_string(a.latentRope) +
+                    " is the RoPE part of each q/k head, so it must be below the head size " +
+                    std::to_string(dh) + " (qk_nope_head_dim + qk_rope_head_dim)");
+  return true;
+}
+
 bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                     ShapeError &err) {
   if (!expectInputs(op, op.attrs->hasMask ? 4 : 3, op.attrs->hasMask ? 4 : 3, err))
@@ -100,11 +141,10 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   if (q.size() != 3 || k.size() != 3 || v.size() != 3)
     return fail(err, ShapeErrorKind::Invalid,
                 "attention expects q [batch, seq, d] and k, v [batch, seq_kv, d_kv], got " + all());
-  if (k[0].size != q[0].size || v[0].size != q[0].size || k[1].size != v[1].size ||
-      k[2].size != v[2].size)
+  if (k[0].size != q[0].size || v[0].size != q[0].size || k[1].size != v[1].size)
     return fail(err, ShapeErrorKind::Mismatch,
                 "attention q, k and v disagree: " + all() +
-                    " (batch must match, and k and v must have the same shape)");
+                    " (batch must match, and k and v must have the same length)");
   int64_t h = op.attrs->heads, kvh = op.attrs->kvHeads ? op.attrs->kvHeads : op.attrs->heads;
   if (h <= 0 || kvh <= 0)
     return fail(err, ShapeErrorKind::Invalid,
@@ -124,6 +164,13 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
                 "attention key/value width " + std::to_string(k[2].size) + " of " +
                     g.formatShape(k) + " should be kv_heads × head size = " + std::to_string(kvh) +
                     " × " + std::to_string(dh) + " = " + std::to_string(kvh * dh));
+  if (v[2].size % kvh != 0)
+    return fail(err, ShapeErrorKind::Mismatch,
+                "attention value width " + std::to_string(v[2].size) + " of " + g.formatShape(v) +
+                    " is not divisible by kv_heads = " + std::to_string(kvh));
+  int64_t dv = v[2].size / kvh;
+  if (!checkLatent(g, op, dh, err))
+    return false;
   if (!(op.attrs->p >= 0 && op.attrs->p < 1))
     return fail(err, ShapeErrorKind::Invalid,
                 "attention dropout must be in [0, 1), got " + std::to_string(op.attrs->p));
@@ -147,7 +194,10 @@ bool inferAttention(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorTy
   // What the backward reads besides q, k, v and o: the logsumexp of each query row (fp32
   // [b, h, s]) when fused; the probabilities [b, h, s, s_kv] when materialised, with the
   // dropout mask and the dropped probabilities when p > 0.
-  outs.push_back({q, g.activationDtype});
+  Shape o = q; // [b, s, h·dv]: q's shape unless the value heads differ from q's
+  if (dv != dh)
+    o[2] = Dim{h * dv, 0};
+  outs.push_back({o, g.activationDtype});
   if (op.attrs->fused) {
     outs.push_back({Shape{q[0], Dim{h, 0}, q[1]}, Dtype::F32});
   } else {
@@ -215,9 +265,12 @@ std::string causalNote(const Graph &g, const Op &op) {
 }
 
 struct AttentionCounts : BaseCounts {
-  /// QKᵀ and P·V, 2·F·dh each: the part done as matrix products.
+  /// QKᵀ and P·V, 2·F·dh each (2·F·dv for P·V when the value heads differ): the part done
+  /// as matrix products.
   template <class C> static Num<C> products(C &c, const AttnTerms<C> &t) {
-    return c.lit(4) * t.F * t.dh;
+    if (t.sameHead)
+      return c.lit(4) * t.F * t.dh;
+    return c.lit(2) * t.F * t.dh + c.lit(2) * t.F * t.dv;
   }
   /// The products, then per score: scale and softmax (5), dropout (1) when p > 0, the ALiBi
   /// bias (2) when asked, the soft cap (6) when asked. Over F: the window's scores.
@@ -226,7 +279,9 @@ struct AttentionCounts : BaseCounts {
     const Op &op = c.op;
     if constexpr (C::kExplains) {
       std::string sc = op.attrs->attnWindow > 0 ? "S_w" : "S";
-      std::string note = "Q·Kᵀ and P·V are 2·" + sc + "·dh each; scale and softmax 5 per score" +
+      std::string note = (t.sameHead ? "Q·Kᵀ and P·V are 2·" + sc + "·dh each"
+                                     : "Q·Kᵀ is 2·" + sc + "·dh, P·V 2·" + sc + "·dv") +
+                         "; scale and softmax 5 per score" +
                          std::string(op.attrs->p > 0 ? ", dropout 1" : "") +
                          std::string(op.attrs->alibi ? ", the ALiBi bias 2" : "") +
                          std::string(op.attrs->softcap > 0
@@ -283,17 +338,17 @@ struct AttentionCounts : BaseCounts {
     if (i == 0) {
       if constexpr (C::kExplains) {
         std::string sc = c.op.attrs->attnWindow > 0 ? "S_w" : "S";
-        c.note("dP = dO·Vᵀ and dQ = dS·K (2·" + sc + "·dh each), the softmax backward (4 per "
-               "score)" + std::string(c.op.attrs->p > 0 ? ", dropout (1 per score)" : "") +
+        c.note((t.sameHead ? "dP = dO·Vᵀ and dQ = dS·K (2·" + sc + "·dh each)"
+                           : "dP = dO·Vᵀ (2·" + sc + "·dv) and dQ = dS·K (2·" + sc + "·dh)") +
+               ", the softmax backward (4 per score)" + std::string(c.op.attrs->p > 0 ? ", dropout (1 per score)" : "") +
                std::string(c.op.attrs->softcap > 0 ? ", the soft cap's 1 − tanh² (3 per score)"
                                                    : "") +
                "; dK and dV reuse dS");
       }
-      return c.lit(4) * t.F * t.dh +
-             c.lit(attnPerScore(c.op) - 1 + softcapGradPerScore(c.op)) * t.F;
+      return products(c, t) + c.lit(attnPerScore(c.op) - 1 + softcapGradPerScore(c.op)) * t.F;
     }
     c.note(i == 1 ? "dK = dSᵀ·Q" : "dV = Pᵀ·dO");
-    return c.lit(2) * t.F * t.dh;
+    return c.lit(2) * t.F * (i == 2 ? t.dv : t.dh);
   }
   static void finish(const Graph &g, const Op &op, ForwardCost &r) {
     Count c(g, op);
@@ -320,7 +375,7 @@ double executedBackwardAttention(const Graph &g, const Op &op, llvm::ArrayRef<bo
       f += gradAttention(g, op, i);
   // dK needs dS even when q needs no gradient: count dP and the softmax backward once there.
   if (!need(needGrad, 0) && need(needGrad, 1))
-    f += 2 * S * d.dh + (attnPerScore(op) - 1 + softcapGradPerScore(op)) * S;
+    f += 2 * S * d.dv + (attnPerScore(op) - 1 + softcapGradPerScore(op)) * S;
   // Flash attention recomputes the scores, their cap, the softmax and the dropout mask from q,
   // k and the saved logsumexp; materialised attention with a cap recomputes the capped scores
   // (P alone does not give the cap's derivative).
@@ -424,9 +479,10 @@ struct AttentionBackwardCounts : BaseCounts {
     r.executedFlops = executedBackwardAttention(g, op, need);
     AttnDims d = attnDims(g, op);
     r.matmulFlops = 0;
-    for (unsigned i = 0; i < 3; ++i) // the products of each gradient: 4·F·dh for dq, 2·F·dh else
+    // the products of each gradient: 2·F·(dh + dv) for dq, 2·F·dh for dk, 2·F·dv for dv
+    for (unsigned i = 0; i < 3; ++i)
       if (need[i])
-        r.matmulFlops += (i == 0 ? 4 : 2) * d.F * d.dh;
+        r.matmulFlops += 2 * d.F * (i == 0 ? d.dh + d.dv : i == 1 ? d.dh : d.dv);
     // Flash attention recomputes P = exp(s − lse): an exp per computed score (and the cap's
     // tanh); materialised attention reads the saved P (and recomputes the cap's tanh).
     if (op.attrs->fused && anyNeed(need))
@@ -447,6 +503,8 @@ void printAttention(const Graph &, const Op &op, llvm::raw_ostream &os) {
     os << ", window = " << a.attnWindow;
   if (a.softcap > 0)
     os << ", softcap = " << significant(a.softcap);
+  if (a.latent > 0)
+    os << ", latent = " << a.latent << ", latent_rope = " << a.latentRope;
   os << "}";
 }
 std::string describeAttention(const Graph &, const Op &op) {
@@ -457,7 +515,10 @@ std::string describeAttention(const Graph &, const Op &op) {
          (at.fused ? "fused (flash)" : "unfused (scores materialised)") +
          (at.p > 0 ? ", dropout = " + formatFormulaNumber(at.p) : std::string()) +
          (at.attnWindow > 0 ? ", window = " + std::to_string(at.attnWindow) : std::string()) +
-         (at.softcap > 0 ? ", softcap = " + formatFormulaNumber(at.softcap) : std::string());
+         (at.softcap > 0 ? ", softcap = " + formatFormulaNumber(at.softcap) : std::string()) +
+         (at.latent > 0 ? ", a latent KV cache of " + std::to_string(at.latent) + " + " +
+                              std::to_string(at.latentRope) + " values per token (MLA)"
+                        : std::string());
 }
 
 } // namespace

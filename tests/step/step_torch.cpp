@@ -190,24 +190,25 @@ TEST_CASE("torch: rotary embedding (rotate-half, explicit positions)", "[torch]"
 }
 
 static Covers covTorchAttn(false, {"attention_fwd", "attention_bwd"});
-TEST_CASE("torch: attention (causal grouped-query; cross with S != Skv), fused and materialised", "[torch]") {
+TEST_CASE("torch: attention (causal grouped-query; cross with S != Skv; value heads unlike q's), fused and materialised", "[torch]") {
   OPEN_REF(ref);
-  for (const char* tag : {"causal_gqa", "cross"}) {
+  for (const char* tag : {"causal_gqa", "cross", "mla_values"}) {
     const std::string pre = std::string("attention.") + tag + ".";
     auto dims = ref.i(pre + "dims");
     const int64_t B = dims[0], S = dims[1], Skv = dims[2], H = dims[3], Hkv = dims[4], hd = dims[5];
     const bool causal = dims[6] != 0;
+    const int64_t hv = dims[7];   // the value head size (MLA: unlike q/k's)
     auto q = ref.f32(pre + "q"), k = ref.f32(pre + "k"), v = ref.f32(pre + "v"), dO = ref.f32(pre + "dO");
     for (bool materialised : {false, true}) {
-      std::vector<float> o(q.size()), lse(B * H * S), P(materialised ? B * H * S * Skv : 0);
+      std::vector<float> o(B * S * H * hv), lse(B * H * S), P(materialised ? B * H * S * Skv : 0);
       std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
       float* Pp = materialised ? P.data() : nullptr;
       rt::attention_fwd<float>(ctx, q.data(), k.data(), v.data(), o.data(), lse.data(), Pp, B, S, Skv, H, Hkv, hd,
-                               0.0f, causal, 0.0f, 0, 0);
+                               0.0f, causal, 0.0f, 0, 0, {}, {}, hv);
       // Materialised: P only, as the plan keeps it (no o, no lse).
       rt::attention_bwd<float>(ctx, q.data(), k.data(), v.data(), materialised ? nullptr : o.data(),
                                materialised ? nullptr : lse.data(), Pp, dO.data(), dq.data(),
-                               dk.data(), dv.data(), B, S, Skv, H, Hkv, hd, 0.0f, causal, 0.0f, 0, 0, false);
+                               dk.data(), dv.data(), B, S, Skv, H, Hkv, hd, 0.0f, causal, 0.0f, 0, 0, false, {}, {}, hv);
       INFO(tag << (materialised ? " materialised" : " fused"));
       expect_close(pre + "o", asVec(o), ref.f(pre + "o"), kFp32);
       expect_close(pre + "lse", asVec(lse), ref.f(pre + "lse"), kFp32);

@@ -126,11 +126,12 @@ def main():
     put("rope.x", x); put("rope.positions", pos); put("rope.dy", dy); put("rope.y", y)
     put("rope.dx", grads(y, dy, x)[0])
 
-    # ---- attention: explicit, grouped-query; causal (S = Skv) and not (S != Skv) --------------------
-    def attention(q, k, v, B, S, Skv, H, Hkv, hd, causal):
+    # ---- attention: explicit, grouped-query; causal (S = Skv) and not (S != Skv); value heads of hv
+    # dims, not hd (DeepSeek's MLA: q/k heads of qk_nope + qk_rope, value heads of v_head_dim) -------
+    def attention(q, k, v, B, S, Skv, H, Hkv, hd, causal, hv):
         qh = q.view(B, S, H, hd).transpose(1, 2)                     # [B, H, S, hd]
         kh = k.view(B, Skv, Hkv, hd).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
-        vh = v.view(B, Skv, Hkv, hd).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+        vh = v.view(B, Skv, Hkv, hv).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
         s = qh @ kh.transpose(-1, -2) / hd ** 0.5
         if causal:
             i = torch.arange(S)[:, None]
@@ -138,18 +139,19 @@ def main():
             s = s.masked_fill(j > i + (Skv - S), float("-inf"))
         p = F.softmax(s, dim=-1)
         lse = torch.logsumexp(s, dim=-1)                              # [B, H, S]
-        return (p @ vh).transpose(1, 2).reshape(B, S, H * hd), lse
+        return (p @ vh).transpose(1, 2).reshape(B, S, H * hv), lse
 
-    for tag, (B, S, Skv, H, Hkv, hd, causal) in {
-        "causal_gqa": (2, 6, 6, 4, 2, 8, True),
-        "cross": (1, 3, 7, 2, 1, 4, False),
+    for tag, (B, S, Skv, H, Hkv, hd, causal, hv) in {
+        "causal_gqa": (2, 6, 6, 4, 2, 8, True, 8),
+        "cross": (1, 3, 7, 2, 1, 4, False, 4),
+        "mla_values": (2, 70, 70, 3, 3, 12, True, 8),   # q/k heads 12, value heads 8; > 64 rows: two blocks
     }.items():
-        q, k, v = leaf(B, S, H * hd), leaf(B, Skv, Hkv * hd), leaf(B, Skv, Hkv * hd)
-        o, lse = attention(q, k, v, B, S, Skv, H, Hkv, hd, causal)
-        dO = torch.rand(B, S, H * hd) - 0.5
+        q, k, v = leaf(B, S, H * hd), leaf(B, Skv, Hkv * hd), leaf(B, Skv, Hkv * hv)
+        o, lse = attention(q, k, v, B, S, Skv, H, Hkv, hd, causal, hv)
+        dO = torch.rand(B, S, H * hv) - 0.5
         dq, dk, dv = grads(o, dO, q, k, v)
         pre = "attention.%s." % tag
-        put(pre + "dims", torch.tensor([B, S, Skv, H, Hkv, hd, int(causal)], dtype=torch.int32))
+        put(pre + "dims", torch.tensor([B, S, Skv, H, Hkv, hd, int(causal), hv], dtype=torch.int32))
         for kname, t in dict(q=q, k=k, v=v, o=o, lse=lse, dO=dO, dq=dq, dk=dk, dv=dv).items():
             put(pre + kname, t)
 

@@ -537,6 +537,34 @@ TEST_CASE("oprules: attention logit soft-capping (issue 44)", "[oprules]") {
   CHECK(b.executedBackward(unfused) == g + 2 * S * 16 + 6 * S);
 }
 
+TEST_CASE("oprules: value heads unlike q/k's and a latent cache (MLA, issue 44)", "[oprules]") {
+  Builder b;
+  // 4 heads: q and k of 24 dims (nope 16 + rope 8), v of 16 (DeepSeek's 192 and 128, scaled).
+  TensorId qk = b.activation(Builder::sizes({2, 16, 96}), Dtype::F32);
+  TensorId v = b.activation(Builder::sizes({2, 16, 64}), Dtype::F32);
+  OpAttrs a;
+  a.heads = 4;
+  a.causal = true;
+  a.latent = 32;
+  a.latentRope = 8;
+  OpId at = b.op(OpKind::Attention, {qk, qk, v}, a);
+  CHECK(b.g.formatShape(b.shapeOf(b.g.ops[at].outputs[0])) == "[2, 16, 64]");
+  double S = 2.0 * 4 * 16 * 16;
+  // QKᵀ over dh = 24, P·V over dv = 16; the latent changes no FLOPs of the graph.
+  CHECK(b.fwd(at).flops == 2 * S * 24 + 2 * S * 16 + 5 * S);
+  CHECK(b.grad(at, 0) == 2 * S * 16 + 2 * S * 24 + 4 * S); // dP = dO·Vᵀ over dv, dS·K over dh
+  CHECK(b.grad(at, 1) == 2 * S * 24);
+  CHECK(b.grad(at, 2) == 2 * S * 16);
+  a.latentRope = 24; // the RoPE key is part of each 24-dim head
+  CHECK(b.error(OpKind::Attention, {qk, qk, v}, a).message ==
+        "attention latent_rope = 24 is the RoPE part of each q/k head, so it must be below the "
+        "head size 24 (qk_nope_head_dim + qk_rope_head_dim)");
+  a.latentRope = 8;
+  TensorId v5 = b.activation(Builder::sizes({2, 16, 66}), Dtype::F32);
+  CHECK(b.error(OpKind::Attention, {qk, qk, v5}, a).message ==
+        "attention value width 66 of [2, 16, 66] is not divisible by kv_heads = 4");
+}
+
 TEST_CASE("oprules: grouped-query attention", "[oprules]") {
   Builder b;
   TensorId q = b.input(Builder::sizes({2, 16, 64}));

@@ -75,7 +75,7 @@ const std::map<std::string, Calls> kCalls = {
     {"sigmoid", {"sigmoid(x)", "sigmoid(x = x)"}},
     {"exp", {"exp(x)", "exp(x = x)"}},
     {"dropout", {"dropout(x, 0.1)", "dropout(x = x, p = 0.1)"}},
-    {"rope", {"rope(x)", "rope(x = x, fraction = 0.5)"}},
+    {"rope", {"rope(x)", "rope(x = x, fraction = 0.5, head = 4)"}},
     {"softmax", {"softmax(x)", "softmax(x = x, dim = 1)"}},
     {"layer_norm",
      {"layer_norm(x, v8)", "layer_norm(x = x, weight = v8, bias = v8, eps = 1e-6)"}},
@@ -83,7 +83,7 @@ const std::map<std::string, Calls> kCalls = {
     {"attention",
      {"attention(x, x, x, 2)",
       "attention(q = x, k = h, v = h, heads = 2, kv_heads = 1, causal = true, fused = false, "
-      "dropout = 0.1, alibi = true, mask = m, window = 2, softcap = 30)"}},
+      "dropout = 0.1, alibi = true, mask = m, window = 2, softcap = 30, latent = 4, latent_rope = 2)"}},
     {"embedding", {"embedding(ids, e)", "embedding(ids = ids, weight = e)"}},
     {"sum", {"sum(x)", "sum(x = x, dim = 1, keepdim = true)"}},
     {"mean", {"mean(x)", "mean(x = x, dim = 1, keepdim = true)"}},
@@ -186,7 +186,7 @@ TEST_CASE("signatures and defaults come from the table", "[primitives]") {
   CHECK(findPrimitive("concat")->signature() == "concat(tensors..., dim = -1)");
   CHECK(findPrimitive("attention")->signature() ==
         "attention(q, k, v, heads, kv_heads = heads, causal = false, fused = true, "
-        "dropout = 0, alibi = false, mask, window = 0, softcap = 0)");
+        "dropout = 0, alibi = false, mask, window = 0, softcap = 0, latent = 0, latent_rope = 0)");
 
   // PyTorch's defaults: LayerNorm eps 1e-5; RMSNorm as Llama writes it, 1e-6; softmax over
   // the last axis; transpose of the last two; no cap on experts; fused attention.

@@ -273,7 +273,7 @@ namespace {
 /// The families tally imports, for messages.
 constexpr const char *kFamilies =
     "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, olmo, olmo2, starcoder2, "
-    "mixtral, qwen2_moe, qwen3_moe, gpt2, gpt_neox, falcon, bert";
+    "mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt2, gpt_neox, falcon, bert";
 
 /// True for a Python class name as transformers writes in `architectures` (an ASCII letter or
 /// `_`, then letters, digits and `_`): the only form written into the generated file.
@@ -309,7 +309,8 @@ std::string familyOfArchitecture(StringRef arch) {
       {"Gemma3ForCausalLM", "gemma3_text"}, {"Gemma3Text", "gemma3_text"},
       {"Gemma2", "gemma2"},    {"Gemma", "gemma"},         {"Phi3", "phi3"},
       {"Olmo2", "olmo2"},      {"Olmo", "olmo"},           {"Starcoder2", "starcoder2"},
-      {"Falcon", "falcon"},    {"Bert", "bert"}};
+      {"Falcon", "falcon"},    {"Bert", "bert"},           {"DeepseekV2", "deepseek_v2"},
+      {"DeepseekV3", "deepseek_v3"}};
   for (const Prefix &p : table)
     if (arch.startswith(p.prefix))
       return p.family;
@@ -364,13 +365,6 @@ int importHF() {
                  File + ": missing key 'model_type' (and no known 'architectures' entry to infer it from)");
     return 1;
   }
-  if (family == "deepseek_v2" || family == "deepseek_v3") {
-    diags.report(DiagKind::InvalidValue, SMLoc(),
-                 File + ": model_type '" + family +
-                     "' uses multi-head latent attention (kv_lora_rank, q_lora_rank), which the "
-                     "language cannot write yet; tally imports " + kFamilies);
-    return 1;
-  }
   if (family == "gemma3") {
     diags.report(DiagKind::InvalidValue, SMLoc(),
                  File + ": model_type 'gemma3' is the vision-language model; tally imports its "
@@ -392,6 +386,8 @@ int importHF() {
     actKey = "activation_function";
   } else if (family == "gpt_neox") {
     g = neoxFamily(c);
+  } else if (family == "deepseek_v2" || family == "deepseek_v3") {
+    g = deepseekFamily(c, family == "deepseek_v3");
   } else if (family == "falcon") {
     g = falconFamily(c);
     actKey = "activation";

@@ -3,7 +3,8 @@
 // writers. ImportHF.cpp reads the file, picks the family and writes the result;
 // ImportHFDecoder.cpp writes the RMSNorm/LayerNorm decoder families (llama and its relatives,
 // the Qwen, Gemma, OLMo, Phi-3 and StarCoder2 lines, the mixtures of experts);
-// ImportHFClassic.cpp writes gpt2, gpt_neox, bert and falcon.
+// ImportHFClassic.cpp writes gpt2, gpt_neox, bert and falcon; ImportHFDeepSeek.cpp deepseek_v2
+// and deepseek_v3 (multi-head latent attention, DeepSeekMoE).
 #pragma once
 
 #include "support/Diagnostics.h"
@@ -64,6 +65,10 @@ public:
   /// The "// key: not given, default" lines the generated file starts with.
   const std::vector<std::string> &defaults() const { return defaults_; }
   const std::string &family() const { return family_; }
+  /// The whole config (deepseek's check that every key is one it knows).
+  const llvm::json::Object &object() const { return obj_; }
+  /// True once an error was reported.
+  bool diagnosed() const { return diags_.hasErrors(); }
 
   /// The shortest decimal text that reads back as `v` ("1e-05", "10000", "0.25").
   static std::string fmt(double v) {
@@ -142,5 +147,6 @@ std::optional<Generated> gpt2Family(Config &c);
 std::optional<Generated> neoxFamily(Config &c);
 std::optional<Generated> bertFamily(Config &c, bool maskedLM);
 std::optional<Generated> falconFamily(Config &c);
+std::optional<Generated> deepseekFamily(Config &c, bool v3); // ImportHFDeepSeek.cpp
 
 } // namespace tally::importhf

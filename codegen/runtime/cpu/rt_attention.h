@@ -28,11 +28,13 @@ inline float check_attention(const char* name, int64_t B, int64_t S, int64_t Skv
   return scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(hd));
 }
 
-/// The row strides of q, k and v: `rows` with 0 replaced by the dense width (H·hd, Hkv·hd).
-/// Throws rt::Error for a stride smaller than its width. Call after check_attention.
-inline AttnRows attention_rows(const char* name, AttnRows rows, int64_t H, int64_t Hkv, int64_t hd) {
-  require(H <= INT64_MAX / hd, name, "H·hd overflows int64");   // hd > 0, H >= Hkv > 0 here
-  const int64_t qw = H * hd, kw = Hkv * hd;
+/// The row strides of q, k and v: `rows` with 0 replaced by the dense width (H·hd, Hkv·hd,
+/// Hkv·hdv). Throws rt::Error for a stride smaller than its width. Call after check_attention.
+inline AttnRows attention_rows(const char* name, AttnRows rows, int64_t H, int64_t Hkv, int64_t hd,
+                               int64_t hdv) {
+  require(hdv > 0, name, "value head size must be positive");
+  require(H <= INT64_MAX / hd && H <= INT64_MAX / hdv, name, "H·hd overflows int64");   // hd > 0, H >= Hkv > 0 here
+  const int64_t qw = H * hd, kw = Hkv * hd, vw = Hkv * hdv;
   auto one = [&](const char* what, int64_t s, int64_t width) {
     if (s == 0) return width;
     require(s >= width, name, [&] {
@@ -41,7 +43,7 @@ inline AttnRows attention_rows(const char* name, AttnRows rows, int64_t H, int64
     });
     return s;
   };
-  return AttnRows{one("q", rows.q, qw), one("k", rows.k, kw), one("v", rows.v, kw)};
+  return AttnRows{one("q", rows.q, qw), one("k", rows.k, kw), one("v", rows.v, vw)};
 }
 
 /// Keys query i may see: j < visible_keys(i) (all Skv unless causal: j <= i + Skv − S).
@@ -144,20 +146,21 @@ void attention_block_p(const A* Qs, const A* K, int64_t i0, int64_t qb, int64_t 
 } // namespace detail
 
 /// o = softmax(cap(scale · q kᵀ) [+ causal mask, window]) (with dropout) · v per (batch, head);
-/// lse [B, H, S].
+/// lse [B, H, S]. hdv > 0: value heads of hdv dims (o is [B, S, H·hdv]; MLA), else hd.
 template <class T>
 void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* lse, T* scores,
                    int64_t B, int64_t S, int64_t Skv, int64_t H, int64_t Hkv, int64_t hd, float scale,
                    bool causal, float p, uint64_t seed, uint64_t stream, AttnRows rows = {},
-                   AttnScores sm = {}) {
+                   AttnScores sm = {}, int64_t hdv = 0) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "attention_fwd");
   const A sc = static_cast<A>(detail::check_attention("attention_fwd", B, S, Skv, H, Hkv, hd, scale, p));
-  const AttnRows rs = detail::attention_rows("attention_fwd", rows, H, Hkv, hd);
+  const int64_t dv = hdv > 0 ? hdv : hd;
+  const AttnRows rs = detail::attention_rows("attention_fwd", rows, H, Hkv, hd, dv);
   detail::check_scores("attention_fwd", sm, causal);
   const A cap = static_cast<A>(sm.softcap);
   detail::blas_single_threaded();
-  const int64_t group = H / Hkv, qw = H * hd;
+  const int64_t group = H / Hkv, ow = H * dv;
   const A keepScale = A(1) / (A(1) - static_cast<A>(p));
   const bool materialised = scores != nullptr;
   constexpr int64_t QB = detail::kAttnQB, KB = detail::kAttnKB;
@@ -169,15 +172,15 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
       const int64_t b = bh / H, h = bh % H, kvh = h / group;
       A* Q = detail::scratch(Qv, S * hd);
       A* K = detail::scratch(Kv, Skv * hd);
-      A* V = detail::scratch(Vv, Skv * hd);
-      A* O = detail::scratch(Ov, QB * hd);
+      A* V = detail::scratch(Vv, Skv * dv);
+      A* O = detail::scratch(Ov, QB * dv);
       A* Sb = detail::scratch(Sv, QB * (materialised ? std::max<int64_t>(Skv, 1) : KB));
       A* m = detail::scratch(mv, QB);
       A* l = detail::scratch(lv, QB);
       A* ls = detail::scratch(lsv, QB);   // materialised: each row's lse, known once its P is
       detail::stage_head(q, b, S, rs.q, h, hd, sc, Q);   // scaled: Q·Kᵀ are the scores
       detail::stage_head(k, b, Skv, rs.k, kvh, hd, A(1), K);
-      detail::stage_head(v, b, Skv, rs.v, kvh, hd, A(1), V);
+      detail::stage_head(v, b, Skv, rs.v, kvh, dv, A(1), V);
       detail::KeepStream keep(seed, stream, p);
       for (int64_t i0 = 0; i0 < S; i0 += QB) {
         const int64_t qb = std::min(QB, S - i0);
@@ -185,7 +188,7 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
         // The first key any row sees (the window of the block's first row); materialised mode
         // takes each row whole from key 0.
         const int64_t jbeg = materialised ? 0 : std::min(jend, detail::first_key(sm.window, i0, S, Skv));
-        std::fill(O, O + qb * hd, A(0));
+        std::fill(O, O + qb * dv, A(0));
         for (int64_t r = 0; r < qb; ++r) { m[r] = -m_inf<A>(); l[r] = 0; }
         const int64_t blk = materialised ? std::max<int64_t>(jend, 1) : KB;
         for (int64_t j0 = jbeg; j0 < jend; j0 += blk) {
@@ -206,7 +209,7 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
             for (int64_t j = jl; j < jm; ++j) bm = srow[j - j0] > bm ? srow[j - j0] : bm;
             const A corr = m_exp(m[r] - bm);   // m = −inf on the row's first block: 0
             l[r] *= corr;
-            for (int64_t d = 0; d < hd; ++d) O[r * hd + d] *= corr;
+            for (int64_t d = 0; d < dv; ++d) O[r * dv + d] *= corr;
             m[r] = bm;
             A sum = 0;
             for (int64_t j = jl; j < jm; ++j) {
@@ -231,7 +234,7 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
                 srow[j - j0] = keep.keep(ebase + j) ? srow[j - j0] * keepScale : A(0);
             }
           }
-          detail::gemm(false, false, qb, hd, kb, 1.0f, Sb, kb, V + j0 * hd, hd, 1.0f, O, hd);
+          detail::gemm(false, false, qb, dv, kb, 1.0f, Sb, kb, V + j0 * dv, dv, 1.0f, O, dv);
         }
         for (int64_t r = 0; r < qb; ++r) {
           const int64_t i = i0 + r;
@@ -242,8 +245,8 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
             for (int64_t j = 0; j < Skv; ++j) prow[j] = store<T>(A(0));
           }
           const A norm = none ? A(0) : A(1) / l[r];
-          T* orow = o + (b * S + i) * qw + h * hd;
-          for (int64_t d = 0; d < hd; ++d) orow[d] = store<T>(O[r * hd + d] * norm);
+          T* orow = o + (b * S + i) * ow + h * dv;
+          for (int64_t d = 0; d < dv; ++d) orow[d] = store<T>(O[r * dv + d] * norm);
           if (lse) {
             const A lv2 = none ? -m_inf<A>() : (materialised ? ls[r] : m[r] + m_log(l[r]));
             lse[(b * H + h) * S + i] = static_cast<float>(lv2);
@@ -261,13 +264,15 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
 /// = nullptr (the plan keeps P, not o) and sums P·dP over the whole row, one block of all keys.
 template <class T>
 void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, const float* lse,
-                   const T* scores, const T* dO, T* dq, T* dk, T* dv, int64_t B, int64_t S, int64_t Skv,
+                   const T* scores, const T* dO, T* dq, T* dk, T* dvo, int64_t B, int64_t S, int64_t Skv,
                    int64_t H, int64_t Hkv, int64_t hd, float scale, bool causal, float p, uint64_t seed,
-                   uint64_t stream, bool accumulate, AttnRows rows = {}, AttnScores sm = {}) {
+                   uint64_t stream, bool accumulate, AttnRows rows = {}, AttnScores sm = {},
+                   int64_t hdv = 0) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "attention_bwd");
   const A sc = static_cast<A>(detail::check_attention("attention_bwd", B, S, Skv, H, Hkv, hd, scale, p));
-  const AttnRows rs = detail::attention_rows("attention_bwd", rows, H, Hkv, hd);
+  const int64_t dv = hdv > 0 ? hdv : hd;
+  const AttnRows rs = detail::attention_rows("attention_bwd", rows, H, Hkv, hd, dv);
   detail::check_scores("attention_bwd", sm, causal);
   const A cap = static_cast<A>(sm.softcap);
   const bool capped = cap > A(0);
@@ -276,23 +281,23 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   detail::require(scores != nullptr || lse != nullptr || detail::kExactStatsAttn<T>, "attention_bwd",
                   "fused mode needs the lse the forward saved");
   detail::blas_single_threaded();
-  const int64_t group = H / Hkv, qw = H * hd, kw = Hkv * hd;
+  const int64_t group = H / Hkv, ow = H * dv, kw = Hkv * hd, vw = Hkv * dv;
   const A keepScale = A(1) / (A(1) - static_cast<A>(p));
   constexpr int64_t QB = detail::kAttnQB, KB = detail::kAttnKB;
   // Query heads of one group add into the same kv head's dK/dV under that head's lock. When T is
   // the arithmetic type (fp32, fp64) they add straight into dk/dv (zeroed first unless
   // accumulating); 16-bit types sum in dense fp32 buffers [B, Skv, Hkv·hd] and round once at the
   // end. With row strides (AttnRows) only the kw columns of each row of dk/dv are touched.
-  const int64_t n = B * Skv * kw, kvRows = B * Skv;
+  const int64_t n = B * Skv * kw, nv = B * Skv * vw, kvRows = B * Skv;
   constexpr bool direct = std::is_same<T, A>::value;
-  std::vector<A> dK(direct ? 0 : static_cast<size_t>(n), A(0)), dV(direct ? 0 : static_cast<size_t>(n), A(0));
+  std::vector<A> dK(direct ? 0 : static_cast<size_t>(n), A(0)), dV(direct ? 0 : static_cast<size_t>(nv), A(0));
   A* dKacc = direct ? reinterpret_cast<A*>(dk) : dK.data();
-  A* dVacc = direct ? reinterpret_cast<A*>(dv) : dV.data();
-  const int64_t ldK = direct ? rs.k : kw, ldV = direct ? rs.v : kw;   // row strides of dKacc, dVacc
+  A* dVacc = direct ? reinterpret_cast<A*>(dvo) : dV.data();
+  const int64_t ldK = direct ? rs.k : kw, ldV = direct ? rs.v : vw;   // row strides of dKacc, dVacc
   if (direct && !accumulate) {
     for (int64_t r = 0; r < kvRows; ++r) {
       std::fill(dKacc + r * ldK, dKacc + r * ldK + kw, A(0));
-      std::fill(dVacc + r * ldV, dVacc + r * ldV + kw, A(0));
+      std::fill(dVacc + r * ldV, dVacc + r * ldV + vw, A(0));
     }
   }
   std::vector<omp_lock_t> locks(static_cast<size_t>(B * Hkv));
@@ -306,11 +311,11 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       A* Q = detail::scratch(Qv, S * hd);
       A* Qs = detail::scratch(Qsv, S * hd);
       A* K = detail::scratch(Kv, Skv * hd);
-      A* V = detail::scratch(Vv, Skv * hd);
-      A* G = detail::scratch(Gv, S * hd);
+      A* V = detail::scratch(Vv, Skv * dv);
+      A* G = detail::scratch(Gv, S * dv);
       A* dQ = detail::scratch(dQv, QB * hd);
       A* dKh = detail::scratch(dKv, Skv * hd);
-      A* dVh = detail::scratch(dVv, Skv * hd);
+      A* dVh = detail::scratch(dVv, Skv * dv);
       // Materialised mode takes each row's keys in one block (D needs the whole row of P·dP).
       const int64_t KBlk = materialised ? std::max<int64_t>(Skv, 1) : KB;
       A* P = detail::scratch(Pv, QB * KBlk);
@@ -322,10 +327,10 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       detail::stage_head(q, b, S, rs.q, h, hd, A(1), Q);
       detail::stage_head(q, b, S, rs.q, h, hd, sc, Qs);
       detail::stage_head(k, b, Skv, rs.k, kvh, hd, A(1), K);
-      detail::stage_head(v, b, Skv, rs.v, kvh, hd, A(1), V);
-      detail::stage_head(dO, b, S, qw, h, hd, A(1), G);
+      detail::stage_head(v, b, Skv, rs.v, kvh, dv, A(1), V);
+      detail::stage_head(dO, b, S, ow, h, dv, A(1), G);
       std::fill(dKh, dKh + Skv * hd, A(0));
-      std::fill(dVh, dVh + Skv * hd, A(0));
+      std::fill(dVh, dVh + Skv * dv, A(0));
       detail::KeepStream keep(seed, stream, p);
       for (int64_t i0 = 0; i0 < S; i0 += QB) {
         const int64_t qb = std::min(QB, S - i0);
@@ -335,8 +340,8 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
         for (int64_t r = 0; r < qb; ++r) {
           A s = 0;
           if (!materialised) {
-            const T* orow = o + (b * S + i0 + r) * qw + h * hd;
-            for (int64_t d = 0; d < hd; ++d) s += G[(i0 + r) * hd + d] * load(orow[d]);
+            const T* orow = o + (b * S + i0 + r) * ow + h * dv;
+            for (int64_t d = 0; d < dv; ++d) s += G[(i0 + r) * dv + d] * load(orow[d]);
           }
           D[r] = s;
           L[r] = (scores == nullptr && lse != nullptr) ? static_cast<A>(lse[(b * H + h) * S + i0 + r]) : A(0);
@@ -349,7 +354,7 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
           detail::attention_block_p(Qs, K, i0, qb, j0, kb, S, Skv, hd, causal, sm, L,
                                     scores != nullptr ? scores + (b * H + h) * S * Skv : nullptr, P, Tc);
           // dP' = dO Vᵀ; through the dropout (factor f = keep/(1−p)): dP = dP'·f, Pdrop = P·f.
-          detail::gemm(false, true, qb, kb, hd, 1.0f, G + i0 * hd, hd, V + j0 * hd, hd, 0.0f, dP, kb);
+          detail::gemm(false, true, qb, kb, dv, 1.0f, G + i0 * dv, dv, V + j0 * dv, dv, 0.0f, dP, kb);
           const A* Pdrop = P;
           if (p > 0.0f) {
             for (int64_t r = 0; r < qb; ++r) {
@@ -369,7 +374,7 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
               D[r] = s;
             }
           // dV += Pdropᵀ dO.
-          detail::gemm(true, false, kb, hd, qb, 1.0f, Pdrop, kb, G + i0 * hd, hd, 1.0f, dVh + j0 * hd, hd);
+          detail::gemm(true, false, kb, dv, qb, 1.0f, Pdrop, kb, G + i0 * dv, dv, 1.0f, dVh + j0 * dv, dv);
           // dS = scale · P (dP − D) (· (1 − t²) through the cap), into dP.
           for (int64_t r = 0; r < qb; ++r)
             for (int64_t j = 0; j < kb; ++j) {
@@ -388,8 +393,9 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       omp_set_lock(&lk);
       for (int64_t j = 0; j < Skv; ++j) {
         A* gk = dKacc + (b * Skv + j) * ldK + kvh * hd;
-        A* gv = dVacc + (b * Skv + j) * ldV + kvh * hd;
-        for (int64_t d = 0; d < hd; ++d) { gk[d] += dKh[j * hd + d]; gv[d] += dVh[j * hd + d]; }
+        A* gv = dVacc + (b * Skv + j) * ldV + kvh * dv;
+        for (int64_t d = 0; d < hd; ++d) gk[d] += dKh[j * hd + d];
+        for (int64_t d = 0; d < dv; ++d) gv[d] += dVh[j * dv + d];
       }
       omp_unset_lock(&lk);
     }
@@ -398,10 +404,8 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   if (direct) return;
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
   for (int64_t r = 0; r < kvRows; ++r) {
-    for (int64_t c = 0; c < kw; ++c) {
-      detail::put(dk[r * rs.k + c], dK[r * kw + c], accumulate);
-      detail::put(dv[r * rs.v + c], dV[r * kw + c], accumulate);
-    }
+    for (int64_t c = 0; c < kw; ++c) detail::put(dk[r * rs.k + c], dK[r * kw + c], accumulate);
+    for (int64_t c = 0; c < vw; ++c) detail::put(dvo[r * rs.v + c], dV[r * vw + c], accumulate);
   }
 }
 
