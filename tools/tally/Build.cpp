@@ -821,6 +821,11 @@ int run() {
   if (cuda && !TraceFile.empty())
     return usageError("--trace: the CUDA step does not trace its kernels yet; --backend cpu traces the same "
                       "step on this machine");
+  if (!TraceFile.empty()) { // before minutes of building: the folder the trace goes in exists
+    StringRef folder = sys::path::parent_path(TraceFile);
+    if (!folder.empty() && !sys::fs::is_directory(folder))
+      return usageError("--trace " + TraceFile + ": the folder " + folder.str() + " does not exist");
+  }
   Compilation c;
   std::optional<Analysis> a;
   std::vector<codegen::File> files;
