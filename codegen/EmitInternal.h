@@ -58,6 +58,10 @@ struct Emitter {
   std::string body;            ///< the function being written
   uint32_t step = 0;           ///< the schedule step of the entry being written
   const Op *op = nullptr;      ///< the op being written (for messages)
+  /// Each op's index in the step graph by address (filled on first use by opIndex).
+  std::unordered_map<const Op *, int64_t> opIds;
+  /// The index of `o` in the step graph (the CPU step's op_id), or -1 for null.
+  int64_t opIndex(const Op *o);
 
   BufferIndex buffers;          ///< the memory plan's buffers by tensor; each entry's schedule step
   std::unordered_map<TensorId, int64_t> paramOffset, gradOffset, masterOffset, dataOffset;

@@ -248,9 +248,18 @@ bool Emitter::sameType(std::initializer_list<TensorId> ts) {
   return true;
 }
 
+int64_t Emitter::opIndex(const Op *o) {
+  if (opIds.empty())
+    for (OpId i = 0; i < s.ops.size(); ++i)
+      opIds[&s.ops[i]] = static_cast<int64_t>(i);
+  auto it = opIds.find(o);
+  return it == opIds.end() ? -1 : it->second;
+}
+
 std::string Emitter::siteText(const std::string &path, const std::string &cls) {
-  if (!be.device)
-    return "  op_class = \"" + cls + "\";\n";
+  if (!be.device) // op_path and op_id: what `tally run --trace` names each kernel call by
+    return "  op_class = \"" + cls + "\";\n  op_path = " + literal(path) + "; op_id = " +
+           std::to_string(op && s.opPath(*op) == path ? opIndex(op) : -1) + ";\n";
   if (siteClass.emplace(path, cls).second)
     sites.push_back({path, cls});
   return "  ctx.where = " + literal(path) + ";\n";
@@ -445,7 +454,8 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << "#include \"" << be.runtimeHeader << "\"\n#include \"driver/tally_step.h\"\n" << be.extraIncludes
      << (dataParallel() ? "#include \"" + std::string(be.commHeader) + "\"\n\n#include <algorithm>\n" : "\n")
      << "#include <cmath>\n\n"
-     << "namespace tally_step {\n\nMemory mem;\nconst char *op_class = \"\";\n\nnamespace {\n\n"
+     << "namespace tally_step {\n\nMemory mem;\nconst char *op_class = \"\";\n" +
+            std::string(be.device ? "" : "const char *op_path = \"\";\nint op_id = -1;\n") + "\nnamespace {\n\n"
      << "template <class T> T *A(int64_t off) { return reinterpret_cast<T *>(mem.arena + off); }\n"
      << "template <class T> T *P(int64_t off) { return reinterpret_cast<T *>(mem.params + off); }\n"
      << "template <class T> T *G(int64_t off) { return reinterpret_cast<T *>(mem.grads + off); }\n"

@@ -4,7 +4,7 @@
 // (--data, or random data), runs --steps steps (the first --warmup untimed), and prints one
 // JSON object: the median step time (with min, max and the load average), per-kernel times by op class, the bytes it allocated, the peak resident
 // memory and the loss of every step. `tally run` reads that object; docs/runtime.md documents
-// the flags.
+// the flags. --trace FILE writes the last step's kernel calls as a Chrome trace (writeTrace).
 //
 // Data parallel (kLayout.ranks > 1): one process per rank under `mpirun -np N`
 // (driver/tally_comm.h). Rank r trains on its rows of every batch (its micro-batches are the
@@ -65,7 +65,41 @@ uint8_t *region(int64_t bytes) {
 
 int rank = 0; ///< this process's rank in the data-parallel group
 
+/// One kernel call of the traced step (--trace): the op path and index the step set
+/// (tally_step.h), its class, the kernel, the micro-batch, and its start (seconds from the
+/// step's start) and duration.
+struct TraceEvent {
+  const char *path, *cls, *kernel;
+  int op;
+  int64_t micro;
+  double start, seconds;
+};
+
+/// Kernel seconds and calls, by (op class, kernel), while `timing` is set; while `tracing` is
+/// set too, every call (one more clock read per call, into a vector reserved beforehand).
+struct Profile {
+  bool timing = false, tracing = false;
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, double>> by;
+  int64_t calls = 0;   ///< kernel calls of the timed steps
+  double t0 = 0;       ///< the traced step's start (rt::now_seconds)
+  int64_t micro = 0;   ///< the micro-batch loaded last
+  std::vector<TraceEvent> events;
+  static void record(void *user, const char *kernel, double seconds) {
+    Profile *p = static_cast<Profile *>(user);
+    if (!p->timing)
+      return;
+    auto &e = p->by[{op_class, kernel}];
+    e.first += 1;
+    e.second += seconds;
+    p->calls += 1;
+    if (p->tracing) // the hook runs as the kernel returns: it started `seconds` ago
+      p->events.push_back({op_path, op_class, kernel, op_id, p->micro, rt::now_seconds() - seconds - p->t0, seconds});
+  }
+};
+Profile prof;
+
 void loadMicroBatch(int64_t m) {
+  prof.micro = m;
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
     size_t bytes = static_cast<size_t>(in.t.numel) * dtypeBytes(in.t.dtype);
@@ -75,19 +109,6 @@ void loadMicroBatch(int64_t m) {
   }
 }
 
-/// Kernel seconds and calls, by (op class, kernel), while `timing` is set.
-struct Profile {
-  bool timing = false;
-  std::map<std::pair<std::string, std::string>, std::pair<int64_t, double>> by;
-  static void record(void *user, const char *kernel, double seconds) {
-    Profile *p = static_cast<Profile *>(user);
-    if (!p->timing)
-      return;
-    auto &e = p->by[{op_class, kernel}];
-    e.first += 1;
-    e.second += seconds;
-  }
-};
 
 Args args;
 
@@ -96,6 +117,42 @@ void dumpGradients() {
     dumpPieces(args.dumpGrads, mem, rank, tally_comm::merge);
   else if (!args.dumpGrads.empty() && rank == 0) // every rank holds the same averaged gradients
     writeTensors(args.dumpGrads, true, mem);
+}
+
+/// --trace FILE (rank r of several: FILE.rank<r>): the traced step's kernel calls in the Trace
+/// Event Format (Chrome's JSON, which Perfetto and chrome://tracing open): process `rank + 1`
+/// named "rank r (measured)", one thread (the step runs its kernels one after another; each
+/// kernel's OpenMP threads work inside its slice), a slice for the whole step and one per
+/// kernel call, named "op path (kernel)", in microseconds from the step's start; otherData
+/// holds the step's start on the steady clock, which `tally run` aligns the ranks by.
+void writeTrace(const std::string &path, int64_t step, double t0, double seconds) {
+  std::vector<TraceEvent> &ev = prof.events;
+  std::stable_sort(ev.begin(), ev.end(), [](const TraceEvent &a, const TraceEvent &b) { return a.start < b.start; });
+  const std::string pid = std::to_string(rank + 1), where = "\"pid\": " + pid + ", \"tid\": 1";
+  std::string out = "{\"traceEvents\": [\n";
+  out += "  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + pid + ", \"args\": {\"name\": \"rank " +
+         std::to_string(rank) + " (measured)\"}},\n";
+  out += "  {\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": " + pid + ", \"args\": {\"sort_index\": " + pid + "}},\n";
+  out += "  {\"name\": \"thread_name\", \"ph\": \"M\", " + where + ", \"args\": {\"name\": \"step\"}},\n";
+  out += "  {\"name\": \"step " + std::to_string(step) + "\", \"cat\": \"step\", \"ph\": \"X\", \"ts\": 0, \"dur\": " +
+         num(seconds * 1e6) + ", " + where + "}";
+  for (const TraceEvent &e : ev) {
+    std::string p = rt::json_escape(e.path), k = rt::json_escape(e.kernel), c = rt::json_escape(e.cls);
+    out += ",\n  {\"name\": \"" + p + " (" + k + ")\", \"cat\": \"" + c + "\", \"ph\": \"X\", \"ts\": " +
+           num(e.start * 1e6) + ", \"dur\": " + num(e.seconds * 1e6) + ", " + where + ", \"args\": {\"op_path\": \"" + p +
+           "\", \"op_id\": " + std::to_string(e.op) + ", \"op_class\": \"" + c + "\", \"kernel\": \"" + k +
+           "\", \"micro_batch\": " + std::to_string(e.micro) + "}}";
+  }
+  out += "\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"model\": \"" + rt::json_escape(kLayout.model) +
+         "\", \"plan\": \"" + rt::json_escape(kLayout.plan) + "\", \"backend\": \"cpu\", \"rank\": " +
+         std::to_string(rank) + ", \"ranks\": " + std::to_string(kLayout.ranks) + ", \"step\": " + std::to_string(step) +
+         ", \"step_start_s\": " + num(t0) + ", \"step_s\": " + num(seconds) + ", \"kernel_calls\": " +
+         std::to_string(ev.size()) + "}}\n";
+  std::string file = kLayout.ranks > 1 ? path + ".rank" + std::to_string(rank) : path;
+  std::ofstream f(file, std::ios::binary);
+  if (!(f << out) || !f.flush())
+    die("cannot write the trace " + file);
+  ev.clear();
 }
 
 } // namespace
@@ -121,7 +178,6 @@ int main(int argc, char **argv) {
 
     rt::Ctx ctx;
     ctx.threads = static_cast<int>(args.threads);
-    Profile prof;
     ctx.timer = Profile::record;
     ctx.timer_user = &prof;
 
@@ -136,10 +192,14 @@ int main(int argc, char **argv) {
       progress.step(args, i);
       currentBatch = i % batches;
       bool last = i + 1 == total, updated = true;
+      prof.tracing = last && !args.trace.empty(); // the last step, which is timed
+      if (prof.tracing) // the calls of a timed step so far, or a guess when it is the first
+        prof.events.reserve(static_cast<size_t>(times.empty() ? 4096 : prof.calls / static_cast<int64_t>(times.size()) + 64));
       // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
       uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
       tally_comm::reset_sent_bytes();
       double t0 = rt::now_seconds();
+      prof.t0 = t0;
       double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated);
       double dt = rt::now_seconds() - t0;
       sent = tally_comm::sent_bytes(); // the piece collectives of this step (ZeRO 2 and 3)
@@ -151,6 +211,8 @@ int main(int argc, char **argv) {
       if (timedStep(args, i))
         times.push_back(dt);
       skipped += updated ? 0 : 1;
+      if (prof.tracing)
+        writeTrace(args.trace, total, t0, dt);
     }
     progress.done();
     if (!args.save.empty())

@@ -123,6 +123,9 @@ void dumpGradients() {
 int main(int argc, char **argv) {
   tally_comm::init(&argc, &argv);
   args = parse(argc, argv);
+  if (!args.trace.empty())
+    usage("--trace: the CUDA step does not trace its kernels yet (the CPU step does: `tally run --backend cpu "
+          "--trace FILE`)");
   rank = tally_comm::rank();
   if (tally_comm::size() != kLayout.ranks)
     die("this step runs on " + std::to_string(kLayout.ranks) + " processes, one per GPU (data = " +

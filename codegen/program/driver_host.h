@@ -45,6 +45,7 @@ struct Args {
   int64_t steps = 10, warmup = -1, threads = 0;
   uint64_t seed = 1;
   std::string init, data, save, dumpGrads;
+  std::string trace; ///< --trace: the last step's kernel calls as a Chrome trace (traceFile)
   bool allowNonfinite = false;
 };
 
@@ -58,7 +59,7 @@ bool allowNonfinite = false;
   std::fprintf(stderr,
                "tally_step: %s\nusage: tally_step [--steps N] [--warmup W] [--threads T" kThreadsNote "] [--seed S]\n"
                "       [--init W.safetensors] [--data D.safetensors] [--save OUT.safetensors]\n"
-               "       [--dump-grads G.safetensors] [--allow-nonfinite]\n",
+               "       [--dump-grads G.safetensors] [--trace T.json] [--allow-nonfinite]\n",
                why.c_str());
   std::exit(2);
 }
@@ -109,6 +110,8 @@ Args parse(int argc, char **argv) {
       a.save = v;
     else if (f == "--dump-grads")
       a.dumpGrads = v;
+    else if (f == "--trace")
+      a.trace = v;
     else
       usage("unknown flag " + f);
   }
@@ -120,13 +123,13 @@ Args parse(int argc, char **argv) {
   if (a.threads > kMaxThreads)
     usage("--threads takes at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(a.threads));
   // An output never replaces an input of the same run (nor the other output).
-  for (const std::string *out : {&a.save, &a.dumpGrads})
+  for (const std::string *out : {&a.save, &a.dumpGrads, &a.trace})
     for (const std::pair<const char *, const std::string *> &in :
          {std::make_pair("--init", &a.init), std::make_pair("--data", &a.data)})
       if (sameFile(*out, *in.second))
         usage("refusing to write " + *out + ": it is the " + in.first + " file of this run");
-  if (sameFile(a.save, a.dumpGrads))
-    usage("--save and --dump-grads name the same file " + a.save);
+  if (sameFile(a.save, a.dumpGrads) || sameFile(a.save, a.trace) || sameFile(a.dumpGrads, a.trace))
+    usage("--save, --dump-grads and --trace name the same file " + (sameFile(a.save, a.dumpGrads) ? a.save : a.trace));
   allowNonfinite = a.allowNonfinite;
   return a;
 }

@@ -87,6 +87,12 @@ extern Memory mem;
 /// The op class of the kernel running now ("matmul", "attention", ..., "optimizer"): the kernel
 /// timer files each kernel's time under it.
 extern const char *op_class;
+/// CPU steps: the path of the op running now ("h[0].attn.qkv.matmul", "zero_grad") and its
+/// index in the step graph (`tally report --emit=ir`; -1 for a site that is no op of it, or
+/// whose op has another path): set beside op_class before every call, read by the kernel
+/// timer only while the driver traces a step (--trace).
+extern const char *op_path;
+extern int op_id;
 
 /// One optimizer step: for each micro-batch, load_micro_batch(m) fills the data region and
 /// the forward and backward run; then the update (skipped when fp16 gradients overflowed) and,

@@ -110,6 +110,21 @@ TEST_CASE("codegen: the e2e GPT's tied head, fused qkv and recompute", "[codegen
   CHECK(classAfter("// h[1].mlp.fc.add.contiguous (backward)") == "  op_class = \"elementwise\";");
   CHECK(classAfter("// h[1].mlp.fc.matmul.matmul (backward)") == "  op_class = \"matmul\";");
   CHECK(classAfter("// h[1].mlp.fc.matmul (forward)") == "  op_class = \"matmul\";");
+  // The op's path and step-graph index follow its class (what `tally run --trace` names calls by).
+  auto pathAfter = [&](const std::string &comment) {
+    for (size_t i = 0; i + 2 < ls.size(); ++i)
+      if (ls[i].find(comment) != std::string::npos)
+        return ls[i + 2];
+    return std::string("(no " + comment + ")");
+  };
+  OpId fc = kNone;
+  for (OpId i = 0; i < t.a->step->ops.size(); ++i)
+    if (t.a->step->opPath(i) == "h[1].mlp.fc.matmul")
+      fc = i;
+  CHECK(pathAfter("// h[1].mlp.fc.matmul (forward)") ==
+        "  op_path = \"h[1].mlp.fc.matmul\"; op_id = " + std::to_string(fc) + ";");
+  CHECK(countOf(text, "  op_path = ") == countOf(text, "  op_class = "));
+  CHECK(countOf(text, "  op_path = \"zero_grad\"; op_id = -1;") == 1);
 }
 
 TEST_CASE("codegen: checkpointed blocks are recomputed into their own buffers", "[codegen]") {

@@ -4,13 +4,15 @@
 // `tally run FILE --backend cpu|cuda [--steps N] [--format json]`: builds that folder once (cached
 // by a hash of every generated file, under $TALLY_CACHE_DIR or ~/.cache/tally), runs it, and
 // prints the estimates beside what the run measured: step time, time per op class, the top
-// kernels, arena and peak memory, MFU and the loss of every step.
+// kernels, arena and peak memory, MFU and the loss of every step. --trace FILE writes the last
+// step's kernel calls and the estimated step as a Chrome/Perfetto trace (report/ChromeTrace.h).
 //
 // Exit codes: 0 success; 1 an error in the file, a plan the backend cannot generate, a failed
 // build or a failed run; 2 bad usage.
 #include "codegen/Emit.h"
 #include "driver/Compiler.h"
 #include "ir/Units.h"
+#include "report/ChromeTrace.h"
 #include "report/Output.h"
 #include "report/RunTiming.h"
 #include "tools/tally/Commands.h"
@@ -70,6 +72,10 @@ cl::opt<std::string> Data("data", cl::desc("run: the batch (safetensors: one ten
 cl::opt<std::string> Save("save", cl::desc("run: write the weights after the last step (safetensors, F32)"),
                           cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
 cl::opt<std::string> DumpGrads("dump-grads", cl::desc("run: write the last step's gradients (safetensors, F32)"),
+                               cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
+cl::opt<std::string> TraceFile("trace",
+                               cl::desc("run: write the last step's kernel calls and the estimated step as a "
+                                        "Chrome trace (JSON; open it in ui.perfetto.dev or chrome://tracing)"),
                                cl::value_desc("file"), cl::sub(Run), cl::cat(Cat));
 cl::opt<bool> AllowNonfinite("allow-nonfinite",
                               cl::desc("run: train on through a NaN or infinite loss and write non-finite weights "
@@ -473,6 +479,10 @@ std::string launcher(const Analysis &a, const std::string &binary, std::vector<s
 /// The untimed steps: --warmup as given, else 2 or, for fewer --steps, all but the last one.
 int64_t warmupSteps() { return Warmup.getNumOccurrences() ? Warmup : std::min<int64_t>(Warmup, Steps - 1); }
 
+/// Where the step writes its trace (--trace): a temporary file (rank r of several: its path
+/// followed by ".rank<r>"), which `tally run` reads back and completes into TraceFile.
+std::string traceTemp;
+
 /// The step's command line: the launcher (launcher()), then --steps, --warmup, --threads (under
 /// data parallelism the cores shared between the ranks unless --threads says otherwise), --seed
 /// and the file flags given. "" or why it cannot be run.
@@ -496,6 +506,7 @@ std::string stepArguments(const Analysis &a, const std::string &binary, std::vec
   flag("--data", Data);
   flag("--save", Save);
   flag("--dump-grads", DumpGrads);
+  flag("--trace", traceTemp);
   if (AllowNonfinite)
     args.push_back("--allow-nonfinite");
   return "";
@@ -623,6 +634,8 @@ void printRunJson(const Analysis &an, const Measured &r) {
                    {"estimated", std::move(est)},
                    {"measured", std::move(meas)},
                    {"loss", r.loss ? json::Value(json::Array(*r.loss)) : json::Value(json::Array())}};
+  if (!TraceFile.empty())
+    out["trace"] = TraceFile;
   outs() << formatv("{0:2}", json::Value(std::move(out))) << "\n";
 }
 
@@ -727,14 +740,17 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
     for (const json::Value &v : *r.loss)
       os << formatv(" {0:f4}", v.getAsNumber().getValueOr(NAN));
   os << "\n";
+  if (!TraceFile.empty())
+    os << "\ntrace of the last step, measured and estimated: " << TraceFile
+       << " (open it at https://ui.perfetto.dev or in chrome://tracing)\n";
 }
 
 /// The most OpenMP threads --threads may ask for (the step's own bound: libgomp crashed creating
 /// 100,000).
 constexpr int64_t kMaxThreads = 1024;
 
-/// "" unless --save or --dump-grads names an input of this run (the .tally file or a file it
-/// imports, --init, --data; compared by device and inode) or both name the same file.
+/// "" unless --save, --dump-grads or --trace names an input of this run (the .tally file or a
+/// file it imports, --init, --data; compared by device and inode) or two name the same file.
 std::string outputOverInput(const Compilation &c) {
   std::vector<std::pair<std::string, std::string>> inputs{{"--init", Init}, {"--data", Data}};
   for (unsigned i = 1; i <= c.sm.getNumBuffers(); ++i)
@@ -743,15 +759,61 @@ std::string outputOverInput(const Compilation &c) {
     bool eq = false;
     return !x.empty() && !y.empty() && (x == y || (!sys::fs::equivalent(x, y, eq) && eq));
   };
-  for (const std::pair<const char *, std::string> out : {std::make_pair("--save", Save.getValue()),
-                                                         std::make_pair("--dump-grads", DumpGrads.getValue())})
+  const std::pair<const char *, std::string> outs[] = {std::make_pair("--save", Save.getValue()),
+                                                       std::make_pair("--dump-grads", DumpGrads.getValue()),
+                                                       std::make_pair("--trace", TraceFile.getValue())};
+  for (const std::pair<const char *, std::string> &out : outs)
     for (const auto &in : inputs)
       if (same(out.second, in.second))
         return std::string("refusing to write ") + out.first + " " + out.second + ": it is " +
                (in.first == "source" ? "a source file" : "the " + in.first + " file") + " of this run";
-  if (same(Save, DumpGrads))
-    return "--save and --dump-grads name the same file " + Save;
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = i + 1; j < 3; ++j)
+      if (same(outs[i].second, outs[j].second))
+        return std::string(outs[i].first) + " and " + outs[j].first + " name the same file " + outs[i].second;
   return "";
+}
+
+/// --trace: reads the trace each rank of the step wrote (traceTemp), completes it with the
+/// estimate (report/ChromeTrace.h) and writes TraceFile; removes the step's files. 0, or the
+/// exit code after saying why.
+int writeTrace(const Compilation &c, const Analysis &a, const Measured &r) {
+  int64_t ranks = std::max<int64_t>(1, a.plan->parallel.data);
+  if (ranks > 1)
+    sys::fs::remove(traceTemp); // the empty temporary file: the ranks wrote theirs beside it
+  std::vector<json::Value> traces;
+  std::string why;
+  for (int64_t k = 0; k < ranks; ++k) {
+    std::string path = ranks > 1 ? traceTemp + ".rank" + std::to_string(k) : traceTemp;
+    auto text = MemoryBuffer::getFile(path);
+    sys::fs::remove(path);
+    if (!text) {
+      why = why.empty() ? "the generated step wrote no trace " + path : why;
+      continue;
+    }
+    Expected<json::Value> v = json::parse((*text)->getBuffer());
+    if (!v) {
+      why = why.empty() ? "the generated step's trace is not JSON: " + toString(v.takeError()) : why;
+      continue;
+    }
+    traces.push_back(std::move(*v));
+  }
+  json::Object out;
+  if (why.empty() && !runTrace(a, traces, r.stepS, out, why))
+    why = "--trace: " + why;
+  if (!why.empty())
+    return failure(why);
+  std::vector<std::string> inputs{Init, Data};
+  for (unsigned i = 1; i <= c.sm.getNumBuffers(); ++i)
+    inputs.push_back(c.sm.getMemoryBuffer(i)->getBufferIdentifier().str());
+  std::unique_ptr<OutputFile> f = OutputFile::open(TraceFile, inputs, why);
+  if (f) {
+    f->os() << formatv("{0:1}", json::Value(std::move(out))) << "\n";
+    if (f->commit(why))
+      return 0;
+  }
+  errs() << "tally: error: " << why << " [io-error]\n";
+  return kOutputErrorExit;
 }
 
 int run() {
@@ -766,6 +828,14 @@ int run() {
                       "least one is timed");
   if (Threads > kMaxThreads)
     return usageError("--threads takes at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(Threads));
+  if (cuda && !TraceFile.empty())
+    return usageError("--trace: the CUDA step does not trace its kernels yet; --backend cpu traces the same "
+                      "step on this machine");
+  if (!TraceFile.empty()) { // before minutes of building: the folder the trace goes in exists
+    StringRef folder = sys::path::parent_path(TraceFile);
+    if (!folder.empty() && !sys::fs::is_directory(folder))
+      return usageError("--trace " + TraceFile + ": the folder " + folder.str() + " does not exist");
+  }
   Compilation c;
   std::optional<Analysis> a;
   std::vector<codegen::File> files;
@@ -781,9 +851,24 @@ int run() {
   if (std::string err = buildCached(files, binary); !err.empty())
     return failure(err);
   Optional<json::Value> report;
-  if (int rc = runStep(*a, binary, report))
+  SmallString<128> tracePath;
+  if (!TraceFile.empty()) {
+    if (std::error_code ec = sys::fs::createTemporaryFile("tally-trace", "json", tracePath))
+      return failure("cannot create a temporary file: " + ec.message());
+    traceTemp = tracePath.str().str();
+  }
+  int rc = runStep(*a, binary, report);
+  if (rc != 0 && !traceTemp.empty()) { // what a failed step left
+    sys::fs::remove(traceTemp);
+    for (int64_t k = 0; k < a->plan->parallel.data; ++k)
+      sys::fs::remove(traceTemp + ".rank" + std::to_string(k));
+  }
+  if (rc != 0)
     return rc;
   Measured r = measured(*a, report->getAsObject());
+  if (!traceTemp.empty())
+    if (int rc = writeTrace(c, *a, r))
+      return rc;
   for (const std::string &w : r.warnings)
     errs() << "tally: warning: " << w << "\n";
   if (OutFormat == Format::Json)

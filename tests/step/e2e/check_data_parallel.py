@@ -34,7 +34,9 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     hold one piece of ceil(n / 2) elements per tensor, each padded to 256 bytes, derived here
     from the tensors' shapes in the saved weights; the bytes each rank sent in the last step,
     counted by the collectives, equal the bytes the estimate prices for a rank (its collectives
-    as a ring sends them), exactly.
+    as a ring sends them), exactly;
+  - dp2o's --trace has a process per rank, each a slice per kernel call named by the model's op
+    paths or the data_parallel.* sites, and the estimate beside them (check_trace.py).
 Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when mpirun is
 not installed or TALLY has no `run` command.
 Usage: /usr/bin/python3 check_data_parallel.py TALLY
@@ -51,6 +53,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import check_e2e as E  # noqa: E402
+import check_trace  # noqa: E402
 import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
@@ -112,11 +115,17 @@ def main():
             weights, grads = os.path.join(work, p + "-w.safetensors"), os.path.join(work, p + "-g.safetensors")
             cmd = [tally, "run", os.path.join(HERE, "dp.tally"), "--plan", p, "--steps", "3", "--warmup", "0",
                    "--format", "json", "--seed", "7", "--save", weights, "--dump-grads", grads]
+            trace = os.path.join(work, p + "-trace.json")
+            if p == "dp2o":  # a trace with a track per rank, the buckets' reductions among the backward
+                cmd += ["--trace", trace]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 result(p + " run", False, "exit %d: %s" % (r.returncode, r.stderr[-3000:]))
                 continue
             report = json.loads(r.stdout[r.stdout.index("{"):])
+            if p == "dp2o":
+                for name, ok, detail in check_trace.check(tally, os.path.join(HERE, "dp.tally"), p, trace, report):
+                    result(p + " " + name, ok, detail)
             runs[p] = (report, st.load(weights), st.load(grads))
             est, got = report["estimated"], report["measured"]
             result(p + " arena", est["arena_bytes"] == got["arena_bytes"],

@@ -10,7 +10,10 @@ untimed (issue 42), on the e2e MLP (mlp.tally, random data from --seed: the same
     are in the JSON, beside the old ones;
   - --warmup N or more is refused (at least one step is timed);
   - a progress line ("tally_step: step 1/3 (warm-up, untimed)") on stderr when it is a terminal
-    (a pseudo-terminal here), and none when it is not (a pipe).
+    (a pseudo-terminal here), and none when it is not (a pipe);
+  - --trace FILE writes the last step as a Chrome/Perfetto trace beside the estimate
+    (check_trace.py: the format, a slice per kernel call named by the model's op paths, the
+    estimate's slices summing to its step).
 
 Usage: /usr/bin/python3 check_run_steps.py TALLY   (exit 1 on any failure; TALLY_CACHE_DIR as the
 other e2e checks)."""
@@ -20,6 +23,8 @@ import pty
 import subprocess
 import sys
 import tempfile
+
+import check_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.path.join(HERE, "mlp.tally")
@@ -82,8 +87,15 @@ def main():
                   got, steps, ref[steps], steps + 2, ref[steps + 2] if steps + 2 < len(ref) else "?"))
 
     # Progress: on a terminal only (the build is cached by the runs above, so only the steps show).
-    rc, out, err = run(tally, "--steps", "3")
+    # The same run writes the trace of its last step (--trace: a flag of the built step, no build).
+    trace = os.path.join(tmp, "trace.json")
+    rc, out, err = run(tally, "--steps", "3", "--trace", trace)
     check("no progress on a pipe", rc == 0 and "tally_step: step" not in err and "\r" not in err, repr(err))
+    if rc == 0:
+        rep = json.loads(out)
+        check("--trace named in the report", rep.get("trace") == trace, str(rep.get("trace")))
+        for name, ok, detail in check_trace.check(tally, MODEL, "mlp", trace, rep):
+            check(name, ok, detail)
     master, slave = pty.openpty()
     p = subprocess.Popen([tally, "run", MODEL, "--format", "json", "--seed", "3", "--steps", "3"],
                          stdout=subprocess.PIPE, stderr=slave)
