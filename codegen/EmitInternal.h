@@ -252,6 +252,19 @@ struct Emitter {
   /// G is averaged as soon as the last micro-batch's backward has written its last gradient.
   bool overlap() const { return dataParallel() && !sharded() && !pieced() && plan.parallel.overlap; }
 
+  // ---- tensor parallelism (EmitTensor.cpp) -------------------------------------------------
+
+  /// Tensor parallel over more than one rank (the CPU step's Plan::tensorStep).
+  bool tensorParallel() const { return plan.parallel.tensor > 1; }
+  /// More than one MPI process: the collectives header and MPI in the CMakeLists.txt.
+  bool multiRank() const { return dataParallel() || tensorParallel(); }
+  TensorSplit tp;                                     ///< tensorSplit of the forward graph
+  std::map<size_t, std::vector<TensorId>> tpReduceAfter; ///< gradients all-reduced after an entry
+  /// tp and tpReduceAfter; false after fail() (a column-parallel input read by another op).
+  bool indexTensorParallel();
+  /// After entry e: a row-parallel matmul's output, or the gradients it completes, all-reduced.
+  void tensorParallelAfter(size_t e);
+
   // ---- ZeRO 2 and 3 (EmitZero.cpp) ----------------------------------------------------------
 
   /// Analysis::zero's moves by stepSchedule entry: gathers before it, gradient buffers zeroed

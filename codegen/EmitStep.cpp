@@ -322,6 +322,7 @@ bool Emitter::microStep(std::string &outText) {
     if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
       line(be.device ? "loss = device_load(ctx, " + ptr(s.loss) + ");" : "loss = rt::load(*" + ptr(s.loss) + ");");
     startBuckets(e, e);
+    tensorParallelAfter(e);
     if (pieced())
       zeroAfter(e);
   }
@@ -340,9 +341,16 @@ bool Emitter::microStep(std::string &outText) {
 
 std::string Emitter::tables() {
   std::string out = "static const ParamInfo kParams[] = {\n";
-  for (const ParamInfo &pi : s.params) {
+  for (size_t index = 0; index < s.params.size(); ++index) {
+    const ParamInfo &pi = s.params[index];
     const Tensor &t = s.tensors[pi.tensor];
-    std::vector<int64_t> sz = sizes(pi.tensor);
+    // Tensor parallel: the whole parameter (its name, shape and elements in files), of which
+    // the regions hold this rank's cut (kParams' tp_dim, tp_parts; TensorShard.cpp).
+    const Tensor &whole = a.graph->tensors[pi.tensor];
+    std::vector<int64_t> sz;
+    for (const Dim &d : whole.shape)
+      sz.push_back(d.size);
+    TensorShardOf cut = index < a.tensorShards.size() ? a.tensorShards[index] : TensorShardOf{};
     llvm::StringRef leaf = *pi.name; // "weight" of "h[0].ln_1.weight"
     const char *init = sz.size() >= 2 ? "Init::Normal002" : leaf == "weight" ? "Init::Ones" : "Init::Zeros";
     auto g = gradOffset.find(pi.tensor);
@@ -357,13 +365,14 @@ std::string Emitter::tables() {
         fail("the master copy of " + s.paramPath(pi) + " is past 2^63 - 1 bytes: its offset does not fit int64");
       master = at.value_or(-1);
     }
-    out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}, {8}, {9}},\n", literal(tensorName(s.paramPath(pi))),
-                         stName(t.dtype), sz.size(), list(sz), n(pi.tensor), paramOffset.at(pi.tensor),
-                         boolean(pi.trainable), g == gradOffset.end() ? -1 : g->second, master, init)
+    out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}, {8}, {9}, {10}, {11}},\n",
+                         literal(tensorName(s.paramPath(pi))), stName(t.dtype), sz.size(), list(sz),
+                         checkedNumel(whole.shape).value_or(0), paramOffset.at(pi.tensor), boolean(pi.trainable),
+                         g == gradOffset.end() ? -1 : g->second, master, init, cut.dim, cut.parts)
                .str();
   }
   if (s.params.empty())
-    out += "    {{\"\", \"F32\", 0, {}, 0}, 0, false, -1, -1, Init::Zeros},\n";
+    out += "    {{\"\", \"F32\", 0, {}, 0}, 0, false, -1, -1, Init::Zeros, -1, 1},\n";
   out += "};\n\nstatic const InputInfo kInputs[] = {\n";
   for (TensorId t : s.inputs) {
     const Tensor &x = s.tensors[t];
@@ -388,7 +397,26 @@ bool Emitter::checkPlan() {
     return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
   if (s.loss == kNone)
     return fail("the model returns no loss to train on");
-  if (par.tensor != 1 || par.pipeline != 1 || par.context != 1 || par.expert != 1 || par.devices != par.data)
+  if (par.tensor > 1 && (be.device || par.sequenceParallel || plan.fuseKernels || par.data > 1 ||
+                         par.pipeline != 1 || par.context != 1 || par.expert != 1))
+    return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend runs tensor parallelism " +
+                (be.device ? std::string("not yet (the CPU backend runs it, under MPI)")
+                 : par.sequenceParallel ? std::string("without sequence_parallel")
+                 : plan.fuseKernels ? std::string("without fused kernels (build it without --fuse)")
+                 : par.data > 1 ? std::string("on its own, not combined with data = ") + std::to_string(par.data)
+                                : std::string("on its own, not with pipeline, context or expert parallelism")));
+  if (par.tensor > 1 && !a.tensorStepError.empty()) {
+    op = a.tensorStepOp < s.ops.size() ? &s.ops[a.tensorStepOp] : nullptr;
+    std::string why = a.tensorStepError;
+    if (op && llvm::StringRef(why).startswith("op " + s.opPath(*op) + " ")) // fail() names it, with its line
+      why = why.substr(why.find(')') + 1);
+    return fail("tensor = " + std::to_string(par.tensor) + (op ? " (" + opName(op->kind).str() + ")" : "") +
+                (op ? why : ": " + why));
+  }
+  if (par.tensor > 1 && (!plan.tensorStep || par.tensor > 4096))
+    return fail("tensor = " + std::to_string(par.tensor) + ": the plan was not analyzed as the generated step runs it");
+  if ((par.tensor != 1 && par.devices != par.tensor) || par.pipeline != 1 || par.context != 1 || par.expert != 1 ||
+      (par.tensor == 1 && par.devices != par.data))
     return fail("the " + title() + " backend runs data parallelism only (processes under " + be.parallelEngine +
                 "); this plan splits the model (tensor " + std::to_string(par.tensor) + ", pipeline " +
                 std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
@@ -452,7 +480,7 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << "//   O optimizer state " << a.regions.optimizer.bytes << " B, D data " << dataBytes << " B.\n"
      << "// Kernels: runtime/" << be.runtimeHeader << " (codegen/runtime/API.md). Rewritten by every `tally build`.\n"
      << "#include \"" << be.runtimeHeader << "\"\n#include \"driver/tally_step.h\"\n" << be.extraIncludes
-     << (dataParallel() ? "#include \"" + std::string(be.commHeader) + "\"\n\n#include <algorithm>\n" : "\n")
+     << (multiRank() ? "#include \"" + std::string(be.commHeader) + "\"\n\n#include <algorithm>\n" : "\n")
      << "#include <cmath>\n\n"
      << "namespace tally_step {\n\nMemory mem;\nconst char *op_class = \"\";\n" +
             std::string(be.device ? "" : "const char *op_path = \"\";\nint op_id = -1;\n") + "\nnamespace {\n\n"
@@ -477,7 +505,8 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << plan.batch << ", " << plan.microBatch << ", " << plan.batch / (plan.microBatch * plan.parallel.data) << ", "
      << number(lossScale) << ", " << llvm::formatv("{0:e6}", a.flops.step).str() << ", "
      << (s.params.empty() ? 0 : s.params.size()) << ", " << s.inputs.size() << ", kParams, kInputs, "
-     << plan.parallel.data << ", " << (sharded() ? 1 : a.regions.tensorShards) << ", " << a.regions.shard << "};\n\n"
+     << plan.parallel.data << ", " << (sharded() ? 1 : a.regions.tensorShards) << ", " << a.regions.shard << ", "
+     << plan.parallel.tensor << "};\n\n"
      << "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
      << "                  void (*before_zero)(), bool *updated) {\n"
      << "  double loss = 0;\n"
@@ -514,7 +543,7 @@ static const char *cmakeTemplate(llvm::StringRef name) {
 std::string Emitter::cmakeLists() {
   const char *text = cmakeTemplate(be.cmakeTemplate);
   // MPI only for a step that runs on several processes.
-  const char *dataParallelText = dataParallel() ? cmakeTemplate(be.dataParallelCmakeTemplate) : "";
+  const char *dataParallelText = multiRank() ? cmakeTemplate(be.dataParallelCmakeTemplate) : "";
   if (!text || !dataParallelText)
     return fail(std::string("internal error: no CMake template ") +
                 (text ? be.dataParallelCmakeTemplate : be.cmakeTemplate) + " in codegen/templates"),
@@ -541,6 +570,8 @@ bool Emitter::run(std::vector<File> &files) {
   if (!error.empty() || !checkPlan())
     return false;
   indexZeroMoves();
+  if (!indexTensorParallel())
+    return false;
   std::string micro, upd, zero;
   if (!microStep(micro) || !update(upd, zero))
     return false;

@@ -68,6 +68,8 @@ struct PlanOverrides {
   bool fuseKernels = false;
   /// `tally build/run --backend cuda`: Plan::cudaStep.
   bool cudaStep = false;
+  /// `tally build/run --backend cpu`: Plan::tensorStep, for a plan with tensor > 1.
+  bool tensorStep = false;
 };
 
 class Sema {

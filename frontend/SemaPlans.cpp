@@ -916,7 +916,7 @@ std::optional<Plan> PlanResolver::finish() {
   // On the calibrated host, every rank has its part of the one machine (docs/targets.md).
   plan.target.shareHost(plan.parallel.devices, o.hostThreads);
   plan.fuseKernels = o.fuseKernels || plan.parallel.compiled;
-  plan.cudaStep = o.cudaStep;
+  plan.cudaStep = o.cudaStep, plan.tensorStep = o.tensorStep && plan.isTrain && plan.parallel.tensor > 1;
   if (!sawPrecision)
     plan.precision.preset = "fp32";
   if (gradDtype != Dtype::Invalid && bytesOf(gradDtype) < bytesOf(plan.precision.grads)) {

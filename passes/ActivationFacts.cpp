@@ -30,26 +30,18 @@ namespace activations {
 namespace {
 
 /// Megatron's split, propagated in topological order (see step 1 of passes/Activations.cpp).
-void markSplit(Facts &f) {
+void markSplit(Facts &f, const Plan &plan) {
   const Graph &g = f.g;
   f.split.assign(g.tensors.size(), false);
   if (f.tensorDegree <= 1)
     return;
-  for (const Op &op : g.ops) {
-    bool out = false;
-    if (op.kind == OpKind::Matmul && op.inputs.size() == 2 &&
-        g.isParamStorage(op.inputs[0]) != g.isParamStorage(op.inputs[1])) {
-      TensorId x = g.isParamStorage(op.inputs[0]) ? op.inputs[1] : op.inputs[0];
-      out = !f.split[g.storageOf(x)];
-    } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
-               op.kind != OpKind::Embedding) {
-      for (TensorId t : op.inputs)
-        out = out || f.split[g.storageOf(t)];
-    }
-    // moe's saved expert buffers (outputs 1-4) are split like an MLP's hidden; y is whole.
-    for (size_t i = 0; i < op.outputs.size(); ++i)
-      f.split[g.storageOf(op.outputs[i])] = op.kind == OpKind::Moe ? i > 0 : out;
-  }
+  // The split the step time prices (StepTime.cpp, tensorSplit): one rule.
+  f.split = tensorSplit(g, plan).split;
+  // moe's saved expert buffers (outputs 1-4) are split like an MLP's hidden; y is whole.
+  for (const Op &op : g.ops)
+    if (op.kind == OpKind::Moe)
+      for (size_t i = 1; i < op.outputs.size(); ++i)
+        f.split[g.storageOf(op.outputs[i])] = true;
 }
 
 /// The facts a walk reads of op `o`: its roofline time, FLOPs and executed FLOPs.
@@ -229,7 +221,7 @@ StepScale stepScale(const Plan &plan) {
 Facts gatherFacts(const Analysis &a) {
   const Graph &g = *a.graph;
   Facts f(a, structureOf(a));
-  markSplit(f);
+  markSplit(f, *a.plan);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
   // the tensor-parallel regions are split over the sequence, so every activation is split.
   if (a.plan->parallel.sequenceParallel)

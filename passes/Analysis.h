@@ -88,6 +88,14 @@ struct StepEntry {
 /// Activations.cpp: the liveness walks done on one graph (Analysis::walks).
 struct WalkMemo;
 
+/// How the generated tensor-parallel step cuts one parameter over its t ranks: `dim` (-1:
+/// whole on every rank) viewed as [parts, t, size / (parts·t)], rank r holding [:, r, :] (a
+/// fused qkv weight's 3 parts each give every rank its heads of q, k and v).
+struct TensorShardOf {
+  int dim = -1;
+  int64_t parts = 1;
+};
+
 /// What a caller reads of an analysis beyond its numbers and diagnostics (analyze's `wants`;
 /// docs/design.md, "Analyses on demand"). Each pass computes what a requested result or a
 /// diagnostic needs and no more: nothing is skipped by naming a mode.
@@ -546,6 +554,12 @@ struct Analysis {
   /// gathered into arena buffers (kind Transient, tensor the parameter) before the first entry
   /// of the forward that reads one of its parameters and again before the first of the
   /// backward (recompute included), freed after the phase's last read.
+  /// Plan::tensorStep: per parameter (Graph::params order) how the step cuts it over the
+  /// tensor-parallel ranks (TensorShard.cpp), and why the step cannot run the split ("" when
+  /// it can; codegen refuses with it).
+  std::vector<TensorShardOf> tensorShards;
+  std::string tensorStepError;
+  OpId tensorStepOp = kNone; ///< the op tensorStepError names, if any
   struct ZeroMoves {
     struct Reduce {
       TensorId param = kNone;

@@ -363,6 +363,14 @@ double dataParallelSentBytes(const Analysis &a) {
   return sent;
 }
 
+double tensorParallelSentBytes(const Analysis &a) {
+  double sent = 0;
+  for (const Analysis::CollectiveUse &u : a.collectives)
+    if (u.group == 't')
+      sent += u.perStep * ringSentBytes(u.cost);
+  return sent;
+}
+
 double collectiveTime(const Target &t, const Placement &g, Collective c, double bytes) {
   return collectiveCost(t, g, c, bytes).time;
 }

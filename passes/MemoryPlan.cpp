@@ -354,7 +354,8 @@ void planMemory(Analysis &a) {
   if (place && !placeBuffers(a.buffers, a.arenaBytes))
     return unrepresentable("the activation arena passes 2^63 - 1 bytes");
 
-  // Step 2.
+  // Step 2. Under Plan::tensorStep the step holds one tensor-parallel rank's parameters.
+  const Graph &pg = plan.tensorStep && a.step && a.tensorStepError.empty() ? *a.step : g;
   std::vector<TensorId> all, trainable;
   for (const ParamInfo &p : g.params) {
     all.push_back(p.tensor);
@@ -367,19 +368,19 @@ void planMemory(Analysis &a) {
   const Parallelism &par = plan.parallel;
   // ZeRO 2 and 3: every tensor of the regions it shards cut into data pieces, one per rank.
   int64_t pieces = plan.isTrain && par.zero >= 2 && par.data > 1 ? par.data : 1;
-  if (!lay(a.regions.params, plan.precision.params, g, all, 1, listed, par.zero >= 3 ? pieces : 1))
+  if (!lay(a.regions.params, plan.precision.params, pg, all, 1, listed, par.zero >= 3 ? pieces : 1))
     return regionTooLarge("params");
   if (!plan.isTrain)
     return;
-  if (!lay(a.regions.grads, plan.precision.grads, g, trainable, 1, listed, pieces))
+  if (!lay(a.regions.grads, plan.precision.grads, pg, trainable, 1, listed, pieces))
     return regionTooLarge("grads");
   int64_t gradBytes = static_cast<int64_t>(bytesOf(plan.precision.grads));
   if (pieces > 1) {
     a.regions.tensorShards = par.zero;
     if (plan.precision.master != Dtype::Invalid &&
-        !lay(a.regions.master, plan.precision.master, g, trainable, 1, listed, pieces))
+        !lay(a.regions.master, plan.precision.master, pg, trainable, 1, listed, pieces))
       return regionTooLarge("master");
-    if (!lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer), listed,
+    if (!lay(a.regions.optimizer, plan.precision.optimizer, pg, trainable, optimizerStates(plan.optimizer), listed,
              pieces))
       return regionTooLarge("optimizer");
     return;
@@ -401,9 +402,9 @@ void planMemory(Analysis &a) {
       return regionTooLarge("optimizer");
     return;
   }
-  if (plan.precision.master != Dtype::Invalid && !lay(a.regions.master, plan.precision.master, g, trainable, 1, listed))
+  if (plan.precision.master != Dtype::Invalid && !lay(a.regions.master, plan.precision.master, pg, trainable, 1, listed))
     return regionTooLarge("master");
-  if (!lay(a.regions.optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer), listed))
+  if (!lay(a.regions.optimizer, plan.precision.optimizer, pg, trainable, optimizerStates(plan.optimizer), listed))
     return regionTooLarge("optimizer");
 }
 

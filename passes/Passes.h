@@ -241,6 +241,29 @@ double flashOutsideBytes(const Analysis &a, OpId i, bool backward);
 /// tensor degree for the ops tensor parallelism splits (every op under sequence parallelism),
 /// times the context degree.
 std::vector<double> opWorkSplits(const Graph &g, const Plan &plan);
+/// Tensor parallelism's split of the forward graph, the one rule the estimate prices
+/// (StepTime.cpp, step 1), the activation planner sizes (ActivationFacts.cpp) and the
+/// generated step runs (TensorShard.cpp): which storages each rank holds 1/t of, which weight
+/// matmuls are row-parallel (their output all-reduced in the forward) and column-parallel, and
+/// the storages read by column-parallel matmuls whose gradients are all-reduced in the backward
+/// (once per storage). Empty lists of `t` entries, all false, without tensor parallelism.
+struct TensorSplit {
+  std::vector<bool> split;          ///< per storage
+  std::vector<bool> rowParallel;    ///< per op
+  std::vector<bool> columnParallel; ///< per op
+  std::vector<TensorId> columnInputs;
+};
+TensorSplit tensorSplit(const Graph &g, const Plan &plan);
+/// Plan::tensorStep: the forward graph as one tensor-parallel rank of the generated step holds
+/// it (TensorShard.cpp): each split tensor's last dimension, each split weight's, and
+/// attention's heads divided by t; the same ops and tensor ids. "" on success, else why the
+/// step cannot run this split (the op is named, and `at` set to it); `shards` gets each
+/// parameter's cut.
+std::string shardForTensorParallel(const Graph &g, const Plan &plan, Graph &out,
+                                   std::vector<TensorShardOf> &shards, OpId &at);
+/// The bytes one rank sends per step in the tensor-parallel all-reduces the step time prices,
+/// as a ring sends them (2(t−1)/t of each message; Collectives.cpp).
+double tensorParallelSentBytes(const Analysis &a);
 /// `w` over a tensor split of `split` devices: its FLOPs, bytes, transcendentals and outside
 /// bytes divided, the same calls on each.
 KernelWork splitWork(KernelWork w, double split);

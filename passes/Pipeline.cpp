@@ -171,6 +171,14 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
     if (!curveWalks.joinable())
       curve();
   }
+  // The generated CPU step's tensor parallelism (Plan::tensorStep): the memory plan is one
+  // rank's, over the step of the forward graph's shard (TensorShard.cpp).
+  if (plan.tensorStep && plan.isTrain && plan.parallel.tensor > 1 && a.step && a.planListed) {
+    Graph shard;
+    a.tensorStepError = shardForTensorParallel(g, plan, shard, a.tensorShards, a.tensorStepOp);
+    if (a.tensorStepError.empty())
+      a.step = std::make_shared<const Graph>(buildTrainingStep(shard, plan));
+  }
   planMemory(a);
   checkMemoryPlan(a, diags);
   fuseKernels(a);

@@ -131,6 +131,7 @@
 #include "passes/Stack.h"
 #include "passes/Passes.h"
 #include "passes/CudnnAttention.h"
+#include "passes/TensorParallel.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -250,81 +251,6 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asF
 namespace {
 
 /// Step 1 and the tensor-parallel traffic of step 7, per micro-batch on the whole graph.
-struct TensorParallel {
-  std::vector<double> split;       ///< per op: the divisor of its work (1 or t)
-  std::vector<bool> rowParallel;   ///< per op: all-reduces its output in the forward
-  double forwardBytes = 0;         ///< all-reduced in one forward
-  double backwardBytes = 0;        ///< all-reduced in one backward
-  std::vector<double> forwardMessages, backwardMessages; ///< each all-reduce's bytes
-  /// Per backward message, the column-parallel ops that read its tensor (whose weight
-  /// gradients an asynchronous all-reduce hides behind, Parallelism::tensorOverlap).
-  std::vector<std::vector<OpId>> backwardReaders;
-};
-
-/// With `traffic` false only `split` and `rowParallel` are made (opWorkSplits: the
-/// activation planner prices every layout candidate's ops before its step time does).
-TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic = true) {
-  TensorParallel tp;
-  double t = degree(plan.parallel.tensor);
-  // Context parallelism: every op works on s/c tokens.
-  double c = degree(plan.parallel.context);
-  tp.split.assign(g.ops.size(), c);
-  tp.rowParallel.assign(g.ops.size(), false);
-  if (t <= 1)
-    return tp;
-  std::vector<bool> split(g.tensors.size(), false); // per storage
-  std::map<TensorId, std::vector<OpId>> columnInputs; // storage -> the ops reading it
-  for (OpId i = 0; i < g.ops.size(); ++i) {
-    const Op &op = g.ops[i];
-    bool anySplit = false;
-    for (TensorId x : op.inputs)
-      anySplit = anySplit || split[g.storageOf(x)];
-    bool out = false;
-    TensorId x = weightMatmulOperands(g, op).first;
-    if (op.kind == OpKind::Moe) {
-      // The experts are split like a Megatron MLP: gate and up column-parallel, down
-      // row-parallel; y is all-reduced forward, the gradient of x backward.
-      tp.rowParallel[i] = true;
-      if (traffic) {
-        tp.forwardBytes += g.bytes(op.outputs[0]);
-        tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
-        if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
-          columnInputs[g.storageOf(op.inputs[0])].push_back(i);
-      }
-      tp.split[i] = t * c;
-      for (TensorId o : op.outputs)
-        split[g.storageOf(o)] = false;
-      continue;
-    }
-    if (x != kNone) {
-      bool inputSplit = split[g.storageOf(x)];
-      out = !inputSplit;
-      tp.rowParallel[i] = inputSplit;
-      if (traffic && inputSplit)
-        for (TensorId o : op.outputs) {
-          tp.forwardBytes += g.bytes(o);
-          tp.forwardMessages.push_back(g.bytes(o));
-        }
-      else if (traffic && plan.isTrain && g.tensors[x].requiresGrad)
-        columnInputs[g.storageOf(x)].push_back(i);
-    } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
-               op.kind != OpKind::Embedding) {
-      out = anySplit;
-    }
-    // Under sequence parallelism the ops outside the tensor-parallel regions (norms, residual
-    // adds, dropout, embeddings) work on their 1/t share of the tokens: every op is split.
-    tp.split[i] = (x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1) * c;
-    for (TensorId o : op.outputs)
-      split[g.storageOf(o)] = out;
-  }
-  for (auto &[s, readers] : columnInputs) {
-    tp.backwardBytes += g.bytes(s);
-    tp.backwardMessages.push_back(g.bytes(s));
-    tp.backwardReaders.push_back(std::move(readers));
-  }
-  return tp;
-}
-
 /// Step 7: bytes sent across a pipeline stage boundary: the activations the first repeat-block
 /// copy reads from outside itself (0 without repeat blocks: nothing to cut between).
 double stageBoundaryBytes(const Graph &g, const RepeatCopies &rc) {
@@ -726,10 +652,6 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
 }
 
 } // namespace
-
-std::vector<double> opWorkSplits(const Graph &g, const Plan &plan) {
-  return tensorParallel(g, plan, /*traffic=*/false).split;
-}
 
 /// The peak MFU and HFU are measured against: the datasheet's, at the datasheet clock, also
 /// for a part that a plan runs at a lower `clock` (so a power-capped part shows the lower MFU it

@@ -63,7 +63,9 @@ uint8_t *region(int64_t bytes) {
   return static_cast<uint8_t *>(p);
 }
 
-int rank = 0; ///< this process's rank in the data-parallel group
+int rank = 0; ///< this process's rank: tensor rank rank % tensor of data rank rank / tensor
+int64_t world() { return kLayout.ranks * kLayout.tensor; }
+int64_t dataRank() { return rank / kLayout.tensor; }
 
 /// One kernel call of the traced step (--trace): the op path and index the step set
 /// (tally_step.h), its class, the kernel, the micro-batch, and its start (seconds from the
@@ -103,7 +105,7 @@ void loadMicroBatch(int64_t m) {
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
     size_t bytes = static_cast<size_t>(in.t.numel) * dtypeBytes(in.t.dtype);
-    int64_t global = (currentBatch * kLayout.ranks + rank) * kLayout.microSteps + m;
+    int64_t global = (currentBatch * kLayout.ranks + dataRank()) * kLayout.microSteps + m;
     size_t from = in.batched ? static_cast<size_t>(global) * bytes : 0;
     std::memcpy(mem.data + in.offset, batchData[i].data() + from, bytes);
   }
@@ -113,7 +115,7 @@ void loadMicroBatch(int64_t m) {
 Args args;
 
 void dumpGradients() {
-  if (!args.dumpGrads.empty() && kLayout.zero >= 2) // each rank holds its pieces: assembled
+  if (!args.dumpGrads.empty() && (kLayout.zero >= 2 || kLayout.tensor > 1)) // each rank holds its pieces
     dumpPieces(args.dumpGrads, mem, rank, tally_comm::merge);
   else if (!args.dumpGrads.empty() && rank == 0) // every rank holds the same averaged gradients
     writeTensors(args.dumpGrads, true, mem);
@@ -163,9 +165,10 @@ int main(int argc, char **argv) {
   tally_comm::init(&argc, &argv);
   args = parse(argc, argv);
   rank = tally_comm::rank();
-  if (tally_comm::size() != kLayout.ranks)
-    die("this step runs on " + std::to_string(kLayout.ranks) + " processes (data = " + std::to_string(kLayout.ranks) +
-        "; `mpirun -np " + std::to_string(kLayout.ranks) + "`), not " + std::to_string(tally_comm::size()));
+  if (tally_comm::size() != world())
+    die("this step runs on " + std::to_string(world()) + " processes (data = " + std::to_string(kLayout.ranks) +
+        ", tensor = " + std::to_string(kLayout.tensor) + "; `mpirun -np " + std::to_string(world()) + "`), not " +
+        std::to_string(tally_comm::size()));
   try {
     mem.arena = region(kLayout.arenaBytes);
     mem.params = region(kLayout.paramsBytes);
@@ -196,15 +199,15 @@ int main(int argc, char **argv) {
       if (prof.tracing) // the calls of a timed step so far, or a guess when it is the first
         prof.events.reserve(static_cast<size_t>(times.empty() ? 4096 : prof.calls / static_cast<int64_t>(times.size()) + 64));
       // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
-      uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
+      uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + dataRank()) * kLayout.microSteps);
       tally_comm::reset_sent_bytes();
       double t0 = rt::now_seconds();
       prof.t0 = t0;
       double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated);
       double dt = rt::now_seconds() - t0;
-      sent = tally_comm::sent_bytes(); // the piece collectives of this step (ZeRO 2 and 3)
-      if (kLayout.ranks > 1) // the whole batch's loss: the mean of the ranks' (equal shares)
-        loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks);
+      sent = tally_comm::sent_bytes(); // the ring collectives of this step (ZeRO 2 and 3, tensor parallel)
+      if (world() > 1) // the whole batch's loss: the mean of the ranks' (equal shares; a tensor group's are equal)
+        loss = tally_comm::sum(loss) / static_cast<double>(world());
       losses.push_back(loss);
       if (!std::isfinite(loss) && !args.allowNonfinite)
         die(nonfiniteLoss(i + 1, loss));
@@ -227,7 +230,7 @@ int main(int argc, char **argv) {
     out += "  \"model\": \"" + rt::json_escape(kLayout.model) + "\",\n";
     out += "  \"plan\": \"" + rt::json_escape(kLayout.plan) + "\",\n";
     out += "  \"threads\": " + std::to_string(ctx.nthreads()) + ",\n";
-    out += "  \"ranks\": " + std::to_string(kLayout.ranks) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
+    out += "  \"ranks\": " + std::to_string(world()) + ",\n  \"tensor\": " + std::to_string(kLayout.tensor) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
     out += "  \"steps\": " + std::to_string(args.steps) + ",\n  \"warmup\": " + std::to_string(args.warmup) + ",\n";
     out += "  \"start_s\": " + num(start) + ",\n";
     out += timingJson(times);
@@ -237,7 +240,7 @@ int main(int argc, char **argv) {
            ", \"optimizer\": " + std::to_string(kLayout.optimizerBytes) + ", \"data\": " + std::to_string(kLayout.dataBytes) +
            "},\n";
     out += "  \"peak_bytes\": " + std::to_string(peak) + ",\n";
-    if (kLayout.zero >= 2) { // the bytes each rank sent in the last step, counted in driver/tally_comm.h
+    if (kLayout.zero >= 2 || kLayout.tensor > 1) { // the bytes each rank sent in the last step, counted in driver/tally_comm.h
       out += "  \"sent_bytes\": [";
       for (size_t r = 0; r < sentByRank.size(); ++r)
         out += (r ? ", " : "") + std::to_string(sentByRank[r]);

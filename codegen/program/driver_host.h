@@ -522,6 +522,51 @@ struct WholeModel {
         move(shards.master + s.master, mem.master + w.master, sizeof(float), true);
     }
   }
+  /// Tensor parallel (kLayout.tensor > 1): copies tensor rank `tr`'s cut of each parameter
+  /// (ParamInfo::tpDim, tpParts), and of its gradient or master copy, between `shards` (its
+  /// regions) and this whole model. A parameter whole on every rank is copied from the
+  /// shards by tensor rank 0 only, so that `merge` assembles every byte from one rank.
+  void tensorCuts(Memory &shards, int tr, bool grads, bool toShards) {
+    const int64_t t = kLayout.tensor;
+    for (int i = 0; i < kLayout.nparams; ++i) {
+      const ParamInfo &s = kLayout.params[i], &w = table[static_cast<size_t>(i)];
+      auto move = [&](uint8_t *shard, uint8_t *whole, size_t eb) {
+        if (s.tpDim < 0) {
+          if (toShards || tr == 0)
+            std::memcpy(toShards ? shard : whole, toShards ? whole : shard, static_cast<size_t>(s.t.numel) * eb);
+          return;
+        }
+        int64_t outer = 1, inner = 1, size = s.t.shape[s.tpDim];
+        for (int d = 0; d < s.tpDim; ++d)
+          outer *= s.t.shape[d];
+        for (int d = s.tpDim + 1; d < s.t.rank; ++d)
+          inner *= s.t.shape[d];
+        int64_t chunk = size / (s.tpParts * t), local = size / t;
+        size_t run = static_cast<size_t>(chunk * inner) * eb;
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t p = 0; p < s.tpParts; ++p) {
+            uint8_t *a = shard + static_cast<size_t>((o * local + p * chunk) * inner) * eb;
+            uint8_t *b = whole + static_cast<size_t>((o * size + (p * t + tr) * chunk) * inner) * eb;
+            std::memcpy(toShards ? a : b, toShards ? b : a, run);
+          }
+      };
+      if (grads) {
+        if (s.grad >= 0)
+          move(shards.grads + s.grad, mem.grads + w.grad, dtypeBytes(kLayout.gradsDtype));
+        continue;
+      }
+      move(shards.params + s.offset, mem.params + w.offset, dtypeBytes(s.t.dtype));
+      if (s.master >= 0)
+        move(shards.master + s.master, mem.master + w.master, sizeof(float));
+    }
+  }
+  /// Rank `rank`'s part of the model: its tensor-parallel cuts, or its ZeRO 2 and 3 pieces.
+  void part(Memory &shards, int rank, bool grads, bool toShards) {
+    if (kLayout.tensor > 1)
+      tensorCuts(shards, static_cast<int>(rank % kLayout.tensor), grads, toShards);
+    else
+      pieces(shards, rank, grads, toShards);
+  }
   /// Every rank's pieces on every rank: each byte is held by one rank and zero on the others,
   /// so `merge` (a bitwise or over the ranks) assembles them.
   void merge(void (*merge)(uint8_t *, int64_t), bool grads) {
@@ -534,10 +579,10 @@ struct WholeModel {
 /// The parameters into `into` (--init or the default) and, under ZeRO, rank `rank`'s master
 /// shard cut from the whole initialisation, so every rank starts from the same weights.
 void initialiseRank(const Args &args, Memory &into, int rank) {
-  if (kLayout.zero >= 2) {
+  if (kLayout.zero >= 2 || kLayout.tensor > 1) {
     WholeModel w;
     initParams(args, w.mem, w.table.data());
-    w.pieces(into, rank, false, true);
+    w.part(into, rank, false, true);
     return;
   }
   if (!shardedMaster()) {
@@ -556,10 +601,10 @@ void initialiseRank(const Args &args, Memory &into, int rank) {
 /// the others add zeros). Every rank calls it.
 void saveRank(const Args &args, const Memory &from, int rank, void (*sum)(float *, int64_t),
               void (*merge)(uint8_t *, int64_t) = nullptr) {
-  if (kLayout.zero >= 2 && merge) {
+  if ((kLayout.zero >= 2 || kLayout.tensor > 1) && merge) {
     WholeModel w;
     Memory m = from;
-    w.pieces(m, rank, false, false);
+    w.part(m, rank, false, false);
     w.merge(merge, false);
     if (rank == 0)
       writeTensors(args.save, false, w.mem, w.table.data());
@@ -584,7 +629,7 @@ void saveRank(const Args &args, const Memory &from, int rank, void (*sum)(float 
 void dumpPieces(const std::string &path, const Memory &from, int rank, void (*merge)(uint8_t *, int64_t)) {
   WholeModel w;
   Memory m = from;
-  w.pieces(m, rank, true, false);
+  w.part(m, rank, true, false);
   w.merge(merge, true);
   if (rank == 0)
     writeTensors(path, true, w.mem, w.table.data());

@@ -45,6 +45,11 @@ struct ParamInfo {
                          ///< (Layout::shard > 0) in the whole master laid out in the grads
                          ///< region's element order, of which the region holds this rank's shard
   Init init;
+  /// Tensor parallel (Layout::tensor > 1): `t` is the whole parameter, of which this rank's
+  /// regions hold one cut: dimension tpDim (-1: whole on every rank) viewed as [tpParts,
+  /// tensor, size / (tpParts·tensor)], rank r holding [:, r, :] (passes/TensorShard.cpp).
+  int tpDim;
+  int64_t tpParts;
 };
 
 struct InputInfo {
@@ -75,6 +80,9 @@ struct Layout {
   int64_t ranks;
   int zero;
   int64_t shard;
+  /// Tensor parallelism: the step runs on ranks × tensor processes, rank q being tensor rank
+  /// q % tensor of data rank q / tensor (Megatron's tensor-first order); 1 without.
+  int64_t tensor;
 };
 extern const Layout kLayout;
 

@@ -390,7 +390,7 @@ TEST_CASE("codegen: data parallel over MPI, gradients averaged in 25 MiB buckets
   CHECK(cmakeLists(*one.a).find("MPI") == std::string::npos);
 
   Compiled tp(kDataParallel, "tp");
-  CHECK(emit(*tp.a, text).find("runs data parallelism only") != std::string::npos);
+  CHECK(emit(*tp.a, text).find("tensor = 2") != std::string::npos);
 
   // overlap = true (the default): w's gradient, the only one, spans the three buckets, so all
   // three start right after the op that writes it, in the last micro-batch.
@@ -431,7 +431,7 @@ TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[
   CHECK(countOf(text, "{0, 8388608, 0, -1, 0, 0, 33554432}, // w [0, 8388608)") == 1);
   CHECK(countOf(text, "{1, 8388608, 33554432, -1, 33554432, 0, 33554432}, // w [8388608, 16777216)") == 1);
   CHECK(countOf(text, "gather_parameters(ctx);\n") == 1);
-  CHECK(countOf(text, ", 2, 1, 8388608};") == 1); // kLayout: ranks, zero, shard
+  CHECK(countOf(text, ", 2, 1, 8388608, 1};") == 1); // kLayout: ranks, zero, shard, tensor
 }
 
 TEST_CASE("codegen: the CUDA step's memory estimate has its workspace and no caching allocator", "[codegen][cuda]") {

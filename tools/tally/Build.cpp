@@ -110,6 +110,7 @@ int failure(const std::string &msg) {
 /// other target becomes one `host` device.
 PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   PlanOverrides o = Overrides.overrides(Backend == "cuda");
+  o.tensorStep = Backend != "cuda"; // tensor parallelism as the CPU step runs it (Plan::tensorStep)
   if (Run && Threads > 0)
     o.hostThreads = Threads; // each rank's part of the host (Target::shareHost)
   // The CUDA step is estimated on the plan's own GPU (or --target's); the CPU step on the host.
@@ -447,8 +448,8 @@ std::map<std::string, double> estimatedByClass(const Analysis &a) {
     if (s.kind == ScheduleStep::Recompute && s.op < a.ops.size() && s.op < a.graph->ops.size())
       add(s.op, a.ops[s.op].forwardTime);
   out["optimizer"] += a.time.optimizer;
-  if (a.time.dataParallelComm > 0)
-    out["communication"] += a.time.dataParallelComm;
+  if (a.time.dataParallelComm + a.time.tensorParallelComm > 0)
+    out["communication"] += a.time.dataParallelComm + a.time.tensorParallelComm;
   return out;
 }
 
@@ -457,7 +458,7 @@ std::map<std::string, double> estimatedByClass(const Analysis &a) {
 /// OpenMP threads may use the cores it was given, --allow-run-as-root under root, as in CI's
 /// containers). "" or why it cannot be run.
 std::string launcher(const Analysis &a, const std::string &binary, std::vector<std::string> &argv) {
-  int64_t ranks = a.plan->parallel.data;
+  int64_t ranks = a.plan->parallel.data * a.plan->parallel.tensor;
   if (ranks <= 1) {
     argv = {binary};
     return "";
@@ -465,7 +466,7 @@ std::string launcher(const Analysis &a, const std::string &binary, std::vector<s
   auto mpirun = sys::findProgramByName("mpirun");
   if (!mpirun)
     return "plan " + a.plan->name + " runs on " + std::to_string(ranks) + " processes under MPI (data = " +
-           std::to_string(ranks) + "), but mpirun is not on PATH (Debian: openmpi-bin and libopenmpi-dev; "
+           std::to_string(a.plan->parallel.data) + ", tensor = " + std::to_string(a.plan->parallel.tensor) + "), but mpirun is not on PATH (Debian: openmpi-bin and libopenmpi-dev; "
            "scripts/setup.sh installs them)";
   argv = {*mpirun, "-np", std::to_string(ranks), "--bind-to", "none"};
   if (ranks > static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())))
@@ -490,7 +491,7 @@ std::string stepArguments(const Analysis &a, const std::string &binary, std::vec
   if (std::string why = launcher(a, binary, args); !why.empty())
     return why;
   // Data parallel: the cores shared between the ranks unless --threads says otherwise.
-  int64_t ranks = a.plan->parallel.data, threads = Threads;
+  int64_t ranks = a.plan->parallel.data * a.plan->parallel.tensor, threads = Threads;
   if (ranks > 1 && threads == 0)
     threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
   for (std::string f : std::vector<std::string>{"--steps", std::to_string(Steps), "--warmup", std::to_string(warmupSteps()),
@@ -601,9 +602,10 @@ void printRunJson(const Analysis &an, const Measured &r) {
                                             {"optimizer", an.regions.optimizer.bytes}}},
                    {"master_bytes", an.memory.master},
                    {"optimizer_bytes", an.memory.optimizer},
-                   {"ranks", an.plan->parallel.data},
+                   {"ranks", an.plan->parallel.data * an.plan->parallel.tensor},
                    {"data_parallel_comm_s", an.time.dataParallelComm},
-                   {"sent_bytes_per_rank", dataParallelSentBytes(an)},
+                   {"tensor_parallel_comm_s", an.time.tensorParallelComm},
+                   {"sent_bytes_per_rank", dataParallelSentBytes(an) + tensorParallelSentBytes(an)},
                    {"peak_bytes", an.memory.peak},
                    {"context_bytes", an.memory.context},
                    {"workspace_bytes", an.memory.libraryWorkspace},
@@ -668,7 +670,7 @@ void printRunMemory(raw_ostream &os, const Analysis &an, const Measured &r, bool
 /// The text report: estimates beside measurements, time by class, the top kernels, the loss.
 void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   const json::Object *m = r.m;
-  int64_t ranks = an.plan->parallel.data;
+  int64_t ranks = an.plan->parallel.data * an.plan->parallel.tensor;
   std::map<std::string, double> estClass = estimatedByClass(an), measClass = r.byClass;
   double steps = static_cast<double>(r.timed);
   raw_ostream &os = outs();
@@ -696,17 +698,21 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
      << (r.warnings.empty() ? "" : "; see the warnings: the comparison is unreliable") << "\n";
   printRunMemory(os, an, r, cuda, ranks);
   if (ranks > 1) {
-    os << formatv("{0,-24} {1,14} {2,14}\n", "data-parallel comm", formatDuration(an.time.dataParallelComm),
-                  formatDuration(r.comm));
+    os << formatv("{0,-24} {1,14} {2,14}\n", an.plan->parallel.tensor > 1 ? "tensor-parallel comm" : "data-parallel comm",
+                  formatDuration(an.time.dataParallelComm + an.time.tensorParallelComm), formatDuration(r.comm));
     os << formatv("{0,-24} {1,14} {2,14}\n", "  waiting for ranks", "", formatDuration(r.wait));
     if (const json::Array *sent = m->getArray("sent_bytes")) { // ZeRO 2 and 3: counted per rank
       std::string each;
       for (const json::Value &v : *sent)
         each += (each.empty() ? "" : ", ") + formatv("{0:f0}", v.getAsNumber().getValueOr(NAN)).str();
       os << formatv("{0,-24} {1,14} {2,14}\n", "  bytes sent per rank",
-                    formatv("{0:f0}", dataParallelSentBytes(an)).str(), each);
+                    formatv("{0:f0}", dataParallelSentBytes(an) + tensorParallelSentBytes(an)).str(), each);
     }
-    if (an.plan->parallel.zero >= 2)
+    if (an.plan->parallel.tensor > 1)
+      os << "  Megatron's split: each row-parallel matmul's output all-reduced in the forward, each\n"
+         << "  column-parallel input's gradient in the backward; the embeddings, norms and the head run\n"
+         << "  whole on every rank; bytes: counted by the ring all-reduces (estimated: the priced ones);\n";
+    else if (an.plan->parallel.zero >= 2)
       os << "  each micro-batch's gradients are reduce-scattered into the ranks' pieces as the backward\n"
          << "  completes them"
          << (an.plan->parallel.zero >= 3 ? ", each block's parameters all-gathered before its forward and its backward"

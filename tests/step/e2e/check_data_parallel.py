@@ -37,6 +37,11 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     as a ring sends them), exactly;
   - dp2o's --trace has a process per rank, each a slice per kernel call named by the model's op
     paths or the data_parallel.* sites, and the estimate beside them (check_trace.py).
+  - tensor parallelism (tp2: tensor = 2, Megatron's split) gives dp1's loss at every step, its
+    last gradients and its weights (each rank's cuts gathered) within RTOL_ZERO; each rank's
+    params region is its cut, derived here from the shapes (qkv and fc weights and biases halved
+    along their columns, the projections' weights along their rows, the rest whole); the bytes
+    each rank sent (the ring all-reduces) equal the estimate's tensor-parallel bytes exactly.
 Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when mpirun is
 not installed or TALLY has no `run` command.
 Usage: /usr/bin/python3 check_data_parallel.py TALLY
@@ -58,7 +63,7 @@ import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
-PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3"]
+PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2"]
 
 
 def align(n):
@@ -86,6 +91,23 @@ def zero_pieces(runs, weights, result):
         sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
         ok = isinstance(sent, list) and len(sent) == 2 and all(s == priced for s in sent)
         result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
+
+
+def tensor_cuts(runs, weights, result):
+    """tp2: each rank's params region from the saved tensors' shapes, and the bytes it sent."""
+    if "tp2" not in runs:
+        return
+    est, got = runs["tp2"][0]["estimated"], runs["tp2"][0]["measured"]
+    params = 0
+    for name, t in weights.items():
+        n = int(np.prod(t.shape))
+        cut = name.endswith(("qkv.weight", "qkv.b", "fc.weight", "fc.b", "attn.proj.weight", "mlp.proj.weight"))
+        params += align(4 * (n // 2 if cut else n))
+    result("tp2 params region is each rank's cut", est["regions"]["params"] == params,
+           "region %d B, derived %d B" % (est["regions"]["params"], params))
+    sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
+    ok = isinstance(sent, list) and len(sent) == 2 and priced > 0 and all(s == priced for s in sent)
+    result("tp2 bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
 
 
 def main():
@@ -136,15 +158,16 @@ def main():
             ranks = 1 if p == "dp1" else 2
             result(p + " ranks", got["ranks"] == ranks and est["ranks"] == ranks, "%d processes" % got["ranks"])
             if ranks > 1:
-                result(p + " communication", got["communication_s"] > 0 and est["data_parallel_comm_s"] > 0,
-                       "measured %.3g s per step, estimated %.3g s" % (got["communication_s"], est["data_parallel_comm_s"]))
+                priced = est["data_parallel_comm_s"] + est["tensor_parallel_comm_s"]
+                result(p + " communication", got["communication_s"] > 0 and priced > 0,
+                       "measured %.3g s per step, estimated %.3g s" % (got["communication_s"], priced))
 
         if "dp1" not in runs:
             result("dp1 run", False, "no baseline")
             print("%d passed, %d failed" % (res.passed, res.failed))
             return 1
         base, base_w, base_g = runs["dp1"]
-        for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO)]:
+        for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO)]:
             if p not in runs:
                 continue
             report, w, g = runs[p]
@@ -154,6 +177,7 @@ def main():
             close(p + " gradients (last step)", g, base_g, rtol)
             close(p + " weights after 3 steps", w, base_w, rtol)
         zero_pieces(runs, base_w, result)
+        tensor_cuts(runs, base_w, result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]

@@ -1,0 +1,111 @@
+// Tensor parallelism's split (Megatron; docs/time.md §3), one rule for the estimate and the
+// generated step: a matmul of an activation by a weight is column-parallel when its activation
+// input is whole (it splits its output over the t devices) and row-parallel when that input is
+// split (its output is all-reduced); elementwise ops, views, attention and losses on a split
+// tensor work on their share; reductions, losses and embeddings return whole tensors. Under
+// Plan::tensorStep the output head (a matmul a cross entropy reads) runs whole.
+#include "passes/TensorParallel.h"
+
+#include <map>
+
+namespace tally {
+
+/// Plan::tensorStep: whether weight matmul `op` is the output head, a matmul whose output a
+/// cross entropy reads; the generated step runs it (and the loss) whole on every rank.
+static bool wholeHead(const Graph &g, const Plan &plan, const Op &op, const std::vector<bool> &lossInput) {
+  return plan.tensorStep && !op.outputs.empty() && lossInput[g.storageOf(op.outputs[0])];
+}
+
+TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
+  TensorParallel tp;
+  double t = degree(plan.parallel.tensor);
+  // Context parallelism: every op works on s/c tokens.
+  double c = degree(plan.parallel.context);
+  tp.split.assign(g.ops.size(), c);
+  tp.rowParallel.assign(g.ops.size(), false);
+  tp.columnParallel.assign(g.ops.size(), false);
+  tp.storageSplit.assign(g.tensors.size(), false);
+  if (t <= 1)
+    return tp;
+  std::vector<bool> &split = tp.storageSplit; // per storage
+  std::vector<bool> lossInput(g.tensors.size(), false);
+  if (plan.tensorStep)
+    for (const Op &op : g.ops)
+      if (op.kind == OpKind::CrossEntropy)
+        for (TensorId x : op.inputs)
+          lossInput[g.storageOf(x)] = true;
+  std::map<TensorId, std::vector<OpId>> columnInputs; // storage -> the ops reading it
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    bool anySplit = false;
+    for (TensorId x : op.inputs)
+      anySplit = anySplit || split[g.storageOf(x)];
+    bool out = false;
+    TensorId x = weightMatmulOperands(g, op).first;
+    if (x != kNone && !split[g.storageOf(x)] && wholeHead(g, plan, op, lossInput)) {
+      tp.split[i] = c; // Plan::tensorStep: the head and its loss run whole on every rank
+      for (TensorId o : op.outputs)
+        split[g.storageOf(o)] = false;
+      continue;
+    }
+    if (op.kind == OpKind::Moe) {
+      // The experts are split like a Megatron MLP: gate and up column-parallel, down
+      // row-parallel; y is all-reduced forward, the gradient of x backward.
+      tp.rowParallel[i] = true;
+      if (traffic) {
+        tp.forwardBytes += g.bytes(op.outputs[0]);
+        tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
+        if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
+          columnInputs[g.storageOf(op.inputs[0])].push_back(i);
+      }
+      tp.split[i] = t * c;
+      for (TensorId o : op.outputs)
+        split[g.storageOf(o)] = false;
+      continue;
+    }
+    if (x != kNone) {
+      bool inputSplit = split[g.storageOf(x)];
+      out = !inputSplit;
+      tp.rowParallel[i] = inputSplit;
+      tp.columnParallel[i] = !inputSplit;
+      if (traffic && inputSplit)
+        for (TensorId o : op.outputs) {
+          tp.forwardBytes += g.bytes(o);
+          tp.forwardMessages.push_back(g.bytes(o));
+        }
+      else if (traffic && plan.isTrain && g.tensors[x].requiresGrad)
+        columnInputs[g.storageOf(x)].push_back(i);
+    } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
+               op.kind != OpKind::Embedding) {
+      out = anySplit;
+    }
+    // Under sequence parallelism the ops outside the tensor-parallel regions (norms, residual
+    // adds, dropout, embeddings) work on their 1/t share of the tokens: every op is split.
+    tp.split[i] = (x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1) * c;
+    for (TensorId o : op.outputs)
+      split[g.storageOf(o)] = out;
+  }
+  for (auto &[s, readers] : columnInputs) {
+    tp.columnInputs.push_back(s);
+    tp.backwardBytes += g.bytes(s);
+    tp.backwardMessages.push_back(g.bytes(s));
+    tp.backwardReaders.push_back(std::move(readers));
+  }
+  return tp;
+}
+
+std::vector<double> opWorkSplits(const Graph &g, const Plan &plan) {
+  return tensorParallel(g, plan, /*traffic=*/false).split;
+}
+
+TensorSplit tensorSplit(const Graph &g, const Plan &plan) {
+  TensorParallel tp = tensorParallel(g, plan);
+  TensorSplit out;
+  out.split = std::move(tp.storageSplit);
+  out.rowParallel = std::move(tp.rowParallel);
+  out.columnParallel = std::move(tp.columnParallel);
+  out.columnInputs = std::move(tp.columnInputs);
+  return out;
+}
+
+} // namespace tally
