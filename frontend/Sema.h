@@ -68,6 +68,8 @@ struct PlanOverrides {
   bool fuseKernels = false;
   /// `tally build/run --backend cuda`: Plan::cudaStep.
   bool cudaStep = false;
+  /// `tally build/run` (either backend): Plan::generatedStep.
+  bool generatedStep = false;
 };
 
 class Sema {

@@ -173,6 +173,10 @@ struct Plan {
   /// Price the memory of tally's generated CUDA step (`tally build/run --backend cuda`): its
   /// cuBLASLt workspace and no caching allocator (it allocates exactly its regions and arena).
   bool cudaStep = false;
+  /// Price the memory of tally's own generated step, CPU or CUDA (`tally build/run`; implied
+  /// by cudaStep): ZeRO's gathered parameters and unsharded gradients as its memory plan holds
+  /// them (passes/ZeroShards.cpp) instead of as the plan's framework stack does.
+  bool generatedStep = false;
   std::map<std::string, llvm::SMRange> settingRanges; ///< where each setting was written
 };
 

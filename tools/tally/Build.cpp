@@ -104,6 +104,7 @@ int failure(const std::string &msg) {
 /// other target becomes one `host` device.
 PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   PlanOverrides o = Overrides.overrides(Backend == "cuda");
+  o.generatedStep = true; // priced as tally's step holds its memory (ZeRO's transients)
   if (Run && Threads > 0)
     o.hostThreads = Threads; // each rank's part of the host (Target::shareHost)
   // The CUDA step is estimated on the plan's own GPU (or --target's); the CPU step on the host.
