@@ -70,6 +70,8 @@ struct PlanOverrides {
   bool cudaStep = false;
   /// `tally build/run --backend cpu`: Plan::tensorStep, for a plan with tensor > 1.
   bool tensorStep = false;
+  /// `tally build/run` (either backend): Plan::generatedStep.
+  bool generatedStep = false;
 };
 
 class Sema {

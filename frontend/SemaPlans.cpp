@@ -917,6 +917,7 @@ std::optional<Plan> PlanResolver::finish() {
   plan.target.shareHost(plan.parallel.devices, o.hostThreads);
   plan.fuseKernels = o.fuseKernels || plan.parallel.compiled;
   plan.cudaStep = o.cudaStep, plan.tensorStep = o.tensorStep && plan.isTrain && plan.parallel.tensor > 1;
+  plan.generatedStep = o.generatedStep || o.cudaStep; // the CUDA step is tally's own too
   if (!sawPrecision)
     plan.precision.preset = "fp32";
   if (gradDtype != Dtype::Invalid && bytesOf(gradDtype) < bytesOf(plan.precision.grads)) {
@@ -992,9 +993,7 @@ std::optional<Plan> Sema::resolvePlan(const Program &p, const PlanDecl &d,
   for (const BudgetItemAST &b : d.budgets)
     ok &= r.readBudget(b);
   ok &= r.applyOverrides();
-  if (!ok)
-    return std::nullopt;
-  return r.finish();
+  return ok ? r.finish() : std::nullopt;
 }
 
 } // namespace tally

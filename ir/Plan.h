@@ -178,6 +178,10 @@ struct Plan {
   /// entropy run whole on every rank (not vocabulary-parallel), and the step graph holds one
   /// rank's shard of every split tensor. Not a setting of the language.
   bool tensorStep = false;
+  /// Price the memory of tally's own generated step, CPU or CUDA (`tally build/run`; implied
+  /// by cudaStep): ZeRO's gathered parameters and unsharded gradients as its memory plan holds
+  /// them (passes/ZeroShards.cpp) instead of as the plan's framework stack does.
+  bool generatedStep = false;
   std::map<std::string, llvm::SMRange> settingRanges; ///< where each setting was written
 };
 

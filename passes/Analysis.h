@@ -219,6 +219,12 @@ struct Analysis {
     /// copies `beforeCopies` is everything.
     double beforeCopies = 0, beforeCopiesTrainable = 0;
     double inCopies = 0, inCopiesTrainable = 0;
+    /// The unit ZeRO 3 gathers whole besides the root (ParamCount.cpp, step 7): the largest
+    /// repeat-block copy's parameters, all and trainable.
+    double largestCopy = 0, largestCopyTrainable = 0;
+    /// The most trainable parameters whose spans of readers (first to last op reading each)
+    /// overlap at one op: the gradients tally's ZeRO 2 and 3 step holds at once (ParamCount.cpp, step 8).
+    double gradientSpanPeak = 0;
     /// Of `total`, the parameters an op outside the block that declares them reads too (a head
     /// tied to the embedding): counted once, however many blocks read them.
     double tied = 0;
@@ -316,6 +322,11 @@ struct Analysis {
     /// Framework memory (StaticMemory.cpp): the f32 gradient-accumulation buffer, the CUDA
     /// context, the communicators' buffers and the caching allocator's reserve; all in `peak`.
     double gradAccum = 0, context = 0, commBuffers = 0, allocatorReserve = 0;
+    /// ZeRO's transients (StaticMemory.cpp, zeroTransients): under ZeRO 3 the full parameters
+    /// of the units gathered at once; under ZeRO 2 and 3 the unsharded gradients held before
+    /// their reduce-scatter, as tally's own step holds them (docs/memory.md, "ZeRO's
+    /// transients"); in `peak`.
+    double zeroGathered = 0, unshardedGrads = 0;
     /// tally's generated CUDA step (Plan::cudaStep): its cuBLASLt and kernel scratch workspace.
     double libraryWorkspace = 0;
     /// FP8 training (passes/Fp8.cpp): the fp8 copies of the weights its GEMMs read, and the

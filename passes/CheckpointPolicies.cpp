@@ -68,11 +68,12 @@ bool copiesContiguous(const Facts &f) {
 }
 
 /// Everything per device that does not depend on the schedule: the model states, the
-/// gradient-accumulation buffer, the CUDA context, the communication buffers and the CUDA
+/// gradient-accumulation buffer, ZeRO's gathered parameters and unsharded gradients, the CUDA context, the communication buffers and the CUDA
 /// step's workspace.
 double staticBytes(const Analysis &a) {
   return a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
-         a.memory.gradAccum + a.memory.fp8Weights + a.memory.fp8Meta + unallocatedBytes(a);
+         a.memory.gradAccum + a.memory.fp8Weights + a.memory.fp8Meta + a.memory.zeroGathered +
+         a.memory.unshardedGrads + unallocatedBytes(a);
 }
 
 namespace {

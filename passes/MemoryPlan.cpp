@@ -20,7 +20,9 @@
 // 3. The arena: the step's tensors that Activations' liveness does not cover — the loss
 //    gradient and the local gradients autodiff computes before summing them into a broadcast
 //    input's gradient — live within the one schedule step whose backward ops write and read
-//    them, and join the buffers. Then every buffer is placed in integer bytes: walking the
+//    them, and join the buffers. A parameter's gradient is not among them: under ZeRO 0 and 1
+//    the step writes it into the grads region (codegen/EmitStep.cpp, Emitter::ptr), under
+//    ZeRO 2 and 3 into its own buffer of step 4, so it has no buffer here (issue 39). Then every buffer is placed in integer bytes: walking the
 //    buffers in the order they are created, each takes the first free block that holds its size
 //    rounded up to kAlignment (buffers whose last use is before its first step are freed first,
 //    coalescing neighbours), else goes on top: a caching allocator's first fit. The arena is the
@@ -233,11 +235,10 @@ std::optional<int64_t> gradientBytes(const Graph &step, size_t from, size_t to, 
   }
   return sum;
 }
-/// A parameter's gradient under ZeRO 2 and 3, which step 4 gives its own buffer. (Under ZeRO 0
-/// and 1 the step writes it into the grads region, and its local buffer goes unused.)
-bool zeroGradient(const Analysis &a, const Tensor &x) {
-  const Parallelism &par = a.plan->parallel;
-  return par.zero >= 2 && par.data > 1 && x.gradOf != kNone && a.step->tensors[x.gradOf].role == TensorRole::Param;
+/// A parameter's gradient: the step writes it into the grads region (ZeRO 0 and 1) or into the
+/// buffer step 4 gives it (ZeRO 2 and 3), never into a local gradient buffer.
+bool parameterGradient(const Graph &step, const Tensor &x) {
+  return x.gradOf != kNone && step.tensors[x.gradOf].role == TensorRole::Param;
 }
 } // namespace
 
@@ -290,7 +291,7 @@ void planMemory(Analysis &a) {
       const Op &op = s.ops[a.stepSchedule[e].op];
       for (TensorId t : op.outputs) {
         const Tensor &x = s.tensors[t];
-        if (x.role != TensorRole::Gradient || x.viewOf != kNone || covered[t] || zeroGradient(a, x))
+        if (x.role != TensorRole::Gradient || x.viewOf != kNone || covered[t] || parameterGradient(s, x))
           continue;
         covered[t] = true;
         locals.emplace_back(static_cast<uint32_t>(e), t);

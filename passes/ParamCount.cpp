@@ -14,7 +14,15 @@
 //    defaults).
 // 5. Tied: a parameter read by an op written outside the block that declares it (and that
 //    block's children) is shared between blocks (GPT-2's head reads the embedding's weight).
+// 7. ZeRO 3's units: the largest repeat-block copy's parameters (all and trainable), each
+//    parameter in the copy its declaring instance is in (passes/StaticMemory.cpp, zeroTransients).
+// 8. The most trainable parameter elements whose spans of readers overlap at one op, a span
+//    running from the first op that reads the parameter to the last: what tally's step holds
+//    of one micro-batch's parameter gradients under ZeRO 2 and 3, each living from the backward
+//    of its last reader to that of its first (passes/ZeroShards.cpp).
 #include "passes/Passes.h"
+
+#include <algorithm>
 
 namespace tally {
 
@@ -52,6 +60,22 @@ void countParams(Analysis &a) {
     }
   }
   const RepeatCopies *rc = a.copies.get();
+  if (rc && !rc->copies.empty()) { // step 7
+    std::vector<double> all(rc->copies.size(), 0), trainable(rc->copies.size(), 0);
+    for (const ParamInfo &p : g.params) {
+      uint32_t c = p.instance < rc->ofInstance.size() ? rc->ofInstance[p.instance] : kNone;
+      if (c == kNone)
+        continue;
+      double n = numel(g.tensors[p.tensor].shape);
+      all[c] += n;
+      trainable[c] += p.trainable ? n : 0;
+    }
+    for (size_t c = 0; c < all.size(); ++c)
+      if (all[c] > a.params.largestCopy) {
+        a.params.largestCopy = all[c];
+        a.params.largestCopyTrainable = trainable[c];
+      }
+  }
   if (!rc || rc->copies.empty()) {
     a.params.beforeCopies = a.params.total;
     a.params.beforeCopiesTrainable = a.params.trainable;
@@ -99,6 +123,31 @@ void countParams(Analysis &a) {
   for (const ParamInfo &p : g.params)
     if (tied[g.storageOf(p.tensor)])
       a.params.tied += numel(g.tensors[p.tensor].shape);
+  // Step 8.
+  {
+    std::vector<std::pair<OpId, OpId>> span(g.params.size(), {kNone, kNone});
+    for (OpId i = 0; i < g.ops.size(); ++i)
+      for (TensorId x : g.ops[i].inputs) {
+        const Tensor &w = g.tensors[g.storageOf(x)];
+        if (w.role != TensorRole::Param || w.param >= span.size())
+          continue;
+        auto &[first, last] = span[w.param];
+        if (first == kNone)
+          first = i;
+        last = i;
+      }
+    std::vector<double> delta(g.ops.size() + 1, 0);
+    for (size_t k = 0; k < g.params.size(); ++k)
+      if (g.params[k].trainable && span[k].first != kNone) {
+        double n = numel(g.tensors[g.params[k].tensor].shape);
+        delta[span[k].first] += n;
+        delta[span[k].second + 1] -= n;
+      }
+    double live = 0;
+    a.params.gradientSpanPeak = 0;
+    for (double d : delta)
+      a.params.gradientSpanPeak = std::max(a.params.gradientSpanPeak, live += d);
+  }
   a.params.byBlock.clear();
   a.params.byBlock.reserve(g.instances.size());
   for (uint32_t i = 0; i < g.instances.size(); ++i) {

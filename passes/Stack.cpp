@@ -109,4 +109,24 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
   return f;
 }
 
+ZeroTransients zeroTransients(const Plan &plan, const ZeroUnits &u) {
+  const Parallelism &par = plan.parallel;
+  ZeroTransients z;
+  // tally's own step only: what a framework stack holds at the activation peak is not counted
+  // yet (docs/memory.md, "ZeRO's transients", says why).
+  if (!plan.isTrain || par.zero < 2 || par.data <= 1 || !plan.generatedStep)
+    return z;
+  const double bp = bytesOf(plan.precision.params), bg = bytesOf(plan.precision.grads);
+  // tally's step (passes/ZeroShards.cpp): the root is gathered from the first forward op that
+  // reads it to the last (the embedding to the head), each copy around its own ops, nothing
+  // prefetched; a parameter's gradient of one micro-batch lives from the backward of the
+  // last op that reads the parameter to that of the first (a tied weight's from the head to
+  // the embedding), so at most the parameters whose spans of readers overlap at one op.
+  z.gathered = par.zero >= 3 ? std::min(u.all, u.root + u.block) * bp : 0;
+  z.grads = std::min(u.trainable, u.gradientSpan) * bg;
+  z.gatheredWhy = "the root and one block (tally's step: ZeRO 3's gathers, nothing prefetched)";
+  z.gradsWhy = "the gradients whose parameters' readers overlap at one op (tally's step)";
+  return z;
+}
+
 } // namespace tally

@@ -53,6 +53,28 @@ bool runsNativeAttention(const Plan &plan);
 /// paper's measured ratios (Dao 2023, §4.1): 1.4 forward, 2 backward.
 double attentionSlowdown(const Plan &plan, bool backward);
 
+/// The units of parameters ZeRO moves, in elements per device (passes/StaticMemory.cpp fills
+/// them from Analysis::params): the root (every parameter outside the repeat-block copies:
+/// the embedding, the final norm, a tied head), the largest copy (a wrapped block), and all
+/// parameters; each with its trainable part.
+struct ZeroUnits {
+  double root = 0, rootTrainable = 0;
+  double block = 0, blockTrainable = 0;
+  double all = 0, trainable = 0;
+  double gradientSpan = 0; ///< Analysis::params.gradientSpanPeak per device
+};
+
+/// What tally's own step (Plan::generatedStep) holds beside its shards under ZeRO
+/// (docs/memory.md, "ZeRO's transients"), bytes per device: under ZeRO 3 the parameters
+/// gathered at once, under ZeRO 2 and 3 the gradients held unsharded before their
+/// reduce-scatter; 0 below those stages, with one data-parallel rank, or for a plan priced as
+/// a framework stack runs it. `gatheredWhy` and `gradsWhy` say what each counts.
+struct ZeroTransients {
+  double gathered = 0, grads = 0;
+  std::string gatheredWhy, gradsWhy;
+};
+ZeroTransients zeroTransients(const Plan &plan, const ZeroUnits &u);
+
 /// The stack of `plan`: its `stack` setting, or the one its layout implies (ZeRO 3 → fsdp;
 /// tensor, pipeline, context or expert parallelism → megatron; ZeRO 1 or 2 → deepspeed; else
 /// ddp), with its buckets for `gradBytes` bytes per gradient element and `paramBytes` per

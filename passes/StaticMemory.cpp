@@ -24,6 +24,12 @@
 //    scratch) and no caching allocator, so no reserve.
 // 6. FP8 training (passes/Fp8.cpp, fp8Memory): the fp8 copies of the weights the fp8 GEMMs
 //    read and delayed scaling's amax histories and scales.
+// 8. ZeRO's transients (zeroTransients, passes/Stack.cpp; docs/memory.md "ZeRO's transients"):
+//    under ZeRO 3 the full parameters of the units gathered at once, under ZeRO 2 and 3 the
+//    gradients held unsharded before their reduce-scatter, as tally's own step holds them
+//    (Plan::generatedStep; not yet for the framework stacks): units of the root (the
+//    parameters outside the repeat-block copies; on a pipeline's first stage those read
+//    before the copies) and the largest copy, over the tensor-parallel devices.
 // 7. Expert parallelism (expert = e): the MoE experts' weights X (a.params.expert) are split
 //    over the e ranks of the expert group besides tensor × pipeline, and ZeRO shards them over
 //    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
@@ -98,9 +104,26 @@ void staticMemory(Analysis &a) {
   a.memory.libraryWorkspace = plan.cudaStep ? static_cast<double>(kCudaStepWorkspaceBytes) : 0;
   fp8Memory(a); // the weights' fp8 copies and the amax histories (passes/Fp8.cpp)
   a.memory.cudnnWorkspace = plan.cudaStep && plan.isTrain ? cudnnAttentionWorkspace(*a.graph) : 0;
+  // Step 8.
+  ZeroUnits u;
+  u.all = n;
+  u.trainable = t;
+  u.root = std::max(0.0, staged ? a.params.beforeCopies / tensor : (a.params.total - a.params.inCopies) / tensor);
+  u.rootTrainable = !plan.isTrain ? 0
+                    : std::max(0.0, staged ? a.params.beforeCopiesTrainable / tensor
+                                           : (a.params.trainable - a.params.inCopiesTrainable) / tensor);
+  // Expert parallelism: a rank gathers only its experts' share of a block's weights (the
+  // model's expert fraction of the block, split over the e ranks of the expert group).
+  double experts = n > 0 && ep > 1 ? (n - nx + nx / ep) / n : 1;
+  u.block = a.params.largestCopy / tensor * experts;
+  u.blockTrainable = plan.isTrain ? a.params.largestCopyTrainable / tensor * experts : 0;
+  u.gradientSpan = plan.isTrain ? a.params.gradientSpanPeak / tensor : 0;
+  ZeroTransients z = zeroTransients(plan, u);
+  a.memory.zeroGathered = p.paramsOnHost ? 0 : z.gathered;
+  a.memory.unshardedGrads = p.gradsOnHost ? 0 : z.grads;
   a.memory.peak = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer +
-                  a.memory.gradAccum + a.memory.fp8Weights + a.memory.fp8Meta +
-                  unallocatedBytes(a);
+                  a.memory.gradAccum + a.memory.fp8Weights + a.memory.fp8Meta + a.memory.zeroGathered +
+                  a.memory.unshardedGrads + unallocatedBytes(a);
 }
 
 void allocatorReserve(Analysis &a) {
@@ -120,6 +143,9 @@ double modelStatesFloor(const Analysis &counted, const Plan &plan) {
   states.params.beforeCopiesTrainable = counted.params.beforeCopiesTrainable;
   states.params.inCopies = counted.params.inCopies;
   states.params.inCopiesTrainable = counted.params.inCopiesTrainable;
+  states.params.largestCopy = counted.params.largestCopy;
+  states.params.largestCopyTrainable = counted.params.largestCopyTrainable;
+  states.params.gradientSpanPeak = counted.params.gradientSpanPeak;
   states.params.quantized = counted.params.quantized;
   states.params.quantizedBytes = counted.params.quantizedBytes;
   states.copies = counted.copies; // the first stage's states, as staticMemory counts them

@@ -500,7 +500,7 @@ Object flopsJson(const Analysis &a) {
 }
 
 Object memoryJson(const Analysis &a, const Plan &p) {
-  return Object{{"per_device", Object{{"params", a.memory.params},
+  Object out{{"per_device", Object{{"params", a.memory.params},
                                       {"grads", a.memory.grads},
                                       {"master", a.memory.master},
                                       {"optimizer", a.memory.optimizer},
@@ -516,6 +516,13 @@ Object memoryJson(const Analysis &a, const Plan &p) {
                                       {"capacity", p.target.memoryBytes}}},
                 {"host", Object{{"total", a.memory.hostTotal}}},
                 {"bytes_per_param", a.memory.bytesPerParam}};
+  // ZeRO's transients, only where the plan has them (ZeRO 2 and 3 over more than one rank).
+  if (a.memory.zeroGathered > 0 || a.memory.unshardedGrads > 0) {
+    Object &per = *out.getObject("per_device");
+    per["zero_gathered_params"] = a.memory.zeroGathered;
+    per["unsharded_grads"] = a.memory.unshardedGrads;
+  }
+  return out;
 }
 
 Object timeJson(const Analysis &a) {

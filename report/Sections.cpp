@@ -124,6 +124,11 @@ ReportTable memoryTable(const Analysis &a) {
           a.memory.gradAccum);
     row("master weights", a.memory.master);
     row("optimizer state", a.memory.optimizer);
+    // ZeRO's transients (docs/memory.md, "ZeRO's transients"): only under ZeRO 2 and 3.
+    if (a.memory.zeroGathered > 0)
+      row("ZeRO-3 gathered params", a.memory.zeroGathered);
+    if (a.memory.unshardedGrads > 0)
+      row("unsharded grads", a.memory.unshardedGrads);
   }
   if (a.fp8.active) {
     row("fp8 weight copies", a.memory.fp8Weights);

@@ -178,6 +178,8 @@ std::string memoryChart(const Analysis &a) {
     parts.push_back({"grads", a.memory.grads + a.memory.gradAccum, "#dd8452"});
     parts.push_back({"master weights", a.memory.master, "#937860"});
     parts.push_back({"optimizer state", a.memory.optimizer, "#8172b3"});
+    if (a.memory.zeroGathered + a.memory.unshardedGrads > 0)
+      parts.push_back({"ZeRO transients", a.memory.zeroGathered + a.memory.unshardedGrads, "#c44e52"});
   }
   parts.push_back({"activations", a.memory.activations, "#55a868"});
   parts.push_back({"workspace", a.memory.workspace, "#da8bc3"});

@@ -111,6 +111,7 @@ int failure(const std::string &msg) {
 PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   PlanOverrides o = Overrides.overrides(Backend == "cuda");
   o.tensorStep = Backend != "cuda"; // tensor parallelism as the CPU step runs it (Plan::tensorStep)
+  o.generatedStep = true; // priced as tally's step holds its memory (ZeRO's transients)
   if (Run && Threads > 0)
     o.hostThreads = Threads; // each rank's part of the host (Target::shareHost)
   // The CUDA step is estimated on the plan's own GPU (or --target's); the CPU step on the host.

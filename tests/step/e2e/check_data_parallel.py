@@ -34,7 +34,8 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     hold one piece of ceil(n / 2) elements per tensor, each padded to 256 bytes, derived here
     from the tensors' shapes in the saved weights; the bytes each rank sent in the last step,
     counted by the collectives, equal the bytes the estimate prices for a rank (its collectives
-    as a ring sends them), exactly;
+    as a ring sends them), exactly; and the estimated peak (with ZeRO's transients) is the
+    plan's arena and regions within 2%;
   - dp2o's --trace has a process per rank, each a slice per kernel call named by the model's op
     paths or the data_parallel.* sites, and the estimate beside them (check_trace.py).
   - tensor parallelism (tp2: tensor = 2, Megatron's split) gives dp1's loss at every step, its
@@ -88,6 +89,12 @@ def zero_pieces(runs, weights, result):
         over = regions["optimizer"] - est["optimizer_bytes"]
         result(p + " pieces vs ZeRO estimate", 0 <= over <= 256 * len(weights),
                "optimizer region %d B, analyzer's per device %.0f B" % (regions["optimizer"], est["optimizer_bytes"]))
+        # The estimate's peak counts the step's gathered parameters and unsharded gradients
+        # (docs/memory.md, "ZeRO's transients"); with the host's lack of framework memory it is
+        # the plan's arena and regions but for the regions' padding and the rows' maxima summed.
+        total = est["arena_bytes"] + sum(regions[k] for k in ["params", "grads", "master", "optimizer"])
+        result(p + " peak vs plan", abs(est["peak_bytes"] - total) <= 0.02 * total,
+               "estimated peak %.0f B, arena + regions %d B" % (est["peak_bytes"], total))
         sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
         ok = isinstance(sent, list) and len(sent) == 2 and all(s == priced for s in sent)
         result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
