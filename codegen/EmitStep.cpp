@@ -398,13 +398,15 @@ bool Emitter::checkPlan() {
   if (s.loss == kNone)
     return fail("the model returns no loss to train on");
   if (par.tensor > 1 && (be.device || par.sequenceParallel || plan.fuseKernels || par.data > 1 ||
-                         par.pipeline != 1 || par.context != 1 || par.expert != 1))
-    return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend runs tensor parallelism " +
-                (be.device ? std::string("not yet (the CPU backend runs it, under MPI)")
-                 : par.sequenceParallel ? std::string("without sequence_parallel")
-                 : plan.fuseKernels ? std::string("without fused kernels (build it without --fuse)")
-                 : par.data > 1 ? std::string("on its own, not combined with data = ") + std::to_string(par.data)
-                                : std::string("on its own, not with pipeline, context or expert parallelism")));
+                         par.pipeline != 1 || par.context != 1 || par.expert != 1)) {
+    std::string how = par.sequenceParallel ? "without sequence_parallel"
+                      : plan.fuseKernels   ? "without fused kernels (build it without --fuse)"
+                      : par.data > 1 ? "on its own, not combined with data = " + std::to_string(par.data)
+                                     : "on its own, not with pipeline, context or expert parallelism";
+    return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend " +
+                (be.device ? "does not run tensor parallelism yet (the CPU backend runs it, under MPI)"
+                           : "runs tensor parallelism " + how));
+  }
   if (par.tensor > 1 && !a.tensorStepError.empty()) {
     op = a.tensorStepOp < s.ops.size() ? &s.ops[a.tensorStepOp] : nullptr;
     std::string why = a.tensorStepError;
