@@ -204,26 +204,49 @@ inline void merge(uint8_t *x, int64_t n) {
   }
 }
 
+namespace detail {
+
+/// The reduce-scatter half of a ring over pieces of c elements of the n in `buf`: N - 1 steps,
+/// each sending a partly summed piece to the next rank and adding the one received from the
+/// previous; afterwards this rank's piece of `buf` holds the sum over the ranks.
+template <class T> void ring_reduce_scatter(T *buf, int64_t n, int64_t c) {
+  const int N = size(), r = rank();
+  std::vector<uint8_t> &sc = scratch();
+  if (sc.size() < static_cast<size_t>(c) * sizeof(T))
+    sc.resize(static_cast<size_t>(c) * sizeof(T));
+  T *in = reinterpret_cast<T *>(sc.data());
+  for (int k = 0; k < N - 1; ++k) {
+    int out = ((r - k - 1) % N + N) % N, got = ((r - k - 2) % N + N) % N;
+    int64_t olo = pieceLo(n, c, out), ohi = pieceHi(n, c, out);
+    int64_t glo = pieceLo(n, c, got), ghi = pieceHi(n, c, got);
+    sendrecv(buf + olo, ohi - olo, (r + 1) % N, in, ghi - glo, (r + N - 1) % N);
+    for (int64_t i = 0; i < ghi - glo; ++i)
+      buf[glo + i] = rt::store<T>(rt::load(buf[glo + i]) + rt::load(in[i]));
+  }
+}
+
+/// The all-gather half: N - 1 steps passing each rank's piece round the ring, after which every
+/// piece of `buf` holds its owner's values on every rank.
+template <class T> void ring_all_gather(T *buf, int64_t n, int64_t c) {
+  const int N = size(), r = rank();
+  for (int k = 0; k < N - 1; ++k) {
+    int out = ((r - k) % N + N) % N, got = ((r - k - 1) % N + N) % N;
+    int64_t olo = pieceLo(n, c, out), ohi = pieceHi(n, c, out);
+    int64_t glo = pieceLo(n, c, got), ghi = pieceHi(n, c, got);
+    sendrecv(buf + olo, ohi - olo, (r + 1) % N, buf + glo, ghi - glo, (r + N - 1) % N);
+  }
+}
+
+} // namespace detail
+
 /// ZeRO 2 and 3: `buf` holds this rank's n-element gradient of one tensor (one micro-batch,
 /// already divided by the ranks); the ring sums it over the ranks into this rank's piece of
 /// `buf`, which is then added into `dst` (the rank's piece in the grads region, which sums the
 /// micro-batches). Rank r sends the N - 1 pieces other than its own, partly summed.
 template <class T> void reduce_scatter_piece(rt::Ctx &ctx, T *buf, int64_t n, int64_t c, T *dst) {
   rt::detail::KernelScope ks(ctx, "reduce_scatter");
-  const int N = size(), r = rank();
-  std::vector<uint8_t> &sc = detail::scratch();
-  if (sc.size() < static_cast<size_t>(c) * sizeof(T))
-    sc.resize(static_cast<size_t>(c) * sizeof(T));
-  T *in = reinterpret_cast<T *>(sc.data());
-  for (int k = 0; k < N - 1; ++k) {
-    int out = ((r - k - 1) % N + N) % N, got = ((r - k - 2) % N + N) % N;
-    int64_t olo = detail::pieceLo(n, c, out), ohi = detail::pieceHi(n, c, out);
-    int64_t glo = detail::pieceLo(n, c, got), ghi = detail::pieceHi(n, c, got);
-    detail::sendrecv(buf + olo, ohi - olo, (r + 1) % N, in, ghi - glo, (r + N - 1) % N);
-    for (int64_t i = 0; i < ghi - glo; ++i)
-      buf[glo + i] = rt::store<T>(rt::load(buf[glo + i]) + rt::load(in[i]));
-  }
-  int64_t lo = detail::pieceLo(n, c, r), hi = detail::pieceHi(n, c, r);
+  detail::ring_reduce_scatter(buf, n, c);
+  int64_t lo = detail::pieceLo(n, c, rank()), hi = detail::pieceHi(n, c, rank());
   for (int64_t i = 0; i < hi - lo; ++i)
     dst[i] = rt::store<T>(rt::load(dst[i]) + rt::load(buf[lo + i]));
 }
@@ -233,16 +256,10 @@ template <class T> void reduce_scatter_piece(rt::Ctx &ctx, T *buf, int64_t n, in
 /// sends its own piece and the N - 2 it receives before the last.
 template <class T> void all_gather_piece(rt::Ctx &ctx, T *buf, int64_t n, int64_t c, const T *src) {
   rt::detail::KernelScope ks(ctx, "all_gather");
-  const int N = size(), r = rank();
-  int64_t lo = detail::pieceLo(n, c, r), hi = detail::pieceHi(n, c, r);
+  int64_t lo = detail::pieceLo(n, c, rank()), hi = detail::pieceHi(n, c, rank());
   if (src && hi > lo)
     std::memcpy(buf + lo, src, sizeof(T) * static_cast<size_t>(hi - lo));
-  for (int k = 0; k < N - 1; ++k) {
-    int out = ((r - k) % N + N) % N, got = ((r - k - 1) % N + N) % N;
-    int64_t olo = detail::pieceLo(n, c, out), ohi = detail::pieceHi(n, c, out);
-    int64_t glo = detail::pieceLo(n, c, got), ghi = detail::pieceHi(n, c, got);
-    detail::sendrecv(buf + olo, ohi - olo, (r + 1) % N, buf + glo, ghi - glo, (r + N - 1) % N);
-  }
+  detail::ring_all_gather(buf, n, c);
 }
 
 /// Tensor parallel: sums the n elements of `buf` over the ranks, in place (Megatron's forward
@@ -252,26 +269,9 @@ template <class T> void all_gather_piece(rt::Ctx &ctx, T *buf, int64_t n, int64_
 /// rank ends with the same bits. Rank r sends 2(N - 1) pieces, counted in sent_bytes.
 template <class T> void tp_all_reduce(rt::Ctx &ctx, T *buf, int64_t n) {
   rt::detail::KernelScope ks(ctx, "all_reduce");
-  const int N = size(), r = rank();
-  const int64_t c = n / N + (n % N != 0);
-  std::vector<uint8_t> &sc = detail::scratch();
-  if (sc.size() < static_cast<size_t>(c) * sizeof(T))
-    sc.resize(static_cast<size_t>(c) * sizeof(T));
-  T *in = reinterpret_cast<T *>(sc.data());
-  for (int k = 0; k < N - 1; ++k) {
-    int out = ((r - k - 1) % N + N) % N, got = ((r - k - 2) % N + N) % N;
-    int64_t olo = detail::pieceLo(n, c, out), ohi = detail::pieceHi(n, c, out);
-    int64_t glo = detail::pieceLo(n, c, got), ghi = detail::pieceHi(n, c, got);
-    detail::sendrecv(buf + olo, ohi - olo, (r + 1) % N, in, ghi - glo, (r + N - 1) % N);
-    for (int64_t i = 0; i < ghi - glo; ++i)
-      buf[glo + i] = rt::store<T>(rt::load(buf[glo + i]) + rt::load(in[i]));
-  }
-  for (int k = 0; k < N - 1; ++k) {
-    int out = ((r - k) % N + N) % N, got = ((r - k - 1) % N + N) % N;
-    int64_t olo = detail::pieceLo(n, c, out), ohi = detail::pieceHi(n, c, out);
-    int64_t glo = detail::pieceLo(n, c, got), ghi = detail::pieceHi(n, c, got);
-    detail::sendrecv(buf + olo, ohi - olo, (r + 1) % N, buf + glo, ghi - glo, (r + N - 1) % N);
-  }
+  const int64_t c = n / size() + (n % size() != 0);
+  detail::ring_reduce_scatter(buf, n, c);
+  detail::ring_all_gather(buf, n, c);
 }
 
 #else // one process: the group is this process alone
