@@ -514,20 +514,24 @@ struct PlanResolver {
   std::optional<int64_t> count(const ConstValue &v, const char *key) {
     return sema.positiveInt(v, key);
   }
-  bool batch(const ConstValue &v) {
-    auto n = count(v, "'batch'");
-    auto at = plan.settingRanges.find("concurrent");
-    if (n && at != plan.settingRanges.end() && at->second.isValid() && v.range.isValid()) {
+  /// `batch = N`, or `concurrent = N` (`key`), its serving name in an infer plan (issue 45;
+  /// passes/Inference.cpp servingCapacity): the sequences decoded together. The file may say
+  /// one of the two (`other`).
+  bool sequences(const ConstValue &v, const std::string &key, const std::string &other) {
+    auto n = count(v, ("'" + key + "'").c_str());
+    if (!n)
+      return false;
+    auto at = plan.settingRanges.find(other);
+    if (at != plan.settingRanges.end() && at->second.isValid() && v.range.isValid()) {
       sema.diags.report(DiagKind::DuplicateName, v.range.Start,
-                        "'batch' and 'concurrent' both say how many sequences an infer plan "
-                        "decodes together; give one of them")
+                        "'" + key + "' and '" + other + "' both say how many sequences an infer "
+                        "plan decodes together; give one of them")
           .range(v.range)
-          .note(at->second.Start, "concurrent is given here");
+          .note(at->second.Start, other + " is given here");
       return false;
     }
-    if (n)
-      plan.batch = *n, sawBatch = true;
-    return n.has_value();
+    plan.batch = *n, sawBatch = true;
+    return true;
   }
   bool seq(const ConstValue &v) {
     auto n = count(v, "'seq'");
@@ -553,25 +557,8 @@ struct PlanResolver {
       plan.generate = *n;
     return n.has_value();
   }
-  // Serving settings (infer plans, issue 45; passes/Inference.cpp servingCapacity).
-  /// `concurrent = N`: the sequences decoded together, the serving name of an infer plan's
-  /// batch; the file may say one of the two.
-  bool concurrent(const ConstValue &v) {
-    auto n = count(v, "'concurrent'");
-    if (!n)
-      return false;
-    auto batchAt = plan.settingRanges.find("batch");
-    if (batchAt != plan.settingRanges.end() && batchAt->second.isValid() && v.range.isValid()) {
-      sema.diags.report(DiagKind::DuplicateName, v.range.Start,
-                        "'concurrent' and 'batch' both say how many sequences an infer plan "
-                        "decodes together; give one of them")
-          .range(v.range)
-          .note(batchAt->second.Start, "batch is given here");
-      return false;
-    }
-    plan.batch = *n, sawBatch = true;
-    return true;
-  }
+  bool batch(const ConstValue &v) { return sequences(v, "batch", "concurrent"); }
+  bool concurrent(const ConstValue &v) { return sequences(v, "concurrent", "batch"); }
   bool maxContext(const ConstValue &v) {
     auto n = count(v, "'max_context'");
     if (n)
