@@ -139,9 +139,18 @@ const char *protocolName(CollProtocol p) {
   return "?";
 }
 
-double overlapInterference(const Target &t) {
-  return t.multiprocessors > 0 ? std::min(1.0, kChannels / static_cast<double>(t.multiprocessors))
-                              : 0;
+bool persistentGemms(const Target &t) { return t.computeCapability / 10 == 9; }
+
+double overlapInterference(const Target &t, double matmulShare) {
+  if (t.multiprocessors <= 0)
+    return 0;
+  double sms = static_cast<double>(t.multiprocessors);
+  double blocks = std::min(1.0, kChannels / sms);
+  if (!persistentGemms(t) || kChannels >= sms)
+    return blocks;
+  double waves = std::ceil(sms / (sms - kChannels));
+  double share = std::clamp(matmulShare, 0.0, 1.0);
+  return share * (1 - 1 / waves) + (1 - share) * blocks;
 }
 
 double commBandwidth(const Target &t) {

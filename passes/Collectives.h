@@ -79,9 +79,22 @@ double sendTime(const Target &t, bool network, double bytes);
 /// each channel as one CUDA block, which holds a multiprocessor for the collective's duration
 /// (NCCL's documentation, NCCL_NCHANNELS / NCCL_MIN_CTAS: "one CTA per channel"), so kernels
 /// overlapped with it run on the other multiprocessors: channels / multiprocessors (16 of 132
-/// on an H100, 12.1%; 16 of 108 on an A100, 14.8%). 0 for a target that states no
+/// on an H100, 12.1%; 16 of 108 on an A100, 14.8%). On a GPU whose matmuls are persistent
+/// kernels (persistentGemms) a matmul loses more: it launches one block per multiprocessor,
+/// each owning 1/SMs of the tiles, so with NCCL's blocks resident the blocks that find no free
+/// multiprocessor run as a second wave as long as the first — the matmul progresses at
+/// 1 / ceil(SMs / (SMs − channels)) of its rate (one half on an H100). `matmulShare` is the
+/// part of the overlapped compute's time that is matmuls. 0 for a target that states no
 /// multiprocessors (a CPU, a user GPU without them). docs/time.md, "Overlap is not free".
-double overlapInterference(const Target &t);
+double overlapInterference(const Target &t, double matmulShare);
+
+/// Whether the target's matmul library launches persistent kernels, one block per
+/// multiprocessor looping over output tiles: Hopper (compute capability 9.x), whose cuBLAS and
+/// CUTLASS 3 GEMMs use the SM90 persistent tile scheduler (CUTLASS
+/// include/cutlass/gemm/kernel/tile_scheduler_params.h, `get_grid_shape`: the launch grid is
+/// min(sm_count, output tiles)). Ampere's launch a block per tile; Blackwell's schedulers
+/// (cluster launch control) hand tiles to whichever blocks run, so neither makes a second wave.
+bool persistentGemms(const Target &t);
 
 /// PCIe 4.0 x16, per direction: the host link assumed when a user target states none.
 constexpr double kDefaultHostLink = 32e9;

@@ -398,7 +398,7 @@ std::pair<double, double> bucketed(Analysis &a, const char *what, char group, co
 /// forward and backward (ZeRO 3); `layers` the repeat-block copies of a stage, FSDP's units.
 /// The stack (Analysis::stack) sets the message sizes and whether the reduction overlaps.
 double dataParallelTime(Analysis &a, double m, double backwardOne, double computeOne,
-                        double layers) {
+                        double layers, double matmulShare) {
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
   double d = degree(par.data), c = degree(par.context);
@@ -478,9 +478,9 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
   }
   double exposed = overlap ? std::max(grads.second, grads.first - window) : grads.first;
   // What is hidden still runs on NCCL's blocks: the compute beside it has fewer
-  // multiprocessors for that long (overlapInterference).
+  // multiprocessors for that long, and persistent matmuls a second wave (overlapInterference).
   double hidden = std::max(0.0, grads.first - exposed);
-  a.time.overlapInterference = hidden * overlapInterference(plan.target);
+  a.time.overlapInterference = hidden * overlapInterference(plan.target, matmulShare);
   return exposed + a.time.overlapInterference + gather;
 }
 
@@ -724,11 +724,13 @@ void stepTime(Analysis &a) {
   a.stack = stackFacts(plan, bytesOf(plan.precision.grads), bytesOf(plan.precision.params));
 
   // Step 3: per micro-batch totals.
-  double F = 0, B = 0, R = 0;
+  double F = 0, B = 0, R = 0, matmul = 0;
   std::vector<double> recomputeMessages;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     F += a.ops[i].forwardTime;
     B += a.ops[i].backwardTime;
+    if (opClass(g.ops[i].kind) == OpClass::Matmul)
+      matmul += a.ops[i].forwardTime + a.ops[i].backwardTime;
   }
   if (!plan.isTrain) {
     inferenceForward(a, tp, F);
@@ -761,7 +763,8 @@ void stepTime(Analysis &a) {
   // Steps 5-8 and 10.
   a.time.optimizer = optimizerTime(a);
   a.time.dataParallelComm =
-      dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(*a.copies) / p);
+      dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(*a.copies) / p,
+                       F + B > 0 ? matmul / (F + B) : 0);
   if (t > 1) {
     double perMicroBatch = allReduces(plan, tp.forwardMessages) +
                            backwardAllReduces(a, tp) +

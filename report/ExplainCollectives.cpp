@@ -7,6 +7,7 @@
 #include "report/Explain.h"
 
 #include "ir/Units.h"
+#include "passes/Collectives.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -87,7 +88,11 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
   if (a.time.overlapInterference > 0)
     os << "  of the data-parallel time, " << formatDuration(a.time.overlapInterference)
        << " is compute slowed beside the hidden collectives: NCCL's blocks hold one "
-          "multiprocessor per channel while they run (docs/time.md, \"Overlap is not free\")\n";
+          "multiprocessor per channel while they run"
+       << (persistentGemms(a.plan->target)
+               ? ", and a persistent matmul's blocks that find none free run as a second wave"
+               : "")
+       << " (docs/time.md, \"Overlap is not free\")\n";
 }
 
 llvm::json::Value collectivesJson(const Analysis &a) {

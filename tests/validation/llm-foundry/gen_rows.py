@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""gen_a100_rows.py — the A100 rows of llm-foundry's MPT benchmark tables as validation plans.
+"""gen_rows.py — the A100 and H100 bf16 rows of llm-foundry's MPT benchmark tables as validation plans.
 
-Usage: gen_a100_rows.py TALLY OUT_DIR
+Usage: gen_rows.py TALLY OUT_DIR
 
 llm-foundry's scripts/train/benchmarking/README.md ("MPT Training Benchmarks", tables "A100
-80GB with 1600 Gbps node-node interconnect (RoCE)" and "A100 40GB ..."), below as published:
+80GB with 1600 Gbps node-node interconnect (RoCE)", "A100 40GB ...", "H100 80GB BF16" and "H100
+80GB BF16 (Large Scale, >= 128 GPUs)"; the FP8 table is not written), below as published:
 model, sequence, GPUs, GPU, MFU, HFU, model TFLOP, micro-batch, accumulation, global batch,
 samples/s, tokens/s, tokens/s per GPU, global batch in tokens, precision, FSDP mixed-precision
 mode, sharding, activation checkpointing, CPU offload, parameters. Each row becomes one plan in
@@ -30,10 +31,16 @@ DIMS = {  # scripts/train/yamls/pretrain/mpt-*.yaml: d_model, n_heads, n_layers
     "1b": (2048, 16, 24), "3b": (2560, 20, 32), "7b": (4096, 32, 32),
     "13b": (5120, 40, 40), "30b": (7168, 56, 48), "70b": (8192, 64, 80),
 }
-TABLES = {
-    "A100_80GB": "A100 80GB with 1600 Gbps node-node interconnect (RoCE)",
-    "A100_40GB": "A100 40GB with 1600 Gbps node-node interconnect (RoCE)",
+TABLES = {  # a row's first word: (the tally target, the table's title)
+    "A100_80GB": ("A100_80GB", "A100 80GB with 1600 Gbps node-node interconnect (RoCE)"),
+    "A100_40GB": ("A100_40GB", "A100 40GB with 1600 Gbps node-node interconnect (RoCE)"),
+    "H100_SXM": ("H100_SXM", "H100 80GB BF16"),
+    "H100_SXM_LARGE": ("H100_SXM", "H100 80GB BF16 (Large Scale, >= 128 GPUs)"),
 }
+# FSDP's sharding strategies as tally's ZeRO stages: FULL_SHARD shards parameters, gradients
+# and optimizer state (3), SHARD_GRAD_OP gradients and optimizer state (2), both under the
+# fsdp stack (the plan says so: ZeRO 2 alone would choose DeepSpeed's).
+SHARDING = {"FULL_SHARD": "zero = 3", "SHARD_GRAD_OP": "zero = 2, stack = fsdp"}
 ROWS = """
 A100_80GB 70b 2048 64 a100_80gb 53.33 71.1 166 8 4 2048 12 26274 410 4194304 bf16 PURE FULL_SHARD True False 64862437376
 A100_80GB 70b 2048 32 a100_80gb 48.56 64.75 151 2 16 1024 5 11962 373 2097152 bf16 PURE FULL_SHARD True False 64862437376
@@ -174,6 +181,76 @@ A100_40GB 125m 2048 16 a100_40gb 40.93 40.93 127 26 1 416 1019 2088560 130535 85
 A100_40GB 125m 2048 8 a100_40gb 42.75 42.75 133 26 3 624 532 1090678 136334 1277952 bf16 PURE FULL_SHARD False False 125311488
 A100_40GB 125m 1024 8 a100_40gb 40.89 40.89 127 52 3 1248 1158 1186314 148289 1277952 bf16 PURE FULL_SHARD False False 124525056
 A100_40GB 125m 512 8 a100_40gb 40.26 40.26 125 104 3 2496 2448 1253886 156735 1277952 bf16 PURE FULL_SHARD False False 124131840
+H100_SXM_LARGE 70b 2048 512 h100_80gb 41.25 55.0 408 8 1 4096 251 515636 1007 8388608 amp_bf16 DEFAULT FULL_SHARD True False 64862437376
+H100_SXM_LARGE 70b 2048 256 h100_80gb 42.42 56.56 419 8 1 2048 129 265149 1035 4194304 amp_bf16 DEFAULT FULL_SHARD True False 64862437376
+H100_SXM_LARGE 70b 2048 128 h100_80gb 43.36 57.81 428 8 1 1024 66 135490 1058 2097152 amp_bf16 DEFAULT FULL_SHARD True False 64862437376
+H100_SXM_LARGE 30b 2048 512 h100_80gb 40.27 53.69 398 8 1 4096 528 1083366 2115 8388608 amp_bf16 DEFAULT FULL_SHARD True False 29975214080
+H100_SXM_LARGE 30b 2048 256 h100_80gb 40.89 54.52 404 8 1 2048 268 550022 2148 4194304 amp_bf16 DEFAULT FULL_SHARD True False 29975214080
+H100_SXM_LARGE 30b 2048 128 h100_80gb 41.85 55.8 414 8 1 1024 137 281491 2199 2097152 amp_bf16 DEFAULT FULL_SHARD True False 29975214080
+H100_SXM_LARGE 13b 2048 512 h100_80gb 41.12 54.83 406 16 1 8192 1238 2535811 4952 16777216 amp_bf16 DEFAULT FULL_SHARD True False 12853954560
+H100_SXM_LARGE 13b 2048 256 h100_80gb 41.42 55.23 409 16 1 4096 623 1277214 4989 8388608 amp_bf16 DEFAULT FULL_SHARD True False 12853954560
+H100_SXM_LARGE 13b 2048 128 h100_80gb 42.18 56.24 417 16 1 2048 317 650264 5080 4194304 amp_bf16 DEFAULT FULL_SHARD True False 12853954560
+H100_SXM_LARGE 7b 2048 512 h100_80gb 42.2 42.2 417 6 1 3072 2417 4951479 9670 6291456 amp_bf16 DEFAULT FULL_SHARD False False 6658859008
+H100_SXM_LARGE 7b 2048 256 h100_80gb 44.15 44.15 436 6 1 1536 1264 2590548 10119 3145728 amp_bf16 DEFAULT FULL_SHARD False False 6658859008
+H100_SXM_LARGE 7b 2048 128 h100_80gb 45.71 45.71 452 6 1 768 654 1340830 10475 1572864 amp_bf16 DEFAULT FULL_SHARD False False 6658859008
+H100_SXM_LARGE 3b 2048 512 h100_80gb 39.24 39.24 388 8 1 4096 5416 11092218 21664 8388608 amp_bf16 DEFAULT SHARD_GRAD_OP False False 2651837440
+H100_SXM_LARGE 3b 2048 256 h100_80gb 41.25 41.25 408 8 1 2048 2846 5829686 22772 4194304 amp_bf16 DEFAULT SHARD_GRAD_OP False False 2651837440
+H100_SXM_LARGE 3b 2048 128 h100_80gb 42.43 42.43 419 8 1 1024 1463 2998098 23422 2097152 amp_bf16 DEFAULT SHARD_GRAD_OP False False 2651837440
+H100_SXM_LARGE 1b 2048 512 h100_80gb 36.65 36.65 362 12 1 6144 9959 20396905 39837 12582912 amp_bf16 DEFAULT SHARD_GRAD_OP False False 1315950592
+H100_SXM_LARGE 1b 2048 256 h100_80gb 39.15 39.15 387 12 1 3072 5319 10894207 42555 6291456 amp_bf16 DEFAULT SHARD_GRAD_OP False False 1315950592
+H100_SXM_LARGE 1b 2048 128 h100_80gb 40.6 40.6 401 12 1 1536 2757 5647854 44123 3145728 amp_bf16 DEFAULT SHARD_GRAD_OP False False 1315950592
+H100_SXM 70b 2048 64 h100_80gb 42.57 56.76 421 8 4 2048 32 66523 1039 4194304 amp_bf16 DEFAULT FULL_SHARD True False 64862437376
+H100_SXM 70b 2048 32 h100_80gb 36.15 48.2 357 2 16 1024 13 28242 882 2097152 amp_bf16 DEFAULT FULL_SHARD True False 64862437376
+H100_SXM 30b 8192 8 h100_80gb 29.92 39.9 296 1 21 168 1 11072 1384 1376256 amp_bf16 DEFAULT FULL_SHARD True False 30019254272
+H100_SXM 30b 4096 8 h100_80gb 35.86 47.81 354 1 21 168 3 14419 1802 688128 amp_bf16 DEFAULT FULL_SHARD True False 29989894144
+H100_SXM 30b 2048 32 h100_80gb 43.92 58.57 434 14 3 1344 36 73860 2308 2752512 amp_bf16 DEFAULT FULL_SHARD True False 29975214080
+H100_SXM 30b 2048 16 h100_80gb 43.07 57.42 426 10 3 480 17 36209 2263 983040 amp_bf16 DEFAULT FULL_SHARD True False 29975214080
+H100_SXM 30b 2048 8 h100_80gb 38.11 50.82 377 3 21 504 7 16022 2002 1032192 amp_bf16 DEFAULT FULL_SHARD True False 29975214080
+H100_SXM 30b 1024 8 h100_80gb 38.76 51.68 383 6 21 1008 16 16672 2084 1032192 amp_bf16 DEFAULT FULL_SHARD True False 29967874048
+H100_SXM 13b 32768 8 h100_80gb 31.68 42.24 313 1 3 24 0 15812 1976 786432 amp_bf16 DEFAULT FULL_SHARD True False 13011240960
+H100_SXM 13b 16384 8 h100_80gb 35.55 47.4 351 3 3 72 1 23881 2985 1179648 amp_bf16 DEFAULT FULL_SHARD True False 12927354880
+H100_SXM 13b 4096 8 h100_80gb 41.6 55.47 411 10 3 240 9 37740 4717 983040 amp_bf16 DEFAULT FULL_SHARD True False 12864440320
+H100_SXM 13b 2048 64 h100_80gb 39.86 39.86 394 2 1 128 150 307209 4800 262144 amp_bf16 DEFAULT FULL_SHARD False False 12853954560
+H100_SXM 13b 2048 32 h100_80gb 39.95 39.95 395 2 1 64 75 153960 4811 131072 amp_bf16 DEFAULT FULL_SHARD False False 12853954560
+H100_SXM 13b 2048 16 h100_80gb 39.58 39.58 391 2 1 32 37 76280 4767 65536 amp_bf16 DEFAULT FULL_SHARD False False 12853954560
+H100_SXM 13b 2048 8 h100_80gb 39.79 39.79 393 2 1 16 18 38336 4792 32768 amp_bf16 DEFAULT FULL_SHARD False False 12853954560
+H100_SXM 13b 1024 8 h100_80gb 44.27 59.03 438 40 3 960 42 44019 5502 983040 amp_bf16 DEFAULT FULL_SHARD True False 12848711680
+H100_SXM 7b 65536 8 h100_80gb 28.59 38.13 282 1 2 16 0 15654 1956 1048576 amp_bf16 DEFAULT FULL_SHARD True False 6918905856
+H100_SXM 7b 32768 8 h100_80gb 30.94 41.25 306 2 2 32 0 26550 3318 1048576 amp_bf16 DEFAULT FULL_SHARD True False 6784688128
+H100_SXM 7b 8192 8 h100_80gb 37.14 49.52 367 8 2 128 6 55481 6935 1048576 amp_bf16 DEFAULT FULL_SHARD True False 6684024832
+H100_SXM 7b 4096 8 h100_80gb 40.42 53.9 399 16 2 256 16 68893 8611 1048576 amp_bf16 DEFAULT FULL_SHARD True False 6667247616
+H100_SXM 7b 2048 8 h100_80gb 46.44 46.44 459 6 1 48 41 85144 10643 98304 amp_bf16 DEFAULT FULL_SHARD False False 6658859008
+H100_SXM 7b 1024 8 h100_80gb 42.83 57.11 423 64 2 1024 79 81628 10203 1048576 amp_bf16 DEFAULT FULL_SHARD True False 6654664704
+H100_SXM 3b 65536 8 h100_80gb 26.81 35.74 265 1 2 16 0 26099 3262 1048576 amp_bf16 DEFAULT FULL_SHARD True False 2814366720
+H100_SXM 3b 32768 8 h100_80gb 28.84 38.46 285 3 6 144 1 46984 5873 4718592 amp_bf16 DEFAULT FULL_SHARD True False 2730480640
+H100_SXM 3b 16384 8 h100_80gb 36.34 36.34 359 1 6 48 5 89223 11152 786432 amp_bf16 DEFAULT FULL_SHARD False False 2688537600
+H100_SXM 3b 8192 8 h100_80gb 40.31 40.31 398 3 6 144 16 132626 16578 1179648 amp_bf16 DEFAULT FULL_SHARD False False 2667566080
+H100_SXM 3b 4096 8 h100_80gb 42.31 42.31 418 5 6 240 40 167712 20964 983040 amp_bf16 DEFAULT FULL_SHARD False False 2657080320
+H100_SXM 3b 2048 64 h100_80gb 40.8 40.8 403 6 3 1152 703 1441663 22525 2359296 amp_bf16 DEFAULT FULL_SHARD False False 2651837440
+H100_SXM 3b 2048 32 h100_80gb 41.7 41.7 412 6 3 576 359 736701 23021 1179648 amp_bf16 DEFAULT FULL_SHARD False False 2651837440
+H100_SXM 3b 2048 16 h100_80gb 43.73 43.73 432 10 3 480 188 386285 24142 983040 amp_bf16 DEFAULT FULL_SHARD False False 2651837440
+H100_SXM 3b 1024 8 h100_80gb 46.2 46.2 457 20 6 960 211 216369 27046 983040 amp_bf16 DEFAULT FULL_SHARD False False 2649216000
+H100_SXM 3b 512 8 h100_80gb 46.32 46.32 458 40 6 1920 436 223721 27965 983040 amp_bf16 DEFAULT FULL_SHARD False False 2647905280
+H100_SXM 1b 65536 8 h100_80gb 26.34 35.12 260 1 2 16 0 44050 5506 1048576 amp_bf16 DEFAULT FULL_SHARD True False 1445974016
+H100_SXM 1b 32768 8 h100_80gb 33.54 33.54 331 1 4 32 2 96203 12025 1048576 amp_bf16 DEFAULT FULL_SHARD False False 1378865152
+H100_SXM 1b 16384 8 h100_80gb 35.22 35.22 348 2 4 64 9 157194 19649 1048576 amp_bf16 DEFAULT FULL_SHARD False False 1345310720
+H100_SXM 1b 8192 8 h100_80gb 37.73 37.73 373 3 4 96 28 233256 29157 786432 amp_bf16 DEFAULT FULL_SHARD False False 1328533504
+H100_SXM 1b 4096 8 h100_80gb 40.26 40.26 398 7 4 224 75 308282 38535 917504 amp_bf16 DEFAULT FULL_SHARD False False 1320144896
+H100_SXM 1b 2048 64 h100_80gb 40.85 40.85 404 20 1 1280 1387 2841754 44402 2621440 amp_bf16 DEFAULT FULL_SHARD False False 1315950592
+H100_SXM 1b 2048 32 h100_80gb 41.52 41.52 410 20 1 640 705 1444183 45130 1310720 amp_bf16 DEFAULT FULL_SHARD False False 1315950592
+H100_SXM 1b 2048 16 h100_80gb 42.36 42.36 419 20 1 320 359 736596 46037 655360 amp_bf16 DEFAULT FULL_SHARD False False 1315950592
+H100_SXM 1b 2048 8 h100_80gb 41.82 41.82 413 14 1 112 177 363645 45455 229376 amp_bf16 DEFAULT FULL_SHARD False False 1315950592
+H100_SXM 1b 1024 8 h100_80gb 41.95 41.95 415 18 4 576 382 391287 48910 589824 amp_bf16 DEFAULT FULL_SHARD False False 1313853440
+H100_SXM 1b 512 8 h100_80gb 43.21 43.21 427 56 4 1792 816 418201 52275 917504 amp_bf16 DEFAULT FULL_SHARD False False 1312804864
+H100_SXM 760m 32768 8 h100_80gb 31.84 31.84 315 1 2 16 3 130333 16291 524288 amp_bf16 DEFAULT FULL_SHARD False False 807656448
+H100_SXM 760m 16384 8 h100_80gb 33.57 33.57 332 3 2 48 13 222521 27815 786432 amp_bf16 DEFAULT FULL_SHARD False False 782490624
+H100_SXM 760m 8192 8 h100_80gb 34.84 34.84 344 6 2 96 40 334602 41825 786432 amp_bf16 DEFAULT FULL_SHARD False False 769907712
+H100_SXM 760m 4096 8 h100_80gb 35.83 35.83 354 12 2 192 108 443674 55459 786432 amp_bf16 DEFAULT FULL_SHARD False False 763616256
+H100_SXM 760m 2048 32 h100_80gb 37.57 37.57 371 24 1 768 1062 2175091 67971 1572864 amp_bf16 DEFAULT FULL_SHARD False False 760470528
+H100_SXM 760m 2048 16 h100_80gb 37.89 37.89 374 24 1 384 535 1096819 68551 786432 amp_bf16 DEFAULT FULL_SHARD False False 760470528
+H100_SXM 760m 2048 8 h100_80gb 34.9 34.9 345 24 2 384 246 505177 63147 786432 amp_bf16 DEFAULT FULL_SHARD False False 760470528
+H100_SXM 760m 1024 8 h100_80gb 39.76 39.76 393 48 2 768 613 628648 78581 786432 amp_bf16 DEFAULT FULL_SHARD False False 758897664
+H100_SXM 760m 512 8 h100_80gb 40.42 40.42 399 96 2 1536 1308 669998 83749 786432 amp_bf16 DEFAULT FULL_SHARD False False 758111232
 """
 
 MODEL = """
@@ -220,8 +297,9 @@ model MPT(vocab = 50368, ctx, d, heads, layers) {
 """
 
 
-def plan_text(target, size, seq, gpus, micro, accum, batch, tps, tokens, prec, mode, ckpt,
-              mfu, params):
+def plan_text(table, size, seq, gpus, micro, accum, batch, tps, tokens, prec, mode, sharding,
+              ckpt, mfu, params):
+    target, title = TABLES[table]
     d, heads, layers = DIMS[size]
     step = tokens / tps
     share = 4.0 * layers * d * seq / (2.0 * params + 4.0 * layers * d * seq)
@@ -237,17 +315,20 @@ def plan_text(target, size, seq, gpus, micro, accum, batch, tps, tokens, prec, m
         "// MosaicML llm-foundry, scripts/train/benchmarking/README.md (\"MPT Training Benchmarks\"),\n"
         "// table \"%s\": MPT-%s at sequence %d on %d GPUs, micro-batch %d, %d\n"
         "// accumulation steps, global batch %d sequences (%d tokens), PyTorch FSDP\n"
-        "// FULL_SHARD (ZeRO-3 over all GPUs, across nodes above 8), %s,\n"
+        "// %s, %s,\n"
         "// %s. Published: %d tokens/s, MFU %s%%, %d parameters.\n"
         "// Measured step: %d tokens / %d tokens/s = %.4f s.\n"
-        "// Written by gen_a100_rows.py from the table's row.\n%s"
+        "// Written by gen_rows.py from the table's row.\n%s"
         "// validation: source = llm-foundry benchmarks, \"%s\"\n"
         "// validation: measured_step_s = %.4f\n"
         "// validation: measured = %d tokens/s\n"
         "// validation: bound = %s\n") % (
-            TABLES[target], size, seq, gpus, micro, accum, batch, tokens, mixed,
+            title, size, seq, gpus, micro, accum, batch, tokens,
+            "FULL_SHARD (ZeRO-3 over all GPUs, across nodes above 8)" if sharding == "FULL_SHARD"
+            else "SHARD_GRAD_OP (ZeRO-2: gradients and optimizer state sharded over all GPUs)",
+            mixed,
             "activation checkpointing on every block" if ckpt else "no activation checkpointing",
-            tps, mfu, params, tokens, tps, step, why, TABLES[target], step, tps, bound)
+            tps, mfu, params, tokens, tps, step, why, title, step, tps, bound)
     plan = """
 train mpt {
   model       = MPT(ctx = %d, d = %d, heads = %d, layers = %d)
@@ -257,10 +338,10 @@ train mpt {
   optimizer   = AdamW(lr = 1e-4)
   precision   = %s
   checkpoint  = %s
-  target      = %d x %s { zero = 3, attention_kernel = flash1_triton }
+  target      = %d x %s { %s, attention_kernel = flash1_triton }
 }
 """ % (seq, d, heads, layers, batch, seq, micro, precision, "full" if ckpt else "none", gpus,
-       target)
+       target, SHARDING[sharding])
     return head + MODEL + plan
 
 
@@ -269,11 +350,11 @@ def main():
     written = skipped = 0
     for line in ROWS.strip().split("\n"):
         f = line.split()
-        target, size, seq, gpus = f[0], f[1], int(f[2]), int(f[3])
+        table, size, seq, gpus = f[0], f[1], int(f[2]), int(f[3])
         mfu, micro, accum, batch = f[5], int(f[8]), int(f[9]), int(f[10])
-        tps, tokens, prec, mode = int(f[12]), int(f[14]), f[15], f[16]
+        tps, tokens, prec, mode, sharding = int(f[12]), int(f[14]), f[15], f[16], f[17]
         ckpt, params = f[18] == "True", int(f[20])
-        name = "mpt-%s-s%d-%dx%s.tally" % (size, seq, gpus, target)
+        name = "mpt-%s-s%d-%dx%s.tally" % (size, seq, gpus, TABLES[table][0])
         path = os.path.join(out, name)
         if size not in DIMS or os.path.exists(path) or batch * seq != tokens:
             skipped += 1
@@ -283,8 +364,8 @@ def main():
             # needs micro x accumulation x data = batch.
             skipped += 1
             continue
-        text = plan_text(target, size, seq, gpus, micro, accum, batch, tps, tokens, prec, mode,
-                         ckpt, mfu, params)
+        text = plan_text(table, size, seq, gpus, micro, accum, batch, tps, tokens, prec, mode,
+                         sharding, ckpt, mfu, params)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -309,7 +390,7 @@ def main():
             continue
         os.replace(tmp, path)
         written += 1
-    print("gen_a100_rows: %d written, %d skipped" % (written, skipped))
+    print("gen_rows: %d written, %d skipped" % (written, skipped))
 
 
 if __name__ == "__main__":
