@@ -361,6 +361,58 @@ std::string nonfiniteLoss(int64_t step, double loss) {
          "diverged; --allow-nonfinite trains on)";
 }
 
+/// The first of `n` gradients of the grads region's dtype at `g` that is NaN or infinite (its
+/// exponent bits all ones), or -1: the driver's check before each update (issue 43). Bit tests,
+/// no float arithmetic, over the OpenMP threads when n is large.
+int64_t firstNonfiniteGradient(const uint8_t *g, int64_t n) {
+  const std::string d = kLayout.gradsDtype;
+  int64_t first = n;
+  if (d == "F32") {
+#pragma omp parallel for reduction(min : first) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t b;
+      std::memcpy(&b, g + 4 * i, 4);
+      if ((b & 0x7F800000u) == 0x7F800000u && i < first)
+        first = i;
+    }
+  } else { // BF16 or F16
+    const uint16_t mask = d == "BF16" ? 0x7F80 : 0x7C00;
+#pragma omp parallel for reduction(min : first) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, g + 2 * i, 2);
+      if ((b & mask) == mask && i < first)
+        first = i;
+    }
+  }
+  return first < n ? first : -1;
+}
+
+/// Which gradient element `i` of the grads region (laid out as kLayout.params says: one rank
+/// holding every gradient whole) is and what it holds, e.g. "the gradient of fc2.weight holds
+/// +Inf at index [3, 0]"; "" when no parameter's gradient covers it.
+std::string gradientAt(const uint8_t *g, int64_t i) {
+  const int64_t at = i * static_cast<int64_t>(dtypeBytes(kLayout.gradsDtype));
+  for (int k = 0; k < kLayout.nparams; ++k) {
+    const ParamInfo &p = kLayout.params[k];
+    const int64_t bytes = p.t.numel * static_cast<int64_t>(dtypeBytes(kLayout.gradsDtype));
+    if (p.grad < 0 || at < p.grad || at >= p.grad + bytes)
+      continue;
+    const int64_t j = (at - p.grad) / static_cast<int64_t>(dtypeBytes(kLayout.gradsDtype));
+    const double v = loadAs(kLayout.gradsDtype, g + p.grad, j);
+    return std::string("the gradient of ") + p.t.name + " holds " + (std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf") +
+           " at index " + indexText(std::vector<int64_t>(p.t.shape, p.t.shape + p.t.rank), j);
+  }
+  return "";
+}
+
+/// Why the run stops at non-finite gradients (step is 1-based; `where` from gradientAt, or "").
+std::string nonfiniteGradients(int64_t step, const std::string &where) {
+  return "step " + std::to_string(step) + ": the gradient norm is not finite" + (where.empty() ? "" : " (" + where + ")") +
+         "; stopping without writing --save or --dump-grads "
+         "(the weights, the data or the learning rate diverged; --allow-nonfinite trains on)";
+}
+
 /// Writes every parameter (or its gradient) as F32 into a safetensors file (`table`: as
 /// initParams's).
 void writeTensors(const std::string &path, bool grads, const Memory &from, const ParamInfo *table = kLayout.params) {

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """check_run_inputs.py — the run path trusts no file (issue 43): `tally run` of the e2e MLP
 (mlp.tally: inputs x [8, 16] and y [8, 8] f32) with hostile --data and --init files, outputs that
-would overwrite inputs, non-finite values and an out-of-range --threads. Every case must exit
+would overwrite inputs, non-finite values (in the files, the loss and the gradients) and an
+out-of-range --threads. Every case must exit
 non-zero with a message naming what is wrong, and leave every input file as it was.
 
 Usage: /usr/bin/python3 check_run_inputs.py TALLY   (exit 1 on any failure; TALLY_CACHE_DIR as
@@ -103,6 +104,22 @@ def main():
         print("FAIL nonfinite-loss-stops: %s was written" % out_w)
         failed.append("nonfinite-loss-saved")
     expect("nonfinite-loss-allowed", ["--data", good, "--init", f, "--allow-nonfinite"], 0, [])
+
+    # A non-finite gradient under a finite loss (fc2 all zero, fc1 all 1e29, y = 1e10: the loss
+    # is 1e20, fc2's weight gradient overflows) stops the run naming the step and the first
+    # gradient, without saving (before, the update ran, and only the save's NaN check or the next
+    # step's loss stopped the run, naming neither the step nor the gradient).
+    huge = {k: np.full(v.shape, 1e29 if k.startswith("fc1") else 0.0, np.float32) for k, v in w.items()}
+    f = path("w_huge.safetensors")
+    st.save(f, huge)
+    d = path("y_big.safetensors")
+    st.save(d, {"x": ones(8, 16), "y": np.full((8, 8), 1e10, np.float32)})
+    expect("nonfinite-gradient-stops", ["--data", d, "--init", f, "--save", out_w], 1,
+           ["step 1: the gradient norm is not finite (the gradient of ", "stopping without writing --save"])
+    if os.path.exists(out_w):
+        print("FAIL nonfinite-gradient-stops: %s was written" % out_w)
+        failed.append("nonfinite-gradient-saved")
+    expect("nonfinite-gradient-allowed", ["--data", d, "--init", f, "--allow-nonfinite"], 0, [])
 
     # Outputs never replace inputs: the model, --data, --init; the data and weights stay whole.
     expect("save-over-model", ["--data", good, "--save", model], 2, ["refusing to write --save"], keep=[model])
