@@ -510,22 +510,23 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << plan.parallel.data << ", " << (sharded() ? 1 : a.regions.tensorShards) << ", " << a.regions.shard << ", "
      << plan.parallel.tensor << "};\n\n"
      << "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
-     << "                  void (*before_zero)(), bool *updated) {\n"
+     << "                  void (*before_zero)(), bool *updated, void (*check_gradients)()) {\n"
      << "  double loss = 0;\n"
      << "  for (int64_t m = 0; m < kLayout.microSteps; ++m) {\n"
      << "    load_micro_batch(m);\n"
      << (overlap() ? "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);\n"
                    : "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n")
      << "  }\n";
+  const char *check = "  if (check_gradients)\n    check_gradients();\n";
   if (dataParallel() && pieced()) // each gradient was reduce-scattered when the backward completed it
-    os << "  if (before_zero)\n    before_zero();\n"
+    os << check << "  if (before_zero)\n    before_zero();\n"
        << "  *updated = update(ctx, step);\n";
   else if (dataParallel())
-    os << "  reduce_gradients(ctx);\n"
+    os << "  reduce_gradients(ctx);\n" << check
        << "  if (before_zero) {\n" << (sharded() ? "    gather_gradients(ctx);\n" : "") << "    before_zero();\n  }\n"
        << "  *updated = update(ctx, step);\n";
   else
-    os << "  *updated = update(ctx, step);\n"
+    os << check << "  *updated = update(ctx, step);\n"
        << "  if (before_zero)\n    before_zero();\n";
   os << "  zero_grad(ctx);\n"
      << "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n"

@@ -2,12 +2,14 @@
 # Builds the libFuzzer target fuzz/tally_fuzz (clang-14, ASan + UBSan, -DTALLY_FUZZ=ON) in its own
 # build folder and runs it for a bounded time over the whole pipeline (docs/reliability.md).
 #   scripts/fuzz.sh SECONDS            e.g. scripts/fuzz.sh 120 (what scripts/test.sh runs)
-#   scripts/fuzz.sh --build-only       configure and build tally, unit_tests, tally_fuzz and
-#                                      safetensors_fuzz there (scripts/test.sh's sanitizer
-#                                      suite), run nothing
-# SECONDS is shared: three quarters to tally_fuzz (the pipeline, from .tally sources), a quarter
-# (at least 10 s) to safetensors_fuzz (the generated step's weight and data reader, from whole
-# .safetensors files; its seeds are written here by tests/fuzz-regressions/safetensors_seeds.py).
+#   scripts/fuzz.sh --build-only       configure and build tally, unit_tests, tally_fuzz,
+#                                      safetensors_fuzz and driver_args_fuzz there
+#                                      (scripts/test.sh's sanitizer suite), run nothing
+# SECONDS is shared: a quarter (at least 10 s) to safetensors_fuzz (the generated step's weight
+# and data reader, from whole .safetensors files; its seeds are written here by
+# tests/fuzz-regressions/safetensors_seeds.py), an eighth (at least 5 s) to driver_args_fuzz (the
+# generated step's command line, argument vectors split at NUL; seeds written here), the rest
+# (at least 10 s) to tally_fuzz (the pipeline, from .tally sources).
 # Environment: TALLY_SAN_BUILD (build folder, default build-san: the sanitizer suite of
 # scripts/test.sh shares it, so CI compiles the sanitized library once), FUZZ_TIMEOUT (seconds
 # one input may take before it counts as a hang, default 25), FUZZ_RSS_MB (memory limit,
@@ -28,10 +30,12 @@ if [ ! -f "$build/build.ninja" ]; then
         -DTALLY_SANITIZE=ON -DTALLY_FUZZ=ON >/dev/null
 fi
 if [ "$seconds" = --build-only ]; then
-  exec nice -n 19 ninja -C "$build" tally unit_tests tally_fuzz safetensors_fuzz
+  exec nice -n 19 ninja -C "$build" tally unit_tests tally_fuzz safetensors_fuzz driver_args_fuzz
 fi
-nice -n 19 ninja -C "$build" tally_fuzz safetensors_fuzz
+nice -n 19 ninja -C "$build" tally_fuzz safetensors_fuzz driver_args_fuzz
 quarter=$(( seconds / 4 < 10 ? 10 : seconds / 4 ))
+eighth=$(( seconds / 8 < 5 ? 5 : seconds / 8 ))
+rest=$(( seconds - quarter - eighth > 10 ? seconds - quarter - eighth : 10 ))
 
 seeds="$build/fuzz-seeds"
 rm -rf "$seeds"
@@ -50,7 +54,7 @@ done
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 "$build/fuzz/tally_fuzz" "$build/fuzz-corpus" "$seeds" \
-  -dict=fuzz/tally.dict -max_total_time="$(( seconds - quarter > 10 ? seconds - quarter : 10 ))" \
+  -dict=fuzz/tally.dict -max_total_time="$rest" \
   -timeout="${FUZZ_TIMEOUT:-25}" \
   -rss_limit_mb="${FUZZ_RSS_MB:-3072}" -max_len="${FUZZ_MAX_LEN:-8192}" \
   -artifact_prefix="$build/fuzz-artifacts/" -print_final_stats=1
@@ -59,6 +63,18 @@ st_seeds="$build/safetensors-seeds"
 rm -rf "$st_seeds"
 mkdir -p "$st_seeds" "$build/safetensors-corpus"
 python3 tests/fuzz-regressions/safetensors_seeds.py "$st_seeds"
-exec "$build/fuzz/safetensors_fuzz" "$build/safetensors-corpus" "$st_seeds" \
+"$build/fuzz/safetensors_fuzz" "$build/safetensors-corpus" "$st_seeds" \
   -max_total_time="$quarter" -timeout=10 -rss_limit_mb="${FUZZ_RSS_MB:-3072}" -max_len=4096 \
   -artifact_prefix="$build/fuzz-artifacts/safetensors-" -print_final_stats=1
+
+# The step's command line: a few argument vectors (words end at NUL) to start from.
+args_seeds="$build/driver-args-seeds"
+rm -rf "$args_seeds"
+mkdir -p "$args_seeds" "$build/driver-args-corpus"
+printf -- '--steps\x003\x00--warmup\x001\x00--threads\x002\x00--seed\x007\x00' > "$args_seeds/numbers"
+printf -- '--init\x00w.safetensors\x00--data\x00d.safetensors\x00--save\x00out.safetensors\x00' > "$args_seeds/files"
+printf -- '--dump-grads\x00g.safetensors\x00--trace\x00t.json\x00--allow-nonfinite\x00' > "$args_seeds/outputs"
+printf -- '--save\x00/dev/null\x00--data\x00/dev/null\x00' > "$args_seeds/same-file"
+exec "$build/fuzz/driver_args_fuzz" "$build/driver-args-corpus" "$args_seeds" \
+  -dict=fuzz/driver_args.dict -max_total_time="$eighth" -timeout=10 -rss_limit_mb="${FUZZ_RSS_MB:-3072}" \
+  -max_len=512 -artifact_prefix="$build/fuzz-artifacts/driver-args-" -print_final_stats=1

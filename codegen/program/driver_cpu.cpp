@@ -114,6 +114,33 @@ void loadMicroBatch(int64_t m) {
 
 Args args;
 
+/// The gradient check (issue 43): once the step's gradients are complete and before the update,
+/// the gradients this rank holds must all be finite. Set by checkGradients for the driver to
+/// stop on after the step (a non-finite loss first): whether any rank found one, what rank 0's
+/// first is (when it holds the gradients whole), and the check's seconds, which are not the
+/// step's (subtracted from its time, and from its trace's later events). Not for fp16 loss
+/// scaling, whose own Σg² check skips an overflowed step (skipped_steps), nor --allow-nonfinite.
+struct GradientCheck {
+  bool bad = false;
+  std::string where;
+  double seconds = 0;
+} gradientCheck;
+
+void checkGradients() {
+  const double t0 = rt::now_seconds();
+  const int64_t n = kLayout.gradsBytes / static_cast<int64_t>(dtypeBytes(kLayout.gradsDtype));
+  const int64_t first = firstNonfiniteGradient(mem.grads, n);
+  double bad = first >= 0 ? 1 : 0;
+  if (world() > 1) // every rank stops at the same step
+    bad = tally_comm::sum(bad);
+  gradientCheck.bad = bad > 0;
+  const bool whole = kLayout.zero == 0 && kLayout.tensor == 1; // kLayout.params' offsets hold
+  gradientCheck.where = first >= 0 && whole ? gradientAt(mem.grads, first) : "";
+  const double seconds = rt::now_seconds() - t0;
+  gradientCheck.seconds += seconds;
+  prof.t0 += seconds; // the traced step's later kernels start as if the check took no time
+}
+
 void dumpGradients() {
   if (!args.dumpGrads.empty() && (kLayout.zero >= 2 || kLayout.tensor > 1)) // each rank holds its pieces
     dumpPieces(args.dumpGrads, mem, rank, tally_comm::merge);
@@ -203,14 +230,22 @@ int main(int argc, char **argv) {
       tally_comm::reset_sent_bytes();
       double t0 = rt::now_seconds();
       prof.t0 = t0;
-      double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated);
-      double dt = rt::now_seconds() - t0;
+      gradientCheck.seconds = 0;
+      const bool checks = kLayout.lossScale == 1 && !args.allowNonfinite;
+      double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated,
+                               checks ? checkGradients : nullptr);
+      double dt = rt::now_seconds() - t0 - gradientCheck.seconds;
       sent = tally_comm::sent_bytes(); // the ring collectives of this step (ZeRO 2 and 3, tensor parallel)
       if (world() > 1) // the whole batch's loss: the mean of the ranks' (equal shares; a tensor group's are equal)
         loss = tally_comm::sum(loss) / static_cast<double>(world());
       losses.push_back(loss);
       if (!std::isfinite(loss) && !args.allowNonfinite)
         die(nonfiniteLoss(i + 1, loss));
+      if (gradientCheck.bad) {
+        if (rank != 0) // rank 0 says why
+          std::exit(1);
+        die(nonfiniteGradients(i + 1, gradientCheck.where));
+      }
       if (timedStep(args, i))
         times.push_back(dt);
       skipped += updated ? 0 : 1;

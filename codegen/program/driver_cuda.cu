@@ -192,7 +192,8 @@ int main(int argc, char **argv) {
       // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
       uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
       check(cudaEventRecord(start, ctx.stream), "cudaEventRecord(step start)");
-      double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated);
+      double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated,
+                               nullptr); // no gradient check yet: the CPU step's reads host memory
       check(cudaEventRecord(stop, ctx.stream), "cudaEventRecord(step stop)");
       check(cudaEventSynchronize(stop), "cudaEventSynchronize(step stop)");
       float ms = 0;

@@ -9,6 +9,7 @@
 #include "common/tally_driver.h"
 #include "common/tally_init.h"
 #include "common/tally_safetensors.h"
+#include "driver/driver_args.h"
 #include "driver/tally_step.h"
 
 #include <algorithm>
@@ -38,20 +39,6 @@
 namespace tally_step {
 namespace {
 
-/// --steps N trains N steps in all; the first --warmup of them are untimed (default: 2, or
-/// N - 1 when N is smaller), so at least one step is timed and --save holds the weights after
-/// exactly N updates.
-struct Args {
-  int64_t steps = 10, warmup = -1, threads = 0;
-  uint64_t seed = 1;
-  std::string init, data, save, dumpGrads;
-  std::string trace; ///< --trace: the last step's kernel calls as a Chrome trace (traceFile)
-  bool allowNonfinite = false;
-};
-
-/// The most OpenMP threads --threads may ask for (libgomp crashes creating 100,000).
-constexpr int64_t kMaxThreads = 1024;
-
 /// --allow-nonfinite: train on through a NaN or infinite loss and write non-finite weights.
 bool allowNonfinite = false;
 
@@ -64,74 +51,15 @@ bool allowNonfinite = false;
   std::exit(2);
 }
 
-int64_t integer(const char *flag, const char *v, int64_t lo) {
-  char *end = nullptr;
-  errno = 0;
-  long long x = std::strtoll(v, &end, 10);
-  if (errno || !end || *end || x < lo)
-    usage(std::string(flag) + " takes an integer >= " + std::to_string(lo) + ", not '" + v + "'");
-  return x;
-}
-
-/// True when a and b name the same file: the same path, or the same device and inode.
-bool sameFile(const std::string &a, const std::string &b) {
-  if (a.empty() || b.empty())
-    return false;
-  if (a == b)
-    return true;
-  struct stat x {}, y {};
-  return ::stat(a.c_str(), &x) == 0 && ::stat(b.c_str(), &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
+/// The command line (driver_args.h), or the usage message and exit 2.
 Args parse(int argc, char **argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string f = argv[i];
-    if (f == "--allow-nonfinite") {
-      a.allowNonfinite = true;
-      continue;
-    }
-    if (i + 1 >= argc)
-      usage("missing value after " + f);
-    const char *v = argv[++i];
-    if (f == "--steps")
-      a.steps = integer("--steps", v, 1);
-    else if (f == "--warmup")
-      a.warmup = integer("--warmup", v, 0);
-    else if (f == "--threads")
-      a.threads = integer("--threads", v, 0);
-    else if (f == "--seed")
-      a.seed = static_cast<uint64_t>(integer("--seed", v, 0));
-    else if (f == "--init")
-      a.init = v;
-    else if (f == "--data")
-      a.data = v;
-    else if (f == "--save")
-      a.save = v;
-    else if (f == "--dump-grads")
-      a.dumpGrads = v;
-    else if (f == "--trace")
-      a.trace = v;
-    else
-      usage("unknown flag " + f);
+  try {
+    Args a = parseArgs(argc, argv);
+    allowNonfinite = a.allowNonfinite;
+    return a;
+  } catch (const ArgsError &e) {
+    usage(e.what());
   }
-  if (a.warmup < 0)
-    a.warmup = std::min<int64_t>(2, a.steps - 1);
-  else if (a.warmup >= a.steps)
-    usage("--warmup " + std::to_string(a.warmup) + " must be less than --steps " + std::to_string(a.steps) +
-          ": the steps train in all, the first --warmup of them untimed, and at least one is timed");
-  if (a.threads > kMaxThreads)
-    usage("--threads takes at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(a.threads));
-  // An output never replaces an input of the same run (nor the other output).
-  for (const std::string *out : {&a.save, &a.dumpGrads, &a.trace})
-    for (const std::pair<const char *, const std::string *> &in :
-         {std::make_pair("--init", &a.init), std::make_pair("--data", &a.data)})
-      if (sameFile(*out, *in.second))
-        usage("refusing to write " + *out + ": it is the " + in.first + " file of this run");
-  if (sameFile(a.save, a.dumpGrads) || sameFile(a.save, a.trace) || sameFile(a.dumpGrads, a.trace))
-    usage("--save, --dump-grads and --trace name the same file " + (sameFile(a.save, a.dumpGrads) ? a.save : a.trace));
-  allowNonfinite = a.allowNonfinite;
-  return a;
 }
 
 [[noreturn]] void die(const std::string &why) {
@@ -431,6 +359,58 @@ std::string nonfiniteLoss(int64_t step, double loss) {
   return "step " + std::to_string(step) + ": the loss is " + (std::isnan(loss) ? "NaN" : "infinite") +
          "; stopping without writing --save or --dump-grads (the weights, the data or the learning rate "
          "diverged; --allow-nonfinite trains on)";
+}
+
+/// The first of `n` gradients of the grads region's dtype at `g` that is NaN or infinite (its
+/// exponent bits all ones), or -1: the driver's check before each update (issue 43). Bit tests,
+/// no float arithmetic, over the OpenMP threads when n is large.
+int64_t firstNonfiniteGradient(const uint8_t *g, int64_t n) {
+  const std::string d = kLayout.gradsDtype;
+  int64_t first = n;
+  if (d == "F32") {
+#pragma omp parallel for reduction(min : first) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t b;
+      std::memcpy(&b, g + 4 * i, 4);
+      if ((b & 0x7F800000u) == 0x7F800000u && i < first)
+        first = i;
+    }
+  } else { // BF16 or F16
+    const uint16_t mask = d == "BF16" ? 0x7F80 : 0x7C00;
+#pragma omp parallel for reduction(min : first) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, g + 2 * i, 2);
+      if ((b & mask) == mask && i < first)
+        first = i;
+    }
+  }
+  return first < n ? first : -1;
+}
+
+/// Which gradient element `i` of the grads region (laid out as kLayout.params says: one rank
+/// holding every gradient whole) is and what it holds, e.g. "the gradient of fc2.weight holds
+/// +Inf at index [3, 0]"; "" when no parameter's gradient covers it.
+std::string gradientAt(const uint8_t *g, int64_t i) {
+  const int64_t at = i * static_cast<int64_t>(dtypeBytes(kLayout.gradsDtype));
+  for (int k = 0; k < kLayout.nparams; ++k) {
+    const ParamInfo &p = kLayout.params[k];
+    const int64_t bytes = p.t.numel * static_cast<int64_t>(dtypeBytes(kLayout.gradsDtype));
+    if (p.grad < 0 || at < p.grad || at >= p.grad + bytes)
+      continue;
+    const int64_t j = (at - p.grad) / static_cast<int64_t>(dtypeBytes(kLayout.gradsDtype));
+    const double v = loadAs(kLayout.gradsDtype, g + p.grad, j);
+    return std::string("the gradient of ") + p.t.name + " holds " + (std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf") +
+           " at index " + indexText(std::vector<int64_t>(p.t.shape, p.t.shape + p.t.rank), j);
+  }
+  return "";
+}
+
+/// Why the run stops at non-finite gradients (step is 1-based; `where` from gradientAt, or "").
+std::string nonfiniteGradients(int64_t step, const std::string &where) {
+  return "step " + std::to_string(step) + ": the gradient norm is not finite" + (where.empty() ? "" : " (" + where + ")") +
+         "; stopping without writing --save or --dump-grads "
+         "(the weights, the data or the learning rate diverged; --allow-nonfinite trains on)";
 }
 
 /// Writes every parameter (or its gradient) as F32 into a safetensors file (`table`: as

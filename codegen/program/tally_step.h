@@ -108,8 +108,10 @@ extern int op_id;
 /// *updated says whether the update ran. `step` is 1-based (Adam's bias correction); `seed`
 /// keys the random streams (dropout), micro-batch m using seed + m. With ranks > 1 the
 /// gradients are averaged over the ranks before the update (and before before_zero, which
-/// then sees the averaged gradients); the returned loss is this rank's.
+/// then sees the averaged gradients); the returned loss is this rank's. check_gradients (may
+/// be null) runs once the gradients are complete (averaged, under data parallelism) and before
+/// the update: the driver's non-finite gradient check.
 double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),
-                  void (*before_zero)(), bool *updated);
+                  void (*before_zero)(), bool *updated, void (*check_gradients)());
 
 } // namespace tally_step

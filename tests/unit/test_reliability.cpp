@@ -3,12 +3,14 @@
 // value in the text formats (ir/Units.h); the output writer renames into place and refuses its
 // inputs (report/Output.h); the memory plan's int64 sizes are checked at the edges, and a plan
 // past them is not representable (passes/MemoryPlan.cpp, docs/memory.md §6); the vectors that
-// grow with the model are advised huge pages (support/Memory.h).
+// grow with the model are advised huge pages (support/Memory.h). Issue 43: the generated step's
+// command line (codegen/program/driver_args.h) refuses every bad flag with a reason.
 #include <catch.hpp>
 
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include <llvm/Support/Program.h>
 
 #include "Support.h"
+#include "codegen/program/driver_args.h"
 #include "codegen/Emit.h"
 #include "support/Memory.h"
 #include "support/Diagnostics.h"
@@ -428,4 +431,60 @@ TEST_CASE("tally's malloc policy: one heap for every thread, advised huge pages 
   CHECK(llvm::StringRef(flags).contains(" hg"));
   for (void *b : blocks)
     std::free(b);
+}
+
+namespace {
+
+/// The step's parser over `words` (argv[0] added); "" and `out` set, or the ArgsError's reason.
+std::string stepArgs(std::vector<std::string> words, tally_step::Args *out = nullptr) {
+  words.insert(words.begin(), "tally_step");
+  std::vector<const char *> argv;
+  for (const std::string &w : words)
+    argv.push_back(w.c_str());
+  try {
+    tally_step::Args a = tally_step::parseArgs(static_cast<int>(argv.size()), argv.data());
+    if (out)
+      *out = a;
+    return "";
+  } catch (const tally_step::ArgsError &e) {
+    return e.what();
+  }
+}
+
+} // namespace
+
+TEST_CASE("the generated step's command line: accepted flags and their defaults", "[reliability][step-args]") {
+  tally_step::Args a;
+  REQUIRE(stepArgs({}, &a).empty());
+  CHECK(a.steps == 10);
+  CHECK(a.warmup == 2);
+  CHECK(a.threads == 0);
+  REQUIRE(stepArgs({"--steps", "1"}, &a).empty());
+  CHECK(a.warmup == 0); // at least one timed step
+  REQUIRE(stepArgs({"--steps", "5", "--warmup", "4", "--threads", "1024", "--seed", "9", "--init", "w", "--data",
+                    "d", "--save", "s", "--dump-grads", "g", "--trace", "t", "--allow-nonfinite"},
+                   &a)
+              .empty());
+  CHECK(a.steps == 5);
+  CHECK(a.warmup == 4);
+  CHECK(a.threads == 1024);
+  CHECK(a.seed == 9);
+  CHECK(a.init == "w");
+  CHECK(a.dumpGrads == "g");
+  CHECK(a.trace == "t");
+  CHECK(a.allowNonfinite);
+}
+
+TEST_CASE("the generated step's command line: every refusal says why", "[reliability][step-args]") {
+  CHECK(stepArgs({"--steps"}) == "missing value after --steps");
+  CHECK(stepArgs({"--bogus", "1"}) == "unknown flag --bogus");
+  CHECK(stepArgs({"--steps", "0"}) == "--steps takes an integer >= 1, not '0'");
+  CHECK(stepArgs({"--steps", "3x"}) == "--steps takes an integer >= 1, not '3x'");
+  CHECK(stepArgs({"--warmup", ""}) == "--warmup takes an integer >= 0, not ''");
+  CHECK(stepArgs({"--seed", "99999999999999999999"}) == "--seed takes an integer >= 0, not '99999999999999999999'");
+  CHECK(stepArgs({"--threads", "100000"}) == "--threads takes at most 1024, not 100000");
+  CHECK(stepArgs({"--steps", "2", "--warmup", "2"}).rfind("--warmup 2 must be less than --steps 2", 0) == 0);
+  CHECK(stepArgs({"--data", "d", "--save", "d"}) == "refusing to write d: it is the --data file of this run");
+  CHECK(stepArgs({"--init", "w", "--trace", "w"}) == "refusing to write w: it is the --init file of this run");
+  CHECK(stepArgs({"--save", "o", "--dump-grads", "o"}) == "--save, --dump-grads and --trace name the same file o");
 }

@@ -2,7 +2,8 @@
 // plan (codegen/EmitStep.cpp; C++ for the CPU, CUDA for a GPU) with its runtime, driver and
 // CMakeLists.txt into DIR.
 // `tally run FILE --backend cpu|cuda [--steps N] [--format json]`: builds that folder once (cached
-// by a hash of every generated file, under $TALLY_CACHE_DIR or ~/.cache/tally), runs it, and
+// by a hash of every generated file and the compiler, under $TALLY_CACHE_DIR or ~/.cache/tally;
+// tools/tally/StepCache.h), runs it after checking the executable against its record, and
 // prints the estimates beside what the run measured: step time, time per op class, the top
 // kernels, arena and peak memory, MFU and the loss of every step. --trace FILE writes the last
 // step's kernel calls and the estimated step as a Chrome/Perfetto trace (report/ChromeTrace.h).
@@ -17,6 +18,7 @@
 #include "report/RunTiming.h"
 #include "tools/tally/Commands.h"
 #include "tools/tally/PlanFlags.h"
+#include "tools/tally/StepCache.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -28,7 +30,6 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
-#include "llvm/Support/SHA1.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
@@ -220,17 +221,12 @@ std::string tail(StringRef path, size_t lines) {
   return out;
 }
 
-/// The folder the step is built in: the cache entry for these files, built when missing.
+/// The folder the step is built in: the cache entry for these files and this toolchain
+/// (StepCache.h), built when missing or when its executable does not match its record.
 /// Returns "" and sets `binary`, or why the build failed.
 std::string buildCached(const std::vector<codegen::File> &files, std::string &binary) {
-  SHA1 sha;
-  for (const codegen::File &f : files) {
-    sha.update(f.path);
-    sha.update(StringRef("\0", 1));
-    sha.update(f.text);
-    sha.update(StringRef("\0", 1));
-  }
-  std::string hash = toHex(sha.final()).substr(0, 20);
+  const std::string key = stepcache::key(files, Backend == "cuda");
+  std::string hash = key.substr(0, 20);
   SmallString<256> cache;
   if (Optional<std::string> env = sys::Process::GetEnv("TALLY_CACHE_DIR")) {
     cache = *env;
@@ -247,8 +243,14 @@ std::string buildCached(const std::vector<codegen::File> &files, std::string &bi
   SmallString<256> bin(dir);
   sys::path::append(bin, "build", "tally_step");
   binary = bin.str().str();
-  if (sys::fs::can_execute(binary))
-    return "";
+  if (sys::fs::exists(dir)) {
+    std::string why = stepcache::verify(dir.str().str(), key, binary);
+    if (why.empty())
+      return "";
+    errs() << "tally: note: not running the cached step in " << dir << ": " << why << "; rebuilding it\n";
+    if (std::error_code ec = sys::fs::remove_directories(dir))
+      return "cannot remove the cached step " + dir.str().str() + ": " + ec.message();
+  }
   // Build in a private folder and rename it into place, so concurrent runs never see half a build.
   SmallString<256> tmp(dir);
   tmp += ".tmp-" + std::to_string(sys::Process::getProcessId());
@@ -269,9 +271,13 @@ std::string buildCached(const std::vector<codegen::File> &files, std::string &bi
       !execute(*cmake, {*cmake, "--build", buildDir, "-j", jobs}, log, why, "building the generated step: compiling"))
     return "building the generated step failed (" + why + "); the end of " + log.str().str() + ":\n" +
            tail(log, 30);
+  SmallString<256> built(buildDir);
+  sys::path::append(built, "tally_step");
+  if (std::string err = stepcache::record(tmp.str().str(), key, built.str().str()); !err.empty())
+    return err;
   if (std::error_code ec = sys::fs::rename(tmp, dir)) {
     sys::fs::remove_directories(tmp); // another run finished the same build first
-    if (!sys::fs::can_execute(binary))
+    if (!stepcache::verify(dir.str().str(), key, binary).empty())
       return "cannot move the build into " + dir.str().str() + ": " + ec.message();
   }
   return "";

@@ -26,6 +26,8 @@
 #include <ctime>
 #include <map>
 
+#include <unistd.h>
+
 using namespace llvm;
 
 namespace tally {
@@ -115,6 +117,26 @@ bool calibrateInto(const std::string &path, bool quick, std::string &error, bool
   return true;
 }
 
+/// Why the calibration could not be written into the folder of `path` ("" when it can): the
+/// folder is created and a file made and removed in it, so that `target = host` without a
+/// cache refuses at once instead of measuring for seconds and then failing to write (issue 43).
+std::string unwritableFolder(const std::string &path) {
+  StringRef parent = sys::path::parent_path(path);
+  if (parent.empty())
+    parent = ".";
+  if (std::error_code ec = sys::fs::create_directories(parent))
+    return "cannot create '" + parent.str() + "': " + ec.message();
+  SmallString<256> model(parent);
+  sys::path::append(model, ".tally-write-test-%%%%%%%%");
+  int fd = -1;
+  SmallString<256> probe;
+  if (std::error_code ec = sys::fs::createUniqueFile(model, fd, probe))
+    return "cannot write in '" + parent.str() + "': " + ec.message();
+  ::close(fd);
+  sys::fs::remove(probe);
+  return "";
+}
+
 /// Reads the one target a .tally file declares. Its diagnostics print with their locations.
 std::optional<Target> readTargetFile(const std::string &path, std::string &error) {
   Compilation c;
@@ -151,10 +173,17 @@ std::optional<Target> loadTarget(StringRef name, std::string &error) {
   if (name == "host") {
     path = cachePath();
     if (!sys::fs::exists(path)) {
-      errs() << "tally: note: this machine has no calibration yet (" << path
-             << "); running `tally calibrate` (a few seconds)\n";
-      bool measureFailed = false;
-      if (!calibrateInto(path, false, error, measureFailed)) {
+      bool measureFailed = false, ok = false;
+      if (std::string why = unwritableFolder(path); !why.empty()) {
+        error = "this machine has no calibration yet, and it could not be cached (" + why +
+                "): set XDG_CACHE_HOME to a writable folder, or run `tally calibrate -o FILE` and "
+                "use `--target FILE`";
+      } else {
+        errs() << "tally: note: this machine has no calibration yet (" << path
+               << "); running `tally calibrate` (a few seconds)\n";
+        ok = calibrateInto(path, false, error, measureFailed);
+      }
+      if (!ok) {
         loaded[key] = std::nullopt;
         errors[key] = error;
         return std::nullopt;
@@ -162,6 +191,8 @@ std::optional<Target> loadTarget(StringRef name, std::string &error) {
     }
   }
   std::optional<Target> t = readTargetFile(path, error);
+  if (!t && name == "host") // the cache is tally's own file: measuring again replaces it
+    error += "; run `tally calibrate` again to measure this machine anew";
   loaded[key] = t;
   errors[key] = error;
   return t;

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """check_run_inputs.py — the run path trusts no file (issue 43): `tally run` of the e2e MLP
 (mlp.tally: inputs x [8, 16] and y [8, 8] f32) with hostile --data and --init files, outputs that
-would overwrite inputs, non-finite values and an out-of-range --threads. Every case must exit
+would overwrite inputs, non-finite values (in the files, the loss and the gradients) and an
+out-of-range --threads; and the step cache's key and record (check_cache). Every case must exit
 non-zero with a message naming what is wrong, and leave every input file as it was.
 
 Usage: /usr/bin/python3 check_run_inputs.py TALLY   (exit 1 on any failure; TALLY_CACHE_DIR as
@@ -21,10 +22,42 @@ MODEL = os.path.join(HERE, "mlp.tally")
 model = MODEL  # the copy in the temporary folder each case runs (a failing tally may overwrite it)
 
 
-def run(tally, *args):
+def run(tally, *args, env=None):
     p = subprocess.run([tally, "run", model, "--steps", "1", "--warmup", "0", "--format", "json"] + list(args),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800, env=env)
     return p.returncode, p.stdout + p.stderr
+
+
+def check_cache(tally, tmp, failed):
+    """The step cache is keyed by the compiler too and runs only what it built (issue 43): with CXX
+    a wrapper that logs and fails, the cached MLP step (built by main's setup run) is not reused
+    but rebuilt, with the wrapper; an executable planted where a cache entry's goes is never run.
+    No step is compiled: every build here fails at CMake's compiler check (about a second)."""
+    wrapper, log = os.path.join(tmp, "cxx-wrapper"), os.path.join(tmp, "cxx-wrapper.log")
+    with open(wrapper, "w") as f:
+        f.write('#!/bin/sh\necho "$@" >> %s\nexit 1\n' % log)
+    os.chmod(wrapper, 0o755)
+    env = dict(os.environ, CXX=wrapper)
+    rc, out = run(tally, env=env)
+    ok = rc == 1 and "building the generated step in" in out and os.path.exists(log)
+    print("%s cache-compiler-changed: exit %d%s" % ("PASS" if ok else "FAIL", rc, "" if ok else "\n" + out))
+    if not ok:
+        failed.append("cache-compiler-changed")
+
+    env["TALLY_CACHE_DIR"] = os.path.join(tmp, "cache")
+    rc, out = run(tally, env=env)
+    entry = out.split("building the generated step in ", 1)[-1].split("\n", 1)[0].strip()
+    marker = os.path.join(tmp, "planted-ran")
+    os.makedirs(os.path.join(entry, "build"), exist_ok=True)
+    planted = os.path.join(entry, "build", "tally_step")
+    with open(planted, "w") as f:
+        f.write('#!/bin/sh\ntouch %s\necho "{}"\n' % marker)
+    os.chmod(planted, 0o755)
+    rc, out = run(tally, env=env)
+    ok = rc == 1 and "not running the cached step in " + entry in out and not os.path.exists(marker)
+    print("%s cache-planted-executable: exit %d%s" % ("PASS" if ok else "FAIL", rc, "" if ok else "\n" + out))
+    if not ok:
+        failed.append("cache-planted-executable")
 
 
 def main():
@@ -104,6 +137,22 @@ def main():
         failed.append("nonfinite-loss-saved")
     expect("nonfinite-loss-allowed", ["--data", good, "--init", f, "--allow-nonfinite"], 0, [])
 
+    # A non-finite gradient under a finite loss (fc2 all zero, fc1 all 1e29, y = 1e10: the loss
+    # is 1e20, fc2's weight gradient overflows) stops the run naming the step and the first
+    # gradient, without saving (before, the update ran, and only the save's NaN check or the next
+    # step's loss stopped the run, naming neither the step nor the gradient).
+    huge = {k: np.full(v.shape, 1e29 if k.startswith("fc1") else 0.0, np.float32) for k, v in w.items()}
+    f = path("w_huge.safetensors")
+    st.save(f, huge)
+    d = path("y_big.safetensors")
+    st.save(d, {"x": ones(8, 16), "y": np.full((8, 8), 1e10, np.float32)})
+    expect("nonfinite-gradient-stops", ["--data", d, "--init", f, "--save", out_w], 1,
+           ["step 1: the gradient norm is not finite (the gradient of ", "stopping without writing --save"])
+    if os.path.exists(out_w):
+        print("FAIL nonfinite-gradient-stops: %s was written" % out_w)
+        failed.append("nonfinite-gradient-saved")
+    expect("nonfinite-gradient-allowed", ["--data", d, "--init", f, "--allow-nonfinite"], 0, [])
+
     # Outputs never replace inputs: the model, --data, --init; the data and weights stay whole.
     expect("save-over-model", ["--data", good, "--save", model], 2, ["refusing to write --save"], keep=[model])
     expect("save-over-data", ["--data", good, "--save", good], 2, ["refusing to write --save", "--data"], keep=[good])
@@ -113,6 +162,7 @@ def main():
     expect("save-over-hard-link-of-data", ["--data", good, "--save", path("good_link.safetensors")], 2,
            ["refusing to write"], keep=[good])
     expect("threads-bound", ["--threads", "100000"], 2, ["--threads takes at most 1024"])
+    check_cache(tally, tmp, failed)
     print("%d failed" % len(failed))
     return 1 if failed else 0
 
