@@ -35,7 +35,9 @@ struct OpAnalysis {
   double backwardCalls = 0;      ///< kernel calls of the backward ops (views excluded)
   Dtype computeDtype = Dtype::F32; ///< the rate the op runs at (peakFor)
   bool computeBound = false;     ///< intensity ≥ the target's ridge for computeDtype
-  uint8_t unused[6] = {};        ///< named padding: a record is compared and hashed as bytes (OpTable)
+  bool launchBound = false;      ///< StepTime: its forward waits on its kernel launches (the
+                                 ///< launch floor is longer than its work)
+  uint8_t unused[5] = {};        ///< named padding: a record is compared and hashed as bytes (OpTable)
   /// Forward FLOPs / forward bytes (0 for views), from `forward` as costOps set it.
   double intensity() const {
     double bytes = forward.bytesRead + forward.bytesWritten;

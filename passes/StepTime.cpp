@@ -312,7 +312,9 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
     OpAnalysis o = a.ops[i];
     OpClass c = opClass(g.ops[i].kind);
     o.tensorSplit = tp.split[i];
-    o.forwardTime = kernelTime(plan.target, c, o.computeDtype, forwardWork(a, i, o));
+    KernelTimeTerms forward = kernelTimeTerms(plan.target, c, o.computeDtype, forwardWork(a, i, o));
+    o.forwardTime = forward.total();
+    o.launchBound = forward.launch > 0 && forward.launch >= o.forwardTime;
     o.backwardTime = hasBackward(g, plan, g.ops[i])
                          ? kernelTime(plan.target, c, o.computeDtype, backwardWork(a, i, o))
                          : 0;

@@ -94,8 +94,13 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
   const double H = 460, left = 100, right = kWidth - 30, top = 30, bottom = H - 60;
   LogScale xs = LogScale::covering(xmin / 2, xmax * 2, left, right);
   LogScale ys = LogScale::covering(ymin / 2, ymax * 2, bottom, top);
-  Svg s(kWidth, H, "roofline", "Roofline of " + t.name,
-        {chartcolor::ComputeBound, chartcolor::MemoryBound});
+  bool anyLaunchBound = false;
+  for (const Point &p : points)
+    anyLaunchBound = anyLaunchBound || a.ops[p.op].launchBound;
+  std::vector<std::string> series = {chartcolor::ComputeBound, chartcolor::MemoryBound};
+  if (anyLaunchBound)
+    series.push_back(chartcolor::LaunchBound);
+  Svg s(kWidth, H, "roofline", "Roofline of " + t.name, series);
 
   // Grid and axes: one line per decade.
   for (int k = xs.lo; k <= xs.hi; ++k) {
@@ -156,13 +161,20 @@ std::string rooflineChart(const Analysis &a, const DiagnosticEngine &diags) {
                       " (" + opName(op.kind).str() + where + "): " +
                       llvm::formatv("{0:f1} FLOP/byte, ", o.intensity()).str() +
                       formatRate(p.rate, UnitDim::FlopRate) + ", " +
-                      (o.computeBound ? "compute-bound" : "memory-bound") + ", forward " +
-                      formatDuration(o.forwardTime);
+                      (o.launchBound    ? "launch-bound (its work is shorter than its launch)"
+                       : o.computeBound ? "compute-bound"
+                                        : "memory-bound") +
+                      ", forward " + formatDuration(o.forwardTime);
     s.circle(xs(o.intensity()), ys(p.rate), 4.5,
-             o.computeBound ? chartcolor::ComputeBound : chartcolor::MemoryBound, tip, "op");
+             o.launchBound    ? chartcolor::LaunchBound
+             : o.computeBound ? chartcolor::ComputeBound
+                              : chartcolor::MemoryBound,
+             tip, "op");
   }
   legend(s, left + 12, top + 16, chartcolor::ComputeBound, "compute-bound op");
   legend(s, left + 12, top + 32, chartcolor::MemoryBound, "memory-bound op");
+  if (anyLaunchBound)
+    legend(s, left + 12, top + 48, chartcolor::LaunchBound, "launch-bound op");
   return s.str();
 }
 

@@ -14,6 +14,7 @@ namespace tally {
 namespace chartcolor {
 inline constexpr const char *ComputeBound = "#1f77b4";
 inline constexpr const char *MemoryBound = "#ff7f0e";
+inline constexpr const char *LaunchBound = "#8c564b";
 inline constexpr const char *Forward = "#4c72b0";
 inline constexpr const char *Backward = "#dd8452";
 inline constexpr const char *Time = "#55a868";
