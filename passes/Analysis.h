@@ -213,6 +213,10 @@ struct Analysis {
   struct {
     double total = 0, trainable = 0;
     double expert = 0, expertTrainable = 0; ///< of those, the MoE experts' weights (moe inputs 3-5)
+    /// The parameters one token reads (ParamCount.cpp, step 3): `total` less, for each moe op,
+    /// its experts' weights times (E − k)/E, the experts a token is not routed to. `total` for
+    /// a model without experts.
+    double active = 0;
     /// Where pipeline stages put them (StaticMemory.cpp): the parameters read by ops before the
     /// first repeat-block copy (the embedding, a stem, a tied head's weight: the first stage's
     /// own) and those read by the copies (split over the stages), all and trainable. Without

@@ -14,7 +14,11 @@
 //                      location and length (a repeated block's copies are one), with a note
 //                      giving the padded size and, for tally's CUDA step, the time per
 //                      micro-batch padding would save (paddingSaves: the products over the
-//                      padded length priced as aligned, against their priced unaligned time)
+//                      padded length priced as aligned, against their priced unaligned time).
+//                      A length of 1 is not unaligned: a product with one output column (a
+//                      gate, Linear(d, 1)) or one inner element is a matrix-vector or outer
+//                      product, memory-bound, with no tensor-core kernel to fall back from,
+//                      and padding it to 64 would do 64 times the work
 //
 // Pricing (passes/StepTime.cpp, asRun): only tally's own CUDA step, whose cuBLASLt call was
 // measured on such a shape (docs/validation.md, 2026-12-01: 16384 × 50257 × 768 in bf16 at
@@ -50,8 +54,8 @@ int64_t tensorCoreElements(Dtype d) {
   }
 }
 
-/// The first row length of matmul `op` (K, then N) that is not a multiple of `per`, as
-/// {name, length}; {nullptr, 0} when both are.
+/// The first row length of matmul `op` (K, then N) above 1 that is not a multiple of `per`,
+/// as {name, length}; {nullptr, 0} when both are (or are 1: a matrix-vector product).
 std::pair<const char *, int64_t> unalignedRow(const Graph &g, const Op &op, int64_t per) {
   if (op.kind != OpKind::Matmul || op.inputs.size() != 2 || per <= 0)
     return {nullptr, 0};
@@ -59,9 +63,9 @@ std::pair<const char *, int64_t> unalignedRow(const Graph &g, const Op &op, int6
   if (a.empty() || b.empty())
     return {nullptr, 0};
   int64_t k = a.back().size;
-  if (k % per != 0)
+  if (k > 1 && k % per != 0)
     return {"K", k};
-  if (b.size() >= 2 && b.back().size % per != 0)
+  if (b.size() >= 2 && b.back().size > 1 && b.back().size % per != 0)
     return {"N", b.back().size};
   return {nullptr, 0};
 }

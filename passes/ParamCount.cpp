@@ -5,7 +5,11 @@
 // 2. Attribute each parameter to the instance that declared it, then add each instance's count
 //    to its parent, walking instances backwards (children come after their parents).
 // 3. The experts' weights: the parameters an MoE op reads as its stacked expert weights, counted
-//    once each (expert parallelism splits them, passes/StaticMemory.cpp).
+//    once each (expert parallelism splits them, passes/StaticMemory.cpp). Active parameters,
+//    the ones a token reads: the total less (E − k)/E of each moe op's expert weights, E the
+//    experts it stacks and k the top_k each token is routed to (Mixtral-8x7B: 46.7B, of which
+//    32 layers × 8 experts × 3 × 4096 × 14336 are experts, 2 of 8 read: 12.9B, its card's
+//    active count). Shared experts, routers and attention are dense: every token reads them.
 // 4. By pipeline stage: the parameters read by an op before the first repeat-block copy (the
 //    first stage's own) and those read by ops in the copies, each counted once (a weight read
 //    in both, as none is in a transformer, counts before the copies).
@@ -44,9 +48,13 @@ void countParams(Analysis &a) {
   for (size_t i = g.instances.size(); i-- > 1;)
     own[g.instances[i].parent] += own[i];
   std::vector<bool> counted(g.tensors.size(), false);
+  double inactive = 0;
   for (const Op &op : g.ops) {
-    if (op.kind != OpKind::Moe)
+    if (op.kind != OpKind::Moe || op.inputs.size() < 6)
       continue;
+    double E = static_cast<double>(g.tensors[op.inputs[3]].shape[0].size);
+    double k = static_cast<double>(g.tensors[op.inputs[1]].shape.back().size);
+    double unread = E > 0 ? std::max(0.0, (E - k) / E) : 0;
     for (size_t i = 3; i < op.inputs.size(); ++i) {
       TensorId t = g.tensors[op.inputs[i]].viewOf == kNone ? op.inputs[i]
                                                            : g.tensors[op.inputs[i]].viewOf;
@@ -55,10 +63,12 @@ void countParams(Analysis &a) {
         continue;
       counted[t] = true;
       a.params.expert += numel(w.shape);
+      inactive += unread * numel(w.shape);
       if (g.params[w.param].trainable)
         a.params.expertTrainable += numel(w.shape);
     }
   }
+  a.params.active = a.params.total - inactive;
   const RepeatCopies *rc = a.copies.get();
   if (rc && !rc->copies.empty()) { // step 7
     std::vector<double> all(rc->copies.size(), 0), trainable(rc->copies.size(), 0);

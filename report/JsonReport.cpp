@@ -481,6 +481,7 @@ Object precisionJson(const Plan &p) {
 Object paramsJson(const Analysis &a) {
   return Object{{"total", a.params.total},
                 {"trainable", a.params.trainable},
+                {"active", a.params.active},
                 {"by_block", nullptr}}; // streamed
 }
 

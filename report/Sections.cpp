@@ -28,6 +28,10 @@ ReportTable paramsTable(const Analysis &a) {
   if (a.params.trainable != a.params.total)
     t.rows.push_back({"(trainable)", "", groupDigits(a.params.trainable),
                       share(a.params.trainable, a.params.total)});
+  // A mixture of experts: what one token reads (ParamCount.cpp, step 3).
+  if (a.params.active < a.params.total)
+    t.rows.push_back({"(active)", "per token", groupDigits(a.params.active),
+                      share(a.params.active, a.params.total)});
   for (const Analysis::BlockCount &b : a.params.byBlock) {
     const Instance &in = a.graph->instances[b.instance];
     if (in.depth == 1 && b.count > 0)
@@ -44,6 +48,10 @@ ReportTable paramsTable(const Analysis &a) {
     }
   t.notes.push_back(formatCount(a.params.total) +
                     (a.params.tied > 0 ? " parameters; a tied weight is counted once." : " parameters."));
+  if (a.params.active < a.params.total)
+    t.notes.push_back(formatCount(a.params.active) +
+                      " active: each token reads top_k of each MoE layer's experts and every "
+                      "dense weight.");
   return t;
 }
 

@@ -20,11 +20,19 @@
 //    published counts); what the language cannot express yet (NeoX's partial rotary, the
 //    pooler's first-token slice) is said in a comment where it applies. Sliding windows,
 //    soft-capping and the tanh GELU are written as the config says (ImportHFDecoder.cpp).
+// 5. Write two plans: `train pretrain` of stated defaults and `infer serve`, one sequence of the
+//    model's context (8192 tokens, or fewer when the model takes fewer) prefilled in bf16, whose
+//    report shows the KV cache per token. Its target is the fewest H100s, a power of two, that
+//    hold the bf16 weights in three quarters of each device; the training plan's devices are
+//    doubled from the family's until AdamW's states fit the same (trainTarget, serveTarget:
+//    the count is tally's own, from the generated text compiled under a stand-in plan).
 //
 // Exit codes: 0 written; 1 an error in the config (or a file that cannot be read); 2 bad
 // usage or an output that cannot be written.
 #include "tools/tally/ImportHF.h"
 
+#include "driver/Compiler.h"
+#include "passes/Passes.h"
 #include "report/Output.h"
 #include "tools/tally/Commands.h"
 
@@ -317,6 +325,127 @@ std::string familyOfArchitecture(StringRef arch) {
   return "";
 }
 
+/// Step 5: what the plans' targets are sized from, counted by tally itself (countParams) on
+/// the generated model under a stand-in one-token plan: all parameters, the experts' weights,
+/// the fewest experts an MoE op stacks. Nothing (and the families' default targets) if that
+/// does not compile.
+struct Sizing {
+  double params = 0, expertParams = 0;
+  int64_t experts = 0;
+};
+
+std::optional<Sizing> sizeModel(const Generated &g, const std::string &text) {
+  Compilation c;
+  c.diags.setOutput(nullptr);
+  std::string source = text + "infer sizing { model = " + g.modelCall +
+                       " prompt = 1 precision = bf16 target = H100_SXM }\n";
+  const PlanDecl *decl = c.addSource("import-hf sizing", source) ? c.pickPlan("sizing") : nullptr;
+  if (!decl || !c.lower(*decl))
+    return std::nullopt;
+  Analysis a;
+  a.graph = &*c.graph;
+  a.plan = &*c.plan;
+  countParams(a);
+  Sizing z{a.params.total, a.params.expert, 0};
+  for (const Op &op : c.graph->ops)
+    if (op.kind == OpKind::Moe && op.inputs.size() >= 6) {
+      int64_t e = c.graph->tensors[op.inputs[3]].shape[0].size;
+      z.experts = z.experts == 0 ? e : std::min(z.experts, e);
+    }
+  return z;
+}
+
+/// Three quarters of an H100's 80 GB are left for the model's states or weights, the rest for
+/// activations (or the cache and the prefill), the workspace and the allocator.
+constexpr double kStatesPerDevice = 60e9;
+
+/// The training plan's target: the family's (8 data-parallel devices, 16 for a mixture of
+/// experts, ZeRO 3), doubled until mixed_bf16 AdamW's 16 bytes per parameter (bf16 weights and
+/// gradients, fp32 master weights and two moments), sharded over the devices, fit
+/// kStatesPerDevice (DeepSeek-V3: 671B × 16 B over 256 devices).
+std::string trainTarget(const Generated &g, const std::optional<Sizing> &z) {
+  int64_t n0 = 0;
+  if (!z || StringRef(g.target).consumeInteger(10, n0) || n0 <= 0)
+    return g.target;
+  int64_t n = n0;
+  while (16.0 * z->params / static_cast<double>(n) > kStatesPerDevice && n < (1 << 20))
+    n *= 2;
+  std::string from = std::to_string(n0), to = std::to_string(n);
+  std::string t = g.target;
+  StringRef rest = StringRef(t).drop_front(from.size());
+  std::string out = to + rest.str();
+  size_t at = out.find("data = " + from);
+  if (at != std::string::npos)
+    out.replace(at, 7 + from.size(), "data = " + to);
+  return out;
+}
+
+/// The serving plan's target: the bf16 weights within kStatesPerDevice. A mixture of experts
+/// puts n = 1, 2, 4, ... devices side by side (`data = n, expert = n`, n dividing the experts),
+/// each holding the dense weights and 1/n of the experts; a dense model splits over up to 8
+/// tensor ranks, then pipeline stages. One H100 when the model fits (or was not sized).
+std::string serveTarget(const std::optional<Sizing> &z) {
+  if (!z)
+    return "H100_SXM";
+  const double bytes = 2.0;
+  double dense = (z->params - z->expertParams) * bytes, expert = z->expertParams * bytes;
+  if (z->experts > 0) {
+    int64_t n = 1;
+    while (dense + expert / static_cast<double>(n) > kStatesPerDevice && n * 2 <= z->experts &&
+           z->experts % (n * 2) == 0)
+      n *= 2;
+    return n == 1 ? "H100_SXM" : fillText("{0} x H100_SXM { data = {0}, expert = {0} }", n);
+  }
+  double need = (dense + expert) / kStatesPerDevice;
+  int64_t t = 1, p = 1;
+  while (static_cast<double>(t) < need && t < 8)
+    t *= 2;
+  while (static_cast<double>(t * p) < need && p < 64)
+    p *= 2;
+  if (t == 1)
+    return "H100_SXM";
+  if (p == 1)
+    return fillText("{0} x H100_SXM { tensor = {0} }", t);
+  return fillText("{0} x H100_SXM { tensor = {1}, pipeline = {2} }", t * p, t, p);
+}
+
+/// Step 5: the two plans, `train pretrain` and `infer serve`, after the model.
+std::string planText(const Generated &g, const std::optional<Sizing> &sizing) {
+  std::string text;
+  text += fillText(R"(// A starting plan of stated defaults: edit the batch, sequence length, tokens, optimizer,
+// precision and target to match your run.
+train pretrain {
+  model       = {0}
+  batch       = 256          // sequences per optimizer step, all devices together
+  seq         = {1}
+  micro_batch = 1            // per device; gradient accumulation steps are derived
+  tokens      = 100B
+  optimizer   = AdamW(lr = 3e-4, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)
+  precision   = mixed_bf16
+  checkpoint  = full
+  target      = {2}
+}
+)",
+                 g.modelCall, g.seq, trainTarget(g, sizing));
+  int64_t context = std::min<int64_t>(g.context, 8192);
+  text += fillText(R"(
+// Serving one sequence of {1} tokens{2} in bf16, prefilled:
+// `tally report --plan serve` shows its FLOPs and its KV cache per token. The target is the
+// fewest H100s that hold the weights in three quarters of each.
+infer serve {
+  model     = {0}
+  batch     = 1
+  prompt    = {1}
+  precision = bf16
+  target    = {3}
+}
+)",
+                 g.modelCall, context,
+                 context < 8192 ? " (the model's whole context)" : "",
+                 serveTarget(sizing));
+  return text;
+}
+
 int importHF() {
   using namespace importopts;
   SourceMgr sm;
@@ -426,28 +555,16 @@ int importHF() {
     diags.report(DiagKind::IoError, SMLoc(), error);
     return kOutputErrorExit;
   }
-  raw_ostream &os = out->os();
+  std::string text;
+  raw_string_ostream os(text);
   os << "// Imported by `tally import-hf` from " << sys::path::filename(File) << ": model_type '"
      << family << "'" << (arch.empty() ? "" : ", " + arch) << ".\n";
   os << g->header;
   for (const std::string &d : c.defaults())
     os << "// " << d << "\n";
   os << "\n" << g->blocks << "\n" << g->model << "\n";
-  os << fillText(R"(// A starting plan of stated defaults: edit the batch, sequence length, tokens, optimizer,
-// precision and target to match your run.
-train pretrain {
-  model       = {0}
-  batch       = 256          // sequences per optimizer step, all devices together
-  seq         = {1}
-  micro_batch = 1            // per device; gradient accumulation steps are derived
-  tokens      = 100B
-  optimizer   = AdamW(lr = 3e-4, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)
-  precision   = mixed_bf16
-  checkpoint  = full
-  target      = {2}
-}
-)",
-                g->modelCall, g->seq, g->target);
+  os << planText(*g, sizeModel(*g, os.str()));
+  out->os() << os.str();
   if (!out->commit(error)) {
     diags.report(DiagKind::IoError, SMLoc(), error);
     return kOutputErrorExit;

@@ -108,6 +108,7 @@ struct Generated {
   std::string model;           ///< the model declaration
   std::string modelCall;       ///< "Llama()"
   int64_t seq = 2048;          ///< the plan's sequence length
+  int64_t context = 8192;      ///< the context the model takes (max_position_embeddings)
   std::string target = "8 x H100_SXM { data = 8, zero = 3 }"; ///< the plan's target
 };
 

@@ -29,6 +29,7 @@ std::optional<Generated> gpt2Family(Config &c) {
   Generated g;
   g.modelCall = "GPT2()";
   g.seq = positions;
+  g.context = positions;
   g.header = "// " + activationNote(act, op) + "\n";
   g.blocks = fillText(R"(// Causal self-attention with one fused q, k, v projection.
 block CausalSelfAttention(d, heads) {
@@ -102,6 +103,7 @@ std::optional<Generated> neoxFamily(Config &c) {
   Generated g;
   g.modelCall = "GPTNeoX()";
   g.seq = std::min<int64_t>(positions, 2048);
+  g.context = positions;
   g.header = formatv("// rotary_pct = {0} with base {1}: tally's rope has no fraction yet, so it "
                      "rotates whole heads (no parameters either way); activation {2}; "
                      "max_position_embeddings = {3}\n",
@@ -173,6 +175,7 @@ std::optional<Generated> bertFamily(Config &c, bool maskedLM) {
   Generated g;
   g.modelCall = maskedLM ? "BertForMaskedLM()" : "Bert()";
   g.seq = positions;
+  g.context = positions;
   g.header = formatv("// activation {0}; every sequence is segment 0 (token_type_ids all zero)\n",
                      activationName(act, op))
                  .str();
@@ -277,6 +280,7 @@ std::optional<Generated> falconFamily(Config &c) {
   Generated g;
   g.modelCall = "Falcon()";
   g.seq = std::min<int64_t>(positions, 2048);
+  g.context = positions;
   g.header = (alibi ? std::string("// ALiBi positions (alibi = true): no rotary embedding")
                     : "// rotary embeddings with theta = " + Config::fmt(theta)) +
              fillText("; {0}; max_position_embeddings = {1}\n", activationNote(act, op), positions);

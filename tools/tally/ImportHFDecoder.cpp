@@ -867,6 +867,7 @@ std::optional<Generated> decoderFamily(Config &c, StringRef family) {
   Generated g;
   g.modelCall = m.name + "()";
   g.seq = std::min<int64_t>(m.positions, 2048);
+  g.context = m.positions;
   // A mixture of experts holds every expert: twice the devices, the experts spread over up to
   // 8 ranks (a divisor of the expert count).
   if (m.experts > 0) {

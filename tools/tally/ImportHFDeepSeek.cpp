@@ -296,6 +296,7 @@ block GatedMLP(d, hidden) {
   g.model = modelText(m, name);
   g.modelCall = name + "()";
   g.seq = std::min<int64_t>(m.positions, 2048);
+  g.context = m.positions;
   if (m.experts > 0) {
     int64_t e = m.experts % 8 == 0 ? 8 : m.experts % 4 == 0 ? 4 : m.experts % 2 == 0 ? 2 : 1;
     g.target = fillText("16 x H100_SXM { data = 16, expert = {0}, zero = 3 }", e);
