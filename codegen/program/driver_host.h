@@ -47,6 +47,9 @@ struct Args {
   std::string init, data, save, dumpGrads;
   std::string trace; ///< --trace: the last step's kernel calls as a Chrome trace (traceFile)
   bool allowNonfinite = false;
+  /// --no-graph (CUDA step): launch every kernel of every step instead of replaying the step's
+  /// CUDA graph after the warm-up (driver_cuda.cu); the CPU step has no graph and ignores it.
+  bool graph = true;
 };
 
 /// The most OpenMP threads --threads may ask for (libgomp crashes creating 100,000).
@@ -59,7 +62,7 @@ bool allowNonfinite = false;
   std::fprintf(stderr,
                "tally_step: %s\nusage: tally_step [--steps N] [--warmup W] [--threads T" kThreadsNote "] [--seed S]\n"
                "       [--init W.safetensors] [--data D.safetensors] [--save OUT.safetensors]\n"
-               "       [--dump-grads G.safetensors] [--trace T.json] [--allow-nonfinite]\n",
+               "       [--dump-grads G.safetensors] [--trace T.json] [--allow-nonfinite] [--no-graph]\n",
                why.c_str());
   std::exit(2);
 }
@@ -89,6 +92,10 @@ Args parse(int argc, char **argv) {
     std::string f = argv[i];
     if (f == "--allow-nonfinite") {
       a.allowNonfinite = true;
+      continue;
+    }
+    if (f == "--no-graph") {
+      a.graph = false;
       continue;
     }
     if (i + 1 >= argc)
