@@ -207,6 +207,13 @@ struct Emitter {
   /// micro_step(): the forward, recompute and backward entries; a fused run of elementwise
   /// entries (Analysis::fusion) as one generated kernel, its functor printed before.
   bool microStep(std::string &outText);
+  /// Device backends: the loss's storage type (store_loss, read_losses<T>), set by microStep.
+  std::string lossType;
+  /// Device backends: kGraph, the graph region forward_backward() and train_step() around it,
+  /// `tail` (the reduction, update, --dump-grads and zero_grad) after it (EmitGraph.cpp).
+  std::string deviceTrainStep(const std::string &tail);
+  /// Device backends: `tally build`'s `cuda graph:` lines (what is captured, what is not, why).
+  std::vector<std::string> graphNotes() const;
   /// kLayout's tables: parameters and inputs.
   std::string tables();
   bool checkPlan();

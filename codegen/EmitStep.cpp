@@ -319,14 +319,29 @@ bool Emitter::microStep(std::string &outText) {
     site(path, className(s, *op));
     if (!emitOp() || !error.empty())
       return false;
-    if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
-      line(be.device ? "loss = device_load(ctx, " + ptr(s.loss) + ");" : "loss = rt::load(*" + ptr(s.loss) + ");");
+    if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss) {
+      if (be.device) // copied on the stream; read_losses() reads every micro-batch's after the graph region
+        lossType = ctype(stored(s.loss));
+      line(be.device ? "store_loss(ctx, " + ptr(s.loss) + ", m);" : "loss = rt::load(*" + ptr(s.loss) + ");");
+    }
     startBuckets(e, e);
     tensorParallelAfter(e);
     if (pieced())
       zeroAfter(e);
   }
   op = nullptr;
+  if (be.device) { // the loss goes to device_losses[m]; the graph region calls it (EmitGraph.cpp)
+    outText = functors + (overlap() ? "static void start_bucket(rt::Ctx &ctx, int k);\n\n" : "") +
+              "/// The forward and backward of micro-batch m (the data region holds it); its loss to\n"
+              "/// device_losses[m]." +
+              (overlap() ? " In the last micro-batch each gradient bucket's reduction starts once the\n"
+                           "/// backward has written it, overlapping the rest of the backward.\n"
+                           "static void micro_step(rt::Ctx &ctx, uint64_t seed, int64_t m) {\n"
+                           "  [[maybe_unused]] const bool last = m + 1 == kLayout.microSteps;\n"
+                         : "\nstatic void micro_step(rt::Ctx &ctx, uint64_t seed, int64_t m) {\n") +
+              body + "}\n";
+    return true;
+  }
   outText = functors +
             (overlap() ? "static void start_bucket(rt::Ctx &ctx, int k);\n\n"
                          "/// The forward and backward of one micro-batch (the data region holds it); its loss. In\n"
@@ -446,7 +461,9 @@ bool Emitter::checkPlan() {
 std::string Emitter::deviceHelpers() const {
   if (!be.device)
     return "";
-  return "/// A scalar of device memory read on the host (the loss, the fp16 overflow check's sum of\n"
+  return "/// Micro-batches per step on this rank (kLayout.microSteps): device_losses holds one slot each.\n"
+         "constexpr int64_t kMicroSteps = " + std::to_string(plan.batch / (plan.microBatch * plan.parallel.data)) + ";\n"
+         "/// A scalar of device memory read on the host (the fp16 overflow check's sum of\n"
          "/// squares): copied on the step's stream, which is then waited for. Every call is checked.\n"
          "template <class T> double device_load(rt::Ctx &ctx, const T *p) {\n"
          "  T v;\n"
@@ -454,6 +471,27 @@ std::string Emitter::deviceHelpers() const {
          "                \"device_load\", ctx.where);\n"
          "  rt::cu::check(cudaStreamSynchronize(ctx.stream), \"cudaStreamSynchronize\", \"device_load\", ctx.where);\n"
          "  return rt::load(v);\n"
+         "}\n"
+         "/// The loss of micro-batch m to device_losses[m] (8 bytes each), on the stream: no host wait\n"
+         "/// inside the graph region; read_losses() reads them all after it.\n"
+         "template <class T> void store_loss(rt::Ctx &ctx, const T *p, int64_t m) {\n"
+         "  static_assert(sizeof(T) <= 8, \"a loss fits its 8-byte slot\");\n"
+         "  rt::cu::check(cudaMemcpyAsync(device_losses + 8 * m, p, sizeof(T), cudaMemcpyDeviceToDevice, ctx.stream),\n"
+         "                \"cudaMemcpyAsync\", \"store_loss\", ctx.where);\n"
+         "}\n"
+         "/// The sum of every micro-batch's loss: one copy of device_losses and one stream synchronise.\n"
+         "template <class T> double read_losses(rt::Ctx &ctx) {\n"
+         "  uint8_t slots[8 * kMicroSteps];\n"
+         "  rt::cu::check(cudaMemcpyAsync(slots, device_losses, sizeof slots, cudaMemcpyDeviceToHost, ctx.stream),\n"
+         "                \"cudaMemcpyAsync\", \"read_losses\", ctx.where);\n"
+         "  rt::cu::check(cudaStreamSynchronize(ctx.stream), \"cudaStreamSynchronize\", \"read_losses\", ctx.where);\n"
+         "  double sum = 0;\n"
+         "  for (int64_t m = 0; m < kMicroSteps; ++m) {\n"
+         "    T v;\n"
+         "    std::memcpy(&v, slots + 8 * m, sizeof(T));\n"
+         "    sum += rt::load(v);\n"
+         "  }\n"
+         "  return sum;\n"
          "}\n";
 }
 
@@ -509,28 +547,32 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << (s.params.empty() ? 0 : s.params.size()) << ", " << s.inputs.size() << ", kParams, kInputs, "
      << plan.parallel.data << ", " << (sharded() ? 1 : a.regions.tensorShards) << ", " << a.regions.shard << ", "
      << plan.parallel.tensor << "};\n\n"
-     << "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
-     << "                  void (*before_zero)(), bool *updated, void (*check_gradients)()) {\n"
-     << "  double loss = 0;\n"
-     << "  for (int64_t m = 0; m < kLayout.microSteps; ++m) {\n"
-     << "    load_micro_batch(m);\n"
-     << (overlap() ? "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);\n"
-                   : "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n")
-     << "  }\n";
-  const char *check = "  if (check_gradients)\n    check_gradients();\n";
+     ;
+  // After the micro-batches: the reduction (data parallel), the update, --dump-grads, zero_grad.
+  // The CUDA step waits for its overlapped reductions inside its graph region (EmitGraph.cpp).
+  // The driver's gradient check runs once the gradients are complete, before the update.
+  const std::string check = "  if (check_gradients)\n    check_gradients();\n";
+  std::string tail;
   if (dataParallel() && pieced()) // each gradient was reduce-scattered when the backward completed it
-    os << check << "  if (before_zero)\n    before_zero();\n"
-       << "  *updated = update(ctx, step);\n";
+    tail = check + "  if (before_zero)\n    before_zero();\n  *updated = update(ctx, step);\n";
   else if (dataParallel())
-    os << "  reduce_gradients(ctx);\n" << check
-       << "  if (before_zero) {\n" << (sharded() ? "    gather_gradients(ctx);\n" : "") << "    before_zero();\n  }\n"
-       << "  *updated = update(ctx, step);\n";
+    tail = std::string(be.device && overlap() ? "" : "  reduce_gradients(ctx);\n") + check + "  if (before_zero) {\n" +
+           (sharded() ? "    gather_gradients(ctx);\n" : "") + "    before_zero();\n  }\n  *updated = update(ctx, step);\n";
   else
-    os << check << "  *updated = update(ctx, step);\n"
-       << "  if (before_zero)\n    before_zero();\n";
-  os << "  zero_grad(ctx);\n"
-     << "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n"
-     << "} // namespace tally_step\n";
+    tail = check + "  *updated = update(ctx, step);\n  if (before_zero)\n    before_zero();\n";
+  tail += "  zero_grad(ctx);\n";
+  if (be.device)
+    os << deviceTrainStep(tail);
+  else
+    os << "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
+       << "                  void (*before_zero)(), bool *updated, void (*check_gradients)()) {\n"
+       << "  double loss = 0;\n"
+       << "  for (int64_t m = 0; m < kLayout.microSteps; ++m) {\n"
+       << "    load_micro_batch(m);\n"
+       << (overlap() ? "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m), m + 1 == kLayout.microSteps);\n"
+                     : "    loss += micro_step(ctx, seed + static_cast<uint64_t>(m));\n")
+       << "  }\n" << tail << "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n";
+  os << "} // namespace tally_step\n";
   os.flush();
   return src;
 }
@@ -626,6 +668,9 @@ std::string emitStep(const Analysis &a, const EmitOptions &options, const Backen
   emit::Emitter e(a, options, be);
   if (!e.run(out))
     return e.error.empty() ? "the step could not be generated" : e.error;
+  if (options.notes && be.device)
+    for (const std::string &line : e.graphNotes())
+      options.notes->push_back("cuda graph: " + line);
   if (options.notes)
     for (const auto &[line, n] : e.attentionEngines)
       options.notes->push_back("attention: " + line + " (" + std::to_string(n.first) + " call" +

@@ -60,7 +60,7 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   k.outside = k.bandwidth > 0 ? w.outsideBytes / k.bandwidth : 0;
   k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.efficiency : 0;
   k.calls = hostCallTime(t, w.calls);
-  k.launch = w.calls * t.kernelLaunch;
+  k.launch = w.inGraph ? 0 : w.calls * t.kernelLaunch; // a graph's kernels are launched by the GPU
   k.slowdown = w.slowdown;
   return k;
 }

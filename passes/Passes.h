@@ -161,6 +161,8 @@ struct KernelWork {
   /// Triton attention: FlashAttention-2's time × 1.4 forward, × 2 backward; attentionSlowdown):
   /// the kernel's time, its host terms apart, is multiplied by it.
   double slowdown = 1;
+  /// Replayed from the CUDA step's graph (passes/CudaGraph.h): no launch floor.
+  bool inGraph = false;
 };
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for

@@ -37,6 +37,9 @@
 //    matmul or elementwise op does, so a model of small layers is priced launch-bound, as it
 //    runs. The floor is per call: a small kernel queued behind a long one, whose launch the
 //    long one hid, is charged the floor all the same (at most calls × kernelLaunch too much).
+//    tally's CUDA step replays its forward and backward from a CUDA graph (passes/CudaGraph.h,
+//    unless a dropout keeps it from capturing them): those kernels have no floor, and the step
+//    pays one kernelLaunch for the graph's launch (in the forward); the optimizer's calls keep it.
 //    With fused kernels (Plan::fuseKernels, passes/Fusion.cpp) an op in a fused run moves
 //    fewer bytes (the values it reads from registers) and, after the run's first op, makes
 //    no call of its own.
@@ -130,6 +133,7 @@
 #include "passes/Collectives.h"
 #include "passes/Stack.h"
 #include "passes/Passes.h"
+#include "passes/CudaGraph.h"
 #include "passes/CudnnAttention.h"
 #include "passes/TensorParallel.h"
 
@@ -168,6 +172,7 @@ constexpr double kCudaRuntimeUnalignedMatmul = 0.1262;
 KernelWork asRun(const Analysis &a, OpId i, KernelWork w, bool backward) {
   const Op &op = a.graph->ops[i];
   const Target &t = a.plan->target;
+  w.inGraph = cudaGraphCaptured(*a.graph, *a.plan);
   if (!a.plan->cudaStep) {
     if (op.kind == OpKind::Attention && op.attrs->fused && t.attentionCurve.empty()) {
       if (runsNativeAttention(*a.plan)) {
@@ -761,6 +766,10 @@ void stepTime(Analysis &a) {
   pipelineStages(a, m, p, v, F, B, R, recomputed);
 
   a.time.forward += a.fp8.weightCast; // step 2c: fp8 weights cast once per step
+  // Step 2d: the CUDA step replays its forward and backward as one CUDA graph (passes/CudaGraph.h):
+  // its kernels have no launch floor (asRun), and the step launches the graph once.
+  if (cudaGraphCaptured(g, plan))
+    a.time.forward += target.kernelLaunch;
 
   // Steps 5-8 and 10.
   a.time.optimizer = optimizerTime(a);

@@ -298,6 +298,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   if (launch && k.launch >= k.total())
     os << "; launch-bound: its work takes less than the CPU's " << formatDuration(t.kernelLaunch)
        << " to launch " << (w.calls == 1 ? "it" : "each call");
+  if (w.inGraph && t.kernelLaunch > 0)
+    os << "; no launch floor: replayed from the CUDA step's graph (passes/CudaGraph.h)";
   os << ")\n";
 }
 

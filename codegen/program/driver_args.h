@@ -27,6 +27,9 @@ struct Args {
   std::string init, data, save, dumpGrads;
   std::string trace; ///< --trace: the last step's kernel calls as a Chrome trace (traceFile)
   bool allowNonfinite = false;
+  /// --no-graph (CUDA step): launch every kernel of every step instead of replaying the step's
+  /// CUDA graph after the warm-up (driver_cuda.cu); the CPU step has no graph and ignores it.
+  bool graph = true;
 };
 
 /// A command line the step refuses; what() says why (the driver prints it above the usage).
@@ -66,6 +69,10 @@ Args parseArgs(int argc, const char *const *argv) {
     std::string f = argv[i];
     if (f == "--allow-nonfinite") {
       a.allowNonfinite = true;
+      continue;
+    }
+    if (f == "--no-graph") {
+      a.graph = false;
       continue;
     }
     if (i + 1 >= argc)

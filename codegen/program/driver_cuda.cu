@@ -6,7 +6,10 @@
 // --warmup untimed), timed with CUDA events (each step, and each kernel through the runtime's event pool), and
 // prints the CPU driver's JSON object plus the device's memory: the peak in use
 // (cudaMemGetInfo), the CUDA context and the runtime's cuBLASLt/scratch workspace on their own
-// lines. Every CUDA call here is checked; the runtime checks its own (the op path in ctx.where).
+// lines. After the warm-up the step's forward and backward replay as a CUDA graph (step_graph,
+// driver/tally_step_cuda.h; --no-graph turns it off); the batch is uploaded to a staging buffer
+// before each step and copied from it inside the graph. Every CUDA call here is checked; the
+// runtime checks its own (the op path in ctx.where).
 // The host-side helpers (flags, safetensors, initialisation, data) are driver_host.h's, shared
 // with the CPU driver, given the host copies of the regions.
 //
@@ -42,7 +45,9 @@ using namespace tally_step;
 
 namespace tally_step {
 float *device_scalars = nullptr;
-}
+uint8_t *device_losses = nullptr;
+StepGraph step_graph;
+} // namespace tally_step
 
 namespace {
 
@@ -70,14 +75,49 @@ uint8_t *deviceRegion(int64_t bytes, const char *name) {
   return static_cast<uint8_t *>(p);
 }
 
+/// The step's micro-batches in device memory: per input, this rank's micro-batches of the step
+/// (one for an unbatched input), uploaded before each step, outside the graph region.
+uint8_t *staging = nullptr;
+std::vector<size_t> stagingAt; ///< each input's offset in staging
+cudaStream_t stepStream = nullptr;
+
+size_t inputBytes(const InputInfo &in) { return static_cast<size_t>(in.t.numel) * dtypeBytes(in.t.dtype); }
+
+void allocateStaging() {
+  size_t total = 0;
+  for (int i = 0; i < kLayout.ninputs; ++i) {
+    stagingAt.push_back(total);
+    const InputInfo &in = kLayout.inputs[i];
+    size_t bytes = inputBytes(in) * static_cast<size_t>(in.batched ? kLayout.microSteps : 1);
+    total += (bytes + 255) / 256 * 256;
+  }
+  check(cudaMalloc(reinterpret_cast<void **>(&staging), std::max<size_t>(total, 256)), "cudaMalloc(staging)");
+}
+
+/// This step's micro-batches of every input to the staging buffer (host to device, then waited for).
+void uploadBatch() {
+  for (int i = 0; i < kLayout.ninputs; ++i) {
+    const InputInfo &in = kLayout.inputs[i];
+    size_t bytes = inputBytes(in);
+    int64_t first = (currentBatch * kLayout.ranks + rank) * kLayout.microSteps; // micro-batch 0's global index
+    size_t from = in.batched ? static_cast<size_t>(first) * bytes : 0;
+    size_t count = in.batched ? bytes * static_cast<size_t>(kLayout.microSteps) : bytes;
+    check(cudaMemcpyAsync(staging + stagingAt[i], batchData[i].data() + from, count, cudaMemcpyHostToDevice,
+                          stepStream),
+          "cudaMemcpyAsync(batch to staging)");
+  }
+  check(cudaStreamSynchronize(stepStream), "cudaStreamSynchronize(batch to staging)");
+}
+
+/// Micro-batch m into the data region: device to device on the step's stream (graph-capturable).
 void loadMicroBatch(int64_t m) {
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
-    size_t bytes = static_cast<size_t>(in.t.numel) * dtypeBytes(in.t.dtype);
-    int64_t global = (currentBatch * kLayout.ranks + rank) * kLayout.microSteps + m;
-    size_t from = in.batched ? static_cast<size_t>(global) * bytes : 0;
-    check(cudaMemcpy(mem.data + in.offset, batchData[i].data() + from, bytes, cudaMemcpyHostToDevice),
-          "cudaMemcpy(data)");
+    size_t bytes = inputBytes(in);
+    size_t from = in.batched ? static_cast<size_t>(m) * bytes : 0;
+    check(cudaMemcpyAsync(mem.data + in.offset, staging + stagingAt[i] + from, bytes, cudaMemcpyDeviceToDevice,
+                          stepStream),
+          "cudaMemcpyAsync(data)");
   }
 }
 
@@ -109,6 +149,46 @@ size_t deviceUsed() {
 void download(uint8_t *dst, const uint8_t *src, int64_t bytes, const char *what) {
   if (bytes > 0)
     check(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), what);
+}
+
+/// Why the step's graph region is not replayed ("" when it is, from step graphFrom + 1 on);
+/// rank 0 prints it, and what runs outside the region, on stderr.
+std::string graphPlan(bool useGraph, int64_t graphFrom) {
+  std::string why = !kGraph.captured       ? std::string(kGraph.why_not)
+                    : !useGraph              ? std::string("--no-graph")
+                    : args.steps <= graphFrom ? "no step after the eager warm-up"
+                                              : "";
+  if (rank != 0)
+    return why;
+  if (why.empty())
+    std::fprintf(stderr, "tally_step: CUDA graph: forward_backward() captured in step %lld, replayed after\n",
+                 static_cast<long long>(graphFrom + 1));
+  else
+    std::fprintf(stderr, "tally_step: CUDA graph: not captured: %s\n", why.c_str());
+  for (const GraphPlan::Outside *o = kGraph.outside; why.empty() && o->what; ++o)
+    std::fprintf(stderr, "tally_step: CUDA graph: outside: %s (%s)\n", o->what, o->why);
+  return why;
+}
+
+/// The regions of the memory plan, the scalars, the loss slots and the staging buffer on the device.
+void allocateRegions() {
+  mem.arena = deviceRegion(kLayout.arenaBytes, "arena");
+  mem.params = deviceRegion(kLayout.paramsBytes, "params");
+  mem.grads = deviceRegion(kLayout.gradsBytes, "grads");
+  mem.master = deviceRegion(kLayout.masterBytes, "master");
+  mem.optimizer = deviceRegion(kLayout.optimizerBytes, "optimizer");
+  mem.data = deviceRegion(kLayout.dataBytes, "data");
+  check(cudaMalloc(reinterpret_cast<void **>(&device_scalars), 256), "cudaMalloc(scalars)");
+  check(cudaMalloc(reinterpret_cast<void **>(&device_losses), regionBytes(8 * kLayout.microSteps)),
+        "cudaMalloc(losses)");
+  allocateStaging();
+}
+
+/// The report's "graph" object: whether the region was replayed, from which step, its nodes.
+std::string graphJson(const std::string &why, int64_t graphFrom) {
+  return "  \"graph\": {\"captured\": " + std::string(why.empty() ? "true" : "false") + ", \"from_step\": " +
+         std::to_string(why.empty() ? graphFrom + 1 : 0) + ", \"nodes\": " + std::to_string(step_graph.nodes) +
+         ", \"why_not\": \"" + rt::json_escape(why) + "\"},\n";
 }
 
 void dumpGradients() {
@@ -150,13 +230,7 @@ int main(int argc, char **argv) {
     const size_t contextBytes = deviceUsed(); // the context, and whatever other processes hold
     tally_comm::start();                      // NCCL's communicator (data parallel only)
 
-    mem.arena = deviceRegion(kLayout.arenaBytes, "arena");
-    mem.params = deviceRegion(kLayout.paramsBytes, "params");
-    mem.grads = deviceRegion(kLayout.gradsBytes, "grads");
-    mem.master = deviceRegion(kLayout.masterBytes, "master");
-    mem.optimizer = deviceRegion(kLayout.optimizerBytes, "optimizer");
-    mem.data = deviceRegion(kLayout.dataBytes, "data");
-    check(cudaMalloc(reinterpret_cast<void **>(&device_scalars), 256), "cudaMalloc(scalars)");
+    allocateRegions();
     host.params = hostRegion(kLayout.paramsBytes);
     host.master = hostRegion(kLayout.masterBytes);
     host.grads = hostRegion(kLayout.gradsBytes);
@@ -173,7 +247,15 @@ int main(int argc, char **argv) {
 
     rt::Ctx ctx;
     ctx.init();
+    stepStream = ctx.stream;
     deviceUsed();
+    // The CUDA graph: from step graphFrom on (at least one eager step first, so cuBLASLt's
+    // algorithms, cuDNN's graphs, the workspace and the overlap stream exist before the capture;
+    // the capture in the last warm-up step when there are two), the region is replayed.
+    const bool useGraph = args.graph && kGraph.captured;  // --no-graph turns it off
+    const int64_t graphFrom = std::max<int64_t>(1, args.warmup - 1);
+    const std::string graphWhy = graphPlan(useGraph, graphFrom);
+    int64_t kernelSteps = 0;
     cudaEvent_t start = nullptr, stop = nullptr;
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -185,9 +267,13 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < total; ++i) {
       const bool timed = timedStep(args, i);
       progress.step(args, i);
-      ctx.timing = timed;
+      step_graph.on = useGraph && i >= graphFrom;
+      // Kernel times: from the timed steps; under the graph (whose kernels record no events),
+      // from the eager steps before it.
+      ctx.timing = step_graph.on ? false : useGraph ? true : timed;
       ctx.resetTimes();
       currentBatch = i % batches;
+      uploadBatch();
       bool last = i + 1 == total, updated = true;
       // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
       uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
@@ -203,9 +289,11 @@ int main(int argc, char **argv) {
       losses.push_back(loss);
       if (!std::isfinite(loss) && !args.allowNonfinite)
         die(nonfiniteLoss(i + 1, loss));
-      if (timed) {
+      if (timed)
         times.push_back(ms / 1000.0);
+      if (ctx.timing) {
         record(ctx.collectTimes());
+        ++kernelSteps;
       }
       skipped += updated ? 0 : 1;
       deviceUsed();
@@ -242,6 +330,8 @@ int main(int argc, char **argv) {
     out += "  \"workspace_bytes\": " + std::to_string(workspace) + ",\n";
     out += "  \"host_peak_bytes\": " + std::to_string(peakResidentBytes()) + ",\n";
     out += "  \"model_flops\": " + num(kLayout.modelFlops) + ",\n";
+    out += graphJson(graphWhy, graphFrom);
+    out += "  \"kernel_steps\": " + std::to_string(kernelSteps) + ",\n";
     out += "  \"skipped_steps\": " + std::to_string(skipped) + ",\n  \"kernels\": [";
     bool first = true;
     for (const auto &[key, v] : profile) {

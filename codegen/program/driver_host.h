@@ -46,7 +46,7 @@ bool allowNonfinite = false;
   std::fprintf(stderr,
                "tally_step: %s\nusage: tally_step [--steps N] [--warmup W] [--threads T" kThreadsNote "] [--seed S]\n"
                "       [--init W.safetensors] [--data D.safetensors] [--save OUT.safetensors]\n"
-               "       [--dump-grads G.safetensors] [--trace T.json] [--allow-nonfinite]\n",
+               "       [--dump-grads G.safetensors] [--trace T.json] [--allow-nonfinite] [--no-graph]\n",
                why.c_str());
   std::exit(2);
 }

@@ -473,6 +473,9 @@ TEST_CASE("the generated step's command line: accepted flags and their defaults"
   CHECK(a.dumpGrads == "g");
   CHECK(a.trace == "t");
   CHECK(a.allowNonfinite);
+  CHECK(a.graph);
+  REQUIRE(stepArgs({"--no-graph"}, &a).empty());
+  CHECK(!a.graph);
 }
 
 TEST_CASE("the generated step's command line: every refusal says why", "[reliability][step-args]") {

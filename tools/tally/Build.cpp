@@ -575,7 +575,9 @@ Measured measured(const Analysis &an, const json::Object *m) {
   const json::Object *regions = m->getObject("regions");
   r.allocated = num(m, "arena_bytes") + num(regions, "params") + num(regions, "grads") +
                 num(regions, "master") + num(regions, "optimizer");
-  double steps = static_cast<double>(r.timed);
+  // The CUDA step replaying its graph times its kernels in the eager steps before it
+  // (kernel_steps); otherwise in the timed steps.
+  double steps = m->get("kernel_steps") ? num(m, "kernel_steps") : static_cast<double>(r.timed);
   if (const json::Array *ks = m->getArray("kernels"))
     for (const json::Value &k : *ks)
       if (const json::Object *ko = k.getAsObject()) {
