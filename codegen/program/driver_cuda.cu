@@ -191,6 +191,54 @@ std::string graphJson(const std::string &why, int64_t graphFrom) {
          ", \"why_not\": \"" + rt::json_escape(why) + "\"},\n";
 }
 
+/// The gradient check (issue 43), as the CPU driver's (driver_cpu.cpp): once the step's
+/// gradients are complete and before the update, the gradients this rank holds must all be
+/// finite. On the device: Σg² of the gradient region (rt::sum_squares; a NaN or an infinity
+/// makes it non-finite) and one 4-byte read back; only when that is not finite is the region
+/// copied to the host, where the bit test (firstNonfiniteGradient) decides — a sum that merely
+/// overflowed is no error — and names the first bad gradient. Every rank stops at the same step.
+/// Its time, between two events on the step's stream, is not the step's. Not for fp16 loss
+/// scaling (whose own Σg² check skips the step) nor --allow-nonfinite.
+struct GradientCheck {
+  rt::Ctx *ctx = nullptr;
+  cudaEvent_t begin = nullptr, end = nullptr;
+  bool ran = false, bad = false;
+  std::string where;
+} gradientCheck;
+
+template <class T> void gradientSumSquares(rt::Ctx &ctx, int64_t n) {
+  rt::sum_squares<T>(ctx, reinterpret_cast<const T *>(mem.grads), n, device_scalars);
+}
+
+void checkGradients() {
+  rt::Ctx &ctx = *gradientCheck.ctx;
+  check(cudaEventRecord(gradientCheck.begin, ctx.stream), "cudaEventRecord(gradient check)");
+  const std::string d = kLayout.gradsDtype;
+  const int64_t n = kLayout.gradsBytes / static_cast<int64_t>(dtypeBytes(d));
+  if (d == "F32")
+    gradientSumSquares<float>(ctx, n);
+  else if (d == "BF16")
+    gradientSumSquares<rt::bf16>(ctx, n);
+  else
+    gradientSumSquares<rt::f16>(ctx, n);
+  float sumsq = 0;
+  check(cudaMemcpyAsync(&sumsq, device_scalars, sizeof sumsq, cudaMemcpyDeviceToHost, ctx.stream),
+        "cudaMemcpyAsync(gradient check)");
+  check(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize(gradient check)");
+  int64_t first = -1;
+  if (!std::isfinite(sumsq)) {
+    download(host.grads, mem.grads, kLayout.gradsBytes, "cudaMemcpy(grads to host, gradient check)");
+    first = firstNonfiniteGradient(host.grads, n);
+  }
+  double bad = first >= 0 ? 1 : 0;
+  if (kLayout.ranks > 1)
+    bad = tally_comm::sum(bad);
+  gradientCheck.bad = bad > 0;
+  gradientCheck.where = first >= 0 && kLayout.zero == 0 ? gradientAt(host.grads, first) : "";
+  check(cudaEventRecord(gradientCheck.end, ctx.stream), "cudaEventRecord(gradient check)");
+  gradientCheck.ran = true;
+}
+
 void dumpGradients() {
   if (args.dumpGrads.empty() || rank != 0)
     return;
@@ -259,6 +307,10 @@ int main(int argc, char **argv) {
     cudaEvent_t start = nullptr, stop = nullptr;
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
+    gradientCheck.ctx = &ctx;
+    check(cudaEventCreate(&gradientCheck.begin), "cudaEventCreate");
+    check(cudaEventCreate(&gradientCheck.end), "cudaEventCreate");
+    const bool checks = kLayout.lossScale == 1 && !args.allowNonfinite;
 
     std::vector<double> losses, times;
     int64_t skipped = 0, total = args.steps; // the first args.warmup untimed
@@ -278,17 +330,27 @@ int main(int argc, char **argv) {
       // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
       uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
       check(cudaEventRecord(start, ctx.stream), "cudaEventRecord(step start)");
+      gradientCheck.ran = false;
       double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated,
-                               nullptr); // no gradient check yet: the CPU step's reads host memory
+                               checks ? checkGradients : nullptr);
       check(cudaEventRecord(stop, ctx.stream), "cudaEventRecord(step stop)");
       check(cudaEventSynchronize(stop), "cudaEventSynchronize(step stop)");
-      float ms = 0;
+      float ms = 0, checkMs = 0;
       check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime(step)");
+      if (gradientCheck.ran) // the check's time is not the step's
+        check(cudaEventElapsedTime(&checkMs, gradientCheck.begin, gradientCheck.end),
+              "cudaEventElapsedTime(gradient check)");
+      ms -= checkMs;
       if (kLayout.ranks > 1) // the whole batch's loss: the mean of the ranks' (equal shares)
         loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks);
       losses.push_back(loss);
       if (!std::isfinite(loss) && !args.allowNonfinite)
         die(nonfiniteLoss(i + 1, loss));
+      if (gradientCheck.ran && gradientCheck.bad) {
+        if (rank != 0) // rank 0 says why
+          std::exit(1);
+        die(nonfiniteGradients(i + 1, gradientCheck.where));
+      }
       if (timed)
         times.push_back(ms / 1000.0);
       if (ctx.timing) {
