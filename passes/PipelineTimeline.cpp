@@ -28,15 +28,9 @@
 
 namespace tally {
 
-namespace {
+using Unit = PipelineUnit;
 
-struct Unit {
-  int32_t microBatch, chunk;
-  bool backward;
-};
-
-/// The order in which stage `s` of `p` runs its work for `m` micro-batches and `v` chunks.
-std::vector<Unit> stageOrder(int32_t s, int32_t p, int32_t m, int32_t v) {
+std::vector<Unit> pipelineOrder(int32_t s, int32_t p, int32_t m, int32_t v) {
   int64_t units = static_cast<int64_t>(m) * v;
   auto nth = [&](int64_t k, bool backward) {
     int64_t group = k / (static_cast<int64_t>(p) * v), inGroup = k % (static_cast<int64_t>(p) * v);
@@ -60,8 +54,6 @@ std::vector<Unit> stageOrder(int32_t s, int32_t p, int32_t m, int32_t v) {
     order.push_back(nth(b++, true));
   return order;
 }
-
-} // namespace
 
 void pipelineTimeline(Analysis &a) {
   auto &pl = a.pipeline;
@@ -112,7 +104,7 @@ void pipelineTimeline(Analysis &a) {
   auto at = [&](int64_t vs, int32_t micro) { return static_cast<size_t>(vs * shown + micro); };
   std::vector<std::vector<Unit>> orders;
   for (int32_t s = 0; s < P; ++s)
-    orders.push_back(stageOrder(s, P, M, V));
+    orders.push_back(pipelineOrder(s, P, M, V));
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   std::vector<double> free(static_cast<size_t>(p), 0);
   size_t remaining = 0;
@@ -158,6 +150,9 @@ void pipelineTimeline(Analysis &a) {
   }
   pl.bubble = pl.makespan - static_cast<double>(shown) *
                                *std::max_element(perDevice.begin(), perDevice.end());
+  pl.idle.assign(static_cast<size_t>(p), pl.makespan);
+  for (const Analysis::PipelineSlot &slot : pl.slots)
+    pl.idle[static_cast<size_t>(slot.stage)] -= slot.end - slot.start;
 }
 
 } // namespace tally
