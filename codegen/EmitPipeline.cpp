@@ -176,7 +176,10 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
     for (size_t i = 0; i < rank.shared.size(); ++i) {
       TensorId w = rank.shared[i];
       shared += "  // pipeline: the gradient of " + commentSafe(s.tensorName(w)) + ", read on rank " +
-                std::to_string(rank.peers[i]) + " too, summed with its (Megatron's embedding all-reduce)\n" +
+                std::to_string(rank.peers[i]) + " too: the two ranks' summed (Megatron's embedding all-reduce),\n"
+                "  // once both got here (the wait is the drain of the pipeline: idle)\n" +
+                siteText("pipeline.shared_gradient", "bubble") +
+                "  tally_comm::pp_sync(ctx, " + std::to_string(rank.peers[i]) + ");\n" +
                 siteText("pipeline.shared_gradient", "communication") +
                 llvm::formatv("  tally_comm::pp_sum_with<{0}>(ctx, G<{0}>({1}), {2}, {3});\n", G, gradOffset.at(w), n(w),
                               rank.peers[i])
@@ -188,12 +191,12 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
             "  for (const PipeUnit &u : kOrder) {\n"
             "    const int64_t slot = u.mb % kSlots[u.chunk], cb = kBase[u.chunk] + slot * kSlotBytes[u.chunk];\n"
             "    const int64_t key = u.chunk * " + std::to_string(m) + " + slot;\n" +
-            siteText("pipeline.send_wait", "communication") +
-            "    tally_comm::pp_wait(ctx, key); // this slot's sends are done before it is written again\n"
+            siteText("pipeline.send_wait", "bubble") +
+            "    tally_comm::pp_wait(ctx, key); // this slot's sends are taken before it is written again\n"
             "    load_micro_batch(u.mb);\n"
             "    const uint64_t s = seed + static_cast<uint64_t>(u.mb);\n"
             "    switch (2 * u.chunk + (u.backward ? 1 : 0)) {\n" + cases + "    }\n  }\n" +
-            siteText("pipeline.send_wait", "communication") + "  tally_comm::pp_wait_all(ctx);\n" + shared +
+            siteText("pipeline.send_wait", "bubble") + "  tally_comm::pp_wait_all(ctx);\n" + shared +
             "  if (before_zero)\n    before_zero();\n  *updated = update(ctx, step);\n  zero_grad(ctx);\n"
             "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n} // namespace stage" +
             std::to_string(r) + "\n\n";

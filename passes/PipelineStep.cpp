@@ -225,8 +225,8 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   if (v > 1 && m % p != 0)
     return "interleave = " + std::to_string(v) + " runs Megatron's schedule, which needs the " + std::to_string(m) +
            " micro-batches to be a multiple of pipeline = " + std::to_string(p);
-  if (p * v > 64 || 2 * p * v * m > 32767)
-    return "the generated pipeline step runs at most 64 stages and 2 x stages x micro-batches of at most 32767 "
+  if (p * v > 64 || 2 * p * v * m > 32765)
+    return "the generated pipeline step runs at most 64 stages and 2 x stages x micro-batches of at most 32765 "
            "(its message tags)";
   if (copies < static_cast<size_t>(p * v))
     return "the model has " + std::to_string(copies) + " repeat-block copies, fewer than the " +

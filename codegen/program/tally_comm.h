@@ -288,8 +288,8 @@ inline std::vector<std::pair<int64_t, MPI_Request>> &pp_pending() {
   static std::vector<std::pair<int64_t, MPI_Request>> r;
   return r;
 }
-/// The tag of the shared gradients' exchange: above every boundary tag (< 2·stages·micro-batches
-/// ≤ 32767 - 1, PipelineStep.cpp).
+/// The tag of the shared gradients' exchange (and kSharedTag - 1 of the wait before it): above
+/// every boundary tag (< 2·stages·micro-batches ≤ 32767 - 2, PipelineStep.cpp).
 constexpr int kSharedTag = 32767;
 } // namespace detail
 
@@ -329,6 +329,14 @@ inline void pp_wait(rt::Ctx &ctx, int64_t key) {
   detail::check(MPI_Waitall(static_cast<int>(wait.size()), wait.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 inline void pp_wait_all(rt::Ctx &ctx) { pp_wait(ctx, -1); }
+
+/// Waits until rank `peer` gets here too (a message of no bytes each way).
+inline void pp_sync(rt::Ctx &ctx, int peer) {
+  rt::detail::KernelScope ks(ctx, "wait");
+  detail::check(MPI_Sendrecv(nullptr, 0, MPI_BYTE, peer, detail::kSharedTag - 1, nullptr, 0, MPI_BYTE, peer,
+                             detail::kSharedTag - 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                "MPI_Sendrecv");
+}
 
 /// A parameter two stages hold (a tied head's weight): each rank sends its n-element gradient to
 /// `peer` and adds the peer's, so both hold the sum with the same bits (a + b = b + a).

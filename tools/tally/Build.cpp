@@ -731,13 +731,15 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
       for (const json::Value &v : *sent)
         each += (each.empty() ? "" : ", ") + formatv("{0:f0}", v.getAsNumber().getValueOr(NAN)).str();
       os << formatv("{0,-24} {1,14} {2,14}\n", "  bytes sent per rank",
-                    formatv("{0:f0}", dataParallelSentBytes(an) + tensorParallelSentBytes(an)).str(), each);
+                    formatv("{0:f0}", dataParallelSentBytes(an) + tensorParallelSentBytes(an) + pipelineSentBytes(an, 0)).str(),
+                    each);
     }
     if (staged)
       os << "  each stage's forward sends its boundary activations to the next stage's rank, its backward\n"
          << "  their gradients back (point to point, 1F1B" << (an.plan->parallel.interleave > 1 ? ", interleaved" : "")
-         << "); a tied parameter's gradient is summed between its two stages; bytes: counted by the sends\n"
-         << "  (estimated: the priced boundary sends); each rank's arena and regions are its stage's;\n";
+         << "); a tied parameter's gradient is summed between its\n"
+         << "  two stages; bytes: rank 0's, counted by the sends (estimated: the priced boundary sends);\n"
+         << "  waiting for a peer (receives, sends not yet taken) is the rank's idle time, class \"bubble\";\n";
     else if (an.plan->parallel.tensor > 1)
       os << "  Megatron's split: each row-parallel matmul's output all-reduced in the forward, each\n"
          << "  column-parallel input's gradient in the backward; the embeddings, norms and the head run\n"
@@ -754,7 +756,7 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
          << (an.plan->parallel.zero >= 1 ? " (reduce-scatter, then all-gather of the parameters)" : " (all-reduce)")
          << ";\n  waiting is the barrier before it, for the slowest rank's backward (load imbalance);\n";
     os << "  the estimate is for the target's interconnect"
-       << (an.plan->parallel.overlap ? ", with the reduction hidden behind the backward (overlap = true)" : "")
+       << (an.plan->parallel.overlap && an.plan->parallel.data > 1 ? ", with the reduction hidden behind the backward (overlap = true)" : "")
        << "\n\n";
     printRankRows(os, rankRows(an, m->getArray("per_rank")));
   }
