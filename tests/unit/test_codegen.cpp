@@ -280,7 +280,7 @@ TEST_CASE("codegen: the CUDA step's files, layout and refusals", "[codegen][cuda
   std::string cpu;
   REQUIRE(emit(*t.a, cpu) == "");
   const std::string &cu = byPath["step.cu"];
-  auto layout = [](const std::string &text) { return text.substr(text.find("const Layout kLayout = {")); };
+  auto layout = [](const std::string &text) { return text.substr(text.find("Layout kLayout = {")); };
   std::string l = layout(cu);
   size_t at = l.find("\"cuda\"");
   REQUIRE(at != std::string::npos);
@@ -431,7 +431,7 @@ TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[
   CHECK(countOf(text, "{0, 8388608, 0, -1, 0, 0, 33554432}, // w [0, 8388608)") == 1);
   CHECK(countOf(text, "{1, 8388608, 33554432, -1, 33554432, 0, 33554432}, // w [8388608, 16777216)") == 1);
   CHECK(countOf(text, "gather_parameters(ctx);\n") == 1);
-  CHECK(countOf(text, ", 2, 1, 8388608, 1};") == 1); // kLayout: ranks, zero, shard, tensor
+  CHECK(countOf(text, ", 2, 1, 8388608, 1, 1, 0};") == 1); // kLayout: ranks, zero, shard, tensor, pipeline, stage
 }
 
 TEST_CASE("codegen: ZeRO 2 and 3's transients in the estimate are what the step's memory plan holds", "[codegen]") {
