@@ -28,7 +28,8 @@
 //    micro-batches, which averages G over the N MPI processes in 25 MiB buckets; under ZeRO-1
 //    (the memory plan's shard) a reduce-scatter, the update of this rank's pieces (kUpdate by
 //    rank) and gather_parameters() (communication() in EmitUpdate.cpp; docs/codegen.md). Under
-//    ZeRO 2 and 3 (CPU) micro_step moves the pieces itself (EmitZero.cpp).
+//    ZeRO 2 and 3 (CPU) micro_step moves the pieces itself (EmitZero.cpp). Tensor parallel:
+//    EmitTensor.cpp; pipeline parallel (one namespace of functions per rank): EmitPipeline.cpp.
 // The layout (regions, parameter and input tables) goes into kLayout for the driver
 // (codegen/program/driver_cpu.cpp), which allocates exactly those bytes.
 #include "codegen/EmitInternal.h"

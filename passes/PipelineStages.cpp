@@ -9,6 +9,8 @@
 // chunk 0, the final norm, the output layer and the loss on the last chunk. That the first
 // and last stages are the heavier is why Megatron-Core has account_for_embedding_in_pipeline_split
 // and account_for_loss_in_pipeline_split (megatron/core/transformer/transformer_config.py).
+// chunkOfOps is that assignment alone: the generated CPU step runs its stages by it too
+// (passes/PipelineStep.cpp), so what is priced is what runs.
 #include "passes/Passes.h"
 
 #include <algorithm>

@@ -9,6 +9,8 @@
 //    chunks (virtual stage c·p + s); forwards go in rounds of p micro-batches through chunk 0,
 //    then chunk 1, ..., backwards through the chunks in reverse; the warm-up is
 //    2·(p − s − 1) + (v − 1)·p forwards.
+// pipelineOrder is that order; the generated CPU step runs each rank's units in it
+// (passes/PipelineStep.cpp, codegen/EmitPipeline.cpp), so the schedule simulated is the one run.
 // A forward of virtual stage k needs the forward of stage k − 1 of the same micro-batch; a
 // backward needs the backward of stage k + 1 (the last stage: its own forward). A slot lasts
 // what its virtual stage computes for one micro-batch (StepTime.cpp step 4, stageTimes: the

@@ -13,7 +13,10 @@
 // batch (the ranks' losses averaged, outside the timed step). Under ZeRO the master shard is
 // initialised from the whole initialisation, and --save gathers it first; under ZeRO 2 and 3
 // every tensor's pieces so (driver_host.h, WholeModel), and the JSON has `sent_bytes`: what
-// each rank sent in the last step, counted by the collectives.
+// each rank sent in the last step, counted by the collectives. Pipeline parallel
+// (kLayout.pipeline > 1): rank s runs stage s, with its own regions and arena (select_stage);
+// only the last stage has a loss. On several processes the JSON has `per_rank`: each rank's
+// median step, communication and idle time, peak memory, arena, regions and bytes sent.
 #include "common/tally_driver.h"
 #include "common/tally_safetensors.h"
 #include "cpu/tally_rt.h"

@@ -882,6 +882,9 @@ int run() {
     return rc;
   if (std::string why = outputOverInput(c); !why.empty())
     return usageError(why);
+  if (!TraceFile.empty() && a->plan->parallel.pipeline > 1)
+    return usageError("--trace: the pipeline step's ranks do not merge their traces yet; run the plan "
+                      "without --trace (tally run prints every rank's idle time beside its bubble)");
   if (cuda)
     if (std::string why = cudaDeviceMissing(); !why.empty())
       return failure("--backend cuda: no CUDA device found: " + why + "; run on a machine with an NVIDIA GPU "
