@@ -85,8 +85,8 @@ bool crossings(Analysis &a, const BufferIndex &bi, std::vector<std::set<uint32_t
                       se.op);
         inputs[k].insert(b);
       } else if (x.role == TensorRole::Gradient && (writers[b] & ~(uint64_t(1) << k)) != 0) {
-        uint64_t other = writers[b] & ~(uint64_t(1) << k);
-        bool fromNext = other == (uint64_t(1) << (k + 1)) && x.gradOf != kNone &&
+        uint64_t other = writers[b] & ~(uint64_t(1) << k), next = k + 1 < 64 ? uint64_t(1) << (k + 1) : 0;
+        bool fromNext = other == next && x.gradOf != kNone &&
                         s.tensors[x.gradOf].producer != kNone && s.tensors[x.gradOf].producer < g.ops.size() &&
                         chunk[s.tensors[x.gradOf].producer] == k;
         if (!fromNext)

@@ -189,7 +189,8 @@ std::string perRankJson(const std::vector<double> &rows, size_t k, const std::ve
     out += std::string(r ? ",\n    " : "\n    ") + "{\"rank\": " + std::to_string(r) + ", \"step_s\": " + num(x[0]) +
            ", \"communication_s\": " + num(x[1]) + ", \"idle_s\": " + num(x[2]) + ", \"peak_bytes\": " + num(x[3]) +
            ", \"arena_bytes\": " + num(x[4]) + ", \"regions_bytes\": " + num(x[5]) +
-           ", \"sent_bytes\": " + std::to_string(r < sent.size() ? sent[r] : 0) + "}";
+           // counted by the ring collectives and the pipeline's sends (not MPI's own all-reduce)
+           (partedModel() && r < sent.size() ? ", \"sent_bytes\": " + std::to_string(sent[r]) : std::string()) + "}";
   }
   return out + "\n  ],\n";
 }
