@@ -74,8 +74,12 @@ struct Emitter {
   /// kernels: <why>"): how many, and the first op's path (EmitOptions::notes).
   std::map<std::string, std::pair<int, std::string>> attentionEngines;
 
+  /// The regions the code being written addresses: the memory plan's, or under pipeline
+  /// parallelism the rank's being written (Analysis::pipelineStep).
+  decltype(Analysis::regions) regions;
+
   Emitter(const Analysis &a, const EmitOptions &o, const Backend &be)
-      : a(a), s(*a.step), plan(*a.plan), opt(o), be(be), buffers(a) {}
+      : a(a), s(*a.step), plan(*a.plan), opt(o), be(be), buffers(a), regions(a.regions) {}
 
   /// The backend's name in messages: "CPU", "CUDA".
   std::string title() const { return be.title; }
@@ -251,10 +255,10 @@ struct Emitter {
   /// Data parallel over more than one rank.
   bool dataParallel() const { return plan.parallel.data > 1; }
   /// ZeRO-1: master and optimizer hold this rank's shard (MemoryPlan.cpp).
-  bool sharded() const { return a.regions.shard > 0; }
+  bool sharded() const { return regions.shard > 0; }
   /// ZeRO 2 or 3: every tensor of the sharded regions holds this rank's piece of ⌈n/d⌉
   /// elements (MemoryPlan.cpp; the moves: EmitZero.cpp).
-  bool pieced() const { return a.regions.tensorShards >= 2; }
+  bool pieced() const { return regions.tensorShards >= 2; }
   /// Data parallel with `overlap` (the plan's default) and without ZeRO: each 25 MiB bucket of
   /// G is averaged as soon as the last micro-batch's backward has written its last gradient.
   bool overlap() const { return dataParallel() && !sharded() && !pieced() && plan.parallel.overlap; }
@@ -264,13 +268,33 @@ struct Emitter {
   /// Tensor parallel over more than one rank (the CPU step's Plan::tensorStep).
   bool tensorParallel() const { return plan.parallel.tensor > 1; }
   /// More than one MPI process: the collectives header and MPI in the CMakeLists.txt.
-  bool multiRank() const { return dataParallel() || tensorParallel(); }
+  bool multiRank() const { return dataParallel() || tensorParallel() || pipelined(); }
   TensorSplit tp;                                     ///< tensorSplit of the forward graph
   std::map<size_t, std::vector<TensorId>> tpReduceAfter; ///< gradients all-reduced after an entry
   /// tp and tpReduceAfter; false after fail() (a column-parallel input read by another op).
   bool indexTensorParallel();
   /// After entry e: a row-parallel matmul's output, or the gradients it completes, all-reduced.
   void tensorParallelAfter(size_t e);
+
+  // ---- pipeline parallelism (EmitPipeline.cpp) ---------------------------------------------
+
+  /// Pipeline parallel over more than one rank (the CPU step; Analysis::pipelineStep).
+  bool pipelined() const { return plan.parallel.pipeline > 1; }
+  /// The chunk whose function is being written (-1: none): ptr() addresses its slot, `cb`.
+  int64_t chunkNow = -1;
+  /// The rank whose code is being written: its regions indexed (index()).
+  void selectRank(int64_t r);
+  /// Why the plan's pipeline cannot be generated; true when it can (after fail() otherwise).
+  bool checkPipeline();
+  /// The ranks' namespaces (tables, chunk functions, update, train) and the layouts and
+  /// train_step that pick one by rank; false after fail().
+  bool pipelineSource(std::string &stages, std::string &tail);
+  /// One chunk's forward or backward function: its entries, the boundary's receives and sends.
+  bool chunkFunction(int64_t k, bool backward, std::string &out);
+  /// The entry of stepSchedule at which buffer `t` (a storage) is addressed for a boundary move.
+  int64_t boundaryEntry(int64_t k, TensorId t, bool backward, bool first);
+  /// kLayout's row of the values after the tables (shared by every rank's layout).
+  std::string layoutRow(const std::string &params, const std::string &inputs, int64_t arena, int64_t stage);
 
   // ---- ZeRO 2 and 3 (EmitZero.cpp) ----------------------------------------------------------
 

@@ -28,7 +28,8 @@
 //    micro-batches, which averages G over the N MPI processes in 25 MiB buckets; under ZeRO-1
 //    (the memory plan's shard) a reduce-scatter, the update of this rank's pieces (kUpdate by
 //    rank) and gather_parameters() (communication() in EmitUpdate.cpp; docs/codegen.md). Under
-//    ZeRO 2 and 3 (CPU) micro_step moves the pieces itself (EmitZero.cpp).
+//    ZeRO 2 and 3 (CPU) micro_step moves the pieces itself (EmitZero.cpp). Tensor parallel:
+//    EmitTensor.cpp; pipeline parallel (one namespace of functions per rank): EmitPipeline.cpp.
 // The layout (regions, parameter and input tables) goes into kLayout for the driver
 // (codegen/program/driver_cpu.cpp), which allocates exactly those bytes.
 #include "codegen/EmitInternal.h"
@@ -131,13 +132,15 @@ bool Emitter::fail(const std::string &why) {
 // ---- 1. where tensors live ----------------------------------------------------------------
 
 void Emitter::index() {
-  for (const Region::Entry &e : a.regions.params.tensors)
+  paramOffset.clear(), gradOffset.clear(), masterOffset.clear(), dataOffset.clear(), stateOffset.clear();
+  dataBytes = 0;
+  for (const Region::Entry &e : regions.params.tensors)
     paramOffset[e.tensor] = e.offset;
-  for (const Region::Entry &e : a.regions.grads.tensors)
+  for (const Region::Entry &e : regions.grads.tensors)
     gradOffset[e.tensor] = e.offset;
-  for (const Region::Entry &e : a.regions.master.tensors)
+  for (const Region::Entry &e : regions.master.tensors)
     masterOffset[e.tensor] = e.offset;
-  for (const Region::Entry &e : a.regions.optimizer.tensors)
+  for (const Region::Entry &e : regions.optimizer.tensors)
     stateOffset[{e.tensor, e.state}] = e.offset;
   for (TensorId t : s.inputs) {
     dataOffset[t] = dataBytes;
@@ -178,7 +181,7 @@ std::string Emitter::ptr(TensorId t) {
   };
   // ZeRO 3: a parameter is read from its unit's gathered copy; ZeRO 2 and 3: a parameter's
   // gradient of this micro-batch is an arena buffer until it is reduce-scattered (EmitZero.cpp).
-  TensorId zeroKey = bt.role == TensorRole::Param && a.regions.tensorShards >= 3 ? b
+  TensorId zeroKey = bt.role == TensorRole::Param && regions.tensorShards >= 3 ? b
                      : pieced() && bt.role == TensorRole::Gradient && bt.gradOf != kNone &&
                                s.tensors[bt.gradOf].role == TensorRole::Param
                          ? s.gradient[bt.gradOf]
@@ -210,6 +213,16 @@ std::string Emitter::ptr(TensorId t) {
     fail("internal error: tensor %" + std::to_string(b) + " has no arena buffer live at schedule step " +
          std::to_string(step) + " (the step and the memory plan disagree)");
     return "nullptr";
+  }
+  if (chunkNow >= 0) { // a pipeline chunk's slot (PipelineStep.cpp): `cb` is its offset
+    const auto &offsets = a.pipelineStep.chunks[static_cast<size_t>(chunkNow)].offset;
+    auto it = offsets.find(static_cast<uint32_t>(live - a.buffers.data()));
+    if (it == offsets.end()) {
+      fail("internal error: tensor %" + std::to_string(b) + " has no buffer in pipeline stage " +
+           std::to_string(chunkNow) + "'s slot at schedule step " + std::to_string(step));
+      return "nullptr";
+    }
+    return llvm::formatv("A<{0}>(cb + {1})", ty, it->second + elem * scale).str();
   }
   return at("A", live->offset);
 }
@@ -371,6 +384,17 @@ std::string Emitter::tables() {
     auto g = gradOffset.find(pi.tensor);
     auto m = masterOffset.find(pi.tensor);
     int64_t master = m == masterOffset.end() ? -1 : m->second;
+    auto held = paramOffset.find(pi.tensor);
+    if (held == paramOffset.end()) { // pipeline: another rank's parameter (offset -1; the same
+      // grad and master presence as on its rank, so every rank's whole model is laid out alike)
+      bool withMaster = plan.precision.master != Dtype::Invalid && pi.trainable;
+      out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, -1, {5}, {6}, {7}, {8}, -1, 1},\n",
+                           literal(tensorName(s.paramPath(pi))), stName(t.dtype), sz.size(), list(sz),
+                           checkedNumel(whole.shape).value_or(0), boolean(pi.trainable), pi.trainable ? 0 : -1,
+                           withMaster ? 0 : -1, init)
+                 .str();
+      continue;
+    }
     if (sharded() && plan.precision.master != Dtype::Invalid && g != gradOffset.end()) { // tally_step.h
       // An element offset of the grads region in master's dtype: wider than the grads' (bf16
       // grads, fp32 master), it can pass int64 where the grads region did not.
@@ -432,10 +456,12 @@ bool Emitter::checkPlan() {
   }
   if (par.tensor > 1 && (!plan.tensorStep || par.tensor > 4096))
     return fail("tensor = " + std::to_string(par.tensor) + ": the plan was not analyzed as the generated step runs it");
-  if ((par.tensor != 1 && par.devices != par.tensor) || par.pipeline != 1 || par.context != 1 || par.expert != 1 ||
-      (par.tensor == 1 && par.devices != par.data))
-    return fail("the " + title() + " backend runs data parallelism only (processes under " + be.parallelEngine +
-                "); this plan splits the model (tensor " + std::to_string(par.tensor) + ", pipeline " +
+  if (pipelined() && !checkPipeline())
+    return false;
+  if ((par.tensor != 1 && par.devices != par.tensor) || (par.pipeline != 1 && par.devices != par.pipeline) ||
+      par.context != 1 || par.expert != 1 || (par.tensor == 1 && par.pipeline == 1 && par.devices != par.data))
+    return fail("the " + title() + " backend runs data, tensor or pipeline parallelism, each on its own (processes "
+                "under " + be.parallelEngine + "); this plan combines them (data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
                 std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
                 std::to_string(par.expert) + ")");
   if (par.data > 1 && par.zero > 1 && be.device)
@@ -506,6 +532,23 @@ std::string Emitter::opSites() const {
   return out + "};\nconst int kNumOpSites = " + std::to_string(sites.size()) + ";\n\n";
 }
 
+std::string Emitter::layoutRow(const std::string &params, const std::string &inputs, int64_t arena, int64_t stage) {
+  const Graph &g = *a.graph;
+  double lossScale = plan.precision.lossScaling ? kLossScale : 1.0;
+  int64_t data = plan.parallel.data;
+  return llvm::formatv("{{{0}, {1}, {2}, \"{3}\", {4}, {5}, {6}, {7}, {8}, {9}, \"{10}\", \"{11}\", {12}, {13}, {14}, "
+                       "{15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}}",
+                       literal(g.model), literal(plan.name), literal(opt.source), be.name, arena, regions.params.bytes,
+                       regions.grads.bytes, regions.master.bytes, regions.optimizer.bytes, dataBytes,
+                       stName(plan.precision.grads),
+                       plan.precision.master == Dtype::Invalid ? "" : stName(plan.precision.master), plan.batch,
+                       plan.microBatch, plan.batch / (plan.microBatch * data), number(lossScale),
+                       llvm::formatv("{0:e6}", a.flops.step).str(), s.params.empty() ? 0 : s.params.size(),
+                       s.inputs.size(), params, inputs, data, sharded() ? 1 : regions.tensorShards, regions.shard,
+                       plan.parallel.tensor, plan.parallel.pipeline, stage)
+      .str();
+}
+
 std::string Emitter::stepSource(const std::string &micro, const std::string &upd, const std::string &zero) {
   const Graph &g = *a.graph;
   double lossScale = plan.precision.lossScaling ? kLossScale : 1.0;
@@ -515,9 +558,9 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << ": the training step of " << commentSafe(g.model) << " " << be.machine << ".\n"
      << "// One call per op of the step graph (`tally report --emit=ir`), in the order of the schedule\n"
      << "// (`tally report --emit=memory-plan`); every operand is a byte offset into one region:\n"
-     << "//   A arena " << a.arenaBytes << " B, P params " << a.regions.params.bytes << " B, G grads "
-     << a.regions.grads.bytes << " B, M master " << a.regions.master.bytes << " B,\n"
-     << "//   O optimizer state " << a.regions.optimizer.bytes << " B, D data " << dataBytes << " B.\n"
+     << "//   A arena " << a.arenaBytes << " B, P params " << regions.params.bytes << " B, G grads "
+     << regions.grads.bytes << " B, M master " << regions.master.bytes << " B,\n"
+     << "//   O optimizer state " << regions.optimizer.bytes << " B, D data " << dataBytes << " B.\n"
      << "// Kernels: runtime/" << be.runtimeHeader << " (codegen/runtime/API.md). Rewritten by every `tally build`.\n"
      << "#include \"" << be.runtimeHeader << "\"\n#include \"driver/tally_step.h\"\n" << be.extraIncludes
      << (multiRank() ? "#include \"" + std::string(be.commHeader) + "\"\n\n#include <algorithm>\n" : "\n")
@@ -533,21 +576,16 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
      << "/// Shapes and strides passed inline: dims{{16, 64}} converts to const int64_t *.\n"
      << "struct dims {\n  int64_t v[8];\n  operator const int64_t *() const { return v; }\n};\n"
      << (be.device ? "[[maybe_unused]] " : "") << "constexpr float kLossScale = " << number(lossScale) << ";\n" << deviceHelpers() << "\n"
-     << tables() << "\n"
-     << micro << "\n" << upd << "\n" << zero << "\n"
+     << (pipelined() ? micro : tables() + "\n" + micro + "\n" + upd + "\n" + zero + "\n")
      << "} // namespace\n\n"
-     << opSites()
-     << "const Layout kLayout = {" << literal(g.model) << ", " << literal(plan.name) << ", "
-     << literal(opt.source) << ", \"" << be.name << "\", " << a.arenaBytes << ", " << a.regions.params.bytes << ", "
-     << a.regions.grads.bytes << ", " << a.regions.master.bytes << ", " << a.regions.optimizer.bytes << ", "
-     << dataBytes << ", \"" << stName(plan.precision.grads) << "\", \""
-     << (plan.precision.master == Dtype::Invalid ? "" : stName(plan.precision.master)) << "\", "
-     << plan.batch << ", " << plan.microBatch << ", " << plan.batch / (plan.microBatch * plan.parallel.data) << ", "
-     << number(lossScale) << ", " << llvm::formatv("{0:e6}", a.flops.step).str() << ", "
-     << (s.params.empty() ? 0 : s.params.size()) << ", " << s.inputs.size() << ", kParams, kInputs, "
-     << plan.parallel.data << ", " << (sharded() ? 1 : a.regions.tensorShards) << ", " << a.regions.shard << ", "
-     << plan.parallel.tensor << "};\n\n"
-     ;
+     << opSites();
+  if (pipelined()) { // the ranks' layouts and the train_step that picks one (EmitPipeline.cpp)
+    os << upd << "} // namespace tally_step\n";
+    os.flush();
+    return src;
+  }
+  os << "Layout kLayout = " << layoutRow("kParams", "kInputs", a.arenaBytes, 0) << ";\n"
+     << "void select_stage(int) {}\n\n";
   // After the micro-batches: the reduction (data parallel), the update, --dump-grads, zero_grad.
   // The CUDA step waits for its overlapped reductions inside its graph region (EmitGraph.cpp).
   // The driver's gradient check runs once the gradients are complete, before the update.
@@ -618,7 +656,7 @@ bool Emitter::run(std::vector<File> &files) {
   if (!indexTensorParallel())
     return false;
   std::string micro, upd, zero;
-  if (!microStep(micro) || !update(upd, zero))
+  if (pipelined() ? !pipelineSource(micro, upd) : !microStep(micro) || !update(upd, zero))
     return false;
   std::string src = stepSource(micro, upd, zero);
   if (!error.empty()) // tables() found an offset past int64

@@ -18,7 +18,7 @@ namespace tally::codegen::emit {
 std::vector<std::pair<int64_t, int64_t>> Emitter::gradientBuckets() const {
   constexpr int64_t kBucketBytes = 25 * 1024 * 1024;
   int64_t bg = static_cast<int64_t>(bytesOf(plan.precision.grads)), bucket = kBucketBytes / bg;
-  int64_t elems = a.regions.grads.bytes / bg;
+  int64_t elems = regions.grads.bytes / bg;
   std::vector<std::pair<int64_t, int64_t>> out;
   for (int64_t b0 = 0; b0 < elems; b0 += bucket)
     out.push_back({b0, std::min(elems, b0 + bucket)});
@@ -106,7 +106,7 @@ std::string Emitter::communication(int64_t gradElems) {
                                   be.parallelEngine, be.commHeader)
                         .str();
   if (sharded())
-    out += "constexpr int64_t kShard = " + std::to_string(a.regions.shard) + ";\n";
+    out += "constexpr int64_t kShard = " + std::to_string(regions.shard) + ";\n";
   out += "static void reduce_gradients(rt::Ctx &ctx) {\n"
          "  // The wait for the slowest rank's backward (load imbalance, not transfer) is its own class.\n" +
          siteText("data_parallel.barrier", "wait") + "  tally_comm::barrier(ctx);\n" +
@@ -203,7 +203,7 @@ bool Emitter::updateTable(const UpdateTypes &u, std::string &table, size_t &coun
     table += pieced() ? pieceUpdateRows(hasMaster, states, count) : zeroUpdateRows(hasMaster, states, count);
   }
   for (const ParamInfo &pi : s.params) {
-    if (!pi.trainable || zero)
+    if (!pi.trainable || zero || !paramOffset.count(pi.tensor)) // pipeline: another rank's
       continue;
     TensorId t = pi.tensor;
     int64_t p = hasMaster ? masterOffset.at(t) : paramOffset.at(t);
@@ -223,7 +223,7 @@ bool Emitter::updateTable(const UpdateTypes &u, std::string &table, size_t &coun
 std::string Emitter::zeroUpdateRows(bool hasMaster, unsigned states, size_t &count) {
   Dtype gd = plan.precision.grads, pd = plan.precision.params;
   std::string rows;
-  int64_t S = a.regions.shard, bg = static_cast<int64_t>(bytesOf(gd)), bp = static_cast<int64_t>(bytesOf(pd));
+  int64_t S = regions.shard, bg = static_cast<int64_t>(bytesOf(gd)), bp = static_cast<int64_t>(bytesOf(pd));
   int64_t stateBytes = alignUp(S * 4);
   for (const ParamInfo &pi : s.params) {
     if (!pi.trainable)
@@ -322,7 +322,7 @@ bool Emitter::update(std::string &updateText, std::string &zeroText) {
     return false;
   const std::string &G = u.G;
   bool zero = sharded();
-  int64_t gradElems = a.regions.grads.bytes / static_cast<int64_t>(bytesOf(plan.precision.grads));
+  int64_t gradElems = regions.grads.bytes / static_cast<int64_t>(bytesOf(plan.precision.grads));
   body.clear();
   for (const StepEntry &se : a.stepSchedule) {
     if (se.kind != StepEntry::Optimizer)
@@ -337,7 +337,7 @@ bool Emitter::update(std::string &updateText, std::string &zeroText) {
       return false;
   }
   op = nullptr;
-  if (zero || (pieced() && a.regions.tensorShards < 3))
+  if (zero || (pieced() && regions.tensorShards < 3))
     body += "\n  // ZeRO: every rank's updated parameters to every rank\n  gather_parameters(ctx);\n";
   updateText = table + communication(gradElems) +
                "/// The optimizer phase: false when the step was skipped (fp16 overflow).\n"

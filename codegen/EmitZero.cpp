@@ -92,7 +92,7 @@ void Emitter::zeroAfter(size_t e) {
 std::string Emitter::pieceUpdateRows(bool hasMaster, unsigned states, size_t &count) {
   std::string rows;
   int64_t bp = static_cast<int64_t>(bytesOf(plan.precision.params));
-  bool zero3 = a.regions.tensorShards >= 3;
+  bool zero3 = regions.tensorShards >= 3;
   for (const ParamInfo &pi : s.params) {
     if (!pi.trainable)
       continue;
@@ -116,7 +116,7 @@ std::string Emitter::pieceUpdateRows(bool hasMaster, unsigned states, size_t &co
 }
 
 std::string Emitter::pieceGather() {
-  if (a.regions.tensorShards >= 3)
+  if (regions.tensorShards >= 3)
     return "";
   std::string T = ctype(plan.precision.params);
   std::string out = "/// ZeRO 2: every rank's updated piece of each trainable parameter to every rank, in place in P.\n"

@@ -16,6 +16,7 @@
 #include "passes/OpTable.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,6 +78,13 @@ struct Region {
   Dtype dtype = Dtype::Invalid;
   int64_t bytes = 0;               ///< the region's size, aligned
   std::vector<Entry> tensors;
+};
+
+/// One forward or backward of one micro-batch through one chunk (virtual stage) of a pipeline
+/// device (pipelineOrder, PipelineTimeline.cpp).
+struct PipelineUnit {
+  int32_t microBatch, chunk;
+  bool backward;
 };
 
 /// One step of the training step as codegen runs it, over ops of Analysis::step.
@@ -403,6 +411,7 @@ struct Analysis {
     int64_t shownMicroBatches = 0; ///< what `slots` holds (at most a few rounds; the middle repeats)
     double makespan = 0;           ///< end of the last slot
     double bubble = 0;             ///< makespan − the busiest stage's compute, for the shown micro-batches
+    std::vector<double> idle;      ///< per device: makespan − its compute, for the shown micro-batches
     /// Per virtual stage (chunk c of device s is c·p + s), one micro-batch's forward and its
     /// backward with recompute (StepTime.cpp, step 4): the slots' lengths. Empty when the
     /// stages are taken as balanced (no repeat copies to split, or fewer than p·v of them).
@@ -575,6 +584,36 @@ struct Analysis {
   std::vector<TensorShardOf> tensorShards;
   std::string tensorStepError;
   OpId tensorStepOp = kNone; ///< the op tensorStepError names, if any
+  /// Plan::generatedStep on the CPU with pipeline = p > 1 (PipelineStep.cpp): how the generated
+  /// step runs the stages. Chunk (virtual stage) k runs on rank k mod p; the forward ops are in
+  /// the chunks chunkOfOps gives (the estimate's stages), each backward op in its forward op's,
+  /// the loss gradient's fill in the last. Each chunk's arena holds `slots` micro-batches at
+  /// once (the most the order runs forward and not yet backward), each slot the buffers its
+  /// entries use, placed again on their own; a rank's arena is its chunks' slots one after
+  /// another and its regions the parameters its chunks read. Empty `chunks` when not planned.
+  struct PipelineStep {
+    std::string error;           ///< why the step cannot run the stages ("" when it can)
+    OpId errorOp = kNone;        ///< the op `error` names, if any
+    int64_t stages = 0, interleave = 1, microBatches = 0;
+    std::vector<uint32_t> chunkOfOp; ///< per op of the step (kNone: the optimizer phase)
+    struct Chunk {
+      int64_t slots = 0, slotBytes = 0, base = 0; ///< base: slot 0's offset in its rank's arena
+      std::map<uint32_t, int64_t> offset;         ///< buffer index → its offset in a slot
+      std::vector<TensorId> inputs;   ///< storages received from chunk − 1 (their gradients go back)
+      std::vector<TensorId> outputs;  ///< storages sent to chunk + 1
+    };
+    std::vector<Chunk> chunks;
+    struct Rank {
+      int64_t arenaBytes = 0;
+      Region params, grads, master, optimizer;
+      std::vector<bool> holds;        ///< per Graph::params index: in this rank's regions
+      std::vector<TensorId> shared;   ///< parameters whose gradient is summed with `peer`'s
+      std::vector<int64_t> peers;
+    };
+    std::vector<Rank> ranks;
+    std::vector<std::vector<PipelineUnit>> order; ///< per rank (pipelineOrder)
+    double boundaryBytes = 0;       ///< per micro-batch and boundary (stageBoundaryBytes)
+  } pipelineStep;
   struct ZeroMoves {
     struct Reduce {
       TensorId param = kNone;

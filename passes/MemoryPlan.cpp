@@ -409,4 +409,24 @@ void planMemory(Analysis &a) {
     return regionTooLarge("optimizer");
 }
 
+bool placeArena(std::vector<Buffer> &buffers, int64_t &arena) { return placeBuffers(buffers, arena); }
+
+bool layStageRegions(const Analysis &a, const std::vector<bool> &holds, Region &params, Region &grads, Region &master,
+                     Region &optimizer) {
+  const Graph &g = *a.graph;
+  const Plan &plan = *a.plan;
+  std::vector<TensorId> all, trainable;
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    if (i >= holds.size() || !holds[i])
+      continue;
+    all.push_back(g.params[i].tensor);
+    if (g.params[i].trainable)
+      trainable.push_back(g.params[i].tensor);
+  }
+  params = grads = master = optimizer = Region();
+  return lay(params, plan.precision.params, g, all, 1, true) && lay(grads, plan.precision.grads, g, trainable, 1, true) &&
+         (plan.precision.master == Dtype::Invalid || lay(master, plan.precision.master, g, trainable, 1, true)) &&
+         lay(optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer), true);
+}
+
 } // namespace tally

@@ -134,6 +134,38 @@ struct StageTimes {
 };
 StageTimes stageTimes(const Analysis &a, int64_t chunks, const std::vector<OpId> &recompute,
                       double recomputeRatio);
+/// PipelineStages.cpp: the virtual stage (chunk) of each op of `g` over `chunks` of them, as
+/// stageTimes assigns them (the one rule the estimate and the generated step share); empty
+/// when there are fewer repeat copies than chunks.
+std::vector<uint32_t> chunkOfOps(const Graph &g, const RepeatCopies &rc, int64_t chunks);
+/// PipelineTimeline.cpp: the order in which device `s` of `p` runs its forwards and backwards
+/// of `m` micro-batches over `v` chunks (1F1B; Megatron's interleaved 1F1B for v > 1): what the
+/// timeline simulates and the generated pipeline step runs.
+std::vector<PipelineUnit> pipelineOrder(int32_t s, int32_t p, int32_t m, int32_t v);
+/// PipelineStep.cpp: Plan::generatedStep on the CPU with pipeline > 1, after planMemory:
+/// Analysis::pipelineStep (each rank's chunks, regions, arena and sends); its error says why
+/// the generated step cannot run the plan's stages.
+void planPipelineStep(Analysis &a);
+/// MemoryPlan.cpp: places `buffers` in one arena as planMemory does (first fit in creation
+/// order); false past INT64_MAX.
+bool placeArena(std::vector<Buffer> &buffers, int64_t &arena);
+/// MemoryPlan.cpp: the unsharded regions of the parameters `holds` marks (Graph::params
+/// order), as planMemory lays out all of them; false past INT64_MAX.
+bool layStageRegions(const Analysis &a, const std::vector<bool> &holds, Region &params, Region &grads, Region &master,
+                     Region &optimizer);
+/// PipelineStep.cpp: the bytes pipeline rank `rank` sends per step in the generated step, as
+/// the estimate prices them: each micro-batch's boundary activations forward and their
+/// gradients backward (StepTime.cpp step 7, stageBoundaryBytes) for each of its chunks that
+/// has a neighbour, and the gradients of parameters it shares with another stage (a tied head:
+/// Megatron's embedding all-reduce). 0 without Analysis::pipelineStep.
+double pipelineSentBytes(const Analysis &a, int64_t rank);
+/// StepTime.cpp: bytes sent across a pipeline stage boundary per micro-batch (the activations
+/// the first repeat-block copy reads from outside itself).
+double stageBoundaryBytes(const Graph &g, const RepeatCopies &rc);
+/// PipelineStages.cpp: the trainable parameters that ops on more than one of the `p` devices
+/// read (chunk k on device k mod p; `chunkOfOp` from chunkOfOps): a tied head's weight, whose
+/// gradient the devices sum (Megatron's embedding all-reduce).
+std::vector<TensorId> sharedStageParams(const Graph &g, const std::vector<uint32_t> &chunkOfOp, int64_t p);
 /// StepTime.cpp: an error when batch is not a multiple of micro_batch × data-parallel devices
 /// (the gradient accumulation steps would not be a whole number). Runs right after stepTime.
 void checkAccumulation(Analysis &a, DiagnosticEngine &diags);

@@ -180,6 +180,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
       a.step = std::make_shared<const Graph>(buildTrainingStep(shard, plan));
   }
   planMemory(a);
+  planPipelineStep(a); // the generated CPU step's pipeline stages (Plan::generatedStep)
   checkMemoryPlan(a, diags);
   fuseKernels(a);
   roofline(a); // [roofline]

@@ -9,30 +9,24 @@
 // chunk 0, the final norm, the output layer and the loss on the last chunk. That the first
 // and last stages are the heavier is why Megatron-Core has account_for_embedding_in_pipeline_split
 // and account_for_loss_in_pipeline_split (megatron/core/transformer/transformer_config.py).
+// chunkOfOps is that assignment alone: the generated CPU step runs its stages by it too
+// (passes/PipelineStep.cpp), so what is priced is what runs.
 #include "passes/Passes.h"
 
 #include <algorithm>
 
 namespace tally {
 
-StageTimes stageTimes(const Analysis &a, int64_t chunks, const std::vector<OpId> &recompute,
-                      double recomputeRatio) {
-  const Graph &g = *a.graph;
-  const RepeatCopies &rc = *a.copies;
-  StageTimes st;
+std::vector<uint32_t> chunkOfOps(const Graph &g, const RepeatCopies &rc, int64_t chunks) {
   int64_t copies = static_cast<int64_t>(rc.copies.size());
   if (chunks <= 1 || copies < chunks)
-    return st;
+    return {};
   // The chunk of each copy: balanced counts, the first `extra` chunks one copy more.
   int64_t base = copies / chunks, extra = copies % chunks;
   std::vector<uint32_t> chunkOfCopy(static_cast<size_t>(copies));
   for (int64_t k = 0, c = 0; k < chunks; ++k)
     for (int64_t n = 0; n < base + (k < extra ? 1 : 0); ++n)
       chunkOfCopy[static_cast<size_t>(c++)] = static_cast<uint32_t>(k);
-  size_t n = static_cast<size_t>(chunks);
-  st.forward.assign(n, 0);
-  st.backward.assign(n, 0);
-  st.recompute.assign(n, 0);
   std::vector<uint32_t> chunkOfOp(g.ops.size(), 0);
   uint32_t current = 0; // the chunk of the last copy op seen
   for (OpId i = 0; i < g.ops.size(); ++i) {
@@ -40,8 +34,24 @@ StageTimes stageTimes(const Analysis &a, int64_t chunks, const std::vector<OpId>
     if (c != kNone)
       current = chunkOfCopy[c];
     chunkOfOp[i] = current;
-    st.forward[current] += a.ops[i].forwardTime;
-    st.backward[current] += a.ops[i].backwardTime;
+  }
+  return chunkOfOp;
+}
+
+StageTimes stageTimes(const Analysis &a, int64_t chunks, const std::vector<OpId> &recompute,
+                      double recomputeRatio) {
+  const Graph &g = *a.graph;
+  StageTimes st;
+  std::vector<uint32_t> chunkOfOp = chunkOfOps(g, *a.copies, chunks);
+  if (chunkOfOp.empty())
+    return st;
+  size_t n = static_cast<size_t>(chunks);
+  st.forward.assign(n, 0);
+  st.backward.assign(n, 0);
+  st.recompute.assign(n, 0);
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    st.forward[chunkOfOp[i]] += a.ops[i].forwardTime;
+    st.backward[chunkOfOp[i]] += a.ops[i].backwardTime;
   }
   for (OpId i : recompute)
     if (i < g.ops.size())
@@ -50,6 +60,28 @@ StageTimes stageTimes(const Analysis &a, int64_t chunks, const std::vector<OpId>
     for (size_t k = 0; k < n; ++k)
       st.recompute[k] = st.forward[k] * recomputeRatio;
   return st;
+}
+
+std::vector<TensorId> sharedStageParams(const Graph &g, const std::vector<uint32_t> &chunkOfOp, int64_t p) {
+  std::vector<TensorId> out;
+  if (p <= 1 || chunkOfOp.size() != g.ops.size())
+    return out;
+  std::vector<int64_t> device(g.tensors.size(), -1);
+  std::vector<bool> shared(g.tensors.size(), false);
+  for (OpId i = 0; i < g.ops.size(); ++i)
+    for (TensorId x : g.ops[i].inputs) {
+      TensorId s = g.storageOf(x);
+      if (g.tensors[s].role != TensorRole::Param)
+        continue;
+      int64_t d = static_cast<int64_t>(chunkOfOp[i]) % p;
+      if (device[s] >= 0 && device[s] != d)
+        shared[s] = true;
+      device[s] = device[s] < 0 ? d : device[s];
+    }
+  for (const ParamInfo &pi : g.params)
+    if (pi.trainable && shared[pi.tensor])
+      out.push_back(pi.tensor);
+  return out;
 }
 
 } // namespace tally

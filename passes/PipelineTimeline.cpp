@@ -9,6 +9,8 @@
 //    chunks (virtual stage c·p + s); forwards go in rounds of p micro-batches through chunk 0,
 //    then chunk 1, ..., backwards through the chunks in reverse; the warm-up is
 //    2·(p − s − 1) + (v − 1)·p forwards.
+// pipelineOrder is that order; the generated CPU step runs each rank's units in it
+// (passes/PipelineStep.cpp, codegen/EmitPipeline.cpp), so the schedule simulated is the one run.
 // A forward of virtual stage k needs the forward of stage k − 1 of the same micro-batch; a
 // backward needs the backward of stage k + 1 (the last stage: its own forward). A slot lasts
 // what its virtual stage computes for one micro-batch (StepTime.cpp step 4, stageTimes: the
@@ -28,15 +30,9 @@
 
 namespace tally {
 
-namespace {
+using Unit = PipelineUnit;
 
-struct Unit {
-  int32_t microBatch, chunk;
-  bool backward;
-};
-
-/// The order in which stage `s` of `p` runs its work for `m` micro-batches and `v` chunks.
-std::vector<Unit> stageOrder(int32_t s, int32_t p, int32_t m, int32_t v) {
+std::vector<Unit> pipelineOrder(int32_t s, int32_t p, int32_t m, int32_t v) {
   int64_t units = static_cast<int64_t>(m) * v;
   auto nth = [&](int64_t k, bool backward) {
     int64_t group = k / (static_cast<int64_t>(p) * v), inGroup = k % (static_cast<int64_t>(p) * v);
@@ -60,8 +56,6 @@ std::vector<Unit> stageOrder(int32_t s, int32_t p, int32_t m, int32_t v) {
     order.push_back(nth(b++, true));
   return order;
 }
-
-} // namespace
 
 void pipelineTimeline(Analysis &a) {
   auto &pl = a.pipeline;
@@ -112,7 +106,7 @@ void pipelineTimeline(Analysis &a) {
   auto at = [&](int64_t vs, int32_t micro) { return static_cast<size_t>(vs * shown + micro); };
   std::vector<std::vector<Unit>> orders;
   for (int32_t s = 0; s < P; ++s)
-    orders.push_back(stageOrder(s, P, M, V));
+    orders.push_back(pipelineOrder(s, P, M, V));
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   std::vector<double> free(static_cast<size_t>(p), 0);
   size_t remaining = 0;
@@ -158,6 +152,9 @@ void pipelineTimeline(Analysis &a) {
   }
   pl.bubble = pl.makespan - static_cast<double>(shown) *
                                *std::max_element(perDevice.begin(), perDevice.end());
+  pl.idle.assign(static_cast<size_t>(p), pl.makespan);
+  for (const Analysis::PipelineSlot &slot : pl.slots)
+    pl.idle[static_cast<size_t>(slot.stage)] -= slot.end - slot.start;
 }
 
 } // namespace tally

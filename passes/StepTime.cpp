@@ -145,6 +145,26 @@
 
 namespace tally {
 
+/// Step 7: bytes sent across a pipeline stage boundary: the activations the first repeat-block
+/// copy reads from outside itself (0 without repeat blocks: nothing to cut between).
+double stageBoundaryBytes(const Graph &g, const RepeatCopies &rc) {
+  if (rc.copies.empty())
+    return 0;
+  std::vector<bool> seen(g.tensors.size(), false);
+  double bytes = 0;
+  for (OpId i : rc.copies.front().ops)
+    for (TensorId x : g.ops[i].inputs) {
+      TensorId s = g.storageOf(x);
+      const Tensor &st = g.tensors[s];
+      if (st.role != TensorRole::Activation || !isFloat(st.dtype) || st.producer == kNone ||
+          rc.ofOp[st.producer] == 0 || seen[s])
+        continue;
+      seen[s] = true;
+      bytes += g.bytes(s);
+    }
+  return bytes;
+}
+
 namespace {
 
 /// tally's own CUDA attention (codegen/runtime/cuda/attention.cuh; the tensor-core forward is off) does its arithmetic as scalar fp32 FMAs from shared
@@ -254,27 +274,6 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asF
 }
 
 namespace {
-
-/// Step 1 and the tensor-parallel traffic of step 7, per micro-batch on the whole graph.
-/// Step 7: bytes sent across a pipeline stage boundary: the activations the first repeat-block
-/// copy reads from outside itself (0 without repeat blocks: nothing to cut between).
-double stageBoundaryBytes(const Graph &g, const RepeatCopies &rc) {
-  if (rc.copies.empty())
-    return 0;
-  std::vector<bool> seen(g.tensors.size(), false);
-  double bytes = 0;
-  for (OpId i : rc.copies.front().ops)
-    for (TensorId x : g.ops[i].inputs) {
-      TensorId s = g.storageOf(x);
-      const Tensor &st = g.tensors[s];
-      if (st.role != TensorRole::Activation || !isFloat(st.dtype) || st.producer == kNone ||
-          rc.ofOp[st.producer] == 0 || seen[s])
-        continue;
-      seen[s] = true;
-      bytes += g.bytes(s);
-    }
-  return bytes;
-}
 
 /// The number of repeat-block copies (a transformer's layers); 1 without repeat blocks.
 double repeatCopies(const RepeatCopies &rc) {
@@ -792,6 +791,14 @@ void stepTime(Analysis &a) {
     a.time.tensorParallelComm = 0;
   }
   a.time.pipelineComm = p > 1 ? m * 2 * v * boundarySend(plan, stageBoundaryBytes(g, *a.copies)) : 0;
+  // tally's own pipeline step (Plan::generatedStep) sums the gradients of a parameter two
+  // stages read (a tied head's weight) once per step, Megatron's embedding all-reduce: both
+  // send their whole gradient to the other at once.
+  if (p > 1 && plan.generatedStep && !plan.cudaStep)
+    for (TensorId w : sharedStageParams(g, chunkOfOps(g, *a.copies, static_cast<int64_t>(p * v)),
+                                        static_cast<int64_t>(p)))
+      a.time.pipelineComm += sendTime(target, place(plan, 'p').r > 1,
+                                      numel(g.tensors[w].shape) * bytesOf(plan.precision.grads));
   a.time.contextParallelComm = m / p * ringAttention(a, tp);
   a.time.expertParallelComm = m / p * expertAllToAll(a, tp);
   a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm +

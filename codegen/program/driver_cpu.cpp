@@ -13,7 +13,10 @@
 // batch (the ranks' losses averaged, outside the timed step). Under ZeRO the master shard is
 // initialised from the whole initialisation, and --save gathers it first; under ZeRO 2 and 3
 // every tensor's pieces so (driver_host.h, WholeModel), and the JSON has `sent_bytes`: what
-// each rank sent in the last step, counted by the collectives.
+// each rank sent in the last step, counted by the collectives. Pipeline parallel
+// (kLayout.pipeline > 1): rank s runs stage s, with its own regions and arena (select_stage);
+// only the last stage has a loss. On several processes the JSON has `per_rank`: each rank's
+// median step, communication and idle time, peak memory, arena, regions and bytes sent.
 #include "common/tally_driver.h"
 #include "common/tally_safetensors.h"
 #include "cpu/tally_rt.h"
@@ -63,9 +66,11 @@ uint8_t *region(int64_t bytes) {
   return static_cast<uint8_t *>(p);
 }
 
-int rank = 0; ///< this process's rank: tensor rank rank % tensor of data rank rank / tensor
-int64_t world() { return kLayout.ranks * kLayout.tensor; }
-int64_t dataRank() { return rank / kLayout.tensor; }
+int rank = 0; ///< this process's rank: tensor rank rank % tensor of data rank rank / tensor, or pipeline stage
+int64_t world() { return kLayout.ranks * kLayout.tensor * kLayout.pipeline; }
+int64_t dataRank() { return rank / (kLayout.tensor * kLayout.pipeline); }
+/// The parameters of each rank are a part of the model (tensor cuts, ZeRO 2/3 pieces, stages).
+bool partedModel() { return kLayout.zero >= 2 || kLayout.tensor > 1 || kLayout.pipeline > 1; }
 
 /// One kernel call of the traced step (--trace): the op path and index the step set
 /// (tally_step.h), its class, the kernel, the micro-batch, and its start (seconds from the
@@ -142,7 +147,7 @@ void checkGradients() {
 }
 
 void dumpGradients() {
-  if (!args.dumpGrads.empty() && (kLayout.zero >= 2 || kLayout.tensor > 1)) // each rank holds its pieces
+  if (!args.dumpGrads.empty() && partedModel()) // each rank holds its pieces
     dumpPieces(args.dumpGrads, mem, rank, tally_comm::merge);
   else if (!args.dumpGrads.empty() && rank == 0) // every rank holds the same averaged gradients
     writeTensors(args.dumpGrads, true, mem);
@@ -184,6 +189,39 @@ void writeTrace(const std::string &path, int64_t step, double t0, double seconds
   ev.clear();
 }
 
+/// This rank's row of the per-rank table: median step seconds, communication and idle seconds
+/// per timed step, peak resident bytes, arena bytes, regions bytes.
+std::vector<double> rankRow(const std::vector<double> &times, int64_t peak) {
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  size_t h = sorted.size() / 2;
+  double median = sorted.empty() ? 0 : sorted.size() % 2 ? sorted[h] : (sorted[h - 1] + sorted[h]) / 2;
+  double comm = 0, idle = 0, steps = std::max<double>(1, static_cast<double>(times.size()));
+  for (const auto &[key, v] : prof.by) {
+    if (key.first == "communication")
+      comm += v.second / steps;
+    if (key.first == "bubble")
+      idle += v.second / steps;
+  }
+  double regions = static_cast<double>(kLayout.paramsBytes + kLayout.gradsBytes + kLayout.masterBytes +
+                                       kLayout.optimizerBytes);
+  return {median, comm, idle, static_cast<double>(peak), static_cast<double>(kLayout.arenaBytes), regions};
+}
+
+/// "per_rank": every rank's row (rankRow) and the bytes it sent in the last step.
+std::string perRankJson(const std::vector<double> &rows, size_t k, const std::vector<int64_t> &sent) {
+  std::string out = "  \"per_rank\": [";
+  for (size_t r = 0; r * k < rows.size(); ++r) {
+    const double *x = rows.data() + r * k;
+    out += std::string(r ? ",\n    " : "\n    ") + "{\"rank\": " + std::to_string(r) + ", \"step_s\": " + num(x[0]) +
+           ", \"communication_s\": " + num(x[1]) + ", \"idle_s\": " + num(x[2]) + ", \"peak_bytes\": " + num(x[3]) +
+           ", \"arena_bytes\": " + num(x[4]) + ", \"regions_bytes\": " + num(x[5]) +
+           // counted by the ring collectives and the pipeline's sends (not MPI's own all-reduce)
+           (partedModel() && r < sent.size() ? ", \"sent_bytes\": " + std::to_string(sent[r]) : std::string()) + "}";
+  }
+  return out + "\n  ],\n";
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -192,9 +230,11 @@ int main(int argc, char **argv) {
   tally_comm::init(&argc, &argv);
   args = parse(argc, argv);
   rank = tally_comm::rank();
+  select_stage(rank); // pipeline parallel: this rank's regions and arena
   if (tally_comm::size() != world())
     die("this step runs on " + std::to_string(world()) + " processes (data = " + std::to_string(kLayout.ranks) +
-        ", tensor = " + std::to_string(kLayout.tensor) + "; `mpirun -np " + std::to_string(world()) + "`), not " +
+        ", tensor = " + std::to_string(kLayout.tensor) + ", pipeline = " + std::to_string(kLayout.pipeline) +
+        "; `mpirun -np " + std::to_string(world()) + "`), not " +
         std::to_string(tally_comm::size()));
   try {
     mem.arena = region(kLayout.arenaBytes);
@@ -236,8 +276,10 @@ int main(int argc, char **argv) {
                                checks ? checkGradients : nullptr);
       double dt = rt::now_seconds() - t0 - gradientCheck.seconds;
       sent = tally_comm::sent_bytes(); // the ring collectives of this step (ZeRO 2 and 3, tensor parallel)
-      if (world() > 1) // the whole batch's loss: the mean of the ranks' (equal shares; a tensor group's are equal)
-        loss = tally_comm::sum(loss) / static_cast<double>(world());
+      // The whole batch's loss: the mean of the data ranks' (a tensor group's are equal; only a
+      // pipeline's last stage has one, the others 0).
+      if (world() > 1)
+        loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks * kLayout.tensor);
       losses.push_back(loss);
       if (!std::isfinite(loss) && !args.allowNonfinite)
         die(nonfiniteLoss(i + 1, loss));
@@ -257,6 +299,10 @@ int main(int argc, char **argv) {
       saveRank(args, mem, rank, tally_comm::sum, tally_comm::merge);
     std::vector<int64_t> sentByRank = tally_comm::gather_counts(sent);
     int64_t peak = peakResidentBytes();
+    // Per rank (item 6 of issue 39): its median step, communication and idle time (receives
+    // waited in: op class "bubble") per timed step, peak resident memory, arena and regions.
+    std::vector<double> mine = rankRow(times, peak);
+    std::vector<double> rows = tally_comm::gather_values(mine);
     tally_comm::finalize();
     if (rank != 0)
       return 0;
@@ -265,7 +311,8 @@ int main(int argc, char **argv) {
     out += "  \"model\": \"" + rt::json_escape(kLayout.model) + "\",\n";
     out += "  \"plan\": \"" + rt::json_escape(kLayout.plan) + "\",\n";
     out += "  \"threads\": " + std::to_string(ctx.nthreads()) + ",\n";
-    out += "  \"ranks\": " + std::to_string(world()) + ",\n  \"tensor\": " + std::to_string(kLayout.tensor) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
+    out += "  \"ranks\": " + std::to_string(world()) + ",\n  \"tensor\": " + std::to_string(kLayout.tensor) +
+           ",\n  \"pipeline\": " + std::to_string(kLayout.pipeline) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
     out += "  \"steps\": " + std::to_string(args.steps) + ",\n  \"warmup\": " + std::to_string(args.warmup) + ",\n";
     out += "  \"start_s\": " + num(start) + ",\n";
     out += timingJson(times);
@@ -275,7 +322,9 @@ int main(int argc, char **argv) {
            ", \"optimizer\": " + std::to_string(kLayout.optimizerBytes) + ", \"data\": " + std::to_string(kLayout.dataBytes) +
            "},\n";
     out += "  \"peak_bytes\": " + std::to_string(peak) + ",\n";
-    if (kLayout.zero >= 2 || kLayout.tensor > 1) { // the bytes each rank sent in the last step, counted in driver/tally_comm.h
+    if (world() > 1)
+      out += perRankJson(rows, mine.size(), sentByRank);
+    if (partedModel()) { // the bytes each rank sent in the last step, counted in driver/tally_comm.h
       out += "  \"sent_bytes\": [";
       for (size_t r = 0; r < sentByRank.size(); ++r)
         out += (r ? ", " : "") + std::to_string(sentByRank[r]);

@@ -239,6 +239,35 @@ void checkGradients() {
   gradientCheck.ran = true;
 }
 
+/// Readies the gradient check on the step's context; whether it runs (not under fp16 loss
+/// scaling or --allow-nonfinite).
+bool startGradientCheck(rt::Ctx &ctx) {
+  gradientCheck.ctx = &ctx;
+  check(cudaEventCreate(&gradientCheck.begin), "cudaEventCreate");
+  check(cudaEventCreate(&gradientCheck.end), "cudaEventCreate");
+  return kLayout.lossScale == 1 && !args.allowNonfinite;
+}
+
+/// The step's milliseconds between its two events, less the gradient check's.
+float stepMilliseconds(cudaEvent_t start, cudaEvent_t stop) {
+  float ms = 0, checkMs = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime(step)");
+  if (gradientCheck.ran) // the check's time is not the step's
+    check(cudaEventElapsedTime(&checkMs, gradientCheck.begin, gradientCheck.end), "cudaEventElapsedTime(gradient check)");
+  return ms - checkMs;
+}
+
+/// Ends the run after step `step` (1-based) on a non-finite loss or gradient (rank 0 says why).
+void stopIfNonfinite(int64_t step, double loss) {
+  if (!std::isfinite(loss) && !args.allowNonfinite)
+    die(nonfiniteLoss(step, loss));
+  if (gradientCheck.ran && gradientCheck.bad) {
+    if (rank != 0)
+      std::exit(1);
+    die(nonfiniteGradients(step, gradientCheck.where));
+  }
+}
+
 void dumpGradients() {
   if (args.dumpGrads.empty() || rank != 0)
     return;
@@ -307,10 +336,7 @@ int main(int argc, char **argv) {
     cudaEvent_t start = nullptr, stop = nullptr;
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
-    gradientCheck.ctx = &ctx;
-    check(cudaEventCreate(&gradientCheck.begin), "cudaEventCreate");
-    check(cudaEventCreate(&gradientCheck.end), "cudaEventCreate");
-    const bool checks = kLayout.lossScale == 1 && !args.allowNonfinite;
+    const bool checks = startGradientCheck(ctx);
 
     std::vector<double> losses, times;
     int64_t skipped = 0, total = args.steps; // the first args.warmup untimed
@@ -335,22 +361,11 @@ int main(int argc, char **argv) {
                                checks ? checkGradients : nullptr);
       check(cudaEventRecord(stop, ctx.stream), "cudaEventRecord(step stop)");
       check(cudaEventSynchronize(stop), "cudaEventSynchronize(step stop)");
-      float ms = 0, checkMs = 0;
-      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime(step)");
-      if (gradientCheck.ran) // the check's time is not the step's
-        check(cudaEventElapsedTime(&checkMs, gradientCheck.begin, gradientCheck.end),
-              "cudaEventElapsedTime(gradient check)");
-      ms -= checkMs;
+      const float ms = stepMilliseconds(start, stop);
       if (kLayout.ranks > 1) // the whole batch's loss: the mean of the ranks' (equal shares)
         loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks);
       losses.push_back(loss);
-      if (!std::isfinite(loss) && !args.allowNonfinite)
-        die(nonfiniteLoss(i + 1, loss));
-      if (gradientCheck.ran && gradientCheck.bad) {
-        if (rank != 0) // rank 0 says why
-          std::exit(1);
-        die(nonfiniteGradients(i + 1, gradientCheck.where));
-      }
+      stopIfNonfinite(i + 1, loss);
       if (timed)
         times.push_back(ms / 1000.0);
       if (ctx.timing) {

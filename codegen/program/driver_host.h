@@ -540,9 +540,33 @@ struct WholeModel {
         move(shards.master + s.master, mem.master + w.master, sizeof(float));
     }
   }
-  /// Rank `rank`'s part of the model: its tensor-parallel cuts, or its ZeRO 2 and 3 pieces.
+  /// Pipeline parallel (kLayout.pipeline > 1): copies the parameters this stage holds (offset
+  /// ≥ 0), and their gradients or master copies, whole between `shards` and this whole model. A
+  /// parameter two stages hold has the same bytes on both, so `merge` keeps them.
+  void stageParts(Memory &shards, bool grads, bool toShards) {
+    for (int i = 0; i < kLayout.nparams; ++i) {
+      const ParamInfo &s = kLayout.params[i], &w = table[static_cast<size_t>(i)];
+      if (s.offset < 0)
+        continue;
+      auto move = [&](uint8_t *shard, uint8_t *whole, size_t eb) {
+        std::memcpy(toShards ? shard : whole, toShards ? whole : shard, static_cast<size_t>(s.t.numel) * eb);
+      };
+      if (grads) {
+        if (s.grad >= 0)
+          move(shards.grads + s.grad, mem.grads + w.grad, dtypeBytes(kLayout.gradsDtype));
+        continue;
+      }
+      move(shards.params + s.offset, mem.params + w.offset, dtypeBytes(s.t.dtype));
+      if (s.master >= 0)
+        move(shards.master + s.master, mem.master + w.master, sizeof(float));
+    }
+  }
+  /// Rank `rank`'s part of the model: its stage's parameters, its tensor-parallel cuts, or its
+  /// ZeRO 2 and 3 pieces.
   void part(Memory &shards, int rank, bool grads, bool toShards) {
-    if (kLayout.tensor > 1)
+    if (kLayout.pipeline > 1)
+      stageParts(shards, grads, toShards);
+    else if (kLayout.tensor > 1)
       tensorCuts(shards, static_cast<int>(rank % kLayout.tensor), grads, toShards);
     else
       pieces(shards, rank, grads, toShards);
@@ -559,7 +583,7 @@ struct WholeModel {
 /// The parameters into `into` (--init or the default) and, under ZeRO, rank `rank`'s master
 /// shard cut from the whole initialisation, so every rank starts from the same weights.
 void initialiseRank(const Args &args, Memory &into, int rank) {
-  if (kLayout.zero >= 2 || kLayout.tensor > 1) {
+  if (kLayout.zero >= 2 || kLayout.tensor > 1 || kLayout.pipeline > 1) {
     WholeModel w;
     initParams(args, w.mem, w.table.data());
     w.part(into, rank, false, true);
@@ -581,7 +605,7 @@ void initialiseRank(const Args &args, Memory &into, int rank) {
 /// the others add zeros). Every rank calls it.
 void saveRank(const Args &args, const Memory &from, int rank, void (*sum)(float *, int64_t),
               void (*merge)(uint8_t *, int64_t) = nullptr) {
-  if ((kLayout.zero >= 2 || kLayout.tensor > 1) && merge) {
+  if ((kLayout.zero >= 2 || kLayout.tensor > 1 || kLayout.pipeline > 1) && merge) {
     WholeModel w;
     Memory m = from;
     w.part(m, rank, false, false);

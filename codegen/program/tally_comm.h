@@ -274,6 +274,96 @@ template <class T> void tp_all_reduce(rt::Ctx &ctx, T *buf, int64_t n) {
   detail::ring_all_gather(buf, n, c);
 }
 
+// ---- pipeline parallelism: point-to-point between stage ranks -------------------------------
+// A chunk's forward sends its boundary activations to the next stage's rank and its backward
+// their gradients to the previous one, each an MPI_Isend whose bytes are counted (sent_bytes);
+// the receiving rank waits in MPI_Recv (its idle time when the sender is behind: the step
+// times it under the op class "bubble"). A send's buffer is in the sending chunk's slot, which
+// the next unit in that slot waits for first (pp_wait); tags are unique per boundary,
+// direction and micro-batch within a step.
+
+namespace detail {
+/// The sends not yet waited for, by slot key.
+inline std::vector<std::pair<int64_t, MPI_Request>> &pp_pending() {
+  static std::vector<std::pair<int64_t, MPI_Request>> r;
+  return r;
+}
+/// The tag of the shared gradients' exchange (and kSharedTag - 1 of the wait before it): above
+/// every boundary tag (< 2·stages·micro-batches ≤ 32767 - 2, PipelineStep.cpp).
+constexpr int kSharedTag = 32767;
+} // namespace detail
+
+/// Sends n elements of `buf` to rank `to` (tag `tag`), not waiting; `key`: the slot it is in.
+template <class T> void pp_send(rt::Ctx &ctx, const T *buf, int64_t n, int to, int tag, int64_t key) {
+  rt::detail::KernelScope ks(ctx, "send");
+  detail::sent() += n * static_cast<int64_t>(sizeof(T));
+  MPI_Request r;
+  detail::check(MPI_Isend(buf, detail::count(n, "pp_send"), detail::Type<T>::type(), to, tag, MPI_COMM_WORLD, &r),
+                "MPI_Isend");
+  detail::pp_pending().push_back({key, r});
+}
+
+/// Receives n elements into `buf` from rank `from` (tag `tag`), waiting for them.
+template <class T> void pp_recv(rt::Ctx &ctx, T *buf, int64_t n, int from, int tag) {
+  rt::detail::KernelScope ks(ctx, "recv");
+  detail::check(MPI_Recv(buf, detail::count(n, "pp_recv"), detail::Type<T>::type(), from, tag, MPI_COMM_WORLD,
+                         MPI_STATUS_IGNORE),
+                "MPI_Recv");
+}
+
+/// Waits for the sends from slot `key` (every send when key < 0).
+inline void pp_wait(rt::Ctx &ctx, int64_t key) {
+  auto &p = detail::pp_pending();
+  std::vector<MPI_Request> wait;
+  for (size_t i = 0; i < p.size();)
+    if (key < 0 || p[i].first == key) {
+      wait.push_back(p[i].second);
+      p[i] = p.back();
+      p.pop_back();
+    } else {
+      ++i;
+    }
+  if (wait.empty())
+    return;
+  rt::detail::KernelScope ks(ctx, "send_wait");
+  detail::check(MPI_Waitall(static_cast<int>(wait.size()), wait.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+inline void pp_wait_all(rt::Ctx &ctx) { pp_wait(ctx, -1); }
+
+/// Waits until rank `peer` gets here too (a message of no bytes each way).
+inline void pp_sync(rt::Ctx &ctx, int peer) {
+  rt::detail::KernelScope ks(ctx, "wait");
+  detail::check(MPI_Sendrecv(nullptr, 0, MPI_BYTE, peer, detail::kSharedTag - 1, nullptr, 0, MPI_BYTE, peer,
+                             detail::kSharedTag - 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                "MPI_Sendrecv");
+}
+
+/// A parameter two stages hold (a tied head's weight): each rank sends its n-element gradient to
+/// `peer` and adds the peer's, so both hold the sum with the same bits (a + b = b + a).
+template <class T> void pp_sum_with(rt::Ctx &ctx, T *buf, int64_t n, int peer) {
+  rt::detail::KernelScope ks(ctx, "all_reduce");
+  std::vector<uint8_t> &sc = detail::scratch();
+  if (sc.size() < static_cast<size_t>(n) * sizeof(T))
+    sc.resize(static_cast<size_t>(n) * sizeof(T));
+  T *in = reinterpret_cast<T *>(sc.data());
+  detail::sent() += n * static_cast<int64_t>(sizeof(T));
+  detail::check(MPI_Sendrecv(buf, detail::count(n, "pp_sum_with"), detail::Type<T>::type(), peer, detail::kSharedTag,
+                             in, detail::count(n, "pp_sum_with"), detail::Type<T>::type(), peer, detail::kSharedTag,
+                             MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                "MPI_Sendrecv");
+  for (int64_t i = 0; i < n; ++i)
+    buf[i] = rt::store<T>(rt::load(buf[i]) + rt::load(in[i]));
+}
+
+/// Every rank's k values (rank order), gathered outside the timed steps (the per-rank rows).
+inline std::vector<double> gather_values(const std::vector<double> &mine) {
+  std::vector<double> all(mine.size() * static_cast<size_t>(size()), 0);
+  detail::check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                              static_cast<int>(mine.size()), MPI_DOUBLE, MPI_COMM_WORLD),
+                "MPI_Allgather");
+  return all;
+}
+
 #else // one process: the group is this process alone
 
 inline void init(int *, char ***) {}
@@ -287,6 +377,7 @@ template <class T> void tp_all_reduce(rt::Ctx &, T *, int64_t) {}
 inline int64_t sent_bytes() { return 0; }
 inline void reset_sent_bytes() {}
 inline std::vector<int64_t> gather_counts(int64_t mine) { return {mine}; }
+inline std::vector<double> gather_values(const std::vector<double> &mine) { return mine; }
 
 #endif
 

@@ -83,8 +83,18 @@ struct Layout {
   /// Tensor parallelism: the step runs on ranks × tensor processes, rank q being tensor rank
   /// q % tensor of data rank q / tensor (Megatron's tensor-first order); 1 without.
   int64_t tensor;
+  /// Pipeline parallelism: the step runs on `pipeline` processes, rank s running stage s (its
+  /// chunks s, s + pipeline, ...) with its own regions and arena: this layout is stage `stage`'s
+  /// (select_stage); 1 and 0 without. A parameter of another stage has offset -1 (its grad and
+  /// master offsets are then placeholders, so that every rank lays the whole model out alike).
+  int64_t pipeline;
+  int64_t stage;
 };
-extern const Layout kLayout;
+/// The layout of this process's stage (the only one without pipeline parallelism).
+extern Layout kLayout;
+/// Selects rank `rank`'s stage layout into kLayout (before anything reads it); a no-op without
+/// pipeline parallelism.
+void select_stage(int rank);
 
 /// The regions, allocated by the driver (aligned to 256 bytes, zero-filled) before any call.
 struct Memory {

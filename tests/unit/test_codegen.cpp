@@ -283,7 +283,7 @@ TEST_CASE("codegen: the CUDA step's files, layout and refusals", "[codegen][cuda
   REQUIRE(emit(*t.a, cpu) == "");
   const std::string &cu = byPath["step.cu"];
   auto layout = [](const std::string &text) {
-    std::string l = text.substr(text.find("const Layout kLayout = {"));
+    std::string l = text.substr(text.find("Layout kLayout = {"));
     return l.substr(0, l.find("};\n"));
   };
   std::string l = layout(cu);
@@ -436,7 +436,7 @@ TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[
   CHECK(countOf(text, "{0, 8388608, 0, -1, 0, 0, 33554432}, // w [0, 8388608)") == 1);
   CHECK(countOf(text, "{1, 8388608, 33554432, -1, 33554432, 0, 33554432}, // w [8388608, 16777216)") == 1);
   CHECK(countOf(text, "gather_parameters(ctx);\n") == 1);
-  CHECK(countOf(text, ", 2, 1, 8388608, 1};") == 1); // kLayout: ranks, zero, shard, tensor
+  CHECK(countOf(text, ", 2, 1, 8388608, 1, 1, 0};") == 1); // kLayout: ranks, zero, shard, tensor, pipeline, stage
 }
 
 TEST_CASE("codegen: ZeRO 2 and 3's transients in the estimate are what the step's memory plan holds", "[codegen]") {
@@ -655,4 +655,63 @@ TEST_CASE("codegen: overlapped data parallel starts each bucket after its last g
   REQUIRE(emit(b, plain, true) == "");
   CHECK(countOf(plain, "start_bucket") == 0);
   CHECK(countOf(plain, "tally_comm::all_reduce<rt::bf16>(ctx, G<rt::bf16>(0), ") == buckets);
+}
+
+TEST_CASE("codegen: the pipeline step runs the estimate's stages in the timeline's order", "[codegen][pipeline]") {
+  // tests/step/e2e/dp.tally's 4-layer GPT (tied head) as tally's step runs it on 2 pipeline
+  // ranks (Plan::generatedStep; passes/PipelineStep.cpp): the forward ops on the chunks the
+  // estimate prices (chunkOfOps), each rank's units in pipelineOrder, each chunk's slots the
+  // micro-batches it holds at once, and the bytes each rank sends.
+  std::string dp = sourceDir() + "/tests/step/e2e/dp.tally";
+  auto on = [](const std::string &layout, bool generated) {
+    PlanOverrides o;
+    o.generatedStep = generated;
+    o.target = "2 x H100_SXM { " + layout + " }";
+    return o;
+  };
+  const double boundary = 2 * 16 * 32 * 4, wte = 96 * 32 * 4; // [2, 16, 32] fp32; wte's gradient
+  struct Case {
+    const char *plan, *layout;
+    int64_t chunks;
+    std::vector<int64_t> slots; // per chunk
+    double boundaries;          // per rank and micro-batch
+  };
+  for (const Case &c : {Case{"pp2", "pipeline = 2", 2, {2, 1}, 1}, Case{"pp2v2", "pipeline = 2, interleave = 2", 4, {4, 3, 2, 1}, 3}}) {
+    INFO(c.plan);
+    Compiled run(fromFile, dp, c.plan, on(c.layout, true));
+    const Analysis &a = *run.a;
+    const auto &ps = a.pipelineStep;
+    REQUIRE(ps.error.empty());
+    REQUIRE(ps.chunks.size() == static_cast<size_t>(c.chunks));
+    std::vector<uint32_t> priced = chunkOfOps(*a.graph, *a.copies, c.chunks);
+    for (OpId i = 0; i < a.graph->ops.size(); ++i)
+      CHECK(ps.chunkOfOp[i] == priced[i]);
+    CHECK(ps.chunkOfOp[run.op("wte.embedding")] == 0);
+    CHECK(ps.chunkOfOp[a.graph->tensors[a.graph->loss].producer] == c.chunks - 1);
+    for (int32_t r = 0; r < 2; ++r) {
+      std::vector<PipelineUnit> want = pipelineOrder(r, 2, 4, static_cast<int32_t>(c.chunks / 2));
+      REQUIRE(ps.order[static_cast<size_t>(r)].size() == want.size());
+      for (size_t k = 0; k < want.size(); ++k)
+        CHECK((ps.order[static_cast<size_t>(r)][k].microBatch == want[k].microBatch &&
+               ps.order[static_cast<size_t>(r)][k].chunk == want[k].chunk &&
+               ps.order[static_cast<size_t>(r)][k].backward == want[k].backward));
+      CHECK(pipelineSentBytes(a, r) == 4 * c.boundaries * boundary + wte);
+      const auto &rank = ps.ranks[static_cast<size_t>(r)];
+      REQUIRE(rank.shared.size() == 1);
+      CHECK(a.graph->tensorName(rank.shared[0]) == "wte.weight");
+      int64_t arena = 0;
+      for (int64_t k = r; k < c.chunks; k += 2)
+        arena += ps.chunks[static_cast<size_t>(k)].slots * ps.chunks[static_cast<size_t>(k)].slotBytes;
+      CHECK(rank.arenaBytes == arena);
+    }
+    for (int64_t k = 0; k < c.chunks; ++k)
+      CHECK(ps.chunks[static_cast<size_t>(k)].slots == c.slots[static_cast<size_t>(k)]);
+    // The timeline's idle time per device; the busiest device's is the bubble.
+    REQUIRE(a.pipeline.idle.size() == 2);
+    CHECK(std::min(a.pipeline.idle[0], a.pipeline.idle[1]) == Approx(a.pipeline.bubble).epsilon(1e-9));
+    // The framework's estimate neither plans the step nor prices the tied gradient's exchange.
+    Compiled framework(fromFile, dp, c.plan, on(c.layout, false));
+    CHECK(framework.a->pipelineStep.chunks.empty());
+    CHECK(a.time.pipelineComm > framework.a->time.pipelineComm);
+  }
 }

@@ -455,8 +455,11 @@ std::map<std::string, double> estimatedByClass(const Analysis &a) {
     if (s.kind == ScheduleStep::Recompute && s.op < a.ops.size() && s.op < a.graph->ops.size())
       add(s.op, a.ops[s.op].forwardTime);
   out["optimizer"] += a.time.optimizer;
-  if (a.time.dataParallelComm + a.time.tensorParallelComm > 0)
-    out["communication"] += a.time.dataParallelComm + a.time.tensorParallelComm;
+  double comm = a.time.dataParallelComm + a.time.tensorParallelComm + (a.plan->parallel.pipeline > 1 ? a.time.pipelineComm : 0);
+  if (comm > 0)
+    out["communication"] += comm;
+  if (a.plan->parallel.pipeline > 1) // the busiest device's idle time; the step times its receives as "bubble"
+    out["bubble"] += a.time.bubble;
   return out;
 }
 
@@ -464,8 +467,14 @@ std::map<std::string, double> estimatedByClass(const Analysis &a) {
 /// it (OpenMPI's flags: --oversubscribe when N exceeds the cores, --bind-to none so each rank's
 /// OpenMP threads may use the cores it was given, --allow-run-as-root under root, as in CI's
 /// containers). "" or why it cannot be run.
+/// The processes the step runs on: data × tensor × pipeline.
+int64_t worldOf(const Analysis &a) {
+  const Parallelism &par = a.plan->parallel;
+  return par.data * par.tensor * std::max<int64_t>(1, par.pipeline);
+}
+
 std::string launcher(const Analysis &a, const std::string &binary, std::vector<std::string> &argv) {
-  int64_t ranks = a.plan->parallel.data * a.plan->parallel.tensor;
+  int64_t ranks = worldOf(a);
   if (ranks <= 1) {
     argv = {binary};
     return "";
@@ -473,7 +482,7 @@ std::string launcher(const Analysis &a, const std::string &binary, std::vector<s
   auto mpirun = sys::findProgramByName("mpirun");
   if (!mpirun)
     return "plan " + a.plan->name + " runs on " + std::to_string(ranks) + " processes under MPI (data = " +
-           std::to_string(a.plan->parallel.data) + ", tensor = " + std::to_string(a.plan->parallel.tensor) + "), but mpirun is not on PATH (Debian: openmpi-bin and libopenmpi-dev; "
+           std::to_string(a.plan->parallel.data) + ", tensor = " + std::to_string(a.plan->parallel.tensor) + ", pipeline = " + std::to_string(a.plan->parallel.pipeline) + "), but mpirun is not on PATH (Debian: openmpi-bin and libopenmpi-dev; "
            "scripts/setup.sh installs them)";
   argv = {*mpirun, "-np", std::to_string(ranks), "--bind-to", "none"};
   if (ranks > static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())))
@@ -498,7 +507,7 @@ std::string stepArguments(const Analysis &a, const std::string &binary, std::vec
   if (std::string why = launcher(a, binary, args); !why.empty())
     return why;
   // Data parallel: the cores shared between the ranks unless --threads says otherwise.
-  int64_t ranks = a.plan->parallel.data * a.plan->parallel.tensor, threads = Threads;
+  int64_t ranks = worldOf(a), threads = Threads;
   if (ranks > 1 && threads == 0)
     threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
   for (std::string f : std::vector<std::string>{"--steps", std::to_string(Steps), "--warmup", std::to_string(warmupSteps()),
@@ -603,18 +612,24 @@ double modelStates(const Analysis &an) {
 /// derived from it), loss}.
 void printRunJson(const Analysis &an, const Measured &r) {
   std::map<std::string, double> estClass = estimatedByClass(an);
+  // Pipeline parallel: rank 0's stage, as the step reports rank 0's (every rank's: per_rank).
+  const auto &ps = an.pipelineStep;
+  bool staged = !ps.chunks.empty() && !ps.ranks.empty();
+  const auto &rg = staged ? ps.ranks[0] : Analysis::PipelineStep::Rank{};
   json::Object est{{"step_s", an.time.step},
-                   {"arena_bytes", an.arenaBytes},
-                   {"regions", json::Object{{"params", an.regions.params.bytes},
-                                            {"grads", an.regions.grads.bytes},
-                                            {"master", an.regions.master.bytes},
-                                            {"optimizer", an.regions.optimizer.bytes}}},
+                   {"arena_bytes", staged ? rg.arenaBytes : an.arenaBytes},
+                   {"regions", json::Object{{"params", (staged ? rg.params : an.regions.params).bytes},
+                                            {"grads", (staged ? rg.grads : an.regions.grads).bytes},
+                                            {"master", (staged ? rg.master : an.regions.master).bytes},
+                                            {"optimizer", (staged ? rg.optimizer : an.regions.optimizer).bytes}}},
                    {"master_bytes", an.memory.master},
                    {"optimizer_bytes", an.memory.optimizer},
-                   {"ranks", an.plan->parallel.data * an.plan->parallel.tensor},
+                   {"ranks", worldOf(an)},
                    {"data_parallel_comm_s", an.time.dataParallelComm},
                    {"tensor_parallel_comm_s", an.time.tensorParallelComm},
-                   {"sent_bytes_per_rank", dataParallelSentBytes(an) + tensorParallelSentBytes(an)},
+                   {"sent_bytes_per_rank", dataParallelSentBytes(an) + tensorParallelSentBytes(an) + pipelineSentBytes(an, 0)},
+                   {"pipeline_comm_s", an.time.pipelineComm},
+                   {"bubble_s", an.time.bubble},
                    {"peak_bytes", an.memory.peak},
                    {"context_bytes", an.memory.context},
                    {"workspace_bytes", an.memory.libraryWorkspace},
@@ -628,6 +643,8 @@ void printRunJson(const Analysis &an, const Measured &r) {
   for (auto &[k, v] : r.byClass)
     measBy[k] = v;
   est["by_class_s"] = std::move(estBy);
+  if (worldOf(an) > 1)
+    est["per_rank"] = rankRowsJson(rankRows(an, r.m->getArray("per_rank")), true);
   json::Object meas = *r.m;
   meas.erase("loss");
   meas["allocated_bytes"] = r.allocated;
@@ -654,10 +671,13 @@ void printRunJson(const Analysis &an, const Measured &r) {
 void printRunMemory(raw_ostream &os, const Analysis &an, const Measured &r, bool cuda, int64_t ranks) {
   const json::Object *m = r.m;
   double states = modelStates(an);
-  os << formatv("{0,-24} {1,14} {2,14}\n", "arena", formatBytes(static_cast<double>(an.arenaBytes)),
+  // Pipeline parallel: rank 0's stage's arena, as the step reports rank 0's (every rank's below).
+  const auto &ps = an.pipelineStep;
+  int64_t arena = !ps.chunks.empty() && !ps.ranks.empty() ? ps.ranks[0].arenaBytes : an.arenaBytes;
+  os << formatv("{0,-24} {1,14} {2,14}\n", "arena", formatBytes(static_cast<double>(arena)),
                 formatBytes(num(m, "arena_bytes")));
   os << formatv("{0,-24} {1,14} {2,14}\n", "allocated (arena+states)",
-                formatBytes(static_cast<double>(an.arenaBytes) + states), formatBytes(r.allocated));
+                formatBytes(static_cast<double>(arena) + states), formatBytes(r.allocated));
   os << formatv("{0,-24} {1,14} {2,14}\n", "peak memory", formatBytes(an.memory.peak),
                 formatBytes(num(m, "peak_bytes")) + "*");
   if (cuda) {
@@ -679,7 +699,7 @@ void printRunMemory(raw_ostream &os, const Analysis &an, const Measured &r, bool
 /// The text report: estimates beside measurements, time by class, the top kernels, the loss.
 void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   const json::Object *m = r.m;
-  int64_t ranks = an.plan->parallel.data * an.plan->parallel.tensor;
+  int64_t ranks = worldOf(an);
   std::map<std::string, double> estClass = estimatedByClass(an), measClass = r.byClass;
   double steps = static_cast<double>(r.timed);
   raw_ostream &os = outs();
@@ -707,17 +727,28 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
      << (r.warnings.empty() ? "" : "; see the warnings: the comparison is unreliable") << "\n";
   printRunMemory(os, an, r, cuda, ranks);
   if (ranks > 1) {
-    os << formatv("{0,-24} {1,14} {2,14}\n", an.plan->parallel.tensor > 1 ? "tensor-parallel comm" : "data-parallel comm",
-                  formatDuration(an.time.dataParallelComm + an.time.tensorParallelComm), formatDuration(r.comm));
+    bool staged = an.plan->parallel.pipeline > 1;
+    os << formatv("{0,-24} {1,14} {2,14}\n",
+                  staged ? "pipeline comm" : an.plan->parallel.tensor > 1 ? "tensor-parallel comm" : "data-parallel comm",
+                  formatDuration(an.time.dataParallelComm + an.time.tensorParallelComm +
+                                 (staged ? an.time.pipelineComm : 0)),
+                  formatDuration(r.comm));
     os << formatv("{0,-24} {1,14} {2,14}\n", "  waiting for ranks", "", formatDuration(r.wait));
     if (const json::Array *sent = m->getArray("sent_bytes")) { // ZeRO 2 and 3: counted per rank
       std::string each;
       for (const json::Value &v : *sent)
         each += (each.empty() ? "" : ", ") + formatv("{0:f0}", v.getAsNumber().getValueOr(NAN)).str();
       os << formatv("{0,-24} {1,14} {2,14}\n", "  bytes sent per rank",
-                    formatv("{0:f0}", dataParallelSentBytes(an) + tensorParallelSentBytes(an)).str(), each);
+                    formatv("{0:f0}", dataParallelSentBytes(an) + tensorParallelSentBytes(an) + pipelineSentBytes(an, 0)).str(),
+                    each);
     }
-    if (an.plan->parallel.tensor > 1)
+    if (staged)
+      os << "  each stage's forward sends its boundary activations to the next stage's rank, its backward\n"
+         << "  their gradients back (point to point, 1F1B" << (an.plan->parallel.interleave > 1 ? ", interleaved" : "")
+         << "); a tied parameter's gradient is summed between its\n"
+         << "  two stages; bytes: rank 0's, counted by the sends (estimated: the priced boundary sends);\n"
+         << "  waiting for a peer (receives, sends not yet taken) is the rank's idle time, class \"bubble\";\n";
+    else if (an.plan->parallel.tensor > 1)
       os << "  Megatron's split: each row-parallel matmul's output all-reduced in the forward, each\n"
          << "  column-parallel input's gradient in the backward; the embeddings, norms and the head run\n"
          << "  whole on every rank; bytes: counted by the ring all-reduces (estimated: the priced ones);\n";
@@ -733,8 +764,9 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
          << (an.plan->parallel.zero >= 1 ? " (reduce-scatter, then all-gather of the parameters)" : " (all-reduce)")
          << ";\n  waiting is the barrier before it, for the slowest rank's backward (load imbalance);\n";
     os << "  the estimate is for the target's interconnect"
-       << (an.plan->parallel.overlap ? ", with the reduction hidden behind the backward (overlap = true)" : "")
+       << (an.plan->parallel.overlap && an.plan->parallel.data > 1 ? ", with the reduction hidden behind the backward (overlap = true)" : "")
        << "\n\n";
+    printRankRows(os, rankRows(an, m->getArray("per_rank")));
   }
   os << formatv("{0,-24} {1,14} {2,14}\n", "time per step by class", "estimated", "measured");
   std::map<std::string, bool> classes;
@@ -858,6 +890,9 @@ int run() {
     return rc;
   if (std::string why = outputOverInput(c); !why.empty())
     return usageError(why);
+  if (!TraceFile.empty() && a->plan->parallel.pipeline > 1)
+    return usageError("--trace: the pipeline step's ranks do not merge their traces yet; run the plan "
+                      "without --trace (tally run prints every rank's idle time beside its bubble)");
   if (cuda)
     if (std::string why = cudaDeviceMissing(); !why.empty())
       return failure("--backend cuda: no CUDA device found: " + why + "; run on a machine with an NVIDIA GPU "

@@ -43,6 +43,14 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     params region is its cut, derived here from the shapes (qkv and fc weights and biases halved
     along their columns, the projections' weights along their rows, the rest whole); the bytes
     each rank sent (the ring all-reduces) equal the estimate's tensor-parallel bytes exactly.
+  - pipeline parallelism (pp2: pipeline = 2, 1F1B; pp2v2: interleave = 2, Megatron's interleaved
+    schedule) of a 4-layer model gives the one-process run's (pp1) loss at every step, its last
+    gradients and its weights within RTOL_ZERO; each rank's arena and regions equal the
+    estimate's for that rank (its stage's), its params region derived here from the shapes of
+    the tensors its stage holds; the bytes each rank sent (the boundary activations forward,
+    their gradients back, the tied head's gradient) equal the estimate's for that rank and the
+    boundary's size times the boundaries and micro-batches; each rank reports its idle time
+    (its receives' waits) beside the estimated bubble of its device.
 Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when mpirun is
 not installed or TALLY has no `run` command.
 Usage: /usr/bin/python3 check_data_parallel.py TALLY
@@ -64,7 +72,13 @@ import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
-PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2"]
+PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "pp1", "pp2", "pp2v2"]
+# Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
+# The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
+# first stage and, for the tied head, the last; wpe with the first; lnf with the last.
+STAGES = {"pp2": [[0, 1], [2, 3]], "pp2v2": [[0, 2], [1, 3]]}
+BOUNDARY = 2 * 16 * 32 * 4  # one micro-batch's residual stream [2, 16, 32] fp32
+MICRO = 4  # 8 sequences in micro-batches of 2
 
 
 def align(n):
@@ -117,6 +131,40 @@ def tensor_cuts(runs, weights, result):
     result("tp2 bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
 
 
+def pipeline_stages(runs, weights, result):
+    """pp2, pp2v2: each rank's arena, regions and sent bytes against the estimate's for that rank,
+    its params region derived from the shapes of the tensors its stage holds, its sent bytes from
+    the boundary's size; its idle time measured beside the estimated bubble."""
+    for p, layers in STAGES.items():
+        if p not in runs:
+            continue
+        est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
+        erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+        if len(erows) != 2 or len(grows) != 2:
+            result(p + " per-rank rows", False, "estimated %s, measured %s" % (erows, grows))
+            continue
+        for r in range(2):
+            e, g = erows[r], grows[r]
+            result("%s rank %d arena and regions" % (p, r),
+                   e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
+                   "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"],
+                                                              g["arena_bytes"], g["regions_bytes"]))
+            held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
+            params = sum(align(4 * int(np.prod(t.shape))) for n, t in weights.items() if n.startswith(tuple(held)))
+            # fp32, SGD with momentum: params, grads and one state per trainable tensor, all trainable.
+            result("%s rank %d regions are its stage's" % (p, r), g["regions_bytes"] == 3 * params,
+                   "regions %d B, derived 3 x %d B" % (g["regions_bytes"], params))
+            chunks = 2 if p == "pp2v2" else 1
+            boundaries = sum((k * 2 + r + 1 < 2 * chunks) + (k * 2 + r > 0) for k in range(chunks))
+            derived = MICRO * boundaries * BOUNDARY + int(np.prod(weights["wte.weight"].shape)) * 4
+            sent = got.get("sent_bytes", [None, None])[r]
+            result("%s rank %d bytes sent" % (p, r), sent == e["sent_bytes"] == derived,
+                   "counted %s, estimated %.0f, derived %d (%d boundaries x %d micro-batches x %d B + the tied wte "
+                   "gradient)" % (sent, e["sent_bytes"], derived, boundaries, MICRO, BOUNDARY))
+            result("%s rank %d idle beside the bubble" % (p, r), g["idle_s"] >= 0 and e["bubble_s"] > 0,
+                   "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
+
+
 def main():
     tally = sys.argv[1]
     if not E.tally_has_run([tally]):
@@ -162,10 +210,10 @@ def main():
             allocated = {k: got["regions"][k] for k in ["params", "grads", "master", "optimizer"]}
             result(p + " regions", est["regions"] == allocated,
                    "estimated %s, allocated %s" % (est["regions"], allocated))
-            ranks = 1 if p == "dp1" else 2
+            ranks = 1 if p in ("dp1", "pp1") else 2
             result(p + " ranks", got["ranks"] == ranks and est["ranks"] == ranks, "%d processes" % got["ranks"])
             if ranks > 1:
-                priced = est["data_parallel_comm_s"] + est["tensor_parallel_comm_s"]
+                priced = est["data_parallel_comm_s"] + est["tensor_parallel_comm_s"] + est["pipeline_comm_s"]
                 result(p + " communication", got["communication_s"] > 0 and priced > 0,
                        "measured %.3g s per step, estimated %.3g s" % (got["communication_s"], priced))
 
@@ -173,18 +221,26 @@ def main():
             result("dp1 run", False, "no baseline")
             print("%d passed, %d failed" % (res.passed, res.failed))
             return 1
-        base, base_w, base_g = runs["dp1"]
-        for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO)]:
+        for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
+                        ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO)]:
             if p not in runs:
                 continue
+            one = "pp1" if p.startswith("pp") else "dp1"
+            if one not in runs:
+                result(p + " baseline", False, "no %s run" % one)
+                continue
+            base, base_w, base_g = runs[one]
             report, w, g = runs[p]
             a, b = np.array(report["loss"]), np.array(base["loss"])
             ok = a.shape == b.shape and bool(np.all(np.abs(a - b) <= rtol * np.abs(b)))
-            result(p + " loss", ok, "%s vs dp1 %s" % (a.tolist(), b.tolist()))
+            result(p + " loss", ok, "%s vs %s %s" % (a.tolist(), one, b.tolist()))
             close(p + " gradients (last step)", g, base_g, rtol)
             close(p + " weights after 3 steps", w, base_w, rtol)
+        base, base_w, base_g = runs["dp1"]
         zero_pieces(runs, base_w, result)
         tensor_cuts(runs, base_w, result)
+        if "pp1" in runs:
+            pipeline_stages(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]

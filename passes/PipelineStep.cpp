@@ -1,0 +1,296 @@
+// PipelineStep.cpp — how tally's generated CPU step runs pipeline parallelism (Plan::generatedStep,
+// pipeline = p > 1; Analysis::pipelineStep; the step: codegen/EmitPipeline.cpp; docs/codegen.md).
+//
+// 1. Stages: the forward ops go to the p·v chunks as the estimate puts them (chunkOfOps, the rule
+//    of stageTimes: whole repeat copies in balanced counts, the embedding with the first, the
+//    head and loss with the last), chunk k on rank k mod p; each backward op to its forward op's
+//    chunk, the loss gradient's fill to the last. The order each rank runs its forwards and
+//    backwards is pipelineOrder's, the order PipelineTimeline simulates.
+// 2. What crosses: an activation made on chunk k and read on chunk k + 1 is sent forward after
+//    chunk k's forward of a micro-batch, its gradient back after chunk k + 1's backward. Each
+//    boundary must carry exactly what the estimate prices (stageBoundaryBytes, both ways); a
+//    tensor read two chunks on, or a gradient another chunk makes, is refused.
+// 3. Memory: the buffers one chunk's entries use, placed again on their own (placeArena), are
+//    one slot; a chunk has as many slots as micro-batches it holds at once (forwards run and
+//    backwards not yet, in pipelineOrder), micro-batch j in slot j mod slots (in flight they are
+//    consecutive). A rank's arena is its chunks' slots one after another; its regions the
+//    parameters its chunks read, unsharded. A parameter two ranks read (a tied head's weight)
+//    is held by both, its gradient summed between them once per step (Megatron's embedding
+//    all-reduce), which the estimate prices for the generated step (StepTime.cpp).
+#include "passes/Fusion.h"
+#include "passes/Passes.h"
+
+#include "ir/Units.h"
+
+#include <algorithm>
+#include <set>
+
+namespace tally {
+
+namespace {
+
+/// Step 2: each chunk's inputs from the chunk before it, and the checks on what crosses.
+bool crossings(Analysis &a, const BufferIndex &bi, std::vector<std::set<uint32_t>> &used) {
+  const Graph &g = *a.graph, &s = *a.step;
+  auto &ps = a.pipelineStep;
+  const std::vector<uint32_t> &chunk = ps.chunkOfOp;
+  auto fail = [&](const std::string &why, OpId at) {
+    ps.error = why;
+    ps.errorOp = at;
+    return false;
+  };
+  auto stage = [&](uint32_t k) { return "stage " + std::to_string(k); };
+  // Which chunks write each gradient storage (bit per chunk; at most 64 chunks).
+  std::vector<uint64_t> writers(s.tensors.size(), 0);
+  for (const StepEntry &se : a.stepSchedule)
+    if (se.kind == StepEntry::Backward)
+      for (TensorId o : s.ops[se.op].outputs)
+        writers[s.storageOf(o)] |= uint64_t(1) << chunk[se.op];
+  std::vector<std::set<TensorId>> inputs(ps.chunks.size());
+  for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
+    const StepEntry &se = a.stepSchedule[e];
+    if (se.kind == StepEntry::Optimizer)
+      continue;
+    const Op &op = s.ops[se.op];
+    uint32_t k = chunk[se.op];
+    uint32_t step = bi.stepOf(e);
+    auto note = [&](TensorId t) {
+      TensorId b = s.storageOf(t);
+      const Tensor &x = s.tensors[b];
+      if (x.role == TensorRole::Param || x.role == TensorRole::Input)
+        return true;
+      if (x.role == TensorRole::Gradient && x.gradOf != kNone && s.tensors[x.gradOf].role == TensorRole::Param)
+        return true;
+      if (const Buffer *live = bi.liveAt(b, step))
+        used[k].insert(static_cast<uint32_t>(live - a.buffers.data()));
+      return true;
+    };
+    for (TensorId t : op.outputs)
+      note(t);
+    for (TensorId t : op.inputs) {
+      note(t);
+      TensorId b = s.storageOf(t);
+      const Tensor &x = s.tensors[b];
+      if (x.role == TensorRole::Activation && x.producer != kNone && x.producer < g.ops.size()) {
+        uint32_t from = chunk[x.producer];
+        if (from == k)
+          continue;
+        if (se.kind != StepEntry::Forward && !inputs[k].count(b))
+          return fail("tensor " + s.tensorName(b) + " of " + stage(from) + " is read by the backward on " + stage(k) +
+                          " but not by its forward: the generated pipeline step sends activations forward only",
+                      se.op);
+        if (from + 1 != k)
+          return fail("tensor " + s.tensorName(b) + " is made on " + stage(from) + " and read on " + stage(k) +
+                          ": the generated pipeline step sends activations to the next stage only",
+                      se.op);
+        inputs[k].insert(b);
+      } else if (x.role == TensorRole::Gradient && (writers[b] & ~(uint64_t(1) << k)) != 0) {
+        uint64_t other = writers[b] & ~(uint64_t(1) << k), next = k + 1 < 64 ? uint64_t(1) << (k + 1) : 0;
+        bool fromNext = other == next && x.gradOf != kNone &&
+                        s.tensors[x.gradOf].producer != kNone && s.tensors[x.gradOf].producer < g.ops.size() &&
+                        chunk[s.tensors[x.gradOf].producer] == k;
+        if (!fromNext)
+          return fail("gradient " + s.tensorName(b) + " is read on " + stage(k) + " and written on another stage: "
+                      "the generated pipeline step sends each boundary's gradient one stage back only",
+                      se.op);
+      }
+    }
+  }
+  for (size_t k = 0; k < ps.chunks.size(); ++k) {
+    ps.chunks[k].inputs.assign(inputs[k].begin(), inputs[k].end());
+    if (k > 0)
+      ps.chunks[k - 1].outputs = ps.chunks[k].inputs;
+    double fwd = 0, bwd = 0;
+    for (TensorId x : inputs[k]) {
+      fwd += s.bytes(x);
+      TensorId gx = x < s.gradient.size() ? s.gradient[x] : kNone;
+      if (gx == kNone || !(writers[s.storageOf(gx)] & (uint64_t(1) << k)))
+        return fail("the gradient of " + s.tensorName(x) + ", which " + stage(static_cast<uint32_t>(k)) +
+                        " receives, is not made there: nothing to send back",
+                    kNone);
+      bwd += s.bytes(s.storageOf(gx));
+    }
+    if (k > 0 && (fwd != ps.boundaryBytes || bwd != ps.boundaryBytes))
+      return fail("the boundary before " + stage(static_cast<uint32_t>(k)) + " carries " + formatBytes(fwd) +
+                      " forward and " + formatBytes(bwd) + " backward per micro-batch; the estimate prices " +
+                      formatBytes(ps.boundaryBytes) + " (the activations the first repeat copy reads)",
+                  kNone);
+  }
+  return true;
+}
+
+/// Step 3: the parameters each rank holds and the tied ones it sums with another rank.
+bool holdings(Analysis &a, const std::vector<uint32_t> &forwardChunk) {
+  const Graph &g = *a.graph, &s = *a.step;
+  auto &ps = a.pipelineStep;
+  const int64_t p = ps.stages;
+  for (auto &r : ps.ranks)
+    r.holds.assign(g.params.size(), false);
+  for (const StepEntry &se : a.stepSchedule) {
+    if (se.kind == StepEntry::Optimizer)
+      continue;
+    auto &r = ps.ranks[ps.chunkOfOp[se.op] % static_cast<uint32_t>(p)];
+    for (const auto *list : {&s.ops[se.op].inputs, &s.ops[se.op].outputs})
+      for (TensorId t : *list) {
+        const Tensor &x = s.tensors[s.storageOf(t)];
+        TensorId w = x.role == TensorRole::Param ? s.storageOf(t)
+                     : x.role == TensorRole::Gradient && x.gradOf != kNone && s.tensors[x.gradOf].role == TensorRole::Param
+                         ? x.gradOf
+                         : kNone;
+        if (w != kNone && s.tensors[w].param < g.params.size())
+          r.holds[s.tensors[w].param] = true;
+      }
+  }
+  for (TensorId w : sharedStageParams(g, forwardChunk, p)) {
+    std::vector<int64_t> on;
+    for (int64_t r = 0; r < p; ++r)
+      if (ps.ranks[static_cast<size_t>(r)].holds[g.tensors[w].param])
+        on.push_back(r);
+    if (on.size() != 2) {
+      ps.error = "parameter " + g.tensorName(w) + " is read on " + std::to_string(on.size()) +
+                 " pipeline stages: the generated step sums a shared parameter's gradient between two";
+      return false;
+    }
+    for (int k = 0; k < 2; ++k) {
+      ps.ranks[static_cast<size_t>(on[k])].shared.push_back(w);
+      ps.ranks[static_cast<size_t>(on[k])].peers.push_back(on[1 - k]);
+    }
+  }
+  for (auto &r : ps.ranks)
+    if (!layStageRegions(a, r.holds, r.params, r.grads, r.master, r.optimizer)) {
+      ps.error = "a stage's regions pass 2^63 - 1 bytes";
+      return false;
+    }
+  return true;
+}
+
+/// Step 3: slots per chunk, each chunk's buffers placed, the ranks' arenas.
+bool arenas(Analysis &a, const std::vector<std::set<uint32_t>> &used) {
+  auto &ps = a.pipelineStep;
+  const int64_t p = ps.stages;
+  for (int64_t r = 0; r < p; ++r) {
+    std::vector<int64_t> live(static_cast<size_t>(ps.interleave), 0);
+    for (const PipelineUnit &u : ps.order[static_cast<size_t>(r)]) {
+      int64_t &n = live[static_cast<size_t>(u.chunk)];
+      n += u.backward ? -1 : 1;
+      auto &c = ps.chunks[static_cast<size_t>(u.chunk * p + r)];
+      c.slots = std::max(c.slots, n);
+    }
+  }
+  for (size_t k = 0; k < ps.chunks.size(); ++k) {
+    auto &c = ps.chunks[k];
+    std::vector<Buffer> mine;
+    for (uint32_t b : used[k])
+      mine.push_back(a.buffers[b]);
+    if (!placeArena(mine, c.slotBytes)) {
+      ps.error = "a stage's arena passes 2^63 - 1 bytes";
+      return false;
+    }
+    size_t i = 0;
+    for (uint32_t b : used[k])
+      c.offset[b] = mine[i++].offset;
+  }
+  for (int64_t r = 0; r < p; ++r) {
+    int64_t top = 0;
+    for (int64_t c = 0; c < ps.interleave; ++c) {
+      auto &ch = ps.chunks[static_cast<size_t>(c * p + r)];
+      ch.base = top;
+      std::optional<int64_t> bytes = checkedMul(ch.slots, ch.slotBytes);
+      std::optional<int64_t> end = bytes ? checkedAdd(top, *bytes) : std::nullopt;
+      if (!end) {
+        ps.error = "a stage's arena passes 2^63 - 1 bytes";
+        return false;
+      }
+      top = *end;
+    }
+    ps.ranks[static_cast<size_t>(r)].arenaBytes = top;
+  }
+  return true;
+}
+
+/// Why this plan's layout is not one the generated pipeline step runs; "" when it is.
+std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
+  const Plan &plan = *a.plan;
+  const Parallelism &par = plan.parallel;
+  const int64_t p = par.pipeline, v = std::max<int64_t>(1, par.interleave);
+  if (par.tensor > 1 || par.data > 1 || par.context > 1 || par.expert > 1)
+    return "the generated step runs pipeline parallelism on its own, not with tensor, data, context or expert "
+           "parallelism";
+  if (plan.fuseKernels)
+    return "the generated pipeline step runs without fused kernels (build it without --fuse)";
+  if (a.checkpoint.policy != "none")
+    return "the generated pipeline step does not recompute activations (checkpoint = " + a.checkpoint.policy + ")";
+  if (m < 1 || plan.batch % (plan.microBatch * std::max<int64_t>(1, par.data)) != 0)
+    return "the batch is not a whole number of micro-batches";
+  if (v > 1 && m % p != 0)
+    return "interleave = " + std::to_string(v) + " runs Megatron's schedule, which needs the " + std::to_string(m) +
+           " micro-batches to be a multiple of pipeline = " + std::to_string(p);
+  if (p * v > 64 || 2 * p * v * m > 32765)
+    return "the generated pipeline step runs at most 64 stages and 2 x stages x micro-batches of at most 32765 "
+           "(its message tags)";
+  if (copies < static_cast<size_t>(p * v))
+    return "the model has " + std::to_string(copies) + " repeat-block copies, fewer than the " +
+           std::to_string(p * v) + " pipeline stages (pipeline x interleave) to assign them to";
+  return "";
+}
+
+} // namespace
+
+void planPipelineStep(Analysis &a) {
+  auto &ps = a.pipelineStep;
+  ps = {};
+  const Plan &plan = *a.plan;
+  const Parallelism &par = plan.parallel;
+  if (!plan.generatedStep || plan.cudaStep || !plan.isTrain || par.pipeline <= 1 || !a.step || !a.planListed ||
+      !a.planOverflow.empty())
+    return;
+  const Graph &g = *a.graph, &s = *a.step;
+  const int64_t p = par.pipeline, v = std::max<int64_t>(1, par.interleave);
+  const int64_t m = plan.batch / std::max<int64_t>(1, plan.microBatch * std::max<int64_t>(1, par.data));
+  ps.stages = p;
+  ps.interleave = v;
+  ps.microBatches = m;
+  ps.error = unsupported(a, m, a.copies->copies.size());
+  if (!ps.error.empty())
+    return;
+  // Step 1.
+  std::vector<uint32_t> forwardChunk = chunkOfOps(g, *a.copies, p * v);
+  const uint32_t last = static_cast<uint32_t>(p * v - 1);
+  ps.chunkOfOp.assign(s.ops.size(), kNone);
+  for (OpId i = 0; i < s.ops.size(); ++i) {
+    const Op &op = s.ops[i];
+    if (i < g.ops.size())
+      ps.chunkOfOp[i] = forwardChunk[i];
+    else if (op.phase != Phase::Optimizer)
+      ps.chunkOfOp[i] = op.forwardOp == kNone ? last : forwardChunk[op.forwardOp];
+  }
+  for (int64_t r = 0; r < p; ++r)
+    ps.order.push_back(pipelineOrder(static_cast<int32_t>(r), static_cast<int32_t>(p), static_cast<int32_t>(m),
+                                     static_cast<int32_t>(v)));
+  ps.chunks.resize(static_cast<size_t>(p * v));
+  ps.ranks.resize(static_cast<size_t>(p));
+  ps.boundaryBytes = stageBoundaryBytes(g, *a.copies);
+  // Steps 2 and 3.
+  BufferIndex bi(a);
+  std::vector<std::set<uint32_t>> used(ps.chunks.size());
+  if (!crossings(a, bi, used) || !holdings(a, forwardChunk) || !arenas(a, used))
+    ps.chunks.clear();
+}
+
+double pipelineSentBytes(const Analysis &a, int64_t rank) {
+  const auto &ps = a.pipelineStep;
+  if (ps.chunks.empty() || rank < 0 || rank >= ps.stages)
+    return 0;
+  const int64_t p = ps.stages, chunks = p * ps.interleave;
+  double boundaries = 0;
+  for (int64_t c = 0; c < ps.interleave; ++c) {
+    int64_t k = c * p + rank;
+    boundaries += (k + 1 < chunks ? 1 : 0) + (k > 0 ? 1 : 0);
+  }
+  double sent = static_cast<double>(ps.microBatches) * boundaries * ps.boundaryBytes;
+  for (TensorId w : ps.ranks[static_cast<size_t>(rank)].shared)
+    sent += numel(a.graph->tensors[w].shape) * bytesOf(a.plan->precision.grads);
+  return sent;
+}
+
+} // namespace tally
