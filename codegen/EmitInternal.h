@@ -157,6 +157,7 @@ struct Emitter {
   bool reduceTo();
   bool copy(TensorId src, TensorId dst, bool accumulate);
   bool contiguous() { return copy(op->inputs[0], op->outputs[0], acc()); }
+  bool sharedGradient(); ///< a contiguous that `shares`: a comment, no call (EmitStep.cpp)
   bool concat();
   bool broadcastTo(); ///< a copy whose source has stride 0 along the broadcast dims
   bool embedding();

@@ -227,6 +227,18 @@ std::string Emitter::ptr(TensorId t) {
   return at("A", live->offset);
 }
 
+/// A `contiguous` that shares its input's buffer (passes/GradientShares.h): no call, only a
+/// comment; the memory plan gave both the same bytes, else the step and the plan disagree.
+bool Emitter::sharedGradient() {
+  std::string from = ptr(op->inputs[0]), to = ptr(op->outputs[0]);
+  if (from != to)
+    return fail("internal error: " + s.tensorName(op->outputs[0]) + " shares the buffer of " +
+                s.tensorName(op->inputs[0]) + " but the memory plan places it apart (" + to + ", " + from + ")");
+  body += "\n  // " + commentSafe(s.opPath(*op)) + " (backward): the gradient is the output's, " + to +
+          " (no copy)\n";
+  return true;
+}
+
 std::vector<int64_t> Emitter::strides(TensorId t) const {
   const Tensor &x = s.tensors[t];
   auto d = stridesOf(x.shape, x.layout);
@@ -315,6 +327,13 @@ bool Emitter::microStep(std::string &outText) {
     if (pieced())
       zeroBefore(e);
     if (opClass(op->kind) == OpClass::View) {
+      if (pieced())
+        zeroAfter(e);
+      continue;
+    }
+    if (op->kind == OpKind::Contiguous && op->attrs->shares) { // an add's gradient passed on
+      if (!sharedGradient())
+        return false;
       if (pieced())
         zeroAfter(e);
       continue;

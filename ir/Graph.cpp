@@ -147,7 +147,7 @@ bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
       a.heads != b.heads || a.kvHeads != b.kvHeads || a.causal != b.causal || a.fused != b.fused ||
       a.keepDim != b.keepDim || a.reduceAll != b.reduceAll || !sameBits(a.p, b.p) ||
       !sameBits(a.eps, b.eps) || a.hasScalar != b.hasScalar || !sameBits(a.scalar, b.scalar) ||
-      a.scalarOnLeft != b.scalarOnLeft || a.transposeA != b.transposeA ||
+      a.scalarOnLeft != b.scalarOnLeft || a.shares != b.shares || a.transposeA != b.transposeA ||
       a.transposeB != b.transposeB || !sameShape(a.newShape, b.newShape) ||
       !sameBits(a.scale, b.scale) || a.headDim != b.headDim || !sameBits(a.theta, b.theta) ||
       !sameBits(a.fraction, b.fraction) || a.alibi != b.alibi || a.hasMask != b.hasMask ||
@@ -170,7 +170,7 @@ size_t hashAttrs(const OpAttrs &a) {
   // The fields that tell a step's derived attributes apart (equal attributes must hash
   // equal; sameAttrs decides).
   llvm::hash_code h = llvm::hash_combine(a.dim, a.k, a.heads, a.gradMask, static_cast<int>(a.of),
-                                         a.stream, a.hasScalar, a.newShape.size());
+                                         a.stream, a.hasScalar, a.shares, a.newShape.size());
   for (const Dim &d : a.newShape)
     h = llvm::hash_combine(h, d.size);
   return h;

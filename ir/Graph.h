@@ -228,6 +228,7 @@ struct OpAttrs {
   bool hasScalar = false;     ///< add/sub/mul/div with one tensor and a constant
   double scalar = 0;          ///< that constant
   bool scalarOnLeft = false;  ///< `2 - x` rather than `x - 2`
+  bool shares = false;        ///< contiguous: the output is the input's buffer, no copy (an add's gradient passed on: passes/GradientShares.h)
   int64_t transposeA = -1, transposeB = -1; ///< transpose: the two axes swapped
   Shape newShape;             ///< reshape: the target shape
   double scale = 0;           ///< attention: the score scale (1/√head_dim unless written)

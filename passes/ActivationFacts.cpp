@@ -182,6 +182,8 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
       if (f.hasBackward[r])
         f.gradReader[t] = r; // readers are in op order
   }
+  if (f.train)
+    f.shares = gradientShares(g);
   for (OpId o = 0; o < g.ops.size(); ++o)
     f.backwardOps += f.hasBackward[o];
   f.tensorBytes.resize(g.tensors.size());

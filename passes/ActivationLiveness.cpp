@@ -392,12 +392,33 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, const Steps &steps, Li
     ordered = runInstances(f, steps, *open, bwd);
   }
 
-  // An activation's gradient: from the backward of its first reader to its producer's.
+  // An activation's gradient: from the backward of its first reader to its producer's; a
+  // group sharing one buffer (GradientShares): the root's, to its last member's producer's.
   static const Label gradientLabel("gradient");
+  const GradientShares &shares = f.structure->shares;
+  std::vector<std::pair<TensorId, uint32_t>> &ends = scratch.shareEnds; // (root, last step), by root
+  ends.clear();
+  for (const auto &[root, m] : shares.members) {
+    OpId p = f.structure->gradProducer[m];
+    if (p == kNone || bwd[p] == kNone)
+      continue;
+    if (ends.empty() || ends.back().first != root)
+      ends.emplace_back(root, bwd[p]);
+    else
+      ends.back().second = std::max(ends.back().second, bwd[p]);
+  }
   auto gradient = [&](TensorId t) {
+    if (shares.any() && shares.root[t] != kNone)
+      return; // its root's buffer
     OpId p = f.structure->gradProducer[t];
     if (p == kNone || bwd[p] == kNone)
       return;
+    uint32_t last = bwd[p];
+    if (!ends.empty()) {
+      auto e = std::lower_bound(ends.begin(), ends.end(), std::make_pair(t, uint32_t(0)));
+      if (e != ends.end() && e->first == t)
+        last = std::max(last, e->second);
+    }
     uint32_t start = kNone;
     if (ordered) {
       if (f.structure->gradReader[t] != kNone)
@@ -408,7 +429,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, const Steps &steps, Li
           start = std::min(start, bwd[r]);
     }
     if (start != kNone)
-      addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, bwd[p], gradientLabel,
+      addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, last, gradientLabel,
                 Buffer::Gradient);
   };
   if (open) {

@@ -15,6 +15,8 @@
 //                                  plan per copy, the trade-off curve, the checkpoint note
 #pragma once
 
+#include "passes/GradientShares.h"
+
 #include "passes/CheckpointChain.h"
 #include "passes/Passes.h"
 
@@ -64,6 +66,9 @@ struct FactsStructure {
   /// steps run in reverse op order (else kNone). Compact, so that a walk does not read every
   /// Tensor of the graph again.
   std::vector<OpId> gradProducer, gradReader;
+  /// Gradients that are another's buffer (passes/GradientShares.h, training only): a member
+  /// has no buffer of its own; its root's lives on to the last member's producer's backward.
+  GradientShares shares;
   std::vector<TensorId> sources; ///< stored activations no op makes (live from step 0)
   size_t backwardOps = 0;        ///< ops with a backward
   std::vector<double> tensorBytes; ///< per tensor: Graph::bytes (numel × bytes per element)
@@ -86,6 +91,7 @@ struct WalkScratch {
   /// (OpenInstances): one list, so that the walks of a report, which do both, fill one.
   std::vector<LiveInstance> inst;
   std::vector<uint32_t> current, bwd;
+  std::vector<std::pair<TensorId, uint32_t>> shareEnds; ///< per shared gradient buffer: its last step
   std::vector<double> saved, other; ///< LiveDeltas
   /// The schedule of the last walk whose caller read none (compareWalk), for the next walk
   /// to fill.

@@ -499,6 +499,7 @@ Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopi
   size_t forwardOps = g.ops.size();
   Builder b(g, plan);
   b.planWrites(forwardOps);
+  b.shares = gradientShares(forward);
 
   // The loss gradient: the step's loss is the mean over its micro-batches, batch / micro_batch
   // of them split over the data-parallel ranks. Each rank seeds 1 / (its micro-batches); the

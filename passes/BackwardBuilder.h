@@ -13,6 +13,7 @@
 #pragma once
 
 #include "passes/BackwardTable.h"
+#include "passes/GradientShares.h"
 #include "passes/Passes.h"
 
 namespace tally {
@@ -26,6 +27,7 @@ struct Builder {
   std::vector<uint8_t> mode;        ///< per base: how writes combine (Mode)
   std::vector<bool> written;        ///< per base: something already wrote it
   OpId current = kNone;             ///< the forward op whose backward is being built
+  GradientShares shares;            ///< which add operands' gradients are dy's buffer (no copy)
   AttrsPool attrsPool;
 
   enum Mode : uint8_t { Overwrite, Accumulate, SplitParts, ZeroFirst };

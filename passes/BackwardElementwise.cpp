@@ -32,6 +32,17 @@ template <> struct BinaryGrad<OpKind::Add> {
   static void operand(Builder &b, const Op &, unsigned, TensorId dy, const Builder::Target &t) {
     b.emit(OpKind::Contiguous, {dy}, {t.t}, SharedAttrs(), t.acc);
   }
+  /// Whether operand x's gradient is dy's buffer (passes/GradientShares.h): then one
+  /// `contiguous` with `shares` records that it is dy, and nothing is copied.
+  static bool shared(Builder &b, TensorId x, TensorId dy) {
+    if (!b.shares.sharedAt(x, b.current))
+      return false;
+    OpAttrs a;
+    a.shares = true;
+    b.written[b.base(x)] = true; // its first write: later writers add into dy's buffer
+    b.emit(OpKind::Contiguous, {dy}, {b.gradOf(x)}, a, 0);
+    return true;
+  }
 };
 
 template <> struct BinaryGrad<OpKind::Sub> {
@@ -105,6 +116,9 @@ template <OpKind K> void binaryBackward(Builder &b, const Op &op, TensorId dy) {
       b.writeGrad(x, dy); // a broadcast bias: sum dy straight into its gradient
       continue;
     }
+    if constexpr (K == OpKind::Add)
+      if (Grad::shared(b, x, dy))
+        continue;
     Builder::Target t = b.target(x, ds);
     Grad::operand(b, op, i, dy, t);
     b.finish(x, t);

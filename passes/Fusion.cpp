@@ -53,6 +53,17 @@ BufferIndex::BufferIndex(const Analysis &a) {
     if (key != kNone)
       byTensor[key].push_back(&b);
   }
+  // A gradient that shares its add's output gradient's buffer (a `contiguous` with `shares`,
+  // passes/GradientShares.h) has that buffer; the step makes them in backward order, so the
+  // input's buffers are known when its output's are asked.
+  for (const Op &op : s.ops)
+    if (op.kind == OpKind::Contiguous && op.attrs->shares) {
+      auto in = byTensor.find(s.storageOf(op.inputs[0]));
+      if (in != byTensor.end()) {
+        std::vector<const Buffer *> same = in->second;
+        byTensor[s.storageOf(op.outputs[0])] = std::move(same);
+      }
+    }
   stepOfEntry.assign(a.stepSchedule.size(), static_cast<uint32_t>(a.schedule.size()));
   for (size_t k = 0; k + 1 < a.stepIndexOf.size(); ++k)
     for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1] && e < stepOfEntry.size(); ++e)

@@ -258,6 +258,19 @@ std::optional<int64_t> localGradientBound(const Graph &step, size_t forwardTenso
   return checkedAdd(*sum - *boundary, *skipped);
 }
 
+/// The step's gradient tensors that Activations' buffers hold: an activation's gradient, and a
+/// gradient sharing another's buffer (a `contiguous` that `shares`, passes/GradientShares.h).
+static std::vector<bool> coveredGradients(const Analysis &a, const Graph &s) {
+  std::vector<bool> covered(s.tensors.size(), false);
+  for (const Buffer &b : a.buffers)
+    if (b.kind == Buffer::Gradient && b.tensor != kNone && s.gradient[b.tensor] != kNone)
+      covered[s.gradient[b.tensor]] = true;
+  for (const Op &op : s.ops)
+    if (op.kind == OpKind::Contiguous && op.attrs->shares)
+      covered[s.storageOf(op.outputs[0])] = true;
+  return covered;
+}
+
 void planMemory(Analysis &a) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
@@ -278,10 +291,7 @@ void planMemory(Analysis &a) {
     for (size_t k = 0; k + 1 < a.stepIndexOf.size(); ++k)
       for (uint32_t e = a.stepIndexOf[k]; e < a.stepIndexOf[k + 1]; ++e)
         stepOfEntry[e] = static_cast<uint32_t>(k);
-    std::vector<bool> covered(s.tensors.size(), false);
-    for (const Buffer &b : a.buffers)
-      if (b.kind == Buffer::Gradient && b.tensor != kNone && s.gradient[b.tensor] != kNone)
-        covered[s.gradient[b.tensor]] = true;
+    std::vector<bool> covered = coveredGradients(a, s);
     // The local gradients first, then room for exactly that many more buffers (the list holds
     // millions in a deep model: regrowing it held the old and the new list together).
     std::vector<std::pair<uint32_t, TensorId>> locals; // (schedule entry, gradient)

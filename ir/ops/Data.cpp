@@ -213,10 +213,23 @@ bool inferContiguous(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorT
   return true;
 }
 
-/// contiguous, fill: a copy or a constant written, no arithmetic.
+/// contiguous, fill: a copy or a constant written, no arithmetic. A contiguous that `shares`
+/// its input's buffer (an add's gradient passed on, passes/GradientShares.h) moves nothing.
 struct CopyCounts : BaseCounts {
   template <class C> static Num<C> flops(C &c) {
     c.note(c.op.kind == OpKind::Fill ? "writes a constant: no arithmetic" : "a copy: no arithmetic");
+    return c.lit(0);
+  }
+  template <class C> static Num<C> read(C &c) {
+    if (!c.op.attrs->shares)
+      return BaseCounts::read(c);
+    c.note("the output is the input's buffer: nothing read");
+    return c.lit(0);
+  }
+  template <class C> static Num<C> written(C &c) {
+    if (!c.op.attrs->shares)
+      return BaseCounts::written(c);
+    c.note("the output is the input's buffer: nothing written");
     return c.lit(0);
   }
 };
@@ -333,6 +346,11 @@ void printTopK(const Graph &, const Op &op, llvm::raw_ostream &os) {
 void printFill(const Graph &, const Op &op, llvm::raw_ostream &os) {
   os << " {value = " << significant(op.attrs->scalar) << "}";
 }
+/// A contiguous that shares its input's buffer (an add's gradient passed on) says so.
+void printContiguous(const Graph &, const Op &op, llvm::raw_ostream &os) {
+  if (op.attrs->shares)
+    os << " {shares}";
+}
 
 } // namespace
 
@@ -345,7 +363,7 @@ RULE(Positions, inferPositions, DataCounts, executedDefault, savesNothing)
 RULE(NextTokens, inferNextTokens, DataCounts, executedDefault, savesNothing)
 RULE_ATTRS(Concat, inferConcat, DataCounts, executedDefault, savesNothing, &printDim, &describeDim)
 RULE(BroadcastTo, inferBroadcastTo, BroadcastToCounts, executedDefault, savesNothing)
-RULE(Contiguous, inferContiguous, CopyCounts, executedDefault, savesNothing)
+RULE_ATTRS(Contiguous, inferContiguous, CopyCounts, executedDefault, savesNothing, &printContiguous, nullptr)
 RULE_ATTRS(Fill, inferGiven, CopyCounts, executedDefault, savesNothing, &printFill, nullptr)
 RULE_ATTRS(TopK, inferTopK, TopKCounts, executedDefault, savedTopK, &printTopK, nullptr)
 RULE_ATTRS(Gather, inferGather, GatherCounts, executedDefault, savedGather, &printDim, nullptr)

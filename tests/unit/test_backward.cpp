@@ -210,6 +210,46 @@ TEST_CASE("backward: split parts write their own slices of one gradient", "[back
   }
 }
 
+TEST_CASE("backward: an add passes its output gradient on to both operands without a copy",
+          "[backward]") {
+  // GPT-2: every add's backward was a copy of dy per operand (issue 46 item 2). Now each
+  // same-shape operand's gradient is dy's buffer (a `contiguous` that `shares`), and the memory
+  // plan gives both the same bytes.
+  Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
+  const Graph &s = *t.a->step;
+  unsigned shared = 0, copies = 0;
+  for (const Op &op : s.ops)
+    if (op.kind == OpKind::Contiguous && op.phase == Phase::Backward) {
+      (op.attrs->shares ? shared : copies) += 1;
+      if (op.attrs->shares)
+        CHECK(op.accumulate == 0);
+    }
+  CHECK(copies == 0);
+  // The residual adds' both operands, each linear's bias add's matmul output, and the token
+  // embedding beside the broadcast positions in wte + wpe.
+  CHECK(shared == 12 * 2 * 2 + 12 * 4 + 1);
+  // y = a + relu(a): a's gradient may be dy's buffer; relu(a)'s may not: relu's backward reads
+  // it while writing a's, which would then be the same bytes.
+  Compiled r(R"(
+model M(d = 16) {
+  param w: [d, d]
+  forward(x: f32[batch, d]) {
+    a = x @ w
+    y = a + relu(a)
+    return mean(y * y)
+  }
+}
+train t { model = M() batch = 4 optimizer = SGD(lr = 0.01) precision = fp32 target = H100_SXM }
+)");
+  checkStep(*r.a);
+  unsigned rs = 0, rc = 0;
+  for (const Op &op : r.a->step->ops)
+    if (op.kind == OpKind::Contiguous && op.phase == Phase::Backward)
+      (op.attrs->shares ? rs : rc) += 1;
+  CHECK(rs == 1);
+  CHECK(rc == 1);
+}
+
 TEST_CASE("backward: the verifier finds a broken step", "[backward]") {
   // Each mutation of a valid step is a bug the verifier must name (a verifier that accepts
   // anything passes every other test here).
@@ -400,7 +440,8 @@ TEST_CASE("backward: the copies of a repeated block share their backward ops' at
       [](OpAttrs &a) { a.pads[1] = 1; },      [](OpAttrs &a) { a.slices[0].step = 2; },
       [](OpAttrs &a) { a.slices[0].drop = true; }, [](OpAttrs &a) { a.slices.clear(); },
       [](OpAttrs &a) { a.stream = 0; },       [](OpAttrs &a) { a.of = OpKind::Gelu; },
-      [](OpAttrs &a) { a.gradMask = 5; },     [](OpAttrs &a) { a.optimizer = "SGD"; }};
+      [](OpAttrs &a) { a.gradMask = 5; },     [](OpAttrs &a) { a.optimizer = "SGD"; },
+      [](OpAttrs &a) { a.shares = true; }};
   AttrsPool pool;
   SharedAttrs first = pool.get(base);
   CHECK(&*pool.get(base) == &*first);

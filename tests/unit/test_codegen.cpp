@@ -72,11 +72,14 @@ TEST_CASE("codegen: every example's plan generates on one device", "[codegen]") 
     Compiled t(fromFile, example(file), "", one);
     std::string text;
     CHECK(emit(*t.a, text) == "");
-    // One call per non-view op of the schedule's micro-batch entries, each under a comment.
+    // One call per non-view op of the schedule's micro-batch entries, each under a comment
+    // (an add's gradient that shares dy's buffer is a comment alone: no call).
     size_t calls = 0;
-    for (const StepEntry &e : t.a->stepSchedule)
-      if (e.kind != StepEntry::Optimizer && opClass(t.a->step->ops[e.op].kind) != OpClass::View)
+    for (const StepEntry &e : t.a->stepSchedule) {
+      const Op &op = t.a->step->ops[e.op];
+      if (e.kind != StepEntry::Optimizer && opClass(op.kind) != OpClass::View && !op.attrs->shares)
         ++calls;
+    }
     CHECK(countOf(text, "  op_class = ") == calls + 2); // + the optimizer update and zero-grad
   }
 }
@@ -107,7 +110,10 @@ TEST_CASE("codegen: the e2e GPT's tied head, fused qkv and recompute", "[codegen
     return std::string("(no " + comment + ")");
   };
   CHECK(classAfter("// h[1].mlp.fc.add.reduce_to (backward)") == "  op_class = \"elementwise\";");
-  CHECK(classAfter("// h[1].mlp.fc.add.contiguous (backward)") == "  op_class = \"elementwise\";");
+  // The add's matmul output's gradient is dy's buffer: a comment, no call (issue 46).
+  CHECK(classAfter("// h[1].mlp.fc.add.contiguous (backward): the gradient is the output's").find("op_class") ==
+        std::string::npos);
+  CHECK(countOf(text, "rt::copy<") == 0);
   CHECK(classAfter("// h[1].mlp.fc.matmul.matmul (backward)") == "  op_class = \"matmul\";");
   CHECK(classAfter("// h[1].mlp.fc.matmul (forward)") == "  op_class = \"matmul\";");
   // The op's path and step-graph index follow its class (what `tally run --trace` names calls by).
@@ -236,7 +242,7 @@ TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each a
     size_t from = 0;
     for (const StepEntry &e : t.a->stepSchedule) {
       const Op &op = t.a->step->ops[e.op];
-      if (e.kind == StepEntry::Optimizer || opClass(op.kind) == OpClass::View)
+      if (e.kind == StepEntry::Optimizer || opClass(op.kind) == OpClass::View || op.attrs->shares)
         continue;
       ++calls;
       std::string comment = "  // " + t.a->step->opPath(op) + " (" + kinds[e.kind] + ")";

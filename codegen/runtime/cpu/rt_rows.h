@@ -4,6 +4,7 @@
 #pragma once
 
 #include "rt_ctx.h"
+#include "rt_elementwise.h"
 
 #include <type_traits>
 
@@ -334,6 +335,42 @@ void embedding_bwd(Ctx& ctx, const int32_t* ids, const T* dy, T* dw, int64_t row
   }
 }
 
+namespace detail {
+/// log Σ e^x of one row. In fp32 arithmetic two vectorised passes, the maximum m and then
+/// Σ e^(x − m) with rt::vm::exp (8 or 16 partial sums: no worse than one running sum), m + log of
+/// it; a row with +inf gives +inf, an empty or all −inf row −inf. In fp64 the online softmax with
+/// libm (the finite-difference references).
+template <class T> inline acc_t<T> row_lse(const T* px, int64_t V) {
+  using A = acc_t<T>;
+  if constexpr (std::is_same<A, float>::value) {
+    float m = -m_inf<float>();
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < V; ++j) m = load(px[j]) > m ? load(px[j]) : m;
+    if (m == -m_inf<float>() || m == m_inf<float>()) return m;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < V; ++j) s += vm::exp(load(px[j]) - m);
+    return m + m_log(s);
+  } else {
+    OnlineSoftmax<A> os = online_softmax_init<A>();
+    for (int64_t j = 0; j < V; ++j) online_softmax_add(os, load(px[j]));
+    return online_softmax_lse(os);
+  }
+}
+
+/// dlogits[j] (+)= g · e^(x_j − lse) for j in [j0, j1) (no label among them), fp32 arithmetic.
+template <class T>
+inline void dlogits_run(const T* px, T* pd, int64_t j0, int64_t j1, float l, float g, bool accumulate) {
+  if (accumulate) {
+#pragma omp simd
+    for (int64_t j = j0; j < j1; ++j) pd[j] = store<T>(load(pd[j]) + g * vm::exp(load(px[j]) - l));
+  } else {
+#pragma omp simd
+    for (int64_t j = j0; j < j1; ++j) pd[j] = store<T>(g * vm::exp(load(px[j]) - l));
+  }
+}
+} // namespace detail
+
 /// loss = mean over rows with label != −1 of (lse − logit[label]); saves lse per row (fp32).
 /// No counted row gives 0/0 = NaN, as PyTorch.
 template <class T>
@@ -348,9 +385,7 @@ void cross_entropy_fwd(Ctx& ctx, const T* logits, const int32_t* labels, float* 
 #pragma omp parallel for num_threads(ctx.nthreads()) reduction(+ : total, count) schedule(static) if (rows * V > 4096)
   for (int64_t r = 0; r < rows; ++r) {
     const T* px = logits + r * V;
-    OnlineSoftmax<A> os = online_softmax_init<A>();
-    for (int64_t j = 0; j < V; ++j) online_softmax_add(os, load(px[j]));
-    A l = online_softmax_lse(os);
+    A l = detail::row_lse(px, V);
     if (lse) lse[r] = static_cast<float>(l);
     if (labels[r] != kIgnoreLabel) {
       total += static_cast<double>(cross_entropy_row_loss(l, load(px[labels[r]])));
@@ -388,8 +423,14 @@ void cross_entropy_bwd(Ctx& ctx, const T* logits, const int32_t* labels, const f
       for (int64_t j = 0; j < V; ++j) online_softmax_add(os, load(px[j]));
       l = online_softmax_lse(os);
     }
-    for (int64_t j = 0; j < V; ++j)
-      detail::put(pd[j], cross_entropy_dlogit(load(px[j]), l, j == lab, g), accumulate);
+    if constexpr (std::is_same<A, float>::value) { // vm::exp, vectorised: the label's apart
+      detail::dlogits_run(px, pd, 0, lab, l, g, accumulate);
+      detail::put(pd[lab], g * (vm::exp(load(px[lab]) - l) - 1.0f), accumulate);
+      detail::dlogits_run(px, pd, lab + 1, V, l, g, accumulate);
+    } else {
+      for (int64_t j = 0; j < V; ++j)
+        detail::put(pd[j], cross_entropy_dlogit(load(px[j]), l, j == lab, g), accumulate);
+    }
   }
 }
 

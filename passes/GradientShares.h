@@ -1,0 +1,32 @@
+// GradientShares.h — which activations' gradients are another's buffer instead of a copy of it
+// (issue 46, item 2). One rule, read by autodiff (passes/Backward*.cpp: the add's backward
+// passes its output gradient on instead of copying it) and by the memory plan
+// (passes/ActivationFacts.cpp, ActivationLiveness.cpp: one gradient buffer for the group).
+#pragma once
+
+#include "ir/Graph.h"
+
+#include <vector>
+
+namespace tally {
+
+/// Per tensor of a forward graph of a train plan: `root[t]`, the tensor whose gradient buffer
+/// t's gradient is (kNone: its own, or none), and `at[t]`, the add whose backward makes it so.
+/// `members`: (root, member) pairs, grouped by root.
+struct GradientShares {
+  std::vector<TensorId> root;
+  std::vector<OpId> at;
+  std::vector<std::pair<TensorId, TensorId>> members;
+  bool any() const { return !members.empty(); }
+  bool sharedAt(TensorId t, OpId o) const { return t < at.size() && at[t] == o; }
+};
+
+/// The gradient of `y = x + z` (same shapes, no constant) is dy for both operands, so each
+/// operand's gradient may be dy's buffer itself when the add's backward is its first writer
+/// (the add is its last reader) and no other member of the buffer's group is still to be read
+/// when a later op writes one of them (writers of the operand's gradient come after every
+/// member's reader; no member's writer falls between the operand's producer and the add).
+/// Walked in backward order (reverse op order), as autodiff and the schedule run it.
+GradientShares gradientShares(const Graph &forward);
+
+} // namespace tally
