@@ -117,12 +117,19 @@ void priceLayout(Analysis &a, std::function<void()> *curveLater = nullptr) {
 
 } // namespace
 
-Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags) {
+Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags,
+                       bool timed) {
   Analysis a = graphPart;
   a.plan = &plan;
   a.wants = Results::whatIf();
   a.priceOnly = true;
   priceLayout(a);
+  if (!timed && plan.isTrain) {
+    // The peak's last term; roofline, the step time and their checks write no memory or
+    // FLOPs, and inference and the serving capacity do nothing for a train plan.
+    allocatorReserve(a);
+    return a;
+  }
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   checkAccumulation(a, diags); // [steptime]
