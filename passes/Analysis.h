@@ -186,6 +186,9 @@ struct Analysis {
   /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
   /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
   bool priceOnly = false;
+  /// A candidate whose memory and FLOPs alone were priced (analyzeLayout's `timed` false): its
+  /// time is 0 until priceLayoutTime prices it.
+  bool timePending = false;
   /// The liveness walks already done on this graph (passes/Activations.cpp), keyed by what the
   /// walk reads and by the policy: made by analyzeGraph and shared by every analysis copied
   /// from that graph part (the budget fixes' and the layout search's candidates try the same

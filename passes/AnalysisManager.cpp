@@ -126,7 +126,7 @@ const Analysis *AnalysisManager::graphPart(const Plan &candidate) {
   return &*gp->part;
 }
 
-std::optional<Analysis> AnalysisManager::layout(const Plan &candidate) {
+std::optional<Analysis> AnalysisManager::layout(const Plan &candidate, bool timed) {
   const Analysis *part = graphPart(candidate);
   if (!part)
     return std::nullopt;
@@ -134,7 +134,16 @@ std::optional<Analysis> AnalysisManager::layout(const Plan &candidate) {
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
   ++layouts_;
-  return analyzeLayout(*part, candidate, quiet);
+  return analyzeLayout(*part, candidate, quiet, timed);
+}
+
+void AnalysisManager::priceTime(Analysis &candidate) {
+  if (!candidate.timePending)
+    return;
+  llvm::SourceMgr sm;
+  DiagnosticEngine quiet(sm);
+  quiet.setOutput(nullptr);
+  priceLayoutTime(candidate, quiet);
 }
 
 std::optional<Trial> AnalysisManager::trial(const Plan &candidate) {
@@ -143,14 +152,9 @@ std::optional<Trial> AnalysisManager::trial(const Plan &candidate) {
     if (samePricing(plan, candidate) && (!trial || trial->timed || memoryOnly_))
       return trial;
   std::optional<Trial> out;
-  if (const Analysis *part = graphPart(candidate)) {
-    llvm::SourceMgr sm;
-    DiagnosticEngine quiet(sm);
-    quiet.setOutput(nullptr);
-    ++layouts_;
-    bool timed = !memoryOnly_ || !candidate.isTrain;
-    out = trialOf(analyzeLayout(*part, candidate, quiet, timed));
-    out->timed = timed;
+  if (std::optional<Analysis> a = layout(candidate, !memoryOnly_)) {
+    out = trialOf(*a);
+    out->timed = !a->timePending;
   }
   // A timed trial replaces the untimed one of the same candidate.
   done_.erase(std::remove_if(done_.begin(), done_.end(),

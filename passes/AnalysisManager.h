@@ -71,7 +71,12 @@ public:
   const Analysis *graphPart(const Plan &candidate);
   /// The layout passes for `candidate` on its graph part (analyzeLayout), diagnostics muted;
   /// nullopt when its graph cannot be lowered. Not cached: the caller keeps what it reads.
-  std::optional<Analysis> layout(const Plan &candidate);
+  /// `timed` false: a train candidate's memory and FLOPs alone (Analysis::timePending), whose
+  /// time priceTime adds when the caller needs it.
+  std::optional<Analysis> layout(const Plan &candidate, bool timed = true);
+  /// The time of a candidate `layout` priced untimed (analyzeLayout, then priceLayoutTime:
+  /// the same numbers as a timed layout), diagnostics muted; nothing when it is timed.
+  void priceTime(Analysis &candidate);
   /// tryPlan(base, candidate, relower), from the cache when an equal candidate was asked for.
   /// While memoryOnly() is set, a train candidate's time is not priced (Trial::timed false):
   /// its peak, activations and FLOPs are the same (analyzeLayout's `timed`).

@@ -341,6 +341,10 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, 
 /// time is left 0 (the memory fixes read the peak and FLOPs only; issue 41).
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags,
                        bool timed = true);
+/// The rest of analyzeLayout: the time of a candidate priced untimed (Analysis::timePending),
+/// the same numbers analyzeLayout's `timed` gives; a search prices memory first and the time
+/// of only the candidates that fit (issue 41).
+void priceLayoutTime(Analysis &a, DiagnosticEngine &diags);
 /// Runs every pass in order on a lowered graph and its plan, computing what `wants` names
 /// (passes/Analysis.h, Results) and what the diagnostics need.
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,

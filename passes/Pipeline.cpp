@@ -128,7 +128,23 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
     // The peak's last term; roofline, the step time and their checks write no memory or
     // FLOPs, and inference and the serving capacity do nothing for a train plan.
     allocatorReserve(a);
+    a.timePending = true;
     return a;
+  }
+  priceLayoutTime(a, diags);
+  return a;
+}
+
+void priceLayoutTime(Analysis &a, DiagnosticEngine &diags) {
+  if (a.timePending) {
+    // Priced untimed (analyzeLayout's `timed` false), a train plan: the allocator's reserve
+    // is in the peak already, and inference and the serving capacity do nothing for it.
+    a.timePending = false;
+    roofline(a); // [roofline]
+    stepTime(a); // [steptime]
+    checkAccumulation(a, diags); // [steptime]
+    checkExperts(a, diags);
+    return;
   }
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
@@ -137,7 +153,6 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
   inference(a); // [inference]
   allocatorReserve(a);
   servingCapacity(a);
-  return a;
 }
 
 Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep,
