@@ -1,6 +1,7 @@
 // The analysis manager (passes/AnalysisManager.h): graph parts cached by lowering key,
 // precision and optimizer; layout trials cached by everything else a search changes.
 #include "passes/AnalysisManager.h"
+#include "passes/TensorParallel.h"
 
 #include "support/Diagnostics.h"
 
@@ -120,6 +121,7 @@ const Analysis *AnalysisManager::graphPart(const Plan &candidate) {
   gp->part = analyzeGraph(*graph, gp->plan, std::move(step), /*compactStep=*/true);
   gp->part->step.reset();
   gp->part->stepReleased = true;
+  gp->part->tensorParallelMemo = std::make_shared<TensorParallelMemo>();
   if (baseGraph && base_.walks)
     gp->part->walks = base_.walks;
   gp->part->plan = nullptr; // analyzeLayout sets each candidate's plan
