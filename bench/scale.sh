@@ -4,7 +4,9 @@
 # GPTs (bench/gen_layers.py) of growing depth, on plans that fit (N/10 pipeline stages × 8 data
 # ranks, micro-batch 1: one analysis each), and of `check --checkpoint auto
 # --budget-memory=1GiB` on the unmodified 10,000-layer model (a budget nothing meets: the
-# fix search's bound).
+# fix search's bound); and (issue 41) the plans as generated, which do not fit (8 × H100,
+# micro-batch 16: `check` and the JSON report say so with the device-memory fix notes), and
+# `solve layout --params 175B --devices 4096`.
 #
 # Usage: bench/scale.sh [TALLY_BINARY]        (default: build/tally)
 # Environment:
@@ -56,8 +58,11 @@ for round in $(seq 1 "$ROUNDS"); do
       run "$label" "$bin" "$n" check check "$OUT/fit$n.tally"
       run "$label" "$bin" "$n" report report "$OUT/fit$n.tally"
       run "$label" "$bin" "$n" json report --format json "$OUT/fit$n.tally"
+      run "$label" "$bin" "$n" nofit-check check "$OUT/gen$n.tally"
+      run "$label" "$bin" "$n" nofit-json report --format json "$OUT/gen$n.tally"
     done
     run "$label" "$bin" 10000 impossible-budget check --checkpoint auto --budget-memory=1GiB "$OUT/gen10000.tally"
+    run "$label" "$bin" 0 solve-layout-175B solve layout --params 175B --devices 4096
   done
 done
 
@@ -82,10 +87,10 @@ for (layers, case) in sorted({(k[1], k[2]) for k in rows}):
     for l in labels:
         r = rows.get((l, layers, case))
         cells += [f"{r['wall']:.2f} ({r['user']:.2f})", f"{r['rss'] / 1024:.0f}"] if r else ['', '']
-    print(f'| {layers:,} | {case} | ' + ' | '.join(cells) + ' |')
+    print(f'| {f"{layers:,}" if layers else ""} | {case} | ' + ' | '.join(cells) + ' |')
 depths = [int(n) for n in sys.argv[2].split()]
 print()
-for case in ('check', 'json'):
+for case in ('check', 'json', 'nofit-check', 'nofit-json'):
     steps = []
     for a, b in zip(depths, depths[1:]):
         x, y = rows.get(('now', a, case)), rows.get(('now', b, case))

@@ -5,6 +5,7 @@
 // splits, each op's roofline time, each buffer's bytes on one device), and the walk memo's
 // variant for these facts (WalkMemo).
 #include "passes/ActivationsInternal.h"
+#include "passes/TensorParallel.h"
 
 #include <cmath>
 #include <cstring>
@@ -30,13 +31,13 @@ namespace activations {
 namespace {
 
 /// Megatron's split, propagated in topological order (see step 1 of passes/Activations.cpp).
-void markSplit(Facts &f, const Plan &plan) {
+void markSplit(Facts &f, const Analysis &a) {
   const Graph &g = f.g;
   f.split.assign(g.tensors.size(), false);
   if (f.tensorDegree <= 1)
     return;
   // The split the step time prices (StepTime.cpp, tensorSplit): one rule.
-  f.split = tensorSplit(g, plan).split;
+  f.split = tensorParallelOf(a)->storageSplit;
   // moe's saved expert buffers (outputs 1-4) are split like an MLP's hidden; y is whole.
   for (const Op &op : g.ops)
     if (op.kind == OpKind::Moe)
@@ -223,7 +224,7 @@ StepScale stepScale(const Plan &plan) {
 Facts gatherFacts(const Analysis &a) {
   const Graph &g = *a.graph;
   Facts f(a, structureOf(a));
-  markSplit(f, *a.plan);
+  markSplit(f, a);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
   // the tensor-parallel regions are split over the sequence, so every activation is split.
   if (a.plan->parallel.sequenceParallel)
@@ -239,7 +240,8 @@ Facts gatherFacts(const Analysis &a) {
     OpClass c = OpClass::View;
     double split = 1, time = 0;
   };
-  std::vector<double> splits = opWorkSplits(g, *a.plan);
+  std::shared_ptr<const TensorParallel> tp = tensorParallelOf(a);
+  const std::vector<double> &splits = tp->split;
   std::vector<Known> timeOfRecord(a.ops.recordSlots());
   for (OpId o = 0; o < g.ops.size(); ++o) {
     OpClass c = opClass(g.ops[o].kind);

@@ -95,6 +95,7 @@ struct StepEntry {
 
 /// Activations.cpp: the liveness walks done on one graph (Analysis::walks).
 struct WalkMemo;
+struct TensorParallelMemo;
 
 /// How the generated tensor-parallel step cuts one parameter over its t ranks: `dim` (-1:
 /// whole on every rank) viewed as [parts, t, size / (parts·t)], rank r holding [:, r, :] (a
@@ -194,11 +195,18 @@ struct Analysis {
   /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
   /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
   bool priceOnly = false;
+  /// A candidate whose memory and FLOPs alone were priced (analyzeLayout's `timed` false): its
+  /// time is 0 until priceLayoutTime prices it.
+  bool timePending = false;
   /// The liveness walks already done on this graph (passes/Activations.cpp), keyed by what the
   /// walk reads and by the policy: made by analyzeGraph and shared by every analysis copied
   /// from that graph part (the budget fixes' and the layout search's candidates try the same
   /// checkpoint policies on one graph again and again).
   std::shared_ptr<WalkMemo> walks;
+  /// The tensor-parallel splits of this graph part's candidates (passes/TensorParallel.h):
+  /// made by AnalysisManager for its graph parts and shared by every analysis copied from
+  /// one; null elsewhere (each pass then makes the split it reads).
+  std::shared_ptr<TensorParallelMemo> tensorParallelMemo;
   /// The whole training step (passes/Backward.cpp): graph's forward ops with the same ids,
   /// then backward and optimizer ops. For infer plans, a copy of the forward graph.
   std::shared_ptr<const Graph> step;

@@ -28,6 +28,9 @@ struct Trial {
   double stepFlops = 0;        ///< model FLOPs per step
   double executedFlops = 0;    ///< executed FLOPs per step (recompute included)
   double stepTime = 0, runTime = 0, mfu = 0; ///< seconds, seconds, fraction
+  /// Whether the time was priced: false for a train candidate priced while the manager is
+  /// memoryOnly (its stepTime, runTime and mfu are then 0).
+  bool timed = true;
 };
 
 /// The numbers a search compares, from a candidate's analysis.
@@ -68,9 +71,20 @@ public:
   const Analysis *graphPart(const Plan &candidate);
   /// The layout passes for `candidate` on its graph part (analyzeLayout), diagnostics muted;
   /// nullopt when its graph cannot be lowered. Not cached: the caller keeps what it reads.
-  std::optional<Analysis> layout(const Plan &candidate);
+  /// `timed` false: a train candidate's memory and FLOPs alone (Analysis::timePending), whose
+  /// time priceTime adds when the caller needs it.
+  std::optional<Analysis> layout(const Plan &candidate, bool timed = true);
+  /// The time of a candidate `layout` priced untimed (analyzeLayout, then priceLayoutTime:
+  /// the same numbers as a timed layout), diagnostics muted; nothing when it is timed.
+  void priceTime(Analysis &candidate);
   /// tryPlan(base, candidate, relower), from the cache when an equal candidate was asked for.
+  /// While memoryOnly() is set, a train candidate's time is not priced (Trial::timed false):
+  /// its peak, activations and FLOPs are the same (analyzeLayout's `timed`).
   std::optional<Trial> trial(const Plan &candidate);
+  /// The trials asked for from now on read only memory and FLOPs (the memory fixes: their
+  /// checkpoint, micro-batch, ZeRO and device-count candidates), until set back.
+  void setMemoryOnly(bool on) { memoryOnly_ = on; }
+  bool memoryOnly() const { return memoryOnly_; }
   /// Graphs lowered and differentiated so far (the base's counts as one), graphs re-lowered
   /// (relower called and succeeded) and layouts priced: what the searches cost (tests bound
   /// them).
@@ -88,6 +102,7 @@ private:
   int graphsLowered_ = 0;
   std::vector<std::pair<Plan, std::optional<Trial>>> done_;
   int layouts_ = 0;
+  bool memoryOnly_ = false;
 };
 
 } // namespace tally

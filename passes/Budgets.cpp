@@ -99,6 +99,13 @@ std::string accumulationText(const Plan &p) {
 
 /// Step 3: fixes for a peak memory per device above `limit`.
 std::vector<std::string> memoryFixes(AnalysisManager &trials, double limit) {
+  // Every candidate below is read for its peak and FLOPs only: its time is not priced.
+  struct MemoryOnly {
+    AnalysisManager &m;
+    bool was;
+    explicit MemoryOnly(AnalysisManager &m) : m(m), was(m.memoryOnly()) { m.setMemoryOnly(true); }
+    ~MemoryOnly() { m.setMemoryOnly(was); }
+  } memoryOnly(trials);
   const Analysis &a = trials.base();
   std::vector<std::string> notes;
   const Plan &plan = *a.plan;

@@ -369,8 +369,16 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, 
 /// allocator reserve) on a copy of `graphPart` (analyzeGraph of the same graph) for `plan`,
 /// which may differ from its plan in the target, the parallel layout and the checkpoint
 /// policy only. Its memory and time equal analyze's; the memory plan, lints, budgets, block
-/// totals and the checkpoint trade-off curve are not computed (a what-if analysis).
-Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags);
+/// totals and the checkpoint trade-off curve are not computed (a what-if analysis). With
+/// `timed` false a train plan's memory and FLOPs alone are priced: the passes after the
+/// activations that write neither (roofline, step time, their checks) are skipped, and the
+/// time is left 0 (the memory fixes read the peak and FLOPs only; issue 41).
+Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags,
+                       bool timed = true);
+/// The rest of analyzeLayout: the time of a candidate priced untimed (Analysis::timePending),
+/// the same numbers analyzeLayout's `timed` gives; a search prices memory first and the time
+/// of only the candidates that fit (issue 41).
+void priceLayoutTime(Analysis &a, DiagnosticEngine &diags);
 /// Runs every pass in order on a lowered graph and its plan, computing what `wants` names
 /// (passes/Analysis.h, Results) and what the diagnostics need.
 Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,

@@ -117,12 +117,35 @@ void priceLayout(Analysis &a, std::function<void()> *curveLater = nullptr) {
 
 } // namespace
 
-Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags) {
+Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags,
+                       bool timed) {
   Analysis a = graphPart;
   a.plan = &plan;
   a.wants = Results::whatIf();
   a.priceOnly = true;
   priceLayout(a);
+  if (!timed && plan.isTrain) {
+    // The peak's last term; roofline, the step time and their checks write no memory or
+    // FLOPs, and inference and the serving capacity do nothing for a train plan.
+    allocatorReserve(a);
+    a.timePending = true;
+    return a;
+  }
+  priceLayoutTime(a, diags);
+  return a;
+}
+
+void priceLayoutTime(Analysis &a, DiagnosticEngine &diags) {
+  if (a.timePending) {
+    // Priced untimed (analyzeLayout's `timed` false), a train plan: the allocator's reserve
+    // is in the peak already, and inference and the serving capacity do nothing for it.
+    a.timePending = false;
+    roofline(a); // [roofline]
+    stepTime(a); // [steptime]
+    checkAccumulation(a, diags); // [steptime]
+    checkExperts(a, diags);
+    return;
+  }
   roofline(a); // [roofline]
   stepTime(a); // [steptime]
   checkAccumulation(a, diags); // [steptime]
@@ -130,7 +153,6 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
   inference(a); // [inference]
   allocatorReserve(a);
   servingCapacity(a);
-  return a;
 }
 
 Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep,

@@ -514,10 +514,12 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
             bool fitted = false;
             for (const char *policy : policies) {
               cand.checkpoint = policy;
-              Analysis r = *analyses.layout(cand);
+              // Memory first: the time of only a candidate that fits is priced.
+              Analysis r = *analyses.layout(cand, /*timed=*/false);
               ++out.analysed;
               if (r.memory.peak > memoryLimit)
                 continue; // more recompute may fit
+              analyses.priceTime(r);
               fitted = true;
               Trial tr = trialOf(r);
               if (meetsBudgets(base, tr)) {

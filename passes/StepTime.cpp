@@ -724,7 +724,8 @@ void stepTime(Analysis &a) {
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
   const Target &target = plan.target;
-  TensorParallel tp = tensorParallel(g, plan);
+  std::shared_ptr<const TensorParallel> split = tensorParallelOf(a);
+  const TensorParallel &tp = *split;
   opTimes(a, tp);
   a.collectives.clear();
   a.stack = stackFacts(plan, bytesOf(plan.precision.grads), bytesOf(plan.precision.params));

@@ -5,6 +5,8 @@
 
 #include "passes/Passes.h"
 
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace tally {
@@ -27,5 +29,26 @@ struct TensorParallel {
 /// (opWorkSplits: the activation planner prices every layout candidate's ops before its step
 /// time does).
 TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic = true);
+
+/// The splits of one graph part's candidates (Analysis::tensorParallelMemo, made by
+/// AnalysisManager for each graph part): tensorParallel reads of the plan only the degrees
+/// below, so a search's candidates that share them share one split (the layout search and
+/// the fix notes made it three times per candidate: the facts, the op times, the step time).
+struct TensorParallelMemo {
+  struct Key {
+    int64_t tensor = 1, context = 1;
+    bool sequenceParallel = false, tensorStep = false, train = false;
+    bool operator==(const Key &o) const {
+      return tensor == o.tensor && context == o.context && sequenceParallel == o.sequenceParallel &&
+             tensorStep == o.tensorStep && train == o.train;
+    }
+  };
+  std::mutex lock; ///< the trade-off curve's walks may read it from another thread
+  std::vector<std::pair<Key, std::shared_ptr<const TensorParallel>>> entries;
+};
+
+/// tensorParallel(*a.graph, *a.plan) with its traffic, from a's memo when it has one (else
+/// made now and not kept).
+std::shared_ptr<const TensorParallel> tensorParallelOf(const Analysis &a);
 
 } // namespace tally

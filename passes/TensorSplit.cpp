@@ -94,6 +94,22 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
   return tp;
 }
 
+std::shared_ptr<const TensorParallel> tensorParallelOf(const Analysis &a) {
+  const Plan &plan = *a.plan;
+  if (!a.tensorParallelMemo)
+    return std::make_shared<const TensorParallel>(tensorParallel(*a.graph, plan));
+  TensorParallelMemo &memo = *a.tensorParallelMemo;
+  TensorParallelMemo::Key key{plan.parallel.tensor, plan.parallel.context,
+                              plan.parallel.sequenceParallel, plan.tensorStep, plan.isTrain};
+  std::lock_guard<std::mutex> hold(memo.lock);
+  for (const auto &[k, tp] : memo.entries)
+    if (k == key)
+      return tp;
+  auto tp = std::make_shared<const TensorParallel>(tensorParallel(*a.graph, plan));
+  memo.entries.push_back({key, tp});
+  return tp;
+}
+
 std::vector<double> opWorkSplits(const Graph &g, const Plan &plan) {
   return tensorParallel(g, plan, /*traffic=*/false).split;
 }

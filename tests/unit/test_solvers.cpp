@@ -624,6 +624,50 @@ TEST_CASE("solvers: shared trials answer as whole analyses do, each graph once",
   }
 }
 
+TEST_CASE("solvers: memory-only trials and untimed layouts price what timed ones do",
+          "[solvers]") {
+  // Issue 41: the memory fixes price memory and FLOPs alone; the layout search prices the
+  // time of only the candidates that fit. Both must give the timed analysis's numbers.
+  for (const char *file : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally"}) {
+    INFO(file);
+    Compiled t(fromFile, example(file));
+    Relower relower = t.relower();
+    const Analysis &a = *t.a;
+    const Plan &base = *t.c.plan;
+    AnalysisManager timed(a, relower), untimed(a, relower);
+    untimed.setMemoryOnly(true);
+    for (const char *policy : {"none", "full", "sqrt", "selective", "auto"})
+      for (int zero = 0; zero <= 3; ++zero) {
+        INFO(policy << " zero " << zero);
+        Plan p = base;
+        p.checkpoint = policy;
+        p.parallel.zero = zero;
+        std::optional<Trial> full = timed.trial(p), memory = untimed.trial(p);
+        REQUIRE(full.has_value() == memory.has_value());
+        if (!full)
+          continue;
+        CHECK(full->timed);
+        CHECK(memory->timed == !p.isTrain);
+        CHECK(memory->peak == full->peak);
+        CHECK(memory->activations == full->activations);
+        CHECK(memory->stepFlops == full->stepFlops);
+        CHECK(memory->executedFlops == full->executedFlops);
+        // An untimed trial does not answer a timed request: it is priced again, timed.
+        untimed.setMemoryOnly(false);
+        sameTrial(untimed.trial(p), full);
+        untimed.setMemoryOnly(true);
+        // Memory first, then the time: the timed layout's numbers.
+        std::optional<Analysis> later = timed.layout(p, /*timed=*/false);
+        REQUIRE(later);
+        CHECK(later->timePending == p.isTrain);
+        timed.priceTime(*later);
+        CHECK_FALSE(later->timePending);
+        sameTrial(trialOf(*later), full);
+        CHECK(later->time.communication == timed.layout(p)->time.communication);
+      }
+  }
+}
+
 TEST_CASE("solvers: a graph part of an equal plan takes the step it is given", "[solvers]") {
   Compiled t(fromFile, example("gpt2.tally"));
   const Analysis &a = *t.a;
