@@ -480,6 +480,13 @@ struct Analysis {
   };
   struct {
     bool active = false;         ///< an infer plan was analyzed
+    /// The model is an encoder: it has attention and none of it is causal (BERT). Without a
+    /// causal mask a new token changes every earlier position's output, so nothing is cached
+    /// and nothing decoded: the plan is its forward (the prefill) alone.
+    bool encoder = false;
+    int64_t bidirectionalLayers = 0; ///< an encoder's attention ops (causal = false)
+    double forwardTokensPerSecond = 0; ///< batch × prompt / prefillTime: tokens through the forward
+    double forwardTokensPerSecondPerGpu = 0; ///< that over the replica's tensor × pipeline devices
     int64_t layers = 0;          ///< attention ops with a growing KV cache (self-attention)
     int64_t windowedLayers = 0;  ///< those of them with a sliding window: their cache stops at w positions
     int64_t latentLayers = 0;    ///< those of them caching a latent (MLA's attention(latent = r)), not K and V

@@ -69,6 +69,13 @@
 //    (kv_b: r → h·(nope + v)) stays a token-wise op: on the new token its FLOPs and weight bytes
 //    equal the absorbed per-token products (q_nope·W_UK and o·W_UV read the same r × h·(nope + v)
 //    weights), so the step counts them once. The prefill (the graph) is the non-absorbed form.
+// 8. Encoders (BERT: attention everywhere and none of it causal): without the causal mask a
+//    new token changes the output at every earlier position, so an encoder neither keeps K and
+//    V nor decodes; it runs its forward over the whole input. Its plan is the prefill alone: no
+//    KV cache, no decode steps, the step and the request are the forward, throughput is
+//    batch × prompt tokens / the forward's time (per GPU: over the replica's devices) and MFU
+//    the forward's FLOPs over that time at the replica's peak. A plan that asks such a model
+//    to generate tokens is an error (checkServing).
 // Pipeline parallelism does not shorten a token's latency: a token passes every stage in
 // turn, so the times are sums over all ops; each stage holds 1/p of the cache.
 #include "passes/Passes.h"
@@ -265,6 +272,38 @@ void pagedCache(Analysis &a, const std::vector<AttentionOp> &attention, double k
   positionalLimit(*a.graph, a);
 }
 
+/// Step 8: the model's attention ops when none of them is causal (an encoder); 0 otherwise,
+/// and for a model without attention.
+int64_t bidirectionalAttention(const Graph &g) {
+  int64_t n = 0;
+  for (const Op &op : g.ops) {
+    if (op.kind != OpKind::Attention)
+      continue;
+    if (op.attrs->causal)
+      return 0;
+    ++n;
+  }
+  return n;
+}
+
+/// Step 8: an encoder's plan is its forward over the prompt: nothing cached, nothing decoded.
+void encoderForward(Analysis &a, double prompt, double replica) {
+  const Plan &plan = *a.plan;
+  auto &inf = a.inference;
+  inf.encoder = true;
+  inf.bidirectionalLayers = bidirectionalAttention(*a.graph);
+  inf.forwardTokensPerSecondPerGpu = inf.forwardTokensPerSecond / replica;
+  inf.totalTime = inf.timeToFirstToken = inf.prefillTime;
+  inf.maxContext = plan.maxContext > 0 ? static_cast<double>(plan.maxContext) : prompt;
+  inf.peakWithoutKv = a.memory.peak;
+  a.time.step = a.time.run = inf.prefillTime;
+  a.time.steps = 1;
+  a.time.runDays = inf.prefillTime / 86400;
+  double capacity = inf.prefillTime * a.peakFlops * replica;
+  a.time.mfu = a.time.hfu = capacity > 0 ? inf.prefillFlops / capacity : 0;
+  positionalLimit(*a.graph, a);
+}
+
 } // namespace
 
 void inference(Analysis &a) {
@@ -286,6 +325,9 @@ void inference(Analysis &a) {
   // Step 1.
   inf.prefillFlops = a.flops.forward;
   inf.prefillTime = a.time.forward + a.time.communication + a.time.hostTransfer;
+  inf.forwardTokensPerSecond = inf.prefillTime > 0 ? batch * prompt / inf.prefillTime : 0;
+  if (bidirectionalAttention(g) > 0) // step 8
+    return encoderForward(a, prompt, degree(par.tensor) * degree(par.pipeline));
 
   // Steps 2-3: the decode step's ops; attention ops are priced per context in step 4.
   std::vector<AttentionOp> attention;
@@ -405,7 +447,7 @@ void inference(Analysis &a) {
 
 void servingCapacity(Analysis &a) {
   auto &inf = a.inference;
-  if (!inf.active)
+  if (!inf.active || inf.encoder) // an encoder keeps no cache (step 8)
     return;
   // The plan's peak without its own cache, with the allocator's reserve on what it hands out
   // (allocatorReserve's rule): the weights, the prefill's activations and workspace, the
@@ -419,9 +461,36 @@ void servingCapacity(Analysis &a) {
       inf.kvBytesPerSequence > 0 ? std::floor(inf.kvMemoryBytes / inf.kvBytesPerSequence) : 0;
 }
 
+namespace {
+
+/// Step 8: an encoder generates nothing; a plan that asks it to is an error at `generate`,
+/// with a note at its first attention op.
+void checkEncoderGenerate(const Analysis &a, DiagnosticEngine &diags) {
+  const Plan &plan = *a.plan;
+  const Graph &g = *a.graph;
+  auto at = plan.settingRanges.find("generate");
+  llvm::SMRange r = at != plan.settingRanges.end() ? at->second : plan.range;
+  int64_t n = a.inference.bidirectionalLayers;
+  auto first = std::find_if(g.ops.begin(), g.ops.end(),
+                            [](const Op &op) { return op.kind == OpKind::Attention; });
+  diags
+      .report(DiagKind::InvalidValue, r.Start,
+              "generate = " + std::to_string(plan.generate) + " asks an encoder to generate "
+              "tokens: model '" + g.model + "' has no causal attention (its " +
+              std::to_string(n) + (n == 1 ? " attention op is" : " attention ops are") +
+              " bidirectional, causal = false), so it keeps no KV cache and decodes nothing; "
+              "its infer plan is the forward over the prompt (leave generate out)")
+      .range(r)
+      .note(first->range.Start, "bidirectional attention here", first->range);
+}
+
+} // namespace
+
 void checkServing(const Analysis &a, DiagnosticEngine &diags) {
   const auto &inf = a.inference;
   const Plan &plan = *a.plan;
+  if (inf.active && inf.encoder && plan.generate > 0)
+    return checkEncoderGenerate(a, diags);
   if (!inf.active || inf.modelMaxContext == 0 ||
       inf.maxContext <= static_cast<double>(inf.modelMaxContext))
     return;

@@ -65,6 +65,11 @@ SolverAnswer solveServe(const Analysis &a, const Relower &relower, double latenc
     r.error = "plan '" + plan.name + "' is a train plan; serve needs an infer plan (--plan NAME)";
     return r;
   }
+  if (inf.encoder) {
+    r.error = "the model is an encoder (none of its attention is causal): it keeps no KV cache "
+              "and decodes nothing, so there is no decode step to serve within a latency budget";
+    return r;
+  }
   if (inf.kvBytesPerSequence <= 0) {
     r.error = "the model keeps no KV cache (no self-attention): its concurrency is not bounded "
               "by the cache";

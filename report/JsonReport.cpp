@@ -176,7 +176,16 @@ llvm::json::Value inferenceJson(const Analysis &a, const CopyGroups &opGroups) {
         {"bound", d.computeBound ? "compute" : "memory"},
         {"time_s", n[3]}});
   }
+  auto decode = [&](double v) {
+    return inf.encoder ? llvm::json::Value(nullptr) : llvm::json::Value(v);
+  };
   return llvm::json::Object{
+      // An encoder (no causal attention: passes/Inference.cpp step 8) keeps no cache and
+      // decodes nothing: its KV bytes and decode steps are 0, its decode times and rates null.
+      {"encoder", inf.encoder},
+      {"bidirectional_layers", inf.bidirectionalLayers},
+      {"forward_tokens_per_s", inf.forwardTokensPerSecond},
+      {"forward_tokens_per_s_per_gpu", inf.forwardTokensPerSecondPerGpu},
       {"prefill_flops", inf.prefillFlops},
       {"prefill_s", inf.prefillTime},
       {"layers", inf.layers},
@@ -188,10 +197,10 @@ llvm::json::Value inferenceJson(const Analysis &a, const CopyGroups &opGroups) {
       {"decode_bytes_per_step", inf.decodeBytes},
       {"decode_intensity", inf.decodeIntensity},
       {"decode_bound", inf.decodeMemoryBound ? "memory" : "compute"},
-      {"decode_s_per_step", inf.decodeTime},
-      {"first_decode_s", inf.firstDecodeTime},
-      {"last_decode_s", inf.lastDecodeTime},
-      {"tokens_per_s", inf.tokensPerSecond},
+      {"decode_s_per_step", decode(inf.decodeTime)},
+      {"first_decode_s", decode(inf.firstDecodeTime)},
+      {"last_decode_s", decode(inf.lastDecodeTime)},
+      {"tokens_per_s", decode(inf.tokensPerSecond)},
       {"total_s", inf.totalTime},
       {"two_n_flops", inf.twoNFlops},
       {"decode_ops", std::move(ops)},
@@ -210,8 +219,8 @@ llvm::json::Value inferenceJson(const Analysis &a, const CopyGroups &opGroups) {
       {"max_concurrent", inf.kvBytesPerSequence > 0 ? llvm::json::Value(inf.maxConcurrent)
                                                      : llvm::json::Value(nullptr)},
       {"time_to_first_token_s", inf.timeToFirstToken},
-      {"inter_token_latency_s", inf.interTokenLatency},
-      {"tokens_per_s_per_gpu", inf.tokensPerSecondPerGpu},
+      {"inter_token_latency_s", decode(inf.interTokenLatency)},
+      {"tokens_per_s_per_gpu", decode(inf.tokensPerSecondPerGpu)},
       // Multi-head latent attention (MLA): the layers whose cache holds the latent and RoPE
       // key (values per token and layer), the decode step priced with the up-projections absorbed.
       {"latent_attention",

@@ -410,9 +410,37 @@ ReportTable checkpointTable(const Analysis &a) {
   return t;
 }
 
+/// An encoder's infer plan (passes/Inference.cpp step 8): its forward alone.
+ReportTable encoderTable(const Analysis &a) {
+  const auto &inf = a.inference;
+  const Plan &p = *a.plan;
+  const Parallelism &par = p.parallel;
+  int64_t gpus = par.tensor * par.pipeline;
+  ReportTable t;
+  t.title = "Inference (encoder)";
+  t.header = {"part", "value", "note"};
+  t.rows.push_back({"forward", formatDuration(inf.prefillTime),
+                    llvm::formatv("{0:e3} FLOPs over {1} × {2} tokens", inf.prefillFlops,
+                                  p.batch, p.prompt)
+                        .str()});
+  t.rows.push_back({"tokens/s", llvm::formatv("{0:f1}", inf.forwardTokensPerSecond).str(),
+                    "input tokens through the forward, all sequences"});
+  t.rows.push_back({"tokens/s per GPU", llvm::formatv("{0:f1}", inf.forwardTokensPerSecondPerGpu).str(),
+                    "over the " + std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") +
+                        " of a replica"});
+  t.rows.push_back({"KV cache", "none", "no decode steps"});
+  t.notes.push_back("An encoder: none of its " + std::to_string(inf.bidirectionalLayers) +
+                    " attention ops is causal (causal = false), so a new token would change every "
+                    "earlier position's output. It keeps no KV cache and generates nothing; the "
+                    "plan is one forward over the prompt.");
+  return t;
+}
+
 ReportTable inferenceTable(const Analysis &a) {
   const auto &inf = a.inference;
   const Plan &p = *a.plan;
+  if (inf.encoder)
+    return encoderTable(a);
   ReportTable t;
   t.title = "Inference";
   t.header = {"part", "value", "note"};
@@ -558,7 +586,8 @@ ReportContent buildReport(const Analysis &a) {
   c.tables.push_back(opsTable(a));
   if (a.inference.active) {
     c.tables.push_back(inferenceTable(a));
-    c.tables.push_back(servingTable(a));
+    if (!a.inference.encoder) // an encoder keeps no cache to serve from
+      c.tables.push_back(servingTable(a));
   }
   else
     c.tables.push_back(timeTable(a));

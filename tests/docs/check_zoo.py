@@ -124,7 +124,8 @@ def row_of(z, d):
     flops = inf["prefill_flops"] / tokens
     kv = inf["kv_cache_bytes"] / tokens
     active = params["active"]
-    kv_text = "— (encoder)" if z.get("encoder") else (group(kv) if kv == int(kv) else f"{kv:,.1f}")
+    # tally says when a model is an encoder (no causal attention: no KV cache, no decoding).
+    kv_text = "— (encoder)" if inf["encoder"] else (group(kv) if kv == int(kv) else f"{kv:,.1f}")
     return (f"| `{z['family']}` | [{z['name']}](../examples/zoo/{z['name']}.tally) "
             f"| {group(params['total'])} "
             f"| {group(active) if active < params['total'] else '(dense)'} "
@@ -177,6 +178,14 @@ def check_family(tally, repo, z, update, errors, rows):
     elif params["active"] != params["total"]:
         errors.append(f"{z['name']}: a dense model with {params['active']:,.0f} active "
                       f"of {params['total']:,.0f}")
+    inf = d["inference"]
+    if inf["encoder"] != z.get("encoder", False):
+        errors.append(f"{z['name']}: tally reports encoder = {inf['encoder']}, expected "
+                      f"{z.get('encoder', False)}")
+    if inf["encoder"] and (inf["kv_bytes_per_token"] != 0 or inf["decode_steps"] != 0
+                           or inf["tokens_per_s"] is not None):
+        errors.append(f"{z['name']}: an encoder with a KV cache or decode steps: "
+                      f"{inf['kv_bytes_per_token']} B per token, {inf['decode_steps']} steps")
     if "kv_paper" in z and d["inference"]["kv_bytes_per_token"] != z["kv_paper"]:
         errors.append(f"{z['name']}: KV {d['inference']['kv_bytes_per_token']} bytes per token, "
                       f"the paper's is {z['kv_paper']}")

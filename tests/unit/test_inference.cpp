@@ -450,3 +450,43 @@ TEST_CASE("serving: solve serve finds the largest concurrency within the latency
   // A budget no concurrency meets: an error, not a number.
   CHECK_FALSE(solveServe(a, relower, 1e-6).ok());
 }
+
+TEST_CASE("inference: an encoder keeps no KV cache and decodes nothing", "[inference][serving]") {
+  // Two bidirectional layers (causal = false everywhere): the plan is the forward alone
+  // (passes/Inference.cpp step 8).
+  const std::string src = R"(
+block Layer(d) {
+  norm = LayerNorm(d)
+  forward(x) { return norm(x + attention(x, x, x, heads = 4, causal = false)) }
+}
+model Encoder(d = 64) {
+  embed  = Embedding(1000, d)
+  layers = repeat(2) Layer(d)
+  forward(tokens: i32[batch, seq]) { return mean(layers(embed(tokens))) }
+}
+infer e { model = Encoder() batch = 4 prompt = 128 precision = bf16 target = 2 x H100_SXM { tensor = 2 } }
+)";
+  Compiled e(src, "e");
+  const Analysis &a = *e.a;
+  const auto &inf = a.inference;
+  REQUIRE(inf.active);
+  CHECK(inf.encoder);
+  CHECK(inf.bidirectionalLayers == 2);
+  CHECK(inf.layers == 0);
+  CHECK(inf.kvBytesPerToken == 0);
+  CHECK(inf.kvCacheBytes == 0);
+  CHECK(inf.kvBytesPerSequence == 0);
+  CHECK(inf.decodeSteps == 0);
+  CHECK(inf.ops.empty());
+  CHECK(inf.tokensPerSecond == 0);
+  REQUIRE(inf.prefillTime > 0);
+  CHECK(inf.forwardTokensPerSecond == Approx(4.0 * 128 / inf.prefillTime));
+  CHECK(inf.forwardTokensPerSecondPerGpu == Approx(inf.forwardTokensPerSecond / 2));
+  CHECK(a.time.step == inf.prefillTime);
+  CHECK(a.time.run == inf.prefillTime);
+  CHECK(a.time.mfu == Approx(inf.prefillFlops / (inf.prefillTime * a.peakFlops * 2)));
+  // Nothing to serve within a latency budget.
+  SolverAnswer s = solveServe(a, e.relower(), 0);
+  CHECK_FALSE(s.ok());
+  CHECK(s.error.find("encoder") != std::string::npos);
+}

@@ -428,9 +428,16 @@ train pretrain {
 )",
                  g.modelCall, g.seq, trainTarget(g, sizing));
   int64_t context = std::min<int64_t>(g.context, 8192);
-  text += fillText(R"(
-// Serving one sequence of {1} tokens{2} in bf16, prefilled:
-// `tally report --plan serve` shows its FLOPs and its KV cache per token. The target is the
+  // An encoder (no causal attention) generates nothing and caches nothing: its plan is the
+  // forward over the input (passes/Inference.cpp step 8), and it says so.
+  std::string what = g.encoder
+                         ? "Encoding one sequence of {1} tokens{2} in bf16: an encoder (no causal\n"
+                           "// attention) keeps no KV cache and generates nothing, so the plan has no "
+                           "`generate`;\n// `tally report --plan serve` shows its forward's FLOPs and "
+                           "tokens per second."
+                         : "Serving one sequence of {1} tokens{2} in bf16, prefilled:\n"
+                           "// `tally report --plan serve` shows its FLOPs and its KV cache per token.";
+  text += fillText("\n// " + what + R"( The target is the
 // fewest H100s that hold the weights in three quarters of each.
 infer serve {
   model     = {0}

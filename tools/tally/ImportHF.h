@@ -110,6 +110,7 @@ struct Generated {
   int64_t seq = 2048;          ///< the plan's sequence length
   int64_t context = 8192;      ///< the context the model takes (max_position_embeddings)
   std::string target = "8 x H100_SXM { data = 8, zero = 3 }"; ///< the plan's target
+  bool encoder = false;        ///< no causal attention (bert): the infer plan generates nothing
 };
 
 /// Fills a template of tally text: "{N}" becomes the N-th argument; every other brace is

@@ -176,6 +176,7 @@ std::optional<Generated> bertFamily(Config &c, bool maskedLM) {
   g.modelCall = maskedLM ? "BertForMaskedLM()" : "Bert()";
   g.seq = positions;
   g.context = positions;
+  g.encoder = true;
   g.header = formatv("// activation {0}; every sequence is segment 0 (token_type_ids all zero)\n",
                      activationName(act, op))
                  .str();
