@@ -38,15 +38,7 @@ struct Builder {
     return g.tensors[t].viewOf == kNone ? t : g.tensors[t].viewOf;
   }
   bool isParam(TensorId t) const { return g.tensors[base(t)].role == TensorRole::Param; }
-  bool needs(TensorId t) const {
-    const Tensor &x = g.tensors[t];
-    if (!x.requiresGrad || !isFloat(x.dtype))
-      return false;
-    const Tensor &b = g.tensors[base(t)];
-    if (b.role == TensorRole::Param)
-      return g.params[b.param].trainable;
-    return b.role == TensorRole::Activation;
-  }
+  bool needs(TensorId t) const { return gradientNeeded(g, t); }
 
   /// The gradient tensor of `t`: a dense tensor for a base, the same view of it for a view.
   TensorId gradOf(TensorId t) {

@@ -19,6 +19,16 @@
 
 namespace tally {
 
+bool gradientNeeded(const Graph &g, TensorId t) {
+  const Tensor &x = g.tensors[t];
+  if (!x.requiresGrad || !isFloat(x.dtype))
+    return false;
+  const Tensor &b = g.tensors[x.viewOf == kNone ? t : x.viewOf];
+  if (b.role == TensorRole::Param)
+    return g.params[b.param].trainable;
+  return b.role == TensorRole::Activation;
+}
+
 GradientShares gradientShares(const Graph &g) {
   GradientShares s;
   size_t T = g.tensors.size(), n = g.ops.size();
@@ -27,15 +37,7 @@ GradientShares gradientShares(const Graph &g) {
   if (g.loss == kNone)
     return s;
   auto base = [&](TensorId t) { return g.tensors[t].viewOf == kNone ? t : g.tensors[t].viewOf; };
-  auto needs = [&](TensorId t) {
-    const Tensor &x = g.tensors[t];
-    if (!x.requiresGrad || !isFloat(x.dtype))
-      return false;
-    const Tensor &b = g.tensors[base(t)];
-    if (b.role == TensorRole::Param)
-      return g.params[b.param].trainable;
-    return b.role == TensorRole::Activation;
-  };
+  auto needs = [&](TensorId t) { return gradientNeeded(g, t); };
   // Which ops run a backward (as autodiff's step 1 decides it).
   std::vector<bool> hasGrad(T, false);
   std::vector<bool> runs(n, false);

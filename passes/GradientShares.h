@@ -29,4 +29,8 @@ struct GradientShares {
 /// Walked in backward order (reverse op order), as autodiff and the schedule run it.
 GradientShares gradientShares(const Graph &forward);
 
+/// Whether autodiff gives tensor `t` of `g` a gradient: a float tensor that requires one and is
+/// (a view of) a trainable parameter or an activation. Autodiff and gradientShares ask it.
+bool gradientNeeded(const Graph &g, TensorId t);
+
 } // namespace tally

@@ -479,19 +479,17 @@ struct WholeModel {
     mem.grads = grads.data();
     mem.master = master.data();
   }
-  /// Copies rank `rank`'s pieces between `shards` (its regions) and this whole model: the
-  /// parameters (whole under ZeRO 2, a piece under ZeRO 3) and master copies, or the gradients.
-  void pieces(Memory &shards, int rank, bool grads, bool toShards) {
+  /// For each parameter i of this rank's layout: move(shard, whole, element bytes, sharded) for
+  /// its gradient (grads), or for its value and master copy, `shard` in `shards` (this rank's
+  /// regions) and `whole` in this whole model; `sharded` says whether ZeRO splits that state
+  /// (gradients and master copies always, the values under ZeRO 3). `move` is made per
+  /// parameter by part(i); a parameter the rank does not hold (offset < 0) is skipped.
+  template <class Part> void eachState(Memory &shards, bool grads, Part part) {
     for (int i = 0; i < kLayout.nparams; ++i) {
       const ParamInfo &s = kLayout.params[i], &w = table[static_cast<size_t>(i)];
-      int64_t n = s.t.numel, c = (n + kLayout.ranks - 1) / kLayout.ranks;
-      int64_t lo = std::min<int64_t>(n, rank * c), len = std::min<int64_t>(n - lo, c);
-      auto move = [&](uint8_t *shard, uint8_t *whole, size_t eb, bool piece) {
-        uint8_t *a = shard, *b = whole + (piece ? lo : 0) * static_cast<int64_t>(eb);
-        size_t bytes = static_cast<size_t>(piece ? len : n) * eb;
-        if (bytes > 0)
-          std::memcpy(toShards ? a : b, toShards ? b : a, bytes);
-      };
+      if (s.offset < 0)
+        continue;
+      auto move = part(i);
       if (grads) {
         if (s.grad >= 0)
           move(shards.grads + s.grad, mem.grads + w.grad, dtypeBytes(kLayout.gradsDtype), true);
@@ -502,15 +500,29 @@ struct WholeModel {
         move(shards.master + s.master, mem.master + w.master, sizeof(float), true);
     }
   }
+  /// Copies rank `rank`'s pieces between `shards` (its regions) and this whole model: the
+  /// parameters (whole under ZeRO 2, a piece under ZeRO 3) and master copies, or the gradients.
+  void pieces(Memory &shards, int rank, bool grads, bool toShards) {
+    eachState(shards, grads, [&](int i) {
+      const int64_t n = kLayout.params[i].t.numel, c = (n + kLayout.ranks - 1) / kLayout.ranks;
+      const int64_t lo = std::min<int64_t>(n, rank * c), len = std::min<int64_t>(n - lo, c);
+      return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool piece) {
+        uint8_t *a = shard, *b = whole + (piece ? lo : 0) * static_cast<int64_t>(eb);
+        size_t bytes = static_cast<size_t>(piece ? len : n) * eb;
+        if (bytes > 0)
+          std::memcpy(toShards ? a : b, toShards ? b : a, bytes);
+      };
+    });
+  }
   /// Tensor parallel (kLayout.tensor > 1): copies tensor rank `tr`'s cut of each parameter
   /// (ParamInfo::tpDim, tpParts), and of its gradient or master copy, between `shards` (its
   /// regions) and this whole model. A parameter whole on every rank is copied from the
   /// shards by tensor rank 0 only, so that `merge` assembles every byte from one rank.
   void tensorCuts(Memory &shards, int tr, bool grads, bool toShards) {
     const int64_t t = kLayout.tensor;
-    for (int i = 0; i < kLayout.nparams; ++i) {
-      const ParamInfo &s = kLayout.params[i], &w = table[static_cast<size_t>(i)];
-      auto move = [&](uint8_t *shard, uint8_t *whole, size_t eb) {
+    eachState(shards, grads, [&](int i) {
+      const ParamInfo &s = kLayout.params[i];
+      return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool) {
         if (s.tpDim < 0) {
           if (toShards || tr == 0)
             std::memcpy(toShards ? shard : whole, toShards ? whole : shard, static_cast<size_t>(s.t.numel) * eb);
@@ -530,36 +542,18 @@ struct WholeModel {
             std::memcpy(toShards ? a : b, toShards ? b : a, run);
           }
       };
-      if (grads) {
-        if (s.grad >= 0)
-          move(shards.grads + s.grad, mem.grads + w.grad, dtypeBytes(kLayout.gradsDtype));
-        continue;
-      }
-      move(shards.params + s.offset, mem.params + w.offset, dtypeBytes(s.t.dtype));
-      if (s.master >= 0)
-        move(shards.master + s.master, mem.master + w.master, sizeof(float));
-    }
+    });
   }
   /// Pipeline parallel (kLayout.pipeline > 1): copies the parameters this stage holds (offset
   /// ≥ 0), and their gradients or master copies, whole between `shards` and this whole model. A
   /// parameter two stages hold has the same bytes on both, so `merge` keeps them.
   void stageParts(Memory &shards, bool grads, bool toShards) {
-    for (int i = 0; i < kLayout.nparams; ++i) {
-      const ParamInfo &s = kLayout.params[i], &w = table[static_cast<size_t>(i)];
-      if (s.offset < 0)
-        continue;
-      auto move = [&](uint8_t *shard, uint8_t *whole, size_t eb) {
-        std::memcpy(toShards ? shard : whole, toShards ? whole : shard, static_cast<size_t>(s.t.numel) * eb);
+    eachState(shards, grads, [&](int i) {
+      const size_t n = static_cast<size_t>(kLayout.params[i].t.numel);
+      return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool) {
+        std::memcpy(toShards ? shard : whole, toShards ? whole : shard, n * eb);
       };
-      if (grads) {
-        if (s.grad >= 0)
-          move(shards.grads + s.grad, mem.grads + w.grad, dtypeBytes(kLayout.gradsDtype));
-        continue;
-      }
-      move(shards.params + s.offset, mem.params + w.offset, dtypeBytes(s.t.dtype));
-      if (s.master >= 0)
-        move(shards.master + s.master, mem.master + w.master, sizeof(float));
-    }
+    });
   }
   /// Rank `rank`'s part of the model: its stage's parameters, its tensor-parallel cuts, or its
   /// ZeRO 2 and 3 pieces.
