@@ -205,6 +205,11 @@ struct Emitter {
   // Losses (EmitLayers.cpp).
   bool crossEntropy();
   bool crossEntropyBackward();
+  /// The columns of `logits` the loss reads: the vocabulary of a padded head
+  /// (passes/HeadPadding.h), else the whole last axis.
+  int64_t validColumns(TensorId logits) const;
+  /// ", V'" (the row stride, the runtime's `ld` argument) for a padded head's logits, else "".
+  std::string rowStride(TensorId logits) const;
 
   // ---- 3. the step (EmitStep.cpp) -----------------------------------------------------------
 
@@ -346,6 +351,11 @@ struct Emitter {
   bool updateTable(const UpdateTypes &u, std::string &table, size_t &count);
   /// The ZeRO rows of kUpdate: each trainable parameter cut at the ranks' shards.
   std::string zeroUpdateRows(bool hasMaster, unsigned states, size_t &count);
+  /// The elements of parameter t that the optimizer updates: all of them, but of a padded head's
+  /// weight (passes/HeadPadding.h) only the real rows, a prefix; the padded rows stay zero.
+  int64_t updated(TensorId t) const {
+    return a.headPad.applies() && t == a.headPad.weight ? a.headPad.vocab * a.headPad.width : n(t);
+  }
   /// The optimizer's update call for one kUpdate entry `e`; false after fail().
   bool optimizerCall(const UpdateTypes &u, std::string &call);
   /// The overflow check of fp16 loss scaling: Σg² over the gradients, or this rank's shard.

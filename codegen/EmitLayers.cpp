@@ -361,10 +361,18 @@ bool Emitter::crossEntropy() {
   const auto &out = op->outputs;
   if (!needDense(in[0], "the logits") || !needDense(in[1], "the labels"))
     return false;
-  line(llvm::formatv("rt::cross_entropy_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6});", T(in[0]), ptr(in[0]),
-                     ptr(in[1]), ptr(out[0]), ptr(out[1]), n(in[1]), last(in[0]))
+  line(llvm::formatv("rt::cross_entropy_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}{7});", T(in[0]), ptr(in[0]),
+                     ptr(in[1]), ptr(out[0]), ptr(out[1]), n(in[1]), validColumns(in[0]), rowStride(in[0]))
            .str());
   return true;
+}
+
+int64_t Emitter::validColumns(TensorId logits) const {
+  return a.headPad.applies() && logits == a.headPad.logits ? a.headPad.vocab : last(logits);
+}
+
+std::string Emitter::rowStride(TensorId logits) const {
+  return validColumns(logits) == last(logits) ? "" : ", " + std::to_string(last(logits));
 }
 
 bool Emitter::crossEntropyBackward() {
@@ -373,8 +381,9 @@ bool Emitter::crossEntropyBackward() {
   TensorId x = in[0], labels = in[1], lse = in[2], dloss = in[3], dx = out[0];
   if (!needDense(dx, "the gradient") || !sameType({x, dx}))
     return false;
-  line(llvm::formatv("rt::cross_entropy_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8});", T(dx), ptr(x),
-                     ptr(labels), ptr(lse), ptr(dloss), ptr(dx), n(labels), last(x), boolean(acc()))
+  line(llvm::formatv("rt::cross_entropy_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}{9});", T(dx), ptr(x),
+                     ptr(labels), ptr(lse), ptr(dloss), ptr(dx), n(labels), validColumns(x), boolean(acc()),
+                     rowStride(x))
            .str());
   return true;
 }

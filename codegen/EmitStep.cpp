@@ -437,9 +437,10 @@ std::string Emitter::tables() {
     std::vector<int64_t> sz = sizes(t);
     bool batched = !x.shape.empty() && x.shape[0].sym != 0 && s.symbols[x.shape[0].sym] == "batch";
     int64_t vocab = 2;
-    for (const Op &o : s.ops)
+    for (const Op &o : s.ops) // the forward graph's table: a padded head's real rows
       if (o.kind == OpKind::Embedding && base(o.inputs[0]) == t)
-        vocab = shape(o.inputs[1])[0].size;
+        vocab = o.inputs[1] < a.graph->tensors.size() ? a.graph->tensors[o.inputs[1]].shape[0].size
+                                                      : shape(o.inputs[1])[0].size;
     out += llvm::formatv("    {{{{{0}, \"{1}\", {2}, {3}, {4}}, {5}, {6}, {7}},\n", literal(s.tensorName(t)), stName(stored(t)),
                          sz.size(), list(sz), n(t), dataOffset.at(t), boolean(batched), vocab)
                .str();
@@ -732,6 +733,8 @@ std::string emitStep(const Analysis &a, const EmitOptions &options, const Backen
     for (const auto &[line, n] : e.attentionEngines)
       options.notes->push_back("attention: " + line + " (" + std::to_string(n.first) + " call" +
                                (n.first == 1 ? "" : "s") + ", first " + n.second + ")");
+  if (std::string pad = headPaddingNote(*a.graph, a.headPad); options.notes && !pad.empty())
+    options.notes->push_back(pad);
   return "";
 }
 

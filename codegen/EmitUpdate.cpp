@@ -209,7 +209,7 @@ bool Emitter::updateTable(const UpdateTypes &u, std::string &table, size_t &coun
     int64_t p = hasMaster ? masterOffset.at(t) : paramOffset.at(t);
     int64_t pm = hasMaster ? paramOffset.at(t) : -1;
     int64_t s0 = states > 0 ? stateOffset.at({t, 0}) : -1, s1 = states > 1 ? stateOffset.at({t, 1}) : -1;
-    table += llvm::formatv("    {{{0}, {1}, {2}, {3}, {4}, {5}}, // {6}\n", n(t), p, pm, gradOffset.at(t), s0, s1,
+    table += llvm::formatv("    {{{0}, {1}, {2}, {3}, {4}, {5}}, // {6}\n", updated(t), p, pm, gradOffset.at(t), s0, s1,
                            commentSafe(s.paramPath(pi)))
                  .str();
     ++count;
@@ -229,7 +229,7 @@ std::string Emitter::zeroUpdateRows(bool hasMaster, unsigned states, size_t &cou
     if (!pi.trainable)
       continue;
     TensorId t = pi.tensor;
-    int64_t g0 = gradOffset.at(t) / bg, total = n(t);
+    int64_t g0 = gradOffset.at(t) / bg, total = updated(t);
     for (int64_t r = 0; r < plan.parallel.data; ++r) {
       int64_t lo = std::max(g0, r * S), hi = std::min(g0 + total, (r + 1) * S);
       if (lo >= hi)

@@ -68,6 +68,8 @@ struct PlanOverrides {
   bool fuseKernels = false;
   /// `tally build/run --backend cuda`: Plan::cudaStep.
   bool cudaStep = false;
+  /// `--pad-head` (default on for --backend cuda): Plan::padHead.
+  bool padHead = false;
   /// `tally build/run --backend cpu`: Plan::tensorStep, for a plan with tensor > 1.
   bool tensorStep = false;
   /// `tally build/run` (either backend): Plan::generatedStep.

@@ -903,7 +903,7 @@ std::optional<Plan> PlanResolver::finish() {
   // On the calibrated host, every rank has its part of the one machine (docs/targets.md).
   plan.target.shareHost(plan.parallel.devices, o.hostThreads);
   plan.fuseKernels = o.fuseKernels || plan.parallel.compiled;
-  plan.cudaStep = o.cudaStep, plan.tensorStep = o.tensorStep && plan.isTrain && plan.parallel.tensor > 1;
+  plan.cudaStep = o.cudaStep, plan.padHead = o.padHead, plan.tensorStep = o.tensorStep && plan.isTrain && plan.parallel.tensor > 1;
   plan.generatedStep = o.generatedStep || o.cudaStep; // the CUDA step is tally's own too
   if (!sawPrecision)
     plan.precision.preset = "fp32";

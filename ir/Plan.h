@@ -173,6 +173,10 @@ struct Plan {
   /// Price the memory of tally's generated CUDA step (`tally build/run --backend cuda`): its
   /// cuBLASLt workspace and no caching allocator (it allocates exactly its regions and arena).
   bool cudaStep = false;
+  /// Pad the LM head of tally's generated step to a multiple of 64 rows (passes/HeadPadding.h):
+  /// `tally build/run --backend cuda` (the default there), or `--pad-head`. Not a setting of
+  /// the language.
+  bool padHead = false;
   /// Price and generate tally's CPU step with tensor parallelism (`tally build/run --backend
   /// cpu` of a plan with tensor > 1; passes/TensorShard.cpp): the output head and its cross
   /// entropy run whole on every rank (not vocabulary-parallel), and the step graph holds one

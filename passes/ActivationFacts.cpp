@@ -58,7 +58,7 @@ std::array<double, 3> opFacts(const Facts &f, const Analysis &a, OpId o) {
 bool sameFacts(const WalkMemo::FactsKey &key, const Facts &f, const Analysis &a) {
   if (key.tensorDegree != f.tensorDegree || key.train != (f.train ? 1.0 : 0.0) ||
       key.sequenceParallel != (a.plan->parallel.sequenceParallel ? 1.0 : 0.0) ||
-      key.opFacts.size() != f.g.ops.size())
+      key.opFacts.size() != f.g.ops.size() || key.padLogits != f.padLogits || key.padGrow != f.padGrow)
     return false;
   if (key.fp8Bytes != a.fp8.savedBytes &&
       (!key.fp8Bytes || !a.fp8.savedBytes || *key.fp8Bytes != *a.fp8.savedBytes))
@@ -90,6 +90,8 @@ WalkMemo::Variant *memoVariant(WalkMemo &memo, const Facts &f, const Analysis &a
   key.sequenceParallel = a.plan->parallel.sequenceParallel ? 1.0 : 0.0;
   key.saved = a.saved;
   key.fp8Bytes = a.fp8.savedBytes;
+  key.padLogits = f.padLogits;
+  key.padGrow = f.padGrow;
   // Ops sharing a record (OpTable) mostly share their triple: the one last made for the
   // record is tried first, compared bit for bit.
   key.opFacts.resize(f.g.ops.size());

@@ -123,6 +123,9 @@ struct WalkMemo {
     std::shared_ptr<const Analysis::SavedLists> saved;
     /// Analysis::fp8.savedBytes: the stored tensors' bytes under an fp8 recipe (null: g.bytes)
     std::shared_ptr<const std::vector<double>> fp8Bytes;
+    /// The padded head's logits and their growth V'/V (Facts::padLogits; kNone and 1: none).
+    TensorId padLogits = kNone;
+    double padGrow = 1;
     std::vector<uint32_t> opFacts;               ///< per op
     std::vector<std::array<double, 3>> triples;  ///< as few as the ops' records allow
   };
@@ -199,14 +202,23 @@ struct Facts {
         readers(structure->readers), savers(structure->savers), reads(structure->reads),
         keeps(structure->keeps), writes(structure->writes), extras(structure->extras),
         copies(a.copies->copies), copyOfOp(a.copies->ofOp), ops(&a.ops),
-        tensorBytes(a.fp8.savedBytes ? *a.fp8.savedBytes : structure->tensorBytes) {}
+        tensorBytes(a.fp8.savedBytes ? *a.fp8.savedBytes : structure->tensorBytes),
+        padLogits(a.headPad.applies() ? a.headPad.logits : kNone),
+        padGrow(a.headPad.applies() ? static_cast<double>(a.headPad.padded) / static_cast<double>(a.headPad.vocab)
+                                    : 1.0) {}
 
   bool isActivation(TensorId t) const { return g.tensors[t].role == TensorRole::Activation; }
   /// Per stored tensor, its bytes on the whole graph: the graph's, or under an fp8 recipe
   /// those of Analysis::fp8.savedBytes (a GEMM input kept in fp8).
   const std::vector<double> &tensorBytes;
+  /// The generated step's padded head (passes/HeadPadding.h): its logits are V'/V times the
+  /// forward graph's (the step holds [.., V']), and so are their gradient's buffers.
+  TensorId padLogits;
+  double padGrow;
   /// Bytes of a stored tensor on one device (its tensor-parallel share).
-  double bytes(TensorId t) const { return tensorBytes[t] / (split[t] ? tensorDegree : 1); }
+  double bytes(TensorId t) const {
+    return tensorBytes[t] / (split[t] ? tensorDegree : 1) * (t == padLogits ? padGrow : 1.0);
+  }
   /// Whether an op's extra saved buffers (masks, statistics) are split: when its output is.
   bool opSplit(const Op &op) const { return !op.outputs.empty() && split[g.storageOf(op.outputs[0])]; }
 };

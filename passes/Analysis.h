@@ -12,6 +12,7 @@
 #include "ir/OpRules.h"
 #include "ir/Plan.h"
 #include "passes/Collectives.h"
+#include "passes/HeadPadding.h"
 #include "passes/Stack.h"
 #include "passes/OpTable.h"
 
@@ -166,6 +167,9 @@ private:
 struct Analysis {
   const Graph *graph = nullptr;
   const Plan *plan = nullptr;
+  /// The padded LM head of the generated step (passes/HeadPadding.h), set by analyzeGraph: the
+  /// step (a.step) holds the padded head, the forward graph (graph) the real one.
+  HeadPadding headPad;
   /// What the caller reads of this analysis (analyze's `wants`): the passes compute what a
   /// requested result or a diagnostic needs and skip the rest.
   Results wants = Results::all();

@@ -116,8 +116,15 @@ void differentiate(Analysis &a, bool compact) {
   for (OpId i = static_cast<OpId>(g.ops.size()); i < s.ops.size(); ++i) {
     const Op &op = s.ops[i];
     ForwardCost c = ruleFor(op.kind).forward(s, op);
+    // The step's padded head (passes/HeadPadding.h): its padded rows and columns are work the
+    // step runs (executed FLOPs, bytes), not the model's (FLOPs, MFU): those count V of V'.
+    const HeadPadding &hp = a.headPad;
     if (op.phase == Phase::Optimizer) {
-      optimizer += c.flops;
+      double f = c.flops;
+      if (op.kind == OpKind::OptimizerUpdate && hp.applies())
+        for (TensorId t : op.outputs)
+          f -= t == hp.weight ? op.attrs->scalar * static_cast<double>(hp.extraElements()) : 0;
+      optimizer += f;
       continue;
     }
     if (op.forwardOp == kNone || op.forwardOp >= a.ops.size())
@@ -141,8 +148,14 @@ void differentiate(Analysis &a, bool compact) {
     } else if (!op.outputs.empty() && writesWeightGrad(s, op.outputs[0])) {
       weight = c.flops;
     }
+    double model = c.flops;
+    if (hp.applies() && (op.forwardOp == hp.matmul || op.forwardOp == hp.loss)) {
+      const double real = static_cast<double>(hp.vocab) / static_cast<double>(hp.padded);
+      model *= real; // each backward product of the head is linear in the vocabulary
+      weight *= real;
+    }
     oa.weightGradFlops += weight;
-    oa.inputGradFlops += c.flops - weight;
+    oa.inputGradFlops += model - weight;
     oa.executedBackwardFlops += c.executedFlops;
     oa.backwardBytes += backwardOpBytes(s, op, c);
     oa.backwardTranscendentals += c.transcendentals;

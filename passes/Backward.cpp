@@ -41,6 +41,7 @@
 //    would have written, is made for it: Skipped::boundary). The checks are exact
 //    comparisons; when one fails, the step is whole.
 #include "passes/BackwardBuilder.h"
+#include "passes/HeadPadding.h"
 
 #include <algorithm>
 
@@ -478,7 +479,24 @@ bool sameStep(const Plan &a, const Plan &b) {
              optimizerFlopsPerParam(b.optimizer, b.precision.lossScaling);
 }
 
+namespace {
+Graph buildStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact);
+} // namespace
+
 Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact) {
+  // The padded LM head (passes/HeadPadding.h): the step of a copy of the forward graph whose
+  // head weight and logits are padded, with the same ids, so the memory plan, the arena and
+  // the emitter all see the padded buffers.
+  HeadPadding hp = headPadding(forward, plan);
+  if (hp.applies()) {
+    Graph padded = paddedForward(forward, hp);
+    return buildStep(padded, plan, compact);
+  }
+  return buildStep(forward, plan, compact);
+}
+
+namespace {
+Graph buildStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact) {
   // The step begins as the forward graph, sharing its records (Graph::extend: ids and records
   // are the forward's, not copies of them), and reserves room for what it adds once rather
   // than regrowing op by op. Measured: the step has 2.3-2.6 ops per forward op plus about one
@@ -549,5 +567,6 @@ Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopi
   b.emit(OpKind::ZeroGrad, {}, grads, SharedAttrs(), 0, Phase::Optimizer);
   return g;
 }
+} // namespace
 
 } // namespace tally

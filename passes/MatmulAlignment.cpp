@@ -18,7 +18,10 @@
 //                      A length of 1 is not unaligned: a product with one output column (a
 //                      gate, Linear(d, 1)) or one inner element is a matrix-vector or outer
 //                      product, memory-bound, with no tensor-core kernel to fall back from,
-//                      and padding it to 64 would do 64 times the work
+//                      and padding it to 64 would do 64 times the work. The LM head that
+//                      tally's step pads (passes/HeadPadding.h: --backend cuda, or --pad-head)
+//                      has N = V' and is not unaligned; a head the rule refuses (an untied
+//                      [d, V] weight) keeps its warning with one more note saying why
 //
 // Pricing (passes/StepTime.cpp, asRun): only tally's own CUDA step, whose cuBLASLt call was
 // measured on such a shape (docs/validation.md, 2026-12-01: 16384 × 50257 × 768 in bf16 at
@@ -54,9 +57,12 @@ int64_t tensorCoreElements(Dtype d) {
   }
 }
 
-/// The first row length of matmul `op` (K, then N) above 1 that is not a multiple of `per`,
-/// as {name, length}; {nullptr, 0} when both are (or are 1: a matrix-vector product).
-std::pair<const char *, int64_t> unalignedRow(const Graph &g, const Op &op, int64_t per) {
+/// The first row length of matmul `i` (K, then N) above 1 that is not a multiple of `per`,
+/// as {name, length}; {nullptr, 0} when both are (or are 1: a matrix-vector product). The
+/// step's padded head (passes/HeadPadding.h) has N = V', a multiple of 64.
+std::pair<const char *, int64_t> unalignedRow(const Analysis &an, OpId i, int64_t per) {
+  const Graph &g = *an.graph;
+  const Op &op = g.ops[i];
   if (op.kind != OpKind::Matmul || op.inputs.size() != 2 || per <= 0)
     return {nullptr, 0};
   const Shape &a = g.tensors[op.inputs[0]].shape, &b = g.tensors[op.inputs[1]].shape;
@@ -65,8 +71,9 @@ std::pair<const char *, int64_t> unalignedRow(const Graph &g, const Op &op, int6
   int64_t k = a.back().size;
   if (k > 1 && k % per != 0)
     return {"K", k};
-  if (b.size() >= 2 && b.back().size > 1 && b.back().size % per != 0)
-    return {"N", b.back().size};
+  int64_t n = an.headPad.applies() && an.headPad.matmul == i ? an.headPad.padded : b.back().size;
+  if (b.size() >= 2 && n > 1 && n % per != 0)
+    return {"N", n};
   return {nullptr, 0};
 }
 
@@ -98,8 +105,7 @@ bool unalignedMatmul(const Analysis &a, OpId i) {
   const Target &t = a.plan->target;
   if (t.isHost())
     return false;
-  const Graph &g = *a.graph;
-  return unalignedRow(g, g.ops[i], tensorCoreElements(a.ops[i].computeDtype)).first != nullptr;
+  return unalignedRow(a, i, tensorCoreElements(a.ops[i].computeDtype)).first != nullptr;
 }
 
 void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
@@ -121,7 +127,7 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
     if (op.kind != OpKind::Matmul)
       continue;
     int64_t per = tensorCoreElements(a.ops[i].computeDtype);
-    auto [name, length] = unalignedRow(g, op, per);
+    auto [name, length] = unalignedRow(a, i, per);
     if (!name || !(a.ops[i].forwardTime > t.kernelLaunch))
       continue;
     auto [it, fresh] = index.try_emplace({op.range.Start.getPointer(), length}, found.size());
@@ -155,6 +161,8 @@ void matmulAlignment(const Analysis &a, DiagnosticEngine &diags) {
                           formatDuration(f.saves) + " less per micro-batch"
                     : "the estimate prices it as aligned (the loss depends on the library: "
                       "cuBLASLt measured 0.126 of the peak, docs/validation.md)"));
+    if (a.headPad.head == f.first && !a.headPad.refused.empty())
+      b.note(op.range.Start, "tally's step does not pad this head (passes/HeadPadding.h): " + a.headPad.refused);
     noteInstances(b, diags, op.range.Start, g, op.instance);
   }
 }

@@ -271,6 +271,18 @@ static std::vector<bool> coveredGradients(const Analysis &a, const Graph &s) {
   return covered;
 }
 
+namespace {
+
+/// The graph whose parameter shapes the regions hold: the step's under Plan::tensorStep (one
+/// tensor-parallel rank's parameters) and with a padded head (passes/HeadPadding.h: its
+/// weight's V' rows), else the forward graph's.
+const Graph &regionGraph(const Analysis &a) {
+  const bool stepShapes = (a.plan->tensorStep && a.tensorStepError.empty()) || a.headPad.applies();
+  return stepShapes && a.step ? *a.step : *a.graph;
+}
+
+} // namespace
+
 void planMemory(Analysis &a) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
@@ -365,8 +377,8 @@ void planMemory(Analysis &a) {
   if (place && !placeBuffers(a.buffers, a.arenaBytes))
     return unrepresentable("the activation arena passes 2^63 - 1 bytes");
 
-  // Step 2. Under Plan::tensorStep the step holds one tensor-parallel rank's parameters.
-  const Graph &pg = plan.tensorStep && a.step && a.tensorStepError.empty() ? *a.step : g;
+  // Step 2.
+  const Graph &pg = regionGraph(a);
   std::vector<TensorId> all, trainable;
   for (const ParamInfo &p : g.params) {
     all.push_back(p.tensor);

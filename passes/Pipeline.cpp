@@ -33,6 +33,7 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
   a.step = std::move(step);
   a.copies = std::make_shared<const RepeatCopies>(findRepeatCopies(g));
   a.walks = newWalkMemo();
+  a.headPad = headPadding(g, plan);
   // Autodiff's first step, building the training step, reads only the graph, the plan and
   // the copies; counting parameters, pricing the forward ops, the saved lists and the walks'
   // graph facts read the graph and write only their own parts of `a`. On a deep graph they
@@ -121,6 +122,7 @@ Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEn
                        bool timed) {
   Analysis a = graphPart;
   a.plan = &plan;
+  a.headPad = headPadding(*a.graph, plan); // the layout decides (ZeRO, tensor parallelism)
   a.wants = Results::whatIf();
   a.priceOnly = true;
   priceLayout(a);

@@ -34,6 +34,9 @@
 //    over the e ranks of the expert group besides tensor × pipeline, and ZeRO shards them over
 //    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
 //    + X/(t·p·e)/shard(d/e).
+// 9. tally's step with a padded LM head (passes/HeadPadding.h): the (V' − V)·d padded rows of
+//    the head's weight count in params, and when it trains in grads, master and optimizer (the
+//    regions hold them), not in the parameter count.
 #include "passes/Passes.h"
 #include "passes/CudnnAttention.h"
 #include "passes/Stack.h"
@@ -58,6 +61,13 @@ void staticMemory(Analysis &a) {
                            : a.params.trainable / modelSplit;
   double nx = a.params.expert / modelSplit;
   double tx = plan.isTrain ? a.params.expertTrainable / modelSplit : 0;
+  // The generated step's padded head (passes/HeadPadding.h; no model split then, and ZeRO-1 at
+  // most): its padded rows are held in every class of the regions, though the parameters count
+  // none.
+  const double pad = static_cast<double>(a.headPad.extraElements());
+  n += pad;
+  if (pad > 0 && plan.isTrain && a.graph->params[a.graph->tensors[a.headPad.weight].param].trainable)
+    t += pad;
   auto shard = [&](int stage) { return par.zero >= stage ? dp : 1.0; };
   // Element counts per device of all parameters (`all`) and of the experts among them (`x`).
   auto owned = [&](double all, double x, int stage) {
@@ -94,7 +104,7 @@ void staticMemory(Analysis &a) {
   place(optimizer, p.optimizerOnHost, a.memory.optimizer);
   place(gradAccum, p.gradsOnHost, a.memory.gradAccum);
   double states = params + grads + master + optimizer + gradAccum;
-  a.memory.bytesPerParam = n > 0 ? states / n : 0;
+  a.memory.bytesPerParam = n - pad > 0 ? states / (n - pad) : 0;
 
   const Target &tg = plan.target;
   a.memory.context = tg.contextBytes;

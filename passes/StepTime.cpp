@@ -192,6 +192,15 @@ constexpr double kCudaRuntimeUnalignedMatmul = 0.1262;
 KernelWork asRun(const Analysis &a, OpId i, KernelWork w, bool backward) {
   const Op &op = a.graph->ops[i];
   const Target &t = a.plan->target;
+  // The padded head (passes/HeadPadding.h): the step's head matmul and cross_entropy run over
+  // V' columns, so their forward work grows by V'/V (each product is linear in the vocabulary;
+  // the logits and the weight are nearly all their bytes) and the matmul's rows are aligned.
+  // The backward's is the step's backward ops', counted on the padded step (Autodiff.cpp).
+  if (const HeadPadding &hp = a.headPad; !backward && hp.applies() && (i == hp.matmul || i == hp.loss)) {
+    const double grow = static_cast<double>(hp.padded) / static_cast<double>(hp.vocab);
+    w.flops *= grow;
+    w.bytes *= grow;
+  }
   w.inGraph = cudaGraphCaptured(*a.graph, *a.plan);
   if (!a.plan->cudaStep) {
     if (op.kind == OpKind::Attention && op.attrs->fused && t.attentionCurve.empty()) {

@@ -53,9 +53,9 @@
   PREFIX void rt::embedding_fwd<T>(rt::Ctx&, const int32_t*, const T*, T*, int64_t, int64_t, int64_t);   \
   PREFIX void rt::embedding_bwd<T>(rt::Ctx&, const int32_t*, const T*, T*, int64_t, int64_t, int64_t);   \
   PREFIX void rt::cross_entropy_fwd<T>(rt::Ctx&, const T*, const int32_t*, float*, float*, int64_t,      \
-                                       int64_t);                                                          \
+                                       int64_t, int64_t);                                                 \
   PREFIX void rt::cross_entropy_bwd<T>(rt::Ctx&, const T*, const int32_t*, const float*, const float*,   \
-                                       T*, int64_t, int64_t, bool);                                       \
+                                       T*, int64_t, int64_t, bool, int64_t);                              \
   PREFIX void rt::sum_fwd<T>(rt::Ctx&, const T*, T*, int64_t, int64_t, int64_t, bool);                   \
   PREFIX void rt::sum_bwd<T>(rt::Ctx&, const T*, T*, int64_t, int64_t, int64_t, bool, bool);             \
   PREFIX void rt::fill<T>(rt::Ctx&, T*, float, int64_t);                                                 \

@@ -91,9 +91,9 @@ TEST_CASE("codegen: the e2e GPT's tied head, fused qkv and recompute", "[codegen
   // q, k, v are column slices of the [2, 16, 192] qkv output: row stride 3·64.
   CHECK(countOf(text, "rt::AttnRows{192, 192, 192}") == 4); // 2 layers × (forward, backward)
   // The tied head's weight gradient is the transposed view of wte's gradient: written as
-  // dWᵀ[128 × 64] = dlogitsᵀ[128 × 32] · x[32 × 64] (32 = 2 × 16 tokens of a micro-batch),
+  // dWᵀ[100 × 64] = dlogitsᵀ[100 × 32] · x[32 × 64] (32 = 2 × 16 tokens of a micro-batch),
   // added into the grads region at wte's offset 0.
-  CHECK(countOf(text, "rt::matmul<float>(ctx, true, false, 128, 64, 32, 1.0f,") == 1);
+  CHECK(countOf(text, "rt::matmul<float>(ctx, true, false, 100, 64, 32, 1.0f,") == 1);
   CHECK(countOf(text, ", 1.0f, G<float>(0), 64, 0, 1);") == 1);
   // The loss gradient: 1 / 2 micro-steps.
   CHECK(countOf(text, "rt::fill<float>(ctx, A<float>(") >= 1);
@@ -720,4 +720,96 @@ TEST_CASE("codegen: the pipeline step runs the estimate's stages in the timeline
     CHECK(framework.a->pipelineStep.chunks.empty());
     CHECK(a.time.pipelineComm > framework.a->time.pipelineComm);
   }
+}
+
+TEST_CASE("codegen: the padded LM head: the step pads, the counts and files do not (issue 38 item 4)", "[codegen][cuda]") {
+  // tests/step/e2e/gpt.tally's tied head, vocabulary 100: padded to 128 rows under the CUDA step
+  // (passes/HeadPadding.h); check_e2e.py runs the CPU step both ways.
+  PlanOverrides o;
+  o.cudaStep = o.fuseKernels = o.padHead = true;
+  PlanOverrides off = o;
+  off.padHead = false;
+  Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally", "", o);
+  Compiled u(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally", "", off);
+  const HeadPadding &hp = t.a->headPad;
+  REQUIRE(hp.applies());
+  CHECK(!u.a->headPad.applies());
+  CHECK(hp.vocab == 100);
+  CHECK(hp.padded == 128);
+  CHECK(t.g().tensorName(hp.weight) == "wte.weight");
+  // The step holds [128, 64]; the forward graph and the parameter count the real [100, 64].
+  CHECK(t.a->step->tensors[hp.weight].shape[0].size == 128);
+  CHECK(t.a->step->tensors[hp.logits].shape.back().size == 128);
+  CHECK(t.g().tensors[hp.weight].shape[0].size == 100);
+  CHECK(t.a->params.total == u.a->params.total);
+  // The regions and the estimate's model states hold the 28 padded rows of fp32 in params, grads
+  // and AdamW's two states (fp32 keeps no master).
+  const double rows = 28 * 64 * 4;
+  CHECK(t.a->regions.params.bytes - u.a->regions.params.bytes == rows);
+  CHECK(t.a->regions.grads.bytes - u.a->regions.grads.bytes == rows);
+  CHECK(t.a->regions.optimizer.bytes - u.a->regions.optimizer.bytes == 2 * rows);
+  CHECK(t.a->memory.params - u.a->memory.params == Approx(rows));
+  CHECK(t.a->memory.grads - u.a->memory.grads == Approx(rows));
+  CHECK(t.a->memory.optimizer - u.a->memory.optimizer == Approx(2 * rows));
+  CHECK(t.a->arenaBytes > u.a->arenaBytes); // the logits and their gradient are 128 wide
+  // The head's work is priced over 128 columns.
+  KernelWork wp = forwardWork(*t.a, hp.matmul, t.a->ops[hp.matmul]);
+  KernelWork wu = forwardWork(*u.a, hp.matmul, u.a->ops[hp.matmul]);
+  CHECK(wp.flops == Approx(wu.flops * 128 / 100));
+  // The backward runs the padded step's products; the model FLOPs (MFU) count the real 100.
+  CHECK(t.a->ops[hp.matmul].executedBackwardFlops == Approx(u.a->ops[hp.matmul].executedBackwardFlops * 128 / 100));
+  CHECK(t.a->flops.step == Approx(u.a->flops.step).epsilon(1e-12));
+  // The emitted step: the loss masks columns 100..127; files and the update see 100 × 64.
+  codegen::EmitOptions eo;
+  std::vector<std::string> notes;
+  eo.notes = &notes;
+  std::vector<codegen::File> files;
+  REQUIRE(codegen::emitCudaStep(*t.a, eo, files) == "");
+  std::string cu;
+  for (const codegen::File &f : files)
+    if (f.path == "step.cu")
+      cu = f.text;
+  CHECK(countOf(cu, "{\"wte.weight\", \"F32\", 2, {100, 64}, 6400}") == 1);
+  CHECK(countOf(cu, "    {6400, ") == 1);
+  CHECK(countOf(cu, ", 32, 100, 128);") == 1);        // cross_entropy_fwd
+  CHECK(countOf(cu, ", 32, 100, false, 128);") == 1); // cross_entropy_bwd
+  CHECK(std::count(notes.begin(), notes.end(),
+                   "lm head: wte.weight padded 100 -> 128 rows in the step's regions (zero, never updated; the "
+                   "loss masks logit columns 100..127; files and parameter counts keep [100, 64])") == 1);
+}
+
+TEST_CASE("codegen: the padded LM head's rule refuses what it cannot pad in place", "[codegen]") {
+  PlanOverrides o;
+  o.cudaStep = o.padHead = true;
+  const std::string tied = R"(
+model M(d = 64, vocab = 100) {
+  wte = Embedding(vocab, d)
+  forward(tokens: i32[batch, seq]) { return cross_entropy(wte(tokens) @ transpose(wte.weight), next_tokens(tokens)) }
+}
+train t { model = M() batch = 2 seq = 16 optimizer = SGD(lr = 0.1) target = ZEROLINE }
+)";
+  auto with = [&](const std::string &zero) {
+    std::string s = tied;
+    s.replace(s.find("ZEROLINE"), 8, zero);
+    return s;
+  };
+  Compiled plain(with("H100_SXM"), "", o);
+  CHECK(plain.a->headPad.applies());
+  Compiled zero1(with("2 x H100_SXM { data = 2, zero = 1 }"), "", o);
+  CHECK(zero1.a->headPad.applies());
+  Compiled zero(with("2 x H100_SXM { data = 2, zero = 2 }"), "", o);
+  CHECK(!zero.a->headPad.applies());
+  CHECK(zero.a->headPad.refused == "ZeRO 2 cuts each parameter into pieces by its real element count");
+  // A vocabulary that is a multiple of 64 needs nothing: no padding, no refusal.
+  std::string aligned = with("H100_SXM");
+  aligned.replace(aligned.find("vocab = 100"), 11, "vocab = 128");
+  Compiled even(aligned, "", o);
+  CHECK(!even.a->headPad.applies());
+  CHECK(even.a->headPad.refused.empty());
+  // The weight read by another op (a scale of the table) would see the padded rows.
+  std::string other = with("H100_SXM");
+  other.replace(other.find("wte(tokens) @"), 13, "(wte(tokens) + mean(wte.weight)) @");
+  Compiled read(other, "", o);
+  CHECK(!read.a->headPad.applies());
+  CHECK(read.a->headPad.refused.find("is also read by") != std::string::npos);
 }

@@ -12,9 +12,9 @@ namespace tally {
 struct PlanFlags {
   llvm::cl::opt<std::string> target, precision, checkpoint;
   llvm::cl::opt<int64_t> batch, microBatch;
-  llvm::cl::opt<bool> fuse;
+  llvm::cl::opt<bool> fuse, padHead;
 
-  /// The six options, registered for each of `subs` under `cat`. Define a PlanFlags after
+  /// The seven options, registered for each of `subs` under `cat`. Define a PlanFlags after
   /// its subcommands in the same file (static construction runs in definition order there).
   template <class... Subs>
   explicit PlanFlags(llvm::cl::OptionCategory &cat, Subs &...subs)
@@ -33,7 +33,12 @@ struct PlanFlags {
         fuse("fuse",
              llvm::cl::desc("Price (and generate) the step with chains of elementwise ops fused into one kernel "
                             "each, as the CUDA backend runs it (default: on for tally build/run --backend cuda)"),
-             llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
+             llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
+        padHead("pad-head",
+                llvm::cl::desc("Pad the generated step's LM head to a multiple of 64 rows (a vocabulary of 50257 "
+                               "runs as 50304; the loss masks the padded logits; files and parameter counts keep "
+                               "the real shape) and price it so (default: on for --backend cuda)"),
+                llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
 
   /// What was given: a batch or micro-batch given at all is passed on (0 and -5 are errors
   /// that Sema reports, not "unset"). `cudaStep`: the plan as tally's CUDA step runs it
@@ -49,6 +54,7 @@ struct PlanFlags {
       o.microBatch = microBatch;
     o.cudaStep = cudaStep;
     o.fuseKernels = fuse.getNumOccurrences() ? bool(fuse) : cudaStep;
+    o.padHead = padHead.getNumOccurrences() ? bool(padHead) : cudaStep;
     return o;
   }
 };

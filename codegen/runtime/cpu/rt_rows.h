@@ -372,19 +372,22 @@ inline void dlogits_run(const T* px, T* pd, int64_t j0, int64_t j1, float l, flo
 } // namespace detail
 
 /// loss = mean over rows with label != −1 of (lse − logit[label]); saves lse per row (fp32).
-/// No counted row gives 0/0 = NaN, as PyTorch.
+/// No counted row gives 0/0 = NaN, as PyTorch. Rows are `ld` apart (0: V), of which the first
+/// V columns are read: a padded head's logits (ld = V' > V; tally's passes/HeadPadding.h).
 template <class T>
 void cross_entropy_fwd(Ctx& ctx, const T* logits, const int32_t* labels, float* loss, float* lse,
-                       int64_t rows, int64_t V) {
+                       int64_t rows, int64_t V, int64_t ld = 0) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "cross_entropy_fwd");
   detail::require_sizes("cross_entropy_fwd", {rows, V});
+  if (ld == 0) ld = V;
+  detail::require(ld >= V, "cross_entropy_fwd", "the row stride is below the valid width");
   detail::check_ids(ctx, "cross_entropy_fwd", labels, rows, kIgnoreLabel, V);
   double total = 0.0;
   int64_t count = 0;
 #pragma omp parallel for num_threads(ctx.nthreads()) reduction(+ : total, count) schedule(static) if (rows * V > 4096)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* px = logits + r * V;
+    const T* px = logits + r * ld;
     A l = detail::row_lse(px, V);
     if (lse) lse[r] = static_cast<float>(l);
     if (labels[r] != kIgnoreLabel) {
@@ -395,13 +398,17 @@ void cross_entropy_fwd(Ctx& ctx, const T* logits, const int32_t* labels, float* 
   *loss = static_cast<float>(total / static_cast<double>(count));
 }
 
-/// dlogits (+)= dloss/count · (softmax(logits) − onehot(label)); 0 on ignored rows.
+/// dlogits (+)= dloss/count · (softmax(logits) − onehot(label)); 0 on ignored rows. Rows `ld`
+/// apart (0: V): columns V..ld−1 of dlogits (a padded head's) get 0 (+0 when accumulating).
 template <class T>
 void cross_entropy_bwd(Ctx& ctx, const T* logits, const int32_t* labels, const float* lse,
-                       const float* dloss, T* dlogits, int64_t rows, int64_t V, bool accumulate) {
+                       const float* dloss, T* dlogits, int64_t rows, int64_t V, bool accumulate,
+                       int64_t ld = 0) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "cross_entropy_bwd");
   detail::require_sizes("cross_entropy_bwd", {rows, V});
+  if (ld == 0) ld = V;
+  detail::require(ld >= V, "cross_entropy_bwd", "the row stride is below the valid width");
   detail::require(dloss != nullptr && lse != nullptr, "cross_entropy_bwd", "lse and dloss must not be null");
   detail::check_ids(ctx, "cross_entropy_bwd", labels, rows, kIgnoreLabel, V);
   int64_t count = 0;
@@ -409,9 +416,11 @@ void cross_entropy_bwd(Ctx& ctx, const T* logits, const int32_t* labels, const f
   const A g = static_cast<A>(*dloss) / static_cast<A>(count);
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * V > 4096)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* px = logits + r * V;
-    T* pd = dlogits + r * V;
+    const T* px = logits + r * ld;
+    T* pd = dlogits + r * ld;
     const int32_t lab = labels[r];
+    if (!accumulate)
+      for (int64_t j = V; j < ld; ++j) pd[j] = store<T>(A(0));
     if (lab == kIgnoreLabel) {
       if (!accumulate)
         for (int64_t j = 0; j < V; ++j) pd[j] = store<T>(A(0));

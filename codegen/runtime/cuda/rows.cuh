@@ -134,9 +134,10 @@ __global__ void columnFinishKernel(const float* part, int64_t chunks, int64_t co
 /// Cross-entropy forward, one block per row: lse[row], and the row's loss (0 for ignored rows)
 /// into rowLoss[row] (scratch) for a deterministic final sum.
 template <class T>
-__global__ void ceFwdRowKernel(const T* logits, const int32_t* labels, float* lse, float* rowLoss, int64_t V) {
+__global__ void ceFwdRowKernel(const T* logits, const int32_t* labels, float* lse, float* rowLoss, int64_t V,
+                               int64_t ld) {
   __shared__ float sh[32];
-  const T* xr = logits + blockIdx.x * V;
+  const T* xr = logits + blockIdx.x * ld;
   float m = -m_inf<float>();
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, load(xr[c]));
   m = blockMax(m, sh);
@@ -180,13 +181,15 @@ static __global__ void ceCountKernel(const int32_t* labels, int64_t rows, float*
 
 template <class T>
 __global__ void ceBwdKernel(const T* logits, const int32_t* labels, const float* lse, const float* dloss,
-                            const float* count, T* dlogits, int64_t V, bool accumulate) {
-  const int64_t base = blockIdx.x * V;
+                            const float* count, T* dlogits, int64_t V, int64_t ld, bool accumulate) {
+  const int64_t base = blockIdx.x * ld;
   const int32_t y = labels[blockIdx.x];
   const float l = lse[blockIdx.x];
   const float k = y == kIgnoreLabel ? 0.f : *dloss / *count;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
     put(dlogits + base + c, cross_entropy_dlogit(load(logits[base + c]), l, c == y, k), accumulate);
+  for (int64_t c = V + threadIdx.x; c < ld; c += blockDim.x)  // a padded head's columns: 0
+    put(dlogits + base + c, 0.f, accumulate);
 }
 
 template <class T>
@@ -378,22 +381,22 @@ void rms_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* rstd, const T* 
 
 template <class T>
 void cross_entropy_fwd(Ctx& ctx, const T* logits, const int32_t* labels, float* loss, float* lse, int64_t rows,
-                       int64_t V) {
+                       int64_t V, int64_t ld = 0) {
   const char* k = "cross_entropy_fwd";
   float* rowLoss = static_cast<float*>(cu::scratch(ctx, k, rows * 4));
   cu::launch(ctx, k, cu::ceFwdRowKernel<T>, dim3(cu::rowsGrid(k, ctx.where, rows)), 1024, 0, logits, labels, lse,
-             rowLoss, V);
+             rowLoss, V, ld > V ? ld : V);
   cu::launch(ctx, k, cu::ceFinishKernel, dim3(1), 1024, 0, rowLoss, labels, rows, loss);
 }
 
 template <class T>
 void cross_entropy_bwd(Ctx& ctx, const T* logits, const int32_t* labels, const float* lse, const float* dloss,
-                       T* dlogits, int64_t rows, int64_t V, bool accumulate) {
+                       T* dlogits, int64_t rows, int64_t V, bool accumulate, int64_t ld = 0) {
   const char* k = "cross_entropy_bwd";
   float* count = static_cast<float*>(cu::scratch(ctx, k, 4));
   cu::launch(ctx, k, cu::ceCountKernel, dim3(1), 1024, 0, labels, rows, count);
   cu::launch(ctx, k, cu::ceBwdKernel<T>, dim3(cu::rowsGrid(k, ctx.where, rows)), 1024, 0, logits, labels, lse, dloss,
-             static_cast<const float*>(count), dlogits, V, accumulate);
+             static_cast<const float*>(count), dlogits, V, ld > V ? ld : V, accumulate);
 }
 
 template <class T>

@@ -62,6 +62,8 @@ CURVE_RTOL = 1e-4
 MEMORISE_STEPS, MEMORISE_RATIO = 20, 0.5
 LNV_TOL = 0.1
 RUN_TIMEOUT_S = 1800                         # the first run compiles the generated step
+PAD_MODELS = {"gpt": "wte.weight"}          # --pad-head = unpadded (vocabulary 100 → 128): the head's weight
+PAD_STEPS, PAD_RTOL = 3, 1e-6
 
 
 class Results:
@@ -239,6 +241,9 @@ def check_model(tally, spec, index, work, res, env=None):
                     "largest relative difference from torch over %d steps %.2g (bound %g)"
                     % (MEMORISE_STEPS, worst, CURVE_RTOL))
 
+    if spec.key in PAD_MODELS:
+        check_padded_head(tally, spec, init_path, rep_path, work, res, env)
+
     # The default initialisation on a V-token vocabulary starts near ln V.
     if spec.vocab:
         report, why = run_tally(tally, spec, ["--steps", "1", "--warmup", "0", "--data", data_path,
@@ -252,6 +257,65 @@ def check_model(tally, spec, index, work, res, env=None):
                 ln_v = math.log(spec.vocab)
                 res.add(name, abs(loss[0] - ln_v) <= LNV_TOL,
                         "%.6g vs ln %d = %.6g (bound %g)" % (loss[0], spec.vocab, ln_v, LNV_TOL))
+
+
+def rel_diff(a, b):
+    """max |a − b| over max |b| (arrays of one shape), float64."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return math.inf
+    return float(np.max(np.abs(a - b))) / max(1e-30, float(np.max(np.abs(b)))) if b.size else 0.0
+
+
+def check_padded_head(tally, spec, init_path, data_path, work, res, env=None):
+    """--pad-head (issue 38 item 4; passes/HeadPadding.h): the step with its head padded to a
+    multiple of 64 rows computes what the unpadded step does. Both run PAD_STEPS steps from the
+    same weights and data; the losses and the last step's gradients agree within PAD_RTOL
+    (fp32: the padded logits are x·0 = 0 and masked out of the loss, so only a matmul kernel
+    summing in another order may differ); the dumps and saves keep the real shapes; the padded
+    step allocates the arena its estimate planned; and its params region holds exactly the
+    padded rows more, (V' − V)·d fp32 elements (so the padding did happen)."""
+    key = spec.key + " padded head"
+    runs = {}
+    for pad in (False, True):
+        tag = "pad" if pad else "plain"
+        grads = os.path.join(work, "%s.%s.grads.safetensors" % (spec.key, tag))
+        save = os.path.join(work, "%s.%s.save.safetensors" % (spec.key, tag))
+        report, why = run_tally(tally, spec, ["--steps", str(PAD_STEPS), "--warmup", "0", "--init", init_path,
+                                              "--data", data_path, "--dump-grads", grads, "--save", save,
+                                              "--seed", "1"] + (["--pad-head"] if pad else []), env)
+        if report is None:
+            res.add("%s run (%s)" % (key, tag), False, why)
+            return
+        loss = losses_of(report, PAD_STEPS, "%s (%s)" % (key, tag), res)
+        g = read_or_fail(res, "%s --dump-grads (%s)" % (key, tag), grads)
+        s = read_or_fail(res, "%s --save (%s)" % (key, tag), save)
+        if loss is None or g is None or s is None:
+            return
+        runs[pad] = (report, loss, g, s)
+    (plain, lp, gp, sp), (padded, lq, gq, sq) = runs[False], runs[True]
+    d = max(abs(a - b) / abs(b) for a, b in zip(lq, lp))
+    res.add(key + " loss", d <= PAD_RTOL, "padded %s, unpadded %s (relative %.2g, bound %g)" % (lq, lp, d, PAD_RTOL))
+    check_names(res, "--dump-grads (padded head)", gq, spec)
+    check_names(res, "--save (padded head)", sq, spec)
+    for what, a, b in (("gradients", gq, gp), ("weights after the steps", sq, sp)):
+        worst, where = 0.0, ""
+        for name in sorted(b):
+            dn = rel_diff(a.get(name, np.zeros(0)), b[name])
+            if dn > worst:
+                worst, where = dn, name
+        res.add("%s %s" % (key, what), worst <= PAD_RTOL,
+                "%d tensors, max relative difference %.2g%s (bound %g)"
+                % (len(b), worst, " (" + where + ")" if where else "", PAD_RTOL))
+    est, meas = padded.get("estimated", {}), padded.get("measured", {})
+    res.add(key + " arena", meas.get("arena_bytes") == est.get("arena_bytes") is not None,
+            "allocated %s B, estimate %s B" % (meas.get("arena_bytes"), est.get("arena_bytes")))
+    rows = {n: s for n, s, _ in spec.params}[PAD_MODELS[spec.key]]
+    extra = (-spec.vocab % 64) * rows[1] * 4
+    grown = est.get("regions", {}).get("params", 0) - plain.get("estimated", {}).get("regions", {}).get("params", 0)
+    res.add(key + " padded rows", extra > 0 and grown == extra,
+            "params region %+d B, want (%d - %d)·%d·4 = %d B" % (grown, spec.vocab + (-spec.vocab % 64), spec.vocab,
+                                                                 rows[1], extra))
 
 
 def read_or_fail(res, what, path):

@@ -5,7 +5,8 @@ It accepts the `tally run` command line the checks use (FILE --plan --backend cp
 --warmup --format json --init --data --save --dump-grads --seed) and computes what a correct
 fp32 implementation would write, with PyTorch in float32 (models.py): --dump-grads after the
 first optimizer step's backward, --save after the last step, and on stdout the JSON keys the
-checks read ({"loss": [...], "measured": {"step_s": ...}}; nothing else of tally's JSON). So the
+checks read ({"loss": [...], "measured": {"step_s", "arena_bytes"}, "estimated": {"arena_bytes",
+"regions": {"params"}}}; nothing else of tally's JSON). So the
 self-test exercises the whole orchestration — safetensors both ways, subprocess, JSON, the
 tolerances against an fp32 computation in another summation order — without the real binary.
 
@@ -48,6 +49,7 @@ def main(argv):
     ap.add_argument("--save")
     ap.add_argument("--dump-grads")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pad-head", action="store_true")  # the same function: torch pads nothing
     a = ap.parse_args(argv[1:])
     specs = [m for m in M.MODELS if os.path.abspath(m.file) == os.path.abspath(a.file)]
     if not specs:
@@ -97,7 +99,16 @@ def main(argv):
         losses[0] *= 1 + 1e-4
     # A line before the JSON, as a build message might be: the checks must still find the JSON.
     print("fake_tally: {%s} stepped %d times" % (spec.key, steps))
-    print(json.dumps({"loss": losses, "measured": {"step_s": elapsed / steps}}))
+    # The memory numbers check_e2e.py's --pad-head check reads: a params region of every
+    # parameter in fp32, with a padded head's rows (wte.weight's vocabulary up to a multiple of
+    # 64) under --pad-head; no arena (torch allocates as it goes), measured = estimated.
+    params = 0
+    for name, shape, _ in spec.params:
+        rows = shape[0] + (-shape[0] % 64 if a.pad_head and name == "wte.weight" else 0)
+        params += 4 * rows * int(np.prod(shape[1:]))
+    memory = {"arena_bytes": 0, "regions": {"params": params}}
+    print(json.dumps({"loss": losses, "measured": {"step_s": elapsed / steps, "arena_bytes": 0},
+                      "estimated": memory}))
     return 0
 
 

@@ -192,7 +192,7 @@ def _mlp():
 
 def _gpt(key="gpt"):
     """gpt.tally's plan `key`: gpt (fused attention) or gpt_unfused (materialised): one function."""
-    V, ctx, d, H, L = 128, 16, 64, 4, 2
+    V, ctx, d, H, L = 100, 16, 64, 4, 2
     params = [("wte.weight", (V, d), "embedding"), ("wpe.weight", (ctx, d), "embedding")]
     for i in range(L):
         p = "h.%d." % i
