@@ -352,6 +352,18 @@ std::string cmakeLists(const Analysis &a) {
   return step.byPath["CMakeLists.txt"];
 }
 
+/// The CUDA step's step.cu for a plan, and the notes `tally build` would print beside it.
+std::string cudaStepSource(const Analysis &a, std::vector<std::string> &notes) {
+  codegen::EmitOptions eo;
+  eo.notes = &notes;
+  std::vector<codegen::File> files;
+  REQUIRE(codegen::emitCudaStep(a, eo, files) == "");
+  for (const codegen::File &f : files)
+    if (f.path == "step.cu")
+      return f.text;
+  return "";
+}
+
 const char *kDataParallel = R"(
 model M(d = 4096) {
   param w: [d, d]
@@ -534,15 +546,8 @@ TEST_CASE("codegen: the CUDA step runs bf16 attention through cuDNN and fp32 on 
     o.precision = precision;
     o.cudaStep = true;
     Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally", "", o);
-    codegen::EmitOptions eo;
     std::vector<std::string> notes;
-    eo.notes = &notes;
-    std::vector<codegen::File> files;
-    REQUIRE(codegen::emitCudaStep(*t.a, eo, files) == "");
-    std::string cu;
-    for (const codegen::File &f : files)
-      if (f.path == "step.cu")
-        cu = f.text;
+    std::string cu = cudaStepSource(*t.a, notes);
     size_t attention = 0;
     for (const Op &op : t.a->graph->ops)
       attention += op.kind == OpKind::Attention;
@@ -760,15 +765,8 @@ TEST_CASE("codegen: the padded LM head: the step pads, the counts and files do n
   CHECK(t.a->ops[hp.matmul].executedBackwardFlops == Approx(u.a->ops[hp.matmul].executedBackwardFlops * 128 / 100));
   CHECK(t.a->flops.step == Approx(u.a->flops.step).epsilon(1e-12));
   // The emitted step: the loss masks columns 100..127; files and the update see 100 × 64.
-  codegen::EmitOptions eo;
   std::vector<std::string> notes;
-  eo.notes = &notes;
-  std::vector<codegen::File> files;
-  REQUIRE(codegen::emitCudaStep(*t.a, eo, files) == "");
-  std::string cu;
-  for (const codegen::File &f : files)
-    if (f.path == "step.cu")
-      cu = f.text;
+  std::string cu = cudaStepSource(*t.a, notes);
   CHECK(countOf(cu, "{\"wte.weight\", \"F32\", 2, {100, 64}, 6400}") == 1);
   CHECK(countOf(cu, "    {6400, ") == 1);
   CHECK(countOf(cu, ", 32, 100, 128);") == 1);        // cross_entropy_fwd
