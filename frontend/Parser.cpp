@@ -185,9 +185,9 @@ bool checkNesting(const std::vector<Token *> &tokens, const Locator &loc,
 }
 
 /// Parse tree → AST. Only called on trees without syntax errors.
-class Builder {
+class TreeBuilder {
 public:
-  explicit Builder(const Locator &loc) : loc(loc) {}
+  explicit TreeBuilder(const Locator &loc) : loc(loc) {}
 
   std::unique_ptr<Module> file(TallyParser::FileContext *ctx) {
     auto m = std::make_unique<Module>();
@@ -600,7 +600,7 @@ std::unique_ptr<Module> parseBuffer(unsigned bufferID, DiagnosticEngine &diags) 
         }
         if (listener.errors > 0)
           return nullptr;
-        auto module = Builder(loc).file(tree);
+        auto module = TreeBuilder(loc).file(tree);
         module->bufferName = name;
         return module;
       });
@@ -634,7 +634,7 @@ ExprPtr parseExpression(unsigned bufferID, DiagnosticEngine &diags) {
               .range(r);
           return nullptr;
         }
-        return Builder(loc).expression(tree);
+        return TreeBuilder(loc).expression(tree);
       });
 }
 

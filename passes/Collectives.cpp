@@ -93,13 +93,13 @@ Tier intraTier(const Target &t) {
   return t.interconnect > 0 && t.interconnect > host ? NVLink : PCI;
 }
 
-struct Scale {
+struct LatencyScale {
   double intra = 1, net = 1;
 };
 /// The target's latencies over NCCL's: link_latency and network_latency are the Simple ring
 /// step on each tier; every other entry of the tier scales with them (0: no latency).
-Scale latencyScale(const Target &t) {
-  Scale s;
+LatencyScale latencyScale(const Target &t) {
+  LatencyScale s;
   s.intra = t.linkLatency / (kSimpleRing[intraTier(t)] * us);
   s.net = t.networkLatency / (kSimpleRing[Net] * us);
   return s;
@@ -151,6 +151,10 @@ double overlapInterference(const Target &t, double matmulShare) {
   double waves = std::ceil(sms / (sms - kChannels));
   double share = std::clamp(matmulShare, 0.0, 1.0);
   return share * (1 - 1 / waves) + (1 - share) * blocks;
+}
+
+double hostLinkBandwidth(const Target &t) {
+  return (t.hostLink > 0 ? t.hostLink : kDefaultHostLink) * t.efficiency.hostLink;
 }
 
 double commBandwidth(const Target &t) {
@@ -235,7 +239,7 @@ CollectiveCost collectiveCost(const Target &t, const Placement &g, Collective ki
   const bool multiNode = r > 1;
   const bool allReduce = kind == Collective::AllReduce;
   const Tier intra = intraTier(t);
-  const Scale scale = latencyScale(t);
+  const LatencyScale scale = latencyScale(t);
   const int arch = archIndex(t);
   // Step 2: the bus bandwidth.
   double link = commBandwidth(t), B = link;

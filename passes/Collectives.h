@@ -99,6 +99,9 @@ bool persistentGemms(const Target &t);
 /// PCIe 4.0 x16, per direction: the host link assumed when a user target states none.
 constexpr double kDefaultHostLink = 32e9;
 
+/// The host link after efficiency (the default when the target states none): what copies
+/// between host and device memory (offload, the inference KV cache's spill) move at.
+double hostLinkBandwidth(const Target &t);
 /// The device-to-device bandwidth after efficiency: the interconnect, or the host link when a
 /// target states no interconnect (traffic then crosses PCIe).
 double commBandwidth(const Target &t);

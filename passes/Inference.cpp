@@ -78,6 +78,7 @@
 //    to generate tokens is an error (checkServing).
 // Pipeline parallelism does not shorten a token's latency: a token passes every stage in
 // turn, so the times are sums over all ops; each stage holds 1/p of the cache.
+#include "passes/Collectives.h"
 #include "passes/Passes.h"
 #include "support/Diagnostics.h"
 #include "support/Format.h"
@@ -89,12 +90,6 @@
 namespace tally {
 
 namespace {
-
-/// The host link after efficiency, priced as passes/StepTime.cpp does (PCIe 4.0 x16 when a
-/// user target states none).
-double hostBandwidth(const Target &t) {
-  return (t.hostLink > 0 ? t.hostLink : 32e9) * t.efficiency.hostLink;
-}
 
 /// Step 2-3: one attention op of the graph, as a decode step sees it.
 struct AttentionOp {
@@ -331,7 +326,7 @@ void inference(Analysis &a) {
 
   // Steps 2-3: the decode step's ops; attention ops are priced per context in step 4.
   std::vector<AttentionOp> attention;
-  double stream = plan.precision.paramsOnHost ? a.memory.hostTotal / hostBandwidth(target) : 0;
+  double stream = plan.precision.paramsOnHost ? a.memory.hostTotal / hostLinkBandwidth(target) : 0;
   double fixedTime = (a.time.communication + a.time.hostTransfer - stream) / prompt + stream;
   double fixedFlops = 0, fixedBytes = 0;
   CacheTotals cache;

@@ -25,14 +25,6 @@ namespace tally {
 
 namespace {
 
-std::string num(double v) {
-  return isExactInteger(v, 1e6) ? integerText(v) : compactExponent(significant(v, 4));
-}
-
-SolverInput numberInput(std::string name, double v) { return {std::move(name), v, ""}; }
-SolverInput wordInput(std::string name, std::string text) {
-  return {std::move(name), 0, std::move(text)};
-}
 
 /// One candidate concurrency, as its analysis prices it.
 struct ServeRow {
@@ -80,11 +72,11 @@ SolverAnswer solveServe(const Analysis &a, const Relower &relower, double latenc
       "KV per token = " + integerText(inf.kvBytesPerToken) + " B per device (K and V of " +
       std::to_string(inf.layers) + " layers, " + std::to_string(inf.kvHeads) + " KV heads, " +
       nameOf(inf.kvDtype).str() +
-      (inf.kvReplication > 1 ? ", each KV head on " + num(inf.kvReplication) + " tensor ranks"
+      (inf.kvReplication > 1 ? ", each KV head on " + derivationNumber(inf.kvReplication) + " tensor ranks"
                              : std::string()) +
       ")");
-  r.derivation.push_back("a sequence of " + ctx + " tokens = " + num(inf.kvBlocksPerSequence) +
-                         " blocks of " + num(inf.kvBlock) + " tokens = " +
+  r.derivation.push_back("a sequence of " + ctx + " tokens = " + derivationNumber(inf.kvBlocksPerSequence) +
+                         " blocks of " + derivationNumber(inf.kvBlock) + " tokens = " +
                          integerText(inf.kvBytesPerSequence) + " B per device");
 
   AnalysisManager trials(a, relower);
@@ -120,8 +112,8 @@ SolverAnswer solveServe(const Analysis &a, const Relower &relower, double latenc
   r.derivation.push_back("at concurrency 1 the cache may take " + formatBytes(one.kvMemory) +
                          " (" + integerText(std::round(one.kvMemory)) + " B) of " +
                          formatBytes(memoryLimit(plan)) + ": at most floor(" +
-                         num(one.kvMemory) + " / " + num(inf.kvBytesPerSequence) + ") = " +
-                         num(one.maxConcurrent) + " sequences");
+                         derivationNumber(one.kvMemory) + " / " + derivationNumber(inf.kvBytesPerSequence) + ") = " +
+                         derivationNumber(one.maxConcurrent) + " sequences");
   r.derivation.push_back("inter-token latency = a decode step with every sequence at " + ctx +
                          " tokens (the weights and every sequence's cache read once)" +
                          (latencyBudget > 0 ? "; budget " + formatDuration(latencyBudget)
@@ -164,7 +156,7 @@ SolverAnswer solveServe(const Analysis &a, const Relower &relower, double latenc
       "the largest that fits" + std::string(latencyBudget > 0 ? " within the budget" : "") +
       ": " + std::to_string(answer) + " sequences, inter-token latency " +
       formatDuration(best.latency) + ", time to first token " + formatDuration(best.firstToken) +
-      ", " + num(best.tokensPerGpu) + " tokens/s per GPU");
+      ", " + derivationNumber(best.tokensPerGpu) + " tokens/s per GPU");
   return r;
 }
 

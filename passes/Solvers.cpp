@@ -24,18 +24,15 @@
 
 namespace tally {
 
-namespace {
-
-/// A number for a derivation line: integers below 1e6 as they are, others with four
-/// significant digits in C's %g with the exponent written "e24" rather than "e+24".
-std::string num(double v) {
+std::string derivationNumber(double v) {
   return isExactInteger(v, 1e6) ? integerText(v) : compactExponent(significant(v, 4));
 }
 
+namespace {
+
+
 std::string dtypeWord(Dtype d) { return d == Dtype::Invalid ? "none" : nameOf(d).str(); }
 
-SolverInput numberInput(std::string name, double v) { return {std::move(name), v, ""}; }
-SolverInput wordInput(std::string name, std::string text) { return {std::move(name), 0, std::move(text)}; }
 
 
 std::vector<int64_t> powersOfTwo(int64_t n);
@@ -70,7 +67,7 @@ std::string fitsWord(double peak, double limit) {
 
 /// "memory limit per device = 74.51 GiB (80e9 B, the H100_SXM's memory)".
 std::string limitLine(const Plan &plan, double limit) {
-  std::string line = "memory limit per device = " + formatBytes(limit) + " (" + num(limit) + " B";
+  std::string line = "memory limit per device = " + formatBytes(limit) + " (" + derivationNumber(limit) + " B";
   if (limit == plan.target.memoryBytes)
     line += ", the " + plan.target.name + "'s memory";
   return line + ")";
@@ -106,15 +103,15 @@ SolverAnswer solveRunTime(double params, double tokens, int64_t devices, const T
   double seconds = flops / throughput;
   r.answer = seconds / 86400.0;
   r.derivation = {
-      "FLOPs = 6 · N · D = 6 × " + num(params) + " × " + num(tokens) + " = " + num(flops) +
+      "FLOPs = 6 · N · D = 6 × " + derivationNumber(params) + " × " + derivationNumber(tokens) + " = " + derivationNumber(flops) +
           " (forward 2ND + backward 4ND)",
       "peak = " + target.name + " dense " + dtypeWord(dtype) + " = " +
           formatRate(peak, UnitDim::FlopRate) + " per device",
-      "throughput = devices × peak × MFU = " + std::to_string(devices) + " × " + num(peak) +
-          " × " + num(mfu) + " = " + num(throughput) + " FLOP/s",
-      "time = FLOPs / throughput = " + num(flops) + " / " + num(throughput) + " = " +
-          num(seconds) + " s",
-      "days = " + num(seconds) + " s / 86400 s = " + formatDuration(seconds)};
+      "throughput = devices × peak × MFU = " + std::to_string(devices) + " × " + derivationNumber(peak) +
+          " × " + derivationNumber(mfu) + " = " + derivationNumber(throughput) + " FLOP/s",
+      "time = FLOPs / throughput = " + derivationNumber(flops) + " / " + derivationNumber(throughput) + " = " +
+          derivationNumber(seconds) + " s",
+      "days = " + derivationNumber(seconds) + " s / 86400 s = " + formatDuration(seconds)};
   return r;
 }
 
@@ -160,23 +157,23 @@ SolverAnswer solveMaxParams(int64_t devices, const Target &target, const Optimiz
                           std::to_string(opt.states) + " " + opt.name + " state" +
                           (opt.states == 1 ? "" : "s") + " in " + dtypeWord(precision.optimizer) +
                           ")";
-  r.derivation.push_back("one device without sharding (ZeRO-0): " + num(mem) + " B / " +
-                         num(perDevice[0]) + " B = " +
+  r.derivation.push_back("one device without sharding (ZeRO-0): " + derivationNumber(mem) + " B / " +
+                         derivationNumber(perDevice[0]) + " B = " +
                          formatCount(std::floor(mem / perDevice[0])) + " parameters");
   r.derivation.push_back(
-      "bytes per parameter = params " + num(b.params) + " (" + dtypeWord(precision.params) +
-      ") + grads " + num(b.grads) + " (" + dtypeWord(precision.grads) + ") + master " +
-      num(b.master) + " (" + dtypeWord(precision.master) + ") + optimizer " + optStates + " = " +
-      num(b.total()) + " bytes");
+      "bytes per parameter = params " + derivationNumber(b.params) + " (" + dtypeWord(precision.params) +
+      ") + grads " + derivationNumber(b.grads) + " (" + dtypeWord(precision.grads) + ") + master " +
+      derivationNumber(b.master) + " (" + dtypeWord(precision.master) + ") + optimizer " + optStates + " = " +
+      derivationNumber(b.total()) + " bytes");
   r.derivation.push_back("total memory = devices × memory = " + std::to_string(devices) + " × " +
-                         num(mem) + " B = " + num(total) + " B");
-  r.derivation.push_back("N = total memory / bytes per parameter = " + num(total) + " / " +
-                         num(b.total()) + " = " + num(r.answer) + " = " + formatCount(r.answer) +
+                         derivationNumber(mem) + " B = " + derivationNumber(total) + " B");
+  r.derivation.push_back("N = total memory / bytes per parameter = " + derivationNumber(total) + " / " +
+                         derivationNumber(b.total()) + " = " + derivationNumber(r.answer) + " = " + formatCount(r.answer) +
                          " parameters (every state sharded over the " + std::to_string(devices) +
                          " devices: ZeRO-3)");
   for (int zero = 1; zero <= 2; ++zero)
     r.derivation.push_back("ZeRO-" + std::to_string(zero) + " over " + std::to_string(devices) +
-                           " devices: " + num(mem) + " B / " + num(perDevice[zero]) +
+                           " devices: " + derivationNumber(mem) + " B / " + derivationNumber(perDevice[zero]) +
                            " B per parameter per device = " +
                            formatCount(std::floor(mem / perDevice[zero])) + " parameters");
   r.derivation.push_back("caveat: activations, workspace and fragmentation are not counted; a "
@@ -346,7 +343,7 @@ SolverAnswer solveMicroBatch(const Analysis &a, const Relower &relower, double m
   r.derivation.push_back(
       "accumulation steps = batch / (micro_batch × data) = " + std::to_string(plan.batch) +
       " / (" + std::to_string(best->plan.microBatch) + " × " + std::to_string(data) + ") = " +
-      num(acc) + (acc == std::floor(acc) ? "" : " (not whole: some micro-steps are partial)"));
+      derivationNumber(acc) + (acc == std::floor(acc) ? "" : " (not whole: some micro-steps are partial)"));
   return r;
 }
 
@@ -404,7 +401,7 @@ SolverAnswer solveDevices(const Analysis &a, const Relower &relower, double memo
   }
   r.answer = static_cast<double>(found->plan.parallel.devices);
   r.derivation.push_back("fewest: " + show(*found) + ", accumulation steps " +
-                         num(accumulationSteps(found->plan)));
+                         derivationNumber(accumulationSteps(found->plan)));
   return r;
 }
 

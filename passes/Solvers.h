@@ -39,6 +39,15 @@ struct SolverInput {
   std::string text;            ///< non-empty: the input is this word and `number` is unused
 };
 
+inline SolverInput numberInput(std::string name, double v) { return {std::move(name), v, ""}; }
+inline SolverInput wordInput(std::string name, std::string text) {
+  return {std::move(name), 0, std::move(text)};
+}
+
+/// A number for a derivation line: integers below 1e6 as they are, others with four
+/// significant digits in C's %g with the exponent written "e24" rather than "e+24".
+std::string derivationNumber(double v);
+
 /// The answer to one what-if question.
 struct SolverAnswer {
   std::string question;        ///< "run-time", "max-params", "micro-batch", "devices"

@@ -529,10 +529,6 @@ double hostBytes(const Analysis &a, double m) {
   return bytes;
 }
 
-double hostBandwidth(const Target &t) {
-  return (t.hostLink > 0 ? t.hostLink : kDefaultHostLink) * t.efficiency.hostLink;
-}
-
 /// Step 7: the tensor group's all-reduces of `messages` (each its own collective).
 double allReduces(const Plan &plan, const std::vector<double> &messages) {
   Placement g = place(plan, 't');
@@ -663,7 +659,7 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
   a.time.expertParallelComm = expertAllToAll(a, tp);
   a.time.communication = a.time.tensorParallelComm + a.time.pipelineComm +
                          a.time.contextParallelComm + a.time.expertParallelComm;
-  a.time.hostTransfer = hostBytes(a, 1) / hostBandwidth(plan.target);
+  a.time.hostTransfer = hostBytes(a, 1) / hostLinkBandwidth(plan.target);
 }
 
 } // namespace
@@ -814,7 +810,7 @@ void stepTime(Analysis &a) {
   a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm +
                          a.time.pipelineComm + a.time.contextParallelComm +
                          a.time.expertParallelComm;
-  a.time.hostTransfer = hostBytes(a, m) / hostBandwidth(target);
+  a.time.hostTransfer = hostBytes(a, m) / hostLinkBandwidth(target);
 
   // Step 9.
   a.time.step = a.time.forward + a.time.backward + a.time.recompute + a.time.bubble +

@@ -11,7 +11,7 @@ namespace tally {
 
 namespace {
 
-const SarifRuleText kRules[] = {
+const SarifRuleText kSarifRules[] = {
     // ---- input text ----
     {"syntax-error", "The text does not follow tally's grammar.",
      "The parser met a token it did not expect; it recovers and may report several syntax "
@@ -174,7 +174,7 @@ const SarifRuleText kRules[] = {
 
 const SarifRuleText *sarifRuleText(DiagKind kind) {
   llvm::StringRef code = codeOf(kind);
-  for (const SarifRuleText &r : kRules)
+  for (const SarifRuleText &r : kSarifRules)
     if (code == r.code)
       return &r;
   return nullptr;

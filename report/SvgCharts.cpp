@@ -28,10 +28,10 @@ constexpr const char *kAxis = "#555";
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 /// A tick label: at most four significant digits, no trailing zeros ("0.01", "20", "1e+06").
-std::string num(double v) { return significant(v, 4); }
+std::string chartNumber(double v) { return significant(v, 4); }
 
 /// 10^k as a short number: 0.01, 1, 1000, 1e+06.
-std::string decade(int k) { return num(std::pow(10.0, k)); }
+std::string decade(int k) { return chartNumber(std::pow(10.0, k)); }
 
 /// A legend entry: a coloured square and its text.
 void legend(Svg &s, double x, double y, llvm::StringRef color, llvm::StringRef label) {
@@ -236,7 +236,7 @@ std::string memoryChart(const Analysis &a) {
 
   for (double v = 0; v <= xs.max + xs.step / 2; v += xs.step) {
     s.line(xs(v), barTop - 8, xs(v), barTop + barH + 8, kGrid);
-    centred(s, xs(v), barTop + barH + 22, num(v) + " GiB", 11);
+    centred(s, xs(v), barTop + barH + 22, chartNumber(v) + " GiB", 11);
   }
   s.text(left - 8, barTop + barH / 2 + 4, "per device", "end", 12);
   double x = 0;
@@ -365,7 +365,7 @@ std::string checkpointChart(const Analysis &a) {
   }
   for (double v = 0; v <= ys.max + ys.step / 2; v += ys.step) {
     s.line(left, ys(v), right, ys(v), kGrid);
-    s.text(left - 6, ys(v) + 4, num(v) + " GiB", "end", 11);
+    s.text(left - 6, ys(v) + 4, chartNumber(v) + " GiB", "end", 11);
   }
   s.line(left, bottom, right, bottom, kAxis);
   s.line(left, top, left, bottom, kAxis);

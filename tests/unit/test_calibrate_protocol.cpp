@@ -8,7 +8,13 @@
 
 #include <cstring>
 
+// In a namespace of its own: the unit tests build as one unity translation unit per batch,
+// and calibrate's Result would clash with tally's in the files after this one.
+namespace calibrate_protocol_tests {
+
 using namespace tally::calibrate;
+using tally::calibrate::Point;   // declared here, they hide tally's (a using-directive does not)
+using tally::calibrate::Result;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -136,3 +142,5 @@ TEST_CASE("calibrate: the attention curve, a point per call of every shape", "[c
   // The target text carries it.
   CHECK_THAT(renderTarget(r, "then"), Contains("  attention_curve = [(75072, "));
 }
+
+} // namespace calibrate_protocol_tests

@@ -13,6 +13,7 @@
 #include "support/Suggest.h"
 
 using namespace tally;
+using tally::test::countOf;
 
 namespace {
 
@@ -43,15 +44,6 @@ struct Fixture {
     return out;
   }
 };
-
-/// How many times `needle` occurs in `hay`.
-size_t countOf(const std::string &hay, const std::string &needle) {
-  size_t n = 0;
-  for (size_t pos = hay.find(needle); pos != std::string::npos;
-       pos = hay.find(needle, pos + needle.size()))
-    ++n;
-  return n;
-}
 
 const char *kSource = "w = param [512, 2304]\n"
                       "y = x @ w\n";

@@ -12,16 +12,9 @@
 #include "passes/Passes.h"
 
 using namespace tally;
+using tally::test::sourceDir;
 
 namespace {
-
-/// The repository root: $TALLY_SOURCE_DIR, or the source tree this file was compiled from.
-std::string sourceDir() {
-  if (const char *dir = std::getenv("TALLY_SOURCE_DIR"))
-    return dir;
-  std::string here = __FILE__; // .../tests/unit/test_examples.cpp
-  return here.substr(0, here.rfind("/tests/unit/"));
-}
 
 /// One example file, compiled with diagnostics collected instead of printed.
 struct Example {

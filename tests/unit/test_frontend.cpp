@@ -62,7 +62,7 @@ struct Eval {
 };
 
 /// A model with the lecture's DeepLinear shape, for lowering tests.
-const char *kTiny = R"(
+const char *kDeepLinearModule = R"(
 model M(d = 8) {
   param w: [d, d]
   forward(x: f32[batch, d]) { return mean(x @ w) }
@@ -128,7 +128,7 @@ TEST_CASE("N x TARGET { record } is a device spec, with x apart or glued", "[fro
   for (const char *spec : {"8 x H100_SXM { data = 8, zero = 1 }", "8x H100_SXM { data = 8, zero = 1 }"}) {
     INFO(spec);
     Quiet q;
-    REQUIRE(q.add(std::string(kTiny) + "train d { model = M() batch = 8 target = " + spec + " }\n"));
+    REQUIRE(q.add(std::string(kDeepLinearModule) + "train d { model = M() batch = 8 target = " + spec + " }\n"));
     const PlanDecl &p = *q.module().plans.at(1);
     const Expr &e = *p.settings.back().value;
     REQUIRE(e.kind == ExprKind::Device);
@@ -148,7 +148,7 @@ TEST_CASE("N x TARGET { record } is a device spec, with x apart or glued", "[fro
 
 TEST_CASE("settings on separate lines need no separator", "[frontend][parser]") {
   Quiet q;
-  REQUIRE(q.add(std::string(kTiny) + R"(
+  REQUIRE(q.add(std::string(kDeepLinearModule) + R"(
 train s {
   model = M()
   batch = 512
@@ -165,7 +165,7 @@ train s {
   CHECK(p.settings[3].value->suffix == "B");
   // On one line too, as long as a setting cannot be read as a unit: `8 seq =` is not 8 seq.
   Quiet one;
-  REQUIRE(one.add(std::string(kTiny) + "train o { model = M() batch = 8 seq = 16 target = H100_SXM }\n"));
+  REQUIRE(one.add(std::string(kDeepLinearModule) + "train o { model = M() batch = 8 seq = 16 target = H100_SXM }\n"));
   CHECK(one.module().plans.at(1)->settings.size() == 4);
 }
 
@@ -317,7 +317,7 @@ TEST_CASE("units combine by dimension", "[frontend][sema]") {
 
 TEST_CASE("a unit in the wrong place is a type error", "[frontend][sema]") {
   Quiet q;
-  REQUIRE(q.add(std::string(kTiny) +
+  REQUIRE(q.add(std::string(kDeepLinearModule) +
                 "target G { memory = 4 TB/s bandwidth = 4 TB/s peak { bf16 = 1 TFLOP/s } }\n"
                 "train g { model = M() batch = 8 target = G }\n"));
   CHECK_FALSE(q.analyze("g"));
@@ -328,7 +328,7 @@ TEST_CASE("a did-you-mean fix-it replaces only the misspelt name", "[frontend][s
   // The fix-it of `8 x H100_SMX` replaces the target name, not the device count; that of
   // `AdamW(weight_decy = ...)` the argument name, not its value.
   Quiet q;
-  REQUIRE(q.add(std::string(kTiny) +
+  REQUIRE(q.add(std::string(kDeepLinearModule) +
                 "train a { model = M() batch = 8 target = 8 x H100_SMX { dta = 8 } }\n"
                 "train b { model = M() batch = 8 optimizer = AdamW(weight_decy = 0.1) "
                 "target = 8 x H100_SXM { dta = 8 } }\n"));
@@ -488,7 +488,7 @@ train b { model = B() batch = 2 target = H100_SXM }
 
 TEST_CASE("the plan binds batch to the micro-batch and seq to the sequence", "[frontend][lower]") {
   Quiet q;
-  REQUIRE(q.add(std::string(kTiny) +
+  REQUIRE(q.add(std::string(kDeepLinearModule) +
                 "train big { model = M() batch = 64 micro_batch = 4 target = 8 x H100_SXM }\n"));
   REQUIRE(q.analyze("big"));
   const Graph &g = *q.c.graph;
@@ -500,7 +500,7 @@ TEST_CASE("the plan binds batch to the micro-batch and seq to the sequence", "[f
 
 TEST_CASE("a block argument overrides its default", "[frontend][lower]") {
   Quiet q;
-  REQUIRE(q.add(std::string(kTiny) + "train wide { model = M(d = 32) batch = 4 target = H100_SXM }\n"));
+  REQUIRE(q.add(std::string(kDeepLinearModule) + "train wide { model = M(d = 32) batch = 4 target = H100_SXM }\n"));
   auto a = q.analyze("wide");
   REQUIRE(a);
   CHECK(a->params.total == 32 * 32);

@@ -17,6 +17,7 @@
 #include "ir/Primitives.h"
 
 using namespace tally;
+using tally::test::sourceDir;
 
 namespace {
 
@@ -110,13 +111,6 @@ const std::map<std::string, Calls> kCalls = {
 };
 
 /// The repository root: $TALLY_SOURCE_DIR, or the source tree this file was compiled from.
-std::string sourceDir() {
-  if (const char *dir = std::getenv("TALLY_SOURCE_DIR"))
-    return dir;
-  std::string here = __FILE__; // .../tests/unit/test_primitives.cpp
-  return here.substr(0, here.rfind("/tests/unit/"));
-}
-
 std::string readFile(const std::string &path) {
   std::ifstream in(path);
   std::stringstream s;

@@ -92,9 +92,11 @@ cl::opt<bool> NoColor("no-color", cl::desc("Do not color diagnostics"), cl::sub(
 
 } // namespace buildopts
 
-namespace {
+namespace buildcmd {
 
 using namespace buildopts;
+
+namespace {
 
 int usageError(const std::string &msg) {
   errs() << "tally: error: " << msg << "\n";
@@ -929,8 +931,10 @@ int run() {
 }
 
 } // namespace
+} // namespace buildcmd
 
 int runBuild() {
+  using namespace buildcmd;
   if (Build)
     return build();
   if (Run)

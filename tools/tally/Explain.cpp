@@ -50,9 +50,11 @@ cl::opt<bool> NoColor("no-color", cl::desc("Do not color diagnostics"), cl::sub(
 
 } // namespace explainopts
 
-namespace {
+namespace explaincmd {
 
 using namespace explainopts;
+
+namespace {
 
 bool applyWarnings(DiagnosticEngine &diags) {
   for (const std::string &w : Warnings)
@@ -118,8 +120,10 @@ int explain() {
 }
 
 } // namespace
+} // namespace explaincmd
 
 int runExplain() {
+  using namespace explaincmd;
   if (!Explain)
     return -1;
   return explain();

@@ -89,9 +89,11 @@ cl::opt<Format> OutFormat("format", cl::desc("Output format"),
 
 } // namespace solveopts
 
-namespace {
+namespace solvecmd {
 
 using namespace solveopts;
+
+namespace {
 
 int usage(const std::string &msg) {
   errs() << "tally solve: error: " << msg << "\n";
@@ -521,8 +523,6 @@ int layoutQuestion() {
   return finish(r);
 }
 
-} // namespace
-
 /// serve: compile the file (--model FILE or FILE), take its infer plan (--plan, else the
 /// first infer plan) with max_context = --context, and search the concurrency.
 int serveQuestion() {
@@ -580,11 +580,15 @@ int serveQuestion() {
   return finish(solveServe(a, relower, budget));
 }
 
+} // namespace
+} // namespace solvecmd
+
 /// True when the command line names `tally solve`.
-bool solveSelected() { return static_cast<bool>(Solve); }
+bool solveSelected() { return static_cast<bool>(solveopts::Solve); }
 
 /// Runs `tally solve`; returns the exit code.
 int runSolve() {
+  using namespace solvecmd;
   if (Question == "run-time")
     return runTimeQuestion();
   if (Question == "max-params")
