@@ -362,17 +362,20 @@ def self_test():
         e.update(kv)
         return e
 
-    print("== clean run: every check must pass")
-    code, res = run_checks(fake, None, None, env_with())
-    expect("clean run passes every check (%d passed, %d failed)" % (res.passed, res.failed),
-           code == 0 and res.failed == 0 and res.passed > 0)
-
     cases = [
         ("grad:h.0.attn.qkv.weight", "gpt grad h.0.attn.qkv.weight", ["gpt AdamW"]),
         ("save:layer.attn.k.weight", "llama AdamW(tally grads) layer.attn.k.weight",
          ["llama AdamW(torch grads) layer.attn.k.weight"]),
         ("loss", "mlp loss", ["mlp memorise: curve"]),
     ]
+    # The clean run covers the models the corruptions touch (the others' checks run against the
+    # real tally in e2e-torch): 12 s of torch instead of 23 for every model.
+    corrupted = sorted({must.split()[0] for _, must, _ in cases})
+    print("== clean run (%s): every check must pass" % ", ".join(corrupted))
+    code, res = run_checks(fake, corrupted, None, env_with())
+    expect("clean run passes every check (%d passed, %d failed)" % (res.passed, res.failed),
+           code == 0 and res.failed == 0 and res.passed > 0)
+
     for perturb, must, may in cases:
         key = must.split()[0]
         print("== corrupted (%s): must fail on %s" % (perturb, must))
