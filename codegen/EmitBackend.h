@@ -39,6 +39,10 @@ struct Backend {
                                 int64_t rowQ, int64_t rowK, int64_t rowV, bool backward);
   /// As checkAttention, for the embedding backward's scratch (rows of ids, vocabulary).
   std::string (*checkEmbeddingBackward)(int64_t rows, int64_t vocab);
+  /// Files written beside the step from its finished source (the CPU's kernels.h and
+  /// kernels.cpp: the runtime kernels it calls, instantiated in a translation unit of their own);
+  /// null: none.
+  void (*kernelFiles)(const std::string &stepSource, std::vector<File> &files);
 };
 
 /// The CPU backend's description (codegen/EmitCpu.cpp).

@@ -60,7 +60,8 @@ const Backend &cudaBackend() {
       "cuda-data-parallel.cmake.in",
       {"cpu/", "driver/driver_cpu.cpp", "driver/tally_comm.h", nullptr},
       checkAttention,
-      checkEmbeddingBackward};
+      checkEmbeddingBackward,
+      nullptr};
   return be;
 }
 

@@ -682,6 +682,8 @@ bool Emitter::run(std::vector<File> &files) {
   if (!error.empty()) // tables() found an offset past int64
     return false;
   files.push_back({be.stepFile, src});
+  if (be.kernelFiles)
+    be.kernelFiles(src, files);
   std::string cmake = cmakeLists();
   if (!error.empty())
     return false;

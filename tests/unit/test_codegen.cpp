@@ -811,3 +811,46 @@ train t { model = M() batch = 2 seq = 16 optimizer = SGD(lr = 0.1) target = ZERO
   CHECK(!read.a->headPad.applies());
   CHECK(read.a->headPad.refused.find("is also read by") != std::string::npos);
 }
+
+TEST_CASE("codegen: the CPU step's kernels are instantiated in kernels.cpp, declared to step.cpp", "[codegen]") {
+  // Mixed bf16 data parallel: bf16 kernels, the AdamW update of bf16 gradients into the fp32
+  // master, the bf16 -> fp32 copies.
+  PlanOverrides two; // the file's target is the calibrated host, which unit tests cannot load
+  two.target = "2 x H100_SXM";
+  Compiled t(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2_bf16", two);
+  StepFiles step = emitStep(*t.a, false);
+  REQUIRE(step.error == "");
+  const std::string &src = step.byPath["step.cpp"], &h = step.byPath["kernels.h"], &k = step.byPath["kernels.cpp"];
+  CHECK(src.find("#include \"kernels.h\"\n") != std::string::npos);
+  CHECK(step.byPath["CMakeLists.txt"].find("add_executable(tally_step step.cpp kernels.cpp ") != std::string::npos);
+  // Every kernel step.cpp calls with storage-type arguments is in both files, once, and nothing else.
+  std::set<std::string> called;
+  for (const std::string &c : runtimeCalls(src)) {
+    std::string head = c.substr(0, c.find('('));
+    if (head.find('<') != std::string::npos)
+      called.insert(head);
+  }
+  REQUIRE(called.count("rt::matmul<rt::bf16>"));
+  REQUIRE(called.count("rt::adam_update<rt::bf16>"));
+  for (const std::string &c : called) {
+    CHECK(countOf(h, "extern template decltype(" + c + ") " + c + ";\n") == 1);
+    CHECK(countOf(k, "\ntemplate decltype(" + c + ") " + c + ";\n") == 1);
+  }
+  CHECK(countOf(h, "extern template") == called.size());
+  CHECK(countOf(k, "\ntemplate decltype") == called.size());
+  // The files depend only on the kernels: another layout of the same model and precision
+  // (ZeRO-1) gives the same kernels.cpp, which a compiler cache then finds.
+  Compiled z(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2z_bf16", two);
+  CHECK(emitStep(*z.a, false).byPath["kernels.cpp"] == k);
+  // A fused functor is step.cpp's own type: its templates are not named in kernels.cpp; the
+  // CUDA step has no kernel files.
+  PlanOverrides fuse;
+  fuse.target = "H100_SXM";
+  fuse.fuseKernels = true;
+  Compiled g(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally", "", fuse);
+  StepFiles fused = emitStep(*g.a, false);
+  REQUIRE(fused.error == "");
+  CHECK(fused.byPath["step.cpp"].find("_fused<float>(ctx, Fused") != std::string::npos);
+  CHECK(fused.byPath["kernels.cpp"].find("Fused") == std::string::npos);
+  CHECK(emitStep(*g.a, true).byPath.count("kernels.cpp") == 0);
+}
