@@ -43,10 +43,7 @@ cl::opt<Format> OutFormat("format", cl::desc("Output format"),
                           cl::init(Format::Text), cl::sub(Explain), cl::cat(Cat));
 PlanFlags Overrides(Cat, Explain);
 PricingBackend Backend(Cat, Explain); // as report's: the times explained are the ones it prices
-cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("Warning control: -Werror, -Wno-NAME, -Werror=NAME"),
-                               cl::value_desc("option"), cl::sub(Explain), cl::cat(Cat));
-cl::opt<bool> NoWarnings("w", cl::desc("Silence all warnings"), cl::sub(Explain), cl::cat(Cat));
-cl::opt<bool> NoColor("no-color", cl::desc("Do not color diagnostics"), cl::sub(Explain), cl::cat(Cat));
+DiagnosticFlags Diagnostics(Cat, Explain);
 
 } // namespace explainopts
 
@@ -55,19 +52,6 @@ namespace explaincmd {
 using namespace explainopts;
 
 namespace {
-
-bool applyWarnings(DiagnosticEngine &diags) {
-  for (const std::string &w : Warnings)
-    if (!diags.applyWarningOption("-W" + w)) {
-      errs() << "tally: error: unknown warning option '-W" << w << "'\n";
-      return false;
-    }
-  if (NoWarnings)
-    diags.applyWarningOption("-w");
-  if (NoColor)
-    diags.setShowColors(false);
-  return true;
-}
 
 PlanOverrides overrides() { return Overrides.overrides(Backend.cuda()); }
 
@@ -78,7 +62,7 @@ int explain() {
     return 2;
   }
   Compilation c;
-  if (!applyWarnings(c.diags))
+  if (!Diagnostics.apply(c.diags))
     return 2;
   if (!c.addFile(File))
     return 1;

@@ -4,8 +4,10 @@
 #pragma once
 
 #include "frontend/Sema.h"
+#include "support/Diagnostics.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace tally {
 
@@ -78,6 +80,35 @@ struct PricingBackend {
              llvm::cl::init(Framework), llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
 
   bool cuda() const { return step == Cuda; }
+};
+
+/// -W, -w and --no-color, declared once for the subcommands that print a file's diagnostics
+/// (check, report, explain): each command file defines one for its subcommands and applies it to
+/// its compilation's diagnostics.
+struct DiagnosticFlags {
+  llvm::cl::list<std::string> warnings;
+  llvm::cl::opt<bool> noWarnings, noColor;
+
+  template <class... Subs>
+  explicit DiagnosticFlags(llvm::cl::OptionCategory &cat, Subs &...subs)
+      : warnings("W", llvm::cl::Prefix, llvm::cl::desc("Warning control: -Werror, -Wno-NAME, -Werror=NAME"),
+                 llvm::cl::value_desc("option"), llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
+        noWarnings("w", llvm::cl::desc("Silence all warnings"), llvm::cl::sub(subs)..., llvm::cl::cat(cat)),
+        noColor("no-color", llvm::cl::desc("Do not color diagnostics"), llvm::cl::sub(subs)..., llvm::cl::cat(cat)) {}
+
+  /// Sets `diags` as the flags say; false, after printing why, for an unknown warning option.
+  bool apply(DiagnosticEngine &diags) const {
+    for (const std::string &w : warnings)
+      if (!diags.applyWarningOption("-W" + w)) {
+        llvm::errs() << "tally: error: unknown warning option '-W" << w << "'\n";
+        return false;
+      }
+    if (noWarnings)
+      diags.applyWarningOption("-w");
+    if (noColor)
+      diags.setShowColors(false);
+    return true;
+  }
 };
 
 } // namespace tally

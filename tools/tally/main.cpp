@@ -78,27 +78,11 @@ cl::opt<std::string> BudgetMfu("budget-mfu", cl::desc("Budget: MFU at least, e.g
 cl::opt<std::string> BudgetRunTime("budget-run-time", cl::desc("Budget: run time at most, e.g. 90days"),
                                    cl::value_desc("duration"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
 
-cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("Warning control: -Werror, -Wno-NAME, -Werror=NAME"),
-                               cl::value_desc("option"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-cl::opt<bool> NoWarnings("w", cl::desc("Silence all warnings"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
-cl::opt<bool> NoColor("no-color", cl::desc("Do not color diagnostics"), cl::sub(Check), cl::sub(Report), cl::cat(Cat));
+DiagnosticFlags Diagnostics(Cat, Check, Report);
 
 } // namespace opts
 
 namespace {
-
-bool applyWarnings(DiagnosticEngine &diags) {
-  for (const std::string &w : opts::Warnings)
-    if (!diags.applyWarningOption("-W" + w)) {
-      errs() << "tally: error: unknown warning option '-W" << w << "'\n";
-      return false;
-    }
-  if (opts::NoWarnings)
-    diags.applyWarningOption("-w");
-  if (opts::NoColor)
-    diags.setShowColors(false);
-  return true;
-}
 
 /// The file's settings as the command line overrides them; `--backend cuda` prices tally's CUDA
 /// step as `tally run --backend cuda` does (fused unless --fuse=false).
@@ -176,7 +160,7 @@ int runCheck() {
     bool lastFile = f + 1 == opts::CheckFiles.size();
     auto owned = std::make_unique<Compilation>();
     Compilation &c = lastFile ? keptToExit(std::move(owned)) : *owned;
-    if (!applyWarnings(c.diags))
+    if (!opts::Diagnostics.apply(c.diags))
       return 2;
     if (sarif || jsonDiags)
       c.diags.setOutput(nullptr);
@@ -228,7 +212,7 @@ int runReport() {
   if (opts::OutFormat == opts::Format::Sarif)
     return usageError("--format sarif is for `tally check`");
   Compilation &c = keptToExit(std::make_unique<Compilation>());
-  if (!applyWarnings(c.diags))
+  if (!opts::Diagnostics.apply(c.diags))
     return 2;
   std::optional<std::vector<BudgetSpec>> budgets = budgetFlags();
   if (!budgets)
