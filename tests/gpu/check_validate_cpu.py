@@ -43,4 +43,24 @@ has_gpu = subprocess.run([python, "-c", "import torch,sys; sys.exit(0 if torch.c
 if not has_gpu:
     assert parts["torch/gpt2-124m/eager"] == "fail" and parts["torch/gpt2-350m/eager"] == "fail", parts
     assert all(r["measured_step_ms"] is None for r in res["steps"])
-print("gpu-validate degrades as it should: %d parts reported, table last" % len(parts))
+# Part (d)'s comparison (tests/gpu/compare_losses.py) on reports written here: within rtol agrees
+# (exit 0), a step past it disagrees (1), a report without losses or of another length is an
+# error or a disagreement, never a pass.
+def compare(cpu, cuda, rtol):
+    paths = []
+    for i, rep in enumerate((cpu, cuda)):
+        paths.append(os.path.join(out, "loss_case_%d.json" % i))
+        with open(paths[-1], "w") as f:
+            json.dump(rep, f)
+    verdict = os.path.join(out, "loss_case.json")
+    rc = subprocess.run([python, os.path.join(src, "tests/gpu/compare_losses.py"), paths[0], paths[1], "--rtol", str(rtol),
+                         "--json", verdict], capture_output=True, text=True).returncode
+    return rc, (json.load(open(verdict)) if rc in (0, 1) else None)
+rc, v = compare({"loss": [10.5, 10.1, 9.8]}, {"loss": [10.6, 10.15, 9.7]}, 2e-2)
+assert rc == 0 and v["agree"] and abs(v["max_rel"] - 0.1 / 9.8) < 1e-12, (rc, v)
+rc, v = compare({"loss": [10.5, 10.1, 9.8]}, {"loss": [10.5, 10.1, 9.8 * (1 + 2e-4)]}, 1e-4)
+assert rc == 1 and not v["agree"], (rc, v)
+assert compare({"loss": [10.5, 10.1]}, {"loss": [10.5]}, 1e-4)[0] == 1
+assert compare({"loss": [10.5]}, {"backend": "cuda"}, 1e-4)[0] == 2
+print("gpu-validate degrades as it should: %d parts reported, table last; compare_losses agrees, "
+      "disagrees and refuses as it should" % len(parts))
