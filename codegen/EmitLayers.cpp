@@ -295,11 +295,12 @@ bool Emitter::layerNorm() {
   const auto &in = op->inputs;
   const auto &out = op->outputs;
   const OpAttrs &at = op->attrs;
-  if (!needDense(in[0], "the input") || !sameType({in[0], in[1], out[0]}))
+  // inputs: x, then the weight and the bias when given (no weight: the runtime scales by 1)
+  if (!needDense(in[0], "the input") || !sameType({in[0], in.size() > 1 ? in[1] : in[0], out[0]}))
     return false;
   int64_t cols = last(in[0]);
   line(llvm::formatv("rt::layer_norm_fwd{10}<{0}>(ctx, {11}{1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9});", T(out[0]),
-                     ptr(in[0]), ptr(in[1]), in.size() > 2 ? ptr(in[2]) : "nullptr", ptr(out[0]),
+                     ptr(in[0]), in.size() > 1 ? ptr(in[1]) : "nullptr", in.size() > 2 ? ptr(in[2]) : "nullptr", ptr(out[0]),
                      ptr(out[1]), ptr(out[2]), n(in[0]) / std::max<int64_t>(1, cols), cols, number(at.eps),
                      prologue.empty() ? "" : "_fused", prologue.empty() ? "" : prologue + ", ")
            .str());
@@ -322,8 +323,11 @@ bool Emitter::rmsNorm() {
 
 bool Emitter::normBackward(bool layer) {
   const auto &in = op->inputs;
-  // inputs: x, w, (mean,) rstd, dy; outputs: dx, dw, db as gradMask says.
-  TensorId x = in[0], w = in[1], dy = in.back();
+  // inputs: x, w, (mean,) rstd, dy (layer norm without a weight: x, mean, rstd, dy); outputs:
+  // dx, dw, db as gradMask says.
+  bool weight = !layer || in.size() == 5;
+  TensorId x = in[0], w = weight ? in[1] : x, dy = in.back();
+  unsigned stats = weight ? 2 : 1; // the first row statistic's input
   std::string d[3] = {"nullptr", "nullptr", "nullptr"};
   unsigned out = 0;
   bool accDx = false;
@@ -344,7 +348,8 @@ bool Emitter::normBackward(bool layer) {
   int64_t cols = last(x), rows = n(x) / std::max<int64_t>(1, cols);
   if (layer)
     line(llvm::formatv("rt::layer_norm_bwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11});",
-                       T(x), ptr(x), ptr(w), ptr(in[2]), ptr(in[3]), ptr(dy), d[0], d[1], d[2], rows, cols,
+                       T(x), ptr(x), weight ? ptr(w) : "nullptr", ptr(in[stats]), ptr(in[stats + 1]), ptr(dy),
+                       d[0], d[1], d[2], rows, cols,
                        boolean(accDx))
              .str());
   else

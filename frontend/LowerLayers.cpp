@@ -188,15 +188,27 @@ LOWERING(Softmax, &Lowerer::softmaxOp)
 Value Lowerer::layerNormOp(const Bound &b, const Expr &e, Scope &scope) {
   OpAttrs attrs;
   TensorId x = kNone, y = kNone, z = kNone;
-  if (!tensorArg(b, "x", x) || !tensorArg(b, "weight", y))
+  if (!tensorArg(b, "x", x))
     return {};
-  if (b.has(slot(b, "bias")) && !tensorArg(b, "bias", z))
+  bool weight = b.has(slot(b, "weight")), bias = b.has(slot(b, "bias"));
+  if ((weight && !tensorArg(b, "weight", y)) || (bias && !tensorArg(b, "bias", z)))
     return {};
+  if (bias && !weight) { // the op's inputs are (x), (x, weight) or (x, weight, bias)
+    const Value &v = b.values[slot(b, "bias")];
+    auto d = diags.report(DiagKind::WrongArgCount, v.range.Start,
+                          "'layer_norm' has a bias but no weight: a layer norm without a weight "
+                          "(LayerNorm(d, affine = false)) has no bias either");
+    d.range(v.range);
+    context(d);
+    return {};
+  }
   auto eps = numberArg(b, "eps");
   if (!eps)
     return {};
   attrs.eps = *eps;
-  if (z == kNone)
+  if (!weight)
+    return op1(OpKind::LayerNorm, {x}, attrs, e, scope);
+  if (!bias)
     return op1(OpKind::LayerNorm, {x, y}, attrs, e, scope);
   return op1(OpKind::LayerNorm, {x, y, z}, attrs, e, scope);
 }

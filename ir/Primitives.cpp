@@ -59,7 +59,9 @@ const std::vector<Primitive> &primitives() {
       // attention reads the result through views (MLA's per-head q_rope, concatenated)
       {OpKind::Rope, {P("x"), P("fraction", "1"), P("head", "0")}, 1},
       {OpKind::Softmax, {P("x"), P("dim", "-1")}, 1},
-      {OpKind::LayerNorm, {P("x"), P("weight"), P("bias"), P("eps", "1e-5")}, 2},
+      // weight and bias optional: layer_norm(x) normalises alone (PyTorch's
+      // elementwise_affine = False); a bias needs a weight
+      {OpKind::LayerNorm, {P("x"), P("weight"), P("bias"), P("eps", "1e-5")}, 1},
       {OpKind::RmsNorm, {P("x"), P("weight"), P("eps", "1e-6")}, 2},
       {OpKind::Attention,
        {P("q"), P("k"), P("v"), P("heads"), P("kv_heads", "heads"), P("causal", "false"),

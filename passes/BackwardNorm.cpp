@@ -19,9 +19,13 @@ void softmaxBackward(Builder &b, const Op &op, TensorId dy) {
   b.finish(x, t);
 }
 
-/// layer_norm_backward(x, weight, mean, rstd, dy) → dx, dweight, dbias.
+/// layer_norm_backward(x, weight, mean, rstd, dy) → dx, dweight, dbias; without a weight
+/// (layer_norm(x)) layer_norm_backward(x, mean, rstd, dy) → dx.
 void layerNormBackward(Builder &b, const Op &op, TensorId dy) {
-  llvm::SmallVector<TensorId, 3> in{op.inputs[0], op.inputs[1], op.outputs[1], op.outputs[2], dy};
+  llvm::SmallVector<TensorId, 3> in{op.inputs[0]};
+  if (op.inputs.size() > 1)
+    in.push_back(op.inputs[1]);
+  in.append({op.outputs[1], op.outputs[2], dy});
   b.multiBackward(op, OpKind::LayerNormBackward, in, {0u, 1u, 2u});
 }
 

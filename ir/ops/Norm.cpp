@@ -46,9 +46,20 @@ void savedSoftmax(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
 
 bool isLayerNorm(const Op &op) { return op.kind == OpKind::LayerNorm; }
 
+/// Whether a norm or its backward scales by a weight: layer_norm(x) (no weight and no bias,
+/// PyTorch's elementwise_affine = False, OLMo 1) has one input, its backward
+/// layer_norm_backward(x, mean, rstd, dy) four; every other form has a weight.
+bool normHasWeight(const Op &op) {
+  if (op.kind == OpKind::LayerNorm)
+    return op.inputs.size() >= 2;
+  if (op.kind == OpKind::LayerNormBackward)
+    return op.inputs.size() == 5;
+  return true;
+}
+
 bool inferNorm(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                ShapeError &err) {
-  if (!expectInputs(op, 2, isLayerNorm(op) ? 3 : 2, err))
+  if (!expectInputs(op, isLayerNorm(op) ? 1 : 2, isLayerNorm(op) ? 3 : 2, err))
     return false;
   const Shape &x = in(g, op, 0).shape;
   if (x.empty())
@@ -70,8 +81,20 @@ bool inferNorm(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &
   return true;
 }
 
+/// The input gradient's FLOPs per element: 12 for layer norm (11 without a weight: no g = w·dy),
+/// 8 for RMS norm; the forward's grad(0) and the backward op's count both read it.
+int normDxFlops(const Op &op) {
+  if (op.kind == OpKind::LayerNorm || op.kind == OpKind::LayerNormBackward)
+    return normHasWeight(op) ? 12 : 11;
+  return 8;
+}
+
 struct NormCounts : BaseCounts {
   template <class C> static Num<C> flops(C &c) {
+    if (isLayerNorm(c.op) && !normHasWeight(c.op)) {
+      c.note("mean, variance and normalise per element (no weight, no bias)");
+      return c.lit(6) * c.n();
+    }
     if (isLayerNorm(c.op)) {
       c.note("mean, variance, normalise, scale and shift per element");
       return c.lit(8) * c.n();
@@ -87,8 +110,8 @@ struct NormCounts : BaseCounts {
   }
   template <class C> static Num<C> grad(C &c, unsigned i) {
     if (i == 0) {
-      c.note("the input gradient");
-      return c.lit(isLayerNorm(c.op) ? 12 : 8) * c.n();
+      c.note(normHasWeight(c.op) ? "the input gradient" : "the input gradient (no weight to scale dy by)");
+      return c.lit(normDxFlops(c.op)) * c.n();
     }
     c.note(i == 1 ? "the weight: Σ over rows of g·x̂" : "the bias: Σ over rows of g");
     return c.n();
@@ -102,7 +125,7 @@ void savedNorm(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
   keep(g, out, op.inputs[0], "input");
   for (size_t i = 1; i < op.outputs.size(); ++i)
     keep(g, out, op.outputs[i], "row statistics");
-  if (need(needGrad, 0))
+  if (need(needGrad, 0) && normHasWeight(op))
     keep(g, out, op.inputs[1], "weight"); // dx scales by the weight (a parameter, already resident)
 }
 
@@ -117,15 +140,23 @@ struct SoftmaxBackwardCounts : BaseCounts {
 };
 
 /// layer_norm_backward(x, w, mean, rstd, dy) and rms_norm_backward(x, w, rstd, dy): the
-/// gradients of x, the weight and the bias that gradMask asks for, in that order.
+/// gradients of x, the weight and the bias that gradMask asks for, in that order. Without a
+/// weight, layer_norm_backward(x, mean, rstd, dy) gives dx alone.
 bool inferNormBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<TensorType> &outs,
                        ShapeError &err) {
   bool ln = op.kind == OpKind::LayerNormBackward;
-  if (!expectInputs(op, ln ? 5 : 4, ln ? 5 : 4, err))
+  if (!expectInputs(op, 4, ln ? 5 : 4, err))
     return false;
-  const Tensor &x = in(g, op, 0), &w = in(g, op, 1);
+  const Tensor &x = in(g, op, 0);
   if (gradWanted(op, 0))
-    outs.push_back({x.shape, in(g, op, ln ? 4 : 3).dtype});
+    outs.push_back({x.shape, in(g, op, static_cast<unsigned>(op.inputs.size() - 1)).dtype}); // dy's
+  if (!normHasWeight(op)) {
+    if (op.attrs->gradMask & ~1u)
+      return fail(err, ShapeErrorKind::Invalid,
+                  "layer_norm_backward without a weight has no weight or bias gradient");
+    return true;
+  }
+  const Tensor &w = in(g, op, 1);
   for (unsigned i = 1; i <= (ln ? 2u : 1u); ++i)
     if (gradWanted(op, i))
       outs.push_back({w.shape, w.dtype});
@@ -139,7 +170,7 @@ struct NormBackwardCounts : BaseCounts {
     Num<C> n = c.numelIn(0);
     Terms<C> t{c};
     if (gradWanted(c.op, 0))
-      t.add(c.lit(c.op.kind == OpKind::LayerNormBackward ? 12 : 8) * n);
+      t.add(c.lit(normDxFlops(c.op)) * n);
     if (gradWanted(c.op, 1))
       t.add(n);
     if (gradWanted(c.op, 2))

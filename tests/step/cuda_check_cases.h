@@ -359,6 +359,21 @@ template <class T> std::vector<CaseResult> runCases(rt::Ctx& ctx, Mem& m, const 
     if (bias) o["db"] = get(m, db, cols);
     add(bias ? "layer_norm" : "layer_norm_nobias", o);
   }
+  {  // layer norm without a weight or a bias (w, b, dw, db null: OLMo 1's norm)
+    const int64_t rows = 70, cols = 200;
+    const T* x = m.upload(randomT<T>(22, rows * cols, -2.f, 3.f));
+    const T* dy = m.upload(randomT<T>(25, rows * cols));
+    T* y = m.template zeros<T>(rows * cols);
+    float* mean = m.template zeros<float>(rows);
+    float* rstd = m.template zeros<float>(rows);
+    T* dx = m.upload(randomT<T>(28, rows * cols));  // accumulated into
+    const T* none = nullptr;
+    rt::layer_norm_fwd<T>(ctx, x, none, none, y, mean, rstd, rows, cols, 1e-5f);
+    rt::layer_norm_bwd<T>(ctx, x, none, mean, rstd, dy, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr), rows,
+                          cols, true);
+    add("layer_norm_noaffine", {{"y", get(m, y, rows * cols)}, {"mean", get(m, mean, rows)},
+                                {"rstd", get(m, rstd, rows)}, {"dx", get(m, dx, rows * cols)}});
+  }
   {  // fused: a generated functor alone, and as the prologue of a layer and an RMS norm
     const int64_t rows = 70, cols = 200;
     const T* x = m.upload(randomT<T>(60, rows * cols, -2.f, 2.f));

@@ -295,25 +295,35 @@ TEST_CASE("fd: softmax", "[fd]") {
 
 // ---- norms ---------------------------------------------------------------------------------------
 static Covers covLayerNorm(true, {"layer_norm_fwd", "layer_norm_bwd"});
-TEST_CASE("fd: layer norm (x, w, b; without bias)", "[fd]") {
+TEST_CASE("fd: layer norm (x, w, b; without bias; without weight or bias)", "[fd]") {
   const int64_t rows = 3, cols = 8, n = rows * cols;
-  for (bool bias : {true, false}) {
+  // affine 2: weight and bias; 1: weight alone; 0: neither (w and b null, OLMo 1's norm).
+  for (int affine : {2, 1, 0}) {
     Vec x = uniform(n, 101, -2, 2), w = uniform(cols, 102, 0.5, 1.5), b = uniform(cols, 103), W = uniform(n, 104);
+    const double* wp = affine > 0 ? w.data() : nullptr;
     std::vector<float> mean(rows), rstd(rows);
     auto loss = [&]() {
       Vec y(n);
-      rt::layer_norm_fwd<double>(ctx, x.data(), w.data(), bias ? b.data() : nullptr, y.data(), mean.data(),
+      rt::layer_norm_fwd<double>(ctx, x.data(), wp, affine == 2 ? b.data() : nullptr, y.data(), mean.data(),
                                  rstd.data(), rows, cols, 1e-5f);
       return dotv(y, W);
     };
     loss();
     Vec dx(n), dw(cols, 0.0), db(cols, 0.0);
-    rt::layer_norm_bwd<double>(ctx, x.data(), w.data(), mean.data(), rstd.data(), W.data(), dx.data(), dw.data(),
-                               bias ? db.data() : nullptr, rows, cols, false);
-    INFO("bias " << bias);
+    rt::layer_norm_bwd<double>(ctx, x.data(), wp, mean.data(), rstd.data(), W.data(), dx.data(),
+                               affine > 0 ? dw.data() : nullptr, affine == 2 ? db.data() : nullptr, rows, cols,
+                               false);
+    INFO("affine " << affine);
     expect_close("layer_norm dx", dx, numgrad(x, loss), tol("layer_norm"));
-    expect_close("layer_norm dw", dw, numgrad(w, loss), tol("layer_norm"));
-    if (bias) expect_close("layer_norm db", db, numgrad(b, loss), tol("layer_norm"));
+    if (affine > 0) expect_close("layer_norm dw", dw, numgrad(w, loss), tol("layer_norm"));
+    if (affine == 2) expect_close("layer_norm db", db, numgrad(b, loss), tol("layer_norm"));
+    if (affine == 0) {  // y = x̂ exactly: the unit-scale output of the weighted kernel with w = 1
+      Vec ones(cols, 1.0), y0(n), y1(n);
+      rt::layer_norm_fwd<double>(ctx, x.data(), nullptr, nullptr, y0.data(), mean.data(), rstd.data(), rows, cols, 1e-5f);
+      rt::layer_norm_fwd<double>(ctx, x.data(), ones.data(), nullptr, y1.data(), mean.data(), rstd.data(), rows, cols,
+                                 1e-5f);
+      expect_close("layer_norm y without a weight", y0, y1, tol("layer_norm"));
+    }
   }
 }
 

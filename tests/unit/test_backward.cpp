@@ -163,6 +163,43 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
     CHECK(&*s.ops[o].attrs == &*g.ops[o].attrs);
 }
 
+TEST_CASE("backward: a layer norm without a weight has dx alone, 11 FLOPs per element", "[backward]") {
+  // OLMo 1's norm: LayerNorm(d, affine = false) between two Linears. No parameter; its
+  // backward reads (x, mean, rstd, dy) and writes dx; the step verifies and matches the oracle.
+  Compiled t(R"(
+model M(d = 16) {
+  fc  = Linear(d, d)
+  ln  = LayerNorm(d, affine = false)
+  out = Linear(d, 4, bias = false)
+  forward(x: f32[batch, seq, d]) { return mean(out(ln(fc(x)))) }
+}
+train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1e-3)
+          precision = fp32 checkpoint = none target = H100_SXM }
+)");
+  checkStep(*t.a);
+  CHECK(t.block("ln").count == 0);
+  CHECK(t.a->params.total == 16 * 16 + 16 + 16 * 4);
+  const double n = 2 * 8 * 16; // one micro-batch
+  OpId ln = t.op("ln.layer_norm");
+  CHECK(t.g().ops[ln].inputs.size() == 1);
+  CHECK(t.at("ln.layer_norm").forward.flops == 6 * n);
+  CHECK(t.at("ln.layer_norm").inputGradFlops == 11 * n);
+  CHECK(t.at("ln.layer_norm").weightGradFlops == 0);
+  unsigned found = 0;
+  for (const Op &op : t.a->step->ops)
+    if (op.kind == OpKind::LayerNormBackward) {
+      ++found;
+      CHECK(op.forwardOp == ln);
+      REQUIRE(op.inputs.size() == 4); // x, mean, rstd, dy
+      CHECK(op.inputs[0] == t.g().ops[ln].inputs[0]);
+      CHECK(op.inputs[1] == t.g().ops[ln].outputs[1]);
+      CHECK(op.inputs[2] == t.g().ops[ln].outputs[2]);
+      CHECK(op.attrs->gradMask == 1u);
+      CHECK(op.outputs.size() == 1);
+    }
+  CHECK(found == 1);
+}
+
 TEST_CASE("backward: the tied head writes one gradient into the embedding's", "[backward]") {
   Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M");
   const Graph &s = *t.a->step;

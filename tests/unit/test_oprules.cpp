@@ -394,6 +394,41 @@ TEST_CASE("oprules: softmax and normalisations keep row statistics", "[oprules]"
   CHECK(e.message == "layer_norm weight [16] does not match the last dimension of [batch, seq, 32]");
 }
 
+TEST_CASE("oprules: a layer norm without a weight prices the normalisation alone", "[oprules]") {
+  // layer_norm(x) (PyTorch's elementwise_affine = False, OLMo 1): mean, variance and normalise,
+  // 6 per element (8 with the scale and shift); dx 11 per element (12 with g = w·dy); no
+  // parameter read, kept or differentiated.
+  Builder b(Dtype::BF16);
+  TensorId x = b.activation(b.shape({{2, "batch"}, {8, "seq"}, {32, ""}}), Dtype::BF16);
+  double n = 2 * 8 * 32, rows = 16;
+  OpId ln = b.op(OpKind::LayerNorm, {x});
+  REQUIRE(b.g.ops[ln].outputs.size() == 3);
+  CHECK(b.g.formatShape(b.shapeOf(b.out(ln))) == "[batch, seq, 32]");
+  CHECK(b.fwd(ln).flops == 6 * n);
+  CHECK(b.fwd(ln).bytesRead == n * 2);                  // x alone, no weight
+  CHECK(b.fwd(ln).bytesWritten == n * 2 + rows * 8);    // y, mean and rstd
+  CHECK(b.grad(ln, 0) == 11 * n);
+  CHECK(b.executedBackward(ln) == 11 * n);
+  std::vector<SavedTensor> kept = b.saved(ln);
+  REQUIRE(kept.size() == 3); // x and the row statistics: no weight
+  CHECK(kept[0].tensor == x);
+  CHECK(std::string(kept[1].what) == "row statistics");
+  CHECK(std::string(kept[2].what) == "row statistics");
+
+  // Its backward, layer_norm_backward(x, mean, rstd, dy): dx alone, the same 11 per element.
+  OpAttrs dxOnly;
+  dxOnly.gradMask = 1;
+  TensorId dy = b.activation(b.shape({{2, "batch"}, {8, "seq"}, {32, ""}}), Dtype::BF16);
+  OpId bwd = b.op(OpKind::LayerNormBackward, {x, b.out(ln, 1), b.out(ln, 2), dy}, dxOnly);
+  REQUIRE(b.g.ops[bwd].outputs.size() == 1);
+  CHECK(b.fwd(bwd).flops == 11 * n);
+  CHECK(b.g.formatShape(b.shapeOf(b.out(bwd))) == "[batch, seq, 32]");
+  OpAttrs withWeight;
+  withWeight.gradMask = 3;
+  ShapeError e = b.error(OpKind::LayerNormBackward, {x, b.out(ln, 1), b.out(ln, 2), dy}, withWeight);
+  CHECK(e.message == "layer_norm_backward without a weight has no weight or bias gradient");
+}
+
 TEST_CASE("oprules: causal flash attention executes the lower triangle", "[oprules]") {
   Builder b(Dtype::BF16);
   const double B = 2, s = 1024, d = 768, h = 12, dh = 64;

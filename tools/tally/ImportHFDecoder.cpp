@@ -350,7 +350,7 @@ std::string normText(NormKind k) {
   switch (k) {
   case NormKind::RMS: return "RMSNorm(d, eps = eps)";
   case NormKind::LayerNorm: return "LayerNorm(d, eps = eps)";
-  case NormKind::NoAffine: return "PlainLayerNorm(d, eps = eps)";
+  case NormKind::NoAffine: return "LayerNorm(d, eps = eps, affine = false)";
   }
   return "";
 }
@@ -574,17 +574,9 @@ block {0} {
               sig, n, attn, mlp);
 }
 
-/// Helper blocks: OLMo's LayerNorm without weights, OLMo's clip.
+/// Helper blocks: OLMo's clip.
 std::string helperBlocks(const Decoder &m) {
   std::string out;
-  if (m.norm == NormKind::NoAffine)
-    out += R"(// OLMo's LayerNorm has no weight and no bias (elementwise_affine = False). layer_norm takes a
-// scale, so it gets a constant vector of ones (exp(0) at each of d positions), not a parameter.
-block PlainLayerNorm(d, eps) {
-  forward(x) { return layer_norm(x, exp(positions(d) * 0.0), eps = eps) }
-}
-
-)";
   if (m.clip)
     out += R"(// clamp(x, -c, c) with relu: x inside [-c, c], c above, -c below.
 block Clip(c) {
@@ -831,6 +823,9 @@ std::string headerText(Config &c, const Decoder &m) {
   if (f == "gemma3_text" && c.has("rope_local_base_freq"))
     h += "// the sliding layers' rotary theta is rope_local_base_freq = " +
          Config::fmt(c.number("rope_local_base_freq", 10000)) + ": no count changes\n";
+  if (m.norm == NormKind::NoAffine)
+    h += "// OLMo's LayerNorm has no weight and no bias (elementwise_affine = False): "
+         "LayerNorm(d, affine = false)\n";
   if (m.clip)
     h += "// clip_qkv = " + Config::fmt(*m.clip) + ": q, k and v are clipped (Clip below)\n";
   return h + m.notes;

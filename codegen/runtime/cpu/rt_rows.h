@@ -104,6 +104,7 @@ struct NoPrologue {
 }  // namespace detail
 
 /// y = (x − mean) · rstd · w + b per row (biased variance, eps inside the root); saves mean, rstd.
+/// w null: no weight and no bias (y = (x − mean) · rstd, PyTorch's elementwise_affine = False).
 /// layer_norm_fwd_fused first runs `pro` (a generated functor, the step's fused elementwise run
 /// that computes x) on every element of the row, which writes x, then normalises the row.
 template <class T, class F>
@@ -114,7 +115,7 @@ void layer_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, const 
   const char* kernel = plain ? "layer_norm_fwd" : "fused";
   detail::KernelScope ks(ctx, kernel);
   detail::require_sizes(kernel, {rows, cols});
-  detail::require(w != nullptr, kernel, "w must not be null");
+  detail::require(w != nullptr || b == nullptr, kernel, "a bias needs a weight (w is null, b is not)");
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
   for (int64_t r = 0; r < rows; ++r) {
     if (!plain)
@@ -125,7 +126,7 @@ void layer_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, const 
     if (mean) mean[r] = static_cast<float>(mu);
     if (rstd) rstd[r] = static_cast<float>(rs);
     for (int64_t j = 0; j < cols; ++j)
-      y[r * cols + j] = store<T>(layer_norm_y(load(px[j]), mu, rs, load(w[j]), b ? load(b[j]) : A(0)));
+      y[r * cols + j] = store<T>(layer_norm_y(load(px[j]), mu, rs, w ? load(w[j]) : A(1), b ? load(b[j]) : A(0)));
   }
 }
 
@@ -136,15 +137,17 @@ void layer_norm_fwd(Ctx& ctx, const T* x, const T* w, const T* b, T* y, float* m
 }
 
 /// dx (+)= rstd · (g − mean(g) − x̂ · mean(g·x̂)), g = w·dy; dw += Σ_rows dy·x̂; db += Σ_rows dy.
-/// Uses the fp32 mean/rstd the forward saved (for every storage type, fp64 included).
+/// Uses the fp32 mean/rstd the forward saved (for every storage type, fp64 included). w null: the
+/// norm had no weight (g = dy), and dw, db must be null.
 template <class T>
 void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const float* rstd,
                     const T* dy, T* dx, T* dw, T* db, int64_t rows, int64_t cols, bool accumulate) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "layer_norm_bwd");
   detail::require_sizes("layer_norm_bwd", {rows, cols});
-  detail::require(w != nullptr && mean != nullptr && rstd != nullptr, "layer_norm_bwd",
-                  "w, mean and rstd must not be null");
+  detail::require(mean != nullptr && rstd != nullptr, "layer_norm_bwd", "mean and rstd must not be null");
+  detail::require(w != nullptr || (dw == nullptr && db == nullptr), "layer_norm_bwd",
+                  "a norm without a weight (w null) has no dw or db");
   const int nt = ctx.nthreads();
   // Per-thread partial sums of dw and db (sized for nt threads even when the region runs on fewer).
   std::vector<std::vector<A>> pw(nt, std::vector<A>(static_cast<size_t>(dw ? cols : 0), A(0)));
@@ -160,7 +163,7 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
       A mg = 0, mgx = 0;
 #pragma omp simd reduction(+ : mg, mgx)
       for (int64_t j = 0; j < cols; ++j) {
-        A xh = (load(px[j]) - mu) * rs, g = load(w[j]) * load(pd[j]);
+        A xh = (load(px[j]) - mu) * rs, g = (w ? load(w[j]) : A(1)) * load(pd[j]);
         mg += g;
         mgx += g * xh;
       }
@@ -168,7 +171,7 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
       mgx /= static_cast<A>(cols);
       for (int64_t j = 0; j < cols; ++j) {
         A d = load(pd[j]), xh = (load(px[j]) - mu) * rs;
-        if (dx) detail::put(dx[r * cols + j], layer_norm_dx(xh, load(w[j]) * d, mg, mgx, rs), accumulate);
+        if (dx) detail::put(dx[r * cols + j], layer_norm_dx(xh, (w ? load(w[j]) : A(1)) * d, mg, mgx, rs), accumulate);
         if (dw) pw[t][j] += d * xh;
         if (db) pb[t][j] += d;
       }

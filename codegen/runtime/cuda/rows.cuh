@@ -70,7 +70,7 @@ __global__ void normFwdKernel(const T* x, const T* w, const T* b, T* y, float* m
   }
   const float r = norm_rstd(blockSum(v, sh) / static_cast<float>(cols), eps);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float xv = load(x[base + c]), wv = load(w[c]);
+    const float xv = load(x[base + c]), wv = w ? load(w[c]) : 1.f;  // w null: layer norm without a weight
     y[base + c] = store<T>(LAYER ? layer_norm_y(xv, mu, r, wv, b ? load(b[c]) : 0.f) : rms_norm_y(xv, r, wv));
   }
   if (threadIdx.x == 0) {
@@ -88,7 +88,7 @@ __global__ void normBwdDxKernel(const T* x, const T* w, const float* mean, const
   const float mu = LAYER ? mean[blockIdx.x] : 0.f, r = rstd[blockIdx.x];
   float sg = 0.f, sgx = 0.f;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float g = load(w[c]) * load(dy[base + c]);
+    const float g = (w ? load(w[c]) : 1.f) * load(dy[base + c]);
     sg += g;
     sgx += g * (load(x[base + c]) - mu) * r;
   }
@@ -96,7 +96,7 @@ __global__ void normBwdDxKernel(const T* x, const T* w, const float* mean, const
   const float mg = LAYER ? blockSum(sg, sh) * inv : 0.f;
   const float mgx = blockSum(sgx, sh) * inv;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float g = load(w[c]) * load(dy[base + c]);
+    const float g = (w ? load(w[c]) : 1.f) * load(dy[base + c]);
     const float xhat = (load(x[base + c]) - mu) * r;
     put(dx + base + c, LAYER ? layer_norm_dx(xhat, g, mg, mgx, r) : rms_norm_dx(xhat, g, mgx, r), accumulate);
   }
@@ -310,7 +310,7 @@ void softmax_bwd(Ctx& ctx, const T* y, const T* dy, T* dx, int64_t rows, int64_t
 template <class T>
 void layer_norm_fwd(Ctx& ctx, const T* x, const T* w, const T* b, T* y, float* mean, float* rstd, int64_t rows,
                     int64_t cols, float eps) {
-  if (!w) cu::fail("layer_norm_fwd", ctx.where, "the weight may not be null");
+  if (!w && b) cu::fail("layer_norm_fwd", ctx.where, "a bias needs a weight (w is null, b is not)");
   cu::launch(ctx, "layer_norm_fwd", cu::normFwdKernel<T, true>,
              dim3(cu::rowsGrid("layer_norm_fwd", ctx.where, rows)), cuda_plan::rowThreads(cols), 0, x, w, b, y,
              mean, rstd, cols, eps, cu::NoPrologue{});
@@ -321,7 +321,7 @@ void layer_norm_fwd(Ctx& ctx, const T* x, const T* w, const T* b, T* y, float* m
 template <class T, class F>
 void layer_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, const T* b, T* y, float* mean, float* rstd,
                           int64_t rows, int64_t cols, float eps) {
-  if (!w) cu::fail("fused", ctx.where, "the weight may not be null");
+  if (!w && b) cu::fail("fused", ctx.where, "a bias needs a weight (w is null, b is not)");
   cu::launch(ctx, "fused", cu::normFwdKernel<T, true, F>, dim3(cu::rowsGrid("fused", ctx.where, rows)),
              cuda_plan::rowThreads(cols), 0, x, w, b, y, mean, rstd, cols, eps, pro);
 }
@@ -353,6 +353,7 @@ void normBwd(Ctx& ctx, const char* k, const T* x, const T* w, const float* mean,
 template <class T>
 void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const float* rstd, const T* dy, T* dx,
                     T* dw, T* db, int64_t rows, int64_t cols, bool accumulate) {
+  if (!w && (dw || db)) cu::fail("layer_norm_bwd", ctx.where, "a norm without a weight (w null) has no dw or db");
   cu::normBwd<T, true>(ctx, "layer_norm_bwd", x, w, mean, rstd, dy, dx, dw, db, rows, cols, accumulate);
 }
 

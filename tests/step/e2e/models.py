@@ -2,7 +2,7 @@
 
 mlp.tally, gpt.tally (plans gpt and gpt_unfused: materialised attention, the same function),
 llama.tally and gemma.tally (plans gemma and gemma_unfused: sliding window, soft-capping,
-gelu_tanh) (this folder) written again with torch.nn.functional, with
+gelu_tanh, a final LayerNorm without weight or bias) (this folder) written again with torch.nn.functional, with
 tally's semantics (docs/runtime.md, codegen/runtime/API.md): parameters are named by their tally
 path with `[i]` written `.i`; Linear.weight is [in, out] and Linear's bias is `.b`; gelu is the
 erf form; layer_norm has eps 1e-5 inside the root; RMSNorm y = x·w/√(mean(x²) + 1e-6); attention
@@ -269,7 +269,7 @@ def _gemma(key="gemma"):
                    (blk + "mlp.gate.weight", (d, hidden), "matrix"),
                    (blk + "mlp.up.weight", (d, hidden), "matrix"),
                    (blk + "mlp.down.weight", (hidden, d), "matrix")]
-    params += [("norm.weight", (d,), "norm")]
+    # The final norm has no parameter: LayerNorm(d, affine = false), F.layer_norm without weight.
 
     def block(P, b, x, w):
         h = rms_norm(x, P[b + "attn_norm.weight"])
@@ -283,7 +283,7 @@ def _gemma(key="gemma"):
     def loss(P, batch):
         tokens = batch["tokens"].long()
         x = block(P, "full.", block(P, "local.", P["embed.weight"][tokens], window), 0)
-        logits = rms_norm(x, P["norm.weight"]) @ P["embed.weight"].t()
+        logits = F.layer_norm(x, (d,), None, None, 1e-5) @ P["embed.weight"].t()
         return next_token_loss(final_cap * torch.tanh(logits / final_cap), tokens)
 
     return ModelSpec(key, key, params, [("tokens", "I32", (S,))], loss, vocab=V, seq=S,
