@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""check_data_parallel.py — the generated CPU step on two MPI processes (issue 7 item 5).
+"""check_data_parallel.py — the generated CPU step on two MPI processes, and on four for data x
+tensor (issue 7 item 5, issue 39).
 
 Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --save W
 --dump-grads G` for the plans of dp.tally and checks:
@@ -43,6 +44,12 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     params region is its cut, derived here from the shapes (qkv and fc weights and biases halved
     along their columns, the projections' weights along their rows, the rest whole); the bytes
     each rank sent (the ring all-reduces) equal the estimate's tensor-parallel bytes exactly.
+  - data x tensor (dp2tp2: 4 processes, tensor = 2, data = 2 derived, the tensor group
+    innermost as the plan's order says) gives dp1's loss, last gradients and weights (data rank
+    0's cuts gathered) within RTOL_ZERO; every rank's arena and regions equal the estimate's for
+    that rank, its params region its cut; the bytes each rank sent, counted per group, equal the
+    estimate's per group exactly and the derivation: to its tensor group tp2's bytes on half the
+    micro-batches, to its data group its grads region (a ring of 2 sends the whole bucket).
   - pipeline parallelism (pp2: pipeline = 2, 1F1B; pp2v2: interleave = 2, Megatron's interleaved
     schedule) of a 4-layer model gives the one-process run's (pp1) loss at every step, its last
     gradients and its weights within RTOL_ZERO; each rank's arena and regions equal the
