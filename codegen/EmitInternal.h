@@ -14,6 +14,7 @@
 #include "codegen/EmitBackend.h"
 
 #include "ir/OpRules.h"
+#include "passes/Collectives.h"
 #include "passes/Fusion.h"
 #include "passes/Passes.h"
 

@@ -456,12 +456,16 @@ bool Emitter::checkPlan() {
     return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
   if (s.loss == kNone)
     return fail("the model returns no loss to train on");
-  if (par.tensor > 1 && (be.device || par.sequenceParallel || plan.fuseKernels || par.data > 1 ||
-                         par.pipeline != 1 || par.context != 1 || par.expert != 1)) {
-    std::string how = par.sequenceParallel ? "without sequence_parallel"
-                      : plan.fuseKernels   ? "without fused kernels (build it without --fuse)"
-                      : par.data > 1 ? "on its own, not combined with data = " + std::to_string(par.data)
-                                     : "on its own, not with pipeline, context or expert parallelism";
+  const bool tensorZero = par.data > 1 && par.zero > 0;
+  if (par.tensor > 1 && (be.device || par.sequenceParallel || plan.fuseKernels || tensorZero || par.pipeline != 1 ||
+                         par.context != 1 || par.expert != 1)) {
+    std::string how =
+        par.sequenceParallel ? "without sequence_parallel"
+        : plan.fuseKernels   ? "without fused kernels (build it without --fuse)"
+        : tensorZero ? "with data parallelism but not with ZeRO (zero = " + std::to_string(par.zero) +
+                           "): its ZeRO collectives, master shards and pieces are not run over each data group of "
+                           "tensor cuts yet"
+                     : "on its own or with data parallelism, not with pipeline, context or expert parallelism";
     return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend " +
                 (be.device ? "does not run tensor parallelism yet (the CPU backend runs it, under MPI)"
                            : "runs tensor parallelism " + how));
@@ -478,10 +482,10 @@ bool Emitter::checkPlan() {
     return fail("tensor = " + std::to_string(par.tensor) + ": the plan was not analyzed as the generated step runs it");
   if (pipelined() && !checkPipeline())
     return false;
-  if ((par.tensor != 1 && par.devices != par.tensor) || (par.pipeline != 1 && par.devices != par.pipeline) ||
+  if ((par.tensor != 1 && par.devices != par.tensor * par.data) || (par.pipeline != 1 && par.devices != par.pipeline) ||
       par.context != 1 || par.expert != 1 || (par.tensor == 1 && par.pipeline == 1 && par.devices != par.data))
-    return fail("the " + title() + " backend runs data, tensor or pipeline parallelism, each on its own (processes "
-                "under " + be.parallelEngine + "); this plan combines them (data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
+    return fail("the " + title() + " backend runs data, tensor or pipeline parallelism, each on its own, or data with "
+                "tensor (processes under " + be.parallelEngine + "); this plan combines them (data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
                 std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
                 std::to_string(par.expert) + ")");
   if (par.data > 1 && par.zero > 1 && be.device)
@@ -557,7 +561,7 @@ std::string Emitter::layoutRow(const std::string &params, const std::string &inp
   double lossScale = plan.precision.lossScaling ? kLossScale : 1.0;
   int64_t data = plan.parallel.data;
   return llvm::formatv("{{{0}, {1}, {2}, \"{3}\", {4}, {5}, {6}, {7}, {8}, {9}, \"{10}\", \"{11}\", {12}, {13}, {14}, "
-                       "{15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}}",
+                       "{15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}}",
                        literal(g.model), literal(plan.name), literal(opt.source), be.name, arena, regions.params.bytes,
                        regions.grads.bytes, regions.master.bytes, regions.optimizer.bytes, dataBytes,
                        stName(plan.precision.grads),
@@ -565,7 +569,8 @@ std::string Emitter::layoutRow(const std::string &params, const std::string &inp
                        plan.microBatch, plan.batch / (plan.microBatch * data), number(lossScale),
                        llvm::formatv("{0:e6}", a.flops.step).str(), s.params.empty() ? 0 : s.params.size(),
                        s.inputs.size(), params, inputs, data, sharded() ? 1 : regions.tensorShards, regions.shard,
-                       plan.parallel.tensor, plan.parallel.pipeline, stage)
+                       plan.parallel.tensor, plan.parallel.pipeline, stage, rankStride(plan, 't'),
+                       rankStride(plan, 'd'))
       .str();
 }
 

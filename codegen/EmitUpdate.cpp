@@ -63,6 +63,10 @@ std::string Emitter::communication(int64_t gradElems) {
   std::string T = ctype(plan.precision.grads);
   int64_t d = plan.parallel.data;
   const std::vector<std::pair<int64_t, int64_t>> bs = gradientBuckets();
+  // Data × tensor: each bucket is summed over the rank's data group by a counted ring
+  // (tally_comm::dp_all_reduce, blocking), so the bytes sent to the data group are measured
+  // beside the tensor group's; data parallelism alone keeps MPI's all-reduce.
+  const bool ring = tensorParallel();
   if (overlap()) {
     std::string out = llvm::formatv("/// Data parallel over {0} ranks ({1}; runtime/{2}), overlapped with the backward: the\n"
                                     "/// gradients in {3} bucket(s) of at most 25 MiB of G, each divided by {0} and its sum\n"
@@ -70,14 +74,19 @@ std::string Emitter::communication(int64_t gradElems) {
                                     "/// (start_bucket, called from micro_step); reduce_gradients() waits for them all.\n",
                                     d, be.parallelEngine, be.commHeader, bs.size())
                           .str();
+    if (ring)
+      out += "/// Data × tensor: over this rank's data group, each bucket's ring all-reduce runs to its end\n"
+             "/// where it starts (the CPU's MPI moves data only inside its calls), so the wait finds none.\n";
     out += "static const int64_t kBuckets[][2] = {\n";
     for (auto [b0, b1] : bs)
       out += llvm::formatv("    {{{0}, {1}},\n", b0, b1).str();
     out += "};\n\nstatic void start_bucket(rt::Ctx &ctx, int k) {\n" +
            siteText("data_parallel.reduce_gradients", "communication") +
-           llvm::formatv("  rt::scale<{0}>(ctx, G<{0}>(0) + kBuckets[k][0], {1}, kBuckets[k][1] - kBuckets[k][0]);\n"
-                         "  tally_comm::all_reduce_start<{0}>(ctx, G<{0}>(0), kBuckets[k][0], kBuckets[k][1], k);\n}\n\n",
-                         T, number(1.0 / static_cast<double>(d)))
+           llvm::formatv("  rt::scale<{0}>(ctx, G<{0}>(0) + kBuckets[k][0], {1}, kBuckets[k][1] - kBuckets[k][0]);\n", T,
+                         number(1.0 / static_cast<double>(d)))
+               .str() +
+           (ring ? llvm::formatv("  tally_comm::dp_all_reduce<{0}>(ctx, G<{0}>(0), kBuckets[k][0], kBuckets[k][1]);\n}\n\n", T)
+                 : llvm::formatv("  tally_comm::all_reduce_start<{0}>(ctx, G<{0}>(0), kBuckets[k][0], kBuckets[k][1], k);\n}\n\n", T))
                .str();
     out += "static void reduce_gradients(rt::Ctx &ctx) {\n";
     std::vector<bool> started(bs.size(), false);
@@ -113,7 +122,7 @@ std::string Emitter::communication(int64_t gradElems) {
          siteText("data_parallel.reduce_gradients", "communication");
   out += llvm::formatv("  rt::scale<{0}>(ctx, G<{0}>(0), {1}, {2});\n", T, number(1.0 / static_cast<double>(d)), gradElems)
              .str();
-  out += each(sharded() ? "reduce_scatter" : "all_reduce") + "}\n\n";
+  out += each(sharded() ? "reduce_scatter" : ring ? "dp_all_reduce" : "all_reduce") + "}\n\n";
   if (!sharded())
     return out;
   out += "/// ZeRO: every rank's shard of the averaged gradients to every rank (--dump-grads).\n"

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 namespace tally {
@@ -167,23 +168,37 @@ double networkBandwidth(const Target &t) {
   return link * t.efficiency.communication;
 }
 
+namespace {
+/// The degree of dimension `c` ('t', 'p', 'c', else data), at least 1.
+int64_t rankDegree(const Parallelism &par, char c) {
+  int64_t d = c == 't' ? par.tensor : c == 'p' ? par.pipeline : c == 'c' ? par.context : par.data;
+  return d > 1 ? d : 1;
+}
+} // namespace
+
+int64_t rankStride(const Plan &plan, char dim) {
+  const Parallelism &par = plan.parallel;
+  int64_t stride = 1;
+  for (char c : par.order) {
+    if (c == dim)
+      break;
+    int64_t d = rankDegree(par, c);
+    stride = stride > INT64_MAX / d ? INT64_MAX : stride * d; // the plan's devices bound it
+  }
+  return stride;
+}
+
+int64_t rankCoordinate(const Plan &plan, int64_t rank, char dim) {
+  return rank / rankStride(plan, dim) % rankDegree(plan.parallel, dim);
+}
+
 Placement place(const Plan &plan, char dim) {
   const Parallelism &par = plan.parallel;
-  auto deg = [&](char c) {
-    return degree(c == 't'   ? par.tensor
-                  : c == 'p' ? par.pipeline
-                  : c == 'c' ? par.context
-                             : par.data);
-  };
+  auto deg = [&](char c) { return static_cast<double>(rankDegree(par, c)); };
   // The expert group ('e') is the innermost e of the data ranks, the expert-data group ('x')
   // the data ranks that hold the same experts, e apart.
   double e = degree(par.expert);
-  double stride = 1;
-  for (char c : par.order) {
-    if (c == (dim == 'e' || dim == 'x' ? 'd' : dim))
-      break;
-    stride *= deg(c);
-  }
+  double stride = static_cast<double>(rankStride(plan, dim == 'e' || dim == 'x' ? 'd' : dim));
   Placement g;
   g.n = deg(dim);
   if (dim == 'e' || dim == 'x') {

@@ -22,6 +22,13 @@ struct Placement {
 /// 'e' the expert group, 'x' the data ranks holding the same experts).
 Placement place(const Plan &plan, char dim);
 
+/// Where the plan puts its ranks (Parallelism::order, innermost first): rank q sits at
+/// coordinate (q / stride) % degree along dimension `dim` ('t', 'c', 'p', 'd'), the stride being
+/// the product of the degrees of the dimensions inside it. place() groups the ranks by this
+/// stride and the generated step splits its MPI groups by it (codegen/EmitStep.cpp, kLayout).
+int64_t rankStride(const Plan &plan, char dim);
+int64_t rankCoordinate(const Plan &plan, int64_t rank, char dim);
+
 enum class Collective { AllReduce, ReduceScatter, AllGather, AllToAll };
 
 /// NCCL's algorithms (src/include/device.h's NCCL_ALGO_*), and Direct for the grouped

@@ -436,8 +436,13 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
     char name;
     double G, PT, P; ///< gradient, trainable-parameter and parameter bytes of the device
   };
-  const Group groups[2] = {{'d', (T - X) * bg, (T - X) * bp, (N - XA) * bp},
-                           {'x', X / e * bg, X / e * bp, XA / e * bp}};
+  Group groups[2] = {{'d', (T - X) * bg, (T - X) * bp, (N - XA) * bp}, {'x', X / e * bg, X / e * bp, XA / e * bp}};
+  // The generated CPU step's tensor parallelism (Plan::tensorStep) holds the embeddings, norms
+  // and head whole on every tensor rank and cuts the rest (TensorShard.cpp), so T / t is not
+  // its gradient: it all-reduces its grads region over the data group, padding and all, in
+  // buckets of that region (codegen/EmitUpdate.cpp); price that.
+  if (plan.tensorStep && par.tensor > 1 && a.tensorStepError.empty() && a.regions.grads.bytes > 0)
+    groups[0].G = static_cast<double>(a.regions.grads.bytes);
   std::pair<double, double> grads{0, 0}; // (all messages, last message)
   double gather = 0, G = 0;
   double window = par.zero <= 1 ? backwardOne : par.zero == 2 ? m * backwardOne : m * computeOne;

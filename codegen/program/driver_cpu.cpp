@@ -66,9 +66,9 @@ uint8_t *region(int64_t bytes) {
   return static_cast<uint8_t *>(p);
 }
 
-int rank = 0; ///< this process's rank: tensor rank rank % tensor of data rank rank / tensor, or pipeline stage
+int rank = 0; ///< this process's rank: its tensor and data ranks by the plan's order (tensorRankOf), or pipeline stage
 int64_t world() { return kLayout.ranks * kLayout.tensor * kLayout.pipeline; }
-int64_t dataRank() { return rank / (kLayout.tensor * kLayout.pipeline); }
+int64_t dataRank() { return dataRankOf(rank); }
 /// The parameters of each rank are a part of the model (tensor cuts, ZeRO 2/3 pieces, stages).
 bool partedModel() { return kLayout.zero >= 2 || kLayout.tensor > 1 || kLayout.pipeline > 1; }
 
@@ -237,6 +237,9 @@ int main(int argc, char **argv) {
         "; `mpirun -np " + std::to_string(world()) + "`), not " +
         std::to_string(tally_comm::size()));
   try {
+    // Data × tensor: this rank's tensor group and data group (one kind alone: the world).
+    tally_comm::split_groups(tensorRankOf(rank), static_cast<int>(kLayout.tensor), dataRankOf(rank),
+                             static_cast<int>(kLayout.ranks));
     mem.arena = region(kLayout.arenaBytes);
     mem.params = region(kLayout.paramsBytes);
     mem.grads = region(kLayout.gradsBytes);
@@ -253,7 +256,7 @@ int main(int argc, char **argv) {
 
     const double start = rt::now_seconds() - started; // allocation, initialisation, data
     std::vector<double> losses, times;
-    int64_t sent = 0;
+    int64_t sent = 0, sentBy[tally_comm::kKinds] = {0, 0, 0};
     int64_t skipped = 0, total = args.steps; // the first args.warmup untimed
     Progress progress;
     progress.on = progress.on && rank == 0;
@@ -276,6 +279,8 @@ int main(int argc, char **argv) {
                                checks ? checkGradients : nullptr);
       double dt = rt::now_seconds() - t0 - gradientCheck.seconds;
       sent = tally_comm::sent_bytes(); // the ring collectives of this step (ZeRO 2 and 3, tensor parallel)
+      for (int k = 0; k < tally_comm::kKinds; ++k)
+        sentBy[k] = tally_comm::sent_bytes(static_cast<tally_comm::SentKind>(k));
       // The whole batch's loss: the mean of the data ranks' (a tensor group's are equal; only a
       // pipeline's last stage has one, the others 0).
       if (world() > 1)
@@ -298,6 +303,9 @@ int main(int argc, char **argv) {
     if (!args.save.empty())
       saveRank(args, mem, rank, tally_comm::sum, tally_comm::merge);
     std::vector<int64_t> sentByRank = tally_comm::gather_counts(sent);
+    std::vector<int64_t> sentByGroup[tally_comm::kKinds];
+    for (int k = 0; k < tally_comm::kKinds; ++k)
+      sentByGroup[k] = tally_comm::gather_counts(sentBy[k]);
     int64_t peak = peakResidentBytes();
     // Per rank (item 6 of issue 39): its median step, communication and idle time (receives
     // waited in: op class "bubble") per timed step, peak resident memory, arena and regions.
@@ -328,7 +336,14 @@ int main(int argc, char **argv) {
       out += "  \"sent_bytes\": [";
       for (size_t r = 0; r < sentByRank.size(); ++r)
         out += (r ? ", " : "") + std::to_string(sentByRank[r]);
-      out += "],\n";
+      out += "],\n  \"sent_bytes_by_group\": {";
+      const char *names[tally_comm::kKinds] = {"data", "tensor", "pipeline"};
+      for (int k = 0; k < tally_comm::kKinds; ++k) {
+        out += std::string(k ? "], " : "") + "\"" + names[k] + "\": [";
+        for (size_t r = 0; r < sentByGroup[k].size(); ++r)
+          out += (r ? ", " : "") + std::to_string(sentByGroup[k][r]);
+      }
+      out += "]},\n";
     }
     out += "  \"model_flops\": " + num(kLayout.modelFlops) + ",\n";
     out += "  \"skipped_steps\": " + std::to_string(skipped) + ",\n  \"kernels\": [";

@@ -441,6 +441,11 @@ void writeTensors(const std::string &path, bool grads, const Memory &from, const
   w.write(path);
 }
 
+/// Rank q's tensor rank and data rank, by the plan's rank order (kLayout's strides; the
+/// tensor group innermost by default: q % tensor and q / tensor).
+inline int tensorRankOf(int64_t q) { return static_cast<int>(q / kLayout.tensorStride % kLayout.tensor); }
+inline int dataRankOf(int64_t q) { return static_cast<int>(q / kLayout.dataStride % kLayout.ranks); }
+
 /// ZeRO: the whole fp32 master (the grads region's element order, kLayout.ranks × shard
 /// elements), of which a rank's master region holds elements [rank·shard, (rank+1)·shard).
 size_t wholeMasterBytes() { return static_cast<size_t>(kLayout.ranks * kLayout.shard) * sizeof(float); }
@@ -518,8 +523,10 @@ struct WholeModel {
   /// (ParamInfo::tpDim, tpParts), and of its gradient or master copy, between `shards` (its
   /// regions) and this whole model. A parameter whole on every rank is copied from the
   /// shards by tensor rank 0 only, so that `merge` assembles every byte from one rank.
-  void tensorCuts(Memory &shards, int tr, bool grads, bool toShards) {
+  void tensorCuts(Memory &shards, int tr, int dr, bool grads, bool toShards) {
     const int64_t t = kLayout.tensor;
+    if (!toShards && dr != 0) // data × tensor: the data ranks hold the same cuts; data rank 0's are merged
+      return;
     eachState(shards, grads, [&](int i) {
       const ParamInfo &s = kLayout.params[i];
       return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool) {
@@ -561,9 +568,9 @@ struct WholeModel {
     if (kLayout.pipeline > 1)
       stageParts(shards, grads, toShards);
     else if (kLayout.tensor > 1)
-      tensorCuts(shards, static_cast<int>(rank % kLayout.tensor), grads, toShards);
+      tensorCuts(shards, tensorRankOf(rank), dataRankOf(rank), grads, toShards);
     else
-      pieces(shards, rank, grads, toShards);
+      pieces(shards, dataRankOf(rank), grads, toShards);
   }
   /// Every rank's pieces on every rank: each byte is held by one rank and zero on the others,
   /// so `merge` (a bitwise or over the ranks) assembles them.

@@ -1,8 +1,11 @@
 // Data parallelism for generated CPU steps: the processes of one data-parallel group and the
 // collectives the step runs over them. Built with TALLY_MPI (the generated CMakeLists.txt
-// defines it, and links MPI, only for a plan with data > 1) these are MPI calls on
-// MPI_COMM_WORLD, the N processes `mpirun -np N` started; without it the group is this one
-// process and nothing is called. Every collective works in place on a region of the memory
+// defines it, and links MPI, only for a plan on several processes) these are MPI calls on
+// the N processes `mpirun -np N` started; without it the group is this one process and
+// nothing is called. A plan of one kind of parallelism runs its collectives on MPI_COMM_WORLD;
+// data × tensor (issue 39 item 4) splits the world into tensor groups and data groups
+// (split_groups, by the plan's rank order): the tensor-parallel all-reduces run on the
+// rank's tensor group, the gradient reduction and ZeRO's collectives on its data group. Every collective works in place on a region of the memory
 // plan (the gradients), so a step allocates nothing for communication; each is timed as a
 // kernel (ctx.timer) under the op class the step set ("communication").
 //
@@ -33,9 +36,27 @@ using tally_mpi::rank;
 using tally_mpi::size;
 using tally_mpi::sum;
 
+/// A group of ranks the collectives run over: its communicator, this rank's place in it, its
+/// size, and which count of sent bytes its transfers add to (kData, kTensor, kPipeline).
+enum SentKind { kData = 0, kTensor = 1, kPipeline = 2, kKinds = 3 };
+struct Group {
+  MPI_Comm comm;
+  int rank, size;
+  SentKind kind;
+};
+
 namespace detail {
 
 using tally_mpi::check;
+
+inline Group &data_group() {
+  static Group g{MPI_COMM_WORLD, tally_mpi::rank(), tally_mpi::size(), kData};
+  return g;
+}
+inline Group &tensor_group() {
+  static Group g{MPI_COMM_WORLD, tally_mpi::rank(), tally_mpi::size(), kTensor};
+  return g;
+}
 
 inline int count(int64_t n, const char *what) {
   if (n < 0 || n > INT_MAX)
@@ -90,18 +111,44 @@ inline void parts(int64_t begin, int64_t end, int64_t shard, int ranks, std::vec
 inline void init(int *argc, char ***argv) { detail::check(MPI_Init(argc, argv), "MPI_Init"); }
 inline void finalize() { MPI_Finalize(); }
 
+/// Data × tensor (issue 39 item 4): this process is tensor rank `tr` of `t` and data rank `dr`
+/// of `d` (the plan's rank order, kLayout); the ranks of one data rank form its tensor group
+/// (ordered by tensor rank), those of one tensor rank its data group (ordered by data rank).
+/// With one kind of parallelism both groups stay MPI_COMM_WORLD.
+inline void split_groups(int tr, int t, int dr, int d) {
+  if (t <= 1 || d <= 1)
+    return;
+  MPI_Comm tc, dc;
+  detail::check(MPI_Comm_split(MPI_COMM_WORLD, dr, tr, &tc), "MPI_Comm_split");
+  detail::check(MPI_Comm_split(MPI_COMM_WORLD, tr, dr, &dc), "MPI_Comm_split");
+  int tn = 0, dn = 0, trank = 0, drank = 0;
+  MPI_Comm_size(tc, &tn);
+  MPI_Comm_size(dc, &dn);
+  MPI_Comm_rank(tc, &trank);
+  MPI_Comm_rank(dc, &drank);
+  if (tn != t || dn != d || trank != tr || drank != dr)
+    throw std::runtime_error("the tensor and data groups do not match the plan's rank order (tensor group of " +
+                             std::to_string(tn) + ", data group of " + std::to_string(dn) + ")");
+  detail::tensor_group() = {tc, tr, t, kTensor};
+  detail::data_group() = {dc, dr, d, kData};
+}
+/// This rank's place in its tensor and data groups, and their sizes.
+inline int tensor_rank() { return detail::tensor_group().rank; }
+inline int data_rank() { return detail::data_group().rank; }
+inline int data_size() { return detail::data_group().size; }
+
 /// Waits until every rank gets here (timed apart from the collectives, so that their time is
 /// the transfer and not the wait for a slower rank's backward).
 inline void barrier(rt::Ctx &ctx) {
   rt::detail::KernelScope ks(ctx, "barrier");
-  detail::check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  detail::check(MPI_Barrier(detail::data_group().comm), "MPI_Barrier");
 }
 
 /// Sums elements [begin, end) of `region` over the ranks, in place (one bucket).
 template <class T> void all_reduce(rt::Ctx &ctx, T *region, int64_t begin, int64_t end) {
   rt::detail::KernelScope ks(ctx, "all_reduce");
   detail::check(MPI_Allreduce(MPI_IN_PLACE, region + begin, detail::count(end - begin, "all_reduce"),
-                              detail::Type<T>::type(), detail::Type<T>::sum(), MPI_COMM_WORLD),
+                              detail::Type<T>::type(), detail::Type<T>::sum(), detail::data_group().comm),
                 "MPI_Allreduce");
 }
 
@@ -123,7 +170,7 @@ template <class T> void all_reduce_start(rt::Ctx &ctx, T *region, int64_t begin,
   if (p.size() <= static_cast<size_t>(slot))
     p.resize(static_cast<size_t>(slot) + 1, MPI_REQUEST_NULL);
   detail::check(MPI_Iallreduce(MPI_IN_PLACE, region + begin, detail::count(end - begin, "all_reduce_start"),
-                               detail::Type<T>::type(), detail::Type<T>::sum(), MPI_COMM_WORLD, &p[slot]),
+                               detail::Type<T>::type(), detail::Type<T>::sum(), detail::data_group().comm, &p[slot]),
                 "MPI_Iallreduce");
 }
 
@@ -139,11 +186,12 @@ inline void all_reduce_wait(rt::Ctx &ctx) {
 template <class T> void reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
   rt::detail::KernelScope ks(ctx, "reduce_scatter");
   std::vector<int> counts, displs;
-  int me = rank();
-  detail::parts(begin, end, shard, size(), counts, displs);
+  const Group &g = detail::data_group();
+  int me = g.rank;
+  detail::parts(begin, end, shard, g.size, counts, displs);
   // In place, MPI writes this rank's sum at the start of the buffer; it belongs at its part.
   detail::check(MPI_Reduce_scatter(MPI_IN_PLACE, region + begin, counts.data(), detail::Type<T>::type(),
-                                   detail::Type<T>::sum(), MPI_COMM_WORLD),
+                                   detail::Type<T>::sum(), g.comm),
                 "MPI_Reduce_scatter");
   if (counts[me] > 0 && displs[me] > 0)
     std::memmove(region + begin + displs[me], region + begin, sizeof(T) * static_cast<size_t>(counts[me]));
@@ -153,9 +201,10 @@ template <class T> void reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, i
 template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
   rt::detail::KernelScope ks(ctx, "all_gather");
   std::vector<int> counts, displs;
-  detail::parts(begin, end, shard, size(), counts, displs);
+  const Group &g = detail::data_group();
+  detail::parts(begin, end, shard, g.size, counts, displs);
   detail::check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, region + begin, counts.data(), displs.data(),
-                               detail::Type<T>::type(), MPI_COMM_WORLD),
+                               detail::Type<T>::type(), g.comm),
                 "MPI_Allgatherv");
 }
 
@@ -166,9 +215,10 @@ template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64
 // to MPI is counted (sent_bytes), so the step's traffic is measured, not derived.
 
 namespace detail {
-inline int64_t &sent() {
-  static int64_t n = 0;
-  return n;
+/// The bytes sent since the last reset, by SentKind.
+inline int64_t &sent(SentKind k) {
+  static int64_t n[kKinds] = {0, 0, 0};
+  return n[k];
 }
 /// The receive buffer of the reduce-scatter: one piece, grown to the largest (the only memory
 /// the collectives allocate; MPI's own buffers aside).
@@ -179,17 +229,24 @@ inline std::vector<uint8_t> &scratch() {
 /// Piece k of n elements in pieces of c: [lo, hi).
 inline int64_t pieceLo(int64_t n, int64_t c, int k) { return std::min<int64_t>(n, k * c); }
 inline int64_t pieceHi(int64_t n, int64_t c, int k) { return std::min<int64_t>(n, (k + 1) * c); }
-template <class T> void sendrecv(const T *out, int64_t nout, int to, T *in, int64_t nin, int from) {
-  sent() += nout * static_cast<int64_t>(sizeof(T));
+/// One step of a ring in group `g`: to and from are ranks of the group.
+template <class T>
+void sendrecv(const Group &g, const T *out, int64_t nout, int to, T *in, int64_t nin, int from) {
+  sent(g.kind) += nout * static_cast<int64_t>(sizeof(T));
   check(MPI_Sendrecv(out, count(nout, "a piece"), Type<T>::type(), to, 7, in, count(nin, "a piece"),
-                     Type<T>::type(), from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                     Type<T>::type(), from, 7, g.comm, MPI_STATUS_IGNORE),
         "MPI_Sendrecv");
 }
 } // namespace detail
 
-/// Bytes this rank handed to MPI in the piece collectives since the last reset.
-inline int64_t sent_bytes() { return detail::sent(); }
-inline void reset_sent_bytes() { detail::sent() = 0; }
+/// Bytes this rank handed to MPI in the counted collectives since the last reset: in all, or
+/// those of one kind (the data group's, the tensor group's, the pipeline's sends).
+inline int64_t sent_bytes(SentKind k) { return detail::sent(k); }
+inline int64_t sent_bytes() { return sent_bytes(kData) + sent_bytes(kTensor) + sent_bytes(kPipeline); }
+inline void reset_sent_bytes() {
+  for (int k = 0; k < kKinds; ++k)
+    detail::sent(static_cast<SentKind>(k)) = 0;
+}
 /// Every rank's count of bytes (rank order), gathered outside the timed steps.
 inline std::vector<int64_t> gather_counts(int64_t mine) {
   std::vector<int64_t> all(static_cast<size_t>(size()), 0);
@@ -209,8 +266,8 @@ namespace detail {
 /// The reduce-scatter half of a ring over pieces of c elements of the n in `buf`: N - 1 steps,
 /// each sending a partly summed piece to the next rank and adding the one received from the
 /// previous; afterwards this rank's piece of `buf` holds the sum over the ranks.
-template <class T> void ring_reduce_scatter(T *buf, int64_t n, int64_t c) {
-  const int N = size(), r = rank();
+template <class T> void ring_reduce_scatter(const Group &g, T *buf, int64_t n, int64_t c) {
+  const int N = g.size, r = g.rank;
   std::vector<uint8_t> &sc = scratch();
   if (sc.size() < static_cast<size_t>(c) * sizeof(T))
     sc.resize(static_cast<size_t>(c) * sizeof(T));
@@ -219,7 +276,7 @@ template <class T> void ring_reduce_scatter(T *buf, int64_t n, int64_t c) {
     int out = ((r - k - 1) % N + N) % N, got = ((r - k - 2) % N + N) % N;
     int64_t olo = pieceLo(n, c, out), ohi = pieceHi(n, c, out);
     int64_t glo = pieceLo(n, c, got), ghi = pieceHi(n, c, got);
-    sendrecv(buf + olo, ohi - olo, (r + 1) % N, in, ghi - glo, (r + N - 1) % N);
+    sendrecv(g, buf + olo, ohi - olo, (r + 1) % N, in, ghi - glo, (r + N - 1) % N);
     for (int64_t i = 0; i < ghi - glo; ++i)
       buf[glo + i] = rt::store<T>(rt::load(buf[glo + i]) + rt::load(in[i]));
   }
@@ -227,13 +284,13 @@ template <class T> void ring_reduce_scatter(T *buf, int64_t n, int64_t c) {
 
 /// The all-gather half: N - 1 steps passing each rank's piece round the ring, after which every
 /// piece of `buf` holds its owner's values on every rank.
-template <class T> void ring_all_gather(T *buf, int64_t n, int64_t c) {
-  const int N = size(), r = rank();
+template <class T> void ring_all_gather(const Group &g, T *buf, int64_t n, int64_t c) {
+  const int N = g.size, r = g.rank;
   for (int k = 0; k < N - 1; ++k) {
     int out = ((r - k) % N + N) % N, got = ((r - k - 1) % N + N) % N;
     int64_t olo = pieceLo(n, c, out), ohi = pieceHi(n, c, out);
     int64_t glo = pieceLo(n, c, got), ghi = pieceHi(n, c, got);
-    sendrecv(buf + olo, ohi - olo, (r + 1) % N, buf + glo, ghi - glo, (r + N - 1) % N);
+    sendrecv(g, buf + olo, ohi - olo, (r + 1) % N, buf + glo, ghi - glo, (r + N - 1) % N);
   }
 }
 
@@ -245,8 +302,9 @@ template <class T> void ring_all_gather(T *buf, int64_t n, int64_t c) {
 /// micro-batches). Rank r sends the N - 1 pieces other than its own, partly summed.
 template <class T> void reduce_scatter_piece(rt::Ctx &ctx, T *buf, int64_t n, int64_t c, T *dst) {
   rt::detail::KernelScope ks(ctx, "reduce_scatter");
-  detail::ring_reduce_scatter(buf, n, c);
-  int64_t lo = detail::pieceLo(n, c, rank()), hi = detail::pieceHi(n, c, rank());
+  const Group &g = detail::data_group();
+  detail::ring_reduce_scatter(g, buf, n, c);
+  int64_t lo = detail::pieceLo(n, c, g.rank), hi = detail::pieceHi(n, c, g.rank);
   for (int64_t i = 0; i < hi - lo; ++i)
     dst[i] = rt::store<T>(rt::load(dst[i]) + rt::load(buf[lo + i]));
 }
@@ -256,22 +314,40 @@ template <class T> void reduce_scatter_piece(rt::Ctx &ctx, T *buf, int64_t n, in
 /// sends its own piece and the N - 2 it receives before the last.
 template <class T> void all_gather_piece(rt::Ctx &ctx, T *buf, int64_t n, int64_t c, const T *src) {
   rt::detail::KernelScope ks(ctx, "all_gather");
-  int64_t lo = detail::pieceLo(n, c, rank()), hi = detail::pieceHi(n, c, rank());
+  const Group &g = detail::data_group();
+  int64_t lo = detail::pieceLo(n, c, g.rank), hi = detail::pieceHi(n, c, g.rank);
   if (src && hi > lo)
     std::memcpy(buf + lo, src, sizeof(T) * static_cast<size_t>(hi - lo));
-  detail::ring_all_gather(buf, n, c);
+  detail::ring_all_gather(g, buf, n, c);
 }
 
-/// Tensor parallel: sums the n elements of `buf` over the ranks, in place (Megatron's forward
-/// all-reduce after a row-parallel matmul, and the backward one of a column-parallel input's
-/// gradient). A ring as NCCL's: a reduce-scatter of pieces of c = ⌈n/N⌉ elements, after which
-/// rank r holds the whole sum of piece r, then an all-gather of the summed pieces, so every
-/// rank ends with the same bits. Rank r sends 2(N - 1) pieces, counted in sent_bytes.
+namespace detail {
+/// A ring all-reduce of the n elements of `buf` over group `g`, in place, as NCCL's: a
+/// reduce-scatter of pieces of c = ⌈n/N⌉ elements, after which rank r holds the whole sum of
+/// piece r, then an all-gather of the summed pieces, so every rank ends with the same bits.
+/// Rank r sends 2(N - 1) pieces, counted in sent_bytes under the group's kind.
+template <class T> void ring_all_reduce(const Group &g, T *buf, int64_t n) {
+  const int64_t c = n / g.size + (n % g.size != 0);
+  ring_reduce_scatter(g, buf, n, c);
+  ring_all_gather(g, buf, n, c);
+}
+} // namespace detail
+
+/// Tensor parallel: sums the n elements of `buf` over the rank's tensor group, in place
+/// (Megatron's forward all-reduce after a row-parallel matmul, and the backward one of a
+/// column-parallel input's gradient): a counted ring (detail::ring_all_reduce).
 template <class T> void tp_all_reduce(rt::Ctx &ctx, T *buf, int64_t n) {
   rt::detail::KernelScope ks(ctx, "all_reduce");
-  const int64_t c = n / size() + (n % size() != 0);
-  detail::ring_reduce_scatter(buf, n, c);
-  detail::ring_all_gather(buf, n, c);
+  detail::ring_all_reduce(detail::tensor_group(), buf, n);
+}
+
+/// Data × tensor: sums elements [begin, end) of `region` (a bucket of the gradients) over the
+/// rank's data group, in place, as a counted ring (detail::ring_all_reduce), so that the bytes
+/// each rank sends to its data group are measured beside its tensor group's. (Data parallelism
+/// alone keeps MPI_Allreduce, all_reduce above.)
+template <class T> void dp_all_reduce(rt::Ctx &ctx, T *region, int64_t begin, int64_t end) {
+  rt::detail::KernelScope ks(ctx, "all_reduce");
+  detail::ring_all_reduce(detail::data_group(), region + begin, end - begin);
 }
 
 // ---- pipeline parallelism: point-to-point between stage ranks -------------------------------
@@ -296,7 +372,7 @@ constexpr int kSharedTag = 32767;
 /// Sends n elements of `buf` to rank `to` (tag `tag`), not waiting; `key`: the slot it is in.
 template <class T> void pp_send(rt::Ctx &ctx, const T *buf, int64_t n, int to, int tag, int64_t key) {
   rt::detail::KernelScope ks(ctx, "send");
-  detail::sent() += n * static_cast<int64_t>(sizeof(T));
+  detail::sent(kPipeline) += n * static_cast<int64_t>(sizeof(T));
   MPI_Request r;
   detail::check(MPI_Isend(buf, detail::count(n, "pp_send"), detail::Type<T>::type(), to, tag, MPI_COMM_WORLD, &r),
                 "MPI_Isend");
@@ -346,7 +422,7 @@ template <class T> void pp_sum_with(rt::Ctx &ctx, T *buf, int64_t n, int peer) {
   if (sc.size() < static_cast<size_t>(n) * sizeof(T))
     sc.resize(static_cast<size_t>(n) * sizeof(T));
   T *in = reinterpret_cast<T *>(sc.data());
-  detail::sent() += n * static_cast<int64_t>(sizeof(T));
+  detail::sent(kPipeline) += n * static_cast<int64_t>(sizeof(T));
   detail::check(MPI_Sendrecv(buf, detail::count(n, "pp_sum_with"), detail::Type<T>::type(), peer, detail::kSharedTag,
                              in, detail::count(n, "pp_sum_with"), detail::Type<T>::type(), peer, detail::kSharedTag,
                              MPI_COMM_WORLD, MPI_STATUS_IGNORE),
@@ -374,6 +450,12 @@ inline double sum(double x) { return x; }
 inline void sum(float *, int64_t) {}
 inline void merge(uint8_t *, int64_t) {}
 template <class T> void tp_all_reduce(rt::Ctx &, T *, int64_t) {}
+enum SentKind { kData = 0, kTensor = 1, kPipeline = 2, kKinds = 3 };
+inline void split_groups(int, int, int, int) {}
+inline int tensor_rank() { return 0; }
+inline int data_rank() { return 0; }
+inline int data_size() { return 1; }
+inline int64_t sent_bytes(SentKind) { return 0; }
 inline int64_t sent_bytes() { return 0; }
 inline void reset_sent_bytes() {}
 inline std::vector<int64_t> gather_counts(int64_t mine) { return {mine}; }

@@ -81,7 +81,9 @@ struct Layout {
   int zero;
   int64_t shard;
   /// Tensor parallelism: the step runs on ranks × tensor processes, rank q being tensor rank
-  /// q % tensor of data rank q / tensor (Megatron's tensor-first order); 1 without.
+  /// (q / tensorStride) % tensor of data rank (q / dataStride) % ranks, the strides of the
+  /// plan's rank order (passes/Collectives.h, rankStride; the default order puts the tensor
+  /// group innermost: tensorStride 1, dataStride tensor); 1 without.
   int64_t tensor;
   /// Pipeline parallelism: the step runs on `pipeline` processes, rank s running stage s (its
   /// chunks s, s + pipeline, ...) with its own regions and arena: this layout is stage `stage`'s
@@ -89,6 +91,7 @@ struct Layout {
   /// master offsets are then placeholders, so that every rank lays the whole model out alike).
   int64_t pipeline;
   int64_t stage;
+  int64_t tensorStride, dataStride;
 };
 /// The layout of this process's stage (the only one without pipeline parallelism).
 extern Layout kLayout;

@@ -6,6 +6,7 @@
 #include "Support.h"
 
 #include "codegen/Emit.h"
+#include "passes/Collectives.h"
 
 #include <cstring>
 #include <algorithm>
@@ -454,7 +455,85 @@ TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[
   CHECK(countOf(text, "{0, 8388608, 0, -1, 0, 0, 33554432}, // w [0, 8388608)") == 1);
   CHECK(countOf(text, "{1, 8388608, 33554432, -1, 33554432, 0, 33554432}, // w [8388608, 16777216)") == 1);
   CHECK(countOf(text, "gather_parameters(ctx);\n") == 1);
-  CHECK(countOf(text, ", 2, 1, 8388608, 1, 1, 0};") == 1); // kLayout: ranks, zero, shard, tensor, pipeline, stage
+  // kLayout: ranks, zero, shard, tensor, pipeline, stage, tensor and data strides
+  CHECK(countOf(text, ", 2, 1, 8388608, 1, 1, 0, 1, 1};") == 1);
+}
+
+namespace {
+const char *kDataTensor = R"(
+model T(d = 8) {
+  param w1: [d, 4 * d]
+  param w2: [4 * d, d]
+  forward(x: f32[batch, d]) { return mean(gelu(x @ w1) @ w2) }
+}
+train tpdp { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, overlap = false } }
+train tpdpo { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2 } }
+train dtp { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, order = dtp, overlap = false } }
+train tpz { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, zero = 1 } }
+)";
+
+/// The body of the function of `text` whose definition starts with `head`, to its closing brace.
+std::string functionText(const std::string &text, const std::string &head) {
+  size_t at = text.find(head);
+  if (at == std::string::npos)
+    return "";
+  size_t end = text.find("\n}\n", at);
+  return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+} // namespace
+
+TEST_CASE("codegen: data x tensor: ranks split by the plan's order, each collective on its group", "[codegen]") {
+  PlanOverrides o;
+  o.tensorStep = o.generatedStep = true; // as `tally build --backend cpu` analyzes it
+  Compiled t(kDataTensor, "tpdp", o), d(kDataTensor, "dtp", o);
+  // One rule for where a rank sits (passes/Collectives.h): the default order (tcpd) puts the
+  // tensor group innermost, `order = dtp` the data group.
+  const Plan &tp = *t.a->plan, &dt = *d.a->plan;
+  REQUIRE((tp.parallel.data == 2 && tp.parallel.tensor == 2));
+  for (int64_t q = 0; q < 4; ++q) {
+    CHECK(rankCoordinate(tp, q, 't') == q % 2);
+    CHECK(rankCoordinate(tp, q, 'd') == q / 2);
+    CHECK(rankCoordinate(dt, q, 't') == q / 2);
+    CHECK(rankCoordinate(dt, q, 'd') == q % 2);
+  }
+  CHECK(place(tp, 't').n == 2);
+  CHECK(place(tp, 'd').n == 2);
+  StepFiles files = emitStep(*t.a, false);
+  REQUIRE(files.error == "");
+  const std::string &text = files.byPath["step.cpp"];
+  // kLayout: ranks 2, zero 0, shard 0, tensor 2, pipeline 1, stage 0; the tensor stride 1 and the
+  // data stride 2, which the driver splits the MPI groups by (tally_comm::split_groups).
+  CHECK(countOf(text, ", 2, 0, 0, 2, 1, 0, 1, 2};") == 1);
+  // w2 is row-parallel: its output summed over the tensor group; the gradients (each rank's
+  // cut, in one bucket of G's 256 elements) averaged over the data group by the counted ring.
+  CHECK(countOf(text, "tally_comm::tp_all_reduce<float>(ctx, A<float>(") == 1);
+  CHECK(countOf(text, "rt::scale<float>(ctx, G<float>(0), 5.000000000e-01f, 256);") == 1);
+  CHECK(countOf(text, "tally_comm::dp_all_reduce<float>(ctx, G<float>(0), 0, 256);") == 1);
+  CHECK(countOf(text, "tally_comm::all_reduce<") == 0);
+  std::string e;
+  REQUIRE(emit(*d.a, e) == "");
+  CHECK(countOf(e, ", 2, 0, 0, 2, 1, 0, 2, 1};") == 1); // order = dtp: the strides swapped
+  // overlap = true: each bucket's ring runs where the last micro-batch's backward completes it.
+  Compiled ov(kDataTensor, "tpdpo", o);
+  REQUIRE(emit(*ov.a, e) == "");
+  CHECK(countOf(e, "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
+  CHECK(countOf(e, "tally_comm::dp_all_reduce<float>(ctx, G<float>(0), kBuckets[k][0], kBuckets[k][1]);") == 1);
+  CHECK(countOf(e, "all_reduce_start") == 0);
+  // The runtime: the tensor groups are the ranks of one data rank, the data groups those of one
+  // tensor rank; tp_all_reduce runs on the first, the gradients' collectives on the second.
+  const std::string &comm = files.byPath["runtime/driver/tally_comm.h"];
+  std::string split = functionText(comm, "inline void split_groups(int tr, int t, int dr, int d) {");
+  CHECK(countOf(split, "MPI_Comm_split(MPI_COMM_WORLD, dr, tr, &tc)") == 1);
+  CHECK(countOf(split, "MPI_Comm_split(MPI_COMM_WORLD, tr, dr, &dc)") == 1);
+  CHECK(countOf(functionText(comm, "template <class T> void tp_all_reduce("), "detail::tensor_group()") == 1);
+  CHECK(countOf(functionText(comm, "template <class T> void dp_all_reduce("), "detail::data_group()") == 1);
+  CHECK(countOf(functionText(comm, "inline void barrier("), "detail::data_group().comm") == 1);
+  CHECK(countOf(functionText(comm, "template <class T> void all_reduce("), "detail::data_group().comm") == 1);
+  const std::string &driver = files.byPath["runtime/driver/driver_cpu.cpp"];
+  CHECK(countOf(driver, "tally_comm::split_groups(tensorRankOf(rank), static_cast<int>(kLayout.tensor), dataRankOf(rank),") == 1);
+  // What does not run yet is refused with its reason.
+  Compiled z(kDataTensor, "tpz", o);
+  CHECK(emit(*z.a, e).find("not with ZeRO (zero = 1)") != std::string::npos);
 }
 
 TEST_CASE("codegen: ZeRO 2 and 3's transients in the estimate are what the step's memory plan holds", "[codegen]") {

@@ -645,8 +645,12 @@ void printRunJson(const Analysis &an, const Measured &r) {
   for (auto &[k, v] : r.byClass)
     measBy[k] = v;
   est["by_class_s"] = std::move(estBy);
-  if (worldOf(an) > 1)
+  if (worldOf(an) > 1) {
     est["per_rank"] = rankRowsJson(rankRows(an, r.m->getArray("per_rank")), true);
+    // sent_bytes_per_rank by group, as the step counts them (its sent_bytes_by_group): rank 0's.
+    est["sent_bytes_by_group_per_rank"] = json::Object{
+        {"data", dataParallelSentBytes(an)}, {"tensor", tensorParallelSentBytes(an)}, {"pipeline", pipelineSentBytes(an, 0)}};
+  }
   json::Object meas = *r.m;
   meas.erase("loss");
   meas["allocated_bytes"] = r.allocated;
@@ -731,7 +735,10 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   if (ranks > 1) {
     bool staged = an.plan->parallel.pipeline > 1;
     os << formatv("{0,-24} {1,14} {2,14}\n",
-                  staged ? "pipeline comm" : an.plan->parallel.tensor > 1 ? "tensor-parallel comm" : "data-parallel comm",
+                  staged                                                         ? "pipeline comm"
+                  : an.plan->parallel.tensor > 1 && an.plan->parallel.data > 1 ? "data x tensor comm"
+                  : an.plan->parallel.tensor > 1                               ? "tensor-parallel comm"
+                                                                                 : "data-parallel comm",
                   formatDuration(an.time.dataParallelComm + an.time.tensorParallelComm +
                                  (staged ? an.time.pipelineComm : 0)),
                   formatDuration(r.comm));
@@ -753,7 +760,9 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
     else if (an.plan->parallel.tensor > 1)
       os << "  Megatron's split: each row-parallel matmul's output all-reduced in the forward, each\n"
          << "  column-parallel input's gradient in the backward; the embeddings, norms and the head run\n"
-         << "  whole on every rank; bytes: counted by the ring all-reduces (estimated: the priced ones);\n";
+         << "  whole on every rank; bytes: counted by the ring all-reduces (estimated: the priced ones);\n"
+         << (an.plan->parallel.data > 1 ? "  the tensor groups' all-reduces beside each data group's gradient all-reduce of its ranks' cuts;\n"
+                                         : "");
     else if (an.plan->parallel.zero >= 2)
       os << "  each micro-batch's gradients are reduce-scattered into the ranks' pieces as the backward\n"
          << "  completes them"

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""check_data_parallel.py — the generated CPU step on two MPI processes (issue 7 item 5).
+"""check_data_parallel.py — the generated CPU step on two MPI processes, and on four for data x
+tensor (issue 7 item 5, issue 39).
 
 Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --save W
 --dump-grads G` for the plans of dp.tally and checks:
@@ -43,6 +44,12 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     params region is its cut, derived here from the shapes (qkv and fc weights and biases halved
     along their columns, the projections' weights along their rows, the rest whole); the bytes
     each rank sent (the ring all-reduces) equal the estimate's tensor-parallel bytes exactly.
+  - data x tensor (dp2tp2: 4 processes, tensor = 2, data = 2 derived, the tensor group
+    innermost as the plan's order says) gives dp1's loss, last gradients and weights (data rank
+    0's cuts gathered) within RTOL_ZERO; every rank's arena and regions equal the estimate's for
+    that rank, its params region its cut; the bytes each rank sent, counted per group, equal the
+    estimate's per group exactly and the derivation: to its tensor group tp2's bytes on half the
+    micro-batches, to its data group its grads region (a ring of 2 sends the whole bucket).
   - pipeline parallelism (pp2: pipeline = 2, 1F1B; pp2v2: interleave = 2, Megatron's interleaved
     schedule) of a 4-layer model gives the one-process run's (pp1) loss at every step, its last
     gradients and its weights within RTOL_ZERO; each rank's arena and regions equal the
@@ -72,7 +79,9 @@ import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
-PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "pp1", "pp2", "pp2v2"]
+PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "dp2tp2", "pp1", "pp2",
+         "pp2v2"]
+RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -115,20 +124,43 @@ def zero_pieces(runs, weights, result):
 
 
 def tensor_cuts(runs, weights, result):
-    """tp2: each rank's params region from the saved tensors' shapes, and the bytes it sent."""
-    if "tp2" not in runs:
-        return
-    est, got = runs["tp2"][0]["estimated"], runs["tp2"][0]["measured"]
+    """tp2 and dp2tp2: each rank's params region from the saved tensors' shapes, its arena and
+    regions against the estimate's for that rank, and the bytes it sent, by group."""
     params = 0
     for name, t in weights.items():
         n = int(np.prod(t.shape))
         cut = name.endswith(("qkv.weight", "qkv.b", "fc.weight", "fc.b", "attn.proj.weight", "mlp.proj.weight"))
         params += align(4 * (n // 2 if cut else n))
-    result("tp2 params region is each rank's cut", est["regions"]["params"] == params,
-           "region %d B, derived %d B" % (est["regions"]["params"], params))
-    sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
-    ok = isinstance(sent, list) and len(sent) == 2 and priced > 0 and all(s == priced for s in sent)
-    result("tp2 bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
+    for p, ranks in [("tp2", 2), ("dp2tp2", 4)]:
+        if p not in runs:
+            continue
+        est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
+        result(p + " params region is each rank's cut", est["regions"]["params"] == params,
+               "region %d B, derived %d B" % (est["regions"]["params"], params))
+        sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
+        ok = isinstance(sent, list) and len(sent) == ranks and priced > 0 and all(s == priced for s in sent)
+        result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
+        erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+        ok = len(erows) == len(grows) == ranks and all(
+            e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == 3 * params
+            for e, g in zip(erows, grows))
+        result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (3 x %d B derived)" % (
+            [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
+            [(g["arena_bytes"], g["regions_bytes"]) for g in grows], params))
+        if p != "dp2tp2":
+            continue
+        # Data x tensor: the tensor groups' all-reduces are tp2's on half the micro-batches (each
+        # data rank runs 2 of the 4); each data group's all-reduce of the grads region (a ring of
+        # 2: each rank sends the region's bytes, 3 x params derived above as grads = params).
+        by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
+        tp2_sent = runs["tp2"][0]["measured"]["sent_bytes"][0] if "tp2" in runs else None
+        derived = {"tensor": tp2_sent // 2 if tp2_sent else None, "data": params, "pipeline": 0}
+        for g in ["tensor", "data", "pipeline"]:
+            counted = by.get(g)
+            ok = isinstance(counted, list) and len(counted) == ranks and all(
+                c == est_by.get(g) == derived[g] for c in counted)
+            result("dp2tp2 %s-group bytes per rank" % g, ok, "counted %s, estimated %s, derived %s" % (
+                counted, est_by.get(g), derived[g]))
 
 
 def pipeline_stages(runs, weights, result):
@@ -210,7 +242,7 @@ def main():
             allocated = {k: got["regions"][k] for k in ["params", "grads", "master", "optimizer"]}
             result(p + " regions", est["regions"] == allocated,
                    "estimated %s, allocated %s" % (est["regions"], allocated))
-            ranks = 1 if p in ("dp1", "pp1") else 2
+            ranks = RANKS.get(p, 2)
             result(p + " ranks", got["ranks"] == ranks and est["ranks"] == ranks, "%d processes" % got["ranks"])
             if ranks > 1:
                 priced = est["data_parallel_comm_s"] + est["tensor_parallel_comm_s"] + est["pipeline_comm_s"]
@@ -222,7 +254,7 @@ def main():
             print("%d passed, %d failed" % (res.passed, res.failed))
             return 1
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
-                        ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO)]:
+                        ("dp2tp2", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO)]:
             if p not in runs:
                 continue
             one = "pp1" if p.startswith("pp") else "dp1"
