@@ -456,15 +456,22 @@ bool Emitter::checkPlan() {
     return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
   if (s.loss == kNone)
     return fail("the model returns no loss to train on");
-  const bool tensorZero = par.data > 1 && par.zero > 0;
+  // Data × tensor runs ZeRO-1 over each data group (rank r's shard of its tensor cut's grads
+  // region by its data rank); not ZeRO 2/3's pieces, nor a master shard (the whole-model moves
+  // of the initialisation and --save cut masters by tensor cut, not by data shard).
+  const bool tensorZero =
+      par.data > 1 && (par.zero > 1 || (par.zero == 1 && plan.precision.master != Dtype::Invalid));
   if (par.tensor > 1 && (be.device || par.sequenceParallel || plan.fuseKernels || tensorZero || par.pipeline != 1 ||
                          par.context != 1 || par.expert != 1)) {
     std::string how =
         par.sequenceParallel ? "without sequence_parallel"
         : plan.fuseKernels   ? "without fused kernels (build it without --fuse)"
-        : tensorZero ? "with data parallelism but not with ZeRO (zero = " + std::to_string(par.zero) +
-                           "): its ZeRO collectives, master shards and pieces are not run over each data group of "
-                           "tensor cuts yet"
+        : tensorZero && par.zero == 1
+            ? std::string("with data parallelism and ZeRO-1 only without a separate fp32 master copy (this "
+                          "plan's precision keeps one): master shards are not cut from each data group's tensor "
+                          "cuts yet")
+        : tensorZero ? "with data parallelism and ZeRO-1, not ZeRO " + std::to_string(par.zero) +
+                           ": its gradient and parameter pieces are not run over each data group of tensor cuts yet"
                      : "on its own or with data parallelism, not with pipeline, context or expert parallelism";
     return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend " +
                 (be.device ? "does not run tensor parallelism yet (the CPU backend runs it, under MPI)"

@@ -5,8 +5,9 @@
 // master would not line up); zero_grad() clears the gradients. Data parallel (data = N > 1):
 // reduce_gradients() averages G over the N ranks in 25 MiB buckets, overlapped with the
 // backward (start_bucket) or after it; under ZeRO-1 (the memory plan's shard) a
-// reduce-scatter, the update of this rank's pieces (kUpdate by rank) and gather_parameters()
-// (docs/codegen.md).
+// reduce-scatter, the update of this rank's pieces (kUpdate by data rank) and
+// gather_parameters() (docs/codegen.md; under data × tensor both collectives are counted rings
+// over the data group, dp_reduce_scatter and dp_all_gather).
 #include "codegen/EmitInternal.h"
 
 #include <algorithm>
@@ -122,12 +123,15 @@ std::string Emitter::communication(int64_t gradElems) {
          siteText("data_parallel.reduce_gradients", "communication");
   out += llvm::formatv("  rt::scale<{0}>(ctx, G<{0}>(0), {1}, {2});\n", T, number(1.0 / static_cast<double>(d)), gradElems)
              .str();
-  out += each(sharded() ? "reduce_scatter" : ring ? "dp_all_reduce" : "all_reduce") + "}\n\n";
+  // Data × tensor under ZeRO-1: the reduce-scatter and the gathers are counted rings over the
+  // data group too (dp_reduce_scatter, dp_all_gather), rank r's shard by its data rank.
+  out += each(sharded() ? (ring ? "dp_reduce_scatter" : "reduce_scatter") : ring ? "dp_all_reduce" : "all_reduce") +
+         "}\n\n";
   if (!sharded())
     return out;
   out += "/// ZeRO: every rank's shard of the averaged gradients to every rank (--dump-grads).\n"
          "static void gather_gradients(rt::Ctx &ctx) {\n" + siteText("data_parallel.gather", "communication") +
-         each("all_gather") + "}\n\n";
+         each("all_gather") + "}\n\n"; // a diagnostic outside the step's traffic: not counted
   bool hasMaster = plan.precision.master != Dtype::Invalid;
   int64_t bp = static_cast<int64_t>(bytesOf(plan.precision.params));
   std::string gather = "/// ZeRO: per trainable parameter, its byte offsets in P and G and its bytes.\n"
@@ -146,13 +150,13 @@ std::string Emitter::communication(int64_t gradElems) {
   out += gather + "};\n\n";
   out += "/// ZeRO: the updated parameters of every rank's shard to every rank, through G.\n"
          "static void gather_parameters(rt::Ctx &ctx) {\n" + siteText("data_parallel.gather", "communication") +
-         "  const int me = tally_comm::rank();\n"
+         "  const int me = tally_comm::" + std::string(be.device ? "rank" : "data_rank") + "();\n"
          "  for (const UpdateEntry &e : kUpdate)\n"
          "    if (e.n > 0 && e.rank == me)\n" +
          llvm::formatv("      tally_comm::copy(ctx, G<uint8_t>(e.g), P<uint8_t>(e.{0}), e.n * {1});\n",
                        hasMaster ? "pm" : "p", bp)
              .str() +
-         each("all_gather") +
+         each(ring ? "dp_all_gather" : "all_gather") +
          "  for (const GatherEntry &e : kGather)\n"
          "    tally_comm::copy(ctx, P<uint8_t>(e.p), G<uint8_t>(e.g), e.bytes);\n}\n\n";
   return out;
@@ -310,7 +314,7 @@ void Emitter::sumSquares(const std::string &G, int64_t gradElems) {
     line("sumsq = static_cast<float>(tally_comm::sum(sumsq));");
   } else if (zero) { // each rank holds its shard of the averaged gradients: Σg² over all
     line("float sumsq = 0;");
-    line(llvm::formatv("const int64_t from = std::min<int64_t>({0}, tally_comm::rank() * kShard);", gradElems).str());
+    line(llvm::formatv("const int64_t from = std::min<int64_t>({0}, tally_comm::data_rank() * kShard);", gradElems).str());
     line(llvm::formatv("rt::sum_squares<{0}>(ctx, G<{0}>(0) + from, std::min<int64_t>(kShard, {1} - from), &sumsq);",
                        G, gradElems)
              .str());
@@ -375,8 +379,8 @@ bool Emitter::updateParameters(const OptimizerPhase &p) {
   body += "\n  // " + commentSafe(p.path) + ": " + commentSafe(plan.optimizer.name) + " over every trainable parameter\n";
   site(p.path, "optimizer");
   line("const float gscale = " + std::string(plan.precision.lossScaling ? "1.0f / kLossScale" : "1.0f") + ";");
-  if (sharded() || pieced()) {
-    line("const int me = tally_comm::rank();");
+  if (sharded() || pieced()) { // ZeRO: rank r's shard or pieces by its data rank (data × tensor)
+    line(std::string("const int me = tally_comm::") + (be.device ? "rank" : "data_rank") + "();");
     line("for (const UpdateEntry &e : kUpdate)");
     line("  if (e.n > 0 && e.rank == me)");
   } else {

@@ -440,9 +440,14 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
   // The generated CPU step's tensor parallelism (Plan::tensorStep) holds the embeddings, norms
   // and head whole on every tensor rank and cuts the rest (TensorShard.cpp), so T / t is not
   // its gradient: it all-reduces its grads region over the data group, padding and all, in
-  // buckets of that region (codegen/EmitUpdate.cpp); price that.
-  if (plan.tensorStep && par.tensor > 1 && a.tensorStepError.empty() && a.regions.grads.bytes > 0)
+  // buckets of that region (codegen/EmitUpdate.cpp); price that. Under ZeRO-1 it reduce-scatters
+  // that region and gathers the updated parameters back through it (G's dtype), so the gather
+  // moves the region's bytes too.
+  if (plan.tensorStep && par.tensor > 1 && a.tensorStepError.empty() && a.regions.grads.bytes > 0) {
     groups[0].G = static_cast<double>(a.regions.grads.bytes);
+    if (par.zero == 1)
+      groups[0].PT = groups[0].G;
+  }
   std::pair<double, double> grads{0, 0}; // (all messages, last message)
   double gather = 0, G = 0;
   double window = par.zero <= 1 ? backwardOne : par.zero == 2 ? m * backwardOne : m * computeOne;

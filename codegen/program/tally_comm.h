@@ -5,7 +5,8 @@
 // nothing is called. A plan of one kind of parallelism runs its collectives on MPI_COMM_WORLD;
 // data × tensor (issue 39 item 4) splits the world into tensor groups and data groups
 // (split_groups, by the plan's rank order): the tensor-parallel all-reduces run on the
-// rank's tensor group, the gradient reduction and ZeRO's collectives on its data group. Every collective works in place on a region of the memory
+// rank's tensor group, the gradient reduction and ZeRO's collectives on its data group (there
+// as counted rings, dp_all_reduce, dp_reduce_scatter and dp_all_gather). Every collective works in place on a region of the memory
 // plan (the gradients), so a step allocates nothing for communication; each is timed as a
 // kernel (ctx.timer) under the op class the step set ("communication").
 //
@@ -226,9 +227,13 @@ inline std::vector<uint8_t> &scratch() {
   static std::vector<uint8_t> s;
   return s;
 }
-/// Piece k of n elements in pieces of c: [lo, hi).
-inline int64_t pieceLo(int64_t n, int64_t c, int k) { return std::min<int64_t>(n, k * c); }
-inline int64_t pieceHi(int64_t n, int64_t c, int k) { return std::min<int64_t>(n, (k + 1) * c); }
+/// Piece k of elements [b, n) in pieces of c, piece k being [k·c, (k + 1)·c) clipped to [b, n):
+/// [lo, hi). b = 0 for one tensor's pieces; b > 0 for a bucket [b, n) of a region that ZeRO-1
+/// cuts into shards of c from its start (dp_reduce_scatter, dp_all_gather).
+inline int64_t pieceLo(int64_t n, int64_t c, int k, int64_t b = 0) { return std::min<int64_t>(n, std::max(b, k * c)); }
+inline int64_t pieceHi(int64_t n, int64_t c, int k, int64_t b = 0) {
+  return std::min<int64_t>(n, std::max(b, (k + 1) * c));
+}
 /// One step of a ring in group `g`: to and from are ranks of the group.
 template <class T>
 void sendrecv(const Group &g, const T *out, int64_t nout, int to, T *in, int64_t nin, int from) {
@@ -263,10 +268,11 @@ inline void merge(uint8_t *x, int64_t n) {
 
 namespace detail {
 
-/// The reduce-scatter half of a ring over pieces of c elements of the n in `buf`: N - 1 steps,
+/// The reduce-scatter half of a ring over pieces of c elements of the n in `buf` (those from b
+/// on; pieceLo): N - 1 steps,
 /// each sending a partly summed piece to the next rank and adding the one received from the
 /// previous; afterwards this rank's piece of `buf` holds the sum over the ranks.
-template <class T> void ring_reduce_scatter(const Group &g, T *buf, int64_t n, int64_t c) {
+template <class T> void ring_reduce_scatter(const Group &g, T *buf, int64_t n, int64_t c, int64_t b = 0) {
   const int N = g.size, r = g.rank;
   std::vector<uint8_t> &sc = scratch();
   if (sc.size() < static_cast<size_t>(c) * sizeof(T))
@@ -274,8 +280,8 @@ template <class T> void ring_reduce_scatter(const Group &g, T *buf, int64_t n, i
   T *in = reinterpret_cast<T *>(sc.data());
   for (int k = 0; k < N - 1; ++k) {
     int out = ((r - k - 1) % N + N) % N, got = ((r - k - 2) % N + N) % N;
-    int64_t olo = pieceLo(n, c, out), ohi = pieceHi(n, c, out);
-    int64_t glo = pieceLo(n, c, got), ghi = pieceHi(n, c, got);
+    int64_t olo = pieceLo(n, c, out, b), ohi = pieceHi(n, c, out, b);
+    int64_t glo = pieceLo(n, c, got, b), ghi = pieceHi(n, c, got, b);
     sendrecv(g, buf + olo, ohi - olo, (r + 1) % N, in, ghi - glo, (r + N - 1) % N);
     for (int64_t i = 0; i < ghi - glo; ++i)
       buf[glo + i] = rt::store<T>(rt::load(buf[glo + i]) + rt::load(in[i]));
@@ -284,12 +290,12 @@ template <class T> void ring_reduce_scatter(const Group &g, T *buf, int64_t n, i
 
 /// The all-gather half: N - 1 steps passing each rank's piece round the ring, after which every
 /// piece of `buf` holds its owner's values on every rank.
-template <class T> void ring_all_gather(const Group &g, T *buf, int64_t n, int64_t c) {
+template <class T> void ring_all_gather(const Group &g, T *buf, int64_t n, int64_t c, int64_t b = 0) {
   const int N = g.size, r = g.rank;
   for (int k = 0; k < N - 1; ++k) {
     int out = ((r - k) % N + N) % N, got = ((r - k - 1) % N + N) % N;
-    int64_t olo = pieceLo(n, c, out), ohi = pieceHi(n, c, out);
-    int64_t glo = pieceLo(n, c, got), ghi = pieceHi(n, c, got);
+    int64_t olo = pieceLo(n, c, out, b), ohi = pieceHi(n, c, out, b);
+    int64_t glo = pieceLo(n, c, got, b), ghi = pieceHi(n, c, got, b);
     sendrecv(g, buf + olo, ohi - olo, (r + 1) % N, buf + glo, ghi - glo, (r + N - 1) % N);
   }
 }
@@ -348,6 +354,23 @@ template <class T> void tp_all_reduce(rt::Ctx &ctx, T *buf, int64_t n) {
 template <class T> void dp_all_reduce(rt::Ctx &ctx, T *region, int64_t begin, int64_t end) {
   rt::detail::KernelScope ks(ctx, "all_reduce");
   detail::ring_all_reduce(detail::data_group(), region + begin, end - begin);
+}
+
+/// Data × tensor, ZeRO-1: reduce_scatter over the rank's data group as a counted ring: elements
+/// [begin, end) of `region` summed, rank r's part of them (those of [r·shard, (r+1)·shard)) left
+/// summed on rank r, in place. Rank r sends the bucket less its own part, so over the buckets
+/// of a region of N·shard elements it sends (N - 1)·shard, as the estimate prices.
+template <class T> void dp_reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
+  rt::detail::KernelScope ks(ctx, "reduce_scatter");
+  detail::ring_reduce_scatter(detail::data_group(), region, end, shard, begin);
+}
+
+/// Data × tensor, ZeRO-1: all_gather over the rank's data group as a counted ring: every rank's
+/// part of elements [begin, end) of `region` copied to every rank, in place. Rank r sends the
+/// bucket less the part of rank r + 1 (the last it receives): (N - 1)·shard over a region.
+template <class T> void dp_all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
+  rt::detail::KernelScope ks(ctx, "all_gather");
+  detail::ring_all_gather(detail::data_group(), region, end, shard, begin);
 }
 
 // ---- pipeline parallelism: point-to-point between stage ranks -------------------------------

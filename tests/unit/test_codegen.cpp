@@ -470,6 +470,7 @@ train tpdp { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) tar
 train tpdpo { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2 } }
 train dtp { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, order = dtp, overlap = false } }
 train tpz { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, zero = 1 } }
+train tpz2 { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, zero = 2 } }
 )";
 
 /// The body of the function of `text` whose definition starts with `head`, to its closing brace.
@@ -531,9 +532,26 @@ TEST_CASE("codegen: data x tensor: ranks split by the plan's order, each collect
   CHECK(countOf(functionText(comm, "template <class T> void all_reduce("), "detail::data_group().comm") == 1);
   const std::string &driver = files.byPath["runtime/driver/driver_cpu.cpp"];
   CHECK(countOf(driver, "tally_comm::split_groups(tensorRankOf(rank), static_cast<int>(kLayout.tensor), dataRankOf(rank),") == 1);
-  // What does not run yet is refused with its reason.
+  // ZeRO-1: each data group reduce-scatters its ranks' grads region (their tensor cut's, 256
+  // elements: a shard of 128 per data rank) and gathers the updated parameters back, both as
+  // counted rings on the data group; each rank updates the shard its data rank owns. The
+  // estimate prices the region both ways: (N - 1)/N of its bytes each, 2 x 512 B at N = 2.
   Compiled z(kDataTensor, "tpz", o);
-  CHECK(emit(*z.a, e).find("not with ZeRO (zero = 1)") != std::string::npos);
+  REQUIRE(emit(*z.a, e) == "");
+  CHECK(countOf(e, "constexpr int64_t kShard = 128;") == 1);
+  CHECK(countOf(e, "tally_comm::dp_reduce_scatter<float>(ctx, G<float>(0), 0, 256, kShard);") == 1);
+  CHECK(countOf(e, "tally_comm::dp_all_gather<float>(ctx, G<float>(0), 0, 256, kShard);") == 1);
+  CHECK(countOf(e, "tally_comm::all_gather<float>(ctx, G<float>(0), 0, 256, kShard);") == 1); // --dump-grads only
+  CHECK(countOf(e, "const int me = tally_comm::data_rank();") == 2);
+  CHECK(countOf(e, "tally_comm::rank()") == 0);
+  CHECK(countOf(e, ", 2, 1, 128, 2, 1, 0, 1, 2};") == 1); // kLayout: zero 1, shard 128
+  CHECK(z.a->regions.grads.bytes == 1024);
+  CHECK(dataParallelSentBytes(*z.a) == 1024);
+  for (const char *f : {"template <class T> void dp_reduce_scatter(", "template <class T> void dp_all_gather("})
+    CHECK(countOf(functionText(comm, f), "detail::data_group(), region, end, shard, begin)") == 1);
+  // What does not run yet is refused with its reason.
+  Compiled z2(kDataTensor, "tpz2", o);
+  CHECK(emit(*z2.a, e).find("with data parallelism and ZeRO-1, not ZeRO 2") != std::string::npos);
 }
 
 TEST_CASE("codegen: ZeRO 2 and 3's transients in the estimate are what the step's memory plan holds", "[codegen]") {

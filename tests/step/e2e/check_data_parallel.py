@@ -50,6 +50,12 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     that rank, its params region its cut; the bytes each rank sent, counted per group, equal the
     estimate's per group exactly and the derivation: to its tensor group tp2's bytes on half the
     micro-batches, to its data group its grads region (a ring of 2 sends the whole bucket).
+  - data x tensor under ZeRO-1 (dp2tp2z: dp2tp2 with zero = 1) gives dp1's loss, gradients and
+    weights within RTOL_ZERO and dp2tp2's exactly (2 ranks' sums are the same either way, and
+    the update is per element); each rank's arena and regions equal the estimate's, its
+    optimizer region half its tensor cut's grads region (one SGD state, padded to 256 bytes);
+    the bytes each rank sent per group equal the estimate's and dp2tp2's: to its data group half
+    the grads region reduce-scattered plus half gathered back, the region's bytes again.
   - pipeline parallelism (pp2: pipeline = 2, 1F1B; pp2v2: interleave = 2, Megatron's interleaved
     schedule) of a 4-layer model gives the one-process run's (pp1) loss at every step, its last
     gradients and its weights within RTOL_ZERO; each rank's arena and regions equal the
@@ -79,9 +85,9 @@ import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
-PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "dp2tp2", "pp1", "pp2",
-         "pp2v2"]
-RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4}  # the others: 2
+PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "dp2tp2", "dp2tp2z", "pp1",
+         "pp2", "pp2v2"]
+RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -131,7 +137,7 @@ def tensor_cuts(runs, weights, result):
         n = int(np.prod(t.shape))
         cut = name.endswith(("qkv.weight", "qkv.b", "fc.weight", "fc.b", "attn.proj.weight", "mlp.proj.weight"))
         params += align(4 * (n // 2 if cut else n))
-    for p, ranks in [("tp2", 2), ("dp2tp2", 4)]:
+    for p, ranks in [("tp2", 2), ("dp2tp2", 4), ("dp2tp2z", 4)]:
         if p not in runs:
             continue
         est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
@@ -141,17 +147,21 @@ def tensor_cuts(runs, weights, result):
         ok = isinstance(sent, list) and len(sent) == ranks and priced > 0 and all(s == priced for s in sent)
         result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
         erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+        # params, grads (= params: all fp32) and the momentum: whole, or under ZeRO-1 the half of
+        # the grads region's elements this rank's data rank owns, padded to 256 bytes.
+        states = 2 * params + (align(4 * ((params // 4 + 1) // 2)) if p == "dp2tp2z" else params)
         ok = len(erows) == len(grows) == ranks and all(
-            e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == 3 * params
+            e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == states
             for e, g in zip(erows, grows))
-        result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (3 x %d B derived)" % (
+        result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%d B derived)" % (
             [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
-            [(g["arena_bytes"], g["regions_bytes"]) for g in grows], params))
-        if p != "dp2tp2":
+            [(g["arena_bytes"], g["regions_bytes"]) for g in grows], states))
+        if ranks != 4:
             continue
         # Data x tensor: the tensor groups' all-reduces are tp2's on half the micro-batches (each
         # data rank runs 2 of the 4); each data group's all-reduce of the grads region (a ring of
-        # 2: each rank sends the region's bytes, 3 x params derived above as grads = params).
+        # 2: each rank sends the region's bytes, params derived above as grads = params); under
+        # ZeRO-1 half of the region reduce-scattered and half gathered: the same bytes.
         by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
         tp2_sent = runs["tp2"][0]["measured"]["sent_bytes"][0] if "tp2" in runs else None
         derived = {"tensor": tp2_sent // 2 if tp2_sent else None, "data": params, "pipeline": 0}
@@ -159,7 +169,7 @@ def tensor_cuts(runs, weights, result):
             counted = by.get(g)
             ok = isinstance(counted, list) and len(counted) == ranks and all(
                 c == est_by.get(g) == derived[g] for c in counted)
-            result("dp2tp2 %s-group bytes per rank" % g, ok, "counted %s, estimated %s, derived %s" % (
+            result("%s %s-group bytes per rank" % (p, g), ok, "counted %s, estimated %s, derived %s" % (
                 counted, est_by.get(g), derived[g]))
 
 
@@ -254,7 +264,7 @@ def main():
             print("%d passed, %d failed" % (res.passed, res.failed))
             return 1
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
-                        ("dp2tp2", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO)]:
+                        ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO)]:
             if p not in runs:
                 continue
             one = "pp1" if p.startswith("pp") else "dp1"
@@ -273,7 +283,8 @@ def main():
         tensor_cuts(runs, base_w, result)
         if "pp1" in runs:
             pipeline_stages(runs, runs["pp1"][1], result)
-        for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3")]:
+        for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
+                            ("dp2tp2", "dp2tp2z")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
                 result(zero + " loss = " + plain, r0["loss"] == r1["loss"], "%s vs %s" % (r1["loss"], r0["loss"]))
