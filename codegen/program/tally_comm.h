@@ -6,9 +6,10 @@
 // data × tensor (issue 39 item 4) splits the world into tensor groups and data groups
 // (split_groups, by the plan's rank order): the tensor-parallel all-reduces run on the
 // rank's tensor group, the gradient reduction and ZeRO's collectives on its data group (there
-// as counted rings, dp_all_reduce, dp_reduce_scatter and dp_all_gather). Every collective works in place on a region of the memory
-// plan (the gradients), so a step allocates nothing for communication; each is timed as a
-// kernel (ctx.timer) under the op class the step set ("communication").
+// as counted rings, dp_all_reduce, dp_reduce_scatter and dp_all_gather). Every collective works
+// in place on a region of the memory plan (the gradients), so a step allocates nothing for
+// communication; each is timed as a kernel (ctx.timer) under the op class the step set
+// ("communication").
 //
 // Element types: float is MPI_FLOAT with MPI_SUM; rt::bf16 and rt::f16 travel as 16-bit
 // words (MPI_UINT16_T) and are summed by a user-defined MPI operation that adds in fp32 and
