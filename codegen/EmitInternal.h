@@ -128,6 +128,10 @@ struct Emitter {
   /// The call of the op being written (op, at schedule step `step`): its kind's entry of the
   /// table (OpEmit, EmitTable.cpp), one of the functions below.
   bool emitOp();
+  /// One schedule entry of the walk, `op` set to its op: the comment naming it and its kind,
+  /// the site (op_class/op_path), the op's calls, and the loss read back after the forward op
+  /// that computes it. The step's walk and the pipeline's chunks (EmitPipeline.cpp) both call it.
+  bool emitEntry(const StepEntry &se);
 
   /// Views (split, reshape, transpose, slice): no code, the view's pointer is its base's.
   bool view() { return true; }

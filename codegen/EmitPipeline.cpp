@@ -92,7 +92,6 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
       if (!move(grad(x), boundaryEntry(k, grad(x), true, true), false, (k + 1) % p, k + 1, 1,
                 "the gradient of an activation sent on, from the stage after"))
         return false;
-  const char *kinds[] = {"forward", "backward", "recompute", "optimizer"};
   for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
     const StepEntry &se = a.stepSchedule[e];
     if (se.kind == StepEntry::Optimizer || ps.chunkOfOp[se.op] != k || (se.kind != StepEntry::Forward) != backward)
@@ -101,13 +100,8 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
     step = buffers.stepOf(e);
     if (opClass(op->kind) == OpClass::View)
       continue;
-    std::string path = s.opPath(*op);
-    body += "\n  // " + commentSafe(path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
-    site(path, className(s, *op));
-    if (!emitOp() || !error.empty())
+    if (!emitEntry(se))
       return false;
-    if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss)
-      line("loss = rt::load(*" + ptr(s.loss) + ");");
   }
   op = nullptr;
   if (!backward && k + 1 < chunks)

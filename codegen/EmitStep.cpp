@@ -305,6 +305,26 @@ std::string Emitter::where(const Op &o) const {
   return w.empty() ? "" : " — " + commentSafe(w);
 }
 
+/// A schedule entry's kind as the step's comments name it.
+static const char *entryKind(StepEntry::Kind k) {
+  static const char *const names[] = {"forward", "backward", "recompute", "optimizer"};
+  return names[k];
+}
+
+bool Emitter::emitEntry(const StepEntry &se) {
+  std::string path = s.opPath(*op);
+  body += "\n  // " + commentSafe(path) + " (" + entryKind(se.kind) + ")" + where(*op) + "\n";
+  site(path, className(s, *op));
+  if (!emitOp() || !error.empty())
+    return false;
+  if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss) {
+    if (be.device) // copied on the stream; read_losses() reads every micro-batch's after the graph region
+      lossType = ctype(stored(s.loss));
+    line(be.device ? "store_loss(ctx, " + ptr(s.loss) + ", m);" : "loss = rt::load(*" + ptr(s.loss) + ");");
+  }
+  return true;
+}
+
 bool Emitter::microStep(std::string &outText) {
   std::map<uint32_t, const Analysis::FusedKernel *> fusedAt;
   for (const Analysis::FusedKernel &k : a.fusion.kernels)
@@ -317,7 +337,6 @@ bool Emitter::microStep(std::string &outText) {
         line("if (last) start_bucket(ctx, " + std::to_string(k) + "); // its last gradient is written");
   };
   body.clear();
-  const char *kinds[] = {"forward", "backward", "recompute", "optimizer"};
   for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
     const StepEntry &se = a.stepSchedule[e];
     if (se.kind == StepEntry::Optimizer)
@@ -340,22 +359,14 @@ bool Emitter::microStep(std::string &outText) {
     }
     auto f = fusedAt.find(static_cast<uint32_t>(e));
     if (f != fusedAt.end()) {
-      if (!fused(*f->second, kinds[se.kind]) || !error.empty())
+      if (!fused(*f->second, entryKind(se.kind)) || !error.empty())
         return false;
       startBuckets(e, e + f->second->count - 1);
       e += f->second->count - 1;
       continue;
     }
-    std::string path = s.opPath(*op);
-    body += "\n  // " + commentSafe(path) + " (" + kinds[se.kind] + ")" + where(*op) + "\n";
-    site(path, className(s, *op));
-    if (!emitOp() || !error.empty())
+    if (!emitEntry(se))
       return false;
-    if (se.kind == StepEntry::Forward && !op->outputs.empty() && op->outputs[0] == s.loss) {
-      if (be.device) // copied on the stream; read_losses() reads every micro-batch's after the graph region
-        lossType = ctype(stored(s.loss));
-      line(be.device ? "store_loss(ctx, " + ptr(s.loss) + ", m);" : "loss = rt::load(*" + ptr(s.loss) + ");");
-    }
     startBuckets(e, e);
     tensorParallelAfter(e);
     if (pieced())
