@@ -39,6 +39,11 @@ Result sample() {
   r.attention.B = 1, r.attention.H = 4, r.attention.S = 128, r.attention.hd = 64;
   r.attention.forwardSeconds = 1e-3 / 3, r.attention.backwardSeconds = 2e-3 / 3;
   r.attentionShapes.push_back({2, 4, 16, 16, 1e-4 / 3, 2e-4 / 3});
+  r.sliceSeconds = 1.5e-3, r.sliceSource = "the kernel's default";
+  Timing t;
+  t.name = "matmul fp32 64x64x64", t.rounds = 4, t.calls = 12, t.rejected = 2, t.median = 1.0 / 7.0 * 1e-4;
+  t.spread = 1.0 / 3.0 + 1, t.remeasured = true, t.waitShare = 0.1 / 3;
+  r.timings.push_back(t);
   return r;
 }
 
@@ -76,6 +81,17 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
   CHECK(back.attentionShapes[0].hd == 16);
   CHECK(sameBits(back.attentionShapes[0].forwardSeconds, r.attentionShapes[0].forwardSeconds));
   CHECK(sameBits(back.attentionShapes[0].backwardSeconds, r.attentionShapes[0].backwardSeconds));
+  REQUIRE(back.timings.size() == 1);
+  CHECK(back.timings[0].name == "matmul fp32 64x64x64");
+  CHECK(back.timings[0].rounds == 4);
+  CHECK(back.timings[0].calls == 12);
+  CHECK(back.timings[0].rejected == 2);
+  CHECK(back.timings[0].remeasured);
+  CHECK(back.sliceSource == r.sliceSource);
+  for (auto [a, b] : {std::pair{back.timings[0].median, r.timings[0].median},
+                      {back.timings[0].spread, r.timings[0].spread},
+                      {back.timings[0].waitShare, r.timings[0].waitShare}, {back.sliceSeconds, r.sliceSeconds}})
+    CHECK(sameBits(a, b));
   // The target text is made from the numbers alone, so it is the same from either Result.
   CHECK(renderTarget(back, "then") == renderTarget(r, "then"));
 }
@@ -101,8 +117,8 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused("[1, 2]"), Contains("not a JSON object"));
   CHECK_THAT(refused("{\"version\": 1}"), Contains("not tally-measure's output"));
   CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"),
-             Contains("protocol version 1, and this tally reads version 2"));
-  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 2}"), Contains("quick"));
+             Contains("protocol version 1, and this tally reads version 3"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 3}"), Contains("quick"));
   auto edit = [&](const std::string &from, const std::string &to) {
     std::string t = good;
     size_t at = t.find(from);
@@ -117,6 +133,8 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused(edit("\"hd\":64", "\"hd\":0")), Contains("attention's shape"));
   CHECK_THAT(refused(edit("\"hd\":16", "\"hd\":-1")), Contains("attention's shape"));
   CHECK_THAT(refused(edit("\"attention_shapes\":[", "\"attention_shape\":[")), Contains("attention_shapes"));
+  CHECK_THAT(refused(edit("\"rejected\":2", "\"rejected\":13")), Contains("timing of 'matmul fp32 64x64x64' is not possible"));
+  CHECK_THAT(refused(edit("\"timings\":[", "\"timing\":[")), Contains("timings"));
 }
 
 TEST_CASE("calibrate: the attention curve, a point per call of every shape", "[calibrate]") {

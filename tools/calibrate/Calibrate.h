@@ -42,6 +42,66 @@ struct AttentionSample {
   double scores() const;
 };
 
+/// One measurement's timed calls as the robust statistics read them (Robust.cpp, issue 46):
+/// calls that look like scheduler slices rejected, the median of the rest, and how far its
+/// rounds' medians disagree.
+struct Timing {
+  std::string name;       ///< "matmul fp32 64x64x64", "triad", ...
+  int rounds = 0;         ///< The rounds its calls were taken in (more when re-measured).
+  int64_t calls = 0;      ///< Timed calls in all.
+  int64_t rejected = 0;   ///< Calls rejected as scheduler slices (sliceThreshold).
+  double median = 0;      ///< The median of the kept calls, seconds.
+  double spread = 1;      ///< The largest ÷ the smallest per-round median of all its calls (≥ 1).
+  bool remeasured = false; ///< Its first rounds disagreed (noisyReason), so it was timed again.
+  /// The seconds its threads waited for a CPU (runnable while another task ran: Linux's
+  /// /proc/self/task/*/schedstat) over its rounds' wall seconds × threads; -1 unknown.
+  double waitShare = -1;
+};
+
+/// The largest share of a measurement's time its threads may wait for a CPU: a quarter. A call
+/// descheduled for most of its time looks like any other when all its calls are (a 2-thread
+/// 64³ matmul timed at 12 ms in every call under a load average of 5 on 2 cores, its threads
+/// waiting half the time), so the call times alone cannot tell; on an idle machine the share
+/// is about 0.
+
+constexpr double kWaitBound = 0.25;
+
+/// The most a measurement's per-round medians may disagree (largest ÷ smallest): 2. The rounds
+/// are meant to meet the machine's phases, and the widest quiet phase-to-phase change recorded
+/// on the 2-vCPU machine is 1.66× (a matmul alternating between 63 and 38 GFLOP/s), so 2×
+/// leaves room for it; the calibration the issue reports was 3.6–620× off.
+constexpr double kSpreadBound = 2.0;
+
+/// The Linux scheduler's default minimum slice on `cores` CPUs: 0.75 ms × (1 + ⌊log₂ min(cores,
+/// 8)⌋) (kernel/sched/fair.c: sysctl_sched_base_slice, formerly sched_min_granularity, scaled
+/// by SCHED_TUNABLESCALING_LOG).
+double defaultSchedulerSlice(int cores);
+
+/// This machine's scheduler slice in seconds: read from the kernel's tunables where readable
+/// (/sys/kernel/debug/sched/base_slice_ns or min_granularity_ns, /proc/sys/kernel/
+/// sched_min_granularity_ns), else defaultSchedulerSlice; `source` says which.
+double schedulerSlice(int cores, std::string &source);
+
+/// The time above which a call of a measurement whose fastest call took `fastest` seconds
+/// looks descheduled: fastest + max(fastest, slice / 2). A descheduled call waits for another
+/// task's slice, so it is at least about a slice longer (half leaves room for a slice cut
+/// short); and only a call more than twice the fastest is rejected, so a long kernel's ordinary
+/// spread (a 200 ms matmul varies by more than a slice) is never taken for one.
+inline double sliceThreshold(double fastest, double slice) {
+  return fastest + (fastest > 0.5 * slice ? fastest : 0.5 * slice);
+}
+
+/// The statistics of one measurement from its call times, per round (seconds): calls above
+/// sliceThreshold of the fastest call rejected, the median of the kept calls (of all its
+/// calls when none is rejected, as before), and the spread of the per-round medians of all the
+/// calls (a few slices do not move a round's median; a round mostly descheduled does).
+Timing summarize(const std::string &name, const std::vector<std::vector<double>> &rounds, double slice);
+
+/// Why a measurement's numbers cannot be trusted ("" when they can): its rounds' medians
+/// disagree beyond kSpreadBound, more than half of its calls were rejected as slices, or its
+/// threads waited for a CPU more than kWaitBound of its time.
+std::string noisyReason(const Timing &t);
+
 /// Everything one calibration measured.
 struct Result {
   std::string cpuModel;       ///< /proc/cpuinfo "model name", or "unknown CPU"
@@ -70,6 +130,11 @@ struct Result {
   /// linkNote says how it was measured, or why not.
   double linkBandwidth = 0, linkLatency = 0;
   std::string linkNote;
+  /// Every measurement's statistics (summarize), in the order they were taken, and the
+  /// scheduler slice their outlier rule used (seconds; where it was read).
+  std::vector<Timing> timings;
+  double sliceSeconds = 0;
+  std::string sliceSource;
   /// Other processes were running: the load average exceeded half the cores.
   bool busy() const { return loadAverage > 0.5 * cores; }
 };
@@ -80,7 +145,7 @@ Result measure(const Options &options);
 
 /// The version of tally-measure's output that this build writes and reads; a change of its
 /// fields changes the number, and a tally refuses another version (the two are built together).
-constexpr int kProtocolVersion = 2; // 2: attention_shapes
+constexpr int kProtocolVersion = 3; // 2: attention_shapes; 3: timings, slice
 
 /// tally-measure's output: every field of `r` the measurements set (not the interconnect, which
 /// tally measures itself) as one JSON object, {"protocol": "tally-measure", "version": 2, ...};
@@ -122,6 +187,9 @@ std::vector<Point> attentionCurveOf(const Result &r);
 /// The `target host { ... }` declaration, with the measurements as comments. `when` is the
 /// date printed in the banner.
 std::string renderTarget(const Result &r, const std::string &when);
+
+/// The noisy measurements of `r` with their reasons (noisyReason), "; "-separated; "" when none.
+std::string noisySummary(const Result &r);
 
 /// "host-<hostname>-<8 hex digits of a hash of the CPU model and core count>.tally".
 std::string cacheFileName();

@@ -11,8 +11,11 @@
 //    meets the machine as it usually is: on the 2-vCPU VM the same matmul alternated, seconds
 //    at a time, between about 63 and 38 GFLOP/s, and the fastest call priced the step at the
 //    fast phase only (fp32 GPT d = 256 estimated 429 ms, measured 785-900 ms). The rounds
-//    spread each measurement over the whole calibration. The 1-minute load average is
-//    recorded, and a busy machine is warned about.
+//    spread each measurement over the whole calibration. Calls that look like scheduler
+//    slices are left out of the median, the rounds must agree, and the threads must not have
+//    waited long for a CPU (Robust.cpp; re-measured once, then the calibration is noisy and
+//    tally calibrate refuses it). The 1-minute load average is recorded, and a busy machine is
+//    warned about.
 // 2. Memory bandwidth: a STREAM triad a = b + s·c over arrays far larger than the last-level
 //    cache, OpenMP static schedule; bytes = 3 × 4 per element (no write-allocate counted).
 //    The cache: sysconf's L2 size × the threads, and the same triad over arrays filling half of
@@ -40,12 +43,14 @@
 
 #include "tally_rt.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -61,50 +66,137 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+/// The seconds this process's threads have waited on a runqueue (runnable, not running: another
+/// task had their CPU), summed over /proc/self/task/*/schedstat's second field; -1 when unreadable.
+double runQueueWait() {
+  DIR *dir = opendir("/proc/self/task");
+  if (!dir)
+    return -1;
+  double sum = 0;
+  bool any = false;
+  while (dirent *e = readdir(dir)) {
+    if (e->d_name[0] == '.')
+      continue;
+    std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/schedstat");
+    double run = 0, wait = 0;
+    if (in >> run >> wait)
+      sum += wait * 1e-9, any = true;
+  }
+  closedir(dir);
+  return any ? sum : -1;
+}
+
 /// Timings taken in rounds. Each measurement gets one warm-up call, then in each round at least
 /// `minCalls` calls and `minSeconds`, at most `maxCalls`; the rounds run every measurement in
 /// turn, so each one samples the machine at several moments seconds apart. A measurement's time
-/// is the median of all its calls.
+/// is the median of its calls less those that look like scheduler slices, and its rounds'
+/// medians must agree (summarize, Robust.cpp); one whose rounds do not (noisyReason) is timed
+/// again, alone with the others that failed, in twice the rounds, and those times replace the
+/// first ones. Test hook: TALLY_MEASURE_TEST_NOISE="NAME=F" records the calls of the
+/// measurement NAME F times longer in odd rounds (the calls themselves run as always), so that
+/// a test sees a noisy measurement on a quiet machine (tests/lit/calibrate-noisy.tally).
 class Rounds {
 public:
-  explicit Rounds(int rounds) : rounds_(rounds) {}
+  Rounds(int rounds, double slice, int threads) : rounds_(rounds), slice_(slice), threads_(threads) {
+    if (const char *noise = std::getenv("TALLY_MEASURE_TEST_NOISE")) {
+      std::string spec = noise;
+      size_t eq = spec.rfind('=');
+      if (eq != std::string::npos) {
+        noiseName_ = spec.substr(0, eq);
+        noiseFactor_ = std::atof(spec.c_str() + eq + 1);
+      }
+    }
+  }
 
   /// Adds a measurement; its index for median().
-  size_t add(std::function<void()> f, int minCalls, double minSeconds, int maxCalls) {
-    items_.push_back({std::move(f), minCalls, minSeconds, maxCalls, {}});
+  size_t add(std::string name, std::function<void()> f, int minCalls, double minSeconds, int maxCalls) {
+    items_.push_back({std::move(name), std::move(f), minCalls, minSeconds, maxCalls, {}, 0, 0, 0, {}});
     return items_.size() - 1;
   }
 
   void run() {
     for (Item &it : items_)
       it.f();
-    for (int r = 0; r < rounds_; ++r)
-      for (Item &it : items_) {
-        double total = 0;
-        for (int n = 0; (n < it.minCalls || total < it.minSeconds) && n < it.maxCalls; ++n) {
-          Clock::time_point t0 = Clock::now();
-          it.f();
-          it.times.push_back(since(t0));
-          total += it.times.back();
-        }
-      }
+    std::vector<Item *> all;
+    for (Item &it : items_)
+      all.push_back(&it);
+    runRounds(all, rounds_);
+    std::vector<Item *> again;
+    for (Item &it : items_)
+      if (!noisyReason(it.stats).empty())
+        again.push_back(&it);
+    runRounds(again, 2 * rounds_);
+    for (Item *it : again)
+      it->stats.remeasured = true;
   }
 
-  double median(size_t i) const {
-    std::vector<double> t = items_[i].times;
-    std::sort(t.begin(), t.end());
-    return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  double median(size_t i) const { return items_[i].stats.median; }
+
+  /// Every measurement's statistics, in the order they were added.
+  std::vector<Timing> timings() const {
+    std::vector<Timing> out;
+    for (const Item &it : items_)
+      out.push_back(it.stats);
+    return out;
   }
 
 private:
   struct Item {
+    std::string name;
     std::function<void()> f;
     int minCalls;
     double minSeconds;
     int maxCalls;
-    std::vector<double> times;
+    std::vector<std::vector<double>> times; ///< per round
+    double fastest = 0;                     ///< the fastest call so far
+    double waited = 0, wall = 0;            ///< runQueueWait and wall seconds of its rounds (-1: unknown)
+    Timing stats;
   };
+
+  /// `rounds` rounds over `items` (each in turn), replacing their times and statistics. A round
+  /// whose calls were mostly slices (above sliceThreshold of the fastest call so far) calls on
+  /// until `minCalls` are not, within its most calls and 20 slices more than its seconds: on a
+  /// loaded machine a few calls can all be descheduled, and a fastest call that is itself a slice
+  /// hides the rest. A quiet round stops where it always did.
+  void runRounds(const std::vector<Item *> &items, int rounds) {
+    for (Item *it : items)
+      it->times.assign(size_t(rounds), {});
+    for (int r = 0; r < rounds; ++r)
+      for (Item *it : items) {
+        const double factor = noiseFactor_ > 0 && r % 2 && it->name == noiseName_ ? noiseFactor_ : 1.0;
+        std::vector<double> &times = it->times[size_t(r)];
+        double total = 0, wait0 = runQueueWait();
+        Clock::time_point start = Clock::now();
+        auto quiet = [&] {
+          double limit = sliceThreshold(it->fastest, slice_);
+          return std::count_if(times.begin(), times.end(), [&](double x) { return x <= limit; }) >= it->minCalls;
+        };
+        for (int n = 0; n < it->maxCalls; ++n) {
+          if (n >= it->minCalls && total >= it->minSeconds && (total >= it->minSeconds + 20 * slice_ || quiet()))
+            break;
+          Clock::time_point t0 = Clock::now();
+          it->f();
+          double t = since(t0);
+          times.push_back(t * factor);
+          it->fastest = it->fastest > 0 ? std::min(it->fastest, t * factor) : t * factor;
+          total += t;
+        }
+        double wait1 = runQueueWait();
+        it->waited = wait0 >= 0 && wait1 >= 0 && it->waited >= 0 ? it->waited + (wait1 - wait0) : -1;
+        it->wall += since(start);
+      }
+    for (Item *it : items) {
+      it->stats = summarize(it->name, it->times, slice_);
+      it->stats.waitShare = it->waited >= 0 && it->wall > 0 ? it->waited / (it->wall * threads_) : -1;
+      it->waited = 0, it->wall = 0;
+    }
+  }
+
   int rounds_;
+  double slice_;
+  int threads_;
+  std::string noiseName_;
+  double noiseFactor_ = 0;
   std::vector<Item> items_;
 };
 
@@ -131,7 +223,7 @@ std::function<void()> matmulCall(rt::Ctx &ctx, int64_t M, int64_t N, int64_t K) 
 
 /// Registers a measurement with Rounds: f, and its calls, seconds and most calls in all (each
 /// round gets a share); its index for Rounds::median.
-using Add = std::function<size_t(std::function<void()> f, int calls, double seconds, int maxCalls)>;
+using Add = std::function<size_t(std::string name, std::function<void()> f, int calls, double seconds, int maxCalls)>;
 
 /// The machine the measurements run on: CPU model, cores and memory.
 void describeMachine(Result &r) {
@@ -173,7 +265,9 @@ std::vector<size_t> addMatmuls(const Options &o, rt::Ctx &ctx, Result &r, const 
       m.dtype = dtype;
       m.M = s.M, m.N = s.N, m.K = s.K;
       r.matmuls.push_back(m);
-      matmulTimings.push_back(add(m.dtype == "fp32" ? matmulCall<float>(ctx, s.M, s.N, s.K)
+      matmulTimings.push_back(add("matmul " + m.dtype + " " + std::to_string(s.M) + "x" + std::to_string(s.N) +
+                                      "x" + std::to_string(s.K),
+                                  m.dtype == "fp32" ? matmulCall<float>(ctx, s.M, s.N, s.K)
                                                     : matmulCall<rt::bf16>(ctx, s.M, s.N, s.K),
                                   4, o.quick ? 0.01 : 0.1, 60));
     }
@@ -209,7 +303,10 @@ AttentionTimings addAttention(const Options &o, rt::Ctx &ctx, const AttentionSam
   };
   // The forward first: the backward reads its out and lse.
   fwd();
-  return AttentionTimings{add(fwd, 4, o.quick ? 0.01 : 0.1, 100), add(bwd, 4, o.quick ? 0.01 : 0.1, 100)};
+  const std::string shape = " B" + std::to_string(sh.B) + " H" + std::to_string(sh.H) + " S" + std::to_string(sh.S) +
+                            " hd" + std::to_string(sh.hd);
+  return AttentionTimings{add("attention forward" + shape, fwd, 4, o.quick ? 0.01 : 0.1, 100),
+                          add("attention backward" + shape, bwd, 4, o.quick ? 0.01 : 0.1, 100)};
 }
 
 } // namespace
@@ -225,10 +322,11 @@ Result measure(const Options &o) {
 
   // Every timing is registered here and taken in rounds (Rounds), then read as a median.
   const int rounds = o.quick ? 2 : 4;
-  Rounds timings(rounds);
+  r.sliceSeconds = schedulerSlice(r.cores, r.sliceSource);
+  Rounds timings(rounds, r.sliceSeconds, r.threads);
   // Per round: a `share` of the calls and the seconds a measurement gets in all.
-  Add add = [&](std::function<void()> f, int calls, double seconds, int maxCalls) {
-    return timings.add(std::move(f), (calls + rounds - 1) / rounds, seconds / rounds,
+  Add add = [&](std::string name, std::function<void()> f, int calls, double seconds, int maxCalls) {
+    return timings.add(std::move(name), std::move(f), (calls + rounds - 1) / rounds, seconds / rounds,
                        (maxCalls + rounds - 1) / rounds);
   };
 
@@ -246,7 +344,7 @@ Result measure(const Options &o) {
     for (int64_t i = 0; i < n; ++i)
       pa[i] = pb[i] + 3.0f * pc[i];
   };
-  const size_t tTriad = add(triad, 8, o.quick ? 0.02 : 0.2, 100);
+  const size_t tTriad = add("triad", triad, 8, o.quick ? 0.02 : 0.2, 100);
 
   // 2b. The cache: one core's L2 × the threads (each thread's share of a kernel's data stays in
   // its core's L2), and the triad over arrays filling half of it, repeated.
@@ -259,19 +357,19 @@ Result measure(const Options &o) {
     for (int64_t i = 0; i < nc; ++i)
       pa[i] = pb[i] + 3.0f * pc[i];
   };
-  const size_t tCached = l2 > 0 ? add(cached, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, 5000) : 0;
+  const size_t tCached = l2 > 0 ? add("triad in cache", cached, o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, 5000) : 0;
 
   // 3. Elementwise kernels of the runtime.
-  const size_t tRelu = add([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, b.data(), a.data(), n); }, 4,
+  const size_t tRelu = add("relu", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, b.data(), a.data(), n); }, 4,
                            o.quick ? 0.02 : 0.1, 60);
-  const size_t tScale = add([&] { rt::scale<float>(ctx, a.data(), 1.0f, n); }, 4, o.quick ? 0.02 : 0.1, 60);
+  const size_t tScale = add("scale", [&] { rt::scale<float>(ctx, a.data(), 1.0f, n); }, 4, o.quick ? 0.02 : 0.1, 60);
 
   // 4. The fixed cost of a call: single calls of a few microseconds, many of them.
-  auto perCall = [&](std::function<void()> f) {
-    return add(std::move(f), o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, o.quick ? 500 : 5000);
+  auto perCall = [&](std::string name, std::function<void()> f) {
+    return add(std::move(name), std::move(f), o.quick ? 50 : 300, o.quick ? 0.005 : 0.05, o.quick ? 500 : 5000);
   };
-  const size_t tCall = perCall([&] { rt::scale<float>(ctx, a.data(), 1.0f, 1); });
-  const size_t tFork = perCall([&] {
+  const size_t tCall = perCall("call (scale of 1 float)", [&] { rt::scale<float>(ctx, a.data(), 1.0f, 1); });
+  const size_t tFork = perCall("empty OpenMP region", [&] {
 #pragma omp parallel num_threads(nt)
     { asm volatile("" ::: "memory"); }
   });
@@ -282,8 +380,8 @@ Result measure(const Options &o) {
   std::vector<float> e(static_cast<size_t>(m)), eOut(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i)
     e[size_t(i)] = -4.0f + 8.0f * float(i % 1001) / 1000.0f;
-  const size_t tExp = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, e.data(), eOut.data(), m); });
-  const size_t tRelu2 = perCall([&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, e.data(), eOut.data(), m); });
+  const size_t tExp = perCall("exp of 65536 floats", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, e.data(), eOut.data(), m); });
+  const size_t tRelu2 = perCall("relu of 65536 floats", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, e.data(), eOut.data(), m); });
 
   // 6. Attention: the runtime's fused causal attention forward and backward, on the main shape
   // and on the smaller ones of the curve (q = k = v [B, S, H·hd]).
@@ -298,6 +396,7 @@ Result measure(const Options &o) {
     tShapes.push_back(addAttention(o, ctx, sh, add));
 
   timings.run();
+  r.timings = timings.timings();
 
   for (size_t i = 0; i < r.matmuls.size(); ++i)
     r.matmuls[i].seconds = timings.median(matmulTimings[i]);

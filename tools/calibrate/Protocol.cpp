@@ -1,12 +1,15 @@
 // tally-measure's output, read by tally calibrate (tools/calibrate/Calibrate.h): one JSON object
-//   {"protocol": "tally-measure", "version": 2, "quick": false, "cpu_model": "...",
+//   {"protocol": "tally-measure", "version": 3, "quick": false, "cpu_model": "...",
 //    "cores": 2, "threads": 2, "memory_bytes": ..., "load_average": ..., "seconds": ...,
 //    "triad_bandwidth": ..., "cache_bytes": ..., "cache_bandwidth": ...,
 //    "elementwise_bandwidth": ..., "kernel_overhead": ..., "transcendental_time": ...,
 //    "matmuls": [{"dtype": "fp32", "M": 64, "N": 64, "K": 64, "seconds": ...}, ...],
 //    "attention": {"B": 1, "H": 4, "S": 256, "hd": 64, "forward_seconds": ...,
 //                  "backward_seconds": ...},
-//    "attention_shapes": [{"B": 2, "H": 4, "S": 16, "hd": 16, ...}, ...]}
+//    "attention_shapes": [{"B": 2, "H": 4, "S": 16, "hd": 16, ...}, ...],
+//    "slice_seconds": 0.0015, "slice_source": "...",
+//    "timings": [{"name": "matmul fp32 64x64x64", "rounds": 4, "calls": 48, "rejected": 0,
+//                 "median": ..., "spread": 1.05, "remeasured": false, "wait_share": 0.001}, ...]}
 // in SI units (bytes, bytes per second, seconds). llvm::json writes doubles with 17 significant
 // digits, so the numbers tally reads are the ones measured, bit for bit. Reading checks the
 // protocol name and version, every field's presence and type, and that the numbers are
@@ -36,6 +39,9 @@ std::string resultToJSON(const Result &r) {
     numbers.push_back(m.seconds);
   for (const AttentionSample &a : r.attentionShapes)
     numbers.insert(numbers.end(), {a.forwardSeconds, a.backwardSeconds});
+  numbers.push_back(r.sliceSeconds);
+  for (const Timing &t : r.timings)
+    numbers.insert(numbers.end(), {t.median, t.spread, t.waitShare});
   for (double x : numbers)
     if (!std::isfinite(x))
       return "";
@@ -49,6 +55,11 @@ std::string resultToJSON(const Result &r) {
   Array shapes;
   for (const AttentionSample &a : r.attentionShapes)
     shapes.push_back(attention(a));
+  Array timings;
+  for (const Timing &t : r.timings)
+    timings.push_back(Object{{"name", t.name}, {"rounds", t.rounds}, {"calls", t.calls}, {"rejected", t.rejected},
+                             {"median", t.median}, {"spread", t.spread}, {"remeasured", t.remeasured},
+                             {"wait_share", t.waitShare}});
   Object o{{"protocol", "tally-measure"},
            {"version", kProtocolVersion},
            {"quick", r.quick},
@@ -66,7 +77,10 @@ std::string resultToJSON(const Result &r) {
            {"transcendental_time", r.transcendentalTime},
            {"matmuls", std::move(matmuls)},
            {"attention", attention(r.attention)},
-           {"attention_shapes", std::move(shapes)}};
+           {"attention_shapes", std::move(shapes)},
+           {"slice_seconds", r.sliceSeconds},
+           {"slice_source", r.sliceSource},
+           {"timings", std::move(timings)}};
   std::string text;
   llvm::raw_string_ostream os(text);
   os << Value(std::move(o));
@@ -84,6 +98,13 @@ static bool fromJSON(const Value &v, AttentionSample &a, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
   return o && o.map("B", a.B) && o.map("H", a.H) && o.map("S", a.S) && o.map("hd", a.hd) &&
          o.map("forward_seconds", a.forwardSeconds) && o.map("backward_seconds", a.backwardSeconds);
+}
+
+static bool fromJSON(const Value &v, Timing &t, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  return o && o.map("name", t.name) && o.map("rounds", t.rounds) && o.map("calls", t.calls) &&
+         o.map("rejected", t.rejected) && o.map("median", t.median) && o.map("spread", t.spread) &&
+         o.map("remeasured", t.remeasured) && o.map("wait_share", t.waitShare);
 }
 
 namespace {
@@ -114,6 +135,12 @@ std::string impossible(const Result &r) {
   for (const AttentionSample &a : all)
     if (a.B < 1 || a.H < 1 || a.S < 1 || a.hd < 1 || a.forwardSeconds < 0 || a.backwardSeconds < 0)
       return "an attention's shape or time is not possible";
+  if (r.sliceSeconds < 0)
+    return "the scheduler slice is negative";
+  for (const Timing &t : r.timings)
+    if (t.rounds < 1 || t.calls < 1 || t.rejected < 0 || t.rejected > t.calls || t.median < 0 || !(t.spread >= 1))
+      return "the timing of '" + t.name + "' is not possible (rounds and calls at least 1, rejected calls " +
+             "at most the calls, spread at least 1)";
   return "";
 }
 
@@ -153,7 +180,9 @@ bool resultFromJSON(const std::string &text, Result &r, std::string &error) {
             o.map("elementwise_bandwidth", out.elementwiseBandwidth) &&
             o.map("kernel_overhead", out.kernelOverhead) &&
             o.map("transcendental_time", out.transcendentalTime) && o.map("matmuls", out.matmuls) &&
-            o.map("attention", out.attention) && o.map("attention_shapes", out.attentionShapes);
+            o.map("attention", out.attention) && o.map("attention_shapes", out.attentionShapes) &&
+            o.map("slice_seconds", out.sliceSeconds) && o.map("slice_source", out.sliceSource) &&
+            o.map("timings", out.timings);
   if (!ok) {
     error = llvm::toString(root.getError());
     return false;

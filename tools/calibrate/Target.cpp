@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -24,6 +25,27 @@ namespace {
 
 /// The number as tally source text: plain decimal with `digits` significant digits.
 std::string num(double v, int digits = 6) { return significant(v, digits); }
+
+/// The comment block on the robust statistics (Robust.cpp): the rule, then per measurement its
+/// rejected calls and its rounds' spread, and "NOISY" with the reason where it failed.
+void renderTimings(std::ostream &os, const Result &r) {
+  if (r.timings.empty())
+    return;
+  os << "// Calls more than max(the fastest, half a scheduler slice) above their measurement's fastest call are\n"
+     << "// rejected as descheduled before the median (slice " << num(r.sliceSeconds * 1e3, 3) << " ms: "
+     << r.sliceSource << "); each measurement's rounds' medians must agree within " << num(kSpreadBound, 3)
+     << "x\n// (re-measured in twice the rounds once when not), and its threads may wait for a CPU at most "
+     << num(100 * kWaitBound, 3) << "% of its time.\n// Per measurement: rejected calls, the rounds' spread, the threads' wait:\n";
+  for (const Timing &t : r.timings) {
+    os << "//   " << t.name << ": " << t.rejected << " of " << t.calls << " calls rejected, rounds within "
+       << num(t.spread, 3) << "x"
+       << (t.waitShare >= 0 ? ", waited for a CPU " + num(100 * t.waitShare, 2) + "%" : std::string())
+       << (t.remeasured ? " (re-measured, " + std::to_string(t.rounds) + " rounds)" : "");
+    if (std::string why = noisyReason(t); !why.empty())
+      os << "; NOISY: " << why;
+    os << "\n";
+  }
+}
 
 } // namespace
 
@@ -142,8 +164,9 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << "// Load average before measuring: " << num(r.loadAverage, 3)
      << (r.busy() ? " (busy: other processes shared the cores; calibrate again when idle)" : "")
      << ".\n"
-     << (r.quick ? "// A quick calibration: small sizes and short timings, not for estimates.\n" : "")
-     << "// Matmuls measured (one rt::matmul call, the median of 4 rounds of calls):\n";
+     << (r.quick ? "// A quick calibration: small sizes and short timings, not for estimates.\n" : "");
+  renderTimings(os, r);
+  os << "// Matmuls measured (one rt::matmul call, the median of " << (r.quick ? 2 : 4) << " rounds of calls):\n";
   for (const MatmulSample &m : r.matmuls)
     os << "//   " << m.dtype << " " << m.M << " x " << m.N << " x " << m.K << ": "
        << num(m.seconds * 1e3, 4) << " ms, " << num(m.flops() / m.seconds / 1e9, 4)

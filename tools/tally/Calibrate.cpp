@@ -7,8 +7,12 @@
 // `.tally` reads that file, which must declare exactly one target.
 //
 // Exit codes: 0 written, 1 the measurements failed ([calibrate-failed]: tally-measure missing,
-// failing or printing something else) or were made under load (a load average above the cores)
+// failing or printing something else), were noisy (a measurement's rounds disagreed beyond
+// calibrate::kSpreadBound even when re-measured, or most of its calls were scheduler slices:
+// [calibrate-noisy], the existing file kept or none written; --force writes it, and a --quick
+// one is written with a warning) or were made under load (a load average above the cores)
 // while the existing calibration was made at a lower load ([calibrate-busy]; --force replaces it), 2 the file could not be written ([io-error]).
+// The implicit calibration of `target = host` caches no noisy calibration either.
 #include "driver/Compiler.h"
 #include "report/Output.h"
 #include "tools/calibrate/Calibrate.h"
@@ -82,20 +86,32 @@ std::string keepExisting(const std::string &path, const calibrate::Result &r) {
   return why.empty() ? "" : "not replacing '" + path + "': " + why;
 }
 
+/// Why the noisy measurement `r` (calibrate::noisySummary) is not written to `path`, naming
+/// what stays there.
+std::string noisyRefusal(const std::string &path, const calibrate::Result &r) {
+  return "the calibration is noisy (" + calibrate::noisySummary(r) + "); " +
+         (sys::fs::exists(path) ? "keeping '" + path + "' as it was" : "nothing written to '" + path + "'");
+}
+
 /// Measures and writes the target to `path` (creating its folder); false with `error` set and
-/// `measureFailed` telling the measurements' failure from the file's. Unless `force`, a
-/// measurement under load does not replace a calibration made at a lower load (`refused`).
+/// `measureFailed` telling the measurements' failure from the file's. Unless `force`, a noisy
+/// measurement (not a quick one) is not written, and a measurement under load does not replace
+/// a calibration made at a lower load; `refused` is then the diagnostic's code.
 bool calibrateInto(const std::string &path, bool quick, std::string &error, bool &measureFailed,
-                   calibrate::Result *out = nullptr, bool force = true, bool *refused = nullptr) {
+                   calibrate::Result *out, bool force, std::string &refused) {
   calibrate::Result r;
   measureFailed = !measureHost(quick, r, error);
   if (measureFailed)
     return false;
+  if (!force && !r.quick && !calibrate::noisySummary(r).empty()) {
+    error = noisyRefusal(path, r);
+    refused = "calibrate-noisy";
+    return false;
+  }
   if (!force)
     if (std::string why = keepExisting(path, r); !why.empty()) {
       error = why;
-      if (refused)
-        *refused = true;
+      refused = "calibrate-busy";
       return false;
     }
   measureLink(r, quick);
@@ -181,7 +197,11 @@ std::optional<Target> loadTarget(StringRef name, std::string &error) {
       } else {
         errs() << "tally: note: this machine has no calibration yet (" << path
                << "); running `tally calibrate` (a few seconds)\n";
-        ok = calibrateInto(path, false, error, measureFailed);
+        std::string refused;
+        ok = calibrateInto(path, false, error, measureFailed, nullptr, false, refused);
+        if (refused == "calibrate-noisy")
+          error = "this machine has no calibration yet, and measuring it now was too noisy to cache: " + error +
+                  "; run `tally calibrate` when the machine is quiet, or `tally calibrate --force` to accept it";
       }
       if (!ok) {
         loaded[key] = std::nullopt;
@@ -202,10 +222,14 @@ int calibrateCommand() {
   std::string path = calibrateopts::Output.empty() ? cachePath() : calibrateopts::Output.getValue();
   std::string error;
   calibrate::Result r;
-  bool measureFailed = false, refused = false;
-  if (!calibrateInto(path, calibrateopts::Quick, error, measureFailed, &r, calibrateopts::Force, &refused)) {
-    if (refused) {
-      errs() << "tally: error: " << error << " [calibrate-busy]\n";
+  bool measureFailed = false;
+  std::string refused;
+  if (!calibrateInto(path, calibrateopts::Quick, error, measureFailed, &r, calibrateopts::Force, refused)) {
+    if (!refused.empty()) {
+      errs() << "tally: error: " << error << " [" << refused << "]\n";
+      if (refused == "calibrate-noisy")
+        errs() << "tally: note: other processes took the cores while measuring; run `tally calibrate` again when "
+                  "the machine is quiet, or with --force to write this one anyway\n";
       return 1;
     }
     if (measureFailed) {
@@ -215,6 +239,10 @@ int calibrateCommand() {
     errs() << "tally: error: " << error << " [io-error]\n";
     return kOutputErrorExit;
   }
+  if (std::string noisy = calibrate::noisySummary(r); !noisy.empty())
+    errs() << "tally: warning: the calibration is noisy (" << noisy << "); written "
+           << (calibrateopts::Force ? "because of --force" : "because it is a quick one (for tests, not estimates)")
+           << "\n";
   if (r.busy())
     errs() << "tally: warning: the load average was " << format("%.2f", r.loadAverage) << " on "
            << r.cores << " cores: other processes shared them, so the numbers are low; "
