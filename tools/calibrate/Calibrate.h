@@ -188,7 +188,8 @@ std::vector<Point> attentionCurveOf(const Result &r);
 /// date printed in the banner.
 std::string renderTarget(const Result &r, const std::string &when);
 
-/// The noisy measurements of `r` with their reasons (noisyReason), "; "-separated; "" when none.
+/// The noisy measurements of `r` with their reasons (noisyReason), "; "-separated, the first
+/// three named and the rest counted; "" when none.
 std::string noisySummary(const Result &r);
 
 /// "host-<hostname>-<8 hex digits of a hash of the CPU model and core count>.tally".

@@ -95,8 +95,9 @@ std::string noisyRefusal(const std::string &path, const calibrate::Result &r) {
 
 /// Measures and writes the target to `path` (creating its folder); false with `error` set and
 /// `measureFailed` telling the measurements' failure from the file's. Unless `force`, a noisy
-/// measurement (not a quick one) is not written, and a measurement under load does not replace
-/// a calibration made at a lower load; `refused` is then the diagnostic's code.
+/// measurement (not a quick one) is not written (`out` still receives it), and a measurement
+/// under load does not replace a calibration made at a lower load; `refused` is then the
+/// diagnostic's code.
 bool calibrateInto(const std::string &path, bool quick, std::string &error, bool &measureFailed,
                    calibrate::Result *out, bool force, std::string &refused) {
   calibrate::Result r;
@@ -106,6 +107,8 @@ bool calibrateInto(const std::string &path, bool quick, std::string &error, bool
   if (!force && !r.quick && !calibrate::noisySummary(r).empty()) {
     error = noisyRefusal(path, r);
     refused = "calibrate-noisy";
+    if (out) // the caller may still use it for one run (loadTarget)
+      *out = std::move(r);
     return false;
   }
   if (!force)
@@ -153,10 +156,11 @@ std::string unwritableFolder(const std::string &path) {
   return "";
 }
 
-/// Reads the one target a .tally file declares. Its diagnostics print with their locations.
-std::optional<Target> readTargetFile(const std::string &path, std::string &error) {
+/// The one target the .tally text `text` (named `path` in diagnostics) declares. Its
+/// diagnostics print with their locations.
+std::optional<Target> readTarget(const std::string &path, const std::string *text, std::string &error) {
   Compilation c;
-  if (!c.addFile(path) || c.diags.hasErrors()) {
+  if (!(text ? c.addSource(path, *text) : c.addFile(path)) || c.diags.hasErrors()) {
     error = "'" + path + "' has errors (above) or cannot be read";
     return std::nullopt;
   }
@@ -172,6 +176,22 @@ std::optional<Target> readTargetFile(const std::string &path, std::string &error
     return std::nullopt;
   }
   t->source = "measured by `tally calibrate`: " + path;
+  return t;
+}
+
+/// `target = host` without a cached calibration, measured now but too noisy to cache: the
+/// measurement serves this process only (nothing is written, so the next run measures again),
+/// with a warning, rather than failing a run or check that only needs an estimate.
+std::optional<Target> uncachedTarget(const std::string &path, calibrate::Result &r, std::string &error) {
+  measureLink(r, false);
+  std::string text = calibrate::renderTarget(r, utcNow());
+  std::optional<Target> t = readTarget(path + " (not written)", &text, error);
+  if (t) {
+    errs() << "tally: warning: measuring this machine was noisy (" << calibrate::noisySummary(r)
+           << "): its estimates use that measurement for this run only and cache nothing; run `tally "
+              "calibrate` when the machine is quiet (or `tally calibrate --force` to keep this one)\n";
+    t->source = "measured now, noisy, not cached";
+  }
   return t;
 }
 
@@ -198,10 +218,15 @@ std::optional<Target> loadTarget(StringRef name, std::string &error) {
         errs() << "tally: note: this machine has no calibration yet (" << path
                << "); running `tally calibrate` (a few seconds)\n";
         std::string refused;
-        ok = calibrateInto(path, false, error, measureFailed, nullptr, false, refused);
-        if (refused == "calibrate-noisy")
-          error = "this machine has no calibration yet, and measuring it now was too noisy to cache: " + error +
-                  "; run `tally calibrate` when the machine is quiet, or `tally calibrate --force` to accept it";
+        calibrate::Result r;
+        ok = calibrateInto(path, false, error, measureFailed, &r, false, refused);
+        if (refused == "calibrate-noisy") {
+          error.clear();
+          std::optional<Target> t = uncachedTarget(path, r, error);
+          loaded[key] = t;
+          errors[key] = error;
+          return t;
+        }
       }
       if (!ok) {
         loaded[key] = std::nullopt;
@@ -210,7 +235,7 @@ std::optional<Target> loadTarget(StringRef name, std::string &error) {
       }
     }
   }
-  std::optional<Target> t = readTargetFile(path, error);
+  std::optional<Target> t = readTarget(path, nullptr, error);
   if (!t && name == "host") // the cache is tally's own file: measuring again replaces it
     error += "; run `tally calibrate` again to measure this machine anew";
   loaded[key] = t;
