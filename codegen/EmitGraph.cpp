@@ -24,15 +24,14 @@ std::vector<std::string> Emitter::graphNotes() const {
   int64_t micro = plan.batch / (plan.microBatch * plan.parallel.data);
   out.push_back("captures forward_backward(): the data copy, forward and backward of " + std::to_string(micro) +
                 (micro == 1 ? " micro-batch" : " micro-batches") + ", each loss copied to device memory" +
-                (overlap() ? ", and the gradient buckets' NCCL all-reduces and their wait" : std::string()));
+                (overlap() ? ", and the gradient buckets' NCCL all-reduces and their wait" : std::string()) +
+                (tensorParallel() ? ", and the tensor-parallel NCCL all-reduces" : ""));
   for (const auto &[what, reason] : cudaGraphExclusions(plan))
     out.push_back("outside: " + what + " (" + reason + ")");
   return out;
 }
 
-std::string Emitter::deviceTrainStep(const std::string &tail) {
-  if (lossType.empty())
-    return fail("internal error: the step stores no loss (no forward entry writes it)"), "";
+std::string Emitter::graphPlan() const {
   std::string why = cudaGraphRefusal(*a.graph, plan);
   std::string out = "/// The CUDA graph of the step (passes/CudaGraph.h): whether forward_backward() is captured\n"
                     "/// after the warm-up and replayed, else why not; what runs outside it, and why.\n"
@@ -40,7 +39,13 @@ std::string Emitter::deviceTrainStep(const std::string &tail) {
                     std::string(why.empty() ? "true" : "false") + ", " + literal(why) + ", {\n";
   for (const auto &[what, reason] : cudaGraphExclusions(plan))
     out += "    {" + literal(what) + ", " + literal(reason) + "},\n";
-  out += "    {nullptr, nullptr}}};\n\n";
+  return out + "    {nullptr, nullptr}}};\n\n";
+}
+
+std::string Emitter::deviceTrainStep(const std::string &tail) {
+  if (lossType.empty())
+    return fail("internal error: the step stores no loss (no forward entry writes it)"), "";
+  std::string out = graphPlan();
   out += "/// The graph region: every micro-batch's data (copied from the driver's staging buffer),\n"
          "/// forward and backward, each loss to device_losses[m]" +
          std::string(overlap() ? ", then the wait for the gradient buckets'\n/// all-reduces (started in the last "

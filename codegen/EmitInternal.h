@@ -227,6 +227,8 @@ struct Emitter {
   /// Device backends: kGraph, the graph region forward_backward() and train_step() around it,
   /// `tail` (the reduction, update, --dump-grads and zero_grad) after it (EmitGraph.cpp).
   std::string deviceTrainStep(const std::string &tail);
+  /// Device backends: kGraph (passes/CudaGraph.h: captured, else why not; what runs outside).
+  std::string graphPlan() const;
   /// Device backends: `tally build`'s `cuda graph:` lines (what is captured, what is not, why).
   std::vector<std::string> graphNotes() const;
   /// kLayout's tables: parameters and inputs.

@@ -30,9 +30,9 @@ bool Emitter::checkPipeline() {
   const Parallelism &par = plan.parallel;
   std::string what = "pipeline = " + std::to_string(par.pipeline) +
                      (par.interleave > 1 ? ", interleave = " + std::to_string(par.interleave) : "");
-  if (be.device)
-    return fail(what + ": the " + title() + " backend does not run pipeline parallelism yet (the CPU backend runs "
-                       "it, under MPI)");
+  if (be.device && par.interleave > 1) // NCCL pairs a rank's sends with its peer's receives in issue order
+    return fail(what + ": the " + title() + " backend runs the 1F1B schedule (interleave = 1), not the interleaved "
+                       "one yet (the CPU backend runs it, under MPI)");
   if (!ps.error.empty()) {
     op = ps.errorOp < s.ops.size() ? &s.ops[ps.errorOp] : nullptr;
     return fail(what + ": " + ps.error);
@@ -116,10 +116,11 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
   chunkNow = -1;
   out += llvm::formatv("/// Stage {0} (rank {1}, chunk {2}): the {3} of micro-batch `mb` in the slot at arena offset `cb`{4}.\n"
                        "static double {5}{0}(rt::Ctx &ctx, [[maybe_unused]] uint64_t seed, [[maybe_unused]] int64_t mb, "
-                       "[[maybe_unused]] int64_t cb, [[maybe_unused]] int64_t key) {{\n  double loss = 0;\n{6}"
+                       "[[maybe_unused]] int64_t cb, [[maybe_unused]] int64_t key) {{\n  double loss = 0;\n{7}{6}"
                        "  return loss;\n}\n\n",
                        k, k % p, k / p, backward ? "backward" : "forward",
-                       backward ? "" : "; its loss (the last stage's)", backward ? "backward" : "forward", body)
+                       backward ? "" : "; its loss (the last stage's)", backward ? "backward" : "forward", body,
+                       be.device ? "  [[maybe_unused]] const int64_t m = mb; // the loss's slot (store_loss)\n" : "")
              .str();
   body.clear();
   return true;
@@ -129,6 +130,8 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
   const auto &ps = a.pipelineStep;
   const int64_t p = ps.stages, v = ps.interleave, m = ps.microBatches;
   std::string G = ctype(plan.precision.grads);
+  if (be.device) // the last stage's forward stores each micro-batch's loss; train() reads them back
+    lossType = ctype(stored(s.loss));
   stages = "/// One unit of a rank's pipeline order: micro-batch, chunk on this rank, backward or forward.\n"
            "struct PipeUnit {\n  int64_t mb, chunk;\n  bool backward;\n};\n\n";
   std::string layouts;
@@ -192,6 +195,8 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
             "    const uint64_t s = seed + static_cast<uint64_t>(u.mb);\n"
             "    switch (2 * u.chunk + (u.backward ? 1 : 0)) {\n" + cases + "    }\n  }\n" +
             siteText("pipeline.send_wait", "bubble") + "  tally_comm::pp_wait_all(ctx);\n" + shared +
+            (be.device ? "  loss = read_losses<" + lossType + ">(ctx); // the last stage's losses (0 elsewhere)\n"
+                       : std::string()) +
             "  if (check_gradients) // every rank: the ranks agree by an all-reduce\n    check_gradients();\n"
             "  if (before_zero)\n    before_zero();\n  *updated = update(ctx, step);\n  zero_grad(ctx);\n"
             "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n} // namespace stage" +
@@ -206,7 +211,8 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
   for (int64_t r = 0; r < p; ++r)
     cases += "  case " + std::to_string(r) + ": return stage" + std::to_string(r) +
              "::train(ctx, step, seed, load_micro_batch, before_zero, updated, check_gradients);\n";
-  tail = "/// Every pipeline rank's layout: its regions and arena (passes/PipelineStep.cpp).\n"
+  tail = (be.device ? graphPlan() : std::string()) +
+         "/// Every pipeline rank's layout: its regions and arena (passes/PipelineStep.cpp).\n"
          "static const Layout kStageLayouts[] = {\n" + layouts + "};\n" +
          "Layout kLayout = kStageLayouts[0];\n"
          "void select_stage(int rank) { kLayout = kStageLayouts[rank % " + std::to_string(p) + "]; }\n\n"

@@ -472,11 +472,12 @@ bool Emitter::checkPlan() {
   // of the initialisation and --save cut masters by tensor cut, not by data shard).
   const bool tensorZero =
       par.data > 1 && (par.zero > 1 || (par.zero == 1 && plan.precision.master != Dtype::Invalid));
-  if (par.tensor > 1 && (be.device || par.sequenceParallel || plan.fuseKernels || tensorZero || par.pipeline != 1 ||
+  if (par.tensor > 1 && (par.sequenceParallel || plan.fuseKernels || tensorZero || par.pipeline != 1 ||
                          par.context != 1 || par.expert != 1)) {
     std::string how =
         par.sequenceParallel ? "without sequence_parallel"
-        : plan.fuseKernels   ? "without fused kernels (build it without --fuse)"
+        : plan.fuseKernels   ? std::string("without fused kernels (build it ") +
+                                   (be.device ? "with --fuse=false)" : "without --fuse)")
         : tensorZero && par.zero == 1
             ? std::string("with data parallelism and ZeRO-1 only without a separate fp32 master copy (this "
                           "plan's precision keeps one): master shards are not cut from each data group's tensor "
@@ -484,10 +485,11 @@ bool Emitter::checkPlan() {
         : tensorZero ? "with data parallelism and ZeRO-1, not ZeRO " + std::to_string(par.zero) +
                            ": its gradient and parameter pieces are not run over each data group of tensor cuts yet"
                      : "on its own or with data parallelism, not with pipeline, context or expert parallelism";
-    return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend " +
-                (be.device ? "does not run tensor parallelism yet (the CPU backend runs it, under MPI)"
-                           : "runs tensor parallelism " + how));
+    return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend runs tensor parallelism " + how);
   }
+  if (par.tensor > 1 && be.device && par.data > 1) // tally_comm_nccl.h splits the groups; not run yet
+    return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend runs tensor parallelism "
+                "on its own, not with data parallelism yet (the CPU backend runs data x tensor, under MPI)");
   if (par.tensor > 1 && !a.tensorStepError.empty()) {
     op = a.tensorStepOp < s.ops.size() ? &s.ops[a.tensorStepOp] : nullptr;
     std::string why = a.tensorStepError;

@@ -6,7 +6,13 @@
 namespace tally {
 
 std::string cudaGraphRefusal(const Graph &g, const Plan &plan) {
-  (void)plan; // every plan the CUDA backend generates captures unless an op draws a dropout mask
+  // Pipeline parallel (codegen/EmitPipeline.cpp): each rank runs its units as launched.
+  if (plan.parallel.pipeline > 1)
+    return "pipeline = " + std::to_string(plan.parallel.pipeline) +
+           ": each rank issues its units' kernels and its ncclSend/ncclRecv (grouped where both directions meet) "
+           "in the 1F1B order, and the shared gradient's exchange begins with a host wait (MPI), so the step runs "
+           "as launched; point-to-point NCCL inside a graph replayed by two processes at once has not run on a GPU";
+  // Otherwise every plan the CUDA backend generates captures unless an op draws a dropout mask.
   for (const Op &op : g.ops)
     if ((op.kind == OpKind::Dropout || op.kind == OpKind::Attention) && op.attrs->p > 0)
       return llvm::formatv("{0} '{1}' draws a dropout mask (p = {2}) from the micro-batch's Philox seed, a "

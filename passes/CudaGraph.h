@@ -26,7 +26,7 @@ namespace tally {
 /// "" when the CUDA step of `plan` captures its forward and backward in a CUDA graph, else why
 /// it runs them as launched kernels: a dropout (of a dropout op or inside an attention) draws
 /// its mask from the micro-batch's Philox seed, a kernel argument that a replayed graph would
-/// repeat; the reason names the first such op.
+/// repeat; the reason names the first such op. A pipelined plan is not captured (its reason).
 std::string cudaGraphRefusal(const Graph &g, const Plan &plan);
 
 /// What the CUDA step of `plan` runs outside its graph region, each {what, why}, in step order.

@@ -217,7 +217,8 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
     return "the generated step runs pipeline parallelism on its own, not with tensor, data, context or expert "
            "parallelism";
   if (plan.fuseKernels)
-    return "the generated pipeline step runs without fused kernels (build it without --fuse)";
+    return std::string("the generated pipeline step runs without fused kernels (build it ") +
+           (plan.cudaStep ? "with --fuse=false)" : "without --fuse)");
   if (a.checkpoint.policy != "none")
     return "the generated pipeline step does not recompute activations (checkpoint = " + a.checkpoint.policy + ")";
   if (m < 1 || plan.batch % (plan.microBatch * std::max<int64_t>(1, par.data)) != 0)
@@ -241,7 +242,7 @@ void planPipelineStep(Analysis &a) {
   ps = {};
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
-  if (!plan.generatedStep || plan.cudaStep || !plan.isTrain || par.pipeline <= 1 || !a.step || !a.planListed ||
+  if (!plan.generatedStep || !plan.isTrain || par.pipeline <= 1 || !a.step || !a.planListed ||
       !a.planOverflow.empty())
     return;
   const Graph &g = *a.graph, &s = *a.step;

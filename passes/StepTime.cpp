@@ -810,7 +810,7 @@ void stepTime(Analysis &a) {
   // tally's own pipeline step (Plan::generatedStep) sums the gradients of a parameter two
   // stages read (a tied head's weight) once per step, Megatron's embedding all-reduce: both
   // send their whole gradient to the other at once.
-  if (p > 1 && plan.generatedStep && !plan.cudaStep)
+  if (p > 1 && plan.generatedStep)
     for (TensorId w : sharedStageParams(g, chunkOfOps(g, *a.copies, static_cast<int64_t>(p * v)),
                                         static_cast<int64_t>(p)))
       a.time.pipelineComm += sendTime(target, place(plan, 'p').r > 1,

@@ -20,6 +20,15 @@
 // initialisation (under ZeRO-1 its shard of the master cut from it), and rank 0 writes --save
 // (ZeRO: the shards summed over the ranks first), --dump-grads (the averaged gradients, the same
 // on every rank) and the JSON, with the loss of the whole batch.
+//
+// Tensor and pipeline parallel (issue 39 item 7; kLayout.tensor, kLayout.pipeline > 1): as the
+// CPU driver, data × tensor × pipeline processes in the plan's rank order, the tensor group split
+// from the world (split_groups); rank s of a pipeline runs stage s (select_stage: its regions and
+// arena). Each rank's regions hold its tensor cuts or its stage's parameters, cut from the whole
+// initialisation on the host (driver_host.h initialiseRank) and, for --save and --dump-grads,
+// assembled from every rank's host copy (WholeModel::merge, an MPI bitwise or). The JSON has
+// `tensor`, `pipeline` and each rank's sent bytes by group, counted in tally_comm_nccl.h.
+// Compiled and linked here (ctest cuda-step-compiles); never run: no machine here has a GPU.
 #include "cuda/tally_rt.cuh"
 
 #include "common/tally_driver.h"
@@ -54,7 +63,10 @@ namespace {
 /// Where the driver writes and reads tensors: host copies of the params, master and grads
 /// regions (the device regions are filled from them and read back into them).
 Memory host;
-int rank = 0;
+int rank = 0; ///< this process's rank: its tensor and data ranks by the plan's order, or its stage
+int64_t world() { return kLayout.ranks * kLayout.tensor * kLayout.pipeline; }
+/// The parameters of each rank are a part of the model (tensor cuts, pipeline stages).
+bool partedModel() { return kLayout.zero >= 2 || kLayout.tensor > 1 || kLayout.pipeline > 1; }
 
 /// The bytes of a region as allocated: at least 1, rounded up to 256.
 size_t regionBytes(int64_t bytes) { return static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256); }
@@ -99,7 +111,7 @@ void uploadBatch() {
   for (int i = 0; i < kLayout.ninputs; ++i) {
     const InputInfo &in = kLayout.inputs[i];
     size_t bytes = inputBytes(in);
-    int64_t first = (currentBatch * kLayout.ranks + rank) * kLayout.microSteps; // micro-batch 0's global index
+    int64_t first = (currentBatch * kLayout.ranks + dataRankOf(rank)) * kLayout.microSteps; // micro-batch 0's
     size_t from = in.batched ? static_cast<size_t>(first) * bytes : 0;
     size_t count = in.batched ? bytes * static_cast<size_t>(kLayout.microSteps) : bytes;
     check(cudaMemcpyAsync(staging + stagingAt[i], batchData[i].data() + from, count, cudaMemcpyHostToDevice,
@@ -181,6 +193,8 @@ void allocateRegions() {
   check(cudaMalloc(reinterpret_cast<void **>(&device_scalars), 256), "cudaMalloc(scalars)");
   check(cudaMalloc(reinterpret_cast<void **>(&device_losses), regionBytes(8 * kLayout.microSteps)),
         "cudaMalloc(losses)");
+  // Zero: a pipeline's stages before the last store no loss, and read 0.
+  check(cudaMemset(device_losses, 0, regionBytes(8 * kLayout.microSteps)), "cudaMemset(losses)");
   allocateStaging();
 }
 
@@ -231,10 +245,11 @@ void checkGradients() {
     first = firstNonfiniteGradient(host.grads, n);
   }
   double bad = first >= 0 ? 1 : 0;
-  if (kLayout.ranks > 1)
+  if (world() > 1)
     bad = tally_comm::sum(bad);
   gradientCheck.bad = bad > 0;
-  gradientCheck.where = first >= 0 && kLayout.zero == 0 ? gradientAt(host.grads, first) : "";
+  const bool whole = kLayout.zero == 0 && kLayout.tensor == 1; // kLayout.params' offsets hold
+  gradientCheck.where = first >= 0 && whole ? gradientAt(host.grads, first) : "";
   check(cudaEventRecord(gradientCheck.end, ctx.stream), "cudaEventRecord(gradient check)");
   gradientCheck.ran = true;
 }
@@ -269,25 +284,17 @@ void stopIfNonfinite(int64_t step, double loss) {
 }
 
 void dumpGradients() {
-  if (args.dumpGrads.empty() || rank != 0)
+  if (args.dumpGrads.empty() || (rank != 0 && !partedModel()))
     return;
   download(host.grads, mem.grads, kLayout.gradsBytes, "cudaMemcpy(grads to host)");
-  writeTensors(args.dumpGrads, true, host);
+  if (partedModel()) // each rank holds its cuts or its stage's: assembled over the ranks
+    dumpPieces(args.dumpGrads, host, rank, tally_comm::merge);
+  else
+    writeTensors(args.dumpGrads, true, host);
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  tally_comm::init(&argc, &argv);
-  args = parse(argc, argv);
-  if (!args.trace.empty())
-    usage("--trace: the CUDA step does not trace its kernels yet (the CPU step does: `tally run --backend cpu "
-          "--trace FILE`)");
-  rank = tally_comm::rank();
-  if (tally_comm::size() != kLayout.ranks)
-    die("this step runs on " + std::to_string(kLayout.ranks) + " processes, one per GPU (data = " +
-        std::to_string(kLayout.ranks) + "; `mpirun -np " + std::to_string(kLayout.ranks) + "`), not " +
-        std::to_string(tally_comm::size()));
+/// This process's GPU (its rank among its node's processes), or the run ends saying why not.
+int findDevice() {
   int devices = 0;
   cudaError_t probe = cudaGetDeviceCount(&devices);
   if (probe != cudaSuccess || devices == 0)
@@ -299,13 +306,74 @@ int main(int argc, char **argv) {
   if (device >= devices)
     die("rank " + std::to_string(rank) + " is process " + std::to_string(device) + " of its node, which has " +
         std::to_string(devices) + " CUDA device(s): start at most one process per GPU");
+  return device;
+}
+
+/// NCCL's communicator (several processes only); under data × tensor this rank's tensor and
+/// data groups (one kind alone: the world). A graph replay counts its collectives' bytes again.
+void startGroups() {
+  tally_comm::start();
+  tally_comm::split_groups(tensorRankOf(rank), static_cast<int>(kLayout.tensor), dataRankOf(rank),
+                           static_cast<int>(kLayout.ranks));
+  step_graph.on_replay = tally_comm::count_replay;
+}
+
+/// The bytes this rank sent in the last step, in all and by group (tally_comm_nccl.h's counts),
+/// and every rank's, gathered after the steps.
+struct SentBytes {
+  int64_t all = 0, by[tally_comm::kKinds] = {0, 0, 0};
+  std::vector<int64_t> ranks, groups[tally_comm::kKinds];
+  void step() {
+    all = tally_comm::sent_bytes();
+    for (int k = 0; k < tally_comm::kKinds; ++k)
+      by[k] = tally_comm::sent_bytes(static_cast<tally_comm::SentKind>(k));
+  }
+  void gather() {
+    ranks = tally_comm::gather_counts(all);
+    for (int k = 0; k < tally_comm::kKinds; ++k)
+      groups[k] = tally_comm::gather_counts(by[k]);
+  }
+  /// The CPU driver's "sent_bytes" and "sent_bytes_by_group" lines, for a parted model.
+  std::string json() const {
+    if (!partedModel())
+      return "";
+    std::string out = "  \"sent_bytes\": [";
+    for (size_t r = 0; r < ranks.size(); ++r)
+      out += (r ? ", " : "") + std::to_string(ranks[r]);
+    out += "],\n  \"sent_bytes_by_group\": {";
+    const char *names[tally_comm::kKinds] = {"data", "tensor", "pipeline"};
+    for (int k = 0; k < tally_comm::kKinds; ++k) {
+      out += std::string(k ? "], " : "") + "\"" + names[k] + "\": [";
+      for (size_t r = 0; r < groups[k].size(); ++r)
+        out += (r ? ", " : "") + std::to_string(groups[k][r]);
+    }
+    return out + "]},\n";
+  }
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  tally_comm::init(&argc, &argv);
+  args = parse(argc, argv);
+  if (!args.trace.empty())
+    usage("--trace: the CUDA step does not trace its kernels yet (the CPU step does: `tally run --backend cpu "
+          "--trace FILE`)");
+  rank = tally_comm::rank();
+  select_stage(rank); // pipeline parallel: this rank's regions and arena
+  if (tally_comm::size() != world())
+    die("this step runs on " + std::to_string(world()) + " processes, one per GPU (data = " +
+        std::to_string(kLayout.ranks) + ", tensor = " + std::to_string(kLayout.tensor) + ", pipeline = " +
+        std::to_string(kLayout.pipeline) + "; `mpirun -np " + std::to_string(world()) + "`), not " +
+        std::to_string(tally_comm::size()));
+  const int device = findDevice();
   try {
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     check(cudaFree(nullptr), "cudaFree(nullptr) (creating the context)");
     const size_t contextBytes = deviceUsed(); // the context, and whatever other processes hold
-    tally_comm::start();                      // NCCL's communicator (data parallel only)
+    startGroups();
 
     allocateRegions();
     host.params = hostRegion(kLayout.paramsBytes);
@@ -339,6 +407,7 @@ int main(int argc, char **argv) {
     const bool checks = startGradientCheck(ctx);
 
     std::vector<double> losses, times;
+    SentBytes sent;
     int64_t skipped = 0, total = args.steps; // the first args.warmup untimed
     Progress progress;
     progress.on = progress.on && rank == 0;
@@ -354,7 +423,8 @@ int main(int argc, char **argv) {
       uploadBatch();
       bool last = i + 1 == total, updated = true;
       // Micro-batch m of rank r is the step's global micro-batch r·microSteps + m: its seed too.
-      uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + rank) * kLayout.microSteps);
+      uint64_t seed = (args.seed << 32) + static_cast<uint64_t>((i * kLayout.ranks + dataRankOf(rank)) * kLayout.microSteps);
+      tally_comm::reset_sent_bytes();
       check(cudaEventRecord(start, ctx.stream), "cudaEventRecord(step start)");
       gradientCheck.ran = false;
       double loss = train_step(ctx, i + 1, seed, loadMicroBatch, last ? dumpGradients : nullptr, &updated,
@@ -362,8 +432,11 @@ int main(int argc, char **argv) {
       check(cudaEventRecord(stop, ctx.stream), "cudaEventRecord(step stop)");
       check(cudaEventSynchronize(stop), "cudaEventSynchronize(step stop)");
       const float ms = stepMilliseconds(start, stop);
-      if (kLayout.ranks > 1) // the whole batch's loss: the mean of the ranks' (equal shares)
-        loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks);
+      sent.step(); // this step's tensor-parallel and pipeline transfers
+      // The whole batch's loss: the mean of the data ranks' (a tensor group's are equal; only a
+      // pipeline's last stage has one, the others 0).
+      if (world() > 1)
+        loss = tally_comm::sum(loss) / static_cast<double>(kLayout.ranks * kLayout.tensor);
       losses.push_back(loss);
       stopIfNonfinite(i + 1, loss);
       if (timed)
@@ -380,8 +453,9 @@ int main(int argc, char **argv) {
     if (!args.save.empty()) { // every rank: under ZeRO the master shards are summed first
       download(host.params, mem.params, kLayout.paramsBytes, "cudaMemcpy(params to host)");
       download(host.master, mem.master, kLayout.masterBytes, "cudaMemcpy(master to host)");
-      saveRank(args, host, rank, tally_comm::sum);
+      saveRank(args, host, rank, tally_comm::sum, tally_comm::merge);
     }
+    sent.gather();
     const size_t workspace = ctx.workspaceBytes;
     check(cudaEventDestroy(start), "cudaEventDestroy");
     check(cudaEventDestroy(stop), "cudaEventDestroy");
@@ -393,7 +467,8 @@ int main(int argc, char **argv) {
     out += "  \"model\": \"" + rt::json_escape(kLayout.model) + "\",\n";
     out += "  \"plan\": \"" + rt::json_escape(kLayout.plan) + "\",\n";
     out += "  \"device\": \"" + rt::json_escape(prop.name) + "\",\n";
-    out += "  \"ranks\": " + std::to_string(kLayout.ranks) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
+    out += "  \"ranks\": " + std::to_string(world()) + ",\n  \"tensor\": " + std::to_string(kLayout.tensor) +
+           ",\n  \"pipeline\": " + std::to_string(kLayout.pipeline) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
     out += "  \"steps\": " + std::to_string(args.steps) + ",\n  \"warmup\": " + std::to_string(args.warmup) + ",\n";
     out += timingJson(times);
     out += "  \"arena_bytes\": " + std::to_string(kLayout.arenaBytes) + ",\n";
@@ -406,6 +481,7 @@ int main(int argc, char **argv) {
     out += "  \"context_bytes\": " + std::to_string(contextBytes) + ",\n";
     out += "  \"workspace_bytes\": " + std::to_string(workspace) + ",\n";
     out += "  \"host_peak_bytes\": " + std::to_string(peakResidentBytes()) + ",\n";
+    out += sent.json(); // the bytes each rank sent in the last step (a parted model)
     out += "  \"model_flops\": " + num(kLayout.modelFlops) + ",\n";
     out += graphJson(graphWhy, graphFrom);
     out += "  \"kernel_steps\": " + std::to_string(kernelSteps) + ",\n";

@@ -52,12 +52,16 @@ struct StepGraph {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   size_t nodes = 0; ///< kernels, copies and collectives in the captured graph
+  /// Called after each launch of the graph captured earlier (not the capturing call, whose
+  /// region ran on the host): the driver counts the captured collectives' bytes again.
+  void (*on_replay)() = nullptr;
 
   template <class F> void run(rt::Ctx &ctx, F &&region) {
     if (!on) {
       region();
       return;
     }
+    const bool replay = exec != nullptr;
     if (!exec) {
       const char *saved = ctx.where;
       const bool timing = ctx.timing;
@@ -75,6 +79,8 @@ struct StepGraph {
       ctx.where = saved;
     }
     rt::cu::check(cudaGraphLaunch(exec, ctx.stream), "cudaGraphLaunch", "train_step (CUDA graph)", ctx.where);
+    if (replay && on_replay)
+      on_replay();
   }
 
   ~StepGraph() {

@@ -1,6 +1,7 @@
 # cuda-step-compiles (included by the top-level CMakeLists.txt): `tally build --backend cuda`
 # on the e2e GPT, Llama block and data-parallel dp2, dp2o, dp2z (MPI + NCCL) of tests/step/e2e/, then the
-# generated CMakeLists.txt configured and built with nvcc (-arch=sm_90): compile and link only,
+# generated CMakeLists.txt configured and built with nvcc (-arch=sm_90); then tp2's and pp2's step.cu
+# (tensor and pipeline parallel over NCCL) compiled into dp2's build and linked: compile and link only,
 # nothing runs (no GPU here). Skipped
 # (exit 77, reason printed) where nvcc is absent. Label "cuda": minutes of nvcc on a small machine.
 # The steps link the CUDA runtime prebuilt once by the fixture cuda_rt (cuda-runtime-lib,

@@ -14,6 +14,11 @@
 # compiled by nvcc, but with the runtime's explicit instantiation declarations
 # (cuda_rt_extern.cuh), so only the step's own (fused) kernels are compiled there, and the
 # runtime's come from the library at the link. Unset: the step builds exactly as a user's does.
+# Then tensor and pipeline parallelism (issue 39 item 7; TALLY_CUDA_STEP_SWAPS, default
+# "dp:tp2 dp:pp2", built with --fuse=false as those steps require): each is generated into its
+# own folder, whose CMakeLists.txt and runtime must equal dp2's (the same NCCL build), and its
+# step.cu is swapped into dp2's configured build, which recompiles step.cu alone and relinks
+# (not a second configure, driver or runtime); the binary is copied back to its folder.
 set -euo pipefail
 tally=$1 src=$2 out=$3 nvcc=${4:-}
 if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
@@ -77,4 +82,29 @@ for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o dp:dp2z}; do
   how="the runtime compiled in"
   (( ${#prebuilt[@]} )) && how="linking the prebuilt runtime"
   echo "$entry: step.cu and driver_cuda.cu compiled and linked for sm_90, $how, in $(( $(date +%s) - start )) s (not run: no GPU)"
+done
+
+host=$out/dp_dp2
+for entry in ${TALLY_CUDA_STEP_SWAPS-dp:tp2 dp:pp2}; do
+  [[ -x "$host/build/tally_step" ]] || { echo "FAIL: $entry: needs dp:dp2 built first (TALLY_CUDA_STEP_MODELS)"; exit 1; }
+  m=${entry%%:*} dir=$out/${entry//:/_}
+  rm -rf "$dir"
+  "$tally" build "$src/tests/step/e2e/$m.tally" --plan "${entry#*:}" --backend cuda --fuse=false -o "$dir"
+  start=$(date +%s)
+  cmp -s "$dir/CMakeLists.txt" "$host/CMakeLists.txt" && diff -rq "$dir/runtime" "$host/runtime" > /dev/null || {
+    echo "FAIL: $entry: its CMakeLists.txt or runtime differs from dp2's; it cannot reuse dp2's build"; exit 1; }
+  grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" || { echo "FAIL: $entry: a multi-process step without NCCL"; exit 1; }
+  cp "$dir/step.cu" "$host/step.cu"
+  if ! cmake --build "$host/build" -j 2 > "$dir/build.log" 2>&1; then
+    grep -m 20 -E "error|undefined" "$dir/build.log" || tail -n 40 "$dir/build.log"
+    echo "FAIL: $entry: building the generated CUDA step"
+    exit 1
+  fi
+  if grep -q "Building CUDA object.*driver_cuda" "$dir/build.log"; then
+    echo "FAIL: $entry: the swap recompiled the driver (dp2's build is not reused)"; exit 1
+  fi
+  cp "$host/build/tally_step" "$dir/tally_step"
+  libs=$(ldd "$dir/tally_step")
+  [[ "$libs" == *libnccl* ]] || { echo "FAIL: $entry: a tensor or pipeline step that does not link NCCL"; exit 1; }
+  echo "$entry: step.cu compiled for sm_90 and linked with dp2's driver (MPI, NCCL) in $(( $(date +%s) - start )) s (not run: no GPU)"
 done

@@ -951,3 +951,49 @@ TEST_CASE("codegen: the CPU step's kernels are instantiated in kernels.cpp, decl
   CHECK(fused.byPath["kernels.cpp"].find("Fused") == std::string::npos);
   CHECK(emitStep(*g.a, true).byPath.count("kernels.cpp") == 0);
 }
+
+TEST_CASE("codegen: tensor and pipeline parallel on CUDA over NCCL (issue 39 item 7)", "[codegen][cuda]") {
+  // dp.tally's tp2 and pp2 as `tally build --backend cuda --fuse=false` emits them: the CPU step's
+  // collectives and sends at the same ops, through tally_comm_nccl.h's functions of the same names.
+  const std::string dp = sourceDir() + "/tests/step/e2e/dp.tally";
+  auto plan = [&](const char *name, bool cuda) {
+    PlanOverrides o;
+    o.cudaStep = o.padHead = cuda;
+    o.tensorStep = o.generatedStep = true;
+    o.target = std::string("2 x H100_SXM { ") + (name[0] == 't' ? "tensor" : "pipeline") + " = 2 }";
+    return Compiled(fromFile, dp, name, o);
+  };
+  auto marks = [](const std::string &text, const std::string &prefix) { // the lines that start with it
+    std::vector<std::string> out;
+    for (const std::string &l : lines(text))
+      if (l.rfind(prefix, 0) == 0)
+        out.push_back(l);
+    return out;
+  };
+  Compiled tp = plan("tp2", true), tpCpu = plan("tp2", false);
+  StepFiles t = emitStep(*tp.a, true), c = emitStep(*tpCpu.a, false);
+  REQUIRE((t.error == "" && c.error == ""));
+  const std::string &cu = t.byPath["step.cu"];
+  // 2 row-parallel projections forward and 2 column-parallel inputs' gradients backward per layer.
+  CHECK(countOf(cu, "tally_comm::tp_all_reduce<float>(ctx, A<float>(") == 8);
+  CHECK(countOf(cu, "  // tensor parallel: the row-parallel partial sums of h[1].mlp.proj.matmul summed") == 1);
+  CHECK(marks(cu, "  // tensor parallel: ") == marks(c.byPath["step.cpp"], "  // tensor parallel: "));
+  CHECK(countOf(t.byPath["CMakeLists.txt"], "TALLY_NCCL=1") == 1);
+  // The groups split by the CPU's rule (color data rank, key tensor rank; and the reverse).
+  const std::string &nccl = t.byPath["runtime/driver/tally_comm_nccl.h"];
+  CHECK(countOf(nccl, "ncclCommSplit(detail::comm(), dr, tr, &tc, nullptr)") == 1);
+  CHECK(countOf(nccl, "ncclCommSplit(detail::comm(), tr, dr, &dc, nullptr)") == 1);
+  CHECK(countOf(c.byPath["runtime/driver/tally_comm.h"], "MPI_Comm_split(MPI_COMM_WORLD, dr, tr, &tc)") == 1);
+  Compiled pp = plan("pp2", true);
+  StepFiles p = emitStep(*pp.a, true);
+  REQUIRE(p.error == "");
+  const std::string &pcu = p.byPath["step.cu"];
+  // Stage 0 sends the boundary activation ([2, 16, 32]) and receives its gradient; stage 1 the
+  // reverse; both sum the tied head's gradient (128 padded rows of 32) and read the losses back.
+  CHECK(countOf(pcu, ", 1024, 1, 8 + static_cast<int>(mb), key);") == 1);
+  CHECK(countOf(pcu, ", 1024, 0, 8 + static_cast<int>(mb));") == 1);
+  CHECK(countOf(pcu, ", 1024, 0, 12 + static_cast<int>(mb), key);") == 1);
+  CHECK(countOf(pcu, "tally_comm::pp_sum_with<float>(ctx, G<float>(0), 4096, ") == 2);
+  CHECK(countOf(pcu, "  loss = read_losses<float>(ctx); // the last stage's losses (0 elsewhere)") == 2);
+  CHECK(countOf(pcu, "const GraphPlan kGraph = {false, \"pipeline = 2: ") == 1); // not captured
+}

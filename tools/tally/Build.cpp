@@ -113,7 +113,7 @@ int failure(const std::string &msg) {
 /// other target becomes one `host` device.
 PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
   PlanOverrides o = Overrides.overrides(Backend == "cuda");
-  o.tensorStep = Backend != "cuda"; // tensor parallelism as the CPU step runs it (Plan::tensorStep)
+  o.tensorStep = true; // tensor parallelism as the generated step runs it, CPU or CUDA (Plan::tensorStep)
   o.generatedStep = true; // priced as tally's step holds its memory (ZeRO's transients)
   if (Run && Threads > 0)
     o.hostThreads = Threads; // each rank's part of the host (Target::shareHost)
