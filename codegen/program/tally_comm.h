@@ -37,6 +37,8 @@ namespace tally_comm {
 using tally_mpi::rank;
 using tally_mpi::size;
 using tally_mpi::sum;
+using tally_mpi::gather_counts; // the ranks' byte counts, outside the timed steps
+using tally_mpi::merge;         // --save's pieces, bitwise or
 
 /// A group of ranks the collectives run over: its communicator, this rank's place in it, its
 /// size, and which count of sent bytes its transfers add to (kData, kTensor, kPipeline).
@@ -252,19 +254,6 @@ inline int64_t sent_bytes() { return sent_bytes(kData) + sent_bytes(kTensor) + s
 inline void reset_sent_bytes() {
   for (int k = 0; k < kKinds; ++k)
     detail::sent(static_cast<SentKind>(k)) = 0;
-}
-/// Every rank's count of bytes (rank order), gathered outside the timed steps.
-inline std::vector<int64_t> gather_counts(int64_t mine) {
-  std::vector<int64_t> all(static_cast<size_t>(size()), 0);
-  detail::check(MPI_Allgather(&mine, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), "MPI_Allgather");
-  return all;
-}
-/// Bitwise or of n bytes over the ranks, in place: assembles pieces each held by one rank.
-inline void merge(uint8_t *x, int64_t n) {
-  for (int64_t at = 0; at < n; at += INT_MAX / 2) {
-    int c = static_cast<int>(std::min<int64_t>(n - at, INT_MAX / 2));
-    detail::check(MPI_Allreduce(MPI_IN_PLACE, x + at, c, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD), "MPI_Allreduce");
-  }
 }
 
 namespace detail {

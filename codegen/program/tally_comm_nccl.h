@@ -50,6 +50,8 @@ enum SentKind { kData = 0, kTensor = 1, kPipeline = 2, kKinds = 3 };
 using tally_mpi::rank;
 using tally_mpi::size;
 using tally_mpi::sum; // the loss, the overflow check's Σg² of ZeRO shards, master shards for --save
+using tally_mpi::gather_counts; // the ranks' byte counts, outside the timed steps
+using tally_mpi::merge;         // --save's pieces, bitwise or
 
 namespace detail {
 
@@ -207,20 +209,6 @@ inline void reset_sent_bytes() {
 inline void count_replay() {
   for (int k = 0; k < kKinds; ++k)
     detail::sent(static_cast<SentKind>(k)) += detail::captured(static_cast<SentKind>(k));
-}
-/// Every rank's count (rank order), gathered on the host outside the timed steps.
-inline std::vector<int64_t> gather_counts(int64_t mine) {
-  std::vector<int64_t> all(static_cast<size_t>(size()), 0);
-  tally_mpi::check(MPI_Allgather(&mine, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), "MPI_Allgather");
-  return all;
-}
-/// Bitwise or of n host bytes over the ranks, in place: assembles pieces each held by one rank
-/// (--save of tensor cuts or pipeline stages, driver_host.h WholeModel::merge).
-inline void merge(uint8_t *x, int64_t n) {
-  for (int64_t at = 0; at < n; at += INT_MAX / 2) {
-    int c = static_cast<int>(std::min<int64_t>(n - at, INT_MAX / 2));
-    tally_mpi::check(MPI_Allreduce(MPI_IN_PLACE, x + at, c, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD), "MPI_Allreduce");
-  }
 }
 
 /// Waits until every rank's stream has finished its backward (timed apart from the
