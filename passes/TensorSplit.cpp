@@ -35,6 +35,11 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
         for (TensorId x : op.inputs)
           lossInput[g.storageOf(x)] = true;
   std::map<TensorId, std::vector<OpId>> columnInputs; // storage -> the ops reading it
+  const bool sequence = traffic && plan.parallel.sequenceParallel;
+  std::vector<bool> gathered(sequence ? g.tensors.size() : 0, false);
+  // Sequence parallelism: per parameter storage, 1 read by ops the sequence alone splits, 2 also
+  // by another op (then the gradient is not a per-token partial sum: left out).
+  std::vector<uint8_t> sequenceParam(sequence ? g.tensors.size() : 0, 0);
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const Op &op = g.ops[i];
     bool anySplit = false;
@@ -75,6 +80,10 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
         }
       else if (traffic && plan.isTrain && g.tensors[x].requiresGrad)
         columnInputs[g.storageOf(x)].push_back(i);
+      if (sequence && !inputSplit && !gathered[g.storageOf(x)]) {
+        gathered[g.storageOf(x)] = true;
+        tp.gatherMessages.push_back(g.bytes(g.storageOf(x)));
+      }
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
       out = anySplit;
@@ -82,9 +91,17 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
     // Under sequence parallelism the ops outside the tensor-parallel regions (norms, residual
     // adds, dropout, embeddings) work on their 1/t share of the tokens: every op is split.
     tp.split[i] = (x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1) * c;
+    bool sequenceOnly = x == kNone && !anySplit && op.kind != OpKind::Embedding;
+    if (sequence)
+      for (TensorId in : op.inputs)
+        if (g.isParamStorage(in))
+          sequenceParam[g.storageOf(in)] = sequenceOnly && sequenceParam[g.storageOf(in)] != 2 ? 1 : 2;
     for (TensorId o : op.outputs)
       split[g.storageOf(o)] = out;
   }
+  for (TensorId p = 0; p < sequenceParam.size(); ++p)
+    if (sequenceParam[p] == 1 && g.tensors[p].param < g.params.size() && g.params[g.tensors[p].param].trainable)
+      tp.sequenceGradElements += numel(g.tensors[p].shape);
   for (auto &[s, readers] : columnInputs) {
     tp.columnInputs.push_back(s);
     tp.backwardBytes += g.bytes(s);
