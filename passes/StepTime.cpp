@@ -14,7 +14,8 @@
 //    bytes divided by t (OpAnalysis::tensorSplit). In a transformer block that splits qkv,
 //    attention, proj, fc, the activation and the MLP proj; a tied or separate output head is
 //    split over the vocabulary (Megatron's vocab-parallel head and cross entropy). With
-//    sequence_parallel every op is split (the rest works on 1/t of the tokens).
+//    sequence_parallel every op is split (the rest works on 1/t of the tokens), but for the
+//    embedding section (the lookups and their sum), which Megatron runs whole and scatters.
 // 2. Per op and micro-batch: forward time = kernelTime(executed forward FLOPs / split, forward
 //    bytes / split); backward time, for ops with a backward (an input needs a gradient), the
 //    same with the executed backward FLOPs and backward bytes. kernelTime = max(FLOPs /
@@ -95,9 +96,10 @@
 //    before its matmuls and again in the backward for their weight gradient (layers.py
 //    LinearWithGradAccumulationAndAsyncCommunication: forward L623-629, backward L667-676), of
 //    each row output's gradient (mappings.py _ReduceScatterToSequenceParallelRegion.backward,
-//    L372-377); once per step the gradients of the parameters only sequence-split ops read
-//    (norms, a row-parallel bias) are all-reduced, coalesced into one message
-//    (distributed/finalize_model_grads.py _allreduce_non_tensor_model_parallel_grads, L451-474).
+//    L372-377) and of the scattered embeddings (L295-297); once per step the gradients of the
+//    parameters only sequence-split ops read (norms, a row-parallel bias) are all-reduced,
+//    coalesced into one message (distributed/finalize_model_grads.py
+//    _allreduce_non_tensor_model_parallel_grads, L451-474).
 //    Pipeline parallelism
 //    sends the activation at a stage boundary forward and its gradient backward every
 //    micro-batch, v times with interleaving: 1/t of it (Megatron's scatter/gather) over the
@@ -668,7 +670,8 @@ void recordMessages(Analysis &a, const char *what, char group, Collective c,
 
 /// Step 7, the sequence parallel all-gathers of one micro-batch (0 without sequence_parallel):
 /// each column input's before its matmuls (and, training, again in the backward), each row
-/// output's gradient in the backward, each recomputed column-parallel matmul's input again;
+/// output's gradient and the embeddings' scattered sum's gradient in the backward, each
+/// recomputed column-parallel matmul's input again;
 /// recorded in Analysis::collectives `times` times per step.
 double sequenceGathers(Analysis &a, const TensorParallel &tp, const std::vector<double> &recomputeGathers, double times) {
   const Plan &plan = *a.plan;
@@ -684,8 +687,11 @@ double sequenceGathers(Analysis &a, const TensorParallel &tp, const std::vector<
                  tp.forwardMessages, c, times, false);
   recordMessages(a, "sequence parallel recompute all-gather", 't', Collective::AllGather, recomputeGathers, c, times,
                  false);
+  recordMessages(a, "sequence parallel all-gather of the embeddings' gradient", 't', Collective::AllGather,
+                 tp.scatterMessages, c, times, false);
   return time + allReduces(plan, tp.forwardMessages, Collective::AllGather) +
-         allReduces(plan, recomputeGathers, Collective::AllGather);
+         allReduces(plan, recomputeGathers, Collective::AllGather) +
+         allReduces(plan, tp.scatterMessages, Collective::AllGather);
 }
 
 /// Infer plans: the forward over the prompt with its tensor-parallel all-reduces, pipeline

@@ -32,6 +32,10 @@ struct TensorParallel {
   /// embeddings, whose lookup Megatron runs whole): their gradients are each rank's partial sums,
   /// all-reduced over the tensor group once per step (Megatron's sequence_parallel attribute).
   double sequenceGradElements = 0;
+  /// Sequence parallelism, training: each storage where the embedding section (run whole on
+  /// every rank, Megatron's LanguageModelEmbedding) is scattered along the sequence, its bytes:
+  /// its gradient is all-gathered in the backward (the scatter's backward, mappings.py).
+  std::vector<double> scatterMessages;
 };
 
 /// Step 1 of StepTime.cpp. With `traffic` false only `split` and `rowParallel` are made

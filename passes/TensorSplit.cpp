@@ -4,6 +4,9 @@
 // split (its output is all-reduced); elementwise ops, views, attention and losses on a split
 // tensor work on their share; reductions, losses and embeddings return whole tensors. Under
 // Plan::tensorStep the output head (a matmul a cross entropy reads) runs whole.
+// Under sequence parallelism every other op works on its 1/t share of the tokens but for the
+// embedding section (Megatron's LanguageModelEmbedding: the lookups and their sum run whole,
+// then are scattered); with traffic, the messages that adds (TensorParallel.h).
 #include "passes/TensorParallel.h"
 
 #include <map>
@@ -40,6 +43,21 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
   // Sequence parallelism: per parameter storage, 1 read by ops the sequence alone splits, 2 also
   // by another op (then the gradient is not a per-token partial sum: left out).
   std::vector<uint8_t> sequenceParam(sequence ? g.tensors.size() : 0, 0);
+  // Sequence parallelism: the embedding section (Megatron's LanguageModelEmbedding runs the
+  // lookups and their sum whole, then scatters it along the sequence): per storage, made by an
+  // embedding or by an elementwise op (not dropout) of such storages, parameters and data.
+  const bool sequenceSplit = plan.parallel.sequenceParallel;
+  std::vector<bool> section(sequenceSplit ? g.tensors.size() : 0, false), scattered = section;
+  auto inSection = [&](const Op &op) {
+    if (op.kind == OpKind::Embedding)
+      return true;
+    if (op.kind == OpKind::Dropout || (!op.inputs.empty() && opClass(op.kind) != OpClass::Elementwise))
+      return false;
+    for (TensorId in : op.inputs)
+      if (g.tensors[g.storageOf(in)].role == TensorRole::Activation && !section[g.storageOf(in)])
+        return false;
+    return true;
+  };
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const Op &op = g.ops[i];
     bool anySplit = false;
@@ -47,8 +65,26 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
       anySplit = anySplit || split[g.storageOf(x)];
     bool out = false;
     TensorId x = weightMatmulOperands(g, op).first;
+    if (sequenceSplit && inSection(op)) {
+      tp.split[i] = c; // the embedding section runs whole on every tensor rank
+      for (TensorId o : op.outputs)
+        section[g.storageOf(o)] = true;
+      continue;
+    }
+    if (sequence) // the gradient of the section's scattered output all-gathered in the backward
+      for (TensorId in : op.inputs) {
+        TensorId st = g.storageOf(in);
+        if (section[st] && !scattered[st] && g.tensors[st].requiresGrad && plan.isTrain) {
+          scattered[st] = true;
+          tp.scatterMessages.push_back(g.bytes(st));
+        }
+      }
     if (x != kNone && !split[g.storageOf(x)] && wholeHead(g, plan, op, lossInput)) {
       tp.split[i] = c; // Plan::tensorStep: the head and its loss run whole on every rank
+      if (sequence && !gathered[g.storageOf(x)]) { // its input gathered along the sequence
+        gathered[g.storageOf(x)] = true;
+        tp.gatherMessages.push_back(g.bytes(g.storageOf(x)));
+      }
       for (TensorId o : op.outputs)
         split[g.storageOf(o)] = false;
       continue;
