@@ -475,7 +475,11 @@ bool Emitter::checkPlan() {
   if (par.tensor > 1 && (be.device || par.sequenceParallel || plan.fuseKernels || tensorZero || par.pipeline != 1 ||
                          par.context != 1 || par.expert != 1)) {
     std::string how =
-        par.sequenceParallel ? "without sequence_parallel"
+        par.sequenceParallel
+            ? "without sequence_parallel: its sequence-split step (each rank's share of the tokens outside the "
+              "tensor-parallel regions, all-gathered before the column-parallel matmuls and reduce-scattered "
+              "after the row-parallel ones, the norms' gradients all-reduced) is priced, not generated yet; "
+              "set sequence_parallel = false to run the same split with all-reduces"
         : plan.fuseKernels   ? "without fused kernels (build it without --fuse)"
         : tensorZero && par.zero == 1
             ? std::string("with data parallelism and ZeRO-1 only without a separate fp32 master copy (this "
