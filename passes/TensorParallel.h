@@ -36,6 +36,8 @@ struct TensorParallel {
   /// every rank, Megatron's LanguageModelEmbedding) is scattered along the sequence, its bytes:
   /// its gradient is all-gathered in the backward (the scatter's backward, mappings.py).
   std::vector<double> scatterMessages;
+  std::vector<bool> sequenceSplit;      ///< sequence parallelism: per storage, 1/t of its tokens
+  std::vector<TensorId> sequenceParams; ///< with traffic: those of sequenceGradElements
 };
 
 /// Step 1 of StepTime.cpp. With `traffic` false only `split` and `rowParallel` are made

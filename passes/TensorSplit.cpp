@@ -19,6 +19,32 @@ static bool wholeHead(const Graph &g, const Plan &plan, const Op &op, const std:
   return plan.tensorStep && !op.outputs.empty() && lossInput[g.storageOf(op.outputs[0])];
 }
 
+/// Sequence parallelism: which activation storages each rank holds 1/t of along the sequence
+/// (TensorParallel::sequenceSplit): a row-parallel matmul's output (reduce-scattered), the
+/// embedding section's outputs that other ops read (scattered), and the outputs of every other
+/// op reading such a storage, but for a column-parallel matmul's (split along the hidden
+/// dimension) and the whole head's (Plan::tensorStep), which read their input gathered.
+static void sequenceShards(const Graph &g, TensorParallel &tp, const std::vector<bool> &section) {
+  std::vector<bool> &seq = tp.sequenceSplit;
+  seq.assign(g.tensors.size(), false);
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    if (op.outputs.empty() || section[g.storageOf(op.outputs[0])] || tp.columnParallel[i] ||
+        (!tp.rowParallel[i] && weightMatmulOperands(g, op).first != kNone))
+      continue;
+    bool reads = tp.rowParallel[i];
+    for (TensorId in : op.inputs) {
+      TensorId st = g.storageOf(in);
+      if (section[st] && g.tensors[st].requiresGrad)
+        seq[st] = true; // where the section is scattered
+      reads = reads || seq[st];
+    }
+    for (TensorId o : op.outputs)
+      if (!tp.storageSplit[g.storageOf(o)])
+        seq[g.storageOf(o)] = reads;
+  }
+}
+
 TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
   TensorParallel tp;
   double t = degree(plan.parallel.tensor);
@@ -65,6 +91,12 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
       anySplit = anySplit || split[g.storageOf(x)];
     bool out = false;
     TensorId x = weightMatmulOperands(g, op).first;
+    bool sequenceOnly = x == kNone && !anySplit && op.kind != OpKind::Embedding && opClass(op.kind) != OpClass::View &&
+                        !(sequenceSplit && inSection(op));
+    if (sequence) // 1: only ops split by the sequence alone read it; 2: another op does too
+      for (TensorId in : op.inputs)
+        if (g.isParamStorage(in))
+          sequenceParam[g.storageOf(in)] = sequenceOnly && sequenceParam[g.storageOf(in)] != 2 ? 1 : 2;
     if (sequenceSplit && inSection(op)) {
       tp.split[i] = c; // the embedding section runs whole on every tensor rank
       for (TensorId o : op.outputs)
@@ -127,17 +159,16 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
     // Under sequence parallelism the ops outside the tensor-parallel regions (norms, residual
     // adds, dropout, embeddings) work on their 1/t share of the tokens: every op is split.
     tp.split[i] = (x != kNone || anySplit || plan.parallel.sequenceParallel ? t : 1) * c;
-    bool sequenceOnly = x == kNone && !anySplit && op.kind != OpKind::Embedding;
-    if (sequence)
-      for (TensorId in : op.inputs)
-        if (g.isParamStorage(in))
-          sequenceParam[g.storageOf(in)] = sequenceOnly && sequenceParam[g.storageOf(in)] != 2 ? 1 : 2;
     for (TensorId o : op.outputs)
       split[g.storageOf(o)] = out;
   }
   for (TensorId p = 0; p < sequenceParam.size(); ++p)
-    if (sequenceParam[p] == 1 && g.tensors[p].param < g.params.size() && g.params[g.tensors[p].param].trainable)
+    if (sequenceParam[p] == 1 && g.tensors[p].param < g.params.size() && g.params[g.tensors[p].param].trainable) {
       tp.sequenceGradElements += numel(g.tensors[p].shape);
+      tp.sequenceParams.push_back(p);
+    }
+  if (sequenceSplit)
+    sequenceShards(g, tp, section);
   for (auto &[s, readers] : columnInputs) {
     tp.columnInputs.push_back(s);
     tp.backwardBytes += g.bytes(s);
@@ -174,6 +205,8 @@ TensorSplit tensorSplit(const Graph &g, const Plan &plan) {
   out.rowParallel = std::move(tp.rowParallel);
   out.columnParallel = std::move(tp.columnParallel);
   out.columnInputs = std::move(tp.columnInputs);
+  out.sequenceSplit = std::move(tp.sequenceSplit);
+  out.sequenceParams = std::move(tp.sequenceParams);
   return out;
 }
 
