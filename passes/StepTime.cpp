@@ -677,12 +677,25 @@ double sequenceGathers(Analysis &a, const TensorParallel &tp, const std::vector<
   const Plan &plan = *a.plan;
   if (!plan.parallel.sequenceParallel || degree(plan.parallel.tensor) <= 1)
     return 0;
-  double c = degree(plan.parallel.context), regather = plan.isTrain ? 2 : 1;
+  double c = degree(plan.parallel.context);
   recordMessages(a, "sequence parallel all-gather of a column input", 't', Collective::AllGather, tp.gatherMessages, c,
-                 regather * times, false);
-  double time = regather * allReduces(plan, tp.gatherMessages, Collective::AllGather);
+                 times, false);
+  double time = allReduces(plan, tp.gatherMessages, Collective::AllGather);
   if (!plan.isTrain)
     return time;
+  // Again in the backward for the weight gradient: with tensor_overlap asynchronous beside the
+  // readers' input-gradient GEMMs (layers.py L667-680), only what exceeds them exposed.
+  recordMessages(a, "sequence parallel all-gather of a column input again (backward)", 't', Collective::AllGather,
+                 tp.gatherMessages, c, times, plan.parallel.tensorOverlap);
+  for (size_t k = 0; k < tp.gatherMessages.size(); ++k) {
+    double dgrad = 0;
+    for (OpId i : plan.parallel.tensorOverlap ? tp.gatherReaders[k] : std::vector<OpId>{}) {
+      const OpAnalysis &o = a.ops[i];
+      double flops = o.inputGradFlops + o.weightGradFlops;
+      dgrad += flops > 0 ? o.backwardTime * o.inputGradFlops / flops : 0;
+    }
+    time += std::max(0.0, allReduces(plan, {tp.gatherMessages[k]}, Collective::AllGather) - dgrad);
+  }
   recordMessages(a, "sequence parallel all-gather of a row output's gradient", 't', Collective::AllGather,
                  tp.forwardMessages, c, times, false);
   recordMessages(a, "sequence parallel recompute all-gather", 't', Collective::AllGather, recomputeGathers, c, times,

@@ -27,6 +27,7 @@ struct TensorParallel {
   /// column-parallel matmul reads, its whole bytes, in first-read order: all-gathered along the
   /// sequence before the matmul (and again in the backward, for the weight gradient).
   std::vector<double> gatherMessages;
+  std::vector<std::vector<OpId>> gatherReaders; ///< per gather message, the matmuls reading it
   /// Sequence parallelism: the elements of the trainable parameters that only ops split by the
   /// sequence alone read (norms' weights and biases, a row-parallel matmul's bias; not the
   /// embeddings, whose lookup Megatron runs whole): their gradients are each rank's partial sums,

@@ -65,7 +65,16 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
           lossInput[g.storageOf(x)] = true;
   std::map<TensorId, std::vector<OpId>> columnInputs; // storage -> the ops reading it
   const bool sequence = traffic && plan.parallel.sequenceParallel;
-  std::vector<bool> gathered(sequence ? g.tensors.size() : 0, false);
+  std::vector<size_t> gathered(sequence ? g.tensors.size() : 0, SIZE_MAX); // its gatherMessages index
+  auto gatherOf = [&](TensorId x, OpId reader) {
+    TensorId st = g.storageOf(x);
+    if (gathered[st] == SIZE_MAX) {
+      gathered[st] = tp.gatherMessages.size();
+      tp.gatherMessages.push_back(g.bytes(st));
+      tp.gatherReaders.emplace_back();
+    }
+    tp.gatherReaders[gathered[st]].push_back(reader);
+  };
   // Sequence parallelism: per parameter storage, 1 read by ops the sequence alone splits, 2 also
   // by another op (then the gradient is not a per-token partial sum: left out).
   std::vector<uint8_t> sequenceParam(sequence ? g.tensors.size() : 0, 0);
@@ -113,10 +122,8 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
       }
     if (x != kNone && !split[g.storageOf(x)] && wholeHead(g, plan, op, lossInput)) {
       tp.split[i] = c; // Plan::tensorStep: the head and its loss run whole on every rank
-      if (sequence && !gathered[g.storageOf(x)]) { // its input gathered along the sequence
-        gathered[g.storageOf(x)] = true;
-        tp.gatherMessages.push_back(g.bytes(g.storageOf(x)));
-      }
+      if (sequence) // its input gathered along the sequence
+        gatherOf(x, i);
       for (TensorId o : op.outputs)
         split[g.storageOf(o)] = false;
       continue;
@@ -148,10 +155,8 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
         }
       else if (traffic && plan.isTrain && g.tensors[x].requiresGrad)
         columnInputs[g.storageOf(x)].push_back(i);
-      if (sequence && !inputSplit && !gathered[g.storageOf(x)]) {
-        gathered[g.storageOf(x)] = true;
-        tp.gatherMessages.push_back(g.bytes(g.storageOf(x)));
-      }
+      if (sequence && !inputSplit)
+        gatherOf(x, i);
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
       out = anySplit;
