@@ -30,6 +30,21 @@ bool Emitter::indexTensorParallel() {
                     "step all-reduces the gradient of a column-parallel input only when column-parallel "
                     "matmuls alone read it");
       }
+  // Sequence parallel: one column-parallel matmul per gathered input, whose input gradient is
+  // reduce-scattered once after it (the estimate's one reduce-scatter per column input).
+  std::vector<OpId> reader(g.tensors.size(), kNone);
+  for (OpId i = 0; i < g.ops.size() && sequenceParallel(); ++i) {
+    if (!tp.columnParallel[i])
+      continue;
+    OpId &first = reader[g.storageOf(weightMatmulOperands(g, g.ops[i]).first)];
+    if (first != kNone) {
+      op = &s.ops[i];
+      return fail("its input is also read by the column-parallel " + g.opPath(g.ops[first]) +
+                  ": the generated sequence-parallel step gathers each column input for one matmul and "
+                  "reduce-scatters its gradient once (fuse the two into one matmul, as Megatron's linear_fc1 does)");
+    }
+    first = i;
+  }
   // The last backward entry writing each such gradient (or a view of it).
   std::map<TensorId, size_t> lastWrite;
   for (TensorId x : tp.columnInputs)
