@@ -97,8 +97,15 @@ struct Emitter {
   /// `A<float>(8192)`: a pointer to tensor t's first element at the current step.
   std::string ptr(TensorId t);
 
-  int64_t n(TensorId t) const { return checkedNumel(s.tensors[t].shape).value_or(0); }
-  const Shape &shape(TensorId t) const { return s.tensors[t].shape; }
+  int64_t n(TensorId t) const { return checkedNumel(shape(t)).value_or(0); }
+  /// Its shape in the step graph; under sequence parallelism, while an op that reads or writes
+  /// a sequence-split tensor whole is written, that tensor's whole shape (shapeNow).
+  const Shape &shape(TensorId t) const {
+    auto it = shapeNow.find(t);
+    if (it == shapeNow.end())
+      return s.tensors[t].shape;
+    return it->second;
+  }
   int64_t last(TensorId t) const { return shape(t).empty() ? 1 : shape(t).back().size; }
   std::string T(TensorId t) const { return ctype(stored(t)); }
   bool dense(TensorId t) const { return isDense(shape(t), s.tensors[t].layout); }
@@ -288,6 +295,35 @@ struct Emitter {
   bool indexTensorParallel();
   /// After entry e: a row-parallel matmul's output, or the gradients it completes, all-reduced.
   void tensorParallelAfter(size_t e);
+
+  // ---- sequence parallelism (EmitTensor.cpp) -----------------------------------------------
+
+  bool sequenceParallel() const { return tensorParallel() && plan.parallel.sequenceParallel; }
+  /// While an op is written that reads or writes a sequence-split tensor whole (beside a tensor
+  /// with the whole sequence): by storage, its whole shape and the buffer outside the arena
+  /// (tally_comm::sp_scratch) it is read from (gathered) or written to.
+  std::unordered_map<TensorId, Shape> shapeNow;
+  std::unordered_map<TensorId, std::string> scratchNow;
+  /// The backward's gathered buffers, by the arena pointer they gathered: their scratch slot.
+  std::map<std::string, int> gatheredNow;
+  int nextSlot = 0;
+  bool inBackward = false;
+  struct SequenceOut {
+    TensorId t;
+    bool reduce, accumulate; ///< reduce-scattered (partial sums) or sliced (alike on every rank)
+  };
+  std::vector<SequenceOut> sequenceOuts;
+  /// The dimension t's storage is cut along the sequence (Analysis::sequenceDim), or -1.
+  int seqDim(TensorId t) const;
+  /// rows × chunk of a sequence-split storage (tally_comm.h's sequence parallel section).
+  void seqRows(TensorId t, int64_t &rows, int64_t &chunk) const;
+  /// Before entry e: the gathers of its sequence-split inputs read whole, the scratch of its
+  /// outputs written whole; false after fail() (an op the shard cannot run).
+  bool sequenceBefore(size_t e);
+  /// After entry e: its whole outputs reduce-scattered or sliced into this rank's shard.
+  void sequenceAfter(size_t e);
+  /// The tail's all-reduce of the sequence-split parameters' gradients, once per step.
+  std::string sequenceGradients();
 
   // ---- pipeline parallelism (EmitPipeline.cpp) ---------------------------------------------
 

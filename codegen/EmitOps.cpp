@@ -133,6 +133,20 @@ bool Emitter::dropout() {
   const OpAttrs &at = op->attrs;
   if (!needDense(in[0], "the input") || !sameType({in[0], out[0]}))
     return false;
+  if (sequenceParallel() && seqDim(out[0]) >= 0) {
+    // One rank's share of each row of the sequence: the Philox stream at its elements' places
+    // in the whole tensor, so the mask is the one the whole tensor would draw.
+    int64_t rows, chunk;
+    seqRows(out[0], rows, chunk);
+    line(llvm::formatv("for (int64_t row = 0; row < {0}; ++row)", rows).str());
+    line(llvm::formatv("  rt::dropout_fwd<{0}>(ctx, {1} + row * {8}, {2} + row * {8}, {3}, {8}, {4}, {5}, {6}, (row * {7} + "
+                       "tally_comm::tensor_rank()) * {8});",
+                       T(out[0]), ptr(in[0]), ptr(out[0]),
+                       out.size() > 1 ? ptr(out[1]) + " + row * " + std::to_string(chunk) : "nullptr", number(at.p),
+                       seedExpr(), at.stream, plan.parallel.tensor, chunk)
+             .str());
+    return true;
+  }
   line(llvm::formatv("rt::dropout_fwd<{0}>(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7});", T(out[0]), ptr(in[0]),
                      ptr(out[0]), out.size() > 1 ? ptr(out[1]) : "nullptr", n(out[0]), number(at.p),
                      seedExpr(), at.stream)

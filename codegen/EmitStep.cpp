@@ -169,6 +169,8 @@ std::string Emitter::ptr(TensorId t) {
   TensorId b = base(t);
   const Tensor &bt = s.tensors[b];
   int64_t elem = b == t ? 0 : x.layout.offset();
+  if (auto sc = scratchNow.find(b); sc != scratchNow.end()) // sequence parallel: gathered or whole
+    return "(" + sc->second + " + " + std::to_string(elem) + ")";
   std::string ty = ctype(stored(t));
   if (ty.empty()) {
     fail("tensor %" + std::to_string(t) + " has dtype " + nameOf(x.dtype).str() +
@@ -241,7 +243,7 @@ bool Emitter::sharedGradient() {
 
 std::vector<int64_t> Emitter::strides(TensorId t) const {
   const Tensor &x = s.tensors[t];
-  auto d = stridesOf(x.shape, x.layout);
+  auto d = stridesOf(shape(t), x.layout);
   return std::vector<int64_t>(d.begin(), d.end());
 }
 
@@ -365,8 +367,9 @@ bool Emitter::microStep(std::string &outText) {
       e += f->second->count - 1;
       continue;
     }
-    if (!emitEntry(se))
+    if (!sequenceBefore(e) || !emitEntry(se))
       return false;
+    sequenceAfter(e);
     startBuckets(e, e);
     tensorParallelAfter(e);
     if (pieced())
@@ -472,12 +475,18 @@ bool Emitter::checkPlan() {
   // of the initialisation and --save cut masters by tensor cut, not by data shard).
   const bool tensorZero =
       par.data > 1 && (par.zero > 1 || (par.zero == 1 && plan.precision.master != Dtype::Invalid));
-  if (par.tensor > 1 && (par.sequenceParallel || plan.fuseKernels || tensorZero || par.pipeline != 1 ||
+  const bool sequenceRefused = par.sequenceParallel && (par.data > 1 || be.device);
+  if (par.tensor > 1 && (sequenceRefused || plan.fuseKernels || tensorZero || par.pipeline != 1 ||
                          par.context != 1 || par.expert != 1)) {
     std::string how =
-        par.sequenceParallel ? "without sequence_parallel"
-        : plan.fuseKernels   ? std::string("without fused kernels (build it ") +
-                                   (be.device ? "with --fuse=false)" : "without --fuse)")
+        sequenceRefused && be.device
+            ? "without sequence_parallel (its gathers and reduce-scatters run on the CPU backend's MPI ranks, not "
+              "over NCCL yet)"
+        : sequenceRefused
+            ? "with sequence_parallel on its own, not with data parallelism yet (no end-to-end check runs "
+              "data x tensor with sequence parallelism)"
+        : plan.fuseKernels ? std::string("without fused kernels (build it ") +
+                                 (be.device ? "with --fuse=false)" : "without --fuse)")
         : tensorZero && par.zero == 1
             ? std::string("with data parallelism and ZeRO-1 only without a separate fp32 master copy (this "
                           "plan's precision keeps one): master shards are not cut from each data group's tensor "
@@ -643,7 +652,7 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
            (sharded() ? "    gather_gradients(ctx);\n" : "") + "    before_zero();\n  }\n  *updated = update(ctx, step);\n";
   else
     tail = check + "  *updated = update(ctx, step);\n  if (before_zero)\n    before_zero();\n";
-  tail += "  zero_grad(ctx);\n";
+  tail = sequenceGradients() + tail + "  zero_grad(ctx);\n";
   if (be.device)
     os << deviceTrainStep(tail);
   else

@@ -228,10 +228,15 @@ Facts gatherFacts(const Analysis &a) {
   Facts f(a, structureOf(a));
   markSplit(f, a);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
-  // the tensor-parallel regions are split over the sequence, so every activation is split.
-  if (a.plan->parallel.sequenceParallel)
-    for (TensorId t = 0; t < g.tensors.size(); ++t)
-      f.split[t] = f.split[t] || f.isActivation(t);
+  // the tensor-parallel regions are split over the sequence (TensorSplit.cpp, sequenceSplit), so
+  // every activation is split but the embedding section's before it is scattered and, under
+  // Plan::tensorStep, the whole head's logits and loss.
+  if (a.plan->parallel.sequenceParallel && f.tensorDegree > 1) {
+    std::shared_ptr<const TensorParallel> tp = tensorParallelOf(a);
+    const std::vector<bool> &seq = tp->sequenceSplit;
+    for (TensorId t = 0; t < g.tensors.size() && t < seq.size(); ++t)
+      f.split[t] = f.split[t] || (f.isActivation(t) && seq[g.storageOf(t)]);
+  }
   f.opTime.assign(g.ops.size(), 0);
   // Computed once per shared record and op class (OpTable::recordOf): a deep model's layers
   // share their records.

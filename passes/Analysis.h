@@ -603,6 +603,9 @@ struct Analysis {
   std::vector<TensorShardOf> tensorShards;
   std::string tensorStepError;
   OpId tensorStepOp = kNone; ///< the op tensorStepError names, if any
+  /// Plan::tensorStep with sequence_parallel: per tensor of the step graph, the dimension its
+  /// shape was cut along the sequence to one rank's 1/t (shardSequence), or -1.
+  std::vector<int8_t> sequenceDim;
   /// Plan::generatedStep on the CPU with pipeline = p > 1 (PipelineStep.cpp): how the generated
   /// step runs the stages. Chunk (virtual stage) k runs on rank k mod p; the forward ops are in
   /// the chunks chunkOfOps gives (the estimate's stages), each backward op in its forward op's,

@@ -286,6 +286,11 @@ struct TensorSplit {
   std::vector<bool> rowParallel;    ///< per op
   std::vector<bool> columnParallel; ///< per op
   std::vector<TensorId> columnInputs;
+  /// Sequence parallelism (empty without): per storage, each rank holds 1/t of its tokens.
+  std::vector<bool> sequenceSplit;
+  /// Sequence parallelism: the trainable parameters whose gradients are per-rank partial sums
+  /// (only sequence-split ops read them), all-reduced over the tensor group once per step.
+  std::vector<TensorId> sequenceParams;
 };
 TensorSplit tensorSplit(const Graph &g, const Plan &plan);
 /// Plan::tensorStep: the forward graph as one tensor-parallel rank of the generated step holds
@@ -293,6 +298,12 @@ TensorSplit tensorSplit(const Graph &g, const Plan &plan);
 /// attention's heads divided by t; the same ops and tensor ids. "" on success, else why the
 /// step cannot run this split (the op is named, and `at` set to it); `shards` gets each
 /// parameter's cut.
+/// Plan::tensorStep with sequence_parallel: the step graph built from that shard with each
+/// sequence-split tensor (TensorSplit::sequenceSplit of the forward graph `g`; a gradient as its
+/// forward tensor, a shared gradient as the one it shares) cut along its `seq` dimension to one
+/// rank's 1/t, that dimension in `dim` (-1 elsewhere; views keep their whole shapes: the step
+/// reads them gathered). "" on success, else why not.
+std::string shardSequence(const Graph &g, const Plan &plan, Graph &step, std::vector<int8_t> &dim);
 std::string shardForTensorParallel(const Graph &g, const Plan &plan, Graph &out,
                                    std::vector<TensorShardOf> &shards, OpId &at);
 /// The bytes one rank sends per step in the tensor-parallel all-reduces the step time prices,

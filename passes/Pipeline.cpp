@@ -200,8 +200,13 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   if (plan.tensorStep && plan.isTrain && plan.parallel.tensor > 1 && a.step && a.planListed) {
     Graph shard;
     a.tensorStepError = shardForTensorParallel(g, plan, shard, a.tensorShards, a.tensorStepOp);
-    if (a.tensorStepError.empty())
-      a.step = std::make_shared<const Graph>(buildTrainingStep(shard, plan));
+    if (a.tensorStepError.empty()) {
+      Graph step = buildTrainingStep(shard, plan);
+      if (plan.parallel.sequenceParallel)
+        a.tensorStepError = shardSequence(g, plan, step, a.sequenceDim);
+      if (a.tensorStepError.empty())
+        a.step = std::make_shared<const Graph>(std::move(step));
+    }
   }
   planMemory(a);
   planPipelineStep(a); // the generated CPU step's pipeline stages (Plan::generatedStep)

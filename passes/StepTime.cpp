@@ -14,7 +14,8 @@
 //    bytes divided by t (OpAnalysis::tensorSplit). In a transformer block that splits qkv,
 //    attention, proj, fc, the activation and the MLP proj; a tied or separate output head is
 //    split over the vocabulary (Megatron's vocab-parallel head and cross entropy). With
-//    sequence_parallel every op is split (the rest works on 1/t of the tokens).
+//    sequence_parallel every op is split (the rest works on 1/t of the tokens), but for the
+//    embedding section (the lookups and their sum), which Megatron runs whole and scatters.
 // 2. Per op and micro-batch: forward time = kernelTime(executed forward FLOPs / split, forward
 //    bytes / split); backward time, for ops with a backward (an input needs a gradient), the
 //    same with the executed backward FLOPs and backward bytes. kernelTime = max(FLOPs /
@@ -89,6 +90,16 @@
 //    (Megatron's asynchronous backward) an input gradient's all-reduce runs while the matmuls
 //    that read the input compute their weight gradients: only max(0, all-reduce − their
 //    weight-gradient time) is exposed (their backward time × wgrad / (dgrad + wgrad) FLOPs).
+//    With sequence_parallel (Megatron-LM megatron/core/tensor_parallel/layers.py, mappings.py)
+//    each all-reduce is a reduce-scatter along the sequence (the forward's of a row output, the
+//    backward's of a column input's gradient), and all-gathers are added: of each column input
+//    before its matmuls and again in the backward for their weight gradient (layers.py
+//    LinearWithGradAccumulationAndAsyncCommunication: forward L623-629, backward L667-676), of
+//    each row output's gradient (mappings.py _ReduceScatterToSequenceParallelRegion.backward,
+//    L372-377) and of the scattered embeddings (L295-297); once per step the gradients of the
+//    parameters only sequence-split ops read (norms, a row-parallel bias) are all-reduced,
+//    coalesced into one message (distributed/finalize_model_grads.py
+//    _allreduce_non_tensor_model_parallel_grads, L451-474).
 //    Pipeline parallelism
 //    sends the activation at a stage boundary forward and its gradient backward every
 //    micro-batch, v times with interleaving: 1/t of it (Megatron's scatter/gather) over the
@@ -539,13 +550,14 @@ double hostBytes(const Analysis &a, double m) {
   return bytes;
 }
 
-/// Step 7: the tensor group's all-reduces of `messages` (each its own collective).
-double allReduces(const Plan &plan, const std::vector<double> &messages) {
+/// Step 7: the tensor group's all-reduces of `messages` (each its own collective; `kind`: the
+/// reduce-scatters and all-gathers that replace them under sequence parallelism).
+double allReduces(const Plan &plan, const std::vector<double> &messages, Collective kind = Collective::AllReduce) {
   Placement g = place(plan, 't');
   double c = degree(plan.parallel.context); // a context rank holds s/c of every message
   double time = 0;
   for (double bytes : messages)
-    time += collectiveTime(plan.target, g, Collective::AllReduce, bytes / c);
+    time += collectiveTime(plan.target, g, kind, bytes / c);
   return time;
 }
 
@@ -554,8 +566,9 @@ double allReduces(const Plan &plan, const std::vector<double> &messages) {
 /// its tensor (their backward time's weight-gradient share by FLOPs).
 double backwardAllReduces(const Analysis &a, const TensorParallel &tp) {
   const Plan &plan = *a.plan;
+  Collective kind = plan.parallel.sequenceParallel ? Collective::ReduceScatter : Collective::AllReduce;
   if (!plan.parallel.tensorOverlap)
-    return allReduces(plan, tp.backwardMessages);
+    return allReduces(plan, tp.backwardMessages, kind);
   double exposed = 0;
   for (size_t k = 0; k < tp.backwardMessages.size(); ++k) {
     double wgrad = 0;
@@ -564,7 +577,7 @@ double backwardAllReduces(const Analysis &a, const TensorParallel &tp) {
       double flops = o.inputGradFlops + o.weightGradFlops;
       wgrad += flops > 0 ? o.backwardTime * o.weightGradFlops / flops : 0;
     }
-    exposed += std::max(0.0, allReduces(plan, {tp.backwardMessages[k]}) - wgrad);
+    exposed += std::max(0.0, allReduces(plan, {tp.backwardMessages[k]}, kind) - wgrad);
   }
   return exposed;
 }
@@ -655,15 +668,55 @@ void recordMessages(Analysis &a, const char *what, char group, Collective c,
         {what, group, collectiveCost(a.plan->target, g, c, bytes), k * times, overlapped});
 }
 
+/// Step 7, the sequence parallel all-gathers of one micro-batch (0 without sequence_parallel):
+/// each column input's before its matmuls (and, training, again in the backward), each row
+/// output's gradient and the embeddings' scattered sum's gradient in the backward, each
+/// recomputed column-parallel matmul's input again;
+/// recorded in Analysis::collectives `times` times per step.
+double sequenceGathers(Analysis &a, const TensorParallel &tp, const std::vector<double> &recomputeGathers, double times) {
+  const Plan &plan = *a.plan;
+  if (!plan.parallel.sequenceParallel || degree(plan.parallel.tensor) <= 1)
+    return 0;
+  double c = degree(plan.parallel.context);
+  recordMessages(a, "sequence parallel all-gather of a column input", 't', Collective::AllGather, tp.gatherMessages, c,
+                 times, false);
+  double time = allReduces(plan, tp.gatherMessages, Collective::AllGather);
+  if (!plan.isTrain)
+    return time;
+  // Again in the backward for the weight gradient: with tensor_overlap asynchronous beside the
+  // readers' input-gradient GEMMs (layers.py L667-680), only what exceeds them exposed.
+  recordMessages(a, "sequence parallel all-gather of a column input again (backward)", 't', Collective::AllGather,
+                 tp.gatherMessages, c, times, plan.parallel.tensorOverlap);
+  for (size_t k = 0; k < tp.gatherMessages.size(); ++k) {
+    double dgrad = 0;
+    for (OpId i : plan.parallel.tensorOverlap ? tp.gatherReaders[k] : std::vector<OpId>{}) {
+      const OpAnalysis &o = a.ops[i];
+      double flops = o.inputGradFlops + o.weightGradFlops;
+      dgrad += flops > 0 ? o.backwardTime * o.inputGradFlops / flops : 0;
+    }
+    time += std::max(0.0, allReduces(plan, {tp.gatherMessages[k]}, Collective::AllGather) - dgrad);
+  }
+  recordMessages(a, "sequence parallel all-gather of a row output's gradient", 't', Collective::AllGather,
+                 tp.forwardMessages, c, times, false);
+  recordMessages(a, "sequence parallel recompute all-gather", 't', Collective::AllGather, recomputeGathers, c, times,
+                 false);
+  recordMessages(a, "sequence parallel all-gather of the embeddings' gradient", 't', Collective::AllGather,
+                 tp.scatterMessages, c, times, false);
+  return time + allReduces(plan, tp.forwardMessages, Collective::AllGather) +
+         allReduces(plan, recomputeGathers, Collective::AllGather) +
+         allReduces(plan, tp.scatterMessages, Collective::AllGather);
+}
+
 /// Infer plans: the forward over the prompt with its tensor-parallel all-reduces, pipeline
 /// sends (p − 1 boundaries, passed in turn) and the input batch's upload.
 void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
   const Plan &plan = *a.plan;
   double t = degree(plan.parallel.tensor), p = degree(plan.parallel.pipeline);
   a.time.forward = F;
-  a.time.tensorParallelComm = t > 1 ? allReduces(plan, tp.forwardMessages) : 0;
-  recordMessages(a, "forward all-reduce", 't', Collective::AllReduce, tp.forwardMessages,
-                 degree(plan.parallel.context), 1, false);
+  Collective rowKind = plan.parallel.sequenceParallel ? Collective::ReduceScatter : Collective::AllReduce;
+  a.time.tensorParallelComm = t > 1 ? allReduces(plan, tp.forwardMessages, rowKind) + sequenceGathers(a, tp, {}, 1) : 0;
+  recordMessages(a, rowKind == Collective::AllReduce ? "forward all-reduce" : "sequence parallel reduce-scatter of a row output",
+                 't', rowKind, tp.forwardMessages, degree(plan.parallel.context), 1, false);
   a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph, *a.copies)) : 0;
   a.time.contextParallelComm = ringAttention(a, tp);
   a.time.expertParallelComm = expertAllToAll(a, tp);
@@ -747,7 +800,7 @@ void stepTime(Analysis &a) {
 
   // Step 3: per micro-batch totals.
   double F = 0, B = 0, R = 0, matmul = 0;
-  std::vector<double> recomputeMessages;
+  std::vector<double> recomputeMessages, recomputeGathers;
   for (OpId i = 0; i < g.ops.size(); ++i) {
     F += a.ops[i].forwardTime;
     B += a.ops[i].backwardTime;
@@ -769,6 +822,8 @@ void stepTime(Analysis &a) {
     if (tp.rowParallel[s.op])
       for (TensorId o : g.ops[s.op].outputs)
         recomputeMessages.push_back(g.bytes(o));
+    if (tp.columnParallel[s.op] && par.sequenceParallel) // its input gathered again (step 7)
+      recomputeGathers.push_back(g.bytes(g.storageOf(weightMatmulOperands(g, g.ops[s.op]).first)));
   }
   if (!recomputeSteps && a.flops.recompute > 0 && a.flops.forward > 0)
     R = F * a.flops.recompute / a.flops.forward;
@@ -792,17 +847,26 @@ void stepTime(Analysis &a) {
       dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(*a.copies) / p,
                        F + B > 0 ? matmul / (F + B) : 0);
   if (t > 1) {
-    double perMicroBatch = allReduces(plan, tp.forwardMessages) +
-                           backwardAllReduces(a, tp) +
-                           allReduces(plan, recomputeMessages);
-    a.time.tensorParallelComm = m / p * perMicroBatch;
+    // Sequence parallelism: reduce-scatters for the all-reduces, the all-gathers beside them and,
+    // once per step, the sequence-split parameters' gradients all-reduced (step 7).
+    bool sp = par.sequenceParallel;
+    Collective kind = sp ? Collective::ReduceScatter : Collective::AllReduce;
+    double perMicroBatch = allReduces(plan, tp.forwardMessages, kind) + backwardAllReduces(a, tp) +
+                           allReduces(plan, recomputeMessages, kind) + sequenceGathers(a, tp, recomputeGathers, m / p);
+    std::vector<double> sequenceGrads;
+    if (sp && tp.sequenceGradElements > 0)
+      sequenceGrads.push_back(tp.sequenceGradElements / p * bytesOf(plan.precision.grads));
+    double normGrads = sequenceGrads.empty() ? 0 : collectiveTime(target, place(plan, 't'), Collective::AllReduce, sequenceGrads[0]);
+    a.time.tensorParallelComm = m / p * perMicroBatch + normGrads;
     double c = degree(par.context);
-    recordMessages(a, "forward all-reduce", 't', Collective::AllReduce, tp.forwardMessages, c,
-                   m / p, false);
-    recordMessages(a, "backward all-reduce of an input gradient", 't', Collective::AllReduce,
-                   tp.backwardMessages, c, m / p, par.tensorOverlap);
-    recordMessages(a, "recompute all-reduce", 't', Collective::AllReduce, recomputeMessages, c,
-                   m / p, false);
+    recordMessages(a, sp ? "sequence parallel reduce-scatter of a row output" : "forward all-reduce", 't', kind,
+                   tp.forwardMessages, c, m / p, false);
+    recordMessages(a, sp ? "sequence parallel reduce-scatter of an input gradient" : "backward all-reduce of an input gradient",
+                   't', kind, tp.backwardMessages, c, m / p, par.tensorOverlap);
+    recordMessages(a, sp ? "sequence parallel recompute reduce-scatter" : "recompute all-reduce", 't', kind,
+                   recomputeMessages, c, m / p, false);
+    recordMessages(a, "sequence parallel all-reduce of the norms' gradients", 't', Collective::AllReduce, sequenceGrads,
+                   1, 1, false);
   } else {
     a.time.tensorParallelComm = 0;
   }

@@ -23,6 +23,22 @@ struct TensorParallel {
   std::vector<bool> storageSplit;  ///< per storage: each rank holds 1/t of it
   std::vector<bool> columnParallel; ///< per op: a column-parallel matmul (splits its output)
   std::vector<TensorId> columnInputs; ///< the storages of backwardMessages, in their order
+  /// Sequence parallelism (Korthikanti et al. 2022 §4.2.2), with traffic: each storage a
+  /// column-parallel matmul reads, its whole bytes, in first-read order: all-gathered along the
+  /// sequence before the matmul (and again in the backward, for the weight gradient).
+  std::vector<double> gatherMessages;
+  std::vector<std::vector<OpId>> gatherReaders; ///< per gather message, the matmuls reading it
+  /// Sequence parallelism: the elements of the trainable parameters that only ops split by the
+  /// sequence alone read (norms' weights and biases, a row-parallel matmul's bias; not the
+  /// embeddings, whose lookup Megatron runs whole): their gradients are each rank's partial sums,
+  /// all-reduced over the tensor group once per step (Megatron's sequence_parallel attribute).
+  double sequenceGradElements = 0;
+  /// Sequence parallelism, training: each storage where the embedding section (run whole on
+  /// every rank, Megatron's LanguageModelEmbedding) is scattered along the sequence, its bytes:
+  /// its gradient is all-gathered in the backward (the scatter's backward, mappings.py).
+  std::vector<double> scatterMessages;
+  std::vector<bool> sequenceSplit;      ///< sequence parallelism: per storage, 1/t of its tokens
+  std::vector<TensorId> sequenceParams; ///< with traffic: those of sequenceGradElements
 };
 
 /// Step 1 of StepTime.cpp. With `traffic` false only `split` and `rowParallel` are made

@@ -222,4 +222,45 @@ std::string shardForTensorParallel(const Graph &g, const Plan &plan, Graph &out,
   return "";
 }
 
+std::string shardSequence(const Graph &g, const Plan &plan, Graph &step, std::vector<int8_t> &dim) {
+  const int64_t t = plan.parallel.tensor;
+  TensorSplit ts = tensorSplit(g, plan);
+  std::vector<bool> seq(step.tensors.size(), false); // per storage of the step
+  auto forward = [&](TensorId x) {
+    return x < g.tensors.size() && g.storageOf(x) < ts.sequenceSplit.size() && ts.sequenceSplit[g.storageOf(x)];
+  };
+  for (TensorId x = 0; x < step.tensors.size(); ++x) {
+    const Tensor &v = step.tensors[x];
+    if (v.viewOf != kNone)
+      continue;
+    seq[x] = x < g.tensors.size() ? forward(x)
+             : v.role == TensorRole::Gradient && v.gradOf != kNone && forward(v.gradOf);
+  }
+  for (const Op &op : step.ops) // a gradient passed on is the buffer it shares
+    if (op.kind == OpKind::Contiguous && op.attrs->shares && !op.inputs.empty() && !op.outputs.empty() &&
+        seq[step.storageOf(op.inputs[0])])
+      seq[step.storageOf(op.outputs[0])] = true;
+  dim.assign(step.tensors.size(), -1);
+  for (TensorId x = 0; x < step.tensors.size(); ++x) {
+    if (!seq[x] || step.tensors[x].viewOf != kNone)
+      continue;
+    Shape sh = step.tensors[x].shape;
+    int8_t k = -1;
+    for (size_t d = 0; d < sh.size() && d < 64; ++d)
+      if (sh[d].sym != 0 && sh[d].sym < step.symbols.size() && step.symbols[sh[d].sym] == "seq")
+        k = static_cast<int8_t>(d);
+    if (k < 0)
+      return "tensor %" + std::to_string(x) + " of shape " + step.formatShape(sh) +
+             " is split along the sequence but has no `seq` dimension";
+    if (sh[k].size % t != 0)
+      return "the sequence of " + std::to_string(sh[k].size) + " tokens does not divide over tensor = " +
+             std::to_string(t);
+    sh[k].size /= t;
+    sh[k].sym = 0;
+    step.tensors[x].shape = sh;
+    dim[x] = k;
+  }
+  return "";
+}
+
 } // namespace tally

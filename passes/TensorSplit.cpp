@@ -4,6 +4,9 @@
 // split (its output is all-reduced); elementwise ops, views, attention and losses on a split
 // tensor work on their share; reductions, losses and embeddings return whole tensors. Under
 // Plan::tensorStep the output head (a matmul a cross entropy reads) runs whole.
+// Under sequence parallelism every other op works on its 1/t share of the tokens but for the
+// embedding section (Megatron's LanguageModelEmbedding: the lookups and their sum run whole,
+// then are scattered); with traffic, the messages that adds (TensorParallel.h).
 #include "passes/TensorParallel.h"
 
 #include <map>
@@ -14,6 +17,32 @@ namespace tally {
 /// cross entropy reads; the generated step runs it (and the loss) whole on every rank.
 static bool wholeHead(const Graph &g, const Plan &plan, const Op &op, const std::vector<bool> &lossInput) {
   return plan.tensorStep && !op.outputs.empty() && lossInput[g.storageOf(op.outputs[0])];
+}
+
+/// Sequence parallelism: which activation storages each rank holds 1/t of along the sequence
+/// (TensorParallel::sequenceSplit): a row-parallel matmul's output (reduce-scattered), the
+/// embedding section's outputs that other ops read (scattered), and the outputs of every other
+/// op reading such a storage, but for a column-parallel matmul's (split along the hidden
+/// dimension) and the whole head's (Plan::tensorStep), which read their input gathered.
+static void sequenceShards(const Graph &g, TensorParallel &tp, const std::vector<bool> &section) {
+  std::vector<bool> &seq = tp.sequenceSplit;
+  seq.assign(g.tensors.size(), false);
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    if (op.outputs.empty() || section[g.storageOf(op.outputs[0])] || tp.columnParallel[i] ||
+        (!tp.rowParallel[i] && weightMatmulOperands(g, op).first != kNone))
+      continue;
+    bool reads = tp.rowParallel[i];
+    for (TensorId in : op.inputs) {
+      TensorId st = g.storageOf(in);
+      if (section[st] && g.tensors[st].requiresGrad)
+        seq[st] = true; // where the section is scattered
+      reads = reads || seq[st];
+    }
+    for (TensorId o : op.outputs)
+      if (!tp.storageSplit[g.storageOf(o)])
+        seq[g.storageOf(o)] = reads;
+  }
 }
 
 TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
@@ -35,6 +64,35 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
         for (TensorId x : op.inputs)
           lossInput[g.storageOf(x)] = true;
   std::map<TensorId, std::vector<OpId>> columnInputs; // storage -> the ops reading it
+  const bool sequence = traffic && plan.parallel.sequenceParallel;
+  std::vector<size_t> gathered(sequence ? g.tensors.size() : 0, SIZE_MAX); // its gatherMessages index
+  auto gatherOf = [&](TensorId x, OpId reader) {
+    TensorId st = g.storageOf(x);
+    if (gathered[st] == SIZE_MAX) {
+      gathered[st] = tp.gatherMessages.size();
+      tp.gatherMessages.push_back(g.bytes(st));
+      tp.gatherReaders.emplace_back();
+    }
+    tp.gatherReaders[gathered[st]].push_back(reader);
+  };
+  // Sequence parallelism: per parameter storage, 1 read by ops the sequence alone splits, 2 also
+  // by another op (then the gradient is not a per-token partial sum: left out).
+  std::vector<uint8_t> sequenceParam(sequence ? g.tensors.size() : 0, 0);
+  // Sequence parallelism: the embedding section (Megatron's LanguageModelEmbedding runs the
+  // lookups and their sum whole, then scatters it along the sequence): per storage, made by an
+  // embedding or by an elementwise op (not dropout) of such storages, parameters and data.
+  const bool sequenceSplit = plan.parallel.sequenceParallel;
+  std::vector<bool> section(sequenceSplit ? g.tensors.size() : 0, false), scattered = section;
+  auto inSection = [&](const Op &op) {
+    if (op.kind == OpKind::Embedding)
+      return true;
+    if (op.kind == OpKind::Dropout || (!op.inputs.empty() && opClass(op.kind) != OpClass::Elementwise))
+      return false;
+    for (TensorId in : op.inputs)
+      if (g.tensors[g.storageOf(in)].role == TensorRole::Activation && !section[g.storageOf(in)])
+        return false;
+    return true;
+  };
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const Op &op = g.ops[i];
     bool anySplit = false;
@@ -42,8 +100,30 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
       anySplit = anySplit || split[g.storageOf(x)];
     bool out = false;
     TensorId x = weightMatmulOperands(g, op).first;
+    bool sequenceOnly = x == kNone && !anySplit && op.kind != OpKind::Embedding && opClass(op.kind) != OpClass::View &&
+                        !(sequenceSplit && inSection(op));
+    if (sequence) // 1: only ops split by the sequence alone read it; 2: another op does too
+      for (TensorId in : op.inputs)
+        if (g.isParamStorage(in))
+          sequenceParam[g.storageOf(in)] = sequenceOnly && sequenceParam[g.storageOf(in)] != 2 ? 1 : 2;
+    if (sequenceSplit && inSection(op)) {
+      tp.split[i] = c; // the embedding section runs whole on every tensor rank
+      for (TensorId o : op.outputs)
+        section[g.storageOf(o)] = true;
+      continue;
+    }
+    if (sequence) // the gradient of the section's scattered output all-gathered in the backward
+      for (TensorId in : op.inputs) {
+        TensorId st = g.storageOf(in);
+        if (section[st] && !scattered[st] && g.tensors[st].requiresGrad && plan.isTrain) {
+          scattered[st] = true;
+          tp.scatterMessages.push_back(g.bytes(st));
+        }
+      }
     if (x != kNone && !split[g.storageOf(x)] && wholeHead(g, plan, op, lossInput)) {
       tp.split[i] = c; // Plan::tensorStep: the head and its loss run whole on every rank
+      if (sequence) // its input gathered along the sequence
+        gatherOf(x, i);
       for (TensorId o : op.outputs)
         split[g.storageOf(o)] = false;
       continue;
@@ -75,6 +155,8 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
         }
       else if (traffic && plan.isTrain && g.tensors[x].requiresGrad)
         columnInputs[g.storageOf(x)].push_back(i);
+      if (sequence && !inputSplit)
+        gatherOf(x, i);
     } else if (opClass(op.kind) != OpClass::Reduction && op.kind != OpKind::CrossEntropy &&
                op.kind != OpKind::Embedding) {
       out = anySplit;
@@ -85,6 +167,13 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
     for (TensorId o : op.outputs)
       split[g.storageOf(o)] = out;
   }
+  for (TensorId p = 0; p < sequenceParam.size(); ++p)
+    if (sequenceParam[p] == 1 && g.tensors[p].param < g.params.size() && g.params[g.tensors[p].param].trainable) {
+      tp.sequenceGradElements += numel(g.tensors[p].shape);
+      tp.sequenceParams.push_back(p);
+    }
+  if (sequenceSplit)
+    sequenceShards(g, tp, section);
   for (auto &[s, readers] : columnInputs) {
     tp.columnInputs.push_back(s);
     tp.backwardBytes += g.bytes(s);
@@ -121,6 +210,8 @@ TensorSplit tensorSplit(const Graph &g, const Plan &plan) {
   out.rowParallel = std::move(tp.rowParallel);
   out.columnParallel = std::move(tp.columnParallel);
   out.columnInputs = std::move(tp.columnInputs);
+  out.sequenceSplit = std::move(tp.sequenceSplit);
+  out.sequenceParams = std::move(tp.sequenceParams);
   return out;
 }
 

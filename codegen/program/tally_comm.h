@@ -337,6 +337,88 @@ template <class T> void tp_all_reduce(rt::Ctx &ctx, T *buf, int64_t n) {
   detail::ring_all_reduce(detail::tensor_group(), buf, n);
 }
 
+// ---- sequence parallelism (Korthikanti et al. 2022; Megatron-LM tensor_parallel/mappings.py) --
+// A tensor split along the sequence is held as rows × chunk elements on each rank: the rows are
+// the dimensions before the sequence (the micro-batch's sequences), a chunk the rank's 1/t of one
+// row's tokens. Its whole form is rows × (t·chunk), rank k's chunk of row i at (i·t + k)·chunk.
+// The gather and the reduce-scatter are rings (N - 1 steps, each rank sending one rank's chunks
+// of every row, packed), counted in sent_bytes under the tensor group: (N - 1)·rows·chunk
+// elements each, what the estimate prices for an all-gather or reduce-scatter of the whole.
+
+namespace detail {
+/// Buffers outside the arena, grown to the largest use: 0 and 1 the gathered inputs, 2 an op's
+/// whole output before its reduce-scatter, 3 and 4 a ring step's packed chunks.
+inline std::vector<uint8_t> &sequence_buffer(int k) {
+  static std::vector<uint8_t> b[5];
+  return b[k];
+}
+} // namespace detail
+
+/// Buffer k (0-4) of n elements, outside the arena (Megatron keeps its gathered inputs in a
+/// global memory buffer, outside the activations' count, likewise).
+template <class T> T *sp_scratch(int k, int64_t n) {
+  std::vector<uint8_t> &b = detail::sequence_buffer(k);
+  if (b.size() < static_cast<size_t>(n) * sizeof(T))
+    b.resize(static_cast<size_t>(n) * sizeof(T));
+  return reinterpret_cast<T *>(b.data());
+}
+
+/// The whole tensor from every rank's shard: `full` (rows × t·chunk) gets each rank's chunks.
+template <class T> void tp_seq_all_gather(rt::Ctx &ctx, const T *shard, T *full, int64_t rows, int64_t chunk) {
+  rt::detail::KernelScope ks(ctx, "all_gather");
+  const Group &g = detail::tensor_group();
+  const int N = g.size, r = g.rank;
+  auto at = [&](int k, int64_t i) { return full + (i * N + k) * chunk; };
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(at(r, i), shard + i * chunk, sizeof(T) * static_cast<size_t>(chunk));
+  T *out = sp_scratch<T>(3, rows * chunk), *in = sp_scratch<T>(4, rows * chunk);
+  for (int k = 0; k < N - 1; ++k) {
+    int send = ((r - k) % N + N) % N, got = ((r - k - 1) % N + N) % N;
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(out + i * chunk, at(send, i), sizeof(T) * static_cast<size_t>(chunk));
+    detail::sendrecv(g, out, rows * chunk, (r + 1) % N, in, rows * chunk, (r + N - 1) % N);
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(at(got, i), in + i * chunk, sizeof(T) * static_cast<size_t>(chunk));
+  }
+}
+
+/// The sum over the ranks of `full` (rows × t·chunk, each rank's partial sums), this rank's
+/// chunks of it into `shard` (added when `accumulate`). `full` is overwritten.
+template <class T>
+void tp_seq_reduce_scatter(rt::Ctx &ctx, T *full, T *shard, int64_t rows, int64_t chunk, bool accumulate) {
+  rt::detail::KernelScope ks(ctx, "reduce_scatter");
+  const Group &g = detail::tensor_group();
+  const int N = g.size, r = g.rank;
+  auto at = [&](int k, int64_t i) { return full + (i * N + k) * chunk; };
+  T *out = sp_scratch<T>(3, rows * chunk), *in = sp_scratch<T>(4, rows * chunk);
+  for (int k = 0; k < N - 1; ++k) {
+    int send = ((r - k - 1) % N + N) % N, got = ((r - k - 2) % N + N) % N;
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(out + i * chunk, at(send, i), sizeof(T) * static_cast<size_t>(chunk));
+    detail::sendrecv(g, out, rows * chunk, (r + 1) % N, in, rows * chunk, (r + N - 1) % N);
+    for (int64_t i = 0; i < rows; ++i) {
+      T *dst = at(got, i);
+      for (int64_t j = 0; j < chunk; ++j)
+        dst[j] = rt::store<T>(rt::load(dst[j]) + rt::load(in[i * chunk + j]));
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < chunk; ++j)
+      shard[i * chunk + j] = rt::store<T>((accumulate ? rt::load(shard[i * chunk + j]) : 0) + rt::load(at(r, i)[j]));
+}
+
+/// This rank's chunks of a whole tensor every rank computed alike (Megatron's scatter to the
+/// sequence-parallel region: no communication), into `shard` (added when `accumulate`).
+template <class T> void tp_seq_slice(rt::Ctx &ctx, const T *full, T *shard, int64_t rows, int64_t chunk, bool accumulate) {
+  rt::detail::KernelScope ks(ctx, "shard_copy");
+  const Group &g = detail::tensor_group();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < chunk; ++j) {
+      const T v = full[(i * g.size + g.rank) * chunk + j];
+      shard[i * chunk + j] = accumulate ? rt::store<T>(rt::load(shard[i * chunk + j]) + rt::load(v)) : v;
+    }
+}
+
 /// Data × tensor: sums elements [begin, end) of `region` (a bucket of the gradients) over the
 /// rank's data group, in place, as a counted ring (detail::ring_all_reduce), so that the bytes
 /// each rank sends to its data group are measured beside its tensor group's. (Data parallelism

@@ -554,6 +554,109 @@ TEST_CASE("codegen: data x tensor: ranks split by the plan's order, each collect
   CHECK(emit(*z2.a, e).find("with data parallelism and ZeRO-1, not ZeRO 2") != std::string::npos);
 }
 
+namespace {
+/// A one-layer GPT with dropout under tensor = 2 and sequence_parallel (tests/step/e2e/dp.tally's
+/// tp2sp, smaller).
+const char *kSequenceParallel = R"(
+block SpMLP(d) {
+  fc   = Linear(d, 4 * d)
+  proj = Linear(4 * d, d)
+  forward(x) { return dropout(proj(gelu(fc(x))), 0.1) }
+}
+block SpAttention(d, heads) {
+  qkv  = Linear(d, 3 * d)
+  proj = Linear(d, d)
+  forward(x) {
+    q, k, v = split(qkv(x), 3, dim = -1)
+    return proj(attention(q, k, v, heads = heads, causal = true))
+  }
+}
+block SpBlock(d, heads) {
+  ln1 = LayerNorm(d)
+  attn = SpAttention(d, heads)
+  ln2 = LayerNorm(d)
+  mlp = SpMLP(d)
+  forward(x) {
+    x = x + attn(ln1(x))
+    return x + mlp(ln2(x))
+  }
+}
+model SpGPT(vocab = 32, ctx = 8, d = 16, heads = 2) {
+  wte = Embedding(vocab, d)
+  wpe = Embedding(ctx, d)
+  h   = repeat(1) SpBlock(d, heads)
+  lnf = LayerNorm(d)
+  forward(tokens: i32[batch, seq]) {
+    x = h(wte(tokens) + wpe(positions(seq)))
+    return cross_entropy(lnf(x) @ transpose(wte.weight), next_tokens(tokens))
+  }
+}
+train sp { model = SpGPT() batch = 4 seq = 8 micro_batch = 2 optimizer = SGD(lr = 0.1) precision = fp32
+           target = 2 x H100_SXM { tensor = 2, sequence_parallel = true } }
+)";
+
+/// The op paths the step's calls are made at (`op_path = "...";`), in order, one micro-batch.
+std::vector<std::string> sitesOf(const std::string &text) {
+  std::vector<std::string> out;
+  const std::string key = "op_path = \"";
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    size_t from = at + key.size();
+    out.push_back(text.substr(from, text.find('"', from) - from));
+  }
+  return out;
+}
+
+/// Whether `want` occurs in `have` as consecutive entries.
+bool runOf(const std::vector<std::string> &have, const std::vector<std::string> &want) {
+  for (size_t i = 0; i + want.size() <= have.size(); ++i)
+    if (std::equal(want.begin(), want.end(), have.begin() + static_cast<long>(i)))
+      return true;
+  return false;
+}
+} // namespace
+
+TEST_CASE("codegen: sequence parallel: the gathers and reduce-scatters at the ops Megatron puts them", "[codegen]") {
+  PlanOverrides o;
+  o.tensorStep = o.generatedStep = true; // as `tally build --backend cpu` analyzes it
+  Compiled c(kSequenceParallel, "sp", o);
+  StepFiles files = emitStep(*c.a, false);
+  REQUIRE(files.error == "");
+  const std::string &text = files.byPath["step.cpp"];
+  std::vector<std::string> sites = sitesOf(functionText(text, "static double micro_step("));
+  const std::string gather = "tensor_parallel.sequence_all_gather", scatter = "tensor_parallel.sequence_reduce_scatter",
+                    keep = "tensor_parallel.sequence_scatter";
+  // Forward: the embeddings' sum run whole and this rank's half kept; ln1's and ln2's outputs
+  // gathered before the column-parallel qkv and fc, lnf's before the whole head; the
+  // row-parallel projections' partial sums reduce-scattered.
+  CHECK(runOf(sites, {"add", keep, "h[0].ln1.layer_norm", gather, "h[0].attn.qkv.matmul"}));
+  CHECK(runOf(sites, {"h[0].attn.proj.matmul", scatter, "h[0].attn.proj.add"}));
+  CHECK(runOf(sites, {"h[0].ln2.layer_norm", gather, "h[0].mlp.fc.matmul"}));
+  CHECK(runOf(sites, {"h[0].mlp.proj.matmul", scatter, "h[0].mlp.proj.add", "h[0].mlp.dropout"}));
+  CHECK(runOf(sites, {"lnf.layer_norm", gather, "matmul"}));
+  // Backward: the head's input gradient kept (alike on both ranks), its input gathered again for
+  // the weight gradient; a projection's output gradient gathered once for both its matmuls; a
+  // column input's gradient reduce-scattered, the input gathered again for the weight gradient;
+  // the embeddings' gradient gathered once for both lookups' backward.
+  CHECK(runOf(sites, {"matmul.matmul", keep, gather, "matmul.matmul"}));
+  CHECK(runOf(sites, {gather, "h[0].attn.proj.matmul.matmul", "h[0].attn.proj.matmul.matmul"}));
+  CHECK(runOf(sites, {"h[0].attn.qkv.matmul.matmul", scatter, gather, "h[0].attn.qkv.matmul.matmul"}));
+  CHECK(runOf(sites, {"h[0].mlp.fc.matmul.matmul", scatter, gather, "h[0].mlp.fc.matmul.matmul"}));
+  CHECK(runOf(sites, {gather, "add.reduce_to", "wpe.embedding.embedding_backward", "wte.embedding.embedding_backward"}));
+  // 3 gathers forward, 6 backward; 4 reduce-scatters; no all-reduce inside the micro-batch.
+  CHECK(std::count(sites.begin(), sites.end(), gather) == 9);
+  CHECK(std::count(sites.begin(), sites.end(), scatter) == 4);
+  CHECK(std::count(sites.begin(), sites.end(), keep) == 2);
+  CHECK(countOf(functionText(text, "static double micro_step("), "tp_all_reduce") == 0);
+  // Dropout on this rank's half of each sequence, keyed by each element's place in the whole.
+  CHECK(countOf(text, "tally_comm::tensor_rank()) * 64);") == 1); // 4 tokens x 16
+  // Once per step, the gradients of ln1, ln2, lnf (weight and bias) and the two projections'
+  // biases summed over the tensor group: 8 all-reduces, as the estimate's one message of 8 x 16.
+  CHECK(countOf(functionText(text, "double train_step("), "tally_comm::tp_all_reduce<float>(ctx, G<float>(") == 8);
+  // Every gathered, reduce-scattered and all-reduced byte is what the estimate prices.
+  double sentPerMicro = (9 + 4) * 2 * 8 * 16 * 4 / 2.0, norms = 8 * 16 * 4;
+  CHECK(tensorParallelSentBytes(*c.a) == Approx(2 * sentPerMicro + norms));
+}
+
 TEST_CASE("codegen: ZeRO 2 and 3's transients in the estimate are what the step's memory plan holds", "[codegen]") {
   // tests/step/e2e/dp.tally's 2-layer GPT on 2 ranks, as tally's step runs it (tally build/run:
   // Plan::generatedStep). Its memory plan (passes/ZeroShards.cpp) gathers the root (wte, wpe,

@@ -469,14 +469,45 @@ TEST_CASE("steptime: interleaved stages and sequence parallelism", "[steptime]")
   Compiled sp(tinyOn("8 x H100_SXM { data = 2, tensor = 2, pipeline = 2, zero = 1, "
                      "sequence_parallel = true, kernel_launch = 0 us }"),
               "par");
-  // Norms, residual adds and the embedding work on 1/t of the tokens.
+  // Norms and residual adds work on 1/t of the tokens; the embedding runs whole on every rank
+  // and is scattered along the sequence (Megatron's LanguageModelEmbedding).
   CHECK(sp.at("h[0].ln1.layer_norm").tensorSplit == 2);
   CHECK(sp.at("h[0].add").tensorSplit == 2);
-  CHECK(sp.at("wte.embedding").tensorSplit == 2);
+  CHECK(sp.at("wte.embedding").tensorSplit == 1);
   CHECK(sp.at("h[0].ln1.layer_norm").forwardTime ==
         Approx(free.at("h[0].ln1.layer_norm").forwardTime / 2));
-  // An all-gather plus a reduce-scatter moves what the all-reduce did, in as many steps.
-  CHECK(sp.a->time.tensorParallelComm == Approx(base.a->time.tensorParallelComm));
+  // Megatron's sequence parallelism (docs/time.md step 7): each all-reduce is a reduce-scatter of
+  // the same message; all-gathers beside them, of each column input before its matmuls and again
+  // for their weight gradients (layers.py), of each row output's gradient (mappings.py); once
+  // per step the norms' and row biases' gradients all-reduced in one message
+  // (finalize_model_grads.py): 4 layers × (2 norms × 2 × 256 + 2 biases × 256) + lnf's 512 =
+  // 6656 elements, half of them on each pipeline stage, bf16 gradients.
+  auto count = [](const Analysis &a, Collective k, const char *what) {
+    double n = 0;
+    for (const Analysis::CollectiveUse &u : a.collectives)
+      if (u.group == 't' && u.cost.kind == k && u.what.find(what) != std::string::npos)
+        n += u.perStep;
+    return n;
+  };
+  double forward = count(*base.a, Collective::AllReduce, "forward"), all = count(*base.a, Collective::AllReduce, "");
+  CHECK(forward > 0);
+  CHECK(all > forward);
+  CHECK(count(*sp.a, Collective::ReduceScatter, "") == all);
+  // ... and the gradient of the scattered embedding once per micro-batch, m / p = 2 per step.
+  CHECK(count(*sp.a, Collective::AllGather, "embeddings") == 2);
+  CHECK(count(*sp.a, Collective::AllGather, "") == forward + 2 * (all - forward) + 2);
+  CHECK(count(*sp.a, Collective::AllReduce, "norms") == 1);
+  CHECK(count(*sp.a, Collective::AllReduce, "") == 1);
+  double priced = 0, normBytes = 0;
+  for (const Analysis::CollectiveUse &u : sp.a->collectives)
+    if (u.group == 't') {
+      priced += u.perStep * u.cost.time;
+      if (u.cost.kind == Collective::AllReduce)
+        normBytes = u.cost.bytes;
+    }
+  CHECK(normBytes == 6656 / 2 * 2);
+  CHECK(sp.a->time.tensorParallelComm == Approx(priced));
+  CHECK(sp.a->time.tensorParallelComm > base.a->time.tensorParallelComm);
   // Activation memory (passes/Activations.cpp): the norms' and adds' tensors are split too, so
   // less is live at the peak, but never less than half (t = 2 splits each tensor at most once).
   CHECK(sp.a->memory.activations < base.a->memory.activations);

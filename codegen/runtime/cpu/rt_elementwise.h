@@ -406,18 +406,22 @@ class KeepStream {
 /// y = keep ? x / (1 − p) : 0, keep iff philox_uniform(seed, stream, e) >= p; mask records keep.
 template <class T>
 void dropout_fwd(Ctx& ctx, const T* x, T* y, uint8_t* mask, int64_t n, float p, uint64_t seed,
-                 uint64_t stream) {
+                 uint64_t stream, int64_t first = 0) {
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "dropout_fwd");
-  detail::require_sizes("dropout_fwd", {n});
+  detail::require_sizes("dropout_fwd", {n, first});
   detail::require(p >= 0.0f && p <= 1.0f, "dropout_fwd", [&] { return "p = " + std::to_string(p) + " is not in [0, 1]"; });
-  // One Philox block gives the uniforms of elements 4q .. 4q+3.
-  const int64_t nq = (n + 3) / 4;
+  // One Philox block gives the uniforms of elements 4q .. 4q+3 of the whole tensor; these n are
+  // its elements first .. first + n - 1 (a sequence-parallel rank's share of a row).
+  const int64_t q0 = first / 4, nq = (first + n + 3) / 4 - q0;
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
-  for (int64_t qi = 0; qi < nq; ++qi) {
+  for (int64_t qj = 0; qj < nq; ++qj) {
+    const int64_t qi = q0 + qj;
     const u32x4 blk = philox_block(seed, stream, static_cast<uint64_t>(qi));
-    for (int64_t w = 0; w < 4 && 4 * qi + w < n; ++w) {
-      const int64_t i = 4 * qi + w;
+    for (int64_t w = 0; w < 4 && 4 * qi + w < first + n; ++w) {
+      if (4 * qi + w < first)
+        continue;
+      const int64_t i = 4 * qi + w - first;
       const bool k = philox_word_uniform(blk.w[w]) >= p;
       if (mask) mask[i] = k ? 1 : 0;
       y[i] = store<T>(dropout_apply(load(x[i]), k, static_cast<A>(p)));

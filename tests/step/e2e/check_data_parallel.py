@@ -44,6 +44,13 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     params region is its cut, derived here from the shapes (qkv and fc weights and biases halved
     along their columns, the projections' weights along their rows, the rest whole); the bytes
     each rank sent (the ring all-reduces) equal the estimate's tensor-parallel bytes exactly.
+  - sequence parallelism (tp2sp: tp2 with sequence_parallel = true: each rank holds half of
+    every sequence outside the tensor-parallel regions, gathers before the column-parallel
+    matmuls and the head, reduce-scatters after the row-parallel ones, the norms' gradients
+    all-reduced once per step) gives dp1's loss, last gradients and weights (cuts gathered)
+    within RTOL_ZERO; each rank's arena and regions equal the estimate's (its params region the
+    same cut as tp2's); the bytes each rank sent equal the estimate's exactly and the count
+    derived from the model's shapes (sequence_bytes).
   - data x tensor (dp2tp2: 4 processes, tensor = 2, data = 2 derived, the tensor group
     innermost as the plan's order says) gives dp1's loss, last gradients and weights (data rank
     0's cuts gathered) within RTOL_ZERO; every rank's arena and regions equal the estimate's for
@@ -85,7 +92,7 @@ import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
-PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "dp2tp2", "dp2tp2z", "pp1",
+PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z", "pp1",
          "pp2", "pp2v2"]
 RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
@@ -137,7 +144,7 @@ def tensor_cuts(runs, weights, result):
         n = int(np.prod(t.shape))
         cut = name.endswith(("qkv.weight", "qkv.b", "fc.weight", "fc.b", "attn.proj.weight", "mlp.proj.weight"))
         params += align(4 * (n // 2 if cut else n))
-    for p, ranks in [("tp2", 2), ("dp2tp2", 4), ("dp2tp2z", 4)]:
+    for p, ranks in [("tp2", 2), ("tp2sp", 2), ("dp2tp2", 4), ("dp2tp2z", 4)]:
         if p not in runs:
             continue
         est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
@@ -156,6 +163,8 @@ def tensor_cuts(runs, weights, result):
         result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%d B derived)" % (
             [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
             [(g["arena_bytes"], g["regions_bytes"]) for g in grows], states))
+        if p == "tp2sp":
+            sequence_bytes(sent, weights, result)
         if ranks != 4:
             continue
         # Data x tensor: the tensor groups' all-reduces are tp2's on half the micro-batches (each
@@ -171,6 +180,22 @@ def tensor_cuts(runs, weights, result):
                 c == est_by.get(g) == derived[g] for c in counted)
             result("%s %s-group bytes per rank" % (p, g), ok, "counted %s, estimated %s, derived %s" % (
                 counted, est_by.get(g), derived[g]))
+
+
+def sequence_bytes(sent, weights, result):
+    """tp2sp: the bytes each rank sent, derived from the model. Per micro-batch 23 messages of one
+    micro-batch's [2, 16, 32] fp32 (BOUNDARY), each a ring of 2 sending half of it: ln1's, ln2's
+    and lnf's outputs gathered before qkv, fc and the head and again for their weight gradients
+    (2 x 5), the 4 projections' partial sums reduce-scattered and their gradients gathered
+    (2 x 4), the 4 column inputs' gradients reduce-scattered, the embeddings' gradient gathered;
+    once per step the norms' and projection biases' gradients all-reduced (a ring of 2 sends
+    each element's 4 bytes once)."""
+    norms = sum(int(np.prod(t.shape)) for n, t in weights.items()
+                if n.split(".")[-2] in ("ln1", "ln2", "lnf") or n.endswith("proj.b"))
+    derived = MICRO * 23 * BOUNDARY // 2 + 4 * norms
+    ok = isinstance(sent, list) and all(c == derived for c in sent)
+    result("tp2sp bytes sent, derived", ok, "counted %s, derived %d (%d micro-batches x 23 x %d B + 4 x %d norm elements)"
+           % (sent, derived, MICRO, BOUNDARY // 2, norms))
 
 
 def pipeline_stages(runs, weights, result):
@@ -264,6 +289,7 @@ def main():
             print("%d passed, %d failed" % (res.passed, res.failed))
             return 1
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
+                        ("tp2sp", RTOL_ZERO),
                         ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO)]:
             if p not in runs:
                 continue
