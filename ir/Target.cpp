@@ -62,7 +62,8 @@ void Target::shareHost(int64_t ranks, int64_t runThreads) {
   // f = the share each rank gets now over the share it had.
   const double f = next / share;
   for (double *x : {&peakF64, &peakF32, &peakTF32, &peakF16, &peakBF16, &peakFP8, &peakINT8, &bandwidth,
-                    &hostLink, &memoryBytes, &hostMemoryBytes, &cacheBytes, &cacheBandwidth})
+                    &hostLink, &memoryBytes, &hostMemoryBytes, &cacheBytes, &cacheBandwidth,
+                    &optimizerBandwidth})
     *x *= f;
   transcendentalTime /= f;
   share = next;

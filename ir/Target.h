@@ -106,6 +106,9 @@ struct Target {
   /// The fixed cost of one kernel call (the call, the OpenMP fork and join): a host term, only
   /// the calibrated `host` sets it (0 turns it off).
   double kernelOverhead = 0;     ///< seconds per kernel call (`kernel_overhead`)
+  /// The optimizer update's bytes per second as `tally calibrate` measured the step's own loop
+  /// (`optimizer_bandwidth`; 0: priced at the bandwidth and elementwise efficiency).
+  double optimizerBandwidth = 0;
   /// The least time one kernel call takes on a device the host CPU launches kernels on: the
   /// CPU's cost of one launch (a stream cannot start kernels faster than they are launched),
   /// a floor under each call's time (docs/time.md §2). Catalogue GPUs have a documented

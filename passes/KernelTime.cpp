@@ -58,7 +58,12 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
   k.transcendental = transcendentalSeconds(t, w.transcendentals);
   k.outside = k.bandwidth > 0 ? w.outsideBytes / k.bandwidth : 0;
-  k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.efficiency : 0;
+  // A curve's efficiency is a measured rate of FLOPs (the call's whole time on the calibration's
+  // shapes, tools/calibrate): it says nothing of how fast bytes move, so a curve-priced call's
+  // bytes move at the elementwise efficiency, not at the curve's (a tiny attention call's 0.03
+  // made its 17 KB take 26 us, 36x what they take).
+  k.byteEfficiency = k.fromCurve ? t.efficiency.elementwise : k.efficiency;
+  k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.byteEfficiency : 0;
   k.calls = hostCallTime(t, w.calls);
   k.launch = w.inGraph ? 0 : w.calls * t.kernelLaunch; // a graph's kernels are launched by the GPU
   k.slowdown = w.slowdown;

@@ -209,6 +209,7 @@ double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWo
 struct KernelTimeTerms {
   double peak = 0, bandwidth = 0; ///< the rates used (bandwidth: the cache's for a call in it)
   double efficiency = 1;          ///< the op class's, or its measured curve's at these FLOPs
+  double byteEfficiency = 1;      ///< the bytes': efficiency, or the elementwise one under a curve
   bool fromCurve = false;         ///< whether efficiency came from a measured curve
   bool measuredKernel = false;    ///< whether it came from KernelWork (a measured kernel)
   bool nativeAttention = false;   ///< whether it is the target's native attention kernel's
@@ -216,7 +217,7 @@ struct KernelTimeTerms {
   double compute = 0;             ///< FLOPs / peak / efficiency
   double transcendental = 0;      ///< transcendentals × transcendentalTime
   double outside = 0;             ///< outsideBytes / bandwidth, beside the arithmetic
-  double memory = 0;              ///< bytes / bandwidth / efficiency
+  double memory = 0;              ///< bytes / bandwidth / byteEfficiency
   double calls = 0;               ///< calls × kernelOverhead
   double launch = 0;              ///< calls × kernelLaunch: the floor under the total
   double slowdown = 1;            ///< KernelWork::slowdown: multiplies the kernel's own time

@@ -61,7 +61,9 @@
 //    param, grad, master copy and optimizer states once: 2 × owned × (b_param + b_grad +
 //    b_master + states × b_state) bytes; its FLOPs are flops.optimizer × owned / T at the fp32
 //    rate; time = kernelTime of those, at the elementwise efficiency, with one call per
-//    trainable parameter tensor, one for zero_grad and one for the fp16 overflow check. With the optimizer state
+//    trainable parameter tensor, one for zero_grad and one for the fp16 overflow check. On a
+//    host calibrated with `optimizer_bandwidth` (the step's own AdamW loop and zero_grad as
+//    `tally calibrate` timed them) the bytes move at that rate instead. With the optimizer state
 //    on the host the update runs on the host CPU (ZeRO-Offload): the device time is 0, the
 //    transfers are counted in step 8, and the CPU update is taken to overlap the next step
 //    (ZeRO-Offload's one-step delayed parameter update).
@@ -400,7 +402,16 @@ double optimizerTime(const Analysis &a) {
   // fill, and the overflow check under loss scaling.
   w.calls = trainableTensors(*a.graph) + 1 + (pp.lossScaling ? 1 : 0);
   Dtype fp32 = plan.target.peakF32 > 0 ? Dtype::F32 : Dtype::TF32;
-  return kernelTime(plan.target, OpClass::Elementwise, fp32, w);
+  const Target &t = plan.target;
+  if (t.optimizerBandwidth <= 0)
+    return kernelTime(t, OpClass::Elementwise, fp32, w);
+  // The calibrated host: its bytes at the rate `tally calibrate` measured the step's own loop
+  // at (fp32 AdamW and zero_grad: seven streams, faster than the triad's three on the 2-core
+  // machine, docs/targets.md), its FLOPs and calls as any kernel's.
+  KernelWork arithmetic = w;
+  arithmetic.bytes = 0;
+  KernelTimeTerms k = kernelTimeTerms(t, OpClass::Elementwise, fp32, arithmetic);
+  return std::max(k.compute + k.transcendental, w.bytes / t.optimizerBandwidth) + k.calls;
 }
 
 /// Step 6: `bytes` of one collective kind over group `g`, in messages of `bucket` bytes (0: one

@@ -242,7 +242,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
      << by << " / peak / efficiency" << (exps ? plus.str() + "exps × exp time" : "")
      << (overlap ? ")" : "")
      << (outside ? " + bytes outside the loop / bandwidth" : "") << ", " << what << "bytes"
-     << by << " / bandwidth / efficiency" << close << (calls ? " + calls × call time" : "")
+     << by << " / bandwidth / " << (k.fromCurve ? "elementwise efficiency" : "efficiency") << close
+     << (calls ? " + calls × call time" : "")
      << (launch ? ", calls × launch time)" : "") << "\n";
   std::string moved = fusedBytes > 0 ? "(" + exact(bytes) + " − " + exact(fusedBytes) + " fused)"
                                      : exact(bytes);
@@ -256,8 +257,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
        << " exps/s" << (overlap ? ")" : "");
   if (outside)
     os << " + " << exact(w.outsideBytes) << " / " << formatRate(k.bandwidth, UnitDim::ByteRate);
-  os << ", " << moved << by << " / " << formatRate(k.bandwidth, UnitDim::ByteRate) << " / " << eff
-     << close;
+  os << ", " << moved << by << " / " << formatRate(k.bandwidth, UnitDim::ByteRate) << " / "
+     << printf1("%.3g", k.byteEfficiency) << close;
   if (calls)
     os << " + " << exact(w.calls) << " × " << formatDuration(t.kernelOverhead);
   if (launch)

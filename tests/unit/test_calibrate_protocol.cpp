@@ -33,6 +33,7 @@ Result sample() {
   r.elementwiseBandwidth = 3.5762e9;
   r.kernelOverhead = 8.02e-7;
   r.transcendentalTime = 2.665e-9;
+  r.optimizerBandwidth = 4.1822e10 / 3;
   r.quick = true;
   r.matmuls.push_back({"fp32", 64, 64, 64, 1.0 / 7.0 * 1e-4});
   r.matmuls.push_back({"bf16", 1024, 64, 64, 2.0 / 3.0 * 1e-3});
@@ -67,6 +68,7 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
                       {back.elementwiseBandwidth, r.elementwiseBandwidth},
                       {back.kernelOverhead, r.kernelOverhead},
                       {back.transcendentalTime, r.transcendentalTime},
+                      {back.optimizerBandwidth, r.optimizerBandwidth},
                       {back.attention.forwardSeconds, r.attention.forwardSeconds},
                       {back.attention.backwardSeconds, r.attention.backwardSeconds}})
     CHECK(sameBits(a, b));
@@ -117,8 +119,8 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused("[1, 2]"), Contains("not a JSON object"));
   CHECK_THAT(refused("{\"version\": 1}"), Contains("not tally-measure's output"));
   CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"),
-             Contains("protocol version 1, and this tally reads version 3"));
-  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 3}"), Contains("quick"));
+             Contains("protocol version 1, and this tally reads version 4"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 4}"), Contains("quick"));
   auto edit = [&](const std::string &from, const std::string &to) {
     std::string t = good;
     size_t at = t.find(from);

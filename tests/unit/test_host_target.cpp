@@ -294,6 +294,38 @@ train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.
   CHECK(t.a->ops[first(OpKind::Matmul)].forward.transcendentals == 0);
 }
 
+TEST_CASE("host: optimizer_bandwidth prices the update at the step's measured loop", "[host]") {
+  // 64·64 + 64 = 4160 fp32 parameters, AdamW: 2 × (4 + 4 + 2 × 4) = 32 bytes each.
+  const std::string plan = R"(
+model M(d = 64) {
+  fc = Linear(d, d)
+  forward(x: f32[batch, d]) { return mean(fc(x)) }
+}
+train t { model = M() batch = 8 optimizer = AdamW(lr = 1e-3) precision = fp32 target = Cpu }
+)";
+  const std::string base = R"(
+target Cpu {
+  memory = 16 GiB
+  bandwidth = 10 GB/s
+  peak { fp32 = 100 GFLOP/s }
+  efficiency { elementwise = 0.5 }
+  kernel_overhead = 2 us
+)";
+  Compiled measured(base + "  optimizer_bandwidth = 40 GB/s\n}\n" + plan), derived(base + "}\n" + plan);
+  CHECK(measured.a->plan->target.optimizerBandwidth == Approx(40e9));
+  // Two parameter tensors + zero_grad: 3 calls of 2 us; the bytes at 40 GB/s (its FLOPs,
+  // 4160 × AdamW's per element at 100 GFLOP/s × 0.5, are below them).
+  const double bytes = 4160.0 * 32;
+  CHECK(measured.a->time.optimizer == Approx(bytes / 40e9 + 3 * 2e-6));
+  // Without it: the bandwidth at the elementwise efficiency.
+  CHECK(derived.a->time.optimizer == Approx(bytes / 10e9 / 0.5 + 3 * 2e-6));
+  // A rank's share of the machine shares the loop's rate too.
+  Target half = measured.a->plan->target;
+  half.name = "host"; // shareHost applies to the calibrated host only
+  half.shareHost(2);
+  CHECK(half.optimizerBandwidth == Approx(20e9));
+}
+
 TEST_CASE("host: the ranks of a plan share the one machine", "[host]") {
   Compilation c;
   std::optional<Target> host = parseHost(c, kCalibration);
@@ -393,6 +425,18 @@ TEST_CASE("host: attention_curve prices attention by FLOPs per call", "[host]") 
   KernelWork w;
   w.flops = 1e6;
   CHECK(kernelTime(*t, OpClass::Attention, Dtype::F32, w) == Approx(1e6 / 100e9 / 0.15));
+  // A curve's efficiency is a rate of FLOPs: a memory-bound call's bytes move at the elementwise
+  // efficiency (0.4), not at the curve's (0.05 here would make them 8x slower).
+  KernelWork tiny;
+  tiny.flops = 1e3;
+  tiny.bytes = 1e5;
+  KernelTimeTerms k = kernelTimeTerms(*t, OpClass::Attention, Dtype::F32, tiny);
+  CHECK(k.fromCurve);
+  CHECK(k.efficiency == 0.05);
+  CHECK(k.byteEfficiency == 0.4);
+  CHECK(k.memory == Approx(1e5 / 10e9 / 0.4));
+  CHECK(k.compute == Approx(1e3 / 100e9 / 0.05));
+  CHECK(kernelTime(*t, OpClass::Attention, Dtype::F32, tiny) == Approx(1e5 / 10e9 / 0.4));
   // Without a curve: efficiency.attention.
   Target plain = *t;
   plain.attentionCurve.clear();

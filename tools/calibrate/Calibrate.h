@@ -112,6 +112,10 @@ struct Result {
   double cacheBytes = 0;      ///< The L2 of one core × the threads (0: unknown).
   double cacheBandwidth = 0;  ///< The same triad over arrays filling half of cacheBytes.
   double elementwiseBandwidth = 0; ///< rt::unary_fwd (relu) and rt::scale, fp32: B/s counting read + write.
+  /// The step's optimizer loop, fp32 AdamW (rt::adam_update, then rt::fill of the gradients as
+  /// zero_grad): B/s counting 2 × (param + grad + 2 states) × 4 bytes per element, as
+  /// passes/StepTime.cpp counts an update's bytes (0: not measured).
+  double optimizerBandwidth = 0;
   double kernelOverhead = 0;  ///< Seconds of fixed cost per runtime kernel call (0: not measurable).
   double transcendentalTime = 0; ///< Seconds per exp with all threads (exp − relu per element).
 
@@ -145,7 +149,7 @@ Result measure(const Options &options);
 
 /// The version of tally-measure's output that this build writes and reads; a change of its
 /// fields changes the number, and a tally refuses another version (the two are built together).
-constexpr int kProtocolVersion = 3; // 2: attention_shapes; 3: timings, slice
+constexpr int kProtocolVersion = 4; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth
 
 /// tally-measure's output: every field of `r` the measurements set (not the interconnect, which
 /// tally measures itself) as one JSON object, {"protocol": "tally-measure", "version": 2, ...};

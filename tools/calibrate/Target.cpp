@@ -174,7 +174,8 @@ std::string renderTarget(const Result &r, const std::string &when) {
   os << "// STREAM triad: " << num(r.triadBandwidth / 1e9, 4) << " GB/s; in the cache ("
      << num(r.cacheBytes / 1048576.0, 4) << " MiB: L2 × threads): " << num(r.cacheBandwidth / 1e9, 4)
      << " GB/s; elementwise (relu, scale): " << num(r.elementwiseBandwidth / 1e9, 4)
-     << " GB/s.\n"
+     << " GB/s; the optimizer (fp32 AdamW and zero_grad, 32 bytes an element): "
+     << num(r.optimizerBandwidth / 1e9, 4) << " GB/s.\n"
      << "// Interconnect (data parallel over MPI): " << (r.linkNote.empty() ? "not measured" : r.linkNote) << ".\n"
      << "// kernel_overhead: the fixed cost of one runtime kernel call (scale on 1 float + an empty\n"
      << "// OpenMP region); transcendental: one exp with all threads (exp minus relu over 65536 floats).\n"
@@ -215,6 +216,7 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << (attn > 0 ? ", attention = " + num(std::max(attn, 1e-4), 4) : std::string()) << " }\n"
      << "  threads = " << r.threads << "\n"
      << (r.kernelOverhead > 0 ? "  kernel_overhead = " + num(r.kernelOverhead * 1e9, 4) + " ns\n" : "")
+     << (r.optimizerBandwidth > 0 ? "  optimizer_bandwidth = " + num(r.optimizerBandwidth / 1e9, 6) + " GB/s\n" : "")
      << (r.cacheBytes > 0 && r.cacheBandwidth > 0
              ? "  cache = " + num(r.cacheBytes / 1048576.0, 6) + " MiB\n  cache_bandwidth = " +
                    num(r.cacheBandwidth / 1e9, 6) + " GB/s\n"
@@ -242,8 +244,8 @@ std::string cacheFileName() {
   // FNV-1a over the CPU model, the core count and the file's contents version: a new CPU gets a
   // new file, and so does a tally that measures more or otherwise (version 3: the call cost,
   // transcendentals, the cache and attention; the interconnect; version 4: medians of rounds,
-  // `threads`), so an older calibration is not silently used.
-  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/4";
+  // `threads`; version 5: the optimizer loop), so an older calibration is not silently used.
+  std::string key = cpuModelName() + "/" + std::to_string(std::thread::hardware_concurrency()) + "/5";
   uint32_t hash = 2166136261u;
   for (unsigned char ch : key)
     hash = (hash ^ ch) * 16777619u;
