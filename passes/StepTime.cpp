@@ -411,7 +411,7 @@ double optimizerTime(const Analysis &a) {
   KernelWork arithmetic = w;
   arithmetic.bytes = 0;
   KernelTimeTerms k = kernelTimeTerms(t, OpClass::Elementwise, fp32, arithmetic);
-  return std::max(k.compute + k.transcendental, w.bytes / t.optimizerBandwidth) + k.calls;
+  return std::max(k.compute + k.transcendental, w.bytes / t.optimizerBandwidth) + w.calls * t.kernelOverhead;
 }
 
 /// Step 6: `bytes` of one collective kind over group `g`, in messages of `bucket` bytes (0: one
