@@ -332,19 +332,9 @@ int main(int argc, char **argv) {
     out += "  \"peak_bytes\": " + std::to_string(peak) + ",\n";
     if (world() > 1)
       out += perRankJson(rows, mine.size(), sentByRank);
-    if (partedModel()) { // the bytes each rank sent in the last step, counted in driver/tally_comm.h
-      out += "  \"sent_bytes\": [";
-      for (size_t r = 0; r < sentByRank.size(); ++r)
-        out += (r ? ", " : "") + std::to_string(sentByRank[r]);
-      out += "],\n  \"sent_bytes_by_group\": {";
-      const char *names[tally_comm::kKinds] = {"data", "tensor", "pipeline"};
-      for (int k = 0; k < tally_comm::kKinds; ++k) {
-        out += std::string(k ? "], " : "") + "\"" + names[k] + "\": [";
-        for (size_t r = 0; r < sentByGroup[k].size(); ++r)
-          out += (r ? ", " : "") + std::to_string(sentByGroup[k][r]);
-      }
-      out += "]},\n";
-    }
+    static_assert(tally_comm::kKinds == 3, "sentBytesJson names three kinds of counts");
+    if (partedModel()) // the bytes each rank sent in the last step, counted in driver/tally_comm.h
+      out += sentBytesJson(sentByRank, sentByGroup);
     out += "  \"model_flops\": " + num(kLayout.modelFlops) + ",\n";
     out += "  \"skipped_steps\": " + std::to_string(skipped) + ",\n  \"kernels\": [";
     bool first = true;

@@ -333,21 +333,10 @@ struct SentBytes {
     for (int k = 0; k < tally_comm::kKinds; ++k)
       groups[k] = tally_comm::gather_counts(by[k]);
   }
-  /// The CPU driver's "sent_bytes" and "sent_bytes_by_group" lines, for a parted model.
+  /// The "sent_bytes" and "sent_bytes_by_group" lines (driver_host.h), for a parted model.
   std::string json() const {
-    if (!partedModel())
-      return "";
-    std::string out = "  \"sent_bytes\": [";
-    for (size_t r = 0; r < ranks.size(); ++r)
-      out += (r ? ", " : "") + std::to_string(ranks[r]);
-    out += "],\n  \"sent_bytes_by_group\": {";
-    const char *names[tally_comm::kKinds] = {"data", "tensor", "pipeline"};
-    for (int k = 0; k < tally_comm::kKinds; ++k) {
-      out += std::string(k ? "], " : "") + "\"" + names[k] + "\": [";
-      for (size_t r = 0; r < groups[k].size(); ++r)
-        out += (r ? ", " : "") + std::to_string(groups[k][r]);
-    }
-    return out + "]},\n";
+    static_assert(tally_comm::kKinds == 3, "sentBytesJson names three kinds of counts");
+    return partedModel() ? sentBytesJson(ranks, groups) : "";
   }
 };
 

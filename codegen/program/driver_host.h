@@ -715,6 +715,23 @@ std::string timingJson(const std::vector<double> &times) {
   return out;
 }
 
+/// The run JSON's "sent_bytes" (every rank's bytes in the last step) and "sent_bytes_by_group"
+/// lines; `groups` holds one vector per kind of tally_comm's counts (data, tensor, pipeline).
+/// Both drivers write them so.
+inline std::string sentBytesJson(const std::vector<int64_t> &ranks, const std::vector<int64_t> *groups) {
+  std::string out = "  \"sent_bytes\": [";
+  for (size_t r = 0; r < ranks.size(); ++r)
+    out += (r ? ", " : "") + std::to_string(ranks[r]);
+  out += "],\n  \"sent_bytes_by_group\": {";
+  const char *names[] = {"data", "tensor", "pipeline"};
+  for (int k = 0; k < 3; ++k) {
+    out += std::string(k ? "], " : "") + "\"" + names[k] + "\": [";
+    for (size_t r = 0; r < groups[k].size(); ++r)
+      out += (r ? ", " : "") + std::to_string(groups[k][r]);
+  }
+  return out + "]},\n";
+}
+
 } // namespace
 } // namespace tally_step
 
