@@ -173,6 +173,11 @@ const rt::st::Entry &checkedEntry(const rt::st::File &file, const std::string &p
 
 /// Reads a checked entry's values as doubles, dying on a NaN or infinity (naming the tensor
 /// and the element) and on integer values outside int32.
+[[noreturn]] void dieNonfinite(const std::string &path, const char *name, const rt::st::Entry &e, int64_t j, double v) {
+  die(path + ": " + name + " holds " + (std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at index " +
+      indexText(e.shape, j) + " (element " + std::to_string(j) + "): the step trains on finite values only");
+}
+
 std::vector<double> checkedValues(const rt::st::File &file, const rt::st::Entry &e, const std::string &path,
                                   const char *name) {
   std::vector<uint8_t> raw = file.bytes(e);
@@ -182,8 +187,7 @@ std::vector<double> checkedValues(const rt::st::File &file, const rt::st::Entry 
   for (int64_t j = 0; j < n; ++j) {
     double v = loadAs(e.dtype, raw.data(), j);
     if (!std::isfinite(v))
-      die(path + ": " + name + " holds " + (std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at index " +
-          indexText(e.shape, j) + " (element " + std::to_string(j) + "): the step trains on finite values only");
+      dieNonfinite(path, name, e, j, v);
     if (isInt && (v < -2147483648.0 || v > 2147483647.0))
       die(path + ": " + name + " holds " + std::to_string(static_cast<int64_t>(v)) + " at index " +
           indexText(e.shape, j) + ", outside the 32-bit ids the step reads");
@@ -194,11 +198,100 @@ std::vector<double> checkedValues(const rt::st::File &file, const rt::st::Entry 
 
 /// Stores v as element j of a region of dtype d, dying when a finite value overflows it (a
 /// float beyond a 16-bit type's range).
+[[noreturn]] void dieOutOfRange(const std::string &path, const char *name, int64_t j, double v, const std::string &d) {
+  die(path + ": " + name + " element " + std::to_string(j) + " is " + std::to_string(v) + ", beyond the range of " +
+      d + ", the model's dtype");
+}
+
 void storeChecked(const std::string &d, uint8_t *p, int64_t j, double v, const std::string &path, const char *name) {
   storeAs(d, p, j, v);
   if (std::isfinite(v) && !std::isfinite(loadAs(d, p, j)))
-    die(path + ": " + name + " element " + std::to_string(j) + " is " + std::to_string(v) + ", beyond the range of " +
-        d + ", the model's dtype");
+    dieOutOfRange(path, name, j, v, d);
+}
+
+/// --init's values of parameter p (entry e, its shape and float dtype checked) into its params
+/// slot and fp32 master: the tensor is read once (straight into the region when its dtype is the
+/// model's), then decoded, checked and stored in parallel chunks with one dtype dispatch per
+/// chunk, not per element. The values and the errors are those of checkedValues + storeChecked
+/// element by element: the tensor's first non-finite value, else its first value beyond the
+/// model dtype's range (each chunk finds its first; the lowest index wins). False, writing
+/// nothing, for a model dtype other than F32/BF16/F16 or a master other than F32.
+bool initFromFile(const Args &a, const rt::st::File &file, const rt::st::Entry &e, const ParamInfo &p, Memory &into) {
+  const std::string dt = p.t.dtype, src = e.dtype;
+  const bool f32 = dt == "F32", bf16 = dt == "BF16", f16 = dt == "F16";
+  if ((!f32 && !bf16 && !f16) || (p.master >= 0 && std::string(kLayout.masterDtype) != "F32") || !isFloatDtype(src))
+    return false;
+  const int64_t n = p.t.numel, kChunk = 4096;
+  uint8_t *params = into.params + p.offset;
+  float *master = p.master >= 0 ? reinterpret_cast<float *>(into.master + p.master) : nullptr;
+  const bool same = src == dt;
+  std::vector<uint8_t> raw;
+  if (same)
+    file.read_into(e, params);
+  else
+    raw = file.bytes(e);
+  const uint8_t *in = same ? params : raw.data();
+  const int kind = src == "F32" ? 0 : src == "F64" ? 1 : src == "BF16" ? 2 : 3;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<int64_t> nonfinite(static_cast<size_t>(chunks), n), outOfRange(static_cast<size_t>(chunks), n);
+#ifdef _OPENMP
+  const int threads = a.threads > 0 ? static_cast<int>(a.threads) : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(threads) if (n > kChunk)
+#endif
+  for (int64_t k = 0; k < chunks; ++k) {
+    double v[kChunk];
+    const int64_t c = k * kChunk, len = std::min(kChunk, n - c);
+    if (kind == 1) {
+      std::memcpy(v, in + 8 * c, static_cast<size_t>(len) * 8);
+    } else if (kind == 0) {
+      for (int64_t j = 0; j < len; ++j) {
+        float f;
+        std::memcpy(&f, in + 4 * (c + j), 4);
+        v[j] = f;
+      }
+    } else {
+      for (int64_t j = 0; j < len; ++j) {
+        uint16_t b;
+        std::memcpy(&b, in + 2 * (c + j), 2);
+        v[j] = kind == 2 ? rt::float_from_bf16_bits(b) : rt::float_from_f16_bits(b);
+      }
+    }
+    int64_t bad = len;
+    for (int64_t j = 0; j < len; ++j)
+      bad = std::isfinite(v[j]) || bad < len ? bad : j;
+    if (bad < len) {
+      nonfinite[static_cast<size_t>(k)] = c + bad;
+      continue;
+    }
+    if (!same) {
+      int64_t range = len;
+      for (int64_t j = 0; j < len; ++j) {
+        const float f = static_cast<float>(v[j]);
+        bool inf;
+        if (f32) {
+          std::memcpy(params + 4 * (c + j), &f, 4);
+          inf = !std::isfinite(f);
+        } else {
+          const uint16_t b = bf16 ? rt::bf16_bits_from_float(f) : rt::f16_bits_from_float(f);
+          std::memcpy(params + 2 * (c + j), &b, 2);
+          inf = bf16 ? (b & 0x7f80) == 0x7f80 : (b & 0x7c00) == 0x7c00;
+        }
+        range = inf && range == len ? j : range;
+      }
+      if (range < len)
+        outOfRange[static_cast<size_t>(k)] = c + range;
+    }
+    if (master)
+      for (int64_t j = 0; j < len; ++j)
+        master[c + j] = static_cast<float>(v[j]);
+  }
+  const int64_t firstNonfinite = *std::min_element(nonfinite.begin(), nonfinite.end());
+  if (firstNonfinite < n)
+    dieNonfinite(a.init, p.t.name, e, firstNonfinite, loadAs(src, in, firstNonfinite));
+  const int64_t firstOut = *std::min_element(outOfRange.begin(), outOfRange.end());
+  if (firstOut < n)
+    dieOutOfRange(a.init, p.t.name, firstOut, loadAs(src, in, firstOut), dt);
+  return true;
 }
 
 /// The default normal(0, 0.02) initialisation of parameter p, in parallel chunks of floats from
@@ -261,7 +354,9 @@ void initParams(const Args &a, Memory &into, const ParamInfo *table = kLayout.pa
   }
   for (int i = 0; i < kLayout.nparams; ++i) {
     const ParamInfo &p = table[i];
-    if (entries[i]) {
+    if (entries[i] && initFromFile(a, file, *entries[i], p, into)) {
+      continue;
+    } else if (entries[i]) {
       values = checkedValues(file, *entries[i], a.init, p.t.name);
     } else if (p.init == Init::Normal002 && normalFast(a, p, i, into)) {
       continue;

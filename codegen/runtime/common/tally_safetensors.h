@@ -474,10 +474,19 @@ class File {
   /// short (the file shrank since it was opened).
   std::vector<uint8_t> bytes(const Entry& e) const {
     std::vector<uint8_t> out(static_cast<size_t>(e.end - e.begin));
+    read_into(e, out.data());
+    return out;
+  }
+
+  /// The same read into out (e.end − e.begin bytes the caller owns: a region of the step, so
+  /// a tensor whose dtype is the model's goes from the file to its place with no copy).
+  void read_into(const Entry& e, void* out) const {
+    uint8_t* dst = static_cast<uint8_t*>(out);
+    const uint64_t size = e.end - e.begin;
     uint64_t done = 0;
-    while (done < out.size()) {
-      const uint64_t chunk = std::min<uint64_t>(out.size() - done, uint64_t(1) << 30);
-      const ssize_t got = ::pread(fd_, out.data() + done, static_cast<size_t>(chunk),
+    while (done < size) {
+      const uint64_t chunk = std::min<uint64_t>(size - done, uint64_t(1) << 30);
+      const ssize_t got = ::pread(fd_, dst + done, static_cast<size_t>(chunk),
                                   static_cast<off_t>(dataStart_ + e.begin + done));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0)
@@ -486,7 +495,6 @@ class File {
                              : std::string("the file ends before the tensor's data (it shrank since it was opened)")));
       done += static_cast<uint64_t>(got);
     }
-    return out;
   }
 
   /// The tensor names in the order of the file's header.

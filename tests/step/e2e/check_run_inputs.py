@@ -126,6 +126,35 @@ def main():
     st.save(f, bad)
     expect("init-inf-weights", ["--data", good, "--init", f], 1, [name + " holds +Inf at index"])
 
+    # --init in another float dtype is converted tensor by tensor in chunks (issue 46 item 1):
+    # the first non-finite value wins over an earlier value beyond F32's range; a value beyond
+    # the range is named by its element; F16 and BF16 files train exactly as the same values in F32.
+    big = np.array(w[name], np.float64)
+    big.flat[2] = 1e39
+    bad[name] = big
+    f = path("w_f64_range.safetensors")
+    st.save(f, bad)
+    expect("init-f64-beyond-f32", ["--data", good, "--init", f], 1,
+           [name + " element 2 is 99999999999999993970", "beyond the range of F32"])
+    big.flat[7] = np.nan
+    st.save(f, bad)
+    expect("init-f64-nan-first", ["--data", good, "--init", f], 1, [name + " holds NaN at index"])
+    for dt, narrow in (("F16", lambda a: np.array(a, np.float16)), ("BF16", None)):
+        half = path("w_%s.safetensors" % dt)
+        st.save(half, {k: narrow(v) if narrow else v for k, v in w.items()}, dtypes=None if narrow else
+                {k: "BF16" for k in w})
+        same = path("w_%s_as_f32.safetensors" % dt)
+        st.save(same, {k: np.array(v, np.float32) for k, v in st.load(half).items()})
+        outs = []
+        for src in (half, same):
+            saved = src + ".after"
+            rc, out = run(tally, "--data", good, "--init", src, "--save", saved, "--threads", "1")
+            outs.append(open(saved, "rb").read() if rc == 0 else b"exit %d" % rc)
+        ok = outs[0] == outs[1] and not outs[0].startswith(b"exit")
+        print("%s init-%s-equals-f32" % ("PASS" if ok else "FAIL", dt.lower()), flush=True)
+        if not ok:
+            failed.append("init-%s-equals-f32" % dt.lower())
+
     # A non-finite loss stops the run, without saving; --allow-nonfinite trains on.
     big = {k: np.full(v.shape, 1e30, np.float32) for k, v in w.items()}
     f = path("w_big.safetensors")
