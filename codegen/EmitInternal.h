@@ -281,7 +281,9 @@ struct Emitter {
   bool pieced() const { return regions.tensorShards >= 2; }
   /// Data parallel with `overlap` (the plan's default) and without ZeRO: each 25 MiB bucket of
   /// G is averaged as soon as the last micro-batch's backward has written its last gradient.
-  bool overlap() const { return dataParallel() && !sharded() && !pieced() && plan.parallel.overlap; }
+  /// Not under pipeline parallelism: each stage's data group reduces after the pipeline's last
+  /// backward (EmitPipeline.cpp).
+  bool overlap() const { return dataParallel() && !sharded() && !pieced() && !pipelined() && plan.parallel.overlap; }
 
   // ---- tensor parallelism (EmitTensor.cpp) -------------------------------------------------
 

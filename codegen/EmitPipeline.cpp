@@ -8,8 +8,10 @@
 // the next chunk reads (tally_comm::pp_send, counted) and the next chunk's forward receives
 // them (pp_recv, timed as the rank's idle time, op class "bubble"); the backward sends their
 // gradients back the same way. A tied parameter's gradient is summed between its two ranks
-// after the last backward (pp_sum_with). kStageLayouts holds every rank's regions and arena;
-// select_stage picks this process's.
+// after the last backward (pp_sum_with). With data = d > 1 (data × pipeline) the stage's
+// gradients are then averaged over its data group (reduce_gradients, a counted ring; EmitUpdate.cpp).
+// kStageLayouts holds every stage's regions and arena; select_stage picks this process's by its
+// pipeline coordinate (the plan's rank order).
 #include "codegen/EmitInternal.h"
 
 namespace tally::codegen::emit {
@@ -33,6 +35,9 @@ bool Emitter::checkPipeline() {
   if (be.device && par.interleave > 1) // NCCL pairs a rank's sends with its peer's receives in issue order
     return fail(what + ": the " + title() + " backend runs the 1F1B schedule (interleave = 1), not the interleaved "
                        "one yet (the CPU backend runs it, under MPI)");
+  if (be.device && par.data > 1) // tally_comm_nccl.h splits no pipeline groups
+    return fail(what + ": the " + title() + " backend runs pipeline parallelism on its own, not with data "
+                       "parallelism yet (the CPU backend runs data x pipeline, under MPI)");
   if (!ps.error.empty()) {
     op = ps.errorOp < s.ops.size() ? &s.ops[ps.errorOp] : nullptr;
     return fail(what + ": " + ps.error);
@@ -195,6 +200,9 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
             "    const uint64_t s = seed + static_cast<uint64_t>(u.mb);\n"
             "    switch (2 * u.chunk + (u.backward ? 1 : 0)) {\n" + cases + "    }\n  }\n" +
             siteText("pipeline.send_wait", "bubble") + "  tally_comm::pp_wait_all(ctx);\n" + shared +
+            (dataParallel() ? "  // data x pipeline: this stage's gradients averaged over its data group\n"
+                              "  reduce_gradients(ctx);\n"
+                            : std::string()) +
             (be.device ? "  loss = read_losses<" + lossType + ">(ctx); // the last stage's losses (0 elsewhere)\n"
                        : std::string()) +
             "  if (check_gradients) // every rank: the ranks agree by an all-reduce\n    check_gradients();\n"
@@ -211,11 +219,15 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
   for (int64_t r = 0; r < p; ++r)
     cases += "  case " + std::to_string(r) + ": return stage" + std::to_string(r) +
              "::train(ctx, step, seed, load_micro_batch, before_zero, updated, check_gradients);\n";
+  // The rank's stage by the plan's rank order (passes/Collectives.h, rankStride): its pipeline
+  // coordinate; the stages are the innermost ranks unless `order` puts the data ranks inside.
+  const int64_t stageStride = rankStride(plan, 'p');
+  const std::string stride = stageStride == 1 ? "" : " / " + std::to_string(stageStride);
   tail = (be.device ? graphPlan() : std::string()) +
          "/// Every pipeline rank's layout: its regions and arena (passes/PipelineStep.cpp).\n"
          "static const Layout kStageLayouts[] = {\n" + layouts + "};\n" +
          "Layout kLayout = kStageLayouts[0];\n"
-         "void select_stage(int rank) { kLayout = kStageLayouts[rank % " + std::to_string(p) + "]; }\n\n"
+         "void select_stage(int rank) { kLayout = kStageLayouts[rank" + stride + " % " + std::to_string(p) + "]; }\n\n"
          "double train_step(rt::Ctx &ctx, int64_t step, uint64_t seed, void (*load_micro_batch)(int64_t m),\n"
          "                  void (*before_zero)(), bool *updated, void (*check_gradients)()) {\n"
          "  switch (kLayout.stage) {\n" + cases + "  }\n  return 0;\n}\n\n";

@@ -511,10 +511,11 @@ bool Emitter::checkPlan() {
     return fail("tensor = " + std::to_string(par.tensor) + ": the plan was not analyzed as the generated step runs it");
   if (pipelined() && !checkPipeline())
     return false;
-  if ((par.tensor != 1 && par.devices != par.tensor * par.data) || (par.pipeline != 1 && par.devices != par.pipeline) ||
-      par.context != 1 || par.expert != 1 || (par.tensor == 1 && par.pipeline == 1 && par.devices != par.data))
+  if ((par.tensor != 1 && par.devices != par.tensor * par.data) ||
+      (par.pipeline != 1 && par.devices != par.pipeline * par.data) || par.context != 1 || par.expert != 1 ||
+      (par.tensor == 1 && par.pipeline == 1 && par.devices != par.data))
     return fail("the " + title() + " backend runs data, tensor or pipeline parallelism, each on its own, or data with "
-                "tensor (processes under " + be.parallelEngine + "); this plan combines them (data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
+                "tensor or with pipeline (processes under " + be.parallelEngine + "); this plan combines them (data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
                 std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
                 std::to_string(par.expert) + ")");
   if (par.data > 1 && par.zero > 1 && be.device)

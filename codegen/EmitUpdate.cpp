@@ -64,10 +64,11 @@ std::string Emitter::communication(int64_t gradElems) {
   std::string T = ctype(plan.precision.grads);
   int64_t d = plan.parallel.data;
   const std::vector<std::pair<int64_t, int64_t>> bs = gradientBuckets();
-  // Data × tensor: each bucket is summed over the rank's data group by a counted ring
-  // (tally_comm::dp_all_reduce, blocking), so the bytes sent to the data group are measured
-  // beside the tensor group's; data parallelism alone keeps MPI's all-reduce.
-  const bool ring = tensorParallel();
+  // Data × tensor and data × pipeline: each bucket is summed over the rank's data group by a
+  // counted ring (tally_comm::dp_all_reduce, blocking), so the bytes sent to the data group are
+  // measured beside the tensor group's or the pipeline's; data parallelism alone keeps MPI's
+  // all-reduce.
+  const bool ring = tensorParallel() || pipelined();
   if (overlap()) {
     std::string out = llvm::formatv("/// Data parallel over {0} ranks ({1}; runtime/{2}), overlapped with the backward: the\n"
                                     "/// gradients in {3} bucket(s) of at most 25 MiB of G, each divided by {0} and its sum\n"

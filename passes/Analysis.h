@@ -403,6 +403,9 @@ struct Analysis {
     CollectiveCost cost;     ///< one call
     double perStep = 0;      ///< calls per step on one device
     bool overlapped = false; ///< runs beside compute (only what it does not hide is exposed)
+    /// The pipeline stage whose ranks run it (the generated step's data x pipeline: each
+    /// stage's data group reduces that stage's gradients); -1: every rank.
+    int64_t stage = -1;
   };
   std::vector<CollectiveUse> collectives;
 

@@ -383,10 +383,10 @@ double ringSentBytes(const CollectiveCost &c) {
   return c.kind == Collective::AllReduce ? 2 * share : share;
 }
 
-double dataParallelSentBytes(const Analysis &a) {
+double dataParallelSentBytes(const Analysis &a, int64_t stage) {
   double sent = 0;
   for (const Analysis::CollectiveUse &u : a.collectives)
-    if (u.group == 'd' || u.group == 'x')
+    if ((u.group == 'd' || u.group == 'x') && (u.stage < 0 || u.stage == stage))
       sent += u.perStep * ringSentBytes(u.cost);
   return sent;
 }

@@ -102,7 +102,9 @@ void planMemory(Analysis &a);
 /// Collectives.cpp: the bytes one device sends per step in the data-parallel collectives the
 /// step time priced (Analysis::collectives of the data groups), each as a ring sends them
 /// (ringSentBytes). The generated CPU step counts what each rank sends under ZeRO 2 and 3.
-double dataParallelSentBytes(const Analysis &a);
+/// `stage`: a rank of that pipeline stage (data x pipeline prices each stage's data group
+/// apart, CollectiveUse::stage); 0 without pipeline parallelism.
+double dataParallelSentBytes(const Analysis &a, int64_t stage = 0);
 /// ZeroShards.cpp (step 4 of planMemory): under ZeRO 2 and 3 with data > 1, each parameter's
 /// gradient of one micro-batch as an arena buffer and, under ZeRO 3, each unit's gathered
 /// parameters in the forward and again in the backward (Analysis::zero); nothing otherwise.

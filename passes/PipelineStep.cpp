@@ -17,6 +17,9 @@
 //    parameters its chunks read, unsharded. A parameter two ranks read (a tied head's weight)
 //    is held by both, its gradient summed between them once per step (Megatron's embedding
 //    all-reduce), which the estimate prices for the generated step (StepTime.cpp).
+// 4. Data x pipeline (data = d > 1, without ZeRO): every data rank runs the same stages on its
+//    batch / d rows (m micro-batches of its own); each stage's data group averages that stage's
+//    grads region after the last backward, priced per stage (StepTime.cpp, CollectiveUse::stage).
 #include "passes/Fusion.h"
 #include "passes/Passes.h"
 
@@ -213,9 +216,12 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
   const int64_t p = par.pipeline, v = std::max<int64_t>(1, par.interleave);
-  if (par.tensor > 1 || par.data > 1 || par.context > 1 || par.expert > 1)
-    return "the generated step runs pipeline parallelism on its own, not with tensor, data, context or expert "
-           "parallelism";
+  if (par.tensor > 1 || par.context > 1 || par.expert > 1)
+    return "the generated step runs pipeline parallelism on its own or with data parallelism, not with tensor, "
+           "context or expert parallelism";
+  if (par.data > 1 && par.zero >= 1)
+    return "the generated step runs data x pipeline without ZeRO (zero = " + std::to_string(par.zero) +
+           "): each stage's data group all-reduces its whole gradients, the optimizer state is not sharded";
   if (plan.fuseKernels)
     return std::string("the generated pipeline step runs without fused kernels (build it ") +
            (plan.cudaStep ? "with --fuse=false)" : "without --fuse)");

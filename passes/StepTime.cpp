@@ -471,6 +471,26 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
       groups[0].PT = groups[0].G;
   }
   std::pair<double, double> grads{0, 0}; // (all messages, last message)
+  // The generated CPU step's data x pipeline (PipelineStep.cpp): each stage's data group
+  // averages that stage's grads region (its parameters, padding and all, a tied weight on both
+  // stages that read it) after the pipeline's last backward, in buckets of that region, as
+  // counted rings, exposed (codegen/EmitUpdate.cpp). Each stage's all-reduce is recorded under
+  // its stage; the stages' groups run at once, so the step waits for the largest.
+  if (const auto &ps = a.pipelineStep; !ps.chunks.empty() && d > 1 && par.zero == 0) {
+    double slowest = 0;
+    for (size_t r = 0; r < ps.ranks.size(); ++r) {
+      size_t before = a.collectives.size();
+      double t = bucketed(a, "gradient all-reduce of a pipeline stage's region", 'd', place(plan, 'd'),
+                          Collective::AllReduce, static_cast<double>(ps.ranks[r].grads.bytes), gradBucket, 1, 1,
+                          false)
+                     .first;
+      for (size_t k = before; k < a.collectives.size(); ++k)
+        a.collectives[k].stage = static_cast<int64_t>(r);
+      slowest = std::max(slowest, t);
+    }
+    a.time.overlapInterference = 0; // nothing runs beside it
+    return slowest;
+  }
   double gather = 0, G = 0;
   double window = par.zero <= 1 ? backwardOne : par.zero == 2 ? m * backwardOne : m * computeOne;
   double n = std::max(1.0, layers);

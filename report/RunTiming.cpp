@@ -2,6 +2,7 @@
 #include "report/RunTiming.h"
 
 #include "ir/Units.h"
+#include "passes/Collectives.h"
 #include "passes/Passes.h"
 #include "support/Format.h"
 
@@ -38,7 +39,7 @@ std::vector<RankRow> rankRows(const Analysis &an, const llvm::json::Array *measu
   for (int64_t r = 0; r < world; ++r) {
     RankRow x;
     x.rank = r;
-    int64_t stage = r % p; // the generated step runs pipeline parallelism on its own
+    int64_t stage = rankCoordinate(*an.plan, r, 'p'); // by the plan's rank order, as the step splits its groups
     x.estStep = an.time.step;
     x.estComm = an.time.dataParallelComm + an.time.tensorParallelComm + an.time.pipelineComm;
     x.estBubble = static_cast<size_t>(stage) < an.pipeline.idle.size() ? an.pipeline.idle[static_cast<size_t>(stage)]
@@ -51,7 +52,10 @@ std::vector<RankRow> rankRows(const Analysis &an, const llvm::json::Array *measu
                                                 rank.optimizer.bytes)
                           : static_cast<double>(an.regions.params.bytes + an.regions.grads.bytes +
                                                 an.regions.master.bytes + an.regions.optimizer.bytes);
-    x.estSent = dataParallelSentBytes(an) + tensorParallelSentBytes(an) + pipelineSentBytes(an, stage);
+    x.estSentData = dataParallelSentBytes(an, stage);
+    x.estSentTensor = tensorParallelSentBytes(an);
+    x.estSentPipeline = pipelineSentBytes(an, stage);
+    x.estSent = x.estSentData + x.estSentTensor + x.estSentPipeline;
     const llvm::json::Object *m =
         measured && static_cast<size_t>(r) < measured->size() ? (*measured)[static_cast<size_t>(r)].getAsObject() : nullptr;
     auto get = [&](const char *k) { return m ? m->getNumber(k).getValueOr(NAN) : NAN; };
@@ -72,7 +76,10 @@ llvm::json::Array rankRowsJson(const std::vector<RankRow> &rows, bool estimated)
                                        {"bubble_s", x.estBubble},
                                        {"arena_bytes", x.estArena},
                                        {"regions_bytes", x.estRegions},
-                                       {"sent_bytes", x.estSent}});
+                                       {"sent_bytes", x.estSent},
+                                       {"sent_bytes_by_group", llvm::json::Object{{"data", x.estSentData},
+                                                                                  {"tensor", x.estSentTensor},
+                                                                                  {"pipeline", x.estSentPipeline}}}});
     else
       out.push_back(llvm::json::Object{{"rank", x.rank},
                                        {"step_s", x.step},

@@ -32,6 +32,7 @@ std::vector<std::string> runTimingWarnings(double minS, double maxS, double load
 struct RankRow {
   int64_t rank = 0;
   double estStep = 0, estComm = 0, estBubble = 0, estArena = 0, estRegions = 0, estSent = 0;
+  double estSentData = 0, estSentTensor = 0, estSentPipeline = 0; ///< estSent by group
   double step = 0, comm = 0, idle = 0, arena = 0, regions = 0, peak = 0, sent = 0;
 };
 /// The rows of a plan on data × tensor × pipeline ranks from the step's "per_rank" (null: the

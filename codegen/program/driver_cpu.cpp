@@ -15,7 +15,8 @@
 // every tensor's pieces so (driver_host.h, WholeModel), and the JSON has `sent_bytes`: what
 // each rank sent in the last step, counted by the collectives. Pipeline parallel
 // (kLayout.pipeline > 1): rank s runs stage s, with its own regions and arena (select_stage);
-// only the last stage has a loss. On several processes the JSON has `per_rank`: each rank's
+// only the last stage has a loss; with data = d > 1 too, each of the d pipelines trains on its
+// data rank's rows and each stage's data group averages its gradients. On several processes the JSON has `per_rank`: each rank's
 // median step, communication and idle time, peak memory, arena, regions and bytes sent.
 #include "common/tally_driver.h"
 #include "common/tally_safetensors.h"
@@ -237,9 +238,11 @@ int main(int argc, char **argv) {
         "; `mpirun -np " + std::to_string(world()) + "`), not " +
         std::to_string(tally_comm::size()));
   try {
-    // Data × tensor: this rank's tensor group and data group (one kind alone: the world).
+    // Data × tensor, data × pipeline: this rank's tensor, data and pipeline groups (one kind
+    // alone: the world); its stage is kLayout.stage (select_stage, by the plan's rank order).
     tally_comm::split_groups(tensorRankOf(rank), static_cast<int>(kLayout.tensor), dataRankOf(rank),
-                             static_cast<int>(kLayout.ranks));
+                             static_cast<int>(kLayout.ranks), static_cast<int>(kLayout.stage),
+                             static_cast<int>(kLayout.pipeline));
     mem.arena = region(kLayout.arenaBytes);
     mem.params = region(kLayout.paramsBytes);
     mem.grads = region(kLayout.gradsBytes);

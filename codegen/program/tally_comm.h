@@ -3,10 +3,11 @@
 // defines it, and links MPI, only for a plan on several processes) these are MPI calls on
 // the N processes `mpirun -np N` started; without it the group is this one process and
 // nothing is called. A plan of one kind of parallelism runs its collectives on MPI_COMM_WORLD;
-// data × tensor (issue 39 item 4) splits the world into tensor groups and data groups
-// (split_groups, by the plan's rank order): the tensor-parallel all-reduces run on the
-// rank's tensor group, the gradient reduction and ZeRO's collectives on its data group (there
-// as counted rings, dp_all_reduce, dp_reduce_scatter and dp_all_gather). Every collective works
+// data × tensor and data × pipeline (issue 39 item 4) split the world into tensor, pipeline
+// and data groups (split_groups, by the plan's rank order): the tensor-parallel all-reduces run
+// on the rank's tensor group, the pipeline's sends between the stages of its pipeline group,
+// the gradient reduction and ZeRO's collectives on its data group (there as counted rings,
+// dp_all_reduce, dp_reduce_scatter and dp_all_gather). Every collective works
 // in place on a region of the memory plan (the gradients), so a step allocates nothing for
 // communication; each is timed as a kernel (ctx.timer) under the op class the step set
 // ("communication").
@@ -59,6 +60,12 @@ inline Group &data_group() {
 }
 inline Group &tensor_group() {
   static Group g{MPI_COMM_WORLD, tally_mpi::rank(), tally_mpi::size(), kTensor};
+  return g;
+}
+/// The ranks of one pipeline, rank s of it running stage s: the pipeline's sends and receives
+/// name their peers by stage.
+inline Group &pipeline_group() {
+  static Group g{MPI_COMM_WORLD, tally_mpi::rank(), tally_mpi::size(), kPipeline};
   return g;
 }
 
@@ -115,26 +122,29 @@ inline void parts(int64_t begin, int64_t end, int64_t shard, int ranks, std::vec
 inline void init(int *argc, char ***argv) { detail::check(MPI_Init(argc, argv), "MPI_Init"); }
 inline void finalize() { MPI_Finalize(); }
 
-/// Data × tensor (issue 39 item 4): this process is tensor rank `tr` of `t` and data rank `dr`
-/// of `d` (the plan's rank order, kLayout); the ranks of one data rank form its tensor group
-/// (ordered by tensor rank), those of one tensor rank its data group (ordered by data rank).
-/// With one kind of parallelism both groups stay MPI_COMM_WORLD.
-inline void split_groups(int tr, int t, int dr, int d) {
-  if (t <= 1 || d <= 1)
+/// Data × tensor and data × pipeline (issue 39 item 4): this process is tensor rank `tr` of `t`,
+/// data rank `dr` of `d` and pipeline stage `pr` of `p` (the plan's rank order, kLayout); the
+/// ranks that differ only in their tensor rank form its tensor group (ordered by tensor rank),
+/// those that differ only in their data rank its data group, those that differ only in their
+/// stage its pipeline. With one kind of parallelism every group stays MPI_COMM_WORLD.
+inline void split_groups(int tr, int t, int dr, int d, int pr = 0, int p = 1) {
+  if ((t > 1) + (d > 1) + (p > 1) < 2)
     return;
-  MPI_Comm tc, dc;
-  detail::check(MPI_Comm_split(MPI_COMM_WORLD, dr, tr, &tc), "MPI_Comm_split");
-  detail::check(MPI_Comm_split(MPI_COMM_WORLD, tr, dr, &dc), "MPI_Comm_split");
-  int tn = 0, dn = 0, trank = 0, drank = 0;
-  MPI_Comm_size(tc, &tn);
-  MPI_Comm_size(dc, &dn);
-  MPI_Comm_rank(tc, &trank);
-  MPI_Comm_rank(dc, &drank);
-  if (tn != t || dn != d || trank != tr || drank != dr)
-    throw std::runtime_error("the tensor and data groups do not match the plan's rank order (tensor group of " +
-                             std::to_string(tn) + ", data group of " + std::to_string(dn) + ")");
-  detail::tensor_group() = {tc, tr, t, kTensor};
-  detail::data_group() = {dc, dr, d, kData};
+  // One communicator per group: the colour is the rank's other two coordinates, the key its own.
+  auto split = [](int colour, int key, int want, SentKind kind, Group &into, const char *name) {
+    MPI_Comm c;
+    detail::check(MPI_Comm_split(MPI_COMM_WORLD, colour, key, &c), "MPI_Comm_split");
+    int n = 0, me = 0;
+    MPI_Comm_size(c, &n);
+    MPI_Comm_rank(c, &me);
+    if (n != want || me != key)
+      throw std::runtime_error(std::string("the ") + name + " group does not match the plan's rank order (" +
+                               std::to_string(n) + " ranks, not " + std::to_string(want) + ")");
+    into = {c, key, n, kind};
+  };
+  split(dr * p + pr, tr, t, kTensor, detail::tensor_group(), "tensor");
+  split(tr * p + pr, dr, d, kData, detail::data_group(), "data");
+  split(dr * t + tr, pr, p, kPipeline, detail::pipeline_group(), "pipeline");
 }
 /// This rank's place in its tensor and data groups, and their sizes.
 inline int tensor_rank() { return detail::tensor_group().rank; }
@@ -419,9 +429,10 @@ template <class T> void tp_seq_slice(rt::Ctx &ctx, const T *full, T *shard, int6
     }
 }
 
-/// Data × tensor: sums elements [begin, end) of `region` (a bucket of the gradients) over the
-/// rank's data group, in place, as a counted ring (detail::ring_all_reduce), so that the bytes
-/// each rank sends to its data group are measured beside its tensor group's. (Data parallelism
+/// Data × tensor and data × pipeline: sums elements [begin, end) of `region` (a bucket of the
+/// gradients) over the rank's data group, in place, as a counted ring (detail::ring_all_reduce),
+/// so that the bytes each rank sends to its data group are measured beside its tensor group's
+/// or its pipeline's. (Data parallelism
 /// alone keeps MPI_Allreduce, all_reduce above.)
 template <class T> void dp_all_reduce(rt::Ctx &ctx, T *region, int64_t begin, int64_t end) {
   rt::detail::KernelScope ks(ctx, "all_reduce");
@@ -469,7 +480,8 @@ template <class T> void pp_send(rt::Ctx &ctx, const T *buf, int64_t n, int to, i
   rt::detail::KernelScope ks(ctx, "send");
   detail::sent(kPipeline) += n * static_cast<int64_t>(sizeof(T));
   MPI_Request r;
-  detail::check(MPI_Isend(buf, detail::count(n, "pp_send"), detail::Type<T>::type(), to, tag, MPI_COMM_WORLD, &r),
+  detail::check(MPI_Isend(buf, detail::count(n, "pp_send"), detail::Type<T>::type(), to, tag,
+                          detail::pipeline_group().comm, &r),
                 "MPI_Isend");
   detail::pp_pending().push_back({key, r});
 }
@@ -477,8 +489,8 @@ template <class T> void pp_send(rt::Ctx &ctx, const T *buf, int64_t n, int to, i
 /// Receives n elements into `buf` from rank `from` (tag `tag`), waiting for them.
 template <class T> void pp_recv(rt::Ctx &ctx, T *buf, int64_t n, int from, int tag) {
   rt::detail::KernelScope ks(ctx, "recv");
-  detail::check(MPI_Recv(buf, detail::count(n, "pp_recv"), detail::Type<T>::type(), from, tag, MPI_COMM_WORLD,
-                         MPI_STATUS_IGNORE),
+  detail::check(MPI_Recv(buf, detail::count(n, "pp_recv"), detail::Type<T>::type(), from, tag,
+                         detail::pipeline_group().comm, MPI_STATUS_IGNORE),
                 "MPI_Recv");
 }
 
@@ -505,7 +517,7 @@ inline void pp_wait_all(rt::Ctx &ctx) { pp_wait(ctx, -1); }
 inline void pp_sync(rt::Ctx &ctx, int peer) {
   rt::detail::KernelScope ks(ctx, "wait");
   detail::check(MPI_Sendrecv(nullptr, 0, MPI_BYTE, peer, detail::kSharedTag - 1, nullptr, 0, MPI_BYTE, peer,
-                             detail::kSharedTag - 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                             detail::kSharedTag - 1, detail::pipeline_group().comm, MPI_STATUS_IGNORE),
                 "MPI_Sendrecv");
 }
 
@@ -520,7 +532,7 @@ template <class T> void pp_sum_with(rt::Ctx &ctx, T *buf, int64_t n, int peer) {
   detail::sent(kPipeline) += n * static_cast<int64_t>(sizeof(T));
   detail::check(MPI_Sendrecv(buf, detail::count(n, "pp_sum_with"), detail::Type<T>::type(), peer, detail::kSharedTag,
                              in, detail::count(n, "pp_sum_with"), detail::Type<T>::type(), peer, detail::kSharedTag,
-                             MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                             detail::pipeline_group().comm, MPI_STATUS_IGNORE),
                 "MPI_Sendrecv");
   for (int64_t i = 0; i < n; ++i)
     buf[i] = rt::store<T>(rt::load(buf[i]) + rt::load(in[i]));
@@ -546,7 +558,7 @@ inline void sum(float *, int64_t) {}
 inline void merge(uint8_t *, int64_t) {}
 template <class T> void tp_all_reduce(rt::Ctx &, T *, int64_t) {}
 enum SentKind { kData = 0, kTensor = 1, kPipeline = 2, kKinds = 3 };
-inline void split_groups(int, int, int, int) {}
+inline void split_groups(int, int, int, int, int = 0, int = 1) {}
 inline int tensor_rank() { return 0; }
 inline int data_rank() { return 0; }
 inline int data_size() { return 1; }

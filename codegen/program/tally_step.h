@@ -85,9 +85,10 @@ struct Layout {
   /// plan's rank order (passes/Collectives.h, rankStride; the default order puts the tensor
   /// group innermost: tensorStride 1, dataStride tensor); 1 without.
   int64_t tensor;
-  /// Pipeline parallelism: the step runs on `pipeline` processes, rank s running stage s (its
-  /// chunks s, s + pipeline, ...) with its own regions and arena: this layout is stage `stage`'s
-  /// (select_stage); 1 and 0 without. A parameter of another stage has offset -1 (its grad and
+  /// Pipeline parallelism: the step runs on `pipeline` processes (times `ranks` under data ×
+  /// pipeline), a rank running stage s (its chunks s, s + pipeline, ...; s its pipeline
+  /// coordinate by the plan's rank order) with its own regions and arena: this layout is stage
+  /// `stage`'s (select_stage); 1 and 0 without. A parameter of another stage has offset -1 (its grad and
   /// master offsets are then placeholders, so that every rank lays the whole model out alike).
   int64_t pipeline;
   int64_t stage;

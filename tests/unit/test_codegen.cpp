@@ -520,12 +520,18 @@ TEST_CASE("codegen: data x tensor: ranks split by the plan's order, each collect
   CHECK(countOf(e, "  if (last) start_bucket(ctx, 0); // its last gradient is written\n") == 1);
   CHECK(countOf(e, "tally_comm::dp_all_reduce<float>(ctx, G<float>(0), kBuckets[k][0], kBuckets[k][1]);") == 1);
   CHECK(countOf(e, "all_reduce_start") == 0);
-  // The runtime: the tensor groups are the ranks of one data rank, the data groups those of one
-  // tensor rank; tp_all_reduce runs on the first, the gradients' collectives on the second.
+  // The runtime: the tensor groups are the ranks of one data rank (and stage), the data groups
+  // those of one tensor rank (and stage), the pipelines those of one data and tensor rank;
+  // tp_all_reduce runs on the first, the gradients' collectives on the second.
   const std::string &comm = files.byPath["runtime/driver/tally_comm.h"];
-  std::string split = functionText(comm, "inline void split_groups(int tr, int t, int dr, int d) {");
-  CHECK(countOf(split, "MPI_Comm_split(MPI_COMM_WORLD, dr, tr, &tc)") == 1);
-  CHECK(countOf(split, "MPI_Comm_split(MPI_COMM_WORLD, tr, dr, &dc)") == 1);
+  std::string split = functionText(comm, "inline void split_groups(int tr, int t, int dr, int d, int pr = 0, int p = 1) {");
+  CHECK(countOf(split, "MPI_Comm_split(MPI_COMM_WORLD, colour, key, &c)") == 1);
+  CHECK(countOf(split, "split(dr * p + pr, tr, t, kTensor, detail::tensor_group(), \"tensor\");") == 1);
+  CHECK(countOf(split, "split(tr * p + pr, dr, d, kData, detail::data_group(), \"data\");") == 1);
+  CHECK(countOf(split, "split(dr * t + tr, pr, p, kPipeline, detail::pipeline_group(), \"pipeline\");") == 1);
+  for (const char *f : {"template <class T> void pp_send(", "template <class T> void pp_recv(", "inline void pp_sync(",
+                        "template <class T> void pp_sum_with("})
+    CHECK(countOf(functionText(comm, f), "detail::pipeline_group().comm") >= 1);
   CHECK(countOf(functionText(comm, "template <class T> void tp_all_reduce("), "detail::tensor_group()") == 1);
   CHECK(countOf(functionText(comm, "template <class T> void dp_all_reduce("), "detail::data_group()") == 1);
   CHECK(countOf(functionText(comm, "inline void barrier("), "detail::data_group().comm") == 1);
@@ -927,6 +933,46 @@ TEST_CASE("codegen: the pipeline step runs the estimate's stages in the timeline
   }
 }
 
+TEST_CASE("codegen: data x pipeline prices each stage's data group apart (issue 39 item 4)", "[codegen][pipeline]") {
+  // dp.tally's dp2pp2 on 4 ranks (pipeline = 2, data = 2 derived): each pipeline runs 2 of the 4
+  // micro-batches; each stage's data group all-reduces that stage's grads region, which a ring
+  // of 2 sends whole, so rank r of stage s sends its stage's region to its data group, priced
+  // under that stage (CollectiveUse::stage), and the step time waits for the larger region.
+  std::string dp = sourceDir() + "/tests/step/e2e/dp.tally";
+  PlanOverrides o;
+  o.generatedStep = true;
+  o.target = "4 x H100_SXM { pipeline = 2 }";
+  Compiled run(fromFile, dp, "dp2pp2", o);
+  const Analysis &a = *run.a;
+  const auto &ps = a.pipelineStep;
+  REQUIRE(ps.error.empty());
+  REQUIRE(ps.ranks.size() == 2);
+  CHECK(ps.microBatches == 2);
+  const double boundary = 2 * 16 * 32 * 4, wte = 96 * 32 * 4;
+  for (int64_t r = 0; r < 2; ++r) {
+    CHECK(dataParallelSentBytes(a, r) == static_cast<double>(ps.ranks[static_cast<size_t>(r)].grads.bytes));
+    CHECK(pipelineSentBytes(a, r) == 2 * boundary + wte);
+  }
+  CHECK(ps.ranks[0].grads.bytes != ps.ranks[1].grads.bytes);
+  int staged = 0;
+  for (const Analysis::CollectiveUse &u : a.collectives)
+    if (u.group == 'd') {
+      CHECK((u.stage == 0 || u.stage == 1));
+      CHECK_FALSE(u.overlapped);
+      ++staged;
+    }
+  CHECK(staged >= 2);
+  // The order puts the data ranks inside: the stage is then rank / 2 (rankCoordinate).
+  o.target = "4 x H100_SXM { pipeline = 2, order = dpt }";
+  Compiled swapped(fromFile, dp, "dp2pp2", o);
+  CHECK(rankCoordinate(*swapped.a->plan, 1, 'p') == 0);
+  CHECK(rankCoordinate(*swapped.a->plan, 2, 'p') == 1);
+  // Under ZeRO the step refuses it (each stage's optimizer state is not sharded yet).
+  o.target = "4 x H100_SXM { pipeline = 2, zero = 1 }";
+  Compiled zero(fromFile, dp, "dp2pp2", o);
+  CHECK(zero.a->pipelineStep.error.find("without ZeRO") != std::string::npos);
+}
+
 TEST_CASE("codegen: the padded LM head: the step pads, the counts and files do not (issue 38 item 4)", "[codegen][cuda]") {
   // tests/step/e2e/gpt.tally's tied head, vocabulary 100: padded to 128 rows under the CUDA step
   // (passes/HeadPadding.h); check_e2e.py runs the CPU step both ways.
@@ -1086,7 +1132,7 @@ TEST_CASE("codegen: tensor and pipeline parallel on CUDA over NCCL (issue 39 ite
   const std::string &nccl = t.byPath["runtime/driver/tally_comm_nccl.h"];
   CHECK(countOf(nccl, "ncclCommSplit(detail::comm(), dr, tr, &tc, nullptr)") == 1);
   CHECK(countOf(nccl, "ncclCommSplit(detail::comm(), tr, dr, &dc, nullptr)") == 1);
-  CHECK(countOf(c.byPath["runtime/driver/tally_comm.h"], "MPI_Comm_split(MPI_COMM_WORLD, dr, tr, &tc)") == 1);
+  CHECK(countOf(c.byPath["runtime/driver/tally_comm.h"], "split(dr * p + pr, tr, t, kTensor,") == 1);
   Compiled pp = plan("pp2", true);
   StepFiles p = emitStep(*pp.a, true);
   REQUIRE(p.error == "");

@@ -629,7 +629,7 @@ void printRunJson(const Analysis &an, const Measured &r) {
                    {"ranks", worldOf(an)},
                    {"data_parallel_comm_s", an.time.dataParallelComm},
                    {"tensor_parallel_comm_s", an.time.tensorParallelComm},
-                   {"sent_bytes_per_rank", dataParallelSentBytes(an) + tensorParallelSentBytes(an) + pipelineSentBytes(an, 0)},
+                   {"sent_bytes_per_rank", dataParallelSentBytes(an, 0) + tensorParallelSentBytes(an) + pipelineSentBytes(an, 0)},
                    {"pipeline_comm_s", an.time.pipelineComm},
                    {"bubble_s", an.time.bubble},
                    {"peak_bytes", an.memory.peak},
@@ -649,7 +649,7 @@ void printRunJson(const Analysis &an, const Measured &r) {
     est["per_rank"] = rankRowsJson(rankRows(an, r.m->getArray("per_rank")), true);
     // sent_bytes_per_rank by group, as the step counts them (its sent_bytes_by_group): rank 0's.
     est["sent_bytes_by_group_per_rank"] = json::Object{
-        {"data", dataParallelSentBytes(an)}, {"tensor", tensorParallelSentBytes(an)}, {"pipeline", pipelineSentBytes(an, 0)}};
+        {"data", dataParallelSentBytes(an, 0)}, {"tensor", tensorParallelSentBytes(an)}, {"pipeline", pipelineSentBytes(an, 0)}};
   }
   json::Object meas = *r.m;
   meas.erase("loss");
@@ -735,7 +735,8 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   if (ranks > 1) {
     bool staged = an.plan->parallel.pipeline > 1;
     os << formatv("{0,-24} {1,14} {2,14}\n",
-                  staged                                                         ? "pipeline comm"
+                  staged && an.plan->parallel.data > 1                           ? "data x pipeline comm"
+                  : staged                                                       ? "pipeline comm"
                   : an.plan->parallel.tensor > 1 && an.plan->parallel.data > 1 ? "data x tensor comm"
                   : an.plan->parallel.tensor > 1                               ? "tensor-parallel comm"
                                                                                  : "data-parallel comm",
@@ -748,7 +749,7 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
       for (const json::Value &v : *sent)
         each += (each.empty() ? "" : ", ") + formatv("{0:f0}", v.getAsNumber().getValueOr(NAN)).str();
       os << formatv("{0,-24} {1,14} {2,14}\n", "  bytes sent per rank",
-                    formatv("{0:f0}", dataParallelSentBytes(an) + tensorParallelSentBytes(an) + pipelineSentBytes(an, 0)).str(),
+                    formatv("{0:f0}", dataParallelSentBytes(an, 0) + tensorParallelSentBytes(an) + pipelineSentBytes(an, 0)).str(),
                     each);
     }
     if (staged)
@@ -756,7 +757,10 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
          << "  their gradients back (point to point, 1F1B" << (an.plan->parallel.interleave > 1 ? ", interleaved" : "")
          << "); a tied parameter's gradient is summed between its\n"
          << "  two stages; bytes: rank 0's, counted by the sends (estimated: the priced boundary sends);\n"
-         << "  waiting for a peer (receives, sends not yet taken) is the rank's idle time, class \"bubble\";\n";
+         << "  waiting for a peer (receives, sends not yet taken) is the rank's idle time, class \"bubble\";\n"
+         << (an.plan->parallel.data > 1 ? "  then each stage's data group all-reduces that stage's gradients (a counted ring,\n"
+                                          "  after the last backward, not overlapped);\n"
+                                        : "");
     else if (an.plan->parallel.tensor > 1)
       os << "  Megatron's split: each row-parallel matmul's output all-reduced in the forward, each\n"
          << "  column-parallel input's gradient in the backward; the embeddings, norms and the head run\n"
@@ -775,7 +779,9 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
          << (an.plan->parallel.zero >= 1 ? " (reduce-scatter, then all-gather of the parameters)" : " (all-reduce)")
          << ";\n  waiting is the barrier before it, for the slowest rank's backward (load imbalance);\n";
     os << "  the estimate is for the target's interconnect"
-       << (an.plan->parallel.overlap && an.plan->parallel.data > 1 ? ", with the reduction hidden behind the backward (overlap = true)" : "")
+       << (an.plan->parallel.overlap && an.plan->parallel.data > 1 && !staged
+               ? ", with the reduction hidden behind the backward (overlap = true)"
+               : "")
        << "\n\n";
     printRankRows(os, rankRows(an, m->getArray("per_rank")));
   }

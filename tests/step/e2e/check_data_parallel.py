@@ -71,6 +71,12 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     their gradients back, the tied head's gradient) equal the estimate's for that rank and the
     boundary's size times the boundaries and micro-batches; each rank reports its idle time
     (its receives' waits) beside the estimated bubble of its device.
+  - data x pipeline (dp2pp2: 4 processes, pipeline = 2, data = 2 derived, the stages inside the
+    data ranks as the plan's order says) gives pp1's loss, last gradients and weights within
+    RTOL_ZERO; every rank's arena and regions equal the estimate's for that rank (its stage's, as
+    pp2's); the bytes each rank sent, counted per group, equal the estimate's for that rank and
+    group and the derivation: to its pipeline pp2's boundaries on its 2 micro-batches and the
+    tied wte gradient, to its data group its stage's grads region (a ring of 2 sends it whole).
 Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when mpirun is
 not installed or TALLY has no `run` command.
 Usage: /usr/bin/python3 check_data_parallel.py TALLY
@@ -93,12 +99,14 @@ import safetensors as st  # noqa: E402
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z", "pp1",
-         "pp2", "pp2v2"]
-RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4}  # the others: 2
+         "pp2", "pp2v2", "dp2pp2"]
+RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4, "dp2pp2": 4}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
-STAGES = {"pp2": [[0, 1], [2, 3]], "pp2v2": [[0, 2], [1, 3]]}
+# dp2pp2: pp2's stages on each of its 2 data ranks, rank r running stage r % 2 (the default order
+# puts the stages inside the data ranks), each pipeline 2 of the 4 micro-batches.
+STAGES = {"pp2": [[0, 1], [2, 3]], "pp2v2": [[0, 2], [1, 3]], "dp2pp2": [[0, 1], [2, 3]]}
 BOUNDARY = 2 * 16 * 32 * 4  # one micro-batch's residual stream [2, 16, 32] fp32
 MICRO = 4  # 8 sequences in micro-batches of 2
 
@@ -199,36 +207,50 @@ def sequence_bytes(sent, weights, result):
 
 
 def pipeline_stages(runs, weights, result):
-    """pp2, pp2v2: each rank's arena, regions and sent bytes against the estimate's for that rank,
-    its params region derived from the shapes of the tensors its stage holds, its sent bytes from
-    the boundary's size; its idle time measured beside the estimated bubble."""
+    """pp2, pp2v2, dp2pp2: each rank's arena, regions and sent bytes against the estimate's for that
+    rank, its params region derived from the shapes of the tensors its stage holds, its sent bytes
+    from the boundary's size (and under data x pipeline its stage's grads region, all-reduced over
+    its data group: a ring of 2 sends the region's bytes), per group; its idle time measured beside
+    the estimated bubble."""
     for p, layers in STAGES.items():
         if p not in runs:
             continue
         est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
         erows, grows = est.get("per_rank", []), got.get("per_rank", [])
-        if len(erows) != 2 or len(grows) != 2:
+        ranks, data = RANKS.get(p, 2), RANKS.get(p, 2) // 2
+        if len(erows) != ranks or len(grows) != ranks:
             result(p + " per-rank rows", False, "estimated %s, measured %s" % (erows, grows))
             continue
-        for r in range(2):
-            e, g = erows[r], grows[r]
-            result("%s rank %d arena and regions" % (p, r),
+        by = got.get("sent_bytes_by_group", {})
+        for q in range(ranks):
+            r = q % 2  # the rank's stage
+            e, g = erows[q], grows[q]
+            result("%s rank %d arena and regions" % (p, q),
                    e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
                    "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"],
                                                               g["arena_bytes"], g["regions_bytes"]))
             held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
             params = sum(align(4 * int(np.prod(t.shape))) for n, t in weights.items() if n.startswith(tuple(held)))
             # fp32, SGD with momentum: params, grads and one state per trainable tensor, all trainable.
-            result("%s rank %d regions are its stage's" % (p, r), g["regions_bytes"] == 3 * params,
+            result("%s rank %d regions are its stage's" % (p, q), g["regions_bytes"] == 3 * params,
                    "regions %d B, derived 3 x %d B" % (g["regions_bytes"], params))
             chunks = 2 if p == "pp2v2" else 1
             boundaries = sum((k * 2 + r + 1 < 2 * chunks) + (k * 2 + r > 0) for k in range(chunks))
-            derived = MICRO * boundaries * BOUNDARY + int(np.prod(weights["wte.weight"].shape)) * 4
-            sent = got.get("sent_bytes", [None, None])[r]
-            result("%s rank %d bytes sent" % (p, r), sent == e["sent_bytes"] == derived,
+            micro = MICRO // data
+            pipe = micro * boundaries * BOUNDARY + int(np.prod(weights["wte.weight"].shape)) * 4
+            derived = {"pipeline": pipe, "data": params if data > 1 else 0, "tensor": 0}
+            sent = (got.get("sent_bytes") or [None] * ranks)[q]
+            total = sum(derived.values())
+            result("%s rank %d bytes sent" % (p, q), sent == e["sent_bytes"] == total,
                    "counted %s, estimated %.0f, derived %d (%d boundaries x %d micro-batches x %d B + the tied wte "
-                   "gradient)" % (sent, e["sent_bytes"], derived, boundaries, MICRO, BOUNDARY))
-            result("%s rank %d idle beside the bubble" % (p, r), g["idle_s"] >= 0 and e["bubble_s"] > 0,
+                   "gradient%s)" % (sent, e["sent_bytes"], total, boundaries, micro, BOUNDARY,
+                                    " + the stage's grads region, %d B" % params if data > 1 else ""))
+            eby = e.get("sent_bytes_by_group", {})
+            for grp in ["data", "tensor", "pipeline"]:
+                counted = (by.get(grp) or [None] * ranks)[q]
+                result("%s rank %d %s-group bytes" % (p, q, grp), counted == eby.get(grp) == derived[grp],
+                       "counted %s, estimated %s, derived %d" % (counted, eby.get(grp), derived[grp]))
+            result("%s rank %d idle beside the bubble" % (p, q), g["idle_s"] >= 0 and e["bubble_s"] > 0,
                    "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
 
 
@@ -290,10 +312,11 @@ def main():
             return 1
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
                         ("tp2sp", RTOL_ZERO),
-                        ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO)]:
+                        ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
+                        ("dp2pp2", RTOL_ZERO)]:
             if p not in runs:
                 continue
-            one = "pp1" if p.startswith("pp") else "dp1"
+            one = "pp1" if "pp" in p else "dp1"
             if one not in runs:
                 result(p + " baseline", False, "no %s run" % one)
                 continue
