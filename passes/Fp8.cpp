@@ -282,7 +282,7 @@ void fp8Memory(Analysis &a) {
                         ? a.fp8.scaledTensors * (static_cast<double>(r.amaxHistory) + 2) * 4
                         : 0;
   double model = degree(par.tensor) * degree(par.pipeline);
-  double shard = par.zero >= 3 ? degree(par.data) : 1;
+  double shard = par.zero >= 3 ? zeroShardRanks(par.data, par.context) : 1;
   a.memory.fp8Weights = copies / model / shard;
   a.memory.fp8Meta = a.fp8.metaBytes / degree(par.pipeline);
 }

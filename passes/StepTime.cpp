@@ -366,10 +366,11 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
 
 /// Parameters one device holds of `all` (of which `experts` are MoE experts' weights), when
 /// ZeRO at `stage` or above shards them: (all − experts)/(t·p)/d + experts/(t·p·e)/(d/e), the
-/// experts split over the expert group and sharded over the replicas that hold the same ones.
+/// experts split over the expert group and sharded over the replicas that hold the same ones;
+/// d counts the context ranks too (zeroShardRanks).
 double perDevice(const Plan &plan, double all, double experts, int stage) {
   const Parallelism &par = plan.parallel;
-  double model = degree(par.tensor) * degree(par.pipeline), d = degree(par.data);
+  double model = degree(par.tensor) * degree(par.pipeline), d = zeroShardRanks(par.data, par.context);
   double e = degree(par.expert);
   bool sharded = par.zero >= stage;
   return (all - experts) / model / (sharded ? d : 1) +
