@@ -460,6 +460,13 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
     double G, PT, P; ///< gradient, trainable-parameter and parameter bytes of the device
   };
   Group groups[2] = {{'d', (T - X) * bg, (T - X) * bp, (N - XA) * bp}, {'x', X / e * bg, X / e * bp, XA / e * bp}};
+  // fp8 param_gather (Megatron's --fp8-param-gather: "perform the param all-gather in fp8"):
+  // the fp8 GEMMs' weights are gathered at the fp8 element's bytes, not at b(params).
+  if (a.fp8.active && plan.precision.fp8.paramGather) {
+    double fewer = a.fp8.weightElements / model * std::max(0.0, bp - a.fp8.storage.bytes);
+    groups[0].PT = std::max(0.0, groups[0].PT - fewer);
+    groups[0].P = std::max(0.0, groups[0].P - fewer);
+  }
   // The generated CPU step's tensor parallelism (Plan::tensorStep) holds the embeddings, norms
   // and head whole on every tensor rank and cuts the rest (TensorShard.cpp), so T / t is not
   // its gradient: it all-reduces its grads region over the data group, padding and all, in
