@@ -68,7 +68,7 @@ void differentiate(Analysis &a, bool compact = false);
 /// Autodiff.cpp: what each op's backward keeps (its rule's saved tensors, for the inputs that
 /// need a gradient), op after op (Analysis::saved); differentiate makes it when the caller has
 /// not. Reads only the forward graph.
-std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g);
+std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g, bool fusedGates = false);
 /// StaticMemory.cpp: bytes per device of params, grads, master weights and optimizer state,
 /// from the precision policy, the optimizer and the parallel layout (ZeRO sharding).
 void staticMemory(Analysis &a);
