@@ -262,9 +262,15 @@ bool Sema::fp8Recipe(const ConstValue &v, Fp8Recipe &out) {
         ok = false;
       }
       out.keepFirstLastBf16 = e.boolean;
+    } else if (k == "param_gather") {
+      if (e.kind != ConstValue::Bool) {
+        diags.report(DiagKind::TypeMismatch, e.range.Start, "param_gather is true or false").range(e.range);
+        ok = false;
+      }
+      out.paramGather = e.boolean;
     } else {
       unknownName(v.nameRanges[i], "fp8 recipe setting", k,
-                  {"format", "amax_history", "scaling", "keep_first_last_bf16"});
+                  {"format", "amax_history", "scaling", "keep_first_last_bf16", "param_gather"});
       ok = false;
     }
   }

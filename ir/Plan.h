@@ -34,13 +34,16 @@ struct Fp8Recipe {
   Scaling scaling = Scaling::Delayed;
   int64_t amaxHistory = 1024;      ///< TE's DelayedScaling default amax_history_len
   bool keepFirstLastBf16 = false;  ///< the first and last layers' GEMMs stay in bf16
+  /// The fp8 GEMMs' weights are held and all-gathered in fp8 only, no 16-bit copy (Megatron's
+  /// --fp8-param-gather, TE's fp8_model_init; Megatron-Bridge's current-scaling recipes).
+  bool paramGather = false;
   llvm::SMRange range;
   bool enabled() const { return format != Format::None; }
   /// The dtype of the gradients fed to the backward GEMMs.
   Dtype gradDtype() const { return format == Format::Hybrid ? Dtype::FP8E5M2 : Dtype::FP8E4M3; }
   bool operator==(const Fp8Recipe &o) const {
     return format == o.format && scaling == o.scaling && amaxHistory == o.amaxHistory &&
-           keepFirstLastBf16 == o.keepFirstLastBf16;
+           keepFirstLastBf16 == o.keepFirstLastBf16 && paramGather == o.paramGather;
   }
 };
 

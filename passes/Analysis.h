@@ -308,6 +308,7 @@ struct Analysis {
   struct SavedLists {
     std::vector<SavedTensor> items;
     std::vector<uint32_t> from;
+    bool fusedGates = false; ///< built for a fused gated unit (passes/Stack.h fusedGates)
   };
   std::shared_ptr<const SavedLists> saved;
   llvm::ArrayRef<SavedTensor> savedOf(OpId o) const {

@@ -27,6 +27,9 @@
 //
 // Infer plans have no backward: every backward number stays 0 and step = forward.
 #include "passes/Passes.h"
+#include "passes/Stack.h"
+
+#include <algorithm>
 
 namespace tally {
 
@@ -69,9 +72,29 @@ bool skippedRecordsMatch(const Analysis &a, const Graph::Skipped &sk) {
 
 } // namespace
 
-std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g) {
+std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g, bool fusedGates) {
   auto store = std::make_shared<Analysis::SavedLists>();
+  store->fusedGates = fusedGates;
   store->from.assign(g.ops.size() + 1, 0);
+  // A fused gated unit (passes/Stack.h fusedGates): the multiply of `act(a) * b` does not keep
+  // act(a), read by it alone; the fused backward recomputes it from a, which the activation
+  // keeps. Per storage, its forward readers (2: more than one).
+  std::vector<uint8_t> readers(fusedGates ? g.tensors.size() : 0, 0);
+  for (OpId i = 0; fusedGates && i < g.ops.size(); ++i)
+    if (g.ops[i].phase == Phase::Forward)
+      for (TensorId t : g.ops[i].inputs) {
+        uint8_t &r = readers[g.storageOf(t)];
+        r = r == 0 ? 1 : 2;
+      }
+  auto gateActivation = [&](TensorId t) {
+    TensorId s = g.storageOf(t);
+    OpId p = g.tensors[s].producer;
+    if (s != t || p == kNone || readers[s] != 1)
+      return false;
+    OpKind k = g.ops[p].kind;
+    return (k == OpKind::Silu || k == OpKind::Gelu || k == OpKind::GeluTanh) &&
+           g.tensors[g.ops[p].inputs[0]].requiresGrad;
+  };
   // Room for 3 saved tensors per op (the examples and tests save 0.5-2.6 per op, a generated
   // GPT 1.47): the list does not grow by doubling from nothing (untouched room costs nothing).
   store->items.reserve(3 * g.ops.size());
@@ -87,6 +110,10 @@ std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g) {
     saved.clear();
     if (any)
       ruleFor(op.kind).saved(g, op, needGrad, saved);
+    if (fusedGates && op.kind == OpKind::Mul && op.phase == Phase::Forward)
+      saved.erase(std::remove_if(saved.begin(), saved.end(),
+                                 [&](const SavedTensor &x) { return x.tensor != kNone && gateActivation(x.tensor); }),
+                  saved.end());
     store->items.insert(store->items.end(), saved.begin(), saved.end());
     store->from[i + 1] = static_cast<uint32_t>(store->items.size());
   }
@@ -177,8 +204,8 @@ void differentiate(Analysis &a, bool compact) {
     }
   }
   // Each op's saved list (unless the caller made them already: analyzeGraph).
-  if (!a.saved)
-    a.saved = savedLists(g);
+  if (!a.saved || a.saved->fusedGates != fusedGates(plan))
+    a.saved = savedLists(g, fusedGates(plan));
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const OpAnalysis &oa = a.ops[i];
     inputGrad += oa.inputGradFlops;

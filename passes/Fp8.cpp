@@ -282,8 +282,18 @@ void fp8Memory(Analysis &a) {
                         ? a.fp8.scaledTensors * (static_cast<double>(r.amaxHistory) + 2) * 4
                         : 0;
   double model = degree(par.tensor) * degree(par.pipeline);
-  double shard = par.zero >= 3 ? degree(par.data) : 1;
+  double shard = par.zero >= 3 ? zeroShardRanks(par.data, par.context) : 1;
   a.memory.fp8Weights = copies / model / shard;
+  // param_gather (Megatron's --fp8-param-gather: "keep the compute param in fp8 (do not use any
+  // other intermediate dtype)"): the fp8 data, and on Hopper its transpose, is the weight; its
+  // 16-bit copy is not kept, so the params line loses those weights' bytes.
+  if (r.paramGather && !plan.precision.paramsOnHost) {
+    double held = a.memory.params + a.memory.grads + a.memory.master + a.memory.optimizer + a.memory.gradAccum;
+    double dropped = std::min(a.memory.params, a.fp8.weightElements * bytesOf(plan.precision.params) / model / shard);
+    a.memory.params -= dropped;
+    if (held > 0)
+      a.memory.bytesPerParam *= (held - dropped) / held;
+  }
   a.memory.fp8Meta = a.fp8.metaBytes / degree(par.pipeline);
 }
 

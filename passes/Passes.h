@@ -23,6 +23,13 @@ using Relower = std::function<std::optional<Graph>(const Plan &)>;
 /// A parallel degree as a divisor: 1 for an unset (0) or 1 setting (Parallelism's fields).
 inline double degree(int64_t x) { return static_cast<double>(x > 1 ? x : 1); }
 
+/// The ranks ZeRO shards the model states over: the data-parallel ranks times the context ranks,
+/// which hold the same parameters. Megatron's distributed optimizer shards over its data-parallel
+/// group with context parallelism (megatron/core/distributed/distributed_data_parallel.py: the
+/// dense parameters' buffers on intra_dp_cp_group), FSDP2 in NeMo Automodel and torchtitan over the
+/// flattened dp_shard_cp mesh (docs/memory.md, "ZeRO").
+inline double zeroShardRanks(int64_t data, int64_t context) { return degree(data) * degree(context); }
+
 /// The static loss scale of fp16 loss scaling (PyTorch's GradScaler starts at 2^16).
 constexpr double kLossScale = 65536;
 /// The device workspace of tally's generated CUDA step: cuBLASLt's and the kernels' scratch
@@ -61,7 +68,7 @@ void differentiate(Analysis &a, bool compact = false);
 /// Autodiff.cpp: what each op's backward keeps (its rule's saved tensors, for the inputs that
 /// need a gradient), op after op (Analysis::saved); differentiate makes it when the caller has
 /// not. Reads only the forward graph.
-std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g);
+std::shared_ptr<const Analysis::SavedLists> savedLists(const Graph &g, bool fusedGates = false);
 /// StaticMemory.cpp: bytes per device of params, grads, master weights and optimizer state,
 /// from the precision policy, the optimizer and the parallel layout (ZeRO sharding).
 void staticMemory(Analysis &a);

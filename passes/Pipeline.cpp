@@ -7,6 +7,7 @@
 #include "support/Diagnostics.h"
 #include "ir/OpRules.h"
 #include "passes/Fusion.h"
+#include "passes/Stack.h"
 
 #include <system_error>
 #include <thread>
@@ -49,7 +50,7 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
     pricing = tryThread([&a, &g, &plan, prepare, price] {
       price();
       if (prepare && plan.isTrain) {
-        a.saved = savedLists(g);
+        a.saved = savedLists(g, fusedGates(plan));
         prepareWalks(a);
       }
     });
@@ -112,6 +113,8 @@ void priceLayout(Analysis &a, std::function<void()> *curveLater = nullptr) {
   const Plan &plan = *a.plan;
   a.ridge = plan.target.ridge(plan.precision.activations);
   a.checkpoint.policy = plan.checkpoint;
+  if (a.saved && a.saved->fusedGates != fusedGates(plan)) // a layout whose stack fuses otherwise
+    a.saved = savedLists(*a.graph, fusedGates(plan));
   staticMemory(a);
   planActivations(a, curveLater); // [activations]
 }

@@ -24,6 +24,10 @@ std::string stackName(const Plan &plan, std::string *why) {
   return par.zero == 3 ? "fsdp" : model ? "megatron" : par.zero >= 1 ? "deepspeed" : "ddp";
 }
 
+bool fusedGates(const Plan &plan) {
+  return plan.isTrain && !plan.generatedStep && (plan.parallel.compiled || stackName(plan) == "megatron");
+}
+
 std::string attentionKernel(const Plan &plan) {
   if (!plan.parallel.attentionKernel.empty())
     return plan.parallel.attentionKernel;

@@ -41,6 +41,16 @@ struct StackFacts {
 /// reason when the layout chose it, "" when the plan wrote it.
 std::string stackName(const Plan &plan, std::string *why = nullptr);
 
+/// Whether the step runs a gated unit's activation and multiply (`silu(a) * b`, `gelu(a) * b`)
+/// as one fused kernel that keeps only its inputs and recomputes the activation in its backward:
+/// Megatron's (bias_activation_fusion, megatron/core/fusions/fused_bias_swiglu.py:
+/// SwiGLUFunction saves its input; on by default, `--no-bias-swiglu-fusion` turns it off) and a
+/// compiled step's (`compiled = true`: torch.compile's min-cut partitioner recomputes pointwise
+/// ops in the backward rather than saving them, torch/_functorch/partitioners.py,
+/// min_cut_rematerialization_partition). Not tally's own generated step (Plan::generatedStep),
+/// whose backward reads the activation's output. docs/memory.md §3.
+bool fusedGates(const Plan &plan);
+
 /// The fused attention kernel the plan's step runs: its `attention_kernel`, else the stack's:
 /// "native" (the target's own, Target::nativeAttention > 0) under megatron, "flash2"
 /// (FlashAttention-2, what PyTorch's scaled_dot_product_attention runs) otherwise.

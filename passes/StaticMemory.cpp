@@ -50,7 +50,7 @@ void staticMemory(Analysis &a) {
   const PrecisionPolicy &p = plan.precision;
   const Parallelism &par = plan.parallel;
   double modelSplit = static_cast<double>(par.tensor * par.pipeline);
-  double dp = static_cast<double>(par.data);
+  double dp = zeroShardRanks(par.data, par.context); // ZeRO shards over data x context
   double ep = static_cast<double>(std::max<int64_t>(1, par.expert));
   double tensor = static_cast<double>(par.tensor), stages = static_cast<double>(par.pipeline);
   bool staged = stages > 1 && a.copies && !a.copies->copies.empty();

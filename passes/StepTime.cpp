@@ -366,10 +366,11 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
 
 /// Parameters one device holds of `all` (of which `experts` are MoE experts' weights), when
 /// ZeRO at `stage` or above shards them: (all − experts)/(t·p)/d + experts/(t·p·e)/(d/e), the
-/// experts split over the expert group and sharded over the replicas that hold the same ones.
+/// experts split over the expert group and sharded over the replicas that hold the same ones;
+/// d counts the context ranks too (zeroShardRanks).
 double perDevice(const Plan &plan, double all, double experts, int stage) {
   const Parallelism &par = plan.parallel;
-  double model = degree(par.tensor) * degree(par.pipeline), d = degree(par.data);
+  double model = degree(par.tensor) * degree(par.pipeline), d = zeroShardRanks(par.data, par.context);
   double e = degree(par.expert);
   bool sharded = par.zero >= stage;
   return (all - experts) / model / (sharded ? d : 1) +
@@ -459,6 +460,13 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
     double G, PT, P; ///< gradient, trainable-parameter and parameter bytes of the device
   };
   Group groups[2] = {{'d', (T - X) * bg, (T - X) * bp, (N - XA) * bp}, {'x', X / e * bg, X / e * bp, XA / e * bp}};
+  // fp8 param_gather (Megatron's --fp8-param-gather: "perform the param all-gather in fp8"):
+  // the fp8 GEMMs' weights are gathered at the fp8 element's bytes, not at b(params).
+  if (a.fp8.active && plan.precision.fp8.paramGather) {
+    double fewer = a.fp8.weightElements / model * std::max(0.0, bp - a.fp8.storage.bytes);
+    groups[0].PT = std::max(0.0, groups[0].PT - fewer);
+    groups[0].P = std::max(0.0, groups[0].P - fewer);
+  }
   // The generated CPU step's tensor parallelism (Plan::tensorStep) holds the embeddings, norms
   // and head whole on every tensor rank and cuts the rest (TensorShard.cpp), so T / t is not
   // its gradient: it all-reduces its grads region over the data group, padding and all, in

@@ -45,6 +45,62 @@ static void sequenceShards(const Graph &g, TensorParallel &tp, const std::vector
   }
 }
 
+/// Low-rank chains (LoRA's `x @ a @ b`, an adapter's down- and up-projection): a weight matmul
+/// whose output, through elementwise ops and views alone, is read only by one other weight
+/// matmul whose output is wider; per op, that second matmul (kNone where the op starts no
+/// chain). The frameworks split a chain so that it adds no collective of its own beside the
+/// base weight it adapts: beside a column-parallel layer (a whole input) the rank-r product runs
+/// whole on every rank and the second is split by columns like the base weight; beside a
+/// row-parallel one (a split input) the first is split by rows and the second runs whole, its
+/// partial sum reduced with the base output's (NeMo's ParallelLinearAdapter; NeMo Automodel's
+/// LoRA under its tensor-parallel plan, nemo_automodel/components/_peft/lora.py,
+/// LinearLoRA.forward: "lora_res" stays partial beside the base output "so only one
+/// reduce-scatter is needed after addition"). tally's rule would otherwise split the first by
+/// columns and all-reduce the second's wide output. The row case keeps the all-reduce of the
+/// rank-r product (an upper bound: its partial sum is not carried through the second).
+static std::vector<OpId> lowRankChains(const Graph &g) {
+  std::vector<OpId> second(g.ops.size(), kNone);
+  std::vector<uint32_t> readers(g.tensors.size(), 0);
+  std::vector<OpId> reader(g.tensors.size(), kNone);
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    if (g.ops[i].phase != Phase::Forward) // the backward's reads are not the chain's
+      continue;
+    for (TensorId in : g.ops[i].inputs) {
+      TensorId st = g.storageOf(in);
+      readers[st] += reader[st] == i ? 0 : 1;
+      reader[st] = i;
+    }
+  }
+  for (OpId i = 0; i < g.ops.size(); ++i) {
+    const Op &op = g.ops[i];
+    if (op.phase != Phase::Forward || op.outputs.empty() || weightMatmulOperands(g, op).first == kNone)
+      continue;
+    TensorId cur = g.storageOf(op.outputs[0]);
+    double width = numel(g.tensors[op.outputs[0]].shape);
+    for (int hops = 0; hops < 8 && readers[cur] == 1; ++hops) {
+      const Op &r = g.ops[reader[cur]];
+      if (r.outputs.empty())
+        break;
+      TensorId rx = weightMatmulOperands(g, r).first;
+      if (rx != kNone) {
+        if (g.storageOf(rx) == cur && numel(g.tensors[r.outputs[0]].shape) > width)
+          second[i] = reader[cur];
+        break;
+      }
+      OpClass k = opClass(r.kind);
+      if (k != OpClass::Elementwise && k != OpClass::View)
+        break;
+      bool alone = true; // no other activation joins the chain
+      for (TensorId in : r.inputs)
+        alone = alone && (g.storageOf(in) == cur || g.tensors[g.storageOf(in)].role != TensorRole::Activation);
+      if (!alone)
+        break;
+      cur = g.storageOf(r.outputs[0]);
+    }
+  }
+  return second;
+}
+
 TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
   TensorParallel tp;
   double t = degree(plan.parallel.tensor);
@@ -64,6 +120,8 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
         for (TensorId x : op.inputs)
           lossInput[g.storageOf(x)] = true;
   std::map<TensorId, std::vector<OpId>> columnInputs; // storage -> the ops reading it
+  const std::vector<OpId> chainSecond = lowRankChains(g);
+  std::vector<bool> wholeSecond(g.ops.size(), false); // a row-parallel chain's second product
   const bool sequence = traffic && plan.parallel.sequenceParallel;
   std::vector<size_t> gathered(sequence ? g.tensors.size() : 0, SIZE_MAX); // its gatherMessages index
   auto gatherOf = [&](TensorId x, OpId reader) {
@@ -143,11 +201,21 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
         split[g.storageOf(o)] = false;
       continue;
     }
+    if (x != kNone && ((!split[g.storageOf(x)] && chainSecond[i] != kNone) || wholeSecond[i])) {
+      tp.split[i] = c; // a low-rank chain's product that runs whole on every rank
+      if (sequence)
+        gatherOf(x, i);
+      for (TensorId o : op.outputs)
+        split[g.storageOf(o)] = false;
+      continue;
+    }
     if (x != kNone) {
       bool inputSplit = split[g.storageOf(x)];
       out = !inputSplit;
       tp.rowParallel[i] = inputSplit;
       tp.columnParallel[i] = !inputSplit;
+      if (inputSplit && chainSecond[i] != kNone)
+        wholeSecond[chainSecond[i]] = true;
       if (traffic && inputSplit)
         for (TensorId o : op.outputs) {
           tp.forwardBytes += g.bytes(o);

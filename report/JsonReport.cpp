@@ -601,6 +601,7 @@ void addFineTuning(const Analysis &a, const Plan &p, Object &root) {
         {"scaling", r.scaling == Fp8Recipe::Scaling::Block ? "mxfp8" : "delayed"},
         {"amax_history", r.amaxHistory},
         {"keep_first_last_bf16", r.keepFirstLastBf16},
+        {"param_gather", r.paramGather},
         {"gemms", f.gemms},
         {"kept_bf16", f.keptBf16},
         {"bytes_per_element", f.storage.bytes},

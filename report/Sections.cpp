@@ -230,11 +230,15 @@ ReportTable fp8Table(const Analysis &a) {
                                       ? std::string(" (an E8M0 scale per 32 elements)")
                                       : llvm::formatv(", amax history {0}", r.amaxHistory).str())
                         .str());
-  t.notes.push_back("memory does not halve: the bf16 weights, their gradients, the master copy "
-                    "and the optimizer state stay as they were; the fp8 weight copies (" +
-                    formatBytes(a.memory.fp8Weights) + ") come on top, and only the GEMM inputs "
-                    "kept for the backward shrink (" + formatBytes(f.savedBytesBf16) + " -> " +
-                    formatBytes(f.savedBytesFp8) + " per micro-batch, whole model)");
+  t.notes.push_back(
+      std::string("memory does not halve: ") +
+      (r.paramGather ? "the fp8 GEMMs' weights are held in fp8 only (param_gather: the fp8 weights, " +
+                           formatBytes(a.memory.fp8Weights) + ", replace their bf16 copy), their gradients, "
+                           "the master copy and the optimizer state stay as they were"
+                     : "the bf16 weights, their gradients, the master copy and the optimizer state stay as "
+                       "they were; the fp8 weight copies (" + formatBytes(a.memory.fp8Weights) + ") come on top") +
+      ", and only the GEMM inputs kept for the backward shrink (" + formatBytes(f.savedBytesBf16) + " -> " +
+      formatBytes(f.savedBytesFp8) + " per micro-batch, whole model)");
   t.notes.push_back("the speed-up is not 2x: only the GEMMs run at the fp8 peak; the casts add "
                     "memory-bound kernels and every other op keeps its time");
   return t;
