@@ -215,6 +215,13 @@ constexpr double NcclBuffSize = 4.0 * 1024 * 1024;
 constexpr double NcclChannels = 16;
 constexpr double AllocatorReserve = 0.05;
 
+/// A GPU's memory as the driver reports it (NVML's total, nvidia-smi's "MiB" column; docs/targets.md,
+/// "Memory capacity"): what a process can allocate from, of which the framework memory above is
+/// taken. The datasheets' "80GB" is a rounded figure: an H100 80GB reports 81,559 MiB (85.52e9 B,
+/// 79.65 GiB), an A100 80GB 81,920 MiB (80 GiB). A catalogue GPU's memoryBytes is the reported
+/// total, so a run that fits on the device is not called too big by the 7% between the units.
+constexpr double ReportedMiB = 1024.0 * 1024.0;
+
 /// The CPU's cost of launching one kernel (docs/targets.md, "Kernel launches"): NVIDIA's
 /// "Getting Started with CUDA Graphs" (A. Gray, 2019) times a kernel of 2.9 us launched back to
 /// back into a stream at 3.8 us per kernel (the launches, not the kernels, set the pace; 3.4 us
@@ -253,7 +260,8 @@ void addHopper(std::vector<Target> &c) {
   Target h100;
   h100.name = "H100_SXM";
   h100.description = "NVIDIA H100 SXM5 80GB";
-  h100.memoryBytes = 80e9;
+  h100.memoryBytes = 81559 * ReportedMiB;
+  h100.datasheetMemory = 80e9;
   h100.bandwidth = 3.35e12;
   h100.peakF64 = 66.9e12; // FP64 Tensor Core (vector FP64: 33.5)
   h100.peakF32 = 66.9e12;
@@ -278,7 +286,8 @@ void addHopper(std::vector<Target> &c) {
   Target h100p;
   h100p.name = "H100_PCIe";
   h100p.description = "NVIDIA H100 PCIe 80GB";
-  h100p.memoryBytes = 80e9;
+  h100p.memoryBytes = 81559 * ReportedMiB; // assumed: the SXM's (the same five stacks)
+  h100p.datasheetMemory = 80e9;
   h100p.bandwidth = 2.0e12;
   h100p.peakF64 = 51e12; // FP64 Tensor Core (vector FP64: 26)
   h100p.peakF32 = 51e12;
@@ -301,7 +310,8 @@ void addHopper(std::vector<Target> &c) {
   Target h200;
   h200.name = "H200";
   h200.description = "NVIDIA H200 SXM 141GB";
-  h200.memoryBytes = 141e9;
+  h200.memoryBytes = 143771 * ReportedMiB;
+  h200.datasheetMemory = 141e9;
   h200.bandwidth = 4.8e12;
   // Same GH100 compute as H100 SXM; the H200 datasheet rounds the same rates
   // (67 / 67 / 989* / 1979* / 3958*, * = sparse).
@@ -328,7 +338,8 @@ void addAmpere(std::vector<Target> &c) {
   Target a100;
   a100.name = "A100_80GB";
   a100.description = "NVIDIA A100 SXM4 80GB";
-  a100.memoryBytes = 80e9;
+  a100.memoryBytes = 81920 * ReportedMiB;
+  a100.datasheetMemory = 80e9;
   a100.bandwidth = 2.039e12;
   a100.peakF64 = 19.5e12; // FP64 Tensor Core (vector FP64: 9.7)
   a100.peakF32 = 19.5e12;
@@ -350,7 +361,8 @@ void addAmpere(std::vector<Target> &c) {
   Target a100s = a100;
   a100s.name = "A100_40GB";
   a100s.description = "NVIDIA A100 SXM4 40GB";
-  a100s.memoryBytes = 40e9;
+  a100s.memoryBytes = 40960 * ReportedMiB;
+  a100s.datasheetMemory = 40e9;
   a100s.bandwidth = 1.555e12;
   a100s.hostMemoryBytes = 128e9; // DGX A100 320GB: 1 TB for 8 GPUs
   a100s.source = "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM column)";
@@ -362,7 +374,8 @@ void addBlackwell(std::vector<Target> &c) {
   Target b200;
   b200.name = "B200";
   b200.description = "NVIDIA B200 (HGX B200, 1000 W) 180GB";
-  b200.memoryBytes = 180e9;
+  b200.memoryBytes = 183359 * ReportedMiB;
+  b200.datasheetMemory = 180e9;
   b200.bandwidth = 7.7e12; // earlier NVIDIA material: 8 TB/s
   b200.peakF64 = 37e12; // FP64 and FP64 Tensor Core are equal
   b200.peakF32 = 75e12;
@@ -391,7 +404,8 @@ void addAda(std::vector<Target> &c) {
   Target rtx;
   rtx.name = "RTX_4090";
   rtx.description = "NVIDIA GeForce RTX 4090 24GB";
-  rtx.memoryBytes = 24e9;
+  rtx.memoryBytes = 24564 * ReportedMiB;
+  rtx.datasheetMemory = 24e9;
   rtx.bandwidth = 1.008e12;
   rtx.peakF64 = 1.29e12; // 1/64 of FP32: no FP64 tensor cores
   rtx.peakF32 = 82.6e12;

@@ -54,8 +54,12 @@ double interpolateCurve(const std::vector<CurvePoint> &points, double flops);
 struct Target {
   std::string name;         ///< Catalogue key, e.g. "H100_SXM".
   std::string description;  ///< e.g. "NVIDIA H100 SXM5 80GB".
-  double memoryBytes = 0;   ///< Device memory in decimal bytes as the vendor
-                            ///< states it (H100_SXM: 80e9).
+  double memoryBytes = 0;   ///< Device memory in bytes as the driver reports it (a catalogue
+                            ///< GPU: NVML's total; H100_SXM: 81,559 MiB = 85.52e9 B).
+  double datasheetMemory = 0; ///< The vendor's rounded figure where it differs (H100_SXM:
+                              ///< 80e9, "80GB"): the lecture's max-params arithmetic.
+  /// The memory as the datasheet states it: datasheetMemory, else memoryBytes.
+  double statedMemory() const { return datasheetMemory > 0 ? datasheetMemory : memoryBytes; }
   double bandwidth = 0;     ///< Device memory bandwidth, B/s.
   double peakF64 = 0;       ///< FP64 Tensor Core rate where the GPU has one
                             ///< (what DGEMM reaches), else the vector rate.

@@ -130,7 +130,10 @@ SolverAnswer solveMaxParams(int64_t devices, const Target &target, const Optimiz
   r.question = "max-params";
   r.unit = "parameters";
   StateBytes b = stateBytesPerParam(precision, opt.states);
-  double mem = target.memoryBytes;
+  // The lecture's arithmetic: the datasheet's figure (H100_SXM "80GB", 80e9 B). The driver
+  // reports more (81,559 MiB); the last line gives the answer with that, which is what the
+  // memory checks of a plan compare against.
+  double mem = target.statedMemory();
   r.inputs = {numberInput("devices", static_cast<double>(devices)),
               wordInput("target", target.name),
               wordInput("optimizer", opt.name + (opt.name == "SGD" && opt.states ? " (momentum)" : "")),
@@ -176,6 +179,11 @@ SolverAnswer solveMaxParams(int64_t devices, const Target &target, const Optimiz
                            " devices: " + derivationNumber(mem) + " B / " + derivationNumber(perDevice[zero]) +
                            " B per parameter per device = " +
                            formatCount(std::floor(mem / perDevice[zero])) + " parameters");
+  if (target.memoryBytes != mem)
+    r.derivation.push_back("the " + target.name + " reports " + formatBytes(target.memoryBytes) + " (" +
+                           derivationNumber(target.memoryBytes) + " B, not the datasheet's " +
+                           derivationNumber(mem) + "): " + formatCount(std::floor(n * target.memoryBytes / b.total())) +
+                           " parameters with all of it; plans are checked against the reported memory");
   r.derivation.push_back("caveat: activations, workspace and fragmentation are not counted; a "
                          "trainable model must be smaller");
   return r;

@@ -45,7 +45,9 @@ TEST_CASE("target: names are unique", "[target]") {
 TEST_CASE("target: H100_SXM datasheet numbers", "[target]") {
   const Target *t = findTarget("H100_SXM");
   REQUIRE(t != nullptr);
-  CHECK(t->memoryBytes == 80e9);
+  CHECK(t->memoryBytes == 81559.0 * 1024 * 1024); // NVML's total (nvidia-smi: 81559MiB)
+  CHECK(t->datasheetMemory == 80e9);
+  CHECK(t->statedMemory() == 80e9);
   CHECK(t->bandwidth == 3.35e12);
   CHECK(t->peakBF16 == 989.5e12);
   CHECK(t->peakF16 == 989.5e12);
@@ -58,7 +60,10 @@ TEST_CASE("target: H100_SXM datasheet numbers", "[target]") {
 }
 
 TEST_CASE("target: other anchor numbers", "[target]") {
-  CHECK(findTarget("H200")->memoryBytes == 141e9);
+  CHECK(findTarget("H200")->memoryBytes == 143771.0 * 1024 * 1024);
+  CHECK(findTarget("H200")->statedMemory() == 141e9);
+  CHECK(findTarget("A100_80GB")->memoryBytes == 80.0 * 1024 * 1024 * 1024);
+  CHECK(findTarget("A100_40GB")->memoryBytes == 40.0 * 1024 * 1024 * 1024);
   CHECK(findTarget("H200")->bandwidth == 4.8e12);
   CHECK(findTarget("A100_80GB")->bandwidth == 2.039e12);
   CHECK(findTarget("A100_40GB")->bandwidth == 1.555e12);

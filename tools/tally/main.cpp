@@ -276,6 +276,7 @@ int runTargets() {
       list.push_back(json::Object{{"name", t.name},
                                   {"description", t.description},
                                   {"memory", t.memoryBytes},
+                                  {"datasheet_memory", t.statedMemory()},
                                   {"bandwidth", t.bandwidth},
                                   {"peak_fp64", t.peakF64},
                                   {"peak_fp32", t.peakF32},
@@ -311,7 +312,8 @@ int runTargets() {
                       formatRate(t.peakBF16, UnitDim::FlopRate),
                       formatRate(t.peakTF32, UnitDim::FlopRate),
                       formatRate(t.peakF32, UnitDim::FlopRate), t.ridge(Dtype::BF16));
-  outs() << "\nDense (not sparse) datasheet rates; sources in docs/targets.md.\n";
+  outs() << "\nDense (not sparse) datasheet rates; sources in docs/targets.md. Memory as the driver reports\n"
+            "it (an H100 80GB: 81,559 MiB), which plans are checked against.\n";
   return 0;
 }
 
