@@ -10,6 +10,10 @@
 // gradients back the same way. A tied parameter's gradient is summed between its two ranks
 // after the last backward (pp_sum_with). With data = d > 1 (data × pipeline) the stage's
 // gradients are then averaged over its data group (reduce_gradients, a counted ring; EmitUpdate.cpp).
+// With tensor = t > 1 (tensor x pipeline) each stage's code is the tensor-parallel shard's with
+// its all-reduces (tensorParallelAfter), and a boundary moves as pieces: pp_send_piece sends the
+// tensor rank's 1/t, pp_recv_piece receives it and tp_all_gather fills in the rest from the
+// tensor group (Megatron's scatter/gather, as the estimate prices it).
 // kStageLayouts holds every stage's regions and arena; select_stage picks this process's by its
 // pipeline coordinate (the plan's rank order).
 #include "codegen/EmitInternal.h"
@@ -22,7 +26,7 @@ void Emitter::selectRank(int64_t r) {
   regions.grads = rank.grads;
   regions.master = rank.master;
   regions.optimizer = rank.optimizer;
-  regions.shard = 0;
+  regions.shard = rank.shard; // data x pipeline under ZeRO-1: the stage's optimizer shard
   regions.tensorShards = 0;
   index();
 }
@@ -82,9 +86,16 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
     body += std::string("\n  // pipeline: ") + why + "\n";
     site(send ? "pipeline.send" : "pipeline.recv", send ? "communication" : "bubble");
     std::string p0 = ptr(x);
-    line(llvm::formatv("tally_comm::pp_{0}<{1}>(ctx, {2}, {3}, {4}, {5} + static_cast<int>(mb){6});",
-                       send ? "send" : "recv", T(x), p0, n(x), peer, (2 * boundary + dir) * m, send ? ", key" : "")
+    // Tensor x pipeline: each tensor rank moves its 1/t piece, the receiver all-gathers the rest
+    // from its tensor group (Megatron's scatter/gather, as boundarySend prices it).
+    const char *piece = tensorParallel() ? "_piece" : "";
+    line(llvm::formatv("tally_comm::pp_{0}{7}<{1}>(ctx, {2}, {3}, {4}, {5} + static_cast<int>(mb){6});",
+                       send ? "send" : "recv", T(x), p0, n(x), peer, (2 * boundary + dir) * m, send ? ", key" : "", piece)
              .str());
+    if (tensorParallel() && !send) {
+      site("pipeline.tensor_all_gather", "communication");
+      line(llvm::formatv("tally_comm::tp_all_gather<{0}>(ctx, {1}, {2});", T(x), p0, n(x)).str());
+    }
     return error.empty();
   };
   auto grad = [&](TensorId x) { return s.storageOf(s.gradient[x]); };
@@ -107,6 +118,7 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
       continue;
     if (!emitEntry(se))
       return false;
+    tensorParallelAfter(e); // tensor x pipeline: the stage's all-reduces (EmitTensor.cpp)
   }
   op = nullptr;
   if (!backward && k + 1 < chunks)
@@ -200,13 +212,17 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
             "    const uint64_t s = seed + static_cast<uint64_t>(u.mb);\n"
             "    switch (2 * u.chunk + (u.backward ? 1 : 0)) {\n" + cases + "    }\n  }\n" +
             siteText("pipeline.send_wait", "bubble") + "  tally_comm::pp_wait_all(ctx);\n" + shared +
-            (dataParallel() ? "  // data x pipeline: this stage's gradients averaged over its data group\n"
-                              "  reduce_gradients(ctx);\n"
+            (dataParallel() ? std::string("  // data x pipeline: this stage's gradients averaged over its data group") +
+                                  (sharded() ? " (ZeRO-1: reduce-scattered, each rank keeping its shard)\n"
+                                             : "\n") +
+                                  "  reduce_gradients(ctx);\n"
                             : std::string()) +
             (be.device ? "  loss = read_losses<" + lossType + ">(ctx); // the last stage's losses (0 elsewhere)\n"
                        : std::string()) +
-            "  if (check_gradients) // every rank: the ranks agree by an all-reduce\n    check_gradients();\n"
-            "  if (before_zero)\n    before_zero();\n  *updated = update(ctx, step);\n  zero_grad(ctx);\n"
+            "  if (check_gradients) // every rank: the ranks agree by an all-reduce\n    check_gradients();\n" +
+            (sharded() ? "  if (before_zero) {\n    gather_gradients(ctx);\n    before_zero();\n  }\n"
+                       : "  if (before_zero)\n    before_zero();\n") +
+            "  *updated = update(ctx, step);\n  zero_grad(ctx);\n"
             "  return loss / static_cast<double>(kLayout.microSteps);\n}\n\n} // namespace stage" +
             std::to_string(r) + "\n\n";
     stages += text;

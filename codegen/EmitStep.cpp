@@ -475,13 +475,17 @@ bool Emitter::checkPlan() {
   // of the initialisation and --save cut masters by tensor cut, not by data shard).
   const bool tensorZero =
       par.data > 1 && (par.zero > 1 || (par.zero == 1 && plan.precision.master != Dtype::Invalid));
-  const bool sequenceRefused = par.sequenceParallel && (par.data > 1 || be.device);
-  if (par.tensor > 1 && (sequenceRefused || plan.fuseKernels || tensorZero || par.pipeline != 1 ||
+  const bool sequenceRefused = par.sequenceParallel && (par.data > 1 || par.pipeline > 1 || be.device);
+  const bool pipelineRefused = par.pipeline != 1 && be.device; // tensor x pipeline: the CPU's MPI ranks
+  if (par.tensor > 1 && (sequenceRefused || plan.fuseKernels || tensorZero || pipelineRefused ||
                          par.context != 1 || par.expert != 1)) {
     std::string how =
         sequenceRefused && be.device
             ? "without sequence_parallel (its gathers and reduce-scatters run on the CPU backend's MPI ranks, not "
               "over NCCL yet)"
+        : sequenceRefused && par.pipeline > 1
+            ? "with sequence_parallel on its own, not with pipeline parallelism yet (a boundary split along the "
+              "sequence is not sent yet)"
         : sequenceRefused
             ? "with sequence_parallel on its own, not with data parallelism yet (no end-to-end check runs "
               "data x tensor with sequence parallelism)"
@@ -493,7 +497,9 @@ bool Emitter::checkPlan() {
                           "cuts yet")
         : tensorZero ? "with data parallelism and ZeRO-1, not ZeRO " + std::to_string(par.zero) +
                            ": its gradient and parameter pieces are not run over each data group of tensor cuts yet"
-                     : "on its own or with data parallelism, not with pipeline, context or expert parallelism";
+        : pipelineRefused ? std::string("on its own, not with pipeline parallelism yet (the CPU backend runs tensor x "
+                                        "pipeline, under MPI)")
+                     : "on its own or with data or pipeline parallelism, not with context or expert parallelism";
     return fail("tensor = " + std::to_string(par.tensor) + ": the " + title() + " backend runs tensor parallelism " + how);
   }
   if (par.tensor > 1 && be.device && par.data > 1) // tally_comm_nccl.h splits the groups; not run yet
@@ -511,11 +517,10 @@ bool Emitter::checkPlan() {
     return fail("tensor = " + std::to_string(par.tensor) + ": the plan was not analyzed as the generated step runs it");
   if (pipelined() && !checkPipeline())
     return false;
-  if ((par.tensor != 1 && par.devices != par.tensor * par.data) ||
-      (par.pipeline != 1 && par.devices != par.pipeline * par.data) || par.context != 1 || par.expert != 1 ||
-      (par.tensor == 1 && par.pipeline == 1 && par.devices != par.data))
+  if (par.devices != par.tensor * par.pipeline * par.data || par.context != 1 || par.expert != 1)
     return fail("the " + title() + " backend runs data, tensor or pipeline parallelism, each on its own, or data with "
-                "tensor or with pipeline (processes under " + be.parallelEngine + "); this plan combines them (data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
+                "tensor or with pipeline, or tensor with pipeline (processes under " + be.parallelEngine +
+                "); this plan combines them (data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
                 std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
                 std::to_string(par.expert) + ")");
   if (par.data > 1 && par.zero > 1 && be.device)

@@ -140,7 +140,7 @@ std::string Emitter::communication(int64_t gradElems) {
                        "static const GatherEntry kGather[] = {\n";
   size_t count = 0;
   for (const ParamInfo &pi : s.params)
-    if (pi.trainable) {
+    if (pi.trainable && gradOffset.count(pi.tensor)) { // pipeline: this stage's parameters
       gather += llvm::formatv("    {{{0}, {1}, {2}}, // {3}\n", paramOffset.at(pi.tensor), gradOffset.at(pi.tensor),
                               bp * n(pi.tensor), commentSafe(s.paramPath(pi)))
                     .str();
@@ -240,7 +240,7 @@ std::string Emitter::zeroUpdateRows(bool hasMaster, unsigned states, size_t &cou
   int64_t S = regions.shard, bg = static_cast<int64_t>(bytesOf(gd)), bp = static_cast<int64_t>(bytesOf(pd));
   int64_t stateBytes = alignUp(S * 4);
   for (const ParamInfo &pi : s.params) {
-    if (!pi.trainable)
+    if (!pi.trainable || !gradOffset.count(pi.tensor)) // pipeline: another stage's
       continue;
     TensorId t = pi.tensor;
     int64_t g0 = gradOffset.at(t) / bg, total = updated(t);

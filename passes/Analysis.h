@@ -632,6 +632,9 @@ struct Analysis {
     struct Rank {
       int64_t arenaBytes = 0;
       Region params, grads, master, optimizer;
+      /// Data x pipeline under ZeRO-1: the elements of the stage's grads region each rank of its
+      /// data group owns, ⌈E / data⌉ (the optimizer region holds that run per state); else 0.
+      int64_t shard = 0;
       std::vector<bool> holds;        ///< per Graph::params index: in this rank's regions
       std::vector<TensorId> shared;   ///< parameters whose gradient is summed with `peer`'s
       std::vector<int64_t> peers;

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 
 namespace tally {
 
@@ -391,10 +392,27 @@ double dataParallelSentBytes(const Analysis &a, int64_t stage) {
   return sent;
 }
 
-double tensorParallelSentBytes(const Analysis &a) {
+/// Records the collectives of `messages` (bytes each, over group `group`) in
+/// Analysis::collectives, one entry per distinct size, `times` calls per step for each message
+/// (under pipeline stage `stage`; -1: every rank's).
+void recordMessages(Analysis &a, const char *what, char group, Collective c, const std::vector<double> &messages,
+                    double divisor, double times, bool overlapped, int64_t stage) {
+  if (messages.empty() || times <= 0)
+    return;
+  Placement g = place(*a.plan, group);
+  if (g.n <= 1)
+    return;
+  std::map<double, double> count;
+  for (double bytes : messages)
+    count[bytes / divisor] += 1;
+  for (auto &[bytes, k] : count)
+    a.collectives.push_back({what, group, collectiveCost(a.plan->target, g, c, bytes), k * times, overlapped, stage});
+}
+
+double tensorParallelSentBytes(const Analysis &a, int64_t stage) {
   double sent = 0;
   for (const Analysis::CollectiveUse &u : a.collectives)
-    if (u.group == 't')
+    if (u.group == 't' && (u.stage < 0 || u.stage == stage))
       sent += u.perStep * ringSentBytes(u.cost);
   return sent;
 }

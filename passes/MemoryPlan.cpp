@@ -435,7 +435,7 @@ bool placeArena(std::vector<Buffer> &buffers, int64_t &arena) { return placeBuff
 
 bool layStageRegions(const Analysis &a, const std::vector<bool> &holds, Region &params, Region &grads, Region &master,
                      Region &optimizer) {
-  const Graph &g = *a.graph;
+  const Graph &g = regionGraph(a); // tensor x pipeline: the stage's tensor cuts
   const Plan &plan = *a.plan;
   std::vector<TensorId> all, trainable;
   for (size_t i = 0; i < g.params.size(); ++i) {

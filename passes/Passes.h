@@ -316,9 +316,10 @@ TensorSplit tensorSplit(const Graph &g, const Plan &plan);
 std::string shardSequence(const Graph &g, const Plan &plan, Graph &step, std::vector<int8_t> &dim);
 std::string shardForTensorParallel(const Graph &g, const Plan &plan, Graph &out,
                                    std::vector<TensorShardOf> &shards, OpId &at);
-/// The bytes one rank sends per step in the tensor-parallel all-reduces the step time prices,
-/// as a ring sends them (2(t−1)/t of each message; Collectives.cpp).
-double tensorParallelSentBytes(const Analysis &a);
+/// The bytes one rank sends per step in the tensor-parallel collectives the step time prices,
+/// as a ring sends them (2(t−1)/t of each all-reduce's message; Collectives.cpp): those every
+/// rank runs and, under the generated tensor x pipeline step, those of pipeline stage `stage`.
+double tensorParallelSentBytes(const Analysis &a, int64_t stage = 0);
 /// `w` over a tensor split of `split` devices: its FLOPs, bytes, transcendentals and outside
 /// bytes divided, the same calls on each.
 KernelWork splitWork(KernelWork w, double split);

@@ -17,15 +17,25 @@
 //    parameters its chunks read, unsharded. A parameter two ranks read (a tied head's weight)
 //    is held by both, its gradient summed between them once per step (Megatron's embedding
 //    all-reduce), which the estimate prices for the generated step (StepTime.cpp).
-// 4. Data x pipeline (data = d > 1, without ZeRO): every data rank runs the same stages on its
-//    batch / d rows (m micro-batches of its own); each stage's data group averages that stage's
-//    grads region after the last backward, priced per stage (StepTime.cpp, CollectiveUse::stage).
+// 4. Data x pipeline (data = d > 1, without ZeRO or with ZeRO-1): every data rank runs the same
+//    stages on its batch / d rows (m micro-batches of its own); each stage's data group averages
+//    that stage's grads region after the last backward (under ZeRO-1 reduce-scatters it, each
+//    rank updating its ⌈E/d⌉ elements, Rank::shard, and gathers the parameters back), priced per
+//    stage (StepTime.cpp, CollectiveUse::stage).
+// 5. Tensor x pipeline (tensor = t > 1, Plan::tensorStep; 1F1B, without data parallelism): the
+//    step graph is one tensor rank's shard (TensorShard.cpp), so the stages, slots and regions
+//    above are one tensor rank's of each stage. A boundary moves as the estimate prices it
+//    (boundarySend) and Megatron's scatter/gather does: each tensor rank sends its 1/t piece, the
+//    receiver all-gathers the pieces over its tensor group; tensorPipelineComm records each
+//    stage's tensor-group collectives under that stage.
 #include "passes/Fusion.h"
 #include "passes/Passes.h"
+#include "passes/TensorParallel.h"
 
 #include "ir/Units.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace tally {
@@ -104,8 +114,15 @@ bool crossings(Analysis &a, const BufferIndex &bi, std::vector<std::set<uint32_t
     if (k > 0)
       ps.chunks[k - 1].outputs = ps.chunks[k].inputs;
     double fwd = 0, bwd = 0;
+    const int64_t t = a.plan->parallel.tensor;
     for (TensorId x : inputs[k]) {
       fwd += s.bytes(x);
+      // Tensor x pipeline: each tensor rank sends its 1/t of the boundary (Megatron's scatter/gather).
+      if (t > 1 && std::fmod(numel(s.tensors[x].shape), static_cast<double>(t)) != 0)
+        return fail("the boundary tensor " + s.tensorName(x) + " before " + stage(static_cast<uint32_t>(k)) +
+                        " does not split into tensor = " + std::to_string(t) +
+                        " equal parts: the generated step sends each tensor rank's 1/t of it, as the estimate prices",
+                    kNone);
       TensorId gx = x < s.gradient.size() ? s.gradient[x] : kNone;
       if (gx == kNone || !(writers[s.storageOf(gx)] & (uint64_t(1) << k)))
         return fail("the gradient of " + s.tensorName(x) + ", which " + stage(static_cast<uint32_t>(k)) +
@@ -159,11 +176,32 @@ bool holdings(Analysis &a, const std::vector<uint32_t> &forwardChunk) {
       ps.ranks[static_cast<size_t>(on[k])].peers.push_back(on[1 - k]);
     }
   }
-  for (auto &r : ps.ranks)
+  const Plan &plan = *a.plan;
+  const int64_t d = plan.parallel.data, bg = static_cast<int64_t>(bytesOf(plan.precision.grads));
+  for (auto &r : ps.ranks) {
     if (!layStageRegions(a, r.holds, r.params, r.grads, r.master, r.optimizer)) {
       ps.error = "a stage's regions pass 2^63 - 1 bytes";
       return false;
     }
+    // Data x pipeline under ZeRO-1 (no master copy: unsupported refuses one): the stage's grads
+    // region split over its data group as the memory plan splits a whole model's (MemoryPlan.cpp),
+    // each optimizer state one run of ⌈E / d⌉ elements.
+    if (d > 1 && plan.parallel.zero == 1 && bg > 0) {
+      const int64_t elems = r.grads.bytes / bg;
+      r.shard = elems / d + (elems % d != 0);
+      std::optional<int64_t> one = checkedMul(r.shard, static_cast<int64_t>(bytesOf(plan.precision.optimizer)));
+      std::optional<int64_t> run = one ? checkedAlignUp(*one) : std::nullopt;
+      std::optional<int64_t> all = run ? checkedMul(static_cast<int64_t>(optimizerStates(plan.optimizer)), *run)
+                                       : std::nullopt;
+      if (!all) {
+        ps.error = "a stage's optimizer shard passes 2^63 - 1 bytes";
+        return false;
+      }
+      r.optimizer = Region();
+      r.optimizer.dtype = plan.precision.optimizer;
+      r.optimizer.bytes = *all;
+    }
+  }
   return true;
 }
 
@@ -216,12 +254,27 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   const Plan &plan = *a.plan;
   const Parallelism &par = plan.parallel;
   const int64_t p = par.pipeline, v = std::max<int64_t>(1, par.interleave);
-  if (par.tensor > 1 || par.context > 1 || par.expert > 1)
-    return "the generated step runs pipeline parallelism on its own or with data parallelism, not with tensor, "
+  if (par.context > 1 || par.expert > 1)
+    return "the generated step runs pipeline parallelism on its own or with data or tensor parallelism, not with "
            "context or expert parallelism";
-  if (par.data > 1 && par.zero >= 1)
-    return "the generated step runs data x pipeline without ZeRO (zero = " + std::to_string(par.zero) +
-           "): each stage's data group all-reduces its whole gradients, the optimizer state is not sharded";
+  if (par.tensor > 1 && par.sequenceParallel)
+    return "the generated step runs tensor x pipeline without sequence_parallel (a boundary split along the "
+           "sequence is not sent yet)";
+  if (par.tensor > 1 && v > 1)
+    return "the generated step runs tensor x pipeline with the 1F1B schedule, not interleaved yet (no end-to-end "
+           "check runs tensor x interleave)";
+  if (par.tensor > 1 && par.data > 1)
+    return "the generated step runs tensor x pipeline on its own, not with data parallelism yet (no end-to-end "
+           "check runs data x tensor x pipeline)";
+  if (par.tensor > 1 && (!plan.tensorStep || !a.tensorStepError.empty()))
+    return "the plan's tensor parallelism is not one the generated step runs" +
+           (a.tensorStepError.empty() ? std::string() : ": " + a.tensorStepError);
+  if (par.data > 1 && par.zero >= 2)
+    return "the generated step runs data x pipeline without ZeRO or with ZeRO-1, not ZeRO " + std::to_string(par.zero) +
+           ": each stage's gradient and parameter pieces are not run over its data group yet";
+  if (par.data > 1 && par.zero == 1 && plan.precision.master != Dtype::Invalid)
+    return "the generated step runs data x pipeline with ZeRO-1 only without a separate fp32 master copy (this "
+           "plan's precision keeps one): master shards are not cut from each stage's regions yet";
   if (plan.fuseKernels)
     return std::string("the generated pipeline step runs without fused kernels (build it ") +
            (plan.cudaStep ? "with --fuse=false)" : "without --fuse)");
@@ -294,10 +347,54 @@ double pipelineSentBytes(const Analysis &a, int64_t rank) {
     int64_t k = c * p + rank;
     boundaries += (k + 1 < chunks ? 1 : 0) + (k > 0 ? 1 : 0);
   }
-  double sent = static_cast<double>(ps.microBatches) * boundaries * ps.boundaryBytes;
+  // Tensor x pipeline: each tensor rank sends its 1/t of a boundary (boundarySend, StepTime.cpp);
+  // the receiver's all-gather is its tensor group's (tensorParallelSentBytes).
+  double sent = static_cast<double>(ps.microBatches) * boundaries * ps.boundaryBytes /
+                static_cast<double>(std::max<int64_t>(1, a.plan->parallel.tensor));
   for (TensorId w : ps.ranks[static_cast<size_t>(rank)].shared)
     sent += numel(a.graph->tensors[w].shape) * bytesOf(a.plan->precision.grads);
   return sent;
+}
+
+double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m) {
+  const Graph &g = *a.graph, &s = *a.step;
+  const auto &ps = a.pipelineStep;
+  const Plan &plan = *a.plan;
+  const int64_t p = ps.stages, chunks = p * ps.interleave;
+  const Placement group = place(plan, 't');
+  auto on = [&](OpId i, int64_t r) { return i < ps.chunkOfOp.size() && ps.chunkOfOp[i] % p == r; };
+  double slowest = 0;
+  for (int64_t r = 0; r < p; ++r) {
+    std::vector<double> forward, backward, gathers;
+    for (OpId i = 0; i < g.ops.size() && i < tp.rowParallel.size(); ++i)
+      if (tp.rowParallel[i] && on(i, r))
+        for (TensorId o : g.ops[i].outputs)
+          forward.push_back(g.bytes(o));
+    for (size_t k = 0; k < tp.backwardMessages.size(); ++k)
+      if (!tp.backwardReaders[k].empty() && on(tp.backwardReaders[k].front(), r))
+        backward.push_back(tp.backwardMessages[k]);
+    // What this rank receives: its chunks' boundary activations, and their outputs' gradients.
+    for (int64_t c = 0; c < ps.interleave; ++c) {
+      const int64_t k = c * p + r;
+      if (k > 0)
+        for (TensorId x : ps.chunks[static_cast<size_t>(k)].inputs)
+          gathers.push_back(s.bytes(x));
+      if (k + 1 < chunks)
+        for (TensorId x : ps.chunks[static_cast<size_t>(k)].outputs)
+          gathers.push_back(s.bytes(x));
+    }
+    recordMessages(a, "forward all-reduce (a pipeline stage's)", 't', Collective::AllReduce, forward, 1, m, false, r);
+    recordMessages(a, "backward all-reduce of an input gradient (a pipeline stage's)", 't', Collective::AllReduce,
+                   backward, 1, m, false, r);
+    recordMessages(a, "all-gather of a received pipeline boundary (Megatron's scatter/gather)", 't',
+                   Collective::AllGather, gathers, 1, m, false, r);
+    double time = 0;
+    for (const auto *list : {&forward, &backward})
+      for (double bytes : *list)
+        time += collectiveTime(plan.target, group, Collective::AllReduce, bytes);
+    slowest = std::max(slowest, m * time);
+  }
+  return slowest;
 }
 
 } // namespace tally

@@ -483,15 +483,23 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
   // averages that stage's grads region (its parameters, padding and all, a tied weight on both
   // stages that read it) after the pipeline's last backward, in buckets of that region, as
   // counted rings, exposed (codegen/EmitUpdate.cpp). Each stage's all-reduce is recorded under
-  // its stage; the stages' groups run at once, so the step waits for the largest.
-  if (const auto &ps = a.pipelineStep; !ps.chunks.empty() && d > 1 && par.zero == 0) {
+  // its stage; the stages' groups run at once, so the step waits for the largest. Under ZeRO-1
+  // each stage's region is reduce-scattered instead and its updated parameters gathered back
+  // through it (G's dtype), the region's bytes each way.
+  if (const auto &ps = a.pipelineStep; !ps.chunks.empty() && d > 1 && par.zero <= 1) {
     double slowest = 0;
     for (size_t r = 0; r < ps.ranks.size(); ++r) {
       size_t before = a.collectives.size();
-      double t = bucketed(a, "gradient all-reduce of a pipeline stage's region", 'd', place(plan, 'd'),
-                          Collective::AllReduce, static_cast<double>(ps.ranks[r].grads.bytes), gradBucket, 1, 1,
-                          false)
-                     .first;
+      double region = static_cast<double>(ps.ranks[r].grads.bytes);
+      double t = par.zero == 0 ? bucketed(a, "gradient all-reduce of a pipeline stage's region", 'd', place(plan, 'd'),
+                                          Collective::AllReduce, region, gradBucket, 1, 1, false)
+                                     .first
+                               : bucketed(a, "gradient reduce-scatter of a pipeline stage's region", 'd',
+                                          place(plan, 'd'), Collective::ReduceScatter, region, gradBucket, 1, 1, false)
+                                         .first +
+                                     bucketed(a, "parameter all-gather of a pipeline stage's region", 'd',
+                                              place(plan, 'd'), Collective::AllGather, region, gradBucket, 1, 1, false)
+                                         .first;
       for (size_t k = before; k < a.collectives.size(); ++k)
         a.collectives[k].stage = static_cast<int64_t>(r);
       slowest = std::max(slowest, t);
@@ -689,24 +697,6 @@ double expertAllToAll(const Analysis &a, const TensorParallel &tp) {
   return time;
 }
 
-/// Records the collectives of `messages` (bytes each, over group `group`) in
-/// Analysis::collectives, one entry per distinct size, `times` calls per step for each message.
-void recordMessages(Analysis &a, const char *what, char group, Collective c,
-                    const std::vector<double> &messages, double divisor, double times,
-                    bool overlapped) {
-  if (messages.empty() || times <= 0)
-    return;
-  Placement g = place(*a.plan, group);
-  if (g.n <= 1)
-    return;
-  std::map<double, double> count;
-  for (double bytes : messages)
-    count[bytes / divisor] += 1;
-  for (auto &[bytes, k] : count)
-    a.collectives.push_back(
-        {what, group, collectiveCost(a.plan->target, g, c, bytes), k * times, overlapped});
-}
-
 /// Step 7, the sequence parallel all-gathers of one micro-batch (0 without sequence_parallel):
 /// each column input's before its matmuls (and, training, again in the backward), each row
 /// output's gradient and the embeddings' scattered sum's gradient in the backward, each
@@ -898,10 +888,14 @@ void stepTime(Analysis &a) {
     double normGrads = sequenceGrads.empty() ? 0 : collectiveTime(target, place(plan, 't'), Collective::AllReduce, sequenceGrads[0]);
     a.time.tensorParallelComm = m / p * perMicroBatch + normGrads;
     double c = degree(par.context);
-    recordMessages(a, sp ? "sequence parallel reduce-scatter of a row output" : "forward all-reduce", 't', kind,
-                   tp.forwardMessages, c, m / p, false);
-    recordMessages(a, sp ? "sequence parallel reduce-scatter of an input gradient" : "backward all-reduce of an input gradient",
-                   't', kind, tp.backwardMessages, c, m / p, par.tensorOverlap);
+    if (!a.pipelineStep.chunks.empty()) // the generated tensor x pipeline step: each stage's (PipelineStep.cpp)
+      a.time.tensorParallelComm = tensorPipelineComm(a, tp, m);
+    else
+      recordMessages(a, sp ? "sequence parallel reduce-scatter of a row output" : "forward all-reduce", 't', kind,
+                     tp.forwardMessages, c, m / p, false);
+    if (a.pipelineStep.chunks.empty())
+      recordMessages(a, sp ? "sequence parallel reduce-scatter of an input gradient" : "backward all-reduce of an input gradient",
+                     't', kind, tp.backwardMessages, c, m / p, par.tensorOverlap);
     recordMessages(a, sp ? "sequence parallel recompute reduce-scatter" : "recompute all-reduce", 't', kind,
                    recomputeMessages, c, m / p, false);
     recordMessages(a, "sequence parallel all-reduce of the norms' gradients", 't', Collective::AllReduce, sequenceGrads,

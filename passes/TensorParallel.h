@@ -3,6 +3,7 @@
 // the activation planner and the generated step read. Private to passes/.
 #pragma once
 
+#include "passes/Collectives.h"
 #include "passes/Passes.h"
 
 #include <memory>
@@ -66,5 +67,19 @@ struct TensorParallelMemo {
 /// tensorParallel(*a.graph, *a.plan) with its traffic, from a's memo when it has one (else
 /// made now and not kept).
 std::shared_ptr<const TensorParallel> tensorParallelOf(const Analysis &a);
+
+/// Records the collectives of `messages` (bytes each, over group `group`) in
+/// Analysis::collectives, one entry per distinct size, `times` calls per step for each message,
+/// under pipeline stage `stage` (-1: every rank runs them). Collectives.cpp.
+void recordMessages(Analysis &a, const char *what, char group, Collective c, const std::vector<double> &messages,
+                    double divisor, double times, bool overlapped, int64_t stage = -1);
+
+/// The generated tensor x pipeline step (Analysis::pipelineStep with tensor = t > 1): records
+/// each stage's tensor-group collectives, m micro-batches of them per step (its row-parallel
+/// outputs' all-reduces, its column inputs' gradients' all-reduces, and the all-gather of each
+/// boundary tensor it receives: Megatron's scatter/gather), and returns the seconds per step of
+/// the slowest stage's all-reduces (the all-gathers are priced with the sends, boundarySend).
+/// PipelineStep.cpp.
+double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m);
 
 } // namespace tally

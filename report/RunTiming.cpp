@@ -53,7 +53,7 @@ std::vector<RankRow> rankRows(const Analysis &an, const llvm::json::Array *measu
                           : static_cast<double>(an.regions.params.bytes + an.regions.grads.bytes +
                                                 an.regions.master.bytes + an.regions.optimizer.bytes);
     x.estSentData = dataParallelSentBytes(an, stage);
-    x.estSentTensor = tensorParallelSentBytes(an);
+    x.estSentTensor = tensorParallelSentBytes(an, stage);
     x.estSentPipeline = pipelineSentBytes(an, stage);
     x.estSent = x.estSentData + x.estSentTensor + x.estSentPipeline;
     const llvm::json::Object *m =

@@ -657,13 +657,14 @@ struct WholeModel {
       };
     });
   }
-  /// Rank `rank`'s part of the model: its stage's parameters, its tensor-parallel cuts, or its
-  /// ZeRO 2 and 3 pieces.
+  /// Rank `rank`'s part of the model: its tensor-parallel cuts (under tensor x pipeline those of
+  /// its stage's parameters: eachState skips the others), its stage's parameters, or its ZeRO 2
+  /// and 3 pieces.
   void part(Memory &shards, int rank, bool grads, bool toShards) {
-    if (kLayout.pipeline > 1)
-      stageParts(shards, grads, toShards);
-    else if (kLayout.tensor > 1)
+    if (kLayout.tensor > 1)
       tensorCuts(shards, tensorRankOf(rank), dataRankOf(rank), grads, toShards);
+    else if (kLayout.pipeline > 1)
+      stageParts(shards, grads, toShards);
     else
       pieces(shards, dataRankOf(rank), grads, toShards);
   }

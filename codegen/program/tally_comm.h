@@ -494,6 +494,35 @@ template <class T> void pp_recv(rt::Ctx &ctx, T *buf, int64_t n, int from, int t
                 "MPI_Recv");
 }
 
+// Tensor x pipeline (Megatron's scatter/gather, Narayanan et al. 2021 §4.1; p2p_communication.py
+// `scatter_gather_tensors_in_pipeline`): a boundary tensor is alike on every rank of the
+// sending stage's tensor group, so tensor rank r sends only its piece r (elements [r·c, (r+1)·c),
+// c = n/t) to the same tensor rank of the next stage, which all-gathers the pieces over its
+// tensor group (a counted ring: (t - 1)·c elements sent per rank).
+
+/// Sends this rank's tensor piece of the n elements of `buf` (pp_send).
+template <class T> void pp_send_piece(rt::Ctx &ctx, const T *buf, int64_t n, int to, int tag, int64_t key) {
+  const Group &g = detail::tensor_group();
+  const int64_t c = n / g.size + (n % g.size != 0);
+  const int64_t lo = detail::pieceLo(n, c, g.rank), hi = detail::pieceHi(n, c, g.rank);
+  pp_send(ctx, buf + lo, hi - lo, to, tag, key);
+}
+
+/// Receives this rank's tensor piece of the n elements of `buf` (pp_recv), in place.
+template <class T> void pp_recv_piece(rt::Ctx &ctx, T *buf, int64_t n, int from, int tag) {
+  const Group &g = detail::tensor_group();
+  const int64_t c = n / g.size + (n % g.size != 0);
+  const int64_t lo = detail::pieceLo(n, c, g.rank), hi = detail::pieceHi(n, c, g.rank);
+  pp_recv(ctx, buf + lo, hi - lo, from, tag);
+}
+
+/// Every tensor rank's piece of the n elements of `buf` onto every rank of the tensor group, in place.
+template <class T> void tp_all_gather(rt::Ctx &ctx, T *buf, int64_t n) {
+  rt::detail::KernelScope ks(ctx, "all_gather");
+  const Group &g = detail::tensor_group();
+  detail::ring_all_gather(g, buf, n, n / g.size + (n % g.size != 0));
+}
+
 /// Waits for the sends from slot `key` (every send when key < 0).
 inline void pp_wait(rt::Ctx &ctx, int64_t key) {
   auto &p = detail::pp_pending();

@@ -967,10 +967,71 @@ TEST_CASE("codegen: data x pipeline prices each stage's data group apart (issue 
   Compiled swapped(fromFile, dp, "dp2pp2", o);
   CHECK(rankCoordinate(*swapped.a->plan, 1, 'p') == 0);
   CHECK(rankCoordinate(*swapped.a->plan, 2, 'p') == 1);
-  // Under ZeRO the step refuses it (each stage's optimizer state is not sharded yet).
+  // ZeRO-1: each stage's optimizer state is its data rank's half of the stage's grads region (one
+  // SGD state, padded to 256 bytes); its region is reduce-scattered and gathered back, the same
+  // bytes to the data group as the all-reduce. ZeRO 2 is refused.
   o.target = "4 x H100_SXM { pipeline = 2, zero = 1 }";
   Compiled zero(fromFile, dp, "dp2pp2", o);
-  CHECK(zero.a->pipelineStep.error.find("without ZeRO") != std::string::npos);
+  const auto &zs = zero.a->pipelineStep;
+  REQUIRE(zs.error.empty());
+  for (int64_t r = 0; r < 2; ++r) {
+    const auto &rank = zs.ranks[static_cast<size_t>(r)];
+    CHECK(rank.shard == rank.grads.bytes / 4 / 2);
+    CHECK(rank.optimizer.bytes == (rank.shard * 4 + 255) / 256 * 256);
+    CHECK(dataParallelSentBytes(*zero.a, r) == static_cast<double>(rank.grads.bytes));
+  }
+  o.target = "4 x H100_SXM { pipeline = 2, zero = 2 }";
+  Compiled zero2(fromFile, dp, "dp2pp2", o);
+  CHECK(zero2.a->pipelineStep.error.find("not ZeRO 2") != std::string::npos);
+}
+
+TEST_CASE("codegen: tensor x pipeline prices each stage's tensor group and half boundaries (issue 39 item 4)",
+          "[codegen][pipeline]") {
+  // dp.tally's tp2pp2 on 4 ranks (tensor = 2, pipeline = 2): each stage's regions are its tensor
+  // cuts, each rank sends half of each boundary to its pipeline peer (Megatron's scatter/gather)
+  // and all-gathers the halves of what it receives over its tensor group; its stage's all-reduces
+  // (2 blocks x 2 forward and 2 backward, a ring of 2 sending each [2, 16, 32] message once) and
+  // those all-gathers are recorded under its stage.
+  std::string dp = sourceDir() + "/tests/step/e2e/dp.tally";
+  PlanOverrides o;
+  o.generatedStep = o.tensorStep = true;
+  o.target = "4 x H100_SXM { tensor = 2, pipeline = 2 }";
+  Compiled run(fromFile, dp, "tp2pp2", o);
+  const Analysis &a = *run.a;
+  const auto &ps = a.pipelineStep;
+  REQUIRE(a.tensorStepError.empty());
+  REQUIRE(ps.error.empty());
+  REQUIRE(ps.ranks.size() == 2);
+  CHECK(ps.microBatches == 4);
+  const double boundary = 2 * 16 * 32 * 4, wte = 96 * 32 * 4;
+  for (int64_t r = 0; r < 2; ++r) {
+    INFO("stage " << r);
+    CHECK(pipelineSentBytes(a, r) == 4 * boundary / 2 + wte);
+    CHECK(tensorParallelSentBytes(a, r) == 4 * (2 * 4 * boundary + boundary / 2));
+    CHECK(dataParallelSentBytes(a, r) == 0);
+    // The regions hold the stage's cuts: the whole-model step's halves of qkv, fc and the projections.
+    Compiled pp(fromFile, dp, "pp2", [] {
+      PlanOverrides q;
+      q.generatedStep = true;
+      q.target = "2 x H100_SXM { pipeline = 2 }";
+      return q;
+    }());
+    CHECK(ps.ranks[static_cast<size_t>(r)].params.bytes < pp.a->pipelineStep.ranks[static_cast<size_t>(r)].params.bytes);
+  }
+  int staged = 0;
+  for (const Analysis::CollectiveUse &u : a.collectives)
+    if (u.group == 't') {
+      CHECK((u.stage == 0 || u.stage == 1));
+      ++staged;
+    }
+  CHECK(staged >= 6); // per stage: forward and backward all-reduces, the boundary's all-gather
+  // Refused: with data parallelism, interleaved (no end-to-end check runs them).
+  o.target = "8 x H100_SXM { tensor = 2, pipeline = 2 }";
+  Compiled dp2(fromFile, dp, "tp2pp2", o);
+  CHECK(dp2.a->pipelineStep.error.find("not with data parallelism") != std::string::npos);
+  o.target = "4 x H100_SXM { tensor = 2, pipeline = 2, interleave = 2 }";
+  Compiled v2(fromFile, dp, "tp2pp2", o);
+  CHECK(v2.a->pipelineStep.error.find("not interleaved") != std::string::npos);
 }
 
 TEST_CASE("codegen: the padded LM head: the step pads, the counts and files do not (issue 38 item 4)", "[codegen][cuda]") {

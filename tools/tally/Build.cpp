@@ -736,6 +736,7 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
     bool staged = an.plan->parallel.pipeline > 1;
     os << formatv("{0,-24} {1,14} {2,14}\n",
                   staged && an.plan->parallel.data > 1                           ? "data x pipeline comm"
+                  : staged && an.plan->parallel.tensor > 1                       ? "tensor x pipeline comm"
                   : staged                                                       ? "pipeline comm"
                   : an.plan->parallel.tensor > 1 && an.plan->parallel.data > 1 ? "data x tensor comm"
                   : an.plan->parallel.tensor > 1                               ? "tensor-parallel comm"
@@ -758,9 +759,16 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
          << "); a tied parameter's gradient is summed between its\n"
          << "  two stages; bytes: rank 0's, counted by the sends (estimated: the priced boundary sends);\n"
          << "  waiting for a peer (receives, sends not yet taken) is the rank's idle time, class \"bubble\";\n"
-         << (an.plan->parallel.data > 1 ? "  then each stage's data group all-reduces that stage's gradients (a counted ring,\n"
-                                          "  after the last backward, not overlapped);\n"
-                                        : "");
+         << (an.plan->parallel.data > 1 && an.plan->parallel.zero == 1
+                 ? "  then each stage's data group reduce-scatters that stage's gradients and gathers the updated\n"
+                   "  parameters back (ZeRO-1: counted rings, after the last backward, not overlapped);\n"
+             : an.plan->parallel.data > 1 ? "  then each stage's data group all-reduces that stage's gradients (a counted ring,\n"
+                                            "  after the last backward, not overlapped);\n"
+             : an.plan->parallel.tensor > 1
+                 ? "  under tensor parallelism each tensor rank sends its 1/t of a boundary and the receiver\n"
+                   "  all-gathers it over its tensor group (Megatron's scatter/gather); the stage's all-reduces\n"
+                   "  run on its tensor group; bytes of both groups in the count;\n"
+                 : "");
     else if (an.plan->parallel.tensor > 1)
       os << "  Megatron's split: each row-parallel matmul's output all-reduced in the forward, each\n"
          << "  column-parallel input's gradient in the backward; the embeddings, norms and the head run\n"

@@ -77,6 +77,21 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     pp2's); the bytes each rank sent, counted per group, equal the estimate's for that rank and
     group and the derivation: to its pipeline pp2's boundaries on its 2 micro-batches and the
     tied wte gradient, to its data group its stage's grads region (a ring of 2 sends it whole).
+  - tensor x pipeline (tp2pp2: 4 processes, tensor = 2, pipeline = 2, the tensor group innermost
+    as the plan's order says) gives pp1's loss, last gradients and weights within RTOL_ZERO; every
+    rank's arena and regions equal the estimate's for that rank, its params region the tensor cut
+    (tp2's) of the tensors its stage holds (pp2's); the bytes each rank sent, counted per group,
+    equal the estimate's for that rank and group and the derivation: to its tensor group tp2's
+    all-reduces of its stage's 2 blocks on the 4 micro-batches plus one all-gather of half a
+    boundary per boundary tensor received (Megatron's scatter/gather), to its pipeline half a
+    boundary per micro-batch and the tied wte gradient.
+  - data x pipeline under ZeRO-1 (dp2pp2z: dp2pp2 with zero = 1: each stage's data group
+    reduce-scatters the stage's grads region, each rank updates the half its data rank owns, the
+    updated parameters all-gathered back) gives pp1's loss, gradients and weights within
+    RTOL_ZERO and dp2pp2's exactly; each rank's arena and regions equal the estimate's, its
+    optimizer region half its stage's grads region (one SGD state, padded to 256 bytes); the bytes
+    each rank sent per group equal the estimate's and dp2pp2's (half the region reduce-scattered
+    and half gathered back: the region's bytes again).
 Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when mpirun is
 not installed or TALLY has no `run` command.
 Usage: /usr/bin/python3 check_data_parallel.py TALLY
@@ -99,14 +114,15 @@ import safetensors as st  # noqa: E402
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z", "pp1",
-         "pp2", "pp2v2", "dp2pp2"]
-RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4, "dp2pp2": 4}  # the others: 2
+         "pp2", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2"]
+RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4, "dp2pp2": 4, "dp2pp2z": 4, "tp2pp2": 4}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
 # dp2pp2: pp2's stages on each of its 2 data ranks, rank r running stage r % 2 (the default order
 # puts the stages inside the data ranks), each pipeline 2 of the 4 micro-batches.
-STAGES = {"pp2": [[0, 1], [2, 3]], "pp2v2": [[0, 2], [1, 3]], "dp2pp2": [[0, 1], [2, 3]]}
+STAGES = {"pp2": [[0, 1], [2, 3]], "pp2v2": [[0, 2], [1, 3]], "dp2pp2": [[0, 1], [2, 3]],
+          "dp2pp2z": [[0, 1], [2, 3]]}
 BOUNDARY = 2 * 16 * 32 * 4  # one micro-batch's residual stream [2, 16, 32] fp32
 MICRO = 4  # 8 sequences in micro-batches of 2
 
@@ -144,13 +160,56 @@ def zero_pieces(runs, weights, result):
         result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
 
 
+CUT = ("qkv.weight", "qkv.b", "fc.weight", "fc.b", "attn.proj.weight", "mlp.proj.weight")  # tp2's cut tensors
+
+
+def tensor_pipeline(runs, weights, result):
+    """tp2pp2: rank q is tensor rank q % 2 of stage q // 2 (the default order, tensor innermost).
+    Each rank's regions are the tensor cuts of its stage's tensors; its bytes, per group, derived:
+    per micro-batch its stage's 2 blocks' 4 all-reduces of a [2, 16, 32] fp32 message (a ring of 2
+    sends the message's bytes once) and the all-gather of the boundary it receives (half of it);
+    to its pipeline half a boundary per micro-batch and the whole tied wte gradient."""
+    if "tp2pp2" not in runs:
+        return
+    est, got = runs["tp2pp2"][0]["estimated"], runs["tp2pp2"][0]["measured"]
+    erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+    if len(erows) != 4 or len(grows) != 4:
+        result("tp2pp2 per-rank rows", False, "estimated %s, measured %s" % (erows, grows))
+        return
+    by = got.get("sent_bytes_by_group", {})
+    for q in range(4):
+        r = q // 2
+        e, g = erows[q], grows[q]
+        result("tp2pp2 rank %d arena and regions" % q,
+               e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
+               "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"], g["arena_bytes"],
+                                                          g["regions_bytes"]))
+        held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in STAGES["pp2"][r]]
+        params = sum(align(4 * (int(np.prod(t.shape)) // (2 if n.endswith(CUT) else 1)))
+                     for n, t in weights.items() if n.startswith(tuple(held)))
+        result("tp2pp2 rank %d regions are its stage's cuts" % q, g["regions_bytes"] == 3 * params,
+               "regions %d B, derived 3 x %d B" % (g["regions_bytes"], params))
+        derived = {"tensor": MICRO * (2 * 4 * BOUNDARY + BOUNDARY // 2),
+                   "pipeline": MICRO * BOUNDARY // 2 + int(np.prod(weights["wte.weight"].shape)) * 4, "data": 0}
+        eby = e.get("sent_bytes_by_group", {})
+        for grp in ["data", "tensor", "pipeline"]:
+            counted = (by.get(grp) or [None] * 4)[q]
+            result("tp2pp2 rank %d %s-group bytes" % (q, grp), counted == eby.get(grp) == derived[grp],
+                   "counted %s, estimated %s, derived %d" % (counted, eby.get(grp), derived[grp]))
+        sent = (got.get("sent_bytes") or [None] * 4)[q]
+        result("tp2pp2 rank %d bytes sent" % q, sent == e["sent_bytes"] == sum(derived.values()),
+               "counted %s, estimated %.0f, derived %d" % (sent, e["sent_bytes"], sum(derived.values())))
+        result("tp2pp2 rank %d idle beside the bubble" % q, g["idle_s"] >= 0 and e["bubble_s"] > 0,
+               "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
+
+
 def tensor_cuts(runs, weights, result):
     """tp2 and dp2tp2: each rank's params region from the saved tensors' shapes, its arena and
     regions against the estimate's for that rank, and the bytes it sent, by group."""
     params = 0
     for name, t in weights.items():
         n = int(np.prod(t.shape))
-        cut = name.endswith(("qkv.weight", "qkv.b", "fc.weight", "fc.b", "attn.proj.weight", "mlp.proj.weight"))
+        cut = name.endswith(CUT)
         params += align(4 * (n // 2 if cut else n))
     for p, ranks in [("tp2", 2), ("tp2sp", 2), ("dp2tp2", 4), ("dp2tp2z", 4)]:
         if p not in runs:
@@ -231,9 +290,12 @@ def pipeline_stages(runs, weights, result):
                                                               g["arena_bytes"], g["regions_bytes"]))
             held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
             params = sum(align(4 * int(np.prod(t.shape))) for n, t in weights.items() if n.startswith(tuple(held)))
-            # fp32, SGD with momentum: params, grads and one state per trainable tensor, all trainable.
-            result("%s rank %d regions are its stage's" % (p, q), g["regions_bytes"] == 3 * params,
-                   "regions %d B, derived 3 x %d B" % (g["regions_bytes"], params))
+            # fp32, SGD with momentum: params, grads and one state per trainable tensor, all trainable;
+            # under ZeRO-1 the state is the half of the grads region's elements this rank's data rank
+            # owns, padded to 256 bytes.
+            state = align(4 * ((params // 4 + 1) // 2)) if p.endswith("z") else params
+            result("%s rank %d regions are its stage's" % (p, q), g["regions_bytes"] == 2 * params + state,
+                   "regions %d B, derived 2 x %d + %d B" % (g["regions_bytes"], params, state))
             chunks = 2 if p == "pp2v2" else 1
             boundaries = sum((k * 2 + r + 1 < 2 * chunks) + (k * 2 + r > 0) for k in range(chunks))
             micro = MICRO // data
@@ -313,7 +375,7 @@ def main():
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
                         ("tp2sp", RTOL_ZERO),
                         ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
-                        ("dp2pp2", RTOL_ZERO)]:
+                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO)]:
             if p not in runs:
                 continue
             one = "pp1" if "pp" in p else "dp1"
@@ -332,8 +394,9 @@ def main():
         tensor_cuts(runs, base_w, result)
         if "pp1" in runs:
             pipeline_stages(runs, runs["pp1"][1], result)
+            tensor_pipeline(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
-                            ("dp2tp2", "dp2tp2z")]:
+                            ("dp2tp2", "dp2tp2z"), ("dp2pp2", "dp2pp2z")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
                 result(zero + " loss = " + plain, r0["loss"] == r1["loss"], "%s vs %s" % (r1["loss"], r0["loss"]))
