@@ -1,0 +1,112 @@
+// The periodic walk (passes/ActivationPeriodic.cpp, issue 41): a comparison walk of a segment
+// policy priced from a smaller model, with the middle of each run of like copies left out,
+// must give the whole walk's peak, peak step, Saved and other bytes and re-run FLOPs and
+// seconds exactly, and must be the one taken where the copies and the policy are alike.
+#include <catch.hpp>
+
+#include "passes/ActivationsInternal.h"
+#include "tests/unit/Support.h"
+
+#include <string>
+#include <vector>
+
+using namespace tally;
+using namespace tally::activations;
+
+namespace {
+
+/// TinyGPT with `layers` copies on `target` (a plan with tensor parallelism splits some
+/// activations: the bytes the walks compare differ from the unsplit plan's).
+std::string periodicGpt(int layers, const std::string &target) {
+  return std::string(test::kTinyGPTModel) + R"(
+train t {
+  model       = TinyGPT(layers = )" + std::to_string(layers) + R"()
+  batch       = 16
+  seq         = 128
+  micro_batch = 4
+  optimizer   = AdamW(lr = 1e-4)
+  precision   = mixed_bf16
+  target      = )" + target + R"(
+}
+)";
+}
+
+/// Segments of k copies over the first m copies (the last may be shorter).
+Policy segmentsOf(size_t m, size_t k) {
+  Policy p;
+  p.name = "test";
+  for (size_t c = 0; c < m; c += k)
+    p.segments.push_back({c, std::min(m, c + k)});
+  return p;
+}
+
+/// The whole walk against the periodic one; whether the periodic one answered.
+bool samePeriodic(const Facts &f, const Analysis &a, const Policy &p) {
+  Walk whole = walk(f, a, p, /*keepBuffers=*/true);
+  std::optional<Walk> periodic = periodicWalk(f, p);
+  if (!periodic)
+    return false;
+  CHECK(periodic->peakSaved == whole.peakSaved);
+  CHECK(periodic->peakOther == whole.peakOther);
+  CHECK(periodic->peakStep == whole.peakStep);
+  CHECK(periodic->recomputeFlops == whole.recomputeFlops);
+  CHECK(periodic->recomputeExecuted == whole.recomputeExecuted);
+  CHECK(periodic->recomputeTime == whole.recomputeTime);
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("periodic walk: the copies' walk from a smaller model is the whole walk, exactly",
+          "[activations][periodic]") {
+  for (const char *target : {"8 x H100_SXM { data = 8 }", "8 x H100_SXM { tensor = 2, data = 4 }"}) {
+    INFO(target);
+    test::Compiled t(periodicGpt(40, target));
+    const Analysis &a = *t.a;
+    REQUIRE(a.walks);
+    Facts f = gatherFacts(a);
+    REQUIRE(f.copies.size() == 40);
+    // Policies the copies treat alike: the periodic walk must answer them.
+    std::vector<std::pair<std::string, Policy>> alike = {
+        {"none", Policy()},         {"full", segmentsOf(40, 1)},  {"every(2)", segmentsOf(40, 2)},
+        {"every(3)", segmentsOf(40, 3)}, {"every(4)", segmentsOf(40, 4)},
+        {"first 23", segmentsOf(23, 1)}, {"first 30 by 3", segmentsOf(30, 3)}};
+    for (const auto &[name, p] : alike) {
+      INFO(name);
+      CHECK(samePeriodic(f, a, p));
+    }
+    // Policies it may decline (runs too short to leave periods out): equal when it answers.
+    std::vector<std::pair<std::string, Policy>> other = {
+        {"every(7)", segmentsOf(40, 7)}, {"every(20)", segmentsOf(40, 20)},
+        {"one segment", segmentsOf(40, 40)},
+        {"first 3", segmentsOf(3, 1)}};
+    Policy scattered;
+    for (size_t c : {1, 2, 9, 10, 11, 12, 13, 14, 15, 16, 17, 30})
+      scattered.segments.push_back({c, c + 1});
+    other.push_back({"scattered", scattered});
+    for (const auto &[name, p] : other) {
+      INFO(name);
+      samePeriodic(f, a, p);
+    }
+  }
+}
+
+TEST_CASE("periodic walk: copies that differ are walked whole", "[activations][periodic]") {
+  // Eight copies are too few to leave any out; a selective policy is not a segment policy.
+  test::Compiled t(periodicGpt(8, "8 x H100_SXM { data = 8 }"));
+  Facts f = gatherFacts(*t.a);
+  CHECK(!periodicWalk(f, segmentsOf(8, 1)));
+  test::Compiled deep(periodicGpt(40, "8 x H100_SXM { data = 8 }"));
+  Facts g = gatherFacts(*deep.a);
+  Policy selective;
+  selective.selectiveOps.push_back(deep.op("h[3].mlp.gelu"));
+  CHECK(!periodicWalk(g, selective));
+  // The copies of the 40-layer model are alike from copy 1 to copy 38 (copy 0 reads the
+  // embedding, copy 39's output goes to the head).
+  REQUIRE(g.walked);
+  const PeriodicCopies &pc = g.walked->periodic;
+  REQUIRE(pc.built);
+  REQUIRE(pc.runs.size() == 1);
+  CHECK(pc.runs[0].first == 1);
+  CHECK(pc.runs[0].second == 38);
+}
