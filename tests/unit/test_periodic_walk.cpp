@@ -5,8 +5,14 @@
 #include <catch.hpp>
 
 #include "passes/ActivationsInternal.h"
+#include "passes/BackwardTable.h"
+#include "passes/GradientShares.h"
 #include "tests/unit/Support.h"
 
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -109,4 +115,93 @@ TEST_CASE("periodic walk: copies that differ are walked whole", "[activations][p
   REQUIRE(pc.runs.size() == 1);
   CHECK(pc.runs[0].first == 1);
   CHECK(pc.runs[0].second == 38);
+}
+
+namespace {
+
+/// gradientShares as it was written before its groups became lists (a std::set of writers per
+/// group in a std::map): the oracle for the lists.
+GradientShares sharesBySets(const Graph &g) {
+  GradientShares s;
+  size_t T = g.tensors.size(), n = g.ops.size();
+  s.root.assign(T, kNone);
+  s.at.assign(T, kNone);
+  if (g.loss == kNone)
+    return s;
+  auto base = [&](TensorId t) { return g.tensors[t].viewOf == kNone ? t : g.tensors[t].viewOf; };
+  std::vector<bool> hasGrad(T, false), runs(n, false);
+  hasGrad[g.loss] = true;
+  for (OpId o = static_cast<OpId>(n); o-- > 0;) {
+    const Op &op = g.ops[o];
+    if (!backward::backwardFor(op.kind).build || op.outputs.empty() || !hasGrad[base(op.outputs[0])])
+      continue;
+    runs[o] = true;
+    for (TensorId x : op.inputs)
+      if (gradientNeeded(g, x))
+        hasGrad[base(x)] = true;
+  }
+  std::vector<std::vector<OpId>> readers(T);
+  for (OpId o = 0; o < n; ++o)
+    for (TensorId x : g.ops[o].inputs)
+      readers[base(x)].push_back(o);
+  std::map<TensorId, std::pair<OpId, std::set<OpId>>> groups;
+  for (OpId o = static_cast<OpId>(n); o-- > 0;) {
+    const Op &op = g.ops[o];
+    if (op.kind != OpKind::Add || !runs[o] || op.attrs->hasScalar || op.inputs.size() != 2 ||
+        op.outputs.size() != 1 || op.inputs[0] == op.inputs[1])
+      continue;
+    TensorId y = op.outputs[0];
+    const Tensor &ty = g.tensors[y];
+    if (ty.viewOf != kNone || ty.role != TensorRole::Activation || y == g.loss ||
+        std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end())
+      continue;
+    for (TensorId u : op.inputs) {
+      const Tensor &tu = g.tensors[u];
+      if (tu.viewOf != kNone || tu.role != TensorRole::Activation || tu.producer == kNone ||
+          !gradientNeeded(g, u) || tu.shape != ty.shape || tu.dtype != ty.dtype ||
+          tu.layout != ty.layout || s.root[u] != kNone)
+        continue;
+      const std::vector<OpId> &rs = readers[u];
+      if (rs.empty() || rs.back() != o || std::count(rs.begin(), rs.end(), o) != 1)
+        continue;
+      TensorId r = s.root[y] != kNone ? s.root[y] : y;
+      auto &[minProducer, writers] = groups.try_emplace(r, o, std::set<OpId>()).first->second;
+      OpId p = tu.producer;
+      bool ok = rs.size() < 2 || rs[rs.size() - 2] < minProducer;
+      auto w = writers.lower_bound(p);
+      ok = ok && (w == writers.end() || *w >= o);
+      if (!ok)
+        continue;
+      s.root[u] = r;
+      s.at[u] = o;
+      minProducer = std::min(minProducer, p);
+      writers.insert(rs.begin(), rs.end() - 1);
+    }
+  }
+  for (TensorId t = 0; t < T; ++t)
+    if (s.root[t] != kNone)
+      s.members.emplace_back(s.root[t], t);
+  std::stable_sort(s.members.begin(), s.members.end(),
+                   [](const auto &x, const auto &y) { return x.first < y.first; });
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("gradient shares: the groups' writer lists decide as the sets did",
+          "[autodiff][periodic]") {
+  std::vector<std::unique_ptr<test::Compiled>> models;
+  models.push_back(std::make_unique<test::Compiled>(periodicGpt(12, "8 x H100_SXM { data = 8 }")));
+  for (const char *name : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally", "tour.tally"})
+    models.push_back(std::make_unique<test::Compiled>(test::fromFile, test::example(name)));
+  size_t shared = 0;
+  for (const auto &m : models) {
+    const Graph &g = m->g();
+    GradientShares lists = gradientShares(g), sets = sharesBySets(g);
+    CHECK(lists.root == sets.root);
+    CHECK(lists.at == sets.at);
+    CHECK(lists.members == sets.members);
+    shared += lists.members.size();
+  }
+  CHECK(shared > 0);
 }
