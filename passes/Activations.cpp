@@ -87,7 +87,7 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   // sum with the local gradients' bound does (planMemory), and else the buffers are listed
   // after all, for the memory plan to say what does not fit.
   bool list = !a.priceOnly && a.listsPlan();
-  bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly;
+  bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly && a.wanted(Result::BlockPlan);
   std::optional<int64_t> aligned = 0;
   Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
   if (!a.priceOnly && !list) {
@@ -139,7 +139,7 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   bool curve = plan.isTrain && !f.copies.empty() && !a.priceOnly &&
                (a.wanted(Result::Curve) ||
                 (a.wanted(Result::Budgets) && plan.checkpoint == "auto"));
-  if (plan.isTrain && !f.copies.empty() && !a.priceOnly)
+  if (perCopy)
     perBlock(f, w, a);
 
   a.livePeakBytes = w.peakSaved + w.peakOther;
