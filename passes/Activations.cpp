@@ -48,7 +48,8 @@
 //
 // The pass's files (their shared declarations: passes/ActivationsInternal.h): step 1 in
 // passes/ActivationFacts.cpp, step 2 in passes/CheckpointPolicies.cpp and, for nested
-// recomputation, passes/CheckpointNested.cpp, steps 3-5 in passes/ActivationLiveness.cpp,
+// recomputation, passes/CheckpointNested.cpp, steps 3-5 in passes/ActivationLiveness.cpp (and,
+// for the walks that compare policies over many like copies, passes/ActivationPeriodic.cpp),
 // what the reports read (per-copy activations and plan, the trade-off curve, the checkpoint
 // note) in passes/ActivationReport.cpp; this file applies the requested policy
 // (planActivations) and fills steps 5-7's totals.

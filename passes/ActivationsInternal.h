@@ -6,6 +6,9 @@
 //   passes/ActivationFacts.cpp     step 1: facts about the graph, and the walk memo's variants
 //   passes/ActivationLiveness.cpp  steps 3-5: a policy's schedule, its liveness walk (what is
 //                                  live at each step) and the peak
+//   passes/ActivationPeriodic.cpp  steps 3-5 for a comparison walk of copies in segments, from
+//                                  a smaller model with the middle of each run of like copies
+//                                  left out (the periodic walk)
 //   passes/CheckpointPolicies.cpp  step 2: the checkpoint policies (none, full, every(k),
 //                                  sqrt, keep lists, selective, recompute_all, auto) and how
 //                                  each decides what is kept and what re-run
