@@ -39,8 +39,9 @@ template <class T> void assignScratch(std::vector<T> &v, size_t need, const T &v
 /// 100,000-layer step.
 class SegmentSchedule {
 public:
-  SegmentSchedule(const Facts &f, const Policy &p) : f_(f) {
-    const Graph &g = f.g;
+  /// `f`: the whole model's facts, for the selective ops' savers (a smaller model, m not f's,
+  /// has segments of copies only).
+  SegmentSchedule(const WalkModel &m, const Policy &p, const Facts *f) : m_(m) {
     // The segments' ops, flat: segment s is ops_[from_[s], from_[s + 1]), sorted.
     std::vector<bool> forOutputs;
     auto close = [&](bool outputs) {
@@ -50,8 +51,8 @@ public:
       forOutputs.push_back(outputs);
     };
     for (const auto &sg : p.segments) {
-      for (size_t c = sg.first; c < sg.second && c < f.copies.size(); ++c)
-        ops_.insert(ops_.end(), f.copies[c].ops.begin(), f.copies[c].ops.end());
+      for (size_t c = sg.first; c < sg.second && c < m.copies->size(); ++c)
+        ops_.insert(ops_.end(), (*m.copies)[c].ops.begin(), (*m.copies)[c].ops.end());
       close(false);
     }
     for (const auto &seg : p.opSegments) {
@@ -69,18 +70,18 @@ public:
     for (size_t seg = 0; seg < segments; ++seg) {
       OpId &t = trigger_[seg];
       auto consider = [&](OpId o) {
-        if (f.hasBackward[o] && (t == kNone || o > t))
+        if ((*m.hasBackward)[o] && (t == kNone || o > t))
           t = o;
       };
       for (uint32_t i = from_[seg]; i < from_[seg + 1]; ++i) {
         consider(ops_[i]);
         if (forOutputs[seg])
-          for (TensorId out : g.ops[ops_[i]].outputs)
-            for (OpId saver : f.savers[g.storageOf(out)])
+          for (TensorId out : f->g.ops[ops_[i]].outputs)
+            for (OpId saver : f->savers[f->g.storageOf(out)])
               consider(saver);
       }
     }
-    steps_ = g.ops.size() + f.structure->backwardOps;
+    steps_ = m.ops + m.backwardOps;
     order_.reserve(segments);
     for (size_t seg = 0; seg < segments; ++seg)
       if (trigger_[seg] != kNone) {
@@ -94,13 +95,13 @@ public:
   size_t size() const { return steps_; }
   /// visit(i, step) for every step i, in order.
   template <class Visit> void forEach(Visit &&visit) const {
-    size_t n = f_.g.ops.size();
+    size_t n = m_.ops;
     uint32_t i = 0;
     for (OpId o = 0; o < n; ++o)
       visit(i++, ScheduleStep{ScheduleStep::Forward, o});
     size_t k = 0; // order_[k]: the next segment to re-run, by trigger from the highest
     for (OpId o = static_cast<OpId>(n); o-- > 0;) {
-      if (!f_.hasBackward[o])
+      if (!(*m_.hasBackward)[o])
         continue;
       for (; k < order_.size() && trigger_[order_[k]] == o; ++k)
         for (uint32_t j = from_[order_[k]]; j < from_[order_[k] + 1]; ++j)
@@ -116,7 +117,7 @@ public:
   }
 
 private:
-  const Facts &f_;
+  const WalkModel &m_;
   std::vector<OpId> ops_;
   std::vector<uint32_t> from_{0}, order_;
   std::vector<OpId> trigger_;
@@ -124,7 +125,8 @@ private:
 };
 
 void segmentSchedule(const Facts &f, const Policy &p, Walk &w) {
-  SegmentSchedule schedule(f, p);
+  WalkModel m = f.model();
+  SegmentSchedule schedule(m, p, &f);
   reserveScratch(w.schedule, schedule.size());
   schedule.forEach([&](uint32_t, ScheduleStep st) { w.schedule.push_back(st); });
 }
@@ -258,8 +260,8 @@ void keptByCopy(const Facts &f, Walk &w, const std::vector<LiveInstance> &inst) 
 }
 
 /// An instance's buffer into the deltas, when it has bytes (Facts::keyBuffer).
-inline void addInstance(const Facts &f, LiveDeltas &live, const LiveInstance &in) {
-  double bytes = f.keyBuffer(in.key);
+inline void addInstance(const WalkModel &m, LiveDeltas &live, const LiveInstance &in) {
+  double bytes = m.keyBuffer(in.key);
   if (bytes > 0)
     live.add(in.saved, in.first, in.last, bytes);
 }
@@ -299,15 +301,15 @@ struct ListedInstances {
 struct OpenInstances {
   std::vector<LiveInstance> &open;
   LiveDeltas &live;
-  const Facts &f;
-  OpenInstances(WalkScratch &s, size_t keys, LiveDeltas &live, const Facts &f)
-      : open(s.inst), live(live), f(f) {
+  const WalkModel &m;
+  OpenInstances(WalkScratch &s, size_t keys, LiveDeltas &live, const WalkModel &m)
+      : open(s.inst), live(live), m(m) {
     open.assign(keys, {0, kNone, 0, false, false});
   }
   void make(uint32_t key, uint32_t step, bool again) {
     LiveInstance &in = open[key];
     if (in.first != kNone)
-      addInstance(f, live, in);
+      addInstance(m, live, in);
     in = {key, step, step, false, again};
   }
   void use(uint32_t key, uint32_t step, bool saved) {
@@ -321,7 +323,7 @@ struct OpenInstances {
   void finish() {
     for (const LiveInstance &in : open)
       if (in.first != kNone)
-        addInstance(f, live, in);
+        addInstance(m, live, in);
   }
 };
 
@@ -330,38 +332,109 @@ struct OpenInstances {
 /// run once per op with a backward, in reverse op order (every schedule tally makes does): a
 /// gradient then starts at its last reader's backward.
 template <class Book>
-bool runInstances(const Facts &f, const Steps &steps, Book &book, std::vector<uint32_t> &bwd) {
-  uint32_t T = static_cast<uint32_t>(f.g.tensors.size());
-  bwd.assign(f.g.ops.size(), kNone);
-  for (TensorId t : f.structure->sources)
+bool runInstances(const WalkModel &m, const Steps &steps, Book &book, std::vector<uint32_t> &bwd) {
+  uint32_t T = static_cast<uint32_t>(m.tensors);
+  bwd.assign(m.ops, kNone);
+  const std::vector<uint32_t> &extraStart = *m.extraStart;
+  const FactsStructure::PerOp &reads = *m.reads, &keeps = *m.keeps, &writes = *m.writes;
+  const std::vector<uint8_t> &hasBackward = *m.hasBackward;
+  for (TensorId t : *m.sources)
     book.make(t, 0, false);
   bool reverse = true;
   size_t backwardSteps = 0;
   OpId lastBackward = kNone;
   steps.forEach([&](uint32_t i, ScheduleStep st) __attribute__((always_inline)) {
     OpId o = st.op;
-    uint32_t extraKey = T + f.extras.start[o];
+    uint32_t extraKey = T + extraStart[o];
+    uint32_t extraCount = extraStart[o + 1] - extraStart[o];
     if (st.kind == ScheduleStep::Backward) {
       bwd[o] = i;
       reverse = reverse && o < lastBackward;
       lastBackward = o;
       ++backwardSteps;
-      for (TensorId t : f.keeps.of(o))
+      for (TensorId t : keeps.of(o))
         book.use(t, i, true);
-      for (uint32_t k = 0; k < f.extraCount(o); ++k)
+      for (uint32_t k = 0; k < extraCount; ++k)
         book.use(extraKey + k, i, true);
       return;
     }
-    for (TensorId t : f.reads.of(o))
+    for (TensorId t : reads.of(o))
       book.use(t, i, false);
     bool again = st.kind == ScheduleStep::Recompute;
-    for (TensorId t : f.writes.of(o))
+    for (TensorId t : writes.of(o))
       book.make(t, i, again);
-    if (f.hasBackward[o])
-      for (uint32_t k = 0; k < f.extraCount(o); ++k)
+    if (hasBackward[o])
+      for (uint32_t k = 0; k < extraCount; ++k)
         book.make(extraKey + k, i, again);
   });
-  return reverse && backwardSteps == f.structure->backwardOps;
+  return reverse && backwardSteps == m.backwardOps;
+}
+
+/// An activation's gradient: from the backward of its first reader to its producer's; a
+/// group sharing one buffer (GradientShares): the root's, to its last member's producer's.
+/// Read once step 4's pass has given each op's backward step (`bwd`).
+struct Gradients {
+  const WalkModel &m;
+  const std::vector<uint32_t> &bwd;
+  bool ordered;
+  std::vector<std::pair<TensorId, uint32_t>> &ends; // (root, last step), by root
+  Gradients(const WalkModel &m, const std::vector<uint32_t> &bwd, bool ordered, WalkScratch &scratch)
+      : m(m), bwd(bwd), ordered(ordered), ends(scratch.shareEnds) {
+    ends.clear();
+    for (const auto &[root, member] : m.shares->members) {
+      OpId p = (*m.gradProducer)[member];
+      if (p == kNone || bwd[p] == kNone)
+        continue;
+      if (ends.empty() || ends.back().first != root)
+        ends.emplace_back(root, bwd[p]);
+      else
+        ends.back().second = std::max(ends.back().second, bwd[p]);
+    }
+  }
+  /// add(producer, first step, last step) for tensor t's gradient buffer, when it has one.
+  template <class Add> void operator()(TensorId t, Add &&add) const {
+    const GradientShares &shares = *m.shares;
+    if (shares.any() && shares.root[t] != kNone)
+      return; // its root's buffer
+    OpId p = (*m.gradProducer)[t];
+    if (p == kNone || bwd[p] == kNone)
+      return;
+    uint32_t last = bwd[p];
+    if (!ends.empty()) {
+      auto e = std::lower_bound(ends.begin(), ends.end(), std::make_pair(t, uint32_t(0)));
+      if (e != ends.end() && e->first == t)
+        last = std::max(last, e->second);
+    }
+    uint32_t start = kNone;
+    if (ordered) {
+      if ((*m.gradReader)[t] != kNone)
+        start = bwd[(*m.gradReader)[t]];
+    } else {
+      for (OpId r : (*m.readers)[t])
+        if (bwd[r] != kNone)
+          start = std::min(start, bwd[r]);
+    }
+    if (start != kNone)
+      add(p, start, last);
+  }
+};
+
+/// Step 4 for a walk that wants only the live bytes per step (OpenInstances): every instance
+/// and gradient into the deltas. Returns whether the backward ran in reverse op order.
+bool openLiveness(const WalkModel &m, const Steps &steps, LiveDeltas &live, WalkScratch &scratch) {
+  size_t keys = m.tensors + m.extraStart->back();
+  OpenInstances open(scratch, keys, live, m);
+  bool ordered = runInstances(m, steps, open, scratch.bwd);
+  open.finish();
+  Gradients gradient(m, scratch.bwd, ordered, scratch);
+  for (TensorId t = 0; t < m.tensors; ++t)
+    if (open.made(t))
+      gradient(t, [&](OpId, uint32_t first, uint32_t last) {
+        double bytes = (*m.tensorBuffer)[t];
+        if (bytes > 0)
+          live.add(false, first, std::max(first, last), bytes);
+      });
+  return ordered;
 }
 
 /// Step 4 over any schedule. Every run of an op (its forward or a recompute) makes a new
@@ -378,68 +451,26 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, const Steps &steps, Li
               bool keep, bool perCopy, WalkScratch &scratch) {
   const Graph &g = f.g;
   size_t n = g.ops.size(), T = g.tensors.size();
+  WalkModel m = f.model();
+  if (!keep && !perCopy) {
+    // Only the live bytes per step, without listing buffers by tensor.
+    openLiveness(m, steps, live, scratch);
+    return;
+  }
   // Keys: a stored tensor t is key t; op o's k-th extra buffer is key T + extras.start[o] + k.
   size_t keys = T + f.extras.items.size();
   std::vector<uint32_t> &bwd = scratch.bwd;
   std::optional<ListedInstances> listed;
-  std::optional<OpenInstances> open;
-  bool ordered;
-  if (keep || perCopy) {
-    listed.emplace(scratch, keys);
-    ordered = runInstances(f, steps, *listed, bwd);
-  } else {
-    open.emplace(scratch, keys, live, f);
-    ordered = runInstances(f, steps, *open, bwd);
-  }
-
-  // An activation's gradient: from the backward of its first reader to its producer's; a
-  // group sharing one buffer (GradientShares): the root's, to its last member's producer's.
+  listed.emplace(scratch, keys);
+  bool ordered = runInstances(m, steps, *listed, bwd);
   static const Label gradientLabel("gradient");
-  const GradientShares &shares = f.structure->shares;
-  std::vector<std::pair<TensorId, uint32_t>> &ends = scratch.shareEnds; // (root, last step), by root
-  ends.clear();
-  for (const auto &[root, m] : shares.members) {
-    OpId p = f.structure->gradProducer[m];
-    if (p == kNone || bwd[p] == kNone)
-      continue;
-    if (ends.empty() || ends.back().first != root)
-      ends.emplace_back(root, bwd[p]);
-    else
-      ends.back().second = std::max(ends.back().second, bwd[p]);
-  }
+  Gradients gradients(m, bwd, ordered, scratch);
   auto gradient = [&](TensorId t) {
-    if (shares.any() && shares.root[t] != kNone)
-      return; // its root's buffer
-    OpId p = f.structure->gradProducer[t];
-    if (p == kNone || bwd[p] == kNone)
-      return;
-    uint32_t last = bwd[p];
-    if (!ends.empty()) {
-      auto e = std::lower_bound(ends.begin(), ends.end(), std::make_pair(t, uint32_t(0)));
-      if (e != ends.end() && e->first == t)
-        last = std::max(last, e->second);
-    }
-    uint32_t start = kNone;
-    if (ordered) {
-      if (f.structure->gradReader[t] != kNone)
-        start = bwd[f.structure->gradReader[t]];
-    } else {
-      for (OpId r : f.readers[t])
-        if (bwd[r] != kNone)
-          start = std::min(start, bwd[r]);
-    }
-    if (start != kNone)
+    gradients(t, [&](OpId p, uint32_t start, uint32_t last) {
       addBuffer(w, live, keep, t, p, f.tensorBuffer[t], start, last, gradientLabel,
                 Buffer::Gradient);
+    });
   };
-  if (open) {
-    // Only the live bytes per step, without listing buffers by tensor.
-    open->finish();
-    for (TensorId t = 0; t < T; ++t)
-      if (open->made(t))
-        gradient(t);
-    return;
-  }
   const std::vector<LiveInstance> &inst = listed->inst;
   if (perCopy)
     keptByCopy(f, w, inst);
@@ -447,7 +478,7 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, const Steps &steps, Li
     // Only the live bytes per step: the buffers in the order they were made, without listing
     // them by tensor.
     for (const LiveInstance &in : inst)
-      addInstance(f, live, in);
+      addInstance(m, live, in);
     for (TensorId t = 0; t < T; ++t)
       if (listed->made(t))
         gradient(t);
@@ -580,11 +611,26 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
       return w;
     }
   }
+  // A comparison walk of copies in segments: from a model with the middle of each run of like
+  // copies left out, when they are provably alike (passes/ActivationPeriodic.cpp).
+  if (!readsSchedule && !keepBuffers && !alignedSum && !perCopy && f.memo) {
+    if (std::optional<Walk> periodic = periodicWalk(f, p)) {
+      w = std::move(*periodic);
+      w.memo = &f.walked->walks
+                    .emplace(std::move(key),
+                             WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
+                                               w.recomputeTime, w.peakSaved, w.peakOther,
+                                               w.peakStep, nullptr})
+                    .first->second;
+      return w;
+    }
+  }
   WalkScratch own; // a walk without a memo has lists of its own
   WalkScratch &scratch = f.memo ? f.memo->scratch : own;
+  WalkModel model = f.model();
   std::optional<SegmentSchedule> made;
   if (!readsSchedule && p.steps.empty() && !p.fromInput) {
-    made.emplace(f, p);
+    made.emplace(model, p, &f);
   } else {
     w.schedule.swap(scratch.schedule); // the list a comparison walk gave back, if any
     w.schedule.clear();
@@ -623,6 +669,20 @@ Walk compareWalk(const Facts &f, const Analysis &a, const Policy &p) {
   if (f.memo && w.schedule.capacity() > 0) // a walk found in the memo took no list
     f.memo->scratch.schedule = std::move(w.schedule);
   return w;
+}
+
+bool profileWalk(const WalkModel &m, const std::vector<std::pair<size_t, size_t>> &segments,
+                 WalkScratch &scratch, std::vector<OpId> &stepOps) {
+  Policy p;
+  p.segments = segments;
+  SegmentSchedule schedule(m, p, nullptr);
+  Steps steps{nullptr, &schedule};
+  stepOps.resize(steps.size());
+  steps.forEach([&](uint32_t i, ScheduleStep st) { stepOps[i] = st.op; });
+  LiveDeltas live{scratch.saved, scratch.other, nullptr};
+  assignScratch(live.saved, steps.size() + 1, 0.0);
+  assignScratch(live.other, steps.size() + 1, 0.0);
+  return openLiveness(m, steps, live, scratch);
 }
 
 /// Pipeline parallelism (step 5): the first stage holds 1/pp of the layers for

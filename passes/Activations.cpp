@@ -48,7 +48,8 @@
 //
 // The pass's files (their shared declarations: passes/ActivationsInternal.h): step 1 in
 // passes/ActivationFacts.cpp, step 2 in passes/CheckpointPolicies.cpp and, for nested
-// recomputation, passes/CheckpointNested.cpp, steps 3-5 in passes/ActivationLiveness.cpp,
+// recomputation, passes/CheckpointNested.cpp, steps 3-5 in passes/ActivationLiveness.cpp (and,
+// for the walks that compare policies over many like copies, passes/ActivationPeriodic.cpp),
 // what the reports read (per-copy activations and plan, the trade-off curve, the checkpoint
 // note) in passes/ActivationReport.cpp; this file applies the requested policy
 // (planActivations) and fills steps 5-7's totals.
@@ -87,7 +88,7 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   // sum with the local gradients' bound does (planMemory), and else the buffers are listed
   // after all, for the memory plan to say what does not fit.
   bool list = !a.priceOnly && a.listsPlan();
-  bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly;
+  bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly && a.wanted(Result::BlockPlan);
   std::optional<int64_t> aligned = 0;
   Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
   if (!a.priceOnly && !list) {
@@ -139,7 +140,7 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   bool curve = plan.isTrain && !f.copies.empty() && !a.priceOnly &&
                (a.wanted(Result::Curve) ||
                 (a.wanted(Result::Budgets) && plan.checkpoint == "auto"));
-  if (plan.isTrain && !f.copies.empty() && !a.priceOnly)
+  if (perCopy)
     perBlock(f, w, a);
 
   a.livePeakBytes = w.peakSaved + w.peakOther;

@@ -6,6 +6,9 @@
 //   passes/ActivationFacts.cpp     step 1: facts about the graph, and the walk memo's variants
 //   passes/ActivationLiveness.cpp  steps 3-5: a policy's schedule, its liveness walk (what is
 //                                  live at each step) and the peak
+//   passes/ActivationPeriodic.cpp  steps 3-5 for a comparison walk of copies in segments, from
+//                                  a smaller model with the middle of each run of like copies
+//                                  left out (the periodic walk)
 //   passes/CheckpointPolicies.cpp  step 2: the checkpoint policies (none, full, every(k),
 //                                  sqrt, keep lists, selective, recompute_all, auto) and how
 //                                  each decides what is kept and what re-run
@@ -98,6 +101,44 @@ struct WalkScratch {
   std::vector<ScheduleStep> schedule;
 };
 
+/// What a walk that only finds the live bytes per step reads of a model (steps 3-5): the
+/// graph's facts (FactsStructure) and the buffers' bytes, or those of a smaller model made of
+/// some of its copies (passes/ActivationPeriodic.cpp: the periodic walk). Keys as in liveness:
+/// a stored tensor's key is its id, op o's k-th extra buffer is tensors + extraStart[o] + k.
+struct WalkModel {
+  size_t ops = 0, tensors = 0, backwardOps = 0;
+  const std::vector<uint8_t> *hasBackward = nullptr;
+  const FactsStructure::PerOp *reads = nullptr, *keeps = nullptr, *writes = nullptr;
+  const std::vector<uint32_t> *extraStart = nullptr; ///< per op and one past the last
+  const std::vector<TensorId> *sources = nullptr;
+  const std::vector<OpId> *gradProducer = nullptr, *gradReader = nullptr;
+  const GradientShares *shares = nullptr;
+  /// Per stored tensor, its readers (a walk whose backward is not in reverse op order reads
+  /// them); null in a smaller model, whose walk then gives way to the whole one.
+  const FactsStructure::PerTensor *readers = nullptr;
+  const std::vector<double> *tensorBuffer = nullptr, *extraBuffer = nullptr;
+  const std::vector<RepeatCopies::Copy> *copies = nullptr;
+  uint32_t extraCount(OpId o) const { return (*extraStart)[o + 1] - (*extraStart)[o]; }
+  double keyBuffer(uint32_t key) const {
+    return key < tensors ? (*tensorBuffer)[key] : (*extraBuffer)[key - tensors];
+  }
+};
+
+/// Which copies of the repeated blocks are the same as the copy before them in everything a
+/// walk reads (passes/ActivationPeriodic.cpp, periodicCopies): the same number of ops, their
+/// op ids, keys and extra buffers one copy's count further on, the same backward flags, the same
+/// read, kept and written lists (a key of the copy or of the copy before it one copy further
+/// on, any other key the same), gradient producers, readers and shared buffers, and the same
+/// bytes. Compared exactly, once per walk memo variant (the bytes are the variant's).
+struct PeriodicCopies {
+  bool built = false;
+  /// Per copy: the same as the copy before it, with the strides below (false for copy 0).
+  std::vector<uint8_t> same;
+  uint32_t opStride = 0, tensorStride = 0, extraStride = 0;
+  /// The maximal runs [first, last] of copies each the same as the one before it.
+  std::vector<std::pair<uint32_t, uint32_t>> runs;
+};
+
 /// Analysis::walks: the walks (steps 3-5) done on one graph that listed no buffers, so a policy
 /// tried again (the budget fixes try sqrt, full and auto's candidates under each ZeRO stage and
 /// device count; the layout search thousands of layouts) is not walked again. A walk reads the
@@ -145,6 +186,9 @@ struct WalkMemo {
     /// empty until first computed.
     std::vector<Analysis::BlockActivations> blocks;
     bool blocksBuilt = false;
+    /// Which copies are the same under these facts (the periodic walk), once built.
+    PeriodicCopies periodic;
+    size_t periodicWalks = 0; ///< walks answered by the periodic walk
   };
   std::vector<std::unique_ptr<Variant>> variants;
   size_t reused = 0;
@@ -207,6 +251,23 @@ struct Facts {
         padGrow(a.headPad.applies() ? static_cast<double>(a.headPad.padded) / static_cast<double>(a.headPad.vocab)
                                     : 1.0) {}
 
+  /// The view of this graph's facts and bytes that the walks read (WalkModel).
+  WalkModel model() const {
+    WalkModel m;
+    m.ops = g.ops.size();
+    m.tensors = g.tensors.size();
+    m.backwardOps = structure->backwardOps;
+    m.hasBackward = &hasBackward;
+    m.reads = &reads, m.keeps = &keeps, m.writes = &writes;
+    m.extraStart = &extras.start;
+    m.sources = &structure->sources;
+    m.gradProducer = &structure->gradProducer, m.gradReader = &structure->gradReader;
+    m.shares = &structure->shares;
+    m.readers = &readers;
+    m.tensorBuffer = &tensorBuffer, m.extraBuffer = &extraBuffer;
+    m.copies = &copies;
+    return m;
+  }
   bool isActivation(TensorId t) const { return g.tensors[t].role == TensorRole::Activation; }
   /// Per stored tensor, its bytes on the whole graph: the graph's, or under an fp8 recipe
   /// those of Analysis::fp8.savedBytes (a GEMM input kept in fp8).
@@ -296,6 +357,16 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
           std::optional<int64_t> *alignedSum = nullptr, bool perCopy = false,
           bool readsSchedule = true);
 Walk compareWalk(const Facts &f, const Analysis &a, const Policy &p);
+/// The live bytes per step of a segment policy's schedule over a model (the periodic walk's
+/// smaller one): the deltas in scratch.saved and scratch.other (one more than the steps), and
+/// per step its op in `stepOps`. False when its backward steps do not run in reverse op order
+/// (the smaller model lists no readers).
+bool profileWalk(const WalkModel &m, const std::vector<std::pair<size_t, size_t>> &segments,
+                 WalkScratch &scratch, std::vector<OpId> &stepOps);
+
+// The periodic walk (passes/ActivationPeriodic.cpp): a compare walk of a segment policy
+// priced from a model with the middle of each run of like copies left out.
+std::optional<Walk> periodicWalk(const Facts &f, const Policy &p);
 double pipelineFactor(const Plan &plan);
 double contextShare(const Plan &plan);
 double deviceActivations(const Walk &w, const Plan &plan);

@@ -125,6 +125,10 @@ enum class Result : unsigned {
   /// The training step kept after the analysis (--emit=ir and whatever lists the memory plan;
   /// half of a deep model's memory when nothing reads it).
   Step = 1u << 4,
+  /// The applied plan per copy (checkpoint.perBlock: re-runs and the bytes each copy keeps),
+  /// which only the reports print: its walk lists every instance made (a 100,000-layer
+  /// check's largest list), where `check` needs only the peak.
+  BlockPlan = 1u << 5,
 };
 
 /// A set of Results.
@@ -135,7 +139,7 @@ public:
   constexpr Results operator|(Results o) const { return fromBits(bits_ | o.bits_); }
   constexpr bool has(Result r) const { return (bits_ & static_cast<unsigned>(r)) != 0; }
   /// Everything: what build, run, explain and the solvers' base plans read.
-  static constexpr Results all() { return fromBits((1u << 5) - 1); }
+  static constexpr Results all() { return fromBits((1u << 6) - 1); }
   /// A solver's candidate: its numbers only.
   static constexpr Results whatIf() { return {}; }
   /// `tally check`: the budgets (no curve: it prints diagnostics only), and the memory plan
@@ -151,7 +155,7 @@ public:
   /// `tally report`: the budgets and the curve; the memory plan and the step only when it
   /// prints the memory plan.
   static Results report(bool memoryPlan) {
-    Results r = Results(Result::Budgets) | Result::Curve;
+    Results r = Results(Result::Budgets) | Result::Curve | Result::BlockPlan;
     return memoryPlan ? r | Result::MemoryPlan | Result::Offsets | Result::Step : r;
   }
 
