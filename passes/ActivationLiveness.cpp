@@ -611,17 +611,20 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
       return w;
     }
   }
+  // The walk's recompute and peak, kept under its key for later buffer-less walks.
+  auto remember = [&](Walk &done) {
+    done.memo = &f.walked->walks
+                     .emplace(std::move(key), WalkMemo::Summary{done.recomputeFlops, done.recomputeExecuted,
+                                                               done.recomputeTime, done.peakSaved, done.peakOther,
+                                                               done.peakStep, nullptr})
+                     .first->second;
+  };
   // A comparison walk of copies in segments: from a model with the middle of each run of like
   // copies left out, when they are provably alike (passes/ActivationPeriodic.cpp).
   if (!readsSchedule && !keepBuffers && !alignedSum && !perCopy && f.memo) {
     if (std::optional<Walk> periodic = periodicWalk(f, p)) {
       w = std::move(*periodic);
-      w.memo = &f.walked->walks
-                    .emplace(std::move(key),
-                             WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
-                                               w.recomputeTime, w.peakSaved, w.peakOther,
-                                               w.peakStep, nullptr})
-                    .first->second;
+      remember(w);
       return w;
     }
   }
@@ -651,12 +654,7 @@ Walk walk(const Facts &f, const Analysis &a, const Policy &p, bool keepBuffers,
   // A walk that listed its buffers has the same recompute and peak: later buffer-less walks
   // of this policy (the trade-off curve's point for the applied policy) take them.
   if (f.memo)
-    w.memo = &f.walked->walks
-                  .emplace(std::move(key),
-                           WalkMemo::Summary{w.recomputeFlops, w.recomputeExecuted,
-                                             w.recomputeTime, w.peakSaved, w.peakOther,
-                                             w.peakStep, nullptr})
-                  .first->second;
+    remember(w);
   return w;
 }
 

@@ -28,6 +28,23 @@ bool gradientNeeded(const Graph &g, TensorId t) {
   return b.role == TensorRole::Activation;
 }
 
+bool sharingAdd(const Graph &g, OpId o) {
+  const Op &op = g.ops[o];
+  if (op.kind != OpKind::Add || op.attrs->hasScalar || op.inputs.size() != 2 || op.outputs.size() != 1 ||
+      op.inputs[0] == op.inputs[1])
+    return false;
+  TensorId y = op.outputs[0];
+  const Tensor &ty = g.tensors[y];
+  return ty.viewOf == kNone && ty.role == TensorRole::Activation && y != g.loss &&
+         std::find(g.outputs.begin(), g.outputs.end(), y) == g.outputs.end();
+}
+
+bool sharingOperand(const Graph &g, TensorId u, TensorId y) {
+  const Tensor &tu = g.tensors[u], &ty = g.tensors[y];
+  return tu.viewOf == kNone && tu.role == TensorRole::Activation && tu.producer != kNone && gradientNeeded(g, u) &&
+         tu.shape == ty.shape && tu.dtype == ty.dtype && tu.layout == ty.layout;
+}
+
 GradientShares gradientShares(const Graph &g) {
   GradientShares s;
   size_t T = g.tensors.size(), n = g.ops.size();
@@ -79,21 +96,14 @@ GradientShares gradientShares(const Graph &g) {
   std::vector<Group> groups;
   std::vector<uint32_t> groupOf(T, kNone); // per root
   for (OpId o = static_cast<OpId>(n); o-- > 0;) {
+    if (!runs[o] || !sharingAdd(g, o))
+      continue;
     const Op &op = g.ops[o];
-    if (op.kind != OpKind::Add || !runs[o] || op.attrs->hasScalar || op.inputs.size() != 2 ||
-        op.outputs.size() != 1 || op.inputs[0] == op.inputs[1])
-      continue;
     TensorId y = op.outputs[0];
-    const Tensor &ty = g.tensors[y];
-    if (ty.viewOf != kNone || ty.role != TensorRole::Activation || y == g.loss ||
-        std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end())
-      continue;
     for (TensorId u : op.inputs) {
-      const Tensor &tu = g.tensors[u];
-      if (tu.viewOf != kNone || tu.role != TensorRole::Activation || tu.producer == kNone ||
-          !needs(u) || tu.shape != ty.shape || tu.dtype != ty.dtype || tu.layout != ty.layout ||
-          s.root[u] != kNone)
+      if (s.root[u] != kNone || !sharingOperand(g, u, y))
         continue;
+      const Tensor &tu = g.tensors[u];
       llvm::ArrayRef<OpId> rs = readersOf(u);
       if (rs.empty() || rs.back() != o || std::count(rs.begin(), rs.end(), o) != 1)
         continue; // the add is not u's last reader, or reads it twice

@@ -33,4 +33,11 @@ GradientShares gradientShares(const Graph &forward);
 /// (a view of) a trainable parameter or an activation. Autodiff and gradientShares ask it.
 bool gradientNeeded(const Graph &g, TensorId t);
 
+/// The shape conditions before (i) and (ii): op o is a two-operand add of distinct tensors, no
+/// scalar, whose output is a plain activation (not a view, the loss or a graph output); and u,
+/// an operand of it with output y, is a plain activation with a producer and a gradient, in y's
+/// shape, dtype and layout. (The unit tests' oracle asks the same two questions.)
+bool sharingAdd(const Graph &g, OpId o);
+bool sharingOperand(const Graph &g, TensorId u, TensorId y);
+
 } // namespace tally

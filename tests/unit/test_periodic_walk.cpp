@@ -146,21 +146,14 @@ GradientShares sharesBySets(const Graph &g) {
       readers[base(x)].push_back(o);
   std::map<TensorId, std::pair<OpId, std::set<OpId>>> groups;
   for (OpId o = static_cast<OpId>(n); o-- > 0;) {
+    if (!runs[o] || !sharingAdd(g, o))
+      continue;
     const Op &op = g.ops[o];
-    if (op.kind != OpKind::Add || !runs[o] || op.attrs->hasScalar || op.inputs.size() != 2 ||
-        op.outputs.size() != 1 || op.inputs[0] == op.inputs[1])
-      continue;
     TensorId y = op.outputs[0];
-    const Tensor &ty = g.tensors[y];
-    if (ty.viewOf != kNone || ty.role != TensorRole::Activation || y == g.loss ||
-        std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end())
-      continue;
     for (TensorId u : op.inputs) {
-      const Tensor &tu = g.tensors[u];
-      if (tu.viewOf != kNone || tu.role != TensorRole::Activation || tu.producer == kNone ||
-          !gradientNeeded(g, u) || tu.shape != ty.shape || tu.dtype != ty.dtype ||
-          tu.layout != ty.layout || s.root[u] != kNone)
+      if (s.root[u] != kNone || !sharingOperand(g, u, y))
         continue;
+      const Tensor &tu = g.tensors[u];
       const std::vector<OpId> &rs = readers[u];
       if (rs.empty() || rs.back() != o || std::count(rs.begin(), rs.end(), o) != 1)
         continue;
