@@ -219,7 +219,7 @@ bool Sema::frozenStorage(const ConstValue &v, QuantSpec &out) {
 
 bool Sema::fp8Recipe(const ConstValue &v, Fp8Recipe &out) {
   static const std::vector<std::string> formats = {"hybrid", "e4m3"};
-  static const std::vector<std::string> scalings = {"delayed", "mxfp8"};
+  static const std::vector<std::string> scalings = {"delayed", "mxfp8", "current"};
   auto word = [&](const ConstValue &e, const char *what, const char *plural,
                   const std::vector<std::string> &choices) -> int {
     for (size_t c = 0; e.kind == ConstValue::Word && c < choices.size(); ++c)
@@ -250,7 +250,7 @@ bool Sema::fp8Recipe(const ConstValue &v, Fp8Recipe &out) {
     } else if (k == "scaling") {
       int s = word(e, "fp8 scaling", "fp8 scalings", scalings);
       ok &= s >= 0;
-      out.scaling = s == 1 ? Fp8Recipe::Scaling::Block : Fp8Recipe::Scaling::Delayed;
+      out.scaling = s == 1 ? Fp8Recipe::Scaling::Block : s == 2 ? Fp8Recipe::Scaling::Current : Fp8Recipe::Scaling::Delayed;
     } else if (k == "amax_history") {
       auto n = positiveInteger(diags, e, "'amax_history'");
       ok &= n.has_value();

@@ -28,8 +28,11 @@ struct Fp8Recipe {
   /// Format.HYBRID); E4M3: e4m3 throughout (Format.E4M3).
   enum class Format : uint8_t { None, Hybrid, E4M3 };
   /// Delayed: one scale per tensor from an amax history (TE's DelayedScaling); Block: MXFP8,
-  /// one 8-bit power-of-two scale per 32 elements (TE's MXFP8BlockScaling, Blackwell only).
-  enum class Scaling : uint8_t { Delayed, Block };
+  /// one 8-bit power-of-two scale per 32 elements (TE's MXFP8BlockScaling, Blackwell only);
+  /// Current: one scale per tensor from that tensor's own amax (TE's Float8CurrentScaling,
+  /// torchao's tensorwise dynamic scaling): a reduction over the tensor before each cast, no
+  /// history.
+  enum class Scaling : uint8_t { Delayed, Block, Current };
   Format format = Format::None;
   Scaling scaling = Scaling::Delayed;
   int64_t amaxHistory = 1024;      ///< TE's DelayedScaling default amax_history_len

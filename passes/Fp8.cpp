@@ -45,7 +45,10 @@
 //    forward and once per backward (one fused kernel each, TE's multi-tensor update, charged to
 //    the first fp8 GEMM); and each weight's cast once per optimizer step (fp8WeightCastWork: TE
 //    reuses the cast weight across the micro-batches of a step, Megatron-LM's
-//    is_first_microbatch). One multiply per element cast, at the fp32 rate.
+//    is_first_microbatch). One multiply per element cast, at the fp32 rate. Under current
+//    scaling (`scaling = current`: TE's Float8CurrentScaling, torchao's tensorwise dynamic
+//    scaling) each cast first reads its tensor once more for the amax, a kernel of its own, and
+//    there is no history to update.
 #include "passes/Passes.h"
 
 #include <algorithm>
@@ -190,6 +193,14 @@ KernelWork fp8CastWork(const Analysis &a, OpId i, bool backward) {
                              : (a.fp8.castsInput[i] ? b.activation : 0);
   w.bytes = backward ? b.gradCast : (a.fp8.castsInput[i] ? b.inputCast : 0);
   w.calls = elements > 0 ? 1 : 0;
+  if (r.scaling == Fp8Recipe::Scaling::Current && elements > 0) {
+    // The scale comes from this tensor's amax: one more read of it, a reduction kernel, before
+    // the cast (TE's Float8CurrentScaling: compute_amax, then the cast; torchao's tensorwise
+    // scaling: tensor_to_amax, then the cast).
+    // X and dY are both in the activation dtype.
+    w.bytes += elements * bytesOf(a.plan->precision.activations);
+    w.calls += 1;
+  }
   if (r.scaling == Fp8Recipe::Scaling::Delayed && (!backward || b.gradCast > 0)) {
     // The amax update reads and writes each tensor's history, scale and inverse scale.
     double tensors = backward ? 2 : 3;
@@ -210,6 +221,10 @@ KernelWork fp8WeightCastWork(const Analysis &a, OpId i) {
   w.bytes = b.weightCast;
   w.flops = b.weight;
   w.calls = 1;
+  if (a.plan->precision.fp8.scaling == Fp8Recipe::Scaling::Current) { // the weight's amax first
+    w.bytes += b.weight * bytesOf(a.plan->precision.params);
+    w.calls += 1;
+  }
   w.rate = Dtype::F32;
   return w;
 }

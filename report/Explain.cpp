@@ -366,20 +366,26 @@ void printFp8(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostrea
   os << "  input cast: " << (a.fp8.castsInput[id] ? "X read in its dtype, written as its fp8 copies = "
                                                    + exact(b.inputCast) + " bytes"
                                                  : std::string("X was cast by an earlier GEMM that reads it"))
-     << (r.scaling == Fp8Recipe::Scaling::Delayed ? ", plus the amax histories of X, W, Y read and written" : "")
+     << (r.scaling == Fp8Recipe::Scaling::Delayed ? ", plus the amax histories of X, W, Y read and written"
+         : r.scaling == Fp8Recipe::Scaling::Current && a.fp8.castsInput[id] ? ", plus X read once more for its amax"
+                                                                              : "")
      << "\n";
   printKernelTime(os, "cast fwd", "", t, OpKind::Add, Dtype::F32, in, in.flops, in.bytes, 0, 1,
                   kernelTime(t, OpClass::Elementwise, Dtype::F32, in));
   if (p.isTrain && hasBackward(*a.graph, p, a.graph->ops[id])) {
     KernelWork grad = splitWork(fp8CastWork(a, id, true), oa.tensorSplit);
     os << "  gradient cast: dY read in its dtype, written as its fp8 copies = " << exact(b.gradCast)
-       << " bytes" << (r.scaling == Fp8Recipe::Scaling::Delayed ? ", plus the amax histories of dY, dX" : "")
+       << " bytes"
+       << (r.scaling == Fp8Recipe::Scaling::Delayed   ? ", plus the amax histories of dY, dX"
+           : r.scaling == Fp8Recipe::Scaling::Current ? ", plus dY read once more for its amax"
+                                                      : "")
        << "\n";
     printKernelTime(os, "cast bwd", "", t, OpKind::Add, Dtype::F32, grad, grad.flops, grad.bytes, 0, 1,
                     kernelTime(t, OpClass::Elementwise, Dtype::F32, grad));
     KernelWork w = splitWork(fp8WeightCastWork(a, id), oa.tensorSplit);
     os << "  weight cast, once per step: W read in its dtype, written as its fp8 copies = "
-       << exact(b.weightCast) << " bytes\n";
+       << exact(b.weightCast) << " bytes"
+       << (r.scaling == Fp8Recipe::Scaling::Current ? ", plus W read once more for its amax" : "") << "\n";
     printKernelTime(os, "cast W  ", "", t, OpKind::Add, Dtype::F32, w, w.flops, w.bytes, 0, 1,
                     kernelTime(t, OpClass::Elementwise, Dtype::F32, w));
   }

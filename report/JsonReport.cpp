@@ -598,7 +598,9 @@ void addFineTuning(const Analysis &a, const Plan &p, Object &root) {
     const auto &f = a.fp8;
     root["fp8"] = Object{
         {"format", r.format == Fp8Recipe::Format::Hybrid ? "hybrid" : "e4m3"},
-        {"scaling", r.scaling == Fp8Recipe::Scaling::Block ? "mxfp8" : "delayed"},
+        {"scaling", r.scaling == Fp8Recipe::Scaling::Block     ? "mxfp8"
+                    : r.scaling == Fp8Recipe::Scaling::Current ? "current"
+                                                               : "delayed"},
         {"amax_history", r.amaxHistory},
         {"keep_first_last_bf16", r.keepFirstLastBf16},
         {"param_gather", r.paramGather},

@@ -224,10 +224,13 @@ ReportTable fp8Table(const Analysis &a) {
   t.notes.push_back(llvm::formatv("{0:f0} GEMMs in fp8 ({1} forward, {2} gradients), {3:f0} kept in "
                                   "bf16; {4} scaling{5}",
                                   f.gemms, nameOf(Dtype::FP8E4M3), nameOf(r.gradDtype()), f.keptBf16,
-                                  r.scaling == Fp8Recipe::Scaling::Block ? "MXFP8 block"
-                                                                         : "delayed",
+                                  r.scaling == Fp8Recipe::Scaling::Block     ? "MXFP8 block"
+                                  : r.scaling == Fp8Recipe::Scaling::Current ? "current"
+                                                                             : "delayed",
                                   r.scaling == Fp8Recipe::Scaling::Block
                                       ? std::string(" (an E8M0 scale per 32 elements)")
+                                  : r.scaling == Fp8Recipe::Scaling::Current
+                                      ? std::string(" (each tensor's amax read before its cast)")
                                       : llvm::formatv(", amax history {0}", r.amaxHistory).str())
                         .str());
   t.notes.push_back(
