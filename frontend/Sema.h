@@ -135,7 +135,7 @@ private:
   /// double_quant = 256 }` (double_quant: true = 256, false = none, or a block size).
   bool frozenStorage(const ConstValue &v, QuantSpec &out);
   /// A precision record's `fp8 = hybrid` or `fp8 = { format = hybrid, amax_history = 1024,
-  /// scaling = delayed | mxfp8, keep_first_last_bf16 = true }` (Transformer Engine's recipe).
+  /// scaling = delayed | mxfp8 | current, keep_first_last_bf16 = true }` (Transformer Engine's recipe).
   bool fp8Recipe(const ConstValue &v, Fp8Recipe &out);
   /// A train plan's `lora = { r = 16, alpha = 32, targets = [q, v] }`.
   bool lora(const ConstValue &v, LoraSpec &out);
