@@ -185,8 +185,14 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
       if (f.hasBackward[r])
         f.gradReader[t] = r; // readers are in op order
   }
-  if (f.train)
-    f.shares = gradientShares(g);
+  static const GradientShares none;
+  f.shares = &none;
+  if (f.train) {
+    f.sharesOnce = a.gradientShares && a.gradientShares->graph() == &g
+                       ? a.gradientShares
+                       : std::make_shared<GradientSharesOnce>(g);
+    f.shares = &f.sharesOnce->get();
+  }
   for (OpId o = 0; o < g.ops.size(); ++o)
     f.backwardOps += f.hasBackward[o];
   f.tensorBytes.resize(g.tensors.size());

@@ -97,7 +97,7 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
       w = walk(f, a, p, true, nullptr, perCopy);
       list = true;
       if (!a.step || a.step->skipped.count > 0) { // released, or compact: the listed plan reads it whole
-        a.step = std::make_shared<const Graph>(buildTrainingStep(*a.graph, plan));
+        a.step = std::make_shared<const Graph>(buildTrainingStep(*a.graph, plan, nullptr, a.gradientShares.get()));
         a.stepReleased = false;
       }
     }

@@ -71,7 +71,9 @@ struct FactsStructure {
   std::vector<OpId> gradProducer, gradReader;
   /// Gradients that are another's buffer (passes/GradientShares.h, training only): a member
   /// has no buffer of its own; its root's lives on to the last member's producer's backward.
-  GradientShares shares;
+  /// The graph's, made once (Analysis::gradientShares, kept alive by `sharesOnce`), or none.
+  const GradientShares *shares = nullptr;
+  std::shared_ptr<GradientSharesOnce> sharesOnce;
   std::vector<TensorId> sources; ///< stored activations no op makes (live from step 0)
   size_t backwardOps = 0;        ///< ops with a backward
   std::vector<double> tensorBytes; ///< per tensor: Graph::bytes (numel × bytes per element)
@@ -262,7 +264,7 @@ struct Facts {
     m.extraStart = &extras.start;
     m.sources = &structure->sources;
     m.gradProducer = &structure->gradProducer, m.gradReader = &structure->gradReader;
-    m.shares = &structure->shares;
+    m.shares = structure->shares;
     m.readers = &readers;
     m.tensorBuffer = &tensorBuffer, m.extraBuffer = &extraBuffer;
     m.copies = &copies;

@@ -97,6 +97,7 @@ struct StepEntry {
 /// Activations.cpp: the liveness walks done on one graph (Analysis::walks).
 struct WalkMemo;
 struct TensorParallelMemo;
+class GradientSharesOnce; // passes/GradientShares.h
 
 /// How the generated tensor-parallel step cuts one parameter over its t ranks: `dim` (-1:
 /// whole on every rank) viewed as [parts, t, size / (parts·t)], rank r holding [:, r, :] (a
@@ -211,6 +212,10 @@ struct Analysis {
   /// from that graph part (the budget fixes' and the layout search's candidates try the same
   /// checkpoint policies on one graph again and again).
   std::shared_ptr<WalkMemo> walks;
+  /// The graph's gradient shares (passes/GradientShares.h), made once for the training step
+  /// and the walks' facts and shared by the analyses of the same graph (a fix search's graph
+  /// part and its trials); null for an inference plan.
+  std::shared_ptr<GradientSharesOnce> gradientShares;
   /// The tensor-parallel splits of this graph part's candidates (passes/TensorParallel.h):
   /// made by AnalysisManager for its graph parts and shared by every analysis copied from
   /// one; null elsewhere (each pass then makes the split it reads).

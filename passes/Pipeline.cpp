@@ -7,6 +7,7 @@
 #include "support/Diagnostics.h"
 #include "ir/OpRules.h"
 #include "passes/Fusion.h"
+#include "passes/GradientShares.h"
 #include "passes/Stack.h"
 
 #include <system_error>
@@ -27,11 +28,20 @@ std::thread tryThread(std::function<void()> work) {
 } // namespace
 
 Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step,
-                      bool compactStep, bool prepare) {
+                      bool compactStep, bool prepare, const Analysis *sameGraph) {
   Analysis a;
   a.graph = &g;
   a.plan = &plan;
   a.step = std::move(step);
+  // What depends on the graph alone (the gradient shares) or on the graph and the stack's
+  // fused gates (the saved lists) is another analysis's of the same graph, when there is one.
+  if (sameGraph && sameGraph->graph == &g) {
+    a.gradientShares = sameGraph->gradientShares;
+    if (sameGraph->saved && sameGraph->saved->fusedGates == fusedGates(plan))
+      a.saved = sameGraph->saved;
+  }
+  if (!a.gradientShares && plan.isTrain)
+    a.gradientShares = std::make_shared<GradientSharesOnce>(g);
   a.copies = std::make_shared<const RepeatCopies>(findRepeatCopies(g));
   a.walks = newWalkMemo();
   a.headPad = headPadding(g, plan);
@@ -50,13 +60,14 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
     pricing = tryThread([&a, &g, &plan, prepare, price] {
       price();
       if (prepare && plan.isTrain) {
-        a.saved = savedLists(g, fusedGates(plan));
+        if (!a.saved)
+          a.saved = savedLists(g, fusedGates(plan));
         prepareWalks(a);
       }
     });
   if (pricing.joinable()) {
     a.step = std::make_shared<const Graph>(
-        buildTrainingStep(g, plan, compactStep ? a.copies.get() : nullptr));
+        buildTrainingStep(g, plan, compactStep ? a.copies.get() : nullptr, a.gradientShares.get()));
     pricing.join();
   } else {
     price();
