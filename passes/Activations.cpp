@@ -90,7 +90,11 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   bool list = !a.priceOnly && a.listsPlan();
   bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly && a.wanted(Result::BlockPlan);
   std::optional<int64_t> aligned = 0;
-  Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
+  // A candidate whose schedule nobody reads (Analysis::scheduleUnread) is walked as a
+  // comparison: the same recompute and peak (the walk memo already serves one for the other).
+  bool unread = a.priceOnly && a.scheduleUnread;
+  Walk w = unread ? compareWalk(f, a, p)
+                  : walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
   if (!a.priceOnly && !list) {
     const std::optional<int64_t> &local = a.localGradientBytes; // analyze took it from the step
     if (!aligned || !local || !checkedAdd(*aligned, *local)) {
@@ -104,7 +108,9 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   }
   a.planListed = list;
   std::shared_ptr<const std::vector<ScheduleStep>> recomputeSteps;
-  if (a.priceOnly && w.memo && w.memo->recomputeSteps) {
+  if (unread) {
+    recomputeSteps = std::make_shared<std::vector<ScheduleStep>>(); // none is read
+  } else if (a.priceOnly && w.memo && w.memo->recomputeSteps) {
     recomputeSteps = w.memo->recomputeSteps; // the schedule is not built again
   } else {
     if (w.schedule.empty())

@@ -401,8 +401,9 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, 
 /// `timed` false a train plan's memory and FLOPs alone are priced: the passes after the
 /// activations that write neither (roofline, step time, their checks) are skipped, and the
 /// time is left 0 (the memory fixes read the peak and FLOPs only; issue 41).
+/// `final` (with `timed` false): the caller never prices its time (Analysis::scheduleUnread).
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags,
-                       bool timed = true);
+                       bool timed = true, bool final = false);
 /// The rest of analyzeLayout: the time of a candidate priced untimed (Analysis::timePending),
 /// the same numbers analyzeLayout's `timed` gives; a search prices memory first and the time
 /// of only the candidates that fit (issue 41).

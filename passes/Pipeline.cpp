@@ -133,9 +133,10 @@ void priceLayout(Analysis &a, std::function<void()> *curveLater = nullptr) {
 } // namespace
 
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags,
-                       bool timed) {
+                       bool timed, bool final) {
   Analysis a = graphPart;
   a.plan = &plan;
+  a.scheduleUnread = final && !timed && plan.isTrain;
   a.headPad = headPadding(*a.graph, plan); // the layout decides (ZeRO, tensor parallelism)
   a.wants = Results::whatIf();
   a.priceOnly = true;
@@ -185,8 +186,19 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   request.wants = wants;
   bool keepStep = wants.has(Result::Step);
   // A step nothing reads after it is priced and checked may be compact (buildTrainingStep).
-  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/!request.listsPlan() && !keepStep,
-                           /*prepare=*/true);
+  bool compact = !request.listsPlan() && !keepStep;
+  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/compact, /*prepare=*/true);
+  if (compact && plan.isTrain) {
+    // The graph part as made (Analysis::graphOnly): what a fix search's graph part for the
+    // same plan under another checkpoint policy is. Its step goes (the graph part releases
+    // it) and so do the per-block counts (no trial reads them).
+    std::vector<Analysis::BlockCount> counts;
+    counts.swap(a.params.byBlock);
+    auto part = std::make_shared<Analysis>(a);
+    a.params.byBlock.swap(counts);
+    part->step.reset();
+    a.graphOnly = std::move(part);
+  }
   a.wants = wants;
   // Unlisted, the memory plan needs of the step only a bound on its local gradients; when no
   // caller reads the step either, it goes back now, before the walks make their lists (a
@@ -243,6 +255,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   if (curveWalks.joinable())
     curveWalks.join();
   checkBudgets(a, diags, relower); // [budgets]
+  a.graphOnly.reset(); // only the budgets' fix search reads it
   return a;
 }
 
