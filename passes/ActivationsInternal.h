@@ -75,6 +75,11 @@ struct FactsStructure {
   const GradientShares *shares = nullptr;
   std::shared_ptr<GradientSharesOnce> sharesOnce;
   std::vector<TensorId> sources; ///< stored activations no op makes (live from step 0)
+  /// The stored activations (storageOf(t) == t, role Activation) in id order, and per op its
+  /// class: what each candidate's facts read of the graph's records (gatherFacts), compactly
+  /// (reading every Tensor and Op record again was most of a deep model's facts, issue 41).
+  std::vector<TensorId> stored;
+  std::vector<OpClass> opClasses;
   size_t backwardOps = 0;        ///< ops with a backward
   std::vector<double> tensorBytes; ///< per tensor: Graph::bytes (numel × bytes per element)
 };
