@@ -188,10 +188,10 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   // A step nothing reads after it is priced and checked may be compact (buildTrainingStep).
   bool compact = !request.listsPlan() && !keepStep;
   Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/compact, /*prepare=*/true);
-  if (compact && plan.isTrain) {
+  if (compact && plan.isTrain && wants.has(Result::Budgets)) {
     // The graph part as made (Analysis::graphOnly): what a fix search's graph part for the
-    // same plan under another checkpoint policy is. Its step goes (the graph part releases
-    // it) and so do the per-block counts (no trial reads them).
+    // same plan under another checkpoint policy is (only checkBudgets searches). Its step goes
+    // (the graph part releases it) and so do the per-block counts (no trial reads them).
     std::vector<Analysis::BlockCount> counts;
     counts.swap(a.params.byBlock);
     auto part = std::make_shared<Analysis>(a);
