@@ -177,6 +177,7 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
     const Tensor &tensor = g.tensors[t];
     if (g.storageOf(t) != t || !isActivation(t))
       continue;
+    f.stored.push_back(t);
     if (tensor.producer == kNone)
       f.sources.push_back(t);
     else if (f.train && tensor.requiresGrad)
@@ -185,10 +186,19 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
       if (f.hasBackward[r])
         f.gradReader[t] = r; // readers are in op order
   }
-  if (f.train)
-    f.shares = gradientShares(g);
-  for (OpId o = 0; o < g.ops.size(); ++o)
+  static const GradientShares none;
+  f.shares = &none;
+  if (f.train) {
+    f.sharesOnce = a.gradientShares && a.gradientShares->graph() == &g
+                       ? a.gradientShares
+                       : std::make_shared<GradientSharesOnce>(g);
+    f.shares = &f.sharesOnce->get();
+  }
+  f.opClasses.resize(g.ops.size());
+  for (OpId o = 0; o < g.ops.size(); ++o) {
     f.backwardOps += f.hasBackward[o];
+    f.opClasses[o] = opClass(g.ops[o].kind);
+  }
   f.tensorBytes.resize(g.tensors.size());
   for (TensorId t = 0; t < g.tensors.size(); ++t)
     f.tensorBytes[t] = g.bytes(t);
@@ -250,8 +260,9 @@ Facts gatherFacts(const Analysis &a) {
   std::shared_ptr<const TensorParallel> tp = tensorParallelOf(a);
   const std::vector<double> &splits = tp->split;
   std::vector<Known> timeOfRecord(a.ops.recordSlots());
+  const std::vector<OpClass> &classes = f.structure->opClasses;
   for (OpId o = 0; o < g.ops.size(); ++o) {
-    OpClass c = opClass(g.ops[o].kind);
+    OpClass c = classes[o];
     Known &known = timeOfRecord[a.ops.recordOf(o)];
     if (!known.made || known.c != c || known.split != splits[o]) {
       const OpAnalysis &oa = a.ops[o];
@@ -266,11 +277,12 @@ Facts gatherFacts(const Analysis &a) {
     f.opTime[o] = known.time;
   }
   f.tensorBuffer.assign(g.tensors.size(), 0);
-  for (TensorId t = 0; t < g.tensors.size(); ++t)
-    if (g.storageOf(t) == t && f.isActivation(t))
-      f.tensorBuffer[t] = std::ceil(f.bytes(t));
+  for (TensorId t : f.structure->stored)
+    f.tensorBuffer[t] = std::ceil(f.bytes(t));
   f.extraBuffer.assign(f.extras.items.size(), 0);
   for (OpId o = 0; o < g.ops.size(); ++o) {
+    if (f.extraCount(o) == 0)
+      continue;
     double divisor = f.opSplit(g.ops[o]) ? f.tensorDegree : 1;
     for (uint32_t k = 0; k < f.extraCount(o); ++k)
       f.extraBuffer[f.extras.start[o] + k] = std::ceil(a.savedOf(o)[f.extras.of(o)[k]].bytes / divisor);

@@ -80,7 +80,7 @@ bool sameAsBefore(const Facts &f, size_t c, PeriodicCopies &pc) {
     uint32_t cx = copyOf(x);
     return y == x + K && (cx == c - 1 || (nextToo && cx == c));
   };
-  const GradientShares &shares = st.shares;
+  const GradientShares &shares = *st.shares;
   for (size_t i = 0; i < K; ++i) {
     OpId o = a[i], o2 = b[i];
     if (f.hasBackward[o] != f.hasBackward[o2] || f.extraCount(o) != f.extraCount(o2) ||
@@ -336,7 +336,7 @@ std::optional<Smaller> smallerModel(const Facts &f, const std::vector<Cut> &cuts
     s.tensorBuffer[v] = f.tensorBuffer[t];
     s.gradProducer[v] = smallOp(keptOp(st.gradProducer[t], from));
     s.gradReader[v] = smallOp(keptOp(st.gradReader[t], from));
-    TensorId root = t < st.shares.root.size() ? st.shares.root[t] : kNone;
+    TensorId root = t < st.shares->root.size() ? st.shares->root[t] : kNone;
     if (root != kNone) {
       s.shares.root[v] = key(keptTensor(root, from));
       s.shares.members.emplace_back(s.shares.root[v], v);

@@ -90,21 +90,27 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   bool list = !a.priceOnly && a.listsPlan();
   bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly && a.wanted(Result::BlockPlan);
   std::optional<int64_t> aligned = 0;
-  Walk w = walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
+  // A candidate whose schedule nobody reads (Analysis::scheduleUnread) is walked as a
+  // comparison: the same recompute and peak (the walk memo already serves one for the other).
+  bool unread = a.priceOnly && a.scheduleUnread;
+  Walk w = unread ? compareWalk(f, a, p)
+                  : walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
   if (!a.priceOnly && !list) {
     const std::optional<int64_t> &local = a.localGradientBytes; // analyze took it from the step
     if (!aligned || !local || !checkedAdd(*aligned, *local)) {
       w = walk(f, a, p, true, nullptr, perCopy);
       list = true;
       if (!a.step || a.step->skipped.count > 0) { // released, or compact: the listed plan reads it whole
-        a.step = std::make_shared<const Graph>(buildTrainingStep(*a.graph, plan));
+        a.step = std::make_shared<const Graph>(buildTrainingStep(*a.graph, plan, nullptr, a.gradientShares.get()));
         a.stepReleased = false;
       }
     }
   }
   a.planListed = list;
   std::shared_ptr<const std::vector<ScheduleStep>> recomputeSteps;
-  if (a.priceOnly && w.memo && w.memo->recomputeSteps) {
+  if (unread) {
+    recomputeSteps = std::make_shared<std::vector<ScheduleStep>>(); // none is read
+  } else if (a.priceOnly && w.memo && w.memo->recomputeSteps) {
     recomputeSteps = w.memo->recomputeSteps; // the schedule is not built again
   } else {
     if (w.schedule.empty())
@@ -146,15 +152,15 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   a.livePeakBytes = w.peakSaved + w.peakOther;
   a.peakStep = w.peakStep;
   // The plan's own analysis (not a solver's candidate) walks no more after the curve (only a
-  // budget fix search would, which makes them again): the walks' working lists and the
-  // graph's facts go back then, before the memory plan makes its own (250 MB of a
-  // 100,000-layer check's peak). The walks done stay in the memo.
+  // budget fix search would, which makes them again): the walks' working lists go back then,
+  // before the memory plan makes its own. The walks done and the graph's facts stay in the
+  // memo: a fix search reads the facts again, and built anew there, beside the memory plan's
+  // lists, they were more at a 100,000-layer report's peak (1,189 MB, 1,050 MB kept) than
+  // they save before it (none measurably, issue 41: check and report, fitting or not).
   auto release = [&a](Facts &facts) {
     if (a.priceOnly || !facts.memo)
       return;
     facts.memo->scratch = WalkScratch();
-    if (facts.memo->structure.use_count() == 2) // the memo's and these facts': no one else reads it
-      facts.memo->structure.reset();
   };
   if (curve) {
     TradeOffPoint own = curvePoint(a, p.name, static_cast<int64_t>(p.checkpointed()), w, scale);

@@ -71,8 +71,15 @@ struct FactsStructure {
   std::vector<OpId> gradProducer, gradReader;
   /// Gradients that are another's buffer (passes/GradientShares.h, training only): a member
   /// has no buffer of its own; its root's lives on to the last member's producer's backward.
-  GradientShares shares;
+  /// The graph's, made once (Analysis::gradientShares, kept alive by `sharesOnce`), or none.
+  const GradientShares *shares = nullptr;
+  std::shared_ptr<GradientSharesOnce> sharesOnce;
   std::vector<TensorId> sources; ///< stored activations no op makes (live from step 0)
+  /// The stored activations (storageOf(t) == t, role Activation) in id order, and per op its
+  /// class: what each candidate's facts read of the graph's records (gatherFacts), compactly
+  /// (reading every Tensor and Op record again was most of a deep model's facts, issue 41).
+  std::vector<TensorId> stored;
+  std::vector<OpClass> opClasses;
   size_t backwardOps = 0;        ///< ops with a backward
   std::vector<double> tensorBytes; ///< per tensor: Graph::bytes (numel × bytes per element)
 };
@@ -262,7 +269,7 @@ struct Facts {
     m.extraStart = &extras.start;
     m.sources = &structure->sources;
     m.gradProducer = &structure->gradProducer, m.gradReader = &structure->gradReader;
-    m.shares = &structure->shares;
+    m.shares = structure->shares;
     m.readers = &readers;
     m.tensorBuffer = &tensorBuffer, m.extraBuffer = &extraBuffer;
     m.copies = &copies;

@@ -97,6 +97,7 @@ struct StepEntry {
 /// Activations.cpp: the liveness walks done on one graph (Analysis::walks).
 struct WalkMemo;
 struct TensorParallelMemo;
+class GradientSharesOnce; // passes/GradientShares.h
 
 /// How the generated tensor-parallel step cuts one parameter over its t ranks: `dim` (-1:
 /// whole on every rank) viewed as [parts, t, size / (parts·t)], rank r holding [:, r, :] (a
@@ -206,11 +207,25 @@ struct Analysis {
   /// A candidate whose memory and FLOPs alone were priced (analyzeLayout's `timed` false): its
   /// time is 0 until priceLayoutTime prices it.
   bool timePending = false;
+  /// A candidate whose time is never priced (AnalysisManager::trial under memoryOnly: it reads
+  /// the peak and FLOPs and drops the analysis): its walk is a comparison walk (periodic where
+  /// it may be) and no schedule is made (`schedule` stays empty; the step time reads it).
+  bool scheduleUnread = false;
   /// The liveness walks already done on this graph (passes/Activations.cpp), keyed by what the
   /// walk reads and by the policy: made by analyzeGraph and shared by every analysis copied
   /// from that graph part (the budget fixes' and the layout search's candidates try the same
   /// checkpoint policies on one graph again and again).
   std::shared_ptr<WalkMemo> walks;
+  /// The graph's gradient shares (passes/GradientShares.h), made once for the training step
+  /// and the walks' facts and shared by the analyses of the same graph (a fix search's graph
+  /// part and its trials); null for an inference plan.
+  std::shared_ptr<GradientSharesOnce> gradientShares;
+  /// The graph part (analyzeGraph) of a plan's own analysis as made, before any layout pass
+  /// wrote it, without the step and the per-block counts: kept by `analyze` for a compact
+  /// step, where a fix search's checkpoint candidates (the same plan but for its checkpoint
+  /// policy, which no graph-only pass reads) take it instead of analysing the graph again
+  /// (AnalysisManager::trial's `checkpointOnly`). Null elsewhere.
+  std::shared_ptr<const Analysis> graphOnly;
   /// The tensor-parallel splits of this graph part's candidates (passes/TensorParallel.h):
   /// made by AnalysisManager for its graph parts and shared by every analysis copied from
   /// one; null elsewhere (each pass then makes the split it reads).

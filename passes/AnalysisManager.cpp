@@ -75,7 +75,7 @@ AnalysisManager::AnalysisManager(const Analysis &base, Relower relower, size_t k
 
 AnalysisManager::~AnalysisManager() = default;
 
-const Analysis *AnalysisManager::graphPart(const Plan &candidate) {
+const Analysis *AnalysisManager::graphPart(const Plan &candidate, bool checkpointOnly) {
   for (const auto &g : graphs_)
     if (sameGraph(g->plan, candidate) &&
         g->plan.precision.preset == candidate.precision.preset &&
@@ -118,9 +118,21 @@ const Analysis *AnalysisManager::graphPart(const Plan &candidate) {
   // may be compact (a repeated block's backward built once, its copies' records copied, as
   // `check`'s own analysis does) and goes back once priced. A 100,000-layer base whose step
   // `check` released was rebuilt whole here for the fix notes: a fifth of the time (issue 41).
-  gp->part = analyzeGraph(*graph, gp->plan, std::move(step), /*compactStep=*/true);
+  // The base's graph also takes the base's gradient shares and, when the stack fuses alike,
+  // its saved lists (analyzeGraph's `sameGraph`): made again, they were a tenth of a
+  // 100,000-layer check's fix notes and 70 MB more at its peak.
+  // A candidate that is the base's plan but for the checkpoint policy has the base's graph
+  // part as made (Analysis::graphOnly; the graph-only passes never read the policy).
+  if (baseGraph && checkpointOnly && base_.graphOnly)
+    gp->part = *base_.graphOnly;
+  else
+    gp->part = analyzeGraph(*graph, gp->plan, std::move(step), /*compactStep=*/true,
+                            /*prepare=*/false, baseGraph ? &base_ : nullptr);
   gp->part->step.reset();
   gp->part->stepReleased = true;
+  // No trial reads the per-block counts (blockTotals and the reports do, on a plan's own
+  // analysis), and every trial copied them: 55 MB at 100,000 layers.
+  std::vector<Analysis::BlockCount>().swap(gp->part->params.byBlock);
   gp->part->tensorParallelMemo = std::make_shared<TensorParallelMemo>();
   if (baseGraph && base_.walks)
     gp->part->walks = base_.walks;
@@ -129,14 +141,19 @@ const Analysis *AnalysisManager::graphPart(const Plan &candidate) {
 }
 
 std::optional<Analysis> AnalysisManager::layout(const Plan &candidate, bool timed) {
-  const Analysis *part = graphPart(candidate);
+  return layout(candidate, timed, /*final=*/false);
+}
+
+std::optional<Analysis> AnalysisManager::layout(const Plan &candidate, bool timed, bool final,
+                                                bool checkpointOnly) {
+  const Analysis *part = graphPart(candidate, checkpointOnly);
   if (!part)
     return std::nullopt;
   llvm::SourceMgr sm;
   DiagnosticEngine quiet(sm);
   quiet.setOutput(nullptr);
   ++layouts_;
-  return analyzeLayout(*part, candidate, quiet, timed);
+  return analyzeLayout(*part, candidate, quiet, timed, final);
 }
 
 void AnalysisManager::priceTime(Analysis &candidate) {
@@ -148,13 +165,15 @@ void AnalysisManager::priceTime(Analysis &candidate) {
   priceLayoutTime(candidate, quiet);
 }
 
-std::optional<Trial> AnalysisManager::trial(const Plan &candidate) {
+std::optional<Trial> AnalysisManager::trial(const Plan &candidate, bool checkpointOnly) {
   // A trial priced without its time answers only a memory-only request.
   for (const auto &[plan, trial] : done_)
     if (samePricing(plan, candidate) && (!trial || trial->timed || memoryOnly_))
       return trial;
   std::optional<Trial> out;
-  if (std::optional<Analysis> a = layout(candidate, !memoryOnly_)) {
+  // An untimed trial is read here and dropped: its time is never priced (a timed request
+  // analyses the candidate again), so it makes no schedule.
+  if (std::optional<Analysis> a = layout(candidate, !memoryOnly_, /*final=*/memoryOnly_, checkpointOnly)) {
     out = trialOf(*a);
     out->timed = !a->timePending;
   }

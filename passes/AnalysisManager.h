@@ -68,7 +68,7 @@ public:
   /// The graph part (analyzeGraph) of `candidate`'s graph: the base's graph when they lower
   /// alike, else the model re-lowered for it; null when it must be re-lowered and cannot be.
   /// Its `plan` is null: each analysis copied from it sets its own.
-  const Analysis *graphPart(const Plan &candidate);
+  const Analysis *graphPart(const Plan &candidate) { return graphPart(candidate, false); }
   /// The layout passes for `candidate` on its graph part (analyzeLayout), diagnostics muted;
   /// nullopt when its graph cannot be lowered. Not cached: the caller keeps what it reads.
   /// `timed` false: a train candidate's memory and FLOPs alone (Analysis::timePending), whose
@@ -80,7 +80,10 @@ public:
   /// tryPlan(base, candidate, relower), from the cache when an equal candidate was asked for.
   /// While memoryOnly() is set, a train candidate's time is not priced (Trial::timed false):
   /// its peak, activations and FLOPs are the same (analyzeLayout's `timed`).
-  std::optional<Trial> trial(const Plan &candidate);
+  /// `checkpointOnly`: the candidate is the base's plan with another checkpoint policy and
+  /// nothing else changed (the caller made it so); its graph part, when none is made yet, is
+  /// then the base's as made (Analysis::graphOnly), where there is one.
+  std::optional<Trial> trial(const Plan &candidate, bool checkpointOnly = false);
   /// The trials asked for from now on read only memory and FLOPs (the memory fixes: their
   /// checkpoint, micro-batch, ZeRO and device-count candidates), until set back.
   void setMemoryOnly(bool on) { memoryOnly_ = on; }
@@ -94,6 +97,10 @@ public:
 
 private:
   struct GraphPart;
+  /// layout, with analyzeLayout's `final`: trial's untimed candidates, never priced again.
+  std::optional<Analysis> layout(const Plan &candidate, bool timed, bool final,
+                                 bool checkpointOnly = false);
+  const Analysis *graphPart(const Plan &candidate, bool checkpointOnly);
   const Analysis &base_;
   Relower relower_;
   size_t keepGraphs_;

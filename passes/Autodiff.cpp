@@ -125,7 +125,8 @@ void differentiate(Analysis &a, bool compact) {
   const Plan &plan = *a.plan;
   // Step 1 (unless the caller passed the step of an equal plan: analyzeGraph).
   if (!a.step)
-    a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan, compact ? a.copies.get() : nullptr));
+    a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan, compact ? a.copies.get() : nullptr,
+                                                                   a.gradientShares.get()));
   if (!plan.isTrain) {
     a.flops.step = a.flops.forward;
     return;
@@ -133,7 +134,7 @@ void differentiate(Analysis &a, bool compact) {
   // A compact step's skipped copies take their model copy's records (step 2b), which needs
   // their forward records to be the model's: else the whole step is built after all.
   if (a.step->skipped.count > 0 && !skippedRecordsMatch(a, a.step->skipped))
-    a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan));
+    a.step = std::make_shared<const Graph>(buildTrainingStep(g, plan, nullptr, a.gradientShares.get()));
   const Graph &s = *a.step;
 
   // Step 2: each backward op's cost, charged to its forward op.

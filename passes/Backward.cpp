@@ -480,23 +480,32 @@ bool sameStep(const Plan &a, const Plan &b) {
 }
 
 namespace {
-Graph buildStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact);
+Graph buildStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact,
+                GradientSharesOnce *shares);
 } // namespace
 
-Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact) {
+Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact,
+                        GradientSharesOnce *shares) {
+  if (shares && shares->graph() != &forward)
+    shares = nullptr;
   // The padded LM head (passes/HeadPadding.h): the step of a copy of the forward graph whose
   // head weight and logits are padded, with the same ids, so the memory plan, the arena and
-  // the emitter all see the padded buffers.
+  // the emitter all see the padded buffers. The padding changes three tensors' shapes and
+  // nothing else, so the copy's gradient shares are the forward graph's unless an add reads
+  // or writes one of them (sharesReadShapeOf).
   HeadPadding hp = headPadding(forward, plan);
   if (hp.applies()) {
     Graph padded = paddedForward(forward, hp);
-    return buildStep(padded, plan, compact);
+    if (shares && sharesReadShapeOf(forward, {hp.weight, hp.view, hp.logits}))
+      shares = nullptr;
+    return buildStep(padded, plan, compact, shares);
   }
-  return buildStep(forward, plan, compact);
+  return buildStep(forward, plan, compact, shares);
 }
 
 namespace {
-Graph buildStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact) {
+Graph buildStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact,
+                GradientSharesOnce *shares) {
   // The step begins as the forward graph, sharing its records (Graph::extend: ids and records
   // are the forward's, not copies of them), and reserves room for what it adds once rather
   // than regrowing op by op. Measured: the step has 2.3-2.6 ops per forward op plus about one
@@ -517,7 +526,12 @@ Graph buildStep(const Graph &forward, const Plan &plan, const RepeatCopies *comp
   size_t forwardOps = g.ops.size();
   Builder b(g, plan);
   b.planWrites(forwardOps);
-  b.shares = gradientShares(forward);
+  if (shares) {
+    b.shares = &shares->get();
+  } else {
+    b.ownShares = gradientShares(forward);
+    b.shares = &b.ownShares;
+  }
 
   // The loss gradient: the step's loss is the mean over its micro-batches, batch / micro_batch
   // of them split over the data-parallel ranks. Each rank seeds 1 / (its micro-batches); the

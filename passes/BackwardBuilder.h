@@ -27,7 +27,10 @@ struct Builder {
   std::vector<uint8_t> mode;        ///< per base: how writes combine (Mode)
   std::vector<bool> written;        ///< per base: something already wrote it
   OpId current = kNone;             ///< the forward op whose backward is being built
-  GradientShares shares;            ///< which add operands' gradients are dy's buffer (no copy)
+  /// Which add operands' gradients are dy's buffer (no copy): the forward graph's shares
+  /// (GradientSharesOnce, shared with the walks' facts) or `ownShares`.
+  const GradientShares *shares = nullptr;
+  GradientShares ownShares;
   AttrsPool attrsPool;
 
   enum Mode : uint8_t { Overwrite, Accumulate, SplitParts, ZeroFirst };

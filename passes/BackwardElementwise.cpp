@@ -35,7 +35,7 @@ template <> struct BinaryGrad<OpKind::Add> {
   /// Whether operand x's gradient is dy's buffer (passes/GradientShares.h): then one
   /// `contiguous` with `shares` records that it is dy, and nothing is copied.
   static bool shared(Builder &b, TensorId x, TensorId dy) {
-    if (!b.shares.sharedAt(x, b.current))
+    if (!b.shares->sharedAt(x, b.current))
       return false;
     OpAttrs a;
     a.shares = true;

@@ -120,7 +120,7 @@ std::vector<std::string> memoryFixes(AnalysisManager &trials, double limit) {
         continue;
       Plan p = plan;
       p.checkpoint = policy;
-      std::optional<Trial> t = trials.trial(p);
+      std::optional<Trial> t = trials.trial(p, /*checkpointOnly=*/true);
       if (!t)
         continue;
       if (fits(*t) && (best.empty() || t->executedFlops < bestT.executedFlops))
@@ -272,7 +272,7 @@ std::vector<std::string> mfuFixes(AnalysisManager &trials, double target) {
   if (plan.checkpoint != "none") {
     Plan p = plan;
     p.checkpoint = "none";
-    std::optional<Trial> t = trials.trial(p);
+    std::optional<Trial> t = trials.trial(p, /*checkpointOnly=*/true);
     if (t && t->peak <= mem && t->mfu > a.time.mfu * 1.01)
       notes.push_back("checkpoint = none (no recompute) " +
                       std::string(t->mfu >= target ? "reaches MFU " : "raises MFU to ") +

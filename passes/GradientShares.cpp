@@ -45,6 +45,16 @@ bool sharingOperand(const Graph &g, TensorId u, TensorId y) {
          tu.shape == ty.shape && tu.dtype == ty.dtype && tu.layout == ty.layout;
 }
 
+bool sharesReadShapeOf(const Graph &g, std::initializer_list<TensorId> tensors) {
+  auto listed = [&](TensorId t) { return std::find(tensors.begin(), tensors.end(), t) != tensors.end(); };
+  for (const Op &op : g.ops)
+    if (op.kind == OpKind::Add &&
+        (std::any_of(op.inputs.begin(), op.inputs.end(), listed) ||
+         std::any_of(op.outputs.begin(), op.outputs.end(), listed)))
+      return true;
+  return false;
+}
+
 GradientShares gradientShares(const Graph &g) {
   GradientShares s;
   size_t T = g.tensors.size(), n = g.ops.size();

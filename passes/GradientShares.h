@@ -6,6 +6,9 @@
 
 #include "ir/Graph.h"
 
+#include <initializer_list>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace tally {
@@ -28,6 +31,33 @@ struct GradientShares {
 /// member's reader; no member's writer falls between the operand's producer and the add).
 /// Walked in backward order (reverse op order), as autodiff and the schedule run it.
 GradientShares gradientShares(const Graph &forward);
+
+/// Whether gradientShares reads the shape of one of `tensors`: it reads shapes only of an
+/// add's operands and output. When it does not, a copy of the graph that differs only in
+/// those tensors' shapes (the step's padded head, passes/HeadPadding.h) has the same shares.
+bool sharesReadShapeOf(const Graph &g, std::initializer_list<TensorId> tensors);
+
+/// gradientShares of one forward graph, made once, by the first of its readers to ask:
+/// autodiff's step build and the walks' graph facts (passes/ActivationFacts.cpp), which run on
+/// two threads at once (analyzeGraph), and the analyses of the same graph after them (a fix
+/// search's graph part and its trials, AnalysisManager.cpp). Each call on a deep graph was a
+/// few percent of a 100,000-layer check, four times over (issue 41). The shares depend on the
+/// graph alone, so sharing them changes nothing but who computes them.
+class GradientSharesOnce {
+public:
+  explicit GradientSharesOnce(const Graph &g) : graph_(&g) {}
+  const Graph *graph() const { return graph_; }
+  /// The shares of graph(); the first call computes them, a concurrent one waits for it.
+  const GradientShares &get() {
+    std::call_once(once_, [this] { shares_ = gradientShares(*graph_); });
+    return shares_;
+  }
+
+private:
+  const Graph *graph_;
+  std::once_flag once_;
+  GradientShares shares_;
+};
 
 /// Whether autodiff gives tensor `t` of `g` a gradient: a float tensor that requires one and is
 /// (a view of) a trainable parameter or an activation. Autodiff and gradientShares ask it.

@@ -44,7 +44,10 @@ constexpr int64_t kCudaStepWorkspaceBytes = 64LL << 20;
 /// With `compact` (the forward graph's repeat copies), the backward ops of the copies that
 /// provably repeat another copy's are not made (Graph::Skipped): a step only to price and
 /// check (differentiate, checkStep, localGradientBound read it), never to print or run.
-Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact = nullptr);
+/// `shares`: the forward graph's gradient shares, made once (GradientSharesOnce), else made
+/// here; the same step either way.
+Graph buildTrainingStep(const Graph &forward, const Plan &plan, const RepeatCopies *compact = nullptr,
+                        GradientSharesOnce *shares = nullptr);
 /// Whether buildTrainingStep makes the same step of one forward graph for both plans: the
 /// same training flag, gradient dtype, loss scaling and optimizer update. Only the loss
 /// gradient's seed, 1 / (micro-batches per rank), may differ, which no pass prices (the
@@ -381,8 +384,11 @@ constexpr size_t kThreadedOps = 4096;
 /// the ops (they read the same graph and write nothing the other reads), and, with `prepare`
 /// (a plan's own analysis, which walks next), makes the saved lists and the walks' graph
 /// facts (prepareWalks).
+/// `sameGraph`: an analysis of the same graph whose gradient shares, and saved lists when its
+/// stack fuses gates alike, are taken instead of made again (AnalysisManager's graph parts).
 Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step = nullptr,
-                      bool compactStep = false, bool prepare = false);
+                      bool compactStep = false, bool prepare = false,
+                      const Analysis *sameGraph = nullptr);
 /// analyzeGraph, then the training step verified (an internal-error diagnostic if not): the
 /// pipeline as far as `--emit=ir` needs, without the layout passes, lints or budgets.
 Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, bool compactStep = false,
@@ -395,8 +401,9 @@ Analysis analyzeStep(const Graph &g, const Plan &plan, DiagnosticEngine &diags, 
 /// `timed` false a train plan's memory and FLOPs alone are priced: the passes after the
 /// activations that write neither (roofline, step time, their checks) are skipped, and the
 /// time is left 0 (the memory fixes read the peak and FLOPs only; issue 41).
+/// `final` (with `timed` false): the caller never prices its time (Analysis::scheduleUnread).
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags,
-                       bool timed = true);
+                       bool timed = true, bool final = false);
 /// The rest of analyzeLayout: the time of a candidate priced untimed (Analysis::timePending),
 /// the same numbers analyzeLayout's `timed` gives; a search prices memory first and the time
 /// of only the candidates that fit (issue 41).

@@ -7,6 +7,7 @@
 #include "support/Diagnostics.h"
 #include "ir/OpRules.h"
 #include "passes/Fusion.h"
+#include "passes/GradientShares.h"
 #include "passes/Stack.h"
 
 #include <system_error>
@@ -27,11 +28,20 @@ std::thread tryThread(std::function<void()> work) {
 } // namespace
 
 Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Graph> step,
-                      bool compactStep, bool prepare) {
+                      bool compactStep, bool prepare, const Analysis *sameGraph) {
   Analysis a;
   a.graph = &g;
   a.plan = &plan;
   a.step = std::move(step);
+  // What depends on the graph alone (the gradient shares) or on the graph and the stack's
+  // fused gates (the saved lists) is another analysis's of the same graph, when there is one.
+  if (sameGraph && sameGraph->graph == &g) {
+    a.gradientShares = sameGraph->gradientShares;
+    if (sameGraph->saved && sameGraph->saved->fusedGates == fusedGates(plan))
+      a.saved = sameGraph->saved;
+  }
+  if (!a.gradientShares && plan.isTrain)
+    a.gradientShares = std::make_shared<GradientSharesOnce>(g);
   a.copies = std::make_shared<const RepeatCopies>(findRepeatCopies(g));
   a.walks = newWalkMemo();
   a.headPad = headPadding(g, plan);
@@ -50,13 +60,14 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
     pricing = tryThread([&a, &g, &plan, prepare, price] {
       price();
       if (prepare && plan.isTrain) {
-        a.saved = savedLists(g, fusedGates(plan));
+        if (!a.saved)
+          a.saved = savedLists(g, fusedGates(plan));
         prepareWalks(a);
       }
     });
   if (pricing.joinable()) {
     a.step = std::make_shared<const Graph>(
-        buildTrainingStep(g, plan, compactStep ? a.copies.get() : nullptr));
+        buildTrainingStep(g, plan, compactStep ? a.copies.get() : nullptr, a.gradientShares.get()));
     pricing.join();
   } else {
     price();
@@ -122,9 +133,10 @@ void priceLayout(Analysis &a, std::function<void()> *curveLater = nullptr) {
 } // namespace
 
 Analysis analyzeLayout(const Analysis &graphPart, const Plan &plan, DiagnosticEngine &diags,
-                       bool timed) {
+                       bool timed, bool final) {
   Analysis a = graphPart;
   a.plan = &plan;
+  a.scheduleUnread = final && !timed && plan.isTrain;
   a.headPad = headPadding(*a.graph, plan); // the layout decides (ZeRO, tensor parallelism)
   a.wants = Results::whatIf();
   a.priceOnly = true;
@@ -174,8 +186,19 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   request.wants = wants;
   bool keepStep = wants.has(Result::Step);
   // A step nothing reads after it is priced and checked may be compact (buildTrainingStep).
-  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/!request.listsPlan() && !keepStep,
-                           /*prepare=*/true);
+  bool compact = !request.listsPlan() && !keepStep;
+  Analysis a = analyzeStep(g, plan, diags, /*compactStep=*/compact, /*prepare=*/true);
+  if (compact && plan.isTrain && wants.has(Result::Budgets)) {
+    // The graph part as made (Analysis::graphOnly): what a fix search's graph part for the
+    // same plan under another checkpoint policy is (only checkBudgets searches). Its step goes
+    // (the graph part releases it) and so do the per-block counts (no trial reads them).
+    std::vector<Analysis::BlockCount> counts;
+    counts.swap(a.params.byBlock);
+    auto part = std::make_shared<Analysis>(a);
+    a.params.byBlock.swap(counts);
+    part->step.reset();
+    a.graphOnly = std::move(part);
+  }
   a.wants = wants;
   // Unlisted, the memory plan needs of the step only a bound on its local gradients; when no
   // caller reads the step either, it goes back now, before the walks make their lists (a
@@ -232,6 +255,7 @@ Analysis analyze(const Graph &g, const Plan &plan, DiagnosticEngine &diags,
   if (curveWalks.joinable())
     curveWalks.join();
   checkBudgets(a, diags, relower); // [budgets]
+  a.graphOnly.reset(); // only the budgets' fix search reads it
   return a;
 }
 

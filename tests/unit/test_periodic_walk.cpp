@@ -7,6 +7,7 @@
 #include "passes/ActivationsInternal.h"
 #include "passes/BackwardTable.h"
 #include "passes/GradientShares.h"
+#include "passes/HeadPadding.h"
 #include "tests/unit/Support.h"
 
 #include <algorithm>
@@ -197,4 +198,44 @@ TEST_CASE("gradient shares: the groups' writer lists decide as the sets did",
     shared += lists.members.size();
   }
   CHECK(shared > 0);
+}
+
+TEST_CASE("gradient shares: made once per graph, and the padded head's copy has the same",
+          "[autodiff][periodic]") {
+  // Issue 41: the step build, the walks' facts and a fix search's graph part share one
+  // GradientSharesOnce; the step of a padded head (a copy of the graph, three tensors wider)
+  // takes the forward graph's shares when no add reads or writes a padded tensor.
+  size_t padded = 0, sharing = 0;
+  for (const char *name : {"gpt2.tally", "llama2_7b.tally", "tour.tally"}) {
+    INFO(name);
+    PlanOverrides o;
+    o.padHead = true;
+    test::Compiled m(test::fromFile, test::example(name), "", o);
+    const Graph &g = m.g();
+    const Plan &plan = *m.c.plan;
+    GradientShares direct = gradientShares(g);
+    GradientSharesOnce once(g);
+    CHECK(once.get().root == direct.root);
+    CHECK(once.get().at == direct.at);
+    CHECK(once.get().members == direct.members);
+    CHECK(&once.get() == &once.get()); // made once
+    HeadPadding hp = headPadding(g, plan);
+    if (hp.applies()) {
+      ++padded;
+      CHECK_FALSE(sharesReadShapeOf(g, {hp.weight, hp.view, hp.logits}));
+      GradientShares wide = gradientShares(paddedForward(g, hp));
+      CHECK(wide.root == direct.root);
+      CHECK(wide.members == direct.members);
+    }
+    // The step built with the shared shares is the step built alone.
+    Graph alone = buildTrainingStep(g, plan), withOnce = buildTrainingStep(g, plan, nullptr, &once);
+    REQUIRE(alone.ops.size() == withOnce.ops.size());
+    for (OpId i = 0; i < alone.ops.size(); ++i) {
+      CHECK(alone.ops[i].kind == withOnce.ops[i].kind);
+      CHECK(alone.ops[i].attrs->shares == withOnce.ops[i].attrs->shares);
+      sharing += alone.ops[i].attrs->shares;
+    }
+  }
+  CHECK(padded > 0);
+  CHECK(sharing > 0);
 }

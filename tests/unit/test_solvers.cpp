@@ -953,3 +953,44 @@ TEST_CASE("layout: a policy is walked once per graph and facts", "[solvers][layo
   sameTrial(trials.trial(q), tryPlan(a, q, stack.relower()));
   CHECK(walkMemoStats(*a.walks).reused > before);
 }
+
+TEST_CASE("budgets: a checkpoint candidate takes the base's graph part as made",
+          "[solvers][budgets]") {
+  // Issue 41: `check` keeps its graph part as made (Analysis::graphOnly: compact step, before
+  // any layout pass), and a fix search's candidate that differs from the plan only in its
+  // checkpoint policy takes it instead of analysing the graph again. Its trials, timed and
+  // memory-only (which make no schedule: Analysis::scheduleUnread), are a whole analysis's.
+  for (const char *file : {"gpt2.tally", "llama2_7b.tally"}) {
+    INFO(file);
+    Compiled t(fromFile, example(file));
+    Relower relower = t.relower();
+    const Plan &base = *t.c.plan;
+    Analysis a = *t.a;
+    auto part = std::make_shared<Analysis>(
+        analyzeGraph(*a.graph, base, nullptr, /*compactStep=*/true, /*prepare=*/true));
+    part->step.reset();
+    part->params.byBlock.clear();
+    a.graphOnly = part;
+    for (bool memoryOnly : {false, true}) {
+      AnalysisManager trials(a, relower);
+      trials.setMemoryOnly(memoryOnly);
+      for (const char *policy : {"none", "full", "sqrt", "selective", "auto"}) {
+        INFO(policy << (memoryOnly ? " memory only" : " timed"));
+        Plan p = base;
+        p.checkpoint = policy;
+        std::optional<Trial> shared = trials.trial(p, /*checkpointOnly=*/true);
+        std::optional<Trial> whole = tryPlan(*t.a, p, relower);
+        REQUIRE(shared.has_value() == whole.has_value());
+        if (!shared)
+          continue;
+        CHECK(shared->peak == whole->peak);
+        CHECK(shared->activations == whole->activations);
+        CHECK(shared->stepFlops == whole->stepFlops);
+        CHECK(shared->executedFlops == whole->executedFlops);
+        if (!memoryOnly)
+          sameTrial(shared, whole);
+      }
+      CHECK(trials.graphsAnalysed() == 1);
+    }
+  }
+}
