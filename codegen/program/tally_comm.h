@@ -247,6 +247,9 @@ inline int64_t pieceLo(int64_t n, int64_t c, int k, int64_t b = 0) { return std:
 inline int64_t pieceHi(int64_t n, int64_t c, int k, int64_t b = 0) {
   return std::min<int64_t>(n, std::max(b, (k + 1) * c));
 }
+/// The ring's piece size over group g for n elements: c = ⌈n/N⌉ (rank r's piece is
+/// [pieceLo, pieceHi) of r).
+inline int64_t ringChunk(const Group &g, int64_t n) { return n / g.size + (n % g.size != 0); }
 /// One step of a ring in group `g`: to and from are ranks of the group.
 template <class T>
 void sendrecv(const Group &g, const T *out, int64_t nout, int to, T *in, int64_t nin, int from) {
@@ -333,7 +336,7 @@ namespace detail {
 /// piece r, then an all-gather of the summed pieces, so every rank ends with the same bits.
 /// Rank r sends 2(N - 1) pieces, counted in sent_bytes under the group's kind.
 template <class T> void ring_all_reduce(const Group &g, T *buf, int64_t n) {
-  const int64_t c = n / g.size + (n % g.size != 0);
+  const int64_t c = ringChunk(g, n);
   ring_reduce_scatter(g, buf, n, c);
   ring_all_gather(g, buf, n, c);
 }
@@ -503,7 +506,7 @@ template <class T> void pp_recv(rt::Ctx &ctx, T *buf, int64_t n, int from, int t
 /// Sends this rank's tensor piece of the n elements of `buf` (pp_send).
 template <class T> void pp_send_piece(rt::Ctx &ctx, const T *buf, int64_t n, int to, int tag, int64_t key) {
   const Group &g = detail::tensor_group();
-  const int64_t c = n / g.size + (n % g.size != 0);
+  const int64_t c = detail::ringChunk(g, n);
   const int64_t lo = detail::pieceLo(n, c, g.rank), hi = detail::pieceHi(n, c, g.rank);
   pp_send(ctx, buf + lo, hi - lo, to, tag, key);
 }
@@ -511,7 +514,7 @@ template <class T> void pp_send_piece(rt::Ctx &ctx, const T *buf, int64_t n, int
 /// Receives this rank's tensor piece of the n elements of `buf` (pp_recv), in place.
 template <class T> void pp_recv_piece(rt::Ctx &ctx, T *buf, int64_t n, int from, int tag) {
   const Group &g = detail::tensor_group();
-  const int64_t c = n / g.size + (n % g.size != 0);
+  const int64_t c = detail::ringChunk(g, n);
   const int64_t lo = detail::pieceLo(n, c, g.rank), hi = detail::pieceHi(n, c, g.rank);
   pp_recv(ctx, buf + lo, hi - lo, from, tag);
 }
@@ -520,7 +523,7 @@ template <class T> void pp_recv_piece(rt::Ctx &ctx, T *buf, int64_t n, int from,
 template <class T> void tp_all_gather(rt::Ctx &ctx, T *buf, int64_t n) {
   rt::detail::KernelScope ks(ctx, "all_gather");
   const Group &g = detail::tensor_group();
-  detail::ring_all_gather(g, buf, n, n / g.size + (n % g.size != 0));
+  detail::ring_all_gather(g, buf, n, detail::ringChunk(g, n));
 }
 
 /// Waits for the sends from slot `key` (every send when key < 0).
