@@ -11,9 +11,20 @@ Every tests/validation/*.tally file is one published run. Its header states, in 
   assumed          (optional) a setting the source does not state and the row had to assume;
                    such a row is run and shown but left out of the mean and the headline numbers
   framework        (optional) the training stack: megatron, deepspeed, fsdp, fsdp2, ddp
+  measured_memory_gib  (optional) the memory per device the run measured, in GiB (2^30 bytes)
+  memory_measure   (with it) what was measured, so that the estimate's part that matches it is
+                   compared: `max_reserved` is PyTorch's caching allocator at its peak
+                   (torch.cuda.max_memory_reserved, which torchtitan logs as "memory"): tally's
+                   peak less the CUDA context and NCCL's buffers, which the allocator does not
+                   hold; `device_used` is all the process holds on the device (nvidia-smi): the
+                   whole peak
+  memory_bound     (optional) the largest |memory error| the row may show (default 0.10)
+  memory_assumed   (optional) what the memory reading had to assume (its unit, its rounding);
+                   such a reading is shown, never gated, and left out of the memory summary
 The script runs `tally report FILE --format json` on each, computes error = estimate / measured
-- 1, prints the table (Markdown with --markdown) and exits 1 when a row's |error| exceeds its
-bound, when the mean |error| (rows without `assumed`) exceeds --mean-bound, when a file cannot
+- 1 (and, where a row states its measured memory, memory error = estimate / measured - 1),
+prints the table (Markdown with --markdown) and exits 1 when a row's |error| exceeds its
+bound (or its memory error its memory bound), when the mean |error| (rows without `assumed`) exceeds --mean-bound, when a file cannot
 be read, or when tally reports an error for a run that was measured (it did run: it fits and
 its layout is valid).
 
@@ -89,6 +100,7 @@ def run_row(tally, path, folder, failures):
         failures.append(f"{name}: no step time to compare ({e})")
         return None
     err = est / measured - 1
+    memory = memory_of(name, h, report, failures)
     if abs(err) > bound:
         # A row with an assumed setting is shown, never gated: its number rests on a guess.
         if h.get("assumed"):
@@ -108,7 +120,47 @@ def run_row(tally, path, folder, failures):
         "error": err,
         "bound": bound,
         "assumed": h.get("assumed", ""),
+        "memory": memory,
     }
+
+
+# What each memory_measure reads of tally's memory per device (report JSON memory.per_device).
+MEMORY_MEASURES = {
+    # PyTorch's caching allocator at its peak: everything but the CUDA context and NCCL's own
+    # buffers, which are allocated outside it.
+    "max_reserved": lambda m: m["peak"] - m["cuda_context"] - m["comm_buffers"],
+    # all the process holds on the device
+    "device_used": lambda m: m["peak"],
+}
+
+
+def memory_of(name, h, report, failures):
+    """The row's memory comparison (a dict), or None when it states no measured memory."""
+    if "measured_memory_gib" not in h:
+        return None
+    what = h.get("memory_measure", "")
+    if what not in MEMORY_MEASURES:
+        failures.append(f"{name}: memory_measure must be one of {', '.join(MEMORY_MEASURES)} "
+                        f"(got '{what}')")
+        return None
+    try:
+        measured = float(h["measured_memory_gib"]) * 2**30
+        bound = float(h.get("memory_bound", "0.10"))
+        est = float(MEMORY_MEASURES[what](report["memory"]["per_device"]))
+    except (KeyError, TypeError, ValueError) as e:
+        failures.append(f"{name}: no memory to compare ({e})")
+        return None
+    err = est / measured - 1
+    gated = not h.get("assumed") and not h.get("memory_assumed")
+    if abs(err) > bound:
+        if gated:
+            failures.append(f"{name}: memory error {err:+.1%} exceeds its bound ±{bound:.0%}")
+        else:
+            print(f"note: {name} (assumed): memory error {err:+.1%} is past its bound "
+                  f"±{bound:.0%}", file=sys.stderr)
+    return {"measure": what, "measured_gib": measured / 2**30, "tally_gib": est / 2**30,
+            "error": err, "bound": bound, "gated": gated,
+            "assumed": h.get("memory_assumed", "")}
 
 
 def mean(xs):
@@ -165,7 +217,14 @@ def summarize(rows):
     worst_any = max(rows, key=lambda r: abs(r["error"])) if rows else None
     scaled = [x["held_out_mape_with_scale"] for x in loso
               if x["held_out_mape_with_scale"] is not None]
+    mem = [r for r in rows if r.get("memory")]
+    mem_gated = [r for r in mem if r["memory"]["gated"]]
     return {
+        "memory_rows": len(mem),
+        "memory_rows_gated": len(mem_gated),
+        "memory_mape_gated": mean([abs(r["memory"]["error"]) for r in mem_gated]) if mem_gated else None,
+        "memory_worst_gated": (max(mem_gated, key=lambda r: abs(r["memory"]["error"]))["name"]
+                               if mem_gated else None),
         "rows": len(rows),
         "rows_headline": len(headline),
         "rows_assumed": len(rows) - len(headline),
@@ -226,6 +285,25 @@ def print_by_source(rows, s, markdown):
               f"   with scale {sc}: {pct(x['held_out_mape_with_scale'])}")
     print(f"LOSO MAPE {pct(s['loso_mape'])} (nothing fitted); with one fitted scale "
           f"{pct(s['loso_mape_with_scale'])}")
+    print_memory(rows, s)
+
+
+def print_memory(rows, s):
+    """The rows that state a measured memory: measured beside tally's matching part."""
+    mem = [r for r in rows if r.get("memory")]
+    if not mem:
+        return
+    print()
+    print("Memory per device, where the run measured it (GiB; what was measured, and tally's part "
+          "that matches it):")
+    for r in mem:
+        m = r["memory"]
+        mark = "" if m["gated"] else "  [assumed]"
+        print(f"  {r['name']:56s} {m['measure']:12s} {m['measured_gib']:7.2f}  tally "
+              f"{m['tally_gib']:7.2f}  {m['error']:+6.1%}  (±{m['bound']:.0%}){mark}")
+    print(f"{s['memory_rows']} rows state a measured memory; {s['memory_rows_gated']} without "
+          f"assumptions: MAPE {pct(s['memory_mape_gated'])}"
+          + (f", worst {s['memory_worst_gated']}" if s["memory_worst_gated"] else ""))
 
 
 def main(argv):
