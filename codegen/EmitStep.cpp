@@ -475,7 +475,9 @@ bool Emitter::checkPlan() {
   // of the initialisation and --save cut masters by tensor cut, not by data shard).
   const bool tensorZero =
       par.data > 1 && (par.zero > 1 || (par.zero == 1 && plan.precision.master != Dtype::Invalid));
-  const bool sequenceRefused = par.sequenceParallel && (par.data > 1 || par.pipeline > 1 || be.device);
+  // Sequence parallelism runs alone and with data parallelism (each data rank's tensor group
+  // gathers and scatters its own rows; the data group then reduces the grads region as dp2tp2).
+  const bool sequenceRefused = par.sequenceParallel && (par.pipeline > 1 || be.device);
   const bool pipelineRefused = par.pipeline != 1 && be.device; // tensor x pipeline: the CPU's MPI ranks
   if (par.tensor > 1 && (sequenceRefused || plan.fuseKernels || tensorZero || pipelineRefused ||
                          par.context != 1 || par.expert != 1)) {
@@ -484,11 +486,8 @@ bool Emitter::checkPlan() {
             ? "without sequence_parallel (its gathers and reduce-scatters run on the CPU backend's MPI ranks, not "
               "over NCCL yet)"
         : sequenceRefused && par.pipeline > 1
-            ? "with sequence_parallel on its own, not with pipeline parallelism yet (a boundary split along the "
-              "sequence is not sent yet)"
-        : sequenceRefused
-            ? "with sequence_parallel on its own, not with data parallelism yet (no end-to-end check runs "
-              "data x tensor with sequence parallelism)"
+            ? "with sequence_parallel on its own or with data parallelism, not with pipeline parallelism yet (a "
+              "boundary split along the sequence is not sent yet)"
         : plan.fuseKernels ? std::string("without fused kernels (build it ") +
                                  (be.device ? "with --fuse=false)" : "without --fuse)")
         : tensorZero && par.zero == 1
@@ -649,16 +648,23 @@ std::string Emitter::stepSource(const std::string &micro, const std::string &upd
   // After the micro-batches: the reduction (data parallel), the update, --dump-grads, zero_grad.
   // The CUDA step waits for its overlapped reductions inside its graph region (EmitGraph.cpp).
   // The driver's gradient check runs once the gradients are complete, before the update.
+  // Sequence parallel: the norms' and biases' gradients (partial sums on each tensor rank) are
+  // summed over the tensor group after the data group's reduction, as Megatron-LM's
+  // finalize_model_grads runs finish_grad_sync before _allreduce_layernorm_grads: the overlapped
+  // buckets reduce them in the last micro-batch, so the other paths keep that order too (under
+  // ZeRO-1 the rank's shard of them is the data group's sum, the rest is not read).
   const std::string check = "  if (check_gradients)\n    check_gradients();\n";
+  const std::string sequence = sequenceGradients();
   std::string tail;
   if (dataParallel() && pieced()) // each gradient was reduce-scattered when the backward completed it
-    tail = check + "  if (before_zero)\n    before_zero();\n  *updated = update(ctx, step);\n";
+    tail = sequence + check + "  if (before_zero)\n    before_zero();\n  *updated = update(ctx, step);\n";
   else if (dataParallel())
-    tail = std::string(be.device && overlap() ? "" : "  reduce_gradients(ctx);\n") + check + "  if (before_zero) {\n" +
-           (sharded() ? "    gather_gradients(ctx);\n" : "") + "    before_zero();\n  }\n  *updated = update(ctx, step);\n";
+    tail = std::string(be.device && overlap() ? "" : "  reduce_gradients(ctx);\n") + sequence + check +
+           "  if (before_zero) {\n" + (sharded() ? "    gather_gradients(ctx);\n" : "") +
+           "    before_zero();\n  }\n  *updated = update(ctx, step);\n";
   else
-    tail = check + "  *updated = update(ctx, step);\n  if (before_zero)\n    before_zero();\n";
-  tail = sequenceGradients() + tail + "  zero_grad(ctx);\n";
+    tail = sequence + check + "  *updated = update(ctx, step);\n  if (before_zero)\n    before_zero();\n";
+  tail += "  zero_grad(ctx);\n";
   if (be.device)
     os << deviceTrainStep(tail);
   else

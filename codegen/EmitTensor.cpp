@@ -97,7 +97,8 @@ void Emitter::tensorParallelAfter(size_t e) {
 //   op read a parameter cut over the tensor group (a row-parallel matmul's partial sums, a
 //   column input's gradient: tp_seq_reduce_scatter) or sliced (alike on every rank: the
 //   embeddings' sum, the whole head's input gradient: tp_seq_slice).
-// Once per step the gradients of the parameters only sequence-split ops read are all-reduced.
+// Once per step the gradients of the parameters only sequence-split ops read are all-reduced
+// (with data parallelism after the data group's reduction, as Megatron-LM: EmitStep.cpp).
 
 int Emitter::seqDim(TensorId t) const {
   TensorId b = s.storageOf(t);

@@ -63,6 +63,18 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     optimizer region half its tensor cut's grads region (one SGD state, padded to 256 bytes);
     the bytes each rank sent per group equal the estimate's and dp2tp2's: to its data group half
     the grads region reduce-scattered plus half gathered back, the region's bytes again.
+  - data x tensor with sequence parallelism (dp2tp2sp: 4 processes, tensor = 2 with
+    sequence_parallel = true, data = 2 derived: each rank tp2sp's split on its data rank's rows,
+    the gathers and reduce-scatters on its tensor group, each data group all-reduces its ranks'
+    grads region, then the norms' and biases' gradients are all-reduced over the tensor group)
+    gives dp1's loss, last gradients and weights within RTOL_ZERO; every rank's arena and regions
+    equal the estimate's for that rank, its params region tp2's cut; the bytes each rank sent per
+    group equal the estimate's exactly and the derivation: to its tensor group tp2sp's 23
+    messages on its 2 micro-batches plus the norms' all-reduce once per step (sequence_bytes), to
+    its data group its grads region. dp2tp2spz (with zero = 1: the data group reduce-scatters
+    the region and gathers the updated parameters back) gives the same and dp2tp2sp's numbers
+    exactly (the data group's 2-rank sums come before the tensor group's, in either run), its
+    optimizer region half its cut's grads region.
   - pipeline parallelism (pp2: pipeline = 2, 1F1B; pp2v2: interleave = 2, Megatron's interleaved
     schedule) of a 4-layer model gives the one-process run's (pp1) loss at every step, its last
     gradients and its weights within RTOL_ZERO; each rank's arena and regions equal the
@@ -113,9 +125,10 @@ import safetensors as st  # noqa: E402
 
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
-PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z", "pp1",
-         "pp2", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2"]
-RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4, "dp2pp2": 4, "dp2pp2z": 4, "tp2pp2": 4}  # the others: 2
+PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
+         "dp2tp2sp", "dp2tp2spz", "pp1", "pp2", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2"]
+RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4, "dp2tp2sp": 4, "dp2tp2spz": 4, "dp2pp2": 4, "dp2pp2z": 4,
+         "tp2pp2": 4}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -211,7 +224,7 @@ def tensor_cuts(runs, weights, result):
         n = int(np.prod(t.shape))
         cut = name.endswith(CUT)
         params += align(4 * (n // 2 if cut else n))
-    for p, ranks in [("tp2", 2), ("tp2sp", 2), ("dp2tp2", 4), ("dp2tp2z", 4)]:
+    for p, ranks in [("tp2", 2), ("tp2sp", 2), ("dp2tp2", 4), ("dp2tp2z", 4), ("dp2tp2sp", 4), ("dp2tp2spz", 4)]:
         if p not in runs:
             continue
         est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
@@ -223,7 +236,7 @@ def tensor_cuts(runs, weights, result):
         erows, grows = est.get("per_rank", []), got.get("per_rank", [])
         # params, grads (= params: all fp32) and the momentum: whole, or under ZeRO-1 the half of
         # the grads region's elements this rank's data rank owns, padded to 256 bytes.
-        states = 2 * params + (align(4 * ((params // 4 + 1) // 2)) if p == "dp2tp2z" else params)
+        states = 2 * params + (align(4 * ((params // 4 + 1) // 2)) if p.endswith("z") else params)
         ok = len(erows) == len(grows) == ranks and all(
             e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == states
             for e, g in zip(erows, grows))
@@ -231,16 +244,20 @@ def tensor_cuts(runs, weights, result):
             [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
             [(g["arena_bytes"], g["regions_bytes"]) for g in grows], states))
         if p == "tp2sp":
-            sequence_bytes(sent, weights, result)
+            sequence_bytes(p, sent, weights, MICRO, result)
         if ranks != 4:
             continue
         # Data x tensor: the tensor groups' all-reduces are tp2's on half the micro-batches (each
-        # data rank runs 2 of the 4); each data group's all-reduce of the grads region (a ring of
-        # 2: each rank sends the region's bytes, params derived above as grads = params); under
-        # ZeRO-1 half of the region reduce-scattered and half gathered: the same bytes.
+        # data rank runs 2 of the 4); with sequence parallelism tp2sp's 23 messages per
+        # micro-batch on those 2 and the norms' gradients once per step (sequence_bytes); each
+        # data group's all-reduce of the grads region (a ring of 2: each rank sends the region's
+        # bytes, params derived above as grads = params); under ZeRO-1 half of the region
+        # reduce-scattered and half gathered: the same bytes.
         by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
         tp2_sent = runs["tp2"][0]["measured"]["sent_bytes"][0] if "tp2" in runs else None
-        derived = {"tensor": tp2_sent // 2 if tp2_sent else None, "data": params, "pipeline": 0}
+        tensor = sequence_bytes(p, by.get("tensor"), weights, MICRO // 2, result) if "sp" in p else (
+            tp2_sent // 2 if tp2_sent else None)
+        derived = {"tensor": tensor, "data": params, "pipeline": 0}
         for g in ["tensor", "data", "pipeline"]:
             counted = by.get(g)
             ok = isinstance(counted, list) and len(counted) == ranks and all(
@@ -249,8 +266,9 @@ def tensor_cuts(runs, weights, result):
                 counted, est_by.get(g), derived[g]))
 
 
-def sequence_bytes(sent, weights, result):
-    """tp2sp: the bytes each rank sent, derived from the model. Per micro-batch 23 messages of one
+def sequence_bytes(p, sent, weights, micro, result):
+    """tp2sp, dp2tp2sp: the bytes each rank sent to its tensor group, derived from the model (and
+    returned), for `micro` micro-batches per rank. Per micro-batch 23 messages of one
     micro-batch's [2, 16, 32] fp32 (BOUNDARY), each a ring of 2 sending half of it: ln1's, ln2's
     and lnf's outputs gathered before qkv, fc and the head and again for their weight gradients
     (2 x 5), the 4 projections' partial sums reduce-scattered and their gradients gathered
@@ -259,10 +277,12 @@ def sequence_bytes(sent, weights, result):
     each element's 4 bytes once)."""
     norms = sum(int(np.prod(t.shape)) for n, t in weights.items()
                 if n.split(".")[-2] in ("ln1", "ln2", "lnf") or n.endswith("proj.b"))
-    derived = MICRO * 23 * BOUNDARY // 2 + 4 * norms
-    ok = isinstance(sent, list) and all(c == derived for c in sent)
-    result("tp2sp bytes sent, derived", ok, "counted %s, derived %d (%d micro-batches x 23 x %d B + 4 x %d norm elements)"
-           % (sent, derived, MICRO, BOUNDARY // 2, norms))
+    derived = micro * 23 * BOUNDARY // 2 + 4 * norms
+    ok = isinstance(sent, list) and len(sent) > 0 and all(c == derived for c in sent)
+    result(p + " tensor-group bytes sent, derived", ok,
+           "counted %s, derived %d (%d micro-batches x 23 x %d B + 4 x %d norm elements)"
+           % (sent, derived, micro, BOUNDARY // 2, norms))
+    return derived
 
 
 def pipeline_stages(runs, weights, result):
@@ -374,7 +394,7 @@ def main():
             return 1
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
                         ("tp2sp", RTOL_ZERO),
-                        ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
+                        ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
                         ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO)]:
             if p not in runs:
                 continue
@@ -396,7 +416,7 @@ def main():
             pipeline_stages(runs, runs["pp1"][1], result)
             tensor_pipeline(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
-                            ("dp2tp2", "dp2tp2z"), ("dp2pp2", "dp2pp2z")]:
+                            ("dp2tp2", "dp2tp2z"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
                 result(zero + " loss = " + plain, r0["loss"] == r1["loss"], "%s vs %s" % (r1["loss"], r0["loss"]))
