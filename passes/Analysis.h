@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -330,6 +331,15 @@ struct Analysis {
     bool fusedGates = false; ///< built for a fused gated unit (passes/Stack.h fusedGates)
   };
   std::shared_ptr<const SavedLists> saved;
+  /// The saved lists of this graph part's candidates by fusedGates, each made once by the
+  /// first candidate whose stack needs it (a layout search's stacks fuse both ways): made by
+  /// AnalysisManager for its graph parts and shared by every analysis copied from one; null
+  /// elsewhere (a candidate then makes the lists it reads).
+  struct SavedListsMemo {
+    std::mutex lock;
+    std::shared_ptr<const SavedLists> byGates[2];
+  };
+  std::shared_ptr<SavedListsMemo> savedMemo;
   llvm::ArrayRef<SavedTensor> savedOf(OpId o) const {
     if (!saved || o + 1 >= saved->from.size())
       return {};

@@ -134,6 +134,7 @@ const Analysis *AnalysisManager::graphPart(const Plan &candidate, bool checkpoin
   // analysis), and every trial copied them: 55 MB at 100,000 layers.
   std::vector<Analysis::BlockCount>().swap(gp->part->params.byBlock);
   gp->part->tensorParallelMemo = std::make_shared<TensorParallelMemo>();
+  gp->part->savedMemo = std::make_shared<Analysis::SavedListsMemo>();
   if (baseGraph && base_.walks)
     gp->part->walks = base_.walks;
   gp->part->plan = nullptr; // analyzeLayout sets each candidate's plan

@@ -124,8 +124,18 @@ void priceLayout(Analysis &a, std::function<void()> *curveLater = nullptr) {
   const Plan &plan = *a.plan;
   a.ridge = plan.target.ridge(plan.precision.activations);
   a.checkpoint.policy = plan.checkpoint;
-  if (a.saved && a.saved->fusedGates != fusedGates(plan)) // a layout whose stack fuses otherwise
-    a.saved = savedLists(*a.graph, fusedGates(plan));
+  const bool gates = fusedGates(plan);
+  if (a.saved && a.saved->fusedGates != gates) { // a layout whose stack fuses otherwise
+    if (a.savedMemo) {
+      std::lock_guard<std::mutex> hold(a.savedMemo->lock);
+      std::shared_ptr<const Analysis::SavedLists> &made = a.savedMemo->byGates[gates];
+      if (!made)
+        made = savedLists(*a.graph, gates);
+      a.saved = made;
+    } else {
+      a.saved = savedLists(*a.graph, gates);
+    }
+  }
   staticMemory(a);
   planActivations(a, curveLater); // [activations]
 }

@@ -10,6 +10,7 @@
 //    and stop at the first candidate that meets the goal: scanning in order makes the answer
 //    the largest (or fewest) that fits without assuming memory is monotone in the setting.
 #include "passes/Solvers.h"
+#include "passes/Stack.h"
 
 #include "support/Diagnostics.h"
 #include "support/Format.h"
@@ -464,10 +465,38 @@ bool betterLayout(const ParallelLayout &x, const ParallelLayout &y) {
   return rank(x.checkpoint) < rank(y.checkpoint);
 }
 
+/// Does the plan have a budget on its time (step time, MFU, run time)? A candidate's fit then
+/// needs its time.
+bool timeBudgets(const Plan &plan) {
+  return std::any_of(plan.budgets.begin(), plan.budgets.end(),
+                     [](const BudgetSpec &b) { return b.metric != BudgetMetric::MemoryPerDevice; });
+}
+
+/// The per-micro-batch forward and backward op times (stepTime's F and B) of the candidates
+/// that share what an op's time reads of a candidate (passes/StepTime.cpp, opTimes) besides
+/// the target and precision, which a search keeps: the graph, the tensor degree (each op's
+/// split), the head's padding and the stack (its attention kernel and fusion), which the
+/// layout decides, and the checkpoint policy. Taken from the first of them that is timed;
+/// the bound reads them for the others (tests/unit/test_solvers.cpp checks that searches
+/// with and without it answer alike).
+struct OpTimeSums {
+  const Analysis *part;
+  int64_t tensor;
+  int64_t padded;
+  std::string policy;
+  std::string stack, attention; ///< the stack the layout picks, and its attention kernel
+  bool native, fused;           ///< runsNativeAttention, fusedGates
+  double F, B;
+};
+
 } // namespace
 
+double computeBound(double F, double B, double m, double p, double v) {
+  return (F + B) / p * (m + (p - 1) / v);
+}
+
 LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t devices,
-                           double memoryLimit, size_t keep) {
+                           double memoryLimit, size_t keep, bool bound) {
   const Plan &base = *a.plan;
   LayoutSearch out;
   attentionHeads(*a.graph, out.heads, out.kvHeads);
@@ -484,6 +513,13 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
   // micro-batch is tried under each layout, so all its graphs stay cached.
   AnalysisManager analyses(a, relower, /*keepGraphs=*/SIZE_MAX);
   std::vector<ParallelLayout> fits;
+  // The `keep` best step times so far (a max-heap) and the op-time sums of each kind of
+  // candidate timed: a fitting candidate whose computeBound exceeds the heap's top cannot be
+  // among the `keep` best and is not timed (a plan with time budgets, or an infer plan, times
+  // every one).
+  bound = bound && base.isTrain && !timeBudgets(base);
+  std::vector<double> bestTimes;
+  std::vector<OpTimeSums> sums;
   // Megatron's selective (the attention core) first, then tally's wider form (norms and
   // GELU/SiLU too), then whole blocks.
   const char *policies[] = {"none", "selective", "selective_wide", "full"};
@@ -524,12 +560,47 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
               ++out.analysed;
               if (r.memory.peak > memoryLimit)
                 continue; // more recompute may fit
-              analyses.priceTime(r);
               fitted = true;
+              const Analysis *part = analyses.graphPart(cand);
+              const int64_t padded = r.headPad.applies() ? r.headPad.padded : 0;
+              // The stack is chosen from the layout (passes/Stack.h): its attention kernel and
+              // fusion change op times.
+              OpTimeSums key{part, t, padded, cand.checkpoint, stackName(cand), attentionKernel(cand),
+                             runsNativeAttention(cand), fusedGates(cand), 0, 0};
+              auto known = std::find_if(sums.begin(), sums.end(), [&](const OpTimeSums &x) {
+                return x.part == key.part && x.tensor == key.tensor && x.padded == key.padded &&
+                       x.policy == key.policy && x.stack == key.stack && x.attention == key.attention &&
+                       x.native == key.native && x.fused == key.fused;
+              });
+              if (bound && known != sums.end() && bestTimes.size() >= keep) {
+                double steps = static_cast<double>(base.batch) / static_cast<double>(m * d);
+                // A relative margin for the order the stages' sums are added in.
+                double floor = computeBound(known->F, known->B, steps, static_cast<double>(p),
+                                            static_cast<double>(v)) * (1 - 1e-9);
+                if (floor > bestTimes.front()) {
+                  ++out.fitted; // no time budget: memory is the fit
+                  ++out.unpriced;
+                  break;
+                }
+              }
+              analyses.priceTime(r);
+              if (known == sums.end()) {
+                for (size_t i = 0; i < r.ops.size(); ++i) {
+                  key.F += r.ops[i].forwardTime;
+                  key.B += r.ops[i].backwardTime;
+                }
+                sums.push_back(std::move(key));
+              }
               Trial tr = trialOf(r);
               if (meetsBudgets(base, tr)) {
                 ++out.fitted;
                 fits.push_back({t, p, v, d, m, zero, r.checkpoint.policy, tr});
+                bestTimes.push_back(tr.stepTime);
+                std::push_heap(bestTimes.begin(), bestTimes.end());
+                if (bestTimes.size() > keep) {
+                  std::pop_heap(bestTimes.begin(), bestTimes.end());
+                  bestTimes.pop_back();
+                }
               }
               break; // recomputing more only adds time
             }

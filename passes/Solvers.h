@@ -155,6 +155,8 @@ struct LayoutSearch {
   int64_t analysed = 0;        ///< full analyses run
   int64_t fitted = 0;          ///< of those, how many fit memory and the budgets
   int64_t lowered = 0;         ///< graphs lowered (one per micro-batch)
+  int64_t unpriced = 0;        ///< of the fitted, how many were not timed: their compute bound
+                               ///< is slower than the `keep` best already found
   std::string error;           ///< non-empty: no layout (the devices do not factor, or nothing fits)
 };
 
@@ -168,8 +170,21 @@ struct LayoutSearch {
 /// smallest first up to the first that fits under no policy, and a policy that recomputes
 /// more is tried only when the previous one does not fit. A candidate fits when its peak is at
 /// most `memoryLimit` and it meets the plan's step-time, MFU and run-time budgets.
+/// A fitting candidate's time is priced only when it could be among the `keep` best: without
+/// step-time, MFU or run-time budgets, one whose compute bound (computeBound) is slower than
+/// the `keep`-th best time found so far is counted as fitted and not timed (`bound` false:
+/// every fitting candidate is timed; the answers are the same).
 LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t devices,
-                           double memoryLimit, size_t keep = 10);
+                           double memoryLimit, size_t keep = 10, bool bound = true);
+
+/// A floor under a train plan's step time from its per-micro-batch forward and backward op
+/// times F and B (the sums of its ops' times, stepTime's step 3): the pipeline's slowest device
+/// does at least the mean work, (F + B)/p per micro-batch, for m = batch / (micro-batch × data)
+/// micro-batches, and the other devices' work fills its bubble, (p − 1)/v of the mean
+/// (passes/StepTime.cpp, pipelineStages: m·W_slow + (ΣW − W_slow)/v ≥ (m + (p − 1)/v)·ΣW/p,
+/// since W_slow ≥ ΣW/p and m ≥ 1/v). Recompute, the optimizer, communication and host
+/// transfers only add to it.
+double computeBound(double F, double B, double m, double p, double v);
 
 /// `tally solve layout`: the search above as an answer (the best step time in seconds), with
 /// the top layouts as rows and the search's counts in the derivation.
