@@ -39,10 +39,11 @@ void markSplit(Facts &f, const Analysis &a) {
   // The split the step time prices (StepTime.cpp, tensorSplit): one rule.
   f.split = tensorParallelOf(a)->storageSplit;
   // moe's saved expert buffers (outputs 1-4) are split like an MLP's hidden; y is whole.
-  for (const Op &op : g.ops)
-    if (op.kind == OpKind::Moe)
-      for (size_t i = 1; i < op.outputs.size(); ++i)
-        f.split[g.storageOf(op.outputs[i])] = true;
+  for (OpId o : f.structure->moeOps) {
+    const Op &op = g.ops[o];
+    for (size_t i = 1; i < op.outputs.size(); ++i)
+      f.split[g.storageOf(op.outputs[i])] = true;
+  }
 }
 
 /// The facts a walk reads of op `o`: its roofline time, FLOPs and executed FLOPs.
@@ -198,6 +199,8 @@ std::shared_ptr<const FactsStructure> buildStructure(const Analysis &a) {
   for (OpId o = 0; o < g.ops.size(); ++o) {
     f.backwardOps += f.hasBackward[o];
     f.opClasses[o] = opClass(g.ops[o].kind);
+    if (g.ops[o].kind == OpKind::Moe)
+      f.moeOps.push_back(o);
   }
   f.tensorBytes.resize(g.tensors.size());
   for (TensorId t = 0; t < g.tensors.size(); ++t)

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -80,6 +81,14 @@ struct FactsStructure {
   /// (reading every Tensor and Op record again was most of a deep model's facts, issue 41).
   std::vector<TensorId> stored;
   std::vector<OpClass> opClasses;
+  /// The moe ops, whose saved expert buffers tensor parallelism splits (markSplit: reading
+  /// every Op record for them was a fifth of a deep model's facts).
+  std::vector<OpId> moeOps;
+  /// The ops selective and selective_wide re-run (selectivePolicy), found once per structure:
+  /// they read only the graph and these facts (scanning every op per candidate was 8% of a
+  /// 10,000-layer layout search).
+  mutable std::mutex selectiveLock;
+  mutable std::optional<std::vector<OpId>> selectiveOps[2];
   size_t backwardOps = 0;        ///< ops with a backward
   std::vector<double> tensorBytes; ///< per tensor: Graph::bytes (numel × bytes per element)
 };

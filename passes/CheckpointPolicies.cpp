@@ -48,9 +48,15 @@ Policy selectivePolicy(const Facts &f, bool wide) {
   Policy p;
   p.name = wide ? "selective_wide" : "selective";
   p.selectiveKeepsOutputs = !wide;
-  for (OpId o = 0; o < f.g.ops.size(); ++o)
-    if (selectable(f, o, wide))
-      p.selectiveOps.push_back(o);
+  std::lock_guard<std::mutex> hold(f.structure->selectiveLock);
+  std::optional<std::vector<OpId>> &ops = f.structure->selectiveOps[wide];
+  if (!ops) {
+    ops.emplace();
+    for (OpId o = 0; o < f.g.ops.size(); ++o)
+      if (selectable(f, o, wide))
+        ops->push_back(o);
+  }
+  p.selectiveOps = *ops;
   return p;
 }
 
