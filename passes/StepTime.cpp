@@ -603,8 +603,15 @@ double allReduces(const Plan &plan, const std::vector<double> &messages, Collect
   Placement g = place(plan, 't');
   double c = degree(plan.parallel.context); // a context rank holds s/c of every message
   double time = 0;
-  for (double bytes : messages)
-    time += collectiveTime(plan.target, g, kind, bytes / c);
+  // A repeated block sends the same messages in every copy: each size is priced once in a row.
+  double lastBytes = -1, lastTime = 0;
+  for (double bytes : messages) {
+    if (bytes != lastBytes) {
+      lastBytes = bytes;
+      lastTime = collectiveTime(plan.target, g, kind, bytes / c);
+    }
+    time += lastTime;
+  }
   return time;
 }
 
@@ -617,6 +624,7 @@ double backwardAllReduces(const Analysis &a, const TensorParallel &tp) {
   if (!plan.parallel.tensorOverlap)
     return allReduces(plan, tp.backwardMessages, kind);
   double exposed = 0;
+  double lastBytes = -1, lastTime = 0; // each size priced once in a row (allReduces)
   for (size_t k = 0; k < tp.backwardMessages.size(); ++k) {
     double wgrad = 0;
     for (OpId i : tp.backwardReaders[k]) {
@@ -624,7 +632,11 @@ double backwardAllReduces(const Analysis &a, const TensorParallel &tp) {
       double flops = o.inputGradFlops + o.weightGradFlops;
       wgrad += flops > 0 ? o.backwardTime * o.weightGradFlops / flops : 0;
     }
-    exposed += std::max(0.0, allReduces(plan, {tp.backwardMessages[k]}, kind) - wgrad);
+    if (tp.backwardMessages[k] != lastBytes) {
+      lastBytes = tp.backwardMessages[k];
+      lastTime = allReduces(plan, {lastBytes}, kind);
+    }
+    exposed += std::max(0.0, lastTime - wgrad);
   }
   return exposed;
 }
