@@ -473,10 +473,27 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
   // buckets of that region (codegen/EmitUpdate.cpp); price that. Under ZeRO-1 it reduce-scatters
   // that region and gathers the updated parameters back through it (G's dtype), so the gather
   // moves the region's bytes too.
+  // Under ZeRO 2 and 3 the regions hold the rank's piece of each tensor of its cut (⌈n/d⌉ of
+  // the cut's n elements, MemoryPlan.cpp) and a ring over the data group moves d such pieces of
+  // each tensor: price d times the pieces the memory plan laid out, unpadded (Region::Entry's
+  // bytes), for the gradients' reduce-scatters, the gather after the update and ZeRO 3's gathers.
   if (plan.tensorStep && par.tensor > 1 && a.tensorStepError.empty() && a.regions.grads.bytes > 0) {
-    groups[0].G = static_cast<double>(a.regions.grads.bytes);
-    if (par.zero == 1)
-      groups[0].PT = groups[0].G;
+    auto pieces = [&](const Region &r) {
+      double elements = 0;
+      for (const Region::Entry &x : r.tensors)
+        elements += static_cast<double>(x.bytes) / bytesOf(r.dtype);
+      return d * elements;
+    };
+    if (a.regions.tensorShards >= 2) {
+      groups[0].G = pieces(a.regions.grads) * bg;
+      groups[0].PT = pieces(a.regions.grads) * bp;
+      if (a.regions.tensorShards >= 3)
+        groups[0].P = pieces(a.regions.params) * bp;
+    } else {
+      groups[0].G = static_cast<double>(a.regions.grads.bytes);
+      if (par.zero == 1)
+        groups[0].PT = groups[0].G;
+    }
   }
   std::pair<double, double> grads{0, 0}; // (all messages, last message)
   // The generated CPU step's data x pipeline (PipelineStep.cpp): each stage's data group

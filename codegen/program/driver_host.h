@@ -617,32 +617,52 @@ struct WholeModel {
   /// Tensor parallel (kLayout.tensor > 1): copies tensor rank `tr`'s cut of each parameter
   /// (ParamInfo::tpDim, tpParts), and of its gradient or master copy, between `shards` (its
   /// regions) and this whole model. A parameter whole on every rank is copied from the
-  /// shards by tensor rank 0 only, so that `merge` assembles every byte from one rank.
+  /// shards by tensor rank 0 only, so that `merge` assembles every byte from one rank. Under
+  /// data × tensor with ZeRO 2 and 3 a state ZeRO splits holds data rank `dr`'s piece of that
+  /// cut (elements [dr·c, min(m, (dr+1)·c)) of the cut's m, c = ⌈m / ranks⌉, as the memory plan
+  /// lays the rank's tensors out), which every data rank copies; the rest is data rank 0's.
   void tensorCuts(Memory &shards, int tr, int dr, bool grads, bool toShards) {
-    const int64_t t = kLayout.tensor;
-    if (!toShards && dr != 0) // data × tensor: the data ranks hold the same cuts; data rank 0's are merged
-      return;
+    const int64_t t = kLayout.tensor, d = kLayout.ranks;
     eachState(shards, grads, [&](int i) {
       const ParamInfo &s = kLayout.params[i];
-      return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool) {
+      // The cut's elements between `cut` (the cut as the rank's region lays it out) and `whole`.
+      auto cutMove = [=](uint8_t *cut, uint8_t *whole, size_t eb, bool toCut) {
         if (s.tpDim < 0) {
-          if (toShards || tr == 0)
-            std::memcpy(toShards ? shard : whole, toShards ? whole : shard, static_cast<size_t>(s.t.numel) * eb);
+          std::memcpy(toCut ? cut : whole, toCut ? whole : cut, static_cast<size_t>(s.t.numel) * eb);
           return;
         }
         int64_t outer = 1, inner = 1, size = s.t.shape[s.tpDim];
-        for (int d = 0; d < s.tpDim; ++d)
-          outer *= s.t.shape[d];
-        for (int d = s.tpDim + 1; d < s.t.rank; ++d)
-          inner *= s.t.shape[d];
+        for (int k = 0; k < s.tpDim; ++k)
+          outer *= s.t.shape[k];
+        for (int k = s.tpDim + 1; k < s.t.rank; ++k)
+          inner *= s.t.shape[k];
         int64_t chunk = size / (s.tpParts * t), local = size / t;
         size_t run = static_cast<size_t>(chunk * inner) * eb;
         for (int64_t o = 0; o < outer; ++o)
           for (int64_t p = 0; p < s.tpParts; ++p) {
-            uint8_t *a = shard + static_cast<size_t>((o * local + p * chunk) * inner) * eb;
+            uint8_t *a = cut + static_cast<size_t>((o * local + p * chunk) * inner) * eb;
             uint8_t *b = whole + static_cast<size_t>((o * size + (p * t + tr) * chunk) * inner) * eb;
-            std::memcpy(toShards ? a : b, toShards ? b : a, run);
+            std::memcpy(toCut ? a : b, toCut ? b : a, run);
           }
+      };
+      return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool split) {
+        const bool piece = split && kLayout.zero >= 2;
+        // Into the whole model each byte comes from one rank: tensor rank 0 for a whole
+        // parameter, data rank 0 for what every data rank holds alike.
+        if (!toShards && ((s.tpDim < 0 && tr != 0) || (!piece && dr != 0)))
+          return;
+        if (!piece)
+          return cutMove(shard, whole, eb, toShards);
+        const int64_t m = s.tpDim < 0 ? s.t.numel : s.t.numel / t, c = m / d + (m % d != 0);
+        const int64_t lo = std::min<int64_t>(m, dr * c), len = std::min<int64_t>(m - lo, c);
+        std::vector<uint8_t> cut(static_cast<size_t>(m) * eb, 0);
+        if (toShards)
+          cutMove(cut.data(), whole, eb, true);
+        uint8_t *at = cut.data() + static_cast<size_t>(lo) * eb;
+        if (len > 0)
+          std::memcpy(toShards ? shard : at, toShards ? at : shard, static_cast<size_t>(len) * eb);
+        if (!toShards)
+          cutMove(cut.data(), whole, eb, false);
       };
     });
   }
@@ -658,8 +678,8 @@ struct WholeModel {
     });
   }
   /// Rank `rank`'s part of the model: its tensor-parallel cuts (under tensor x pipeline those of
-  /// its stage's parameters: eachState skips the others), its stage's parameters, or its ZeRO 2
-  /// and 3 pieces.
+  /// its stage's parameters: eachState skips the others; under data × tensor with ZeRO 2 and 3
+  /// its data rank's pieces of them), its stage's parameters, or its ZeRO 2 and 3 pieces.
   void part(Memory &shards, int rank, bool grads, bool toShards) {
     if (kLayout.tensor > 1)
       tensorCuts(shards, tensorRankOf(rank), dataRankOf(rank), grads, toShards);

@@ -471,6 +471,8 @@ train tpdpo { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) ta
 train dtp { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, order = dtp, overlap = false } }
 train tpz { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, zero = 1 } }
 train tpz2 { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, zero = 2 } }
+train tpz3 { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) target = 4 x H100_SXM { tensor = 2, zero = 3 } }
+train tpz2m { model = T() batch = 4 micro_batch = 1 optimizer = SGD(lr = 0.1) precision = mixed_bf16 target = 4 x H100_SXM { tensor = 2, zero = 2 } }
 )";
 
 /// The body of the function of `text` whose definition starts with `head`, to its closing brace.
@@ -555,9 +557,28 @@ TEST_CASE("codegen: data x tensor: ranks split by the plan's order, each collect
   CHECK(dataParallelSentBytes(*z.a) == 1024);
   for (const char *f : {"template <class T> void dp_reduce_scatter(", "template <class T> void dp_all_gather("})
     CHECK(countOf(functionText(comm, f), "detail::data_group(), region, end, shard, begin)") == 1);
+  // ZeRO 2 and 3: each rank's pieces are ⌈n/2⌉ of its tensor cut's n = 128 elements of w1 and
+  // w2 (the memory plan's rule), moved over the data group. The estimate prices d × those
+  // pieces; a ring of 2 sends the other rank's piece of each tensor, 2 × 64 × 4 = 512 B a move:
+  // per rank and step 2 micro-batches' reduce-scatters (2 × 512 B) and under ZeRO 2 one gather
+  // after the update (512 B), under ZeRO 3 the root unit gathered before its forward and its
+  // backward every micro-batch (4 × 512 B): what the step's rings send.
+  Compiled z2(kDataTensor, "tpz2", o), z3(kDataTensor, "tpz3", o);
+  REQUIRE(emit(*z2.a, e) == "");
+  CHECK(countOf(e, "tally_comm::reduce_scatter_piece<float>(ctx, A<float>(") == 2);
+  CHECK(countOf(e, ", 128, 64, G<float>(") == 2);
+  CHECK(countOf(e, "tally_comm::all_gather_piece<float>(ctx, P<float>(") == 2);
+  CHECK(countOf(e, ", 2, 2, 0, 2, 1, 0, 1, 2};") == 1); // kLayout: zero 2, tensor 2
+  CHECK(z2.a->regions.grads.bytes == 512); // two pieces of 64 fp32, each padded to 256 B
+  CHECK(dataParallelSentBytes(*z2.a) == 1536);
+  REQUIRE(emit(*z3.a, e) == "");
+  CHECK(countOf(e, "tally_comm::all_gather_piece<float>(ctx, A<float>(") == 4); // w1, w2: forward, backward
+  CHECK(z3.a->regions.params.bytes == 512);
+  CHECK(dataParallelSentBytes(*z3.a) == 3072);
   // What does not run yet is refused with its reason.
-  Compiled z2(kDataTensor, "tpz2", o);
-  CHECK(emit(*z2.a, e).find("with data parallelism and ZeRO-1, not ZeRO 2") != std::string::npos);
+  Compiled z2m(kDataTensor, "tpz2m", o);
+  CHECK(emit(*z2m.a, e).find("with data parallelism and ZeRO 2 only without a separate fp32 master copy") !=
+        std::string::npos);
 }
 
 namespace {

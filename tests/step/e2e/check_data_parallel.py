@@ -63,6 +63,14 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     optimizer region half its tensor cut's grads region (one SGD state, padded to 256 bytes);
     the bytes each rank sent per group equal the estimate's and dp2tp2's: to its data group half
     the grads region reduce-scattered plus half gathered back, the region's bytes again.
+  - data x tensor under ZeRO 2 (dp2tp2z2) and ZeRO 3 (dp2tp2z3): each rank's grads and optimizer
+    regions (under ZeRO 3 its params region too) hold its data rank's piece of each tensor of its
+    tensor cut, ceil(m / 2) of the cut's m elements, each micro-batch's gradients reduce-scattered
+    over the data group, the parameters gathered over it (after the update, or under ZeRO 3 per
+    block before its forward and its backward); both give dp1's loss, gradients and weights
+    within RTOL_ZERO and dp2tp2z3 equals dp2tp2z2 exactly; every rank's arena and regions equal
+    the estimate's for that rank and the regions derived from the shapes; the bytes each rank
+    sent per group equal the estimate's exactly and the derivation (tensor_zero).
   - data x tensor with sequence parallelism (dp2tp2sp: 4 processes, tensor = 2 with
     sequence_parallel = true, data = 2 derived: each rank tp2sp's split on its data rank's rows,
     the gathers and reduce-scatters on its tensor group, each data group all-reduces its ranks'
@@ -126,9 +134,9 @@ import safetensors as st  # noqa: E402
 RTOL = 2e-5
 RTOL_ZERO = 1e-5
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
-         "dp2tp2sp", "dp2tp2spz", "pp1", "pp2", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2"]
-RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4, "dp2tp2sp": 4, "dp2tp2spz": 4, "dp2pp2": 4, "dp2pp2z": 4,
-         "tp2pp2": 4}  # the others: 2
+         "dp2tp2z2", "dp2tp2z3", "dp2tp2sp", "dp2tp2spz", "pp1", "pp2", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2"]
+RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4,
+         "dp2pp2": 4, "dp2pp2z": 4, "tp2pp2": 4}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -266,6 +274,51 @@ def tensor_cuts(runs, weights, result):
                 counted, est_by.get(g), derived[g]))
 
 
+def tensor_zero(runs, weights, result):
+    """dp2tp2z2 and dp2tp2z3: rank q is tensor rank q % 2 of data rank q // 2 (the default order).
+    Each rank's grads and optimizer regions (and under ZeRO 3 its params region) hold its data
+    rank's piece of each tensor of its tensor cut, ceil(m / 2) of the cut's m elements (m = n / 2
+    for tp2's cut tensors, n for the rest), each padded to 256 bytes; under ZeRO 2 its params
+    region is its whole cut (tp2's). Its bytes, per group: to its tensor group tp2's all-reduces on
+    its 2 micro-batches; to its data group, per micro-batch, each gradient's reduce-scatter (a
+    ring of 2 sends the other rank's piece: 4 ceil(m / 2) bytes per tensor), then under ZeRO 2
+    the updated pieces gathered once, under ZeRO 3 each block's (and the root's) pieces gathered
+    before its forward and again before its backward, every micro-batch."""
+    cut = [int(np.prod(t.shape)) // (2 if n.endswith(CUT) else 1) for n, t in weights.items()]
+    pieces = sum((m + 1) // 2 for m in cut)  # elements: the rank's pieces of its cut
+    padded = sum(align(4 * ((m + 1) // 2)) for m in cut)
+    whole_cut = sum(align(4 * m) for m in cut)
+    micro = MICRO // 2
+    for p, stage in [("dp2tp2z2", 2), ("dp2tp2z3", 3)]:
+        if p not in runs:
+            continue
+        est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
+        want = {"grads": padded, "optimizer": padded, "master": 0, "params": padded if stage == 3 else whole_cut}
+        have = {k: est["regions"][k] for k in want}
+        result(p + " piece regions of the cut", have == want, "regions %s, derived %s" % (have, want))
+        erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+        ok = len(erows) == len(grows) == 4 and all(
+            e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == sum(want.values())
+            for e, g in zip(erows, grows))
+        result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%d B derived)" % (
+            [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
+            [(g["arena_bytes"], g["regions_bytes"]) for g in grows], sum(want.values())))
+        sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
+        ok = isinstance(sent, list) and len(sent) == 4 and priced > 0 and all(s == priced for s in sent)
+        result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
+        by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
+        tp2_sent = runs["tp2"][0]["measured"]["sent_bytes"][0] if "tp2" in runs else None
+        gathers = 1 if stage == 2 else 2 * micro
+        derived = {"tensor": tp2_sent // 2 if tp2_sent else None, "data": 4 * pieces * (micro + gathers),
+                   "pipeline": 0}
+        for grp in ["tensor", "data", "pipeline"]:
+            counted = by.get(grp)
+            ok = isinstance(counted, list) and len(counted) == 4 and all(
+                c == est_by.get(grp) == derived[grp] for c in counted)
+            result("%s %s-group bytes per rank" % (p, grp), ok, "counted %s, estimated %s, derived %s (%d piece "
+                   "elements)" % (counted, est_by.get(grp), derived[grp], pieces))
+
+
 def sequence_bytes(p, sent, weights, micro, result):
     """tp2sp, dp2tp2sp: the bytes each rank sent to its tensor group, derived from the model (and
     returned), for `micro` micro-batches per rank. Per micro-batch 23 messages of one
@@ -394,7 +447,8 @@ def main():
             return 1
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
                         ("tp2sp", RTOL_ZERO),
-                        ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
+                        ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2z2", RTOL_ZERO),
+                        ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
                         ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO)]:
             if p not in runs:
                 continue
@@ -412,11 +466,12 @@ def main():
         base, base_w, base_g = runs["dp1"]
         zero_pieces(runs, base_w, result)
         tensor_cuts(runs, base_w, result)
+        tensor_zero(runs, base_w, result)
         if "pp1" in runs:
             pipeline_stages(runs, runs["pp1"][1], result)
             tensor_pipeline(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
-                            ("dp2tp2", "dp2tp2z"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z")]:
+                            ("dp2tp2", "dp2tp2z"), ("dp2tp2z2", "dp2tp2z3"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
                 result(zero + " loss = " + plain, r0["loss"] == r1["loss"], "%s vs %s" % (r1["loss"], r0["loss"]))
