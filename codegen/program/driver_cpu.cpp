@@ -36,35 +36,18 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 using namespace tally_step;
 
 namespace {
 
-/// A zeroed region of `bytes`, 256-byte aligned. Regions of 2 MiB or more are anonymous mappings
-/// in transparent huge pages where the kernel allows them (madvise): the kernel zeroes each
-/// page as it is first touched, so there is no memset pass, and 2 MiB pages fault ~500 times
-/// less often (GPT-2 124M's 2.2 GB of regions: ~1,100 faults instead of ~540,000, and 1.7 s
-/// of memset and faults before the first step gone). Regions live until the process exits.
+/// A zeroed region of `bytes` (rt::zeroed_region: huge pages from 2 MiB), or the run stops.
 uint8_t *region(int64_t bytes) {
-  size_t n = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
-  const size_t kHuge = size_t(1) << 21;
-  if (n >= kHuge) {
-    size_t m = (n + kHuge - 1) / kHuge * kHuge;
-    void *p = mmap(nullptr, m + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-      die("cannot map " + std::to_string(m) + " bytes");
-    uint8_t *a = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1));
-    madvise(a, m, MADV_HUGEPAGE); // advice: without huge pages it is ordinary zeroed memory
-    return a;
-  }
-  void *p = std::aligned_alloc(256, n);
+  uint8_t *p = rt::zeroed_region(bytes);
   if (!p)
-    die("cannot allocate " + std::to_string(n) + " bytes");
-  std::memset(p, 0, n);
-  return static_cast<uint8_t *>(p);
+    die("cannot allocate " + std::to_string(bytes) + " bytes");
+  return p;
 }
 
 int rank = 0; ///< this process's rank: its tensor and data ranks by the plan's order (tensorRankOf), or pipeline stage

@@ -2,13 +2,15 @@
 // executable of their own so that the tally binary does not load OpenBLAS and OpenMP at every
 // start. Built beside tally; tally calibrate runs it (tools/tally/CalibrateMeasure.cpp) and
 // reads its stdout: one JSON object (tools/calibrate/Protocol.cpp, version kProtocolVersion).
-// Exit codes: 0 measured, 1 a measurement was not a finite number, 2 a bad argument.
+// Exit codes: 0 measured, 1 a measurement was not a finite number or had no memory, 2 a bad
+// argument.
 #include "tools/calibrate/Calibrate.h"
 
 #include "tally_rt.h"
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 int main(int argc, char **argv) {
   rt::restart_with_single_threaded_blas(argv);
@@ -22,7 +24,13 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  std::string json = tally::calibrate::resultToJSON(tally::calibrate::measure(o));
+  std::string json;
+  try {
+    json = tally::calibrate::resultToJSON(tally::calibrate::measure(o));
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "tally-measure: error: %s\n", e.what());
+    return 1;
+  }
   if (json.empty()) {
     std::fprintf(stderr, "tally-measure: error: a measurement is not a finite number (a timer read 0?)\n");
     return 1;
