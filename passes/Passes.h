@@ -133,6 +133,15 @@ void roofline(Analysis &a);
 /// StepTime.cpp: per-op times, communication (data/tensor/pipeline parallel), host
 /// transfers, accumulation, step time, MFU, HFU and run time.
 void stepTime(Analysis &a);
+/// DataParallelTime.cpp, step 6 of stepTime: the data-parallel (and context-group) gradient and
+/// parameter traffic of one device per step, exposed after overlap (Time::dataParallelComm);
+/// records each message in Analysis::collectives and sets Time::overlapInterference. `m`: the
+/// micro-batches per step; `backwardOne`, `computeOne`: one micro-batch's backward (with its
+/// recompute) and whole compute on the device, the windows a reduction may hide behind (ZeRO
+/// 0/1: the last backward, 2: every backward, 3: all compute); `layers`: the stage's repeat
+/// copies (FSDP's units); `matmulShare`: matmuls' share of that compute.
+double dataParallelTime(Analysis &a, double m, double backwardOne, double computeOne, double layers,
+                        double matmulShare);
 /// PipelineTimeline.cpp: the 1F1B (or interleaved 1F1B) schedule of the pipeline stages as
 /// timed slots, for the report's timeline; the step time keeps StepTime's closed-form bubble.
 void pipelineTimeline(Analysis &a);

@@ -1,0 +1,188 @@
+// Step 6 of the step time (passes/StepTime.cpp, docs/time.md): the data-parallel gradient and
+// parameter traffic of one device per step, in the messages its stack sends them in, and what of
+// it the backward does not hide. Its own file: the rules for ZeRO 0-3, FSDP's flat parameters,
+// expert and context groups and the generated step's regions are a third of the step time.
+#include "passes/Collectives.h"
+#include "passes/Passes.h"
+#include "passes/Stack.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace tally {
+
+namespace {
+
+/// Step 6: `bytes` of one collective kind over group `g`, in messages of `bucket` bytes (0: one
+/// per layer, `layers` of them: FSDP's flat parameter per wrapped block), `times` per step: the
+/// sum of the messages' collectives and the time of the last message alone. Each message's
+/// cost is recorded in Analysis::collectives under `what`.
+std::pair<double, double> bucketed(Analysis &a, const char *what, char group, const Placement &g,
+                                   Collective c, double bytes, double bucket, double layers,
+                                   double times, bool overlapped) {
+  if (bytes <= 0 || g.n <= 1)
+    return {0, 0};
+  double messages = bucket > 0 ? std::ceil(bytes / bucket) : std::max(1.0, layers);
+  CollectiveCost one = collectiveCost(a.plan->target, g, c, bytes / messages);
+  a.collectives.push_back({what, group, one, messages * times, overlapped});
+  return {messages * one.time, one.time};
+}
+
+} // namespace
+
+/// Step 6: data-parallel gradient and parameter traffic per step on one device, its exposed
+/// time after overlap. `window` is the compute the gradient reduction may hide behind: the
+/// last micro-batch's backward (ZeRO 0/1), every micro-batch's backward (ZeRO 2), every
+/// forward and backward (ZeRO 3); `layers` the repeat-block copies of a stage, FSDP's units.
+/// The stack (Analysis::stack) sets the message sizes and whether the reduction overlaps.
+double dataParallelTime(Analysis &a, double m, double backwardOne, double computeOne,
+                        double layers, double matmulShare) {
+  const Plan &plan = *a.plan;
+  const Parallelism &par = plan.parallel;
+  double d = degree(par.data), c = degree(par.context);
+  if ((d <= 1 && c <= 1) || !plan.isTrain)
+    return 0;
+  double model = degree(par.tensor) * degree(par.pipeline);
+  double bg = bytesOf(plan.precision.grads), bp = bytesOf(plan.precision.params);
+  const StackFacts &stack = a.stack;
+  bool overlap = stack.overlap;
+  // A gather of parameters goes in messages of as many elements as a gradient bucket.
+  double gradBucket = stack.gradientBucket;
+  double paramBucket = gradBucket > 0 ? gradBucket / bg * bp : 0;
+  // Expert parallelism: the experts' weights (X trainable, XA in all, per model-parallel rank)
+  // are split over the e ranks of the expert group and reduced over the data/e ranks that hold
+  // the same experts ('x'); the other parameters over the whole data group ('d').
+  double e = degree(par.expert);
+  double T = a.params.trainable / model, N = a.params.total / model;
+  double X = e > 1 ? a.params.expertTrainable / model : 0, XA = e > 1 ? a.params.expert / model : 0;
+  struct Group {
+    char name;
+    double G, PT, P; ///< gradient, trainable-parameter and parameter bytes of the device
+  };
+  Group groups[2] = {{'d', (T - X) * bg, (T - X) * bp, (N - XA) * bp}, {'x', X / e * bg, X / e * bp, XA / e * bp}};
+  // fp8 param_gather (Megatron's --fp8-param-gather: "perform the param all-gather in fp8"):
+  // the fp8 GEMMs' weights are gathered at the fp8 element's bytes, not at b(params).
+  if (a.fp8.active && plan.precision.fp8.paramGather) {
+    double fewer = a.fp8.weightElements / model * std::max(0.0, bp - a.fp8.storage.bytes);
+    groups[0].PT = std::max(0.0, groups[0].PT - fewer);
+    groups[0].P = std::max(0.0, groups[0].P - fewer);
+  }
+  // The generated CPU step's tensor parallelism (Plan::tensorStep) holds the embeddings, norms
+  // and head whole on every tensor rank and cuts the rest (TensorShard.cpp), so T / t is not
+  // its gradient: it all-reduces its grads region over the data group, padding and all, in
+  // buckets of that region (codegen/EmitUpdate.cpp); price that. Under ZeRO-1 it reduce-scatters
+  // that region and gathers the updated parameters back through it (G's dtype), so the gather
+  // moves the region's bytes too.
+  // Under ZeRO 2 and 3 the regions hold the rank's piece of each tensor of its cut (⌈n/d⌉ of
+  // the cut's n elements, MemoryPlan.cpp) and a ring over the data group moves d such pieces of
+  // each tensor: price d times the pieces the memory plan laid out, unpadded (Region::Entry's
+  // bytes), for the gradients' reduce-scatters, the gather after the update and ZeRO 3's gathers.
+  if (plan.tensorStep && par.tensor > 1 && a.tensorStepError.empty() && a.regions.grads.bytes > 0) {
+    auto pieces = [&](const Region &r) {
+      double elements = 0;
+      for (const Region::Entry &x : r.tensors)
+        elements += static_cast<double>(x.bytes) / bytesOf(r.dtype);
+      return d * elements;
+    };
+    if (a.regions.tensorShards >= 2) {
+      groups[0].G = pieces(a.regions.grads) * bg;
+      groups[0].PT = pieces(a.regions.grads) * bp;
+      if (a.regions.tensorShards >= 3)
+        groups[0].P = pieces(a.regions.params) * bp;
+    } else {
+      groups[0].G = static_cast<double>(a.regions.grads.bytes);
+      if (par.zero == 1)
+        groups[0].PT = groups[0].G;
+    }
+  }
+  std::pair<double, double> grads{0, 0}; // (all messages, last message)
+  // The generated CPU step's data x pipeline (PipelineStep.cpp): each stage's data group
+  // averages that stage's grads region (its parameters, padding and all, a tied weight on both
+  // stages that read it) after the pipeline's last backward, in buckets of that region, as
+  // counted rings, exposed (codegen/EmitUpdate.cpp). Each stage's all-reduce is recorded under
+  // its stage; the stages' groups run at once, so the step waits for the largest. Under ZeRO-1
+  // each stage's region is reduce-scattered instead and its updated parameters gathered back
+  // through it (G's dtype), the region's bytes each way.
+  if (const auto &ps = a.pipelineStep; !ps.chunks.empty() && d > 1 && par.zero <= 1) {
+    double slowest = 0;
+    for (size_t r = 0; r < ps.ranks.size(); ++r) {
+      size_t before = a.collectives.size();
+      double region = static_cast<double>(ps.ranks[r].grads.bytes);
+      double t = par.zero == 0 ? bucketed(a, "gradient all-reduce of a pipeline stage's region", 'd', place(plan, 'd'),
+                                          Collective::AllReduce, region, gradBucket, 1, 1, false)
+                                     .first
+                               : bucketed(a, "gradient reduce-scatter of a pipeline stage's region", 'd',
+                                          place(plan, 'd'), Collective::ReduceScatter, region, gradBucket, 1, 1, false)
+                                         .first +
+                                     bucketed(a, "parameter all-gather of a pipeline stage's region", 'd',
+                                              place(plan, 'd'), Collective::AllGather, region, gradBucket, 1, 1, false)
+                                         .first;
+      for (size_t k = before; k < a.collectives.size(); ++k)
+        a.collectives[k].stage = static_cast<int64_t>(r);
+      slowest = std::max(slowest, t);
+    }
+    a.time.overlapInterference = 0; // nothing runs beside it
+    return slowest;
+  }
+  double gather = 0, G = 0;
+  double window = par.zero <= 1 ? backwardOne : par.zero == 2 ? m * backwardOne : m * computeOne;
+  double n = std::max(1.0, layers);
+  for (const Group &gr : groups) {
+    Placement g = place(plan, gr.name);
+    G += gr.G;
+    std::pair<double, double> one;
+    auto afterUpdate = [&]() { // ZeRO 1 and 2: the updated parameters, gathered once, exposed
+      return bucketed(a, "parameter all-gather after the update", gr.name, g,
+                      Collective::AllGather, gr.PT, paramBucket, n, 1, false)
+          .first;
+    };
+    switch (par.zero) {
+    case 0:
+      one = bucketed(a, "gradient all-reduce", gr.name, g, Collective::AllReduce, gr.G,
+                     gradBucket, n, 1, overlap);
+      break;
+    case 1:
+      one = bucketed(a, "gradient reduce-scatter", gr.name, g, Collective::ReduceScatter, gr.G,
+                     gradBucket, n, 1, overlap);
+      gather += afterUpdate();
+      break;
+    case 2:
+      // The gradients are sharded, so each micro-batch's are reduce-scattered at once.
+      one = bucketed(a, "gradient reduce-scatter (every micro-batch)", gr.name, g,
+                     Collective::ReduceScatter, gr.G, gradBucket, n, m, overlap);
+      one.first *= m;
+      gather += afterUpdate();
+      break;
+    default: {
+      // ZeRO 3: each layer's parameters are gathered before its forward and again before its
+      // backward, every micro-batch, and prefetched under the previous layer's compute.
+      one = bucketed(a, "gradient reduce-scatter (every micro-batch)", gr.name, g,
+                     Collective::ReduceScatter, gr.G, gradBucket, n, m, overlap);
+      double perLayerBucket = stack.gatherBucket > 0 ? std::min(stack.gatherBucket, gr.P / n) : 0;
+      auto gathers = bucketed(a, "parameter all-gather (forward and backward, every micro-batch)",
+                              gr.name, g, Collective::AllGather, gr.P / n, perLayerBucket, 1,
+                              2 * m * n, overlap);
+      one = {m * one.first + 2 * m * n * gathers.first, std::max(one.second, gathers.second)};
+      break;
+    }
+    }
+    grads = {grads.first + one.first, std::max(grads.second, one.second)};
+  }
+  // Context ranks hold the same parameters: their gradients are all-reduced over the context
+  // group too (before the data-parallel step, in the same buckets and window).
+  if (c > 1) {
+    double times = par.zero >= 2 ? m : 1;
+    auto ctx = bucketed(a, "gradient all-reduce over the context group", 'c', place(plan, 'c'),
+                        Collective::AllReduce, G, gradBucket, n, times, overlap);
+    grads = {grads.first + times * ctx.first, std::max(grads.second, ctx.second)};
+  }
+  double exposed = overlap ? std::max(grads.second, grads.first - window) : grads.first;
+  // What is hidden still runs on NCCL's blocks: the compute beside it has fewer
+  // multiprocessors for that long, and persistent matmuls a second wave (overlapInterference).
+  double hidden = std::max(0.0, grads.first - exposed);
+  a.time.overlapInterference = hidden * overlapInterference(plan.target, matmulShare);
+  return exposed + a.time.overlapInterference + gather;
+}
+
+} // namespace tally
