@@ -472,12 +472,12 @@ bool Emitter::checkPlan() {
     return fail("the model returns no loss to train on");
   // Data × tensor runs ZeRO-1 over each data group (rank r's shard of its tensor cut's grads
   // region by its data rank), and ZeRO 2 and 3 (rank r's pieces of each tensor of its cut, by
-  // its data rank); not with a separate master copy (ZeRO-1's whole-model moves of the
-  // initialisation and --save cut masters by tensor cut, not by data shard; ZeRO 2 and 3 with one
-  // are not run yet), nor ZeRO 2 and 3 with sequence parallelism (its norms' gradients, partial
-  // sums, are all-reduced over the tensor group in the whole grads region, not in data pieces).
+  // its data rank), with a separate master copy cut as the optimizer state is (driver_host.h
+  // WholeModel::part); not ZeRO 2 and 3 with sequence parallelism (its norms' gradients, partial
+  // sums, are all-reduced over the tensor group in the whole grads region, not in data pieces),
+  // nor ZeRO-1 with sequence parallelism and a separate master copy (not run yet).
   const bool tensorMaster = par.zero >= 1 && plan.precision.master != Dtype::Invalid;
-  const bool tensorZero = par.data > 1 && (tensorMaster || (par.zero > 1 && par.sequenceParallel));
+  const bool tensorZero = par.data > 1 && par.sequenceParallel && (tensorMaster || par.zero > 1);
   // Sequence parallelism runs alone and with data parallelism (each data rank's tensor group
   // gathers and scatters its own rows; the data group then reduces the grads region as dp2tp2).
   const bool sequenceRefused = par.sequenceParallel && (par.pipeline > 1 || be.device);
@@ -493,11 +493,10 @@ bool Emitter::checkPlan() {
               "boundary split along the sequence is not sent yet)"
         : plan.fuseKernels ? std::string("without fused kernels (build it ") +
                                  (be.device ? "with --fuse=false)" : "without --fuse)")
-        : tensorZero && tensorMaster
-            ? "with data parallelism and " + (par.zero == 1 ? std::string("ZeRO-1") : "ZeRO " + std::to_string(par.zero)) +
-                  " only without a separate fp32 master copy (this plan's precision keeps one): " +
-                  (par.zero == 1 ? "master shards are not cut from each data group's tensor cuts yet"
-                                 : "master pieces of tensor cuts are not run yet")
+        : tensorZero && par.zero == 1
+            ? "with sequence_parallel, data parallelism and ZeRO-1 only without a separate fp32 master copy (this "
+              "plan's precision keeps one): the master shards beside the norms' tensor-group all-reduce are not run "
+              "yet"
         : tensorZero ? "with sequence_parallel and data parallelism only up to ZeRO-1, not ZeRO " +
                            std::to_string(par.zero) + ": the norms' gradients, partial sums over the tensor group, "
                            "are not all-reduced over it in their data pieces yet"

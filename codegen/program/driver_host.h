@@ -621,8 +621,12 @@ struct WholeModel {
   /// data × tensor with ZeRO 2 and 3 a state ZeRO splits holds data rank `dr`'s piece of that
   /// cut (elements [dr·c, min(m, (dr+1)·c)) of the cut's m, c = ⌈m / ranks⌉, as the memory plan
   /// lays the rank's tensors out), which every data rank copies; the rest is data rank 0's.
+  /// Under ZeRO-1 with a separate master copy `shards.master` is the cut's whole master (the
+  /// cut's grads region's element order, zero outside this data rank's shard: part() cuts the
+  /// shard from it), so every data rank contributes its shard of each master copy to the merge.
   void tensorCuts(Memory &shards, int tr, int dr, bool grads, bool toShards) {
     const int64_t t = kLayout.tensor, d = kLayout.ranks;
+    const bool masterShards = kLayout.zero == 1 && !grads && shardedMaster();
     eachState(shards, grads, [&](int i) {
       const ParamInfo &s = kLayout.params[i];
       // The cut's elements between `cut` (the cut as the rank's region lays it out) and `whole`.
@@ -648,8 +652,9 @@ struct WholeModel {
       return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool split) {
         const bool piece = split && kLayout.zero >= 2;
         // Into the whole model each byte comes from one rank: tensor rank 0 for a whole
-        // parameter, data rank 0 for what every data rank holds alike.
-        if (!toShards && ((s.tpDim < 0 && tr != 0) || (!piece && dr != 0)))
+        // parameter, data rank 0 for what every data rank holds alike (under ZeRO-1 the master
+        // copies' shards are each data rank's own: zero elsewhere, as `merge` needs).
+        if (!toShards && ((s.tpDim < 0 && tr != 0) || (!piece && !(split && masterShards) && dr != 0)))
           return;
         if (!piece)
           return cutMove(shard, whole, eb, toShards);
@@ -681,6 +686,22 @@ struct WholeModel {
   /// its stage's parameters: eachState skips the others; under data × tensor with ZeRO 2 and 3
   /// its data rank's pieces of them), its stage's parameters, or its ZeRO 2 and 3 pieces.
   void part(Memory &shards, int rank, bool grads, bool toShards) {
+    if (kLayout.tensor > 1 && kLayout.zero == 1 && !grads && shardedMaster()) {
+      // Data × tensor, ZeRO-1 with a separate master: the rank's master region is its data
+      // rank's shard of its tensor cut's whole master (kLayout.ranks × shard elements, in its
+      // cut's grads region's order), as its optimizer region is of the optimizer state.
+      std::vector<float> cut(wholeMasterBytes() / sizeof(float), 0.0f);
+      float *mine = cut.data() + dataRankOf(rank) * kLayout.shard;
+      const size_t bytes = static_cast<size_t>(kLayout.shard) * sizeof(float);
+      Memory m = shards;
+      m.master = reinterpret_cast<uint8_t *>(cut.data());
+      if (!toShards)
+        std::memcpy(mine, shards.master, bytes);
+      tensorCuts(m, tensorRankOf(rank), dataRankOf(rank), grads, toShards);
+      if (toShards)
+        std::memcpy(shards.master, mine, bytes);
+      return;
+    }
     if (kLayout.tensor > 1)
       tensorCuts(shards, tensorRankOf(rank), dataRankOf(rank), grads, toShards);
     else if (kLayout.pipeline > 1)
