@@ -234,6 +234,33 @@ def tensor_pipeline(runs, weights, result):
                "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
 
 
+def rank_checks(p, run, ranks, regions, derived, result, note=""):
+    """Plan p's run on `ranks` ranks: every rank's arena and regions the estimate's for that rank,
+    the regions also `regions` B (derived from the shapes); the bytes each rank sent the
+    estimate's; and, unless `derived` is None, per group (tensor, data, pipeline) the bytes each
+    rank sent counted = estimated = derived[group]. `note` ends the per-group lines."""
+    est, got = run["estimated"], run["measured"]
+    erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+    ok = len(erows) == len(grows) == ranks and all(
+        e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == regions
+        for e, g in zip(erows, grows))
+    result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%d B derived)" % (
+        [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
+        [(g["arena_bytes"], g["regions_bytes"]) for g in grows], regions))
+    sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
+    ok = isinstance(sent, list) and len(sent) == ranks and priced > 0 and all(s == priced for s in sent)
+    result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
+    if derived is None:
+        return
+    by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
+    for grp in ["tensor", "data", "pipeline"]:
+        counted = by.get(grp)
+        ok = isinstance(counted, list) and len(counted) == ranks and all(
+            c == est_by.get(grp) == derived[grp] for c in counted)
+        result("%s %s-group bytes per rank" % (p, grp), ok, "counted %s, estimated %s, derived %s%s" % (
+            counted, est_by.get(grp), derived[grp], note))
+
+
 def tensor_cuts(runs, weights, result):
     """tp2 and dp2tp2: each rank's params region from the saved tensors' shapes, its arena and
     regions against the estimate's for that rank, and the bytes it sent, by group."""
@@ -248,22 +275,13 @@ def tensor_cuts(runs, weights, result):
         est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
         result(p + " params region is each rank's cut", est["regions"]["params"] == params,
                "region %d B, derived %d B" % (est["regions"]["params"], params))
-        sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
-        ok = isinstance(sent, list) and len(sent) == ranks and priced > 0 and all(s == priced for s in sent)
-        result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
-        erows, grows = est.get("per_rank", []), got.get("per_rank", [])
         # params, grads (= params: all fp32) and the momentum: whole, or under ZeRO-1 the half of
         # the grads region's elements this rank's data rank owns, padded to 256 bytes.
         states = 2 * params + (align(4 * ((params // 4 + 1) // 2)) if p.endswith("z") else params)
-        ok = len(erows) == len(grows) == ranks and all(
-            e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == states
-            for e, g in zip(erows, grows))
-        result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%d B derived)" % (
-            [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
-            [(g["arena_bytes"], g["regions_bytes"]) for g in grows], states))
-        if p == "tp2sp":
-            sequence_bytes(p, sent, weights, MICRO, result)
         if ranks != 4:
+            rank_checks(p, runs[p][0], ranks, states, None, result)
+            if p == "tp2sp":
+                sequence_bytes(p, got.get("sent_bytes"), weights, MICRO, result)
             continue
         # Data x tensor: the tensor groups' all-reduces are tp2's on half the micro-batches (each
         # data rank runs 2 of the 4); with sequence parallelism tp2sp's 23 messages per
@@ -271,17 +289,10 @@ def tensor_cuts(runs, weights, result):
         # data group's all-reduce of the grads region (a ring of 2: each rank sends the region's
         # bytes, params derived above as grads = params); under ZeRO-1 half of the region
         # reduce-scattered and half gathered: the same bytes.
-        by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
         tp2_sent = runs["tp2"][0]["measured"]["sent_bytes"][0] if "tp2" in runs else None
-        tensor = sequence_bytes(p, by.get("tensor"), weights, MICRO // 2, result) if "sp" in p else (
-            tp2_sent // 2 if tp2_sent else None)
-        derived = {"tensor": tensor, "data": params, "pipeline": 0}
-        for g in ["tensor", "data", "pipeline"]:
-            counted = by.get(g)
-            ok = isinstance(counted, list) and len(counted) == ranks and all(
-                c == est_by.get(g) == derived[g] for c in counted)
-            result("%s %s-group bytes per rank" % (p, g), ok, "counted %s, estimated %s, derived %s" % (
-                counted, est_by.get(g), derived[g]))
+        tensor = sequence_bytes(p, got.get("sent_bytes_by_group", {}).get("tensor"), weights, MICRO // 2,
+                                result) if "sp" in p else (tp2_sent // 2 if tp2_sent else None)
+        rank_checks(p, runs[p][0], ranks, states, {"tensor": tensor, "data": params, "pipeline": 0}, result)
 
 
 def tensor_zero(runs, weights, result):
@@ -302,31 +313,15 @@ def tensor_zero(runs, weights, result):
     for p, stage in [("dp2tp2z2", 2), ("dp2tp2z3", 3)]:
         if p not in runs:
             continue
-        est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
+        est = runs[p][0]["estimated"]
         want = {"grads": padded, "optimizer": padded, "master": 0, "params": padded if stage == 3 else whole_cut}
         have = {k: est["regions"][k] for k in want}
         result(p + " piece regions of the cut", have == want, "regions %s, derived %s" % (have, want))
-        erows, grows = est.get("per_rank", []), got.get("per_rank", [])
-        ok = len(erows) == len(grows) == 4 and all(
-            e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == sum(want.values())
-            for e, g in zip(erows, grows))
-        result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%d B derived)" % (
-            [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
-            [(g["arena_bytes"], g["regions_bytes"]) for g in grows], sum(want.values())))
-        sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
-        ok = isinstance(sent, list) and len(sent) == 4 and priced > 0 and all(s == priced for s in sent)
-        result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
-        by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
         tp2_sent = runs["tp2"][0]["measured"]["sent_bytes"][0] if "tp2" in runs else None
         gathers = 1 if stage == 2 else 2 * micro
         derived = {"tensor": tp2_sent // 2 if tp2_sent else None, "data": 4 * pieces * (micro + gathers),
                    "pipeline": 0}
-        for grp in ["tensor", "data", "pipeline"]:
-            counted = by.get(grp)
-            ok = isinstance(counted, list) and len(counted) == 4 and all(
-                c == est_by.get(grp) == derived[grp] for c in counted)
-            result("%s %s-group bytes per rank" % (p, grp), ok, "counted %s, estimated %s, derived %s (%d piece "
-                   "elements)" % (counted, est_by.get(grp), derived[grp], pieces))
+        rank_checks(p, runs[p][0], 4, sum(want.values()), derived, result, " (%d piece elements)" % pieces)
 
 
 
@@ -367,33 +362,17 @@ def tensor_master(runs, weights, result):
     for p, stage in [("dp2tp2_bf16", 0), ("dp2tp2z_bf16", 1), ("dp2tp2z2_bf16", 2), ("dp2tp2z3_bf16", 3)]:
         if p not in runs:
             continue
-        est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
+        est = runs[p][0]["estimated"]
         want = {0: {"params": whole2, "grads": whole2, "master": whole4, "optimizer": 2 * whole4},
                 1: {"params": whole2, "grads": whole2, "master": shard, "optimizer": 2 * shard},
                 2: {"params": whole2, "grads": piece2, "master": piece4, "optimizer": 2 * piece4},
                 3: {"params": piece2, "grads": piece2, "master": piece4, "optimizer": 2 * piece4}}[stage]
         have = {k: est["regions"][k] for k in want}
         result(p + " regions of the cut", have == want, "regions %s, derived %s" % (have, want))
-        erows, grows = est.get("per_rank", []), got.get("per_rank", [])
-        ok = len(erows) == len(grows) == 4 and all(
-            e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == sum(want.values())
-            for e, g in zip(erows, grows))
-        result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%d B derived)" % (
-            [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
-            [(g["arena_bytes"], g["regions_bytes"]) for g in grows], sum(want.values())))
-        sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
-        ok = isinstance(sent, list) and len(sent) == 4 and priced > 0 and all(s == priced for s in sent)
-        result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
-        by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
         gathers = 1 if stage == 2 else 2 * micro
         data = whole2 if stage < 2 else 2 * pieces * (micro + gathers)
         derived = {"tensor": tp2_sent // 4 if tp2_sent else None, "data": data, "pipeline": 0}
-        for grp in ["tensor", "data", "pipeline"]:
-            counted = by.get(grp)
-            ok = isinstance(counted, list) and len(counted) == 4 and all(
-                c == est_by.get(grp) == derived[grp] for c in counted)
-            result("%s %s-group bytes per rank" % (p, grp), ok, "counted %s, estimated %s, derived %s" % (
-                counted, est_by.get(grp), derived[grp]))
+        rank_checks(p, runs[p][0], 4, sum(want.values()), derived, result)
 
 
 def sequence_bytes(p, sent, weights, micro, result):
