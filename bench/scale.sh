@@ -5,8 +5,9 @@
 # ranks, micro-batch 1: one analysis each), and of `check --checkpoint auto
 # --budget-memory=1GiB` on the unmodified 10,000-layer model (a budget nothing meets: the
 # fix search's bound); and (issue 41) the plans as generated, which do not fit (8 × H100,
-# micro-batch 16: `check` and the JSON report say so with the device-memory fix notes), and
-# `solve layout --params 175B --devices 4096`.
+# micro-batch 16: `check` and the JSON report say so with the device-memory fix notes),
+# `solve layout --params 175B --devices 4096` and `solve layout` of the generated models on 64
+# devices (SOLVE_LAYERS).
 #
 # Usage: bench/scale.sh [TALLY_BINARY]        (default: build/tally)
 # Environment:
@@ -17,6 +18,9 @@
 #                                (the shared VM's speed moves by 3× between minutes: compare
 #                                binaries measured together, not tables from other days)
 #   OUT=DIR                      where the models and the raw measurements go
+#   SOLVE_LAYERS="1000"          the generated depths whose `solve layout --devices 64` is
+#                                timed too (issue 41's 10,000-layer target: SOLVE_LAYERS=10000,
+#                                25-70 s a run on the 2-core VM); "" skips them
 # Prints one Markdown table, then the growth per 10× layers and the JSON / text ratio.
 # Needs GNU time (/usr/bin/time). Exit 0 when every case ran, 2 on a usage error.
 set -uo pipefail
@@ -27,6 +31,7 @@ TALLY=$(realpath "${1:-build/tally}")
 LAYERS=${LAYERS:-"1000 10000 100000"}
 ROUNDS=${ROUNDS:-3}
 BASELINE=${BASELINE:-}
+SOLVE_LAYERS=${SOLVE_LAYERS-1000}
 OUT=${OUT:-$(mktemp -d /tmp/tally-scale.XXXXXX)}
 mkdir -p "$OUT"
 BINARIES=("now=$TALLY")
@@ -42,6 +47,9 @@ for n in $LAYERS; do
       -e 's/micro_batch = [0-9]*/micro_batch = 1/' "$OUT/gen$n.tally" > "$OUT/fit$n.tally"
 done
 python3 bench/gen_layers.py 10000 > "$OUT/gen10000.tally"
+for n in $SOLVE_LAYERS; do
+  [[ -f "$OUT/gen$n.tally" ]] || python3 bench/gen_layers.py "$n" > "$OUT/gen$n.tally"
+done
 
 echo "# tally scale: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# raw measurements (binary layers case wall user sys maxrss_kb) in $OUT/raw"
@@ -63,6 +71,9 @@ for round in $(seq 1 "$ROUNDS"); do
     done
     run "$label" "$bin" 10000 impossible-budget check --checkpoint auto --budget-memory=1GiB "$OUT/gen10000.tally"
     run "$label" "$bin" 0 solve-layout-175B solve layout --params 175B --devices 4096
+    for n in $SOLVE_LAYERS; do
+      run "$label" "$bin" "$n" solve-layout-64 solve layout "$OUT/gen$n.tally" --devices 64
+    done
   done
 done
 
