@@ -572,7 +572,7 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
                        x.policy == key.policy && x.stack == key.stack && x.attention == key.attention &&
                        x.native == key.native && x.fused == key.fused;
               });
-              if (bound && known != sums.end() && bestTimes.size() >= keep) {
+              if (bound && known != sums.end() && keep > 0 && bestTimes.size() >= keep) {
                 double steps = static_cast<double>(base.batch) / static_cast<double>(m * d);
                 // A relative margin for the order the stages' sums are added in.
                 double floor = computeBound(known->F, known->B, steps, static_cast<double>(p),
