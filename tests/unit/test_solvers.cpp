@@ -472,15 +472,20 @@ TEST_CASE("layout: the search's layouts satisfy the constraints and fit", "[solv
 
 namespace {
 
+/// A trial's memory and FLOPs, what a memory-only trial has: exactly y's.
+void sameMemory(const Trial &x, const Trial &y) {
+  CHECK(x.peak == y.peak);
+  CHECK(x.activations == y.activations);
+  CHECK(x.stepFlops == y.stepFlops);
+  CHECK(x.executedFlops == y.executedFlops);
+}
+
 void sameTrial(const std::optional<Trial> &x, const std::optional<Trial> &y) {
   REQUIRE(x.has_value() == y.has_value());
   if (!x)
     return;
   // Exact: the shared trial runs the same passes on the same graph as a whole analysis.
-  CHECK(x->peak == y->peak);
-  CHECK(x->activations == y->activations);
-  CHECK(x->stepFlops == y->stepFlops);
-  CHECK(x->executedFlops == y->executedFlops);
+  sameMemory(*x, *y);
   CHECK(x->stepTime == y->stepTime);
   CHECK(x->runTime == y->runTime);
   CHECK(x->mfu == y->mfu);
@@ -648,10 +653,7 @@ TEST_CASE("solvers: memory-only trials and untimed layouts price what timed ones
           continue;
         CHECK(full->timed);
         CHECK(memory->timed == !p.isTrain);
-        CHECK(memory->peak == full->peak);
-        CHECK(memory->activations == full->activations);
-        CHECK(memory->stepFlops == full->stepFlops);
-        CHECK(memory->executedFlops == full->executedFlops);
+        sameMemory(*memory, *full);
         // An untimed trial does not answer a timed request: it is priced again, timed.
         untimed.setMemoryOnly(false);
         sameTrial(untimed.trial(p), full);
@@ -1055,11 +1057,9 @@ TEST_CASE("budgets: a checkpoint candidate takes the base's graph part as made",
         REQUIRE(shared.has_value() == whole.has_value());
         if (!shared)
           continue;
-        CHECK(shared->peak == whole->peak);
-        CHECK(shared->activations == whole->activations);
-        CHECK(shared->stepFlops == whole->stepFlops);
-        CHECK(shared->executedFlops == whole->executedFlops);
-        if (!memoryOnly)
+        if (memoryOnly)
+          sameMemory(*shared, *whole);
+        else
           sameTrial(shared, whole);
       }
       CHECK(trials.graphsAnalysed() == 1);
