@@ -17,6 +17,17 @@
 #include <string>
 #include <vector>
 
+// The sanitizer build (docs/reliability.md) runs everything 10-30x slower: tests that walk
+// many compiles walk fewer there, and timings are not checked there. GCC says
+// __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+#define TALLY_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TALLY_UNDER_ASAN 1
+#endif
+#endif
+
 namespace tally::test {
 
 /// The options `tally check` analyses with (tools/tally/main.cpp): diagnostics only, no

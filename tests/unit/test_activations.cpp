@@ -18,16 +18,6 @@
 using namespace tally;
 using namespace tally::test;
 
-// The sanitizer build (docs/reliability.md) runs everything 10-30x slower; timings are not
-// checked there. GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer).
-#if defined(__SANITIZE_ADDRESS__)
-#define TALLY_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TALLY_UNDER_ASAN 1
-#endif
-#endif
-
 namespace {
 
 /// Replaces every `{NAME}` in `text`.
