@@ -470,6 +470,11 @@ bool Emitter::checkPlan() {
     return fail("plan " + plan.name + " is an infer plan; `tally build` generates training steps");
   if (s.loss == kNone)
     return fail("the model returns no loss to train on");
+  for (const Op &o : a.graph->ops) // `tally build` analyzes the plan as its own step (Plan::generatedStep)
+    if (o.kind == OpKind::CrossEntropy && o.attrs->loss != CrossEntropyKernel::Fused)
+      return fail(std::string("the plan was analyzed with the ") + crossEntropyKernelName(o.attrs->loss) +
+                  " loss of a framework; the generated step runs cross_entropy as one fused kernel (analyze it "
+                  "as `tally build` does, Plan::generatedStep)");
   // Data × tensor runs ZeRO-1 over each data group (rank r's shard of its tensor cut's grads
   // region by its data rank), and ZeRO 2 and 3 (rank r's pieces of each tensor of its cut, by
   // its data rank), with a separate master copy cut as the optimizer state is (driver_host.h

@@ -237,7 +237,9 @@ Value Lowerer::crossEntropyOp(const Bound &b, const Expr &e, Scope &scope) {
   TensorId x = kNone, y = kNone;
   if (!tensorArg(b, "logits", x) || !tensorArg(b, "labels", y))
     return {};
-  return op1(OpKind::CrossEntropy, {x, y}, OpAttrs(), e, scope);
+  OpAttrs attrs;
+  attrs.loss = key.loss; // how the plan's step runs it (ir/Plan.h crossEntropyKernel)
+  return op1(OpKind::CrossEntropy, {x, y}, attrs, e, scope);
 }
 LOWERING(CrossEntropy, &Lowerer::crossEntropyOp)
 NO_LOWERING(CrossEntropyBackward, "the autodiff's: cross_entropy's gradient")

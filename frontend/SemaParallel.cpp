@@ -107,6 +107,15 @@ struct LayoutReader {
     return true;
   }
 
+  /// cross_entropy = fused | eager | megatron (docs/memory.md, "The loss as frameworks run it").
+  bool crossEntropy(const LayoutItem &it) {
+    par.crossEntropy = oneOf(it, {"fused", "eager", "megatron"},
+                             "cross_entropy is how the step runs its loss: fused (one kernel on the "
+                             "logits as they are), eager (PyTorch's F.cross_entropy on an fp32 copy) "
+                             "or megatron (Megatron-LM's fp32 copy, softmax in place)");
+    return !par.crossEntropy.empty();
+  }
+
   bool bucket(const LayoutItem &it) {
     const ConstValue &e = it.value;
     if (e.kind != ConstValue::Number || e.dim != UnitDim::Bytes || e.number <= 0) {
@@ -241,6 +250,7 @@ const std::vector<LayoutSetting> &layoutSettings() {
       {"stack", [](R &r, const I &it) { return r.stack(it); }},
       {"bucket", [](R &r, const I &it) { return r.bucket(it); }},
       {"attention_kernel", [](R &r, const I &it) { return r.attentionKernel(it); }},
+      {"cross_entropy", [](R &r, const I &it) { return r.crossEntropy(it); }},
       // NCCL's NVLS and CollNet algorithms.
       {"nvls", [](R &r, const I &it) { return r.boolean(it, r.plan.target.nvlinkSwitch); }},
       {"sharp", [](R &r, const I &it) { return r.boolean(it, r.plan.target.collnet); }},

@@ -140,6 +140,15 @@ ShapeRef::ShapeRef() {
 // Every field of OpAttrs is compared and hashed below; this size changes when one is added.
 static_assert(sizeof(OpAttrs) == 384, "a field was added to OpAttrs: compare and hash it in sameAttrs and hashAttrs");
 
+const char *crossEntropyKernelName(CrossEntropyKernel k) {
+  switch (k) {
+  case CrossEntropyKernel::Fused: return "fused";
+  case CrossEntropyKernel::Eager: return "eager";
+  case CrossEntropyKernel::Megatron: return "megatron";
+  }
+  return "fused";
+}
+
 bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
   if (&a == &b) // one shared record (SharedAttrs: the copies of a repeated block's ops)
     return true;
@@ -150,7 +159,7 @@ bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
       a.scalarOnLeft != b.scalarOnLeft || a.shares != b.shares || a.transposeA != b.transposeA ||
       a.transposeB != b.transposeB || !sameShape(a.newShape, b.newShape) ||
       !sameBits(a.scale, b.scale) || a.headDim != b.headDim || !sameBits(a.theta, b.theta) ||
-      !sameBits(a.fraction, b.fraction) || a.alibi != b.alibi || a.hasMask != b.hasMask ||
+      !sameBits(a.fraction, b.fraction) || a.alibi != b.alibi || a.hasMask != b.hasMask || a.loss != b.loss ||
       a.attnWindow != b.attnWindow || !sameBits(a.softcap, b.softcap) ||
       a.latent != b.latent || a.latentRope != b.latentRope ||
       a.stream != b.stream || a.of != b.of || a.gradMask != b.gradMask || a.optimizer != b.optimizer ||

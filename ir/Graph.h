@@ -135,6 +135,21 @@ enum class TensorRole : uint8_t {
 /// When an op runs in the training step: the forward, the backward (gradients), or the
 /// step's bookkeeping and update (zero-grad, loss scaling, clipping, the optimizer).
 enum class Phase : uint8_t { Forward, Backward, Optimizer };
+
+/// How the step computes cross_entropy (OpAttrs::loss; docs/memory.md, "The loss as frameworks
+/// run it"). It changes what the op keeps, moves and holds in its backward, never its FLOPs:
+///  - Fused: one kernel reads the logits in their dtype, keeps them and the logsumexp, and its
+///    backward writes their gradient (tally's generated step; flash-attn's cross entropy,
+///    llm-foundry's default; a torch.compile'd loss);
+///  - Eager: PyTorch's F.cross_entropy on an fp32 copy of the logits (autocast runs
+///    cross_entropy in fp32; torchtitan's and Hugging Face's losses call .float()): the copy,
+///    log_softmax's fp32 output kept for the backward, nll_loss; the backward makes nll_loss's
+///    dense fp32 gradient, log_softmax's fp32 gradient, then the cast back;
+///  - Megatron: Megatron-LM's vocab-parallel cross entropy on the logits' .float() copy, the
+///    softmax computed in that copy in place and kept, its backward in place.
+enum class CrossEntropyKernel : uint8_t { Fused, Eager, Megatron };
+/// "fused", "eager", "megatron".
+const char *crossEntropyKernelName(CrossEntropyKernel k);
 llvm::StringRef phaseName(Phase p);
 
 /// Where a tensor's elements are: `storage` is the tensor that owns the bytes (itself unless it
@@ -237,6 +252,7 @@ struct OpAttrs {
   double fraction = 1;        ///< rope: the share of each head's dims rotated (NeoX rotary_pct)
   bool alibi = false;         ///< attention: ALiBi bias added to the scores in the kernel
   bool hasMask = false;       ///< attention: input 3 is a padding mask [batch, seq_kv]
+  CrossEntropyKernel loss = CrossEntropyKernel::Fused; ///< cross_entropy (and its backward): how the step runs it
   int64_t attnWindow = 0;     ///< attention: sliding window, key j seen by query i iff i − w < j ≤ i (0: none)
   double softcap = 0;         ///< attention: scores become c·tanh(scores / c) before the mask (0: none)
   int64_t latent = 0;         ///< attention: the KV cache holds a latent of this width per token, not K and V (MLA's kv_lora_rank; 0: K and V)

@@ -46,6 +46,12 @@ struct ForwardCost {
   double transcendentals = 0;
 };
 
+/// Bytes op's backward holds only while it runs, beyond what the activation walk already holds
+/// then (what the op keeps for it, its inputs' gradients): the eager loss's fp32 gradients
+/// (ir/ops/Loss.cpp); 0 for every other op. passes/ActivationLiveness.cpp counts them at the
+/// op's backward step.
+double backwardScratch(const Graph &g, const Op &op);
+
 /// Something the backward pass of an op keeps from its forward pass.
 struct SavedTensor { // 16 bytes: a deep model's step saves millions
   TensorId tensor = kNone;  ///< an input or output of the op (extras such as statistics and masks are outputs)

@@ -92,7 +92,61 @@ LoweringKey loweringKey(const Plan &plan) {
   k.activations = plan.precision.activations;
   k.frozen = plan.precision.frozen.dtype;
   k.lora = plan.lora;
+  k.loss = crossEntropyKernel(plan);
   return k;
+}
+
+std::string stackName(const Plan &plan, std::string *why) {
+  const Parallelism &par = plan.parallel;
+  if (why)
+    why->clear();
+  if (!par.stack.empty())
+    return par.stack;
+  // ZeRO 3 is sharded per block whoever runs it (PyTorch FSDP, Megatron's FSDP), so it decides
+  // first; then model parallelism, which is Megatron's; then DeepSpeed's ZeRO.
+  bool model = par.tensor > 1 || par.pipeline > 1 || par.context > 1 || par.expert > 1;
+  if (why)
+    *why = par.zero == 3   ? "ZeRO 3"
+           : model         ? "tensor, pipeline, context or expert parallelism"
+           : par.zero >= 1 ? "ZeRO " + std::to_string(par.zero)
+                           : "data parallelism alone";
+  return par.zero == 3 ? "fsdp" : model ? "megatron" : par.zero >= 1 ? "deepspeed" : "ddp";
+}
+
+CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why) {
+  auto say = [&](const char *text) {
+    if (why)
+      *why = text;
+  };
+  const std::string &written = plan.parallel.crossEntropy;
+  if (!written.empty()) {
+    say("cross_entropy");
+    return written == "eager"      ? CrossEntropyKernel::Eager
+           : written == "megatron" ? CrossEntropyKernel::Megatron
+                                   : CrossEntropyKernel::Fused;
+  }
+  if (plan.generatedStep) {
+    say("tally's generated step");
+    return CrossEntropyKernel::Fused;
+  }
+  if (plan.parallel.compiled) {
+    say("compiled = true");
+    return CrossEntropyKernel::Fused;
+  }
+  std::string stack = stackName(plan);
+  if (stack == "megatron") {
+    say("stack megatron");
+    return CrossEntropyKernel::Megatron;
+  }
+  // DeepSpeed with tensor or pipeline parallelism is Megatron-DeepSpeed (DeepSpeed's own engine
+  // splits no layers): Megatron's loss (megatron/model/gpt_model.py, vocab_parallel_cross_entropy
+  // of output.float()).
+  if (stack == "deepspeed" && (plan.parallel.tensor > 1 || plan.parallel.pipeline > 1)) {
+    say("Megatron-DeepSpeed (stack deepspeed with tensor or pipeline parallelism)");
+    return CrossEntropyKernel::Megatron;
+  }
+  say("the stack's PyTorch loss");
+  return CrossEntropyKernel::Eager;
 }
 
 double memoryLimit(const Plan &plan) {

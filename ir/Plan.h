@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ir/Dtype.h"
+#include "ir/Graph.h"
 #include "ir/Target.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -129,6 +130,9 @@ struct Parallelism {
   /// `attention_kernel = flash2 | native | flash1_triton`: the fused attention kernel the step
   /// runs, in place of the stack's (empty: the stack's; passes/Stack.cpp, attentionKernel).
   std::string attentionKernel;
+  /// `cross_entropy = fused | eager | megatron`: how the step runs its loss, in place of the
+  /// stack's (empty: the stack's; crossEntropyKernel below).
+  std::string crossEntropy;
   /// `bucket = 100 MiB`: the bytes of gradients each data-parallel reduction carries, in place
   /// of the stack's own bucket (0: the stack's).
   double bucketBytes = 0;
@@ -221,14 +225,28 @@ struct LoweringKey {
   Dtype params = Dtype::F32, activations = Dtype::F32;
   Dtype frozen = Dtype::Invalid; ///< PrecisionPolicy::frozen's dtype
   LoraSpec lora;
+  CrossEntropyKernel loss = CrossEntropyKernel::Fused; ///< crossEntropyKernel(plan)
   bool operator==(const LoweringKey &o) const {
     return isTrain == o.isTrain && microBatch == o.microBatch && seq == o.seq &&
            seqGiven == o.seqGiven && params == o.params && activations == o.activations &&
-           frozen == o.frozen && lora == o.lora;
+           frozen == o.frozen && lora == o.lora && loss == o.loss;
   }
   bool operator!=(const LoweringKey &o) const { return !(*this == o); }
 };
 LoweringKey loweringKey(const Plan &plan);
+
+/// The framework that runs the plan's step (docs/time.md, "Framework stacks"): its `stack`,
+/// or the one its layout implies (ZeRO 3 → fsdp; tensor, pipeline, context or expert
+/// parallelism → megatron; ZeRO 1 or 2 → deepspeed; else ddp); `why` gets the reason when the
+/// layout chose it, "" when the plan wrote it.
+std::string stackName(const Plan &plan, std::string *why = nullptr);
+
+/// How the plan's step runs cross_entropy (CrossEntropyKernel; docs/memory.md, "The loss as
+/// frameworks run it"): its `cross_entropy`; else fused for tally's own step
+/// (Plan::generatedStep) and a compiled one (torchtitan compiles its loss with the model,
+/// torchtitan/components/loss.py build_cross_entropy_loss); else megatron under Megatron-LM
+/// and under DeepSpeed with tensor or pipeline parallelism (Megatron-DeepSpeed); else eager (PyTorch's F.cross_entropy on an fp32 copy). `why` gets where it came from.
+CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why = nullptr);
 
 /// The bytes one device may hold: the target's memory, or less where a `memory <=` (or `<`)
 /// budget says so; 0 when neither is known. The one definition auto's activation room, the

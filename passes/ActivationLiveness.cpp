@@ -419,6 +419,16 @@ struct Gradients {
   }
 };
 
+/// What an op's backward holds only while it runs (WalkModel::backwardScratch: the eager
+/// loss's fp32 gradients), as add(op, its backward step, bytes).
+template <class Add>
+void addBackwardScratch(const WalkModel &m, const std::vector<uint32_t> &bwd, Add &&add) {
+  if (m.backwardScratch)
+    for (const auto &[o, bytes] : *m.backwardScratch)
+      if (o < bwd.size() && bwd[o] != kNone && bytes > 0)
+        add(o, bwd[o], bytes);
+}
+
 /// Step 4 for a walk that wants only the live bytes per step (OpenInstances): every instance
 /// and gradient into the deltas. Returns whether the backward ran in reverse op order.
 bool openLiveness(const WalkModel &m, const Steps &steps, LiveDeltas &live, WalkScratch &scratch) {
@@ -426,6 +436,7 @@ bool openLiveness(const WalkModel &m, const Steps &steps, LiveDeltas &live, Walk
   OpenInstances open(scratch, keys, live, m);
   bool ordered = runInstances(m, steps, open, scratch.bwd);
   open.finish();
+  addBackwardScratch(m, scratch.bwd, [&](OpId, uint32_t step, double bytes) { live.add(false, step, step, bytes); });
   Gradients gradient(m, scratch.bwd, ordered, scratch);
   for (TensorId t = 0; t < m.tensors; ++t)
     if (open.made(t))
@@ -474,6 +485,10 @@ void liveness(const Facts &f, const Analysis &a, Walk &w, const Steps &steps, Li
   const std::vector<LiveInstance> &inst = listed->inst;
   if (perCopy)
     keptByCopy(f, w, inst);
+  static const Label scratchLabel("backward working set");
+  addBackwardScratch(m, bwd, [&](OpId o, uint32_t step, double bytes) {
+    addBuffer(w, live, keep, kNone, o, bytes, step, step, scratchLabel, Buffer::Transient);
+  });
   if (!keep) {
     // Only the live bytes per step: the buffers in the order they were made, without listing
     // them by tensor.

@@ -151,6 +151,7 @@ struct Smaller {
   std::vector<OpId> gradProducer, gradReader;
   GradientShares shares;
   std::vector<double> tensorBuffer, extraBuffer;
+  std::vector<std::pair<OpId, double>> backwardScratch;
   std::vector<RepeatCopies::Copy> copies;
   std::vector<uint32_t> keys; ///< the whole model's tensor of each key, ascending
   size_t ops = 0, backwardOps = 0;
@@ -166,6 +167,7 @@ struct Smaller {
     m.gradProducer = &gradProducer, m.gradReader = &gradReader;
     m.shares = &shares;
     m.tensorBuffer = &tensorBuffer, m.extraBuffer = &extraBuffer;
+    m.backwardScratch = &backwardScratch;
     m.copies = &copies;
     return m;
   }
@@ -322,6 +324,12 @@ std::optional<Smaller> smallerModel(const Facts &f, const std::vector<Cut> &cuts
     for (uint32_t k = 0; k < f.extraCount(o); ++k)
       s.extraBuffer.push_back(f.extraBuffer[f.extras.start[o] + k]);
     s.extraStart.push_back(static_cast<uint32_t>(s.extraBuffer.size()));
+  }
+  for (const auto &[o, bytes] : f.backwardScratch) {
+    auto it = std::lower_bound(kept.begin(), kept.end(), o);
+    if (it == kept.end() || *it != o)
+      return std::nullopt; // an op left out holds bytes in its backward: walk the whole
+    s.backwardScratch.emplace_back(static_cast<OpId>(it - kept.begin()), bytes);
   }
   for (TensorId t : st.sources)
     s.sources.push_back(key(t));

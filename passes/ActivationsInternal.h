@@ -133,6 +133,7 @@ struct WalkModel {
   /// them); null in a smaller model, whose walk then gives way to the whole one.
   const FactsStructure::PerTensor *readers = nullptr;
   const std::vector<double> *tensorBuffer = nullptr, *extraBuffer = nullptr;
+  const std::vector<std::pair<OpId, double>> *backwardScratch = nullptr; ///< Facts::backwardScratch, in this model's op ids
   const std::vector<RepeatCopies::Copy> *copies = nullptr;
   uint32_t extraCount(OpId o) const { return (*extraStart)[o + 1] - (*extraStart)[o]; }
   double keyBuffer(uint32_t key) const {
@@ -249,6 +250,9 @@ struct Facts {
   /// (bytes(t)), and per extra buffer in the order of extras.items (a walk makes millions of
   /// buffers; these are computed once).
   std::vector<double> tensorBuffer, extraBuffer;
+  /// (op, whole bytes on one device) of each op whose backward holds bytes only while it runs
+  /// (ForwardCost::backwardScratch: the eager loss), in op order; few or none.
+  std::vector<std::pair<OpId, double>> backwardScratch;
   /// The whole bytes of a walk's key (liveness): a stored tensor's (keys below the tensor
   /// count), else an extra buffer's.
   double keyBuffer(uint32_t key) const {
@@ -281,6 +285,7 @@ struct Facts {
     m.shares = structure->shares;
     m.readers = &readers;
     m.tensorBuffer = &tensorBuffer, m.extraBuffer = &extraBuffer;
+    m.backwardScratch = &backwardScratch;
     m.copies = &copies;
     return m;
   }
@@ -298,6 +303,14 @@ struct Facts {
   }
   /// Whether an op's extra saved buffers (masks, statistics) are split: when its output is.
   bool opSplit(const Op &op) const { return !op.outputs.empty() && split[g.storageOf(op.outputs[0])]; }
+  /// Whether an op's extra buffers and backward scratch are split over the tensor group: as its
+  /// first output, or, for an op whose first output is a scalar (cross_entropy's loss), as its
+  /// first input (the vocabulary-parallel logits).
+  bool buffersSplit(const Op &op) const {
+    if (!op.outputs.empty() && g.tensors[op.outputs[0]].shape.empty() && !op.inputs.empty())
+      return split[g.storageOf(op.inputs[0])];
+    return opSplit(op);
+  }
 };
 
 /// What one micro-batch's walk is multiplied by for a whole optimizer step: `flops` for its

@@ -60,7 +60,7 @@ void crossEntropyBackward(Builder &b, const Op &op, TensorId dy) {
     return;
   bool acc = b.accumulateNext(x);
   b.emit(OpKind::CrossEntropyBackward, {x, op.inputs[1], op.outputs[1], dy}, {b.gradOf(x)},
-         SharedAttrs(), acc ? 1 : 0);
+         op.attrs, acc ? 1 : 0); // the forward's: how the loss runs (OpAttrs::loss)
 }
 
 } // namespace

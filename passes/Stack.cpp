@@ -7,23 +7,6 @@
 
 namespace tally {
 
-std::string stackName(const Plan &plan, std::string *why) {
-  const Parallelism &par = plan.parallel;
-  if (why)
-    why->clear();
-  if (!par.stack.empty())
-    return par.stack;
-  // ZeRO 3 is sharded per block whoever runs it (PyTorch FSDP, Megatron's FSDP), so it decides
-  // first; then model parallelism, which is Megatron's; then DeepSpeed's ZeRO.
-  bool model = par.tensor > 1 || par.pipeline > 1 || par.context > 1 || par.expert > 1;
-  if (why)
-    *why = par.zero == 3   ? "ZeRO 3"
-           : model         ? "tensor, pipeline, context or expert parallelism"
-           : par.zero >= 1 ? "ZeRO " + std::to_string(par.zero)
-                           : "data parallelism alone";
-  return par.zero == 3 ? "fsdp" : model ? "megatron" : par.zero >= 1 ? "deepspeed" : "ddp";
-}
-
 bool fusedGates(const Plan &plan) {
   return plan.isTrain && !plan.generatedStep && (plan.parallel.compiled || stackName(plan) == "megatron");
 }
@@ -54,6 +37,7 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
   f.chosen = par.stack.empty();
   f.nativeAttention = runsNativeAttention(plan);
   f.compiled = plan.fuseKernels;
+  f.crossEntropy = crossEntropyKernelName(crossEntropyKernel(plan, &f.crossEntropySource));
   std::string kernel = attentionKernel(plan);
   f.attentionKernel =
       f.nativeAttention ? "the GPU's own fused attention (Transformer Engine's cuDNN kernel)"

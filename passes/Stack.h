@@ -35,11 +35,12 @@ struct StackFacts {
   /// Whether its kernels are compiled (`compiled = true`: elementwise chains fused, as --fuse
   /// prices them) or run eagerly, one kernel per op (the default of every stack).
   bool compiled = false;
+  /// How its loss runs (ir/Plan.h crossEntropyKernel): "fused", "eager" or "megatron", and
+  /// what decided it ("cross_entropy" when written).
+  std::string crossEntropy, crossEntropySource;
 };
 
-/// The stack's name: the plan's `stack`, or the one its layout implies (below); `why` gets the
-/// reason when the layout chose it, "" when the plan wrote it.
-std::string stackName(const Plan &plan, std::string *why = nullptr);
+/// stackName (the stack's name) is declared in ir/Plan.h: lowering reads it (crossEntropyKernel).
 
 /// Whether the step runs a gated unit's activation and multiply (`silu(a) * b`, `gelu(a) * b`)
 /// as one fused kernel that keeps only its inputs and recomputes the activation in its backward:

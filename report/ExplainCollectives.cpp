@@ -58,6 +58,11 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
      << (s.compiled ? "compiled (elementwise chains fused, as --fuse prices them)"
                     : "eager, one kernel per op (`compiled = true` fuses elementwise chains)")
      << "\n";
+  os << "  loss: cross_entropy " << s.crossEntropy << " ("
+     << (s.crossEntropy == "eager"      ? "PyTorch's F.cross_entropy on an fp32 copy of the logits"
+         : s.crossEntropy == "megatron" ? "Megatron's fp32 copy, softmax in place"
+                                        : "one kernel on the logits as they are")
+     << "; " << s.crossEntropySource << ")\n";
   if (a.collectives.empty()) {
     os << "\n  no collectives: one device, or no group of more than one member\n";
     return;
@@ -133,7 +138,9 @@ llvm::json::Value stackJson(const Analysis &a) {
                             {"overlap_source", s.overlapSource},
                             {"attention_kernel", s.attentionKernel},
                             {"native_attention", s.nativeAttention},
-                            {"compiled", s.compiled}};
+                            {"compiled", s.compiled},
+                            {"cross_entropy", s.crossEntropy},
+                            {"cross_entropy_source", s.crossEntropySource}};
 }
 
 void explainCollectivesJson(const Analysis &a, llvm::raw_ostream &os) {

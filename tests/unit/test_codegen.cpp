@@ -18,6 +18,14 @@ using namespace tally::test;
 
 namespace {
 
+/// The overrides `tally build` analyzes a plan with (tools/tally/Build.cpp): priced as tally's own
+/// step runs it (its fused loss, ZeRO's transients as its memory plan holds them). A plan
+/// analyzed as a framework runs it prices PyTorch's eager loss, which the step does not run.
+PlanOverrides asBuilt(PlanOverrides o = {}) {
+  o.generatedStep = true;
+  return o;
+}
+
 std::string emit(const Analysis &a, std::string &text, bool cuda = false) {
   codegen::EmitOptions o;
   o.source = "t.tally";
@@ -66,7 +74,7 @@ std::vector<std::string> runtimeCallsAnyEngine(const std::string &text) {
 } // namespace
 
 TEST_CASE("codegen: every example's plan generates on one device", "[codegen]") {
-  PlanOverrides one;
+  PlanOverrides one = asBuilt();
   one.target = "H100_SXM";
   for (const char *file : {"gpt2.tally", "lecture.tally", "llama2_7b.tally", "tour.tally"}) {
     INFO(file);
@@ -86,7 +94,7 @@ TEST_CASE("codegen: every example's plan generates on one device", "[codegen]") 
 }
 
 TEST_CASE("codegen: the e2e GPT's tied head, fused qkv and recompute", "[codegen]") {
-  Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally");
+  Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally", "", asBuilt());
   std::string text;
   REQUIRE(emit(*t.a, text) == "");
   // q, k, v are column slices of the [2, 16, 192] qkv output: row stride 3·64.
@@ -166,7 +174,7 @@ train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1
 }
 
 TEST_CASE("codegen: plans the CPU backend cannot run are refused with the reason; 1/x runs", "[codegen]") {
-  Compiled t(fromFile, example("gpt2.tally"));
+  Compiled t(fromFile, example("gpt2.tally"), "", asBuilt());
   std::string text;
   // Data parallel (8 x { data = 8, zero = 1 }) runs under MPI on the CPU and over NCCL on CUDA:
   // ZeRO-1's reduce-scatters, this rank's updates and the parameters' all-gathers, on the device.
@@ -179,7 +187,7 @@ TEST_CASE("codegen: plans the CPU backend cannot run are refused with the reason
   // ZeRO 3 (8 x { data = 8, zero = 3 }) runs on the CPU: each of the 32 blocks' 9 parameters and
   // the root's 3 gathered before the forward and again before the backward, each of the 291
   // gradients reduce-scattered once per micro-batch; CUDA refuses it.
-  Compiled z3(fromFile, example("llama2_7b.tally"));
+  Compiled z3(fromFile, example("llama2_7b.tally"), "", asBuilt());
   REQUIRE(emit(*z3.a, text) == "");
   CHECK(countOf(text, "tally_comm::all_gather_piece<rt::bf16>(ctx, A<rt::bf16>(") == 2 * (32 * 9 + 3));
   CHECK(countOf(text, "tally_comm::reduce_scatter_piece<rt::bf16>(ctx, A<rt::bf16>(") == 32 * 9 + 3);
@@ -219,7 +227,7 @@ train t { model = M() batch = 2 optimizer = SGD(lr = 0.1) precision = fp32 targe
 }
 
 TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each after ctx.where", "[codegen][cuda]") {
-  PlanOverrides one;
+  PlanOverrides one = asBuilt();
   one.target = "H100_SXM";
   std::vector<std::string> files; // every examples/*.tally, so a new example is covered too
   for (const auto &e : std::filesystem::directory_iterator(sourceDir() + "/examples"))
@@ -269,7 +277,7 @@ TEST_CASE("codegen: every example's CUDA step makes the CPU step's calls, each a
 }
 
 TEST_CASE("codegen: the CUDA step's files, layout and refusals", "[codegen][cuda]") {
-  Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally");
+  Compiled t(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally", "", asBuilt());
   codegen::EmitOptions o;
   o.source = "t.tally";
   StepFiles step = emitStep(*t.a, true, o);
@@ -747,9 +755,12 @@ TEST_CASE("codegen: the CUDA step's memory estimate has its workspace and no cac
   // examples/gpt2.tally's gpt2_124M on one H100: the framework estimate (a PyTorch run) adds the
   // caching allocator's reserve; tally's own CUDA step allocates exactly its regions and arena,
   // plus the context's 64 MiB workspace (cuBLASLt and kernel scratch), and nothing else.
+  // The framework's loss written fused, as the step runs it (a framework's default is PyTorch's
+  // eager loss, which keeps more: docs/memory.md, "The loss as frameworks run it").
   PlanOverrides framework;
-  framework.target = "H100_SXM";
-  PlanOverrides step = framework;
+  framework.target = "1 x H100_SXM { cross_entropy = fused }";
+  PlanOverrides step;
+  step.target = "H100_SXM";
   step.cudaStep = true;
   Compiled f(fromFile, example("gpt2.tally"), "gpt2_124M", framework);
   Compiled c(fromFile, example("gpt2.tally"), "gpt2_124M", step);
@@ -810,7 +821,7 @@ TEST_CASE("codegen: the CUDA step runs bf16 attention through cuDNN and fp32 on 
 TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one process per GPU", "[codegen][cuda]") {
   // tests/step/e2e/dp.tally's dp2 on 2 GPUs (data = 2, no ZeRO; the unit tests cannot calibrate the
   // host its file names); the CPU step of the same plan runs under MPI.
-  PlanOverrides two;
+  PlanOverrides two = asBuilt();
   two.target = "2 x H100_SXM";
   Compiled t(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2", two);
   REQUIRE(t.a->plan->parallel.data == 2);
@@ -847,7 +858,7 @@ TEST_CASE("codegen: data parallel on CUDA: NCCL all-reduces in buckets, one proc
 TEST_CASE("codegen: overlapped data parallel starts each bucket after its last gradient write", "[codegen][cuda]") {
   // GPT-2 124M on 8 GPUs, data parallel without ZeRO, overlap (the default): G holds 124,439,808
   // bf16 gradients padded per tensor (Region::bytes), 25 MiB buckets of 13,107,200 elements.
-  PlanOverrides eight;
+  PlanOverrides eight = asBuilt();
   eight.target = "8 x H100_SXM";
   Compiled t(fromFile, example("gpt2.tally"), "gpt2_124M", eight);
   REQUIRE(t.a->plan->parallel.data == 8);
@@ -1147,7 +1158,7 @@ train t { model = M() batch = 2 seq = 16 optimizer = SGD(lr = 0.1) target = ZERO
 TEST_CASE("codegen: the CPU step's kernels are instantiated in kernels.cpp, declared to step.cpp", "[codegen]") {
   // Mixed bf16 data parallel: bf16 kernels, the AdamW update of bf16 gradients into the fp32
   // master, the bf16 -> fp32 copies.
-  PlanOverrides two; // the file's target is the calibrated host, which unit tests cannot load
+  PlanOverrides two = asBuilt(); // the file's target is the calibrated host, which unit tests cannot load
   two.target = "2 x H100_SXM";
   Compiled t(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2_bf16", two);
   StepFiles step = emitStep(*t.a, false);
@@ -1176,7 +1187,7 @@ TEST_CASE("codegen: the CPU step's kernels are instantiated in kernels.cpp, decl
   CHECK(emitStep(*z.a, false).byPath["kernels.cpp"] == k);
   // A fused functor is step.cpp's own type: its templates are not named in kernels.cpp; the
   // CUDA step has no kernel files.
-  PlanOverrides fuse;
+  PlanOverrides fuse = asBuilt();
   fuse.target = "H100_SXM";
   fuse.fuseKernels = true;
   Compiled g(fromFile, sourceDir() + "/tests/step/e2e/gpt.tally", "", fuse);

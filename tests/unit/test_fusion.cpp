@@ -17,6 +17,7 @@ PlanOverrides fused(bool on) {
   PlanOverrides o;
   o.target = "H100_SXM";
   o.fuseKernels = on;
+  o.generatedStep = true; // as `tally build` analyzes it: the step's own (fused) loss
   return o;
 }
 

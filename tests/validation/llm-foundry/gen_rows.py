@@ -19,7 +19,11 @@ where attention is more than a quarter of the model FLOPs by the README's own MF
 flash attention (submit_benchmarks.py's default `attn_impl: triton` at the tables' commits,
 300cc5c to b2a43a1, 2023), so each plan says `attention_kernel = flash1_triton`: tally prices it
 at FlashAttention-2's time times the FlashAttention-2 paper's measured ratios on the A100
-(docs/time.md, "Framework stacks"). Nothing is set from the error.
+(docs/time.md, "Framework stacks"). The loss is llm-foundry's default `fused_crossentropy`
+(flash-attn's cross entropy kernel: llmfoundry/models/mpt/modeling_mpt.py, the default of
+`loss_fn` from the first MPT commit, 5f43bf1, 2023-05-03), so each plan says
+`cross_entropy = fused` (PyTorch's eager F.cross_entropy keeps an fp32 copy of the logits and
+would not fit the 760M rows' micro-batches). Nothing is set from the error.
 """
 import json
 import os
@@ -338,7 +342,7 @@ train mpt {
   optimizer   = AdamW(lr = 1e-4)
   precision   = %s
   checkpoint  = %s
-  target      = %d x %s { %s, attention_kernel = flash1_triton }
+  target      = %d x %s { %s, attention_kernel = flash1_triton, cross_entropy = fused }
 }
 """ % (seq, d, heads, layers, batch, seq, micro, precision, "full" if ckpt else "none", gpus,
        target, SHARDING[sharding])
