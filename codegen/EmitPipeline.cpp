@@ -13,7 +13,9 @@
 // With tensor = t > 1 (tensor x pipeline) each stage's code is the tensor-parallel shard's with
 // its all-reduces (tensorParallelAfter), and a boundary moves as pieces: pp_send_piece sends the
 // tensor rank's 1/t, pp_recv_piece receives it and tp_all_gather fills in the rest from the
-// tensor group (Megatron's scatter/gather, as the estimate prices it).
+// tensor group (Megatron's scatter/gather, as the estimate prices it). With both (data x tensor
+// x pipeline) each data rank's grid runs that code and each rank's data group (its stage and
+// tensor rank on every data rank) reduces its cut's grads region as data x pipeline does.
 // kStageLayouts holds every stage's regions and arena; select_stage picks this process's by its
 // pipeline coordinate (the plan's rank order).
 #include "codegen/EmitInternal.h"
@@ -212,7 +214,9 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
             "    const uint64_t s = seed + static_cast<uint64_t>(u.mb);\n"
             "    switch (2 * u.chunk + (u.backward ? 1 : 0)) {\n" + cases + "    }\n  }\n" +
             siteText("pipeline.send_wait", "bubble") + "  tally_comm::pp_wait_all(ctx);\n" + shared +
-            (dataParallel() ? std::string("  // data x pipeline: this stage's gradients averaged over its data group") +
+            (dataParallel() ? std::string(tensorParallel() ? "  // data x tensor x pipeline: this rank's cut of its stage's gradients "
+                                                             "averaged over its data group"
+                                                           : "  // data x pipeline: this stage's gradients averaged over its data group") +
                                   (sharded() ? " (ZeRO-1: reduce-scattered, each rank keeping its shard)\n"
                                              : "\n") +
                                   "  reduce_gradients(ctx);\n"

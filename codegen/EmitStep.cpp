@@ -526,9 +526,8 @@ bool Emitter::checkPlan() {
   if (pipelined() && !checkPipeline())
     return false;
   if (par.devices != par.tensor * par.pipeline * par.data || par.context != 1 || par.expert != 1)
-    return fail("the " + title() + " backend runs data, tensor or pipeline parallelism, each on its own, or data with "
-                "tensor or with pipeline, or tensor with pipeline (processes under " + be.parallelEngine +
-                "); this plan combines them (data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
+    return fail("the " + title() + " backend runs data, tensor and pipeline parallelism (processes under " +
+                be.parallelEngine + "), not context or expert parallelism (this plan: data " + std::to_string(par.data) + ", tensor " + std::to_string(par.tensor) + ", pipeline " +
                 std::to_string(par.pipeline) + ", context " + std::to_string(par.context) + ", expert " +
                 std::to_string(par.expert) + ")");
   if (par.data > 1 && par.zero > 1 && be.device)

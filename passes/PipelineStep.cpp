@@ -22,12 +22,14 @@
 //    that stage's grads region after the last backward (under ZeRO-1 reduce-scatters it, each
 //    rank updating its ⌈E/d⌉ elements, Rank::shard, and gathers the parameters back), priced per
 //    stage (StepTime.cpp, CollectiveUse::stage).
-// 5. Tensor x pipeline (tensor = t > 1, Plan::tensorStep; 1F1B, without data parallelism): the
-//    step graph is one tensor rank's shard (TensorShard.cpp), so the stages, slots and regions
-//    above are one tensor rank's of each stage. A boundary moves as the estimate prices it
-//    (boundarySend) and Megatron's scatter/gather does: each tensor rank sends its 1/t piece, the
-//    receiver all-gathers the pieces over its tensor group; tensorPipelineComm records each
-//    stage's tensor-group collectives under that stage.
+// 5. Tensor x pipeline (tensor = t > 1, Plan::tensorStep; 1F1B): the step graph is one tensor
+//    rank's shard (TensorShard.cpp), so the stages, slots and regions above are one tensor rank's
+//    of each stage. A boundary moves as the estimate prices it (boundarySend) and Megatron's
+//    scatter/gather does: each tensor rank sends its 1/t piece, the receiver all-gathers the
+//    pieces over its tensor group; tensorPipelineComm records each stage's tensor-group
+//    collectives under that stage. With data = d > 1 too (data x tensor x pipeline) the two
+//    compose: every data rank runs those stages on its m micro-batches, and each (stage, tensor
+//    rank)'s data group reduces that stage's cut region as step 4 says (under ZeRO-1 its shard).
 #include "passes/Fusion.h"
 #include "passes/Passes.h"
 #include "passes/TensorParallel.h"
@@ -263,9 +265,6 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   if (par.tensor > 1 && v > 1)
     return "the generated step runs tensor x pipeline with the 1F1B schedule, not interleaved yet (no end-to-end "
            "check runs tensor x interleave)";
-  if (par.tensor > 1 && par.data > 1)
-    return "the generated step runs tensor x pipeline on its own, not with data parallelism yet (no end-to-end "
-           "check runs data x tensor x pipeline)";
   if (par.tensor > 1 && (!plan.tensorStep || !a.tensorStepError.empty()))
     return "the plan's tensor parallelism is not one the generated step runs" +
            (a.tensorStepError.empty() ? std::string() : ": " + a.tensorStepError);

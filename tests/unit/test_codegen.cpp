@@ -1021,6 +1021,55 @@ TEST_CASE("codegen: data x pipeline prices each stage's data group apart (issue 
   CHECK(zero2.a->pipelineStep.error.find("not ZeRO 2") != std::string::npos);
 }
 
+TEST_CASE("codegen: data x tensor x pipeline composes the two pricings per rank (issue 39 item 4)",
+          "[codegen][pipeline]") {
+  // dp.tally's dp2tp2pp2 on 8 ranks (tensor = 2, pipeline = 2, data = 2 derived): each data rank
+  // runs tp2pp2's stages on 2 of the 4 micro-batches, so its tensor and pipeline bytes are half
+  // of tp2pp2's boundaries and all-reduces plus the whole tied gradient; each (stage, tensor
+  // rank)'s data group all-reduces that rank's region (its stage's tensor cut, the same regions
+  // as tp2pp2's), which a ring of 2 sends whole, priced under its stage. Under ZeRO-1 the
+  // optimizer state is the data rank's half of that region, and the data group gets the same
+  // bytes (half reduce-scattered, half gathered back).
+  std::string dp = sourceDir() + "/tests/step/e2e/dp.tally";
+  PlanOverrides o;
+  o.generatedStep = o.tensorStep = true;
+  o.target = "4 x H100_SXM { tensor = 2, pipeline = 2 }";
+  Compiled tp(fromFile, dp, "tp2pp2", o);
+  o.target = "8 x H100_SXM { tensor = 2, pipeline = 2 }";
+  Compiled run(fromFile, dp, "dp2tp2pp2", o);
+  const Analysis &a = *run.a;
+  const auto &ps = a.pipelineStep;
+  REQUIRE(a.tensorStepError.empty());
+  REQUIRE(ps.error.empty());
+  REQUIRE(ps.ranks.size() == 2);
+  CHECK(ps.microBatches == 2);
+  const double boundary = 2 * 16 * 32 * 4, wte = 96 * 32 * 4;
+  for (int64_t r = 0; r < 2; ++r) {
+    INFO("stage " << r);
+    const auto &rank = ps.ranks[static_cast<size_t>(r)], &alone = tp.a->pipelineStep.ranks[static_cast<size_t>(r)];
+    CHECK(rank.params.bytes == alone.params.bytes);
+    CHECK(rank.grads.bytes == alone.grads.bytes);
+    CHECK(rank.arenaBytes == alone.arenaBytes);
+    CHECK(pipelineSentBytes(a, r) == 2 * boundary / 2 + wte);
+    CHECK(tensorParallelSentBytes(a, r) == 2 * (2 * 4 * boundary + boundary / 2));
+    CHECK(dataParallelSentBytes(a, r) == static_cast<double>(rank.grads.bytes));
+  }
+  // The rank grid is the plan's order (tensor innermost, then the stages, then the data ranks).
+  CHECK(rankCoordinate(*a.plan, 5, 't') == 1);
+  CHECK(rankCoordinate(*a.plan, 5, 'p') == 0);
+  CHECK(rankCoordinate(*a.plan, 5, 'd') == 1);
+  o.target = "8 x H100_SXM { tensor = 2, pipeline = 2, zero = 1 }";
+  Compiled zero(fromFile, dp, "dp2tp2pp2z", o);
+  const auto &zs = zero.a->pipelineStep;
+  REQUIRE(zs.error.empty());
+  for (int64_t r = 0; r < 2; ++r) {
+    const auto &rank = zs.ranks[static_cast<size_t>(r)];
+    CHECK(rank.shard == rank.grads.bytes / 4 / 2);
+    CHECK(rank.optimizer.bytes == (rank.shard * 4 + 255) / 256 * 256);
+    CHECK(dataParallelSentBytes(*zero.a, r) == static_cast<double>(rank.grads.bytes));
+  }
+}
+
 TEST_CASE("codegen: tensor x pipeline prices each stage's tensor group and half boundaries (issue 39 item 4)",
           "[codegen][pipeline]") {
   // dp.tally's tp2pp2 on 4 ranks (tensor = 2, pipeline = 2): each stage's regions are its tensor
@@ -1061,10 +1110,7 @@ TEST_CASE("codegen: tensor x pipeline prices each stage's tensor group and half 
       ++staged;
     }
   CHECK(staged >= 6); // per stage: forward and backward all-reduces, the boundary's all-gather
-  // Refused: with data parallelism, interleaved (no end-to-end check runs them).
-  o.target = "8 x H100_SXM { tensor = 2, pipeline = 2 }";
-  Compiled dp2(fromFile, dp, "tp2pp2", o);
-  CHECK(dp2.a->pipelineStep.error.find("not with data parallelism") != std::string::npos);
+  // Refused: interleaved (no end-to-end check runs it).
   o.target = "4 x H100_SXM { tensor = 2, pipeline = 2, interleave = 2 }";
   Compiled v2(fromFile, dp, "tp2pp2", o);
   CHECK(v2.a->pipelineStep.error.find("not interleaved") != std::string::npos);

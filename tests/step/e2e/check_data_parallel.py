@@ -120,6 +120,16 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     optimizer region half its stage's grads region (one SGD state, padded to 256 bytes); the bytes
     each rank sent per group equal the estimate's and dp2pp2's (half the region reduce-scattered
     and half gathered back: the region's bytes again).
+  - data x tensor x pipeline (dp2tp2pp2: 8 processes, tensor = 2, pipeline = 2, data = 2 derived;
+    rank q is tensor rank q % 2 of stage q // 2 % 2 of data rank q // 4, the plan's default order)
+    gives pp1's loss, last gradients and weights within RTOL_ZERO; every rank's arena and regions
+    equal the estimate's for that rank, its regions tp2pp2's for its stage (derived from the shapes
+    of its stage's tensor cuts); the bytes each rank sent, counted per group, equal the estimate's
+    for that rank and group and the derivation: tp2pp2's tensor and pipeline bytes on its data
+    rank's 2 micro-batches (the tied wte gradient whole), to its data group its cut's grads region.
+    dp2tp2pp2z (with zero = 1: each data group reduce-scatters its ranks' region and gathers the
+    updated parameters back) gives the same and dp2tp2pp2's numbers exactly, its optimizer region
+    half its cut's grads region, the same bytes per group.
 Prints PASS/FAIL lines and "N passed, M failed"; exits 1 on a failure, 77 (skip) when mpirun is
 not installed or TALLY has no `run` command.
 Usage: /usr/bin/python3 check_data_parallel.py TALLY
@@ -144,9 +154,9 @@ RTOL_ZERO = 1e-5
 RTOL_BF16 = 1e-4  # the loss of mixed bf16 runs whose gradients' bf16 sums associate differently
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
          "dp2tp2z2", "dp2tp2z3", "dp2tp2_bf16", "dp2tp2z_bf16", "dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2sp",
-         "dp2tp2spz", "pp1", "pp2", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2"]
+         "dp2tp2spz", "pp1", "pp2", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2", "dp2tp2pp2", "dp2tp2pp2z"]
 RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4,
-         "dp2pp2": 4, "dp2pp2z": 4, "tp2pp2": 4}  # the others: 2
+         "dp2pp2": 4, "dp2pp2z": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -238,27 +248,65 @@ def rank_checks(p, run, ranks, regions, derived, result, note=""):
     """Plan p's run on `ranks` ranks: every rank's arena and regions the estimate's for that rank,
     the regions also `regions` B (derived from the shapes); the bytes each rank sent the
     estimate's; and, unless `derived` is None, per group (tensor, data, pipeline) the bytes each
-    rank sent counted = estimated = derived[group]. `note` ends the per-group lines."""
+    rank sent counted = estimated = derived[group]. `note` ends the per-group lines. Where the
+    ranks differ (the stages of a pipeline), `regions` and each derived[group] may be a list,
+    rank q's at q, and each rank is held to its own row of the estimate (estimated.per_rank)."""
     est, got = run["estimated"], run["measured"]
     erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+    per_rank = isinstance(regions, list) or (derived is not None and any(isinstance(v, list) for v in derived.values()))
+
+    def each(v):
+        return v if isinstance(v, list) else [v] * ranks
     ok = len(erows) == len(grows) == ranks and all(
-        e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == regions
-        for e, g in zip(erows, grows))
-    result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%d B derived)" % (
+        e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"] == w
+        for e, g, w in zip(erows, grows, each(regions)))
+    result(p + " each rank's arena and regions", ok, "estimated %s, allocated %s B (%s B derived)" % (
         [(e["arena_bytes"], e["regions_bytes"]) for e in erows],
         [(g["arena_bytes"], g["regions_bytes"]) for g in grows], regions))
-    sent, priced = got.get("sent_bytes"), est["sent_bytes_per_rank"]
-    ok = isinstance(sent, list) and len(sent) == ranks and priced > 0 and all(s == priced for s in sent)
-    result(p + " bytes sent per rank", ok, "counted %s, estimated %.1f per rank per step" % (sent, priced))
+    sent = got.get("sent_bytes")
+    priced = [e["sent_bytes"] for e in erows] if per_rank else [est["sent_bytes_per_rank"]] * ranks
+    ok = isinstance(sent, list) and len(sent) == ranks == len(priced) and all(
+        s == q and q > 0 for s, q in zip(sent, priced))
+    result(p + " bytes sent per rank", ok, "counted %s, estimated %s per rank per step" % (
+        sent, priced if per_rank else "%.1f" % priced[0]))
     if derived is None:
         return
     by, est_by = got.get("sent_bytes_by_group", {}), est.get("sent_bytes_by_group_per_rank", {})
     for grp in ["tensor", "data", "pipeline"]:
         counted = by.get(grp)
-        ok = isinstance(counted, list) and len(counted) == ranks and all(
-            c == est_by.get(grp) == derived[grp] for c in counted)
+        estimated = [e.get("sent_bytes_by_group", {}).get(grp) for e in erows] if per_rank else [est_by.get(grp)] * ranks
+        ok = isinstance(counted, list) and len(counted) == ranks == len(estimated) and all(
+            c == e == d for c, e, d in zip(counted, estimated, each(derived[grp])))
         result("%s %s-group bytes per rank" % (p, grp), ok, "counted %s, estimated %s, derived %s%s" % (
-            counted, est_by.get(grp), derived[grp], note))
+            counted, estimated if per_rank else estimated[0], derived[grp], note))
+
+
+def grid(runs, weights, result):
+    """dp2tp2pp2, dp2tp2pp2z (8 ranks): rank q is tensor rank q % 2 of stage q // 2 % 2 of data
+    rank q // 4 (the default order: tensor innermost, then the stages, then the data ranks). Rank
+    q's regions are tp2pp2's for its stage (the tensor cuts of the stage's tensors; params, grads
+    and the momentum, or under ZeRO-1 the momentum of the half of the grads region its data rank
+    owns, padded to 256 B). Its bytes, per group, derived: to its tensor group tp2pp2's on its data
+    rank's 2 micro-batches (its stage's 2 blocks' 4 all-reduces of a [2, 16, 32] fp32 message and
+    the all-gather of the half boundary it receives, per micro-batch); to its pipeline half a
+    boundary per micro-batch and the whole tied wte gradient; to its data group its grads region
+    (a ring of 2 sends it whole; under ZeRO-1 half reduce-scattered, half gathered back)."""
+    cuts = []
+    for r in range(2):
+        held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in STAGES["pp2"][r]]
+        cuts.append(sum(align(4 * (int(np.prod(t.shape)) // (2 if n.endswith(CUT) else 1)))
+                        for n, t in weights.items() if n.startswith(tuple(held))))
+    micro = MICRO // 2
+    for p in ["dp2tp2pp2", "dp2tp2pp2z"]:
+        if p not in runs:
+            continue
+        stage = [q // 2 % 2 for q in range(8)]
+        state = [align(4 * ((cuts[r] // 4 + 1) // 2)) if p.endswith("z") else cuts[r] for r in stage]
+        derived = {"tensor": micro * (2 * 4 * BOUNDARY + BOUNDARY // 2),
+                   "pipeline": micro * BOUNDARY // 2 + int(np.prod(weights["wte.weight"].shape)) * 4,
+                   "data": [cuts[r] for r in stage]}
+        rank_checks(p, runs[p][0], 8, [2 * cuts[r] + x for r, x in zip(stage, state)], derived, result,
+                    " (stage cuts %d, %d B)" % tuple(cuts))
 
 
 def tensor_cuts(runs, weights, result):
@@ -505,7 +553,8 @@ def main():
                         ("tp2sp", RTOL_ZERO),
                         ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2z2", RTOL_ZERO),
                         ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
-                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO)]:
+                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO),
+                        ("dp2tp2pp2", RTOL_ZERO), ("dp2tp2pp2z", RTOL_ZERO)]:
             if p not in runs:
                 continue
             one = "pp1" if "pp" in p else "dp1"
@@ -527,9 +576,11 @@ def main():
         if "pp1" in runs:
             pipeline_stages(runs, runs["pp1"][1], result)
             tensor_pipeline(runs, runs["pp1"][1], result)
+            grid(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
                             ("dp2tp2", "dp2tp2z"), ("dp2tp2z2", "dp2tp2z3"), ("dp2tp2_bf16", "dp2tp2z_bf16"),
-                            ("dp2tp2z2_bf16", "dp2tp2z3_bf16"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z")]:
+                            ("dp2tp2z2_bf16", "dp2tp2z3_bf16"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z"),
+                            ("dp2tp2pp2", "dp2tp2pp2z")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
                 result(zero + " loss = " + plain, r0["loss"] == r1["loss"], "%s vs %s" % (r1["loss"], r0["loss"]))
