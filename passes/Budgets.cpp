@@ -12,7 +12,10 @@
 //    its extra FLOPs), the largest smaller micro-batch that fits, the lowest higher ZeRO
 //    stage that fits, and the fewest data-parallel devices that fit (ZeRO-3 when the plan's
 //    stage never fits; not named when it is today's count, which the ZeRO note covers).
-//    Data degrees and micro-batches are bisected (fewestDevices' and largestMicroBatch's
+//    When the plan's loss is PyTorch's eager cross entropy and its buffers weigh (the eager
+//    loss's extra bytes over a fused kernel's, counted from the logits, at least 2% of the
+//    peak), it also names the peak with one fused loss kernel (`cross_entropy = fused`),
+//    analysed on its own graph. Data degrees and micro-batches are bisected (fewestDevices' and largestMicroBatch's
 //    `bisect`: fitting is monotone in them), so a 10,000-layer plan prices about log2 of its
 //    degrees, not each, and re-lowers as few micro-batches.
 // 4. A broken upper bound on step time or run time proposes the fewest data-parallel devices
@@ -148,6 +151,27 @@ std::vector<std::string> memoryFixes(AnalysisManager &trials, double limit) {
     } else if (!leanest.empty() && leanestT.peak < a.memory.peak) {
       notes.push_back(head + "even checkpoint = " + leanest + " needs " +
                       formatBytes(leanestT.peak));
+    }
+  }
+
+  // The eager loss (ir/ops/Loss.cpp): log_softmax's fp32 output kept instead of the logits, and
+  // its backward's two fp32 gradients, (4 − b) + (8 − b) bytes a logit more than one fused
+  // kernel's. Named when that is 2% of the peak or more: then a fused loss is analysed.
+  if (plan.isTrain && crossEntropyKernel(plan) == CrossEntropyKernel::Eager) {
+    double extra = 0;
+    for (const Op &op : a.graph->ops)
+      if (op.kind == OpKind::CrossEntropy && op.attrs->loss == CrossEntropyKernel::Eager) {
+        const Tensor &logits = a.graph->tensors[op.inputs[0]];
+        double b = storageBytes(logits.dtype);
+        extra += (std::max(0.0, 4 - b) + std::max(0.0, 8 - b)) * numel(logits.shape);
+      }
+    if (extra >= 0.02 * a.memory.peak) {
+      Plan p = plan;
+      p.parallel.crossEntropy = "fused";
+      if (std::optional<Trial> t = trials.trial(p); t && t->peak < a.memory.peak)
+        notes.push_back("the loss runs as PyTorch's eager cross entropy on an fp32 copy of the logits; one "
+                        "fused loss kernel (cross_entropy = fused: a compiled loss, flash-attn's or Liger's) " +
+                        std::string(fits(*t) ? "fits in " : "needs ") + formatBytes(t->peak));
     }
   }
 
