@@ -245,7 +245,8 @@ std::string stackName(const Plan &plan, std::string *why = nullptr);
 /// frameworks run it"): its `cross_entropy`; else fused for tally's own step
 /// (Plan::generatedStep) and a compiled one (torchtitan compiles its loss with the model,
 /// torchtitan/components/loss.py build_cross_entropy_loss); else megatron under Megatron-LM
-/// and under DeepSpeed with tensor or pipeline parallelism (Megatron-DeepSpeed); else eager (PyTorch's F.cross_entropy on an fp32 copy). `why` gets where it came from.
+/// and under DeepSpeed with tensor or pipeline parallelism (Megatron-DeepSpeed); else eager
+/// (PyTorch's F.cross_entropy on an fp32 copy). `why` gets where it came from.
 CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why = nullptr);
 
 /// The bytes one device may hold: the target's memory, or less where a `memory <=` (or `<`)
