@@ -289,11 +289,12 @@ Facts gatherFacts(const Analysis &a) {
     double divisor = f.buffersSplit(g.ops[o]) ? f.tensorDegree : 1;
     for (uint32_t k = 0; k < f.extraCount(o); ++k)
       f.extraBuffer[f.extras.start[o] + k] = std::ceil(a.savedOf(o)[f.extras.of(o)[k]].bytes / divisor);
+    // An op whose backward holds a working set (the eager loss) keeps an extra buffer for that
+    // backward, so it is among these ops: no second pass over a deep model's ops.
+    if (f.hasBackward[o])
+      if (double scratch = backwardScratch(g, g.ops[o]); scratch > 0)
+        f.backwardScratch.emplace_back(o, std::ceil(scratch / divisor));
   }
-  if (f.train)
-    for (OpId o = 0; o < g.ops.size(); ++o)
-      if (double scratch = backwardScratch(g, g.ops[o]); scratch > 0 && f.hasBackward[o])
-        f.backwardScratch.emplace_back(o, std::ceil(scratch / (f.buffersSplit(g.ops[o]) ? f.tensorDegree : 1)));
   if (a.walks) {
     f.memo = a.walks.get();
     f.walked = memoVariant(*f.memo, f, a);

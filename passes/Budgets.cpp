@@ -154,17 +154,21 @@ std::vector<std::string> memoryFixes(AnalysisManager &trials, double limit) {
     }
   }
 
-  // The eager loss (ir/ops/Loss.cpp): log_softmax's fp32 output kept instead of the logits, and
-  // its backward's two fp32 gradients, (4 − b) + (8 − b) bytes a logit more than one fused
-  // kernel's. Named when that is 2% of the peak or more: then a fused loss is analysed.
+  // The eager loss (ir/ops/Loss.cpp): what it keeps (log_softmax's fp32 output, an extra
+  // buffer) and its backward's working set, less the logits a fused kernel keeps instead, read
+  // from the op's own rules. Named when that is 2% of the peak or more: then a fused loss is
+  // analysed.
   if (plan.isTrain && crossEntropyKernel(plan) == CrossEntropyKernel::Eager) {
     double extra = 0;
-    for (const Op &op : a.graph->ops)
-      if (op.kind == OpKind::CrossEntropy && op.attrs->loss == CrossEntropyKernel::Eager) {
-        const Tensor &logits = a.graph->tensors[op.inputs[0]];
-        double b = storageBytes(logits.dtype);
-        extra += (std::max(0.0, 4 - b) + std::max(0.0, 8 - b)) * numel(logits.shape);
-      }
+    const Graph &g = *a.graph;
+    for (OpId o = 0; o < g.ops.size(); ++o) {
+      const Op &op = g.ops[o];
+      if (op.kind != OpKind::CrossEntropy || op.attrs->loss != CrossEntropyKernel::Eager)
+        continue;
+      extra += backwardScratch(g, op) - g.bytes(op.inputs[0]);
+      for (const SavedTensor &s : a.savedOf(o))
+        extra += s.tensor == kNone ? s.bytes : 0;
+    }
     if (extra >= 0.02 * a.memory.peak) {
       Plan p = plan;
       p.parallel.crossEntropy = "fused";
