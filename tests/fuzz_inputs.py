@@ -6,7 +6,8 @@
 #
 # Algorithm:
 #  1. Read every examples/*.tally file and the standard library (the seeds).
-#  2. Derive inputs from each seed: every prefix cut at a token boundary (truncation), and N
+#  2. Derive inputs from each seed: every prefix cut at a token boundary (truncation; with
+#     --cut-every K every K-th, starting at the (seed + s)-th for the s-th seed file), and N
 #     random mutations (delete / duplicate / swap a span, insert a random token, flip a
 #     byte, splice in bytes from another seed, replace a number by a huge or zero one,
 #     insert NUL or invalid UTF-8, wrap in deep brackets).
@@ -97,6 +98,9 @@ def main(argv):
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--timeout', type=float, default=10.0)
     ap.add_argument('--keep', default=None, help='directory for failing inputs')
+    ap.add_argument('--cut-every', type=int, default=1,
+                    help='truncate at every K-th token start only (CI: 4; the libFuzzer run under the '
+                         'sanitizers, scripts/fuzz.sh, mutates the same seeds without end)')
     args = ap.parse_args(argv[1:])
     if not os.access(args.tally, os.X_OK):
         print('fuzz_inputs: %s is not executable' % args.tally, file=sys.stderr)
@@ -114,9 +118,11 @@ def main(argv):
     texts = list(seeds.values())
 
     cases = []
-    for name, text in seeds.items():
-        for i, off in enumerate(tokens_of(text)):        # every truncation at a token start
-            cases.append(('%s:cut%d' % (name, off), text[:off]))
+    every = max(1, args.cut_every)
+    for s, (name, text) in enumerate(seeds.items()):
+        for i, off in enumerate(tokens_of(text)):        # truncations at token starts
+            if (i + args.seed + s) % every == 0:
+                cases.append(('%s:cut%d' % (name, off), text[:off]))
         for i in range(args.cases):
             t = text
             for _ in range(rng.randrange(1, 4)):

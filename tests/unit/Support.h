@@ -18,9 +18,11 @@
 #include <vector>
 
 // The sanitizer build (docs/reliability.md) runs everything 10-30x slower: tests that walk
-// many compiles walk fewer there, and timings are not checked there. GCC says
-// __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer).
-#if defined(__SANITIZE_ADDRESS__)
+// many compiles walk fewer there, and timings are not checked there. The tests' own code is
+// compiled without the sanitizers there (CMakeLists.txt), which says so by
+// TALLY_TESTS_UNDER_SANITIZERS; a test program built with them says it by GCC's
+// __SANITIZE_ADDRESS__ or clang's __has_feature(address_sanitizer).
+#if defined(TALLY_TESTS_UNDER_SANITIZERS) || defined(__SANITIZE_ADDRESS__)
 #define TALLY_UNDER_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)

@@ -371,14 +371,8 @@ bool inMainHeap(const void *p) {
   return false;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef TALLY_UNDER_ASAN // tests/unit/Support.h
 constexpr bool kSanitizerMalloc = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitizerMalloc = true;
-#else
-constexpr bool kSanitizerMalloc = false;
-#endif
 #else
 constexpr bool kSanitizerMalloc = false;
 #endif
