@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # ctest cuda-step-compiles: the generated CUDA training step compiles and links with nvcc.
 #   cuda_step_compiles.sh TALLY SOURCE_DIR OUT_DIR [NVCC]
-# For each model (TALLY_CUDA_STEP_MODELS, default "gpt llama dp:dp2 dp:dp2o dp:dp2z": tests/step/e2e/<m>.tally,
-# with `:plan` a plan of it): `tally build --backend cuda -o OUT_DIR/<m>`, then the folder's own
+# For each model (TALLY_CUDA_STEP_MODELS, default "gpt dp:dp2": tests/step/e2e/<m>.tally, with
+# `:plan` a plan of it): `tally build --backend cuda -o OUT_DIR/<m>`, then the folder's own
 # CMakeLists.txt configured with that nvcc and built (step.cu and driver_cuda.cu, -arch=sm_90,
-# cuBLASLt; dp2, dp2o and dp2z are data parallel, dp2o overlapping the reduction with the
-# backward, dp2z with ZeRO-1: MPI and NCCL, which the binary must link). The steps fuse
-# their elementwise runs (the CUDA default). Nothing is run: this machine has no GPU. Exit 77
+# cuBLASLt; dp2 is data parallel: MPI and NCCL, which the binary must link). The steps fuse their
+# elementwise runs (the CUDA default). Nothing is run: this machine has no GPU. Exit 77
 # (skipped) with the reason where nvcc is absent.
 # TALLY_CUDA_RT_LIB (ctest sets it: the fixture cuda-runtime-lib, tests/step/cuda_rt_lib.sh): the
 # prebuilt CUDA runtime, libtally_rt_cuda.a. Each step's CMakeLists.txt is then configured with
@@ -14,11 +13,13 @@
 # compiled by nvcc, but with the runtime's explicit instantiation declarations
 # (cuda_rt_extern.cuh), so only the step's own (fused) kernels are compiled there, and the
 # runtime's come from the library at the link. Unset: the step builds exactly as a user's does.
-# Then tensor and pipeline parallelism (issue 39 item 7; TALLY_CUDA_STEP_SWAPS, default
-# "dp:tp2 dp:pp2", built with --fuse=false as those steps require): each is generated into its
-# own folder, whose CMakeLists.txt and runtime must equal dp2's (the same NCCL build), and its
-# step.cu is swapped into dp2's configured build, which recompiles step.cu alone and relinks
-# (not a second configure, driver or runtime); the binary is copied back to its folder.
+# Then the steps whose folder equals one of those (TALLY_CUDA_STEP_SWAPS, default "llama dp:dp2o
+# dp:dp2z dp:tp2 dp:pp2": the Llama block; dp2o overlapping the reduction with the backward, dp2z
+# with ZeRO-1; tensor and pipeline parallelism, issue 39 item 7, built with --fuse=false as those
+# steps require, TALLY_CUDA_STEP_UNFUSED): each is generated into its own folder, whose
+# CMakeLists.txt and runtime must equal a configured model's (the same build), and its step.cu is
+# swapped into that model's configured build, which recompiles step.cu alone and relinks (not a
+# second CMake configure, ~4 s of CPU each, or driver); the binary is copied back to its folder.
 set -euo pipefail
 tally=$1 src=$2 out=$3 nvcc=${4:-}
 if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
@@ -39,7 +40,7 @@ if [[ -n "${TALLY_CUDA_RT_LIB:-}" ]]; then
             -DTALLY_RT_PREBUILT_LIB="$TALLY_CUDA_RT_LIB")
 fi
 mkdir -p "$out"
-for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o dp:dp2z}; do
+for entry in ${TALLY_CUDA_STEP_MODELS:-gpt dp:dp2}; do
   m=${entry%%:*}
   plan=()
   [[ "$entry" == *:* ]] && plan=(--plan "${entry#*:}")
@@ -84,16 +85,31 @@ for entry in ${TALLY_CUDA_STEP_MODELS:-gpt llama dp:dp2 dp:dp2o dp:dp2z}; do
   echo "$entry: step.cu and driver_cuda.cu compiled and linked for sm_90, $how, in $(( $(date +%s) - start )) s (not run: no GPU)"
 done
 
-host=$out/dp_dp2
-for entry in ${TALLY_CUDA_STEP_SWAPS-dp:tp2 dp:pp2}; do
-  [[ -x "$host/build/tally_step" ]] || { echo "FAIL: $entry: needs dp:dp2 built first (TALLY_CUDA_STEP_MODELS)"; exit 1; }
+built=()
+for entry in ${TALLY_CUDA_STEP_MODELS:-gpt dp:dp2}; do built+=("$out/${entry//:/_}"); done
+unfused=" ${TALLY_CUDA_STEP_UNFUSED-dp:tp2 dp:pp2} "
+for entry in ${TALLY_CUDA_STEP_SWAPS-llama dp:dp2o dp:dp2z dp:tp2 dp:pp2}; do
   m=${entry%%:*} dir=$out/${entry//:/_}
+  plan=()
+  [[ "$entry" == *:* ]] && plan=(--plan "${entry#*:}")
+  fuse=()
+  [[ "$unfused" == *" $entry "* ]] && fuse=(--fuse=false)
   rm -rf "$dir"
-  "$tally" build "$src/tests/step/e2e/$m.tally" --plan "${entry#*:}" --backend cuda --fuse=false -o "$dir"
+  "$tally" build "$src/tests/step/e2e/$m.tally" "${plan[@]}" --backend cuda "${fuse[@]}" -o "$dir"
   start=$(date +%s)
-  cmp -s "$dir/CMakeLists.txt" "$host/CMakeLists.txt" && diff -rq "$dir/runtime" "$host/runtime" > /dev/null || {
-    echo "FAIL: $entry: its CMakeLists.txt or runtime differs from dp2's; it cannot reuse dp2's build"; exit 1; }
-  grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" || { echo "FAIL: $entry: a multi-process step without NCCL"; exit 1; }
+  host=""
+  for b in "${built[@]}"; do
+    if [[ -x "$b/build/tally_step" ]] && cmp -s "$dir/CMakeLists.txt" "$b/CMakeLists.txt" &&
+       diff -rq "$dir/runtime" "$b/runtime" > /dev/null; then
+      host=$b
+      break
+    fi
+  done
+  [[ -n "$host" ]] || {
+    echo "FAIL: $entry: its CMakeLists.txt and runtime equal no configured model's (TALLY_CUDA_STEP_MODELS); it cannot reuse a build"; exit 1; }
+  if [[ $m == dp ]] && ! grep -q "TALLY_NCCL" "$dir/CMakeLists.txt"; then
+    echo "FAIL: $entry: a multi-process step without NCCL"; exit 1
+  fi
   cp "$dir/step.cu" "$host/step.cu"
   if ! cmake --build "$host/build" -j 2 > "$dir/build.log" 2>&1; then
     grep -m 20 -E "error|undefined" "$dir/build.log" || tail -n 40 "$dir/build.log"
@@ -101,10 +117,12 @@ for entry in ${TALLY_CUDA_STEP_SWAPS-dp:tp2 dp:pp2}; do
     exit 1
   fi
   if grep -q "Building CUDA object.*driver_cuda" "$dir/build.log"; then
-    echo "FAIL: $entry: the swap recompiled the driver (dp2's build is not reused)"; exit 1
+    echo "FAIL: $entry: the swap recompiled the driver (${host##*/}'s build is not reused)"; exit 1
   fi
   cp "$host/build/tally_step" "$dir/tally_step"
   libs=$(ldd "$dir/tally_step")
-  [[ "$libs" == *libnccl* ]] || { echo "FAIL: $entry: a tensor or pipeline step that does not link NCCL"; exit 1; }
-  echo "$entry: step.cu compiled for sm_90 and linked with dp2's driver (MPI, NCCL) in $(( $(date +%s) - start )) s (not run: no GPU)"
+  if grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" && [[ "$libs" != *libnccl* ]]; then
+    echo "FAIL: $entry: a multi-process step that does not link NCCL"; exit 1
+  fi
+  echo "$entry: step.cu compiled for sm_90 and linked with ${host##*/}'s driver in $(( $(date +%s) - start )) s (not run: no GPU)"
 done
