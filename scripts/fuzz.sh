@@ -5,11 +5,13 @@
 #   scripts/fuzz.sh --build-only       configure and build tally, unit_tests, tally_fuzz,
 #                                      safetensors_fuzz and driver_args_fuzz there
 #                                      (scripts/test.sh's sanitizer suite), run nothing
-# SECONDS is shared: a quarter (at least 10 s) to safetensors_fuzz (the generated step's weight
-# and data reader, from whole .safetensors files; its seeds are written here by
-# tests/fuzz-regressions/safetensors_seeds.py), an eighth (at least 5 s) to driver_args_fuzz (the
-# generated step's command line, argument vectors split at NUL; seeds written here), the rest
-# (at least 10 s) to tally_fuzz (the pipeline, from .tally sources).
+# SECONDS of wall time: tally_fuzz (the pipeline, from .tally sources; at least 10 s) for all of
+# it, and beside it, one after the other, safetensors_fuzz for a quarter (at least 10 s; the
+# generated step's weight and data reader, from whole .safetensors files; its seeds are written
+# here by tests/fuzz-regressions/safetensors_seeds.py) and driver_args_fuzz for an eighth (at
+# least 5 s; the generated step's command line, argument vectors split at NUL; seeds written
+# here). Each fuzzer is one process: two cores are busy (2026-12-07; one after the other, CI's
+# 15 s took 29).
 # Environment: TALLY_SAN_BUILD (build folder, default build-san: the sanitizer suite of
 # scripts/test.sh shares it, so CI compiles the sanitized library once), FUZZ_TIMEOUT (seconds
 # one input may take before it counts as a hang, default 25), FUZZ_RSS_MB (memory limit,
@@ -35,7 +37,7 @@ fi
 nice -n 19 ninja -C "$build" tally_fuzz safetensors_fuzz driver_args_fuzz
 quarter=$(( seconds / 4 < 10 ? 10 : seconds / 4 ))
 eighth=$(( seconds / 8 < 5 ? 5 : seconds / 8 ))
-rest=$(( seconds - quarter - eighth > 10 ? seconds - quarter - eighth : 10 ))
+rest=$(( seconds < 10 ? 10 : seconds ))   # beside the other two: the run's whole time
 
 seeds="$build/fuzz-seeds"
 rm -rf "$seeds"
@@ -61,11 +63,16 @@ done
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
+# tally_fuzz runs beside the other two (each fuzzer is one process; two cores): its output goes
+# to $build/fuzz-tally.log, whose end is printed when it is done (all of it when it failed).
+tally_log="$build/fuzz-tally.log"
 "$build/fuzz/tally_fuzz" "$build/fuzz-corpus" "$seeds" \
   -dict=fuzz/tally.dict -max_total_time="$rest" \
   -timeout="${FUZZ_TIMEOUT:-25}" \
   -rss_limit_mb="${FUZZ_RSS_MB:-3072}" -max_len="${FUZZ_MAX_LEN:-8192}" \
-  -artifact_prefix="$build/fuzz-artifacts/" -print_final_stats=1
+  -artifact_prefix="$build/fuzz-artifacts/" -print_final_stats=1 > "$tally_log" 2>&1 &
+tally_pid=$!
+trap 'kill "$tally_pid" 2>/dev/null || true' EXIT   # a failed fuzzer below stops this one too
 
 st_seeds="$build/safetensors-seeds"
 rm -rf "$st_seeds"
@@ -83,6 +90,18 @@ printf -- '--steps\x003\x00--warmup\x001\x00--threads\x002\x00--seed\x007\x00' >
 printf -- '--init\x00w.safetensors\x00--data\x00d.safetensors\x00--save\x00out.safetensors\x00' > "$args_seeds/files"
 printf -- '--dump-grads\x00g.safetensors\x00--trace\x00t.json\x00--allow-nonfinite\x00' > "$args_seeds/outputs"
 printf -- '--save\x00/dev/null\x00--data\x00/dev/null\x00' > "$args_seeds/same-file"
-exec "$build/fuzz/driver_args_fuzz" "$build/driver-args-corpus" "$args_seeds" \
+args_rc=0
+"$build/fuzz/driver_args_fuzz" "$build/driver-args-corpus" "$args_seeds" \
   -dict=fuzz/driver_args.dict -max_total_time="$eighth" -timeout=10 -rss_limit_mb="${FUZZ_RSS_MB:-3072}" \
-  -max_len=512 -artifact_prefix="$build/fuzz-artifacts/driver-args-" -print_final_stats=1
+  -max_len=512 -artifact_prefix="$build/fuzz-artifacts/driver-args-" -print_final_stats=1 || args_rc=$?
+
+tally_rc=0
+wait "$tally_pid" || tally_rc=$?
+echo "== tally_fuzz ($tally_log)"
+if [ "$tally_rc" != 0 ]; then
+  cat "$tally_log"
+  echo "fuzz.sh: tally_fuzz failed (exit $tally_rc); the input is under $build/fuzz-artifacts/"
+  exit "$tally_rc"
+fi
+grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' "$tally_log" | tail -n 25
+exit "$args_rc"
