@@ -31,6 +31,16 @@ if [ "$quick" = 1 ]; then
   echo "test.sh --quick: the quick tier passed in $(( $(date +%s) - start )) s (the full run: scripts/test.sh)"
   exit 0
 fi
+# The sanitizer build starts now, beside the normal suite, at the lowest priority (nice 19: a
+# share of ~1.5% against the tests' processes): it takes the cycles the suite leaves idle (MPI
+# ranks waiting, single-process tests, the tail), ~8% of two cores over a CI run (2026-12-07).
+# Its output goes to build/sanitizer-build.log, printed when it fails.
+san_pid=""
+if [ "${TALLY_SANITIZERS:-1}" != 0 ]; then
+  nice -n 19 scripts/fuzz.sh --build-only > build/sanitizer-build.log 2>&1 &
+  san_pid=$!
+  trap '[ -n "$san_pid" ] && kill "$san_pid" 2>/dev/null; true' EXIT
+fi
 (cd build && ctest --output-on-failure -j"$(nproc)")
 
 # The sanitizer suite (docs/reliability.md): tally, unit_tests and the libFuzzer target built
@@ -48,7 +58,15 @@ fi
 # under the sanitizers in tests/unit/test_calibrate_*.cpp). Budget on a 2-core machine: ~4.5 min to build, ~1 min of
 # tests (capped at 15), then fuzzing for the rest of 14 minutes.
 if [ "${TALLY_SANITIZERS:-1}" != 0 ]; then
-  scripts/fuzz.sh --build-only
+  san_rc=0
+  wait "$san_pid" || san_rc=$?
+  san_pid=""
+  if [ "$san_rc" != 0 ]; then
+    cat build/sanitizer-build.log
+    echo "test.sh: the sanitizer build failed (exit $san_rc)"
+    exit 1
+  fi
+  echo "test.sh: the sanitizer build (beside the normal suite) is done: $(tail -n 1 build/sanitizer-build.log)"
   # abort_on_error: a sanitizer report becomes SIGABRT, which `not` in a lit RUN line and the
   # regression runner treat as a failure (its default exit code, 1, would pass for an error).
   (cd build-san && ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=abort_on_error=1:print_stacktrace=1 \
