@@ -48,9 +48,9 @@ start=$(date +%s)
 pids=()
 for t in float bf16 f16; do
   def=$t
-  half=("-arch=$arch")
-  [[ $t != float ]] && def="rt::$t" && half=(-DTALLY_RT_LIB_HALF "${ptx_only[@]}")
-  "$nvcc" "${flags[@]}" "-DTALLY_RT_LIB_T=$def" "${half[@]}" -c "$here/cuda_rt_lib.cu" -o "$out/rt_$t.o" \
+  per_type=("-arch=$arch")   # float: sm_90 machine code (and its PTX)
+  [[ $t != float ]] && def="rt::$t" && per_type=(-DTALLY_RT_LIB_HALF "${ptx_only[@]}")
+  "$nvcc" "${flags[@]}" "-DTALLY_RT_LIB_T=$def" "${per_type[@]}" -c "$here/cuda_rt_lib.cu" -o "$out/rt_$t.o" \
     > "$out/rt_$t.log" 2>&1 &
   pids+=("$!:$t")
 done
