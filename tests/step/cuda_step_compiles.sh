@@ -40,13 +40,30 @@ if [[ -n "${TALLY_CUDA_RT_LIB:-}" ]]; then
             -DTALLY_RT_PREBUILT_LIB="$TALLY_CUDA_RT_LIB")
 fi
 mkdir -p "$out"
-for entry in ${TALLY_CUDA_STEP_MODELS:-gpt dp:dp2}; do
-  m=${entry%%:*}
-  plan=()
+# generate ENTRY [FLAG...]: `tally build --backend cuda` of tests/step/e2e/<m>.tally (with
+# --plan P for m:P) into OUT_DIR/<m>[_P]; sets m and dir.
+generate() {
+  local entry=$1 plan=()
+  shift
+  m=${entry%%:*} dir=$out/${entry//:/_}
   [[ "$entry" == *:* ]] && plan=(--plan "${entry#*:}")
-  dir=$out/${entry//:/_}
   rm -rf "$dir"
-  "$tally" build "$src/tests/step/e2e/$m.tally" "${plan[@]}" --backend cuda -o "$dir"
+  "$tally" build "$src/tests/step/e2e/$m.tally" "${plan[@]}" --backend cuda "$@" -o "$dir"
+}
+# links_nccl ENTRY DIR BINARY: a step whose CMakeLists.txt builds with NCCL links it.
+links_nccl() {
+  # ldd's output captured first: `ldd | grep -q` under pipefail fails when grep stops reading early.
+  local libs
+  libs=$(ldd "$3")
+  if grep -q "TALLY_NCCL" "$2/CMakeLists.txt" && [[ "$libs" != *libnccl* ]]; then
+    echo "FAIL: $1: a multi-process step that does not link NCCL"
+    exit 1
+  fi
+}
+built=()
+for entry in ${TALLY_CUDA_STEP_MODELS:-gpt dp:dp2}; do
+  generate "$entry"
+  built+=("$dir")
   start=$(date +%s)
   if ! cmake -S "$dir" -B "$dir/build" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_BUILD_TYPE=Release \
        "${prebuilt[@]}" > "$dir/configure.log" 2>&1; then
@@ -74,28 +91,17 @@ for entry in ${TALLY_CUDA_STEP_MODELS:-gpt dp:dp2}; do
     cat "$tdir/link.txt" "$tdir"/*.rsp 2>/dev/null | grep -q "libtally_rt_cuda.a" || {
       echo "FAIL: $entry: the prebuilt CUDA runtime was not linked"; exit 1; }
   fi
-  # ldd's output captured first: `ldd | grep -q` under pipefail fails when grep stops reading early.
-  libs=$(ldd "$dir/build/tally_step")
-  if grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" && [[ "$libs" != *libnccl* ]]; then
-    echo "FAIL: $entry: a data-parallel step that does not link NCCL"
-    exit 1
-  fi
+  links_nccl "$entry" "$dir" "$dir/build/tally_step"
   how="the runtime compiled in"
   (( ${#prebuilt[@]} )) && how="linking the prebuilt runtime"
   echo "$entry: step.cu and driver_cuda.cu compiled and linked for sm_90, $how, in $(( $(date +%s) - start )) s (not run: no GPU)"
 done
 
-built=()
-for entry in ${TALLY_CUDA_STEP_MODELS:-gpt dp:dp2}; do built+=("$out/${entry//:/_}"); done
 unfused=" ${TALLY_CUDA_STEP_UNFUSED-dp:tp2 dp:pp2} "
 for entry in ${TALLY_CUDA_STEP_SWAPS-llama dp:dp2o dp:dp2z dp:tp2 dp:pp2}; do
-  m=${entry%%:*} dir=$out/${entry//:/_}
-  plan=()
-  [[ "$entry" == *:* ]] && plan=(--plan "${entry#*:}")
   fuse=()
   [[ "$unfused" == *" $entry "* ]] && fuse=(--fuse=false)
-  rm -rf "$dir"
-  "$tally" build "$src/tests/step/e2e/$m.tally" "${plan[@]}" --backend cuda "${fuse[@]}" -o "$dir"
+  generate "$entry" "${fuse[@]}"
   start=$(date +%s)
   host=""
   for b in "${built[@]}"; do
@@ -120,9 +126,6 @@ for entry in ${TALLY_CUDA_STEP_SWAPS-llama dp:dp2o dp:dp2z dp:tp2 dp:pp2}; do
     echo "FAIL: $entry: the swap recompiled the driver (${host##*/}'s build is not reused)"; exit 1
   fi
   cp "$host/build/tally_step" "$dir/tally_step"
-  libs=$(ldd "$dir/tally_step")
-  if grep -q "TALLY_NCCL" "$dir/CMakeLists.txt" && [[ "$libs" != *libnccl* ]]; then
-    echo "FAIL: $entry: a multi-process step that does not link NCCL"; exit 1
-  fi
+  links_nccl "$entry" "$dir" "$dir/tally_step"
   echo "$entry: step.cu compiled for sm_90 and linked with ${host##*/}'s driver in $(( $(date +%s) - start )) s (not run: no GPU)"
 done
