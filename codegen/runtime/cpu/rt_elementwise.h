@@ -138,6 +138,30 @@ namespace detail {
 /// The most elements of one row that one task of a strided elementwise loop takes (binary,
 /// copy): a collapsed dense tensor is one row, which would otherwise run on one thread.
 constexpr int64_t kRowChunk = 16384;
+
+/// f(op, accumulate) with both as compile-time constants (std::integral_constant, std::
+/// bool_constant): a kernel's loop written in f then holds no switch and no branch on them and
+/// vectorises. With the op chosen per element, a dense add ran at a third of copy's bandwidth
+/// and a scalar multiply at a tenth (131,072 floats, 2 threads, the 2-vCPU VM: 100 and 85 us
+/// against copy's 15 and scale's 9).
+/// f(a, b) with two flags as compile-time constants (std::bool_constant), for the same reason.
+template <class F> inline void with_flags(bool a, bool b, const F& f) {
+  if (a) b ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
+  else b ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
+}
+
+template <class F> inline void with_binop(BinOp op, bool accumulate, const F& f) {
+  auto go = [&](auto o) {
+    if (accumulate) f(o, std::true_type{});
+    else f(o, std::false_type{});
+  };
+  switch (op) {
+    case BinOp::Add: return go(std::integral_constant<BinOp, BinOp::Add>{});
+    case BinOp::Sub: return go(std::integral_constant<BinOp, BinOp::Sub>{});
+    case BinOp::Mul: return go(std::integral_constant<BinOp, BinOp::Mul>{});
+    case BinOp::Div: return go(std::integral_constant<BinOp, BinOp::Div>{});
+  }
+}
 } // namespace detail
 
 /// out[io] (+)= a[ia] op b[ib] over `shape` (rank <= 8); strides in elements, 0 on broadcast dims;
@@ -166,7 +190,12 @@ void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b,
     const T* pa = a + off[1];
     const T* pb = b + off[2];
     if (so == 1 && sa == 1 && sb == 1) {   // the common dense case: a loop the compiler vectorises
-      for (int64_t i = i0; i < i1; ++i) detail::put(o[i], binop(op, load(pa[i]), load(pb[i])), accumulate);
+      detail::with_binop(op, accumulate, [&](auto OP, auto ACC) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const acc_t<T> v = binop(OP.value, load(pa[i]), load(pb[i]));
+          o[i] = ACC.value ? store<T>(load(o[i]) + v) : store<T>(v);
+        }
+      });
     } else {
       for (int64_t i = i0; i < i1; ++i)
         detail::put(o[i * so], binop(op, load(pa[i * sa]), load(pb[i * sb])), accumulate);
@@ -222,11 +251,14 @@ void binary_scalar(Ctx& ctx, BinOp op, const T* x, float s, bool scalarLeft, T* 
   detail::KernelScope ks(ctx, "binary_scalar");
   detail::require_sizes("binary_scalar", {n});
   const acc_t<T> sv = static_cast<acc_t<T>>(s);
+  detail::with_binop(op, accumulate, [&](auto OP, auto ACC) {
 #pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
-  for (int64_t i = 0; i < n; ++i) {
-    acc_t<T> v = load(x[i]);
-    detail::put(out[i], scalarLeft ? binop(op, sv, v) : binop(op, v, sv), accumulate);
-  }
+    for (int64_t i = 0; i < n; ++i) {
+      const acc_t<T> v = load(x[i]);
+      const acc_t<T> r = scalarLeft ? binop(OP.value, sv, v) : binop(OP.value, v, sv);
+      out[i] = ACC.value ? store<T>(load(out[i]) + r) : store<T>(r);
+    }
+  });
 }
 
 /// out (+)= scale · Σ x over the dimensions where outStrides is 0; x dense over `shape`.

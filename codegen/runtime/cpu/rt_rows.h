@@ -169,12 +169,25 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
       }
       mg /= static_cast<A>(cols);
       mgx /= static_cast<A>(cols);
-      for (int64_t j = 0; j < cols; ++j) {
-        A d = load(pd[j]), xh = (load(px[j]) - mu) * rs;
-        if (dx) detail::put(dx[r * cols + j], layer_norm_dx(xh, (w ? load(w[j]) : A(1)) * d, mg, mgx, rs), accumulate);
-        if (dw) pw[t][j] += d * xh;
-        if (db) pb[t][j] += d;
+      // One loop per case, each without a branch, so that each vectorises (with the tests per
+      // element, 175 us for 512 rows of 256 floats on 2 threads; docs/performance.md).
+      if (dx) {
+        T* px2 = dx + r * cols;
+        auto dxLoop = [&](auto ACC, auto HAS_W) {
+          for (int64_t j = 0; j < cols; ++j) {
+            const A xh = (load(px[j]) - mu) * rs, g = (HAS_W.value ? load(w[j]) : A(1)) * load(pd[j]);
+            const A v = layer_norm_dx(xh, g, mg, mgx, rs);
+            px2[j] = ACC.value ? store<T>(load(px2[j]) + v) : store<T>(v);
+          }
+        };
+        detail::with_flags(accumulate, w != nullptr, dxLoop);
       }
+      A* qw = dw ? pw[t].data() : nullptr;
+      A* qb = db ? pb[t].data() : nullptr;
+      if (qw)
+        for (int64_t j = 0; j < cols; ++j) qw[j] += load(pd[j]) * ((load(px[j]) - mu) * rs);
+      if (qb)
+        for (int64_t j = 0; j < cols; ++j) qb[j] += load(pd[j]);
     }
   }
   if (dw) detail::add_partials(ctx, pw, dw, cols);
@@ -230,11 +243,18 @@ void rms_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* rstd, const T* 
 #pragma omp simd reduction(+ : mgx)
       for (int64_t j = 0; j < cols; ++j) mgx += load(w[j]) * load(pd[j]) * load(px[j]) * rs;
       mgx /= static_cast<A>(cols);
-      for (int64_t j = 0; j < cols; ++j) {
-        A d = load(pd[j]), xh = load(px[j]) * rs;
-        if (dx) detail::put(dx[r * cols + j], rms_norm_dx(xh, load(w[j]) * d, mgx, rs), accumulate);
-        if (dw) pw[t][j] += d * xh;
+      if (dx) { // one loop per case, as layer_norm_bwd's
+        T* px2 = dx + r * cols;
+        auto dxLoop = [&](auto ACC, auto) {
+          for (int64_t j = 0; j < cols; ++j) {
+            const A v = rms_norm_dx(load(px[j]) * rs, load(w[j]) * load(pd[j]), mgx, rs);
+            px2[j] = ACC.value ? store<T>(load(px2[j]) + v) : store<T>(v);
+          }
+        };
+        detail::with_flags(accumulate, true, dxLoop);
       }
+      if (A* qw = dw ? pw[t].data() : nullptr)
+        for (int64_t j = 0; j < cols; ++j) qw[j] += load(pd[j]) * (load(px[j]) * rs);
     }
   }
   if (dw) detail::add_partials(ctx, pw, dw, cols);
