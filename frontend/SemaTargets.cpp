@@ -4,6 +4,7 @@
 // matmul_curve and the fractions and curves); resolveTarget finds a name among the user's
 // targets, the built-in catalogue and the targets the tally binary loads (host, files).
 #include "frontend/Sema.h"
+#include "ir/OpRules.h"
 #include "support/Suggest.h"
 
 #include <algorithm>
@@ -154,6 +155,31 @@ struct TargetReader {
   }
 
   void matmulCurve(const ConstValue &v) { ok &= sema.matmulCurves(v, t); }
+
+  /// `elementwise_time { gelu = 0.9 ns, gelu_grad = 1 ns, ... }`: per unary kind of
+  /// ir/ops/Unary.def (its name, `_grad` for its gradient), a positive time per element.
+  void elementwiseTime(const ConstValue &v) {
+    std::vector<std::string> names;
+    for (const UnaryDef &u : unaryDefs())
+      for (const char *suffix : {"", "_grad"})
+        names.push_back(std::string(opName(u.kind)) + suffix);
+    for (size_t i = 0; i < v.elems.size(); ++i) {
+      const std::string &k = v.names[i];
+      if (std::find(names.begin(), names.end(), k) == names.end()) {
+        sema.unknownName(v.nameRanges[i], "unary op", k, names);
+        ok = false;
+        continue;
+      }
+      double seconds = need(v.elems[i], UnitDim::Time, "elementwise_time." + k);
+      bool gradient = llvm::StringRef(k).endswith("_grad");
+      std::string op = gradient ? k.substr(0, k.size() - 5) : k;
+      auto it = std::find_if(t.unaryTimes.begin(), t.unaryTimes.end(),
+                             [&](const Target::UnaryTime &u) { return u.op == op; });
+      if (it == t.unaryTimes.end())
+        it = t.unaryTimes.insert(t.unaryTimes.end(), Target::UnaryTime{op, 0, 0});
+      (gradient ? it->gradient : it->forward) = seconds;
+    }
+  }
 };
 
 namespace {
@@ -203,6 +229,7 @@ const std::vector<TargetSetting> &targetSettings() {
       quantity("optimizer_bandwidth", &Target::optimizerBandwidth, UnitDim::ByteRate),
       quantity("kernel_launch", &Target::kernelLaunch, UnitDim::Time),
       quantity("transcendental", &Target::transcendentalTime, UnitDim::Time),
+      custom("elementwise_time", &TargetReader::elementwiseTime, true),
       quantity("cache", &Target::cacheBytes, UnitDim::Bytes),
       quantity("cache_bandwidth", &Target::cacheBandwidth, UnitDim::ByteRate),
       count("threads", &Target::threads), // the OpenMP threads a calibration measured with

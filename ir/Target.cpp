@@ -66,7 +66,16 @@ void Target::shareHost(int64_t ranks, int64_t runThreads) {
                     &optimizerBandwidth})
     *x *= f;
   transcendentalTime /= f;
+  for (UnaryTime &u : unaryTimes)
+    u.forward /= f, u.gradient /= f;
   share = next;
+}
+
+double Target::unaryTime(llvm::StringRef op, bool gradient) const {
+  for (const UnaryTime &u : unaryTimes)
+    if (u.op == op)
+      return gradient ? u.gradient : u.forward;
+  return 0;
 }
 
 double Target::attentionEfficiency(double flops) const {
@@ -118,6 +127,8 @@ void withClock(Target &t, double hz) {
                        &t.peakINT8})
     *peak *= f;
   t.transcendentalTime /= f;
+  for (Target::UnaryTime &u : t.unaryTimes)
+    u.forward /= f, u.gradient /= f;
   t.clock = hz;
 }
 

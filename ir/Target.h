@@ -125,6 +125,20 @@ struct Target {
   /// catalogue GPU its special-function units' rate (16 per clock per multiprocessor,
   /// ir/Target.cpp); 0 turns the term off.
   double transcendentalTime = 0; ///< seconds per evaluation (`transcendental`)
+  /// The arithmetic of the CPU runtime's unary elementwise kernels as `tally calibrate`
+  /// measured each (`elementwise_time { gelu = 0.9 ns, gelu_grad = 1 ns, ... }`): seconds per
+  /// element with the whole device, forward and gradient, the kernel's time less relu's (which
+  /// moves the same bytes). A kind measured here is priced by it instead of its FLOPs at the
+  /// peak and its transcendentals (kernelTimeTerms): GELU's erf is two polynomial fits and an
+  /// exp, several times one exp's time once exp is vectorised. 0: not measured.
+  struct UnaryTime {
+    std::string op;            ///< the op's name in the language (gelu, gelu_tanh, silu, ...)
+    double forward = 0, gradient = 0;
+  };
+  std::vector<UnaryTime> unaryTimes;
+  /// The measured seconds per element of unary kind `op` (its gradient when `gradient`); 0
+  /// when not measured.
+  double unaryTime(llvm::StringRef op, bool gradient) const;
   /// Streaming multiprocessors of a catalogue GPU (0 when not stated).
   int64_t multiprocessors = 0;
   /// The clock, Hz, at which the datasheet's peaks (and the special-function rate) are given:

@@ -274,6 +274,7 @@ Facts gatherFacts(const Analysis &a) {
       work.bytes = oa.forward.bytesRead + oa.forward.bytesWritten;
       work.transcendentals = oa.forward.transcendentals;
       work.outsideBytes = flashOutsideBytes(a, o, false);
+      work.measuredArithmetic = unaryArithmetic(a.plan->target, g, g.ops[o], false);
       known = {true, c, splits[o],
                kernelTime(a.plan->target, c, oa.computeDtype, splitWork(work, splits[o]))};
     }

@@ -345,6 +345,7 @@ void inference(Analysis &a) {
       continue;
     }
     KernelWork w = tokenwiseDecode(g, op, o, prompt);
+    w.measuredArithmetic = unaryArithmetic(target, g, op, false) / prompt;
     d.flops = w.flops;
     d.bytes = w.bytes;
     d.time = kernelTime(target, opClass(op.kind), o.computeDtype, splitWork(w, o.tensorSplit));

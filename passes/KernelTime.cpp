@@ -41,7 +41,7 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   KernelTimeTerms k;
   k.peak = t.peakFor(w.rate != Dtype::Invalid ? w.rate : computeDtype);
   k.bandwidth = hostBandwidth(t, w.bytes / std::max(1.0, w.calls));
-  if (w.flops <= 0 && w.bytes <= 0 && w.transcendentals <= 0)
+  if (w.flops <= 0 && w.bytes <= 0 && w.transcendentals <= 0 && w.measuredArithmetic <= 0)
     return k;
   // A calibrated target (`host`) carries measured matmul efficiency by FLOPs per call.
   k.efficiency = c == OpClass::Matmul      ? t.matmulEfficiency(computeDtype, w.flops)
@@ -57,6 +57,11 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   }
   k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
   k.transcendental = transcendentalSeconds(t, w.transcendentals);
+  if (w.measuredArithmetic > 0) {
+    k.measuredArithmetic = true;
+    k.compute = w.measuredArithmetic;
+    k.transcendental = 0;
+  }
   k.outside = k.bandwidth > 0 ? w.outsideBytes / k.bandwidth : 0;
   // A curve's efficiency is a measured rate of FLOPs (the call's whole time on the calibration's
   // shapes, tools/calibrate): it says nothing of how fast bytes move, so a curve-priced call's
@@ -68,6 +73,12 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   k.launch = w.inGraph ? 0 : w.calls * t.kernelLaunch; // a graph's kernels are launched by the GPU
   k.slowdown = w.slowdown;
   return k;
+}
+
+double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward) {
+  if (t.unaryTimes.empty() || !unaryDef(op.kind) || op.outputs.empty())
+    return 0;
+  return t.unaryTime(opName(op.kind), backward) * numel(g.tensors[op.outputs[0]].shape);
 }
 
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w) {

@@ -216,7 +216,15 @@ struct KernelWork {
   double slowdown = 1;
   /// Replayed from the CUDA step's graph (passes/CudaGraph.h): no launch floor.
   bool inGraph = false;
+  /// Seconds of the kernel's arithmetic measured as that kernel on the target (a unary op on a
+  /// calibrated host: unaryArithmetic); when > 0 it is the compute side, in place of the FLOPs
+  /// at the peak and the transcendentals.
+  double measuredArithmetic = 0;
 };
+/// KernelTime.cpp: the seconds of unary op `op`'s arithmetic (its gradient's when `backward`)
+/// as the target measured its kind (Target::unaryTimes: elements × seconds per element); 0 for
+/// another op, or a kind the target did not measure.
+double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward);
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
 /// the rest), with transcendentals × transcendentalTime added to the compute side
@@ -234,6 +242,7 @@ struct KernelTimeTerms {
   bool fromCurve = false;         ///< whether efficiency came from a measured curve
   bool measuredKernel = false;    ///< whether it came from KernelWork (a measured kernel)
   bool nativeAttention = false;   ///< whether it is the target's native attention kernel's
+  bool measuredArithmetic = false; ///< compute is KernelWork::measuredArithmetic (no FLOPs, no exps)
                                   ///< (then the exps overlap the compute: max, not sum)
   double compute = 0;             ///< FLOPs / peak / efficiency
   double transcendental = 0;      ///< transcendentals × transcendentalTime

@@ -246,6 +246,7 @@ KernelWork splitWork(KernelWork w, double split) {
   w.bytes /= split;
   w.transcendentals /= split;
   w.outsideBytes /= split;
+  w.measuredArithmetic /= split;
   return w;
 }
 
@@ -281,6 +282,7 @@ KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp
   w.transcendentals = o.forward.transcendentals;
   w.calls = 1 - fused.forwardCalls;
   w.outsideBytes = flashOutsideBytes(a, i, false);
+  w.measuredArithmetic = unaryArithmetic(a.plan->target, *a.graph, a.graph->ops[i], false);
   return asRun(a, i, splitWork(w, o.tensorSplit), false);
 }
 
@@ -293,6 +295,8 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asF
   w.transcendentals = o.backwardTranscendentals;
   w.calls = o.backwardCalls - fused.backwardCalls;
   w.outsideBytes = flashOutsideBytes(a, i, true);
+  if (o.backwardCalls > 0) // its unary_backward kernel
+    w.measuredArithmetic = unaryArithmetic(a.plan->target, *a.graph, a.graph->ops[i], true);
   return asRun(a, i, splitWork(w, o.tensorSplit), true);
 }
 

@@ -238,9 +238,12 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   // The native attention kernel overlaps its exps with its matmuls: the larger of the two.
   bool overlap = exps && k.nativeAttention;
   llvm::StringRef plus = overlap ? ", " : " + ";
-  os << "  " << label << " = " << open << (overlap ? "max(" : "") << "executed " << what << "FLOPs"
-     << by << " / peak / efficiency" << (exps ? plus.str() + "exps × exp time" : "")
-     << (overlap ? ")" : "")
+  // A unary kind the target measured (Target::unaryTimes): its arithmetic is that measurement.
+  bool measured = k.measuredArithmetic;
+  os << "  " << label << " = " << open << (overlap ? "max(" : "")
+     << (measured ? "elements" + by + " × measured time per element"
+                  : "executed " + what.str() + "FLOPs" + by + " / peak / efficiency")
+     << (exps ? plus.str() + "exps × exp time" : "") << (overlap ? ")" : "")
      << (outside ? " + bytes outside the loop / bandwidth" : "") << ", " << what << "bytes"
      << by << " / bandwidth / " << (k.fromCurve ? "elementwise efficiency" : "efficiency") << close
      << (calls ? " + calls × call time" : "")
@@ -250,8 +253,11 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   std::string eff = printf1("%.3g", k.efficiency); // 0.6, 0.0549: as many digits as it has
   std::string openNumbers = std::string(launch && calls ? "max(max(" : "max(") +
                             (slow ? factor + " × max(" : "");
-  os << "  " << pad << " = " << openNumbers << (overlap ? "max(" : "") << exact(flops) << by << " / "
-     << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
+  os << "  " << pad << " = " << openNumbers << (overlap ? "max(" : "");
+  if (measured)
+    os << formatDuration(w.measuredArithmetic);
+  else
+    os << exact(flops) << by << " / " << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
   if (exps)
     os << plus << exact(w.transcendentals) << " / " << printf1("%.4g", 1 / t.transcendentalTime)
        << " exps/s" << (overlap ? ")" : "");
@@ -284,6 +290,9 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   else if (k.measuredKernel)
     os << "tally's CUDA step's cuBLASLt matmul with rows not on 16 bytes, as measured "
           "(passes/MatmulAlignment.cpp)";
+  else if (measured)
+    os << efficiencyName(kind) << " for its bytes; its arithmetic as `tally calibrate` measured the runtime's "
+       << opName(kind) << " kernel (elementwise_time)";
   else
     os << efficiencyName(kind);
   if (k.fromCurve)

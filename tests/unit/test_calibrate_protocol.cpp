@@ -40,6 +40,8 @@ Result sample() {
   r.attention.B = 1, r.attention.H = 4, r.attention.S = 128, r.attention.hd = 64;
   r.attention.forwardSeconds = 1e-3 / 3, r.attention.backwardSeconds = 2e-3 / 3;
   r.attentionShapes.push_back({2, 4, 16, 16, 1e-4 / 3, 2e-4 / 3});
+  r.unary.push_back({"gelu", 1.0 / 3.0 * 1e-9, 0});
+  r.unary.push_back({"silu", 5.078e-10, 2.0 / 7.0 * 1e-9});
   r.sliceSeconds = 1.5e-3, r.sliceSource = "the kernel's default";
   Timing t;
   t.name = "matmul fp32 64x64x64", t.rounds = 4, t.calls = 12, t.rejected = 2, t.median = 1.0 / 7.0 * 1e-4;
@@ -83,6 +85,12 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
   CHECK(back.attentionShapes[0].hd == 16);
   CHECK(sameBits(back.attentionShapes[0].forwardSeconds, r.attentionShapes[0].forwardSeconds));
   CHECK(sameBits(back.attentionShapes[0].backwardSeconds, r.attentionShapes[0].backwardSeconds));
+  REQUIRE(back.unary.size() == 2);
+  CHECK(back.unary[1].op == "silu");
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(sameBits(back.unary[i].forward, r.unary[i].forward));
+    CHECK(sameBits(back.unary[i].gradient, r.unary[i].gradient));
+  }
   REQUIRE(back.timings.size() == 1);
   CHECK(back.timings[0].name == "matmul fp32 64x64x64");
   CHECK(back.timings[0].rounds == 4);
@@ -96,6 +104,9 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
     CHECK(sameBits(a, b));
   // The target text is made from the numbers alone, so it is the same from either Result.
   CHECK(renderTarget(back, "then") == renderTarget(r, "then"));
+  // Each unary kind's measured rates, those above zero (gelu's gradient measured none).
+  CHECK_THAT(renderTarget(r, "then"),
+             Contains("  elementwise_time { gelu = 0.3333 ns, silu = 0.5078 ns, silu_grad = 0.2857 ns }\n"));
 }
 
 TEST_CASE("calibrate protocol: a number that is not finite is not written", "[calibrate]") {
@@ -119,8 +130,8 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused("[1, 2]"), Contains("not a JSON object"));
   CHECK_THAT(refused("{\"version\": 1}"), Contains("not tally-measure's output"));
   CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"),
-             Contains("protocol version 1, and this tally reads version 4"));
-  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 4}"), Contains("quick"));
+             Contains("protocol version 1, and this tally reads version 5"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 5}"), Contains("quick"));
   auto edit = [&](const std::string &from, const std::string &to) {
     std::string t = good;
     size_t at = t.find(from);
@@ -137,6 +148,8 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused(edit("\"attention_shapes\":[", "\"attention_shape\":[")), Contains("attention_shapes"));
   CHECK_THAT(refused(edit("\"rejected\":2", "\"rejected\":13")), Contains("timing of 'matmul fp32 64x64x64' is not possible"));
   CHECK_THAT(refused(edit("\"timings\":[", "\"timing\":[")), Contains("timings"));
+  CHECK_THAT(refused(edit("\"gradient\":0", "\"gradient\":-1")), Contains("unary kernel 'gelu' is negative"));
+  CHECK_THAT(refused(edit("\"unary\":[", "\"unaries\":[")), Contains("unary"));
 }
 
 TEST_CASE("calibrate: the attention curve, a point per call of every shape", "[calibrate]") {

@@ -294,6 +294,67 @@ train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.
   CHECK(t.a->ops[first(OpKind::Matmul)].forward.transcendentals == 0);
 }
 
+TEST_CASE("host: elementwise_time prices a measured unary kind by its own rate", "[host]") {
+  // The same model as above; gelu measured at 3 ns an element forward, 5 ns its gradient;
+  // silu's forward measured (not used here), and no other kind.
+  const std::string model = R"(
+model M(vocab = 64, d = 32) {
+  wte = Embedding(vocab, d)
+  fc  = Linear(d, d)
+  forward(tokens: i32[batch, seq]) {
+    x = gelu(fc(wte(tokens)))
+    return cross_entropy(x @ transpose(wte.weight), next_tokens(tokens))
+  }
+}
+train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.1)
+          precision = fp32 target = Cpu }
+)";
+  const std::string target = R"(
+target Cpu {
+  memory = 16 GiB
+  bandwidth = 10 GB/s
+  peak { fp32 = 100 GFLOP/s }
+  efficiency { elementwise = 0.5 }
+  kernel_overhead = 2 us
+  transcendental = 4 ns
+)";
+  Compiled t(target + "  elementwise_time { gelu = 3 ns, gelu_grad = 5 ns, silu = 1 ns }\n}\n" + model);
+  REQUIRE(t.a->plan->target.unaryTimes.size() == 2);
+  CHECK(t.a->plan->target.unaryTime("gelu", false) == Approx(3e-9));
+  CHECK(t.a->plan->target.unaryTime("gelu", true) == Approx(5e-9));
+  CHECK(t.a->plan->target.unaryTime("silu", true) == 0); // measured forward only
+  CHECK(t.a->plan->target.unaryTime("tanh", false) == 0);
+  const Graph &g = t.g();
+  OpId gelu = 0;
+  while (gelu < g.ops.size() && g.ops[gelu].kind != OpKind::Gelu)
+    ++gelu;
+  REQUIRE(gelu < g.ops.size());
+  // 1024 elements: the forward's arithmetic is 1024 × 3 ns = 3.072e-6 s, in place of its 8192
+  // FLOPs at the peak and its 1024 erfs at 4 ns; above its bytes (1.6384e-6 s); + 2 us.
+  CHECK(t.a->ops[gelu].forwardTime == Approx(3.072e-6 + 2e-6));
+  // The gradient: 1024 × 5 ns = 5.12e-6 s, above its 12288 bytes (2.4576e-6 s); + 2 us.
+  CHECK(t.a->ops[gelu].backwardTime == Approx(5.12e-6 + 2e-6));
+  // Without the table the FLOPs and transcendentals price it (the test above).
+  Compiled plain(target + "}\n" + model);
+  CHECK(plain.a->ops[gelu].forwardTime == Approx(1.6384e-7 + 4.096e-6 + 2e-6));
+  // Tally explain shows the measured arithmetic in the kernel's formula.
+  KernelTimeTerms k = kernelTimeTerms(t.a->plan->target, OpClass::Elementwise, Dtype::F32,
+                                      forwardWork(*t.a, gelu, t.a->ops[gelu]));
+  CHECK(k.measuredArithmetic);
+  CHECK(k.compute == Approx(3.072e-6));
+  CHECK(k.transcendental == 0);
+  // A name that is no unary kind, and a value that is no duration, are diagnostics.
+  Compilation bad;
+  CHECK_FALSE(parseHost(bad, "target host {\n memory = 1 GiB\n bandwidth = 1 GB/s\n peak { fp32 = 1 "
+                             "GFLOP/s }\n elementwise_time { gelu_bwd = 1 ns }\n}\n"));
+  CHECK_THAT(bad.diags.diagnostics()[0].message, Contains("unary op"));
+  CHECK_THAT(bad.diags.diagnostics()[0].message, Contains("gelu_bwd"));
+  Compilation unit;
+  CHECK_FALSE(parseHost(unit, "target host {\n memory = 1 GiB\n bandwidth = 1 GB/s\n peak { fp32 = 1 "
+                              "GFLOP/s }\n elementwise_time { gelu = 2 GB/s }\n}\n"));
+  CHECK_THAT(unit.diags.diagnostics()[0].message, Contains("'elementwise_time.gelu' must be a duration"));
+}
+
 TEST_CASE("host: optimizer_bandwidth prices the update at the step's measured loop", "[host]") {
   // 64·64 + 64 = 4160 fp32 parameters, AdamW: 2 × (4 + 4 + 2 × 4) = 32 bytes each.
   const std::string plan = R"(

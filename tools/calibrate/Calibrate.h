@@ -118,6 +118,15 @@ struct Result {
   double optimizerBandwidth = 0;
   double kernelOverhead = 0;  ///< Seconds of fixed cost per runtime kernel call (0: not measurable).
   double transcendentalTime = 0; ///< Seconds per exp with all threads (exp − relu per element).
+  /// Each unary kernel with transcendentals (rt::unary_fwd and rt::unary_bwd of gelu,
+  /// gelu_tanh, silu, tanh, sigmoid, exp), forward and gradient: seconds per element with all
+  /// threads, the kernel less relu's in the same direction (the same loads, stores, call and
+  /// threads); `op` is the op's name in the language.
+  struct UnaryTiming {
+    std::string op;
+    double forward = 0, gradient = 0;
+  };
+  std::vector<UnaryTiming> unary;
 
   std::vector<MatmulSample> matmuls;
   AttentionSample attention;
@@ -149,7 +158,7 @@ Result measure(const Options &options);
 
 /// The version of tally-measure's output that this build writes and reads; a change of its
 /// fields changes the number, and a tally refuses another version (the two are built together).
-constexpr int kProtocolVersion = 4; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth
+constexpr int kProtocolVersion = 5; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth; 5: unary
 
 /// tally-measure's output: every field of `r` the measurements set (not the interconnect, which
 /// tally measures itself) as one JSON object, {"protocol": "tally-measure", "version": 2, ...};

@@ -3,6 +3,7 @@
 //    "cores": 2, "threads": 2, "memory_bytes": ..., "load_average": ..., "seconds": ...,
 //    "triad_bandwidth": ..., "cache_bytes": ..., "cache_bandwidth": ...,
 //    "elementwise_bandwidth": ..., "optimizer_bandwidth": ..., "kernel_overhead": ..., "transcendental_time": ...,
+//    "unary": [{"op": "gelu", "forward": ..., "gradient": ...}, ...],
 //    "matmuls": [{"dtype": "fp32", "M": 64, "N": 64, "K": 64, "seconds": ...}, ...],
 //    "attention": {"B": 1, "H": 4, "S": 256, "hd": 64, "forward_seconds": ...,
 //                  "backward_seconds": ...},
@@ -39,6 +40,8 @@ std::string resultToJSON(const Result &r) {
     numbers.push_back(m.seconds);
   for (const AttentionSample &a : r.attentionShapes)
     numbers.insert(numbers.end(), {a.forwardSeconds, a.backwardSeconds});
+  for (const Result::UnaryTiming &u : r.unary)
+    numbers.insert(numbers.end(), {u.forward, u.gradient});
   numbers.push_back(r.sliceSeconds);
   for (const Timing &t : r.timings)
     numbers.insert(numbers.end(), {t.median, t.spread, t.waitShare});
@@ -55,6 +58,9 @@ std::string resultToJSON(const Result &r) {
   Array shapes;
   for (const AttentionSample &a : r.attentionShapes)
     shapes.push_back(attention(a));
+  Array unary;
+  for (const Result::UnaryTiming &u : r.unary)
+    unary.push_back(Object{{"op", u.op}, {"forward", u.forward}, {"gradient", u.gradient}});
   Array timings;
   for (const Timing &t : r.timings)
     timings.push_back(Object{{"name", t.name}, {"rounds", t.rounds}, {"calls", t.calls}, {"rejected", t.rejected},
@@ -76,6 +82,7 @@ std::string resultToJSON(const Result &r) {
            {"optimizer_bandwidth", r.optimizerBandwidth},
            {"kernel_overhead", r.kernelOverhead},
            {"transcendental_time", r.transcendentalTime},
+           {"unary", std::move(unary)},
            {"matmuls", std::move(matmuls)},
            {"attention", attention(r.attention)},
            {"attention_shapes", std::move(shapes)},
@@ -101,6 +108,11 @@ static bool fromJSON(const Value &v, AttentionSample &a, llvm::json::Path p) {
          o.map("forward_seconds", a.forwardSeconds) && o.map("backward_seconds", a.backwardSeconds);
 }
 
+static bool fromJSON(const Value &v, Result::UnaryTiming &u, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  return o && o.map("op", u.op) && o.map("forward", u.forward) && o.map("gradient", u.gradient);
+}
+
 static bool fromJSON(const Value &v, Timing &t, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
   return o && o.map("name", t.name) && o.map("rounds", t.rounds) && o.map("calls", t.calls) &&
@@ -121,6 +133,9 @@ std::string impossible(const Result &r) {
       return "a size, rate or time is negative";
   if (r.triadBandwidth <= 0)
     return "the memory bandwidth is not positive";
+  for (const Result::UnaryTiming &u : r.unary)
+    if (u.forward < 0 || u.gradient < 0)
+      return "the time of unary kernel '" + u.op + "' is negative";
   bool fp32 = false, bf16 = false;
   for (const MatmulSample &m : r.matmuls) {
     if (m.dtype != "fp32" && m.dtype != "bf16")
@@ -181,7 +196,8 @@ bool resultFromJSON(const std::string &text, Result &r, std::string &error) {
             o.map("elementwise_bandwidth", out.elementwiseBandwidth) &&
             o.map("optimizer_bandwidth", out.optimizerBandwidth) &&
             o.map("kernel_overhead", out.kernelOverhead) &&
-            o.map("transcendental_time", out.transcendentalTime) && o.map("matmuls", out.matmuls) &&
+            o.map("transcendental_time", out.transcendentalTime) && o.map("unary", out.unary) &&
+            o.map("matmuls", out.matmuls) &&
             o.map("attention", out.attention) && o.map("attention_shapes", out.attentionShapes) &&
             o.map("slice_seconds", out.sliceSeconds) && o.map("slice_source", out.sliceSource) &&
             o.map("timings", out.timings);

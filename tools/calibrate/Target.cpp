@@ -114,6 +114,18 @@ std::vector<Point> mergedCurve(std::vector<Point> pts) {
   return out;
 }
 
+/// The `elementwise_time { ... }` line: each measured unary kind's forward and gradient per
+/// element (those measured above zero), or "" when none was.
+std::string unaryTimes(const Result &r) {
+  std::string items;
+  for (const Result::UnaryTiming &u : r.unary)
+    for (bool gradient : {false, true})
+      if (double seconds = gradient ? u.gradient : u.forward; seconds > 0)
+        items += (items.empty() ? "" : ", ") + u.op + (gradient ? "_grad" : "") + " = " +
+                 num(seconds * 1e9, 4) + " ns";
+  return items.empty() ? "" : "  elementwise_time { " + items + " }\n";
+}
+
 } // namespace
 
 std::vector<Point> attentionCurveOf(const Result &r) {
@@ -178,7 +190,9 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << num(r.optimizerBandwidth / 1e9, 4) << " GB/s.\n"
      << "// Interconnect (data parallel over MPI): " << (r.linkNote.empty() ? "not measured" : r.linkNote) << ".\n"
      << "// kernel_overhead: the fixed cost of one runtime kernel call (scale on 1 float + an empty\n"
-     << "// OpenMP region); transcendental: one exp with all threads (exp minus relu over 65536 floats).\n"
+     << "// OpenMP region); transcendental: one exp with all threads (exp minus relu over 65536 floats);\n"
+     << "// elementwise_time: each unary kernel with transcendentals per element, all threads, less\n"
+     << "// relu's kernel in the same direction (forward, _grad: the gradient), on the same floats.\n"
      << "// Attention, fused causal fp32, B " << r.attention.B << " H " << r.attention.H << " S "
      << r.attention.S << " hd " << r.attention.hd << ": forward " << num(r.attention.forwardSeconds * 1e3, 4)
      << " ms, backward " << num(r.attention.backwardSeconds * 1e3, 4)
@@ -224,6 +238,7 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << (r.transcendentalTime > 0
              ? "  transcendental = " + num(r.transcendentalTime * 1e9, 4) + " ns\n"
              : "")
+     << unaryTimes(r)
      << (ca.empty() ? "" : "  attention_curve = " + curve(ca) + "\n")
      << "  matmul_curve {\n"
      << "    fp32 = " << curve(c32) << "\n"
