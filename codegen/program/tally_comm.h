@@ -7,7 +7,8 @@
 // and data groups (split_groups, by the plan's rank order): the tensor-parallel all-reduces run
 // on the rank's tensor group, the pipeline's sends between the stages of its pipeline group,
 // the gradient reduction and ZeRO's collectives on its data group (there as counted rings,
-// dp_all_reduce, dp_reduce_scatter and dp_all_gather). Every collective works
+// dp_all_reduce, dp_reduce_scatter and dp_all_gather; ZeRO-1's rings with data parallelism
+// alone too). Every collective works
 // in place on a region of the memory plan (the gradients), so a step allocates nothing for
 // communication; each is timed as a kernel (ctx.timer) under the op class the step set
 // ("communication").
@@ -195,23 +196,9 @@ inline void all_reduce_wait(rt::Ctx &ctx) {
   detail::check(MPI_Waitall(static_cast<int>(p.size()), p.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 
-/// ZeRO: sums elements [begin, end) of `region` over the ranks, leaving on each rank only its
-/// own part (elements of [r·shard, (r+1)·shard)) summed, in place.
-template <class T> void reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
-  rt::detail::KernelScope ks(ctx, "reduce_scatter");
-  std::vector<int> counts, displs;
-  const Group &g = detail::data_group();
-  int me = g.rank;
-  detail::parts(begin, end, shard, g.size, counts, displs);
-  // In place, MPI writes this rank's sum at the start of the buffer; it belongs at its part.
-  detail::check(MPI_Reduce_scatter(MPI_IN_PLACE, region + begin, counts.data(), detail::Type<T>::type(),
-                                   detail::Type<T>::sum(), g.comm),
-                "MPI_Reduce_scatter");
-  if (counts[me] > 0 && displs[me] > 0)
-    std::memmove(region + begin + displs[me], region + begin, sizeof(T) * static_cast<size_t>(counts[me]));
-}
-
-/// ZeRO: every rank's part of elements [begin, end) of `region` copied to every rank, in place.
+/// ZeRO: every rank's part of elements [begin, end) of `region` copied to every rank, in place,
+/// by MPI_Allgatherv: --dump-grads's gather, outside the step's counted traffic (the step's own
+/// ZeRO-1 collectives are the counted rings dp_reduce_scatter and dp_all_gather below).
 template <class T> void all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
   rt::detail::KernelScope ks(ctx, "all_gather");
   std::vector<int> counts, displs;
@@ -442,7 +429,8 @@ template <class T> void dp_all_reduce(rt::Ctx &ctx, T *region, int64_t begin, in
   detail::ring_all_reduce(detail::data_group(), region + begin, end - begin);
 }
 
-/// Data × tensor, ZeRO-1: reduce_scatter over the rank's data group as a counted ring: elements
+/// ZeRO-1 (data alone, data × tensor, data × pipeline): reduce_scatter over the rank's data
+/// group as a counted ring: elements
 /// [begin, end) of `region` summed, rank r's part of them (those of [r·shard, (r+1)·shard)) left
 /// summed on rank r, in place. Rank r sends the bucket less its own part, so over the buckets
 /// of a region of N·shard elements it sends (N - 1)·shard, as the estimate prices.
@@ -451,7 +439,7 @@ template <class T> void dp_reduce_scatter(rt::Ctx &ctx, T *region, int64_t begin
   detail::ring_reduce_scatter(detail::data_group(), region, end, shard, begin);
 }
 
-/// Data × tensor, ZeRO-1: all_gather over the rank's data group as a counted ring: every rank's
+/// ZeRO-1: all_gather over the rank's data group as a counted ring: every rank's
 /// part of elements [begin, end) of `region` copied to every rank, in place. Rank r sends the
 /// bucket less the part of rank r + 1 (the last it receives): (N - 1)·shard over a region.
 template <class T> void dp_all_gather(rt::Ctx &ctx, T *region, int64_t begin, int64_t end, int64_t shard) {
