@@ -35,6 +35,16 @@ target host {
 }
 )";
 
+/// A declared CPU target's settings, its closing brace left to the test that adds its own.
+constexpr const char *kCpuTarget = R"(
+target Cpu {
+  memory = 16 GiB
+  bandwidth = 10 GB/s
+  peak { fp32 = 100 GFLOP/s }
+  efficiency { elementwise = 0.5 }
+  kernel_overhead = 2 us
+)";
+
 /// Parses `text` and resolves its target `host`; diagnostics are collected, not printed.
 std::optional<Target> parseHost(Compilation &c, const std::string &text) {
   c.diags.setOutput(nullptr);
@@ -237,15 +247,7 @@ TEST_CASE("host: kernel_overhead and transcendental parse as durations", "[host]
 TEST_CASE("host: op rules count the runtime's transcendentals; the step times price them",
           "[host]") {
   // micro-batch 2, seq 16, d 32, 2 heads, vocabulary 64.
-  Compiled t(R"(
-target Cpu {
-  memory = 16 GiB
-  bandwidth = 10 GB/s
-  peak { fp32 = 100 GFLOP/s }
-  efficiency { elementwise = 0.5 }
-  kernel_overhead = 2 us
-  transcendental = 4 ns
-}
+  Compiled t(std::string(kCpuTarget) + "  transcendental = 4 ns\n}\n" + R"(
 model M(vocab = 64, d = 32) {
   wte = Embedding(vocab, d)
   qkv = Linear(d, 3 * d)
@@ -309,15 +311,7 @@ model M(vocab = 64, d = 32) {
 train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.1)
           precision = fp32 target = Cpu }
 )";
-  const std::string target = R"(
-target Cpu {
-  memory = 16 GiB
-  bandwidth = 10 GB/s
-  peak { fp32 = 100 GFLOP/s }
-  efficiency { elementwise = 0.5 }
-  kernel_overhead = 2 us
-  transcendental = 4 ns
-)";
+  const std::string target = std::string(kCpuTarget) + "  transcendental = 4 ns\n";
   Compiled t(target + "  elementwise_time { gelu = 3 ns, gelu_grad = 5 ns, silu = 1 ns }\n}\n" + model);
   REQUIRE(t.a->plan->target.unaryTimes.size() == 2);
   CHECK(t.a->plan->target.unaryTime("gelu", false) == Approx(3e-9));
@@ -364,14 +358,7 @@ model M(d = 64) {
 }
 train t { model = M() batch = 8 optimizer = AdamW(lr = 1e-3) precision = fp32 target = Cpu }
 )";
-  const std::string base = R"(
-target Cpu {
-  memory = 16 GiB
-  bandwidth = 10 GB/s
-  peak { fp32 = 100 GFLOP/s }
-  efficiency { elementwise = 0.5 }
-  kernel_overhead = 2 us
-)";
+  const std::string base = kCpuTarget;
   Compiled measured(base + "  optimizer_bandwidth = 40 GB/s\n}\n" + plan), derived(base + "}\n" + plan);
   CHECK(measured.a->plan->target.optimizerBandwidth == Approx(40e9));
   // Two parameter tensors + zero_grad: 3 calls of 2 us; the bytes at 40 GB/s (its FLOPs,
