@@ -455,9 +455,13 @@ TEST_CASE("codegen: ZeRO-1 shards master and optimizer state over the ranks", "[
   // The analyzer's ZeRO-1 estimate per device is the same T × 2 × 4 / 2 (no padding here).
   CHECK(t.a->memory.optimizer == 67108864.0);
   CHECK(countOf(text, "constexpr int64_t kShard = 8388608;") == 1);
-  CHECK(countOf(text, "tally_comm::reduce_scatter<float>(ctx, G<float>(0), 0, 6553600, kShard);") == 1);
-  CHECK(countOf(text, "tally_comm::reduce_scatter") == 3);
-  CHECK(countOf(text, "tally_comm::all_gather") == 6); // the gradients (--dump-grads), the parameters
+  // On MPI the step's reduce-scatter and the parameters' gather are the counted rings (as under
+  // data x tensor); --dump-grads's gather of the gradients stays MPI's, outside the step.
+  CHECK(countOf(text, "tally_comm::dp_reduce_scatter<float>(ctx, G<float>(0), 0, 6553600, kShard);") == 1);
+  CHECK(countOf(text, "tally_comm::dp_reduce_scatter") == 3);
+  CHECK(countOf(text, "tally_comm::reduce_scatter") == 0);
+  CHECK(countOf(text, "tally_comm::dp_all_gather") == 3); // the parameters
+  CHECK(countOf(text, "tally_comm::all_gather") == 3);    // the gradients (--dump-grads)
   // w's two pieces: rank 0 elements [0, 8388608) at state offsets 0 and 33554432 (the second
   // state's run), rank 1 the rest at the same shard offsets; p is w in the params region.
   CHECK(countOf(text, "{0, 8388608, 0, -1, 0, 0, 33554432}, // w [0, 8388608)") == 1);

@@ -315,6 +315,44 @@ AttentionTimings addAttention(const Options &o, rt::Ctx &ctx, const AttentionSam
                           add("attention backward" + shape, bwd, 4, o.quick ? 0.01 : 0.1, 100)};
 }
 
+/// 5b. Each unary kernel with transcendentals (ir/ops/Unary.def's kinds the runtime evaluates
+/// with them), forward and gradient, on the floats of `x` (m of them), and relu's gradient, the
+/// gradients' baseline (relu's gradient reads y and dy, as tanh's, sigmoid's and exp's do;
+/// gelu's and silu's read x and dy). `perCall` adds a measurement of many single calls.
+struct UnaryTimings {
+  struct Kernel {
+    rt::UnOp op;
+    const char *name; // the op's name in the language (ir/Ops.def)
+    size_t forward = 0, gradient = 0;
+  };
+  std::vector<Kernel> kernels;
+  size_t reluGradient = 0;
+};
+UnaryTimings addUnaryKernels(rt::Ctx &ctx, const std::vector<float> &x, int64_t m,
+                             const std::function<size_t(std::string, std::function<void()>)> &perCall) {
+  struct Buffers { std::vector<float> x, ones, y, dx; };
+  auto b = std::make_shared<Buffers>();
+  b->x = x;
+  b->ones.assign(static_cast<size_t>(m), 1.0f); // y = 1 for the gradients that read it, dy = 1
+  b->y.resize(static_cast<size_t>(m));
+  b->dx.resize(static_cast<size_t>(m));
+  UnaryTimings t;
+  t.reluGradient = perCall("relu gradient of 65536 floats", [&ctx, b, m] {
+    rt::unary_bwd<float>(ctx, rt::UnOp::Relu, b->x.data(), b->x.data(), b->ones.data(), b->dx.data(), m, false);
+  });
+  t.kernels = {{rt::UnOp::Gelu, "gelu"}, {rt::UnOp::GeluTanh, "gelu_tanh"}, {rt::UnOp::Silu, "silu"},
+               {rt::UnOp::Tanh, "tanh"}, {rt::UnOp::Sigmoid, "sigmoid"}, {rt::UnOp::Exp, "exp"}};
+  for (UnaryTimings::Kernel &u : t.kernels) {
+    const rt::UnOp op = u.op;
+    u.forward = perCall(std::string(u.name) + " of 65536 floats",
+                        [&ctx, b, m, op] { rt::unary_fwd<float>(ctx, op, b->x.data(), b->y.data(), m); });
+    u.gradient = perCall(std::string(u.name) + " gradient of 65536 floats", [&ctx, b, m, op] {
+      rt::unary_bwd<float>(ctx, op, b->x.data(), b->ones.data(), b->ones.data(), b->dx.data(), m, false);
+    });
+  }
+  return t;
+}
+
 } // namespace
 
 Result measure(const Options &o) {
@@ -411,38 +449,9 @@ Result measure(const Options &o) {
     e[size_t(i)] = -4.0f + 8.0f * float(i % 1001) / 1000.0f;
   const size_t tExp = perCall("exp of 65536 floats", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, e.data(), eOut.data(), m); });
   const size_t tRelu2 = perCall("relu of 65536 floats", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, e.data(), eOut.data(), m); });
-  // 5b. Each unary kernel with transcendentals, forward and gradient, on the same elements:
-  // the kernel less relu's in the same direction (relu's gradient reads y and dy, as tanh's,
-  // sigmoid's and exp's do; gelu's and silu's read x and dy).
-  const std::vector<float> ones(static_cast<size_t>(m), 1.0f);
-  std::vector<float> gradOut(static_cast<size_t>(m));
-  const size_t tReluGrad = perCall("relu gradient of 65536 floats", [&] {
-    rt::unary_bwd<float>(ctx, rt::UnOp::Relu, e.data(), e.data(), ones.data(), gradOut.data(), m, false);
-  });
-  struct UnaryKernel {
-    rt::UnOp op;
-    const char *name; // the op's name in the language (ir/Ops.def)
-    size_t forward = 0, gradient = 0;
-  };
-  std::vector<UnaryKernel> unaryKernels = {{rt::UnOp::Gelu, "gelu"},       {rt::UnOp::GeluTanh, "gelu_tanh"},
-                                           {rt::UnOp::Silu, "silu"},       {rt::UnOp::Tanh, "tanh"},
-                                           {rt::UnOp::Sigmoid, "sigmoid"}, {rt::UnOp::Exp, "exp"}};
-  for (UnaryKernel &u : unaryKernels) {
-    const rt::UnOp op = u.op;
-    u.forward = perCall(std::string(u.name) + " of 65536 floats",
-                        [&, op] { rt::unary_fwd<float>(ctx, op, e.data(), eOut.data(), m); });
-    // y in [-1, 1] for the gradients that read it (tanh's, sigmoid's and exp's read y only).
-    u.gradient = perCall(std::string(u.name) + " gradient of 65536 floats", [&, op] {
-      rt::unary_bwd<float>(ctx, op, e.data(), ones.data(), ones.data(), gradOut.data(), m, false);
-    });
-  }
+  const UnaryTimings tUnary = addUnaryKernels(ctx, e, m, perCall);
 
-  //    Each unary kernel with transcendentals (gelu, gelu_tanh, silu, tanh, sigmoid, exp) is also
-//    measured as itself, forward and gradient, less relu's kernel in the same direction: GELU's
-//    erf is two polynomial fits, a division and an exp, several times one exp once the runtime's
-//    exp is vectorised (docs/performance.md), so those kinds are priced by their own rates
-//    (Target::unaryTimes); the exp rate prices the rest (attention's softmax, the loss, norms).
-// 6. Attention: the runtime's fused causal attention forward and backward, on the main shape
+  // 6. Attention: the runtime's fused causal attention forward and backward, on the main shape
   // and on the smaller ones of the curve (q = k = v [B, S, H·hd]).
   AttentionSample &at = r.attention;
   at.B = 1, at.H = 4, at.S = o.quick ? 128 : 256, at.hd = 64;
@@ -468,9 +477,9 @@ Result measure(const Options &o) {
   r.optimizerBandwidth = 2.0 * 4.0 * 4.0 * double(n) / timings.median(tOptimizer);
   r.kernelOverhead = timings.median(tCall) + timings.median(tFork);
   r.transcendentalTime = std::max(0.0, timings.median(tExp) - timings.median(tRelu2)) / double(m);
-  for (const UnaryKernel &u : unaryKernels)
+  for (const UnaryTimings::Kernel &u : tUnary.kernels)
     r.unary.push_back({u.name, std::max(0.0, timings.median(u.forward) - timings.median(tRelu2)) / double(m),
-                       std::max(0.0, timings.median(u.gradient) - timings.median(tReluGrad)) / double(m)});
+                       std::max(0.0, timings.median(u.gradient) - timings.median(tUnary.reluGradient)) / double(m)});
   at.forwardSeconds = timings.median(tAttn.forward);
   at.backwardSeconds = timings.median(tAttn.backward);
   for (size_t i = 0; i < r.attentionShapes.size(); ++i) {
