@@ -242,8 +242,8 @@ struct KernelTimeTerms {
   bool fromCurve = false;         ///< whether efficiency came from a measured curve
   bool measuredKernel = false;    ///< whether it came from KernelWork (a measured kernel)
   bool nativeAttention = false;   ///< whether it is the target's native attention kernel's
-  bool measuredArithmetic = false; ///< compute is KernelWork::measuredArithmetic (no FLOPs, no exps)
                                   ///< (then the exps overlap the compute: max, not sum)
+  bool measuredArithmetic = false; ///< compute is KernelWork::measuredArithmetic (no FLOPs, no exps)
   double compute = 0;             ///< FLOPs / peak / efficiency
   double transcendental = 0;      ///< transcendentals × transcendentalTime
   double outside = 0;             ///< outsideBytes / bandwidth, beside the arithmetic
