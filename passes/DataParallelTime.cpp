@@ -29,6 +29,47 @@ std::pair<double, double> bucketed(Analysis &a, const char *what, char group, co
   return {messages * one.time, one.time};
 }
 
+/// The generated CPU step's own kernels around its data-parallel collectives (codegen/
+/// EmitUpdate.cpp, codegen/program/tally_comm.h), on the rank's cores at its memory bandwidth,
+/// not hidden: the gradients divided by d before they are summed (rt::scale over G, read and
+/// written, per bucket); the sums of a counted ring's reduce-scatter (ZeRO-1, and the
+/// all-reduce of data x tensor: each of the d - 1 received pieces added into the rank's, two
+/// read and one written, (d - 1)/d of G in all; MPI_Allreduce, which data parallelism alone
+/// runs without ZeRO, sums inside the link rate the calibration measured it at); and ZeRO-1's
+/// copies (the rank's updated shard of the parameters into G, then every trainable parameter
+/// out of G into P after the gather). G: the device's gradient bytes (the step gathers the
+/// parameters through G, in its dtype). Measured for GPT d = 256 on 2 ranks under ZeRO-1: the
+/// scale 0.9 ms, the sums ~2.8 ms, the copies 3.9 ms a step (docs/performance.md). ZeRO 2 and
+/// 3's per-tensor pieces (EmitZero.cpp) are not priced here.
+double generatedStepLocalTime(const Analysis &a, double G, double d) {
+  const Plan &plan = *a.plan;
+  const int64_t zero = plan.parallel.zero;
+  if (!plan.generatedStep || plan.cudaStep || G <= 0 || zero >= 2)
+    return 0;
+  const Dtype dt = plan.precision.grads;
+  KernelWork scale;
+  scale.bytes = 2 * G;
+  scale.calls = a.stack.gradientBucket > 0 ? std::ceil(G / a.stack.gradientBucket) : 1;
+  double t = kernelTime(plan.target, OpClass::Elementwise, dt, scale);
+  const bool ring = zero == 1 || (plan.tensorStep && plan.parallel.tensor > 1);
+  if (ring) {
+    KernelWork sums;
+    sums.bytes = 3 * G * (d - 1) / d;
+    sums.calls = 0; // inside the collective's call
+    t += kernelTime(plan.target, OpClass::Elementwise, dt, sums);
+  }
+  if (zero == 1) {
+    double tensors = 0;
+    for (const ParamInfo &p : a.graph->params)
+      tensors += p.trainable;
+    KernelWork copies;
+    copies.bytes = 2 * G / d + 2 * G; // the shard into G; every parameter out of G
+    copies.calls = tensors / d + tensors;
+    t += kernelTime(plan.target, OpClass::Elementwise, dt, copies);
+  }
+  return t;
+}
+
 } // namespace
 
 /// Step 6: data-parallel gradient and parameter traffic per step on one device, its exposed
@@ -178,6 +219,9 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
     grads = {grads.first + times * ctx.first, std::max(grads.second, ctx.second)};
   }
   double exposed = overlap ? std::max(grads.second, grads.first - window) : grads.first;
+  // tally's CPU step (data parallelism alone, or data x tensor): its kernels around the
+  // collectives (the pipeline's stages return above).
+  exposed += generatedStepLocalTime(a, G, d);
   // What is hidden still runs on NCCL's blocks: the compute beside it has fewer
   // multiprocessors for that long, and persistent matmuls a second wave (overlapInterference).
   double hidden = std::max(0.0, grads.first - exposed);

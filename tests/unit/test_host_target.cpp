@@ -349,6 +349,32 @@ train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.
   CHECK_THAT(unit.diags.diagnostics()[0].message, Contains("'elementwise_time.gelu' must be a duration"));
 }
 
+TEST_CASE("host: the generated CPU step's kernels around its data-parallel collectives are priced",
+          "[host]") {
+  // fc: 64·64 + 64 = 4160 fp32 parameters in 2 tensors: G = 16640 bytes; 2 ranks under ZeRO-1.
+  const std::string plan = std::string(kCpuTarget) + "}\n" + R"(
+model M(d = 64) {
+  fc = Linear(d, d)
+  forward(x: f32[batch, d]) { return mean(fc(x)) }
+}
+train t { model = M() batch = 8 optimizer = AdamW(lr = 1e-3) precision = fp32
+          target = 2 x Cpu { data = 2, zero = 1 } }
+)";
+  PlanOverrides built;
+  built.generatedStep = true;
+  Compiled step(plan, "", built), framework(plan);
+  // At 10 GB/s × 0.5, + 2 us a call: the 1/2 scale of G (2G = 33280 bytes, one bucket):
+  // 6.656 + 2 us; the ring's sums (3G · (2 - 1)/2 = 24960 bytes, inside the collective's
+  // call): 4.992 us; the update's copies (the shard into G and every parameter out of it:
+  // 2G/2 + 2G = 49920 bytes; 1 + 2 calls): 9.984 + 6 us. 29.632 us in all.
+  CHECK(step.a->time.dataParallelComm - framework.a->time.dataParallelComm == Approx(29.632e-6));
+  // Without ZeRO only the scale: its collective is MPI's all-reduce, whose sums are in the link's rate.
+  std::string plain = plan;
+  plain.replace(plain.find(", zero = 1"), 10, "");
+  Compiled plainStep(plain, "", built), plainFramework(plain);
+  CHECK(plainStep.a->time.dataParallelComm - plainFramework.a->time.dataParallelComm == Approx(8.656e-6));
+}
+
 TEST_CASE("host: optimizer_bandwidth prices the update at the step's measured loop", "[host]") {
   // 64·64 + 64 = 4160 fp32 parameters, AdamW: 2 × (4 + 4 + 2 × 4) = 32 bytes each.
   const std::string plan = R"(
