@@ -219,9 +219,7 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
     grads = {grads.first + times * ctx.first, std::max(grads.second, ctx.second)};
   }
   double exposed = overlap ? std::max(grads.second, grads.first - window) : grads.first;
-  // tally's CPU step (data parallelism alone, or data x tensor): its kernels around the
-  // collectives (the pipeline's stages return above).
-  exposed += generatedStepLocalTime(a, G, d);
+  exposed += generatedStepLocalTime(a, G, d); // tally's CPU step's own kernels (not a pipeline's)
   // What is hidden still runs on NCCL's blocks: the compute beside it has fewer
   // multiprocessors for that long, and persistent matmuls a second wave (overlapInterference).
   double hidden = std::max(0.0, grads.first - exposed);

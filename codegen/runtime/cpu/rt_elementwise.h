@@ -139,17 +139,18 @@ namespace detail {
 /// copy): a collapsed dense tensor is one row, which would otherwise run on one thread.
 constexpr int64_t kRowChunk = 16384;
 
-/// f(op, accumulate) with both as compile-time constants (std::integral_constant, std::
-/// bool_constant): a kernel's loop written in f then holds no switch and no branch on them and
-/// vectorises. With the op chosen per element, a dense add ran at a third of copy's bandwidth
-/// and a scalar multiply at a tenth (131,072 floats, 2 threads, the 2-vCPU VM: 100 and 85 us
-/// against copy's 15 and scale's 9).
-/// f(a, b) with two flags as compile-time constants (std::bool_constant), for the same reason.
+/// f(a, b) with two flags as compile-time constants (std::bool_constant): a kernel's loop
+/// written in f then holds no branch on them and vectorises (with_binop says why).
 template <class F> inline void with_flags(bool a, bool b, const F& f) {
   if (a) b ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
   else b ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
 }
 
+/// f(op, accumulate) with both as compile-time constants (std::integral_constant, std::
+/// bool_constant): a kernel's loop written in f then holds no switch and no branch on them and
+/// vectorises. With the op chosen per element, a dense add ran at a third of copy's bandwidth
+/// and a scalar multiply at a tenth (131,072 floats, 2 threads, the 2-vCPU VM: 100 and 85 us
+/// against copy's 15 and scale's 9).
 template <class F> inline void with_binop(BinOp op, bool accumulate, const F& f) {
   auto go = [&](auto o) {
     if (accumulate) f(o, std::true_type{});

@@ -172,12 +172,12 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
       // One loop per case, each without a branch, so that each vectorises (with the tests per
       // element, 175 us for 512 rows of 256 floats on 2 threads; docs/performance.md).
       if (dx) {
-        T* px2 = dx + r * cols;
+        T* dxr = dx + r * cols;
         auto dxLoop = [&](auto ACC, auto HAS_W) {
           for (int64_t j = 0; j < cols; ++j) {
             const A xh = (load(px[j]) - mu) * rs, g = (HAS_W.value ? load(w[j]) : A(1)) * load(pd[j]);
             const A v = layer_norm_dx(xh, g, mg, mgx, rs);
-            px2[j] = ACC.value ? store<T>(load(px2[j]) + v) : store<T>(v);
+            dxr[j] = ACC.value ? store<T>(load(dxr[j]) + v) : store<T>(v);
           }
         };
         detail::with_flags(accumulate, w != nullptr, dxLoop);
@@ -244,14 +244,15 @@ void rms_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* rstd, const T* 
       for (int64_t j = 0; j < cols; ++j) mgx += load(w[j]) * load(pd[j]) * load(px[j]) * rs;
       mgx /= static_cast<A>(cols);
       if (dx) { // one loop per case, as layer_norm_bwd's
-        T* px2 = dx + r * cols;
-        auto dxLoop = [&](auto ACC, auto) {
+        T* dxr = dx + r * cols;
+        auto dxLoop = [&](auto ACC) {
           for (int64_t j = 0; j < cols; ++j) {
             const A v = rms_norm_dx(load(px[j]) * rs, load(w[j]) * load(pd[j]), mgx, rs);
-            px2[j] = ACC.value ? store<T>(load(px2[j]) + v) : store<T>(v);
+            dxr[j] = ACC.value ? store<T>(load(dxr[j]) + v) : store<T>(v);
           }
         };
-        detail::with_flags(accumulate, true, dxLoop);
+        if (accumulate) dxLoop(std::true_type{});
+        else dxLoop(std::false_type{});
       }
       if (A* qw = dw ? pw[t].data() : nullptr)
         for (int64_t j = 0; j < cols; ++j) qw[j] += load(pd[j]) * (load(px[j]) * rs);
