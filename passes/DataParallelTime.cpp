@@ -59,9 +59,7 @@ double generatedStepLocalTime(const Analysis &a, double G, double d) {
     t += kernelTime(plan.target, OpClass::Elementwise, dt, sums);
   }
   if (zero == 1) {
-    double tensors = 0;
-    for (const ParamInfo &p : a.graph->params)
-      tensors += p.trainable;
+    double tensors = trainableTensors(*a.graph);
     KernelWork copies;
     copies.bytes = 2 * G / d + 2 * G; // the shard into G; every parameter out of G
     copies.calls = tensors / d + tensors;

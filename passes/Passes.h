@@ -142,6 +142,9 @@ void stepTime(Analysis &a);
 /// copies (FSDP's units); `matmulShare`: matmuls' share of that compute.
 double dataParallelTime(Analysis &a, double m, double backwardOne, double computeOne, double layers,
                         double matmulShare);
+/// StepTime.cpp: the parameter tensors that get a gradient (the step's optimizer updates each
+/// with one call, and tally's ZeRO-1 step copies each out of the gradients region).
+double trainableTensors(const Graph &g);
 /// PipelineTimeline.cpp: the 1F1B (or interleaved 1F1B) schedule of the pipeline stages as
 /// timed slots, for the report's timeline; the step time keeps StepTime's closed-form bubble.
 void pipelineTimeline(Analysis &a);

@@ -300,6 +300,14 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asF
   return asRun(a, i, splitWork(w, o.tensorSplit), true);
 }
 
+double trainableTensors(const Graph &g) {
+  double n = 0;
+  for (const Tensor &t : g.tensors)
+    if (t.role == TensorRole::Param && t.requiresGrad)
+      n += 1;
+  return n;
+}
+
 namespace {
 
 /// The number of repeat-block copies (a transformer's layers); 1 without repeat blocks.
@@ -380,15 +388,6 @@ double perDevice(const Plan &plan, double all, double experts, int stage) {
   bool sharded = par.zero >= stage;
   return (all - experts) / model / (sharded ? d : 1) +
          experts / (model * e) / (sharded ? std::max(1.0, d / e) : 1);
-}
-
-/// The parameter tensors that get a gradient (the optimizer updates each with one call).
-double trainableTensors(const Graph &g) {
-  double n = 0;
-  for (const Tensor &t : g.tensors)
-    if (t.role == TensorRole::Param && t.requiresGrad)
-      n += 1;
-  return n;
 }
 
 /// Step 5: the device's optimizer update per step.
