@@ -226,6 +226,7 @@ const std::vector<TargetSetting> &targetSettings() {
       custom("allocator_reserve", &TargetReader::allocatorReserve),
       // Written by `tally calibrate` (docs/targets.md).
       quantity("kernel_overhead", &Target::kernelOverhead, UnitDim::Time),
+      quantity("fork_overhead", &Target::forkOverhead, UnitDim::Time),
       quantity("optimizer_bandwidth", &Target::optimizerBandwidth, UnitDim::ByteRate),
       quantity("kernel_launch", &Target::kernelLaunch, UnitDim::Time),
       quantity("transcendental", &Target::transcendentalTime, UnitDim::Time),

@@ -14,6 +14,8 @@
 
 #include "llvm/ADT/StringRef.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
@@ -49,6 +51,12 @@ struct MatmulCurve {
 /// The efficiency at `flops` FLOPs per call: linear in log(flops) between neighbouring
 /// points, the end point's value outside the measured range. 0 when `points` is empty.
 double interpolateCurve(const std::vector<CurvePoint> &points, double flops);
+
+/// The elements above which the CPU runtime's kernels run on a team of OpenMP threads (their
+/// `#pragma omp parallel ... if (n > 4096)`, codegen/runtime/cpu); at or below it a call runs
+/// on the calling thread and starts no team (Target::forkOverhead; passes/KernelTime.cpp,
+/// hostForks; tally calibrate's samples, tools/calibrate).
+constexpr double kForkElements = 4096;
 
 /// One device. Rates are per device, dense (no 2:4 sparsity), in base units.
 struct Target {
@@ -107,9 +115,15 @@ struct Target {
   /// `allocator_reserve`); the host target has none (no CUDA, no NCCL).
   double contextBytes = 0, commBufferBytes = 0, allocatorReserve = 0;
   Efficiency efficiency;
-  /// The fixed cost of one kernel call (the call, the OpenMP fork and join): a host term, only
-  /// the calibrated `host` sets it (0 turns it off).
+  /// The fixed cost of one kernel call: a host term, only the calibrated `host` sets it (0
+  /// turns it off). With `forkOverhead` it is a call that runs on the calling thread alone (the
+  /// runtime's kernels at 4,096 elements or fewer); without it (a host file of calibration
+  /// protocol 5 or older) every call's, the OpenMP team's start and join included.
   double kernelOverhead = 0;     ///< seconds per kernel call (`kernel_overhead`)
+  /// What a call that starts a team of OpenMP threads pays in place of kernelOverhead: the
+  /// team's start and join (`fork_overhead`, an empty parallel region as `tally calibrate`
+  /// measured it); 0: every call pays kernelOverhead.
+  double forkOverhead = 0;       ///< seconds per threaded kernel call (`fork_overhead`)
   /// The optimizer update's bytes per second as `tally calibrate` measured the step's own loop
   /// (`optimizer_bandwidth`; 0: priced at the bandwidth and elementwise efficiency).
   double optimizerBandwidth = 0;
@@ -176,6 +190,11 @@ struct Target {
   /// before); callable again (it rescales from the share it has). GPUs are devices of their
   /// own: for every other target this does nothing.
   void shareHost(int64_t ranks, int64_t runThreads = 0);
+  /// The OpenMP threads one rank's kernels run a team of: the `threads` measured times this
+  /// target's share of the machine, at least 1; 1 when `threads` is not said.
+  double teamThreads() const {
+    return threads > 0 ? std::max(1.0, std::round(double(threads) * share)) : 1;
+  }
   /// Whether this is the calibrated `host` (this machine's CPU), not a GPU.
   bool isHost() const { return name == "host"; }
 

@@ -50,6 +50,7 @@ double generatedStepLocalTime(const Analysis &a, double G, double d) {
   KernelWork scale;
   scale.bytes = 2 * G;
   scale.calls = a.stack.gradientBucket > 0 ? std::ceil(G / a.stack.gradientBucket) : 1;
+  scale.forks = G / bytesOf(dt) / scale.calls > kForkElements ? scale.calls : 0;
   double t = kernelTime(plan.target, OpClass::Elementwise, dt, scale);
   const bool ring = zero == 1 || (plan.tensorStep && plan.parallel.tensor > 1);
   if (ring) {
@@ -63,6 +64,8 @@ double generatedStepLocalTime(const Analysis &a, double G, double d) {
     KernelWork copies;
     copies.bytes = 2 * G / d + 2 * G; // the shard into G; every parameter out of G
     copies.calls = tensors / d + tensors;
+    // rt::copy of a dense tensor starts a team from 1 MiB (below it one thread's memmove).
+    copies.forks = (1 + 1 / d) * trainableTensors(*a.graph, double(1 << 20) / bytesOf(dt));
     t += kernelTime(plan.target, OpClass::Elementwise, dt, copies);
   }
   return t;

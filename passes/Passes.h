@@ -143,8 +143,9 @@ void stepTime(Analysis &a);
 double dataParallelTime(Analysis &a, double m, double backwardOne, double computeOne, double layers,
                         double matmulShare);
 /// StepTime.cpp: the parameter tensors that get a gradient (the step's optimizer updates each
-/// with one call, and tally's ZeRO-1 step copies each out of the gradients region).
-double trainableTensors(const Graph &g);
+/// with one call, and tally's ZeRO-1 step copies each out of the gradients region); with
+/// `above`, those of more elements than it (the calls that start a team of threads).
+double trainableTensors(const Graph &g, double above = -1);
 /// PipelineTimeline.cpp: the 1F1B (or interleaved 1F1B) schedule of the pipeline stages as
 /// timed slots, for the report's timeline; the step time keeps StepTime's closed-form bubble.
 void pipelineTimeline(Analysis &a);
@@ -201,6 +202,8 @@ struct KernelWork {
   double transcendentals = 0; ///< exp/erf/tanh/sin/cos evaluations (ForwardCost::transcendentals)
   double calls = 1;           ///< kernel calls, each paying the target's kernelOverhead and
                               ///< taking at least its kernelLaunch
+  double forks = 0;           ///< of `calls`, those that start a team of threads on the host
+                              ///< (hostForks), each paying forkOverhead in place of kernelOverhead
   /// A kernel known by measurement rather than by its op class (tally's own CUDA attention,
   /// forwardWork): the rate its arithmetic runs at (Invalid: the op's compute dtype's) and the
   /// fraction of it that it reaches (0: the target's efficiency for the op class).
@@ -224,6 +227,11 @@ struct KernelWork {
   /// at the peak and the transcendentals.
   double measuredArithmetic = 0;
 };
+/// KernelTime.cpp: whether op `op`'s kernels, with its tensors split `split` ways, start a team
+/// of threads on the host: its largest input or output has more than kForkElements elements
+/// (the elementwise, row and optimizer kernels' rule; a matmul's tiles and an attention's
+/// heads decide theirs, which this follows to within a call or two on small shapes).
+bool hostForks(const Graph &g, const Op &op, double split);
 /// KernelTime.cpp: the seconds of unary op `op`'s arithmetic (its gradient's when `backward`)
 /// as the target measured its kind (Target::unaryTimes: elements × seconds per element); 0 for
 /// another op, or a kind the target did not measure.
@@ -251,9 +259,12 @@ struct KernelTimeTerms {
   double transcendental = 0;      ///< transcendentals × transcendentalTime
   double outside = 0;             ///< outsideBytes / bandwidth, beside the arithmetic
   double memory = 0;              ///< bytes / bandwidth / byteEfficiency
-  double calls = 0;               ///< calls × kernelOverhead
+  double calls = 0;               ///< calls × kernelOverhead (forks × forkOverhead in place)
   double launch = 0;              ///< calls × kernelLaunch: the floor under the total
   double slowdown = 1;            ///< KernelWork::slowdown: multiplies the kernel's own time
+  /// The host's calls that start no team run on one thread: multiplies the kernel's own time
+  /// (serialFactor in KernelTime.cpp); 1 when every call is threaded, and on GPUs.
+  double serial = 1;
   double total() const;
 };
 KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,

@@ -281,6 +281,7 @@ KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp
   w.bytes = asFp8 && isFp8Gemm(a, i) ? fp8GemmOf(a, i).forward : w.bytes; // passes/Fp8.cpp
   w.transcendentals = o.forward.transcendentals;
   w.calls = 1 - fused.forwardCalls;
+  w.forks = hostForks(*a.graph, a.graph->ops[i], o.tensorSplit) ? w.calls : 0;
   w.outsideBytes = flashOutsideBytes(a, i, false);
   w.measuredArithmetic = unaryArithmetic(a.plan->target, *a.graph, a.graph->ops[i], false);
   return asRun(a, i, splitWork(w, o.tensorSplit), false);
@@ -294,16 +295,17 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asF
   w.bytes = asFp8 && isFp8Gemm(a, i) ? fp8GemmOf(a, i).backward : w.bytes;
   w.transcendentals = o.backwardTranscendentals;
   w.calls = o.backwardCalls - fused.backwardCalls;
+  w.forks = hostForks(*a.graph, a.graph->ops[i], o.tensorSplit) ? w.calls : 0;
   w.outsideBytes = flashOutsideBytes(a, i, true);
   if (o.backwardCalls > 0) // its unary_backward kernel
     w.measuredArithmetic = unaryArithmetic(a.plan->target, *a.graph, a.graph->ops[i], true);
   return asRun(a, i, splitWork(w, o.tensorSplit), true);
 }
 
-double trainableTensors(const Graph &g) {
+double trainableTensors(const Graph &g, double above) {
   double n = 0;
   for (const Tensor &t : g.tensors)
-    if (t.role == TensorRole::Param && t.requiresGrad)
+    if (t.role == TensorRole::Param && t.requiresGrad && numel(t.shape) > above)
       n += 1;
   return n;
 }
@@ -406,6 +408,10 @@ double optimizerTime(const Analysis &a) {
   // One update call per trainable parameter tensor (the step's kUpdate table), zero_grad's
   // fill, and the overflow check under loss scaling.
   w.calls = trainableTensors(*a.graph) + 1 + (pp.lossScaling ? 1 : 0);
+  // The updates of tensors above kForkElements start a team; zero_grad's fill and the overflow
+  // check run over every gradient, in one call each.
+  w.forks = trainableTensors(*a.graph, kForkElements) +
+            (owned > kForkElements ? 1 + (pp.lossScaling ? 1 : 0) : 0);
   Dtype fp32 = plan.target.peakF32 > 0 ? Dtype::F32 : Dtype::TF32;
   const Target &t = plan.target;
   if (t.optimizerBandwidth <= 0)
@@ -416,7 +422,7 @@ double optimizerTime(const Analysis &a) {
   KernelWork arithmetic = w;
   arithmetic.bytes = 0;
   KernelTimeTerms k = kernelTimeTerms(t, OpClass::Elementwise, fp32, arithmetic);
-  return std::max(k.compute + k.transcendental, w.bytes / t.optimizerBandwidth) + w.calls * t.kernelOverhead;
+  return std::max(k.compute + k.transcendental, w.bytes / t.optimizerBandwidth) + k.calls;
 }
 
 /// Step 8: bytes over the host link per step on one device.

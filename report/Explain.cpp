@@ -228,11 +228,15 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   // max(max(A, B) + calls, launch) on a target with both.
   // A kernel priced as a multiple of another's time (KernelWork::slowdown) wraps the roofline's
   // max in the factor: max(s × max(A, B) + calls, launch).
-  bool slow = k.slowdown != 1;
-  std::string factor = printf1("%.3g", k.slowdown);
-  std::string open = std::string(launch && calls ? "max(max(" : "max(") +
-                     (slow ? "kernel factor × max(" : "");
-  std::string close = std::string(slow ? ")" : "") + (launch && calls ? ")" : launch ? "" : ")");
+  // So does the host's share of calls on one thread (KernelTimeTerms::serial).
+  bool slow = k.slowdown * k.serial != 1;
+  std::string factor = printf1("%.3g", k.slowdown * k.serial);
+  // The launch floor joins the roofline's max unless calls or a factor stand between them.
+  auto prefix = [&](const std::string &f) {
+    return std::string(launch && (calls || slow) ? "max(" : "") + (slow ? f + " × " : "") + "max(";
+  };
+  std::string open = prefix("kernel factor");
+  std::string close = launch && !calls && !slow ? "" : ")";
   std::string by = split > 1 ? " / " + exact(split) : "";
   std::string pad(label.size(), ' ');
   // The native attention kernel overlaps its exps with its matmuls: the larger of the two.
@@ -251,8 +255,7 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   std::string moved = fusedBytes > 0 ? "(" + exact(bytes) + " − " + exact(fusedBytes) + " fused)"
                                      : exact(bytes);
   std::string eff = printf1("%.3g", k.efficiency); // 0.6, 0.0549: as many digits as it has
-  std::string openNumbers = std::string(launch && calls ? "max(max(" : "max(") +
-                            (slow ? factor + " × max(" : "");
+  std::string openNumbers = prefix(factor);
   os << "  " << pad << " = " << openNumbers << (overlap ? "max(" : "");
   if (measured)
     os << formatDuration(w.measuredArithmetic);
@@ -265,8 +268,13 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << " + " << exact(w.outsideBytes) << " / " << formatRate(k.bandwidth, UnitDim::ByteRate);
   os << ", " << moved << by << " / " << formatRate(k.bandwidth, UnitDim::ByteRate) << " / "
      << printf1("%.3g", k.byteEfficiency) << close;
-  if (calls)
-    os << " + " << exact(w.calls) << " × " << formatDuration(t.kernelOverhead);
+  if (calls) {
+    const double forks = t.forkOverhead > 0 ? std::min(w.forks, w.calls) : 0;
+    if (w.calls > forks)
+      os << " + " << exact(w.calls - forks) << " × " << formatDuration(t.kernelOverhead);
+    if (forks > 0)
+      os << " + " << exact(forks) << " × " << formatDuration(t.forkOverhead) << " threaded";
+  }
   if (launch)
     os << ", " << exact(w.calls) << " × " << formatDuration(t.kernelLaunch) << ")";
   os << "\n";
@@ -297,10 +305,14 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << efficiencyName(kind);
   if (k.fromCurve)
     os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
-  if (slow)
-    os << "; kernel factor " << factor
+  if (k.slowdown != 1)
+    os << "; kernel factor " << printf1("%.3g", k.slowdown)
        << ": the FlashAttention-1-era Triton kernel (attention_kernel = flash1_triton) takes "
           "FlashAttention-2's time × 1.4 forward, × 2 backward (Dao 2023, §4.1)";
+  if (k.serial != 1)
+    os << "; kernel factor " << printf1("%.3g", k.serial) << ": " << exact(w.calls - std::min(w.forks, w.calls))
+       << " of its " << exact(w.calls) << " calls at most " << exact(kForkElements)
+       << " elements start no team of threads and run on one of " << exact(t.teamThreads());
   os << (exps ? "; exps at the target's special-function rate" : "");
   if (outside)
     os << "; " << (what.empty() ? "Q in, the output and logsumexp out" : "K and V in, dK and dV out")

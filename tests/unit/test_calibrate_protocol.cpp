@@ -32,6 +32,7 @@ Result sample() {
   r.cacheBandwidth = 1.0 / 3.0 * 1e10;
   r.elementwiseBandwidth = 3.5762e9;
   r.kernelOverhead = 8.02e-7;
+  r.forkOverhead = 2.0 / 3.0 * 1e-5;
   r.transcendentalTime = 2.665e-9;
   r.optimizerBandwidth = 4.1822e10 / 3;
   r.quick = true;
@@ -69,6 +70,7 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
                       {back.cacheBytes, r.cacheBytes}, {back.cacheBandwidth, r.cacheBandwidth},
                       {back.elementwiseBandwidth, r.elementwiseBandwidth},
                       {back.kernelOverhead, r.kernelOverhead},
+                      {back.forkOverhead, r.forkOverhead},
                       {back.transcendentalTime, r.transcendentalTime},
                       {back.optimizerBandwidth, r.optimizerBandwidth},
                       {back.attention.forwardSeconds, r.attention.forwardSeconds},
@@ -130,8 +132,8 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused("[1, 2]"), Contains("not a JSON object"));
   CHECK_THAT(refused("{\"version\": 1}"), Contains("not tally-measure's output"));
   CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"),
-             Contains("protocol version 1, and this tally reads version 5"));
-  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 5}"), Contains("quick"));
+             Contains("protocol version 1, and this tally reads version 6"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 6}"), Contains("quick"));
   auto edit = [&](const std::string &from, const std::string &to) {
     std::string t = good;
     size_t at = t.find(from);
@@ -155,25 +157,31 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
 TEST_CASE("calibrate: the attention curve, a point per call of every shape", "[calibrate]") {
   Result r = sample();
   r.kernelOverhead = 1e-6;
+  r.forkOverhead = 3e-6;
   r.transcendentalTime = 1e-9;
   // fp32 peak = 2·64³ FLOPs / (1e-4 / 7) s.
   double peak = 2.0 * 64 * 64 * 64 / (1.0 / 7.0 * 1e-4);
   std::vector<Point> c = attentionCurveOf(r);
   REQUIRE(c.size() == 4);
   // The small shape's forward: B 2, H 4, S 16, hd 16: 2·4·16·17/2 = 1088 causal scores,
-  // (4·16 + 5)·1088 = 75072 FLOPs; its time less 1088 exps and one call.
+  // (4·16 + 5)·1088 = 75072 FLOPs; its time less 1088 exps and one call on the calling thread
+  // (q is 2·16·64 = 2048 elements, not above kForkElements: kernel_overhead).
   CHECK(c[0].flops == 75072);
   CHECK(c[0].efficiency == Approx(75072 / peak / (1e-4 / 3 - 1088e-9 - 1e-6)));
   // Its backward: (10·16 + 9)·1088 FLOPs.
   CHECK(c[1].flops == 169 * 1088);
   CHECK(c[1].efficiency == Approx(169.0 * 1088 / peak / (2e-4 / 3 - 1088e-9 - 1e-6)));
   // The large shape's: B 1, H 4, S 128, hd 64: 4·128·129/2 = 33024 scores.
+  // q is 1·128·256 = 32768 elements: a threaded call, less fork_overhead.
   CHECK(c[2].flops == 261 * 33024.0);
+  CHECK(c[2].efficiency == Approx(261 * 33024.0 / peak / (1e-3 / 3 - 33024e-9 - 3e-6)));
   CHECK(c[3].flops == 649 * 33024.0);
+  CHECK(c[3].efficiency == Approx(649 * 33024.0 / peak / (2e-3 / 3 - 33024e-9 - 3e-6)));
   for (const Point &p : c)
     CHECK((p.efficiency > 0 && p.efficiency <= 1));
   // The target text carries it.
   CHECK_THAT(renderTarget(r, "then"), Contains("  attention_curve = [(75072, "));
+  CHECK_THAT(renderTarget(r, "then"), Contains("  kernel_overhead = 1000 ns\n  fork_overhead = 3000 ns\n"));
 }
 
 } // namespace calibrate_protocol_tests

@@ -202,6 +202,59 @@ TEST_CASE("host: kernelTime adds the call overhead and the transcendentals", "[h
   CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, KernelWork{0, 1e6}) == Approx(2.02e-4));
 }
 
+TEST_CASE("host: a call above kForkElements pays fork_overhead in place of kernel_overhead",
+          "[host]") {
+  Target t;
+  t.peakF32 = 100e9;
+  t.bandwidth = 10e9;
+  t.efficiency.elementwise = 0.5;
+  t.kernelOverhead = 2e-6;
+  KernelWork w;
+  w.bytes = 1e3; // 1e3 / 10e9 / 0.5 = 2e-7 s
+  w.calls = 3;
+  w.forks = 2;
+  // Without fork_overhead (a calibration of protocol 5) every call pays kernel_overhead.
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(2e-7 + 6e-6));
+  t.forkOverhead = 5e-6;
+  CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(2e-7 + 2e-6 + 10e-6));
+  CHECK(kernelTimeTerms(t, OpClass::Elementwise, Dtype::F32, w).calls == Approx(12e-6));
+
+  // On a plan: fc's operands at micro-batch 2 are x [2, 64], W [64, 64] = 4096 elements, not
+  // above the bound: no call starts a team; at micro-batch 128 x is 8192 elements and every
+  // call of fc (its forward, its backward's one matmul: x takes no gradient) and of mean does.
+  auto plan = [](int batch, bool forks) {
+    return std::string(kCpuTarget) + (forks ? "  fork_overhead = 5 us\n" : "") + "}\n" + R"(
+model M(d = 64) {
+  fc = Linear(d, d)
+  forward(x: f32[batch, d]) { return mean(fc(x)) }
+}
+train t { model = M() batch = )" + std::to_string(batch) + R"( optimizer = AdamW(lr = 1e-3)
+          precision = fp32 target = Cpu }
+)";
+  };
+  auto matmul = [](const Compiled &c) {
+    for (OpId i = 0; i < c.g().ops.size(); ++i)
+      if (c.g().ops[i].kind == OpKind::Matmul)
+        return i;
+    FAIL("no matmul");
+    return OpId(0);
+  };
+  Compiled small(plan(2, true)), smallPlain(plan(2, false));
+  const OpId mm = matmul(small);
+  CHECK(hostForks(small.g(), small.g().ops[mm], 1) == false);
+  CHECK(small.a->ops[mm].forwardTime == Approx(smallPlain.a->ops[mm].forwardTime));
+  CHECK(small.a->ops[mm].backwardTime == Approx(smallPlain.a->ops[mm].backwardTime));
+  Compiled large(plan(128, true)), largePlain(plan(128, false));
+  CHECK(hostForks(large.g(), large.g().ops[mm], 1));
+  CHECK(hostForks(large.g(), large.g().ops[mm], 2) == false); // split in two: 4096 each
+  CHECK(large.a->ops[mm].forwardTime - largePlain.a->ops[mm].forwardTime == Approx(3e-6));
+  REQUIRE(large.a->ops[mm].backwardCalls == 1);
+  CHECK(large.a->ops[mm].backwardTime - largePlain.a->ops[mm].backwardTime == Approx(3e-6));
+  // The optimizer: W (4096) and b (64) update on the calling thread; zero_grad's fill over all
+  // 4160 gradients starts a team.
+  CHECK(large.a->time.optimizer - largePlain.a->time.optimizer == Approx(3e-6));
+}
+
 TEST_CASE("host: a call that fits in the cache reads at the cache's bandwidth", "[host]") {
   Target t;
   t.peakF32 = 100e9;

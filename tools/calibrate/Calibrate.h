@@ -10,7 +10,10 @@
 // the tally binary links.
 #pragma once
 
+#include "ir/Target.h"
+
 #include <cstdint>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,11 @@ struct MatmulSample {
   double flops() const { return 2.0 * double(M) * double(N) * double(K); }
   /// (M·K + K·N + M·N) × element bytes: what the time model counts for a matmul.
   double bytes() const;
+  /// Whether the estimate counts the call as starting a team of threads (passes/KernelTime.cpp,
+  /// hostForks: an operand or the result above kForkElements).
+  bool threaded() const {
+    return double(std::max({M * K, K * N, M * N})) > kForkElements;
+  }
 };
 
 /// The runtime's fused causal attention (fp32, q = k = v [B, S, H·hd]), forward and backward.
@@ -40,6 +48,9 @@ struct AttentionSample {
   double forwardSeconds = 0, backwardSeconds = 0; ///< The median call of each.
   /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/ops/Attention.cpp, computedFraction).
   double scores() const;
+  /// Whether the estimate counts each call as starting a team of threads (hostForks: q, k, v
+  /// and the output are [B, S, H·hd]).
+  bool threaded() const { return double(B * S * H * hd) > kForkElements; }
 };
 
 /// One measurement's timed calls as the robust statistics read them (Robust.cpp, issue 46):
@@ -116,7 +127,17 @@ struct Result {
   /// zero_grad): B/s counting 2 × (param + grad + 2 states) × 4 bytes per element, as
   /// passes/StepTime.cpp counts an update's bytes (0: not measured).
   double optimizerBandwidth = 0;
-  double kernelOverhead = 0;  ///< Seconds of fixed cost per runtime kernel call (0: not measurable).
+  /// Seconds of fixed cost per runtime kernel call on the calling thread (rt::scale of 1 float,
+  /// whose parallel region its `if` keeps to one thread); 0: not measurable.
+  double kernelOverhead = 0;
+  /// Seconds of fixed cost per call that starts a team of the OpenMP threads (an empty parallel
+  /// region), paid in place of kernelOverhead; 0: not measured (protocol 5 and older).
+  double forkOverhead = 0;
+  /// The fixed cost of one call, threaded or not, as kernelTime adds it back
+  /// (passes/KernelTime.cpp, hostCallTime).
+  double callSeconds(bool threaded) const {
+    return threaded && forkOverhead > 0 ? forkOverhead : kernelOverhead;
+  }
   double transcendentalTime = 0; ///< Seconds per exp with all threads (exp − relu per element).
   /// Each unary kernel with transcendentals (rt::unary_fwd and rt::unary_bwd of gelu,
   /// gelu_tanh, silu, tanh, sigmoid, exp), forward and gradient: seconds per element with all
@@ -158,7 +179,8 @@ Result measure(const Options &options);
 
 /// The version of tally-measure's output that this build writes and reads; a change of its
 /// fields changes the number, and a tally refuses another version (the two are built together).
-constexpr int kProtocolVersion = 5; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth; 5: unary
+constexpr int kProtocolVersion = 6; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth; 5: unary;
+                                    // 6: fork_overhead
 
 /// tally-measure's output: every field of `r` the measurements set (not the interconnect, which
 /// tally measures itself) as one JSON object, {"protocol": "tally-measure", "version": 2, ...};

@@ -23,9 +23,12 @@
 // 3. Elementwise: rt::unary_fwd (relu) and rt::scale over the same size, kernels without
 //    transcendentals (those are priced apart, 5.); bytes = read + write.
 // 4. The fixed cost of a kernel call, measured directly (a difference of two timings of
-//    microseconds drowns in their noise): rt::scale on one element (the call, its checks and
-//    bookkeeping) plus an empty OpenMP parallel region on the runtime's threads (the fork and
-//    join a kernel above 4,096 elements pays); many single calls each.
+//    microseconds drowns in their noise), many single calls each: rt::scale on one element (the
+//    call, its checks and bookkeeping, and the parallel region its `if` keeps on the calling
+//    thread: kernel_overhead, what a kernel of 4,096 elements or fewer pays), and an empty
+//    OpenMP parallel region on the runtime's threads (the team's start and join: fork_overhead,
+//    what a kernel above 4,096 elements pays instead). On the 2-vCPU EPYC VM 1.2 and 2.7 us: a
+//    scale of 4,096 floats 2.5-3.0 us, of 4,097 (threaded) 3.8-4.1 us.
 // 5. Transcendentals: rt::unary_fwd exp minus the same kernel with relu (same loads, stores,
 //    call and threads), on cache-resident inputs spread over [−4, 4], per element: the seconds
 //    of one evaluation with all threads. The runtime's erf is a polynomial and at most one expf
@@ -41,8 +44,8 @@
 // 7. The target (Target.cpp, in tally, from this program's JSON): peak per dtype = the best FLOP/s measured; each sample's efficiency is what
 //    makes passes/StepTime.cpp's kernelTime return the measured time (with the fixed cost of
 //    the call taken out, since kernelTime adds it back); bandwidth = the triad;
-//    efficiency.elementwise = elementwise B/s ÷ triad B/s; kernel_overhead and transcendental
-//    from 4. and 5.; efficiency.attention from 6.: the attention's FLOPs (as the op rules count
+//    efficiency.elementwise = elementwise B/s ÷ triad B/s; kernel_overhead, fork_overhead and
+//    transcendental from 4. and 5.; efficiency.attention from 6.: the attention's FLOPs (as the op rules count
 //    them) at the fp32 peak over its time less its exps and two calls' fixed cost.
 #include "tools/calibrate/Calibrate.h"
 
@@ -478,7 +481,8 @@ Result measure(const Options &o) {
   }
   r.elementwiseBandwidth = 2.0 * 4.0 * double(n) * 2.0 / (timings.median(tRelu) + timings.median(tScale));
   r.optimizerBandwidth = 2.0 * 4.0 * 4.0 * double(n) / timings.median(tOptimizer);
-  r.kernelOverhead = timings.median(tCall) + timings.median(tFork);
+  r.kernelOverhead = timings.median(tCall);
+  r.forkOverhead = timings.median(tFork);
   r.transcendentalTime = std::max(0.0, timings.median(tExp) - timings.median(tRelu2)) / double(m);
   for (const UnaryTimings::Kernel &u : tUnary.kernels)
     r.unary.push_back({u.name, std::max(0.0, timings.median(u.forward) - timings.median(tRelu2)) / double(m),

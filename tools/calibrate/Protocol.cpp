@@ -2,7 +2,8 @@
 //   {"protocol": "tally-measure", "version": 3, "quick": false, "cpu_model": "...",
 //    "cores": 2, "threads": 2, "memory_bytes": ..., "load_average": ..., "seconds": ...,
 //    "triad_bandwidth": ..., "cache_bytes": ..., "cache_bandwidth": ...,
-//    "elementwise_bandwidth": ..., "optimizer_bandwidth": ..., "kernel_overhead": ..., "transcendental_time": ...,
+//    "elementwise_bandwidth": ..., "optimizer_bandwidth": ..., "kernel_overhead": ..., "fork_overhead": ...,
+//    "transcendental_time": ...,
 //    "unary": [{"op": "gelu", "forward": ..., "gradient": ...}, ...],
 //    "matmuls": [{"dtype": "fp32", "M": 64, "N": 64, "K": 64, "seconds": ...}, ...],
 //    "attention": {"B": 1, "H": 4, "S": 256, "hd": 64, "forward_seconds": ...,
@@ -34,8 +35,8 @@ using llvm::json::Value;
 std::string resultToJSON(const Result &r) {
   std::vector<double> numbers = {r.memoryBytes,    r.loadAverage,          r.seconds,
                                  r.triadBandwidth, r.cacheBytes,           r.cacheBandwidth,
-                                 r.elementwiseBandwidth, r.kernelOverhead, r.transcendentalTime,
-                                 r.optimizerBandwidth, r.attention.forwardSeconds, r.attention.backwardSeconds};
+                                 r.elementwiseBandwidth, r.kernelOverhead, r.forkOverhead,
+                                 r.transcendentalTime, r.optimizerBandwidth, r.attention.forwardSeconds, r.attention.backwardSeconds};
   for (const MatmulSample &m : r.matmuls)
     numbers.push_back(m.seconds);
   for (const AttentionSample &a : r.attentionShapes)
@@ -81,6 +82,7 @@ std::string resultToJSON(const Result &r) {
            {"elementwise_bandwidth", r.elementwiseBandwidth},
            {"optimizer_bandwidth", r.optimizerBandwidth},
            {"kernel_overhead", r.kernelOverhead},
+           {"fork_overhead", r.forkOverhead},
            {"transcendental_time", r.transcendentalTime},
            {"unary", std::move(unary)},
            {"matmuls", std::move(matmuls)},
@@ -127,7 +129,8 @@ std::string impossible(const Result &r) {
   if (r.cores < 1 || r.threads < 1)
     return "cores and threads must be at least 1";
   for (double x : {r.memoryBytes, r.seconds, r.triadBandwidth, r.cacheBytes, r.cacheBandwidth,
-                   r.elementwiseBandwidth, r.kernelOverhead, r.transcendentalTime, r.optimizerBandwidth,
+                   r.elementwiseBandwidth, r.kernelOverhead, r.forkOverhead, r.transcendentalTime,
+                   r.optimizerBandwidth,
                    r.attention.forwardSeconds, r.attention.backwardSeconds})
     if (x < 0)
       return "a size, rate or time is negative";
@@ -195,7 +198,7 @@ bool resultFromJSON(const std::string &text, Result &r, std::string &error) {
             o.map("cache_bandwidth", out.cacheBandwidth) &&
             o.map("elementwise_bandwidth", out.elementwiseBandwidth) &&
             o.map("optimizer_bandwidth", out.optimizerBandwidth) &&
-            o.map("kernel_overhead", out.kernelOverhead) &&
+            o.map("kernel_overhead", out.kernelOverhead) && o.map("fork_overhead", out.forkOverhead) &&
             o.map("transcendental_time", out.transcendentalTime) && o.map("unary", out.unary) &&
             o.map("matmuls", out.matmuls) &&
             o.map("attention", out.attention) && o.map("attention_shapes", out.attentionShapes) &&

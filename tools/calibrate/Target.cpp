@@ -90,7 +90,7 @@ double attentionEfficiency(const Result &r) {
   // 4·hd + 5 per score (QKᵀ, P·V, scale and softmax); backward 4·hd + 4 (dq) + 2·hd (dk) +
   // 2·hd (dv) + 2·hd + 5 (the recomputed scores and softmax). One exp per score each way.
   double flops = (14.0 * double(at.hd) + 14.0) * at.scores();
-  double work = seconds - 2 * at.scores() * r.transcendentalTime - 2 * r.kernelOverhead;
+  double work = seconds - 2 * at.scores() * r.transcendentalTime - 2 * r.callSeconds(at.threaded());
   if (work <= 0)
     return 0;
   return std::min(1.0, flops / peak / work);
@@ -140,7 +140,7 @@ std::vector<Point> attentionCurveOf(const Result &r) {
     double hd = double(a.hd), scores = a.scores();
     for (auto [flops, seconds] : {std::pair<double, double>{(4 * hd + 5) * scores, a.forwardSeconds},
                                   std::pair<double, double>{(10 * hd + 9) * scores, a.backwardSeconds}}) {
-      double work = seconds - scores * r.transcendentalTime - r.kernelOverhead;
+      double work = seconds - scores * r.transcendentalTime - r.callSeconds(a.threaded());
       if (seconds > 0 && work > 0)
         pts.push_back({flops, std::min(1.0, flops / peak / work)});
     }
@@ -160,7 +160,8 @@ std::vector<Point> curveOf(const Result &r, const std::string &dtype) {
     double bw = r.cacheBandwidth > 0 && m.bytes() <= r.cacheBytes ? r.cacheBandwidth : r.triadBandwidth;
     double model = std::max(m.flops() / peak, m.bytes() / bw);
     // kernelTime adds the call's fixed cost to model / efficiency: take it out here.
-    double work = m.seconds > r.kernelOverhead ? m.seconds - r.kernelOverhead : m.seconds;
+    const double call = r.callSeconds(m.threaded());
+    double work = m.seconds > call ? m.seconds - call : m.seconds;
     pts.push_back({m.flops(), std::min(1.0, model / work)});
   }
   return mergedCurve(std::move(pts));
@@ -189,8 +190,9 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << " GB/s; the optimizer (fp32 AdamW and zero_grad, 32 bytes an element): "
      << num(r.optimizerBandwidth / 1e9, 4) << " GB/s.\n"
      << "// Interconnect (data parallel over MPI): " << (r.linkNote.empty() ? "not measured" : r.linkNote) << ".\n"
-     << "// kernel_overhead: the fixed cost of one runtime kernel call (scale on 1 float + an empty\n"
-     << "// OpenMP region); transcendental: one exp with all threads (exp minus relu over 65536 floats);\n"
+     << "// kernel_overhead: the fixed cost of one runtime kernel call on the calling thread (scale\n"
+     << "// of 1 float); fork_overhead: a call's that starts the team of threads instead (an empty\n"
+     << "// OpenMP region; kernels over 4096 elements); transcendental: one exp with all threads (exp minus relu over 65536 floats);\n"
      << "// elementwise_time: each unary kernel with transcendentals per element, all threads, less\n"
      << "// relu's kernel in the same direction (forward, _grad: the gradient), on the same floats.\n"
      << "// Attention, fused causal fp32, B " << r.attention.B << " H " << r.attention.H << " S "
@@ -230,6 +232,7 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << (attn > 0 ? ", attention = " + num(std::max(attn, 1e-4), 4) : std::string()) << " }\n"
      << "  threads = " << r.threads << "\n"
      << (r.kernelOverhead > 0 ? "  kernel_overhead = " + num(r.kernelOverhead * 1e9, 4) + " ns\n" : "")
+     << (r.forkOverhead > 0 ? "  fork_overhead = " + num(r.forkOverhead * 1e9, 4) + " ns\n" : "")
      << (r.optimizerBandwidth > 0 ? "  optimizer_bandwidth = " + num(r.optimizerBandwidth / 1e9, 6) + " GB/s\n" : "")
      << (r.cacheBytes > 0 && r.cacheBandwidth > 0
              ? "  cache = " + num(r.cacheBytes / 1048576.0, 6) + " MiB\n  cache_bandwidth = " +
