@@ -55,7 +55,7 @@ double interpolateCurve(const std::vector<CurvePoint> &points, double flops);
 /// The elements above which the CPU runtime's kernels run on a team of OpenMP threads (their
 /// `#pragma omp parallel ... if (n > 4096)`, codegen/runtime/cpu); at or below it a call runs
 /// on the calling thread and starts no team (Target::forkOverhead; passes/KernelTime.cpp,
-/// hostForks; tally calibrate's samples, tools/calibrate).
+/// forkingCalls; tally calibrate's samples, tools/calibrate).
 constexpr double kForkElements = 4096;
 
 /// One device. Rates are per device, dense (no 2:4 sparsity), in base units.

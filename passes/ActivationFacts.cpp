@@ -275,6 +275,7 @@ Facts gatherFacts(const Analysis &a) {
       work.transcendentals = oa.forward.transcendentals;
       work.outsideBytes = flashOutsideBytes(a, o, false);
       work.measuredArithmetic = unaryArithmetic(a.plan->target, g, g.ops[o], false);
+      work.forks = forkingCalls(a.plan->target, g, g.ops[o], splits[o], work.calls);
       known = {true, c, splits[o],
                kernelTime(a.plan->target, c, oa.computeDtype, splitWork(work, splits[o]))};
     }

@@ -65,7 +65,8 @@ double generatedStepLocalTime(const Analysis &a, double G, double d) {
     copies.bytes = 2 * G / d + 2 * G; // the shard into G; every parameter out of G
     copies.calls = tensors / d + tensors;
     // rt::copy of a dense tensor starts a team from 1 MiB (below it one thread's memmove).
-    copies.forks = (1 + 1 / d) * trainableTensors(*a.graph, double(1 << 20) / bytesOf(dt));
+    if (plan.target.forkOverhead > 0)
+      copies.forks = (1 + 1 / d) * trainableTensors(*a.graph, double(1 << 20) / bytesOf(dt));
     t += kernelTime(plan.target, OpClass::Elementwise, dt, copies);
   }
   return t;

@@ -166,6 +166,9 @@ KernelWork attentionDecode(const AttentionOp &at, double act, double ratio, doub
              (at.self ? at.b * at.cacheWidth * ratio : 0)) *
             act;
   w.transcendentals = at.b * at.h * ctx;
+  // On the host a call over more than kForkElements starts the team of threads (forkingCalls;
+  // the cache it reads is its largest operand); ignored by targets that do not price it.
+  w.forks = at.b * ctx * at.cacheWidth > kForkElements ? w.calls : 0;
   return w;
 }
 
@@ -346,6 +349,7 @@ void inference(Analysis &a) {
     }
     KernelWork w = tokenwiseDecode(g, op, o, prompt);
     w.measuredArithmetic = unaryArithmetic(target, g, op, false) / prompt;
+    w.forks = forkingCalls(target, g, op, o.tensorSplit, w.calls, prompt);
     d.flops = w.flops;
     d.bytes = w.bytes;
     d.time = kernelTime(target, opClass(op.kind), o.computeDtype, splitWork(w, o.tensorSplit));

@@ -98,13 +98,21 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   return k;
 }
 
-bool hostForks(const Graph &g, const Op &op, double split) {
+double forkingCalls(const Target &t, const Graph &g, const Op &op, double split, double calls,
+                    double tokens) {
+  if (t.forkOverhead <= 0)
+    return 0;
   double largest = 0;
+  auto seen = [&](TensorId x) {
+    const Tensor &tensor = g.tensors[x];
+    const double n = numel(tensor.shape);
+    largest = std::max(largest, tensor.role == TensorRole::Param ? n : n / tokens);
+  };
   for (TensorId x : op.inputs)
-    largest = std::max(largest, numel(g.tensors[x].shape));
+    seen(x);
   for (TensorId x : op.outputs)
-    largest = std::max(largest, numel(g.tensors[x].shape));
-  return largest / std::max(1.0, split) > kForkElements;
+    seen(x);
+  return largest / std::max(1.0, split) > kForkElements ? calls : 0;
 }
 
 double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward) {

@@ -203,7 +203,7 @@ struct KernelWork {
   double calls = 1;           ///< kernel calls, each paying the target's kernelOverhead and
                               ///< taking at least its kernelLaunch
   double forks = 0;           ///< of `calls`, those that start a team of threads on the host
-                              ///< (hostForks), each paying forkOverhead in place of kernelOverhead
+                              ///< (forkingCalls), each paying forkOverhead in place of kernelOverhead
   /// A kernel known by measurement rather than by its op class (tally's own CUDA attention,
   /// forwardWork): the rate its arithmetic runs at (Invalid: the op's compute dtype's) and the
   /// fraction of it that it reaches (0: the target's efficiency for the op class).
@@ -227,11 +227,15 @@ struct KernelWork {
   /// at the peak and the transcendentals.
   double measuredArithmetic = 0;
 };
-/// KernelTime.cpp: whether op `op`'s kernels, with its tensors split `split` ways, start a team
-/// of threads on the host: its largest input or output has more than kForkElements elements
-/// (the elementwise, row and optimizer kernels' rule; a matmul's tiles and an attention's
-/// heads decide theirs, which this follows to within a call or two on small shapes).
-bool hostForks(const Graph &g, const Op &op, double split);
+/// KernelTime.cpp: of op `op`'s `calls` (its tensors split `split` ways), those that start a
+/// team of threads on the host (KernelWork::forks): all when its largest input or output has
+/// more than kForkElements elements (the elementwise, row and optimizer kernels' rule; a
+/// matmul's tiles and an attention's heads decide theirs, which this follows to within a call
+/// or two on small shapes), else none; none on a target without forkOverhead (every GPU),
+/// where the graph is not read. `tokens`: the graph's activations hold that many times a call's
+/// (a decode step's ops run on one token of each prompt's; parameters are whole).
+double forkingCalls(const Target &t, const Graph &g, const Op &op, double split, double calls,
+                    double tokens = 1);
 /// KernelTime.cpp: the seconds of unary op `op`'s arithmetic (its gradient's when `backward`)
 /// as the target measured its kind (Target::unaryTimes: elements × seconds per element); 0 for
 /// another op, or a kind the target did not measure.

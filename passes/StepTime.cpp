@@ -273,6 +273,7 @@ double flashOutsideBytes(const Analysis &a, OpId i, bool backward) {
   return bytes;
 }
 
+
 KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp8) {
   const FusedSavings &fused = a.fusedOf(i);
   KernelWork w;
@@ -281,7 +282,7 @@ KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp
   w.bytes = asFp8 && isFp8Gemm(a, i) ? fp8GemmOf(a, i).forward : w.bytes; // passes/Fp8.cpp
   w.transcendentals = o.forward.transcendentals;
   w.calls = 1 - fused.forwardCalls;
-  w.forks = hostForks(*a.graph, a.graph->ops[i], o.tensorSplit) ? w.calls : 0;
+  w.forks = forkingCalls(a.plan->target, *a.graph, a.graph->ops[i], o.tensorSplit, w.calls);
   w.outsideBytes = flashOutsideBytes(a, i, false);
   w.measuredArithmetic = unaryArithmetic(a.plan->target, *a.graph, a.graph->ops[i], false);
   return asRun(a, i, splitWork(w, o.tensorSplit), false);
@@ -295,7 +296,7 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asF
   w.bytes = asFp8 && isFp8Gemm(a, i) ? fp8GemmOf(a, i).backward : w.bytes;
   w.transcendentals = o.backwardTranscendentals;
   w.calls = o.backwardCalls - fused.backwardCalls;
-  w.forks = hostForks(*a.graph, a.graph->ops[i], o.tensorSplit) ? w.calls : 0;
+  w.forks = forkingCalls(a.plan->target, *a.graph, a.graph->ops[i], o.tensorSplit, w.calls);
   w.outsideBytes = flashOutsideBytes(a, i, true);
   if (o.backwardCalls > 0) // its unary_backward kernel
     w.measuredArithmetic = unaryArithmetic(a.plan->target, *a.graph, a.graph->ops[i], true);
@@ -410,8 +411,9 @@ double optimizerTime(const Analysis &a) {
   w.calls = trainableTensors(*a.graph) + 1 + (pp.lossScaling ? 1 : 0);
   // The updates of tensors above kForkElements start a team; zero_grad's fill and the overflow
   // check run over every gradient, in one call each.
-  w.forks = trainableTensors(*a.graph, kForkElements) +
-            (owned > kForkElements ? 1 + (pp.lossScaling ? 1 : 0) : 0);
+  if (plan.target.forkOverhead > 0)
+    w.forks = trainableTensors(*a.graph, kForkElements) +
+              (owned > kForkElements ? 1 + (pp.lossScaling ? 1 : 0) : 0);
   Dtype fp32 = plan.target.peakF32 > 0 ? Dtype::F32 : Dtype::TF32;
   const Target &t = plan.target;
   if (t.optimizerBandwidth <= 0)

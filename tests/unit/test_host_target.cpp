@@ -241,12 +241,16 @@ train t { model = M() batch = )" + std::to_string(batch) + R"( optimizer = AdamW
   };
   Compiled small(plan(2, true)), smallPlain(plan(2, false));
   const OpId mm = matmul(small);
-  CHECK(hostForks(small.g(), small.g().ops[mm], 1) == false);
+  const Target &smallT = small.a->plan->target;
+  CHECK(forkingCalls(smallT, small.g(), small.g().ops[mm], 1, 1) == 0);
   CHECK(small.a->ops[mm].forwardTime == Approx(smallPlain.a->ops[mm].forwardTime));
   CHECK(small.a->ops[mm].backwardTime == Approx(smallPlain.a->ops[mm].backwardTime));
   Compiled large(plan(128, true)), largePlain(plan(128, false));
-  CHECK(hostForks(large.g(), large.g().ops[mm], 1));
-  CHECK(hostForks(large.g(), large.g().ops[mm], 2) == false); // split in two: 4096 each
+  const Target &largeT = large.a->plan->target;
+  CHECK(forkingCalls(largeT, large.g(), large.g().ops[mm], 1, 3) == 3);
+  CHECK(forkingCalls(largeT, large.g(), large.g().ops[mm], 2, 3) == 0); // split in two: 4096 each
+  // A target that does not price them apart counts none.
+  CHECK(forkingCalls(largePlain.a->plan->target, large.g(), large.g().ops[mm], 1, 3) == 0);
   CHECK(large.a->ops[mm].forwardTime - largePlain.a->ops[mm].forwardTime == Approx(3e-6));
   REQUIRE(large.a->ops[mm].backwardCalls == 1);
   CHECK(large.a->ops[mm].backwardTime - largePlain.a->ops[mm].backwardTime == Approx(3e-6));

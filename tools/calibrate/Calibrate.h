@@ -36,7 +36,7 @@ struct MatmulSample {
   /// (M·K + K·N + M·N) × element bytes: what the time model counts for a matmul.
   double bytes() const;
   /// Whether the estimate counts the call as starting a team of threads (passes/KernelTime.cpp,
-  /// hostForks: an operand or the result above kForkElements).
+  /// forkingCalls: an operand or the result above kForkElements).
   bool threaded() const {
     return double(std::max({M * K, K * N, M * N})) > kForkElements;
   }
@@ -48,7 +48,7 @@ struct AttentionSample {
   double forwardSeconds = 0, backwardSeconds = 0; ///< The median call of each.
   /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/ops/Attention.cpp, computedFraction).
   double scores() const;
-  /// Whether the estimate counts each call as starting a team of threads (hostForks: q, k, v
+  /// Whether the estimate counts each call as starting a team of threads (forkingCalls: q, k, v
   /// and the output are [B, S, H·hd]).
   bool threaded() const { return double(B * S * H * hd) > kForkElements; }
 };
