@@ -38,6 +38,8 @@ std::string tensorName(llvm::StringRef path);
 std::string literal(llvm::StringRef s);
 /// A comment-safe copy: no newlines, no "*/", printable ASCII.
 std::string commentSafe(llvm::StringRef s);
+/// EmitStep.cpp: a schedule entry's kind as the step's comments name it ("forward", ...).
+const char *entryKind(StepEntry::Kind k);
 std::string list(llvm::ArrayRef<int64_t> v);
 std::string number(double v);
 /// The op class reports use ("matmul", "elementwise", ...) of an op's kernels (EmitStep.cpp).

@@ -79,6 +79,9 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
   const int64_t p = ps.stages, chunks = p * ps.interleave, m = ps.microBatches;
   chunkNow = k;
   body.clear();
+  std::map<uint32_t, const Analysis::FusedKernel *> fusedAt;
+  for (const Analysis::FusedKernel &f : a.fusion.kernels)
+    fusedAt[f.first] = &f;
   // A boundary move of storage x: at the entry where it is addressed, to or from rank `peer`.
   auto move = [&](TensorId x, int64_t entry, bool send, int64_t peer, int64_t boundary, int dir, const char *why) {
     if (entry < 0)
@@ -118,6 +121,14 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
     step = buffers.stepOf(e);
     if (opClass(op->kind) == OpClass::View)
       continue;
+    // A fused run (passes/Fusion.cpp keeps each in one chunk and one kind of entry), at its
+    // first entry; tensor x pipeline runs unfused (emitStep refuses --fuse with tensor > 1).
+    if (auto f = fusedAt.find(static_cast<uint32_t>(e)); f != fusedAt.end()) {
+      if (!fused(*f->second, entryKind(se.kind)) || !error.empty())
+        return false;
+      e += f->second->count - 1;
+      continue;
+    }
     if (!emitEntry(se))
       return false;
     tensorParallelAfter(e); // tensor x pipeline: the stage's all-reduces (EmitTensor.cpp)
@@ -233,6 +244,7 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
     std::string ns = "stage" + std::to_string(r) + "::";
     layouts += "    " + layoutRow(ns + "kParams", ns + "kInputs", rank.arenaBytes, r) + ",\n";
   }
+  stages = functors + stages; // the fused kernels' functors, which every rank's units may call
   regions = a.regions;
   index();
   std::string cases;

@@ -307,8 +307,7 @@ std::string Emitter::where(const Op &o) const {
   return w.empty() ? "" : " — " + commentSafe(w);
 }
 
-/// A schedule entry's kind as the step's comments name it.
-static const char *entryKind(StepEntry::Kind k) {
+const char *entryKind(StepEntry::Kind k) {
   static const char *const names[] = {"forward", "backward", "recompute", "optimizer"};
   return names[k];
 }

@@ -196,8 +196,21 @@ struct RunBuilder {
     if (bt.role == TensorRole::Input)
       return Range{3, 0, 0}; // read only: never written by a step op
     const Buffer *live = buffers.liveAt(b, step);
-    return live ? in(0, live->offset) : Range{};
+    if (!live)
+      return Range{};
+    if (chunks == nullptr)
+      return in(0, live->offset);
+    // A pipeline stage's arena: the buffer's offset in the run's chunk's slot (PipelineStep.cpp
+    // places each chunk's buffers again on their own), where the generated step has it.
+    const auto &slot = (*chunks)[chunk].offset;
+    auto it = slot.find(static_cast<uint32_t>(live - a.buffers.data()));
+    return it == slot.end() ? Range{} : in(0, it->second);
   }
+
+  /// The generated pipeline step's chunks (Analysis::pipelineStep; null without one) and the
+  /// chunk of the run being built: a run never leaves its chunk, whose unit runs it.
+  const std::vector<Analysis::PipelineStep::Chunk> *chunks = nullptr;
+  uint32_t chunk = 0;
 
   // The run being built.
   StepEntry::Kind kind = StepEntry::Forward;
@@ -424,11 +437,17 @@ void fuseKernels(Analysis &a) {
   const Graph &s = *a.step;
   BufferIndex buffers(a);
   RunBuilder run(a, buffers);
+  const auto &ps = a.pipelineStep;
+  if (!ps.chunks.empty())
+    run.chunks = &ps.chunks;
+  // The chunk a pipelined step runs entry e in (0 without stages).
+  auto chunkOf = [&](size_t e) { return run.chunks ? ps.chunkOfOp[a.stepSchedule[e].op] : 0; };
 
   auto unread = [&](uint32_t i) { return unreadAfter(a, buffers, run, run.first + i, run.first + run.count - (run.norm ? 2 : 1)); };
   std::vector<bool> consumed(a.stepSchedule.size(), false);
   for (size_t e = 0; e + 1 < a.stepSchedule.size(); ++e) {
-    if (!biasEpilogue(a, buffers, run, e))
+    run.chunk = chunkOf(e);
+    if (chunkOf(e + 1) != run.chunk || !biasEpilogue(a, buffers, run, e))
       continue;
     // The add's whole traffic (the product read, the bias read, its output written, now by the
     // matmul instead of the product) and its launch.
@@ -470,7 +489,7 @@ void fuseKernels(Analysis &a) {
       a.fusion.elementwiseOps += fusableElementwise(s, op) ? 1 : 0;
       continue;
     }
-    if (run.count > 0 && se.kind == run.kind && run.normJoins(op, buffers.stepOf(e))) {
+    if (run.count > 0 && se.kind == run.kind && chunkOf(e) == run.chunk && run.normJoins(op, buffers.stepOf(e))) {
       run.addNorm(op);
       close();
       continue;
@@ -484,9 +503,10 @@ void fuseKernels(Analysis &a) {
     TensorId y = op.outputs[0];
     int64_t n = checkedNumel(s.tensors[y].shape).value_or(-1);
     bool continues = run.count > 0 && run.count < 64 && se.kind == run.kind && n == run.n && s.tensors[y].dtype == run.dtype &&
-                     run.joins(op, step);
+                     chunkOf(e) == run.chunk && run.joins(op, step);
     if (!continues) {
       close();
+      run.chunk = chunkOf(e);
       if (!run.joins(op, step))
         continue;
       run.kind = se.kind;

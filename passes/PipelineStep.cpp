@@ -4,8 +4,11 @@
 // 1. Stages: the forward ops go to the p·v chunks as the estimate puts them (chunkOfOps, the rule
 //    of stageTimes: whole repeat copies in balanced counts, the embedding with the first, the
 //    head and loss with the last), chunk k on rank k mod p; each backward op to its forward op's
-//    chunk, the loss gradient's fill to the last. The order each rank runs its forwards and
-//    backwards is pipelineOrder's, the order PipelineTimeline simulates.
+//    chunk, the loss gradient's fill to the last; a Recompute entry (a checkpointed segment's
+//    forward, re-run) to its op's chunk, run in the backward unit before the segment's backward
+//    ops as the schedule orders them. The order each rank runs its forwards and backwards is
+//    pipelineOrder's, the order PipelineTimeline simulates. Fused kernels (Fusion.cpp, after this
+//    pass) are formed inside one chunk, against its slot's offsets.
 // 2. What crosses: an activation made on chunk k and read on chunk k + 1 is sent forward after
 //    chunk k's forward of a micro-batch, its gradient back after chunk k + 1's backward. Each
 //    boundary must carry exactly what the estimate prices (stageBoundaryBytes, both ways); a
@@ -274,11 +277,6 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   if (par.data > 1 && par.zero == 1 && plan.precision.master != Dtype::Invalid)
     return "the generated step runs data x pipeline with ZeRO-1 only without a separate fp32 master copy (this "
            "plan's precision keeps one): master shards are not cut from each stage's regions yet";
-  if (plan.fuseKernels)
-    return std::string("the generated pipeline step runs without fused kernels (build it ") +
-           (plan.cudaStep ? "with --fuse=false)" : "without --fuse)");
-  if (a.checkpoint.policy != "none")
-    return "the generated pipeline step does not recompute activations (checkpoint = " + a.checkpoint.policy + ")";
   if (m < 1 || plan.batch % (plan.microBatch * std::max<int64_t>(1, par.data)) != 0)
     return "the batch is not a whole number of micro-batches";
   if (v > 1 && m % p != 0)

@@ -15,8 +15,8 @@
 # runtime's come from the library at the link. Unset: the step builds exactly as a user's does.
 # Then the steps whose folder equals one of those (TALLY_CUDA_STEP_SWAPS, default "llama dp:dp2o
 # dp:dp2z dp:tp2 dp:pp2": the Llama block; dp2o overlapping the reduction with the backward, dp2z
-# with ZeRO-1; tensor and pipeline parallelism, issue 39 item 7, built with --fuse=false as those
-# steps require, TALLY_CUDA_STEP_UNFUSED): each is generated into its own folder, whose
+# with ZeRO-1; tensor and pipeline parallelism, issue 39 item 7, tensor built with --fuse=false as
+# it requires, TALLY_CUDA_STEP_UNFUSED, the pipeline with the default fused kernels): each is generated into its own folder, whose
 # CMakeLists.txt and runtime must equal a configured model's (the same build), and its step.cu is
 # swapped into that model's configured build, which recompiles step.cu alone and relinks (not a
 # second CMake configure, ~4 s of CPU each, or driver); the binary is copied back to its folder.
@@ -97,7 +97,7 @@ for entry in ${TALLY_CUDA_STEP_MODELS:-gpt dp:dp2}; do
   echo "$entry: step.cu and driver_cuda.cu compiled and linked for sm_90, $how, in $(( $(date +%s) - start )) s (not run: no GPU)"
 done
 
-unfused=" ${TALLY_CUDA_STEP_UNFUSED-dp:tp2 dp:pp2} "
+unfused=" ${TALLY_CUDA_STEP_UNFUSED-dp:tp2} "
 for entry in ${TALLY_CUDA_STEP_SWAPS-llama dp:dp2o dp:dp2z dp:tp2 dp:pp2}; do
   fuse=()
   [[ "$unfused" == *" $entry "* ]] && fuse=(--fuse=false)

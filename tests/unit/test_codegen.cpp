@@ -973,6 +973,52 @@ TEST_CASE("codegen: the pipeline step runs the estimate's stages in the timeline
   }
 }
 
+TEST_CASE("codegen: the pipeline step's fused kernels stay in one stage, placed as the stage places them",
+          "[codegen][pipeline]") {
+  // dp.tally's pp2 with --fuse: the residual add that ends a block is fused with the next
+  // block's norm (forward), except at the stage boundary, where the add runs on stage 0 and the
+  // norm on stage 1; every run's entries are of one stage and one kind.
+  std::string dp = sourceDir() + "/tests/step/e2e/dp.tally";
+  PlanOverrides o;
+  o.generatedStep = true;
+  o.fuseKernels = true;
+  o.target = "2 x H100_SXM { pipeline = 2 }";
+  Compiled run(fromFile, dp, "pp2", o);
+  const Analysis &a = *run.a;
+  const auto &ps = a.pipelineStep;
+  REQUIRE(ps.error.empty());
+  REQUIRE(a.fusion.enabled);
+  REQUIRE(!a.fusion.kernels.empty());
+  auto entryOf = [&](OpId forward) {
+    for (uint32_t e = 0; e < a.stepSchedule.size(); ++e)
+      if (a.stepSchedule[e].op == forward && a.stepSchedule[e].kind == StepEntry::Forward)
+        return e;
+    FAIL("no forward entry");
+    return uint32_t(0);
+  };
+  auto kernelAt = [&](uint32_t e) -> const Analysis::FusedKernel * {
+    for (const Analysis::FusedKernel &k : a.fusion.kernels)
+      if (k.first <= e && e < k.first + k.count)
+        return &k;
+    return nullptr;
+  };
+  for (const Analysis::FusedKernel &k : a.fusion.kernels)
+    for (uint32_t e = k.first; e < k.first + k.count; ++e) {
+      CHECK(ps.chunkOfOp[a.stepSchedule[e].op] == ps.chunkOfOp[a.stepSchedule[k.first].op]);
+      CHECK(a.stepSchedule[e].kind == a.stepSchedule[k.first].kind);
+    }
+  // Inside stage 0: h[0]'s last add ends in h[1]'s first norm. At the boundary: h[1]'s add is
+  // in no run with h[2]'s norm.
+  const Analysis::FusedKernel *inside = kernelAt(entryOf(run.op("h[0].add#2")));
+  REQUIRE(inside != nullptr);
+  CHECK(inside == kernelAt(entryOf(run.op("h[1].ln1.layer_norm"))));
+  CHECK(inside->norm);
+  const Analysis::FusedKernel *boundary = kernelAt(entryOf(run.op("h[1].add#2")));
+  CHECK((boundary == nullptr || boundary != kernelAt(entryOf(run.op("h[2].ln1.layer_norm")))));
+  CHECK(ps.chunkOfOp[run.op("h[1].add#2")] == 0);
+  CHECK(ps.chunkOfOp[run.op("h[2].ln1.layer_norm")] == 1);
+}
+
 TEST_CASE("codegen: data x pipeline prices each stage's data group apart (issue 39 item 4)", "[codegen][pipeline]") {
   // dp.tally's dp2pp2 on 4 ranks (pipeline = 2, data = 2 derived): each pipeline runs 2 of the 4
   // micro-batches; each stage's data group all-reduces that stage's grads region, which a ring

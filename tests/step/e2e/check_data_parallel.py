@@ -154,7 +154,7 @@ RTOL_ZERO = 1e-5
 RTOL_BF16 = 1e-4  # the loss of mixed bf16 runs whose gradients' bf16 sums associate differently
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
          "dp2tp2z2", "dp2tp2z3", "dp2tp2_bf16", "dp2tp2z_bf16", "dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2sp",
-         "dp2tp2spz", "pp1", "pp2", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2", "dp2tp2pp2", "dp2tp2pp2z"]
+         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2", "dp2tp2pp2", "dp2tp2pp2z"]
 RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4,
          "dp2pp2": 4, "dp2pp2z": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
@@ -162,7 +162,7 @@ RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
 # dp2pp2: pp2's stages on each of its 2 data ranks, rank r running stage r % 2 (the default order
 # puts the stages inside the data ranks), each pipeline 2 of the 4 micro-batches.
-STAGES = {"pp2": [[0, 1], [2, 3]], "pp2v2": [[0, 2], [1, 3]], "dp2pp2": [[0, 1], [2, 3]],
+STAGES = {"pp2": [[0, 1], [2, 3]], "pp2ckpt": [[0, 1], [2, 3]], "pp2v2": [[0, 2], [1, 3]], "dp2pp2": [[0, 1], [2, 3]],
           "dp2pp2z": [[0, 1], [2, 3]]}
 BOUNDARY = 2 * 16 * 32 * 4  # one micro-batch's residual stream [2, 16, 32] fp32
 MICRO = 4  # 8 sequences in micro-batches of 2
@@ -442,6 +442,22 @@ def sequence_bytes(p, sent, weights, micro, result):
     return derived
 
 
+def pipeline_recompute(runs, result):
+    """pp2ckpt (pp2 with checkpoint = full, built with --fuse): every rank re-runs its blocks'
+    forward in its backward units (more matmul and attention calls than pp2's), runs fused kernels
+    (none across its stage's boundary: the checks on the plan's fusion are test_pipeline_step's),
+    and holds less than pp2 at once: its arena is smaller on every rank."""
+    plain, ckpt = runs["pp2"][0], runs["pp2ckpt"][0]
+    for q in range(2):
+        a0, a1 = plain["measured"]["per_rank"][q]["arena_bytes"], ckpt["measured"]["per_rank"][q]["arena_bytes"]
+        result("pp2ckpt rank %d arena below pp2's" % q, 0 < a1 < a0, "%d B with recompute, %d B without" % (a1, a0))
+    calls = lambda r, k: sum(c["calls"] for c in r["measured"].get("kernels", []) if c["name"] == k)
+    for k in ["attention_fwd", "fused"]:
+        n0, n1 = calls(plain, k), calls(ckpt, k)
+        want = n1 > n0 if k == "attention_fwd" else n1 > 0 and n0 == 0
+        result("pp2ckpt %s calls" % k, want, "%d calls with recompute and --fuse, %d in pp2" % (n1, n0))
+
+
 def pipeline_stages(runs, weights, result):
     """pp2, pp2v2, dp2pp2: each rank's arena, regions and sent bytes against the estimate's for that
     rank, its params region derived from the shapes of the tensors its stage holds, its sent bytes
@@ -523,6 +539,8 @@ def main():
             trace = os.path.join(work, p + "-trace.json")
             if p == "dp2o":  # a trace with a track per rank, the buckets' reductions among the backward
                 cmd += ["--trace", trace]
+            if p == "pp2ckpt":  # pipeline stages with recompute and fused kernels
+                cmd += ["--fuse"]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 result(p + " run", False, "exit %d: %s" % (r.returncode, r.stderr[-3000:]))
@@ -552,7 +570,7 @@ def main():
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
                         ("tp2sp", RTOL_ZERO),
                         ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2z2", RTOL_ZERO),
-                        ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
+                        ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2ckpt", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
                         ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO),
                         ("dp2tp2pp2", RTOL_ZERO), ("dp2tp2pp2z", RTOL_ZERO)]:
             if p not in runs:
@@ -573,13 +591,15 @@ def main():
         tensor_cuts(runs, base_w, result)
         tensor_zero(runs, base_w, result)
         tensor_master(runs, base_w, result)
+        if "pp2" in runs and "pp2ckpt" in runs:
+            pipeline_recompute(runs, result)
         if "pp1" in runs:
             pipeline_stages(runs, runs["pp1"][1], result)
             tensor_pipeline(runs, runs["pp1"][1], result)
             grid(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
                             ("dp2tp2", "dp2tp2z"), ("dp2tp2z2", "dp2tp2z3"), ("dp2tp2_bf16", "dp2tp2z_bf16"),
-                            ("dp2tp2z2_bf16", "dp2tp2z3_bf16"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z"),
+                            ("dp2tp2z2_bf16", "dp2tp2z3_bf16"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z"), ("pp2", "pp2ckpt"),
                             ("dp2tp2pp2", "dp2tp2pp2z")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
