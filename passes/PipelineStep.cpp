@@ -23,8 +23,9 @@
 // 4. Data x pipeline (data = d > 1, without ZeRO or with ZeRO-1): every data rank runs the same
 //    stages on its batch / d rows (m micro-batches of its own); each stage's data group averages
 //    that stage's grads region after the last backward (under ZeRO-1 reduce-scatters it, each
-//    rank updating its ⌈E/d⌉ elements, Rank::shard, and gathers the parameters back), priced per
-//    stage (StepTime.cpp, CollectiveUse::stage).
+//    rank updating its ⌈E/d⌉ elements, Rank::shard, with their optimizer states and fp32 master
+//    copies, and gathers the parameters back), priced per stage (StepTime.cpp,
+//    CollectiveUse::stage).
 // 5. Tensor x pipeline (tensor = t > 1, Plan::tensorStep; 1F1B): the step graph is one tensor
 //    rank's shard (TensorShard.cpp), so the stages, slots and regions above are one tensor rank's
 //    of each stage. A boundary moves as the estimate prices it (boundarySend) and Megatron's
@@ -188,9 +189,10 @@ bool holdings(Analysis &a, const std::vector<uint32_t> &forwardChunk) {
       ps.error = "a stage's regions pass 2^63 - 1 bytes";
       return false;
     }
-    // Data x pipeline under ZeRO-1 (no master copy: unsupported refuses one): the stage's grads
-    // region split over its data group as the memory plan splits a whole model's (MemoryPlan.cpp),
-    // each optimizer state one run of ⌈E / d⌉ elements.
+    // Data x pipeline under ZeRO-1: the stage's grads region split over its data group as the
+    // memory plan splits a whole model's (MemoryPlan.cpp), each optimizer state one run of
+    // ⌈E / d⌉ elements, and a separate fp32 master copy the same run (the rank's shard of the
+    // stage's master in its grads region's element order).
     if (d > 1 && plan.parallel.zero == 1 && bg > 0) {
       const int64_t elems = r.grads.bytes / bg;
       r.shard = elems / d + (elems % d != 0);
@@ -205,6 +207,17 @@ bool holdings(Analysis &a, const std::vector<uint32_t> &forwardChunk) {
       r.optimizer = Region();
       r.optimizer.dtype = plan.precision.optimizer;
       r.optimizer.bytes = *all;
+      if (plan.precision.master != Dtype::Invalid) {
+        std::optional<int64_t> m = checkedMul(r.shard, static_cast<int64_t>(bytesOf(plan.precision.master)));
+        std::optional<int64_t> mrun = m ? checkedAlignUp(*m) : std::nullopt;
+        if (!mrun) {
+          ps.error = "a stage's master shard passes 2^63 - 1 bytes";
+          return false;
+        }
+        r.master = Region();
+        r.master.dtype = plan.precision.master;
+        r.master.bytes = *mrun;
+      }
     }
   }
   return true;
@@ -274,9 +287,6 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   if (par.data > 1 && par.zero >= 2)
     return "the generated step runs data x pipeline without ZeRO or with ZeRO-1, not ZeRO " + std::to_string(par.zero) +
            ": each stage's gradient and parameter pieces are not run over its data group yet";
-  if (par.data > 1 && par.zero == 1 && plan.precision.master != Dtype::Invalid)
-    return "the generated step runs data x pipeline with ZeRO-1 only without a separate fp32 master copy (this "
-           "plan's precision keeps one): master shards are not cut from each stage's regions yet";
   if (m < 1 || plan.batch % (plan.microBatch * std::max<int64_t>(1, par.data)) != 0)
     return "the batch is not a whole number of micro-batches";
   if (v > 1 && m % p != 0)

@@ -686,10 +686,11 @@ struct WholeModel {
   /// its stage's parameters: eachState skips the others; under data × tensor with ZeRO 2 and 3
   /// its data rank's pieces of them), its stage's parameters, or its ZeRO 2 and 3 pieces.
   void part(Memory &shards, int rank, bool grads, bool toShards) {
-    if (kLayout.tensor > 1 && kLayout.zero == 1 && !grads && shardedMaster()) {
-      // Data × tensor, ZeRO-1 with a separate master: the rank's master region is its data
-      // rank's shard of its tensor cut's whole master (kLayout.ranks × shard elements, in its
-      // cut's grads region's order), as its optimizer region is of the optimizer state.
+    if ((kLayout.tensor > 1 || kLayout.pipeline > 1) && kLayout.zero == 1 && !grads && shardedMaster()) {
+      // Data × tensor or data × pipeline, ZeRO-1 with a separate master: the rank's master
+      // region is its data rank's shard of its tensor cut's (or its stage's) whole master
+      // (kLayout.ranks × shard elements, in that cut's or stage's grads region's order), as its
+      // optimizer region is of the optimizer state.
       std::vector<float> cut(wholeMasterBytes() / sizeof(float), 0.0f);
       float *mine = cut.data() + dataRankOf(rank) * kLayout.shard;
       const size_t bytes = static_cast<size_t>(kLayout.shard) * sizeof(float);
@@ -697,7 +698,10 @@ struct WholeModel {
       m.master = reinterpret_cast<uint8_t *>(cut.data());
       if (!toShards)
         std::memcpy(mine, shards.master, bytes);
-      tensorCuts(m, tensorRankOf(rank), dataRankOf(rank), grads, toShards);
+      if (kLayout.tensor > 1)
+        tensorCuts(m, tensorRankOf(rank), dataRankOf(rank), grads, toShards);
+      else
+        stageParts(m, grads, toShards);
       if (toShards)
         std::memcpy(shards.master, mine, bytes);
       return;

@@ -154,9 +154,9 @@ RTOL_ZERO = 1e-5
 RTOL_BF16 = 1e-4  # the loss of mixed bf16 runs whose gradients' bf16 sums associate differently
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
          "dp2tp2z2", "dp2tp2z3", "dp2tp2_bf16", "dp2tp2z_bf16", "dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2sp",
-         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "tp2pp2", "dp2tp2pp2", "dp2tp2pp2z"]
+         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "dp2tp2pp2", "dp2tp2pp2z"]
 RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4,
-         "dp2pp2": 4, "dp2pp2z": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
+         "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -442,6 +442,34 @@ def sequence_bytes(p, sent, weights, micro, result):
     return derived
 
 
+def pipeline_master(runs, weights, result):
+    """dp2pp2_bf16 and dp2pp2z_bf16 (mixed bf16, AdamW, data x pipeline): each rank's arena and
+    regions equal the estimate's for that rank, and its regions derived from the tensors its
+    stage holds (dp2pp2's stages): bf16 params and grads, each tensor padded to 256 B (P each);
+    without ZeRO an fp32 master and two fp32 AdamW states per tensor (3 M, M = the tensors' fp32
+    bytes padded); under ZeRO-1 the rank's shard of the stage's E = P / 2 grads elements,
+    ceil(E / 2) fp32 elements padded to 256 B, for the master and for each state."""
+    for p in ["dp2pp2_bf16", "dp2pp2z_bf16"]:
+        if p not in runs:
+            continue
+        erows, grows = runs[p][0]["estimated"].get("per_rank", []), runs[p][0]["measured"].get("per_rank", [])
+        if len(erows) != 4 or len(grows) != 4:
+            result(p + " per-rank rows", False, "estimated %s, measured %s" % (erows, grows))
+            continue
+        for q in range(4):
+            r, e, g = q % 2, erows[q], grows[q]
+            result("%s rank %d arena and regions" % (p, q),
+                   e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
+                   "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"],
+                                                              g["arena_bytes"], g["regions_bytes"]))
+            held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in STAGES["dp2pp2"][r]]
+            sizes = [int(np.prod(t.shape)) for n, t in weights.items() if n.startswith(tuple(held))]
+            params = sum(align(2 * n) for n in sizes)
+            master = sum(align(4 * n) for n in sizes) if p == "dp2pp2_bf16" else align(4 * ((params // 2 + 1) // 2))
+            result("%s rank %d regions are its stage's" % (p, q), g["regions_bytes"] == 2 * params + 3 * master,
+                   "regions %d B, derived 2 x %d + 3 x %d B" % (g["regions_bytes"], params, master))
+
+
 def pipeline_recompute(runs, result):
     """pp2ckpt (pp2 with checkpoint = full, built with --fuse): every rank re-runs its blocks'
     forward in its backward units (more matmul and attention calls than pp2's), runs fused kernels
@@ -594,12 +622,15 @@ def main():
         if "pp2" in runs and "pp2ckpt" in runs:
             pipeline_recompute(runs, result)
         if "pp1" in runs:
+            pipeline_master(runs, runs["pp1"][1], result)
+        if "pp1" in runs:
             pipeline_stages(runs, runs["pp1"][1], result)
             tensor_pipeline(runs, runs["pp1"][1], result)
             grid(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
                             ("dp2tp2", "dp2tp2z"), ("dp2tp2z2", "dp2tp2z3"), ("dp2tp2_bf16", "dp2tp2z_bf16"),
                             ("dp2tp2z2_bf16", "dp2tp2z3_bf16"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z"), ("pp2", "pp2ckpt"),
+                            ("dp2pp2_bf16", "dp2pp2z_bf16"),
                             ("dp2tp2pp2", "dp2tp2pp2z")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
