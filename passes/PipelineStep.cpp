@@ -278,9 +278,6 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   if (par.tensor > 1 && par.sequenceParallel)
     return "the generated step runs tensor x pipeline without sequence_parallel (a boundary split along the "
            "sequence is not sent yet)";
-  if (par.tensor > 1 && v > 1)
-    return "the generated step runs tensor x pipeline with the 1F1B schedule, not interleaved yet (no end-to-end "
-           "check runs tensor x interleave)";
   if (par.tensor > 1 && (!plan.tensorStep || !a.tensorStepError.empty()))
     return "the plan's tensor parallelism is not one the generated step runs" +
            (a.tensorStepError.empty() ? std::string() : ": " + a.tensorStepError);

@@ -154,9 +154,9 @@ RTOL_ZERO = 1e-5
 RTOL_BF16 = 1e-4  # the loss of mixed bf16 runs whose gradients' bf16 sums associate differently
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
          "dp2tp2z2", "dp2tp2z3", "dp2tp2_bf16", "dp2tp2z_bf16", "dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2sp",
-         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "dp2tp2pp2", "dp2tp2pp2z"]
+         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "dp2tp2pp2", "dp2tp2pp2z"]
 RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4,
-         "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
+         "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2v2": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -205,43 +205,48 @@ CUT = ("qkv.weight", "qkv.b", "fc.weight", "fc.b", "attn.proj.weight", "mlp.proj
 
 
 def tensor_pipeline(runs, weights, result):
-    """tp2pp2: rank q is tensor rank q % 2 of stage q // 2 (the default order, tensor innermost).
-    Each rank's regions are the tensor cuts of its stage's tensors; its bytes, per group, derived:
-    per micro-batch its stage's 2 blocks' 4 all-reduces of a [2, 16, 32] fp32 message (a ring of 2
-    sends the message's bytes once) and the all-gather of the boundary it receives (half of it);
-    to its pipeline half a boundary per micro-batch and the whole tied wte gradient."""
-    if "tp2pp2" not in runs:
-        return
-    est, got = runs["tp2pp2"][0]["estimated"], runs["tp2pp2"][0]["measured"]
-    erows, grows = est.get("per_rank", []), got.get("per_rank", [])
-    if len(erows) != 4 or len(grows) != 4:
-        result("tp2pp2 per-rank rows", False, "estimated %s, measured %s" % (erows, grows))
-        return
-    by = got.get("sent_bytes_by_group", {})
-    for q in range(4):
-        r = q // 2
-        e, g = erows[q], grows[q]
-        result("tp2pp2 rank %d arena and regions" % q,
-               e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
-               "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"], g["arena_bytes"],
-                                                          g["regions_bytes"]))
-        held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in STAGES["pp2"][r]]
-        params = sum(align(4 * (int(np.prod(t.shape)) // (2 if n.endswith(CUT) else 1)))
-                     for n, t in weights.items() if n.startswith(tuple(held)))
-        result("tp2pp2 rank %d regions are its stage's cuts" % q, g["regions_bytes"] == 3 * params,
-               "regions %d B, derived 3 x %d B" % (g["regions_bytes"], params))
-        derived = {"tensor": MICRO * (2 * 4 * BOUNDARY + BOUNDARY // 2),
-                   "pipeline": MICRO * BOUNDARY // 2 + int(np.prod(weights["wte.weight"].shape)) * 4, "data": 0}
-        eby = e.get("sent_bytes_by_group", {})
-        for grp in ["data", "tensor", "pipeline"]:
-            counted = (by.get(grp) or [None] * 4)[q]
-            result("tp2pp2 rank %d %s-group bytes" % (q, grp), counted == eby.get(grp) == derived[grp],
-                   "counted %s, estimated %s, derived %d" % (counted, eby.get(grp), derived[grp]))
-        sent = (got.get("sent_bytes") or [None] * 4)[q]
-        result("tp2pp2 rank %d bytes sent" % q, sent == e["sent_bytes"] == sum(derived.values()),
-               "counted %s, estimated %.0f, derived %d" % (sent, e["sent_bytes"], sum(derived.values())))
-        result("tp2pp2 rank %d idle beside the bubble" % q, g["idle_s"] >= 0 and e["bubble_s"] > 0,
-               "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
+    """tp2pp2 and tp2pp2v2 (interleave = 2): rank q is tensor rank q % 2 of stage q // 2 (the
+    default order, tensor innermost). Each rank's regions are the tensor cuts of its stage's
+    tensors (pp2's layers, or pp2v2's chunks); its bytes, per group, derived: per micro-batch its
+    stage's 2 blocks' 4 all-reduces of a [2, 16, 32] fp32 message (a ring of 2 sends the
+    message's bytes once) and the all-gather of each boundary it receives (half of it); to its
+    pipeline half a boundary per micro-batch for each boundary of its chunks, and the whole tied
+    wte gradient."""
+    for p, layers, chunks in [("tp2pp2", STAGES["pp2"], 1), ("tp2pp2v2", STAGES["pp2v2"], 2)]:
+        if p not in runs:
+            continue
+        est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
+        erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+        if len(erows) != 4 or len(grows) != 4:
+            result(p + " per-rank rows", False, "estimated %s, measured %s" % (erows, grows))
+            continue
+        by = got.get("sent_bytes_by_group", {})
+        for q in range(4):
+            r = q // 2
+            e, g = erows[q], grows[q]
+            result("%s rank %d arena and regions" % (p, q),
+                   e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
+                   "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"],
+                                                              g["arena_bytes"], g["regions_bytes"]))
+            held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
+            params = sum(align(4 * (int(np.prod(t.shape)) // (2 if n.endswith(CUT) else 1)))
+                         for n, t in weights.items() if n.startswith(tuple(held)))
+            result("%s rank %d regions are its stage's cuts" % (p, q), g["regions_bytes"] == 3 * params,
+                   "regions %d B, derived 3 x %d B" % (g["regions_bytes"], params))
+            boundaries = sum((k * 2 + r + 1 < 2 * chunks) + (k * 2 + r > 0) for k in range(chunks))
+            derived = {"tensor": MICRO * (2 * 4 * BOUNDARY + boundaries * BOUNDARY // 2),
+                       "pipeline": MICRO * boundaries * BOUNDARY // 2 + int(np.prod(weights["wte.weight"].shape)) * 4,
+                       "data": 0}
+            eby = e.get("sent_bytes_by_group", {})
+            for grp in ["data", "tensor", "pipeline"]:
+                counted = (by.get(grp) or [None] * 4)[q]
+                result("%s rank %d %s-group bytes" % (p, q, grp), counted == eby.get(grp) == derived[grp],
+                       "counted %s, estimated %s, derived %d" % (counted, eby.get(grp), derived[grp]))
+            sent = (got.get("sent_bytes") or [None] * 4)[q]
+            result("%s rank %d bytes sent" % (p, q), sent == e["sent_bytes"] == sum(derived.values()),
+                   "counted %s, estimated %.0f, derived %d" % (sent, e["sent_bytes"], sum(derived.values())))
+            result("%s rank %d idle beside the bubble" % (p, q), g["idle_s"] >= 0 and e["bubble_s"] > 0,
+                   "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
 
 
 def rank_checks(p, run, ranks, regions, derived, result, note=""):
@@ -599,7 +604,7 @@ def main():
                         ("tp2sp", RTOL_ZERO),
                         ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2z2", RTOL_ZERO),
                         ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2ckpt", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
-                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO),
+                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO), ("tp2pp2v2", RTOL_ZERO),
                         ("dp2tp2pp2", RTOL_ZERO), ("dp2tp2pp2z", RTOL_ZERO)]:
             if p not in runs:
                 continue
