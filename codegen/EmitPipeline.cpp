@@ -79,6 +79,8 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
   const int64_t p = ps.stages, chunks = p * ps.interleave, m = ps.microBatches;
   chunkNow = k;
   body.clear();
+  gatheredNow.clear(); // a unit gathers afresh: another unit may have written the buffers since
+  inBackward = false;
   std::map<uint32_t, const Analysis::FusedKernel *> fusedAt;
   for (const Analysis::FusedKernel &f : a.fusion.kernels)
     fusedAt[f.first] = &f;
@@ -92,12 +94,14 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
     site(send ? "pipeline.send" : "pipeline.recv", send ? "communication" : "bubble");
     std::string p0 = ptr(x);
     // Tensor x pipeline: each tensor rank moves its 1/t piece, the receiver all-gathers the rest
-    // from its tensor group (Megatron's scatter/gather, as boundarySend prices it).
-    const char *piece = tensorParallel() ? "_piece" : "";
+    // from its tensor group (Megatron's scatter/gather, as boundarySend prices it); under
+    // sequence parallelism the boundary is already the rank's 1/t of the tokens: moved as it is.
+    const bool scatter = tensorParallel() && !sequenceParallel();
+    const char *piece = scatter ? "_piece" : "";
     line(llvm::formatv("tally_comm::pp_{0}{7}<{1}>(ctx, {2}, {3}, {4}, {5} + static_cast<int>(mb){6});",
                        send ? "send" : "recv", T(x), p0, n(x), peer, (2 * boundary + dir) * m, send ? ", key" : "", piece)
              .str());
-    if (tensorParallel() && !send) {
+    if (scatter && !send) {
       site("pipeline.tensor_all_gather", "communication");
       line(llvm::formatv("tally_comm::tp_all_gather<{0}>(ctx, {1}, {2});", T(x), p0, n(x)).str());
     }
@@ -129,8 +133,9 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
       e += f->second->count - 1;
       continue;
     }
-    if (!emitEntry(se))
-      return false;
+    if (!sequenceBefore(e) || !emitEntry(se)) // tensor x pipeline with sequence parallelism:
+      return false;                            // the stage's gathers and reduce-scatters
+    sequenceAfter(e);
     tensorParallelAfter(e); // tensor x pipeline: the stage's all-reduces (EmitTensor.cpp)
   }
   op = nullptr;
@@ -232,6 +237,8 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
                                              : "\n") +
                                   "  reduce_gradients(ctx);\n"
                             : std::string()) +
+            sequenceGradients() + // sequence parallel: this stage's norms' gradients over its tensor group
+
             (be.device ? "  loss = read_losses<" + lossType + ">(ctx); // the last stage's losses (0 elsewhere)\n"
                        : std::string()) +
             "  if (check_gradients) // every rank: the ranks agree by an all-reduce\n    check_gradients();\n" +

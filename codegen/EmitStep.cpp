@@ -484,7 +484,7 @@ bool Emitter::checkPlan() {
   const bool tensorZero = par.data > 1 && par.sequenceParallel && (tensorMaster || par.zero > 1);
   // Sequence parallelism runs alone and with data parallelism (each data rank's tensor group
   // gathers and scatters its own rows; the data group then reduces the grads region as dp2tp2).
-  const bool sequenceRefused = par.sequenceParallel && (par.pipeline > 1 || be.device);
+  const bool sequenceRefused = par.sequenceParallel && be.device;
   const bool pipelineRefused = par.pipeline != 1 && be.device; // tensor x pipeline: the CPU's MPI ranks
   if (par.tensor > 1 && (sequenceRefused || plan.fuseKernels || tensorZero || pipelineRefused ||
                          par.context != 1 || par.expert != 1)) {
@@ -492,9 +492,6 @@ bool Emitter::checkPlan() {
         sequenceRefused && be.device
             ? "without sequence_parallel (its gathers and reduce-scatters run on the CPU backend's MPI ranks, not "
               "over NCCL yet)"
-        : sequenceRefused && par.pipeline > 1
-            ? "with sequence_parallel on its own or with data parallelism, not with pipeline parallelism yet (a "
-              "boundary split along the sequence is not sent yet)"
         : plan.fuseKernels ? std::string("without fused kernels (build it ") +
                                  (be.device ? "with --fuse=false)" : "without --fuse)")
         : tensorZero && par.zero == 1

@@ -121,10 +121,13 @@ bool crossings(Analysis &a, const BufferIndex &bi, std::vector<std::set<uint32_t
       ps.chunks[k - 1].outputs = ps.chunks[k].inputs;
     double fwd = 0, bwd = 0;
     const int64_t t = a.plan->parallel.tensor;
+    // Sequence parallel: the boundary is already each tensor rank's 1/t of the tokens (the step
+    // graph's shard), sent as it is; otherwise each rank sends 1/t of the whole tensor.
+    const bool sequence = t > 1 && a.plan->parallel.sequenceParallel;
     for (TensorId x : inputs[k]) {
-      fwd += s.bytes(x);
+      fwd += s.bytes(x) * (sequence ? static_cast<double>(t) : 1.0);
       // Tensor x pipeline: each tensor rank sends its 1/t of the boundary (Megatron's scatter/gather).
-      if (t > 1 && std::fmod(numel(s.tensors[x].shape), static_cast<double>(t)) != 0)
+      if (t > 1 && !sequence && std::fmod(numel(s.tensors[x].shape), static_cast<double>(t)) != 0)
         return fail("the boundary tensor " + s.tensorName(x) + " before " + stage(static_cast<uint32_t>(k)) +
                         " does not split into tensor = " + std::to_string(t) +
                         " equal parts: the generated step sends each tensor rank's 1/t of it, as the estimate prices",
@@ -134,7 +137,7 @@ bool crossings(Analysis &a, const BufferIndex &bi, std::vector<std::set<uint32_t
         return fail("the gradient of " + s.tensorName(x) + ", which " + stage(static_cast<uint32_t>(k)) +
                         " receives, is not made there: nothing to send back",
                     kNone);
-      bwd += s.bytes(s.storageOf(gx));
+      bwd += s.bytes(s.storageOf(gx)) * (sequence ? static_cast<double>(t) : 1.0);
     }
     if (k > 0 && (fwd != ps.boundaryBytes || bwd != ps.boundaryBytes))
       return fail("the boundary before " + stage(static_cast<uint32_t>(k)) + " carries " + formatBytes(fwd) +
@@ -275,9 +278,9 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   if (par.context > 1 || par.expert > 1)
     return "the generated step runs pipeline parallelism on its own or with data or tensor parallelism, not with "
            "context or expert parallelism";
-  if (par.tensor > 1 && par.sequenceParallel)
-    return "the generated step runs tensor x pipeline without sequence_parallel (a boundary split along the "
-           "sequence is not sent yet)";
+  if (par.tensor > 1 && a.checkpoint.policy != "none")
+    return "the generated step runs tensor x pipeline without recompute (checkpoint = " + a.checkpoint.policy +
+           "): the recomputed segments' tensor-group collectives are not priced per stage yet";
   if (par.tensor > 1 && (!plan.tensorStep || !a.tensorStepError.empty()))
     return "the plan's tensor parallelism is not one the generated step runs" +
            (a.tensorStepError.empty() ? std::string() : ": " + a.tensorStepError);
@@ -366,10 +369,18 @@ double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m) {
   const Plan &plan = *a.plan;
   const int64_t p = ps.stages, chunks = p * ps.interleave;
   const Placement group = place(plan, 't');
+  const bool sequence = plan.parallel.sequenceParallel;
+  const Collective row = sequence ? Collective::ReduceScatter : Collective::AllReduce;
   auto on = [&](OpId i, int64_t r) { return i < ps.chunkOfOp.size() && ps.chunkOfOp[i] % p == r; };
+  auto seconds = [&](const std::vector<double> &list, Collective c) {
+    double time = 0;
+    for (double bytes : list)
+      time += collectiveTime(plan.target, group, c, bytes);
+    return time;
+  };
   double slowest = 0;
   for (int64_t r = 0; r < p; ++r) {
-    std::vector<double> forward, backward, gathers;
+    std::vector<double> forward, backward, gathers, columnGathers, embedding, norms;
     for (OpId i = 0; i < g.ops.size() && i < tp.rowParallel.size(); ++i)
       if (tp.rowParallel[i] && on(i, r))
         for (TensorId o : g.ops[i].outputs)
@@ -377,26 +388,59 @@ double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m) {
     for (size_t k = 0; k < tp.backwardMessages.size(); ++k)
       if (!tp.backwardReaders[k].empty() && on(tp.backwardReaders[k].front(), r))
         backward.push_back(tp.backwardMessages[k]);
-    // What this rank receives: its chunks' boundary activations, and their outputs' gradients.
-    for (int64_t c = 0; c < ps.interleave; ++c) {
-      const int64_t k = c * p + r;
-      if (k > 0)
-        for (TensorId x : ps.chunks[static_cast<size_t>(k)].inputs)
-          gathers.push_back(s.bytes(x));
-      if (k + 1 < chunks)
-        for (TensorId x : ps.chunks[static_cast<size_t>(k)].outputs)
-          gathers.push_back(s.bytes(x));
+    if (sequence) {
+      // Sequence parallel (as StepTime.cpp's sequenceGathers, per stage): each column input
+      // all-gathered before its matmuls and again in the backward, each row output's gradient
+      // gathered in the backward, the embeddings' gradient on the first stage; each stage's
+      // sequence-split parameters' gradients all-reduced once per step. A boundary is the
+      // sender's share of the tokens: nothing to gather.
+      for (size_t k = 0; k < tp.gatherMessages.size(); ++k)
+        if (!tp.gatherReaders[k].empty() && on(tp.gatherReaders[k].front(), r))
+          columnGathers.push_back(tp.gatherMessages[k]);
+      if (r == 0) // the embedding section runs on the first chunk (chunkOfOps)
+        embedding = tp.scatterMessages;
+      double elements = 0;
+      for (TensorId w : tp.sequenceParams)
+        if (g.tensors[w].param < ps.ranks[static_cast<size_t>(r)].holds.size() &&
+            ps.ranks[static_cast<size_t>(r)].holds[g.tensors[w].param])
+          elements += numel(g.tensors[w].shape);
+      if (elements > 0)
+        norms.push_back(elements * bytesOf(plan.precision.grads));
+    } else {
+      // What this rank receives: its chunks' boundary activations, and their outputs' gradients.
+      for (int64_t c = 0; c < ps.interleave; ++c) {
+        const int64_t k = c * p + r;
+        if (k > 0)
+          for (TensorId x : ps.chunks[static_cast<size_t>(k)].inputs)
+            gathers.push_back(s.bytes(x));
+        if (k + 1 < chunks)
+          for (TensorId x : ps.chunks[static_cast<size_t>(k)].outputs)
+            gathers.push_back(s.bytes(x));
+      }
     }
-    recordMessages(a, "forward all-reduce (a pipeline stage's)", 't', Collective::AllReduce, forward, 1, m, false, r);
-    recordMessages(a, "backward all-reduce of an input gradient (a pipeline stage's)", 't', Collective::AllReduce,
-                   backward, 1, m, false, r);
+    recordMessages(a, sequence ? "sequence parallel reduce-scatter of a row output (a pipeline stage's)"
+                               : "forward all-reduce (a pipeline stage's)",
+                   't', row, forward, 1, m, false, r);
+    recordMessages(a, sequence ? "sequence parallel reduce-scatter of an input gradient (a pipeline stage's)"
+                               : "backward all-reduce of an input gradient (a pipeline stage's)",
+                   't', row, backward, 1, m, false, r);
     recordMessages(a, "all-gather of a received pipeline boundary (Megatron's scatter/gather)", 't',
                    Collective::AllGather, gathers, 1, m, false, r);
-    double time = 0;
-    for (const auto *list : {&forward, &backward})
-      for (double bytes : *list)
-        time += collectiveTime(plan.target, group, Collective::AllReduce, bytes);
-    slowest = std::max(slowest, m * time);
+    recordMessages(a, "sequence parallel all-gather of a column input (a pipeline stage's)", 't', Collective::AllGather,
+                   columnGathers, 1, 2 * m, false, r);
+    recordMessages(a, "sequence parallel all-gather of a row output's gradient (a pipeline stage's)", 't',
+                   Collective::AllGather, sequence ? forward : std::vector<double>{}, 1, m, false, r);
+    recordMessages(a, "sequence parallel all-gather of the embeddings' gradient (a pipeline stage's)", 't',
+                   Collective::AllGather, embedding, 1, m, false, r);
+    recordMessages(a, "sequence parallel all-reduce of the norms' gradients (a pipeline stage's)", 't',
+                   Collective::AllReduce, norms, 1, 1, false, r);
+    // The boundary all-gathers are priced with the sends (boundarySend).
+    double time = m * (seconds(forward, row) + seconds(backward, row)) +
+                  (sequence ? m * (2 * seconds(columnGathers, Collective::AllGather) +
+                                   seconds(forward, Collective::AllGather) + seconds(embedding, Collective::AllGather)) +
+                                  seconds(norms, Collective::AllReduce)
+                            : 0);
+    slowest = std::max(slowest, time);
   }
   return slowest;
 }

@@ -747,7 +747,10 @@ void stepTime(Analysis &a) {
   a.time.dataParallelComm =
       dataParallelTime(a, m, (B + R) / p, (F + B + R) / p, repeatCopies(*a.copies) / p,
                        F + B > 0 ? matmul / (F + B) : 0);
-  if (t > 1) {
+  if (t > 1 && !a.pipelineStep.chunks.empty()) {
+    // The generated tensor x pipeline step: each stage's collectives (PipelineStep.cpp).
+    a.time.tensorParallelComm = tensorPipelineComm(a, tp, m);
+  } else if (t > 1) {
     // Sequence parallelism: reduce-scatters for the all-reduces, the all-gathers beside them and,
     // once per step, the sequence-split parameters' gradients all-reduced (step 7).
     bool sp = par.sequenceParallel;
@@ -760,14 +763,10 @@ void stepTime(Analysis &a) {
     double normGrads = sequenceGrads.empty() ? 0 : collectiveTime(target, place(plan, 't'), Collective::AllReduce, sequenceGrads[0]);
     a.time.tensorParallelComm = m / p * perMicroBatch + normGrads;
     double c = degree(par.context);
-    if (!a.pipelineStep.chunks.empty()) // the generated tensor x pipeline step: each stage's (PipelineStep.cpp)
-      a.time.tensorParallelComm = tensorPipelineComm(a, tp, m);
-    else
-      recordMessages(a, sp ? "sequence parallel reduce-scatter of a row output" : "forward all-reduce", 't', kind,
-                     tp.forwardMessages, c, m / p, false);
-    if (a.pipelineStep.chunks.empty())
-      recordMessages(a, sp ? "sequence parallel reduce-scatter of an input gradient" : "backward all-reduce of an input gradient",
-                     't', kind, tp.backwardMessages, c, m / p, par.tensorOverlap);
+    recordMessages(a, sp ? "sequence parallel reduce-scatter of a row output" : "forward all-reduce", 't', kind,
+                   tp.forwardMessages, c, m / p, false);
+    recordMessages(a, sp ? "sequence parallel reduce-scatter of an input gradient" : "backward all-reduce of an input gradient",
+                   't', kind, tp.backwardMessages, c, m / p, par.tensorOverlap);
     recordMessages(a, sp ? "sequence parallel recompute reduce-scatter" : "recompute all-reduce", 't', kind,
                    recomputeMessages, c, m / p, false);
     recordMessages(a, "sequence parallel all-reduce of the norms' gradients", 't', Collective::AllReduce, sequenceGrads,

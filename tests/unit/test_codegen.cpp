@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 using namespace tally;
 using namespace tally::test;
@@ -1160,10 +1161,29 @@ TEST_CASE("codegen: tensor x pipeline prices each stage's tensor group and half 
       ++staged;
     }
   CHECK(staged >= 6); // per stage: forward and backward all-reduces, the boundary's all-gather
-  // Refused: interleaved (no end-to-end check runs it).
+  // Interleaved runs (e2e tp2pp2v2). With sequence parallelism (e2e tp2pp2sp) a stage gathers
+  // nothing at its boundary, and records its own reduce-scatters, gathers and norms' all-reduce.
   o.target = "4 x H100_SXM { tensor = 2, pipeline = 2, interleave = 2 }";
   Compiled v2(fromFile, dp, "tp2pp2", o);
-  CHECK(v2.a->pipelineStep.error.find("not interleaved") != std::string::npos);
+  CHECK(v2.a->pipelineStep.error.empty());
+  o.target = "4 x H100_SXM { tensor = 2, pipeline = 2, sequence_parallel = true }";
+  Compiled sp(fromFile, dp, "tp2pp2", o);
+  REQUIRE(sp.a->pipelineStep.error.empty());
+  std::set<std::string> kinds;
+  for (const Analysis::CollectiveUse &u : sp.a->collectives)
+    if (u.group == 't') {
+      CHECK((u.stage == 0 || u.stage == 1));
+      kinds.insert(u.what);
+    }
+  CHECK(kinds.count("all-gather of a received pipeline boundary (Megatron's scatter/gather)") == 0);
+  CHECK(kinds.count("sequence parallel reduce-scatter of a row output (a pipeline stage's)") == 1);
+  CHECK(kinds.count("sequence parallel all-gather of a column input (a pipeline stage's)") == 1);
+  CHECK(kinds.count("sequence parallel all-reduce of the norms' gradients (a pipeline stage's)") == 1);
+  // Refused: recompute, whose collectives are not priced per stage.
+  o.target = "4 x H100_SXM { tensor = 2, pipeline = 2 }";
+  o.checkpoint = "full";
+  Compiled ck(fromFile, dp, "tp2pp2", o);
+  CHECK(ck.a->pipelineStep.error.find("without recompute") != std::string::npos);
 }
 
 TEST_CASE("codegen: the padded LM head: the step pads, the counts and files do not (issue 38 item 4)", "[codegen][cuda]") {

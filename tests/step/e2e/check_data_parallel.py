@@ -154,9 +154,9 @@ RTOL_ZERO = 1e-5
 RTOL_BF16 = 1e-4  # the loss of mixed bf16 runs whose gradients' bf16 sums associate differently
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
          "dp2tp2z2", "dp2tp2z3", "dp2tp2_bf16", "dp2tp2z_bf16", "dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2sp",
-         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "dp2tp2pp2", "dp2tp2pp2z"]
+         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "tp2pp2sp", "dp2tp2pp2", "dp2tp2pp2z"]
 RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4,
-         "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2v2": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
+         "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2v2": 4, "tp2pp2sp": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -211,8 +211,14 @@ def tensor_pipeline(runs, weights, result):
     stage's 2 blocks' 4 all-reduces of a [2, 16, 32] fp32 message (a ring of 2 sends the
     message's bytes once) and the all-gather of each boundary it receives (half of it); to its
     pipeline half a boundary per micro-batch for each boundary of its chunks, and the whole tied
-    wte gradient."""
-    for p, layers, chunks in [("tp2pp2", STAGES["pp2"], 1), ("tp2pp2v2", STAGES["pp2v2"], 2)]:
+    wte gradient. tp2pp2sp (sequence parallel): per micro-batch the stage's 4 row outputs
+    reduce-scattered and their gradients all-gathered, its 4 column inputs all-gathered twice
+    (forward, and backward for the weight gradients) and their gradients reduce-scattered (each
+    half a [2, 16, 32] message on a ring of 2), on the first stage the embeddings' gradient
+    gathered, on the last the head's input gathered twice; once a step the stage's norms' and
+    row biases' gradients all-reduced (their bytes); to its pipeline half a boundary per
+    micro-batch (its half of the tokens) and the tied gradient."""
+    for p, layers, chunks in [("tp2pp2", STAGES["pp2"], 1), ("tp2pp2v2", STAGES["pp2v2"], 2), ("tp2pp2sp", STAGES["pp2"], 1)]:
         if p not in runs:
             continue
         est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
@@ -234,7 +240,12 @@ def tensor_pipeline(runs, weights, result):
             result("%s rank %d regions are its stage's cuts" % (p, q), g["regions_bytes"] == 3 * params,
                    "regions %d B, derived 3 x %d B" % (g["regions_bytes"], params))
             boundaries = sum((k * 2 + r + 1 < 2 * chunks) + (k * 2 + r > 0) for k in range(chunks))
-            derived = {"tensor": MICRO * (2 * 4 * BOUNDARY + boundaries * BOUNDARY // 2),
+            tensor = MICRO * (2 * 4 * BOUNDARY + boundaries * BOUNDARY // 2)
+            if p.endswith("sp"):
+                norms = sum(int(np.prod(t.shape)) for n, t in weights.items()
+                            if n.startswith(tuple(held[1:])) and (".ln" in n or n.startswith("lnf.") or n.endswith("proj.b")))
+                tensor = MICRO * BOUNDARY // 2 * (20 + (1 if r == 0 else 2)) + 4 * norms
+            derived = {"tensor": tensor,
                        "pipeline": MICRO * boundaries * BOUNDARY // 2 + int(np.prod(weights["wte.weight"].shape)) * 4,
                        "data": 0}
             eby = e.get("sent_bytes_by_group", {})
@@ -604,7 +615,7 @@ def main():
                         ("tp2sp", RTOL_ZERO),
                         ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2z2", RTOL_ZERO),
                         ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2ckpt", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
-                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO), ("tp2pp2v2", RTOL_ZERO),
+                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO), ("tp2pp2v2", RTOL_ZERO), ("tp2pp2sp", RTOL_ZERO),
                         ("dp2tp2pp2", RTOL_ZERO), ("dp2tp2pp2z", RTOL_ZERO)]:
             if p not in runs:
                 continue
