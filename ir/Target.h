@@ -57,6 +57,11 @@ double interpolateCurve(const std::vector<CurvePoint> &points, double flops);
 /// on the calling thread and starts no team (Target::forkOverhead; passes/KernelTime.cpp,
 /// forkingCalls; tally calibrate's samples, tools/calibrate).
 constexpr double kForkElements = 4096;
+/// The runtime's matmul starts its team above this many multiply-adds (batch·M·N·K, 128³; the
+/// forward and both backward matmuls of an op have the same count) and its fused attention
+/// above kForkAttentionWork (B·H·S·S_kv·hd): codegen/runtime/cpu/rt_matmul.h, rt_attention.h.
+constexpr double kForkMatmulWork = 2097152;
+constexpr double kForkAttentionWork = 65536;
 
 /// One device. Rates are per device, dense (no 2:4 sparsity), in base units.
 struct Target {

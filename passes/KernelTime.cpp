@@ -102,17 +102,29 @@ double forkingCalls(const Target &t, const Graph &g, const Op &op, double split,
                     double tokens) {
   if (t.forkOverhead <= 0)
     return 0;
-  double largest = 0;
-  auto seen = [&](TensorId x) {
+  auto elements = [&](TensorId x) {
     const Tensor &tensor = g.tensors[x];
     const double n = numel(tensor.shape);
-    largest = std::max(largest, tensor.role == TensorRole::Param ? n : n / tokens);
+    return tensor.role == TensorRole::Param ? n : n / tokens;
   };
+  const double share = std::max(1.0, split);
+  // A matmul's (and each of its backward matmuls') multiply-adds: the output's elements × K.
+  if (op.kind == OpKind::Matmul && op.inputs.size() == 2 && !op.outputs.empty() &&
+      !g.tensors[op.inputs[0]].shape.empty()) {
+    const double k = static_cast<double>(g.tensors[op.inputs[0]].shape.back().size);
+    return elements(op.outputs[0]) * k / share > kForkMatmulWork ? calls : 0;
+  }
+  // Fused attention: B·H·S·S_kv·hd = q's elements × the keys' sequence length.
+  if (op.kind == OpKind::Attention && op.inputs.size() >= 2 && g.tensors[op.inputs[1]].shape.size() >= 2) {
+    const double keys = static_cast<double>(g.tensors[op.inputs[1]].shape[1].size);
+    return elements(op.inputs[0]) * keys / share > kForkAttentionWork ? calls : 0;
+  }
+  double largest = 0;
   for (TensorId x : op.inputs)
-    seen(x);
+    largest = std::max(largest, elements(x));
   for (TensorId x : op.outputs)
-    seen(x);
-  return largest / std::max(1.0, split) > kForkElements ? calls : 0;
+    largest = std::max(largest, elements(x));
+  return largest / share > kForkElements ? calls : 0;
 }
 
 double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward) {

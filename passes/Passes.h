@@ -229,10 +229,10 @@ struct KernelWork {
 };
 /// KernelTime.cpp: of op `op`'s `calls` (its tensors split `split` ways), those that start a
 /// team of threads on the host (KernelWork::forks): all when its largest input or output has
-/// more than kForkElements elements (the elementwise, row and optimizer kernels' rule; a
-/// matmul's tiles and an attention's heads decide theirs, which this follows to within a call
-/// or two on small shapes), else none; none on a target without forkOverhead (every GPU),
-/// where the graph is not read. `tokens`: the graph's activations hold that many times a call's
+/// more than kForkElements elements (the elementwise, row and optimizer kernels' rule), a
+/// matmul more than kForkMatmulWork multiply-adds, a fused attention more than
+/// kForkAttentionWork (the runtime's own rules, codegen/runtime/cpu), else none; none on a
+/// target without forkOverhead (every GPU), where the graph is not read. `tokens`: the graph's activations hold that many times a call's
 /// (a decode step's ops run on one token of each prompt's; parameters are whole).
 double forkingCalls(const Target &t, const Graph &g, const Op &op, double split, double calls,
                     double tokens = 1);

@@ -311,8 +311,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
           "FlashAttention-2's time × 1.4 forward, × 2 backward (Dao 2023, §4.1)";
   if (k.serial != 1)
     os << "; kernel factor " << printf1("%.3g", k.serial) << ": " << exact(w.calls - std::min(w.forks, w.calls))
-       << " of its " << exact(w.calls) << " calls at most " << exact(kForkElements)
-       << " elements start no team of threads and run on one of " << exact(t.teamThreads());
+       << " of its " << exact(w.calls) << " calls, below the runtime's threading bound, start no team of threads "
+       << "and run on one of " << exact(t.teamThreads());
   os << (exps ? "; exps at the target's special-function rate" : "");
   if (outside)
     os << "; " << (what.empty() ? "Q in, the output and logsumexp out" : "K and V in, dK and dV out")

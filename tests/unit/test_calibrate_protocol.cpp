@@ -165,14 +165,14 @@ TEST_CASE("calibrate: the attention curve, a point per call of every shape", "[c
   REQUIRE(c.size() == 4);
   // The small shape's forward: B 2, H 4, S 16, hd 16: 2·4·16·17/2 = 1088 causal scores,
   // (4·16 + 5)·1088 = 75072 FLOPs; its time less 1088 exps and one call on the calling thread
-  // (q is 2·16·64 = 2048 elements, not above kForkElements: kernel_overhead).
+  // (B·H·S·S·hd = 32768, not above kForkAttentionWork: kernel_overhead).
   CHECK(c[0].flops == 75072);
   CHECK(c[0].efficiency == Approx(75072 / peak / (1e-4 / 3 - 1088e-9 - 1e-6)));
   // Its backward: (10·16 + 9)·1088 FLOPs.
   CHECK(c[1].flops == 169 * 1088);
   CHECK(c[1].efficiency == Approx(169.0 * 1088 / peak / (2e-4 / 3 - 1088e-9 - 1e-6)));
   // The large shape's: B 1, H 4, S 128, hd 64: 4·128·129/2 = 33024 scores.
-  // q is 1·128·256 = 32768 elements: a threaded call, less fork_overhead.
+  // B·H·S·S·hd = 4·128·128·64 = 4194304: a threaded call, less fork_overhead.
   CHECK(c[2].flops == 261 * 33024.0);
   CHECK(c[2].efficiency == Approx(261 * 33024.0 / peak / (1e-3 / 3 - 33024e-9 - 3e-6)));
   CHECK(c[3].flops == 649 * 33024.0);

@@ -219,9 +219,9 @@ TEST_CASE("host: a call above kForkElements pays fork_overhead in place of kerne
   CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(2e-7 + 2e-6 + 10e-6));
   CHECK(kernelTimeTerms(t, OpClass::Elementwise, Dtype::F32, w).calls == Approx(12e-6));
 
-  // On a plan: fc's operands at micro-batch 2 are x [2, 64], W [64, 64] = 4096 elements, not
-  // above the bound: no call starts a team; at micro-batch 128 x is 8192 elements and every
-  // call of fc (its forward, its backward's one matmul: x takes no gradient) and of mean does.
+  // On a plan: fc at micro-batch 2 is 2·64·64 = 8192 multiply-adds, not above kForkMatmulWork:
+  // no call starts a team; at micro-batch 1024 it is 4194304 and every call of fc (its forward,
+  // its backward's one matmul: x takes no gradient) does, and mean's over 65536 elements.
   auto plan = [](int batch, bool forks) {
     return std::string(kCpuTarget) + (forks ? "  fork_overhead = 5 us\n" : "") + "}\n" + R"(
 model M(d = 64) {
@@ -245,10 +245,10 @@ train t { model = M() batch = )" + std::to_string(batch) + R"( optimizer = AdamW
   CHECK(forkingCalls(smallT, small.g(), small.g().ops[mm], 1, 1) == 0);
   CHECK(small.a->ops[mm].forwardTime == Approx(smallPlain.a->ops[mm].forwardTime));
   CHECK(small.a->ops[mm].backwardTime == Approx(smallPlain.a->ops[mm].backwardTime));
-  Compiled large(plan(128, true)), largePlain(plan(128, false));
+  Compiled large(plan(1024, true)), largePlain(plan(1024, false));
   const Target &largeT = large.a->plan->target;
   CHECK(forkingCalls(largeT, large.g(), large.g().ops[mm], 1, 3) == 3);
-  CHECK(forkingCalls(largeT, large.g(), large.g().ops[mm], 2, 3) == 0); // split in two: 4096 each
+  CHECK(forkingCalls(largeT, large.g(), large.g().ops[mm], 2, 3) == 0); // split in two: 2097152 each
   // A target that does not price them apart counts none.
   CHECK(forkingCalls(largePlain.a->plan->target, large.g(), large.g().ops[mm], 1, 3) == 0);
   CHECK(large.a->ops[mm].forwardTime - largePlain.a->ops[mm].forwardTime == Approx(3e-6));

@@ -35,11 +35,9 @@ struct MatmulSample {
   double flops() const { return 2.0 * double(M) * double(N) * double(K); }
   /// (M·K + K·N + M·N) × element bytes: what the time model counts for a matmul.
   double bytes() const;
-  /// Whether the estimate counts the call as starting a team of threads (passes/KernelTime.cpp,
-  /// forkingCalls: an operand or the result above kForkElements).
-  bool threaded() const {
-    return double(std::max({M * K, K * N, M * N})) > kForkElements;
-  }
+  /// Whether the call starts a team of threads, as the runtime and the estimate decide
+  /// (passes/KernelTime.cpp, forkingCalls: more than kForkMatmulWork multiply-adds).
+  bool threaded() const { return double(M) * double(N) * double(K) > kForkMatmulWork; }
 };
 
 /// The runtime's fused causal attention (fp32, q = k = v [B, S, H·hd]), forward and backward.
@@ -48,9 +46,9 @@ struct AttentionSample {
   double forwardSeconds = 0, backwardSeconds = 0; ///< The median call of each.
   /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/ops/Attention.cpp, computedFraction).
   double scores() const;
-  /// Whether the estimate counts each call as starting a team of threads (forkingCalls: q, k, v
-  /// and the output are [B, S, H·hd]).
-  bool threaded() const { return double(B * S * H * hd) > kForkElements; }
+  /// Whether each call starts a team of threads, as the runtime and the estimate decide
+  /// (forkingCalls: B·H·S·S·hd above kForkAttentionWork).
+  bool threaded() const { return double(B) * double(H) * double(S) * double(S) * double(hd) > kForkAttentionWork; }
 };
 
 /// One measurement's timed calls as the robust statistics read them (Robust.cpp, issue 46):

@@ -164,8 +164,8 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
   const A keepScale = A(1) / (A(1) - static_cast<A>(p));
   const bool materialised = scores != nullptr;
   constexpr int64_t QB = detail::kAttnQB, KB = detail::kAttnKB;
-#pragma omp parallel num_threads(ctx.nthreads()) if (B * H * S * Skv * hd > 65536)
-  {
+  // On the team above 65,536 (B·H·S·S_kv·hd), as the estimate prices it (kForkAttentionWork).
+  detail::region(ctx.nthreads(), B * H * S * Skv * hd > 65536, [&] {
     std::vector<A> Qv, Kv, Vv, Ov, Sv, mv, lv, lsv;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
@@ -254,7 +254,7 @@ void attention_fwd(Ctx& ctx, const T* q, const T* k, const T* v, T* o, float* ls
         }
       }
     }
-  }
+  });
 }
 
 /// dq, dk, dv (+)= the gradients of attention_fwd. Uses P from `scores` when materialised, else
@@ -302,8 +302,8 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
   }
   std::vector<omp_lock_t> locks(static_cast<size_t>(B * Hkv));
   for (auto& lk : locks) omp_init_lock(&lk);
-#pragma omp parallel num_threads(ctx.nthreads()) if (B * H * S * Skv * hd > 65536)
-  {
+  // On the team above 65,536 (B·H·S·S_kv·hd), as the estimate prices it (kForkAttentionWork).
+  detail::region(ctx.nthreads(), B * H * S * Skv * hd > 65536, [&] {
     std::vector<A> Qv, Qsv, Kv, Vv, Gv, dQv, dKv, dVv, Pv, Pdv, dPv, Lv, Dv, Tv;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
@@ -399,14 +399,16 @@ void attention_bwd(Ctx& ctx, const T* q, const T* k, const T* v, const T* o, con
       }
       omp_unset_lock(&lk);
     }
-  }
+  });
   for (auto& lk : locks) omp_destroy_lock(&lk);
   if (direct) return;
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  detail::region(ctx.nthreads(), n > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < kvRows; ++r) {
     for (int64_t c = 0; c < kw; ++c) detail::put(dk[r * rs.k + c], dK[r * kw + c], accumulate);
     for (int64_t c = 0; c < vw; ++c) detail::put(dvo[r * rs.v + c], dV[r * vw + c], accumulate);
   }
+  });
 }
 
 } // namespace rt

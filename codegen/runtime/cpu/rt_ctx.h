@@ -97,6 +97,22 @@ inline void require(bool ok, const char* kernel, const What& what) {
     throw Error(std::string("rt::") + kernel + ": " + what);
 }
 
+/// Runs f() on a team of `threads` OpenMP threads when `threaded` (and there is more than one),
+/// else directly on the calling thread. The kernels' loops inside f are orphaned `omp for`
+/// constructs (and per-thread shares from omp_get_thread_num), which the calling thread alone
+/// runs whole outside a region. Not `#pragma omp parallel if (threaded)`: libgomp sets up a team
+/// of one for a region whose `if` is false, 1.2 us a call on the 2-vCPU EPYC VM (an empty
+/// region on two threads 2.7 us), most of what a kernel of a few thousand elements costs
+/// (docs/performance.md).
+template <class F> inline void region(int threads, bool threaded, const F& f) {
+  if (!threaded || threads <= 1) {
+    f();
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  f();
+}
+
 /// Checks that every size is >= 0.
 inline void require_sizes(const char* kernel, std::initializer_list<int64_t> sizes) {
   for (int64_t s : sizes) require(s >= 0, kernel, [s] { return "negative size " + std::to_string(s); });

@@ -181,7 +181,8 @@ void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b,
   const int64_t so = c.st[0][c.rank - 1], sa = c.st[1][c.rank - 1], sb = c.st[2][c.rank - 1];
   // Tasks: each row in chunks of kRowChunk, so a dense operand (one long row) uses every thread.
   const int64_t nch = (inner + detail::kRowChunk - 1) / detail::kRowChunk;
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (c.count > 4096)
+  detail::region(ctx.nthreads(), c.count > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t task = 0; task < rows * nch; ++task) {
     const int64_t r = task / nch, i0 = (task % nch) * detail::kRowChunk;
     const int64_t i1 = i0 + detail::kRowChunk < inner ? i0 + detail::kRowChunk : inner;
@@ -202,6 +203,7 @@ void binary(Ctx& ctx, BinOp op, const T* a, const int64_t* aStrides, const T* b,
         detail::put(o[i * so], binop(op, load(pa[i * sa]), load(pb[i * sb])), accumulate);
     }
   }
+  });
 }
 
 /// The gradient of a / b with respect to b: out (+)= −dy · a / b² over `shape` (rank <= 8); a and b
@@ -220,7 +222,8 @@ void div_bwd(Ctx& ctx, const T* a, const int64_t* aStrides, const T* b, const in
   const int64_t rows = c.count / inner;
   const int64_t so = c.st[0][c.rank - 1], sa = c.st[1][c.rank - 1], sb = c.st[2][c.rank - 1],
                 sd = c.st[3][c.rank - 1];
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (c.count > 4096)
+  detail::region(ctx.nthreads(), c.count > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     int64_t off[4];
     detail::row_offsets(c, 4, r, off);
@@ -230,6 +233,7 @@ void div_bwd(Ctx& ctx, const T* a, const int64_t* aStrides, const T* b, const in
                   accumulate);
     }
   }
+  });
 }
 
 /// The gradient of c / x from its output y = c / x: out (+)= −dy · y² / c (n elements, dense).
@@ -238,11 +242,13 @@ void div_scalar_bwd(Ctx& ctx, const T* y, const T* dy, float c, T* out, int64_t 
   detail::KernelScope ks(ctx, "div_scalar_bwd");
   detail::require_sizes("div_scalar_bwd", {n});
   const acc_t<T> cv = static_cast<acc_t<T>>(c);
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  detail::region(ctx.nthreads(), n > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const acc_t<T> yv = load(y[i]);
     detail::put(out[i], -load(dy[i]) * yv * yv / cv, accumulate);
   }
+  });
 }
 
 /// out (+)= x op s, or s op x when scalarLeft.
@@ -253,12 +259,14 @@ void binary_scalar(Ctx& ctx, BinOp op, const T* x, float s, bool scalarLeft, T* 
   detail::require_sizes("binary_scalar", {n});
   const acc_t<T> sv = static_cast<acc_t<T>>(s);
   detail::with_binop(op, accumulate, [&](auto OP, auto ACC) {
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+    detail::region(ctx.nthreads(), n > 4096, [&] {
+#pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       const acc_t<T> v = load(x[i]);
       const acc_t<T> r = scalarLeft ? binop(OP.value, sv, v) : binop(OP.value, v, sv);
       out[i] = ACC.value ? store<T>(load(out[i]) + r) : store<T>(r);
     }
+    });
   });
 }
 
@@ -285,8 +293,7 @@ void reduce_to(Ctx& ctx, const T* x, const int64_t* shape, int rank, T* out,
     if (so != 0) {
       // The innermost dimension is kept: threads own disjoint column ranges, so no two threads
       // add into the same output element.
-#pragma omp parallel num_threads(ctx.nthreads()) if (c.count > 4096)
-      {
+      detail::region(ctx.nthreads(), c.count > 4096, [&] {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int64_t c0 = inner * t / nt, c1 = inner * (t + 1) / nt;
         for (int64_t r = 0; r < rows; ++r) {
@@ -294,11 +301,12 @@ void reduce_to(Ctx& ctx, const T* x, const int64_t* shape, int rank, T* out,
           detail::row_offsets(c, 2, r, off);
           for (int64_t i = c0; i < c1; ++i) acc[off[1] + i * so] += load(x[off[0] + i * sx]);
         }
-      }
+      });
     } else {
       // The innermost dimension is reduced: row sums in parallel, then added in row order.
       std::vector<A> rowsum(static_cast<size_t>(rows));
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (c.count > 4096)
+      detail::region(ctx.nthreads(), c.count > 4096, [&] {
+#pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         int64_t off[2];
         detail::row_offsets(c, 2, r, off);
@@ -306,6 +314,7 @@ void reduce_to(Ctx& ctx, const T* x, const int64_t* shape, int rank, T* out,
         for (int64_t i = 0; i < inner; ++i) s += load(x[off[0] + i * sx]);
         rowsum[r] = s;
       }
+      });
       for (int64_t r = 0; r < rows; ++r) {
         int64_t off[2];
         detail::row_offsets(c, 2, r, off);
@@ -323,7 +332,8 @@ void reduce_to(Ctx& ctx, const T* x, const int64_t* shape, int rank, T* out,
     if (outStrides[d] != 0 && shape[d] != 1) { kshape[kr] = shape[d]; kst[kr] = outStrides[d]; ++kr; }
   int64_t kcount = 1;
   for (int d = 0; d < kr; ++d) kcount *= kshape[d];
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (kcount > 4096)
+  detail::region(ctx.nthreads(), kcount > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t e = 0; e < kcount; ++e) {
     int64_t rem = e, off = 0;
     for (int d = kr - 1; d >= 0; --d) {
@@ -332,6 +342,7 @@ void reduce_to(Ctx& ctx, const T* x, const int64_t* shape, int rank, T* out,
     }
     detail::put(out[off], sc * acc[off], accumulate);
   }
+  });
 }
 
 namespace detail {
@@ -341,13 +352,12 @@ namespace detail {
 /// 4,096 elements 26.6 vs 4.3 us, two threads at 65,536 112 vs 34 us; docs/performance.md),
 /// which made every small elementwise kernel ~9 ns an element.
 template <class F> inline void simd_for(Ctx& ctx, int64_t n, const F& f) {
-#pragma omp parallel num_threads(ctx.nthreads()) if (n > 4096)
-  {
+  detail::region(ctx.nthreads(), n > 4096, [&] {
     const int64_t threads = omp_get_num_threads(), chunk = (n + threads - 1) / threads;
     const int64_t lo = std::min<int64_t>(n, chunk * omp_get_thread_num()), hi = std::min<int64_t>(n, lo + chunk);
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) f(i);
-  }
+  });
 }
 }  // namespace detail
 
@@ -462,7 +472,8 @@ void dropout_fwd(Ctx& ctx, const T* x, T* y, uint8_t* mask, int64_t n, float p, 
   // One Philox block gives the uniforms of elements 4q .. 4q+3 of the whole tensor; these n are
   // its elements first .. first + n - 1 (a sequence-parallel rank's share of a row).
   const int64_t q0 = first / 4, nq = (first + n + 3) / 4 - q0;
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  detail::region(ctx.nthreads(), n > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t qj = 0; qj < nq; ++qj) {
     const int64_t qi = q0 + qj;
     const u32x4 blk = philox_block(seed, stream, static_cast<uint64_t>(qi));
@@ -475,6 +486,7 @@ void dropout_fwd(Ctx& ctx, const T* x, T* y, uint8_t* mask, int64_t n, float p, 
       y[i] = store<T>(dropout_apply(load(x[i]), k, static_cast<A>(p)));
     }
   }
+  });
 }
 
 /// dx (+)= keep ? dy / (1 − p) : 0, keep from mask or regenerated from (seed, stream).
@@ -486,7 +498,8 @@ void dropout_bwd(Ctx& ctx, const T* dy, const uint8_t* mask, T* dx, int64_t n, f
   detail::require_sizes("dropout_bwd", {n});
   detail::require(p >= 0.0f && p <= 1.0f, "dropout_bwd", [&] { return "p = " + std::to_string(p) + " is not in [0, 1]"; });
   const int64_t nq = (n + 3) / 4;
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  detail::region(ctx.nthreads(), n > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t qi = 0; qi < nq; ++qi) {
     u32x4 blk{};
     if (!mask) blk = philox_block(seed, stream, static_cast<uint64_t>(qi));
@@ -496,6 +509,7 @@ void dropout_bwd(Ctx& ctx, const T* dy, const uint8_t* mask, T* dx, int64_t n, f
       detail::put(dx[i], dropout_apply(load(dy[i]), k, static_cast<A>(p)), accumulate);
     }
   }
+  });
 }
 
 /// y[o, i] = Σ_a x[o, a, i] (divided by `axis` when mean).
@@ -510,14 +524,17 @@ void sum_fwd(Ctx& ctx, const T* x, T* y, int64_t outer, int64_t axis, int64_t in
     for (int64_t o = 0; o < outer; ++o) {
       A s = 0;
       const T* px = x + o * axis;
-#pragma omp parallel for num_threads(ctx.nthreads()) reduction(+ : s) if (axis > 4096)
+      detail::region(ctx.nthreads(), axis > 4096, [&] {
+#pragma omp for reduction(+ : s)
       for (int64_t a = 0; a < axis; ++a) s += load(px[a]);
+      });
       y[o] = store<T>(s / div);
     }
     return;
   }
   const int64_t chunk = 256, nch = (inner + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (outer * axis * inner > 4096)
+  detail::region(ctx.nthreads(), outer * axis * inner > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t task = 0; task < outer * nch; ++task) {
     const int64_t o = task / nch, i0 = (task % nch) * chunk;
     const int64_t i1 = i0 + chunk < inner ? i0 + chunk : inner;
@@ -529,6 +546,7 @@ void sum_fwd(Ctx& ctx, const T* x, T* y, int64_t outer, int64_t axis, int64_t in
     }
     for (int64_t i = i0; i < i1; ++i) y[o * inner + i] = store<T>(acc[i - i0] / div);
   }
+  });
 }
 
 /// dx[o, a, i] (+)= dy[o, i] (divided by `axis` when mean).
@@ -539,12 +557,14 @@ void sum_bwd(Ctx& ctx, const T* dy, T* dx, int64_t outer, int64_t axis, int64_t 
   detail::KernelScope ks(ctx, "sum_bwd");
   detail::require_sizes("sum_bwd", {outer, axis, inner});
   const A div = mean ? static_cast<A>(axis) : A(1);
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (outer * axis * inner > 4096)
+  detail::region(ctx.nthreads(), outer * axis * inner > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < outer * axis; ++r) {
     const int64_t o = r / axis;
     for (int64_t i = 0; i < inner; ++i)
       detail::put(dx[r * inner + i], load(dy[o * inner + i]) / div, accumulate);
   }
+  });
 }
 
 /// out[i] = i for i < S.
@@ -600,7 +620,8 @@ void copy(Ctx& ctx, const TS* src, const int64_t* srcStrides, TD* dst, const int
   }
   // Tasks: each row in chunks of kRowChunk, so few long rows still use every thread.
   const int64_t chunk = detail::kRowChunk, nch = (inner + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(nt) schedule(static) if (c.count > 4096)
+  detail::region(nt, c.count > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t task = 0; task < rows * nch; ++task) {
     const int64_t r = task / nch, i0 = (task % nch) * chunk;
     const int64_t i1 = i0 + chunk < inner ? i0 + chunk : inner;
@@ -614,6 +635,7 @@ void copy(Ctx& ctx, const TS* src, const int64_t* srcStrides, TD* dst, const int
       for (int64_t i = i0; i < i1; ++i) detail::put(d[i * sd], static_cast<acc_t<TD>>(load(s[i * ss])), accumulate);
     }
   }
+  });
 }
 
 /// x[i] = value for i < n (zero-grad is fill(…, 0)).
@@ -621,8 +643,10 @@ template <class T> void fill(Ctx& ctx, T* x, float value, int64_t n) {
   detail::KernelScope ks(ctx, "fill");
   detail::require_sizes("fill", {n});
   const T v = store<T>(static_cast<acc_t<T>>(value));
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 65536)
+  detail::region(ctx.nthreads(), n > 65536, [&] {
+#pragma omp for schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] = v;
+  });
 }
 
 /// *out = Σ g² (summed in double, returned as float); +inf when any g is NaN or infinite
@@ -632,12 +656,14 @@ template <class T> void sum_squares(Ctx& ctx, const T* g, int64_t n, float* out)
   detail::require_sizes("sum_squares", {n});
   double s = 0.0;
   int bad = 0;
-#pragma omp parallel for num_threads(ctx.nthreads()) reduction(+ : s) reduction(| : bad) if (n > 4096)
+  detail::region(ctx.nthreads(), n > 4096, [&] {
+#pragma omp for reduction(+ : s) reduction(| : bad)
   for (int64_t i = 0; i < n; ++i) {
     double v = static_cast<double>(load(g[i]));
     if (!m_finite(v)) bad = 1;
     s += v * v;
   }
+  });
   *out = bad ? m_inf<float>() : static_cast<float>(s);
 }
 
@@ -646,8 +672,10 @@ template <class T> void scale(Ctx& ctx, T* x, float s, int64_t n) {
   detail::KernelScope ks(ctx, "scale");
   detail::require_sizes("scale", {n});
   const acc_t<T> sv = static_cast<acc_t<T>>(s);
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (n > 4096)
+  detail::region(ctx.nthreads(), n > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] = store<T>(load(x[i]) * sv);
+  });
 }
 
 } // namespace rt

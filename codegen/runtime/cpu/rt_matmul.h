@@ -140,13 +140,22 @@ void matmul_tiles(Ctx& ctx, bool transA, bool transB, int64_t M, int64_t N, int6
     else tm = (tm + 1) / 2;
   }
   const int64_t gm = (M + tm - 1) / tm, gn = (N + tn - 1) / tn, total = tiles();
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (total > 1)
+  // On the team only above 128³ multiply-adds. Measured on the 2-vCPU EPYC VM (one thread / two,
+  // fp32): 32 x 192 x 64 7.9 / 13.3 us, 64 x 256 x 64 18.9 / 22.4 us, 64 x 256 x 256 74.9 / 54.9
+  // us, 256 x 768 x 768 2.45 / 1.38 ms: the team's start and join (2.7 us) and tiles of a few
+  // rows cost more than the second core gives below about 2M (a 64 x 8 x 4 weight gradient
+  // took 3.97 us on two threads, 0.3 on one). The estimate's rule too (passes/KernelTime.cpp,
+  // forkingCalls; kForkMatmulWork in ir/Target.h).
+  const bool threaded = total > 1 && static_cast<double>(batch) * M * N * K > 2097152.0;
+  detail::region(nt, threaded, [&] {
+#pragma omp for schedule(dynamic, 1)
   for (int64_t t = 0; t < total; ++t) {
     const int64_t b = t / (gm * gn), i = (t / gn) % gm, j = t % gn;
     const int64_t m0 = i * tm, n0 = j * tn;
     gemm_tile<T>(transA, transB, m0, std::min(tm, M - m0), n0, std::min(tn, N - n0), K, alpha, A + b * sA, lda,
                  B + b * sB, ldb, beta, C + b * sC, ldc, bias);
   }
+  });
 }
 
 } // namespace detail

@@ -18,8 +18,7 @@ void optim_loop(Ctx& ctx, const char* name, PT* p, T* pm, const T* g, int64_t n,
   // Each thread works on its own copy of f and of the pointers: the captures then stay in
   // registers, and the loop vectorises (reading them through the shared closure, which the
   // stores to p might alias, kept it scalar: ~3 ns per Adam element, bound by scalar divides).
-#pragma omp parallel num_threads(ctx.nthreads()) if (n > 4096)
-  {
+  detail::region(ctx.nthreads(), n > 4096, [&] {
     F fl = f;
     PT *pl = p;
     T *pml = pm;
@@ -32,7 +31,7 @@ void optim_loop(Ctx& ctx, const char* name, PT* p, T* pm, const T* g, int64_t n,
       pl[i] = store<PT>(pi);
       if (pml) pml[i] = store<T>(static_cast<acc_t<T>>(pi));
     }
-  }
+  });
 }
 } // namespace detail
 

@@ -14,12 +14,14 @@ namespace detail {
 /// Adds per-thread partial column sums into dst (dst[j] (+)= Σ_t part[t][j]); always accumulates.
 template <class T, class A>
 void add_partials(Ctx& ctx, const std::vector<std::vector<A>>& part, T* dst, int64_t cols) {
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (cols > 4096)
+  detail::region(ctx.nthreads(), cols > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t j = 0; j < cols; ++j) {
     A s = 0;
     for (const auto& p : part) s += p[j];
     dst[j] = store<T>(load(dst[j]) + s);
   }
+  });
 }
 
 /// Mean and rstd of one row in the arithmetic type (two passes: mean, then Σ (x − mean)²).
@@ -63,7 +65,8 @@ template <class T> void softmax_fwd(Ctx& ctx, const T* x, T* y, int64_t rows, in
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "softmax_fwd");
   detail::require_sizes("softmax_fwd", {rows, cols});
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
+  detail::region(ctx.nthreads(), rows * cols > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* px = x + r * cols;
     T* py = y + r * cols;
@@ -76,6 +79,7 @@ template <class T> void softmax_fwd(Ctx& ctx, const T* x, T* y, int64_t rows, in
     const A inv = A(1) / s;
     for (int64_t j = 0; j < cols; ++j) py[j] = store<T>(m_exp(load(px[j]) - m) * inv);
   }
+  });
 }
 
 /// dx (+)= y · (dy − Σ y·dy) per row.
@@ -84,7 +88,8 @@ void softmax_bwd(Ctx& ctx, const T* y, const T* dy, T* dx, int64_t rows, int64_t
   using A = acc_t<T>;
   detail::KernelScope ks(ctx, "softmax_bwd");
   detail::require_sizes("softmax_bwd", {rows, cols});
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
+  detail::region(ctx.nthreads(), rows * cols > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* py = y + r * cols;
     const T* pd = dy + r * cols;
@@ -94,6 +99,7 @@ void softmax_bwd(Ctx& ctx, const T* y, const T* dy, T* dx, int64_t rows, int64_t
     for (int64_t j = 0; j < cols; ++j)
       detail::put(dx[r * cols + j], softmax_grad(load(py[j]), load(pd[j]), dot), accumulate);
   }
+  });
 }
 
 namespace detail {
@@ -116,7 +122,8 @@ void layer_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, const 
   detail::KernelScope ks(ctx, kernel);
   detail::require_sizes(kernel, {rows, cols});
   detail::require(w != nullptr || b == nullptr, kernel, "a bias needs a weight (w is null, b is not)");
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
+  detail::region(ctx.nthreads(), rows * cols > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     if (!plain)
       for (int64_t j = 0; j < cols; ++j) pro(r * cols + j);
@@ -128,6 +135,7 @@ void layer_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, const 
     for (int64_t j = 0; j < cols; ++j)
       y[r * cols + j] = store<T>(layer_norm_y(load(px[j]), mu, rs, w ? load(w[j]) : A(1), b ? load(b[j]) : A(0)));
   }
+  });
 }
 
 template <class T>
@@ -152,8 +160,7 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
   // Per-thread partial sums of dw and db (sized for nt threads even when the region runs on fewer).
   std::vector<std::vector<A>> pw(nt, std::vector<A>(static_cast<size_t>(dw ? cols : 0), A(0)));
   std::vector<std::vector<A>> pb(nt, std::vector<A>(static_cast<size_t>(db ? cols : 0), A(0)));
-#pragma omp parallel num_threads(nt) if (rows * cols > 4096)
-  {
+  detail::region(nt, rows * cols > 4096, [&] {
     const int t = omp_get_thread_num();
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -189,7 +196,7 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
       if (qb)
         for (int64_t j = 0; j < cols; ++j) qb[j] += load(pd[j]);
     }
-  }
+  });
   if (dw) detail::add_partials(ctx, pw, dw, cols);
   if (db) detail::add_partials(ctx, pb, db, cols);
 }
@@ -205,7 +212,8 @@ void rms_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, T* y, fl
   detail::KernelScope ks(ctx, kernel);
   detail::require_sizes(kernel, {rows, cols});
   detail::require(w != nullptr, kernel, "w must not be null");
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * cols > 4096)
+  detail::region(ctx.nthreads(), rows * cols > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     if (!plain)
       for (int64_t j = 0; j < cols; ++j) pro(r * cols + j);
@@ -214,6 +222,7 @@ void rms_norm_fwd_fused(Ctx& ctx, const F& pro, const T* x, const T* w, T* y, fl
     if (rstd) rstd[r] = static_cast<float>(rs);
     for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = store<T>(rms_norm_y(load(px[j]), rs, load(w[j])));
   }
+  });
 }
 
 template <class T>
@@ -231,8 +240,7 @@ void rms_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* rstd, const T* 
   detail::require(w != nullptr && rstd != nullptr, "rms_norm_bwd", "w and rstd must not be null");
   const int nt = ctx.nthreads();
   std::vector<std::vector<A>> pw(nt, std::vector<A>(static_cast<size_t>(dw ? cols : 0), A(0)));
-#pragma omp parallel num_threads(nt) if (rows * cols > 4096)
-  {
+  detail::region(nt, rows * cols > 4096, [&] {
     const int t = omp_get_thread_num();
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -257,7 +265,7 @@ void rms_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* rstd, const T* 
       if (A* qw = dw ? pw[t].data() : nullptr)
         for (int64_t j = 0; j < cols; ++j) qw[j] += load(pd[j]) * (load(px[j]) * rs);
     }
-  }
+  });
   if (dw) detail::add_partials(ctx, pw, dw, cols);
 }
 
@@ -274,8 +282,7 @@ void rope_apply(Ctx& ctx, const char* name, const T* x, T* out, const int32_t* p
   const int64_t half = hd / 2, width = H * hd;
   std::vector<A> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) inv[i] = rope_inv_freq<A>(i, hd, static_cast<A>(theta));
-#pragma omp parallel num_threads(ctx.nthreads()) if (B * S * width > 4096)
-  {
+  detail::region(ctx.nthreads(), B * S * width > 4096, [&] {
     std::vector<A> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < B * S; ++row) {
@@ -297,7 +304,7 @@ void rope_apply(Ctx& ctx, const char* name, const T* x, T* out, const int32_t* p
         }
       }
     }
-  }
+  });
 }
 } // namespace detail
 
@@ -321,9 +328,11 @@ namespace detail {
 /// Throws unless every id is in [lo, vocab) (lo = −1 for labels).
 inline void check_ids(Ctx& ctx, const char* name, const int32_t* ids, int64_t rows, int64_t lo, int64_t vocab) {
   int64_t bad = -1;
-#pragma omp parallel for num_threads(ctx.nthreads()) reduction(max : bad) if (rows > 65536)
+  detail::region(ctx.nthreads(), rows > 65536, [&] {
+#pragma omp for reduction(max : bad)
   for (int64_t r = 0; r < rows; ++r)
     if (ids[r] < lo || ids[r] >= vocab) bad = r > bad ? r : bad;
+  });
   if (bad >= 0)
     throw Error(std::string("rt::") + name + ": index " + std::to_string(ids[bad]) + " at row " +
                 std::to_string(bad) + " is outside [" + std::to_string(lo) + ", " + std::to_string(vocab) + ")");
@@ -336,9 +345,11 @@ void embedding_fwd(Ctx& ctx, const int32_t* ids, const T* w, T* out, int64_t row
   detail::KernelScope ks(ctx, "embedding_fwd");
   detail::require_sizes("embedding_fwd", {rows, d, vocab});
   detail::check_ids(ctx, "embedding_fwd", ids, rows, 0, vocab);
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * d > 4096)
+  detail::region(ctx.nthreads(), rows * d > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < d; ++j) out[r * d + j] = w[static_cast<int64_t>(ids[r]) * d + j];
+  });
 }
 
 /// dw[ids[r]] += dy[r] (scatter-add; threads own disjoint column ranges, so repeats never race).
@@ -347,8 +358,7 @@ void embedding_bwd(Ctx& ctx, const int32_t* ids, const T* dy, T* dw, int64_t row
   detail::KernelScope ks(ctx, "embedding_bwd");
   detail::require_sizes("embedding_bwd", {rows, d, vocab});
   detail::check_ids(ctx, "embedding_bwd", ids, rows, 0, vocab);
-#pragma omp parallel num_threads(ctx.nthreads()) if (rows * d > 4096)
-  {
+  detail::region(ctx.nthreads(), rows * d > 4096, [&] {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t c0 = d * t / nt, c1 = d * (t + 1) / nt;
     for (int64_t r = 0; r < rows; ++r) {
@@ -356,7 +366,7 @@ void embedding_bwd(Ctx& ctx, const int32_t* ids, const T* dy, T* dw, int64_t row
       const T* pd = dy + r * d;
       for (int64_t j = c0; j < c1; ++j) pw[j] = store<T>(load(pw[j]) + load(pd[j]));
     }
-  }
+  });
 }
 
 namespace detail {
@@ -409,7 +419,8 @@ void cross_entropy_fwd(Ctx& ctx, const T* logits, const int32_t* labels, float* 
   detail::check_ids(ctx, "cross_entropy_fwd", labels, rows, kIgnoreLabel, V);
   double total = 0.0;
   int64_t count = 0;
-#pragma omp parallel for num_threads(ctx.nthreads()) reduction(+ : total, count) schedule(static) if (rows * V > 4096)
+  detail::region(ctx.nthreads(), rows * V > 4096, [&] {
+#pragma omp for reduction(+ : total, count) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* px = logits + r * ld;
     A l = detail::row_lse(px, V);
@@ -419,6 +430,7 @@ void cross_entropy_fwd(Ctx& ctx, const T* logits, const int32_t* labels, float* 
       count += 1;
     }
   }
+  });
   *loss = static_cast<float>(total / static_cast<double>(count));
 }
 
@@ -438,7 +450,8 @@ void cross_entropy_bwd(Ctx& ctx, const T* logits, const int32_t* labels, const f
   int64_t count = 0;
   for (int64_t r = 0; r < rows; ++r) count += labels[r] != kIgnoreLabel ? 1 : 0;
   const A g = static_cast<A>(*dloss) / static_cast<A>(count);
-#pragma omp parallel for num_threads(ctx.nthreads()) schedule(static) if (rows * V > 4096)
+  detail::region(ctx.nthreads(), rows * V > 4096, [&] {
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* px = logits + r * ld;
     T* pd = dlogits + r * ld;
@@ -465,6 +478,7 @@ void cross_entropy_bwd(Ctx& ctx, const T* logits, const int32_t* labels, const f
         detail::put(pd[j], cross_entropy_dlogit(load(px[j]), l, j == lab, g), accumulate);
     }
   }
+  });
 }
 
 } // namespace rt
