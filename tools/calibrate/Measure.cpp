@@ -24,11 +24,11 @@
 //    transcendentals (those are priced apart, 5.); bytes = read + write.
 // 4. The fixed cost of a kernel call, measured directly (a difference of two timings of
 //    microseconds drowns in their noise), many single calls each: rt::scale on one element (the
-//    call, its checks and bookkeeping, and the parallel region its `if` keeps on the calling
-//    thread: kernel_overhead, what a kernel of 4,096 elements or fewer pays), and an empty
-//    OpenMP parallel region on the runtime's threads (the team's start and join: fork_overhead,
-//    what a kernel above 4,096 elements pays instead). On the 2-vCPU EPYC VM 1.2 and 2.7 us: a
-//    scale of 4,096 floats 2.5-3.0 us, of 4,097 (threaded) 3.8-4.1 us.
+//    call, its checks and bookkeeping on the calling thread: kernel_overhead, what a kernel below
+//    its threading bound pays), and an empty OpenMP parallel region on the runtime's threads (the
+//    team's start and join: fork_overhead, what a kernel above it pays instead). On the 2-vCPU
+//    EPYC VM 30 ns and 2.7 us (kernel_overhead was 1.2 us while a false `if` still entered a
+//    region: rt_ctx.h, detail::region).
 // 5. Transcendentals: rt::unary_fwd exp minus the same kernel with relu (same loads, stores,
 //    call and threads), on cache-resident inputs spread over [−4, 4], per element: the seconds
 //    of one evaluation with all threads. The runtime's erf is a polynomial and at most one expf
