@@ -199,28 +199,24 @@ bool holdings(Analysis &a, const std::vector<uint32_t> &forwardChunk) {
     if (d > 1 && plan.parallel.zero == 1 && bg > 0) {
       const int64_t elems = r.grads.bytes / bg;
       r.shard = elems / d + (elems % d != 0);
-      std::optional<int64_t> one = checkedMul(r.shard, static_cast<int64_t>(bytesOf(plan.precision.optimizer)));
-      std::optional<int64_t> run = one ? checkedAlignUp(*one) : std::nullopt;
-      std::optional<int64_t> all = run ? checkedMul(static_cast<int64_t>(optimizerStates(plan.optimizer)), *run)
-                                       : std::nullopt;
-      if (!all) {
-        ps.error = "a stage's optimizer shard passes 2^63 - 1 bytes";
-        return false;
-      }
-      r.optimizer = Region();
-      r.optimizer.dtype = plan.precision.optimizer;
-      r.optimizer.bytes = *all;
-      if (plan.precision.master != Dtype::Invalid) {
-        std::optional<int64_t> m = checkedMul(r.shard, static_cast<int64_t>(bytesOf(plan.precision.master)));
-        std::optional<int64_t> mrun = m ? checkedAlignUp(*m) : std::nullopt;
-        if (!mrun) {
-          ps.error = "a stage's master shard passes 2^63 - 1 bytes";
+      // `runs` runs of the shard's elements in dtype dt, each padded.
+      auto sharded = [&](Region &out, Dtype dt, int64_t runs, const char *what) {
+        std::optional<int64_t> one = checkedMul(r.shard, static_cast<int64_t>(bytesOf(dt)));
+        std::optional<int64_t> run = one ? checkedAlignUp(*one) : std::nullopt;
+        std::optional<int64_t> all = run ? checkedMul(runs, *run) : std::nullopt;
+        if (!all) {
+          ps.error = std::string("a stage's ") + what + " shard passes 2^63 - 1 bytes";
           return false;
         }
-        r.master = Region();
-        r.master.dtype = plan.precision.master;
-        r.master.bytes = *mrun;
-      }
+        out = Region();
+        out.dtype = dt;
+        out.bytes = *all;
+        return true;
+      };
+      if (!sharded(r.optimizer, plan.precision.optimizer, static_cast<int64_t>(optimizerStates(plan.optimizer)),
+                   "optimizer") ||
+          (plan.precision.master != Dtype::Invalid && !sharded(r.master, plan.precision.master, 1, "master")))
+        return false;
     }
   }
   return true;

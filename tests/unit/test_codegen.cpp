@@ -979,12 +979,10 @@ TEST_CASE("codegen: the pipeline step's fused kernels stay in one stage, placed 
   // dp.tally's pp2 with --fuse: the residual add that ends a block is fused with the next
   // block's norm (forward), except at the stage boundary, where the add runs on stage 0 and the
   // norm on stage 1; every run's entries are of one stage and one kind.
-  std::string dp = sourceDir() + "/tests/step/e2e/dp.tally";
   PlanOverrides o;
-  o.generatedStep = true;
   o.fuseKernels = true;
   o.target = "2 x H100_SXM { pipeline = 2 }";
-  Compiled run(fromFile, dp, "pp2", o);
+  Compiled run(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "pp2", asBuilt(o));
   const Analysis &a = *run.a;
   const auto &ps = a.pipelineStep;
   REQUIRE(ps.error.empty());

@@ -230,10 +230,7 @@ def tensor_pipeline(runs, weights, result):
         for q in range(4):
             r = q // 2
             e, g = erows[q], grows[q]
-            result("%s rank %d arena and regions" % (p, q),
-                   e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
-                   "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"],
-                                                              g["arena_bytes"], g["regions_bytes"]))
+            rank_arena(p, q, e, g, result)
             held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
             params = sum(align(4 * (int(np.prod(t.shape)) // (2 if n.endswith(CUT) else 1)))
                          for n, t in weights.items() if n.startswith(tuple(held)))
@@ -458,6 +455,14 @@ def sequence_bytes(p, sent, weights, micro, result):
     return derived
 
 
+def rank_arena(p, q, e, g, result):
+    """Plan p's rank q: its arena and regions as estimated (e) and allocated (g), equal."""
+    result("%s rank %d arena and regions" % (p, q),
+           e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
+           "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"],
+                                                      g["arena_bytes"], g["regions_bytes"]))
+
+
 def pipeline_master(runs, weights, result):
     """dp2pp2_bf16 and dp2pp2z_bf16 (mixed bf16, AdamW, data x pipeline): each rank's arena and
     regions equal the estimate's for that rank, and its regions derived from the tensors its
@@ -474,10 +479,7 @@ def pipeline_master(runs, weights, result):
             continue
         for q in range(4):
             r, e, g = q % 2, erows[q], grows[q]
-            result("%s rank %d arena and regions" % (p, q),
-                   e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
-                   "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"],
-                                                              g["arena_bytes"], g["regions_bytes"]))
+            rank_arena(p, q, e, g, result)
             held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in STAGES["dp2pp2"][r]]
             sizes = [int(np.prod(t.shape)) for n, t in weights.items() if n.startswith(tuple(held))]
             params = sum(align(2 * n) for n in sizes)
@@ -521,10 +523,7 @@ def pipeline_stages(runs, weights, result):
         for q in range(ranks):
             r = q % 2  # the rank's stage
             e, g = erows[q], grows[q]
-            result("%s rank %d arena and regions" % (p, q),
-                   e["arena_bytes"] == g["arena_bytes"] and e["regions_bytes"] == g["regions_bytes"],
-                   "estimated %d + %d B, allocated %d + %d B" % (e["arena_bytes"], e["regions_bytes"],
-                                                              g["arena_bytes"], g["regions_bytes"]))
+            rank_arena(p, q, e, g, result)
             held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
             params = sum(align(4 * int(np.prod(t.shape))) for n, t in weights.items() if n.startswith(tuple(held)))
             # fp32, SGD with momentum: params, grads and one state per trainable tensor, all trainable;
