@@ -238,7 +238,6 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
                                   "  reduce_gradients(ctx);\n"
                             : std::string()) +
             sequenceGradients() + // sequence parallel: this stage's norms' gradients over its tensor group
-
             (be.device ? "  loss = read_losses<" + lossType + ">(ctx); // the last stage's losses (0 elsewhere)\n"
                        : std::string()) +
             "  if (check_gradients) // every rank: the ranks agree by an all-reduce\n    check_gradients();\n" +

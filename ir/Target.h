@@ -52,8 +52,8 @@ struct MatmulCurve {
 /// points, the end point's value outside the measured range. 0 when `points` is empty.
 double interpolateCurve(const std::vector<CurvePoint> &points, double flops);
 
-/// The elements above which the CPU runtime's kernels run on a team of OpenMP threads (their
-/// `#pragma omp parallel ... if (n > 4096)`, codegen/runtime/cpu); at or below it a call runs
+/// The elements above which the CPU runtime's kernels run on a team of OpenMP threads
+/// (`detail::region(threads, n > 4096, ...)`, codegen/runtime/cpu); at or below it a call runs
 /// on the calling thread and starts no team (Target::forkOverhead; passes/KernelTime.cpp,
 /// forkingCalls; tally calibrate's samples, tools/calibrate).
 constexpr double kForkElements = 4096;
@@ -122,7 +122,7 @@ struct Target {
   Efficiency efficiency;
   /// The fixed cost of one kernel call: a host term, only the calibrated `host` sets it (0
   /// turns it off). With `forkOverhead` it is a call that runs on the calling thread alone (the
-  /// runtime's kernels at 4,096 elements or fewer); without it (a host file of calibration
+  /// runtime's kernels below their threading bound: kForkElements); without it (a host file of calibration
   /// protocol 5 or older) every call's, the OpenMP team's start and join included.
   double kernelOverhead = 0;     ///< seconds per kernel call (`kernel_overhead`)
   /// What a call that starts a team of OpenMP threads pays in place of kernelOverhead: the

@@ -166,9 +166,10 @@ KernelWork attentionDecode(const AttentionOp &at, double act, double ratio, doub
              (at.self ? at.b * at.cacheWidth * ratio : 0)) *
             act;
   w.transcendentals = at.b * at.h * ctx;
-  // On the host a call over more than kForkElements starts the team of threads (forkingCalls;
-  // the cache it reads is its largest operand); ignored by targets that do not price it.
-  w.forks = at.b * ctx * at.cacheWidth > kForkElements ? w.calls : 0;
+  // On the host a call of more than kForkAttentionWork (B·H·S·S_kv·hd: one query row per
+  // sequence here) starts the team of threads, as forkingCalls says; ignored by the targets
+  // that do not price it.
+  w.forks = at.b * qWidth * ctx > kForkAttentionWork ? w.calls : 0;
   return w;
 }
 

@@ -232,8 +232,9 @@ struct KernelWork {
 /// more than kForkElements elements (the elementwise, row and optimizer kernels' rule), a
 /// matmul more than kForkMatmulWork multiply-adds, a fused attention more than
 /// kForkAttentionWork (the runtime's own rules, codegen/runtime/cpu), else none; none on a
-/// target without forkOverhead (every GPU), where the graph is not read. `tokens`: the graph's activations hold that many times a call's
-/// (a decode step's ops run on one token of each prompt's; parameters are whole).
+/// target without forkOverhead (every GPU), where the graph is not read. `tokens`: the graph's
+/// activations hold that many times a call's (a decode step's ops run on one token of each
+/// prompt's; parameters are whole).
 double forkingCalls(const Target &t, const Graph &g, const Op &op, double split, double calls,
                     double tokens = 1);
 /// KernelTime.cpp: the seconds of unary op `op`'s arithmetic (its gradient's when `backward`)

@@ -273,7 +273,6 @@ double flashOutsideBytes(const Analysis &a, OpId i, bool backward) {
   return bytes;
 }
 
-
 KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp8) {
   const FusedSavings &fused = a.fusedOf(i);
   KernelWork w;
@@ -409,11 +408,12 @@ double optimizerTime(const Analysis &a) {
   // One update call per trainable parameter tensor (the step's kUpdate table), zero_grad's
   // fill, and the overflow check under loss scaling.
   w.calls = trainableTensors(*a.graph) + 1 + (pp.lossScaling ? 1 : 0);
-  // The updates of tensors above kForkElements start a team; zero_grad's fill and the overflow
-  // check run over every gradient, in one call each.
+  // The updates of tensors above kForkElements start a team; zero_grad's fill (a team above
+  // 65,536 elements, rt::fill) and the overflow check (rt::sum_squares) run over every gradient,
+  // in one call each.
   if (plan.target.forkOverhead > 0)
-    w.forks = trainableTensors(*a.graph, kForkElements) +
-              (owned > kForkElements ? 1 + (pp.lossScaling ? 1 : 0) : 0);
+    w.forks = trainableTensors(*a.graph, kForkElements) + (owned > 65536 ? 1 : 0) +
+              (pp.lossScaling && owned > kForkElements ? 1 : 0);
   Dtype fp32 = plan.target.peakF32 > 0 ? Dtype::F32 : Dtype::TF32;
   const Target &t = plan.target;
   if (t.optimizerBandwidth <= 0)

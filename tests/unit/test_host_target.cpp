@@ -219,12 +219,13 @@ TEST_CASE("host: a call above kForkElements pays fork_overhead in place of kerne
   CHECK(kernelTime(t, OpClass::Elementwise, Dtype::F32, w) == Approx(2e-7 + 2e-6 + 10e-6));
   CHECK(kernelTimeTerms(t, OpClass::Elementwise, Dtype::F32, w).calls == Approx(12e-6));
 
-  // On a plan: fc at micro-batch 2 is 2·64·64 = 8192 multiply-adds, not above kForkMatmulWork:
-  // no call starts a team; at micro-batch 1024 it is 4194304 and every call of fc (its forward,
-  // its backward's one matmul: x takes no gradient) does, and mean's over 65536 elements.
+  // On a plan: fc at micro-batch 2 is 2·128·128 = 32768 multiply-adds, not above
+  // kForkMatmulWork: no call starts a team; at micro-batch 1024 it is 16777216 and every call of
+  // fc (its forward, its backward's one matmul: x takes no gradient) does, and mean's over
+  // 131072 elements.
   auto plan = [](int batch, bool forks) {
     return std::string(kCpuTarget) + (forks ? "  fork_overhead = 5 us\n" : "") + "}\n" + R"(
-model M(d = 64) {
+model M(d = 128) {
   fc = Linear(d, d)
   forward(x: f32[batch, d]) { return mean(fc(x)) }
 }
@@ -248,14 +249,14 @@ train t { model = M() batch = )" + std::to_string(batch) + R"( optimizer = AdamW
   Compiled large(plan(1024, true)), largePlain(plan(1024, false));
   const Target &largeT = large.a->plan->target;
   CHECK(forkingCalls(largeT, large.g(), large.g().ops[mm], 1, 3) == 3);
-  CHECK(forkingCalls(largeT, large.g(), large.g().ops[mm], 2, 3) == 0); // split in two: 2097152 each
+  CHECK(forkingCalls(largeT, large.g(), large.g().ops[mm], 128, 3) == 0); // split 128 ways: 131072 each
   // A target that does not price them apart counts none.
   CHECK(forkingCalls(largePlain.a->plan->target, large.g(), large.g().ops[mm], 1, 3) == 0);
   CHECK(large.a->ops[mm].forwardTime - largePlain.a->ops[mm].forwardTime == Approx(3e-6));
   REQUIRE(large.a->ops[mm].backwardCalls == 1);
   CHECK(large.a->ops[mm].backwardTime - largePlain.a->ops[mm].backwardTime == Approx(3e-6));
-  // The optimizer: W (4096) and b (64) update on the calling thread; zero_grad's fill over all
-  // 4160 gradients starts a team.
+  // The optimizer: W's update (16384 elements) starts a team, b's (128) does not, nor zero_grad's
+  // fill over all 16512 gradients (rt::fill: a team above 65536).
   CHECK(large.a->time.optimizer - largePlain.a->time.optimizer == Approx(3e-6));
 }
 

@@ -12,8 +12,8 @@
 
 #include "ir/Target.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,7 +48,9 @@ struct AttentionSample {
   double scores() const;
   /// Whether each call starts a team of threads, as the runtime and the estimate decide
   /// (forkingCalls: B·H·S·S·hd above kForkAttentionWork).
-  bool threaded() const { return double(B) * double(H) * double(S) * double(S) * double(hd) > kForkAttentionWork; }
+  bool threaded() const {
+    return double(B) * double(H) * double(S) * double(S) * double(hd) > kForkAttentionWork;
+  }
 };
 
 /// One measurement's timed calls as the robust statistics read them (Robust.cpp, issue 46):
@@ -126,7 +128,7 @@ struct Result {
   /// passes/StepTime.cpp counts an update's bytes (0: not measured).
   double optimizerBandwidth = 0;
   /// Seconds of fixed cost per runtime kernel call on the calling thread (rt::scale of 1 float,
-  /// whose parallel region its `if` keeps to one thread); 0: not measurable.
+  /// which enters no parallel region); 0: not measurable.
   double kernelOverhead = 0;
   /// Seconds of fixed cost per call that starts a team of the OpenMP threads (an empty parallel
   /// region), paid in place of kernelOverhead; 0: not measured (protocol 5 and older).

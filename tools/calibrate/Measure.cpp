@@ -3,12 +3,12 @@
 // timing runs the CPU runtime's own kernels (codegen/runtime/cpu, compiled with its flags), with the runtime's
 // threading: OpenBLAS single-threaded, C tiles on the OpenMP threads (rt_matmul.h).
 //
-// 1. Matmuls: square M = N = K (16 to 2048) and a few skinny shapes (tokens × width), fp32 and bf16 (16-bit
-//    storage converted to fp32 in blocks of K, rt_matmul.h). Every timing below is taken in
-//    rounds (class Rounds): one warm-up call, then in each of 4 rounds a share of the calls and
-//    of the time, every measurement in turn, and the median of all its calls counts. The median
-//    and not the fastest call, because the estimate is compared with the median step, which
-//    meets the machine as it usually is: on the 2-vCPU VM the same matmul alternated, seconds
+// 1. Matmuls: square M = N = K (16 to 2048) and a few skinny shapes (tokens × width), fp32 and
+//    bf16 (16-bit storage converted to fp32 in blocks of K, rt_matmul.h). Every timing below is
+//    taken in rounds (class Rounds): one warm-up call, then in each of 4 rounds a share of the
+//    calls and of the time, every measurement in turn, and the median of all its calls counts.
+//    The median and not the fastest call, because the estimate is compared with the median step,
+//    which meets the machine as it usually is: on the 2-vCPU VM the same matmul alternated, seconds
 //    at a time, between about 63 and 38 GFLOP/s, and the fastest call priced the step at the
 //    fast phase only (fp32 GPT d = 256 estimated 429 ms, measured 785-900 ms). The rounds
 //    spread each measurement over the whole calibration. Calls that look like scheduler
