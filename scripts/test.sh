@@ -45,13 +45,13 @@ fi
 
 # The sanitizer suite (docs/reliability.md): tally, unit_tests and the libFuzzer target built
 # once with clang-14 under ASan + UBSan (float-cast-overflow, no recovery), -O1 -g0, in
-# build-san; there the unit tests, the lit suite (ctest's `lit`: every lit file but the seven
+# build-san; there the unit tests, the lit suite (ctest's `lit`: every lit file but the six
 # that are entries of their own, CMakeLists.txt LIT_ALONE) and the fuzz regressions run again, then the
 # fuzzer for what is left of 14 minutes (15 to 120 s; TALLY_FUZZ_SECONDS sets it). The generated-step tests (tests/step: the CPU
 # steps and the CUDA compiles), validation, determinism, the docs tour and fuzz_inputs.py run
-# only in the normal build above, and so do the seven lit files whose time is not tally's:
-# diag-model-bounds (the size bounds reached on purpose: seconds and GBs under ASan), run-trace
-# (it compiles and runs a step), html-pipeline/html-render (headless Chromium renders the
+# only in the normal build above, and so do the six lit files whose time is not tally's:
+# diag-model-bounds (the size bounds reached on purpose: seconds and GBs under ASan),
+# html-pipeline/html-render (headless Chromium renders the
 # pages; html-gpt2 keeps the HTML writer under the sanitizers) and host-calibrate,
 # calibrate-busy, calibrate-noisy (their time is kernels measured under ASan, ~30 s of the
 # suite; the calibration's own logic, its rounds, outliers and overwrite rule, is unit-tested
