@@ -303,9 +303,11 @@ KernelWork backwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asF
 }
 
 double trainableTensors(const Graph &g, double above) {
+  // Over the graph's parameter list, not every tensor: the step time and the layout search's
+  // candidates call it (a deep model has several times more tensors than parameters).
   double n = 0;
-  for (const Tensor &t : g.tensors)
-    if (t.role == TensorRole::Param && t.requiresGrad && numel(t.shape) > above)
+  for (const ParamInfo &p : g.params)
+    if (g.tensors[p.tensor].requiresGrad && numel(g.tensors[p.tensor].shape) > above)
       n += 1;
   return n;
 }
