@@ -17,13 +17,17 @@ namespace {
 /// roofline; 0 on targets without a rate.
 double transcendentalSeconds(const Target &t, double n) { return n * t.transcendentalTime; }
 
+/// Host term: of a kernel's calls, those priced as starting a team of threads: KernelWork::forks
+/// (at most its calls) on a target with forkOverhead, none on another (a GPU, or a host file
+/// from before it was measured: there every call pays kernelOverhead on all threads).
+double threadedCalls(const Target &t, const KernelWork &w) {
+  return t.forkOverhead > 0 ? std::min(w.forks, w.calls) : 0;
+}
+
 /// Host term: the fixed cost of `calls` kernel calls, `forks` of them starting a team of
 /// threads (OpenMP's fork and join, in place of a call on the calling thread), paid whatever
-/// the size; 0 on targets without a measured overhead. A target without forkOverhead (a host
-/// file from before it was measured) charges every call its kernelOverhead.
+/// the size; 0 on targets without a measured overhead.
 double hostCallTime(const Target &t, double calls, double forks) {
-  if (t.forkOverhead <= 0)
-    return calls * t.kernelOverhead;
   return (calls - forks) * t.kernelOverhead + forks * t.forkOverhead;
 }
 
@@ -35,16 +39,15 @@ double hostBandwidth(const Target &t, double bytesPerCall) {
 }
 
 /// Host term: how much longer a kernel's work takes because of its calls that start no team of
-/// threads (KernelWork::forks) and so run on the calling thread alone, at 1/team of the rates
-/// the target states for all its threads (each core has its own L2, where such small calls'
-/// data is): 1 + (calls − forks)/calls × (team − 1), the work spread evenly over the calls.
-/// 1 on targets without forkOverhead (GPUs, a calibration of protocol 5).
-double serialFactor(const Target &t, const KernelWork &w) {
+/// threads (`calls` − `forks`, threadedCalls) and so run on the calling thread alone, at 1/team
+/// of the rates the target states for all its threads (each core has its own L2, where such
+/// small calls' data is): 1 + (calls − forks)/calls × (team − 1), the work spread evenly over
+/// the calls. 1 on targets without forkOverhead (GPUs, a calibration of protocol 5).
+double serialFactor(const Target &t, double calls, double forks) {
   const double team = t.teamThreads();
-  if (t.forkOverhead <= 0 || team <= 1 || w.calls <= 0)
+  if (t.forkOverhead <= 0 || team <= 1 || calls <= 0)
     return 1;
-  const double single = (w.calls - std::min(w.forks, w.calls)) / w.calls;
-  return 1 + single * (team - 1);
+  return 1 + (calls - forks) / calls * (team - 1);
 }
 
 } // namespace
@@ -88,12 +91,13 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   // made its 17 KB take 26 us, 36x what they take).
   k.byteEfficiency = k.fromCurve ? t.efficiency.elementwise : k.efficiency;
   k.memory = k.bandwidth > 0 ? w.bytes / k.bandwidth / k.byteEfficiency : 0;
-  k.calls = hostCallTime(t, w.calls, std::min(w.forks, w.calls));
+  k.threadedCalls = threadedCalls(t, w);
+  k.calls = hostCallTime(t, w.calls, k.threadedCalls);
   k.launch = w.inGraph ? 0 : w.calls * t.kernelLaunch; // a graph's kernels are launched by the GPU
   k.slowdown = w.slowdown;
   // A curve was measured on the kernel as it runs, its own threading included (a matmul's tiles
   // decide its threads, not its size).
-  k.serial = k.fromCurve ? 1 : serialFactor(t, w);
+  k.serial = k.fromCurve ? 1 : serialFactor(t, w.calls, k.threadedCalls);
   return k;
 }
 

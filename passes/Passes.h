@@ -265,6 +265,7 @@ struct KernelTimeTerms {
   double outside = 0;             ///< outsideBytes / bandwidth, beside the arithmetic
   double memory = 0;              ///< bytes / bandwidth / byteEfficiency
   double calls = 0;               ///< calls × kernelOverhead (forks × forkOverhead in place)
+  double threadedCalls = 0;       ///< of the calls, those priced as starting a team of threads
   double launch = 0;              ///< calls × kernelLaunch: the floor under the total
   double slowdown = 1;            ///< KernelWork::slowdown: multiplies the kernel's own time
   /// The host's calls that start no team run on one thread: multiplies the kernel's own time

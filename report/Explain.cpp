@@ -269,11 +269,10 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   os << ", " << moved << by << " / " << formatRate(k.bandwidth, UnitDim::ByteRate) << " / "
      << printf1("%.3g", k.byteEfficiency) << close;
   if (calls) {
-    const double forks = t.forkOverhead > 0 ? std::min(w.forks, w.calls) : 0;
-    if (w.calls > forks)
-      os << " + " << exact(w.calls - forks) << " × " << formatDuration(t.kernelOverhead);
-    if (forks > 0)
-      os << " + " << exact(forks) << " × " << formatDuration(t.forkOverhead) << " threaded";
+    if (w.calls > k.threadedCalls)
+      os << " + " << exact(w.calls - k.threadedCalls) << " × " << formatDuration(t.kernelOverhead);
+    if (k.threadedCalls > 0)
+      os << " + " << exact(k.threadedCalls) << " × " << formatDuration(t.forkOverhead) << " threaded";
   }
   if (launch)
     os << ", " << exact(w.calls) << " × " << formatDuration(t.kernelLaunch) << ")";
@@ -310,7 +309,7 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
        << ": the FlashAttention-1-era Triton kernel (attention_kernel = flash1_triton) takes "
           "FlashAttention-2's time × 1.4 forward, × 2 backward (Dao 2023, §4.1)";
   if (k.serial != 1)
-    os << "; kernel factor " << printf1("%.3g", k.serial) << ": " << exact(w.calls - std::min(w.forks, w.calls))
+    os << "; kernel factor " << printf1("%.3g", k.serial) << ": " << exact(w.calls - k.threadedCalls)
        << " of its " << exact(w.calls) << " calls, below the runtime's threading bound, start no team of threads "
        << "and run on one of " << exact(t.teamThreads());
   os << (exps ? "; exps at the target's special-function rate" : "");

@@ -2,8 +2,8 @@
 //   {"protocol": "tally-measure", "version": 3, "quick": false, "cpu_model": "...",
 //    "cores": 2, "threads": 2, "memory_bytes": ..., "load_average": ..., "seconds": ...,
 //    "triad_bandwidth": ..., "cache_bytes": ..., "cache_bandwidth": ...,
-//    "elementwise_bandwidth": ..., "optimizer_bandwidth": ..., "kernel_overhead": ..., "fork_overhead": ...,
-//    "transcendental_time": ...,
+//    "elementwise_bandwidth": ..., "optimizer_bandwidth": ..., "kernel_overhead": ...,
+//    "fork_overhead": ..., "transcendental_time": ...,
 //    "unary": [{"op": "gelu", "forward": ..., "gradient": ...}, ...],
 //    "matmuls": [{"dtype": "fp32", "M": 64, "N": 64, "K": 64, "seconds": ...}, ...],
 //    "attention": {"B": 1, "H": 4, "S": 256, "hd": 64, "forward_seconds": ...,
@@ -36,7 +36,8 @@ std::string resultToJSON(const Result &r) {
   std::vector<double> numbers = {r.memoryBytes,    r.loadAverage,          r.seconds,
                                  r.triadBandwidth, r.cacheBytes,           r.cacheBandwidth,
                                  r.elementwiseBandwidth, r.kernelOverhead, r.forkOverhead,
-                                 r.transcendentalTime, r.optimizerBandwidth, r.attention.forwardSeconds, r.attention.backwardSeconds};
+                                 r.transcendentalTime, r.optimizerBandwidth, r.attention.forwardSeconds,
+                                 r.attention.backwardSeconds};
   for (const MatmulSample &m : r.matmuls)
     numbers.push_back(m.seconds);
   for (const AttentionSample &a : r.attentionShapes)
