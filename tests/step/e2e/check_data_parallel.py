@@ -172,6 +172,12 @@ def align(n):
     return (n + 255) // 256 * 256
 
 
+def stage_tensors(r, layers):
+    """The name prefixes of the tensors pipeline stage r holds: wte (the first stage's embedding,
+    the last's tied head), wpe on the first, lnf on the last, and its repeat copies layers[r]."""
+    return ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
+
+
 def zero_pieces(runs, weights, result):
     """ZeRO 2 and 3: the regions of pieces, derived from the tensors' shapes, and the bytes each
     rank sent against the estimate's."""
@@ -231,7 +237,7 @@ def tensor_pipeline(runs, weights, result):
             r = q // 2
             e, g = erows[q], grows[q]
             rank_arena(p, q, e, g, result)
-            held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
+            held = stage_tensors(r, layers)
             params = sum(align(4 * (int(np.prod(t.shape)) // (2 if n.endswith(CUT) else 1)))
                          for n, t in weights.items() if n.startswith(tuple(held)))
             result("%s rank %d regions are its stage's cuts" % (p, q), g["regions_bytes"] == 3 * params,
@@ -306,7 +312,7 @@ def grid(runs, weights, result):
     (a ring of 2 sends it whole; under ZeRO-1 half reduce-scattered, half gathered back)."""
     cuts = []
     for r in range(2):
-        held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in STAGES["pp2"][r]]
+        held = stage_tensors(r, STAGES["pp2"])
         cuts.append(sum(align(4 * (int(np.prod(t.shape)) // (2 if n.endswith(CUT) else 1)))
                         for n, t in weights.items() if n.startswith(tuple(held))))
     micro = MICRO // 2
@@ -480,7 +486,7 @@ def pipeline_master(runs, weights, result):
         for q in range(4):
             r, e, g = q % 2, erows[q], grows[q]
             rank_arena(p, q, e, g, result)
-            held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in STAGES["dp2pp2"][r]]
+            held = stage_tensors(r, STAGES["dp2pp2"])
             sizes = [int(np.prod(t.shape)) for n, t in weights.items() if n.startswith(tuple(held))]
             params = sum(align(2 * n) for n in sizes)
             master = sum(align(4 * n) for n in sizes) if p == "dp2pp2_bf16" else align(4 * ((params // 2 + 1) // 2))
@@ -524,7 +530,7 @@ def pipeline_stages(runs, weights, result):
             r = q % 2  # the rank's stage
             e, g = erows[q], grows[q]
             rank_arena(p, q, e, g, result)
-            held = ["wte."] + (["wpe."] if r == 0 else ["lnf."]) + ["h.%d." % k for k in layers[r]]
+            held = stage_tensors(r, layers)
             params = sum(align(4 * int(np.prod(t.shape))) for n, t in weights.items() if n.startswith(tuple(held)))
             # fp32, SGD with momentum: params, grads and one state per trainable tensor, all trainable;
             # under ZeRO-1 the state is the half of the grads region's elements this rank's data rank
