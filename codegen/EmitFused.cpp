@@ -4,6 +4,8 @@
 // (EmitStep.cpp) calls fused() at the run's first entry.
 #include "codegen/EmitInternal.h"
 
+#include <algorithm>
+
 namespace tally::codegen::emit {
 
 bool Emitter::matmulBias(const Analysis::FusedKernel &k, const char *kind) {
@@ -23,6 +25,13 @@ bool Emitter::matmulBias(const Analysis::FusedKernel &k, const char *kind) {
   epilogueBias.clear();
   epilogueOut.clear();
   return ok;
+}
+
+const Analysis::FusedKernel *Emitter::fusedAt(size_t e) const {
+  const auto &ks = a.fusion.kernels;
+  auto it = std::lower_bound(ks.begin(), ks.end(), e,
+                             [](const Analysis::FusedKernel &k, size_t entry) { return k.first < entry; });
+  return it != ks.end() && it->first == e ? &*it : nullptr;
 }
 
 bool Emitter::fused(const Analysis::FusedKernel &k, const char *kind) {

@@ -271,6 +271,9 @@ struct Emitter {
   /// norm's _fused call with the functor as its prologue. Identical runs (every layer's) share
   /// one functor; the call passes each its operands.
   bool fused(const Analysis::FusedKernel &k, const char *kind);
+  /// The fused run that starts at stepSchedule entry `e`, or null (Analysis::fusion.kernels is
+  /// sorted by first entry).
+  const Analysis::FusedKernel *fusedAt(size_t e) const;
 
   // ---- the optimizer phase and data parallelism (EmitUpdate.cpp) ----------------------------
 

@@ -81,9 +81,6 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
   body.clear();
   gatheredNow.clear(); // a unit gathers afresh: another unit may have written the buffers since
   inBackward = false;
-  std::map<uint32_t, const Analysis::FusedKernel *> fusedAt;
-  for (const Analysis::FusedKernel &f : a.fusion.kernels)
-    fusedAt[f.first] = &f;
   // A boundary move of storage x: at the entry where it is addressed, to or from rank `peer`.
   auto move = [&](TensorId x, int64_t entry, bool send, int64_t peer, int64_t boundary, int dir, const char *why) {
     if (entry < 0)
@@ -127,10 +124,10 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
       continue;
     // A fused run (passes/Fusion.cpp keeps each in one chunk and one kind of entry), at its
     // first entry; tensor x pipeline runs unfused (emitStep refuses --fuse with tensor > 1).
-    if (auto f = fusedAt.find(static_cast<uint32_t>(e)); f != fusedAt.end()) {
-      if (!fused(*f->second, entryKind(se.kind)) || !error.empty())
+    if (const Analysis::FusedKernel *f = fusedAt(e)) {
+      if (!fused(*f, entryKind(se.kind)) || !error.empty())
         return false;
-      e += f->second->count - 1;
+      e += f->count - 1;
       continue;
     }
     if (!sequenceBefore(e) || !emitEntry(se)) // tensor x pipeline with sequence parallelism:

@@ -327,9 +327,6 @@ bool Emitter::emitEntry(const StepEntry &se) {
 }
 
 bool Emitter::microStep(std::string &outText) {
-  std::map<uint32_t, const Analysis::FusedKernel *> fusedAt;
-  for (const Analysis::FusedKernel &k : a.fusion.kernels)
-    fusedAt[k.first] = &k;
   std::map<size_t, std::vector<size_t>> startAfter = overlappedBuckets();
   // After entries [from, to] ran: the buckets whose last gradient write was among them.
   auto startBuckets = [&](size_t from, size_t to) {
@@ -358,12 +355,11 @@ bool Emitter::microStep(std::string &outText) {
         zeroAfter(e);
       continue;
     }
-    auto f = fusedAt.find(static_cast<uint32_t>(e));
-    if (f != fusedAt.end()) {
-      if (!fused(*f->second, entryKind(se.kind)) || !error.empty())
+    if (const Analysis::FusedKernel *f = fusedAt(e)) {
+      if (!fused(*f, entryKind(se.kind)) || !error.empty())
         return false;
-      startBuckets(e, e + f->second->count - 1);
-      e += f->second->count - 1;
+      startBuckets(e, e + f->count - 1);
+      e += f->count - 1;
       continue;
     }
     if (!sequenceBefore(e) || !emitEntry(se))
