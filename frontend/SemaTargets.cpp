@@ -235,6 +235,7 @@ const std::vector<TargetSetting> &targetSettings() {
       quantity("cache_bandwidth", &Target::cacheBandwidth, UnitDim::ByteRate),
       count("threads", &Target::threads), // the OpenMP threads a calibration measured with
       custom("attention_curve", &TargetReader::attentionCurve),
+      count("attention_tile", &Target::attentionTile),
   };
   return table;
 }

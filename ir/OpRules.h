@@ -136,6 +136,12 @@ llvm::ArrayRef<UnaryDef> unaryDefs();
 /// nullptr for any other kind.
 const char *binaryRuntime(OpKind k);
 
+/// How many times the scores its executed FLOPs count (the causal triangle, computedFraction)
+/// a fused causal attention computes when its kernel takes queries and keys in tiles of `tile`
+/// (the CPU runtime's: kHostAttentionTile): tiledCausalScores over s(s+1)/2, >= 1; 1 for any
+/// other op or attention (materialised, not causal, a window, s != s_kv).
+double tiledScoreRatio(const Graph &g, const Op &op, double tile);
+
 /// `tally explain`'s derivations of one op's counts (ruleFor(op.kind).explain).
 /// Forward model FLOPs (ForwardCost::flops).
 Formula describeForward(const Graph &g, const Op &op);

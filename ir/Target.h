@@ -62,6 +62,21 @@ constexpr double kForkElements = 4096;
 /// above kForkAttentionWork (B·H·S·S_kv·hd): codegen/runtime/cpu/rt_matmul.h, rt_attention.h.
 constexpr double kForkMatmulWork = 2097152;
 constexpr double kForkAttentionWork = 65536;
+/// The CPU runtime's fused attention takes queries and keys in tiles of this many
+/// (codegen/runtime/cpu/rt_attention.h: kAttnQB, kAttnKB) and runs its two GEMMs on every tile
+/// up to the diagonal whole, masking the scores above it after.
+constexpr double kHostAttentionTile = 64;
+/// The scores of one causal s × s matrix (one batch row and head) that a kernel taking tiles of
+/// `tile` queries and keys computes: each query tile of q rows (the last may be short) sees the
+/// keys up to its last row, q × (its first row + q); tile × tile · n(n+1)/2 for s = n · tile,
+/// against the s(s+1)/2 of the triangle itself (12,288 against 8,256 at s = 128: 1.49×; 1.25× at
+/// s = 256).
+inline double tiledCausalScores(double s, double tile) {
+  if (!(s > 0) || !(tile > 0))
+    return 0;
+  const double n = std::floor(s / tile), rest = s - n * tile;
+  return tile * tile * n * (n + 1) / 2 + rest * s;
+}
 
 /// One device. Rates are per device, dense (no 2:4 sparsity), in base units.
 struct Target {
@@ -177,6 +192,11 @@ struct Target {
   /// Measured efficiency of the runtime's fused attention by FLOPs per call (only the
   /// calibrated `host` has one): small heads pay fixed costs per (batch, head).
   std::vector<CurvePoint> attentionCurve;
+  /// The tile of queries and keys the calibrated runtime's attention computes in
+  /// (`attention_tile`, kHostAttentionTile): the curve's FLOPs are then of the scores those
+  /// tiles compute (tiledCausalScores), and a causal call's FLOPs are priced so (passes/
+  /// StepTime.cpp, asRun); 0 (a host file from before it was written): of the triangle.
+  int64_t attentionTile = 0;
   /// The calibrated host only: the OpenMP threads its numbers were measured with (`threads`,
   /// written by `tally calibrate`); 0 when not said.
   int64_t threads = 0;

@@ -216,6 +216,10 @@ KernelWork asRun(const Analysis &a, OpId i, KernelWork w, bool backward) {
     w.bytes *= grow;
   }
   w.inGraph = cudaGraphCaptured(*a.graph, *a.plan);
+  // The calibrated runtime's attention runs its GEMMs on whole tiles up to the diagonal
+  // (ir/Target.h, tiledCausalScores): its curve's FLOPs are those tiles', and so are a call's.
+  if (op.kind == OpKind::Attention && t.attentionTile > 0 && !t.attentionCurve.empty())
+    w.flops *= tiledScoreRatio(*a.graph, op, static_cast<double>(t.attentionTile));
   if (!a.plan->cudaStep) {
     if (op.kind == OpKind::Attention && op.attrs->fused && t.attentionCurve.empty()) {
       if (runsNativeAttention(*a.plan)) {

@@ -3,6 +3,7 @@
 // attention_backward: shapes, model and executed FLOPs, the bytes each form moves, and what the
 // backward keeps. docs/counting.md states the same rules as formulas.
 #include "ir/ops/OpsCommon.h"
+#include "ir/Target.h"
 
 #include <algorithm>
 #include <cmath>
@@ -530,3 +531,16 @@ RULE_ATTRS(Attention, inferAttention, AttentionCounts, executedBackwardAttention
 RULE(AttentionBackward, inferAttentionBackward, AttentionBackwardCounts, executedDefault, savesNothing)
 
 } // namespace tally::oprules
+
+namespace tally {
+
+double tiledScoreRatio(const Graph &g, const Op &op, double tile) {
+  if (op.kind != OpKind::Attention || !op.attrs->fused || !op.attrs->causal || op.attrs->attnWindow > 0)
+    return 1;
+  oprules::AttnDims d = oprules::attnDims(g, op);
+  if (d.s != d.skv || !(d.s > 0))
+    return 1;
+  return std::max(1.0, tiledCausalScores(d.s, tile) / (d.s * (d.s + 1) / 2));
+}
+
+} // namespace tally

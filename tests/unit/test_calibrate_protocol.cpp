@@ -159,28 +159,33 @@ TEST_CASE("calibrate: the attention curve, a point per call of every shape", "[c
   r.kernelOverhead = 1e-6;
   r.forkOverhead = 3e-6;
   r.transcendentalTime = 1e-9;
+  r.attention.forwardSeconds = 2e-3 / 3, r.attention.backwardSeconds = 4e-3 / 3;
   // fp32 peak = 2·64³ FLOPs / (1e-4 / 7) s.
   double peak = 2.0 * 64 * 64 * 64 / (1.0 / 7.0 * 1e-4);
   std::vector<Point> c = attentionCurveOf(r);
   REQUIRE(c.size() == 4);
-  // The small shape's forward: B 2, H 4, S 16, hd 16: 2·4·16·17/2 = 1088 causal scores,
-  // (4·16 + 5)·1088 = 75072 FLOPs; its time less 1088 exps and one call on the calling thread
-  // (B·H·S·S·hd = 32768, not above kForkAttentionWork: kernel_overhead).
-  CHECK(c[0].flops == 75072);
-  CHECK(c[0].efficiency == Approx(75072 / peak / (1e-4 / 3 - 1088e-9 - 1e-6)));
-  // Its backward: (10·16 + 9)·1088 FLOPs.
-  CHECK(c[1].flops == 169 * 1088);
-  CHECK(c[1].efficiency == Approx(169.0 * 1088 / peak / (2e-4 / 3 - 1088e-9 - 1e-6)));
-  // The large shape's: B 1, H 4, S 128, hd 64: 4·128·129/2 = 33024 scores.
+  // The small shape's forward: B 2, H 4, S 16, hd 16: the kernel's one tile of 16 queries and
+  // keys per batch row and head computes 2·4·16·16 = 2048 scores (attention_tile = 64), of which
+  // 2·4·16·17/2 = 1088 are the causal ones (one exp each); (4·16 + 5)·2048 = 141312 FLOPs; its
+  // time less 1088 exps and one call on the calling thread (B·H·S·S·hd = 32768, not above
+  // kForkAttentionWork: kernel_overhead).
+  CHECK(c[0].flops == 141312);
+  CHECK(c[0].efficiency == Approx(141312 / peak / (1e-4 / 3 - 1088e-9 - 1e-6)));
+  // Its backward: (10·16 + 9)·2048 FLOPs.
+  CHECK(c[1].flops == 169 * 2048);
+  CHECK(c[1].efficiency == Approx(169.0 * 2048 / peak / (2e-4 / 3 - 1088e-9 - 1e-6)));
+  // The large shape's: B 1, H 4, S 128, hd 64: tiles of 64 compute 64·64·(1 + 2) = 12288 scores
+  // per head, 4·12288 = 49152, of the 4·128·129/2 = 33024 causal ones (their exps).
   // B·H·S·S·hd = 4·128·128·64 = 4194304: a threaded call, less fork_overhead.
-  CHECK(c[2].flops == 261 * 33024.0);
-  CHECK(c[2].efficiency == Approx(261 * 33024.0 / peak / (1e-3 / 3 - 33024e-9 - 3e-6)));
-  CHECK(c[3].flops == 649 * 33024.0);
-  CHECK(c[3].efficiency == Approx(649 * 33024.0 / peak / (2e-3 / 3 - 33024e-9 - 3e-6)));
+  CHECK(c[2].flops == 261 * 49152.0);
+  CHECK(c[2].efficiency == Approx(261 * 49152.0 / peak / (2e-3 / 3 - 33024e-9 - 3e-6)));
+  CHECK(c[3].flops == 649 * 49152.0);
+  CHECK(c[3].efficiency == Approx(649 * 49152.0 / peak / (4e-3 / 3 - 33024e-9 - 3e-6)));
   for (const Point &p : c)
     CHECK((p.efficiency > 0 && p.efficiency <= 1));
   // The target text carries it.
-  CHECK_THAT(renderTarget(r, "then"), Contains("  attention_curve = [(75072, "));
+  CHECK_THAT(renderTarget(r, "then"), Contains("  attention_curve = [(141312, "));
+  CHECK_THAT(renderTarget(r, "then"), Contains("  attention_tile = 64\n"));
   CHECK_THAT(renderTarget(r, "then"), Contains("  kernel_overhead = 1000 ns\n  fork_overhead = 3000 ns\n"));
 }
 

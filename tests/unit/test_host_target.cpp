@@ -582,3 +582,57 @@ TEST_CASE("host: attention_curve prices attention by FLOPs per call", "[host]") 
   CHECK_FALSE(parseHost(bad, wrong));
   CHECK(bad.diags.errorCount() > 0);
 }
+
+TEST_CASE("host: attention_tile prices a causal call at the scores its tiles compute", "[host]") {
+  // tiledCausalScores against the runtime kernel's loop (rt_attention.h: each query tile of qb
+  // rows computes the keys up to its last row, i0 + qb), for lengths around the tile.
+  for (int64_t s : {1, 16, 63, 64, 65, 100, 128, 129, 256, 1000}) {
+    double loop = 0;
+    for (int64_t i0 = 0; i0 < s; i0 += 64) {
+      const int64_t qb = std::min<int64_t>(64, s - i0);
+      loop += double(qb) * double(i0 + qb);
+    }
+    INFO("s = " << s);
+    CHECK(tiledCausalScores(double(s), kHostAttentionTile) == loop);
+  }
+  CHECK(tiledCausalScores(128, 64) == 12288);
+  // A causal attention at s = 128 on a target whose curve is flat (0.25 at every size), with
+  // and without attention_tile: its compute grows by 12288 / (128·129/2) = 1.488.
+  const std::string model = R"(
+model M(vocab = 64, d = 32) {
+  wte = Embedding(vocab, d)
+  qkv = Linear(d, 3 * d)
+  forward(tokens: i32[batch, seq]) {
+    q, k, v = split(qkv(wte(tokens)), 3, dim = -1)
+    a = attention(q, k, v, heads = 2, causal = ATTN)
+    return cross_entropy(a @ transpose(wte.weight), next_tokens(tokens))
+  }
+}
+train t { model = M() batch = 2 seq = 128 micro_batch = 2 optimizer = SGD(lr = 0.1)
+          precision = fp32 target = Cpu }
+)";
+  auto attentionTimes = [&](bool tiled, bool causal) {
+    std::string m = model;
+    m.replace(m.find("ATTN"), 4, causal ? "true" : "false");
+    Compiled t(std::string(kCpuTarget) + "  attention_curve = [(1e3, 0.25), (1e12, 0.25)]\n" +
+               (tiled ? "  attention_tile = 64\n" : "") + "}\n" + m);
+    const Graph &g = t.g();
+    for (OpId i = 0; i < g.ops.size(); ++i)
+      if (g.ops[i].kind == OpKind::Attention) {
+        CHECK(tiledScoreRatio(g, g.ops[i], 64) == Approx(causal ? 12288.0 / 8256.0 : 1.0));
+        return std::pair<double, double>{t.a->ops[i].forwardTime, t.a->ops[i].backwardTime};
+      }
+    FAIL("no attention");
+    return std::pair<double, double>{0, 0};
+  };
+  const double call = 2e-6; // kernel_overhead; the compute is far above the bytes here
+  auto [f0, b0] = attentionTimes(false, true);
+  auto [f1, b1] = attentionTimes(true, true);
+  CHECK((f1 - call) / (f0 - call) == Approx(12288.0 / 8256.0));
+  CHECK((b1 - call) / (b0 - call) == Approx(12288.0 / 8256.0));
+  // Not causal: the kernel computes every score, as the FLOPs count them.
+  auto [f2, b2] = attentionTimes(false, false);
+  auto [f3, b3] = attentionTimes(true, false);
+  CHECK(f3 == f2);
+  CHECK(b3 == b2);
+}

@@ -46,6 +46,9 @@ struct AttentionSample {
   double forwardSeconds = 0, backwardSeconds = 0; ///< The median call of each.
   /// The scores a causal kernel computes: B·H·S·S·(S + 1)/(2S) (ir/ops/Attention.cpp, computedFraction).
   double scores() const;
+  /// The scores its tiles compute (ir/Target.h, tiledCausalScores with kHostAttentionTile):
+  /// the GEMMs' work, which the curve's FLOPs count (attentionCurveOf).
+  double tiledScores() const;
   /// Whether each call starts a team of threads, as the runtime and the estimate decide
   /// (forkingCalls: B·H·S·S·hd above kForkAttentionWork).
   bool threaded() const {

@@ -67,6 +67,11 @@
 namespace tally {
 namespace calibrate {
 
+// The estimate prices the runtime's attention by the scores its tiles compute (ir/Target.h):
+// the tile it assumes is the kernel's.
+static_assert(rt::detail::kAttnQB == kHostAttentionTile && rt::detail::kAttnKB == kHostAttentionTile,
+              "kHostAttentionTile must be the CPU runtime's attention tile");
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -81,15 +81,20 @@ double AttentionSample::scores() const {
   return double(B) * double(H) * double(S) * double(S) * (double(S) + 1) / (2 * double(S));
 }
 
+double AttentionSample::tiledScores() const {
+  return double(B) * double(H) * tiledCausalScores(double(S), kHostAttentionTile);
+}
+
 double attentionEfficiency(const Result &r) {
   const AttentionSample &at = r.attention;
   double peak = peakOf(r, "fp32"), seconds = at.forwardSeconds + at.backwardSeconds;
   if (peak <= 0 || seconds <= 0)
     return 0;
-  // The computed (causal) scores' FLOPs, as ir/ops/Attention.cpp counts fused attention: forward
-  // 4·hd + 5 per score (QKᵀ, P·V, scale and softmax); backward 4·hd + 4 (dq) + 2·hd (dk) +
-  // 2·hd (dv) + 2·hd + 5 (the recomputed scores and softmax). One exp per score each way.
-  double flops = (14.0 * double(at.hd) + 14.0) * at.scores();
+  // The FLOPs per score as ir/ops/Attention.cpp counts fused attention: forward 4·hd + 5 per
+  // score (QKᵀ, P·V, scale and softmax); backward 4·hd + 4 (dq) + 2·hd (dk) + 2·hd (dv) + 2·hd
+  // + 5 (the recomputed scores and softmax), over the scores the kernel's tiles compute
+  // (attention_tile). One exp per score of the triangle each way.
+  double flops = (14.0 * double(at.hd) + 14.0) * at.tiledScores();
   double work = seconds - 2 * at.scores() * r.transcendentalTime - 2 * r.callSeconds(at.threaded());
   if (work <= 0)
     return 0;
@@ -136,10 +141,11 @@ std::vector<Point> attentionCurveOf(const Result &r) {
   std::vector<AttentionSample> all = r.attentionShapes;
   all.push_back(r.attention);
   for (const AttentionSample &a : all) {
-    // The FLOPs of each call as ir/ops/Attention.cpp counts fused causal attention (attentionEfficiency).
-    double hd = double(a.hd), scores = a.scores();
-    for (auto [flops, seconds] : {std::pair<double, double>{(4 * hd + 5) * scores, a.forwardSeconds},
-                                  std::pair<double, double>{(10 * hd + 9) * scores, a.backwardSeconds}}) {
+    // The FLOPs of each call as ir/ops/Attention.cpp counts fused causal attention, over the
+    // scores the tiles compute (attentionEfficiency); the exps of the triangle's.
+    double hd = double(a.hd), scores = a.scores(), tiled = a.tiledScores();
+    for (auto [flops, seconds] : {std::pair<double, double>{(4 * hd + 5) * tiled, a.forwardSeconds},
+                                  std::pair<double, double>{(10 * hd + 9) * tiled, a.backwardSeconds}}) {
       double work = seconds - scores * r.transcendentalTime - r.callSeconds(a.threaded());
       if (seconds > 0 && work > 0)
         pts.push_back({flops, std::min(1.0, flops / peak / work)});
@@ -202,7 +208,9 @@ std::string renderTarget(const Result &r, const std::string &when) {
   for (const AttentionSample &a : r.attentionShapes)
     os << "//   and B " << a.B << " H " << a.H << " S " << a.S << " hd " << a.hd << ": forward "
        << num(a.forwardSeconds * 1e3, 4) << " ms, backward " << num(a.backwardSeconds * 1e3, 4) << " ms\n";
-  os << "// attention_curve = per call, forward and backward of every shape, (FLOPs, efficiency).\n"
+  os << "// attention_curve = per call, forward and backward of every shape, (FLOPs, efficiency), the\n"
+     << "// FLOPs of the scores its tiles of attention_tile queries and keys compute (every tile up to\n"
+     << "// the diagonal whole).\n"
      << "// peak = the best FLOP/s measured per dtype; fp16 is converted like bf16 and takes\n"
      << "// bf16's numbers (not measured apart); matmul_curve = (FLOPs per call, efficiency).\n";
   double f32 = peakOf(r, "fp32"), b16 = peakOf(r, "bf16");
@@ -242,7 +250,8 @@ std::string renderTarget(const Result &r, const std::string &when) {
              ? "  transcendental = " + num(r.transcendentalTime * 1e9, 4) + " ns\n"
              : "")
      << unaryTimes(r)
-     << (ca.empty() ? "" : "  attention_curve = " + curve(ca) + "\n")
+     << (ca.empty() ? "" : "  attention_curve = " + curve(ca) + "\n  attention_tile = " +
+                               num(kHostAttentionTile, 4) + "\n")
      << "  matmul_curve {\n"
      << "    fp32 = " << curve(c32) << "\n"
      << "    bf16 = " << curve(c16) << "\n"
