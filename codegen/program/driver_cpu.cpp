@@ -175,12 +175,12 @@ void writeTrace(const std::string &path, int64_t step, double t0, double seconds
 
 /// This rank's row of the per-rank table: median step seconds, communication and idle seconds
 /// per timed step, peak resident bytes, arena bytes, regions bytes.
-std::vector<double> rankRow(const std::vector<double> &times, int64_t peak) {
+std::vector<double> rankRow(const std::vector<double> &times, int64_t kernelSteps, int64_t peak) {
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   size_t h = sorted.size() / 2;
   double median = sorted.empty() ? 0 : sorted.size() % 2 ? sorted[h] : (sorted[h - 1] + sorted[h]) / 2;
-  double comm = 0, idle = 0, steps = std::max<double>(1, static_cast<double>(times.size()));
+  double comm = 0, idle = 0, steps = std::max<double>(1, static_cast<double>(kernelSteps));
   for (const auto &[key, v] : prof.by) {
     if (key.first == "communication")
       comm += v.second / steps;
@@ -246,8 +246,12 @@ int main(int argc, char **argv) {
     int64_t skipped = 0, total = args.steps; // the first args.warmup untimed
     Progress progress;
     progress.on = progress.on && rank == 0;
+    std::vector<double> unprofiled; // the times of the timed steps whose kernels were not timed
+    int64_t kernelSteps = 0;
     for (int64_t i = 0; i < total; ++i) {
-      prof.timing = timedStep(args, i);
+      prof.timing = profiledStep(args, i);
+      kernelSteps += prof.timing ? 1 : 0;
+      ctx.timer = prof.timing ? Profile::record : nullptr; // an untimed kernel reads no clock
       progress.step(args, i);
       currentBatch = i % batches;
       bool last = i + 1 == total, updated = true;
@@ -281,6 +285,8 @@ int main(int argc, char **argv) {
       }
       if (timedStep(args, i))
         times.push_back(dt);
+      if (timedStep(args, i) && !prof.timing)
+        unprofiled.push_back(dt);
       skipped += updated ? 0 : 1;
       if (prof.tracing)
         writeTrace(args.trace, total, t0, dt);
@@ -295,7 +301,7 @@ int main(int argc, char **argv) {
     int64_t peak = peakResidentBytes();
     // Per rank (item 6 of issue 39): its median step, communication and idle time (receives
     // waited in: op class "bubble") per timed step, peak resident memory, arena and regions.
-    std::vector<double> mine = rankRow(times, peak);
+    std::vector<double> mine = rankRow(unprofiled.empty() ? times : unprofiled, kernelSteps, peak);
     std::vector<double> rows = tally_comm::gather_values(mine);
     tally_comm::finalize();
     if (rank != 0)
@@ -309,7 +315,8 @@ int main(int argc, char **argv) {
            ",\n  \"pipeline\": " + std::to_string(kLayout.pipeline) + ",\n  \"zero\": " + std::to_string(kLayout.zero) + ",\n";
     out += "  \"steps\": " + std::to_string(args.steps) + ",\n  \"warmup\": " + std::to_string(args.warmup) + ",\n";
     out += "  \"start_s\": " + num(start) + ",\n";
-    out += timingJson(times);
+    out += timingJson(times, &unprofiled);
+    out += "  \"kernel_steps\": " + std::to_string(kernelSteps) + ",\n";
     out += "  \"arena_bytes\": " + std::to_string(kLayout.arenaBytes) + ",\n";
     out += "  \"regions\": {\"params\": " + std::to_string(kLayout.paramsBytes) + ", \"grads\": " +
            std::to_string(kLayout.gradsBytes) + ", \"master\": " + std::to_string(kLayout.masterBytes) +

@@ -805,6 +805,15 @@ std::string num(double v) {
 /// Step i (0-based) of the run is timed: the first args.warmup steps are not.
 bool timedStep(const Args &a, int64_t i) { return i >= a.warmup; }
 
+/// Whether timed step `i`'s kernels are timed one by one (the CPU driver): every other timed
+/// step, the last one included (its trace needs them), or the only one. A kernel's timer reads
+/// the clock twice and records the call, ~0.1 us on the 2-vCPU VM (kvm-clock reads 27 ns): a
+/// third of a toy MLP's 9 us step. The step time is the median of the steps not profiled; the
+/// kernels' times are per profiled step ("kernel_steps").
+bool profiledStep(const Args &a, int64_t i) {
+  return timedStep(a, i) && ((a.steps - 1 - i) % 2 == 0 || a.steps - a.warmup == 1);
+}
+
 /// A progress line on stderr while stepping ("step 3/10 (warm-up, untimed)"), rewritten in
 /// place at the first step and then at most every 0.2 s (outside the timed region: the drivers
 /// call it before starting a step's clock); only when stderr is a terminal, so logs and tests
@@ -839,9 +848,11 @@ double loadAverage1m() {
 /// The timed steps in the report, shared by both drivers: "step_s" (the median), "step_times",
 /// then "timed_steps", "step_min_s", "step_max_s", the 1-minute load average just after the
 /// last step and the cores online (`tally run` warns when the spread or the load makes the
-/// comparison with the estimate unreliable). Each line ends with ",\n".
-std::string timingJson(const std::vector<double> &times) {
-  std::vector<double> sorted = times;
+/// comparison with the estimate unreliable). Each line ends with ",\n". `unprofiled`, when
+/// given and not empty: the times of the timed steps whose kernels were not timed (the CPU
+/// driver's, profiledStep), which step_s and its minimum and maximum are taken from.
+std::string timingJson(const std::vector<double> &times, const std::vector<double> *unprofiled = nullptr) {
+  std::vector<double> sorted = unprofiled && !unprofiled->empty() ? *unprofiled : times;
   std::sort(sorted.begin(), sorted.end());
   size_t h = sorted.size() / 2;
   double median = sorted.empty() ? NAN : sorted.size() % 2 ? sorted[h] : (sorted[h - 1] + sorted[h]) / 2;

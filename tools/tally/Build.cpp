@@ -727,6 +727,11 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   os << formatv("{0,-24} {1,14} {2,14}\n", "step time (median)", formatDuration(an.time.step), formatDuration(r.stepS));
   os << formatv("{0,-24} {1,14} {2,14}\n", "  min - max", "",
                 formatDuration(r.minS) + " - " + formatDuration(r.maxS));
+  // The CPU step times each kernel in every other timed step only (driver_host.h, profiledStep).
+  if (!cuda && m->get("kernel_steps") && num(m, "kernel_steps") < static_cast<double>(r.timed))
+    os << "  of the " << r.timed - static_cast<int64_t>(num(m, "kernel_steps"))
+       << " timed steps that did not time each kernel call (the time by class below is of the other "
+       << static_cast<int64_t>(num(m, "kernel_steps")) << ")\n";
   os << formatv("{0,-24} {1,14} {2,14}\n", "MFU", formatPercent(an.time.mfu), formatPercent(r.mfu));
   os << "  load average " << (std::isfinite(r.load) ? formatv("{0:f2}", r.load).str() : std::string("unknown"))
      << " (1 minute, after the last step) on " << r.cores << " core" << (r.cores == 1 ? "" : "s")

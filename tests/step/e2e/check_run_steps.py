@@ -7,7 +7,8 @@ untimed (issue 42), on the e2e MLP (mlp.tally, random data from --seed: the same
     the loss that an (N + 1)-step run computes at its last step, on the weights after N updates,
     bit for bit (the same program, data and threads; fp32 weights saved as F32);
   - the timing keys (step_min_s ≤ step_s ≤ step_max_s, load_average, cores, timing_warnings)
-    are in the JSON, beside the old ones;
+    are in the JSON, beside the old ones; every other timed step (the last, or the only one)
+    times its kernels (kernel_steps) and step_s is the median of the others;
   - --warmup N or more is refused (at least one step is timed);
   - a progress line ("tally_step: step 1/3 (warm-up, untimed)") on stderr when it is a terminal
     (a pseudo-terminal here), and none when it is not (a pipe);
@@ -70,6 +71,16 @@ def main():
         timed = steps - warmup
         check(name + ": timed steps", m.get("timed_steps") == timed and len(m["step_times"]) == timed,
               "timed_steps %s, %d step_times" % (m.get("timed_steps"), len(m["step_times"])))
+        # Every other timed step times its kernels, the last one included (or the only one);
+        # step_s is the median of the others' times, where there are any.
+        times = m["step_times"]
+        profiled = [k for k in range(timed) if (timed - 1 - k) % 2 == 0 or timed == 1]
+        clean = sorted(t for k, t in enumerate(times) if k not in profiled) or sorted(times)
+        median = clean[len(clean) // 2] if len(clean) % 2 else (clean[len(clean) // 2 - 1] + clean[len(clean) // 2]) / 2
+        check(name + ": kernels timed in %d steps" % len(profiled), m.get("kernel_steps") == len(profiled),
+              "kernel_steps %s" % m.get("kernel_steps"))
+        check(name + ": step_s from the steps not profiled", abs(m["step_s"] - median) <= 1e-12 * median,
+              "step_s %s, the median of %s is %s" % (m["step_s"], clean, median))
         keys = ["step_min_s", "step_max_s", "load_average", "cores", "timing_warnings"]
         if not all(k in m for k in keys):
             check(name + ": timing keys", False, "missing " + ", ".join(k for k in keys if k not in m))

@@ -63,7 +63,7 @@ def check(tally, model, plan, path, report):
     result("a process per rank and the estimate", len(measured) == ranks and len(estimate) == 1, str(names))
 
     m = report["measured"]
-    calls = sum(k["calls"] for k in m["kernels"]) / m["timed_steps"]
+    calls = sum(k["calls"] for k in m["kernels"]) / m.get("kernel_steps", m["timed_steps"])  # the profiled steps
     paths = op_paths(tally, model, plan)
     xs = [e for e in events if e.get("ph") == "X"]
     for pid in sorted(measured):
