@@ -575,6 +575,7 @@ struct Measured {
   const json::Array *loss;
   double minS, maxS, load;             ///< the fastest and slowest timed step; the 1-minute load
   int64_t cores, timed;                ///< the cores online; the timed steps
+  double kernelSteps = 0;              ///< the steps the kernels' times are of (kernel_steps)
   std::vector<std::string> warnings;   ///< why comparing with the estimate is unreliable
 };
 
@@ -589,6 +590,7 @@ Measured measured(const Analysis &an, const json::Object *m) {
   // The CUDA step replaying its graph times its kernels in the eager steps before it
   // (kernel_steps); otherwise in the timed steps.
   double steps = m->get("kernel_steps") ? num(m, "kernel_steps") : static_cast<double>(r.timed);
+  r.kernelSteps = std::max(1.0, steps);
   if (const json::Array *ks = m->getArray("kernels"))
     for (const json::Value &k : *ks)
       if (const json::Object *ko = k.getAsObject()) {
@@ -707,7 +709,7 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   const json::Object *m = r.m;
   int64_t ranks = worldOf(an);
   std::map<std::string, double> estClass = estimatedByClass(an), measClass = r.byClass;
-  double steps = static_cast<double>(r.timed);
+  double steps = r.kernelSteps; // the top kernels' calls and time per step
   raw_ostream &os = outs();
   std::string where = cuda ? "on " + m->getString("device").getValueOr("a CUDA device").str()
                       : ranks > 1 ? formatv("on the CPU ({0} MPI processes of {1} thread{2}{3})", ranks,
@@ -728,10 +730,10 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
   os << formatv("{0,-24} {1,14} {2,14}\n", "  min - max", "",
                 formatDuration(r.minS) + " - " + formatDuration(r.maxS));
   // The CPU step times each kernel in every other timed step only (driver_host.h, profiledStep).
-  if (!cuda && m->get("kernel_steps") && num(m, "kernel_steps") < static_cast<double>(r.timed))
-    os << "  of the " << r.timed - static_cast<int64_t>(num(m, "kernel_steps"))
+  if (!cuda && m->get("kernel_steps") && r.kernelSteps < static_cast<double>(r.timed))
+    os << "  of the " << r.timed - static_cast<int64_t>(r.kernelSteps)
        << " timed steps that did not time each kernel call (the time by class below is of the other "
-       << static_cast<int64_t>(num(m, "kernel_steps")) << ")\n";
+       << static_cast<int64_t>(r.kernelSteps) << ")\n";
   os << formatv("{0,-24} {1,14} {2,14}\n", "MFU", formatPercent(an.time.mfu), formatPercent(r.mfu));
   os << "  load average " << (std::isfinite(r.load) ? formatv("{0:f2}", r.load).str() : std::string("unknown"))
      << " (1 minute, after the last step) on " << r.cores << " core" << (r.cores == 1 ? "" : "s")
