@@ -274,9 +274,6 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   if (par.context > 1 || par.expert > 1)
     return "the generated step runs pipeline parallelism on its own or with data or tensor parallelism, not with "
            "context or expert parallelism";
-  if (par.tensor > 1 && a.checkpoint.policy != "none")
-    return "the generated step runs tensor x pipeline without recompute (checkpoint = " + a.checkpoint.policy +
-           "): the recomputed segments' tensor-group collectives are not priced per stage yet";
   if (par.tensor > 1 && (!plan.tensorStep || !a.tensorStepError.empty()))
     return "the plan's tensor parallelism is not one the generated step runs" +
            (a.tensorStepError.empty() ? std::string() : ": " + a.tensorStepError);
@@ -376,11 +373,23 @@ double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m) {
   };
   double slowest = 0;
   for (int64_t r = 0; r < p; ++r) {
-    std::vector<double> forward, backward, gathers, columnGathers, embedding, norms;
+    std::vector<double> forward, backward, gathers, columnGathers, embedding, norms, again, againGathers;
     for (OpId i = 0; i < g.ops.size() && i < tp.rowParallel.size(); ++i)
       if (tp.rowParallel[i] && on(i, r))
         for (TensorId o : g.ops[i].outputs)
           forward.push_back(g.bytes(o));
+    // The stage's recomputed ops (the schedule's Recompute steps, run in its backward units)
+    // reduce their row outputs again and, under sequence parallelism, gather their column
+    // inputs again, as the one-stage step's (StepTime.cpp, recomputeMessages).
+    for (const ScheduleStep &st : a.schedule) {
+      if (st.kind != ScheduleStep::Recompute || st.op >= g.ops.size() || !on(st.op, r))
+        continue;
+      if (tp.rowParallel[st.op])
+        for (TensorId o : g.ops[st.op].outputs)
+          again.push_back(g.bytes(o));
+      if (tp.columnParallel[st.op] && sequence)
+        againGathers.push_back(g.bytes(g.storageOf(weightMatmulOperands(g, g.ops[st.op]).first)));
+    }
     for (size_t k = 0; k < tp.backwardMessages.size(); ++k)
       if (!tp.backwardReaders[k].empty() && on(tp.backwardReaders[k].front(), r))
         backward.push_back(tp.backwardMessages[k]);
@@ -420,6 +429,11 @@ double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m) {
     recordMessages(a, sequence ? "sequence parallel reduce-scatter of an input gradient (a pipeline stage's)"
                                : "backward all-reduce of an input gradient (a pipeline stage's)",
                    't', row, backward, 1, m, false, r);
+    recordMessages(a, sequence ? "sequence parallel recompute reduce-scatter (a pipeline stage's)"
+                               : "recompute all-reduce (a pipeline stage's)",
+                   't', row, again, 1, m, false, r);
+    recordMessages(a, "sequence parallel recompute all-gather (a pipeline stage's)", 't', Collective::AllGather,
+                   againGathers, 1, m, false, r);
     recordMessages(a, "all-gather of a received pipeline boundary (Megatron's scatter/gather)", 't',
                    Collective::AllGather, gathers, 1, m, false, r);
     recordMessages(a, "sequence parallel all-gather of a column input (a pipeline stage's)", 't', Collective::AllGather,
@@ -431,7 +445,8 @@ double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m) {
     recordMessages(a, "sequence parallel all-reduce of the norms' gradients (a pipeline stage's)", 't',
                    Collective::AllReduce, norms, 1, 1, false, r);
     // The boundary all-gathers are priced with the sends (boundarySend).
-    double time = m * (seconds(forward, row) + seconds(backward, row)) +
+    double time = m * (seconds(forward, row) + seconds(backward, row) + seconds(again, row) +
+                       seconds(againGathers, Collective::AllGather)) +
                   (sequence ? m * (2 * seconds(columnGathers, Collective::AllGather) +
                                    seconds(forward, Collective::AllGather) + seconds(embedding, Collective::AllGather)) +
                                   seconds(norms, Collective::AllReduce)

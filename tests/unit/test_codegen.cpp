@@ -1177,11 +1177,23 @@ TEST_CASE("codegen: tensor x pipeline prices each stage's tensor group and half 
   CHECK(kinds.count("sequence parallel reduce-scatter of a row output (a pipeline stage's)") == 1);
   CHECK(kinds.count("sequence parallel all-gather of a column input (a pipeline stage's)") == 1);
   CHECK(kinds.count("sequence parallel all-reduce of the norms' gradients (a pipeline stage's)") == 1);
-  // Refused: recompute, whose collectives are not priced per stage.
+  CHECK(kinds.count("sequence parallel recompute reduce-scatter (a pipeline stage's)") == 0);
+  // With recompute (e2e tp2pp2sp runs it under sequence parallelism): each stage's backward
+  // re-runs its 2 blocks' forward, and so their 4 row outputs' all-reduces, per micro-batch: 4
+  // micro-batches × 4 × [2, 16, 32] fp32 more bytes to its tensor group than without.
   o.target = "4 x H100_SXM { tensor = 2, pipeline = 2 }";
   o.checkpoint = "full";
   Compiled ck(fromFile, dp, "tp2pp2", o);
-  CHECK(ck.a->pipelineStep.error.find("without recompute") != std::string::npos);
+  REQUIRE(ck.a->pipelineStep.error.empty());
+  int again = 0;
+  for (const Analysis::CollectiveUse &u : ck.a->collectives)
+    if (u.group == 't' && u.what == "recompute all-reduce (a pipeline stage's)") {
+      CHECK((u.stage == 0 || u.stage == 1));
+      ++again;
+    }
+  CHECK(again == 2); // one record per stage
+  for (int64_t r = 0; r < 2; ++r)
+    CHECK(tensorParallelSentBytes(*ck.a, r) == tensorParallelSentBytes(a, r) + 4 * 4 * boundary);
 }
 
 TEST_CASE("codegen: the padded LM head: the step pads, the counts and files do not (issue 38 item 4)", "[codegen][cuda]") {

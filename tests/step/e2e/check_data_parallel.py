@@ -223,7 +223,9 @@ def tensor_pipeline(runs, weights, result):
     half a [2, 16, 32] message on a ring of 2), on the first stage the embeddings' gradient
     gathered, on the last the head's input gathered twice; once a step the stage's norms' and
     row biases' gradients all-reduced (their bytes); to its pipeline half a boundary per
-    micro-batch (its half of the tokens) and the tied gradient."""
+    micro-batch (its half of the tokens) and the tied gradient. tp2pp2sp also recomputes
+    (checkpoint = full): per micro-batch its 4 row outputs reduce-scattered and its 4 column
+    inputs gathered again, and twice tp2pp2's attention forwards."""
     for p, layers, chunks in [("tp2pp2", STAGES["pp2"], 1), ("tp2pp2v2", STAGES["pp2v2"], 2), ("tp2pp2sp", STAGES["pp2"], 1)]:
         if p not in runs:
             continue
@@ -247,7 +249,7 @@ def tensor_pipeline(runs, weights, result):
             if p.endswith("sp"):
                 norms = sum(int(np.prod(t.shape)) for n, t in weights.items()
                             if n.startswith(tuple(held[1:])) and (".ln" in n or n.startswith("lnf.") or n.endswith("proj.b")))
-                tensor = MICRO * BOUNDARY // 2 * (20 + (1 if r == 0 else 2)) + 4 * norms
+                tensor = MICRO * BOUNDARY // 2 * (20 + 8 + (1 if r == 0 else 2)) + 4 * norms
             derived = {"tensor": tensor,
                        "pipeline": MICRO * boundaries * BOUNDARY // 2 + int(np.prod(weights["wte.weight"].shape)) * 4,
                        "data": 0}
@@ -261,6 +263,11 @@ def tensor_pipeline(runs, weights, result):
                    "counted %s, estimated %.0f, derived %d" % (sent, e["sent_bytes"], sum(derived.values())))
             result("%s rank %d idle beside the bubble" % (p, q), g["idle_s"] >= 0 and e["bubble_s"] > 0,
                    "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
+    if "tp2pp2sp" in runs and "tp2pp2" in runs:
+        calls = lambda r: sum(c["calls"] for c in r["measured"].get("kernels", []) if c["name"] == "attention_fwd")
+        n0, n1 = calls(runs["tp2pp2"][0]), calls(runs["tp2pp2sp"][0])
+        result("tp2pp2sp recomputes its attention", n0 > 0 and n1 == 2 * n0,
+               "%d attention_fwd calls with checkpoint = full, %d in tp2pp2" % (n1, n0))
 
 
 def rank_checks(p, run, ranks, regions, derived, result, note=""):
