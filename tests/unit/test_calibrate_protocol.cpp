@@ -36,6 +36,7 @@ Result sample() {
   r.transcendentalTime = 2.665e-9;
   r.optimizerBandwidth = 4.1822e10 / 3;
   r.quick = true;
+  r.blasCore = "Haswell", r.blasCoreEnv = "Haswell", r.avx512 = true;
   r.matmuls.push_back({"fp32", 64, 64, 64, 1.0 / 7.0 * 1e-4});
   r.matmuls.push_back({"bf16", 1024, 64, 64, 2.0 / 3.0 * 1e-3});
   r.attention.B = 1, r.attention.H = 4, r.attention.S = 128, r.attention.hd = 64;
@@ -62,6 +63,18 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
   REQUIRE(resultFromJSON(text, back, error));
   CHECK(error.empty());
   CHECK(back.cpuModel == r.cpuModel);
+  CHECK(back.blasCore == "Haswell");
+  CHECK(back.blasCoreEnv == "Haswell");
+  CHECK(back.avx512);
+  // The host file says which kernels OpenBLAS ran and that the environment chose its AVX2 ones
+  // on a CPU with AVX-512; nothing when OpenBLAS chose them itself.
+  CHECK_THAT(renderTarget(r, "then"), Contains("OpenBLAS single-threaded per tile (codegen/runtime/cpu), its Haswell kernels."));
+  CHECK_THAT(blasCoreNote(r), Contains("OPENBLAS_CORETYPE=Haswell in the environment: its AVX2 kernels on a CPU with AVX-512"));
+  Result own = r;
+  own.blasCoreEnv = "";
+  CHECK(blasCoreNote(own).empty());
+  own.blasCoreEnv = "SkylakeX", own.blasCore = "SkylakeX";
+  CHECK(blasCoreNote(own).find("AVX2") == std::string::npos);
   CHECK(back.cores == 2);
   CHECK(back.threads == 2);
   CHECK(back.quick);
@@ -132,8 +145,8 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused("[1, 2]"), Contains("not a JSON object"));
   CHECK_THAT(refused("{\"version\": 1}"), Contains("not tally-measure's output"));
   CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"),
-             Contains("protocol version 1, and this tally reads version 6"));
-  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 6}"), Contains("quick"));
+             Contains("protocol version 1, and this tally reads version 7"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 7}"), Contains("quick"));
   auto edit = [&](const std::string &from, const std::string &to) {
     std::string t = good;
     size_t at = t.find(from);

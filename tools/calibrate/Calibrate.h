@@ -119,6 +119,11 @@ std::string noisyReason(const Timing &t);
 /// Everything one calibration measured.
 struct Result {
   std::string cpuModel;       ///< /proc/cpuinfo "model name", or "unknown CPU"
+  /// The kernels OpenBLAS runs (openblas_get_corename: "Haswell", "Cooperlake", ...) and the
+  /// OPENBLAS_CORETYPE that chose them, "" when OpenBLAS chose them itself; whether the CPU has
+  /// the AVX-512 (F, DQ, BW, VL) that OpenBLAS's SkylakeX and Cooperlake kernels run on.
+  std::string blasCore, blasCoreEnv;
+  bool avx512 = false;
   int cores = 0;              ///< Processors online.
   int threads = 0;            ///< OpenMP threads the runtime's kernels use.
   double memoryBytes = 0;     ///< Physical RAM.
@@ -182,7 +187,7 @@ Result measure(const Options &options);
 
 /// The version of tally-measure's output that this build writes and reads; a change of its
 /// fields changes the number, and a tally refuses another version (the two are built together).
-constexpr int kProtocolVersion = 6; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth; 5: unary;
+constexpr int kProtocolVersion = 7; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth; 5: unary; 7: blas_core;
                                     // 6: fork_overhead
 
 /// tally-measure's output: every field of `r` the measurements set (not the interconnect, which
@@ -221,6 +226,9 @@ double attentionEfficiency(const Result &r);
 /// FLOPs at the fp32 peak / (its time − its exps − its call's fixed cost)), clamped to (0, 1],
 /// sorted by FLOPs, points within 2% merged; empty when not measurable.
 std::vector<Point> attentionCurveOf(const Result &r);
+/// The host file's line on OpenBLAS's kernels when OPENBLAS_CORETYPE chose them ("" when
+/// OpenBLAS did), saying so when they are its AVX2 kernels on a CPU with AVX-512.
+std::string blasCoreNote(const Result &r);
 
 /// The `target host { ... }` declaration, with the measurements as comments. `when` is the
 /// date printed in the banner.

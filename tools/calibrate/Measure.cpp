@@ -242,6 +242,12 @@ using Add = std::function<size_t(std::string name, std::function<void()> f, int 
 /// The machine the measurements run on: CPU model, cores and memory.
 void describeMachine(Result &r) {
   r.cpuModel = cpuModelName();
+  const char *core = openblas_get_corename(), *forced = std::getenv("OPENBLAS_CORETYPE");
+  r.blasCore = core ? core : "";
+  r.blasCoreEnv = forced ? forced : "";
+  __builtin_cpu_init();
+  r.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   long procs = sysconf(_SC_NPROCESSORS_ONLN);
   r.cores = procs > 0 ? int(procs) : 1;
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);

@@ -72,6 +72,9 @@ std::string resultToJSON(const Result &r) {
            {"version", kProtocolVersion},
            {"quick", r.quick},
            {"cpu_model", r.cpuModel},
+           {"blas_core", r.blasCore},
+           {"blas_core_env", r.blasCoreEnv},
+           {"avx512", r.avx512},
            {"cores", r.cores},
            {"threads", r.threads},
            {"memory_bytes", r.memoryBytes},
@@ -192,7 +195,8 @@ bool resultFromJSON(const std::string &text, Result &r, std::string &error) {
   Result out;
   llvm::json::Path::Root root("tally-measure");
   llvm::json::ObjectMapper o(*parsed, root);
-  bool ok = o.map("quick", out.quick) && o.map("cpu_model", out.cpuModel) && o.map("cores", out.cores) &&
+  bool ok = o.map("quick", out.quick) && o.map("cpu_model", out.cpuModel) && o.map("blas_core", out.blasCore) &&
+            o.map("blas_core_env", out.blasCoreEnv) && o.map("avx512", out.avx512) && o.map("cores", out.cores) &&
             o.map("threads", out.threads) && o.map("memory_bytes", out.memoryBytes) &&
             o.map("load_average", out.loadAverage) && o.map("seconds", out.seconds) &&
             o.map("triad_bandwidth", out.triadBandwidth) && o.map("cache_bytes", out.cacheBytes) &&

@@ -133,6 +133,19 @@ std::string unaryTimes(const Result &r) {
 
 } // namespace
 
+std::string blasCoreNote(const Result &r) {
+  if (r.blasCoreEnv.empty())
+    return "";
+  std::string note = "// OpenBLAS's kernels were chosen by OPENBLAS_CORETYPE=" + r.blasCoreEnv + " in the environment";
+  std::string core = r.blasCore;
+  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (r.avx512 && (core == "haswell" || core == "zen"))
+    note += ": its AVX2 kernels on a CPU with AVX-512, which OpenBLAS's SkylakeX and Cooperlake kernels\n"
+            "// use (on a 2-vCPU AMD EPYC with AVX-512, twice the fp32 peak: docs/performance.md); steps run\n"
+            "// in the same environment take the same kernels";
+  return note + ".\n";
+}
+
 std::vector<Point> attentionCurveOf(const Result &r) {
   double peak = peakOf(r, "fp32");
   std::vector<Point> pts;
@@ -179,7 +192,9 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << (r.quick ? " --quick" : "") << "` on " << when << " in " << num(r.seconds, 3)
      << " s.\n"
      << "// CPU: " << r.cpuModel << ", " << r.cores << " cores; kernels on " << r.threads
-     << " OpenMP threads, OpenBLAS single-threaded per tile (codegen/runtime/cpu).\n"
+     << " OpenMP threads, OpenBLAS single-threaded per tile (codegen/runtime/cpu)"
+     << (r.blasCore.empty() ? std::string() : ", its " + r.blasCore + " kernels") << ".\n"
+     << blasCoreNote(r)
      << "// Load average before measuring: " << num(r.loadAverage, 3)
      << (r.busy() ? " (busy: other processes shared the cores; calibrate again when idle)" : "")
      << ".\n"
