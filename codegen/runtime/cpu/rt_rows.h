@@ -163,7 +163,7 @@ void layer_norm_bwd(Ctx& ctx, const T* x, const T* w, const float* mean, const f
   // The flags are chosen once, outside the row loop, and every inner loop reads only locals:
   // with the choice inside (a lambda per row, `w ?` per element) no loop but the first
   // vectorised and the kernel ran at 140 us for 512 rows of 256 floats on 2 threads, 6x
-  // layer_norm_fwd; 36 us so (docs/performance.md).
+  // layer_norm_fwd; 27 us so (docs/performance.md).
   detail::region(nt, rows * cols > 4096, [&] {
     const int t = omp_get_thread_num();
     A* qw = dw ? pw[t].data() : nullptr;
