@@ -217,10 +217,12 @@ void printRoofline(const Analysis &a, const Op &op, const OpAnalysis &oa, llvm::
 
 /// One kernel time as passes/StepTime.cpp made it (kernelTimeTerms): the formula with the terms
 /// this target has, the numbers put in, each term's value, the total. `flops` and `bytes` are
-/// the op's own (before the tensor split and the fused kernels' savings, shown beside them).
+/// the op's own (before the tensor split and the fused kernels' savings, shown beside them);
+/// `tiles`, the factor on a calibrated host's causal attention for the scores its tiles compute
+/// (StepTime.cpp, asRun; 1 elsewhere).
 void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringRef what,
                      const Target &t, OpKind kind, Dtype dt, const KernelWork &w, double flops,
-                     double bytes, double fusedBytes, double split, double recorded) {
+                     double bytes, double fusedBytes, double split, double recorded, double tiles = 1) {
   KernelTimeTerms k = kernelTimeTerms(t, opClass(kind), dt, w);
   bool exps = k.transcendental > 0, calls = k.calls > 0, launch = k.launch > 0,
        outside = k.outside > 0;
@@ -246,7 +248,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   bool measured = k.measuredArithmetic;
   os << "  " << label << " = " << open << (overlap ? "max(" : "")
      << (measured ? "elements" + by + " × measured time per element"
-                  : "executed " + what.str() + "FLOPs" + by + " / peak / efficiency")
+                  : "executed " + what.str() + "FLOPs" + (tiles != 1 ? " × tile factor" : "") + by +
+                        " / peak / efficiency")
      << (exps ? plus.str() + "exps × exp time" : "") << (overlap ? ")" : "")
      << (outside ? " + bytes outside the loop / bandwidth" : "") << ", " << what << "bytes"
      << by << " / bandwidth / " << (k.fromCurve ? "elementwise efficiency" : "efficiency") << close
@@ -260,7 +263,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   if (measured)
     os << formatDuration(w.measuredArithmetic);
   else
-    os << exact(flops) << by << " / " << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
+    os << exact(flops) << (tiles != 1 ? " × " + printf1("%.4g", tiles) : std::string()) << by << " / "
+       << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
   if (exps)
     os << plus << exact(w.transcendentals) << " / " << printf1("%.4g", 1 / t.transcendentalTime)
        << " exps/s" << (overlap ? ")" : "");
@@ -304,6 +308,9 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << efficiencyName(kind);
   if (k.fromCurve)
     os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
+  if (tiles != 1)
+    os << "; tile factor " << printf1("%.4g", tiles) << ": the runtime's kernel computes whole tiles of "
+       << t.attentionTile << " queries and keys up to the diagonal (attention_tile)";
   if (k.slowdown != 1)
     os << "; kernel factor " << printf1("%.3g", k.slowdown)
        << ": the FlashAttention-1-era Triton kernel (attention_kernel = flash1_triton) takes "
@@ -333,10 +340,14 @@ void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostre
   bool fp8 = isFp8Gemm(a, id);
   OpClass c = opClass(op.kind);
   double forward = fp8 ? kernelTime(t, c, oa.computeDtype, forwardWork(a, id, oa)) : oa.forwardTime;
+  // A calibrated host's causal attention: the scores its tiles compute (asRun).
+  const double tiles = op.kind == OpKind::Attention && t.attentionTile > 0 && !t.attentionCurve.empty()
+                           ? tiledScoreRatio(*a.graph, op, static_cast<double>(t.attentionTile))
+                           : 1;
   printKernelTime(os, "forward ", "", t, op.kind, oa.computeDtype, forwardWork(a, id, oa),
                   oa.forward.executedFlops,
                   fp8 ? fp8GemmOf(a, id).forward : oa.forward.bytesRead + oa.forward.bytesWritten,
-                  fused.forwardBytes, oa.tensorSplit, forward);
+                  fused.forwardBytes, oa.tensorSplit, forward, tiles);
   if (fp8)
     os << "           + the casts below = " << formatDuration(oa.forwardTime) << "\n";
   if (!a.plan->isTrain)
@@ -349,7 +360,7 @@ void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostre
   printKernelTime(os, "backward", "backward ", t, op.kind, oa.computeDtype,
                   backwardWork(a, id, oa), oa.executedBackwardFlops,
                   fp8 ? fp8GemmOf(a, id).backward : oa.backwardBytes, fused.backwardBytes,
-                  oa.tensorSplit, backward);
+                  oa.tensorSplit, backward, tiles);
   if (fp8)
     os << "           + the casts below = " << formatDuration(oa.backwardTime) << "\n";
   os << "           (backward bytes: what the op's backward ops read and write, and the old "
