@@ -25,10 +25,11 @@
 // 4. The fixed cost of a kernel call, measured directly (a difference of two timings of
 //    microseconds drowns in their noise), many single calls each: rt::scale on one element (the
 //    call, its checks and bookkeeping on the calling thread: kernel_overhead, what a kernel below
-//    its threading bound pays), and an empty OpenMP parallel region on the runtime's threads (the
-//    team's start and join: fork_overhead, what a kernel above it pays instead). On the 2-vCPU
-//    EPYC VM 30 ns and 2.7 us (kernel_overhead was 1.2 us while a false `if` still entered a
-//    region: rt_ctx.h, detail::region).
+//    its threading bound pays), and rt::scale on 8,192 floats, just above the bound, on the
+//    runtime's threads less its bytes at the cache's bandwidth (the team's start and join with
+//    data to share: fork_overhead, what a kernel above it pays instead; at least an empty
+//    OpenMP region's). On the 2-vCPU EPYC VM 30 ns and 3.6-4.0 us (an empty region 2.4 us;
+//    kernel_overhead was 1.2 us while a false `if` still entered a region: rt_ctx.h).
 // 5. Transcendentals: rt::unary_fwd exp minus the same kernel with relu (same loads, stores,
 //    call and threads), on cache-resident inputs spread over [−4, 4], per element: the seconds
 //    of one evaluation with all threads. The runtime's erf is a polynomial and at most one expf
@@ -459,6 +460,13 @@ Result measure(const Options &o) {
 #pragma omp parallel num_threads(nt)
     { asm volatile("" ::: "memory"); }
   });
+  // A call with data, just above the threading bound (2 × kForkElements floats, in the cache):
+  // once the team's threads touch the data, starting it costs more than an empty region (the
+  // cache lines move between the cores), and fork_overhead is this call less its bytes at the
+  // cache's bandwidth.
+  const int64_t forkN = 2 * static_cast<int64_t>(kForkElements);
+  float *const fd = floats(forkN, 1.0f);
+  const size_t tForkData = perCall("scale of 8192 floats (threaded)", [&] { rt::scale<float>(ctx, fd, 1.0f, forkN); });
 
   // 5. Transcendentals: exp against relu over the same cache-resident elements (the separate
   // array e, spread over [-4, 4]).
@@ -495,7 +503,11 @@ Result measure(const Options &o) {
   r.elementwiseBandwidth = 2.0 * 4.0 * double(n) * 2.0 / (timings.median(tRelu) + timings.median(tScale));
   r.optimizerBandwidth = 2.0 * 4.0 * 4.0 * double(n) / timings.median(tOptimizer);
   r.kernelOverhead = timings.median(tCall);
-  r.forkOverhead = timings.median(tFork);
+  // The threaded call less its bytes (read and written) at the bandwidth kernelTime gives them;
+  // at least the empty region.
+  const double forkBandwidth = r.cacheBandwidth > 0 ? r.cacheBandwidth : r.triadBandwidth;
+  r.forkOverhead = std::max(timings.median(tFork),
+                            timings.median(tForkData) - (forkBandwidth > 0 ? 8.0 * double(forkN) / forkBandwidth : 0));
   r.transcendentalTime = std::max(0.0, timings.median(tExp) - timings.median(tRelu2)) / double(m);
   for (const UnaryTimings::Kernel &u : tUnary.kernels)
     r.unary.push_back({u.name, std::max(0.0, timings.median(u.forward) - timings.median(tRelu2)) / double(m),
