@@ -698,9 +698,9 @@ std::string Emitter::cmakeLists() {
                 (text ? be.dataParallelCmakeTemplate : be.cmakeTemplate) + " in codegen/templates"),
            "";
   std::string out = text;
-  auto fill = [&](llvm::StringRef placeholder, llvm::StringRef value) { // every occurrence
-    for (size_t at = out.find(placeholder.str()); at != std::string::npos;
-         at = out.find(placeholder.str(), at + value.size()))
+  auto fill = [&](llvm::StringRef placeholder, llvm::StringRef value) {
+    size_t at = out.find(placeholder.str());
+    if (at != std::string::npos)
       out.replace(at, placeholder.size(), value.str());
   };
   fill("@STEP_SOURCE@", be.stepFile);
