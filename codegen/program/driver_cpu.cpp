@@ -176,10 +176,7 @@ void writeTrace(const std::string &path, int64_t step, double t0, double seconds
 /// This rank's row of the per-rank table: median step seconds, communication and idle seconds
 /// per timed step, peak resident bytes, arena bytes, regions bytes.
 std::vector<double> rankRow(const std::vector<double> &times, int64_t kernelSteps, int64_t peak) {
-  std::vector<double> sorted = times;
-  std::sort(sorted.begin(), sorted.end());
-  size_t h = sorted.size() / 2;
-  double median = sorted.empty() ? 0 : sorted.size() % 2 ? sorted[h] : (sorted[h - 1] + sorted[h]) / 2;
+  double median = times.empty() ? 0 : medianOf(times);
   double comm = 0, idle = 0, steps = std::max<double>(1, static_cast<double>(kernelSteps));
   for (const auto &[key, v] : prof.by) {
     if (key.first == "communication")

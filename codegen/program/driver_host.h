@@ -845,6 +845,15 @@ double loadAverage1m() {
   return f >> v ? v : NAN;
 }
 
+/// The median of `v` (the mean of the middle two for an even count); NaN when empty.
+double medianOf(std::vector<double> v) {
+  if (v.empty())
+    return NAN;
+  std::sort(v.begin(), v.end());
+  size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
 /// The timed steps in the report, shared by both drivers: "step_s" (the median), "step_times",
 /// then "timed_steps", "step_min_s", "step_max_s", the 1-minute load average just after the
 /// last step and the cores online (`tally run` warns when the spread or the load makes the
@@ -854,9 +863,7 @@ double loadAverage1m() {
 std::string timingJson(const std::vector<double> &times, const std::vector<double> *unprofiled = nullptr) {
   std::vector<double> sorted = unprofiled && !unprofiled->empty() ? *unprofiled : times;
   std::sort(sorted.begin(), sorted.end());
-  size_t h = sorted.size() / 2;
-  double median = sorted.empty() ? NAN : sorted.size() % 2 ? sorted[h] : (sorted[h - 1] + sorted[h]) / 2;
-  std::string out = "  \"step_s\": " + num(median) + ",\n  \"step_times\": [";
+  std::string out = "  \"step_s\": " + num(medianOf(sorted)) + ",\n  \"step_times\": [";
   for (size_t i = 0; i < times.size(); ++i)
     out += (i ? ", " : "") + num(times[i]);
   out += "],\n  \"timed_steps\": " + std::to_string(times.size()) + ",\n";
