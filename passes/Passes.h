@@ -322,6 +322,11 @@ void fp8Memory(Analysis &a);
 /// 0 for other ops, materialised attention, and on a target with a measured attention curve
 /// (the calibrated host's holds the whole kernel).
 double flashOutsideBytes(const Analysis &a, OpId i, bool backward);
+/// The factor on op `i`'s FLOPs for the scores a calibrated host's attention tiles compute
+/// (Target::attentionTile, tiledScoreRatio): > 1 for a fused causal attention on a host whose
+/// curve counts the tiles' FLOPs, 1 for any other op or target. asRun prices it; tally explain
+/// prints it.
+double hostAttentionTiles(const Analysis &a, OpId i);
 /// Per op, what the step time divides its work by on one device (StepTime.cpp, step 1): the
 /// tensor degree for the ops tensor parallelism splits (every op under sequence parallelism),
 /// times the context degree.

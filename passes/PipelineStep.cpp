@@ -380,16 +380,10 @@ double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m) {
           forward.push_back(g.bytes(o));
     // The stage's recomputed ops (the schedule's Recompute steps, run in its backward units)
     // reduce their row outputs again and, under sequence parallelism, gather their column
-    // inputs again, as the one-stage step's (StepTime.cpp, recomputeMessages).
-    for (const ScheduleStep &st : a.schedule) {
-      if (st.kind != ScheduleStep::Recompute || st.op >= g.ops.size() || !on(st.op, r))
-        continue;
-      if (tp.rowParallel[st.op])
-        for (TensorId o : g.ops[st.op].outputs)
-          again.push_back(g.bytes(o));
-      if (tp.columnParallel[st.op] && sequence)
-        againGathers.push_back(g.bytes(g.storageOf(weightMatmulOperands(g, g.ops[st.op]).first)));
-    }
+    // inputs again, as the one-stage step's (addRecomputeMessages).
+    for (const ScheduleStep &st : a.schedule)
+      if (st.kind == ScheduleStep::Recompute && st.op < g.ops.size() && on(st.op, r))
+        addRecomputeMessages(g, tp, st.op, sequence, again, againGathers);
     for (size_t k = 0; k < tp.backwardMessages.size(); ++k)
       if (!tp.backwardReaders[k].empty() && on(tp.backwardReaders[k].front(), r))
         backward.push_back(tp.backwardMessages[k]);

@@ -216,10 +216,7 @@ KernelWork asRun(const Analysis &a, OpId i, KernelWork w, bool backward) {
     w.bytes *= grow;
   }
   w.inGraph = cudaGraphCaptured(*a.graph, *a.plan);
-  // The calibrated runtime's attention runs its GEMMs on whole tiles up to the diagonal
-  // (ir/Target.h, tiledCausalScores): its curve's FLOPs are those tiles', and so are a call's.
-  if (op.kind == OpKind::Attention && t.attentionTile > 0 && !t.attentionCurve.empty())
-    w.flops *= tiledScoreRatio(*a.graph, op, static_cast<double>(t.attentionTile));
+  w.flops *= hostAttentionTiles(a, i);
   if (!a.plan->cudaStep) {
     if (op.kind == OpKind::Attention && op.attrs->fused && t.attentionCurve.empty()) {
       if (runsNativeAttention(*a.plan)) {
@@ -275,6 +272,25 @@ double flashOutsideBytes(const Analysis &a, OpId i, bool backward) {
   for (TensorId out : op.outputs)       // the output and the logsumexp out
     bytes += g.bytes(out);
   return bytes;
+}
+
+void addRecomputeMessages(const Graph &g, const TensorParallel &tp, OpId o, bool sequence, std::vector<double> &rows,
+                          std::vector<double> &gathers) {
+  if (tp.rowParallel[o])
+    for (TensorId x : g.ops[o].outputs)
+      rows.push_back(g.bytes(x));
+  if (tp.columnParallel[o] && sequence)
+    gathers.push_back(g.bytes(g.storageOf(weightMatmulOperands(g, g.ops[o]).first)));
+}
+
+double hostAttentionTiles(const Analysis &a, OpId i) {
+  // The calibrated runtime's attention runs its GEMMs on whole tiles up to the diagonal
+  // (ir/Target.h, tiledCausalScores): its curve's FLOPs are those tiles', and so are a call's.
+  const Target &t = a.plan->target;
+  const Op &op = a.graph->ops[i];
+  if (op.kind != OpKind::Attention || t.attentionTile <= 0 || t.attentionCurve.empty())
+    return 1;
+  return tiledScoreRatio(*a.graph, op, static_cast<double>(t.attentionTile));
 }
 
 KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp8) {
@@ -726,11 +742,7 @@ void stepTime(Analysis &a) {
     recomputeSteps = true;
     recomputed.push_back(s.op);
     R += a.ops[s.op].forwardTime;
-    if (tp.rowParallel[s.op])
-      for (TensorId o : g.ops[s.op].outputs)
-        recomputeMessages.push_back(g.bytes(o));
-    if (tp.columnParallel[s.op] && par.sequenceParallel) // its input gathered again (step 7)
-      recomputeGathers.push_back(g.bytes(g.storageOf(weightMatmulOperands(g, g.ops[s.op]).first)));
+    addRecomputeMessages(g, tp, s.op, par.sequenceParallel, recomputeMessages, recomputeGathers); // step 7
   }
   if (!recomputeSteps && a.flops.recompute > 0 && a.flops.forward > 0)
     R = F * a.flops.recompute / a.flops.forward;

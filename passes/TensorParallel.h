@@ -81,5 +81,10 @@ void recordMessages(Analysis &a, const char *what, char group, Collective c, con
 /// the slowest stage's all-reduces (the all-gathers are priced with the sends, boundarySend).
 /// PipelineStep.cpp.
 double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m);
+/// What recomputing op `o` sends over the tensor group again (StepTime.cpp): a row-parallel
+/// op's outputs reduced again (into `rows`) and, under sequence parallelism (`sequence`), a
+/// column-parallel matmul's input gathered again (into `gathers`), in bytes.
+void addRecomputeMessages(const Graph &g, const TensorParallel &tp, OpId o, bool sequence, std::vector<double> &rows,
+                          std::vector<double> &gathers);
 
 } // namespace tally

@@ -340,10 +340,7 @@ void printTime(const Analysis &a, OpId id, const OpAnalysis &oa, llvm::raw_ostre
   bool fp8 = isFp8Gemm(a, id);
   OpClass c = opClass(op.kind);
   double forward = fp8 ? kernelTime(t, c, oa.computeDtype, forwardWork(a, id, oa)) : oa.forwardTime;
-  // A calibrated host's causal attention: the scores its tiles compute (asRun).
-  const double tiles = op.kind == OpKind::Attention && t.attentionTile > 0 && !t.attentionCurve.empty()
-                           ? tiledScoreRatio(*a.graph, op, static_cast<double>(t.attentionTile))
-                           : 1;
+  const double tiles = hostAttentionTiles(a, id); // a calibrated host's causal attention (asRun)
   printKernelTime(os, "forward ", "", t, op.kind, oa.computeDtype, forwardWork(a, id, oa),
                   oa.forward.executedFlops,
                   fp8 ? fp8GemmOf(a, id).forward : oa.forward.bytesRead + oa.forward.bytesWritten,
