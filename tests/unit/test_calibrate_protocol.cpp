@@ -75,6 +75,8 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
   CHECK(blasCoreNote(own).empty());
   own.blasCoreEnv = "SkylakeX", own.blasCore = "SkylakeX";
   CHECK(blasCoreNote(own).find("AVX2") == std::string::npos);
+  CHECK(blasHeldToAvx2(r));
+  CHECK_FALSE(blasHeldToAvx2(own));
   CHECK(back.cores == 2);
   CHECK(back.threads == 2);
   CHECK(back.quick);

@@ -226,8 +226,11 @@ double attentionEfficiency(const Result &r);
 /// FLOPs at the fp32 peak / (its time − its exps − its call's fixed cost)), clamped to (0, 1],
 /// sorted by FLOPs, points within 2% merged; empty when not measurable.
 std::vector<Point> attentionCurveOf(const Result &r);
+/// Whether OPENBLAS_CORETYPE in the environment held OpenBLAS to its AVX2 kernels (Haswell, Zen)
+/// on a CPU with AVX-512.
+bool blasHeldToAvx2(const Result &r);
 /// The host file's line on OpenBLAS's kernels when OPENBLAS_CORETYPE chose them ("" when
-/// OpenBLAS did), saying so when they are its AVX2 kernels on a CPU with AVX-512.
+/// OpenBLAS did), saying so when blasHeldToAvx2.
 std::string blasCoreNote(const Result &r);
 
 /// The `target host { ... }` declaration, with the measurements as comments. `when` is the

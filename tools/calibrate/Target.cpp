@@ -133,13 +133,17 @@ std::string unaryTimes(const Result &r) {
 
 } // namespace
 
+bool blasHeldToAvx2(const Result &r) {
+  std::string core = r.blasCore;
+  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
+  return !r.blasCoreEnv.empty() && r.avx512 && (core == "haswell" || core == "zen");
+}
+
 std::string blasCoreNote(const Result &r) {
   if (r.blasCoreEnv.empty())
     return "";
   std::string note = "// OpenBLAS's kernels were chosen by OPENBLAS_CORETYPE=" + r.blasCoreEnv + " in the environment";
-  std::string core = r.blasCore;
-  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (r.avx512 && (core == "haswell" || core == "zen"))
+  if (blasHeldToAvx2(r))
     note += ": its AVX2 kernels on a CPU with AVX-512, which OpenBLAS's SkylakeX and Cooperlake kernels\n"
             "// use (on a 2-vCPU AMD EPYC with AVX-512, twice the fp32 peak: docs/performance.md); steps run\n"
             "// in the same environment take the same kernels";

@@ -268,7 +268,7 @@ int calibrateCommand() {
     errs() << "tally: warning: the calibration is noisy (" << noisy << "); written "
            << (calibrateopts::Force ? "because of --force" : "because it is a quick one (for tests, not estimates)")
            << "\n";
-  if (r.avx512 && !r.blasCoreEnv.empty() && calibrate::blasCoreNote(r).find("AVX2") != std::string::npos)
+  if (calibrate::blasHeldToAvx2(r))
     errs() << "tally: note: OPENBLAS_CORETYPE=" << r.blasCoreEnv << " in the environment runs OpenBLAS's AVX2 ("
            << r.blasCore << ") kernels on this CPU, which has AVX-512; without it OpenBLAS picks its own (the "
            << "calibration and the steps take the same environment's)\n";
