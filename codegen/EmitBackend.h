@@ -40,8 +40,8 @@ struct Backend {
   /// As checkAttention, for the embedding backward's scratch (rows of ids, vocabulary).
   std::string (*checkEmbeddingBackward)(int64_t rows, int64_t vocab);
   /// Files written beside the step from its finished source (the CPU's kernels.h and
-  /// kernels.cpp: the runtime kernels it calls, instantiated in a translation unit of their own);
-  /// null: none.
+  /// kernels_FAMILY.cpp: the runtime kernels it calls, instantiated in translation units of their
+  /// own, which the CMakeLists.txt compiles with the step); null: none.
   void (*kernelFiles)(const std::string &stepSource, std::vector<File> &files);
 };
 

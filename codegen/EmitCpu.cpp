@@ -5,35 +5,58 @@
 // CMakeLists.txt is codegen/templates/cpu.cmake.in (OpenBLAS, OpenMP; MPI for data > 1).
 //
 // The runtime is header-only templates, so the kernels a step calls were compiled (at -O3)
-// inside step.cpp: 4.4 of its 4.7 s on the 2-core machine for a two-layer GPT. kernels.cpp
-// instantiates them instead (`template decltype(rt::matmul<float>) rt::matmul<float>;`) and
-// kernels.h, which step.cpp includes, declares them extern: step.cpp compiles in 1.2 s, the two
-// files compile in parallel, and kernels.cpp depends only on which kernels the step calls, so
-// a plan changed without changing them (another layout, policy or size) finds its object in
-// a compiler cache (the e2e tests' ccache).
+// inside step.cpp: 4.4 of its 4.7 s on the 2-core machine for a two-layer GPT. The kernel files
+// (kernels_core.cpp, kernels_rest.cpp: kFamilies below) instantiate them instead (`template
+// decltype(rt::matmul<float>) rt::matmul<float>;`) and kernels.h, which step.cpp includes,
+// declares them extern: step.cpp compiles in 1.2 s, the files compile in parallel, and each
+// depends only on which of its kernels the step calls, so a plan changed without changing them
+// finds its objects in a compiler cache.
 #include "codegen/EmitBackend.h"
 
 #include "llvm/ADT/StringRef.h"
 
+#include <map>
 #include <set>
+#include <vector>
 
 namespace tally::codegen {
 
 namespace {
 
 /// The runtime's kernels (function templates of codegen/runtime/cpu/ over storage types alone)
-/// that kernels.cpp instantiates when step.cpp calls them. A kernel missing here is compiled
-/// in step.cpp as before; one named here that is not a function template over those types
-/// would fail the step's compile (the e2e tests build every kind of step).
-const char *const kInstantiable[] = {
-    "matmul", "matmul_bias", "binary", "div_bwd", "div_scalar_bwd", "binary_scalar", "reduce_to",
-    "unary_fwd", "unary_bwd", "dropout_fwd", "dropout_bwd", "sum_fwd", "sum_bwd", "copy", "fill",
-    "sum_squares", "scale", "softmax_fwd", "softmax_bwd", "layer_norm_fwd", "layer_norm_bwd",
-    "rms_norm_fwd", "rms_norm_bwd", "rope_fwd", "rope_bwd", "embedding_fwd", "embedding_bwd",
-    "cross_entropy_fwd", "cross_entropy_bwd", "attention_fwd", "attention_bwd", "sgd_update",
-    "adagrad_update", "rmsprop_update", "adam_update", "lion_update"};
+/// that the kernel files instantiate when step.cpp calls them, in two files: kernels_core.cpp
+/// for those of a transformer's step (its matmuls, attention, activations, residual adds and
+/// their reductions, layer norms, embedding and cross-entropy: 6-7 s to compile), which every
+/// plan of such a model in the same precision shares whatever its layout, optimizer, dropout
+/// or parallelism adds, and kernels_rest.cpp for the others (0.5-2 s). A compiler cache then
+/// finds the first (the e2e tests' ccache: CI's 62 CPU steps called 18 sets of kernels, ~150 s
+/// to compile as one file each, ~75 s as these two), and the two compile in parallel, so a
+/// first build takes as long as with one file. A kernel missing here is compiled in step.cpp as
+/// before; one named here that is not a function template over those types would fail the
+/// step's compile (the e2e tests build every kind of step).
+struct KernelFamily {
+  const char *name;
+  std::vector<const char *> kernels;
+};
+const KernelFamily kFamilies[] = {
+    {"core", {"matmul", "attention_fwd", "attention_bwd", "unary_fwd", "unary_bwd", "binary", "reduce_to",
+              "fill", "layer_norm_fwd", "layer_norm_bwd", "embedding_fwd", "embedding_bwd",
+              "cross_entropy_fwd", "cross_entropy_bwd"}},
+    {"rest", {"matmul_bias", "div_bwd", "div_scalar_bwd", "binary_scalar", "dropout_fwd", "dropout_bwd",
+              "sum_fwd", "sum_bwd", "copy", "scale", "softmax_fwd", "softmax_bwd", "rms_norm_fwd",
+              "rms_norm_bwd", "rope_fwd", "rope_bwd", "sum_squares", "sgd_update", "adagrad_update",
+              "rmsprop_update", "adam_update", "lion_update"}}};
 
-/// Template arguments kernels.cpp can name: the storage types (a fused functor is step.cpp's own).
+/// The family of kernel `name`, or null when the kernel files do not instantiate it.
+const char *familyOf(llvm::StringRef name) {
+  for (const KernelFamily &f : kFamilies)
+    for (const char *k : f.kernels)
+      if (name == k)
+        return f.name;
+  return nullptr;
+}
+
+/// Template arguments the kernel files can name: the storage types (a fused functor is step.cpp's own).
 bool storageTypes(llvm::StringRef args) {
   llvm::SmallVector<llvm::StringRef, 4> parts;
   args.split(parts, ',');
@@ -45,10 +68,10 @@ bool storageTypes(llvm::StringRef args) {
   return true;
 }
 
-/// Every `rt::KERNEL<ARGS>(` of the step's source with KERNEL in kInstantiable and ARGS storage
-/// types, as "rt::KERNEL<ARGS>", sorted (the files are the same for the same kernels).
-std::set<std::string> calledKernels(llvm::StringRef src) {
-  std::set<std::string> out;
+/// Every `rt::KERNEL<ARGS>(` of the step's source with KERNEL in a family and ARGS storage
+/// types, as "rt::KERNEL<ARGS>" by family, sorted (the files are the same for the same kernels).
+std::map<std::string, std::set<std::string>> calledKernels(llvm::StringRef src) {
+  std::map<std::string, std::set<std::string>> out;
   for (size_t at = src.find("rt::"); at != llvm::StringRef::npos; at = src.find("rt::", at + 4)) {
     size_t open = src.find_first_not_of("abcdefghijklmnopqrstuvwxyz_0123456789", at + 4);
     if (open == llvm::StringRef::npos || src[open] != '<')
@@ -57,31 +80,31 @@ std::set<std::string> calledKernels(llvm::StringRef src) {
     if (close == llvm::StringRef::npos || close + 1 >= src.size() || src[close + 1] != '(')
       continue;
     llvm::StringRef name = src.slice(at + 4, open), args = src.slice(open + 1, close);
-    bool known = false;
-    for (const char *k : kInstantiable)
-      known = known || name == k;
-    if (known && storageTypes(args))
-      out.insert(src.slice(at, close + 1).str());
+    if (const char *family = familyOf(name); family && storageTypes(args))
+      out[family].insert(src.slice(at, close + 1).str());
   }
   return out;
 }
 
 void cpuKernelFiles(const std::string &stepSource, std::vector<File> &files) {
-  std::set<std::string> kernels = calledKernels(stepSource);
   std::string header =
       "// Generated by `tally build`: the CPU runtime's kernels that step.cpp calls, declared as\n"
-      "// instantiated in kernels.cpp, so step.cpp compiles none of them itself.\n"
+      "// instantiated in the kernels_*.cpp files, so step.cpp compiles none of them itself.\n"
       "#pragma once\n\n#include \"cpu/tally_rt.h\"\n\n";
-  std::string source =
-      "// Generated by `tally build`: the CPU runtime's kernels that step.cpp calls, each compiled\n"
-      "// once here (kernels.h declares them to step.cpp). The same kernels give the same file.\n"
-      "#include \"kernels.h\"\n\n";
-  for (const std::string &k : kernels) {
-    header += "extern template decltype(" + k + ") " + k + ";\n";
-    source += "template decltype(" + k + ") " + k + ";\n";
+  std::vector<File> sources;
+  for (const auto &[family, kernels] : calledKernels(stepSource)) {
+    std::string source = "// Generated by `tally build`: the CPU runtime's kernels that step.cpp calls (" +
+                         family + "), each compiled\n"
+                         "// once here (kernels.h declares them to step.cpp). The same kernels give "
+                         "the same file.\n#include \"kernels.h\"\n\n";
+    for (const std::string &k : kernels) {
+      header += "extern template decltype(" + k + ") " + k + ";\n";
+      source += "template decltype(" + k + ") " + k + ";\n";
+    }
+    sources.push_back({"kernels_" + family + ".cpp", source});
   }
   files.push_back({"kernels.h", header});
-  files.push_back({"kernels.cpp", source});
+  files.insert(files.end(), sources.begin(), sources.end());
 }
 
 } // namespace

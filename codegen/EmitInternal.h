@@ -251,8 +251,9 @@ struct Emitter {
   /// The step file's text around micro_step, update and zero_grad (`micro`, `upd`, `zero`).
   std::string stepSource(const std::string &micro, const std::string &upd, const std::string &zero);
   /// The backend's CMakeLists.txt: its template (codegen/templates/) with the placeholders
-  /// filled in; "" after fail() when the template is missing.
-  std::string cmakeLists();
+  /// filled in (the step's sources: the step file and the kernel files among `files`); "" after
+  /// fail() when the template is missing.
+  std::string cmakeLists(const std::vector<File> &files);
   bool run(std::vector<File> &files);
 
   // ---- fused kernels (EmitFused.cpp) --------------------------------------------------------

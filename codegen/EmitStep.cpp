@@ -689,7 +689,7 @@ static const char *cmakeTemplate(llvm::StringRef name) {
   return nullptr;
 }
 
-std::string Emitter::cmakeLists() {
+std::string Emitter::cmakeLists(const std::vector<File> &files) {
   const char *text = cmakeTemplate(be.cmakeTemplate);
   // MPI only for a step that runs on several processes.
   const char *dataParallelText = multiRank() ? cmakeTemplate(be.dataParallelCmakeTemplate) : "";
@@ -704,6 +704,11 @@ std::string Emitter::cmakeLists() {
       out.replace(at, placeholder.size(), value.str());
   };
   fill("@STEP_SOURCE@", be.stepFile);
+  std::string kernelSources; // the backend's kernel files (the CPU's kernels_*.cpp)
+  for (const File &f : files)
+    if (llvm::StringRef(f.path).startswith("kernels_") && llvm::StringRef(f.path).endswith(".cpp"))
+      kernelSources += " " + f.path;
+  fill("@KERNEL_SOURCES@", kernelSources);
   fill("@DATA_PARALLEL@\n", dataParallelText);
   if (out.find('@') != std::string::npos)
     return fail(std::string("internal error: a placeholder of codegen/templates/") + be.cmakeTemplate +
@@ -730,7 +735,7 @@ bool Emitter::run(std::vector<File> &files) {
   files.push_back({be.stepFile, src});
   if (be.kernelFiles)
     be.kernelFiles(src, files);
-  std::string cmake = cmakeLists();
+  std::string cmake = cmakeLists(files);
   if (!error.empty())
     return false;
   files.push_back({"CMakeLists.txt", cmake});

@@ -1281,7 +1281,7 @@ train t { model = M() batch = 2 seq = 16 optimizer = SGD(lr = 0.1) target = ZERO
   CHECK(read.a->headPad.refused.find("is also read by") != std::string::npos);
 }
 
-TEST_CASE("codegen: the CPU step's kernels are instantiated in kernels.cpp, declared to step.cpp", "[codegen]") {
+TEST_CASE("codegen: the CPU step's kernels are instantiated in kernel files, declared to step.cpp", "[codegen]") {
   // Mixed bf16 data parallel: bf16 kernels, the AdamW update of bf16 gradients into the fp32
   // master, the bf16 -> fp32 copies.
   PlanOverrides two = asBuilt(); // the file's target is the calibrated host, which unit tests cannot load
@@ -1289,10 +1289,27 @@ TEST_CASE("codegen: the CPU step's kernels are instantiated in kernels.cpp, decl
   Compiled t(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2_bf16", two);
   StepFiles step = emitStep(*t.a, false);
   REQUIRE(step.error == "");
-  const std::string &src = step.byPath["step.cpp"], &h = step.byPath["kernels.h"], &k = step.byPath["kernels.cpp"];
+  const std::string &src = step.byPath["step.cpp"], &h = step.byPath["kernels.h"];
   CHECK(src.find("#include \"kernels.h\"\n") != std::string::npos);
-  CHECK(step.byPath["CMakeLists.txt"].find("add_executable(tally_step step.cpp kernels.cpp ") != std::string::npos);
-  // Every kernel step.cpp calls with storage-type arguments is in both files, once, and nothing else.
+  // The kernel files: the transformer's kernels (core) and the others (rest), each listed in the
+  // CMakeLists.txt.
+  std::map<std::string, std::string> kernelFiles;
+  std::string all;
+  for (const auto &[path, text] : step.byPath)
+    if (llvm::StringRef(path).startswith("kernels_")) {
+      kernelFiles[path] = text;
+      all += text;
+    }
+  CHECK(kernelFiles.size() == 2);
+  CHECK(kernelFiles.count("kernels_core.cpp"));
+  CHECK(kernelFiles.count("kernels_rest.cpp"));
+  CHECK(step.byPath.count("kernels.cpp") == 0);
+  std::string listed = "add_executable(tally_step step.cpp";
+  for (const auto &f : kernelFiles)
+    listed += " " + f.first;
+  CHECK(step.byPath["CMakeLists.txt"].find(listed + " runtime/driver/driver_cpu.cpp)") != std::string::npos);
+  // Every kernel step.cpp calls with storage-type arguments is declared once and instantiated
+  // once, in one of the files, and nothing else.
   std::set<std::string> called;
   for (const std::string &c : runtimeCalls(src)) {
     std::string head = c.substr(0, c.find('('));
@@ -1303,15 +1320,33 @@ TEST_CASE("codegen: the CPU step's kernels are instantiated in kernels.cpp, decl
   REQUIRE(called.count("rt::adam_update<rt::bf16>"));
   for (const std::string &c : called) {
     CHECK(countOf(h, "extern template decltype(" + c + ") " + c + ";\n") == 1);
-    CHECK(countOf(k, "\ntemplate decltype(" + c + ") " + c + ";\n") == 1);
+    CHECK(countOf(all, "\ntemplate decltype(" + c + ") " + c + ";\n") == 1);
   }
   CHECK(countOf(h, "extern template") == called.size());
-  CHECK(countOf(k, "\ntemplate decltype") == called.size());
+  CHECK(countOf(all, "\ntemplate decltype") == called.size());
+  CHECK(countOf(kernelFiles["kernels_core.cpp"], "\ntemplate decltype(rt::matmul<rt::bf16>)") == 1);
+  CHECK(countOf(kernelFiles["kernels_rest.cpp"], "\ntemplate decltype(rt::adam_update<rt::bf16>)") == 1);
   // The files depend only on the kernels: another layout of the same model and precision
-  // (ZeRO-1) gives the same kernels.cpp, which a compiler cache then finds.
+  // (ZeRO-1) gives the same files, which a compiler cache then finds; and the core file
+  // depends only on its own kernels: dp1 (one process) scales no gradient where dp2 averages
+  // its ranks' (rt::scale), but the two and a pipeline plan share their core file.
   Compiled z(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2z_bf16", two);
-  CHECK(emitStep(*z.a, false).byPath["kernels.cpp"] == k);
-  // A fused functor is step.cpp's own type: its templates are not named in kernels.cpp; the
+  StepFiles zs = emitStep(*z.a, false);
+  for (const auto &[path, text] : kernelFiles)
+    CHECK(zs.byPath[path] == text);
+  PlanOverrides one = asBuilt();
+  one.target = "H100_SXM";
+  Compiled d1(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp1", one);
+  Compiled d2(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "dp2", two);
+  Compiled p2(fromFile, sourceDir() + "/tests/step/e2e/dp.tally", "pp2", two);
+  StepFiles s1 = emitStep(*d1.a, false), s2 = emitStep(*d2.a, false), sp = emitStep(*p2.a, false);
+  REQUIRE(sp.error == "");
+  CHECK(s1.byPath["kernels_rest.cpp"].find("rt::scale<float>") == std::string::npos);
+  CHECK(s2.byPath["kernels_rest.cpp"].find("rt::scale<float>") != std::string::npos);
+  CHECK(s1.byPath["kernels_core.cpp"].find("rt::attention_bwd<float>") != std::string::npos);
+  CHECK(s1.byPath["kernels_core.cpp"] == s2.byPath["kernels_core.cpp"]);
+  CHECK(s1.byPath["kernels_core.cpp"] == sp.byPath["kernels_core.cpp"]);
+  // A fused functor is step.cpp's own type: its templates are not named in the kernel files; the
   // CUDA step has no kernel files.
   PlanOverrides fuse = asBuilt();
   fuse.target = "H100_SXM";
@@ -1320,8 +1355,12 @@ TEST_CASE("codegen: the CPU step's kernels are instantiated in kernels.cpp, decl
   StepFiles fused = emitStep(*g.a, false);
   REQUIRE(fused.error == "");
   CHECK(fused.byPath["step.cpp"].find("_fused<float>(ctx, Fused") != std::string::npos);
-  CHECK(fused.byPath["kernels.cpp"].find("Fused") == std::string::npos);
-  CHECK(emitStep(*g.a, true).byPath.count("kernels.cpp") == 0);
+  for (const auto &[path, text] : fused.byPath)
+    if (llvm::StringRef(path).startswith("kernels"))
+      CHECK(text.find("Fused") == std::string::npos);
+  StepFiles cuda = emitStep(*g.a, true);
+  for (const auto &[path, text] : cuda.byPath)
+    CHECK(!llvm::StringRef(path).startswith("kernels"));
 }
 
 TEST_CASE("codegen: tensor and pipeline parallel on CUDA over NCCL (issue 39 item 7)", "[codegen][cuda]") {
