@@ -45,8 +45,9 @@ fi
 
 # The sanitizer suite (docs/reliability.md): tally, unit_tests and the libFuzzer target built
 # once with clang-14 under ASan + UBSan (float-cast-overflow, no recovery), -O1 -g0, in
-# build-san; there the unit tests, the lit suite (ctest's `lit`: every lit file but the six
-# that are entries of their own, CMakeLists.txt LIT_ALONE) and the fuzz regressions run again, then the
+# build-san; there the unit tests, half of the lit suite (ctest's `lit`: every lit file but the six
+# that are entries of their own, CMakeLists.txt LIT_ALONE; the commit picks the half, below) and
+# the fuzz regressions run again, then the
 # fuzzer for what is left of 14 minutes (15 to 120 s; TALLY_FUZZ_SECONDS sets it). The generated-step tests (tests/step: the CPU
 # steps and the CUDA compiles), validation, determinism, the docs tour and fuzz_inputs.py run
 # only in the normal build above, and so do the six lit files whose time is not tally's:
@@ -69,7 +70,16 @@ if [ "${TALLY_SANITIZERS:-1}" != 0 ]; then
   echo "test.sh: the sanitizer build (beside the normal suite) is done: $(tail -n 1 build/sanitizer-build.log)"
   # abort_on_error: a sanitizer report becomes SIGABRT, which `not` in a lit RUN line and the
   # regression runner treat as a failure (its default exit code, 1, would pass for an error).
+  # The lit files run under the sanitizers in halves (lit's shards): the commit picks which half,
+  # so commits in turn cover all of them, and the normal build above ran every one. All of
+  # them were ~130 s of a 2-core CI that must end within 15 minutes (2026-12-07: 943 s with
+  # them); TALLY_SAN_LIT_SHARDS=1 runs every file.
+  shards="${TALLY_SAN_LIT_SHARDS:-2}"
+  commit=$(git rev-parse --short=8 HEAD 2>/dev/null || date +%j)
+  shard=$(( 16#${commit: -2} % shards + 1 ))
+  echo "test.sh: the sanitizer suite runs lit shard $shard of $shards (commit $commit)"
   (cd build-san && ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=abort_on_error=1:print_stacktrace=1 \
+     LIT_NUM_SHARDS="$shards" LIT_RUN_SHARD="$shard" \
      timeout 900 ctest --output-on-failure -j"$(nproc)" \
      -R '^(unit|lit|fuzz-regressions)$')
   # The fuzzer gets what is left of a 14-minute run (CI must finish in 15 on two cores), at
