@@ -529,6 +529,9 @@ bool Emitter::checkPlan() {
   if (par.data > 1 && par.zero > 1 && plan.fuseKernels)
     return fail("ZeRO stage " + std::to_string(par.zero) + " with fused kernels (--fuse): the " + title() +
                 " step moves gradient and parameter pieces between single ops; build it without --fuse");
+  if (par.data > 1 && par.zero >= 3 && !par.reshardAfterForward)
+    return fail("reshard_after_forward = false: the " + title() + " step gathers each block's parameters again "
+                "before its backward (ZeRO 3 as FSDP runs it by default); build it without the setting");
   if (par.data > 1 && par.zero > 1 && !pieced())
     return fail("ZeRO stage " + std::to_string(par.zero) + ": the memory plan has no per-rank pieces");
   if (par.data > 1 && (par.data > 4096 || plan.batch % (plan.microBatch * par.data) != 0))

@@ -29,6 +29,7 @@ struct LayoutReader {
   Parallelism &par;
   bool dataGiven = false;
   llvm::SMRange expertRange;
+  llvm::SMRange reshardRange; ///< where reshard_after_forward was written (invalid: not written)
 
   bool boolean(const LayoutItem &it, bool &flag) {
     if (it.value.kind != ConstValue::Bool) {
@@ -238,6 +239,11 @@ const std::vector<LayoutSetting> &layoutSettings() {
          return true;
        }},
       {"tensor_overlap", [](R &r, const I &it) { return r.boolean(it, r.par.tensorOverlap); }},
+      {"reshard_after_forward",
+       [](R &r, const I &it) {
+         r.reshardRange = it.range;
+         return r.boolean(it, r.par.reshardAfterForward);
+       }},
       {"order", [](R &r, const I &it) { return r.order(it); }},
       {"gpus_per_node", [](R &r, const I &it) { return r.count(it, r.plan.target.gpusPerNode); }},
       {"link", [](R &r, const I &it) { return r.link(it, r.plan.target.interconnect, false); }},
@@ -326,6 +332,15 @@ bool checkDegrees(DiagnosticEngine &diags, const ConstValue &v, const LayoutRead
         .range(v.range);
     return false;
   }
+  // reshard_after_forward decides what ZeRO 3 does with a block's gathered parameters; with
+  // the parameters not sharded there is nothing to reshard.
+  if (reader.reshardRange.isValid() && par.zero != 3) {
+    diags.report(DiagKind::InvalidValue, reader.reshardRange.Start,
+                 "reshard_after_forward says whether ZeRO 3 frees a block's gathered parameters after "
+                 "its forward, but this plan has zero = " + std::to_string(par.zero))
+        .range(reader.reshardRange);
+    return false;
+  }
   // Expert parallelism (Megatron, DeepSpeed-MoE): the expert group is carved out of the
   // data-parallel ranks, so it adds no devices and must divide the data degree.
   if (par.data % par.expert != 0) {
@@ -353,7 +368,7 @@ bool Sema::parallel(const Program &p, const ConstValue &v, Plan &plan) {
   plan.target = *t;
   Parallelism &par = plan.parallel;
   par.devices = devices;
-  LayoutReader reader{*this, plan, par, false, v.range};
+  LayoutReader reader{*this, plan, par, false, v.range, {}};
   if (v.kind == ConstValue::Device && !v.elems.empty()) {
     const ConstValue &rec = v.elems[0];
     for (size_t i = 0; i < rec.elems.size(); ++i) {

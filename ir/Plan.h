@@ -118,6 +118,11 @@ struct Parallelism {
   bool overlap = true;             ///< the data-parallel gradient reduction (and ZeRO-3 gathers)
                                    ///< overlap the backward (forward), bucketed
   bool overlapGiven = false;       ///< `overlap` was written (else the stack's default holds)
+  /// `reshard_after_forward = false` (ZeRO 3 only): each block's gathered parameters stay until
+  /// its backward, as FSDP's reshard_after_forward=False (FSDP1's SHARD_GRAD_OP) keeps them:
+  /// one gather per block and micro-batch instead of two, and the gathered parameters held at
+  /// the activation peak (passes/StaticMemory.cpp, passes/DataParallelTime.cpp).
+  bool reshardAfterForward = true;
   /// `compiled = true`: the framework compiles the step (torch.compile, Megatron's fused
   /// kernels): elementwise chains run fused, priced as `--fuse` prices them (Plan::fuseKernels).
   bool compiled = false;

@@ -72,6 +72,16 @@ double generatedStepLocalTime(const Analysis &a, double G, double d) {
   return t;
 }
 
+/// ZeRO 3's gathers of a block per micro-batch, and what they are called: before its forward
+/// and again before its backward, or with reshard_after_forward = false (FSDP's
+/// reshard_after_forward=False) before its forward only, the parameters kept until the
+/// backward (the memory that holds: zeroTransients, passes/Stack.cpp).
+std::pair<double, const char *> zeroThreeGathers(const Parallelism &par) {
+  if (par.reshardAfterForward)
+    return {2, "parameter all-gather (forward and backward, every micro-batch)"};
+  return {1, "parameter all-gather (forward only, every micro-batch: reshard_after_forward = false)"};
+}
+
 } // namespace
 
 /// Step 6: data-parallel gradient and parameter traffic per step on one device, its exposed
@@ -198,15 +208,15 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
       gather += afterUpdate();
       break;
     default: {
-      // ZeRO 3: each layer's parameters are gathered before its forward and again before its
-      // backward, every micro-batch, and prefetched under the previous layer's compute.
+      // ZeRO 3: each layer's parameters gathered every micro-batch (zeroThreeGathers), each
+      // prefetched under the previous layer's compute.
       one = bucketed(a, "gradient reduce-scatter (every micro-batch)", gr.name, g,
                      Collective::ReduceScatter, gr.G, gradBucket, n, m, overlap);
       double perLayerBucket = stack.gatherBucket > 0 ? std::min(stack.gatherBucket, gr.P / n) : 0;
-      auto gathers = bucketed(a, "parameter all-gather (forward and backward, every micro-batch)",
-                              gr.name, g, Collective::AllGather, gr.P / n, perLayerBucket, 1,
-                              2 * m * n, overlap);
-      one = {m * one.first + 2 * m * n * gathers.first, std::max(one.second, gathers.second)};
+      auto [perMicro, what] = zeroThreeGathers(par);
+      auto gathers = bucketed(a, what, gr.name, g, Collective::AllGather, gr.P / n, perLayerBucket, 1,
+                              perMicro * m * n, overlap);
+      one = {m * one.first + perMicro * m * n * gathers.first, std::max(one.second, gathers.second)};
       break;
     }
     }

@@ -90,6 +90,7 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
     f.gradientBucket = par.bucketBytes;
     f.bucketSource = "bucket";
   }
+  f.reshardAfterForward = par.reshardAfterForward;
   if (par.overlapGiven) {
     f.overlap = par.overlap;
     f.overlapSource = "overlap";
@@ -100,11 +101,22 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
 ZeroTransients zeroTransients(const Plan &plan, const ZeroUnits &u) {
   const Parallelism &par = plan.parallel;
   ZeroTransients z;
-  // tally's own step only: what a framework stack holds at the activation peak is not counted
-  // yet (docs/memory.md, "ZeRO's transients", says why).
-  if (!plan.isTrain || par.zero < 2 || par.data <= 1 || !plan.generatedStep)
+  if (!plan.isTrain || par.zero < 2 || par.data <= 1)
     return z;
   const double bp = bytesOf(plan.precision.params), bg = bytesOf(plan.precision.grads);
+  // A framework stack: what it holds for one block at the activation peak is not counted yet
+  // (docs/memory.md, "ZeRO's transients", says why), but with reshard_after_forward = false
+  // (FSDP's reshard_after_forward=False, FSDP1's SHARD_GRAD_OP) every block's gathered
+  // parameters stay from its forward to its backward: at the peak, between the last forward and
+  // the first backward, the whole model's beside the shards.
+  if (!plan.generatedStep) {
+    if (par.zero >= 3 && !par.reshardAfterForward) {
+      z.gathered = u.all * bp;
+      z.gatheredWhy = "every block's parameters, gathered in its forward and kept until its backward "
+                      "(reshard_after_forward = false)";
+    }
+    return z;
+  }
   // tally's step (passes/ZeroShards.cpp): the root is gathered from the first forward op that
   // reads it to the last (the embedding to the head), each copy around its own ops, nothing
   // prefetched; a parameter's gradient of one micro-batch lives from the backward of the

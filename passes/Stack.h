@@ -27,6 +27,9 @@ struct StackFacts {
   /// else the framework's default.
   bool overlap = true;
   std::string overlapSource; ///< the option or default the overlap comes from
+  /// ZeRO 3: whether a block's gathered parameters are freed after its forward and gathered
+  /// again for its backward (every stack's default; `reshard_after_forward = false` keeps them).
+  bool reshardAfterForward = true;
   /// Whether its fused attention is the target's native kernel (Target::nativeAttention:
   /// Megatron runs Transformer Engine's cuDNN attention) rather than FlashAttention-2 (what
   /// PyTorch's scaled_dot_product_attention and flash-attn 2 run); and which, in words.

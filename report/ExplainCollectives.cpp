@@ -53,6 +53,11 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
      << (s.gradientBucket > 0 ? formatBytes(s.gradientBucket) + " each" : std::string("one per repeated block"))
      << " (" << s.bucketSource << ")\n";
   os << "  overlap with compute: " << (s.overlap ? "yes" : "no") << " (" << s.overlapSource << ")\n";
+  if (a.plan->parallel.zero >= 3)
+    os << "  ZeRO 3 parameters: "
+       << (s.reshardAfterForward ? "freed after each block's forward, gathered again for its backward"
+                                 : "kept from each block's forward to its backward (reshard_after_forward = false)")
+       << "\n";
   os << "  attention kernel: " << s.attentionKernel << "\n";
   os << "  kernels: "
      << (s.compiled ? "compiled (elementwise chains fused, as --fuse prices them)"
@@ -136,6 +141,7 @@ llvm::json::Value stackJson(const Analysis &a) {
                             {"gather_bucket_bytes", s.gatherBucket},
                             {"overlap", s.overlap},
                             {"overlap_source", s.overlapSource},
+                            {"reshard_after_forward", s.reshardAfterForward},
                             {"attention_kernel", s.attentionKernel},
                             {"native_attention", s.nativeAttention},
                             {"compiled", s.compiled},
