@@ -529,6 +529,11 @@ bool Emitter::checkPlan() {
   if (par.data > 1 && par.zero > 1 && plan.fuseKernels)
     return fail("ZeRO stage " + std::to_string(par.zero) + " with fused kernels (--fuse): the " + title() +
                 " step moves gradient and parameter pieces between single ops; build it without --fuse");
+  if (par.data > 1 && par.reduceEveryGiven && par.reduceEveryMicroBatch != (par.zero >= 2))
+    return fail(std::string("reduce_every_micro_batch = ") + (par.reduceEveryMicroBatch ? "true" : "false") +
+                ": the " + title() + " step reduces the gradients " +
+                (par.zero >= 2 ? "after every micro-batch under ZeRO 2 and 3" : "once per step below ZeRO 2") +
+                "; build it without the setting");
   if (par.data > 1 && par.zero >= 3 && !par.reshardAfterForward)
     return fail("reshard_after_forward = false: the " + title() + " step gathers each block's parameters again "
                 "before its backward (ZeRO 3 as FSDP runs it by default); build it without the setting");

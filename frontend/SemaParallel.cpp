@@ -239,6 +239,11 @@ const std::vector<LayoutSetting> &layoutSettings() {
          return true;
        }},
       {"tensor_overlap", [](R &r, const I &it) { return r.boolean(it, r.par.tensorOverlap); }},
+      {"reduce_every_micro_batch",
+       [](R &r, const I &it) {
+         r.par.reduceEveryGiven = true;
+         return r.boolean(it, r.par.reduceEveryMicroBatch);
+       }},
       {"reshard_after_forward",
        [](R &r, const I &it) {
          r.reshardRange = it.range;

@@ -123,6 +123,12 @@ struct Parallelism {
   /// one gather per block and micro-batch instead of two, and the gathered parameters held at
   /// the activation peak (passes/StaticMemory.cpp, passes/DataParallelTime.cpp).
   bool reshardAfterForward = true;
+  /// `reduce_every_micro_batch = true | false`: whether the data-parallel gradient reduction runs
+  /// after every micro-batch's backward or once, after the last; unwritten (`reduceEveryGiven`
+  /// false), the ZeRO stage's rule: every micro-batch under ZeRO 2 and 3 (the gradients are
+  /// sharded), once below (DDP's no_sync, Megatron's main_grad). reducesEveryMicroBatch reads it.
+  bool reduceEveryMicroBatch = false;
+  bool reduceEveryGiven = false;
   /// `compiled = true`: the framework compiles the step (torch.compile, Megatron's fused
   /// kernels): elementwise chains run fused, priced as `--fuse` prices them (Plan::fuseKernels).
   bool compiled = false;
@@ -147,6 +153,13 @@ struct Parallelism {
   std::string order = "tcpd";
   llvm::SMRange range;
 };
+
+/// Whether the data-parallel gradients are reduced after every micro-batch (else once per step,
+/// after the last): `reduce_every_micro_batch` when written, else ZeRO 2 and 3 do (their
+/// gradients are sharded) and lower stages do not (docs/time.md, "Framework stacks").
+inline bool reducesEveryMicroBatch(const Parallelism &par) {
+  return par.reduceEveryGiven ? par.reduceEveryMicroBatch : par.zero >= 2;
+}
 
 enum class BudgetMetric : uint8_t { MemoryPerDevice, StepTime, Mfu, RunTime };
 

@@ -57,6 +57,7 @@ bool samePricing(const Plan &a, const Plan &b) {
          x.expert == y.expert && x.zero == y.zero && x.interleave == y.interleave &&
          x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap && x.overlapGiven == y.overlapGiven &&
          x.reshardAfterForward == y.reshardAfterForward &&
+         x.reduceEveryMicroBatch == y.reduceEveryMicroBatch && x.reduceEveryGiven == y.reduceEveryGiven &&
          x.tensorOverlap == y.tensorOverlap && x.stack == y.stack &&
          x.attentionKernel == y.attentionKernel &&
          x.bucketBytes == y.bucketBytes && x.compiled == y.compiled && x.order == y.order;

@@ -82,12 +82,28 @@ std::pair<double, const char *> zeroThreeGathers(const Parallelism &par) {
   return {1, "parameter all-gather (forward only, every micro-batch: reshard_after_forward = false)"};
 }
 
+/// The gradient reduction's name: an all-reduce (ZeRO 0) or a reduce-scatter, every
+/// micro-batch or once per step (reducesEveryMicroBatch); a setting that departs from the ZeRO
+/// stage's rule is named.
+const char *gradientReduction(const Parallelism &par) {
+  const bool every = reducesEveryMicroBatch(par);
+  if (par.zero == 0)
+    return every ? "gradient all-reduce (every micro-batch: reduce_every_micro_batch = true)"
+                 : "gradient all-reduce";
+  if (par.zero == 1 && every)
+    return "gradient reduce-scatter (every micro-batch: reduce_every_micro_batch = true)";
+  if (par.zero >= 2 && !every)
+    return "gradient reduce-scatter (once per step: reduce_every_micro_batch = false)";
+  return every ? "gradient reduce-scatter (every micro-batch)" : "gradient reduce-scatter";
+}
+
 } // namespace
 
 /// Step 6: data-parallel gradient and parameter traffic per step on one device, its exposed
 /// time after overlap. `window` is the compute the gradient reduction may hide behind: the
-/// last micro-batch's backward (ZeRO 0/1), every micro-batch's backward (ZeRO 2), every
-/// forward and backward (ZeRO 3); `layers` the repeat-block copies of a stage, FSDP's units.
+/// backward of each micro-batch after which it runs (the last one's at ZeRO 0/1, every one's at
+/// ZeRO 2: reducesEveryMicroBatch), every forward and backward (ZeRO 3); `layers` the
+/// repeat-block copies of a stage, FSDP's units.
 /// The stack (Analysis::stack) sets the message sizes and whether the reduction overlaps.
 double dataParallelTime(Analysis &a, double m, double backwardOne, double computeOne,
                         double layers, double matmulShare) {
@@ -179,7 +195,11 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
     return slowest;
   }
   double gather = 0, G = 0;
-  double window = par.zero <= 1 ? backwardOne : par.zero == 2 ? m * backwardOne : m * computeOne;
+  // Reductions per step: every micro-batch's or the last's (reducesEveryMicroBatch); they hide
+  // behind the backwards they follow, ZeRO 3's behind every forward and backward (its gathers).
+  const double r = reducesEveryMicroBatch(par) ? m : 1;
+  const char *reduction = gradientReduction(par);
+  double window = par.zero >= 3 ? m * computeOne : r * backwardOne;
   double n = std::max(1.0, layers);
   for (const Group &gr : groups) {
     Placement g = place(plan, gr.name);
@@ -190,45 +210,28 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
                       Collective::AllGather, gr.PT, paramBucket, n, 1, false)
           .first;
     };
-    switch (par.zero) {
-    case 0:
-      one = bucketed(a, "gradient all-reduce", gr.name, g, Collective::AllReduce, gr.G,
-                     gradBucket, n, 1, overlap);
-      break;
-    case 1:
-      one = bucketed(a, "gradient reduce-scatter", gr.name, g, Collective::ReduceScatter, gr.G,
-                     gradBucket, n, 1, overlap);
+    one = bucketed(a, reduction, gr.name, g, par.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter,
+                   gr.G, gradBucket, n, r, overlap);
+    one.first *= r;
+    if (par.zero == 1 || par.zero == 2)
       gather += afterUpdate();
-      break;
-    case 2:
-      // The gradients are sharded, so each micro-batch's are reduce-scattered at once.
-      one = bucketed(a, "gradient reduce-scatter (every micro-batch)", gr.name, g,
-                     Collective::ReduceScatter, gr.G, gradBucket, n, m, overlap);
-      one.first *= m;
-      gather += afterUpdate();
-      break;
-    default: {
-      // ZeRO 3: each layer's parameters gathered every micro-batch (zeroThreeGathers), each
-      // prefetched under the previous layer's compute.
-      one = bucketed(a, "gradient reduce-scatter (every micro-batch)", gr.name, g,
-                     Collective::ReduceScatter, gr.G, gradBucket, n, m, overlap);
+    if (par.zero >= 3) {
+      // Each layer's parameters gathered every micro-batch (zeroThreeGathers), each prefetched
+      // under the previous layer's compute.
       double perLayerBucket = stack.gatherBucket > 0 ? std::min(stack.gatherBucket, gr.P / n) : 0;
       auto [perMicro, what] = zeroThreeGathers(par);
       auto gathers = bucketed(a, what, gr.name, g, Collective::AllGather, gr.P / n, perLayerBucket, 1,
                               perMicro * m * n, overlap);
-      one = {m * one.first + perMicro * m * n * gathers.first, std::max(one.second, gathers.second)};
-      break;
-    }
+      one = {one.first + perMicro * m * n * gathers.first, std::max(one.second, gathers.second)};
     }
     grads = {grads.first + one.first, std::max(grads.second, one.second)};
   }
   // Context ranks hold the same parameters: their gradients are all-reduced over the context
   // group too (before the data-parallel step, in the same buckets and window).
   if (c > 1) {
-    double times = par.zero >= 2 ? m : 1;
     auto ctx = bucketed(a, "gradient all-reduce over the context group", 'c', place(plan, 'c'),
-                        Collective::AllReduce, G, gradBucket, n, times, overlap);
-    grads = {grads.first + times * ctx.first, std::max(grads.second, ctx.second)};
+                        Collective::AllReduce, G, gradBucket, n, r, overlap);
+    grads = {grads.first + r * ctx.first, std::max(grads.second, ctx.second)};
   }
   double exposed = overlap ? std::max(grads.second, grads.first - window) : grads.first;
   exposed += generatedStepLocalTime(a, G, d); // tally's CPU step's own kernels (not a pipeline's)

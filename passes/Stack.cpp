@@ -91,6 +91,10 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
     f.bucketSource = "bucket";
   }
   f.reshardAfterForward = par.reshardAfterForward;
+  f.reduceEveryMicroBatch = reducesEveryMicroBatch(par);
+  f.reduceSource = par.reduceEveryGiven ? "reduce_every_micro_batch"
+                   : par.zero >= 2   ? "ZeRO " + std::to_string(par.zero) + ": the gradients are sharded"
+                                     : "no_sync / gradient accumulation below ZeRO 2";
   if (par.overlapGiven) {
     f.overlap = par.overlap;
     f.overlapSource = "overlap";

@@ -30,6 +30,10 @@ struct StackFacts {
   /// ZeRO 3: whether a block's gathered parameters are freed after its forward and gathered
   /// again for its backward (every stack's default; `reshard_after_forward = false` keeps them).
   bool reshardAfterForward = true;
+  /// Whether the gradients are reduced after every micro-batch or once per step
+  /// (reducesEveryMicroBatch), and what decided it.
+  bool reduceEveryMicroBatch = false;
+  std::string reduceSource;
   /// Whether its fused attention is the target's native kernel (Target::nativeAttention:
   /// Megatron runs Transformer Engine's cuDNN attention) rather than FlashAttention-2 (what
   /// PyTorch's scaled_dot_product_attention and flash-attn 2 run); and which, in words.

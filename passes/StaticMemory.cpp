@@ -81,9 +81,12 @@ void staticMemory(Analysis &a) {
     params = owned(n, nx, 3) *
              ((a.params.total - a.params.quantized) * bytesOf(p.params) + a.params.quantizedBytes) /
              a.params.total;
-  double grads = owned(t, tx, 2) * bytesOf(p.grads);
+  // Gradients sharded under ZeRO 2 and 3, unless they are reduced once per step
+  // (reduce_every_micro_batch = false, FSDP's no_sync): then each rank accumulates them whole.
+  const int gradStage = reducesEveryMicroBatch(par) ? 2 : 4;
+  double grads = owned(t, tx, gradStage) * bytesOf(p.grads);
   bool accumulate = p.gradAccum != Dtype::Invalid && bytesOf(p.gradAccum) > bytesOf(p.grads);
-  double gradAccum = accumulate ? owned(t, tx, 2) * bytesOf(p.gradAccum) : 0;
+  double gradAccum = accumulate ? owned(t, tx, gradStage) * bytesOf(p.gradAccum) : 0;
   // Megatron adds each weight gradient into its fp32 main_grad and keeps no other; DeepSpeed's
   // BF16_Optimizer lets autograd write the bf16 gradients and copies them into its fp32 buffer,
   // so both stay (deepspeed/runtime/bf16_optimizer.py).

@@ -53,6 +53,8 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
      << (s.gradientBucket > 0 ? formatBytes(s.gradientBucket) + " each" : std::string("one per repeated block"))
      << " (" << s.bucketSource << ")\n";
   os << "  overlap with compute: " << (s.overlap ? "yes" : "no") << " (" << s.overlapSource << ")\n";
+  os << "  gradients reduced: " << (s.reduceEveryMicroBatch ? "after every micro-batch" : "once per step, after the last micro-batch")
+     << " (" << s.reduceSource << ")\n";
   if (a.plan->parallel.zero >= 3)
     os << "  ZeRO 3 parameters: "
        << (s.reshardAfterForward ? "freed after each block's forward, gathered again for its backward"
@@ -142,6 +144,8 @@ llvm::json::Value stackJson(const Analysis &a) {
                             {"overlap", s.overlap},
                             {"overlap_source", s.overlapSource},
                             {"reshard_after_forward", s.reshardAfterForward},
+                            {"reduce_every_micro_batch", s.reduceEveryMicroBatch},
+                            {"reduce_source", s.reduceSource},
                             {"attention_kernel", s.attentionKernel},
                             {"native_attention", s.nativeAttention},
                             {"compiled", s.compiled},
