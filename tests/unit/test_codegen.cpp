@@ -1301,6 +1301,12 @@ TEST_CASE("codegen: the CPU step's kernels are instantiated in kernel files, dec
       all += text;
     }
   CHECK(kernelFiles.size() == 2);
+  // Each includes the runtime, not kernels.h, which declares the other file's kernels too: a
+  // compiler cache keys an object by every file it includes.
+  for (const auto &f : kernelFiles) {
+    CHECK(f.second.find("#include \"cpu/tally_rt.h\"\n") != std::string::npos);
+    CHECK(f.second.find("kernels.h\"") == std::string::npos);
+  }
   CHECK(kernelFiles.count("kernels_core.cpp"));
   CHECK(kernelFiles.count("kernels_rest.cpp"));
   CHECK(step.byPath.count("kernels.cpp") == 0);
