@@ -534,9 +534,10 @@ bool Emitter::checkPlan() {
                 ": the " + title() + " step reduces the gradients " +
                 (par.zero >= 2 ? "after every micro-batch under ZeRO 2 and 3" : "once per step below ZeRO 2") +
                 "; build it without the setting");
-  if (par.data > 1 && par.zero >= 3 && !par.reshardAfterForward)
-    return fail("reshard_after_forward = false: the " + title() + " step gathers each block's parameters again "
-                "before its backward (ZeRO 3 as FSDP runs it by default); build it without the setting");
+  if (par.data > 1 && par.zero >= 3 && (!par.reshardAfterForward || !par.prefetch))
+    return fail(std::string(par.prefetch ? "reshard_after_forward" : "prefetch") + " = false: the " + title() +
+                " step runs ZeRO 3 as its estimate prices it (each block gathered before its forward and again "
+                "before its backward); build it without the setting");
   if (par.data > 1 && par.zero > 1 && !pieced())
     return fail("ZeRO stage " + std::to_string(par.zero) + ": the memory plan has no per-rank pieces");
   if (par.data > 1 && (par.data > 4096 || plan.batch % (plan.microBatch * par.data) != 0))

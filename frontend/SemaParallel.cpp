@@ -29,7 +29,8 @@ struct LayoutReader {
   Parallelism &par;
   bool dataGiven = false;
   llvm::SMRange expertRange;
-  llvm::SMRange reshardRange; ///< where reshard_after_forward was written (invalid: not written)
+  /// Where a ZeRO-3 setting (reshard_after_forward, prefetch) was written (invalid: none was).
+  llvm::SMRange zeroThreeRange;
 
   bool boolean(const LayoutItem &it, bool &flag) {
     if (it.value.kind != ConstValue::Bool) {
@@ -246,8 +247,13 @@ const std::vector<LayoutSetting> &layoutSettings() {
        }},
       {"reshard_after_forward",
        [](R &r, const I &it) {
-         r.reshardRange = it.range;
+         r.zeroThreeRange = it.range;
          return r.boolean(it, r.par.reshardAfterForward);
+       }},
+      {"prefetch",
+       [](R &r, const I &it) {
+         r.zeroThreeRange = it.range;
+         return r.boolean(it, r.par.prefetch);
        }},
       {"order", [](R &r, const I &it) { return r.order(it); }},
       {"gpus_per_node", [](R &r, const I &it) { return r.count(it, r.plan.target.gpusPerNode); }},
@@ -337,13 +343,13 @@ bool checkDegrees(DiagnosticEngine &diags, const ConstValue &v, const LayoutRead
         .range(v.range);
     return false;
   }
-  // reshard_after_forward decides what ZeRO 3 does with a block's gathered parameters; with
-  // the parameters not sharded there is nothing to reshard.
-  if (reader.reshardRange.isValid() && par.zero != 3) {
-    diags.report(DiagKind::InvalidValue, reader.reshardRange.Start,
-                 "reshard_after_forward says whether ZeRO 3 frees a block's gathered parameters after "
-                 "its forward, but this plan has zero = " + std::to_string(par.zero))
-        .range(reader.reshardRange);
+  // reshard_after_forward and prefetch decide how ZeRO 3 gathers a block's parameters; with
+  // the parameters not sharded there is nothing to gather.
+  if (reader.zeroThreeRange.isValid() && par.zero != 3) {
+    diags.report(DiagKind::InvalidValue, reader.zeroThreeRange.Start,
+                 "reshard_after_forward and prefetch say how ZeRO 3 gathers a block's parameters, but "
+                 "this plan has zero = " + std::to_string(par.zero))
+        .range(reader.zeroThreeRange);
     return false;
   }
   // Expert parallelism (Megatron, DeepSpeed-MoE): the expert group is carved out of the

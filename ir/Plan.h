@@ -123,6 +123,10 @@ struct Parallelism {
   /// one gather per block and micro-batch instead of two, and the gathered parameters held at
   /// the activation peak (passes/StaticMemory.cpp, passes/DataParallelTime.cpp).
   bool reshardAfterForward = true;
+  /// `prefetch = false` (ZeRO 3 only): no block's gather is issued before its compute needs it
+  /// (FSDP's forward_prefetch / backward_prefetch off), so every gather waits, exposed
+  /// (passes/DataParallelTime.cpp); by default each is prefetched under the previous block's.
+  bool prefetch = true;
   /// `reduce_every_micro_batch = true | false`: whether the data-parallel gradient reduction runs
   /// after every micro-batch's backward or once, after the last; unwritten (`reduceEveryGiven`
   /// false), the ZeRO stage's rule: every micro-batch under ZeRO 2 and 3 (the gradients are

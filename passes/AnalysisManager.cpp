@@ -56,7 +56,7 @@ bool samePricing(const Plan &a, const Plan &b) {
          x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&
          x.expert == y.expert && x.zero == y.zero && x.interleave == y.interleave &&
          x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap && x.overlapGiven == y.overlapGiven &&
-         x.reshardAfterForward == y.reshardAfterForward &&
+         x.reshardAfterForward == y.reshardAfterForward && x.prefetch == y.prefetch &&
          x.reduceEveryMicroBatch == y.reduceEveryMicroBatch && x.reduceEveryGiven == y.reduceEveryGiven &&
          x.tensorOverlap == y.tensorOverlap && x.stack == y.stack &&
          x.attentionKernel == y.attentionKernel &&

@@ -219,10 +219,14 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
       // Each layer's parameters gathered every micro-batch (zeroThreeGathers), each prefetched
       // under the previous layer's compute.
       double perLayerBucket = stack.gatherBucket > 0 ? std::min(stack.gatherBucket, gr.P / n) : 0;
+      // Not prefetched (prefetch = false), each gather waits: exposed.
       auto [perMicro, what] = zeroThreeGathers(par);
       auto gathers = bucketed(a, what, gr.name, g, Collective::AllGather, gr.P / n, perLayerBucket, 1,
-                              perMicro * m * n, overlap);
-      one = {one.first + perMicro * m * n * gathers.first, std::max(one.second, gathers.second)};
+                              perMicro * m * n, overlap && par.prefetch);
+      if (par.prefetch)
+        one = {one.first + perMicro * m * n * gathers.first, std::max(one.second, gathers.second)};
+      else
+        gather += perMicro * m * n * gathers.first;
     }
     grads = {grads.first + one.first, std::max(grads.second, one.second)};
   }

@@ -91,6 +91,7 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
     f.bucketSource = "bucket";
   }
   f.reshardAfterForward = par.reshardAfterForward;
+  f.prefetch = par.prefetch;
   f.reduceEveryMicroBatch = reducesEveryMicroBatch(par);
   f.reduceSource = par.reduceEveryGiven ? "reduce_every_micro_batch"
                    : par.zero >= 2   ? "ZeRO " + std::to_string(par.zero) + ": the gradients are sharded"

@@ -30,6 +30,7 @@ struct StackFacts {
   /// ZeRO 3: whether a block's gathered parameters are freed after its forward and gathered
   /// again for its backward (every stack's default; `reshard_after_forward = false` keeps them).
   bool reshardAfterForward = true;
+  bool prefetch = true; ///< ZeRO 3: each block's gather issued under the previous block's compute
   /// Whether the gradients are reduced after every micro-batch or once per step
   /// (reducesEveryMicroBatch), and what decided it.
   bool reduceEveryMicroBatch = false;

@@ -59,6 +59,8 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
     os << "  ZeRO 3 parameters: "
        << (s.reshardAfterForward ? "freed after each block's forward, gathered again for its backward"
                                  : "kept from each block's forward to its backward (reshard_after_forward = false)")
+       << (s.prefetch ? "; each gather prefetched under the previous block's compute"
+                      : "; nothing prefetched: each gather waits (prefetch = false)")
        << "\n";
   os << "  attention kernel: " << s.attentionKernel << "\n";
   os << "  kernels: "
@@ -144,6 +146,7 @@ llvm::json::Value stackJson(const Analysis &a) {
                             {"overlap", s.overlap},
                             {"overlap_source", s.overlapSource},
                             {"reshard_after_forward", s.reshardAfterForward},
+                            {"prefetch", s.prefetch},
                             {"reduce_every_micro_batch", s.reduceEveryMicroBatch},
                             {"reduce_source", s.reduceSource},
                             {"attention_kernel", s.attentionKernel},
