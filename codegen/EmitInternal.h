@@ -355,14 +355,22 @@ struct Emitter {
 
   // ---- ZeRO 2 and 3 (EmitZero.cpp) ----------------------------------------------------------
 
-  /// Analysis::zero's moves by stepSchedule entry: gathers before it, gradient buffers zeroed
-  /// before it, gradients reduce-scattered after it (indexes into a.zero's lists).
+  /// The step's ZeRO moves: Analysis::zero's, or under data x pipeline the chunks' own
+  /// (PipelineStep.cpp: a tied parameter's gradient reduced by each chunk that writes it).
+  const Analysis::ZeroMoves &zeroPlan() const { return pipelined() ? a.pipelineStep.zero : a.zero; }
+  /// zeroPlan()'s moves by stepSchedule entry: gathers before it, gradient buffers zeroed
+  /// before it, gradients reduce-scattered after it (indexes into its lists).
   std::map<size_t, std::vector<size_t>> gathersAt, zeroAt, reduceAt;
   void indexZeroMoves();
   /// ⌈n/d⌉: the elements of one rank's piece of tensor t.
   int64_t pieceOf(TensorId t) const;
-  /// The arena offset of `key`'s buffer live at entry `entry`; -1 after fail().
-  int64_t zeroBuffer(TensorId key, uint32_t entry);
+  /// The address of `key`'s buffer live at entry `entry` (in a pipeline chunk's slot, `cb` on);
+  /// "nullptr" after fail().
+  std::string zeroBuffer(TensorId key, uint32_t entry, const std::string &type);
+  /// The address of arena buffer `live` plus `extra` bytes as a `type` pointer: its offset, or
+  /// in a pipeline chunk's function its offset in the chunk's slot (`cb` on); "nullptr" after
+  /// fail() (`what` names the tensor in the message).
+  std::string arenaAt(const Buffer *live, const std::string &type, int64_t extra, const std::string &what);
   /// Before entry e: ZeRO 3's gathers of a unit's parameters, gradient buffers zeroed.
   void zeroBefore(size_t e);
   /// After entry e: each gradient it completes averaged and reduce-scattered into G's pieces.

@@ -29,7 +29,8 @@ void Emitter::selectRank(int64_t r) {
   regions.master = rank.master;
   regions.optimizer = rank.optimizer;
   regions.shard = rank.shard; // data x pipeline under ZeRO-1: the stage's optimizer shard
-  regions.tensorShards = 0;
+  // Data x pipeline under ZeRO 2 and 3: the stage's regions hold pieces (PipelineStep.cpp).
+  regions.tensorShards = plan.parallel.data > 1 && plan.parallel.zero >= 2 ? plan.parallel.zero : 0;
   index();
 }
 
@@ -120,8 +121,20 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
       continue;
     op = &s.ops[se.op];
     step = buffers.stepOf(e);
-    if (opClass(op->kind) == OpClass::View)
+    // Data x pipeline under ZeRO 2 and 3: the chunk's own moves (EmitZero.cpp; emitStep
+    // refuses --fuse with them).
+    if (pieced())
+      zeroBefore(e);
+    // A view has no code; a `contiguous` that shares its input's buffer (an add's gradient
+    // passed on) only a comment, as in micro_step.
+    const bool shared = op->kind == OpKind::Contiguous && op->attrs->shares;
+    if (opClass(op->kind) == OpClass::View || shared) {
+      if (shared && !sharedGradient())
+        return false;
+      if (pieced())
+        zeroAfter(e);
       continue;
+    }
     // A fused run (passes/Fusion.cpp keeps each in one chunk and one kind of entry), at its
     // first entry; tensor x pipeline runs unfused (emitStep refuses --fuse with tensor > 1).
     if (const Analysis::FusedKernel *f = fusedAt(e)) {
@@ -134,6 +147,8 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
       return false;                            // the stage's gathers and reduce-scatters
     sequenceAfter(e);
     tensorParallelAfter(e); // tensor x pipeline: the stage's all-reduces (EmitTensor.cpp)
+    if (pieced())
+      zeroAfter(e);
   }
   op = nullptr;
   if (!backward && k + 1 < chunks)
@@ -210,8 +225,9 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
                 siteText("pipeline.shared_gradient", "bubble") +
                 "  tally_comm::pp_sync(ctx, " + std::to_string(rank.peers[i]) + ");\n" +
                 siteText("pipeline.shared_gradient", "communication") +
-                llvm::formatv("  tally_comm::pp_sum_with<{0}>(ctx, G<{0}>({1}), {2}, {3});\n", G, gradOffset.at(w), n(w),
-                              rank.peers[i])
+                // ZeRO 2 and 3: this data rank's piece of it, on both ranks (its stage's regions).
+                llvm::formatv("  tally_comm::pp_sum_with<{0}>(ctx, G<{0}>({1}), {2}, {3});\n", G, gradOffset.at(w),
+                              pieced() ? pieceOf(w) : n(w), rank.peers[i])
                     .str();
     }
     text += "/// One optimizer step of this rank: its units in order, the shared gradients summed, the update.\n"
@@ -227,7 +243,7 @@ bool Emitter::pipelineSource(std::string &stages, std::string &tail) {
             "    const uint64_t s = seed + static_cast<uint64_t>(u.mb);\n"
             "    switch (2 * u.chunk + (u.backward ? 1 : 0)) {\n" + cases + "    }\n  }\n" +
             siteText("pipeline.send_wait", "bubble") + "  tally_comm::pp_wait_all(ctx);\n" + shared +
-            (dataParallel() ? std::string(tensorParallel() ? "  // data x tensor x pipeline: this rank's cut of its stage's gradients "
+            (dataParallel() && !pieced() ? std::string(tensorParallel() ? "  // data x tensor x pipeline: this rank's cut of its stage's gradients "
                                                              "averaged over its data group"
                                                            : "  // data x pipeline: this stage's gradients averaged over its data group") +
                                   (sharded() ? " (ZeRO-1: reduce-scattered, each rank keeping its shard)\n"

@@ -195,7 +195,7 @@ std::string Emitter::ptr(TensorId t) {
            " (the step and the memory plan disagree)");
       return "nullptr";
     }
-    return at("A", live->offset);
+    return arenaAt(live, ty, elem * scale, s.tensorName(b));
   }
   if (bt.role == TensorRole::Param)
     return at("P", paramOffset.at(b));
@@ -216,17 +216,21 @@ std::string Emitter::ptr(TensorId t) {
          std::to_string(step) + " (the step and the memory plan disagree)");
     return "nullptr";
   }
-  if (chunkNow >= 0) { // a pipeline chunk's slot (PipelineStep.cpp): `cb` is its offset
-    const auto &offsets = a.pipelineStep.chunks[static_cast<size_t>(chunkNow)].offset;
-    auto it = offsets.find(static_cast<uint32_t>(live - a.buffers.data()));
-    if (it == offsets.end()) {
-      fail("internal error: tensor %" + std::to_string(b) + " has no buffer in pipeline stage " +
-           std::to_string(chunkNow) + "'s slot at schedule step " + std::to_string(step));
-      return "nullptr";
-    }
-    return llvm::formatv("A<{0}>(cb + {1})", ty, it->second + elem * scale).str();
+  return arenaAt(live, ty, elem * scale, "tensor %" + std::to_string(b));
+}
+
+std::string Emitter::arenaAt(const Buffer *live, const std::string &type, int64_t extra, const std::string &what) {
+  if (chunkNow < 0)
+    return llvm::formatv("A<{0}>({1})", type, live->offset + extra).str();
+  // A pipeline chunk's slot (PipelineStep.cpp): `cb` is its offset.
+  const auto &offsets = a.pipelineStep.chunks[static_cast<size_t>(chunkNow)].offset;
+  auto it = offsets.find(static_cast<uint32_t>(live - a.buffers.data()));
+  if (it == offsets.end()) {
+    fail("internal error: " + what + " has no buffer in pipeline stage " + std::to_string(chunkNow) +
+         "'s slot at schedule step " + std::to_string(step));
+    return "nullptr";
   }
-  return at("A", live->offset);
+  return llvm::formatv("A<{0}>(cb + {1})", type, it->second + extra).str();
 }
 
 /// A `contiguous` that shares its input's buffer (passes/GradientShares.h): no call, only a

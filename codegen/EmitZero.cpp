@@ -23,23 +23,23 @@ int64_t Emitter::pieceOf(TensorId t) const {
 }
 
 void Emitter::indexZeroMoves() {
-  for (size_t i = 0; i < a.zero.gathers.size(); ++i)
-    gathersAt[a.zero.gathers[i].entry].push_back(i);
-  for (size_t i = 0; i < a.zero.reduces.size(); ++i) {
-    zeroAt[a.zero.reduces[i].first].push_back(i);
-    reduceAt[a.zero.reduces[i].last].push_back(i);
+  const Analysis::ZeroMoves &z = zeroPlan();
+  for (size_t i = 0; i < z.gathers.size(); ++i)
+    gathersAt[z.gathers[i].entry].push_back(i);
+  for (size_t i = 0; i < z.reduces.size(); ++i) {
+    zeroAt[z.reduces[i].first].push_back(i);
+    reduceAt[z.reduces[i].last].push_back(i);
   }
 }
 
-/// The arena offset of the buffer of `key` live at entry `entry`; -1 after fail().
-int64_t Emitter::zeroBuffer(TensorId key, uint32_t entry) {
+std::string Emitter::zeroBuffer(TensorId key, uint32_t entry, const std::string &type) {
   const Buffer *b = buffers.liveAt(key, buffers.stepOf(entry));
   if (!b) {
     fail("internal error: a ZeRO buffer of tensor %" + std::to_string(key) + " is not live at schedule entry " +
          std::to_string(entry) + " (the step and the memory plan disagree)");
-    return -1;
+    return "nullptr";
   }
-  return b->offset;
+  return arenaAt(b, type, 0, "the ZeRO buffer of tensor %" + std::to_string(key));
 }
 
 void Emitter::zeroBefore(size_t e) {
@@ -47,14 +47,14 @@ void Emitter::zeroBefore(size_t e) {
   auto g = gathersAt.find(e);
   if (g != gathersAt.end())
     for (size_t i : g->second) {
-      const Analysis::ZeroMoves::Gather &m = a.zero.gathers[i];
+      const Analysis::ZeroMoves::Gather &m = zeroPlan().gathers[i];
       std::string unit = m.unit == kNone || !a.copies || m.unit >= a.copies->copies.size()
                              ? std::string("the root unit") : commentSafe(a.copies->copies[m.unit].path);
       body += "\n  // ZeRO 3: " + unit + "'s parameters gathered for its " + (m.backward ? "backward" : "forward") + "\n";
       site("data_parallel.gather", "communication");
       for (TensorId t : m.params) {
-        int64_t at = zeroBuffer(t, m.entry);
-        line(llvm::formatv("tally_comm::all_gather_piece<{0}>(ctx, A<{0}>({1}), {2}, {3}, P<{0}>({4})); // {5}", P, at,
+        std::string at = zeroBuffer(t, m.entry, P);
+        line(llvm::formatv("tally_comm::all_gather_piece<{0}>(ctx, {1}, {2}, {3}, P<{0}>({4})); // {5}", P, at,
                            n(t), pieceOf(t), paramOffset.at(t), commentSafe(s.tensorName(t)))
                  .str());
       }
@@ -62,11 +62,11 @@ void Emitter::zeroBefore(size_t e) {
   auto z = zeroAt.find(e);
   if (z != zeroAt.end())
     for (size_t i : z->second) {
-      TensorId t = a.zero.reduces[i].param;
-      int64_t at = zeroBuffer(s.gradient[t], static_cast<uint32_t>(e));
+      TensorId t = zeroPlan().reduces[i].param;
+      std::string at = zeroBuffer(s.gradient[t], static_cast<uint32_t>(e), G);
       body += "\n  // ZeRO: this micro-batch's gradient of " + commentSafe(s.tensorName(t)) + " starts at zero\n";
       site("zero_grad", "optimizer");
-      line(llvm::formatv("rt::fill<{0}>(ctx, A<{0}>({1}), 0.0f, {2});", G, at, n(t)).str());
+      line(llvm::formatv("rt::fill<{0}>(ctx, {1}, 0.0f, {2});", G, at, n(t)).str());
     }
 }
 
@@ -76,14 +76,14 @@ void Emitter::zeroAfter(size_t e) {
     return;
   std::string G = ctype(plan.precision.grads);
   for (size_t i : r->second) {
-    TensorId t = a.zero.reduces[i].param;
-    int64_t at = zeroBuffer(s.gradient[t], static_cast<uint32_t>(e));
+    TensorId t = zeroPlan().reduces[i].param;
+    std::string at = zeroBuffer(s.gradient[t], static_cast<uint32_t>(e), G);
     body += "\n  // ZeRO: " + commentSafe(s.tensorName(t)) + "'s gradient is complete: averaged into the ranks' pieces\n";
     site("data_parallel.reduce_gradients", "communication");
-    line(llvm::formatv("rt::scale<{0}>(ctx, A<{0}>({1}), {2}, {3});", G, at,
-                       number(1.0 / static_cast<double>(plan.parallel.data)), n(t))
+    line(llvm::formatv("rt::scale<{0}>(ctx, {1}, {2}, {3});", G, at, number(1.0 / static_cast<double>(plan.parallel.data)),
+                       n(t))
              .str());
-    line(llvm::formatv("tally_comm::reduce_scatter_piece<{0}>(ctx, A<{0}>({1}), {2}, {3}, G<{0}>({4}));", G, at, n(t),
+    line(llvm::formatv("tally_comm::reduce_scatter_piece<{0}>(ctx, {1}, {2}, {3}, G<{0}>({4}));", G, at, n(t),
                        pieceOf(t), gradOffset.at(t))
              .str());
   }
@@ -94,7 +94,7 @@ std::string Emitter::pieceUpdateRows(bool hasMaster, unsigned states, size_t &co
   int64_t bp = static_cast<int64_t>(bytesOf(plan.precision.params));
   bool zero3 = regions.tensorShards >= 3;
   for (const ParamInfo &pi : s.params) {
-    if (!pi.trainable)
+    if (!pi.trainable || !gradOffset.count(pi.tensor)) // pipeline: another stage's
       continue;
     TensorId t = pi.tensor;
     int64_t c = pieceOf(t), total = n(t);
@@ -123,7 +123,7 @@ std::string Emitter::pieceGather() {
                     "static void gather_parameters(rt::Ctx &ctx) {\n" +
                     siteText("data_parallel.gather", "communication");
   for (const ParamInfo &pi : s.params)
-    if (pi.trainable)
+    if (pi.trainable && gradOffset.count(pi.tensor)) // pipeline: this stage's parameters
       out += llvm::formatv("  tally_comm::all_gather_piece<{0}>(ctx, P<{0}>({1}), {2}, {3}, static_cast<const {0} *>(nullptr)); // {4}\n",
                            T, paramOffset.at(pi.tensor), n(pi.tensor), pieceOf(pi.tensor), commentSafe(s.paramPath(pi)))
                  .str();

@@ -622,14 +622,6 @@ struct Analysis {
     /// aligned offset (Entry::bytes: the piece's). `shard` is then 0.
     int tensorShards = 0;
   } regions;
-  /// ZeRO 2 and 3 (regions.tensorShards; MemoryPlan.cpp step 4): where the generated step moves
-  /// each tensor's pieces, in stepSchedule entries. A parameter's gradient of one micro-batch
-  /// is an arena buffer (kind Gradient, tensor the parameter) zeroed before entry `first` and
-  /// reduce-scattered into the rank's piece in G after entry `last`; under ZeRO 3 every unit
-  /// (each repeat-block copy, FSDP's wrapped block, and the root: every other parameter) is
-  /// gathered into arena buffers (kind Transient, tensor the parameter) before the first entry
-  /// of the forward that reads one of its parameters and again before the first of the
-  /// backward (recompute included), freed after the phase's last read.
   /// Plan::tensorStep: per parameter (Graph::params order) how the step cuts it over the
   /// tensor-parallel ranks (TensorShard.cpp), and why the step cannot run the split ("" when
   /// it can; codegen refuses with it).
@@ -639,6 +631,29 @@ struct Analysis {
   /// Plan::tensorStep with sequence_parallel: per tensor of the step graph, the dimension its
   /// shape was cut along the sequence to one rank's 1/t (shardSequence), or -1.
   std::vector<int8_t> sequenceDim;
+  /// ZeRO 2 and 3 (regions.tensorShards; MemoryPlan.cpp step 4): where the generated step moves
+  /// each tensor's pieces, in stepSchedule entries. A parameter's gradient of one micro-batch
+  /// is an arena buffer (kind Gradient, tensor the parameter) zeroed before entry `first` and
+  /// reduce-scattered into the rank's piece in G after entry `last`; under ZeRO 3 every unit
+  /// (each repeat-block copy, FSDP's wrapped block, and the root: every other parameter) is
+  /// gathered into arena buffers (kind Transient, tensor the parameter) before the first entry
+  /// of the forward that reads one of its parameters and again before the first of the
+  /// backward (recompute included), freed after the phase's last read.
+  struct ZeroMoves {
+    struct Reduce {
+      TensorId param = kNone;
+      uint32_t first = 0, last = 0;
+    };
+    struct Gather {
+      uint32_t entry = 0;            ///< gathered before this entry
+      uint32_t last = 0;             ///< the last entry of the phase (and chunk) reading one
+      uint32_t unit = 0;             ///< index into the repeat copies; kNone: the root
+      bool backward = false;
+      std::vector<TensorId> params;
+    };
+    std::vector<Reduce> reduces;     ///< in the order of their `last`
+    std::vector<Gather> gathers;     ///< in the order of their entry
+  } zero;
   /// Plan::generatedStep on the CPU with pipeline = p > 1 (PipelineStep.cpp): how the generated
   /// step runs the stages. Chunk (virtual stage) k runs on rank k mod p; the forward ops are in
   /// the chunks chunkOfOps gives (the estimate's stages), each backward op in its forward op's,
@@ -671,21 +686,11 @@ struct Analysis {
     std::vector<Rank> ranks;
     std::vector<std::vector<PipelineUnit>> order; ///< per rank (pipelineOrder)
     double boundaryBytes = 0;       ///< per micro-batch and boundary (stageBoundaryBytes)
+    /// Data x pipeline under ZeRO 2 and 3: `zero`'s moves, each within one chunk (a tied
+    /// parameter's gradient is reduced by each chunk that writes it, the root unit gathered by
+    /// each chunk that reads it).
+    ZeroMoves zero;
   } pipelineStep;
-  struct ZeroMoves {
-    struct Reduce {
-      TensorId param = kNone;
-      uint32_t first = 0, last = 0;
-    };
-    struct Gather {
-      uint32_t entry = 0;            ///< gathered before this entry
-      uint32_t unit = 0;             ///< index into the repeat copies; kNone: the root
-      bool backward = false;
-      std::vector<TensorId> params;
-    };
-    std::vector<Reduce> reduces;     ///< in the order of their `last`
-    std::vector<Gather> gathers;     ///< in the order of their entry
-  } zero;
   /// "" when every size and offset of the memory plan (each buffer, the arena, each region and
   /// each tensor in it) fits int64 bytes; else what first did not, and the plan is not
   /// representable: planMemory leaves the arena, the offsets and the regions at 0, the pipeline

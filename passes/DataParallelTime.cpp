@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 namespace tally {
@@ -97,6 +98,55 @@ const char *gradientReduction(const Parallelism &par) {
   return every ? "gradient reduce-scatter (every micro-batch)" : "gradient reduce-scatter";
 }
 
+/// The generated CPU step's data x pipeline under ZeRO 2 and 3 (PipelineStep.cpp, step 4): in
+/// each chunk's backward of a micro-batch every gradient the chunk completes is reduce-scattered
+/// over its data group into the rank's pieces (a tied parameter's by each of its two chunks),
+/// under ZeRO 3 each unit's parameters gathered before each chunk's forward and backward that
+/// read them, under ZeRO 2 the stage's updated pieces gathered once after the update: counted
+/// rings moving d pieces of ⌈n/d⌉ of each tensor, each blocking its rank (exposed). Each is
+/// recorded under its stage; the stages' groups run at once, so the step waits for the largest.
+double pipelinePieceTime(Analysis &a, double bg, double bp) {
+  const auto &ps = a.pipelineStep;
+  const Plan &plan = *a.plan;
+  const Graph &s = *a.step;
+  const int64_t p = ps.stages;
+  const double d = static_cast<double>(plan.parallel.data), m = static_cast<double>(ps.microBatches);
+  auto ring = [&](TensorId t, double bytes) { return d * std::ceil(numel(s.tensors[t].shape) / d) * bytes; };
+  auto rankOf = [&](uint32_t entry) { return ps.chunkOfOp[a.stepSchedule[entry].op] % static_cast<uint32_t>(p); };
+  std::vector<std::vector<double>> reduces(static_cast<size_t>(p)), gathers(static_cast<size_t>(p)),
+      after(static_cast<size_t>(p));
+  for (const Analysis::ZeroMoves::Reduce &r : ps.zero.reduces)
+    reduces[rankOf(r.first)].push_back(ring(r.param, bg));
+  for (const Analysis::ZeroMoves::Gather &g : ps.zero.gathers)
+    for (TensorId t : g.params)
+      gathers[rankOf(g.entry)].push_back(ring(t, bp));
+  if (plan.parallel.zero == 2)
+    for (const ParamInfo &pi : s.params)
+      for (int64_t r = 0; r < p; ++r)
+        if (pi.trainable && ps.ranks[static_cast<size_t>(r)].holds[s.tensors[pi.tensor].param])
+          after[static_cast<size_t>(r)].push_back(ring(pi.tensor, bp));
+  const Placement group = place(plan, 'd');
+  double slowest = 0;
+  for (int64_t r = 0; r < p; ++r) {
+    const size_t k = static_cast<size_t>(r);
+    recordMessages(a, "gradient reduce-scatter of a pipeline chunk (every micro-batch)", 'd', Collective::ReduceScatter,
+                   reduces[k], 1, m, false, r);
+    recordMessages(a, "parameter all-gather of a pipeline chunk's unit (forward and backward, every micro-batch)", 'd',
+                   Collective::AllGather, gathers[k], 1, m, false, r);
+    recordMessages(a, "parameter all-gather of a pipeline stage's pieces after the update", 'd', Collective::AllGather,
+                   after[k], 1, 1, false, r);
+    double t = 0;
+    for (const auto &[list, c, times] : {std::tuple{&reduces[k], Collective::ReduceScatter, m},
+                                         std::tuple{&gathers[k], Collective::AllGather, m},
+                                         std::tuple{&after[k], Collective::AllGather, 1.0}})
+      for (double bytes : *list)
+        t += times * collectiveTime(plan.target, group, c, bytes);
+    slowest = std::max(slowest, t);
+  }
+  a.time.overlapInterference = 0; // nothing runs beside it
+  return slowest;
+}
+
 } // namespace
 
 /// Step 6: data-parallel gradient and parameter traffic per step on one device, its exposed
@@ -173,6 +223,8 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
   // its stage; the stages' groups run at once, so the step waits for the largest. Under ZeRO-1
   // each stage's region is reduce-scattered instead and its updated parameters gathered back
   // through it (G's dtype), the region's bytes each way.
+  if (const auto &ps = a.pipelineStep; !ps.chunks.empty() && d > 1 && par.zero >= 2)
+    return pipelinePieceTime(a, bg, bp);
   if (const auto &ps = a.pipelineStep; !ps.chunks.empty() && d > 1 && par.zero <= 1) {
     double slowest = 0;
     for (size_t r = 0; r < ps.ranks.size(); ++r) {

@@ -434,7 +434,7 @@ void planMemory(Analysis &a) {
 bool placeArena(std::vector<Buffer> &buffers, int64_t &arena) { return placeBuffers(buffers, arena); }
 
 bool layStageRegions(const Analysis &a, const std::vector<bool> &holds, Region &params, Region &grads, Region &master,
-                     Region &optimizer) {
+                     Region &optimizer, int64_t pieces) {
   const Graph &g = regionGraph(a); // tensor x pipeline: the stage's tensor cuts
   const Plan &plan = *a.plan;
   std::vector<TensorId> all, trainable;
@@ -446,9 +446,11 @@ bool layStageRegions(const Analysis &a, const std::vector<bool> &holds, Region &
       trainable.push_back(g.params[i].tensor);
   }
   params = grads = master = optimizer = Region();
-  return lay(params, plan.precision.params, g, all, 1, true) && lay(grads, plan.precision.grads, g, trainable, 1, true) &&
-         (plan.precision.master == Dtype::Invalid || lay(master, plan.precision.master, g, trainable, 1, true)) &&
-         lay(optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer), true);
+  const int64_t paramPieces = plan.parallel.zero >= 3 ? pieces : 1;
+  return lay(params, plan.precision.params, g, all, 1, true, paramPieces) &&
+         lay(grads, plan.precision.grads, g, trainable, 1, true, pieces) &&
+         (plan.precision.master == Dtype::Invalid || lay(master, plan.precision.master, g, trainable, 1, true, pieces)) &&
+         lay(optimizer, plan.precision.optimizer, g, trainable, optimizerStates(plan.optimizer), true, pieces);
 }
 
 } // namespace tally

@@ -120,6 +120,10 @@ double dataParallelSentBytes(const Analysis &a, int64_t stage = 0);
 /// parameters in the forward and again in the backward (Analysis::zero); nothing otherwise.
 /// `stepOfEntry`: the schedule step of each stepSchedule entry.
 void zeroMoves(Analysis &a, const std::vector<uint32_t> &stepOfEntry);
+/// ZeroShards.cpp: the moves alone, each within one chunk of `chunkOfOp` (per step op; empty:
+/// one chunk, Analysis::zero's). Data x pipeline under ZeRO 2 and 3 (PipelineStep.cpp) splits
+/// a move that spans chunks into one per chunk.
+Analysis::ZeroMoves zeroMovesOf(const Analysis &a, const std::vector<uint32_t> &chunkOfOp);
 /// MemoryPlan.cpp: an upper bound on the aligned bytes of the local gradients planMemory adds
 /// to the buffers (every dense gradient tensor the step made after `forwardTensors`); nullopt
 /// past INT64_MAX. With the walk's buffers summed, it says the plan fits without listing it.
@@ -174,10 +178,12 @@ void planPipelineStep(Analysis &a);
 /// MemoryPlan.cpp: places `buffers` in one arena as planMemory does (first fit in creation
 /// order); false past INT64_MAX.
 bool placeArena(std::vector<Buffer> &buffers, int64_t &arena);
-/// MemoryPlan.cpp: the unsharded regions of the parameters `holds` marks (Graph::params
-/// order), as planMemory lays out all of them; false past INT64_MAX.
+/// MemoryPlan.cpp: the regions of the parameters `holds` marks (Graph::params order), as
+/// planMemory lays out all of them: unsharded, or under ZeRO 2 and 3 (`pieces` = data > 1) one
+/// piece of each tensor in grads, master and optimizer (at ZeRO 3 in params too); false past
+/// INT64_MAX.
 bool layStageRegions(const Analysis &a, const std::vector<bool> &holds, Region &params, Region &grads, Region &master,
-                     Region &optimizer);
+                     Region &optimizer, int64_t pieces = 1);
 /// PipelineStep.cpp: the bytes pipeline rank `rank` sends per step in the generated step, as
 /// the estimate prices them: each micro-batch's boundary activations forward and their
 /// gradients backward (StepTime.cpp step 7, stageBoundaryBytes) for each of its chunks that

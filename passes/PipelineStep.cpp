@@ -34,6 +34,15 @@
 //    collectives under that stage. With data = d > 1 too (data x tensor x pipeline) the two
 //    compose: every data rank runs those stages on its m micro-batches, and each (stage, tensor
 //    rank)'s data group reduces that stage's cut region as step 4 says (under ZeRO-1 its shard).
+// 6. ZeRO 2 and 3 with data x pipeline (and data x tensor x pipeline): each stage's regions hold
+//    its data rank's piece of each tensor (layStageRegions with d pieces: grads, master and
+//    optimizer, at ZeRO 3 params too); a micro-batch's parameter gradients (and ZeRO 3's gathered
+//    parameters) are arena buffers (ZeroShards.cpp) in the slots of each chunk that uses them; and
+//    the moves are ZeroShards.cpp's split by chunk (zeroMovesOf over chunkOfOp, kept in
+//    PipelineStep::zero): a tied parameter's gradient is reduce-scattered by each chunk that
+//    writes it, the root unit gathered by each chunk for the parameters of it that the chunk
+//    reads. No region-wide reduction follows the pipeline; the estimate prices the moves per
+//    stage (DataParallelTime.cpp, pipelinePieceTime).
 #include "passes/Fusion.h"
 #include "passes/Passes.h"
 #include "passes/TensorParallel.h"
@@ -59,6 +68,8 @@ bool crossings(Analysis &a, const BufferIndex &bi, std::vector<std::set<uint32_t
     return false;
   };
   auto stage = [&](uint32_t k) { return "stage " + std::to_string(k); };
+  // ZeRO 2 and 3 over the data group (0 without data parallelism: nothing is pieced).
+  const int64_t zero = a.plan->parallel.data > 1 ? a.plan->parallel.zero : 0;
   // Which chunks write each gradient storage (bit per chunk; at most 64 chunks).
   std::vector<uint64_t> writers(s.tensors.size(), 0);
   for (const StepEntry &se : a.stepSchedule)
@@ -73,14 +84,20 @@ bool crossings(Analysis &a, const BufferIndex &bi, std::vector<std::set<uint32_t
     const Op &op = s.ops[se.op];
     uint32_t k = chunk[se.op];
     uint32_t step = bi.stepOf(e);
+    // A parameter lives in its region, its gradient in the grads region: no buffer, except
+    // under ZeRO 2 and 3 (step 4), where a micro-batch's gradient and ZeRO 3's gathered
+    // parameters are arena buffers (ZeroShards.cpp) in the slots of each chunk that uses them.
     auto note = [&](TensorId t) {
-      TensorId b = s.storageOf(t);
+      TensorId b = s.storageOf(t), key = b;
       const Tensor &x = s.tensors[b];
-      if (x.role == TensorRole::Param || x.role == TensorRole::Input)
+      if (x.role == TensorRole::Input || (x.role == TensorRole::Param && zero < 3))
         return true;
-      if (x.role == TensorRole::Gradient && x.gradOf != kNone && s.tensors[x.gradOf].role == TensorRole::Param)
-        return true;
-      if (const Buffer *live = bi.liveAt(b, step))
+      if (x.role == TensorRole::Gradient && x.gradOf != kNone && s.tensors[x.gradOf].role == TensorRole::Param) {
+        if (zero < 2)
+          return true;
+        key = s.gradient[x.gradOf];
+      }
+      if (const Buffer *live = bi.liveAt(key, step))
         used[k].insert(static_cast<uint32_t>(live - a.buffers.data()));
       return true;
     };
@@ -187,8 +204,11 @@ bool holdings(Analysis &a, const std::vector<uint32_t> &forwardChunk) {
   }
   const Plan &plan = *a.plan;
   const int64_t d = plan.parallel.data, bg = static_cast<int64_t>(bytesOf(plan.precision.grads));
+  // ZeRO 2 and 3: each tensor of the stage's regions cut into d pieces, as the memory plan
+  // cuts a whole model's (MemoryPlan.cpp).
+  const int64_t pieces = d > 1 && plan.parallel.zero >= 2 ? d : 1;
   for (auto &r : ps.ranks) {
-    if (!layStageRegions(a, r.holds, r.params, r.grads, r.master, r.optimizer)) {
+    if (!layStageRegions(a, r.holds, r.params, r.grads, r.master, r.optimizer, pieces)) {
       ps.error = "a stage's regions pass 2^63 - 1 bytes";
       return false;
     }
@@ -277,9 +297,6 @@ std::string unsupported(const Analysis &a, int64_t m, size_t copies) {
   if (par.tensor > 1 && (!plan.tensorStep || !a.tensorStepError.empty()))
     return "the plan's tensor parallelism is not one the generated step runs" +
            (a.tensorStepError.empty() ? std::string() : ": " + a.tensorStepError);
-  if (par.data > 1 && par.zero >= 2)
-    return "the generated step runs data x pipeline without ZeRO or with ZeRO-1, not ZeRO " + std::to_string(par.zero) +
-           ": each stage's gradient and parameter pieces are not run over its data group yet";
   if (m < 1 || plan.batch % (plan.microBatch * std::max<int64_t>(1, par.data)) != 0)
     return "the batch is not a whole number of micro-batches";
   if (v > 1 && m % p != 0)
@@ -333,8 +350,11 @@ void planPipelineStep(Analysis &a) {
   // Steps 2 and 3.
   BufferIndex bi(a);
   std::vector<std::set<uint32_t>> used(ps.chunks.size());
-  if (!crossings(a, bi, used) || !holdings(a, forwardChunk) || !arenas(a, used))
+  if (!crossings(a, bi, used) || !holdings(a, forwardChunk) || !arenas(a, used)) {
     ps.chunks.clear();
+    return;
+  }
+  ps.zero = zeroMovesOf(a, ps.chunkOfOp); // step 4: ZeRO 2 and 3, chunk by chunk
 }
 
 double pipelineSentBytes(const Analysis &a, int64_t rank) {
@@ -351,8 +371,11 @@ double pipelineSentBytes(const Analysis &a, int64_t rank) {
   // the receiver's all-gather is its tensor group's (tensorParallelSentBytes).
   double sent = static_cast<double>(ps.microBatches) * boundaries * ps.boundaryBytes /
                 static_cast<double>(std::max<int64_t>(1, a.plan->parallel.tensor));
+  // A tied parameter's gradient: whole, or under ZeRO 2 and 3 this data rank's piece of it.
+  const Parallelism &par = a.plan->parallel;
+  const double d = par.data > 1 && par.zero >= 2 ? static_cast<double>(par.data) : 1.0;
   for (TensorId w : ps.ranks[static_cast<size_t>(rank)].shared)
-    sent += numel(a.graph->tensors[w].shape) * bytesOf(a.plan->precision.grads);
+    sent += std::ceil(numel(a.graph->tensors[w].shape) / d) * bytesOf(a.plan->precision.grads);
   return sent;
 }
 

@@ -600,20 +600,6 @@ struct WholeModel {
         move(shards.master + s.master, mem.master + w.master, sizeof(float), true);
     }
   }
-  /// Copies rank `rank`'s pieces between `shards` (its regions) and this whole model: the
-  /// parameters (whole under ZeRO 2, a piece under ZeRO 3) and master copies, or the gradients.
-  void pieces(Memory &shards, int rank, bool grads, bool toShards) {
-    eachState(shards, grads, [&](int i) {
-      const int64_t n = kLayout.params[i].t.numel, c = (n + kLayout.ranks - 1) / kLayout.ranks;
-      const int64_t lo = std::min<int64_t>(n, rank * c), len = std::min<int64_t>(n - lo, c);
-      return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool piece) {
-        uint8_t *a = shard, *b = whole + (piece ? lo : 0) * static_cast<int64_t>(eb);
-        size_t bytes = static_cast<size_t>(piece ? len : n) * eb;
-        if (bytes > 0)
-          std::memcpy(toShards ? a : b, toShards ? b : a, bytes);
-      };
-    });
-  }
   /// Tensor parallel (kLayout.tensor > 1): copies tensor rank `tr`'s cut of each parameter
   /// (ParamInfo::tpDim, tpParts), and of its gradient or master copy, between `shards` (its
   /// regions) and this whole model. A parameter whole on every rank is copied from the
@@ -671,14 +657,21 @@ struct WholeModel {
       };
     });
   }
-  /// Pipeline parallel (kLayout.pipeline > 1): copies the parameters this stage holds (offset
-  /// ≥ 0), and their gradients or master copies, whole between `shards` and this whole model. A
+  /// Copies the parameters this rank holds (offset ≥ 0: all of them, or under pipeline
+  /// parallelism its stage's), and their gradients or master copies, between `shards` (its
+  /// regions) and this whole model: whole, or under ZeRO 2 and 3 a state ZeRO splits as data
+  /// rank `dr`'s piece of it (the gradients and master copies, under ZeRO 3 the values too). A
   /// parameter two stages hold has the same bytes on both, so `merge` keeps them.
-  void stageParts(Memory &shards, bool grads, bool toShards) {
+  void ownParts(Memory &shards, int dr, bool grads, bool toShards) {
     eachState(shards, grads, [&](int i) {
-      const size_t n = static_cast<size_t>(kLayout.params[i].t.numel);
-      return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool) {
-        std::memcpy(toShards ? shard : whole, toShards ? whole : shard, n * eb);
+      const int64_t n = kLayout.params[i].t.numel, c = (n + kLayout.ranks - 1) / kLayout.ranks;
+      const int64_t lo = std::min<int64_t>(n, dr * c), len = std::min<int64_t>(n - lo, c);
+      return [=](uint8_t *shard, uint8_t *whole, size_t eb, bool split) {
+        const bool piece = split && kLayout.zero >= 2;
+        uint8_t *at = whole + (piece ? lo : 0) * static_cast<int64_t>(eb);
+        const size_t bytes = static_cast<size_t>(piece ? len : n) * eb;
+        if (bytes > 0)
+          std::memcpy(toShards ? shard : at, toShards ? at : shard, bytes);
       };
     });
   }
@@ -701,17 +694,15 @@ struct WholeModel {
       if (kLayout.tensor > 1)
         tensorCuts(m, tensorRankOf(rank), dataRankOf(rank), grads, toShards);
       else
-        stageParts(m, grads, toShards);
+        ownParts(m, dataRankOf(rank), grads, toShards);
       if (toShards)
         std::memcpy(shards.master, mine, bytes);
       return;
     }
     if (kLayout.tensor > 1)
       tensorCuts(shards, tensorRankOf(rank), dataRankOf(rank), grads, toShards);
-    else if (kLayout.pipeline > 1)
-      stageParts(shards, grads, toShards);
     else
-      pieces(shards, dataRankOf(rank), grads, toShards);
+      ownParts(shards, dataRankOf(rank), grads, toShards);
   }
   /// Every rank's pieces on every rank: each byte is held by one rank and zero on the others,
   /// so `merge` (a bitwise or over the ranks) assembles them.

@@ -1054,7 +1054,7 @@ TEST_CASE("codegen: data x pipeline prices each stage's data group apart (issue 
   CHECK(rankCoordinate(*swapped.a->plan, 2, 'p') == 1);
   // ZeRO-1: each stage's optimizer state is its data rank's half of the stage's grads region (one
   // SGD state, padded to 256 bytes); its region is reduce-scattered and gathered back, the same
-  // bytes to the data group as the all-reduce. ZeRO 2 is refused.
+  // bytes to the data group as the all-reduce.
   o.target = "4 x H100_SXM { pipeline = 2, zero = 1 }";
   Compiled zero(fromFile, dp, "dp2pp2", o);
   const auto &zs = zero.a->pipelineStep;
@@ -1065,9 +1065,35 @@ TEST_CASE("codegen: data x pipeline prices each stage's data group apart (issue 
     CHECK(rank.optimizer.bytes == (rank.shard * 4 + 255) / 256 * 256);
     CHECK(dataParallelSentBytes(*zero.a, r) == static_cast<double>(rank.grads.bytes));
   }
+  // ZeRO 2: the stage's regions hold each tensor's half (dp.tally's tensors have even sizes), and
+  // the moves are split by chunk: each gradient reduced within the chunk that completes it, the
+  // tied wte's by both stages (one more move than the one-device plan's). Each rank's data group
+  // gets every micro-batch's reduce-scatter and one gather after the update: (m + 1) halves of
+  // its stage's tensors; the tied gradient's sum between the stages moves the half.
   o.target = "4 x H100_SXM { pipeline = 2, zero = 2 }";
   Compiled zero2(fromFile, dp, "dp2pp2", o);
-  CHECK(zero2.a->pipelineStep.error.find("not ZeRO 2") != std::string::npos);
+  const Analysis &z = *zero2.a;
+  const auto &z2 = z.pipelineStep;
+  REQUIRE(z2.error.empty());
+  REQUIRE(z2.ranks.size() == 2);
+  CHECK(z2.zero.reduces.size() == z.zero.reduces.size() + 1);
+  int wteMoves = 0;
+  for (const auto &r : z2.zero.reduces) {
+    CHECK(z2.chunkOfOp[z.stepSchedule[r.first].op] == z2.chunkOfOp[z.stepSchedule[r.last].op]);
+    wteMoves += z.step->tensorName(r.param) == "wte.weight";
+  }
+  CHECK(wteMoves == 2);
+  for (int64_t r = 0; r < 2; ++r) {
+    const auto &rank = z2.ranks[static_cast<size_t>(r)];
+    double half = 0;
+    for (const Region::Entry &e : rank.params.tensors)
+      half += static_cast<double>(e.bytes) / 2;
+    CHECK(rank.shard == 0);
+    CHECK(rank.grads.bytes == rank.optimizer.bytes);
+    CHECK(rank.grads.bytes < rank.params.bytes);
+    CHECK(dataParallelSentBytes(z, r) == 3 * half);
+    CHECK(pipelineSentBytes(z, r) == 2 * boundary + wte / 2);
+  }
 }
 
 TEST_CASE("codegen: data x tensor x pipeline composes the two pricings per rank (issue 39 item 4)",

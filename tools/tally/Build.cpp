@@ -766,7 +766,13 @@ void printRunTable(const Analysis &an, const Measured &r, bool cuda) {
          << "); a tied parameter's gradient is summed between its\n"
          << "  two stages; bytes: rank 0's, counted by the sends (estimated: the priced boundary sends);\n"
          << "  waiting for a peer (receives, sends not yet taken) is the rank's idle time, class \"bubble\";\n"
-         << (an.plan->parallel.data > 1 && an.plan->parallel.zero == 1
+         << (an.plan->parallel.data > 1 && an.plan->parallel.zero >= 2
+                 ? "  each backward unit reduce-scatters the gradients its chunk completes over the stage's data\n"
+                   "  group into the rank's pieces (ZeRO " + std::to_string(an.plan->parallel.zero) + ": counted rings, every micro-batch, not\n" +
+                       (an.plan->parallel.zero >= 3
+                            ? std::string("  overlapped); each chunk gathers its blocks' parameters before its forward and backward;\n")
+                            : std::string("  overlapped); the updated pieces are gathered back after the update;\n"))
+             : an.plan->parallel.data > 1 && an.plan->parallel.zero == 1
                  ? "  then each stage's data group reduce-scatters that stage's gradients and gathers the updated\n"
                    "  parameters back (ZeRO-1: counted rings, after the last backward, not overlapped);\n"
              : an.plan->parallel.data > 1 ? "  then each stage's data group all-reduces that stage's gradients (a counted ring,\n"

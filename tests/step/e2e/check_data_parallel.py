@@ -120,6 +120,12 @@ Runs `TALLY run dp.tally --plan P --steps 3 --warmup 0 --format json --seed 7 --
     optimizer region half its stage's grads region (one SGD state, padded to 256 bytes); the bytes
     each rank sent per group equal the estimate's and dp2pp2's (half the region reduce-scattered
     and half gathered back: the region's bytes again).
+  - data x pipeline under ZeRO 2 and 3 (dp2pp2z2, dp2pp2z3: dp2pp2 with zero = 2 and 3; each
+    chunk's backward reduce-scatters the gradients it completes into the rank's pieces every
+    micro-batch, ZeRO 3 gathers each block before each chunk's forward and backward) gives pp1's
+    loss, gradients and weights within RTOL_ZERO and each other's exactly; each rank's arena and
+    regions equal the estimate's, the regions its stage's tensors in pieces (pipeline_pieces);
+    the bytes each rank sent per group equal the estimate's and the derivation.
   - data x tensor x pipeline (dp2tp2pp2: 8 processes, tensor = 2, pipeline = 2, data = 2 derived;
     rank q is tensor rank q % 2 of stage q // 2 % 2 of data rank q // 4, the plan's default order)
     gives pp1's loss, last gradients and weights within RTOL_ZERO; every rank's arena and regions
@@ -154,9 +160,9 @@ RTOL_ZERO = 1e-5
 RTOL_BF16 = 1e-4  # the loss of mixed bf16 runs whose gradients' bf16 sums associate differently
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
          "dp2tp2z2", "dp2tp2z3", "dp2tp2_bf16", "dp2tp2z_bf16", "dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2sp",
-         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "tp2pp2sp", "dp2tp2pp2", "dp2tp2pp2z"]
+         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2z2", "dp2pp2z3", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "tp2pp2sp", "dp2tp2pp2", "dp2tp2pp2z"]
 RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4,
-         "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2v2": 4, "tp2pp2sp": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
+         "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2z2": 4, "dp2pp2z3": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2v2": 4, "tp2pp2sp": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
 # first stage and, for the tied head, the last; wpe with the first; lnf with the last.
@@ -210,6 +216,29 @@ def zero_pieces(runs, weights, result):
 CUT = ("qkv.weight", "qkv.b", "fc.weight", "fc.b", "attn.proj.weight", "mlp.proj.weight")  # tp2's cut tensors
 
 
+def per_rank_rows(p, runs, ranks, result):
+    """Plan p's per-rank rows (estimated, measured) and its counted bytes by group, or None
+    (after a failed result) when the run has not `ranks` of each."""
+    est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
+    erows, grows = est.get("per_rank", []), got.get("per_rank", [])
+    if len(erows) != ranks or len(grows) != ranks:
+        result(p + " per-rank rows", False, "estimated %s, measured %s" % (erows, grows))
+        return None
+    return erows, grows, got.get("sent_bytes_by_group", {}), got.get("sent_bytes") or [None] * ranks
+
+
+def rank_bytes(p, q, e, by, sent, derived, ranks, result):
+    """Rank q of plan p: the bytes it sent to each group (counted in `by`), the estimate's (e)
+    and derived[group] equal, and its total (`sent`, counted) the estimate's and their sum."""
+    eby = e.get("sent_bytes_by_group", {})
+    for grp in ["data", "tensor", "pipeline"]:
+        counted = (by.get(grp) or [None] * ranks)[q]
+        result("%s rank %d %s-group bytes" % (p, q, grp), counted == eby.get(grp) == derived[grp],
+               "counted %s, estimated %s, derived %d" % (counted, eby.get(grp), derived[grp]))
+    result("%s rank %d bytes sent" % (p, q), sent[q] == e["sent_bytes"] == sum(derived.values()),
+           "counted %s, estimated %.0f, derived %d" % (sent[q], e["sent_bytes"], sum(derived.values())))
+
+
 def tensor_pipeline(runs, weights, result):
     """tp2pp2 and tp2pp2v2 (interleave = 2): rank q is tensor rank q % 2 of stage q // 2 (the
     default order, tensor innermost). Each rank's regions are the tensor cuts of its stage's
@@ -227,14 +256,10 @@ def tensor_pipeline(runs, weights, result):
     (checkpoint = full): per micro-batch its 4 row outputs reduce-scattered and its 4 column
     inputs gathered again, and twice tp2pp2's attention forwards."""
     for p, layers, chunks in [("tp2pp2", STAGES["pp2"], 1), ("tp2pp2v2", STAGES["pp2v2"], 2), ("tp2pp2sp", STAGES["pp2"], 1)]:
-        if p not in runs:
+        rows = per_rank_rows(p, runs, 4, result) if p in runs else None
+        if rows is None:
             continue
-        est, got = runs[p][0]["estimated"], runs[p][0]["measured"]
-        erows, grows = est.get("per_rank", []), got.get("per_rank", [])
-        if len(erows) != 4 or len(grows) != 4:
-            result(p + " per-rank rows", False, "estimated %s, measured %s" % (erows, grows))
-            continue
-        by = got.get("sent_bytes_by_group", {})
+        erows, grows, by, sent = rows
         for q in range(4):
             r = q // 2
             e, g = erows[q], grows[q]
@@ -253,14 +278,7 @@ def tensor_pipeline(runs, weights, result):
             derived = {"tensor": tensor,
                        "pipeline": MICRO * boundaries * BOUNDARY // 2 + int(np.prod(weights["wte.weight"].shape)) * 4,
                        "data": 0}
-            eby = e.get("sent_bytes_by_group", {})
-            for grp in ["data", "tensor", "pipeline"]:
-                counted = (by.get(grp) or [None] * 4)[q]
-                result("%s rank %d %s-group bytes" % (p, q, grp), counted == eby.get(grp) == derived[grp],
-                       "counted %s, estimated %s, derived %d" % (counted, eby.get(grp), derived[grp]))
-            sent = (got.get("sent_bytes") or [None] * 4)[q]
-            result("%s rank %d bytes sent" % (p, q), sent == e["sent_bytes"] == sum(derived.values()),
-                   "counted %s, estimated %.0f, derived %d" % (sent, e["sent_bytes"], sum(derived.values())))
+            rank_bytes(p, q, e, by, sent, derived, 4, result)
             result("%s rank %d idle beside the bubble" % (p, q), g["idle_s"] >= 0 and e["bubble_s"] > 0,
                    "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
     if "tp2pp2sp" in runs and "tp2pp2" in runs:
@@ -565,6 +583,41 @@ def pipeline_stages(runs, weights, result):
                    "measured idle %.3g s per step, estimated bubble %.3g s" % (g["idle_s"], e["bubble_s"]))
 
 
+def pipeline_pieces(runs, weights, result):
+    """dp2pp2z2 and dp2pp2z3 (data x pipeline under ZeRO 2 and 3, dp2pp2's ranks and stages):
+    rank q runs stage q % 2 for data rank q // 2. Its regions, derived from the shapes of its
+    stage's tensors: under ZeRO 2 the params whole and its data rank's piece (half) of each
+    tensor in grads and the momentum, each padded to 256 B; under ZeRO 3 the params in pieces
+    too. Its bytes, per group, derived: to its pipeline its boundaries on its 2 micro-batches
+    and its piece of the tied wte gradient; to its data group (a ring of 2 sends each tensor's
+    other half): every micro-batch each of its stage's gradients reduce-scattered (the tied wte
+    by both stages), under ZeRO 2 its updated pieces gathered once after the update, under
+    ZeRO 3 every micro-batch each of its tensors gathered for the forward and, those the
+    backward reads (the matmuls' and norms' weights, the tied head's wte; not the biases, wpe,
+    or the embedding's wte), for the backward."""
+    micro = MICRO // 2
+    for p in ["dp2pp2z2", "dp2pp2z3"]:
+        rows = per_rank_rows(p, runs, 4, result) if p in runs else None
+        if rows is None:
+            continue
+        erows, grows, by, sent = rows
+        for q in range(4):
+            r = q % 2
+            e, g = erows[q], grows[q]
+            rank_arena(p, q, e, g, result)
+            sizes = {n: int(np.prod(t.shape)) for n, t in weights.items() if n.startswith(tuple(stage_tensors(r, STAGES["pp2"])))}
+            pieces = sum(align(4 * ((n + 1) // 2)) for n in sizes.values())
+            params = pieces if p.endswith("z3") else sum(align(4 * n) for n in sizes.values())
+            result("%s rank %d regions are its pieces" % (p, q), g["regions_bytes"] == params + 2 * pieces,
+                   "regions %d B, derived %d + 2 x %d B" % (g["regions_bytes"], params, pieces))
+            half = sum(2 * n for n in sizes.values())  # each tensor's other half, fp32
+            backward = sum(2 * n for k, n in sizes.items()
+                           if k.endswith("weight") and not k.startswith("wpe.") and not (r == 0 and k.startswith("wte.")))
+            data = micro * (2 * half + backward) if p.endswith("z3") else (micro + 1) * half
+            derived = {"pipeline": micro * BOUNDARY + 2 * sizes["wte.weight"], "data": data, "tensor": 0}
+            rank_bytes(p, q, e, by, sent, derived, 4, result)
+
+
 def main():
     tally = sys.argv[1]
     if not E.tally_has_run([tally]):
@@ -627,7 +680,8 @@ def main():
                         ("tp2sp", RTOL_ZERO),
                         ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2z2", RTOL_ZERO),
                         ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2ckpt", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
-                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("tp2pp2", RTOL_ZERO), ("tp2pp2v2", RTOL_ZERO), ("tp2pp2sp", RTOL_ZERO),
+                        ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("dp2pp2z2", RTOL_ZERO), ("dp2pp2z3", RTOL_ZERO),
+                        ("tp2pp2", RTOL_ZERO), ("tp2pp2v2", RTOL_ZERO), ("tp2pp2sp", RTOL_ZERO),
                         ("dp2tp2pp2", RTOL_ZERO), ("dp2tp2pp2z", RTOL_ZERO)]:
             if p not in runs:
                 continue
@@ -653,12 +707,13 @@ def main():
             pipeline_master(runs, runs["pp1"][1], result)
         if "pp1" in runs:
             pipeline_stages(runs, runs["pp1"][1], result)
+            pipeline_pieces(runs, runs["pp1"][1], result)
             tensor_pipeline(runs, runs["pp1"][1], result)
             grid(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
                             ("dp2tp2", "dp2tp2z"), ("dp2tp2z2", "dp2tp2z3"), ("dp2tp2_bf16", "dp2tp2z_bf16"),
                             ("dp2tp2z2_bf16", "dp2tp2z3_bf16"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z"), ("pp2", "pp2ckpt"),
-                            ("dp2pp2_bf16", "dp2pp2z_bf16"),
+                            ("dp2pp2_bf16", "dp2pp2z_bf16"), ("dp2pp2z2", "dp2pp2z3"),
                             ("dp2tp2pp2", "dp2tp2pp2z")]:
             if plain in runs and zero in runs:
                 (r0, w0, g0), (r1, w1, g1) = runs[plain], runs[zero]
