@@ -477,16 +477,14 @@ bool Emitter::checkPlan() {
   // Data × tensor runs ZeRO-1 over each data group (rank r's shard of its tensor cut's grads
   // region by its data rank), and ZeRO 2 and 3 (rank r's pieces of each tensor of its cut, by
   // its data rank), with a separate master copy cut as the optimizer state is (driver_host.h
-  // WholeModel::part); not ZeRO 2 and 3 with sequence parallelism (its norms' gradients, partial
-  // sums, are all-reduced over the tensor group in the whole grads region, not in data pieces),
-  // nor ZeRO-1 with sequence parallelism and a separate master copy (not run yet).
-  const bool tensorMaster = par.zero >= 1 && plan.precision.master != Dtype::Invalid;
-  const bool tensorZero = par.data > 1 && par.sequenceParallel && (tensorMaster || par.zero > 1);
+  // WholeModel::part), with sequence parallelism too: the norms' gradients, partial sums over the
+  // tensor group, are all-reduced over it after the data group's reduction (under ZeRO 2 and 3 in
+  // their data pieces: sequenceGradients).
   // Sequence parallelism runs alone and with data parallelism (each data rank's tensor group
   // gathers and scatters its own rows; the data group then reduces the grads region as dp2tp2).
   const bool sequenceRefused = par.sequenceParallel && be.device;
   const bool pipelineRefused = par.pipeline != 1 && be.device; // tensor x pipeline: the CPU's MPI ranks
-  if (par.tensor > 1 && (sequenceRefused || plan.fuseKernels || tensorZero || pipelineRefused ||
+  if (par.tensor > 1 && (sequenceRefused || plan.fuseKernels || pipelineRefused ||
                          par.context != 1 || par.expert != 1)) {
     std::string how =
         sequenceRefused && be.device
@@ -494,13 +492,6 @@ bool Emitter::checkPlan() {
               "over NCCL yet)"
         : plan.fuseKernels ? std::string("without fused kernels (build it ") +
                                  (be.device ? "with --fuse=false)" : "without --fuse)")
-        : tensorZero && par.zero == 1
-            ? "with sequence_parallel, data parallelism and ZeRO-1 only without a separate fp32 master copy (this "
-              "plan's precision keeps one): the master shards beside the norms' tensor-group all-reduce are not run "
-              "yet"
-        : tensorZero ? "with sequence_parallel and data parallelism only up to ZeRO-1, not ZeRO " +
-                           std::to_string(par.zero) + ": the norms' gradients, partial sums over the tensor group, "
-                           "are not all-reduced over it in their data pieces yet"
         : pipelineRefused ? std::string("on its own, not with pipeline parallelism yet (the CPU backend runs tensor x "
                                         "pipeline, under MPI)")
                      : "on its own or with data or pipeline parallelism, not with context or expert parallelism";

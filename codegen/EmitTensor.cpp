@@ -238,9 +238,12 @@ std::string Emitter::sequenceGradients() {
     auto g = gradOffset.find(p);
     if (g == gradOffset.end() || p >= s.gradient.size() || s.gradient[p] == kNone)
       continue;
-    out += "  // sequence parallel: " + commentSafe(s.tensorName(p)) + "'s gradient, summed over the tensor group\n" +
-           siteText("tensor_parallel.sequence_gradients", "communication") +
-           llvm::formatv("  tally_comm::tp_all_reduce<{0}>(ctx, G<{0}>({1}), {2});\n", T(s.gradient[p]), g->second, n(p))
+    // Under ZeRO 2 and 3 G holds this data rank's piece of it, the same piece on every rank of
+    // the tensor group: the piece is summed.
+    out += "  // sequence parallel: " + commentSafe(s.tensorName(p)) + "'s gradient" + (pieced() ? " (this data rank's piece)" : "") +
+           ", summed over the tensor group\n" + siteText("tensor_parallel.sequence_gradients", "communication") +
+           llvm::formatv("  tally_comm::tp_all_reduce<{0}>(ctx, G<{0}>({1}), {2});\n", T(s.gradient[p]), g->second,
+                         pieced() ? pieceOf(p) : n(p))
                .str();
   }
   return out;

@@ -171,6 +171,11 @@ std::vector<uint32_t> chunkOfOps(const Graph &g, const RepeatCopies &rc, int64_t
 /// of `m` micro-batches over `v` chunks (1F1B; Megatron's interleaved 1F1B for v > 1): what the
 /// timeline simulates and the generated pipeline step runs.
 std::vector<PipelineUnit> pipelineOrder(int32_t s, int32_t p, int32_t m, int32_t v);
+/// StepTime.cpp: the elements of the gradients of sequence-split parameters `params` (forward
+/// graph tensors) that the tensor group all-reduces once per step: all of them, or in the
+/// generated step under ZeRO 2 and 3 the data rank's piece of each (⌈n/d⌉; codegen's
+/// sequenceGradients).
+double sequenceGradientElements(const Analysis &a, const std::vector<TensorId> &params);
 /// PipelineStep.cpp: Plan::generatedStep on the CPU with pipeline > 1, after planMemory:
 /// Analysis::pipelineStep (each rank's chunks, regions, arena and sends); its error says why
 /// the generated step cannot run the plan's stages.

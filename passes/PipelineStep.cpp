@@ -421,11 +421,12 @@ double tensorPipelineComm(Analysis &a, const TensorParallel &tp, double m) {
           columnGathers.push_back(tp.gatherMessages[k]);
       if (r == 0) // the embedding section runs on the first chunk (chunkOfOps)
         embedding = tp.scatterMessages;
-      double elements = 0;
+      std::vector<TensorId> held;
       for (TensorId w : tp.sequenceParams)
         if (g.tensors[w].param < ps.ranks[static_cast<size_t>(r)].holds.size() &&
             ps.ranks[static_cast<size_t>(r)].holds[g.tensors[w].param])
-          elements += numel(g.tensors[w].shape);
+          held.push_back(w);
+      const double elements = sequenceGradientElements(a, held);
       if (elements > 0)
         norms.push_back(elements * bytesOf(plan.precision.grads));
     } else {

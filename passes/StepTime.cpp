@@ -161,6 +161,16 @@ namespace tally {
 
 /// Step 7: bytes sent across a pipeline stage boundary: the activations the first repeat-block
 /// copy reads from outside itself (0 without repeat blocks: nothing to cut between).
+double sequenceGradientElements(const Analysis &a, const std::vector<TensorId> &params) {
+  const Plan &plan = *a.plan;
+  const bool pieces = plan.generatedStep && plan.parallel.data > 1 && plan.parallel.zero >= 2;
+  const double d = static_cast<double>(plan.parallel.data);
+  double elements = 0;
+  for (TensorId w : params)
+    elements += pieces ? std::ceil(numel(a.graph->tensors[w].shape) / d) : numel(a.graph->tensors[w].shape);
+  return elements;
+}
+
 double stageBoundaryBytes(const Graph &g, const RepeatCopies &rc) {
   if (rc.copies.empty())
     return 0;
@@ -777,7 +787,7 @@ void stepTime(Analysis &a) {
                            allReduces(plan, recomputeMessages, kind) + sequenceGathers(a, tp, recomputeGathers, m / p);
     std::vector<double> sequenceGrads;
     if (sp && tp.sequenceGradElements > 0)
-      sequenceGrads.push_back(tp.sequenceGradElements / p * bytesOf(plan.precision.grads));
+      sequenceGrads.push_back(sequenceGradientElements(a, tp.sequenceParams) / p * bytesOf(plan.precision.grads));
     double normGrads = sequenceGrads.empty() ? 0 : collectiveTime(target, place(plan, 't'), Collective::AllReduce, sequenceGrads[0]);
     a.time.tensorParallelComm = m / p * perMicroBatch + normGrads;
     double c = degree(par.context);

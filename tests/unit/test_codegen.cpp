@@ -1094,6 +1094,27 @@ TEST_CASE("codegen: data x pipeline prices each stage's data group apart (issue 
     CHECK(dataParallelSentBytes(z, r) == 3 * half);
     CHECK(pipelineSentBytes(z, r) == 2 * boundary + wte / 2);
   }
+  // Data x tensor x pipeline with sequence parallelism: each stage's norms' gradients are
+  // all-reduced over its tensor group once per step, under ZeRO 2 in the data rank's pieces
+  // (sequenceGradientElements): half the elements of ZeRO-1's (dp.tally's norms are even).
+  o.tensorStep = true; // as `tally build --backend cpu` analyzes it
+  auto norms = [&](const char *target) {
+    o.target = target;
+    Compiled c(fromFile, dp, "dp2pp2", o);
+    INFO(c.a->pipelineStep.error);
+    REQUIRE(c.a->pipelineStep.error.empty());
+    std::vector<double> bytes(2, 0);
+    for (const Analysis::CollectiveUse &u : c.a->collectives)
+      if (llvm::StringRef(u.what).startswith("sequence parallel all-reduce of the norms' gradients"))
+        bytes[static_cast<size_t>(u.stage)] += u.perStep * u.cost.bytes;
+    return bytes;
+  };
+  std::vector<double> whole = norms("8 x H100_SXM { tensor = 2, pipeline = 2, sequence_parallel = true, zero = 1 }");
+  std::vector<double> pieces = norms("8 x H100_SXM { tensor = 2, pipeline = 2, sequence_parallel = true, zero = 2 }");
+  for (size_t r = 0; r < 2; ++r) {
+    CHECK(whole[r] > 0);
+    CHECK(pieces[r] * 2 == whole[r]);
+  }
 }
 
 TEST_CASE("codegen: data x tensor x pipeline composes the two pricings per rank (issue 39 item 4)",

@@ -160,8 +160,8 @@ RTOL_ZERO = 1e-5
 RTOL_BF16 = 1e-4  # the loss of mixed bf16 runs whose gradients' bf16 sums associate differently
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
          "dp2tp2z2", "dp2tp2z3", "dp2tp2_bf16", "dp2tp2z_bf16", "dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2sp",
-         "dp2tp2spz", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2z2", "dp2pp2z3", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "tp2pp2sp", "dp2tp2pp2", "dp2tp2pp2z"]
-RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4,
+         "dp2tp2spz", "dp2tp2spz2", "dp2tp2spz3", "dp2tp2spz_bf16", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2z2", "dp2pp2z3", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "tp2pp2sp", "dp2tp2pp2", "dp2tp2pp2z"]
+RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4, "dp2tp2spz2": 4, "dp2tp2spz3": 4, "dp2tp2spz_bf16": 4,
          "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2z2": 4, "dp2pp2z3": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2v2": 4, "tp2pp2sp": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
 # The 4 layers over 2 stages (pp2) or 4 chunks, chunk k on rank k mod 2 (pp2v2); wte with the
@@ -388,7 +388,8 @@ def tensor_cuts(runs, weights, result):
 
 
 def tensor_zero(runs, weights, result):
-    """dp2tp2z2 and dp2tp2z3: rank q is tensor rank q % 2 of data rank q // 2 (the default order).
+    """dp2tp2z2 and dp2tp2z3 (and with sequence parallelism dp2tp2spz2, dp2tp2spz3, whose tensor
+    groups send dp2tp2sp's messages with the norms' gradients in data pieces): rank q is tensor rank q % 2 of data rank q // 2 (the default order).
     Each rank's grads and optimizer regions (and under ZeRO 3 its params region) hold its data
     rank's piece of each tensor of its tensor cut, ceil(m / 2) of the cut's m elements (m = n / 2
     for tp2's cut tensors, n for the rest), each padded to 256 bytes; under ZeRO 2 its params
@@ -402,7 +403,7 @@ def tensor_zero(runs, weights, result):
     padded = sum(align(4 * ((m + 1) // 2)) for m in cut)
     whole_cut = sum(align(4 * m) for m in cut)
     micro = MICRO // 2
-    for p, stage in [("dp2tp2z2", 2), ("dp2tp2z3", 3)]:
+    for p, stage in [("dp2tp2z2", 2), ("dp2tp2z3", 3), ("dp2tp2spz2", 2), ("dp2tp2spz3", 3)]:
         if p not in runs:
             continue
         est = runs[p][0]["estimated"]
@@ -410,9 +411,11 @@ def tensor_zero(runs, weights, result):
         have = {k: est["regions"][k] for k in want}
         result(p + " piece regions of the cut", have == want, "regions %s, derived %s" % (have, want))
         tp2_sent = runs["tp2"][0]["measured"]["sent_bytes"][0] if "tp2" in runs else None
+        # Sequence parallel: dp2tp2sp's tensor-group messages, the norms' gradients in pieces.
+        tensor = sequence_bytes(p, runs[p][0]["measured"].get("sent_bytes_by_group", {}).get("tensor"), weights, micro,
+                                result, 2) if "sp" in p else (tp2_sent // 2 if tp2_sent else None)
         gathers = 1 if stage == 2 else 2 * micro
-        derived = {"tensor": tp2_sent // 2 if tp2_sent else None, "data": 4 * pieces * (micro + gathers),
-                   "pipeline": 0}
+        derived = {"tensor": tensor, "data": 4 * pieces * (micro + gathers), "pipeline": 0}
         rank_checks(p, runs[p][0], 4, sum(want.values()), derived, result, " (%d piece elements)" % pieces)
 
 
@@ -446,12 +449,13 @@ def tensor_master(runs, weights, result):
     # pieces; then within RTOL_BF16), and dp2tp2z3_bf16 equals dp2tp2z2_bf16 exactly (main).
     if "dp2tp2_bf16" in runs:
         b = np.array(runs["dp2tp2_bf16"][0]["loss"])
-        for p in ["dp2tp2z2_bf16", "dp2tp2z3_bf16"]:
+        for p in ["dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2spz_bf16"]:
             if p in runs:
                 a = np.array(runs[p][0]["loss"])
                 ok = a.shape == b.shape and a[0] == b[0] and bool(np.all(np.abs(a - b) <= RTOL_BF16 * np.abs(b)))
                 result(p + " loss ~ dp2tp2_bf16", ok, "%s vs %s (bound %.0e)" % (a.tolist(), b.tolist(), RTOL_BF16))
-    for p, stage in [("dp2tp2_bf16", 0), ("dp2tp2z_bf16", 1), ("dp2tp2z2_bf16", 2), ("dp2tp2z3_bf16", 3)]:
+    for p, stage in [("dp2tp2_bf16", 0), ("dp2tp2z_bf16", 1), ("dp2tp2z2_bf16", 2), ("dp2tp2z3_bf16", 3),
+                     ("dp2tp2spz_bf16", 1)]:
         if p not in runs:
             continue
         est = runs[p][0]["estimated"]
@@ -464,10 +468,12 @@ def tensor_master(runs, weights, result):
         gathers = 1 if stage == 2 else 2 * micro
         data = whole2 if stage < 2 else 2 * pieces * (micro + gathers)
         derived = {"tensor": tp2_sent // 4 if tp2_sent else None, "data": data, "pipeline": 0}
+        if "sp" in p:  # sequence parallel: its tensor group's messages are not tp2's (sequence_bytes)
+            derived = None
         rank_checks(p, runs[p][0], 4, sum(want.values()), derived, result)
 
 
-def sequence_bytes(p, sent, weights, micro, result):
+def sequence_bytes(p, sent, weights, micro, result, pieces=1):
     """tp2sp, dp2tp2sp: the bytes each rank sent to its tensor group, derived from the model (and
     returned), for `micro` micro-batches per rank. Per micro-batch 23 messages of one
     micro-batch's [2, 16, 32] fp32 (BOUNDARY), each a ring of 2 sending half of it: ln1's, ln2's
@@ -475,8 +481,9 @@ def sequence_bytes(p, sent, weights, micro, result):
     (2 x 5), the 4 projections' partial sums reduce-scattered and their gradients gathered
     (2 x 4), the 4 column inputs' gradients reduce-scattered, the embeddings' gradient gathered;
     once per step the norms' and projection biases' gradients all-reduced (a ring of 2 sends
-    each element's 4 bytes once)."""
-    norms = sum(int(np.prod(t.shape)) for n, t in weights.items()
+    each element's 4 bytes once; under ZeRO 2 and 3 over `pieces` data ranks, the data rank's
+    piece of each, ceil(n / pieces) elements)."""
+    norms = sum((int(np.prod(t.shape)) + pieces - 1) // pieces for n, t in weights.items()
                 if n.split(".")[-2] in ("ln1", "ln2", "lnf") or n.endswith("proj.b"))
     derived = micro * 23 * BOUNDARY // 2 + 4 * norms
     ok = isinstance(sent, list) and len(sent) > 0 and all(c == derived for c in sent)
@@ -679,7 +686,8 @@ def main():
         for p, rtol in [("dp2", RTOL), ("dp2z", RTOL), ("dp2z2", RTOL_ZERO), ("dp2z3", RTOL_ZERO), ("tp2", RTOL_ZERO),
                         ("tp2sp", RTOL_ZERO),
                         ("dp2tp2", RTOL_ZERO), ("dp2tp2z", RTOL_ZERO), ("dp2tp2z2", RTOL_ZERO),
-                        ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2ckpt", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
+                        ("dp2tp2z3", RTOL_ZERO), ("dp2tp2sp", RTOL_ZERO), ("dp2tp2spz", RTOL_ZERO),
+                        ("dp2tp2spz2", RTOL_ZERO), ("dp2tp2spz3", RTOL_ZERO), ("pp2", RTOL_ZERO), ("pp2ckpt", RTOL_ZERO), ("pp2v2", RTOL_ZERO),
                         ("dp2pp2", RTOL_ZERO), ("dp2pp2z", RTOL_ZERO), ("dp2pp2z2", RTOL_ZERO), ("dp2pp2z3", RTOL_ZERO),
                         ("tp2pp2", RTOL_ZERO), ("tp2pp2v2", RTOL_ZERO), ("tp2pp2sp", RTOL_ZERO),
                         ("dp2tp2pp2", RTOL_ZERO), ("dp2tp2pp2z", RTOL_ZERO)]:
@@ -712,7 +720,7 @@ def main():
             grid(runs, runs["pp1"][1], result)
         for plain, zero in [("dp2", "dp2z"), ("dp2_bf16", "dp2z_bf16"), ("dp2", "dp2o"), ("dp2z2", "dp2z3"),
                             ("dp2tp2", "dp2tp2z"), ("dp2tp2z2", "dp2tp2z3"), ("dp2tp2_bf16", "dp2tp2z_bf16"),
-                            ("dp2tp2z2_bf16", "dp2tp2z3_bf16"), ("dp2tp2sp", "dp2tp2spz"), ("dp2pp2", "dp2pp2z"), ("pp2", "pp2ckpt"),
+                            ("dp2tp2z2_bf16", "dp2tp2z3_bf16"), ("dp2tp2sp", "dp2tp2spz"), ("dp2tp2spz2", "dp2tp2spz3"), ("dp2pp2", "dp2pp2z"), ("pp2", "pp2ckpt"),
                             ("dp2pp2_bf16", "dp2pp2z_bf16"), ("dp2pp2z2", "dp2pp2z3"),
                             ("dp2tp2pp2", "dp2tp2pp2z")]:
             if plain in runs and zero in runs:
