@@ -229,17 +229,9 @@ std::string tail(StringRef path, size_t lines) {
 std::string buildCached(const std::vector<codegen::File> &files, std::string &binary) {
   const std::string key = stepcache::key(files, Backend == "cuda");
   std::string hash = key.substr(0, 20);
-  SmallString<256> cache;
-  if (Optional<std::string> env = sys::Process::GetEnv("TALLY_CACHE_DIR")) {
-    cache = *env;
-  } else if (Optional<std::string> xdg = sys::Process::GetEnv("XDG_CACHE_HOME")) {
-    cache = *xdg;
-    sys::path::append(cache, "tally");
-  } else if (!sys::path::home_directory(cache)) {
+  const std::string cache = stepcache::folder();
+  if (cache.empty())
     return "no cache folder: set TALLY_CACHE_DIR";
-  } else {
-    sys::path::append(cache, ".cache", "tally");
-  }
   SmallString<256> dir(cache);
   sys::path::append(dir, "step-" + hash);
   SmallString<256> bin(dir);
@@ -262,19 +254,41 @@ std::string buildCached(const std::vector<codegen::File> &files, std::string &bi
   auto cmake = sys::findProgramByName("cmake");
   if (!cmake)
     return "cmake is not on PATH; it builds the generated step (scripts/setup.sh installs it)";
-  SmallString<256> log(tmp), buildDir(tmp);
-  sys::path::append(log, "build.log");
-  sys::path::append(buildDir, "build");
   std::string why;
   std::string jobs = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
   errs() << "tally: building the generated step in " << dir << "\n";
-  if (!execute(*cmake, {*cmake, "-S", tmp, "-B", buildDir, "-DCMAKE_BUILD_TYPE=Release"}, log, why,
-               "building the generated step: configuring") ||
-      !execute(*cmake, {*cmake, "--build", buildDir, "-j", jobs}, log, why, "building the generated step: compiling"))
+  // Configures (unless `configured`) and builds the step in `src`; false with `why` and `log` set.
+  auto compile = [&](StringRef src, bool configured, SmallString<256> &log, SmallString<256> &built) {
+    SmallString<256> buildDir(src);
+    log = src;
+    sys::path::append(log, "build.log");
+    sys::path::append(buildDir, "build");
+    built = buildDir;
+    sys::path::append(built, "tally_step");
+    sys::fs::remove(log);
+    return (configured || execute(*cmake, {*cmake, "-S", src, "-B", buildDir, "-DCMAKE_BUILD_TYPE=Release"}, log,
+                                  why, "building the generated step: configuring")) &&
+           execute(*cmake, {*cmake, "--build", buildDir, "-j", jobs}, log, why, "building the generated step: compiling");
+  };
+  SmallString<256> log, built;
+  // A free bench (StepCache.h) recompiles only what differs from the step built there last; its
+  // executable and log are copied into the entry. A failed bench build is retried afresh.
+  bool done = false;
+  if (auto bench = stepcache::Bench::acquire(cache, files, Backend == "cuda")) {
+    SmallString<256> into(tmp);
+    sys::path::append(into, "build");
+    done = bench->update(files).empty() && compile(bench->dir(), bench->configured(), log, built) &&
+           !sys::fs::create_directories(into) && !sys::fs::copy_file(log, Twine(tmp) + "/build.log");
+    sys::path::append(into, "tally_step");
+    done = done && !sys::fs::copy_file(built, into) &&
+           !sys::fs::setPermissions(into, sys::fs::all_read | sys::fs::all_exe | sys::fs::owner_write);
+    if (!done)
+      bench->reset();
+    built = into;
+  }
+  if (!done && !compile(tmp, false, log, built))
     return "building the generated step failed (" + why + "); the end of " + log.str().str() + ":\n" +
            tail(log, 30);
-  SmallString<256> built(buildDir);
-  sys::path::append(built, "tally_step");
   if (std::string err = stepcache::record(tmp.str().str(), key, built.str().str()); !err.empty())
     return err;
   if (std::error_code ec = sys::fs::rename(tmp, dir)) {

@@ -126,4 +126,85 @@ std::string record(const std::string &dir, const std::string &key, const std::st
   return "";
 }
 
+std::string folder() {
+  SmallString<256> cache;
+  if (Optional<std::string> env = sys::Process::GetEnv("TALLY_CACHE_DIR"); env && !env->empty())
+    return *env;
+  if (Optional<std::string> xdg = sys::Process::GetEnv("XDG_CACHE_HOME")) {
+    cache = *xdg;
+    sys::path::append(cache, "tally");
+  } else if (!sys::path::home_directory(cache)) {
+    return "";
+  } else {
+    sys::path::append(cache, ".cache", "tally");
+  }
+  return cache.str().str();
+}
+
+std::unique_ptr<Bench> Bench::acquire(const std::string &cache, const std::vector<codegen::File> &files, bool cuda) {
+  std::vector<codegen::File> build;
+  for (const codegen::File &f : files)
+    if (f.path == "CMakeLists.txt")
+      build.push_back(f);
+  if (build.empty())
+    return nullptr;
+  const std::string hash = key(build, cuda).substr(0, 20);
+  for (int slot = 0; slot < 2; ++slot) {
+    SmallString<256> dir(cache);
+    sys::path::append(dir, "bench-" + hash + "-" + std::to_string(slot));
+    SmallString<256> lock(dir);
+    lock += ".lock";
+    if (sys::fs::create_directories(cache))
+      return nullptr;
+    int fd = -1;
+    if (sys::fs::openFileForReadWrite(lock, fd, sys::fs::CD_OpenAlways, sys::fs::OF_None))
+      continue;
+    if (sys::fs::tryLockFile(fd, std::chrono::milliseconds(0))) {
+      sys::Process::SafelyCloseFileDescriptor(fd);
+      continue; // another run builds there
+    }
+    return std::unique_ptr<Bench>(new Bench(dir.str().str(), fd));
+  }
+  return nullptr;
+}
+
+Bench::~Bench() {
+  sys::fs::unlockFile(fd_);
+  sys::Process::SafelyCloseFileDescriptor(fd_);
+}
+
+std::string Bench::update(const std::vector<codegen::File> &files) const {
+  for (const codegen::File &f : files) {
+    SmallString<256> path(dir_);
+    sys::path::append(path, f.path);
+    ErrorOr<std::unique_ptr<MemoryBuffer>> old = MemoryBuffer::getFile(path, /*IsText=*/false,
+                                                                       /*RequiresNullTerminator=*/false);
+    if (old && (*old)->getBuffer() == f.text)
+      continue; // unchanged: its timestamp stays, so nothing that reads it is rebuilt
+    if (std::error_code ec = sys::fs::create_directories(sys::path::parent_path(path)))
+      return "cannot create " + sys::path::parent_path(path).str() + ": " + ec.message();
+    std::error_code ec;
+    raw_fd_ostream out(path, ec);
+    if (ec)
+      return "cannot write " + path.str().str() + ": " + ec.message();
+    out << f.text;
+    out.close();
+    if (out.has_error())
+      return "cannot write " + path.str().str() + ": " + out.error().message();
+  }
+  return "";
+}
+
+bool Bench::configured() const {
+  SmallString<256> cache(dir_);
+  sys::path::append(cache, "build", "CMakeCache.txt");
+  return sys::fs::exists(cache);
+}
+
+void Bench::reset() const {
+  SmallString<256> build(dir_);
+  sys::path::append(build, "build");
+  sys::fs::remove_directories(build);
+}
+
 } // namespace tally::stepcache

@@ -8,6 +8,7 @@
 
 #include "codegen/Emit.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ namespace tally::stepcache {
 /// backend (`cuda`: nvcc and its host compiler; else the C++ compiler): CXX / CUDACXX /
 /// CUDAHOSTCXX or the default on PATH, and CXXFLAGS, CUDAFLAGS, LDFLAGS.
 std::string key(const std::vector<codegen::File> &files, bool cuda);
+
+/// The cache's folder: $TALLY_CACHE_DIR, else $XDG_CACHE_HOME/tally, else ~/.cache/tally; ""
+/// when there is no home folder either.
+std::string folder();
 
 /// The file in an entry's folder recording its key and its executable's hash.
 inline const char *kRecord = "tally-cache.txt";
@@ -28,5 +33,32 @@ std::string verify(const std::string &dir, const std::string &key, const std::st
 /// Writes the record of a fresh build in `dir` (before it is renamed into place): `key` and
 /// the hash of `binary`. "" or why it could not.
 std::string record(const std::string &dir, const std::string &key, const std::string &binary);
+
+/// A reusable build folder ("bench") for steps whose CMakeLists.txt and toolchain are the same:
+/// `tally run` writes a new step's files into it (only those whose text changed), configures it
+/// once and lets the build tool recompile what changed, instead of configuring and compiling a
+/// fresh folder for every step (docs/runtime.md, "The step cache"). A bench is held by one
+/// process at a time (an advisory lock on its lock file, released by the destructor); a run
+/// that finds every bench held builds in a fresh folder as before.
+class Bench {
+public:
+  /// A free bench of `cache` for `files` (slots 0 and 1 of its CMakeLists.txt's hash), or none.
+  static std::unique_ptr<Bench> acquire(const std::string &cache, const std::vector<codegen::File> &files, bool cuda);
+  ~Bench();
+  Bench(const Bench &) = delete;
+  Bench &operator=(const Bench &) = delete;
+  const std::string &dir() const { return dir_; }
+  /// Writes the files whose text differs from what the bench holds; "" or the first error.
+  std::string update(const std::vector<codegen::File> &files) const;
+  /// Whether the bench's build folder was configured (CMakeCache.txt exists).
+  bool configured() const;
+  /// Empties the bench's build folder (after a failed build: the next one configures afresh).
+  void reset() const;
+
+private:
+  Bench(std::string dir, int fd) : dir_(std::move(dir)), fd_(fd) {}
+  std::string dir_;
+  int fd_;
+};
 
 } // namespace tally::stepcache

@@ -58,6 +58,37 @@ def check_cache(tally, tmp, failed):
     print("%s cache-planted-executable: exit %d%s" % ("PASS" if ok else "FAIL", rc, "" if ok else "\n" + out))
     if not ok:
         failed.append("cache-planted-executable")
+    check_bench(tally, tmp, failed)
+
+
+def check_bench(tally, tmp, failed):
+    """The bench (tools/tally/StepCache.h): in a fresh cache the first step is configured and built
+    in bench-<hash>-0, and a second step with the same CMakeLists.txt (the MLP in mixed bf16: another
+    step.cpp) is built there without configuring again; each entry holds its own executable,
+    which runs and is then run from the cache (verified against its record)."""
+    env = dict(os.environ, TALLY_CACHE_DIR=os.path.join(tmp, "bench-cache"))
+    rc1, out1 = run(tally, env=env)
+    rc2, out2 = run(tally, "--precision", "mixed_bf16", env=env)
+    rc3, out3 = run(tally, "--precision", "mixed_bf16", env=env)
+    cache = env["TALLY_CACHE_DIR"]
+    benches = sorted(d for d in os.listdir(cache) if d.startswith("bench-") and not d.endswith(".lock"))
+    entries = [out.split("building the generated step in ", 1)[-1].split("\n", 1)[0].strip() for out in (out1, out2)]
+    logs = []
+    for e in entries:
+        try:
+            with open(os.path.join(e, "build.log")) as f:
+                logs.append(f.read())
+        except OSError:
+            logs.append("")
+    ok = (rc1 == rc2 == rc3 == 0 and len(benches) == 1 and benches[0].endswith("-0") and
+          "Configuring done" in logs[0] and logs[1] and "Configuring done" not in logs[1] and
+          entries[0] != entries[1] and all(os.access(os.path.join(e, "build", "tally_step"), os.X_OK) for e in entries)
+          and "building the generated step" not in out3)
+    print("%s cache-bench: exits %d %d %d, benches %s, configured first %s, again %s%s" % (
+        "PASS" if ok else "FAIL", rc1, rc2, rc3, benches, "Configuring done" in logs[0], "Configuring done" in logs[1],
+        "" if ok else "\n" + out1[-2000:] + out2[-2000:] + out3[-2000:]))
+    if not ok:
+        failed.append("cache-bench")
 
 
 def main():
