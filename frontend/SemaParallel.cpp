@@ -359,7 +359,10 @@ bool checkDegrees(DiagnosticEngine &diags, const ConstValue &v, const LayoutRead
                  "expert = " + std::to_string(par.expert) + " must divide data = " +
                      std::to_string(par.data) +
                      ": the expert-parallel group is carved out of the data-parallel ranks")
-        .range(reader.expertRange);
+        .range(reader.expertRange)
+        .note(llvm::SMLoc(), "Megatron-Core's MoE parallel folding (expert ranks drawn from the tensor and data "
+                             "ranks together, expert_tensor_parallel_size) is not modelled: write an expert degree "
+                             "that divides data");
     return false;
   }
   return true;
