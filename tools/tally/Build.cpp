@@ -135,14 +135,9 @@ PlanOverrides overrides(Compilation &c, const PlanDecl &decl) {
 /// one, so it was planted, and following it would write outside the folder.
 std::string writeFiles(StringRef dir, const std::vector<codegen::File> &files) {
   for (const codegen::File &f : files) {
-    SmallString<256> path(dir);
-    for (auto part = sys::path::begin(f.path), end = sys::path::end(f.path); part != end; ++part) {
-      sys::path::append(path, *part);
-      sys::fs::file_status st;
-      if (!sys::fs::status(path, st, /*follow=*/false) && sys::fs::is_symlink_file(st))
-        return "refusing to write through the symbolic link " + path.str().str() +
-               ": tally build did not create it (remove it, or pick another folder)";
-    }
+    SmallString<256> path;
+    if (std::string err = stepcache::pathUnder(dir, f.path, path); !err.empty())
+      return err;
     if (std::error_code ec = sys::fs::create_directories(sys::path::parent_path(path)))
       return "cannot create " + sys::path::parent_path(path).str() + ": " + ec.message();
     std::string err;

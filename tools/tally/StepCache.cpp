@@ -126,6 +126,18 @@ std::string record(const std::string &dir, const std::string &key, const std::st
   return "";
 }
 
+std::string pathUnder(StringRef dir, StringRef relative, SmallVectorImpl<char> &path) {
+  path.assign(dir.begin(), dir.end());
+  for (auto part = sys::path::begin(relative), end = sys::path::end(relative); part != end; ++part) {
+    sys::path::append(path, *part);
+    sys::fs::file_status st;
+    if (!sys::fs::status(path, st, /*follow=*/false) && sys::fs::is_symlink_file(st))
+      return "refusing to write through the symbolic link " + std::string(path.begin(), path.end()) +
+             ": tally build did not create it (remove it, or pick another folder)";
+  }
+  return "";
+}
+
 std::string folder() {
   SmallString<256> cache;
   if (Optional<std::string> env = sys::Process::GetEnv("TALLY_CACHE_DIR"); env && !env->empty())
@@ -175,8 +187,9 @@ Bench::~Bench() {
 
 std::string Bench::update(const std::vector<codegen::File> &files) const {
   for (const codegen::File &f : files) {
-    SmallString<256> path(dir_);
-    sys::path::append(path, f.path);
+    SmallString<256> path;
+    if (std::string err = pathUnder(dir_, f.path, path); !err.empty())
+      return err;
     ErrorOr<std::unique_ptr<MemoryBuffer>> old = MemoryBuffer::getFile(path, /*IsText=*/false,
                                                                        /*RequiresNullTerminator=*/false);
     if (old && (*old)->getBuffer() == f.text)

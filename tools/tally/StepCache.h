@@ -8,6 +8,9 @@
 
 #include "codegen/Emit.h"
 
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +21,11 @@ namespace tally::stepcache {
 /// backend (`cuda`: nvcc and its host compiler; else the C++ compiler): CXX / CUDACXX /
 /// CUDAHOSTCXX or the default on PATH, and CXXFLAGS, CUDAFLAGS, LDFLAGS.
 std::string key(const std::vector<codegen::File> &files, bool cuda);
+
+/// `path` = dir/relative, refusing a symbolic link at any component of `relative` under `dir`:
+/// tally creates none there, so one was planted, and writing through it would write outside
+/// the folder. "" or why not.
+std::string pathUnder(llvm::StringRef dir, llvm::StringRef relative, llvm::SmallVectorImpl<char> &path);
 
 /// The cache's folder: $TALLY_CACHE_DIR, else $XDG_CACHE_HOME/tally, else ~/.cache/tally; ""
 /// when there is no home folder either.
