@@ -12,8 +12,10 @@
 #include "driver/Compiler.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,14 @@ inline std::string sourceDir() {
 
 /// The path of `name` in the repository's examples/ folder.
 inline std::string example(const std::string &name) { return sourceDir() + "/examples/" + name; }
+
+/// The whole text of the file at `path` ("" when it cannot be read).
+inline std::string readText(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 /// Tag for the Compiled constructor that reads a file instead of source text.
 struct FromFile {};

@@ -15,6 +15,7 @@
 
 #include "driver/Compiler.h"
 #include "ir/Primitives.h"
+#include "tests/unit/Support.h"
 
 using namespace tally;
 using tally::test::sourceDir;
@@ -110,13 +111,6 @@ const std::map<std::string, Calls> kCalls = {
     {"broadcast_to", {"broadcast_to(v8, (2, 8))", "broadcast_to(x = v8, shape = (2, 8))"}},
 };
 
-/// The repository root: $TALLY_SOURCE_DIR, or the source tree this file was compiled from.
-std::string readFile(const std::string &path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 } // namespace
 
@@ -224,7 +218,7 @@ TEST_CASE("a misspelled argument name gets the table's closest parameter", "[pri
 }
 
 TEST_CASE("every primitive is documented in docs/language.md", "[primitives][docs]") {
-  std::string doc = readFile(sourceDir() + "/docs/language.md");
+  std::string doc = test::readText(sourceDir() + "/docs/language.md");
   size_t from = doc.find("## 5. Primitive ops"), to = doc.find("## 6.");
   REQUIRE(from != std::string::npos);
   REQUIRE(to != std::string::npos);

@@ -12,6 +12,8 @@
 
 #include <csignal>
 
+#include <sys/file.h>
+
 namespace tally::stepcache {
 
 using namespace llvm;
@@ -171,7 +173,9 @@ std::unique_ptr<Bench> Bench::acquire(const std::string &cache, const std::vecto
     int fd = -1;
     if (sys::fs::openFileForReadWrite(lock, fd, sys::fs::CD_OpenAlways, sys::fs::OF_None))
       continue;
-    if (sys::fs::tryLockFile(fd, std::chrono::milliseconds(0))) {
+    // flock: held by this open file (fcntl's record locks, LLVM's tryLockFile, are the process's,
+    // so a second acquire in one process would get the same bench).
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       sys::Process::SafelyCloseFileDescriptor(fd);
       continue; // another run builds there
     }
@@ -181,7 +185,7 @@ std::unique_ptr<Bench> Bench::acquire(const std::string &cache, const std::vecto
 }
 
 Bench::~Bench() {
-  sys::fs::unlockFile(fd_);
+  ::flock(fd_, LOCK_UN);
   sys::Process::SafelyCloseFileDescriptor(fd_);
 }
 

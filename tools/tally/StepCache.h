@@ -45,9 +45,9 @@ std::string record(const std::string &dir, const std::string &key, const std::st
 /// A reusable build folder ("bench") for steps whose CMakeLists.txt and toolchain are the same:
 /// `tally run` writes a new step's files into it (only those whose text changed), configures it
 /// once and lets the build tool recompile what changed, instead of configuring and compiling a
-/// fresh folder for every step (docs/runtime.md, "The step cache"). A bench is held by one
-/// process at a time (an advisory lock on its lock file, released by the destructor); a run
-/// that finds every bench held builds in a fresh folder as before.
+/// fresh folder for every step (docs/codegen.md, "`tally run`"). A bench is held by one run at a
+/// time (flock on its lock file, released by the destructor); a run that finds every bench
+/// held builds in a fresh folder as before.
 class Bench {
 public:
   /// A free bench of `cache` for `files` (slots 0 and 1 of its CMakeLists.txt's hash), or none.
