@@ -343,6 +343,11 @@ struct Emitter {
   void selectRank(int64_t r);
   /// Why the plan's pipeline cannot be generated; true when it can (after fail() otherwise).
   bool checkPipeline();
+  /// One entry of stepSchedule (at a fused run's first entry, the run) into `body`, with the
+  /// moves around it: ZeRO's, sequence parallelism's, the tensor all-reduces; `ran(from, to)`
+  /// after entries [from, to] are written (micro_step's overlapped buckets). `e` is left at the
+  /// last entry written; false after fail().
+  bool scheduleEntry(size_t &e, llvm::function_ref<void(size_t, size_t)> ran);
   /// The ranks' namespaces (tables, chunk functions, update, train) and the layouts and
   /// train_step that pick one by rank; false after fail().
   bool pipelineSource(std::string &stages, std::string &tail);

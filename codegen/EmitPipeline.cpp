@@ -119,36 +119,8 @@ bool Emitter::chunkFunction(int64_t k, bool backward, std::string &out) {
     const StepEntry &se = a.stepSchedule[e];
     if (se.kind == StepEntry::Optimizer || ps.chunkOfOp[se.op] != k || (se.kind != StepEntry::Forward) != backward)
       continue;
-    op = &s.ops[se.op];
-    step = buffers.stepOf(e);
-    // Data x pipeline under ZeRO 2 and 3: the chunk's own moves (EmitZero.cpp; emitStep
-    // refuses --fuse with them).
-    if (pieced())
-      zeroBefore(e);
-    // A view has no code; a `contiguous` that shares its input's buffer (an add's gradient
-    // passed on) only a comment, as in micro_step.
-    const bool shared = op->kind == OpKind::Contiguous && op->attrs->shares;
-    if (opClass(op->kind) == OpClass::View || shared) {
-      if (shared && !sharedGradient())
-        return false;
-      if (pieced())
-        zeroAfter(e);
-      continue;
-    }
-    // A fused run (passes/Fusion.cpp keeps each in one chunk and one kind of entry), at its
-    // first entry; tensor x pipeline runs unfused (emitStep refuses --fuse with tensor > 1).
-    if (const Analysis::FusedKernel *f = fusedAt(e)) {
-      if (!fused(*f, entryKind(se.kind)) || !error.empty())
-        return false;
-      e += f->count - 1;
-      continue;
-    }
-    if (!sequenceBefore(e) || !emitEntry(se)) // tensor x pipeline with sequence parallelism:
-      return false;                            // the stage's gathers and reduce-scatters
-    sequenceAfter(e);
-    tensorParallelAfter(e); // tensor x pipeline: the stage's all-reduces (EmitTensor.cpp)
-    if (pieced())
-      zeroAfter(e);
+    if (!scheduleEntry(e, [](size_t, size_t) {})) // no overlapped buckets in a pipeline
+      return false;
   }
   op = nullptr;
   if (!backward && k + 1 < chunks)

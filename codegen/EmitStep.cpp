@@ -330,6 +330,41 @@ bool Emitter::emitEntry(const StepEntry &se) {
   return true;
 }
 
+bool Emitter::scheduleEntry(size_t &e, llvm::function_ref<void(size_t, size_t)> ran) {
+  const StepEntry &se = a.stepSchedule[e];
+  op = &s.ops[se.op];
+  step = buffers.stepOf(e);
+  if (pieced())
+    zeroBefore(e);
+  // A view has no code; a `contiguous` that shares its input's buffer (an add's gradient passed
+  // on) only a comment.
+  const bool shared = op->kind == OpKind::Contiguous && op->attrs->shares;
+  if (opClass(op->kind) == OpClass::View || shared) {
+    if (shared && !sharedGradient())
+      return false;
+    if (pieced())
+      zeroAfter(e);
+    return true;
+  }
+  // A fused run (passes/Fusion.cpp keeps each in one chunk and one kind of entry), at its first
+  // entry; emitStep refuses --fuse with tensor parallelism and with ZeRO 2 and 3.
+  if (const Analysis::FusedKernel *f = fusedAt(e)) {
+    if (!fused(*f, entryKind(se.kind)) || !error.empty())
+      return false;
+    ran(e, e + f->count - 1);
+    e += f->count - 1;
+    return true;
+  }
+  if (!sequenceBefore(e) || !emitEntry(se)) // sequence parallelism's gathers and reduce-scatters
+    return false;
+  sequenceAfter(e);
+  ran(e, e);
+  tensorParallelAfter(e); // the tensor all-reduces (EmitTensor.cpp)
+  if (pieced())
+    zeroAfter(e);
+  return true;
+}
+
 bool Emitter::microStep(std::string &outText) {
   std::map<size_t, std::vector<size_t>> startAfter = overlappedBuckets();
   // After entries [from, to] ran: the buckets whose last gradient write was among them.
@@ -339,41 +374,9 @@ bool Emitter::microStep(std::string &outText) {
         line("if (last) start_bucket(ctx, " + std::to_string(k) + "); // its last gradient is written");
   };
   body.clear();
-  for (size_t e = 0; e < a.stepSchedule.size(); ++e) {
-    const StepEntry &se = a.stepSchedule[e];
-    if (se.kind == StepEntry::Optimizer)
-      continue;
-    op = &s.ops[se.op];
-    step = buffers.stepOf(e);
-    if (pieced())
-      zeroBefore(e);
-    if (opClass(op->kind) == OpClass::View) {
-      if (pieced())
-        zeroAfter(e);
-      continue;
-    }
-    if (op->kind == OpKind::Contiguous && op->attrs->shares) { // an add's gradient passed on
-      if (!sharedGradient())
-        return false;
-      if (pieced())
-        zeroAfter(e);
-      continue;
-    }
-    if (const Analysis::FusedKernel *f = fusedAt(e)) {
-      if (!fused(*f, entryKind(se.kind)) || !error.empty())
-        return false;
-      startBuckets(e, e + f->count - 1);
-      e += f->count - 1;
-      continue;
-    }
-    if (!sequenceBefore(e) || !emitEntry(se))
+  for (size_t e = 0; e < a.stepSchedule.size(); ++e)
+    if (a.stepSchedule[e].kind != StepEntry::Optimizer && !scheduleEntry(e, startBuckets))
       return false;
-    sequenceAfter(e);
-    startBuckets(e, e);
-    tensorParallelAfter(e);
-    if (pieced())
-      zeroAfter(e);
-  }
   op = nullptr;
   if (be.device) { // the loss goes to device_losses[m]; the graph region calls it (EmitGraph.cpp)
     outText = functors + (overlap() ? "static void start_bucket(rt::Ctx &ctx, int k);\n\n" : "") +
