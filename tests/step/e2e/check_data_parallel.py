@@ -160,7 +160,7 @@ RTOL_ZERO = 1e-5
 RTOL_BF16 = 1e-4  # the loss of mixed bf16 runs whose gradients' bf16 sums associate differently
 PLANS = ["dp1", "dp2", "dp2o", "dp2z", "dp2_bf16", "dp2z_bf16", "dp2z2", "dp2z3", "tp2", "tp2sp", "dp2tp2", "dp2tp2z",
          "dp2tp2z2", "dp2tp2z3", "dp2tp2_bf16", "dp2tp2z_bf16", "dp2tp2z2_bf16", "dp2tp2z3_bf16", "dp2tp2sp",
-         "dp2tp2spz", "dp2tp2spz2", "dp2tp2spz3", "dp2tp2spz_bf16", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2z2", "dp2pp2z3", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "tp2pp2sp", "dp2tp2pp2", "dp2tp2pp2z"]
+         "dp2tp2spz", "dp2tp2spz2", "dp2tp2spz_bf16", "pp1", "pp2", "pp2ckpt", "pp2v2", "dp2pp2", "dp2pp2z", "dp2pp2z2", "dp2pp2z3", "dp2pp2_bf16", "dp2pp2z_bf16", "tp2pp2", "tp2pp2v2", "tp2pp2sp", "dp2tp2pp2", "dp2tp2pp2z"]
 RANKS = {"dp1": 1, "pp1": 1, "dp2tp2": 4, "dp2tp2_bf16": 4, "dp2tp2z_bf16": 4, "dp2tp2z2_bf16": 4, "dp2tp2z3_bf16": 4, "dp2tp2z": 4, "dp2tp2z2": 4, "dp2tp2z3": 4, "dp2tp2sp": 4, "dp2tp2spz": 4, "dp2tp2spz2": 4, "dp2tp2spz3": 4, "dp2tp2spz_bf16": 4,
          "dp2pp2": 4, "dp2pp2z": 4, "dp2pp2z2": 4, "dp2pp2z3": 4, "dp2pp2_bf16": 4, "dp2pp2z_bf16": 4, "tp2pp2v2": 4, "tp2pp2sp": 4, "tp2pp2": 4, "dp2tp2pp2": 8, "dp2tp2pp2z": 8}  # the others: 2
 # Pipeline plans: which layers (repeat copies h.L) each rank holds, as the estimate assigns them.
