@@ -450,13 +450,16 @@ double num(const json::Object *o, StringRef key) {
 }
 
 /// The estimate's seconds per optimizer step by op class: forward + backward of every op (a
-/// backward op's kernels under its forward op's class) and its recomputes.
+/// backward op's kernels under its forward op's class) and its recomputes; under pipeline
+/// parallelism those of rank 0's stage only (its chunks), as the step measures rank 0.
 std::map<std::string, double> estimatedByClass(const Analysis &a) {
   std::map<std::string, double> out;
   double steps = static_cast<double>(a.time.accumulationSteps);
+  const auto &ps = a.pipelineStep;
   auto add = [&](OpId i, double seconds) {
     OpClass c = opClass(a.graph->ops[i].kind);
-    if (c != OpClass::View)
+    bool mine = ps.chunks.empty() || (i < ps.chunkOfOp.size() && ps.chunkOfOp[i] % ps.stages == 0);
+    if (c != OpClass::View && mine)
       out[opClassName(c).str()] += seconds * steps;
   };
   for (OpId i = 0; i < a.ops.size() && i < a.graph->ops.size(); ++i)

@@ -547,7 +547,12 @@ def pipeline_stages(runs, weights, result):
     rank, its params region derived from the shapes of the tensors its stage holds, its sent bytes
     from the boundary's size (and under data x pipeline its stage's grads region, all-reduced over
     its data group: a ring of 2 sends the region's bytes), per group; its idle time measured beside
-    the estimated bubble."""
+    the estimated bubble. The time by class is rank 0's on both sides: pp2's estimate has no loss
+    class (the head and loss run on rank 1), pp1's has one."""
+    if "pp2" in runs and "pp1" in runs:
+        e2, e1 = runs["pp2"][0]["estimated"]["by_class_s"], runs["pp1"][0]["estimated"]["by_class_s"]
+        result("pp2 estimated classes are rank 0's", "loss" not in e2 and "loss" in e1 and "matmul" in e2,
+               "pp2 %s, pp1 %s" % (sorted(e2), sorted(e1)))
     for p, layers in STAGES.items():
         if p not in runs:
             continue
