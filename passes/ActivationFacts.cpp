@@ -14,6 +14,16 @@ namespace tally {
 
 std::shared_ptr<WalkMemo> newWalkMemo() { return std::make_shared<WalkMemo>(); }
 
+std::shared_ptr<LayoutFactsMemo> newLayoutFactsMemo(size_t keep) {
+  auto memo = std::make_shared<LayoutFactsMemo>();
+  memo->keep = keep;
+  return memo;
+}
+
+std::pair<size_t, size_t> layoutFactsCounts(const LayoutFactsMemo &memo) {
+  return {memo.made, memo.reused};
+}
+
 WalkMemoStats walkMemoStats(const WalkMemo &memo) {
   WalkMemoStats s;
   s.reused = memo.reused;
@@ -31,18 +41,19 @@ namespace activations {
 namespace {
 
 /// Megatron's split, propagated in topological order (see step 1 of passes/Activations.cpp).
-void markSplit(Facts &f, const Analysis &a) {
-  const Graph &g = f.g;
-  f.split.assign(g.tensors.size(), false);
-  if (f.tensorDegree <= 1)
+void markSplit(LayoutFacts &lf, const FactsStructure &st, double tensorDegree,
+               const TensorParallel &tp) {
+  const Graph &g = *st.graph;
+  lf.split.assign(g.tensors.size(), false);
+  if (tensorDegree <= 1)
     return;
   // The split the step time prices (StepTime.cpp, tensorSplit): one rule.
-  f.split = tensorParallelOf(a)->storageSplit;
+  lf.split = tp.storageSplit;
   // moe's saved expert buffers (outputs 1-4) are split like an MLP's hidden; y is whole.
-  for (OpId o : f.structure->moeOps) {
+  for (OpId o : st.moeOps) {
     const Op &op = g.ops[o];
     for (size_t i = 1; i < op.outputs.size(); ++i)
-      f.split[g.storageOf(op.outputs[i])] = true;
+      lf.split[g.storageOf(op.outputs[i])] = true;
   }
 }
 
@@ -235,22 +246,24 @@ StepScale stepScale(const Plan &plan) {
   return {micro, micro / degree(plan.parallel.data) / degree(plan.parallel.pipeline)};
 }
 
-/// Step 1: the graph's part (structureOf), then the layout's.
-Facts gatherFacts(const Analysis &a) {
+namespace {
+
+/// The layout's part of the facts (LayoutFacts) for analysis `a`, made into `lf`; `f` views
+/// it (its members are lf's) and is read for the bytes of a stored tensor.
+void makeLayoutFacts(LayoutFacts &lf, const Facts &f, const Analysis &a,
+                     const TensorParallel &tp) {
   const Graph &g = *a.graph;
-  Facts f(a, structureOf(a));
-  markSplit(f, a);
+  markSplit(lf, *f.structure, f.tensorDegree, tp);
   // Sequence parallelism (Korthikanti et al. 2022; passes/StepTime.cpp): the activations outside
   // the tensor-parallel regions are split over the sequence (TensorSplit.cpp, sequenceSplit), so
   // every activation is split but the embedding section's before it is scattered and, under
   // Plan::tensorStep, the whole head's logits and loss.
   if (a.plan->parallel.sequenceParallel && f.tensorDegree > 1) {
-    std::shared_ptr<const TensorParallel> tp = tensorParallelOf(a);
-    const std::vector<bool> &seq = tp->sequenceSplit;
+    const std::vector<bool> &seq = tp.sequenceSplit;
     for (TensorId t = 0; t < g.tensors.size() && t < seq.size(); ++t)
-      f.split[t] = f.split[t] || (f.isActivation(t) && seq[g.storageOf(t)]);
+      lf.split[t] = lf.split[t] || (f.isActivation(t) && seq[g.storageOf(t)]);
   }
-  f.opTime.assign(g.ops.size(), 0);
+  lf.opTime.assign(g.ops.size(), 0);
   // Computed once per shared record and op class (OpTable::recordOf): a deep model's layers
   // share their records.
   // Each op's time is one device's: its work over its tensor and context split, as the step
@@ -260,8 +273,7 @@ Facts gatherFacts(const Analysis &a) {
     OpClass c = OpClass::View;
     double split = 1, time = 0;
   };
-  std::shared_ptr<const TensorParallel> tp = tensorParallelOf(a);
-  const std::vector<double> &splits = tp->split;
+  const std::vector<double> &splits = tp.split;
   std::vector<Known> timeOfRecord(a.ops.recordSlots());
   const std::vector<OpClass> &classes = f.structure->opClasses;
   for (OpId o = 0; o < g.ops.size(); ++o) {
@@ -279,27 +291,63 @@ Facts gatherFacts(const Analysis &a) {
       known = {true, c, splits[o],
                kernelTime(a.plan->target, c, oa.computeDtype, splitWork(work, splits[o]))};
     }
-    f.opTime[o] = known.time;
+    lf.opTime[o] = known.time;
   }
-  f.tensorBuffer.assign(g.tensors.size(), 0);
+  lf.tensorBuffer.assign(g.tensors.size(), 0);
   for (TensorId t : f.structure->stored)
-    f.tensorBuffer[t] = std::ceil(f.bytes(t));
-  f.extraBuffer.assign(f.extras.items.size(), 0);
+    lf.tensorBuffer[t] = std::ceil(f.bytes(t));
+  lf.extraBuffer.assign(f.extras.items.size(), 0);
   for (OpId o = 0; o < g.ops.size(); ++o) {
     if (f.extraCount(o) == 0)
       continue;
     double divisor = f.buffersSplit(g.ops[o]) ? f.tensorDegree : 1;
     for (uint32_t k = 0; k < f.extraCount(o); ++k)
-      f.extraBuffer[f.extras.start[o] + k] = std::ceil(a.savedOf(o)[f.extras.of(o)[k]].bytes / divisor);
+      lf.extraBuffer[f.extras.start[o] + k] = std::ceil(a.savedOf(o)[f.extras.of(o)[k]].bytes / divisor);
     // An op whose backward holds a working set (the eager loss) keeps an extra buffer for that
     // backward, so it is among these ops: no second pass over a deep model's ops.
     if (f.hasBackward[o])
       if (double scratch = backwardScratch(g, g.ops[o]); scratch > 0)
-        f.backwardScratch.emplace_back(o, std::ceil(scratch / divisor));
+        lf.backwardScratch.emplace_back(o, std::ceil(scratch / divisor));
   }
-  if (a.walks) {
-    f.memo = a.walks.get();
-    f.walked = memoVariant(*f.memo, f, a);
+  if (a.walks)
+    lf.walked = memoVariant(*a.walks, f, a);
+}
+
+} // namespace
+
+/// Step 1: the graph's part (structureOf), then the layout's: Analysis::layoutFacts' entry
+/// for the same inputs, else made (and kept there, when there is a memo).
+Facts gatherFacts(const Analysis &a) {
+  std::shared_ptr<const FactsStructure> st = structureOf(a);
+  std::shared_ptr<const TensorParallel> tp = tensorParallelOf(a);
+  // The key's split is the graph part's (tensorParallelOf's memo); without that memo each
+  // call makes a new split and no entry could be read again.
+  LayoutFactsMemo *memo = a.tensorParallelMemo ? a.layoutFacts.get() : nullptr;
+  LayoutFactsMemo::Key key;
+  if (memo) {
+    key = {a.walks, tp, a.saved, a.fp8.savedBytes,
+           a.headPad.applies() ? a.headPad.logits : kNone,
+           a.headPad.applies() ? static_cast<double>(a.headPad.padded) / static_cast<double>(a.headPad.vocab) : 1.0};
+    for (auto it = memo->entries.begin(); it != memo->entries.end(); ++it)
+      if (it->first == key) {
+        std::shared_ptr<const LayoutFacts> found = it->second;
+        std::rotate(it, it + 1, memo->entries.end()); // the newest last
+        ++memo->reused;
+        Facts f(a, std::move(st), std::move(found));
+        f.memo = a.walks.get();
+        return f;
+      }
+  }
+  auto lf = std::make_shared<LayoutFacts>();
+  Facts f(a, std::move(st), lf);
+  f.memo = a.walks.get();
+  makeLayoutFacts(*lf, f, a, *tp);
+  f.walked = lf->walked;
+  if (memo && memo->keep > 0) {
+    ++memo->made;
+    if (memo->entries.size() >= memo->keep)
+      memo->entries.erase(memo->entries.begin());
+    memo->entries.emplace_back(std::move(key), lf);
   }
   return f;
 }

@@ -215,6 +215,46 @@ struct WalkMemo {
   size_t structures = 0;
 };
 
+struct TensorParallel;
+
+/// The part of the walks' facts (activations::Facts) that a layout decides, made by
+/// gatherFacts: which stored tensors tensor parallelism splits, each op's roofline time, each
+/// buffer's bytes on one device, the ops whose backward holds scratch bytes, and the walk
+/// memo's variant for these facts.
+struct LayoutFacts {
+  std::vector<bool> split;
+  std::vector<double> opTime;
+  std::vector<double> tensorBuffer, extraBuffer;
+  std::vector<std::pair<OpId, double>> backwardScratch;
+  WalkMemo::Variant *walked = nullptr;
+};
+
+/// Analysis::layoutFacts: the layout facts last made, by what gatherFacts computes them from
+/// besides the target (which the candidates of one AnalysisManager share): the walk memo and
+/// the tensor-parallel split (both per graph part: its graph and op costs; the split's key
+/// is the tensor degree, context, sequence parallelism, tensorStep and training), the saved
+/// lists, the fp8 bytes and the head's padding. The layout search's candidates that differ
+/// only in pipeline, interleave, data, ZeRO or checkpoint policy read one entry instead of
+/// each computing the facts (O(ops) each: a third of a 10,000-layer search). The newest
+/// `keep` entries are kept; the key holds what it names alive, so no address is reused.
+struct LayoutFactsMemo {
+  struct Key {
+    std::shared_ptr<WalkMemo> walks;
+    std::shared_ptr<const TensorParallel> tensorParallel;
+    std::shared_ptr<const Analysis::SavedLists> saved;
+    std::shared_ptr<const std::vector<double>> fp8Bytes;
+    TensorId padLogits = kNone;
+    double padGrow = 1;
+    bool operator==(const Key &o) const {
+      return walks == o.walks && tensorParallel == o.tensorParallel && saved == o.saved &&
+             fp8Bytes == o.fp8Bytes && padLogits == o.padLogits && padGrow == o.padGrow;
+    }
+  };
+  size_t keep = 0;
+  std::vector<std::pair<Key, std::shared_ptr<const LayoutFacts>>> entries; ///< newest last
+  size_t made = 0, reused = 0;
+};
+
 namespace activations {
 
 /// A copy of a repeated block ("h[3]") and the ops written in it or below it (ir/Graph.h).
@@ -232,40 +272,47 @@ struct Facts {
   uint32_t extraCount(OpId o) const { return extras.start[o + 1] - extras.start[o]; }
   /// The nested-recomputation chain, solved on first use (nestedPolicy).
   mutable std::shared_ptr<std::optional<struct Chain>> chain;
+  /// The layout's part (LayoutFacts), shared with the analyses that read the same; its
+  /// members follow.
+  std::shared_ptr<const LayoutFacts> layout;
   /// Analysis::walks (or null) and its walks done under these facts.
   WalkMemo *memo = nullptr;
   WalkMemo::Variant *walked = nullptr;
-  std::vector<bool> split;                    ///< per stored tensor: split by tensor parallelism
+  const std::vector<bool> &split;             ///< per stored tensor: split by tensor parallelism
   /// The repeat copies (Analysis::copies): in the order of their first op, and per op the
   /// index of its copy or kNone.
   const std::vector<Copy> &copies;
   const std::vector<uint32_t> &copyOfOp;
   /// per op: roofline seconds of its forward on the target (executed FLOPs and bytes at the
   /// op's compute dtype, before any parallel split): what recomputing it costs.
-  std::vector<double> opTime;
+  const std::vector<double> &opTime;
   /// The per-op records the walks read the re-run FLOPs from: the analysis's, or a copy of
   /// them kept by walks that run while later passes write the analysis's (planActivations).
   const OpTable *ops;
   /// The bytes a buffer takes on one device, rounded up to whole bytes: per stored tensor
   /// (bytes(t)), and per extra buffer in the order of extras.items (a walk makes millions of
   /// buffers; these are computed once).
-  std::vector<double> tensorBuffer, extraBuffer;
+  const std::vector<double> &tensorBuffer, &extraBuffer;
   /// (op, whole bytes on one device) of each op whose backward holds bytes only while it runs
   /// (ForwardCost::backwardScratch: the eager loss), in op order; few or none.
-  std::vector<std::pair<OpId, double>> backwardScratch;
+  const std::vector<std::pair<OpId, double>> &backwardScratch;
   /// The whole bytes of a walk's key (liveness): a stored tensor's (keys below the tensor
   /// count), else an extra buffer's.
   double keyBuffer(uint32_t key) const {
     return key < tensorBuffer.size() ? tensorBuffer[key] : extraBuffer[key - tensorBuffer.size()];
   }
 
-  Facts(const Analysis &a, std::shared_ptr<const FactsStructure> st)
+  Facts(const Analysis &a, std::shared_ptr<const FactsStructure> st,
+        std::shared_ptr<const LayoutFacts> lf)
       : g(*a.graph), train(a.plan->isTrain),
         tensorDegree(static_cast<double>(std::max<int64_t>(1, a.plan->parallel.tensor))),
         structure(std::move(st)), hasBackward(structure->hasBackward),
         readers(structure->readers), savers(structure->savers), reads(structure->reads),
         keeps(structure->keeps), writes(structure->writes), extras(structure->extras),
-        copies(a.copies->copies), copyOfOp(a.copies->ofOp), ops(&a.ops),
+        layout(std::move(lf)), walked(layout->walked), split(layout->split),
+        copies(a.copies->copies), copyOfOp(a.copies->ofOp), opTime(layout->opTime), ops(&a.ops),
+        tensorBuffer(layout->tensorBuffer), extraBuffer(layout->extraBuffer),
+        backwardScratch(layout->backwardScratch),
         tensorBytes(a.fp8.savedBytes ? *a.fp8.savedBytes : structure->tensorBytes),
         padLogits(a.headPad.applies() ? a.headPad.logits : kNone),
         padGrow(a.headPad.applies() ? static_cast<double>(a.headPad.padded) / static_cast<double>(a.headPad.vocab)

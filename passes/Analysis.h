@@ -98,6 +98,8 @@ struct StepEntry {
 /// Activations.cpp: the liveness walks done on one graph (Analysis::walks).
 struct WalkMemo;
 struct TensorParallelMemo;
+struct LayoutFactsMemo;
+struct OpTimesMemo;
 class GradientSharesOnce; // passes/GradientShares.h
 
 /// How the generated tensor-parallel step cuts one parameter over its t ranks: `dim` (-1:
@@ -231,6 +233,13 @@ struct Analysis {
   /// made by AnalysisManager for its graph parts and shared by every analysis copied from
   /// one; null elsewhere (each pass then makes the split it reads).
   std::shared_ptr<TensorParallelMemo> tensorParallelMemo;
+  /// The walks' layout facts last made for this graph part's candidates
+  /// (passes/ActivationsInternal.h, LayoutFactsMemo): set by an AnalysisManager that keeps
+  /// them (the layout search) on its graph parts, beside tensorParallelMemo; null elsewhere.
+  std::shared_ptr<LayoutFactsMemo> layoutFacts;
+  /// The step time's per-op times of the last candidates (passes/StepTime.cpp, OpTimesMemo):
+  /// set beside layoutFacts; null elsewhere.
+  std::shared_ptr<OpTimesMemo> opTimesMemo;
   /// The whole training step (passes/Backward.cpp): graph's forward ops with the same ids,
   /// then backward and optimizer ops. For infer plans, a copy of the forward graph.
   std::shared_ptr<const Graph> step;
@@ -407,6 +416,9 @@ struct Analysis {
     double mfu = 0, hfu = 0;
     double steps = 0;            ///< optimizer steps for `tokens`
     int64_t accumulationSteps = 1;
+    /// One micro-batch's forward, backward and recompute op times summed over every op, all
+    /// pipeline stages together (StepTime.cpp's F + B + R; the layout search's computeBound).
+    double microBatchCompute = 0;
     // StepTime.cpp: the parts of `communication`, seconds per step on one device.
     double dataParallelComm = 0, tensorParallelComm = 0, pipelineComm = 0;
     double contextParallelComm = 0; ///< ring attention's K/V passes not hidden by attention

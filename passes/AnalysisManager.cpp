@@ -137,10 +137,29 @@ const Analysis *AnalysisManager::graphPart(const Plan &candidate, bool checkpoin
   std::vector<Analysis::BlockCount>().swap(gp->part->params.byBlock);
   gp->part->tensorParallelMemo = std::make_shared<TensorParallelMemo>();
   gp->part->savedMemo = std::make_shared<Analysis::SavedListsMemo>();
+  gp->part->layoutFacts = layoutFacts_;
+  gp->part->opTimesMemo = opTimes_;
   if (baseGraph && base_.walks)
     gp->part->walks = base_.walks;
   gp->part->plan = nullptr; // analyzeLayout sets each candidate's plan
   return &*gp->part;
+}
+
+void AnalysisManager::keepLayoutFacts(size_t keep) {
+  layoutFacts_ = keep > 0 ? newLayoutFactsMemo(keep) : nullptr;
+  opTimes_ = keep > 0 ? newOpTimesMemo(keep) : nullptr;
+}
+
+size_t AnalysisManager::opTimesMade() const { return opTimes_ ? opTimesCounts(*opTimes_).first : 0; }
+
+size_t AnalysisManager::opTimesReused() const { return opTimes_ ? opTimesCounts(*opTimes_).second : 0; }
+
+size_t AnalysisManager::layoutFactsMade() const {
+  return layoutFacts_ ? layoutFactsCounts(*layoutFacts_).first : 0;
+}
+
+size_t AnalysisManager::layoutFactsReused() const {
+  return layoutFacts_ ? layoutFactsCounts(*layoutFacts_).second : 0;
 }
 
 std::optional<Analysis> AnalysisManager::layout(const Plan &candidate, bool timed) {

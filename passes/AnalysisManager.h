@@ -94,6 +94,17 @@ public:
   int graphsAnalysed() const { return graphsAnalysed_; }
   int graphsLowered() const { return graphsLowered_; }
   int layoutsAnalysed() const { return layouts_; }
+  /// Keep the walks' layout facts and the step time's per-op times of the `keep` newest
+  /// distinct layouts for the graph parts made from now on (Analysis::layoutFacts,
+  /// opTimesMemo): candidates that differ only where those do not (pipeline, interleave,
+  /// data, ZeRO, the checkpoint policy) share them. The layout search visits its candidates
+  /// so (searchLayouts); 0 keeps none. Each entry is O(ops).
+  void keepLayoutFacts(size_t keep);
+  /// Layout facts and op times made and read again (tests).
+  size_t layoutFactsMade() const;
+  size_t layoutFactsReused() const;
+  size_t opTimesMade() const;
+  size_t opTimesReused() const;
 
 private:
   struct GraphPart;
@@ -110,6 +121,8 @@ private:
   std::vector<std::pair<Plan, std::optional<Trial>>> done_;
   int layouts_ = 0;
   bool memoryOnly_ = false;
+  std::shared_ptr<LayoutFactsMemo> layoutFacts_;
+  std::shared_ptr<OpTimesMemo> opTimes_;
 };
 
 } // namespace tally

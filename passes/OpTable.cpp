@@ -89,6 +89,15 @@ void OpTable::release(uint32_t r) {
   free_.push_back(r);
 }
 
+bool OpTable::sameLayout(const OpTable &o) const {
+  if (recordOf_ != o.recordOf_ || records_.size() != o.records_.size())
+    return false;
+  for (size_t r = 0; r < records_.size(); ++r)
+    if (!same(records_[r], o.records_[r]))
+      return false;
+  return true;
+}
+
 void OpTable::set(size_t op, const OpAnalysis &value) {
   uint32_t from = recordOf_[op];
   if (same(records_[from], value))

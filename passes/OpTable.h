@@ -80,6 +80,10 @@ public:
 
   /// Whether two records are equal, bit for bit (every byte of the record is a field).
   static bool same(const OpAnalysis &x, const OpAnalysis &y);
+  /// Whether two tables hold the same records in the same slots for every op (O(ops), one
+  /// comparison of the per-op slots): tables made by the same sets from the same table are;
+  /// equal tables laid out otherwise are not said to be.
+  bool sameLayout(const OpTable &o) const;
 
 private:
   uint32_t find(const OpAnalysis &value, uint64_t hash) const; ///< an equal record, or kNone

@@ -94,6 +94,14 @@ double modelStatesFloor(const Analysis &counted, const Plan &plan);
 void planActivations(Analysis &a, std::function<void()> *curveLater = nullptr);
 /// An empty Analysis::walks for a new graph part (analyzeGraph).
 std::shared_ptr<WalkMemo> newWalkMemo();
+/// An empty Analysis::layoutFacts keeping the `keep` newest entries (AnalysisManager), and
+/// the entries it made and read again.
+std::shared_ptr<LayoutFactsMemo> newLayoutFactsMemo(size_t keep);
+std::pair<size_t, size_t> layoutFactsCounts(const LayoutFactsMemo &memo);
+/// StepTime.cpp: an empty Analysis::opTimesMemo keeping the `keep` newest entries, and the
+/// entries it made and read again.
+std::shared_ptr<OpTimesMemo> newOpTimesMemo(size_t keep);
+std::pair<size_t, size_t> opTimesCounts(const OpTimesMemo &memo);
 /// Activations.cpp: the walks' facts that depend only on the graph, its saved lists
 /// (Analysis::saved, made) and the training flag, built into Analysis::walks, where
 /// planActivations finds them (analyzeGraph builds them beside the training step).

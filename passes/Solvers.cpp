@@ -472,13 +472,14 @@ bool timeBudgets(const Plan &plan) {
                      [](const BudgetSpec &b) { return b.metric != BudgetMetric::MemoryPerDevice; });
 }
 
-/// The per-micro-batch forward and backward op times (stepTime's F and B) of the candidates
-/// that share what an op's time reads of a candidate (passes/StepTime.cpp, opTimes) besides
-/// the target and precision, which a search keeps: the graph, the tensor degree (each op's
-/// split), the head's padding and the stack (its attention kernel and fusion), which the
-/// layout decides, and the checkpoint policy. Taken from the first of them that is timed;
-/// the bound reads them for the others (tests/unit/test_solvers.cpp checks that searches
-/// with and without it answer alike).
+/// The per-micro-batch forward, backward and recompute op times over all stages (stepTime's
+/// F + B + R) of the candidates that share what an op's time reads of a candidate
+/// (passes/StepTime.cpp, opTimes) besides the target and precision, which a search keeps: the
+/// graph, the tensor degree (each op's split), the head's padding and the stack (its attention
+/// kernel and fusion), which the layout decides, and the checkpoint policy, which with the
+/// graph decides the ops re-run (the walk's schedule; the pipeline does not change it). Taken
+/// from the first of them that is timed; the bound reads them for the others
+/// (tests/unit/test_solvers.cpp checks that searches with and without it answer alike).
 struct OpTimeSums {
   const Analysis *part;
   int64_t tensor;
@@ -486,14 +487,125 @@ struct OpTimeSums {
   std::string policy;
   std::string stack, attention; ///< the stack the layout picks, and its attention kernel
   bool native, fused;           ///< runsNativeAttention, fusedGates
-  double F, B;
+  double W;
 };
 
 } // namespace
 
-double computeBound(double F, double B, double m, double p, double v) {
-  return (F + B) / p * (m + (p - 1) / v);
+double computeBound(double W, double m, double p, double v) {
+  return W / p * (m + (p - 1) / v);
 }
+
+namespace {
+
+/// The state of one layout search (searchLayouts): the candidates that fit, the best times so
+/// far and the op-time sums of each kind of candidate timed.
+struct LayoutSearcher {
+  const Plan &base;
+  AnalysisManager &analyses;
+  LayoutSearch &out;
+  double memoryLimit;
+  size_t keep;
+  bool bound;
+  std::vector<ParallelLayout> fits;
+  // The `keep` best step times so far (a max-heap) and the op-time sums of each kind of
+  // candidate timed: a fitting candidate whose computeBound exceeds the heap's top cannot be
+  // among the `keep` best and is not timed (a plan with time budgets, or an infer plan, times
+  // every one).
+  std::vector<double> bestTimes;
+  std::vector<OpTimeSums> sums;
+
+  /// Whether `cand` (its layout and micro-batch set) fits under one of the checkpoint
+  /// policies, the first that does taken (recomputing more only adds time): Megatron's
+  /// selective (the attention core) first, then tally's wider form (norms and GELU/SiLU too),
+  /// then whole blocks.
+  bool tryPolicies(Plan &cand) {
+    const Parallelism &par = cand.parallel;
+    const int64_t t = par.tensor, p = par.pipeline, v = par.interleave, d = par.data, m = cand.microBatch;
+    for (const char *policy : {"none", "selective", "selective_wide", "full"}) {
+      cand.checkpoint = policy;
+      // Memory first: the time of only a candidate that fits is priced.
+      Analysis r = *analyses.layout(cand, /*timed=*/false);
+      ++out.analysed;
+      if (r.memory.peak > memoryLimit)
+        continue; // more recompute may fit
+      const Analysis *part = analyses.graphPart(cand);
+      const int64_t padded = r.headPad.applies() ? r.headPad.padded : 0;
+      // The stack is chosen from the layout (passes/Stack.h): its attention kernel and
+      // fusion change op times.
+      OpTimeSums key{part, t, padded, cand.checkpoint, stackName(cand), attentionKernel(cand),
+                     runsNativeAttention(cand), fusedGates(cand), 0};
+      auto known = std::find_if(sums.begin(), sums.end(), [&](const OpTimeSums &x) {
+        return x.part == key.part && x.tensor == key.tensor && x.padded == key.padded &&
+               x.policy == key.policy && x.stack == key.stack && x.attention == key.attention &&
+               x.native == key.native && x.fused == key.fused;
+      });
+      if (bound && known != sums.end() && keep > 0 && bestTimes.size() >= keep) {
+        double steps = static_cast<double>(base.batch) / static_cast<double>(m * d);
+        // A relative margin for the order the stages' sums are added in.
+        double floor = computeBound(known->W, steps, static_cast<double>(p),
+                                    static_cast<double>(v)) * (1 - 1e-9);
+        if (floor > bestTimes.front()) {
+          ++out.fitted; // no time budget: memory is the fit
+          ++out.unpriced;
+          return true;
+        }
+      }
+      analyses.priceTime(r);
+      if (known == sums.end()) {
+        key.W = r.time.microBatchCompute;
+        sums.push_back(std::move(key));
+      }
+      Trial tr = trialOf(r);
+      if (meetsBudgets(base, tr)) {
+        ++out.fitted;
+        fits.push_back({t, p, v, d, m, par.zero, r.checkpoint.policy, tr});
+        bestTimes.push_back(tr.stepTime);
+        std::push_heap(bestTimes.begin(), bestTimes.end());
+        if (bestTimes.size() > keep) {
+          std::pop_heap(bestTimes.begin(), bestTimes.end());
+          bestTimes.pop_back();
+        }
+      }
+      return true;
+    }
+    return false;
+  }
+
+  /// The interleaves `vs` of layout `cand` (tensor, pipeline, data, ZeRO set), each over its
+  /// micro-batches smallest first up to the first that fits under no policy. The interleaves
+  /// go innermost: one micro-batch's candidates then differ only in what the walks' layout
+  /// facts do not read (AnalysisManager::keepLayoutFacts), so they share them.
+  void searchInterleaves(Plan &cand, const Analysis &a, const std::vector<int64_t> &vs) {
+    std::vector<int64_t> open; // the interleaves whose smaller micro-batches all fitted
+    for (int64_t v : vs) {
+      cand.parallel.interleave = v;
+      // The model states and framework memory with the allocator's reserve: when they
+      // alone exceed the limit, nothing fits.
+      if (modelStatesFloor(a, cand) > memoryLimit)
+        ++out.prunedStatic;
+      else
+        open.push_back(v);
+    }
+    for (int64_t m : divisors(base.batch / cand.parallel.data)) {
+      if (open.empty())
+        break;
+      cand.microBatch = m;
+      cand.microBatchGiven = true;
+      if (!analyses.graphPart(cand))
+        continue;
+      std::vector<int64_t> fitted;
+      for (int64_t v : open) {
+        cand.parallel.interleave = v;
+        if (tryPolicies(cand))
+          fitted.push_back(v); // else a larger micro-batch needs more memory still
+      }
+      open = std::move(fitted);
+    }
+  }
+};
+
+} // namespace
 
 LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t devices,
                            double memoryLimit, size_t keep, bool bound) {
@@ -510,19 +622,13 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
   }
   // Graphs by micro-batch, lowered once each, with the passes that depend on the graph alone
   // (parameters, op costs, the backward) run once each: a layout changes neither. Every
-  // micro-batch is tried under each layout, so all its graphs stay cached.
+  // micro-batch is tried under each layout, so all its graphs stay cached; the walks' layout
+  // facts of the last few (tensor degree, micro-batch, stack) are kept.
   AnalysisManager analyses(a, relower, /*keepGraphs=*/SIZE_MAX);
-  std::vector<ParallelLayout> fits;
-  // The `keep` best step times so far (a max-heap) and the op-time sums of each kind of
-  // candidate timed: a fitting candidate whose computeBound exceeds the heap's top cannot be
-  // among the `keep` best and is not timed (a plan with time budgets, or an infer plan, times
-  // every one).
-  bound = bound && base.isTrain && !timeBudgets(base);
-  std::vector<double> bestTimes;
-  std::vector<OpTimeSums> sums;
-  // Megatron's selective (the attention core) first, then tally's wider form (norms and
-  // GELU/SiLU too), then whole blocks.
-  const char *policies[] = {"none", "selective", "selective_wide", "full"};
+  analyses.keepLayoutFacts(4);
+  // A plan with time budgets, or an infer plan, times every fitting candidate.
+  LayoutSearcher search{base, analyses, out, memoryLimit, keep,
+                        bound && base.isTrain && !timeBudgets(base), {}, {}, {}};
   int64_t perContext = devices / context;
   for (int64_t t : divisors(perContext)) {
     if (t > perNode || (out.heads > 0 && (out.heads % t || out.kvHeads % t)))
@@ -534,80 +640,13 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
       if (base.batch % d)
         continue;
       std::vector<int64_t> interleaves = p > 1 ? divisors(out.layers / p) : std::vector<int64_t>{1};
-      for (int64_t v : interleaves) {
-        ++out.shapes;
-        for (int zero = 0; zero <= (d > 1 ? 3 : 0); ++zero) {
-          Plan cand = base;
-          Parallelism &par = cand.parallel;
-          par.tensor = t, par.pipeline = p, par.interleave = v, par.data = d, par.zero = zero;
-          par.devices = devices;
-          // The model states and framework memory with the allocator's reserve: when they
-          // alone exceed the limit, nothing fits.
-          if (modelStatesFloor(a, cand) > memoryLimit) {
-            ++out.prunedStatic;
-            continue;
-          }
-          for (int64_t m : divisors(base.batch / d)) {
-            cand.microBatch = m;
-            cand.microBatchGiven = true;
-            if (!analyses.graphPart(cand))
-              continue;
-            bool fitted = false;
-            for (const char *policy : policies) {
-              cand.checkpoint = policy;
-              // Memory first: the time of only a candidate that fits is priced.
-              Analysis r = *analyses.layout(cand, /*timed=*/false);
-              ++out.analysed;
-              if (r.memory.peak > memoryLimit)
-                continue; // more recompute may fit
-              fitted = true;
-              const Analysis *part = analyses.graphPart(cand);
-              const int64_t padded = r.headPad.applies() ? r.headPad.padded : 0;
-              // The stack is chosen from the layout (passes/Stack.h): its attention kernel and
-              // fusion change op times.
-              OpTimeSums key{part, t, padded, cand.checkpoint, stackName(cand), attentionKernel(cand),
-                             runsNativeAttention(cand), fusedGates(cand), 0, 0};
-              auto known = std::find_if(sums.begin(), sums.end(), [&](const OpTimeSums &x) {
-                return x.part == key.part && x.tensor == key.tensor && x.padded == key.padded &&
-                       x.policy == key.policy && x.stack == key.stack && x.attention == key.attention &&
-                       x.native == key.native && x.fused == key.fused;
-              });
-              if (bound && known != sums.end() && keep > 0 && bestTimes.size() >= keep) {
-                double steps = static_cast<double>(base.batch) / static_cast<double>(m * d);
-                // A relative margin for the order the stages' sums are added in.
-                double floor = computeBound(known->F, known->B, steps, static_cast<double>(p),
-                                            static_cast<double>(v)) * (1 - 1e-9);
-                if (floor > bestTimes.front()) {
-                  ++out.fitted; // no time budget: memory is the fit
-                  ++out.unpriced;
-                  break;
-                }
-              }
-              analyses.priceTime(r);
-              if (known == sums.end()) {
-                for (size_t i = 0; i < r.ops.size(); ++i) {
-                  key.F += r.ops[i].forwardTime;
-                  key.B += r.ops[i].backwardTime;
-                }
-                sums.push_back(std::move(key));
-              }
-              Trial tr = trialOf(r);
-              if (meetsBudgets(base, tr)) {
-                ++out.fitted;
-                fits.push_back({t, p, v, d, m, zero, r.checkpoint.policy, tr});
-                bestTimes.push_back(tr.stepTime);
-                std::push_heap(bestTimes.begin(), bestTimes.end());
-                if (bestTimes.size() > keep) {
-                  std::pop_heap(bestTimes.begin(), bestTimes.end());
-                  bestTimes.pop_back();
-                }
-              }
-              break; // recomputing more only adds time
-            }
-            if (!fitted)
-              break; // a larger micro-batch needs more memory still
-          }
-        }
+      out.shapes += static_cast<int64_t>(interleaves.size());
+      for (int zero = 0; zero <= (d > 1 ? 3 : 0); ++zero) {
+        Plan cand = base;
+        Parallelism &par = cand.parallel;
+        par.tensor = t, par.pipeline = p, par.data = d, par.zero = zero;
+        par.devices = devices;
+        search.searchInterleaves(cand, a, interleaves);
       }
     }
   }
@@ -621,6 +660,7 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
                 " layers and data dividing the batch of " + std::to_string(base.batch);
     return out;
   }
+  std::vector<ParallelLayout> &fits = search.fits;
   std::sort(fits.begin(), fits.end(), betterLayout);
   if (fits.size() > keep)
     fits.resize(keep);
@@ -628,12 +668,7 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
   if (out.best.empty())
     out.error = "no layout of " + std::to_string(devices) + " × " + base.target.name +
                 " fits " + formatBytes(memoryLimit) + " per device" +
-                (std::any_of(base.budgets.begin(), base.budgets.end(),
-                             [](const BudgetSpec &b) {
-                               return b.metric != BudgetMetric::MemoryPerDevice;
-                             })
-                     ? std::string(" and meets the plan's budgets")
-                     : std::string()) +
+                (timeBudgets(base) ? std::string(" and meets the plan's budgets") : std::string()) +
                 " (" + std::to_string(out.shapes) + " shapes searched, " +
                 std::to_string(out.prunedStatic) + " pruned on model states alone, " +
                 std::to_string(out.analysed) + " analysed)";

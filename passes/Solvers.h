@@ -177,14 +177,14 @@ struct LayoutSearch {
 LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t devices,
                            double memoryLimit, size_t keep = 10, bool bound = true);
 
-/// A floor under a train plan's step time from its per-micro-batch forward and backward op
-/// times F and B (the sums of its ops' times, stepTime's step 3): the pipeline's slowest device
-/// does at least the mean work, (F + B)/p per micro-batch, for m = batch / (micro-batch × data)
-/// micro-batches, and the other devices' work fills its bubble, (p − 1)/v of the mean
-/// (passes/StepTime.cpp, pipelineStages: m·W_slow + (ΣW − W_slow)/v ≥ (m + (p − 1)/v)·ΣW/p,
-/// since W_slow ≥ ΣW/p and m ≥ 1/v). Recompute, the optimizer, communication and host
-/// transfers only add to it.
-double computeBound(double F, double B, double m, double p, double v);
+/// A floor under a train plan's step time from W, one micro-batch's forward, backward and
+/// recompute op times over all stages (F + B + R, stepTime's step 3; Analysis::time's
+/// microBatchCompute): the pipeline's slowest device does at least the mean work, W/p per
+/// micro-batch, for m = batch / (micro-batch × data) micro-batches, and the other devices'
+/// work fills its bubble, (p − 1)/v of the mean (passes/StepTime.cpp, pipelineStages: m·W_slow
+/// + (ΣW − W_slow)/v ≥ (m + (p − 1)/v)·ΣW/p, since W_slow ≥ ΣW/p and m ≥ 1/v). The
+/// optimizer, communication and host transfers only add to it.
+double computeBound(double W, double m, double p, double v);
 
 /// `tally solve layout`: the search above as an answer (the best step time in seconds), with
 /// the top layouts as rows and the search's counts in the derivation.

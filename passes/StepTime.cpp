@@ -375,7 +375,7 @@ KernelWork dequantWork(const Graph &g, const Plan &plan, const Op &op) {
 /// Step 2: per-op forward and backward times per micro-batch; a matmul reading a quantized
 /// weight adds its dequantization (step 2b) to its forward and, when its data gradient is
 /// computed (the weight is read again), to its backward; an fp8 GEMM its casts (step 2c).
-void opTimes(Analysis &a, const TensorParallel &tp) {
+void computeOpTimes(Analysis &a, const TensorParallel &tp) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
   a.dequant = {};
@@ -409,6 +409,81 @@ void opTimes(Analysis &a, const TensorParallel &tp) {
     fp8Times(a, i, o); // step 2c
     a.ops.set(i, o);
   }
+}
+
+/// What step 2 reads of a candidate besides its op records (compared whole, OpTable::sameLayout)
+/// and the target and precision, which the candidates of one AnalysisManager share: the
+/// tensor-parallel split (per graph part and tensor degree, context, sequence parallelism,
+/// tensorStep and training: tensorParallelOf's memo), the padded head, the attention kernel the
+/// stack runs and whether the CUDA step replays a graph. An fp8 plan's weight casts are per
+/// pipeline stage: its times are never taken from the memo.
+struct OpTimesKey {
+  OpTable records;
+  std::shared_ptr<const TensorParallel> split;
+  OpId padMatmul = kNone, padLoss = kNone;
+  int64_t padded = 0, vocab = 0;
+  std::string attention;
+  bool native = false, cudaStep = false, captured = false;
+  bool operator==(const OpTimesKey &o) const {
+    return split == o.split && padMatmul == o.padMatmul && padLoss == o.padLoss &&
+           padded == o.padded && vocab == o.vocab && attention == o.attention &&
+           native == o.native && cudaStep == o.cudaStep && captured == o.captured &&
+           records.sameLayout(o.records);
+  }
+};
+
+} // namespace
+
+/// Analysis::opTimesMemo: step 2's results (the op records and the dequantization totals) of
+/// the newest `keep` candidates' keys.
+struct OpTimesMemo {
+  size_t keep = 0;
+  struct Entry {
+    OpTimesKey key;
+    OpTable ops;
+    decltype(Analysis::dequant) dequant;
+  };
+  std::vector<Entry> entries; ///< newest last
+  size_t made = 0, reused = 0;
+};
+
+std::shared_ptr<OpTimesMemo> newOpTimesMemo(size_t keep) {
+  auto memo = std::make_shared<OpTimesMemo>();
+  memo->keep = keep;
+  return memo;
+}
+
+std::pair<size_t, size_t> opTimesCounts(const OpTimesMemo &memo) { return {memo.made, memo.reused}; }
+
+namespace {
+
+/// Step 2 (computeOpTimes), or its results for an earlier candidate with the same key
+/// (Analysis::opTimesMemo): the layout search times hundreds of candidates that differ only in
+/// pipeline, interleave, data, ZeRO or micro-batch count, and step 2 was most of each one's time.
+void opTimes(Analysis &a, const std::shared_ptr<const TensorParallel> &tp) {
+  OpTimesMemo *memo = a.opTimesMemo && a.tensorParallelMemo && !a.fp8.active ? a.opTimesMemo.get() : nullptr;
+  if (!memo) {
+    computeOpTimes(a, *tp);
+    return;
+  }
+  const Plan &plan = *a.plan;
+  OpTimesKey key{a.ops, tp, a.headPad.matmul, a.headPad.loss, a.headPad.padded, a.headPad.vocab,
+                 attentionKernel(plan), runsNativeAttention(plan), plan.cudaStep,
+                 cudaGraphCaptured(*a.graph, plan)};
+  for (auto it = memo->entries.begin(); it != memo->entries.end(); ++it)
+    if (it->key == key) {
+      resetFp8Times(a);
+      a.ops = it->ops;
+      a.dequant = it->dequant;
+      std::rotate(it, it + 1, memo->entries.end());
+      ++memo->reused;
+      return;
+    }
+  computeOpTimes(a, *tp);
+  ++memo->made;
+  if (memo->entries.size() >= memo->keep)
+    memo->entries.erase(memo->entries.begin());
+  memo->entries.push_back({std::move(key), a.ops, a.dequant});
 }
 
 /// Parameters one device holds of `all` (of which `experts` are MoE experts' weights), when
@@ -727,7 +802,7 @@ void stepTime(Analysis &a) {
   const Target &target = plan.target;
   std::shared_ptr<const TensorParallel> split = tensorParallelOf(a);
   const TensorParallel &tp = *split;
-  opTimes(a, tp);
+  opTimes(a, split);
   a.collectives.clear();
   a.stack = stackFacts(plan, bytesOf(plan.precision.grads), bytesOf(plan.precision.params));
 
@@ -756,6 +831,7 @@ void stepTime(Analysis &a) {
   }
   if (!recomputeSteps && a.flops.recompute > 0 && a.flops.forward > 0)
     R = F * a.flops.recompute / a.flops.forward;
+  a.time.microBatchCompute = F + B + R;
 
   // Step 4: accumulation and compute per step on one device.
   double d = degree(par.data), t = degree(par.tensor), p = degree(par.pipeline);

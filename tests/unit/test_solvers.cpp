@@ -741,10 +741,79 @@ TEST_CASE("layout: the compute bound skips only candidates that cannot be among 
       }
   }
   CHECK(skipped > 0); // the bound did skip candidates here
-  // The bound under a pipeline: (F + B)/p per micro-batch for m micro-batches and the bubble's
-  // (p − 1)/v of it, the balanced pipeline's forward + backward + bubble.
-  CHECK(computeBound(3, 5, 8, 4, 2) == Approx(8.0 / 4 * (8 + 3.0 / 2)));
-  CHECK(computeBound(3, 5, 8, 1, 1) == Approx(8.0 * 8));
+  // The bound under a pipeline: W/p per micro-batch for m micro-batches and the bubble's
+  // (p − 1)/v of it, the balanced pipeline's forward + backward + recompute + bubble.
+  CHECK(computeBound(8, 8, 4, 2) == Approx(8.0 / 4 * (8 + 3.0 / 2)));
+  CHECK(computeBound(8, 8, 1, 1) == Approx(8.0 * 8));
+}
+
+TEST_CASE("layout: candidates reading kept layout facts and op times price as those making them",
+          "[solvers][layout]") {
+  // Issue 41: the layout search keeps the walks' layout facts and the step time's per-op times
+  // of its last layouts (AnalysisManager::keepLayoutFacts) for the candidates that differ only
+  // in pipeline, interleave, data, ZeRO, micro-batch count or policy. Every number of every
+  // candidate must be what a manager keeping nothing prices; three entries kept (the three
+  // tensor degrees of one layout), so that entries are dropped and made again as the layouts
+  // change.
+  for (const char *file : {"gpt2.tally", "llama2_7b.tally", "mixtral_8x7b.tally"}) {
+    INFO(file);
+    Compiled t(fromFile, example(file));
+    Relower relower = t.relower();
+    const Analysis &a = *t.a;
+    const Plan &base = *a.plan;
+    AnalysisManager kept(a, relower, SIZE_MAX), alone(a, relower, SIZE_MAX);
+    kept.keepLayoutFacts(3);
+    int64_t layers = a.checkpoint.blocks;
+    int compared = 0;
+    // The tensor degree innermost: candidates in turn then differ in it alone, and an entry
+    // read for another degree's split would show.
+    for (int64_t pipeline : {1, 2})
+      for (int64_t interleave : {1, 2})
+        for (int zero = 0; zero <= 3; ++zero)
+          for (int64_t micro : {1, 2})
+            for (const char *policy : {"none", "selective", "full"})
+              for (int64_t tensor : {1, 2, 4}) {
+                if ((pipeline == 1 && interleave > 1) || layers % (pipeline * interleave) != 0 ||
+                    base.batch % (2 * micro) != 0)
+                  continue;
+                Plan p = base;
+                p.parallel.tensor = tensor, p.parallel.pipeline = pipeline;
+                p.parallel.interleave = interleave, p.parallel.data = 2, p.parallel.zero = zero;
+                p.parallel.devices = tensor * pipeline * 2 * std::max<int64_t>(1, p.parallel.context);
+                p.microBatch = micro, p.microBatchGiven = true;
+                p.checkpoint = policy;
+                INFO("tensor " << tensor << " pipeline " << pipeline << " interleave " << interleave
+                               << " zero " << zero << " micro " << micro << " " << policy);
+                std::optional<Analysis> x = kept.layout(p, /*timed=*/false), y = alone.layout(p, false);
+                REQUIRE(x.has_value() == y.has_value());
+                if (!x)
+                  continue;
+                kept.priceTime(*x);
+                alone.priceTime(*y);
+                ++compared;
+                CHECK(x->memory.peak == y->memory.peak);
+                CHECK(x->memory.activations == y->memory.activations);
+                CHECK(x->memory.workspace == y->memory.workspace);
+                CHECK(x->flops.recompute == y->flops.recompute);
+                CHECK(x->time.step == y->time.step);
+                CHECK(x->time.forward == y->time.forward);
+                CHECK(x->time.backward == y->time.backward);
+                CHECK(x->time.recompute == y->time.recompute);
+                CHECK(x->time.bubble == y->time.bubble);
+                CHECK(x->time.communication == y->time.communication);
+                CHECK(x->time.microBatchCompute == y->time.microBatchCompute);
+                CHECK(x->dequant.forward == y->dequant.forward);
+                REQUIRE(x->ops.size() == y->ops.size());
+                size_t differ = 0;
+                for (size_t i = 0; i < x->ops.size(); ++i)
+                  differ += !OpTable::same(x->ops[i], y->ops[i]);
+                CHECK(differ == 0);
+              }
+    CHECK(compared > 20);
+    CHECK(kept.layoutFactsReused() > 0);
+    CHECK(kept.opTimesReused() > 0);
+    CHECK(alone.layoutFactsMade() + alone.opTimesMade() == 0);
+  }
 }
 
 TEST_CASE("solvers: a graph part of an equal plan takes the step it is given", "[solvers]") {
