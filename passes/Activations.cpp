@@ -90,11 +90,13 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   bool list = !a.priceOnly && a.listsPlan();
   bool perCopy = plan.isTrain && !f.copies.empty() && !a.priceOnly && a.wanted(Result::BlockPlan);
   std::optional<int64_t> aligned = 0;
-  // A candidate whose schedule nobody reads (Analysis::scheduleUnread) is walked as a
-  // comparison: the same recompute and peak (the walk memo already serves one for the other).
+  // A candidate priced alone is walked as a comparison: the same recompute and peak (the walk
+  // memo already serves one for the other), from the periodic walk where the copies are
+  // provably alike; its step time reads the schedule's Recompute steps, listed below from
+  // the policy when the memo has none (Analysis::scheduleUnread: nobody reads them).
   bool unread = a.priceOnly && a.scheduleUnread;
-  Walk w = unread ? compareWalk(f, a, p)
-                  : walk(f, a, p, list, a.priceOnly || list ? nullptr : &aligned, perCopy);
+  Walk w = a.priceOnly ? compareWalk(f, a, p)
+                       : walk(f, a, p, list, list ? nullptr : &aligned, perCopy);
   if (!a.priceOnly && !list) {
     const std::optional<int64_t> &local = a.localGradientBytes; // analyze took it from the step
     if (!aligned || !local || !checkedAdd(*aligned, *local)) {
@@ -127,11 +129,15 @@ void planActivations(Analysis &a, std::function<void()> *curveLater) {
   }
 
   a.checkpoint.policy = p.name;
-  checkpointNote(f, p, a);
   a.checkpoint.checkpointed = static_cast<int64_t>(p.checkpointed());
   a.checkpoint.segment = static_cast<int64_t>(p.segment());
-  if (p.opSegments.empty())
-    a.checkpoint.saved = keptPaths(f, p); // keep lists wrote theirs
+  // The note and the kept paths are for reports; a candidate priced alone is read for its
+  // numbers (they were 6% of a 10,000-layer layout search).
+  if (!a.priceOnly) {
+    checkpointNote(f, p, a);
+    if (p.opSegments.empty())
+      a.checkpoint.saved = keptPaths(f, p); // keep lists wrote theirs
+  }
   a.checkpoint.recomputeFlops = w.recomputeFlops * scale.flops;
   a.flops.recompute = a.checkpoint.recomputeFlops;
   a.flops.executed += w.recomputeExecuted * scale.flops;

@@ -100,6 +100,7 @@ struct WalkMemo;
 struct TensorParallelMemo;
 struct LayoutFactsMemo;
 struct OpTimesMemo;
+struct MfuGraphFacts;
 class GradientSharesOnce; // passes/GradientShares.h
 
 /// How the generated tensor-parallel step cuts one parameter over its t ranks: `dim` (-1:
@@ -205,7 +206,8 @@ struct Analysis {
   /// fit int64), which builds it again (the same step: buildTrainingStep is deterministic).
   bool stepReleased = false;
   /// A candidate priced by the layout passes alone (analyzeLayout): no memory plan follows, so
-  /// the activation walk lists no buffers and no per-copy rows (Activations.cpp).
+  /// the activation walk lists no buffers and no per-copy rows, and the reports' checkpoint
+  /// note and kept paths stay empty (Activations.cpp).
   bool priceOnly = false;
   /// A candidate whose memory and FLOPs alone were priced (analyzeLayout's `timed` false): its
   /// time is 0 until priceLayoutTime prices it.
@@ -430,6 +432,9 @@ struct Analysis {
     /// FLOPs per optimizer step each counts, over step × peak × devices with the same dense
     /// peak. `mfu` above is the "graph" convention's.
     std::vector<MfuConvention> mfuConventions;
+    /// What the conventions read of the graph alone (passes/MfuConventions.cpp,
+    /// MfuGraphFacts): made by analyzeGraph, shared by the analyses copied from its graph part.
+    std::shared_ptr<const MfuGraphFacts> mfuFacts;
     double mfuPeak = 0;          ///< FLOP/s per device the conventions divide by: the dense peak
                                  ///< (ir/Target.h: every catalogue rate is dense, no 2:4 sparsity)
   } time;

@@ -2,6 +2,7 @@
 // precision and optimizer; layout trials cached by everything else a search changes.
 #include "passes/AnalysisManager.h"
 #include "passes/TensorParallel.h"
+#include "passes/PricingMemo.h"
 
 #include "support/Diagnostics.h"
 
@@ -150,9 +151,11 @@ void AnalysisManager::keepLayoutFacts(size_t keep) {
   opTimes_ = keep > 0 ? newOpTimesMemo(keep) : nullptr;
 }
 
-size_t AnalysisManager::opTimesMade() const { return opTimes_ ? opTimesCounts(*opTimes_).first : 0; }
+size_t AnalysisManager::opTimesMade() const { return opTimes_ ? opTimes_->made : 0; }
 
-size_t AnalysisManager::opTimesReused() const { return opTimes_ ? opTimesCounts(*opTimes_).second : 0; }
+size_t AnalysisManager::opTimesReused() const { return opTimes_ ? opTimes_->reused : 0; }
+
+size_t AnalysisManager::rooflineReused() const { return opTimes_ ? opTimes_->rooflineReused : 0; }
 
 size_t AnalysisManager::layoutFactsMade() const {
   return layoutFacts_ ? layoutFactsCounts(*layoutFacts_).first : 0;

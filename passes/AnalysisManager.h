@@ -105,6 +105,7 @@ public:
   size_t layoutFactsReused() const;
   size_t opTimesMade() const;
   size_t opTimesReused() const;
+  size_t rooflineReused() const;
 
 private:
   struct GraphPart;

@@ -30,17 +30,18 @@
 
 namespace tally {
 
-namespace {
-
-struct GraphFacts {
+struct MfuGraphFacts {
+  const Graph *graph = nullptr;  ///< the graph they were read from
   double nonEmbedding = 0;       ///< N: parameters some op other than an embedding reads
   double attention = 0;          ///< dense QKᵀ + PV forward FLOPs per micro-batch
   double causalAttention = 0;    ///< of those, the causal ops'
   double layers = 0, width = 0, seq = 0, vocab = 0; ///< Megatron's l, h, s, V
 };
 
-GraphFacts graphFacts(const Graph &g) {
-  GraphFacts f;
+std::shared_ptr<const MfuGraphFacts> mfuGraphFacts(const Graph &g) {
+  auto made = std::make_shared<MfuGraphFacts>();
+  MfuGraphFacts &f = *made;
+  f.graph = &g;
   std::vector<uint8_t> multiplied(g.tensors.size(), 0), read(g.tensors.size(), 0);
   for (const Op &op : g.ops) {
     for (TensorId x : op.inputs) {
@@ -76,17 +77,19 @@ GraphFacts graphFacts(const Graph &g) {
   for (const ParamInfo &p : g.params)
     if (multiplied[p.tensor] || !read[p.tensor])
       f.nonEmbedding += numel(g.tensors[p.tensor].shape);
-  return f;
+  return made;
 }
-
-} // namespace
 
 void mfuConventions(Analysis &a) {
   a.time.mfuConventions.clear();
   const Plan &plan = *a.plan;
   if (!plan.isTrain || !a.graph)
     return;
-  GraphFacts f = graphFacts(*a.graph);
+  // The graph part's (analyzeGraph), else made here: O(ops), once per graph part, not per
+  // candidate (a 10,000-layer layout search times hundreds).
+  std::shared_ptr<const MfuGraphFacts> facts =
+      a.time.mfuFacts && a.time.mfuFacts->graph == a.graph ? a.time.mfuFacts : mfuGraphFacts(*a.graph);
+  const MfuGraphFacts &f = *facts;
   double peak = utilizationPeak(a);
   a.time.mfuPeak = peak;
   double capacity = a.time.step * peak * degree(plan.parallel.devices);

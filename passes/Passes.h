@@ -98,10 +98,9 @@ std::shared_ptr<WalkMemo> newWalkMemo();
 /// the entries it made and read again.
 std::shared_ptr<LayoutFactsMemo> newLayoutFactsMemo(size_t keep);
 std::pair<size_t, size_t> layoutFactsCounts(const LayoutFactsMemo &memo);
-/// StepTime.cpp: an empty Analysis::opTimesMemo keeping the `keep` newest entries, and the
-/// entries it made and read again.
+/// StepTime.cpp: an empty Analysis::opTimesMemo (passes/PricingMemo.h) keeping the `keep`
+/// newest entries of each kind.
 std::shared_ptr<OpTimesMemo> newOpTimesMemo(size_t keep);
-std::pair<size_t, size_t> opTimesCounts(const OpTimesMemo &memo);
 /// Activations.cpp: the walks' facts that depend only on the graph, its saved lists
 /// (Analysis::saved, made) and the training flag, built into Analysis::walks, where
 /// planActivations finds them (analyzeGraph builds them beside the training step).
@@ -398,8 +397,10 @@ double modelFlopsUtilization(const Analysis &a, double stepSeconds);
 /// The peak MFU and HFU divide by: the datasheet's dense peak of the rate matrix products run
 /// at, at the datasheet clock.
 double utilizationPeak(const Analysis &a);
-/// MfuConventions.cpp: a.time.mfuConventions for a train plan, after stepTime.
+/// MfuConventions.cpp: a.time.mfuConventions for a train plan, after stepTime; what they read
+/// of the graph alone (Analysis::time.mfuFacts, made by analyzeGraph for a train plan).
 void mfuConventions(Analysis &a);
+std::shared_ptr<const MfuGraphFacts> mfuGraphFacts(const Graph &g);
 /// Inference.cpp: for infer plans, prefill and per-token decode, KV cache, tokens/s, and the
 /// serving numbers that are times (time to first token, inter-token latency at max_context).
 void inference(Analysis &a);

@@ -51,9 +51,11 @@ Analysis analyzeGraph(const Graph &g, const Plan &plan, std::shared_ptr<const Gr
   // run at once, on two threads (a 100,000-layer report: 0.3 s of each; the shared pools
   // they all use, shapes, layouts, names and labels, are locked: ir/Graph.cpp). A small
   // graph is not worth a thread; where the system gives none, the passes run in turn.
-  auto price = [&a] {
+  auto price = [&a, &g, &plan] {
     countParams(a);
     costOps(a);
+    if (plan.isTrain)
+      a.time.mfuFacts = mfuGraphFacts(g);
   };
   std::thread pricing;
   if (!a.step && g.ops.size() >= kThreadedOps)

@@ -20,6 +20,7 @@
 //    H100_SXM in bf16, 989.5e12 / 3.35e12 = 295.37 FLOP/byte. Analysis::peakFlops is the rate
 //    matrix products run at, the peak MFU divides by.
 #include "passes/Passes.h"
+#include "passes/PricingMemo.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -64,9 +65,21 @@ Dtype opComputeDtype(const PrecisionPolicy &p, OpClass c) {
   return p.activations;
 }
 
-} // namespace
-
-void roofline(Analysis &a) {
+/// Steps 1-3 for every op (Analysis::opTimesMemo's roofline entry for the same graph part and
+/// records, when there is one).
+void rooflineOps(Analysis &a) {
+  OpTimesMemo *memo = a.opTimesMemo && a.tensorParallelMemo ? a.opTimesMemo.get() : nullptr;
+  if (memo)
+    for (auto it = memo->roofline.begin(); it != memo->roofline.end(); ++it)
+      if (it->part == a.tensorParallelMemo && it->before.sameLayout(a.ops)) {
+        a.ops = it->after;
+        std::rotate(it, it + 1, memo->roofline.end());
+        ++memo->rooflineReused;
+        return;
+      }
+  OpTable before;
+  if (memo)
+    before = a.ops;
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
   const Target &t = plan.target;
@@ -80,6 +93,20 @@ void roofline(Analysis &a) {
     oa.computeBound = bytes > 0 && ridge > 0 && oa.intensity() >= ridge;
     a.ops.set(i, oa);
   }
+  if (memo) {
+    ++memo->rooflineMade;
+    if (memo->roofline.size() >= memo->keep)
+      memo->roofline.erase(memo->roofline.begin());
+    memo->roofline.push_back({a.tensorParallelMemo, std::move(before), a.ops});
+  }
+}
+
+} // namespace
+
+void roofline(Analysis &a) {
+  const Plan &plan = *a.plan;
+  const Target &t = plan.target;
+  rooflineOps(a);
   a.ridge = t.ridge(rateDtype(t, plan.precision.activations));
   a.peakFlops = t.peakFor(rateDtype(t, opComputeDtype(plan.precision, OpClass::Matmul)));
 }

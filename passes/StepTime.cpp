@@ -150,6 +150,7 @@
 #include "passes/CudaGraph.h"
 #include "passes/CudnnAttention.h"
 #include "passes/TensorParallel.h"
+#include "passes/PricingMemo.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -411,41 +412,7 @@ void computeOpTimes(Analysis &a, const TensorParallel &tp) {
   }
 }
 
-/// What step 2 reads of a candidate besides its op records (compared whole, OpTable::sameLayout)
-/// and the target and precision, which the candidates of one AnalysisManager share: the
-/// tensor-parallel split (per graph part and tensor degree, context, sequence parallelism,
-/// tensorStep and training: tensorParallelOf's memo), the padded head, the attention kernel the
-/// stack runs and whether the CUDA step replays a graph. An fp8 plan's weight casts are per
-/// pipeline stage: its times are never taken from the memo.
-struct OpTimesKey {
-  OpTable records;
-  std::shared_ptr<const TensorParallel> split;
-  OpId padMatmul = kNone, padLoss = kNone;
-  int64_t padded = 0, vocab = 0;
-  std::string attention;
-  bool native = false, cudaStep = false, captured = false;
-  bool operator==(const OpTimesKey &o) const {
-    return split == o.split && padMatmul == o.padMatmul && padLoss == o.padLoss &&
-           padded == o.padded && vocab == o.vocab && attention == o.attention &&
-           native == o.native && cudaStep == o.cudaStep && captured == o.captured &&
-           records.sameLayout(o.records);
-  }
-};
-
 } // namespace
-
-/// Analysis::opTimesMemo: step 2's results (the op records and the dequantization totals) of
-/// the newest `keep` candidates' keys.
-struct OpTimesMemo {
-  size_t keep = 0;
-  struct Entry {
-    OpTimesKey key;
-    OpTable ops;
-    decltype(Analysis::dequant) dequant;
-  };
-  std::vector<Entry> entries; ///< newest last
-  size_t made = 0, reused = 0;
-};
 
 std::shared_ptr<OpTimesMemo> newOpTimesMemo(size_t keep) {
   auto memo = std::make_shared<OpTimesMemo>();
@@ -453,7 +420,6 @@ std::shared_ptr<OpTimesMemo> newOpTimesMemo(size_t keep) {
   return memo;
 }
 
-std::pair<size_t, size_t> opTimesCounts(const OpTimesMemo &memo) { return {memo.made, memo.reused}; }
 
 namespace {
 

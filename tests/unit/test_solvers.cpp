@@ -747,6 +747,40 @@ TEST_CASE("layout: the compute bound skips only candidates that cannot be among 
   CHECK(computeBound(8, 8, 1, 1) == Approx(8.0 * 8));
 }
 
+TEST_CASE("layout: a deep model's candidates priced alone equal whole analyses", "[solvers][layout]") {
+  // A candidate priced alone is walked as a comparison walk, periodic where 16 or more copies
+  // are alike (passes/ActivationPeriodic.cpp), with its Recompute steps listed from the
+  // policy; the whole analysis walks every step. Peak, recompute and step time must agree.
+  Compiled t(deepGpt(32));
+  const Analysis &a = *t.a;
+  Analysis graphPart = analyzeGraph(*a.graph, *a.plan);
+  for (int64_t tensor : {1, 2})
+    for (int64_t pipeline : {1, 4})
+      for (int zero : {0, 3})
+        for (const char *policy : {"none", "selective", "selective_wide", "full", "sqrt"}) {
+          Plan p = *a.plan;
+          p.parallel.tensor = tensor, p.parallel.pipeline = pipeline, p.parallel.interleave = pipeline > 1 ? 2 : 1;
+          p.parallel.data = 2, p.parallel.zero = zero, p.parallel.devices = tensor * pipeline * 2;
+          p.microBatch = 4, p.checkpoint = policy;
+          INFO("tensor " << tensor << " pipeline " << pipeline << " zero " << zero << " " << policy);
+          llvm::SourceMgr sm;
+          DiagnosticEngine quiet(sm);
+          quiet.setOutput(nullptr);
+          Analysis full = analyze(*a.graph, p, quiet);
+          Analysis part = analyzeLayout(graphPart, p, quiet, /*timed=*/false);
+          CHECK(part.timePending);
+          priceLayoutTime(part, quiet);
+          CHECK(part.memory.peak == full.memory.peak);
+          CHECK(part.memory.activations == full.memory.activations);
+          CHECK(part.flops.recompute == full.flops.recompute);
+          CHECK(part.time.recompute == full.time.recompute);
+          CHECK(part.time.step == full.time.step);
+          CHECK(part.time.communication == full.time.communication);
+          CHECK(part.checkpoint.checkpointed == full.checkpoint.checkpointed);
+        }
+  CHECK(walkMemoStats(*graphPart.walks).reused > 0);
+}
+
 TEST_CASE("layout: candidates reading kept layout facts and op times price as those making them",
           "[solvers][layout]") {
   // Issue 41: the layout search keeps the walks' layout facts and the step time's per-op times
@@ -812,6 +846,7 @@ TEST_CASE("layout: candidates reading kept layout facts and op times price as th
     CHECK(compared > 20);
     CHECK(kept.layoutFactsReused() > 0);
     CHECK(kept.opTimesReused() > 0);
+    CHECK(kept.rooflineReused() > 0);
     CHECK(alone.layoutFactsMade() + alone.opTimesMade() == 0);
   }
 }

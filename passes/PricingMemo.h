@@ -1,0 +1,59 @@
+// Analysis::opTimesMemo (passes/StepTime.cpp, passes/Roofline.cpp): the per-op results of the
+// roofline and of the step time's step 2 for the last candidates of one AnalysisManager
+// (AnalysisManager::keepLayoutFacts). The layout search times hundreds of candidates that
+// differ only in pipeline, interleave, data, ZeRO or micro-batch count; both passes read
+// none of those, and their per-op loops were most of each candidate's time.
+#pragma once
+
+#include "passes/Analysis.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tally {
+
+struct TensorParallel;
+struct TensorParallelMemo;
+
+/// What step 2 reads of a candidate besides its op records (compared whole, OpTable::sameLayout)
+/// and the target and precision, which the candidates of one AnalysisManager share: the
+/// tensor-parallel split (per graph part and tensor degree, context, sequence parallelism,
+/// tensorStep and training: tensorParallelOf's memo), the padded head, the attention kernel the
+/// stack runs and whether the CUDA step replays a graph. An fp8 plan's weight casts are per
+/// pipeline stage: its times are never taken from the memo.
+struct OpTimesKey {
+  OpTable records;
+  std::shared_ptr<const TensorParallel> split;
+  OpId padMatmul = kNone, padLoss = kNone;
+  int64_t padded = 0, vocab = 0;
+  std::string attention;
+  bool native = false, cudaStep = false, captured = false;
+  bool operator==(const OpTimesKey &o) const {
+    return split == o.split && padMatmul == o.padMatmul && padLoss == o.padLoss &&
+           padded == o.padded && vocab == o.vocab && attention == o.attention &&
+           native == o.native && cudaStep == o.cudaStep && captured == o.captured &&
+           records.sameLayout(o.records);
+  }
+};
+
+struct OpTimesMemo {
+  size_t keep = 0; ///< entries of each kind kept, the newest
+  /// Step 2's results (the op records and the dequantization totals) by key.
+  struct Entry {
+    OpTimesKey key;
+    OpTable ops;
+    decltype(Analysis::dequant) dequant;
+  };
+  std::vector<Entry> entries; ///< newest last
+  /// The roofline's op records by the records it read, per graph part (its tensor-parallel
+  /// memo, held, names it: its graph, precision and optimizer; the target is the manager's).
+  struct RooflineEntry {
+    std::shared_ptr<TensorParallelMemo> part;
+    OpTable before, after;
+  };
+  std::vector<RooflineEntry> roofline; ///< newest last
+  size_t made = 0, reused = 0, rooflineMade = 0, rooflineReused = 0;
+};
+
+} // namespace tally
