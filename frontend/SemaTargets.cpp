@@ -157,12 +157,14 @@ struct TargetReader {
   void matmulCurve(const ConstValue &v) { ok &= sema.matmulCurves(v, t); }
 
   /// `elementwise_time { gelu = 0.9 ns, gelu_grad = 1 ns, ... }`: per unary kind of
-  /// ir/ops/Unary.def (its name, `_grad` for its gradient), a positive time per element.
+  /// ir/ops/Unary.def (its name, `_grad` for its gradient), and `dropout` (its forward: the
+  /// random numbers and the mask; its backward reads the mask), a positive time per element.
   void elementwiseTime(const ConstValue &v) {
     std::vector<std::string> names;
     for (const UnaryDef &u : unaryDefs())
       for (const char *suffix : {"", "_grad"})
         names.push_back(std::string(opName(u.kind)) + suffix);
+    names.push_back(opName(OpKind::Dropout).str());
     for (size_t i = 0; i < v.elems.size(); ++i) {
       const std::string &k = v.names[i];
       if (std::find(names.begin(), names.end(), k) == names.end()) {

@@ -78,6 +78,15 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
     k.nativeAttention = w.nativeAttention;
   }
   k.compute = k.peak > 0 ? w.flops / k.peak / k.efficiency : 0;
+  // A rank of a shared host (Target::shareHost: its peaks are `share` of the machine's). A
+  // curve was measured as the runtime runs each call on the whole machine: a call that starts
+  // the team of threads runs at the rank's share, but one below the runtime's threading bound
+  // (forkingCalls) ran on one thread in the calibration and runs so on the rank, at the
+  // curve's own rate (tp2's matmuls were priced 1.7x their measurement).
+  if (k.fromCurve && t.share < 1 && t.share > 0 && t.forkOverhead > 0 && w.calls > 0) {
+    double forked = std::min(1.0, w.forks / w.calls);
+    k.compute *= forked + (1 - forked) * t.share;
+  }
   k.transcendental = transcendentalSeconds(t, w.transcendentals);
   if (w.measuredArithmetic > 0) {
     k.measuredArithmetic = true;
@@ -131,7 +140,12 @@ double forkingCalls(const Target &t, const Graph &g, const Op &op, double split,
 }
 
 double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward) {
-  if (t.unaryTimes.empty() || !unaryDef(op.kind) || op.outputs.empty())
+  if (t.unaryTimes.empty() || op.outputs.empty())
+    return 0;
+  // Dropout's forward draws its random numbers (a Philox block per 4 elements) and writes its
+  // mask; its backward reads the mask: bytes only.
+  bool dropout = op.kind == OpKind::Dropout && !backward;
+  if (!unaryDef(op.kind) && !dropout)
     return 0;
   return t.unaryTime(opName(op.kind), backward) * numel(g.tensors[op.outputs[0]].shape);
 }

@@ -458,6 +458,68 @@ train t { model = M() batch = 8 optimizer = AdamW(lr = 1e-3) precision = fp32 ta
   CHECK(half.optimizerBandwidth == Approx(20e9));
 }
 
+TEST_CASE("host: a rank of a shared machine runs its unthreaded curve-priced calls at the curve's rate",
+          "[host]") {
+  // The curve was measured as the runtime runs each call on the whole machine: a call below
+  // the threading bound ran on one thread there and runs so on a rank; one that starts the
+  // team runs at the rank's share (Target::shareHost).
+  Compilation c;
+  std::optional<Target> host = parseHost(c, kCalibration);
+  REQUIRE(host);
+  Target whole = *host;
+  whole.forkOverhead = 1e-6;
+  Target half = whole;
+  half.shareHost(2);
+  KernelWork w;
+  w.flops = 4.1943e+06; // 0.5 on the fp32 curve
+  w.calls = 2;
+  auto compute = [&](const Target &t, double forks) {
+    KernelWork x = w;
+    x.forks = forks;
+    return kernelTimeTerms(t, OpClass::Matmul, Dtype::F32, x).compute;
+  };
+  CHECK(compute(whole, 0) == Approx(4.1943e+06 / 100e9 / 0.5));
+  CHECK(compute(half, 0) == Approx(compute(whole, 0)));     // both calls on one thread
+  CHECK(compute(half, 2) == Approx(2 * compute(whole, 2))); // both on the team
+  CHECK(compute(half, 1) == Approx(1.5 * compute(whole, 1)));
+  // A target that measured no threading prices every call at the share, as before.
+  Target unthreaded = *host;
+  unthreaded.shareHost(2);
+  CHECK(compute(unthreaded, 0) == Approx(2 * compute(whole, 0)));
+}
+
+TEST_CASE("host: a measured dropout rate prices the forward's random numbers", "[host]") {
+  const std::string model = R"(
+model M(vocab = 64, d = 32) {
+  wte = Embedding(vocab, d)
+  fc  = Linear(d, d)
+  forward(tokens: i32[batch, seq]) {
+    x = dropout(fc(wte(tokens)), 0.1)
+    return cross_entropy(x @ transpose(wte.weight), next_tokens(tokens))
+  }
+}
+train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.1)
+          precision = fp32 target = Cpu }
+)";
+  Compiled t(std::string(kCpuTarget) + "  elementwise_time { dropout = 6 ns }\n}\n" + model);
+  CHECK(t.a->plan->target.unaryTime("dropout", false) == Approx(6e-9));
+  Compiled plain(std::string(kCpuTarget) + "}\n" + model);
+  const Graph &g = t.g();
+  OpId drop = 0;
+  while (drop < g.ops.size() && g.ops[drop].kind != OpKind::Dropout)
+    ++drop;
+  REQUIRE(drop < g.ops.size());
+  // 1024 elements × 6 ns = 6.144e-6 s, above its bytes; + 2 us for the call.
+  CHECK(t.a->ops[drop].forwardTime == Approx(6.144e-6 + 2e-6));
+  CHECK(plain.a->ops[drop].forwardTime < 4e-6);
+  // The backward reads the mask: its bytes alone, as without the rate.
+  CHECK(t.a->ops[drop].backwardTime == Approx(plain.a->ops[drop].backwardTime));
+  // No gradient rate is accepted for it.
+  Compilation bad;
+  CHECK_FALSE(parseHost(bad, "target host {\n memory = 1 GiB\n bandwidth = 1 GB/s\n peak { fp32 = 1 "
+                             "GFLOP/s }\n elementwise_time { dropout_grad = 1 ns }\n}\n"));
+}
+
 TEST_CASE("host: the ranks of a plan share the one machine", "[host]") {
   Compilation c;
   std::optional<Target> host = parseHost(c, kCalibration);

@@ -220,7 +220,8 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << "// floats on the team less its bytes at the cache's bandwidth, at least an empty OpenMP\n"
      << "// region's; kernels over 4096 elements); transcendental: one exp with all threads (exp minus relu over 65536 floats);\n"
      << "// elementwise_time: each unary kernel with transcendentals per element, all threads, less\n"
-     << "// relu's kernel in the same direction (forward, _grad: the gradient), on the same floats.\n"
+     << "// relu's kernel in the same direction (forward, _grad: the gradient), on the same floats;\n"
+     << "// dropout: its forward's Philox and mask (its backward reads the mask).\n"
      << "// Attention, fused causal fp32, B " << r.attention.B << " H " << r.attention.H << " S "
      << r.attention.S << " hd " << r.attention.hd << ": forward " << num(r.attention.forwardSeconds * 1e3, 4)
      << " ms, backward " << num(r.attention.backwardSeconds * 1e3, 4)
