@@ -28,7 +28,7 @@ struct LayoutReader {
   Plan &plan;
   Parallelism &par;
   bool dataGiven = false;
-  llvm::SMRange expertRange;
+  llvm::SMRange expertRange, expertTensorRange;
   /// Where a ZeRO-3 setting (reshard_after_forward, prefetch) was written (invalid: none was).
   llvm::SMRange zeroThreeRange;
 
@@ -228,6 +228,13 @@ const std::vector<LayoutSetting> &layoutSettings() {
          r.expertRange = it.range;
          return true;
        }},
+      {"expert_tensor",
+       [](R &r, const I &it) {
+         if (!r.count(it, r.par.expertTensor))
+           return false;
+         r.expertTensorRange = it.range;
+         return true;
+       }},
       {"zero", [](R &r, const I &it) { return r.zero(it); }},
       {"interleave", [](R &r, const I &it) { return r.count(it, r.par.interleave); }},
       // Topology and layout settings (docs/time.md §4, "Nodes and collectives").
@@ -352,17 +359,46 @@ bool checkDegrees(DiagnosticEngine &diags, const ConstValue &v, const LayoutRead
         .range(reader.zeroThreeRange);
     return false;
   }
+  // The MoE layers' tensor degree (Megatron-Core's --expert-tensor-parallel-size): the tensor
+  // degree (its default) or 1, MoE parallel folding; other values are not modelled.
+  if (par.expertTensor != 0 && par.expertTensor != 1 && par.expertTensor != par.tensor) {
+    diags.report(DiagKind::InvalidValue, reader.expertTensorRange.Start,
+                 "expert_tensor = " + std::to_string(par.expertTensor) +
+                     " is not modelled: write 1 (MoE parallel folding, the experts whole on each rank) or "
+                     "the tensor degree " + std::to_string(par.tensor) + " (the default)")
+        .range(reader.expertTensorRange);
+    return false;
+  }
+  bool folded = par.expertTensor == 1 && par.tensor > 1;
+  // Folding with tensor parallelism: Megatron-Core requires sequence parallelism for MoE with
+  // tensor and expert parallelism (megatron/core/transformer/moe/README.md), and the tokens a
+  // rank dispatches are then its sequence shard.
+  if (folded && !par.sequenceParallel) {
+    diags.report(DiagKind::InvalidValue, reader.expertTensorRange.Start,
+                 "expert_tensor = 1 under tensor = " + std::to_string(par.tensor) +
+                     " needs sequence_parallel = true: each rank dispatches its sequence shard's tokens "
+                     "(Megatron-Core requires sequence parallelism for MoE with tensor parallelism)")
+        .range(reader.expertTensorRange);
+    return false;
+  }
   // Expert parallelism (Megatron, DeepSpeed-MoE): the expert group is carved out of the
-  // data-parallel ranks, so it adds no devices and must divide the data degree.
-  if (par.data % par.expert != 0) {
-    diags.report(DiagKind::InvalidValue, reader.expertRange.Start,
-                 "expert = " + std::to_string(par.expert) + " must divide data = " +
-                     std::to_string(par.data) +
-                     ": the expert-parallel group is carved out of the data-parallel ranks")
-        .range(reader.expertRange)
-        .note(llvm::SMLoc(), "Megatron-Core's MoE parallel folding (expert ranks drawn from the tensor and data "
-                             "ranks together, expert_tensor_parallel_size) is not modelled: write an expert degree "
-                             "that divides data");
+  // data-parallel ranks, so it adds no devices and must divide the data degree; folded, out of
+  // the tensor × context × data ranks of a pipeline stage.
+  int64_t ranks = folded ? par.tensor * par.context * par.data : par.data;
+  if (ranks % par.expert != 0) {
+    auto diag = diags.report(DiagKind::InvalidValue, reader.expertRange.Start,
+                             "expert = " + std::to_string(par.expert) + " must divide " +
+                                 (folded ? "tensor × context × data = " + std::to_string(ranks) +
+                                               ": the folded expert group is drawn from those ranks"
+                                         : "data = " + std::to_string(par.data) +
+                                               ": the expert-parallel group is carved out of the "
+                                               "data-parallel ranks"));
+    diag.range(reader.expertRange);
+    if (!folded && par.tensor > 1 && (par.tensor * par.context * par.data) % par.expert == 0)
+      diag.note(llvm::SMLoc(), "with expert_tensor = 1 (Megatron-Core's MoE parallel folding, "
+                               "--expert-tensor-parallel-size 1) the expert group is drawn from the tensor, "
+                               "context and data ranks together, which " +
+                                   std::to_string(par.expert) + " divides");
     return false;
   }
   return true;

@@ -11,6 +11,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SMLoc.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -109,7 +110,14 @@ struct Parallelism {
   int64_t context = 1;             ///< context parallelism: the sequence split over c ranks
                                    ///< (ring attention); devices = data × tensor × pipeline × c
   int64_t expert = 1;              ///< expert parallelism: the MoE experts split over e ranks
-                                   ///< carved out of the data group (data % e == 0)
+                                   ///< carved out of the data group (data % e == 0), or with
+                                   ///< expertTensor 1 of the tensor × data ranks
+  /// The MoE layers' tensor degree (Megatron-Core's --expert-tensor-parallel-size, whose default
+  /// is the tensor degree): 0 or the tensor degree, the experts split as a Megatron MLP over the
+  /// tensor group; 1 under tensor > 1, MoE parallel folding: the experts whole on each rank and
+  /// the expert group drawn from the tensor × context × data ranks (passes/Passes.h,
+  /// expertLayout).
+  int64_t expertTensor = 0;
   int zero = 0;                    ///< ZeRO stage 0..3 over the data-parallel group
   int64_t interleave = 1;          ///< virtual pipeline stages per device (Megatron's
                                    ///< interleaved 1F1B); 1: plain 1F1B
@@ -157,6 +165,30 @@ struct Parallelism {
   std::string order = "tcpd";
   llvm::SMRange range;
 };
+
+/// The MoE layers' parallel mapping (Megatron-Core, megatron/core/transformer/moe/README.md,
+/// "MoE Parallel Folding"): the attention's ranks of a pipeline stage are tp × cp × dp; the MoE
+/// layers' are etp × ep × edp over the same ranks. Without folding the expert tensor degree is
+/// the tensor degree and the expert group is carved out of the data × context ranks; with
+/// folding (expert_tensor = 1 under tensor > 1) the experts run whole (etp 1) and the expert
+/// group is drawn from the tensor, context and data ranks together (the tensor's innermost
+/// first: the generator's order tp-ep-dp). A device holds the experts' weights over
+/// pipeline × etp × ep and ZeRO shards them over edp, the ranks that hold the same experts.
+struct ExpertLayout {
+  double etp = 1, ep = 1, edp = 1;
+  bool folded = false;
+};
+inline ExpertLayout expertLayout(const Parallelism &par) {
+  ExpertLayout l;
+  auto degree = [](int64_t x) { return static_cast<double>(x > 1 ? x : 1); };
+  // The data × context ranks hold the same parameters (passes/Passes.h, zeroShardRanks).
+  double t = degree(par.tensor), ranks = t * degree(par.data) * degree(par.context);
+  l.ep = degree(par.expert);
+  l.folded = par.expertTensor == 1 && t > 1;
+  l.etp = l.folded ? 1 : t;
+  l.edp = std::max(1.0, ranks / (l.etp * l.ep));
+  return l;
+}
 
 /// Whether the data-parallel gradients are reduced after every micro-batch (else once per step,
 /// after the last): `reduce_every_micro_batch` when written, else ZeRO 2 and 3 do (their

@@ -55,7 +55,7 @@ bool samePricing(const Plan &a, const Plan &b) {
          a.checkpoint == b.checkpoint && a.target.name == b.target.name &&
          a.tokens == b.tokens && x.devices == y.devices && x.data == y.data &&
          x.tensor == y.tensor && x.pipeline == y.pipeline && x.context == y.context &&
-         x.expert == y.expert && x.zero == y.zero && x.interleave == y.interleave &&
+         x.expert == y.expert && x.expertTensor == y.expertTensor && x.zero == y.zero && x.interleave == y.interleave &&
          x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap && x.overlapGiven == y.overlapGiven &&
          x.reshardAfterForward == y.reshardAfterForward && x.prefetch == y.prefetch &&
          x.reduceEveryMicroBatch == y.reduceEveryMicroBatch && x.reduceEveryGiven == y.reduceEveryGiven &&

@@ -197,13 +197,18 @@ Placement place(const Plan &plan, char dim) {
   const Parallelism &par = plan.parallel;
   auto deg = [&](char c) { return static_cast<double>(rankDegree(par, c)); };
   // The expert group ('e') is the innermost e of the data ranks, the expert-data group ('x')
-  // the data ranks that hold the same experts, e apart.
-  double e = degree(par.expert);
-  double stride = static_cast<double>(rankStride(plan, dim == 'e' || dim == 'x' ? 'd' : dim));
+  // the data ranks that hold the same experts, e apart. Under MoE parallel folding
+  // (expertLayout) the MoE layers' ranks are ordered tp-ep-dp from the innermost tensor rank:
+  // the expert group is e consecutive ranks of the tensor × data ranks, and the expert-data
+  // group the t·d/e ranks e apart.
+  const ExpertLayout experts = expertLayout(par);
+  double e = experts.ep;
+  bool expertDim = dim == 'e' || dim == 'x';
+  double stride = static_cast<double>(rankStride(plan, expertDim ? (experts.folded ? 't' : 'd') : dim));
   Placement g;
   g.n = deg(dim);
-  if (dim == 'e' || dim == 'x') {
-    g.n = dim == 'e' ? e : std::max(1.0, deg('d') / e);
+  if (expertDim) {
+    g.n = dim == 'e' ? e : experts.folded ? experts.edp : std::max(1.0, deg('d') / e);
     stride *= dim == 'x' ? e : 1;
   }
   g.k = g.n;

@@ -171,15 +171,20 @@ double dataParallelTime(Analysis &a, double m, double backwardOne, double comput
   double paramBucket = gradBucket > 0 ? gradBucket / bg * bp : 0;
   // Expert parallelism: the experts' weights (X trainable, XA in all, per model-parallel rank)
   // are split over the e ranks of the expert group and reduced over the data/e ranks that hold
-  // the same experts ('x'); the other parameters over the whole data group ('d').
-  double e = degree(par.expert);
+  // the same experts ('x'); the other parameters over the whole data group ('d'). Under MoE
+  // parallel folding a device holds X·t/(etp·e) of them, reduced over the t·d/e ranks holding
+  // the same (expertLayout).
+  const ExpertLayout experts = expertLayout(par);
+  bool expertGroup = experts.ep > 1 || experts.folded;
   double T = a.params.trainable / model, N = a.params.total / model;
-  double X = e > 1 ? a.params.expertTrainable / model : 0, XA = e > 1 ? a.params.expert / model : 0;
+  double X = expertGroup ? a.params.expertTrainable / model : 0, XA = expertGroup ? a.params.expert / model : 0;
+  double held = degree(par.tensor) / (experts.etp * experts.ep); // of X: the device's experts
   struct Group {
     char name;
     double G, PT, P; ///< gradient, trainable-parameter and parameter bytes of the device
   };
-  Group groups[2] = {{'d', (T - X) * bg, (T - X) * bp, (N - XA) * bp}, {'x', X / e * bg, X / e * bp, XA / e * bp}};
+  Group groups[2] = {{'d', (T - X) * bg, (T - X) * bp, (N - XA) * bp},
+                     {'x', X * held * bg, X * held * bp, XA * held * bp}};
   // fp8 param_gather (Megatron's --fp8-param-gather: "perform the param all-gather in fp8"):
   // the fp8 GEMMs' weights are gathered at the fp8 element's bytes, not at b(params).
   if (a.fp8.active && plan.precision.fp8.paramGather) {

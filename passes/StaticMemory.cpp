@@ -33,7 +33,9 @@
 // 7. Expert parallelism (expert = e): the MoE experts' weights X (a.params.expert) are split
 //    over the e ranks of the expert group besides tensor × pipeline, and ZeRO shards them over
 //    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
-//    + X/(t·p·e)/shard(d/e).
+//    + X/(t·p·e)/shard(d/e). Under MoE parallel folding (expert_tensor = 1, passes/Passes.h
+//    expertLayout) the experts run whole: X/(p·e)/shard(t·d/e), the expert group drawn from
+//    the tensor × data ranks (d counting the context ranks).
 // 9. tally's step with a padded LM head (passes/HeadPadding.h): the (V' − V)·d padded rows of
 //    the head's weight count in params, and when it trains in grads, master and optimizer (the
 //    regions hold them), not in the parameter count.
@@ -51,7 +53,9 @@ void staticMemory(Analysis &a) {
   const Parallelism &par = plan.parallel;
   double modelSplit = static_cast<double>(par.tensor * par.pipeline);
   double dp = zeroShardRanks(par.data, par.context); // ZeRO shards over data x context
-  double ep = static_cast<double>(std::max<int64_t>(1, par.expert));
+  // The experts' weights: split over pipeline × the MoE layers' tensor degree × the expert
+  // group, sharded over the ranks that hold the same experts (expertLayout).
+  const ExpertLayout experts = expertLayout(par);
   double tensor = static_cast<double>(par.tensor), stages = static_cast<double>(par.pipeline);
   bool staged = stages > 1 && a.copies && !a.copies->copies.empty();
   double n = staged ? (a.params.beforeCopies + a.params.inCopies / stages) / tensor
@@ -70,8 +74,10 @@ void staticMemory(Analysis &a) {
     t += pad;
   auto shard = [&](int stage) { return par.zero >= stage ? dp : 1.0; };
   // Element counts per device of all parameters (`all`) and of the experts among them (`x`).
+  // x counts the experts at the tensor split (x / t·p of them); a device holds x·t/(etp·ep).
+  const double expertShare = static_cast<double>(par.tensor > 1 ? par.tensor : 1) / (experts.etp * experts.ep);
   auto owned = [&](double all, double x, int stage) {
-    return (all - x) / shard(stage) + x / ep / (par.zero >= stage ? dp / ep : 1.0);
+    return (all - x) / shard(stage) + x * expertShare / (par.zero >= stage ? experts.edp : 1.0);
   };
 
   double params = owned(n, nx, 3) * bytesOf(p.params);
@@ -127,9 +133,9 @@ void staticMemory(Analysis &a) {
                                            : (a.params.trainable - a.params.inCopiesTrainable) / tensor);
   // Expert parallelism: a rank gathers only its experts' share of a block's weights (the
   // model's expert fraction of the block, split over the e ranks of the expert group).
-  double experts = n > 0 && ep > 1 ? (n - nx + nx / ep) / n : 1;
-  u.block = a.params.largestCopy / tensor * experts;
-  u.blockTrainable = plan.isTrain ? a.params.largestCopyTrainable / tensor * experts : 0;
+  double held = n > 0 && expertShare != 1 ? (n - nx + nx * expertShare) / n : 1;
+  u.block = a.params.largestCopy / tensor * held;
+  u.blockTrainable = plan.isTrain ? a.params.largestCopyTrainable / tensor * held : 0;
   u.gradientSpan = plan.isTrain ? a.params.gradientSpanPeak / tensor : 0;
   ZeroTransients z = zeroTransients(plan, u);
   a.memory.zeroGathered = p.paramsOnHost ? 0 : z.gathered;

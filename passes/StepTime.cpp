@@ -453,16 +453,17 @@ void opTimes(Analysis &a, const std::shared_ptr<const TensorParallel> &tp) {
 }
 
 /// Parameters one device holds of `all` (of which `experts` are MoE experts' weights), when
-/// ZeRO at `stage` or above shards them: (all − experts)/(t·p)/d + experts/(t·p·e)/(d/e), the
-/// experts split over the expert group and sharded over the replicas that hold the same ones;
-/// d counts the context ranks too (zeroShardRanks).
+/// ZeRO at `stage` or above shards them: (all − experts)/(t·p)/d + experts/(etp·p·e)/edp, the
+/// experts split over the MoE layers' tensor degree and the expert group and sharded over the
+/// replicas that hold the same ones (expertLayout: etp = t and edp = d/e unless folded); d
+/// counts the context ranks too (zeroShardRanks).
 double perDevice(const Plan &plan, double all, double experts, int stage) {
   const Parallelism &par = plan.parallel;
   double model = degree(par.tensor) * degree(par.pipeline), d = zeroShardRanks(par.data, par.context);
-  double e = degree(par.expert);
+  const ExpertLayout l = expertLayout(par);
   bool sharded = par.zero >= stage;
   return (all - experts) / model / (sharded ? d : 1) +
-         experts / (model * e) / (sharded ? std::max(1.0, d / e) : 1);
+         experts / (l.etp * degree(par.pipeline) * l.ep) / (sharded ? l.edp : 1);
 }
 
 /// Step 5: the device's optimizer update per step.

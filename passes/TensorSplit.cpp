@@ -188,9 +188,13 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
     }
     if (op.kind == OpKind::Moe) {
       // The experts are split like a Megatron MLP: gate and up column-parallel, down
-      // row-parallel; y is all-reduced forward, the gradient of x backward.
-      tp.rowParallel[i] = true;
-      if (traffic) {
+      // row-parallel; y is all-reduced forward, the gradient of x backward. Under MoE parallel
+      // folding (expert_tensor = 1, passes/Passes.h expertLayout) each expert runs whole on its
+      // rank over the tokens dispatched to it from the ranks' sequence shards: no tensor
+      // collective, and the same work per device (the t·c ranks share the tokens).
+      const bool folded = expertLayout(plan.parallel).folded;
+      tp.rowParallel[i] = !folded;
+      if (traffic && !folded) {
         tp.forwardBytes += g.bytes(op.outputs[0]);
         tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
         if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)

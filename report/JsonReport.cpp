@@ -473,6 +473,8 @@ Object parallelJson(const Plan &p) {
                 {"pipeline", p.parallel.pipeline},
                 {"context", p.parallel.context},
                 {"expert", p.parallel.expert},
+                // The MoE layers' tensor degree: the tensor degree, or 1 under MoE parallel folding.
+                {"expert_tensor", static_cast<int64_t>(expertLayout(p.parallel).etp)},
                 {"zero", p.parallel.zero}};
 }
 

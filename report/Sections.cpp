@@ -570,7 +570,11 @@ ReportContent buildReport(const Analysis &a) {
   if (par.devices > 1)
     c.headline += " (data " + std::to_string(par.data) + ", tensor " +
                   std::to_string(par.tensor) + ", pipeline " + std::to_string(par.pipeline) +
-                  ", ZeRO " + std::to_string(par.zero) + ")";
+                  ", ZeRO " + std::to_string(par.zero) +
+                  (expertLayout(par).folded ? ", expert " + std::to_string(par.expert) +
+                                                  " folded over tensor × data, expert tensor 1"
+                                            : std::string()) +
+                  ")";
   if (p.isTrain)
     c.settings.push_back("batch " + std::to_string(p.batch) +
                          (a.flops.sequence ? ", seq " + std::to_string(p.seq)

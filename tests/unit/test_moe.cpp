@@ -235,3 +235,37 @@ TEST_CASE("moe: expert gradients reduce over the replicas that share them, the r
   double experts = collectiveTime(plan.target, same, Collective::AllReduce, 196608);
   CHECK(t.a->time.dataParallelComm == Approx(dense + experts).epsilon(1e-12));
 }
+
+TEST_CASE("moe: parallel folding draws the expert group from the tensor and data ranks", "[moe]") {
+  // Megatron-Core's MoE parallel folding (expert_tensor = 1): 16 ranks as tensor 2 × data 8;
+  // the attention's weights split over the tensor pair, the experts whole on each rank and
+  // split over an expert group of 16 drawn from all of them (tensor innermost), so the expert
+  // group holds one copy: no expert-data replicas to shard or reduce over.
+  Compiled f(model("16 x H100_SXM { data = 8, tensor = 2, expert = 16, expert_tensor = 1, "
+                   "sequence_parallel = true, zero = 1 }"));
+  const Plan &plan = *f.a->plan;
+  ExpertLayout l = expertLayout(plan.parallel);
+  CHECK(l.folded);
+  CHECK(l.etp == 1);
+  CHECK(l.ep == 16);
+  CHECK(l.edp == 1);
+  double dense = kTotal - kExperts;
+  CHECK(f.a->memory.params == Approx((dense / 2 + kExperts / 16) * 4));
+  CHECK(f.a->memory.optimizer == Approx((dense / 2 / 8 + kExperts / 16) * 2 * 4));
+  // The expert group: 16 consecutive ranks from the innermost tensor rank, over 2 nodes.
+  Placement e = place(plan, 'e');
+  CHECK(e.n == 16);
+  CHECK(e.k == 8);
+  CHECK(place(plan, 'x').n == 1);
+  // The moe op runs whole on its rank: no tensor-parallel collective of its own. The
+  // unfolded layout (expert 8 over the data ranks, the experts split over the tensor pair)
+  // reduce-scatters each moe op's output over the tensor pair forward and backward.
+  Compiled u(model("16 x H100_SXM { data = 8, tensor = 2, expert = 8, sequence_parallel = true, zero = 1 }"));
+  CHECK_FALSE(expertLayout(u.a->plan->parallel).folded);
+  CHECK(u.a->memory.params == Approx((dense / 2 + kExperts / 2 / 8) * 4));
+  CHECK(f.a->time.tensorParallelComm < u.a->time.tensorParallelComm);
+  // The moe ops' work per device is the same: the t ranks share the tokens either way.
+  CHECK(f.a->time.forward == Approx(u.a->time.forward).epsilon(1e-9));
+  // The expert_tensor the JSON report states: the MoE layers' tensor degree.
+  CHECK(expertLayout(u.a->plan->parallel).etp == 2);
+}
