@@ -115,7 +115,7 @@ struct Parallelism {
   /// The MoE layers' tensor degree (Megatron-Core's --expert-tensor-parallel-size, whose default
   /// is the tensor degree): 0 or the tensor degree, the experts split as a Megatron MLP over the
   /// tensor group; 1 under tensor > 1, MoE parallel folding: the experts whole on each rank and
-  /// the expert group drawn from the tensor × context × data ranks (passes/Passes.h,
+  /// the expert group drawn from the tensor × context × data ranks (below,
   /// expertLayout).
   int64_t expertTensor = 0;
   int zero = 0;                    ///< ZeRO stage 0..3 over the data-parallel group

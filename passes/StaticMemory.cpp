@@ -33,7 +33,7 @@
 // 7. Expert parallelism (expert = e): the MoE experts' weights X (a.params.expert) are split
 //    over the e ranks of the expert group besides tensor × pipeline, and ZeRO shards them over
 //    the data/e replicas that hold the same experts: each class counts (N − X)/(t·p)/shard(d)
-//    + X/(t·p·e)/shard(d/e). Under MoE parallel folding (expert_tensor = 1, passes/Passes.h
+//    + X/(t·p·e)/shard(d/e). Under MoE parallel folding (expert_tensor = 1, ir/Plan.h
 //    expertLayout) the experts run whole: X/(p·e)/shard(t·d/e), the expert group drawn from
 //    the tensor × data ranks (d counting the context ranks).
 // 9. tally's step with a padded LM head (passes/HeadPadding.h): the (V' − V)·d padded rows of

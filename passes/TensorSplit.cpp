@@ -101,6 +101,25 @@ static std::vector<OpId> lowRankChains(const Graph &g) {
   return second;
 }
 
+/// A moe op under tensor parallelism: its experts split like a Megatron MLP (gate and up
+/// column-parallel, down row-parallel; y all-reduced forward, the gradient of x backward), its
+/// work over `split`. Under MoE parallel folding (expert_tensor = 1, ir/Plan.h expertLayout) each
+/// expert runs whole on its rank over the tokens dispatched to it from the ranks' sequence
+/// shards: no tensor collective, and the same work per device (the t·c ranks share the tokens).
+static void moeSplit(const Graph &g, const Plan &plan, OpId i, bool traffic, double split, TensorParallel &tp,
+                     std::map<TensorId, std::vector<OpId>> &columnInputs) {
+  const Op &op = g.ops[i];
+  const bool folded = expertLayout(plan.parallel).folded;
+  tp.rowParallel[i] = !folded;
+  if (traffic && !folded) {
+    tp.forwardBytes += g.bytes(op.outputs[0]);
+    tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
+    if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
+      columnInputs[g.storageOf(op.inputs[0])].push_back(i);
+  }
+  tp.split[i] = split;
+}
+
 TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
   TensorParallel tp;
   double t = degree(plan.parallel.tensor);
@@ -187,20 +206,7 @@ TensorParallel tensorParallel(const Graph &g, const Plan &plan, bool traffic) {
       continue;
     }
     if (op.kind == OpKind::Moe) {
-      // The experts are split like a Megatron MLP: gate and up column-parallel, down
-      // row-parallel; y is all-reduced forward, the gradient of x backward. Under MoE parallel
-      // folding (expert_tensor = 1, passes/Passes.h expertLayout) each expert runs whole on its
-      // rank over the tokens dispatched to it from the ranks' sequence shards: no tensor
-      // collective, and the same work per device (the t·c ranks share the tokens).
-      const bool folded = expertLayout(plan.parallel).folded;
-      tp.rowParallel[i] = !folded;
-      if (traffic && !folded) {
-        tp.forwardBytes += g.bytes(op.outputs[0]);
-        tp.forwardMessages.push_back(g.bytes(op.outputs[0]));
-        if (plan.isTrain && g.tensors[op.inputs[0]].requiresGrad)
-          columnInputs[g.storageOf(op.inputs[0])].push_back(i);
-      }
-      tp.split[i] = t * c;
+      moeSplit(g, plan, i, traffic, t * c, tp, columnInputs);
       for (TensorId o : op.outputs)
         split[g.storageOf(o)] = false;
       continue;

@@ -345,6 +345,7 @@ struct UnaryTimings {
   };
   std::vector<Kernel> kernels;
   size_t reluGradient = 0;
+  size_t dropout = 0; ///< dropout's forward (5c)
 };
 UnaryTimings addUnaryKernels(rt::Ctx &ctx, const std::vector<float> &x, int64_t m, size_t expForward,
                              const std::function<size_t(std::string, std::function<void()>)> &perCall) {
@@ -370,6 +371,13 @@ UnaryTimings addUnaryKernels(rt::Ctx &ctx, const std::vector<float> &x, int64_t 
       rt::unary_bwd<float>(ctx, op, b->x.data(), b->ones.data(), b->ones.data(), b->dx.data(), m, false);
     });
   }
+  // 5c. Dropout's forward: a Philox block per 4 elements (codegen/runtime/common/tally_philox.h)
+  // and its mask written, against relu's kernel on the same floats; its backward reads the
+  // mask and is priced by its bytes.
+  auto mask = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(m));
+  t.dropout = perCall("dropout of 65536 floats", [&ctx, b, mask, m] {
+    rt::dropout_fwd<float>(ctx, b->x.data(), b->y.data(), mask->data(), m, 0.1f, 1234, 7);
+  });
   return t;
 }
 
@@ -477,13 +485,6 @@ Result measure(const Options &o) {
   const size_t tExp = perCall("exp of 65536 floats", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, e.data(), eOut.data(), m); });
   const size_t tRelu2 = perCall("relu of 65536 floats", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, e.data(), eOut.data(), m); });
   const UnaryTimings tUnary = addUnaryKernels(ctx, e, m, tExp, perCall);
-  // 5c. Dropout's forward: a Philox block per 4 elements (codegen/runtime/common/tally_philox.h)
-  // and its mask written, against relu's kernel on the same floats; its backward reads the
-  // mask and is priced by its bytes.
-  std::vector<uint8_t> dropMask(static_cast<size_t>(m));
-  const size_t tDropout = perCall("dropout of 65536 floats", [&] {
-    rt::dropout_fwd<float>(ctx, e.data(), eOut.data(), dropMask.data(), m, 0.1f, 1234, 7);
-  });
 
   // 6. Attention: the runtime's fused causal attention forward and backward, on the main shape
   // and on the smaller ones of the curve (q = k = v [B, S, H·hd]).
@@ -519,7 +520,7 @@ Result measure(const Options &o) {
   for (const UnaryTimings::Kernel &u : tUnary.kernels)
     r.unary.push_back({u.name, std::max(0.0, timings.median(u.forward) - timings.median(tRelu2)) / double(m),
                        std::max(0.0, timings.median(u.gradient) - timings.median(tUnary.reluGradient)) / double(m)});
-  r.unary.push_back({"dropout", std::max(0.0, timings.median(tDropout) - timings.median(tRelu2)) / double(m), 0});
+  r.unary.push_back({"dropout", std::max(0.0, timings.median(tUnary.dropout) - timings.median(tRelu2)) / double(m), 0});
   at.forwardSeconds = timings.median(tAttn.forward);
   at.backwardSeconds = timings.median(tAttn.backward);
   for (size_t i = 0; i < r.attentionShapes.size(); ++i) {
