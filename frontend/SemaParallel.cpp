@@ -28,7 +28,7 @@ struct LayoutReader {
   Plan &plan;
   Parallelism &par;
   bool dataGiven = false;
-  llvm::SMRange expertRange, expertTensorRange;
+  llvm::SMRange expertRange, expertTensorRange, expertOverlapRange;
   /// Where a ZeRO-3 setting (reshard_after_forward, prefetch) was written (invalid: none was).
   llvm::SMRange zeroThreeRange;
 
@@ -247,6 +247,11 @@ const std::vector<LayoutSetting> &layoutSettings() {
          return true;
        }},
       {"tensor_overlap", [](R &r, const I &it) { return r.boolean(it, r.par.tensorOverlap); }},
+      {"expert_overlap",
+       [](R &r, const I &it) {
+         r.expertOverlapRange = it.range;
+         return r.boolean(it, r.par.expertOverlap);
+       }},
       {"reduce_every_micro_batch",
        [](R &r, const I &it) {
          r.par.reduceEveryGiven = true;
@@ -379,6 +384,18 @@ bool checkDegrees(DiagnosticEngine &diags, const ConstValue &v, const LayoutRead
                      " needs sequence_parallel = true: each rank dispatches its sequence shard's tokens "
                      "(Megatron-Core requires sequence parallelism for MoE with tensor parallelism)")
         .range(reader.expertTensorRange);
+    return false;
+  }
+  // Combined 1F1B (megatron docs/user-guide/features/moe_a2a_overlap.md, "Hard requirements"):
+  // expert parallelism to overlap, and under pipeline parallelism the interleaved schedule.
+  if (par.expertOverlap && (par.expert <= 1 || (par.pipeline > 1 && par.interleave <= 1))) {
+    diags.report(DiagKind::InvalidValue, reader.expertOverlapRange.Start,
+                 par.expert <= 1 ? std::string("expert_overlap overlaps the expert all-to-alls, but this plan has "
+                                               "expert = 1")
+                                 : "expert_overlap under pipeline = " + std::to_string(par.pipeline) +
+                                       " needs interleave > 1: Megatron-Core's combined 1F1B extends the "
+                                       "interleaved schedule")
+        .range(reader.expertOverlapRange);
     return false;
   }
   // Expert parallelism (Megatron, DeepSpeed-MoE): the expert group is carved out of the

@@ -144,6 +144,10 @@ struct Parallelism {
   /// `compiled = true`: the framework compiles the step (torch.compile, Megatron's fused
   /// kernels): elementwise chains run fused, priced as `--fuse` prices them (Plan::fuseKernels).
   bool compiled = false;
+  /// Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): the forward of
+  /// micro-batch i+1 paired with the backward of micro-batch i, each one's expert all-to-alls
+  /// run beside the other's compute (passes/StepTime.cpp, exposedExpertComm).
+  bool expertOverlap = false;
   bool tensorOverlap = false;      ///< Megatron's asynchronous tensor-parallel backward: each
                                    ///< input gradient's all-reduce (reduce-scatter) overlaps the
                                    ///< weight-gradient GEMMs of the matmuls that read the input

@@ -59,7 +59,7 @@ bool samePricing(const Plan &a, const Plan &b) {
          x.sequenceParallel == y.sequenceParallel && x.overlap == y.overlap && x.overlapGiven == y.overlapGiven &&
          x.reshardAfterForward == y.reshardAfterForward && x.prefetch == y.prefetch &&
          x.reduceEveryMicroBatch == y.reduceEveryMicroBatch && x.reduceEveryGiven == y.reduceEveryGiven &&
-         x.tensorOverlap == y.tensorOverlap && x.stack == y.stack &&
+         x.tensorOverlap == y.tensorOverlap && x.expertOverlap == y.expertOverlap && x.stack == y.stack &&
          x.attentionKernel == y.attentionKernel &&
          x.bucketBytes == y.bucketBytes && x.compiled == y.compiled && x.order == y.order;
 }

@@ -398,6 +398,10 @@ double modelFlopsUtilization(const Analysis &a, double stepSeconds);
 /// The peak MFU and HFU divide by: the datasheet's dense peak of the rate matrix products run
 /// at, at the datasheet clock.
 double utilizationPeak(const Analysis &a);
+/// StepTime.cpp: the expert all-to-alls a train step exposes of `all` seconds on one device
+/// over its `m` micro-batches beside `compute` seconds of its compute (expert_overlap:
+/// Megatron-Core's combined 1F1B; else all of them).
+double exposedExpertComm(const Plan &plan, double all, double m, double compute);
 /// MfuConventions.cpp: a.time.mfuConventions for a train plan, after stepTime; what they read
 /// of the graph alone (Analysis::time.mfuFacts, made by analyzeGraph for a train plan).
 void mfuConventions(Analysis &a);

@@ -702,6 +702,26 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
 
 } // namespace
 
+/// Step 7, the expert all-to-alls a train step exposes, of `all` seconds on one device over its
+/// `m` micro-batches, beside `compute` seconds of its forward, backward and recompute. Under
+/// Megatron-Core's combined 1F1B (expert_overlap; docs/user-guide/features/moe_a2a_overlap.md)
+/// the forward of micro-batch i+1 is paired with the backward of micro-batch i, and each one's
+/// dispatch and combine all-to-alls run beside the other's compute; the fill and drain are
+/// not paired: the first forward and the last backward, or under interleaved pipeline stages
+/// its warm-up, 2(p − 1) + (v − 1)·p + 1 chunk forwards of the m·v (the interleaved
+/// schedule's warm-up on the first stage and the one forward the overlap adds). Paired, the
+/// all-to-alls are hidden up to the paired compute: exposed = u·all + max(0, (1 − u)·(all −
+/// compute)), u the unpaired share. (The contention of the two streams is not priced.)
+double exposedExpertComm(const Plan &plan, double all, double m, double compute) {
+  const Parallelism &par = plan.parallel;
+  if (!par.expertOverlap || !plan.isTrain || all <= 0)
+    return all;
+  double p = degree(par.pipeline), v = degree(par.interleave);
+  double warmup = p > 1 ? 2 * (p - 1) + (v - 1) * p + 1 : 1;
+  double unpaired = std::min(1.0, warmup / std::max(1.0, m * v));
+  return unpaired * all + std::max(0.0, (1 - unpaired) * (all - compute));
+}
+
 /// The peak MFU and HFU are measured against: the datasheet's, at the datasheet clock, also
 /// for a part that a plan runs at a lower `clock` (so a power-capped part shows the lower MFU it
 /// reaches, as published MFUs count it); the roofline keeps the clocked peak.
@@ -855,7 +875,8 @@ void stepTime(Analysis &a) {
       a.time.pipelineComm += sendTime(target, place(plan, 'p').r > 1,
                                       numel(g.tensors[w].shape) * bytesOf(plan.precision.grads));
   a.time.contextParallelComm = m / p * ringAttention(a, tp);
-  a.time.expertParallelComm = m / p * expertAllToAll(a, tp);
+  a.time.expertParallelComm = exposedExpertComm(plan, m / p * expertAllToAll(a, tp), m,
+                                                a.time.forward + a.time.backward + a.time.recompute);
   a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm +
                          a.time.pipelineComm + a.time.contextParallelComm +
                          a.time.expertParallelComm;

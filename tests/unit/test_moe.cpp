@@ -269,3 +269,32 @@ TEST_CASE("moe: parallel folding draws the expert group from the tensor and data
   // The expert_tensor the JSON report states: the MoE layers' tensor degree.
   CHECK(expertLayout(u.a->plan->parallel).etp == 2);
 }
+
+TEST_CASE("moe: combined 1F1B hides the expert all-to-alls up to the paired compute", "[moe]") {
+  // expert_overlap (Megatron-Core's --overlap-moe-expert-parallel-comm): the forward of
+  // micro-batch i+1 runs beside the backward of micro-batch i. Batch 16 over 16 data ranks at
+  // micro-batch 1 is one micro-batch per step: nothing pairs, everything stays exposed.
+  Compiled one(model("16 x H100_SXM { data = 16, expert = 8 }"));
+  Compiled oneOverlap(model("16 x H100_SXM { data = 16, expert = 8, expert_overlap = true }"));
+  CHECK(oneOverlap.a->time.expertParallelComm == Approx(one.a->time.expertParallelComm));
+  // 4 data ranks: 4 micro-batches per step; the first forward and the last backward are the
+  // fill and drain (u = 1/4), the three pairs hide their all-to-alls up to their compute.
+  Compiled four(model("4 x H100_SXM { data = 4, expert = 4 }"));
+  Compiled fourOverlap(model("4 x H100_SXM { data = 4, expert = 4, expert_overlap = true }"));
+  const double all = four.a->time.expertParallelComm;
+  const double compute = four.a->time.forward + four.a->time.backward + four.a->time.recompute;
+  REQUIRE(all > 0);
+  CHECK(fourOverlap.a->time.expertParallelComm ==
+        Approx(all / 4 + std::max(0.0, 3.0 / 4 * (all - compute))));
+  CHECK(fourOverlap.a->time.expertParallelComm < all);
+  CHECK(fourOverlap.a->time.step < four.a->time.step);
+  // The formula under an interleaved pipeline: p 8, v 4, 512 micro-batches: the warm-up's
+  // 2·7 + 3·8 + 1 = 39 chunk forwards of 2,048 are unpaired.
+  Plan p = *four.a->plan;
+  p.parallel.pipeline = 8, p.parallel.interleave = 4, p.parallel.expertOverlap = true;
+  const double u = 39.0 / 2048;
+  CHECK(exposedExpertComm(p, 60, 512, 44) == Approx(u * 60 + (1 - u) * 16));
+  CHECK(exposedExpertComm(p, 30, 512, 44) == Approx(u * 30)); // hidden but for the warm-up
+  p.parallel.expertOverlap = false;
+  CHECK(exposedExpertComm(p, 60, 512, 44) == 60);
+}
