@@ -327,7 +327,8 @@ Facts gatherFacts(const Analysis &a) {
   if (memo) {
     key = {a.walks, tp, a.saved, a.fp8.savedBytes,
            a.headPad.applies() ? a.headPad.logits : kNone,
-           a.headPad.applies() ? static_cast<double>(a.headPad.padded) / static_cast<double>(a.headPad.vocab) : 1.0};
+           a.headPad.applies() ? static_cast<double>(a.headPad.padded) / static_cast<double>(a.headPad.vocab) : 1.0,
+           a.plan->target.share};
     for (auto it = memo->entries.begin(); it != memo->entries.end(); ++it)
       if (it->first == key) {
         std::shared_ptr<const LayoutFacts> found = it->second;

@@ -233,7 +233,7 @@ struct LayoutFacts {
 /// besides the target (which the candidates of one AnalysisManager share): the walk memo and
 /// the tensor-parallel split (both per graph part: its graph and op costs; the split's key
 /// is the tensor degree, context, sequence parallelism, tensorStep and training), the saved
-/// lists, the fp8 bytes and the head's padding. The layout search's candidates that differ
+/// lists, the fp8 bytes, the head's padding and a shared host's share. The layout search's candidates that differ
 /// only in pipeline, interleave, data, ZeRO or checkpoint policy read one entry instead of
 /// each computing the facts (O(ops) each: a third of a 10,000-layer search). The newest
 /// `keep` entries are kept; the key holds what it names alive, so no address is reused.
@@ -245,9 +245,11 @@ struct LayoutFactsMemo {
     std::shared_ptr<const std::vector<double>> fp8Bytes;
     TensorId padLogits = kNone;
     double padGrow = 1;
+    double share = 1; ///< Target::share: a rank's part of a shared host scales the op times
     bool operator==(const Key &o) const {
       return walks == o.walks && tensorParallel == o.tensorParallel && saved == o.saved &&
-             fp8Bytes == o.fp8Bytes && padLogits == o.padLogits && padGrow == o.padGrow;
+             fp8Bytes == o.fp8Bytes && padLogits == o.padLogits && padGrow == o.padGrow &&
+             share == o.share;
     }
   };
   size_t keep = 0;

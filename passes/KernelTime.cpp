@@ -85,7 +85,8 @@ KernelTimeTerms kernelTimeTerms(const Target &t, OpClass c, Dtype computeDtype,
   // curve's own rate (tp2's matmuls were priced 1.7x their measurement).
   if (k.fromCurve && t.share < 1 && t.share > 0 && t.forkOverhead > 0 && w.calls > 0) {
     double forked = std::min(1.0, w.forks / w.calls);
-    k.compute *= forked + (1 - forked) * t.share;
+    k.shareFactor = forked + (1 - forked) * t.share;
+    k.compute *= k.shareFactor;
   }
   k.transcendental = transcendentalSeconds(t, w.transcendentals);
   if (w.measuredArithmetic > 0) {

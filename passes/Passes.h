@@ -279,7 +279,11 @@ struct KernelTimeTerms {
   bool nativeAttention = false;   ///< whether it is the target's native attention kernel's
                                   ///< (then the exps overlap the compute: max, not sum)
   bool measuredArithmetic = false; ///< compute is KernelWork::measuredArithmetic (no FLOPs, no exps)
-  double compute = 0;             ///< FLOPs / peak / efficiency
+  double compute = 0;             ///< FLOPs / peak / efficiency (× shareFactor)
+  /// On a rank of a shared host, a curve-priced call's factor on `compute`: its calls that
+  /// start the team at the rank's share of the machine, the rest (one thread, as calibrated)
+  /// at the whole machine's rate; 1 elsewhere (KernelTime.cpp).
+  double shareFactor = 1;
   double transcendental = 0;      ///< transcendentals × transcendentalTime
   double outside = 0;             ///< outsideBytes / bandwidth, beside the arithmetic
   double memory = 0;              ///< bytes / bandwidth / byteEfficiency

@@ -29,8 +29,9 @@ struct OpTimesKey {
   int64_t padded = 0, vocab = 0;
   std::string attention;
   bool native = false, cudaStep = false, captured = false;
+  double share = 1; ///< Target::share (a rank of a shared host)
   bool operator==(const OpTimesKey &o) const {
-    return split == o.split && padMatmul == o.padMatmul && padLoss == o.padLoss &&
+    return split == o.split && padMatmul == o.padMatmul && padLoss == o.padLoss && share == o.share &&
            padded == o.padded && vocab == o.vocab && attention == o.attention &&
            native == o.native && cudaStep == o.cudaStep && captured == o.captured &&
            records.sameLayout(o.records);
@@ -50,6 +51,7 @@ struct OpTimesMemo {
   /// memo, held, names it: its graph, precision and optimizer; the target is the manager's).
   struct RooflineEntry {
     std::shared_ptr<TensorParallelMemo> part;
+    double share = 1; ///< Target::share: the ridge a shared host's rank has
     OpTable before, after;
   };
   std::vector<RooflineEntry> roofline; ///< newest last

@@ -71,7 +71,7 @@ void rooflineOps(Analysis &a) {
   OpTimesMemo *memo = a.opTimesMemo && a.tensorParallelMemo ? a.opTimesMemo.get() : nullptr;
   if (memo)
     for (auto it = memo->roofline.begin(); it != memo->roofline.end(); ++it)
-      if (it->part == a.tensorParallelMemo && it->before.sameLayout(a.ops)) {
+      if (it->part == a.tensorParallelMemo && it->share == a.plan->target.share && it->before.sameLayout(a.ops)) {
         a.ops = it->after;
         std::rotate(it, it + 1, memo->roofline.end());
         ++memo->rooflineReused;
@@ -97,7 +97,7 @@ void rooflineOps(Analysis &a) {
     ++memo->rooflineMade;
     if (memo->roofline.size() >= memo->keep)
       memo->roofline.erase(memo->roofline.begin());
-    memo->roofline.push_back({a.tensorParallelMemo, std::move(before), a.ops});
+    memo->roofline.push_back({a.tensorParallelMemo, a.plan->target.share, std::move(before), a.ops});
   }
 }
 

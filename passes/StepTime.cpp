@@ -420,7 +420,6 @@ std::shared_ptr<OpTimesMemo> newOpTimesMemo(size_t keep) {
   return memo;
 }
 
-
 namespace {
 
 /// Step 2 (computeOpTimes), or its results for an earlier candidate with the same key
@@ -435,7 +434,7 @@ void opTimes(Analysis &a, const std::shared_ptr<const TensorParallel> &tp) {
   const Plan &plan = *a.plan;
   OpTimesKey key{a.ops, tp, a.headPad.matmul, a.headPad.loss, a.headPad.padded, a.headPad.vocab,
                  attentionKernel(plan), runsNativeAttention(plan), plan.cudaStep,
-                 cudaGraphCaptured(*a.graph, plan)};
+                 cudaGraphCaptured(*a.graph, plan), plan.target.share};
   for (auto it = memo->entries.begin(); it != memo->entries.end(); ++it)
     if (it->key == key) {
       resetFp8Times(a);

@@ -249,7 +249,7 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   os << "  " << label << " = " << open << (overlap ? "max(" : "")
      << (measured ? "elements" + by + " × measured time per element"
                   : "executed " + what.str() + "FLOPs" + (tiles != 1 ? " × tile factor" : "") + by +
-                        " / peak / efficiency")
+                        " / peak / efficiency" + (k.shareFactor != 1 ? " × unthreaded share" : ""))
      << (exps ? plus.str() + "exps × exp time" : "") << (overlap ? ")" : "")
      << (outside ? " + bytes outside the loop / bandwidth" : "") << ", " << what << "bytes"
      << by << " / bandwidth / " << (k.fromCurve ? "elementwise efficiency" : "efficiency") << close
@@ -264,7 +264,8 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << formatDuration(w.measuredArithmetic);
   else
     os << exact(flops) << (tiles != 1 ? " × " + printf1("%.4g", tiles) : std::string()) << by << " / "
-       << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff;
+       << formatRate(k.peak, UnitDim::FlopRate) << " / " << eff
+       << (k.shareFactor != 1 ? " × " + printf1("%.3g", k.shareFactor) : std::string());
   if (exps)
     os << plus << exact(w.transcendentals) << " / " << printf1("%.4g", 1 / t.transcendentalTime)
        << " exps/s" << (overlap ? ")" : "");
@@ -308,6 +309,12 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
     os << efficiencyName(kind);
   if (k.fromCurve)
     os << ", the target's measured curve at " << printf1("%.3g", w.flops) << " FLOPs per call";
+  if (k.shareFactor != 1)
+    os << "; unthreaded share " << printf1("%.3g", k.shareFactor) << ": of its " << exact(w.calls)
+       << " calls, " << exact(w.calls - std::min(w.calls, w.forks))
+       << " below the runtime's threading bound run on one thread, as the curve was measured, at the "
+          "whole machine's rate; the rest at this rank's share "
+       << printf1("%.3g", t.share);
   if (tiles != 1)
     os << "; tile factor " << printf1("%.4g", tiles) << ": the runtime's kernel computes whole tiles of "
        << t.attentionTile << " queries and keys up to the diagonal (attention_tile)";

@@ -482,6 +482,11 @@ TEST_CASE("host: a rank of a shared machine runs its unthreaded curve-priced cal
   CHECK(compute(half, 0) == Approx(compute(whole, 0)));     // both calls on one thread
   CHECK(compute(half, 2) == Approx(2 * compute(whole, 2))); // both on the team
   CHECK(compute(half, 1) == Approx(1.5 * compute(whole, 1)));
+  // tally explain prints the factor (KernelTimeTerms::shareFactor): 1 - 1/2 + 1/2 × 1/2.
+  KernelWork one = w;
+  one.forks = 1;
+  CHECK(kernelTimeTerms(half, OpClass::Matmul, Dtype::F32, one).shareFactor == Approx(0.75));
+  CHECK(kernelTimeTerms(whole, OpClass::Matmul, Dtype::F32, one).shareFactor == 1);
   // A target that measured no threading prices every call at the share, as before.
   Target unthreaded = *host;
   unthreaded.shareHost(2);
