@@ -15,13 +15,11 @@ namespace tally {
 std::shared_ptr<WalkMemo> newWalkMemo() { return std::make_shared<WalkMemo>(); }
 
 std::shared_ptr<LayoutFactsMemo> newLayoutFactsMemo(size_t keep) {
-  auto memo = std::make_shared<LayoutFactsMemo>();
-  memo->keep = keep;
-  return memo;
+  return std::make_shared<LayoutFactsMemo>(keep);
 }
 
 std::pair<size_t, size_t> layoutFactsCounts(const LayoutFactsMemo &memo) {
-  return {memo.made, memo.reused};
+  return {memo.entries.made(), memo.entries.reused()};
 }
 
 WalkMemoStats walkMemoStats(const WalkMemo &memo) {
@@ -329,27 +327,19 @@ Facts gatherFacts(const Analysis &a) {
            a.headPad.applies() ? a.headPad.logits : kNone,
            a.headPad.applies() ? static_cast<double>(a.headPad.padded) / static_cast<double>(a.headPad.vocab) : 1.0,
            a.plan->target.share};
-    for (auto it = memo->entries.begin(); it != memo->entries.end(); ++it)
-      if (it->first == key) {
-        std::shared_ptr<const LayoutFacts> found = it->second;
-        std::rotate(it, it + 1, memo->entries.end()); // the newest last
-        ++memo->reused;
-        Facts f(a, std::move(st), std::move(found));
-        f.memo = a.walks.get();
-        return f;
-      }
+    if (const auto *found = memo->entries.find([&](const LayoutFactsMemo::Key &k) { return k == key; })) {
+      Facts f(a, std::move(st), *found);
+      f.memo = a.walks.get();
+      return f;
+    }
   }
   auto lf = std::make_shared<LayoutFacts>();
   Facts f(a, std::move(st), lf);
   f.memo = a.walks.get();
   makeLayoutFacts(*lf, f, a, *tp);
   f.walked = lf->walked;
-  if (memo && memo->keep > 0) {
-    ++memo->made;
-    if (memo->entries.size() >= memo->keep)
-      memo->entries.erase(memo->entries.begin());
-    memo->entries.emplace_back(std::move(key), lf);
-  }
+  if (memo)
+    memo->entries.add(std::move(key), lf);
   return f;
 }
 

@@ -22,6 +22,7 @@
 
 #include "passes/CheckpointChain.h"
 #include "passes/Passes.h"
+#include "passes/KeptEntries.h"
 
 #include <algorithm>
 #include <array>
@@ -233,10 +234,10 @@ struct LayoutFacts {
 /// besides the target (which the candidates of one AnalysisManager share): the walk memo and
 /// the tensor-parallel split (both per graph part: its graph and op costs; the split's key
 /// is the tensor degree, context, sequence parallelism, tensorStep and training), the saved
-/// lists, the fp8 bytes, the head's padding and a shared host's share. The layout search's candidates that differ
-/// only in pipeline, interleave, data, ZeRO or checkpoint policy read one entry instead of
-/// each computing the facts (O(ops) each: a third of a 10,000-layer search). The newest
-/// `keep` entries are kept; the key holds what it names alive, so no address is reused.
+/// lists, the fp8 bytes, the head's padding and a shared host's share. The layout search's
+/// candidates that differ only in pipeline, interleave, data, ZeRO or checkpoint policy read
+/// one entry instead of each computing the facts (O(ops) each: a third of a 10,000-layer
+/// search). The key holds what it names alive, so no address is reused.
 struct LayoutFactsMemo {
   struct Key {
     std::shared_ptr<WalkMemo> walks;
@@ -252,9 +253,8 @@ struct LayoutFactsMemo {
              share == o.share;
     }
   };
-  size_t keep = 0;
-  std::vector<std::pair<Key, std::shared_ptr<const LayoutFacts>>> entries; ///< newest last
-  size_t made = 0, reused = 0;
+  explicit LayoutFactsMemo(size_t keep) : entries(keep) {}
+  KeptEntries<Key, std::shared_ptr<const LayoutFacts>> entries;
 };
 
 namespace activations {

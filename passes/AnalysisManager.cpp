@@ -151,11 +151,11 @@ void AnalysisManager::keepLayoutFacts(size_t keep) {
   opTimes_ = keep > 0 ? newOpTimesMemo(keep) : nullptr;
 }
 
-size_t AnalysisManager::opTimesMade() const { return opTimes_ ? opTimes_->made : 0; }
+size_t AnalysisManager::opTimesMade() const { return opTimes_ ? opTimes_->entries.made() : 0; }
 
-size_t AnalysisManager::opTimesReused() const { return opTimes_ ? opTimes_->reused : 0; }
+size_t AnalysisManager::opTimesReused() const { return opTimes_ ? opTimes_->entries.reused() : 0; }
 
-size_t AnalysisManager::rooflineReused() const { return opTimes_ ? opTimes_->rooflineReused : 0; }
+size_t AnalysisManager::rooflineReused() const { return opTimes_ ? opTimes_->roofline.reused() : 0; }
 
 size_t AnalysisManager::layoutFactsMade() const {
   return layoutFacts_ ? layoutFactsCounts(*layoutFacts_).first : 0;

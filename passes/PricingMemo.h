@@ -6,6 +6,7 @@
 #pragma once
 
 #include "passes/Analysis.h"
+#include "passes/KeptEntries.h"
 
 #include <memory>
 #include <string>
@@ -20,42 +21,44 @@ struct TensorParallelMemo;
 /// and the target and precision, which the candidates of one AnalysisManager share: the
 /// tensor-parallel split (per graph part and tensor degree, context, sequence parallelism,
 /// tensorStep and training: tensorParallelOf's memo), the padded head, the attention kernel the
-/// stack runs and whether the CUDA step replays a graph. An fp8 plan's weight casts are per
-/// pipeline stage: its times are never taken from the memo.
-struct OpTimesKey {
-  OpTable records;
+/// stack runs, whether the CUDA step replays a graph and a shared host's share. An fp8 plan's
+/// weight casts are per pipeline stage: its times are never taken from the memo.
+struct OpTimesReads {
   std::shared_ptr<const TensorParallel> split;
   OpId padMatmul = kNone, padLoss = kNone;
   int64_t padded = 0, vocab = 0;
   std::string attention;
   bool native = false, cudaStep = false, captured = false;
   double share = 1; ///< Target::share (a rank of a shared host)
-  bool operator==(const OpTimesKey &o) const {
+  bool operator==(const OpTimesReads &o) const {
     return split == o.split && padMatmul == o.padMatmul && padLoss == o.padLoss && share == o.share &&
            padded == o.padded && vocab == o.vocab && attention == o.attention &&
-           native == o.native && cudaStep == o.cudaStep && captured == o.captured &&
-           records.sameLayout(o.records);
+           native == o.native && cudaStep == o.cudaStep && captured == o.captured;
   }
+};
+struct OpTimesKey {
+  OpTable records; ///< the op records step 2 read
+  OpTimesReads reads;
+};
+/// Step 2's results: the op records and the dequantization totals.
+struct OpTimesResult {
+  OpTable ops;
+  decltype(Analysis::dequant) dequant;
+};
+
+/// The roofline's input: the op records it read, per graph part (its tensor-parallel memo,
+/// held, names it: its graph, precision and optimizer; the target is the manager's) and the
+/// share of a shared host's rank (its ridge).
+struct RooflineKey {
+  std::shared_ptr<TensorParallelMemo> part;
+  double share = 1;
+  OpTable records;
 };
 
 struct OpTimesMemo {
-  size_t keep = 0; ///< entries of each kind kept, the newest
-  /// Step 2's results (the op records and the dequantization totals) by key.
-  struct Entry {
-    OpTimesKey key;
-    OpTable ops;
-    decltype(Analysis::dequant) dequant;
-  };
-  std::vector<Entry> entries; ///< newest last
-  /// The roofline's op records by the records it read, per graph part (its tensor-parallel
-  /// memo, held, names it: its graph, precision and optimizer; the target is the manager's).
-  struct RooflineEntry {
-    std::shared_ptr<TensorParallelMemo> part;
-    double share = 1; ///< Target::share: the ridge a shared host's rank has
-    OpTable before, after;
-  };
-  std::vector<RooflineEntry> roofline; ///< newest last
-  size_t made = 0, reused = 0, rooflineMade = 0, rooflineReused = 0;
+  explicit OpTimesMemo(size_t keep) : entries(keep), roofline(keep) {}
+  KeptEntries<OpTimesKey, OpTimesResult> entries;
+  KeptEntries<RooflineKey, OpTable> roofline;
 };
 
 } // namespace tally

@@ -69,14 +69,14 @@ Dtype opComputeDtype(const PrecisionPolicy &p, OpClass c) {
 /// records, when there is one).
 void rooflineOps(Analysis &a) {
   OpTimesMemo *memo = a.opTimesMemo && a.tensorParallelMemo ? a.opTimesMemo.get() : nullptr;
+  const double share = a.plan->target.share;
   if (memo)
-    for (auto it = memo->roofline.begin(); it != memo->roofline.end(); ++it)
-      if (it->part == a.tensorParallelMemo && it->share == a.plan->target.share && it->before.sameLayout(a.ops)) {
-        a.ops = it->after;
-        std::rotate(it, it + 1, memo->roofline.end());
-        ++memo->rooflineReused;
-        return;
-      }
+    if (const OpTable *done = memo->roofline.find([&](const RooflineKey &k) {
+          return k.part == a.tensorParallelMemo && k.share == share && k.records.sameLayout(a.ops);
+        })) {
+      a.ops = *done;
+      return;
+    }
   OpTable before;
   if (memo)
     before = a.ops;
@@ -93,12 +93,8 @@ void rooflineOps(Analysis &a) {
     oa.computeBound = bytes > 0 && ridge > 0 && oa.intensity() >= ridge;
     a.ops.set(i, oa);
   }
-  if (memo) {
-    ++memo->rooflineMade;
-    if (memo->roofline.size() >= memo->keep)
-      memo->roofline.erase(memo->roofline.begin());
-    memo->roofline.push_back({a.tensorParallelMemo, a.plan->target.share, std::move(before), a.ops});
-  }
+  if (memo)
+    memo->roofline.add({a.tensorParallelMemo, share, std::move(before)}, a.ops);
 }
 
 } // namespace

@@ -414,15 +414,11 @@ void computeOpTimes(Analysis &a, const TensorParallel &tp) {
 
 } // namespace
 
-std::shared_ptr<OpTimesMemo> newOpTimesMemo(size_t keep) {
-  auto memo = std::make_shared<OpTimesMemo>();
-  memo->keep = keep;
-  return memo;
-}
+std::shared_ptr<OpTimesMemo> newOpTimesMemo(size_t keep) { return std::make_shared<OpTimesMemo>(keep); }
 
 namespace {
 
-/// Step 2 (computeOpTimes), or its results for an earlier candidate with the same key
+/// Step 2 (computeOpTimes), or its results for an earlier candidate with the same inputs
 /// (Analysis::opTimesMemo): the layout search times hundreds of candidates that differ only in
 /// pipeline, interleave, data, ZeRO or micro-batch count, and step 2 was most of each one's time.
 void opTimes(Analysis &a, const std::shared_ptr<const TensorParallel> &tp) {
@@ -432,23 +428,19 @@ void opTimes(Analysis &a, const std::shared_ptr<const TensorParallel> &tp) {
     return;
   }
   const Plan &plan = *a.plan;
-  OpTimesKey key{a.ops, tp, a.headPad.matmul, a.headPad.loss, a.headPad.padded, a.headPad.vocab,
-                 attentionKernel(plan), runsNativeAttention(plan), plan.cudaStep,
-                 cudaGraphCaptured(*a.graph, plan), plan.target.share};
-  for (auto it = memo->entries.begin(); it != memo->entries.end(); ++it)
-    if (it->key == key) {
-      resetFp8Times(a);
-      a.ops = it->ops;
-      a.dequant = it->dequant;
-      std::rotate(it, it + 1, memo->entries.end());
-      ++memo->reused;
-      return;
-    }
+  OpTimesReads reads{tp, a.headPad.matmul, a.headPad.loss, a.headPad.padded, a.headPad.vocab,
+                     attentionKernel(plan), runsNativeAttention(plan), plan.cudaStep,
+                     cudaGraphCaptured(*a.graph, plan), plan.target.share};
+  if (const OpTimesResult *done = memo->entries.find(
+          [&](const OpTimesKey &k) { return k.reads == reads && k.records.sameLayout(a.ops); })) {
+    resetFp8Times(a);
+    a.ops = done->ops;
+    a.dequant = done->dequant;
+    return;
+  }
+  OpTable records = a.ops;
   computeOpTimes(a, *tp);
-  ++memo->made;
-  if (memo->entries.size() >= memo->keep)
-    memo->entries.erase(memo->entries.begin());
-  memo->entries.push_back({std::move(key), a.ops, a.dequant});
+  memo->entries.add({std::move(records), std::move(reads)}, {a.ops, a.dequant});
 }
 
 /// Parameters one device holds of `all` (of which `experts` are MoE experts' weights), when
