@@ -376,11 +376,7 @@ train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.
   CHECK(t.a->plan->target.unaryTime("gelu", true) == Approx(5e-9));
   CHECK(t.a->plan->target.unaryTime("silu", true) == 0); // measured forward only
   CHECK(t.a->plan->target.unaryTime("tanh", false) == 0);
-  const Graph &g = t.g();
-  OpId gelu = 0;
-  while (gelu < g.ops.size() && g.ops[gelu].kind != OpKind::Gelu)
-    ++gelu;
-  REQUIRE(gelu < g.ops.size());
+  const OpId gelu = t.op("gelu");
   // 1024 elements: the forward's arithmetic is 1024 × 3 ns = 3.072e-6 s, in place of its 8192
   // FLOPs at the peak and its 1024 erfs at 4 ns; above its bytes (1.6384e-6 s); + 2 us.
   CHECK(t.a->ops[gelu].forwardTime == Approx(3.072e-6 + 2e-6));
@@ -509,11 +505,7 @@ train t { model = M() batch = 4 seq = 16 micro_batch = 2 optimizer = SGD(lr = 0.
   Compiled t(std::string(kCpuTarget) + "  elementwise_time { dropout = 6 ns }\n}\n" + model);
   CHECK(t.a->plan->target.unaryTime("dropout", false) == Approx(6e-9));
   Compiled plain(std::string(kCpuTarget) + "}\n" + model);
-  const Graph &g = t.g();
-  OpId drop = 0;
-  while (drop < g.ops.size() && g.ops[drop].kind != OpKind::Dropout)
-    ++drop;
-  REQUIRE(drop < g.ops.size());
+  const OpId drop = t.op("dropout");
   // 1024 elements × 6 ns = 6.144e-6 s, above its bytes; + 2 us for the call.
   CHECK(t.a->ops[drop].forwardTime == Approx(6.144e-6 + 2e-6));
   CHECK(plain.a->ops[drop].forwardTime < 4e-6);

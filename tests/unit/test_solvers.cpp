@@ -27,6 +27,30 @@ std::string wideModel(const std::string &target, const std::string &budget = "")
          "  target = " + target + "\n" + budget + "}\n";
 }
 
+/// Two analyses of one candidate price it alike, exactly: its memory, FLOPs, time (each part)
+/// and checkpoint plan (the layout search's candidates against whole analyses, or against
+/// candidates priced without the search's kept entries).
+void samePriced(const Analysis &x, const Analysis &y) {
+  CHECK(x.memory.peak == y.memory.peak);
+  CHECK(x.memory.activations == y.memory.activations);
+  CHECK(x.memory.workspace == y.memory.workspace);
+  CHECK(x.memory.allocatorReserve == y.memory.allocatorReserve);
+  CHECK(x.flops.recompute == y.flops.recompute);
+  CHECK(x.flops.executed == y.flops.executed);
+  CHECK(x.time.step == y.time.step);
+  CHECK(x.time.forward == y.time.forward);
+  CHECK(x.time.backward == y.time.backward);
+  CHECK(x.time.recompute == y.time.recompute);
+  CHECK(x.time.bubble == y.time.bubble);
+  CHECK(x.time.communication == y.time.communication);
+  CHECK(x.time.microBatchCompute == y.time.microBatchCompute);
+  CHECK(x.time.mfu == y.time.mfu);
+  CHECK(x.dequant.forward == y.dequant.forward);
+  CHECK(x.checkpoint.policy == y.checkpoint.policy);
+  CHECK(x.checkpoint.segment == y.checkpoint.segment);
+  CHECK(x.checkpoint.checkpointed == y.checkpoint.checkpointed);
+}
+
 bool contains(const std::vector<std::string> &lines, const std::string &needle) {
   for (const std::string &l : lines)
     if (l.find(needle) != std::string::npos)
@@ -406,15 +430,7 @@ TEST_CASE("layout: analyzeLayout prices a layout exactly as analyze does", "[sol
     quiet.setOutput(nullptr);
     Analysis full = analyze(*a.graph, p, quiet);
     Analysis part = analyzeLayout(graphPart, p, quiet);
-    CHECK(part.memory.peak == full.memory.peak);
-    CHECK(part.memory.activations == full.memory.activations);
-    CHECK(part.memory.allocatorReserve == full.memory.allocatorReserve);
-    CHECK(part.time.step == full.time.step);
-    CHECK(part.time.mfu == full.time.mfu);
-    CHECK(part.flops.executed == full.flops.executed);
-    CHECK(part.checkpoint.policy == full.checkpoint.policy);
-    CHECK(part.checkpoint.segment == full.checkpoint.segment);
-    CHECK(part.checkpoint.checkpointed == full.checkpoint.checkpointed);
+    samePriced(part, full);
   }
   // Tensor degrees 1 and 2, the latter with and without sequence parallelism: three sets of
   // facts, and the repeated policies were answered from the memo.
@@ -761,7 +777,7 @@ TEST_CASE("layout: a deep model's candidates priced alone equal whole analyses",
           Plan p = *a.plan;
           p.parallel.tensor = tensor, p.parallel.pipeline = pipeline, p.parallel.interleave = pipeline > 1 ? 2 : 1;
           p.parallel.data = 2, p.parallel.zero = zero, p.parallel.devices = tensor * pipeline * 2;
-          p.microBatch = 4, p.checkpoint = policy;
+          p.checkpoint = policy; // the micro-batch the graph was lowered for (16)
           INFO("tensor " << tensor << " pipeline " << pipeline << " zero " << zero << " " << policy);
           llvm::SourceMgr sm;
           DiagnosticEngine quiet(sm);
@@ -770,13 +786,7 @@ TEST_CASE("layout: a deep model's candidates priced alone equal whole analyses",
           Analysis part = analyzeLayout(graphPart, p, quiet, /*timed=*/false);
           CHECK(part.timePending);
           priceLayoutTime(part, quiet);
-          CHECK(part.memory.peak == full.memory.peak);
-          CHECK(part.memory.activations == full.memory.activations);
-          CHECK(part.flops.recompute == full.flops.recompute);
-          CHECK(part.time.recompute == full.time.recompute);
-          CHECK(part.time.step == full.time.step);
-          CHECK(part.time.communication == full.time.communication);
-          CHECK(part.checkpoint.checkpointed == full.checkpoint.checkpointed);
+          samePriced(part, full);
         }
   CHECK(walkMemoStats(*graphPart.walks).reused > 0);
 }
@@ -825,18 +835,7 @@ TEST_CASE("layout: candidates reading kept layout facts and op times price as th
                 kept.priceTime(*x);
                 alone.priceTime(*y);
                 ++compared;
-                CHECK(x->memory.peak == y->memory.peak);
-                CHECK(x->memory.activations == y->memory.activations);
-                CHECK(x->memory.workspace == y->memory.workspace);
-                CHECK(x->flops.recompute == y->flops.recompute);
-                CHECK(x->time.step == y->time.step);
-                CHECK(x->time.forward == y->time.forward);
-                CHECK(x->time.backward == y->time.backward);
-                CHECK(x->time.recompute == y->time.recompute);
-                CHECK(x->time.bubble == y->time.bubble);
-                CHECK(x->time.communication == y->time.communication);
-                CHECK(x->time.microBatchCompute == y->time.microBatchCompute);
-                CHECK(x->dequant.forward == y->dequant.forward);
+                samePriced(*x, *y);
                 REQUIRE(x->ops.size() == y->ops.size());
                 size_t differ = 0;
                 for (size_t i = 0; i < x->ops.size(); ++i)
