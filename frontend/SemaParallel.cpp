@@ -364,31 +364,28 @@ bool checkDegrees(DiagnosticEngine &diags, const ConstValue &v, const LayoutRead
         .range(reader.zeroThreeRange);
     return false;
   }
-  // The MoE layers' tensor degree (Megatron-Core's --expert-tensor-parallel-size): the tensor
-  // degree (its default) or 1, MoE parallel folding; other values are not modelled.
-  if (par.expertTensor != 0 && par.expertTensor != 1 && par.expertTensor != par.tensor) {
+  // The expert layout against Megatron-Core's rules (ir/Plan.h, expertFit: the layout search
+  // skips what is refused here).
+  bool folded = expertLayout(par).folded;
+  switch (expertFit(par)) {
+  case ExpertFit::Ok:
+    return true;
+  case ExpertFit::TensorNotModelled:
     diags.report(DiagKind::InvalidValue, reader.expertTensorRange.Start,
                  "expert_tensor = " + std::to_string(par.expertTensor) +
                      " is not modelled: write 1 (MoE parallel folding, the experts whole on each rank) or "
                      "the tensor degree " + std::to_string(par.tensor) + " (the default)")
         .range(reader.expertTensorRange);
     return false;
-  }
-  bool folded = par.expertTensor == 1 && par.tensor > 1;
-  // Folding with tensor parallelism: Megatron-Core requires sequence parallelism for MoE with
-  // tensor and expert parallelism (megatron/core/transformer/moe/README.md), and the tokens a
-  // rank dispatches are then its sequence shard.
-  if (folded && !par.sequenceParallel) {
+  case ExpertFit::FoldNeedsSequenceParallel:
     diags.report(DiagKind::InvalidValue, reader.expertTensorRange.Start,
                  "expert_tensor = 1 under tensor = " + std::to_string(par.tensor) +
                      " needs sequence_parallel = true: each rank dispatches its sequence shard's tokens "
                      "(Megatron-Core requires sequence parallelism for MoE with tensor parallelism)")
         .range(reader.expertTensorRange);
     return false;
-  }
-  // Combined 1F1B (megatron docs/user-guide/features/moe_a2a_overlap.md, "Hard requirements"):
-  // expert parallelism to overlap, and under pipeline parallelism the interleaved schedule.
-  if (par.expertOverlap && (par.expert <= 1 || (par.pipeline > 1 && par.interleave <= 1))) {
+  case ExpertFit::OverlapNeedsExperts:
+  case ExpertFit::OverlapNeedsInterleave:
     diags.report(DiagKind::InvalidValue, reader.expertOverlapRange.Start,
                  par.expert <= 1 ? std::string("expert_overlap overlaps the expert all-to-alls, but this plan has "
                                                "expert = 1")
@@ -397,28 +394,24 @@ bool checkDegrees(DiagnosticEngine &diags, const ConstValue &v, const LayoutRead
                                        "interleaved schedule")
         .range(reader.expertOverlapRange);
     return false;
+  case ExpertFit::GroupDoesNotDivide:
+    break;
   }
-  // Expert parallelism (Megatron, DeepSpeed-MoE): the expert group is carved out of the
-  // data-parallel ranks, so it adds no devices and must divide the data degree; folded, out of
-  // the tensor × context × data ranks of a pipeline stage.
   int64_t ranks = folded ? par.tensor * par.context * par.data : par.data;
-  if (ranks % par.expert != 0) {
-    auto diag = diags.report(DiagKind::InvalidValue, reader.expertRange.Start,
-                             "expert = " + std::to_string(par.expert) + " must divide " +
-                                 (folded ? "tensor × context × data = " + std::to_string(ranks) +
-                                               ": the folded expert group is drawn from those ranks"
-                                         : "data = " + std::to_string(par.data) +
-                                               ": the expert-parallel group is carved out of the "
-                                               "data-parallel ranks"));
-    diag.range(reader.expertRange);
-    if (!folded && par.tensor > 1 && (par.tensor * par.context * par.data) % par.expert == 0)
-      diag.note(llvm::SMLoc(), "with expert_tensor = 1 (Megatron-Core's MoE parallel folding, "
-                               "--expert-tensor-parallel-size 1) the expert group is drawn from the tensor, "
-                               "context and data ranks together, which " +
-                                   std::to_string(par.expert) + " divides");
-    return false;
-  }
-  return true;
+  auto diag = diags.report(DiagKind::InvalidValue, reader.expertRange.Start,
+                           "expert = " + std::to_string(par.expert) + " must divide " +
+                               (folded ? "tensor × context × data = " + std::to_string(ranks) +
+                                             ": the folded expert group is drawn from those ranks"
+                                       : "data = " + std::to_string(par.data) +
+                                             ": the expert-parallel group is carved out of the "
+                                             "data-parallel ranks"));
+  diag.range(reader.expertRange);
+  if (!folded && par.tensor > 1 && (par.tensor * par.context * par.data) % par.expert == 0)
+    diag.note(llvm::SMLoc(), "with expert_tensor = 1 (Megatron-Core's MoE parallel folding, "
+                             "--expert-tensor-parallel-size 1) the expert group is drawn from the tensor, "
+                             "context and data ranks together, which " +
+                                 std::to_string(par.expert) + " divides");
+  return false;
 }
 
 } // namespace

@@ -96,6 +96,28 @@ LoweringKey loweringKey(const Plan &plan) {
   return k;
 }
 
+ExpertFit expertFit(const Parallelism &par) {
+  // --expert-tensor-parallel-size: the tensor degree (its default) or 1, MoE parallel folding.
+  if (par.expertTensor != 0 && par.expertTensor != 1 && par.expertTensor != par.tensor)
+    return ExpertFit::TensorNotModelled;
+  ExpertLayout l = expertLayout(par);
+  // Megatron-Core requires sequence parallelism for MoE with tensor and expert parallelism
+  // (megatron/core/transformer/moe/README.md): a folded rank dispatches its sequence shard.
+  if (l.folded && !par.sequenceParallel)
+    return ExpertFit::FoldNeedsSequenceParallel;
+  // Combined 1F1B (megatron docs/user-guide/features/moe_a2a_overlap.md, "Hard requirements").
+  if (par.expertOverlap && par.expert <= 1)
+    return ExpertFit::OverlapNeedsExperts;
+  if (par.expertOverlap && par.pipeline > 1 && par.interleave <= 1)
+    return ExpertFit::OverlapNeedsInterleave;
+  // The expert group adds no devices: it is carved out of the data ranks, folded out of the
+  // tensor × context × data ranks of a pipeline stage.
+  int64_t ranks = l.folded ? par.tensor * par.context * par.data : par.data;
+  if (ranks % std::max<int64_t>(1, par.expert) != 0)
+    return ExpertFit::GroupDoesNotDivide;
+  return ExpertFit::Ok;
+}
+
 std::string stackName(const Plan &plan, std::string *why) {
   const Parallelism &par = plan.parallel;
   if (why)

@@ -194,6 +194,19 @@ inline ExpertLayout expertLayout(const Parallelism &par) {
   return l;
 }
 
+/// Whether the expert layout of `par` is one tally models (Megatron-Core's rules), else why not.
+/// Sema reports each reason at the setting it names; the layout search skips such candidates,
+/// so it never prices a layout a plan could not state.
+enum class ExpertFit : uint8_t {
+  Ok,
+  TensorNotModelled,         ///< expert_tensor is neither 1 nor the tensor degree
+  FoldNeedsSequenceParallel, ///< expert_tensor = 1 under tensor > 1 without sequence_parallel
+  OverlapNeedsExperts,       ///< expert_overlap with expert = 1
+  OverlapNeedsInterleave,    ///< expert_overlap under a pipeline without interleave
+  GroupDoesNotDivide,        ///< expert ∤ the ranks the expert group is drawn from
+};
+ExpertFit expertFit(const Parallelism &par);
+
 /// Whether the data-parallel gradients are reduced after every micro-batch (else once per step,
 /// after the last): `reduce_every_micro_batch` when written, else ZeRO 2 and 3 do (their
 /// gradients are sharded) and lower stages do not (docs/time.md, "Framework stacks").

@@ -639,13 +639,24 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
       int64_t d = perContext / t / p;
       if (base.batch % d)
         continue;
-      std::vector<int64_t> interleaves = p > 1 ? divisors(out.layers / p) : std::vector<int64_t>{1};
+      // The shapes whose expert layout Megatron-Core runs (ir/Plan.h, expertFit: the plan's
+      // expert degree and folding kept; the expert tensor degree, written as the tensor
+      // degree, follows it).
+      Plan shape = base;
+      Parallelism &sp = shape.parallel;
+      sp.tensor = t, sp.pipeline = p, sp.data = d, sp.devices = devices;
+      if (sp.expertTensor != 1 && sp.expertTensor == base.parallel.tensor)
+        sp.expertTensor = 0;
+      std::vector<int64_t> interleaves;
+      for (int64_t v : p > 1 ? divisors(out.layers / p) : std::vector<int64_t>{1}) {
+        sp.interleave = v;
+        if (expertFit(sp) == ExpertFit::Ok)
+          interleaves.push_back(v);
+      }
       out.shapes += static_cast<int64_t>(interleaves.size());
-      for (int zero = 0; zero <= (d > 1 ? 3 : 0); ++zero) {
-        Plan cand = base;
-        Parallelism &par = cand.parallel;
-        par.tensor = t, par.pipeline = p, par.data = d, par.zero = zero;
-        par.devices = devices;
+      for (int zero = 0; zero <= (d > 1 ? 3 : 0) && !interleaves.empty(); ++zero) {
+        Plan cand = shape;
+        cand.parallel.zero = zero;
         search.searchInterleaves(cand, a, interleaves);
       }
     }
@@ -657,7 +668,10 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
                 " with tensor dividing the " + std::to_string(out.heads) +
                 " heads and at most " + std::to_string(perNode) +
                 " (gpus_per_node), pipeline dividing the " + std::to_string(out.layers) +
-                " layers and data dividing the batch of " + std::to_string(base.batch);
+                " layers and data dividing the batch of " + std::to_string(base.batch) +
+                (base.parallel.expert > 1 ? ", and the expert degree " + std::to_string(base.parallel.expert) +
+                                                " dividing the ranks its group is drawn from"
+                                          : std::string());
     return out;
   }
   std::vector<ParallelLayout> &fits = search.fits;
