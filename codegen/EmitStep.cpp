@@ -477,6 +477,9 @@ bool Emitter::checkPlan() {
       return fail(std::string("the plan was analyzed with the ") + crossEntropyKernelName(o.attrs->loss) +
                   " loss of a framework; the generated step runs cross_entropy as one fused kernel (analyze it "
                   "as `tally build` does, Plan::generatedStep)");
+    else if (o.kind == OpKind::RmsNorm && o.attrs->norm != NormKernel::Fused)
+      return fail("the plan was analyzed with the eager rms_norm of PyTorch model code; the generated step "
+                  "runs rms_norm as one fused kernel (analyze it as `tally build` does, Plan::generatedStep)");
   // Data × tensor runs ZeRO-1 over each data group (rank r's shard of its tensor cut's grads
   // region by its data rank), and ZeRO 2 and 3 (rank r's pieces of each tensor of its cut, by
   // its data rank), with a separate master copy cut as the optimizer state is (driver_host.h

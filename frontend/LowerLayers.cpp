@@ -223,6 +223,7 @@ Value Lowerer::rmsNormOp(const Bound &b, const Expr &e, Scope &scope) {
   if (!eps)
     return {};
   attrs.eps = *eps;
+  attrs.norm = key.norm; // how the plan's step runs it (ir/Plan.h normKernel)
   return op1(OpKind::RmsNorm, {x, y}, attrs, e, scope);
 }
 LOWERING(RmsNorm, &Lowerer::rmsNormOp)

@@ -118,6 +118,15 @@ struct LayoutReader {
     return !par.crossEntropy.empty();
   }
 
+  /// norm_kernel = fused | eager (docs/time.md, "The norm as frameworks run it").
+  bool normKernel(const LayoutItem &it) {
+    par.normKernel = oneOf(it, {"fused", "eager"},
+                           "norm_kernel is how the step runs rms_norm: fused (one kernel forward, one "
+                           "backward) or eager (PyTorch model code: cast, pow, mean, rsqrt, multiply, "
+                           "cast back, weight, each a kernel)");
+    return !par.normKernel.empty();
+  }
+
   bool bucket(const LayoutItem &it) {
     const ConstValue &e = it.value;
     if (e.kind != ConstValue::Number || e.dim != UnitDim::Bytes || e.number <= 0) {
@@ -280,6 +289,7 @@ const std::vector<LayoutSetting> &layoutSettings() {
       {"bucket", [](R &r, const I &it) { return r.bucket(it); }},
       {"attention_kernel", [](R &r, const I &it) { return r.attentionKernel(it); }},
       {"cross_entropy", [](R &r, const I &it) { return r.crossEntropy(it); }},
+      {"norm_kernel", [](R &r, const I &it) { return r.normKernel(it); }},
       // NCCL's NVLS and CollNet algorithms.
       {"nvls", [](R &r, const I &it) { return r.boolean(it, r.plan.target.nvlinkSwitch); }},
       {"sharp", [](R &r, const I &it) { return r.boolean(it, r.plan.target.collnet); }},

@@ -149,6 +149,8 @@ const char *crossEntropyKernelName(CrossEntropyKernel k) {
   return "fused";
 }
 
+const char *normKernelName(NormKernel k) { return k == NormKernel::Eager ? "eager" : "fused"; }
+
 bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
   if (&a == &b) // one shared record (SharedAttrs: the copies of a repeated block's ops)
     return true;
@@ -160,6 +162,7 @@ bool sameAttrs(const OpAttrs &a, const OpAttrs &b) {
       a.transposeB != b.transposeB || !sameShape(a.newShape, b.newShape) ||
       !sameBits(a.scale, b.scale) || a.headDim != b.headDim || !sameBits(a.theta, b.theta) ||
       !sameBits(a.fraction, b.fraction) || a.alibi != b.alibi || a.hasMask != b.hasMask || a.loss != b.loss ||
+      a.norm != b.norm ||
       a.attnWindow != b.attnWindow || !sameBits(a.softcap, b.softcap) ||
       a.latent != b.latent || a.latentRope != b.latentRope ||
       a.stream != b.stream || a.of != b.of || a.gradMask != b.gradMask || a.optimizer != b.optimizer ||

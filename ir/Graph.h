@@ -150,6 +150,19 @@ enum class Phase : uint8_t { Forward, Backward, Optimizer };
 enum class CrossEntropyKernel : uint8_t { Fused, Eager, Megatron };
 /// "fused", "eager", "megatron".
 const char *crossEntropyKernelName(CrossEntropyKernel k);
+
+/// How the step computes rms_norm (OpAttrs::norm; docs/time.md, "The norm as frameworks run
+/// it"). Like the loss's kernel it changes what the op keeps, moves and launches, never its
+/// FLOPs:
+///  - Fused: one kernel forward, one backward (Transformer Engine's and Apex's RMSNorm,
+///    Liger's, a torch.compile'd one, tally's generated step);
+///  - Eager: the norm as PyTorch model code writes it and autograd differentiates it
+///    (Hugging Face's LlamaRMSNorm, torchtitan's and fms's RMSNorm): x.float(), pow(2),
+///    mean, + eps, rsqrt, multiply, cast back, times the weight, each a kernel over the
+///    tensor (the statistics' over its rows), the fp32 copy and the normalised output kept.
+enum class NormKernel : uint8_t { Fused, Eager };
+/// "fused", "eager".
+const char *normKernelName(NormKernel k);
 llvm::StringRef phaseName(Phase p);
 
 /// Where a tensor's elements are: `storage` is the tensor that owns the bytes (itself unless it
@@ -253,6 +266,7 @@ struct OpAttrs {
   bool alibi = false;         ///< attention: ALiBi bias added to the scores in the kernel
   bool hasMask = false;       ///< attention: input 3 is a padding mask [batch, seq_kv]
   CrossEntropyKernel loss = CrossEntropyKernel::Fused; ///< cross_entropy (and its backward): how the step runs it
+  NormKernel norm = NormKernel::Fused; ///< rms_norm (and its backward): how the step runs it
   int64_t attnWindow = 0;     ///< attention: sliding window, key j seen by query i iff i − w < j ≤ i (0: none)
   double softcap = 0;         ///< attention: scores become c·tanh(scores / c) before the mask (0: none)
   int64_t latent = 0;         ///< attention: the KV cache holds a latent of this width per token, not K and V (MLA's kv_lora_rank; 0: K and V)

@@ -44,6 +44,9 @@ struct ForwardCost {
   /// exp/erf/tanh/sin/cos evaluations the runtime's kernel makes (not FLOPs: a CPU computes
   /// them far slower than a multiply-add; the host time model prices them, kernelTime).
   double transcendentals = 0;
+  /// Kernels the runtime launches for the op: 1 for most; an eager rms_norm's decomposition
+  /// launches one per PyTorch op (ir/ops/Norm.cpp).
+  double kernels = 1;
 };
 
 /// Bytes op's backward holds only while it runs, beyond what the activation walk already holds

@@ -93,6 +93,7 @@ LoweringKey loweringKey(const Plan &plan) {
   k.frozen = plan.precision.frozen.dtype;
   k.lora = plan.lora;
   k.loss = crossEntropyKernel(plan);
+  k.norm = normKernel(plan);
   return k;
 }
 
@@ -169,6 +170,41 @@ CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why) {
   }
   say("the stack's PyTorch loss");
   return CrossEntropyKernel::Eager;
+}
+
+NormKernel normKernel(const Plan &plan, std::string *why) {
+  auto say = [&](const char *text) {
+    if (why)
+      *why = text;
+  };
+  const std::string &written = plan.parallel.normKernel;
+  if (!written.empty()) {
+    say("norm_kernel");
+    return written == "eager" ? NormKernel::Eager : NormKernel::Fused;
+  }
+  if (plan.generatedStep) {
+    say("tally's generated step");
+    return NormKernel::Fused;
+  }
+  if (!plan.isTrain) {
+    say("an inference plan (a serving engine's fused norm)");
+    return NormKernel::Fused;
+  }
+  if (plan.parallel.compiled) {
+    say("compiled = true");
+    return NormKernel::Fused;
+  }
+  std::string stack = stackName(plan);
+  if (stack == "megatron") {
+    say("stack megatron (Transformer Engine's or Apex's fused RMSNorm)");
+    return NormKernel::Fused;
+  }
+  if (stack == "deepspeed" && (plan.parallel.tensor > 1 || plan.parallel.pipeline > 1)) {
+    say("Megatron-DeepSpeed (Megatron's model code and its fused norms)");
+    return NormKernel::Fused;
+  }
+  say("the stack's PyTorch model code (an nn.Module RMSNorm run by autograd)");
+  return NormKernel::Eager;
 }
 
 double memoryLimit(const Plan &plan) {

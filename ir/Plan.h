@@ -160,6 +160,9 @@ struct Parallelism {
   /// `cross_entropy = fused | eager | megatron`: how the step runs its loss, in place of the
   /// stack's (empty: the stack's; crossEntropyKernel below).
   std::string crossEntropy;
+  /// `norm_kernel = fused | eager`: how the step runs rms_norm, in place of the stack's (empty:
+  /// the stack's; normKernel below).
+  std::string normKernel;
   /// `bucket = 100 MiB`: the bytes of gradients each data-parallel reduction carries, in place
   /// of the stack's own bucket (0: the stack's).
   double bucketBytes = 0;
@@ -297,10 +300,11 @@ struct LoweringKey {
   Dtype frozen = Dtype::Invalid; ///< PrecisionPolicy::frozen's dtype
   LoraSpec lora;
   CrossEntropyKernel loss = CrossEntropyKernel::Fused; ///< crossEntropyKernel(plan)
+  NormKernel norm = NormKernel::Fused;                 ///< normKernel(plan)
   bool operator==(const LoweringKey &o) const {
     return isTrain == o.isTrain && microBatch == o.microBatch && seq == o.seq &&
            seqGiven == o.seqGiven && params == o.params && activations == o.activations &&
-           frozen == o.frozen && lora == o.lora && loss == o.loss;
+           frozen == o.frozen && lora == o.lora && loss == o.loss && norm == o.norm;
   }
   bool operator!=(const LoweringKey &o) const { return !(*this == o); }
 };
@@ -319,6 +323,13 @@ std::string stackName(const Plan &plan, std::string *why = nullptr);
 /// and under DeepSpeed with tensor or pipeline parallelism (Megatron-DeepSpeed); else eager
 /// (PyTorch's F.cross_entropy on an fp32 copy). `why` gets where it came from.
 CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why = nullptr);
+
+/// How the plan's step runs rms_norm (NormKernel; docs/time.md, "The norm as frameworks run
+/// it"): its `norm_kernel`; else fused for tally's own step, a compiled step, Megatron (its
+/// Transformer Engine or Apex norm; Megatron-DeepSpeed's too) and an inference plan (a serving
+/// engine's kernel); else eager (a PyTorch stack running the model's own RMSNorm module).
+/// `why` gets where it came from.
+NormKernel normKernel(const Plan &plan, std::string *why = nullptr);
 
 /// The bytes one device may hold: the target's memory, or less where a `memory <=` (or `<`)
 /// budget says so; 0 when neither is known. The one definition auto's activation room, the

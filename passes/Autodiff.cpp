@@ -188,7 +188,7 @@ void differentiate(Analysis &a, bool compact) {
     oa.backwardBytes += backwardOpBytes(s, op, c);
     oa.backwardTranscendentals += c.transcendentals;
     if (c.flops > 0 || c.bytesRead + c.bytesWritten > 0) // a view launches no kernel
-      oa.backwardCalls += 1;
+      oa.backwardCalls += c.kernels;
   }
   if (current != kNone)
     a.ops.set(current, oa);

@@ -282,7 +282,8 @@ struct RunBuilder {
   /// the run's element count and dtype, and its outputs overlap nothing the run reads or
   /// writes, except y over the very bytes of an operand each row reads at its own elements.
   bool normJoins(const Op &op, uint32_t step) {
-    if ((op.kind != OpKind::LayerNorm && op.kind != OpKind::RmsNorm) || norm || count == 0)
+    if ((op.kind != OpKind::LayerNorm && op.kind != OpKind::RmsNorm) || norm || count == 0 ||
+        op.attrs->norm == NormKernel::Eager) // eight PyTorch ops, not one kernel to join
       return false;
     TensorId x = op.inputs[0], y = op.outputs[0];
     if (!inRegisters(x) || checkedNumel(s.tensors[x].shape).value_or(-1) != n ||

@@ -8,7 +8,7 @@
 
 namespace tally {
 
-static_assert(sizeof(OpAnalysis) == 128 && offsetof(OpAnalysis, unused) + 5 == offsetof(OpAnalysis, forwardTime) &&
+static_assert(sizeof(OpAnalysis) == 136 && offsetof(OpAnalysis, unused) + 5 == offsetof(OpAnalysis, forwardTime) &&
                   offsetof(OpAnalysis, tensorSplit) + sizeof(double) == sizeof(OpAnalysis),
               "OpAnalysis has unnamed padding: records are compared and hashed as bytes");
 

@@ -38,6 +38,7 @@ StackFacts stackFacts(const Plan &plan, double gradBytes, double paramBytes) {
   f.nativeAttention = runsNativeAttention(plan);
   f.compiled = plan.fuseKernels;
   f.crossEntropy = crossEntropyKernelName(crossEntropyKernel(plan, &f.crossEntropySource));
+  f.normKernel = normKernelName(normKernel(plan, &f.normKernelSource));
   std::string kernel = attentionKernel(plan);
   f.attentionKernel =
       f.nativeAttention ? "the GPU's own fused attention (Transformer Engine's cuDNN kernel)"

@@ -46,6 +46,9 @@ struct StackFacts {
   /// How its loss runs (ir/Plan.h crossEntropyKernel): "fused", "eager" or "megatron", and
   /// what decided it ("cross_entropy" when written).
   std::string crossEntropy, crossEntropySource;
+  /// How its rms_norm runs (ir/Plan.h normKernel): "fused" or "eager", and what decided it
+  /// ("norm_kernel" when written).
+  std::string normKernel, normKernelSource;
 };
 
 /// stackName (the stack's name) is declared in ir/Plan.h: lowering reads it (crossEntropyKernel).

@@ -311,7 +311,7 @@ KernelWork forwardWork(const Analysis &a, OpId i, const OpAnalysis &o, bool asFp
   w.bytes = o.forward.bytesRead + o.forward.bytesWritten - fused.forwardBytes;
   w.bytes = asFp8 && isFp8Gemm(a, i) ? fp8GemmOf(a, i).forward : w.bytes; // passes/Fp8.cpp
   w.transcendentals = o.forward.transcendentals;
-  w.calls = 1 - fused.forwardCalls;
+  w.calls = o.forward.kernels - fused.forwardCalls;
   w.forks = forkingCalls(a.plan->target, *a.graph, a.graph->ops[i], o.tensorSplit, w.calls);
   w.outsideBytes = flashOutsideBytes(a, i, false);
   w.measuredArithmetic = unaryArithmetic(a.plan->target, *a.graph, a.graph->ops[i], false);

@@ -72,6 +72,10 @@ void explainCollectivesText(const Analysis &a, llvm::raw_ostream &os) {
          : s.crossEntropy == "megatron" ? "Megatron's fp32 copy, softmax in place"
                                         : "one kernel on the logits as they are")
      << "; " << s.crossEntropySource << ")\n";
+  os << "  rms_norm: " << s.normKernel << " ("
+     << (s.normKernel == "eager" ? "PyTorch model code: cast, pow, mean, rsqrt, multiply, cast back, weight"
+                                 : "one kernel forward, one backward")
+     << "; " << s.normKernelSource << ")\n";
   if (a.collectives.empty()) {
     os << "\n  no collectives: one device, or no group of more than one member\n";
     return;
@@ -153,7 +157,9 @@ llvm::json::Value stackJson(const Analysis &a) {
                             {"native_attention", s.nativeAttention},
                             {"compiled", s.compiled},
                             {"cross_entropy", s.crossEntropy},
-                            {"cross_entropy_source", s.crossEntropySource}};
+                            {"cross_entropy_source", s.crossEntropySource},
+                            {"norm_kernel", s.normKernel},
+                            {"norm_kernel_source", s.normKernelSource}};
 }
 
 void explainCollectivesJson(const Analysis &a, llvm::raw_ostream &os) {

@@ -202,6 +202,8 @@ RULE(CrossEntropyBackward, inferCrossEntropyBackward, CrossEntropyBackwardCounts
 namespace tally {
 
 double backwardScratch(const Graph &g, const Op &op) {
+  if (op.kind == OpKind::RmsNorm)
+    return oprules::eagerNormScratch(g, op); // ir/ops/Norm.cpp
   // Eager: the backward holds log_softmax's kept output (4 bytes a logit, the extra buffer
   // savedCrossEntropy keeps), nll_loss's dense fp32 gradient and log_softmax's fp32 gradient at
   // once: 12 bytes a logit, of which the kept output and the logits' gradient (their dtype's

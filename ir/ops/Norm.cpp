@@ -89,7 +89,35 @@ int normDxFlops(const Op &op) {
   return 8;
 }
 
+/// Whether the op is an rms_norm (or its backward) run as PyTorch model code writes it
+/// (NormKernel::Eager): a kernel per PyTorch op, over an fp32 copy of the input. Its FLOPs are
+/// the fused kernel's; its bytes, saved tensors, kernels and backward scratch are the
+/// decomposition's (docs/time.md, "The norm as frameworks run it").
+bool eagerRms(const Op &op) {
+  return (op.kind == OpKind::RmsNorm || op.kind == OpKind::RmsNormBackward) && op.attrs->norm == NormKernel::Eager;
+}
+/// Whether the eager norm's input is already fp32, so that x.float() and the cast back are the
+/// tensor itself, not a copy.
+bool eagerInputFp32(const Graph &g, const Op &op) { return in(g, op, 0).dtype == Dtype::F32; }
+
 struct NormCounts : BaseCounts {
+  template <class C> static Num<C> read(C &c) {
+    if (!eagerRms(c.op))
+      return BaseCounts::read(c);
+    Num<C> n = c.numelIn(0), r = c.rows(in(c.g, c.op, 0).shape, "rows");
+    Num<C> rest = c.bytesOf(c.op.outputs[0], "out", 0) + c.bytesOf(c.op.inputs[1], "in", 1) + c.lit(12) * r;
+    if (eagerInputFp32(c.g, c.op)) {
+      c.note("eager (x * rsqrt(x.pow(2).mean(-1) + eps), times the weight; x fp32): pow, mean and the multiply "
+             "read x; the weight's multiply the normalised x and the weight; + eps, rsqrt and the multiply the "
+             "row statistic (4 bytes a row each)");
+      return c.lit(3) * c.bytesOf(c.op.inputs[0], "in", 0) + rest;
+    }
+    c.note("eager (x.float(), pow(2), mean, + eps, rsqrt, multiply, cast back, times the weight): the cast reads "
+           "x; pow, mean, the multiply and the cast back each read an fp32 tensor (4 bytes an element); the "
+           "weight's multiply the cast result and the weight; + eps, rsqrt and the multiply the row statistic "
+           "(4 bytes a row each)");
+    return c.bytesOf(c.op.inputs[0], "in", 0) + c.lit(16) * n + rest;
+  }
   template <class C> static Num<C> flops(C &c) {
     if (isLayerNorm(c.op) && !normHasWeight(c.op)) {
       c.note("mean, variance and normalise per element (no weight, no bias)");
@@ -103,6 +131,18 @@ struct NormCounts : BaseCounts {
     return c.lit(5) * c.n();
   }
   template <class C> static Num<C> written(C &c) {
+    if (eagerRms(c.op)) {
+      Num<C> n = c.numelIn(0), r = c.rows(in(c.g, c.op, 0).shape, "rows");
+      Num<C> rest = c.bytesOf(c.op.outputs[0], "out", 0) + c.lit(8) * r + c.bytesOf(c.op.outputs[1], "out", 1);
+      if (eagerInputFp32(c.g, c.op)) {
+        c.note("eager, x fp32: pow's and the multiply's fp32 results (4 bytes an element each), out0; the mean "
+               "and + eps (4 bytes a row each), rsqrt's result out1");
+        return c.lit(8) * n + rest;
+      }
+      c.note("eager: the fp32 copy, pow's and the multiply's fp32 results (4 bytes an element each), the cast "
+             "back in x's dtype, out0; the mean and + eps (4 bytes a row each), rsqrt's result out1");
+      return c.lit(12) * n + c.bytesOf(c.op.inputs[0], "in", 0) + rest;
+    }
     c.note(isLayerNorm(c.op)
                ? "the output, and the row statistics: mean and rstd in fp32 (out1, out2)"
                : "the output, and the row statistics: rstd in fp32 (out1)");
@@ -116,12 +156,35 @@ struct NormCounts : BaseCounts {
     c.note(i == 1 ? "the weight: Σ over rows of g·x̂" : "the bias: Σ over rows of g");
     return c.n();
   }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    if (eagerRms(op)) // cast, pow, mean, + eps, rsqrt, multiply, cast back, weight
+      r.kernels = eagerInputFp32(g, op) ? 6 : 8;
+  }
 };
+
+/// What autograd keeps of the eager norm: for x's gradient the fp32 copy (pow's and the
+/// multiply's input: one tensor) and rsqrt's result; for the weight's the normalised x in x's
+/// dtype (the weight's multiply's other operand); the weight itself (a parameter).
+void savedEagerRms(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad, std::vector<SavedTensor> &out) {
+  const double n = numel(in(g, op, 0).shape);
+  if (need(needGrad, 0)) {
+    if (eagerInputFp32(g, op))
+      keep(g, out, op.inputs[0], "input");
+    else
+      out.push_back({kNone, "fp32 copy of the input", 4 * n});
+    keep(g, out, op.outputs[1], "row statistics");
+    keep(g, out, op.inputs[1], "weight");
+  }
+  if (need(needGrad, 1))
+    out.push_back({kNone, "normalised input (eager: the weight's multiply's operand)", g.bytes(op.inputs[0])});
+}
 
 void savedNorm(const Graph &g, const Op &op, llvm::ArrayRef<bool> needGrad,
                std::vector<SavedTensor> &out) {
   if (!anyNeed(needGrad))
     return;
+  if (eagerRms(op))
+    return savedEagerRms(g, op, needGrad, out);
   keep(g, out, op.inputs[0], "input");
   for (size_t i = 1; i < op.outputs.size(); ++i)
     keep(g, out, op.outputs[i], "row statistics");
@@ -163,7 +226,70 @@ bool inferNormBackward(const Graph &g, const Op &op, llvm::SmallVectorImpl<Tenso
   return true;
 }
 
+/// The eager rms_norm's backward as autograd runs it, per element of x (n) and per row (r):
+/// the weight's multiply's backward (dy·w for x; dy times the kept normalised x, summed over
+/// rows, for the weight), the cast to fp32, the multiply's backward (g·rsqrt; g·x summed over
+/// the row), rsqrt's (three row kernels), the mean's (expanded over the row), pow's (x.pow(1),
+/// times 2, times the gradient), the two gradients of the fp32 copy added, the cast back.
+struct EagerRmsBackward {
+  template <class C> static Num<C> read(C &c) {
+    Num<C> n = c.numelIn(0), r = c.rows(in(c.g, c.op, 0).shape, "rows");
+    Num<C> dy = c.bytesOf(c.op.inputs[3], "in", 3);
+    Terms<C> t{c};
+    if (gradWanted(c.op, 1))
+      t.add(c.lit(3) * dy); // dy and the kept normalised x (x's dtype), then the product's sum
+    if (gradWanted(c.op, 0)) {
+      bool fp32 = eagerInputFp32(c.g, c.op);
+      t.add(dy + c.bytesOf(c.op.inputs[1], "in", 1)); // dy·w
+      if (!fp32)
+        t.add(dy); // the cast to fp32
+      t.add(c.lit(fp32 ? 40 : 44) * n + c.lit(24) * r);
+    }
+    c.note(eagerInputFp32(c.g, c.op)
+               ? "eager, x fp32: the weight's multiply's backward reads dy and w (dx) and dy and the normalised x, "
+                 "then their product (dw); the multiply's, pow's and the sum of the two gradients read 40 bytes an "
+                 "element, the row kernels 24 bytes a row"
+               : "eager: the weight's multiply's backward reads dy and w (dx) and dy and the normalised x, then "
+                 "their product (dw); the cast reads dy·w; the multiply's, pow's, the sum and the cast back read "
+                 "44 bytes an element, the row kernels 24 bytes a row");
+    return t.total();
+  }
+  template <class C> static Num<C> written(C &c) {
+    Num<C> n = c.numelIn(0), r = c.rows(in(c.g, c.op, 0).shape, "rows");
+    Num<C> dy = c.bytesOf(c.op.inputs[3], "in", 3);
+    Terms<C> t{c};
+    if (gradWanted(c.op, 1))
+      t.add(dy + c.bytesOf(c.op.outputs[gradWanted(c.op, 0) ? 1 : 0], "out", gradWanted(c.op, 0) ? 1 : 0));
+    if (gradWanted(c.op, 0)) {
+      bool fp32 = eagerInputFp32(c.g, c.op);
+      t.add(dy + c.bytesOf(c.op.outputs[0], "out", 0)); // dy·w; dx
+      t.add(c.lit(fp32 ? 24 : 32) * n + c.lit(16) * r);
+    }
+    c.note("eager: dy·w and the weight's product in dy's dtype, dw, dx; the fp32 gradients of the cast, the "
+           "multiply, the mean, pow and their sum (4 bytes an element each), the row kernels' 16 bytes a row");
+    return t.total();
+  }
+  static double kernelCount(const Graph &g, const Op &op) {
+    double k = 0;
+    if (gradWanted(op, 1))
+      k += 2; // dy times the normalised x, its sum over rows
+    if (gradWanted(op, 0)) // dy·w, the multiply's 3, rsqrt's 3, the mean's, pow's 3, the sum; the casts
+      k += 12 + (eagerInputFp32(g, op) ? 0 : 2);
+    return k;
+  }
+};
+
 struct NormBackwardCounts : BaseCounts {
+  template <class C> static Num<C> read(C &c) {
+    return eagerRms(c.op) ? EagerRmsBackward::read(c) : BaseCounts::read(c);
+  }
+  template <class C> static Num<C> written(C &c) {
+    return eagerRms(c.op) ? EagerRmsBackward::written(c) : BaseCounts::written(c);
+  }
+  static void finish(const Graph &g, const Op &op, ForwardCost &r) {
+    if (eagerRms(op))
+      r.kernels = EagerRmsBackward::kernelCount(g, op);
+  }
   /// dx (12 per element for layer norm, 8 for RMS norm), the weight's and the bias's sums over
   /// rows (1 per element each), as gradMask asks.
   template <class C> static Num<C> flops(C &c) {
@@ -179,6 +305,18 @@ struct NormBackwardCounts : BaseCounts {
     return t.total();
   }
 };
+
+} // namespace
+
+double eagerNormScratch(const Graph &g, const Op &op) {
+  // At the sum of the fp32 copy's two gradients (the multiply's and pow's) both and their sum
+  // are held, 4 bytes an element each; with x fp32 the sum is dx itself, a buffer of the walk.
+  if (op.kind != OpKind::RmsNorm || !eagerRms(op))
+    return 0;
+  return (eagerInputFp32(g, op) ? 8 : 12) * numel(in(g, op, 0).shape);
+}
+
+namespace {
 
 // The norms' epsilon and softmax's axis, as --emit=ir prints them and explain words them.
 void printEps(const Graph &, const Op &op, llvm::raw_ostream &os) {

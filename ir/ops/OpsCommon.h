@@ -36,6 +36,10 @@ inline const Tensor &in(const Graph &g, const Op &op, unsigned i) {
 inline const Tensor &out0(const Graph &g, const Op &op) { return g.tensors[op.outputs[0]]; }
 inline double outNumel(const Graph &g, const Op &op) { return numel(out0(g, op).shape); }
 
+/// ir/ops/Norm.cpp: what an eager rms_norm's backward holds while it runs beyond the walk's
+/// buffers (backwardScratch); 0 for any other op.
+double eagerNormScratch(const Graph &g, const Op &op);
+
 inline bool need(llvm::ArrayRef<bool> needGrad, unsigned i) {
   return i < needGrad.size() && needGrad[i];
 }

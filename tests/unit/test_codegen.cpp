@@ -143,6 +143,25 @@ TEST_CASE("codegen: the e2e GPT's tied head, fused qkv and recompute", "[codegen
   CHECK(countOf(text, "  op_path = \"zero_grad\"; op_id = -1;") == 1);
 }
 
+TEST_CASE("codegen: a plan priced with a framework's eager norm is not emitted as tally's fused one",
+          "[codegen]") {
+  // The same RMSNorm model analyzed as the ddp stack runs it (the module's eager PyTorch
+  // decomposition) and as `tally build` analyzes it (its fused kernel, Plan::generatedStep).
+  const char *text = R"(
+model M(d = 16) {
+  norm = RMSNorm(d)
+  param w: [d, d]
+  forward(x: f32[batch, d]) { return mean(norm(x) @ w) }
+}
+train t { model = M() batch = 4 optimizer = SGD(lr = 0.1) target = 1 x H100_SXM }
+)";
+  Compiled framework(text);
+  std::string out;
+  CHECK(emit(*framework.a, out).find("eager rms_norm") != std::string::npos);
+  Compiled built(text, "", asBuilt());
+  CHECK(emit(*built.a, out) == "");
+}
+
 TEST_CASE("codegen: checkpointed blocks are recomputed into their own buffers", "[codegen]") {
   Compiled t(R"(
 block Layer(d) {
@@ -160,7 +179,7 @@ model M(d = 16, layers = 3) {
 }
 train t { model = M() batch = 4 seq = 8 micro_batch = 2 optimizer = AdamW(lr = 1e-3)
           precision = mixed_fp16 checkpoint = full target = H100_SXM }
-)");
+)", "", asBuilt()); // as `tally build` analyzes it: its fused norm (OpAttrs::norm)
   std::string text;
   REQUIRE(emit(*t.a, text) == "");
   // Three layers of six forward ops (ln, matmul, add, gelu, dropout, matmul; the transpose
