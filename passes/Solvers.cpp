@@ -18,6 +18,7 @@
 #include "llvm/Support/SourceMgr.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -428,6 +429,16 @@ void attentionHeads(const Graph &g, int64_t &heads, int64_t &kvHeads) {
   }
 }
 
+/// The greatest common divisor of the moe ops' expert counts (their weights' first dimension,
+/// inputs 3-5): the expert degrees that divide every one; 0 without a moe op.
+int64_t moeExperts(const Graph &g) {
+  int64_t experts = 0;
+  for (const Op &op : g.ops)
+    if (op.kind == OpKind::Moe && op.inputs.size() > 3 && !g.tensors[op.inputs[3]].shape.empty())
+      experts = std::gcd(experts, g.tensors[op.inputs[3]].shape[0].size);
+  return experts;
+}
+
 /// Does `t` meet the plan's step-time, MFU and run-time budgets? (Memory is the limit.)
 bool meetsBudgets(const Plan &plan, const Trial &t) {
   for (const BudgetSpec &b : plan.budgets) {
@@ -462,7 +473,9 @@ bool betterLayout(const ParallelLayout &x, const ParallelLayout &y) {
     return x.microBatch > y.microBatch;
   if (x.zero != y.zero)
     return x.zero < y.zero;
-  return rank(x.checkpoint) < rank(y.checkpoint);
+  if (rank(x.checkpoint) != rank(y.checkpoint))
+    return rank(x.checkpoint) < rank(y.checkpoint);
+  return x.expert < y.expert; // a smaller expert group: fewer ranks in each all-to-all
 }
 
 /// Does the plan have a budget on its time (step time, MFU, run time)? A candidate's fit then
@@ -559,7 +572,7 @@ struct LayoutSearcher {
       Trial tr = trialOf(r);
       if (meetsBudgets(base, tr)) {
         ++out.fitted;
-        fits.push_back({t, p, v, d, m, par.zero, r.checkpoint.policy, tr});
+        fits.push_back({t, p, v, d, m, par.zero, r.checkpoint.policy, tr, par.expert});
         bestTimes.push_back(tr.stepTime);
         std::push_heap(bestTimes.begin(), bestTimes.end());
         if (bestTimes.size() > keep) {
@@ -613,6 +626,7 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
   LayoutSearch out;
   attentionHeads(*a.graph, out.heads, out.kvHeads);
   out.layers = a.checkpoint.blocks;
+  out.experts = moeExperts(*a.graph);
   int64_t context = std::max<int64_t>(1, base.parallel.context);
   int64_t perNode = std::max<int64_t>(1, base.target.gpusPerNode);
   if (devices < 1 || devices % context != 0) {
@@ -639,25 +653,27 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
       int64_t d = perContext / t / p;
       if (base.batch % d)
         continue;
-      // The shapes whose expert layout Megatron-Core runs (ir/Plan.h, expertFit: the plan's
-      // expert degree and folding kept; the expert tensor degree, written as the tensor
-      // degree, follows it).
-      Plan shape = base;
-      Parallelism &sp = shape.parallel;
-      sp.tensor = t, sp.pipeline = p, sp.data = d, sp.devices = devices;
-      if (sp.expertTensor != 1 && sp.expertTensor == base.parallel.tensor)
-        sp.expertTensor = 0;
-      std::vector<int64_t> interleaves;
-      for (int64_t v : p > 1 ? divisors(out.layers / p) : std::vector<int64_t>{1}) {
-        sp.interleave = v;
-        if (expertFit(sp) == ExpertFit::Ok)
-          interleaves.push_back(v);
-      }
-      out.shapes += static_cast<int64_t>(interleaves.size());
-      for (int zero = 0; zero <= (d > 1 ? 3 : 0) && !interleaves.empty(); ++zero) {
-        Plan cand = shape;
-        cand.parallel.zero = zero;
-        search.searchInterleaves(cand, a, interleaves);
+      // The shapes whose expert layout Megatron-Core runs (ir/Plan.h, expertFit): for a
+      // mixture of experts each expert degree dividing the experts, the plan's folding kept
+      // (the expert tensor degree, written as the tensor degree, follows it); else the plan's.
+      for (int64_t e : out.experts > 0 ? divisors(out.experts) : std::vector<int64_t>{base.parallel.expert}) {
+        Plan shape = base;
+        Parallelism &sp = shape.parallel;
+        sp.tensor = t, sp.pipeline = p, sp.data = d, sp.devices = devices, sp.expert = e;
+        if (sp.expertTensor != 1 && sp.expertTensor == base.parallel.tensor)
+          sp.expertTensor = 0;
+        std::vector<int64_t> interleaves;
+        for (int64_t v : p > 1 ? divisors(out.layers / p) : std::vector<int64_t>{1}) {
+          sp.interleave = v;
+          if (expertFit(sp) == ExpertFit::Ok)
+            interleaves.push_back(v);
+        }
+        out.shapes += static_cast<int64_t>(interleaves.size());
+        for (int zero = 0; zero <= (d > 1 ? 3 : 0) && !interleaves.empty(); ++zero) {
+          Plan cand = shape;
+          cand.parallel.zero = zero;
+          search.searchInterleaves(cand, a, interleaves);
+        }
       }
     }
   }
@@ -709,10 +725,16 @@ SolverAnswer solveLayout(const Analysis &a, const Relower &relower, int64_t devi
       std::to_string(plan.target.gpusPerNode) + " (gpus_per_node); pipeline divides " +
       std::to_string(s.layers) + " layers; interleave divides layers / pipeline; tensor × "
       "pipeline × data = " + std::to_string(devices) + "; micro_batch × accumulation × data = "
-      "batch " + std::to_string(plan.batch));
+      "batch " + std::to_string(plan.batch) +
+      (s.experts > 0 ? "; expert divides the " + std::to_string(s.experts) +
+                           " experts and " + (expertLayout(plan.parallel).folded ? "tensor × context × data"
+                                                                                 : "data")
+                     : std::string()));
   r.derivation.push_back(limitLine(plan, memoryLimit));
   r.derivation.push_back("searched " + std::to_string(s.shapes) +
-                         " (tensor, pipeline, interleave, data) shapes × ZeRO 0-3: " +
+                         (s.experts > 0 ? " (tensor, pipeline, interleave, data, expert)"
+                                        : " (tensor, pipeline, interleave, data)") +
+                         " shapes × ZeRO 0-3: " +
                          std::to_string(s.prunedStatic) +
                          " pruned on model states alone, " + std::to_string(s.analysed) +
                          " analysed (" + std::to_string(s.lowered) + " graphs lowered), " +
@@ -734,6 +756,8 @@ SolverAnswer solveLayout(const Analysis &a, const Relower &relower, int64_t devi
                       numberInput("zero", l.zero), wordInput("checkpoint", l.checkpoint),
                       numberInput("step_s", l.trial.stepTime), numberInput("mfu", l.trial.mfu),
                       numberInput("memory_per_device", l.trial.peak)});
+    if (s.experts > 0)
+      r.rows.back().push_back(numberInput("expert", static_cast<double>(l.expert)));
   }
   return r;
 }

@@ -144,12 +144,16 @@ struct ParallelLayout {
   int zero = 0;
   std::string checkpoint = "none";
   Trial trial;
+  int64_t expert = 1; ///< the expert degree (a mixture of experts; 1 otherwise)
 };
 
 /// What `searchLayouts` found and how much work it did.
 struct LayoutSearch {
   std::vector<ParallelLayout> best;    ///< at most `keep`, by step time (ties: fewer model-parallel ranks, …)
   int64_t heads = 0, kvHeads = 0, layers = 0; ///< the model's constraints on tensor and pipeline
+  /// A mixture of experts: the greatest common divisor of its moe ops' expert counts, whose
+  /// divisors are the expert degrees searched; 0 for a model without experts.
+  int64_t experts = 0;
   int64_t shapes = 0;          ///< (tensor, pipeline, interleave, data) that satisfy the constraints
   int64_t prunedStatic = 0;    ///< candidates whose model states alone do not fit: never analysed
   int64_t analysed = 0;        ///< full analyses run
@@ -164,7 +168,9 @@ struct LayoutSearch {
 /// checkpoint policy (none, selective, full) for `devices` devices: t divides the attention
 /// heads (and key/value heads) and is at most gpus_per_node, p divides the repeat-block copies,
 /// v divides copies / p, t·p·d·context = devices, d divides the batch and m divides batch / d
-/// (the plan's batch is kept). Each candidate is priced by the whole analysis (one graph per
+/// (the plan's batch is kept). For a mixture of experts also the expert degree e: a divisor of
+/// every moe op's expert count whose group the plan could state (ir/Plan.h expertFit: e divides
+/// d, or t·context·d under the plan's folding). Each candidate is priced by the whole analysis (one graph per
 /// micro-batch, lowered once); one whose model states and framework memory alone exceed
 /// `memoryLimit` is pruned before any analysis, the micro-batches of a layout are tried
 /// smallest first up to the first that fits under no policy, and a policy that recomputes

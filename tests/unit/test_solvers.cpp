@@ -763,6 +763,53 @@ TEST_CASE("layout: the compute bound skips only candidates that cannot be among 
   CHECK(computeBound(8, 8, 1, 1) == Approx(8.0 * 8));
 }
 
+TEST_CASE("layout: a mixture of experts searches the expert degrees a plan could state",
+          "[solvers][layout]") {
+  // Mixtral (8 experts) on 64 H100s: every layout the search returns has an expert degree
+  // dividing the experts and the data degree (ir/Plan.h expertFit, Sema's rule), and is priced
+  // as the whole analysis of that plan; the compute bound changes nothing.
+  Compiled t(fromFile, example("mixtral_8x7b.tally"));
+  const Analysis &a = *t.a;
+  Relower relower = t.relower();
+  const double limit = a.plan->target.memoryBytes;
+  LayoutSearch s = searchLayouts(a, relower, 64, limit);
+  REQUIRE(s.error.empty());
+  CHECK(s.experts == 8);
+  REQUIRE(s.best.size() == 10);
+  std::set<int64_t> degrees;
+  for (const ParallelLayout &l : s.best) {
+    INFO("t " << l.tensor << " p " << l.pipeline << " v " << l.interleave << " d " << l.data << " e " << l.expert);
+    degrees.insert(l.expert);
+    CHECK(8 % l.expert == 0);
+    Plan p = *a.plan;
+    p.parallel.tensor = l.tensor, p.parallel.pipeline = l.pipeline, p.parallel.expert = l.expert;
+    p.parallel.interleave = l.interleave, p.parallel.data = l.data, p.parallel.zero = l.zero;
+    p.parallel.devices = 64;
+    p.microBatch = l.microBatch;
+    p.checkpoint = l.checkpoint;
+    p.budgets.clear();
+    CHECK(expertFit(p.parallel) == ExpertFit::Ok);
+    std::optional<Trial> whole = tryPlan(a, p, relower);
+    REQUIRE(whole);
+    CHECK(whole->peak == Approx(l.trial.peak));
+    CHECK(whole->stepTime == Approx(l.trial.stepTime));
+  }
+  CHECK(degrees.size() > 1); // the plan's expert = 8 is not the only degree among the best
+  LayoutSearch unbounded = searchLayouts(a, relower, 64, limit, 10, /*bound=*/false);
+  REQUIRE(unbounded.best.size() == s.best.size());
+  for (size_t i = 0; i < s.best.size(); ++i) {
+    CHECK(unbounded.best[i].expert == s.best[i].expert);
+    CHECK(unbounded.best[i].trial.stepTime == s.best[i].trial.stepTime);
+  }
+  // A dense model searches no expert degree.
+  Compiled dense(fromFile, example("gpt2.tally"));
+  Relower denseRelower = dense.relower();
+  LayoutSearch d = searchLayouts(*dense.a, denseRelower, 8, dense.a->plan->target.memoryBytes, 3);
+  CHECK(d.experts == 0);
+  for (const ParallelLayout &l : d.best)
+    CHECK(l.expert == 1);
+}
+
 TEST_CASE("layout: a deep model's candidates priced alone equal whole analyses", "[solvers][layout]") {
   // A candidate priced alone is walked as a comparison walk, periodic where 16 or more copies
   // are alike (passes/ActivationPeriodic.cpp), with its Recompute steps listed from the

@@ -215,10 +215,12 @@ void printText(const SolverAnswer &r, raw_ostream &os) {
   if (r.question == "layout") {
     // The table of layouts, best first, then the search's derivation.
     os << "layout: " << r.rows.size() << " fastest layouts that fit, best first\n";
+    // A mixture of experts' rows end with the expert degree (passes/Solvers.cpp, solveLayout).
+    const bool experts = !r.rows.empty() && r.rows.front().size() > 11;
     char line[256];
-    std::snprintf(line, sizeof line, "  %4s %6s %8s %10s %5s %5s %5s %4s %-14s %10s %6s %11s\n",
+    std::snprintf(line, sizeof line, "  %4s %6s %8s %10s %5s %5s %5s %4s %-14s %10s %6s %11s%s\n",
                   "rank", "tensor", "pipeline", "interleave", "data", "micro", "accum", "zero",
-                  "checkpoint", "step time", "MFU", "memory");
+                  "checkpoint", "step time", "MFU", "memory", experts ? "  expert" : "");
     os << line;
     for (size_t i = 0; i < r.rows.size(); ++i) {
       const auto &row = r.rows[i];
@@ -228,7 +230,10 @@ void printText(const SolverAnswer &r, raw_ostream &os) {
                     i + 1, n(0), n(1), n(2), n(3), n(4), n(5), n(6), row[7].text.c_str(),
                     formatDuration(row[8].number).c_str(), row[9].number * 100,
                     formatBytes(row[10].number).c_str());
-      os << line;
+      os << llvm::StringRef(line).rtrim("\n");
+      if (experts)
+        os << llvm::format("  %6lld", n(11));
+      os << "\n";
     }
   } else if (r.question == "serve") {
     // The answer, then the candidates tried, by concurrency, then the derivation.
