@@ -157,29 +157,53 @@ struct TargetReader {
   void matmulCurve(const ConstValue &v) { ok &= sema.matmulCurves(v, t); }
 
   /// `elementwise_time { gelu = 0.9 ns, gelu_grad = 1 ns, ... }`: per unary kind of
-  /// ir/ops/Unary.def (its name, `_grad` for its gradient), and `dropout` (its forward: the
-  /// random numbers and the mask; its backward reads the mask), a positive time per element.
+  /// ir/ops/Unary.def (its name, `_grad` for its gradient), `dropout` (its forward: the random
+  /// numbers and the mask; its backward reads the mask) and the row kernels (layer_norm,
+  /// rms_norm, softmax, cross_entropy), a positive time per element.
   void elementwiseTime(const ConstValue &v) {
     std::vector<std::string> names;
     for (const UnaryDef &u : unaryDefs())
       for (const char *suffix : {"", "_grad"})
         names.push_back(std::string(opName(u.kind)) + suffix);
     names.push_back(opName(OpKind::Dropout).str());
+    for (const std::string &r : Target::rowKernelNames())
+      for (const char *suffix : {"", "_grad"})
+        names.push_back(r + suffix);
+    readKernelTimes(v, "elementwise_time", "unary op", names, /*perRow=*/false);
+  }
+
+  /// `row_time { layer_norm = 15 ns, layer_norm_grad = 20 ns, ... }`: per row kernel
+  /// (Target::rowKernelNames; `_grad` for its gradient), a positive time per row.
+  void rowTime(const ConstValue &v) {
+    std::vector<std::string> names;
+    for (const std::string &r : Target::rowKernelNames())
+      for (const char *suffix : {"", "_grad"})
+        names.push_back(r + suffix);
+    readKernelTimes(v, "row_time", "row kernel", names, /*perRow=*/true);
+  }
+
+  /// The entries of a `{ name = time, ... }` record of kernel times into Target::unaryTimes:
+  /// `name` (forward) or `name_grad` (gradient), per element or, `perRow`, per row.
+  void readKernelTimes(const ConstValue &v, const std::string &record, const char *what,
+                       const std::vector<std::string> &names, bool perRow) {
     for (size_t i = 0; i < v.elems.size(); ++i) {
       const std::string &k = v.names[i];
       if (std::find(names.begin(), names.end(), k) == names.end()) {
-        sema.unknownName(v.nameRanges[i], "unary op", k, names);
+        sema.unknownName(v.nameRanges[i], what, k, names);
         ok = false;
         continue;
       }
-      double seconds = need(v.elems[i], UnitDim::Time, "elementwise_time." + k);
+      double seconds = need(v.elems[i], UnitDim::Time, record + "." + k);
       bool gradient = llvm::StringRef(k).endswith("_grad");
       std::string op = gradient ? k.substr(0, k.size() - 5) : k;
       auto it = std::find_if(t.unaryTimes.begin(), t.unaryTimes.end(),
                              [&](const Target::UnaryTime &u) { return u.op == op; });
       if (it == t.unaryTimes.end())
-        it = t.unaryTimes.insert(t.unaryTimes.end(), Target::UnaryTime{op, 0, 0});
-      (gradient ? it->gradient : it->forward) = seconds;
+        it = t.unaryTimes.insert(t.unaryTimes.end(), Target::UnaryTime{op});
+      if (perRow)
+        (gradient ? it->gradientRow : it->forwardRow) = seconds;
+      else
+        (gradient ? it->gradient : it->forward) = seconds;
     }
   }
 };
@@ -233,6 +257,7 @@ const std::vector<TargetSetting> &targetSettings() {
       quantity("kernel_launch", &Target::kernelLaunch, UnitDim::Time),
       quantity("transcendental", &Target::transcendentalTime, UnitDim::Time),
       custom("elementwise_time", &TargetReader::elementwiseTime, true),
+      custom("row_time", &TargetReader::rowTime, true),
       quantity("cache", &Target::cacheBytes, UnitDim::Bytes),
       quantity("cache_bandwidth", &Target::cacheBandwidth, UnitDim::ByteRate),
       count("threads", &Target::threads), // the OpenMP threads a calibration measured with

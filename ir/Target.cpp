@@ -67,7 +67,7 @@ void Target::shareHost(int64_t ranks, int64_t runThreads) {
     *x *= f;
   transcendentalTime /= f;
   for (UnaryTime &u : unaryTimes)
-    u.forward /= f, u.gradient /= f;
+    u.forward /= f, u.gradient /= f, u.forwardRow /= f, u.gradientRow /= f;
   share = next;
 }
 
@@ -76,6 +76,18 @@ double Target::unaryTime(llvm::StringRef op, bool gradient) const {
     if (u.op == op)
       return gradient ? u.gradient : u.forward;
   return 0;
+}
+
+double Target::rowTime(llvm::StringRef op, bool gradient) const {
+  for (const UnaryTime &u : unaryTimes)
+    if (u.op == op)
+      return gradient ? u.gradientRow : u.forwardRow;
+  return 0;
+}
+
+const std::vector<std::string> &Target::rowKernelNames() {
+  static const std::vector<std::string> names = {"layer_norm", "rms_norm", "softmax", "cross_entropy"};
+  return names;
 }
 
 double Target::attentionEfficiency(double flops) const {
@@ -128,7 +140,7 @@ void withClock(Target &t, double hz) {
     *peak *= f;
   t.transcendentalTime /= f;
   for (Target::UnaryTime &u : t.unaryTimes)
-    u.forward /= f, u.gradient /= f;
+    u.forward /= f, u.gradient /= f, u.forwardRow /= f, u.gradientRow /= f;
   t.clock = hz;
 }
 

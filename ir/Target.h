@@ -165,14 +165,23 @@ struct Target {
   /// moves the same bytes). A kind measured here is priced by it instead of its FLOPs at the
   /// peak and its transcendentals (kernelTimeTerms): GELU's erf is two polynomial fits and an
   /// exp, several times one exp's time once exp is vectorised. 0: not measured.
+  /// The row kernels (layer_norm, rms_norm, softmax, cross_entropy: a reduction per row) also
+  /// have seconds per row (`row_time { layer_norm = 15 ns, layer_norm_grad = 20 ns, ... }`):
+  /// their arithmetic is per row + per element (rowKernelArithmetic).
   struct UnaryTime {
     std::string op;            ///< the op's name in the language (gelu, gelu_tanh, silu, ...)
     double forward = 0, gradient = 0;
+    double forwardRow = 0, gradientRow = 0;
   };
   std::vector<UnaryTime> unaryTimes;
   /// The measured seconds per element of unary kind `op` (its gradient when `gradient`); 0
   /// when not measured.
   double unaryTime(llvm::StringRef op, bool gradient) const;
+  /// The measured seconds per row of row kernel `op` (its gradient when `gradient`); 0 when not
+  /// measured.
+  double rowTime(llvm::StringRef op, bool gradient) const;
+  /// The names `elementwise_time` and `row_time` accept for the row kernels.
+  static const std::vector<std::string> &rowKernelNames();
   /// Streaming multiprocessors of a catalogue GPU (0 when not stated).
   int64_t multiprocessors = 0;
   /// The clock, Hz, at which the datasheet's peaks (and the special-function rate) are given:

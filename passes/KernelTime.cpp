@@ -140,9 +140,28 @@ double forkingCalls(const Target &t, const Graph &g, const Op &op, double split,
   return largest / share > kForkElements ? calls : 0;
 }
 
+/// The runtime's row kernel that runs `op` (its name in Target::rowKernelNames), or null: the
+/// norms, softmax and the loss as tally's own fused kernels (an eager norm or a framework's
+/// loss is another program).
+const char *rowKernel(const Op &op) {
+  switch (op.kind) {
+  case OpKind::LayerNorm: return "layer_norm";
+  case OpKind::RmsNorm: return op.attrs->norm == NormKernel::Fused ? "rms_norm" : nullptr;
+  case OpKind::Softmax: return "softmax";
+  case OpKind::CrossEntropy: return op.attrs->loss == CrossEntropyKernel::Fused ? "cross_entropy" : nullptr;
+  default: return nullptr;
+  }
+}
+
 double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward) {
   if (t.unaryTimes.empty() || op.outputs.empty())
     return 0;
+  // A row kernel: a cost per row (its reductions) and per element, over its input's rows.
+  if (const char *row = rowKernel(op)) {
+    const Shape &x = g.tensors[op.inputs[0]].shape;
+    const double n = numel(x), width = x.empty() ? 1 : static_cast<double>(x.back().size);
+    return t.rowTime(row, backward) * (width > 0 ? n / width : 0) + t.unaryTime(row, backward) * n;
+  }
   // Dropout's forward draws its random numbers (a Philox block per 4 elements) and writes its
   // mask; its backward reads the mask: bytes only.
   bool dropout = op.kind == OpKind::Dropout && !backward;

@@ -256,9 +256,11 @@ struct KernelWork {
 double forkingCalls(const Target &t, const Graph &g, const Op &op, double split, double calls,
                     double tokens = 1);
 /// KernelTime.cpp: the seconds of unary op `op`'s arithmetic (its gradient's when `backward`)
-/// as the target measured its kind (Target::unaryTimes: elements × seconds per element), and
-/// of a dropout's forward (its random numbers and mask); 0 for another op, a dropout's
-/// backward (it reads the mask), or a kind the target did not measure.
+/// as the target measured its kind (Target::unaryTimes: elements × seconds per element), of a
+/// dropout's forward (its random numbers and mask), and of a row kernel (a layer or RMS norm,
+/// softmax, the fused loss: rows × seconds per row + elements × seconds per element, row_time
+/// and elementwise_time); 0 for another op, a dropout's backward (it reads the mask), or a
+/// kind the target did not measure.
 double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward);
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for

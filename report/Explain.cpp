@@ -246,8 +246,12 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   llvm::StringRef plus = overlap ? ", " : " + ";
   // A unary kind the target measured (Target::unaryTimes): its arithmetic is that measurement.
   bool measured = k.measuredArithmetic;
+  // A row kernel's (layer and RMS norm, softmax, the loss): per row and per element.
+  bool rows = measured && (kind == OpKind::LayerNorm || kind == OpKind::RmsNorm || kind == OpKind::Softmax ||
+                           kind == OpKind::CrossEntropy);
   os << "  " << label << " = " << open << (overlap ? "max(" : "")
-     << (measured ? "elements" + by + " × measured time per element"
+     << (rows       ? "(rows × measured time per row + elements × measured time per element)" + by
+         : measured ? "elements" + by + " × measured time per element"
                   : "executed " + what.str() + "FLOPs" + (tiles != 1 ? " × tile factor" : "") + by +
                         " / peak / efficiency" + (k.shareFactor != 1 ? " × unthreaded share" : ""))
      << (exps ? plus.str() + "exps × exp time" : "") << (overlap ? ")" : "")
@@ -304,7 +308,7 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
           "(passes/MatmulAlignment.cpp)";
   else if (measured)
     os << efficiencyName(kind) << " for its bytes; its arithmetic as `tally calibrate` measured the runtime's "
-       << opName(kind) << " kernel (elementwise_time)";
+       << opName(kind) << " kernel (" << (rows ? "row_time and elementwise_time" : "elementwise_time") << ")";
   else
     os << efficiencyName(kind);
   if (k.fromCurve)

@@ -44,6 +44,7 @@ Result sample() {
   r.attentionShapes.push_back({2, 4, 16, 16, 1e-4 / 3, 2e-4 / 3});
   r.unary.push_back({"gelu", 1.0 / 3.0 * 1e-9, 0});
   r.unary.push_back({"silu", 5.078e-10, 2.0 / 7.0 * 1e-9});
+  r.unary.push_back({"layer_norm", 1.0 / 11.0 * 1e-9, 0, 13.0 / 3.0 * 1e-9, 6.0 / 7.0 * 1e-9});
   r.sliceSeconds = 1.5e-3, r.sliceSource = "the kernel's default";
   Timing t;
   t.name = "matmul fp32 64x64x64", t.rounds = 4, t.calls = 12, t.rejected = 2, t.median = 1.0 / 7.0 * 1e-4;
@@ -102,11 +103,13 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
   CHECK(back.attentionShapes[0].hd == 16);
   CHECK(sameBits(back.attentionShapes[0].forwardSeconds, r.attentionShapes[0].forwardSeconds));
   CHECK(sameBits(back.attentionShapes[0].backwardSeconds, r.attentionShapes[0].backwardSeconds));
-  REQUIRE(back.unary.size() == 2);
+  REQUIRE(back.unary.size() == 3);
   CHECK(back.unary[1].op == "silu");
-  for (size_t i = 0; i < 2; ++i) {
+  for (size_t i = 0; i < 3; ++i) {
     CHECK(sameBits(back.unary[i].forward, r.unary[i].forward));
     CHECK(sameBits(back.unary[i].gradient, r.unary[i].gradient));
+    CHECK(sameBits(back.unary[i].forwardRow, r.unary[i].forwardRow));
+    CHECK(sameBits(back.unary[i].gradientRow, r.unary[i].gradientRow));
   }
   REQUIRE(back.timings.size() == 1);
   CHECK(back.timings[0].name == "matmul fp32 64x64x64");
@@ -123,7 +126,10 @@ TEST_CASE("calibrate protocol: a result reads back bit for bit", "[calibrate]") 
   CHECK(renderTarget(back, "then") == renderTarget(r, "then"));
   // Each unary kind's measured rates, those above zero (gelu's gradient measured none).
   CHECK_THAT(renderTarget(r, "then"),
-             Contains("  elementwise_time { gelu = 0.3333 ns, silu = 0.5078 ns, silu_grad = 0.2857 ns }\n"));
+             Contains("  elementwise_time { gelu = 0.3333 ns, silu = 0.5078 ns, silu_grad = 0.2857 ns, "
+                      "layer_norm = 0.09091 ns }\n"));
+  // The row kernels' cost per row, forward and gradient.
+  CHECK_THAT(renderTarget(r, "then"), Contains("  row_time { layer_norm = 4.333 ns, layer_norm_grad = 0.8571 ns }\n"));
 }
 
 TEST_CASE("calibrate protocol: a number that is not finite is not written", "[calibrate]") {
@@ -147,8 +153,8 @@ TEST_CASE("calibrate protocol: other output is refused with its reason", "[calib
   CHECK_THAT(refused("[1, 2]"), Contains("not a JSON object"));
   CHECK_THAT(refused("{\"version\": 1}"), Contains("not tally-measure's output"));
   CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 1}"),
-             Contains("protocol version 1, and this tally reads version 7"));
-  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 7}"), Contains("quick"));
+             Contains("protocol version 1, and this tally reads version 8"));
+  CHECK_THAT(refused("{\"protocol\": \"tally-measure\", \"version\": 8}"), Contains("quick"));
   auto edit = [&](const std::string &from, const std::string &to) {
     std::string t = good;
     size_t at = t.find(from);

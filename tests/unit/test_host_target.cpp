@@ -489,6 +489,51 @@ TEST_CASE("host: a rank of a shared machine runs its unthreaded curve-priced cal
   CHECK(compute(unthreaded, 0) == Approx(2 * compute(whole, 0)));
 }
 
+TEST_CASE("host: row_time and elementwise_time price a row kernel by its rows and elements", "[host]") {
+  // A layer norm over [2, 16, 32] (32 rows of 32): the runtime's kernel costs per row (its
+  // reductions' setup and tails) and per element (tools/calibrate/Measure.cpp, 5d).
+  const std::string model = R"(
+model M(d = 32) {
+  ln = LayerNorm(d)
+  fc = Linear(d, d)
+  forward(x: f32[batch, seq, d]) { return mean(fc(ln(x))) }
+}
+train t { model = M() batch = 2 seq = 16 optimizer = SGD(lr = 0.1) precision = fp32 target = Cpu }
+)";
+  Compiled t(std::string(kCpuTarget) + "  elementwise_time { layer_norm = 0.5 ns, layer_norm_grad = 1 ns }\n" +
+             "  row_time { layer_norm = 20 ns, layer_norm_grad = 40 ns }\n}\n" + model);
+  const Target &target = t.a->plan->target;
+  CHECK(target.rowTime("layer_norm", false) == Approx(20e-9));
+  CHECK(target.rowTime("layer_norm", true) == Approx(40e-9));
+  CHECK(target.unaryTime("layer_norm", true) == Approx(1e-9));
+  const OpId ln = t.op("ln.layer_norm");
+  // Forward: 32 rows × 20 ns + 1024 elements × 0.5 ns = 1.152e-6 s of arithmetic, the compute
+  // side of its roofline in place of its FLOPs at the peak (its bytes are the memory side).
+  KernelTimeTerms f = kernelTimeTerms(target, OpClass::Elementwise, Dtype::F32, forwardWork(*t.a, ln, t.a->ops[ln]));
+  CHECK(f.measuredArithmetic);
+  CHECK(f.compute == Approx(32 * 20e-9 + 1024 * 0.5e-9));
+  CHECK(f.transcendental == 0);
+  // Backward: 32 × 40 ns + 1024 × 1 ns = 2.304e-6 s.
+  KernelTimeTerms b = kernelTimeTerms(target, OpClass::Elementwise, Dtype::F32, backwardWork(*t.a, ln, t.a->ops[ln]));
+  CHECK(b.measuredArithmetic);
+  CHECK(b.compute == Approx(32 * 40e-9 + 1024 * 1e-9));
+  // Without row_time the per-element rate alone; without either the FLOPs at the peak.
+  Compiled elements(std::string(kCpuTarget) + "  elementwise_time { layer_norm = 0.5 ns }\n}\n" + model);
+  CHECK(kernelTimeTerms(elements.a->plan->target, OpClass::Elementwise, Dtype::F32,
+                        forwardWork(*elements.a, ln, elements.a->ops[ln]))
+            .compute == Approx(1024 * 0.5e-9));
+  Compiled plain(std::string(kCpuTarget) + "}\n" + model);
+  CHECK_FALSE(kernelTimeTerms(plain.a->plan->target, OpClass::Elementwise, Dtype::F32,
+                              forwardWork(*plain.a, ln, plain.a->ops[ln]))
+                  .measuredArithmetic);
+  // A name that is no row kernel is a diagnostic naming the ones there are.
+  Compilation bad;
+  CHECK_FALSE(parseHost(bad, "target host {\n memory = 1 GiB\n bandwidth = 1 GB/s\n peak { fp32 = 1 "
+                             "GFLOP/s }\n row_time { gelu = 1 ns }\n}\n"));
+  CHECK_THAT(bad.diags.diagnostics()[0].message, Contains("row kernel"));
+  CHECK_THAT(bad.diags.diagnostics()[0].message, Contains("gelu"));
+}
+
 TEST_CASE("host: a measured dropout rate prices the forward's random numbers", "[host]") {
   const std::string model = R"(
 model M(vocab = 64, d = 32) {

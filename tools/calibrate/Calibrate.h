@@ -151,9 +151,13 @@ struct Result {
   /// gelu_tanh, silu, tanh, sigmoid, exp), forward and gradient: seconds per element with all
   /// threads, the kernel less relu's in the same direction (the same loads, stores, call and
   /// threads); `op` is the op's name in the language.
+  /// The row kernels (layer_norm, rms_norm, softmax, cross_entropy: a reduction per row) also
+  /// state seconds per row, forward and gradient (5d): their time is a cost per row (its
+  /// reductions and their setup) plus one per element.
   struct UnaryTiming {
     std::string op;
     double forward = 0, gradient = 0;
+    double forwardRow = 0, gradientRow = 0;
   };
   std::vector<UnaryTiming> unary;
 
@@ -187,7 +191,8 @@ Result measure(const Options &options);
 
 /// The version of tally-measure's output that this build writes and reads; a change of its
 /// fields changes the number, and a tally refuses another version (the two are built together).
-constexpr int kProtocolVersion = 7; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth; 5: unary; 7: blas_core;
+constexpr int kProtocolVersion = 8; // 2: attention_shapes; 3: timings, slice; 4: optimizer_bandwidth; 5: unary; 7: blas_core;
+                                    // 8: the row kernels (unary forward_row, gradient_row)
                                     // 6: fork_overhead
 
 /// tally-measure's output: every field of `r` the measurements set (not the interconnect, which

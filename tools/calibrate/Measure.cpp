@@ -38,7 +38,13 @@
 //    measured as itself, forward and gradient, less relu's kernel in the same direction: GELU's
 //    erf is two polynomial fits, a division and an exp, several times one exp once the runtime's
 //    exp is vectorised (docs/performance.md), so those kinds are priced by their own rates
-//    (Target::unaryTimes); the exp rate prices the rest (attention's softmax, the loss, norms).
+//    (Target::unaryTimes); the exp rate prices the rest (attention's softmax).
+// 5d. The row kernels (layer_norm, rms_norm, softmax, cross_entropy: each row reduced, then
+//    written), forward and gradient, fp32, on the same 65,536 floats as 2048 rows of 32 and as
+//    256 rows of 256: the difference of the two is the cost of 1792 rows (their reductions'
+//    setup and tails, scalar), and the wide shape less that and less relu's kernel in the same
+//    direction is the cost per element (their arithmetic and exps). A toy model's [32 × 32]
+//    layer norm runs 0.9 us, where its bytes take 0.1: rows, not bytes, set its time.
 // 6. Attention: the runtime's fused causal attention, forward and backward, fp32, B 1, H 4,
 //    S 256, hd 64 (quick: S 128), and the smaller shapes of the attention curve (B 2, H 4:
 //    S 16, hd 16 and, not quick, S 64, hd 32).
@@ -347,6 +353,86 @@ struct UnaryTimings {
   size_t reluGradient = 0;
   size_t dropout = 0; ///< dropout's forward (5c)
 };
+
+/// 5d. The row kernels: for each, forward and gradient on 2048 rows of 32 (`narrow`) and on
+/// 256 rows of 256 (`wide`), the same 65,536 floats.
+struct RowTimings {
+  struct Kernel {
+    const char *name; // the op's name in the language (ir/Ops.def)
+    size_t narrowForward = 0, wideForward = 0, narrowGradient = 0, wideGradient = 0;
+  };
+  std::vector<Kernel> kernels;
+  static constexpr int64_t kNarrowRows = 2048, kNarrowCols = 32, kWideRows = 256, kWideCols = 256;
+};
+RowTimings addRowKernels(rt::Ctx &ctx, const std::function<size_t(std::string, std::function<void()>)> &perCall) {
+  constexpr int64_t m = RowTimings::kNarrowRows * RowTimings::kNarrowCols;
+  static_assert(m == RowTimings::kWideRows * RowTimings::kWideCols, "the two shapes hold the same floats");
+  struct Buffers {
+    std::vector<float> x, y, dy, dx, w, b, dw, db, mean, rstd, lse;
+    std::vector<int32_t> labels;
+    float loss = 0, dloss = 1;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->x.resize(m);
+  for (int64_t i = 0; i < m; ++i)
+    b->x[size_t(i)] = -4.0f + 8.0f * float(i % 1001) / 1000.0f;
+  b->y.assign(m, 0.0f), b->dy.assign(m, 1.0f), b->dx.assign(m, 0.0f);
+  b->w.assign(RowTimings::kWideCols, 1.0f), b->b.assign(RowTimings::kWideCols, 0.0f);
+  b->dw.assign(RowTimings::kWideCols, 0.0f), b->db.assign(RowTimings::kWideCols, 0.0f);
+  b->mean.assign(RowTimings::kNarrowRows, 0.0f), b->rstd.assign(RowTimings::kNarrowRows, 1.0f);
+  b->lse.assign(RowTimings::kNarrowRows, 1.0f), b->labels.assign(RowTimings::kNarrowRows, 1);
+  using Call = std::function<void(int64_t rows, int64_t cols)>;
+  struct Kind {
+    const char *name;
+    Call forward, gradient;
+  };
+  rt::Ctx *c = &ctx;
+  std::vector<Kind> kinds = {
+      {"layer_norm",
+       [c, b](int64_t r, int64_t n) {
+         rt::layer_norm_fwd<float>(*c, b->x.data(), b->w.data(), b->b.data(), b->y.data(), b->mean.data(),
+                                   b->rstd.data(), r, n, 1e-5f);
+       },
+       [c, b](int64_t r, int64_t n) {
+         rt::layer_norm_bwd<float>(*c, b->x.data(), b->w.data(), b->mean.data(), b->rstd.data(), b->dy.data(),
+                                   b->dx.data(), b->dw.data(), b->db.data(), r, n, false);
+       }},
+      {"rms_norm",
+       [c, b](int64_t r, int64_t n) {
+         rt::rms_norm_fwd<float>(*c, b->x.data(), b->w.data(), b->y.data(), b->rstd.data(), r, n, 1e-5f);
+       },
+       [c, b](int64_t r, int64_t n) {
+         rt::rms_norm_bwd<float>(*c, b->x.data(), b->w.data(), b->rstd.data(), b->dy.data(), b->dx.data(),
+                                 b->dw.data(), r, n, false);
+       }},
+      {"softmax", [c, b](int64_t r, int64_t n) { rt::softmax_fwd<float>(*c, b->x.data(), b->y.data(), r, n); },
+       [c, b](int64_t r, int64_t n) {
+         rt::softmax_bwd<float>(*c, b->y.data(), b->dy.data(), b->dx.data(), r, n, false);
+       }},
+      {"cross_entropy",
+       [c, b](int64_t r, int64_t n) {
+         rt::cross_entropy_fwd<float>(*c, b->x.data(), b->labels.data(), &b->loss, b->lse.data(), r, n);
+       },
+       [c, b](int64_t r, int64_t n) {
+         rt::cross_entropy_bwd<float>(*c, b->x.data(), b->labels.data(), b->lse.data(), &b->dloss, b->dx.data(), r,
+                                      n, false);
+       }},
+  };
+  RowTimings t;
+  for (const Kind &k : kinds) {
+    RowTimings::Kernel out{k.name};
+    auto shape = [](int64_t r, int64_t n) { return " " + std::to_string(r) + "x" + std::to_string(n); };
+    const Call fwd = k.forward, grad = k.gradient;
+    constexpr int64_t nr = RowTimings::kNarrowRows, nc = RowTimings::kNarrowCols;
+    constexpr int64_t wr = RowTimings::kWideRows, wc = RowTimings::kWideCols;
+    out.narrowForward = perCall(std::string(k.name) + shape(nr, nc), [fwd] { fwd(nr, nc); });
+    out.wideForward = perCall(std::string(k.name) + shape(wr, wc), [fwd] { fwd(wr, wc); });
+    out.narrowGradient = perCall(std::string(k.name) + " gradient" + shape(nr, nc), [grad] { grad(nr, nc); });
+    out.wideGradient = perCall(std::string(k.name) + " gradient" + shape(wr, wc), [grad] { grad(wr, wc); });
+    t.kernels.push_back(out);
+  }
+  return t;
+}
 UnaryTimings addUnaryKernels(rt::Ctx &ctx, const std::vector<float> &x, int64_t m, size_t expForward,
                              const std::function<size_t(std::string, std::function<void()>)> &perCall) {
   struct Buffers { std::vector<float> x, ones, y, dx; };
@@ -485,6 +571,7 @@ Result measure(const Options &o) {
   const size_t tExp = perCall("exp of 65536 floats", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Exp, e.data(), eOut.data(), m); });
   const size_t tRelu2 = perCall("relu of 65536 floats", [&] { rt::unary_fwd<float>(ctx, rt::UnOp::Relu, e.data(), eOut.data(), m); });
   const UnaryTimings tUnary = addUnaryKernels(ctx, e, m, tExp, perCall);
+  const RowTimings tRows = addRowKernels(ctx, perCall);
 
   // 6. Attention: the runtime's fused causal attention forward and backward, on the main shape
   // and on the smaller ones of the curve (q = k = v [B, S, H·hd]).
@@ -521,6 +608,21 @@ Result measure(const Options &o) {
     r.unary.push_back({u.name, std::max(0.0, timings.median(u.forward) - timings.median(tRelu2)) / double(m),
                        std::max(0.0, timings.median(u.gradient) - timings.median(tUnary.reluGradient)) / double(m)});
   r.unary.push_back({"dropout", std::max(0.0, timings.median(tUnary.dropout) - timings.median(tRelu2)) / double(m), 0});
+  // 5d: per row = (narrow − wide) / (narrow rows − wide rows); per element = (wide − its rows −
+  // relu's kernel in the same direction) / elements.
+  for (const RowTimings::Kernel &k : tRows.kernels) {
+    const double rows = double(RowTimings::kNarrowRows - RowTimings::kWideRows);
+    auto split = [&](size_t narrow, size_t wide, size_t baseline, double &perRow, double &perElement) {
+      perRow = std::max(0.0, timings.median(narrow) - timings.median(wide)) / rows;
+      perElement = std::max(0.0, timings.median(wide) - perRow * double(RowTimings::kWideRows) -
+                                     timings.median(baseline)) /
+                   double(m);
+    };
+    Result::UnaryTiming u{k.name};
+    split(k.narrowForward, k.wideForward, tRelu2, u.forwardRow, u.forward);
+    split(k.narrowGradient, k.wideGradient, tUnary.reluGradient, u.gradientRow, u.gradient);
+    r.unary.push_back(u);
+  }
   at.forwardSeconds = timings.median(tAttn.forward);
   at.backwardSeconds = timings.median(tAttn.backward);
   for (size_t i = 0; i < r.attentionShapes.size(); ++i) {

@@ -4,7 +4,8 @@
 //    "triad_bandwidth": ..., "cache_bytes": ..., "cache_bandwidth": ...,
 //    "elementwise_bandwidth": ..., "optimizer_bandwidth": ..., "kernel_overhead": ...,
 //    "fork_overhead": ..., "transcendental_time": ...,
-//    "unary": [{"op": "gelu", "forward": ..., "gradient": ...}, ...],
+//    "unary": [{"op": "gelu", "forward": ..., "gradient": ..., "forward_row": ...,
+//               "gradient_row": ...}, ...],
 //    "matmuls": [{"dtype": "fp32", "M": 64, "N": 64, "K": 64, "seconds": ...}, ...],
 //    "attention": {"B": 1, "H": 4, "S": 256, "hd": 64, "forward_seconds": ...,
 //                  "backward_seconds": ...},
@@ -43,7 +44,7 @@ std::string resultToJSON(const Result &r) {
   for (const AttentionSample &a : r.attentionShapes)
     numbers.insert(numbers.end(), {a.forwardSeconds, a.backwardSeconds});
   for (const Result::UnaryTiming &u : r.unary)
-    numbers.insert(numbers.end(), {u.forward, u.gradient});
+    numbers.insert(numbers.end(), {u.forward, u.gradient, u.forwardRow, u.gradientRow});
   numbers.push_back(r.sliceSeconds);
   for (const Timing &t : r.timings)
     numbers.insert(numbers.end(), {t.median, t.spread, t.waitShare});
@@ -62,7 +63,8 @@ std::string resultToJSON(const Result &r) {
     shapes.push_back(attention(a));
   Array unary;
   for (const Result::UnaryTiming &u : r.unary)
-    unary.push_back(Object{{"op", u.op}, {"forward", u.forward}, {"gradient", u.gradient}});
+    unary.push_back(Object{{"op", u.op}, {"forward", u.forward}, {"gradient", u.gradient},
+                           {"forward_row", u.forwardRow}, {"gradient_row", u.gradientRow}});
   Array timings;
   for (const Timing &t : r.timings)
     timings.push_back(Object{{"name", t.name}, {"rounds", t.rounds}, {"calls", t.calls}, {"rejected", t.rejected},
@@ -116,7 +118,8 @@ static bool fromJSON(const Value &v, AttentionSample &a, llvm::json::Path p) {
 
 static bool fromJSON(const Value &v, Result::UnaryTiming &u, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
-  return o && o.map("op", u.op) && o.map("forward", u.forward) && o.map("gradient", u.gradient);
+  return o && o.map("op", u.op) && o.map("forward", u.forward) && o.map("gradient", u.gradient) &&
+         o.map("forward_row", u.forwardRow) && o.map("gradient_row", u.gradientRow);
 }
 
 static bool fromJSON(const Value &v, Timing &t, llvm::json::Path p) {
@@ -141,7 +144,7 @@ std::string impossible(const Result &r) {
   if (r.triadBandwidth <= 0)
     return "the memory bandwidth is not positive";
   for (const Result::UnaryTiming &u : r.unary)
-    if (u.forward < 0 || u.gradient < 0)
+    if (u.forward < 0 || u.gradient < 0 || u.forwardRow < 0 || u.gradientRow < 0)
       return "the time of unary kernel '" + u.op + "' is negative";
   bool fp32 = false, bf16 = false;
   for (const MatmulSample &m : r.matmuls) {

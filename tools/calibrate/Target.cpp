@@ -131,6 +131,18 @@ std::string unaryTimes(const Result &r) {
   return items.empty() ? "" : "  elementwise_time { " + items + " }\n";
 }
 
+/// The `row_time { ... }` line: each row kernel's forward and gradient per row (those measured
+/// above zero), or "" when none was.
+std::string rowTimes(const Result &r) {
+  std::string items;
+  for (const Result::UnaryTiming &u : r.unary)
+    for (bool gradient : {false, true})
+      if (double seconds = gradient ? u.gradientRow : u.forwardRow; seconds > 0)
+        items += (items.empty() ? "" : ", ") + u.op + (gradient ? "_grad" : "") + " = " +
+                 num(seconds * 1e9, 4) + " ns";
+  return items.empty() ? "" : "  row_time { " + items + " }\n";
+}
+
 } // namespace
 
 bool blasHeldToAvx2(const Result &r) {
@@ -222,6 +234,10 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << "// elementwise_time: each unary kernel with transcendentals per element, all threads, less\n"
      << "// relu's kernel in the same direction (forward, _grad: the gradient), on the same floats;\n"
      << "// dropout: its forward's Philox and mask (its backward reads the mask).\n"
+     << "// row kernels (layer_norm, rms_norm, softmax, cross_entropy): elementwise_time per element\n"
+     << "// and row_time per row, from 2048 rows of 32 and 256 rows of 256 (the same 65536 floats):\n"
+     << "// row_time = their difference over 1792 rows, elementwise_time = the wide shape less its\n"
+     << "// rows and less relu's kernel in the same direction.\n"
      << "// Attention, fused causal fp32, B " << r.attention.B << " H " << r.attention.H << " S "
      << r.attention.S << " hd " << r.attention.hd << ": forward " << num(r.attention.forwardSeconds * 1e3, 4)
      << " ms, backward " << num(r.attention.backwardSeconds * 1e3, 4)
@@ -270,7 +286,7 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << (r.transcendentalTime > 0
              ? "  transcendental = " + num(r.transcendentalTime * 1e9, 4) + " ns\n"
              : "")
-     << unaryTimes(r)
+     << unaryTimes(r) << rowTimes(r)
      << (ca.empty() ? "" : "  attention_curve = " + curve(ca) + "\n  attention_tile = " +
                                num(kHostAttentionTile, 4) + "\n")
      << "  matmul_curve {\n"
