@@ -136,75 +136,74 @@ std::string stackName(const Plan &plan, std::string *why) {
   return par.zero == 3 ? "fsdp" : model ? "megatron" : par.zero >= 1 ? "deepspeed" : "ddp";
 }
 
+namespace {
+
+/// Whose code runs the model in a plan's step, for the kernels that differ by it (the loss,
+/// the RMS norm; each of crossEntropyKernel and normKernel says what it gets): tally's
+/// generated step, a compiled step, Megatron, Megatron-DeepSpeed (DeepSpeed with tensor or
+/// pipeline parallelism: DeepSpeed's own engine splits no layers) or a PyTorch stack running
+/// the model's modules eagerly.
+enum class ModelCode { Generated, Compiled, Megatron, MegatronDeepSpeed, PyTorch };
+ModelCode modelCode(const Plan &plan) {
+  if (plan.generatedStep)
+    return ModelCode::Generated;
+  if (plan.parallel.compiled)
+    return ModelCode::Compiled;
+  std::string stack = stackName(plan);
+  if (stack == "megatron")
+    return ModelCode::Megatron;
+  if (stack == "deepspeed" && (plan.parallel.tensor > 1 || plan.parallel.pipeline > 1))
+    return ModelCode::MegatronDeepSpeed;
+  return ModelCode::PyTorch;
+}
+
+} // namespace
+
 CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why) {
-  auto say = [&](const char *text) {
+  auto say = [&](const char *text, CrossEntropyKernel k) {
     if (why)
       *why = text;
+    return k;
   };
   const std::string &written = plan.parallel.crossEntropy;
-  if (!written.empty()) {
-    say("cross_entropy");
-    return written == "eager"      ? CrossEntropyKernel::Eager
-           : written == "megatron" ? CrossEntropyKernel::Megatron
-                                   : CrossEntropyKernel::Fused;
+  if (!written.empty())
+    return say("cross_entropy", written == "eager"      ? CrossEntropyKernel::Eager
+                                : written == "megatron" ? CrossEntropyKernel::Megatron
+                                                        : CrossEntropyKernel::Fused);
+  switch (modelCode(plan)) {
+  case ModelCode::Generated: return say("tally's generated step", CrossEntropyKernel::Fused);
+  case ModelCode::Compiled: return say("compiled = true", CrossEntropyKernel::Fused);
+  case ModelCode::Megatron: return say("stack megatron", CrossEntropyKernel::Megatron);
+  // Megatron's loss (megatron/model/gpt_model.py, vocab_parallel_cross_entropy of output.float()).
+  case ModelCode::MegatronDeepSpeed:
+    return say("Megatron-DeepSpeed (stack deepspeed with tensor or pipeline parallelism)",
+               CrossEntropyKernel::Megatron);
+  case ModelCode::PyTorch: break;
   }
-  if (plan.generatedStep) {
-    say("tally's generated step");
-    return CrossEntropyKernel::Fused;
-  }
-  if (plan.parallel.compiled) {
-    say("compiled = true");
-    return CrossEntropyKernel::Fused;
-  }
-  std::string stack = stackName(plan);
-  if (stack == "megatron") {
-    say("stack megatron");
-    return CrossEntropyKernel::Megatron;
-  }
-  // DeepSpeed with tensor or pipeline parallelism is Megatron-DeepSpeed (DeepSpeed's own engine
-  // splits no layers): Megatron's loss (megatron/model/gpt_model.py, vocab_parallel_cross_entropy
-  // of output.float()).
-  if (stack == "deepspeed" && (plan.parallel.tensor > 1 || plan.parallel.pipeline > 1)) {
-    say("Megatron-DeepSpeed (stack deepspeed with tensor or pipeline parallelism)");
-    return CrossEntropyKernel::Megatron;
-  }
-  say("the stack's PyTorch loss");
-  return CrossEntropyKernel::Eager;
+  return say("the stack's PyTorch loss", CrossEntropyKernel::Eager);
 }
 
 NormKernel normKernel(const Plan &plan, std::string *why) {
-  auto say = [&](const char *text) {
+  auto say = [&](const char *text, NormKernel k) {
     if (why)
       *why = text;
+    return k;
   };
   const std::string &written = plan.parallel.normKernel;
-  if (!written.empty()) {
-    say("norm_kernel");
-    return written == "eager" ? NormKernel::Eager : NormKernel::Fused;
+  if (!written.empty())
+    return say("norm_kernel", written == "eager" ? NormKernel::Eager : NormKernel::Fused);
+  if (!plan.isTrain) // tally generates training steps only
+    return say("an inference plan (a serving engine's fused norm)", NormKernel::Fused);
+  switch (modelCode(plan)) {
+  case ModelCode::Generated: return say("tally's generated step", NormKernel::Fused);
+  case ModelCode::Compiled: return say("compiled = true", NormKernel::Fused);
+  case ModelCode::Megatron:
+    return say("stack megatron (Transformer Engine's or Apex's fused RMSNorm)", NormKernel::Fused);
+  case ModelCode::MegatronDeepSpeed:
+    return say("Megatron-DeepSpeed (Megatron's model code and its fused norms)", NormKernel::Fused);
+  case ModelCode::PyTorch: break;
   }
-  if (plan.generatedStep) {
-    say("tally's generated step");
-    return NormKernel::Fused;
-  }
-  if (!plan.isTrain) {
-    say("an inference plan (a serving engine's fused norm)");
-    return NormKernel::Fused;
-  }
-  if (plan.parallel.compiled) {
-    say("compiled = true");
-    return NormKernel::Fused;
-  }
-  std::string stack = stackName(plan);
-  if (stack == "megatron") {
-    say("stack megatron (Transformer Engine's or Apex's fused RMSNorm)");
-    return NormKernel::Fused;
-  }
-  if (stack == "deepspeed" && (plan.parallel.tensor > 1 || plan.parallel.pipeline > 1)) {
-    say("Megatron-DeepSpeed (Megatron's model code and its fused norms)");
-    return NormKernel::Fused;
-  }
-  say("the stack's PyTorch model code (an nn.Module RMSNorm run by autograd)");
-  return NormKernel::Eager;
+  return say("the stack's PyTorch model code (an nn.Module RMSNorm run by autograd)", NormKernel::Eager);
 }
 
 double memoryLimit(const Plan &plan) {

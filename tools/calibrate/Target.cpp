@@ -119,28 +119,17 @@ std::vector<Point> mergedCurve(std::vector<Point> pts) {
   return out;
 }
 
-/// The `elementwise_time { ... }` line: each measured unary kind's forward and gradient per
-/// element (those measured above zero), or "" when none was.
-std::string unaryTimes(const Result &r) {
+/// A record of kernel times (`elementwise_time` per element, `row_time` per row): each measured
+/// kind's forward and gradient (`_grad`) by `field`, those above zero, or "" when none was.
+std::string kernelTimes(const Result &r, const char *record,
+                        double Result::UnaryTiming::*forward, double Result::UnaryTiming::*gradient) {
   std::string items;
   for (const Result::UnaryTiming &u : r.unary)
-    for (bool gradient : {false, true})
-      if (double seconds = gradient ? u.gradient : u.forward; seconds > 0)
-        items += (items.empty() ? "" : ", ") + u.op + (gradient ? "_grad" : "") + " = " +
+    for (bool isGradient : {false, true})
+      if (double seconds = u.*(isGradient ? gradient : forward); seconds > 0)
+        items += (items.empty() ? "" : ", ") + u.op + (isGradient ? "_grad" : "") + " = " +
                  num(seconds * 1e9, 4) + " ns";
-  return items.empty() ? "" : "  elementwise_time { " + items + " }\n";
-}
-
-/// The `row_time { ... }` line: each row kernel's forward and gradient per row (those measured
-/// above zero), or "" when none was.
-std::string rowTimes(const Result &r) {
-  std::string items;
-  for (const Result::UnaryTiming &u : r.unary)
-    for (bool gradient : {false, true})
-      if (double seconds = gradient ? u.gradientRow : u.forwardRow; seconds > 0)
-        items += (items.empty() ? "" : ", ") + u.op + (gradient ? "_grad" : "") + " = " +
-                 num(seconds * 1e9, 4) + " ns";
-  return items.empty() ? "" : "  row_time { " + items + " }\n";
+  return items.empty() ? "" : "  " + std::string(record) + " { " + items + " }\n";
 }
 
 } // namespace
@@ -286,7 +275,8 @@ std::string renderTarget(const Result &r, const std::string &when) {
      << (r.transcendentalTime > 0
              ? "  transcendental = " + num(r.transcendentalTime * 1e9, 4) + " ns\n"
              : "")
-     << unaryTimes(r) << rowTimes(r)
+     << kernelTimes(r, "elementwise_time", &Result::UnaryTiming::forward, &Result::UnaryTiming::gradient)
+     << kernelTimes(r, "row_time", &Result::UnaryTiming::forwardRow, &Result::UnaryTiming::gradientRow)
      << (ca.empty() ? "" : "  attention_curve = " + curve(ca) + "\n  attention_tile = " +
                                num(kHostAttentionTile, 4) + "\n")
      << "  matmul_curve {\n"
