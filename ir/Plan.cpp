@@ -194,6 +194,9 @@ NormKernel normKernel(const Plan &plan, std::string *why) {
     return say("norm_kernel", written == "eager" ? NormKernel::Eager : NormKernel::Fused);
   if (!plan.isTrain) // tally generates training steps only
     return say("an inference plan (a serving engine's fused norm)", NormKernel::Fused);
+  // --fuse prices tally's fused kernels, whose runs end in the norm's own kernel (Fusion.cpp).
+  if (plan.fuseKernels && !plan.parallel.compiled)
+    return say("--fuse (tally's fused kernels)", NormKernel::Fused);
   switch (modelCode(plan)) {
   case ModelCode::Generated: return say("tally's generated step", NormKernel::Fused);
   case ModelCode::Compiled: return say("compiled = true", NormKernel::Fused);

@@ -325,9 +325,10 @@ std::string stackName(const Plan &plan, std::string *why = nullptr);
 CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why = nullptr);
 
 /// How the plan's step runs rms_norm (NormKernel; docs/time.md, "The norm as frameworks run
-/// it"): its `norm_kernel`; else fused for tally's own step, a compiled step, Megatron (its
-/// Transformer Engine or Apex norm; Megatron-DeepSpeed's too) and an inference plan (a serving
-/// engine's kernel); else eager (a PyTorch stack running the model's own RMSNorm module).
+/// it"): its `norm_kernel`; else fused for tally's own step, a compiled step or `--fuse`,
+/// Megatron (its Transformer Engine or Apex norm; Megatron-DeepSpeed's too) and an inference
+/// plan (a serving engine's kernel); else eager (a PyTorch stack running the model's own
+/// RMSNorm module).
 /// `why` gets where it came from.
 NormKernel normKernel(const Plan &plan, std::string *why = nullptr);
 

@@ -285,6 +285,7 @@ void makeLayoutFacts(LayoutFacts &lf, const Facts &f, const Analysis &a,
       work.transcendentals = oa.forward.transcendentals;
       work.outsideBytes = flashOutsideBytes(a, o, false);
       work.measuredArithmetic = unaryArithmetic(a.plan->target, g, g.ops[o], false);
+      work.calls = oa.forward.kernels; // an eager norm's eight
       work.forks = forkingCalls(a.plan->target, g, g.ops[o], splits[o], work.calls);
       known = {true, c, splits[o],
                kernelTime(a.plan->target, c, oa.computeDtype, splitWork(work, splits[o]))};

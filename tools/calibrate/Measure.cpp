@@ -467,6 +467,24 @@ UnaryTimings addUnaryKernels(rt::Ctx &ctx, const std::vector<float> &x, int64_t 
   return t;
 }
 
+/// 5d's rates: per row = (narrow − wide) / (narrow rows − wide rows); per element = (wide − its
+/// rows − relu's kernel in the same direction, `relu` forward, `reluGradient`) / elements.
+void rowRates(const Rounds &timings, const RowTimings &t, size_t relu, size_t reluGradient, Result &r) {
+  constexpr double m = double(RowTimings::kWideRows * RowTimings::kWideCols);
+  const double rows = double(RowTimings::kNarrowRows - RowTimings::kWideRows);
+  auto split = [&](size_t narrow, size_t wide, size_t baseline, double &perRow, double &perElement) {
+    perRow = std::max(0.0, timings.median(narrow) - timings.median(wide)) / rows;
+    perElement =
+        std::max(0.0, timings.median(wide) - perRow * double(RowTimings::kWideRows) - timings.median(baseline)) / m;
+  };
+  for (const RowTimings::Kernel &k : t.kernels) {
+    Result::UnaryTiming u{k.name};
+    split(k.narrowForward, k.wideForward, relu, u.forwardRow, u.forward);
+    split(k.narrowGradient, k.wideGradient, reluGradient, u.gradientRow, u.gradient);
+    r.unary.push_back(u);
+  }
+}
+
 } // namespace
 
 Result measure(const Options &o) {
@@ -608,21 +626,7 @@ Result measure(const Options &o) {
     r.unary.push_back({u.name, std::max(0.0, timings.median(u.forward) - timings.median(tRelu2)) / double(m),
                        std::max(0.0, timings.median(u.gradient) - timings.median(tUnary.reluGradient)) / double(m)});
   r.unary.push_back({"dropout", std::max(0.0, timings.median(tUnary.dropout) - timings.median(tRelu2)) / double(m), 0});
-  // 5d: per row = (narrow − wide) / (narrow rows − wide rows); per element = (wide − its rows −
-  // relu's kernel in the same direction) / elements.
-  for (const RowTimings::Kernel &k : tRows.kernels) {
-    const double rows = double(RowTimings::kNarrowRows - RowTimings::kWideRows);
-    auto split = [&](size_t narrow, size_t wide, size_t baseline, double &perRow, double &perElement) {
-      perRow = std::max(0.0, timings.median(narrow) - timings.median(wide)) / rows;
-      perElement = std::max(0.0, timings.median(wide) - perRow * double(RowTimings::kWideRows) -
-                                     timings.median(baseline)) /
-                   double(m);
-    };
-    Result::UnaryTiming u{k.name};
-    split(k.narrowForward, k.wideForward, tRelu2, u.forwardRow, u.forward);
-    split(k.narrowGradient, k.wideGradient, tUnary.reluGradient, u.gradientRow, u.gradient);
-    r.unary.push_back(u);
-  }
+  rowRates(timings, tRows, tRelu2, tUnary.reluGradient, r);
   at.forwardSeconds = timings.median(tAttn.forward);
   at.backwardSeconds = timings.median(tAttn.backward);
   for (size_t i = 0; i < r.attentionShapes.size(); ++i) {
