@@ -660,8 +660,8 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
         Plan shape = base;
         Parallelism &sp = shape.parallel;
         sp.tensor = t, sp.pipeline = p, sp.data = d, sp.devices = devices, sp.expert = e;
-        if (sp.expertTensor != 1 && sp.expertTensor == base.parallel.tensor)
-          sp.expertTensor = 0;
+        if (sp.expertTensor == std::max<int64_t>(1, base.parallel.tensor))
+          sp.expertTensor = 0; // written as the tensor degree (1 under tensor 1 folds nothing)
         std::vector<int64_t> interleaves;
         for (int64_t v : p > 1 ? divisors(out.layers / p) : std::vector<int64_t>{1}) {
           sp.interleave = v;
@@ -685,9 +685,9 @@ LayoutSearch searchLayouts(const Analysis &a, const Relower &relower, int64_t de
                 " heads and at most " + std::to_string(perNode) +
                 " (gpus_per_node), pipeline dividing the " + std::to_string(out.layers) +
                 " layers and data dividing the batch of " + std::to_string(base.batch) +
-                (base.parallel.expert > 1 ? ", and the expert degree " + std::to_string(base.parallel.expert) +
-                                                " dividing the ranks its group is drawn from"
-                                          : std::string());
+                (out.experts > 0 ? ", and an expert degree dividing the " + std::to_string(out.experts) +
+                                       " experts whose group the plan could state (ir/Plan.h expertFit)"
+                                 : std::string());
     return out;
   }
   std::vector<ParallelLayout> &fits = search.fits;
