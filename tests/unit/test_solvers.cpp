@@ -795,12 +795,14 @@ TEST_CASE("layout: a mixture of experts searches the expert degrees a plan could
     CHECK(whole->stepTime == Approx(l.trial.stepTime));
   }
   CHECK(degrees.size() > 1); // the plan's expert = 8 is not the only degree among the best
+#ifndef TALLY_UNDER_ASAN // a second 13,885-candidate search: 3 s under the sanitizers; the normal build runs it
   LayoutSearch unbounded = searchLayouts(a, relower, 64, limit, 10, /*bound=*/false);
   REQUIRE(unbounded.best.size() == s.best.size());
   for (size_t i = 0; i < s.best.size(); ++i) {
     CHECK(unbounded.best[i].expert == s.best[i].expert);
     CHECK(unbounded.best[i].trial.stepTime == s.best[i].trial.stepTime);
   }
+#endif
   // A dense model searches no expert degree.
   Compiled dense(fromFile, example("gpt2.tally"));
   Relower denseRelower = dense.relower();
