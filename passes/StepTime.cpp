@@ -611,26 +611,34 @@ double ringAttention(const Analysis &a, const TensorParallel &tp) {
 /// their experts and brings the outputs back, an all-to-all each way over the expert group of
 /// the rows' bytes (R_b·d at the activation dtype, the op's expert_out buffer) over its split
 /// (a tensor or context rank sends its share): 2 in the forward, 2 in the backward (the
-/// gradients back the same ways), and 2 more for each recompute of the op. 0 when e = 1.
-double expertAllToAll(const Analysis &a, const TensorParallel &tp) {
+/// gradients back the same ways), and 2 more for each recompute of the op. The bytes of each
+/// call, one entry a call; none when e = 1.
+std::vector<double> expertMessages(const Analysis &a, const TensorParallel &tp) {
   const Graph &g = *a.graph;
   const Plan &plan = *a.plan;
+  std::vector<double> out;
   if (degree(plan.parallel.expert) <= 1)
-    return 0;
-  Placement group = place(plan, 'e');
-  std::vector<double> times(g.ops.size(), 0);
-  double time = 0;
+    return out;
+  auto bytes = [&](OpId i) { return g.bytes(g.ops[i].outputs[4]) / tp.split[i]; };
   for (OpId i = 0; i < g.ops.size(); ++i) {
     const Op &op = g.ops[i];
     if (op.kind != OpKind::Moe || op.outputs.size() < 5)
       continue;
-    times[i] = collectiveTime(plan.target, group, Collective::AllToAll,
-                              g.bytes(op.outputs[4]) / tp.split[i]);
-    time += 2 * times[i] + (plan.isTrain && a.ops[i].backwardTime > 0 ? 2 * times[i] : 0);
+    out.insert(out.end(), plan.isTrain && a.ops[i].backwardTime > 0 ? 4 : 2, bytes(i));
   }
   for (const ScheduleStep &s : a.schedule)
-    if (s.kind == ScheduleStep::Recompute && s.op < g.ops.size())
-      time += 2 * times[s.op];
+    if (s.kind == ScheduleStep::Recompute && s.op < g.ops.size() && g.ops[s.op].kind == OpKind::Moe &&
+        g.ops[s.op].outputs.size() >= 5)
+      out.insert(out.end(), 2, bytes(s.op));
+  return out;
+}
+
+/// The seconds of one micro-batch's expert all-to-alls on one device (expertMessages).
+double expertAllToAll(const Analysis &a, const std::vector<double> &messages) {
+  const Placement group = place(*a.plan, 'e');
+  double time = 0;
+  for (double bytes : messages)
+    time += collectiveTime(a.plan->target, group, Collective::AllToAll, bytes);
   return time;
 }
 
@@ -685,7 +693,9 @@ void inferenceForward(Analysis &a, const TensorParallel &tp, double F) {
                  't', rowKind, tp.forwardMessages, degree(plan.parallel.context), 1, false);
   a.time.pipelineComm = p > 1 ? (p - 1) * boundarySend(plan, stageBoundaryBytes(*a.graph, *a.copies)) : 0;
   a.time.contextParallelComm = ringAttention(a, tp);
-  a.time.expertParallelComm = expertAllToAll(a, tp);
+  const std::vector<double> experts = expertMessages(a, tp);
+  a.time.expertParallelComm = expertAllToAll(a, experts);
+  recordMessages(a, "expert all-to-all (dispatch and combine)", 'e', Collective::AllToAll, experts, 1, 1, false);
   a.time.communication = a.time.tensorParallelComm + a.time.pipelineComm +
                          a.time.contextParallelComm + a.time.expertParallelComm;
   a.time.hostTransfer = hostBytes(a, 1) / hostLinkBandwidth(plan.target);
@@ -866,8 +876,11 @@ void stepTime(Analysis &a) {
       a.time.pipelineComm += sendTime(target, place(plan, 'p').r > 1,
                                       numel(g.tensors[w].shape) * bytesOf(plan.precision.grads));
   a.time.contextParallelComm = m / p * ringAttention(a, tp);
-  a.time.expertParallelComm = exposedExpertComm(plan, m / p * expertAllToAll(a, tp), m,
+  const std::vector<double> experts = expertMessages(a, tp);
+  a.time.expertParallelComm = exposedExpertComm(plan, m / p * expertAllToAll(a, experts), m,
                                                 a.time.forward + a.time.backward + a.time.recompute);
+  recordMessages(a, "expert all-to-all (dispatch and combine)", 'e', Collective::AllToAll, experts, 1, m / p,
+                 par.expertOverlap);
   a.time.communication = a.time.dataParallelComm + a.time.tensorParallelComm +
                          a.time.pipelineComm + a.time.contextParallelComm +
                          a.time.expertParallelComm;
