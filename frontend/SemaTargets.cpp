@@ -163,13 +163,17 @@ struct TargetReader {
   void elementwiseTime(const ConstValue &v) {
     std::vector<std::string> names;
     for (const UnaryDef &u : unaryDefs())
-      for (const char *suffix : {"", "_grad"})
-        names.push_back(std::string(opName(u.kind)) + suffix);
+      withGradient(names, opName(u.kind).str());
     names.push_back(opName(OpKind::Dropout).str());
     for (const std::string &r : Target::rowKernelNames())
-      for (const char *suffix : {"", "_grad"})
-        names.push_back(r + suffix);
+      withGradient(names, r);
     readKernelTimes(v, "elementwise_time", "unary op", names, /*perRow=*/false);
+  }
+
+  /// `name` and `name_grad`, a kernel's forward and gradient keys in a kernel-time record.
+  static void withGradient(std::vector<std::string> &names, const std::string &name) {
+    names.push_back(name);
+    names.push_back(name + "_grad");
   }
 
   /// `row_time { layer_norm = 15 ns, layer_norm_grad = 20 ns, ... }`: per row kernel
@@ -177,8 +181,7 @@ struct TargetReader {
   void rowTime(const ConstValue &v) {
     std::vector<std::string> names;
     for (const std::string &r : Target::rowKernelNames())
-      for (const char *suffix : {"", "_grad"})
-        names.push_back(r + suffix);
+      withGradient(names, r);
     readKernelTimes(v, "row_time", "row kernel", names, /*perRow=*/true);
   }
 

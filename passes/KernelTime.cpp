@@ -140,17 +140,13 @@ double forkingCalls(const Target &t, const Graph &g, const Op &op, double split,
   return largest / share > kForkElements ? calls : 0;
 }
 
-/// The runtime's row kernel that runs `op` (its name in Target::rowKernelNames), or null: the
-/// norms, softmax and the loss as tally's own fused kernels (an eager norm or a framework's
-/// loss is another program).
+/// The runtime's row kernel that runs `op`, or null: the norms, softmax and the loss as tally's
+/// own fused kernels (an eager norm or a framework's loss is another program).
 const char *rowKernel(const Op &op) {
-  switch (op.kind) {
-  case OpKind::LayerNorm: return "layer_norm";
-  case OpKind::RmsNorm: return op.attrs->norm == NormKernel::Fused ? "rms_norm" : nullptr;
-  case OpKind::Softmax: return "softmax";
-  case OpKind::CrossEntropy: return op.attrs->loss == CrossEntropyKernel::Fused ? "cross_entropy" : nullptr;
-  default: return nullptr;
-  }
+  if ((op.kind == OpKind::RmsNorm && op.attrs->norm != NormKernel::Fused) ||
+      (op.kind == OpKind::CrossEntropy && op.attrs->loss != CrossEntropyKernel::Fused))
+    return nullptr;
+  return rowKernelName(op.kind);
 }
 
 double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward) {
@@ -168,6 +164,14 @@ double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backw
   if (!unaryDef(op.kind) && !dropout)
     return 0;
   return t.unaryTime(opName(op.kind), backward) * numel(g.tensors[op.outputs[0]].shape);
+}
+
+const char *rowKernelName(OpKind kind) {
+  // The row kernels are named as their ops are in the language (ir/Ops.def).
+  for (const std::string &name : Target::rowKernelNames())
+    if (name == opName(kind))
+      return name.c_str();
+  return nullptr;
 }
 
 double kernelTime(const Target &t, OpClass c, Dtype computeDtype, const KernelWork &w) {

@@ -262,6 +262,9 @@ double forkingCalls(const Target &t, const Graph &g, const Op &op, double split,
 /// and elementwise_time); 0 for another op, a dropout's backward (it reads the mask), or a
 /// kind the target did not measure.
 double unaryArithmetic(const Target &t, const Graph &g, const Op &op, bool backward);
+/// KernelTime.cpp: the name of the CPU runtime's row kernel for op kind `kind` (one of
+/// Target::rowKernelNames, the op's own name), or null for another kind.
+const char *rowKernelName(OpKind kind);
 /// StepTime.cpp: seconds an op's kernels take on `t`: max(flops / peakFor(computeDtype), bytes /
 /// bandwidth) divided by the efficiency of its op class (matmul, attention, elementwise for
 /// the rest), with transcendentals × transcendentalTime added to the compute side

@@ -247,8 +247,7 @@ void printKernelTime(llvm::raw_ostream &os, llvm::StringRef label, llvm::StringR
   // A unary kind the target measured (Target::unaryTimes): its arithmetic is that measurement.
   bool measured = k.measuredArithmetic;
   // A row kernel's (layer and RMS norm, softmax, the loss): per row and per element.
-  bool rows = measured && (kind == OpKind::LayerNorm || kind == OpKind::RmsNorm || kind == OpKind::Softmax ||
-                           kind == OpKind::CrossEntropy);
+  bool rows = measured && rowKernelName(kind) != nullptr;
   os << "  " << label << " = " << open << (overlap ? "max(" : "")
      << (rows       ? "(rows × measured time per row + elements × measured time per element)" + by
          : measured ? "elements" + by + " × measured time per element"
