@@ -157,14 +157,17 @@ ModelCode modelCode(const Plan &plan) {
   return ModelCode::PyTorch;
 }
 
+/// Returns kernel `k`, and sets `*why` (when given) to what decided it.
+template <class K> K decided(std::string *why, const char *text, K k) {
+  if (why)
+    *why = text;
+  return k;
+}
+
 } // namespace
 
 CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why) {
-  auto say = [&](const char *text, CrossEntropyKernel k) {
-    if (why)
-      *why = text;
-    return k;
-  };
+  auto say = [why](const char *text, CrossEntropyKernel k) { return decided(why, text, k); };
   const std::string &written = plan.parallel.crossEntropy;
   if (!written.empty())
     return say("cross_entropy", written == "eager"      ? CrossEntropyKernel::Eager
@@ -184,11 +187,7 @@ CrossEntropyKernel crossEntropyKernel(const Plan &plan, std::string *why) {
 }
 
 NormKernel normKernel(const Plan &plan, std::string *why) {
-  auto say = [&](const char *text, NormKernel k) {
-    if (why)
-      *why = text;
-    return k;
-  };
+  auto say = [why](const char *text, NormKernel k) { return decided(why, text, k); };
   const std::string &written = plan.parallel.normKernel;
   if (!written.empty())
     return say("norm_kernel", written == "eager" ? NormKernel::Eager : NormKernel::Fused);
